@@ -1,0 +1,464 @@
+// Package rmfake is a fake NVIDIA resource manager for logic tests. It
+// enforces the rules of the real driver that gpreempt's code depends on,
+// each checked against the 580.x source and against what was measured on an
+// H100 (docs/GPU-RESULTS.md):
+//
+//   - a client is bound to the open file that allocated it; a control or
+//     allocation naming it through any other file fails with
+//     NV_ERR_INVALID_CLIENT, exactly as for a client that does not exist;
+//     a duplicate of that file (pidfd_getfd) is the same file;
+//   - client handles come from a counter: RS_CLIENT_HANDLE_BASE + index;
+//   - a control's parameter size must match the command's exactly
+//     (NV_ERR_INVALID_PARAM_STRUCT), a command not exported by the object's
+//     class is NV_ERR_NOT_SUPPORTED, an unknown object
+//     NV_ERR_INVALID_OBJECT_HANDLE, a lookup of a missing handle
+//     NV_ERR_OBJECT_NOT_FOUND;
+//   - GPFIFO_SCHEDULE's parameters are 2 bytes before 575.51 and 3 after;
+//   - SET_INTERLEAVE_LEVEL is privileged (NV_ERR_INSUFFICIENT_PERMISSIONS
+//     for a non-root caller); a new TSG's timeslice is 1024 us and its
+//     interleave level MEDIUM; libcuda then sets the compute TSG to 2048 us.
+//
+// Processes are populated by replaying a real libcuda allocation trace.
+package rmfake
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/gpreempt/gpreempt/ioctl"
+)
+
+// file is one open file of the driver.
+type file struct {
+	id  int
+	ctl bool
+	// registered is the control file a /dev/nvidiaN file was registered
+	// with (NV_ESC_REGISTER_FD); RM validates clients against it.
+	registered *file
+}
+
+func (f *file) owner() *file {
+	if f.registered != nil {
+		return f.registered
+	}
+	return f
+}
+
+type object struct {
+	handle, parent ioctl.Handle
+	class          uint32
+	timesliceUs    uint64
+	interleave     uint32
+	tsgID          uint32
+	enabled        bool
+}
+
+type client struct {
+	handle  ioctl.Handle
+	file    *file
+	objects map[ioctl.Handle]*object
+}
+
+// Proc is a fake process: its descriptor table.
+type Proc struct {
+	PID int
+	// Deny makes attaching to it fail as pidfd_getfd does without
+	// ptrace rights.
+	Deny bool
+	fds  map[int]*file
+}
+
+// Fault makes the Nth matching control fail with Status (N counts from 1;
+// 0 means every match).
+type Fault struct {
+	Cmd    uint32
+	Object ioctl.Handle
+	Nth    int
+	Status ioctl.NvStatus
+	seen   int
+}
+
+// Driver is the fake RM. The zero value is not usable; call New.
+type Driver struct {
+	mu          sync.Mutex
+	version     ioctl.DriverVersion
+	root        bool
+	clients     map[ioctl.Handle]*client
+	nextClient  uint32
+	nextFile    int
+	nextTSGID   uint32
+	nextHandle  uint32
+	procs       map[int]*Proc
+	faults      []*Fault
+	controls    map[uint32]int
+	clientSkips uint32
+}
+
+// Option configures a Driver.
+type Option func(*Driver)
+
+// WithVersion sets the driver version the fake reports and whose ABI it
+// enforces. Default 580.159.04.
+func WithVersion(v ioctl.DriverVersion) Option { return func(d *Driver) { d.version = v } }
+
+// WithUnprivilegedCaller makes the caller a non-root user for
+// PRIVILEGED controls.
+func WithUnprivilegedCaller() Option { return func(d *Driver) { d.root = false } }
+
+// WithClientCounter starts the client counter at index (as on a machine
+// where that many clients were created since the driver loaded).
+func WithClientCounter(index uint32) Option { return func(d *Driver) { d.nextClient = index } }
+
+// New returns an empty fake driver.
+func New(opts ...Option) *Driver {
+	d := &Driver{
+		version:    ioctl.DriverVersion{Major: 580, Minor: 159, Patch: 4},
+		root:       true,
+		clients:    map[ioctl.Handle]*client{},
+		procs:      map[int]*Proc{},
+		controls:   map[uint32]int{},
+		nextClient: 0x20,
+	}
+	for _, o := range opts {
+		o(d)
+	}
+	return d
+}
+
+// AddFault installs a fault.
+func (d *Driver) AddFault(f *Fault) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.faults = append(d.faults, f)
+}
+
+// Controls returns how many times cmd was issued (whatever the outcome).
+func (d *Driver) Controls(cmd uint32) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.controls[cmd]
+}
+
+// NewProc creates a process with no files.
+func (d *Driver) NewProc(pid int) *Proc {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := &Proc{PID: pid, fds: map[int]*file{}}
+	d.procs[pid] = p
+	return p
+}
+
+// Exit removes a process; its clients are freed as when the last
+// reference to their file goes away.
+func (d *Driver) Exit(pid int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := d.procs[pid]
+	if p == nil {
+		return
+	}
+	delete(d.procs, pid)
+	for h, c := range d.clients {
+		for _, f := range p.fds {
+			if c.file == f {
+				delete(d.clients, h)
+			}
+		}
+	}
+}
+
+func (d *Driver) newFile(ctl bool) *file {
+	d.nextFile++
+	return &file{id: d.nextFile, ctl: ctl}
+}
+
+// OpenControlAt opens /dev/nvidiactl in p at descriptor fd.
+func (d *Driver) OpenControlAt(p *Proc, fd int) *FD {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f := d.newFile(true)
+	p.fds[fd] = f
+	return &FD{d: d, f: f}
+}
+
+// OpenDeviceAt opens /dev/nvidia0 in p at descriptor fd, registered with
+// the control file at ctlFD.
+func (d *Driver) OpenDeviceAt(p *Proc, fd, ctlFD int) (*FD, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ctl := p.fds[ctlFD]
+	if ctl == nil || !ctl.ctl {
+		return nil, fmt.Errorf("fd %d of pid %d is not a control file", ctlFD, p.PID)
+	}
+	f := d.newFile(false)
+	f.registered = ctl
+	p.fds[fd] = f
+	return &FD{d: d, f: f}, nil
+}
+
+// FD is an open file of the fake driver; it implements tsg.Device.
+type FD struct {
+	d      *Driver
+	f      *file
+	closed bool
+}
+
+func (x *FD) Close() error {
+	x.closed = true
+	return nil
+}
+
+func (x *FD) DriverVersion() (ioctl.DriverVersion, error) {
+	if x.closed {
+		return ioctl.DriverVersion{}, fmt.Errorf("fake fd closed")
+	}
+	return x.d.version, nil
+}
+
+// Alloc follows NV_ESC_RM_ALLOC: object 0 with class NV01_ROOT_CLIENT makes
+// a client bound to this file; other objects need a client bound to it.
+func (x *FD) Alloc(hClient, parent, h ioctl.Handle, class uint32, params []byte) (ioctl.Handle, error) {
+	d := x.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if x.closed {
+		return 0, fmt.Errorf("fake fd closed")
+	}
+	op := fmt.Sprintf("alloc class %#x", class)
+	switch class {
+	case ioctl.NV01_ROOT, ioctl.NV01_ROOT_NON_PRIV, ioctl.NV01_ROOT_CLIENT:
+		if !x.f.ctl {
+			return 0, ioctl.NV_ERR_INVALID_ARGUMENT.Err(op)
+		}
+		if h == 0 {
+			h = ioctl.RS_CLIENT_HANDLE_BASE + ioctl.Handle(d.nextClient)
+			d.nextClient = (d.nextClient + 1) % ioctl.RS_CLIENT_HANDLE_MAX
+		}
+		if d.clients[h] != nil {
+			return 0, ioctl.NV_ERR_INSERT_DUPLICATE_NAME.Err(op)
+		}
+		c := &client{handle: h, file: x.f.owner(), objects: map[ioctl.Handle]*object{}}
+		c.objects[h] = &object{handle: h, class: ioctl.NV01_ROOT_CLIENT}
+		d.clients[h] = c
+		if len(params) >= 4 {
+			binary.LittleEndian.PutUint32(params, uint32(h))
+		}
+		return h, nil
+	}
+	c := d.clients[hClient]
+	if c == nil || c.file != x.f.owner() {
+		return 0, ioctl.NV_ERR_INVALID_CLIENT.Err(op)
+	}
+	if c.objects[parent] == nil {
+		return 0, ioctl.NV_ERR_INVALID_OBJECT_PARENT.Err(op)
+	}
+	if h == 0 {
+		d.nextHandle++
+		h = 0xcaf00000 + ioctl.Handle(d.nextHandle)
+	}
+	if c.objects[h] != nil {
+		return 0, ioctl.NV_ERR_INSERT_DUPLICATE_NAME.Err(op)
+	}
+	o := &object{handle: h, parent: parent, class: class}
+	if ioctl.IsChannelGroupClass(class) {
+		o.timesliceUs = 1024
+		o.interleave = ioctl.NVA06C_CTRL_INTERLEAVE_LEVEL_MEDIUM
+		o.tsgID = d.nextTSGID
+		d.nextTSGID++
+	}
+	c.objects[h] = o
+	return h, nil
+}
+
+// Free follows NV_ESC_RM_FREE: freeing the client handle frees the client.
+func (x *FD) Free(hClient, parent, h ioctl.Handle) error {
+	d := x.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.clients[hClient]
+	if c == nil || c.file != x.f.owner() {
+		return ioctl.NV_ERR_INVALID_CLIENT.Err("free")
+	}
+	if h == hClient {
+		delete(d.clients, hClient)
+		return nil
+	}
+	if c.objects[h] == nil {
+		return ioctl.NV_ERR_OBJECT_NOT_FOUND.Err("free")
+	}
+	c.free(h)
+	return nil
+}
+
+func (c *client) free(h ioctl.Handle) {
+	for child, o := range c.objects {
+		if o.parent == h && child != h {
+			c.free(child)
+		}
+	}
+	delete(c.objects, h)
+}
+
+// paramSizes is what each supported command's export-table entry expects.
+func (d *Driver) paramSize(cmd uint32) (int, bool) {
+	switch cmd {
+	case ioctl.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO:
+		return 16, true
+	case ioctl.NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE:
+		return 12, true
+	case ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE, ioctl.NVA06C_CTRL_CMD_PREEMPT:
+		return 8, true
+	case ioctl.NVA06C_CTRL_CMD_GET_INFO, ioctl.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, ioctl.NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL:
+		return 4, true
+	case ioctl.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE:
+		if d.version.Compare(ioctl.DriverVersion{Major: 575, Minor: 51, Patch: 2}) >= 0 {
+			return 3, true
+		}
+		return 2, true
+	}
+	return 0, false
+}
+
+// ControlBytes follows NV_ESC_RM_CONTROL.
+func (x *FD) ControlBytes(hClient, hObject ioctl.Handle, cmd uint32, params []byte) error {
+	d := x.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.controls[cmd]++
+	op := fmt.Sprintf("control %#x on %v/%v", cmd, hClient, hObject)
+	if x.closed {
+		return fmt.Errorf("%s: fake fd closed", op)
+	}
+	for _, f := range d.faults {
+		if f.Cmd == cmd && (f.Object == 0 || f.Object == hObject) {
+			f.seen++
+			if f.Nth == 0 || f.Nth == f.seen {
+				return f.Status.Err(op)
+			}
+		}
+	}
+	c := d.clients[hClient]
+	if c == nil || c.file != x.f.owner() {
+		return ioctl.NV_ERR_INVALID_CLIENT.Err(op)
+	}
+	o := c.objects[hObject]
+	if o == nil {
+		return ioctl.NV_ERR_INVALID_OBJECT_HANDLE.Err(op)
+	}
+	want, known := d.paramSize(cmd)
+	cmdClass := cmd >> 16
+	objClass := o.class
+	if objClass == ioctl.NV01_ROOT_CLIENT {
+		objClass = ioctl.NV01_ROOT
+	}
+	if !known || cmdClass != objClass {
+		return ioctl.NV_ERR_NOT_SUPPORTED.Err(op)
+	}
+	if len(params) != want {
+		return ioctl.NV_ERR_INVALID_PARAM_STRUCT.Err(op)
+	}
+	return d.control(c, o, cmd, params).Err(op)
+}
+
+func (d *Driver) control(c *client, o *object, cmd uint32, p []byte) ioctl.NvStatus {
+	le := binary.LittleEndian
+	switch cmd {
+	case ioctl.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO:
+		target := c.objects[ioctl.Handle(le.Uint32(p[0:]))]
+		if target == nil {
+			return ioctl.NV_ERR_OBJECT_NOT_FOUND
+		}
+		switch le.Uint32(p[4:]) {
+		case ioctl.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO_INDEX_PARENT:
+			le.PutUint64(p[8:], uint64(target.parent))
+		case ioctl.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO_INDEX_CLASSID:
+			le.PutUint64(p[8:], uint64(target.class))
+		default:
+			return ioctl.NV_ERR_INVALID_ARGUMENT
+		}
+	case ioctl.NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE:
+		parent := ioctl.Handle(le.Uint32(p[0:]))
+		if c.objects[parent] == nil {
+			return ioctl.NV_ERR_OBJECT_NOT_FOUND
+		}
+		class := le.Uint32(p[4:])
+		var found []ioctl.Handle
+		for h, child := range c.objects {
+			if child.parent == parent && child.class == class && h != parent {
+				found = append(found, h)
+			}
+		}
+		if len(found) == 0 {
+			return ioctl.NV_ERR_OBJECT_NOT_FOUND
+		}
+		le.PutUint32(p[8:], uint32(slices.Min(found)))
+	case ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE:
+		us := le.Uint64(p)
+		if us == 0 {
+			return ioctl.NV_ERR_INVALID_ARGUMENT
+		}
+		o.timesliceUs = us
+	case ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE:
+		le.PutUint64(p, o.timesliceUs)
+	case ioctl.NVA06C_CTRL_CMD_PREEMPT:
+		if p[1] != 0 && le.Uint32(p[4:]) > ioctl.NVA06C_CTRL_CMD_PREEMPT_MAX_MANUAL_TIMEOUT_US {
+			return ioctl.NV_ERR_INVALID_ARGUMENT
+		}
+	case ioctl.NVA06C_CTRL_CMD_GET_INFO:
+		le.PutUint32(p, o.tsgID)
+	case ioctl.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL:
+		if !d.root {
+			return ioctl.NV_ERR_INSUFFICIENT_PERMISSIONS
+		}
+		l := le.Uint32(p)
+		if l > ioctl.NVA06C_CTRL_INTERLEAVE_LEVEL_HIGH {
+			return ioctl.NV_ERR_INVALID_ARGUMENT
+		}
+		o.interleave = l
+	case ioctl.NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL:
+		le.PutUint32(p, o.interleave)
+	case ioctl.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE:
+		o.enabled = p[0] != 0
+	}
+	return ioctl.NV_OK
+}
+
+// Group is the fake's view of a TSG, for assertions.
+type Group struct {
+	Client      ioctl.Handle
+	Handle      ioctl.Handle
+	TimesliceUs uint64
+	Interleave  uint32
+	Enabled     bool
+}
+
+// Groups returns every TSG of every client bound to the control file at
+// fd of pid, sorted by client and handle.
+func (d *Driver) Groups(pid, fd int) []Group {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := d.procs[pid]
+	if p == nil || p.fds[fd] == nil {
+		return nil
+	}
+	var out []Group
+	for _, c := range d.clients {
+		if c.file != p.fds[fd].owner() {
+			continue
+		}
+		for _, o := range c.objects {
+			if ioctl.IsChannelGroupClass(o.class) {
+				out = append(out, Group{c.handle, o.handle, o.timesliceUs, o.interleave, o.enabled})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Group) int {
+		if a.Client != b.Client {
+			return int(int64(a.Client) - int64(b.Client))
+		}
+		return int(int64(a.Handle) - int64(b.Handle))
+	})
+	return out
+}

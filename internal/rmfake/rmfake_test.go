@@ -1,0 +1,133 @@
+package rmfake
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpreempt/gpreempt/ioctl"
+)
+
+var tracePath = filepath.Join("..", "..", "testdata", "h100-580.159.04-alloc-sequence.txt")
+
+func TestParseRealTrace(t *testing.T) {
+	f, err := os.Open(tracePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	trace, err := ParseTrace(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[uint32]int{}
+	for _, a := range trace {
+		counts[a.Class]++
+	}
+	// What GPU-FACTS.md describes: two clients, four TSGs, one context
+	// share, 8+3*4 channels, 8 compute objects, 20 copy objects.
+	want := map[uint32]int{
+		ioctl.NV01_ROOT_CLIENT:        2,
+		ioctl.KEPLER_CHANNEL_GROUP_A:  4,
+		ioctl.FERMI_CONTEXT_SHARE_A:   1,
+		ioctl.HOPPER_CHANNEL_GPFIFO_A: 20,
+		ioctl.HOPPER_COMPUTE_A:        8,
+		ioctl.HOPPER_DMA_COPY_A:       20,
+	}
+	for class, n := range want {
+		if counts[class] != n {
+			t.Errorf("class %#x: %d allocations, want %d", class, counts[class], n)
+		}
+	}
+}
+
+func TestParseTraceErrors(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string
+	}{
+		{"fd=8 client=0 parent=0 h=0xc1d00021", `missing field "class"`},
+		{"fd=8 client=0 parent=0 h=0xc1d00021 class=0x41 class=0x41", "repeated"},
+		{"fd=8 client=zz parent=0 h=1 class=0x41", "client="},
+		{"fd=8 client=0 parent=0 h=0 class=0x41", "h=0"},
+		{"fd=8 client=0 parent=0 h=1 class=0x41 colour=blue", "unknown field"},
+		{"fd=8 client=0 parent=0 h=1 class=0x41 stray", "not key=value"},
+		{"fd=99999999 client=0 parent=0 h=1 class=0x41", "out of range"},
+	}
+	for _, tt := range tests {
+		_, err := ParseTrace(strings.NewReader("# header\n\n" + tt.in + "\n"))
+		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "line 3") {
+			t.Errorf("ParseTrace(%q) = %v, want an error on line 3 containing %q", tt.in, err, tt.want)
+		}
+	}
+}
+
+func FuzzParseTrace(f *testing.F) {
+	f.Add("fd=8 client=0 parent=0 h=0xc1d00021 class=0x41\n")
+	f.Add("fd=8 client=0xc1d00022 parent=0x5c000002 h=0x5c000015 class=0xa06c\nbefore-stop\n")
+	f.Add("# c\n\nfd=1 client=1 parent=1 h=1 class=1 fd=2")
+	f.Fuzz(func(t *testing.T, s string) {
+		trace, err := ParseTrace(strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		for _, a := range trace {
+			if a.Handle == 0 {
+				t.Fatalf("accepted an allocation without a handle: %+v", a)
+			}
+		}
+		// Whatever parses must replay or fail cleanly, never panic.
+		d := New()
+		_, _ = d.Replay(d.NewProc(1), trace)
+	})
+}
+
+func TestReplayRejectsForeignClient(t *testing.T) {
+	trace := []TraceAlloc{{FD: 3, Client: 0xc1d00005, Parent: 0xc1d00005, Handle: 0x10, Class: ioctl.NV01_DEVICE_0}}
+	d := New()
+	if _, err := d.Replay(d.NewProc(1), trace); err == nil || !strings.Contains(err.Error(), "never allocated") {
+		t.Fatalf("Replay = %v", err)
+	}
+}
+
+func TestControlRules(t *testing.T) {
+	d := New()
+	p, clients, err := d.ReplayFile(1, tracePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := &FD{d: d, f: p.fds[8]}
+	dev := &FD{d: d, f: p.fds[17]} // /dev/nvidia0, registered with fd 8
+	c := clients[1]
+	const tsg = ioctl.Handle(0x5c000015)
+	ts := func(fd *FD, client, obj ioctl.Handle, size int) error {
+		return fd.ControlBytes(client, obj, ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE, make([]byte, size))
+	}
+	tests := []struct {
+		name string
+		err  error
+		want ioctl.NvStatus
+	}{
+		{"bound client", ts(ctl, c, tsg, 8), ioctl.NV_OK},
+		{"registered device file", ts(dev, c, tsg, 8), ioctl.NV_OK},
+		{"other file", ts(&FD{d: d, f: d.newFile(true)}, c, tsg, 8), ioctl.NV_ERR_INVALID_CLIENT},
+		{"no such client", ts(ctl, 0xc1d0ffff, tsg, 8), ioctl.NV_ERR_INVALID_CLIENT},
+		{"no such object", ts(ctl, c, 0x5c0fffff, 8), ioctl.NV_ERR_INVALID_OBJECT_HANDLE},
+		{"wrong size", ts(ctl, c, tsg, 16), ioctl.NV_ERR_INVALID_PARAM_STRUCT},
+		{"wrong class", ts(ctl, c, 0x5c000002, 8), ioctl.NV_ERR_NOT_SUPPORTED},
+		{"old schedule layout on 580", ctl.ControlBytes(c, tsg, ioctl.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, []byte{1, 0}), ioctl.NV_ERR_INVALID_PARAM_STRUCT},
+	}
+	for _, tt := range tests {
+		if tt.want == ioctl.NV_OK {
+			if tt.err != nil {
+				t.Errorf("%s: %v", tt.name, tt.err)
+			}
+			continue
+		}
+		if !errors.Is(tt.err, tt.want) {
+			t.Errorf("%s: %v, want %v", tt.name, tt.err, tt.want)
+		}
+	}
+}

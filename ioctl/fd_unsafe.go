@@ -1,0 +1,68 @@
+package ioctl
+
+import (
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func ptrOf[T any](p *T) unsafe.Pointer { return unsafe.Pointer(p) }
+
+func sizeOf[T any](p *T) uintptr { return unsafe.Sizeof(*p) }
+
+// ioctl issues one RM escape. The driver decodes the number and size from
+// the request and copies exactly size bytes in and out. EINTR is retried:
+// RM escapes are not partially applied when interrupted before entry.
+func (f *FD) ioctl(nr uint32, arg unsafe.Pointer, size uintptr) error {
+	req := IOWR(nr, uint32(size))
+	for {
+		_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(f.fd), uintptr(req), uintptr(arg))
+		if errno == 0 {
+			return nil
+		}
+		if errno == unix.EINTR {
+			continue
+		}
+		return errno
+	}
+}
+
+// rmControl points p at params (pinned for the duration of the call, since
+// the kernel reads it through a P64 the Go runtime cannot see) and issues
+// NV_ESC_RM_CONTROL.
+func (f *FD) rmControl(p *NVOS54_PARAMETERS, params []byte) error {
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	if len(params) > 0 {
+		pin.Pin(&params[0])
+		p.Params = P64(uintptr(unsafe.Pointer(&params[0])))
+	}
+	err := f.ioctl(NV_ESC_RM_CONTROL, unsafe.Pointer(p), unsafe.Sizeof(*p))
+	runtime.KeepAlive(params)
+	return err
+}
+
+func (f *FD) rmAlloc(p *NVOS64_PARAMETERS, params []byte) error {
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	if len(params) > 0 {
+		pin.Pin(&params[0])
+		p.PAllocParms = P64(uintptr(unsafe.Pointer(&params[0])))
+		p.ParamsSize = uint32(len(params))
+	}
+	err := f.ioctl(NV_ESC_RM_ALLOC, unsafe.Pointer(p), unsafe.Sizeof(*p))
+	runtime.KeepAlive(params)
+	return err
+}
+
+// Bytes views an ABI struct as its bytes, for Controller.ControlBytes. The
+// slice aliases *p: writes by the driver land in the struct.
+func Bytes[T any](p *T) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(p)), unsafe.Sizeof(*p))
+}
+
+// Control issues cmd with *p as its parameter block on any Controller.
+func Control[T any](c Controller, client, object Handle, cmd uint32, p *T) error {
+	return c.ControlBytes(client, object, cmd, Bytes(p))
+}

@@ -1,0 +1,88 @@
+package tsg
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestParseTimeslice(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    time.Duration
+		wantErr bool
+	}{
+		{"200us", 200 * time.Microsecond, false},
+		{"200µs", 200 * time.Microsecond, false},
+		{"2ms", 2 * time.Millisecond, false},
+		{"1.5ms", 1500 * time.Microsecond, false},
+		{"1us", time.Microsecond, false},
+		{"5s", 5 * time.Second, false},
+		{" 2ms ", 2 * time.Millisecond, false},
+		{"0us", 0, true},
+		{"500ns", 0, true},
+		{"1500ns", 0, true},
+		{"6s", 0, true},
+		{"-2ms", 0, true},
+		{"200", 0, true},
+		{"fast", 0, true},
+		{"", 0, true},
+	}
+	for _, tt := range tests {
+		got, err := ParseTimeslice(tt.in)
+		if (err != nil) != tt.wantErr {
+			t.Errorf("ParseTimeslice(%q) error = %v, wantErr %v", tt.in, err, tt.wantErr)
+			continue
+		}
+		if err != nil && !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("ParseTimeslice(%q) error %v is not ErrInvalidArgument", tt.in, err)
+		}
+		if got != tt.want {
+			t.Errorf("ParseTimeslice(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func FuzzParseTimeslice(f *testing.F) {
+	for _, s := range []string{"200us", "2ms", "5s", "1.5ms", "0", "-1us", "9999999h"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := ParseTimeslice(s)
+		if err != nil {
+			return
+		}
+		if CheckTimeslice(d) != nil {
+			t.Fatalf("ParseTimeslice(%q) = %v, outside the range it promises", s, d)
+		}
+	})
+}
+
+func TestParseLevel(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    Level
+		wantErr bool
+	}{
+		{"low", LevelLow, false},
+		{"HIGH", LevelHigh, false},
+		{"medium", LevelMedium, false},
+		{"2", LevelHigh, false},
+		{"3", 0, true},
+		{"urgent", 0, true},
+	}
+	for _, tt := range tests {
+		got, err := ParseLevel(tt.in)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("ParseLevel(%q) = %v, %v", tt.in, got, err)
+		}
+	}
+}
+
+func TestMicrosString(t *testing.T) {
+	for us, want := range map[Micros]string{1: "1us", 200: "200us", 1024: "1024us", 2000: "2ms", 5000000: "5s", 1500000: "1500ms"} {
+		if got := us.String(); got != want {
+			t.Errorf("Micros(%d) = %q, want %q", uint64(us), got, want)
+		}
+	}
+}
