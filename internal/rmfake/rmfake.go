@@ -119,7 +119,7 @@ func New(opts ...Option) *Driver {
 		clients:    map[ioctl.Handle]*client{},
 		procs:      map[int]*Proc{},
 		controls:   map[uint32]int{},
-		nextClient: 0x20,
+		nextClient: 0x21, // as in the trace: a fresh VM had made 0x21 clients
 	}
 	for _, o := range opts {
 		o(d)

@@ -1,0 +1,231 @@
+// Package ctl implements gpreemptctl: one file per subcommand, all printing
+// through the app's writer so tests can capture output against golden files.
+package ctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpreempt/gpreempt/internal/gpu"
+	"github.com/gpreempt/gpreempt/ioctl"
+	"github.com/gpreempt/gpreempt/tsg"
+)
+
+// Env is what the commands reach the world through; tests replace it.
+type Env struct {
+	// Host is where processes and their control files are found.
+	Host tsg.Host
+	// GPU opens NVML.
+	GPU func(*slog.Logger) (gpu.Info, error)
+	// Comm names a process ("" if unknown).
+	Comm func(pid int) string
+	// Stdout and Stderr receive output and diagnostics.
+	Stdout, Stderr io.Writer
+}
+
+// DefaultEnv is the real machine.
+func DefaultEnv() Env {
+	return Env{
+		Host: tsg.ProcHost{},
+		GPU:  gpu.Open,
+		Comm: func(pid int) string {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+			if err != nil {
+				return ""
+			}
+			return strings.TrimSpace(string(b))
+		},
+		Stdout: os.Stdout,
+		Stderr: os.Stderr,
+	}
+}
+
+// ErrInvalidArgument marks usage errors (exit code 2).
+var ErrInvalidArgument = tsg.ErrInvalidArgument
+
+// Exit codes, documented in docs/CLI.md.
+const (
+	ExitOK           = 0
+	ExitFailure      = 1
+	ExitUsage        = 2
+	ExitNoDriver     = 3
+	ExitNoProcess    = 4
+	ExitPermission   = 5
+	ExitUnsupported  = 6
+	ExitNoGPUContext = 7
+)
+
+// ExitCode maps an error to gpreemptctl's exit code.
+func ExitCode(err error) int {
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, ErrInvalidArgument), errors.Is(err, tsg.ErrNoSuchGroup):
+		return ExitUsage
+	case errors.Is(err, ioctl.ErrNoDriver), errors.Is(err, gpu.ErrNoDriver):
+		return ExitNoDriver
+	case errors.Is(err, ioctl.ErrNoSuchProcess):
+		return ExitNoProcess
+	case errors.Is(err, ioctl.ErrPermission), errors.Is(err, ioctl.NV_ERR_INSUFFICIENT_PERMISSIONS):
+		return ExitPermission
+	case errors.Is(err, ioctl.ErrUnsupportedDriver):
+		return ExitUnsupported
+	case errors.Is(err, tsg.ErrNoGPUContext):
+		return ExitNoGPUContext
+	}
+	return ExitFailure
+}
+
+type ctxKey struct{}
+
+// runtime is the per-invocation state the commands share.
+type runtime struct {
+	env    Env
+	log    *slog.Logger
+	source tsg.Source
+	json   bool
+}
+
+func rt(c *cli.Context) *runtime { return c.App.Metadata["rt"].(*runtime) }
+
+// NewApp builds the gpreemptctl application over env.
+func NewApp(env Env) *cli.App {
+	app := &cli.App{
+		Name:  "gpreemptctl",
+		Usage: "see and change how the GPU schedules CUDA processes' channel groups",
+		Description: "Works on the stock NVIDIA open driver: it duplicates the target's /dev/nvidiactl\n" +
+			"file (pidfd_getfd, needs root or CAP_SYS_PTRACE) and issues RM controls on it.",
+		Writer:    env.Stdout,
+		ErrWriter: env.Stderr,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "output format: table or json", EnvVars: []string{"GPREEMPT_OUTPUT"}},
+			&cli.BoolFlag{Name: "allow-unsupported-driver", Usage: "use the nearest known RM ABI on a driver version gpreempt does not know", EnvVars: []string{"GPREEMPT_ALLOW_UNSUPPORTED_DRIVER"}},
+			&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "debug, info, warn or error", EnvVars: []string{"GPREEMPT_LOG_LEVEL"}},
+			&cli.IntFlag{Name: "handle-gap", Value: 4096, Usage: "end a client's object scan after this many unused handles", EnvVars: []string{"GPREEMPT_HANDLE_GAP"}},
+			&cli.BoolFlag{Name: "full-client-scan", Usage: "probe every possible client handle (only needed after RM's client counter wrapped)", EnvVars: []string{"GPREEMPT_FULL_CLIENT_SCAN"}},
+		},
+		Metadata: map[string]any{},
+		Before: func(c *cli.Context) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+				return fmt.Errorf("%w: --log-level %q", ErrInvalidArgument, c.String("log-level"))
+			}
+			out := c.String("output")
+			if out != "table" && out != "json" {
+				return fmt.Errorf("%w: --output %q: want table or json", ErrInvalidArgument, out)
+			}
+			log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: level}))
+			opts := tsg.ScanOptions{
+				HandleGap:              c.Int("handle-gap"),
+				FullClientRange:        c.Bool("full-client-scan"),
+				AllowUnsupportedDriver: c.Bool("allow-unsupported-driver"),
+			}
+			c.App.Metadata["rt"] = &runtime{
+				env:    env,
+				log:    log,
+				source: tsg.NewAttachSource(env.Host, opts, log),
+				json:   out == "json",
+			}
+			return nil
+		},
+		Commands: []*cli.Command{
+			devicesCommand,
+			psCommand,
+			getTimesliceCommand,
+			setTimesliceCommand,
+			setInterleaveCommand,
+			preemptCommand,
+			suspendCommand,
+			resumeCommand,
+			classCommand,
+		},
+		// Errors are printed once, by main, with the exit code it picks.
+		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		},
+	}
+	return app
+}
+
+// Run runs gpreemptctl and returns the process exit code, having printed
+// any error as "gpreemptctl: <err>".
+func Run(ctx context.Context, env Env, args []string) int {
+	err := NewApp(env).RunContext(ctx, args)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "gpreemptctl: %v\n", err)
+	}
+	return ExitCode(err)
+}
+
+// Flags shared by the commands that act on one process's groups.
+var (
+	pidFlag         = &cli.IntFlag{Name: "pid", Usage: "target process (required)"}
+	tsgFlag         = &cli.StringFlag{Name: "tsg", Usage: "only the channel group with this handle (e.g. 0x5c000015)"}
+	computeOnlyFlag = &cli.BoolFlag{Name: "compute-only", Usage: "only the compute channel group(s)"}
+	groupFlags      = []cli.Flag{pidFlag, tsgFlag, computeOnlyFlag}
+)
+
+func selector(c *cli.Context) (tsg.Selector, error) {
+	var sel tsg.Selector
+	if s := c.String("tsg"); s != "" {
+		if err := sel.Handle.UnmarshalText([]byte(s)); err != nil || sel.Handle == 0 {
+			return sel, fmt.Errorf("%w: --tsg %q: want a handle such as 0x5c000015", ErrInvalidArgument, s)
+		}
+		if c.Bool("compute-only") {
+			return sel, fmt.Errorf("%w: --tsg and --compute-only exclude each other", ErrInvalidArgument)
+		}
+	}
+	sel.ComputeOnly = c.Bool("compute-only")
+	return sel, nil
+}
+
+func pidArg(c *cli.Context) (int, error) {
+	if !c.IsSet("pid") {
+		return 0, fmt.Errorf("%w: %s needs --pid", ErrInvalidArgument, c.Command.Name)
+	}
+	pid := c.Int("pid")
+	if pid <= 0 {
+		return 0, fmt.Errorf("%w: --pid %d", ErrInvalidArgument, pid)
+	}
+	return pid, nil
+}
+
+// withGroups discovers --pid, selects the groups the flags name, and runs
+// fn on them. The process's duplicated files are closed afterwards.
+func withGroups(c *cli.Context, fn func(p *tsg.Process, gs []tsg.Group) error) error {
+	pid, err := pidArg(c)
+	if err != nil {
+		return err
+	}
+	sel, err := selector(c)
+	if err != nil {
+		return err
+	}
+	p, err := rt(c).source.Discover(c.Context, pid)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	gs, err := p.Select(sel)
+	if err != nil {
+		return err
+	}
+	return fn(p, gs)
+}
+
+// oneArg returns the command's single positional argument.
+func oneArg(c *cli.Context, what string) (string, error) {
+	if c.NArg() != 1 {
+		return "", fmt.Errorf("%w: %s takes exactly one argument: %s", ErrInvalidArgument, c.Command.Name, what)
+	}
+	return c.Args().First(), nil
+}

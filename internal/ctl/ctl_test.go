@@ -1,0 +1,173 @@
+package ctl_test
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gpreempt/gpreempt/internal/ctl"
+	"github.com/gpreempt/gpreempt/internal/gpu"
+	"github.com/gpreempt/gpreempt/internal/rmfake"
+	"github.com/gpreempt/gpreempt/ioctl"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+var tracePath = filepath.Join("..", "..", "testdata", "h100-580.159.04-alloc-sequence.txt")
+
+// world is a fake machine: the real libcuda trace replayed as pid 4242
+// (python3) and pid 4343 (a second copy), and an H100 in NVML.
+func world(tb testing.TB, opts ...rmfake.Option) (*rmfake.Driver, ctl.Env, *bytes.Buffer, *bytes.Buffer) {
+	tb.Helper()
+	d := rmfake.New(opts...)
+	for _, pid := range []int{4242, 4343} {
+		if _, _, err := d.ReplayFile(pid, tracePath); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	// nvidia-smi: control file open, no client with a context.
+	d.OpenControlAt(d.NewProc(5000), 3)
+	var stdout, stderr bytes.Buffer
+	env := ctl.Env{
+		Host: d.Host(),
+		GPU: func(*slog.Logger) (gpu.Info, error) {
+			return &gpu.Mock{
+				DriverInfo: gpu.DriverInfo{Version: "580.159.04", CUDADriverVersion: 13000},
+				DeviceList: []gpu.Device{{
+					Index: 0, Name: "NVIDIA H100 80GB HBM3", UUID: "GPU-6b4d0c5e-0000-0000-0000-000000000000",
+					PCIBusID: "00000000:00:06.0", MemoryTotal: 81559 << 20, MemoryUsed: 1024 << 20,
+					Processes: []gpu.Process{{PID: 4242, UsedMemory: 512 << 20, Name: "python3"}},
+				}},
+			}, nil
+		},
+		Comm:   func(pid int) string { return map[int]string{4242: "python3", 4343: "lc-server"}[pid] },
+		Stdout: &stdout,
+		Stderr: &stderr,
+	}
+	return d, env, &stdout, &stderr
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("output differs from %s:\n--- got\n%s--- want\n%s", path, got, want)
+	}
+}
+
+func TestGolden(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"ps", []string{"ps"}, 0},
+		{"ps-json", []string{"-o", "json", "ps", "--pid", "4242", "--stats"}, 0},
+		{"devices", []string{"devices"}, 0},
+		{"devices-json", []string{"-o", "json", "devices"}, 0},
+		{"get-timeslice-compute", []string{"get-timeslice", "--pid", "4242", "--compute-only"}, 0},
+		{"set-timeslice-tsg", []string{"set-timeslice", "--pid", "4242", "--tsg", "0x5c00003e", "200us"}, 0},
+		{"set-interleave", []string{"set-interleave", "--pid", "4242", "high"}, 0},
+		{"class-be", []string{"class", "--pid", "4242", "be"}, 0},
+		{"class-be-1us-json", []string{"-o", "json", "class", "--pid", "4242", "--be-timeslice", "1us", "be"}, 0},
+		{"class-lc", []string{"class", "--pid", "4343", "lc"}, 0},
+		{"preempt", []string{"preempt", "--pid", "4242", "--compute-only"}, 0},
+		{"suspend", []string{"suspend", "--pid", "4242"}, 0},
+		{"resume-json", []string{"-o", "json", "resume", "--pid", "4242", "--tsg", "0x5c000015"}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, env, stdout, stderr := world(t)
+			code := ctl.Run(context.Background(), env, append([]string{"gpreemptctl"}, tt.args...))
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d; stderr: %s", code, tt.code, stderr)
+			}
+			golden(t, tt.name, stdout.Bytes())
+		})
+	}
+}
+
+func TestErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		opts []rmfake.Option
+		code int
+	}{
+		{"no such pid", []string{"ps", "--pid", "99999"}, nil, ctl.ExitNoProcess},
+		{"no gpu context", []string{"get-timeslice", "--pid", "5000"}, nil, ctl.ExitNoGPUContext},
+		{"missing pid", []string{"get-timeslice"}, nil, ctl.ExitUsage},
+		{"bad pid", []string{"get-timeslice", "--pid", "-3"}, nil, ctl.ExitUsage},
+		{"bare number", []string{"set-timeslice", "--pid", "4242", "200"}, nil, ctl.ExitUsage},
+		{"too long", []string{"set-timeslice", "--pid", "4242", "10s"}, nil, ctl.ExitUsage},
+		{"too short", []string{"set-timeslice", "--pid", "4242", "100ns"}, nil, ctl.ExitUsage},
+		{"no duration", []string{"set-timeslice", "--pid", "4242"}, nil, ctl.ExitUsage},
+		{"bad tsg", []string{"get-timeslice", "--pid", "4242", "--tsg", "zz"}, nil, ctl.ExitUsage},
+		{"unknown tsg", []string{"get-timeslice", "--pid", "4242", "--tsg", "0x1234"}, nil, ctl.ExitUsage},
+		{"tsg and compute-only", []string{"get-timeslice", "--pid", "4242", "--tsg", "0x5c000015", "--compute-only"}, nil, ctl.ExitUsage},
+		{"bad class", []string{"class", "--pid", "4242", "urgent"}, nil, ctl.ExitUsage},
+		{"bad be timeslice", []string{"class", "--pid", "4242", "--be-timeslice", "0us", "be"}, nil, ctl.ExitUsage},
+		{"bad level", []string{"set-interleave", "--pid", "4242", "max"}, nil, ctl.ExitUsage},
+		{"bad output", []string{"-o", "yaml", "ps"}, nil, ctl.ExitUsage},
+		{"preempt timeout", []string{"preempt", "--pid", "4242", "--timeout", "3s"}, nil, ctl.ExitUsage},
+		{"unsupported driver", []string{"ps", "--pid", "4242"}, []rmfake.Option{rmfake.WithVersion(ioctl.DriverVersion{Major: 610, Minor: 2})}, ctl.ExitUnsupported},
+		{"unsupported driver allowed", []string{"--allow-unsupported-driver", "ps", "--pid", "4242"}, []rmfake.Option{rmfake.WithVersion(ioctl.DriverVersion{Major: 610, Minor: 2})}, ctl.ExitOK},
+		{"interleave needs privilege", []string{"class", "--pid", "4242", "be"}, []rmfake.Option{rmfake.WithUnprivilegedCaller()}, ctl.ExitPermission},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, env, _, stderr := world(t, tt.opts...)
+			code := ctl.Run(context.Background(), env, append([]string{"gpreemptctl"}, tt.args...))
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d; stderr: %s", code, tt.code, stderr)
+			}
+			if code != 0 && !bytes.HasPrefix(stderr.Bytes(), []byte("gpreemptctl: ")) {
+				t.Errorf("stderr %q does not start with 'gpreemptctl: '", stderr)
+			}
+		})
+	}
+}
+
+func TestFailedClassRestoresTimeslices(t *testing.T) {
+	d, env, _, stderr := world(t)
+	before := d.Groups(4242, 8)
+	d.AddFault(&rmfake.Fault{Cmd: ioctl.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, Object: 0x5c00005a, Status: ioctl.NV_ERR_INVALID_STATE})
+	code := ctl.Run(context.Background(), env, []string{"gpreemptctl", "class", "--pid", "4242", "be"})
+	if code != ctl.ExitFailure {
+		t.Fatalf("exit %d, stderr %s", code, stderr)
+	}
+	if !bytes.Contains(stderr.Bytes(), []byte("restored")) {
+		t.Errorf("stderr does not say the groups were restored: %s", stderr)
+	}
+	after := d.Groups(4242, 8)
+	for i := range before {
+		if before[i] != after[i] {
+			t.Errorf("group %v: %+v -> %+v", before[i].Handle, before[i], after[i])
+		}
+	}
+}
+
+func TestNoDriver(t *testing.T) {
+	_, env, _, stderr := world(t)
+	env.GPU = func(*slog.Logger) (gpu.Info, error) { return nil, gpu.ErrNoDriver }
+	if code := ctl.Run(context.Background(), env, []string{"gpreemptctl", "devices"}); code != ctl.ExitNoDriver {
+		t.Fatalf("exit %d, stderr %s", code, stderr)
+	}
+}

@@ -1,0 +1,68 @@
+package ctl
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpreempt/gpreempt/tsg"
+)
+
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// processView is a process as ps and the changing commands print it.
+type processView struct {
+	PID    int         `json:"pid"`
+	Comm   string      `json:"comm"`
+	Groups []tsg.Group `json:"groups"`
+	Scan   *scanView   `json:"scan,omitempty"`
+}
+
+type scanView struct {
+	ControlFDs   int   `json:"control_fds"`
+	Clients      int   `json:"clients"`
+	ClientProbes int64 `json:"client_probes"`
+	ObjectProbes int64 `json:"object_probes"`
+}
+
+func viewOf(c *cli.Context, p *tsg.Process, gs []tsg.Group) processView {
+	return processView{PID: p.PID, Comm: rt(c).env.Comm(p.PID), Groups: gs}
+}
+
+// printGroups prints groups as a table or JSON.
+func printGroups(c *cli.Context, views []processView) error {
+	w := c.App.Writer
+	if rt(c).json {
+		return writeJSON(w, views)
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "PID\tCOMM\tFD\tCLIENT\tTSG\tHW ID\tENGINE\tCHANNELS\tTIMESLICE\tINTERLEAVE")
+	for _, v := range views {
+		for _, g := range v.Groups {
+			engine := string(g.Engine)
+			if g.Engine == tsg.EngineCompute {
+				engine += " *"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%v\t%v\t%d\t%s\t%d\t%v\t%v\n",
+				g.PID, orDash(v.Comm), g.FD, g.Client, g.Handle, g.TSGID, engine, g.Channels, g.Timeslice, g.Interleave)
+		}
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
