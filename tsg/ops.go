@@ -288,3 +288,14 @@ func boolByte(b bool) uint8 {
 	}
 	return 0
 }
+
+// Controller returns the file through which g is controlled, for callers
+// that issue other KEPLER_CHANNEL_GROUP_A controls themselves. It is valid
+// until the Process is closed.
+func (g Group) Controller() ioctl.Controller { return g.ctl }
+
+// GetTimeslice reads g's timeslice from RM (one cheap control).
+func (p *Process) GetTimeslice(g Group) (time.Duration, error) {
+	us, err := getTimeslice(g)
+	return time.Duration(us) * time.Microsecond, err
+}
