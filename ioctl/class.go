@@ -85,3 +85,14 @@ func IsCopyClass(class uint32) bool {
 	}
 	return false
 }
+
+// NVOC internal class ids. NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE matches
+// its classId field against these (refFindChildOfType walks the parent's
+// childRefMap, which is keyed by internal class), not against the external
+// class numbers above: asking it for NV01_DEVICE_0 (0x80) finds nothing.
+// From src/nvidia/generated/g_device_nvoc.h and
+// g_kernel_channel_group_api_nvoc.h, identical in 535.x through 595.x.
+const (
+	NVOC_CLASS_ID_Device                = 0xe0ac20
+	NVOC_CLASS_ID_KernelChannelGroupApi = 0x2b5b80
+)

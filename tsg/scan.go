@@ -248,7 +248,7 @@ type object struct {
 // Handles are probed upwards from the device's: a TSG is always allocated
 // after the device it belongs to.
 func (s *AttachSource) clientGroups(ctx context.Context, dev Device, client ioctl.Handle, st *ScanStats) ([]Group, error) {
-	device, err := childHandle(dev, client, client, ioctl.NV01_DEVICE_0)
+	device, err := childHandle(dev, client, client, ioctl.NVOC_CLASS_ID_Device)
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +297,7 @@ func (s *AttachSource) clientGroups(ctx context.Context, dev Device, client ioct
 	}
 	// RM's own answer for the device's first TSG must be among what the
 	// scan found; if not, the scan's bound was wrong for this process.
-	if first, err := childHandle(dev, client, device, ioctl.KEPLER_CHANNEL_GROUP_A); err != nil {
+	if first, err := childHandle(dev, client, device, ioctl.NVOC_CLASS_ID_KernelChannelGroupApi); err != nil {
 		return nil, err
 	} else if _, ok := index[first]; first != 0 && !ok {
 		return nil, fmt.Errorf("object scan missed TSG %v (scanned %d handles from %v; raise the handle gap)", first, probes, device+1)
@@ -350,8 +350,9 @@ func handleInfo(c ioctl.Controller, client, h ioctl.Handle, index uint32) (uint6
 	return p.Data, nil
 }
 
-func childHandle(c ioctl.Controller, client, parent ioctl.Handle, class uint32) (ioctl.Handle, error) {
-	p := ioctl.NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE_PARAMS{HParent: parent, ClassID: class}
+// childHandle asks RM for one child of parent by NVOC internal class id.
+func childHandle(c ioctl.Controller, client, parent ioctl.Handle, internalClass uint32) (ioctl.Handle, error) {
+	p := ioctl.NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE_PARAMS{HParent: parent, ClassID: internalClass}
 	err := ioctl.Control(c, client, client, ioctl.NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE, &p)
 	if errors.Is(err, ioctl.NV_ERR_OBJECT_NOT_FOUND) {
 		return 0, nil

@@ -13,6 +13,8 @@
 //     class is NV_ERR_NOT_SUPPORTED, an unknown object
 //     NV_ERR_INVALID_OBJECT_HANDLE, a lookup of a missing handle
 //     NV_ERR_OBJECT_NOT_FOUND;
+//   - NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE matches NVOC internal class
+//     ids, not external class numbers (learned the hard way on the H100);
 //   - GPFIFO_SCHEDULE's parameters are 2 bytes before 575.51 and 3 after;
 //   - SET_INTERLEAVE_LEVEL is privileged (NV_ERR_INSUFFICIENT_PERMISSIONS
 //     for a non-root caller); a new TSG's timeslice is 1024 us and its
@@ -383,10 +385,10 @@ func (d *Driver) control(c *client, o *object, cmd uint32, p []byte) ioctl.NvSta
 		if c.objects[parent] == nil {
 			return ioctl.NV_ERR_OBJECT_NOT_FOUND
 		}
-		class := le.Uint32(p[4:])
+		internal := le.Uint32(p[4:])
 		var found []ioctl.Handle
 		for h, child := range c.objects {
-			if child.parent == parent && child.class == class && h != parent {
+			if child.parent == parent && internalClass(child.class) == internal && h != parent {
 				found = append(found, h)
 			}
 		}
@@ -423,6 +425,20 @@ func (d *Driver) control(c *client, o *object, cmd uint32, p []byte) ioctl.NvSta
 		o.enabled = p[0] != 0
 	}
 	return ioctl.NV_OK
+}
+
+// internalClass maps an external class to the NVOC internal class id that
+// GET_CHILD_HANDLE matches on. Classes gpreempt never looks up get an id
+// that no caller can guess, so a lookup by external class number fails as it
+// does on the real driver.
+func internalClass(class uint32) uint32 {
+	switch class {
+	case ioctl.NV01_DEVICE_0:
+		return ioctl.NVOC_CLASS_ID_Device
+	case ioctl.KEPLER_CHANNEL_GROUP_A:
+		return ioctl.NVOC_CLASS_ID_KernelChannelGroupApi
+	}
+	return 0xff000000 | class
 }
 
 // Group is the fake's view of a TSG, for assertions.

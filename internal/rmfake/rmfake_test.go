@@ -131,3 +131,27 @@ func TestControlRules(t *testing.T) {
 		}
 	}
 }
+
+func TestGetChildHandleTakesInternalClassIDs(t *testing.T) {
+	d := New()
+	p, clients, err := d.ReplayFile(1, tracePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := &FD{d: d, f: p.fds[8]}
+	c := clients[1]
+	child := func(parent ioctl.Handle, class uint32) (ioctl.Handle, error) {
+		q := ioctl.NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE_PARAMS{HParent: parent, ClassID: class}
+		err := ioctl.Control(ctl, c, c, ioctl.NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE, &q)
+		return q.HObject, err
+	}
+	if _, err := child(c, ioctl.NV01_DEVICE_0); !errors.Is(err, ioctl.NV_ERR_OBJECT_NOT_FOUND) {
+		t.Errorf("by external class 0x80: %v, want NV_ERR_OBJECT_NOT_FOUND as on the H100", err)
+	}
+	if h, err := child(c, ioctl.NVOC_CLASS_ID_Device); err != nil || h != 0x5c000002 {
+		t.Errorf("by internal Device id: %v, %v", h, err)
+	}
+	if h, err := child(0x5c000002, ioctl.NVOC_CLASS_ID_KernelChannelGroupApi); err != nil || h != 0x5c000015 {
+		t.Errorf("first TSG: %v, %v", h, err)
+	}
+}
