@@ -137,7 +137,9 @@ func TestGPUDiscoverAndControl(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, g := range p.Groups {
-		if g.Interleave != tsg.LevelLow {
+		// GSP-RM does not report the level (NV_ERR_NOT_SUPPORTED): then
+		// only the SET's NV_OK is checked.
+		if g.Interleave != tsg.LevelLow && g.Interleave != tsg.LevelUnknown {
 			t.Errorf("group %v interleave %v after setting low", g.Handle, g.Interleave)
 		}
 	}

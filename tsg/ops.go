@@ -95,7 +95,7 @@ func (p *Process) Apply(ctx context.Context, gs []Group, s Settings) error {
 		for i := len(done) - 1; i >= 0; i-- {
 			u := done[i]
 			if u.prevL != nil {
-				errs = append(errs, setInterleave(u.g, *u.prevL))
+				errs = append(errs, setInterleave(u.g, restorableLevel(*u.prevL)))
 			}
 			if u.prevT != nil {
 				errs = append(errs, setTimeslice(u.g, *u.prevT))
@@ -126,11 +126,17 @@ func (p *Process) Apply(ctx context.Context, gs []Group, s Settings) error {
 		}
 		if s.Interleave != nil {
 			prev, err := getInterleave(g)
-			if err == nil {
-				err = setInterleave(g, *s.Interleave)
+			if errors.Is(err, ioctl.NV_ERR_NOT_SUPPORTED) {
+				// GSP-RM on the H100 (580.159.04) does not implement
+				// GET_INTERLEAVE_LEVEL; restore to RM's allocation default.
+				prev, err = LevelUnknown, nil
 			}
 			if err != nil {
 				done = append(done, u) // its timeslice changed already
+				return rollback(fmt.Errorf("group %v: read interleave level: %w", g.Handle, err))
+			}
+			if err := setInterleave(g, *s.Interleave); err != nil {
+				done = append(done, u)
 				return rollback(fmt.Errorf("group %v: set interleave level: %w", g.Handle, err))
 			}
 			u.prevL = &prev
@@ -234,8 +240,8 @@ func (p *Process) update(gs []Group, s Settings) {
 }
 
 // refresh reads what RM says of the group now. The hardware id and the
-// timeslice are required; the interleave level is read through the GSP and
-// is marked unknown rather than failing discovery if RM will not say.
+// timeslice are required; where RM will not report the interleave level,
+// the level this Process last set is kept (LevelUnknown if none).
 func (g *Group) refresh() error {
 	info := ioctl.NVA06C_CTRL_GET_INFO_PARAMS{}
 	if err := ioctl.Control(g.ctl, g.Client, g.Handle, ioctl.NVA06C_CTRL_CMD_GET_INFO, &info); err != nil {
@@ -253,11 +259,24 @@ func (g *Group) refresh() error {
 	case err == nil:
 		g.Interleave = l
 	case errors.As(err, &status):
-		g.Interleave = LevelUnknown
+		// Not reported (GSP-RM): keep what this process last set, or
+		// LevelUnknown from discovery.
 	default:
 		return fmt.Errorf("group %v: get interleave level: %w", g.Handle, err)
 	}
 	return nil
+}
+
+// DefaultLevel is the interleave level RM gives a new channel group
+// (kernel_channel_group_api.c); it is what a level that could not be read
+// is restored to.
+const DefaultLevel = LevelMedium
+
+func restorableLevel(l Level) Level {
+	if l == LevelUnknown {
+		return DefaultLevel
+	}
+	return l
 }
 
 func getTimeslice(g Group) (uint64, error) {

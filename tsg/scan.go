@@ -292,7 +292,7 @@ func (s *AttachSource) clientGroups(ctx context.Context, dev Device, client ioct
 	for h, o := range objs {
 		if ioctl.IsChannelGroupClass(o.class) {
 			index[h] = len(groups)
-			groups = append(groups, Group{Client: client, Device: o.parent, Handle: h, Engine: EngineUnknown})
+			groups = append(groups, Group{Client: client, Device: o.parent, Handle: h, Engine: EngineUnknown, Interleave: LevelUnknown})
 		}
 	}
 	// RM's own answer for the device's first TSG must be among what the

@@ -40,7 +40,9 @@ const (
 	LevelLow    Level = ioctl.NVA06C_CTRL_INTERLEAVE_LEVEL_LOW
 	LevelMedium Level = ioctl.NVA06C_CTRL_INTERLEAVE_LEVEL_MEDIUM
 	LevelHigh   Level = ioctl.NVA06C_CTRL_INTERLEAVE_LEVEL_HIGH
-	// LevelUnknown marks a level that could not be read.
+	// LevelUnknown marks a level that could not be read: GSP-RM on the
+	// H100 answers GET_INTERLEAVE_LEVEL with NV_ERR_NOT_SUPPORTED while it
+	// accepts SET_INTERLEAVE_LEVEL.
 	LevelUnknown Level = 0xffffffff
 )
 
@@ -53,7 +55,7 @@ func (l Level) String() string {
 	case LevelHigh:
 		return "high"
 	case LevelUnknown:
-		return "?"
+		return "n/a"
 	}
 	return fmt.Sprintf("level(%d)", uint32(l))
 }

@@ -3,6 +3,7 @@ package tsg_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -37,7 +38,20 @@ func discover(tb testing.TB, d *rmfake.Driver, pid int, opts tsg.ScanOptions) *t
 }
 
 func TestDiscoverRealTrace(t *testing.T) {
-	d := newTraced(t, 100)
+	for _, readable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("interleave-readable=%v", readable), func(t *testing.T) {
+			testDiscoverRealTrace(t, readable)
+		})
+	}
+}
+
+func testDiscoverRealTrace(t *testing.T, readable bool) {
+	var opts []rmfake.Option
+	wantLevel := tsg.LevelUnknown // GSP-RM: GET_INTERLEAVE_LEVEL not supported
+	if readable {
+		opts, wantLevel = append(opts, rmfake.WithReadableInterleave()), tsg.LevelMedium
+	}
+	d := newTraced(t, 100, opts...)
 	p := discover(t, d, 100, tsg.ScanOptions{})
 	type want struct {
 		handle    ioctl.Handle
@@ -63,7 +77,7 @@ func TestDiscoverRealTrace(t *testing.T) {
 			t.Errorf("group %d = {%v %s %d ch %v}, want {%v %s %d ch %v}", i,
 				g.Handle, g.Engine, g.Channels, g.Timeslice, w.handle, w.engine, w.channels, w.timeslice)
 		}
-		if g.PID != 100 || g.FD != 8 || g.Device != 0x5c000002 || g.Interleave != tsg.LevelMedium {
+		if g.PID != 100 || g.FD != 8 || g.Device != 0x5c000002 || g.Interleave != wantLevel {
 			t.Errorf("group %d: pid %d fd %d device %v interleave %v", i, g.PID, g.FD, g.Device, g.Interleave)
 		}
 	}

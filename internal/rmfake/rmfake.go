@@ -18,7 +18,8 @@
 //   - GPFIFO_SCHEDULE's parameters are 2 bytes before 575.51 and 3 after;
 //   - SET_INTERLEAVE_LEVEL is privileged (NV_ERR_INSUFFICIENT_PERMISSIONS
 //     for a non-root caller); a new TSG's timeslice is 1024 us and its
-//     interleave level MEDIUM; libcuda then sets the compute TSG to 2048 us.
+//     interleave level MEDIUM, which GET_INTERLEAVE_LEVEL does not report on
+//     GSP-RM (NV_ERR_NOT_SUPPORTED on the H100); libcuda then sets the compute TSG to 2048 us.
 //
 // Processes are populated by replaying a real libcuda allocation trace.
 package rmfake
@@ -84,18 +85,20 @@ type Fault struct {
 
 // Driver is the fake RM. The zero value is not usable; call New.
 type Driver struct {
-	mu          sync.Mutex
-	version     ioctl.DriverVersion
-	root        bool
-	clients     map[ioctl.Handle]*client
-	nextClient  uint32
-	nextFile    int
-	nextTSGID   uint32
-	nextHandle  uint32
-	procs       map[int]*Proc
-	faults      []*Fault
-	controls    map[uint32]int
-	clientSkips uint32
+	mu         sync.Mutex
+	version    ioctl.DriverVersion
+	root       bool
+	clients    map[ioctl.Handle]*client
+	nextClient uint32
+	nextFile   int
+	nextTSGID  uint32
+	nextHandle uint32
+	procs      map[int]*Proc
+	faults     []*Fault
+	controls   map[uint32]int
+	// interleaveReadable: GET_INTERLEAVE_LEVEL answers. GSP-RM on the H100
+	// (580.159.04) refuses it with NV_ERR_NOT_SUPPORTED.
+	interleaveReadable bool
 }
 
 // Option configures a Driver.
@@ -108,6 +111,10 @@ func WithVersion(v ioctl.DriverVersion) Option { return func(d *Driver) { d.vers
 // WithUnprivilegedCaller makes the caller a non-root user for
 // PRIVILEGED controls.
 func WithUnprivilegedCaller() Option { return func(d *Driver) { d.root = false } }
+
+// WithReadableInterleave makes GET_INTERLEAVE_LEVEL answer, as a driver
+// that implements it would.
+func WithReadableInterleave() Option { return func(d *Driver) { d.interleaveReadable = true } }
 
 // WithClientCounter starts the client counter at index (as on a machine
 // where that many clients were created since the driver loaded).
@@ -420,6 +427,9 @@ func (d *Driver) control(c *client, o *object, cmd uint32, p []byte) ioctl.NvSta
 		}
 		o.interleave = l
 	case ioctl.NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL:
+		if !d.interleaveReadable {
+			return ioctl.NV_ERR_NOT_SUPPORTED
+		}
 		le.PutUint32(p, o.interleave)
 	case ioctl.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE:
 		o.enabled = p[0] != 0
