@@ -28,32 +28,36 @@ func (f *FD) ioctl(nr uint32, arg unsafe.Pointer, size uintptr) error {
 	}
 }
 
-// rmControl points p at params (pinned for the duration of the call, since
-// the kernel reads it through a P64 the Go runtime cannot see) and issues
-// NV_ESC_RM_CONTROL.
-func (f *FD) rmControl(p *NVOS54_PARAMETERS, params []byte) error {
+// pinned runs fn with params pinned for its duration and their address as
+// a P64 (0 when empty): the kernel reads them through a pointer the Go
+// runtime cannot see.
+func pinned(params []byte, fn func(P64) error) error {
 	var pin runtime.Pinner
 	defer pin.Unpin()
+	var ptr P64
 	if len(params) > 0 {
 		pin.Pin(&params[0])
-		p.Params = P64(uintptr(unsafe.Pointer(&params[0])))
+		ptr = P64(uintptr(unsafe.Pointer(&params[0])))
 	}
-	err := f.ioctl(NV_ESC_RM_CONTROL, unsafe.Pointer(p), unsafe.Sizeof(*p))
+	err := fn(ptr)
 	runtime.KeepAlive(params)
 	return err
 }
 
+// rmControl issues NV_ESC_RM_CONTROL with p pointing at params.
+func (f *FD) rmControl(p *NVOS54_PARAMETERS, params []byte) error {
+	return pinned(params, func(ptr P64) error {
+		p.Params = ptr
+		return f.ioctl(NV_ESC_RM_CONTROL, unsafe.Pointer(p), unsafe.Sizeof(*p))
+	})
+}
+
+// rmAlloc issues NV_ESC_RM_ALLOC (NVOS64) with p pointing at params.
 func (f *FD) rmAlloc(p *NVOS64_PARAMETERS, params []byte) error {
-	var pin runtime.Pinner
-	defer pin.Unpin()
-	if len(params) > 0 {
-		pin.Pin(&params[0])
-		p.PAllocParms = P64(uintptr(unsafe.Pointer(&params[0])))
-		p.ParamsSize = uint32(len(params))
-	}
-	err := f.ioctl(NV_ESC_RM_ALLOC, unsafe.Pointer(p), unsafe.Sizeof(*p))
-	runtime.KeepAlive(params)
-	return err
+	return pinned(params, func(ptr P64) error {
+		p.PAllocParms, p.ParamsSize = ptr, uint32(len(params))
+		return f.ioctl(NV_ESC_RM_ALLOC, unsafe.Pointer(p), unsafe.Sizeof(*p))
+	})
 }
 
 // Bytes views an ABI struct as its bytes, for Controller.ControlBytes. The
