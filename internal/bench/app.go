@@ -1,0 +1,80 @@
+// Package bench implements gpreempt-bench, the measurement harness for
+// gpreempt: worker processes that put latency-critical (LC) and best-effort
+// (BE) load on one GPU, and an orchestrator that runs them in scenarios,
+// applies gpreempt's scheduling classes with gpreemptctl, checks that the
+// numbers are plausible and reports them.
+//
+// Workers run as separate processes, as real tenants do: each has its own
+// CUDA context and so its own TSGs, which is what the GPU time-slices and
+// what gpreemptctl changes.
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Exit codes of gpreempt-bench, set by main from the error.
+const (
+	ExitOK          = 0
+	ExitFailure     = 1 // a worker, gpreemptctl or the run failed
+	ExitUsage       = 2 // bad flags or arguments
+	ExitNoGPU       = 3 // no driver or no device
+	ExitImplausible = 4 // results failed the plausibility checks
+)
+
+var deviceFlag = &cli.IntFlag{Name: "device", Usage: "CUDA device ordinal", EnvVars: []string{"GPREEMPT_BENCH_DEVICE"}}
+
+// NewApp builds the gpreempt-bench application.
+func NewApp() *cli.App {
+	return &cli.App{
+		Name:  "gpreempt-bench",
+		Usage: "measure LC latency and BE throughput on a shared GPU, with and without gpreempt",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error (logs go to stderr)", EnvVars: []string{"GPREEMPT_LOG_LEVEL"}},
+		},
+		Commands:        []*cli.Command{runCommand, beCommand, lcCommand},
+		HideHelpCommand: true,
+		// main prints the error once, with the exit code it picks.
+		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError:   usageError,
+	}
+}
+
+// usageError marks flag parsing errors as usage errors (exit code 2).
+func usageError(_ *cli.Context, err error, _ bool) error {
+	return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+}
+
+// logger returns the stderr logger for a command, tagged with the
+// subcommand so that worker and orchestrator lines can be told apart.
+func logger(c *cli.Context) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		level = slog.LevelInfo
+	}
+	name := "bench"
+	if c.Command != nil && c.Command.Name != "" {
+		name = c.Command.Name
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("cmd", name, "pid", os.Getpid())
+}
+
+// ExitCode maps an error returned by the app to gpreempt-bench's exit code.
+func ExitCode(err error) int {
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, ErrInvalidArgument):
+		return ExitUsage
+	case errors.Is(err, ErrNoGPU):
+		return ExitNoGPU
+	case errors.Is(err, ErrImplausible):
+		return ExitImplausible
+	}
+	return ExitFailure
+}

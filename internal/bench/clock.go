@@ -1,0 +1,50 @@
+package bench
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Timestamps that cross process boundaries (an LC worker's measurement
+// window, a BE worker's kernel completions, a Python worker's
+// time.monotonic_ns()) are CLOCK_MONOTONIC nanoseconds, the one clock all of
+// them read identically. Go's own monotonic clock is CLOCK_MONOTONIC too but
+// exposes only differences, so one anchor pair, taken at start-up, converts
+// a time.Time (read through the vDSO, cheap enough for every request) into
+// the absolute value.
+var (
+	anchorTime = time.Now()
+	anchorMono = clockMonotonicNs()
+)
+
+func clockMonotonicNs() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		// CLOCK_MONOTONIC cannot fail on Linux; a zero anchor would only
+		// shift cross-process windows, never single-process durations.
+		return 0
+	}
+	return ts.Nano()
+}
+
+// monoNs returns t as CLOCK_MONOTONIC nanoseconds.
+func monoNs(t time.Time) int64 { return anchorMono + int64(t.Sub(anchorTime)) }
+
+// spinUntil busy-waits until t: a worker's CPU-side "preparation" is real
+// CPU work, and a sleeping thread would wake up tens of microseconds late.
+func spinUntil(t time.Time) {
+	for time.Now().Before(t) {
+	}
+}
+
+// sleepUntil waits until t, sleeping while t is far and spinning for the
+// last stretch, so that periodic requests arrive on time without keeping a
+// core busy between them.
+func sleepUntil(t time.Time) {
+	const spinTail = 200 * time.Microsecond
+	if d := time.Until(t); d > spinTail {
+		time.Sleep(d - spinTail)
+	}
+	spinUntil(t)
+}

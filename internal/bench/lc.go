@@ -1,0 +1,285 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpreempt/gpreempt/internal/cuda"
+	"github.com/gpreempt/gpreempt/internal/kernels"
+)
+
+// DefaultLCKernelIters makes one lc_work kernel (one block per SM x 256
+// threads) take about 20 us alone on an H100 80GB HBM3 with the hand-written
+// kernels.ptx, timed with CUDA events as the calibration does (2000 iters:
+// 20.5 us, measured 2026-11-21; calibration picked 1890-2140 on later runs).
+// Events include the launch's front-end cost: the kernel's own %globaltimer
+// span (first block start to last block end) is about 14 us.
+const DefaultLCKernelIters = 2000
+
+type lcOptions struct {
+	Device      int
+	Blocks      int // 0: SM count
+	Threads     int
+	Iters       uint64
+	CalibrateUs float64
+	// CalibrateOnly prints "ITERS <n>" after calibrating and exits.
+	CalibrateOnly bool
+	Period        time.Duration
+	Prep          PrepDist
+	Requests      int
+	Warmup        int
+	Seed          uint64
+	WaitGo        bool
+	Out           string
+}
+
+var lcCommand = &cli.Command{
+	OnUsageError: usageError,
+	Name:         "lc",
+	Usage:        "latency-critical worker: periodic lc_work requests, latency per request",
+	Description: "Every --period: busy-waits the preparation time (--prep / --prep-dist), launches\n" +
+		"lc_work on its own stream and synchronizes. Records the host latency (launch call\n" +
+		"to synchronize return, CLOCK_MONOTONIC) and the kernel's %globaltimer start/end.\n" +
+		"Prints 'READY pid=<pid>' after context creation and --warmup requests; with\n" +
+		"--wait-go it then waits for a line on stdin before measuring.",
+	Flags: []cli.Flag{
+		deviceFlag,
+		&cli.DurationFlag{Name: "period", Value: 3500 * time.Microsecond, Usage: "time between request arrivals"},
+		&cli.DurationFlag{Name: "prep", Usage: "fixed CPU-side preparation time before each launch (busy-wait)"},
+		&cli.StringFlag{Name: "prep-dist", Usage: "preparation time distribution, overrides --prep: DURATION, fixed:DURATION or uniform:MIN:MAX"},
+		&cli.IntFlag{Name: "blocks", Usage: "grid size (0: SM count, one block on every SM)"},
+		&cli.IntFlag{Name: "threads", Value: 256, Usage: "threads per block"},
+		&cli.Uint64Flag{Name: "kernel-iters", Value: DefaultLCKernelIters, Usage: "FMA iterations per thread (default: ~20 us alone on an H100)"},
+		&cli.Float64Flag{Name: "calibrate-us", Usage: "instead of --kernel-iters, pick the iterations that make the kernel take this long alone (CUDA-event time; the %globaltimer span is ~6 us shorter)"},
+		&cli.BoolFlag{Name: "calibrate-only", Usage: "with --calibrate-us: print 'ITERS <n>' and exit"},
+		&cli.IntFlag{Name: "requests", Value: 1000, Usage: "measured requests"},
+		&cli.IntFlag{Name: "warmup", Value: 50, Usage: "requests run and discarded before READY"},
+		&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed for --prep-dist"},
+		&cli.BoolFlag{Name: "wait-go", Usage: "after READY, wait for a line on stdin before measuring (used by 'run')"},
+		&cli.StringFlag{Name: "out", Value: "-", Usage: "result JSON file ('-': stdout)"},
+	},
+	Action: func(c *cli.Context) error {
+		prep := PrepDist{Min: c.Duration("prep"), Max: c.Duration("prep")}
+		if c.IsSet("prep-dist") {
+			var err error
+			if prep, err = ParsePrep(c.String("prep-dist")); err != nil {
+				return err
+			}
+		}
+		o := lcOptions{
+			Device:        c.Int("device"),
+			Blocks:        c.Int("blocks"),
+			Threads:       c.Int("threads"),
+			Iters:         c.Uint64("kernel-iters"),
+			CalibrateUs:   c.Float64("calibrate-us"),
+			CalibrateOnly: c.Bool("calibrate-only"),
+			Period:        c.Duration("period"),
+			Prep:          prep,
+			Requests:      c.Int("requests"),
+			Warmup:        c.Int("warmup"),
+			Seed:          c.Uint64("seed"),
+			WaitGo:        c.Bool("wait-go"),
+			Out:           c.String("out"),
+		}
+		return runLC(c.Context, o, os.Stdin, c.App.Writer, logger(c))
+	},
+}
+
+func (o lcOptions) validate() error {
+	switch {
+	case o.Blocks < 0, o.Threads <= 0 || o.Threads > 1024:
+		return fmt.Errorf("%w: --blocks %d --threads %d", ErrInvalidArgument, o.Blocks, o.Threads)
+	case o.Iters == 0 && o.CalibrateUs <= 0:
+		return fmt.Errorf("%w: --kernel-iters must be positive", ErrInvalidArgument)
+	case o.Period <= 0:
+		return fmt.Errorf("%w: --period must be positive", ErrInvalidArgument)
+	case o.Requests <= 0 || o.Warmup < 0:
+		return fmt.Errorf("%w: --requests must be positive and --warmup not negative", ErrInvalidArgument)
+	case o.Prep.Max >= o.Period:
+		return fmt.Errorf("%w: preparation (up to %v) must be shorter than the period %v", ErrInvalidArgument, o.Prep.Max, o.Period)
+	case o.CalibrateOnly && o.CalibrateUs <= 0:
+		return fmt.Errorf("%w: --calibrate-only needs --calibrate-us", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// lcRequester runs single requests. It holds everything a request touches,
+// preallocated, so that a request allocates nothing.
+type lcRequester struct {
+	g           *gpu
+	stream      *cuda.Stream
+	grid, block cuda.Dim3
+	stamps      cuda.DevicePtr
+	host        []uint64
+	args        [2]cuda.Arg
+}
+
+func (r *lcRequester) do() (LCSample, error) {
+	var s LCSample
+	t0 := time.Now()
+	if err := r.g.k.LCWork.Launch(r.grid, r.block, 0, r.stream, r.args[:]...); err != nil {
+		return s, err
+	}
+	t1 := time.Now()
+	if err := r.stream.Synchronize(); err != nil {
+		return s, fmt.Errorf("lc_work: %w", err)
+	}
+	t2 := time.Now()
+	// Off the measured path: fetch the kernel's own stamps.
+	if err := cuda.CopyToHost(r.g.ctx, r.host, r.stamps); err != nil {
+		return s, err
+	}
+	s.LaunchCallNs = int64(t1.Sub(t0))
+	s.LatencyNs = int64(t2.Sub(t0))
+	s.GPUStartNs = r.host[kernels.LCStampStart]
+	s.GPUEndNs = r.host[kernels.LCStampEnd]
+	s.GPUNs = int64(s.GPUEndNs - s.GPUStartNs)
+	return s, nil
+}
+
+func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, log *slog.Logger) (err error) {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	// One OS thread for the whole measurement: CUDA's current context is
+	// per thread, and a migrating goroutine would add a context switch to
+	// some requests.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+
+	// Spin in synchronize: the LC's latency includes the wake-up, and this
+	// is what a latency-sensitive server does.
+	g, err := openGPU(o.Device, cuda.SchedSpin)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, g.close()) }()
+	if o.Blocks == 0 {
+		o.Blocks = g.info.SMs
+	}
+	stream, err := g.ctx.NewStream(cuda.StreamNonBlocking)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, stream.Destroy()) }()
+	stamps, err := g.ctx.MemAlloc(kernels.LCStampWords * 8)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, g.ctx.MemFree(stamps)) }()
+	if err := g.ctx.MemsetD8(stamps, 0, kernels.LCStampWords*8); err != nil {
+		return err
+	}
+	req := &lcRequester{
+		g: g, stream: stream, stamps: stamps,
+		grid:  cuda.Dim3{X: uint32(o.Blocks)},
+		block: cuda.Dim3{X: uint32(o.Threads)},
+		host:  make([]uint64, kernels.LCStampWords),
+	}
+
+	if o.CalibrateUs > 0 {
+		timer, err := newKernelTimer(g, stream)
+		if err != nil {
+			return err
+		}
+		target := time.Duration(o.CalibrateUs * float64(time.Microsecond))
+		iters, d, err := calibrate(target, 1000, func(iters uint64) (time.Duration, error) {
+			return timer.time(g.k.LCWork, req.grid, req.block, 5, cuda.Ptr(stamps), cuda.U64(iters))
+		})
+		err = errors.Join(err, timer.close())
+		if err != nil {
+			return fmt.Errorf("calibrate lc_work: %w", err)
+		}
+		log.Info("calibrated lc_work", "target", target, "iters", iters, "measured", d)
+		o.Iters = iters
+		if o.CalibrateOnly {
+			_, err := fmt.Fprintf(stdout, "ITERS %d\n", iters)
+			return err
+		}
+	}
+	req.args = [2]cuda.Arg{cuda.Ptr(stamps), cuda.U64(o.Iters)}
+
+	for i := range max(o.Warmup, 1) {
+		if _, err := req.do(); err != nil {
+			return fmt.Errorf("warmup request %d: %w", i, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	pid := os.Getpid()
+	if _, err := fmt.Fprintf(stdout, "READY pid=%d\n", pid); err != nil {
+		return err
+	}
+	if o.WaitGo {
+		if _, err := bufio.NewReader(stdin).ReadString('\n'); err != nil {
+			return fmt.Errorf("waiting for the go line on stdin: %w", err)
+		}
+	}
+	log.Info("lc measuring", "requests", o.Requests, "period", o.Period, "prep", o.Prep, "iters", o.Iters, "grid", o.Blocks, "block", o.Threads)
+
+	samples := make([]LCSample, 0, o.Requests)
+	rng := rand.New(rand.NewPCG(o.Seed, 0x9e3779b97f4a7c15))
+	late := 0
+	// The measurement loop allocates nothing; a collection during it would
+	// only add pauses to some requests.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+
+	start := time.Now()
+	for i := range o.Requests {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("interrupted after %d requests: %w", i, err)
+		}
+		arrival := start.Add(time.Duration(i) * o.Period)
+		now := time.Now()
+		if now.Before(arrival) {
+			sleepUntil(arrival)
+			now = arrival
+		} else if now.Sub(arrival) > o.Period {
+			late++
+		}
+		prep := o.Prep.Sample(rng)
+		spinUntil(now.Add(prep))
+		s, err := req.do()
+		if err != nil {
+			return fmt.Errorf("request %d: %w", i, err)
+		}
+		s.ArrivalMonoNs = monoNs(arrival)
+		s.PrepNs = int64(prep)
+		samples = append(samples, s)
+	}
+	end := time.Now()
+
+	res := &LCResult{
+		Schema:    SchemaVersion,
+		Worker:    "gpreempt-bench lc",
+		PID:       pid,
+		Device:    g.info.Name,
+		GPUStamps: true,
+		Config: map[string]any{
+			"blocks":       o.Blocks,
+			"threads":      o.Threads,
+			"kernel_iters": o.Iters,
+			"period":       fmtDuration(o.Period),
+			"prep":         o.Prep.String(),
+			"seed":         o.Seed,
+		},
+		Requested:          o.Requests,
+		Warmup:             o.Warmup,
+		MeasureStartMonoNs: monoNs(start),
+		MeasureEndMonoNs:   monoNs(end),
+		Late:               late,
+		Samples:            samples,
+	}
+	log.Info("lc done", "requests", len(samples), "late", late)
+	return writeJSON(o.Out, stdout, res)
+}

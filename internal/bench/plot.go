@@ -1,0 +1,109 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/gpreempt/gpreempt/internal/stats"
+)
+
+// cdfPoints bounds the points drawn per scenario: enough for a smooth curve
+// and an exact tail, few enough for a small file.
+const cdfPoints = 2000
+
+// PlotCDF draws every scenario's LC latency CDF on one log-x chart. It
+// writes nothing when no scenario has LC samples.
+func PlotCDF(path string, res *Results) error {
+	p := plot.New()
+	p.Title.Text = "LC request latency (launch to synchronize)"
+	p.X.Label.Text = "latency (us, log scale)"
+	p.Y.Label.Text = "fraction of requests"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = logTicks{}
+	p.Y.Tick.Marker = plot.ConstantTicks{{Value: 0, Label: "0"}, {Value: 0.25, Label: "0.25"}, {Value: 0.5, Label: "0.5"}, {Value: 0.75, Label: "0.75"}, {Value: 0.9}, {Value: 0.99}, {Value: 1, Label: "1"}}
+	// The legend goes in a band above y = 1, where no CDF is drawn, so it
+	// never hides a curve whatever the latencies.
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Add(plotter.NewGrid())
+
+	drawn := 0
+	for _, sr := range res.Scenarios {
+		if sr.LC == nil || len(sr.LC.Samples) == 0 {
+			continue
+		}
+		lat := make([]float64, len(sr.LC.Samples))
+		for i, s := range sr.LC.Samples {
+			// Log scales cannot show zero; a sub-microsecond latency is
+			// impossible anyway.
+			lat[i] = math.Max(float64(s.LatencyNs)/1e3, 0.1)
+		}
+		pts := stats.CDF(lat, cdfPoints)
+		xys := make(plotter.XYs, len(pts))
+		for i, pt := range pts {
+			xys[i].X, xys[i].Y = pt.X, pt.Y
+		}
+		line, err := plotter.NewLine(xys)
+		if err != nil {
+			return fmt.Errorf("%s: %w", sr.Name, err)
+		}
+		line.Color = plotutil.Color(drawn)
+		line.Dashes = plotutil.Dashes(drawn / len(plotutil.DefaultColors))
+		line.Width = vg.Points(1.5)
+		p.Add(line)
+		label := sr.Name
+		if sr.LCLatencyUs != nil {
+			label = fmt.Sprintf("%s (p50 %.0f, p99 %.0f us)", sr.Name, sr.LCLatencyUs.P50, sr.LCLatencyUs.P99)
+		}
+		p.Legend.Add(label, line)
+		drawn++
+	}
+	if drawn == 0 {
+		return nil
+	}
+	p.Y.Min, p.Y.Max = 0, 1+0.075*float64(drawn)
+	return p.Save(9*vg.Inch, 5.5*vg.Inch, path)
+}
+
+// logTicks labels a log axis at 1, 2 and 5 times each power of ten, which
+// reads better over the one to two decades latency plots span than gonum's
+// powers of ten alone; over a narrower range, where that would leave fewer
+// than three labels, it labels every multiple.
+type logTicks struct{}
+
+func (logTicks) Ticks(lo, hi float64) []plot.Tick {
+	if lo <= 0 || hi <= lo {
+		return nil
+	}
+	var values []float64
+	for e := math.Floor(math.Log10(lo)); math.Pow(10, e) <= hi; e++ {
+		for m := 1.0; m <= 9; m++ {
+			if v := m * math.Pow(10, e); v >= lo && v <= hi {
+				values = append(values, v)
+			}
+		}
+	}
+	major := func(v float64) bool {
+		m := v / math.Pow(10, math.Floor(math.Log10(v)+1e-9))
+		return math.Abs(m-1) < 1e-6 || math.Abs(m-2) < 1e-6 || math.Abs(m-5) < 1e-6
+	}
+	labelAll := 0
+	for _, v := range values {
+		if major(v) {
+			labelAll++
+		}
+	}
+	ticks := make([]plot.Tick, len(values))
+	for i, v := range values {
+		ticks[i].Value = v
+		if labelAll < 3 || major(v) {
+			ticks[i].Label = fmt.Sprintf("%g", v)
+		}
+	}
+	return ticks
+}

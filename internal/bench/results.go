@@ -1,0 +1,211 @@
+package bench
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/stats"
+)
+
+// SchemaVersion is bumped whenever a result file's meaning changes.
+const SchemaVersion = 1
+
+// LCSample is one latency-critical request.
+type LCSample struct {
+	// ArrivalMonoNs is when the request was due (CLOCK_MONOTONIC); its
+	// preparation starts then, or as soon as the previous request is done.
+	ArrivalMonoNs int64 `json:"arrival_mono_ns"`
+	// PrepNs is the CPU-side preparation time before the launch.
+	PrepNs int64 `json:"prep_ns"`
+	// LaunchCallNs is the time spent inside the launch call itself.
+	LaunchCallNs int64 `json:"launch_call_ns"`
+	// LatencyNs is the request's latency: from just before the launch call
+	// to the return of the stream synchronization.
+	LatencyNs int64 `json:"latency_ns"`
+	// GPUStartNs and GPUEndNs are lc_work's %globaltimer stamps (0 for
+	// workers without them).
+	GPUStartNs uint64 `json:"gpu_start_ns,omitempty"`
+	GPUEndNs   uint64 `json:"gpu_end_ns,omitempty"`
+	// GPUNs is the GPU-side duration of the request's work: GPUEndNs -
+	// GPUStartNs for lc_work, the CUDA-event span for the PyTorch worker.
+	GPUNs int64 `json:"gpu_ns"`
+}
+
+// LCResult is what an LC worker writes.
+type LCResult struct {
+	Schema int    `json:"schema"`
+	Worker string `json:"worker"`
+	PID    int    `json:"pid"`
+	Device string `json:"device,omitempty"`
+	// GPUStamps says GPUStartNs/GPUEndNs are %globaltimer stamps, which
+	// allows the stricter plausibility checks.
+	GPUStamps bool `json:"gpu_stamps"`
+	// Config echoes the worker's parameters (worker-specific keys).
+	Config map[string]any `json:"config"`
+	// Requested and Warmup are the measured and discarded request counts.
+	Requested int `json:"requested"`
+	Warmup    int `json:"warmup"`
+	// MeasureStartMonoNs and MeasureEndMonoNs bound the measured requests
+	// (CLOCK_MONOTONIC): the window over which BE throughput is compared.
+	MeasureStartMonoNs int64 `json:"measure_start_mono_ns"`
+	MeasureEndMonoNs   int64 `json:"measure_end_mono_ns"`
+	// Late counts requests whose preparation started more than a period
+	// after their arrival because the previous request was still running.
+	Late    int        `json:"late"`
+	Samples []LCSample `json:"samples"`
+}
+
+// BEResult is what a BE worker writes.
+type BEResult struct {
+	Schema int    `json:"schema"`
+	Worker string `json:"worker"`
+	PID    int    `json:"pid"`
+	Device string `json:"device,omitempty"`
+	// Unit is what Kernels counts: "kernels" (be_fma launches) or
+	// "iterations" (PyTorch training steps).
+	Unit   string         `json:"unit"`
+	Config map[string]any `json:"config"`
+	// KernelIters is be_fma's iteration count (0 for PyTorch).
+	KernelIters uint64 `json:"kernel_iters"`
+	// FirstKernelMs is the GPU time of the first kernel (or step), run
+	// before READY, typically alone on the GPU.
+	FirstKernelMs float64 `json:"first_kernel_ms"`
+	// Kernels is how many kernels (or steps) completed after READY.
+	Kernels       int64   `json:"kernels"`
+	KernelsPerSec float64 `json:"kernels_per_sec"`
+	DurationS     float64 `json:"duration_s"`
+	StartMonoNs   int64   `json:"start_mono_ns"`
+	EndMonoNs     int64   `json:"end_mono_ns"`
+	// CompletionsMonoNs holds when each kernel was seen complete
+	// (CLOCK_MONOTONIC), so that throughput can be counted over another
+	// process's measurement window.
+	CompletionsMonoNs []int64 `json:"completions_mono_ns,omitempty"`
+}
+
+// CountIn returns how many completions fall in (start, end].
+func (r *BEResult) CountIn(start, end int64) int64 {
+	var n int64
+	for _, t := range r.CompletionsMonoNs {
+		if t > start && t <= end {
+			n++
+		}
+	}
+	return n
+}
+
+// CtlCall records one gpreemptctl invocation.
+type CtlCall struct {
+	Argv       []string `json:"argv"`
+	Output     string   `json:"output"`
+	ExitCode   int      `json:"exit_code"`
+	DurationMs float64  `json:"duration_ms"`
+}
+
+// BEShare is one BE process's part in a scenario.
+type BEShare struct {
+	Label string `json:"label"`
+	// Timeslice is what gpreemptctl set for it ("" = driver defaults).
+	Timeslice string `json:"timeslice,omitempty"`
+	// WindowKernels and WindowPerSec count its completions in the
+	// scenario's measurement window.
+	WindowKernels int64     `json:"window_kernels"`
+	WindowPerSec  float64   `json:"window_per_sec"`
+	Result        *BEResult `json:"result"`
+}
+
+// ScenarioResult is one scenario's outcome.
+type ScenarioResult struct {
+	Name    string `json:"name"`
+	Kind    Kind   `json:"kind"`
+	Runtime string `json:"runtime"`
+	// BETimeslice is the BE class timeslice applied ("" = none).
+	BETimeslice string    `json:"be_timeslice,omitempty"`
+	StartedAt   time.Time `json:"started_at"`
+	WallS       float64   `json:"wall_s"`
+	// The measurement window (CLOCK_MONOTONIC): the LC worker's, or a
+	// timed window for BE-only scenarios.
+	WindowStartMonoNs int64 `json:"window_start_mono_ns"`
+	WindowEndMonoNs   int64 `json:"window_end_mono_ns"`
+
+	LC             *LCResult      `json:"lc,omitempty"`
+	LCLatencyUs    *stats.Summary `json:"lc_latency_us,omitempty"`
+	LCGPUUs        *stats.Summary `json:"lc_gpu_us,omitempty"`
+	LCHistogramUs  []stats.Bucket `json:"lc_latency_histogram_us,omitempty"`
+	LCGPUHeldShare float64        `json:"lc_gpu_held"`
+
+	BE []BEShare `json:"be,omitempty"`
+	// BEPerSec is the BE processes' total rate in the window.
+	BEPerSec float64 `json:"be_per_sec,omitempty"`
+
+	Ctl []CtlCall `json:"gpreemptctl,omitempty"`
+
+	// Ratios to the same runtime's baselines (0: no baseline in this run).
+	LCP50VsStandalone float64 `json:"lc_p50_vs_standalone,omitempty"`
+	LCP99VsStandalone float64 `json:"lc_p99_vs_standalone,omitempty"`
+	BEVsBEOnly        float64 `json:"be_vs_be_only,omitempty"`
+
+	Warnings []string `json:"warnings,omitempty"`
+	Error    string   `json:"error,omitempty"`
+}
+
+// Results is results.json.
+type Results struct {
+	Schema     int               `json:"schema"`
+	Tool       string            `json:"tool"`
+	StartedAt  time.Time         `json:"started_at"`
+	Host       string            `json:"host"`
+	Device     DeviceInfo        `json:"device"`
+	Config     RunConfig         `json:"config"`
+	Calibrated map[string]uint64 `json:"calibrated,omitempty"`
+	Scenarios  []*ScenarioResult `json:"scenarios"`
+	Error      string            `json:"error,omitempty"`
+}
+
+// writeJSON writes v, indented, to path ("-": w) atomically: a reader never
+// sees a half-written file, which matters because the orchestrator reads
+// worker files as soon as the worker exits.
+func writeJSON(path string, w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if path == "-" || path == "" {
+		_, err := w.Write(b)
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		return errors.Join(err, tmp.Close(), os.Remove(tmp.Name()))
+	}
+	if err := tmp.Close(); err != nil {
+		return errors.Join(err, os.Remove(tmp.Name()))
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// readJSON decodes path into v, refusing unknown schema versions.
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	var head struct {
+		Schema int `json:"schema"`
+	}
+	if err := json.Unmarshal(b, &head); err == nil && head.Schema != SchemaVersion {
+		return fmt.Errorf("%s: schema %d, want %d", path, head.Schema, SchemaVersion)
+	}
+	return nil
+}

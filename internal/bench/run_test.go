@@ -1,0 +1,419 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpreempt/gpreempt/internal/cuda"
+)
+
+// The orchestrator is tested end to end without a GPU: this test binary
+// doubles as the worker binary. Started with fakeWorkerEnv set and "be" or
+// "lc" as its first argument, it behaves like the real worker (READY line,
+// --wait-go, SIGTERM, JSON file) with synthetic numbers; fakeModeEnv makes
+// it misbehave in chosen ways.
+const (
+	fakeWorkerEnv = "GPREEMPT_BENCH_FAKE_WORKER"
+	fakeModeEnv   = "GPREEMPT_BENCH_FAKE_MODE"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(fakeWorkerEnv) != "" && len(os.Args) > 1 && (os.Args[1] == "be" || os.Args[1] == "lc") {
+		os.Exit(fakeWorker(os.Args[1], os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+func fakeWorker(role string, args []string) int {
+	flags := map[string]string{}
+	for i := 0; i < len(args); i++ {
+		if name, ok := strings.CutPrefix(args[i], "--"); ok {
+			if i+1 < len(args) && !strings.HasPrefix(args[i+1], "--") {
+				flags[name] = args[i+1]
+				i++
+			} else {
+				flags[name] = "true"
+			}
+		}
+	}
+	mode := os.Getenv(fakeModeEnv)
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "fake %s: "+format+"\n", append([]any{role}, a...)...)
+		return 1
+	}
+	if flags["calibrate-only"] == "true" {
+		fmt.Println("ITERS 4242")
+		return 0
+	}
+	switch mode {
+	case role + "-die":
+		return fail("CUDA_ERROR_NO_DEVICE: simulated crash before READY")
+	case role + "-hang":
+		time.Sleep(time.Hour)
+	case role + "-wrong-pid":
+		fmt.Println("READY pid=1")
+		time.Sleep(time.Hour)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM)
+	fmt.Fprintln(os.Stderr, "fake worker starting")
+	fmt.Printf("READY pid=%d\n", os.Getpid())
+
+	if role == "be" {
+		start := time.Now()
+		var done []int64
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		dur, _ := time.ParseDuration(flags["duration"])
+	loop:
+		for time.Since(start) < dur {
+			select {
+			case <-sigs:
+				break loop
+			case now := <-tick.C:
+				if mode == "be-crash" && len(done) > 20 {
+					return fail("simulated crash while running")
+				}
+				if mode != "be-stall" {
+					done = append(done, monoNs(now))
+				}
+			}
+		}
+		end := time.Now()
+		r := &BEResult{Schema: SchemaVersion, Worker: "fake be", PID: os.Getpid(), Unit: "kernels",
+			Kernels: int64(len(done)), DurationS: end.Sub(start).Seconds(), KernelsPerSec: float64(len(done)) / end.Sub(start).Seconds(),
+			StartMonoNs: monoNs(start), EndMonoNs: monoNs(end), CompletionsMonoNs: done}
+		if err := writeJSON(flags["out"], os.Stdout, r); err != nil {
+			return fail("%v", err)
+		}
+		return 0
+	}
+
+	if flags["wait-go"] == "true" {
+		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+			return fail("no go line: %v", err)
+		}
+	}
+	n, _ := strconv.Atoi(flags["requests"])
+	period, _ := time.ParseDuration(flags["period"])
+	r := &LCResult{Schema: SchemaVersion, Worker: "fake lc", PID: os.Getpid(), GPUStamps: true, Requested: n}
+	start := time.Now()
+	gpu := uint64(1e15)
+	for i := range n {
+		time.Sleep(period / 4)
+		lat := int64(30_000 + 1_000*(i%7))
+		if mode == "lc-implausible" && i == 3 {
+			lat = 5_000
+		}
+		r.Samples = append(r.Samples, LCSample{ArrivalMonoNs: monoNs(time.Now()), LatencyNs: lat, LaunchCallNs: 2_000,
+			GPUStartNs: gpu, GPUEndNs: gpu + 20_000, GPUNs: 20_000})
+		gpu += uint64(period)
+	}
+	if mode == "lc-short" {
+		r.Samples = r.Samples[:n/2]
+	}
+	r.MeasureStartMonoNs, r.MeasureEndMonoNs = monoNs(start), monoNs(time.Now())
+	if err := writeJSON(flags["out"], os.Stdout, r); err != nil {
+		return fail("%v", err)
+	}
+	return 0
+}
+
+// fakeCtl writes a gpreemptctl stand-in that logs its arguments to a file
+// and exits with the given status.
+func fakeCtl(t *testing.T, exit int) (path, log string) {
+	t.Helper()
+	dir := t.TempDir()
+	path = filepath.Join(dir, "gpreemptctl")
+	log = filepath.Join(dir, "calls.log")
+	script := fmt.Sprintf("#!/bin/sh\necho \"$@\" >> %q\necho \"gpreemptctl stand-in: $*\"\nexit %d\n", log, exit)
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path, log
+}
+
+func testOptions(t *testing.T, scenarios, ctl string) runOptions {
+	t.Helper()
+	scs, err := ParseScenarios(scenarios)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runOptions{
+		Scenarios: scs, Out: t.TempDir(), Ctl: ctl,
+		Duration: 300 * time.Millisecond, Settle: 20 * time.Millisecond, ReadyTimeout: 10 * time.Second,
+		Period: 3500 * time.Microsecond, Requests: 40, Warmup: 1,
+		LCIters: DefaultLCKernelIters, LCThreads: 256, LCCalibrateUs: 20,
+		BEIters: DefaultBEKernelIters, BEThreads: 256, BEQueue: 3, BECalibrateMs: 2.35,
+		PyPeriod: 20 * time.Millisecond,
+	}
+}
+
+func testEnv(t *testing.T, mode string) (runEnv, *bytes.Buffer) {
+	t.Helper()
+	t.Setenv(fakeWorkerEnv, "1")
+	t.Setenv(fakeModeEnv, mode)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout bytes.Buffer
+	return runEnv{
+		self: []string{self},
+		probe: func(int) (DeviceInfo, error) {
+			return DeviceInfo{Name: "Fake GPU", SMs: 4, CC: "9.0", Driver: 13000}, nil
+		},
+		stdout: &stdout,
+		log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, &stdout
+}
+
+func TestRunMatrix(t *testing.T) {
+	ctl, calls := fakeCtl(t, 0)
+	o := testOptions(t, "standalone,defaults,be-200us,be-only,be-ratio:3000us:1000us", ctl)
+	env, stdout := testEnv(t, "")
+	if err := runAll(context.Background(), o, env); err != nil {
+		t.Fatal(err)
+	}
+
+	var res Results
+	if err := readJSON(filepath.Join(o.Out, "results.json"), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Scenarios) != 5 || res.Error != "" {
+		t.Fatalf("%d scenarios, error %q", len(res.Scenarios), res.Error)
+	}
+	if res.Calibrated["be_kernel_iters"] != 4242 || res.Calibrated["lc_kernel_iters"] != 4242 || res.Config.BEIters != 4242 {
+		t.Errorf("calibration not applied: %v, config %d", res.Calibrated, res.Config.BEIters)
+	}
+	byName := map[string]*ScenarioResult{}
+	for _, sr := range res.Scenarios {
+		byName[sr.Name] = sr
+		if sr.Error != "" {
+			t.Errorf("%s: %s", sr.Name, sr.Error)
+		}
+	}
+	if s := byName["standalone"]; s.LCLatencyUs == nil || s.LCLatencyUs.N != 40 || len(s.BE) != 0 || s.LCP50VsStandalone != 1 {
+		t.Errorf("standalone: %+v", s)
+	}
+	if s := byName["defaults"]; len(s.Ctl) != 0 || len(s.BE) != 1 || s.BE[0].WindowKernels == 0 || s.BEVsBEOnly == 0 {
+		t.Errorf("defaults: ctl %v, be %+v, vs be-only %v", s.Ctl, s.BE, s.BEVsBEOnly)
+	}
+	if s := byName["be-ratio:3000us:1000us"]; len(s.BE) != 2 || s.BE[0].Timeslice != "3000us" || s.BE[1].Timeslice != "1000us" {
+		t.Errorf("be-ratio: %+v", s.BE)
+	}
+	// Per-kernel times stay in the worker files, not in results.json.
+	if s := byName["be-only"]; len(s.BE) != 1 || s.BE[0].Result.CompletionsMonoNs != nil {
+		t.Errorf("be-only: completions kept in results.json")
+	}
+
+	// gpreemptctl was called with the workers' own pids, BE before LC.
+	b200 := byName["be-200us"]
+	if len(b200.Ctl) != 2 {
+		t.Fatalf("be-200us: %d gpreemptctl calls, want 2", len(b200.Ctl))
+	}
+	bePID, lcPID := b200.BE[0].Result.PID, b200.LC.PID
+	wantCalls := fmt.Sprintf("class --pid %d --be-timeslice 200us be\nclass --pid %d lc\n", bePID, lcPID)
+	ratio := byName["be-ratio:3000us:1000us"]
+	wantCalls += fmt.Sprintf("set-timeslice --pid %d 3000us\nset-timeslice --pid %d 1000us\n", ratio.BE[0].Result.PID, ratio.BE[1].Result.PID)
+	got, err := os.ReadFile(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != wantCalls {
+		t.Errorf("gpreemptctl calls:\n%s\nwant:\n%s", got, wantCalls)
+	}
+	if !strings.Contains(b200.Ctl[0].Output, "gpreemptctl stand-in") {
+		t.Errorf("ctl output not recorded: %q", b200.Ctl[0].Output)
+	}
+
+	for _, f := range []string{"results.md", "cdf.png", "be-200us/lc.json", "be-200us/be.json", "be-200us/be.stderr", "be-ratio_3000us_1000us/be2.json"} {
+		if fi, err := os.Stat(filepath.Join(o.Out, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	if !strings.Contains(stdout.String(), "| be-200us |") {
+		t.Errorf("table not printed:\n%s", stdout)
+	}
+}
+
+func TestRunFailures(t *testing.T) {
+	tests := []struct {
+		name      string
+		scenarios string
+		mode      string
+		ctlExit   int
+		edit      func(*runOptions)
+		wantErr   error
+		wantText  string
+	}{
+		{name: "BE dies before READY", scenarios: "defaults", mode: "be-die", wantErr: ErrWorker, wantText: "simulated crash before READY"},
+		{name: "LC dies before READY", scenarios: "standalone", mode: "lc-die", wantErr: ErrWorker, wantText: "lc (pid"},
+		{name: "READY timeout", scenarios: "standalone", mode: "lc-hang", edit: func(o *runOptions) { o.ReadyTimeout = 300 * time.Millisecond }, wantErr: ErrWorker, wantText: "not READY within 300ms"},
+		{name: "READY names another pid", scenarios: "be-only", mode: "be-wrong-pid", wantErr: ErrWorker, wantText: "printed READY pid=1"},
+		{name: "BE dies while LC measures", scenarios: "defaults", mode: "be-crash", edit: func(o *runOptions) { o.Requests = 400 }, wantErr: ErrWorker, wantText: "simulated crash while running"},
+		{name: "gpreemptctl fails", scenarios: "be-1us", ctlExit: 5, wantErr: ErrCtl, wantText: "gpreemptctl stand-in: class --pid"},
+		{name: "LC latency below kernel time", scenarios: "standalone", mode: "lc-implausible", wantErr: ErrImplausible, wantText: "below the GPU-measured kernel duration"},
+		{name: "LC returns fewer samples", scenarios: "standalone", mode: "lc-short", wantErr: ErrImplausible, wantText: "20 samples, 40 requested"},
+		{name: "BE makes no progress", scenarios: "be-only", mode: "be-stall", wantErr: ErrImplausible, wantText: "completed no kernels"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctl, _ := fakeCtl(t, tt.ctlExit)
+			o := testOptions(t, tt.scenarios, ctl)
+			if tt.edit != nil {
+				tt.edit(&o)
+			}
+			env, _ := testEnv(t, tt.mode)
+			start := time.Now()
+			err := runAll(context.Background(), o, env)
+			if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), tt.wantText) {
+				t.Fatalf("runAll = %v\nwant %v containing %q", err, tt.wantErr, tt.wantText)
+			}
+			if time.Since(start) > 8*time.Second {
+				t.Errorf("took %v to fail", time.Since(start))
+			}
+			// The failure is recorded beside the partial results.
+			var res Results
+			if err := readJSON(filepath.Join(o.Out, "results.json"), &res); err != nil {
+				t.Fatal(err)
+			}
+			if res.Error == "" || len(res.Scenarios) != 1 || res.Scenarios[0].Error == "" {
+				t.Errorf("failure not recorded: error %q, scenarios %d", res.Error, len(res.Scenarios))
+			}
+		})
+	}
+}
+
+func TestRunStopsEarly(t *testing.T) {
+	t.Run("no GPU", func(t *testing.T) {
+		o := testOptions(t, "standalone", "")
+		env, _ := testEnv(t, "")
+		env.probe = func(int) (DeviceInfo, error) {
+			return DeviceInfo{}, gpuError(fmt.Errorf("%w: libcuda.so.1: cannot open shared object file", cuda.ErrLibraryNotFound))
+		}
+		err := runAll(context.Background(), o, env)
+		if !errors.Is(err, ErrNoGPU) || ExitCode(err) != ExitNoGPU || !strings.Contains(err.Error(), "libcuda.so.1 not found") {
+			t.Fatalf("runAll = %v (exit %d)", err, ExitCode(err))
+		}
+		if entries, _ := os.ReadDir(o.Out); len(entries) != 0 {
+			t.Errorf("wrote %d entries before failing", len(entries))
+		}
+	})
+	t.Run("gpreemptctl missing", func(t *testing.T) {
+		t.Setenv("PATH", t.TempDir())
+		o := testOptions(t, "standalone,be-200us", "")
+		env, _ := testEnv(t, "")
+		err := runAll(context.Background(), o, env)
+		if !errors.Is(err, ErrCtl) || !strings.Contains(err.Error(), "gpreemptctl not found") {
+			t.Fatalf("runAll = %v", err)
+		}
+		if entries, _ := os.ReadDir(o.Out); len(entries) != 0 {
+			t.Errorf("ran something before failing: %d entries", len(entries))
+		}
+	})
+	t.Run("gpreemptctl path not executable", func(t *testing.T) {
+		o := testOptions(t, "be-1us", filepath.Join(t.TempDir(), "nope"))
+		env, _ := testEnv(t, "")
+		if err := runAll(context.Background(), o, env); !errors.Is(err, ErrCtl) {
+			t.Fatalf("runAll = %v", err)
+		}
+	})
+	t.Run("interrupted", func(t *testing.T) {
+		o := testOptions(t, "defaults", "")
+		o.Requests = 100000
+		env, _ := testEnv(t, "")
+		ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+		defer cancel()
+		if err := runAll(ctx, o, env); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("runAll = %v", err)
+		}
+	})
+}
+
+func TestCLI(t *testing.T) {
+	tests := []struct {
+		args     []string
+		wantExit int
+		wantText string
+	}{
+		{[]string{"run", "--out", t.TempDir(), "--scenarios", "nonsense"}, ExitUsage, "unknown scenario"},
+		{[]string{"run", "--out", t.TempDir(), "--prep", "5ms", "--period", "3ms"}, ExitUsage, "shorter than --period"},
+		{[]string{"run", "--out", t.TempDir(), "--no-such-flag"}, ExitUsage, "no-such-flag"},
+		{[]string{"lc", "--requests", "0"}, ExitUsage, "--requests must be positive"},
+		{[]string{"be", "--calibrate-only"}, ExitUsage, "needs --calibrate-ms"},
+		{[]string{"lc", "--calibrate-only"}, ExitUsage, "needs --calibrate-us"},
+		{[]string{"lc", "--prep-dist", "uniform:1ms"}, ExitUsage, "prep distribution"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			app := NewApp()
+			var out bytes.Buffer
+			app.Writer, app.ErrWriter = &out, &out
+			err := app.Run(append([]string{"gpreempt-bench"}, tt.args...))
+			if ExitCode(err) != tt.wantExit || err == nil || !strings.Contains(err.Error(), tt.wantText) {
+				t.Fatalf("err = %v (exit %d), want exit %d containing %q", err, ExitCode(err), tt.wantExit, tt.wantText)
+			}
+		})
+	}
+}
+
+// TestWorkersWithoutGPU runs the real be and lc workers where there is no
+// GPU: they must fail with the no-GPU error, not crash.
+func TestWorkersWithoutGPU(t *testing.T) {
+	if err := cuda.Init(); err == nil {
+		t.Skip("a GPU is present; this test is for machines without one")
+	}
+	for _, args := range [][]string{{"be", "--duration", "1s"}, {"lc", "--requests", "1"}} {
+		app := NewApp()
+		app.Writer = io.Discard
+		err := app.Run(append([]string{"gpreempt-bench"}, args...))
+		if !errors.Is(err, ErrNoGPU) || ExitCode(err) != ExitNoGPU {
+			t.Errorf("%s: err = %v", args[0], err)
+		}
+	}
+}
+
+// TestWorkerArgvParse feeds every command line the orchestrator builds for
+// its own workers to the real subcommand definitions (actions stubbed out),
+// so that a flag renamed on one side fails here instead of on the GPU
+// machine; the fake workers above accept anything.
+func TestWorkerArgvParse(t *testing.T) {
+	stub := func(c *cli.Command) *cli.Command {
+		cp := *c
+		cp.Action = func(*cli.Context) error { return nil }
+		return &cp
+	}
+	for _, scenarios := range []string{"defaults", "be-ratio:3000us:1000us"} {
+		o := testOptions(t, scenarios, "")
+		o.Prep = PrepDist{Min: 300 * time.Microsecond, Max: 700 * time.Microsecond}
+		r := &runner{o: o, env: runEnv{self: []string{"gpreempt-bench"}}}
+		sc := o.Scenarios[0]
+		be, _ := r.beArgv(sc, "/tmp/be.json")
+		lc, _ := r.lcArgv(sc, "/tmp/lc.json")
+		calBE := r.calibrateArgv("be", "--calibrate-ms", "2.35", "--blocks", "0", "--threads", "256")
+		calLC := r.calibrateArgv("lc", "--calibrate-us", "20", "--blocks", "0", "--threads", "256")
+		for _, argv := range [][]string{be, lc, calBE, calLC} {
+			app := NewApp()
+			app.Commands = []*cli.Command{stub(beCommand), stub(lcCommand)}
+			if err := app.Run(argv); err != nil {
+				t.Errorf("%s: %v", strings.Join(argv, " "), err)
+			}
+		}
+	}
+}

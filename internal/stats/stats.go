@@ -1,0 +1,174 @@
+// Package stats summarizes latency samples: percentiles, empirical CDFs and
+// log2 histograms. It has no GPU dependency and works on plain float64
+// samples in whatever unit the caller uses (gpreempt-bench uses
+// microseconds).
+package stats
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Summary is the usual digest of a latency distribution.
+type Summary struct {
+	N    int     `json:"n"`
+	Mean float64 `json:"mean"`
+	Min  float64 `json:"min"`
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p999"`
+	Max  float64 `json:"max"`
+}
+
+// Summarize computes a Summary of xs (which it does not modify). An empty
+// input gives the zero Summary.
+func Summarize(xs []float64) Summary {
+	if len(xs) == 0 {
+		return Summary{}
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	var sum float64
+	for _, x := range s {
+		sum += x
+	}
+	return Summary{
+		N:    len(s),
+		Mean: sum / float64(len(s)),
+		Min:  s[0],
+		P50:  PercentileSorted(s, 50),
+		P90:  PercentileSorted(s, 90),
+		P99:  PercentileSorted(s, 99),
+		P999: PercentileSorted(s, 99.9),
+		Max:  s[len(s)-1],
+	}
+}
+
+// Percentile returns the p-th percentile of xs (see PercentileSorted); xs is
+// not modified.
+func Percentile(xs []float64, p float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return PercentileSorted(s, p)
+}
+
+// PercentileSorted returns the p-th percentile (0 <= p <= 100) of sorted by
+// the nearest-rank method: the smallest sample such that at least p% of the
+// samples are less than or equal to it. Unlike interpolation, it always
+// returns a latency that was actually observed, and a p99 of 100 samples is
+// the 99th smallest, not a blend of the 99th and 100th. It returns NaN for
+// an empty input.
+func PercentileSorted(sorted []float64, p float64) float64 {
+	n := len(sorted)
+	if n == 0 {
+		return math.NaN()
+	}
+	switch {
+	case p <= 0:
+		return sorted[0]
+	case p >= 100:
+		return sorted[n-1]
+	}
+	// rank = ceil(p/100 * n), 1-based. The small epsilon keeps p*n that
+	// should be an integer (99.9 * 1000) from rounding up to the next rank.
+	rank := int(math.Ceil(p/100*float64(n) - 1e-9))
+	rank = min(max(rank, 1), n)
+	return sorted[rank-1]
+}
+
+// Point is one point of an empirical CDF: the fraction Y of samples that are
+// <= X.
+type Point struct {
+	X float64 `json:"x"`
+	Y float64 `json:"y"`
+}
+
+// CDF returns the empirical CDF of xs as a step function's corner points,
+// thinned to at most maxPoints (0: no limit) by keeping evenly spaced ranks.
+// The last point, (max, 1), is always kept so that tails stay visible.
+func CDF(xs []float64, maxPoints int) []Point {
+	n := len(xs)
+	if n == 0 {
+		return nil
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	step := 1
+	if maxPoints > 0 && n > maxPoints {
+		step = (n + maxPoints - 1) / maxPoints
+	}
+	pts := make([]Point, 0, n/step+1)
+	for i := step - 1; i < n; i += step {
+		pts = append(pts, Point{X: s[i], Y: float64(i+1) / float64(n)})
+	}
+	if last := pts[len(pts)-1]; last.Y != 1 {
+		pts = append(pts, Point{X: s[n-1], Y: 1})
+	}
+	return pts
+}
+
+// Bucket is one bin of a log2 histogram: samples in [Lo, Hi).
+type Bucket struct {
+	Lo    float64 `json:"lo"`
+	Hi    float64 `json:"hi"`
+	Count int     `json:"count"`
+}
+
+// Log2Histogram bins xs into power-of-two buckets [2^k, 2^(k+1)), from the
+// smallest to the largest occupied bucket, empty ones in between included so
+// that gaps show. Samples below 1 (including zero and negatives) share one
+// bucket [0, 1) — for latencies in microseconds, "under a microsecond" —
+// rather than getting an ever-deeper run of fractional buckets.
+func Log2Histogram(xs []float64) []Bucket {
+	if len(xs) == 0 {
+		return nil
+	}
+	counts := map[int]int{}
+	lo, hi := math.MaxInt, math.MinInt
+	for _, x := range xs {
+		k := bucketIndex(x)
+		counts[k]++
+		lo, hi = min(lo, k), max(hi, k)
+	}
+	out := make([]Bucket, 0, hi-lo+1)
+	for k := lo; k <= hi; k++ {
+		b := Bucket{Lo: 0, Hi: 1, Count: counts[k]}
+		if k >= 0 {
+			b.Lo, b.Hi = math.Ldexp(1, k), math.Ldexp(1, k+1)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// bucketIndex returns k with 2^k <= x < 2^(k+1), or -1 for x < 1.
+func bucketIndex(x float64) int {
+	if !(x >= 1) { // also catches NaN
+		return -1
+	}
+	_, exp := math.Frexp(x) // x = frac * 2^exp, frac in [0.5, 1)
+	return exp - 1
+}
+
+// WriteHistogram renders buckets as text bars at most width characters long,
+// one line per bucket, for logs and terminals.
+func WriteHistogram(w io.Writer, buckets []Bucket, unit string, width int) error {
+	peak := 0
+	for _, b := range buckets {
+		peak = max(peak, b.Count)
+	}
+	for _, b := range buckets {
+		bar := 0
+		if peak > 0 {
+			bar = (b.Count*width + peak - 1) / peak
+		}
+		if _, err := fmt.Fprintf(w, "[%8g, %8g) %s %8d %s\n", b.Lo, b.Hi, unit, b.Count, strings.Repeat("#", bar)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
