@@ -5,7 +5,7 @@ CARRY   ?= .carry
 PKGS    := ./...
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: all build test vet fuzz gpu-test gpu-binaries ptx clean
+.PHONY: all build test vet fuzz gpu-test gpu-binaries benchmarks clean
 
 all: build
 
@@ -41,6 +41,22 @@ gpu-binaries: build
 gpu-test:
 	cd tsg && ../$(CARRY)/tsg.test -test.v -test.run GPU -test.bench GPU -test.benchtime 200x
 	cd internal/gpu && ../../$(CARRY)/gpu.test -test.v
+
+# On the GPU machine, as root, from the carried binaries: the whole benchmark
+# matrix, results into docs/results/, the generated part of docs/BENCHMARKS.md
+# rewritten. About 4 minutes.
+BENCH_SCENARIOS ?= standalone,defaults,be-200us,be-1us,be-only,be-ratio:3000us:1000us,be-ratio:1000us:1000us,pytorch-standalone,pytorch,pytorch-be-1us,pytorch-be-only
+BENCH_DURATION  ?= 8s
+BENCH_OUT       ?= /tmp/gpreempt-bench
+benchmarks:
+	$(CARRY)/gpreempt-bench run --gpreemptctl $(CARRY)/gpreemptctl \
+	  --scenarios $(BENCH_SCENARIOS) --duration $(BENCH_DURATION) --out $(BENCH_OUT)
+	cp $(BENCH_OUT)/cdf.png docs/results/bench-h100-cdf.png
+	gzip -9c $(BENCH_OUT)/results.json > docs/results/bench-h100.json.gz
+	{ cat $(BENCH_OUT)/results.md; echo; echo '![LC latency CDF](results/bench-h100-cdf.png)'; echo; \
+	  echo 'Raw results: [results/bench-h100.json.gz](results/bench-h100.json.gz).'; } > $(BENCH_OUT)/section.md
+	awk -v sec=$(BENCH_OUT)/section.md '/<!-- results:end -->/{while((getline l < sec)>0) print l; skip=0} !skip{print} /<!-- results:begin -->/{skip=1}' \
+	  docs/BENCHMARKS.md > $(BENCH_OUT)/BENCHMARKS.md && mv $(BENCH_OUT)/BENCHMARKS.md docs/BENCHMARKS.md
 
 clean:
 	rm -rf $(BIN) $(CARRY)
