@@ -9,6 +9,9 @@ export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
 all: build
 
+# Each subsystem's own targets (ebpf, patches, ...) live in mk/.
+-include mk/*.mk
+
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
