@@ -1,0 +1,503 @@
+// Package prepreempt makes a latency-critical (LC) request's channel group
+// resident on the GPU before the request's kernels arrive, hiding the
+// ~170 us switch from best-effort work (docs/PREPREEMPT.md).
+//
+// The recipe, measured on an H100 (GPU-FACTS.md): when the request's
+// CPU-side preparation is about to end, launch a one-thread spinner that
+// polls a flag AND an empty kernel behind it on the same stream, so the LC
+// channel group has pending work and stays resident; the app then launches
+// its real work on its own stream of the same context and calls Ready,
+// which releases the spinner. The spinner is launched about one switch time
+// before the predicted end of preparation, not at the request's arrival, so
+// the GPU is held from BE work only for the switch's overlap.
+package prepreempt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/cuda"
+	"github.com/gpreempt/gpreempt/internal/kernels"
+	"github.com/gpreempt/gpreempt/tsg"
+)
+
+// Options tune an Engine. The zero value gives the defaults.
+type Options struct {
+	// MaxHold bounds how long a spinner may hold the GPU: the kernel exits
+	// on its own after it (by %globaltimer), and the engine releases it
+	// then if Ready never came. Default 5 ms.
+	MaxHold time.Duration
+	// InitialSwitch is the launch-to-resident time assumed until the
+	// spinner's own stamps have measured it. Default 200 us.
+	InitialSwitch time.Duration
+	// Margin is launched ahead of the predicted moment on top of the
+	// switch time. Default 20 us.
+	Margin time.Duration
+	// PrepQuantile is the quantile of a class's recent preparation times
+	// used as its prediction (low: see predictor). Default 0.02.
+	PrepQuantile float64
+	// SwitchQuantile is the quantile of recent switch-in times used as the
+	// launch lead (high). Default 0.9.
+	SwitchQuantile float64
+	// Window is how many recent samples predictions look at. Default 128.
+	Window int
+	// Slots bounds concurrent spinners. Default 16.
+	Slots int
+	// Backend picks the flag backend: "auto" (GDRCopy if available, else
+	// host-mapped), "gdrcopy" or "host". Default auto.
+	Backend string
+	// SkipLCClass leaves the process's channel groups alone; by default the
+	// engine puts them in the LC class (long timeslice, HIGH interleave).
+	SkipLCClass bool
+	// LCTimeslice is the LC class's timeslice. Default 5 s.
+	LCTimeslice time.Duration
+	Logger      *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.MaxHold, 5*time.Millisecond)
+	def(&o.InitialSwitch, 200*time.Microsecond)
+	def(&o.Margin, 20*time.Microsecond)
+	def(&o.LCTimeslice, 5*time.Second)
+	if o.PrepQuantile <= 0 || o.PrepQuantile >= 1 {
+		o.PrepQuantile = 0.02
+	}
+	if o.SwitchQuantile <= 0 || o.SwitchQuantile >= 1 {
+		o.SwitchQuantile = 0.9
+	}
+	if o.Window <= 0 {
+		o.Window = 128
+	}
+	if o.Slots <= 0 {
+		o.Slots = 16
+	}
+	if o.Backend == "" {
+		o.Backend = "auto"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// ErrDone: Ready or Cancel was already called on the request.
+var ErrDone = errors.New("request already finished")
+
+// slot is one spinner's resources (flag word, stamps, stream, event),
+// reused once its work has completed.
+type slot struct{ idx int }
+
+// spinnerGPU is what the engine needs of the GPU: launch slot's spinner and
+// pending kernel, and tell whether they have finished. cudaSpinners is the
+// real one; tests drive the engine's state machine with a fake.
+type spinnerGPU interface {
+	launch(s *slot) error
+	finished(s *slot) (bool, error)
+	// stamps returns the spinner's %globaltimer start and exit (0 if none).
+	stamps(s *slot) (start, end int64)
+	clearStamps(s *slot)
+	close() error
+}
+
+// Engine issues pre-preemption for one CUDA context. It is safe for
+// concurrent use.
+type Engine struct {
+	ctx     *cuda.Context
+	k       *kernels.Set
+	opts    Options
+	log     *slog.Logger
+	flags   Flags
+	gpu     spinnerGPU
+	slots   []*slot
+	free    chan *slot
+	pred    *predictor
+	sw      *switchTracker
+	stats   statsRecorder
+	offset  int64 // %globaltimer minus host CLOCK_REALTIME, ns
+	closed  atomic.Bool
+	pending atomic.Int64
+}
+
+// New creates an engine on ctx: it loads the spinner, sets up flags and
+// slots, calibrates the GPU clock against the host's, and (unless
+// SkipLCClass) puts this process's channel groups in the LC class.
+func New(ctx context.Context, cctx *cuda.Context, opts Options) (_ *Engine, err error) {
+	opts = opts.withDefaults()
+	e := &Engine{ctx: cctx, opts: opts, log: opts.Logger}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, e.Close())
+		}
+	}()
+	if e.k, err = kernels.Load(cctx); err != nil {
+		return nil, err
+	}
+	if e.flags, err = openFlags(cctx, opts.Backend, opts.Slots, e.log); err != nil {
+		return nil, err
+	}
+	e.stats.s.Backend = e.flags.Name()
+	g, err := newCUDASpinners(cctx, e.k, e.flags, opts.Slots, opts.MaxHold)
+	if err != nil {
+		return nil, err
+	}
+	e.gpu = g
+	e.initSlots()
+	if err := e.calibrateClock(); err != nil {
+		return nil, err
+	}
+	if !opts.SkipLCClass {
+		if err := applyLCClass(ctx, opts.LCTimeslice, e.log); err != nil {
+			return nil, fmt.Errorf("put this process in the LC class: %w", err)
+		}
+	}
+	return e, nil
+}
+
+// newEngine assembles an engine from its parts; New does the CUDA set-up,
+// tests pass fakes.
+func newEngine(opts Options, flags Flags, g spinnerGPU) *Engine {
+	e := &Engine{opts: opts, log: opts.Logger, flags: flags, gpu: g}
+	e.stats.s.Backend = flags.Name()
+	e.initSlots()
+	return e
+}
+
+// initSlots makes the free list and the predictors.
+func (e *Engine) initSlots() {
+	e.free = make(chan *slot, e.opts.Slots)
+	for i := range e.opts.Slots {
+		s := &slot{idx: i}
+		e.slots = append(e.slots, s)
+		e.free <- s
+	}
+	e.pred = newPredictor(e.opts.PrepQuantile, e.opts.Window, 8)
+	e.sw = newSwitchTracker(e.opts.InitialSwitch, e.opts.SwitchQuantile, e.opts.Window)
+}
+
+func openFlags(cctx *cuda.Context, backend string, slots int, log *slog.Logger) (Flags, error) {
+	gdr := func() (Flags, error) {
+		return newGDRFlags(&cgoGDR{}, slots, func(size uint64) (uint64, func() error, error) {
+			p, err := cctx.MemAlloc(size)
+			if err != nil {
+				return 0, nil, err
+			}
+			return uint64(p), func() error { return cctx.MemFree(p) }, nil
+		})
+	}
+	switch backend {
+	case "gdrcopy":
+		return gdr()
+	case "host":
+		return newHostFlags(cctx, slots)
+	case "auto":
+		f, err := gdr()
+		if err == nil {
+			return f, nil
+		}
+		log.Info("GDRCopy flags unavailable, using host-mapped memory", "reason", err)
+		return newHostFlags(cctx, slots)
+	}
+	return nil, fmt.Errorf("flag backend %q: want auto, gdrcopy or host", backend)
+}
+
+// applyLCClass gives this process's channel groups the LC class. Setting a
+// timeslice is NON_PRIVILEGED in RM; the interleave level needs root, and
+// without it the timeslice alone is applied.
+func applyLCClass(ctx context.Context, ts time.Duration, log *slog.Logger) error {
+	p, err := tsg.NewAttachSource(tsg.ProcHost{}, tsg.ScanOptions{}, log).Discover(ctx, os.Getpid())
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	high := tsg.LevelHigh
+	err = p.Apply(ctx, p.Groups, tsg.Settings{Timeslice: &ts, Interleave: &high})
+	if err != nil && errors.Is(err, tsg.ErrInvalidArgument) {
+		return err
+	}
+	if err != nil {
+		log.Warn("LC interleave level not applied; timeslice only", "err", err)
+		return p.Apply(ctx, p.Groups, tsg.Settings{Timeslice: &ts})
+	}
+	return nil
+}
+
+// calibrateClock runs the spinner with its flag already set a few times
+// and takes %globaltimer's offset from the host clock from the run whose
+// launch-to-completion window was narrowest (its midpoint; the error is at
+// most half that window, a few microseconds on an idle GPU, and the
+// narrowest window avoids runs that waited behind other work).
+func (e *Engine) calibrateClock() error {
+	s := <-e.free
+	defer func() { e.free <- s }()
+	e.flags.Set(s.idx, 1)
+	best := int64(-1)
+	for range 16 {
+		e.gpu.clearStamps(s)
+		t0 := time.Now().UnixNano()
+		if err := e.gpu.launch(s); err != nil {
+			return fmt.Errorf("calibrate: %w", err)
+		}
+		for {
+			ok, err := e.gpu.finished(s)
+			if err != nil {
+				return fmt.Errorf("calibrate: %w", err)
+			}
+			if ok {
+				break
+			}
+		}
+		t1 := time.Now().UnixNano()
+		stamp, _ := e.gpu.stamps(s)
+		if stamp == 0 {
+			return errors.New("calibrate: the spinner wrote no start stamp")
+		}
+		if w := t1 - t0; best < 0 || w < best {
+			best = w
+			e.offset = stamp - (t0+t1)/2
+		}
+	}
+	e.log.Debug("calibrated GPU clock", "offset_ns", e.offset, "window_ns", best)
+	return nil
+}
+
+// Request states.
+const (
+	statePending int32 = iota
+	stateLaunching
+	stateLaunched
+	stateNoSpinner // Ready came first (late), or no slot
+	stateReleased
+	stateExpired
+	stateCancelled
+	stateFailed
+)
+
+// Request is one hinted LC request.
+type Request struct {
+	e       *Engine
+	class   string
+	start   time.Time
+	slot    *slot
+	state   atomic.Int32
+	err     error
+	launchT int64 // host CLOCK_REALTIME ns of the spinner launch
+	timer   *time.Timer
+	// dropped: no slot was free; the request runs without a spinner.
+	dropped  bool
+	finished atomic.Bool
+}
+
+// Hint announces that an LC request of class has started preparing its
+// input and expects to be ready in about expectedPrep (used until the
+// class has history). It returns at once; the spinner is launched later,
+// from another goroutine, unless the predicted moment has already come.
+func (e *Engine) Hint(ctx context.Context, class string, expectedPrep time.Duration) (*Request, error) {
+	if e.closed.Load() {
+		return nil, errors.New("prepreempt: engine closed")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r := &Request{e: e, class: class, start: time.Now()}
+	e.stats.add(func(s *Stats) { s.Hints++ })
+	select {
+	case r.slot = <-e.free:
+	default:
+		r.dropped = true
+		r.state.Store(stateNoSpinner)
+		e.stats.add(func(s *Stats) { s.Dropped++ })
+		return r, nil
+	}
+	pred, _ := e.pred.predict(class, expectedPrep)
+	at := r.start.Add(pred - e.sw.estimate() - e.opts.Margin)
+	if !time.Now().Before(at) {
+		r.launch()
+		return r, nil
+	}
+	e.pending.Add(1)
+	go func() {
+		defer e.pending.Add(-1)
+		// Sleep most of the way, then spin: timers alone oversleep by
+		// tens of microseconds.
+		if d := time.Until(at) - 150*time.Microsecond; d > 0 {
+			time.Sleep(d)
+		}
+		for time.Now().Before(at) && r.state.Load() == statePending {
+		}
+		r.launch()
+	}()
+	return r, nil
+}
+
+func (r *Request) launch() {
+	if !r.state.CompareAndSwap(statePending, stateLaunching) {
+		return
+	}
+	e, s := r.e, r.slot
+	e.flags.Set(s.idx, 0)
+	e.gpu.clearStamps(s)
+	r.launchT = time.Now().UnixNano()
+	if err := e.gpu.launch(s); err != nil {
+		r.err = err
+		// Whatever was queued must not spin: release it, then recycle.
+		e.flags.Set(s.idx, 1)
+		r.state.Store(stateFailed)
+		go e.reap(r, false)
+		return
+	}
+	r.timer = time.AfterFunc(e.opts.MaxHold, r.expire)
+	r.state.Store(stateLaunched)
+}
+
+// expire releases a spinner whose request never called Ready.
+func (r *Request) expire() {
+	if r.state.CompareAndSwap(stateLaunched, stateExpired) {
+		r.e.flags.Set(r.slot.idx, 1)
+		r.e.stats.add(func(s *Stats) { s.Expired++ })
+		go r.e.reap(r, true)
+	}
+}
+
+// Ready tells the engine that the request's LC work has been enqueued: the
+// spinner is released at once. If the spinner was not launched yet (the
+// preparation ended earlier than predicted), none is launched. It returns
+// the CUDA error of a failed spinner launch, if any.
+func (r *Request) Ready() error { return r.finish(false) }
+
+// Cancel drops the request: its spinner, if any, is released.
+func (r *Request) Cancel() error { return r.finish(true) }
+
+func (r *Request) finish(cancel bool) error {
+	e := r.e
+	if r.dropped {
+		if r.finished.Swap(true) {
+			return ErrDone
+		}
+		if !cancel {
+			e.pred.observe(r.class, time.Since(r.start))
+		}
+		return nil
+	}
+	for {
+		switch st := r.state.Load(); st {
+		case statePending:
+			if !r.state.CompareAndSwap(statePending, stateNoSpinner) {
+				continue
+			}
+			e.free <- r.slot
+			e.stats.add(func(s *Stats) {
+				if cancel {
+					s.Cancelled++
+				} else {
+					s.Late++
+				}
+			})
+		case stateLaunching:
+			continue // a launch call is in flight; it takes microseconds
+		case stateLaunched:
+			next := stateReleased
+			if cancel {
+				next = stateCancelled
+			}
+			if !r.state.CompareAndSwap(stateLaunched, next) {
+				continue
+			}
+			e.flags.Set(r.slot.idx, 1)
+			r.timer.Stop()
+			e.stats.add(func(s *Stats) {
+				if cancel {
+					s.Cancelled++
+				} else {
+					s.Early++
+				}
+			})
+			go e.reap(r, false)
+		case stateFailed:
+			return r.err
+		default:
+			return ErrDone
+		}
+		if !cancel {
+			e.pred.observe(r.class, time.Since(r.start))
+		}
+		return nil
+	}
+}
+
+// reap waits for the spinner and its pending kernel to finish, accounts
+// their stamps and returns the slot.
+func (e *Engine) reap(r *Request, expired bool) {
+	s := r.slot
+	for {
+		ok, err := e.gpu.finished(s)
+		if err != nil {
+			e.log.Error("spinner completion", "err", err)
+			break
+		}
+		if ok {
+			break
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	start, end := e.gpu.stamps(s)
+	if start != 0 && end >= start {
+		held := time.Duration(end - start)
+		switchIn := time.Duration(start - e.offset - r.launchT)
+		e.stats.held(held)
+		e.stats.switchIn(switchIn)
+		e.sw.observe(switchIn)
+		if held >= e.opts.MaxHold && !expired {
+			e.stats.add(func(s *Stats) { s.Expired++ })
+		}
+	}
+	e.free <- s
+}
+
+// Stats returns a snapshot of the engine's counters.
+func (e *Engine) Stats() Stats {
+	s := e.stats.snapshot()
+	s.SwitchEstimateNs = int64(e.sw.estimate())
+	return s
+}
+
+// Close waits for outstanding spinners (at most MaxHold) and frees the
+// engine's resources. Requests must not be used afterwards.
+func (e *Engine) Close() error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	var errs []error
+	if e.free != nil {
+		deadline := time.Now().Add(e.opts.MaxHold + 100*time.Millisecond)
+		for len(e.free) < len(e.slots) || e.pending.Load() > 0 {
+			if time.Now().After(deadline) {
+				errs = append(errs, errors.New("prepreempt: spinners still outstanding at close"))
+				break
+			}
+			for _, s := range e.slots {
+				e.flags.Set(s.idx, 1)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	if e.gpu != nil {
+		errs = append(errs, e.gpu.close())
+	}
+	if e.flags != nil {
+		errs = append(errs, e.flags.Close())
+	}
+	if e.k != nil {
+		errs = append(errs, e.k.Unload())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,332 @@
+package prepreempt
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/cuda"
+)
+
+// fakeFlags keep the words in Go memory.
+type fakeFlags struct{ w [64]atomic.Uint32 }
+
+func (f *fakeFlags) Name() string                      { return "fake" }
+func (f *fakeFlags) DevicePtr(slot int) cuda.DevicePtr { return cuda.DevicePtr(0x1000 + 4*slot) }
+func (f *fakeFlags) Set(slot int, v uint32)            { f.w[slot].Store(v) }
+func (f *fakeFlags) Close() error                      { return nil }
+
+// fakeGPU runs each "spinner" as a goroutine that starts after switchIn,
+// polls the flag like the kernel, and gives up after maxHold.
+type fakeGPU struct {
+	flags    *fakeFlags
+	switchIn time.Duration
+	maxHold  time.Duration
+	fail     error
+	launches atomic.Int64
+	mu       sync.Mutex
+	st       map[int]*[2]int64
+	done     map[int]*atomic.Bool
+}
+
+func newFakeGPU(f *fakeFlags, switchIn, maxHold time.Duration) *fakeGPU {
+	return &fakeGPU{flags: f, switchIn: switchIn, maxHold: maxHold, st: map[int]*[2]int64{}, done: map[int]*atomic.Bool{}}
+}
+
+func (g *fakeGPU) launch(s *slot) error {
+	if g.fail != nil {
+		return g.fail
+	}
+	g.launches.Add(1)
+	g.mu.Lock()
+	st, done := &[2]int64{}, &atomic.Bool{}
+	g.st[s.idx], g.done[s.idx] = st, done
+	g.mu.Unlock()
+	go func() {
+		time.Sleep(g.switchIn)
+		start := time.Now()
+		g.mu.Lock()
+		st[0] = start.UnixNano()
+		g.mu.Unlock()
+		for g.flags.w[s.idx].Load() == 0 && time.Since(start) < g.maxHold {
+			time.Sleep(10 * time.Microsecond)
+		}
+		g.mu.Lock()
+		st[1] = time.Now().UnixNano()
+		g.mu.Unlock()
+		done.Store(true)
+	}()
+	return nil
+}
+
+func (g *fakeGPU) finished(s *slot) (bool, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	d := g.done[s.idx]
+	return d == nil || d.Load(), nil
+}
+
+func (g *fakeGPU) stamps(s *slot) (int64, int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if st := g.st[s.idx]; st != nil {
+		return st[0], st[1]
+	}
+	return 0, 0
+}
+
+func (g *fakeGPU) clearStamps(s *slot) {}
+func (g *fakeGPU) close() error        { return nil }
+
+func testEngine(t *testing.T, opts Options, switchIn time.Duration) (*Engine, *fakeGPU) {
+	t.Helper()
+	opts = opts.withDefaults()
+	f := &fakeFlags{}
+	g := newFakeGPU(f, switchIn, opts.MaxHold)
+	e := newEngine(opts, f, g)
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return e, g
+}
+
+// waitStats polls until cond holds on the engine's stats (the reaper runs
+// asynchronously).
+func waitStats(t *testing.T, e *Engine, cond func(Stats) bool) Stats {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		s := e.Stats()
+		if cond(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stats never reached the expected state: %+v", s)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestReadyReleasesLaunchedSpinner(t *testing.T) {
+	e, g := testEngine(t, Options{InitialSwitch: 100 * time.Microsecond}, 50*time.Microsecond)
+	ctx := context.Background()
+	// Expected preparation shorter than the switch lead: launched at once.
+	r, err := e.Hint(ctx, "infer", 50*time.Microsecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.launches.Load() != 1 {
+		t.Fatalf("launches = %d, want 1 (launch time already passed)", g.launches.Load())
+	}
+	for start, _ := g.stamps(r.slot); start == 0; start, _ = g.stamps(r.slot) {
+		time.Sleep(10 * time.Microsecond)
+	}
+	time.Sleep(time.Millisecond)
+	if err := r.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Ready(); !errors.Is(err, ErrDone) {
+		t.Errorf("second Ready = %v, want ErrDone", err)
+	}
+	s := waitStats(t, e, func(s Stats) bool { return len(s.HeldSamples) == 1 })
+	if s.Hints != 1 || s.Early != 1 || s.Late != 0 || s.Expired != 0 {
+		t.Errorf("stats %+v", s)
+	}
+	if held := time.Duration(s.HeldSamples[0]); held < 500*time.Microsecond || held > 50*time.Millisecond {
+		t.Errorf("held %v, want about the 1 ms between the spinner's start and Ready", held)
+	}
+	if len(e.free) != e.opts.Slots {
+		t.Errorf("%d of %d slots free after the spinner finished", len(e.free), e.opts.Slots)
+	}
+}
+
+func TestReadyBeforeLaunchIsLate(t *testing.T) {
+	e, g := testEngine(t, Options{}, 0)
+	r, err := e.Hint(context.Background(), "infer", 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond)
+	if g.launches.Load() != 0 {
+		t.Errorf("a spinner was launched after Ready")
+	}
+	if s := e.Stats(); s.Late != 1 || s.Early != 0 {
+		t.Errorf("stats %+v, want one late request", s)
+	}
+}
+
+func TestScheduledLaunch(t *testing.T) {
+	e, g := testEngine(t, Options{InitialSwitch: 200 * time.Microsecond, Margin: time.Microsecond}, 0)
+	start := time.Now()
+	r, err := e.Hint(context.Background(), "infer", 3*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for g.launches.Load() == 0 {
+		if time.Since(start) > time.Second {
+			t.Fatal("spinner never launched")
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	// Launched about 3 ms - 200 us after the hint, not at once.
+	if d := time.Since(start); d < 2*time.Millisecond {
+		t.Errorf("spinner launched %v after the hint, want about 2.8 ms", d)
+	}
+	if err := r.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	waitStats(t, e, func(s Stats) bool { return s.Early == 1 && len(s.HeldSamples) == 1 })
+}
+
+func TestMissedReadyExpires(t *testing.T) {
+	e, _ := testEngine(t, Options{MaxHold: 2 * time.Millisecond}, 0)
+	if _, err := e.Hint(context.Background(), "infer", 0); err != nil {
+		t.Fatal(err)
+	}
+	s := waitStats(t, e, func(s Stats) bool { return s.Expired == 1 && len(s.HeldSamples) == 1 })
+	if held := time.Duration(s.HeldSamples[0]); held > 20*time.Millisecond {
+		t.Errorf("an abandoned spinner held the GPU %v (max hold 2 ms)", held)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	e, _ := testEngine(t, Options{}, 0)
+	r, err := e.Hint(context.Background(), "infer", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Cancel(); err != nil {
+		t.Fatal(err)
+	}
+	waitStats(t, e, func(s Stats) bool { return s.Cancelled == 1 && len(s.HeldSamples) == 1 })
+}
+
+func TestLaunchErrorIsReturned(t *testing.T) {
+	e, g := testEngine(t, Options{}, 0)
+	g.fail = errors.New("CUDA_ERROR_LAUNCH_FAILED")
+	r, err := e.Hint(context.Background(), "infer", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Ready(); err == nil || err.Error() != "CUDA_ERROR_LAUNCH_FAILED" {
+		t.Fatalf("Ready = %v, want the launch error", err)
+	}
+}
+
+func TestSlotsExhaustedDrop(t *testing.T) {
+	e, _ := testEngine(t, Options{Slots: 2}, 0)
+	ctx := context.Background()
+	var rs []*Request
+	for range 3 {
+		r, err := e.Hint(ctx, "infer", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	if s := e.Stats(); s.Dropped != 1 {
+		t.Errorf("dropped = %d, want 1", s.Dropped)
+	}
+	for _, r := range rs {
+		if err := r.Ready(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rs[2].Cancel(); !errors.Is(err, ErrDone) {
+		t.Errorf("Cancel after Ready on a dropped request = %v", err)
+	}
+}
+
+func TestConcurrentRequests(t *testing.T) {
+	e, _ := testEngine(t, Options{Slots: 8}, 20*time.Microsecond)
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Go(func() {
+			r, err := e.Hint(context.Background(), "infer", time.Duration(i%5)*100*time.Microsecond)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(300 * time.Microsecond)
+			if i%7 == 0 {
+				err = r.Cancel()
+			} else {
+				err = r.Ready()
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	s := waitStats(t, e, func(s Stats) bool { return len(e.free) == 8 })
+	if got := s.Early + s.Late + s.Cancelled + s.Dropped + s.Expired; got != 64 {
+		t.Errorf("outcomes add up to %d of 64 hints: %+v", got, s)
+	}
+}
+
+func TestPredictorUsesHistoryLowQuantile(t *testing.T) {
+	p := newPredictor(0.02, 128, 8)
+	if d, ok := p.predict("a", 500*time.Microsecond); ok || d != 500*time.Microsecond {
+		t.Errorf("without history: %v %v", d, ok)
+	}
+	for i := range 100 {
+		p.observe("a", time.Duration(300+4*i)*time.Microsecond) // 300..696 us
+	}
+	d, ok := p.predict("a", time.Second)
+	if !ok || d < 300*time.Microsecond || d > 320*time.Microsecond {
+		t.Errorf("prediction %v, %v; want near the shortest recent preparation", d, ok)
+	}
+	if _, ok := p.predict("b", 0); ok {
+		t.Error("class b has no history")
+	}
+}
+
+func TestWindowQuantile(t *testing.T) {
+	w := newWindow(4)
+	if _, ok := w.quantile(0.5); ok {
+		t.Error("empty window answered")
+	}
+	for _, v := range []time.Duration{5, 1, 4, 2, 3} { // 5 falls out
+		w.add(v)
+	}
+	tests := []struct {
+		q    float64
+		want time.Duration
+	}{{0, 1}, {0.5, 3}, {1, 4}}
+	for _, tt := range tests {
+		if got, _ := w.quantile(tt.q); got != tt.want {
+			t.Errorf("quantile(%v) = %v, want %v", tt.q, got, tt.want)
+		}
+	}
+}
+
+func TestSwitchTracker(t *testing.T) {
+	s := newSwitchTracker(200*time.Microsecond, 0.9, 32)
+	if s.estimate() != 200*time.Microsecond {
+		t.Error("initial estimate")
+	}
+	for i := range 20 {
+		s.observe(time.Duration(150+i) * time.Microsecond)
+	}
+	s.observe(-time.Microsecond) // clock noise is clamped, not trusted
+	if d := s.estimate(); d < 160*time.Microsecond || d > 170*time.Microsecond {
+		t.Errorf("estimate %v, want the 90th percentile of 150..169 us", d)
+	}
+}
+
+func TestLog2Bucket(t *testing.T) {
+	for d, want := range map[time.Duration]int{0: 0, 999: 0, time.Microsecond: 0, 2 * time.Microsecond: 1, 200 * time.Microsecond: 7, time.Hour: 23} {
+		if got := log2Bucket(d); got != want {
+			t.Errorf("log2Bucket(%v) = %d, want %d", d, got, want)
+		}
+	}
+}

@@ -1,0 +1,86 @@
+package prepreempt
+
+import (
+	"math/bits"
+	"sync"
+	"time"
+)
+
+// Stats are an engine's counters since it was created.
+type Stats struct {
+	// Backend names the flag backend in use ("gdrcopy" or "host-mapped").
+	Backend string `json:"backend"`
+	Hints   uint64 `json:"hints"`
+	// Early: the spinner was launched before Ready (the intended case).
+	Early uint64 `json:"early"`
+	// Late: Ready came before the predicted launch time; no spinner ran.
+	Late uint64 `json:"late"`
+	// Cancelled: Cancel was called.
+	Cancelled uint64 `json:"cancelled"`
+	// Expired: Ready never came and the engine released the spinner after
+	// MaxHold (or the spinner timed out on its own).
+	Expired uint64 `json:"expired"`
+	// Dropped: no free spinner slot; the request ran without one.
+	Dropped uint64 `json:"dropped"`
+	// HeldNs is the spinner's GPU time, start to exit, summed.
+	HeldNs uint64 `json:"held_ns"`
+	// Held and SwitchIn are log2 histograms (bucket i counts values in
+	// [2^i, 2^(i+1)) microseconds; bucket 0 also holds values under 1 us).
+	Held     [24]uint64 `json:"held_us_log2"`
+	SwitchIn [24]uint64 `json:"switch_in_us_log2"`
+	// HeldSamples and SwitchInSamples keep the last samples (ns) for
+	// percentiles.
+	HeldSamples     []int64 `json:"held_ns_samples,omitempty"`
+	SwitchInSamples []int64 `json:"switch_in_ns_samples,omitempty"`
+	// SwitchEstimateNs is the current launch lead.
+	SwitchEstimateNs int64 `json:"switch_estimate_ns"`
+}
+
+const keepSamples = 1 << 14
+
+type statsRecorder struct {
+	mu sync.Mutex
+	s  Stats
+}
+
+func log2Bucket(d time.Duration) int {
+	us := uint64(d / time.Microsecond)
+	if us == 0 {
+		return 0
+	}
+	return min(bits.Len64(us)-1, 23)
+}
+
+func (r *statsRecorder) add(f func(*Stats)) {
+	r.mu.Lock()
+	f(&r.s)
+	r.mu.Unlock()
+}
+
+func (r *statsRecorder) held(d time.Duration) {
+	r.add(func(s *Stats) {
+		s.HeldNs += uint64(max(d, 0))
+		s.Held[log2Bucket(d)]++
+		if len(s.HeldSamples) < keepSamples {
+			s.HeldSamples = append(s.HeldSamples, int64(d))
+		}
+	})
+}
+
+func (r *statsRecorder) switchIn(d time.Duration) {
+	r.add(func(s *Stats) {
+		s.SwitchIn[log2Bucket(d)]++
+		if len(s.SwitchInSamples) < keepSamples {
+			s.SwitchInSamples = append(s.SwitchInSamples, int64(d))
+		}
+	})
+}
+
+func (r *statsRecorder) snapshot() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.s
+	s.HeldSamples = append([]int64(nil), r.s.HeldSamples...)
+	s.SwitchInSamples = append([]int64(nil), r.s.SwitchInSamples...)
+	return s
+}
