@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -126,6 +127,12 @@ type Engine struct {
 	offset  int64 // %globaltimer minus host CLOCK_REALTIME, ns
 	closed  atomic.Bool
 	pending atomic.Int64
+	// inflight[i] is the request whose spinner holds slot i, for the
+	// janitor; a per-request timer would cost Hint a timer insertion (and
+	// a netpoller wake-up) on the request's path.
+	inflight []atomic.Pointer[Request]
+	stop     chan struct{}
+	janitor  sync.WaitGroup
 }
 
 // New creates an engine on ctx: it loads the spinner, sets up flags and
@@ -172,8 +179,11 @@ func newEngine(opts Options, flags Flags, g spinnerGPU) *Engine {
 	return e
 }
 
-// initSlots makes the free list and the predictors.
+// initSlots makes the free list, the predictors and the janitor.
 func (e *Engine) initSlots() {
+	e.inflight = make([]atomic.Pointer[Request], e.opts.Slots)
+	e.stop = make(chan struct{})
+	e.janitor.Go(e.expireLoop)
 	e.free = make(chan *slot, e.opts.Slots)
 	for i := range e.opts.Slots {
 		s := &slot{idx: i}
@@ -291,7 +301,6 @@ type Request struct {
 	state   atomic.Int32
 	err     error
 	launchT int64 // host CLOCK_REALTIME ns of the spinner launch
-	timer   *time.Timer
 	// dropped: no slot was free; the request runs without a spinner.
 	dropped  bool
 	finished atomic.Bool
@@ -355,8 +364,29 @@ func (r *Request) launch() {
 		go e.reap(r, false)
 		return
 	}
-	r.timer = time.AfterFunc(e.opts.MaxHold, r.expire)
+	e.inflight[s.idx].Store(r)
 	r.state.Store(stateLaunched)
+}
+
+// expireLoop releases, every quarter of MaxHold, the spinners whose
+// request has not called Ready within MaxHold. (The spinner also exits on
+// its own at MaxHold; this returns its slot and counts it.)
+func (e *Engine) expireLoop() {
+	t := time.NewTicker(max(e.opts.MaxHold/4, 100*time.Microsecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case now := <-t.C:
+			for i := range e.inflight {
+				r := e.inflight[i].Load()
+				if r != nil && r.state.Load() == stateLaunched && now.UnixNano()-r.launchT >= int64(e.opts.MaxHold) {
+					r.expire()
+				}
+			}
+		}
+	}
 }
 
 // expire releases a spinner whose request never called Ready.
@@ -413,7 +443,6 @@ func (r *Request) finish(cancel bool) error {
 				continue
 			}
 			e.flags.Set(r.slot.idx, 1)
-			r.timer.Stop()
 			e.stats.add(func(s *Stats) {
 				if cancel {
 					s.Cancelled++
@@ -449,6 +478,7 @@ func (e *Engine) reap(r *Request, expired bool) {
 		}
 		time.Sleep(20 * time.Microsecond)
 	}
+	e.inflight[s.idx].CompareAndSwap(r, nil)
 	start, end := e.gpu.stamps(s)
 	if start != 0 && end >= start {
 		held := time.Duration(end - start)
@@ -477,6 +507,10 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	var errs []error
+	if e.stop != nil {
+		close(e.stop)
+		e.janitor.Wait()
+	}
 	if e.free != nil {
 		deadline := time.Now().Add(e.opts.MaxHold + 100*time.Millisecond)
 		for len(e.free) < len(e.slots) || e.pending.Load() > 0 {

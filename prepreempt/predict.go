@@ -7,15 +7,28 @@ import (
 )
 
 // window keeps the last n durations and answers quantiles over them.
+// Quantiles are recomputed (a sort of the window) at most once every
+// refresh additions, so that Hint stays cheap on the request's path.
 type window struct {
-	buf  []time.Duration
-	next int
-	full bool
+	buf     []time.Duration
+	next    int
+	full    bool
+	added   int
+	cachedQ float64
+	cached  time.Duration
+	valid   bool
 }
+
+// refresh is how many additions a cached quantile survives.
+const refresh = 16
 
 func newWindow(n int) *window { return &window{buf: make([]time.Duration, n)} }
 
 func (w *window) add(d time.Duration) {
+	w.added++
+	if w.added >= refresh || !w.full {
+		w.valid = false
+	}
 	w.buf[w.next] = d
 	w.next++
 	if w.next == len(w.buf) {
@@ -37,10 +50,14 @@ func (w *window) quantile(q float64) (time.Duration, bool) {
 	if n == 0 {
 		return 0, false
 	}
+	if w.valid && w.cachedQ == q {
+		return w.cached, true
+	}
 	s := slices.Clone(w.buf[:n])
 	slices.Sort(s)
 	i := int(q*float64(n-1) + 0.5)
-	return s[min(max(i, 0), n-1)], true
+	w.cached, w.cachedQ, w.valid, w.added = s[min(max(i, 0), n-1)], q, true, 0
+	return w.cached, true
 }
 
 // predictor predicts each request class's preparation time from its recent

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/cuda"
 	"github.com/gpreempt/gpreempt/internal/kernels"
+	"github.com/gpreempt/gpreempt/prepreempt"
 )
 
 // DefaultLCKernelIters makes one lc_work kernel (one block per SM x 256
@@ -42,6 +43,10 @@ type lcOptions struct {
 	Seed          uint64
 	WaitGo        bool
 	Out           string
+	// Hints: run each request through a prepreempt.Engine (Hint when
+	// preparation starts, Ready right after the launch).
+	Hints   bool
+	MaxHold time.Duration
 }
 
 var lcCommand = &cli.Command{
@@ -68,6 +73,8 @@ var lcCommand = &cli.Command{
 		&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed for --prep-dist"},
 		&cli.BoolFlag{Name: "wait-go", Usage: "after READY, wait for a line on stdin before measuring (used by 'run')"},
 		&cli.StringFlag{Name: "out", Value: "-", Usage: "result JSON file ('-': stdout)"},
+		&cli.BoolFlag{Name: "hints", Usage: "pre-preemption: Hint each request when its preparation starts, Ready right after its launch"},
+		&cli.DurationFlag{Name: "max-hold", Value: 5 * time.Millisecond, Usage: "with --hints: longest a spinner may hold the GPU"},
 	},
 	Action: func(c *cli.Context) error {
 		prep := PrepDist{Min: c.Duration("prep"), Max: c.Duration("prep")}
@@ -91,6 +98,8 @@ var lcCommand = &cli.Command{
 			Seed:          c.Uint64("seed"),
 			WaitGo:        c.Bool("wait-go"),
 			Out:           c.String("out"),
+			Hints:         c.Bool("hints"),
+			MaxHold:       c.Duration("max-hold"),
 		}
 		return runLC(c.Context, o, os.Stdin, c.App.Writer, logger(c))
 	},
@@ -125,11 +134,20 @@ type lcRequester struct {
 	args        [2]cuda.Arg
 }
 
-func (r *lcRequester) do() (LCSample, error) {
+func (r *lcRequester) do(hint *prepreempt.Request) (LCSample, error) {
 	var s LCSample
 	t0 := time.Now()
 	if err := r.g.k.LCWork.Launch(r.grid, r.block, 0, r.stream, r.args[:]...); err != nil {
+		if hint != nil {
+			err = errors.Join(err, hint.Cancel())
+		}
 		return s, err
+	}
+	if hint != nil {
+		// Right after the LC work is queued: release the spinner.
+		if err := hint.Ready(); err != nil {
+			return s, fmt.Errorf("prepreempt ready: %w", err)
+		}
 	}
 	t1 := time.Now()
 	if err := r.stream.Synchronize(); err != nil {
@@ -210,8 +228,34 @@ func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, 
 	}
 	req.args = [2]cuda.Arg{cuda.Ptr(stamps), cuda.U64(o.Iters)}
 
+	var eng *prepreempt.Engine
+	if o.Hints {
+		// After the LC kernels' module and stream exist, so the LC class
+		// the engine applies covers every channel group of the context.
+		if eng, err = prepreempt.New(ctx, g.ctx, prepreempt.Options{MaxHold: o.MaxHold, Logger: log}); err != nil {
+			return fmt.Errorf("pre-preemption engine: %w", err)
+		}
+		defer func() { err = errors.Join(err, eng.Close()) }()
+		log.Info("pre-preemption", "backend", eng.Stats().Backend)
+	}
+	rng := rand.New(rand.NewPCG(o.Seed, 0x9e3779b97f4a7c15))
+	// request runs one request: Hint at the start of preparation, the
+	// preparation (CPU busy-wait), then the launch.
+	request := func(prep time.Duration) (LCSample, error) {
+		var hint *prepreempt.Request
+		start := time.Now()
+		if eng != nil {
+			var err error
+			if hint, err = eng.Hint(ctx, "lc", o.Prep.Mean()); err != nil {
+				return LCSample{}, err
+			}
+		}
+		spinUntil(start.Add(prep))
+		return req.do(hint)
+	}
+
 	for i := range max(o.Warmup, 1) {
-		if _, err := req.do(); err != nil {
+		if _, err := request(o.Prep.Sample(rng)); err != nil {
 			return fmt.Errorf("warmup request %d: %w", i, err)
 		}
 		time.Sleep(time.Millisecond)
@@ -228,7 +272,6 @@ func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, 
 	log.Info("lc measuring", "requests", o.Requests, "period", o.Period, "prep", o.Prep, "iters", o.Iters, "grid", o.Blocks, "block", o.Threads)
 
 	samples := make([]LCSample, 0, o.Requests)
-	rng := rand.New(rand.NewPCG(o.Seed, 0x9e3779b97f4a7c15))
 	late := 0
 	// The measurement loop allocates nothing; a collection during it would
 	// only add pauses to some requests.
@@ -248,8 +291,7 @@ func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, 
 			late++
 		}
 		prep := o.Prep.Sample(rng)
-		spinUntil(now.Add(prep))
-		s, err := req.do()
+		s, err := request(prep)
 		if err != nil {
 			return fmt.Errorf("request %d: %w", i, err)
 		}
@@ -279,6 +321,11 @@ func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, 
 		MeasureEndMonoNs:   monoNs(end),
 		Late:               late,
 		Samples:            samples,
+	}
+	if eng != nil {
+		st := eng.Stats()
+		res.Prepreempt = &st
+		res.Config["hints"] = true
 	}
 	log.Info("lc done", "requests", len(samples), "late", late)
 	return writeJSON(o.Out, stdout, res)

@@ -74,6 +74,10 @@ func (d PrepDist) String() string {
 	}
 }
 
+// Mean is the distribution's mean: the preparation time a request
+// announces when it gives a hint.
+func (d PrepDist) Mean() time.Duration { return (d.Min + d.Max) / 2 }
+
 // Sample draws one preparation time.
 func (d PrepDist) Sample(r *rand.Rand) time.Duration {
 	if d.Max <= d.Min {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+
+	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
 // WriteMarkdown renders results as results.md: a header describing the run,
@@ -52,6 +54,20 @@ func WriteMarkdown(w io.Writer, res *Results) error {
 	if len(calls) > 0 {
 		b.WriteString("\ngpreemptctl calls:\n\n" + strings.Join(calls, "\n") + "\n")
 	}
+	var pre []string
+	for _, sr := range res.Scenarios {
+		if sr.LC == nil || sr.LC.Prepreempt == nil {
+			continue
+		}
+		ps := sr.LC.Prepreempt
+		held := stats.Summarize(nsToUs(ps.HeldSamples))
+		sw := stats.Summarize(nsToUs(ps.SwitchInSamples))
+		pre = append(pre, fmt.Sprintf("- %s: %s flags; %d hints: %d early, %d late, %d expired, %d dropped; spinner held the GPU p50 %.1f / p99 %.1f us per request; switch-in p50 %.1f / p99 %.1f us",
+			sr.Name, ps.Backend, ps.Hints, ps.Early, ps.Late, ps.Expired, ps.Dropped, held.P50, held.P99, sw.P50, sw.P99))
+	}
+	if len(pre) > 0 {
+		b.WriteString("\nPre-preemption:\n\n" + strings.Join(pre, "\n") + "\n")
+	}
 	var notes []string
 	for _, sr := range res.Scenarios {
 		for _, wn := range sr.Warnings {
@@ -69,6 +85,14 @@ func WriteMarkdown(w io.Writer, res *Results) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func nsToUs(ns []int64) []float64 {
+	out := make([]float64, len(ns))
+	for i, v := range ns {
+		out[i] = float64(v) / 1e3
+	}
+	return out
 }
 
 func (res *Results) usesRuntime(runtime string) bool {

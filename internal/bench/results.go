@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpreempt/gpreempt/prepreempt"
 	"io"
 	"os"
 	"path/filepath"
@@ -58,6 +59,9 @@ type LCResult struct {
 	// after their arrival because the previous request was still running.
 	Late    int        `json:"late"`
 	Samples []LCSample `json:"samples"`
+	// Prepreempt is the engine's statistics when the worker ran with
+	// --hints.
+	Prepreempt *prepreempt.Stats `json:"prepreempt,omitempty"`
 }
 
 // BEResult is what a BE worker writes.

@@ -438,13 +438,17 @@ func (r *runner) lcArgv(sc Scenario, out string) ([]string, []string) {
 		}
 		return argv, pythonEnv
 	}
-	return append(slices.Clone(r.env.self), "lc",
+	argv := append(slices.Clone(r.env.self), "lc",
 		"--device", strconv.Itoa(r.o.Device),
 		"--period", fmtDuration(r.o.Period), "--prep-dist", r.o.Prep.String(),
 		"--blocks", strconv.Itoa(r.o.LCBlocks), "--threads", strconv.Itoa(r.o.LCThreads),
 		"--kernel-iters", strconv.FormatUint(r.o.LCIters, 10),
 		"--requests", strconv.Itoa(r.o.lcRequests(sc.Runtime)), "--warmup", strconv.Itoa(r.o.Warmup),
-		"--wait-go", "--out", out), nil
+		"--wait-go", "--out", out)
+	if sc.Hints {
+		argv = append(argv, "--hints")
+	}
+	return argv, nil
 }
 
 // pythonEnv makes Python flush READY at once even if -u were dropped.

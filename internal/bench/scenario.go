@@ -40,6 +40,8 @@ type Scenario struct {
 	// BETimeslice, for KindShared, is the BE class timeslice applied with
 	// "gpreemptctl class" (0: leave the driver's defaults, no gpreemptctl).
 	BETimeslice time.Duration
+	// Hints: the LC worker uses pre-preemption (prepreempt.Engine).
+	Hints bool
 	// Ratio, for KindBERatio, is the two BE processes' timeslices.
 	Ratio [2]time.Duration
 }
@@ -89,9 +91,12 @@ func parseScenario(name string) (Scenario, error) {
 	if r, ok := strings.CutPrefix(rest, "pytorch-"); ok {
 		sc.Runtime = RuntimePyTorch
 		rest = r
+	} else if r, ok := strings.CutPrefix(rest, "prepreempt-"); ok {
+		sc.Hints = true
+		rest = r
 	}
 	bad := func(why string) (Scenario, error) {
-		return Scenario{}, fmt.Errorf("%w: scenario %q: %s (known: standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, pytorch[-standalone|-be-only|-defaults|-be-<timeslice>])", ErrInvalidArgument, name, why)
+		return Scenario{}, fmt.Errorf("%w: scenario %q: %s (known: standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, pytorch[-standalone|-be-only|-defaults|-be-<timeslice>], prepreempt-{standalone|defaults|be-<timeslice>})", ErrInvalidArgument, name, why)
 	}
 	switch {
 	case rest == "standalone":
@@ -125,6 +130,9 @@ func parseScenario(name string) (Scenario, error) {
 		sc.BETimeslice = d
 	default:
 		return bad("unknown scenario")
+	}
+	if sc.Hints && !sc.HasLC() {
+		return bad("pre-preemption needs an LC worker")
 	}
 	return sc, nil
 }

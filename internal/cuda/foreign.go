@@ -17,3 +17,17 @@ import "C"
 func (c *Context) ForeignStream(h uintptr) *Stream {
 	return &Stream{ctx: c, h: C.gp_stream_from_handle(C.uintptr_t(h))}
 }
+
+// RetainPrimary retains the device's primary context without touching its
+// flags: for joining a context an application (PyTorch, say) already
+// created and configured.
+func (d Device) RetainPrimary() (*Context, error) {
+	if err := Init(); err != nil {
+		return nil, err
+	}
+	var h C.CUcontext
+	if err := check("cuDevicePrimaryCtxRetain", C.gp_primary_ctx_retain(&h, d.h)); err != nil {
+		return nil, err
+	}
+	return &Context{dev: d, h: h}, nil
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCABI builds libgpreempt.so, compiles a C program against
+// include/gpreempt.h and checks the whole path through the ABI. Without a
+// GPU the engine cannot start, which exercises the error reporting; with
+// one, init, a hint and ready must succeed.
+func TestCABI(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("no gcc to build the C test program")
+	}
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "libgpreempt.so")
+	build := exec.Command("go", "build", "-buildmode=c-shared", "-o", lib, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the shared library: %v\n%s", err, out)
+	}
+	prog := filepath.Join(dir, "abi.c")
+	src := `#include <stdio.h>
+#include <string.h>
+#include "gpreempt.h"
+int main(void) {
+	if (gpreempt_hint("x", 1) != 0) { puts("hint without init succeeded"); return 1; }
+	printf("before-init: %s\n", gpreempt_last_error());
+	if (gpreempt_init(0, 0, GPREEMPT_SKIP_LC_CLASS) != 0) {
+		printf("init: %s\n", gpreempt_last_error());
+		return 3;
+	}
+	uint64_t h = gpreempt_hint("x", 100);
+	if (h == 0 || gpreempt_ready(h) != 0) { printf("request: %s\n", gpreempt_last_error()); return 1; }
+	if (gpreempt_ready(h) == 0) { puts("second ready succeeded"); return 1; }
+	char buf[4096];
+	int n = gpreempt_stats_json(buf, sizeof buf);
+	printf("stats %d %s\n", n, buf);
+	return gpreempt_shutdown() == 0 ? 0 : 1;
+}
+`
+	if err := os.WriteFile(prog, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(dir, "abi")
+	cc := exec.Command("gcc", "-Wall", "-Werror", "-I", filepath.Join("..", "..", "include"), "-o", exe, prog,
+		"-L", dir, "-lgpreempt", "-Wl,-rpath,"+dir)
+	if out, err := cc.CombinedOutput(); err != nil {
+		t.Fatalf("compile against gpreempt.h: %v\n%s", err, out)
+	}
+	out, err := exec.Command(exe).CombinedOutput()
+	text := string(out)
+	if !strings.Contains(text, "before-init: gpreempt_hint: not initialised") {
+		t.Errorf("hint before init did not report why:\n%s", text)
+	}
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		if !strings.Contains(text, `"hints":1`) {
+			t.Errorf("stats do not count the hint:\n%s", text)
+		}
+	case errors.As(err, &exit) && exit.ExitCode() == 3:
+		// No GPU here: init must fail and say so.
+		if !strings.Contains(text, "libcuda") && !strings.Contains(text, "CUDA") {
+			t.Errorf("init failure does not name the cause:\n%s", text)
+		}
+	default:
+		t.Fatalf("C program: %v\n%s", err, text)
+	}
+}
+

@@ -1,0 +1,187 @@
+// Command libgpreempt is the pre-preemption engine as a C shared library,
+// for Python (ctypes), C and C++ applications. Build it with
+//
+//	go build -buildmode=c-shared -o libgpreempt.so ./cmd/libgpreempt
+//
+// The API is declared in include/gpreempt.h. One engine per process, on the
+// primary context of one device: the context PyTorch and the CUDA runtime
+// use, so the spinner and the application's own kernels share one set of
+// channel groups.
+package main
+
+/*
+#include <stdint.h>
+#include <stddef.h>
+#include <string.h>
+
+static char gp_last_error[512];
+static void gp_set_error(const char *s) {
+	strncpy(gp_last_error, s, sizeof gp_last_error - 1);
+	gp_last_error[sizeof gp_last_error - 1] = 0;
+}
+static const char *gp_get_error(void) { return gp_last_error; }
+#include <stdlib.h>
+static void free_cstring(char *s) { free(s); }
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/gpreempt/gpreempt/internal/cuda"
+	"github.com/gpreempt/gpreempt/prepreempt"
+)
+
+var (
+	mu       sync.Mutex
+	engine   *prepreempt.Engine
+	cctx     *cuda.Context
+	requests = map[uint64]*prepreempt.Request{}
+	nextID   uint64
+)
+
+func fail(err error) C.int {
+	msg := C.CString(err.Error())
+	C.gp_set_error(msg)
+	C.free_cstring(msg)
+	return -1
+}
+
+func main() {}
+
+//export gpreempt_init
+func gpreempt_init(device C.int, maxHoldUs C.uint64_t, flags C.uint32_t) C.int {
+	mu.Lock()
+	defer mu.Unlock()
+	if engine != nil {
+		return fail(errors.New("gpreempt_init: already initialised"))
+	}
+	dev, err := cuda.GetDevice(int(device))
+	if err != nil {
+		if err := cuda.Init(); err != nil {
+			return fail(err)
+		}
+		if dev, err = cuda.GetDevice(int(device)); err != nil {
+			return fail(err)
+		}
+	}
+	c, err := dev.RetainPrimary()
+	if err != nil {
+		return fail(err)
+	}
+	opts := prepreempt.Options{MaxHold: time.Duration(maxHoldUs) * time.Microsecond}
+	if flags&C.uint32_t(flagSkipLCClass) != 0 {
+		opts.SkipLCClass = true
+	}
+	e, err := prepreempt.New(context.Background(), c, opts)
+	if err != nil {
+		return fail(errors.Join(err, c.Release()))
+	}
+	engine, cctx = e, c
+	return 0
+}
+
+// flagSkipLCClass is GPREEMPT_SKIP_LC_CLASS in gpreempt.h.
+const flagSkipLCClass = 1
+
+//export gpreempt_hint
+func gpreempt_hint(class *C.char, expectedPrepUs C.uint64_t) C.uint64_t {
+	mu.Lock()
+	e := engine
+	mu.Unlock()
+	if e == nil {
+		fail(errors.New("gpreempt_hint: not initialised"))
+		return 0
+	}
+	r, err := e.Hint(context.Background(), C.GoString(class), time.Duration(expectedPrepUs)*time.Microsecond)
+	if err != nil {
+		fail(err)
+		return 0
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	nextID++
+	requests[nextID] = r
+	return C.uint64_t(nextID)
+}
+
+func take(h C.uint64_t) (*prepreempt.Request, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	r := requests[uint64(h)]
+	if r == nil {
+		return nil, errors.New("unknown request handle")
+	}
+	delete(requests, uint64(h))
+	return r, nil
+}
+
+//export gpreempt_ready
+func gpreempt_ready(h C.uint64_t) C.int {
+	r, err := take(h)
+	if err == nil {
+		err = r.Ready()
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+//export gpreempt_cancel
+func gpreempt_cancel(h C.uint64_t) C.int {
+	r, err := take(h)
+	if err == nil {
+		err = r.Cancel()
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+//export gpreempt_stats_json
+func gpreempt_stats_json(buf *C.char, n C.size_t) C.int {
+	mu.Lock()
+	e := engine
+	mu.Unlock()
+	if e == nil {
+		return fail(errors.New("gpreempt_stats_json: not initialised"))
+	}
+	st := e.Stats()
+	st.HeldSamples, st.SwitchInSamples = nil, nil
+	b, err := json.Marshal(st)
+	if err != nil {
+		return fail(err)
+	}
+	if buf != nil && int(n) > len(b) {
+		dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(n))
+		copy(dst, b)
+		dst[len(b)] = 0
+	}
+	return C.int(len(b))
+}
+
+//export gpreempt_last_error
+func gpreempt_last_error() *C.char { return C.gp_get_error() }
+
+//export gpreempt_shutdown
+func gpreempt_shutdown() C.int {
+	mu.Lock()
+	defer mu.Unlock()
+	if engine == nil {
+		return 0
+	}
+	err := errors.Join(engine.Close(), cctx.Release())
+	engine, cctx = nil, nil
+	clear(requests)
+	if err != nil {
+		return fail(err)
+	}
+	return 0
+}

@@ -1,0 +1,61 @@
+/*
+ * gpreempt.h — pre-preemption for latency-critical CUDA requests.
+ *
+ * Link with libgpreempt.so (go build -buildmode=c-shared ./cmd/libgpreempt).
+ * One engine per process, on the primary context of one device (the context
+ * PyTorch and the CUDA runtime use). Typical request:
+ *
+ *     uint64_t h = gpreempt_hint("infer", 500);   // preparation starts
+ *     ... prepare inputs, copy them, launch the LC kernels on your stream ...
+ *     gpreempt_ready(h);                          // right after the launches
+ *
+ * The engine launches a one-thread spinner (and an empty kernel behind it)
+ * about one switch time before the predicted end of preparation, so the
+ * context is already resident on the GPU when the LC kernels arrive;
+ * gpreempt_ready releases it. A spinner never holds the GPU longer than
+ * max_hold_us, even if gpreempt_ready is never called.
+ *
+ * Functions return 0 (or a handle / a length) on success and -1 (or 0 for
+ * gpreempt_hint) on failure; gpreempt_last_error() then says why. All are
+ * thread-safe.
+ */
+#ifndef GPREEMPT_H
+#define GPREEMPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Do not put this process's channel groups in the LC class at init. */
+#define GPREEMPT_SKIP_LC_CLASS 1u
+
+/* Create the engine on device's primary context. max_hold_us 0: 5000. */
+int gpreempt_init(int device, uint64_t max_hold_us, uint32_t flags);
+
+/* A request of class `cls` starts preparing; expected_prep_us is used until
+ * the class has history. Returns a handle, 0 on error. */
+uint64_t gpreempt_hint(char *cls, uint64_t expected_prep_us);
+
+/* The request's LC work is enqueued: release its spinner. */
+int gpreempt_ready(uint64_t handle);
+
+/* The request is dropped: release its spinner. */
+int gpreempt_cancel(uint64_t handle);
+
+/* Engine statistics as JSON into buf (NUL-terminated if it fits); returns
+ * the JSON's length, -1 on error. */
+int gpreempt_stats_json(char *buf, size_t len);
+
+/* The last error's message (valid until the next failing call). */
+char *gpreempt_last_error(void);
+
+/* Release outstanding spinners and free the engine. */
+int gpreempt_shutdown(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

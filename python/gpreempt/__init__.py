@@ -1,0 +1,115 @@
+"""Pre-preemption for latency-critical CUDA requests, from Python.
+
+A thin ctypes wrapper over libgpreempt.so (include/gpreempt.h). Use it with
+PyTorch like this::
+
+    import gpreempt, torch
+    gp = gpreempt.Engine(device=torch.cuda.current_device())
+    with gp.request("infer", expected_prep_us=500) as req:
+        x = preprocess(raw)                 # CPU-side preparation
+        x = x.to("cuda", non_blocking=True)
+        y = model(x)                        # LC kernels queued
+        req.ready()                         # release the spinner now
+    torch.cuda.current_stream().synchronize()
+
+The engine joins the device's primary context, the one PyTorch uses, so the
+spinner keeps PyTorch's own channel groups resident. Leaving the ``with``
+block without ready() cancels the request.
+"""
+
+import ctypes
+import json
+import os
+
+__all__ = ["Engine", "GpreemptError", "SKIP_LC_CLASS"]
+
+SKIP_LC_CLASS = 1
+
+
+class GpreemptError(RuntimeError):
+    pass
+
+
+def _load(path=None):
+    candidates = [path] if path else [
+        os.environ.get("GPREEMPT_LIB"),
+        os.path.join(os.path.dirname(__file__), "libgpreempt.so"),
+        "libgpreempt.so",
+    ]
+    errors = []
+    for c in candidates:
+        if not c:
+            continue
+        try:
+            lib = ctypes.CDLL(c)
+        except OSError as e:
+            errors.append(f"{c}: {e}")
+            continue
+        lib.gpreempt_init.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint32]
+        lib.gpreempt_init.restype = ctypes.c_int
+        lib.gpreempt_hint.argtypes = [ctypes.c_char_p, ctypes.c_uint64]
+        lib.gpreempt_hint.restype = ctypes.c_uint64
+        lib.gpreempt_ready.argtypes = [ctypes.c_uint64]
+        lib.gpreempt_ready.restype = ctypes.c_int
+        lib.gpreempt_cancel.argtypes = [ctypes.c_uint64]
+        lib.gpreempt_cancel.restype = ctypes.c_int
+        lib.gpreempt_stats_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        lib.gpreempt_stats_json.restype = ctypes.c_int
+        lib.gpreempt_last_error.argtypes = []
+        lib.gpreempt_last_error.restype = ctypes.c_char_p
+        lib.gpreempt_shutdown.argtypes = []
+        lib.gpreempt_shutdown.restype = ctypes.c_int
+        return lib
+    raise GpreemptError("libgpreempt.so not found (set GPREEMPT_LIB): " + "; ".join(errors))
+
+
+class Request:
+    def __init__(self, engine, handle):
+        self._engine, self._handle = engine, handle
+
+    def ready(self):
+        """Call right after the request's LC work has been enqueued."""
+        if self._handle:
+            h, self._handle = self._handle, 0
+            self._engine._check(self._engine._lib.gpreempt_ready(h), "ready")
+
+    def cancel(self):
+        if self._handle:
+            h, self._handle = self._handle, 0
+            self._engine._check(self._engine._lib.gpreempt_cancel(h), "cancel")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.cancel()
+        return False
+
+
+class Engine:
+    def __init__(self, device=0, max_hold_us=5000, skip_lc_class=False, lib=None):
+        self._lib = _load(lib)
+        flags = SKIP_LC_CLASS if skip_lc_class else 0
+        self._check(self._lib.gpreempt_init(device, max_hold_us, flags), "init")
+
+    def _check(self, rc, what):
+        if rc != 0:
+            raise GpreemptError(f"gpreempt {what}: {self._lib.gpreempt_last_error().decode()}")
+
+    def request(self, cls="default", expected_prep_us=0):
+        """Announce that a request of class cls starts its preparation."""
+        h = self._lib.gpreempt_hint(cls.encode(), int(expected_prep_us))
+        if h == 0:
+            raise GpreemptError("gpreempt hint: " + self._lib.gpreempt_last_error().decode())
+        return Request(self, h)
+
+    def stats(self):
+        n = self._lib.gpreempt_stats_json(None, 0)
+        if n < 0:
+            self._check(n, "stats")
+        buf = ctypes.create_string_buffer(n + 1)
+        self._lib.gpreempt_stats_json(buf, n + 1)
+        return json.loads(buf.value)
+
+    def close(self):
+        self._check(self._lib.gpreempt_shutdown(), "shutdown")
