@@ -310,8 +310,8 @@ func TestWindowQuantile(t *testing.T) {
 }
 
 func TestSwitchTracker(t *testing.T) {
-	s := newSwitchTracker(200*time.Microsecond, 0.9, 32)
-	if s.estimate() != 200*time.Microsecond {
+	s := newSwitchTracker(100*time.Microsecond, 0.9, 32)
+	if s.estimate() != 100*time.Microsecond {
 		t.Error("initial estimate")
 	}
 	for i := range 20 {
@@ -320,6 +320,13 @@ func TestSwitchTracker(t *testing.T) {
 	s.observe(-time.Microsecond) // clock noise is clamped, not trusted
 	if d := s.estimate(); d < 160*time.Microsecond || d > 170*time.Microsecond {
 		t.Errorf("estimate %v, want the 90th percentile of 150..169 us", d)
+	}
+	low := newSwitchTracker(200*time.Microsecond, 0.9, 32)
+	for range 20 {
+		low.observe(30 * time.Microsecond)
+	}
+	if d := low.estimate(); d != 200*time.Microsecond {
+		t.Errorf("estimate %v below the configured floor", d)
 	}
 }
 

@@ -116,11 +116,17 @@ func newSwitchTracker(initial time.Duration, q float64, size int) *switchTracker
 	return &switchTracker{q: q, w: newWindow(size), def: initial}
 }
 
+// estimate is the launch lead: the tracked quantile, but never less than
+// the configured switch time. The spinner's own start stamp measures when
+// the context first runs (~30 us p50 on the H100 under a 1 us BE), which
+// is less than what it takes for the context to be resident with the LC
+// work's SMs free; launching on the stamp alone left LC p50 at 3.8x
+// standalone with a fixed 500 us preparation (docs/PREPREEMPT.md).
 func (s *switchTracker) estimate() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if d, ok := s.w.quantile(s.q); ok && s.w.len() >= 8 {
-		return d
+		return max(d, s.def)
 	}
 	return s.def
 }
