@@ -13,7 +13,8 @@ all: build
 -include mk/*.mk
 
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -o $(BIN)/ ./cmd/gpreemptctl ./cmd/gpreempt-bench
+	$(GO) build -buildmode=c-shared -o $(BIN)/libgpreempt.so ./cmd/libgpreempt
 
 vet:
 	$(GO) vet $(PKGS)
@@ -35,8 +36,9 @@ fuzz:
 # Binaries and test binaries to carry to the GPU machine (no Go there).
 gpu-binaries: build
 	mkdir -p $(CARRY)
-	cp $(BIN)/* $(CARRY)/
+	cp $(BIN)/gpreemptctl $(BIN)/gpreempt-bench $(BIN)/libgpreempt.so $(CARRY)/
 	$(GO) test -c -o $(CARRY)/tsg.test ./tsg
+	$(GO) test -c -o $(CARRY)/prepreempt.test ./prepreempt
 	$(GO) test -c -o $(CARRY)/gpu.test ./internal/gpu
 
 # On the GPU machine, from the carried binaries: the GPU tests and the
@@ -44,6 +46,7 @@ gpu-binaries: build
 gpu-test:
 	cd tsg && ../$(CARRY)/tsg.test -test.v -test.run GPU -test.bench GPU -test.benchtime 200x
 	cd internal/gpu && ../../$(CARRY)/gpu.test -test.v
+	cd prepreempt && ../$(CARRY)/prepreempt.test -test.v -test.run GPU
 
 # On the GPU machine, as root, from the carried binaries: the whole benchmark
 # matrix, results into docs/results/, the generated part of docs/BENCHMARKS.md
