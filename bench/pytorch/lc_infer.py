@@ -86,6 +86,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1, help="seed for --prep")
     ap.add_argument("--wait-go", action="store_true", help="after READY, wait for a line on stdin")
     ap.add_argument("--out", default="-", help="result JSON file ('-': stdout)")
+    ap.add_argument("--hints", action="store_true",
+                    help="pre-preemption through libgpreempt (python/gpreempt): hint when preparation starts, ready after the forward pass is queued")
     args = ap.parse_args()
     if args.requests <= 0 or args.period <= 0:
         ap.error("--requests and --period must be positive")
@@ -125,12 +127,21 @@ def main():
             with torch.inference_mode():
                 model(x)
 
-    def request():
+    gp = None
+    if args.hints:
+        import gpreempt  # python/gpreempt, with GPREEMPT_LIB naming libgpreempt.so
+        gp = gpreempt.Engine(device=args.device)
+    lo, hi = args.prep
+    expected_prep_us = (lo + hi) // 2 // 1000
+
+    def request(hint=None):
         t0 = time.monotonic_ns()
         ev_start.record()
         x.copy_(x_host, non_blocking=True)
         forward()
         ev_end.record()
+        if hint is not None:
+            hint.ready()
         t_issued = time.monotonic_ns()
         torch.cuda.synchronize(dev)
         t1 = time.monotonic_ns()
@@ -138,7 +149,7 @@ def main():
         return t0, t_issued, t1, gpu_ns
 
     for _ in range(max(args.warmup, 1)):
-        request()
+        request(gp.request("infer", expected_prep_us) if gp else None)
     print(f"READY pid={os.getpid()}", flush=True)
     if args.wait_go and not sys.stdin.readline():
         sys.exit("lc_infer.py: stdin closed before the go line")
@@ -158,10 +169,10 @@ def main():
             now = arrival
         elif now - arrival > args.period:
             late += 1
-        lo, hi = args.prep
         prep = lo if hi <= lo else rng.randint(lo, hi)
+        hint = gp.request("infer", expected_prep_us) if gp else None
         spin_until(now + prep)
-        t0, t_issued, t1, gpu_ns = request()
+        t0, t_issued, t1, gpu_ns = request(hint)
         samples.append({
             "arrival_mono_ns": arrival,
             "prep_ns": prep,
@@ -195,6 +206,10 @@ def main():
         "late": late,
         "samples": samples,
     }
+    if gp is not None:
+        result["prepreempt"] = gp.stats()
+        result["config"]["hints"] = True
+        gp.close()
     write_json(args.out, result)
 
 

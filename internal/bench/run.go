@@ -20,6 +20,7 @@ import (
 
 	pyscripts "github.com/gpreempt/gpreempt/bench/pytorch"
 	"github.com/gpreempt/gpreempt/internal/stats"
+	gpreemptpy "github.com/gpreempt/gpreempt/python/gpreempt"
 )
 
 // runOptions are the orchestrator's parameters.
@@ -406,6 +407,13 @@ func (r *runner) pytorchScripts() (string, error) {
 			return "", err
 		}
 	}
+	// The libgpreempt wrapper, for the pytorch-prepreempt scenarios.
+	if err := os.MkdirAll(filepath.Join(dir, "gpreempt"), 0o755); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "gpreempt", "__init__.py"), gpreemptpy.Init, 0o644); err != nil {
+		return "", err
+	}
 	return dir, nil
 }
 
@@ -435,6 +443,15 @@ func (r *runner) lcArgv(sc Scenario, out string) ([]string, []string) {
 			"--device", strconv.Itoa(r.o.Device), "--wait-go", "--out", out}
 		if r.o.PyGraph {
 			argv = append(argv, "--cuda-graph")
+		}
+		if sc.Hints {
+			// The wrapper is written beside the scripts; the library is
+			// found next to this binary unless GPREEMPT_LIB says otherwise.
+			env := append(slices.Clone(pythonEnv), "PYTHONPATH="+r.scripts)
+			if os.Getenv("GPREEMPT_LIB") == "" && len(r.env.self) > 0 {
+				env = append(env, "GPREEMPT_LIB="+filepath.Join(filepath.Dir(r.env.self[0]), "libgpreempt.so"))
+			}
+			return append(argv, "--hints"), env
 		}
 		return argv, pythonEnv
 	}

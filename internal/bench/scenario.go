@@ -91,12 +91,13 @@ func parseScenario(name string) (Scenario, error) {
 	if r, ok := strings.CutPrefix(rest, "pytorch-"); ok {
 		sc.Runtime = RuntimePyTorch
 		rest = r
-	} else if r, ok := strings.CutPrefix(rest, "prepreempt-"); ok {
+	}
+	if r, ok := strings.CutPrefix(rest, "prepreempt-"); ok {
 		sc.Hints = true
 		rest = r
 	}
 	bad := func(why string) (Scenario, error) {
-		return Scenario{}, fmt.Errorf("%w: scenario %q: %s (known: standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, pytorch[-standalone|-be-only|-defaults|-be-<timeslice>], prepreempt-{standalone|defaults|be-<timeslice>})", ErrInvalidArgument, name, why)
+		return Scenario{}, fmt.Errorf("%w: scenario %q: %s (known: standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, pytorch[-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch-]prepreempt-{standalone|defaults|be-<timeslice>})", ErrInvalidArgument, name, why)
 	}
 	switch {
 	case rest == "standalone":

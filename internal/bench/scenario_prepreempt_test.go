@@ -1,0 +1,70 @@
+package bench
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestParsePrepreemptScenarios(t *testing.T) {
+	tests := []struct {
+		name    string
+		runtime string
+		kind    Kind
+		ts      time.Duration
+		wantErr bool
+	}{
+		{"prepreempt-be-1us", RuntimeKernels, KindShared, time.Microsecond, false},
+		{"prepreempt-standalone", RuntimeKernels, KindStandalone, 0, false},
+		{"prepreempt-defaults", RuntimeKernels, KindShared, 0, false},
+		{"pytorch-prepreempt-be-1us", RuntimePyTorch, KindShared, time.Microsecond, false},
+		{"prepreempt-be-only", "", "", 0, true},
+		{"prepreempt-be-ratio:1ms:1ms", "", "", 0, true},
+	}
+	for _, tt := range tests {
+		sc, err := parseScenario(tt.name)
+		if tt.wantErr {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("%s: error %v, want ErrInvalidArgument", tt.name, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		if !sc.Hints || sc.Runtime != tt.runtime || sc.Kind != tt.kind || sc.BETimeslice != tt.ts {
+			t.Errorf("%s: %+v", tt.name, sc)
+		}
+	}
+}
+
+func TestLCArgvHints(t *testing.T) {
+	r := &runner{env: runEnv{self: []string{"/opt/gp/gpreempt-bench"}}, scripts: "/tmp/scripts",
+		o: runOptions{Requests: 10, PyRequests: 10, Python: "python3"}}
+	sc, err := parseScenario("prepreempt-be-1us")
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv, _ := r.lcArgv(sc, "lc.json")
+	if argv[len(argv)-1] != "--hints" {
+		t.Errorf("kernel LC worker argv lacks --hints: %v", argv)
+	}
+	sc, _ = parseScenario("pytorch-prepreempt-be-1us")
+	t.Setenv("GPREEMPT_LIB", "")
+	argv, env := r.lcArgv(sc, "lc.json")
+	if argv[len(argv)-1] != "--hints" {
+		t.Errorf("python LC worker argv lacks --hints: %v", argv)
+	}
+	want := map[string]bool{"PYTHONPATH=/tmp/scripts": false, "GPREEMPT_LIB=/opt/gp/libgpreempt.so": false}
+	for _, kv := range env {
+		if _, ok := want[kv]; ok {
+			want[kv] = true
+		}
+	}
+	for kv, seen := range want {
+		if !seen {
+			t.Errorf("env lacks %s: %v", kv, env)
+		}
+	}
+}
