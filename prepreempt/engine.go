@@ -459,6 +459,10 @@ func (r *Request) finish(cancel bool) error {
 			go e.reap(r, false)
 		case stateFailed:
 			return r.err
+		case stateExpired:
+			// The engine released the spinner after MaxHold; the request
+			// itself is fine.
+			return nil
 		default:
 			return ErrDone
 		}
@@ -513,6 +517,13 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	var errs []error
+	// Release spinners whose request never finished, so their slots come
+	// back, then stop the janitor.
+	for i := range e.inflight {
+		if r := e.inflight[i].Load(); r != nil {
+			r.expire()
+		}
+	}
 	if e.stop != nil {
 		close(e.stop)
 		e.janitor.Wait()

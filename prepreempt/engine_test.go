@@ -337,3 +337,23 @@ func TestLog2Bucket(t *testing.T) {
 		}
 	}
 }
+
+func TestCloseReleasesOutstandingSpinners(t *testing.T) {
+	opts := Options{MaxHold: time.Second}.withDefaults()
+	f := &fakeFlags{}
+	e := newEngine(opts, f, newFakeGPU(f, 0, opts.MaxHold))
+	r, err := e.Hint(context.Background(), "infer", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := e.Close(); err != nil {
+		t.Fatalf("Close with a spinner outstanding: %v", err)
+	}
+	if d := time.Since(start); d > 200*time.Millisecond {
+		t.Errorf("Close took %v: it waited for MaxHold instead of releasing the spinner", d)
+	}
+	if err := r.Ready(); err != nil {
+		t.Errorf("Ready after the engine released the spinner: %v", err)
+	}
+}
