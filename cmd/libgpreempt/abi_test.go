@@ -72,4 +72,3 @@ int main(void) {
 		t.Fatalf("C program: %v\n%s", err, text)
 	}
 }
-

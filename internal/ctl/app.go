@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gpreempt/gpreempt/internal/gpu"
+	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
 )
@@ -61,6 +62,8 @@ const (
 	ExitPermission   = 5
 	ExitUnsupported  = 6
 	ExitNoGPUContext = 7
+	ExitNoTracing    = 8
+	ExitNoLibrary    = 9
 )
 
 // ExitCode maps an error to gpreemptctl's exit code.
@@ -80,6 +83,10 @@ func ExitCode(err error) int {
 		return ExitUnsupported
 	case errors.Is(err, tsg.ErrNoGPUContext):
 		return ExitNoGPUContext
+	case errors.Is(err, trace.ErrBPFUnavailable), errors.Is(err, trace.ErrNoTracefs):
+		return ExitNoTracing
+	case errors.Is(err, trace.ErrNoLibrary), errors.Is(err, trace.ErrNoSymbols):
+		return ExitNoLibrary
 	}
 	return ExitFailure
 }
@@ -146,6 +153,7 @@ func NewApp(env Env) *cli.App {
 			suspendCommand,
 			resumeCommand,
 			classCommand,
+			traceCommand,
 		},
 		// Errors are printed once, by main, with the exit code it picks.
 		ExitErrHandler: func(*cli.Context, error) {},

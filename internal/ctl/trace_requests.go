@@ -1,0 +1,144 @@
+package ctl
+
+import (
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpreempt/gpreempt/internal/stats"
+	"github.com/gpreempt/gpreempt/internal/trace"
+)
+
+// maxSamples bounds the samples kept per interval for exact percentiles;
+// the histogram keeps counting past it.
+const maxSamples = 1 << 20
+
+var (
+	libcudaFlag = &cli.StringFlag{Name: "libcuda", Usage: "the libcuda to probe (default: the one the process has mapped, else from the linker's cache)"}
+	launchFlag  = &cli.StringSliceFlag{Name: "launch-symbols", Value: cli.NewStringSlice(trace.DefaultLaunchSymbols...), Usage: "functions that launch a request's kernels"}
+	syncFlag    = &cli.StringSliceFlag{Name: "sync-symbols", Value: cli.NewStringSlice(trace.DefaultSyncSymbols...), Usage: "functions whose return ends a request"}
+)
+
+var traceRequestsCommand = &cli.Command{
+	Name:  "requests",
+	Usage: "per-request latency of a process: first kernel launch to the synchronization's return",
+	Description: "Uprobes on libcuda's launch and synchronize functions: on each thread, a request is the\n" +
+		"launches until a synchronize call returns. Latency histogram in microseconds, with p50 and\n" +
+		"p99. Functions missing from the library are skipped, with a message.",
+	Flags: append([]cli.Flag{
+		&cli.IntFlag{Name: "pid", Usage: "the process (required)"},
+		libcudaFlag, launchFlag, syncFlag,
+		&cli.BoolFlag{Name: "each", Usage: "also print every request as it completes"},
+	}, traceCommonFlags...),
+	Action: func(c *cli.Context) error {
+		pid, err := pidArg(c)
+		if err != nil {
+			return err
+		}
+		lib, err := findLibrary(trace.LibCUDA, c.String("libcuda"), pid, "libcuda")
+		if err != nil {
+			return err
+		}
+		ps := append(probes(lib, trace.RoleLaunch, c.StringSlice("launch-symbols")), probes(lib, trace.RoleSync, c.StringSlice("sync-symbols"))...)
+		return runTrace(c, trace.Options{Probes: ps, PID: pid}, func(o *traceOut) traceHandler {
+			return &requestsTrace{out: o, pid: uint32(pid), each: c.Bool("each"), tracker: trace.NewRequestTracker()}
+		})
+	},
+}
+
+type requestsTrace struct {
+	out      *traceOut
+	pid      uint32
+	each     bool
+	tracker  *trace.RequestTracker
+	comm     string
+	hist     trace.Hist
+	samples  []float64
+	launches int
+	failed   int
+	header   bool
+	interval int
+}
+
+// requestSummary is an interval or the end as -o json prints it.
+type requestSummary struct {
+	Type     string        `json:"type"`
+	Title    string        `json:"title"`
+	PID      uint32        `json:"pid"`
+	Comm     string        `json:"comm"`
+	Requests uint64        `json:"requests"`
+	Failed   int           `json:"failed"`
+	Launches int           `json:"launches"`
+	Latency  stats.Summary `json:"latency_us"`
+	Hist     histView      `json:"histogram"`
+	Lost     *uint64       `json:"lost,omitempty"`
+}
+
+func (t *requestsTrace) Event(ev trace.Event) error {
+	r, ok := t.tracker.Apply(ev)
+	if !ok {
+		return nil
+	}
+	t.comm = r.Comm
+	us := usecs(r.Latency())
+	t.hist.Add(us)
+	if len(t.samples) < maxSamples {
+		t.samples = append(t.samples, float64(us))
+	}
+	t.launches += r.Launches
+	if r.Result != 0 {
+		t.failed++
+	}
+	if !t.each {
+		return nil
+	}
+	if t.out.json {
+		return t.out.jsonLine(struct {
+			Type string  `json:"type"`
+			Time float64 `json:"time_s"`
+			trace.Request
+			LatencyUs uint64 `json:"latency_us"`
+		}{"request", t.out.seconds(r.End), r, us})
+	}
+	if !t.header {
+		t.header = true
+		fmt.Fprintf(t.out.w, "%-10s %-7s %-8s %-11s %-24s %s\n", "TIME(s)", "TID", "LAUNCHES", "LATENCY(us)", "SYNC", "RESULT")
+	}
+	_, err := fmt.Fprintf(t.out.w, "%-10.6f %-7d %-8d %-11d %-24s %d\n", t.out.seconds(r.End), r.TID, r.Launches, us, r.Sync, r.Result)
+	return err
+}
+
+func (t *requestsTrace) Interval() error {
+	t.interval++
+	if err := t.print(fmt.Sprintf("interval %d", t.interval), nil); err != nil {
+		return err
+	}
+	t.hist, t.samples, t.launches, t.failed = trace.Hist{}, t.samples[:0], 0, 0
+	return nil
+}
+
+func (t *requestsTrace) End(lost uint64) error { return t.print("summary", &lost) }
+
+func (t *requestsTrace) print(title string, lost *uint64) error {
+	sum := stats.Summarize(t.samples)
+	if t.out.json {
+		return t.out.jsonLine(requestSummary{Type: "requests", Title: title, PID: t.pid, Comm: t.comm, Requests: t.hist.N,
+			Failed: t.failed, Launches: t.launches, Latency: sum, Hist: viewHist(&t.hist, "usecs"), Lost: lost})
+	}
+	w := t.out.w
+	t.out.separate()
+	fmt.Fprintf(w, "%s: pid %d %s: %d requests", title, t.pid, orDash(t.comm), t.hist.N)
+	if t.hist.N > 0 {
+		fmt.Fprintf(w, ", latency p50 %.0fus p90 %.0fus p99 %.0fus max %.0fus, %.1f launches/request, %d failed",
+			sum.P50, sum.P90, sum.P99, sum.Max, float64(t.launches)/float64(t.hist.N), t.failed)
+	}
+	fmt.Fprintln(w)
+	if err := writeHist(w, &t.hist, "usecs"); err != nil {
+		return err
+	}
+	if lost != nil {
+		_, err := fmt.Fprintf(w, "%d events lost\n", *lost)
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,150 @@
+package trace
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpreempt/gpreempt/ioctl"
+)
+
+// BenchmarkIoctlOverhead measures what tracing adds to an ioctl: the same
+// calls on /dev/null (the kernel answers ENOTTY after both tracepoints have
+// run) without and with the RM programs attached for every process. The
+// difference between rm-control/traced and rm-control/untraced is the cost
+// of one traced RM ioctl to the process making it; other-ioctl shows what
+// every other ioctl on the machine pays.
+//
+// The calls come in batches that fit the ring buffer, and the timer stops
+// while the reader catches up: a real process makes RM calls far more
+// slowly than this loop, and an event dropped on a full ring would cost
+// less than one delivered.
+//
+//	go test -run '^$' -bench IoctlOverhead -benchtime 400000x -count 5 ./internal/trace
+func BenchmarkIoctlOverhead(b *testing.B) {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	rmControl := func() {
+		p := ioctl.NVOS54_PARAMETERS{HClient: 0xc1d00022, HObject: 0x5c000015, Cmd: ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE}
+		ts := ioctl.NVA06C_CTRL_TIMESLICE_PARAMS{TimesliceUs: 2048}
+		if errno := control(fd, &p, &ts); errno != unix.ENOTTY {
+			b.Fatal(errno)
+		}
+	}
+	var t unix.Termios
+	otherIoctl := func() {
+		if errno := ioctlPtr(fd, unix.TCGETS, &t); errno != unix.ENOTTY {
+			b.Fatal(errno)
+		}
+	}
+	const batch = 4096 // of 192-byte records in a 1 MiB ring
+	// events says whether call is traced (and so must wait for the reader).
+	run := func(call func(), traced, events bool) func(*testing.B) {
+		return func(b *testing.B) {
+			var received atomic.Int64
+			var tr *Tracer
+			if traced {
+				tr = openTracer(b, Options{RM: true})
+				go func() {
+					for range tr.Events() {
+						received.Add(1)
+					}
+				}()
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				call()
+				if events && i%batch == batch-1 {
+					b.StopTimer()
+					for received.Load() < int64(i+1) {
+						time.Sleep(100 * time.Microsecond)
+					}
+					b.StartTimer()
+				}
+			}
+			b.StopTimer()
+			if traced {
+				if lost := tr.Lost(); lost != 0 {
+					b.Errorf("lost %d events: the overhead measured is not that of delivered events", lost)
+				}
+			}
+		}
+	}
+	b.Run("rm-control/untraced", run(rmControl, false, false))
+	b.Run("rm-control/traced", run(rmControl, true, true))
+	b.Run("other-ioctl/untraced", run(otherIoctl, false, false))
+	b.Run("other-ioctl/traced", run(otherIoctl, true, false))
+}
+
+// BenchmarkUprobeOverhead measures what uprobes cost the traced process:
+// testdata/callbench.c makes b.N requests and reports the mean time of one
+// (the ns/op Go reports includes the program's start: read ns/request).
+// "request": one cuLaunchKernel and one cuStreamSynchronize, both empty,
+// traced as `trace requests` does (two uprobes, one uretprobe). "hint":
+// gpreempt_hint and gpreempt_ready, whose first instruction is a 5-byte
+// NOP, traced as `trace hints` does (two uprobes, which x86-64 kernels
+// 6.18+ optimize into calls).
+//
+//	go test -run '^$' -bench UprobeOverhead -benchtime 20000x -count 5 ./internal/trace
+func BenchmarkUprobeOverhead(b *testing.B) {
+	lib, progs := buildWithFakeCUDA(b, "callbench")
+	probes := map[string][]Probe{
+		"request": {
+			{Library: lib, Symbol: "cuLaunchKernel", Role: RoleLaunch},
+			{Library: lib, Symbol: "cuStreamSynchronize", Role: RoleSync},
+		},
+		"hint": {
+			{Library: lib, Symbol: "gpreempt_hint", Role: RoleHint},
+			{Library: lib, Symbol: "gpreempt_ready", Role: RoleReady},
+		},
+	}
+	for _, mode := range []string{"request", "hint"} {
+		for _, traced := range []bool{false, true} {
+			name := mode + "/untraced"
+			if traced {
+				name = mode + "/traced"
+			}
+			b.Run(name, func(b *testing.B) {
+				cmd := exec.Command(progs[0], strconv.Itoa(b.N), mode)
+				cmd.Env = append(os.Environ(), "FAKECUDA_SYNC_US=0")
+				stdin, err := cmd.StdinPipe()
+				if err != nil {
+					b.Fatal(err)
+				}
+				var out strings.Builder
+				cmd.Stdout = &out
+				if err := cmd.Start(); err != nil {
+					b.Fatal(err)
+				}
+				if traced {
+					tr := openTracer(b, Options{PID: cmd.Process.Pid, Probes: probes[mode]})
+					go func() {
+						for range tr.Events() {
+						}
+					}()
+				}
+				fmt.Fprintln(stdin, "go")
+				stdin.Close()
+				if err := cmd.Wait(); err != nil {
+					b.Fatal(err)
+				}
+				ns, err := strconv.ParseFloat(strings.TrimSpace(out.String()), 64)
+				if err != nil {
+					b.Fatalf("callbench said %q: %v", out.String(), err)
+				}
+				b.ReportMetric(ns, "ns/request")
+			})
+		}
+	}
+}

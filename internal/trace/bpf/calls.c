@@ -1,0 +1,154 @@
+//go:build ignore
+
+// calls.c: entries and returns of user-space functions (libcuda's launch and
+// synchronize calls, the hint API of libgpreempt), for per-request
+// timelines. One program serves every function: the attach cookie says
+// which one fired (role << 24 | index into the Go side's symbol table).
+
+#include "common.h"
+
+char __license[] SEC("license") = "Dual MIT/GPL";
+
+// The kernel's struct pt_regs, as uprobe programs see it. Only the argument
+// and return registers are read.
+#if defined(__TARGET_ARCH_x86)
+struct pt_regs {
+	__u64 r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
+	__u64 ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
+};
+#define ARG0(r) ((r)->di)
+#define ARG1(r) ((r)->si)
+#define RET(r) ((r)->ax)
+#elif defined(__TARGET_ARCH_arm64)
+struct pt_regs {
+	__u64 regs[31];
+	__u64 sp, pc, pstate;
+};
+#define ARG0(r) ((r)->regs[0])
+#define ARG1(r) ((r)->regs[1])
+#define RET(r) ((r)->regs[0])
+#else
+#error "calls.c: no pt_regs layout for this target (bpf2go -target amd64 or arm64)"
+#endif
+
+// The roles of package trace (type Role) that the programs treat apart.
+enum role {
+	ROLE_HINT = 3, // gpreempt_hint(char *class, uint64_t expected_prep_us)
+};
+
+enum call_kind {
+	KIND_CALL_ENTER = 3, // distinct from rmioctl.c's kinds: one decoder serves both rings
+	KIND_CALL_RETURN = 4,
+};
+
+struct call_event {
+	__u32 kind;
+	__u32 pid;
+	__u32 tid;
+	__u32 _pad;
+	__u64 ns;
+	__u64 cookie;
+	__u64 arg0;
+	__u64 arg1;
+	__u64 ret;
+	__u8 comm[16];
+	// For a hint's entry, the class string its first argument points
+	// to (NUL-terminated, truncated).
+	__u8 str[16];
+};
+
+const struct call_event *unused_call_event __attribute__((unused));
+const enum role *unused_role __attribute__((unused));
+
+volatile const __u32 filter_tgid = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} call_events SEC(".maps");
+
+DECLARE_DROP_COUNTER(call_dropped);
+
+static __always_inline int emit(struct pt_regs *ctx, __u32 kind)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+
+	if (filter_tgid && tgid != filter_tgid)
+		return 0;
+	struct call_event *e = bpf_ringbuf_reserve(&call_events, sizeof(*e), 0);
+	if (!e) {
+		count_drop(&call_dropped);
+		return 0;
+	}
+	e->kind = kind;
+	e->pid = tgid;
+	e->tid = (__u32)pid_tgid;
+	e->_pad = 0;
+	e->ns = now;
+	e->cookie = bpf_get_attach_cookie(ctx);
+	__builtin_memset(e->str, 0, sizeof(e->str));
+	if (kind == KIND_CALL_ENTER) {
+		e->arg0 = ARG0(ctx);
+		e->arg1 = ARG1(ctx);
+		e->ret = 0;
+	} else {
+		e->arg0 = 0;
+		e->arg1 = 0;
+		e->ret = RET(ctx);
+	}
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	bpf_ringbuf_submit(e, SUBMIT_FLAGS);
+	return 0;
+}
+
+SEC("uprobe")
+int call_enter(struct pt_regs *ctx)
+{
+	return emit(ctx, KIND_CALL_ENTER);
+}
+
+SEC("uretprobe")
+int call_return(struct pt_regs *ctx)
+{
+	return emit(ctx, KIND_CALL_RETURN);
+}
+
+// call_enter_hint is call_enter for gpreempt_hint, which also copies the
+// class string. It is sleepable, so that the copy may fault the page in: a
+// string literal's page is often not yet mapped when the first hint
+// passes it, and a non-faulting read would find nothing.
+SEC("uprobe.s")
+int call_enter_hint(struct pt_regs *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	__u64 cls = ARG0(ctx);
+
+	if (filter_tgid && tgid != filter_tgid)
+		return 0;
+	struct call_event *e = bpf_ringbuf_reserve(&call_events, sizeof(*e), 0);
+	if (!e) {
+		count_drop(&call_dropped);
+		return 0;
+	}
+	e->kind = KIND_CALL_ENTER;
+	e->pid = tgid;
+	e->tid = (__u32)pid_tgid;
+	e->_pad = 0;
+	e->ns = now;
+	e->cookie = bpf_get_attach_cookie(ctx);
+	e->arg0 = cls;
+	e->arg1 = ARG1(ctx);
+	e->ret = 0;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	__builtin_memset(e->str, 0, sizeof(e->str));
+	// A fixed-size copy may cross into an unmapped page after a short
+	// string; then read up to the NUL without faulting.
+	if (cls && bpf_copy_from_user(e->str, sizeof(e->str), (const void *)cls))
+		bpf_probe_read_user_str(e->str, sizeof(e->str), (const void *)cls);
+	bpf_ringbuf_submit(e, SUBMIT_FLAGS);
+	return 0;
+}

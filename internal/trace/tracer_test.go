@@ -1,0 +1,382 @@
+package trace
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpreempt/gpreempt/ioctl"
+)
+
+// openTracer loads and attaches the real programs. It skips only when the
+// kernel refuses for lack of rights, saying so.
+func openTracer(tb testing.TB, opts Options) *Tracer {
+	tb.Helper()
+	opts.MountTracefs = true
+	tr, err := Open(context.Background(), opts)
+	if errors.Is(err, ErrNotRoot) {
+		tb.Skipf("the kernel refuses to trace for this user: %v", err)
+	}
+	if err != nil {
+		tb.Fatalf("open tracer: %v", err)
+	}
+	tb.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+// collect receives events until want of them satisfy keep, or fails after
+// a timeout.
+func collect(tb testing.TB, tr *Tracer, want int, keep func(Event) bool) []Event {
+	tb.Helper()
+	var got []Event
+	timeout := time.After(10 * time.Second)
+	for len(got) < want {
+		select {
+		case ev, ok := <-tr.Events():
+			if !ok {
+				tb.Fatalf("events closed after %d of %d (err %v)", len(got), want, tr.Err())
+			}
+			if keep(ev) {
+				got = append(got, ev)
+			}
+		case <-timeout:
+			tb.Fatalf("timed out with %d of %d events", len(got), want)
+		}
+	}
+	return got
+}
+
+func threadComm(tb testing.TB, tid int) string {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/comm", tid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// TestRMTracepoints loads the real ioctl programs and makes RM ioctls on
+// /dev/null: the kernel answers ENOTTY, but the tracepoints fire and the
+// programs copy the parameter blocks, which must decode to what was sent.
+func TestRMTracepoints(t *testing.T) {
+	tr := openTracer(t, Options{RM: true, PID: os.Getpid()})
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid := unix.Gettid()
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+
+	// A status other than NV_OK is preset in every block: the programs
+	// must carry what is in user memory at exit.
+	const preset = ioctl.NV_ERR_INVALID_CLIENT
+	alloc64 := ioctl.NVOS64_PARAMETERS{HRoot: 0xc1d00022, HObjectParent: 0x5c000002, HObjectNew: 0x5c000015,
+		HClass: ioctl.KEPLER_CHANNEL_GROUP_A, ParamsSize: 0, Status: uint32(preset)}
+	alloc21 := ioctl.NVOS21_PARAMETERS{HRoot: 0xc1d00022, HObjectParent: 0x5c000015, HObjectNew: 0x5c00001c,
+		HClass: ioctl.HOPPER_CHANNEL_GPFIFO_A, Status: uint32(preset)}
+	setTS := ioctl.NVOS54_PARAMETERS{HClient: 0xc1d00022, HObject: 0x5c000015, Cmd: ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, Status: uint32(preset)}
+	ts := ioctl.NVA06C_CTRL_TIMESLICE_PARAMS{TimesliceUs: 2048}
+	sched := ioctl.NVOS54_PARAMETERS{HClient: 0xc1d00022, HObject: 0x5c000015, Cmd: ioctl.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE}
+	schedParams := ioctl.NVA06F_CTRL_GPFIFO_SCHEDULE_PARAMS_V575{BEnable: 1}
+	otherCtl := ioctl.NVOS54_PARAMETERS{HClient: 0xc1d00022, HObject: 0xc1d00022, Cmd: ioctl.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO}
+	handleInfo := ioctl.NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS{HObject: 0x5c000015, Index: 2}
+	free := ioctl.NVOS00_PARAMETERS{HRoot: 0xc1d00022, HObjectParent: 0x5c000002, HObjectOld: 0x5c000015, Status: uint32(preset)}
+
+	mustENOTTY := func(what string, errno unix.Errno) {
+		t.Helper()
+		if errno != unix.ENOTTY {
+			t.Fatalf("%s on /dev/null: errno %v, want ENOTTY", what, errno)
+		}
+	}
+	mustENOTTY("alloc64", rmIoctl(fd, ioctl.NV_ESC_RM_ALLOC, &alloc64))
+	// Not traced: not type 'F', an escape the programs ignore, a size RM
+	// would refuse.
+	var termios unix.Termios
+	ioctlPtr(fd, unix.TCGETS, &termios)
+	ioctlPtr(fd, ioctl.IOWR(ioctl.NV_ESC_RM_MAP_MEMORY, 48), &alloc64)
+	ioctlPtr(fd, ioctl.IOWR(ioctl.NV_ESC_RM_CONTROL, 40), &alloc64)
+	mustENOTTY("alloc21", rmIoctl(fd, ioctl.NV_ESC_RM_ALLOC, &alloc21))
+	mustENOTTY("set timeslice", control(fd, &setTS, &ts))
+	mustENOTTY("schedule", control(fd, &sched, &schedParams))
+	mustENOTTY("handle info", control(fd, &otherCtl, &handleInfo))
+	mustENOTTY("free", rmIoctl(fd, ioctl.NV_ESC_RM_FREE, &free))
+	// A parameter block the programs cannot read: traced, without a body.
+	ioctlBadPointer(fd, ioctl.IOWR(ioctl.NV_ESC_RM_CONTROL, 32))
+
+	evs := collect(t, tr, 7, func(ev Event) bool { _, ok := ev.(*RMCall); return ok })
+	comm := threadComm(t, tid)
+	for i, ev := range evs {
+		e := ev.(*RMCall)
+		if e.PID != uint32(os.Getpid()) || e.TID != uint32(tid) || e.Comm != comm || e.FD != int32(fd) {
+			t.Errorf("event %d: pid %d tid %d comm %q fd %d, want %d %d %q %d", i, e.PID, e.TID, e.Comm, e.FD, os.Getpid(), tid, comm, fd)
+		}
+		if e.Ret != -int64(unix.ENOTTY) {
+			t.Errorf("event %d: ret %d, want -ENOTTY", i, e.Ret)
+		}
+		if e.Enter < tr.Start() || e.Exit < e.Enter || e.Duration() > time.Second {
+			t.Errorf("event %d: enter %d exit %d (start %d)", i, e.Enter, e.Exit, tr.Start())
+		}
+		if i < 6 && (!e.StatusKnown || (e.Status != preset && e.Control == nil)) {
+			t.Errorf("event %d: status %v known %v, want %v", i, e.Status, e.StatusKnown, preset)
+		}
+	}
+
+	if a := evs[0].(*RMCall).Alloc; a == nil || !a.Long || a.Client != 0xc1d00022 || a.Parent != 0x5c000002 ||
+		a.Object != 0x5c000015 || a.Class != ioctl.KEPLER_CHANNEL_GROUP_A {
+		t.Errorf("NVOS64 alloc decoded as %+v", a)
+	}
+	if a := evs[1].(*RMCall).Alloc; a == nil || a.Long || a.Parent != 0x5c000015 || a.Object != 0x5c00001c || a.Class != ioctl.HOPPER_CHANNEL_GPFIFO_A {
+		t.Errorf("NVOS21 alloc decoded as %+v", a)
+	}
+	c := evs[2].(*RMCall).Control
+	if c == nil || c.Cmd != ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE || c.Object != 0x5c000015 || c.ParamsSize != 8 {
+		t.Fatalf("SET_TIMESLICE decoded as %+v", c)
+	}
+	if us, ok := c.TimesliceUs(); !ok || us != 2048 {
+		t.Errorf("SET_TIMESLICE value = %d, %v; want 2048 (params head %x / %x)", us, ok, c.In, c.Out)
+	}
+	if evs[2].(*RMCall).Status != preset {
+		t.Errorf("SET_TIMESLICE status %v", evs[2].(*RMCall).Status)
+	}
+	if on, ok := evs[3].(*RMCall).Control.ScheduleEnable(); !ok || !on {
+		t.Errorf("GPFIFO_SCHEDULE enable = %v, %v (head %x, size %d)", on, ok, evs[3].(*RMCall).Control.In, evs[3].(*RMCall).Control.ParamsSize)
+	}
+	if c := evs[4].(*RMCall).Control; c == nil || c.Cmd != ioctl.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO || c.In != nil {
+		t.Errorf("a control on a client: %+v (its parameters must not be copied)", c)
+	}
+	if f := evs[5].(*RMCall).Free; f == nil || f.Client != 0xc1d00022 || f.Object != 0x5c000015 {
+		t.Errorf("free decoded as %+v", f)
+	}
+	if e := evs[6].(*RMCall); e.Alloc != nil || e.Free != nil || e.Control != nil || e.StatusKnown {
+		t.Errorf("unreadable block decoded as %+v", e)
+	}
+	if lost := tr.Lost(); lost != 0 {
+		t.Errorf("lost %d events", lost)
+	}
+}
+
+// TestTaskExit checks that a process's end reaches the registry's feed.
+func TestTaskExit(t *testing.T) {
+	tr := openTracer(t, Options{RM: true})
+	cmd := exec.Command("/bin/true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(cmd.Process.Pid)
+	collect(t, tr, 1, func(ev Event) bool { e, ok := ev.(*TaskExit); return ok && e.PID == pid })
+}
+
+// buildFakeCUDA compiles testdata/fakecuda.c into a shared library and
+// testdata/lcapp.c into a program linked with it.
+func buildFakeCUDA(tb testing.TB) (lib, app string) {
+	tb.Helper()
+	lib, progs := buildWithFakeCUDA(tb, "lcapp")
+	return lib, progs[0]
+}
+
+// buildWithFakeCUDA builds the fake libcuda and, linked with it, the
+// programs testdata/<name>.c.
+func buildWithFakeCUDA(tb testing.TB, names ...string) (lib string, progs []string) {
+	tb.Helper()
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		tb.Fatalf("gcc is needed for the uprobe tests (README: Set up): %v", err)
+	}
+	dir := tb.TempDir()
+	lib = filepath.Join(dir, "libfakecuda.so")
+	builds := [][]string{{"-shared", "-fPIC", "-O2", "-o", lib, "testdata/fakecuda.c"}}
+	for _, name := range names {
+		prog := filepath.Join(dir, name)
+		progs = append(progs, prog)
+		builds = append(builds, []string{"-O2", "-o", prog, "testdata/" + name + ".c", "-L" + dir, "-lfakecuda", "-Wl,-rpath," + dir, "-lpthread"})
+	}
+	for _, args := range builds {
+		if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+			tb.Fatalf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	return lib, progs
+}
+
+func fakeProbes(lib string) []Probe {
+	var ps []Probe
+	for _, s := range DefaultLaunchSymbols {
+		ps = append(ps, Probe{Library: lib, Symbol: s, Role: RoleLaunch})
+	}
+	for _, s := range DefaultSyncSymbols {
+		ps = append(ps, Probe{Library: lib, Symbol: s, Role: RoleSync})
+	}
+	return append(ps,
+		Probe{Library: lib, Symbol: DefaultHintSymbol, Role: RoleHint},
+		Probe{Library: lib, Symbol: DefaultReadySymbol, Role: RoleReady},
+		Probe{Library: lib, Symbol: DefaultCancelSymbol, Role: RoleCancel},
+		Probe{Library: lib, Symbol: "cuNotInThisLibrary", Role: RoleLaunch},
+	)
+}
+
+// TestUprobes puts the real uprobe programs on a library exporting
+// libcuda's and the hint API's names, attached to one process by pid, and
+// checks the requests and hint timelines built from what they report.
+func TestUprobes(t *testing.T) {
+	lib, app := buildFakeCUDA(t)
+	cmd := exec.Command(app)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	pid := cmd.Process.Pid
+
+	tr := openTracer(t, Options{Probes: fakeProbes(lib), PID: pid})
+	var skipped []string
+	for _, s := range tr.Skipped() {
+		skipped = append(skipped, s.Probe.Symbol)
+	}
+	if want := "cuLaunchKernel_ptsz cuLaunchKernelEx_ptsz cuGraphLaunch cuGraphLaunch_ptsz cuStreamSynchronize_ptsz cuNotInThisLibrary"; strings.Join(skipped, " ") != want {
+		t.Errorf("skipped %v, want %s", skipped, want)
+	}
+
+	fmt.Fprintln(stdin, "go")
+	var gotPID, otherTID int
+	if _, err := fmt.Fscan(bufio.NewReader(stdout), &gotPID, &otherTID); err != nil || gotPID != pid {
+		t.Fatalf("lcapp said pid %d tid %d (%v)", gotPID, otherTID, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	tr.Stop()
+	var calls []*Call
+	for ev := range tr.Events() {
+		if c, ok := ev.(*Call); ok {
+			calls = append(calls, c)
+		}
+	}
+	// 6 launches, 3 syncs and 2 hints (entry and return), 1 ready, 1 cancel.
+	if len(calls) != 6+3*2+2*2+1+1 {
+		for _, c := range calls {
+			t.Logf("%+v", *c)
+		}
+		t.Fatalf("%d calls traced", len(calls))
+	}
+
+	rt, ht := NewRequestTracker(), NewHintTracker()
+	var reqs []Request
+	var hints []HintTimeline
+	for _, c := range calls {
+		if c.PID != uint32(pid) || c.Comm != "lcapp" || c.Symbol == "" {
+			t.Errorf("call %+v: want pid %d comm lcapp and a symbol", *c, pid)
+		}
+		if r, ok := rt.Apply(c); ok {
+			reqs = append(reqs, r)
+		}
+		if h, ok := ht.Apply(c); ok {
+			hints = append(hints, h)
+		}
+	}
+	want := []struct {
+		launches int
+		sync     string
+		result   uint32
+		other    bool
+	}{
+		{2, "cuStreamSynchronize", 0, false},
+		{1, "cuEventSynchronize", 700, false},
+		{3, "cuCtxSynchronize", 0, true},
+	}
+	if len(reqs) != len(want) {
+		t.Fatalf("requests %+v", reqs)
+	}
+	for i, w := range want {
+		r := reqs[i]
+		if r.Launches != w.launches || r.Sync != w.sync || r.Result != w.result || (r.TID == uint32(otherTID)) != w.other {
+			t.Errorf("request %d = %+v, want %+v", i, r, w)
+		}
+		// The synchronize calls sleep 2 ms.
+		if r.Latency() < 2*time.Millisecond || r.Latency() > time.Second || r.SyncEnter < r.Start || r.End < r.SyncEnter {
+			t.Errorf("request %d: latency %v (start %d sync %d end %d)", i, r.Latency(), r.Start, r.SyncEnter, r.End)
+		}
+	}
+	if len(hints) != 2 {
+		t.Fatalf("hints %+v", hints)
+	}
+	if h := hints[0]; h.Class != "infer" || h.ExpectedPrepUs != 500 || h.Handle != 1 || h.Canceled || h.Release == 0 ||
+		h.FirstLaunch == 0 || h.Complete != reqs[0].End || h.ReleaseToComplete() < 2*time.Millisecond || h.Resident != 0 {
+		t.Errorf("hint 0 = %+v", h)
+	}
+	if h := hints[1]; h.Class != "warmup" || h.ExpectedPrepUs != 7 || h.Handle != 2 || !h.Canceled {
+		t.Errorf("hint 1 = %+v", h)
+	}
+}
+
+func TestOpenNothing(t *testing.T) {
+	if _, err := Open(context.Background(), Options{}); err == nil {
+		t.Fatal("Open with nothing to trace succeeded")
+	}
+}
+
+func TestOpenNoSymbols(t *testing.T) {
+	lib, _ := buildFakeCUDA(t)
+	_, err := Open(context.Background(), Options{Probes: []Probe{{Library: lib, Symbol: "nope", Role: RoleSync}}})
+	if errors.Is(err, ErrNotRoot) {
+		t.Skipf("the kernel refuses to trace for this user: %v", err)
+	}
+	if !errors.Is(err, ErrNoSymbols) {
+		t.Fatalf("Open = %v, want ErrNoSymbols", err)
+	}
+}
+
+func TestNoTracefs(t *testing.T) {
+	saved := tracefsPaths
+	t.Cleanup(func() { tracefsPaths = saved })
+	tracefsPaths = []string{t.TempDir()}
+	if err := ensureTracefs(false, nil); !errors.Is(err, ErrNoTracefs) {
+		t.Fatalf("ensureTracefs without tracefs = %v, want ErrNoTracefs", err)
+	}
+}
+
+func TestPrivileges(t *testing.T) {
+	tests := []struct {
+		caps uint64
+		want bool
+	}{
+		{0, false},
+		{1 << capSysAdmin, true},
+		{1 << capBPF, false},
+		{1<<capBPF | 1<<capPerfmon, true},
+		{0x000001ffffffffff, true}, // root
+	}
+	for _, tt := range tests {
+		if got := canTrace(tt.caps); got != tt.want {
+			t.Errorf("canTrace(%#x) = %v", tt.caps, got)
+		}
+	}
+	caps, err := parseCapEff([]byte("Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\n"))
+	if err != nil || caps != 0x1ffffffffff {
+		t.Errorf("parseCapEff = %#x, %v", caps, err)
+	}
+	if _, err := parseCapEff([]byte("Name:\tx\n")); err == nil {
+		t.Error("parseCapEff without CapEff succeeded")
+	}
+}
