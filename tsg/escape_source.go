@@ -1,0 +1,426 @@
+package tsg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gpreempt/gpreempt/ioctl"
+)
+
+// ErrNotSupported: the operation cannot be done through the source that
+// discovered the group.
+var ErrNotSupported = errors.New("not supported by this source")
+
+// EscapeOptions configure an EscapeSource.
+type EscapeOptions struct {
+	// AllowUnsupportedDriver uses the nearest known ABI (for the controls
+	// that fall back to the target's own file) on an unknown driver.
+	AllowUnsupportedDriver bool
+	// NoAttachFallback makes preemption and scheduling, which the escapes
+	// do not carry, fail with ErrNotSupported instead of duplicating the
+	// target's file as the attach source does.
+	NoAttachFallback bool
+}
+
+// EscapeSource discovers and controls channel groups through the escapes
+// of gpreempt's driver patch series (docs/PATCHES.md): one QUERY lists a
+// process's groups with their GPU, engine, runlist, timeslice and
+// interleave level, and SET changes a group's timeslice or interleave
+// level, from a file of our own. The driver checks the caller's rights
+// (CAP_SYS_ADMIN or CAP_SYS_NICE, or the euid that created the client) and
+// resolves pids in the caller's pid namespace; nothing is attached.
+//
+// Groups it returns are controlled through the same Process methods. Apply
+// (SetTimeslice, SetInterleave) goes through SET; Preempt and Schedule have
+// no escape and fall back to a duplicate of the target's file that owns
+// the group's client (pidfd_getfd: root or CAP_SYS_PTRACE), or fail with
+// ErrNotSupported under EscapeOptions.NoAttachFallback. Group.FD is -1:
+// the escape does not say which of the target's files holds the client.
+type EscapeSource struct {
+	host Host
+	opts EscapeOptions
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	probed   bool
+	probeErr error
+	dev      Device
+	esc      ioctl.Escaper
+	version  ioctl.DriverVersion
+}
+
+// NewEscapeSource returns an EscapeSource over host. Nothing is opened
+// until the first Available or Discover.
+func NewEscapeSource(host Host, opts EscapeOptions, log *slog.Logger) *EscapeSource {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &EscapeSource{host: host, opts: opts, log: log}
+}
+
+func (s *EscapeSource) Name() string { return "escape" }
+
+// Available reports whether the loaded driver answers gpreempt's escapes.
+// The first call opens a control file of our own and issues one QUERY for
+// our own pid (which every caller may ask about, and which has no groups);
+// the answer, and the file when the answer is yes, are kept for the life
+// of the source. A stock driver refuses the unknown escape number with
+// EINVAL (see ioctl.ErrNoGpreemptEscapes): that is (false, nil). Failing
+// to reach the driver at all is (false, err).
+func (s *EscapeSource) Available() (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.probed {
+		s.probed = true
+		s.probeErr = s.probe()
+		s.log.Debug("gpreempt escapes probed", "available", s.esc != nil, "err", s.probeErr)
+	}
+	switch {
+	case s.esc != nil:
+		return true, nil
+	case errors.Is(s.probeErr, ioctl.ErrNoGpreemptEscapes):
+		return false, nil
+	}
+	return false, s.probeErr
+}
+
+func (s *EscapeSource) probe() error {
+	dev, err := s.host.OpenControl()
+	if err != nil {
+		return err
+	}
+	esc, ok := dev.(ioctl.Escaper)
+	if !ok {
+		dev.Close()
+		return fmt.Errorf("%w (%T cannot issue raw escapes)", ioctl.ErrNoGpreemptEscapes, dev)
+	}
+	version, err := dev.DriverVersion()
+	if err == nil {
+		_, err = ioctl.QueryTSGs(esc, uint32(os.Getpid()), 0)
+	}
+	if err != nil {
+		dev.Close()
+		return err
+	}
+	s.dev, s.esc, s.version = dev, esc, version
+	return nil
+}
+
+// Close releases the source's own control file.
+func (s *EscapeSource) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dev == nil {
+		return nil
+	}
+	err := s.dev.Close()
+	s.dev, s.esc = nil, nil
+	return err
+}
+
+// ready returns the escaper and the ABI for controls, or why there are none.
+func (s *EscapeSource) ready() (ioctl.Escaper, ioctl.DriverVersion, ioctl.ABI, error) {
+	ok, err := s.Available()
+	if err != nil {
+		return nil, ioctl.DriverVersion{}, ioctl.ABI{}, err
+	}
+	if !ok {
+		return nil, ioctl.DriverVersion{}, ioctl.ABI{}, fmt.Errorf("escape source: %w", ioctl.ErrNoGpreemptEscapes)
+	}
+	s.mu.Lock()
+	esc, version := s.esc, s.version
+	s.mu.Unlock()
+	if esc == nil {
+		return nil, version, ioctl.ABI{}, errors.New("escape source closed")
+	}
+	abi, err := ioctl.LookupABI(version, s.opts.AllowUnsupportedDriver)
+	if err != nil {
+		if !s.opts.AllowUnsupportedDriver {
+			return nil, version, abi, fmt.Errorf("%w (override with --allow-unsupported-driver)", err)
+		}
+		s.log.Warn("using nearest known ABI", "driver", version, "abi", abi.Name, "err", err)
+	}
+	return esc, version, abi, nil
+}
+
+// query returns every group of pid (0: of every process the caller may act
+// on), page by page. The decoder guarantees that each page with more to
+// come advances the cursor, so the walk ends.
+func query(ctx context.Context, esc ioctl.Escaper, pid uint32) ([]ioctl.NV_GPREEMPT_TSG_INFO, int, error) {
+	var all []ioctl.NV_GPREEMPT_TSG_INFO
+	cursor, pages := uint64(0), 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, pages, err
+		}
+		page, err := ioctl.QueryTSGs(esc, pid, cursor)
+		pages++
+		if err != nil {
+			return nil, pages, err
+		}
+		all = append(all, page.TSGs...)
+		if !page.More {
+			return all, pages, nil
+		}
+		cursor = page.NextCursor
+	}
+}
+
+// Discover returns pid's groups as the driver reports them. A pid with no
+// group the caller may see (not a CUDA process, outside the caller's pid
+// namespace, or another user's without CAP_SYS_NICE) is ErrNoGPUContext:
+// the escape does not tell these apart, by design.
+func (s *EscapeSource) Discover(ctx context.Context, pid int) (*Process, error) {
+	if pid <= 0 || pid > 1<<31-1 {
+		return nil, fmt.Errorf("%w: pid %d", ErrInvalidArgument, pid)
+	}
+	procs, err := s.discover(ctx, uint32(pid))
+	if err != nil {
+		return nil, err
+	}
+	if len(procs) == 0 {
+		return nil, fmt.Errorf("pid %d: %w (the driver reports no channel group of it that this caller may see)", pid, ErrNoGPUContext)
+	}
+	return procs[0], nil
+}
+
+// DiscoverAll returns every process with a group the caller may act on, in
+// pid order, from one walk of the driver's clients: for a privileged
+// caller, every CUDA process in its pid namespace.
+func (s *EscapeSource) DiscoverAll(ctx context.Context) ([]*Process, error) {
+	return s.discover(ctx, 0)
+}
+
+func (s *EscapeSource) discover(ctx context.Context, pid uint32) ([]*Process, error) {
+	start := time.Now()
+	esc, version, abi, err := s.ready()
+	if err != nil {
+		return nil, err
+	}
+	all, pages, err := query(ctx, esc, pid)
+	if err != nil {
+		return nil, err
+	}
+	var procs []*Process
+	byPID := map[uint32]*Process{}
+	clients := map[uint32]map[ioctl.Handle]bool{}
+	// One controller per process, so that a fallback attach is made once.
+	ctls := map[uint32]*escapeControl{}
+	for _, t := range all {
+		if pid != 0 && t.Pid != pid {
+			return nil, fmt.Errorf("gpreempt query for pid %d returned a group of pid %d", pid, t.Pid)
+		}
+		p := byPID[t.Pid]
+		if p == nil {
+			p = &Process{PID: int(t.Pid), Driver: version, Source: s.Name(), abi: abi}
+			byPID[t.Pid], clients[t.Pid] = p, map[ioctl.Handle]bool{}
+			ctls[t.Pid] = &escapeControl{src: s, esc: esc, proc: p, pid: t.Pid}
+			procs = append(procs, p)
+		}
+		clients[t.Pid][t.HClient] = true
+		p.Groups = append(p.Groups, Group{
+			PID: int(t.Pid), FD: -1, Client: t.HClient, Device: t.HDevice, Handle: t.HTsg,
+			TSGID: t.TsgID, Engine: engineOf(t.EngineType), Channels: int(t.ChannelCount),
+			Timeslice: Micros(t.TimesliceUs), Interleave: Level(t.InterleaveLevel),
+			ctl: ctls[t.Pid],
+		})
+	}
+	// The groups come sorted by (client, handle); processes by pid.
+	slices.SortFunc(procs, func(a, b *Process) int { return a.PID - b.PID })
+	elapsed := time.Since(start)
+	for _, p := range procs {
+		p.Stats = ScanStats{Clients: len(clients[uint32(p.PID)]), Elapsed: elapsed}
+	}
+	s.log.Debug("discovered through the gpreempt escapes", "pid", pid, "processes", len(procs), "groups", len(all),
+		"pages", pages, "elapsed", elapsed)
+	return procs, nil
+}
+
+// engineOf names the engine a group runs on from QUERY's engine type.
+func engineOf(engineType uint32) Engine {
+	switch {
+	case ioctl.NV2080EngineTypeIsGR(engineType):
+		return EngineCompute
+	case ioctl.NV2080EngineTypeIsCopy(engineType):
+		return EngineCopy
+	}
+	return EngineUnknown
+}
+
+// escapeControl is the ioctl.Controller of a group found through the
+// escapes. It carries the KEPLER_CHANNEL_GROUP_A controls Process uses:
+// the timeslice and interleave setters become SET, their getters and
+// GET_INFO read a one-entry QUERY; every other control goes to the
+// target's own file (attached on first use), or fails with
+// ErrNotSupported.
+type escapeControl struct {
+	src  *EscapeSource
+	esc  ioctl.Escaper
+	proc *Process
+	pid  uint32
+
+	mu       sync.Mutex
+	attached map[ioctl.Handle]Device // client -> the target's file bound to it
+}
+
+func (c *escapeControl) ControlBytes(client, object ioctl.Handle, cmd uint32, params []byte) error {
+	op := fmt.Sprintf("control %#x on %v/%v", cmd, client, object)
+	switch cmd {
+	case ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, ioctl.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL:
+		set := ioctl.NV_GPREEMPT_SET_TSG_PARAMS{Pid: c.pid, HClient: client, HTsg: object}
+		if cmd == ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE {
+			var p ioctl.NVA06C_CTRL_TIMESLICE_PARAMS
+			if len(params) != len(ioctl.Bytes(&p)) {
+				return ioctl.NV_ERR_INVALID_PARAM_STRUCT.Err(op)
+			}
+			copy(ioctl.Bytes(&p), params)
+			set.Flags, set.TimesliceUs = ioctl.NV_GPREEMPT_SET_TSG_TIMESLICE, p.TimesliceUs
+		} else {
+			var p ioctl.NVA06C_CTRL_INTERLEAVE_LEVEL_PARAMS
+			if len(params) != len(ioctl.Bytes(&p)) {
+				return ioctl.NV_ERR_INVALID_PARAM_STRUCT.Err(op)
+			}
+			copy(ioctl.Bytes(&p), params)
+			set.Flags, set.InterleaveLevel = ioctl.NV_GPREEMPT_SET_TSG_INTERLEAVE_LEVEL, p.TsgInterleaveLevel
+		}
+		return ioctl.SetTSG(c.esc, &set)
+	case ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE, ioctl.NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL, ioctl.NVA06C_CTRL_CMD_GET_INFO:
+		t, err := c.lookup(client, object)
+		if err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		var out []byte
+		switch cmd {
+		case ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE:
+			out = ioctl.Bytes(&ioctl.NVA06C_CTRL_TIMESLICE_PARAMS{TimesliceUs: t.TimesliceUs})
+		case ioctl.NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL:
+			out = ioctl.Bytes(&ioctl.NVA06C_CTRL_INTERLEAVE_LEVEL_PARAMS{TsgInterleaveLevel: t.InterleaveLevel})
+		default:
+			out = ioctl.Bytes(&ioctl.NVA06C_CTRL_GET_INFO_PARAMS{TsgID: t.TsgID})
+		}
+		if len(params) != len(out) {
+			return ioctl.NV_ERR_INVALID_PARAM_STRUCT.Err(op)
+		}
+		copy(params, out)
+		return nil
+	}
+	dev, err := c.ownerFile(client)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return dev.ControlBytes(client, object, cmd, params)
+}
+
+// lookup reads one group with a QUERY starting just below its key: the
+// first entry is the group if it still exists.
+func (c *escapeControl) lookup(client, object ioctl.Handle) (ioctl.NV_GPREEMPT_TSG_INFO, error) {
+	key := ioctl.TSGKey(client, object)
+	page, err := ioctl.QueryTSGs(c.esc, c.pid, key-1)
+	if err != nil {
+		return ioctl.NV_GPREEMPT_TSG_INFO{}, err
+	}
+	if len(page.TSGs) == 0 || page.TSGs[0].Key() != key {
+		return ioctl.NV_GPREEMPT_TSG_INFO{}, ioctl.NV_ERR_INVALID_OBJECT_HANDLE.Err(fmt.Sprintf("gpreempt query pid %d", c.pid))
+	}
+	return page.TSGs[0], nil
+}
+
+// ownerFile returns a duplicate of the target's control file that owns
+// client, attaching on first use. The duplicate joins the Process's files
+// and is closed with it.
+func (c *escapeControl) ownerFile(client ioctl.Handle) (Device, error) {
+	if c.src.opts.NoAttachFallback {
+		return nil, fmt.Errorf("%w: the gpreempt escapes set only timeslices and interleave levels (attach fallback disabled)", ErrNotSupported)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if dev := c.attached[client]; dev != nil {
+		return dev, nil
+	}
+	fail := func(err error) (Device, error) {
+		return nil, fmt.Errorf("%w: the gpreempt escapes set only timeslices and interleave levels, and the fallback to pid %d's own file failed: %w",
+			ErrNotSupported, c.pid, err)
+	}
+	fds, err := c.src.host.ControlFDs(int(c.pid))
+	if err != nil {
+		return fail(err)
+	}
+	for _, fd := range fds {
+		dev, err := c.src.host.Attach(int(c.pid), fd)
+		if err != nil {
+			return fail(err)
+		}
+		// Bound to this file if RM validates the client on it (see
+		// AttachSource.boundClients).
+		_, err = handleInfo(dev, client, client, ioctl.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO_INDEX_CLASSID)
+		var status ioctl.NvStatus
+		if err == nil || (errors.As(err, &status) && !errors.Is(err, ioctl.NV_ERR_INVALID_CLIENT)) {
+			if c.attached == nil {
+				c.attached = map[ioctl.Handle]Device{}
+			}
+			c.attached[client] = dev
+			c.proc.devs = append(c.proc.devs, dev)
+			return dev, nil
+		}
+		dev.Close()
+		if !errors.As(err, &status) {
+			return fail(err)
+		}
+	}
+	return fail(fmt.Errorf("no %s of pid %d holds client %v", ioctl.ControlDevicePath, c.pid, client))
+}
+
+// AutoSource uses the gpreempt escapes where the driver has them and the
+// attach source elsewhere. The choice is made once, on first use, by
+// EscapeSource.Available; any failure to probe (no driver, no access to
+// the control node) also picks the attach source, which then reports the
+// problem in its own terms.
+type AutoSource struct {
+	escape *EscapeSource
+	attach Source
+	log    *slog.Logger
+
+	once   sync.Once
+	chosen Source
+}
+
+// NewAutoSource returns a Source choosing between escape and attach.
+func NewAutoSource(escape *EscapeSource, attach Source, log *slog.Logger) *AutoSource {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &AutoSource{escape: escape, attach: attach, log: log}
+}
+
+func (a *AutoSource) Name() string { return "auto" }
+
+// Chosen returns the source Discover uses, probing the driver on first use.
+func (a *AutoSource) Chosen() Source {
+	a.once.Do(func() {
+		ok, err := a.escape.Available()
+		switch {
+		case ok:
+			a.chosen = a.escape
+		case err != nil:
+			a.log.Info("gpreempt escapes not probed; using the attach source", "err", err)
+			a.chosen = a.attach
+		default:
+			a.log.Debug("driver without gpreempt escapes; using the attach source")
+			a.chosen = a.attach
+		}
+	})
+	return a.chosen
+}
+
+func (a *AutoSource) Discover(ctx context.Context, pid int) (*Process, error) {
+	return a.Chosen().Discover(ctx, pid)
+}
+
+// Close releases the escape source's control file.
+func (a *AutoSource) Close() error { return a.escape.Close() }
