@@ -79,7 +79,7 @@ func ExitCode(err error) int {
 		return ExitNoProcess
 	case errors.Is(err, ioctl.ErrPermission), errors.Is(err, ioctl.NV_ERR_INSUFFICIENT_PERMISSIONS):
 		return ExitPermission
-	case errors.Is(err, ioctl.ErrUnsupportedDriver):
+	case errors.Is(err, ioctl.ErrUnsupportedDriver), errors.Is(err, ioctl.ErrNoGpreemptEscapes), errors.Is(err, tsg.ErrNotSupported):
 		return ExitUnsupported
 	case errors.Is(err, tsg.ErrNoGPUContext):
 		return ExitNoGPUContext
@@ -98,7 +98,31 @@ type runtime struct {
 	env    Env
 	log    *slog.Logger
 	source tsg.Source
+	closer io.Closer
 	json   bool
+}
+
+// newSource builds the --source the user chose. auto probes the driver
+// once, on first use, for gpreempt's escapes (docs/PATCHES.md).
+func newSource(c *cli.Context, host tsg.Host, opts tsg.ScanOptions, log *slog.Logger) (tsg.Source, io.Closer, error) {
+	attach := tsg.NewAttachSource(host, opts, log)
+	escape := func() *tsg.EscapeSource {
+		return tsg.NewEscapeSource(host, tsg.EscapeOptions{
+			AllowUnsupportedDriver: opts.AllowUnsupportedDriver,
+			NoAttachFallback:       c.Bool("no-attach-fallback"),
+		}, log)
+	}
+	switch c.String("source") {
+	case "attach":
+		return attach, nil, nil
+	case "escape":
+		e := escape()
+		return e, e, nil
+	case "auto":
+		a := tsg.NewAutoSource(escape(), attach, log)
+		return a, a, nil
+	}
+	return nil, nil, fmt.Errorf("%w: --source %q: want auto, attach or escape", ErrInvalidArgument, c.String("source"))
 }
 
 func rt(c *cli.Context) *runtime { return c.App.Metadata["rt"].(*runtime) }
@@ -117,6 +141,8 @@ func NewApp(env Env) *cli.App {
 			&cli.BoolFlag{Name: "allow-unsupported-driver", Usage: "use the nearest known RM ABI on a driver version gpreempt does not know", EnvVars: []string{"GPREEMPT_ALLOW_UNSUPPORTED_DRIVER"}},
 			&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "debug, info, warn or error", EnvVars: []string{"GPREEMPT_LOG_LEVEL"}},
 			&cli.IntFlag{Name: "handle-gap", Value: 4096, Usage: "end a client's object scan after this many unused handles", EnvVars: []string{"GPREEMPT_HANDLE_GAP"}},
+			&cli.StringFlag{Name: "source", Value: "auto", Usage: "discovery and control: auto (the patched driver's escapes when it has them, else attach), attach (pidfd_getfd, stock driver) or escape (patched driver only)", EnvVars: []string{"GPREEMPT_SOURCE"}},
+			&cli.BoolFlag{Name: "no-attach-fallback", Usage: "with the escape source: fail preempt/suspend/resume instead of attaching to the target", EnvVars: []string{"GPREEMPT_NO_ATTACH_FALLBACK"}},
 			&cli.BoolFlag{Name: "full-client-scan", Usage: "probe every possible client handle (only needed after RM's client counter wrapped)", EnvVars: []string{"GPREEMPT_FULL_CLIENT_SCAN"}},
 		},
 		Metadata: map[string]any{},
@@ -135,11 +161,22 @@ func NewApp(env Env) *cli.App {
 				FullClientRange:        c.Bool("full-client-scan"),
 				AllowUnsupportedDriver: c.Bool("allow-unsupported-driver"),
 			}
+			source, closer, err := newSource(c, env.Host, opts, log)
+			if err != nil {
+				return err
+			}
 			c.App.Metadata["rt"] = &runtime{
 				env:    env,
 				log:    log,
-				source: tsg.NewAttachSource(env.Host, opts, log),
+				source: source,
+				closer: closer,
 				json:   out == "json",
+			}
+			return nil
+		},
+		After: func(c *cli.Context) error {
+			if r, ok := c.App.Metadata["rt"].(*runtime); ok && r.closer != nil {
+				return r.closer.Close()
 			}
 			return nil
 		},

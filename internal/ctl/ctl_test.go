@@ -171,3 +171,41 @@ func TestNoDriver(t *testing.T) {
 		t.Fatalf("exit %d, stderr %s", code, stderr)
 	}
 }
+
+func TestSourceFlag(t *testing.T) {
+	tests := []struct {
+		name    string
+		patched bool
+		args    []string
+		code    int
+		escapes bool // the SET escape must have been used
+	}{
+		{"auto on a stock driver attaches", false, []string{"--source", "auto", "class", "--pid", "4242", "be"}, ctl.ExitOK, false},
+		{"escape on a stock driver", false, []string{"--source", "escape", "ps", "--pid", "4242"}, ctl.ExitUnsupported, false},
+		{"auto on a patched driver uses the escapes", true, []string{"class", "--pid", "4242", "--be-timeslice", "1us", "be"}, ctl.ExitOK, true},
+		{"attach on a patched driver", true, []string{"--source", "attach", "class", "--pid", "4242", "be"}, ctl.ExitOK, false},
+		{"bad source", false, []string{"--source", "magic", "ps"}, ctl.ExitUsage, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, env, _, stderr := world(t)
+			if tt.patched {
+				d.EnableGpreemptEscapes(rmfake.EscapeConfig{CallerPrivileged: true}) // root
+			}
+			code := ctl.Run(context.Background(), env, append([]string{"gpreemptctl"}, tt.args...))
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d; stderr %s", code, tt.code, stderr)
+			}
+			if used := d.Escapes(ioctl.NV_ESC_RM_GPREEMPT_SET_TSG) > 0; used != tt.escapes {
+				t.Errorf("SET escape used = %v, want %v", used, tt.escapes)
+			}
+			if code == ctl.ExitOK && tt.args[len(tt.args)-1] == "be" {
+				for _, g := range d.Groups(4242, 8) {
+					if g.TimesliceUs != 200 && g.TimesliceUs != 1 {
+						t.Errorf("group %v left at %d us", g.Handle, g.TimesliceUs)
+					}
+				}
+			}
+		})
+	}
+}
