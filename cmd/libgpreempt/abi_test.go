@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
+	"debug/elf"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -23,6 +26,7 @@ func TestCABI(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the shared library: %v\n%s", err, out)
 	}
+	checkUprobeNOPs(t, lib)
 	prog := filepath.Join(dir, "abi.c")
 	src := `#include <stdio.h>
 #include <string.h>
@@ -70,5 +74,52 @@ int main(void) {
 		}
 	default:
 		t.Fatalf("C program: %v\n%s", err, text)
+	}
+}
+
+// checkUprobeNOPs checks that the hint API's entry points start with the
+// 5-byte NOP that makes uprobes on them cheap (entry.c).
+func checkUprobeNOPs(t *testing.T, lib string) {
+	t.Helper()
+	if runtime.GOARCH != "amd64" {
+		return
+	}
+	f, err := elf.Open(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := f.Section(".text")
+	if text == nil {
+		t.Fatal("no .text section")
+	}
+	code, err := text.Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []byte{0x0f, 0x1f, 0x44, 0x00, 0x00}
+	found := 0
+	for _, s := range syms {
+		switch s.Name {
+		case "gpreempt_hint", "gpreempt_ready", "gpreempt_cancel":
+		default:
+			continue
+		}
+		found++
+		off := s.Value - text.Addr
+		if s.Value < text.Addr || off+5 > uint64(len(code)) {
+			t.Errorf("%s at %#x is outside .text", s.Name, s.Value)
+			continue
+		}
+		if got := code[off : off+5]; !bytes.Equal(got, want) {
+			t.Errorf("%s starts with % x, want the 5-byte NOP % x", s.Name, got, want)
+		}
+	}
+	if found != 3 {
+		t.Errorf("found %d of the 3 hint entry points among the exports", found)
 	}
 }
