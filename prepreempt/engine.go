@@ -305,6 +305,9 @@ type Request struct {
 	state   atomic.Int32
 	err     error
 	launchT int64 // host CLOCK_REALTIME ns of the spinner launch
+	// planned is when the spinner was meant to be launched (CLOCK_REALTIME
+	// ns); the launch's lateness against it is a statistic.
+	planned int64
 	// dropped: no slot was free; the request runs without a spinner.
 	dropped  bool
 	finished atomic.Bool
@@ -333,6 +336,7 @@ func (e *Engine) Hint(ctx context.Context, class string, expectedPrep time.Durat
 	}
 	pred, _ := e.pred.predict(class, expectedPrep)
 	at := r.start.Add(pred - e.sw.estimate() - e.opts.Margin)
+	r.planned = at.UnixNano()
 	if !time.Now().Before(at) {
 		r.launch()
 		return r, nil
@@ -362,6 +366,7 @@ func (r *Request) launch() {
 	e.flags.Set(s.idx, 0)
 	e.gpu.clearStamps(s)
 	r.launchT = time.Now().UnixNano()
+	e.stats.launchLag(time.Duration(max(r.launchT-r.planned, 0)))
 	if err := e.gpu.launch(s); err != nil {
 		r.err = err
 		// Whatever was queued must not spin: release it, then recycle.
@@ -449,6 +454,9 @@ func (r *Request) finish(cancel bool) error {
 				continue
 			}
 			e.flags.Set(r.slot.idx, 1)
+			if !cancel {
+				e.stats.readyLead(time.Duration(time.Now().UnixNano() - r.launchT))
+			}
 			e.stats.add(func(s *Stats) {
 				if cancel {
 					s.Cancelled++

@@ -183,7 +183,10 @@ func TestScheduledLaunch(t *testing.T) {
 	if err := r.Ready(); err != nil {
 		t.Fatal(err)
 	}
-	waitStats(t, e, func(s Stats) bool { return s.Early == 1 && len(s.HeldSamples) == 1 })
+	s := waitStats(t, e, func(s Stats) bool { return s.Early == 1 && len(s.HeldSamples) == 1 })
+	if len(s.LaunchLagSamples) != 1 || len(s.ReadyLeadSamples) != 1 || s.ReadyLeadSamples[0] <= 0 {
+		t.Errorf("launch lag %v, ready lead %v: want one sample each, the lead positive", s.LaunchLagSamples, s.ReadyLeadSamples)
+	}
 }
 
 func TestMissedReadyExpires(t *testing.T) {

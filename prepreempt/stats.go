@@ -32,6 +32,12 @@ type Stats struct {
 	// percentiles.
 	HeldSamples     []int64 `json:"held_ns_samples,omitempty"`
 	SwitchInSamples []int64 `json:"switch_in_ns_samples,omitempty"`
+	// LaunchLagSamples: how late each spinner launch was against its
+	// planned time (ns; 0 when the plan was already due at Hint).
+	LaunchLagSamples []int64 `json:"launch_lag_ns_samples,omitempty"`
+	// ReadyLeadSamples: for early requests, Ready's time minus the
+	// spinner's launch (ns): the lead the spinner actually had.
+	ReadyLeadSamples []int64 `json:"ready_lead_ns_samples,omitempty"`
 	// SwitchEstimateNs is the current launch lead.
 	SwitchEstimateNs int64 `json:"switch_estimate_ns"`
 }
@@ -76,11 +82,29 @@ func (r *statsRecorder) switchIn(d time.Duration) {
 	})
 }
 
+func (r *statsRecorder) launchLag(d time.Duration) {
+	r.add(func(s *Stats) {
+		if len(s.LaunchLagSamples) < keepSamples {
+			s.LaunchLagSamples = append(s.LaunchLagSamples, int64(d))
+		}
+	})
+}
+
+func (r *statsRecorder) readyLead(d time.Duration) {
+	r.add(func(s *Stats) {
+		if len(s.ReadyLeadSamples) < keepSamples {
+			s.ReadyLeadSamples = append(s.ReadyLeadSamples, int64(d))
+		}
+	})
+}
+
 func (r *statsRecorder) snapshot() Stats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.s
 	s.HeldSamples = append([]int64(nil), r.s.HeldSamples...)
 	s.SwitchInSamples = append([]int64(nil), r.s.SwitchInSamples...)
+	s.LaunchLagSamples = append([]int64(nil), r.s.LaunchLagSamples...)
+	s.ReadyLeadSamples = append([]int64(nil), r.s.ReadyLeadSamples...)
 	return s
 }

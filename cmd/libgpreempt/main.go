@@ -160,7 +160,7 @@ func gpreempt_stats_json(buf *C.char, n C.size_t) C.int {
 		return fail(errors.New("gpreempt_stats_json: not initialised"))
 	}
 	st := e.Stats()
-	st.HeldSamples, st.SwitchInSamples = nil, nil
+	st.HeldSamples, st.SwitchInSamples, st.LaunchLagSamples, st.ReadyLeadSamples = nil, nil, nil, nil
 	b, err := json.Marshal(st)
 	if err != nil {
 		return fail(err)
