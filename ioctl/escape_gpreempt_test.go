@@ -5,47 +5,15 @@ import (
 	"errors"
 	"os"
 	"reflect"
-	"structs"
 	"syscall"
 	"testing"
 	"unsafe"
 )
 
 // The C sizes are pinned by ct_asserts in the patch's escape_gpreempt.c;
-// these must agree with them, or the driver refuses every call with EINVAL
-// (indistinguishable from a stock driver).
-func TestGpreemptABIStructs(t *testing.T) {
-	hostLayout := reflect.TypeOf(structs.HostLayout{})
-	for _, s := range []struct {
-		v    any
-		size uintptr
-	}{
-		{NV_GPREEMPT_TSG_INFO{}, 48},
-		{NV_GPREEMPT_QUERY_TSGS_PARAMS{}, 40 + 48*NV_GPREEMPT_QUERY_TSGS_MAX},
-		{NV_GPREEMPT_SET_TSG_PARAMS{}, 40},
-	} {
-		typ := reflect.TypeOf(s.v)
-		if typ.Size() != s.size {
-			t.Errorf("sizeof(%s) = %d, C sizeof = %d", typ.Name(), typ.Size(), s.size)
-		}
-		if typ.Field(0).Type != hostLayout {
-			t.Errorf("%s: first field must be structs.HostLayout", typ.Name())
-		}
-		var end uintptr
-		for i := range typ.NumField() {
-			f := typ.Field(i)
-			if !fixedWidth(f.Type) {
-				t.Errorf("%s.%s: %s is not fixed-width", typ.Name(), f.Name, f.Type)
-			}
-			if f.Offset != end {
-				t.Errorf("%s.%s at %d, previous field ends at %d: implicit padding", typ.Name(), f.Name, f.Offset, end)
-			}
-			end = f.Offset + f.Type.Size()
-		}
-		if end != typ.Size() {
-			t.Errorf("%s: implicit tail padding", typ.Name())
-		}
-	}
+// layout_test.go's abiStructs holds them (sizes, HostLayout, fixed width,
+// no implicit padding). This checks the decoder's own layout constants.
+func TestGpreemptDecoderLayout(t *testing.T) {
 	if queryTSGsSize != unsafe.Sizeof(NV_GPREEMPT_QUERY_TSGS_PARAMS{}) ||
 		tsgInfoSize != unsafe.Sizeof(NV_GPREEMPT_TSG_INFO{}) ||
 		queryTSGsOffset != unsafe.Offsetof(NV_GPREEMPT_QUERY_TSGS_PARAMS{}.Tsgs) {

@@ -28,6 +28,11 @@ var abiStructs = []struct {
 	{NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS{}, 16},
 	{NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE_PARAMS{}, 12},
 	{NV0000_ALLOC_PARAMETERS{}, 120},
+	// gpreempt's driver escapes (escape_gpreempt.go; ct_asserts in the
+	// patch's escape_gpreempt.c).
+	{NV_GPREEMPT_TSG_INFO{}, 48},
+	{NV_GPREEMPT_QUERY_TSGS_PARAMS{}, 40 + 48*NV_GPREEMPT_QUERY_TSGS_MAX},
+	{NV_GPREEMPT_SET_TSG_PARAMS{}, 40},
 }
 
 func TestABIStructSizes(t *testing.T) {
