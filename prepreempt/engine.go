@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,7 +58,18 @@ type Options struct {
 	SkipLCClass bool
 	// LCTimeslice is the LC class's timeslice. Default 5 s.
 	LCTimeslice time.Duration
-	Logger      *slog.Logger
+	// Launcher picks how scheduled launches happen: "goroutine" (default:
+	// one goroutine per hint sleeps, then spins to the launch time) or
+	// "poller" (one goroutine locked to its OS thread polls the scheduled
+	// launches while hints keep coming, and parks after PollerIdle without
+	// one). The poller avoids waking a goroutine per hint — which in a VM
+	// may cost more than the launch lead — at the price of a busy core
+	// while LC traffic flows.
+	Launcher string
+	// PollerIdle is how long the poller keeps polling after the last hint.
+	// Default 20 ms.
+	PollerIdle time.Duration
+	Logger     *slog.Logger
 }
 
 func (o Options) withDefaults() Options {
@@ -70,6 +82,10 @@ func (o Options) withDefaults() Options {
 	def(&o.InitialSwitch, 200*time.Microsecond)
 	def(&o.Margin, 20*time.Microsecond)
 	def(&o.LCTimeslice, 5*time.Second)
+	def(&o.PollerIdle, 20*time.Millisecond)
+	if o.Launcher == "" {
+		o.Launcher = "goroutine"
+	}
 	if o.PrepQuantile <= 0 || o.PrepQuantile >= 1 {
 		o.PrepQuantile = 0.02
 	}
@@ -137,6 +153,11 @@ type Engine struct {
 	inflight []atomic.Pointer[Request]
 	stop     chan struct{}
 	janitor  sync.WaitGroup
+	// With the poller launcher: sched[i] is the request whose spinner
+	// waits in slot i for its launch time; wake unparks the poller.
+	sched    []atomic.Pointer[Request]
+	wake     chan struct{}
+	lastHint atomic.Int64
 }
 
 // New creates an engine on ctx: it loads the spinner, sets up flags and
@@ -144,6 +165,9 @@ type Engine struct {
 // SkipLCClass) puts this process's channel groups in the LC class.
 func New(ctx context.Context, cctx *cuda.Context, opts Options) (_ *Engine, err error) {
 	opts = opts.withDefaults()
+	if opts.Launcher != "goroutine" && opts.Launcher != "poller" {
+		return nil, fmt.Errorf("prepreempt: launcher %q: want goroutine or poller", opts.Launcher)
+	}
 	e := &Engine{ctx: cctx, opts: opts, log: opts.Logger}
 	defer func() {
 		if err != nil {
@@ -188,6 +212,11 @@ func (e *Engine) initSlots() {
 	e.inflight = make([]atomic.Pointer[Request], e.opts.Slots)
 	e.stop = make(chan struct{})
 	e.janitor.Go(e.expireLoop)
+	if e.opts.Launcher == "poller" {
+		e.sched = make([]atomic.Pointer[Request], e.opts.Slots)
+		e.wake = make(chan struct{}, 1)
+		e.janitor.Go(e.pollLoop)
+	}
 	e.free = make(chan *slot, e.opts.Slots)
 	for i := range e.opts.Slots {
 		s := &slot{idx: i}
@@ -341,6 +370,15 @@ func (e *Engine) Hint(ctx context.Context, class string, expectedPrep time.Durat
 		r.launch()
 		return r, nil
 	}
+	if e.sched != nil {
+		e.sched[r.slot.idx].Store(r)
+		e.lastHint.Store(time.Now().UnixNano())
+		select {
+		case e.wake <- struct{}{}:
+		default:
+		}
+		return r, nil
+	}
 	e.pending.Add(1)
 	go func() {
 		defer e.pending.Add(-1)
@@ -359,6 +397,14 @@ func (e *Engine) Hint(ctx context.Context, class string, expectedPrep time.Durat
 }
 
 func (r *Request) launch() {
+	if r.e.closed.Load() {
+		// Close has swept the slots; a late launcher must not start a
+		// spinner nobody will release.
+		if r.state.CompareAndSwap(statePending, stateNoSpinner) {
+			r.e.free <- r.slot
+		}
+		return
+	}
 	if !r.state.CompareAndSwap(statePending, stateLaunching) {
 		return
 	}
@@ -377,6 +423,48 @@ func (r *Request) launch() {
 	}
 	e.inflight[s.idx].Store(r)
 	r.state.Store(stateLaunched)
+}
+
+// pollLoop launches the scheduled spinners on time from one goroutine
+// locked to its thread: it polls while hints keep coming and parks on wake
+// after PollerIdle without one.
+func (e *Engine) pollLoop() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-e.wake:
+		}
+		for {
+			select {
+			case <-e.stop:
+				return
+			default:
+			}
+			now := time.Now().UnixNano()
+			waiting := false
+			for i := range e.sched {
+				r := e.sched[i].Load()
+				if r == nil {
+					continue
+				}
+				if r.state.Load() != statePending {
+					e.sched[i].CompareAndSwap(r, nil)
+					continue
+				}
+				waiting = true
+				if now >= r.planned {
+					e.sched[i].CompareAndSwap(r, nil)
+					r.launch()
+				}
+			}
+			if !waiting && now-e.lastHint.Load() > int64(e.opts.PollerIdle) {
+				break
+			}
+		}
+	}
 }
 
 // expireLoop releases, every quarter of MaxHold, the spinners whose
@@ -525,16 +613,25 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	var errs []error
+	// Stop the janitor and the poller first, so nothing launches behind
+	// the two sweeps below.
+	if e.stop != nil {
+		close(e.stop)
+		e.janitor.Wait()
+	}
+	// Scheduled spinners are not launched any more: their requests run
+	// without one.
+	for i := range e.sched {
+		if r := e.sched[i].Swap(nil); r != nil && r.state.CompareAndSwap(statePending, stateNoSpinner) {
+			e.free <- r.slot
+		}
+	}
 	// Release spinners whose request never finished, so their slots come
-	// back, then stop the janitor.
+	// back.
 	for i := range e.inflight {
 		if r := e.inflight[i].Load(); r != nil {
 			r.expire()
 		}
-	}
-	if e.stop != nil {
-		close(e.stop)
-		e.janitor.Wait()
 	}
 	if e.free != nil {
 		deadline := time.Now().Add(e.opts.MaxHold + 100*time.Millisecond)

@@ -164,7 +164,13 @@ func TestReadyBeforeLaunchIsLate(t *testing.T) {
 }
 
 func TestScheduledLaunch(t *testing.T) {
-	e, g := testEngine(t, Options{InitialSwitch: 200 * time.Microsecond, Margin: time.Microsecond}, 0)
+	for _, launcher := range []string{"goroutine", "poller"} {
+		t.Run(launcher, func(t *testing.T) { testScheduledLaunch(t, launcher) })
+	}
+}
+
+func testScheduledLaunch(t *testing.T, launcher string) {
+	e, g := testEngine(t, Options{InitialSwitch: 200 * time.Microsecond, Margin: time.Microsecond, Launcher: launcher}, 0)
 	start := time.Now()
 	r, err := e.Hint(context.Background(), "infer", 3*time.Millisecond)
 	if err != nil {
@@ -249,7 +255,13 @@ func TestSlotsExhaustedDrop(t *testing.T) {
 }
 
 func TestConcurrentRequests(t *testing.T) {
-	e, _ := testEngine(t, Options{Slots: 8}, 20*time.Microsecond)
+	for _, launcher := range []string{"goroutine", "poller"} {
+		t.Run(launcher, func(t *testing.T) { testConcurrentRequests(t, launcher) })
+	}
+}
+
+func testConcurrentRequests(t *testing.T, launcher string) {
+	e, _ := testEngine(t, Options{Slots: 8, Launcher: launcher}, 20*time.Microsecond)
 	var wg sync.WaitGroup
 	for i := range 64 {
 		wg.Go(func() {
@@ -358,5 +370,30 @@ func TestCloseReleasesOutstandingSpinners(t *testing.T) {
 	}
 	if err := r.Ready(); err != nil {
 		t.Errorf("Ready after the engine released the spinner: %v", err)
+	}
+}
+
+func TestCloseDropsScheduledLaunches(t *testing.T) {
+	for _, launcher := range []string{"goroutine", "poller"} {
+		t.Run(launcher, func(t *testing.T) {
+			opts := Options{Launcher: launcher}.withDefaults()
+			f := &fakeFlags{}
+			g := newFakeGPU(f, 0, opts.MaxHold)
+			e := newEngine(opts, f, g)
+			r, err := e.Hint(context.Background(), "infer", 50*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Close(); err != nil {
+				t.Fatalf("Close with a launch scheduled: %v", err)
+			}
+			time.Sleep(60 * time.Millisecond)
+			if n := g.launches.Load(); n != 0 {
+				t.Errorf("%d spinners launched after Close", n)
+			}
+			if err := r.Ready(); err != nil && !errors.Is(err, ErrDone) {
+				t.Errorf("Ready after Close: %v", err)
+			}
+		})
 	}
 }

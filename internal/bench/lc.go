@@ -45,8 +45,9 @@ type lcOptions struct {
 	Out           string
 	// Hints: run each request through a prepreempt.Engine (Hint when
 	// preparation starts, Ready right after the launch).
-	Hints   bool
-	MaxHold time.Duration
+	Hints    bool
+	MaxHold  time.Duration
+	Launcher string
 }
 
 var lcCommand = &cli.Command{
@@ -75,6 +76,7 @@ var lcCommand = &cli.Command{
 		&cli.StringFlag{Name: "out", Value: "-", Usage: "result JSON file ('-': stdout)"},
 		&cli.BoolFlag{Name: "hints", Usage: "pre-preemption: Hint each request when its preparation starts, Ready right after its launch"},
 		&cli.DurationFlag{Name: "max-hold", Value: 5 * time.Millisecond, Usage: "with --hints: longest a spinner may hold the GPU"},
+		&cli.StringFlag{Name: "hint-launcher", Value: "goroutine", Usage: "with --hints: goroutine or poller (prepreempt.Options.Launcher)"},
 	},
 	Action: func(c *cli.Context) error {
 		prep := PrepDist{Min: c.Duration("prep"), Max: c.Duration("prep")}
@@ -100,6 +102,7 @@ var lcCommand = &cli.Command{
 			Out:           c.String("out"),
 			Hints:         c.Bool("hints"),
 			MaxHold:       c.Duration("max-hold"),
+			Launcher:      c.String("hint-launcher"),
 		}
 		return runLC(c.Context, o, os.Stdin, c.App.Writer, logger(c))
 	},
@@ -232,7 +235,7 @@ func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, 
 	if o.Hints {
 		// After the LC kernels' module and stream exist, so the LC class
 		// the engine applies covers every channel group of the context.
-		if eng, err = prepreempt.New(ctx, g.ctx, prepreempt.Options{MaxHold: o.MaxHold, Logger: log}); err != nil {
+		if eng, err = prepreempt.New(ctx, g.ctx, prepreempt.Options{MaxHold: o.MaxHold, Launcher: o.Launcher, Logger: log}); err != nil {
 			return fmt.Errorf("pre-preemption engine: %w", err)
 		}
 		defer func() { err = errors.Join(err, eng.Close()) }()
@@ -326,6 +329,7 @@ func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, 
 		st := eng.Stats()
 		res.Prepreempt = &st
 		res.Config["hints"] = true
+		res.Config["hint_launcher"] = o.Launcher
 	}
 	log.Info("lc done", "requests", len(samples), "late", late)
 	return writeJSON(o.Out, stdout, res)

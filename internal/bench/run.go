@@ -25,6 +25,8 @@ import (
 
 // runOptions are the orchestrator's parameters.
 type runOptions struct {
+	// HintLauncher is passed to LC workers of prepreempt-* scenarios.
+	HintLauncher string
 	Scenarios    []Scenario
 	Out          string
 	Ctl          string
@@ -181,6 +183,7 @@ var runCommand = &cli.Command{
 		&cli.IntFlag{Name: "pytorch-warmup", Value: 20, Usage: "lc_infer.py warmup requests"},
 		&cli.StringFlag{Name: "pytorch-lc-model", Value: "resnet50", Usage: "torchvision model for lc_infer.py"},
 		&cli.IntFlag{Name: "pytorch-lc-batch", Value: 1, Usage: "lc_infer.py batch size"},
+		&cli.StringFlag{Name: "hint-launcher", Value: "goroutine", Usage: "prepreempt-* scenarios: the engine's launcher, goroutine or poller"},
 		&cli.BoolFlag{Name: "pytorch-cuda-graph", Value: true, Usage: "lc_infer.py replays a CUDA graph (false: eager, whose Python launch overhead, ~8 ms for resnet50 on the H100 VM, hides GPU scheduling)"},
 		&cli.StringFlag{Name: "pytorch-be-model", Value: "resnet50", Usage: "torchvision model for be_train.py"},
 		&cli.IntFlag{Name: "pytorch-be-batch", Value: 64, Usage: "be_train.py batch size"},
@@ -224,7 +227,8 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		Python: c.String("python"), PyScripts: c.String("pytorch-scripts"), PyPeriod: c.Duration("pytorch-period"),
 		PyRequests: c.Int("pytorch-requests"), PyWarmup: c.Int("pytorch-warmup"),
 		PyLCModel: c.String("pytorch-lc-model"), PyLCBatch: c.Int("pytorch-lc-batch"), PyGraph: c.Bool("pytorch-cuda-graph"),
-		PyBEModel: c.String("pytorch-be-model"), PyBEBatch: c.Int("pytorch-be-batch"),
+		HintLauncher: c.String("hint-launcher"),
+		PyBEModel:    c.String("pytorch-be-model"), PyBEBatch: c.Int("pytorch-be-batch"),
 	}
 	return o, o.validate()
 }
@@ -463,7 +467,7 @@ func (r *runner) lcArgv(sc Scenario, out string) ([]string, []string) {
 		"--requests", strconv.Itoa(r.o.lcRequests(sc.Runtime)), "--warmup", strconv.Itoa(r.o.Warmup),
 		"--wait-go", "--out", out)
 	if sc.Hints {
-		argv = append(argv, "--hints")
+		argv = append(argv, "--hints", "--hint-launcher", r.o.HintLauncher)
 	}
 	return argv, nil
 }
