@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/gpreempt/gpreempt/tsg"
 )
 
 // ErrInvalidArgument marks usage errors.
@@ -115,7 +117,7 @@ func parseScenario(name string) (Scenario, error) {
 			return bad("want be-ratio:<ts1>:<ts2>")
 		}
 		for i, p := range parts[1:] {
-			d, err := parseTimeslice(p)
+			d, err := tsg.ParseTimeslice(p) // what the gpreemptctl it drives accepts
 			if err != nil {
 				return bad(err.Error())
 			}
@@ -123,7 +125,7 @@ func parseScenario(name string) (Scenario, error) {
 		}
 		sc.Kind = KindBERatio
 	case strings.HasPrefix(rest, "be-"):
-		d, err := parseTimeslice(strings.TrimPrefix(rest, "be-"))
+		d, err := tsg.ParseTimeslice(strings.TrimPrefix(rest, "be-"))
 		if err != nil {
 			return bad(err.Error())
 		}
@@ -138,20 +140,6 @@ func parseScenario(name string) (Scenario, error) {
 	return sc, nil
 }
 
-// parseTimeslice parses a TSG timeslice: whole microseconds, 1 us to 5 s
-// (what RM accepts).
-func parseTimeslice(s string) (time.Duration, error) {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("timeslice %q: %v", s, err)
-	}
-	if d < time.Microsecond || d > 5*time.Second || d%time.Microsecond != 0 {
-		return 0, fmt.Errorf("timeslice %q: want whole microseconds from 1us to 5s", s)
-	}
-	return d, nil
-}
-
-// usArg renders a timeslice as gpreemptctl takes it: integer microseconds.
 func usArg(d time.Duration) string { return fmt.Sprintf("%dus", d/time.Microsecond) }
 
 // HasLC reports whether the scenario measures an LC worker.

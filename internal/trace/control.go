@@ -62,34 +62,32 @@ func head[T any](c *Control, b []byte, p *T) bool {
 	return err == nil
 }
 
+// setOrGet decodes p from a SET control's input or the matching GET
+// control's output; false for any other command or a short head.
+func setOrGet[P any](c *Control, set, get uint32, p *P) bool {
+	switch c.Cmd {
+	case set:
+		return head(c, c.In, p)
+	case get:
+		return head(c, c.Out, p)
+	}
+	return false
+}
+
 // TimesliceUs is the timeslice a SET_TIMESLICE asked for or a
 // GET_TIMESLICE returned, in microseconds.
 func (c *Control) TimesliceUs() (uint64, bool) {
 	var p ioctl.NVA06C_CTRL_TIMESLICE_PARAMS
-	switch c.Cmd {
-	case ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE:
-		ok := head(c, c.In, &p)
-		return p.TimesliceUs, ok
-	case ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE:
-		ok := head(c, c.Out, &p)
-		return p.TimesliceUs, ok
-	}
-	return 0, false
+	ok := setOrGet(c, ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE, &p)
+	return p.TimesliceUs, ok
 }
 
 // InterleaveLevel is the level a SET_INTERLEAVE_LEVEL asked for or a
 // GET_INTERLEAVE_LEVEL returned (NVA06C_CTRL_INTERLEAVE_LEVEL_*).
 func (c *Control) InterleaveLevel() (uint32, bool) {
 	var p ioctl.NVA06C_CTRL_INTERLEAVE_LEVEL_PARAMS
-	switch c.Cmd {
-	case ioctl.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL:
-		ok := head(c, c.In, &p)
-		return p.TsgInterleaveLevel, ok
-	case ioctl.NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL:
-		ok := head(c, c.Out, &p)
-		return p.TsgInterleaveLevel, ok
-	}
-	return 0, false
+	ok := setOrGet(c, ioctl.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, ioctl.NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL, &p)
+	return p.TsgInterleaveLevel, ok
 }
 
 // ScheduleEnable is GPFIFO_SCHEDULE's bEnable: true puts the group on the
