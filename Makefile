@@ -33,13 +33,17 @@ fuzz:
 	  done; \
 	done
 
-# Binaries and test binaries to carry to the GPU machine (no Go there).
+# Binaries and test binaries to carry to the GPU machine (no Go there),
+# without symbol tables: the device call carries at most 64 MiB.
+# libgpreempt.so keeps its symbols (uprobes find the hint API by name).
+CARRY_LDFLAGS ?= -s -w
 gpu-binaries: build
 	mkdir -p $(CARRY)
-	cp $(BIN)/gpreemptctl $(BIN)/gpreempt-bench $(BIN)/libgpreempt.so $(CARRY)/
-	$(GO) test -c -o $(CARRY)/tsg.test ./tsg
-	$(GO) test -c -o $(CARRY)/prepreempt.test ./prepreempt
-	$(GO) test -c -o $(CARRY)/gpu.test ./internal/gpu
+	$(GO) build -ldflags='$(CARRY_LDFLAGS)' -o $(CARRY)/ ./cmd/gpreemptctl ./cmd/gpreempt-bench
+	cp $(BIN)/libgpreempt.so $(CARRY)/
+	$(GO) test -c -ldflags='$(CARRY_LDFLAGS)' -o $(CARRY)/tsg.test ./tsg
+	$(GO) test -c -ldflags='$(CARRY_LDFLAGS)' -o $(CARRY)/prepreempt.test ./prepreempt
+	$(GO) test -c -ldflags='$(CARRY_LDFLAGS)' -o $(CARRY)/gpu.test ./internal/gpu
 
 # On the GPU machine, from the carried binaries: the GPU tests and the
 # control-cost benchmarks (see docs/GPU-RESULTS.md).

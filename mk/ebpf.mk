@@ -59,4 +59,4 @@ test: ebpf-check
 # (docs/TRACING.md), next to what `make gpu-binaries` carries.
 .PHONY: trace-gpu-binaries
 trace-gpu-binaries: gpu-binaries
-	$(GO) test -c -o $(CARRY)/trace.test ./$(EBPF_DIR)
+	$(GO) test -c -ldflags='$(CARRY_LDFLAGS)' -o $(CARRY)/trace.test ./$(EBPF_DIR)

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"runtime"
 	"sync"
@@ -144,7 +145,7 @@ type Engine struct {
 	pred    *predictor
 	sw      *switchTracker
 	stats   statsRecorder
-	offset  int64 // %globaltimer minus host CLOCK_REALTIME, ns
+	clock   *gpuClock
 	closed  atomic.Bool
 	pending atomic.Int64
 	// inflight[i] is the request whose spinner holds slot i, for the
@@ -225,6 +226,7 @@ func (e *Engine) initSlots() {
 	}
 	e.pred = newPredictor(e.opts.PrepQuantile, e.opts.Window, 8)
 	e.sw = newSwitchTracker(e.opts.InitialSwitch, e.opts.SwitchQuantile, e.opts.Window)
+	e.clock = newGPUClock(e.opts.Window)
 }
 
 func openFlags(cctx *cuda.Context, backend string, slots int, log *slog.Logger) (Flags, error) {
@@ -274,22 +276,35 @@ func applyLCClass(ctx context.Context, ts time.Duration, log *slog.Logger) error
 	return nil
 }
 
-// calibrateClock runs the spinner with its flag already set a few times
-// and takes %globaltimer's offset from the host clock from the run whose
-// launch-to-completion window was narrowest (its midpoint; the error is at
-// most half that window, a few microseconds on an idle GPU, and the
-// narrowest window avoids runs that waited behind other work).
+// calibrateClock bounds %globaltimer's offset from the host clock from
+// both sides (gpuClock) with spinners the host watches start and releases,
+// and keeps the tightest bounds of a few rounds.
 func (e *Engine) calibrateClock() error {
 	s := <-e.free
 	defer func() { e.free <- s }()
-	e.flags.Set(s.idx, 1)
-	best := int64(-1)
+	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
 	for range 16 {
+		e.flags.Set(s.idx, 0)
 		e.gpu.clearStamps(s)
-		t0 := time.Now().UnixNano()
 		if err := e.gpu.launch(s); err != nil {
 			return fmt.Errorf("calibrate: %w", err)
 		}
+		// The start stamp is read before the host clock: the spinner
+		// started before the host looked.
+		var start, seen int64
+		deadline := time.Now().Add(calibrateStartTimeout)
+		for start == 0 {
+			start, _ = e.gpu.stamps(s)
+			seen = time.Now().UnixNano()
+			if start == 0 && seen > deadline.UnixNano() {
+				e.flags.Set(s.idx, 1)
+				return fmt.Errorf("calibrate: the spinner did not start within %v", calibrateStartTimeout)
+			}
+		}
+		// The host clock is read before the release: the spinner exits
+		// after it.
+		released := time.Now().UnixNano()
+		e.flags.Set(s.idx, 1)
 		for {
 			ok, err := e.gpu.finished(s)
 			if err != nil {
@@ -299,19 +314,23 @@ func (e *Engine) calibrateClock() error {
 				break
 			}
 		}
-		t1 := time.Now().UnixNano()
-		stamp, _ := e.gpu.stamps(s)
-		if stamp == 0 {
-			return errors.New("calibrate: the spinner wrote no start stamp")
+		_, end := e.gpu.stamps(s)
+		if end < start || time.Duration(end-start) >= e.opts.MaxHold {
+			continue // exited on its own (the host was descheduled): no upper bound
 		}
-		if w := t1 - t0; best < 0 || w < best {
-			best = w
-			e.offset = stamp - (t0+t1)/2
-		}
+		lo, hi = max(lo, start-seen), min(hi, end-released)
 	}
-	e.log.Debug("calibrated GPU clock", "offset_ns", e.offset, "window_ns", best)
+	if lo == math.MinInt64 || hi == math.MaxInt64 || lo > hi {
+		return fmt.Errorf("calibrate: no consistent bounds on the GPU clock (%d..%d ns)", lo, hi)
+	}
+	e.clock.calibrated(lo, hi)
+	e.log.Debug("calibrated GPU clock", "offset_ns", e.clock.get(), "error_ns", (hi-lo)/2)
 	return nil
 }
+
+// calibrateStartTimeout bounds how long calibration waits for a spinner to
+// be scheduled (behind a BE load it takes a switch, ~170 us).
+const calibrateStartTimeout = time.Second
 
 // Request states.
 const (
@@ -334,6 +353,9 @@ type Request struct {
 	state   atomic.Int32
 	err     error
 	launchT int64 // host CLOCK_REALTIME ns of the spinner launch
+	// releaseT is when the host released the spinner's flag (0: not by
+	// the host), for the GPU clock's online correction.
+	releaseT int64
 	// planned is when the spinner was meant to be launched (CLOCK_REALTIME
 	// ns); the launch's lateness against it is a statistic.
 	planned int64
@@ -418,7 +440,7 @@ func (r *Request) launch() {
 		// Whatever was queued must not spin: release it, then recycle.
 		e.flags.Set(s.idx, 1)
 		r.state.Store(stateFailed)
-		go e.reap(r, false)
+		go e.reap(r)
 		return
 	}
 	e.inflight[s.idx].Store(r)
@@ -491,9 +513,10 @@ func (e *Engine) expireLoop() {
 // expire releases a spinner whose request never called Ready.
 func (r *Request) expire() {
 	if r.state.CompareAndSwap(stateLaunched, stateExpired) {
+		r.releaseT = time.Now().UnixNano()
 		r.e.flags.Set(r.slot.idx, 1)
 		r.e.stats.add(func(s *Stats) { s.Expired++ })
-		go r.e.reap(r, true)
+		go r.e.reap(r)
 	}
 }
 
@@ -541,9 +564,10 @@ func (r *Request) finish(cancel bool) error {
 			if !r.state.CompareAndSwap(stateLaunched, next) {
 				continue
 			}
+			r.releaseT = time.Now().UnixNano()
 			e.flags.Set(r.slot.idx, 1)
 			if !cancel {
-				e.stats.readyLead(time.Duration(time.Now().UnixNano() - r.launchT))
+				e.stats.readyLead(time.Duration(r.releaseT - r.launchT))
 			}
 			e.stats.add(func(s *Stats) {
 				if cancel {
@@ -552,7 +576,7 @@ func (r *Request) finish(cancel bool) error {
 					s.Early++
 				}
 			})
-			go e.reap(r, false)
+			go e.reap(r)
 		case stateFailed:
 			return r.err
 		case stateExpired:
@@ -571,7 +595,7 @@ func (r *Request) finish(cancel bool) error {
 
 // reap waits for the spinner and its pending kernel to finish, accounts
 // their stamps and returns the slot.
-func (e *Engine) reap(r *Request, expired bool) {
+func (e *Engine) reap(r *Request) {
 	s := r.slot
 	for {
 		ok, err := e.gpu.finished(s)
@@ -588,12 +612,15 @@ func (e *Engine) reap(r *Request, expired bool) {
 	start, end := e.gpu.stamps(s)
 	if start != 0 && end >= start {
 		held := time.Duration(end - start)
-		switchIn := time.Duration(start - e.offset - r.launchT)
+		if r.releaseT != 0 && held < e.opts.MaxHold {
+			e.clock.released(r.releaseT, end)
+		}
+		switchIn := time.Duration(start - e.clock.get() - r.launchT)
 		e.stats.held(held)
 		e.stats.switchIn(switchIn)
 		e.sw.observe(switchIn)
-		if held >= e.opts.MaxHold && !expired {
-			e.stats.add(func(s *Stats) { s.Expired++ })
+		if held >= e.opts.MaxHold {
+			e.stats.add(func(s *Stats) { s.TimedOut++ })
 		}
 	}
 	e.free <- s

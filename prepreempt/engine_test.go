@@ -3,6 +3,7 @@ package prepreempt
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,6 +26,13 @@ type fakeGPU struct {
 	flags    *fakeFlags
 	switchIn time.Duration
 	maxHold  time.Duration
+	// clock is added to the stamps: the fake %globaltimer's offset
+	// from the host clock.
+	clock int64
+	// busyPoll: the fake spinner polls its flag without sleeping, like
+	// the kernel (sleeping oversleeps by up to milliseconds on a loaded
+	// machine; most tests do not care).
+	busyPoll bool
 	fail     error
 	launches atomic.Int64
 	mu       sync.Mutex
@@ -49,13 +57,17 @@ func (g *fakeGPU) launch(s *slot) error {
 		time.Sleep(g.switchIn)
 		start := time.Now()
 		g.mu.Lock()
-		st[0] = start.UnixNano()
+		st[0] = start.UnixNano() + g.clock
 		g.mu.Unlock()
 		for g.flags.w[s.idx].Load() == 0 && time.Since(start) < g.maxHold {
-			time.Sleep(10 * time.Microsecond)
+			if g.busyPoll {
+				runtime.Gosched()
+			} else {
+				time.Sleep(10 * time.Microsecond)
+			}
 		}
 		g.mu.Lock()
-		st[1] = time.Now().UnixNano()
+		st[1] = time.Now().UnixNano() + g.clock
 		g.mu.Unlock()
 		done.Store(true)
 	}()

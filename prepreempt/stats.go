@@ -18,8 +18,12 @@ type Stats struct {
 	// Cancelled: Cancel was called.
 	Cancelled uint64 `json:"cancelled"`
 	// Expired: Ready never came and the engine released the spinner after
-	// MaxHold (or the spinner timed out on its own).
+	// MaxHold.
 	Expired uint64 `json:"expired"`
+	// TimedOut: the spinner exited on its own at MaxHold before the host
+	// released it (the request is also counted as early, cancelled or
+	// expired: this is not an outcome but a warning).
+	TimedOut uint64 `json:"timed_out"`
 	// Dropped: no free spinner slot; the request ran without one.
 	Dropped uint64 `json:"dropped"`
 	// HeldNs is the spinner's GPU time, start to exit, summed.
