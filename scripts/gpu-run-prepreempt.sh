@@ -18,6 +18,8 @@ for run in "$@"; do
     A-poller)    args=("${common[@]}" "${fixed[@]}" --hint-launcher poller) ;;
     B-goroutine) args=("${common[@]}" "${uniform[@]}" --hint-launcher goroutine) ;;
     B-poller)    args=("${common[@]}" "${uniform[@]}" --hint-launcher poller) ;;
+    B-poller-q10) args=("${common[@]}" "${uniform[@]}" --hint-launcher poller --hint-prep-quantile 0.1) ;;
+    B-poller-q25) args=("${common[@]}" "${uniform[@]}" --hint-launcher poller --hint-prep-quantile 0.25) ;;
     P-goroutine) args=("${common[@]}" "${pytorch[@]}" --hint-launcher goroutine) ;;
     P-poller)    args=("${common[@]}" "${pytorch[@]}" --hint-launcher poller) ;;
     *) echo "unknown run $run" >&2; exit 2 ;;

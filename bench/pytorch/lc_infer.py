@@ -88,6 +88,8 @@ def main():
     ap.add_argument("--out", default="-", help="result JSON file ('-': stdout)")
     ap.add_argument("--hints", action="store_true",
                     help="pre-preemption through libgpreempt (python/gpreempt): hint when preparation starts, ready after the forward pass is queued")
+    ap.add_argument("--hint-launcher", choices=("goroutine", "poller"), default="goroutine",
+                    help="with --hints: the engine's launcher (GPREEMPT_LAUNCHER_POLLER)")
     args = ap.parse_args()
     if args.requests <= 0 or args.period <= 0:
         ap.error("--requests and --period must be positive")
@@ -130,7 +132,7 @@ def main():
     gp = None
     if args.hints:
         import gpreempt  # python/gpreempt, with GPREEMPT_LIB naming libgpreempt.so
-        gp = gpreempt.Engine(device=args.device)
+        gp = gpreempt.Engine(device=args.device, launcher=args.hint_launcher)
     lo, hi = args.prep
     expected_prep_us = (lo + hi) // 2 // 1000
 
@@ -209,6 +211,7 @@ def main():
     if gp is not None:
         result["prepreempt"] = gp.stats()
         result["config"]["hints"] = True
+        result["config"]["hint_launcher"] = args.hint_launcher
         gp.close()
     write_json(args.out, result)
 

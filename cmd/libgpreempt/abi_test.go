@@ -34,6 +34,8 @@ func TestCABI(t *testing.T) {
 int main(void) {
 	if (gpreempt_hint("x", 1) != 0) { puts("hint without init succeeded"); return 1; }
 	printf("before-init: %s\n", gpreempt_last_error());
+	if (gpreempt_init(0, 0, 0x80) == 0) { puts("init with unknown flags succeeded"); return 1; }
+	printf("bad-flags: %s\n", gpreempt_last_error());
 	if (gpreempt_init(0, 0, GPREEMPT_SKIP_LC_CLASS) != 0) {
 		printf("init: %s\n", gpreempt_last_error());
 		return 3;
@@ -58,6 +60,9 @@ int main(void) {
 	}
 	out, err := exec.Command(exe).CombinedOutput()
 	text := string(out)
+	if !strings.Contains(text, "bad-flags: gpreempt_init: unknown flags 0x80") {
+		t.Errorf("init with unknown flags did not say so:\n%s", text)
+	}
 	if !strings.Contains(text, "before-init: gpreempt_hint: not initialised") {
 		t.Errorf("hint before init did not report why:\n%s", text)
 	}

@@ -29,6 +29,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 	"unsafe"
@@ -61,6 +62,9 @@ func gpreempt_init(device C.int, maxHoldUs C.uint64_t, flags C.uint32_t) C.int {
 	if engine != nil {
 		return fail(errors.New("gpreempt_init: already initialised"))
 	}
+	if unknown := uint32(flags) &^ (flagSkipLCClass | flagLauncherPoller); unknown != 0 {
+		return fail(fmt.Errorf("gpreempt_init: unknown flags %#x (known: GPREEMPT_SKIP_LC_CLASS, GPREEMPT_LAUNCHER_POLLER)", unknown))
+	}
 	dev, err := cuda.GetDevice(int(device))
 	if err != nil {
 		if err := cuda.Init(); err != nil {
@@ -78,6 +82,9 @@ func gpreempt_init(device C.int, maxHoldUs C.uint64_t, flags C.uint32_t) C.int {
 	if flags&C.uint32_t(flagSkipLCClass) != 0 {
 		opts.SkipLCClass = true
 	}
+	if flags&C.uint32_t(flagLauncherPoller) != 0 {
+		opts.Launcher = "poller"
+	}
 	e, err := prepreempt.New(context.Background(), c, opts)
 	if err != nil {
 		return fail(errors.Join(err, c.Release()))
@@ -86,8 +93,11 @@ func gpreempt_init(device C.int, maxHoldUs C.uint64_t, flags C.uint32_t) C.int {
 	return 0
 }
 
-// flagSkipLCClass is GPREEMPT_SKIP_LC_CLASS in gpreempt.h.
-const flagSkipLCClass = 1
+// The flags of gpreempt.h.
+const (
+	flagSkipLCClass    = 1 // GPREEMPT_SKIP_LC_CLASS
+	flagLauncherPoller = 2 // GPREEMPT_LAUNCHER_POLLER
+)
 
 // gpreempt_hint, gpreempt_ready and gpreempt_cancel are defined in
 // entry.c, which calls these: the C entry points start with a 5-byte NOP,

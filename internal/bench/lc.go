@@ -48,6 +48,8 @@ type lcOptions struct {
 	Hints    bool
 	MaxHold  time.Duration
 	Launcher string
+	// PrepQuantile: prepreempt.Options.PrepQuantile (0: its default).
+	PrepQuantile float64
 }
 
 var lcCommand = &cli.Command{
@@ -77,6 +79,7 @@ var lcCommand = &cli.Command{
 		&cli.BoolFlag{Name: "hints", Usage: "pre-preemption: Hint each request when its preparation starts, Ready right after its launch"},
 		&cli.DurationFlag{Name: "max-hold", Value: 5 * time.Millisecond, Usage: "with --hints: longest a spinner may hold the GPU"},
 		&cli.StringFlag{Name: "hint-launcher", Value: "goroutine", Usage: "with --hints: goroutine or poller (prepreempt.Options.Launcher)"},
+		&cli.Float64Flag{Name: "hint-prep-quantile", Usage: "with --hints: prepreempt.Options.PrepQuantile, in (0, 1) (0: the engine's default)"},
 	},
 	Action: func(c *cli.Context) error {
 		prep := PrepDist{Min: c.Duration("prep"), Max: c.Duration("prep")}
@@ -103,6 +106,7 @@ var lcCommand = &cli.Command{
 			Hints:         c.Bool("hints"),
 			MaxHold:       c.Duration("max-hold"),
 			Launcher:      c.String("hint-launcher"),
+			PrepQuantile:  c.Float64("hint-prep-quantile"),
 		}
 		return runLC(c.Context, o, os.Stdin, c.App.Writer, logger(c))
 	},
@@ -122,6 +126,8 @@ func (o lcOptions) validate() error {
 		return fmt.Errorf("%w: preparation (up to %v) must be shorter than the period %v", ErrInvalidArgument, o.Prep.Max, o.Period)
 	case o.CalibrateOnly && o.CalibrateUs <= 0:
 		return fmt.Errorf("%w: --calibrate-only needs --calibrate-us", ErrInvalidArgument)
+	case o.PrepQuantile < 0 || o.PrepQuantile >= 1:
+		return fmt.Errorf("%w: --hint-prep-quantile %v: want a value in (0, 1), or 0 for the default", ErrInvalidArgument, o.PrepQuantile)
 	}
 	return nil
 }
@@ -235,7 +241,7 @@ func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, 
 	if o.Hints {
 		// After the LC kernels' module and stream exist, so the LC class
 		// the engine applies covers every channel group of the context.
-		if eng, err = prepreempt.New(ctx, g.ctx, prepreempt.Options{MaxHold: o.MaxHold, Launcher: o.Launcher, Logger: log}); err != nil {
+		if eng, err = prepreempt.New(ctx, g.ctx, prepreempt.Options{MaxHold: o.MaxHold, Launcher: o.Launcher, PrepQuantile: o.PrepQuantile, Logger: log}); err != nil {
 			return fmt.Errorf("pre-preemption engine: %w", err)
 		}
 		defer func() { err = errors.Join(err, eng.Close()) }()
@@ -330,6 +336,9 @@ func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, 
 		res.Prepreempt = &st
 		res.Config["hints"] = true
 		res.Config["hint_launcher"] = o.Launcher
+		if o.PrepQuantile != 0 {
+			res.Config["hint_prep_quantile"] = o.PrepQuantile
+		}
 	}
 	log.Info("lc done", "requests", len(samples), "late", late)
 	return writeJSON(o.Out, stdout, res)

@@ -27,13 +27,16 @@ import (
 type runOptions struct {
 	// HintLauncher is passed to LC workers of prepreempt-* scenarios.
 	HintLauncher string
-	Scenarios    []Scenario
-	Out          string
-	Ctl          string
-	Device       int
-	Duration     time.Duration
-	Settle       time.Duration
-	ReadyTimeout time.Duration
+	// HintPrepQuantile is passed to Go LC workers of prepreempt-*
+	// scenarios (0: the engine's default).
+	HintPrepQuantile float64
+	Scenarios        []Scenario
+	Out              string
+	Ctl              string
+	Device           int
+	Duration         time.Duration
+	Settle           time.Duration
+	ReadyTimeout     time.Duration
 
 	Period        time.Duration
 	Prep          PrepDist
@@ -184,6 +187,7 @@ var runCommand = &cli.Command{
 		&cli.StringFlag{Name: "pytorch-lc-model", Value: "resnet50", Usage: "torchvision model for lc_infer.py"},
 		&cli.IntFlag{Name: "pytorch-lc-batch", Value: 1, Usage: "lc_infer.py batch size"},
 		&cli.StringFlag{Name: "hint-launcher", Value: "goroutine", Usage: "prepreempt-* scenarios: the engine's launcher, goroutine or poller"},
+		&cli.Float64Flag{Name: "hint-prep-quantile", Usage: "prepreempt-* scenarios (Go LC worker): quantile of recent preparation times the engine predicts with (0: its default, 0.02)"},
 		&cli.BoolFlag{Name: "pytorch-cuda-graph", Value: true, Usage: "lc_infer.py replays a CUDA graph (false: eager, whose Python launch overhead, ~8 ms for resnet50 on the H100 VM, hides GPU scheduling)"},
 		&cli.StringFlag{Name: "pytorch-be-model", Value: "resnet50", Usage: "torchvision model for be_train.py"},
 		&cli.IntFlag{Name: "pytorch-be-batch", Value: 64, Usage: "be_train.py batch size"},
@@ -227,8 +231,9 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		Python: c.String("python"), PyScripts: c.String("pytorch-scripts"), PyPeriod: c.Duration("pytorch-period"),
 		PyRequests: c.Int("pytorch-requests"), PyWarmup: c.Int("pytorch-warmup"),
 		PyLCModel: c.String("pytorch-lc-model"), PyLCBatch: c.Int("pytorch-lc-batch"), PyGraph: c.Bool("pytorch-cuda-graph"),
-		HintLauncher: c.String("hint-launcher"),
-		PyBEModel:    c.String("pytorch-be-model"), PyBEBatch: c.Int("pytorch-be-batch"),
+		HintLauncher:     c.String("hint-launcher"),
+		HintPrepQuantile: c.Float64("hint-prep-quantile"),
+		PyBEModel:        c.String("pytorch-be-model"), PyBEBatch: c.Int("pytorch-be-batch"),
 	}
 	return o, o.validate()
 }
@@ -245,6 +250,10 @@ func (o *runOptions) validate() error {
 		return fmt.Errorf("%w: kernel iterations must be positive", ErrInvalidArgument)
 	case o.BEQueue < 1, o.LCThreads <= 0, o.BEThreads <= 0, o.LCBlocks < 0, o.BEBlocks < 0:
 		return fmt.Errorf("%w: --be-queue, --*-threads must be positive, --*-blocks not negative", ErrInvalidArgument)
+	case o.HintLauncher != "goroutine" && o.HintLauncher != "poller":
+		return fmt.Errorf("%w: --hint-launcher %q: want goroutine or poller", ErrInvalidArgument, o.HintLauncher)
+	case o.HintPrepQuantile < 0 || o.HintPrepQuantile >= 1:
+		return fmt.Errorf("%w: --hint-prep-quantile %v: want a value in (0, 1), or 0 for the default", ErrInvalidArgument, o.HintPrepQuantile)
 	}
 	return nil
 }
@@ -455,7 +464,7 @@ func (r *runner) lcArgv(sc Scenario, out string) ([]string, []string) {
 			if os.Getenv("GPREEMPT_LIB") == "" && len(r.env.self) > 0 {
 				env = append(env, "GPREEMPT_LIB="+filepath.Join(filepath.Dir(r.env.self[0]), "libgpreempt.so"))
 			}
-			return append(argv, "--hints"), env
+			return append(argv, "--hints", "--hint-launcher", r.o.HintLauncher), env
 		}
 		return argv, pythonEnv
 	}
@@ -468,6 +477,9 @@ func (r *runner) lcArgv(sc Scenario, out string) ([]string, []string) {
 		"--wait-go", "--out", out)
 	if sc.Hints {
 		argv = append(argv, "--hints", "--hint-launcher", r.o.HintLauncher)
+		if r.o.HintPrepQuantile != 0 {
+			argv = append(argv, "--hint-prep-quantile", strconv.FormatFloat(r.o.HintPrepQuantile, 'g', -1, 64))
+		}
 	}
 	return argv, nil
 }

@@ -160,7 +160,7 @@ func testOptions(t *testing.T, scenarios, ctl string) runOptions {
 		Period: 3500 * time.Microsecond, Requests: 40, Warmup: 1,
 		LCIters: DefaultLCKernelIters, LCThreads: 256, LCCalibrateUs: 20,
 		BEIters: DefaultBEKernelIters, BEThreads: 256, BEQueue: 3, BECalibrateMs: 2.35,
-		PyPeriod: 20 * time.Millisecond,
+		PyPeriod: 20 * time.Millisecond, HintLauncher: "goroutine",
 	}
 }
 

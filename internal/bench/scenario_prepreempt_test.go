@@ -42,20 +42,20 @@ func TestParsePrepreemptScenarios(t *testing.T) {
 
 func TestLCArgvHints(t *testing.T) {
 	r := &runner{env: runEnv{self: []string{"/opt/gp/gpreempt-bench"}}, scripts: "/tmp/scripts",
-		o: runOptions{Requests: 10, PyRequests: 10, Python: "python3"}}
+		o: runOptions{Requests: 10, PyRequests: 10, Python: "python3", HintLauncher: "poller", HintPrepQuantile: 0.1}}
 	sc, err := parseScenario("prepreempt-be-1us")
 	if err != nil {
 		t.Fatal(err)
 	}
 	argv, _ := r.lcArgv(sc, "lc.json")
-	if !slices.Contains(argv, "--hints") {
-		t.Errorf("kernel LC worker argv lacks --hints: %v", argv)
+	if !hasArgs(argv, "--hints", "--hint-launcher", "poller", "--hint-prep-quantile", "0.1") {
+		t.Errorf("kernel LC worker argv lacks the hint options: %v", argv)
 	}
 	sc, _ = parseScenario("pytorch-prepreempt-be-1us")
 	t.Setenv("GPREEMPT_LIB", "")
 	argv, env := r.lcArgv(sc, "lc.json")
-	if argv[len(argv)-1] != "--hints" {
-		t.Errorf("python LC worker argv lacks --hints: %v", argv)
+	if !hasArgs(argv, "--hints", "--hint-launcher", "poller") {
+		t.Errorf("python LC worker argv lacks the hint options: %v", argv)
 	}
 	want := map[string]bool{"PYTHONPATH=/tmp/scripts": false, "GPREEMPT_LIB=/opt/gp/libgpreempt.so": false}
 	for _, kv := range env {
@@ -66,6 +66,38 @@ func TestLCArgvHints(t *testing.T) {
 	for kv, seen := range want {
 		if !seen {
 			t.Errorf("env lacks %s: %v", kv, env)
+		}
+	}
+}
+
+// hasArgs reports whether argv holds want as a contiguous run.
+func hasArgs(argv []string, want ...string) bool {
+	for i := range argv {
+		if i+len(want) <= len(argv) && slices.Equal(argv[i:i+len(want)], want) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestRunOptionsValidateHints(t *testing.T) {
+	for _, tt := range []struct {
+		launcher string
+		q        float64
+		ok       bool
+	}{
+		{"goroutine", 0, true},
+		{"poller", 0.25, true},
+		{"threads", 0, false},
+		{"", 0, false},
+		{"goroutine", 1, false},
+		{"goroutine", -0.1, false},
+	} {
+		o := testOptions(t, "standalone", "")
+		o.HintLauncher, o.HintPrepQuantile = tt.launcher, tt.q
+		err := o.validate()
+		if (err == nil) != tt.ok || (err != nil && !errors.Is(err, ErrInvalidArgument)) {
+			t.Errorf("launcher %q quantile %v: validate() = %v, want ok=%v", tt.launcher, tt.q, err, tt.ok)
 		}
 	}
 }

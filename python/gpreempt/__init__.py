@@ -21,9 +21,10 @@ import ctypes
 import json
 import os
 
-__all__ = ["Engine", "GpreemptError", "SKIP_LC_CLASS"]
+__all__ = ["Engine", "GpreemptError", "SKIP_LC_CLASS", "LAUNCHER_POLLER"]
 
 SKIP_LC_CLASS = 1
+LAUNCHER_POLLER = 2
 
 
 class GpreemptError(RuntimeError):
@@ -87,9 +88,13 @@ class Request:
 
 
 class Engine:
-    def __init__(self, device=0, max_hold_us=5000, skip_lc_class=False, lib=None):
+    def __init__(self, device=0, max_hold_us=5000, skip_lc_class=False, launcher="goroutine", lib=None):
+        if launcher not in ("goroutine", "poller"):
+            raise ValueError(f"launcher {launcher!r}: want 'goroutine' or 'poller'")
         self._lib = _load(lib)
         flags = SKIP_LC_CLASS if skip_lc_class else 0
+        if launcher == "poller":
+            flags |= LAUNCHER_POLLER
         self._check(self._lib.gpreempt_init(device, max_hold_us, flags), "init")
 
     def _check(self, rc, what):
