@@ -52,7 +52,10 @@ int gpreempt_ready(uint64_t handle);
 int gpreempt_cancel(uint64_t handle);
 
 /* Engine statistics as JSON into buf (NUL-terminated if it fits); returns
- * the JSON's length, -1 on error. */
+ * the JSON's length, -1 on error. The JSON holds the counters, log2
+ * histograms and the last samples (up to 16384 of each kind, in ns), so it
+ * can be ~1 MB: call with buf NULL for the length, and again with a buffer
+ * of that length plus some (the stats grow in between) until it fits. */
 int gpreempt_stats_json(char *buf, size_t len);
 
 /* The last error's message (valid until the next failing call). */

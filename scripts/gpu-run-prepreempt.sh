@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Issue 4 on the GPU machine: pre-preemption runs of docs/PREPREEMPT.md, from
 # the binaries `make gpu-binaries` put in .carry/. Usage:
-#   scripts/gpu-run-prepreempt.sh RUN...      RUN: a name from the case below
+#   [DURATION=20s] scripts/gpu-run-prepreempt.sh RUN...   RUN: a name from the case below
 # Each run's results go to /tmp/pp/<run>; results.md files are concatenated
 # into $OUT/summary.md and everything is packed into $OUT/pp-runs.tar.gz.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpreempt-out}; mkdir -p "$OUT" /tmp/pp
 C=$PWD/.carry
 export GPREEMPT_LIB=$C/libgpreempt.so
-common=(--gpreemptctl "$C/gpreemptctl" --lc-calibrate-us 0 --lc-iters 2000 --duration 6s)
+common=(--gpreemptctl "$C/gpreemptctl" --lc-calibrate-us 0 --lc-iters 2000 --duration "${DURATION:-6s}")
 fixed=(--scenarios standalone,be-1us,prepreempt-be-1us,be-only --prep 500us)
 uniform=(--scenarios standalone,be-1us,prepreempt-be-1us,be-only --prep-dist uniform:300us:700us)
 pytorch=(--scenarios pytorch-standalone,pytorch-be-1us,pytorch-prepreempt-be-1us,pytorch-be-only --duration 10s)

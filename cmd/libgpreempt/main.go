@@ -169,9 +169,7 @@ func gpreempt_stats_json(buf *C.char, n C.size_t) C.int {
 	if e == nil {
 		return fail(errors.New("gpreempt_stats_json: not initialised"))
 	}
-	st := e.Stats()
-	st.HeldSamples, st.SwitchInSamples, st.LaunchLagSamples, st.ReadyLeadSamples = nil, nil, nil, nil
-	b, err := json.Marshal(st)
+	b, err := json.Marshal(e.Stats())
 	if err != nil {
 		return fail(err)
 	}

@@ -109,12 +109,15 @@ class Engine:
         return Request(self, h)
 
     def stats(self):
-        n = self._lib.gpreempt_stats_json(None, 0)
-        if n < 0:
-            self._check(n, "stats")
-        buf = ctypes.create_string_buffer(n + 1)
-        self._lib.gpreempt_stats_json(buf, n + 1)
-        return json.loads(buf.value)
+        size = 0
+        while True:
+            buf = ctypes.create_string_buffer(size) if size else None
+            n = self._lib.gpreempt_stats_json(buf, size)
+            if n < 0:
+                self._check(n, "stats")
+            if n < size:
+                return json.loads(buf.value)
+            size = n + 4096  # the stats may grow before the next call
 
     def close(self):
         self._check(self._lib.gpreempt_shutdown(), "shutdown")
