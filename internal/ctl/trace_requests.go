@@ -47,17 +47,36 @@ var traceRequestsCommand = &cli.Command{
 }
 
 type requestsTrace struct {
-	out      *traceOut
-	pid      uint32
-	each     bool
-	tracker  *trace.RequestTracker
-	comm     string
+	out     *traceOut
+	pid     uint32
+	each    bool
+	tracker *trace.RequestTracker
+	comm    string
+	// cur is the interval's requests (reset by --interval), all the
+	// session's (the summary).
+	cur, all requestAgg
+	header   bool
+	interval int
+}
+
+// requestAgg adds up requests: a histogram, samples for exact
+// percentiles, launches and failures.
+type requestAgg struct {
 	hist     trace.Hist
 	samples  []float64
 	launches int
 	failed   int
-	header   bool
-	interval int
+}
+
+func (a *requestAgg) add(us uint64, r trace.Request) {
+	a.hist.Add(us)
+	if len(a.samples) < maxSamples {
+		a.samples = append(a.samples, float64(us))
+	}
+	a.launches += r.Launches
+	if r.Result != 0 {
+		a.failed++
+	}
 }
 
 // requestSummary is an interval or the end as -o json prints it.
@@ -81,14 +100,8 @@ func (t *requestsTrace) Event(ev trace.Event) error {
 	}
 	t.comm = r.Comm
 	us := usecs(r.Latency())
-	t.hist.Add(us)
-	if len(t.samples) < maxSamples {
-		t.samples = append(t.samples, float64(us))
-	}
-	t.launches += r.Launches
-	if r.Result != 0 {
-		t.failed++
-	}
+	t.cur.add(us, r)
+	t.all.add(us, r)
 	if !t.each {
 		return nil
 	}
@@ -110,31 +123,34 @@ func (t *requestsTrace) Event(ev trace.Event) error {
 
 func (t *requestsTrace) Interval() error {
 	t.interval++
-	if err := t.print(fmt.Sprintf("interval %d", t.interval), nil); err != nil {
+	if err := t.print(fmt.Sprintf("interval %d", t.interval), &t.cur, nil); err != nil {
 		return err
 	}
-	t.hist, t.samples, t.launches, t.failed = trace.Hist{}, t.samples[:0], 0, 0
+	t.cur = requestAgg{samples: t.cur.samples[:0]}
 	return nil
 }
 
-func (t *requestsTrace) End(lost uint64) error { return t.print("summary", &lost) }
+// End prints the whole session's requests, --interval or not.
+func (t *requestsTrace) End(lost uint64) error { return t.print("summary", &t.all, &lost) }
 
-func (t *requestsTrace) print(title string, lost *uint64) error {
-	sum := stats.Summarize(t.samples)
+func (t *requestsTrace) print(title string, a *requestAgg, lost *uint64) error {
+	sum := stats.Summarize(a.samples)
 	if t.out.json {
-		return t.out.jsonLine(requestSummary{Type: "requests", Title: title, PID: t.pid, Comm: t.comm, Requests: t.hist.N,
-			Failed: t.failed, Launches: t.launches, Latency: sum, Hist: viewHist(&t.hist, "usecs"), Lost: lost})
+		return t.out.jsonLine(requestSummary{Type: "requests", Title: title, PID: t.pid, Comm: t.comm, Requests: a.hist.N,
+			Failed: a.failed, Launches: a.launches, Latency: sum, Hist: viewHist(&a.hist, "usecs"), Lost: lost})
 	}
 	w := t.out.w
 	t.out.separate()
-	fmt.Fprintf(w, "%s: pid %d %s: %d requests", title, t.pid, orDash(t.comm), t.hist.N)
-	if t.hist.N > 0 {
+	fmt.Fprintf(w, "%s: pid %d %s: %d requests", title, t.pid, orDash(t.comm), a.hist.N)
+	if a.hist.N > 0 {
 		fmt.Fprintf(w, ", latency p50 %.0fus p90 %.0fus p99 %.0fus max %.0fus, %.1f launches/request, %d failed",
-			sum.P50, sum.P90, sum.P99, sum.Max, float64(t.launches)/float64(t.hist.N), t.failed)
+			sum.P50, sum.P90, sum.P99, sum.Max, float64(a.launches)/float64(a.hist.N), a.failed)
 	}
 	fmt.Fprintln(w)
-	if err := writeHist(w, &t.hist, "usecs"); err != nil {
-		return err
+	if a.hist.N > 0 {
+		if err := writeHist(w, &a.hist, "usecs"); err != nil {
+			return err
+		}
 	}
 	if lost != nil {
 		_, err := fmt.Fprintf(w, "%d events lost\n", *lost)

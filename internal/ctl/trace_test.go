@@ -18,9 +18,11 @@ import (
 )
 
 var (
-	python    = tracetest.Process{PID: 4242, TID: 4242, Comm: "python3"}
-	lcServer  = tracetest.Process{PID: 4343, TID: 4350, Comm: "lc-server", ClientOffset: 0x10}
-	ctlProc   = tracetest.Process{PID: 999, TID: 999, Comm: "gpreemptctl"}
+	python   = tracetest.Process{PID: 4242, TID: 4242, Comm: "python3"}
+	lcServer = tracetest.Process{PID: 4343, TID: 4350, Comm: "lc-server", ClientOffset: 0x10}
+	ctlProc  = tracetest.Process{PID: 999, TID: 999, Comm: "gpreemptctl"}
+	// ctlProc2 is a second gpreemptctl call: --by comm adds it to the first.
+	ctlProc2  = tracetest.Process{PID: 1003, TID: 1003, Comm: "gpreemptctl"}
 	pyClient  = ioctl.Handle(0xc1d00022)
 	lcClient  = ioctl.Handle(0xc1d00032)
 	compute   = ioctl.Handle(0x5c000015)
@@ -59,6 +61,7 @@ func rmSession(tb testing.TB) []trace.Event {
 		tracetest.SetTimeslice(ctlProc, 6, lcClient, compute, 5000000, ioctl.NV_OK, &clock),
 		tracetest.Preempt(ctlProc, 5, pyClient, compute, 230*time.Microsecond, &clock),
 		tracetest.Preempt(ctlProc, 5, pyClient, compute, 330*time.Microsecond, &clock),
+		tracetest.Preempt(ctlProc2, 5, pyClient, compute, 280*time.Microsecond, &clock),
 		// A control from the wrong file: RM refuses the client.
 		tracetest.SetTimeslice(ctlProc, 7, pyClient, compute, 100, ioctl.NV_ERR_INVALID_CLIENT, &clock),
 		// Not a channel-group control: only rpc --all shows it.
@@ -119,6 +122,19 @@ func runTrace(t *testing.T, f *ctl.FakeTrace, args ...string) (int, string, stri
 	return code, stdout.String(), stderr.String()
 }
 
+// ticksAfterPreempts puts an interval tick after each PREEMPT of evs, so
+// that every interval holds one and the summary all of them.
+func ticksAfterPreempts(evs []trace.Event) []trace.Event {
+	var out []trace.Event
+	for _, ev := range evs {
+		out = append(out, ev)
+		if c, ok := ev.(*trace.RMCall); ok && c.Control != nil && c.Control.Cmd == ioctl.NVA06C_CTRL_CMD_PREEMPT {
+			out = append(out, ctl.TraceTick{})
+		}
+	}
+	return out
+}
+
 func TestTraceGolden(t *testing.T) {
 	withTicks := func(evs []trace.Event, every int) []trace.Event {
 		var out []trace.Event
@@ -141,6 +157,9 @@ func TestTraceGolden(t *testing.T) {
 		{"trace-rpc", rmSession(t), []string{"rpc"}},
 		{"trace-rpc-all-json", rmSession(t), []string{"rpc", "--all", "--json"}},
 		{"trace-rpc-cmd", rmSession(t), []string{"rpc", "--cmd", "SET_TIMESLICE,0xa06c0105"}},
+		{"trace-rpc-by-comm", rmSession(t), []string{"rpc", "--by", "comm"}},
+		{"trace-rpc-by-control-json", rmSession(t), []string{"rpc", "--by", "control", "--json"}},
+		{"trace-rpc-interval", ticksAfterPreempts(rmSession(t)), []string{"rpc", "--by", "control", "--cmd", "PREEMPT", "--interval", "1s"}},
 		{"trace-requests", requestSession(), []string{"requests", "--pid", "4343", "--each"}},
 		{"trace-requests-interval", withTicks(requestSession(), 20), []string{"requests", "--pid", "4343", "--interval", "1s"}},
 		{"trace-requests-json", requestSession(), []string{"requests", "--pid", "4343", "--json"}},
@@ -220,6 +239,7 @@ func TestTraceErrors(t *testing.T) {
 		{"no symbols", &ctl.FakeTrace{OpenErr: fmt.Errorf("%w: none of 7 functions found", trace.ErrNoSymbols)}, []string{"requests", "--pid", "4343"}, ctl.ExitNoLibrary, "no traceable function"},
 		{"requests without pid", &ctl.FakeTrace{}, []string{"requests"}, ctl.ExitUsage, "requests needs --pid"},
 		{"bad cmd", &ctl.FakeTrace{}, []string{"rpc", "--cmd", "SET_EVERYTHING"}, ctl.ExitUsage, "--cmd"},
+		{"bad by", &ctl.FakeTrace{}, []string{"rpc", "--by", "tid"}, ctl.ExitUsage, `--by "tid": want pid, comm or control`},
 		{"negative duration", &ctl.FakeTrace{}, []string{"tsg", "--duration", "-1s"}, ctl.ExitUsage, "--duration"},
 		{"negative pid", &ctl.FakeTrace{}, []string{"hints", "--pid", "-2"}, ctl.ExitUsage, "--pid"},
 	}
