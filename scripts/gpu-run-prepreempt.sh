@@ -11,7 +11,7 @@ export GPREEMPT_LIB=$C/libgpreempt.so
 common=(--gpreemptctl "$C/gpreemptctl" --lc-calibrate-us 0 --lc-iters 2000 --duration "${DURATION:-6s}")
 fixed=(--scenarios standalone,be-1us,prepreempt-be-1us,be-only --prep 500us)
 uniform=(--scenarios standalone,be-1us,prepreempt-be-1us,be-only --prep-dist uniform:300us:700us)
-pytorch=(--scenarios pytorch-standalone,pytorch-be-1us,pytorch-prepreempt-be-1us,pytorch-be-only --duration 10s)
+pytorch=(--scenarios pytorch-standalone,pytorch-be-1us,pytorch-prepreempt-be-1us,pytorch-be-only --duration "${PYTORCH_DURATION:-25s}")
 for run in "$@"; do
   case $run in
     A-goroutine) args=("${common[@]}" "${fixed[@]}" --hint-launcher goroutine) ;;
