@@ -24,7 +24,7 @@ const (
 // calls for the per-thread default stream.
 var (
 	DefaultLaunchSymbols = []string{"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz", "cuGraphLaunch", "cuGraphLaunch_ptsz"}
-	DefaultSyncSymbols   = []string{"cuStreamSynchronize", "cuStreamSynchronize_ptsz", "cuEventSynchronize", "cuCtxSynchronize"}
+	DefaultSyncSymbols   = []string{"cuStreamSynchronize", "cuStreamSynchronize_ptsz", "cuEventSynchronize", "cuCtxSynchronize", "cuCtxSynchronize_v2"}
 	// The hint API's C ABI (libgpreempt.so).
 	DefaultHintSymbol   = "gpreempt_hint"
 	DefaultReadySymbol  = "gpreempt_ready"

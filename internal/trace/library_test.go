@@ -88,7 +88,7 @@ func TestResolveProbes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(keep) != 8 || len(skipped) != 6 {
+	if len(keep) != 8 || len(skipped) != 7 {
 		t.Errorf("kept %v, skipped %v", keep, skipped)
 	}
 	for _, s := range skipped {
