@@ -20,12 +20,8 @@ func TestCABI(t *testing.T) {
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("no gcc to build the C test program")
 	}
-	dir := t.TempDir()
-	lib := filepath.Join(dir, "libgpreempt.so")
-	build := exec.Command("go", "build", "-buildmode=c-shared", "-o", lib, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the shared library: %v\n%s", err, out)
-	}
+	lib := buildLibrary(t)
+	dir := filepath.Dir(lib)
 	checkUprobeNOPs(t, lib)
 	prog := filepath.Join(dir, "abi.c")
 	src := `#include <stdio.h>
@@ -126,5 +122,73 @@ func checkUprobeNOPs(t *testing.T, lib string) {
 	}
 	if found != 3 {
 		t.Errorf("found %d of the 3 hint entry points among the exports", found)
+	}
+}
+
+// buildLibrary builds libgpreempt.so into a temporary directory.
+func buildLibrary(t *testing.T) string {
+	t.Helper()
+	lib := filepath.Join(t.TempDir(), "libgpreempt.so")
+	build := exec.Command("go", "build", "-buildmode=c-shared", "-o", lib, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the shared library: %v\n%s", err, out)
+	}
+	return lib
+}
+
+// TestPythonWrapper drives python/gpreempt against the built library: a
+// bad launcher is refused before the library is touched, a missing library
+// is named, and without a GPU Engine() raises GpreemptError with the
+// engine's reason; with one, a request and the stats (samples included)
+// round-trip.
+func TestPythonWrapper(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3 to run the wrapper")
+	}
+	lib := buildLibrary(t)
+	script := `
+import json, sys, gpreempt
+try:
+    gpreempt.Engine(launcher="threads", lib=sys.argv[1])
+    print("bad launcher accepted"); sys.exit(1)
+except ValueError as e:
+    print("bad-launcher:", e)
+try:
+    gpreempt.Engine(lib="/nonexistent/libgpreempt.so")
+    print("missing library accepted"); sys.exit(1)
+except gpreempt.GpreemptError as e:
+    print("missing-lib:", e)
+try:
+    eng = gpreempt.Engine(skip_lc_class=True, launcher="poller", lib=sys.argv[1])
+except gpreempt.GpreemptError as e:
+    print("no-gpu:", e); sys.exit(3)
+with eng.request("py", expected_prep_us=100) as req:
+    req.ready()
+st = eng.stats()
+print("stats:", json.dumps({k: st[k] for k in ("hints", "early", "late")}))
+eng.close()
+`
+	cmd := exec.Command(py, "-c", script, lib)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join("..", "..", "python"))
+	out, err := cmd.CombinedOutput()
+	text := string(out)
+	for _, want := range []string{"bad-launcher: launcher 'threads'", "missing-lib: libgpreempt.so not found (set GPREEMPT_LIB): /nonexistent/libgpreempt.so"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("wrapper output lacks %q:\n%s", want, text)
+		}
+	}
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		if !strings.Contains(text, `"hints": 1`) {
+			t.Errorf("stats do not count the hint:\n%s", text)
+		}
+	case errors.As(err, &exit) && exit.ExitCode() == 3:
+		if !strings.Contains(text, "no-gpu: gpreempt init: ") {
+			t.Errorf("init failure not reported as GpreemptError with the engine's reason:\n%s", text)
+		}
+	default:
+		t.Fatalf("python: %v\n%s", err, text)
 	}
 }
