@@ -361,6 +361,8 @@ type Request struct {
 	planned int64
 	// dropped: no slot was free; the request runs without a spinner.
 	dropped  bool
+	// finished: Ready or Cancel has run, for requests whose state cannot
+	// tell (dropped, expired).
 	finished atomic.Bool
 }
 
@@ -581,8 +583,10 @@ func (r *Request) finish(cancel bool) error {
 			return r.err
 		case stateExpired:
 			// The engine released the spinner after MaxHold; the request
-			// itself is fine.
-			return nil
+			// itself is fine, once.
+			if r.finished.Swap(true) {
+				return ErrDone
+			}
 		default:
 			return ErrDone
 		}

@@ -95,6 +95,11 @@ func (g *fakeGPU) close() error        { return nil }
 
 func testEngine(t *testing.T, opts Options, switchIn time.Duration) (*Engine, *fakeGPU) {
 	t.Helper()
+	if opts.MaxHold == 0 {
+		// Tests about expiry set their own; the others must not see a
+		// request expire because a loaded machine slept 5 ms too long.
+		opts.MaxHold = time.Second
+	}
 	opts = opts.withDefaults()
 	f := &fakeFlags{}
 	g := newFakeGPU(f, switchIn, opts.MaxHold)
@@ -209,12 +214,20 @@ func testScheduledLaunch(t *testing.T, launcher string) {
 
 func TestMissedReadyExpires(t *testing.T) {
 	e, _ := testEngine(t, Options{MaxHold: 2 * time.Millisecond}, 0)
-	if _, err := e.Hint(context.Background(), "infer", 0); err != nil {
+	r, err := e.Hint(context.Background(), "infer", 0)
+	if err != nil {
 		t.Fatal(err)
 	}
 	s := waitStats(t, e, func(s Stats) bool { return s.Expired == 1 && len(s.HeldSamples) == 1 })
 	if held := time.Duration(s.HeldSamples[0]); held > 20*time.Millisecond {
 		t.Errorf("an abandoned spinner held the GPU %v (max hold 2 ms)", held)
+	}
+	// The late Ready is fine; a second one is not.
+	if err := r.Ready(); err != nil {
+		t.Errorf("Ready after expiry = %v, want nil", err)
+	}
+	if err := r.Ready(); !errors.Is(err, ErrDone) {
+		t.Errorf("second Ready after expiry = %v, want ErrDone", err)
 	}
 }
 
