@@ -360,7 +360,7 @@ type Request struct {
 	// ns); the launch's lateness against it is a statistic.
 	planned int64
 	// dropped: no slot was free; the request runs without a spinner.
-	dropped  bool
+	dropped bool
 	// finished: Ready or Cancel has run, for requests whose state cannot
 	// tell (dropped, expired).
 	finished atomic.Bool
