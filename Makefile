@@ -17,9 +17,11 @@ build:
 	$(GO) build -buildmode=c-shared -o $(BIN)/libgpreempt.so ./cmd/libgpreempt
 
 vet:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
-# What CI runs (.ci/run): vet, then every test. GPU tests skip without a GPU,
+# What CI runs (.ci/run): gofmt check and vet, then every test. GPU tests skip without a GPU,
 # saying why.
 test: vet
 	$(GO) test -count=1 $(PKGS)
