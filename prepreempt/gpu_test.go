@@ -6,18 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/cuda"
+	"github.com/gpreempt/gpreempt/internal/cuda/cudatest"
 )
 
 // TestGPUEngine runs the engine on a real GPU: calibration, a few requests
 // through the real spinner, stats from its %globaltimer stamps. It skips
 // without a GPU.
 func TestGPUEngine(t *testing.T) {
-	cctx, err := cuda.Open(0, cuda.SchedSpin)
-	if err != nil {
-		t.Skipf("needs a GPU: %v", err)
-	}
-	defer cctx.Release()
+	cctx := cudatest.Open(t)
 	ctx := context.Background()
 	e, err := New(ctx, cctx, Options{SkipLCClass: true, Backend: "auto"})
 	if err != nil {
@@ -71,11 +67,7 @@ func TestGPUEngine(t *testing.T) {
 // launch (the request ends first, so none happens): the engine's bookkeeping and
 // the launcher's hand-off. It skips without a GPU.
 func BenchmarkGPUHintReady(b *testing.B) {
-	cctx, err := cuda.Open(0, cuda.SchedSpin)
-	if err != nil {
-		b.Skipf("needs a GPU: %v", err)
-	}
-	defer cctx.Release()
+	cctx := cudatest.Open(b)
 	for _, launcher := range []string{"goroutine", "poller"} {
 		for _, c := range []struct {
 			name string

@@ -7,28 +7,12 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/cuda"
+	"github.com/gpreempt/gpreempt/internal/cuda/cudatest"
 	"github.com/gpreempt/gpreempt/internal/kernels"
 )
 
-func openGPU(t *testing.T) *cuda.Context {
-	t.Helper()
-	ctx, err := cuda.Open(0, cuda.SchedSpin)
-	if errors.Is(err, cuda.ErrLibraryNotFound) || errors.Is(err, cuda.ResultNoDevice) {
-		t.Skipf("needs a GPU: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := ctx.Release(); err != nil {
-			t.Error(err)
-		}
-	})
-	return ctx
-}
-
 func TestGPUDevice(t *testing.T) {
-	ctx := openGPU(t)
+	ctx := cudatest.Open(t)
 	dev := ctx.Device()
 	name, err := dev.Name()
 	if err != nil || name == "" {
@@ -66,7 +50,7 @@ func TestGPUDevice(t *testing.T) {
 }
 
 func TestGPUMemcpyRoundTrip(t *testing.T) {
-	ctx := openGPU(t)
+	ctx := cudatest.Open(t)
 	const n = 1 << 20
 	p, err := ctx.MemAlloc(n)
 	if err != nil {
@@ -110,7 +94,7 @@ func TestGPUMemcpyRoundTrip(t *testing.T) {
 }
 
 func TestGPUMappedHostMemory(t *testing.T) {
-	ctx := openGPU(t)
+	ctx := cudatest.Open(t)
 	buf, err := ctx.HostAlloc(4096, cuda.HostAllocDeviceMap|cuda.HostAllocPortable)
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +115,7 @@ func TestGPUMappedHostMemory(t *testing.T) {
 }
 
 func TestGPUModuleErrors(t *testing.T) {
-	ctx := openGPU(t)
+	ctx := cudatest.Open(t)
 	_, err := ctx.LoadModule([]byte(".version 8.0\n.target sm_70\n.address_size 64\n.visible .entry broken() { bogus.instruction; }\n"))
 	var cerr *cuda.Error
 	if !errors.As(err, &cerr) {
@@ -160,7 +144,7 @@ func TestGPUModuleErrors(t *testing.T) {
 // allocate: the LC worker and the pre-preemption engine call them on a
 // request's critical path.
 func TestGPULaunchHotPath(t *testing.T) {
-	ctx := openGPU(t)
+	ctx := cudatest.Open(t)
 	set, err := kernels.Load(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +189,7 @@ func TestGPULaunchHotPath(t *testing.T) {
 }
 
 func TestGPUEventsAndStreams(t *testing.T) {
-	ctx := openGPU(t)
+	ctx := cudatest.Open(t)
 	set, err := kernels.Load(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"errors"
 	"math"
 	"os"
 	"sync/atomic"
@@ -9,26 +8,8 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/cuda"
+	"github.com/gpreempt/gpreempt/internal/cuda/cudatest"
 )
-
-// openGPU returns device 0's primary context, or skips the test where there
-// is no driver or no device: the only reasons a GPU test may not run.
-func openGPU(t *testing.T) *cuda.Context {
-	t.Helper()
-	ctx, err := cuda.Open(0, cuda.SchedSpin)
-	if errors.Is(err, cuda.ErrLibraryNotFound) || errors.Is(err, cuda.ResultNoDevice) {
-		t.Skipf("needs a GPU: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := ctx.Release(); err != nil {
-			t.Error(err)
-		}
-	})
-	return ctx
-}
 
 // ptxVariants are the modules to test: the embedded one, and the file named
 // by GPREEMPT_TEST_PTX if set (e.g. gen-ptx.sh's nvcc output, to check that
@@ -69,7 +50,7 @@ func fmaRef(idx uint32, iters uint64) float32 {
 }
 
 func TestGPUBEFMA(t *testing.T) {
-	ctx := openGPU(t)
+	ctx := cudatest.Open(t)
 	for name, ptx := range ptxVariants(t) {
 		t.Run(name, func(t *testing.T) {
 			set := loadSet(t, ctx, ptx)
@@ -100,7 +81,7 @@ func TestGPUBEFMA(t *testing.T) {
 }
 
 func TestGPULCWorkStamps(t *testing.T) {
-	ctx := openGPU(t)
+	ctx := cudatest.Open(t)
 	dev := ctx.Device()
 	sms, err := dev.MultiprocessorCount()
 	if err != nil {
@@ -152,7 +133,7 @@ func TestGPULCWorkStamps(t *testing.T) {
 }
 
 func TestGPUSpinFlag(t *testing.T) {
-	ctx := openGPU(t)
+	ctx := cudatest.Open(t)
 	for name, ptx := range ptxVariants(t) {
 		t.Run(name, func(t *testing.T) {
 			set := loadSet(t, ctx, ptx)
@@ -214,7 +195,7 @@ func TestGPUSpinFlag(t *testing.T) {
 }
 
 func TestGPUEmpty(t *testing.T) {
-	ctx := openGPU(t)
+	ctx := cudatest.Open(t)
 	set := loadSet(t, ctx, PTX)
 	for range 10 {
 		if err := set.Empty.Launch(cuda.Dim3{X: 1}, cuda.Dim3{X: 1}, 0, nil); err != nil {
@@ -234,7 +215,7 @@ func TestGPUEmpty(t *testing.T) {
 // TestGPUKernelTimings logs standalone kernel times at the benchmark's
 // default shapes; the numbers size gpreempt-bench's defaults.
 func TestGPUKernelTimings(t *testing.T) {
-	ctx := openGPU(t)
+	ctx := cudatest.Open(t)
 	sms, err := ctx.Device().MultiprocessorCount()
 	if err != nil {
 		t.Fatal(err)
