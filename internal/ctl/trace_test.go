@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -33,12 +32,7 @@ const traceStart = 1_000_000_000 // the fake tracer's start, in ns
 
 func allocTrace(tb testing.TB) []rmfake.TraceAlloc {
 	tb.Helper()
-	f, err := os.Open(tracePath)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	allocs, err := rmfake.ParseTrace(f)
+	allocs, err := rmfake.ParseTraceFile(tracePath)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -102,14 +102,9 @@ func (d *Driver) LibcudaPostSetup(p *Proc, ctlFD int, hClient ioctl.Handle) erro
 
 // ReplayFile parses and replays a trace file into a new process pid.
 func (d *Driver) ReplayFile(pid int, path string) (*Proc, []ioctl.Handle, error) {
-	f, err := os.Open(path)
+	trace, err := ParseTraceFile(path)
 	if err != nil {
 		return nil, nil, err
-	}
-	defer f.Close()
-	trace, err := ParseTrace(f)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	p := d.NewProc(pid)
 	clients, err := d.Replay(p, trace)
@@ -117,4 +112,19 @@ func (d *Driver) ReplayFile(pid int, path string) (*Proc, []ioctl.Handle, error)
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return p, clients, nil
+}
+
+// ParseTraceFile parses the trace file at path (ParseTrace); errors name
+// the file.
+func ParseTraceFile(path string) ([]TraceAlloc, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	trace, err := ParseTrace(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return trace, nil
 }

@@ -2,7 +2,6 @@ package rmfake
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,12 +12,7 @@ import (
 var tracePath = filepath.Join("..", "..", "testdata", "h100-580.159.04-alloc-sequence.txt")
 
 func TestParseRealTrace(t *testing.T) {
-	f, err := os.Open(tracePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	trace, err := ParseTrace(f)
+	trace, err := ParseTraceFile(tracePath)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package trace_test
 
 import (
-	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -15,12 +14,7 @@ import (
 
 func loadTrace(tb testing.TB) []rmfake.TraceAlloc {
 	tb.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "testdata", "h100-580.159.04-alloc-sequence.txt"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	allocs, err := rmfake.ParseTrace(f)
+	allocs, err := rmfake.ParseTraceFile(filepath.Join("..", "..", "testdata", "h100-580.159.04-alloc-sequence.txt"))
 	if err != nil {
 		tb.Fatal(err)
 	}
