@@ -69,18 +69,21 @@ struct {
 
 DECLARE_DROP_COUNTER(call_dropped);
 
-static __always_inline int emit(struct pt_regs *ctx, __u32 kind)
+// reserve filters by process and fills a ring-buffer record for the call
+// at ctx (arguments at entry, the return value at return; str zeroed), or
+// returns NULL (filtered out, or the ring is full: counted).
+static __always_inline struct call_event *reserve(struct pt_regs *ctx, __u32 kind)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
 
 	if (filter_tgid && tgid != filter_tgid)
-		return 0;
+		return NULL;
 	struct call_event *e = bpf_ringbuf_reserve(&call_events, sizeof(*e), 0);
 	if (!e) {
 		count_drop(&call_dropped);
-		return 0;
+		return NULL;
 	}
 	e->kind = kind;
 	e->pid = tgid;
@@ -99,7 +102,15 @@ static __always_inline int emit(struct pt_regs *ctx, __u32 kind)
 		e->ret = RET(ctx);
 	}
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	bpf_ringbuf_submit(e, SUBMIT_FLAGS);
+	return e;
+}
+
+static __always_inline int emit(struct pt_regs *ctx, __u32 kind)
+{
+	struct call_event *e = reserve(ctx, kind);
+
+	if (e)
+		bpf_ringbuf_submit(e, SUBMIT_FLAGS);
 	return 0;
 }
 
@@ -122,33 +133,14 @@ int call_return(struct pt_regs *ctx)
 SEC("uprobe.s")
 int call_enter_hint(struct pt_regs *ctx)
 {
-	__u64 now = bpf_ktime_get_ns();
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tgid = pid_tgid >> 32;
-	__u64 cls = ARG0(ctx);
+	struct call_event *e = reserve(ctx, KIND_CALL_ENTER);
 
-	if (filter_tgid && tgid != filter_tgid)
+	if (!e)
 		return 0;
-	struct call_event *e = bpf_ringbuf_reserve(&call_events, sizeof(*e), 0);
-	if (!e) {
-		count_drop(&call_dropped);
-		return 0;
-	}
-	e->kind = KIND_CALL_ENTER;
-	e->pid = tgid;
-	e->tid = (__u32)pid_tgid;
-	e->_pad = 0;
-	e->ns = now;
-	e->cookie = bpf_get_attach_cookie(ctx);
-	e->arg0 = cls;
-	e->arg1 = ARG1(ctx);
-	e->ret = 0;
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	__builtin_memset(e->str, 0, sizeof(e->str));
 	// A fixed-size copy may cross into an unmapped page after a short
 	// string; then read up to the NUL without faulting.
-	if (cls && bpf_copy_from_user(e->str, sizeof(e->str), (const void *)cls))
-		bpf_probe_read_user_str(e->str, sizeof(e->str), (const void *)cls);
+	if (e->arg0 && bpf_copy_from_user(e->str, sizeof(e->str), (const void *)e->arg0))
+		bpf_probe_read_user_str(e->str, sizeof(e->str), (const void *)e->arg0);
 	bpf_ringbuf_submit(e, SUBMIT_FLAGS);
 	return 0;
 }
