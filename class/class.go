@@ -1,0 +1,269 @@
+// Package class is gpreempt's scheduling vocabulary: the classes a GPU
+// process can be put in (lc, burstable, be), their priority order, their
+// weights, and the per-channel-group settings (timeslice, runlist interleave
+// level) each maps to. It does no I/O: gpreemptctl, prepreempt, the
+// benchmark harness and gpreemptd all read the same table from here.
+//
+// A class's timeslice is the timeslice of one unit of weight. Groups of
+// the same class share the GPU in the ratio of their weights, because the
+// driver's round-robin gives each group its whole timeslice in turn:
+// measured on an H100 with two fixed-work BE processes, timeslices of
+// 3000:1000 us split throughput 3.04:1, and 1000:1000 us 1:1
+// (docs/BENCHMARKS.md).
+package class
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpreempt/gpreempt/tsg"
+)
+
+// ErrInvalid marks a class name, weight or setting that is malformed or out
+// of range. It wraps tsg.ErrInvalidArgument, so a CLI maps it to its usage
+// exit code like any other bad value.
+var ErrInvalid = fmt.Errorf("%w: class", tsg.ErrInvalidArgument)
+
+// Name is a class name.
+type Name string
+
+const (
+	// LC is latency-critical work (inference): once resident it is not
+	// switched out for other classes' work; HIGH interleave.
+	LC Name = "lc"
+	// Burstable is work that should keep up but may wait: a driver-like
+	// timeslice and MEDIUM interleave.
+	Burstable Name = "burstable"
+	// BE is best-effort work (training, batch): a short timeslice, so the
+	// hardware yields to LC within microseconds; LOW interleave.
+	BE Name = "be"
+)
+
+// Names lists the classes from the highest priority to the lowest.
+var Names = []Name{LC, Burstable, BE}
+
+// ParseName accepts a class name in any case.
+func ParseName(s string) (Name, error) {
+	n := Name(strings.ToLower(strings.TrimSpace(s)))
+	if n.Rank() < 0 {
+		return "", fmt.Errorf("%w %q: want lc, burstable or be", ErrInvalid, s)
+	}
+	return n, nil
+}
+
+// Rank orders the classes: be 0, burstable 1, lc 2; -1 for an unknown name.
+func (n Name) Rank() int {
+	switch n {
+	case BE:
+		return 0
+	case Burstable:
+		return 1
+	case LC:
+		return 2
+	}
+	return -1
+}
+
+// AtMost reports whether n is no higher than limit: a process allowed at
+// most burstable may ask for burstable or be, not lc.
+func (n Name) AtMost(limit Name) bool { return n.Rank() >= 0 && n.Rank() <= limit.Rank() }
+
+func (n Name) String() string { return string(n) }
+
+// UnmarshalText parses a name, so configuration and JSON requests are
+// checked where they are decoded.
+func (n *Name) UnmarshalText(b []byte) error {
+	v, err := ParseName(string(b))
+	if err != nil {
+		return err
+	}
+	*n = v
+	return nil
+}
+
+// Weight bounds. A weight multiplies its class's timeslice; the product
+// must stay within tsg's timeslice range.
+const (
+	MinWeight     = 1
+	MaxWeight     = 1000
+	DefaultWeight = 1
+)
+
+// CheckWeight returns an error naming w when it is outside
+// [MinWeight, MaxWeight].
+func CheckWeight(w int) error {
+	if w < MinWeight || w > MaxWeight {
+		return fmt.Errorf("%w weight %d out of range [%d, %d]", ErrInvalid, w, MinWeight, MaxWeight)
+	}
+	return nil
+}
+
+// Class is one class's settings.
+type Class struct {
+	Name Name `json:"name"`
+	// Timeslice is the timeslice of one unit of weight.
+	Timeslice time.Duration `json:"timeslice"`
+	// Interleave is the runlist interleave level of the class's groups.
+	Interleave tsg.Level `json:"interleave"`
+}
+
+// Check validates c's name, timeslice and level.
+func (c Class) Check() error {
+	if c.Name.Rank() < 0 {
+		return fmt.Errorf("%w %q: want lc, burstable or be", ErrInvalid, c.Name)
+	}
+	if err := tsg.CheckTimeslice(c.Timeslice); err != nil {
+		return fmt.Errorf("class %s: %w", c.Name, err)
+	}
+	if c.Interleave > tsg.LevelHigh {
+		return fmt.Errorf("%w %s: interleave level %v: want low, medium or high", ErrInvalid, c.Name, c.Interleave)
+	}
+	return nil
+}
+
+// TimesliceFor is the timeslice of a group of class c with weight w:
+// the class's timeslice times w, within tsg's range.
+func (c Class) TimesliceFor(w int) (time.Duration, error) {
+	if err := CheckWeight(w); err != nil {
+		return 0, fmt.Errorf("class %s: %w", c.Name, err)
+	}
+	ts := c.Timeslice * time.Duration(w)
+	if ts/time.Duration(w) != c.Timeslice { // overflow
+		ts = tsg.MaxTimeslice + 1
+	}
+	if err := tsg.CheckTimeslice(ts); err != nil {
+		return 0, fmt.Errorf("class %s weight %d: %w", c.Name, w, err)
+	}
+	return ts, nil
+}
+
+// Settings is what a group of class c with weight w is given.
+func (c Class) Settings(w int) (tsg.Settings, error) {
+	ts, err := c.TimesliceFor(w)
+	if err != nil {
+		return tsg.Settings{}, err
+	}
+	level := c.Interleave
+	return tsg.Settings{Timeslice: &ts, Interleave: &level}, nil
+}
+
+// The defaults. LC: 5 s, so that once resident LC work is not switched out
+// for BE; BE: 200 us, which yields to LC within one switch (~170-200 us on
+// an H100) while keeping two BE processes from thrashing each other (1 us
+// is the fastest yield; both measured in docs/GPU-RESULTS.md). Burstable:
+// 2 ms, what libcuda gives every compute group itself.
+const (
+	DefaultLCTimeslice        = 5 * time.Second
+	DefaultBurstableTimeslice = 2 * time.Millisecond
+	DefaultBETimeslice        = 200 * time.Microsecond
+)
+
+// Table holds one Class per name.
+type Table map[Name]Class
+
+// Defaults returns the default table; callers may change their copy.
+func Defaults() Table {
+	return Table{
+		LC:        {Name: LC, Timeslice: DefaultLCTimeslice, Interleave: tsg.LevelHigh},
+		Burstable: {Name: Burstable, Timeslice: DefaultBurstableTimeslice, Interleave: tsg.LevelMedium},
+		BE:        {Name: BE, Timeslice: DefaultBETimeslice, Interleave: tsg.LevelLow},
+	}
+}
+
+// Check validates every class of t and that each is filed under its own
+// name. A table need not hold every class.
+func (t Table) Check() error {
+	var errs []error
+	for _, n := range t.names() {
+		c := t[n]
+		if c.Name != n {
+			errs = append(errs, fmt.Errorf("%w %q filed under %q", ErrInvalid, c.Name, n))
+			continue
+		}
+		if err := c.Check(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Get returns class n, or an error naming it when t has no such class.
+func (t Table) Get(n Name) (Class, error) {
+	c, ok := t[n]
+	if !ok {
+		return Class{}, fmt.Errorf("%w %q: not defined", ErrInvalid, n)
+	}
+	return c, nil
+}
+
+// Settings is what a group of class n with weight w is given under t.
+func (t Table) Settings(n Name, w int) (tsg.Settings, error) {
+	c, err := t.Get(n)
+	if err != nil {
+		return tsg.Settings{}, err
+	}
+	return c.Settings(w)
+}
+
+func (t Table) names() []Name {
+	var ns []Name
+	for n := range t {
+		ns = append(ns, n)
+	}
+	slices.SortFunc(ns, func(a, b Name) int { return b.Rank() - a.Rank() })
+	return ns
+}
+
+// MarshalJSON writes the table in priority order, timeslices as "200us".
+func (t Table) MarshalJSON() ([]byte, error) {
+	type entry struct {
+		Name       Name   `json:"name"`
+		Timeslice  string `json:"timeslice"`
+		Interleave string `json:"interleave"`
+	}
+	var out []entry
+	for _, n := range t.names() {
+		c := t[n]
+		out = append(out, entry{c.Name, tsg.Micros(c.Timeslice / time.Microsecond).String(), c.Interleave.String()})
+	}
+	return json.Marshal(out)
+}
+
+// Spec is a class and a weight, as users write it: "be", "be:3".
+type Spec struct {
+	Name   Name `json:"class"`
+	Weight int  `json:"weight"`
+}
+
+// ParseSpec parses "NAME" or "NAME:WEIGHT".
+func ParseSpec(s string) (Spec, error) {
+	name, weight, hasWeight := strings.Cut(strings.TrimSpace(s), ":")
+	n, err := ParseName(name)
+	if err != nil {
+		return Spec{}, err
+	}
+	sp := Spec{Name: n, Weight: DefaultWeight}
+	if hasWeight {
+		w, err := strconv.Atoi(strings.TrimSpace(weight))
+		if err != nil {
+			return Spec{}, fmt.Errorf("%w %q: weight %q is not a whole number", ErrInvalid, s, weight)
+		}
+		if err := CheckWeight(w); err != nil {
+			return Spec{}, fmt.Errorf("%q: %w", s, err)
+		}
+		sp.Weight = w
+	}
+	return sp, nil
+}
+
+func (s Spec) String() string {
+	if s.Weight == DefaultWeight || s.Weight == 0 {
+		return string(s.Name)
+	}
+	return fmt.Sprintf("%s:%d", s.Name, s.Weight)
+}

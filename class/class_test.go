@@ -1,0 +1,149 @@
+package class
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpreempt/gpreempt/tsg"
+)
+
+func TestParseName(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Name
+		err  bool
+	}{
+		{"lc", LC, false}, {"LC", LC, false}, {" Burstable ", Burstable, false}, {"be", BE, false},
+		{"", "", true}, {"high", "", true}, {"be:3", "", true},
+	} {
+		got, err := ParseName(tc.in)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("ParseName(%q) = %q, %v; want %q, err %v", tc.in, got, err, tc.want, tc.err)
+		}
+		if err != nil && !errors.Is(err, tsg.ErrInvalidArgument) {
+			t.Errorf("ParseName(%q): %v does not wrap tsg.ErrInvalidArgument", tc.in, err)
+		}
+	}
+}
+
+func TestAtMost(t *testing.T) {
+	for _, tc := range []struct {
+		n, limit Name
+		want     bool
+	}{
+		{BE, LC, true}, {Burstable, LC, true}, {LC, LC, true},
+		{LC, Burstable, false}, {Burstable, Burstable, true}, {BE, Burstable, true},
+		{LC, BE, false}, {Burstable, BE, false}, {BE, BE, true},
+		{"bogus", LC, false},
+	} {
+		if got := tc.n.AtMost(tc.limit); got != tc.want {
+			t.Errorf("%s.AtMost(%s) = %v, want %v", tc.n, tc.limit, got, tc.want)
+		}
+	}
+}
+
+func TestParseSpec(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Spec
+		err  string
+	}{
+		{"be", Spec{BE, 1}, ""},
+		{"be:3", Spec{BE, 3}, ""},
+		{"LC:1000", Spec{LC, 1000}, ""},
+		{"be:0", Spec{}, `class weight 0 out of range [1, 1000]`},
+		{"be:1001", Spec{}, `out of range`},
+		{"be:x", Spec{}, `weight "x" is not a whole number`},
+		{"gold:2", Spec{}, `class "gold"`},
+	} {
+		got, err := ParseSpec(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseSpec(%q) err = %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("ParseSpec(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+		if back, _ := ParseSpec(got.String()); back != got {
+			t.Errorf("ParseSpec(%q.String()=%q) = %+v", tc.in, got.String(), back)
+		}
+	}
+}
+
+func TestSettings(t *testing.T) {
+	tab := Defaults()
+	if err := tab.Check(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		n     Name
+		w     int
+		ts    time.Duration
+		level tsg.Level
+		err   bool
+	}{
+		{LC, 1, 5 * time.Second, tsg.LevelHigh, false},
+		{LC, 2, 0, 0, true}, // 10 s is past tsg.MaxTimeslice
+		{Burstable, 1, 2 * time.Millisecond, tsg.LevelMedium, false},
+		{BE, 1, 200 * time.Microsecond, tsg.LevelLow, false},
+		// Weights are timeslice ratios: 3:1 at the default BE timeslice.
+		{BE, 3, 600 * time.Microsecond, tsg.LevelLow, false},
+		{BE, 0, 0, 0, true},
+	} {
+		s, err := tab.Settings(tc.n, tc.w)
+		if (err != nil) != tc.err {
+			t.Errorf("Settings(%s, %d): err %v, want err %v", tc.n, tc.w, err, tc.err)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		if *s.Timeslice != tc.ts || *s.Interleave != tc.level {
+			t.Errorf("Settings(%s, %d) = %v %v, want %v %v", tc.n, tc.w, *s.Timeslice, *s.Interleave, tc.ts, tc.level)
+		}
+	}
+	if _, err := (Table{}).Settings(BE, 1); err == nil {
+		t.Error("an empty table gave settings for be")
+	}
+}
+
+func TestTableCheck(t *testing.T) {
+	for name, tab := range map[string]Table{
+		"misfiled":      {BE: {Name: LC, Timeslice: time.Millisecond, Interleave: tsg.LevelLow}},
+		"timeslice":     {BE: {Name: BE, Timeslice: 10 * time.Second, Interleave: tsg.LevelLow}},
+		"sub-us":        {BE: {Name: BE, Timeslice: 1500 * time.Nanosecond, Interleave: tsg.LevelLow}},
+		"level":         {BE: {Name: BE, Timeslice: time.Millisecond, Interleave: tsg.LevelUnknown}},
+		"unknown class": {"gold": {Name: "gold", Timeslice: time.Millisecond}},
+	} {
+		if err := tab.Check(); err == nil {
+			t.Errorf("%s: Check passed", name)
+		} else if !errors.Is(err, tsg.ErrInvalidArgument) {
+			t.Errorf("%s: %v does not wrap tsg.ErrInvalidArgument", name, err)
+		}
+	}
+}
+
+func TestUnmarshalAndMarshal(t *testing.T) {
+	var req struct {
+		Class Name `json:"class"`
+	}
+	if err := json.Unmarshal([]byte(`{"class":"BE"}`), &req); err != nil || req.Class != BE {
+		t.Fatalf("unmarshal: %v %q", err, req.Class)
+	}
+	if err := json.Unmarshal([]byte(`{"class":"gold"}`), &req); err == nil {
+		t.Fatal("unmarshal accepted gold")
+	}
+	b, err := json.Marshal(Defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"name":"lc","timeslice":"5s","interleave":"high"},{"name":"burstable","timeslice":"2ms","interleave":"medium"},{"name":"be","timeslice":"200us","interleave":"low"}]`
+	if string(b) != want {
+		t.Errorf("marshal:\n got %s\nwant %s", b, want)
+	}
+}
