@@ -8,5 +8,15 @@
 // open-gpu-kernel-modules headers; each block names the header it comes from.
 // Every ABI struct starts with structs.HostLayout and holds only fixed-width
 // fields with explicit padding; layout_test.go enforces both rules and pins
-// each size to the C sizeof. Syscalls and unsafe live only in *_unsafe.go.
+// each size to the C sizeof. Syscalls and unsafe live only in *_unsafe.go
+// files (fd_unsafe.go); the other files use golang.org/x/sys/unix for its
+// constants and types alone (errno values to classify a failure, stat mode
+// bits), never to make a call. Outside this package and the tracing
+// internals nothing imports x/sys/unix: tsg asks ioctl (OpenPidfd,
+// IsControlDevicePath) instead.
+//
+// What differs between driver versions is here too: LookupABI keys the
+// layouts on the version the driver reports, and ABI.ParamSize is the one
+// table of control parameter sizes. DecodeParams is the one decoder of
+// control parameter bytes that come from outside.
 package ioctl

@@ -1,7 +1,6 @@
 package ioctl
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"structs"
@@ -109,13 +108,6 @@ type TSGPage struct {
 	More       bool
 }
 
-// The layout of the QUERY parameter block, for DecodeQueryTSGs.
-const (
-	queryTSGsSize   = 40 + NV_GPREEMPT_QUERY_TSGS_MAX*tsgInfoSize
-	tsgInfoSize     = 48
-	queryTSGsOffset = 40
-)
-
 // DecodeQueryTSGs decodes a QUERY parameter block as the driver returned
 // it for a request that started at cursor, and checks what the escape
 // promises: the exact size, NV_OK, at most a page of entries, each above
@@ -125,40 +117,24 @@ const (
 // come from the kernel, and a misbuilt series must not make discovery loop
 // or report garbage.
 func DecodeQueryTSGs(b []byte, cursor uint64) (TSGPage, error) {
-	if len(b) != queryTSGsSize {
-		return TSGPage{}, fmt.Errorf("gpreempt query reply: %d bytes, want %d", len(b), queryTSGsSize)
+	var p NV_GPREEMPT_QUERY_TSGS_PARAMS
+	if err := DecodeParams(b, &p); err != nil {
+		return TSGPage{}, fmt.Errorf("gpreempt query reply: %w", err)
 	}
-	le := binary.LittleEndian
-	if s := NvStatus(le.Uint32(b[32:])); s != NV_OK {
+	if s := NvStatus(p.Status); s != NV_OK {
 		return TSGPage{}, s.Err("gpreempt query")
 	}
-	page := TSGPage{NextCursor: le.Uint64(b[16:])}
-	count, more := le.Uint32(b[24:]), le.Uint32(b[28:])
 	switch {
-	case count > NV_GPREEMPT_QUERY_TSGS_MAX:
-		return TSGPage{}, fmt.Errorf("gpreempt query reply: count %d above the page size %d", count, NV_GPREEMPT_QUERY_TSGS_MAX)
-	case more > 1:
-		return TSGPage{}, fmt.Errorf("gpreempt query reply: bMore %d is not a boolean", more)
-	case more == 1 && count != NV_GPREEMPT_QUERY_TSGS_MAX:
-		return TSGPage{}, fmt.Errorf("gpreempt query reply: more to come after a page of %d", count)
+	case p.Count > NV_GPREEMPT_QUERY_TSGS_MAX:
+		return TSGPage{}, fmt.Errorf("gpreempt query reply: count %d above the page size %d", p.Count, NV_GPREEMPT_QUERY_TSGS_MAX)
+	case p.BMore > 1:
+		return TSGPage{}, fmt.Errorf("gpreempt query reply: bMore %d is not a boolean", p.BMore)
+	case p.BMore == 1 && p.Count != NV_GPREEMPT_QUERY_TSGS_MAX:
+		return TSGPage{}, fmt.Errorf("gpreempt query reply: more to come after a page of %d", p.Count)
 	}
-	page.More = more == 1
+	page := TSGPage{NextCursor: p.NextCursor, More: p.BMore == 1}
 	prev := cursor
-	for i := range int(count) {
-		e := b[queryTSGsOffset+i*tsgInfoSize:]
-		t := NV_GPREEMPT_TSG_INFO{
-			Pid:             le.Uint32(e[0:]),
-			HClient:         Handle(le.Uint32(e[4:])),
-			HTsg:            Handle(le.Uint32(e[8:])),
-			GpuID:           le.Uint32(e[12:]),
-			EngineType:      le.Uint32(e[16:]),
-			RunlistID:       le.Uint32(e[20:]),
-			TsgID:           le.Uint32(e[24:]),
-			ChannelCount:    le.Uint32(e[28:]),
-			TimesliceUs:     le.Uint64(e[32:]),
-			InterleaveLevel: le.Uint32(e[40:]),
-			HDevice:         Handle(le.Uint32(e[44:])),
-		}
+	for i, t := range p.Tsgs[:p.Count] {
 		if t.Key() <= prev {
 			return TSGPage{}, fmt.Errorf("gpreempt query reply: entry %d (%v/%v) is not above %#x", i, t.HClient, t.HTsg, prev)
 		}

@@ -10,16 +10,12 @@ import (
 	"unsafe"
 )
 
-// The C sizes are pinned by ct_asserts in the patch's escape_gpreempt.c;
-// layout_test.go's abiStructs holds them (sizes, HostLayout, fixed width,
-// no implicit padding). This checks the decoder's own layout constants.
-func TestGpreemptDecoderLayout(t *testing.T) {
-	if queryTSGsSize != unsafe.Sizeof(NV_GPREEMPT_QUERY_TSGS_PARAMS{}) ||
-		tsgInfoSize != unsafe.Sizeof(NV_GPREEMPT_TSG_INFO{}) ||
-		queryTSGsOffset != unsafe.Offsetof(NV_GPREEMPT_QUERY_TSGS_PARAMS{}.Tsgs) {
-		t.Error("DecodeQueryTSGs's layout constants disagree with the structs")
-	}
-}
+// Layout constants of the QUERY block, as the C side writes it.
+var (
+	queryTSGsSize   = int(unsafe.Sizeof(NV_GPREEMPT_QUERY_TSGS_PARAMS{}))
+	tsgInfoSize     = int(unsafe.Sizeof(NV_GPREEMPT_TSG_INFO{}))
+	queryTSGsOffset = int(unsafe.Offsetof(NV_GPREEMPT_QUERY_TSGS_PARAMS{}.Tsgs))
+)
 
 func TestGpreemptABIOffsets(t *testing.T) {
 	tests := []struct {

@@ -28,7 +28,7 @@ type FD struct {
 
 // OpenControl opens /dev/nvidiactl for our own use.
 func OpenControl() (*FD, error) {
-	fd, err := unix.Open(ControlDevicePath, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	fd, err := openFile(ControlDevicePath)
 	switch {
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENXIO), errors.Is(err, unix.ENODEV):
 		return nil, fmt.Errorf("open %s: %w", ControlDevicePath, ErrNoDriver)
@@ -45,26 +45,89 @@ func OpenControl() (*FD, error) {
 // PTRACE_MODE_ATTACH_REALCREDS over the target (root, CAP_SYS_PTRACE, or
 // same uid under a permissive Yama scope); a refusal is ErrPermission. The
 // caller should check that the result is an NVIDIA control node before
-// using it (see IsControlDevice).
+// using it (see IsControlDevice). A caller that also lists the target's
+// files should open the Pidfd itself first (OpenPidfd): a pid may be reused
+// between the listing and the attach, a pidfd may not.
 func Attach(pid, targetFD int) (*FD, error) {
-	pidfd, err := unix.PidfdOpen(pid, 0)
+	p, err := OpenPidfd(pid)
 	if err != nil {
-		if errors.Is(err, unix.ESRCH) {
-			return nil, fmt.Errorf("pidfd_open %d: %w", pid, ErrNoSuchProcess)
-		}
+		return nil, err
+	}
+	defer p.Close()
+	return p.Getfd(targetFD)
+}
+
+// Pidfd is a handle on one process (pidfd_open). Unlike its pid, it keeps
+// naming that process after it exits, so what is learned about "pid N"
+// between opening it and Alive belongs to the process it was opened on.
+type Pidfd struct {
+	fd, pid int
+}
+
+// OpenPidfd opens a handle on process pid: ErrNoSuchProcess if there is
+// none.
+func OpenPidfd(pid int) (*Pidfd, error) {
+	fd, err := pidfdOpen(pid)
+	switch {
+	case errors.Is(err, unix.ESRCH):
+		return nil, fmt.Errorf("pidfd_open %d: %w", pid, ErrNoSuchProcess)
+	case err != nil:
 		return nil, fmt.Errorf("pidfd_open %d: %w", pid, err)
 	}
-	defer unix.Close(pidfd)
-	fd, err := unix.PidfdGetfd(pidfd, targetFD, 0)
+	return &Pidfd{fd: fd, pid: pid}, nil
+}
+
+// PID is the process's number in the caller's pid namespace.
+func (p *Pidfd) PID() int { return p.pid }
+
+// Alive reports ErrNoSuchProcess once the process has exited (its pid may
+// name another process by then). It sends no signal (pidfd_send_signal 0)
+// and needs no rights over the process.
+func (p *Pidfd) Alive() error {
+	err := pidfdSignal0(p.fd)
+	switch {
+	case err == nil, errors.Is(err, unix.EPERM):
+		// EPERM: it exists, we just may not signal it.
+		return nil
+	case errors.Is(err, unix.ESRCH):
+		return fmt.Errorf("pid %d: %w", p.pid, ErrNoSuchProcess)
+	}
+	return fmt.Errorf("pidfd_send_signal %d: %w", p.pid, err)
+}
+
+// Getfd duplicates the process's descriptor targetFD (pidfd_getfd); see
+// Attach for the rights it needs.
+func (p *Pidfd) Getfd(targetFD int) (*FD, error) {
+	fd, err := pidfdGetfd(p.fd, targetFD)
 	switch {
 	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
-		return nil, fmt.Errorf("pidfd_getfd pid %d fd %d: %w (needs root or CAP_SYS_PTRACE over the target): %w", pid, targetFD, ErrPermission, err)
+		return nil, fmt.Errorf("pidfd_getfd pid %d fd %d: %w (needs root or CAP_SYS_PTRACE over the target): %w", p.pid, targetFD, ErrPermission, err)
 	case errors.Is(err, unix.ESRCH):
-		return nil, fmt.Errorf("pidfd_getfd pid %d fd %d: %w", pid, targetFD, ErrNoSuchProcess)
+		return nil, fmt.Errorf("pidfd_getfd pid %d fd %d: %w", p.pid, targetFD, ErrNoSuchProcess)
 	case err != nil:
-		return nil, fmt.Errorf("pidfd_getfd pid %d fd %d: %w", pid, targetFD, err)
+		return nil, fmt.Errorf("pidfd_getfd pid %d fd %d: %w", p.pid, targetFD, err)
 	}
-	return &FD{fd: fd, name: fmt.Sprintf("pid %d fd %d", pid, targetFD)}, nil
+	return &FD{fd: fd, name: fmt.Sprintf("pid %d fd %d", p.pid, targetFD)}, nil
+}
+
+// Close releases the handle.
+func (p *Pidfd) Close() error {
+	if p == nil || p.fd < 0 {
+		return nil
+	}
+	err := closeFile(p.fd)
+	p.fd = -1
+	return err
+}
+
+// IsControlDevicePath reports whether path (followed if a link, as
+// /proc/PID/fd/N is) is /dev/nvidiactl, whatever it is named.
+func IsControlDevicePath(path string) (bool, error) {
+	mode, rdev, err := statRdev(path)
+	if err != nil {
+		return false, err
+	}
+	return IsControlDeviceRdev(mode, rdev), nil
 }
 
 // Fd returns the descriptor number in this process.
@@ -78,7 +141,7 @@ func (f *FD) Close() error {
 	if f == nil || f.fd < 0 {
 		return nil
 	}
-	err := unix.Close(f.fd)
+	err := closeFile(f.fd)
 	f.fd = -1
 	return err
 }
@@ -86,11 +149,11 @@ func (f *FD) Close() error {
 // IsControlDevice reports whether the file is /dev/nvidiactl (character
 // device 195:255), whatever path it was opened through.
 func (f *FD) IsControlDevice() (bool, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(f.fd, &st); err != nil {
+	mode, rdev, err := fstatRdev(f.fd)
+	if err != nil {
 		return false, fmt.Errorf("fstat %s: %w", f.name, err)
 	}
-	return IsControlDeviceRdev(st.Mode, st.Rdev), nil
+	return IsControlDeviceRdev(mode, rdev), nil
 }
 
 // NVIDIA's character devices: major 195; minor 255 is nvidiactl, minors

@@ -70,3 +70,30 @@ func Bytes[T any](p *T) []byte {
 func Control[T any](c Controller, client, object Handle, cmd uint32, p *T) error {
 	return c.ControlBytes(client, object, cmd, Bytes(p))
 }
+
+// The system calls the rest of the package wraps: errors come back as
+// plain errnos for the callers to classify.
+
+func openFile(path string) (int, error) {
+	return unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+}
+
+func closeFile(fd int) error { return unix.Close(fd) }
+
+func fstatRdev(fd int) (mode uint32, rdev uint64, err error) {
+	var st unix.Stat_t
+	err = unix.Fstat(fd, &st)
+	return st.Mode, st.Rdev, err
+}
+
+func statRdev(path string) (mode uint32, rdev uint64, err error) {
+	var st unix.Stat_t
+	err = unix.Stat(path, &st)
+	return st.Mode, st.Rdev, err
+}
+
+func pidfdOpen(pid int) (int, error) { return unix.PidfdOpen(pid, 0) }
+
+func pidfdGetfd(pidfd, targetFD int) (int, error) { return unix.PidfdGetfd(pidfd, targetFD, 0) }
+
+func pidfdSignal0(pidfd int) error { return unix.PidfdSendSignal(pidfd, 0, nil, 0) }

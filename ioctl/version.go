@@ -83,10 +83,30 @@ var abis = func() []ABI {
 // at or above it (and below 535) are refused unless the caller opts in.
 var abiLimit = DriverVersion{600, 0, 0}
 
+// UnsupportedDriverError is LookupABI's refusal of a driver version
+// outside the known range. It matches ErrUnsupportedDriver. It names no way
+// to override the refusal: that is the caller's to say (gpreemptctl's
+// --allow-unsupported-driver, a library's option).
+type UnsupportedDriverError struct {
+	Version DriverVersion
+	// Oldest is the first version known; Limit the first one not known to
+	// keep the layouts.
+	Oldest, Limit DriverVersion
+	// Nearest names the ABI that would be used if the caller opted in.
+	Nearest string
+}
+
+func (e *UnsupportedDriverError) Error() string {
+	return fmt.Sprintf("%v: %s (known: %s up to before %s)", ErrUnsupportedDriver, e.Version, e.Oldest, e.Limit)
+}
+
+// Is makes errors.Is(err, ErrUnsupportedDriver) hold.
+func (e *UnsupportedDriverError) Is(target error) bool { return target == ErrUnsupportedDriver }
+
 // LookupABI returns the ABI of driver version v. For a version outside the
-// known range it returns ErrUnsupportedDriver; with allowUnsupported it
-// returns the nearest known ABI instead, and the error is still reported so
-// the caller can warn.
+// known range it returns an *UnsupportedDriverError; with allowUnsupported
+// it returns the nearest known ABI instead, and the error is still reported
+// so the caller can warn.
 func LookupABI(v DriverVersion, allowUnsupported bool) (ABI, error) {
 	unsupported := v.Compare(abis[0].Since) < 0 || v.Compare(abiLimit) >= 0
 	abi := abis[0]
@@ -96,7 +116,7 @@ func LookupABI(v DriverVersion, allowUnsupported bool) (ABI, error) {
 		}
 	}
 	if unsupported {
-		err := fmt.Errorf("%w: %s (known: %s up to before %s)", ErrUnsupportedDriver, v, abis[0].Since, abiLimit)
+		err := &UnsupportedDriverError{Version: v, Oldest: abis[0].Since, Limit: abiLimit, Nearest: abi.Name}
 		if !allowUnsupported {
 			return ABI{}, err
 		}
