@@ -36,9 +36,9 @@ type EscapeOptions struct {
 // (CAP_SYS_ADMIN or CAP_SYS_NICE, or the euid that created the client) and
 // resolves pids in the caller's pid namespace; nothing is attached.
 //
-// Groups it returns are controlled through the same Process methods. Apply
-// (SetTimeslice, SetInterleave) goes through SET; Preempt and Schedule have
-// no escape and fall back to a duplicate of the target's file that owns
+// Groups it returns are controlled through the same Process methods, over
+// its Control: Apply (SetTimeslice, SetInterleave) goes through SET, reads
+// through QUERY; Preempt and Schedule have no escape and fall back to a duplicate of the target's file that owns
 // the group's client (pidfd_getfd: root or CAP_SYS_PTRACE), or fail with
 // ErrNotSupported under EscapeOptions.NoAttachFallback. Group.FD is -1:
 // the escape does not say which of the target's files holds the client.
@@ -142,7 +142,7 @@ func (s *EscapeSource) ready() (ioctl.Escaper, ioctl.DriverVersion, ioctl.ABI, e
 	abi, err := ioctl.LookupABI(version, s.opts.AllowUnsupportedDriver)
 	if err != nil {
 		if !s.opts.AllowUnsupportedDriver {
-			return nil, version, abi, fmt.Errorf("%w (override with --allow-unsupported-driver)", err)
+			return nil, version, abi, err
 		}
 		s.log.Warn("using nearest known ABI", "driver", version, "abi", abi.Name, "err", err)
 	}
@@ -192,9 +192,14 @@ func (s *EscapeSource) Discover(ctx context.Context, pid int) (*Process, error) 
 
 // DiscoverAll returns every process with a group the caller may act on, in
 // pid order, from one walk of the driver's clients: for a privileged
-// caller, every CUDA process in its pid namespace.
-func (s *EscapeSource) DiscoverAll(ctx context.Context) ([]*Process, error) {
-	return s.discover(ctx, 0)
+// caller, every CUDA process in its pid namespace. The driver leaves out
+// silently what the caller may not see, so Listing.Denied is 0.
+func (s *EscapeSource) DiscoverAll(ctx context.Context) (*Listing, error) {
+	procs, err := s.discover(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &Listing{Processes: procs, Examined: len(procs)}, nil
 }
 
 func (s *EscapeSource) discover(ctx context.Context, pid uint32) ([]*Process, error) {
@@ -227,7 +232,7 @@ func (s *EscapeSource) discover(ctx context.Context, pid uint32) ([]*Process, er
 		p.Groups = append(p.Groups, Group{
 			PID: int(t.Pid), FD: -1, Client: t.HClient, Device: t.HDevice, Handle: t.HTsg,
 			TSGID: t.TsgID, Engine: engineOf(t.EngineType), Channels: int(t.ChannelCount),
-			Timeslice: Micros(t.TimesliceUs), Interleave: Level(t.InterleaveLevel),
+			Timeslice: Micros(t.TimesliceUs), Interleave: Level(t.InterleaveLevel), GPUID: t.GpuID,
 			ctl: ctls[t.Pid],
 		})
 	}
@@ -251,129 +256,6 @@ func engineOf(engineType uint32) Engine {
 		return EngineCopy
 	}
 	return EngineUnknown
-}
-
-// escapeControl is the ioctl.Controller of a group found through the
-// escapes. It carries the KEPLER_CHANNEL_GROUP_A controls Process uses:
-// the timeslice and interleave setters become SET, their getters and
-// GET_INFO read a one-entry QUERY; every other control goes to the
-// target's own file (attached on first use), or fails with
-// ErrNotSupported.
-type escapeControl struct {
-	src  *EscapeSource
-	esc  ioctl.Escaper
-	proc *Process
-	pid  uint32
-
-	mu       sync.Mutex
-	attached map[ioctl.Handle]Device // client -> the target's file bound to it
-}
-
-func (c *escapeControl) ControlBytes(client, object ioctl.Handle, cmd uint32, params []byte) error {
-	op := fmt.Sprintf("control %#x on %v/%v", cmd, client, object)
-	switch cmd {
-	case ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, ioctl.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL:
-		set := ioctl.NV_GPREEMPT_SET_TSG_PARAMS{Pid: c.pid, HClient: client, HTsg: object}
-		if cmd == ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE {
-			var p ioctl.NVA06C_CTRL_TIMESLICE_PARAMS
-			if len(params) != len(ioctl.Bytes(&p)) {
-				return ioctl.NV_ERR_INVALID_PARAM_STRUCT.Err(op)
-			}
-			copy(ioctl.Bytes(&p), params)
-			set.Flags, set.TimesliceUs = ioctl.NV_GPREEMPT_SET_TSG_TIMESLICE, p.TimesliceUs
-		} else {
-			var p ioctl.NVA06C_CTRL_INTERLEAVE_LEVEL_PARAMS
-			if len(params) != len(ioctl.Bytes(&p)) {
-				return ioctl.NV_ERR_INVALID_PARAM_STRUCT.Err(op)
-			}
-			copy(ioctl.Bytes(&p), params)
-			set.Flags, set.InterleaveLevel = ioctl.NV_GPREEMPT_SET_TSG_INTERLEAVE_LEVEL, p.TsgInterleaveLevel
-		}
-		return ioctl.SetTSG(c.esc, &set)
-	case ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE, ioctl.NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL, ioctl.NVA06C_CTRL_CMD_GET_INFO:
-		t, err := c.lookup(client, object)
-		if err != nil {
-			return fmt.Errorf("%s: %w", op, err)
-		}
-		var out []byte
-		switch cmd {
-		case ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE:
-			out = ioctl.Bytes(&ioctl.NVA06C_CTRL_TIMESLICE_PARAMS{TimesliceUs: t.TimesliceUs})
-		case ioctl.NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL:
-			out = ioctl.Bytes(&ioctl.NVA06C_CTRL_INTERLEAVE_LEVEL_PARAMS{TsgInterleaveLevel: t.InterleaveLevel})
-		default:
-			out = ioctl.Bytes(&ioctl.NVA06C_CTRL_GET_INFO_PARAMS{TsgID: t.TsgID})
-		}
-		if len(params) != len(out) {
-			return ioctl.NV_ERR_INVALID_PARAM_STRUCT.Err(op)
-		}
-		copy(params, out)
-		return nil
-	}
-	dev, err := c.ownerFile(client)
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	return dev.ControlBytes(client, object, cmd, params)
-}
-
-// lookup reads one group with a QUERY starting just below its key: the
-// first entry is the group if it still exists.
-func (c *escapeControl) lookup(client, object ioctl.Handle) (ioctl.NV_GPREEMPT_TSG_INFO, error) {
-	key := ioctl.TSGKey(client, object)
-	page, err := ioctl.QueryTSGs(c.esc, c.pid, key-1)
-	if err != nil {
-		return ioctl.NV_GPREEMPT_TSG_INFO{}, err
-	}
-	if len(page.TSGs) == 0 || page.TSGs[0].Key() != key {
-		return ioctl.NV_GPREEMPT_TSG_INFO{}, ioctl.NV_ERR_INVALID_OBJECT_HANDLE.Err(fmt.Sprintf("gpreempt query pid %d", c.pid))
-	}
-	return page.TSGs[0], nil
-}
-
-// ownerFile returns a duplicate of the target's control file that owns
-// client, attaching on first use. The duplicate joins the Process's files
-// and is closed with it.
-func (c *escapeControl) ownerFile(client ioctl.Handle) (Device, error) {
-	if c.src.opts.NoAttachFallback {
-		return nil, fmt.Errorf("%w: the gpreempt escapes set only timeslices and interleave levels (attach fallback disabled)", ErrNotSupported)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if dev := c.attached[client]; dev != nil {
-		return dev, nil
-	}
-	fail := func(err error) (Device, error) {
-		return nil, fmt.Errorf("%w: the gpreempt escapes set only timeslices and interleave levels, and the fallback to pid %d's own file failed: %w",
-			ErrNotSupported, c.pid, err)
-	}
-	fds, err := c.src.host.ControlFDs(int(c.pid))
-	if err != nil {
-		return fail(err)
-	}
-	for _, fd := range fds {
-		dev, err := c.src.host.Attach(int(c.pid), fd)
-		if err != nil {
-			return fail(err)
-		}
-		// Bound to this file if RM validates the client on it (see
-		// AttachSource.boundClients).
-		_, err = handleInfo(dev, client, client, ioctl.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO_INDEX_CLASSID)
-		var status ioctl.NvStatus
-		if err == nil || (errors.As(err, &status) && !errors.Is(err, ioctl.NV_ERR_INVALID_CLIENT)) {
-			if c.attached == nil {
-				c.attached = map[ioctl.Handle]Device{}
-			}
-			c.attached[client] = dev
-			c.proc.devs = append(c.proc.devs, dev)
-			return dev, nil
-		}
-		dev.Close()
-		if !errors.As(err, &status) {
-			return fail(err)
-		}
-	}
-	return fail(fmt.Errorf("no %s of pid %d holds client %v", ioctl.ControlDevicePath, c.pid, client))
 }
 
 // AutoSource uses the gpreempt escapes where the driver has them and the
@@ -420,6 +302,10 @@ func (a *AutoSource) Chosen() Source {
 
 func (a *AutoSource) Discover(ctx context.Context, pid int) (*Process, error) {
 	return a.Chosen().Discover(ctx, pid)
+}
+
+func (a *AutoSource) DiscoverAll(ctx context.Context) (*Listing, error) {
+	return a.Chosen().DiscoverAll(ctx)
 }
 
 // Close releases the escape source's control file.

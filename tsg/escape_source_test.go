@@ -3,6 +3,8 @@ package tsg_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -197,16 +199,16 @@ func TestEscapeRights(t *testing.T) {
 			t.Errorf("pid %d: %v, want ErrNoGPUContext", pid, err)
 		}
 	}
-	all, err := s.DiscoverAll(ctx)
-	if err != nil || len(all) != 1 || all[0].PID != 100 {
-		t.Errorf("DiscoverAll as uid 1000: %d processes, %v", len(all), err)
+	l, err := s.DiscoverAll(ctx)
+	if err != nil || len(l.Processes) != 1 || l.Processes[0].PID != 100 {
+		t.Fatalf("DiscoverAll as uid 1000: %+v, %v", l, err)
 	}
 
 	d2, _ := patched(t, root, 100, 200, 300)
 	d2.HideFromCaller(300)
-	all, err = escapeSource(t, d2, tsg.EscapeOptions{}).DiscoverAll(ctx)
-	if err != nil || len(all) != 2 || all[0].PID != 100 || all[1].PID != 200 {
-		t.Errorf("DiscoverAll privileged: %d processes, %v", len(all), err)
+	l, err = escapeSource(t, d2, tsg.EscapeOptions{}).DiscoverAll(ctx)
+	if err != nil || len(l.Processes) != 2 || l.Processes[0].PID != 100 || l.Processes[1].PID != 200 {
+		t.Errorf("DiscoverAll privileged: %+v, %v", l, err)
 	}
 }
 
@@ -247,7 +249,7 @@ func TestEscapeSetChecksTheTarget(t *testing.T) {
 		}
 	}
 	for _, g := range append(d.Groups(100, 8), d.Groups(200, 8)...) {
-		if g.TimesliceUs == 77 {
+		if g.Timeslice == 77 {
 			t.Errorf("%v/%v changed by a refused SET", g.Client, g.Handle)
 		}
 	}
@@ -261,10 +263,11 @@ func TestEscapeSetChecksTheTarget(t *testing.T) {
 func TestEscapePaging(t *testing.T) {
 	pids := []int{101, 102, 103, 104, 105, 106, 107, 108, 109, 110} // 40 groups
 	d, _ := patched(t, root, pids...)
-	all, err := escapeSource(t, d, tsg.EscapeOptions{}).DiscoverAll(context.Background())
+	l, err := escapeSource(t, d, tsg.EscapeOptions{}).DiscoverAll(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
+	all := l.Processes
 	if len(all) != len(pids) {
 		t.Fatalf("%d processes, want %d", len(all), len(pids))
 	}
@@ -306,7 +309,7 @@ func TestEscapePreemptAndSchedule(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, g := range d.Groups(100, 8) {
-		if g.Enabled {
+		if d.Scheduled(g) {
 			t.Errorf("%v still scheduled after suspend", g.Handle)
 		}
 	}
@@ -342,11 +345,104 @@ func TestEscapeGroupGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Exit(100)
-	if err := p.SetTimeslice(context.Background(), p.Groups, time.Millisecond); !errors.Is(err, ioctl.NV_ERR_INVALID_OBJECT_HANDLE) {
+	if err := p.SetTimeslice(context.Background(), p.Groups, time.Millisecond); !errors.Is(err, ioctl.ErrNoSuchProcess) {
 		t.Errorf("SetTimeslice after exit: %v", err)
 	}
-	if _, err := p.GetTimeslice(p.Groups[0]); !errors.Is(err, ioctl.NV_ERR_INVALID_OBJECT_HANDLE) {
+	if _, err := p.GetTimeslice(p.Groups[0]); !errors.Is(err, ioctl.ErrNoSuchProcess) {
 		t.Errorf("GetTimeslice after exit: %v", err)
+	}
+	if err := p.Preempt(context.Background(), p.Groups, false, 0); !errors.Is(err, ioctl.ErrNoSuchProcess) {
+		t.Errorf("Preempt after exit: %v", err)
+	}
+}
+
+// exitingHost is a fake host whose target process exits right after the
+// Nth gpreempt SET escape: the exit lands in the middle of a change.
+type exitingHost struct {
+	tsg.Host
+	d      *rmfake.Driver
+	pid    int
+	after  int
+	issued *int
+}
+
+func (h exitingHost) OpenControl() (tsg.Device, error) {
+	dev, err := h.Host.OpenControl()
+	if err != nil {
+		return nil, err
+	}
+	return exitingDevice{Device: dev, h: h}, nil
+}
+
+type exitingDevice struct {
+	tsg.Device
+	h exitingHost
+}
+
+func (x exitingDevice) Escape(nr uint32, arg []byte) error {
+	err := x.Device.(ioctl.Escaper).Escape(nr, arg)
+	if nr == ioctl.NV_ESC_RM_GPREEMPT_SET_TSG {
+		if *x.h.issued++; *x.h.issued == x.h.after {
+			x.h.d.Exit(x.h.pid)
+		}
+	}
+	return err
+}
+
+// TestEscapeTargetExitsDuringChange: the target exits after two of its
+// four groups were changed. The change reports the process gone
+// (ioctl.ErrNoSuchProcess, gpreemptctl's exit code 4) and restores
+// nothing; it used to try, and report "restoring also failed:
+// NV_ERR_INVALID_CLIENT" (issue 14, defect 10).
+func TestEscapeTargetExitsDuringChange(t *testing.T) {
+	for _, after := range []int{1, 2, 4} {
+		d, _ := patched(t, root, 100)
+		issued := 0
+		s := tsg.NewEscapeSource(exitingHost{Host: d.Host(), d: d, pid: 100, after: after, issued: &issued}, tsg.EscapeOptions{}, nil)
+		t.Cleanup(func() { s.Close() })
+		p, err := s.Discover(context.Background(), 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := 100 * time.Microsecond
+		err = p.Apply(context.Background(), p.Groups, tsg.Settings{Timeslice: &ts})
+		if after == len(p.Groups) {
+			// The last SET went through before the exit: the change
+			// succeeded.
+			if err != nil {
+				t.Errorf("exit after the last SET: %v", err)
+			}
+			continue
+		}
+		if !errors.Is(err, ioctl.ErrNoSuchProcess) {
+			t.Errorf("exit after SET %d: %v, want ErrNoSuchProcess", after, err)
+		}
+		if err != nil && (strings.Contains(err.Error(), "also failed") || errors.Is(err, ioctl.NV_ERR_INVALID_CLIENT)) {
+			t.Errorf("exit after SET %d: %q reads like a failed restore", after, err)
+		}
+		if issued != after {
+			t.Errorf("exit after SET %d: %d SETs issued, want no restore attempt", after, issued)
+		}
+	}
+}
+
+// TestEscapeFallbackAttachRacesClose: the escape source's fallback attaches
+// to the target while another goroutine closes the Process; with -race
+// this checks that the duplicated files are recorded under the lock Close
+// takes (issue 14, defect 10). A file attached after Close is closed at
+// once, and the preempt fails instead of using it.
+func TestEscapeFallbackAttachRacesClose(t *testing.T) {
+	for range 20 {
+		d, _ := patched(t, root, 100)
+		p, err := escapeSource(t, d, tsg.EscapeOptions{}).Discover(context.Background(), 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { p.Preempt(context.Background(), p.Groups, false, 0) })
+		wg.Go(func() { p.Close() })
+		wg.Wait()
+		p.Close()
 	}
 }
 

@@ -9,8 +9,6 @@ import (
 	"sort"
 	"strconv"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gpreempt/gpreempt/ioctl"
 )
 
@@ -24,19 +22,36 @@ type Device interface {
 	Close() error
 }
 
-// Host is the operating system as the attach source sees it: the control
-// files of a process, a way to duplicate one, and a file of our own.
+// Host is the operating system as the sources see it: processes, a handle
+// on one of them, and a control file of our own.
 type Host interface {
-	// ControlFDs lists the descriptors of pid that refer to
-	// /dev/nvidiactl, in ascending order. ioctl.ErrNoSuchProcess if pid
-	// does not exist, ioctl.ErrPermission if its fds cannot be inspected.
-	ControlFDs(pid int) ([]int, error)
-	// Attach duplicates descriptor fd of pid.
-	Attach(pid, fd int) (Device, error)
-	// OpenControl opens a /dev/nvidiactl file of our own.
+	// Open takes a handle on process pid before anything is read about
+	// it, so that nothing learned through the Target can belong to a
+	// later process given the same number. ioctl.ErrNoSuchProcess if pid
+	// does not exist.
+	Open(pid int) (Target, error)
+	// OpenControl opens a /dev/nvidiactl file of our own
+	// (ioctl.ErrNoDriver without one).
 	OpenControl() (Device, error)
-	// Processes lists every pid that has /dev/nvidiactl open.
-	Processes() ([]int, error)
+	// Processes lists every pid that has /dev/nvidiactl open, in
+	// ascending order, and counts the processes whose open files the
+	// caller may not read: they may hold it too.
+	Processes() (pids []int, denied int, err error)
+}
+
+// Target is one process, held by a handle that cannot come to name
+// another (a pidfd).
+type Target interface {
+	PID() int
+	// ControlFDs lists the process's descriptors that refer to
+	// /dev/nvidiactl, in ascending order: ioctl.ErrNoSuchProcess if the
+	// process exited (its pid may be another's by now),
+	// ioctl.ErrPermission if its fds cannot be inspected.
+	ControlFDs() ([]int, error)
+	// Attach duplicates the process's descriptor fd and checks it still is
+	// the control node.
+	Attach(fd int) (Device, error)
+	Close() error
 }
 
 // ProcHost is the real Host: procfs for listing, pidfd_getfd for attaching.
@@ -52,11 +67,64 @@ func (h ProcHost) root() string {
 	return h.Root
 }
 
+// Open opens a pidfd on pid: from then on, what ControlFDs lists and what
+// Attach duplicates are checked to be that process's.
+func (h ProcHost) Open(pid int) (Target, error) {
+	if pid <= 0 {
+		return nil, fmt.Errorf("%w: pid %d", ErrInvalidArgument, pid)
+	}
+	p, err := ioctl.OpenPidfd(pid)
+	if err != nil {
+		return nil, err
+	}
+	return procTarget{root: h.root(), pidfd: p}, nil
+}
+
+type procTarget struct {
+	root  string
+	pidfd *ioctl.Pidfd
+}
+
+func (t procTarget) PID() int     { return t.pidfd.PID() }
+func (t procTarget) Close() error { return t.pidfd.Close() }
+
 // ControlFDs stats every /proc/PID/fd/N (which follows the link to the
 // open file, wherever it was opened from, so a container's bind-mounted
-// node counts too) and keeps the character devices 195:255.
-func (h ProcHost) ControlFDs(pid int) ([]int, error) {
-	dir := filepath.Join(h.root(), strconv.Itoa(pid), "fd")
+// node counts too) and keeps the character devices 195:255. The listing
+// counts only if the process the pidfd holds is still alive afterwards:
+// then /proc/PID was its directory throughout.
+func (t procTarget) ControlFDs() ([]int, error) {
+	fds, err := controlFDs(t.root, t.PID())
+	if err != nil {
+		return nil, err
+	}
+	if err := t.pidfd.Alive(); err != nil {
+		return nil, err
+	}
+	return fds, nil
+}
+
+// Attach duplicates the descriptor and checks that it still is the control
+// node: between listing and attaching, the target may have closed and
+// reused the number.
+func (t procTarget) Attach(fd int) (Device, error) {
+	f, err := t.pidfd.Getfd(fd)
+	if err != nil {
+		return nil, err
+	}
+	ok, err := f.IsControlDevice()
+	if err == nil && !ok {
+		err = fmt.Errorf("pid %d fd %d is no longer %s", t.PID(), fd, ioctl.ControlDevicePath)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func controlFDs(root string, pid int) ([]int, error) {
+	dir := filepath.Join(root, strconv.Itoa(pid), "fd")
 	entries, err := os.ReadDir(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -72,37 +140,18 @@ func (h ProcHost) ControlFDs(pid int) ([]int, error) {
 		if err != nil {
 			continue
 		}
-		var st unix.Stat_t
-		if err := unix.Stat(filepath.Join(dir, e.Name()), &st); err != nil {
+		ok, err := ioctl.IsControlDevicePath(filepath.Join(dir, e.Name()))
+		if err != nil {
 			// Closed since ReadDir, or a socket/anon inode we may not
 			// stat: neither is the control node.
 			continue
 		}
-		if ioctl.IsControlDeviceRdev(st.Mode, st.Rdev) {
+		if ok {
 			fds = append(fds, n)
 		}
 	}
 	sort.Ints(fds)
 	return fds, nil
-}
-
-// Attach duplicates the descriptor and checks that it still is the control
-// node: between listing and attaching, the target may have closed and
-// reused the number.
-func (h ProcHost) Attach(pid, fd int) (Device, error) {
-	f, err := ioctl.Attach(pid, fd)
-	if err != nil {
-		return nil, err
-	}
-	ok, err := f.IsControlDevice()
-	if err == nil && !ok {
-		err = fmt.Errorf("pid %d fd %d is no longer %s", pid, fd, ioctl.ControlDevicePath)
-	}
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
 }
 
 func (h ProcHost) OpenControl() (Device, error) {
@@ -113,25 +162,29 @@ func (h ProcHost) OpenControl() (Device, error) {
 	return f, nil
 }
 
-// Processes walks /proc and keeps the pids with a control file open.
-// Processes we may not inspect are skipped silently: ps shows what the
-// caller can see, like ps(1).
-func (h ProcHost) Processes() ([]int, error) {
+// Processes walks /proc and keeps the pids with a control file open. A
+// process whose fds the caller may not list is counted in denied, not
+// guessed at: as non-root that is every other user's process.
+func (h ProcHost) Processes() ([]int, int, error) {
 	entries, err := os.ReadDir(h.root())
 	if err != nil {
-		return nil, fmt.Errorf("list processes: %w", err)
+		return nil, 0, fmt.Errorf("list processes: %w", err)
 	}
 	var pids []int
+	denied := 0
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
 			continue
 		}
-		fds, err := h.ControlFDs(pid)
-		if err == nil && len(fds) > 0 {
+		fds, err := controlFDs(h.root(), pid)
+		switch {
+		case errors.Is(err, ioctl.ErrPermission):
+			denied++
+		case err == nil && len(fds) > 0:
 			pids = append(pids, pid)
 		}
 	}
 	sort.Ints(pids)
-	return pids, nil
+	return pids, denied, nil
 }

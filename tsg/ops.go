@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpreempt/gpreempt/ioctl"
@@ -18,18 +20,62 @@ type Process struct {
 	Groups []Group             `json:"groups"`
 	Stats  ScanStats           `json:"scan"`
 
-	abi  ioctl.ABI
-	devs []Device
+	abi ioctl.ABI
+
+	// use is held shared by each operation and exclusively by Close, so
+	// that Close waits for operations in flight instead of closing a file
+	// under them (a closed descriptor number can be reused at once).
+	use sync.RWMutex
+	// mu guards devs and closed: the escape source's fallback attaches
+	// during an operation, and more than one may run at a time.
+	mu     sync.Mutex
+	devs   []Device
+	closed bool
 }
 
-// Close releases the duplicated files. Groups of a closed process can no
-// longer be controlled.
+// ErrClosed: the Process was closed; discover it again to act on it.
+var ErrClosed = errors.New("process closed")
+
+// begin starts an operation: it fails on a closed Process, and Close waits
+// for the returned end.
+func (p *Process) begin() (end func(), err error) {
+	p.use.RLock()
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		p.use.RUnlock()
+		return nil, fmt.Errorf("pid %d: %w", p.PID, ErrClosed)
+	}
+	return p.use.RUnlock, nil
+}
+
+// addDevice makes dev one of the files Close releases; on a closed
+// process it closes dev at once and says so.
+func (p *Process) addDevice(dev Device) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		dev.Close()
+		return fmt.Errorf("pid %d: %w", p.PID, ErrClosed)
+	}
+	p.devs = append(p.devs, dev)
+	return nil
+}
+
+// Close releases the duplicated files, after any operation in flight has
+// returned. Operations on a closed process fail with ErrClosed. Close may
+// be called more than once.
 func (p *Process) Close() error {
+	p.use.Lock()
+	defer p.use.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	var errs []error
 	for _, d := range p.devs {
 		errs = append(errs, d.Close())
 	}
-	p.devs = nil
+	p.devs, p.closed = nil, true
 	return errors.Join(errs...)
 }
 
@@ -71,10 +117,14 @@ type Settings struct {
 	Interleave *Level
 }
 
-// Apply changes every group in gs, all or nothing: each group's current
-// values are read first, and if any step fails the groups already changed
-// are restored before the error is returned. The error then says whether
-// the restore itself succeeded.
+// Apply changes every group in gs, all or nothing where the driver allows:
+// each group's current values are read first, and if any step fails the
+// groups already changed are restored, in reverse, before the error is
+// returned. The error says what the restore did. A level the driver does
+// not report (GSP-RM on the H100) cannot be restored: such groups are left
+// at the new level and the error says how many. If the process exits
+// meanwhile the error is ioctl.ErrNoSuchProcess and nothing is restored:
+// its groups are gone.
 func (p *Process) Apply(ctx context.Context, gs []Group, s Settings) error {
 	if s.Timeslice != nil {
 		if err := CheckTimeslice(*s.Timeslice); err != nil {
@@ -84,60 +134,42 @@ func (p *Process) Apply(ctx context.Context, gs []Group, s Settings) error {
 	if s.Interleave != nil && *s.Interleave > LevelHigh {
 		return fmt.Errorf("%w: interleave level %v", ErrInvalidArgument, *s.Interleave)
 	}
-	type undo struct {
-		g     Group
-		prevT *uint64
-		prevL *Level
+	end, err := p.begin()
+	if err != nil {
+		return err
 	}
+	defer end()
 	var done []undo
-	rollback := func(cause error) error {
-		var errs []error
-		for i := len(done) - 1; i >= 0; i-- {
-			u := done[i]
-			if u.prevL != nil {
-				errs = append(errs, setInterleave(u.g, restorableLevel(*u.prevL)))
-			}
-			if u.prevT != nil {
-				errs = append(errs, setTimeslice(u.g, *u.prevT))
-			}
-		}
-		if err := errors.Join(errs...); err != nil {
-			return fmt.Errorf("%w; restoring the %d groups already changed also failed: %w", cause, len(done), err)
-		}
-		if len(done) > 0 {
-			return fmt.Errorf("%w (the %d groups already changed were restored)", cause, len(done))
-		}
-		return cause
-	}
 	for _, g := range gs {
 		if err := ctx.Err(); err != nil {
-			return rollback(err)
+			return rollback(err, done, levelOf(s))
 		}
 		u := undo{g: g}
 		if s.Timeslice != nil {
-			prev, err := getTimeslice(g)
+			prev, err := g.ctl.Timeslice(g)
 			if err != nil {
-				return rollback(fmt.Errorf("group %v: read timeslice: %w", g.Handle, err))
+				return rollback(fmt.Errorf("group %v: read timeslice: %w", g.Handle, err), done, levelOf(s))
 			}
-			if err := setTimeslice(g, uint64(*s.Timeslice/time.Microsecond)); err != nil {
-				return rollback(fmt.Errorf("group %v: set timeslice: %w", g.Handle, err))
+			if err := g.ctl.SetTimeslice(g, Micros(*s.Timeslice/time.Microsecond)); err != nil {
+				return rollback(fmt.Errorf("group %v: set timeslice: %w", g.Handle, err), done, levelOf(s))
 			}
 			u.prevT = &prev
 		}
 		if s.Interleave != nil {
-			prev, err := getInterleave(g)
+			prev, err := g.ctl.Interleave(g)
 			if errors.Is(err, ioctl.NV_ERR_NOT_SUPPORTED) {
 				// GSP-RM on the H100 (580.159.04) does not implement
-				// GET_INTERLEAVE_LEVEL; restore to RM's allocation default.
+				// GET_INTERLEAVE_LEVEL: the change goes ahead, and a
+				// rollback says it could not restore this one.
 				prev, err = LevelUnknown, nil
 			}
 			if err != nil {
 				done = append(done, u) // its timeslice changed already
-				return rollback(fmt.Errorf("group %v: read interleave level: %w", g.Handle, err))
+				return rollback(fmt.Errorf("group %v: read interleave level: %w", g.Handle, err), done, levelOf(s))
 			}
-			if err := setInterleave(g, *s.Interleave); err != nil {
+			if err := g.ctl.SetInterleave(g, *s.Interleave); err != nil {
 				done = append(done, u)
-				return rollback(fmt.Errorf("group %v: set interleave level: %w", g.Handle, err))
+				return rollback(fmt.Errorf("group %v: set interleave level: %w", g.Handle, err), done, levelOf(s))
 			}
 			u.prevL = &prev
 		}
@@ -147,12 +179,98 @@ func (p *Process) Apply(ctx context.Context, gs []Group, s Settings) error {
 	return nil
 }
 
+// undo is what Apply changed in one group, and what was there before.
+type undo struct {
+	g     Group
+	prevT *Micros
+	prevL *Level // LevelUnknown: the driver did not report it
+}
+
+func levelOf(s Settings) Level {
+	if s.Interleave == nil {
+		return LevelUnknown
+	}
+	return *s.Interleave
+}
+
+// rollback restores, in reverse, what done changed, and returns cause with
+// an account of exactly what was restored and what was not.
+func rollback(cause error, done []undo, newLevel Level) error {
+	if len(done) == 0 {
+		return cause
+	}
+	if errors.Is(cause, ioctl.ErrNoSuchProcess) {
+		return fmt.Errorf("%w (nothing restored: the process and its groups are gone)", cause)
+	}
+	var errs []error
+	restoredT, restoredL, leftL := 0, 0, 0
+	for i := len(done) - 1; i >= 0; i-- {
+		u := done[i]
+		if u.prevL != nil {
+			switch {
+			case *u.prevL == LevelUnknown:
+				leftL++
+			default:
+				if err := u.g.ctl.SetInterleave(u.g, *u.prevL); err != nil {
+					errs = append(errs, fmt.Errorf("group %v: restore interleave level %v: %w", u.g.Handle, *u.prevL, err))
+				} else {
+					restoredL++
+				}
+			}
+		}
+		if u.prevT != nil {
+			if err := u.g.ctl.SetTimeslice(u.g, *u.prevT); err != nil {
+				errs = append(errs, fmt.Errorf("group %v: restore timeslice %v: %w", u.g.Handle, *u.prevT, err))
+			} else {
+				restoredT++
+			}
+		}
+	}
+	var did []string
+	if restoredT > 0 {
+		did = append(did, fmt.Sprintf("timeslice of %d groups restored", restoredT))
+	}
+	if restoredL > 0 {
+		did = append(did, fmt.Sprintf("interleave level of %d groups restored", restoredL))
+	}
+	if leftL > 0 {
+		did = append(did, fmt.Sprintf("interleave level of %d groups left at %v: the driver does not report the previous level", leftL, newLevel))
+	}
+	account := strings.Join(did, "; ")
+	err := errors.Join(errs...)
+	switch {
+	case err != nil && allGone(errs):
+		// The process exited while we restored: that is the answer.
+		return fmt.Errorf("%w; the process exited while restoring (%s): %w", cause, orNothing(account), ioctl.ErrNoSuchProcess)
+	case err != nil:
+		return fmt.Errorf("%w; restoring the %d groups already changed failed in part (%s): %w", cause, len(done), orNothing(account), err)
+	}
+	return fmt.Errorf("%w (%s)", cause, account)
+}
+
+func allGone(errs []error) bool {
+	for _, e := range errs {
+		if !errors.Is(e, ioctl.ErrNoSuchProcess) {
+			return false
+		}
+	}
+	return len(errs) > 0
+}
+
+func orNothing(s string) string {
+	if s == "" {
+		return "nothing restored"
+	}
+	return s
+}
+
 // SetTimeslice sets the timeslice of gs, all or nothing.
 func (p *Process) SetTimeslice(ctx context.Context, gs []Group, d time.Duration) error {
 	return p.Apply(ctx, gs, Settings{Timeslice: &d})
 }
 
-// SetInterleave sets the interleave level of gs, all or nothing.
+// SetInterleave sets the interleave level of gs, all or nothing where the
+// driver reports the previous level (see Apply).
 func (p *Process) SetInterleave(ctx context.Context, gs []Group, l Level) error {
 	return p.Apply(ctx, gs, Settings{Interleave: &l})
 }
@@ -165,16 +283,19 @@ func (p *Process) Preempt(ctx context.Context, gs []Group, wait bool, timeout ti
 	if timeout < 0 || timeout > ioctl.NVA06C_CTRL_CMD_PREEMPT_MAX_MANUAL_TIMEOUT_US*time.Microsecond {
 		return fmt.Errorf("%w: preempt timeout %v out of range [0, 1s]", ErrInvalidArgument, timeout)
 	}
-	params := ioctl.NVA06C_CTRL_PREEMPT_PARAMS{BWait: boolByte(wait)}
-	if timeout > 0 {
-		params.BManualTimeout, params.TimeoutUs = 1, uint32(timeout/time.Microsecond)
+	if timeout%time.Microsecond != 0 {
+		return fmt.Errorf("%w: preempt timeout %v is not a whole number of microseconds", ErrInvalidArgument, timeout)
 	}
+	end, err := p.begin()
+	if err != nil {
+		return err
+	}
+	defer end()
 	for _, g := range gs {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		q := params
-		if err := ioctl.Control(g.ctl, g.Client, g.Handle, ioctl.NVA06C_CTRL_CMD_PREEMPT, &q); err != nil {
+		if err := g.ctl.Preempt(g, wait, timeout); err != nil {
 			return fmt.Errorf("group %v: preempt: %w", g.Handle, err)
 		}
 	}
@@ -182,36 +303,53 @@ func (p *Process) Preempt(ctx context.Context, gs []Group, wait bool, timeout ti
 }
 
 // Schedule enables (resume) or disables (suspend) gs on the runlist with
-// GPFIFO_SCHEDULE, all or nothing: on a failure the groups already switched
-// are switched back. A suspended group's work stays queued and runs when it
-// is resumed.
+// GPFIFO_SCHEDULE, in order. A suspended group's work stays queued and
+// runs when it is resumed.
+//
+// On a failure the groups already switched are left switched, and the
+// error names them: RM does not report whether a group was on the runlist
+// before, so switching them back could resume a group that someone else
+// had suspended (or the reverse). Running the same command again finishes
+// the job.
 func (p *Process) Schedule(ctx context.Context, gs []Group, enable bool) error {
+	verb, done := "suspend", "suspended"
+	if enable {
+		verb, done = "resume", "resumed"
+	}
+	end, err := p.begin()
+	if err != nil {
+		return err
+	}
+	defer end()
 	for i, g := range gs {
 		err := ctx.Err()
 		if err == nil {
-			err = p.schedule(g, enable)
+			err = g.ctl.Schedule(g, enable)
 		}
-		if err != nil {
-			err = fmt.Errorf("group %v: schedule(enable=%v): %w", g.Handle, enable, err)
-			var errs []error
-			for j := i - 1; j >= 0; j-- {
-				errs = append(errs, p.schedule(gs[j], !enable))
-			}
-			if rerr := errors.Join(errs...); rerr != nil {
-				return fmt.Errorf("%w; switching back the %d groups already changed also failed: %w", err, i, rerr)
-			}
+		if err == nil {
+			continue
+		}
+		err = fmt.Errorf("group %v: %s: %w", g.Handle, verb, err)
+		if i == 0 || errors.Is(err, ioctl.ErrNoSuchProcess) {
 			return err
 		}
+		handles := make([]string, i)
+		for j := range gs[:i] {
+			handles[j] = gs[j].Handle.String()
+		}
+		return fmt.Errorf("%w (groups %s were %s before the failure and are left so: the driver does not report their previous state)",
+			err, strings.Join(handles, ", "), done)
 	}
 	return nil
 }
 
-func (p *Process) schedule(g Group, enable bool) error {
-	return g.ctl.ControlBytes(g.Client, g.Handle, ioctl.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, p.abi.ScheduleParams(enable))
-}
-
 // Refresh re-reads the timeslice and interleave level of every group.
 func (p *Process) Refresh(ctx context.Context) error {
+	end, err := p.begin()
+	if err != nil {
+		return err
+	}
+	defer end()
 	for i := range p.Groups {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -239,21 +377,16 @@ func (p *Process) update(gs []Group, s Settings) {
 	}
 }
 
-// refresh reads what RM says of the group now. The hardware id and the
-// timeslice are required; where RM will not report the interleave level,
-// the level this Process last set is kept (LevelUnknown if none).
+// refresh reads what the driver says of the group now. The timeslice is
+// required; where the driver will not report the interleave level, the
+// level this Process last set is kept (LevelUnknown if none).
 func (g *Group) refresh() error {
-	info := ioctl.NVA06C_CTRL_GET_INFO_PARAMS{}
-	if err := ioctl.Control(g.ctl, g.Client, g.Handle, ioctl.NVA06C_CTRL_CMD_GET_INFO, &info); err != nil {
-		return fmt.Errorf("group %v: get info: %w", g.Handle, err)
-	}
-	g.TSGID = info.TsgID
-	ts, err := getTimeslice(*g)
+	ts, err := g.ctl.Timeslice(*g)
 	if err != nil {
 		return fmt.Errorf("group %v: get timeslice: %w", g.Handle, err)
 	}
-	g.Timeslice = Micros(ts)
-	l, err := getInterleave(*g)
+	g.Timeslice = ts
+	l, err := g.ctl.Interleave(*g)
 	var status *ioctl.StatusError
 	switch {
 	case err == nil:
@@ -267,54 +400,29 @@ func (g *Group) refresh() error {
 	return nil
 }
 
-// DefaultLevel is the interleave level RM gives a new channel group
-// (kernel_channel_group_api.c); it is what a level that could not be read
-// is restored to.
-const DefaultLevel = LevelMedium
+// Control returns the seam through which g is read and changed, for
+// callers (a registry, a daemon) that act on groups one at a time. It is
+// valid until the Process is closed.
+func (g Group) Control() Control { return g.ctl }
 
-func restorableLevel(l Level) Level {
-	if l == LevelUnknown {
-		return DefaultLevel
+// Controller returns the file through which an attach-source group is
+// controlled, for callers that issue other KEPLER_CHANNEL_GROUP_A controls
+// themselves; nil for a group of another source. It is valid until the
+// Process is closed.
+func (g Group) Controller() ioctl.Controller {
+	if rm, ok := g.ctl.(rmControl); ok {
+		return rm.dev
 	}
-	return l
+	return nil
 }
 
-func getTimeslice(g Group) (uint64, error) {
-	p := ioctl.NVA06C_CTRL_TIMESLICE_PARAMS{}
-	err := ioctl.Control(g.ctl, g.Client, g.Handle, ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE, &p)
-	return p.TimesliceUs, err
-}
-
-func setTimeslice(g Group, us uint64) error {
-	p := ioctl.NVA06C_CTRL_TIMESLICE_PARAMS{TimesliceUs: us}
-	return ioctl.Control(g.ctl, g.Client, g.Handle, ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, &p)
-}
-
-func getInterleave(g Group) (Level, error) {
-	p := ioctl.NVA06C_CTRL_INTERLEAVE_LEVEL_PARAMS{}
-	err := ioctl.Control(g.ctl, g.Client, g.Handle, ioctl.NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL, &p)
-	return Level(p.TsgInterleaveLevel), err
-}
-
-func setInterleave(g Group, l Level) error {
-	p := ioctl.NVA06C_CTRL_INTERLEAVE_LEVEL_PARAMS{TsgInterleaveLevel: uint32(l)}
-	return ioctl.Control(g.ctl, g.Client, g.Handle, ioctl.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, &p)
-}
-
-func boolByte(b bool) uint8 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// Controller returns the file through which g is controlled, for callers
-// that issue other KEPLER_CHANNEL_GROUP_A controls themselves. It is valid
-// until the Process is closed.
-func (g Group) Controller() ioctl.Controller { return g.ctl }
-
-// GetTimeslice reads g's timeslice from RM (one cheap control).
+// GetTimeslice reads g's timeslice from the driver (one cheap call).
 func (p *Process) GetTimeslice(g Group) (time.Duration, error) {
-	us, err := getTimeslice(g)
-	return time.Duration(us) * time.Microsecond, err
+	end, err := p.begin()
+	if err != nil {
+		return 0, err
+	}
+	defer end()
+	us, err := g.ctl.Timeslice(g)
+	return us.Duration(), err
 }

@@ -79,9 +79,21 @@ func (s *AttachSource) Name() string { return "attach" }
 
 // Discover finds every channel group of pid. The returned Process holds
 // duplicates of the target's control files; Close releases them.
+//
+// A group's GPUID stays 0 here: the groups are found through client
+// queries that never reach a GPU, and naming the GPU would take a control
+// on each client's subdevice that this source has not been checked to
+// issue safely on the target's file.
 func (s *AttachSource) Discover(ctx context.Context, pid int) (*Process, error) {
 	start := time.Now()
-	fds, err := s.host.ControlFDs(pid)
+	// The pidfd first: the fds listed and duplicated are then the
+	// process's that was opened, even if pid is reused meanwhile.
+	target, err := s.host.Open(pid)
+	if err != nil {
+		return nil, err
+	}
+	defer target.Close()
+	fds, err := target.ControlFDs()
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +107,7 @@ func (s *AttachSource) Discover(ctx context.Context, pid int) (*Process, error) 
 	abi, err := ioctl.LookupABI(version, s.opts.AllowUnsupportedDriver)
 	if err != nil {
 		if !s.opts.AllowUnsupportedDriver {
-			return nil, fmt.Errorf("%w (override with --allow-unsupported-driver)", err)
+			return nil, err
 		}
 		s.log.Warn("using nearest known ABI", "driver", version, "abi", abi.Name, "err", err)
 	}
@@ -106,23 +118,26 @@ func (s *AttachSource) Discover(ctx context.Context, pid int) (*Process, error) 
 	if s.opts.FullClientRange || top < ioctl.RS_CLIENT_HANDLE_BASE || limit > ioctl.RS_CLIENT_HANDLE_MAX {
 		limit = ioctl.RS_CLIENT_HANDLE_MAX
 	}
+	fail := func(err error) (*Process, error) {
+		p.Close()
+		return nil, err
+	}
 	for _, fd := range fds {
-		dev, err := s.host.Attach(pid, fd)
+		dev, err := target.Attach(fd)
 		if err != nil {
-			p.Close()
-			return nil, err
+			return fail(err)
 		}
-		p.devs = append(p.devs, dev)
+		if err := p.addDevice(dev); err != nil {
+			return fail(err)
+		}
 		clients, err := s.boundClients(ctx, dev, limit, &p.Stats)
 		if err != nil {
-			p.Close()
-			return nil, fmt.Errorf("pid %d fd %d: %w", pid, fd, err)
+			return fail(fmt.Errorf("pid %d fd %d: %w", pid, fd, err))
 		}
 		for _, c := range clients {
-			groups, err := s.clientGroups(ctx, dev, c, &p.Stats)
+			groups, err := s.clientGroups(ctx, rmControl{dev: dev, abi: abi}, dev, c, &p.Stats)
 			if err != nil {
-				p.Close()
-				return nil, fmt.Errorf("pid %d fd %d client %v: %w", pid, fd, c, err)
+				return fail(fmt.Errorf("pid %d fd %d client %v: %w", pid, fd, c, err))
 			}
 			for i := range groups {
 				groups[i].PID, groups[i].FD = pid, fd
@@ -139,6 +154,49 @@ func (s *AttachSource) Discover(ctx context.Context, pid int) (*Process, error) 
 	s.log.Debug("discovered", "pid", pid, "groups", len(p.Groups), "client_probes", p.Stats.ClientProbes,
 		"object_probes", p.Stats.ObjectProbes, "elapsed", p.Stats.Elapsed)
 	return p, nil
+}
+
+// DiscoverAll discovers each process the host lists with a control file
+// open. A process that exits meanwhile is left out; one the caller may not
+// examine is counted in Denied; one without a channel group counts as
+// examined. The driver is checked first, so that a machine without one
+// says so instead of listing nothing.
+func (s *AttachSource) DiscoverAll(ctx context.Context) (*Listing, error) {
+	own, err := s.host.OpenControl()
+	if err != nil {
+		return nil, err
+	}
+	own.Close()
+	pids, denied, err := s.host.Processes()
+	if err != nil {
+		return nil, err
+	}
+	l := &Listing{Denied: denied}
+	for _, pid := range pids {
+		if err := ctx.Err(); err != nil {
+			l.Close()
+			return nil, err
+		}
+		p, err := s.Discover(ctx, pid)
+		switch {
+		case err == nil:
+			l.Examined++
+			l.Processes = append(l.Processes, p)
+		case errors.Is(err, ErrNoGPUContext):
+			l.Examined++
+		case errors.Is(err, ioctl.ErrNoSuchProcess):
+		case errors.Is(err, ioctl.ErrPermission):
+			l.Denied++
+		case errors.Is(err, ioctl.ErrNoDriver), errors.Is(err, ioctl.ErrUnsupportedDriver),
+			errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+			// The same for every process: the listing's answer.
+			l.Close()
+			return nil, err
+		default:
+			l.Failed = append(l.Failed, fmt.Errorf("pid %d: %w", pid, err))
+		}
+	}
+	return l, nil
 }
 
 // clientTop allocates a client of our own and frees it at once: RM hands
@@ -247,7 +305,7 @@ type object struct {
 // clientGroups walks a client's objects and builds its channel groups.
 // Handles are probed upwards from the device's: a TSG is always allocated
 // after the device it belongs to.
-func (s *AttachSource) clientGroups(ctx context.Context, dev Device, client ioctl.Handle, st *ScanStats) ([]Group, error) {
+func (s *AttachSource) clientGroups(ctx context.Context, rm rmControl, dev Device, client ioctl.Handle, st *ScanStats) ([]Group, error) {
 	device, err := childHandle(dev, client, client, ioctl.NVOC_CLASS_ID_Device)
 	if err != nil {
 		return nil, err
@@ -330,7 +388,12 @@ func (s *AttachSource) clientGroups(ctx context.Context, dev Device, client ioct
 		case hasCopy[g.Handle]:
 			g.Engine = EngineCopy
 		}
-		g.ctl = dev
+		g.ctl = rm
+		id, err := rm.info(*g)
+		if err != nil {
+			return nil, fmt.Errorf("group %v: get info: %w", g.Handle, err)
+		}
+		g.TSGID = id
 		if err := g.refresh(); err != nil {
 			return nil, err
 		}

@@ -128,9 +128,14 @@ type Group struct {
 	Channels   int    `json:"channels"`
 	Timeslice  Micros `json:"timeslice_us"`
 	Interleave Level  `json:"interleave"`
+	// GPUID is RM's id of the GPU the group runs on (the gpuId of
+	// NV0000_CTRL_CMD_GPU_GET_ID_INFO; nvidia-smi -q shows the same GPU by
+	// its PCI address), 0 where the source cannot tell: the escape
+	// source reports it, the attach source does not (see AttachSource).
+	GPUID uint32 `json:"gpu_id,omitempty"`
 
-	// ctl reaches RM for this group (a duplicate of the target's fd).
-	ctl ioctl.Controller
+	// ctl reads and changes the group's scheduling.
+	ctl Control
 }
 
 // Micros is a duration in whole microseconds, RM's unit for timeslices.
@@ -169,8 +174,41 @@ var (
 	ErrNoSuchGroup = errors.New("no such channel group")
 )
 
-// Source discovers the channel groups of a process.
+// Source discovers the channel groups of a process, or of every process.
 type Source interface {
 	Name() string
+	// Discover finds the groups of pid: ErrNoGPUContext if it has none,
+	// ioctl.ErrNoSuchProcess if it does not exist.
 	Discover(ctx context.Context, pid int) (*Process, error)
+	// DiscoverAll finds the groups of every process the caller may see.
+	// A process that exits meanwhile is left out; one the caller may not
+	// examine is counted in Listing.Denied.
+	DiscoverAll(ctx context.Context) (*Listing, error)
+}
+
+// Listing is what DiscoverAll found.
+type Listing struct {
+	// Processes holds every process with a channel group, in pid order.
+	Processes []*Process
+	// Examined counts the processes whose groups were read, with or
+	// without a channel group (nvidia-smi holds the control node and has
+	// none).
+	Examined int
+	// Denied counts the processes left out because the caller lacks the
+	// rights to examine them (reading /proc/PID/fd, or pidfd_getfd); they
+	// may hold channel groups. The escape source cannot tell: the driver
+	// leaves out what the caller may not see, and Denied stays 0.
+	Denied int
+	// Failed holds, for the processes that could be examined neither way,
+	// the error that stopped each (each names its pid).
+	Failed []error
+}
+
+// Close releases what the processes hold (see Process.Close).
+func (l *Listing) Close() error {
+	var errs []error
+	for _, p := range l.Processes {
+		errs = append(errs, p.Close())
+	}
+	return errors.Join(errs...)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -198,7 +199,7 @@ func TestDiscoverDetectsTooSmallGap(t *testing.T) {
 func timeslices(d *rmfake.Driver, pid int) []uint64 {
 	var out []uint64
 	for _, g := range d.Groups(pid, 8) {
-		out = append(out, g.TimesliceUs)
+		out = append(out, uint64(g.Timeslice))
 	}
 	return out
 }
@@ -215,31 +216,57 @@ func equal(a, b []uint64) bool {
 	return true
 }
 
+// TestApplyAllOrNothing: a failed Apply restores what the driver reported
+// before, and says exactly what it restored. Where the driver does not
+// report the interleave level (the fake's default, like GSP-RM on the
+// H100), the levels already changed are left at the new value and the
+// error says so; they used to be "restored" to MEDIUM, whatever they had
+// been (issue 14, defect 5).
 func TestApplyAllOrNothing(t *testing.T) {
 	ctx := context.Background()
 	high := tsg.LevelHigh
 	ts := 200 * time.Microsecond
+	lastLevel := &rmfake.Fault{Cmd: ioctl.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, Object: 0x5c00005a, Status: ioctl.NV_ERR_INVALID_STATE}
 	tests := []struct {
 		name     string
 		opts     []rmfake.Option
+		setup    func(t *testing.T, p *tsg.Process) // before the failing Apply
 		fault    *rmfake.Fault
 		settings tsg.Settings
 		wantErr  error
+		say      string
+		// levelsLeft lists the groups whose level may not be restored.
+		levelsLeft []ioctl.Handle
 	}{
-		{"third SET_TIMESLICE fails", nil,
+		{"third SET_TIMESLICE fails", nil, nil,
 			&rmfake.Fault{Cmd: ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, Nth: 3, Status: ioctl.NV_ERR_INVALID_STATE},
-			tsg.Settings{Timeslice: &ts}, ioctl.NV_ERR_INVALID_STATE},
-		{"interleave refused after timeslice set", []rmfake.Option{rmfake.WithUnprivilegedCaller()}, nil,
-			tsg.Settings{Timeslice: &ts, Interleave: &high}, ioctl.NV_ERR_INSUFFICIENT_PERMISSIONS},
-		{"last group's interleave fails", nil,
-			&rmfake.Fault{Cmd: ioctl.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, Object: 0x5c00005a, Status: ioctl.NV_ERR_INVALID_STATE},
-			tsg.Settings{Timeslice: &ts, Interleave: &high}, ioctl.NV_ERR_INVALID_STATE},
+			tsg.Settings{Timeslice: &ts}, ioctl.NV_ERR_INVALID_STATE, "(timeslice of 2 groups restored)", nil},
+		{"interleave refused after timeslice set", []rmfake.Option{rmfake.WithUnprivilegedCaller()}, nil, nil,
+			tsg.Settings{Timeslice: &ts, Interleave: &high}, ioctl.NV_ERR_INSUFFICIENT_PERMISSIONS, "(timeslice of 1 groups restored)", nil},
+		{"last group's interleave fails, level readable", []rmfake.Option{rmfake.WithReadableInterleave()}, nil, lastLevel,
+			tsg.Settings{Timeslice: &ts, Interleave: &high}, ioctl.NV_ERR_INVALID_STATE,
+			"(timeslice of 4 groups restored; interleave level of 3 groups restored)", nil},
+		{"last group's interleave fails, level not reported (GSP)", nil, nil, lastLevel,
+			tsg.Settings{Timeslice: &ts, Interleave: &high}, ioctl.NV_ERR_INVALID_STATE,
+			"(timeslice of 4 groups restored; interleave level of 3 groups left at high: the driver does not report the previous level)",
+			[]ioctl.Handle{0x5c000015, 0x5c00003e, 0x5c00004c}},
+		{"level set low before, readable: restored to low, not medium", []rmfake.Option{rmfake.WithReadableInterleave()},
+			func(t *testing.T, p *tsg.Process) {
+				if err := p.SetInterleave(ctx, p.Groups, tsg.LevelLow); err != nil {
+					t.Fatal(err)
+				}
+			}, lastLevel,
+			tsg.Settings{Interleave: &high}, ioctl.NV_ERR_INVALID_STATE, "(interleave level of 3 groups restored)", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := newTraced(t, 100, tt.opts...)
 			p := discover(t, d, 100, tsg.ScanOptions{})
+			if tt.setup != nil {
+				tt.setup(t, p)
+			}
 			before := d.Groups(100, 8)
+			cached := p.Groups[0].Timeslice
 			if tt.fault != nil {
 				d.AddFault(tt.fault)
 			}
@@ -247,13 +274,22 @@ func TestApplyAllOrNothing(t *testing.T) {
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("Apply error = %v, want %v", err, tt.wantErr)
 			}
+			if !strings.HasSuffix(err.Error(), tt.say) {
+				t.Errorf("Apply error = %q, want it to end %q", err, tt.say)
+			}
 			after := d.Groups(100, 8)
 			for i := range before {
+				if slices.Contains(tt.levelsLeft, before[i].Handle) {
+					if after[i].Interleave != high {
+						t.Errorf("group %v: level %v, the error says it was left at high", before[i].Handle, after[i].Interleave)
+					}
+					after[i].Interleave = before[i].Interleave
+				}
 				if before[i] != after[i] {
 					t.Errorf("group %v not restored: before %+v after %+v", before[i].Handle, before[i], after[i])
 				}
 			}
-			if p.Groups[0].Timeslice != 2048 {
+			if p.Groups[0].Timeslice != cached {
 				t.Errorf("cached timeslice changed to %v on failure", p.Groups[0].Timeslice)
 			}
 		})
@@ -268,8 +304,8 @@ func TestApplyClassChangesEveryGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, g := range d.Groups(100, 8) {
-		if g.TimesliceUs != 1 || g.Interleave != uint32(low) {
-			t.Errorf("group %v: %d us, level %d", g.Handle, g.TimesliceUs, g.Interleave)
+		if g.Timeslice != 1 || g.Interleave != low {
+			t.Errorf("group %v: %d us, level %d", g.Handle, g.Timeslice, g.Interleave)
 		}
 	}
 	for _, g := range p.Groups {
@@ -314,7 +350,7 @@ func TestScheduleSuspendResume(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, g := range d.Groups(100, 8) {
-				if g.Enabled {
+				if d.Scheduled(g) {
 					t.Errorf("group %v still enabled after suspend", g.Handle)
 				}
 			}
@@ -322,7 +358,7 @@ func TestScheduleSuspendResume(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, g := range d.Groups(100, 8) {
-				if !g.Enabled {
+				if !d.Scheduled(g) {
 					t.Errorf("group %v not enabled after resume", g.Handle)
 				}
 			}
@@ -330,16 +366,35 @@ func TestScheduleSuspendResume(t *testing.T) {
 	}
 }
 
-func TestScheduleRollback(t *testing.T) {
+// TestScheduleFailureLeavesWhatWasDone: a suspend that fails part way
+// leaves the groups it suspended suspended and names them. It used to
+// resume them, which also resumed a group someone had suspended before
+// (issue 14, defect 5): RM does not report a group's previous state.
+func TestScheduleFailureLeavesWhatWasDone(t *testing.T) {
+	ctx := context.Background()
 	d := newTraced(t, 100)
 	p := discover(t, d, 100, tsg.ScanOptions{})
+	// Someone suspended the compute group before.
+	compute, err := p.Select(tsg.Selector{ComputeOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Schedule(ctx, compute, false); err != nil {
+		t.Fatal(err)
+	}
 	d.AddFault(&rmfake.Fault{Cmd: ioctl.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, Object: 0x5c00004c, Nth: 1, Status: ioctl.NV_ERR_INVALID_STATE})
-	if err := p.Schedule(context.Background(), p.Groups, false); !errors.Is(err, ioctl.NV_ERR_INVALID_STATE) {
+	err = p.Schedule(ctx, p.Groups, false)
+	if !errors.Is(err, ioctl.NV_ERR_INVALID_STATE) {
 		t.Fatalf("Schedule = %v", err)
 	}
+	const say = "(groups 0x5c000015, 0x5c00003e were suspended before the failure and are left so: the driver does not report their previous state)"
+	if !strings.HasSuffix(err.Error(), say) {
+		t.Errorf("Schedule error = %q, want it to end %q", err, say)
+	}
+	want := map[ioctl.Handle]bool{0x5c000015: false, 0x5c00003e: false, 0x5c00004c: true, 0x5c00005a: true}
 	for _, g := range d.Groups(100, 8) {
-		if !g.Enabled {
-			t.Errorf("group %v left suspended after a failed suspend", g.Handle)
+		if got := d.Scheduled(g); got != want[g.Handle] {
+			t.Errorf("group %v scheduled = %v, want %v", g.Handle, got, want[g.Handle])
 		}
 	}
 }

@@ -206,9 +206,18 @@ func NewApp(env Env) *cli.App {
 func Run(ctx context.Context, env Env, args []string) int {
 	err := NewApp(env).RunContext(ctx, args)
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "gpreemptctl: %v\n", err)
+		fmt.Fprintf(env.Stderr, "gpreemptctl: %v%s\n", err, hint(err))
 	}
 	return ExitCode(err)
+}
+
+// hint names the flag that changes the outcome of err, where there is one:
+// the libraries return typed errors and leave the CLI's words to the CLI.
+func hint(err error) string {
+	if errors.Is(err, ioctl.ErrUnsupportedDriver) {
+		return " (override with --allow-unsupported-driver)"
+	}
+	return ""
 }
 
 // Flags shared by the commands that act on one process's groups.

@@ -143,14 +143,17 @@ func (d *Driver) visible(st *escapeState, c *client) (int, bool) {
 }
 
 func (d *Driver) queryTSGs(st *escapeState, arg []byte) {
-	le := binary.LittleEndian
-	var p ioctl.NV_GPREEMPT_QUERY_TSGS_PARAMS
-	p.Pid, p.Flags, p.Cursor = le.Uint32(arg[0:]), le.Uint32(arg[4:]), le.Uint64(arg[8:])
-	reserved := le.Uint32(arg[36:])
-	p.NextCursor = p.Cursor
+	var in ioctl.NV_GPREEMPT_QUERY_TSGS_PARAMS
+	if err := ioctl.DecodeParams(arg, &in); err != nil {
+		panic(err) // Escape checked the size
+	}
+	// The padding word after Status is reserved and must be zero; the
+	// decoder skips it, so it is read from the bytes.
+	reserved := binary.NativeEndian.Uint32(arg[36:])
+	p := ioctl.NV_GPREEMPT_QUERY_TSGS_PARAMS{Pid: in.Pid, Flags: in.Flags, Cursor: in.Cursor, NextCursor: in.Cursor}
 	if p.Flags != 0 || reserved != 0 {
 		p.Status = uint32(ioctl.NV_ERR_INVALID_ARGUMENT)
-		copy(arg, ioctl.Bytes(&p))
+		ioctl.EncodeParams(arg, &p)
 		return
 	}
 	var all []ioctl.NV_GPREEMPT_TSG_INFO
@@ -182,7 +185,7 @@ func (d *Driver) queryTSGs(st *escapeState, arg []byte) {
 	if len(all) > 0 {
 		p.NextCursor = all[len(all)-1].Key()
 	}
-	copy(arg, ioctl.Bytes(&p))
+	ioctl.EncodeParams(arg, &p)
 }
 
 // tsgInfo describes TSG o of client c as the patch reports it. The engine
@@ -218,9 +221,13 @@ func (d *Driver) tsgInfo(c *client, o *object, pid int) ioctl.NV_GPREEMPT_TSG_IN
 }
 
 func (d *Driver) setTSG(st *escapeState, arg []byte) {
-	le := binary.LittleEndian
-	pid, hClient, hTsg, flags := le.Uint32(arg[0:]), ioctl.Handle(le.Uint32(arg[4:])), ioctl.Handle(le.Uint32(arg[8:])), le.Uint32(arg[12:])
-	timeslice, level, reserved := le.Uint64(arg[16:]), le.Uint32(arg[24:]), le.Uint32(arg[36:])
+	var in ioctl.NV_GPREEMPT_SET_TSG_PARAMS
+	if err := ioctl.DecodeParams(arg, &in); err != nil {
+		panic(err) // Escape checked the size
+	}
+	pid, hClient, hTsg, flags := in.Pid, in.HClient, in.HTsg, in.Flags
+	timeslice, level := in.TimesliceUs, in.InterleaveLevel
+	reserved := binary.NativeEndian.Uint32(arg[36:]) // padding the decoder skips
 	var done uint32
 	status := func() ioctl.NvStatus {
 		const known = ioctl.NV_GPREEMPT_SET_TSG_TIMESLICE | ioctl.NV_GPREEMPT_SET_TSG_INTERLEAVE_LEVEL
@@ -273,6 +280,6 @@ func (d *Driver) setTSG(st *escapeState, arg []byte) {
 		}
 		return ioctl.NV_OK
 	}()
-	le.PutUint32(arg[28:], done)
-	le.PutUint32(arg[32:], uint32(status))
+	in.DoneFlags, in.Status = done, uint32(status)
+	ioctl.EncodeParams(arg, &in)
 }

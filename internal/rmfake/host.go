@@ -9,23 +9,54 @@ import (
 )
 
 // Host returns the fake as a tsg.Host: the processes created with NewProc
-// and a control file of the caller's own.
+// and a control file of the caller's own. A process with Deny set is one
+// the caller may not inspect (another user's, seen by a non-root caller):
+// Processes counts it as denied, and listing or duplicating its files
+// fails with ioctl.ErrPermission.
 func (d *Driver) Host() tsg.Host { return host{d} }
 
 type host struct{ d *Driver }
 
-func (h host) ControlFDs(pid int) ([]int, error) {
+// Open holds the process as a pidfd does: if it exits, the target keeps
+// naming the dead process, even after NewProc reuses its pid.
+func (h host) Open(pid int) (tsg.Target, error) {
 	h.d.mu.Lock()
 	defer h.d.mu.Unlock()
 	p := h.d.procs[pid]
 	if p == nil {
-		return nil, fmt.Errorf("pid %d: %w", pid, ioctl.ErrNoSuchProcess)
+		return nil, fmt.Errorf("pidfd_open %d: %w", pid, ioctl.ErrNoSuchProcess)
 	}
-	if p.Deny {
-		return nil, fmt.Errorf("pid %d: list fds: %w", pid, ioctl.ErrPermission)
+	return &target{d: h.d, p: p}, nil
+}
+
+type target struct {
+	d *Driver
+	p *Proc
+}
+
+func (t *target) PID() int     { return t.p.PID }
+func (t *target) Close() error { return nil }
+
+// live checks that the held process is still the one its pid names; d.mu
+// must be held.
+func (t *target) live() error {
+	if t.d.procs[t.p.PID] != t.p {
+		return fmt.Errorf("pid %d: %w", t.p.PID, ioctl.ErrNoSuchProcess)
+	}
+	return nil
+}
+
+func (t *target) ControlFDs() ([]int, error) {
+	t.d.mu.Lock()
+	defer t.d.mu.Unlock()
+	if err := t.live(); err != nil {
+		return nil, err
+	}
+	if t.p.Deny {
+		return nil, fmt.Errorf("pid %d: list fds: %w", t.p.PID, ioctl.ErrPermission)
 	}
 	var fds []int
-	for fd, f := range p.fds {
+	for fd, f := range t.p.fds {
 		if f.ctl {
 			fds = append(fds, fd)
 		}
@@ -34,19 +65,20 @@ func (h host) ControlFDs(pid int) ([]int, error) {
 	return fds, nil
 }
 
-func (h host) Attach(pid, fd int) (tsg.Device, error) {
-	h.d.mu.Lock()
-	defer h.d.mu.Unlock()
-	p := h.d.procs[pid]
+func (t *target) Attach(fd int) (tsg.Device, error) {
+	t.d.mu.Lock()
+	defer t.d.mu.Unlock()
 	switch {
-	case p == nil:
-		return nil, fmt.Errorf("pidfd_open %d: %w", pid, ioctl.ErrNoSuchProcess)
-	case p.Deny:
-		return nil, fmt.Errorf("pidfd_getfd pid %d fd %d: %w", pid, fd, ioctl.ErrPermission)
-	case p.fds[fd] == nil:
-		return nil, fmt.Errorf("pidfd_getfd pid %d fd %d: bad file descriptor", pid, fd)
+	case t.live() != nil:
+		return nil, fmt.Errorf("pidfd_getfd pid %d fd %d: %w", t.p.PID, fd, ioctl.ErrNoSuchProcess)
+	case t.p.Deny:
+		return nil, fmt.Errorf("pidfd_getfd pid %d fd %d: %w", t.p.PID, fd, ioctl.ErrPermission)
+	case t.p.fds[fd] == nil:
+		return nil, fmt.Errorf("pidfd_getfd pid %d fd %d: bad file descriptor", t.p.PID, fd)
+	case !t.p.fds[fd].ctl:
+		return nil, fmt.Errorf("pid %d fd %d is no longer %s", t.p.PID, fd, ioctl.ControlDevicePath)
 	}
-	return &FD{d: h.d, f: p.fds[fd]}, nil
+	return &FD{d: t.d, f: t.p.fds[fd]}, nil
 }
 
 func (h host) OpenControl() (tsg.Device, error) {
@@ -55,11 +87,16 @@ func (h host) OpenControl() (tsg.Device, error) {
 	return &FD{d: h.d, f: h.d.newFile(true)}, nil
 }
 
-func (h host) Processes() ([]int, error) {
+func (h host) Processes() ([]int, int, error) {
 	h.d.mu.Lock()
 	defer h.d.mu.Unlock()
 	var pids []int
+	denied := 0
 	for pid, p := range h.d.procs {
+		if p.Deny {
+			denied++
+			continue
+		}
 		for _, f := range p.fds {
 			if f.ctl {
 				pids = append(pids, pid)
@@ -68,5 +105,5 @@ func (h host) Processes() ([]int, error) {
 		}
 	}
 	slices.Sort(pids)
-	return pids, nil
+	return pids, denied, nil
 }

@@ -25,12 +25,13 @@
 package rmfake
 
 import (
-	"encoding/binary"
+	"cmp"
 	"fmt"
 	"slices"
 	"sync"
 
 	"github.com/gpreempt/gpreempt/ioctl"
+	"github.com/gpreempt/gpreempt/tsg"
 )
 
 // file is one open file of the driver.
@@ -251,8 +252,12 @@ func (x *FD) Alloc(hClient, parent, h ioctl.Handle, class uint32, params []byte)
 		c := &client{handle: h, file: x.f.owner(), objects: map[ioctl.Handle]*object{}}
 		c.objects[h] = &object{handle: h, class: ioctl.NV01_ROOT_CLIENT}
 		d.clients[h] = c
-		if len(params) >= 4 {
-			binary.LittleEndian.PutUint32(params, uint32(h))
+		// RM writes the handle it chose back into the allocation
+		// parameters; the trace replay passes none.
+		var ap ioctl.NV0000_ALLOC_PARAMETERS
+		if ioctl.DecodeParams(params, &ap) == nil {
+			ap.HClient = h
+			ioctl.EncodeParams(params, &ap)
 		}
 		return h, nil
 	}
@@ -310,24 +315,15 @@ func (c *client) free(h ioctl.Handle) {
 	delete(c.objects, h)
 }
 
-// paramSizes is what each supported command's export-table entry expects.
+// paramSize is what the command's export-table entry expects in the ABI
+// of the version the fake reports: ioctl's table, the one place sizes and
+// the 575.51 cut-off are written down.
 func (d *Driver) paramSize(cmd uint32) (int, bool) {
-	switch cmd {
-	case ioctl.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO:
-		return 16, true
-	case ioctl.NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE:
-		return 12, true
-	case ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE, ioctl.NVA06C_CTRL_CMD_PREEMPT:
-		return 8, true
-	case ioctl.NVA06C_CTRL_CMD_GET_INFO, ioctl.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, ioctl.NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL:
-		return 4, true
-	case ioctl.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE:
-		if d.version.Compare(ioctl.DriverVersion{Major: 575, Minor: 51, Patch: 2}) >= 0 {
-			return 3, true
-		}
-		return 2, true
+	abi, err := ioctl.LookupABI(d.version, true)
+	if abi.Name == "" {
+		panic(fmt.Sprintf("rmfake: no ABI for driver %v: %v", d.version, err))
 	}
-	return 0, false
+	return abi.ParamSize(cmd)
 }
 
 // ControlBytes follows NV_ESC_RM_CONTROL.
@@ -371,70 +367,122 @@ func (x *FD) ControlBytes(hClient, hObject ioctl.Handle, cmd uint32, params []by
 	return d.control(c, o, cmd, params).Err(op)
 }
 
+// control answers cmd on o with the caller's parameter block p, whose size
+// ControlBytes has checked. Parameters are read and written with ioctl's
+// decoder, as any other reader of outside bytes does.
 func (d *Driver) control(c *client, o *object, cmd uint32, p []byte) ioctl.NvStatus {
-	le := binary.LittleEndian
 	switch cmd {
 	case ioctl.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO:
-		target := c.objects[ioctl.Handle(le.Uint32(p[0:]))]
-		if target == nil {
-			return ioctl.NV_ERR_OBJECT_NOT_FOUND
-		}
-		switch le.Uint32(p[4:]) {
-		case ioctl.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO_INDEX_PARENT:
-			le.PutUint64(p[8:], uint64(target.parent))
-		case ioctl.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO_INDEX_CLASSID:
-			le.PutUint64(p[8:], uint64(target.class))
-		default:
-			return ioctl.NV_ERR_INVALID_ARGUMENT
-		}
-	case ioctl.NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE:
-		parent := ioctl.Handle(le.Uint32(p[0:]))
-		if c.objects[parent] == nil {
-			return ioctl.NV_ERR_OBJECT_NOT_FOUND
-		}
-		internal := le.Uint32(p[4:])
-		var found []ioctl.Handle
-		for h, child := range c.objects {
-			if child.parent == parent && internalClass(child.class) == internal && h != parent {
-				found = append(found, h)
+		var q ioctl.NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS
+		return decodeAnswer(p, &q, func() ioctl.NvStatus {
+			target := c.objects[q.HObject]
+			if target == nil {
+				return ioctl.NV_ERR_OBJECT_NOT_FOUND
 			}
-		}
-		if len(found) == 0 {
-			return ioctl.NV_ERR_OBJECT_NOT_FOUND
-		}
-		le.PutUint32(p[8:], uint32(slices.Min(found)))
+			switch q.Index {
+			case ioctl.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO_INDEX_PARENT:
+				q.Data = uint64(target.parent)
+			case ioctl.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO_INDEX_CLASSID:
+				q.Data = uint64(target.class)
+			default:
+				return ioctl.NV_ERR_INVALID_ARGUMENT
+			}
+			return ioctl.NV_OK
+		})
+	case ioctl.NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE:
+		var q ioctl.NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE_PARAMS
+		return decodeAnswer(p, &q, func() ioctl.NvStatus {
+			if c.objects[q.HParent] == nil {
+				return ioctl.NV_ERR_OBJECT_NOT_FOUND
+			}
+			var found []ioctl.Handle
+			for h, child := range c.objects {
+				if child.parent == q.HParent && internalClass(child.class) == q.ClassID && h != q.HParent {
+					found = append(found, h)
+				}
+			}
+			if len(found) == 0 {
+				return ioctl.NV_ERR_OBJECT_NOT_FOUND
+			}
+			q.HObject = slices.Min(found)
+			return ioctl.NV_OK
+		})
 	case ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE:
-		us := le.Uint64(p)
-		if us == 0 {
-			return ioctl.NV_ERR_INVALID_ARGUMENT
-		}
-		o.timesliceUs = us
+		var q ioctl.NVA06C_CTRL_TIMESLICE_PARAMS
+		return decodeAnswer(p, &q, func() ioctl.NvStatus {
+			if q.TimesliceUs == 0 {
+				return ioctl.NV_ERR_INVALID_ARGUMENT
+			}
+			o.timesliceUs = q.TimesliceUs
+			return ioctl.NV_OK
+		})
 	case ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE:
-		le.PutUint64(p, o.timesliceUs)
+		var q ioctl.NVA06C_CTRL_TIMESLICE_PARAMS
+		return decodeAnswer(p, &q, func() ioctl.NvStatus {
+			q.TimesliceUs = o.timesliceUs
+			return ioctl.NV_OK
+		})
 	case ioctl.NVA06C_CTRL_CMD_PREEMPT:
-		if p[1] != 0 && le.Uint32(p[4:]) > ioctl.NVA06C_CTRL_CMD_PREEMPT_MAX_MANUAL_TIMEOUT_US {
-			return ioctl.NV_ERR_INVALID_ARGUMENT
-		}
+		var q ioctl.NVA06C_CTRL_PREEMPT_PARAMS
+		return decodeAnswer(p, &q, func() ioctl.NvStatus {
+			if q.BManualTimeout != 0 && q.TimeoutUs > ioctl.NVA06C_CTRL_CMD_PREEMPT_MAX_MANUAL_TIMEOUT_US {
+				return ioctl.NV_ERR_INVALID_ARGUMENT
+			}
+			return ioctl.NV_OK
+		})
 	case ioctl.NVA06C_CTRL_CMD_GET_INFO:
-		le.PutUint32(p, o.tsgID)
+		var q ioctl.NVA06C_CTRL_GET_INFO_PARAMS
+		return decodeAnswer(p, &q, func() ioctl.NvStatus {
+			q.TsgID = o.tsgID
+			return ioctl.NV_OK
+		})
 	case ioctl.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL:
-		if !d.root {
-			return ioctl.NV_ERR_INSUFFICIENT_PERMISSIONS
-		}
-		l := le.Uint32(p)
-		if l > ioctl.NVA06C_CTRL_INTERLEAVE_LEVEL_HIGH {
-			return ioctl.NV_ERR_INVALID_ARGUMENT
-		}
-		o.interleave = l
+		var q ioctl.NVA06C_CTRL_INTERLEAVE_LEVEL_PARAMS
+		return decodeAnswer(p, &q, func() ioctl.NvStatus {
+			if !d.root {
+				return ioctl.NV_ERR_INSUFFICIENT_PERMISSIONS
+			}
+			if q.TsgInterleaveLevel > ioctl.NVA06C_CTRL_INTERLEAVE_LEVEL_HIGH {
+				return ioctl.NV_ERR_INVALID_ARGUMENT
+			}
+			o.interleave = q.TsgInterleaveLevel
+			return ioctl.NV_OK
+		})
 	case ioctl.NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL:
-		if !d.interleaveReadable {
-			return ioctl.NV_ERR_NOT_SUPPORTED
-		}
-		le.PutUint32(p, o.interleave)
+		var q ioctl.NVA06C_CTRL_INTERLEAVE_LEVEL_PARAMS
+		return decodeAnswer(p, &q, func() ioctl.NvStatus {
+			if !d.interleaveReadable {
+				return ioctl.NV_ERR_NOT_SUPPORTED
+			}
+			q.TsgInterleaveLevel = o.interleave
+			return ioctl.NV_OK
+		})
 	case ioctl.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE:
-		o.enabled = p[0] != 0
+		// Both layouts start with bEnable; ControlBytes checked which one
+		// this version takes.
+		if len(p) == 3 {
+			var q ioctl.NVA06F_CTRL_GPFIFO_SCHEDULE_PARAMS_V575
+			return decodeAnswer(p, &q, func() ioctl.NvStatus { o.enabled = q.BEnable != 0; return ioctl.NV_OK })
+		}
+		var q ioctl.NVA06F_CTRL_GPFIFO_SCHEDULE_PARAMS
+		return decodeAnswer(p, &q, func() ioctl.NvStatus { o.enabled = q.BEnable != 0; return ioctl.NV_OK })
 	}
 	return ioctl.NV_OK
+}
+
+// decodeAnswer decodes p into q, runs answer, and writes q back into p when
+// it succeeds, as RM copies a control's parameters out only on NV_OK.
+func decodeAnswer[T any](p []byte, q *T, answer func() ioctl.NvStatus) ioctl.NvStatus {
+	if err := ioctl.DecodeParams(p, q); err != nil {
+		return ioctl.NV_ERR_INVALID_PARAM_STRUCT
+	}
+	s := answer()
+	if s == ioctl.NV_OK {
+		if err := ioctl.EncodeParams(p, q); err != nil {
+			return ioctl.NV_ERR_INVALID_PARAM_STRUCT
+		}
+	}
+	return s
 }
 
 // internalClass maps an external class to the NVOC internal class id that
@@ -451,40 +499,56 @@ func internalClass(class uint32) uint32 {
 	return 0xff000000 | class
 }
 
-// Group is the fake's view of a TSG, for assertions.
-type Group struct {
-	Client      ioctl.Handle
-	Handle      ioctl.Handle
-	TimesliceUs uint64
-	Interleave  uint32
-	Enabled     bool
-}
-
 // Groups returns every TSG of every client bound to the control file at
-// fd of pid, sorted by client and handle.
-func (d *Driver) Groups(pid, fd int) []Group {
+// fd of pid, sorted by client and handle, as tsg.Group values holding
+// what the fake knows to be true (the interleave level even where
+// GET_INTERLEAVE_LEVEL is refused), for tests to compare with what a
+// source reports. The groups carry no Control.
+func (d *Driver) Groups(pid, fd int) []tsg.Group {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	p := d.procs[pid]
 	if p == nil || p.fds[fd] == nil {
 		return nil
 	}
-	var out []Group
+	var out []tsg.Group
 	for _, c := range d.clients {
 		if c.file != p.fds[fd].owner() {
 			continue
 		}
 		for _, o := range c.objects {
-			if ioctl.IsChannelGroupClass(o.class) {
-				out = append(out, Group{c.handle, o.handle, o.timesliceUs, o.interleave, o.enabled})
+			if !ioctl.IsChannelGroupClass(o.class) {
+				continue
 			}
+			t := d.tsgInfo(c, o, pid)
+			engine := tsg.EngineUnknown
+			switch {
+			case ioctl.NV2080EngineTypeIsGR(t.EngineType):
+				engine = tsg.EngineCompute
+			case ioctl.NV2080EngineTypeIsCopy(t.EngineType):
+				engine = tsg.EngineCopy
+			}
+			out = append(out, tsg.Group{
+				PID: pid, FD: fd, Client: c.handle, Device: o.parent, Handle: o.handle, TSGID: o.tsgID,
+				Engine: engine, Channels: int(t.ChannelCount), Timeslice: tsg.Micros(o.timesliceUs),
+				Interleave: tsg.Level(o.interleave), GPUID: t.GpuID,
+			})
 		}
 	}
-	slices.SortFunc(out, func(a, b Group) int {
-		if a.Client != b.Client {
-			return int(int64(a.Client) - int64(b.Client))
-		}
-		return int(int64(a.Handle) - int64(b.Handle))
+	slices.SortFunc(out, func(a, b tsg.Group) int {
+		return cmp.Compare(ioctl.TSGKey(a.Client, a.Handle), ioctl.TSGKey(b.Client, b.Handle))
 	})
 	return out
+}
+
+// Scheduled reports whether group g (as Groups returns it) is on the
+// runlist: GPFIFO_SCHEDULE's state, which RM has no control to read.
+func (d *Driver) Scheduled(g tsg.Group) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.clients[g.Client]
+	if c == nil || c.objects[g.Handle] == nil {
+		return false
+	}
+	return c.objects[g.Handle].enabled
 }
