@@ -63,6 +63,21 @@ func (l Level) String() string {
 // MarshalText makes levels read as words in JSON.
 func (l Level) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
 
+// UnmarshalText reads what MarshalText writes, so that a group printed as
+// JSON reads back the same.
+func (l *Level) UnmarshalText(b []byte) error {
+	if string(b) == LevelUnknown.String() {
+		*l = LevelUnknown
+		return nil
+	}
+	v, err := ParseLevel(string(b))
+	if err != nil {
+		return err
+	}
+	*l = v
+	return nil
+}
+
 // ParseLevel accepts low, medium, high (any case) or 0, 1, 2.
 func ParseLevel(s string) (Level, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {

@@ -179,6 +179,13 @@ func (d *Driver) Exit(pid int) {
 	}
 }
 
+// Proc returns the live process pid, or nil.
+func (d *Driver) Proc(pid int) *Proc {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.procs[pid]
+}
+
 func (d *Driver) newFile(ctl bool) *file {
 	d.nextFile++
 	return &file{id: d.nextFile, ctl: ctl}

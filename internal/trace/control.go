@@ -2,64 +2,38 @@ package trace
 
 import (
 	"encoding/binary"
-	"fmt"
 
 	"github.com/gpreempt/gpreempt/ioctl"
 )
 
-// controlNames are the RM controls the tracer names; others print in hex.
-var controlNames = map[uint32]string{
-	ioctl.NVA06C_CTRL_CMD_NULL:                 "NVA06C_CTRL_CMD_NULL",
-	ioctl.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE:      "NVA06C_CTRL_CMD_GPFIFO_SCHEDULE",
-	ioctl.NVA06C_CTRL_CMD_BIND:                 "NVA06C_CTRL_CMD_BIND",
-	ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE:        "NVA06C_CTRL_CMD_SET_TIMESLICE",
-	ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE:        "NVA06C_CTRL_CMD_GET_TIMESLICE",
-	ioctl.NVA06C_CTRL_CMD_PREEMPT:              "NVA06C_CTRL_CMD_PREEMPT",
-	ioctl.NVA06C_CTRL_CMD_GET_INFO:             "NVA06C_CTRL_CMD_GET_INFO",
-	ioctl.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL: "NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL",
-	ioctl.NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL: "NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL",
+// Control names and classes are ABI knowledge and live in ioctl; these
+// are kept for the tracer's callers until they ask ioctl themselves.
 
-	ioctl.NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE:        "NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE",
-	ioctl.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO:            "NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO",
-	ioctl.NV0000_CTRL_CMD_CLIENT_GET_ACCESS_RIGHTS:          "NV0000_CTRL_CMD_CLIENT_GET_ACCESS_RIGHTS",
-	ioctl.NV0000_CTRL_CMD_CLIENT_SET_INHERITED_SHARE_POLICY: "NV0000_CTRL_CMD_CLIENT_SET_INHERITED_SHARE_POLICY",
-	ioctl.NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE:           "NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE",
-	ioctl.NV0000_CTRL_CMD_CLIENT_SHARE_OBJECT:               "NV0000_CTRL_CMD_CLIENT_SHARE_OBJECT",
-	ioctl.NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES:     "NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES",
-}
+// ControlName is ioctl.ControlName.
+//
+// Deprecated: use ioctl.ControlName.
+func ControlName(cmd uint32) string { return ioctl.ControlName(cmd) }
 
-// ControlName is NVIDIA's name of an RM control command, or its number in
-// hex when the tracer does not know it.
-func ControlName(cmd uint32) string {
-	if n, ok := controlNames[cmd]; ok {
-		return n
-	}
-	return fmt.Sprintf("%#08x", cmd)
-}
+// ControlByName is ioctl.ControlByName.
+//
+// Deprecated: use ioctl.ControlByName.
+func ControlByName(name string) (uint32, bool) { return ioctl.ControlByName(name) }
 
-// ControlByName finds a control command by its NVIDIA name.
-func ControlByName(name string) (uint32, bool) {
-	for cmd, n := range controlNames {
-		if n == name {
-			return cmd, true
-		}
-	}
-	return 0, false
-}
+// IsChannelGroupControl is ioctl.IsChannelGroupControl.
+//
+// Deprecated: use ioctl.IsChannelGroupControl.
+func IsChannelGroupControl(cmd uint32) bool { return ioctl.IsChannelGroupControl(cmd) }
 
-// IsChannelGroupControl reports whether cmd is a control of the channel
-// group class (KEPLER_CHANNEL_GROUP_A), issued on a TSG handle.
-func IsChannelGroupControl(cmd uint32) bool { return cmd>>16 == ioctl.KEPLER_CHANNEL_GROUP_A }
-
-// head decodes a control's parameter head into p, which must be the whole
-// parameter block: RM takes only blocks of exactly the right size.
+// head decodes a control's parameter block into p with ioctl's decoder.
+// The tracer copies a fixed head of the block, so b may be longer than the
+// block; the call's own size must be p's exactly, since RM takes only
+// blocks of exactly the right size.
 func head[T any](c *Control, b []byte, p *T) bool {
 	size := binary.Size(p)
 	if size <= 0 || int(c.ParamsSize) != size || len(b) < size {
 		return false
 	}
-	_, err := binary.Decode(b, binary.NativeEndian, p)
-	return err == nil
+	return ioctl.DecodeParams(b[:size], p) == nil
 }
 
 // setOrGet decodes p from a SET control's input or the matching GET
