@@ -95,4 +95,6 @@ func IsCopyClass(class uint32) bool {
 const (
 	NVOC_CLASS_ID_Device                = 0xe0ac20
 	NVOC_CLASS_ID_KernelChannelGroupApi = 0x2b5b80
+	// From g_subdevice_nvoc.h.
+	NVOC_CLASS_ID_Subdevice = 0x4b01b3
 )

@@ -34,7 +34,8 @@ func TestParamSize(t *testing.T) {
 		{NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, v575, 3, true},
 		// Named but without parameters defined here.
 		{NVA06C_CTRL_CMD_BIND, v575, 0, false},
-		{0x20800142, v575, 0, false},
+		{NV2080_CTRL_CMD_GPU_GET_ID, v575, 4, true},
+		{0x20800a01, v575, 0, false},
 	}
 	for _, tt := range tests {
 		size, known := tt.abi.ParamSize(tt.cmd)

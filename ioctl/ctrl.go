@@ -110,6 +110,20 @@ type NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE_PARAMS struct {
 	HObject Handle
 }
 
+// From src/common/sdk/nvidia/inc/ctrl/ctrl2080/ctrl2080gpu.h
+// (NV20_SUBDEVICE_0 controls), identical in 535.x through 595.x:
+const NV2080_CTRL_CMD_GPU_GET_ID = 0x20800142
+
+// NV2080_CTRL_GPU_GET_ID_PARAMS returns the gpuId of the subdevice's GPU:
+// the id RM uses for it everywhere (NV0000_CTRL_CMD_GPU_GET_ID_INFO, and
+// the GpuID gpreempt's QUERY escape reports). The export table marks it
+// NON_PRIVILEGED; it is answered by the kernel-side RM, without a GSP
+// round trip.
+type NV2080_CTRL_GPU_GET_ID_PARAMS struct {
+	_     structs.HostLayout
+	GpuID uint32
+}
+
 // From src/common/sdk/nvidia/inc/nvlimits.h:
 const NV_PROC_NAME_MAX_LENGTH = 100
 

@@ -28,6 +28,7 @@ var abiStructs = []struct {
 	{NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS{}, 16},
 	{NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE_PARAMS{}, 12},
 	{NV0000_ALLOC_PARAMETERS{}, 120},
+	{NV2080_CTRL_GPU_GET_ID_PARAMS{}, 4},
 	// gpreempt's driver escapes (escape_gpreempt.go; ct_asserts in the
 	// patch's escape_gpreempt.c).
 	{NV_GPREEMPT_TSG_INFO{}, 48},

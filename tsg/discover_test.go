@@ -147,3 +147,35 @@ func equalInts(a, b []int) bool {
 	}
 	return true
 }
+
+// TestAttachGPUIDBestEffort: the GPU a group runs on is read from its
+// device's subdevice; where RM refuses that control, discovery still
+// succeeds with the GPU unknown (0).
+func TestAttachGPUIDBestEffort(t *testing.T) {
+	tests := []struct {
+		name  string
+		fault *rmfake.Fault
+		want  uint32
+	}{
+		{"answered", nil, rmfake.GPUID},
+		{"refused", &rmfake.Fault{Cmd: ioctl.NV2080_CTRL_CMD_GPU_GET_ID, Status: ioctl.NV_ERR_NOT_SUPPORTED}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newTraced(t, 100)
+			if tt.fault != nil {
+				d.AddFault(tt.fault)
+			}
+			p := discover(t, d, 100, tsg.ScanOptions{})
+			for _, g := range p.Groups {
+				if g.GPUID != tt.want {
+					t.Errorf("group %v: GPU %#x, want %#x", g.Handle, g.GPUID, tt.want)
+				}
+			}
+			// One subdevice lookup per device, not per group.
+			if n := d.Controls(ioctl.NV2080_CTRL_CMD_GPU_GET_ID); n != 1 {
+				t.Errorf("GPU_GET_ID issued %d times for one device", n)
+			}
+		})
+	}
+}

@@ -79,6 +79,17 @@ func TestGPUEscapeAutoDiscover(t *testing.T) {
 	if p.Source != want || len(p.Groups) == 0 {
 		t.Fatalf("auto discovered %d groups through %q, want some through %q", len(p.Groups), p.Source, want)
 	}
+	// Both sources name the same GPU.
+	viaAttach, err := tsg.NewAttachSource(tsg.ProcHost{}, tsg.ScanOptions{}, nil).Discover(context.Background(), pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer viaAttach.Close()
+	for i := range min(len(p.Groups), len(viaAttach.Groups)) {
+		if p.Groups[i].GPUID != viaAttach.Groups[i].GPUID || p.Groups[i].GPUID == 0 {
+			t.Errorf("group %v: GPU %#x through %s, %#x through attach", p.Groups[i].Handle, p.Groups[i].GPUID, p.Source, viaAttach.Groups[i].GPUID)
+		}
+	}
 	compute, err := p.Select(tsg.Selector{ComputeOnly: true})
 	if err != nil {
 		t.Fatal(err)

@@ -93,7 +93,7 @@ func TestAutoSourceProbeFailure(t *testing.T) {
 }
 
 // TestEscapeSourceMatchesAttach: on a patched driver both sources see the
-// same groups; the escape also reads the interleave level that GSP-RM's
+// same groups, on the same GPU; the escape also reads the interleave level that GSP-RM's
 // GET_INTERLEAVE_LEVEL refuses.
 func TestEscapeSourceMatchesAttach(t *testing.T) {
 	d, _ := patched(t, root, 100)
@@ -113,7 +113,8 @@ func TestEscapeSourceMatchesAttach(t *testing.T) {
 	for i, e := range viaEscape.Groups {
 		a := viaAttach.Groups[i]
 		if e.Client != a.Client || e.Handle != a.Handle || e.Device != a.Device || e.TSGID != a.TSGID ||
-			e.Engine != a.Engine || e.Channels != a.Channels || e.Timeslice != a.Timeslice || e.PID != 100 {
+			e.Engine != a.Engine || e.Channels != a.Channels || e.Timeslice != a.Timeslice || e.PID != 100 ||
+			e.GPUID != a.GPUID || e.GPUID != rmfake.GPUID {
 			t.Errorf("group %d: escape %+v, attach %+v", i, e, a)
 		}
 		if e.FD != -1 || e.Interleave != tsg.LevelMedium {

@@ -80,10 +80,10 @@ func (s *AttachSource) Name() string { return "attach" }
 // Discover finds every channel group of pid. The returned Process holds
 // duplicates of the target's control files; Close releases them.
 //
-// A group's GPUID stays 0 here: the groups are found through client
-// queries that never reach a GPU, and naming the GPU would take a control
-// on each client's subdevice that this source has not been checked to
-// issue safely on the target's file.
+// Each group's GPUID is read from its device's first subdevice
+// (NV2080_CTRL_CMD_GPU_GET_ID, one cheap control per client). That
+// control is best effort: if RM refuses it, GPUID stays 0 and discovery
+// goes on, since nothing gpreempt changes depends on it.
 func (s *AttachSource) Discover(ctx context.Context, pid int) (*Process, error) {
 	start := time.Now()
 	// The pidfd first: the fds listed and duplicated are then the
@@ -398,8 +398,37 @@ func (s *AttachSource) clientGroups(ctx context.Context, rm rmControl, dev Devic
 			return nil, err
 		}
 	}
+	gpus := map[ioctl.Handle]uint32{}
+	for i := range groups {
+		g := &groups[i]
+		id, ok := gpus[g.Device]
+		if !ok {
+			var err error
+			if id, err = gpuID(dev, client, g.Device); err != nil {
+				s.log.Debug("GPU of a device not known", "client", client, "device", g.Device, "err", err)
+			}
+			gpus[g.Device] = id
+		}
+		g.GPUID = id
+	}
 	sort.Slice(groups, func(i, j int) bool { return groups[i].Handle < groups[j].Handle })
 	return groups, nil
+}
+
+// gpuID asks RM which GPU a device runs on, through its first subdevice.
+func gpuID(c ioctl.Controller, client, device ioctl.Handle) (uint32, error) {
+	sub, err := childHandle(c, client, device, ioctl.NVOC_CLASS_ID_Subdevice)
+	if err != nil {
+		return 0, err
+	}
+	if sub == 0 {
+		return 0, fmt.Errorf("device %v has no subdevice", device)
+	}
+	p := ioctl.NV2080_CTRL_GPU_GET_ID_PARAMS{}
+	if err := ioctl.Control(c, client, sub, ioctl.NV2080_CTRL_CMD_GPU_GET_ID, &p); err != nil {
+		return 0, err
+	}
+	return p.GpuID, nil
 }
 
 func handleInfo(c ioctl.Controller, client, h ioctl.Handle, index uint32) (uint64, error) {

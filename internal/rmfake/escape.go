@@ -193,7 +193,7 @@ func (d *Driver) queryTSGs(st *escapeState, arg []byte) {
 // object, a copy engine for one with copy objects only.
 func (d *Driver) tsgInfo(c *client, o *object, pid int) ioctl.NV_GPREEMPT_TSG_INFO {
 	t := ioctl.NV_GPREEMPT_TSG_INFO{
-		Pid: uint32(pid), HClient: c.handle, HTsg: o.handle, HDevice: o.parent, GpuID: 0x100,
+		Pid: uint32(pid), HClient: c.handle, HTsg: o.handle, HDevice: o.parent, GpuID: GPUID,
 		TsgID: o.tsgID, TimesliceUs: o.timesliceUs, InterleaveLevel: o.interleave,
 	}
 	compute, copies := false, false

@@ -34,6 +34,10 @@ import (
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
+// GPUID is RM's id of the fake's one GPU, as NV2080_CTRL_CMD_GPU_GET_ID and
+// the QUERY escape report it.
+const GPUID = 0x100
+
 // file is one open file of the driver.
 type file struct {
 	id  int
@@ -414,6 +418,12 @@ func (d *Driver) control(c *client, o *object, cmd uint32, p []byte) ioctl.NvSta
 			q.HObject = slices.Min(found)
 			return ioctl.NV_OK
 		})
+	case ioctl.NV2080_CTRL_CMD_GPU_GET_ID:
+		var q ioctl.NV2080_CTRL_GPU_GET_ID_PARAMS
+		return decodeAnswer(p, &q, func() ioctl.NvStatus {
+			q.GpuID = GPUID
+			return ioctl.NV_OK
+		})
 	case ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE:
 		var q ioctl.NVA06C_CTRL_TIMESLICE_PARAMS
 		return decodeAnswer(p, &q, func() ioctl.NvStatus {
@@ -502,6 +512,8 @@ func internalClass(class uint32) uint32 {
 		return ioctl.NVOC_CLASS_ID_Device
 	case ioctl.KEPLER_CHANNEL_GROUP_A:
 		return ioctl.NVOC_CLASS_ID_KernelChannelGroupApi
+	case ioctl.NV20_SUBDEVICE_0:
+		return ioctl.NVOC_CLASS_ID_Subdevice
 	}
 	return 0xff000000 | class
 }
