@@ -83,38 +83,3 @@ func (a ABI) ParamSize(cmd uint32) (int, bool) {
 	return binary.Size(p), true
 }
 
-// DecodeParams decodes a control's parameter block b into p, the Go form of
-// that block. It is the one decoder of parameter bytes that come from
-// outside (a traced call, a fake driver's input): RM takes only blocks of
-// exactly the right size, so any other length is an error naming both.
-// Blocks are in the host's byte order, as the driver copies them.
-func DecodeParams[T any](b []byte, p *T) error {
-	size := binary.Size(p)
-	if size < 0 {
-		return fmt.Errorf("decode %T: not a fixed-size ABI struct", p)
-	}
-	if len(b) != size {
-		return fmt.Errorf("decode %T: %d bytes, want %d", *p, len(b), size)
-	}
-	if _, err := binary.Decode(b, binary.NativeEndian, p); err != nil {
-		return fmt.Errorf("decode %T: %w", *p, err)
-	}
-	return nil
-}
-
-// EncodeParams writes p into the parameter block b, which must have
-// exactly p's size: how a driver (or internal/rmfake) answers a control in
-// the caller's buffer. Padding is written as zeros.
-func EncodeParams[T any](b []byte, p *T) error {
-	size := binary.Size(p)
-	if size < 0 {
-		return fmt.Errorf("encode %T: not a fixed-size ABI struct", p)
-	}
-	if len(b) != size {
-		return fmt.Errorf("encode %T: %d bytes, want %d", *p, len(b), size)
-	}
-	if _, err := binary.Encode(b, binary.NativeEndian, p); err != nil {
-		return fmt.Errorf("encode %T: %w", *p, err)
-	}
-	return nil
-}

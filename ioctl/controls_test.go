@@ -119,22 +119,35 @@ func TestDecodeParams(t *testing.T) {
 			t.Errorf("%s: a timeslice block was encoded into %d bytes", tt.name, len(tt.b))
 		}
 	}
-	// Encode then decode is the identity, and padding is written as zeros.
+	// Encode is decode's inverse, padding included.
 	b := bytes.Repeat([]byte{0xff}, 8)
 	if err := EncodeParams(b, &want); err != nil {
 		t.Fatal(err)
 	}
-	if b[2] != 0 || b[3] != 0 {
-		t.Errorf("padding encoded as %#x %#x, want zeros", b[2], b[3])
-	}
 	if !bytes.Equal(b, Bytes(&want)) {
 		t.Errorf("EncodeParams = % x, the struct's bytes are % x", b, Bytes(&want))
+	}
+	// Types whose memory is not their encoding are refused.
+	var n int
+	if err := DecodeParams(make([]byte, 8), &n); err == nil {
+		t.Error("an int was decoded: its size is the platform's")
+	}
+	var ptr struct{ P *uint64 }
+	if err := DecodeParams(make([]byte, 8), &ptr); err == nil {
+		t.Error("a pointer was decoded from outside bytes")
+	}
+	var implicit struct {
+		A uint8
+		B uint32
+	}
+	if err := DecodeParams(make([]byte, 8), &implicit); err == nil {
+		t.Error("a struct with implicit padding was decoded")
 	}
 }
 
 // FuzzDecodeParams feeds arbitrary bytes to the decoder for every control
 // block: nothing may panic, and a block that decodes re-encodes to the same
-// bytes except padding.
+// bytes.
 func FuzzDecodeParams(f *testing.F) {
 	f.Add([]byte{0, 8, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte{1, 0, 0})
@@ -147,6 +160,9 @@ func FuzzDecodeParams(f *testing.F) {
 			out := make([]byte, len(b))
 			if err := enc(out); err != nil {
 				t.Fatalf("%T decoded from %d bytes but does not encode back: %v", p, len(b), err)
+			}
+			if !bytes.Equal(out, b) {
+				t.Fatalf("%T: % x decodes and encodes to % x", p, b, out)
 			}
 		}
 		var ts NVA06C_CTRL_TIMESLICE_PARAMS
