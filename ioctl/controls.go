@@ -82,4 +82,3 @@ func (a ABI) ParamSize(cmd uint32) (int, bool) {
 	}
 	return binary.Size(p), true
 }
-
