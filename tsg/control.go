@@ -111,7 +111,7 @@ type escapeControl struct {
 
 func (c *escapeControl) set(g Group, p ioctl.NV_GPREEMPT_SET_TSG_PARAMS) error {
 	p.Pid, p.HClient, p.HTsg = c.pid, g.Client, g.Handle
-	return c.gone(g, ioctl.SetTSG(c.esc, &p))
+	return c.gone(ioctl.SetTSG(c.esc, &p))
 }
 
 func (c *escapeControl) SetTimeslice(g Group, ts Micros) error {
@@ -137,7 +137,7 @@ func (c *escapeControl) Preempt(g Group, wait bool, timeout time.Duration) error
 	if err != nil {
 		return err
 	}
-	return c.gone(g, rm.Preempt(g, wait, timeout))
+	return c.gone(rm.Preempt(g, wait, timeout))
 }
 
 func (c *escapeControl) Schedule(g Group, enable bool) error {
@@ -145,7 +145,7 @@ func (c *escapeControl) Schedule(g Group, enable bool) error {
 	if err != nil {
 		return err
 	}
-	return c.gone(g, rm.Schedule(g, enable))
+	return c.gone(rm.Schedule(g, enable))
 }
 
 // lookup reads one group with a QUERY starting just below its key: the
@@ -157,7 +157,7 @@ func (c *escapeControl) lookup(g Group) (ioctl.NV_GPREEMPT_TSG_INFO, error) {
 		err = ioctl.NV_ERR_INVALID_OBJECT_HANDLE.Err(fmt.Sprintf("gpreempt query pid %d: no group %v/%v", c.pid, g.Client, g.Handle))
 	}
 	if err != nil {
-		return ioctl.NV_GPREEMPT_TSG_INFO{}, c.gone(g, err)
+		return ioctl.NV_GPREEMPT_TSG_INFO{}, c.gone(err)
 	}
 	return page.TSGs[0], nil
 }
@@ -169,7 +169,7 @@ func (c *escapeControl) lookup(g Group) (ioctl.NV_GPREEMPT_TSG_INFO, error) {
 // when it cannot be opened; if its pid already names another process, that
 // one has no client of the group's handle and the status stays the
 // answer.
-func (c *escapeControl) gone(g Group, err error) error {
+func (c *escapeControl) gone(err error) error {
 	if err == nil || !(errors.Is(err, ioctl.NV_ERR_INVALID_CLIENT) || errors.Is(err, ioctl.NV_ERR_INVALID_OBJECT_HANDLE)) {
 		return err
 	}
@@ -179,7 +179,8 @@ func (c *escapeControl) gone(g Group, err error) error {
 		return err
 	}
 	if errors.Is(oerr, ioctl.ErrNoSuchProcess) {
-		return fmt.Errorf("group %v/%v: pid %d exited: %w", g.Client, g.Handle, c.pid, ioctl.ErrNoSuchProcess)
+		// The operation names the group; the driver's status is moot.
+		return fmt.Errorf("pid %d exited: %w", c.pid, ioctl.ErrNoSuchProcess)
 	}
 	return err
 }
