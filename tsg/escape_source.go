@@ -175,7 +175,8 @@ func query(ctx context.Context, esc ioctl.Escaper, pid uint32) ([]ioctl.NV_GPREE
 // Discover returns pid's groups as the driver reports them. A pid with no
 // group the caller may see (not a CUDA process, outside the caller's pid
 // namespace, or another user's without CAP_SYS_NICE) is ErrNoGPUContext:
-// the escape does not tell these apart, by design.
+// the escape does not tell these apart, by design. A pid that names no
+// process at all is ioctl.ErrNoSuchProcess, as with the attach source.
 func (s *EscapeSource) Discover(ctx context.Context, pid int) (*Process, error) {
 	if pid <= 0 || pid > 1<<31-1 {
 		return nil, fmt.Errorf("%w: pid %d", ErrInvalidArgument, pid)
@@ -185,6 +186,15 @@ func (s *EscapeSource) Discover(ctx context.Context, pid int) (*Process, error) 
 		return nil, err
 	}
 	if len(procs) == 0 {
+		// The escape cannot tell a missing process from one without a
+		// context; the host can, as the attach source would.
+		t, err := s.host.Open(pid)
+		if errors.Is(err, ioctl.ErrNoSuchProcess) {
+			return nil, err
+		}
+		if err == nil {
+			t.Close()
+		}
 		return nil, fmt.Errorf("pid %d: %w (the driver reports no channel group of it that this caller may see)", pid, ErrNoGPUContext)
 	}
 	return procs[0], nil

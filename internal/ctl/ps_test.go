@@ -217,3 +217,20 @@ func TestTargetExitsDuringChange(t *testing.T) {
 		t.Errorf("stderr does not say the process exited: %s", stderr)
 	}
 }
+
+// TestPsPidErrorsAgree: both sources give the same exit code for a pid that
+// does not exist and for one without a GPU context.
+func TestPsPidErrorsAgree(t *testing.T) {
+	for _, source := range []string{"attach", "escape"} {
+		for _, tt := range []struct {
+			pid  string
+			code int
+		}{{"99999", ctl.ExitNoProcess}, {"5000", ctl.ExitNoGPUContext}} {
+			d, env, _, stderr := world(t)
+			d.EnableGpreemptEscapes(rmfake.EscapeConfig{CallerPrivileged: true})
+			if code := ctl.Run(context.Background(), env, []string{"gpreemptctl", "--source", source, "ps", "--pid", tt.pid}); code != tt.code {
+				t.Errorf("--source %s ps --pid %s: exit %d, want %d; stderr %s", source, tt.pid, code, tt.code, stderr)
+			}
+		}
+	}
+}
