@@ -14,6 +14,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
+	"github.com/gpreempt/gpreempt/internal/ctl/tracecmd"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/ioctl"
@@ -50,7 +52,7 @@ func DefaultEnv() Env {
 }
 
 // ErrInvalidArgument marks usage errors (exit code 2).
-var ErrInvalidArgument = tsg.ErrInvalidArgument
+var ErrInvalidArgument = cmdutil.ErrInvalidArgument
 
 // Exit codes, documented in docs/CLI.md.
 const (
@@ -165,6 +167,7 @@ func NewApp(env Env) *cli.App {
 			if err != nil {
 				return err
 			}
+			cmdutil.SetGlobals(c.App, &cmdutil.Globals{Log: log, JSON: out == "json"})
 			c.App.Metadata["rt"] = &runtime{
 				env:    env,
 				log:    log,
@@ -190,7 +193,7 @@ func NewApp(env Env) *cli.App {
 			suspendCommand,
 			resumeCommand,
 			classCommand,
-			traceCommand,
+			tracecmd.Command,
 		},
 		// Errors are printed once, by main, with the exit code it picks.
 		ExitErrHandler: func(*cli.Context, error) {},
@@ -233,16 +236,7 @@ func selector(c *cli.Context) (tsg.Selector, error) {
 	return sel, nil
 }
 
-func pidArg(c *cli.Context) (int, error) {
-	if !c.IsSet("pid") {
-		return 0, fmt.Errorf("%w: %s needs --pid", ErrInvalidArgument, c.Command.Name)
-	}
-	pid := c.Int("pid")
-	if pid <= 0 {
-		return 0, fmt.Errorf("%w: --pid %d", ErrInvalidArgument, pid)
-	}
-	return pid, nil
-}
+func pidArg(c *cli.Context) (int, error) { return cmdutil.PIDArg(c) }
 
 // withGroups discovers --pid, selects the groups the flags name, and runs
 // fn on them. The process's duplicated files are closed afterwards.

@@ -1,9 +1,11 @@
-package ctl
+package tracecmd
 
 import (
 	"fmt"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
 
 	"github.com/gpreempt/gpreempt/internal/stats"
 	"github.com/gpreempt/gpreempt/internal/trace"
@@ -19,7 +21,7 @@ var (
 	syncFlag    = &cli.StringSliceFlag{Name: "sync-symbols", Value: cli.NewStringSlice(trace.DefaultSyncSymbols...), Usage: "functions whose return ends a request"}
 )
 
-var traceRequestsCommand = &cli.Command{
+var requestsCommand = &cli.Command{
 	Name:  "requests",
 	Usage: "per-request latency of a process: first kernel launch to the synchronization's return",
 	Description: "Uprobes on libcuda's launch and synchronize functions: on each thread, a request is the\n" +
@@ -31,7 +33,7 @@ var traceRequestsCommand = &cli.Command{
 		&cli.BoolFlag{Name: "each", Usage: "also print every request as it completes"},
 	}, traceCommonFlags...),
 	Action: func(c *cli.Context) error {
-		pid, err := pidArg(c)
+		pid, err := cmdutil.PIDArg(c)
 		if err != nil {
 			return err
 		}
@@ -62,14 +64,14 @@ type requestsTrace struct {
 // requestAgg adds up requests: a histogram, samples for exact
 // percentiles, launches and failures.
 type requestAgg struct {
-	hist     trace.Hist
+	hist     stats.Hist
 	samples  []float64
 	launches int
 	failed   int
 }
 
 func (a *requestAgg) add(us uint64, r trace.Request) {
-	a.hist.Add(us)
+	a.hist.Add(float64(us))
 	if len(a.samples) < maxSamples {
 		a.samples = append(a.samples, float64(us))
 	}
@@ -141,7 +143,7 @@ func (t *requestsTrace) print(title string, a *requestAgg, lost *uint64) error {
 	}
 	w := t.out.w
 	t.out.separate()
-	fmt.Fprintf(w, "%s: pid %d %s: %d requests", title, t.pid, orDash(t.comm), a.hist.N)
+	fmt.Fprintf(w, "%s: pid %d %s: %d requests", title, t.pid, cmdutil.OrDash(t.comm), a.hist.N)
 	if a.hist.N > 0 {
 		fmt.Fprintf(w, ", latency p50 %.0fus p90 %.0fus p99 %.0fus max %.0fus, %.1f launches/request, %d failed",
 			sum.P50, sum.P90, sum.P99, sum.Max, float64(a.launches)/float64(a.hist.N), a.failed)

@@ -1,15 +1,19 @@
-package ctl_test
+package tracecmd_test
 
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/ctl"
+	"github.com/gpreempt/gpreempt/internal/ctl/tracecmd"
 	"github.com/gpreempt/gpreempt/internal/rmfake"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
@@ -29,6 +33,37 @@ var (
 )
 
 const traceStart = 1_000_000_000 // the fake tracer's start, in ns
+
+var (
+	update    = flag.Bool("update", false, "rewrite the golden files")
+	tracePath = filepath.Join("..", "..", "..", "testdata", "h100-580.159.04-alloc-sequence.txt")
+)
+
+// world is gpreemptctl's environment for the trace commands, which reach
+// the machine only through the tracer.
+func world(tb testing.TB) (ctl.Env, *bytes.Buffer, *bytes.Buffer) {
+	tb.Helper()
+	var stdout, stderr bytes.Buffer
+	return ctl.Env{Host: rmfake.New().Host(), Comm: func(int) string { return "" }, Stdout: &stdout, Stderr: &stderr}, &stdout, &stderr
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("output differs from %s:\n--- got\n%s--- want\n%s", path, got, want)
+	}
+}
 
 func allocTrace(tb testing.TB) []rmfake.TraceAlloc {
 	tb.Helper()
@@ -105,13 +140,13 @@ func hintSession() []trace.Event {
 	return evs
 }
 
-func runTrace(t *testing.T, f *ctl.FakeTrace, args ...string) (int, string, string) {
+func runTrace(t *testing.T, f *tracecmd.FakeTrace, args ...string) (int, string, string) {
 	t.Helper()
-	_, env, stdout, stderr := world(t)
+	env, stdout, stderr := world(t)
 	if f.StartNs == 0 {
 		f.StartNs = traceStart
 	}
-	ctl.UseFakeTrace(t, f)
+	tracecmd.UseFakeTrace(t, f)
 	code := ctl.Run(context.Background(), env, append([]string{"gpreemptctl", "trace"}, args...))
 	return code, stdout.String(), stderr.String()
 }
@@ -123,7 +158,7 @@ func ticksAfterPreempts(evs []trace.Event) []trace.Event {
 	for _, ev := range evs {
 		out = append(out, ev)
 		if c, ok := ev.(*trace.RMCall); ok && c.Control != nil && c.Control.Cmd == ioctl.NVA06C_CTRL_CMD_PREEMPT {
-			out = append(out, ctl.TraceTick{})
+			out = append(out, tracecmd.TraceTick{})
 		}
 	}
 	return out
@@ -135,7 +170,7 @@ func TestTraceGolden(t *testing.T) {
 		for i, ev := range evs {
 			out = append(out, ev)
 			if (i+1)%every == 0 {
-				out = append(out, ctl.TraceTick{})
+				out = append(out, tracecmd.TraceTick{})
 			}
 		}
 		return out
@@ -145,25 +180,25 @@ func TestTraceGolden(t *testing.T) {
 		events []trace.Event
 		args   []string
 	}{
-		{"trace-tsg", rmSession(t), []string{"tsg"}},
-		{"trace-tsg-pid", rmSession(t), []string{"tsg", "--pid", "4343"}},
-		{"trace-tsg-json", rmSession(t), []string{"tsg", "--json"}},
-		{"trace-rpc", rmSession(t), []string{"rpc"}},
-		{"trace-rpc-all-json", rmSession(t), []string{"rpc", "--all", "--json"}},
-		{"trace-rpc-cmd", rmSession(t), []string{"rpc", "--cmd", "SET_TIMESLICE,0xa06c0105"}},
-		{"trace-rpc-by-comm", rmSession(t), []string{"rpc", "--by", "comm"}},
-		{"trace-rpc-by-control-json", rmSession(t), []string{"rpc", "--by", "control", "--json"}},
-		{"trace-rpc-interval", ticksAfterPreempts(rmSession(t)), []string{"rpc", "--by", "control", "--cmd", "PREEMPT", "--interval", "1s"}},
-		{"trace-requests", requestSession(), []string{"requests", "--pid", "4343", "--each"}},
-		{"trace-requests-interval", withTicks(requestSession(), 20), []string{"requests", "--pid", "4343", "--interval", "1s"}},
-		{"trace-requests-json", requestSession(), []string{"requests", "--pid", "4343", "--json"}},
-		{"trace-hints", hintSession(), []string{"hints", "--pid", "4343"}},
-		{"trace-hints-json", hintSession(), []string{"hints", "--pid", "4343", "--json"}},
-		{"trace-hints-nopid", hintSession(), []string{"hints"}},
+		{"tsg", rmSession(t), []string{"tsg"}},
+		{"tsg-pid", rmSession(t), []string{"tsg", "--pid", "4343"}},
+		{"tsg-json", rmSession(t), []string{"tsg", "--json"}},
+		{"rpc", rmSession(t), []string{"rpc"}},
+		{"rpc-all-json", rmSession(t), []string{"rpc", "--all", "--json"}},
+		{"rpc-cmd", rmSession(t), []string{"rpc", "--cmd", "SET_TIMESLICE,0xa06c0105"}},
+		{"rpc-by-comm", rmSession(t), []string{"rpc", "--by", "comm"}},
+		{"rpc-by-control-json", rmSession(t), []string{"rpc", "--by", "control", "--json"}},
+		{"rpc-interval", ticksAfterPreempts(rmSession(t)), []string{"rpc", "--by", "control", "--cmd", "PREEMPT", "--interval", "1s"}},
+		{"requests", requestSession(), []string{"requests", "--pid", "4343", "--each"}},
+		{"requests-interval", withTicks(requestSession(), 20), []string{"requests", "--pid", "4343", "--interval", "1s"}},
+		{"requests-json", requestSession(), []string{"requests", "--pid", "4343", "--json"}},
+		{"hints", hintSession(), []string{"hints", "--pid", "4343"}},
+		{"hints-json", hintSession(), []string{"hints", "--pid", "4343", "--json"}},
+		{"hints-nopid", hintSession(), []string{"hints"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, stdout, stderr := runTrace(t, &ctl.FakeTrace{Record: tt.events, LostN: 0}, tt.args...)
+			code, stdout, stderr := runTrace(t, &tracecmd.FakeTrace{Record: tt.events, LostN: 0}, tt.args...)
 			if code != 0 {
 				t.Fatalf("exit %d; stderr: %s", code, stderr)
 			}
@@ -174,8 +209,8 @@ func TestTraceGolden(t *testing.T) {
 
 // TestTraceGlobalJSON: the global -o json selects JSON lines too.
 func TestTraceGlobalJSON(t *testing.T) {
-	_, env, stdout, stderr := world(t)
-	ctl.UseFakeTrace(t, &ctl.FakeTrace{Record: requestSession(), StartNs: traceStart})
+	env, stdout, stderr := world(t)
+	tracecmd.UseFakeTrace(t, &tracecmd.FakeTrace{Record: requestSession(), StartNs: traceStart})
 	if code := ctl.Run(context.Background(), env, []string{"gpreemptctl", "-o", "json", "trace", "requests", "--pid", "4343"}); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -202,7 +237,7 @@ func TestTraceOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			f := &ctl.FakeTrace{}
+			f := &tracecmd.FakeTrace{}
 			if code, _, stderr := runTrace(t, f, tt.args...); code != 0 {
 				t.Fatalf("exit %d: %s", code, stderr)
 			}
@@ -221,21 +256,21 @@ func TestTraceOptions(t *testing.T) {
 func TestTraceErrors(t *testing.T) {
 	tests := []struct {
 		name    string
-		f       *ctl.FakeTrace
+		f       *tracecmd.FakeTrace
 		args    []string
 		code    int
 		message string
 	}{
-		{"not root", &ctl.FakeTrace{OpenErr: fmt.Errorf("check: %w", trace.ErrNotRoot)}, []string{"tsg"}, ctl.ExitPermission, "tracing needs root"},
-		{"no tracefs", &ctl.FakeTrace{OpenErr: fmt.Errorf("%w at /sys/kernel/tracing", trace.ErrNoTracefs)}, []string{"rpc", "--mount-tracefs=false"}, ctl.ExitNoTracing, "tracefs not mounted"},
-		{"no bpf", &ctl.FakeTrace{OpenErr: fmt.Errorf("%w: load rm programs: operation not supported", trace.ErrBPFUnavailable)}, []string{"tsg"}, ctl.ExitNoTracing, "BPF tracing unavailable"},
-		{"no libcuda", &ctl.FakeTrace{LibErr: fmt.Errorf("%w: process 4343 has no libcuda.so.1 mapped", trace.ErrNoLibrary)}, []string{"requests", "--pid", "4343"}, ctl.ExitNoLibrary, "library not found: process 4343 has no libcuda.so.1 mapped (set it with --libcuda)"},
-		{"no symbols", &ctl.FakeTrace{OpenErr: fmt.Errorf("%w: none of 7 functions found", trace.ErrNoSymbols)}, []string{"requests", "--pid", "4343"}, ctl.ExitNoLibrary, "no traceable function"},
-		{"requests without pid", &ctl.FakeTrace{}, []string{"requests"}, ctl.ExitUsage, "requests needs --pid"},
-		{"bad cmd", &ctl.FakeTrace{}, []string{"rpc", "--cmd", "SET_EVERYTHING"}, ctl.ExitUsage, "--cmd"},
-		{"bad by", &ctl.FakeTrace{}, []string{"rpc", "--by", "tid"}, ctl.ExitUsage, `--by "tid": want pid, comm or control`},
-		{"negative duration", &ctl.FakeTrace{}, []string{"tsg", "--duration", "-1s"}, ctl.ExitUsage, "--duration"},
-		{"negative pid", &ctl.FakeTrace{}, []string{"hints", "--pid", "-2"}, ctl.ExitUsage, "--pid"},
+		{"not root", &tracecmd.FakeTrace{OpenErr: fmt.Errorf("check: %w", trace.ErrNotRoot)}, []string{"tsg"}, ctl.ExitPermission, "tracing needs root"},
+		{"no tracefs", &tracecmd.FakeTrace{OpenErr: fmt.Errorf("%w at /sys/kernel/tracing", trace.ErrNoTracefs)}, []string{"rpc", "--mount-tracefs=false"}, ctl.ExitNoTracing, "tracefs not mounted"},
+		{"no bpf", &tracecmd.FakeTrace{OpenErr: fmt.Errorf("%w: load rm programs: operation not supported", trace.ErrBPFUnavailable)}, []string{"tsg"}, ctl.ExitNoTracing, "BPF tracing unavailable"},
+		{"no libcuda", &tracecmd.FakeTrace{LibErr: fmt.Errorf("%w: process 4343 has no libcuda.so.1 mapped", trace.ErrNoLibrary)}, []string{"requests", "--pid", "4343"}, ctl.ExitNoLibrary, "library not found: process 4343 has no libcuda.so.1 mapped (set it with --libcuda)"},
+		{"no symbols", &tracecmd.FakeTrace{OpenErr: fmt.Errorf("%w: none of 7 functions found", trace.ErrNoSymbols)}, []string{"requests", "--pid", "4343"}, ctl.ExitNoLibrary, "no traceable function"},
+		{"requests without pid", &tracecmd.FakeTrace{}, []string{"requests"}, ctl.ExitUsage, "requests needs --pid"},
+		{"bad cmd", &tracecmd.FakeTrace{}, []string{"rpc", "--cmd", "SET_EVERYTHING"}, ctl.ExitUsage, "--cmd"},
+		{"bad by", &tracecmd.FakeTrace{}, []string{"rpc", "--by", "tid"}, ctl.ExitUsage, `--by "tid": want pid, comm or control`},
+		{"negative duration", &tracecmd.FakeTrace{}, []string{"tsg", "--duration", "-1s"}, ctl.ExitUsage, "--duration"},
+		{"negative pid", &tracecmd.FakeTrace{}, []string{"hints", "--pid", "-2"}, ctl.ExitUsage, "--pid"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -248,7 +283,7 @@ func TestTraceErrors(t *testing.T) {
 }
 
 func TestTraceSkippedSymbols(t *testing.T) {
-	f := &ctl.FakeTrace{Record: requestSession(), Skip: []trace.Skipped{{
+	f := &tracecmd.FakeTrace{Record: requestSession(), Skip: []trace.Skipped{{
 		Probe:  trace.Probe{Library: "/usr/lib/x86_64-linux-gnu/libcuda.so.1", Symbol: "cuLaunchKernelEx_ptsz", Role: trace.RoleLaunch},
 		Reason: "no such function in the library",
 	}}}

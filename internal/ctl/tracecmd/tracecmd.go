@@ -1,4 +1,4 @@
-package ctl
+package tracecmd
 
 import (
 	"context"
@@ -11,10 +11,13 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
+
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
 
-var traceCommand = &cli.Command{
+// Command is `gpreemptctl trace`.
+var Command = &cli.Command{
 	Name:  "trace",
 	Usage: "watch channel groups, RM controls and requests as they happen (eBPF; needs root)",
 	Description: "RM calls are seen on the ioctl syscall tracepoints, kernel launches, synchronizations and\n" +
@@ -22,10 +25,10 @@ var traceCommand = &cli.Command{
 		"Output is streamed as it happens (tsg, hints) or summarized as log2 histograms (rpc,\n" +
 		"requests): every --interval, and at the end (--duration, or Ctrl-C).",
 	Subcommands: []*cli.Command{
-		traceTSGCommand,
-		traceRPCCommand,
-		traceRequestsCommand,
-		traceHintsCommand,
+		tsgCommand,
+		rpcCommand,
+		requestsCommand,
+		hintsCommand,
 	},
 }
 
@@ -141,14 +144,14 @@ func runTrace(c *cli.Context, opts trace.Options, newHandler func(*traceOut) tra
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	} else if d < 0 {
-		return fmt.Errorf("%w: --duration %v", ErrInvalidArgument, d)
+		return fmt.Errorf("%w: --duration %v", cmdutil.ErrInvalidArgument, d)
 	}
 	interval := c.Duration("interval")
 	if interval < 0 {
-		return fmt.Errorf("%w: --interval %v", ErrInvalidArgument, interval)
+		return fmt.Errorf("%w: --interval %v", cmdutil.ErrInvalidArgument, interval)
 	}
 	opts.MountTracefs = c.Bool("mount-tracefs")
-	opts.Log = rt(c).log
+	opts.Log = cmdutil.Get(c).Log
 	src, err := traceHooks.open(ctx, opts)
 	if errors.Is(err, trace.ErrNoTracefs) && !opts.MountTracefs {
 		return fmt.Errorf("trace: %w; or leave --mount-tracefs on", err)
@@ -160,7 +163,7 @@ func runTrace(c *cli.Context, opts trace.Options, newHandler func(*traceOut) tra
 	for _, s := range src.Skipped() {
 		fmt.Fprintf(c.App.ErrWriter, "gpreemptctl: trace: not tracing %s\n", s)
 	}
-	out := &traceOut{w: &countingWriter{Writer: c.App.Writer}, json: c.Bool("json") || rt(c).json, start: src.Start()}
+	out := &traceOut{w: &countingWriter{Writer: c.App.Writer}, json: c.Bool("json") || cmdutil.Get(c).JSON, start: src.Start()}
 	h := newHandler(out)
 	var tick <-chan time.Time
 	if interval > 0 {
@@ -228,5 +231,5 @@ func procName(comm string, pid uint32) string {
 	if pid == 0 {
 		return "?"
 	}
-	return fmt.Sprintf("%s[%d]", orDash(comm), pid)
+	return fmt.Sprintf("%s[%d]", cmdutil.OrDash(comm), pid)
 }

@@ -1,4 +1,4 @@
-package ctl
+package tracecmd
 
 import (
 	"cmp"
@@ -9,10 +9,13 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
+
+	"github.com/gpreempt/gpreempt/internal/stats"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
 
-var traceRPCCommand = &cli.Command{
+var rpcCommand = &cli.Command{
 	Name:  "rpc",
 	Usage: "latency histograms of RM controls per command and process (what a preemption control costs)",
 	Description: "Time from ioctl entry to return of each NV_ESC_RM_CONTROL, as log2 histograms in\n" +
@@ -29,11 +32,11 @@ var traceRPCCommand = &cli.Command{
 	Action: func(c *cli.Context) error {
 		pid := c.Int("pid")
 		if pid < 0 {
-			return fmt.Errorf("%w: --pid %d", ErrInvalidArgument, pid)
+			return fmt.Errorf("%w: --pid %d", cmdutil.ErrInvalidArgument, pid)
 		}
 		by := c.String("by")
 		if by != "pid" && by != "comm" && by != "control" {
-			return fmt.Errorf("%w: --by %q: want pid, comm or control", ErrInvalidArgument, by)
+			return fmt.Errorf("%w: --by %q: want pid, comm or control", cmdutil.ErrInvalidArgument, by)
 		}
 		cmds := map[uint32]bool{}
 		for _, s := range c.StringSlice("cmd") {
@@ -61,7 +64,7 @@ func parseControl(s string) (uint32, error) {
 	}
 	n, err := strconv.ParseUint(s, 0, 32)
 	if err != nil {
-		return 0, fmt.Errorf("%w: --cmd %q: not a known control name nor a number", ErrInvalidArgument, s)
+		return 0, fmt.Errorf("%w: --cmd %q: not a known control name nor a number", cmdutil.ErrInvalidArgument, s)
 	}
 	return uint32(n), nil
 }
@@ -77,7 +80,7 @@ type rpcKey struct {
 type rpcStats struct {
 	comm   string
 	pids   map[uint32]bool
-	hist   trace.Hist
+	hist   stats.Hist
 	failed uint64
 }
 
@@ -133,7 +136,7 @@ func (t *rpcTrace) Event(ev trace.Event) error {
 		}
 		s.comm = e.Comm
 		s.pids[e.PID] = true
-		s.hist.Add(usecs(e.Duration()))
+		s.hist.Add(float64(usecs(e.Duration())))
 		if !e.OK() {
 			s.failed++
 		}
@@ -198,13 +201,13 @@ func (t *rpcTrace) print(title string, stats map[rpcKey]*rpcStats, lost uint64) 
 		var who string
 		switch t.by {
 		case "pid":
-			who = fmt.Sprintf("pid %d %s", k.pid, orDash(s.comm))
+			who = fmt.Sprintf("pid %d %s", k.pid, cmdutil.OrDash(s.comm))
 		case "comm":
-			who = fmt.Sprintf("%s (%s)", orDash(k.comm), plural(len(s.pids), "process", "processes"))
+			who = fmt.Sprintf("%s (%s)", cmdutil.OrDash(k.comm), plural(len(s.pids), "process", "processes"))
 		default:
 			who = "all processes (" + plural(len(s.pids), "process", "processes") + ")"
 		}
-		fmt.Fprintf(w, "\n%s  %s (%#08x): %d calls, %d failed, avg %dus, min %dus, max %dus\n",
+		fmt.Fprintf(w, "\n%s  %s (%#08x): %d calls, %d failed, avg %.0fus, min %.0fus, max %.0fus\n",
 			who, shortControl(k.cmd), k.cmd, s.hist.N, s.failed, s.hist.Mean(), s.hist.Min, s.hist.Max)
 		if err := writeHist(w, &s.hist, "usecs"); err != nil {
 			return err

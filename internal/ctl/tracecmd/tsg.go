@@ -1,4 +1,4 @@
-package ctl
+package tracecmd
 
 import (
 	"fmt"
@@ -8,12 +8,14 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
+
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
-var traceTSGCommand = &cli.Command{
+var tsgCommand = &cli.Command{
 	Name:  "tsg",
 	Usage: "stream channel-group lifecycles and who changes their scheduling",
 	Description: "One line per channel group created or freed, channel added, engine found, and control\n" +
@@ -23,7 +25,7 @@ var traceTSGCommand = &cli.Command{
 	Action: func(c *cli.Context) error {
 		pid := c.Int("pid")
 		if pid < 0 {
-			return fmt.Errorf("%w: --pid %d", ErrInvalidArgument, pid)
+			return fmt.Errorf("%w: --pid %d", cmdutil.ErrInvalidArgument, pid)
 		}
 		// Every process is traced even with --pid: the groups of pid are
 		// also changed by others (gpreemptctl, a policy daemon).
@@ -107,7 +109,7 @@ func (t *tsgTrace) print(ev trace.Event, u trace.Update) error {
 		status = fmt.Sprintf(": %s in %dus", line.Result, line.TookUs)
 	}
 	_, err := fmt.Fprintf(t.out.w, "%-10.6f %-7d %-15s %-20s %-10v %-10v %s%s%s\n",
-		line.Time, line.By.PID, orDash(line.By.Comm), eventName(u), line.Client, line.TSG, line.Detail, status, owner)
+		line.Time, line.By.PID, cmdutil.OrDash(line.By.Comm), eventName(u), line.Client, line.TSG, line.Detail, status, owner)
 	return err
 }
 
@@ -240,7 +242,7 @@ func (t *tsgTrace) printGroups(kind string) error {
 			pid = fmt.Sprint(g.PID)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%v\t%s\t%d\t%s\t%s\t%v\t%v\t%d\t%s\n",
-			pid, orDash(g.Comm), g.FD, g.Client, g.Handle, g.Engine, g.Channels, ts, setBy, g.Interleave, g.Schedule, g.Preemptions, last)
+			pid, cmdutil.OrDash(g.Comm), g.FD, g.Client, g.Handle, g.Engine, g.Channels, ts, setBy, g.Interleave, g.Schedule, g.Preemptions, last)
 	}
 	return tw.Flush()
 }

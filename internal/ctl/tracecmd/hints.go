@@ -1,4 +1,4 @@
-package ctl
+package tracecmd
 
 import (
 	"fmt"
@@ -6,10 +6,13 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
+
+	"github.com/gpreempt/gpreempt/internal/stats"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
 
-var traceHintsCommand = &cli.Command{
+var hintsCommand = &cli.Command{
 	Name:  "hints",
 	Usage: "hinted requests: hint -> GPU residency -> release -> completion (completion with --pid)",
 	Description: "Uprobes on the hint API (libgpreempt.so: gpreempt_hint, gpreempt_ready, gpreempt_cancel)\n" +
@@ -28,7 +31,7 @@ var traceHintsCommand = &cli.Command{
 	Action: func(c *cli.Context) error {
 		pid := c.Int("pid")
 		if pid < 0 {
-			return fmt.Errorf("%w: --pid %d", ErrInvalidArgument, pid)
+			return fmt.Errorf("%w: --pid %d", cmdutil.ErrInvalidArgument, pid)
 		}
 		hintLib, err := findLibrary(trace.LibGPreempt, c.String("lib"), pid, "lib")
 		if err != nil {
@@ -66,7 +69,7 @@ type hintsTrace struct {
 	header   bool
 	interval int
 	// Histograms in microseconds of the completed hints.
-	resident, prep, release, total trace.Hist
+	resident, prep, release, total stats.Hist
 	completed, canceled            int
 }
 
@@ -119,16 +122,16 @@ func (t *hintsTrace) Event(ev trace.Event) error {
 	} else {
 		t.completed++
 		if p := line.TotalUs; p != nil {
-			t.total.Add(*p)
+			t.total.Add(float64(*p))
 		}
 		if p := line.HintToResidentUs; p != nil {
-			t.resident.Add(*p)
+			t.resident.Add(float64(*p))
 		}
 		if p := line.PreparationUs; p != nil {
-			t.prep.Add(*p)
+			t.prep.Add(float64(*p))
 		}
 		if p := line.ReleaseToCompleteUs; p != nil {
-			t.release.Add(*p)
+			t.release.Add(float64(*p))
 		}
 	}
 	if t.out.json {
@@ -144,7 +147,7 @@ func (t *hintsTrace) Event(ev trace.Event) error {
 		done = "canceled"
 	}
 	_, err := fmt.Fprintf(t.out.w, "%-10.6f %-7d %-7d %-15s %-12s %-7d %-9s %-12s %-12s %-17s %s\n",
-		line.Time, h.PID, h.TID, orDash(h.Comm), orDash(h.Class), h.Handle, fmt.Sprintf("%dus", h.ExpectedPrepUs),
+		line.Time, h.PID, h.TID, cmdutil.OrDash(h.Comm), cmdutil.OrDash(h.Class), h.Handle, fmt.Sprintf("%dus", h.ExpectedPrepUs),
 		fmtUs(line.HintToResidentUs), fmtUs(line.PreparationUs), done, fmtUs(line.TotalUs))
 	return err
 }
@@ -154,7 +157,7 @@ func (t *hintsTrace) Interval() error {
 	if err := t.print(fmt.Sprintf("interval %d", t.interval), nil); err != nil {
 		return err
 	}
-	t.resident, t.prep, t.release, t.total = trace.Hist{}, trace.Hist{}, trace.Hist{}, trace.Hist{}
+	t.resident, t.prep, t.release, t.total = stats.Hist{}, stats.Hist{}, stats.Hist{}, stats.Hist{}
 	t.completed, t.canceled = 0, 0
 	return nil
 }
@@ -164,7 +167,7 @@ func (t *hintsTrace) End(lost uint64) error { return t.print("summary", &lost) }
 func (t *hintsTrace) print(title string, lost *uint64) error {
 	hists := []struct {
 		key, name string
-		h         *trace.Hist
+		h         *stats.Hist
 	}{
 		{"hint_to_resident", "hint -> GPU residency", &t.resident},
 		{"preparation", "hint -> release (preparation)", &t.prep},
@@ -196,7 +199,7 @@ func (t *hintsTrace) print(title string, lost *uint64) error {
 			}
 			continue
 		}
-		fmt.Fprintf(w, "\n%s: avg %dus, min %dus, max %dus\n", h.name, h.h.Mean(), h.h.Min, h.h.Max)
+		fmt.Fprintf(w, "\n%s: avg %.0fus, min %.0fus, max %.0fus\n", h.name, h.h.Mean(), h.h.Min, h.h.Max)
 		if err := writeHist(w, h.h, "usecs"); err != nil {
 			return err
 		}
