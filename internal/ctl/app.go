@@ -90,6 +90,11 @@ func ExitCode(err error) int {
 	case errors.Is(err, trace.ErrNoLibrary), errors.Is(err, trace.ErrNoSymbols):
 		return ExitNoLibrary
 	}
+	// urfave/cli's own errors (help for an unknown topic) are usage errors.
+	var exit cli.ExitCoder
+	if errors.As(err, &exit) {
+		return ExitUsage
+	}
 	return ExitFailure
 }
 
@@ -153,6 +158,9 @@ func NewApp(env Env) *cli.App {
 			if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 				return fmt.Errorf("%w: --log-level %q", ErrInvalidArgument, c.String("log-level"))
 			}
+			if gap := c.Int("handle-gap"); gap <= 0 {
+				return fmt.Errorf("%w: --handle-gap %d: want a number of handles above 0", ErrInvalidArgument, gap)
+			}
 			out := c.String("output")
 			if out != "table" && out != "json" {
 				return fmt.Errorf("%w: --output %q: want table or json", ErrInvalidArgument, out)
@@ -195,12 +203,12 @@ func NewApp(env Env) *cli.App {
 			classCommand,
 			tracecmd.Command,
 		},
-		// Errors are printed once, by main, with the exit code it picks.
+		Action: rootAction,
+		// Errors are printed once, by Run, with the exit code it picks.
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError: func(c *cli.Context, err error, _ bool) error {
-			return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
-		},
+		OnUsageError:   usageError,
 	}
+	strictUsage(app.Commands)
 	return app
 }
 
@@ -264,7 +272,7 @@ func withGroups(c *cli.Context, fn func(p *tsg.Process, gs []tsg.Group) error) e
 // oneArg returns the command's single positional argument.
 func oneArg(c *cli.Context, what string) (string, error) {
 	if c.NArg() != 1 {
-		return "", fmt.Errorf("%w: %s takes exactly one argument: %s", ErrInvalidArgument, c.Command.Name, what)
+		return "", fmt.Errorf("%w: %s takes exactly one argument: %s", ErrInvalidArgument, cmdutil.CommandName(c), what)
 	}
 	return c.Args().First(), nil
 }
