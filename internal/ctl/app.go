@@ -209,6 +209,11 @@ func NewApp(env Env) *cli.App {
 		OnUsageError:   usageError,
 	}
 	strictUsage(app.Commands)
+	for _, cmd := range app.Commands {
+		// urfave/cli prefixes the app's name to a command's HelpName at
+		// every Setup; the commands are shared by every app built here.
+		cmd.HelpName = ""
+	}
 	return app
 }
 
