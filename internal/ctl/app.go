@@ -150,6 +150,7 @@ func NewApp(env Env) *cli.App {
 			&cli.IntFlag{Name: "handle-gap", Value: 4096, Usage: "end a client's object scan after this many unused handles", EnvVars: []string{"GPREEMPT_HANDLE_GAP"}},
 			&cli.StringFlag{Name: "source", Value: "auto", Usage: "discovery and control: auto (the patched driver's escapes when it has them, else attach), attach (pidfd_getfd, stock driver) or escape (patched driver only)", EnvVars: []string{"GPREEMPT_SOURCE"}},
 			&cli.BoolFlag{Name: "no-attach-fallback", Usage: "with the escape source: fail preempt/suspend/resume instead of attaching to the target", EnvVars: []string{"GPREEMPT_NO_ATTACH_FALLBACK"}},
+			&cli.BoolFlag{Name: "demo", Usage: "show what gpreemptctl does without a GPU: two CUDA processes replayed from a libcuda trace recorded on an H100", EnvVars: []string{"GPREEMPT_DEMO"}},
 			&cli.BoolFlag{Name: "full-client-scan", Usage: "probe every possible client handle (only needed after RM's client counter wrapped)", EnvVars: []string{"GPREEMPT_FULL_CLIENT_SCAN"}},
 		},
 		Metadata: map[string]any{},
@@ -166,6 +167,19 @@ func NewApp(env Env) *cli.App {
 				return fmt.Errorf("%w: --output %q: want table or json", ErrInvalidArgument, out)
 			}
 			log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: level}))
+			env := env
+			if c.Bool("demo") {
+				var err error
+				if env, err = demoEnv(env); err != nil {
+					return err
+				}
+				if cmd := c.App.Command(c.Args().First()); cmd != nil && cmd.Name != "help" && cmd.Name != "trace" {
+					fmt.Fprint(env.Stderr, demoBanner)
+					if out == "table" {
+						fmt.Fprintln(env.Stdout, "# DEMO: a recorded H100 trace, not this machine")
+					}
+				}
+			}
 			opts := tsg.ScanOptions{
 				HandleGap:              c.Int("handle-gap"),
 				FullClientRange:        c.Bool("full-client-scan"),
@@ -175,7 +189,7 @@ func NewApp(env Env) *cli.App {
 			if err != nil {
 				return err
 			}
-			cmdutil.SetGlobals(c.App, &cmdutil.Globals{Log: log, JSON: out == "json"})
+			cmdutil.SetGlobals(c.App, &cmdutil.Globals{Log: log, JSON: out == "json", Demo: c.Bool("demo")})
 			c.App.Metadata["rt"] = &runtime{
 				env:    env,
 				log:    log,
@@ -201,6 +215,7 @@ func NewApp(env Env) *cli.App {
 			suspendCommand,
 			resumeCommand,
 			classCommand,
+			resetCommand,
 			tracecmd.Command,
 		},
 		Action: rootAction,

@@ -26,6 +26,9 @@ type Globals struct {
 	Log *slog.Logger
 	// JSON is -o json.
 	JSON bool
+	// Demo is --demo: the processes are a replayed recording, and the
+	// machine itself (its kernel, its libraries) is not to be touched.
+	Demo bool
 }
 
 const globalsKey = "gpreemptctl.globals"

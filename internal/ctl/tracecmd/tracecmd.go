@@ -138,6 +138,9 @@ func (o *traceOut) jsonLine(v any) error {
 // the summary when tracing ends: at --duration, on Ctrl-C (the context),
 // or when the source runs dry.
 func runTrace(c *cli.Context, opts trace.Options, newHandler func(*traceOut) traceHandler) error {
+	if cmdutil.Get(c).Demo {
+		return fmt.Errorf("%w: trace watches this machine's kernel and has no demo; leave out --demo", cmdutil.ErrInvalidArgument)
+	}
 	ctx := c.Context
 	if d := c.Duration("duration"); d > 0 {
 		var cancel context.CancelFunc
