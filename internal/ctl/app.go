@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -32,6 +33,9 @@ type Env struct {
 	Comm func(pid int) string
 	// Stdout and Stderr receive output and diagnostics.
 	Stdout, Stderr io.Writer
+	// BuildInfo reads what the toolchain stamped into the binary;
+	// debug.ReadBuildInfo when nil.
+	BuildInfo func() (*debug.BuildInfo, bool)
 }
 
 // DefaultEnv is the real machine.
@@ -153,7 +157,11 @@ func NewApp(env Env) *cli.App {
 			&cli.BoolFlag{Name: "demo", Usage: "show what gpreemptctl does without a GPU: two CUDA processes replayed from a libcuda trace recorded on an H100", EnvVars: []string{"GPREEMPT_DEMO"}},
 			&cli.BoolFlag{Name: "full-client-scan", Usage: "probe every possible client handle (only needed after RM's client counter wrapped)", EnvVars: []string{"GPREEMPT_FULL_CLIENT_SCAN"}},
 		},
-		Metadata: map[string]any{},
+		// In the help's header; --version prints the version command's
+		// whole output (version.go).
+		Version:              buildInfo(env).Version,
+		EnableBashCompletion: true,
+		Metadata:             map[string]any{"env": env},
 		Before: func(c *cli.Context) error {
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
@@ -205,7 +213,7 @@ func NewApp(env Env) *cli.App {
 			}
 			return nil
 		},
-		Commands: []*cli.Command{
+		Commands: cloneCommands([]*cli.Command{
 			devicesCommand,
 			psCommand,
 			getTimesliceCommand,
@@ -216,19 +224,16 @@ func NewApp(env Env) *cli.App {
 			resumeCommand,
 			classCommand,
 			resetCommand,
+			versionCommand,
+			completionCommand,
 			tracecmd.Command,
-		},
+		}),
 		Action: rootAction,
 		// Errors are printed once, by Run, with the exit code it picks.
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError:   usageError,
 	}
 	strictUsage(app.Commands)
-	for _, cmd := range app.Commands {
-		// urfave/cli prefixes the app's name to a command's HelpName at
-		// every Setup; the commands are shared by every app built here.
-		cmd.HelpName = ""
-	}
 	return app
 }
 

@@ -3,8 +3,8 @@ package ctl
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
-	"sync"
 
 	"github.com/urfave/cli/v2"
 
@@ -21,14 +21,8 @@ import (
 // A command that takes positional arguments says so with ArgsUsage; one
 // without is refused any. A group (a command with subcommands and no
 // action of its own) refuses to run without a known subcommand.
-//
-// The commands are package variables shared by every app NewApp builds, so
-// each is changed once.
 func strictUsage(cmds []*cli.Command) {
 	for _, cmd := range cmds {
-		if _, done := strictDone.LoadOrStore(cmd, true); done {
-			continue
-		}
 		cmd.OnUsageError = usageError
 		if len(cmd.Subcommands) > 0 {
 			strictUsage(cmd.Subcommands)
@@ -49,7 +43,20 @@ func strictUsage(cmds []*cli.Command) {
 	}
 }
 
-var strictDone sync.Map // *cli.Command -> true
+// cloneCommands copies a command tree. urfave/cli changes the commands an
+// app runs (help names, help subcommands and flags added as help is
+// shown), and the definitions are package variables: each app gets its own
+// copy, so that one app's run cannot change the next's.
+func cloneCommands(cmds []*cli.Command) []*cli.Command {
+	out := make([]*cli.Command, len(cmds))
+	for i, c := range cmds {
+		cp := *c
+		cp.Flags = slices.Clone(c.Flags)
+		cp.Subcommands = cloneCommands(c.Subcommands)
+		out[i] = &cp
+	}
+	return out
+}
 
 // usageError names the command whose flags were wrong.
 func usageError(c *cli.Context, err error, _ bool) error {
