@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -165,7 +166,7 @@ func NewApp(env Env) *cli.App {
 		Before: func(c *cli.Context) error {
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
-				return fmt.Errorf("%w: --log-level %q", ErrInvalidArgument, c.String("log-level"))
+				return fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", ErrInvalidArgument, c.String("log-level"))
 			}
 			if gap := c.Int("handle-gap"); gap <= 0 {
 				return fmt.Errorf("%w: --handle-gap %d: want a number of handles above 0", ErrInvalidArgument, gap)
@@ -181,7 +182,9 @@ func NewApp(env Env) *cli.App {
 				if env, err = demoEnv(env); err != nil {
 					return err
 				}
-				if cmd := c.App.Command(c.Args().First()); cmd != nil && cmd.Name != "help" && cmd.Name != "trace" {
+				// Labelled where something is shown of the machine: not for
+				// help, version or completion, nor trace (which has no demo).
+				if cmd := c.App.Command(c.Args().First()); cmd != nil && !slices.Contains([]string{"help", "version", "completion", "trace"}, cmd.Name) {
 					fmt.Fprint(env.Stderr, demoBanner)
 					if out == "table" {
 						fmt.Fprintln(env.Stdout, "# DEMO: a recorded H100 trace, not this machine")

@@ -103,6 +103,9 @@ func (r *report) event(ev event, out io.Writer) {
 		}
 	case ev.Test == "" && ev.Action == "fail":
 		r.failed = true
+	case ev.Test == "":
+		// A package's start, pass, or skip (no test files): its
+		// output line already said so.
 	case ev.Action == "output":
 		r.output[key] = append(r.output[key], ev.Output)
 	case ev.Action == "fail":

@@ -61,6 +61,10 @@ func TestReport(t *testing.T) {
 			"SKIP example.com/tsg TestGPUDiscover: no NVIDIA driver here (open /dev/nvidiactl: no such file or directory)\n"},
 		{"failure shown", failing, true, "    b_test.go:7: got 1, want 2\n--- FAIL: TestBad (0.00s)\nFAIL\texample.com/b\t0.01s\n"},
 		{"build failure", buildFailed, true, "# example.com/c\nc.go:3:1: syntax error\nFAIL\texample.com/c [build failed]\n"},
+		{"no test files", `{"Action":"start","Package":"example.com/e"}
+{"Action":"output","Package":"example.com/e","Output":"?   \texample.com/e\t[no test files]\n"}
+{"Action":"skip","Package":"example.com/e"}
+`, false, "?   \texample.com/e\t[no test files]\n"},
 		{"not an event", "go: downloading example.com/d v1.0.0\n", false, "go: downloading example.com/d v1.0.0\n"},
 	}
 	for _, tt := range tests {
