@@ -19,7 +19,8 @@ _PROG_complete() {
   words=("${COMP_WORDS[@]:0:$COMP_CWORD}")
   local request="${words[*]} --generate-bash-completion"
   if [[ "$cur" == -* ]]; then
-    request="${words[*]} ${cur} --generate-bash-completion"
+    # "-", not what was typed: urfave/cli completes nothing after "--".
+    request="${words[*]} - --generate-bash-completion"
   fi
   local opts
   opts=$(eval "${request}" 2>/dev/null)
@@ -35,7 +36,7 @@ _PROG_complete() {
   local -a opts
   local cur=${words[-1]}
   if [[ "$cur" == -* ]]; then
-    opts=("${(@f)$(${words[@]:0:#words[@]-1} ${cur} --generate-bash-completion 2>/dev/null)}")
+    opts=("${(@f)$(${words[@]:0:#words[@]-1} - --generate-bash-completion 2>/dev/null)}")
   else
     opts=("${(@f)$(${words[@]:0:#words[@]-1} --generate-bash-completion 2>/dev/null)}")
   fi
