@@ -55,6 +55,11 @@ var completionCommand = &cli.Command{
 	ArgsUsage: "bash|zsh",
 	Description: "bash: source <(gpreemptctl completion bash), or save it under\n" +
 		"/etc/bash_completion.d/gpreemptctl. zsh: source <(gpreemptctl completion zsh).",
+	BashComplete: func(c *cli.Context) {
+		if c.NArg() == 0 {
+			fmt.Fprint(c.App.Writer, "bash\nzsh\n")
+		}
+	},
 	Action: func(c *cli.Context) error {
 		shell, err := oneArg(c, "bash|zsh")
 		if err != nil {

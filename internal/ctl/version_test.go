@@ -2,8 +2,10 @@ package ctl_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -127,5 +129,50 @@ func TestManPage(t *testing.T) {
 	cmd.Stdin = strings.NewReader(page)
 	if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
 		t.Errorf("groff: %v: %s", err, out)
+	}
+}
+
+// TestCompletionScript sources the bash script and completes as bash would,
+// with gpreemptctl (this test binary) on the PATH.
+func TestCompletionScript(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("bash not installed")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	if err := os.Symlink(self, filepath.Join(bin, "gpreemptctl")); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		words []string // the last is the word being completed
+		want  string
+	}{
+		{[]string{"tr"}, "trace"},
+		{[]string{"trace", "r"}, "rpc requests"},
+		{[]string{"reset", "--"}, "--pid --all --help"},
+		{[]string{"reset", "--p"}, "--pid"},
+		{[]string{"--de"}, "--demo"},
+		{[]string{"completion", "ba"}, "bash"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.words, " "), func(t *testing.T) {
+			words := append([]string{"gpreemptctl"}, tt.words...)
+			script := `source <(gpreemptctl completion bash)
+COMP_WORDS=(` + strings.Join(words, " ") + `); COMP_CWORD=` + fmt.Sprint(len(words)-1) + `
+_gpreemptctl_complete; echo "${COMPREPLY[*]}"`
+			cmd := exec.Command(bash, "-c", script)
+			cmd.Env = append(os.Environ(), asGpreemptctl+"=1", "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if got := strings.TrimSpace(string(out)); got != tt.want {
+				t.Errorf("completes to %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
