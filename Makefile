@@ -5,7 +5,7 @@ CARRY   ?= .carry
 PKGS    := ./...
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: all build test vet fuzz gpu-test gpu-binaries benchmarks clean
+.PHONY: all build test vet fuzz gpu-test gpu-binaries benchmarks man clean
 
 all: build
 
@@ -21,10 +21,15 @@ vet:
 	  if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
-# What CI runs (.ci/run): gofmt check and vet, then every test. GPU tests skip without a GPU,
-# saying why.
+# What CI runs (.ci/run): gofmt check and vet, then every test. GPU tests skip without a GPU;
+# the skipped tests are listed at the end with the reason each gave.
 test: vet
-	$(GO) test -count=1 $(PKGS)
+	$(GO) run ./internal/tools/testreport -count=1 $(PKGS)
+
+# Manual pages generated from the command definitions: gpreemptctl(8), gpreempt-bench(1).
+# Read one with: man $(BIN)/man/gpreemptctl.8
+man:
+	$(GO) run ./internal/tools/genman $(BIN)/man
 
 # A short run of every fuzz target (each decoder of outside bytes).
 FUZZ_TIME ?= 10s

@@ -3,6 +3,7 @@ package ioctl
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -136,3 +137,7 @@ func (a ABI) ScheduleParams(enable bool) []byte {
 	}
 	return []byte{b, 0}
 }
+
+// KnownABIs returns the ABI table, oldest first, and the first driver
+// version not known to keep its layouts (for `gpreemptctl version`).
+func KnownABIs() ([]ABI, DriverVersion) { return slices.Clone(abis), abiLimit }

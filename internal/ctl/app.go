@@ -9,11 +9,15 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
+	"github.com/gpreempt/gpreempt/internal/ctl/tracecmd"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/ioctl"
@@ -30,6 +34,9 @@ type Env struct {
 	Comm func(pid int) string
 	// Stdout and Stderr receive output and diagnostics.
 	Stdout, Stderr io.Writer
+	// BuildInfo reads what the toolchain stamped into the binary;
+	// debug.ReadBuildInfo when nil.
+	BuildInfo func() (*debug.BuildInfo, bool)
 }
 
 // DefaultEnv is the real machine.
@@ -50,7 +57,7 @@ func DefaultEnv() Env {
 }
 
 // ErrInvalidArgument marks usage errors (exit code 2).
-var ErrInvalidArgument = tsg.ErrInvalidArgument
+var ErrInvalidArgument = cmdutil.ErrInvalidArgument
 
 // Exit codes, documented in docs/CLI.md.
 const (
@@ -87,6 +94,11 @@ func ExitCode(err error) int {
 		return ExitNoTracing
 	case errors.Is(err, trace.ErrNoLibrary), errors.Is(err, trace.ErrNoSymbols):
 		return ExitNoLibrary
+	}
+	// urfave/cli's own errors (help for an unknown topic) are usage errors.
+	var exit cli.ExitCoder
+	if errors.As(err, &exit) {
+		return ExitUsage
 	}
 	return ExitFailure
 }
@@ -143,19 +155,42 @@ func NewApp(env Env) *cli.App {
 			&cli.IntFlag{Name: "handle-gap", Value: 4096, Usage: "end a client's object scan after this many unused handles", EnvVars: []string{"GPREEMPT_HANDLE_GAP"}},
 			&cli.StringFlag{Name: "source", Value: "auto", Usage: "discovery and control: auto (the patched driver's escapes when it has them, else attach), attach (pidfd_getfd, stock driver) or escape (patched driver only)", EnvVars: []string{"GPREEMPT_SOURCE"}},
 			&cli.BoolFlag{Name: "no-attach-fallback", Usage: "with the escape source: fail preempt/suspend/resume instead of attaching to the target", EnvVars: []string{"GPREEMPT_NO_ATTACH_FALLBACK"}},
+			&cli.BoolFlag{Name: "demo", Usage: "show what gpreemptctl does without a GPU: two CUDA processes replayed from a libcuda trace recorded on an H100", EnvVars: []string{"GPREEMPT_DEMO"}},
 			&cli.BoolFlag{Name: "full-client-scan", Usage: "probe every possible client handle (only needed after RM's client counter wrapped)", EnvVars: []string{"GPREEMPT_FULL_CLIENT_SCAN"}},
 		},
-		Metadata: map[string]any{},
+		// In the help's header; --version prints the version command's
+		// whole output (version.go).
+		Version:              buildInfo(env).Version,
+		EnableBashCompletion: true,
+		Metadata:             map[string]any{"env": env},
 		Before: func(c *cli.Context) error {
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
-				return fmt.Errorf("%w: --log-level %q", ErrInvalidArgument, c.String("log-level"))
+				return fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", ErrInvalidArgument, c.String("log-level"))
+			}
+			if gap := c.Int("handle-gap"); gap <= 0 {
+				return fmt.Errorf("%w: --handle-gap %d: want a number of handles above 0", ErrInvalidArgument, gap)
 			}
 			out := c.String("output")
 			if out != "table" && out != "json" {
 				return fmt.Errorf("%w: --output %q: want table or json", ErrInvalidArgument, out)
 			}
 			log := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: level}))
+			env := env
+			if c.Bool("demo") {
+				var err error
+				if env, err = demoEnv(env); err != nil {
+					return err
+				}
+				// Labelled where something is shown of the machine: not for
+				// help, version or completion, nor trace (which has no demo).
+				if cmd := c.App.Command(c.Args().First()); cmd != nil && !slices.Contains([]string{"help", "version", "completion", "trace"}, cmd.Name) {
+					fmt.Fprint(env.Stderr, demoBanner)
+					if out == "table" {
+						fmt.Fprintln(env.Stdout, "# DEMO: a recorded H100 trace, not this machine")
+					}
+				}
+			}
 			opts := tsg.ScanOptions{
 				HandleGap:              c.Int("handle-gap"),
 				FullClientRange:        c.Bool("full-client-scan"),
@@ -165,6 +200,7 @@ func NewApp(env Env) *cli.App {
 			if err != nil {
 				return err
 			}
+			cmdutil.SetGlobals(c.App, &cmdutil.Globals{Log: log, JSON: out == "json", Demo: c.Bool("demo")})
 			c.App.Metadata["rt"] = &runtime{
 				env:    env,
 				log:    log,
@@ -180,7 +216,7 @@ func NewApp(env Env) *cli.App {
 			}
 			return nil
 		},
-		Commands: []*cli.Command{
+		Commands: cloneCommands([]*cli.Command{
 			devicesCommand,
 			psCommand,
 			getTimesliceCommand,
@@ -190,14 +226,17 @@ func NewApp(env Env) *cli.App {
 			suspendCommand,
 			resumeCommand,
 			classCommand,
-			traceCommand,
-		},
-		// Errors are printed once, by main, with the exit code it picks.
+			resetCommand,
+			versionCommand,
+			completionCommand,
+			tracecmd.Command,
+		}),
+		Action: rootAction,
+		// Errors are printed once, by Run, with the exit code it picks.
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError: func(c *cli.Context, err error, _ bool) error {
-			return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
-		},
+		OnUsageError:   usageError,
 	}
+	strictUsage(app.Commands)
 	return app
 }
 
@@ -242,16 +281,7 @@ func selector(c *cli.Context) (tsg.Selector, error) {
 	return sel, nil
 }
 
-func pidArg(c *cli.Context) (int, error) {
-	if !c.IsSet("pid") {
-		return 0, fmt.Errorf("%w: %s needs --pid", ErrInvalidArgument, c.Command.Name)
-	}
-	pid := c.Int("pid")
-	if pid <= 0 {
-		return 0, fmt.Errorf("%w: --pid %d", ErrInvalidArgument, pid)
-	}
-	return pid, nil
-}
+func pidArg(c *cli.Context) (int, error) { return cmdutil.PIDArg(c) }
 
 // withGroups discovers --pid, selects the groups the flags name, and runs
 // fn on them. The process's duplicated files are closed afterwards.
@@ -279,7 +309,7 @@ func withGroups(c *cli.Context, fn func(p *tsg.Process, gs []tsg.Group) error) e
 // oneArg returns the command's single positional argument.
 func oneArg(c *cli.Context, what string) (string, error) {
 	if c.NArg() != 1 {
-		return "", fmt.Errorf("%w: %s takes exactly one argument: %s", ErrInvalidArgument, c.Command.Name, what)
+		return "", fmt.Errorf("%w: %s takes exactly one argument: %s", ErrInvalidArgument, cmdutil.CommandName(c), what)
 	}
 	return c.Args().First(), nil
 }

@@ -91,6 +91,8 @@ func TestGolden(t *testing.T) {
 		{"preempt", []string{"preempt", "--pid", "4242", "--compute-only"}, 0},
 		{"suspend", []string{"suspend", "--pid", "4242"}, 0},
 		{"resume-json", []string{"-o", "json", "resume", "--pid", "4242", "--tsg", "0x5c000015"}, 0},
+		// Help only when asked for, on stdout.
+		{"help-set-timeslice", []string{"set-timeslice", "--help"}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -127,19 +129,41 @@ func TestErrors(t *testing.T) {
 		{"bad level", []string{"set-interleave", "--pid", "4242", "max"}, nil, ctl.ExitUsage},
 		{"bad output", []string{"-o", "yaml", "ps"}, nil, ctl.ExitUsage},
 		{"preempt timeout", []string{"preempt", "--pid", "4242", "--timeout", "3s"}, nil, ctl.ExitUsage},
+		// Checked before the target is looked at: the pid does not exist.
+		{"preempt timeout before attaching", []string{"preempt", "--pid", "99999", "--timeout", "-1ms"}, nil, ctl.ExitUsage},
+		{"unknown flag", []string{"get-timeslice", "--pid", "4242", "--bogus"}, nil, ctl.ExitUsage},
+		{"bad flag value", []string{"ps", "--pid", "x"}, nil, ctl.ExitUsage},
+		{"unknown global flag", []string{"--bogus", "ps"}, nil, ctl.ExitUsage},
+		{"unknown command", []string{"nosuch"}, nil, ctl.ExitUsage},
+		{"unknown help topic", []string{"help", "nosuch"}, nil, ctl.ExitUsage},
+		{"unknown trace subcommand", []string{"trace", "nosuch"}, nil, ctl.ExitUsage},
+		{"trace without subcommand", []string{"trace"}, nil, ctl.ExitUsage},
+		{"unknown trace flag", []string{"trace", "rpc", "--bogus"}, nil, ctl.ExitUsage},
+		{"extra argument", []string{"ps", "extra"}, nil, ctl.ExitUsage},
+		{"extra argument to a group command", []string{"suspend", "--pid", "4242", "now"}, nil, ctl.ExitUsage},
+		{"extra argument to a trace command", []string{"trace", "tsg", "extra"}, nil, ctl.ExitUsage},
+		{"two durations", []string{"set-timeslice", "--pid", "4242", "1ms", "2ms"}, nil, ctl.ExitUsage},
+		{"zero handle gap", []string{"--handle-gap", "0", "ps"}, nil, ctl.ExitUsage},
+		{"negative handle gap", []string{"--handle-gap", "-5", "ps"}, nil, ctl.ExitUsage},
+		{"bad log level", []string{"--log-level", "bogus", "ps"}, nil, ctl.ExitUsage},
 		{"unsupported driver", []string{"ps", "--pid", "4242"}, []rmfake.Option{rmfake.WithVersion(ioctl.DriverVersion{Major: 610, Minor: 2})}, ctl.ExitUnsupported},
 		{"unsupported driver allowed", []string{"--allow-unsupported-driver", "ps", "--pid", "4242"}, []rmfake.Option{rmfake.WithVersion(ioctl.DriverVersion{Major: 610, Minor: 2})}, ctl.ExitOK},
 		{"interleave needs privilege", []string{"class", "--pid", "4242", "be"}, []rmfake.Option{rmfake.WithUnprivilegedCaller()}, ctl.ExitPermission},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, env, _, stderr := world(t, tt.opts...)
+			_, env, stdout, stderr := world(t, tt.opts...)
 			code := ctl.Run(context.Background(), env, append([]string{"gpreemptctl"}, tt.args...))
 			if code != tt.code {
 				t.Fatalf("exit %d, want %d; stderr: %s", code, tt.code, stderr)
 			}
 			if code != 0 && !bytes.HasPrefix(stderr.Bytes(), []byte("gpreemptctl: ")) {
 				t.Errorf("stderr %q does not start with 'gpreemptctl: '", stderr)
+			}
+			// A usage error is one line naming the problem, and no help on
+			// stdout, where it would break a -o json pipeline.
+			if code == ctl.ExitUsage && (stdout.Len() != 0 || bytes.Count(stderr.Bytes(), []byte("\n")) != 1) {
+				t.Errorf("usage error printed stdout %q, stderr %q", stdout, stderr)
 			}
 		})
 	}

@@ -2,11 +2,16 @@ package ctl
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
 )
+
+// maxPreemptTimeout is the longest wait RM accepts for a preemption.
+const maxPreemptTimeout = ioctl.NVA06C_CTRL_CMD_PREEMPT_MAX_MANUAL_TIMEOUT_US * time.Microsecond
 
 var preemptCommand = &cli.Command{
 	Name:  "preempt",
@@ -16,6 +21,11 @@ var preemptCommand = &cli.Command{
 		&cli.DurationFlag{Name: "timeout", Usage: "RM's wait timeout (0 = RM's default, at most 1s)"},
 	),
 	Action: func(c *cli.Context) error {
+		// Checked before attaching to the target, which a bad value
+		// would otherwise have cost.
+		if d := c.Duration("timeout"); d < 0 || d > maxPreemptTimeout {
+			return fmt.Errorf("%w: --timeout %v: want 0 (RM's default) up to %v", ErrInvalidArgument, d, maxPreemptTimeout)
+		}
 		return withGroups(c, func(p *tsg.Process, gs []tsg.Group) error {
 			if err := p.Preempt(c.Context, gs, c.Bool("wait"), c.Duration("timeout")); err != nil {
 				return err

@@ -5,11 +5,8 @@
 package stats
 
 import (
-	"fmt"
-	"io"
 	"math"
 	"slices"
-	"strings"
 )
 
 // Summary is the usual digest of a latency distribution.
@@ -111,64 +108,13 @@ func CDF(xs []float64, maxPoints int) []Point {
 	return pts
 }
 
-// Bucket is one bin of a log2 histogram: samples in [Lo, Hi).
-type Bucket struct {
-	Lo    float64 `json:"lo"`
-	Hi    float64 `json:"hi"`
-	Count int     `json:"count"`
-}
-
-// Log2Histogram bins xs into power-of-two buckets [2^k, 2^(k+1)), from the
-// smallest to the largest occupied bucket, empty ones in between included so
-// that gaps show. Samples below 1 (including zero and negatives) share one
-// bucket [0, 1) — for latencies in microseconds, "under a microsecond" —
-// rather than getting an ever-deeper run of fractional buckets.
+// Log2Histogram bins xs by the rule of Hist: power-of-two buckets
+// [2^k, 2^(k+1)), samples below 1 sharing [0, 1), from the lowest to the
+// highest occupied bucket with the empty ones between.
 func Log2Histogram(xs []float64) []Bucket {
-	if len(xs) == 0 {
-		return nil
-	}
-	counts := map[int]int{}
-	lo, hi := math.MaxInt, math.MinInt
+	var h Hist
 	for _, x := range xs {
-		k := bucketIndex(x)
-		counts[k]++
-		lo, hi = min(lo, k), max(hi, k)
+		h.Add(x)
 	}
-	out := make([]Bucket, 0, hi-lo+1)
-	for k := lo; k <= hi; k++ {
-		b := Bucket{Lo: 0, Hi: 1, Count: counts[k]}
-		if k >= 0 {
-			b.Lo, b.Hi = math.Ldexp(1, k), math.Ldexp(1, k+1)
-		}
-		out = append(out, b)
-	}
-	return out
-}
-
-// bucketIndex returns k with 2^k <= x < 2^(k+1), or -1 for x < 1.
-func bucketIndex(x float64) int {
-	if !(x >= 1) { // also catches NaN
-		return -1
-	}
-	_, exp := math.Frexp(x) // x = frac * 2^exp, frac in [0.5, 1)
-	return exp - 1
-}
-
-// WriteHistogram renders buckets as text bars at most width characters long,
-// one line per bucket, for logs and terminals.
-func WriteHistogram(w io.Writer, buckets []Bucket, unit string, width int) error {
-	peak := 0
-	for _, b := range buckets {
-		peak = max(peak, b.Count)
-	}
-	for _, b := range buckets {
-		bar := 0
-		if peak > 0 {
-			bar = (b.Count*width + peak - 1) / peak
-		}
-		if _, err := fmt.Fprintf(w, "[%8g, %8g) %s %8d %s\n", b.Lo, b.Hi, unit, b.Count, strings.Repeat("#", bar)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return h.Buckets()
 }

@@ -130,14 +130,54 @@ func TestLog2Histogram(t *testing.T) {
 	}
 }
 
+func TestHist(t *testing.T) {
+	tests := []struct {
+		name           string
+		xs             []float64
+		want           []Bucket
+		mean, min, max float64
+	}{
+		{"empty", nil, nil, 0, 0, 0},
+		// The trace's whole microseconds: 0 and 1 apart, 2-3, then the
+		// gap to 256-511 kept.
+		{"whole", []float64{0, 1, 2, 3, 300, 310, 290, 1000}, []Bucket{
+			{0, 1, 1}, {1, 2, 1}, {2, 4, 2}, {4, 8, 0}, {8, 16, 0}, {16, 32, 0}, {32, 64, 0},
+			{64, 128, 0}, {128, 256, 0}, {256, 512, 3}, {512, 1024, 1},
+		}, 1906.0 / 8, 0, 1000},
+		{"fractional", []float64{35.5, 63.99, 64}, []Bucket{{32, 64, 2}, {64, 128, 1}}, (35.5 + 63.99 + 64) / 3, 35.5, 64},
+		{"top bucket holds everything above", []float64{math.Ldexp(1, 63), math.Ldexp(1, 80)}, []Bucket{{math.Ldexp(1, 63), math.Ldexp(1, 64), 2}}, (math.Ldexp(1, 63) + math.Ldexp(1, 80)) / 2, math.Ldexp(1, 63), math.Ldexp(1, 80)},
+		{"NaN below one", []float64{math.NaN()}, []Bucket{{0, 1, 1}}, math.NaN(), math.NaN(), math.NaN()},
+	}
+	same := func(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN(b) }
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h Hist
+			for _, x := range tt.xs {
+				h.Add(x)
+			}
+			if got := h.Buckets(); !slices.Equal(got, tt.want) {
+				t.Errorf("buckets %v, want %v", got, tt.want)
+			}
+			if h.N != uint64(len(tt.xs)) || !same(h.Mean(), tt.mean) || !same(h.Min, tt.min) || !same(h.Max, tt.max) {
+				t.Errorf("n %d mean %v min %v max %v", h.N, h.Mean(), h.Min, h.Max)
+			}
+		})
+	}
+}
+
 func TestWriteHistogram(t *testing.T) {
 	var b bytes.Buffer
-	if err := WriteHistogram(&b, []Bucket{{32, 64, 4}, {64, 128, 1}}, "us", 8); err != nil {
+	if err := WriteHistogram(&b, []Bucket{{0, 1, 1}, {1, 2, 0}, {32, 64, 4}, {math.Ldexp(1, 63), math.Ldexp(1, 64), 2}}, "usecs"); err != nil {
 		t.Fatal(err)
 	}
-	want := "[      32,       64) us        4 ########\n[      64,      128) us        1 ##\n"
+	want := "" +
+		"     usecs               : count    distribution\n" +
+		"        [0, 1)           : 1        |**********                              |\n" +
+		"        [1, 2)           : 0        |                                        |\n" +
+		"       [32, 64)          : 4        |****************************************|\n" +
+		"[9223372036854775808, 18446744073709551616) : 2        |********************                    |\n"
 	if b.String() != want {
-		t.Errorf("got\n%q\nwant\n%q", b.String(), want)
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
 }
 

@@ -1,0 +1,102 @@
+// Package cmdutil is what gpreemptctl's command groups share: the usage
+// error sentinel, the global flags' effect (logger, output format) and a
+// few printing helpers. The app (internal/ctl) sets the globals up before
+// any command runs; a command group in its own package reads them here.
+package cmdutil
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpreempt/gpreempt/tsg"
+)
+
+// ErrInvalidArgument marks usage errors: a bad flag, argument or value
+// (exit code 2).
+var ErrInvalidArgument = tsg.ErrInvalidArgument
+
+// Globals is what the global flags set for every command.
+type Globals struct {
+	// Log is the logger --log-level configured, writing to stderr.
+	Log *slog.Logger
+	// JSON is -o json.
+	JSON bool
+	// Demo is --demo: the processes are a replayed recording, and the
+	// machine itself (its kernel, its libraries) is not to be touched.
+	Demo bool
+}
+
+const globalsKey = "gpreemptctl.globals"
+
+// SetGlobals makes g what Get returns for app's commands.
+func SetGlobals(app *cli.App, g *Globals) {
+	if app.Metadata == nil {
+		app.Metadata = map[string]any{}
+	}
+	app.Metadata[globalsKey] = g
+}
+
+// Get returns the globals of c's app. Outside an app that set them up (a
+// command run on its own) it returns a discarding logger and table output.
+func Get(c *cli.Context) *Globals {
+	if g, ok := c.App.Metadata[globalsKey].(*Globals); ok {
+		return g
+	}
+	return &Globals{Log: slog.New(slog.DiscardHandler)}
+}
+
+// PIDArg returns --pid, which the command requires, refusing a missing or
+// non-positive one.
+func PIDArg(c *cli.Context) (int, error) {
+	if !c.IsSet("pid") {
+		return 0, fmt.Errorf("%w: %s needs --pid", ErrInvalidArgument, CommandName(c))
+	}
+	pid := c.Int("pid")
+	if pid <= 0 {
+		return 0, fmt.Errorf("%w: --pid %d: want a process id above 0", ErrInvalidArgument, pid)
+	}
+	return pid, nil
+}
+
+// NoArgs refuses positional arguments for a command that takes none.
+func NoArgs(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return fmt.Errorf("%w: %s takes no arguments, got %q", ErrInvalidArgument, CommandName(c), c.Args().Slice())
+	}
+	return nil
+}
+
+// CommandName is the command's path below the app, as the user typed it:
+// "trace rpc", "ps".
+func CommandName(c *cli.Context) string {
+	if c.Command == nil {
+		return ""
+	}
+	if name := c.Command.HelpName; name != "" {
+		return strings.TrimPrefix(name, c.App.Name+" ")
+	}
+	return c.Command.Name
+}
+
+// WriteJSON prints v indented, with a final newline.
+func WriteJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// OrDash stands "-" in for an unknown (empty) name in a table.
+func OrDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,162 @@
+package tracecmd
+
+import (
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
+
+	"github.com/gpreempt/gpreempt/internal/stats"
+	"github.com/gpreempt/gpreempt/internal/trace"
+)
+
+// maxSamples bounds the samples kept per interval for exact percentiles;
+// the histogram keeps counting past it.
+const maxSamples = 1 << 20
+
+var (
+	libcudaFlag = &cli.StringFlag{Name: "libcuda", Usage: "the libcuda to probe (default: the one the process has mapped, else from the linker's cache)"}
+	launchFlag  = &cli.StringSliceFlag{Name: "launch-symbols", Value: cli.NewStringSlice(trace.DefaultLaunchSymbols...), Usage: "functions that launch a request's kernels"}
+	syncFlag    = &cli.StringSliceFlag{Name: "sync-symbols", Value: cli.NewStringSlice(trace.DefaultSyncSymbols...), Usage: "functions whose return ends a request"}
+)
+
+var requestsCommand = &cli.Command{
+	Name:  "requests",
+	Usage: "per-request latency of a process: first kernel launch to the synchronization's return",
+	Description: "Uprobes on libcuda's launch and synchronize functions: on each thread, a request is the\n" +
+		"launches until a synchronize call returns. Latency histogram in microseconds, with p50 and\n" +
+		"p99. Functions missing from the library are skipped, with a message.",
+	Flags: append([]cli.Flag{
+		&cli.IntFlag{Name: "pid", Usage: "the process (required)"},
+		libcudaFlag, launchFlag, syncFlag,
+		&cli.BoolFlag{Name: "each", Usage: "also print every request as it completes"},
+	}, traceCommonFlags...),
+	Action: func(c *cli.Context) error {
+		pid, err := cmdutil.PIDArg(c)
+		if err != nil {
+			return err
+		}
+		lib, err := findLibrary(trace.LibCUDA, c.String("libcuda"), pid, "libcuda")
+		if err != nil {
+			return err
+		}
+		ps := append(probes(lib, trace.RoleLaunch, c.StringSlice("launch-symbols")), probes(lib, trace.RoleSync, c.StringSlice("sync-symbols"))...)
+		return runTrace(c, trace.Options{Probes: ps, PID: pid}, func(o *traceOut) traceHandler {
+			return &requestsTrace{out: o, pid: uint32(pid), each: c.Bool("each"), tracker: trace.NewRequestTracker()}
+		})
+	},
+}
+
+type requestsTrace struct {
+	out     *traceOut
+	pid     uint32
+	each    bool
+	tracker *trace.RequestTracker
+	comm    string
+	// cur is the interval's requests (reset by --interval), all the
+	// session's (the summary).
+	cur, all requestAgg
+	header   bool
+	interval int
+}
+
+// requestAgg adds up requests: a histogram, samples for exact
+// percentiles, launches and failures.
+type requestAgg struct {
+	hist     stats.Hist
+	samples  []float64
+	launches int
+	failed   int
+}
+
+func (a *requestAgg) add(us uint64, r trace.Request) {
+	a.hist.Add(float64(us))
+	if len(a.samples) < maxSamples {
+		a.samples = append(a.samples, float64(us))
+	}
+	a.launches += r.Launches
+	if r.Result != 0 {
+		a.failed++
+	}
+}
+
+// requestSummary is an interval or the end as -o json prints it.
+type requestSummary struct {
+	Type     string        `json:"type"`
+	Title    string        `json:"title"`
+	PID      uint32        `json:"pid"`
+	Comm     string        `json:"comm"`
+	Requests uint64        `json:"requests"`
+	Failed   int           `json:"failed"`
+	Launches int           `json:"launches"`
+	Latency  stats.Summary `json:"latency_us"`
+	Hist     histView      `json:"histogram"`
+	Lost     *uint64       `json:"lost,omitempty"`
+}
+
+func (t *requestsTrace) Event(ev trace.Event) error {
+	r, ok := t.tracker.Apply(ev)
+	if !ok {
+		return nil
+	}
+	t.comm = r.Comm
+	us := usecs(r.Latency())
+	t.cur.add(us, r)
+	t.all.add(us, r)
+	if !t.each {
+		return nil
+	}
+	if t.out.json {
+		return t.out.jsonLine(struct {
+			Type string  `json:"type"`
+			Time float64 `json:"time_s"`
+			trace.Request
+			LatencyUs uint64 `json:"latency_us"`
+		}{"request", t.out.seconds(r.End), r, us})
+	}
+	if !t.header {
+		t.header = true
+		fmt.Fprintf(t.out.w, "%-10s %-7s %-8s %-11s %-24s %s\n", "TIME(s)", "TID", "LAUNCHES", "LATENCY(us)", "SYNC", "RESULT")
+	}
+	_, err := fmt.Fprintf(t.out.w, "%-10.6f %-7d %-8d %-11d %-24s %d\n", t.out.seconds(r.End), r.TID, r.Launches, us, r.Sync, r.Result)
+	return err
+}
+
+func (t *requestsTrace) Interval() error {
+	t.interval++
+	if err := t.print(fmt.Sprintf("interval %d", t.interval), &t.cur, nil); err != nil {
+		return err
+	}
+	t.cur = requestAgg{samples: t.cur.samples[:0]}
+	return nil
+}
+
+// End prints the whole session's requests, --interval or not.
+func (t *requestsTrace) End(lost uint64) error { return t.print("summary", &t.all, &lost) }
+
+func (t *requestsTrace) print(title string, a *requestAgg, lost *uint64) error {
+	sum := stats.Summarize(a.samples)
+	if t.out.json {
+		return t.out.jsonLine(requestSummary{Type: "requests", Title: title, PID: t.pid, Comm: t.comm, Requests: a.hist.N,
+			Failed: a.failed, Launches: a.launches, Latency: sum, Hist: viewHist(&a.hist, "usecs"), Lost: lost})
+	}
+	w := t.out.w
+	t.out.separate()
+	fmt.Fprintf(w, "%s: pid %d %s: %d requests", title, t.pid, cmdutil.OrDash(t.comm), a.hist.N)
+	if a.hist.N > 0 {
+		fmt.Fprintf(w, ", latency p50 %.0fus p90 %.0fus p99 %.0fus max %.0fus, %.1f launches/request, %d failed",
+			sum.P50, sum.P90, sum.P99, sum.Max, float64(a.launches)/float64(a.hist.N), a.failed)
+	}
+	fmt.Fprintln(w)
+	if a.hist.N > 0 {
+		if err := writeHist(w, &a.hist, "usecs"); err != nil {
+			return err
+		}
+	}
+	if lost != nil {
+		_, err := fmt.Fprintf(w, "%d events lost\n", *lost)
+		return err
+	}
+	return nil
+}

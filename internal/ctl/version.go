@@ -1,0 +1,126 @@
+package ctl
+
+import (
+	"fmt"
+	goruntime "runtime"
+	"runtime/debug"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
+	"github.com/gpreempt/gpreempt/ioctl"
+)
+
+// versionInfo is what `gpreemptctl version` prints.
+type versionInfo struct {
+	// Version is the module's version: a tag, a pseudo-version from the
+	// VCS, or "(devel)".
+	Version  string `json:"version"`
+	Revision string `json:"revision,omitempty"`
+	Time     string `json:"revision_time,omitempty"`
+	Modified bool   `json:"modified,omitempty"`
+	Go       string `json:"go"`
+	Platform string `json:"platform"`
+	// ABIs are the driver ABIs gpreempt knows, oldest first.
+	ABIs []abiView `json:"driver_abis"`
+	// Below is the first driver version no known ABI covers.
+	Below string `json:"supported_below"`
+}
+
+type abiView struct {
+	Name  string `json:"name"`
+	Since string `json:"since"`
+	Note  string `json:"note,omitempty"`
+}
+
+// buildInfo reads what the Go toolchain stamped into the binary; Env.BuildInfo
+// replaces it in tests.
+func buildInfo(env Env) versionInfo {
+	read := env.BuildInfo
+	if read == nil {
+		read = debug.ReadBuildInfo
+	}
+	v := versionInfo{Version: "(unknown)", Go: goruntime.Version(), Platform: goruntime.GOOS + "/" + goruntime.GOARCH}
+	if bi, ok := read(); ok {
+		v.Version, v.Go = bi.Main.Version, bi.GoVersion
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				v.Revision = s.Value
+			case "vcs.time":
+				v.Time = s.Value
+			case "vcs.modified":
+				v.Modified = s.Value == "true"
+			case "GOOS":
+				v.Platform = s.Value + v.Platform[len(goruntime.GOOS):]
+			case "GOARCH":
+				v.Platform = v.Platform[:len(v.Platform)-len(goruntime.GOARCH)] + s.Value
+			}
+		}
+	}
+	abis, limit := ioctl.KnownABIs()
+	for _, a := range abis {
+		av := abiView{Name: a.Name, Since: a.Since.String()}
+		if a.ScheduleSkipEnable {
+			av.Note = "3-byte GPFIFO_SCHEDULE parameters"
+		}
+		v.ABIs = append(v.ABIs, av)
+	}
+	v.Below = limit.String()
+	return v
+}
+
+func printVersion(c *cli.Context, env Env, json bool) error {
+	v := buildInfo(env)
+	w := c.App.Writer
+	if json {
+		return cmdutil.WriteJSON(w, v)
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintf(tw, "gpreemptctl\t%s\n", v.Version)
+	if v.Revision != "" {
+		rev := v.Revision
+		if v.Time != "" {
+			rev += " (" + v.Time + ")"
+		}
+		if v.Modified {
+			rev += ", modified"
+		}
+		fmt.Fprintf(tw, "revision\t%s\n", rev)
+	}
+	fmt.Fprintf(tw, "go\t%s %s\n", v.Go, v.Platform)
+	for i, a := range v.ABIs {
+		label := ""
+		if i == 0 {
+			label = "driver ABIs"
+		}
+		line := fmt.Sprintf("%s: from %s", a.Name, a.Since)
+		if a.Note != "" {
+			line += " (" + a.Note + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", label, line)
+	}
+	fmt.Fprintf(tw, "\tbefore %s or from %s on: refused unless --allow-unsupported-driver\n", v.ABIs[0].Since, v.Below)
+	return tw.Flush()
+}
+
+var versionCommand = &cli.Command{
+	Name:  "version",
+	Usage: "print gpreemptctl's version, the Go it was built with and the driver ABIs it knows",
+	Action: func(c *cli.Context) error {
+		return printVersion(c, rt(c).env, rt(c).json)
+	},
+}
+
+func init() {
+	// --version prints what the version command does; no -v, which reads
+	// as "verbose" to most.
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version (as the version command)"}
+	cli.VersionPrinter = func(c *cli.Context) {
+		env, _ := c.App.Metadata["env"].(Env)
+		if err := printVersion(c, env, c.String("output") == "json"); err != nil {
+			fmt.Fprintf(c.App.ErrWriter, "gpreemptctl: %v\n", err)
+		}
+	}
+}
