@@ -61,12 +61,19 @@ var resetCommand = &cli.Command{
 			}
 			return printChanged(c, p, p.Groups)
 		}
-		pids, err := r.env.Host.Processes()
+		pids, denied, err := r.env.Host.Processes()
 		if err != nil {
 			return err
 		}
-		views := []processView{}
 		var errs []error
+		if denied > 0 {
+			// They may hold groups another tool left starved: not being
+			// able to reset them is a failure, reported after the rest.
+			err := fmt.Errorf("%d processes could not be examined: %w", denied, ioctl.ErrPermission)
+			fmt.Fprintf(r.env.Stderr, "gpreemptctl: reset: %v\n", err)
+			errs = append(errs, err)
+		}
+		views := []processView{}
 		for _, pid := range pids {
 			p, err := r.source.Discover(c.Context, pid)
 			if errors.Is(err, tsg.ErrNoGPUContext) || errors.Is(err, ioctl.ErrNoSuchProcess) {
