@@ -46,13 +46,16 @@ func (h host) Attach(pid, fd int) (tsg.Device, error) {
 	case p.fds[fd] == nil:
 		return nil, fmt.Errorf("pidfd_getfd pid %d fd %d: bad file descriptor", pid, fd)
 	}
-	return &FD{d: h.d, f: p.fds[fd]}, nil
+	// A duplicate is one more reference to the same file (pidfd_getfd).
+	f := p.fds[fd]
+	f.refs++
+	return &FD{d: h.d, f: f, counted: true}, nil
 }
 
 func (h host) OpenControl() (tsg.Device, error) {
 	h.d.mu.Lock()
 	defer h.d.mu.Unlock()
-	return &FD{d: h.d, f: h.d.newFile(true)}, nil
+	return &FD{d: h.d, f: h.d.newFile(true), counted: true}, nil
 }
 
 func (h host) Processes() ([]int, error) {
