@@ -174,6 +174,11 @@ func (r *Registry) merge(id ProcessID, comm string, found []tsg.Group, began uin
 		p = &process{id: id, comm: comm}
 		r.processes[id.PID] = p
 	}
+	if len(found) > 0 {
+		// Not without groups: a zombie has closed its files, and its
+		// exit event must still count.
+		p.verified = max(p.verified, began)
+	}
 	seen := map[objectKey]bool{}
 	for _, d := range found {
 		key := objectKey{d.Client, d.Handle}

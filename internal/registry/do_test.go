@@ -363,3 +363,54 @@ func TestNoSource(t *testing.T) {
 		t.Errorf("Scan without a Lister = %v", err)
 	}
 }
+
+// TestLateExit: exit events arrive up to a poll late. One from before a
+// discovery found the pid's current process alive is an earlier holder's
+// and must not remove it; one from after is its own.
+func TestLateExit(t *testing.T) {
+	tests := []struct {
+		name     string
+		withGPU  bool
+		at       uint64
+		forgotten bool
+	}{
+		{"exit before the discovery: an earlier holder's", true, discoveryNow - 1, false},
+		{"exit after the discovery", true, discoveryNow + 1, true},
+		// A zombie has closed its files: a discovery finding no group
+		// proves nothing about its exit.
+		{"exit before a discovery that found no group", false, discoveryNow - 1, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newMachine(t)
+			var id registry.ProcessID
+			if tt.withGPU {
+				id, _ = m.spawn(t, 100, 1000, "python3")
+			} else {
+				m.d.NewProc(100)
+				id = m.procs.start(100, 1000, "python3")
+			}
+			if err := m.r.Do(t.Context(), id, nil); err != nil && !errors.Is(err, tsg.ErrNoGPUContext) {
+				t.Fatal(err)
+			}
+			if _, ok := m.r.Process(100); !ok {
+				t.Fatal("not known after Do")
+			}
+			m.r.Apply(&trace.TaskExit{PID: 100, At: tt.at})
+			if _, ok := m.r.Process(100); ok == tt.forgotten {
+				t.Errorf("known after the exit event: %v, want %v", ok, !tt.forgotten)
+			}
+		})
+	}
+}
+
+func TestIdentify(t *testing.T) {
+	m := newMachine(t)
+	want := m.procs.start(100, 1000, "python3")
+	if id, err := m.r.Identify(100); err != nil || id != want {
+		t.Errorf("Identify(100) = %v, %v; want %v", id, err, want)
+	}
+	if _, err := m.r.Identify(101); !errors.Is(err, ioctl.ErrNoSuchProcess) {
+		t.Errorf("Identify(101) = %v", err)
+	}
+}

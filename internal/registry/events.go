@@ -49,6 +49,12 @@ func (r *Registry) Apply(ev trace.Event) []Update {
 			return r.publish(r.control(e))
 		}
 	case *trace.TaskExit:
+		if p := r.processes[int(e.PID)]; p != nil && e.At < p.verified {
+			// Events arrive up to a poll late: this exit is of the
+			// process that held the pid before the one discovery has
+			// since found there.
+			return nil
+		}
 		return r.publish(r.exit(int(e.PID)))
 	}
 	return nil

@@ -87,7 +87,7 @@ func TestReplaysLibcuda(t *testing.T) {
 	// for before it applies a policy.
 	var sets []registry.Update
 	for _, u := range updates {
-		if u.Change != nil && u.Change.Cmd == ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE {
+		if u.ChangesSettings() {
 			sets = append(sets, u)
 		}
 	}
@@ -159,7 +159,7 @@ func TestOrigin(t *testing.T) {
 				r.Apply(ev)
 			}
 			us := r.Apply(tracetest.SetTimeslice(tt.by, 5, client, computeTSG, 1, tt.status, &clock))
-			if len(us) != 1 || us[0].Origin != tt.want || (us[0].Change != nil) != tt.change {
+			if len(us) != 1 || us[0].Origin != tt.want || (us[0].Change != nil) != tt.change || us[0].ChangesSettings() != tt.change {
 				t.Fatalf("update %+v, want origin %v, change %v", us, tt.want, tt.change)
 			}
 		})

@@ -198,6 +198,18 @@ type Update struct {
 	Change *Change
 }
 
+// ChangesSettings reports whether the update is a successful SET of a
+// group's timeslice or interleave level, the settings a policy holds: from
+// OriginOwner right after the group's channels were set up it is
+// libcuda's own SET_TIMESLICE, after which a policy must be (re)applied;
+// from OriginOther it is drift.
+func (u Update) ChangesSettings() bool {
+	if u.Kind != UpdateControl || u.Change == nil {
+		return false
+	}
+	return u.Change.Cmd == ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE || u.Change.Cmd == ioctl.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL
+}
+
 // Group returns the group the update is about: After, or Before when the
 // update removed it.
 func (u Update) Group() Group {

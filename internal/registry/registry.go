@@ -82,6 +82,10 @@ type owner struct {
 type process struct {
 	id   ProcessID
 	comm string
+	// verified is when (events' clock) a discovery that began then found
+	// the process alive with groups: an exit event from before that is an
+	// earlier holder's of the pid, delivered late.
+	verified uint64
 }
 
 // New returns an empty registry.
@@ -108,6 +112,16 @@ func New(opts Options) *Registry {
 		r.log = slog.New(slog.DiscardHandler)
 	}
 	return r
+}
+
+// Identify returns the identity of the process holding pid now (for a
+// caller known by pid alone, such as a socket peer).
+func (r *Registry) Identify(pid int) (ProcessID, error) {
+	info, err := r.procs.Stat(pid)
+	if err != nil {
+		return ProcessID{}, err
+	}
+	return ProcessID{PID: pid, Start: info.Start}, nil
 }
 
 // Process is a GPU process as the registry knows it.
