@@ -369,9 +369,9 @@ func TestNoSource(t *testing.T) {
 // and must not remove it; one from after is its own.
 func TestLateExit(t *testing.T) {
 	tests := []struct {
-		name     string
-		withGPU  bool
-		at       uint64
+		name      string
+		withGPU   bool
+		at        uint64
 		forgotten bool
 	}{
 		{"exit before the discovery: an earlier holder's", true, discoveryNow - 1, false},
