@@ -106,10 +106,15 @@ func (r *Registry) do(ctx context.Context, id ProcessID, fn func(*tsg.Process) e
 		r.forget(id)
 		return fmt.Errorf("%v is gone: %w", id, err)
 	case errors.Is(err, tsg.ErrNoGPUContext):
-		// Its groups, if it had any, are gone; the process may make new
-		// ones, which events or the next discovery will show.
+		// Whose files were those? Only if id's, its groups, if it had
+		// any, are gone; it may make new ones, which events or the next
+		// discovery will show.
+		noGroups := err
+		if comm, err = r.check(id); err != nil {
+			return err
+		}
 		r.merge(id, comm, nil, began)
-		return err
+		return noGroups
 	case err != nil:
 		return fmt.Errorf("%v: discover: %w", id, err)
 	}
