@@ -175,6 +175,11 @@ func (r *Registry) merge(id ProcessID, comm string, found []tsg.Group, began uin
 		out = r.exit(id.PID)
 		p = nil
 	}
+	if p == nil && len(found) == 0 {
+		// Nothing known, nothing found.
+		r.publish(out)
+		return
+	}
 	if p == nil {
 		p = &process{id: id, comm: comm}
 		r.processes[id.PID] = p

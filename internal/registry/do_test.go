@@ -387,8 +387,11 @@ func TestLateExit(t *testing.T) {
 			if tt.withGPU {
 				id, _ = m.spawn(t, 100, 1000, "python3")
 			} else {
+				// Known from its client; its files closed since.
 				m.d.NewProc(100)
 				id = m.procs.start(100, 1000, "python3")
+				clock := tracetest.Clock{Now: 1e9}
+				m.r.Apply(tracetest.Alloc(tracetest.Process{PID: 100, TID: 100, Comm: "python3"}, 8, 0, 0, client, ioctl.NV01_ROOT_CLIENT, &clock))
 			}
 			if err := m.r.Do(t.Context(), id, nil); err != nil && !errors.Is(err, tsg.ErrNoGPUContext) {
 				t.Fatal(err)

@@ -184,6 +184,7 @@ func (r *Registry) free(e *trace.RMCall) []Update {
 	var out []Update
 	if f.Object == f.Client {
 		// Freeing a client frees everything in it.
+		o, known := r.clients[f.Client]
 		delete(r.clients, f.Client)
 		for k, g := range r.groups {
 			if k.client == f.Client {
@@ -191,6 +192,9 @@ func (r *Registry) free(e *trace.RMCall) []Update {
 			}
 		}
 		sortUpdates(out)
+		if known {
+			r.dropIfEmpty(int(o.pid))
+		}
 		return out
 	}
 	key := objectKey{f.Client, f.Object}
@@ -308,6 +312,23 @@ func (r *Registry) control(e *trace.RMCall) []Update {
 	}
 	u.After = g.clone()
 	return []Update{u}
+}
+
+// dropIfEmpty forgets pid's process once it holds no client and no group:
+// a process that only looked (gpreemptctl's own client, allocated to
+// bound a scan and freed at once) is no GPU process to keep.
+func (r *Registry) dropIfEmpty(pid int) {
+	for _, o := range r.clients {
+		if int(o.pid) == pid {
+			return
+		}
+	}
+	for _, g := range r.groups {
+		if g.PID == pid {
+			return
+		}
+	}
+	delete(r.processes, pid)
 }
 
 // exit forgets the process holding pid: its clients, its groups (one

@@ -242,6 +242,16 @@ func TestGroupBeforeTracing(t *testing.T) {
 		us[0].Process.Start != 100 {
 		t.Errorf("%+v", us)
 	}
+	// gpreemptctl's own client, allocated to bound a scan and freed at
+	// once, leaves no process behind.
+	r.Apply(tracetest.Alloc(ctl, 3, 0, 0, 0xc1d00050, ioctl.NV01_ROOT_CLIENT, &clock))
+	if _, ok := r.Process(int(ctl.PID)); !ok {
+		t.Error("gpreemptctl unknown while it holds a client")
+	}
+	r.Apply(tracetest.Free(ctl, 3, 0xc1d00050, 0xc1d00050, 0xc1d00050, &clock))
+	if _, ok := r.Process(int(ctl.PID)); ok {
+		t.Error("gpreemptctl still known after freeing its only client")
+	}
 	// Unknown client, refused: reported, not kept.
 	us = r.Apply(tracetest.SetTimeslice(ctl, 5, 0xc1d00099, computeTSG, 1, ioctl.NV_ERR_INVALID_CLIENT, &clock))
 	if len(us) != 1 || len(r.Groups()) != 1 {
