@@ -70,8 +70,9 @@ func (r *Registry) lockPID(ctx context.Context, pid int) (unlock func(), err err
 // again — a duplicate made after the pid changed hands would be of another
 // process — merges what it found into the registry, runs fn, records the
 // settings fn left in the groups, and closes every duplicate before it
-// returns. Operations on one pid run one at a time; on different pids
-// they run in parallel.
+// returns. fn must not keep the Process: its groups reach RM only until
+// then. A nil fn only refreshes the registry. Operations on one pid run
+// one at a time; on different pids they run in parallel.
 //
 // Errors: ioctl.ErrNoSuchProcess when id is gone (exited, or its pid now
 // held by a process with another start time), in which case the registry
