@@ -78,13 +78,16 @@ func (t *target) Attach(fd int) (tsg.Device, error) {
 	case !t.p.fds[fd].ctl:
 		return nil, fmt.Errorf("pid %d fd %d is no longer %s", t.p.PID, fd, ioctl.ControlDevicePath)
 	}
-	return &FD{d: t.d, f: t.p.fds[fd]}, nil
+	// A duplicate is one more reference to the same file (pidfd_getfd).
+	f := t.p.fds[fd]
+	f.refs++
+	return &FD{d: t.d, f: f, counted: true}, nil
 }
 
 func (h host) OpenControl() (tsg.Device, error) {
 	h.d.mu.Lock()
 	defer h.d.mu.Unlock()
-	return &FD{d: h.d, f: h.d.newFile(true)}, nil
+	return &FD{d: h.d, f: h.d.newFile(true), counted: true}, nil
 }
 
 func (h host) Processes() ([]int, int, error) {

@@ -7,6 +7,10 @@
 //     allocation naming it through any other file fails with
 //     NV_ERR_INVALID_CLIENT, exactly as for a client that does not exist;
 //     a duplicate of that file (pidfd_getfd) is the same file;
+//   - an open file lives as long as any descriptor refers to it, as the
+//     kernel's struct file does: a duplicate taken with pidfd_getfd keeps a
+//     process's file, and so its RM clients, alive after the process exits,
+//     and RM frees those clients only when the last reference is closed;
 //   - client handles come from a counter: RS_CLIENT_HANDLE_BASE + index;
 //   - a control's parameter size must match the command's exactly
 //     (NV_ERR_INVALID_PARAM_STRUCT), a command not exported by the object's
@@ -42,6 +46,10 @@ const GPUID = 0x100
 type file struct {
 	id  int
 	ctl bool
+	// refs counts the descriptors that refer to the file: the process's
+	// own and every duplicate (Host().Attach). The file is released, and
+	// the clients bound to it freed, when it drops to 0.
+	refs int
 	// registered is the control file a /dev/nvidiaN file was registered
 	// with (NV_ESC_REGISTER_FD); RM validates clients against it.
 	registered *file
@@ -164,8 +172,10 @@ func (d *Driver) NewProc(pid int) *Proc {
 	return p
 }
 
-// Exit removes a process; its clients are freed as when the last
-// reference to their file goes away.
+// Exit removes a process and closes its descriptors. A file that a
+// duplicate still refers to stays open, with its clients, until that
+// duplicate is closed: the kernel frees a file at its last fput, and RM
+// frees the file's clients only then.
 func (d *Driver) Exit(pid int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -174,11 +184,22 @@ func (d *Driver) Exit(pid int) {
 		return
 	}
 	delete(d.procs, pid)
+	for fd, f := range p.fds {
+		delete(p.fds, fd)
+		d.release(f)
+	}
+}
+
+// release drops one reference to f; the last one frees the clients bound
+// to f. d.mu must be held.
+func (d *Driver) release(f *file) {
+	f.refs--
+	if f.refs > 0 {
+		return
+	}
 	for h, c := range d.clients {
-		for _, f := range p.fds {
-			if c.file == f {
-				delete(d.clients, h)
-			}
+		if c.file == f {
+			delete(d.clients, h)
 		}
 	}
 }
@@ -190,18 +211,42 @@ func (d *Driver) Proc(pid int) *Proc {
 	return d.procs[pid]
 }
 
-func (d *Driver) newFile(ctl bool) *file {
-	d.nextFile++
-	return &file{id: d.nextFile, ctl: ctl}
+// Clients returns the handles of every live client, sorted: what RM still
+// holds, whoever holds it.
+func (d *Driver) Clients() []ioctl.Handle {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]ioctl.Handle, 0, len(d.clients))
+	for h := range d.clients {
+		out = append(out, h)
+	}
+	slices.Sort(out)
+	return out
 }
 
-// OpenControlAt opens /dev/nvidiactl in p at descriptor fd.
+// newFile opens a file with one reference, its opener's descriptor.
+func (d *Driver) newFile(ctl bool) *file {
+	d.nextFile++
+	return &file{id: d.nextFile, ctl: ctl, refs: 1}
+}
+
+// OpenControlAt opens /dev/nvidiactl in p at descriptor fd. The FD
+// returned is p's own descriptor: closing it closes fd in p.
 func (d *Driver) OpenControlAt(p *Proc, fd int) *FD {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	f := d.newFile(true)
+	d.install(p, fd, f)
+	return &FD{d: d, f: f, proc: p, num: fd}
+}
+
+// install puts f at descriptor fd of p, closing what was there (dup2's
+// rule). d.mu must be held.
+func (d *Driver) install(p *Proc, fd int, f *file) {
+	if old := p.fds[fd]; old != nil {
+		d.release(old)
+	}
 	p.fds[fd] = f
-	return &FD{d: d, f: f}
 }
 
 // OpenDeviceAt opens /dev/nvidia0 in p at descriptor fd, registered with
@@ -215,23 +260,47 @@ func (d *Driver) OpenDeviceAt(p *Proc, fd, ctlFD int) (*FD, error) {
 	}
 	f := d.newFile(false)
 	f.registered = ctl
-	p.fds[fd] = f
-	return &FD{d: d, f: f}, nil
+	d.install(p, fd, f)
+	return &FD{d: d, f: f, proc: p, num: fd}, nil
 }
 
-// FD is an open file of the fake driver; it implements tsg.Device.
+// FD is an open file of the fake driver; it implements tsg.Device. It is
+// one of three things: a process's own descriptor (proc set: closing it
+// closes that descriptor), a descriptor of the caller's own (a duplicate
+// from Host().Attach or a file from Host().OpenControl: counted, closing
+// it drops its reference), or a view the fake uses internally (neither:
+// closing it only stops its use).
 type FD struct {
-	d      *Driver
-	f      *file
-	closed bool
+	d       *Driver
+	f       *file
+	counted bool
+	proc    *Proc
+	num     int
+	closed  bool
 }
 
+// Close closes the descriptor once; the file goes when its last reference
+// does (see Driver.Exit).
 func (x *FD) Close() error {
+	x.d.mu.Lock()
+	defer x.d.mu.Unlock()
+	if x.closed {
+		return nil
+	}
 	x.closed = true
+	switch {
+	case x.counted:
+		x.d.release(x.f)
+	case x.proc != nil && x.proc.fds[x.num] == x.f:
+		delete(x.proc.fds, x.num)
+		x.d.release(x.f)
+	}
 	return nil
 }
 
 func (x *FD) DriverVersion() (ioctl.DriverVersion, error) {
+	x.d.mu.Lock()
+	defer x.d.mu.Unlock()
 	if x.closed {
 		return ioctl.DriverVersion{}, fmt.Errorf("fake fd closed")
 	}
@@ -302,6 +371,9 @@ func (x *FD) Free(hClient, parent, h ioctl.Handle) error {
 	d := x.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if x.closed {
+		return fmt.Errorf("free: fake fd closed")
+	}
 	c := d.clients[hClient]
 	if c == nil || c.file != x.f.owner() {
 		return ioctl.NV_ERR_INVALID_CLIENT.Err("free")

@@ -149,3 +149,88 @@ func TestGetChildHandleTakesInternalClassIDs(t *testing.T) {
 		t.Errorf("first TSG: %v, %v", h, err)
 	}
 }
+
+// TestFileLifetime: a process's clients live as long as any descriptor of
+// their file does, the process's own or a duplicate (pidfd_getfd), as the
+// kernel keeps a struct file until its last fput.
+func TestFileLifetime(t *testing.T) {
+	type step func(d *Driver, p *Proc, dups []*FD)
+	exit := func(d *Driver, p *Proc, _ []*FD) { d.Exit(p.PID) }
+	closeDup := func(i int) step { return func(_ *Driver, _ *Proc, dups []*FD) { dups[i].Close() } }
+	closeOwn := func(d *Driver, p *Proc, _ []*FD) { (&FD{d: d, f: p.fds[8], proc: p, num: 8}).Close() }
+	tests := []struct {
+		name  string
+		dups  int
+		steps []step
+		// alive after each step: are the process's clients still there?
+		alive []bool
+	}{
+		{"exit, no duplicate", 0, []step{exit}, []bool{false}},
+		{"exit with a duplicate open, then close it", 1, []step{exit, closeDup(0)}, []bool{true, false}},
+		{"two duplicates", 2, []step{exit, closeDup(0), closeDup(1)}, []bool{true, true, false}},
+		{"a duplicate closed twice counts once", 2, []step{closeDup(0), closeDup(0), exit}, []bool{true, true, true}},
+		{"duplicate closed before exit", 1, []step{closeDup(0), exit}, []bool{true, false}},
+		{"process closes its own fd, duplicate keeps it", 1, []step{closeOwn, closeDup(0)}, []bool{true, false}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := New()
+			p, clients, err := d.ReplayFile(1, tracePath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var dups []*FD
+			for range tt.dups {
+				tgt, err := d.Host().Open(1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				dev, err := tgt.Attach(8)
+				tgt.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				dups = append(dups, dev.(*FD))
+			}
+			for i, s := range tt.steps {
+				s(d, p, dups)
+				if got := len(d.Clients()) == len(clients); got != tt.alive[i] {
+					t.Fatalf("after step %d: clients %v alive = %v, want %v", i+1, d.Clients(), got, tt.alive[i])
+				}
+			}
+		})
+	}
+}
+
+// TestDuplicateOutlivesProcess: a duplicate still reaches the clients of a
+// process that has exited, as a real one does, until it is closed.
+func TestDuplicateOutlivesProcess(t *testing.T) {
+	d := New()
+	_, clients, err := d.ReplayFile(1, tracePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt, err := d.Host().Open(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := tgt.Attach(8)
+	tgt.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Exit(1)
+	get := func() error {
+		return dev.ControlBytes(clients[1], 0x5c000015, ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE, make([]byte, 8))
+	}
+	if err := get(); err != nil {
+		t.Errorf("GET_TIMESLICE through a duplicate of an exited process's file: %v", err)
+	}
+	dev.Close()
+	if err := get(); err == nil {
+		t.Error("GET_TIMESLICE through a closed duplicate succeeded")
+	}
+	if c := d.Clients(); len(c) != 0 {
+		t.Errorf("clients %v left after the last reference closed", c)
+	}
+}

@@ -7,10 +7,10 @@
 //
 // The BPF side only copies raw bytes; every layout is decoded here, with the
 // structs of package ioctl, and the decoders are fuzzed. On top of the
-// events sit a live channel-group Registry (what a daemon needs to apply
-// policy from the moment a process creates its TSGs, and to see libcuda's
-// own SET_TIMESLICE), per-request timelines (RequestTracker, HintTracker)
-// and log2 histograms (Hist).
+// events sit per-request timelines (RequestTracker, HintTracker) and log2
+// histograms (Hist); the live channel-group registry they feed (what a
+// daemon needs to apply policy from the moment a process creates its TSGs,
+// and to see libcuda's own SET_TIMESLICE) is package internal/registry.
 //
 // The kernels this runs on have syscall tracepoints and uprobes but neither
 // kprobes nor fentry/fexit (kernel lockdown), so nothing here uses those.

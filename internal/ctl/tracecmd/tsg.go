@@ -9,7 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
-
+	"github.com/gpreempt/gpreempt/internal/registry"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
@@ -30,7 +30,7 @@ var tsgCommand = &cli.Command{
 		// Every process is traced even with --pid: the groups of pid are
 		// also changed by others (gpreemptctl, a policy daemon).
 		return runTrace(c, trace.Options{RM: true}, func(o *traceOut) traceHandler {
-			return &tsgTrace{out: o, pid: uint32(pid), reg: trace.NewRegistry()}
+			return &tsgTrace{out: o, pid: uint32(pid), reg: registry.New(registry.Options{})}
 		})
 	},
 }
@@ -38,23 +38,23 @@ var tsgCommand = &cli.Command{
 type tsgTrace struct {
 	out    *traceOut
 	pid    uint32
-	reg    *trace.Registry
+	reg    *registry.Registry
 	header bool
 	calls  int
 }
 
 // tsgLine is one update as -o json prints it.
 type tsgLine struct {
-	Type   string       `json:"type"`
-	Time   float64      `json:"time_s"`
-	Event  string       `json:"event"`
-	By     trace.Caller `json:"by"`
-	Client ioctl.Handle `json:"client"`
-	TSG    ioctl.Handle `json:"tsg"`
-	Detail string       `json:"detail"`
-	Result string       `json:"result,omitempty"`
-	TookUs uint64       `json:"took_us,omitempty"`
-	Group  *trace.TSG   `json:"group,omitempty"`
+	Type   string          `json:"type"`
+	Time   float64         `json:"time_s"`
+	Event  string          `json:"event"`
+	By     registry.Caller `json:"by"`
+	Client ioctl.Handle    `json:"client"`
+	TSG    ioctl.Handle    `json:"tsg"`
+	Detail string          `json:"detail"`
+	Result string          `json:"result,omitempty"`
+	TookUs uint64          `json:"took_us,omitempty"`
+	Group  *registry.Group `json:"group,omitempty"`
 }
 
 func (t *tsgTrace) Event(ev trace.Event) error {
@@ -62,6 +62,10 @@ func (t *tsgTrace) Event(ev trace.Event) error {
 		t.calls++
 	}
 	for _, u := range t.reg.Apply(ev) {
+		if u.Kind == registry.UpdateProcessExit {
+			// Its groups' tsg-exit lines already said it.
+			continue
+		}
 		if err := t.print(ev, u); err != nil {
 			return err
 		}
@@ -69,31 +73,31 @@ func (t *tsgTrace) Event(ev trace.Event) error {
 	return nil
 }
 
-func (t *tsgTrace) print(ev trace.Event, u trace.Update) error {
+func (t *tsgTrace) print(ev trace.Event, u registry.Update) error {
 	g := u.After
 	if g.Handle == 0 {
 		g = u.Before
 	}
 	line := tsgLine{Type: "update", Time: t.out.seconds(ev.Time()), Event: string(u.Kind), Client: g.Client, TSG: g.Handle}
 	if u.Call != nil {
-		line.By = trace.Caller{PID: u.Call.PID, TID: u.Call.TID, Comm: u.Call.Comm}
+		line.By = registry.Caller{PID: u.Call.PID, TID: u.Call.TID, Comm: u.Call.Comm}
 		line.Result = u.Call.Result()
 		line.TookUs = usecs(u.Call.Duration())
 	} else {
-		line.By = trace.Caller{PID: g.PID, Comm: g.Comm}
+		line.By = registry.Caller{PID: uint32(g.PID), Comm: g.Comm}
 	}
-	if t.pid != 0 && line.By.PID != t.pid && g.PID != t.pid {
+	if t.pid != 0 && line.By.PID != t.pid && uint32(g.PID) != t.pid {
 		return nil
 	}
 	line.Detail = tsgDetail(u, g)
 	// Who owns the group, when someone else acted on it.
 	owner := ""
-	if line.By.PID != g.PID && g.PID != 0 {
-		owner = ", group of " + procName(g.Comm, g.PID)
+	if line.By.PID != uint32(g.PID) && g.PID != 0 {
+		owner = ", group of " + procName(g.Comm, uint32(g.PID))
 	}
 	if t.out.json {
 		line.Detail += owner
-		if u.Kind != trace.UpdateTSGFree && u.Kind != trace.UpdateTSGExit {
+		if u.Kind != registry.UpdateTSGFree && u.Kind != registry.UpdateTSGExit {
 			line.Group = &g
 		}
 		return t.out.jsonLine(line)
@@ -105,7 +109,7 @@ func (t *tsgTrace) print(ev trace.Event, u trace.Update) error {
 	// RM's answer and the call's time, for controls (what they cost) and
 	// for refused calls.
 	status := ""
-	if u.Call != nil && (u.Kind == trace.UpdateControl || !u.Call.OK()) {
+	if u.Call != nil && (u.Kind == registry.UpdateControl || !u.Call.OK()) {
 		status = fmt.Sprintf(": %s in %dus", line.Result, line.TookUs)
 	}
 	_, err := fmt.Fprintf(t.out.w, "%-10.6f %-7d %-15s %-20s %-10v %-10v %s%s%s\n",
@@ -115,36 +119,36 @@ func (t *tsgTrace) print(ev trace.Event, u trace.Update) error {
 
 // eventName is the EVENT column: the update kind, or for controls the
 // command (SET_TIMESLICE, PREEMPT, ...).
-func eventName(u trace.Update) string {
-	if u.Kind == trace.UpdateControl && u.Call != nil && u.Call.Control != nil {
+func eventName(u registry.Update) string {
+	if u.Kind == registry.UpdateControl && u.Call != nil && u.Call.Control != nil {
 		return shortControl(u.Call.Control.Cmd)
 	}
 	return string(u.Kind)
 }
 
 // tsgDetail says what the update did.
-func tsgDetail(u trace.Update, g trace.TSG) string {
+func tsgDetail(u registry.Update, g registry.Group) string {
 	switch u.Kind {
-	case trace.UpdateTSGAlloc:
+	case registry.UpdateTSGAlloc:
 		return fmt.Sprintf("device %v fd %d", g.Device, u.Call.FD)
-	case trace.UpdateChannelAlloc:
+	case registry.UpdateChannelAlloc:
 		return fmt.Sprintf("channel %v class %#x, %d channels", u.Object, u.Class, g.Channels)
-	case trace.UpdateEngine:
+	case registry.UpdateEngine:
 		return fmt.Sprintf("%s (%v class %#x)", g.Engine, u.Object, u.Class)
-	case trace.UpdateChannelFree:
+	case registry.UpdateChannelFree:
 		return fmt.Sprintf("channel %v, %d channels", u.Object, g.Channels)
-	case trace.UpdateTSGFree:
+	case registry.UpdateTSGFree:
 		return fmt.Sprintf("%s, %d channels", g.Engine, g.Channels)
-	case trace.UpdateTSGExit:
+	case registry.UpdateTSGExit:
 		return fmt.Sprintf("%s, %d channels: freed with its process", g.Engine, g.Channels)
-	case trace.UpdateControl:
+	case registry.UpdateControl:
 		return controlDetail(u.Call.Control, u.Before)
 	}
 	return ""
 }
 
 // controlDetail shows a control's value, and for a change what it was.
-func controlDetail(c *trace.Control, before trace.TSG) string {
+func controlDetail(c *trace.Control, before registry.Group) string {
 	switch c.Cmd {
 	case ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE:
 		us, ok := c.TimesliceUs()
@@ -152,8 +156,8 @@ func controlDetail(c *trace.Control, before trace.TSG) string {
 			return "?"
 		}
 		s := tsg.Micros(us).String()
-		if c.Cmd == ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE && before.TimesliceUs != 0 {
-			s += " (was " + tsg.Micros(before.TimesliceUs).String() + ")"
+		if c.Cmd == ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE && before.Timeslice != 0 {
+			s += " (was " + before.Timeslice.String() + ")"
 		}
 		return s
 	case ioctl.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, ioctl.NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL:
@@ -203,19 +207,19 @@ func (t *tsgTrace) End(lost uint64) error {
 
 // printGroups prints the live groups and, for each, its last change.
 func (t *tsgTrace) printGroups(kind string) error {
-	var groups []trace.TSG
+	var groups []registry.Group
 	for _, g := range t.reg.Groups() {
-		if t.pid == 0 || g.PID == t.pid {
+		if t.pid == 0 || uint32(g.PID) == t.pid {
 			groups = append(groups, g)
 		}
 	}
 	if t.out.json {
 		if groups == nil {
-			groups = []trace.TSG{}
+			groups = []registry.Group{}
 		}
 		return t.out.jsonLine(struct {
-			Type   string      `json:"type"`
-			Groups []trace.TSG `json:"groups"`
+			Type   string           `json:"type"`
+			Groups []registry.Group `json:"groups"`
 		}{kind, groups})
 	}
 	t.out.separate()
@@ -224,8 +228,8 @@ func (t *tsgTrace) printGroups(kind string) error {
 	fmt.Fprintln(tw, "PID\tCOMM\tFD\tCLIENT\tTSG\tENGINE\tCHANNELS\tTIMESLICE\tSET BY\tINTERLEAVE\tSCHEDULE\tPREEMPTS\tLAST CHANGE")
 	for _, g := range groups {
 		ts, setBy, last := "?", "-", "-"
-		if g.TimesliceUs != 0 {
-			ts = tsg.Micros(g.TimesliceUs).String()
+		if g.Timeslice != 0 {
+			ts = g.Timeslice.String()
 		}
 		for _, c := range g.Changes {
 			if c.Cmd == ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE {
