@@ -155,7 +155,7 @@ func testOptions(t *testing.T, scenarios, ctl string) runOptions {
 		t.Fatal(err)
 	}
 	return runOptions{
-		Scenarios: scs, Out: t.TempDir(), Ctl: ctl,
+		Scenarios: scs, Repeat: 1, Seed: 1, Out: t.TempDir(), Ctl: ctl,
 		Duration: 300 * time.Millisecond, Settle: 20 * time.Millisecond, ReadyTimeout: 10 * time.Second,
 		Period: 3500 * time.Microsecond, Requests: 40, Warmup: 1,
 		LCIters: DefaultLCKernelIters, LCThreads: 256, LCCalibrateUs: 20,
@@ -191,8 +191,8 @@ func TestRunMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var res Results
-	if err := readJSON(filepath.Join(o.Out, "results.json"), &res); err != nil {
+	res, err := LoadResults(filepath.Join(o.Out, "results.json"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	if len(res.Scenarios) != 5 || res.Error != "" {
@@ -289,8 +289,8 @@ func TestRunFailures(t *testing.T) {
 				t.Errorf("took %v to fail", time.Since(start))
 			}
 			// The failure is recorded beside the partial results.
-			var res Results
-			if err := readJSON(filepath.Join(o.Out, "results.json"), &res); err != nil {
+			res, err := LoadResults(filepath.Join(o.Out, "results.json"))
+			if err != nil {
 				t.Fatal(err)
 			}
 			if res.Error == "" || len(res.Scenarios) != 1 || res.Scenarios[0].Error == "" {

@@ -92,7 +92,7 @@ func TestScenarioProperties(t *testing.T) {
 			if sc.HasLC() != tt.hasLC || sc.NeedsCtl() != tt.needsCtl || sc.BECount() != tt.beCount || sc.Dir() != tt.dir {
 				t.Errorf("HasLC %v NeedsCtl %v BECount %d Dir %q", sc.HasLC(), sc.NeedsCtl(), sc.BECount(), sc.Dir())
 			}
-			if s, b := baselineNames(sc.Runtime); s != tt.baseline || b != tt.beBaseline {
+			if s, b := baselineNames(sc); s != tt.baseline || b != tt.beBaseline {
 				t.Errorf("baselines %q %q", s, b)
 			}
 		})
