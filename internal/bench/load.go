@@ -68,7 +68,9 @@ func DecodeResults(r io.Reader) (*Results, error) {
 	}
 	var res Results
 	if err := json.Unmarshal(b, &res); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadResults, err)
+		// %v: a bad scenario name inside is the file's fault, not a usage
+		// error of this command.
+		return nil, fmt.Errorf("%w: %v", ErrBadResults, err)
 	}
 	if err := res.check(); err != nil {
 		return nil, err
