@@ -120,7 +120,7 @@ func FuzzDecodeResults(f *testing.F) {
 // FuzzRunOptionsJSON: the config block of results.json reads back what it
 // wrote, and refuses rather than crashes on anything else.
 func FuzzRunOptionsJSON(f *testing.F) {
-	if b, err := json.Marshal(repeatFixture().Config); err == nil {
+	if b, err := json.Marshal(fixtureResults().Config); err == nil {
 		f.Add(b)
 	}
 	f.Add([]byte(`{"duration":"20s","period":"-1h","scenarios":["multi-tenant:be:3:be:1","be-1us@x2"]}`))
