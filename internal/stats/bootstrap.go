@@ -87,22 +87,28 @@ func QuantileRatioCI(a, b []float64, ps []float64, cfg Bootstrap) []Interval {
 }
 
 // resampleQuantiles draws len(sorted) indices with replacement into counts
-// and writes the nearest-rank percentiles ps of that resample into q.
+// and writes the nearest-rank percentiles ps of that resample into q, in
+// one pass over the counts (ps in any order).
 func resampleQuantiles(sorted []float64, counts []int32, ps, q []float64, rng *rand.Rand) {
 	n := len(sorted)
 	clear(counts)
 	for range n {
 		counts[rng.IntN(n)]++
 	}
-	for i, p := range ps {
-		rank := nearestRank(n, p)
-		seen := 0
-		for j, c := range counts {
-			seen += int(c)
-			if seen >= rank {
-				q[i] = sorted[j]
-				break
-			}
+	order := make([]int, len(ps))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return nearestRank(n, ps[a]) - nearestRank(n, ps[b]) })
+	next, seen := 0, 0
+	for j, c := range counts {
+		seen += int(c)
+		for next < len(order) && seen >= nearestRank(n, ps[order[next]]) {
+			q[order[next]] = sorted[j]
+			next++
+		}
+		if next == len(order) {
+			return
 		}
 	}
 }
