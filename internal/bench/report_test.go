@@ -224,3 +224,39 @@ func TestPlotCDF(t *testing.T) {
 		t.Errorf("a plot without LC samples was written: %v", err)
 	}
 }
+
+func TestTimeline(t *testing.T) {
+	var samples []LCSample
+	for i := range 10 {
+		samples = append(samples, LCSample{ArrivalMonoNs: 5e9 + int64(i)*1e9, LatencyNs: int64(i+1) * 1000})
+	}
+	tests := []struct {
+		buckets        int
+		wantX, wantP50 []float64
+	}{
+		{buckets: 10, wantX: []float64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, wantP50: []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}},
+		{buckets: 2, wantX: []float64{0, 5}, wantP50: []float64{3, 8}},
+		{buckets: 3, wantX: []float64{0, 4, 8}, wantP50: []float64{2, 6, 9}},
+	}
+	for _, tt := range tests {
+		p50, p99 := timeline(samples, tt.buckets)
+		var xs, ys []float64
+		for _, pt := range p50 {
+			xs, ys = append(xs, pt.X), append(ys, pt.Y)
+		}
+		if !reflect.DeepEqual(xs, tt.wantX) || !reflect.DeepEqual(ys, tt.wantP50) || len(p99) != len(p50) {
+			t.Errorf("%d buckets: x %v p50 %v (%d p99 points), want x %v p50 %v", tt.buckets, xs, ys, len(p99), tt.wantX, tt.wantP50)
+		}
+	}
+}
+
+func TestPlotTimeline(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "timeline.png")
+	if err := PlotTimeline(path, fixtureResults()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Fatalf("timeline.png: %v, %d bytes", err, len(b))
+	}
+}
