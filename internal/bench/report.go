@@ -80,8 +80,13 @@ func writeHeader(b *strings.Builder, res *Results) {
 		fmt.Fprintf(b, "- Per scenario run: %s measured after %s settle; %s\n", fmtDuration(c.Duration), fmtDuration(c.Settle), rs)
 	}
 	if res.usesRuntime(RuntimeKernels) {
-		fmt.Fprintf(b, "- LC: lc_work, %s x %d threads, %d iters%s, one request every %s, prep %s, %d requests per run (p99 from the %d slowest)\n",
-			blocksOr(c.LCBlocks, "1 block/SM"), c.LCThreads, c.LCIters, calibratedNote(c.LCCalibrateUs > 0), fmtDuration(c.Period), c.Prep, c.Requests, c.Requests/100)
+		n := c.lcRequests(Scenario{Runtime: RuntimeKernels})
+		how := "from --requests"
+		if c.Requests == 0 {
+			how = fmt.Sprintf("--duration / period, at least %d", minP99Requests)
+		}
+		fmt.Fprintf(b, "- LC: lc_work, %s x %d threads, %d iters%s, one request every %s, prep %s, %d requests per run (%s; p99 from the %d slowest)\n",
+			blocksOr(c.LCBlocks, "1 block/SM"), c.LCThreads, c.LCIters, calibratedNote(c.LCCalibrateUs > 0), fmtDuration(c.Period), c.Prep, n, how, n/100)
 		fmt.Fprintf(b, "- BE: be_fma, %s x %d threads, %d iters%s, %d in flight\n",
 			blocksOr(c.BEBlocks, "2 blocks/SM"), c.BEThreads, c.BEIters, calibratedNote(c.BECalibrateMs > 0), c.BEQueue)
 	}
@@ -93,8 +98,8 @@ func writeHeader(b *strings.Builder, res *Results) {
 		if c.PyGraph && rt == RuntimePyTorch {
 			mode = "CUDA graph"
 		}
-		fmt.Fprintf(b, "- %s: LC %s batch %d (%s) every %s; BE %s training, batch %d (BE rate in iterations/s)\n",
-			rt, c.PyLCModel, c.PyLCBatch, mode, fmtDuration(c.PyPeriod), c.PyBEModel, c.PyBEBatch)
+		fmt.Fprintf(b, "- %s: LC %s batch %d (%s) every %s, %d requests per run; BE %s training, batch %d (BE rate in iterations/s)\n",
+			rt, c.PyLCModel, c.PyLCBatch, mode, fmtDuration(c.PyPeriod), c.lcRequests(Scenario{Runtime: rt}), c.PyBEModel, c.PyBEBatch)
 	}
 	b.WriteString("- Ratios: to the standalone (and be-only) run of the same repetition; \"CI\" is a bootstrap 95% interval of the ratio of quantiles over all repetitions' requests together; \"clock-normalised\" scales the LC latency by the scenario's SM clock over the standalone one's (exact only for clock-bound kernels)\n")
 }
