@@ -82,7 +82,9 @@ def main():
     ap.add_argument("--device", type=int, default=0, help="CUDA device ordinal")
     ap.add_argument("--cuda-graph", action="store_true",
                     help="capture the forward pass in a CUDA graph and replay it per request, as serving stacks do; "
-                         "eager mode spends milliseconds issuing kernels from Python, which hides GPU scheduling")
+                         "without it (eager) each request issues its kernels one by one from Python over milliseconds: a "
+                         "launch-bound LC, which makes a short BE timeslice pay a switch per kernel (gpreempt-bench's "
+                         "pytorch-eager-* scenarios)")
     ap.add_argument("--seed", type=int, default=1, help="seed for --prep")
     ap.add_argument("--wait-go", action="store_true", help="after READY, wait for a line on stdin")
     ap.add_argument("--out", default="-", help="result JSON file ('-': stdout)")

@@ -25,6 +25,8 @@ const (
 	ExitUsage       = 2 // bad flags or arguments
 	ExitNoGPU       = 3 // no driver or no device
 	ExitImplausible = 4 // results failed the plausibility checks
+	ExitBadResults  = 5 // compare: a results file that cannot be read
+	ExitMismatch    = 6 // compare: results of different devices or workloads
 )
 
 var deviceFlag = &cli.IntFlag{Name: "device", Usage: "CUDA device ordinal", EnvVars: []string{"GPREEMPT_BENCH_DEVICE"}}
@@ -37,7 +39,7 @@ func NewApp() *cli.App {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error (logs go to stderr)", EnvVars: []string{"GPREEMPT_LOG_LEVEL"}},
 		},
-		Commands:        []*cli.Command{runCommand, beCommand, lcCommand},
+		Commands:        []*cli.Command{runCommand, compareCommand, beCommand, lcCommand},
 		HideHelpCommand: true,
 		// main prints the error once, with the exit code it picks.
 		ExitErrHandler: func(*cli.Context, error) {},
@@ -75,6 +77,10 @@ func ExitCode(err error) int {
 		return ExitNoGPU
 	case errors.Is(err, ErrImplausible):
 		return ExitImplausible
+	case errors.Is(err, ErrBadResults):
+		return ExitBadResults
+	case errors.Is(err, ErrMismatch):
+		return ExitMismatch
 	}
 	return ExitFailure
 }

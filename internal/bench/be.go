@@ -106,28 +106,16 @@ func runBE(ctx context.Context, o beOptions, stdout io.Writer, log *slog.Logger)
 	if o.Blocks == 0 {
 		o.Blocks = 2 * g.info.SMs
 	}
-	grid, block := cuda.Dim3{X: uint32(o.Blocks)}, cuda.Dim3{X: uint32(o.Threads)}
-
-	out, err := g.ctx.MemAlloc(uint64(o.Blocks * o.Threads * 4))
+	w, err := newBEWork(g, o.Blocks, o.Threads)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, g.ctx.MemFree(out)) }()
-	stream, err := g.ctx.NewStream(cuda.StreamNonBlocking)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, stream.Destroy()) }()
-	timer, err := newKernelTimer(g, stream)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, timer.close()) }()
+	defer func() { err = errors.Join(err, w.close()) }()
 
 	if o.CalibrateMs > 0 {
 		target := time.Duration(o.CalibrateMs * float64(time.Millisecond))
 		iters, d, err := calibrate(target, 10000, func(iters uint64) (time.Duration, error) {
-			return timer.time(g.k.BEFMA, grid, block, 3, cuda.Ptr(out), cuda.U64(iters))
+			return w.timer.time(g.k.BEFMA, w.grid, w.block, 3, w.args(iters)...)
 		})
 		if err != nil {
 			return fmt.Errorf("calibrate be_fma: %w", err)
@@ -139,12 +127,11 @@ func runBE(ctx context.Context, o beOptions, stdout io.Writer, log *slog.Logger)
 			return err
 		}
 	}
-	args := []cuda.Arg{cuda.Ptr(out), cuda.U64(o.Iters)}
 
 	// One kernel to completion before READY: the module is JIT-compiled and
 	// loaded, the context's channels exist, and the orchestrator may now
 	// change this process's TSGs.
-	first, err := timer.time(g.k.BEFMA, grid, block, 1, args...)
+	first, err := w.timer.time(g.k.BEFMA, w.grid, w.block, 1, w.args(o.Iters)...)
 	if err != nil {
 		return fmt.Errorf("first be_fma: %w", err)
 	}
@@ -154,53 +141,15 @@ func runBE(ctx context.Context, o beOptions, stdout io.Writer, log *slog.Logger)
 	}
 	log.Info("be ready", "first_kernel", first, "iters", o.Iters, "grid", o.Blocks, "block", o.Threads)
 
-	events := make([]*cuda.Event, o.Queue)
-	for i := range events {
-		if events[i], err = g.ctx.NewEvent(cuda.EventDisableTiming); err != nil {
-			return err
-		}
-		defer func(e *cuda.Event) { err = errors.Join(err, e.Destroy()) }(events[i])
-	}
-
-	start := time.Now()
-	deadline := start.Add(o.Duration)
 	// Sized for the expected count so the loop does not reallocate.
 	expected := int(o.Duration/max(first, time.Microsecond)) + 16
-	completions := make([]int64, 0, min(expected, 1<<24))
-	head, inflight := 0, 0
-	retire := func() error {
-		if err := events[head].Synchronize(); err != nil {
-			return fmt.Errorf("be_fma kernel %d: %w", len(completions), err)
-		}
-		completions = append(completions, monoNs(time.Now()))
-		head = (head + 1) % len(events)
-		inflight--
-		return nil
-	}
-	for ctx.Err() == nil && time.Now().Before(deadline) {
-		for inflight < len(events) {
-			if err := g.k.BEFMA.Launch(grid, block, 0, stream, args...); err != nil {
-				return err
-			}
-			if err := events[(head+inflight)%len(events)].Record(stream); err != nil {
-				return err
-			}
-			inflight++
-		}
-		if err := retire(); err != nil {
-			return err
-		}
-	}
-	// Kernels already queued still run; count them so that the last
-	// stretch of the window is not undercounted.
-	for inflight > 0 {
-		if err := retire(); err != nil {
-			return err
-		}
+	start := time.Now()
+	completions, err := w.loop(ctx, o.Iters, o.Queue, start.Add(o.Duration), min(expected, 1<<24))
+	if err != nil {
+		return err
 	}
 	end := time.Now()
 	wall := end.Sub(start).Seconds()
-
 	res := &BEResult{
 		Schema: SchemaVersion,
 		Worker: "gpreempt-bench be",
@@ -225,4 +174,80 @@ func runBE(ctx context.Context, o beOptions, stdout io.Writer, log *slog.Logger)
 	}
 	log.Info("be done", "kernels", res.Kernels, "kernels_per_sec", fmt.Sprintf("%.1f", res.KernelsPerSec))
 	return writeJSON(o.Out, stdout, res)
+}
+
+// beWork is what the BE kernels run with: their output buffer, stream and
+// timer.
+type beWork struct {
+	g           *gpu
+	grid, block cuda.Dim3
+	out         cuda.DevicePtr
+	stream      *cuda.Stream
+	timer       *kernelTimer
+}
+
+func newBEWork(g *gpu, blocks, threads int) (w *beWork, err error) {
+	w = &beWork{g: g, grid: cuda.Dim3{X: uint32(blocks)}, block: cuda.Dim3{X: uint32(threads)}}
+	if w.out, err = g.ctx.MemAlloc(uint64(blocks * threads * 4)); err != nil {
+		return nil, err
+	}
+	if w.stream, err = g.ctx.NewStream(cuda.StreamNonBlocking); err != nil {
+		return nil, errors.Join(err, g.ctx.MemFree(w.out))
+	}
+	if w.timer, err = newKernelTimer(g, w.stream); err != nil {
+		return nil, errors.Join(err, w.stream.Destroy(), g.ctx.MemFree(w.out))
+	}
+	return w, nil
+}
+
+func (w *beWork) close() error {
+	return errors.Join(w.timer.close(), w.stream.Destroy(), w.g.ctx.MemFree(w.out))
+}
+
+func (w *beWork) args(iters uint64) []cuda.Arg { return []cuda.Arg{cuda.Ptr(w.out), cuda.U64(iters)} }
+
+// loop keeps queue kernels in flight until deadline or ctx ends, then
+// drains them, and returns each kernel's completion time
+// (CLOCK_MONOTONIC): kernels already queued still run, and counting them
+// keeps the last stretch of the window from being undercounted.
+func (w *beWork) loop(ctx context.Context, iters uint64, queue int, deadline time.Time, capacity int) (completions []int64, err error) {
+	events := make([]*cuda.Event, queue)
+	for i := range events {
+		if events[i], err = w.g.ctx.NewEvent(cuda.EventDisableTiming); err != nil {
+			return nil, err
+		}
+		defer func(e *cuda.Event) { err = errors.Join(err, e.Destroy()) }(events[i])
+	}
+	args := w.args(iters)
+	completions = make([]int64, 0, capacity)
+	head, inflight := 0, 0
+	retire := func() error {
+		if err := events[head].Synchronize(); err != nil {
+			return fmt.Errorf("be_fma kernel %d: %w", len(completions), err)
+		}
+		completions = append(completions, monoNs(time.Now()))
+		head = (head + 1) % len(events)
+		inflight--
+		return nil
+	}
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		for inflight < len(events) {
+			if err := w.g.k.BEFMA.Launch(w.grid, w.block, 0, w.stream, args...); err != nil {
+				return nil, err
+			}
+			if err := events[(head+inflight)%len(events)].Record(w.stream); err != nil {
+				return nil, err
+			}
+			inflight++
+		}
+		if err := retire(); err != nil {
+			return nil, err
+		}
+	}
+	for inflight > 0 {
+		if err := retire(); err != nil {
+			return nil, err
+		}
+	}
+	return completions, nil
 }

@@ -109,7 +109,8 @@ func checkShare(sh BEShare, window time.Duration) error {
 
 // scenarioWarnings notes results that are possible but suspicious, kept in
 // the report rather than failing the run.
-func scenarioWarnings(sr *ScenarioResult) []string {
+// standalone is the same repetition's LC baseline, nil if none.
+func scenarioWarnings(sr, _ *ScenarioResult) []string {
 	var w []string
 	if sr.LC != nil && sr.LC.Late > len(sr.LC.Samples)/100 {
 		w = append(w, fmt.Sprintf("%d of %d LC requests started more than a period late: latency exceeds the period, arrivals were not periodic", sr.LC.Late, len(sr.LC.Samples)))

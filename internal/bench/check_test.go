@@ -118,11 +118,11 @@ func TestCheckShareAndCount(t *testing.T) {
 func TestScenarioWarnings(t *testing.T) {
 	sr := &ScenarioResult{LC: goodLC(200), BEVsBEOnly: 1.2, LCP50VsStandalone: 0.5}
 	sr.LC.Late = 10
-	w := scenarioWarnings(sr)
+	w := scenarioWarnings(sr, nil)
 	if len(w) != 3 {
 		t.Fatalf("warnings %q, want late, BE above baseline, LC faster than alone", w)
 	}
-	if w := scenarioWarnings(&ScenarioResult{LC: goodLC(200), BEVsBEOnly: 0.9, LCP50VsStandalone: 6}); len(w) != 0 {
+	if w := scenarioWarnings(&ScenarioResult{LC: goodLC(200), BEVsBEOnly: 0.9, LCP50VsStandalone: 6}, nil); len(w) != 0 {
 		t.Fatalf("unexpected warnings %q", w)
 	}
 }

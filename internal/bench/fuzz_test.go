@@ -1,9 +1,12 @@
 package bench
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 )
 
@@ -75,6 +78,68 @@ func FuzzWorkerResult(f *testing.F) {
 		}
 		if err := readJSON(path, &lc); err == nil {
 			t.Fatalf("invalid JSON accepted: %q", b)
+		}
+	})
+}
+
+// FuzzDecodeResults: results files come from other machines and other
+// versions of the binary; compare must refuse what it cannot read, never
+// crash, and whatever it accepts must render.
+func FuzzDecodeResults(f *testing.F) {
+	// Small seeds: the fuzzer mutates faster on them, and the repetition
+	// fixture's thousands of samples add nothing to the decoder's paths.
+	if b, err := json.Marshal(fixtureResults()); err == nil {
+		f.Add(b)
+	}
+	f.Add([]byte(`{"schema":1,"tool":"gpreempt-bench","config":{"period":"3.5ms","prep":"500us","scenarios":["standalone","be-1us"]},"scenarios":[{"name":"standalone","lc":{"samples":[{"latency_ns":30000}]}},{"name":"be-1us","lc":{"samples":[{"latency_ns":1}]}}]}`))
+	f.Add([]byte(`{"schema":2,"tool":"gpreempt-bench","scenarios":[{"name":"x@x0"}],"summaries":[{"name":"x","lc_p50_vs_standalone":{"per_rep":[],"ci95":{"lo":1,"hi":0}}}]}`))
+	f.Add([]byte{0x1f, 0x8b, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		res, err := DecodeResults(bytes.NewReader(b))
+		if err != nil {
+			if !errors.Is(err, ErrBadResults) {
+				t.Fatalf("error %v does not wrap ErrBadResults", err)
+			}
+			return
+		}
+		if res.Summaries == nil {
+			t.Fatal("accepted results without summaries")
+		}
+		var out bytes.Buffer
+		if err := WriteMarkdown(&out, res); err != nil {
+			t.Fatal(err)
+		}
+		if cmp, err := Compare(res, res, false); err == nil {
+			if err := cmp.WriteMarkdown(&out); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// FuzzRunOptionsJSON: the config block of results.json reads back what it
+// wrote, and refuses rather than crashes on anything else.
+func FuzzRunOptionsJSON(f *testing.F) {
+	if b, err := json.Marshal(fixtureResults().Config); err == nil {
+		f.Add(b)
+	}
+	f.Add([]byte(`{"duration":"20s","period":"-1h","scenarios":["multi-tenant:be:3:be:1","be-1us@x2"]}`))
+	f.Add([]byte(`{"prep":"uniform:1ms:0s"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var o runOptions
+		if err := json.Unmarshal(b, &o); err != nil {
+			return
+		}
+		again, err := json.Marshal(o)
+		if err != nil {
+			t.Fatalf("accepted %q but cannot write it back: %v", b, err)
+		}
+		var o2 runOptions
+		if err := json.Unmarshal(again, &o2); err != nil {
+			t.Fatalf("cannot read back %s: %v", again, err)
+		}
+		if !reflect.DeepEqual(o, o2) {
+			t.Fatalf("round trip changed the options:\n%+v\n%+v", o, o2)
 		}
 	})
 }

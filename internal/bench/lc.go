@@ -175,6 +175,64 @@ func (r *lcRequester) do(hint *prepreempt.Request) (LCSample, error) {
 	return s, nil
 }
 
+// newLCRequester allocates what a request touches: its stream and the
+// kernel's stamp buffer.
+func newLCRequester(g *gpu, blocks, threads int) (r *lcRequester, err error) {
+	r = &lcRequester{
+		g:     g,
+		grid:  cuda.Dim3{X: uint32(blocks)},
+		block: cuda.Dim3{X: uint32(threads)},
+		host:  make([]uint64, kernels.LCStampWords),
+	}
+	if r.stream, err = g.ctx.NewStream(cuda.StreamNonBlocking); err != nil {
+		return nil, err
+	}
+	if r.stamps, err = g.ctx.MemAlloc(kernels.LCStampWords * 8); err != nil {
+		return nil, errors.Join(err, r.stream.Destroy())
+	}
+	if err := g.ctx.MemsetD8(r.stamps, 0, kernels.LCStampWords*8); err != nil {
+		return nil, errors.Join(err, r.close())
+	}
+	return r, nil
+}
+
+func (r *lcRequester) close() error {
+	return errors.Join(r.g.ctx.MemFree(r.stamps), r.stream.Destroy())
+}
+
+// measureLC runs o.Requests requests, one every o.Period (a request that
+// arrives while the previous one still runs starts late and is counted),
+// and returns their samples and the measurement's bounds.
+func measureLC(ctx context.Context, o lcOptions, rng *rand.Rand, request func(time.Duration) (LCSample, error)) (samples []LCSample, late int, start, end time.Time, err error) {
+	samples = make([]LCSample, 0, o.Requests)
+	// The measurement loop allocates nothing; a collection during it would
+	// only add pauses to some requests.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+
+	start = time.Now()
+	for i := range o.Requests {
+		if err := ctx.Err(); err != nil {
+			return nil, 0, start, start, fmt.Errorf("interrupted after %d requests: %w", i, err)
+		}
+		arrival := start.Add(time.Duration(i) * o.Period)
+		now := time.Now()
+		if now.Before(arrival) {
+			sleepUntil(arrival)
+		} else if now.Sub(arrival) > o.Period {
+			late++
+		}
+		prep := o.Prep.Sample(rng)
+		s, err := request(prep)
+		if err != nil {
+			return nil, 0, start, start, fmt.Errorf("request %d: %w", i, err)
+		}
+		s.ArrivalMonoNs = monoNs(arrival)
+		s.PrepNs = int64(prep)
+		samples = append(samples, s)
+	}
+	return samples, late, start, time.Now(), nil
+}
+
 func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, log *slog.Logger) (err error) {
 	if err := o.validate(); err != nil {
 		return err
@@ -195,25 +253,12 @@ func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, 
 	if o.Blocks == 0 {
 		o.Blocks = g.info.SMs
 	}
-	stream, err := g.ctx.NewStream(cuda.StreamNonBlocking)
+	req, err := newLCRequester(g, o.Blocks, o.Threads)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, stream.Destroy()) }()
-	stamps, err := g.ctx.MemAlloc(kernels.LCStampWords * 8)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, g.ctx.MemFree(stamps)) }()
-	if err := g.ctx.MemsetD8(stamps, 0, kernels.LCStampWords*8); err != nil {
-		return err
-	}
-	req := &lcRequester{
-		g: g, stream: stream, stamps: stamps,
-		grid:  cuda.Dim3{X: uint32(o.Blocks)},
-		block: cuda.Dim3{X: uint32(o.Threads)},
-		host:  make([]uint64, kernels.LCStampWords),
-	}
+	defer func() { err = errors.Join(err, req.close()) }()
+	stream, stamps := req.stream, req.stamps
 
 	if o.CalibrateUs > 0 {
 		timer, err := newKernelTimer(g, stream)
@@ -280,35 +325,10 @@ func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, 
 	}
 	log.Info("lc measuring", "requests", o.Requests, "period", o.Period, "prep", o.Prep, "iters", o.Iters, "grid", o.Blocks, "block", o.Threads)
 
-	samples := make([]LCSample, 0, o.Requests)
-	late := 0
-	// The measurement loop allocates nothing; a collection during it would
-	// only add pauses to some requests.
-	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-
-	start := time.Now()
-	for i := range o.Requests {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("interrupted after %d requests: %w", i, err)
-		}
-		arrival := start.Add(time.Duration(i) * o.Period)
-		now := time.Now()
-		if now.Before(arrival) {
-			sleepUntil(arrival)
-			now = arrival
-		} else if now.Sub(arrival) > o.Period {
-			late++
-		}
-		prep := o.Prep.Sample(rng)
-		s, err := request(prep)
-		if err != nil {
-			return fmt.Errorf("request %d: %w", i, err)
-		}
-		s.ArrivalMonoNs = monoNs(arrival)
-		s.PrepNs = int64(prep)
-		samples = append(samples, s)
+	samples, late, start, end, err := measureLC(ctx, o, rng, request)
+	if err != nil {
+		return err
 	}
-	end := time.Now()
 
 	res := &LCResult{
 		Schema:    SchemaVersion,

@@ -107,3 +107,69 @@ func (logTicks) Ticks(lo, hi float64) []plot.Tick {
 	}
 	return ticks
 }
+
+// timelineBuckets bounds the points of the latency-over-time chart.
+const timelineBuckets = 300
+
+// PlotTimeline draws each scenario run's LC latency over its measurement
+// (p50 and p99 of consecutive buckets of requests, time from the start of
+// the window), which is what shows drift in a long soak. It writes nothing
+// when no run has LC samples.
+func PlotTimeline(path string, res *Results) error {
+	p := plot.New()
+	p.Title.Text = "LC latency over time (p50 solid, p99 dashed)"
+	p.X.Label.Text = "time into the measurement (s)"
+	p.Y.Label.Text = "latency (us, log scale)"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = logTicks{}
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	drawn := 0
+	for _, sr := range res.Scenarios {
+		if sr.LC == nil || len(sr.LC.Samples) == 0 || (sr.Rep > 1) {
+			// One repetition per scenario keeps the chart readable.
+			continue
+		}
+		p50, p99 := timeline(sr.LC.Samples, timelineBuckets)
+		for i, xys := range []plotter.XYs{p50, p99} {
+			line, err := plotter.NewLine(xys)
+			if err != nil {
+				return fmt.Errorf("%s: %w", sr.Name, err)
+			}
+			line.Color = plotutil.Color(drawn)
+			line.Width = vg.Points(1)
+			if i == 1 {
+				line.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
+			} else {
+				p.Legend.Add(sr.Name, line)
+			}
+			p.Add(line)
+		}
+		drawn++
+	}
+	if drawn == 0 {
+		return nil
+	}
+	return p.Save(9*vg.Inch, 5.5*vg.Inch, path)
+}
+
+// timeline splits samples (in arrival order) into at most buckets runs of
+// consecutive requests and returns each run's p50 and p99 latency (us)
+// against its first arrival's time since the first request (s).
+func timeline(samples []LCSample, buckets int) (p50, p99 plotter.XYs) {
+	n := len(samples)
+	size := max(1, (n+buckets-1)/buckets)
+	t0 := samples[0].ArrivalMonoNs
+	lat := make([]float64, 0, size)
+	for start := 0; start < n; start += size {
+		lat = lat[:0]
+		for _, s := range samples[start:min(start+size, n)] {
+			lat = append(lat, math.Max(float64(s.LatencyNs)/1e3, 0.1))
+		}
+		sum := stats.Summarize(lat)
+		x := float64(samples[start].ArrivalMonoNs-t0) / 1e9
+		p50 = append(p50, plotter.XY{X: x, Y: sum.P50})
+		p99 = append(p99, plotter.XY{X: x, Y: sum.P99})
+	}
+	return p50, p99
+}

@@ -1,54 +1,234 @@
 package bench
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
+// finalize derives everything the reports show from the runs: ratios per
+// run, then the per-scenario summaries.
+func finalize(res *Results, seed uint64) {
+	computeRatios(res)
+	res.Summaries = summarize(res, seed)
+}
+
+// writeReports writes results.json, results.md, cdf.png and timeline.png,
+// and prints the Markdown.
+func (r *runner) writeReports(res *Results) error {
+	finalize(res, r.o.Seed)
+	var errs []error
+	if err := writeJSON(filepath.Join(r.o.Out, "results.json"), nil, res); err != nil {
+		errs = append(errs, err)
+	}
+	var md bytes.Buffer
+	if err := WriteMarkdown(&md, res); err != nil {
+		errs = append(errs, err)
+	} else {
+		if err := os.WriteFile(filepath.Join(r.o.Out, "results.md"), md.Bytes(), 0o644); err != nil {
+			errs = append(errs, err)
+		}
+		_, _ = r.env.stdout.Write(md.Bytes())
+	}
+	if err := PlotCDF(filepath.Join(r.o.Out, "cdf.png"), res); err != nil {
+		errs = append(errs, fmt.Errorf("cdf.png: %w", err))
+	}
+	if err := PlotTimeline(filepath.Join(r.o.Out, "timeline.png"), res); err != nil {
+		errs = append(errs, fmt.Errorf("timeline.png: %w", err))
+	}
+	r.log.Info("wrote", "dir", r.o.Out)
+	return errors.Join(errs...)
+}
+
 // WriteMarkdown renders results as results.md: a header describing the run,
-// one table row per scenario, then the gpreemptctl calls, warnings and
-// errors. The output depends only on res, so it is golden-tested.
+// the per-scenario summary over repetitions with confidence intervals, the
+// GPU's clocks and power, one row per scenario run, then the gpreemptctl
+// calls, warnings and errors. The output depends only on res, so it is
+// golden-tested.
 func WriteMarkdown(w io.Writer, res *Results) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# gpreempt-bench results\n\n")
+	writeHeader(&b, res)
+	writeSummary(&b, res)
+	writeClocks(&b, res)
+	writeTenants(&b, res)
+	writeRuns(&b, res)
+	writeNotes(&b, res)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeHeader(b *strings.Builder, res *Results) {
 	d := res.Device
-	fmt.Fprintf(&b, "- Device: %s (%d SMs, compute capability %s, driver CUDA %d.%d), host %s, started %s\n",
+	fmt.Fprintf(b, "- Device: %s (%d SMs, compute capability %s, driver CUDA %d.%d), host %s, started %s\n",
 		d.Name, d.SMs, d.CC, d.Driver/1000, d.Driver%1000/10, res.Host, res.StartedAt.Format("2006-01-02 15:04:05 MST"))
-	c := res.Config
-	if c.Duration != "" {
-		fmt.Fprintf(&b, "- Per scenario: %s measured after %s settle\n", c.Duration, c.Settle)
+	c := &res.Config
+	reps := max(c.Repeat, 1)
+	if c.Duration != 0 {
+		rs := "one repetition (no run-to-run spread: intervals cover request-to-request noise only)"
+		if reps > 1 {
+			rs = fmt.Sprintf("%d repetitions, interleaved (every scenario once, then again)", reps)
+		}
+		fmt.Fprintf(b, "- Per scenario run: %s measured after %s settle; %s\n", fmtDuration(c.Duration), fmtDuration(c.Settle), rs)
 	}
 	if res.usesRuntime(RuntimeKernels) {
-		fmt.Fprintf(&b, "- LC: lc_work, %s x %d threads, %d iters%s, one request every %s, prep %s, %d requests\n",
-			blocksOr(c.LCBlocks, "1 block/SM"), c.LCThreads, c.LCIters, calibratedNote(c.LCCalibrated), c.Period, c.Prep, c.Requests)
-		fmt.Fprintf(&b, "- BE: be_fma, %s x %d threads, %d iters%s, %d in flight\n",
-			blocksOr(c.BEBlocks, "2 blocks/SM"), c.BEThreads, c.BEIters, calibratedNote(c.BECalibrated), c.BEQueue)
+		n := c.lcRequests(Scenario{Runtime: RuntimeKernels})
+		how := "from --requests"
+		if c.Requests == 0 {
+			how = fmt.Sprintf("--duration / period, at least %d", minP99Requests)
+		}
+		fmt.Fprintf(b, "- LC: lc_work, %s x %d threads, %d iters%s, one request every %s, prep %s, %d requests per run (%s; p99 from the %d slowest)\n",
+			blocksOr(c.LCBlocks, "1 block/SM"), c.LCThreads, c.LCIters, calibratedNote(c.LCCalibrateUs > 0), fmtDuration(c.Period), c.Prep, n, how, n/100)
+		fmt.Fprintf(b, "- BE: be_fma, %s x %d threads, %d iters%s, %d in flight\n",
+			blocksOr(c.BEBlocks, "2 blocks/SM"), c.BEThreads, c.BEIters, calibratedNote(c.BECalibrateMs > 0), c.BEQueue)
 	}
-	if res.usesRuntime(RuntimePyTorch) {
+	for _, rt := range []Runtime{RuntimePyTorch, RuntimePyTorchEager} {
+		if !res.usesRuntime(rt) {
+			continue
+		}
 		mode := "eager"
-		if c.PyGraph {
+		if c.PyGraph && rt == RuntimePyTorch {
 			mode = "CUDA graph"
 		}
-		fmt.Fprintf(&b, "- PyTorch: LC %s batch %d (%s) every %s (%d requests); BE %s training, batch %d (BE rate in iterations/s)\n",
-			c.PyLCModel, c.PyLCBatch, mode, c.PyPeriod, c.PyRequests, c.PyBEModel, c.PyBEBatch)
+		fmt.Fprintf(b, "- %s: LC %s batch %d (%s) every %s, %d requests per run; BE %s training, batch %d (BE rate in iterations/s)\n",
+			rt, c.PyLCModel, c.PyLCBatch, mode, fmtDuration(c.PyPeriod), c.lcRequests(Scenario{Runtime: rt}), c.PyBEModel, c.PyBEBatch)
 	}
-	b.WriteString("\n")
-	b.WriteString("| scenario | LC p50 / p99 / max (us) | vs standalone p50 / p99 | BE kernels/s | BE vs be-only | LC GPU held |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|\n")
-	for _, sr := range res.Scenarios {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n",
-			scenarioLabel(sr), lcCell(sr), ratioCell(sr), beCell(sr), pctOrDash(sr.BEVsBEOnly), heldCell(sr))
-	}
+	b.WriteString("- Ratios: to the standalone (and be-only) run of the same repetition; \"CI\" is a bootstrap 95% interval of the ratio of quantiles over all repetitions' requests together; \"clock-normalised\" scales the LC latency by the scenario's SM clock over the standalone one's (exact only for clock-bound kernels)\n")
+}
 
+func writeSummary(b *strings.Builder, res *Results) {
+	if len(res.Summaries) == 0 {
+		return
+	}
+	b.WriteString("\n| scenario | reps | LC p50 / p99 (us, pooled) | p50 vs standalone: median [min–max] | p50 CI | p99 vs standalone: median [min–max] | p99 CI | clock-normalised p50 / p99 | BE vs be-only |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range res.Summaries {
+		lat := "–"
+		if s.LCLatencyUs != nil {
+			lat = fmt.Sprintf("%.1f / %.1f", s.LCLatencyUs.P50, s.LCLatencyUs.P99)
+		}
+		clock := "–"
+		if s.P50Clock != nil && s.P99Clock != nil {
+			clock = fmt.Sprintf("%.2fx / %.2fx", s.P50Clock.Median, s.P99Clock.Median)
+		}
+		reps := strconv.Itoa(s.Reps - s.Failed)
+		if s.Failed > 0 {
+			reps += fmt.Sprintf(" (%d failed)", s.Failed)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Name, reps, lat,
+			spreadCell(s.P50, "x"), ciCell(s.P50), spreadCell(s.P99, "x"), ciCell(s.P99), clock, spreadCell(s.BE, "%"))
+	}
+}
+
+// spreadCell renders a ratio's median and range: "1.02x [0.98–1.10]", or a
+// percentage.
+func spreadCell(rs *RatioStats, unit string) string {
+	if rs == nil {
+		return "–"
+	}
+	f := func(v float64) string {
+		if unit == "%" {
+			return fmt.Sprintf("%.1f%%", 100*v)
+		}
+		return fmt.Sprintf("%.2fx", v)
+	}
+	if len(rs.PerRep) == 1 {
+		return f(rs.Median)
+	}
+	return fmt.Sprintf("%s [%s–%s]", f(rs.Median), f(rs.Min), f(rs.Max))
+}
+
+func ciCell(rs *RatioStats) string {
+	if rs == nil || rs.CI95 == nil {
+		return "–"
+	}
+	return fmt.Sprintf("[%.2f, %.2f]", rs.CI95.Lo, rs.CI95.Hi)
+}
+
+func writeClocks(b *strings.Builder, res *Results) {
+	if !slices.ContainsFunc(res.Summaries, func(s *ScenarioSummary) bool { return s.GPU != nil }) {
+		return
+	}
+	b.WriteString("\nGPU during the measurement windows (NVML):\n\n")
+	b.WriteString("| scenario | SM clock p50 / min (MHz) | power p50 / max (W) | temperature max (C) | throttle reasons (share of readings) |\n")
+	b.WriteString("|---|---:|---:|---:|---|\n")
+	for _, s := range res.Summaries {
+		g := s.GPU
+		if g == nil {
+			fmt.Fprintf(b, "| %s | – | – | – | – |\n", s.Name)
+			continue
+		}
+		power := "–"
+		if g.PowerP50 > 0 {
+			power = fmt.Sprintf("%.0f / %.0f", g.PowerP50, g.PowerMax)
+		}
+		var reasons []string
+		for _, n := range g.throttleList() {
+			reasons = append(reasons, fmt.Sprintf("%s %.0f%%", n, 100*g.ThrottleReasons[n]))
+		}
+		if len(reasons) == 0 {
+			reasons = []string{"none"}
+		}
+		fmt.Fprintf(b, "| %s | %.0f / %.0f | %s | %.0f | %s |\n", s.Name, g.SMClockP50, g.SMClockMin, power, g.TempMax, strings.Join(reasons, ", "))
+	}
+}
+
+func writeTenants(b *strings.Builder, res *Results) {
+	if !slices.ContainsFunc(res.Summaries, func(s *ScenarioSummary) bool { return len(s.Tenants) > 0 }) {
+		return
+	}
+	b.WriteString("\nSeveral tenants:\n\n| scenario | LC worker | p50 vs standalone | p99 vs standalone |\n|---|---|---:|---:|\n")
+	for _, s := range res.Summaries {
+		for _, t := range s.Tenants {
+			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", s.Name, t.Label, spreadCell(t.P50, "x"), spreadCell(t.P99, "x"))
+		}
+		if s.BESplit != nil {
+			fmt.Fprintf(b, "| %s | BE split (be1 : be2) | %s | |\n", s.Name, spreadCell(s.BESplit, "x"))
+		}
+	}
+}
+
+func writeRuns(b *strings.Builder, res *Results) {
+	reps := slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return sr.Rep > 0 })
+	b.WriteString("\nEvery run:\n\n")
+	if reps {
+		b.WriteString("| scenario | rep | LC p50 / p99 / max (us) | vs standalone p50 / p99 | clock-normalised | BE kernels/s | BE vs be-only | LC GPU held |\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	} else {
+		b.WriteString("| scenario | LC p50 / p99 / max (us) | vs standalone p50 / p99 | clock-normalised | BE kernels/s | BE vs be-only | LC GPU held |\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
+	}
+	for _, sr := range res.Scenarios {
+		rep := ""
+		if reps {
+			rep = fmt.Sprintf(" %d |", sr.Rep)
+		}
+		fmt.Fprintf(b, "| %s |%s %s | %s | %s | %s | %s | %s |\n",
+			scenarioLabel(sr), rep, lcCell(sr), ratioCell(sr.LCP50VsStandalone, sr.LCP99VsStandalone),
+			ratioCell(sr.LCP50VsStandaloneClock, sr.LCP99VsStandaloneClock), beCell(sr), pctOrDash(sr.BEVsBEOnly), heldCell(sr))
+	}
+}
+
+func writeNotes(b *strings.Builder, res *Results) {
+	runName := func(sr *ScenarioResult) string {
+		if sr.Rep > 0 {
+			return fmt.Sprintf("%s (rep %d)", sr.Name, sr.Rep)
+		}
+		return sr.Name
+	}
 	var calls []string
 	for _, sr := range res.Scenarios {
 		for _, call := range sr.Ctl {
 			argv := append([]string{filepath.Base(call.Argv[0])}, call.Argv[1:]...)
-			calls = append(calls, fmt.Sprintf("- %s: `%s` (exit %d, %.1f ms)", sr.Name, strings.Join(argv, " "), call.ExitCode, call.DurationMs))
+			calls = append(calls, fmt.Sprintf("- %s: `%s` (exit %d, %.1f ms)", runName(sr), strings.Join(argv, " "), call.ExitCode, call.DurationMs))
 		}
 	}
 	if len(calls) > 0 {
@@ -65,18 +245,23 @@ func WriteMarkdown(w io.Writer, res *Results) error {
 		lag := stats.Summarize(nsToUs(ps.LaunchLagSamples))
 		lead := stats.Summarize(nsToUs(ps.ReadyLeadSamples))
 		pre = append(pre, fmt.Sprintf("- %s: %s flags; %d hints: %d early, %d late, %d expired, %d dropped, %d timed out; spinner held the GPU p50 %.1f / p99 %.1f us per request; switch-in p50 %.1f / p99 %.1f us; launch lag p50 %.1f / p99 %.1f us; Ready after launch p50 %.1f / p99 %.1f us",
-			sr.Name, ps.Backend, ps.Hints, ps.Early, ps.Late, ps.Expired, ps.Dropped, ps.TimedOut, held.P50, held.P99, sw.P50, sw.P99, lag.P50, lag.P99, lead.P50, lead.P99))
+			runName(sr), ps.Backend, ps.Hints, ps.Early, ps.Late, ps.Expired, ps.Dropped, ps.TimedOut, held.P50, held.P99, sw.P50, sw.P99, lag.P50, lag.P99, lead.P50, lead.P99))
 	}
 	if len(pre) > 0 {
 		b.WriteString("\nPre-preemption:\n\n" + strings.Join(pre, "\n") + "\n")
 	}
 	var notes []string
+	for _, s := range res.Summaries {
+		for _, wn := range s.Warnings {
+			notes = append(notes, fmt.Sprintf("- %s: warning: %s", s.Name, wn))
+		}
+	}
 	for _, sr := range res.Scenarios {
 		for _, wn := range sr.Warnings {
-			notes = append(notes, fmt.Sprintf("- %s: warning: %s", sr.Name, wn))
+			notes = append(notes, fmt.Sprintf("- %s: warning: %s", runName(sr), wn))
 		}
 		if sr.Error != "" {
-			notes = append(notes, fmt.Sprintf("- %s: **error**: %s", sr.Name, firstLine(sr.Error)))
+			notes = append(notes, fmt.Sprintf("- %s: **error**: %s", runName(sr), firstLine(sr.Error)))
 		}
 	}
 	if res.Error != "" {
@@ -85,8 +270,6 @@ func WriteMarkdown(w io.Writer, res *Results) error {
 	if len(notes) > 0 {
 		b.WriteString("\n" + strings.Join(notes, "\n") + "\n")
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 func nsToUs(ns []int64) []float64 {
@@ -97,7 +280,7 @@ func nsToUs(ns []int64) []float64 {
 	return out
 }
 
-func (res *Results) usesRuntime(runtime string) bool {
+func (res *Results) usesRuntime(runtime Runtime) bool {
 	for _, sr := range res.Scenarios {
 		if sr.Runtime == runtime {
 			return true
@@ -135,11 +318,11 @@ func lcCell(sr *ScenarioResult) string {
 	return fmt.Sprintf("%.1f / %.1f / %.1f", s.P50, s.P99, s.Max)
 }
 
-func ratioCell(sr *ScenarioResult) string {
-	if sr.LCP50VsStandalone == 0 {
+func ratioCell(p50, p99 float64) string {
+	if p50 == 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%.2fx / %.2fx", sr.LCP50VsStandalone, sr.LCP99VsStandalone)
+	return fmt.Sprintf("%.2fx / %.2fx", p50, p99)
 }
 
 func beCell(sr *ScenarioResult) string {

@@ -42,10 +42,12 @@ func fixtureResults() *Results {
 		Schema: SchemaVersion, Tool: "gpreempt-bench", StartedAt: start, Host: "gpu-host",
 		Device:     DeviceInfo{Name: "NVIDIA H100 80GB HBM3", SMs: 132, CC: "9.0", Driver: 13000},
 		Calibrated: map[string]uint64{"be_kernel_iters": 183600, "lc_kernel_iters": 2000},
-		Config: RunConfig{Scenarios: []string{"standalone", "defaults", "be-200us", "be-only", "be-ratio:3000us:1000us", "pytorch"},
-			Out: "/tmp/out", Duration: "20s", Settle: "1s", Period: "3.5ms", Prep: "0", Requests: 5714, Warmup: 50,
-			LCIters: 2000, LCThreads: 256, BEIters: 183600, BEThreads: 256, BEQueue: 3, BECalibrated: true, LCCalibrated: true,
-			PyPeriod: "20ms", PyRequests: 1000, PyLCModel: "resnet50", PyLCBatch: 1, PyGraph: true, PyBEModel: "resnet50", PyBEBatch: 64},
+		Config: runOptions{Scenarios: mustScenarios("standalone,defaults,be-200us,be-only,be-ratio:3000us:1000us,pytorch"), Repeat: 1, Seed: 1,
+			Out: "/tmp/out", Duration: 20 * time.Second, Settle: time.Second, ReadyTimeout: 2 * time.Minute, NVMLInterval: 50 * time.Millisecond,
+			Period: 3500 * time.Microsecond, Requests: 5714, Warmup: 50,
+			LCIters: 2000, LCThreads: 256, BEIters: 183600, BEThreads: 256, BEQueue: 3, BECalibrateMs: 2.35, LCCalibrateUs: 20,
+			PyPeriod: 20 * time.Millisecond, PyRequests: 1000, PyLCModel: "resnet50", PyLCBatch: 1, PyGraph: true, PyBEModel: "resnet50", PyBEBatch: 64,
+			HintLauncher: "goroutine"},
 		Scenarios: []*ScenarioResult{
 			{Name: "standalone", Kind: KindStandalone, Runtime: RuntimeKernels, StartedAt: start, LC: lc, LCLatencyUs: lat(36.1, 52.4, 88.0), LCGPUHeldShare: 0.0058, LCP50VsStandalone: 1, LCP99VsStandalone: 1},
 			{Name: "defaults", Kind: KindShared, Runtime: RuntimeKernels, StartedAt: start, LC: lc, LCLatencyUs: lat(938, 976, 1210.5), LCGPUHeldShare: 0.0061,
@@ -70,6 +72,14 @@ func fixtureResults() *Results {
 		},
 		Error: "scenario pytorch: implausible result",
 	}
+}
+
+func mustScenarios(list string) []Scenario {
+	scs, err := ParseScenarios(list)
+	if err != nil {
+		panic(err)
+	}
+	return scs
 }
 
 func TestWriteMarkdownGolden(t *testing.T) {
@@ -98,8 +108,12 @@ func TestResultsJSONRoundTrip(t *testing.T) {
 	if err := writeJSON(path, nil, in); err != nil {
 		t.Fatal(err)
 	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out Results
-	if err := readJSON(path, &out); err != nil {
+	if err := json.Unmarshal(b, &out); err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(in, &out) {
@@ -208,5 +222,41 @@ func TestPlotCDF(t *testing.T) {
 	}
 	if _, err := os.Stat(empty); !os.IsNotExist(err) {
 		t.Errorf("a plot without LC samples was written: %v", err)
+	}
+}
+
+func TestTimeline(t *testing.T) {
+	var samples []LCSample
+	for i := range 10 {
+		samples = append(samples, LCSample{ArrivalMonoNs: 5e9 + int64(i)*1e9, LatencyNs: int64(i+1) * 1000})
+	}
+	tests := []struct {
+		buckets        int
+		wantX, wantP50 []float64
+	}{
+		{buckets: 10, wantX: []float64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, wantP50: []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}},
+		{buckets: 2, wantX: []float64{0, 5}, wantP50: []float64{3, 8}},
+		{buckets: 3, wantX: []float64{0, 4, 8}, wantP50: []float64{2, 6, 9}},
+	}
+	for _, tt := range tests {
+		p50, p99 := timeline(samples, tt.buckets)
+		var xs, ys []float64
+		for _, pt := range p50 {
+			xs, ys = append(xs, pt.X), append(ys, pt.Y)
+		}
+		if !reflect.DeepEqual(xs, tt.wantX) || !reflect.DeepEqual(ys, tt.wantP50) || len(p99) != len(p50) {
+			t.Errorf("%d buckets: x %v p50 %v (%d p99 points), want x %v p50 %v", tt.buckets, xs, ys, len(p99), tt.wantX, tt.wantP50)
+		}
+	}
+}
+
+func TestPlotTimeline(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "timeline.png")
+	if err := PlotTimeline(path, fixtureResults()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Fatalf("timeline.png: %v, %d bytes", err, len(b))
 	}
 }

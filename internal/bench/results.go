@@ -4,17 +4,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gpreempt/gpreempt/prepreempt"
 	"io"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/stats"
+	"github.com/gpreempt/gpreempt/prepreempt"
 )
 
-// SchemaVersion is bumped whenever a result file's meaning changes.
+// SchemaVersion is the version of the workers' result files; it is bumped
+// whenever their meaning changes.
 const SchemaVersion = 1
+
+// ResultsSchemaVersion is results.json's version. 2 added repetitions, the
+// per-scenario summaries with their confidence intervals, GPU telemetry and
+// several LC workers per scenario; LoadResults still reads 1.
+const ResultsSchemaVersion = 2
 
 // LCSample is one latency-critical request.
 type LCSample struct {
@@ -115,6 +121,9 @@ type BEShare struct {
 	Label string `json:"label"`
 	// Timeslice is what gpreemptctl set for it ("" = driver defaults).
 	Timeslice string `json:"timeslice,omitempty"`
+	// Class is the class and weight it was given ("be:3"), when the
+	// scenario gave one.
+	Class string `json:"class,omitempty"`
 	// WindowKernels and WindowPerSec count its completions in the
 	// scenario's measurement window.
 	WindowKernels int64     `json:"window_kernels"`
@@ -122,11 +131,24 @@ type BEShare struct {
 	Result        *BEResult `json:"result"`
 }
 
-// ScenarioResult is one scenario's outcome.
+// LCTenant is one of several LC workers of a scenario.
+type LCTenant struct {
+	Label     string         `json:"label"`
+	LC        *LCResult      `json:"lc"`
+	LatencyUs *stats.Summary `json:"latency_us,omitempty"`
+	// Ratios to the standalone scenario of the same repetition.
+	P50VsStandalone float64 `json:"p50_vs_standalone,omitempty"`
+	P99VsStandalone float64 `json:"p99_vs_standalone,omitempty"`
+}
+
+// ScenarioResult is one run of one scenario.
 type ScenarioResult struct {
-	Name    string `json:"name"`
-	Kind    Kind   `json:"kind"`
-	Runtime string `json:"runtime"`
+	Name    string  `json:"name"`
+	Kind    Kind    `json:"kind"`
+	Runtime Runtime `json:"runtime"`
+	// Rep is the repetition (1-based; 0 in runs without --repeat and in
+	// files written before repetitions existed: read it as 1).
+	Rep int `json:"rep,omitempty"`
 	// BETimeslice is the BE class timeslice applied ("" = none).
 	BETimeslice string    `json:"be_timeslice,omitempty"`
 	StartedAt   time.Time `json:"started_at"`
@@ -141,6 +163,9 @@ type ScenarioResult struct {
 	LCGPUUs        *stats.Summary `json:"lc_gpu_us,omitempty"`
 	LCHistogramUs  []stats.Bucket `json:"lc_latency_histogram_us,omitempty"`
 	LCGPUHeldShare float64        `json:"lc_gpu_held"`
+	// Tenants holds every LC worker's result when there are several (LC
+	// is then the first's).
+	Tenants []LCTenant `json:"lc_tenants,omitempty"`
 
 	BE []BEShare `json:"be,omitempty"`
 	// BEPerSec is the BE processes' total rate in the window.
@@ -148,10 +173,19 @@ type ScenarioResult struct {
 
 	Ctl []CtlCall `json:"gpreemptctl,omitempty"`
 
+	// GPU is what NVML read during the measurement window.
+	GPU *TelemetrySummary `json:"gpu,omitempty"`
+
 	// Ratios to the same runtime's baselines (0: no baseline in this run).
 	LCP50VsStandalone float64 `json:"lc_p50_vs_standalone,omitempty"`
 	LCP99VsStandalone float64 `json:"lc_p99_vs_standalone,omitempty"`
 	BEVsBEOnly        float64 `json:"be_vs_be_only,omitempty"`
+	// LCP50VsStandaloneClock and LCP99VsStandaloneClock are the ratios
+	// with the LC latency scaled by this scenario's SM clock over the
+	// standalone one's: what the ratio would be at the standalone clock if
+	// the LC's time were all clock-bound.
+	LCP50VsStandaloneClock float64 `json:"lc_p50_vs_standalone_clock,omitempty"`
+	LCP99VsStandaloneClock float64 `json:"lc_p99_vs_standalone_clock,omitempty"`
 
 	Warnings []string `json:"warnings,omitempty"`
 	Error    string   `json:"error,omitempty"`
@@ -164,10 +198,13 @@ type Results struct {
 	StartedAt  time.Time         `json:"started_at"`
 	Host       string            `json:"host"`
 	Device     DeviceInfo        `json:"device"`
-	Config     RunConfig         `json:"config"`
+	Config     runOptions        `json:"config"`
 	Calibrated map[string]uint64 `json:"calibrated,omitempty"`
-	Scenarios  []*ScenarioResult `json:"scenarios"`
-	Error      string            `json:"error,omitempty"`
+	// Scenarios holds every scenario run, in the order they ran.
+	Scenarios []*ScenarioResult `json:"scenarios"`
+	// Summaries holds one entry per scenario, over its repetitions.
+	Summaries []*ScenarioSummary `json:"summaries,omitempty"`
+	Error     string             `json:"error,omitempty"`
 }
 
 // writeJSON writes v, indented, to path ("-": w) atomically: a reader never

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gpreempt/gpreempt/internal/cuda"
+	gpuinfo "github.com/gpreempt/gpreempt/internal/gpu"
 )
 
 // The orchestrator is tested end to end without a GPU: this test binary
@@ -155,7 +157,7 @@ func testOptions(t *testing.T, scenarios, ctl string) runOptions {
 		t.Fatal(err)
 	}
 	return runOptions{
-		Scenarios: scs, Out: t.TempDir(), Ctl: ctl,
+		Scenarios: scs, Repeat: 1, Seed: 1, Out: t.TempDir(), Ctl: ctl,
 		Duration: 300 * time.Millisecond, Settle: 20 * time.Millisecond, ReadyTimeout: 10 * time.Second,
 		Period: 3500 * time.Microsecond, Requests: 40, Warmup: 1,
 		LCIters: DefaultLCKernelIters, LCThreads: 256, LCCalibrateUs: 20,
@@ -191,8 +193,8 @@ func TestRunMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var res Results
-	if err := readJSON(filepath.Join(o.Out, "results.json"), &res); err != nil {
+	res, err := LoadResults(filepath.Join(o.Out, "results.json"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	if len(res.Scenarios) != 5 || res.Error != "" {
@@ -289,8 +291,8 @@ func TestRunFailures(t *testing.T) {
 				t.Errorf("took %v to fail", time.Since(start))
 			}
 			// The failure is recorded beside the partial results.
-			var res Results
-			if err := readJSON(filepath.Join(o.Out, "results.json"), &res); err != nil {
+			res, err := LoadResults(filepath.Join(o.Out, "results.json"))
+			if err != nil {
 				t.Fatal(err)
 			}
 			if res.Error == "" || len(res.Scenarios) != 1 || res.Scenarios[0].Error == "" {
@@ -356,6 +358,10 @@ func TestCLI(t *testing.T) {
 		{[]string{"run", "--out", t.TempDir(), "--prep", "5ms", "--period", "3ms"}, ExitUsage, "shorter than --period"},
 		{[]string{"run", "--out", t.TempDir(), "--no-such-flag"}, ExitUsage, "no-such-flag"},
 		{[]string{"lc", "--requests", "0"}, ExitUsage, "--requests must be positive"},
+		{[]string{"run", "--out", t.TempDir(), "--repeat", "0"}, ExitUsage, "--repeat 0"},
+		{[]string{"run", "--out", t.TempDir(), "--soak", "5m", "--repeat", "3"}, ExitUsage, "drop --repeat 3"},
+		{[]string{"run", "--out", t.TempDir(), "--nvml-interval", "-1s"}, ExitUsage, "--nvml-interval"},
+		{[]string{"run", "--out", t.TempDir(), "--scenarios", "be-1us@x0.1", "--prep", "1ms"}, ExitUsage, "shorter than its period"},
 		{[]string{"be", "--calibrate-only"}, ExitUsage, "needs --calibrate-ms"},
 		{[]string{"lc", "--calibrate-only"}, ExitUsage, "needs --calibrate-us"},
 		{[]string{"lc", "--prep-dist", "uniform:1ms"}, ExitUsage, "prep distribution"},
@@ -413,6 +419,119 @@ func TestWorkerArgvParse(t *testing.T) {
 			app.Commands = []*cli.Command{stub(beCommand), stub(lcCommand)}
 			if err := app.Run(argv); err != nil {
 				t.Errorf("%s: %v", strings.Join(argv, " "), err)
+			}
+		}
+	}
+}
+
+// TestRunRepeatMultiTenant runs two interleaved repetitions of a matrix
+// with a multi-tenant scenario and weighted BEs, with NVML mocked.
+func TestRunRepeatMultiTenant(t *testing.T) {
+	ctl, calls := fakeCtl(t, 0)
+	o := testOptions(t, "standalone,multi-tenant,be-ratio:be:3:be:1,be-only", ctl)
+	o.Repeat = 2
+	o.NVMLInterval = 10 * time.Millisecond
+	env, stdout := testEnv(t, "")
+	nvml := &gpuinfo.Mock{Readings: []gpuinfo.Reading{{SMClockMHz: 1965}}}
+	env.telemetry = func(*slog.Logger) (telemetrySource, error) { return nvml, nil }
+	if err := runAll(context.Background(), o, env); err != nil {
+		t.Fatal(err)
+	}
+	if !nvml.Closed() {
+		t.Error("NVML left open after the run")
+	}
+	res, err := LoadResults(filepath.Join(o.Out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, sr := range res.Scenarios {
+		order = append(order, fmt.Sprintf("%d:%s", sr.Rep, sr.Name))
+		if sr.Error != "" {
+			t.Errorf("%s rep %d: %s", sr.Name, sr.Rep, sr.Error)
+		}
+	}
+	want := "1:standalone 1:multi-tenant 1:be-ratio:be:3:be:1 1:be-only 2:standalone 2:multi-tenant 2:be-ratio:be:3:be:1 2:be-only"
+	if strings.Join(order, " ") != want {
+		t.Errorf("run order %s\nwant %s", strings.Join(order, " "), want)
+	}
+	if len(res.Summaries) != 4 {
+		t.Fatalf("%d summaries", len(res.Summaries))
+	}
+	mt := res.Summaries[1]
+	if mt.Reps != 2 || len(mt.Tenants) != 2 || mt.P50 == nil || mt.P50.CI95 == nil || mt.BESplit == nil {
+		t.Errorf("multi-tenant summary %+v", mt)
+	}
+	for _, f := range []string{"multi-tenant/rep1/lc1.json", "multi-tenant/rep2/lc2.json", "multi-tenant/rep2/be2.json", "standalone/rep2/lc.json", "timeline.png"} {
+		if _, err := os.Stat(filepath.Join(o.Out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	// Weighted BEs get class be at the class's timeslice times the weight;
+	// both LCs class lc, after their BEs.
+	got, err := os.ReadFile(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(got)), "\n")
+	if len(lines) != 12 {
+		t.Fatalf("%d gpreemptctl calls:\n%s", len(lines), got)
+	}
+	var sr *ScenarioResult
+	for _, s := range res.Scenarios {
+		if s.Name == "multi-tenant" && s.Rep == 1 {
+			sr = s
+		}
+	}
+	wantCalls := []string{
+		fmt.Sprintf("class --pid %d --be-timeslice 600us be", sr.BE[0].Result.PID),
+		fmt.Sprintf("class --pid %d --be-timeslice 200us be", sr.BE[1].Result.PID),
+		fmt.Sprintf("class --pid %d lc", sr.Tenants[0].LC.PID),
+		fmt.Sprintf("class --pid %d lc", sr.Tenants[1].LC.PID),
+	}
+	if strings.Join(lines[:4], "\n") != strings.Join(wantCalls, "\n") {
+		t.Errorf("multi-tenant calls:\n%s\nwant:\n%s", strings.Join(lines[:4], "\n"), strings.Join(wantCalls, "\n"))
+	}
+	if sr.BE[0].Class != "be:3" || sr.BE[1].Class != "be" {
+		t.Errorf("BE classes %q %q", sr.BE[0].Class, sr.BE[1].Class)
+	}
+	for _, want := range []string{"2 repetitions, interleaved", "| multi-tenant | lc2 |", "| multi-tenant | 2 |"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
+
+func TestArgvScenarios(t *testing.T) {
+	o := testOptions(t, "pytorch-eager-be-1ms,pytorch-be-1ms,be-1us@x2,standalone", "")
+	o.Python, o.PyGraph, o.PyRequests, o.Requests = "python3", true, 500, 0
+	o.Duration = 20 * time.Second
+	r := &runner{o: o, env: runEnv{self: []string{"gpreempt-bench"}}, scripts: "/s"}
+	tests := []struct {
+		scenario string
+		want     []string
+		not      []string
+	}{
+		{"pytorch-eager-be-1ms", []string{"--requests", "500"}, []string{"--cuda-graph"}},
+		{"pytorch-be-1ms", []string{"--cuda-graph"}, nil},
+		// Twice the period; requests from the duration, at least 5000.
+		{"be-1us@x2", []string{"--period", "7ms", "--requests", "5000"}, nil},
+		{"standalone", []string{"--period", "3.5ms", "--requests", "5714"}, nil},
+	}
+	for _, tt := range tests {
+		sc, err := parseScenario(tt.scenario)
+		if err != nil {
+			t.Fatal(err)
+		}
+		argv, _ := r.lcArgv(sc, "lc.json")
+		for i := 0; i < len(tt.want); i += 2 {
+			if !hasArgs(argv, tt.want[i:min(i+2, len(tt.want))]...) {
+				t.Errorf("%s: argv %v lacks %v", tt.scenario, argv, tt.want[i:min(i+2, len(tt.want))])
+			}
+		}
+		for _, n := range tt.not {
+			if slices.Contains(argv, n) {
+				t.Errorf("%s: argv %v has %s", tt.scenario, argv, n)
 			}
 		}
 	}

@@ -3,9 +3,11 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
@@ -26,30 +28,53 @@ const (
 	// KindBERatio: two BE workers with different timeslices (throughput
 	// share follows the timeslice ratio).
 	KindBERatio Kind = "be-ratio"
+	// KindMultiTenant: two LC workers in class lc and two BE workers in
+	// class be with different weights.
+	KindMultiTenant Kind = "multi-tenant"
 )
 
-// Runtimes: which workers a scenario starts.
+// Runtime is which workers a scenario starts.
+type Runtime string
+
+// Runtimes.
 const (
-	RuntimeKernels = "kernels" // gpreempt-bench's own be/lc workers
-	RuntimePyTorch = "pytorch" // bench/pytorch's be_train.py / lc_infer.py
+	RuntimeKernels Runtime = "kernels" // gpreempt-bench's own be/lc workers
+	RuntimePyTorch Runtime = "pytorch" // bench/pytorch's be_train.py / lc_infer.py (CUDA graph unless --pytorch-cuda-graph=false)
+	// RuntimePyTorchEager is lc_infer.py without a CUDA graph: every
+	// request is some hundred kernel launches from Python, so the LC is
+	// launch-bound and trickles kernels in.
+	RuntimePyTorchEager Runtime = "pytorch-eager"
 )
+
+// Python reports whether the runtime's workers are the Python scripts.
+func (r Runtime) Python() bool { return r == RuntimePyTorch || r == RuntimePyTorchEager }
 
 // Scenario is one parsed entry of --scenarios.
 type Scenario struct {
 	Name    string
 	Kind    Kind
-	Runtime string
+	Runtime Runtime
 	// BETimeslice, for KindShared, is the BE class timeslice applied with
 	// "gpreemptctl class" (0: leave the driver's defaults, no gpreemptctl).
 	BETimeslice time.Duration
 	// Hints: the LC worker uses pre-preemption (prepreempt.Engine).
 	Hints bool
-	// Ratio, for KindBERatio, is the two BE processes' timeslices.
+	// Ratio, for KindBERatio and KindMultiTenant, is the two BE processes'
+	// timeslices.
 	Ratio [2]time.Duration
+	// Weights, when the BE timeslices were given as class weights, are
+	// those (Ratio is then the class be timeslice times each weight).
+	Weights [2]class.Spec
+	// PeriodFactor, when not 0, multiplies the LC request period (the "@xN"
+	// suffix of a rate sweep): the baseline is the standalone scenario with
+	// the same suffix.
+	PeriodFactor float64
 }
 
-// DefaultScenarios is the default matrix.
-const DefaultScenarios = "standalone,defaults,be-200us,be-1us,be-only"
+// DefaultScenarios is the default matrix: timeslice control on the
+// synthetic kernels, and a launch-bound PyTorch LC (eager resnet50) against
+// training, with BE at 1 ms (the best setting measured for that LC).
+const DefaultScenarios = "standalone,defaults,be-200us,be-1us,be-only,pytorch-eager-standalone,pytorch-eager-be-1ms,pytorch-eager-be-only"
 
 // ParseScenarios parses a comma-separated scenario list:
 //
@@ -58,8 +83,14 @@ const DefaultScenarios = "standalone,defaults,be-200us,be-1us,be-only"
 //	defaults                 LC + BE, driver-default timeslices
 //	be-<DURATION>            LC + BE, gpreemptctl class: BE at DURATION, LC as lc
 //	be-ratio:<D1>:<D2>       two BEs, gpreemptctl set-timeslice D1 and D2
+//	be-ratio:be:<W1>:be:<W2> two BEs in class be with weights W1 and W2
+//	multi-tenant[:be:<W1>:be:<W2>]  two LCs in class lc, two BEs in class be
+//	                         with weights W1 and W2 (default 3 and 1)
+//	prepreempt-<LC scenario> the LC uses pre-preemption hints
 //	pytorch-standalone, pytorch-be-only, pytorch (= pytorch-defaults),
 //	pytorch-be-<DURATION>    the same with the PyTorch workers
+//	pytorch-eager-...        the same, the LC without a CUDA graph
+//	<LC scenario>@x<F>       LC request period times F (a rate sweep)
 func ParseScenarios(list string) ([]Scenario, error) {
 	var out []Scenario
 	seen := map[string]bool{}
@@ -84,22 +115,38 @@ func ParseScenarios(list string) ([]Scenario, error) {
 	return out, nil
 }
 
+const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>"
+
 func parseScenario(name string) (Scenario, error) {
 	sc := Scenario{Name: name, Runtime: RuntimeKernels}
-	rest := name
-	if rest == "pytorch" {
-		rest = "pytorch-defaults"
+	bad := func(why string) (Scenario, error) {
+		return Scenario{}, fmt.Errorf("%w: scenario %q: %s (known: %s)", ErrInvalidArgument, name, why, knownScenarios)
 	}
-	if r, ok := strings.CutPrefix(rest, "pytorch-"); ok {
+	rest := name
+	if base, factor, ok := strings.Cut(rest, "@x"); ok {
+		f, err := strconv.ParseFloat(factor, 64)
+		if err != nil || !(f > 0) || f > 1000 {
+			return bad(fmt.Sprintf("rate factor %q: want a number in (0, 1000]", factor))
+		}
+		sc.PeriodFactor = f
+		rest = base
+	}
+	switch rest {
+	case "pytorch":
+		rest = "pytorch-defaults"
+	case "pytorch-eager":
+		rest = "pytorch-eager-defaults"
+	}
+	if r, ok := strings.CutPrefix(rest, "pytorch-eager-"); ok {
+		sc.Runtime = RuntimePyTorchEager
+		rest = r
+	} else if r, ok := strings.CutPrefix(rest, "pytorch-"); ok {
 		sc.Runtime = RuntimePyTorch
 		rest = r
 	}
 	if r, ok := strings.CutPrefix(rest, "prepreempt-"); ok {
 		sc.Hints = true
 		rest = r
-	}
-	bad := func(why string) (Scenario, error) {
-		return Scenario{}, fmt.Errorf("%w: scenario %q: %s (known: standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, pytorch[-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch-]prepreempt-{standalone|defaults|be-<timeslice>})", ErrInvalidArgument, name, why)
 	}
 	switch {
 	case rest == "standalone":
@@ -108,22 +155,40 @@ func parseScenario(name string) (Scenario, error) {
 		sc.Kind = KindBEOnly
 	case rest == "defaults":
 		sc.Kind = KindShared
+	case rest == "multi-tenant" || strings.HasPrefix(rest, "multi-tenant:"):
+		if sc.Runtime != RuntimeKernels {
+			return bad("multi-tenant runs the kernel workers only")
+		}
+		sc.Kind = KindMultiTenant
+		spec := strings.TrimPrefix(strings.TrimPrefix(rest, "multi-tenant"), ":")
+		if spec == "" {
+			spec = "be:3:be:1"
+		}
+		if err := sc.parseWeights(strings.Split(spec, ":")); err != nil {
+			return bad(err.Error())
+		}
 	case strings.HasPrefix(rest, "be-ratio:"):
 		if sc.Runtime != RuntimeKernels {
 			return bad("be-ratio runs the kernel workers only")
 		}
-		parts := strings.Split(rest, ":")
-		if len(parts) != 3 {
-			return bad("want be-ratio:<ts1>:<ts2>")
-		}
-		for i, p := range parts[1:] {
-			d, err := tsg.ParseTimeslice(p) // what the gpreemptctl it drives accepts
-			if err != nil {
+		sc.Kind = KindBERatio
+		parts := strings.Split(rest, ":")[1:]
+		switch len(parts) {
+		case 2:
+			for i, p := range parts {
+				d, err := tsg.ParseTimeslice(p) // what the gpreemptctl it drives accepts
+				if err != nil {
+					return bad(err.Error())
+				}
+				sc.Ratio[i] = d
+			}
+		case 4:
+			if err := sc.parseWeights(parts); err != nil {
 				return bad(err.Error())
 			}
-			sc.Ratio[i] = d
+		default:
+			return bad("want be-ratio:<ts1>:<ts2> or be-ratio:be:<w1>:be:<w2>")
 		}
-		sc.Kind = KindBERatio
 	case strings.HasPrefix(rest, "be-"):
 		d, err := tsg.ParseTimeslice(strings.TrimPrefix(rest, "be-"))
 		if err != nil {
@@ -137,20 +202,58 @@ func parseScenario(name string) (Scenario, error) {
 	if sc.Hints && !sc.HasLC() {
 		return bad("pre-preemption needs an LC worker")
 	}
+	if sc.PeriodFactor != 0 && !sc.HasLC() {
+		return bad("a rate factor needs an LC worker")
+	}
 	return sc, nil
+}
+
+// parseWeights reads two class specs ("be", "3", "be", "1") into Weights
+// and the timeslices they map to under the default class table.
+func (sc *Scenario) parseWeights(parts []string) error {
+	if len(parts) != 4 {
+		return fmt.Errorf("want two class:weight pairs, such as be:3:be:1")
+	}
+	table := class.Defaults()
+	for i := range 2 {
+		spec, err := class.ParseSpec(parts[2*i] + ":" + parts[2*i+1])
+		if err != nil {
+			return err
+		}
+		if spec.Name != class.BE {
+			return fmt.Errorf("weight %s: BE workers take class be", spec)
+		}
+		st, err := table.Settings(spec.Name, spec.Weight)
+		if err != nil {
+			return err
+		}
+		sc.Weights[i], sc.Ratio[i] = spec, *st.Timeslice
+	}
+	return nil
 }
 
 func usArg(d time.Duration) string { return fmt.Sprintf("%dus", d/time.Microsecond) }
 
 // HasLC reports whether the scenario measures an LC worker.
-func (s Scenario) HasLC() bool { return s.Kind == KindStandalone || s.Kind == KindShared }
+func (s Scenario) HasLC() bool { return s.LCCount() > 0 }
+
+// LCCount is how many LC workers the scenario runs.
+func (s Scenario) LCCount() int {
+	switch s.Kind {
+	case KindStandalone, KindShared:
+		return 1
+	case KindMultiTenant:
+		return 2
+	}
+	return 0
+}
 
 // BECount is how many BE workers the scenario runs.
 func (s Scenario) BECount() int {
 	switch s.Kind {
 	case KindBEOnly, KindShared:
 		return 1
-	case KindBERatio:
+	case KindBERatio, KindMultiTenant:
 		return 2
 	}
 	return 0
@@ -158,17 +261,26 @@ func (s Scenario) BECount() int {
 
 // NeedsCtl reports whether the scenario calls gpreemptctl.
 func (s Scenario) NeedsCtl() bool {
-	return s.Kind == KindBERatio || (s.Kind == KindShared && s.BETimeslice > 0)
+	return s.Kind == KindBERatio || s.Kind == KindMultiTenant || (s.Kind == KindShared && s.BETimeslice > 0)
 }
 
 // Dir is the scenario's subdirectory of the output directory.
-func (s Scenario) Dir() string { return strings.ReplaceAll(s.Name, ":", "_") }
+func (s Scenario) Dir() string { return strings.NewReplacer(":", "_", "@", "_").Replace(s.Name) }
 
-// baselineNames returns the names of the same runtime's LC and BE
-// baselines.
-func baselineNames(runtime string) (standalone, beOnly string) {
-	if runtime == RuntimePyTorch {
-		return "pytorch-standalone", "pytorch-be-only"
+// suffix is the rate-sweep part of the name ("@x2"), "" for none.
+func (s Scenario) suffix() string {
+	if _, f, ok := strings.Cut(s.Name, "@x"); ok {
+		return "@x" + f
 	}
-	return "standalone", "be-only"
+	return ""
+}
+
+// baselineNames returns the names of the scenario's LC and BE baselines:
+// the same runtime's, at the same rate for the LC.
+func baselineNames(sc Scenario) (standalone, beOnly string) {
+	prefix := ""
+	if sc.Runtime != RuntimeKernels {
+		prefix = string(sc.Runtime) + "-"
+	}
+	return prefix + "standalone" + sc.suffix(), prefix + "be-only"
 }

@@ -10,7 +10,7 @@ import (
 func TestParsePrepreemptScenarios(t *testing.T) {
 	tests := []struct {
 		name    string
-		runtime string
+		runtime Runtime
 		kind    Kind
 		ts      time.Duration
 		wantErr bool

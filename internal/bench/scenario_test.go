@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/gpreempt/gpreempt/class"
 )
 
 func TestParseScenarios(t *testing.T) {
@@ -31,6 +33,33 @@ func TestParseScenarios(t *testing.T) {
 			{Name: "pytorch-be-1us", Kind: KindShared, Runtime: RuntimePyTorch, BETimeslice: time.Microsecond},
 			{Name: "pytorch-be-only", Kind: KindBEOnly, Runtime: RuntimePyTorch},
 		}},
+		{in: "be-ratio:be:3:be:1,multi-tenant", want: []Scenario{
+			{Name: "be-ratio:be:3:be:1", Kind: KindBERatio, Runtime: RuntimeKernels, Ratio: [2]time.Duration{600 * time.Microsecond, 200 * time.Microsecond},
+				Weights: [2]class.Spec{{Name: class.BE, Weight: 3}, {Name: class.BE, Weight: 1}}},
+			{Name: "multi-tenant", Kind: KindMultiTenant, Runtime: RuntimeKernels, Ratio: [2]time.Duration{600 * time.Microsecond, 200 * time.Microsecond},
+				Weights: [2]class.Spec{{Name: class.BE, Weight: 3}, {Name: class.BE, Weight: 1}}},
+		}},
+		{in: "multi-tenant:be:2:be:2", want: []Scenario{
+			{Name: "multi-tenant:be:2:be:2", Kind: KindMultiTenant, Runtime: RuntimeKernels, Ratio: [2]time.Duration{400 * time.Microsecond, 400 * time.Microsecond},
+				Weights: [2]class.Spec{{Name: class.BE, Weight: 2}, {Name: class.BE, Weight: 2}}},
+		}},
+		{in: "pytorch-eager,pytorch-eager-be-1ms,pytorch-eager-prepreempt-be-1ms", want: []Scenario{
+			{Name: "pytorch-eager", Kind: KindShared, Runtime: RuntimePyTorchEager},
+			{Name: "pytorch-eager-be-1ms", Kind: KindShared, Runtime: RuntimePyTorchEager, BETimeslice: time.Millisecond},
+			{Name: "pytorch-eager-prepreempt-be-1ms", Kind: KindShared, Runtime: RuntimePyTorchEager, BETimeslice: time.Millisecond, Hints: true},
+		}},
+		{in: "standalone@x2,be-1us@x0.5", want: []Scenario{
+			{Name: "standalone@x2", Kind: KindStandalone, Runtime: RuntimeKernels, PeriodFactor: 2},
+			{Name: "be-1us@x0.5", Kind: KindShared, Runtime: RuntimeKernels, BETimeslice: time.Microsecond, PeriodFactor: 0.5},
+		}},
+		{in: "be-only@x2", wantErr: true},
+		{in: "be-1us@x0", wantErr: true},
+		{in: "be-1us@xfast", wantErr: true},
+		{in: "multi-tenant:lc:3:be:1", wantErr: true},
+		{in: "multi-tenant:be:0:be:1", wantErr: true},
+		{in: "multi-tenant:be:3", wantErr: true},
+		{in: "pytorch-multi-tenant", wantErr: true},
+		{in: "be-ratio:be:3:be", wantErr: true},
 		{in: "", wantErr: true},
 		{in: "bogus", wantErr: true},
 		{in: "be-", wantErr: true},
@@ -82,6 +111,9 @@ func TestScenarioProperties(t *testing.T) {
 		{"be-ratio:3000us:1000us", false, true, 2, "be-ratio_3000us_1000us", "standalone", "be-only"},
 		{"pytorch", true, false, 1, "pytorch", "pytorch-standalone", "pytorch-be-only"},
 		{"pytorch-be-1us", true, true, 1, "pytorch-be-1us", "pytorch-standalone", "pytorch-be-only"},
+		{"pytorch-eager-be-1ms", true, true, 1, "pytorch-eager-be-1ms", "pytorch-eager-standalone", "pytorch-eager-be-only"},
+		{"multi-tenant", true, true, 2, "multi-tenant", "standalone", "be-only"},
+		{"be-1us@x2", true, true, 1, "be-1us_x2", "standalone@x2", "be-only"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,7 +124,7 @@ func TestScenarioProperties(t *testing.T) {
 			if sc.HasLC() != tt.hasLC || sc.NeedsCtl() != tt.needsCtl || sc.BECount() != tt.beCount || sc.Dir() != tt.dir {
 				t.Errorf("HasLC %v NeedsCtl %v BECount %d Dir %q", sc.HasLC(), sc.NeedsCtl(), sc.BECount(), sc.Dir())
 			}
-			if s, b := baselineNames(sc.Runtime); s != tt.baseline || b != tt.beBaseline {
+			if s, b := baselineNames(sc); s != tt.baseline || b != tt.beBaseline {
 				t.Errorf("baselines %q %q", s, b)
 			}
 		})

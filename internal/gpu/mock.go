@@ -16,12 +16,38 @@ type Mock struct {
 	DriverErr  error
 	DevicesErr error
 	CloseErr   error
+	// Readings are returned by Reading in turn, the last one repeated;
+	// ReadingErr, when set, is returned instead.
+	Readings   []Reading
+	ReadingErr error
+	readings   int
 
 	mu     sync.Mutex
 	closed bool
 }
 
-var _ Info = (*Mock)(nil)
+var (
+	_ Info      = (*Mock)(nil)
+	_ Telemetry = (*Mock)(nil)
+)
+
+// Reading returns the next of Readings, whatever the index.
+func (m *Mock) Reading(ctx context.Context, _ int) (Reading, error) {
+	if err := m.usable(ctx); err != nil {
+		return Reading{}, err
+	}
+	if m.ReadingErr != nil {
+		return Reading{}, m.ReadingErr
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.Readings) == 0 {
+		return Reading{}, nil
+	}
+	r := m.Readings[min(m.readings, len(m.Readings)-1)]
+	m.readings++
+	return r, nil
+}
 
 func (m *Mock) Driver(ctx context.Context) (DriverInfo, error) {
 	if err := m.usable(ctx); err != nil {

@@ -1,0 +1,118 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	pyscripts "github.com/gpreempt/gpreempt/bench/pytorch"
+	gpreemptpy "github.com/gpreempt/gpreempt/python/gpreempt"
+)
+
+// pythonEnv makes Python flush READY at once even if -u were dropped.
+var pythonEnv = []string{"PYTHONUNBUFFERED=1"}
+
+func (r *runner) calibrateArgv(cmd string, args ...string) []string {
+	argv := append(slices.Clone(r.env.self), cmd, "--device", strconv.Itoa(r.o.Device), "--calibrate-only")
+	return append(argv, args...)
+}
+
+// beArgv builds a BE worker's command line and extra environment.
+func (r *runner) beArgv(sc Scenario, out string) ([]string, []string) {
+	// The BE is stopped with SIGTERM when the window ends; its own limit is
+	// only a backstop against a lost orchestrator.
+	backstop := 10*r.o.Duration + r.lcTimeout(sc) + 10*time.Minute
+	if sc.Runtime.Python() {
+		return []string{r.o.Python, "-u", filepath.Join(r.scripts, "be_train.py"),
+			"--duration", fmtDuration(backstop), "--model", r.o.PyBEModel,
+			"--batch", strconv.Itoa(r.o.PyBEBatch), "--device", strconv.Itoa(r.o.Device), "--out", out}, pythonEnv
+	}
+	return append(slices.Clone(r.env.self), "be",
+		"--device", strconv.Itoa(r.o.Device),
+		"--blocks", strconv.Itoa(r.o.BEBlocks), "--threads", strconv.Itoa(r.o.BEThreads),
+		"--kernel-iters", strconv.FormatUint(r.o.BEIters, 10), "--queue", strconv.Itoa(r.o.BEQueue),
+		"--duration", fmtDuration(backstop), "--out", out), nil
+}
+
+// lcArgv builds an LC worker's command line and extra environment.
+func (r *runner) lcArgv(sc Scenario, out string) ([]string, []string) {
+	if sc.Runtime.Python() {
+		return r.pythonLCArgv(sc, out)
+	}
+	argv := append(slices.Clone(r.env.self), "lc",
+		"--device", strconv.Itoa(r.o.Device),
+		"--period", fmtDuration(r.o.period(sc)), "--prep-dist", r.o.Prep.String(),
+		"--blocks", strconv.Itoa(r.o.LCBlocks), "--threads", strconv.Itoa(r.o.LCThreads),
+		"--kernel-iters", strconv.FormatUint(r.o.LCIters, 10),
+		"--requests", strconv.Itoa(r.o.lcRequests(sc)), "--warmup", strconv.Itoa(r.o.Warmup),
+		"--wait-go", "--out", out)
+	if sc.Hints {
+		argv = append(argv, "--hints", "--hint-launcher", r.o.HintLauncher)
+		if r.o.HintPrepQuantile != 0 {
+			argv = append(argv, "--hint-prep-quantile", strconv.FormatFloat(r.o.HintPrepQuantile, 'g', -1, 64))
+		}
+	}
+	return argv, nil
+}
+
+func (r *runner) pythonLCArgv(sc Scenario, out string) ([]string, []string) {
+	argv := []string{r.o.Python, "-u", filepath.Join(r.scripts, "lc_infer.py"),
+		"--period", fmtDuration(r.o.period(sc)), "--requests", strconv.Itoa(r.o.lcRequests(sc)),
+		"--warmup", strconv.Itoa(r.o.PyWarmup), "--prep", r.o.Prep.String(),
+		"--model", r.o.PyLCModel, "--batch", strconv.Itoa(r.o.PyLCBatch),
+		"--device", strconv.Itoa(r.o.Device), "--wait-go", "--out", out}
+	if r.o.PyGraph && sc.Runtime != RuntimePyTorchEager {
+		argv = append(argv, "--cuda-graph")
+	}
+	if !sc.Hints {
+		return argv, pythonEnv
+	}
+	// The wrapper is written beside the scripts; the library is found next
+	// to this binary unless GPREEMPT_LIB says otherwise.
+	env := append(slices.Clone(pythonEnv), "PYTHONPATH="+r.scripts)
+	if os.Getenv("GPREEMPT_LIB") == "" && len(r.env.self) > 0 {
+		env = append(env, "GPREEMPT_LIB="+filepath.Join(filepath.Dir(r.env.self[0]), "libgpreempt.so"))
+	}
+	return append(argv, "--hints", "--hint-launcher", r.o.HintLauncher), env
+}
+
+// lcTimeout bounds an LC worker's measurement: its nominal length three
+// times over (requests can run late under contention) plus slack.
+func (r *runner) lcTimeout(sc Scenario) time.Duration {
+	return 3*time.Duration(r.o.lcRequests(sc))*r.o.period(sc) + 2*time.Minute
+}
+
+// pytorchScripts returns the directory holding the Python workers: the
+// flag's, or the embedded copies written under the output directory (so the
+// scripts that produced a result are kept beside it).
+func (r *runner) pytorchScripts() (string, error) {
+	if r.o.PyScripts != "" {
+		for _, f := range []string{"lc_infer.py", "be_train.py"} {
+			if _, err := os.Stat(filepath.Join(r.o.PyScripts, f)); err != nil {
+				return "", fmt.Errorf("--pytorch-scripts: %w", err)
+			}
+		}
+		return r.o.PyScripts, nil
+	}
+	dir := filepath.Join(r.o.Out, "pytorch-scripts")
+	if err := os.MkdirAll(filepath.Join(dir, "gpreempt"), 0o755); err != nil {
+		return "", err
+	}
+	for _, f := range []string{"lc_infer.py", "be_train.py"} {
+		b, err := pyscripts.FS.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			return "", err
+		}
+	}
+	// The libgpreempt wrapper, for the pytorch-prepreempt scenarios.
+	if err := os.WriteFile(filepath.Join(dir, "gpreempt", "__init__.py"), gpreemptpy.Init, 0o644); err != nil {
+		return "", err
+	}
+	return dir, nil
+}

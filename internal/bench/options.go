@@ -1,0 +1,306 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+// runOptions are the orchestrator's parameters, from the flags; the same
+// value, after calibration, is recorded as results.json's "config".
+type runOptions struct {
+	Scenarios []Scenario `json:"scenarios"`
+	// Repeat runs the whole scenario list this many times, interleaved
+	// (ABCD ABCD ...), so that slow drifts (clocks, temperature, other
+	// tenants) touch every scenario alike.
+	Repeat       int           `json:"repeat"`
+	Out          string        `json:"out"`
+	Ctl          string        `json:"gpreemptctl,omitempty"`
+	Device       int           `json:"device"`
+	Duration     time.Duration `json:"-"`
+	Settle       time.Duration `json:"-"`
+	ReadyTimeout time.Duration `json:"-"`
+	// Seed drives the bootstrap, so that a report regenerated from the same
+	// samples shows the same intervals.
+	Seed uint64 `json:"seed"`
+	// NVMLInterval is how often the GPU's clocks, power and temperature are
+	// read during the run (0: not at all).
+	NVMLInterval time.Duration `json:"-"`
+
+	// HintLauncher is passed to LC workers of prepreempt-* scenarios.
+	HintLauncher string `json:"hint_launcher,omitempty"`
+	// HintPrepQuantile is passed to Go LC workers of prepreempt-*
+	// scenarios (0: the engine's default).
+	HintPrepQuantile float64 `json:"hint_prep_quantile,omitempty"`
+
+	Period time.Duration `json:"-"`
+	Prep   PrepDist      `json:"prep"`
+	// Requests is the measured LC requests per scenario run; 0 on the
+	// command line means --duration / --period, and it is resolved to that
+	// before anything runs.
+	Requests      int     `json:"requests"`
+	Warmup        int     `json:"warmup"`
+	LCIters       uint64  `json:"lc_kernel_iters"`
+	LCBlocks      int     `json:"lc_blocks"`
+	LCThreads     int     `json:"lc_threads"`
+	LCCalibrateUs float64 `json:"lc_calibrate_us,omitempty"`
+
+	BEIters       uint64  `json:"be_kernel_iters"`
+	BEBlocks      int     `json:"be_blocks"`
+	BEThreads     int     `json:"be_threads"`
+	BEQueue       int     `json:"be_queue"`
+	BECalibrateMs float64 `json:"be_calibrate_ms,omitempty"`
+
+	Python     string        `json:"python,omitempty"`
+	PyScripts  string        `json:"pytorch_scripts,omitempty"`
+	PyPeriod   time.Duration `json:"-"`
+	PyRequests int           `json:"pytorch_requests,omitempty"`
+	PyWarmup   int           `json:"pytorch_warmup,omitempty"`
+	PyLCModel  string        `json:"pytorch_lc_model,omitempty"`
+	PyLCBatch  int           `json:"pytorch_lc_batch,omitempty"`
+	PyGraph    bool          `json:"pytorch_cuda_graph,omitempty"`
+	PyBEModel  string        `json:"pytorch_be_model,omitempty"`
+	PyBEBatch  int           `json:"pytorch_be_batch,omitempty"`
+}
+
+// optionDurations lists the duration fields with their JSON keys: they are
+// written as "3.5ms", as results.json always had them.
+func (o *runOptions) optionDurations() map[string]*time.Duration {
+	return map[string]*time.Duration{
+		"duration": &o.Duration, "settle": &o.Settle, "ready_timeout": &o.ReadyTimeout,
+		"nvml_interval": &o.NVMLInterval, "period": &o.Period, "pytorch_period": &o.PyPeriod,
+	}
+}
+
+// MarshalJSON writes the options with their durations as strings.
+func (o runOptions) MarshalJSON() ([]byte, error) {
+	type plain runOptions
+	b, err := json.Marshal(plain(o))
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	for k, d := range o.optionDurations() {
+		if *d != 0 {
+			m[k], _ = json.Marshal(fmtDuration(*d))
+		}
+	}
+	// Not options, but what readers of old files looked for.
+	m["be_calibrated"], _ = json.Marshal(o.BECalibrateMs > 0)
+	m["lc_calibrated"], _ = json.Marshal(o.LCCalibrateUs > 0)
+	return json.Marshal(m)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes, and the config of results
+// written before repetitions existed (the same keys, fewer of them).
+func (o *runOptions) UnmarshalJSON(b []byte) error {
+	type plain runOptions
+	if err := json.Unmarshal(b, (*plain)(o)); err != nil {
+		return err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	for k, d := range o.optionDurations() {
+		raw, ok := m[k]
+		if !ok {
+			continue
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return fmt.Errorf("config %s: %w", k, err)
+		}
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("config %s: %w", k, err)
+		}
+		*d = v
+	}
+	return nil
+}
+
+// MarshalText and UnmarshalText let a scenario list be recorded by name.
+func (s Scenario) MarshalText() ([]byte, error) { return []byte(s.Name), nil }
+
+func (s *Scenario) UnmarshalText(b []byte) error {
+	v, err := parseScenario(string(b))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
+// MarshalText and UnmarshalText record a preparation distribution as
+// ParsePrep reads it.
+func (p PrepDist) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+func (p *PrepDist) UnmarshalText(b []byte) error {
+	v, err := ParsePrep(string(b))
+	if err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+// minP99Requests is the fewest LC requests per scenario run for which a
+// p99 rests on at least 50 requests above it.
+const minP99Requests = 5000
+
+var runFlags = []cli.Flag{
+	&cli.StringFlag{Name: "scenarios", Value: DefaultScenarios, Usage: "comma-separated scenarios"},
+	&cli.StringFlag{Name: "out", Required: true, Usage: "output directory"},
+	&cli.StringFlag{Name: "gpreemptctl", Usage: "gpreemptctl binary (default: next to this binary, then $PATH)", EnvVars: []string{"GPREEMPTCTL"}},
+	deviceFlag,
+	&cli.IntFlag{Name: "repeat", Value: 1, Usage: "run the scenario list this many times, interleaved (ABCD ABCD ...), and report the spread and a bootstrap 95% CI of every ratio"},
+	&cli.DurationFlag{Name: "duration", Value: 20 * time.Second, Usage: "measurement time per scenario run (the default gives >= 5000 LC requests at the default --period, so that p99 rests on >= 50 requests above it)"},
+	&cli.DurationFlag{Name: "soak", Usage: "long run: one repetition of every scenario for this long (overrides --duration, needs --repeat 1); latency over time goes to timeline.png"},
+	&cli.DurationFlag{Name: "settle", Value: time.Second, Usage: "BE running time after gpreemptctl before measuring"},
+	&cli.DurationFlag{Name: "ready-timeout", Value: 120 * time.Second, Usage: "how long a worker may take to print READY"},
+	&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the bootstrap resampling"},
+	&cli.DurationFlag{Name: "nvml-interval", Value: 50 * time.Millisecond, Usage: "how often to read the GPU's SM clock, power, temperature and throttle reasons through NVML (0: never)"},
+
+	&cli.DurationFlag{Name: "period", Value: 3500 * time.Microsecond, Usage: "LC request period"},
+	&cli.DurationFlag{Name: "prep", Usage: "LC fixed preparation time"},
+	&cli.StringFlag{Name: "prep-dist", Usage: "LC preparation distribution (overrides --prep): DURATION, fixed:DURATION, uniform:MIN:MAX"},
+	&cli.IntFlag{Name: "requests", Usage: "LC measured requests per scenario run (0: --duration / --period)"},
+	&cli.IntFlag{Name: "warmup", Value: 50, Usage: "LC warmup requests"},
+	&cli.Uint64Flag{Name: "lc-iters", Value: DefaultLCKernelIters, Usage: "lc_work iterations (used when --lc-calibrate-us is 0)"},
+	&cli.Float64Flag{Name: "lc-calibrate-us", Value: 20, Usage: "calibrate lc_work to this many microseconds alone before the scenarios (0: use --lc-iters)"},
+	&cli.IntFlag{Name: "lc-blocks", Usage: "lc_work grid (0: SM count)"},
+	&cli.IntFlag{Name: "lc-threads", Value: 256, Usage: "lc_work block size"},
+
+	&cli.Uint64Flag{Name: "be-iters", Value: DefaultBEKernelIters, Usage: "be_fma iterations (used when --be-calibrate-ms is 0)"},
+	&cli.Float64Flag{Name: "be-calibrate-ms", Value: 2.35, Usage: "calibrate be_fma to this many milliseconds alone before the scenarios (0: use --be-iters)"},
+	&cli.IntFlag{Name: "be-blocks", Usage: "be_fma grid (0: 2 x SM count)"},
+	&cli.IntFlag{Name: "be-threads", Value: 256, Usage: "be_fma block size"},
+	&cli.IntFlag{Name: "be-queue", Value: DefaultBEQueue, Usage: "be_fma kernels in flight"},
+
+	&cli.StringFlag{Name: "python", Value: "python3", Usage: "Python with PyTorch and torchvision, for pytorch scenarios"},
+	&cli.StringFlag{Name: "pytorch-scripts", Usage: "directory holding lc_infer.py and be_train.py (default: the copies built into this binary)"},
+	&cli.DurationFlag{Name: "pytorch-period", Value: 20 * time.Millisecond, Usage: "lc_infer.py request period"},
+	&cli.IntFlag{Name: "pytorch-requests", Usage: "lc_infer.py measured requests (0: --duration / --pytorch-period)"},
+	&cli.IntFlag{Name: "pytorch-warmup", Value: 20, Usage: "lc_infer.py warmup requests"},
+	&cli.StringFlag{Name: "pytorch-lc-model", Value: "resnet50", Usage: "torchvision model for lc_infer.py"},
+	&cli.IntFlag{Name: "pytorch-lc-batch", Value: 1, Usage: "lc_infer.py batch size"},
+	&cli.StringFlag{Name: "hint-launcher", Value: "goroutine", Usage: "prepreempt-* scenarios: the engine's launcher, goroutine or poller"},
+	&cli.Float64Flag{Name: "hint-prep-quantile", Usage: "prepreempt-* scenarios (Go LC worker): quantile of recent preparation times the engine predicts with (0: its default, 0.02)"},
+	&cli.BoolFlag{Name: "pytorch-cuda-graph", Value: true, Usage: "pytorch-* scenarios: lc_infer.py replays a CUDA graph (pytorch-eager-* scenarios never do: their LC is launch-bound)"},
+	&cli.StringFlag{Name: "pytorch-be-model", Value: "resnet50", Usage: "torchvision model for be_train.py"},
+	&cli.IntFlag{Name: "pytorch-be-batch", Value: 64, Usage: "be_train.py batch size"},
+}
+
+func runOptionsFrom(c *cli.Context) (runOptions, error) {
+	scs, err := ParseScenarios(c.String("scenarios"))
+	if err != nil {
+		return runOptions{}, err
+	}
+	prep := PrepDist{Min: c.Duration("prep"), Max: c.Duration("prep")}
+	if c.IsSet("prep-dist") {
+		if prep, err = ParsePrep(c.String("prep-dist")); err != nil {
+			return runOptions{}, err
+		}
+	}
+	o := runOptions{
+		Scenarios: scs, Repeat: c.Int("repeat"), Out: c.String("out"), Ctl: c.String("gpreemptctl"), Device: c.Int("device"),
+		Duration: c.Duration("duration"), Settle: c.Duration("settle"), ReadyTimeout: c.Duration("ready-timeout"),
+		Seed: c.Uint64("seed"), NVMLInterval: c.Duration("nvml-interval"),
+		Period: c.Duration("period"), Prep: prep, Requests: c.Int("requests"), Warmup: c.Int("warmup"),
+		LCIters: c.Uint64("lc-iters"), LCBlocks: c.Int("lc-blocks"), LCThreads: c.Int("lc-threads"), LCCalibrateUs: c.Float64("lc-calibrate-us"),
+		BEIters: c.Uint64("be-iters"), BEBlocks: c.Int("be-blocks"), BEThreads: c.Int("be-threads"), BEQueue: c.Int("be-queue"), BECalibrateMs: c.Float64("be-calibrate-ms"),
+		Python: c.String("python"), PyScripts: c.String("pytorch-scripts"), PyPeriod: c.Duration("pytorch-period"),
+		PyRequests: c.Int("pytorch-requests"), PyWarmup: c.Int("pytorch-warmup"),
+		PyLCModel: c.String("pytorch-lc-model"), PyLCBatch: c.Int("pytorch-lc-batch"), PyGraph: c.Bool("pytorch-cuda-graph"),
+		PyBEModel: c.String("pytorch-be-model"), PyBEBatch: c.Int("pytorch-be-batch"),
+		HintLauncher: c.String("hint-launcher"), HintPrepQuantile: c.Float64("hint-prep-quantile"),
+	}
+	if soak := c.Duration("soak"); soak != 0 {
+		if o.Repeat != 1 {
+			return runOptions{}, fmt.Errorf("%w: --soak runs every scenario once, for long: drop --repeat %d", ErrInvalidArgument, o.Repeat)
+		}
+		if soak < 0 {
+			return runOptions{}, fmt.Errorf("%w: --soak %v must be positive", ErrInvalidArgument, soak)
+		}
+		o.Duration = soak
+	}
+	return o, o.validate()
+}
+
+func (o *runOptions) validate() error {
+	switch {
+	case o.Repeat < 1:
+		return fmt.Errorf("%w: --repeat %d: want at least 1", ErrInvalidArgument, o.Repeat)
+	case o.Duration <= 0, o.Period <= 0, o.PyPeriod <= 0:
+		return fmt.Errorf("%w: --duration, --period and --pytorch-period must be positive", ErrInvalidArgument)
+	case o.Prep.Max >= o.Period:
+		return fmt.Errorf("%w: preparation (up to %v) must be shorter than --period %v", ErrInvalidArgument, o.Prep.Max, o.Period)
+	case o.Settle < 0, o.ReadyTimeout <= 0:
+		return fmt.Errorf("%w: --settle must not be negative, --ready-timeout must be positive", ErrInvalidArgument)
+	case o.NVMLInterval < 0:
+		return fmt.Errorf("%w: --nvml-interval %v must not be negative", ErrInvalidArgument, o.NVMLInterval)
+	case o.Requests < 0, o.PyRequests < 0:
+		return fmt.Errorf("%w: --requests and --pytorch-requests must not be negative", ErrInvalidArgument)
+	case o.LCIters == 0 && o.LCCalibrateUs <= 0, o.BEIters == 0 && o.BECalibrateMs <= 0:
+		return fmt.Errorf("%w: kernel iterations must be positive", ErrInvalidArgument)
+	case o.BEQueue < 1, o.LCThreads <= 0, o.BEThreads <= 0, o.LCBlocks < 0, o.BEBlocks < 0:
+		return fmt.Errorf("%w: --be-queue, --*-threads must be positive, --*-blocks not negative", ErrInvalidArgument)
+	case o.HintLauncher != "goroutine" && o.HintLauncher != "poller":
+		return fmt.Errorf("%w: --hint-launcher %q: want goroutine or poller", ErrInvalidArgument, o.HintLauncher)
+	case o.HintPrepQuantile < 0 || o.HintPrepQuantile >= 1:
+		return fmt.Errorf("%w: --hint-prep-quantile %v: want a value in (0, 1), or 0 for the default", ErrInvalidArgument, o.HintPrepQuantile)
+	}
+	for _, sc := range o.Scenarios {
+		if sc.PeriodFactor != 0 && o.Prep.Max >= o.period(sc) {
+			return fmt.Errorf("%w: scenario %s: preparation (up to %v) must be shorter than its period %v", ErrInvalidArgument, sc.Name, o.Prep.Max, o.period(sc))
+		}
+	}
+	return nil
+}
+
+// uses reports whether any scenario runs the given runtime's workers.
+func (o *runOptions) uses(runtime Runtime) bool {
+	return slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.Runtime == runtime })
+}
+
+// usesPython reports whether any scenario runs the Python workers.
+func (o *runOptions) usesPython() bool {
+	return slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.Runtime.Python() })
+}
+
+// period is the LC request period of sc: the runtime's, times the
+// scenario's rate-sweep factor.
+func (o *runOptions) period(sc Scenario) time.Duration {
+	p := o.Period
+	if sc.Runtime.Python() {
+		p = o.PyPeriod
+	}
+	if sc.PeriodFactor > 0 {
+		p = time.Duration(float64(p) * sc.PeriodFactor)
+	}
+	return p
+}
+
+// lcRequests is the measured request count of one run of sc: explicit, or
+// enough to fill the scenario duration at its period.
+func (o *runOptions) lcRequests(sc Scenario) int {
+	if sc.Runtime.Python() {
+		if o.PyRequests > 0 && sc.PeriodFactor == 0 {
+			return o.PyRequests
+		}
+		// A Python LC at tens of milliseconds a request cannot reach
+		// minP99Requests in a sensible time: the report warns instead.
+		return max(1, int(o.Duration/o.period(sc)))
+	}
+	if o.Requests > 0 && sc.PeriodFactor == 0 {
+		return o.Requests
+	}
+	return max(minP99Requests, int(o.Duration/o.period(sc)))
+}
