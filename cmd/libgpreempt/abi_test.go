@@ -24,12 +24,39 @@ func TestCABI(t *testing.T) {
 	dir := filepath.Dir(lib)
 	checkUprobeNOPs(t, lib)
 	prog := filepath.Join(dir, "abi.c")
-	src := `#include <stdio.h>
+	src := `#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include "gpreempt.h"
+
+/* Two threads fail differently, wait for each other, then each reads its
+ * own message: gpreempt_last_error is per thread. */
+static pthread_barrier_t both_failed;
+static const char *want[2] = {"not initialised", "max_hold_us 60000000 exceeds"};
+static int thread_ok[2];
+static void *fail_and_read(void *arg) {
+	int i = (int)(long)arg;
+	if (i == 0) gpreempt_hint("x", 1);
+	else gpreempt_init(0, 60000000, 0);
+	pthread_barrier_wait(&both_failed);
+	const char *got = gpreempt_last_error();
+	thread_ok[i] = strstr(got, want[i]) != NULL;
+	if (!thread_ok[i]) printf("thread %d read %s, want its own %s\n", i, got, want[i]);
+	return NULL;
+}
+
 int main(void) {
+	pthread_t th[2];
+	pthread_barrier_init(&both_failed, NULL, 2);
+	for (long i = 0; i < 2; i++) pthread_create(&th[i], NULL, fail_and_read, (void *)i);
+	for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+	if (thread_ok[0] && thread_ok[1]) puts("per-thread: ok");
 	if (gpreempt_hint("x", 1) != 0) { puts("hint without init succeeded"); return 1; }
 	printf("before-init: %s\n", gpreempt_last_error());
+	if (gpreempt_hint("x", 20000000) != 0) { puts("hint with 20 s expected preparation succeeded"); return 1; }
+	printf("long-prep: %s\n", gpreempt_last_error());
+	if (gpreempt_init(0, 60000000, 0) == 0) { puts("init with a 60 s max hold succeeded"); return 1; }
+	printf("long-hold: %s\n", gpreempt_last_error());
 	if (gpreempt_init(0, 0, 0x80) == 0) { puts("init with unknown flags succeeded"); return 1; }
 	printf("bad-flags: %s\n", gpreempt_last_error());
 	if (gpreempt_init(0, 0, GPREEMPT_SKIP_LC_CLASS) != 0) {
@@ -50,7 +77,7 @@ int main(void) {
 	}
 	exe := filepath.Join(dir, "abi")
 	cc := exec.Command("gcc", "-Wall", "-Werror", "-I", filepath.Join("..", "..", "include"), "-o", exe, prog,
-		"-L", dir, "-lgpreempt", "-Wl,-rpath,"+dir)
+		"-L", dir, "-lgpreempt", "-lpthread", "-Wl,-rpath,"+dir)
 	if out, err := cc.CombinedOutput(); err != nil {
 		t.Fatalf("compile against gpreempt.h: %v\n%s", err, out)
 	}
@@ -59,8 +86,15 @@ int main(void) {
 	if !strings.Contains(text, "bad-flags: gpreempt_init: unknown flags 0x80") {
 		t.Errorf("init with unknown flags did not say so:\n%s", text)
 	}
-	if !strings.Contains(text, "before-init: gpreempt_hint: not initialised") {
-		t.Errorf("hint before init did not report why:\n%s", text)
+	for _, want := range []string{
+		"per-thread: ok",
+		"before-init: gpreempt_hint: not initialised",
+		"long-prep: gpreempt_hint: expected_prep_us 20000000 exceeds 10000000 (10s)",
+		"long-hold: gpreempt_init: max_hold_us 60000000 exceeds 1000000 (1s)",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("C program output lacks %q:\n%s", want, text)
+		}
 	}
 	var exit *exec.ExitError
 	switch {

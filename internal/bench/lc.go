@@ -47,7 +47,7 @@ type lcOptions struct {
 	// preparation starts, Ready right after the launch).
 	Hints    bool
 	MaxHold  time.Duration
-	Launcher string
+	Launcher prepreempt.Launcher
 	// PrepQuantile: prepreempt.Options.PrepQuantile (0: its default).
 	PrepQuantile float64
 }
@@ -89,6 +89,10 @@ var lcCommand = &cli.Command{
 				return err
 			}
 		}
+		launcher, err := prepreempt.ParseLauncher(c.String("hint-launcher"))
+		if err != nil {
+			return fmt.Errorf("%w: --hint-launcher: %w", ErrInvalidArgument, err)
+		}
 		o := lcOptions{
 			Device:        c.Int("device"),
 			Blocks:        c.Int("blocks"),
@@ -105,7 +109,7 @@ var lcCommand = &cli.Command{
 			Out:           c.String("out"),
 			Hints:         c.Bool("hints"),
 			MaxHold:       c.Duration("max-hold"),
-			Launcher:      c.String("hint-launcher"),
+			Launcher:      launcher,
 			PrepQuantile:  c.Float64("hint-prep-quantile"),
 		}
 		return runLC(c.Context, o, os.Stdin, c.App.Writer, logger(c))
@@ -241,7 +245,9 @@ func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, 
 	if o.Hints {
 		// After the LC kernels' module and stream exist, so the LC class
 		// the engine applies covers every channel group of the context.
-		if eng, err = prepreempt.New(ctx, g.ctx, prepreempt.Options{MaxHold: o.MaxHold, Launcher: o.Launcher, PrepQuantile: o.PrepQuantile, Logger: log}); err != nil {
+		// The engine joins the same primary context (g.ctx is the device's
+		// primary context too), so its spinners share our channel groups.
+		if eng, err = prepreempt.New(ctx, o.Device, prepreempt.Options{MaxHold: o.MaxHold, Launcher: o.Launcher, PrepQuantile: o.PrepQuantile, Logger: log}); err != nil {
 			return fmt.Errorf("pre-preemption engine: %w", err)
 		}
 		defer func() { err = errors.Join(err, eng.Close()) }()
