@@ -194,20 +194,50 @@ try:
 except gpreempt.GpreemptError as e:
     print("missing-lib:", e)
 try:
+    gpreempt.Engine(max_hold_us=60_000_000, lib=sys.argv[1])
+    print("60 s max hold accepted"); sys.exit(1)
+except ValueError as e:
+    print("long-hold:", e)
+
+# The engine as a context manager shuts the library down once, on exit,
+# also when the block raises (checked on a stand-in for the library, so
+# that it runs without a GPU).
+class FakeLib:
+    shutdowns = 0
+    def gpreempt_shutdown(self):
+        FakeLib.shutdowns += 1
+        return 0
+fake = gpreempt.Engine.__new__(gpreempt.Engine)
+fake._lib, fake._open = FakeLib(), True
+try:
+    with fake as got:
+        assert got is fake
+        raise KeyError("inside")
+except KeyError:
+    pass
+fake.close()
+print("context-manager shutdowns:", FakeLib.shutdowns)
+
+try:
     eng = gpreempt.Engine(skip_lc_class=True, launcher="poller", lib=sys.argv[1])
 except gpreempt.GpreemptError as e:
     print("no-gpu:", e); sys.exit(3)
-with eng.request("py", expected_prep_us=100) as req:
-    req.ready()
-st = eng.stats()
-print("stats:", json.dumps({k: st[k] for k in ("hints", "early", "late")}))
-eng.close()
+with eng:
+    with eng.request("py", expected_prep_us=100) as req:
+        req.ready()
+    st = eng.stats()
+    print("stats:", json.dumps({k: st[k] for k in ("hints", "early", "late")}))
 `
 	cmd := exec.Command(py, "-c", script, lib)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join("..", "..", "python"))
 	out, err := cmd.CombinedOutput()
 	text := string(out)
-	for _, want := range []string{"bad-launcher: launcher 'threads'", "missing-lib: libgpreempt.so not found (set GPREEMPT_LIB): /nonexistent/libgpreempt.so"} {
+	for _, want := range []string{
+		"bad-launcher: launcher 'threads'",
+		"missing-lib: libgpreempt.so not found (set GPREEMPT_LIB): /nonexistent/libgpreempt.so",
+		"long-hold: max_hold_us 60000000: want 0 (default) to 1000000",
+		"context-manager shutdowns: 1",
+	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("wrapper output lacks %q:\n%s", want, text)
 		}
@@ -224,5 +254,35 @@ eng.close()
 		}
 	default:
 		t.Fatalf("python: %v\n%s", err, text)
+	}
+}
+
+// TestPythonPackageInstalls installs python/ with pip, offline (the build
+// backend is in-tree), with the built library beside the module, and
+// checks that the installed package loads that library by itself.
+func TestPythonPackageInstalls(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	if err := exec.Command(py, "-m", "pip", "--version").Run(); err != nil {
+		t.Skip("no pip for python3")
+	}
+	lib := buildLibrary(t)
+	target := t.TempDir()
+	pip := exec.Command(py, "-m", "pip", "install", "--no-index", "--no-cache-dir", "--disable-pip-version-check",
+		"--target", target, filepath.Join("..", "..", "python"))
+	pip.Env = append(os.Environ(), "GPREEMPT_LIB="+lib, "PIP_NO_INPUT=1")
+	if out, err := pip.CombinedOutput(); err != nil {
+		t.Fatalf("pip install ./python: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(target, "gpreempt", "libgpreempt.so")); err != nil {
+		t.Fatalf("the wheel does not carry the library: %v", err)
+	}
+	check := exec.Command(py, "-c", "import gpreempt, os; print('loaded:', os.path.basename(os.path.dirname(gpreempt._load()._name)))")
+	check.Env = append(os.Environ(), "PYTHONPATH="+target, "GPREEMPT_LIB=")
+	out, err := check.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "loaded: gpreempt") {
+		t.Fatalf("installed package did not load its own library: %v\n%s", err, out)
 	}
 }
