@@ -163,20 +163,17 @@ func waitStats(t *testing.T, e *Engine, cond func(Stats) bool) Stats {
 }
 
 func TestReadyReleasesLaunchedSpinner(t *testing.T) {
-	e, g := testEngine(t, Options{InitialSwitch: 100 * time.Microsecond}, 50*time.Microsecond)
+	e, clk, g := simEngine(t, Options{InitialSwitch: 100 * time.Microsecond}, 0, 50*time.Microsecond, 0)
 	ctx := context.Background()
 	// Expected preparation shorter than the switch lead: launched at once.
 	r, err := e.Hint(ctx, "infer", 50*time.Microsecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.launches.Load() != 1 {
-		t.Fatalf("launches = %d, want 1 (launch time already passed)", g.launches.Load())
+	if len(g.launched) != 1 {
+		t.Fatalf("launches = %d, want 1 (launch time already passed)", len(g.launched))
 	}
-	for start, _ := g.stamps(r.slot); start == 0; start, _ = g.stamps(r.slot) {
-		time.Sleep(10 * time.Microsecond)
-	}
-	time.Sleep(time.Millisecond)
+	clk.advance(50*time.Microsecond + time.Millisecond) // resident, then held 1 ms
 	if err := r.Ready(); err != nil {
 		t.Fatal(err)
 	}
@@ -187,8 +184,8 @@ func TestReadyReleasesLaunchedSpinner(t *testing.T) {
 	if s.Hints != 1 || s.Early != 1 || s.Late != 0 || s.Expired != 0 {
 		t.Errorf("stats %+v", s)
 	}
-	if held := time.Duration(s.HeldSamples[0]); held < 500*time.Microsecond || held > 50*time.Millisecond {
-		t.Errorf("held %v, want about the 1 ms between the spinner's start and Ready", held)
+	if held := time.Duration(s.HeldSamples[0]); held != time.Millisecond {
+		t.Errorf("held %v, want the 1 ms between the spinner's start and Ready", held)
 	}
 	if len(e.free) != e.opts.Slots {
 		t.Errorf("%d of %d slots free after the spinner finished", len(e.free), e.opts.Slots)
@@ -196,7 +193,9 @@ func TestReadyReleasesLaunchedSpinner(t *testing.T) {
 }
 
 func TestReadyBeforeLaunchIsLate(t *testing.T) {
-	e, g := testEngine(t, Options{}, 0)
+	// The fake clock never reaches the launch time, however slowly this
+	// machine runs the test.
+	e, g := testEngineClock(t, Options{}, newFakeClock(0), 0)
 	r, err := e.Hint(context.Background(), "infer", 50*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -204,7 +203,7 @@ func TestReadyBeforeLaunchIsLate(t *testing.T) {
 	if err := r.Ready(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Millisecond)
+	waitStats(t, e, func(Stats) bool { return e.pending.Load() == 0 })
 	if g.launches.Load() != 0 {
 		t.Errorf("a spinner was launched after Ready")
 	}
@@ -246,14 +245,19 @@ func testScheduledLaunch(t *testing.T, launcher Launcher) {
 }
 
 func TestMissedReadyExpires(t *testing.T) {
-	e, _ := testEngine(t, Options{MaxHold: 2 * time.Millisecond}, 0)
+	const maxHold = 2 * time.Millisecond
+	e, clk, _ := simEngine(t, Options{MaxHold: maxHold}, 0, 0, 0)
 	r, err := e.Hint(context.Background(), "infer", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	for range 4 { // four janitor periods of MaxHold/4
+		waitTimers(t, clk)
+		clk.advance(maxHold / 4)
+	}
 	s := waitStats(t, e, func(s Stats) bool { return s.Expired == 1 && len(s.HeldSamples) == 1 })
-	if held := time.Duration(s.HeldSamples[0]); held > 20*time.Millisecond {
-		t.Errorf("an abandoned spinner held the GPU %v (max hold 2 ms)", held)
+	if held := time.Duration(s.HeldSamples[0]); held > maxHold {
+		t.Errorf("an abandoned spinner held the GPU %v (max hold %v)", held, maxHold)
 	}
 	// The late Ready is fine; a second one is not.
 	if err := r.Ready(); err != nil {
