@@ -302,3 +302,23 @@ func awaitClose(t *testing.T, clk *fakeClock, closed <-chan error) error {
 		return nil
 	}
 }
+
+// FuzzParseLauncher: any string either parses to a known launcher that
+// parses back to itself, or is refused with ErrInvalidOption.
+func FuzzParseLauncher(f *testing.F) {
+	for _, s := range []string{"goroutine", "poller", " POLLER", "", "threads", "\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := ParseLauncher(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidOption) {
+				t.Fatalf("ParseLauncher(%q): %v does not wrap ErrInvalidOption", s, err)
+			}
+			return
+		}
+		if again, err := ParseLauncher(l.String()); err != nil || again != l {
+			t.Fatalf("ParseLauncher(%q) = %q, which parses back to %q, %v", s, l, again, err)
+		}
+	})
+}
