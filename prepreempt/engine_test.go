@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
 )
 
 // fakeFlags keep the words in Go memory. A write after close is recorded:
@@ -414,4 +413,3 @@ func TestLog2Bucket(t *testing.T) {
 		}
 	}
 }
-
