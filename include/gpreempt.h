@@ -14,9 +14,11 @@
  * context is already resident on the GPU when the LC kernels arrive;
  * gpreempt_ready releases it. A spinner never holds the GPU longer than
  * max_hold_us, even if gpreempt_ready is never called, and spinners
- * together hold it at most a quarter of each second: hints beyond that run
- * without a spinner (counted as "throttled" in the stats), so a flood of
- * hints cannot keep other processes' work off the GPU.
+ * together hold it at most a quarter of the time (a budget of 250 ms,
+ * refilled at 250 ms per second; each spinner reserves max_hold_us until
+ * it is released): hints beyond that run without a spinner (counted as
+ * "throttled" in the stats), so a flood of hints cannot keep other
+ * processes' work off the GPU.
  *
  * Functions return 0 (or a handle / a length) on success and -1 (or 0 for
  * gpreempt_hint) on failure; gpreempt_last_error() then says why, in the
