@@ -12,9 +12,12 @@ all: build
 # Each subsystem's own targets (ebpf, patches, ...) live in mk/.
 -include mk/*.mk
 
+# c-shared also writes cgo's own header (bin/libgpreempt.h): the API's
+# header is include/gpreempt.h, so that one is removed.
 build:
 	$(GO) build -o $(BIN)/ ./cmd/gpreemptctl ./cmd/gpreempt-bench
 	$(GO) build -buildmode=c-shared -o $(BIN)/libgpreempt.so ./cmd/libgpreempt
+	rm -f $(BIN)/libgpreempt.h
 
 vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -23,8 +26,12 @@ vet:
 
 # What CI runs (.ci/run): gofmt check and vet, then every test. GPU tests skip without a GPU;
 # the skipped tests are listed at the end with the reason each gave.
+# examples/go-lc-server is a module of its own, built as another module would
+# build against prepreempt (its replace points here).
+EXAMPLE := examples/go-lc-server
 test: vet
 	$(GO) run ./internal/tools/testreport -count=1 $(PKGS)
+	cd $(EXAMPLE) && $(GO) build -o /dev/null . && $(GO) vet ./...
 
 # Manual pages generated from the command definitions: gpreemptctl(8), gpreempt-bench(1).
 # Read one with: man $(BIN)/man/gpreemptctl.8
@@ -47,6 +54,7 @@ CARRY_LDFLAGS ?= -s -w
 gpu-binaries: build
 	mkdir -p $(CARRY)
 	$(GO) build -ldflags='$(CARRY_LDFLAGS)' -o $(CARRY)/ ./cmd/gpreemptctl ./cmd/gpreempt-bench
+	cd $(EXAMPLE) && $(GO) build -ldflags='$(CARRY_LDFLAGS)' -o ../../$(CARRY)/go-lc-server .
 	cp $(BIN)/libgpreempt.so $(CARRY)/
 	$(GO) test -c -ldflags='$(CARRY_LDFLAGS)' -o $(CARRY)/tsg.test ./tsg
 	$(GO) test -c -ldflags='$(CARRY_LDFLAGS)' -o $(CARRY)/prepreempt.test ./prepreempt

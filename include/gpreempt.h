@@ -13,11 +13,16 @@
  * about one switch time before the predicted end of preparation, so the
  * context is already resident on the GPU when the LC kernels arrive;
  * gpreempt_ready releases it. A spinner never holds the GPU longer than
- * max_hold_us, even if gpreempt_ready is never called.
+ * max_hold_us, even if gpreempt_ready is never called, and spinners
+ * together hold it at most a quarter of the time (a budget of 250 ms,
+ * refilled at 250 ms per second; each spinner reserves max_hold_us until
+ * it is released): hints beyond that run without a spinner (counted as
+ * "throttled" in the stats), so a flood of hints cannot keep other
+ * processes' work off the GPU.
  *
  * Functions return 0 (or a handle / a length) on success and -1 (or 0 for
- * gpreempt_hint) on failure; gpreempt_last_error() then says why. All are
- * thread-safe.
+ * gpreempt_hint) on failure; gpreempt_last_error() then says why, in the
+ * thread that called the failing function. All are thread-safe.
  */
 #ifndef GPREEMPT_H
 #define GPREEMPT_H
@@ -38,11 +43,13 @@ extern "C" {
  * flows. */
 #define GPREEMPT_LAUNCHER_POLLER 2u
 
-/* Create the engine on device's primary context. max_hold_us 0: 5000. */
+/* Create the engine on device's primary context, which it retains until
+ * gpreempt_shutdown. max_hold_us: 0 for 5000, at most 1000000 (1 s). */
 int gpreempt_init(int device, uint64_t max_hold_us, uint32_t flags);
 
-/* A request of class `cls` starts preparing; expected_prep_us is used until
- * the class has history. Returns a handle, 0 on error. */
+/* A request of class `cls` starts preparing; expected_prep_us (at most
+ * 10000000, 10 s) is used until the class has history. Returns a handle, 0
+ * on error. */
 uint64_t gpreempt_hint(char *cls, uint64_t expected_prep_us);
 
 /* The request's LC work is enqueued: release its spinner. */
@@ -58,10 +65,14 @@ int gpreempt_cancel(uint64_t handle);
  * of that length plus some (the stats grow in between) until it fits. */
 int gpreempt_stats_json(char *buf, size_t len);
 
-/* The last error's message (valid until the next failing call). */
+/* The message of the last error in the calling thread (valid until that
+ * thread's next failing call). */
 char *gpreempt_last_error(void);
 
-/* Release outstanding spinners and free the engine. */
+/* Release outstanding spinners, free the engine and release the primary
+ * context. If a spinner is still running after max_hold_us and 100 ms (a
+ * GPU that stopped making progress), its memory is left allocated and -1
+ * is returned. */
 int gpreempt_shutdown(void);
 
 #ifdef __cplusplus

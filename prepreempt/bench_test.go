@@ -23,7 +23,7 @@ func (instantGPU) close() error                 { return nil }
 // spinner launches at once (the common case when preparation is short), with
 // its p99 reported as a metric.
 func BenchmarkHintReady(b *testing.B) {
-	e := newEngine(Options{}.withDefaults(), &fakeFlags{}, instantGPU{})
+	e := newEngine(Options{}.withDefaults(), newMonoClock(), &fakeFlags{}, instantGPU{})
 	defer e.Close()
 	ctx := context.Background()
 	lat := make([]time.Duration, 0, b.N)

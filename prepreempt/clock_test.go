@@ -7,11 +7,13 @@ import (
 )
 
 // TestCalibrateClock: the offset found by calibration is within a few
-// hundred microseconds of the fake GPU's clock offset, also when every
-// spinner waits long to be scheduled (a BE load). The midpoint of a
+// clock steps of the simulated GPU's clock offset, also when every spinner
+// waits long to be scheduled (a BE load). The midpoint of a
 // launch-to-completion window, the previous method, is off by half the wait
-// (1 ms here).
+// (1 ms here). The host clock is simulated: the result does not depend on
+// how fast this machine runs.
 func TestCalibrateClock(t *testing.T) {
+	const step = time.Microsecond
 	for _, c := range []struct {
 		name     string
 		switchIn time.Duration
@@ -22,13 +24,12 @@ func TestCalibrateClock(t *testing.T) {
 		{"loaded, GPU clock behind", 2 * time.Millisecond, -1_000e9},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e, g := testEngine(t, Options{}, c.switchIn)
-			g.clock, g.busyPoll = c.clock, true
+			e, _, _ := simEngine(t, Options{}, step, c.switchIn, c.clock)
 			if err := e.calibrateClock(); err != nil {
 				t.Fatal(err)
 			}
-			if d := time.Duration(e.clock.get() - c.clock).Abs(); d > 300*time.Microsecond {
-				t.Errorf("offset %d ns, want %d ± 300 us (off by %v)", e.clock.get(), c.clock, d)
+			if d := time.Duration(e.clock.get() - c.clock).Abs(); d > 4*step {
+				t.Errorf("offset %d ns, want %d ± %v (off by %v)", e.clock.get(), c.clock, 4*step, d)
 			}
 		})
 	}
@@ -37,7 +38,7 @@ func TestCalibrateClock(t *testing.T) {
 // TestCalibrateClockSpinnerNeverStarts: a spinner that never runs is an
 // error naming the wait, not a hang.
 func TestCalibrateClockSpinnerNeverStarts(t *testing.T) {
-	e, _ := testEngine(t, Options{}, 2*calibrateStartTimeout)
+	e, _, _ := simEngine(t, Options{}, time.Millisecond, 2*calibrateStartTimeout, 0)
 	err := e.calibrateClock()
 	if err == nil {
 		t.Fatal("calibration succeeded without a spinner start")
@@ -46,11 +47,14 @@ func TestCalibrateClockSpinnerNeverStarts(t *testing.T) {
 }
 
 // TestSwitchInMeasuredWithClockOffset: with the clock calibrated, the
-// engine measures the fake's switch-in time through the stamps.
+// engine measures the simulated switch-in time through the stamps, to
+// within the calibration's error.
 func TestSwitchInMeasuredWithClockOffset(t *testing.T) {
-	const switchIn = 600 * time.Microsecond
-	e, g := testEngine(t, Options{InitialSwitch: 100 * time.Microsecond}, switchIn)
-	g.clock = 5_000e9
+	const (
+		switchIn = 600 * time.Microsecond
+		step     = time.Microsecond
+	)
+	e, clk, _ := simEngine(t, Options{InitialSwitch: 100 * time.Microsecond}, step, switchIn, 5_000e9)
 	if err := e.calibrateClock(); err != nil {
 		t.Fatal(err)
 	}
@@ -60,16 +64,18 @@ func TestSwitchInMeasuredWithClockOffset(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(switchIn + 500*time.Microsecond)
+		clk.advance(switchIn + 500*time.Microsecond)
 		if err := r.Ready(); err != nil {
 			t.Fatal(err)
 		}
+		// One request at a time: the next Hint must find this one's slot
+		// back, so that the samples come from five distinct launches.
+		waitStats(t, e, func(Stats) bool { return len(e.free) == e.opts.Slots })
 	}
 	s := waitStats(t, e, func(s Stats) bool { return len(s.SwitchInSamples) == 5 })
 	for _, v := range s.SwitchInSamples {
-		// The fake sleeps switchIn (oversleeping on a loaded machine).
-		if d := time.Duration(v); d < switchIn-300*time.Microsecond || d > switchIn+2*time.Millisecond {
-			t.Errorf("switch-in %v, want about %v", d, switchIn)
+		if d := time.Duration(v) - switchIn; d.Abs() > 8*step {
+			t.Errorf("switch-in %v, want %v ± %v", time.Duration(v), switchIn, 8*step)
 		}
 	}
 }
@@ -96,5 +102,50 @@ func TestGPUClockFollowsDrift(t *testing.T) {
 	c.released(9e6, 9e6+1200+5)
 	if c.get() != 1200 {
 		t.Errorf("offset %d, want 1200", c.get())
+	}
+}
+
+// TestExpiryFollowsMonotonicClock: a spinner expires MaxHold after its
+// launch by the engine's monotonic clock, and not before, whatever the
+// wall clock does meanwhile (the engine never reads it).
+func TestExpiryFollowsMonotonicClock(t *testing.T) {
+	const maxHold = 8 * time.Millisecond
+	e, clk, _ := simEngine(t, Options{MaxHold: maxHold}, 0, 0, 0)
+	r, err := e.Hint(context.Background(), "x", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three janitor periods (MaxHold/4 each) are not MaxHold.
+	for range 3 {
+		waitTimers(t, clk)
+		clk.advance(maxHold / 4)
+	}
+	waitTimers(t, clk)
+	if s := e.Stats(); s.Expired != 0 {
+		t.Fatalf("expired after 3/4 of MaxHold: %+v", s)
+	}
+	clk.advance(maxHold / 4)
+	waitStats(t, e, func(s Stats) bool { return s.Expired == 1 })
+	if err := r.Ready(); err != nil {
+		t.Errorf("Ready after expiry = %v", err)
+	}
+}
+
+// waitTimers waits until some goroutine waits on a timer of clk (the
+// janitor, between two sweeps).
+func waitTimers(t *testing.T, clk *fakeClock) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second) // a bound on scheduling, not a measurement
+	for {
+		clk.mu.Lock()
+		n := len(clk.timers)
+		clk.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("nothing ever waited on the clock")
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }

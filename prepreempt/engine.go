@@ -10,6 +10,11 @@
 // which releases the spinner. The spinner is launched about one switch time
 // before the predicted end of preparation, not at the request's arrival, so
 // the GPU is held from BE work only for the switch's overlap.
+//
+// An Engine works on a device's primary context: the one the CUDA runtime,
+// PyTorch and most frameworks share, so the spinner and the application's
+// own kernels are in the same channel groups whatever library launched
+// them.
 package prepreempt
 
 import (
@@ -24,17 +29,35 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/cuda"
 	"github.com/gpreempt/gpreempt/internal/kernels"
 	"github.com/gpreempt/gpreempt/tsg"
+)
+
+// Bounds on what callers may ask for. A spinner holds the GPU from every
+// other process while it runs, and Close waits up to MaxHold: a minute of
+// either is a bug in the caller, not a setting.
+const (
+	// MaxHoldLimit bounds Options.MaxHold.
+	MaxHoldLimit = time.Second
+	// MaxExpectedPrep bounds Hint's expectedPrep.
+	MaxExpectedPrep = 10 * time.Second
 )
 
 // Options tune an Engine. The zero value gives the defaults.
 type Options struct {
 	// MaxHold bounds how long a spinner may hold the GPU: the kernel exits
 	// on its own after it (by %globaltimer), and the engine releases it
-	// then if Ready never came. Default 5 ms.
+	// then if Ready never came. Default 5 ms, at most MaxHoldLimit.
 	MaxHold time.Duration
+	// HoldDutyCycle caps the fraction of the GPU's time spinners may hold:
+	// about that fraction of each second (a budget of HoldDutyCycle x 1 s,
+	// refilled continuously; each spinner reserves MaxHold until it is
+	// released). Hints beyond it run without a spinner and are counted in
+	// Stats.Throttled, so back-to-back hints cannot keep best-effort work
+	// off the GPU. Default 0.25; 1 or more: no cap.
+	HoldDutyCycle float64
 	// InitialSwitch is the launch-to-resident time assumed until the
 	// spinner's own stamps have measured it. Default 200 us.
 	InitialSwitch time.Duration
@@ -55,23 +78,23 @@ type Options struct {
 	// host-mapped), "gdrcopy" or "host". Default auto.
 	Backend string
 	// SkipLCClass leaves the process's channel groups alone; by default the
-	// engine puts them in the LC class (long timeslice, HIGH interleave).
+	// engine puts them in the LC class (class.Defaults()[class.LC]: a long
+	// timeslice and HIGH interleave).
 	SkipLCClass bool
-	// LCTimeslice is the LC class's timeslice. Default 5 s.
+	// LCTimeslice overrides the LC class's timeslice. Default: the class's
+	// (class.DefaultLCTimeslice, 5 s).
 	LCTimeslice time.Duration
-	// Launcher picks how scheduled launches happen: "goroutine" (default:
-	// one goroutine per hint sleeps, then spins to the launch time) or
-	// "poller" (one goroutine locked to its OS thread polls the scheduled
-	// launches while hints keep coming, and parks after PollerIdle without
-	// one). The poller avoids waking a goroutine per hint — which in a VM
-	// may cost more than the launch lead — at the price of a busy core
-	// while LC traffic flows.
-	Launcher string
+	// Launcher picks how scheduled launches happen. Default
+	// LauncherGoroutine.
+	Launcher Launcher
 	// PollerIdle is how long the poller keeps polling after the last hint.
 	// Default 20 ms.
 	PollerIdle time.Duration
 	Logger     *slog.Logger
 }
+
+// lcClass is the class the engine puts its process in.
+func lcClass() class.Class { return class.Defaults()[class.LC] }
 
 func (o Options) withDefaults() Options {
 	def := func(d *time.Duration, v time.Duration) {
@@ -82,10 +105,13 @@ func (o Options) withDefaults() Options {
 	def(&o.MaxHold, 5*time.Millisecond)
 	def(&o.InitialSwitch, 200*time.Microsecond)
 	def(&o.Margin, 20*time.Microsecond)
-	def(&o.LCTimeslice, 5*time.Second)
+	def(&o.LCTimeslice, lcClass().Timeslice)
 	def(&o.PollerIdle, 20*time.Millisecond)
+	if o.HoldDutyCycle <= 0 {
+		o.HoldDutyCycle = 0.25
+	}
 	if o.Launcher == "" {
-		o.Launcher = "goroutine"
+		o.Launcher = LauncherGoroutine
 	}
 	if o.PrepQuantile <= 0 || o.PrepQuantile >= 1 {
 		o.PrepQuantile = 0.02
@@ -108,12 +134,29 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// check validates options after withDefaults.
+func (o Options) check() error {
+	if err := o.Launcher.check(); err != nil {
+		return err
+	}
+	if o.MaxHold > MaxHoldLimit {
+		return fmt.Errorf("%w: MaxHold %v exceeds %v", ErrInvalidOption, o.MaxHold, MaxHoldLimit)
+	}
+	if err := tsg.CheckTimeslice(o.LCTimeslice); err != nil {
+		return fmt.Errorf("%w: LCTimeslice: %w", ErrInvalidOption, err)
+	}
+	return nil
+}
+
 // spinWindow is how long before its launch time the launcher stops
 // sleeping and spins.
 const spinWindow = time.Millisecond
 
 // ErrDone: Ready or Cancel was already called on the request.
 var ErrDone = errors.New("request already finished")
+
+// ErrClosed: the engine was closed.
+var ErrClosed = errors.New("prepreempt: engine closed")
 
 // slot is one spinner's resources (flag word, stamps, stream, event),
 // reused once its work has completed.
@@ -131,14 +174,15 @@ type spinnerGPU interface {
 	close() error
 }
 
-// Engine issues pre-preemption for one CUDA context. It is safe for
-// concurrent use.
+// Engine issues pre-preemption for one device's primary context. It is
+// safe for concurrent use.
 type Engine struct {
-	ctx     *cuda.Context
+	ctx     *cuda.Context // retained by New, released by Close
 	k       *kernels.Set
 	opts    Options
 	log     *slog.Logger
-	flags   Flags
+	clk     hostClock
+	flags   flagWords
 	gpu     spinnerGPU
 	slots   []*slot
 	free    chan *slot
@@ -146,6 +190,7 @@ type Engine struct {
 	sw      *switchTracker
 	stats   statsRecorder
 	clock   *gpuClock
+	budget  *holdBudget // nil: no duty-cycle cap
 	closed  atomic.Bool
 	pending atomic.Int64
 	// inflight[i] is the request whose spinner holds slot i, for the
@@ -161,15 +206,27 @@ type Engine struct {
 	lastHint atomic.Int64
 }
 
-// New creates an engine on ctx: it loads the spinner, sets up flags and
-// slots, calibrates the GPU clock against the host's, and (unless
-// SkipLCClass) puts this process's channel groups in the LC class.
-func New(ctx context.Context, cctx *cuda.Context, opts Options) (_ *Engine, err error) {
+// New creates an engine on the primary context of the CUDA device with the
+// given ordinal, retaining that context (without changing its flags) until
+// Close: it loads the spinner, sets up flags and slots, calibrates the GPU
+// clock against the host's, and (unless SkipLCClass) puts this process's
+// channel groups in the LC class. The application launches its own work in
+// the same primary context (the CUDA runtime's, PyTorch's), on its own
+// streams.
+func New(ctx context.Context, device int, opts Options) (_ *Engine, err error) {
 	opts = opts.withDefaults()
-	if opts.Launcher != "goroutine" && opts.Launcher != "poller" {
-		return nil, fmt.Errorf("prepreempt: launcher %q: want goroutine or poller", opts.Launcher)
+	if err := opts.check(); err != nil {
+		return nil, err
 	}
-	e := &Engine{ctx: cctx, opts: opts, log: opts.Logger}
+	dev, err := cuda.GetDevice(device)
+	if err != nil {
+		return nil, fmt.Errorf("prepreempt: %w", err)
+	}
+	cctx, err := dev.RetainPrimary()
+	if err != nil {
+		return nil, fmt.Errorf("prepreempt: primary context of device %d: %w", device, err)
+	}
+	e := &Engine{ctx: cctx, opts: opts, log: opts.Logger, clk: newMonoClock()}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, e.Close())
@@ -181,7 +238,7 @@ func New(ctx context.Context, cctx *cuda.Context, opts Options) (_ *Engine, err 
 	if e.flags, err = openFlags(cctx, opts.Backend, opts.Slots, e.log); err != nil {
 		return nil, err
 	}
-	e.stats.s.Backend = e.flags.Name()
+	e.stats.s.Backend = e.flags.name()
 	g, err := newCUDASpinners(cctx, e.k, e.flags, opts.Slots, opts.MaxHold)
 	if err != nil {
 		return nil, err
@@ -201,9 +258,9 @@ func New(ctx context.Context, cctx *cuda.Context, opts Options) (_ *Engine, err 
 
 // newEngine assembles an engine from its parts; New does the CUDA set-up,
 // tests pass fakes.
-func newEngine(opts Options, flags Flags, g spinnerGPU) *Engine {
-	e := &Engine{opts: opts, log: opts.Logger, flags: flags, gpu: g}
-	e.stats.s.Backend = flags.Name()
+func newEngine(opts Options, clk hostClock, flags flagWords, g spinnerGPU) *Engine {
+	e := &Engine{opts: opts, log: opts.Logger, clk: clk, flags: flags, gpu: g}
+	e.stats.s.Backend = flags.name()
 	e.initSlots()
 	return e
 }
@@ -213,7 +270,7 @@ func (e *Engine) initSlots() {
 	e.inflight = make([]atomic.Pointer[Request], e.opts.Slots)
 	e.stop = make(chan struct{})
 	e.janitor.Go(e.expireLoop)
-	if e.opts.Launcher == "poller" {
+	if e.opts.Launcher == LauncherPoller {
 		e.sched = make([]atomic.Pointer[Request], e.opts.Slots)
 		e.wake = make(chan struct{}, 1)
 		e.janitor.Go(e.pollLoop)
@@ -227,10 +284,13 @@ func (e *Engine) initSlots() {
 	e.pred = newPredictor(e.opts.PrepQuantile, e.opts.Window, 8)
 	e.sw = newSwitchTracker(e.opts.InitialSwitch, e.opts.SwitchQuantile, e.opts.Window)
 	e.clock = newGPUClock(e.opts.Window)
+	if e.opts.HoldDutyCycle < 1 {
+		e.budget = newHoldBudget(e.opts.HoldDutyCycle, e.clk.now())
+	}
 }
 
-func openFlags(cctx *cuda.Context, backend string, slots int, log *slog.Logger) (Flags, error) {
-	gdr := func() (Flags, error) {
+func openFlags(cctx *cuda.Context, backend string, slots int, log *slog.Logger) (flagWords, error) {
+	gdr := func() (flagWords, error) {
 		return newGDRFlags(&cgoGDR{}, slots, func(size uint64) (uint64, func() error, error) {
 			p, err := cctx.MemAlloc(size)
 			if err != nil {
@@ -252,26 +312,32 @@ func openFlags(cctx *cuda.Context, backend string, slots int, log *slog.Logger) 
 		log.Info("GDRCopy flags unavailable, using host-mapped memory", "reason", err)
 		return newHostFlags(cctx, slots)
 	}
-	return nil, fmt.Errorf("flag backend %q: want auto, gdrcopy or host", backend)
+	return nil, fmt.Errorf("%w: flag backend %q: want auto, gdrcopy or host", ErrInvalidOption, backend)
 }
 
-// applyLCClass gives this process's channel groups the LC class. Setting a
-// timeslice is NON_PRIVILEGED in RM; the interleave level needs root, and
-// without it the timeslice alone is applied.
+// applyLCClass gives this process's channel groups the LC class, with
+// timeslice ts. Setting a timeslice is NON_PRIVILEGED in RM; the
+// interleave level needs root, and without it the timeslice alone is
+// applied.
 func applyLCClass(ctx context.Context, ts time.Duration, log *slog.Logger) error {
+	lc := lcClass()
+	lc.Timeslice = ts
+	settings, err := lc.Settings(class.DefaultWeight)
+	if err != nil {
+		return err
+	}
 	p, err := tsg.NewAttachSource(tsg.ProcHost{}, tsg.ScanOptions{}, log).Discover(ctx, os.Getpid())
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	high := tsg.LevelHigh
-	err = p.Apply(ctx, p.Groups, tsg.Settings{Timeslice: &ts, Interleave: &high})
+	err = p.Apply(ctx, p.Groups, settings)
 	if err != nil && errors.Is(err, tsg.ErrInvalidArgument) {
 		return err
 	}
 	if err != nil {
 		log.Warn("LC interleave level not applied; timeslice only", "err", err)
-		return p.Apply(ctx, p.Groups, tsg.Settings{Timeslice: &ts})
+		return p.Apply(ctx, p.Groups, tsg.Settings{Timeslice: settings.Timeslice})
 	}
 	return nil
 }
@@ -284,7 +350,7 @@ func (e *Engine) calibrateClock() error {
 	defer func() { e.free <- s }()
 	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
 	for range 16 {
-		e.flags.Set(s.idx, 0)
+		e.flags.set(s.idx, 0)
 		e.gpu.clearStamps(s)
 		if err := e.gpu.launch(s); err != nil {
 			return fmt.Errorf("calibrate: %w", err)
@@ -292,19 +358,19 @@ func (e *Engine) calibrateClock() error {
 		// The start stamp is read before the host clock: the spinner
 		// started before the host looked.
 		var start, seen int64
-		deadline := time.Now().Add(calibrateStartTimeout)
+		deadline := e.clk.now() + int64(calibrateStartTimeout)
 		for start == 0 {
 			start, _ = e.gpu.stamps(s)
-			seen = time.Now().UnixNano()
-			if start == 0 && seen > deadline.UnixNano() {
-				e.flags.Set(s.idx, 1)
+			seen = e.clk.now()
+			if start == 0 && seen > deadline {
+				e.flags.set(s.idx, 1)
 				return fmt.Errorf("calibrate: the spinner did not start within %v", calibrateStartTimeout)
 			}
 		}
 		// The host clock is read before the release: the spinner exits
 		// after it.
-		released := time.Now().UnixNano()
-		e.flags.Set(s.idx, 1)
+		released := e.clk.now()
+		e.flags.set(s.idx, 1)
 		for {
 			ok, err := e.gpu.finished(s)
 			if err != nil {
@@ -346,20 +412,24 @@ const (
 
 // Request is one hinted LC request.
 type Request struct {
-	e       *Engine
-	class   string
-	start   time.Time
-	slot    *slot
-	state   atomic.Int32
-	err     error
-	launchT int64 // host CLOCK_REALTIME ns of the spinner launch
+	e     *Engine
+	class string
+	start int64 // host clock at Hint
+	slot  *slot
+	state atomic.Int32
+	err   error
+	// done is closed when the request ends before its scheduled launch,
+	// to wake the goroutine waiting to launch it (goroutine launcher only).
+	done    chan struct{}
+	launchT int64 // host clock at the spinner launch
 	// releaseT is when the host released the spinner's flag (0: not by
 	// the host), for the GPU clock's online correction.
 	releaseT int64
-	// planned is when the spinner was meant to be launched (CLOCK_REALTIME
-	// ns); the launch's lateness against it is a statistic.
+	// planned is when the spinner was meant to be launched (host clock);
+	// the launch's lateness against it is a statistic.
 	planned int64
-	// dropped: no slot was free; the request runs without a spinner.
+	// dropped: no slot was free, or the hold budget was spent; the request
+	// runs without a spinner.
 	dropped bool
 	// finished: Ready or Cancel has run, for requests whose state cannot
 	// tell (dropped, expired).
@@ -368,85 +438,129 @@ type Request struct {
 
 // Hint announces that an LC request of class has started preparing its
 // input and expects to be ready in about expectedPrep (used until the
-// class has history). It returns at once; the spinner is launched later,
-// from another goroutine, unless the predicted moment has already come.
+// class has history; at most MaxExpectedPrep). It returns at once; the
+// spinner is launched later, from another goroutine, unless the predicted
+// moment has already come.
 func (e *Engine) Hint(ctx context.Context, class string, expectedPrep time.Duration) (*Request, error) {
 	if e.closed.Load() {
-		return nil, errors.New("prepreempt: engine closed")
+		return nil, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r := &Request{e: e, class: class, start: time.Now()}
+	if expectedPrep < 0 || expectedPrep > MaxExpectedPrep {
+		return nil, fmt.Errorf("%w: expected preparation %v: want 0 to %v", ErrInvalidOption, expectedPrep, MaxExpectedPrep)
+	}
+	now := e.clk.now()
+	r := &Request{e: e, class: class, start: now}
 	e.stats.add(func(s *Stats) { s.Hints++ })
+	if e.budget != nil && !e.budget.take(now, e.opts.MaxHold) {
+		r.dropped = true
+		e.stats.add(func(s *Stats) { s.Throttled++ })
+		return r, nil
+	}
 	select {
 	case r.slot = <-e.free:
 	default:
+		e.refund(r)
 		r.dropped = true
-		r.state.Store(stateNoSpinner)
 		e.stats.add(func(s *Stats) { s.Dropped++ })
 		return r, nil
 	}
 	pred, _ := e.pred.predict(class, expectedPrep)
-	at := r.start.Add(pred - e.sw.estimate() - e.opts.Margin)
-	r.planned = at.UnixNano()
-	if !time.Now().Before(at) {
+	at := now + int64(pred-e.sw.estimate()-e.opts.Margin)
+	r.planned = at
+	if now >= at {
 		r.launch()
 		return r, nil
 	}
 	if e.sched != nil {
 		e.sched[r.slot.idx].Store(r)
-		e.lastHint.Store(time.Now().UnixNano())
+		e.lastHint.Store(now)
 		select {
 		case e.wake <- struct{}{}:
 		default:
 		}
 		return r, nil
 	}
+	r.done = make(chan struct{})
 	e.pending.Add(1)
 	go func() {
 		defer e.pending.Add(-1)
 		// Sleep only the part beyond a millisecond, then spin: Go's
 		// timers oversleep by up to hundreds of microseconds on a VM
 		// (measured on the H100 machine: most spinners launched after
-		// Ready with a 150 us spin margin).
-		if d := time.Until(at) - spinWindow; d > 0 {
-			time.Sleep(d)
+		// Ready with a 150 us spin margin). The sleep ends early when the
+		// request ends or the engine closes, so no goroutine outlives its
+		// request.
+		if d := time.Duration(at-e.clk.now()) - spinWindow; d > 0 {
+			c, stop := e.clk.timer(d)
+			select {
+			case <-c:
+			case <-r.done:
+				stop()
+				return
+			case <-e.stop:
+				stop()
+			}
 		}
-		for time.Now().Before(at) && r.state.Load() == statePending {
+		for e.clk.now() < at && r.state.Load() == statePending && !e.closed.Load() {
 		}
 		r.launch()
 	}()
 	return r, nil
 }
 
+// refund gives the request's unused hold reservation back to the budget.
+func (e *Engine) refund(r *Request) {
+	if e.budget == nil {
+		return
+	}
+	now := e.clk.now()
+	held := time.Duration(0)
+	if r.launchT != 0 {
+		held = time.Duration(now - r.launchT)
+	}
+	e.budget.refund(now, e.opts.MaxHold-held)
+}
+
 func (r *Request) launch() {
-	if r.e.closed.Load() {
+	e, s := r.e, r.slot
+	if e.closed.Load() {
 		// Close has swept the slots; a late launcher must not start a
 		// spinner nobody will release.
 		if r.state.CompareAndSwap(statePending, stateNoSpinner) {
-			r.e.free <- r.slot
+			e.refund(r)
+			e.free <- s
 		}
 		return
 	}
 	if !r.state.CompareAndSwap(statePending, stateLaunching) {
 		return
 	}
-	e, s := r.e, r.slot
-	e.flags.Set(s.idx, 0)
+	e.flags.set(s.idx, 0)
 	e.gpu.clearStamps(s)
-	r.launchT = time.Now().UnixNano()
+	r.launchT = e.clk.now()
 	e.stats.launchLag(time.Duration(max(r.launchT-r.planned, 0)))
 	if err := e.gpu.launch(s); err != nil {
 		r.err = err
 		// Whatever was queued must not spin: release it, then recycle.
-		e.flags.Set(s.idx, 1)
+		e.flags.set(s.idx, 1)
+		e.refund(r)
 		r.state.Store(stateFailed)
 		go e.reap(r)
 		return
 	}
 	e.inflight[s.idx].Store(r)
 	r.state.Store(stateLaunched)
+	// Close may have swept inflight between the check above and the
+	// store: then nobody else would release this spinner, Close would wait
+	// out its deadline, and a late Ready would write freed memory. Both
+	// sides publish before they look (the store above, Close's closed
+	// flag), so at least one of them sees the other and expires it.
+	if e.closed.Load() {
+		r.expire()
+	}
 }
 
 // pollLoop launches the scheduled spinners on time from one goroutine
@@ -467,7 +581,7 @@ func (e *Engine) pollLoop() {
 				return
 			default:
 			}
-			now := time.Now().UnixNano()
+			now := e.clk.now()
 			waiting := false
 			for i := range e.sched {
 				r := e.sched[i].Load()
@@ -495,18 +609,20 @@ func (e *Engine) pollLoop() {
 // request has not called Ready within MaxHold. (The spinner also exits on
 // its own at MaxHold; this returns its slot and counts it.)
 func (e *Engine) expireLoop() {
-	t := time.NewTicker(max(e.opts.MaxHold/4, 100*time.Microsecond))
-	defer t.Stop()
+	period := max(e.opts.MaxHold/4, 100*time.Microsecond)
 	for {
+		c, stop := e.clk.timer(period)
 		select {
 		case <-e.stop:
+			stop()
 			return
-		case now := <-t.C:
-			for i := range e.inflight {
-				r := e.inflight[i].Load()
-				if r != nil && r.state.Load() == stateLaunched && now.UnixNano()-r.launchT >= int64(e.opts.MaxHold) {
-					r.expire()
-				}
+		case <-c:
+		}
+		now := e.clk.now()
+		for i := range e.inflight {
+			r := e.inflight[i].Load()
+			if r != nil && r.state.Load() == stateLaunched && now-r.launchT >= int64(e.opts.MaxHold) {
+				r.expire()
 			}
 		}
 	}
@@ -515,8 +631,9 @@ func (e *Engine) expireLoop() {
 // expire releases a spinner whose request never called Ready.
 func (r *Request) expire() {
 	if r.state.CompareAndSwap(stateLaunched, stateExpired) {
-		r.releaseT = time.Now().UnixNano()
-		r.e.flags.Set(r.slot.idx, 1)
+		r.releaseT = r.e.clk.now()
+		r.e.flags.set(r.slot.idx, 1)
+		r.e.refund(r)
 		r.e.stats.add(func(s *Stats) { s.Expired++ })
 		go r.e.reap(r)
 	}
@@ -538,7 +655,7 @@ func (r *Request) finish(cancel bool) error {
 			return ErrDone
 		}
 		if !cancel {
-			e.pred.observe(r.class, time.Since(r.start))
+			e.pred.observe(r.class, time.Duration(e.clk.now()-r.start))
 		}
 		return nil
 	}
@@ -548,6 +665,10 @@ func (r *Request) finish(cancel bool) error {
 			if !r.state.CompareAndSwap(statePending, stateNoSpinner) {
 				continue
 			}
+			if r.done != nil {
+				close(r.done)
+			}
+			e.refund(r)
 			e.free <- r.slot
 			e.stats.add(func(s *Stats) {
 				if cancel {
@@ -566,8 +687,9 @@ func (r *Request) finish(cancel bool) error {
 			if !r.state.CompareAndSwap(stateLaunched, next) {
 				continue
 			}
-			r.releaseT = time.Now().UnixNano()
-			e.flags.Set(r.slot.idx, 1)
+			r.releaseT = e.clk.now()
+			e.flags.set(r.slot.idx, 1)
+			e.refund(r)
 			if !cancel {
 				e.stats.readyLead(time.Duration(r.releaseT - r.launchT))
 			}
@@ -591,7 +713,7 @@ func (r *Request) finish(cancel bool) error {
 			return ErrDone
 		}
 		if !cancel {
-			e.pred.observe(r.class, time.Since(r.start))
+			e.pred.observe(r.class, time.Duration(e.clk.now()-r.start))
 		}
 		return nil
 	}
@@ -610,7 +732,7 @@ func (e *Engine) reap(r *Request) {
 		if ok {
 			break
 		}
-		time.Sleep(20 * time.Microsecond)
+		e.clk.sleep(20 * time.Microsecond)
 	}
 	e.inflight[s.idx].CompareAndSwap(r, nil)
 	start, end := e.gpu.stamps(s)
@@ -637,15 +759,23 @@ func (e *Engine) Stats() Stats {
 	return s
 }
 
-// Close waits for outstanding spinners (at most MaxHold) and frees the
-// engine's resources. Requests must not be used afterwards.
+// closeGrace is how long Close waits beyond MaxHold for the spinners to
+// finish.
+const closeGrace = 100 * time.Millisecond
+
+// Close releases outstanding spinners, waits for them (at most MaxHold and
+// a little more), frees the engine's resources and releases the primary
+// context. Requests must not be used afterwards. When a spinner is still
+// outstanding at the deadline (a GPU that stopped making progress), Close
+// frees nothing — a late Ready, or the engine's own completion check,
+// would touch freed memory — and says so in its error.
 func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil
 	}
 	var errs []error
 	// Stop the janitor and the poller first, so nothing launches behind
-	// the two sweeps below.
+	// the two sweeps below; goroutine launchers wake up on stop too.
 	if e.stop != nil {
 		close(e.stop)
 		e.janitor.Wait()
@@ -654,6 +784,7 @@ func (e *Engine) Close() error {
 	// without one.
 	for i := range e.sched {
 		if r := e.sched[i].Swap(nil); r != nil && r.state.CompareAndSwap(statePending, stateNoSpinner) {
+			e.refund(r)
 			e.free <- r.slot
 		}
 	}
@@ -665,26 +796,29 @@ func (e *Engine) Close() error {
 		}
 	}
 	if e.free != nil {
-		deadline := time.Now().Add(e.opts.MaxHold + 100*time.Millisecond)
+		deadline := e.clk.now() + int64(e.opts.MaxHold+closeGrace)
 		for len(e.free) < len(e.slots) || e.pending.Load() > 0 {
-			if time.Now().After(deadline) {
-				errs = append(errs, errors.New("prepreempt: spinners still outstanding at close"))
-				break
+			if e.clk.now() > deadline {
+				return fmt.Errorf("prepreempt: close: %d of %d spinners and %d scheduled launches still outstanding after %v; their flags, streams and events are left allocated",
+					len(e.slots)-len(e.free), len(e.slots), e.pending.Load(), e.opts.MaxHold+closeGrace)
 			}
 			for _, s := range e.slots {
-				e.flags.Set(s.idx, 1)
+				e.flags.set(s.idx, 1)
 			}
-			time.Sleep(100 * time.Microsecond)
+			e.clk.sleep(100 * time.Microsecond)
 		}
 	}
 	if e.gpu != nil {
 		errs = append(errs, e.gpu.close())
 	}
 	if e.flags != nil {
-		errs = append(errs, e.flags.Close())
+		errs = append(errs, e.flags.close())
 	}
 	if e.k != nil {
 		errs = append(errs, e.k.Unload())
+	}
+	if e.ctx != nil {
+		errs = append(errs, e.ctx.Release())
 	}
 	return errors.Join(errs...)
 }

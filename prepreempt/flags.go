@@ -9,16 +9,16 @@ import (
 	"github.com/gpreempt/gpreempt/internal/cuda"
 )
 
-// Flags hold one 32-bit release word per spinner slot: the spinner polls it
-// on the GPU, the host writes it to release the spinner.
-type Flags interface {
-	// Name is the backend's name, reported in Stats.
-	Name() string
-	// DevicePtr is the address the spinner polls for slot.
-	DevicePtr(slot int) cuda.DevicePtr
-	// Set writes v to slot's word, visible to the GPU.
-	Set(slot int, v uint32)
-	Close() error
+// flagWords hold one 32-bit release word per spinner slot: the spinner
+// polls it on the GPU, the host writes it to release the spinner.
+type flagWords interface {
+	// name is the backend's name, reported in Stats.
+	name() string
+	// devicePtr is the device address the spinner polls for slot.
+	devicePtr(slot int) uint64
+	// set writes v to slot's word, visible to the GPU.
+	set(slot int, v uint32)
+	close() error
 }
 
 // hostFlags keep the words in pinned host memory mapped into the device:
@@ -36,15 +36,13 @@ func newHostFlags(ctx *cuda.Context, slots int) (*hostFlags, error) {
 	return &hostFlags{buf: buf, words: buf.Uint32s()}, nil
 }
 
-func (h *hostFlags) Name() string { return "host-mapped" }
+func (h *hostFlags) name() string { return "host-mapped" }
 
-func (h *hostFlags) DevicePtr(slot int) cuda.DevicePtr {
-	return h.buf.DevicePtr() + cuda.DevicePtr(4*slot)
-}
+func (h *hostFlags) devicePtr(slot int) uint64 { return uint64(h.buf.DevicePtr()) + uint64(4*slot) }
 
-func (h *hostFlags) Set(slot int, v uint32) { atomic.StoreUint32(&h.words[slot], v) }
+func (h *hostFlags) set(slot int, v uint32) { atomic.StoreUint32(&h.words[slot], v) }
 
-func (h *hostFlags) Close() error { return h.buf.Free() }
+func (h *hostFlags) close() error { return h.buf.Free() }
 
 // ErrGDRCopyUnavailable: the GDRCopy backend cannot be used here (no
 // /dev/gdrdrv, or no libgdrapi.so.2).
@@ -90,7 +88,7 @@ func newGDRFlags(lib gdrLib, slots int, alloc func(size uint64) (uint64, func() 
 	g := &gdrFlags{lib: lib, size: gpuPage}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, g.Close())
+			err = errors.Join(err, g.close())
 		}
 	}()
 	need := uint64(slots * 4)
@@ -119,20 +117,20 @@ func newGDRFlags(lib gdrLib, slots int, alloc func(size uint64) (uint64, func() 
 	}
 	g.off = uintptr(g.dev - va)
 	for i := range slots {
-		g.Set(i, 0)
+		g.set(i, 0)
 	}
 	return g, nil
 }
 
-func (g *gdrFlags) Name() string { return "gdrcopy" }
+func (g *gdrFlags) name() string { return "gdrcopy" }
 
-func (g *gdrFlags) DevicePtr(slot int) cuda.DevicePtr { return cuda.DevicePtr(g.dev + uint64(4*slot)) }
+func (g *gdrFlags) devicePtr(slot int) uint64 { return g.dev + uint64(4*slot) }
 
-func (g *gdrFlags) Set(slot int, v uint32) {
+func (g *gdrFlags) set(slot int, v uint32) {
 	atomic.StoreUint32((*uint32)(unsafe.Add(g.mapped, g.off+uintptr(4*slot))), v)
 }
 
-func (g *gdrFlags) Close() error {
+func (g *gdrFlags) close() error {
 	var errs []error
 	if g.mapped != nil {
 		errs = append(errs, g.lib.Unmap(g.handle, g.mapped, g.size))

@@ -44,20 +44,20 @@ func TestGDRFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.Name() != "gdrcopy" {
-		t.Error(g.Name())
+	if g.name() != "gdrcopy" {
+		t.Error(g.name())
 	}
-	if uint64(g.DevicePtr(0))%gpuPage != 0 || uint64(g.DevicePtr(0)) < 0x7f0000012340 {
-		t.Errorf("word 0 at %#x: not the aligned page inside the allocation", uint64(g.DevicePtr(0)))
+	if g.devicePtr(0)%gpuPage != 0 || g.devicePtr(0) < 0x7f0000012340 {
+		t.Errorf("word 0 at %#x: not the aligned page inside the allocation", g.devicePtr(0))
 	}
-	if g.DevicePtr(3)-g.DevicePtr(0) != 12 {
+	if g.devicePtr(3)-g.devicePtr(0) != 12 {
 		t.Error("words are not 4 bytes apart")
 	}
-	g.Set(3, 1)
+	g.set(3, 1)
 	if lib.mem[12] != 1 {
-		t.Errorf("Set(3, 1) did not reach the mapped word: % x", lib.mem[:16])
+		t.Errorf("set(3, 1) did not reach the mapped word: % x", lib.mem[:16])
 	}
-	if err := g.Close(); err != nil {
+	if err := g.close(); err != nil {
 		t.Fatal(err)
 	}
 	if !freed || !lib.closed || lib.unpins != 1 {

@@ -15,7 +15,7 @@ import (
 func TestGPUEngine(t *testing.T) {
 	cctx := cudatest.Open(t)
 	ctx := context.Background()
-	e, err := New(ctx, cctx, Options{SkipLCClass: true, Backend: "auto"})
+	e, err := New(ctx, cctx.Device().Ordinal(), Options{SkipLCClass: true, Backend: "auto"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,14 +68,14 @@ func TestGPUEngine(t *testing.T) {
 // the launcher's hand-off. It skips without a GPU.
 func BenchmarkGPUHintReady(b *testing.B) {
 	cctx := cudatest.Open(b)
-	for _, launcher := range []string{"goroutine", "poller"} {
+	for _, launcher := range Launchers {
 		for _, c := range []struct {
 			name string
 			prep time.Duration
 		}{{"inline", 0}, {"scheduled", 50 * time.Millisecond}} {
-			b.Run(launcher+"/"+c.name, func(b *testing.B) {
+			b.Run(string(launcher)+"/"+c.name, func(b *testing.B) {
 				ctx := context.Background()
-				e, err := New(ctx, cctx, Options{SkipLCClass: true, Launcher: launcher})
+				e, err := New(ctx, cctx.Device().Ordinal(), Options{SkipLCClass: true, Launcher: launcher})
 				if err != nil {
 					b.Fatal(err)
 				}

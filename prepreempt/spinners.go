@@ -14,7 +14,7 @@ import (
 // per slot, stamps in pinned host memory mapped into the device.
 type cudaSpinners struct {
 	k       *kernels.Set
-	flags   Flags
+	flags   flagWords
 	maxHold time.Duration
 	streams []*cuda.Stream
 	done    []*cuda.Event
@@ -22,7 +22,7 @@ type cudaSpinners struct {
 	words   []uint64
 }
 
-func newCUDASpinners(cctx *cuda.Context, k *kernels.Set, flags Flags, slots int, maxHold time.Duration) (_ *cudaSpinners, err error) {
+func newCUDASpinners(cctx *cuda.Context, k *kernels.Set, flags flagWords, slots int, maxHold time.Duration) (_ *cudaSpinners, err error) {
 	g := &cudaSpinners{k: k, flags: flags, maxHold: maxHold}
 	defer func() {
 		if err != nil {
@@ -54,7 +54,7 @@ func (g *cudaSpinners) launch(s *slot) error {
 	one := cuda.Dim3{X: 1, Y: 1, Z: 1}
 	stream := g.streams[s.idx]
 	if err := g.k.SpinFlag.Launch(one, one, 0, stream,
-		cuda.Ptr(g.flags.DevicePtr(s.idx)),
+		cuda.Ptr(cuda.DevicePtr(g.flags.devicePtr(s.idx))),
 		cuda.U64(uint64(g.maxHold)),
 		cuda.Ptr(g.buf.DevicePtr()+cuda.DevicePtr(8*kernels.SpinStampWords*s.idx))); err != nil {
 		return fmt.Errorf("launch spinner: %w", err)

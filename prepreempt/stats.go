@@ -26,6 +26,9 @@ type Stats struct {
 	TimedOut uint64 `json:"timed_out"`
 	// Dropped: no free spinner slot; the request ran without one.
 	Dropped uint64 `json:"dropped"`
+	// Throttled: spinners had used up their share of the GPU's time
+	// (Options.HoldDutyCycle); the request ran without one.
+	Throttled uint64 `json:"throttled"`
 	// HeldNs is the spinner's GPU time, start to exit, summed.
 	HeldNs uint64 `json:"held_ns"`
 	// Held and SwitchIn are log2 histograms (bucket i counts values in

@@ -24,12 +24,39 @@ func TestCABI(t *testing.T) {
 	dir := filepath.Dir(lib)
 	checkUprobeNOPs(t, lib)
 	prog := filepath.Join(dir, "abi.c")
-	src := `#include <stdio.h>
+	src := `#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include "gpreempt.h"
+
+/* Two threads fail differently, wait for each other, then each reads its
+ * own message: gpreempt_last_error is per thread. */
+static pthread_barrier_t both_failed;
+static const char *want[2] = {"not initialised", "max_hold_us 60000000 exceeds"};
+static int thread_ok[2];
+static void *fail_and_read(void *arg) {
+	int i = (int)(long)arg;
+	if (i == 0) gpreempt_hint("x", 1);
+	else gpreempt_init(0, 60000000, 0);
+	pthread_barrier_wait(&both_failed);
+	const char *got = gpreempt_last_error();
+	thread_ok[i] = strstr(got, want[i]) != NULL;
+	if (!thread_ok[i]) printf("thread %d read %s, want its own %s\n", i, got, want[i]);
+	return NULL;
+}
+
 int main(void) {
+	pthread_t th[2];
+	pthread_barrier_init(&both_failed, NULL, 2);
+	for (long i = 0; i < 2; i++) pthread_create(&th[i], NULL, fail_and_read, (void *)i);
+	for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+	if (thread_ok[0] && thread_ok[1]) puts("per-thread: ok");
 	if (gpreempt_hint("x", 1) != 0) { puts("hint without init succeeded"); return 1; }
 	printf("before-init: %s\n", gpreempt_last_error());
+	if (gpreempt_hint("x", 20000000) != 0) { puts("hint with 20 s expected preparation succeeded"); return 1; }
+	printf("long-prep: %s\n", gpreempt_last_error());
+	if (gpreempt_init(0, 60000000, 0) == 0) { puts("init with a 60 s max hold succeeded"); return 1; }
+	printf("long-hold: %s\n", gpreempt_last_error());
 	if (gpreempt_init(0, 0, 0x80) == 0) { puts("init with unknown flags succeeded"); return 1; }
 	printf("bad-flags: %s\n", gpreempt_last_error());
 	if (gpreempt_init(0, 0, GPREEMPT_SKIP_LC_CLASS) != 0) {
@@ -50,7 +77,7 @@ int main(void) {
 	}
 	exe := filepath.Join(dir, "abi")
 	cc := exec.Command("gcc", "-Wall", "-Werror", "-I", filepath.Join("..", "..", "include"), "-o", exe, prog,
-		"-L", dir, "-lgpreempt", "-Wl,-rpath,"+dir)
+		"-L", dir, "-lgpreempt", "-lpthread", "-Wl,-rpath,"+dir)
 	if out, err := cc.CombinedOutput(); err != nil {
 		t.Fatalf("compile against gpreempt.h: %v\n%s", err, out)
 	}
@@ -59,8 +86,15 @@ int main(void) {
 	if !strings.Contains(text, "bad-flags: gpreempt_init: unknown flags 0x80") {
 		t.Errorf("init with unknown flags did not say so:\n%s", text)
 	}
-	if !strings.Contains(text, "before-init: gpreempt_hint: not initialised") {
-		t.Errorf("hint before init did not report why:\n%s", text)
+	for _, want := range []string{
+		"per-thread: ok",
+		"before-init: gpreempt_hint: not initialised",
+		"long-prep: gpreempt_hint: expected_prep_us 20000000 exceeds 10000000 (10s)",
+		"long-hold: gpreempt_init: max_hold_us 60000000 exceeds 1000000 (1s)",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("C program output lacks %q:\n%s", want, text)
+		}
 	}
 	var exit *exec.ExitError
 	switch {
@@ -160,20 +194,50 @@ try:
 except gpreempt.GpreemptError as e:
     print("missing-lib:", e)
 try:
+    gpreempt.Engine(max_hold_us=60_000_000, lib=sys.argv[1])
+    print("60 s max hold accepted"); sys.exit(1)
+except ValueError as e:
+    print("long-hold:", e)
+
+# The engine as a context manager shuts the library down once, on exit,
+# also when the block raises (checked on a stand-in for the library, so
+# that it runs without a GPU).
+class FakeLib:
+    shutdowns = 0
+    def gpreempt_shutdown(self):
+        FakeLib.shutdowns += 1
+        return 0
+fake = gpreempt.Engine.__new__(gpreempt.Engine)
+fake._lib, fake._open = FakeLib(), True
+try:
+    with fake as got:
+        assert got is fake
+        raise KeyError("inside")
+except KeyError:
+    pass
+fake.close()
+print("context-manager shutdowns:", FakeLib.shutdowns)
+
+try:
     eng = gpreempt.Engine(skip_lc_class=True, launcher="poller", lib=sys.argv[1])
 except gpreempt.GpreemptError as e:
     print("no-gpu:", e); sys.exit(3)
-with eng.request("py", expected_prep_us=100) as req:
-    req.ready()
-st = eng.stats()
-print("stats:", json.dumps({k: st[k] for k in ("hints", "early", "late")}))
-eng.close()
+with eng:
+    with eng.request("py", expected_prep_us=100) as req:
+        req.ready()
+    st = eng.stats()
+    print("stats:", json.dumps({k: st[k] for k in ("hints", "early", "late")}))
 `
 	cmd := exec.Command(py, "-c", script, lib)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join("..", "..", "python"))
 	out, err := cmd.CombinedOutput()
 	text := string(out)
-	for _, want := range []string{"bad-launcher: launcher 'threads'", "missing-lib: libgpreempt.so not found (set GPREEMPT_LIB): /nonexistent/libgpreempt.so"} {
+	for _, want := range []string{
+		"bad-launcher: launcher 'threads'",
+		"missing-lib: libgpreempt.so not found (set GPREEMPT_LIB): /nonexistent/libgpreempt.so",
+		"long-hold: max_hold_us 60000000: want 0 (default) to 1000000",
+		"context-manager shutdowns: 1",
+	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("wrapper output lacks %q:\n%s", want, text)
 		}
@@ -190,5 +254,35 @@ eng.close()
 		}
 	default:
 		t.Fatalf("python: %v\n%s", err, text)
+	}
+}
+
+// TestPythonPackageInstalls installs python/ with pip, offline (the build
+// backend is in-tree), with the built library beside the module, and
+// checks that the installed package loads that library by itself.
+func TestPythonPackageInstalls(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	if err := exec.Command(py, "-m", "pip", "--version").Run(); err != nil {
+		t.Skip("no pip for python3")
+	}
+	lib := buildLibrary(t)
+	target := t.TempDir()
+	pip := exec.Command(py, "-m", "pip", "install", "--no-index", "--no-cache-dir", "--disable-pip-version-check",
+		"--target", target, filepath.Join("..", "..", "python"))
+	pip.Env = append(os.Environ(), "GPREEMPT_LIB="+lib, "PIP_NO_INPUT=1")
+	if out, err := pip.CombinedOutput(); err != nil {
+		t.Fatalf("pip install ./python: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(target, "gpreempt", "libgpreempt.so")); err != nil {
+		t.Fatalf("the wheel does not carry the library: %v", err)
+	}
+	check := exec.Command(py, "-c", "import gpreempt, os; print('loaded:', os.path.basename(os.path.dirname(gpreempt._load()._name)))")
+	check.Env = append(os.Environ(), "PYTHONPATH="+target, "GPREEMPT_LIB=")
+	out, err := check.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "loaded: gpreempt") {
+		t.Fatalf("installed package did not load its own library: %v\n%s", err, out)
 	}
 }

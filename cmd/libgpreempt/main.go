@@ -14,7 +14,11 @@ package main
 #include <stddef.h>
 #include <string.h>
 
-static char gp_last_error[512];
+// One buffer per thread: gpreempt.h promises that every function is
+// thread-safe, and a caller reads the message of its own thread's failure.
+// Go runs an exported function on the calling C thread, and the C calls
+// it makes from there stay on it, so setting and reading meet.
+static __thread char gp_last_error[512];
 static void gp_set_error(const char *s) {
 	strncpy(gp_last_error, s, sizeof gp_last_error - 1);
 	gp_last_error[sizeof gp_last_error - 1] = 0;
@@ -34,14 +38,12 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gpreempt/gpreempt/internal/cuda"
 	"github.com/gpreempt/gpreempt/prepreempt"
 )
 
 var (
 	mu       sync.Mutex
 	engine   *prepreempt.Engine
-	cctx     *cuda.Context
 	requests = map[uint64]*prepreempt.Request{}
 	nextID   uint64
 )
@@ -65,33 +67,31 @@ func gpreempt_init(device C.int, maxHoldUs C.uint64_t, flags C.uint32_t) C.int {
 	if unknown := uint32(flags) &^ (flagSkipLCClass | flagLauncherPoller); unknown != 0 {
 		return fail(fmt.Errorf("gpreempt_init: unknown flags %#x (known: GPREEMPT_SKIP_LC_CLASS, GPREEMPT_LAUNCHER_POLLER)", unknown))
 	}
-	dev, err := cuda.GetDevice(int(device))
-	if err != nil {
-		if err := cuda.Init(); err != nil {
-			return fail(err)
-		}
-		if dev, err = cuda.GetDevice(int(device)); err != nil {
-			return fail(err)
-		}
-	}
-	c, err := dev.RetainPrimary()
-	if err != nil {
-		return fail(err)
+	// Checked before the multiplication into a Duration, which a large
+	// value would overflow into a small or negative one.
+	if uint64(maxHoldUs) > maxHoldLimitUs {
+		return fail(fmt.Errorf("gpreempt_init: max_hold_us %d exceeds %d (%v)", uint64(maxHoldUs), maxHoldLimitUs, prepreempt.MaxHoldLimit))
 	}
 	opts := prepreempt.Options{MaxHold: time.Duration(maxHoldUs) * time.Microsecond}
 	if flags&C.uint32_t(flagSkipLCClass) != 0 {
 		opts.SkipLCClass = true
 	}
 	if flags&C.uint32_t(flagLauncherPoller) != 0 {
-		opts.Launcher = "poller"
+		opts.Launcher = prepreempt.LauncherPoller
 	}
-	e, err := prepreempt.New(context.Background(), c, opts)
+	e, err := prepreempt.New(context.Background(), int(device), opts)
 	if err != nil {
-		return fail(errors.Join(err, c.Release()))
+		return fail(fmt.Errorf("gpreempt_init: %w", err))
 	}
-	engine, cctx = e, c
+	engine = e
 	return 0
 }
+
+// The bounds of gpreempt.h, in its units.
+const (
+	maxHoldLimitUs    = uint64(prepreempt.MaxHoldLimit / time.Microsecond)
+	maxExpectedPrepUs = uint64(prepreempt.MaxExpectedPrep / time.Microsecond)
+)
 
 // The flags of gpreempt.h.
 const (
@@ -107,6 +107,10 @@ const (
 
 //export gpreempt_go_hint
 func gpreempt_go_hint(class *C.char, expectedPrepUs C.uint64_t) C.uint64_t {
+	if uint64(expectedPrepUs) > maxExpectedPrepUs {
+		fail(fmt.Errorf("gpreempt_hint: expected_prep_us %d exceeds %d (%v)", uint64(expectedPrepUs), maxExpectedPrepUs, prepreempt.MaxExpectedPrep))
+		return 0
+	}
 	mu.Lock()
 	e := engine
 	mu.Unlock()
@@ -191,8 +195,8 @@ func gpreempt_shutdown() C.int {
 	if engine == nil {
 		return 0
 	}
-	err := errors.Join(engine.Close(), cctx.Release())
-	engine, cctx = nil, nil
+	err := engine.Close()
+	engine = nil
 	clear(requests)
 	if err != nil {
 		return fail(err)

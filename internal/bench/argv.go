@@ -50,7 +50,7 @@ func (r *runner) lcArgv(sc Scenario, out string) ([]string, []string) {
 		"--requests", strconv.Itoa(r.o.lcRequests(sc)), "--warmup", strconv.Itoa(r.o.Warmup),
 		"--wait-go", "--out", out)
 	if sc.Hints {
-		argv = append(argv, "--hints", "--hint-launcher", r.o.HintLauncher)
+		argv = append(argv, "--hints", "--hint-launcher", r.o.HintLauncher.String())
 		if r.o.HintPrepQuantile != 0 {
 			argv = append(argv, "--hint-prep-quantile", strconv.FormatFloat(r.o.HintPrepQuantile, 'g', -1, 64))
 		}
@@ -76,7 +76,7 @@ func (r *runner) pythonLCArgv(sc Scenario, out string) ([]string, []string) {
 	if os.Getenv("GPREEMPT_LIB") == "" && len(r.env.self) > 0 {
 		env = append(env, "GPREEMPT_LIB="+filepath.Join(filepath.Dir(r.env.self[0]), "libgpreempt.so"))
 	}
-	return append(argv, "--hints", "--hint-launcher", r.o.HintLauncher), env
+	return append(argv, "--hints", "--hint-launcher", r.o.HintLauncher.String()), env
 }
 
 // lcTimeout bounds an LC worker's measurement: its nominal length three

@@ -47,7 +47,7 @@ type lcOptions struct {
 	// preparation starts, Ready right after the launch).
 	Hints    bool
 	MaxHold  time.Duration
-	Launcher string
+	Launcher prepreempt.Launcher
 	// PrepQuantile: prepreempt.Options.PrepQuantile (0: its default).
 	PrepQuantile float64
 }
@@ -78,7 +78,7 @@ var lcCommand = &cli.Command{
 		&cli.StringFlag{Name: "out", Value: "-", Usage: "result JSON file ('-': stdout)"},
 		&cli.BoolFlag{Name: "hints", Usage: "pre-preemption: Hint each request when its preparation starts, Ready right after its launch"},
 		&cli.DurationFlag{Name: "max-hold", Value: 5 * time.Millisecond, Usage: "with --hints: longest a spinner may hold the GPU"},
-		&cli.StringFlag{Name: "hint-launcher", Value: "goroutine", Usage: "with --hints: goroutine or poller (prepreempt.Options.Launcher)"},
+		&cli.StringFlag{Name: "hint-launcher", Value: string(prepreempt.LauncherGoroutine), Usage: "with --hints: goroutine or poller (prepreempt.Options.Launcher)"},
 		&cli.Float64Flag{Name: "hint-prep-quantile", Usage: "with --hints: prepreempt.Options.PrepQuantile, in (0, 1) (0: the engine's default)"},
 	},
 	Action: func(c *cli.Context) error {
@@ -88,6 +88,10 @@ var lcCommand = &cli.Command{
 			if prep, err = ParsePrep(c.String("prep-dist")); err != nil {
 				return err
 			}
+		}
+		launcher, err := prepreempt.ParseLauncher(c.String("hint-launcher"))
+		if err != nil {
+			return fmt.Errorf("%w: --hint-launcher: %w", ErrInvalidArgument, err)
 		}
 		o := lcOptions{
 			Device:        c.Int("device"),
@@ -105,7 +109,7 @@ var lcCommand = &cli.Command{
 			Out:           c.String("out"),
 			Hints:         c.Bool("hints"),
 			MaxHold:       c.Duration("max-hold"),
-			Launcher:      c.String("hint-launcher"),
+			Launcher:      launcher,
 			PrepQuantile:  c.Float64("hint-prep-quantile"),
 		}
 		return runLC(c.Context, o, os.Stdin, c.App.Writer, logger(c))
@@ -286,7 +290,9 @@ func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, 
 	if o.Hints {
 		// After the LC kernels' module and stream exist, so the LC class
 		// the engine applies covers every channel group of the context.
-		if eng, err = prepreempt.New(ctx, g.ctx, prepreempt.Options{MaxHold: o.MaxHold, Launcher: o.Launcher, PrepQuantile: o.PrepQuantile, Logger: log}); err != nil {
+		// The engine joins the same primary context (g.ctx is the device's
+		// primary context too), so its spinners share our channel groups.
+		if eng, err = prepreempt.New(ctx, o.Device, prepreempt.Options{MaxHold: o.MaxHold, Launcher: o.Launcher, PrepQuantile: o.PrepQuantile, Logger: log}); err != nil {
 			return fmt.Errorf("pre-preemption engine: %w", err)
 		}
 		defer func() { err = errors.Join(err, eng.Close()) }()

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/gpreempt/gpreempt/prepreempt"
 )
 
 // runOptions are the orchestrator's parameters, from the flags; the same
@@ -31,7 +33,7 @@ type runOptions struct {
 	NVMLInterval time.Duration `json:"-"`
 
 	// HintLauncher is passed to LC workers of prepreempt-* scenarios.
-	HintLauncher string `json:"hint_launcher,omitempty"`
+	HintLauncher prepreempt.Launcher `json:"hint_launcher,omitempty"`
 	// HintPrepQuantile is passed to Go LC workers of prepreempt-*
 	// scenarios (0: the engine's default).
 	HintPrepQuantile float64 `json:"hint_prep_quantile,omitempty"`
@@ -191,7 +193,7 @@ var runFlags = []cli.Flag{
 	&cli.IntFlag{Name: "pytorch-warmup", Value: 20, Usage: "lc_infer.py warmup requests"},
 	&cli.StringFlag{Name: "pytorch-lc-model", Value: "resnet50", Usage: "torchvision model for lc_infer.py"},
 	&cli.IntFlag{Name: "pytorch-lc-batch", Value: 1, Usage: "lc_infer.py batch size"},
-	&cli.StringFlag{Name: "hint-launcher", Value: "goroutine", Usage: "prepreempt-* scenarios: the engine's launcher, goroutine or poller"},
+	&cli.StringFlag{Name: "hint-launcher", Value: string(prepreempt.LauncherGoroutine), Usage: "prepreempt-* scenarios: the engine's launcher, goroutine or poller"},
 	&cli.Float64Flag{Name: "hint-prep-quantile", Usage: "prepreempt-* scenarios (Go LC worker): quantile of recent preparation times the engine predicts with (0: its default, 0.02)"},
 	&cli.BoolFlag{Name: "pytorch-cuda-graph", Value: true, Usage: "pytorch-* scenarios: lc_infer.py replays a CUDA graph (pytorch-eager-* scenarios never do: their LC is launch-bound)"},
 	&cli.StringFlag{Name: "pytorch-be-model", Value: "resnet50", Usage: "torchvision model for be_train.py"},
@@ -220,7 +222,7 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		PyRequests: c.Int("pytorch-requests"), PyWarmup: c.Int("pytorch-warmup"),
 		PyLCModel: c.String("pytorch-lc-model"), PyLCBatch: c.Int("pytorch-lc-batch"), PyGraph: c.Bool("pytorch-cuda-graph"),
 		PyBEModel: c.String("pytorch-be-model"), PyBEBatch: c.Int("pytorch-be-batch"),
-		HintLauncher: c.String("hint-launcher"), HintPrepQuantile: c.Float64("hint-prep-quantile"),
+		HintLauncher: prepreempt.Launcher(c.String("hint-launcher")), HintPrepQuantile: c.Float64("hint-prep-quantile"),
 	}
 	if soak := c.Duration("soak"); soak != 0 {
 		if o.Repeat != 1 {
@@ -252,8 +254,8 @@ func (o *runOptions) validate() error {
 		return fmt.Errorf("%w: kernel iterations must be positive", ErrInvalidArgument)
 	case o.BEQueue < 1, o.LCThreads <= 0, o.BEThreads <= 0, o.LCBlocks < 0, o.BEBlocks < 0:
 		return fmt.Errorf("%w: --be-queue, --*-threads must be positive, --*-blocks not negative", ErrInvalidArgument)
-	case o.HintLauncher != "goroutine" && o.HintLauncher != "poller":
-		return fmt.Errorf("%w: --hint-launcher %q: want goroutine or poller", ErrInvalidArgument, o.HintLauncher)
+	case !slices.Contains(prepreempt.Launchers, o.HintLauncher):
+		return fmt.Errorf("%w: --hint-launcher %q: want one of %v", ErrInvalidArgument, o.HintLauncher, prepreempt.Launchers)
 	case o.HintPrepQuantile < 0 || o.HintPrepQuantile >= 1:
 		return fmt.Errorf("%w: --hint-prep-quantile %v: want a value in (0, 1), or 0 for the default", ErrInvalidArgument, o.HintPrepQuantile)
 	}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/gpreempt/gpreempt/prepreempt"
 )
 
 func TestParsePrepreemptScenarios(t *testing.T) {
@@ -82,7 +84,7 @@ func hasArgs(argv []string, want ...string) bool {
 
 func TestRunOptionsValidateHints(t *testing.T) {
 	for _, tt := range []struct {
-		launcher string
+		launcher prepreempt.Launcher
 		q        float64
 		ok       bool
 	}{

@@ -2,55 +2,95 @@ package ctl
 
 import (
 	"fmt"
-	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
-// Class defaults. LC: a long timeslice so that, once resident, LC work is
-// not switched out for BE; HIGH interleave. BE: a short timeslice so that
-// the hardware yields to LC within microseconds; LOW interleave. 200 us
-// keeps two BE processes from thrashing each other (1 us is the fastest
-// yield to LC; see docs/GPU-RESULTS.md for both measured side by side).
-const (
-	defaultLCTimeslice = "5s"
-	defaultBETimeslice = "200us"
-)
+// classFlagDefault writes d as the timeslice flags take it ("200us", "5s").
+func classFlagDefault(d time.Duration) string { return tsg.Micros(d / time.Microsecond).String() }
+
+// classFlags are the per-class timeslice and interleave flags, their
+// defaults from class.Defaults().
+func classFlags() []cli.Flag {
+	var fs []cli.Flag
+	defaults := class.Defaults()
+	for _, n := range class.Names {
+		c := defaults[n]
+		fs = append(fs,
+			&cli.StringFlag{Name: string(n) + "-timeslice", Value: classFlagDefault(c.Timeslice),
+				Usage: "timeslice of the " + string(n) + " class (of one unit of weight)", EnvVars: []string{envName(n) + "_TIMESLICE"}},
+			&cli.StringFlag{Name: string(n) + "-interleave", Value: c.Interleave.String(),
+				Usage: "interleave level of the " + string(n) + " class"})
+	}
+	return fs
+}
+
+func envName(n class.Name) string {
+	switch n {
+	case class.LC:
+		return "GPREEMPT_LC"
+	case class.Burstable:
+		return "GPREEMPT_BURSTABLE"
+	}
+	return "GPREEMPT_BE"
+}
+
+// classTable reads every class's flags into a table and checks all of
+// them, whichever class was asked for: a bad --be-timeslice is an error
+// with `class lc` too.
+func classTable(c *cli.Context) (class.Table, error) {
+	t := class.Table{}
+	for _, n := range class.Names {
+		ts, err := tsg.ParseTimeslice(c.String(string(n) + "-timeslice"))
+		if err != nil {
+			return nil, fmt.Errorf("--%s-timeslice: %w", n, err)
+		}
+		level, err := tsg.ParseLevel(c.String(string(n) + "-interleave"))
+		if err != nil {
+			return nil, fmt.Errorf("--%s-interleave: %w", n, err)
+		}
+		t[n] = class.Class{Name: n, Timeslice: ts, Interleave: level}
+	}
+	return t, t.Check()
+}
 
 var classCommand = &cli.Command{
 	Name:      "class",
 	Usage:     "put all channel groups of a process in a scheduling class (all or nothing)",
-	ArgsUsage: "lc|be",
+	ArgsUsage: "lc|burstable|be",
 	Description: "lc: latency-critical, long timeslice (--lc-timeslice) and HIGH interleave.\n" +
-		"be: best-effort, short timeslice (--be-timeslice) and LOW interleave.",
-	Flags: []cli.Flag{
+		"burstable: should keep up but may wait, libcuda's own timeslice (--burstable-timeslice), MEDIUM interleave.\n" +
+		"be: best-effort, short timeslice (--be-timeslice) and LOW interleave.\n" +
+		"--weight N multiplies the class's timeslice: processes of one class share the GPU\n" +
+		"in the ratio of their weights.",
+	Flags: append([]cli.Flag{
 		pidFlag,
-		&cli.StringFlag{Name: "lc-timeslice", Value: defaultLCTimeslice, Usage: "timeslice of the lc class", EnvVars: []string{"GPREEMPT_LC_TIMESLICE"}},
-		&cli.StringFlag{Name: "be-timeslice", Value: defaultBETimeslice, Usage: "timeslice of the be class", EnvVars: []string{"GPREEMPT_BE_TIMESLICE"}},
-		&cli.StringFlag{Name: "lc-interleave", Value: "high", Usage: "interleave level of the lc class"},
-		&cli.StringFlag{Name: "be-interleave", Value: "low", Usage: "interleave level of the be class"},
-	},
+		&cli.IntFlag{Name: "weight", Value: class.DefaultWeight,
+			Usage: fmt.Sprintf("weight within the class, %d to %d: the timeslice is the class's times this", class.MinWeight, class.MaxWeight)},
+	}, classFlags()...),
 	Action: func(c *cli.Context) error {
-		arg, err := oneArg(c, "lc|be")
+		arg, err := oneArg(c, "lc|burstable|be")
 		if err != nil {
 			return err
 		}
-		class := strings.ToLower(arg)
-		if class != "lc" && class != "be" {
-			return fmt.Errorf("%w: class %q: want lc or be", ErrInvalidArgument, arg)
-		}
-		ts, err := tsg.ParseTimeslice(c.String(class + "-timeslice"))
+		name, err := class.ParseName(arg)
 		if err != nil {
-			return fmt.Errorf("--%s-timeslice: %w", class, err)
+			return err
 		}
-		level, err := tsg.ParseLevel(c.String(class + "-interleave"))
+		table, err := classTable(c)
 		if err != nil {
-			return fmt.Errorf("--%s-interleave: %w", class, err)
+			return err
+		}
+		settings, err := table.Settings(name, c.Int("weight"))
+		if err != nil {
+			return fmt.Errorf("--weight: %w", err)
 		}
 		return withGroups(c, func(p *tsg.Process, gs []tsg.Group) error {
-			if err := p.Apply(c.Context, gs, tsg.Settings{Timeslice: &ts, Interleave: &level}); err != nil {
+			if err := p.Apply(c.Context, gs, settings); err != nil {
 				return err
 			}
 			return printChanged(c, p, gs)

@@ -4,17 +4,23 @@ A thin ctypes wrapper over libgpreempt.so (include/gpreempt.h). Use it with
 PyTorch like this::
 
     import gpreempt, torch
-    gp = gpreempt.Engine(device=torch.cuda.current_device())
-    with gp.request("infer", expected_prep_us=500) as req:
-        x = preprocess(raw)                 # CPU-side preparation
-        x = x.to("cuda", non_blocking=True)
-        y = model(x)                        # LC kernels queued
-        req.ready()                         # release the spinner now
-    torch.cuda.current_stream().synchronize()
+    with gpreempt.Engine(device=torch.cuda.current_device()) as gp:
+        for raw in requests:
+            with gp.request("infer", expected_prep_us=500) as req:
+                x = preprocess(raw)                 # CPU-side preparation
+                x = x.to("cuda", non_blocking=True)
+                y = model(x)                        # LC kernels queued
+                req.ready()                         # release the spinner now
+            torch.cuda.current_stream().synchronize()
 
 The engine joins the device's primary context, the one PyTorch uses, so the
-spinner keeps PyTorch's own channel groups resident. Leaving the ``with``
-block without ready() cancels the request.
+spinner keeps PyTorch's own channel groups resident. Leaving a request's
+``with`` block without ready() cancels the request; leaving the engine's
+shuts the engine down.
+
+libgpreempt.so is looked for, in order: the ``lib`` argument, $GPREEMPT_LIB,
+beside this module (a wheel built after ``make build`` carries it), the
+repository's bin/ (running from a checkout), and the loader's path.
 """
 
 import ctypes
@@ -31,15 +37,28 @@ class GpreemptError(RuntimeError):
     pass
 
 
-def _load(path=None):
-    candidates = [path] if path else [
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _candidates(path=None):
+    if path:
+        return [path]
+    return [
         os.environ.get("GPREEMPT_LIB"),
-        os.path.join(os.path.dirname(__file__), "libgpreempt.so"),
+        os.path.join(_HERE, "libgpreempt.so"),
+        os.path.join(_HERE, "..", "..", "bin", "libgpreempt.so"),
         "libgpreempt.so",
     ]
+
+
+def _load(path=None):
+    candidates = _candidates(path)
     errors = []
     for c in candidates:
         if not c:
+            continue
+        if os.sep in c and not os.path.exists(c):
+            errors.append(f"{c}: no such file")
             continue
         try:
             lib = ctypes.CDLL(c)
@@ -87,15 +106,35 @@ class Request:
         return False
 
 
+MAX_HOLD_US = 1_000_000
+MAX_EXPECTED_PREP_US = 10_000_000
+
+
 class Engine:
+    """The process's pre-preemption engine; one per process.
+
+    Use it as a context manager, or call close() when done.
+    """
+
     def __init__(self, device=0, max_hold_us=5000, skip_lc_class=False, launcher="goroutine", lib=None):
         if launcher not in ("goroutine", "poller"):
             raise ValueError(f"launcher {launcher!r}: want 'goroutine' or 'poller'")
+        if not 0 <= max_hold_us <= MAX_HOLD_US:
+            raise ValueError(f"max_hold_us {max_hold_us}: want 0 (default) to {MAX_HOLD_US}")
+        self._open = False
         self._lib = _load(lib)
         flags = SKIP_LC_CLASS if skip_lc_class else 0
         if launcher == "poller":
             flags |= LAUNCHER_POLLER
         self._check(self._lib.gpreempt_init(device, max_hold_us, flags), "init")
+        self._open = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
     def _check(self, rc, what):
         if rc != 0:
@@ -103,6 +142,8 @@ class Engine:
 
     def request(self, cls="default", expected_prep_us=0):
         """Announce that a request of class cls starts its preparation."""
+        if not 0 <= expected_prep_us <= MAX_EXPECTED_PREP_US:
+            raise ValueError(f"expected_prep_us {expected_prep_us}: want 0 to {MAX_EXPECTED_PREP_US}")
         h = self._lib.gpreempt_hint(cls.encode(), int(expected_prep_us))
         if h == 0:
             raise GpreemptError("gpreempt hint: " + self._lib.gpreempt_last_error().decode())
@@ -120,4 +161,7 @@ class Engine:
             size = n + 4096  # the stats may grow before the next call
 
     def close(self):
-        self._check(self._lib.gpreempt_shutdown(), "shutdown")
+        """Release outstanding spinners and shut the engine down; once."""
+        if self._open:
+            self._open = False
+            self._check(self._lib.gpreempt_shutdown(), "shutdown")
