@@ -37,7 +37,7 @@ func TestAttachDiscoverAll(t *testing.T) {
 			for _, pid := range tt.deny {
 				d.Proc(pid).Deny = true
 			}
-			l, err := tsg.NewAttachSource(d.Host(), tsg.ScanOptions{}, nil).DiscoverAll(context.Background())
+			l, err := tsg.NewAttachSource(d.Host(), tsg.ScanOptions{}).DiscoverAll(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,7 +78,7 @@ func TestAttachDiscoverAllSkipsExited(t *testing.T) {
 	if _, _, err := d.ReplayFile(200, tracePath); err != nil {
 		t.Fatal(err)
 	}
-	l, err := tsg.NewAttachSource(exitOnOpen{d.Host(), d, 100}, tsg.ScanOptions{}, nil).DiscoverAll(context.Background())
+	l, err := tsg.NewAttachSource(exitOnOpen{d.Host(), d, 100}, tsg.ScanOptions{}).DiscoverAll(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestUnsupportedDriverIsTyped(t *testing.T) {
 	d := newTraced(t, 100, rmfake.WithVersion(ioctl.DriverVersion{Major: 610, Minor: 1}))
 	d.EnableGpreemptEscapes(root)
 	sources := []tsg.Source{
-		tsg.NewAttachSource(d.Host(), tsg.ScanOptions{}, nil),
+		tsg.NewAttachSource(d.Host(), tsg.ScanOptions{}),
 		escapeSource(t, d, tsg.EscapeOptions{}),
 	}
 	for _, s := range sources {

@@ -32,7 +32,7 @@ func patched(tb testing.TB, cfg rmfake.EscapeConfig, pids ...int) (*rmfake.Drive
 
 func escapeSource(tb testing.TB, d *rmfake.Driver, opts tsg.EscapeOptions) *tsg.EscapeSource {
 	tb.Helper()
-	s := tsg.NewEscapeSource(d.Host(), opts, nil)
+	s := tsg.NewEscapeSource(d.Host(), opts)
 	tb.Cleanup(func() { s.Close() })
 	return s
 }
@@ -51,7 +51,7 @@ func TestAutoSourceStockDriver(t *testing.T) {
 	if _, err := esc.Discover(context.Background(), 100); !errors.Is(err, ioctl.ErrNoGpreemptEscapes) {
 		t.Errorf("escape Discover on a stock driver: %v", err)
 	}
-	auto := tsg.NewAutoSource(esc, tsg.NewAttachSource(d.Host(), tsg.ScanOptions{}, nil), nil)
+	auto := tsg.NewAutoSource(esc, tsg.NewAttachSource(d.Host(), tsg.ScanOptions{}), tsg.AutoOptions{})
 	for range 3 {
 		p, err := auto.Discover(context.Background(), 100)
 		if err != nil {
@@ -78,11 +78,11 @@ func (noDriverHost) OpenControl() (tsg.Device, error) { return nil, ioctl.ErrNoD
 func TestAutoSourceProbeFailure(t *testing.T) {
 	d := newTraced(t, 100)
 	h := noDriverHost{d.Host()}
-	esc := tsg.NewEscapeSource(h, tsg.EscapeOptions{}, nil)
+	esc := tsg.NewEscapeSource(h, tsg.EscapeOptions{})
 	if ok, err := esc.Available(); ok || !errors.Is(err, ioctl.ErrNoDriver) {
 		t.Fatalf("Available() = %v, %v; want false, ErrNoDriver", ok, err)
 	}
-	auto := tsg.NewAutoSource(esc, tsg.NewAttachSource(h, tsg.ScanOptions{}, nil), nil)
+	auto := tsg.NewAutoSource(esc, tsg.NewAttachSource(h, tsg.ScanOptions{}), tsg.AutoOptions{})
 	// The attach source reports the same problem in its own terms.
 	if _, err := auto.Discover(context.Background(), 100); !errors.Is(err, ioctl.ErrNoDriver) {
 		t.Errorf("auto Discover: %v", err)
@@ -97,7 +97,7 @@ func TestAutoSourceProbeFailure(t *testing.T) {
 // GET_INTERLEAVE_LEVEL refuses.
 func TestEscapeSourceMatchesAttach(t *testing.T) {
 	d, _ := patched(t, root, 100)
-	auto := tsg.NewAutoSource(escapeSource(t, d, tsg.EscapeOptions{}), tsg.NewAttachSource(d.Host(), tsg.ScanOptions{}, nil), nil)
+	auto := tsg.NewAutoSource(escapeSource(t, d, tsg.EscapeOptions{}), tsg.NewAttachSource(d.Host(), tsg.ScanOptions{}), tsg.AutoOptions{})
 	viaEscape, err := auto.Discover(context.Background(), 100)
 	if err != nil {
 		t.Fatal(err)
@@ -399,7 +399,7 @@ func TestEscapeTargetExitsDuringChange(t *testing.T) {
 	for _, after := range []int{1, 2, 4} {
 		d, _ := patched(t, root, 100)
 		issued := 0
-		s := tsg.NewEscapeSource(exitingHost{Host: d.Host(), d: d, pid: 100, after: after, issued: &issued}, tsg.EscapeOptions{}, nil)
+		s := tsg.NewEscapeSource(exitingHost{Host: d.Host(), d: d, pid: 100, after: after, issued: &issued}, tsg.EscapeOptions{})
 		t.Cleanup(func() { s.Close() })
 		p, err := s.Discover(context.Background(), 100)
 		if err != nil {

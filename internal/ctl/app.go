@@ -116,13 +116,14 @@ type runtime struct {
 
 // newSource builds the --source the user chose. auto probes the driver
 // once, on first use, for gpreempt's escapes (docs/PATCHES.md).
-func newSource(c *cli.Context, host tsg.Host, opts tsg.ScanOptions, log *slog.Logger) (tsg.Source, io.Closer, error) {
-	attach := tsg.NewAttachSource(host, opts, log)
+func newSource(c *cli.Context, host tsg.Host, opts tsg.ScanOptions) (tsg.Source, io.Closer, error) {
+	attach := tsg.NewAttachSource(host, opts)
 	escape := func() *tsg.EscapeSource {
 		return tsg.NewEscapeSource(host, tsg.EscapeOptions{
 			AllowUnsupportedDriver: opts.AllowUnsupportedDriver,
 			NoAttachFallback:       c.Bool("no-attach-fallback"),
-		}, log)
+			Logger:                 opts.Logger,
+		})
 	}
 	switch c.String("source") {
 	case "attach":
@@ -131,7 +132,7 @@ func newSource(c *cli.Context, host tsg.Host, opts tsg.ScanOptions, log *slog.Lo
 		e := escape()
 		return e, e, nil
 	case "auto":
-		a := tsg.NewAutoSource(escape(), attach, log)
+		a := tsg.NewAutoSource(escape(), attach, tsg.AutoOptions{Logger: opts.Logger})
 		return a, a, nil
 	}
 	return nil, nil, fmt.Errorf("%w: --source %q: want auto, attach or escape", ErrInvalidArgument, c.String("source"))
@@ -195,12 +196,13 @@ func NewApp(env Env) *cli.App {
 				HandleGap:              c.Int("handle-gap"),
 				FullClientRange:        c.Bool("full-client-scan"),
 				AllowUnsupportedDriver: c.Bool("allow-unsupported-driver"),
+				Logger:                 log,
 			}
-			source, closer, err := newSource(c, env.Host, opts, log)
+			source, closer, err := newSource(c, env.Host, opts)
 			if err != nil {
 				return err
 			}
-			cmdutil.SetGlobals(c.App, &cmdutil.Globals{Log: log, JSON: out == "json", Demo: c.Bool("demo")})
+			cmdutil.SetGlobals(c.App, &cmdutil.Globals{Logger: log, JSON: out == "json", Demo: c.Bool("demo")})
 			c.App.Metadata["rt"] = &runtime{
 				env:    env,
 				log:    log,

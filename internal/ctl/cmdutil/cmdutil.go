@@ -22,8 +22,8 @@ var ErrInvalidArgument = tsg.ErrInvalidArgument
 
 // Globals is what the global flags set for every command.
 type Globals struct {
-	// Log is the logger --log-level configured, writing to stderr.
-	Log *slog.Logger
+	// Logger is the logger --log-level configured, writing to stderr.
+	Logger *slog.Logger
 	// JSON is -o json.
 	JSON bool
 	// Demo is --demo: the processes are a replayed recording, and the
@@ -47,7 +47,7 @@ func Get(c *cli.Context) *Globals {
 	if g, ok := c.App.Metadata[globalsKey].(*Globals); ok {
 		return g
 	}
-	return &Globals{Log: slog.New(slog.DiscardHandler)}
+	return &Globals{Logger: slog.New(slog.DiscardHandler)}
 }
 
 // PIDArg returns --pid, which the command requires, refusing a missing or

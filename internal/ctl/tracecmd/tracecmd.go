@@ -154,7 +154,7 @@ func runTrace(c *cli.Context, opts trace.Options, newHandler func(*traceOut) tra
 		return fmt.Errorf("%w: --interval %v", cmdutil.ErrInvalidArgument, interval)
 	}
 	opts.MountTracefs = c.Bool("mount-tracefs")
-	opts.Log = cmdutil.Get(c).Log
+	opts.Logger = cmdutil.Get(c).Logger
 	src, err := traceHooks.open(ctx, opts)
 	if errors.Is(err, trace.ErrNoTracefs) && !opts.MountTracefs {
 		return fmt.Errorf("trace: %w; or leave --mount-tracefs on", err)
