@@ -12,8 +12,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
-
 	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/ioctl"
 )
 
 // Command is `gpreemptctl trace`.
@@ -221,7 +221,7 @@ func probes(lib string, role trace.Role, symbols []string) []trace.Probe {
 // shortControl strips the class prefix from a control's name:
 // NVA06C_CTRL_CMD_SET_TIMESLICE -> SET_TIMESLICE.
 func shortControl(cmd uint32) string {
-	name := trace.ControlName(cmd)
+	name := ioctl.ControlName(cmd)
 	if _, rest, ok := strings.Cut(name, "_CTRL_CMD_"); ok {
 		return rest
 	}
