@@ -283,12 +283,10 @@ func selector(c *cli.Context) (tsg.Selector, error) {
 	return sel, nil
 }
 
-func pidArg(c *cli.Context) (int, error) { return cmdutil.PIDArg(c) }
-
 // withGroups discovers --pid, selects the groups the flags name, and runs
 // fn on them. The process's duplicated files are closed afterwards.
 func withGroups(c *cli.Context, fn func(p *tsg.Process, gs []tsg.Group) error) error {
-	pid, err := pidArg(c)
+	pid, err := cmdutil.PIDArg(c)
 	if err != nil {
 		return err
 	}
