@@ -16,6 +16,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/cliutil"
 	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
 	"github.com/gpreempt/gpreempt/internal/ctl/tracecmd"
 	"github.com/gpreempt/gpreempt/internal/gpu"
@@ -218,7 +219,7 @@ func NewApp(env Env) *cli.App {
 			}
 			return nil
 		},
-		Commands: cloneCommands([]*cli.Command{
+		Commands: []*cli.Command{
 			devicesCommand,
 			psCommand,
 			getTimesliceCommand,
@@ -232,13 +233,11 @@ func NewApp(env Env) *cli.App {
 			versionCommand,
 			completionCommand,
 			tracecmd.Command,
-		}),
-		Action: rootAction,
+		},
 		// Errors are printed once, by Run, with the exit code it picks.
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError:   usageError,
 	}
-	strictUsage(app.Commands)
+	cliutil.Strict(app, ErrInvalidArgument)
 	return app
 }
 
@@ -309,7 +308,7 @@ func withGroups(c *cli.Context, fn func(p *tsg.Process, gs []tsg.Group) error) e
 // oneArg returns the command's single positional argument.
 func oneArg(c *cli.Context, what string) (string, error) {
 	if c.NArg() != 1 {
-		return "", fmt.Errorf("%w: %s takes exactly one argument: %s", ErrInvalidArgument, cmdutil.CommandName(c), what)
+		return "", fmt.Errorf("%w: %s takes exactly one argument: %s", ErrInvalidArgument, cliutil.CommandName(c), what)
 	}
 	return c.Args().First(), nil
 }
