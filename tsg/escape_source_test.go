@@ -357,39 +357,6 @@ func TestEscapeGroupGone(t *testing.T) {
 	}
 }
 
-// exitingHost is a fake host whose target process exits right after the
-// Nth gpreempt SET escape: the exit lands in the middle of a change.
-type exitingHost struct {
-	tsg.Host
-	d      *rmfake.Driver
-	pid    int
-	after  int
-	issued *int
-}
-
-func (h exitingHost) OpenControl() (tsg.Device, error) {
-	dev, err := h.Host.OpenControl()
-	if err != nil {
-		return nil, err
-	}
-	return exitingDevice{Device: dev, h: h}, nil
-}
-
-type exitingDevice struct {
-	tsg.Device
-	h exitingHost
-}
-
-func (x exitingDevice) Escape(nr uint32, arg []byte) error {
-	err := x.Device.(ioctl.Escaper).Escape(nr, arg)
-	if nr == ioctl.NV_ESC_RM_GPREEMPT_SET_TSG {
-		if *x.h.issued++; *x.h.issued == x.h.after {
-			x.h.d.Exit(x.h.pid)
-		}
-	}
-	return err
-}
-
 // TestEscapeTargetExitsDuringChange: the target exits after two of its
 // four groups were changed. The change reports the process gone
 // (ioctl.ErrNoSuchProcess, gpreemptctl's exit code 4) and restores
@@ -398,8 +365,8 @@ func (x exitingDevice) Escape(nr uint32, arg []byte) error {
 func TestEscapeTargetExitsDuringChange(t *testing.T) {
 	for _, after := range []int{1, 2, 4} {
 		d, _ := patched(t, root, 100)
-		issued := 0
-		s := tsg.NewEscapeSource(exitingHost{Host: d.Host(), d: d, pid: 100, after: after, issued: &issued}, tsg.EscapeOptions{})
+		h := d.ExitAfterSet(d.Host(), 100, after)
+		s := tsg.NewEscapeSource(h, tsg.EscapeOptions{})
 		t.Cleanup(func() { s.Close() })
 		p, err := s.Discover(context.Background(), 100)
 		if err != nil {
@@ -421,7 +388,7 @@ func TestEscapeTargetExitsDuringChange(t *testing.T) {
 		if err != nil && (strings.Contains(err.Error(), "also failed") || errors.Is(err, ioctl.NV_ERR_INVALID_CLIENT)) {
 			t.Errorf("exit after SET %d: %q reads like a failed restore", after, err)
 		}
-		if issued != after {
+		if issued := h.Issued(); issued != after {
 			t.Errorf("exit after SET %d: %d SETs issued, want no restore attempt", after, issued)
 		}
 	}
