@@ -3,6 +3,7 @@ package tsg_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,7 +50,7 @@ func TestAttachDiscoverAll(t *testing.T) {
 					t.Errorf("pid %d: %d groups", p.PID, len(p.Groups))
 				}
 			}
-			if !equalInts(pids, tt.pids) || l.Examined != tt.examined || l.Denied != tt.denied || len(l.Failed) != 0 {
+			if !slices.Equal(pids, tt.pids) || l.Examined != tt.examined || l.Denied != tt.denied || len(l.Failed) != 0 {
 				t.Errorf("listed %v, examined %d, denied %d, failed %v; want %v, %d, %d",
 					pids, l.Examined, l.Denied, l.Failed, tt.pids, tt.examined, tt.denied)
 			}
@@ -134,18 +135,6 @@ func TestUnsupportedDriverIsTyped(t *testing.T) {
 			t.Errorf("%s: library error names a flag: %v", s.Name(), err)
 		}
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestAttachGPUIDBestEffort: the GPU a group runs on is read from its

@@ -3,6 +3,7 @@ package tsg_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -133,7 +134,7 @@ func TestEscapeApply(t *testing.T) {
 	if err := p.SetTimeslice(context.Background(), p.Groups, 200*time.Microsecond); err != nil {
 		t.Fatal(err)
 	}
-	if got := timeslices(d, 100); !equal(got, []uint64{200, 200, 200, 200}) {
+	if got := timeslices(d, 100); !slices.Equal(got, []uint64{200, 200, 200, 200}) {
 		t.Errorf("timeslices after SetTimeslice = %v", got)
 	}
 	if err := p.SetInterleave(context.Background(), p.Groups[:1], tsg.LevelHigh); err != nil {
@@ -167,7 +168,7 @@ func TestEscapeApplyRollsBack(t *testing.T) {
 	if !errors.Is(err, ioctl.NV_ERR_INSUFFICIENT_RESOURCES) {
 		t.Fatalf("err = %v", err)
 	}
-	if got := timeslices(d, 100); !equal(got, before) {
+	if got := timeslices(d, 100); !slices.Equal(got, before) {
 		t.Errorf("timeslices %v after a failed apply, want %v restored", got, before)
 	}
 }

@@ -204,18 +204,6 @@ func timeslices(d *rmfake.Driver, pid int) []uint64 {
 	return out
 }
 
-func equal(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // TestApplyAllOrNothing: a failed Apply restores what the driver reported
 // before, and says exactly what it restored. Where the driver does not
 // report the interleave level (the fake's default, like GSP-RM on the

@@ -3,6 +3,7 @@ package ctl_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -82,7 +83,7 @@ func TestPsFirstTenMinutes(t *testing.T) {
 			for _, p := range got {
 				pids = append(pids, p.PID)
 			}
-			if !equalInts(pids, tt.pids) {
+			if !slices.Equal(pids, tt.pids) {
 				t.Errorf("listed %v, want %v", pids, tt.pids)
 			}
 		})
@@ -130,18 +131,6 @@ func TestPsSourcesAgree(t *testing.T) {
 			}
 		})
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestUnsupportedDriverNamesTheFlag: the library's refusal is typed and
