@@ -3,6 +3,7 @@ package tsg_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -37,7 +38,7 @@ func TestAttachDiscoverAll(t *testing.T) {
 			for _, pid := range tt.deny {
 				d.Proc(pid).Deny = true
 			}
-			l, err := tsg.NewAttachSource(d.Host(), tsg.ScanOptions{}, nil).DiscoverAll(context.Background())
+			l, err := tsg.NewAttachSource(d.Host(), tsg.ScanOptions{}).DiscoverAll(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,7 +50,7 @@ func TestAttachDiscoverAll(t *testing.T) {
 					t.Errorf("pid %d: %d groups", p.PID, len(p.Groups))
 				}
 			}
-			if !equalInts(pids, tt.pids) || l.Examined != tt.examined || l.Denied != tt.denied || len(l.Failed) != 0 {
+			if !slices.Equal(pids, tt.pids) || l.Examined != tt.examined || l.Denied != tt.denied || len(l.Failed) != 0 {
 				t.Errorf("listed %v, examined %d, denied %d, failed %v; want %v, %d, %d",
 					pids, l.Examined, l.Denied, l.Failed, tt.pids, tt.examined, tt.denied)
 			}
@@ -78,7 +79,7 @@ func TestAttachDiscoverAllSkipsExited(t *testing.T) {
 	if _, _, err := d.ReplayFile(200, tracePath); err != nil {
 		t.Fatal(err)
 	}
-	l, err := tsg.NewAttachSource(exitOnOpen{d.Host(), d, 100}, tsg.ScanOptions{}, nil).DiscoverAll(context.Background())
+	l, err := tsg.NewAttachSource(exitOnOpen{d.Host(), d, 100}, tsg.ScanOptions{}).DiscoverAll(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestUnsupportedDriverIsTyped(t *testing.T) {
 	d := newTraced(t, 100, rmfake.WithVersion(ioctl.DriverVersion{Major: 610, Minor: 1}))
 	d.EnableGpreemptEscapes(root)
 	sources := []tsg.Source{
-		tsg.NewAttachSource(d.Host(), tsg.ScanOptions{}, nil),
+		tsg.NewAttachSource(d.Host(), tsg.ScanOptions{}),
 		escapeSource(t, d, tsg.EscapeOptions{}),
 	}
 	for _, s := range sources {
@@ -134,18 +135,6 @@ func TestUnsupportedDriverIsTyped(t *testing.T) {
 			t.Errorf("%s: library error names a flag: %v", s.Name(), err)
 		}
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestAttachGPUIDBestEffort: the GPU a group runs on is read from its

@@ -44,7 +44,7 @@ func TestGPUEscapeProbe(t *testing.T) {
 		t.Errorf("stock driver expected: QUERY gave %v, want ErrNoGpreemptEscapes from EINVAL", qerr)
 	}
 
-	esc := tsg.NewEscapeSource(tsg.ProcHost{}, tsg.EscapeOptions{}, nil)
+	esc := tsg.NewEscapeSource(tsg.ProcHost{}, tsg.EscapeOptions{})
 	defer esc.Close()
 	start := time.Now()
 	ok, err := esc.Available()
@@ -52,7 +52,7 @@ func TestGPUEscapeProbe(t *testing.T) {
 	if err != nil || ok != expectEscapes() {
 		t.Errorf("Available() = %v, %v; want %v, nil", ok, err, expectEscapes())
 	}
-	auto := tsg.NewAutoSource(esc, tsg.NewAttachSource(tsg.ProcHost{}, tsg.ScanOptions{}, nil), nil)
+	auto := tsg.NewAutoSource(esc, tsg.NewAttachSource(tsg.ProcHost{}, tsg.ScanOptions{}), tsg.AutoOptions{})
 	want := "attach"
 	if expectEscapes() {
 		want = "escape"
@@ -64,9 +64,9 @@ func TestGPUEscapeProbe(t *testing.T) {
 
 func TestGPUEscapeAutoDiscover(t *testing.T) {
 	pid := cudaTarget(t)
-	esc := tsg.NewEscapeSource(tsg.ProcHost{}, tsg.EscapeOptions{}, nil)
+	esc := tsg.NewEscapeSource(tsg.ProcHost{}, tsg.EscapeOptions{})
 	defer esc.Close()
-	auto := tsg.NewAutoSource(esc, tsg.NewAttachSource(tsg.ProcHost{}, tsg.ScanOptions{}, nil), nil)
+	auto := tsg.NewAutoSource(esc, tsg.NewAttachSource(tsg.ProcHost{}, tsg.ScanOptions{}), tsg.AutoOptions{})
 	p, err := auto.Discover(context.Background(), pid)
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +80,7 @@ func TestGPUEscapeAutoDiscover(t *testing.T) {
 		t.Fatalf("auto discovered %d groups through %q, want some through %q", len(p.Groups), p.Source, want)
 	}
 	// Both sources name the same GPU.
-	viaAttach, err := tsg.NewAttachSource(tsg.ProcHost{}, tsg.ScanOptions{}, nil).Discover(context.Background(), pid)
+	viaAttach, err := tsg.NewAttachSource(tsg.ProcHost{}, tsg.ScanOptions{}).Discover(context.Background(), pid)
 	if err != nil {
 		t.Fatal(err)
 	}

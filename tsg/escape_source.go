@@ -26,6 +26,9 @@ type EscapeOptions struct {
 	// do not carry, fail with ErrNotSupported instead of duplicating the
 	// target's file as the attach source does.
 	NoAttachFallback bool
+	// Logger receives what the source assumed on the way (default:
+	// discarded).
+	Logger *slog.Logger
 }
 
 // EscapeSource discovers and controls channel groups through the escapes
@@ -57,11 +60,11 @@ type EscapeSource struct {
 
 // NewEscapeSource returns an EscapeSource over host. Nothing is opened
 // until the first Available or Discover.
-func NewEscapeSource(host Host, opts EscapeOptions, log *slog.Logger) *EscapeSource {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+func NewEscapeSource(host Host, opts EscapeOptions) *EscapeSource {
+	if opts.Logger == nil {
+		opts.Logger = discardLogger
 	}
-	return &EscapeSource{host: host, opts: opts, log: log}
+	return &EscapeSource{host: host, opts: opts, log: opts.Logger}
 }
 
 func (s *EscapeSource) Name() string { return "escape" }
@@ -282,12 +285,19 @@ type AutoSource struct {
 	chosen Source
 }
 
+// AutoOptions configure an AutoSource.
+type AutoOptions struct {
+	// Logger receives which source was chosen, and why (default:
+	// discarded).
+	Logger *slog.Logger
+}
+
 // NewAutoSource returns a Source choosing between escape and attach.
-func NewAutoSource(escape *EscapeSource, attach Source, log *slog.Logger) *AutoSource {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+func NewAutoSource(escape *EscapeSource, attach Source, opts AutoOptions) *AutoSource {
+	if opts.Logger == nil {
+		opts.Logger = discardLogger
 	}
-	return &AutoSource{escape: escape, attach: attach, log: log}
+	return &AutoSource{escape: escape, attach: attach, log: opts.Logger}
 }
 
 func (a *AutoSource) Name() string { return "auto" }

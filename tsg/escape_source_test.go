@@ -3,6 +3,7 @@ package tsg_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -32,7 +33,7 @@ func patched(tb testing.TB, cfg rmfake.EscapeConfig, pids ...int) (*rmfake.Drive
 
 func escapeSource(tb testing.TB, d *rmfake.Driver, opts tsg.EscapeOptions) *tsg.EscapeSource {
 	tb.Helper()
-	s := tsg.NewEscapeSource(d.Host(), opts, nil)
+	s := tsg.NewEscapeSource(d.Host(), opts)
 	tb.Cleanup(func() { s.Close() })
 	return s
 }
@@ -51,7 +52,7 @@ func TestAutoSourceStockDriver(t *testing.T) {
 	if _, err := esc.Discover(context.Background(), 100); !errors.Is(err, ioctl.ErrNoGpreemptEscapes) {
 		t.Errorf("escape Discover on a stock driver: %v", err)
 	}
-	auto := tsg.NewAutoSource(esc, tsg.NewAttachSource(d.Host(), tsg.ScanOptions{}, nil), nil)
+	auto := tsg.NewAutoSource(esc, tsg.NewAttachSource(d.Host(), tsg.ScanOptions{}), tsg.AutoOptions{})
 	for range 3 {
 		p, err := auto.Discover(context.Background(), 100)
 		if err != nil {
@@ -78,11 +79,11 @@ func (noDriverHost) OpenControl() (tsg.Device, error) { return nil, ioctl.ErrNoD
 func TestAutoSourceProbeFailure(t *testing.T) {
 	d := newTraced(t, 100)
 	h := noDriverHost{d.Host()}
-	esc := tsg.NewEscapeSource(h, tsg.EscapeOptions{}, nil)
+	esc := tsg.NewEscapeSource(h, tsg.EscapeOptions{})
 	if ok, err := esc.Available(); ok || !errors.Is(err, ioctl.ErrNoDriver) {
 		t.Fatalf("Available() = %v, %v; want false, ErrNoDriver", ok, err)
 	}
-	auto := tsg.NewAutoSource(esc, tsg.NewAttachSource(h, tsg.ScanOptions{}, nil), nil)
+	auto := tsg.NewAutoSource(esc, tsg.NewAttachSource(h, tsg.ScanOptions{}), tsg.AutoOptions{})
 	// The attach source reports the same problem in its own terms.
 	if _, err := auto.Discover(context.Background(), 100); !errors.Is(err, ioctl.ErrNoDriver) {
 		t.Errorf("auto Discover: %v", err)
@@ -97,7 +98,7 @@ func TestAutoSourceProbeFailure(t *testing.T) {
 // GET_INTERLEAVE_LEVEL refuses.
 func TestEscapeSourceMatchesAttach(t *testing.T) {
 	d, _ := patched(t, root, 100)
-	auto := tsg.NewAutoSource(escapeSource(t, d, tsg.EscapeOptions{}), tsg.NewAttachSource(d.Host(), tsg.ScanOptions{}, nil), nil)
+	auto := tsg.NewAutoSource(escapeSource(t, d, tsg.EscapeOptions{}), tsg.NewAttachSource(d.Host(), tsg.ScanOptions{}), tsg.AutoOptions{})
 	viaEscape, err := auto.Discover(context.Background(), 100)
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +134,7 @@ func TestEscapeApply(t *testing.T) {
 	if err := p.SetTimeslice(context.Background(), p.Groups, 200*time.Microsecond); err != nil {
 		t.Fatal(err)
 	}
-	if got := timeslices(d, 100); !equal(got, []uint64{200, 200, 200, 200}) {
+	if got := timeslices(d, 100); !slices.Equal(got, []uint64{200, 200, 200, 200}) {
 		t.Errorf("timeslices after SetTimeslice = %v", got)
 	}
 	if err := p.SetInterleave(context.Background(), p.Groups[:1], tsg.LevelHigh); err != nil {
@@ -167,7 +168,7 @@ func TestEscapeApplyRollsBack(t *testing.T) {
 	if !errors.Is(err, ioctl.NV_ERR_INSUFFICIENT_RESOURCES) {
 		t.Fatalf("err = %v", err)
 	}
-	if got := timeslices(d, 100); !equal(got, before) {
+	if got := timeslices(d, 100); !slices.Equal(got, before) {
 		t.Errorf("timeslices %v after a failed apply, want %v restored", got, before)
 	}
 }
@@ -357,39 +358,6 @@ func TestEscapeGroupGone(t *testing.T) {
 	}
 }
 
-// exitingHost is a fake host whose target process exits right after the
-// Nth gpreempt SET escape: the exit lands in the middle of a change.
-type exitingHost struct {
-	tsg.Host
-	d      *rmfake.Driver
-	pid    int
-	after  int
-	issued *int
-}
-
-func (h exitingHost) OpenControl() (tsg.Device, error) {
-	dev, err := h.Host.OpenControl()
-	if err != nil {
-		return nil, err
-	}
-	return exitingDevice{Device: dev, h: h}, nil
-}
-
-type exitingDevice struct {
-	tsg.Device
-	h exitingHost
-}
-
-func (x exitingDevice) Escape(nr uint32, arg []byte) error {
-	err := x.Device.(ioctl.Escaper).Escape(nr, arg)
-	if nr == ioctl.NV_ESC_RM_GPREEMPT_SET_TSG {
-		if *x.h.issued++; *x.h.issued == x.h.after {
-			x.h.d.Exit(x.h.pid)
-		}
-	}
-	return err
-}
-
 // TestEscapeTargetExitsDuringChange: the target exits after two of its
 // four groups were changed. The change reports the process gone
 // (ioctl.ErrNoSuchProcess, gpreemptctl's exit code 4) and restores
@@ -398,8 +366,8 @@ func (x exitingDevice) Escape(nr uint32, arg []byte) error {
 func TestEscapeTargetExitsDuringChange(t *testing.T) {
 	for _, after := range []int{1, 2, 4} {
 		d, _ := patched(t, root, 100)
-		issued := 0
-		s := tsg.NewEscapeSource(exitingHost{Host: d.Host(), d: d, pid: 100, after: after, issued: &issued}, tsg.EscapeOptions{}, nil)
+		h := d.ExitAfterSet(d.Host(), 100, after)
+		s := tsg.NewEscapeSource(h, tsg.EscapeOptions{})
 		t.Cleanup(func() { s.Close() })
 		p, err := s.Discover(context.Background(), 100)
 		if err != nil {
@@ -421,7 +389,7 @@ func TestEscapeTargetExitsDuringChange(t *testing.T) {
 		if err != nil && (strings.Contains(err.Error(), "also failed") || errors.Is(err, ioctl.NV_ERR_INVALID_CLIENT)) {
 			t.Errorf("exit after SET %d: %q reads like a failed restore", after, err)
 		}
-		if issued != after {
+		if issued := h.Issued(); issued != after {
 			t.Errorf("exit after SET %d: %d SETs issued, want no restore attempt", after, issued)
 		}
 	}

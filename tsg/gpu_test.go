@@ -86,7 +86,7 @@ func cudaTarget(tb testing.TB) int {
 
 func discoverReal(tb testing.TB, pid int) *tsg.Process {
 	tb.Helper()
-	p, err := tsg.NewAttachSource(tsg.ProcHost{}, tsg.ScanOptions{}, nil).Discover(context.Background(), pid)
+	p, err := tsg.NewAttachSource(tsg.ProcHost{}, tsg.ScanOptions{}).Discover(context.Background(), pid)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestGPUDiscoverAndControl(t *testing.T) {
 		}
 	}
 	// DiscoverAll finds the same process.
-	l, err := tsg.NewAttachSource(tsg.ProcHost{}, tsg.ScanOptions{}, nil).DiscoverAll(context.Background())
+	l, err := tsg.NewAttachSource(tsg.ProcHost{}, tsg.ScanOptions{}).DiscoverAll(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func BenchmarkGPUControl(b *testing.B) {
 	}
 	b.Run("Discover", func(b *testing.B) {
 		for b.Loop() {
-			q, err := tsg.NewAttachSource(tsg.ProcHost{}, tsg.ScanOptions{}, nil).Discover(ctx, pid)
+			q, err := tsg.NewAttachSource(tsg.ProcHost{}, tsg.ScanOptions{}).Discover(ctx, pid)
 			if err != nil {
 				b.Fatal(err)
 			}

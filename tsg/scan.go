@@ -14,7 +14,7 @@ import (
 	"github.com/gpreempt/gpreempt/ioctl"
 )
 
-// ScanOptions bound the attach source's scans.
+// ScanOptions configure an AttachSource and bound its scans.
 type ScanOptions struct {
 	// Workers probe client handles in parallel on one fd. The probe
 	// (NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO) takes RM's API lock
@@ -34,6 +34,9 @@ type ScanOptions struct {
 	// AllowUnsupportedDriver uses the nearest known ABI on a driver
 	// version outside the known range instead of refusing.
 	AllowUnsupportedDriver bool
+	// Logger receives what discovery skipped or assumed (default:
+	// discarded).
+	Logger *slog.Logger
 }
 
 func (o ScanOptions) withDefaults() ScanOptions {
@@ -46,8 +49,14 @@ func (o ScanOptions) withDefaults() ScanOptions {
 	if o.MaxObjectProbes <= 0 {
 		o.MaxObjectProbes = 1 << 20
 	}
+	if o.Logger == nil {
+		o.Logger = discardLogger
+	}
 	return o
 }
+
+// discardLogger stands in for an options struct's nil Logger.
+var discardLogger = slog.New(slog.DiscardHandler)
 
 // ScanStats says what a discovery cost.
 type ScanStats struct {
@@ -68,11 +77,9 @@ type AttachSource struct {
 }
 
 // NewAttachSource returns a Source over host.
-func NewAttachSource(host Host, opts ScanOptions, log *slog.Logger) *AttachSource {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &AttachSource{host: host, opts: opts.withDefaults(), log: log}
+func NewAttachSource(host Host, opts ScanOptions) *AttachSource {
+	opts = opts.withDefaults()
+	return &AttachSource{host: host, opts: opts, log: opts.Logger}
 }
 
 func (s *AttachSource) Name() string { return "attach" }

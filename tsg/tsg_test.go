@@ -30,7 +30,7 @@ func newTraced(tb testing.TB, pid int, opts ...rmfake.Option) *rmfake.Driver {
 
 func discover(tb testing.TB, d *rmfake.Driver, pid int, opts tsg.ScanOptions) *tsg.Process {
 	tb.Helper()
-	p, err := tsg.NewAttachSource(d.Host(), opts, nil).Discover(context.Background(), pid)
+	p, err := tsg.NewAttachSource(d.Host(), opts).Discover(context.Background(), pid)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestDiscoverErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			d := rmfake.New(tt.opts...)
 			pid := tt.setup(d)
-			_, err := tsg.NewAttachSource(d.Host(), tt.scan, nil).Discover(context.Background(), pid)
+			_, err := tsg.NewAttachSource(d.Host(), tt.scan).Discover(context.Background(), pid)
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("Discover error = %v, want %v", err, tt.want)
 			}
@@ -186,7 +186,7 @@ func TestDiscoverDetectsTooSmallGap(t *testing.T) {
 	}
 	mustAlloc(c, 0x5c000002, ioctl.NV01_DEVICE_0)
 	mustAlloc(0x5c000002, 0x5c002000, ioctl.KEPLER_CHANNEL_GROUP_A) // 8k handles later
-	_, err = tsg.NewAttachSource(d.Host(), tsg.ScanOptions{HandleGap: 1024}, nil).Discover(context.Background(), 9)
+	_, err = tsg.NewAttachSource(d.Host(), tsg.ScanOptions{HandleGap: 1024}).Discover(context.Background(), 9)
 	if err == nil || !strings.Contains(err.Error(), "missed TSG") {
 		t.Fatalf("Discover with a small gap = %v, want a 'missed TSG' error", err)
 	}
@@ -202,18 +202,6 @@ func timeslices(d *rmfake.Driver, pid int) []uint64 {
 		out = append(out, uint64(g.Timeslice))
 	}
 	return out
-}
-
-func equal(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestApplyAllOrNothing: a failed Apply restores what the driver reported

@@ -11,11 +11,12 @@ package bench
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/gpreempt/gpreempt/internal/cliutil"
 )
 
 // Exit codes of gpreempt-bench, set by main from the error.
@@ -33,23 +34,27 @@ var deviceFlag = &cli.IntFlag{Name: "device", Usage: "CUDA device ordinal", EnvV
 
 // NewApp builds the gpreempt-bench application.
 func NewApp() *cli.App {
-	return &cli.App{
+	return newApp([]*cli.Command{runCommand, compareCommand, beCommand, lcCommand})
+}
+
+// newApp is gpreempt-bench over cmds. Usage errors are gpreemptctl's: the
+// error alone, naming the command, wrapped in ErrInvalidArgument (exit
+// code 2); help only with --help; arguments a command does not take are
+// refused.
+func newApp(cmds []*cli.Command) *cli.App {
+	app := &cli.App{
 		Name:  "gpreempt-bench",
 		Usage: "measure LC latency and BE throughput on a shared GPU, with and without gpreempt",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error (logs go to stderr)", EnvVars: []string{"GPREEMPT_LOG_LEVEL"}},
 		},
-		Commands:        []*cli.Command{runCommand, compareCommand, beCommand, lcCommand},
+		Commands:        cmds,
 		HideHelpCommand: true,
 		// main prints the error once, with the exit code it picks.
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError:   usageError,
 	}
-}
-
-// usageError marks flag parsing errors as usage errors (exit code 2).
-func usageError(_ *cli.Context, err error, _ bool) error {
-	return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	cliutil.Strict(app, ErrInvalidArgument)
+	return app
 }
 
 // logger returns the stderr logger for a command, tagged with the

@@ -41,9 +41,8 @@ type beOptions struct {
 }
 
 var beCommand = &cli.Command{
-	OnUsageError: usageError,
-	Name:         "be",
-	Usage:        "best-effort worker: back-to-back fixed-work be_fma kernels",
+	Name:  "be",
+	Usage: "best-effort worker: back-to-back fixed-work be_fma kernels",
 	Description: "Keeps --queue be_fma kernels in flight for --duration (or until SIGTERM/SIGINT),\n" +
 		"prints 'READY pid=<pid>' on stdout once its context exists and a first kernel\n" +
 		"has completed, and writes a JSON result (kernels completed, kernels/s, the\n" +

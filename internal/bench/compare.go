@@ -15,10 +15,9 @@ import (
 var ErrMismatch = errors.New("results not comparable")
 
 var compareCommand = &cli.Command{
-	OnUsageError: usageError,
-	Name:         "compare",
-	Usage:        "compare two results.json side by side (before/after a change)",
-	ArgsUsage:    "A.json B.json",
+	Name:      "compare",
+	Usage:     "compare two results.json side by side (before/after a change)",
+	ArgsUsage: "A.json B.json",
 	Description: "Prints, per scenario present in both, the LC p50 and p99 ratios to standalone\n" +
 		"(median over repetitions and bootstrap 95% CI) and the BE throughput kept, A beside B,\n" +
 		"and says where the intervals do not overlap. Reads results.json of any version\n" +

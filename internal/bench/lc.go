@@ -53,9 +53,8 @@ type lcOptions struct {
 }
 
 var lcCommand = &cli.Command{
-	OnUsageError: usageError,
-	Name:         "lc",
-	Usage:        "latency-critical worker: periodic lc_work requests, latency per request",
+	Name:  "lc",
+	Usage: "latency-critical worker: periodic lc_work requests, latency per request",
 	Description: "Every --period: busy-waits the preparation time (--prep / --prep-dist), launches\n" +
 		"lc_work on its own stream and synchronizes. Records the host latency (launch call\n" +
 		"to synchronize return, CLOCK_MONOTONIC) and the kernel's %globaltimer start/end.\n" +

@@ -3,17 +3,15 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/golden"
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 
 // fixtureResults is a complete, fixed run: every kind of row the report
 // renders.
@@ -87,19 +85,7 @@ func TestWriteMarkdownGolden(t *testing.T) {
 	if err := WriteMarkdown(&b, fixtureResults()); err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "results.md.golden")
-	if *update {
-		if err := os.WriteFile(golden, b.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(b.Bytes(), want) {
-		t.Errorf("results.md differs from %s (go test -update to accept):\n%s", golden, b.String())
-	}
+	golden.Check(t, "results.md", b.Bytes())
 }
 
 func TestResultsJSONRoundTrip(t *testing.T) {

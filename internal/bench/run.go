@@ -14,9 +14,8 @@ import (
 )
 
 var runCommand = &cli.Command{
-	OnUsageError: usageError,
-	Name:         "run",
-	Usage:        "run scenarios (LC and BE workers as separate processes) and report",
+	Name:  "run",
+	Usage: "run scenarios (LC and BE workers as separate processes) and report",
 	Description: "Scenarios (--scenarios, comma-separated):\n" +
 		"  standalone             LC worker alone: the latency baseline\n" +
 		"  be-only                BE worker alone: the throughput baseline\n" +

@@ -365,6 +365,15 @@ func TestCLI(t *testing.T) {
 		{[]string{"be", "--calibrate-only"}, ExitUsage, "needs --calibrate-ms"},
 		{[]string{"lc", "--calibrate-only"}, ExitUsage, "needs --calibrate-us"},
 		{[]string{"lc", "--prep-dist", "uniform:1ms"}, ExitUsage, "prep distribution"},
+		// Usage errors name the command and print no help.
+		{[]string{"be", "--no-such-flag"}, ExitUsage, "be: flag provided but not defined: -no-such-flag"},
+		{[]string{"lc", "--requests", "x"}, ExitUsage, `lc: invalid value "x" for flag -requests`},
+		{[]string{"run", "--repeat"}, ExitUsage, "run: flag needs an argument: -repeat"},
+		{[]string{"--no-such-flag"}, ExitUsage, "flag provided but not defined: -no-such-flag"},
+		{[]string{"be", "extra"}, ExitUsage, `be takes no arguments, got ["extra"]`},
+		{[]string{"run", "--out", t.TempDir(), "extra"}, ExitUsage, `run takes no arguments, got ["extra"]`},
+		{[]string{"nosuch"}, ExitUsage, `unknown command "nosuch" (see gpreempt-bench --help)`},
+		{[]string{"compare", "a.json"}, ExitUsage, "compare takes two results files"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -374,6 +383,35 @@ func TestCLI(t *testing.T) {
 			err := app.Run(append([]string{"gpreempt-bench"}, tt.args...))
 			if ExitCode(err) != tt.wantExit || err == nil || !strings.Contains(err.Error(), tt.wantText) {
 				t.Fatalf("err = %v (exit %d), want exit %d containing %q", err, ExitCode(err), tt.wantExit, tt.wantText)
+			}
+			if out.Len() > 0 {
+				t.Errorf("printed %q; main prints the error, and nothing else is", out.String())
+			}
+		})
+	}
+}
+
+// TestHelp prints help where it is asked for, and only there.
+func TestHelp(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{nil, "gpreempt-bench - measure LC latency"},
+		{[]string{"--help"}, "gpreempt-bench - measure LC latency"},
+		{[]string{"be", "--help"}, "gpreempt-bench be - best-effort worker"},
+		{[]string{"run", "-h"}, "gpreempt-bench run - run scenarios"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			app := NewApp()
+			var out bytes.Buffer
+			app.Writer, app.ErrWriter = &out, &out
+			if err := app.Run(append([]string{"gpreempt-bench"}, tt.args...)); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), tt.want) {
+				t.Errorf("help = %q, want it to contain %q", out.String(), tt.want)
 			}
 		})
 	}
@@ -415,8 +453,7 @@ func TestWorkerArgvParse(t *testing.T) {
 		calBE := r.calibrateArgv("be", "--calibrate-ms", "2.35", "--blocks", "0", "--threads", "256")
 		calLC := r.calibrateArgv("lc", "--calibrate-us", "20", "--blocks", "0", "--threads", "256")
 		for _, argv := range [][]string{be, lc, calBE, calLC} {
-			app := NewApp()
-			app.Commands = []*cli.Command{stub(beCommand), stub(lcCommand)}
+			app := newApp([]*cli.Command{stub(beCommand), stub(lcCommand)})
 			if err := app.Run(argv); err != nil {
 				t.Errorf("%s: %v", strings.Join(argv, " "), err)
 			}

@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"log/slog"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/golden"
 	gpuinfo "github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
@@ -123,19 +122,7 @@ func TestRepeatReportGolden(t *testing.T) {
 	if err := WriteMarkdown(&b, res); err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "results-repeat.md.golden")
-	if *update {
-		if err := os.WriteFile(golden, b.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(b.Bytes(), want) {
-		t.Errorf("report differs from %s (go test -update to accept):\n%s", golden, b.String())
-	}
+	golden.Check(t, "results-repeat.md", b.Bytes())
 }
 
 func TestSummaries(t *testing.T) {

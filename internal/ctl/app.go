@@ -16,6 +16,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/cliutil"
 	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
 	"github.com/gpreempt/gpreempt/internal/ctl/tracecmd"
 	"github.com/gpreempt/gpreempt/internal/gpu"
@@ -116,13 +117,14 @@ type runtime struct {
 
 // newSource builds the --source the user chose. auto probes the driver
 // once, on first use, for gpreempt's escapes (docs/PATCHES.md).
-func newSource(c *cli.Context, host tsg.Host, opts tsg.ScanOptions, log *slog.Logger) (tsg.Source, io.Closer, error) {
-	attach := tsg.NewAttachSource(host, opts, log)
+func newSource(c *cli.Context, host tsg.Host, opts tsg.ScanOptions) (tsg.Source, io.Closer, error) {
+	attach := tsg.NewAttachSource(host, opts)
 	escape := func() *tsg.EscapeSource {
 		return tsg.NewEscapeSource(host, tsg.EscapeOptions{
 			AllowUnsupportedDriver: opts.AllowUnsupportedDriver,
 			NoAttachFallback:       c.Bool("no-attach-fallback"),
-		}, log)
+			Logger:                 opts.Logger,
+		})
 	}
 	switch c.String("source") {
 	case "attach":
@@ -131,7 +133,7 @@ func newSource(c *cli.Context, host tsg.Host, opts tsg.ScanOptions, log *slog.Lo
 		e := escape()
 		return e, e, nil
 	case "auto":
-		a := tsg.NewAutoSource(escape(), attach, log)
+		a := tsg.NewAutoSource(escape(), attach, tsg.AutoOptions{Logger: opts.Logger})
 		return a, a, nil
 	}
 	return nil, nil, fmt.Errorf("%w: --source %q: want auto, attach or escape", ErrInvalidArgument, c.String("source"))
@@ -195,12 +197,13 @@ func NewApp(env Env) *cli.App {
 				HandleGap:              c.Int("handle-gap"),
 				FullClientRange:        c.Bool("full-client-scan"),
 				AllowUnsupportedDriver: c.Bool("allow-unsupported-driver"),
+				Logger:                 log,
 			}
-			source, closer, err := newSource(c, env.Host, opts, log)
+			source, closer, err := newSource(c, env.Host, opts)
 			if err != nil {
 				return err
 			}
-			cmdutil.SetGlobals(c.App, &cmdutil.Globals{Log: log, JSON: out == "json", Demo: c.Bool("demo")})
+			cmdutil.SetGlobals(c.App, &cmdutil.Globals{Logger: log, JSON: out == "json", Demo: c.Bool("demo")})
 			c.App.Metadata["rt"] = &runtime{
 				env:    env,
 				log:    log,
@@ -216,7 +219,7 @@ func NewApp(env Env) *cli.App {
 			}
 			return nil
 		},
-		Commands: cloneCommands([]*cli.Command{
+		Commands: []*cli.Command{
 			devicesCommand,
 			psCommand,
 			getTimesliceCommand,
@@ -230,13 +233,11 @@ func NewApp(env Env) *cli.App {
 			versionCommand,
 			completionCommand,
 			tracecmd.Command,
-		}),
-		Action: rootAction,
+		},
 		// Errors are printed once, by Run, with the exit code it picks.
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError:   usageError,
 	}
-	strictUsage(app.Commands)
+	cliutil.Strict(app, ErrInvalidArgument)
 	return app
 }
 
@@ -281,12 +282,10 @@ func selector(c *cli.Context) (tsg.Selector, error) {
 	return sel, nil
 }
 
-func pidArg(c *cli.Context) (int, error) { return cmdutil.PIDArg(c) }
-
 // withGroups discovers --pid, selects the groups the flags name, and runs
 // fn on them. The process's duplicated files are closed afterwards.
 func withGroups(c *cli.Context, fn func(p *tsg.Process, gs []tsg.Group) error) error {
-	pid, err := pidArg(c)
+	pid, err := cmdutil.PIDArg(c)
 	if err != nil {
 		return err
 	}
@@ -309,7 +308,7 @@ func withGroups(c *cli.Context, fn func(p *tsg.Process, gs []tsg.Group) error) e
 // oneArg returns the command's single positional argument.
 func oneArg(c *cli.Context, what string) (string, error) {
 	if c.NArg() != 1 {
-		return "", fmt.Errorf("%w: %s takes exactly one argument: %s", ErrInvalidArgument, cmdutil.CommandName(c), what)
+		return "", fmt.Errorf("%w: %s takes exactly one argument: %s", ErrInvalidArgument, cliutil.CommandName(c), what)
 	}
 	return c.Args().First(), nil
 }

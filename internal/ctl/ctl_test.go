@@ -3,19 +3,16 @@ package ctl_test
 import (
 	"bytes"
 	"context"
-	"flag"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/gpreempt/gpreempt/internal/ctl"
+	"github.com/gpreempt/gpreempt/internal/golden"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/rmfake"
 	"github.com/gpreempt/gpreempt/ioctl"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 var tracePath = filepath.Join("..", "..", "testdata", "h100-580.159.04-alloc-sequence.txt")
 
@@ -51,27 +48,6 @@ func world(tb testing.TB, opts ...rmfake.Option) (*rmfake.Driver, ctl.Env, *byte
 	return d, env, &stdout, &stderr
 }
 
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("output differs from %s:\n--- got\n%s--- want\n%s", path, got, want)
-	}
-}
-
 func TestGolden(t *testing.T) {
 	tests := []struct {
 		name string
@@ -103,7 +79,7 @@ func TestGolden(t *testing.T) {
 			if code != tt.code {
 				t.Fatalf("exit %d, want %d; stderr: %s", code, tt.code, stderr)
 			}
-			golden(t, tt.name, stdout.Bytes())
+			golden.Check(t, tt.name, stdout.Bytes())
 		})
 	}
 }

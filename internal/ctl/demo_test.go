@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpreempt/gpreempt/internal/ctl"
+	"github.com/gpreempt/gpreempt/internal/golden"
 )
 
 // TestDemo runs the demo with no machine at all behind the environment:
@@ -41,7 +42,7 @@ func TestDemo(t *testing.T) {
 				t.Errorf("demo banner on stderr: %v, want %v: %q", got, tt.banner, &stderr)
 			}
 			if code == ctl.ExitOK {
-				golden(t, tt.name, stdout.Bytes())
+				golden.Check(t, tt.name, stdout.Bytes())
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 )
 
@@ -28,7 +29,7 @@ var devicesCommand = &cli.Command{
 			return err
 		}
 		if r.json {
-			return writeJSON(c.App.Writer, struct {
+			return cmdutil.WriteJSON(c.App.Writer, struct {
 				Driver  gpu.DriverInfo `json:"driver"`
 				Devices []gpu.Device   `json:"devices"`
 			}{drv, devs})
@@ -42,10 +43,10 @@ var devicesCommand = &cli.Command{
 				if i > 0 {
 					procs += " "
 				}
-				procs += fmt.Sprintf("%d(%s)", p.PID, orDash(p.Name))
+				procs += fmt.Sprintf("%d(%s)", p.PID, cmdutil.OrDash(p.Name))
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d MiB\t%s\n", d.Index, d.Name, d.UUID, d.PCIBusID,
-				d.MemoryUsed>>20, d.MemoryTotal>>20, orDash(procs))
+				d.MemoryUsed>>20, d.MemoryTotal>>20, cmdutil.OrDash(procs))
 		}
 		return tw.Flush()
 	},

@@ -1,24 +1,14 @@
 package ctl
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
 	"github.com/gpreempt/gpreempt/tsg"
 )
-
-func writeJSON(w io.Writer, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
-}
 
 // processView is a process as ps and the changing commands print it.
 type processView struct {
@@ -43,7 +33,7 @@ func viewOf(c *cli.Context, p *tsg.Process, gs []tsg.Group) processView {
 func printGroups(c *cli.Context, views []processView) error {
 	w := c.App.Writer
 	if rt(c).json {
-		return writeJSON(w, views)
+		return cmdutil.WriteJSON(w, views)
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "PID\tCOMM\tFD\tCLIENT\tTSG\tHW ID\tENGINE\tCHANNELS\tTIMESLICE\tINTERLEAVE")
@@ -54,15 +44,8 @@ func printGroups(c *cli.Context, views []processView) error {
 				engine += " *"
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%d\t%v\t%v\t%d\t%s\t%d\t%v\t%v\n",
-				g.PID, orDash(v.Comm), g.FD, g.Client, g.Handle, g.TSGID, engine, g.Channels, g.Timeslice, g.Interleave)
+				g.PID, cmdutil.OrDash(v.Comm), g.FD, g.Client, g.Handle, g.TSGID, engine, g.Channels, g.Timeslice, g.Interleave)
 		}
 	}
 	return tw.Flush()
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
 	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
 )
@@ -42,7 +43,7 @@ func report(c *cli.Context, what string, pid int, gs []tsg.Group) error {
 		for i, g := range gs {
 			handles[i] = g.Handle.String()
 		}
-		return writeJSON(c.App.Writer, map[string]any{"action": what, "pid": pid, "groups": handles})
+		return cmdutil.WriteJSON(c.App.Writer, map[string]any{"action": what, "pid": pid, "groups": handles})
 	}
 	for _, g := range gs {
 		fmt.Fprintf(c.App.Writer, "%s pid %d tsg %v (%s)\n", what, pid, g.Handle, g.Engine)

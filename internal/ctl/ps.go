@@ -5,6 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
 	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
 )
@@ -26,7 +27,7 @@ var psCommand = &cli.Command{
 		var procs []*tsg.Process
 		var note error
 		if c.IsSet("pid") {
-			pid, err := pidArg(c)
+			pid, err := cmdutil.PIDArg(c)
 			if err != nil {
 				return err
 			}

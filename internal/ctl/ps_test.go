@@ -3,6 +3,7 @@ package ctl_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -82,7 +83,7 @@ func TestPsFirstTenMinutes(t *testing.T) {
 			for _, p := range got {
 				pids = append(pids, p.PID)
 			}
-			if !equalInts(pids, tt.pids) {
+			if !slices.Equal(pids, tt.pids) {
 				t.Errorf("listed %v, want %v", pids, tt.pids)
 			}
 		})
@@ -132,18 +133,6 @@ func TestPsSourcesAgree(t *testing.T) {
 	}
 }
 
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // TestUnsupportedDriverNamesTheFlag: the library's refusal is typed and
 // names no flag; gpreemptctl says which flag overrides it, once.
 func TestUnsupportedDriverNamesTheFlag(t *testing.T) {
@@ -163,38 +152,6 @@ func TestUnsupportedDriverNamesTheFlag(t *testing.T) {
 	}
 }
 
-// exitingHost makes pid exit right after the Nth gpreempt SET escape.
-type exitingHost struct {
-	tsg.Host
-	d      *rmfake.Driver
-	pid    int
-	after  int
-	issued *int
-}
-
-func (h exitingHost) OpenControl() (tsg.Device, error) {
-	dev, err := h.Host.OpenControl()
-	if err != nil {
-		return nil, err
-	}
-	return exitingDevice{Device: dev, h: h}, nil
-}
-
-type exitingDevice struct {
-	tsg.Device
-	h exitingHost
-}
-
-func (x exitingDevice) Escape(nr uint32, arg []byte) error {
-	err := x.Device.(ioctl.Escaper).Escape(nr, arg)
-	if nr == ioctl.NV_ESC_RM_GPREEMPT_SET_TSG {
-		if *x.h.issued++; *x.h.issued == x.h.after {
-			x.h.d.Exit(x.h.pid)
-		}
-	}
-	return err
-}
-
 // TestTargetExitsDuringChange: with the escape source, a target that exits
 // in the middle of a class change is reported gone, with the no-such-process
 // exit code; it used to be "restoring also failed: NV_ERR_INVALID_CLIENT"
@@ -202,8 +159,7 @@ func (x exitingDevice) Escape(nr uint32, arg []byte) error {
 func TestTargetExitsDuringChange(t *testing.T) {
 	d, env, _, stderr := world(t)
 	d.EnableGpreemptEscapes(rmfake.EscapeConfig{CallerPrivileged: true})
-	issued := 0
-	env.Host = exitingHost{Host: env.Host, d: d, pid: 4242, after: 2, issued: &issued}
+	env.Host = d.ExitAfterSet(env.Host, 4242, 2)
 	code := ctl.Run(context.Background(), env, []string{"gpreemptctl", "--source", "escape", "class", "--pid", "4242", "be"})
 	if code != ctl.ExitNoProcess {
 		t.Fatalf("exit %d, want %d; stderr %s", code, ctl.ExitNoProcess, stderr)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
 	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
 )
@@ -47,7 +48,7 @@ var resetCommand = &cli.Command{
 			return fmt.Errorf("%w: reset needs one of --pid and --all", ErrInvalidArgument)
 		}
 		if c.IsSet("pid") {
-			pid, err := pidArg(c)
+			pid, err := cmdutil.PIDArg(c)
 			if err != nil {
 				return err
 			}

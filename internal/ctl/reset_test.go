@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpreempt/gpreempt/internal/ctl"
+	"github.com/gpreempt/gpreempt/internal/golden"
 	"github.com/gpreempt/gpreempt/internal/rmfake"
 	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
@@ -49,7 +50,7 @@ func TestReset(t *testing.T) {
 			if code := ctl.Run(context.Background(), env, append([]string{"gpreemptctl"}, tt.args...)); code != 0 {
 				t.Fatalf("exit %d: %s", code, stderr)
 			}
-			golden(t, tt.golden, stdout.Bytes())
+			golden.Check(t, tt.golden, stdout.Bytes())
 			for _, pid := range tt.pids {
 				checkDefaults(t, d, pid)
 			}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gpreempt/gpreempt/internal/ctl"
+	"github.com/gpreempt/gpreempt/internal/golden"
 )
 
 func TestVersion(t *testing.T) {
@@ -42,7 +43,7 @@ func TestVersion(t *testing.T) {
 			if code := ctl.Run(context.Background(), env, append([]string{"gpreemptctl"}, tt.args...)); code != 0 {
 				t.Fatalf("exit %d: %s", code, stderr)
 			}
-			golden(t, tt.name, stdout.Bytes())
+			golden.Check(t, tt.name, stdout.Bytes())
 		})
 	}
 	// Without build information (a binary built by other means), the

@@ -48,7 +48,7 @@ func (s *hookSource) Discover(ctx context.Context, pid int) (*tsg.Process, error
 func newMachine(t testing.TB) *machine {
 	t.Helper()
 	m := &machine{d: rmfake.New(), procs: newProcs()}
-	m.src = &hookSource{Source: tsg.NewAttachSource(m.d.Host(), tsg.ScanOptions{}, nil)}
+	m.src = &hookSource{Source: tsg.NewAttachSource(m.d.Host(), tsg.ScanOptions{})}
 	m.r = registry.New(registry.Options{Source: m.src, Lister: m.d.Host(), Procs: m.procs, Self: int(daemon.PID),
 		Now: func() uint64 { return discoveryNow }})
 	return m

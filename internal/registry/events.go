@@ -247,7 +247,7 @@ func (r *Registry) origin(e *trace.RMCall, g *Group) Origin {
 
 func (r *Registry) control(e *trace.RMCall) []Update {
 	c := e.Control
-	if !trace.IsChannelGroupControl(c.Cmd) {
+	if !ioctl.IsChannelGroupControl(c.Cmd) {
 		return nil
 	}
 	key := objectKey{c.Client, c.Object}
@@ -268,7 +268,7 @@ func (r *Registry) control(e *trace.RMCall) []Update {
 	before := g.clone()
 	u := Update{Kind: UpdateControl, Process: r.idOf(g.PID), Call: e, Before: before, Origin: r.origin(e, g)}
 	if e.OK() {
-		change := Change{At: e.Exit, By: callerOf(e), Cmd: c.Cmd, Name: trace.ControlName(c.Cmd), TookNs: uint64(e.Duration())}
+		change := Change{At: e.Exit, By: callerOf(e), Cmd: c.Cmd, Name: ioctl.ControlName(c.Cmd), TookNs: uint64(e.Duration())}
 		recorded := true
 		switch c.Cmd {
 		case ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE:

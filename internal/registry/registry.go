@@ -45,8 +45,8 @@ type Options struct {
 	// Now is the events' clock, CLOCK_MONOTONIC nanoseconds (default
 	// trace.Now). Discovery compares it with allocation times.
 	Now func() uint64
-	// Log receives what discovery skipped (default: discarded).
-	Log *slog.Logger
+	// Logger receives what discovery skipped (default: discarded).
+	Logger *slog.Logger
 }
 
 // Registry is the live set of GPU processes and their channel groups. Safe
@@ -91,7 +91,7 @@ type process struct {
 // New returns an empty registry.
 func New(opts Options) *Registry {
 	r := &Registry{
-		source: opts.Source, lister: opts.Lister, procs: opts.Procs, self: uint32(opts.Self), now: opts.Now, log: opts.Log,
+		source: opts.Source, lister: opts.Lister, procs: opts.Procs, self: uint32(opts.Self), now: opts.Now, log: opts.Logger,
 		processes: map[int]*process{},
 		clients:   map[ioctl.Handle]owner{},
 		groups:    map[objectKey]*Group{},

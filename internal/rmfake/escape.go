@@ -4,9 +4,11 @@ import (
 	"encoding/binary"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/gpreempt/gpreempt/ioctl"
+	"github.com/gpreempt/gpreempt/tsg"
 )
 
 // The gpreempt escapes (patches/, docs/PATCHES.md) as a stock or a
@@ -282,4 +284,45 @@ func (d *Driver) setTSG(st *escapeState, arg []byte) {
 	}()
 	in.DoneFlags, in.Status = done, uint32(status)
 	ioctl.EncodeParams(arg, &in)
+}
+
+// ExitingHost is a host on which one process exits right after the nth
+// gpreempt SET escape issued on a control file the host opens: an exit in
+// the middle of a change.
+type ExitingHost struct {
+	tsg.Host
+	d      *Driver
+	pid    int
+	after  int64
+	issued atomic.Int64
+}
+
+// ExitAfterSet wraps host so that pid exits from d right after the nth
+// NV_ESC_RM_GPREEMPT_SET_TSG issued through it.
+func (d *Driver) ExitAfterSet(host tsg.Host, pid, n int) *ExitingHost {
+	return &ExitingHost{Host: host, d: d, pid: pid, after: int64(n)}
+}
+
+// Issued is how many SET escapes went through the host.
+func (h *ExitingHost) Issued() int { return int(h.issued.Load()) }
+
+func (h *ExitingHost) OpenControl() (tsg.Device, error) {
+	dev, err := h.Host.OpenControl()
+	if err != nil {
+		return nil, err
+	}
+	return exitingDevice{Device: dev, h: h}, nil
+}
+
+type exitingDevice struct {
+	tsg.Device
+	h *ExitingHost
+}
+
+func (x exitingDevice) Escape(nr uint32, arg []byte) error {
+	err := x.Device.(ioctl.Escaper).Escape(nr, arg)
+	if nr == ioctl.NV_ESC_RM_GPREEMPT_SET_TSG && x.h.issued.Add(1) == x.h.after {
+		x.h.d.Exit(x.h.pid)
+	}
+	return err
 }

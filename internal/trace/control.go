@@ -6,24 +6,6 @@ import (
 	"github.com/gpreempt/gpreempt/ioctl"
 )
 
-// Control names and classes are ABI knowledge and live in ioctl; these
-// are kept for the tracer's callers until they ask ioctl themselves.
-
-// ControlName is ioctl.ControlName.
-//
-// Deprecated: use ioctl.ControlName.
-func ControlName(cmd uint32) string { return ioctl.ControlName(cmd) }
-
-// ControlByName is ioctl.ControlByName.
-//
-// Deprecated: use ioctl.ControlByName.
-func ControlByName(name string) (uint32, bool) { return ioctl.ControlByName(name) }
-
-// IsChannelGroupControl is ioctl.IsChannelGroupControl.
-//
-// Deprecated: use ioctl.IsChannelGroupControl.
-func IsChannelGroupControl(cmd uint32) bool { return ioctl.IsChannelGroupControl(cmd) }
-
 // head decodes a control's parameter block into p with ioctl's decoder.
 // The tracer copies a fixed head of the block, so b may be longer than the
 // block; the call's own size must be p's exactly, since RM takes only

@@ -50,21 +50,6 @@ func TestControlValues(t *testing.T) {
 	}
 }
 
-func TestControlNames(t *testing.T) {
-	if n := ControlName(ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE); n != "NVA06C_CTRL_CMD_SET_TIMESLICE" {
-		t.Errorf("name %q", n)
-	}
-	if n := ControlName(0x20800a01); n != "0x20800a01" {
-		t.Errorf("unknown name %q", n)
-	}
-	if cmd, ok := ControlByName("NVA06C_CTRL_CMD_PREEMPT"); !ok || cmd != ioctl.NVA06C_CTRL_CMD_PREEMPT {
-		t.Errorf("ControlByName = %#x, %v", cmd, ok)
-	}
-	if !IsChannelGroupControl(ioctl.NVA06C_CTRL_CMD_GET_INFO) || IsChannelGroupControl(0xd02) {
-		t.Error("IsChannelGroupControl")
-	}
-}
-
 // FuzzControlValues decodes arbitrary parameter heads for every
 // channel-group command: nothing may panic.
 func FuzzControlValues(f *testing.F) {
@@ -76,6 +61,6 @@ func FuzzControlValues(f *testing.F) {
 		c.InterleaveLevel()
 		c.ScheduleEnable()
 		c.Preempt()
-		_ = ControlName(cmd)
+		_ = ioctl.ControlName(cmd)
 	})
 }

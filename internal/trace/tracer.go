@@ -38,8 +38,8 @@ type Options struct {
 	// more than the rest of the tracing), so an event is delivered up to
 	// Poll after it happened.
 	Poll time.Duration
-	// Log receives what the tracer did on the way (default: discarded).
-	Log *slog.Logger
+	// Logger receives what the tracer did on the way (default: discarded).
+	Logger *slog.Logger
 }
 
 // Tracer holds the loaded programs, their attachments and the ring-buffer
@@ -76,7 +76,7 @@ func Open(ctx context.Context, opts Options) (_ *Tracer, err error) {
 	if !opts.RM && len(opts.Probes) == 0 {
 		return nil, errors.New("trace: nothing to trace")
 	}
-	t := &Tracer{log: opts.Log, poll: opts.Poll, done: make(chan struct{})}
+	t := &Tracer{log: opts.Logger, poll: opts.Poll, done: make(chan struct{})}
 	if t.poll <= 0 {
 		t.poll = 10 * time.Millisecond
 	}

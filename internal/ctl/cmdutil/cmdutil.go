@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/cliutil"
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
@@ -22,8 +22,8 @@ var ErrInvalidArgument = tsg.ErrInvalidArgument
 
 // Globals is what the global flags set for every command.
 type Globals struct {
-	// Log is the logger --log-level configured, writing to stderr.
-	Log *slog.Logger
+	// Logger is the logger --log-level configured, writing to stderr.
+	Logger *slog.Logger
 	// JSON is -o json.
 	JSON bool
 	// Demo is --demo: the processes are a replayed recording, and the
@@ -47,40 +47,20 @@ func Get(c *cli.Context) *Globals {
 	if g, ok := c.App.Metadata[globalsKey].(*Globals); ok {
 		return g
 	}
-	return &Globals{Log: slog.New(slog.DiscardHandler)}
+	return &Globals{Logger: slog.New(slog.DiscardHandler)}
 }
 
 // PIDArg returns --pid, which the command requires, refusing a missing or
 // non-positive one.
 func PIDArg(c *cli.Context) (int, error) {
 	if !c.IsSet("pid") {
-		return 0, fmt.Errorf("%w: %s needs --pid", ErrInvalidArgument, CommandName(c))
+		return 0, fmt.Errorf("%w: %s needs --pid", ErrInvalidArgument, cliutil.CommandName(c))
 	}
 	pid := c.Int("pid")
 	if pid <= 0 {
 		return 0, fmt.Errorf("%w: --pid %d: want a process id above 0", ErrInvalidArgument, pid)
 	}
 	return pid, nil
-}
-
-// NoArgs refuses positional arguments for a command that takes none.
-func NoArgs(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return fmt.Errorf("%w: %s takes no arguments, got %q", ErrInvalidArgument, CommandName(c), c.Args().Slice())
-	}
-	return nil
-}
-
-// CommandName is the command's path below the app, as the user typed it:
-// "trace rpc", "ps".
-func CommandName(c *cli.Context) string {
-	if c.Command == nil {
-		return ""
-	}
-	if name := c.Command.HelpName; name != "" {
-		return strings.TrimPrefix(name, c.App.Name+" ")
-	}
-	return c.Command.Name
 }
 
 // WriteJSON prints v indented, with a final newline.

@@ -10,9 +10,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
-
 	"github.com/gpreempt/gpreempt/internal/stats"
 	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/ioctl"
 )
 
 var rpcCommand = &cli.Command{
@@ -58,7 +58,7 @@ var rpcCommand = &cli.Command{
 func parseControl(s string) (uint32, error) {
 	s = strings.TrimSpace(s)
 	for _, name := range []string{s, "NVA06C_CTRL_CMD_" + strings.ToUpper(s)} {
-		if cmd, ok := trace.ControlByName(name); ok {
+		if cmd, ok := ioctl.ControlByName(name); ok {
 			return cmd, nil
 		}
 	}
@@ -118,7 +118,7 @@ func (t *rpcTrace) Event(ev trace.Event) error {
 		if !t.cmds[cmd] {
 			return nil
 		}
-	case !t.all && !trace.IsChannelGroupControl(cmd):
+	case !t.all && !ioctl.IsChannelGroupControl(cmd):
 		return nil
 	}
 	k := rpcKey{cmd: cmd}
@@ -168,7 +168,7 @@ func (t *rpcTrace) print(title string, stats map[rpcKey]*rpcStats, lost uint64) 
 		views := make([]rpcView, 0, len(keys))
 		for _, k := range keys {
 			s := stats[k]
-			v := rpcView{PID: k.pid, Comm: s.comm, Cmd: k.cmd, Name: trace.ControlName(k.cmd), Failed: s.failed, Hist: viewHist(&s.hist, "usecs")}
+			v := rpcView{PID: k.pid, Comm: s.comm, Cmd: k.cmd, Name: ioctl.ControlName(k.cmd), Failed: s.failed, Hist: viewHist(&s.hist, "usecs")}
 			switch t.by {
 			case "comm":
 				v.Processes = len(s.pids)

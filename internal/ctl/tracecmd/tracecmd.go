@@ -12,8 +12,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
-
 	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/ioctl"
 )
 
 // Command is `gpreemptctl trace`.
@@ -154,7 +154,7 @@ func runTrace(c *cli.Context, opts trace.Options, newHandler func(*traceOut) tra
 		return fmt.Errorf("%w: --interval %v", cmdutil.ErrInvalidArgument, interval)
 	}
 	opts.MountTracefs = c.Bool("mount-tracefs")
-	opts.Log = cmdutil.Get(c).Log
+	opts.Logger = cmdutil.Get(c).Logger
 	src, err := traceHooks.open(ctx, opts)
 	if errors.Is(err, trace.ErrNoTracefs) && !opts.MountTracefs {
 		return fmt.Errorf("trace: %w; or leave --mount-tracefs on", err)
@@ -221,7 +221,7 @@ func probes(lib string, role trace.Role, symbols []string) []trace.Probe {
 // shortControl strips the class prefix from a control's name:
 // NVA06C_CTRL_CMD_SET_TIMESLICE -> SET_TIMESLICE.
 func shortControl(cmd uint32) string {
-	name := trace.ControlName(cmd)
+	name := ioctl.ControlName(cmd)
 	if _, rest, ok := strings.Cut(name, "_CTRL_CMD_"); ok {
 		return rest
 	}

@@ -3,9 +3,7 @@ package tracecmd_test
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/ctl"
 	"github.com/gpreempt/gpreempt/internal/ctl/tracecmd"
+	"github.com/gpreempt/gpreempt/internal/golden"
 	"github.com/gpreempt/gpreempt/internal/rmfake"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
@@ -34,10 +33,7 @@ var (
 
 const traceStart = 1_000_000_000 // the fake tracer's start, in ns
 
-var (
-	update    = flag.Bool("update", false, "rewrite the golden files")
-	tracePath = filepath.Join("..", "..", "..", "testdata", "h100-580.159.04-alloc-sequence.txt")
-)
+var tracePath = filepath.Join("..", "..", "..", "testdata", "h100-580.159.04-alloc-sequence.txt")
 
 // world is gpreemptctl's environment for the trace commands, which reach
 // the machine only through the tracer.
@@ -45,24 +41,6 @@ func world(tb testing.TB) (ctl.Env, *bytes.Buffer, *bytes.Buffer) {
 	tb.Helper()
 	var stdout, stderr bytes.Buffer
 	return ctl.Env{Host: rmfake.New().Host(), Comm: func(int) string { return "" }, Stdout: &stdout, Stderr: &stderr}, &stdout, &stderr
-}
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("output differs from %s:\n--- got\n%s--- want\n%s", path, got, want)
-	}
 }
 
 func allocTrace(tb testing.TB) []rmfake.TraceAlloc {
@@ -202,7 +180,7 @@ func TestTraceGolden(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit %d; stderr: %s", code, stderr)
 			}
-			golden(t, tt.name, []byte(stdout))
+			golden.Check(t, tt.name, []byte(stdout))
 		})
 	}
 }

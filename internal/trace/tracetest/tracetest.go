@@ -71,7 +71,7 @@ func Control(p Process, fd int32, client, object ioctl.Handle, cmd uint32, param
 	enter, exit := clock.Call(d)
 	e := rmCall(p, fd, ioctl.NV_ESC_RM_CONTROL, 32, enter, exit, status)
 	c := &trace.Control{Client: client, Object: object, Cmd: cmd, ParamsSize: uint32(len(params))}
-	if trace.IsChannelGroupControl(cmd) {
+	if ioctl.IsChannelGroupControl(cmd) {
 		head := params[:min(len(params), 8)]
 		c.In, c.Out = head, head
 	}
