@@ -326,7 +326,7 @@ func applyLCClass(ctx context.Context, ts time.Duration, log *slog.Logger) error
 	if err != nil {
 		return err
 	}
-	p, err := tsg.NewAttachSource(tsg.ProcHost{}, tsg.ScanOptions{}, log).Discover(ctx, os.Getpid())
+	p, err := tsg.NewAttachSource(tsg.ProcHost{}, tsg.ScanOptions{Logger: log}).Discover(ctx, os.Getpid())
 	if err != nil {
 		return err
 	}
