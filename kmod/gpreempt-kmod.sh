@@ -13,7 +13,9 @@
 #
 # Steps, each one only if the previous succeeded:
 #   apply    always (every patch is dry-run first)
-#   check    --check: compile only the objects the series touches
+#   check    --check: compile only the objects the series touches (those
+#            under kernel-open/ need kernel headers: --syssrc/--sysout or
+#            the running kernel's)
 #   build    default: make modules (pass --no-build to stop after apply)
 #   install  --install: make modules_install + depmod. Root only, asks first
 #            unless --yes. It never unloads or loads a module.
@@ -153,20 +155,52 @@ if [ "$MODE" = apply ]; then
 	exit 0
 fi
 
+# kernel_dirs sets KSRC and KOUT, the kernel source and build trees that
+# kernel-open is compiled against: --syssrc/--sysout, else the running
+# kernel's /lib/modules/<release>/{source,build}, as kernel-open/Makefile
+# picks them.
+kernel_dirs() {
+	local modlib=/lib/modules/${KERNEL_UNAME:-$(uname -r)}
+	KSRC=$SYSSRC
+	if [ -z "$KSRC" ]; then
+		if [ -d "$modlib/source" ]; then KSRC=$modlib/source; else KSRC=$modlib/build; fi
+	fi
+	KOUT=${SYSOUT:-$KSRC}
+	if [ -z "$SYSOUT" ] && [ -z "$SYSSRC" ] && [ -d "$modlib/build" ]; then KOUT=$modlib/build; fi
+	[ -f "$KSRC/Makefile" ] && [ -f "$KOUT/.config" ] ||
+		die "kernel-open objects need kernel headers: none at '$KSRC' / '$KOUT'; pass --syssrc/--sysout (SYSSRC/SYSOUT)"
+}
+
 if [ "$MODE" = check ]; then
 	# The RM core (src/nvidia) compiles one object at a time from its own
-	# makefile; headers are covered by the objects that include them.
+	# makefile; kernel-open objects through Kbuild, one target each, which
+	# first runs NVIDIA's conftest for that kernel. Headers are covered by
+	# the objects that include them.
 	objs=()
+	kobjs=()
 	for t in "${touched[@]}"; do
 		case $t in
 		src/nvidia/*.c) objs+=("_out/Linux_x86_64/$(basename "${t%.c}").o") ;;
+		kernel-open/*.c) kobjs+=("${t#kernel-open/}") ;;
 		*.h|*.mk) ;;
 		*) die "--check cannot compile $t alone; run a full build" ;;
 		esac
 	done
-	[ ${#objs[@]} -gt 0 ] || die "the series touches no C file"
-	make -C "$WORK/src/nvidia" -j"$JOBS" "${objs[@]}" >&2
-	say "compiled ${objs[*]} for $VERSION"
+	[ ${#objs[@]} -gt 0 ] || [ ${#kobjs[@]} -gt 0 ] || die "the series touches no C file"
+	if [ ${#objs[@]} -gt 0 ]; then
+		make -C "$WORK/src/nvidia" -j"$JOBS" "${objs[@]}" >&2
+		say "compiled ${objs[*]} for $VERSION"
+	fi
+	if [ ${#kobjs[@]} -gt 0 ]; then
+		kernel_dirs
+		kobjs=("${kobjs[@]/%.c/.o}")
+		mods=$(printf '%s\n' "${kobjs[@]}" | cut -d/ -f1 | sort -u | tr '\n' ' ')
+		arch=$(uname -m | sed -e 's/i.86/i386/' -e 's/aarch64/arm64/')
+		make -C "$KSRC" KBUILD_OUTPUT="$KOUT" M="$WORK/kernel-open" ARCH="$arch" \
+			NV_KERNEL_SOURCES="$KSRC" NV_KERNEL_OUTPUT="$KOUT" \
+			NV_KERNEL_MODULES="${mods% }" -j"$JOBS" "${kobjs[@]}" >&2
+		say "compiled kernel-open/{${kobjs[*]}} for $VERSION against $KOUT"
+	fi
 	exit 0
 fi
 

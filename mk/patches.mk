@@ -1,8 +1,11 @@
 # Driver patch series (patches/<branch>/, see docs/PATCHES.md) and the
 # kernel modules built from them (kmod/).
 #
-#   make patch-check                 apply every series to its base tag and
-#                                    compile the objects it touches
+#   make patch-check SYSSRC=... SYSOUT=...
+#                                    apply every series to its base tag and
+#                                    compile the objects it touches (the
+#                                    kernel-open ones against those kernel
+#                                    headers; default: the running kernel's)
 #   make patch-check OGKM_TREE_580=/path/to/tree   use a tree instead of the tag
 #   make kmod-build SYSSRC=... SYSOUT=...          full modules, every branch
 #   make kmod-build-580 ...                        one branch
@@ -28,7 +31,9 @@ patch-check: $(addprefix patch-check-,$(PATCH_BRANCHES)) patch-check-refuse
 patch-check-%:
 	rm -rf $(KMOD_WORK)/check-$*
 	OGKM_MIRROR=$(OGKM_MIRROR) $(KMOD) --check --jobs $(KMOD_JOBS) \
-	  --work $(KMOD_WORK)/check-$* $(call patch-target,$*)
+	  --work $(KMOD_WORK)/check-$* \
+	  $(if $(SYSSRC),--syssrc $(SYSSRC)) $(if $(SYSOUT),--sysout $(SYSOUT)) \
+	  $(call patch-target,$*)
 
 # A driver branch without a series must be refused before anything is
 # fetched or built.
