@@ -21,9 +21,18 @@ import (
 // TraceEvents turns the eBPF tracer's RM events into daemon events
 // through a trace.Registry (which knows each group's owner).
 type TraceEvents struct {
-	tr  eventStream
-	reg *trace.Registry
-	log *slog.Logger
+	tr     eventStream
+	reg    *trace.Registry
+	log    *slog.Logger
+	closer func() error
+}
+
+// Close detaches the programs (when TraceEvents opened them).
+func (t *TraceEvents) Close() error {
+	if t.closer == nil {
+		return nil
+	}
+	return t.closer()
 }
 
 // eventStream is what TraceEvents reads: *trace.Tracer, or a channel in
@@ -41,7 +50,9 @@ func OpenTraceEvents(ctx context.Context, log *slog.Logger) (*TraceEvents, *trac
 	if err != nil {
 		return nil, nil, err
 	}
-	return NewTraceEvents(tr, log), tr, nil
+	te := NewTraceEvents(tr, log)
+	te.closer = tr.Close
+	return te, tr, nil
 }
 
 // NewTraceEvents reads events from tr.

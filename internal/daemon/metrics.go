@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -25,7 +26,13 @@ type Metrics struct {
 	hintRequests  *prometheus.GaugeVec
 	groupsByClass func() map[[2]string]int
 	mode          *prometheus.GaugeVec
+
+	mu     sync.Mutex
+	pushed map[int]bool
 }
+
+// SetGroups sets what reports the live groups at scrape time.
+func (m *Metrics) SetGroups(f func() map[[2]string]int) { m.groupsByClass = f }
 
 // latencyBuckets span a debounce (tens of ms) to a stuck second.
 var latencyBuckets = []float64{.005, .01, .02, .03, .04, .05, .075, .1, .15, .2, .3, .5, 1, 2}
@@ -98,6 +105,12 @@ type HintStats struct {
 var quantileNames = map[string]bool{"p50": true, "p90": true, "p99": true, "p999": true, "max": true, "mean": true}
 
 func (m *Metrics) pushStats(s HintStats, comm string) {
+	m.mu.Lock()
+	if m.pushed == nil {
+		m.pushed = map[int]bool{}
+	}
+	m.pushed[s.PID] = true
+	m.mu.Unlock()
 	pid := strconv.Itoa(s.PID)
 	for q, v := range s.RequestLatencyUs {
 		if quantileNames[q] {
@@ -115,11 +128,25 @@ func (m *Metrics) pushStats(s HintStats, comm string) {
 
 // forget drops a process's pushed series when it exits.
 func (m *Metrics) forget(pid int) {
+	m.mu.Lock()
+	delete(m.pushed, pid)
+	m.mu.Unlock()
 	l := prometheus.Labels{"pid": strconv.Itoa(pid)}
 	m.hintLatency.DeletePartialMatch(l)
 	m.hintHold.DeletePartialMatch(l)
 	m.hintExpired.DeletePartialMatch(l)
 	m.hintRequests.DeletePartialMatch(l)
+}
+
+// Pushers lists the pids with pushed series (to drop those that exited).
+func (m *Metrics) Pushers() []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []int
+	for pid := range m.pushed {
+		out = append(out, pid)
+	}
+	return out
 }
 
 func (m *Metrics) setMode(mode string) {

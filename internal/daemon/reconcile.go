@@ -666,3 +666,58 @@ func (r *Reconciler) RestoreAll(ctx context.Context) (restored int, errs error) 
 	}
 	return restored, errors.Join(all...)
 }
+
+// ProcStatus is one process as the daemon holds it.
+type ProcStatus struct {
+	PID     int          `json:"pid"`
+	Comm    string       `json:"comm"`
+	UID     uint32       `json:"uid"`
+	Cgroup  string       `json:"cgroup,omitempty"`
+	GPUs    string       `json:"gpus,omitempty"`
+	Class   string       `json:"class"`
+	Rule    string       `json:"rule,omitempty"`
+	Pending bool         `json:"pending,omitempty"`
+	Groups  []GroupState `json:"groups"`
+}
+
+// Snapshot lists every process the daemon holds, by pid.
+func (r *Reconciler) Snapshot() []ProcStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := []ProcStatus{}
+	for _, pid := range slices.Sorted(maps.Keys(r.procs)) {
+		p := r.procs[pid]
+		ps := ProcStatus{PID: pid, Comm: p.info.Comm, UID: p.info.UID, Cgroup: p.info.Cgroup, GPUs: gpuLabel(p.info.GPUs),
+			Class: p.decision.String(), Rule: p.decision.Rule, Pending: p.pending, Groups: []GroupState{}}
+		if p.decision.Rule == "" {
+			ps.Class = ""
+		}
+		ids := slices.SortedFunc(maps.Keys(p.groups), func(a, b GroupID) int {
+			if a.Client != b.Client {
+				return int(int64(a.Client) - int64(b.Client))
+			}
+			return int(int64(a.Handle) - int64(b.Handle))
+		})
+		for _, id := range ids {
+			ps.Groups = append(ps.Groups, p.groups[id].state)
+		}
+		out = append(out, ps)
+	}
+	return out
+}
+
+// GroupsByClass counts live groups by (class, gpu), for the metrics.
+func (r *Reconciler) GroupsByClass() map[[2]string]int {
+	out := map[[2]string]int{}
+	for _, p := range r.Snapshot() {
+		c := p.Class
+		if c == "" {
+			c = "pending"
+		}
+		if i := strings.IndexByte(c, ':'); i >= 0 {
+			c = c[:i]
+		}
+		out[[2]string{c, p.GPUs}] += len(p.Groups)
+	}
+	return out
+}

@@ -92,7 +92,7 @@ type Events interface {
 
 // GroupState is one group as read back after a change.
 type GroupState struct {
-	ID          GroupID   `json:"id"`
+	ID          GroupID    `json:"id"`
 	Engine      tsg.Engine `json:"engine"`
 	TimesliceUs uint64     `json:"timeslice_us"`
 	Interleave  tsg.Level  `json:"interleave"`
