@@ -399,4 +399,3 @@ func (a *API) stats(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
-
