@@ -111,6 +111,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if cfg.Reconcile.SelfPID == 0 {
 		cfg.Reconcile.SelfPID = os.Getpid()
 	}
+	if abs, err := filepath.Abs(cfg.PolicyFile); err == nil {
+		cfg.PolicyFile = abs
+	}
 	d := &Daemon{cfg: cfg, log: cfg.Log, started: time.Now(), lister: cfg.Host}
 	defer func() {
 		if err != nil {
