@@ -42,7 +42,9 @@ type Error struct {
 func (e *Error) Error() string { return fmt.Sprintf("gpreemptd: %d: %s", e.Code, e.Msg) }
 
 // Is makes a 403 match ErrForbidden.
-func (e *Error) Is(target error) bool { return target == ErrForbidden && e.Code == http.StatusForbidden }
+func (e *Error) Is(target error) bool {
+	return target == ErrForbidden && e.Code == http.StatusForbidden
+}
 
 // Client is a connection to one daemon socket.
 type Client struct {
