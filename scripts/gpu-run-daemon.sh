@@ -141,6 +141,25 @@ cat "$OUT/must1.txt"
 } > "$OUT/must4.txt" 2>&1
 cat "$OUT/must4.txt"
 
+# --- must-show 5 (only with two GPUs): a per-GPU rule ----------------------
+NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
+if [ "$NGPU" -ge 2 ]; then
+  {
+    cp "$OUT/policy.yaml" "$RUN/policy-1gpu.yaml"
+    python3 - "$OUT/policy.yaml" <<'PY'
+import sys
+p = sys.argv[1]; s = open(p).read()
+s = s.replace("rules:\n", "rules:\n  - name: gpu0-be\n    match: {comm: pergpu, gpu: 0}\n    class: be\n  - name: gpu1-burstable\n    match: {comm: pergpu, gpu: 1}\n    class: burstable\n", 1)
+open(p, "w").write(s)
+PY
+    curl -s --unix-socket "$SOCK" -XPOST http://d/v1/reload; echo
+    G0=$(start_worker g0 CUDA_VISIBLE_DEVICES=0 -- comm=pergpu); G1=$(start_worker g1 CUDA_VISIBLE_DEVICES=1 -- comm=pergpu)
+    sleep 1; show $G0; show $G1
+    kill $G0 $G1; wait $G0 $G1 2>/dev/null
+  } > "$OUT/must5.txt" 2>&1
+  cat "$OUT/must5.txt"
+fi
+
 # --- must-show 3 (shortened): churn -----------------------------------------
 {
   sleep 1; echo "before: $(dstat)"
@@ -171,7 +190,7 @@ curl -s http://$MADDR/metrics > "$OUT/metrics.txt"
 python3 - "$OUT/gpreemptd.log" > "$OUT/latency.txt" <<'PY'
 import re, sys
 v = []
-for m in re.finditer(r'msg=classed .*after_setup=(\S+)', open(sys.argv[1]).read()):
+for m in re.finditer(r'msg=classed .*after_setup=(\S+) new_context=true', open(sys.argv[1]).read()):
     s = m.group(1)
     for unit, f in (("ms", 1e-3), ("µs", 1e-6), ("us", 1e-6), ("ns", 1e-9), ("s", 1)):
         if s.endswith(unit):

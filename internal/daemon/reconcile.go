@@ -105,7 +105,14 @@ type proc struct {
 	// driftAt is when the next rate-limited drift re-apply is due (0:
 	// none).
 	driftAt time.Duration
+	// failures counts classings that failed in a row (retried with
+	// backoff, up to maxRetries, then left until the next event).
+	failures int
 }
+
+// maxRetries bounds the retries of a failed classing; the first is 50 ms
+// later, each next one twice as late.
+const maxRetries = 5
 
 type group struct {
 	state GroupState
@@ -352,8 +359,18 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 	}
 	states, err := r.apply(ctx, p, "classify", pick)
 	if err != nil {
+		if r.procs[p.pid] == p && !isGone(err) && p.failures < maxRetries {
+			// Caught mid-setup, or RM busy: try again, a bounded number
+			// of times.
+			p.failures++
+			p.pending, p.measure, p.lastSetup = true, measure, lastSetup
+			p.firstPending = now
+			p.deadline = now + (50*time.Millisecond)<<(p.failures-1)
+			r.poke()
+		}
 		return
 	}
+	p.failures = 0
 	n := 0
 	for _, gs := range states {
 		g := p.groups[gs.ID]
@@ -378,7 +395,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 		r.metrics.classed.Observe(took.Seconds())
 	}
 	r.log.Info("classed", "pid", p.pid, "comm", p.info.Comm, "class", d.Spec.String(), "rule", d.Rule, "groups", n,
-		"after_setup", took.Round(time.Microsecond))
+		"after_setup", took.Round(time.Microsecond), "new_context", measure)
 }
 
 // apply runs one attach-apply-read-back operation on p and syncs p's

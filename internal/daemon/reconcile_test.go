@@ -379,3 +379,34 @@ func counter(t testing.TB, m *Metrics, name, label string) float64 {
 }
 
 var _ = os.Getpid
+
+func TestFailedClassingRetriedBounded(t *testing.T) {
+	g := newRig(t, testPolicy)
+	last := g.start(100, policy.Process{Comm: "trainer"}, 0)
+	compute := g.groups(100)[0]
+	// The first SET_TIMESLICE on the compute group fails.
+	g.drv.AddFault(&rmfake.Fault{Cmd: ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, Object: compute.Handle, Nth: 1, Status: ioctl.NV_ERR_BUSY_RETRY})
+	at := last + 30*time.Millisecond
+	next := g.tick(at)
+	if next != at+50*time.Millisecond {
+		t.Fatalf("retry at %v, want %v", next, at+50*time.Millisecond)
+	}
+	if next := g.tick(next); next != 0 {
+		t.Fatalf("more work after the retry succeeded: %v", next)
+	}
+	g.wantAll(100, 200, tsg.LevelLow)
+	if got := counter(t, g.m, "gpreemptd_apply_failures_total", "control"); got != 1 {
+		t.Errorf("control failures %v, want 1", got)
+	}
+	// A fault that never clears: retried maxRetries times, then left.
+	g2 := newRig(t, testPolicy)
+	last = g2.start(100, policy.Process{Comm: "trainer"}, 0)
+	g2.drv.AddFault(&rmfake.Fault{Cmd: ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, Object: compute.Handle, Status: ioctl.NV_ERR_BUSY_RETRY})
+	tries := 0
+	for next := last + 30*time.Millisecond; next != 0; next = g2.tick(next) {
+		tries++
+	}
+	if tries != 1+maxRetries {
+		t.Errorf("%d tries, want %d", tries, 1+maxRetries)
+	}
+}
