@@ -110,7 +110,7 @@ cat "$OUT/daemon-start.txt"
 # --- must-show 1: LC then BE x5, then BE then LC ----------------------------
 {
   echo "== LC first (lc-server by comm), then the trainer (GPREEMPT_CLASS=be) restarted 5 times"
-  LC=$(start_worker lc comm=lc-server -- comm=lc-server); sleep 0.5; show $LC
+  LC=$(start_worker lc -- comm=lc-server); sleep 0.5; show $LC
   for i in 1 2 3 4 5; do
     BE=$(start_worker be$i GPREEMPT_CLASS=be -- busy=1); sleep 0.5; show $BE
     kill $BE; wait $BE 2>/dev/null

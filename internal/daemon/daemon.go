@@ -53,6 +53,8 @@ type Config struct {
 	// LeaveSettings skips restoring the groups on shutdown.
 	LeaveSettings bool
 	Reconcile     Options
+	// Scan bounds discovery (tsg.ScanOptions).
+	Scan tsg.ScanOptions
 	Log           *slog.Logger
 
 	// For tests: the host, an event source to use instead of BPF, GPU
@@ -131,7 +133,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.inspect = cfg.Inspect; d.inspect == nil {
 		d.inspect = &ProcInspector{GPU: cfg.GPU}
 	}
-	d.ctl = &TSGController{Source: tsg.NewAttachSource(cfg.Host, tsg.ScanOptions{}, d.log)}
+	d.ctl = &TSGController{Source: tsg.NewAttachSource(cfg.Host, cfg.Scan, d.log)}
 	d.metrics = NewMetrics(nil)
 	d.rec = NewReconciler(pol, d.ctl, d.inspect, d.metrics, cfg.Reconcile, d.log)
 	d.metrics.SetGroups(d.rec.GroupsByClass)

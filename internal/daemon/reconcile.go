@@ -29,9 +29,9 @@ type Inspector interface {
 type Options struct {
 	// Debounce: a context is classed this long after its last setup
 	// event (libcuda's own SET_TIMESLICE comes right after channel
-	// setup; classing before it would be overwritten). Default 30 ms.
+	// setup; classing before it would be overwritten). Default 20 ms.
 	Debounce time.Duration
-	// MaxWait bounds the wait from a context's first event. Default 200 ms.
+	// MaxWait bounds the wait from a context's first event. Default 500 ms.
 	MaxWait time.Duration
 	// DriftBurst and DriftRefill are the per-group token bucket for
 	// re-applying drift: each SET is a 150-330 us GSP RPC, and a process
@@ -47,10 +47,10 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.Debounce <= 0 {
-		o.Debounce = 30 * time.Millisecond
+		o.Debounce = 20 * time.Millisecond
 	}
 	if o.MaxWait <= 0 {
-		o.MaxWait = 200 * time.Millisecond
+		o.MaxWait = 500 * time.Millisecond
 	}
 	if o.MaxWait < o.Debounce {
 		o.MaxWait = o.Debounce
