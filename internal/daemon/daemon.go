@@ -55,7 +55,7 @@ type Config struct {
 	Reconcile     Options
 	// Scan bounds discovery (tsg.ScanOptions).
 	Scan tsg.ScanOptions
-	Log           *slog.Logger
+	Log  *slog.Logger
 
 	// For tests: the host, an event source to use instead of BPF, GPU
 	// info and the inspector. Nil: the real ones.
