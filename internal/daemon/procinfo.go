@@ -38,7 +38,10 @@ type ProcInspector struct {
 }
 
 // maxEnviron bounds how much of a process's environment is read.
-const maxEnviron = 256 << 10
+const (
+	maxEnviron = 256 << 10
+	maxCmdline = 64 << 10
+)
 
 func (pi *ProcInspector) root() string {
 	if pi.Root == "" {
@@ -69,6 +72,11 @@ func (pi *ProcInspector) Process(pid int) (policy.Process, uint64, error) {
 		p.Comm = strings.TrimSpace(string(b))
 	}
 	p.Exe, _ = os.Readlink(pi.path(pid, "exe"))
+	if f, err := os.Open(pi.path(pid, "cmdline")); err == nil {
+		b, _ := io.ReadAll(io.LimitReader(f, maxCmdline))
+		f.Close()
+		p.Cmdline = strings.Join(strings.FieldsFunc(string(b), func(r rune) bool { return r == 0 }), " ")
+	}
 	if b, err := os.ReadFile(pi.path(pid, "status")); err == nil {
 		p.UID, _, _ = StatusIDs(b)
 	}

@@ -3,20 +3,23 @@ package policy
 import (
 	"path"
 	"strconv"
+	"strings"
 
 	"github.com/gpreempt/gpreempt/class"
 )
 
 // Process is what rules match against, read from /proc by the caller.
 type Process struct {
-	PID    int
-	UID    uint32
-	User   string // "" when the uid has no name
-	Comm   string
-	Exe    string
-	Cgroup string // the cgroup v2 path ("/system.slice/x.service")
-	Env    map[string]string
-	GPUs   []GPU
+	PID  int
+	UID  uint32
+	User string // "" when the uid has no name
+	Comm string
+	Exe  string
+	// Cmdline is the arguments joined by single spaces.
+	Cmdline string
+	Cgroup  string // the cgroup v2 path ("/system.slice/x.service")
+	Env     map[string]string
+	GPUs    []GPU
 }
 
 // GPU is a GPU a process uses.
@@ -28,6 +31,19 @@ type GPU struct {
 func globAny(globs []string, s string) bool {
 	for _, g := range globs {
 		if ok, _ := path.Match(g, s); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// cmdlineAny matches globs on a command line, where * crosses / (paths
+// are arguments there, not the structure): / is made an ordinary
+// character on both sides.
+func cmdlineAny(globs []string, s string) bool {
+	s = strings.ReplaceAll(s, "/", "\x00")
+	for _, g := range globs {
+		if ok, _ := path.Match(strings.ReplaceAll(g, "/", "\x00"), s); ok {
 			return true
 		}
 	}
@@ -55,6 +71,9 @@ func (m Match) Matches(p Process) bool {
 		return false
 	}
 	if len(m.Exe) > 0 && !globAny(m.Exe, p.Exe) {
+		return false
+	}
+	if len(m.Cmdline) > 0 && !cmdlineAny(m.Cmdline, p.Cmdline) {
 		return false
 	}
 	for k, g := range m.Env {

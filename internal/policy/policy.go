@@ -95,6 +95,9 @@ type Match struct {
 	Users  []string
 	Comm   []string // globs
 	Exe    []string // globs
+	// Cmdline: globs on the arguments joined by single spaces
+	// ("python3 train.py --epochs 3").
+	Cmdline []string
 	// Env maps a variable name to a glob its value must match.
 	Env  map[string]string
 	GPUs []GPURef
@@ -451,14 +454,14 @@ func checkGlobs(n *yaml.Node, field string, gs []string) error {
 
 func parseMatch(n *yaml.Node, field string) (Match, error) {
 	var m Match
-	fs, err := fields(n, field, "cgroup", "uid", "user", "comm", "exe", "env", "gpu")
+	fs, err := fields(n, field, "cgroup", "uid", "user", "comm", "exe", "cmdline", "env", "gpu")
 	if err != nil {
 		return m, err
 	}
 	for _, f := range []struct {
 		name string
 		dst  *[]string
-	}{{"cgroup", &m.Cgroup}, {"user", &m.Users}, {"comm", &m.Comm}, {"exe", &m.Exe}} {
+	}{{"cgroup", &m.Cgroup}, {"user", &m.Users}, {"comm", &m.Comm}, {"exe", &m.Exe}, {"cmdline", &m.Cmdline}} {
 		v := fs[f.name]
 		if v == nil {
 			continue

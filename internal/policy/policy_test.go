@@ -81,6 +81,9 @@ rules:
   - name: bob
     match: {user: bob}
     class: lc
+  - name: bench-be
+    match: {cmdline: "*gpreempt-bench be *"}
+    class: be:2
 requests:
   default_max: be
   limits:
@@ -108,6 +111,8 @@ requests:
 		{"gpu uuid", Process{GPUs: []GPU{{3, "GPU-abc"}}}, "burstable", "gpu1"},
 		{"gpu other", Process{GPUs: []GPU{{0, "GPU-x"}}}, "none", "default"},
 		{"user", Process{User: "bob", UID: 7}, "lc", "bob"},
+		{"cmdline", Process{Cmdline: "/x/gpreempt-bench be --kernel-iters 3"}, "be:2", "bench-be"},
+		{"cmdline lc", Process{Cmdline: "/x/gpreempt-bench lc --period 3ms"}, "none", "default"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := p.Decide(tc.p)
