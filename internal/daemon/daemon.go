@@ -47,6 +47,9 @@ type Config struct {
 	Mode string
 	// ScanInterval is the /proc scan's period in scan mode.
 	ScanInterval time.Duration
+	// ResyncInterval is the period of the same scan in bpf mode, a safety
+	// net for events the ring buffer dropped (0: 30 s; negative: never).
+	ResyncInterval time.Duration
 	// PolicyPoll is how often the policy file's mtime is checked (0: 2 s;
 	// negative: never).
 	PolicyPoll time.Duration
@@ -103,6 +106,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	if cfg.ScanInterval <= 0 {
 		cfg.ScanInterval = DefaultScanInterval
+	}
+	if cfg.ResyncInterval == 0 {
+		cfg.ResyncInterval = 30 * time.Second
 	}
 	if cfg.PolicyPoll == 0 {
 		cfg.PolicyPoll = 2 * time.Second
@@ -324,11 +330,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 				d.log.Error("event source stopped; falling back to scanning", "err", err)
 				d.modeV.Store("scan")
 				d.metrics.setMode("scan")
-				d.scanLoop(ctx)
+				d.scanLoop(ctx, d.cfg.ScanInterval)
 			}
 		})
+		if d.cfg.ResyncInterval > 0 {
+			goRun(func() { d.scanLoop(ctx, d.cfg.ResyncInterval) })
+		}
 	} else {
-		goRun(func() { d.scanLoop(ctx) })
+		goRun(func() { d.scanLoop(ctx, d.cfg.ScanInterval) })
 	}
 	goRun(func() { d.tickLoop(ctx) })
 	goRun(func() { d.housekeeping(ctx) })
@@ -423,8 +432,8 @@ func (d *Daemon) scan(ctx context.Context) {
 	}
 }
 
-func (d *Daemon) scanLoop(ctx context.Context) {
-	t := time.NewTicker(d.cfg.ScanInterval)
+func (d *Daemon) scanLoop(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
