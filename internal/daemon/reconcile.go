@@ -340,6 +340,20 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 		}
 		want = s
 	}
+	if d.Exempt {
+		held := false
+		for _, g := range p.groups {
+			held = held || g.applied != nil
+		}
+		if !held {
+			// Nothing of ours to undo: no need to attach at all.
+			for _, g := range p.groups {
+				g.classed = true
+			}
+			r.log.Debug("left alone", "pid", p.pid, "comm", p.info.Comm, "rule", d.Rule)
+			return
+		}
+	}
 	pick := func(gs GroupState) (tsg.Settings, bool) {
 		g := r.ensureGroup(p, gs.ID)
 		if g.original == nil {
