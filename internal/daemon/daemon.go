@@ -90,6 +90,9 @@ type Daemon struct {
 
 	reloadMu sync.Mutex
 	polStat  fs.FileInfo
+	// hup is registered in New, so a SIGHUP after New never kills the
+	// daemon.
+	hup chan os.Signal
 }
 
 // LockPath is the lock file beside the socket.
@@ -152,6 +155,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.listen(); err != nil {
 		return nil, err
 	}
+	d.hup = make(chan os.Signal, 1)
+	signal.Notify(d.hup, syscall.SIGHUP)
 	return d, nil
 }
 
@@ -448,9 +453,7 @@ func (d *Daemon) scanLoop(ctx context.Context, every time.Duration) {
 // housekeeping reloads on SIGHUP and on a change of the policy file, and
 // drops pushed statistics of processes that exited.
 func (d *Daemon) housekeeping(ctx context.Context) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	hup := d.hup
 	poll := d.cfg.PolicyPoll
 	if poll < 0 {
 		poll = time.Hour
@@ -479,6 +482,9 @@ func (d *Daemon) housekeeping(ctx context.Context) {
 }
 
 func (d *Daemon) close() {
+	if d.hup != nil {
+		signal.Stop(d.hup)
+	}
 	if d.sock != nil {
 		d.sock.Close()
 		os.Remove(d.cfg.Socket)
