@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
 
@@ -79,6 +80,9 @@ type Daemon struct {
 	lister  Lister
 	inspect Inspector
 	events  Events
+	// lost reads how many events the ring buffer dropped (nil in scan
+	// mode); a rise triggers a resync at once.
+	lost    func() uint64
 	modeV   atomic.Value
 	mode    string // at start
 	started time.Time
@@ -152,6 +156,10 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	d.metrics.setMode(d.mode)
 	d.modeV.Store(d.mode)
+	if d.lost != nil {
+		d.metrics.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpreemptd_trace_lost_events_total",
+			Help: "RM events the BPF ring buffer dropped (each drop triggers a /proc resync)."}, func() float64 { return float64(d.lost()) }))
+	}
 	if err := d.listen(); err != nil {
 		return nil, err
 	}
@@ -192,9 +200,9 @@ func (d *Daemon) openEvents(ctx context.Context) error {
 	}
 	switch d.cfg.Mode {
 	case "", "auto", "bpf":
-		ev, _, err := OpenTraceEvents(ctx, d.log)
+		ev, tr, err := OpenTraceEvents(ctx, d.log)
 		if err == nil {
-			d.events, d.mode = ev, "bpf"
+			d.events, d.mode, d.lost = ev, "bpf", tr.Lost
 			d.log.Info("mode", "mode", "bpf", "why", "RM ioctl tracepoints attached")
 			return nil
 		}
@@ -341,6 +349,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if d.cfg.ResyncInterval > 0 {
 			goRun(func() { d.scanLoop(ctx, d.cfg.ResyncInterval) })
 		}
+		if d.lost != nil {
+			goRun(func() { d.resyncOnLoss(ctx) })
+		}
 	} else {
 		goRun(func() { d.scanLoop(ctx, d.cfg.ScanInterval) })
 	}
@@ -446,6 +457,27 @@ func (d *Daemon) scanLoop(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 			d.scan(ctx)
+		}
+	}
+}
+
+// resyncOnLoss scans /proc as soon as the ring buffer has dropped events:
+// a context whose events were lost is classed within a second, not at the
+// next periodic resync.
+func (d *Daemon) resyncOnLoss(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	seen := d.lost()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n := d.lost(); n > seen {
+				d.log.Warn("trace events lost; resyncing from /proc", "lost", n-seen)
+				seen = n
+				d.scan(ctx)
+			}
 		}
 	}
 }
