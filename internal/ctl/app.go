@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/cliutil"
 	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
+	"github.com/gpreempt/gpreempt/internal/ctl/daemoncmd"
 	"github.com/gpreempt/gpreempt/internal/ctl/tracecmd"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/trace"
@@ -233,6 +234,7 @@ func NewApp(env Env) *cli.App {
 			versionCommand,
 			completionCommand,
 			tracecmd.Command,
+			daemoncmd.Command,
 		},
 		// Errors are printed once, by Run, with the exit code it picks.
 		ExitErrHandler: func(*cli.Context, error) {},
