@@ -1,0 +1,415 @@
+package slo
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// DefaultLadder is the BE timeslices the controller chooses among: the
+// fastest yield (1 us), the class default (200 us), and the settings that
+// were best for launch-bound LC on the H100 (500 us - 2 ms); 3 ms and more
+// cost eager LC 17% at p50 there.
+var DefaultLadder = []time.Duration{
+	time.Microsecond, 50 * time.Microsecond, 200 * time.Microsecond, 500 * time.Microsecond,
+	time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond,
+}
+
+// Options tune a Controller. The zero value gives the defaults.
+type Options struct {
+	// Ladder is the ascending list of BE timeslices to choose among.
+	Ladder []time.Duration
+	// Safe is the rung used until LC signals arrive and when they go
+	// missing: the BE class default (200 us) unless set.
+	Safe time.Duration
+	// MinDwell is how many observations a setting is kept before the
+	// next change (each change is one GSP RPC per BE group, 150-330 us,
+	// and the first observation after a change is discarded as settling).
+	// Default 2.
+	MinDwell int
+	// Violations is how many of the last ViolationWindow observations
+	// must miss an objective before the controller steps back: one noisy
+	// window is not a violation. Default 3 of 4.
+	Violations      int
+	ViolationWindow int
+	// Headroom is how far under its objective every LC must be (as a
+	// fraction of the target: 0.03 = 3%) before the controller tries a
+	// longer BE timeslice. Default 0.03.
+	Headroom float64
+	// ExploreAfter is how many observations a good setting is kept before
+	// the next longer one is tried. Default 3.
+	ExploreAfter int
+	// Stale is how many observations what was learnt of a rung is trusted
+	// after it was last visited. Default 30.
+	Stale int
+	// Surprise is how far one window may stray from what the current rung
+	// has shown (BE share in absolute points, LC latency/target relative)
+	// before, twice in a row, everything learnt of the other rungs is
+	// forgotten: the workload changed. Default 0.08.
+	Surprise float64
+	// Forget is how many observations a rung found too slow for LC is
+	// left alone before it is tried again; it doubles each time the rung
+	// fails again (up to 16x). Default 8.
+	Forget int
+	// MissingAfter is how many observations without LC latency send the
+	// controller to Safe. Default 3.
+	MissingAfter int
+	// MinRequests is how many LC requests an observation needs to count.
+	// Default 20.
+	MinRequests int
+	// BaselineWindow is how many observations an LC's baseline (its
+	// lowest latency seen at the objective's quantile) is kept over.
+	// Default 120.
+	BaselineWindow int
+}
+
+func (o Options) withDefaults() Options {
+	if len(o.Ladder) == 0 {
+		o.Ladder = DefaultLadder
+	}
+	if o.Safe <= 0 {
+		o.Safe = 200 * time.Microsecond
+	}
+	def := func(p *int, v int) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	def(&o.MinDwell, 2)
+	def(&o.Violations, 3)
+	def(&o.ViolationWindow, 4)
+	o.Violations = min(o.Violations, o.ViolationWindow)
+	def(&o.ExploreAfter, 3)
+	def(&o.Stale, 30)
+	def(&o.Forget, 8)
+	def(&o.MissingAfter, 3)
+	def(&o.MinRequests, 20)
+	def(&o.BaselineWindow, 120)
+	if o.Headroom <= 0 {
+		o.Headroom = 0.03
+	}
+	if o.Surprise <= 0 {
+		o.Surprise = 0.08
+	}
+	return o
+}
+
+// LCSample is one LC process's latency over one observation window.
+type LCSample struct {
+	// Key names the process (e.g. "pid/starttime").
+	Key       string
+	Objective Objective
+	// Latency is the window's latency at Objective.Quantile.
+	Latency time.Duration
+	// Standalone, when known (e.g. measured with BE idle), is the
+	// baseline; otherwise the controller keeps the lowest latency seen.
+	Standalone time.Duration
+	Requests   int
+}
+
+// Observation is what was measured over one window under the setting in
+// force (the Controller's Current at the window's start).
+type Observation struct {
+	LC []LCSample
+	// BEShare is BE progress relative to BE alone, in [0, 1]; NaN when
+	// not measured.
+	BEShare float64
+	// MinBEShare is the BE classes' minimum share (0: none).
+	MinBEShare float64
+}
+
+// Decision is the controller's answer to one observation.
+type Decision struct {
+	BETimeslice time.Duration `json:"be_timeslice"`
+	// Changed: BETimeslice differs from the previous decision's.
+	Changed bool   `json:"changed"`
+	Reason  string `json:"reason"`
+	// Worst is the highest latency/target among the LC processes (1 =
+	// at its objective); NaN when no LC signal counted.
+	Worst   float64 `json:"worst_lc_vs_objective"`
+	BEShare float64 `json:"be_share"`
+	// BEBelowMinimum: no setting known to meet every LC objective also
+	// gives BE its minimum share; LC objectives take precedence.
+	BEBelowMinimum bool `json:"be_below_minimum,omitempty"`
+	Fallback       bool `json:"fallback,omitempty"`
+}
+
+// rung is what the controller knows of one ladder setting.
+type rung struct {
+	ts      time.Duration
+	worst   float64 // EWMA of the worst LC latency/target
+	share   float64 // EWMA of BE share
+	seen    int     // observations counted
+	last    int     // tick of the last observation counted
+	badTill int     // tick before which the rung is not explored again
+	fails   int     // times it was left for missing an objective
+}
+
+// Controller is the search. Not safe for concurrent use: the daemon calls
+// Observe from its one control loop.
+type Controller struct {
+	opts      Options
+	rungs     []rung
+	cur       int
+	tick      int
+	since     int    // observations under cur
+	recent    []bool // under cur, the last ViolationWindow observations: missed an objective
+	missing   int
+	surprised int // consecutive surprising windows
+	fallback  bool
+	baselines map[string]*minWindow
+}
+
+// New returns a controller at the safe setting.
+func New(opts Options) (*Controller, error) {
+	opts = opts.withDefaults()
+	for i := 1; i < len(opts.Ladder); i++ {
+		if opts.Ladder[i] <= opts.Ladder[i-1] {
+			return nil, fmt.Errorf("%w: ladder %v must be strictly ascending", ErrInvalid, opts.Ladder)
+		}
+	}
+	c := &Controller{opts: opts, baselines: map[string]*minWindow{}}
+	for _, ts := range opts.Ladder {
+		if ts < time.Microsecond || ts%time.Microsecond != 0 {
+			return nil, fmt.Errorf("%w: ladder timeslice %v is not a whole number of microseconds >= 1us", ErrInvalid, ts)
+		}
+		c.rungs = append(c.rungs, rung{ts: ts, worst: math.NaN(), share: math.NaN()})
+	}
+	c.cur = c.nearest(opts.Safe)
+	return c, nil
+}
+
+// Current is the BE timeslice in force.
+func (c *Controller) Current() time.Duration { return c.rungs[c.cur].ts }
+
+func (c *Controller) nearest(ts time.Duration) int {
+	best := 0
+	for i, r := range c.rungs {
+		if absDur(r.ts-ts) < absDur(c.rungs[best].ts-ts) {
+			best = i
+		}
+	}
+	return best
+}
+
+func absDur(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+const ewma = 0.5
+
+// Observe takes one window's measurements, made under Current, and
+// decides the next setting.
+func (c *Controller) Observe(o Observation) Decision {
+	c.tick++
+	c.since++
+	worst, counted := c.worst(o.LC)
+	d := Decision{Worst: worst, BEShare: o.BEShare}
+
+	if !counted {
+		c.missing++
+		if c.missing >= c.opts.MissingAfter && !c.fallback {
+			c.fallback = true
+			return c.move(d, c.nearest(c.opts.Safe), fmt.Sprintf("no LC latency for %d windows: safe setting", c.missing))
+		}
+		d.Fallback = c.fallback
+		return c.stay(d, "no LC latency this window")
+	}
+	c.missing = 0
+	if c.fallback {
+		c.fallback = false
+		c.since = 1
+	}
+
+	// The first window after a change mixes two settings: do not learn
+	// from it.
+	if c.since > 1 {
+		r := &c.rungs[c.cur]
+		if c.surprising(r, worst, o.BEShare, 1) {
+			c.surprised++
+		} else {
+			c.surprised = 0
+		}
+		if c.surprised >= 2 || (c.surprised == 1 && c.surprising(r, worst, o.BEShare, 2)) {
+			c.forgetAll()
+			d.Reason = "workload changed: "
+		}
+		r.worst = blend(r.worst, worst)
+		r.share = blend(r.share, o.BEShare)
+		r.seen++
+		r.last = c.tick
+	}
+	c.recent = append(c.recent, worst > 1)
+	if len(c.recent) > c.opts.ViolationWindow {
+		c.recent = c.recent[1:]
+	}
+	if c.since < c.opts.MinDwell {
+		return c.stay(d, d.Reason+"dwelling after a change")
+	}
+
+	if c.violations() >= c.opts.Violations {
+		r := &c.rungs[c.cur]
+		r.fails++
+		r.badTill = c.tick + c.opts.Forget<<min(r.fails-1, 4)
+		if i, ok := c.bestFeasible(c.cur); ok {
+			return c.move(d, i, fmt.Sprintf("LC at %.2fx its objective under %v: back to %v, which met it", worst, r.ts, c.rungs[i].ts))
+		}
+		// Nothing known to meet the objectives: shorter BE timeslices
+		// are the protective direction (LC waits less for BE to yield).
+		if c.cur > 0 {
+			return c.move(d, c.cur-1, fmt.Sprintf("LC at %.2fx its objective under %v: shorter BE timeslice", worst, r.ts))
+		}
+		d.BEBelowMinimum = o.MinBEShare > 0
+		return c.stay(d, fmt.Sprintf("LC at %.2fx its objective even with the shortest BE timeslice", worst))
+	}
+
+	// Meeting the objectives. Jump to a known better setting, else try
+	// the next longer timeslice once this one has proven itself, with
+	// headroom, unless that rung recently failed.
+	if i, ok := c.bestFeasible(-1); ok && c.surprised == 0 && i != c.cur && c.rungs[i].share > c.rungs[c.cur].share+0.01 {
+		return c.move(d, i, fmt.Sprintf("%v met every objective with BE at %.1f%%", c.rungs[i].ts, 100*c.rungs[i].share))
+	}
+	next := c.cur + 1
+	if c.since >= c.opts.ExploreAfter && next < len(c.rungs) && c.rungs[c.cur].worst <= 1-c.opts.Headroom &&
+		c.tick >= c.rungs[next].badTill && !(c.fresh(next) && c.rungs[next].worst > 1) {
+		return c.move(d, next, fmt.Sprintf("LC at %.2fx its objective: trying a longer BE timeslice for more BE share", c.rungs[c.cur].worst))
+	}
+	if o.MinBEShare > 0 && !math.IsNaN(o.BEShare) && o.BEShare < o.MinBEShare {
+		d.BEBelowMinimum = true
+	}
+	return c.stay(d, "within objectives")
+}
+
+// worst is the highest latency/target among LC samples that count.
+func (c *Controller) worst(lc []LCSample) (float64, bool) {
+	worst, counted := math.Inf(-1), false
+	for _, s := range lc {
+		if s.Requests < c.opts.MinRequests || s.Latency <= 0 {
+			continue
+		}
+		base := s.Standalone
+		if base <= 0 && s.Objective.Absolute <= 0 {
+			w := c.baselines[s.Key]
+			if w == nil {
+				w = newMinWindow(c.opts.BaselineWindow)
+				c.baselines[s.Key] = w
+			}
+			base = w.add(c.tick, s.Latency)
+		}
+		target := s.Objective.Target(base)
+		if target <= 0 {
+			continue
+		}
+		counted = true
+		worst = max(worst, float64(s.Latency)/float64(target))
+	}
+	if !counted {
+		return math.NaN(), false
+	}
+	return worst, true
+}
+
+// bestFeasible is the rung other than skip, known to meet every objective
+// (with headroom), that gave BE the most.
+func (c *Controller) bestFeasible(skip int) (int, bool) {
+	best, ok := -1, false
+	for i, r := range c.rungs {
+		if i == skip || !c.fresh(i) || r.worst > 1-c.opts.Headroom || c.tick < r.badTill {
+			continue
+		}
+		if !ok || r.share > c.rungs[best].share || (math.IsNaN(c.rungs[best].share) && !math.IsNaN(r.share)) {
+			best, ok = i, true
+		}
+	}
+	return best, ok
+}
+
+// fresh reports whether what was learnt of rung i can still be trusted.
+func (c *Controller) fresh(i int) bool {
+	r := c.rungs[i]
+	return r.seen > 0 && c.tick-r.last <= c.opts.Stale
+}
+
+// surprising reports whether a window strays from what r has shown.
+func (c *Controller) surprising(r *rung, worst, share, scale float64) bool {
+	if r.seen < 2 {
+		return false
+	}
+	if !math.IsNaN(share) && !math.IsNaN(r.share) && math.Abs(share-r.share) > scale*c.opts.Surprise {
+		return true
+	}
+	return math.Abs(worst-r.worst) > scale*c.opts.Surprise*math.Max(r.worst, 1)*2
+}
+
+func (c *Controller) violations() int {
+	n := 0
+	for _, v := range c.recent {
+		if v {
+			n++
+		}
+	}
+	return n
+}
+
+// forgetAll drops what was learnt of every rung, and their back-offs:
+// they describe a workload that is gone. The current rung starts again
+// from the window that revealed the change.
+func (c *Controller) forgetAll() {
+	for i := range c.rungs {
+		c.rungs[i] = rung{ts: c.rungs[i].ts, worst: math.NaN(), share: math.NaN()}
+	}
+	c.surprised = 0
+}
+
+func (c *Controller) move(d Decision, to int, why string) Decision {
+	d.Changed = to != c.cur
+	c.cur, c.since, c.recent = to, 0, c.recent[:0]
+	d.BETimeslice, d.Reason, d.Fallback = c.rungs[to].ts, d.Reason+why, c.fallback
+	return d
+}
+
+func (c *Controller) stay(d Decision, why string) Decision {
+	d.BETimeslice, d.Reason = c.rungs[c.cur].ts, d.Reason+why
+	return d
+}
+
+func blend(old, x float64) float64 {
+	switch {
+	case math.IsNaN(x):
+		return old
+	case math.IsNaN(old):
+		return x
+	}
+	return ewma*x + (1-ewma)*old
+}
+
+// minWindow keeps the minimum of the last n values: an LC's
+// standalone-like latency is the lowest it reaches, as in BBR's min-RTT
+// filter.
+type minWindow struct {
+	n    int
+	vals []struct {
+		tick int
+		v    time.Duration
+	}
+}
+
+func newMinWindow(n int) *minWindow { return &minWindow{n: n} }
+
+func (w *minWindow) add(tick int, v time.Duration) time.Duration {
+	// Monotonic deque: drop values no smaller than v, and expired ones.
+	for len(w.vals) > 0 && w.vals[len(w.vals)-1].v >= v {
+		w.vals = w.vals[:len(w.vals)-1]
+	}
+	w.vals = append(w.vals, struct {
+		tick int
+		v    time.Duration
+	}{tick, v})
+	for w.vals[0].tick <= tick-w.n {
+		w.vals = w.vals[1:]
+	}
+	return w.vals[0].v
+}
