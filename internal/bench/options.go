@@ -32,6 +32,11 @@ type runOptions struct {
 	// read during the run (0: not at all).
 	NVMLInterval time.Duration `json:"-"`
 
+	// DaemonPoll and DaemonTimeout pace the read-back of daemon:
+	// scenarios' workers until gpreemptd has classed them.
+	DaemonPoll    time.Duration `json:"-"`
+	DaemonTimeout time.Duration `json:"-"`
+
 	// HintLauncher is passed to LC workers of prepreempt-* scenarios.
 	HintLauncher prepreempt.Launcher `json:"hint_launcher,omitempty"`
 	// HintPrepQuantile is passed to Go LC workers of prepreempt-*
@@ -73,7 +78,7 @@ type runOptions struct {
 func (o *runOptions) optionDurations() map[string]*time.Duration {
 	return map[string]*time.Duration{
 		"duration": &o.Duration, "settle": &o.Settle, "ready_timeout": &o.ReadyTimeout,
-		"nvml_interval": &o.NVMLInterval, "period": &o.Period, "pytorch_period": &o.PyPeriod,
+		"nvml_interval": &o.NVMLInterval, "daemon_poll": &o.DaemonPoll, "daemon_timeout": &o.DaemonTimeout, "period": &o.Period, "pytorch_period": &o.PyPeriod,
 	}
 }
 
@@ -168,6 +173,8 @@ var runFlags = []cli.Flag{
 	&cli.DurationFlag{Name: "settle", Value: time.Second, Usage: "BE running time after gpreemptctl before measuring"},
 	&cli.DurationFlag{Name: "ready-timeout", Value: 120 * time.Second, Usage: "how long a worker may take to print READY"},
 	&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the bootstrap resampling"},
+	&cli.DurationFlag{Name: "daemon-poll", Value: 20 * time.Millisecond, Usage: "daemon:* scenarios: pause between read-backs (gpreemptctl get-timeslice) of a worker until gpreemptd has classed it"},
+	&cli.DurationFlag{Name: "daemon-timeout", Value: 10 * time.Second, Usage: "daemon:* scenarios: fail when a worker's groups do not read back its class this long after READY"},
 	&cli.DurationFlag{Name: "nvml-interval", Value: 50 * time.Millisecond, Usage: "how often to read the GPU's SM clock, power, temperature and throttle reasons through NVML (0: never)"},
 
 	&cli.DurationFlag{Name: "period", Value: 3500 * time.Microsecond, Usage: "LC request period"},
@@ -215,6 +222,7 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		Scenarios: scs, Repeat: c.Int("repeat"), Out: c.String("out"), Ctl: c.String("gpreemptctl"), Device: c.Int("device"),
 		Duration: c.Duration("duration"), Settle: c.Duration("settle"), ReadyTimeout: c.Duration("ready-timeout"),
 		Seed: c.Uint64("seed"), NVMLInterval: c.Duration("nvml-interval"),
+		DaemonPoll: c.Duration("daemon-poll"), DaemonTimeout: c.Duration("daemon-timeout"),
 		Period: c.Duration("period"), Prep: prep, Requests: c.Int("requests"), Warmup: c.Int("warmup"),
 		LCIters: c.Uint64("lc-iters"), LCBlocks: c.Int("lc-blocks"), LCThreads: c.Int("lc-threads"), LCCalibrateUs: c.Float64("lc-calibrate-us"),
 		BEIters: c.Uint64("be-iters"), BEBlocks: c.Int("be-blocks"), BEThreads: c.Int("be-threads"), BEQueue: c.Int("be-queue"), BECalibrateMs: c.Float64("be-calibrate-ms"),
@@ -246,6 +254,8 @@ func (o *runOptions) validate() error {
 		return fmt.Errorf("%w: preparation (up to %v) must be shorter than --period %v", ErrInvalidArgument, o.Prep.Max, o.Period)
 	case o.Settle < 0, o.ReadyTimeout <= 0:
 		return fmt.Errorf("%w: --settle must not be negative, --ready-timeout must be positive", ErrInvalidArgument)
+	case o.DaemonPoll < 0, o.DaemonTimeout <= 0 && slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.Daemon }):
+		return fmt.Errorf("%w: --daemon-poll must not be negative, --daemon-timeout must be positive", ErrInvalidArgument)
 	case o.NVMLInterval < 0:
 		return fmt.Errorf("%w: --nvml-interval %v must not be negative", ErrInvalidArgument, o.NVMLInterval)
 	case o.Requests < 0, o.PyRequests < 0:

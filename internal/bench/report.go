@@ -234,6 +234,15 @@ func writeNotes(b *strings.Builder, res *Results) {
 	if len(calls) > 0 {
 		b.WriteString("\ngpreemptctl calls:\n\n" + strings.Join(calls, "\n") + "\n")
 	}
+	var classed []string
+	for _, sr := range res.Scenarios {
+		if len(sr.DaemonClassed) > 0 {
+			classed = append(classed, fmt.Sprintf("- %s: %s", runName(sr), daemonClassedLine(sr.DaemonClassed)))
+		}
+	}
+	if len(classed) > 0 {
+		b.WriteString("\nClassed by gpreemptd (READY to the first read-back showing the class; resolution: one `gpreemptctl get-timeslice`):\n\n" + strings.Join(classed, "\n") + "\n")
+	}
 	var pre []string
 	for _, sr := range res.Scenarios {
 		if sr.LC == nil || sr.LC.Prepreempt == nil {

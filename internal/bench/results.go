@@ -172,6 +172,9 @@ type ScenarioResult struct {
 	BEPerSec float64 `json:"be_per_sec,omitempty"`
 
 	Ctl []CtlCall `json:"gpreemptctl,omitempty"`
+	// DaemonClassed, in daemon: scenarios, is each worker's wait for
+	// gpreemptd's class to read back.
+	DaemonClassed []DaemonClassed `json:"daemon_classed,omitempty"`
 
 	// GPU is what NVML read during the measurement window.
 	GPU *TelemetrySummary `json:"gpu,omitempty"`

@@ -31,6 +31,10 @@ var runCommand = &cli.Command{
 		"  pytorch-eager-...      the same with an eager (launch-bound) lc_infer.py\n" +
 		"  <LC scenario>@x<F>     the LC request period times F (rate sweep; compared\n" +
 		"                         with standalone@x<F>)\n" +
+		"  daemon:<be-<ts> scenario>  the same, but gpreemptd classes the workers (started\n" +
+		"                         with GPREEMPT_CLASS=be / lc; no gpreemptctl class): the\n" +
+		"                         harness polls gpreemptctl get-timeslice until BE reads\n" +
+		"                         back <ts> and LC 5s (--daemon-poll, --daemon-timeout)\n" +
 		"With --repeat N the list runs N times, interleaved (ABCD ABCD ...); the report gives\n" +
 		"each repetition's ratios and, per scenario, their median and range and a bootstrap\n" +
 		"95% CI of the ratio on the pooled requests. Each BE worker is started and READY\n" +

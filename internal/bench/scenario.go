@@ -59,6 +59,10 @@ type Scenario struct {
 	BETimeslice time.Duration
 	// Hints: the LC worker uses pre-preemption (prepreempt.Engine).
 	Hints bool
+	// Daemon ("daemon:" prefix): gpreemptd classes the workers, from
+	// GPREEMPT_CLASS in their environment, instead of gpreemptctl; the
+	// harness waits until their groups read back the class.
+	Daemon bool
 	// Ratio, for KindBERatio and KindMultiTenant, is the two BE processes'
 	// timeslices.
 	Ratio [2]time.Duration
@@ -91,6 +95,8 @@ const DefaultScenarios = "standalone,defaults,be-200us,be-1us,be-only,pytorch-ea
 //	pytorch-be-<DURATION>    the same with the PyTorch workers
 //	pytorch-eager-...        the same, the LC without a CUDA graph
 //	<LC scenario>@x<F>       LC request period times F (a rate sweep)
+//	daemon:<be-<DURATION> scenario>  the same, classed by gpreemptd from
+//	                         GPREEMPT_CLASS=be / lc in the workers' environment
 func ParseScenarios(list string) ([]Scenario, error) {
 	var out []Scenario
 	seen := map[string]bool{}
@@ -115,7 +121,7 @@ func ParseScenarios(list string) ([]Scenario, error) {
 	return out, nil
 }
 
-const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>"
+const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>"
 
 func parseScenario(name string) (Scenario, error) {
 	sc := Scenario{Name: name, Runtime: RuntimeKernels}
@@ -123,6 +129,10 @@ func parseScenario(name string) (Scenario, error) {
 		return Scenario{}, fmt.Errorf("%w: scenario %q: %s (known: %s)", ErrInvalidArgument, name, why, knownScenarios)
 	}
 	rest := name
+	if r, ok := strings.CutPrefix(rest, daemonPrefix); ok {
+		sc.Daemon = true
+		rest = r
+	}
 	if base, factor, ok := strings.Cut(rest, "@x"); ok {
 		f, err := strconv.ParseFloat(factor, 64)
 		if err != nil || !(f > 0) || f > 1000 {
@@ -205,6 +215,9 @@ func parseScenario(name string) (Scenario, error) {
 	if sc.PeriodFactor != 0 && !sc.HasLC() {
 		return bad("a rate factor needs an LC worker")
 	}
+	if sc.Daemon && (sc.Kind != KindShared || sc.BETimeslice == 0) {
+		return bad("daemon: takes an LC + BE scenario with a BE class timeslice, such as daemon:be-1us or daemon:prepreempt-be-1us")
+	}
 	return sc, nil
 }
 
@@ -259,9 +272,10 @@ func (s Scenario) BECount() int {
 	return 0
 }
 
-// NeedsCtl reports whether the scenario calls gpreemptctl.
+// NeedsCtl reports whether the scenario calls gpreemptctl (daemon:
+// scenarios to read back what the daemon set).
 func (s Scenario) NeedsCtl() bool {
-	return s.Kind == KindBERatio || s.Kind == KindMultiTenant || (s.Kind == KindShared && s.BETimeslice > 0)
+	return s.Daemon || s.Kind == KindBERatio || s.Kind == KindMultiTenant || (s.Kind == KindShared && s.BETimeslice > 0)
 }
 
 // Dir is the scenario's subdirectory of the output directory.

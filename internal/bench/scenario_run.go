@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
+
+	"github.com/gpreempt/gpreempt/class"
 )
 
 // scenarioRun is one scenario run in progress: its result, its directory
@@ -102,7 +105,7 @@ func (run *scenarioRun) startBEs(ctx context.Context) error {
 	for i := range n {
 		label := workerLabel("be", i, n)
 		argv, env := run.r.beArgv(run.sc, filepath.Join(run.dir, label+".json"))
-		w, err := startWorker(label, run.dir, argv, env, run.r.log)
+		w, err := startWorker(label, run.dir, argv, slices.Concat(env, run.sc.classEnv(class.BE)), run.r.log)
 		if err != nil {
 			return err
 		}
@@ -117,11 +120,20 @@ func (run *scenarioRun) startBEs(ctx context.Context) error {
 	return nil
 }
 
-// classifyBEs applies the scenario's BE settings with gpreemptctl.
+// classifyBEs applies the scenario's BE settings with gpreemptctl, or
+// waits for gpreemptd to apply them.
 func (run *scenarioRun) classifyBEs(ctx context.Context) error {
 	sc := run.sc
 	run.beTimeslices = make([]string, len(run.bes))
 	switch {
+	case sc.Daemon:
+		want, _ := sc.daemonWants()
+		for i, w := range run.bes {
+			run.beTimeslices[i] = usArg(want.Timeslice)
+			if err := run.waitClassed(ctx, w, want); err != nil {
+				return err
+			}
+		}
 	case sc.Kind == KindShared && sc.BETimeslice > 0:
 		run.beTimeslices[0] = usArg(sc.BETimeslice)
 		return run.ctl(ctx, "class", "--pid", strconv.Itoa(run.bes[0].pid()), "--be-timeslice", usArg(sc.BETimeslice), "be")
@@ -159,7 +171,7 @@ func (run *scenarioRun) measureLC(ctx context.Context) error {
 	for i := range n {
 		label := workerLabel("lc", i, n)
 		argv, env := run.r.lcArgv(sc, filepath.Join(run.dir, label+".json"))
-		w, err := startWorker(label, run.dir, argv, env, run.r.log)
+		w, err := startWorker(label, run.dir, argv, slices.Concat(env, sc.classEnv(class.LC)), run.r.log)
 		if err != nil {
 			return err
 		}
@@ -169,6 +181,13 @@ func (run *scenarioRun) measureLC(ctx context.Context) error {
 	for _, w := range lcs {
 		if err := w.waitReady(ctx, o.ReadyTimeout); err != nil {
 			return err
+		}
+		if sc.Daemon {
+			_, want := sc.daemonWants()
+			if err := run.waitClassed(ctx, w, want); err != nil {
+				return err
+			}
+			continue
 		}
 		if sc.lcClassed() {
 			// After READY: libcuda sets its own timeslice on the compute

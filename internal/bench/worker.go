@@ -61,7 +61,7 @@ func startWorker(label, dir string, argv, env []string, log *slog.Logger) (*work
 		files:  []*os.File{outFile, errFile},
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = childEnv(os.Environ(), env)
 	cmd.Stderr = io.MultiWriter(errFile, w.stderr)
 	// Own process group: a Ctrl-C at the terminal reaches the orchestrator
 	// only, which then stops the workers in order. Pdeathsig: workers do not
