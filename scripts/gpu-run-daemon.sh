@@ -1,24 +1,115 @@
 #!/usr/bin/env bash
 # Issue 11 on the GPU machine, as root, from the repo root with the binaries
-# of `make gpu-binaries` in .carry/: gpreemptd's must-shows 1 (classing of
-# new contexts by env var and by comm, BE restarted 5 times, LC and BE in
-# both orders, time from last setup call to classed), 3 (shortened churn:
-# 50 short CUDA processes, fds and RSS before/after) and 4 (non-root
-# processes through the socket). Results under $OUT. About 3-4 minutes.
+# of `make gpu-binaries` in .carry/: gpreemptd's must-shows, in parts:
+#
+#   must1     classing of new contexts by env var and by comm, BE restarted 5
+#             times, LC and BE in both orders (must-show 1)
+#   must4     non-root processes through the socket (must-show 4)
+#   must5     a per-GPU rule (must-show 5; only on a machine with 2 GPUs)
+#   must3     churn: $CHURN (50) short CUDA processes, fds and RSS
+#             before/after (must-show 3, shortened; CHURN=200 for the soak)
+#   latency   last setup call -> classed, p50/p99/max, and the metrics
+#   shutdown  stopping the daemon restores the driver's defaults
+#   bench     must-show 2: gpreempt-bench's be-1us and prepreempt-be-1us rows
+#             classed by gpreemptctl and, side by side in one run, by the
+#             daemon (daemon:be-1us, daemon:prepreempt-be-1us); ~6.5 min
+#
+# Parts are named as arguments or in $PARTS (space- or comma-separated);
+# "all" is every part. The default is every part but bench (about 3-4
+# minutes): bench alone fits the 10-minute limit, bench with the others
+# does not, so run it in its own call:
+#
+#   scripts/gpu-run-daemon.sh                 # must1 must4 must5 must3 latency shutdown
+#   PARTS=bench scripts/gpu-run-daemon.sh     # must-show 2 only
+#   scripts/gpu-run-daemon.sh must1 latency   # a subset
+#
+# DRY_RUN=1 prints the plan (parts, policies, the bench command) and runs
+# nothing: it needs no GPU, no root and no binaries.
+#
+# Results: everything goes to $W (default /tmp/gpreempt-daemon-out); $OUT
+# gets at most 4 files (the device machine returns 8, 2 folders deep):
+# summary.txt (every part's result), bench-results.md and
+# bench-results.json.gz (bench), and daemon-all.tar.gz (logs, policies,
+# metrics, the bench's worker logs; worker JSONs left out).
 set -uo pipefail
-OUT=${OUT:-/tmp/gpreempt-out}; mkdir -p "$OUT"
+OUT=${OUT:-/tmp/gpreempt-out}
+W=${W:-/tmp/gpreempt-daemon-out}
 C=${C:-.carry}
 CHURN=${CHURN:-50}
-RUN=/tmp/gpreemptd-run; rm -rf "$RUN"; mkdir -p "$RUN"; chmod 0755 "$RUN"
+RUN=/tmp/gpreemptd-run
 SOCK=$RUN/gpreemptd.sock
 MADDR=127.0.0.1:19477
+# The bench's daemon: its own socket (and lock) and metrics port.
+BRUN=/tmp/gpreemptd-bench
+BSOCK=$BRUN/gpreemptd.sock
+BMADDR=127.0.0.1:19479
+BENCH_REPEAT=${BENCH_REPEAT:-3}
+BENCH_DURATION=${BENCH_DURATION:-6s}
+# Below the 10-minute limit of one call, so the results are still packed:
+# on SIGINT the bench stops its workers and writes what it has.
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-540}
+
+DEFAULT_PARTS="must1 must4 must5 must3 latency shutdown"
+ALL_PARTS="$DEFAULT_PARTS bench"
+sel="${*:-${PARTS:-$DEFAULT_PARTS}}"
+sel=" ${sel//,/ } "
+case "$sel" in *" all "*) sel=" $ALL_PARTS ";; esac
+for p in $sel; do
+  case " $ALL_PARTS " in *" $p "*) ;; *) echo "gpu-run-daemon.sh: unknown part '$p' (known: $ALL_PARTS, all)" >&2; exit 2;; esac
+done
+want() { case "$sel" in *" $1 "*) return 0;; esac; return 1; }
+# The parts before bench share one daemon with the must-show policy.
+main_daemon=false
+for p in $DEFAULT_PARTS; do want $p && main_daemon=true; done
+DRY=${DRY_RUN:-}
+echo "parts:$sel(main daemon: $main_daemon)"
+
+BENCH_SCENARIOS=standalone,be-1us,daemon:be-1us,prepreempt-be-1us,daemon:prepreempt-be-1us,be-only
+bench_cmd() {
+  echo $C/gpreempt-bench run --gpreemptctl $C/gpreemptctl \
+    --scenarios $BENCH_SCENARIOS \
+    --prep 500us --hint-launcher poller --lc-calibrate-us 0 --lc-iters 2000 \
+    --duration $BENCH_DURATION --repeat $BENCH_REPEAT --out $W/bench
+}
+
+# must-show 2: the daemon classes only what says GPREEMPT_CLASS (the bench's
+# daemon:* workers); the gpreemptctl scenarios' workers carry no such
+# variable and are left alone (default: none). be at 1us, as the bench's
+# be-1us gives gpreemptctl; lc 5s. requests.default_max: lc, for
+# class_from_env is capped at the request limit (none by default).
+bench_policy() {
+  cat <<'YAML'
+version: 1
+classes:
+  be: {timeslice: 1us, interleave: low}
+  lc: {timeslice: 5s, interleave: high}
+default: none
+rules:
+  - name: from-env
+    class_from_env: GPREEMPT_CLASS
+requests:
+  default_max: lc
+YAML
+}
+
+if [ -n "$DRY" ]; then
+  echo "W=$W OUT=$OUT C=$C"
+  if want bench; then
+    echo "--- bench policy ($W/bench-policy.yaml):"; bench_policy
+    echo "--- bench command (timeout ${BENCH_TIMEOUT}s):"; bench_cmd
+  fi
+  exit 0
+fi
+
+rm -rf "$W" "$RUN"; mkdir -p "$OUT" "$W" "$RUN"; chmod 0755 "$RUN"
 {
   date -u; uname -r; nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv,noheader
   python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
-} > "$OUT/machine.txt" 2>&1
-cat "$OUT/machine.txt"
+} > "$W/machine.txt" 2>&1
+cat "$W/machine.txt"
 
-cat > "$OUT/policy.yaml" <<'YAML'
+# --- shared by the must-show parts -----------------------------------------
+cat > "$W/policy.yaml" <<'YAML'
 version: 1
 classes:
   be: {timeslice: 200us, interleave: low}
@@ -92,86 +183,96 @@ show() { # pid: the daemon's view and gpreemptctl's read-back
 }
 dstat() { echo "fds=$(ls /proc/$DPID/fd | wc -l) rss_kb=$(awk '/VmRSS/{print $2}' /proc/$DPID/status) threads=$(awk '/Threads/{print $2}' /proc/$DPID/status)"; }
 
-# --- the daemon -----------------------------------------------------------
-$C/gpreemptd --check-config "$OUT/policy.yaml" > "$OUT/check-config.txt" 2>&1; echo "rc=$?" >> "$OUT/check-config.txt"
-printf 'rules:\n  - class: be\n    clas: lc\n' > "$RUN/bad.yaml"
-$C/gpreemptd --check-config "$RUN/bad.yaml" >> "$OUT/check-config.txt" 2>&1; echo "rc=$?" >> "$OUT/check-config.txt"
-cat "$OUT/check-config.txt"
-$C/gpreemptd --config "$OUT/policy.yaml" --socket "$SOCK" --metrics-addr $MADDR --log-level debug > "$OUT/gpreemptd.log" 2>&1 &
-DPID=$!
-for i in $(seq 40); do [ -S "$SOCK" ] && break; sleep 0.25; done
-{
-  echo '$ second daemon on the same socket'; $C/gpreemptd --config "$OUT/policy.yaml" --socket "$SOCK" --metrics-addr 127.0.0.1:19478; echo "rc=$?"
-  echo '$ gpreemptctl daemon status'; $C/gpreemptctl daemon status --socket "$SOCK"
-  echo '$ gpreemptctl daemon classes'; $C/gpreemptctl daemon classes --socket "$SOCK"
-} > "$OUT/daemon-start.txt" 2>&1
-cat "$OUT/daemon-start.txt"
+# --- the daemon of the must-show parts ------------------------------------
+DPID=
+start_main_daemon() {
+  $C/gpreemptd --check-config "$W/policy.yaml" > "$W/check-config.txt" 2>&1; echo "rc=$?" >> "$W/check-config.txt"
+  printf 'rules:\n  - class: be\n    clas: lc\n' > "$RUN/bad.yaml"
+  $C/gpreemptd --check-config "$RUN/bad.yaml" >> "$W/check-config.txt" 2>&1; echo "rc=$?" >> "$W/check-config.txt"
+  cat "$W/check-config.txt"
+  $C/gpreemptd --config "$W/policy.yaml" --socket "$SOCK" --metrics-addr $MADDR --log-level debug > "$W/gpreemptd.log" 2>&1 &
+  DPID=$!
+  for i in $(seq 40); do [ -S "$SOCK" ] && break; sleep 0.25; done
+  {
+    echo '$ second daemon on the same socket'; $C/gpreemptd --config "$W/policy.yaml" --socket "$SOCK" --metrics-addr 127.0.0.1:19478; echo "rc=$?"
+    echo '$ gpreemptctl daemon status'; $C/gpreemptctl daemon status --socket "$SOCK"
+    echo '$ gpreemptctl daemon classes'; $C/gpreemptctl daemon classes --socket "$SOCK"
+  } > "$W/daemon-start.txt" 2>&1
+  cat "$W/daemon-start.txt"
+}
 
 # --- must-show 1: LC then BE x5, then BE then LC ----------------------------
-{
-  echo "== LC first (lc-server by comm), then the trainer (GPREEMPT_CLASS=be) restarted 5 times"
-  LC=$(start_worker lc -- comm=lc-server); sleep 0.5; show $LC
-  for i in 1 2 3 4 5; do
-    BE=$(start_worker be$i GPREEMPT_CLASS=be -- busy=1); sleep 0.5; show $BE
-    kill $BE; wait $BE 2>/dev/null
-  done
-  kill $LC; wait $LC 2>/dev/null
-  echo "== BE first, then LC"
-  BE=$(start_worker be6 GPREEMPT_CLASS=be -- busy=1)
-  LC=$(start_worker lc2 -- comm=lc-server); sleep 0.5; show $BE; show $LC
-  echo "== shutdown restores the driver defaults (a second daemon instance on these two)"
-  $C/gpreemptctl daemon status --socket "$SOCK"
-} > "$OUT/must1.txt" 2>&1
-cat "$OUT/must1.txt"
+part_must1() {
+  {
+    echo "== LC first (lc-server by comm), then the trainer (GPREEMPT_CLASS=be) restarted 5 times"
+    LC=$(start_worker lc -- comm=lc-server); sleep 0.5; show $LC
+    for i in 1 2 3 4 5; do
+      BE=$(start_worker be$i GPREEMPT_CLASS=be -- busy=1); sleep 0.5; show $BE
+      kill $BE; wait $BE 2>/dev/null
+    done
+    kill $LC; wait $LC 2>/dev/null
+    echo "== BE first, then LC"
+    BE=$(start_worker be6 GPREEMPT_CLASS=be -- busy=1)
+    LC=$(start_worker lc2 -- comm=lc-server); sleep 0.5; show $BE; show $LC
+    echo "== shutdown restores the driver defaults (a second daemon instance on these two)"
+    $C/gpreemptctl daemon status --socket "$SOCK"
+  } > "$W/must1.txt" 2>&1
+  cat "$W/must1.txt"
+}
 
 # --- must-show 4: non-root processes through the socket ---------------------
-{
-  echo "== uid 65534 (policy max lc) asks lc for its own pid"
-  setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp python3 "$RUN/worker.py" comm=lc-app ask=lc sock=$SOCK > "$RUN/nobody.out" 2>&1 &
-  N=$!; for i in $(seq 120); do grep -q READY "$RUN/nobody.out" && break; sleep 0.25; done
-  cat "$RUN/nobody.out"; show $N
-  echo "== uid 12345 (policy max be) asks lc: refused; asks for the nobody process's pid: refused"
-  setpriv --reuid=12345 --regid=12345 --clear-groups env HOME=/tmp python3 "$RUN/worker.py" ask=lc askpid=$N sock=$SOCK life=1 > "$RUN/u12345.out" 2>&1
-  cat "$RUN/u12345.out"
-  echo "== curl as uid 12345 for another pid, and a reload as non-root"
-  setpriv --reuid=12345 --regid=12345 --clear-groups curl -s --unix-socket "$SOCK" -d "{\"pid\":$N,\"class\":\"be\"}" http://d/v1/class
-  setpriv --reuid=12345 --regid=12345 --clear-groups curl -s --unix-socket "$SOCK" -XPOST http://d/v1/reload
-  kill $N; wait $N 2>/dev/null
-  echo "== daemon log: refusals"; grep refused "$OUT/gpreemptd.log"
-} > "$OUT/must4.txt" 2>&1
-cat "$OUT/must4.txt"
+part_must4() {
+  {
+    echo "== uid 65534 (policy max lc) asks lc for its own pid"
+    setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp python3 "$RUN/worker.py" comm=lc-app ask=lc sock=$SOCK > "$RUN/nobody.out" 2>&1 &
+    N=$!; for i in $(seq 120); do grep -q READY "$RUN/nobody.out" && break; sleep 0.25; done
+    cat "$RUN/nobody.out"; show $N
+    echo "== uid 12345 (policy max be) asks lc: refused; asks for the nobody process's pid: refused"
+    setpriv --reuid=12345 --regid=12345 --clear-groups env HOME=/tmp python3 "$RUN/worker.py" ask=lc askpid=$N sock=$SOCK life=1 > "$RUN/u12345.out" 2>&1
+    cat "$RUN/u12345.out"
+    echo "== curl as uid 12345 for another pid, and a reload as non-root"
+    setpriv --reuid=12345 --regid=12345 --clear-groups curl -s --unix-socket "$SOCK" -d "{\"pid\":$N,\"class\":\"be\"}" http://d/v1/class
+    setpriv --reuid=12345 --regid=12345 --clear-groups curl -s --unix-socket "$SOCK" -XPOST http://d/v1/reload
+    kill $N; wait $N 2>/dev/null
+    echo "== daemon log: refusals"; grep refused "$W/gpreemptd.log"
+  } > "$W/must4.txt" 2>&1
+  cat "$W/must4.txt"
+}
 
 # --- must-show 5 (only with two GPUs): a per-GPU rule ----------------------
-NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
-if [ "$NGPU" -ge 2 ]; then
-  {
-    cp "$OUT/policy.yaml" "$RUN/policy-1gpu.yaml"
-    python3 - "$OUT/policy.yaml" <<'PY'
+part_must5() {
+  NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
+  if [ "$NGPU" -ge 2 ]; then
+    {
+      cp "$W/policy.yaml" "$RUN/policy-1gpu.yaml"
+      python3 - "$W/policy.yaml" <<'PY'
 import sys
 p = sys.argv[1]; s = open(p).read()
 s = s.replace("rules:\n", "rules:\n  - name: gpu0-be\n    match: {comm: pergpu, gpu: 0}\n    class: be\n  - name: gpu1-burstable\n    match: {comm: pergpu, gpu: 1}\n    class: burstable\n", 1)
 open(p, "w").write(s)
 PY
-    curl -s --unix-socket "$SOCK" -XPOST http://d/v1/reload; echo
-    G0=$(start_worker g0 CUDA_VISIBLE_DEVICES=0 -- comm=pergpu); G1=$(start_worker g1 CUDA_VISIBLE_DEVICES=1 -- comm=pergpu)
-    sleep 1; show $G0; show $G1
-    kill $G0 $G1; wait $G0 $G1 2>/dev/null
-  } > "$OUT/must5.txt" 2>&1
-  cat "$OUT/must5.txt"
-fi
+      curl -s --unix-socket "$SOCK" -XPOST http://d/v1/reload; echo
+      G0=$(start_worker g0 CUDA_VISIBLE_DEVICES=0 -- comm=pergpu); G1=$(start_worker g1 CUDA_VISIBLE_DEVICES=1 -- comm=pergpu)
+      sleep 1; show $G0; show $G1
+      kill $G0 $G1; wait $G0 $G1 2>/dev/null
+    } > "$W/must5.txt" 2>&1
+    cat "$W/must5.txt"
+  fi
+}
 
 # --- must-show 3 (shortened): churn -----------------------------------------
-{
-  sleep 1; echo "before: $(dstat)"
-  : > "$RUN/churn.pids"
-  for i in $(seq $CHURN); do
-    python3 "$RUN/worker.py" comm=churn life=0.5 > "$RUN/churn$i.out" 2>&1 &
-    echo $! >> "$RUN/churn.pids"
-    [ $((i % 5)) -eq 0 ] && wait
-  done
-  wait; sleep 2
-  echo "after:  $(dstat)"
-  python3 - "$OUT/gpreemptd.log" "$RUN/churn.pids" <<'PY'
+part_must3() {
+  {
+    sleep 1; echo "before: $(dstat)"
+    : > "$RUN/churn.pids"
+    for i in $(seq $CHURN); do
+      python3 "$RUN/worker.py" comm=churn life=0.5 > "$RUN/churn$i.out" 2>&1 &
+      echo $! >> "$RUN/churn.pids"
+      [ $((i % 5)) -eq 0 ] && wait
+    done
+    wait; sleep 2
+    echo "after:  $(dstat)"
+    python3 - "$W/gpreemptd.log" "$RUN/churn.pids" <<'PY'
 import re, sys
 log, pids = open(sys.argv[1]).read(), set(open(sys.argv[2]).read().split())
 classed = {}
@@ -181,13 +282,15 @@ missed = sorted(p for p in pids if p not in classed)
 wrong = sorted(p for p in pids if p in classed and classed[p] != {"be"})
 print(f"churn: {len(pids)} processes, classed {len(pids) - len(missed)}, missed {len(missed)} {missed}, mis-classed {len(wrong)} {wrong}")
 PY
-  echo "daemon state left: $(procs | python3 -c 'import json,sys; print(len(json.load(sys.stdin)), "processes")')"
-} > "$OUT/must3.txt" 2>&1
-cat "$OUT/must3.txt"
+    echo "daemon state left: $(procs | python3 -c 'import json,sys; print(len(json.load(sys.stdin)), "processes")')"
+  } > "$W/must3.txt" 2>&1
+  cat "$W/must3.txt"
+}
 
 # --- latency: last setup call to classed -------------------------------------
-curl -s http://$MADDR/metrics > "$OUT/metrics.txt"
-python3 - "$OUT/gpreemptd.log" > "$OUT/latency.txt" <<'PY'
+part_latency() {
+  curl -s http://$MADDR/metrics > "$W/metrics.txt"
+  python3 - "$W/gpreemptd.log" > "$W/latency.txt" <<'PY'
 import re, sys
 v = []
 for m in re.finditer(r'msg=classed .*after_setup=(\S+) new_context=true', open(sys.argv[1]).read()):
@@ -199,15 +302,87 @@ v.sort()
 q = lambda p: v[min(len(v) - 1, int(p * len(v)))]
 print(f"classed contexts: {len(v)}; last setup call -> classed: p50 {q(.5):.1f} ms, p99 {q(.99):.1f} ms, max {v[-1]:.1f} ms (goal p99 <= 100 ms)" if v else "no classed contexts")
 PY
-grep -E '^gpreemptd_(classed_latency_seconds_(sum|count)|applies_total|apply_failures_total|drift_total|control_seconds_(sum|count))' "$OUT/metrics.txt" >> "$OUT/latency.txt"
-cat "$OUT/latency.txt"
+  grep -E '^gpreemptd_(classed_latency_seconds_(sum|count)|applies_total|apply_failures_total|drift_total|control_seconds_(sum|count))' "$W/metrics.txt" >> "$W/latency.txt"
+  cat "$W/latency.txt"
+}
 
 # --- shutdown restores ------------------------------------------------------
-{
-  BE=$(start_worker be7 GPREEMPT_CLASS=be -- busy=1); sleep 0.5; show $BE
-  kill -TERM $DPID; wait $DPID; echo "daemon exit rc=$?"
-  $C/gpreemptctl -o json ps --pid "$BE" | python3 -c "import json,sys; d=json.load(sys.stdin); d=d[0] if isinstance(d,list) else d; print('after stop:', [str(g['timeslice_us'])+'us/'+str(g['interleave']) for g in d['groups']])"
-  kill $BE; wait $BE 2>/dev/null
-  tail -3 "$OUT/gpreemptd.log"
-} > "$OUT/shutdown.txt" 2>&1
-cat "$OUT/shutdown.txt"
+part_shutdown() {
+  {
+    BE=$(start_worker be7 GPREEMPT_CLASS=be -- busy=1); sleep 0.5; show $BE
+    kill -TERM $DPID; wait $DPID; echo "daemon exit rc=$?"
+    $C/gpreemptctl -o json ps --pid "$BE" | python3 -c "import json,sys; d=json.load(sys.stdin); d=d[0] if isinstance(d,list) else d; print('after stop:', [str(g['timeslice_us'])+'us/'+str(g['interleave']) for g in d['groups']])"
+    kill $BE; wait $BE 2>/dev/null
+    tail -3 "$W/gpreemptd.log"
+  } > "$W/shutdown.txt" 2>&1
+  cat "$W/shutdown.txt"
+}
+
+# --- must-show 2: the bench, gpreemptctl and daemon side by side ------------
+part_bench() {
+  rm -rf "$BRUN"; mkdir -p "$BRUN"
+  bench_policy > "$W/bench-policy.yaml"
+  {
+    echo '$ gpreemptd --check-config bench-policy.yaml'
+    $C/gpreemptd --check-config "$W/bench-policy.yaml"; echo "rc=$?"
+  } > "$W/bench.txt" 2>&1
+  $C/gpreemptd --config "$W/bench-policy.yaml" --socket "$BSOCK" --metrics-addr $BMADDR --log-level debug > "$W/gpreemptd-bench.log" 2>&1 &
+  local bpid=$!
+  for i in $(seq 40); do [ -S "$BSOCK" ] && break; sleep 0.25; done
+  {
+    echo '$ gpreemptctl daemon status'; $C/gpreemptctl daemon status --socket "$BSOCK"
+    echo "\$ $(bench_cmd)"
+  } >> "$W/bench.txt" 2>&1
+  local t0=$SECONDS
+  timeout --signal=INT --kill-after=30 "$BENCH_TIMEOUT" $(bench_cmd) > "$W/bench-run.log" 2>&1
+  local rc=$?
+  echo "gpreempt-bench rc=$rc after $((SECONDS - t0)) s" >> "$W/bench.txt"
+  curl -s http://$BMADDR/metrics > "$W/bench-metrics.txt"
+  kill -TERM $bpid; wait $bpid; echo "bench daemon exit rc=$?" >> "$W/bench.txt"
+  {
+    echo "== the daemon's side: contexts classed (last setup call -> classed), drift"
+    python3 - "$W/gpreemptd-bench.log" <<'PY'
+import re, sys
+log = open(sys.argv[1]).read()
+v, classes = [], {}
+for m in re.finditer(r'msg=classed .*?class=(\S+).*?after_setup=(\S+)', log):
+    classes[m.group(1)] = classes.get(m.group(1), 0) + 1
+    s = m.group(2)
+    for unit, f in (("ms", 1e-3), ("µs", 1e-6), ("us", 1e-6), ("ns", 1e-9), ("s", 1)):
+        if s.endswith(unit):
+            v.append(float(s[:-len(unit)]) * f * 1e3); break
+v.sort()
+q = lambda p: v[min(len(v) - 1, int(p * len(v)))]
+print(f"classed: {classes}; after last setup call p50 {q(.5):.1f} ms, max {v[-1]:.1f} ms" if v else "no classed lines in the daemon's log")
+PY
+    grep -E '^gpreemptd_(applies_total|apply_failures_total|drift_total)' "$W/bench-metrics.txt"
+    echo "== bench summary and the daemon's classing (results.md)"
+    if [ -f "$W/bench/results.md" ]; then
+      sed -n '/^| scenario | reps/,/^$/p' "$W/bench/results.md"
+      awk '/^Classed by gpreemptd/{f=1; print; next} f && /^- /{print; s=1; next} f && s{exit}' "$W/bench/results.md"
+      grep -E '\*\*error\*\*|run failed|warning' "$W/bench/results.md" | head -20
+    else
+      echo "no results.md; the end of the bench's log:"; tail -20 "$W/bench-run.log"
+    fi
+  } >> "$W/bench.txt" 2>&1
+  cat "$W/bench.txt"
+  [ -f "$W/bench/results.md" ] && cp "$W/bench/results.md" "$OUT/bench-results.md"
+  [ -f "$W/bench/results.json" ] && gzip -c "$W/bench/results.json" > "$OUT/bench-results.json.gz"
+}
+
+# --- run the parts -------------------------------------------------------------
+if $main_daemon; then
+  start_main_daemon
+  for p in must1 must4 must5 must3 latency shutdown; do want $p && part_$p; done
+  # Without the shutdown part the daemon still goes, restoring its groups.
+  if [ -n "$DPID" ] && kill -0 "$DPID" 2>/dev/null; then kill -TERM "$DPID"; wait "$DPID"; fi
+fi
+want bench && part_bench
+
+# --- pack for $OUT (at most 8 files come back) ----------------------------------
+for f in machine.txt check-config.txt daemon-start.txt must1.txt must4.txt must5.txt must3.txt latency.txt shutdown.txt bench.txt; do
+  [ -f "$W/$f" ] && { echo "===== $f"; cat "$W/$f"; echo; }
+done > "$OUT/summary.txt"
+tar -C "$(dirname "$W")" --exclude='*/bench/*/*.json' --exclude='*/bench/*/rep*/*.json' --exclude='*/bench/results.json' \
+  -czf "$OUT/daemon-all.tar.gz" "$(basename "$W")" 2>/dev/null
+ls -la "$OUT"
