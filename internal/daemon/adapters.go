@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -43,11 +44,13 @@ type eventStream interface {
 	Err() error
 }
 
-// OpenTraceEvents loads and attaches the RM programs. Errors are the
+// OpenTraceEvents loads and attaches the RM programs, blind to this
+// process's own ioctls (its discovery probes would flood the ring buffer;
+// its own SETs are not drift anyway). Errors are the
 // tracer's (trace.ErrNotRoot, trace.ErrBPFUnavailable, trace.ErrNoTracefs):
 // the caller falls back to scanning.
 func OpenTraceEvents(ctx context.Context, log *slog.Logger) (*TraceEvents, *trace.Tracer, error) {
-	tr, err := trace.Open(ctx, trace.Options{RM: true, MountTracefs: true, Poll: 5 * time.Millisecond, Buffer: 1 << 14, Logger: log})
+	tr, err := trace.Open(ctx, trace.Options{RM: true, IgnorePID: os.Getpid(), MountTracefs: true, Poll: 5 * time.Millisecond, Buffer: 1 << 14, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}
