@@ -30,7 +30,14 @@
 # gets at most 4 files (the device machine returns 8, 2 folders deep):
 # summary.txt (every part's result), bench-results.md and
 # bench-results.json.gz (bench), and daemon-all.tar.gz (logs, policies,
-# metrics, the bench's worker logs; worker JSONs left out).
+# metrics, the bench's worker logs; worker JSONs left out). summary.txt and
+# daemon-all.tar.gz are rewritten as soon as each part ends, so a call cut
+# off by its time limit still returns every finished part.
+#
+# Each part runs in its own process group under its own time limit
+# (TIMEOUT_<PART>, seconds; must3's grows with $CHURN): past it, the part
+# and every process it started are killed, its file says so, and the next
+# part runs.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpreempt-out}
 W=${W:-/tmp/gpreempt-daemon-out}
@@ -48,6 +55,14 @@ BENCH_DURATION=${BENCH_DURATION:-6s}
 # Below the 10-minute limit of one call, so the results are still packed:
 # on SIGINT the bench stops its workers and writes what it has.
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-540}
+TIMEOUT_MUST1=${TIMEOUT_MUST1:-150}
+TIMEOUT_MUST4=${TIMEOUT_MUST4:-90}
+TIMEOUT_MUST5=${TIMEOUT_MUST5:-90}
+TIMEOUT_MUST3=${TIMEOUT_MUST3:-$((60 + 2 * CHURN))}
+TIMEOUT_LATENCY=${TIMEOUT_LATENCY:-30}
+TIMEOUT_SHUTDOWN=${TIMEOUT_SHUTDOWN:-90}
+TIMEOUT_BENCH=${TIMEOUT_BENCH:-$((BENCH_TIMEOUT + 40))}
+part_timeout() { local v="TIMEOUT_${1^^}"; echo "${!v}"; }
 
 DEFAULT_PARTS="must1 must4 must5 must3 latency shutdown"
 ALL_PARTS="$DEFAULT_PARTS bench"
@@ -93,7 +108,8 @@ YAML
 }
 
 if [ -n "$DRY" ]; then
-  echo "W=$W OUT=$OUT C=$C"
+  echo "W=$W OUT=$OUT C=$C CHURN=$CHURN"
+  for p in $sel; do echo "part $p: timeout $(part_timeout $p)s"; done
   if want bench; then
     echo "--- bench policy ($W/bench-policy.yaml):"; bench_policy
     echo "--- bench command (timeout ${BENCH_TIMEOUT}s):"; bench_cmd
@@ -214,6 +230,8 @@ part_must1() {
     echo "== BE first, then LC"
     BE=$(start_worker be6 GPREEMPT_CLASS=be -- busy=1)
     LC=$(start_worker lc2 -- comm=lc-server); sleep 0.5; show $BE; show $LC
+    # Left running through the next parts; killed at the end.
+    echo $BE $LC >> "$RUN/leftover.pids"
     echo "== shutdown restores the driver defaults (a second daemon instance on these two)"
     $C/gpreemptctl daemon status --socket "$SOCK"
   } > "$W/must1.txt" 2>&1
@@ -265,12 +283,16 @@ part_must3() {
   {
     sleep 1; echo "before: $(dstat)"
     : > "$RUN/churn.pids"
+    # Batches of 5 at once; wait for the batch's own pids only (a bare
+    # wait would also wait for must1's workers, which never end).
+    batch=()
     for i in $(seq $CHURN); do
       python3 "$RUN/worker.py" comm=churn life=0.5 > "$RUN/churn$i.out" 2>&1 &
-      echo $! >> "$RUN/churn.pids"
-      [ $((i % 5)) -eq 0 ] && wait
+      batch+=($!); echo $! >> "$RUN/churn.pids"
+      if [ ${#batch[@]} -eq 5 ]; then wait "${batch[@]}"; batch=(); fi
     done
-    wait; sleep 2
+    [ ${#batch[@]} -gt 0 ] && wait "${batch[@]}"
+    sleep 2
     echo "after:  $(dstat)"
     python3 - "$W/gpreemptd.log" "$RUN/churn.pids" <<'PY'
 import re, sys
@@ -310,7 +332,10 @@ PY
 part_shutdown() {
   {
     BE=$(start_worker be7 GPREEMPT_CLASS=be -- busy=1); sleep 0.5; show $BE
-    kill -TERM $DPID; wait $DPID; echo "daemon exit rc=$?"
+    # The daemon is the main shell's child: poll here; its exit status
+    # goes to parts.txt.
+    kill -TERM $DPID; for i in $(seq 150); do kill -0 $DPID 2>/dev/null || break; sleep 0.1; done
+    echo "daemon stopped: $(kill -0 $DPID 2>/dev/null && echo no || echo yes)"
     $C/gpreemptctl -o json ps --pid "$BE" | python3 -c "import json,sys; d=json.load(sys.stdin); d=d[0] if isinstance(d,list) else d; print('after stop:', [str(g['timeslice_us'])+'us/'+str(g['interleave']) for g in d['groups']])"
     kill $BE; wait $BE 2>/dev/null
     tail -3 "$W/gpreemptd.log"
@@ -370,19 +395,51 @@ PY
   [ -f "$W/bench/results.json" ] && gzip -c "$W/bench/results.json" > "$OUT/bench-results.json.gz"
 }
 
+# --- pack for $OUT (at most 8 files come back) ----------------------------------
+pack() {
+  for f in machine.txt check-config.txt daemon-start.txt must1.txt must4.txt must5.txt must3.txt latency.txt shutdown.txt bench.txt parts.txt; do
+    [ -f "$W/$f" ] && { echo "===== $f"; cat "$W/$f"; echo; }
+  done > "$OUT/summary.txt.tmp" && mv "$OUT/summary.txt.tmp" "$OUT/summary.txt"
+  tar -C "$(dirname "$W")" --exclude='*/bench/*/*.json' --exclude='*/bench/*/rep*/*.json' --exclude='*/bench/results.json' \
+    -czf "$OUT/daemon-all.tar.gz.tmp" "$(basename "$W")" 2>/dev/null && mv "$OUT/daemon-all.tar.gz.tmp" "$OUT/daemon-all.tar.gz"
+}
+
+# run_part runs part_$1 in its own process group (set -m; the part's
+# children stay in it) under its time limit; past it the whole group is
+# killed. Then the results are packed at once.
+run_part() {
+  local p=$1 t rc pg
+  t=$(part_timeout "$p")
+  local t0=$SECONDS
+  set -m
+  part_$p &
+  pg=$!
+  set +m
+  (
+    for ((i = 0; i < t; i++)); do sleep 1; kill -0 "$pg" 2>/dev/null || exit 0; done
+    echo "part $p: TIMED OUT after ${t}s; killed with every process it started" >> "$W/$p.txt"
+    kill -TERM -- -"$pg" 2>/dev/null; sleep 5; kill -KILL -- -"$pg" 2>/dev/null
+  ) </dev/null >/dev/null 2>&1 &
+  local wd=$!
+  wait "$pg"; rc=$?
+  wait "$wd" 2>/dev/null
+  echo "part $p: rc=$rc after $((SECONDS - t0)) s (limit ${t}s)" | tee -a "$W/parts.txt"
+  pack
+}
+
 # --- run the parts -------------------------------------------------------------
 if $main_daemon; then
   start_main_daemon
-  for p in must1 must4 must5 must3 latency shutdown; do want $p && part_$p; done
+  pack
+  for p in must1 must4 must5 must3 latency shutdown; do want $p && run_part $p; done
   # Without the shutdown part the daemon still goes, restoring its groups.
-  if [ -n "$DPID" ] && kill -0 "$DPID" 2>/dev/null; then kill -TERM "$DPID"; wait "$DPID"; fi
+  if [ -n "$DPID" ]; then
+    kill -0 "$DPID" 2>/dev/null && kill -TERM "$DPID"
+    wait "$DPID"; echo "daemon exit rc=$?" | tee -a "$W/parts.txt"
+  fi
 fi
-want bench && part_bench
+want bench && run_part bench
+if [ -f "$RUN/leftover.pids" ]; then kill $(cat "$RUN/leftover.pids") 2>/dev/null; fi
 
-# --- pack for $OUT (at most 8 files come back) ----------------------------------
-for f in machine.txt check-config.txt daemon-start.txt must1.txt must4.txt must5.txt must3.txt latency.txt shutdown.txt bench.txt; do
-  [ -f "$W/$f" ] && { echo "===== $f"; cat "$W/$f"; echo; }
-done > "$OUT/summary.txt"
-tar -C "$(dirname "$W")" --exclude='*/bench/*/*.json' --exclude='*/bench/*/rep*/*.json' --exclude='*/bench/results.json' \
-  -czf "$OUT/daemon-all.tar.gz" "$(basename "$W")" 2>/dev/null
+pack
 ls -la "$OUT"

@@ -71,9 +71,10 @@ type ScanStats struct {
 // AttachSource discovers the groups of a running process on a stock
 // driver, without its cooperation: see the package comment.
 type AttachSource struct {
-	host Host
-	opts ScanOptions
-	log  *slog.Logger
+	host  Host
+	opts  ScanOptions
+	log   *slog.Logger
+	cache abiCache
 }
 
 // NewAttachSource returns a Source over host.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
+	"golang.org/x/sys/unix"
 )
 
 // TraceEvents turns the eBPF tracer's RM events into daemon events
@@ -26,6 +28,16 @@ type TraceEvents struct {
 	reg    *registry.Registry
 	log    *slog.Logger
 	closer func() error
+
+	// Known's bookkeeping: a process's groups are all known from events
+	// when it started (clock ticks after boot, /proc/PID/stat) after
+	// fastAfter: tracing was on and no event was lost since. fastAfter 0
+	// disables Known.
+	knownMu   sync.Mutex
+	fastAfter uint64
+	lost      func() uint64
+	lostSeen  uint64
+	ticks     func() uint64
 }
 
 // Close detaches the programs (when TraceEvents opened them).
@@ -43,17 +55,63 @@ type eventStream interface {
 	Err() error
 }
 
-// OpenTraceEvents loads and attaches the RM programs. Errors are the
+// OpenTraceEvents loads and attaches the RM programs, blind to this
+// process's own ioctls (its discovery probes would flood the ring buffer;
+// its own SETs are not drift anyway). Errors are the
 // tracer's (trace.ErrNotRoot, trace.ErrBPFUnavailable, trace.ErrNoTracefs):
 // the caller falls back to scanning.
 func OpenTraceEvents(ctx context.Context, log *slog.Logger) (*TraceEvents, *trace.Tracer, error) {
-	tr, err := trace.Open(ctx, trace.Options{RM: true, MountTracefs: true, Poll: 5 * time.Millisecond, Buffer: 1 << 14, Logger: log})
+	tr, err := trace.Open(ctx, trace.Options{RM: true, IgnorePID: os.Getpid(), MountTracefs: true, Poll: 5 * time.Millisecond, Buffer: 1 << 14, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}
 	te := NewTraceEvents(tr, log)
 	te.closer = tr.Close
+	te.lost, te.ticks = tr.Lost, bootTicks
+	te.fastAfter = bootTicks() + 1
 	return te, tr, nil
+}
+
+// bootTicks is now in /proc/PID/stat's start-time unit: USER_HZ (100 on
+// every Linux ABI) ticks of CLOCK_BOOTTIME.
+func bootTicks() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0
+	}
+	return uint64(ts.Nano()) / uint64(time.Second/100)
+}
+
+// Known returns pid's groups as the registry knows them from events, and
+// the control-file descriptor they were allocated on, when the registry
+// holds all of them: the process started after tracing began and after
+// the last lost event, each group was seen allocated, and all on one fd.
+// The daemon's fast path (tsg AttachSource.Open) uses them instead of a
+// scan; ok false sends it to discovery.
+func (t *TraceEvents) Known(pid int) (fd int, groups []tsg.Group, ok bool) {
+	t.knownMu.Lock()
+	if t.lost != nil && t.ticks != nil {
+		if n := t.lost(); n != t.lostSeen {
+			t.lostSeen, t.fastAfter = n, t.ticks()+1
+		}
+	}
+	after := t.fastAfter
+	t.knownMu.Unlock()
+	if after == 0 {
+		return 0, nil, false
+	}
+	p, found := t.reg.Process(pid)
+	if !found || p.ID.Start == 0 || p.ID.Start <= after || len(p.Groups) == 0 {
+		return 0, nil, false
+	}
+	fd = p.Groups[0].FD
+	for _, g := range p.Groups {
+		if g.Created == 0 || g.FD != fd || g.FD < 0 || g.PID != pid {
+			return 0, nil, false
+		}
+		groups = append(groups, g.Group)
+	}
+	return fd, groups, true
 }
 
 // NewTraceEvents reads events from tr.
@@ -138,13 +196,37 @@ func Translate(reg *registry.Registry, ev trace.Event) []Event {
 }
 
 // TSGController is the Controller over a tsg.Source: every call
-// discovers, acts, reads back and closes the duplicates.
+// discovers (or opens the groups Known names), acts, reads back and
+// closes the duplicates.
 type TSGController struct {
 	Source tsg.Source
-	mu     sync.Mutex // one attach at a time
+	// Known, when set, names pid's groups and their control file without
+	// a scan (TraceEvents.Known); a Source that can open known groups
+	// (tsg.AttachSource.Open) then skips discovery. Any failure of that
+	// path falls back to Discover, once.
+	Known func(pid int) (fd int, groups []tsg.Group, ok bool)
+	// Log receives the fast path's fallbacks (default: discarded).
+	Log *slog.Logger
+	mu  sync.Mutex // one attach at a time
+}
+
+// groupOpener is a Source that builds a Process from known groups.
+type groupOpener interface {
+	Open(ctx context.Context, pid, fd int, groups []tsg.Group) (*tsg.Process, error)
 }
 
 func (c *TSGController) discover(ctx context.Context, pid int) (*tsg.Process, error) {
+	if o, isOpener := c.Source.(groupOpener); isOpener && c.Known != nil {
+		if fd, gs, ok := c.Known(pid); ok {
+			p, err := o.Open(ctx, pid, fd, gs)
+			if err == nil {
+				return p, nil
+			}
+			if c.Log != nil {
+				c.Log.Debug("fast open failed; discovering", "pid", pid, "fd", fd, "groups", len(gs), "err", err)
+			}
+		}
+	}
 	p, err := c.Source.Discover(ctx, pid)
 	if err != nil {
 		return nil, err

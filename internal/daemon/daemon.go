@@ -205,6 +205,9 @@ func (d *Daemon) openEvents(ctx context.Context) error {
 		ev, tr, err := OpenTraceEvents(ctx, d.log)
 		if err == nil {
 			d.events, d.mode, d.lost = ev, "bpf", tr.Lost
+			if c, ok := d.ctl.(*TSGController); ok {
+				c.Known, c.Log = ev.Known, d.log // classing opens traced groups without a scan
+			}
 			d.log.Info("mode", "mode", "bpf", "why", "RM ioctl tracepoints attached")
 			return nil
 		}

@@ -121,9 +121,13 @@ type group struct {
 	// applied is what we set (nil: not changed by us).
 	applied *tsg.Settings
 	classed bool
-	drifted bool
-	tokens  float64
-	refill  time.Duration
+	// classedAt is when (events' clock) the apply that classed the group
+	// began: an event from before it reached RM before our SET, and is
+	// no news (setup delivered late, or libcuda's own SET(2048)).
+	classedAt time.Duration
+	drifted   bool
+	tokens    float64
+	refill    time.Duration
 }
 
 // NewReconciler returns a reconciler with policy pol.
@@ -183,6 +187,11 @@ func (r *Reconciler) Handle(ev Event) {
 	defer r.mu.Unlock()
 	if ev.By != 0 && ev.By == r.opts.SelfPID {
 		return
+	}
+	if p := r.procs[ev.PID]; p != nil && ev.Kind != GroupFreed && ev.Kind != ProcessExited {
+		if g := p.groups[ev.Group]; g != nil && g.classed && ev.At < g.classedAt {
+			return // happened before our apply, which overrode it: stale
+		}
 	}
 	switch ev.Kind {
 	case GroupCreated:
@@ -371,7 +380,13 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 		}
 		return want, true
 	}
-	states, err := r.apply(ctx, p, "classify", pick)
+	began := r.Now()
+	changed := map[GroupID]bool{}
+	states, err := r.apply(ctx, p, "classify", func(gs GroupState) (tsg.Settings, bool) {
+		s, ok := pick(gs)
+		changed[gs.ID] = ok
+		return s, ok
+	})
 	if err != nil {
 		if r.procs[p.pid] == p && !isGone(err) && p.failures < maxRetries {
 			// Caught mid-setup, or RM busy: try again, a bounded number
@@ -389,6 +404,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 	for _, gs := range states {
 		g := p.groups[gs.ID]
 		g.classed = true
+		g.classedAt = max(g.classedAt, began)
 		g.drifted = false
 		if d.Exempt {
 			g.applied = nil
@@ -396,7 +412,9 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 		}
 		s := want
 		g.applied = &s
-		n++
+		if changed[gs.ID] {
+			n++
+		}
 	}
 	if d.Exempt {
 		r.log.Debug("left alone", "pid", p.pid, "comm", p.info.Comm, "rule", d.Rule)
@@ -405,7 +423,13 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 	// Time to classed: from the last setup event to the end of the
 	// apply, on the events' clock (CLOCK_MONOTONIC).
 	took := max(r.Now(), now) - lastSetup
-	if measure && n > 0 {
+	if n == 0 {
+		// Every group held its class already (a late setup event):
+		// nothing was classed now.
+		r.log.Debug("class held", "pid", p.pid, "class", d.Spec.String(), "groups", len(states))
+		return
+	}
+	if measure {
 		r.metrics.classed.Observe(took.Seconds())
 	}
 	r.log.Info("classed", "pid", p.pid, "comm", p.info.Comm, "class", d.Spec.String(), "rule", d.Rule, "groups", n,

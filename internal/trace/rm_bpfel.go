@@ -53,6 +53,7 @@ const (
 	rmProgRmIoctlExit        = "rm_ioctl_exit"
 	rmProgRmTaskExit         = "rm_task_exit"
 	rmVarFilterTgid          = "filter_tgid"
+	rmVarIgnoreTgid          = "ignore_tgid"
 	rmVarUnusedRmEvent       = "unused_rm_event"
 	rmVarUnusedTaskExitEvent = "unused_task_exit_event"
 )
@@ -118,6 +119,7 @@ type rmMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type rmVariableSpecs struct {
 	FilterTgid          *ebpf.VariableSpec `ebpf:"filter_tgid"`
+	IgnoreTgid          *ebpf.VariableSpec `ebpf:"ignore_tgid"`
 	UnusedRmEvent       *ebpf.VariableSpec `ebpf:"unused_rm_event"`
 	UnusedTaskExitEvent *ebpf.VariableSpec `ebpf:"unused_task_exit_event"`
 }
@@ -160,6 +162,7 @@ func (m *rmMaps) Close() error {
 // It can be passed to loadRmObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rmVariables struct {
 	FilterTgid          *ebpf.Variable `ebpf:"filter_tgid"`
+	IgnoreTgid          *ebpf.Variable `ebpf:"ignore_tgid"`
 	UnusedRmEvent       *ebpf.Variable `ebpf:"unused_rm_event"`
 	UnusedTaskExitEvent *ebpf.Variable `ebpf:"unused_task_exit_event"`
 }

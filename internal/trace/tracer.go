@@ -28,6 +28,10 @@ type Options struct {
 	Probes []Probe
 	// PID limits tracing to one process; 0 traces every process.
 	PID int
+	// IgnorePID, when not 0, is a process whose RM ioctls are never
+	// recorded (the caller's own, so that its probes do not fill the
+	// ring buffer). Process exits are still reported.
+	IgnorePID int
 	// MountTracefs lets Open mount tracefs at /sys/kernel/tracing when it
 	// is not mounted; without it that is ErrNoTracefs.
 	MountTracefs bool
@@ -101,7 +105,7 @@ func Open(ctx context.Context, opts Options) (_ *Tracer, err error) {
 		if err := ensureTracefs(opts.MountTracefs, t.log); err != nil {
 			return nil, err
 		}
-		if err := t.openRM(uint32(opts.PID)); err != nil {
+		if err := t.openRM(uint32(opts.PID), uint32(opts.IgnorePID)); err != nil {
 			return nil, err
 		}
 	}
@@ -159,13 +163,16 @@ func attachError(what string, err error) error {
 	return fmt.Errorf("attach %s: %w", what, err)
 }
 
-func (t *Tracer) openRM(pid uint32) error {
+func (t *Tracer) openRM(pid, ignore uint32) error {
 	spec, err := loadRm()
 	if err != nil {
 		return fmt.Errorf("rm programs: %w", err)
 	}
 	if err := spec.Variables["filter_tgid"].Set(pid); err != nil {
 		return fmt.Errorf("rm programs: set filter_tgid: %w", err)
+	}
+	if err := spec.Variables["ignore_tgid"].Set(ignore); err != nil {
+		return fmt.Errorf("rm programs: set ignore_tgid: %w", err)
 	}
 	t.rm = &rmObjects{}
 	if err := spec.LoadAndAssign(t.rm, nil); err != nil {
@@ -191,7 +198,7 @@ func (t *Tracer) openRM(pid uint32) error {
 		return fmt.Errorf("rm ring buffer: %w", err)
 	}
 	t.readers = append(t.readers, rd)
-	t.log.Info("attached", "programs", "rm ioctl tracepoints", "pid", pid)
+	t.log.Info("attached", "programs", "rm ioctl tracepoints", "pid", pid, "ignore_pid", ignore)
 	return nil
 }
 

@@ -380,3 +380,56 @@ func TestPrivileges(t *testing.T) {
 		t.Error("parseCapEff without CapEff succeeded")
 	}
 }
+
+// TestIgnorePID checks that the ignored process's RM ioctls are never
+// delivered while another process's are: this test's own free (made
+// first) must not arrive before the child's.
+func TestIgnorePID(t *testing.T) {
+	if os.Getenv("GPREEMPT_TRACE_IGNORE_CHILD") == "1" {
+		t.Skip("child side")
+	}
+	tr := openTracer(t, Options{RM: true, IgnorePID: os.Getpid()})
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const mine, theirs = 0x5c0000a1, 0x5c0000b2
+	free := ioctl.NVOS00_PARAMETERS{HRoot: 0xc1d00022, HObjectParent: 0x5c000002, HObjectOld: mine}
+	if errno := rmIoctl(int(f.Fd()), ioctl.NV_ESC_RM_FREE, &free); errno != unix.ENOTTY {
+		t.Fatalf("free on /dev/null: %v", errno)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestIgnorePIDChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "GPREEMPT_TRACE_IGNORE_CHILD=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	child := uint32(cmd.Process.Pid)
+	evs := collect(t, tr, 1, func(ev Event) bool {
+		e, ok := ev.(*RMCall)
+		if !ok || e.Free == nil {
+			return false
+		}
+		if e.Free.Object == mine {
+			t.Errorf("the ignored pid's free was delivered: %+v", e)
+		}
+		return e.Free.Object == theirs
+	})
+	if e := evs[0].(*RMCall); e.PID != child {
+		t.Errorf("child's free from pid %d, want %d", e.PID, child)
+	}
+}
+
+// TestIgnorePIDChild is TestIgnorePID's other process.
+func TestIgnorePIDChild(t *testing.T) {
+	if os.Getenv("GPREEMPT_TRACE_IGNORE_CHILD") != "1" {
+		t.Skip("run by TestIgnorePID")
+	}
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	free := ioctl.NVOS00_PARAMETERS{HRoot: 0xc1d00022, HObjectParent: 0x5c000002, HObjectOld: 0x5c0000b2}
+	rmIoctl(int(f.Fd()), ioctl.NV_ESC_RM_FREE, &free)
+}

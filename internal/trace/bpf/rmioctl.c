@@ -79,6 +79,9 @@ const struct task_exit_event *unused_task_exit_event __attribute__((unused));
 
 // filter_tgid, when not 0, limits tracing to one process. Set at load.
 volatile const __u32 filter_tgid = 0;
+// ignore_tgid, when not 0, is a process whose ioctls are never recorded
+// (the daemon's own discovery probes and SETs). Set at load.
+volatile const __u32 ignore_tgid = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -179,6 +182,8 @@ int rm_ioctl_enter(struct sys_enter_ioctl_ctx *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
 	if (filter_tgid && tgid != filter_tgid)
+		return 0;
+	if (ignore_tgid && tgid == ignore_tgid)
 		return 0;
 
 	struct rm_event e = {};
