@@ -1,0 +1,471 @@
+// Package k8se2e tests gpreempt's node agent against a real kube-apiserver
+// and etcd (built by hack/k8s/build.sh, started as local processes on
+// 127.0.0.1), with real processes in cgroups named the way kubelet and
+// containerd name them, and the fake RM driver replaying the real libcuda
+// trace for their GPU contexts. Run it with `make e2e-k8s`.
+package k8se2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/kube"
+	"github.com/gpreempt/gpreempt/internal/rmfake"
+	"github.com/gpreempt/gpreempt/tsg"
+)
+
+const (
+	thisNode  = "gpu-node-a"
+	otherNode = "gpu-node-b"
+	// The chart's namespace and service account (deploy/kubernetes).
+	agentNamespace      = "gpreempt"
+	agentServiceAccount = "gpreempt"
+)
+
+var (
+	repoRoot  = filepath.Join("..", "..", "..")
+	tracePath = filepath.Join(repoRoot, "testdata", "h100-580.159.04-alloc-sequence.txt")
+	manifests = filepath.Join(repoRoot, "deploy", "kubernetes", "gpreempt.yaml")
+)
+
+// The node policy of the test: training may ask for at most burstable
+// and gets be by default; inference may ask for lc.
+const policyYAML = `
+namespaces:
+  training: be
+maxClass:
+  default: burstable
+  namespaces:
+    inference: lc
+`
+
+// deadline bounds every wait: generous, since a loaded CI runner may take
+// seconds for what takes milliseconds on an idle one.
+const deadline = 2 * time.Minute
+
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("timed out after %v waiting for %s; last: %s", deadline, what, state)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type testPod struct {
+	ns, name, node string
+	ann            map[string]string
+	cgroupDriver   string // "systemd" or "cgroupfs"
+	qos            string // "besteffort", "burstable", "" (guaranteed)
+
+	uid types.UID
+	cid string
+	pid int
+}
+
+// cgroup is the pod's container cgroup as kubelet + containerd name it.
+func (p *testPod) cgroup() string {
+	switch p.cgroupDriver {
+	case "systemd":
+		u := strings.ReplaceAll(string(p.uid), "-", "_")
+		if p.qos == "" {
+			return "kubepods.slice/kubepods-pod" + u + ".slice/cri-containerd-" + p.cid + ".scope"
+		}
+		return fmt.Sprintf("kubepods.slice/kubepods-%[1]s.slice/kubepods-%[1]s-pod%[2]s.slice/cri-containerd-%[3]s.scope", p.qos, u, p.cid)
+	default:
+		if p.qos == "" {
+			return "kubepods/pod" + string(p.uid) + "/" + p.cid
+		}
+		return "kubepods/" + p.qos + "/pod" + string(p.uid) + "/" + p.cid
+	}
+}
+
+func TestNodeAgent(t *testing.T) {
+	cfg := startControlPlane(t)
+	cgroups := newCgroupTree(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	admin := kubernetes.NewForConfigOrDie(cfg)
+
+	// The chart's rendered manifests: every object passes a server-side
+	// dry run (schema, defaults, admission); the namespace and RBAC are
+	// then applied for real and the agent runs as the chart's service
+	// account, so missing permissions fail here.
+	objs := readManifests(t, manifests)
+	var ns, rbac []*unstructured.Unstructured
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Namespace":
+			ns = append(ns, o)
+		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			rbac = append(rbac, o)
+		}
+	}
+	if len(ns) != 1 || len(rbac) < 3 {
+		t.Fatalf("%s: want a Namespace and the RBAC objects, got kinds %v", manifests, kinds(objs))
+	}
+	if err := applyManifests(ctx, cfg, ns, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyManifests(ctx, cfg, objs, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyManifests(ctx, cfg, rbac, false); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %d objects (%v) accepted by a server-side dry run", manifests, len(objs), kinds(objs))
+
+	for _, n := range []string{"inference", "training"} {
+		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	server := &testPod{ns: "inference", name: "server", node: thisNode, cgroupDriver: "systemd", qos: "burstable",
+		ann: map[string]string{kube.AnnotationClass: "lc", kube.AnnotationLatencyObjective: "500us"}}
+	trainer := &testPod{ns: "training", name: "trainer", node: thisNode, cgroupDriver: "cgroupfs", qos: "besteffort",
+		ann: map[string]string{kube.AnnotationClass: "be"}}
+	greedy := &testPod{ns: "training", name: "greedy", node: thisNode, cgroupDriver: "systemd", qos: "",
+		ann: map[string]string{kube.AnnotationClass: "lc"}}
+	elsewhere := &testPod{ns: "inference", name: "elsewhere", node: otherNode, cgroupDriver: "systemd", qos: "besteffort",
+		ann: map[string]string{kube.AnnotationClass: "be"}}
+	pods := []*testPod{server, trainer, greedy, elsewhere}
+
+	rm := rmfake.New()
+	trace, err := rmfake.ParseTraceFile(tracePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctlFD := trace[0].FD
+	for i, p := range pods {
+		created, err := admin.CoreV1().Pods(p.ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: p.name, Annotations: p.ann},
+			Spec:       corev1.PodSpec{NodeName: p.node, Containers: []corev1.Container{{Name: "main", Image: "cuda-app"}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.uid = created.UID
+		p.cid = fmt.Sprintf("%064x", 0xc0ffee00+i)
+		// What kubelet reports once the container runs.
+		created.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", ContainerID: "containerd://" + p.cid, Image: "cuda-app", ImageID: "cuda-app"}}
+		if _, err := admin.CoreV1().Pods(p.ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// The elsewhere pod runs on the other node; a process here whose
+		// cgroup claims it (or a pod of the same UID) must be left alone.
+		p.pid = cgroups.start(p.cgroup())
+		if _, err := rm.Replay(rm.NewProc(p.pid), trace); err != nil {
+			t.Fatal(err)
+		}
+	}
+	timeslices := func(p *testPod) []uint64 {
+		var ts []uint64
+		for _, g := range rm.Groups(p.pid, ctlFD) {
+			ts = append(ts, g.TimesliceUs)
+		}
+		return ts
+	}
+	// libcuda's own settings after channel setup: compute 2048 us, copy 1024 us.
+	driverDefaults := fmt.Sprint([]uint64{2048, 1024, 1024, 1024})
+	if got := fmt.Sprint(timeslices(elsewhere)); got != driverDefaults {
+		t.Fatalf("replayed process: timeslices %s, want %s", got, driverDefaults)
+	}
+
+	// The agent, as the chart's service account.
+	saCfg := rest.CopyConfig(cfg)
+	saCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + agentNamespace + ":" + agentServiceAccount}
+	policy, err := kube.ParsePolicy([]byte(policyYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := kube.NewAgent(kubernetes.NewForConfigOrDie(saCfg), kube.Options{NodeName: thisNode, Policy: policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() {
+		if err := agent.Run(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := agent.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl := &classifier{t: t, agent: agent, source: tsg.NewAttachSource(rm.Host(), tsg.ScanOptions{}, nil), table: class.Defaults()}
+	wg.Go(func() { cl.run(ctx) })
+
+	us := func(d time.Duration) uint64 { return uint64(d / time.Microsecond) }
+	want := func(p *testPod, per uint64) {
+		t.Helper()
+		w := fmt.Sprint([]uint64{per, per, per, per})
+		waitFor(t, fmt.Sprintf("%s/%s's 4 groups at %d us", p.ns, p.name, per), func() (bool, string) {
+			got := fmt.Sprint(timeslices(p))
+			return got == w, got
+		})
+	}
+
+	t.Run("annotated pods classed on the fake RM", func(t *testing.T) {
+		want(server, us(class.DefaultLCTimeslice))
+		want(trainer, us(class.DefaultBETimeslice))
+		d, ref, err := agent.ClassForPID(server.pid)
+		if err != nil || ref.Name != "server" || ref.Container != "main" || d.LatencyObjective != 500*time.Microsecond {
+			t.Errorf("ClassForPID(server) = %+v, %+v, %v", d, ref, err)
+		}
+	})
+
+	t.Run("an Event records the class", func(t *testing.T) {
+		waitEvent(t, admin, trainer, kube.ReasonClassed, "classed be: 4 channel groups on GPU 0")
+	})
+
+	t.Run("a forbidden class is refused with an Event", func(t *testing.T) {
+		waitEvent(t, admin, greedy, kube.ReasonClassRefused, `gpreempt.io/class="lc": namespace training may ask for at most burstable`)
+		want(greedy, us(class.DefaultBETimeslice)) // the namespace's class instead
+	})
+
+	t.Run("the other node's pods are ignored", func(t *testing.T) {
+		if _, ok := agent.Decision(elsewhere.uid); ok {
+			t.Error("the agent holds a decision for a pod of another node")
+		}
+		if _, _, err := agent.ClassForPID(elsewhere.pid); !errors.Is(err, kube.ErrUnknownPod) {
+			t.Errorf("ClassForPID(process claiming the other node's pod) = %v, want ErrUnknownPod", err)
+		}
+		if got := fmt.Sprint(timeslices(elsewhere)); got != driverDefaults {
+			t.Errorf("the other node's pod's process: timeslices %s, want the driver's %s", got, driverDefaults)
+		}
+	})
+
+	t.Run("an annotation change is re-applied", func(t *testing.T) {
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"burstable",%q:"2"}}}`, kube.AnnotationClass, kube.AnnotationWeight)
+		if _, err := admin.CoreV1().Pods(trainer.ns).Patch(ctx, trainer.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		want(trainer, 2*us(class.DefaultBurstableTimeslice))
+		waitEvent(t, admin, trainer, kube.ReasonClassed, "classed burstable:2: 4 channel groups on GPU 0")
+	})
+
+	t.Run("a pod's socket request for another pod's pid is refused", func(t *testing.T) {
+		sock := serveSocket(t, agent)
+		for _, tt := range []struct {
+			name   string
+			target *testPod
+			class  class.Name
+			status int
+		}{
+			{"own pid, own class", server, class.LC, http.StatusOK},
+			{"another pod's pid", trainer, class.BE, http.StatusForbidden},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				// The client is a real process in the server pod's
+				// container cgroup: the socket learns its pid from
+				// SO_PEERCRED.
+				status, body := requestFromPod(t, cgroups, server, sock, fmt.Sprintf("/v1/class?pid=%d&class=%s", tt.target.pid, tt.class))
+				if status != tt.status {
+					t.Errorf("status %d (%s), want %d", status, body, tt.status)
+				}
+			})
+		}
+		waitEvent(t, admin, server, kube.ReasonRequestRefused, "which is in another pod")
+	})
+}
+
+func kinds(objs []*unstructured.Unstructured) []string {
+	var ks []string
+	for _, o := range objs {
+		ks = append(ks, o.GetKind())
+	}
+	return ks
+}
+
+// classifier stands in for gpreemptd's reconcile loop: for each pod whose
+// decision changes it classes the pod's processes on the (fake) RM and
+// records the Event, as the daemon does on the real driver.
+type classifier struct {
+	t      *testing.T
+	agent  *kube.Agent
+	source *tsg.AttachSource
+	table  class.Table
+}
+
+func (c *classifier) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ch := <-c.agent.Changes():
+			if ch.Deleted {
+				continue
+			}
+			pids, err := c.agent.ProcessesOf(ch.Pod)
+			if err != nil {
+				c.t.Errorf("processes of %s: %v", ch.Pod, err)
+				continue
+			}
+			for _, pid := range pids {
+				if err := c.classPID(ctx, pid); err != nil {
+					c.t.Errorf("pid %d: %v", pid, err)
+				}
+			}
+		}
+	}
+}
+
+func (c *classifier) classPID(ctx context.Context, pid int) error {
+	d, ref, err := c.agent.ClassForPID(pid)
+	if err != nil {
+		return err
+	}
+	if !d.Managed() {
+		return nil
+	}
+	p, err := c.source.Discover(ctx, pid)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	s, err := c.table.Settings(d.Spec.Name, d.Spec.Weight)
+	if err != nil {
+		return err
+	}
+	if err := p.Apply(ctx, p.Groups, s); err != nil {
+		return err
+	}
+	c.agent.Event(ref, corev1.EventTypeNormal, kube.ReasonClassed, fmt.Sprintf("classed %s: %d channel groups on GPU 0", d.Spec, len(p.Groups)))
+	return nil
+}
+
+func waitEvent(t *testing.T, client kubernetes.Interface, p *testPod, reason, substr string) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("a %s Event on %s/%s saying %q", reason, p.ns, p.name, substr), func() (bool, string) {
+		evs, err := client.CoreV1().Events(p.ns).List(context.Background(), metav1.ListOptions{
+			FieldSelector: "involvedObject.name=" + p.name,
+		})
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, e := range evs.Items {
+			if e.Reason == reason && strings.Contains(e.Message, substr) && e.Source.Host == thisNode {
+				return true, ""
+			}
+			seen = append(seen, e.Reason+": "+e.Message)
+		}
+		return false, fmt.Sprintf("events %q", seen)
+	})
+}
+
+// serveSocket serves a minimal stand-in of gpreemptd's class request on
+// a unix socket: the peer's pid from SO_PEERCRED, the check by
+// Agent.AuthorizePeer.
+func serveSocket(t *testing.T, agent *kube.Agent) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "gpreemptd.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type peerKey struct{}
+	srv := &http.Server{
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			raw, err := c.(*net.UnixConn).SyscallConn()
+			if err != nil {
+				return ctx
+			}
+			var cred *syscall.Ucred
+			_ = raw.Control(func(fd uintptr) {
+				cred, _ = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+			})
+			return context.WithValue(ctx, peerKey{}, cred)
+		},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			cred, _ := r.Context().Value(peerKey{}).(*syscall.Ucred)
+			if cred == nil {
+				http.Error(w, "no peer credentials", http.StatusInternalServerError)
+				return
+			}
+			target, err := strconv.Atoi(r.URL.Query().Get("pid"))
+			if err != nil {
+				http.Error(w, "pid: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			want, err := class.ParseName(r.URL.Query().Get("class"))
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			if _, err := agent.AuthorizePeer(int(cred.Pid), target, want); err != nil {
+				code := http.StatusInternalServerError
+				if errors.Is(err, kube.ErrForbidden) {
+					code = http.StatusForbidden
+				}
+				http.Error(w, err.Error(), code)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		}),
+	}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return path
+}
+
+// requestFromPod runs curl as a process of pod p's container (placed in
+// its cgroup before it connects) and returns the HTTP status and body.
+func requestFromPod(t *testing.T, ct *cgroupTree, p *testPod, sock, path string) (int, string) {
+	t.Helper()
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skipf("curl is needed to make a request from inside a pod's cgroup: %v", err)
+	}
+	cmd := exec.Command("sh", "-c", `read go && exec "$0" -s -o /dev/stdout -w '\n%{http_code}' --unix-socket "$1" "http://gpreemptd$2"`, curl, sock, path)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ct.place(cmd.Process.Pid, p.cgroup())
+	io.WriteString(stdin, "go\n")
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("curl: %v: %s", err, out.String())
+	}
+	text := out.String()
+	i := strings.LastIndex(text, "\n")
+	body, code := text[:max(i, 0)], text[i+1:]
+	status, err := strconv.Atoi(strings.TrimSpace(code))
+	if err != nil {
+		t.Fatalf("curl output %q", out.String())
+	}
+	return status, body
+}
