@@ -22,9 +22,9 @@ vet:
 	$(GO) vet $(PKGS)
 
 # What CI runs (.ci/run): gofmt check and vet, then every test. GPU tests skip without a GPU,
-# saying why.
+# saying why. The Kubernetes e2e runs with the others (mk/k8s.mk; K8S_E2E=0 skips it).
 test: vet
-	$(GO) test -count=1 $(PKGS)
+	GPREEMPT_K8S_ASSETS=$(K8S_ASSETS) $(GO) test -count=1 $(PKGS)
 
 # A short run of every fuzz target (each decoder of outside bytes).
 FUZZ_TIME ?= 10s
