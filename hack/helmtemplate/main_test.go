@@ -6,6 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpreempt/gpreempt/internal/kube"
 )
 
 var update = flag.Bool("update", false, "rewrite deploy/kubernetes/gpreempt.yaml from the chart")
@@ -64,5 +68,23 @@ func TestRenderOptions(t *testing.T) {
 				t.Errorf("%v: output has %q", tt.sets, n)
 			}
 		}
+	}
+}
+
+// TestRenderedPolicyParses: the chart's default Kubernetes policy is one
+// the agent accepts.
+func TestRenderedPolicyParses(t *testing.T) {
+	var values struct {
+		KubernetesPolicy map[string]any `json:"kubernetesPolicy"`
+	}
+	if err := readYAML(filepath.Join(chartDir, "values.yaml"), &values); err != nil {
+		t.Fatal(err)
+	}
+	b, err := yaml.Marshal(values.KubernetesPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.ParsePolicy(b); err != nil {
+		t.Errorf("values.yaml kubernetesPolicy: %v", err)
 	}
 }

@@ -511,3 +511,17 @@ func NodeName(flag string) (string, error) {
 	}
 	return "", errors.New("no node name: pass --node-name or set NODE_NAME (the chart sets it from spec.nodeName)")
 }
+
+// Classify is the hook gpreemptd consults before its own policy rules.
+// ok is false when the Kubernetes policy has nothing to say about pid (a
+// host process, a pod not known on this node, a pod the policy names no
+// class for, a process that exited): the daemon's rules then decide. rule
+// names the decision for the daemon's status and logs, such as
+// "kubernetes annotation inference/server".
+func (a *Agent) Classify(pid int) (spec class.Spec, rule string, ok bool) {
+	d, ref, err := a.ClassForPID(pid)
+	if err != nil || !d.Managed() {
+		return class.Spec{}, "", false
+	}
+	return d.Spec, fmt.Sprintf("kubernetes %s %s", d.Source, ref), true
+}
