@@ -5,7 +5,7 @@ CARRY   ?= .carry
 PKGS    := ./...
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: all build test vet fuzz gpu-test gpu-binaries benchmarks clean
+.PHONY: all build test vet fuzz gpu-test gpu-binaries benchmarks clean install
 
 all: build
 
@@ -13,7 +13,7 @@ all: build
 -include mk/*.mk
 
 build:
-	$(GO) build -o $(BIN)/ ./cmd/gpreemptctl ./cmd/gpreempt-bench
+	$(GO) build -o $(BIN)/ ./cmd/gpreemptctl ./cmd/gpreempt-bench ./cmd/gpreemptd
 	$(GO) build -buildmode=c-shared -o $(BIN)/libgpreempt.so ./cmd/libgpreempt
 
 vet:
@@ -41,7 +41,7 @@ fuzz:
 CARRY_LDFLAGS ?= -s -w
 gpu-binaries: build
 	mkdir -p $(CARRY)
-	$(GO) build -ldflags='$(CARRY_LDFLAGS)' -o $(CARRY)/ ./cmd/gpreemptctl ./cmd/gpreempt-bench
+	$(GO) build -ldflags='$(CARRY_LDFLAGS)' -o $(CARRY)/ ./cmd/gpreemptctl ./cmd/gpreempt-bench ./cmd/gpreemptd
 	cp $(BIN)/libgpreempt.so $(CARRY)/
 	$(GO) test -c -ldflags='$(CARRY_LDFLAGS)' -o $(CARRY)/tsg.test ./tsg
 	$(GO) test -c -ldflags='$(CARRY_LDFLAGS)' -o $(CARRY)/prepreempt.test ./prepreempt
@@ -69,6 +69,26 @@ benchmarks:
 	  echo 'Raw results: [results/bench-h100.json.gz](results/bench-h100.json.gz).'; } > $(BENCH_OUT)/section.md
 	awk -v sec=$(BENCH_OUT)/section.md '/<!-- results:end -->/{while((getline l < sec)>0) print l; skip=0} !skip{print} /<!-- results:begin -->/{skip=1}' \
 	  docs/BENCHMARKS.md > $(BENCH_OUT)/BENCHMARKS.md && mv $(BENCH_OUT)/BENCHMARKS.md docs/BENCHMARKS.md
+
+# Install the binaries, the library, gpreemptd's unit and an example policy
+# (never over an existing one). Honours PREFIX and DESTDIR, as packagers
+# expect: make install DESTDIR=/tmp/pkg PREFIX=/usr
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+BINDIR     ?= $(PREFIX)/bin
+LIBDIR     ?= $(PREFIX)/lib
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+DOCDIR     ?= $(PREFIX)/share/doc/gpreempt
+install: build
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/gpreempt $(DESTDIR)$(DOCDIR)
+	install -m 0755 $(BIN)/gpreemptctl $(BIN)/gpreemptd $(DESTDIR)$(BINDIR)/
+	install -m 0755 $(BIN)/libgpreempt.so $(DESTDIR)$(LIBDIR)/
+	sed 's|/usr/local/bin/|$(BINDIR)/|g; s|/etc/gpreempt/|$(SYSCONFDIR)/gpreempt/|g; s|/usr/share/doc/gpreempt/|$(DOCDIR)/|g' \
+	  deploy/systemd/gpreemptd.service > $(DESTDIR)$(UNITDIR)/gpreemptd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/gpreemptd.service
+	test -e $(DESTDIR)$(SYSCONFDIR)/gpreempt/gpreemptd.yaml || install -m 0644 deploy/gpreemptd.yaml $(DESTDIR)$(SYSCONFDIR)/gpreempt/gpreemptd.yaml
+	install -m 0644 docs/DAEMON.md $(DESTDIR)$(DOCDIR)/
 
 clean:
 	rm -rf $(BIN) $(CARRY)

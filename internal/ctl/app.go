@@ -14,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/ctl/daemoncmd"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/ioctl"
@@ -191,6 +192,7 @@ func NewApp(env Env) *cli.App {
 			resumeCommand,
 			classCommand,
 			traceCommand,
+			daemoncmd.Command,
 		},
 		// Errors are printed once, by main, with the exit code it picks.
 		ExitErrHandler: func(*cli.Context, error) {},

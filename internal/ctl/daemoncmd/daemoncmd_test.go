@@ -1,0 +1,77 @@
+package daemoncmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+)
+
+// fakeDaemon answers the API with canned bodies on a unix socket.
+func fakeDaemon(t *testing.T) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"mode":"bpf","policy":"/etc/gpreempt/gpreemptd.yaml","processes":1,"groups":4}`))
+	})
+	mux.HandleFunc("GET /v1/processes", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`[{"pid":42,"comm":"trainer","uid":1000,"class":"be","rule":"from-env","groups":[
+			{"id":{"client":"0xc1d00022","handle":"0x5c000015"},"engine":"compute","timeslice_us":200,"interleave":"low"}]}]`))
+	})
+	mux.HandleFunc("GET /v1/classes", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"classes":[{"name":"lc","timeslice":"5s","interleave":"high"}],"default":"none",
+			"rules":[{"name":"from-env","line":7,"class":"","class_from_env":"GPREEMPT_CLASS"}]}`))
+	})
+	mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		w.Write([]byte(`{"error":"line 3: rules[0].clas: unknown field (the running policy is kept)"}`))
+	})
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return sock
+}
+
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	app := &cli.App{Name: "gpreemptctl", Writer: &out, ErrWriter: &out,
+		Flags:    []cli.Flag{&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table"}},
+		Commands: []*cli.Command{Command}, ExitErrHandler: func(*cli.Context, error) {}}
+	err := app.RunContext(context.Background(), append([]string{"gpreemptctl"}, args...))
+	return out.String(), err
+}
+
+func TestDaemonCommands(t *testing.T) {
+	sock := fakeDaemon(t)
+	out, err := run(t, "daemon", "status", "--socket", sock)
+	if err != nil || !strings.Contains(out, "mode:") || !strings.Contains(out, "42   trainer  1000  be") || !strings.Contains(out, "200us/low") {
+		t.Errorf("status: %v\n%s", err, out)
+	}
+	out, err = run(t, "-o", "json", "daemon", "status", "--socket", sock)
+	var v map[string]any
+	if err != nil || json.Unmarshal([]byte(out), &v) != nil || v["status"] == nil || v["processes"] == nil {
+		t.Errorf("status -o json: %v\n%s", err, out)
+	}
+	out, err = run(t, "daemon", "classes", "--socket", sock)
+	if err != nil || !strings.Contains(out, "$GPREEMPT_CLASS") || !strings.Contains(out, "lc     5s") {
+		t.Errorf("classes: %v\n%s", err, out)
+	}
+	if _, err = run(t, "daemon", "reload", "--socket", sock); err == nil || !strings.Contains(err.Error(), "422") || !strings.Contains(err.Error(), "line 3") {
+		t.Errorf("reload of a bad file: %v", err)
+	}
+	if _, err = run(t, "daemon", "status", "--socket", filepath.Join(t.TempDir(), "none")); err == nil || !strings.Contains(err.Error(), "not reachable") {
+		t.Errorf("no daemon: %v", err)
+	}
+}

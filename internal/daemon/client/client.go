@@ -1,0 +1,225 @@
+// Package client talks to gpreemptd's unix-socket API. It imports nothing
+// of the daemon (no BPF, no Prometheus), so prepreempt and libgpreempt can
+// use it to ask for their class when they lack the rights to class
+// themselves.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+)
+
+// DefaultSocket is where gpreemptd listens unless told otherwise.
+const DefaultSocket = "/run/gpreempt/gpreemptd.sock"
+
+// SocketEnv names the variable that overrides DefaultSocket.
+const SocketEnv = "GPREEMPTD_SOCKET"
+
+// Errors a caller acts on.
+var (
+	// ErrUnavailable: no daemon answers on the socket; fall back to
+	// classing yourself.
+	ErrUnavailable = errors.New("gpreemptd not reachable")
+	// ErrForbidden: the daemon refused (another pid, or a class above the
+	// policy's limit for this uid/cgroup).
+	ErrForbidden = errors.New("refused by gpreemptd")
+)
+
+// Error is the daemon's answer to a request it did not serve.
+type Error struct {
+	Code int
+	Msg  string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("gpreemptd: %d: %s", e.Code, e.Msg) }
+
+// Is makes a 403 match ErrForbidden.
+func (e *Error) Is(target error) bool {
+	return target == ErrForbidden && e.Code == http.StatusForbidden
+}
+
+// Client is a connection to one daemon socket.
+type Client struct {
+	Socket string
+	http   *http.Client
+}
+
+// SocketPath is socket, else $GPREEMPTD_SOCKET, else DefaultSocket.
+func SocketPath(socket string) string {
+	if socket != "" {
+		return socket
+	}
+	if s := os.Getenv(SocketEnv); s != "" {
+		return s
+	}
+	return DefaultSocket
+}
+
+// New returns a client of the daemon at socket (see SocketPath).
+func New(socket string) *Client {
+	socket = SocketPath(socket)
+	return &Client{Socket: socket, http: &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		}},
+	}}
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://gpreemptd"+path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w at %s: %w", ErrUnavailable, c.Socket, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = string(bytes.TrimSpace(b))
+		}
+		return &Error{Code: resp.StatusCode, Msg: e.Error}
+	}
+	if out != nil && len(b) > 0 {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+// ClassReply is the daemon's answer to a class request.
+type ClassReply struct {
+	PID    int    `json:"pid"`
+	Class  string `json:"class"`
+	Groups int    `json:"groups"`
+	// Pending: no channel group yet; classed when the context appears.
+	Pending bool `json:"pending,omitempty"`
+}
+
+// RequestClass asks for class ("lc", "be:3") for the calling process's
+// own contexts.
+func (c *Client) RequestClass(ctx context.Context, class string) (ClassReply, error) {
+	var r ClassReply
+	err := c.do(ctx, http.MethodPost, "/v1/class", map[string]any{"pid": os.Getpid(), "class": class}, &r)
+	return r, err
+}
+
+// RequestClass asks the daemon at socketPath ("" for the default) for
+// class for the calling process. ErrUnavailable when no daemon answers,
+// ErrForbidden when the policy does not allow it.
+func RequestClass(ctx context.Context, socketPath, class string) error {
+	_, err := New(socketPath).RequestClass(ctx, class)
+	return err
+}
+
+// Stats is what an LC process's hint engine pushes: quantiles ("p50",
+// "p90", "p99", "p999", "max", "mean") in microseconds.
+type Stats struct {
+	Requests         uint64             `json:"requests"`
+	RequestLatencyUs map[string]float64 `json:"request_latency_us,omitempty"`
+	SpinnerHoldUs    map[string]float64 `json:"spinner_hold_us,omitempty"`
+	ExpiredHolds     uint64             `json:"expired_holds"`
+}
+
+// PushStats sends the calling process's hint-engine statistics to the
+// daemon at socketPath ("" for the default), which exports them as
+// metrics until the process exits.
+func PushStats(ctx context.Context, socketPath string, s Stats) error {
+	type body struct {
+		PID int `json:"pid"`
+		Stats
+	}
+	return New(socketPath).do(ctx, http.MethodPost, "/v1/stats", body{os.Getpid(), s}, nil)
+}
+
+// Status is GET /v1/status.
+func (c *Client) Status(ctx context.Context) (map[string]any, error) {
+	var m map[string]any
+	return m, c.do(ctx, http.MethodGet, "/v1/status", nil, &m)
+}
+
+// Group is a channel group as the daemon lists it.
+type Group struct {
+	ID struct {
+		Client string `json:"client"`
+		Handle string `json:"handle"`
+	} `json:"id"`
+	Engine      string `json:"engine"`
+	TimesliceUs uint64 `json:"timeslice_us"`
+	Interleave  string `json:"interleave"`
+	GPU         string `json:"gpu,omitempty"`
+}
+
+// Process is a process as the daemon holds it.
+type Process struct {
+	PID     int     `json:"pid"`
+	Comm    string  `json:"comm"`
+	UID     uint32  `json:"uid"`
+	Cgroup  string  `json:"cgroup,omitempty"`
+	GPUs    string  `json:"gpus,omitempty"`
+	Class   string  `json:"class"`
+	Rule    string  `json:"rule,omitempty"`
+	Pending bool    `json:"pending,omitempty"`
+	Groups  []Group `json:"groups"`
+}
+
+// Processes is GET /v1/processes.
+func (c *Client) Processes(ctx context.Context) ([]Process, error) {
+	var ps []Process
+	return ps, c.do(ctx, http.MethodGet, "/v1/processes", nil, &ps)
+}
+
+// Classes is GET /v1/classes.
+type Classes struct {
+	Classes []struct {
+		Name       string `json:"name"`
+		Timeslice  string `json:"timeslice"`
+		Interleave string `json:"interleave"`
+	} `json:"classes"`
+	Default string `json:"default"`
+	Rules   []struct {
+		Name    string `json:"name"`
+		Line    int    `json:"line"`
+		Class   string `json:"class"`
+		FromEnv string `json:"class_from_env,omitempty"`
+	} `json:"rules"`
+	Source string `json:"source,omitempty"`
+}
+
+// Classes is GET /v1/classes.
+func (c *Client) Classes(ctx context.Context) (Classes, error) {
+	var cl Classes
+	return cl, c.do(ctx, http.MethodGet, "/v1/classes", nil, &cl)
+}
+
+// Reload asks the daemon to re-read its policy file.
+func (c *Client) Reload(ctx context.Context) error {
+	return c.do(ctx, http.MethodPost, "/v1/reload", struct{}{}, nil)
+}

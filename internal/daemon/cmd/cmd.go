@@ -1,0 +1,122 @@
+// Package cmd is gpreemptd's command line.
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpreempt/gpreempt/internal/daemon"
+	"github.com/gpreempt/gpreempt/internal/gpu"
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/tsg"
+)
+
+// Exit codes (docs/DAEMON.md).
+const (
+	ExitOK             = 0
+	ExitFailure        = 1
+	ExitBadConfig      = 2
+	ExitAlreadyRunning = 3
+)
+
+// Version is set at link time (-X).
+var Version = "dev"
+
+// Run runs gpreemptd and returns its exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	code := ExitOK
+	app := &cli.App{
+		Name:      "gpreemptd",
+		Usage:     "hold a GPU scheduling policy over every CUDA process of this node",
+		Version:   Version,
+		Writer:    stdout,
+		ErrWriter: stderr,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Value: daemon.DefaultPolicy, Usage: "policy file", EnvVars: []string{"GPREEMPTD_CONFIG"}},
+			&cli.StringFlag{Name: "check-config", Usage: "validate this policy file and exit (0 valid, 2 not)"},
+			&cli.StringFlag{Name: "socket", Value: daemon.DefaultSocket, Usage: "unix socket of the local API (the lock file goes beside it)", EnvVars: []string{"GPREEMPTD_SOCKET"}},
+			&cli.StringFlag{Name: "metrics-addr", Value: daemon.DefaultMetricsAddr, Usage: "Prometheus /metrics address (loopback; empty disables)", EnvVars: []string{"GPREEMPTD_METRICS_ADDR"}},
+			&cli.StringFlag{Name: "mode", Value: "auto", Usage: "event source: auto (eBPF, else /proc scan), bpf or scan", EnvVars: []string{"GPREEMPTD_MODE"}},
+			&cli.DurationFlag{Name: "scan-interval", Value: daemon.DefaultScanInterval, Usage: "period of the /proc scan in scan mode"},
+			&cli.DurationFlag{Name: "resync-interval", Value: 30 * time.Second, Usage: "in bpf mode, scan /proc this often too, for events the ring buffer dropped (negative: never)"},
+			&cli.DurationFlag{Name: "debounce", Value: 20 * time.Millisecond, Usage: "class a context this long after its last setup call"},
+			&cli.DurationFlag{Name: "max-wait", Value: 500 * time.Millisecond, Usage: "class a context at most this long after its first group appeared"},
+			&cli.IntFlag{Name: "drift-burst", Value: 4, Usage: "re-applies of drift a group may have at once"},
+			&cli.DurationFlag{Name: "drift-refill", Value: time.Second, Usage: "one more drift re-apply per group per this"},
+			&cli.DurationFlag{Name: "policy-poll", Value: 2 * time.Second, Usage: "check the policy file for changes this often (negative: only on SIGHUP)"},
+			&cli.IntFlag{Name: "handle-gap", Value: 4096, Usage: "end a client's object scan after this many unused handles (discovery cost; see gpreemptctl --handle-gap)"},
+			&cli.BoolFlag{Name: "allow-unsupported-driver", Usage: "use the nearest known RM ABI on a driver version gpreempt does not know"},
+			&cli.BoolFlag{Name: "leave-settings", Usage: "on shutdown, leave the groups as classed instead of restoring the driver's defaults"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: []string{"GPREEMPTD_LOG_LEVEL"}},
+			&cli.BoolFlag{Name: "nvml", Value: true, Usage: "use NVML's process lists to tell which GPU a process uses"},
+		},
+		Action: func(c *cli.Context) error {
+			if f := c.String("check-config"); f != "" {
+				p, err := policy.ParseFile(f)
+				if err != nil {
+					code = ExitBadConfig
+					return err
+				}
+				fmt.Fprintf(c.App.Writer, "%s: ok (%d rules, default %s)\n", f, len(p.Rules), p.Default)
+				return nil
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+				code = ExitBadConfig
+				return fmt.Errorf("--log-level %q", c.String("log-level"))
+			}
+			log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+			var info gpu.Info = gpu.Null{}
+			if c.Bool("nvml") {
+				if g, err := gpu.Open(log); err == nil {
+					info = g
+					defer g.Close()
+				} else {
+					log.Info("no NVML; GPUs are told from the /dev/nvidiaN files a process holds", "err", err)
+				}
+			}
+			d, err := daemon.New(c.Context, daemon.Config{
+				PolicyFile: c.String("config"), Socket: c.String("socket"), MetricsAddr: c.String("metrics-addr"),
+				Mode: c.String("mode"), ScanInterval: c.Duration("scan-interval"), ResyncInterval: c.Duration("resync-interval"), PolicyPoll: c.Duration("policy-poll"),
+				LeaveSettings: c.Bool("leave-settings"), Log: log, GPU: info, Version: Version,
+				Scan: tsg.ScanOptions{HandleGap: c.Int("handle-gap"), AllowUnsupportedDriver: c.Bool("allow-unsupported-driver")},
+				Reconcile: daemon.Options{Debounce: c.Duration("debounce"), MaxWait: c.Duration("max-wait"),
+					DriftBurst: c.Int("drift-burst"), DriftRefill: c.Duration("drift-refill")},
+			})
+			switch {
+			case errors.Is(err, policy.ErrInvalid), errors.Is(err, tsg.ErrInvalidArgument):
+				code = ExitBadConfig
+				return err
+			case errors.Is(err, daemon.ErrAlreadyRunning):
+				code = ExitAlreadyRunning
+				return err
+			case err != nil:
+				code = ExitFailure
+				return err
+			}
+			if err := d.Run(c.Context); err != nil {
+				code = ExitFailure
+				return err
+			}
+			return nil
+		},
+		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			code = ExitBadConfig
+			return err
+		},
+	}
+	if err := app.RunContext(ctx, args); err != nil {
+		fmt.Fprintf(stderr, "gpreemptd: %v\n", err)
+		if code == ExitOK {
+			code = ExitFailure
+		}
+	}
+	return code
+}

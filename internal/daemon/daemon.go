@@ -1,0 +1,495 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpreempt/gpreempt/internal/gpu"
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/tsg"
+)
+
+// Defaults of gpreemptd's flags.
+const (
+	DefaultSocket       = "/run/gpreempt/gpreemptd.sock"
+	DefaultPolicy       = "/etc/gpreempt/gpreemptd.yaml"
+	DefaultMetricsAddr  = "127.0.0.1:9477"
+	DefaultScanInterval = 2 * time.Second
+)
+
+// ErrAlreadyRunning: another gpreemptd holds the lock beside the socket.
+var ErrAlreadyRunning = errors.New("another gpreemptd is running")
+
+// Config is one daemon.
+type Config struct {
+	PolicyFile string
+	Socket     string
+	// MetricsAddr is a loopback TCP address for /metrics; "" disables.
+	MetricsAddr string
+	// Mode: "auto" (BPF, else scan), "bpf" (fail without it) or "scan".
+	Mode string
+	// ScanInterval is the /proc scan's period in scan mode.
+	ScanInterval time.Duration
+	// ResyncInterval is the period of the same scan in bpf mode, a safety
+	// net for events the ring buffer dropped (0: 30 s; negative: never).
+	ResyncInterval time.Duration
+	// PolicyPoll is how often the policy file's mtime is checked (0: 2 s;
+	// negative: never).
+	PolicyPoll time.Duration
+	// LeaveSettings skips restoring the groups on shutdown.
+	LeaveSettings bool
+	Reconcile     Options
+	// Scan bounds discovery (tsg.ScanOptions).
+	Scan tsg.ScanOptions
+	Log  *slog.Logger
+
+	// For tests: the host, an event source to use instead of BPF, GPU
+	// info and the inspector. Nil: the real ones.
+	Host    tsg.Host
+	Events  Events
+	GPU     gpu.Info
+	Inspect Inspector
+	Version string
+}
+
+// Daemon is a running gpreemptd.
+type Daemon struct {
+	cfg     Config
+	log     *slog.Logger
+	rec     *Reconciler
+	metrics *Metrics
+	ctl     Controller
+	lister  Lister
+	inspect Inspector
+	events  Events
+	modeV   atomic.Value
+	mode    string // at start
+	started time.Time
+	lock    *os.File
+	sock    net.Listener
+	api     *http.Server
+	mserver *http.Server
+	mlis    net.Listener
+
+	reloadMu sync.Mutex
+	polStat  fs.FileInfo
+}
+
+// LockPath is the lock file beside the socket.
+func LockPath(socket string) string { return filepath.Join(filepath.Dir(socket), "gpreemptd.lock") }
+
+// New loads the policy, takes the lock, opens the socket and the metrics
+// listener and the event source. It does not start serving: Run does.
+func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Socket == "" {
+		cfg.Socket = DefaultSocket
+	}
+	if cfg.ScanInterval <= 0 {
+		cfg.ScanInterval = DefaultScanInterval
+	}
+	if cfg.ResyncInterval == 0 {
+		cfg.ResyncInterval = 30 * time.Second
+	}
+	if cfg.PolicyPoll == 0 {
+		cfg.PolicyPoll = 2 * time.Second
+	}
+	if cfg.Host == nil {
+		cfg.Host = tsg.ProcHost{}
+	}
+	if cfg.Reconcile.SelfPID == 0 {
+		cfg.Reconcile.SelfPID = os.Getpid()
+	}
+	if abs, err := filepath.Abs(cfg.PolicyFile); err == nil {
+		cfg.PolicyFile = abs
+	}
+	d := &Daemon{cfg: cfg, log: cfg.Log, started: time.Now(), lister: cfg.Host}
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+	pol, err := policy.ParseFile(cfg.PolicyFile)
+	if err != nil {
+		return nil, err
+	}
+	d.polStat, _ = os.Stat(cfg.PolicyFile)
+	if err := d.takeLock(); err != nil {
+		return nil, err
+	}
+	if d.inspect = cfg.Inspect; d.inspect == nil {
+		d.inspect = &ProcInspector{GPU: cfg.GPU}
+	}
+	d.ctl = &TSGController{Source: tsg.NewAttachSource(cfg.Host, cfg.Scan, d.log)}
+	d.metrics = NewMetrics(nil)
+	d.rec = NewReconciler(pol, d.ctl, d.inspect, d.metrics, cfg.Reconcile, d.log)
+	d.metrics.SetGroups(d.rec.GroupsByClass)
+
+	if err := d.openEvents(ctx); err != nil {
+		return nil, err
+	}
+	d.metrics.setMode(d.mode)
+	d.modeV.Store(d.mode)
+	if err := d.listen(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *Daemon) takeLock() error {
+	dir := filepath.Dir(d.cfg.Socket)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("socket directory: %w", err)
+	}
+	path := LockPath(d.cfg.Socket)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		b := make([]byte, 32)
+		n, _ := f.ReadAt(b, 0)
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("%w: %s is held by pid %s", ErrAlreadyRunning, path, strings.TrimSpace(string(b[:n])))
+		}
+		return fmt.Errorf("lock %s: %w", path, err)
+	}
+	f.Truncate(0)
+	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	d.lock = f
+	return nil
+}
+
+func (d *Daemon) openEvents(ctx context.Context) error {
+	if d.cfg.Events != nil {
+		d.events, d.mode = d.cfg.Events, d.cfg.Events.Mode()
+		return nil
+	}
+	switch d.cfg.Mode {
+	case "", "auto", "bpf":
+		ev, _, err := OpenTraceEvents(ctx, d.log)
+		if err == nil {
+			d.events, d.mode = ev, "bpf"
+			d.log.Info("mode", "mode", "bpf", "why", "RM ioctl tracepoints attached")
+			return nil
+		}
+		if d.cfg.Mode == "bpf" {
+			return fmt.Errorf("--mode bpf: %w", err)
+		}
+		d.mode = "scan"
+		d.log.Warn("mode", "mode", "scan", "interval", d.cfg.ScanInterval, "why", fmt.Sprintf("BPF tracing unavailable: %v", err))
+	case "scan":
+		d.mode = "scan"
+		d.log.Info("mode", "mode", "scan", "interval", d.cfg.ScanInterval, "why", "--mode scan")
+	default:
+		return fmt.Errorf("%w: --mode %q: want auto, bpf or scan", tsg.ErrInvalidArgument, d.cfg.Mode)
+	}
+	return nil
+}
+
+func (d *Daemon) listen() error {
+	// A socket left by a daemon that died: we hold the lock, so it is
+	// stale.
+	if err := os.Remove(d.cfg.Socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove stale socket: %w", err)
+	}
+	l, err := net.Listen("unix", d.cfg.Socket)
+	if err != nil {
+		return fmt.Errorf("socket: %w", err)
+	}
+	d.sock = l
+	// Any local process may connect: what it may do is decided per
+	// request from SO_PEERCRED.
+	if err := os.Chmod(d.cfg.Socket, 0o666); err != nil {
+		return fmt.Errorf("socket: %w", err)
+	}
+	api := &API{Rec: d.rec, Metrics: d.metrics, Log: d.log, Inspect: d.inspect, Reload: d.Reload, Status: d.status}
+	d.api = api.Server()
+	if d.cfg.MetricsAddr != "" {
+		host, _, err := net.SplitHostPort(d.cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("%w: --metrics-addr %q: %v", tsg.ErrInvalidArgument, d.cfg.MetricsAddr, err)
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			d.log.Warn("metrics served beyond loopback", "addr", d.cfg.MetricsAddr)
+		}
+		ml, err := net.Listen("tcp", d.cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		d.mlis = ml
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.Registry, promhttp.HandlerOpts{Timeout: 5 * time.Second}))
+		d.mserver = &http.Server{Handler: mux, ReadHeaderTimeout: 2 * time.Second, WriteTimeout: 10 * time.Second, MaxHeaderBytes: maxHeaderBytes}
+	}
+	return nil
+}
+
+func (d *Daemon) status() map[string]any {
+	pol := d.rec.Policy()
+	return map[string]any{
+		"pid": os.Getpid(), "version": d.cfg.Version, "mode": d.Mode(), "policy": pol.Source,
+		"started": d.started.UTC().Format(time.RFC3339), "uptime_s": int(time.Since(d.started).Seconds()),
+		"socket": d.cfg.Socket, "metrics": d.cfg.MetricsAddr, "leave_settings": d.cfg.LeaveSettings,
+		"debounce": d.rec.opts.Debounce.String(), "max_wait": d.rec.opts.MaxWait.String(),
+	}
+}
+
+// Reconciler is the daemon's reconciler.
+func (d *Daemon) Reconciler() *Reconciler { return d.rec }
+
+// Metrics are the daemon's metrics.
+func (d *Daemon) Metrics() *Metrics { return d.metrics }
+
+// Mode is "bpf" or "scan".
+func (d *Daemon) Mode() string { return d.modeV.Load().(string) }
+
+// Reload re-reads the policy file; a file that does not parse keeps the
+// running policy and says why.
+func (d *Daemon) Reload() error {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	d.polStat, _ = os.Stat(d.cfg.PolicyFile)
+	pol, err := policy.ParseFile(d.cfg.PolicyFile)
+	if err != nil {
+		d.metrics.reloads.WithLabelValues("refused").Inc()
+		d.log.Error("reload refused; keeping the running policy", "err", err)
+		return err
+	}
+	d.rec.SetPolicy(pol)
+	d.metrics.reloads.WithLabelValues("ok").Inc()
+	d.log.Info("policy reloaded", "file", d.cfg.PolicyFile, "rules", len(pol.Rules))
+	return nil
+}
+
+func (d *Daemon) policyChanged() bool {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	st, err := os.Stat(d.cfg.PolicyFile)
+	if err != nil {
+		return false
+	}
+	old := d.polStat
+	if old != nil && st.ModTime().Equal(old.ModTime()) && st.Size() == old.Size() {
+		return false
+	}
+	d.polStat = st
+	return true
+}
+
+// Run serves until ctx is done, then restores every group it changed
+// (unless LeaveSettings) and releases everything.
+func (d *Daemon) Run(ctx context.Context) error {
+	defer d.close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	goRun := func(f func()) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	goRun(func() {
+		if err := d.api.Serve(d.sock); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("socket API: %w", err)
+		}
+	})
+	if d.mserver != nil {
+		goRun(func() {
+			if err := d.mserver.Serve(d.mlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("metrics: %w", err)
+			}
+		})
+	}
+	// What exists already: adopt it (classed at once).
+	d.scan(ctx)
+	if d.events != nil {
+		goRun(func() {
+			err := d.events.Run(ctx, d.rec.Handle)
+			if ctx.Err() == nil {
+				d.log.Error("event source stopped; falling back to scanning", "err", err)
+				d.modeV.Store("scan")
+				d.metrics.setMode("scan")
+				d.scanLoop(ctx, d.cfg.ScanInterval)
+			}
+		})
+		if d.cfg.ResyncInterval > 0 {
+			goRun(func() { d.scanLoop(ctx, d.cfg.ResyncInterval) })
+		}
+	} else {
+		goRun(func() { d.scanLoop(ctx, d.cfg.ScanInterval) })
+	}
+	goRun(func() { d.tickLoop(ctx) })
+	goRun(func() { d.housekeeping(ctx) })
+	d.log.Info("serving", "socket", d.cfg.Socket, "metrics", d.cfg.MetricsAddr, "mode", d.mode, "policy", d.cfg.PolicyFile)
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	cancel()
+	shut, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	d.api.Shutdown(shut)
+	if d.mserver != nil {
+		d.mserver.Shutdown(shut)
+	}
+	wg.Wait()
+	if d.cfg.LeaveSettings {
+		d.log.Info("leaving the groups' settings as they are (--leave-settings)")
+	} else {
+		rctx, rdone := context.WithTimeout(context.Background(), 20*time.Second)
+		n, rerr := d.rec.RestoreAll(rctx)
+		rdone()
+		d.log.Info("restored driver defaults", "groups", n, "err", rerr)
+	}
+	return err
+}
+
+func (d *Daemon) tickLoop(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := d.rec.Now()
+		next := d.rec.Tick(ctx, now)
+		wait := time.Hour
+		if next != 0 {
+			wait = max(next-d.rec.Now(), 0)
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-d.rec.Wake():
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// scan lists the processes with a GPU control file open, adopts their
+// groups and checks drift; processes gone from /proc are forgotten.
+func (d *Daemon) scan(ctx context.Context) {
+	pids, err := d.lister.Processes()
+	if err != nil {
+		d.log.Warn("scan", "err", err)
+		return
+	}
+	live := map[int]bool{}
+	for _, pid := range pids {
+		live[pid] = true
+		if pid == os.Getpid() {
+			continue
+		}
+		states, err := d.ctl.Groups(ctx, pid)
+		if err != nil {
+			if !isGone(err) {
+				d.log.Debug("scan: cannot read groups", "pid", pid, "err", err)
+			}
+			continue
+		}
+		ids := make([]GroupID, 0, len(states))
+		for _, s := range states {
+			ids = append(ids, s.ID)
+		}
+		if len(ids) > 0 {
+			d.rec.Adopt(pid, ids)
+			d.rec.CheckDrift(states, pid)
+		}
+	}
+	for _, pid := range d.rec.Known() {
+		if !live[pid] {
+			if _, _, err := d.inspect.Process(pid); err != nil {
+				d.rec.Forget(pid)
+			}
+		}
+	}
+}
+
+func (d *Daemon) scanLoop(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			d.scan(ctx)
+		}
+	}
+}
+
+// housekeeping reloads on SIGHUP and on a change of the policy file, and
+// drops pushed statistics of processes that exited.
+func (d *Daemon) housekeeping(ctx context.Context) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	poll := d.cfg.PolicyPoll
+	if poll < 0 {
+		poll = time.Hour
+	}
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			d.log.Info("SIGHUP: reloading")
+			d.Reload()
+		case <-t.C:
+			if d.cfg.PolicyPoll > 0 && d.policyChanged() {
+				d.log.Info("policy file changed: reloading", "file", d.cfg.PolicyFile)
+				d.Reload()
+			}
+			for _, pid := range d.metrics.Pushers() {
+				if _, _, err := d.inspect.Process(pid); err != nil {
+					d.metrics.forget(pid)
+				}
+			}
+		}
+	}
+}
+
+func (d *Daemon) close() {
+	if d.sock != nil {
+		d.sock.Close()
+		os.Remove(d.cfg.Socket)
+	}
+	if d.mlis != nil {
+		d.mlis.Close()
+	}
+	if c, ok := d.events.(interface{ Close() error }); ok {
+		c.Close()
+	}
+	if d.lock != nil {
+		d.lock.Close() // releases the flock
+	}
+}

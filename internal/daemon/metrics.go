@@ -1,0 +1,155 @@
+package daemon
+
+import (
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics are gpreemptd's Prometheus metrics, on a registry of their own
+// (nothing global, so tests make as many as they like).
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	applies       *prometheus.CounterVec
+	failures      *prometheus.CounterVec
+	drift         *prometheus.CounterVec
+	classed       prometheus.Histogram
+	control       *prometheus.HistogramVec
+	requests      *prometheus.CounterVec
+	reloads       *prometheus.CounterVec
+	hintLatency   *prometheus.GaugeVec
+	hintHold      *prometheus.GaugeVec
+	hintExpired   *prometheus.GaugeVec
+	hintRequests  *prometheus.GaugeVec
+	groupsByClass func() map[[2]string]int
+	mode          *prometheus.GaugeVec
+
+	mu     sync.Mutex
+	pushed map[int]bool
+}
+
+// SetGroups sets what reports the live groups at scrape time.
+func (m *Metrics) SetGroups(f func() map[[2]string]int) { m.groupsByClass = f }
+
+// latencyBuckets span a debounce (tens of ms) to a stuck second.
+var latencyBuckets = []float64{.005, .01, .02, .03, .04, .05, .075, .1, .15, .2, .3, .5, 1, 2}
+
+// NewMetrics registers the metrics; groups reports the live groups per
+// (class, gpu) at scrape time.
+func NewMetrics(groups func() map[[2]string]int) *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		applies: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_applies_total",
+			Help: "Groups given their class's settings (and read back), by class."}, []string{"class"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_apply_failures_total",
+			Help: "Failed applies, by reason (control, readback, gone)."}, []string{"reason"}),
+		drift: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_drift_total",
+			Help: "Changes by others to classed groups: reapplied, or deferred by the per-group rate limit."}, []string{"outcome"}),
+		classed: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpreemptd_classed_latency_seconds",
+			Help: "Time from a context's last setup call to its groups classed.", Buckets: latencyBuckets}),
+		control: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gpreemptd_control_seconds",
+			Help: "Time of one attach-apply-read-back operation on a process.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)}, []string{"op"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_socket_requests_total",
+			Help: "Socket API requests by endpoint and status code."}, []string{"endpoint", "code"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_reloads_total",
+			Help: "Policy reloads by outcome."}, []string{"outcome"}),
+		hintLatency: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_hint_request_latency_seconds",
+			Help: "LC request latency pushed by the process's hint engine."}, []string{"pid", "comm", "quantile"}),
+		hintHold: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_hint_spinner_hold_seconds",
+			Help: "Spinner hold time pushed by the process's hint engine."}, []string{"pid", "comm", "quantile"}),
+		hintExpired: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_hint_expired_holds",
+			Help: "Spinner holds that expired before the LC work came, as pushed."}, []string{"pid", "comm"}),
+		hintRequests: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_hint_requests",
+			Help: "LC requests the process's hint engine saw, as pushed."}, []string{"pid", "comm"}),
+		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_mode",
+			Help: "1 for the event source in use: bpf or scan."}, []string{"mode"}),
+		groupsByClass: groups,
+	}
+	m.Registry.MustRegister(m.applies, m.failures, m.drift, m.classed, m.control, m.requests, m.reloads,
+		m.hintLatency, m.hintHold, m.hintExpired, m.hintRequests, m.mode, groupsCollector{m},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+var groupsDesc = prometheus.NewDesc("gpreemptd_groups", "Live channel groups by class and GPU.", []string{"class", "gpu"}, nil)
+
+type groupsCollector struct{ m *Metrics }
+
+func (c groupsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- groupsDesc }
+
+func (c groupsCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.m.groupsByClass == nil {
+		return
+	}
+	for k, n := range c.m.groupsByClass() {
+		ch <- prometheus.MustNewConstMetric(groupsDesc, prometheus.GaugeValue, float64(n), k[0], k[1])
+	}
+}
+
+// HintStats is what an LC process's hint engine pushes (POST /v1/stats).
+type HintStats struct {
+	PID int `json:"pid"`
+	// Requests is the number of LC requests since the process started.
+	Requests uint64 `json:"requests"`
+	// RequestLatencyUs and SpinnerHoldUs: quantiles ("p50", "p99",
+	// "max") in microseconds.
+	RequestLatencyUs map[string]float64 `json:"request_latency_us,omitempty"`
+	SpinnerHoldUs    map[string]float64 `json:"spinner_hold_us,omitempty"`
+	ExpiredHolds     uint64             `json:"expired_holds"`
+}
+
+// quantileNames bounds the label values a pusher can create.
+var quantileNames = map[string]bool{"p50": true, "p90": true, "p99": true, "p999": true, "max": true, "mean": true}
+
+func (m *Metrics) pushStats(s HintStats, comm string) {
+	m.mu.Lock()
+	if m.pushed == nil {
+		m.pushed = map[int]bool{}
+	}
+	m.pushed[s.PID] = true
+	m.mu.Unlock()
+	pid := strconv.Itoa(s.PID)
+	for q, v := range s.RequestLatencyUs {
+		if quantileNames[q] {
+			m.hintLatency.WithLabelValues(pid, comm, q).Set(v / 1e6)
+		}
+	}
+	for q, v := range s.SpinnerHoldUs {
+		if quantileNames[q] {
+			m.hintHold.WithLabelValues(pid, comm, q).Set(v / 1e6)
+		}
+	}
+	m.hintExpired.WithLabelValues(pid, comm).Set(float64(s.ExpiredHolds))
+	m.hintRequests.WithLabelValues(pid, comm).Set(float64(s.Requests))
+}
+
+// forget drops a process's pushed series when it exits.
+func (m *Metrics) forget(pid int) {
+	m.mu.Lock()
+	delete(m.pushed, pid)
+	m.mu.Unlock()
+	l := prometheus.Labels{"pid": strconv.Itoa(pid)}
+	m.hintLatency.DeletePartialMatch(l)
+	m.hintHold.DeletePartialMatch(l)
+	m.hintExpired.DeletePartialMatch(l)
+	m.hintRequests.DeletePartialMatch(l)
+}
+
+// Pushers lists the pids with pushed series (to drop those that exited).
+func (m *Metrics) Pushers() []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []int
+	for pid := range m.pushed {
+		out = append(out, pid)
+	}
+	return out
+}
+
+func (m *Metrics) setMode(mode string) {
+	m.mode.Reset()
+	m.mode.WithLabelValues(mode).Set(1)
+}

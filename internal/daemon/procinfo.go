@@ -1,0 +1,259 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpreempt/gpreempt/internal/gpu"
+	"github.com/gpreempt/gpreempt/internal/policy"
+)
+
+// ProcInspector reads processes from procfs.
+type ProcInspector struct {
+	// Root is the procfs mount ("/proc" unless set).
+	Root string
+	// GPU, when set, maps pids to GPUs through NVML's process lists;
+	// otherwise (and for a process NVML does not list yet) the
+	// /dev/nvidiaN files the process holds name its GPUs.
+	GPU gpu.Info
+
+	mu       sync.Mutex
+	users    map[uint32]string
+	nvml     map[int][]policy.GPU
+	nvmlAt   time.Time
+	uuidByIx map[int]string
+}
+
+// maxEnviron bounds how much of a process's environment is read.
+const (
+	maxEnviron = 256 << 10
+	maxCmdline = 64 << 10
+)
+
+func (pi *ProcInspector) root() string {
+	if pi.Root == "" {
+		return "/proc"
+	}
+	return pi.Root
+}
+
+func (pi *ProcInspector) path(pid int, name string) string {
+	return filepath.Join(pi.root(), strconv.Itoa(pid), name)
+}
+
+// Process implements Inspector.
+func (pi *ProcInspector) Process(pid int) (policy.Process, uint64, error) {
+	stat, err := os.ReadFile(pi.path(pid, "stat"))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+			return policy.Process{}, 0, fmt.Errorf("pid %d: %w", pid, ErrGone)
+		}
+		return policy.Process{}, 0, err
+	}
+	start, err := StartTime(stat)
+	if err != nil {
+		return policy.Process{}, 0, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	p := policy.Process{PID: pid}
+	if b, err := os.ReadFile(pi.path(pid, "comm")); err == nil {
+		p.Comm = strings.TrimSpace(string(b))
+	}
+	p.Exe, _ = os.Readlink(pi.path(pid, "exe"))
+	if f, err := os.Open(pi.path(pid, "cmdline")); err == nil {
+		b, _ := io.ReadAll(io.LimitReader(f, maxCmdline))
+		f.Close()
+		p.Cmdline = strings.Join(strings.FieldsFunc(string(b), func(r rune) bool { return r == 0 }), " ")
+	}
+	if b, err := os.ReadFile(pi.path(pid, "status")); err == nil {
+		p.UID, _, _ = StatusIDs(b)
+	}
+	p.User = pi.userName(p.UID)
+	if b, err := os.ReadFile(pi.path(pid, "cgroup")); err == nil {
+		p.Cgroup = CgroupPath(b)
+	}
+	if f, err := os.Open(pi.path(pid, "environ")); err == nil {
+		b, _ := io.ReadAll(io.LimitReader(f, maxEnviron))
+		f.Close()
+		p.Env = Environ(b)
+	}
+	p.GPUs = pi.gpus(pid)
+	return p, start, nil
+}
+
+func (pi *ProcInspector) userName(uid uint32) string {
+	pi.mu.Lock()
+	defer pi.mu.Unlock()
+	if n, ok := pi.users[uid]; ok {
+		return n
+	}
+	if pi.users == nil {
+		pi.users = map[uint32]string{}
+	}
+	n := ""
+	if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
+		n = u.Username
+	}
+	pi.users[uid] = n
+	return n
+}
+
+// StartTime is field 22 of /proc/PID/stat (after the parenthesised comm,
+// which may itself hold spaces and parentheses).
+func StartTime(stat []byte) (uint64, error) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, errors.New("stat: no comm")
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	// After comm: state is field 3, starttime field 22 -> index 19.
+	if len(f) < 20 {
+		return 0, errors.New("stat: too few fields")
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// StatusIDs reads the effective uid and the supplementary groups (with
+// the effective gid) from /proc/PID/status.
+func StatusIDs(status []byte) (euid uint32, gids []uint32, err error) {
+	found := false
+	for _, line := range strings.Split(string(status), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		switch k {
+		case "Uid":
+			if len(f) >= 2 {
+				u, err := strconv.ParseUint(f[1], 10, 32)
+				if err == nil {
+					euid, found = uint32(u), true
+				}
+			}
+		case "Gid":
+			if len(f) >= 2 {
+				if g, err := strconv.ParseUint(f[1], 10, 32); err == nil {
+					gids = append(gids, uint32(g))
+				}
+			}
+		case "Groups":
+			for _, s := range f {
+				if g, err := strconv.ParseUint(s, 10, 32); err == nil {
+					gids = append(gids, uint32(g))
+				}
+			}
+		}
+	}
+	if !found {
+		return 0, gids, errors.New("status: no Uid line")
+	}
+	return euid, gids, nil
+}
+
+// CgroupPath is the cgroup v2 path from /proc/PID/cgroup ("0::/path"),
+// else the first hierarchy's.
+func CgroupPath(b []byte) string {
+	first := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			return parts[2]
+		}
+		if first == "" {
+			first = parts[2]
+		}
+	}
+	return first
+}
+
+// Environ splits /proc/PID/environ.
+func Environ(b []byte) map[string]string {
+	env := map[string]string{}
+	for _, kv := range bytes.Split(b, []byte{0}) {
+		k, v, ok := strings.Cut(string(kv), "=")
+		if ok && k != "" {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+// gpus: NVML's process lists (refreshed at most every 500 ms), else the
+// /dev/nvidiaN files held.
+func (pi *ProcInspector) gpus(pid int) []policy.GPU {
+	if pi.GPU != nil {
+		pi.mu.Lock()
+		if time.Since(pi.nvmlAt) > 500*time.Millisecond {
+			pi.refreshNVML()
+		}
+		gs := pi.nvml[pid]
+		uuid := pi.uuidByIx
+		pi.mu.Unlock()
+		if len(gs) > 0 {
+			return gs
+		}
+		return pi.fdGPUs(pid, uuid)
+	}
+	return pi.fdGPUs(pid, nil)
+}
+
+func (pi *ProcInspector) refreshNVML() {
+	pi.nvmlAt = time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	devs, err := pi.GPU.Devices(ctx)
+	if err != nil {
+		return
+	}
+	pi.nvml, pi.uuidByIx = map[int][]policy.GPU{}, map[int]string{}
+	for _, d := range devs {
+		pi.uuidByIx[d.Index] = d.UUID
+		for _, p := range d.Processes {
+			pi.nvml[p.PID] = append(pi.nvml[p.PID], policy.GPU{Index: d.Index, UUID: d.UUID})
+		}
+	}
+}
+
+// fdGPUs lists the /dev/nvidiaN (char 195:N, N < 255) files pid holds;
+// the minor number stands for the index.
+func (pi *ProcInspector) fdGPUs(pid int, uuids map[int]string) []policy.GPU {
+	dir := pi.path(pid, "fd")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	seen := map[int]bool{}
+	var out []policy.GPU
+	for _, e := range ents {
+		var st unix.Stat_t
+		if unix.Stat(filepath.Join(dir, e.Name()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
+			continue
+		}
+		if unix.Major(uint64(st.Rdev)) != 195 {
+			continue
+		}
+		minor := int(unix.Minor(uint64(st.Rdev)))
+		if minor >= 255 || seen[minor] {
+			continue
+		}
+		seen[minor] = true
+		out = append(out, policy.GPU{Index: minor, UUID: uuids[minor]})
+	}
+	return out
+}

@@ -1,0 +1,754 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/tsg"
+)
+
+// Inspector reads what the policy matches on from the OS.
+type Inspector interface {
+	// Process reads pid's identity and attributes. Start is the
+	// process's start time (it tells a reused pid from the first).
+	// ErrGone (or ioctl.ErrNoSuchProcess) if pid does not exist.
+	Process(pid int) (p policy.Process, start uint64, err error)
+}
+
+// Options tune the reconciler.
+type Options struct {
+	// Debounce: a context is classed this long after its last setup
+	// event (libcuda's own SET_TIMESLICE comes right after channel
+	// setup; classing before it would be overwritten). Default 20 ms.
+	Debounce time.Duration
+	// MaxWait bounds the wait from a context's first event. Default 500 ms.
+	MaxWait time.Duration
+	// DriftBurst and DriftRefill are the per-group token bucket for
+	// re-applying drift: each SET is a 150-330 us GSP RPC, and a process
+	// that fights the daemon must not turn it into a storm. Defaults 4
+	// and 1 s per token.
+	DriftBurst  int
+	DriftRefill time.Duration
+	// OpTimeout bounds one attach-apply-read-back operation. Default 5 s.
+	OpTimeout time.Duration
+	// SelfPID is this daemon's pid: its own controls are not drift.
+	SelfPID int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Debounce <= 0 {
+		o.Debounce = 20 * time.Millisecond
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = 500 * time.Millisecond
+	}
+	if o.MaxWait < o.Debounce {
+		o.MaxWait = o.Debounce
+	}
+	if o.DriftBurst <= 0 {
+		o.DriftBurst = 4
+	}
+	if o.DriftRefill <= 0 {
+		o.DriftRefill = time.Second
+	}
+	if o.OpTimeout <= 0 {
+		o.OpTimeout = 5 * time.Second
+	}
+	return o
+}
+
+// Reconciler holds every process's desired and applied state. Its methods
+// are safe for concurrent use; the controls themselves run under its lock
+// (one process at a time: they are GSP RPCs that serialise in firmware
+// anyway).
+type Reconciler struct {
+	mu      sync.Mutex
+	opts    Options
+	ctl     Controller
+	inspect Inspector
+	log     *slog.Logger
+	metrics *Metrics
+	pol     *policy.Policy
+	procs   map[int]*proc
+	// wake is signalled when a deadline may have moved earlier.
+	wake chan struct{}
+	// Now is the monotonic clock (tests set it).
+	Now func() time.Duration
+}
+
+type proc struct {
+	pid      int
+	start    uint64
+	info     policy.Process
+	decision policy.Decision
+	// override is a class the process asked for over the socket.
+	override *class.Spec
+	groups   map[GroupID]*group
+	// pending: classing is due at deadline.
+	pending      bool
+	firstPending time.Duration
+	lastSetup    time.Duration
+	deadline     time.Duration
+	// measure: the pending classing follows a context's setup (observe
+	// its latency), not a reload or request.
+	measure bool
+	// driftAt is when the next rate-limited drift re-apply is due (0:
+	// none).
+	driftAt time.Duration
+	// failures counts classings that failed in a row (retried with
+	// backoff, up to maxRetries, then left until the next event).
+	failures int
+}
+
+// maxRetries bounds the retries of a failed classing; the first is 50 ms
+// later, each next one twice as late.
+const maxRetries = 5
+
+type group struct {
+	state GroupState
+	// original is the group as first read, before any change of ours.
+	original *GroupState
+	// applied is what we set (nil: not changed by us).
+	applied *tsg.Settings
+	classed bool
+	drifted bool
+	tokens  float64
+	refill  time.Duration
+}
+
+// NewReconciler returns a reconciler with policy pol.
+func NewReconciler(pol *policy.Policy, ctl Controller, inspect Inspector, m *Metrics, opts Options, log *slog.Logger) *Reconciler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Reconciler{
+		opts: opts.withDefaults(), ctl: ctl, inspect: inspect, log: log, metrics: m, pol: pol,
+		procs: map[int]*proc{}, wake: make(chan struct{}, 1), Now: monotonic,
+	}
+}
+
+// Wake is signalled when Tick should be called earlier than it said.
+func (r *Reconciler) Wake() <-chan struct{} { return r.wake }
+
+func (r *Reconciler) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Reconciler) ensure(pid int) *proc {
+	p := r.procs[pid]
+	if p == nil {
+		p = &proc{pid: pid, groups: map[GroupID]*group{}}
+		r.procs[pid] = p
+	}
+	return p
+}
+
+func (r *Reconciler) ensureGroup(p *proc, id GroupID) *group {
+	g := p.groups[id]
+	if g == nil {
+		g = &group{state: GroupState{ID: id, Engine: tsg.EngineUnknown, Interleave: tsg.LevelUnknown}, tokens: float64(r.opts.DriftBurst)}
+		p.groups[id] = g
+	}
+	return g
+}
+
+// setupSeen pushes p's classing to Debounce after now, within MaxWait of
+// its first pending event.
+func (r *Reconciler) setupSeen(p *proc, now time.Duration, measure bool) {
+	if !p.pending {
+		p.pending, p.firstPending = true, now
+	}
+	p.measure = p.measure || measure
+	p.lastSetup = now
+	p.deadline = min(now+r.opts.Debounce, p.firstPending+r.opts.MaxWait)
+	r.poke()
+}
+
+// Handle folds one event in. It makes no control call; Tick does.
+func (r *Reconciler) Handle(ev Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ev.By != 0 && ev.By == r.opts.SelfPID {
+		return
+	}
+	switch ev.Kind {
+	case GroupCreated:
+		p := r.ensure(ev.PID)
+		r.ensureGroup(p, ev.Group)
+		r.setupSeen(p, ev.At, true)
+	case GroupSetup:
+		p := r.ensure(ev.PID)
+		g := r.ensureGroup(p, ev.Group)
+		if !g.classed || p.pending {
+			r.setupSeen(p, ev.At, true)
+		}
+	case GroupSet:
+		p := r.ensure(ev.PID)
+		g := r.ensureGroup(p, ev.Group)
+		if !g.classed || p.pending {
+			// libcuda's own SET after channel setup, or one before we
+			// classed: part of setup.
+			r.setupSeen(p, ev.At, true)
+			return
+		}
+		if g.applied == nil {
+			return // exempt, or nothing of ours to hold
+		}
+		if ev.TimesliceUs != 0 && g.applied.Timeslice != nil && ev.TimesliceUs == uint64(*g.applied.Timeslice/time.Microsecond) {
+			return // set to what we hold: no drift
+		}
+		g.drifted = true
+		r.scheduleDrift(p, g, ev.At)
+	case GroupFreed:
+		if p := r.procs[ev.PID]; p != nil {
+			delete(p.groups, ev.Group)
+			if len(p.groups) == 0 && p.override == nil {
+				delete(r.procs, ev.PID)
+			}
+		}
+	case ProcessExited:
+		r.drop(ev.PID)
+	}
+}
+
+func (r *Reconciler) drop(pid int) {
+	delete(r.procs, pid)
+	if r.metrics != nil {
+		r.metrics.forget(pid)
+	}
+}
+
+// scheduleDrift sets when g's drift is re-applied: now if g has a token,
+// else when one refills.
+func (r *Reconciler) scheduleDrift(p *proc, g *group, now time.Duration) {
+	r.refill(g, now)
+	at := now
+	if !hasToken(g) {
+		at = g.refill + time.Duration((1-g.tokens)*float64(r.opts.DriftRefill))
+		r.metrics.drift.WithLabelValues("deferred").Inc()
+	}
+	if p.driftAt == 0 || at < p.driftAt {
+		p.driftAt = at
+	}
+	r.poke()
+}
+
+func (r *Reconciler) refill(g *group, now time.Duration) {
+	if g.refill == 0 {
+		g.refill = now
+	}
+	if now > g.refill {
+		g.tokens = min(float64(r.opts.DriftBurst), g.tokens+float64(now-g.refill)/float64(r.opts.DriftRefill))
+		g.refill = now
+	}
+}
+
+// Tick does the classing and re-applying that is due at now, and returns
+// when it should be called next (0: nothing scheduled).
+func (r *Reconciler) Tick(ctx context.Context, now time.Duration) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, pid := range slices.Sorted(maps.Keys(r.procs)) {
+		p := r.procs[pid]
+		if p.pending && now >= p.deadline {
+			r.classify(ctx, p, now, false)
+		}
+		if p = r.procs[pid]; p != nil && p.driftAt != 0 && now >= p.driftAt {
+			r.reapplyDrift(ctx, p, now)
+		}
+	}
+	var next time.Duration
+	for _, p := range r.procs {
+		for _, t := range []time.Duration{p.deadline * b2d(p.pending), p.driftAt} {
+			if t != 0 && (next == 0 || t < next) {
+				next = t
+			}
+		}
+	}
+	return next
+}
+
+// hasToken tolerates the rounding of a refill computed to land on a whole
+// token.
+func hasToken(g *group) bool { return g.tokens > 1-1e-6 }
+
+func b2d(b bool) time.Duration {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// decide is p's decision under the policy: its request if it made one,
+// else the first matching rule.
+func (r *Reconciler) decide(p *proc) policy.Decision {
+	if p.override != nil {
+		return policy.Decision{Spec: *p.override, Rule: "request"}
+	}
+	return r.pol.Decide(p.info)
+}
+
+// refresh re-reads p's attributes; false if it is gone (or its pid was
+// reused, in which case the old state is dropped and a new one made).
+func (r *Reconciler) refresh(p *proc) bool {
+	info, start, err := r.inspect.Process(p.pid)
+	if err != nil {
+		r.log.Debug("process gone before classing", "pid", p.pid, "err", err)
+		r.drop(p.pid)
+		return false
+	}
+	if p.start != 0 && start != p.start {
+		r.log.Debug("pid reused", "pid", p.pid)
+		p.override = nil
+		for _, g := range p.groups {
+			*g = group{state: g.state, tokens: float64(r.opts.DriftBurst)}
+		}
+	}
+	p.start, p.info = start, info
+	return true
+}
+
+// classify decides p's class and applies it to every group that does not
+// hold it yet.
+func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, force bool) {
+	measure, lastSetup := p.measure, p.lastSetup
+	p.pending, p.measure = false, false
+	if !r.refresh(p) {
+		return
+	}
+	d := r.decide(p)
+	p.decision = d
+	var want tsg.Settings
+	if !d.Exempt {
+		s, err := r.pol.Classes.Settings(d.Spec.Name, d.Spec.Weight)
+		if err != nil { // the policy checked this; a request was checked too
+			r.log.Error("no settings for class", "pid", p.pid, "class", d.Spec, "err", err)
+			return
+		}
+		want = s
+	}
+	if d.Exempt {
+		held := false
+		for _, g := range p.groups {
+			held = held || g.applied != nil
+		}
+		if !held {
+			// Nothing of ours to undo: no need to attach at all.
+			for _, g := range p.groups {
+				g.classed = true
+			}
+			r.log.Debug("left alone", "pid", p.pid, "comm", p.info.Comm, "rule", d.Rule)
+			return
+		}
+	}
+	pick := func(gs GroupState) (tsg.Settings, bool) {
+		g := r.ensureGroup(p, gs.ID)
+		if g.original == nil {
+			o := gs
+			g.original = &o
+		}
+		if d.Exempt {
+			if g.applied == nil {
+				return tsg.Settings{}, false
+			}
+			return restoreSettings(*g.original), true
+		}
+		if !force && g.applied != nil && sameSettings(*g.applied, want) && gs.TimesliceUs == uint64(*want.Timeslice/time.Microsecond) {
+			return tsg.Settings{}, false // holds it already
+		}
+		return want, true
+	}
+	states, err := r.apply(ctx, p, "classify", pick)
+	if err != nil {
+		if r.procs[p.pid] == p && !isGone(err) && p.failures < maxRetries {
+			// Caught mid-setup, or RM busy: try again, a bounded number
+			// of times.
+			p.failures++
+			p.pending, p.measure, p.lastSetup = true, measure, lastSetup
+			p.firstPending = now
+			p.deadline = now + (50*time.Millisecond)<<(p.failures-1)
+			r.poke()
+		}
+		return
+	}
+	p.failures = 0
+	n := 0
+	for _, gs := range states {
+		g := p.groups[gs.ID]
+		g.classed = true
+		g.drifted = false
+		if d.Exempt {
+			g.applied = nil
+			continue
+		}
+		s := want
+		g.applied = &s
+		n++
+	}
+	if d.Exempt {
+		r.log.Debug("left alone", "pid", p.pid, "comm", p.info.Comm, "rule", d.Rule)
+		return
+	}
+	// Time to classed: from the last setup event to the end of the
+	// apply, on the events' clock (CLOCK_MONOTONIC).
+	took := max(r.Now(), now) - lastSetup
+	if measure && n > 0 {
+		r.metrics.classed.Observe(took.Seconds())
+	}
+	r.log.Info("classed", "pid", p.pid, "comm", p.info.Comm, "class", d.Spec.String(), "rule", d.Rule, "groups", n,
+		"after_setup", took.Round(time.Microsecond), "new_context", measure)
+}
+
+// apply runs one attach-apply-read-back operation on p and syncs p's
+// groups with what was read back. Errors are logged and counted here; a
+// target that went away is one debug line and its state is dropped.
+func (r *Reconciler) apply(ctx context.Context, p *proc, op string, pick func(GroupState) (tsg.Settings, bool)) ([]GroupState, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.opts.OpTimeout)
+	defer cancel()
+	var changed []GroupID
+	var wantTS = map[GroupID]uint64{}
+	t0 := time.Now()
+	states, err := r.ctl.Apply(ctx, p.pid, func(gs GroupState) (tsg.Settings, bool) {
+		s, ok := pick(gs)
+		if ok {
+			changed = append(changed, gs.ID)
+			if s.Timeslice != nil {
+				wantTS[gs.ID] = uint64(*s.Timeslice / time.Microsecond)
+			}
+		}
+		return s, ok
+	})
+	r.metrics.control.WithLabelValues(op).Observe(time.Since(t0).Seconds())
+	if err != nil {
+		if isGone(err) {
+			r.metrics.failures.WithLabelValues("gone").Inc()
+			r.log.Debug("target went away mid-apply", "pid", p.pid, "op", op, "err", err)
+			r.drop(p.pid)
+			return nil, err
+		}
+		r.metrics.failures.WithLabelValues("control").Inc()
+		r.log.Warn("apply failed", "pid", p.pid, "comm", p.info.Comm, "op", op, "err", err)
+		return nil, err
+	}
+	// Sync: the read-back is the truth about which groups exist.
+	seen := map[GroupID]bool{}
+	for _, gs := range states {
+		seen[gs.ID] = true
+		g := r.ensureGroup(p, gs.ID)
+		gs.GPU = gpuLabel(p.info.GPUs)
+		g.state = gs
+	}
+	for id := range p.groups {
+		if !seen[id] {
+			delete(p.groups, id)
+		}
+	}
+	var bad []string
+	for _, id := range changed {
+		g := p.groups[id]
+		if g == nil {
+			continue
+		}
+		if want, ok := wantTS[id]; ok && g.state.TimesliceUs != want {
+			bad = append(bad, fmt.Sprintf("%v reads %dus, want %dus", id, g.state.TimesliceUs, want))
+		}
+	}
+	if len(bad) > 0 {
+		r.metrics.failures.WithLabelValues("readback").Inc()
+		err := fmt.Errorf("pid %d: read back: %s", p.pid, strings.Join(bad, "; "))
+		r.log.Warn("apply did not hold", "pid", p.pid, "err", err)
+		return nil, err
+	}
+	if len(changed) > 0 {
+		d := r.decide(p)
+		name := "restore"
+		if !d.Exempt {
+			name = string(d.Spec.Name)
+		}
+		r.metrics.applies.WithLabelValues(name).Add(float64(len(changed)))
+	}
+	return states, nil
+}
+
+func gpuLabel(gs []policy.GPU) string {
+	var s []string
+	for _, g := range gs {
+		s = append(s, strconv.Itoa(g.Index))
+	}
+	return strings.Join(s, ",")
+}
+
+func sameSettings(a, b tsg.Settings) bool {
+	eqT := (a.Timeslice == nil) == (b.Timeslice == nil) && (a.Timeslice == nil || *a.Timeslice == *b.Timeslice)
+	eqL := (a.Interleave == nil) == (b.Interleave == nil) && (a.Interleave == nil || *a.Interleave == *b.Interleave)
+	return eqT && eqL
+}
+
+// restoreSettings puts a group back as it was before us, or at the
+// driver's defaults where that was not read.
+func restoreSettings(orig GroupState) tsg.Settings {
+	ts := time.Duration(orig.TimesliceUs) * time.Microsecond
+	if ts == 0 {
+		ts = policy.DefaultTimeslice(orig.Engine == tsg.EngineCompute)
+	}
+	// libcuda gives the compute group 2048 us after setup; a group read
+	// before that reads RM's 1024 us and is restored to what libcuda
+	// would have left.
+	if orig.Engine == tsg.EngineCompute && orig.TimesliceUs == 1024 {
+		ts = policy.DefaultTimeslice(true)
+	}
+	l := orig.Interleave
+	if l > tsg.LevelHigh {
+		l = tsg.DefaultLevel
+	}
+	return tsg.Settings{Timeslice: &ts, Interleave: &l}
+}
+
+func (r *Reconciler) reapplyDrift(ctx context.Context, p *proc, now time.Duration) {
+	p.driftAt = 0
+	var due []*group
+	for _, g := range p.groups {
+		if !g.drifted || g.applied == nil {
+			continue
+		}
+		r.refill(g, now)
+		if !hasToken(g) {
+			at := g.refill + time.Duration((1-g.tokens)*float64(r.opts.DriftRefill))
+			if p.driftAt == 0 || at < p.driftAt {
+				p.driftAt = at
+			}
+			continue
+		}
+		due = append(due, g)
+	}
+	if len(due) == 0 {
+		return
+	}
+	pick := func(gs GroupState) (tsg.Settings, bool) {
+		g := p.groups[gs.ID]
+		if g == nil || !g.drifted || g.applied == nil || !hasToken(g) {
+			return tsg.Settings{}, false
+		}
+		return *g.applied, true
+	}
+	if _, err := r.apply(ctx, p, "drift", pick); err != nil {
+		return
+	}
+	for _, g := range due {
+		g.tokens = max(0, g.tokens-1)
+		g.drifted = false
+		r.metrics.drift.WithLabelValues("reapplied").Inc()
+	}
+	r.log.Info("drift re-applied", "pid", p.pid, "comm", p.info.Comm, "groups", len(due))
+}
+
+// ErrForbidden marks a request the policy does not allow.
+var ErrForbidden = errors.New("forbidden")
+
+// Request puts pid in spec at its own request (the caller checked that it
+// is pid asking and that the class is within its limit), classing it now
+// if it has groups. It returns the groups changed.
+func (r *Reconciler) Request(ctx context.Context, pid int, spec class.Spec) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, err := r.pol.Classes.Settings(spec.Name, spec.Weight); err != nil {
+		return 0, err
+	}
+	p := r.ensure(pid)
+	if !r.refresh(p) {
+		return 0, fmt.Errorf("pid %d: %w", pid, ErrGone)
+	}
+	p.override = &spec
+	if len(p.groups) == 0 {
+		// Its groups may exist from before tracing; look.
+		if states, err := r.ctl.Groups(ctx, pid); err == nil {
+			for _, gs := range states {
+				r.ensureGroup(p, gs.ID).state = gs
+			}
+		}
+	}
+	if len(p.groups) == 0 {
+		return 0, nil // classed when its context appears
+	}
+	r.classify(ctx, p, r.Now(), false)
+	n := 0
+	for _, g := range p.groups {
+		if g.applied != nil {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Adopt makes pid known with groups found outside the event stream (the
+// first scan, or the scan mode) and classes it at once when it has
+// groups nobody classed yet.
+func (r *Reconciler) Adopt(pid int, groups []GroupID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.ensure(pid)
+	fresh := false
+	for _, id := range groups {
+		if p.groups[id] == nil {
+			fresh = true
+		}
+		r.ensureGroup(p, id)
+	}
+	if fresh && !p.pending {
+		now := r.Now()
+		p.pending, p.firstPending, p.lastSetup, p.deadline = true, now, now, now
+		r.poke()
+	}
+}
+
+// Known lists the pids the reconciler holds state for.
+func (r *Reconciler) Known() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Sorted(maps.Keys(r.procs))
+}
+
+// Forget drops pid (the scan mode's exit).
+func (r *Reconciler) Forget(pid int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.drop(pid)
+}
+
+// CheckDrift compares pid's groups as read now with what was applied and
+// schedules a re-apply for those that differ (the scan mode's drift).
+func (r *Reconciler) CheckDrift(states []GroupState, pid int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.procs[pid]
+	if p == nil {
+		return
+	}
+	now := r.Now()
+	for _, gs := range states {
+		g := p.groups[gs.ID]
+		if g == nil || !g.classed || g.applied == nil || g.applied.Timeslice == nil {
+			continue
+		}
+		if gs.TimesliceUs != uint64(*g.applied.Timeslice/time.Microsecond) {
+			g.drifted = true
+			r.scheduleDrift(p, g, now)
+		}
+	}
+}
+
+// SetPolicy replaces the policy and re-classes every process under it.
+func (r *Reconciler) SetPolicy(pol *policy.Policy) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pol = pol
+	now := r.Now()
+	for _, p := range r.procs {
+		if len(p.groups) > 0 && !p.pending {
+			p.pending, p.firstPending, p.lastSetup, p.deadline = true, now, now, now
+		}
+	}
+	r.poke()
+}
+
+// Policy returns the policy in force.
+func (r *Reconciler) Policy() *policy.Policy {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pol
+}
+
+// RestoreAll puts every group this daemon changed back to what it was
+// (or the driver's defaults), for shutdown.
+func (r *Reconciler) RestoreAll(ctx context.Context) (restored int, errs error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var all []error
+	for _, pid := range slices.Sorted(maps.Keys(r.procs)) {
+		p := r.procs[pid]
+		pick := func(gs GroupState) (tsg.Settings, bool) {
+			g := p.groups[gs.ID]
+			if g == nil || g.applied == nil {
+				return tsg.Settings{}, false
+			}
+			o := gs
+			if g.original != nil {
+				o = *g.original
+			}
+			restored++
+			return restoreSettings(o), true
+		}
+		if _, err := r.apply(ctx, p, "restore", pick); err != nil && !isGone(err) {
+			all = append(all, fmt.Errorf("pid %d: %w", pid, err))
+		}
+	}
+	return restored, errors.Join(all...)
+}
+
+// ProcStatus is one process as the daemon holds it.
+type ProcStatus struct {
+	PID     int          `json:"pid"`
+	Comm    string       `json:"comm"`
+	UID     uint32       `json:"uid"`
+	Cgroup  string       `json:"cgroup,omitempty"`
+	GPUs    string       `json:"gpus,omitempty"`
+	Class   string       `json:"class"`
+	Rule    string       `json:"rule,omitempty"`
+	Pending bool         `json:"pending,omitempty"`
+	Groups  []GroupState `json:"groups"`
+}
+
+// Snapshot lists every process the daemon holds, by pid.
+func (r *Reconciler) Snapshot() []ProcStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := []ProcStatus{}
+	for _, pid := range slices.Sorted(maps.Keys(r.procs)) {
+		p := r.procs[pid]
+		ps := ProcStatus{PID: pid, Comm: p.info.Comm, UID: p.info.UID, Cgroup: p.info.Cgroup, GPUs: gpuLabel(p.info.GPUs),
+			Class: p.decision.String(), Rule: p.decision.Rule, Pending: p.pending, Groups: []GroupState{}}
+		if p.decision.Rule == "" {
+			ps.Class = ""
+		}
+		ids := slices.SortedFunc(maps.Keys(p.groups), func(a, b GroupID) int {
+			if a.Client != b.Client {
+				return int(int64(a.Client) - int64(b.Client))
+			}
+			return int(int64(a.Handle) - int64(b.Handle))
+		})
+		for _, id := range ids {
+			ps.Groups = append(ps.Groups, p.groups[id].state)
+		}
+		out = append(out, ps)
+	}
+	return out
+}
+
+// GroupsByClass counts live groups by (class, gpu), for the metrics.
+func (r *Reconciler) GroupsByClass() map[[2]string]int {
+	out := map[[2]string]int{}
+	for _, p := range r.Snapshot() {
+		c := p.Class
+		if c == "" {
+			c = "pending"
+		}
+		if i := strings.IndexByte(c, ':'); i >= 0 {
+			c = c[:i]
+		}
+		out[[2]string{c, p.GPUs}] += len(p.Groups)
+	}
+	return out
+}

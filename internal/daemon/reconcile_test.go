@@ -1,0 +1,412 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/rmfake"
+	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
+	"github.com/gpreempt/gpreempt/ioctl"
+	"github.com/gpreempt/gpreempt/tsg"
+)
+
+const allocTrace = "../../testdata/h100-580.159.04-alloc-sequence.txt"
+
+const testPolicy = `
+default: none
+rules:
+  - name: env
+    match: {env: {GPREEMPT_CLASS: "*"}}
+    class_from_env: GPREEMPT_CLASS
+  - name: trainer
+    match: {comm: "train*"}
+    class: be
+  - name: gpu1
+    match: {gpu: 1}
+    class: burstable
+requests:
+  default_max: be
+  limits:
+    - {match: {uid: 1000}, max: lc}
+`
+
+// fakeInspector answers from a table; a pid not in it is gone.
+type fakeInspector map[int]policy.Process
+
+func (f fakeInspector) Process(pid int) (policy.Process, uint64, error) {
+	p, ok := f[pid]
+	if !ok {
+		return policy.Process{}, 0, ErrGone
+	}
+	p.PID = pid
+	return p, 1, nil
+}
+
+func testLog(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
+
+// rig is a fake node: rmfake's driver, the reconciler over it, and the
+// events of each replayed context.
+type rig struct {
+	t      *testing.T
+	drv    *rmfake.Driver
+	allocs []rmfake.TraceAlloc
+	insp   fakeInspector
+	rec    *Reconciler
+	m      *Metrics
+	reg    *trace.Registry
+	clock  tracetest.Clock
+	now    time.Duration
+}
+
+func newRig(t *testing.T, policyText string) *rig {
+	t.Helper()
+	pol, err := policy.Parse([]byte(policyText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs, err := rmfake.ParseTraceFile(allocTrace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &rig{t: t, drv: rmfake.New(), allocs: allocs, insp: fakeInspector{}, reg: trace.NewRegistry()}
+	g.clock.Now = uint64(time.Second)
+	ctl := &TSGController{Source: tsg.NewAttachSource(g.drv.Host(), tsg.ScanOptions{}, nil)}
+	g.m = NewMetrics(nil)
+	g.rec = NewReconciler(pol, ctl, g.insp, g.m, Options{SelfPID: 1, Debounce: 30 * time.Millisecond, MaxWait: 200 * time.Millisecond}, testLog(t))
+	g.rec.Now = func() time.Duration { return g.now }
+	return g
+}
+
+// start replays one context of pid into the fake driver (its allocations
+// and libcuda's post-setup controls) and feeds the events the tracer
+// would have seen. It returns the events' last time.
+func (g *rig) start(pid int, info policy.Process, clientOffset uint32) time.Duration {
+	g.t.Helper()
+	g.insp[pid] = info
+	p := g.drv.NewProc(pid)
+	if _, err := g.drv.Replay(p, g.allocs); err != nil {
+		g.t.Fatal(err)
+	}
+	evs := tracetest.LibcudaContext(g.allocs, tracetest.Process{PID: uint32(pid), TID: uint32(pid), Comm: info.Comm, ClientOffset: clientOffset}, &g.clock)
+	for _, ev := range evs {
+		g.feed(ev)
+	}
+	return time.Duration(g.clock.Now)
+}
+
+func (g *rig) feed(ev trace.Event) {
+	for _, e := range Translate(g.reg, ev) {
+		g.rec.Handle(e)
+	}
+}
+
+func (g *rig) tick(at time.Duration) time.Duration {
+	g.now = at
+	return g.rec.Tick(context.Background(), at)
+}
+
+func (g *rig) groups(pid int) []rmfake.Group { return g.drv.Groups(pid, 8) }
+
+func (g *rig) wantAll(pid int, us uint64, level tsg.Level) {
+	g.t.Helper()
+	gs := g.groups(pid)
+	if len(gs) != 4 {
+		g.t.Fatalf("pid %d has %d groups, want 4", pid, len(gs))
+	}
+	for _, x := range gs {
+		if x.TimesliceUs != us || tsg.Level(x.Interleave) != level {
+			g.t.Errorf("pid %d group %v: %dus %v, want %dus %v", pid, x.Handle, x.TimesliceUs, tsg.Level(x.Interleave), us, level)
+		}
+	}
+}
+
+func TestClassedAfterLastSetupCall(t *testing.T) {
+	g := newRig(t, testPolicy)
+	last := g.start(100, policy.Process{Comm: "trainer"}, 0)
+
+	// Before the debounce has passed since libcuda's own SET(2048):
+	// nothing is done, whatever the time since the first event.
+	next := g.tick(last + 29*time.Millisecond)
+	if next != last+30*time.Millisecond {
+		t.Errorf("next tick at %v, want %v", next, last+30*time.Millisecond)
+	}
+	for _, x := range g.groups(100) {
+		if x.TimesliceUs == 200 {
+			t.Fatalf("classed before the debounce: %+v", x)
+		}
+	}
+	g.tick(last + 30*time.Millisecond)
+	g.wantAll(100, 200, tsg.LevelLow)
+	if n := histCount(t, g.m, "gpreemptd_classed_latency_seconds"); n != 1 {
+		t.Errorf("classed latency observed %d times, want 1", n)
+	}
+	if next := g.tick(last + time.Second); next != 0 {
+		t.Errorf("work scheduled after classing: next %v", next)
+	}
+}
+
+func TestMaxWaitBoundsAContextThatKeepsSettingUp(t *testing.T) {
+	g := newRig(t, testPolicy)
+	g.insp[100] = policy.Process{Comm: "trainer"}
+	p := g.drv.NewProc(100)
+	if _, err := g.drv.Replay(p, g.allocs); err != nil {
+		t.Fatal(err)
+	}
+	evs := tracetest.LibcudaContext(g.allocs, tracetest.Process{PID: 100, TID: 100, Comm: "trainer"}, &g.clock)
+	base := time.Duration(evs[0].Time())
+	var tsgAt time.Duration
+	// The same setup, stretched: one event every 20 ms.
+	for i, ev := range evs {
+		e := ev.(*trace.RMCall)
+		e.Exit = uint64(base + time.Duration(i)*20*time.Millisecond)
+		if tsgAt == 0 && e.Alloc != nil && ioctl.IsChannelGroupClass(e.Alloc.Class) {
+			tsgAt = time.Duration(e.Exit)
+		}
+		g.feed(ev)
+	}
+	// Classing is due MaxWait after the first group event, though setup
+	// went on.
+	next := g.tick(tsgAt + 10*time.Millisecond)
+	if next != tsgAt+200*time.Millisecond {
+		t.Fatalf("next %v, want %v", next, tsgAt+200*time.Millisecond)
+	}
+	g.tick(next)
+	found := false
+	for _, x := range g.groups(100) {
+		found = found || x.TimesliceUs == 200
+	}
+	if !found {
+		t.Fatal("not classed at the max wait")
+	}
+}
+
+func TestDriftReappliedRateLimited(t *testing.T) {
+	g := newRig(t, testPolicy)
+	last := g.start(100, policy.Process{Comm: "trainer"}, 0)
+	g.tick(last + 30*time.Millisecond)
+	g.wantAll(100, 200, tsg.LevelLow)
+
+	compute := g.groups(100)[0]
+	owner, err := g.drv.Host().Attach(100, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := tracetest.Process{PID: 777, TID: 777, Comm: "gpreemptctl"}
+	now := last + time.Second
+	drift := func() {
+		t.Helper()
+		ts := ioctl.NVA06C_CTRL_TIMESLICE_PARAMS{TimesliceUs: 5000}
+		if err := ioctl.Control(owner, compute.Client, compute.Handle, ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, &ts); err != nil {
+			t.Fatal(err)
+		}
+		g.clock.Now = uint64(now)
+		g.feed(tracetest.SetTimeslice(other, 8, compute.Client, compute.Handle, 5000, ioctl.NV_OK, &g.clock))
+		now = time.Duration(g.clock.Now)
+		g.tick(now)
+	}
+	// A burst of 4 is re-applied at once...
+	for range 4 {
+		drift()
+		if got := g.groups(100)[0].TimesliceUs; got != 200 {
+			t.Fatalf("drift not re-applied: %dus", got)
+		}
+	}
+	// ...the fifth waits for a token.
+	drift()
+	if got := g.groups(100)[0].TimesliceUs; got != 5000 {
+		t.Fatalf("fifth drift re-applied at once (%dus): no rate limit", got)
+	}
+	next := g.tick(now)
+	if next <= now || next > now+time.Second {
+		t.Fatalf("deferred re-apply scheduled at %v, want within 1s of %v", next, now)
+	}
+	g.tick(next)
+	if got := g.groups(100)[0].TimesliceUs; got != 200 {
+		t.Fatalf("deferred drift not re-applied: %dus", got)
+	}
+	if got := counter(t, g.m, "gpreemptd_drift_total", "reapplied"); got != 5 {
+		t.Errorf("drift reapplied %v, want 5", got)
+	}
+	// Our own SET (by the daemon's pid) is not drift.
+	g.feed(tracetest.SetTimeslice(tracetest.Process{PID: 1, TID: 1}, 8, compute.Client, compute.Handle, 200, ioctl.NV_OK, &g.clock))
+	if next := g.tick(time.Duration(g.clock.Now)); next != 0 {
+		t.Errorf("own SET scheduled work at %v", next)
+	}
+}
+
+func TestExitMidApplyLeavesNothing(t *testing.T) {
+	g := newRig(t, testPolicy)
+	last := g.start(100, policy.Process{Comm: "trainer"}, 0)
+	g.drv.Exit(100) // RM freed it; the exit event is still in the ring buffer
+	g.tick(last + 30*time.Millisecond)
+	if k := g.rec.Known(); len(k) != 0 {
+		t.Fatalf("state left for %v", k)
+	}
+	if got := counter(t, g.m, "gpreemptd_apply_failures_total", "gone"); got != 1 {
+		t.Errorf("gone failures %v, want 1", got)
+	}
+	if got := counter(t, g.m, "gpreemptd_apply_failures_total", "control"); got != 0 {
+		t.Errorf("control failures %v, want 0", got)
+	}
+	g.feed(&trace.TaskExit{PID: 100, At: uint64(last + 40*time.Millisecond)})
+	if next := g.tick(last + time.Second); next != 0 || len(g.rec.Known()) != 0 {
+		t.Error("state after exit")
+	}
+}
+
+func TestExitEventDropsState(t *testing.T) {
+	g := newRig(t, testPolicy)
+	last := g.start(100, policy.Process{Comm: "trainer"}, 0)
+	g.tick(last + 30*time.Millisecond)
+	g.drv.Exit(100)
+	g.feed(&trace.TaskExit{PID: 100, At: uint64(last + 40*time.Millisecond)})
+	if k := g.rec.Known(); len(k) != 0 {
+		t.Fatalf("state left for %v", k)
+	}
+}
+
+func TestEnvGPUAndRequest(t *testing.T) {
+	g := newRig(t, testPolicy)
+	// Two processes on one fake driver: the second's clients come after
+	// the first's.
+	l1 := g.start(100, policy.Process{Comm: "x", UID: 1000, Env: map[string]string{"GPREEMPT_CLASS": "lc"}}, 0)
+	g.tick(l1 + 30*time.Millisecond)
+	g.wantAll(100, 5000000, tsg.LevelHigh)
+
+	l2 := g.start(200, policy.Process{Comm: "y", GPUs: []policy.GPU{{Index: 1}}}, 2)
+	g.tick(l2 + 30*time.Millisecond)
+	g.wantAll(200, 2000, tsg.LevelMedium)
+
+	// A request for its own pid within the limit: lc for uid 1000.
+	g.insp[200] = policy.Process{Comm: "y", UID: 1000}
+	n, err := g.rec.Request(context.Background(), 200, class.Spec{Name: class.LC, Weight: 1})
+	if err != nil || n != 4 {
+		t.Fatalf("Request = %d, %v", n, err)
+	}
+	g.wantAll(200, 5000000, tsg.LevelHigh)
+
+	// A reload re-classes: the request holds, the env rule changes.
+	pol, err := policy.Parse([]byte("default: be\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.rec.SetPolicy(pol)
+	g.tick(l2 + time.Second)
+	g.wantAll(100, 200, tsg.LevelLow)
+	g.wantAll(200, 5000000, tsg.LevelHigh)
+
+	// Shutdown restores the driver's defaults.
+	n, err = g.rec.RestoreAll(context.Background())
+	if err != nil || n != 8 {
+		t.Fatalf("RestoreAll = %d, %v", n, err)
+	}
+	for _, pid := range []int{100, 200} {
+		for _, x := range g.groups(pid) {
+			want := uint64(1024)
+			if x == g.groups(pid)[0] {
+				want = 2048 // the compute group, as libcuda left it
+			}
+			if x.TimesliceUs != want || tsg.Level(x.Interleave) != tsg.LevelMedium {
+				t.Errorf("pid %d group %v restored to %dus %v, want %dus medium", pid, x.Handle, x.TimesliceUs, tsg.Level(x.Interleave), want)
+			}
+		}
+	}
+}
+
+func TestChurnLeavesNoState(t *testing.T) {
+	g := newRig(t, testPolicy)
+	for i := range 50 {
+		pid := 1000 + i
+		last := g.start(pid, policy.Process{Comm: "trainer"}, uint32(2*i))
+		g.tick(last + 30*time.Millisecond)
+		g.wantAll(pid, 200, tsg.LevelLow)
+		g.drv.Exit(pid)
+		g.feed(&trace.TaskExit{PID: uint32(pid), At: uint64(last + 40*time.Millisecond)})
+	}
+	if k := g.rec.Known(); len(k) != 0 {
+		t.Fatalf("state left for %v", k)
+	}
+	if n := histCount(t, g.m, "gpreemptd_classed_latency_seconds"); n != 50 {
+		t.Errorf("classed %d, want 50", n)
+	}
+}
+
+func histCount(t testing.TB, m *Metrics, name string) uint64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
+}
+
+func counter(t testing.TB, m *Metrics, name, label string) float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, x := range mf.GetMetric() {
+			for _, l := range x.GetLabel() {
+				if l.GetValue() == label {
+					return x.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+var _ = os.Getpid
+
+func TestFailedClassingRetriedBounded(t *testing.T) {
+	g := newRig(t, testPolicy)
+	last := g.start(100, policy.Process{Comm: "trainer"}, 0)
+	compute := g.groups(100)[0]
+	// The first SET_TIMESLICE on the compute group fails.
+	g.drv.AddFault(&rmfake.Fault{Cmd: ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, Object: compute.Handle, Nth: 1, Status: ioctl.NV_ERR_BUSY_RETRY})
+	at := last + 30*time.Millisecond
+	next := g.tick(at)
+	if next != at+50*time.Millisecond {
+		t.Fatalf("retry at %v, want %v", next, at+50*time.Millisecond)
+	}
+	if next := g.tick(next); next != 0 {
+		t.Fatalf("more work after the retry succeeded: %v", next)
+	}
+	g.wantAll(100, 200, tsg.LevelLow)
+	if got := counter(t, g.m, "gpreemptd_apply_failures_total", "control"); got != 1 {
+		t.Errorf("control failures %v, want 1", got)
+	}
+	// A fault that never clears: retried maxRetries times, then left.
+	g2 := newRig(t, testPolicy)
+	last = g2.start(100, policy.Process{Comm: "trainer"}, 0)
+	g2.drv.AddFault(&rmfake.Fault{Cmd: ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, Object: compute.Handle, Status: ioctl.NV_ERR_BUSY_RETRY})
+	tries := 0
+	for next := last + 30*time.Millisecond; next != 0; next = g2.tick(next) {
+		tries++
+	}
+	if tries != 1+maxRetries {
+		t.Errorf("%d tries, want %d", tries, 1+maxRetries)
+	}
+}

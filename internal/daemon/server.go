@@ -1,0 +1,401 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/user"
+	"strconv"
+	"time"
+
+	"github.com/gpreempt/gpreempt/class"
+)
+
+// Bounds of the socket API: a request is a few hundred bytes.
+const (
+	MaxBody        = 64 << 10
+	maxHeaderBytes = 16 << 10
+	maxInFlight    = 64
+)
+
+// API serves the daemon's unix-socket API (docs/DAEMON.md).
+type API struct {
+	Rec     *Reconciler
+	Metrics *Metrics
+	Log     *slog.Logger
+	// Inspect reads a peer process (its uid, cgroup) for the policy's
+	// request limits.
+	Inspect Inspector
+	// Groups lists a peer's groups (gids) for the admin check; default
+	// /proc/PID/status.
+	Groups func(pid int) []uint32
+	// Reload re-reads the policy file.
+	Reload func() error
+	// Status adds the daemon's own fields to GET /v1/status.
+	Status func() map[string]any
+	// PeerOf identifies the peer of a request (tests replace it).
+	PeerOf func(*http.Request) (Peer, error)
+
+	inflight chan struct{}
+}
+
+type connKey struct{}
+
+// Server returns an http.Server for the API with its time and size
+// bounds; serve it on a unix listener.
+func (a *API) Server() *http.Server {
+	return &http.Server{
+		Handler:           a.Handler(),
+		ReadHeaderTimeout: 2 * time.Second,
+		ReadTimeout:       5 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       30 * time.Second,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(a.Log.Handler(), slog.LevelDebug),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
+	}
+}
+
+func (a *API) peer(r *http.Request) (Peer, error) {
+	if a.PeerOf != nil {
+		return a.PeerOf(r)
+	}
+	c, ok := r.Context().Value(connKey{}).(net.Conn)
+	if !ok {
+		return Peer{}, errors.New("no connection")
+	}
+	return PeerOf(c)
+}
+
+// Handler routes the API.
+func (a *API) Handler() http.Handler {
+	if a.Log == nil {
+		a.Log = slog.New(slog.DiscardHandler)
+	}
+	a.inflight = make(chan struct{}, maxInFlight)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", a.status)
+	mux.HandleFunc("GET /v1/processes", a.processes)
+	mux.HandleFunc("GET /v1/classes", a.classes)
+	mux.HandleFunc("POST /v1/reload", a.reload)
+	mux.HandleFunc("POST /v1/class", a.class)
+	mux.HandleFunc("POST /v1/stats", a.stats)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case a.inflight <- struct{}{}:
+			defer func() { <-a.inflight }()
+		default:
+			writeErr(w, http.StatusServiceUnavailable, "busy")
+			return
+		}
+		rec := &statusRecorder{ResponseWriter: w, code: 200}
+		mux.ServeHTTP(rec, r)
+		if a.Metrics != nil {
+			endpoint := r.URL.Path
+			if _, pattern := mux.Handler(r); pattern == "/" || pattern == "" {
+				endpoint = "other" // bounded label values
+			}
+			a.Metrics.requests.WithLabelValues(endpoint, strconv.Itoa(rec.code)).Inc()
+		}
+	})
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.code = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"error":"encode"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+}
+
+// ErrorBody is every error's answer.
+type ErrorBody struct {
+	Error string `json:"error"`
+}
+
+func writeErr(w http.ResponseWriter, code int, format string, args ...any) {
+	writeJSON(w, code, ErrorBody{Error: fmt.Sprintf(format, args...)})
+}
+
+func (a *API) status(w http.ResponseWriter, r *http.Request) {
+	st := map[string]any{}
+	if a.Status != nil {
+		st = a.Status()
+	}
+	procs := a.Rec.Snapshot()
+	groups := 0
+	for _, p := range procs {
+		groups += len(p.Groups)
+	}
+	st["processes"], st["groups"] = len(procs), groups
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (a *API) processes(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, a.Rec.Snapshot())
+}
+
+// ClassesBody is GET /v1/classes.
+type ClassesBody struct {
+	Classes class.Table `json:"classes"`
+	Default string      `json:"default"`
+	Rules   []RuleBody  `json:"rules"`
+	Source  string      `json:"source,omitempty"`
+}
+
+// RuleBody is a rule as listed.
+type RuleBody struct {
+	Name    string `json:"name"`
+	Line    int    `json:"line"`
+	Class   string `json:"class"`
+	FromEnv string `json:"class_from_env,omitempty"`
+}
+
+func (a *API) classes(w http.ResponseWriter, r *http.Request) {
+	pol := a.Rec.Policy()
+	body := ClassesBody{Classes: pol.Classes, Default: pol.Default.String(), Source: pol.Source, Rules: []RuleBody{}}
+	for _, ru := range pol.Rules {
+		c := ru.Decision.String()
+		if ru.EnvOnly {
+			c = ""
+		}
+		body.Rules = append(body.Rules, RuleBody{Name: ru.Name, Line: ru.Line, Class: c, FromEnv: ru.ClassFromEnv})
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+func (a *API) groupsOf(pid int, primary uint32) []uint32 {
+	if a.Groups != nil {
+		return a.Groups(pid)
+	}
+	gids := []uint32{primary}
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status"); err == nil {
+		_, g, _ := StatusIDs(b)
+		gids = append(gids, g...)
+	}
+	return gids
+}
+
+func groupName(gid uint32) string {
+	g, err := user.LookupGroupId(strconv.FormatUint(uint64(gid), 10))
+	if err != nil {
+		return ""
+	}
+	return g.Name
+}
+
+func (a *API) reload(w http.ResponseWriter, r *http.Request) {
+	peer, err := a.peer(r)
+	if err != nil {
+		writeErr(w, http.StatusForbidden, "cannot identify the peer: %v", err)
+		return
+	}
+	if !a.Rec.Policy().IsAdmin(peer.UID, a.groupsOf(peer.PID, peer.GID), groupName) {
+		a.Log.Warn("refused", "request", "reload", "peer_pid", peer.PID, "peer_uid", peer.UID, "why", "not root nor in the policy's admin")
+		writeErr(w, http.StatusForbidden, "reload needs root or the policy's admin uid/group")
+		return
+	}
+	if a.Reload == nil {
+		writeErr(w, http.StatusNotImplemented, "no policy file to reload")
+		return
+	}
+	if err := a.Reload(); err != nil {
+		writeErr(w, http.StatusUnprocessableEntity, "%v (the running policy is kept)", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"reloaded": true, "source": a.Rec.Policy().Source})
+}
+
+// ClassRequest is POST /v1/class. PID 0 means the caller.
+type ClassRequest struct {
+	PID   int    `json:"pid"`
+	Class string `json:"class"`
+}
+
+// ClassReply answers it.
+type ClassReply struct {
+	PID    int    `json:"pid"`
+	Class  string `json:"class"`
+	Groups int    `json:"groups"`
+	// Pending: the process has no channel group yet; it is classed when
+	// its context appears.
+	Pending bool `json:"pending,omitempty"`
+}
+
+// DecodeJSON decodes one strict JSON object from b.
+func DecodeJSON(b []byte, v any) (int, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return http.StatusBadRequest, fmt.Errorf("bad JSON: %w", err)
+	}
+	if dec.More() {
+		return http.StatusBadRequest, errors.New("bad JSON: data after the object")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return http.StatusBadRequest, errors.New("bad JSON: data after the object")
+	}
+	return 0, nil
+}
+
+// ParseClassRequest checks a decoded request: a class spec, a pid that
+// is not negative.
+func ParseClassRequest(b []byte) (ClassRequest, class.Spec, int, error) {
+	var req ClassRequest
+	if code, err := DecodeJSON(b, &req); err != nil {
+		return req, class.Spec{}, code, err
+	}
+	if req.PID < 0 {
+		return req, class.Spec{}, http.StatusBadRequest, fmt.Errorf("pid %d", req.PID)
+	}
+	sp, err := class.ParseSpec(req.Class)
+	if err != nil {
+		return req, class.Spec{}, http.StatusBadRequest, err
+	}
+	return req, sp, 0, nil
+}
+
+func (a *API) class(w http.ResponseWriter, r *http.Request) {
+	peer, err := a.peer(r)
+	if err != nil {
+		writeErr(w, http.StatusForbidden, "cannot identify the peer: %v", err)
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, MaxBody)
+	b, err := io.ReadAll(body)
+	if err != nil {
+		writeErr(w, http.StatusRequestEntityTooLarge, "body larger than %d bytes", MaxBody)
+		return
+	}
+	req, sp, code, err := ParseClassRequest(b)
+	if err != nil {
+		writeErr(w, code, "%v", err)
+		return
+	}
+	if req.PID == 0 {
+		req.PID = peer.PID
+	}
+	refuse := func(why string) {
+		a.Log.Warn("refused", "request", "class", "peer_pid", peer.PID, "peer_uid", peer.UID, "pid", req.PID, "class", sp.String(), "why", why)
+		writeErr(w, http.StatusForbidden, "%s", why)
+	}
+	if req.PID != peer.PID {
+		refuse(fmt.Sprintf("pid %d may ask for its own pid only, not %d", peer.PID, req.PID))
+		return
+	}
+	info, _, err := a.Inspect.Process(peer.PID)
+	if err != nil {
+		writeErr(w, http.StatusNotFound, "pid %d: %v", peer.PID, err)
+		return
+	}
+	info.UID = peer.UID // the kernel's word over /proc's
+	pol := a.Rec.Policy()
+	max := pol.MaxRequest(info)
+	if max == "" || !sp.Name.AtMost(max) {
+		m := string(max)
+		if m == "" {
+			m = "nothing"
+		}
+		refuse(fmt.Sprintf("class %s is above what the policy allows uid %d in cgroup %q (%s)", sp.Name, info.UID, info.Cgroup, m))
+		return
+	}
+	n, err := a.Rec.Request(r.Context(), req.PID, sp)
+	if err != nil {
+		switch {
+		case isGone(err):
+			writeErr(w, http.StatusNotFound, "%v", err)
+		case errors.Is(err, class.ErrInvalid):
+			writeErr(w, http.StatusBadRequest, "%v", err)
+		default:
+			writeErr(w, http.StatusInternalServerError, "%v", err)
+		}
+		return
+	}
+	a.Log.Info("request", "pid", req.PID, "uid", peer.UID, "class", sp.String(), "groups", n)
+	writeJSON(w, http.StatusOK, ClassReply{PID: req.PID, Class: sp.String(), Groups: n, Pending: n == 0})
+}
+
+// ParseStats checks a decoded stats push.
+func ParseStats(b []byte) (HintStats, int, error) {
+	var s HintStats
+	if code, err := DecodeJSON(b, &s); err != nil {
+		return s, code, err
+	}
+	if s.PID < 0 {
+		return s, http.StatusBadRequest, fmt.Errorf("pid %d", s.PID)
+	}
+	if len(s.RequestLatencyUs) > len(quantileNames) || len(s.SpinnerHoldUs) > len(quantileNames) {
+		return s, http.StatusBadRequest, errors.New("too many quantiles")
+	}
+	for _, m := range []map[string]float64{s.RequestLatencyUs, s.SpinnerHoldUs} {
+		for q, v := range m {
+			if !quantileNames[q] {
+				return s, http.StatusBadRequest, fmt.Errorf("quantile %q: want p50, p90, p99, p999, max or mean", q)
+			}
+			if v < 0 || v > 1e12 || v != v {
+				return s, http.StatusBadRequest, fmt.Errorf("quantile %q: %v out of range", q, v)
+			}
+		}
+	}
+	return s, 0, nil
+}
+
+func (a *API) stats(w http.ResponseWriter, r *http.Request) {
+	peer, err := a.peer(r)
+	if err != nil {
+		writeErr(w, http.StatusForbidden, "cannot identify the peer: %v", err)
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, MaxBody)
+	b, err := io.ReadAll(body)
+	if err != nil {
+		writeErr(w, http.StatusRequestEntityTooLarge, "body larger than %d bytes", MaxBody)
+		return
+	}
+	s, code, err := ParseStats(b)
+	if err != nil {
+		writeErr(w, code, "%v", err)
+		return
+	}
+	if s.PID == 0 {
+		s.PID = peer.PID
+	}
+	if s.PID != peer.PID {
+		a.Log.Warn("refused", "request", "stats", "peer_pid", peer.PID, "pid", s.PID, "why", "not its own pid")
+		writeErr(w, http.StatusForbidden, "pid %d may push its own statistics only", peer.PID)
+		return
+	}
+	info, _, err := a.Inspect.Process(peer.PID)
+	if err != nil {
+		writeErr(w, http.StatusNotFound, "pid %d: %v", peer.PID, err)
+		return
+	}
+	if a.Metrics != nil {
+		a.Metrics.pushStats(s, info.Comm)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,263 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/tsg"
+)
+
+// apiRig serves the API over a real unix socket; the peer is this test
+// process (SO_PEERCRED), seen through fakeInspector as uid.
+type apiRig struct {
+	*rig
+	api    *API
+	client *http.Client
+	sock   string
+	peer   *Peer // nil: the kernel's answer
+}
+
+func newAPIRig(t *testing.T) *apiRig {
+	g := newRig(t, testPolicy)
+	a := &apiRig{rig: g}
+	a.api = &API{Rec: g.rec, Metrics: g.m, Log: testLog(t), Inspect: g.insp,
+		Groups: func(int) []uint32 { return nil },
+		Reload: func() error { return errors.New("line 3: rules: nope") }}
+	a.api.PeerOf = func(r *http.Request) (Peer, error) {
+		p, err := PeerOf(r.Context().Value(connKey{}).(net.Conn))
+		if a.peer != nil {
+			return *a.peer, nil
+		}
+		return p, err
+	}
+	a.sock = filepath.Join(t.TempDir(), "d.sock")
+	l, err := net.Listen("unix", a.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := a.api.Server()
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	a.client = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", a.sock)
+	}}, Timeout: 10 * time.Second}
+	return a
+}
+
+func (a *apiRig) do(method, path, body string) (int, string) {
+	a.t.Helper()
+	req, err := http.NewRequest(method, "http://gpreemptd"+path, strings.NewReader(body))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestAPIClassOwnPidOnlyWithinLimit(t *testing.T) {
+	a := newAPIRig(t)
+	me := os.Getpid()
+	last := a.start(me, policy.Process{Comm: "server", UID: 1000}, 0)
+	a.tick(last + 30*time.Millisecond) // default none: left alone
+
+	// Peer identified by the kernel: this process, as uid 1000 through
+	// the inspector (the kernel's uid wins: see below).
+	a.peer = &Peer{PID: me, UID: 1000}
+	code, body := a.do("POST", "/v1/class", `{"pid":`+strconv.Itoa(me)+`,"class":"lc"}`)
+	if code != 200 || !strings.Contains(body, `"groups": 4`) {
+		t.Fatalf("own lc: %d %s", code, body)
+	}
+	a.wantAll(me, 5000000, 2)
+
+	// Another's pid: 403.
+	code, body = a.do("POST", "/v1/class", `{"pid":1,"class":"be"}`)
+	if code != 403 || !strings.Contains(body, "own pid only") {
+		t.Errorf("other pid: %d %s", code, body)
+	}
+	// Above the limit for uid 2000 (default_max be): 403.
+	a.peer = &Peer{PID: me, UID: 2000}
+	code, body = a.do("POST", "/v1/class", `{"class":"lc"}`)
+	if code != 403 || !strings.Contains(body, "above what the policy allows") {
+		t.Errorf("over limit: %d %s", code, body)
+	}
+	code, _ = a.do("POST", "/v1/class", `{"class":"be"}`)
+	if code != 200 {
+		t.Errorf("be within limit: %d", code)
+	}
+	a.wantAll(me, 200, 0)
+}
+
+func TestAPIPeerCredFromKernel(t *testing.T) {
+	a := newAPIRig(t)
+	a.insp[os.Getpid()] = policy.Process{Comm: "t"}
+	code, body := a.do("POST", "/v1/class", `{"pid":1,"class":"be"}`)
+	if code != 403 || !strings.Contains(body, "pid "+strconv.Itoa(os.Getpid())+" may ask") {
+		t.Fatalf("%d %s", code, body)
+	}
+}
+
+func TestAPIBadInput(t *testing.T) {
+	a := newAPIRig(t)
+	a.insp[os.Getpid()] = policy.Process{Comm: "t"}
+	for _, tc := range []struct {
+		method, path, body string
+		code               int
+	}{
+		{"POST", "/v1/class", `{bad`, 400},
+		{"POST", "/v1/class", `{"class":"lc","extra":1}`, 400},
+		{"POST", "/v1/class", `{"class":"lc"} {}`, 400},
+		{"POST", "/v1/class", `{"class":"turbo"}`, 400},
+		{"POST", "/v1/class", `{"class":"be:0"}`, 400},
+		{"POST", "/v1/class", `{"pid":-4,"class":"be"}`, 400},
+		{"POST", "/v1/class", `[]`, 400},
+		{"POST", "/v1/class", `{"class":"be","pad":"` + strings.Repeat("x", MaxBody) + `"}`, 413},
+		{"POST", "/v1/stats", `{"request_latency_us":{"p42":1}}`, 400},
+		{"POST", "/v1/stats", `{"request_latency_us":{"p99":-1}}`, 400},
+		{"POST", "/v1/stats", `{"pid":1}`, 403},
+		{"GET", "/v1/class", ``, 404},
+		{"GET", "/nope", ``, 404},
+		{"GET", "/v1/../etc/passwd", ``, 404},
+		{"POST", "/v1/reload", ``, 422}, // root, but the file is bad: kept
+	} {
+		code, body := a.do(tc.method, tc.path, tc.body)
+		if code != tc.code {
+			t.Errorf("%s %s %.40q: %d %s, want %d", tc.method, tc.path, tc.body, code, body, tc.code)
+		}
+	}
+	a.peer = &Peer{PID: os.Getpid(), UID: 1234}
+	if code, body := a.do("POST", "/v1/reload", ``); code != 403 {
+		t.Errorf("reload by uid 1234: %d %s", code, body)
+	}
+	// Still serving.
+	if code, _ := a.do("GET", "/v1/status", ""); code != 200 {
+		t.Fatalf("status after bad input: %d", code)
+	}
+}
+
+func TestAPISlowClientDoesNotBlock(t *testing.T) {
+	a := newAPIRig(t)
+	// A client that sends half a header and stalls.
+	c, err := net.Dial("unix", a.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("POST /v1/class HTTP/1.1\r\nHost: x\r\n"))
+	if code, _ := a.do("GET", "/v1/processes", ""); code != 200 {
+		t.Fatalf("processes while a client stalls: %d", code)
+	}
+	// The server drops it after ReadHeaderTimeout.
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadAll(c); err != nil {
+		t.Fatalf("stalled connection not closed by the server: %v", err)
+	}
+}
+
+func TestAPIStatsAndProcesses(t *testing.T) {
+	a := newAPIRig(t)
+	me := os.Getpid()
+	last := a.start(me, policy.Process{Comm: "trainer"}, 0)
+	a.tick(last + 30*time.Millisecond)
+	code, _ := a.do("POST", "/v1/stats", `{"requests":10,"request_latency_us":{"p50":36,"p99":74},"spinner_hold_us":{"p99":200},"expired_holds":2}`)
+	if code != 204 {
+		t.Fatalf("stats: %d", code)
+	}
+	var procs []struct {
+		Class  string
+		Groups []struct {
+			TimesliceUs uint64 `json:"timeslice_us"`
+			Interleave  string
+		}
+	}
+	code, body := a.do("GET", "/v1/processes", "")
+	if err := json.Unmarshal([]byte(body), &procs); err != nil || code != 200 {
+		t.Fatalf("processes: %d %v %s", code, err, body)
+	}
+	if len(procs) != 1 || procs[0].Class != "be" || len(procs[0].Groups) != 4 || procs[0].Groups[0].TimesliceUs != 200 || procs[0].Groups[0].Interleave != "low" {
+		t.Errorf("processes = %+v", procs)
+	}
+	code, body = a.do("GET", "/v1/classes", "")
+	if code != 200 || !strings.Contains(body, `"timeslice": "200us"`) {
+		t.Errorf("classes: %d %s", code, body)
+	}
+	mfs, _ := a.m.Registry.Gather()
+	found := false
+	for _, mf := range mfs {
+		found = found || mf.GetName() == "gpreemptd_hint_request_latency_seconds"
+	}
+	if !found {
+		t.Error("pushed stats not in the metrics")
+	}
+	a.feed(&trace.TaskExit{PID: uint32(me), At: uint64(last + time.Second)})
+	mfs, _ = a.m.Registry.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "gpreemptd_hint_request_latency_seconds" && len(mf.GetMetric()) > 0 {
+			t.Error("pushed stats kept after exit")
+		}
+	}
+}
+
+// FuzzAPI throws arbitrary bodies at every endpoint: never a 5xx, never
+// a panic, bounded work.
+func FuzzAPI(f *testing.F) {
+	for _, s := range []string{`{"class":"lc"}`, `{"pid":0,"class":"be:3"}`, `{"requests":1,"request_latency_us":{"p50":1}}`, `{`, `null`, `{"pid":1e99}`} {
+		f.Add(uint8(0), []byte(s))
+		f.Add(uint8(1), []byte(s))
+	}
+	pol, err := policy.Parse([]byte(testPolicy))
+	if err != nil {
+		f.Fatal(err)
+	}
+	insp := fakeInspector{1: {Comm: "x"}}
+	rec := NewReconciler(pol, nopController{}, insp, NewMetrics(nil), Options{}, nil)
+	a := &API{Rec: rec, Metrics: NewMetrics(nil), Inspect: insp, PeerOf: func(*http.Request) (Peer, error) { return Peer{PID: 1, UID: 1000}, nil }}
+	h := a.Handler()
+	paths := []string{"/v1/class", "/v1/stats", "/v1/reload", "/v1/status"}
+	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
+		p := paths[int(which)%len(paths)]
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("POST", p, bytes.NewReader(body)))
+		if w.Code >= 500 && w.Code != 501 {
+			t.Fatalf("%s %q: %d %s", p, body, w.Code, w.Body)
+		}
+	})
+}
+
+func FuzzDecoders(f *testing.F) {
+	f.Add([]byte(`{"pid":3,"class":"lc"}`))
+	f.Add([]byte(`{"requests":1,"spinner_hold_us":{"max":1}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if req, sp, _, err := ParseClassRequest(b); err == nil && (req.PID < 0 || sp.Name.Rank() < 0) {
+			t.Fatalf("accepted %+v %+v", req, sp)
+		}
+		if s, _, err := ParseStats(b); err == nil && s.PID < 0 {
+			t.Fatalf("accepted %+v", s)
+		}
+	})
+}
+
+type nopController struct{}
+
+func (nopController) Groups(context.Context, int) ([]GroupState, error) { return nil, nil }
+func (nopController) Apply(context.Context, int, func(GroupState) (tsg.Settings, bool)) ([]GroupState, error) {
+	return nil, nil
+}

@@ -1,0 +1,163 @@
+package policy
+
+import (
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/gpreempt/gpreempt/class"
+)
+
+// Process is what rules match against, read from /proc by the caller.
+type Process struct {
+	PID  int
+	UID  uint32
+	User string // "" when the uid has no name
+	Comm string
+	Exe  string
+	// Cmdline is the arguments joined by single spaces.
+	Cmdline string
+	Cgroup  string // the cgroup v2 path ("/system.slice/x.service")
+	Env     map[string]string
+	GPUs    []GPU
+}
+
+// GPU is a GPU a process uses.
+type GPU struct {
+	Index int
+	UUID  string
+}
+
+func globAny(globs []string, s string) bool {
+	for _, g := range globs {
+		if ok, _ := path.Match(g, s); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// cmdlineAny matches globs on a command line, where * crosses / (paths
+// are arguments there, not the structure): / is made an ordinary
+// character on both sides.
+func cmdlineAny(globs []string, s string) bool {
+	s = strings.ReplaceAll(s, "/", "\x00")
+	for _, g := range globs {
+		if ok, _ := path.Match(strings.ReplaceAll(g, "/", "\x00"), s); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Matches reports whether p satisfies every field of m.
+func (m Match) Matches(p Process) bool {
+	if len(m.Cgroup) > 0 && !globAny(m.Cgroup, p.Cgroup) {
+		return false
+	}
+	if len(m.UIDs) > 0 || len(m.Users) > 0 {
+		ok := false
+		for _, u := range m.UIDs {
+			ok = ok || u == p.UID
+		}
+		for _, u := range m.Users {
+			ok = ok || (p.User != "" && u == p.User) || u == strconv.FormatUint(uint64(p.UID), 10)
+		}
+		if !ok {
+			return false
+		}
+	}
+	if len(m.Comm) > 0 && !globAny(m.Comm, p.Comm) {
+		return false
+	}
+	if len(m.Exe) > 0 && !globAny(m.Exe, p.Exe) {
+		return false
+	}
+	if len(m.Cmdline) > 0 && !cmdlineAny(m.Cmdline, p.Cmdline) {
+		return false
+	}
+	for k, g := range m.Env {
+		v, ok := p.Env[k]
+		if !ok {
+			return false
+		}
+		if ok, _ := path.Match(g, v); !ok {
+			return false
+		}
+	}
+	if len(m.GPUs) > 0 {
+		ok := false
+		for _, want := range m.GPUs {
+			for _, have := range p.GPUs {
+				ok = ok || (want.Index >= 0 && want.Index == have.Index) || (want.Index < 0 && want.UUID == have.UUID)
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Decide returns the decision of the first rule matching p, or the
+// default. A class taken from the environment is capped at p's request
+// limit: the environment is the process owner's to set, so it is a
+// request like any other.
+func (pol *Policy) Decide(p Process) Decision {
+	for _, r := range pol.Rules {
+		if !r.Match.Matches(p) {
+			continue
+		}
+		if r.ClassFromEnv != "" {
+			if v, ok := p.Env[r.ClassFromEnv]; ok {
+				if sp, err := class.ParseSpec(v); err == nil {
+					if _, err := pol.Classes.Settings(sp.Name, sp.Weight); err == nil {
+						if max := pol.MaxRequest(p); max != "" {
+							if !sp.Name.AtMost(max) {
+								sp.Name = max
+							}
+							return Decision{Spec: sp, Rule: r.Name, FromEnv: true}
+						}
+					}
+				}
+			}
+			if r.EnvOnly {
+				continue // no class in the variable and no fallback
+			}
+		}
+		return r.Decision
+	}
+	return pol.Default
+}
+
+// MaxRequest is the highest class p may ask for ("" for none): the first
+// matching limit, else requests.default_max.
+func (pol *Policy) MaxRequest(p Process) class.Name {
+	for _, l := range pol.Requests.Limits {
+		if l.Match.Matches(p) {
+			return l.Max
+		}
+	}
+	return pol.Requests.DefaultMax
+}
+
+// IsAdmin reports whether a peer with uid and groups (gids, with names
+// resolved by groupName) may reload.
+func (pol *Policy) IsAdmin(uid uint32, gids []uint32, groupName func(gid uint32) string) bool {
+	if uid == 0 {
+		return true
+	}
+	for _, u := range pol.Admin.UIDs {
+		if u == uid {
+			return true
+		}
+	}
+	for _, g := range pol.Admin.Groups {
+		for _, gid := range gids {
+			if g == strconv.FormatUint(uint64(gid), 10) || (groupName != nil && g == groupName(gid)) {
+				return true
+			}
+		}
+	}
+	return false
+}
