@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/urfave/cli/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -74,13 +75,38 @@ func startKube(ctx context.Context, c *cli.Context, cfg *daemon.Config, log *slo
 	}
 	log.Info("node agent mode", "node", node)
 
+	return KubeHook(ctx, agent, cfg, log), nil
+}
+
+// KubeHook wires a running, synced node agent into a daemon's cfg: the
+// agent's class decisions come before the policy's rules, each classing
+// is recorded as an Event on the pod, socket requests from processes in
+// pods are checked against their pod. Call the returned function with the
+// daemon made from cfg: it re-classes whenever a pod's decision changes.
+func KubeHook(ctx context.Context, agent *kube.Agent, cfg *daemon.Config, log *slog.Logger) func(*daemon.Daemon) {
 	cfg.Reconcile.Classifier = agent
+	// The reconciler reports every classing, also a re-check that changed
+	// nothing (after any pod's change all processes are decided again):
+	// one Event per process and class is enough.
+	var mu sync.Mutex
+	recorded := map[int]string{}
 	cfg.Reconcile.OnClassed = func(pid int, d policy.Decision, groups []daemon.GroupState) {
 		ref, err := agent.PodOfPID(pid)
 		if err != nil {
 			return // not in a pod of this node
 		}
-		agent.Event(ref, corev1.EventTypeNormal, kube.ReasonClassed, classedMessage(d, groups))
+		msg := classedMessage(d, groups)
+		mu.Lock()
+		if recorded[pid] == msg {
+			mu.Unlock()
+			return
+		}
+		if len(recorded) >= maxRecorded { // pids that exited: start over
+			clear(recorded)
+		}
+		recorded[pid] = msg
+		mu.Unlock()
+		agent.Event(ref, corev1.EventTypeNormal, kube.ReasonClassed, msg)
 	}
 	cfg.PodCheck = func(peerPID, targetPID int, want class.Name) (bool, error) {
 		_, err := agent.AuthorizePeer(peerPID, targetPID, want)
@@ -103,8 +129,11 @@ func startKube(ctx context.Context, c *cli.Context, cfg *daemon.Config, log *slo
 				}
 			}
 		}()
-	}, nil
+	}
 }
+
+// maxRecorded bounds the memory of which Events were recorded.
+const maxRecorded = 4096
 
 // classedMessage is the Event's text: "classed be: 4 channel groups on GPU 0".
 func classedMessage(d policy.Decision, groups []daemon.GroupState) string {

@@ -10,14 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
+	"log/slog"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,9 +29,11 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/daemon"
+	daemoncmd "github.com/gpreempt/gpreempt/internal/daemon/cmd"
+	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/kube"
 	"github.com/gpreempt/gpreempt/internal/rmfake"
-	"github.com/gpreempt/gpreempt/tsg"
 )
 
 const (
@@ -219,8 +221,29 @@ func TestNodeAgent(t *testing.T) {
 	if err := agent.WaitForSync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cl := &classifier{t: t, agent: agent, source: tsg.NewAttachSource(rm.Host(), tsg.ScanOptions{}, nil), table: class.Defaults()}
-	wg.Go(func() { cl.run(ctx) })
+
+	// gpreemptd itself, in scan mode over the fake RM, wired to the agent
+	// exactly as `gpreemptd --kubernetes` wires it. Its own policy leaves
+	// processes outside the Kubernetes policy alone.
+	dir := t.TempDir()
+	polFile := filepath.Join(dir, "gpreemptd.yaml")
+	if err := os.WriteFile(polFile, []byte("version: 1\ndefault: none\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	dcfg := daemon.Config{PolicyFile: polFile, Socket: filepath.Join(dir, "run", "gpreemptd.sock"), Mode: "scan",
+		ScanInterval: 20 * time.Millisecond, PolicyPoll: -1, Host: rm.Host(), GPU: gpu.Null{}, Log: log}
+	hooked := daemoncmd.KubeHook(ctx, agent, &dcfg, log)
+	d, err := daemon.New(ctx, dcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooked(d)
+	wg.Go(func() {
+		if err := d.Run(ctx); err != nil {
+			t.Error(err)
+		}
+	})
 
 	us := func(d time.Duration) uint64 { return uint64(d / time.Microsecond) }
 	want := func(p *testPod, per uint64) {
@@ -242,7 +265,7 @@ func TestNodeAgent(t *testing.T) {
 	})
 
 	t.Run("an Event records the class", func(t *testing.T) {
-		waitEvent(t, admin, trainer, kube.ReasonClassed, "classed be: 4 channel groups on GPU 0")
+		waitEvent(t, admin, trainer, kube.ReasonClassed, "classed be: 4 channel groups")
 	})
 
 	t.Run("a forbidden class is refused with an Event", func(t *testing.T) {
@@ -268,11 +291,11 @@ func TestNodeAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 		want(trainer, 2*us(class.DefaultBurstableTimeslice))
-		waitEvent(t, admin, trainer, kube.ReasonClassed, "classed burstable:2: 4 channel groups on GPU 0")
+		waitEvent(t, admin, trainer, kube.ReasonClassed, "classed burstable:2: 4 channel groups")
 	})
 
 	t.Run("a pod's socket request for another pod's pid is refused", func(t *testing.T) {
-		sock := serveSocket(t, agent)
+		sock := dcfg.Socket
 		for _, tt := range []struct {
 			name   string
 			target *testPod
@@ -286,7 +309,7 @@ func TestNodeAgent(t *testing.T) {
 				// The client is a real process in the server pod's
 				// container cgroup: the socket learns its pid from
 				// SO_PEERCRED.
-				status, body := requestFromPod(t, cgroups, server, sock, fmt.Sprintf("/v1/class?pid=%d&class=%s", tt.target.pid, tt.class))
+				status, body := requestFromPod(t, cgroups, server, sock, fmt.Sprintf(`{"pid":%d,"class":%q}`, tt.target.pid, tt.class))
 				if status != tt.status {
 					t.Errorf("status %d (%s), want %d", status, body, tt.status)
 				}
@@ -302,63 +325,6 @@ func kinds(objs []*unstructured.Unstructured) []string {
 		ks = append(ks, o.GetKind())
 	}
 	return ks
-}
-
-// classifier stands in for gpreemptd's reconcile loop: for each pod whose
-// decision changes it classes the pod's processes on the (fake) RM and
-// records the Event, as the daemon does on the real driver.
-type classifier struct {
-	t      *testing.T
-	agent  *kube.Agent
-	source *tsg.AttachSource
-	table  class.Table
-}
-
-func (c *classifier) run(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ch := <-c.agent.Changes():
-			if ch.Deleted {
-				continue
-			}
-			pids, err := c.agent.ProcessesOf(ch.Pod)
-			if err != nil {
-				c.t.Errorf("processes of %s: %v", ch.Pod, err)
-				continue
-			}
-			for _, pid := range pids {
-				if err := c.classPID(ctx, pid); err != nil {
-					c.t.Errorf("pid %d: %v", pid, err)
-				}
-			}
-		}
-	}
-}
-
-func (c *classifier) classPID(ctx context.Context, pid int) error {
-	d, ref, err := c.agent.ClassForPID(pid)
-	if err != nil {
-		return err
-	}
-	if !d.Managed() {
-		return nil
-	}
-	p, err := c.source.Discover(ctx, pid)
-	if err != nil {
-		return err
-	}
-	defer p.Close()
-	s, err := c.table.Settings(d.Spec.Name, d.Spec.Weight)
-	if err != nil {
-		return err
-	}
-	if err := p.Apply(ctx, p.Groups, s); err != nil {
-		return err
-	}
-	c.agent.Event(ref, corev1.EventTypeNormal, kube.ReasonClassed, fmt.Sprintf("classed %s: %d channel groups on GPU 0", d.Spec, len(p.Groups)))
-	return nil
 }
 
 func waitEvent(t *testing.T, client kubernetes.Interface, p *testPod, reason, substr string) {
@@ -381,70 +347,16 @@ func waitEvent(t *testing.T, client kubernetes.Interface, p *testPod, reason, su
 	})
 }
 
-// serveSocket serves a minimal stand-in of gpreemptd's class request on
-// a unix socket: the peer's pid from SO_PEERCRED, the check by
-// Agent.AuthorizePeer.
-func serveSocket(t *testing.T, agent *kube.Agent) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "gpreemptd.sock")
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type peerKey struct{}
-	srv := &http.Server{
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			raw, err := c.(*net.UnixConn).SyscallConn()
-			if err != nil {
-				return ctx
-			}
-			var cred *syscall.Ucred
-			_ = raw.Control(func(fd uintptr) {
-				cred, _ = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-			})
-			return context.WithValue(ctx, peerKey{}, cred)
-		},
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			cred, _ := r.Context().Value(peerKey{}).(*syscall.Ucred)
-			if cred == nil {
-				http.Error(w, "no peer credentials", http.StatusInternalServerError)
-				return
-			}
-			target, err := strconv.Atoi(r.URL.Query().Get("pid"))
-			if err != nil {
-				http.Error(w, "pid: "+err.Error(), http.StatusBadRequest)
-				return
-			}
-			want, err := class.ParseName(r.URL.Query().Get("class"))
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			if _, err := agent.AuthorizePeer(int(cred.Pid), target, want); err != nil {
-				code := http.StatusInternalServerError
-				if errors.Is(err, kube.ErrForbidden) {
-					code = http.StatusForbidden
-				}
-				http.Error(w, err.Error(), code)
-				return
-			}
-			fmt.Fprintln(w, "ok")
-		}),
-	}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	return path
-}
-
 // requestFromPod runs curl as a process of pod p's container (placed in
-// its cgroup before it connects) and returns the HTTP status and body.
-func requestFromPod(t *testing.T, ct *cgroupTree, p *testPod, sock, path string) (int, string) {
+// its cgroup before it connects), POSTs a class request to the daemon's
+// socket and returns the HTTP status and body.
+func requestFromPod(t *testing.T, ct *cgroupTree, p *testPod, sock, body string) (int, string) {
 	t.Helper()
 	curl, err := exec.LookPath("curl")
 	if err != nil {
 		t.Skipf("curl is needed to make a request from inside a pod's cgroup: %v", err)
 	}
-	cmd := exec.Command("sh", "-c", `read go && exec "$0" -s -o /dev/stdout -w '\n%{http_code}' --unix-socket "$1" "http://gpreemptd$2"`, curl, sock, path)
+	cmd := exec.Command("sh", "-c", `read go && exec "$0" -s -o /dev/stdout -w '\n%{http_code}' --unix-socket "$1" -H 'Content-Type: application/json' -d "$2" http://gpreemptd/v1/class`, curl, sock, body)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -462,10 +374,18 @@ func requestFromPod(t *testing.T, ct *cgroupTree, p *testPod, sock, path string)
 	}
 	text := out.String()
 	i := strings.LastIndex(text, "\n")
-	body, code := text[:max(i, 0)], text[i+1:]
+	reply, code := text[:max(i, 0)], text[i+1:]
 	status, err := strconv.Atoi(strings.TrimSpace(code))
 	if err != nil {
 		t.Fatalf("curl output %q", out.String())
 	}
-	return status, body
+	return status, reply
+}
+
+// testWriter sends the daemon's log to the test's.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(b), "\n"))
+	return len(b), nil
 }
