@@ -1,8 +1,10 @@
 // Package k8se2e tests gpreempt's node agent against a real kube-apiserver
 // and etcd (built by hack/k8s/build.sh, started as local processes on
 // 127.0.0.1), with real processes in cgroups named the way kubelet and
-// containerd name them, and the fake RM driver replaying the real libcuda
-// trace for their GPU contexts. Run it with `make e2e-k8s`.
+// containerd name them, the fake RM driver replaying the real libcuda
+// trace for their GPU contexts, and gpreemptd itself (scan mode) wired to
+// the agent as `gpreemptd --kubernetes` wires it. Run it with
+// `make e2e-k8s`.
 package k8se2e
 
 import (
