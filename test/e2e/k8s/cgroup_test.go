@@ -40,6 +40,13 @@ func newCgroupTree(t *testing.T) *cgroupTree {
 	}
 	ct := &cgroupTree{t: t, root: filepath.Join(mount, fmt.Sprintf("gpreempt-e2e-%d", os.Getpid()))}
 	t.Cleanup(ct.cleanup)
+	if err := os.Mkdir(ct.root, 0o755); err != nil {
+		if errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+			t.Skipf("cannot make cgroups here (a container with a read-only cgroup mount?): %v", err)
+		}
+		t.Fatal(err)
+	}
+	ct.dirs = append(ct.dirs, ct.root)
 	return ct
 }
 
