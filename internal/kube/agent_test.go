@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -203,5 +204,22 @@ func TestNodeName(t *testing.T) {
 	t.Setenv("NODE_NAME", "")
 	if _, err := NodeName(""); err == nil {
 		t.Error("no node name accepted")
+	}
+}
+
+func TestPodInfoCollector(t *testing.T) {
+	proc := fakeProc{t, t.TempDir()}
+	proc.put(10, sdCgroup(uidA, cidA))
+	proc.put(30, "/system.slice/sshd.service")
+	client := fake.NewClientset(newPod("inference", "server", uidA, map[string]string{AnnotationClass: "lc"}, cidA))
+	a := startAgent(t, client, proc.root, nil)
+	c := NewPodInfoCollector(a, func() []int { return []int{10, 30, 99} })
+	want := `
+# HELP gpreemptd_pod_process_info A GPU process of a Kubernetes pod on this node (always 1): join on pid for namespace, pod and container.
+# TYPE gpreemptd_pod_process_info gauge
+gpreemptd_pod_process_info{container="main",namespace="inference",pid="10",pod="server"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+		t.Error(err)
 	}
 }

@@ -116,6 +116,7 @@ func KubeHook(ctx context.Context, agent *kube.Agent, cfg *daemon.Config, log *s
 		return true, err
 	}
 	return func(d *daemon.Daemon) {
+		d.Metrics().Registry.MustRegister(kube.NewPodInfoCollector(agent, d.Reconciler().Known))
 		go func() {
 			for {
 				select {

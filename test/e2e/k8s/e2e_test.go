@@ -266,6 +266,32 @@ func TestNodeAgent(t *testing.T) {
 		}
 	})
 
+	t.Run("metrics name the pod of each GPU process", func(t *testing.T) {
+		waitFor(t, "gpreemptd_pod_process_info for the server pod", func() (bool, string) {
+			mfs, err := d.Metrics().Registry.Gather()
+			if err != nil {
+				return false, err.Error()
+			}
+			var seen []string
+			for _, mf := range mfs {
+				if mf.GetName() != "gpreemptd_pod_process_info" {
+					continue
+				}
+				for _, m := range mf.GetMetric() {
+					l := map[string]string{}
+					for _, lp := range m.GetLabel() {
+						l[lp.GetName()] = lp.GetValue()
+					}
+					if l["pid"] == strconv.Itoa(server.pid) && l["namespace"] == "inference" && l["pod"] == "server" && l["container"] == "main" {
+						return true, ""
+					}
+					seen = append(seen, fmt.Sprint(l))
+				}
+			}
+			return false, fmt.Sprintf("series %v", seen)
+		})
+	})
+
 	t.Run("an Event records the class", func(t *testing.T) {
 		waitEvent(t, admin, trainer, kube.ReasonClassed, "classed be: 4 channel groups")
 	})
