@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -43,13 +45,14 @@ func startKube(ctx context.Context, c *cli.Context, cfg *daemon.Config, log *slo
 		return nil, err
 	}
 	var pol *kube.Policy
-	if f := c.String("kubernetes-policy"); f != "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
+	var polBytes []byte
+	polFile := c.String("kubernetes-policy")
+	if polFile != "" {
+		if polBytes, err = os.ReadFile(polFile); err != nil {
 			return nil, fmt.Errorf("--kubernetes-policy: %w", err)
 		}
-		if pol, err = kube.ParsePolicy(b); err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", policy.ErrInvalid, f, err)
+		if pol, err = kube.ParsePolicy(polBytes); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", policy.ErrInvalid, polFile, err)
 		}
 	}
 	rc, err := kube.RESTConfig(c.String("kubeconfig"))
@@ -74,6 +77,9 @@ func startKube(ctx context.Context, c *cli.Context, cfg *daemon.Config, log *slo
 		return nil, err
 	}
 	log.Info("node agent mode", "node", node)
+	if polFile != "" && c.Duration("policy-poll") > 0 {
+		go watchKubePolicy(ctx, agent, polFile, polBytes, c.Duration("policy-poll"), log)
+	}
 
 	return KubeHook(ctx, agent, cfg, log), nil
 }
@@ -130,6 +136,35 @@ func KubeHook(ctx context.Context, agent *kube.Agent, cfg *daemon.Config, log *s
 				}
 			}
 		}()
+	}
+}
+
+// watchKubePolicy re-reads the Kubernetes policy file every interval
+// (a ConfigMap update swaps the mounted file) and gives a changed one to
+// the agent; a bad one is logged and the running policy kept.
+func watchKubePolicy(ctx context.Context, agent *kube.Agent, file string, last []byte, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		b, err := os.ReadFile(file)
+		if err != nil || bytes.Equal(b, last) {
+			continue
+		}
+		last = b
+		pol, err := kube.ParsePolicy(b)
+		if err == nil {
+			err = agent.SetPolicy(pol)
+		}
+		if err != nil {
+			log.Error("kubernetes policy not reloaded, the running one kept", "file", file, "err", err)
+			continue
+		}
+		log.Info("kubernetes policy reloaded", "file", file)
 	}
 }
 
