@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
 
@@ -83,6 +84,9 @@ type Daemon struct {
 	lister  Lister
 	inspect Inspector
 	events  Events
+	// lost reads how many events the ring buffer dropped (nil in scan
+	// mode); a rise triggers a resync at once.
+	lost    func() uint64
 	modeV   atomic.Value
 	mode    string // at start
 	started time.Time
@@ -94,6 +98,9 @@ type Daemon struct {
 
 	reloadMu sync.Mutex
 	polStat  fs.FileInfo
+	// hup is registered in New, so a SIGHUP after New never kills the
+	// daemon.
+	hup chan os.Signal
 }
 
 // LockPath is the lock file beside the socket.
@@ -153,9 +160,15 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	d.metrics.setMode(d.mode)
 	d.modeV.Store(d.mode)
+	if d.lost != nil {
+		d.metrics.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpreemptd_trace_lost_events_total",
+			Help: "RM events the BPF ring buffer dropped (each drop triggers a /proc resync)."}, func() float64 { return float64(d.lost()) }))
+	}
 	if err := d.listen(); err != nil {
 		return nil, err
 	}
+	d.hup = make(chan os.Signal, 1)
+	signal.Notify(d.hup, syscall.SIGHUP)
 	return d, nil
 }
 
@@ -191,9 +204,9 @@ func (d *Daemon) openEvents(ctx context.Context) error {
 	}
 	switch d.cfg.Mode {
 	case "", "auto", "bpf":
-		ev, _, err := OpenTraceEvents(ctx, d.log)
+		ev, tr, err := OpenTraceEvents(ctx, d.log)
 		if err == nil {
-			d.events, d.mode = ev, "bpf"
+			d.events, d.mode, d.lost = ev, "bpf", tr.Lost
 			d.log.Info("mode", "mode", "bpf", "why", "RM ioctl tracepoints attached")
 			return nil
 		}
@@ -340,6 +353,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if d.cfg.ResyncInterval > 0 {
 			goRun(func() { d.scanLoop(ctx, d.cfg.ResyncInterval) })
 		}
+		if d.lost != nil {
+			goRun(func() { d.resyncOnLoss(ctx) })
+		}
 	} else {
 		goRun(func() { d.scanLoop(ctx, d.cfg.ScanInterval) })
 	}
@@ -449,12 +465,31 @@ func (d *Daemon) scanLoop(ctx context.Context, every time.Duration) {
 	}
 }
 
+// resyncOnLoss scans /proc as soon as the ring buffer has dropped events:
+// a context whose events were lost is classed within a second, not at the
+// next periodic resync.
+func (d *Daemon) resyncOnLoss(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	seen := d.lost()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n := d.lost(); n > seen {
+				d.log.Warn("trace events lost; resyncing from /proc", "lost", n-seen)
+				seen = n
+				d.scan(ctx)
+			}
+		}
+	}
+}
+
 // housekeeping reloads on SIGHUP and on a change of the policy file, and
 // drops pushed statistics of processes that exited.
 func (d *Daemon) housekeeping(ctx context.Context) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	hup := d.hup
 	poll := d.cfg.PolicyPoll
 	if poll < 0 {
 		poll = time.Hour
@@ -483,6 +518,9 @@ func (d *Daemon) housekeeping(ctx context.Context) {
 }
 
 func (d *Daemon) close() {
+	if d.hup != nil {
+		signal.Stop(d.hup)
+	}
 	if d.sock != nil {
 		d.sock.Close()
 		os.Remove(d.cfg.Socket)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -86,6 +87,18 @@ func TestDaemonScanModeLockReloadRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "re-classed burstable after reload", func() bool {
+		ts := timeslices()
+		return len(ts) == 4 && ts[0] == 2000 && ts[3] == 2000
+	})
+	// SIGHUP reloads too.
+	os.WriteFile(polFile, []byte("default: be:2\n"), 0o644)
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitFor(t, "SIGHUP reload", func() bool { return d.Reconciler().Policy().Default.Spec.Weight == 2 })
+	os.WriteFile(polFile, []byte("default: burstable\n"), 0o644)
+	if err := cl.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "re-classed burstable again", func() bool {
 		ts := timeslices()
 		return len(ts) == 4 && ts[0] == 2000 && ts[3] == 2000
 	})

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/tsg"
@@ -104,6 +105,22 @@ func TestAPIClassOwnPidOnlyWithinLimit(t *testing.T) {
 		t.Errorf("be within limit: %d", code)
 	}
 	a.wantAll(me, 200, 0)
+
+	// The client package, as prepreempt/libgpreempt use it.
+	ctx := context.Background()
+	if err := client.RequestClass(ctx, a.sock, "lc"); !errors.Is(err, client.ErrForbidden) {
+		t.Errorf("client lc over the limit: %v, want ErrForbidden", err)
+	}
+	if err := client.RequestClass(ctx, a.sock, "be:2"); err != nil {
+		t.Errorf("client be:2: %v", err)
+	}
+	a.wantAll(me, 400, 0)
+	if err := client.PushStats(ctx, a.sock, client.Stats{Requests: 1, RequestLatencyUs: map[string]float64{"p99": 70}}); err != nil {
+		t.Errorf("client stats: %v", err)
+	}
+	if err := client.RequestClass(ctx, filepath.Join(t.TempDir(), "none"), "be"); !errors.Is(err, client.ErrUnavailable) {
+		t.Errorf("no daemon: %v, want ErrUnavailable", err)
+	}
 }
 
 func TestAPIPeerCredFromKernel(t *testing.T) {

@@ -127,7 +127,10 @@ type ClassReply struct {
 // own contexts.
 func (c *Client) RequestClass(ctx context.Context, class string) (ClassReply, error) {
 	var r ClassReply
-	err := c.do(ctx, http.MethodPost, "/v1/class", map[string]any{"pid": os.Getpid(), "class": class}, &r)
+	// pid 0 is "the caller": the daemon takes it from SO_PEERCRED, which
+	// is right across pid namespaces (a container's os.Getpid is not the
+	// host's pid).
+	err := c.do(ctx, http.MethodPost, "/v1/class", map[string]any{"pid": 0, "class": class}, &r)
 	return r, err
 }
 
@@ -156,7 +159,7 @@ func PushStats(ctx context.Context, socketPath string, s Stats) error {
 		PID int `json:"pid"`
 		Stats
 	}
-	return New(socketPath).do(ctx, http.MethodPost, "/v1/stats", body{os.Getpid(), s}, nil)
+	return New(socketPath).do(ctx, http.MethodPost, "/v1/stats", body{0, s}, nil)
 }
 
 // Status is GET /v1/status.

@@ -1,0 +1,41 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCheckConfig(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("rules:\n  - class: be\n    clas: lc\n"), 0o644)
+	for _, tc := range []struct {
+		file string
+		code int
+		want string
+	}{
+		{"../../../deploy/gpreemptd.yaml", ExitOK, "ok (4 rules, default burstable)"},
+		{bad, ExitBadConfig, "line 3: rules[0].clas: unknown field"},
+		{filepath.Join(t.TempDir(), "missing.yaml"), ExitBadConfig, "no such file"},
+	} {
+		var out, errb bytes.Buffer
+		code := Run(context.Background(), []string{"gpreemptd", "--check-config", tc.file}, &out, &errb)
+		if code != tc.code || !strings.Contains(out.String()+errb.String(), tc.want) {
+			t.Errorf("--check-config %s: exit %d, %q %q; want %d and %q", tc.file, code, out.String(), errb.String(), tc.code, tc.want)
+		}
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Run(context.Background(), []string{"gpreemptd", "--no-such-flag"}, &out, &errb); code != ExitBadConfig {
+		t.Errorf("unknown flag: exit %d", code)
+	}
+	dir := t.TempDir()
+	if code := Run(context.Background(), []string{"gpreemptd", "-c", "../../../deploy/gpreemptd.yaml", "--socket", filepath.Join(dir, "s"), "--mode", "turbo", "--metrics-addr", ""}, &out, &errb); code != ExitBadConfig {
+		t.Errorf("--mode turbo: exit %d: %s", code, errb.String())
+	}
+}
