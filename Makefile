@@ -25,12 +25,13 @@ vet:
 	$(GO) vet $(PKGS)
 
 # What CI runs (.ci/run): gofmt check and vet, then every test. GPU tests skip without a GPU;
-# the skipped tests are listed at the end with the reason each gave.
+# the skipped tests are listed at the end with the reason each gave. The
+# Kubernetes e2e runs with the others (mk/k8s.mk; K8S_E2E=0 skips it).
 # examples/go-lc-server is a module of its own, built as another module would
 # build against prepreempt (its replace points here).
 EXAMPLE := examples/go-lc-server
 test: vet
-	$(GO) run ./internal/tools/testreport -count=1 $(PKGS)
+	GPREEMPT_K8S_ASSETS=$(K8S_ASSETS) $(GO) run ./internal/tools/testreport -count=1 $(PKGS)
 	cd $(EXAMPLE) && $(GO) build -o /dev/null . && $(GO) vet ./...
 
 # Manual pages generated from the command definitions: gpreemptctl(8), gpreempt-bench(1).

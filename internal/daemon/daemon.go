@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
 
+	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/tsg"
@@ -57,6 +58,9 @@ type Config struct {
 	// LeaveSettings skips restoring the groups on shutdown.
 	LeaveSettings bool
 	Reconcile     Options
+	// PodCheck decides socket requests from processes in pods
+	// (API.PodCheck); nil outside Kubernetes.
+	PodCheck func(peerPID, targetPID int, want class.Name) (handled bool, err error)
 	// Scan bounds discovery (tsg.ScanOptions).
 	Scan tsg.ScanOptions
 	Log  *slog.Logger
@@ -241,7 +245,7 @@ func (d *Daemon) listen() error {
 	if err := os.Chmod(d.cfg.Socket, 0o666); err != nil {
 		return fmt.Errorf("socket: %w", err)
 	}
-	api := &API{Rec: d.rec, Metrics: d.metrics, Log: d.log, Inspect: d.inspect, Reload: d.Reload, Status: d.status}
+	api := &API{Rec: d.rec, Metrics: d.metrics, Log: d.log, Inspect: d.inspect, Reload: d.Reload, Status: d.status, PodCheck: d.cfg.PodCheck}
 	d.api = api.Server()
 	if d.cfg.MetricsAddr != "" {
 		host, _, err := net.SplitHostPort(d.cfg.MetricsAddr)

@@ -43,6 +43,19 @@ type Options struct {
 	OpTimeout time.Duration
 	// SelfPID is this daemon's pid: its own controls are not drift.
 	SelfPID int
+	// Classifier, when set, is consulted before the policy's rules
+	// (gpreemptd --kubernetes: a pod's class from its annotation).
+	Classifier Classifier
+	// OnClassed, when set, is told of each classing that changed groups
+	// (gpreemptd --kubernetes records it as an Event on the pod). It runs
+	// under the reconciler's lock and must not block.
+	OnClassed func(pid int, d policy.Decision, groups []GroupState)
+}
+
+// Classifier decides a process's class before the policy's rules do; ok
+// false leaves the decision to the rules.
+type Classifier interface {
+	Classify(pid int) (spec class.Spec, rule string, ok bool)
 }
 
 func (o Options) withDefaults() Options {
@@ -307,6 +320,11 @@ func (r *Reconciler) decide(p *proc) policy.Decision {
 	if p.override != nil {
 		return policy.Decision{Spec: *p.override, Rule: "request"}
 	}
+	if r.opts.Classifier != nil {
+		if spec, rule, ok := r.opts.Classifier.Classify(p.pid); ok {
+			return policy.Decision{Spec: spec, Rule: rule}
+		}
+	}
 	return r.pol.Decide(p.info)
 }
 
@@ -434,6 +452,9 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 	}
 	r.log.Info("classed", "pid", p.pid, "comm", p.info.Comm, "class", d.Spec.String(), "rule", d.Rule, "groups", n,
 		"after_setup", took.Round(time.Microsecond), "new_context", measure)
+	if r.opts.OnClassed != nil && n > 0 {
+		r.opts.OnClassed(p.pid, d, states)
+	}
 }
 
 // apply runs one attach-apply-read-back operation on p and syncs p's
@@ -680,6 +701,18 @@ func (r *Reconciler) SetPolicy(pol *policy.Policy) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pol = pol
+	r.reclassLocked()
+}
+
+// Reclass decides every known process again, as a policy change does
+// (gpreemptd --kubernetes: a pod's annotation changed).
+func (r *Reconciler) Reclass() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reclassLocked()
+}
+
+func (r *Reconciler) reclassLocked() {
 	now := r.Now()
 	for _, p := range r.procs {
 		if len(p.groups) > 0 && !p.pending {

@@ -42,6 +42,12 @@ type API struct {
 	Status func() map[string]any
 	// PeerOf identifies the peer of a request (tests replace it).
 	PeerOf func(*http.Request) (Peer, error)
+	// PodCheck, when set (gpreemptd --kubernetes), decides class requests
+	// from processes in pods: handled false when the peer is in no pod
+	// (the policy's limits then decide); else err says why the request is
+	// refused, or is nil when the pod may have it (the target is in the
+	// peer's pod, the class at most the pod's).
+	PodCheck func(peerPID, targetPID int, want class.Name) (handled bool, err error)
 
 	inflight chan struct{}
 }
@@ -303,25 +309,35 @@ func (a *API) class(w http.ResponseWriter, r *http.Request) {
 		a.Log.Warn("refused", "request", "class", "peer_pid", peer.PID, "peer_uid", peer.UID, "pid", req.PID, "class", sp.String(), "why", why)
 		writeErr(w, http.StatusForbidden, "%s", why)
 	}
-	if req.PID != peer.PID {
-		refuse(fmt.Sprintf("pid %d may ask for its own pid only, not %d", peer.PID, req.PID))
-		return
-	}
-	info, _, err := a.Inspect.Process(peer.PID)
-	if err != nil {
-		writeErr(w, http.StatusNotFound, "pid %d: %v", peer.PID, err)
-		return
-	}
-	info.UID = peer.UID // the kernel's word over /proc's
-	pol := a.Rec.Policy()
-	max := pol.MaxRequest(info)
-	if max == "" || !sp.Name.AtMost(max) {
-		m := string(max)
-		if m == "" {
-			m = "nothing"
+	handled := false
+	if a.PodCheck != nil {
+		var err error
+		if handled, err = a.PodCheck(peer.PID, req.PID, sp.Name); handled && err != nil {
+			refuse(err.Error())
+			return
 		}
-		refuse(fmt.Sprintf("class %s is above what the policy allows uid %d in cgroup %q (%s)", sp.Name, info.UID, info.Cgroup, m))
-		return
+	}
+	if !handled {
+		if req.PID != peer.PID {
+			refuse(fmt.Sprintf("pid %d may ask for its own pid only, not %d", peer.PID, req.PID))
+			return
+		}
+		info, _, err := a.Inspect.Process(peer.PID)
+		if err != nil {
+			writeErr(w, http.StatusNotFound, "pid %d: %v", peer.PID, err)
+			return
+		}
+		info.UID = peer.UID // the kernel's word over /proc's
+		pol := a.Rec.Policy()
+		max := pol.MaxRequest(info)
+		if max == "" || !sp.Name.AtMost(max) {
+			m := string(max)
+			if m == "" {
+				m = "nothing"
+			}
+			refuse(fmt.Sprintf("class %s is above what the policy allows uid %d in cgroup %q (%s)", sp.Name, info.UID, info.Cgroup, m))
+			return
+		}
 	}
 	n, err := a.Rec.Request(r.Context(), req.PID, sp)
 	if err != nil {

@@ -37,7 +37,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Version:   Version,
 		Writer:    stdout,
 		ErrWriter: stderr,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Value: daemon.DefaultPolicy, Usage: "policy file", EnvVars: []string{"GPREEMPTD_CONFIG"}},
 			&cli.StringFlag{Name: "check-config", Usage: "validate this policy file and exit (0 valid, 2 not)"},
 			&cli.StringFlag{Name: "socket", Value: daemon.DefaultSocket, Usage: "unix socket of the local API (the lock file goes beside it)", EnvVars: []string{"GPREEMPTD_SOCKET"}},
@@ -55,7 +55,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			&cli.BoolFlag{Name: "leave-settings", Usage: "on shutdown, leave the groups as classed instead of restoring the driver's defaults"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: []string{"GPREEMPTD_LOG_LEVEL"}},
 			&cli.BoolFlag{Name: "nvml", Value: true, Usage: "use NVML's process lists to tell which GPU a process uses"},
-		},
+		}, kubeFlags...),
 		Action: func(c *cli.Context) error {
 			if f := c.String("check-config"); f != "" {
 				p, err := policy.ParseFile(f)
@@ -81,14 +81,24 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 					log.Info("no NVML; GPUs are told from the /dev/nvidiaN files a process holds", "err", err)
 				}
 			}
-			d, err := daemon.New(c.Context, daemon.Config{
+			cfg := daemon.Config{
 				PolicyFile: c.String("config"), Socket: c.String("socket"), MetricsAddr: c.String("metrics-addr"),
 				Mode: c.String("mode"), ScanInterval: c.Duration("scan-interval"), ResyncInterval: c.Duration("resync-interval"), PolicyPoll: c.Duration("policy-poll"),
 				LeaveSettings: c.Bool("leave-settings"), Log: log, GPU: info, Version: Version,
 				Scan: tsg.ScanOptions{HandleGap: c.Int("handle-gap"), AllowUnsupportedDriver: c.Bool("allow-unsupported-driver")},
 				Reconcile: daemon.Options{Debounce: c.Duration("debounce"), MaxWait: c.Duration("max-wait"),
 					DriftBurst: c.Int("drift-burst"), DriftRefill: c.Duration("drift-refill")},
-			})
+			}
+			kubeStarted, err := startKube(c.Context, c, &cfg, log)
+			if err != nil {
+				if errors.Is(err, policy.ErrInvalid) {
+					code = ExitBadConfig
+				} else {
+					code = ExitFailure
+				}
+				return err
+			}
+			d, err := daemon.New(c.Context, cfg)
 			switch {
 			case errors.Is(err, policy.ErrInvalid), errors.Is(err, tsg.ErrInvalidArgument):
 				code = ExitBadConfig
@@ -99,6 +109,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			case err != nil:
 				code = ExitFailure
 				return err
+			}
+			if kubeStarted != nil {
+				kubeStarted(d)
 			}
 			if err := d.Run(c.Context); err != nil {
 				code = ExitFailure

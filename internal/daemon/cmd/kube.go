@@ -1,0 +1,196 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/daemon"
+	"github.com/gpreempt/gpreempt/internal/kube"
+	"github.com/gpreempt/gpreempt/internal/policy"
+)
+
+// kubeFlags are node agent mode's flags (docs/KUBERNETES.md).
+var kubeFlags = []cli.Flag{
+	&cli.BoolFlag{Name: "kubernetes", Usage: "node agent mode: class the processes of this node's pods by their gpreempt.io/class annotation, before the policy's rules", EnvVars: []string{"GPREEMPTD_KUBERNETES"}},
+	&cli.StringFlag{Name: "node-name", Usage: "this node's name in the API (default: $NODE_NAME, set from the downward API)"},
+	&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: $KUBECONFIG, else the in-cluster service account)"},
+	&cli.StringFlag{Name: "kubernetes-policy", Usage: "the Kubernetes policy file: classes by priority class and namespace, the highest class each namespace may ask for", EnvVars: []string{"GPREEMPTD_KUBERNETES_POLICY"}},
+}
+
+// startKube starts the node agent when --kubernetes is set and hooks it
+// into cfg: its class decisions come before the policy's rules, classings
+// are recorded as Events on the pods, socket requests from pods are
+// checked against their pod. It returns a function that re-classes a
+// pod's processes whenever its decision changes, to run once the daemon
+// exists; nil without --kubernetes.
+func startKube(ctx context.Context, c *cli.Context, cfg *daemon.Config, log *slog.Logger) (func(*daemon.Daemon), error) {
+	if !c.Bool("kubernetes") {
+		return nil, nil
+	}
+	node, err := kube.NodeName(c.String("node-name"))
+	if err != nil {
+		return nil, err
+	}
+	var pol *kube.Policy
+	var polBytes []byte
+	polFile := c.String("kubernetes-policy")
+	if polFile != "" {
+		if polBytes, err = os.ReadFile(polFile); err != nil {
+			return nil, fmt.Errorf("--kubernetes-policy: %w", err)
+		}
+		if pol, err = kube.ParsePolicy(polBytes); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", policy.ErrInvalid, polFile, err)
+		}
+	}
+	rc, err := kube.RESTConfig(c.String("kubeconfig"))
+	if err != nil {
+		return nil, err
+	}
+	rc.UserAgent = "gpreemptd/" + Version
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	agent, err := kube.NewAgent(client, kube.Options{NodeName: node, Policy: pol, Log: log.With("component", "kube")})
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		if err := agent.Run(ctx); err != nil {
+			log.Error("kubernetes agent stopped", "err", err)
+		}
+	}()
+	if err := agent.WaitForSync(ctx); err != nil {
+		return nil, err
+	}
+	log.Info("node agent mode", "node", node)
+	if polFile != "" && c.Duration("policy-poll") > 0 {
+		go watchKubePolicy(ctx, agent, polFile, polBytes, c.Duration("policy-poll"), log)
+	}
+
+	return KubeHook(ctx, agent, cfg, log), nil
+}
+
+// KubeHook wires a running, synced node agent into a daemon's cfg: the
+// agent's class decisions come before the policy's rules, each classing
+// is recorded as an Event on the pod, socket requests from processes in
+// pods are checked against their pod. Call the returned function with the
+// daemon made from cfg: it re-classes whenever a pod's decision changes.
+func KubeHook(ctx context.Context, agent *kube.Agent, cfg *daemon.Config, log *slog.Logger) func(*daemon.Daemon) {
+	cfg.Reconcile.Classifier = agent
+	// The reconciler reports every classing, also a re-check that changed
+	// nothing (after any pod's change all processes are decided again):
+	// one Event per process and class is enough.
+	var mu sync.Mutex
+	recorded := map[int]string{}
+	cfg.Reconcile.OnClassed = func(pid int, d policy.Decision, groups []daemon.GroupState) {
+		ref, err := agent.PodOfPID(pid)
+		if err != nil {
+			return // not in a pod of this node
+		}
+		msg := classedMessage(d, groups)
+		mu.Lock()
+		if recorded[pid] == msg {
+			mu.Unlock()
+			return
+		}
+		if len(recorded) >= maxRecorded { // pids that exited: start over
+			clear(recorded)
+		}
+		recorded[pid] = msg
+		mu.Unlock()
+		agent.Event(ref, corev1.EventTypeNormal, kube.ReasonClassed, msg)
+	}
+	cfg.PodCheck = func(peerPID, targetPID int, want class.Name) (bool, error) {
+		_, err := agent.AuthorizePeer(peerPID, targetPID, want)
+		if errors.Is(err, kube.ErrNotInPod) {
+			return false, nil
+		}
+		return true, err
+	}
+	return func(d *daemon.Daemon) {
+		d.Metrics().Registry.MustRegister(kube.NewPodInfoCollector(agent, d.Reconciler().Known))
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case ch := <-agent.Changes():
+					if !ch.Deleted {
+						log.Debug("pod changed: re-classing", "pod", ch.Pod.String(), "decision", ch.Decision.String())
+						d.Reconciler().Reclass()
+					}
+				}
+			}
+		}()
+	}
+}
+
+// watchKubePolicy re-reads the Kubernetes policy file every interval
+// (a ConfigMap update swaps the mounted file) and gives a changed one to
+// the agent; a bad one is logged and the running policy kept.
+func watchKubePolicy(ctx context.Context, agent *kube.Agent, file string, last []byte, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		b, err := os.ReadFile(file)
+		if err != nil || bytes.Equal(b, last) {
+			continue
+		}
+		last = b
+		pol, err := kube.ParsePolicy(b)
+		if err == nil {
+			err = agent.SetPolicy(pol)
+		}
+		if err != nil {
+			log.Error("kubernetes policy not reloaded, the running one kept", "file", file, "err", err)
+			continue
+		}
+		log.Info("kubernetes policy reloaded", "file", file)
+	}
+}
+
+// maxRecorded bounds the memory of which Events were recorded.
+const maxRecorded = 4096
+
+// classedMessage is the Event's text: "classed be: 4 channel groups on GPU 0".
+func classedMessage(d policy.Decision, groups []daemon.GroupState) string {
+	gpus := map[string]bool{}
+	for _, g := range groups {
+		if g.GPU != "" {
+			gpus[g.GPU] = true
+		}
+	}
+	var names []string
+	for g := range gpus {
+		names = append(names, g)
+	}
+	sort.Strings(names)
+	msg := fmt.Sprintf("classed %s: %d channel groups", d.Spec, len(groups))
+	switch len(names) {
+	case 0:
+	case 1:
+		msg += " on GPU " + names[0]
+	default:
+		msg += " on GPUs " + strings.Join(names, ", ")
+	}
+	return msg
+}

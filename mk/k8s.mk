@@ -1,0 +1,28 @@
+# Kubernetes: the end-to-end test of the node agent against a real
+# kube-apiserver and etcd, and the plain manifests rendered from the chart.
+# Included by the top Makefile.
+
+# hack/k8s/build.sh builds kube-apiserver and etcd from the Go module proxy
+# once per version into $(K8S_CACHE)/<version> (cold: ~5 min and ~2 GB of
+# memory on 2 cores; warm: nothing to do) and prints that directory.
+K8S_CACHE ?= $(HOME)/.cache/gpreempt/k8s
+export GPREEMPT_K8S_CACHE := $(K8S_CACHE)
+# make test runs the Kubernetes e2e too; K8S_E2E=0 leaves it out (the test
+# then skips, saying why).
+K8S_E2E ?= 1
+K8S_ASSETS = $(if $(filter 1,$(K8S_E2E)),$$(hack/k8s/build.sh))
+
+.PHONY: k8s-assets e2e-k8s k8s-manifests
+
+k8s-assets:
+	@hack/k8s/build.sh
+
+# The agent against a real API server: pods on this node and another,
+# processes in kubelet-named cgroups (root and cgroup v2 needed), classes
+# applied on the fake RM, Events, the chart's manifests dry-run applied.
+e2e-k8s:
+	GPREEMPT_K8S_ASSETS=$$(hack/k8s/build.sh) $(GO) test -count=1 -v ./test/e2e/k8s/
+
+# deploy/kubernetes/gpreempt.yaml from deploy/helm/gpreempt.
+k8s-manifests:
+	$(GO) test ./hack/helmtemplate -update
