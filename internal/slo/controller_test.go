@@ -319,3 +319,33 @@ func summary(ds []Decision) []string {
 	}
 	return out
 }
+
+func TestDecisionsCarryCause(t *testing.T) {
+	moves := map[string]bool{CauseViolation: true, CauseExplore: true, CauseKnownBetter: true, CauseNoSignal: true}
+	stays := map[string]bool{CauseDwell: true, CauseWithin: true, CauseNoSignal: true, CauseViolation: true, CauseAtLimit: true}
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	g := NewSimGPU(7)
+	c := mustNew(t, Options{})
+	ds := run(t, c, g, 60, obj, func(i int) Workload {
+		g.Missing = i >= 30 && i < 40
+		if i >= 40 {
+			return GraphHintsH100
+		}
+		return EagerPyTorchH100
+	})
+	seen := map[string]bool{}
+	for i, d := range ds {
+		seen[d.Cause] = true
+		if d.Changed && !moves[d.Cause] || !d.Changed && !stays[d.Cause] {
+			t.Errorf("window %d: changed=%v with cause %q (%s)", i, d.Changed, d.Cause, d.Reason)
+		}
+		if d.Cause != CauseNoSignal && (len(d.LC) != 1 || d.LC[0].Target != EagerPyTorchH100.Baseline*105/100 && d.LC[0].Target != GraphHintsH100.Baseline*105/100) {
+			t.Errorf("window %d: LC results %+v", i, d.LC)
+		}
+	}
+	for _, want := range []string{CauseDwell, CauseWithin, CauseExplore, CauseNoSignal, CauseViolation} {
+		if !seen[want] {
+			t.Errorf("no decision with cause %q in %v", want, summary(ds))
+		}
+	}
+}
