@@ -142,24 +142,59 @@ func RequestClass(ctx context.Context, socketPath, class string) error {
 	return err
 }
 
-// Stats is what an LC process's hint engine pushes: quantiles ("p50",
-// "p90", "p99", "p999", "max", "mean") in microseconds.
+// Stats is what an LC process pushes: quantiles ("p50", "p90", "p99",
+// "p999", "max", "mean") in microseconds.
 type Stats struct {
 	Requests         uint64             `json:"requests"`
 	RequestLatencyUs map[string]float64 `json:"request_latency_us,omitempty"`
 	SpinnerHoldUs    map[string]float64 `json:"spinner_hold_us,omitempty"`
 	ExpiredHolds     uint64             `json:"expired_holds"`
+	// Window is the request latency over the interval since the last
+	// push: what the daemon's SLO mode steers by.
+	Window *Window `json:"window,omitempty"`
+	// Engine is the hint engine's own decision.
+	Engine *Engine `json:"engine,omitempty"`
 }
 
-// PushStats sends the calling process's hint-engine statistics to the
-// daemon at socketPath ("" for the default), which exports them as
-// metrics until the process exits.
-func PushStats(ctx context.Context, socketPath string, s Stats) error {
+// Window is the request latency an app measured over one interval.
+type Window struct {
+	DurationMs float64            `json:"duration_ms"`
+	Requests   uint64             `json:"requests"`
+	LatencyUs  map[string]float64 `json:"latency_us"`
+}
+
+// Engine is a hint engine's state as pushed.
+type Engine struct {
+	Prepreempt       bool   `json:"prepreempt"`
+	SkippedNoBenefit uint64 `json:"skipped_no_benefit"`
+}
+
+// StatsReply is the daemon's answer to a push.
+type StatsReply struct {
+	// Prepreempt: whether the engine should launch spinners (the SLO
+	// mode says no while BE runs long timeslices).
+	Prepreempt bool `json:"prepreempt"`
+	// SLO: the daemon steers by the pushed windows.
+	SLO bool `json:"slo"`
+}
+
+// PushStats sends the calling process's statistics to the daemon, which
+// exports them as metrics until the process exits and, in SLO mode,
+// steers the BE timeslice by their window.
+func (c *Client) PushStats(ctx context.Context, s Stats) (StatsReply, error) {
 	type body struct {
 		PID int `json:"pid"`
 		Stats
 	}
-	return New(socketPath).do(ctx, http.MethodPost, "/v1/stats", body{0, s}, nil)
+	r := StatsReply{Prepreempt: true}
+	err := c.do(ctx, http.MethodPost, "/v1/stats", body{0, s}, &r)
+	return r, err
+}
+
+// PushStats sends the calling process's statistics to the daemon at
+// socketPath ("" for the default); see Client.PushStats.
+func PushStats(ctx context.Context, socketPath string, s Stats) (StatsReply, error) {
+	return New(socketPath).PushStats(ctx, s)
 }
 
 // Status is GET /v1/status.
