@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"encoding/json"
 	"math"
 	"testing"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/tsg"
@@ -93,6 +95,13 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 	if len(st.LC) != 1 || st.LC[0].PID != 100 || st.LC[0].Objective != "p50<=1.05x" || st.LC[0].Signal != "pushed" ||
 		st.LC[0].Ratio == nil || *st.LC[0].Ratio > 1 || st.WorstLC == nil || st.BEShare != nil {
 		t.Errorf("LC status %+v (worst %v, share %v)", st.LC, st.WorstLC, st.BEShare)
+	}
+	// What gpreemptctl reads.
+	s.loop.Push(100, HintStats{Engine: &EngineState{Prepreempt: true, SkippedNoBenefit: 7}})
+	var cs client.SLO
+	if b, err := json.Marshal(s.loop.Status()); err != nil || json.Unmarshal(b, &cs) != nil ||
+		cs.BETimeslice != "1ms" || len(cs.LC) != 1 || cs.LC[0].Ratio == nil || cs.Engines["100"].SkippedNoBenefit != 7 || cs.Last == nil {
+		t.Errorf("status as the client reads it: %+v, %v", cs, err)
 	}
 	if got := gauge(t, s.m, "gpreemptd_slo_be_timeslice_seconds"); got != 0.001 {
 		t.Errorf("timeslice gauge %v", got)

@@ -261,3 +261,41 @@ func (c *Client) Classes(ctx context.Context) (Classes, error) {
 func (c *Client) Reload(ctx context.Context) error {
 	return c.do(ctx, http.MethodPost, "/v1/reload", struct{}{}, nil)
 }
+
+// SLO is the "slo" object of GET /v1/status: the SLO mode's state.
+type SLO struct {
+	Enabled     bool     `json:"enabled"`
+	Window      string   `json:"window,omitempty"`
+	BETimeslice string   `json:"be_timeslice,omitempty"`
+	Safe        string   `json:"safe,omitempty"`
+	Ladder      string   `json:"ladder,omitempty"`
+	BEShare     *float64 `json:"be_share,omitempty"`
+	MinBEShare  float64  `json:"min_be_share,omitempty"`
+	WorstLC     *float64 `json:"worst_lc_vs_objective,omitempty"`
+	LC          []struct {
+		PID       int      `json:"pid"`
+		Comm      string   `json:"comm"`
+		Objective string   `json:"objective"`
+		LatencyUs float64  `json:"latency_us"`
+		TargetUs  float64  `json:"target_us"`
+		Ratio     *float64 `json:"ratio,omitempty"`
+		Requests  int      `json:"requests"`
+		Signal    string   `json:"signal"`
+	} `json:"lc,omitempty"`
+	Last       *SLODecision      `json:"last,omitempty"`
+	LastChange *SLODecision      `json:"last_change,omitempty"`
+	Changes    int               `json:"changes"`
+	Prepreempt bool              `json:"prepreempt"`
+	Engines    map[string]Engine `json:"engines,omitempty"`
+}
+
+// SLODecision is one decision of the SLO mode.
+type SLODecision struct {
+	Window         int    `json:"window"`
+	BETimeslice    string `json:"be_timeslice"`
+	Changed        bool   `json:"changed"`
+	Cause          string `json:"cause"`
+	Reason         string `json:"reason"`
+	Fallback       bool   `json:"fallback,omitempty"`
+	BEBelowMinimum bool   `json:"be_below_minimum,omitempty"`
+}
