@@ -103,7 +103,7 @@ type Options struct {
 	// many hints, to see whether it benefits now; each probe that does not
 	// doubles the interval, up to 8x. Default 32.
 	ReprobeEvery int
-	Logger     *slog.Logger
+	Logger       *slog.Logger
 }
 
 // lcClass is the class the engine puts its process in.
