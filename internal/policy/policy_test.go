@@ -26,6 +26,19 @@ func TestExampleParses(t *testing.T) {
 	}
 }
 
+func TestSLOExampleParses(t *testing.T) {
+	p, err := ParseFile("../../deploy/gpreemptd-slo.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.SLO.Enabled || p.SLO.MinBEShare != 0.88 || len(p.SLO.Ladder) != 7 || len(p.Rules) != 4 {
+		t.Fatalf("parsed %+v", p.SLO)
+	}
+	if o, ok := p.Objective(p.Decide(Process{Comm: "lc-server"})); !ok || o.String() != "p50<=1.05x" {
+		t.Errorf("inference objective %v %v", o, ok)
+	}
+}
+
 func TestParseErrorsNameLineAndField(t *testing.T) {
 	for _, tc := range []struct {
 		name, in, want string
