@@ -90,7 +90,20 @@ type Options struct {
 	// PollerIdle is how long the poller keeps polling after the last hint.
 	// Default 20 ms.
 	PollerIdle time.Duration
-	Logger     *slog.Logger
+	// NoBenefitLead: a hold whose Ready came more than this many switch
+	// estimates after the spinner's launch did not benefit (the request
+	// is launch-bound: the spinner held the GPU from BE while the app was
+	// still launching). Default 4; negative: every request gets a spinner.
+	NoBenefitLead float64
+	// NoBenefitShare is the fraction of a class's recent holds (the last
+	// 16, at least 8) that, long or expired at MaxHold, stops its
+	// spinners. Default 0.5.
+	NoBenefitShare float64
+	// ReprobeEvery: a class without spinners gets one again after this
+	// many hints, to see whether it benefits now; each probe that does not
+	// doubles the interval, up to 8x. Default 32.
+	ReprobeEvery int
+	Logger       *slog.Logger
 }
 
 // lcClass is the class the engine puts its process in.
@@ -107,6 +120,15 @@ func (o Options) withDefaults() Options {
 	def(&o.Margin, 20*time.Microsecond)
 	def(&o.LCTimeslice, lcClass().Timeslice)
 	def(&o.PollerIdle, 20*time.Millisecond)
+	if o.NoBenefitLead == 0 {
+		o.NoBenefitLead = 4
+	}
+	if o.NoBenefitShare <= 0 || o.NoBenefitShare > 1 {
+		o.NoBenefitShare = 0.5
+	}
+	if o.ReprobeEvery <= 0 {
+		o.ReprobeEvery = 32
+	}
 	if o.HoldDutyCycle <= 0 {
 		o.HoldDutyCycle = 0.25
 	}
@@ -204,6 +226,19 @@ type Engine struct {
 	sched    []atomic.Pointer[Request]
 	wake     chan struct{}
 	lastHint atomic.Int64
+	// benefit decides per request class whether spinners pay off.
+	benefit *benefit
+	// daemonOff: gpreemptd said not to pre-preempt (SetPrepreempt).
+	daemonOff atomic.Bool
+}
+
+// SetPrepreempt turns spinners on or off for every request: gpreemptd's
+// SLO mode says off while BE runs long timeslices (docs/SLO.md), and a
+// Reporter passes its word on. Hints keep being counted and predicted.
+func (e *Engine) SetPrepreempt(on bool) {
+	if e.daemonOff.Swap(!on) != !on {
+		e.log.Info("pre-preemption turned by gpreemptd", "on", on)
+	}
 }
 
 // New creates an engine on the primary context of the CUDA device with the
@@ -282,6 +317,7 @@ func (e *Engine) initSlots() {
 		e.free <- s
 	}
 	e.pred = newPredictor(e.opts.PrepQuantile, e.opts.Window, 8)
+	e.benefit = newBenefit(e.opts)
 	e.sw = newSwitchTracker(e.opts.InitialSwitch, e.opts.SwitchQuantile, e.opts.Window)
 	e.clock = newGPUClock(e.opts.Window)
 	if e.opts.HoldDutyCycle < 1 {
@@ -434,6 +470,9 @@ type Request struct {
 	// finished: Ready or Cancel has run, for requests whose state cannot
 	// tell (dropped, expired).
 	finished atomic.Bool
+	// probe: the request's class does not benefit from spinners, and
+	// this one has a spinner to see whether it does again.
+	probe bool
 }
 
 // Hint announces that an LC request of class has started preparing its
@@ -454,8 +493,21 @@ func (e *Engine) Hint(ctx context.Context, class string, expectedPrep time.Durat
 	now := e.clk.now()
 	r := &Request{e: e, class: class, start: now}
 	e.stats.add(func(s *Stats) { s.Hints++ })
+	if e.daemonOff.Load() {
+		r.dropped = true
+		e.stats.add(func(s *Stats) { s.SkippedByDaemon++ })
+		return r, nil
+	}
+	spinner, probe := e.benefit.admit(class)
+	if !spinner {
+		r.dropped = true
+		e.stats.add(func(s *Stats) { s.SkippedNoBenefit++ })
+		return r, nil
+	}
+	r.probe = probe
 	if e.budget != nil && !e.budget.take(now, e.opts.MaxHold) {
 		r.dropped = true
+		r.endProbe()
 		e.stats.add(func(s *Stats) { s.Throttled++ })
 		return r, nil
 	}
@@ -464,6 +516,7 @@ func (e *Engine) Hint(ctx context.Context, class string, expectedPrep time.Durat
 	default:
 		e.refund(r)
 		r.dropped = true
+		r.endProbe()
 		e.stats.add(func(s *Stats) { s.Dropped++ })
 		return r, nil
 	}
@@ -511,6 +564,13 @@ func (e *Engine) Hint(ctx context.Context, class string, expectedPrep time.Durat
 	return r, nil
 }
 
+// endProbe ends the request's probe, if it is one, without a verdict.
+func (r *Request) endProbe() {
+	if r.probe {
+		r.e.benefit.inconclusive(r.class)
+	}
+}
+
 // refund gives the request's unused hold reservation back to the budget.
 func (e *Engine) refund(r *Request) {
 	if e.budget == nil {
@@ -544,6 +604,7 @@ func (r *Request) launch() {
 	e.stats.launchLag(time.Duration(max(r.launchT-r.planned, 0)))
 	if err := e.gpu.launch(s); err != nil {
 		r.err = err
+		r.endProbe()
 		// Whatever was queued must not spin: release it, then recycle.
 		e.flags.set(s.idx, 1)
 		e.refund(r)
@@ -635,6 +696,9 @@ func (r *Request) expire() {
 		r.e.flags.set(r.slot.idx, 1)
 		r.e.refund(r)
 		r.e.stats.add(func(s *Stats) { s.Expired++ })
+		if !r.e.closed.Load() {
+			r.e.benefit.record(r.class, 0, 0, true, r.probe)
+		}
 		go r.e.reap(r)
 	}
 }
@@ -668,6 +732,7 @@ func (r *Request) finish(cancel bool) error {
 			if r.done != nil {
 				close(r.done)
 			}
+			r.endProbe()
 			e.refund(r)
 			e.free <- r.slot
 			e.stats.add(func(s *Stats) {
@@ -691,7 +756,11 @@ func (r *Request) finish(cancel bool) error {
 			e.flags.set(r.slot.idx, 1)
 			e.refund(r)
 			if !cancel {
-				e.stats.readyLead(time.Duration(r.releaseT - r.launchT))
+				lead := time.Duration(r.releaseT - r.launchT)
+				e.stats.readyLead(lead)
+				e.benefit.record(r.class, lead, e.sw.estimate(), false, r.probe)
+			} else {
+				r.endProbe()
 			}
 			e.stats.add(func(s *Stats) {
 				if cancel {
@@ -756,6 +825,8 @@ func (e *Engine) reap(r *Request) {
 func (e *Engine) Stats() Stats {
 	s := e.stats.snapshot()
 	s.SwitchEstimateNs = int64(e.sw.estimate())
+	s.Prepreempt = !e.daemonOff.Load()
+	s.Classes = e.benefit.modes()
 	return s
 }
 

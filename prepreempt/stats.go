@@ -29,6 +29,16 @@ type Stats struct {
 	// Throttled: spinners had used up their share of the GPU's time
 	// (Options.HoldDutyCycle); the request ran without one.
 	Throttled uint64 `json:"throttled"`
+	// SkippedNoBenefit: the request's class did not benefit from spinners
+	// (launch-bound, or holds hitting MaxHold); it ran without one.
+	SkippedNoBenefit uint64 `json:"skipped_no_benefit"`
+	// SkippedByDaemon: gpreemptd said not to pre-preempt; the request ran
+	// without a spinner.
+	SkippedByDaemon uint64 `json:"skipped_by_daemon"`
+	// Prepreempt: spinners are on (false: gpreemptd turned them off).
+	Prepreempt bool `json:"prepreempt"`
+	// Classes is each request class's mode: ModeHold or ModeSkip.
+	Classes map[string]string `json:"classes,omitempty"`
 	// HeldNs is the spinner's GPU time, start to exit, summed.
 	HeldNs uint64 `json:"held_ns"`
 	// Held and SwitchIn are log2 histograms (bucket i counts values in

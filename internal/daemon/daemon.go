@@ -79,6 +79,7 @@ type Daemon struct {
 	cfg     Config
 	log     *slog.Logger
 	rec     *Reconciler
+	slo     *SLOLoop
 	metrics *Metrics
 	ctl     Controller
 	lister  Lister
@@ -156,6 +157,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.metrics = NewMetrics(nil)
 	d.rec = NewReconciler(pol, d.ctl, d.inspect, d.metrics, cfg.Reconcile, d.log)
 	d.metrics.SetGroups(d.rec.GroupsByClass)
+	d.slo = NewSLOLoop(d.rec, d.metrics, d.log)
 
 	if err := d.openEvents(ctx); err != nil {
 		return nil, err
@@ -245,7 +247,7 @@ func (d *Daemon) listen() error {
 	if err := os.Chmod(d.cfg.Socket, 0o666); err != nil {
 		return fmt.Errorf("socket: %w", err)
 	}
-	api := &API{Rec: d.rec, Metrics: d.metrics, Log: d.log, Inspect: d.inspect, Reload: d.Reload, Status: d.status, PodCheck: d.cfg.PodCheck}
+	api := &API{Rec: d.rec, Metrics: d.metrics, Log: d.log, Inspect: d.inspect, Reload: d.Reload, Status: d.status, PodCheck: d.cfg.PodCheck, SLO: d.slo}
 	d.api = api.Server()
 	if d.cfg.MetricsAddr != "" {
 		host, _, err := net.SplitHostPort(d.cfg.MetricsAddr)
@@ -274,11 +276,15 @@ func (d *Daemon) status() map[string]any {
 		"started": d.started.UTC().Format(time.RFC3339), "uptime_s": int(time.Since(d.started).Seconds()),
 		"socket": d.cfg.Socket, "metrics": d.cfg.MetricsAddr, "leave_settings": d.cfg.LeaveSettings,
 		"debounce": d.rec.opts.Debounce.String(), "max_wait": d.rec.opts.MaxWait.String(),
+		"slo": d.slo.Status(), "classes": d.rec.Classes(),
 	}
 }
 
 // Reconciler is the daemon's reconciler.
 func (d *Daemon) Reconciler() *Reconciler { return d.rec }
+
+// SLO is the daemon's SLO mode.
+func (d *Daemon) SLO() *SLOLoop { return d.slo }
 
 // Metrics are the daemon's metrics.
 func (d *Daemon) Metrics() *Metrics { return d.metrics }
@@ -365,6 +371,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		goRun(func() { d.scanLoop(ctx, d.cfg.ScanInterval) })
 	}
 	goRun(func() { d.tickLoop(ctx) })
+	goRun(func() { d.sloLoop(ctx) })
 	goRun(func() { d.housekeeping(ctx) })
 	d.log.Info("serving", "socket", d.cfg.Socket, "metrics", d.cfg.MetricsAddr, "mode", d.mode, "policy", d.cfg.PolicyFile)
 
@@ -390,6 +397,21 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.Info("restored driver defaults", "groups", n, "err", rerr)
 	}
 	return err
+}
+
+// sloLoop runs the SLO mode once a window (the policy's, re-read each
+// time so a reload takes effect).
+func (d *Daemon) sloLoop(ctx context.Context) {
+	for {
+		t := time.NewTimer(d.slo.Window())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+			d.slo.Step(d.rec.Now())
+		}
+	}
 }
 
 func (d *Daemon) tickLoop(ctx context.Context) {
@@ -519,6 +541,7 @@ func (d *Daemon) housekeeping(ctx context.Context) {
 			for _, pid := range d.metrics.Pushers() {
 				if _, _, err := d.inspect.Process(pid); err != nil {
 					d.metrics.forget(pid)
+					d.slo.Forget(pid)
 				}
 			}
 		}

@@ -1,11 +1,14 @@
 package daemon
 
 import (
+	"math"
 	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/gpreempt/gpreempt/internal/slo"
 )
 
 // Metrics are gpreemptd's Prometheus metrics, on a registry of their own
@@ -26,6 +29,12 @@ type Metrics struct {
 	hintRequests  *prometheus.GaugeVec
 	groupsByClass func() map[[2]string]int
 	mode          *prometheus.GaugeVec
+	sloEnabled    prometheus.Gauge
+	sloTimeslice  prometheus.Gauge
+	sloWorst      prometheus.Gauge
+	sloShare      prometheus.Gauge
+	sloLC         *prometheus.GaugeVec
+	sloChanges    *prometheus.CounterVec
 
 	mu     sync.Mutex
 	pushed map[int]bool
@@ -66,10 +75,23 @@ func NewMetrics(groups func() map[[2]string]int) *Metrics {
 			Help: "LC requests the process's hint engine saw, as pushed."}, []string{"pid", "comm"}),
 		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_mode",
 			Help: "1 for the event source in use: bpf or scan."}, []string{"mode"}),
+		sloEnabled: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpreemptd_slo_enabled",
+			Help: "1 while the SLO mode chooses the BE timeslice."}),
+		sloTimeslice: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpreemptd_slo_be_timeslice_seconds",
+			Help: "BE timeslice (of one unit of weight) the SLO mode chose."}),
+		sloWorst: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpreemptd_slo_worst_lc_vs_objective",
+			Help: "Highest LC latency / objective over the last window (1 = at the objective; NaN: no LC latency)."}),
+		sloShare: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpreemptd_slo_be_share",
+			Help: "BE progress relative to BE alone over the last window (NaN: not measured)."}),
+		sloLC: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_lc_vs_objective",
+			Help: "Each LC process's latency / objective over the last window."}, []string{"process"}),
+		sloChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_slo_changes_total",
+			Help: "BE timeslice changes by the SLO mode, by cause (violation, explore, known_better, no_signal)."}, []string{"cause"}),
 		groupsByClass: groups,
 	}
 	m.Registry.MustRegister(m.applies, m.failures, m.drift, m.classed, m.control, m.requests, m.reloads,
 		m.hintLatency, m.hintHold, m.hintExpired, m.hintRequests, m.mode, groupsCollector{m},
+		m.sloEnabled, m.sloTimeslice, m.sloWorst, m.sloShare, m.sloLC, m.sloChanges,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -99,6 +121,44 @@ type HintStats struct {
 	RequestLatencyUs map[string]float64 `json:"request_latency_us,omitempty"`
 	SpinnerHoldUs    map[string]float64 `json:"spinner_hold_us,omitempty"`
 	ExpiredHolds     uint64             `json:"expired_holds"`
+	// Window is the app's request latency over its last push interval:
+	// the SLO mode's signal (docs/SLO.md).
+	Window *LatencyWindow `json:"window,omitempty"`
+	// Engine is the hint engine's own state, for the status.
+	Engine *EngineState `json:"engine,omitempty"`
+}
+
+// LatencyWindow is the request latency an app measured over one
+// interval: from a request's arrival (or its first launch) to its result,
+// as the app defines its requests.
+type LatencyWindow struct {
+	// DurationMs is the interval's length.
+	DurationMs float64 `json:"duration_ms"`
+	// Requests completed in it.
+	Requests uint64 `json:"requests"`
+	// LatencyUs: quantiles ("p50", "p90", "p99", "p999", "max", "mean")
+	// in microseconds.
+	LatencyUs map[string]float64 `json:"latency_us"`
+}
+
+// EngineState is what a hint engine says of its own decisions.
+type EngineState struct {
+	// Prepreempt: the engine launches spinners (false: told to stop, or
+	// not benefiting for any class).
+	Prepreempt bool `json:"prepreempt"`
+	// SkippedNoBenefit counts hints that got no spinner because their
+	// class did not benefit.
+	SkippedNoBenefit uint64 `json:"skipped_no_benefit"`
+}
+
+// StatsReply answers POST /v1/stats.
+type StatsReply struct {
+	// Prepreempt: whether the engine should pre-preempt (false in SLO
+	// mode while the chosen BE timeslice is at or above the policy's
+	// slo.prepreempt_below).
+	Prepreempt bool `json:"prepreempt"`
+	// SLO: the daemon runs in SLO mode and uses the pushed window.
+	SLO bool `json:"slo"`
 }
 
 // quantileNames bounds the label values a pusher can create.
@@ -147,6 +207,28 @@ func (m *Metrics) Pushers() []int {
 		out = append(out, pid)
 	}
 	return out
+}
+
+// setSLO publishes one SLO decision; nil: the mode is off.
+func (m *Metrics) setSLO(d *slo.Decision) {
+	m.sloLC.Reset()
+	if d == nil {
+		m.sloEnabled.Set(0)
+		m.sloTimeslice.Set(0)
+		m.sloWorst.Set(math.NaN())
+		m.sloShare.Set(math.NaN())
+		return
+	}
+	m.sloEnabled.Set(1)
+	m.sloTimeslice.Set(d.BETimeslice.Seconds())
+	m.sloWorst.Set(d.Worst)
+	m.sloShare.Set(d.BEShare)
+	for _, r := range d.LC {
+		m.sloLC.WithLabelValues(r.Key).Set(r.Ratio)
+	}
+	if d.Changed {
+		m.sloChanges.WithLabelValues(d.Cause).Inc()
+	}
 }
 
 func (m *Metrics) setMode(mode string) {

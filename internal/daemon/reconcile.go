@@ -92,7 +92,10 @@ type Reconciler struct {
 	log     *slog.Logger
 	metrics *Metrics
 	pol     *policy.Policy
-	procs   map[int]*proc
+	// slice overrides a class's timeslice (of one unit of weight): the
+	// SLO mode's choice for the BE class.
+	slice map[class.Name]time.Duration
+	procs map[int]*proc
 	// wake is signalled when a deadline may have moved earlier.
 	wake chan struct{}
 	// Now is the monotonic clock (tests set it).
@@ -360,7 +363,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 	p.decision = d
 	var want tsg.Settings
 	if !d.Exempt {
-		s, err := r.pol.Classes.Settings(d.Spec.Name, d.Spec.Weight)
+		s, err := r.classes().Settings(d.Spec.Name, d.Spec.Weight)
 		if err != nil { // the policy checked this; a request was checked too
 			r.log.Error("no settings for class", "pid", p.pid, "class", d.Spec, "err", err)
 			return
@@ -610,7 +613,7 @@ var ErrForbidden = errors.New("forbidden")
 func (r *Reconciler) Request(ctx context.Context, pid int, spec class.Spec) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, err := r.pol.Classes.Settings(spec.Name, spec.Weight); err != nil {
+	if _, err := r.classes().Settings(spec.Name, spec.Weight); err != nil {
 		return 0, err
 	}
 	p := r.ensure(pid)
@@ -720,6 +723,74 @@ func (r *Reconciler) reclassLocked() {
 		}
 	}
 	r.poke()
+}
+
+// classes is the policy's class table with the SLO mode's overrides.
+func (r *Reconciler) classes() class.Table {
+	if len(r.slice) == 0 {
+		return r.pol.Classes
+	}
+	t := maps.Clone(r.pol.Classes)
+	for n, ts := range r.slice {
+		c := t[n]
+		c.Timeslice = ts
+		t[n] = c
+	}
+	return t
+}
+
+// Classes is the class table in force: the policy's, with the SLO mode's
+// choice.
+func (r *Reconciler) Classes() class.Table {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.classes()
+}
+
+// SetClassTimeslice overrides class n's timeslice (of one unit of
+// weight; 0: the policy's again) and re-classes the processes in n: one
+// all-or-nothing apply per process at the next Tick, with the usual
+// read-back and retries. Weights keep their ratio (be:3 gets 3 x ts).
+func (r *Reconciler) SetClassTimeslice(n class.Name, ts time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.slice == nil {
+		r.slice = map[class.Name]time.Duration{}
+	}
+	if ts <= 0 {
+		delete(r.slice, n)
+	} else {
+		r.slice[n] = ts
+	}
+	now := r.Now()
+	for _, p := range r.procs {
+		if len(p.groups) > 0 && !p.pending && !p.decision.Exempt && p.decision.Spec.Name == n {
+			p.pending, p.firstPending, p.lastSetup, p.deadline = true, now, now, now
+		}
+	}
+	r.poke()
+}
+
+// ProcRef names a classed process.
+type ProcRef struct {
+	PID      int
+	Start    uint64
+	Comm     string
+	Decision policy.Decision
+}
+
+// InClass lists the processes last classed n, by pid.
+func (r *Reconciler) InClass(n class.Name) []ProcRef {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []ProcRef
+	for _, pid := range slices.Sorted(maps.Keys(r.procs)) {
+		p := r.procs[pid]
+		if p.decision.Rule != "" && !p.decision.Exempt && p.decision.Spec.Name == n {
+			out = append(out, ProcRef{PID: pid, Start: p.start, Comm: p.info.Comm, Decision: p.decision})
+		}
+	}
+	return out
 }
 
 // Policy returns the policy in force.

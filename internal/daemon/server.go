@@ -40,6 +40,9 @@ type API struct {
 	Reload func() error
 	// Status adds the daemon's own fields to GET /v1/status.
 	Status func() map[string]any
+	// SLO takes the pushed latency windows and says whether engines
+	// should pre-preempt; nil: no SLO loop.
+	SLO *SLOLoop
 	// PeerOf identifies the peer of a request (tests replace it).
 	PeerOf func(*http.Request) (Peer, error)
 	// PodCheck, when set (gpreemptd --kubernetes), decides class requests
@@ -183,7 +186,7 @@ type RuleBody struct {
 
 func (a *API) classes(w http.ResponseWriter, r *http.Request) {
 	pol := a.Rec.Policy()
-	body := ClassesBody{Classes: pol.Classes, Default: pol.Default.String(), Source: pol.Source, Rules: []RuleBody{}}
+	body := ClassesBody{Classes: a.Rec.Classes(), Default: pol.Default.String(), Source: pol.Source, Rules: []RuleBody{}}
 	for _, ru := range pol.Rules {
 		c := ru.Decision.String()
 		if ru.EnvOnly {
@@ -364,17 +367,37 @@ func ParseStats(b []byte) (HintStats, int, error) {
 	if s.PID < 0 {
 		return s, http.StatusBadRequest, fmt.Errorf("pid %d", s.PID)
 	}
-	if len(s.RequestLatencyUs) > len(quantileNames) || len(s.SpinnerHoldUs) > len(quantileNames) {
-		return s, http.StatusBadRequest, errors.New("too many quantiles")
-	}
-	for _, m := range []map[string]float64{s.RequestLatencyUs, s.SpinnerHoldUs} {
+	check := func(field string, m map[string]float64) error {
+		if len(m) > len(quantileNames) {
+			return fmt.Errorf("%s: too many quantiles", field)
+		}
 		for q, v := range m {
 			if !quantileNames[q] {
-				return s, http.StatusBadRequest, fmt.Errorf("quantile %q: want p50, p90, p99, p999, max or mean", q)
+				return fmt.Errorf("%s: quantile %q: want p50, p90, p99, p999, max or mean", field, q)
 			}
 			if v < 0 || v > 1e12 || v != v {
-				return s, http.StatusBadRequest, fmt.Errorf("quantile %q: %v out of range", q, v)
+				return fmt.Errorf("%s: quantile %q: %v out of range [0, 1e12] us", field, q, v)
 			}
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		m    map[string]float64
+	}{{"request_latency_us", s.RequestLatencyUs}, {"spinner_hold_us", s.SpinnerHoldUs}} {
+		if err := check(f.name, f.m); err != nil {
+			return s, http.StatusBadRequest, err
+		}
+	}
+	if w := s.Window; w != nil {
+		if !(w.DurationMs > 0 && w.DurationMs <= 600e3) {
+			return s, http.StatusBadRequest, fmt.Errorf("window.duration_ms: %v out of range (0, 600000]", w.DurationMs)
+		}
+		if err := check("window.latency_us", w.LatencyUs); err != nil {
+			return s, http.StatusBadRequest, err
+		}
+		if w.Requests > 0 && len(w.LatencyUs) == 0 {
+			return s, http.StatusBadRequest, fmt.Errorf("window: %d requests and no latency_us quantile", w.Requests)
 		}
 	}
 	return s, 0, nil
@@ -413,5 +436,10 @@ func (a *API) stats(w http.ResponseWriter, r *http.Request) {
 	if a.Metrics != nil {
 		a.Metrics.pushStats(s, info.Comm)
 	}
-	w.WriteHeader(http.StatusNoContent)
+	reply := StatsReply{Prepreempt: true}
+	if a.SLO != nil {
+		a.SLO.Push(peer.PID, s)
+		reply = a.SLO.Reply()
+	}
+	writeJSON(w, http.StatusOK, reply)
 }

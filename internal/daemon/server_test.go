@@ -115,8 +115,9 @@ func TestAPIClassOwnPidOnlyWithinLimit(t *testing.T) {
 		t.Errorf("client be:2: %v", err)
 	}
 	a.wantAll(me, 400, 0)
-	if err := client.PushStats(ctx, a.sock, client.Stats{Requests: 1, RequestLatencyUs: map[string]float64{"p99": 70}}); err != nil {
-		t.Errorf("client stats: %v", err)
+	if r, err := client.PushStats(ctx, a.sock, client.Stats{Requests: 1, RequestLatencyUs: map[string]float64{"p99": 70},
+		Window: &client.Window{DurationMs: 1000, Requests: 1, LatencyUs: map[string]float64{"p99": 70}}}); err != nil || !r.Prepreempt || r.SLO {
+		t.Errorf("client stats: %+v, %v; want prepreempt, no SLO", r, err)
 	}
 	if err := client.RequestClass(ctx, filepath.Join(t.TempDir(), "none"), "be"); !errors.Is(err, client.ErrUnavailable) {
 		t.Errorf("no daemon: %v, want ErrUnavailable", err)
@@ -150,6 +151,12 @@ func TestAPIBadInput(t *testing.T) {
 		{"POST", "/v1/stats", `{"request_latency_us":{"p42":1}}`, 400},
 		{"POST", "/v1/stats", `{"request_latency_us":{"p99":-1}}`, 400},
 		{"POST", "/v1/stats", `{"pid":1}`, 403},
+		{"POST", "/v1/stats", `{"window":{"duration_ms":0,"requests":1,"latency_us":{"p50":1}}}`, 400},
+		{"POST", "/v1/stats", `{"window":{"duration_ms":1000,"requests":3,"latency_us":{}}}`, 400},
+		{"POST", "/v1/stats", `{"window":{"duration_ms":1000,"requests":3,"latency_us":{"p95":1}}}`, 400},
+		{"POST", "/v1/stats", `{"window":{"duration_ms":1000,"requests":3,"latency_us":{"p50":1e13}}}`, 400},
+		{"POST", "/v1/stats", `{"window":{"duration_ms":1000,"requests":-3}}`, 400},
+		{"POST", "/v1/stats", `{"engine":{"prepreempt":1}}`, 400},
 		{"GET", "/v1/class", ``, 404},
 		{"GET", "/nope", ``, 404},
 		{"GET", "/v1/../etc/passwd", ``, 404},
@@ -195,7 +202,7 @@ func TestAPIStatsAndProcesses(t *testing.T) {
 	last := a.start(me, policy.Process{Comm: "trainer"}, 0)
 	a.tick(last + 30*time.Millisecond)
 	code, _ := a.do("POST", "/v1/stats", `{"requests":10,"request_latency_us":{"p50":36,"p99":74},"spinner_hold_us":{"p99":200},"expired_holds":2}`)
-	if code != 204 {
+	if code != 200 {
 		t.Fatalf("stats: %d", code)
 	}
 	var procs []struct {
@@ -236,7 +243,8 @@ func TestAPIStatsAndProcesses(t *testing.T) {
 // FuzzAPI throws arbitrary bodies at every endpoint: never a 5xx, never
 // a panic, bounded work.
 func FuzzAPI(f *testing.F) {
-	for _, s := range []string{`{"class":"lc"}`, `{"pid":0,"class":"be:3"}`, `{"requests":1,"request_latency_us":{"p50":1}}`, `{`, `null`, `{"pid":1e99}`} {
+	for _, s := range []string{`{"class":"lc"}`, `{"pid":0,"class":"be:3"}`, `{"requests":1,"request_latency_us":{"p50":1}}`, `{`, `null`, `{"pid":1e99}`,
+		`{"window":{"duration_ms":1000,"requests":30,"latency_us":{"p50":36,"p99":70}},"engine":{"prepreempt":true,"skipped_no_benefit":3}}`} {
 		f.Add(uint8(0), []byte(s))
 		f.Add(uint8(1), []byte(s))
 	}
@@ -246,7 +254,8 @@ func FuzzAPI(f *testing.F) {
 	}
 	insp := fakeInspector{1: {Comm: "x"}}
 	rec := NewReconciler(pol, nopController{}, insp, NewMetrics(nil), Options{}, nil)
-	a := &API{Rec: rec, Metrics: NewMetrics(nil), Inspect: insp, PeerOf: func(*http.Request) (Peer, error) { return Peer{PID: 1, UID: 1000}, nil }}
+	m := NewMetrics(nil)
+	a := &API{Rec: rec, Metrics: m, Inspect: insp, SLO: NewSLOLoop(rec, m, nil), PeerOf: func(*http.Request) (Peer, error) { return Peer{PID: 1, UID: 1000}, nil }}
 	h := a.Handler()
 	paths := []string{"/v1/class", "/v1/stats", "/v1/reload", "/v1/status"}
 	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
@@ -262,12 +271,27 @@ func FuzzAPI(f *testing.F) {
 func FuzzDecoders(f *testing.F) {
 	f.Add([]byte(`{"pid":3,"class":"lc"}`))
 	f.Add([]byte(`{"requests":1,"spinner_hold_us":{"max":1}}`))
+	f.Add([]byte(`{"window":{"duration_ms":1000,"requests":30,"latency_us":{"p50":36,"p99":70}}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if req, sp, _, err := ParseClassRequest(b); err == nil && (req.PID < 0 || sp.Name.Rank() < 0) {
 			t.Fatalf("accepted %+v %+v", req, sp)
 		}
-		if s, _, err := ParseStats(b); err == nil && s.PID < 0 {
-			t.Fatalf("accepted %+v", s)
+		if s, _, err := ParseStats(b); err == nil {
+			if s.PID < 0 {
+				t.Fatalf("accepted %+v", s)
+			}
+			if w := s.Window; w != nil {
+				if !(w.DurationMs > 0 && w.DurationMs <= 600e3) || (w.Requests > 0 && len(w.LatencyUs) == 0) {
+					t.Fatalf("accepted window %+v", *w)
+				}
+				for q, v := range w.LatencyUs {
+					if !quantileNames[q] || !(v >= 0 && v <= 1e12) {
+						t.Fatalf("accepted window quantile %q = %v", q, v)
+					}
+				}
+				p := &pushed{now: func() time.Duration { return 0 }, by: map[int]LatencySample{}}
+				p.push(1, *w)
+			}
 		}
 	})
 }

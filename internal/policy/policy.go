@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
@@ -48,6 +50,10 @@ type Policy struct {
 	Requests Requests
 	// Admin says who may reload the daemon.
 	Admin Admin
+	// SLO is the SLO mode: latency objectives of LC processes, the BE
+	// class's minimum share, and how the daemon searches the BE
+	// timeslice (docs/SLO.md).
+	SLO SLO
 	// Source is where the policy was read from ("" for bytes).
 	Source string
 }
@@ -86,6 +92,61 @@ type Rule struct {
 	// EnvOnly: the rule has class_from_env and no class, so it matches
 	// only when the variable holds a class.
 	EnvOnly bool
+	// Objective is the latency objective of the LC processes this rule
+	// classes (nil: the lc class's, if any).
+	Objective *slo.Objective
+}
+
+// SLO is the policy's SLO mode.
+type SLO struct {
+	// Enabled: gpreemptd chooses the BE class's timeslice from measured
+	// LC latency (else the class's timeslice is used as written).
+	Enabled bool
+	// Window is how long one observation lasts. Default 1 s.
+	Window time.Duration
+	// Ladder is the BE timeslices (of one unit of weight) chosen among,
+	// ascending; nil: slo.DefaultLadder.
+	Ladder []time.Duration
+	// Safe is the BE timeslice used until LC latency is known and when it
+	// goes missing; 0: the be class's timeslice.
+	Safe time.Duration
+	// PrepreemptBelow: hint engines of LC processes are told to
+	// pre-preempt only while the chosen BE timeslice is below it (a
+	// spinner launched one switch ahead cannot shorten a wait for a long
+	// BE timeslice, and launch-bound LC that needs a long BE timeslice
+	// holds the GPU for nothing). 0: never told to stop. Default 500 us.
+	PrepreemptBelow time.Duration
+	// LCObjective is classes.lc.objective: the objective of LC processes
+	// whose rule names none.
+	LCObjective *slo.Objective
+	// MinBEShare is classes.be.min_share: BE progress relative to BE
+	// alone below which the daemon reports BE short (LC objectives come
+	// first). 0: none.
+	MinBEShare float64
+}
+
+// DefaultSLOWindow and DefaultPrepreemptBelow are the slo section's
+// defaults.
+const (
+	DefaultSLOWindow       = time.Second
+	DefaultPrepreemptBelow = 500 * time.Microsecond
+)
+
+// Objective is the latency objective of a process given decision d: its
+// rule's, else the lc class's; none for other classes.
+func (pol *Policy) Objective(d Decision) (slo.Objective, bool) {
+	if d.Exempt || d.Spec.Name != class.LC {
+		return slo.Objective{}, false
+	}
+	for _, r := range pol.Rules {
+		if r.Name == d.Rule && r.Objective != nil {
+			return *r.Objective, true
+		}
+	}
+	if pol.SLO.LCObjective != nil {
+		return *pol.SLO.LCObjective, true
+	}
+	return slo.Objective{}, false
 }
 
 // Match is a conjunction: every non-empty field must match.
@@ -263,11 +324,12 @@ func strs(n *yaml.Node, field string) ([]string, error) {
 }
 
 func parse(root *yaml.Node) (*Policy, error) {
-	top, err := fields(root, "", "version", "classes", "default", "rules", "requests", "admin")
+	top, err := fields(root, "", "version", "classes", "default", "rules", "requests", "admin", "slo")
 	if err != nil {
 		return nil, err
 	}
-	p := &Policy{Classes: class.Defaults(), Default: Decision{Exempt: true, Rule: "default"}}
+	p := &Policy{Classes: class.Defaults(), Default: Decision{Exempt: true, Rule: "default"},
+		SLO: SLO{Window: DefaultSLOWindow, PrepreemptBelow: DefaultPrepreemptBelow}}
 	if n := top["version"]; n != nil {
 		v, err := scalar(n, "version")
 		if err != nil {
@@ -287,7 +349,7 @@ func parse(root *yaml.Node) (*Policy, error) {
 			if cn == nil {
 				continue
 			}
-			c, err := parseClass(cn, p.Classes[name], "classes."+string(name))
+			c, err := parseClass(cn, p.Classes[name], "classes."+string(name), &p.SLO)
 			if err != nil {
 				return nil, err
 			}
@@ -336,6 +398,14 @@ func parse(root *yaml.Node) (*Policy, error) {
 		}
 		p.Admin = a
 	}
+	if n := top["slo"]; n != nil {
+		if err := parseSLO(n, &p.SLO); err != nil {
+			return nil, err
+		}
+		if p.SLO.Enabled && p.SLO.LCObjective == nil && !slices.ContainsFunc(p.Rules, func(r Rule) bool { return r.Objective != nil }) {
+			return nil, fieldErr(n, "slo.enabled", "no LC process has an objective: give classes.lc.objective or a rule's objective")
+		}
+	}
 	if !p.Default.Exempt {
 		if _, err := p.Classes.Settings(p.Default.Spec.Name, p.Default.Spec.Weight); err != nil {
 			return nil, fmt.Errorf("line %d: default: %w", top["default"].Line, err)
@@ -351,10 +421,37 @@ func parse(root *yaml.Node) (*Policy, error) {
 	return p, nil
 }
 
-func parseClass(n *yaml.Node, c class.Class, field string) (class.Class, error) {
-	fs, err := fields(n, field, "timeslice", "interleave")
+// parseClass reads a class's settings, and its SLO fields (objective for
+// lc, min_share for be) into s.
+func parseClass(n *yaml.Node, c class.Class, field string, s *SLO) (class.Class, error) {
+	allowed := []string{"timeslice", "interleave"}
+	switch c.Name {
+	case class.LC:
+		allowed = append(allowed, "objective")
+	case class.BE:
+		allowed = append(allowed, "min_share")
+	}
+	fs, err := fields(n, field, allowed...)
 	if err != nil {
 		return c, err
+	}
+	if v := fs["objective"]; v != nil {
+		o, err := objective(v, field+".objective")
+		if err != nil {
+			return c, err
+		}
+		s.LCObjective = &o
+	}
+	if v := fs["min_share"]; v != nil {
+		str, err := scalar(v, field+".min_share")
+		if err != nil {
+			return c, err
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(str), 64)
+		if err != nil || !(f >= 0 && f <= 1) {
+			return c, fieldErr(v, field+".min_share", "%q: want a fraction of BE alone's progress in [0, 1], such as 0.88", str)
+		}
+		s.MinBEShare = f
 	}
 	if v := fs["timeslice"]; v != nil {
 		s, err := scalar(v, field+".timeslice")
@@ -396,8 +493,20 @@ func decision(n *yaml.Node, field string) (Decision, error) {
 	return Decision{Spec: sp}, nil
 }
 
+func objective(n *yaml.Node, field string) (slo.Objective, error) {
+	s, err := scalar(n, field)
+	if err != nil {
+		return slo.Objective{}, err
+	}
+	o, err := slo.ParseObjective(s)
+	if err != nil {
+		return o, fieldErr(n, field, "%v", err)
+	}
+	return o, nil
+}
+
 func parseRule(n *yaml.Node, field string) (Rule, error) {
-	fs, err := fields(n, field, "name", "match", "class", "class_from_env")
+	fs, err := fields(n, field, "name", "match", "class", "class_from_env", "objective")
 	if err != nil {
 		return Rule{}, err
 	}
@@ -432,8 +541,95 @@ func parseRule(n *yaml.Node, field string) (Rule, error) {
 			r.Decision = Decision{Exempt: true}
 		}
 	}
+	if v := fs["objective"]; v != nil {
+		o, err := objective(v, field+".objective")
+		if err != nil {
+			return r, err
+		}
+		if cn != nil && (r.Decision.Exempt || r.Decision.Spec.Name != class.LC) {
+			return r, fieldErr(v, field+".objective", "only lc processes have a latency objective; this rule's class is %v", r.Decision)
+		}
+		r.Objective = &o
+	}
 	r.Decision.Rule = r.Name
 	return r, nil
+}
+
+// parseSLO reads the slo section into s.
+func parseSLO(n *yaml.Node, s *SLO) error {
+	fs, err := fields(n, "slo", "enabled", "window", "ladder", "safe", "prepreempt_below")
+	if err != nil {
+		return err
+	}
+	if v := fs["enabled"]; v != nil {
+		str, err := scalar(v, "slo.enabled")
+		if err != nil {
+			return err
+		}
+		switch strings.ToLower(strings.TrimSpace(str)) {
+		case "true", "yes", "on":
+			s.Enabled = true
+		case "false", "no", "off":
+			s.Enabled = false
+		default:
+			return fieldErr(v, "slo.enabled", "%q: want true or false", str)
+		}
+	}
+	if v := fs["window"]; v != nil {
+		str, err := scalar(v, "slo.window")
+		if err != nil {
+			return err
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(str))
+		if err != nil || d < 100*time.Millisecond || d > time.Minute {
+			return fieldErr(v, "slo.window", "%q: want a duration from 100ms to 1m, such as 1s", str)
+		}
+		s.Window = d
+	}
+	timeslice := func(v *yaml.Node, field string) (time.Duration, error) {
+		str, err := scalar(v, field)
+		if err != nil {
+			return 0, err
+		}
+		d, err := tsg.ParseTimeslice(str)
+		if err != nil {
+			return 0, fieldErr(v, field, "%v", err)
+		}
+		return d, nil
+	}
+	if v := fs["ladder"]; v != nil {
+		if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
+			return fieldErr(v, "slo.ladder", "want a list of BE timeslices, such as [1us, 200us, 1ms]")
+		}
+		for i, e := range v.Content {
+			f := fmt.Sprintf("slo.ladder[%d]", i)
+			d, err := timeslice(e, f)
+			if err != nil {
+				return err
+			}
+			if i > 0 && d <= s.Ladder[i-1] {
+				return fieldErr(e, f, "%v does not exceed %v: the ladder must be strictly ascending", d, s.Ladder[i-1])
+			}
+			s.Ladder = append(s.Ladder, d)
+		}
+	}
+	if v := fs["safe"]; v != nil {
+		if s.Safe, err = timeslice(v, "slo.safe"); err != nil {
+			return err
+		}
+	}
+	if v := fs["prepreempt_below"]; v != nil {
+		str, err := scalar(v, "slo.prepreempt_below")
+		if err != nil {
+			return err
+		}
+		if t := strings.ToLower(strings.TrimSpace(str)); t == "off" || t == "never" {
+			s.PrepreemptBelow = 0
+		} else if s.PrepreemptBelow, err = timeslice(v, "slo.prepreempt_below"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func validEnvName(s string) bool {

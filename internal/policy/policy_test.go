@@ -3,11 +3,13 @@ package policy
 import (
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
@@ -21,6 +23,19 @@ func TestExampleParses(t *testing.T) {
 	}
 	if p.Classes[class.BE].Timeslice != 200*time.Microsecond || p.Classes[class.LC].Interleave != tsg.LevelHigh {
 		t.Errorf("classes %+v", p.Classes)
+	}
+}
+
+func TestSLOExampleParses(t *testing.T) {
+	p, err := ParseFile("../../deploy/gpreemptd-slo.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.SLO.Enabled || p.SLO.MinBEShare != 0.88 || len(p.SLO.Ladder) != 7 || len(p.Rules) != 4 {
+		t.Fatalf("parsed %+v", p.SLO)
+	}
+	if o, ok := p.Objective(p.Decide(Process{Comm: "lc-server"})); !ok || o.String() != "p50<=1.05x" {
+		t.Errorf("inference objective %v %v", o, ok)
 	}
 }
 
@@ -51,6 +66,23 @@ func TestParseErrorsNameLineAndField(t *testing.T) {
 		{"two docs", "default: be\n---\ndefault: lc\n", "second YAML document"},
 		{"empty", "", "empty"},
 		{"scalar root", "be\n", "want a mapping"},
+		{"objective on be class", "classes:\n  be: {objective: p99<=2x}\n", "line 2: classes.be.objective: unknown field"},
+		{"bad class objective", "classes:\n  lc:\n    objective: p99<2x\n", "line 3: classes.lc.objective: invalid SLO setting"},
+		{"min_share on lc", "classes:\n  lc: {min_share: 0.5}\n", "line 2: classes.lc.min_share: unknown field"},
+		{"min_share too big", "classes:\n  be:\n    min_share: 1.5\n", "line 3: classes.be.min_share: \"1.5\": want a fraction"},
+		{"min_share not number", "classes:\n  be: {min_share: most}\n", "line 2: classes.be.min_share"},
+		{"objective on be rule", "rules:\n  - class: be\n    objective: p50<=2ms\n", "line 3: rules[0].objective: only lc processes"},
+		{"bad rule objective", "rules:\n  - class: lc\n    objective: p99<=fast\n", "line 3: rules[0].objective: invalid SLO setting"},
+		{"slo unknown", "slo:\n  enable: true\n", "line 2: slo.enable: unknown field"},
+		{"slo enabled junk", "slo: {enabled: maybe}\n", "line 1: slo.enabled: \"maybe\""},
+		{"slo without objective", "slo:\n  enabled: true\n", "line 2: slo.enabled: no LC process has an objective"},
+		{"slo window short", "slo:\n  window: 10ms\n", "line 2: slo.window: \"10ms\""},
+		{"slo ladder not list", "slo:\n  ladder: 1ms\n", "line 2: slo.ladder: want a list"},
+		{"slo ladder order", "slo:\n  ladder: [1us, 1ms, 200us]\n", "line 2: slo.ladder[2]: 200µs does not exceed 1ms"},
+		{"slo ladder unit", "slo:\n  ladder:\n    - 1us\n    - 200\n", "line 4: slo.ladder[1]: "},
+		{"slo ladder fraction", "slo:\n  ladder: [1500ns]\n", "line 2: slo.ladder[0]: invalid argument: timeslice 1.5µs is not a whole number"},
+		{"slo safe", "slo: {safe: 10s}\n", "line 1: slo.safe"},
+		{"slo prepreempt_below", "slo: {prepreempt_below: soon}\n", "line 1: slo.prepreempt_below"},
 		{"env value not scalar", "rules:\n  - match: {env: {A: [1]}}\n    class: be\n", "line 2: rules[0].match.env.A"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,6 +161,72 @@ requests:
 	}
 }
 
+func TestSLO(t *testing.T) {
+	p, err := Parse([]byte(`
+classes:
+  lc: {objective: "p99<=1.15x"}
+  be: {timeslice: 200us, min_share: 0.88}
+rules:
+  - name: fast
+    match: {comm: fast}
+    class: lc
+    objective: p50<=2ms
+  - name: other-lc
+    match: {comm: other}
+    class: lc
+  - name: env
+    match: {env: {GPREEMPT_CLASS: "*"}}
+    class_from_env: GPREEMPT_CLASS
+    objective: p99<=3x
+  - name: trainer
+    match: {comm: train}
+    class: be:3
+slo:
+  enabled: true
+  window: 500ms
+  ladder: [1us, 200us, 1ms]
+  safe: 200us
+  prepreempt_below: off
+requests: {default_max: lc}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := SLO{Enabled: true, Window: 500 * time.Millisecond, Ladder: []time.Duration{time.Microsecond, 200 * time.Microsecond, time.Millisecond},
+		Safe: 200 * time.Microsecond, MinBEShare: 0.88}
+	got := p.SLO
+	if got.Enabled != want.Enabled || got.Window != want.Window || !slices.Equal(got.Ladder, want.Ladder) || got.Safe != want.Safe ||
+		got.PrepreemptBelow != 0 || got.MinBEShare != want.MinBEShare || got.LCObjective == nil || got.LCObjective.String() != "p99<=1.15x" {
+		t.Fatalf("SLO = %+v, want %+v with lc objective p99<=1.15x", got, want)
+	}
+	for _, tc := range []struct {
+		name string
+		p    Process
+		want string // "" for none
+	}{
+		{"rule objective", Process{Comm: "fast"}, "p50<=2ms"},
+		{"class objective", Process{Comm: "other"}, "p99<=1.15x"},
+		{"env lc takes the rule's", Process{Env: map[string]string{"GPREEMPT_CLASS": "lc"}}, "p99<=3x"},
+		{"env be has none", Process{Env: map[string]string{"GPREEMPT_CLASS": "be"}}, ""},
+		{"be", Process{Comm: "train"}, ""},
+		{"unmatched", Process{Comm: "x"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, ok := p.Objective(p.Decide(tc.p))
+			if got := map[bool]string{true: o.String()}[ok]; got != tc.want {
+				t.Errorf("objective %q, want %q", got, tc.want)
+			}
+		})
+	}
+	d, err := Parse([]byte("default: be\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.SLO.Enabled || d.SLO.Window != DefaultSLOWindow || d.SLO.PrepreemptBelow != DefaultPrepreemptBelow {
+		t.Errorf("defaults %+v", d.SLO)
+	}
+}
+
 func TestIsAdmin(t *testing.T) {
 	p, err := Parse([]byte("admin: {uid: 5, group: [wheel, 77]}\n"))
 	if err != nil {
@@ -155,6 +253,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("rules:\n  - {match: {env: {A: b}}, class_from_env: A}\n"))
 	f.Add([]byte("classes: {be: {timeslice: 1us}}\ndefault: be:1000\n"))
 	f.Add([]byte("a: &x [*x]\n"))
+	f.Add([]byte("classes: {lc: {objective: p99<=1.15x}, be: {min_share: 0.88}}\nslo: {enabled: true, window: 1s, ladder: [1us, 1ms], safe: 200us, prepreempt_below: 500us}\n"))
+	f.Add([]byte("rules:\n  - {class: lc, objective: p50<=2ms}\nslo: {enabled: on}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := Parse(b)
 		if err != nil {
@@ -173,6 +273,21 @@ func FuzzParse(f *testing.F) {
 				}
 			}
 		}
-		p.Decide(Process{Env: map[string]string{"GPREEMPT_CLASS": "lc"}})
+		d := p.Decide(Process{Env: map[string]string{"GPREEMPT_CLASS": "lc"}})
+		if o, ok := p.Objective(d); ok {
+			if err := o.Check(); err != nil {
+				t.Fatalf("accepted objective %v that does not check: %v", o, err)
+			}
+		}
+		s := p.SLO
+		if s.Enabled && s.LCObjective == nil && !slices.ContainsFunc(p.Rules, func(r Rule) bool { return r.Objective != nil }) {
+			t.Fatal("SLO enabled without any objective")
+		}
+		if !(s.MinBEShare >= 0 && s.MinBEShare <= 1) || s.Window < 100*time.Millisecond {
+			t.Fatalf("accepted SLO %+v", s)
+		}
+		if _, err := slo.New(slo.Options{Ladder: s.Ladder, Safe: s.Safe}); err != nil {
+			t.Fatalf("accepted a ladder the controller refuses: %v", err)
+		}
 	})
 }

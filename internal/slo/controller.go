@@ -118,12 +118,43 @@ type Observation struct {
 	MinBEShare float64
 }
 
+// Causes of a decision, a small fixed set (metric label values); Reason
+// says the rest in words.
+const (
+	CauseDwell       = "dwell"        // kept: too soon after a change
+	CauseWithin      = "within"       // kept: objectives met, nothing better to try
+	CauseNoSignal    = "no_signal"    // no LC latency: kept, or sent to the safe setting
+	CauseViolation   = "violation"    // an objective missed: a shorter or known-good setting
+	CauseExplore     = "explore"      // objectives met with headroom: a longer BE timeslice tried
+	CauseKnownBetter = "known_better" // a setting known to meet the objectives gives BE more
+	CauseAtLimit     = "at_limit"     // an objective missed with the shortest BE timeslice
+)
+
+// LCResult is how one LC sample compared with its objective.
+type LCResult struct {
+	Key     string        `json:"key"`
+	Latency time.Duration `json:"latency"`
+	// Target is the latency the objective allows (0: baseline not known).
+	Target time.Duration `json:"target"`
+	// Ratio is Latency/Target; NaN when the sample did not count (too few
+	// requests, or no target yet).
+	Ratio    float64 `json:"ratio"`
+	Requests int     `json:"requests"`
+}
+
 // Decision is the controller's answer to one observation.
 type Decision struct {
 	BETimeslice time.Duration `json:"be_timeslice"`
 	// Changed: BETimeslice differs from the previous decision's.
-	Changed bool   `json:"changed"`
-	Reason  string `json:"reason"`
+	Changed bool `json:"changed"`
+	// Cause is one of the Cause constants.
+	Cause  string `json:"cause"`
+	Reason string `json:"reason"`
+	// WorkloadChanged: this window strayed from what the setting had
+	// shown; what was learnt of the other settings was forgotten.
+	WorkloadChanged bool `json:"workload_changed,omitempty"`
+	// LC is each sample against its objective.
+	LC []LCResult `json:"lc,omitempty"`
 	// Worst is the highest latency/target among the LC processes (1 =
 	// at its objective); NaN when no LC signal counted.
 	Worst   float64 `json:"worst_lc_vs_objective"`
@@ -206,11 +237,12 @@ const ewma = 0.5
 func (c *Controller) Observe(o Observation) Decision {
 	c.tick++
 	c.since++
-	worst, counted := c.worst(o.LC)
-	d := Decision{Worst: worst, BEShare: o.BEShare}
+	worst, counted, lc := c.worst(o.LC)
+	d := Decision{Worst: worst, BEShare: o.BEShare, LC: lc}
 
 	if !counted {
 		c.missing++
+		d.Cause = CauseNoSignal
 		if c.missing >= c.opts.MissingAfter && !c.fallback {
 			c.fallback = true
 			return c.move(d, c.nearest(c.opts.Safe), fmt.Sprintf("no LC latency for %d windows: safe setting", c.missing))
@@ -235,7 +267,7 @@ func (c *Controller) Observe(o Observation) Decision {
 		}
 		if c.surprised >= 2 || (c.surprised == 1 && c.surprising(r, worst, o.BEShare, 2)) {
 			c.forgetAll()
-			d.Reason = "workload changed: "
+			d.Reason, d.WorkloadChanged = "workload changed: ", true
 		}
 		r.worst = blend(r.worst, worst)
 		r.share = blend(r.share, o.BEShare)
@@ -247,13 +279,15 @@ func (c *Controller) Observe(o Observation) Decision {
 		c.recent = c.recent[1:]
 	}
 	if c.since < c.opts.MinDwell {
-		return c.stay(d, d.Reason+"dwelling after a change")
+		d.Cause = CauseDwell
+		return c.stay(d, "dwelling after a change")
 	}
 
 	if c.violations() >= c.opts.Violations {
 		r := &c.rungs[c.cur]
 		r.fails++
 		r.badTill = c.tick + c.opts.Forget<<min(r.fails-1, 4)
+		d.Cause = CauseViolation
 		if i, ok := c.bestFeasible(c.cur); ok {
 			return c.move(d, i, fmt.Sprintf("LC at %.2fx its objective under %v: back to %v, which met it", worst, r.ts, c.rungs[i].ts))
 		}
@@ -262,32 +296,39 @@ func (c *Controller) Observe(o Observation) Decision {
 		if c.cur > 0 {
 			return c.move(d, c.cur-1, fmt.Sprintf("LC at %.2fx its objective under %v: shorter BE timeslice", worst, r.ts))
 		}
-		d.BEBelowMinimum = o.MinBEShare > 0
+		d.BEBelowMinimum, d.Cause = o.MinBEShare > 0, CauseAtLimit
 		return c.stay(d, fmt.Sprintf("LC at %.2fx its objective even with the shortest BE timeslice", worst))
 	}
 
 	// Meeting the objectives. Jump to a known better setting, else try
 	// the next longer timeslice once this one has proven itself, with
 	// headroom, unless that rung recently failed.
-	if i, ok := c.bestFeasible(-1); ok && c.surprised == 0 && i != c.cur && c.rungs[i].share > c.rungs[c.cur].share+0.01 {
+	if i, ok := c.bestFeasible(-1); ok && c.surprised == 0 && i != c.cur && c.better(i, c.cur, 0.01) {
+		d.Cause = CauseKnownBetter
 		return c.move(d, i, fmt.Sprintf("%v met every objective with BE at %.1f%%", c.rungs[i].ts, 100*c.rungs[i].share))
 	}
 	next := c.cur + 1
 	if c.since >= c.opts.ExploreAfter && next < len(c.rungs) && c.rungs[c.cur].worst <= 1-c.opts.Headroom &&
 		c.tick >= c.rungs[next].badTill && !(c.fresh(next) && c.rungs[next].worst > 1) {
+		d.Cause = CauseExplore
 		return c.move(d, next, fmt.Sprintf("LC at %.2fx its objective: trying a longer BE timeslice for more BE share", c.rungs[c.cur].worst))
 	}
 	if o.MinBEShare > 0 && !math.IsNaN(o.BEShare) && o.BEShare < o.MinBEShare {
 		d.BEBelowMinimum = true
 	}
+	d.Cause = CauseWithin
 	return c.stay(d, "within objectives")
 }
 
-// worst is the highest latency/target among LC samples that count.
-func (c *Controller) worst(lc []LCSample) (float64, bool) {
+// worst is the highest latency/target among LC samples that count, and
+// each sample's comparison.
+func (c *Controller) worst(lc []LCSample) (float64, bool, []LCResult) {
 	worst, counted := math.Inf(-1), false
+	var rs []LCResult
 	for _, s := range lc {
+		res := LCResult{Key: s.Key, Latency: s.Latency, Requests: s.Requests, Ratio: math.NaN()}
 		if s.Requests < c.opts.MinRequests || s.Latency <= 0 {
+			rs = append(rs, res)
 			continue
 		}
 		base := s.Standalone
@@ -300,16 +341,20 @@ func (c *Controller) worst(lc []LCSample) (float64, bool) {
 			base = w.add(c.tick, s.Latency)
 		}
 		target := s.Objective.Target(base)
+		res.Target = target
 		if target <= 0 {
+			rs = append(rs, res)
 			continue
 		}
 		counted = true
-		worst = max(worst, float64(s.Latency)/float64(target))
+		res.Ratio = float64(s.Latency) / float64(target)
+		rs = append(rs, res)
+		worst = max(worst, res.Ratio)
 	}
 	if !counted {
-		return math.NaN(), false
+		return math.NaN(), false, rs
 	}
-	return worst, true
+	return worst, true, rs
 }
 
 // bestFeasible is the rung other than skip, known to meet every objective
@@ -320,11 +365,27 @@ func (c *Controller) bestFeasible(skip int) (int, bool) {
 		if i == skip || !c.fresh(i) || r.worst > 1-c.opts.Headroom || c.tick < r.badTill {
 			continue
 		}
-		if !ok || r.share > c.rungs[best].share || (math.IsNaN(c.rungs[best].share) && !math.IsNaN(r.share)) {
+		if !ok || c.better(i, best, 0) {
 			best, ok = i, true
 		}
 	}
 	return best, ok
+}
+
+// better reports whether rung i is known to give BE more than rung j, by
+// more than margin. Where BE share is not measured, the longer timeslice
+// is taken to give BE more (fewer switches: every LC switch-in costs BE
+// ~170-200 us of GPU time on an H100); a measured share beats an unknown
+// one.
+func (c *Controller) better(i, j int, margin float64) bool {
+	si, sj := c.rungs[i].share, c.rungs[j].share
+	switch {
+	case !math.IsNaN(si) && !math.IsNaN(sj):
+		return si > sj+margin
+	case math.IsNaN(si) && math.IsNaN(sj):
+		return i > j
+	}
+	return !math.IsNaN(si)
 }
 
 // fresh reports whether what was learnt of rung i can still be trusted.

@@ -319,3 +319,69 @@ func summary(ds []Decision) []string {
 	}
 	return out
 }
+
+func TestDecisionsCarryCause(t *testing.T) {
+	moves := map[string]bool{CauseViolation: true, CauseExplore: true, CauseKnownBetter: true, CauseNoSignal: true}
+	stays := map[string]bool{CauseDwell: true, CauseWithin: true, CauseNoSignal: true, CauseViolation: true, CauseAtLimit: true}
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	g := NewSimGPU(7)
+	c := mustNew(t, Options{})
+	ds := run(t, c, g, 60, obj, func(i int) Workload {
+		g.Missing = i >= 30 && i < 40
+		if i >= 40 {
+			return GraphHintsH100
+		}
+		return EagerPyTorchH100
+	})
+	seen := map[string]bool{}
+	for i, d := range ds {
+		seen[d.Cause] = true
+		if d.Changed && !moves[d.Cause] || !d.Changed && !stays[d.Cause] {
+			t.Errorf("window %d: changed=%v with cause %q (%s)", i, d.Changed, d.Cause, d.Reason)
+		}
+		if d.Cause != CauseNoSignal && (len(d.LC) != 1 || d.LC[0].Target != EagerPyTorchH100.Baseline*105/100 && d.LC[0].Target != GraphHintsH100.Baseline*105/100) {
+			t.Errorf("window %d: LC results %+v", i, d.LC)
+		}
+	}
+	for _, want := range []string{CauseDwell, CauseWithin, CauseExplore, CauseNoSignal, CauseViolation} {
+		if !seen[want] {
+			t.Errorf("no decision with cause %q in %v", want, summary(ds))
+		}
+	}
+}
+
+func TestUnknownShareKeepsLongestFeasible(t *testing.T) {
+	// Without a BE share signal the controller can only take the longest
+	// BE timeslice that meets the objective: 1 ms for eager PyTorch
+	// (2 ms misses it); 200 us for the graph LC with hints (500 us
+	// misses it), or 50 us where noise took 200 us (at 0.99 of the
+	// objective) over it three windows of four.
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	for _, tc := range []struct {
+		w        Workload
+		want, or time.Duration
+	}{{EagerPyTorchH100, time.Millisecond, time.Millisecond}, {GraphHintsH100, 200 * time.Microsecond, 50 * time.Microsecond}} {
+		for seed := range uint64(10) {
+			c := mustNew(t, Options{})
+			g := NewSimGPU(seed)
+			prev := c.Current()
+			var ds []Decision
+			for range 120 {
+				ts := c.Current()
+				o := g.Window(tc.w, obj, ts, prev)
+				o.BEShare = math.NaN()
+				ds = append(ds, c.Observe(o))
+				prev = ts
+			}
+			n := 0
+			for _, d := range ds[60:] {
+				if d.BETimeslice == tc.want || d.BETimeslice == tc.or {
+					n++
+				}
+			}
+			if n < 50 {
+				t.Errorf("%s seed %d: %d of 60 late windows at %v: %v", tc.w.Name, seed, n, tc.want, summary(ds))
+			}
+		}
+	}
+}

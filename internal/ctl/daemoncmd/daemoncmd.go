@@ -55,7 +55,9 @@ func status(c *cli.Context) error {
 	w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 	keys := make([]string, 0, len(st))
 	for k := range st {
-		keys = append(keys, k)
+		if k != "slo" && k != "classes" { // shown as tables below
+			keys = append(keys, k)
+		}
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
@@ -74,7 +76,111 @@ func status(c *cli.Context) error {
 		}
 		fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", p.PID, p.Comm, p.UID, cls, p.Rule, dash(p.GPUs), len(p.Groups), strings.Join(ts, ","))
 	}
+	if err := classTable(w, st, procs); err != nil {
+		return err
+	}
 	return w.Flush()
+}
+
+// reshape re-decodes part of a generic JSON answer into a typed value.
+func reshape(v any, out any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
+}
+
+// classTable prints per class the settings in force, the processes in it
+// and, in SLO mode, each LC process's latency against its objective, BE's
+// share, and the last decision with its reason.
+func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
+	var cls []struct {
+		Name       string `json:"name"`
+		Timeslice  string `json:"timeslice"`
+		Interleave string `json:"interleave"`
+	}
+	var s client.SLO
+	if v, ok := st["classes"]; ok {
+		if err := reshape(v, &cls); err != nil {
+			return fmt.Errorf("status: classes: %w", err)
+		}
+	}
+	if v, ok := st["slo"]; ok {
+		if err := reshape(v, &s); err != nil {
+			return fmt.Errorf("status: slo: %w", err)
+		}
+	}
+	if len(cls) == 0 {
+		return nil
+	}
+	count := map[string]int{}
+	for _, p := range procs {
+		name, _, _ := strings.Cut(p.Class, ":")
+		count[name]++
+	}
+	fmt.Fprintln(w, "\nCLASS\tTIMESLICE\tINTERLEAVE\tPROCESSES\tSLO")
+	for _, k := range cls {
+		ts, note := k.Timeslice, ""
+		switch {
+		case s.Enabled && k.Name == "lc":
+			note = fmt.Sprintf("worst LC at %s of its objective", ratio(s.WorstLC))
+		case s.Enabled && k.Name == "be":
+			ts += " (chosen)"
+			share := "unknown"
+			if s.BEShare != nil {
+				share = fmt.Sprintf("%.1f%%", 100**s.BEShare)
+			}
+			note = "share " + share
+			if s.MinBEShare > 0 {
+				note += fmt.Sprintf(" (minimum %.0f%%)", 100*s.MinBEShare)
+			}
+			if s.Last != nil && s.Last.BEBelowMinimum {
+				note += ": below the minimum, LC objectives first"
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", k.Name, ts, k.Interleave, count[k.Name], dash(note))
+	}
+	if !s.Enabled {
+		fmt.Fprintln(w, "\nslo:\toff")
+		return nil
+	}
+	fmt.Fprintf(w, "\nslo:\ton, window %s, BE timeslice %s (safe %s; ladder %s), %d changes\n", s.Window, s.BETimeslice, s.Safe, s.Ladder, s.Changes)
+	if d := s.Last; d != nil {
+		fmt.Fprintf(w, "last decision:\twindow %d: %s, %s: %s\n", d.Window, keptOrChanged(d), d.Cause, d.Reason)
+	}
+	if d := s.LastChange; d != nil {
+		fmt.Fprintf(w, "last change:\twindow %d: to %s, %s: %s\n", d.Window, d.BETimeslice, d.Cause, d.Reason)
+	}
+	fmt.Fprintf(w, "hint engines:\tprepreempt %v\n", s.Prepreempt)
+	if len(s.LC) > 0 {
+		fmt.Fprintln(w, "\nLC PID\tCOMM\tOBJECTIVE\tLATENCY\tTARGET\tVS OBJECTIVE\tREQUESTS\tSIGNAL")
+		for _, l := range s.LC {
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", l.PID, l.Comm, dash(l.Objective), us(l.LatencyUs), us(l.TargetUs), ratio(l.Ratio), l.Requests, l.Signal)
+		}
+	}
+	return nil
+}
+
+func keptOrChanged(d *client.SLODecision) string {
+	if d.Changed {
+		return "changed to " + d.BETimeslice
+	}
+	return "kept " + d.BETimeslice
+}
+
+func ratio(r *float64) string {
+	if r == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", *r)
+}
+
+func us(v float64) string {
+	if v <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0fus", v)
 }
 
 func dash(s string) string {

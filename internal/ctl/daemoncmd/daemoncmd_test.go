@@ -11,10 +11,16 @@ import (
 	"testing"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/gpreempt/gpreempt/internal/golden"
 )
 
 // fakeDaemon answers the API with canned bodies on a unix socket.
 func fakeDaemon(t *testing.T) string {
+	return fakeDaemonWith(t, `{"mode":"bpf","policy":"/etc/gpreempt/gpreemptd.yaml","processes":1,"groups":4}`)
+}
+
+func fakeDaemonWith(t *testing.T, statusBody string) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "d.sock")
 	l, err := net.Listen("unix", sock)
@@ -23,7 +29,7 @@ func fakeDaemon(t *testing.T) string {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(`{"mode":"bpf","policy":"/etc/gpreempt/gpreemptd.yaml","processes":1,"groups":4}`))
+		w.Write([]byte(statusBody))
 	})
 	mux.HandleFunc("GET /v1/processes", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte(`[{"pid":42,"comm":"trainer","uid":1000,"class":"be","rule":"from-env","groups":[
@@ -73,5 +79,29 @@ func TestDaemonCommands(t *testing.T) {
 	}
 	if _, err = run(t, "daemon", "status", "--socket", filepath.Join(t.TempDir(), "none")); err == nil || !strings.Contains(err.Error(), "not reachable") {
 		t.Errorf("no daemon: %v", err)
+	}
+}
+
+func TestStatusSLO(t *testing.T) {
+	for _, tc := range []struct{ name, body string }{
+		{"status-slo", `{"mode":"bpf","processes":1,"groups":4,
+			"classes":[{"name":"lc","timeslice":"5s","interleave":"high"},{"name":"burstable","timeslice":"2ms","interleave":"medium"},{"name":"be","timeslice":"1ms","interleave":"low"}],
+			"slo":{"enabled":true,"window":"1s","be_timeslice":"1ms","safe":"200µs","ladder":"1µs,50µs,200µs,500µs,1ms,2ms,3ms","min_be_share":0.85,
+				"worst_lc_vs_objective":0.955,"changes":4,"prepreempt":false,
+				"lc":[{"pid":100,"comm":"lc-server","objective":"p50<=1.05x","latency_us":5640,"target_us":5922,"ratio":0.952,"requests":50,"signal":"pushed"},
+					{"pid":101,"comm":"lc-quiet","objective":"p99<=2ms","latency_us":0,"target_us":0,"requests":0,"signal":"none pushed"}],
+				"last":{"window":57,"be_timeslice":"1ms","changed":false,"cause":"within","reason":"within objectives"},
+				"last_change":{"window":40,"be_timeslice":"1ms","changed":true,"cause":"violation","reason":"LC at 1.12x its objective under 2ms: back to 1ms, which met it"}}}`},
+		{"status-slo-off", `{"mode":"scan","processes":1,"groups":4,
+			"classes":[{"name":"lc","timeslice":"5s","interleave":"high"},{"name":"be","timeslice":"200µs","interleave":"low"}],
+			"slo":{"enabled":false,"changes":0,"prepreempt":true}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := run(t, "daemon", "status", "--socket", fakeDaemonWith(t, tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden.Check(t, tc.name, []byte(out))
+		})
 	}
 }

@@ -142,24 +142,59 @@ func RequestClass(ctx context.Context, socketPath, class string) error {
 	return err
 }
 
-// Stats is what an LC process's hint engine pushes: quantiles ("p50",
-// "p90", "p99", "p999", "max", "mean") in microseconds.
+// Stats is what an LC process pushes: quantiles ("p50", "p90", "p99",
+// "p999", "max", "mean") in microseconds.
 type Stats struct {
 	Requests         uint64             `json:"requests"`
 	RequestLatencyUs map[string]float64 `json:"request_latency_us,omitempty"`
 	SpinnerHoldUs    map[string]float64 `json:"spinner_hold_us,omitempty"`
 	ExpiredHolds     uint64             `json:"expired_holds"`
+	// Window is the request latency over the interval since the last
+	// push: what the daemon's SLO mode steers by.
+	Window *Window `json:"window,omitempty"`
+	// Engine is the hint engine's own decision.
+	Engine *Engine `json:"engine,omitempty"`
 }
 
-// PushStats sends the calling process's hint-engine statistics to the
-// daemon at socketPath ("" for the default), which exports them as
-// metrics until the process exits.
-func PushStats(ctx context.Context, socketPath string, s Stats) error {
+// Window is the request latency an app measured over one interval.
+type Window struct {
+	DurationMs float64            `json:"duration_ms"`
+	Requests   uint64             `json:"requests"`
+	LatencyUs  map[string]float64 `json:"latency_us"`
+}
+
+// Engine is a hint engine's state as pushed.
+type Engine struct {
+	Prepreempt       bool   `json:"prepreempt"`
+	SkippedNoBenefit uint64 `json:"skipped_no_benefit"`
+}
+
+// StatsReply is the daemon's answer to a push.
+type StatsReply struct {
+	// Prepreempt: whether the engine should launch spinners (the SLO
+	// mode says no while BE runs long timeslices).
+	Prepreempt bool `json:"prepreempt"`
+	// SLO: the daemon steers by the pushed windows.
+	SLO bool `json:"slo"`
+}
+
+// PushStats sends the calling process's statistics to the daemon, which
+// exports them as metrics until the process exits and, in SLO mode,
+// steers the BE timeslice by their window.
+func (c *Client) PushStats(ctx context.Context, s Stats) (StatsReply, error) {
 	type body struct {
 		PID int `json:"pid"`
 		Stats
 	}
-	return New(socketPath).do(ctx, http.MethodPost, "/v1/stats", body{0, s}, nil)
+	r := StatsReply{Prepreempt: true}
+	err := c.do(ctx, http.MethodPost, "/v1/stats", body{0, s}, &r)
+	return r, err
+}
+
+// PushStats sends the calling process's statistics to the daemon at
+// socketPath ("" for the default); see Client.PushStats.
+func PushStats(ctx context.Context, socketPath string, s Stats) (StatsReply, error) {
+	return New(socketPath).PushStats(ctx, s)
 }
 
 // Status is GET /v1/status.
@@ -225,4 +260,42 @@ func (c *Client) Classes(ctx context.Context) (Classes, error) {
 // Reload asks the daemon to re-read its policy file.
 func (c *Client) Reload(ctx context.Context) error {
 	return c.do(ctx, http.MethodPost, "/v1/reload", struct{}{}, nil)
+}
+
+// SLO is the "slo" object of GET /v1/status: the SLO mode's state.
+type SLO struct {
+	Enabled     bool     `json:"enabled"`
+	Window      string   `json:"window,omitempty"`
+	BETimeslice string   `json:"be_timeslice,omitempty"`
+	Safe        string   `json:"safe,omitempty"`
+	Ladder      string   `json:"ladder,omitempty"`
+	BEShare     *float64 `json:"be_share,omitempty"`
+	MinBEShare  float64  `json:"min_be_share,omitempty"`
+	WorstLC     *float64 `json:"worst_lc_vs_objective,omitempty"`
+	LC          []struct {
+		PID       int      `json:"pid"`
+		Comm      string   `json:"comm"`
+		Objective string   `json:"objective"`
+		LatencyUs float64  `json:"latency_us"`
+		TargetUs  float64  `json:"target_us"`
+		Ratio     *float64 `json:"ratio,omitempty"`
+		Requests  int      `json:"requests"`
+		Signal    string   `json:"signal"`
+	} `json:"lc,omitempty"`
+	Last       *SLODecision      `json:"last,omitempty"`
+	LastChange *SLODecision      `json:"last_change,omitempty"`
+	Changes    int               `json:"changes"`
+	Prepreempt bool              `json:"prepreempt"`
+	Engines    map[string]Engine `json:"engines,omitempty"`
+}
+
+// SLODecision is one decision of the SLO mode.
+type SLODecision struct {
+	Window         int    `json:"window"`
+	BETimeslice    string `json:"be_timeslice"`
+	Changed        bool   `json:"changed"`
+	Cause          string `json:"cause"`
+	Reason         string `json:"reason"`
+	Fallback       bool   `json:"fallback,omitempty"`
+	BEBelowMinimum bool   `json:"be_below_minimum,omitempty"`
 }

@@ -1,0 +1,391 @@
+package daemon
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/slo"
+)
+
+// LatencySample is one LC process's request latency over one window.
+type LatencySample struct {
+	// At is when the daemon received it (the reconciler's clock).
+	At       time.Duration
+	Window   time.Duration
+	Requests int
+	// Quantiles by name ("p50", "p99", ...).
+	Quantiles map[string]time.Duration
+	// Seq numbers a process's samples, so one is used once.
+	Seq uint64
+}
+
+// LatencySource gives an LC process's latest latency window. The pushed
+// windows of POST /v1/stats are one; request tracing (uprobes on libcuda,
+// internal/trace's RequestTracker) would be another for apps that do not
+// push (not wired yet: docs/SLO.md).
+type LatencySource interface {
+	Latest(pid int) (LatencySample, bool)
+}
+
+// ShareSource measures BE progress relative to BE alone, in [0, 1].
+// Nothing implements it on the GPUs we have: NVML reports no per-process
+// progress, and SM utilisation counts a switched-out kernel's residency.
+// Without one, BE share is unknown (NaN) and the controller keeps the
+// longest BE timeslice that meets every LC objective (docs/SLO.md).
+type ShareSource interface {
+	BEShare() (float64, bool)
+}
+
+// pushed holds the windows apps pushed over the socket.
+type pushed struct {
+	mu  sync.Mutex
+	now func() time.Duration
+	by  map[int]LatencySample
+}
+
+func (p *pushed) push(pid int, w LatencyWindow) {
+	s := LatencySample{Window: time.Duration(w.DurationMs * float64(time.Millisecond)), Requests: int(min(w.Requests, math.MaxInt32)),
+		Quantiles: map[string]time.Duration{}}
+	for q, us := range w.LatencyUs {
+		s.Quantiles[q] = time.Duration(us * float64(time.Microsecond))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s.At = p.now()
+	s.Seq = p.by[pid].Seq + 1
+	p.by[pid] = s
+}
+
+func (p *pushed) Latest(pid int) (LatencySample, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, ok := p.by[pid]
+	return s, ok
+}
+
+func (p *pushed) forget(pid int) {
+	p.mu.Lock()
+	delete(p.by, pid)
+	p.mu.Unlock()
+}
+
+// quantileName is the pushed quantile that stands for q: the named one at
+// or above it (p99 for 0.95), so an objective is never checked against a
+// lower quantile than it names.
+func quantileName(q float64) string {
+	for _, c := range []struct {
+		q    float64
+		name string
+	}{{0.5, "p50"}, {0.9, "p90"}, {0.99, "p99"}, {0.999, "p999"}} {
+		if q <= c.q+1e-9 {
+			return c.name
+		}
+	}
+	return "max"
+}
+
+// SLOLoop is the daemon's SLO mode: once a window it builds an
+// observation of every LC process's latency against its objective, asks
+// the controller for the BE timeslice, and applies a change to every BE
+// process through the reconciler (one all-or-nothing apply per process;
+// the controller's dwell bounds the rate). Step is called from one
+// goroutine; Status, Reply and Push are safe from others.
+type SLOLoop struct {
+	rec     *Reconciler
+	metrics *Metrics
+	log     *slog.Logger
+	push    *pushed
+	// Latency is where LC windows come from (default: the pushed ones).
+	Latency LatencySource
+	// Share measures BE progress; nil: unknown.
+	Share ShareSource
+
+	ctl  *slo.Controller
+	conf sloConf
+	last time.Duration // time of the last Step
+	used map[int]uint64
+
+	mu     sync.Mutex
+	status SLOStatus
+}
+
+// sloConf is what a controller was built for; a reload that changes it
+// starts a new search.
+type sloConf struct {
+	ladder string
+	safe   time.Duration
+}
+
+// NewSLOLoop returns the SLO mode of the daemon whose reconciler is rec.
+func NewSLOLoop(rec *Reconciler, m *Metrics, log *slog.Logger) *SLOLoop {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &pushed{now: func() time.Duration { return rec.Now() }, by: map[int]LatencySample{}}
+	return &SLOLoop{rec: rec, metrics: m, log: log, push: p, Latency: p, used: map[int]uint64{}}
+}
+
+// Push takes a stats push's latency window.
+func (l *SLOLoop) Push(pid int, s HintStats) {
+	if s.Window != nil {
+		l.push.push(pid, *s.Window)
+	}
+	if s.Engine != nil {
+		l.mu.Lock()
+		if l.status.Engines == nil {
+			l.status.Engines = map[int]EngineState{}
+		}
+		l.status.Engines[pid] = *s.Engine
+		l.mu.Unlock()
+	}
+}
+
+// Forget drops an exited process's pushed state.
+func (l *SLOLoop) Forget(pid int) {
+	l.push.forget(pid)
+	l.mu.Lock()
+	delete(l.status.Engines, pid)
+	l.mu.Unlock()
+}
+
+// Reply is the answer to a stats push.
+func (l *SLOLoop) Reply() StatsReply {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return StatsReply{Prepreempt: l.status.Prepreempt || !l.status.Enabled, SLO: l.status.Enabled}
+}
+
+// Window is the policy's observation window (for the daemon's ticker).
+func (l *SLOLoop) Window() time.Duration {
+	if w := l.rec.Policy().SLO.Window; w > 0 {
+		return w
+	}
+	return policy.DefaultSLOWindow
+}
+
+// SLOStatus is the SLO mode as GET /v1/status shows it.
+type SLOStatus struct {
+	Enabled bool `json:"enabled"`
+	// Window is the observation window.
+	Window string `json:"window,omitempty"`
+	// BETimeslice is the BE class's timeslice of one unit of weight in
+	// force ("" when the policy's is used).
+	BETimeslice string `json:"be_timeslice,omitempty"`
+	Safe        string `json:"safe,omitempty"`
+	Ladder      string `json:"ladder,omitempty"`
+	// BEShare is BE progress relative to BE alone; nil: unknown.
+	BEShare    *float64 `json:"be_share,omitempty"`
+	MinBEShare float64  `json:"min_be_share,omitempty"`
+	// WorstLC is the highest latency/objective among LC processes; nil:
+	// no LC latency counted this window.
+	WorstLC *float64   `json:"worst_lc_vs_objective,omitempty"`
+	LC      []LCStatus `json:"lc,omitempty"`
+	// Last is the last decision; LastChange the last that changed the
+	// timeslice.
+	Last       *SLODecision `json:"last,omitempty"`
+	LastChange *SLODecision `json:"last_change,omitempty"`
+	Changes    int          `json:"changes"`
+	// Prepreempt is what hint engines are told.
+	Prepreempt bool                `json:"prepreempt"`
+	Engines    map[int]EngineState `json:"engines,omitempty"`
+}
+
+// LCStatus is one LC process against its objective.
+type LCStatus struct {
+	PID       int    `json:"pid"`
+	Comm      string `json:"comm"`
+	Objective string `json:"objective"`
+	// LatencyUs is the window's latency at the objective's quantile; 0:
+	// none this window.
+	LatencyUs float64 `json:"latency_us"`
+	// TargetUs is what the objective allows (0: baseline not known yet).
+	TargetUs float64  `json:"target_us"`
+	Ratio    *float64 `json:"ratio,omitempty"`
+	Requests int      `json:"requests"`
+	// Signal says where the latency came from, or why there is none.
+	Signal string `json:"signal"`
+}
+
+// SLODecision is one decision as shown.
+type SLODecision struct {
+	// Window counts the loop's windows since start.
+	Window      int    `json:"window"`
+	BETimeslice string `json:"be_timeslice"`
+	Changed     bool   `json:"changed"`
+	Cause       string `json:"cause"`
+	Reason      string `json:"reason"`
+	Fallback    bool   `json:"fallback,omitempty"`
+	// BEBelowMinimum: no setting that meets the LC objectives gives BE
+	// its minimum share.
+	BEBelowMinimum bool `json:"be_below_minimum,omitempty"`
+}
+
+// Status is the SLO mode's state.
+func (l *SLOLoop) Status() SLOStatus {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.status
+	s.LC = slices.Clone(s.LC)
+	return s
+}
+
+func finite(f float64) *float64 {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return nil
+	}
+	return &f
+}
+
+func fmtLadder(l []time.Duration) string {
+	s := ""
+	for i, d := range l {
+		if i > 0 {
+			s += ","
+		}
+		s += d.String()
+	}
+	return s
+}
+
+// Step runs one window ending at now (the reconciler's clock).
+func (l *SLOLoop) Step(now time.Duration) {
+	pol := l.rec.Policy()
+	if !pol.SLO.Enabled {
+		if l.ctl != nil {
+			l.ctl = nil
+			l.rec.SetClassTimeslice(class.BE, 0)
+			l.log.Info("slo: mode off; BE back to the policy's timeslice", "be_timeslice", pol.Classes[class.BE].Timeslice)
+		}
+		l.mu.Lock()
+		l.status = SLOStatus{Engines: l.status.Engines, Prepreempt: true}
+		l.mu.Unlock()
+		l.metrics.setSLO(nil)
+		l.last = now
+		return
+	}
+	conf := sloConf{ladder: fmtLadder(pol.SLO.Ladder), safe: pol.SLO.Safe}
+	if conf.safe <= 0 {
+		conf.safe = pol.Classes[class.BE].Timeslice
+	}
+	if l.ctl == nil || conf != l.conf {
+		c, err := slo.New(slo.Options{Ladder: pol.SLO.Ladder, Safe: conf.safe})
+		if err != nil { // the policy checked the ladder
+			l.log.Error("slo: controller refused the policy's settings", "err", err)
+			return
+		}
+		l.ctl, l.conf = c, conf
+		l.rec.SetClassTimeslice(class.BE, c.Current())
+		l.log.Info("slo: mode on; BE at the safe timeslice until LC latency is known", "be_timeslice", c.Current(), "window", pol.SLO.Window)
+		l.mu.Lock()
+		l.status.Changes = 0
+		l.status.Last, l.status.LastChange = nil, nil
+		l.mu.Unlock()
+		l.last = now
+		return // the first window starts now
+	}
+
+	lcs := l.rec.InClass(class.LC)
+	obs := slo.Observation{BEShare: math.NaN(), MinBEShare: pol.SLO.MinBEShare}
+	if l.Share != nil {
+		if s, ok := l.Share.BEShare(); ok {
+			obs.BEShare = s
+		}
+	}
+	var st []LCStatus
+	window := pol.SLO.Window
+	for _, p := range lcs {
+		o, ok := pol.Objective(p.Decision)
+		ls := LCStatus{PID: p.PID, Comm: p.Comm}
+		if !ok {
+			ls.Signal = "no objective"
+			st = append(st, ls)
+			continue
+		}
+		ls.Objective = o.String()
+		s, ok := l.Latency.Latest(p.PID)
+		switch {
+		case !ok:
+			ls.Signal = "none pushed"
+		case s.Seq == l.used[p.PID] || now-s.At > 2*window:
+			ls.Signal = "stale"
+		default:
+			l.used[p.PID] = s.Seq
+			lat, ok := s.Quantiles[quantileName(o.Quantile)]
+			if !ok {
+				ls.Signal = "pushed without " + quantileName(o.Quantile)
+				break
+			}
+			ls.Signal, ls.Requests, ls.LatencyUs = "pushed", s.Requests, float64(lat)/1e3
+			obs.LC = append(obs.LC, slo.LCSample{Key: strconv.Itoa(p.PID) + "/" + strconv.FormatUint(p.Start, 10),
+				Objective: o, Latency: lat, Requests: s.Requests})
+		}
+		st = append(st, ls)
+	}
+	for pid := range l.used {
+		if !slices.ContainsFunc(lcs, func(p ProcRef) bool { return p.PID == pid }) {
+			delete(l.used, pid)
+		}
+	}
+
+	from := l.ctl.Current()
+	d := l.ctl.Observe(obs)
+	for i := range st {
+		key := ""
+		for _, p := range lcs {
+			if p.PID == st[i].PID {
+				key = strconv.Itoa(p.PID) + "/" + strconv.FormatUint(p.Start, 10)
+			}
+		}
+		for _, r := range d.LC {
+			if r.Key == key {
+				st[i].TargetUs, st[i].Ratio = float64(r.Target)/1e3, finite(r.Ratio)
+				if r.Requests < 20 && st[i].Signal == "pushed" {
+					st[i].Signal = fmt.Sprintf("pushed (%d requests: too few to count)", r.Requests)
+				}
+			}
+		}
+	}
+	if d.Changed {
+		l.rec.SetClassTimeslice(class.BE, d.BETimeslice)
+		l.log.Info("slo: BE timeslice changed", "from", from, "to", d.BETimeslice, "cause", d.Cause, "reason", d.Reason,
+			"worst_lc_vs_objective", d.Worst, "be_share", d.BEShare, "fallback", d.Fallback)
+	} else {
+		l.log.Debug("slo: kept", "be_timeslice", d.BETimeslice, "cause", d.Cause, "reason", d.Reason, "worst_lc_vs_objective", d.Worst)
+	}
+	if d.WorkloadChanged {
+		l.log.Info("slo: LC response changed under the same setting; searching again", "be_timeslice", from)
+	}
+	prepre := pol.SLO.PrepreemptBelow <= 0 || d.BETimeslice < pol.SLO.PrepreemptBelow
+	l.mu.Lock()
+	prevPre := l.status.Prepreempt || l.status.Last == nil
+	n := 1
+	if l.status.Last != nil {
+		n = l.status.Last.Window + 1
+	}
+	sd := &SLODecision{Window: n, BETimeslice: d.BETimeslice.String(), Changed: d.Changed, Cause: d.Cause, Reason: d.Reason,
+		Fallback: d.Fallback, BEBelowMinimum: d.BEBelowMinimum}
+	l.status.Enabled, l.status.Window = true, window.String()
+	l.status.BETimeslice, l.status.Safe, l.status.Ladder = d.BETimeslice.String(), conf.safe.String(), fmtLadder(pol.SLO.Ladder)
+	if l.status.Ladder == "" {
+		l.status.Ladder = fmtLadder(slo.DefaultLadder)
+	}
+	l.status.BEShare, l.status.MinBEShare, l.status.WorstLC = finite(d.BEShare), pol.SLO.MinBEShare, finite(d.Worst)
+	l.status.LC, l.status.Last, l.status.Prepreempt = st, sd, prepre
+	if d.Changed {
+		l.status.LastChange = sd
+		l.status.Changes++
+	}
+	l.mu.Unlock()
+	if prepre != prevPre {
+		l.log.Info("slo: hint engines told", "prepreempt", prepre, "be_timeslice", d.BETimeslice, "prepreempt_below", pol.SLO.PrepreemptBelow)
+	}
+	l.metrics.setSLO(&d)
+	l.last = now
+}

@@ -1,0 +1,199 @@
+package daemon
+
+import (
+	"encoding/json"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/slo"
+	"github.com/gpreempt/gpreempt/tsg"
+)
+
+const sloPolicy = `
+classes:
+  lc: {objective: "p50<=1.05x"}
+  be: {timeslice: 200us, min_share: 0.85}
+rules:
+  - {name: lc, match: {comm: "lc*"}, class: lc}
+  - {name: lc-loose, match: {comm: "loose*"}, class: lc, objective: "p99<=50ms"}
+  - {name: trainer, match: {comm: "train*"}, class: be}
+  - {name: bulk, match: {comm: "bulk*"}, class: be:3}
+slo: {enabled: true, window: 1s}
+`
+
+// sloRig is the reconciler over rmfake with an SLO loop whose LC latency
+// follows the measured eager-PyTorch curve of the BE timeslice the fake
+// driver actually holds: the loop only sees its decisions through what
+// was applied.
+type sloRig struct {
+	*rig
+	loop *SLOLoop
+}
+
+func newSLORig(t *testing.T, pol string) *sloRig {
+	g := newRig(t, pol)
+	s := &sloRig{rig: g, loop: NewSLOLoop(g.rec, g.m, testLog(t))}
+	g.tick(g.start(100, policy.Process{Comm: "lc-server"}, 0) + time.Second)
+	g.tick(g.start(200, policy.Process{Comm: "trainer"}, 2) + time.Second)
+	g.tick(g.start(300, policy.Process{Comm: "bulk"}, 4) + time.Second)
+	return s
+}
+
+// beTimeslice is what pid 200's compute group (BE, weight 1) holds.
+func (s *sloRig) beTimeslice() time.Duration {
+	return time.Duration(s.groups(200)[0].Timeslice) * time.Microsecond
+}
+
+// window plays one window: the LC pushes (unless silent) its p50 under the
+// BE timeslice in force, the loop steps, the reconciler applies.
+func (s *sloRig) window(w slo.Workload, silent bool) {
+	s.now += time.Second
+	if !silent {
+		r, _ := w.At(s.beTimeslice())
+		p50 := float64(w.Baseline) * r / 1e3
+		s.loop.Push(100, HintStats{Window: &LatencyWindow{DurationMs: 1000, Requests: uint64(w.Requests),
+			LatencyUs: map[string]float64{"p50": p50, "p99": 1.3 * p50}}})
+	}
+	s.loop.Step(s.now)
+	s.tick(s.now)
+}
+
+func gauge(t testing.TB, m *Metrics, name string) float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return math.NaN()
+}
+
+func TestSLOLoopEndToEnd(t *testing.T) {
+	s := newSLORig(t, sloPolicy)
+	s.wantAll(100, 5_000_000, tsg.LevelHigh)
+	s.wantAll(200, 200, tsg.LevelLow)
+
+	// The eager LC's knee is 1 ms (docs/SLO.md): found, applied to every
+	// BE group with its weight, the LC left alone.
+	for range 60 {
+		s.window(slo.EagerPyTorchH100, false)
+	}
+	s.wantAll(200, 1000, tsg.LevelLow)
+	s.wantAll(300, 3000, tsg.LevelLow)
+	s.wantAll(100, 5_000_000, tsg.LevelHigh)
+	st := s.loop.Status()
+	if !st.Enabled || st.BETimeslice != "1ms" || st.Last == nil || st.LastChange == nil || st.Changes < 3 {
+		t.Fatalf("status %+v", st)
+	}
+	if len(st.LC) != 1 || st.LC[0].PID != 100 || st.LC[0].Objective != "p50<=1.05x" || st.LC[0].Signal != "pushed" ||
+		st.LC[0].Ratio == nil || *st.LC[0].Ratio > 1 || st.WorstLC == nil || st.BEShare != nil {
+		t.Errorf("LC status %+v (worst %v, share %v)", st.LC, st.WorstLC, st.BEShare)
+	}
+	// What gpreemptctl reads.
+	s.loop.Push(100, HintStats{Engine: &EngineState{Prepreempt: true, SkippedNoBenefit: 7}})
+	var cs client.SLO
+	if b, err := json.Marshal(s.loop.Status()); err != nil || json.Unmarshal(b, &cs) != nil ||
+		cs.BETimeslice != "1ms" || len(cs.LC) != 1 || cs.LC[0].Ratio == nil || cs.Engines["100"].SkippedNoBenefit != 7 || cs.Last == nil {
+		t.Errorf("status as the client reads it: %+v, %v", cs, err)
+	}
+	if got := gauge(t, s.m, "gpreemptd_slo_be_timeslice_seconds"); got != 0.001 {
+		t.Errorf("timeslice gauge %v", got)
+	}
+	if !math.IsNaN(gauge(t, s.m, "gpreemptd_slo_be_share")) {
+		t.Error("BE share gauge set without a share source")
+	}
+	for _, cause := range []string{slo.CauseExplore, slo.CauseViolation} {
+		if counter(t, s.m, "gpreemptd_slo_changes_total", cause) < 1 {
+			t.Errorf("no change counted for %s", cause)
+		}
+	}
+	// 1 ms is at or above prepreempt_below (500 us): engines are told to
+	// stop holding the GPU.
+	if r := s.loop.Reply(); r.Prepreempt || !r.SLO {
+		t.Errorf("reply %+v at 1 ms, want prepreempt false", r)
+	}
+
+	// The LC stops pushing: three windows later, the safe setting.
+	for range 3 {
+		s.window(slo.EagerPyTorchH100, true)
+	}
+	s.wantAll(200, 200, tsg.LevelLow)
+	s.wantAll(300, 600, tsg.LevelLow)
+	st = s.loop.Status()
+	if st.Last.Cause != slo.CauseNoSignal || !st.Last.Fallback || st.LC[0].Signal != "stale" {
+		t.Errorf("after signal loss: %+v %+v", st.Last, st.LC)
+	}
+	if counter(t, s.m, "gpreemptd_slo_changes_total", slo.CauseNoSignal) != 1 {
+		t.Error("fallback change not counted")
+	}
+	if r := s.loop.Reply(); !r.Prepreempt {
+		t.Error("engines not told to pre-preempt again at the safe setting")
+	}
+
+	// A reload without the SLO mode: the policy's timeslice again.
+	pol, err := policy.Parse([]byte("classes: {be: {timeslice: 300us}}\nrules:\n  - {match: {comm: \"lc*\"}, class: lc}\n  - {match: {comm: \"train*\"}, class: be}\n  - {match: {comm: \"bulk*\"}, class: be:3}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.rec.SetPolicy(pol)
+	s.window(slo.EagerPyTorchH100, false)
+	s.wantAll(200, 300, tsg.LevelLow)
+	s.wantAll(300, 900, tsg.LevelLow)
+	if st := s.loop.Status(); st.Enabled || !s.loop.Reply().Prepreempt {
+		t.Errorf("after reload without slo: %+v", st)
+	}
+	if gauge(t, s.m, "gpreemptd_slo_enabled") != 0 {
+		t.Error("enabled gauge still 1")
+	}
+}
+
+func TestSLOLoopSignals(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		push   *LatencyWindow
+		twice  bool // the same push seen by two windows
+		signal string
+	}{
+		{"none", nil, false, "none pushed"},
+		{"fresh", &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 100}}, false, "pushed"},
+		{"used once", &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 100}}, true, "stale"},
+		{"no quantile", &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p99": 100}}, false, "pushed without p50"},
+		{"few requests", &LatencyWindow{DurationMs: 1000, Requests: 3, LatencyUs: map[string]float64{"p50": 100}}, false, "pushed (3 requests: too few to count)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSLORig(t, sloPolicy)
+			s.window(slo.EagerPyTorchH100, true) // the controller starts
+			s.now += time.Second
+			if tc.push != nil {
+				s.loop.Push(100, HintStats{Window: tc.push})
+			}
+			if tc.twice {
+				s.loop.Step(s.now)
+				s.now += time.Second
+			}
+			s.loop.Step(s.now)
+			st := s.loop.Status()
+			if len(st.LC) != 1 || st.LC[0].Signal != tc.signal {
+				t.Fatalf("LC status %+v, want signal %q", st.LC, tc.signal)
+			}
+		})
+	}
+}
+
+func TestQuantileName(t *testing.T) {
+	for _, tc := range []struct {
+		q    float64
+		want string
+	}{{0.5, "p50"}, {0.3, "p50"}, {0.9, "p90"}, {0.95, "p99"}, {0.99, "p99"}, {0.999, "p999"}, {0.9999, "max"}} {
+		if got := quantileName(tc.q); got != tc.want {
+			t.Errorf("quantileName(%v) = %q, want %q", tc.q, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,159 @@
+package prepreempt
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
+)
+
+// ReporterOptions tune a Reporter. The zero value gives the defaults.
+type ReporterOptions struct {
+	// Socket is gpreemptd's socket ("": $GPREEMPTD_SOCKET, else the
+	// default).
+	Socket string
+	// Period is how often a window is pushed: the daemon's SLO window
+	// (slo.window in its policy, 1 s by default) is the right value.
+	Period time.Duration
+	Logger *slog.Logger
+}
+
+// maxWindowSamples bounds the latencies a window keeps; beyond it a
+// uniform sample of them is kept.
+const maxWindowSamples = 1 << 16
+
+// Reporter tells gpreemptd what the app's requests take. The daemon's SLO
+// mode (docs/SLO.md) needs each LC process's request latency as the app
+// defines a request — arrival to result — which neither the hint engine
+// (it sees Hint, Ready and its spinner) nor the driver can see. The app
+// calls Record once per request; Run pushes the window's quantiles once
+// a period, and passes the daemon's word on pre-preemption to the engine.
+// Safe for concurrent use.
+type Reporter struct {
+	engine *Engine
+	client *client.Client
+	period time.Duration
+	log    *slog.Logger
+	// now is the wall clock (tests set it).
+	now func() time.Time
+
+	mu     sync.Mutex
+	lat    []time.Duration
+	seen   int // recorded in this window (may exceed len(lat))
+	total  uint64
+	since  time.Time
+	rng    *rand.Rand
+	failed bool
+}
+
+// NewReporter returns a reporter for the app's requests; engine (nil if
+// the app uses no hints) is told what the daemon says of pre-preemption.
+func NewReporter(engine *Engine, o ReporterOptions) *Reporter {
+	if o.Period <= 0 {
+		o.Period = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Reporter{engine: engine, client: client.New(o.Socket), period: o.Period, log: o.Logger, now: time.Now,
+		rng: rand.New(rand.NewPCG(1, 2))}
+	r.since = r.now()
+	return r
+}
+
+// Record adds one request's latency to the window.
+func (r *Reporter) Record(latency time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen++
+	r.total++
+	if len(r.lat) < maxWindowSamples {
+		r.lat = append(r.lat, latency)
+	} else if i := r.rng.IntN(r.seen); i < maxWindowSamples {
+		r.lat[i] = latency // reservoir sampling: every request equally likely kept
+	}
+}
+
+// window takes the window so far and starts the next.
+func (r *Reporter) window() (client.Window, uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	w := client.Window{DurationMs: float64(now.Sub(r.since)) / float64(time.Millisecond), Requests: uint64(r.seen)}
+	lat := r.lat
+	r.lat, r.seen, r.since = nil, 0, now
+	w.DurationMs = max(w.DurationMs, 1e-3)
+	if len(lat) > 0 {
+		w.LatencyUs = quantilesUs(lat)
+	}
+	return w, r.total
+}
+
+// quantilesUs are the pushed quantiles of lat (nearest rank), in us.
+func quantilesUs(lat []time.Duration) map[string]float64 {
+	slices.Sort(lat)
+	at := func(q float64) float64 {
+		i := int(q*float64(len(lat)-1) + 0.5)
+		return float64(lat[min(max(i, 0), len(lat)-1)]) / 1e3
+	}
+	var sum float64
+	for _, d := range lat {
+		sum += float64(d)
+	}
+	return map[string]float64{"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "p999": at(0.999),
+		"max": float64(lat[len(lat)-1]) / 1e3, "mean": sum / float64(len(lat)) / 1e3}
+}
+
+// Push sends the window since the last push and applies the daemon's
+// answer. ErrUnavailable (wrapped) when no daemon answers; the window is
+// dropped either way: the daemon judges windows as they come.
+func (r *Reporter) Push(ctx context.Context) (client.StatsReply, error) {
+	w, total := r.window()
+	s := client.Stats{Requests: total, Window: &w, RequestLatencyUs: w.LatencyUs}
+	if r.engine != nil {
+		es := r.engine.Stats()
+		s.ExpiredHolds = es.Expired
+		s.Engine = &client.Engine{Prepreempt: es.Prepreempt, SkippedNoBenefit: es.SkippedNoBenefit}
+	}
+	reply, err := r.client.PushStats(ctx, s)
+	if err != nil {
+		return reply, err
+	}
+	if r.engine != nil {
+		r.engine.SetPrepreempt(reply.Prepreempt)
+	}
+	return reply, nil
+}
+
+// Run pushes once a period until ctx is done. A daemon that does not
+// answer is logged once (and again once it is back); the engine keeps its
+// last word from the daemon meanwhile.
+func (r *Reporter) Run(ctx context.Context) error {
+	t := time.NewTicker(r.period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		_, err := r.Push(ctx)
+		switch {
+		case err != nil && !r.failed:
+			r.failed = true
+			level := slog.LevelWarn
+			if errors.Is(err, client.ErrUnavailable) {
+				level = slog.LevelInfo
+			}
+			r.log.Log(ctx, level, "request latency not pushed to gpreemptd", "err", err)
+		case err == nil && r.failed:
+			r.failed = false
+			r.log.Info("request latency pushed to gpreemptd again")
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package prepreempt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
+)
+
+// fakeDaemon takes stats pushes on a unix socket and answers with reply.
+type fakeDaemon struct {
+	mu     sync.Mutex
+	pushes []client.Stats
+	reply  client.StatsReply
+}
+
+func startFakeDaemon(t *testing.T, d *fakeDaemon) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/stats", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var s client.Stats
+		if err := json.Unmarshal(b, &s); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		d.mu.Lock()
+		d.pushes = append(d.pushes, s)
+		reply := d.reply
+		d.mu.Unlock()
+		json.NewEncoder(w).Encode(reply)
+	})
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return sock
+}
+
+func TestReporterPushesWindows(t *testing.T) {
+	d := &fakeDaemon{reply: client.StatsReply{Prepreempt: false, SLO: true}}
+	sock := startFakeDaemon(t, d)
+	e, _, _ := simEngine(t, Options{}, 0, 0, 0)
+	r := NewReporter(e, ReporterOptions{Socket: sock})
+	now := time.Unix(1000, 0)
+	r.now = func() time.Time { return now }
+	r.since = now
+	for i := 1; i <= 100; i++ {
+		r.Record(time.Duration(i) * 10 * time.Microsecond)
+	}
+	now = now.Add(time.Second)
+	reply, err := r.Push(context.Background())
+	if err != nil || reply.Prepreempt || !reply.SLO {
+		t.Fatalf("push: %+v, %v", reply, err)
+	}
+	if e.Stats().Prepreempt {
+		t.Error("the daemon's word not passed to the engine")
+	}
+	now = now.Add(500 * time.Millisecond)
+	d.mu.Lock()
+	d.reply.Prepreempt = true
+	d.mu.Unlock()
+	if _, err := r.Push(context.Background()); err != nil { // an empty window
+		t.Fatal(err)
+	}
+	if !e.Stats().Prepreempt {
+		t.Error("engine not turned back on")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.pushes) != 2 {
+		t.Fatalf("%d pushes", len(d.pushes))
+	}
+	w := d.pushes[0].Window
+	if w == nil || w.DurationMs != 1000 || w.Requests != 100 || w.LatencyUs["p50"] != 510 || w.LatencyUs["p99"] != 990 ||
+		w.LatencyUs["max"] != 1000 || w.LatencyUs["mean"] != 505 || d.pushes[0].Engine == nil || !d.pushes[0].Engine.Prepreempt {
+		t.Errorf("first push %+v window %+v", d.pushes[0], w)
+	}
+	if w := d.pushes[1].Window; w == nil || w.DurationMs != 500 || w.Requests != 0 || len(w.LatencyUs) != 0 || d.pushes[1].Requests != 100 {
+		t.Errorf("second push %+v window %+v", d.pushes[1], w)
+	}
+}
+
+func TestReporterWithoutDaemon(t *testing.T) {
+	r := NewReporter(nil, ReporterOptions{Socket: filepath.Join(t.TempDir(), "none")})
+	r.Record(time.Millisecond)
+	if _, err := r.Push(context.Background()); !errors.Is(err, client.ErrUnavailable) {
+		t.Fatalf("push without a daemon: %v, want ErrUnavailable", err)
+	}
+}
+
+func TestReporterBoundsAWindow(t *testing.T) {
+	r := NewReporter(nil, ReporterOptions{})
+	for i := range maxWindowSamples + 1000 {
+		r.Record(time.Duration(i))
+	}
+	if len(r.lat) != maxWindowSamples {
+		t.Errorf("window kept %d samples, want %d", len(r.lat), maxWindowSamples)
+	}
+	w, total := r.window()
+	if len(r.lat) != 0 || w.Requests != maxWindowSamples+1000 || total != maxWindowSamples+1000 || w.LatencyUs["max"] == 0 {
+		t.Errorf("window %+v total %d", w, total)
+	}
+}
