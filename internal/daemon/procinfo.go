@@ -194,12 +194,25 @@ func Environ(b []byte) map[string]string {
 	return env
 }
 
-// gpus: NVML's process lists (refreshed at most every 500 ms), else the
-// /dev/nvidiaN files held.
+// NVML's process lists are re-read at most every nvmlMaxAge, and at most
+// every nvmlMissAge for a pid they do not hold yet: a context classed
+// ~25 ms after its setup is newer than any periodic reading.
+const (
+	nvmlMaxAge  = 500 * time.Millisecond
+	nvmlMissAge = 10 * time.Millisecond
+)
+
+// gpus: NVML's process lists, else the /dev/nvidiaN files held. The files
+// are only a fallback: libcuda opens the device files of GPUs a process
+// does not use (measured on a two-GPU H200 host: a process with
+// CUDA_VISIBLE_DEVICES=1 held /dev/nvidia0 too).
 func (pi *ProcInspector) gpus(pid int) []policy.GPU {
 	if pi.GPU != nil {
 		pi.mu.Lock()
-		if time.Since(pi.nvmlAt) > 500*time.Millisecond {
+		if time.Since(pi.nvmlAt) > nvmlMaxAge {
+			pi.refreshNVML()
+		}
+		if len(pi.nvml[pid]) == 0 && time.Since(pi.nvmlAt) > nvmlMissAge {
 			pi.refreshNVML()
 		}
 		gs := pi.nvml[pid]
