@@ -31,6 +31,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/cuda"
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/kernels"
 	"github.com/gpreempt/gpreempt/tsg"
 )
@@ -84,6 +85,10 @@ type Options struct {
 	// LCTimeslice overrides the LC class's timeslice. Default: the class's
 	// (class.DefaultLCTimeslice, 5 s).
 	LCTimeslice time.Duration
+	// DaemonSocket is gpreemptd's socket, which a process that is not root
+	// asks for the LC class ("": $GPREEMPTD_SOCKET, else
+	// /run/gpreempt/gpreemptd.sock).
+	DaemonSocket string
 	// Launcher picks how scheduled launches happen. Default
 	// LauncherGoroutine.
 	Launcher Launcher
@@ -284,7 +289,7 @@ func New(ctx context.Context, device int, opts Options) (_ *Engine, err error) {
 		return nil, err
 	}
 	if !opts.SkipLCClass {
-		if err := applyLCClass(ctx, opts.LCTimeslice, e.log); err != nil {
+		if err := classLC(ctx, opts, e.log); err != nil {
 			return nil, fmt.Errorf("put this process in the LC class: %w", err)
 		}
 	}
@@ -355,6 +360,42 @@ func openFlags(cctx *cuda.Context, backend string, slots int, log *slog.Logger) 
 // timeslice ts. Setting a timeslice is NON_PRIVILEGED in RM; the
 // interleave level needs root, and without it the timeslice alone is
 // applied.
+// classLC puts this process in the LC class. As root it sets its own
+// groups. Otherwise it asks gpreemptd first, which sets the whole class,
+// interleave level included, within what the node's policy allows; only
+// where no daemon answers does it set what RM lets any process set on its
+// own groups (the timeslice; the interleave level needs root).
+func classLC(ctx context.Context, opts Options, log *slog.Logger) error {
+	if geteuid() != 0 {
+		ctx, cancel := context.WithTimeout(ctx, daemonTimeout)
+		err := requestClass(ctx, opts.DaemonSocket, string(class.LC))
+		cancel()
+		switch {
+		case err == nil:
+			log.Debug("LC class set by gpreemptd")
+			return nil
+		case errors.Is(err, client.ErrForbidden):
+			// The node's policy decides this process's class; one set by
+			// hand would be drift the daemon reverts.
+			log.Warn("gpreemptd refused the LC class; the node's policy decides this process's class", "err", err)
+			return nil
+		case !errors.Is(err, client.ErrUnavailable):
+			log.Warn("asking gpreemptd for the LC class failed; setting the timeslice here", "err", err)
+		}
+	}
+	return selfClassLC(ctx, opts.LCTimeslice, log)
+}
+
+// daemonTimeout bounds the request to gpreemptd at New.
+const daemonTimeout = 2 * time.Second
+
+// Seams for tests: who we are, the daemon, and classing ourselves.
+var (
+	geteuid      = os.Geteuid
+	requestClass = client.RequestClass
+	selfClassLC  = applyLCClass
+)
+
 func applyLCClass(ctx context.Context, ts time.Duration, log *slog.Logger) error {
 	lc := lcClass()
 	lc.Timeslice = ts
