@@ -288,16 +288,25 @@ func ParseClassRequest(b []byte) (ClassRequest, class.Spec, int, error) {
 	return req, sp, 0, nil
 }
 
-func (a *API) class(w http.ResponseWriter, r *http.Request) {
+// peerAndBody identifies the peer and reads a body of at most MaxBody
+// bytes, answering the request itself when either fails.
+func (a *API) peerAndBody(w http.ResponseWriter, r *http.Request) (Peer, []byte, bool) {
 	peer, err := a.peer(r)
 	if err != nil {
 		writeErr(w, http.StatusForbidden, "cannot identify the peer: %v", err)
-		return
+		return peer, nil, false
 	}
-	body := http.MaxBytesReader(w, r.Body, MaxBody)
-	b, err := io.ReadAll(body)
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 	if err != nil {
 		writeErr(w, http.StatusRequestEntityTooLarge, "body larger than %d bytes", MaxBody)
+		return peer, nil, false
+	}
+	return peer, b, true
+}
+
+func (a *API) class(w http.ResponseWriter, r *http.Request) {
+	peer, b, ok := a.peerAndBody(w, r)
+	if !ok {
 		return
 	}
 	req, sp, code, err := ParseClassRequest(b)
@@ -404,15 +413,8 @@ func ParseStats(b []byte) (HintStats, int, error) {
 }
 
 func (a *API) stats(w http.ResponseWriter, r *http.Request) {
-	peer, err := a.peer(r)
-	if err != nil {
-		writeErr(w, http.StatusForbidden, "cannot identify the peer: %v", err)
-		return
-	}
-	body := http.MaxBytesReader(w, r.Body, MaxBody)
-	b, err := io.ReadAll(body)
-	if err != nil {
-		writeErr(w, http.StatusRequestEntityTooLarge, "body larger than %d bytes", MaxBody)
+	peer, b, ok := a.peerAndBody(w, r)
+	if !ok {
 		return
 	}
 	s, code, err := ParseStats(b)
