@@ -26,8 +26,10 @@ import (
 //     CAP_SYS_NICE) or has the euid that allocated it. QUERY pages the
 //     visible groups in (client, TSG) order; SET answers
 //     NV_ERR_INVALID_CLIENT for any client it may not touch, and issues
-//     the controls at kernel level for a privileged caller or with the
-//     caller's own rights for an owner.
+//     the controls with the caller's own RM privilege (USER_ROOT for an
+//     admin, USER otherwise) on the client's own file, so RM's checks run:
+//     SET_TIMESLICE is allowed to both, SET_INTERLEAVE_LEVEL needs the NICE
+//     right (root or CAP_SYS_NICE).
 //
 // The state lives beside the Driver (escapeStates) because the fake's
 // core types are shared with every other test.
