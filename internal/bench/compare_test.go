@@ -30,7 +30,7 @@ func TestLoadOldResults(t *testing.T) {
 	if s.Name != "prepreempt-be-1us" || s.Reps != 1 || s.P99 == nil || s.P99.CI95 == nil {
 		t.Fatalf("summary %+v", s)
 	}
-	// The file's own ratio (docs/BENCHMARKS.md: p50 1.01x, p99 0.99x) is
+	// The file's own ratio (that single run measured p50 1.01x, p99 0.99x) is
 	// what the summary reads as the one repetition's.
 	if s.P50.Median < 1.0 || s.P50.Median > 1.02 || s.P99.Median < 0.98 || s.P99.Median > 1.0 {
 		t.Errorf("ratios p50 %.3f p99 %.3f, want the file's 1.01 / 0.99", s.P50.Median, s.P99.Median)
