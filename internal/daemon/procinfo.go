@@ -34,6 +34,7 @@ type ProcInspector struct {
 	users    map[uint32]string
 	nvml     map[int][]policy.GPU
 	nvmlAt   time.Time
+	nvmlOK   bool // the last reading succeeded
 	uuidByIx map[int]string
 }
 
@@ -202,9 +203,10 @@ const (
 	nvmlMissAge = 10 * time.Millisecond
 )
 
-// gpus: NVML's process lists, else the /dev/nvidiaN files held. The files
-// are only a fallback: libcuda opens the device files of GPUs a process
-// does not use (measured on a two-GPU H200 host: a process with
+// gpus: NVML's process lists where NVML answers (nil for a process it
+// does not list yet), else the /dev/nvidiaN files held. The files are only
+// for a machine without NVML: libcuda opens the device files of GPUs a
+// process does not use (measured on a two-GPU H200 host: a process with
 // CUDA_VISIBLE_DEVICES=1 held /dev/nvidia0 too).
 func (pi *ProcInspector) gpus(pid int) []policy.GPU {
 	if pi.GPU != nil {
@@ -215,13 +217,13 @@ func (pi *ProcInspector) gpus(pid int) []policy.GPU {
 		if len(pi.nvml[pid]) == 0 && time.Since(pi.nvmlAt) > nvmlMissAge {
 			pi.refreshNVML()
 		}
-		gs := pi.nvml[pid]
-		uuid := pi.uuidByIx
+		gs, ok := pi.nvml[pid], pi.nvmlOK
 		pi.mu.Unlock()
-		if len(gs) > 0 {
+		if ok {
+			// NVML answers: a process it does not list yet has no
+			// known GPU (nil), never a guess from device files.
 			return gs
 		}
-		return pi.fdGPUs(pid, uuid)
 	}
 	return pi.fdGPUs(pid, nil)
 }
@@ -231,6 +233,7 @@ func (pi *ProcInspector) refreshNVML() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	devs, err := pi.GPU.Devices(ctx)
+	pi.nvmlOK = err == nil
 	if err != nil {
 		return
 	}

@@ -124,7 +124,19 @@ type proc struct {
 	// failures counts classings that failed in a row (retried with
 	// backoff, up to maxRetries, then left until the next event).
 	failures int
+	// gpuWaits counts the classings put off because a per-GPU rule needs
+	// the process's GPU and NVML did not list it yet.
+	gpuWaits int
 }
+
+// A new context is listed by NVML a little after its channel groups
+// appear (seen on two H200s: ~80 ms). Under a per-GPU rule, classing waits
+// for it, every gpuWait, up to maxGPUWaits times; then the process is
+// decided without a GPU (per-GPU rules do not match it).
+const (
+	gpuWait     = 10 * time.Millisecond
+	maxGPUWaits = 50
+)
 
 // maxRetries bounds the retries of a failed classing; the first is 50 ms
 // later, each next one twice as late.
@@ -357,6 +369,13 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 	measure, lastSetup := p.measure, p.lastSetup
 	p.pending, p.measure = false, false
 	if !r.refresh(p) {
+		return
+	}
+	if len(p.info.GPUs) == 0 && p.override == nil && r.pol.NeedsGPU(p.info) && p.gpuWaits < maxGPUWaits {
+		p.gpuWaits++
+		p.pending, p.measure, p.lastSetup = true, measure, lastSetup
+		p.deadline = now + gpuWait
+		r.poke()
 		return
 	}
 	d := r.decide(p)

@@ -51,7 +51,9 @@ func cmdlineAny(globs []string, s string) bool {
 }
 
 // Matches reports whether p satisfies every field of m.
-func (m Match) Matches(p Process) bool {
+func (m Match) Matches(p Process) bool { return m.matches(p, true) }
+
+func (m Match) matches(p Process, gpu bool) bool {
 	if len(m.Cgroup) > 0 && !globAny(m.Cgroup, p.Cgroup) {
 		return false
 	}
@@ -85,7 +87,7 @@ func (m Match) Matches(p Process) bool {
 			return false
 		}
 	}
-	if len(m.GPUs) > 0 {
+	if gpu && len(m.GPUs) > 0 {
 		ok := false
 		for _, want := range m.GPUs {
 			for _, have := range p.GPUs {

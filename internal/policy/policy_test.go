@@ -291,3 +291,34 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestNeedsGPU(t *testing.T) {
+	pol, err := Parse([]byte(`
+default: none
+rules:
+  - name: trainer
+    match: {comm: "train*"}
+    class: be
+  - name: gpu1-infer
+    match: {comm: "infer*", gpu: 1}
+    class: lc
+  - name: rest
+    match: {comm: "*"}
+    class: burstable
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		comm string
+		want bool
+	}{
+		{"trainer", false}, // decided before any GPU rule
+		{"infer-a", true},  // the GPU rule would match it but for its GPU
+		{"batch", false},   // the GPU rule cannot match: decided by "rest"
+	} {
+		if got := pol.NeedsGPU(Process{Comm: tt.comm}); got != tt.want {
+			t.Errorf("NeedsGPU(%s) = %v, want %v", tt.comm, got, tt.want)
+		}
+	}
+}
