@@ -11,9 +11,11 @@
 // each size to the C sizeof. Syscalls and unsafe live only in *_unsafe.go
 // files (fd_unsafe.go); the other files use golang.org/x/sys/unix for its
 // constants and types alone (errno values to classify a failure, stat mode
-// bits), never to make a call. Outside this package and the tracing
-// internals nothing imports x/sys/unix: tsg asks ioctl (OpenPidfd,
-// IsControlDevicePath) instead.
+// bits), never to make a call. The RM calls themselves, pidfd_open and
+// pidfd_getfd are made here and nowhere else: tsg asks ioctl (OpenPidfd,
+// IsControlDevicePath). Other packages use x/sys/unix only for what is not
+// the driver's: the daemon's peer credentials and lock file, the tracer's
+// BPF plumbing, CLOCK_MONOTONIC readings in the benchmark.
 //
 // What differs between driver versions is here too: LookupABI keys the
 // layouts on the version the driver reports, and ABI.ParamSize is the one

@@ -109,10 +109,23 @@ func quantilesUs(lat []time.Duration) map[string]float64 {
 		"max": float64(lat[len(lat)-1]) / 1e3, "mean": sum / float64(len(lat)) / 1e3}
 }
 
+// ErrDaemonUnavailable: no gpreemptd answers on the socket (Push wraps
+// it).
+var ErrDaemonUnavailable = client.ErrUnavailable
+
+// DaemonReply is gpreemptd's answer to a push.
+type DaemonReply struct {
+	// Prepreempt: whether the engine should launch spinners (the SLO mode
+	// says no while BE runs long timeslices).
+	Prepreempt bool
+	// SLO: the daemon steers by the pushed windows.
+	SLO bool
+}
+
 // Push sends the window since the last push and applies the daemon's
-// answer. ErrUnavailable (wrapped) when no daemon answers; the window is
+// answer. ErrDaemonUnavailable (wrapped) when no daemon answers; the window is
 // dropped either way: the daemon judges windows as they come.
-func (r *Reporter) Push(ctx context.Context) (client.StatsReply, error) {
+func (r *Reporter) Push(ctx context.Context) (DaemonReply, error) {
 	w, total := r.window()
 	s := client.Stats{Requests: total, Window: &w, RequestLatencyUs: w.LatencyUs}
 	if r.engine != nil {
@@ -122,12 +135,12 @@ func (r *Reporter) Push(ctx context.Context) (client.StatsReply, error) {
 	}
 	reply, err := r.client.PushStats(ctx, s)
 	if err != nil {
-		return reply, err
+		return DaemonReply{}, err
 	}
 	if r.engine != nil {
 		r.engine.SetPrepreempt(reply.Prepreempt)
 	}
-	return reply, nil
+	return DaemonReply{Prepreempt: reply.Prepreempt, SLO: reply.SLO}, nil
 }
 
 // Run pushes once a period until ctx is done. A daemon that does not
