@@ -1,3 +1,7 @@
+// Package tracecmd is gpreemptctl's trace command group: eBPF tracing of
+// channel-group lifecycles (tsg), RM control latency (rpc), per-request
+// latency from uprobes on libcuda (requests) and hint timelines (hints),
+// printed as tables, log2 histograms or JSON (docs/TRACING.md).
 package tracecmd
 
 import (
