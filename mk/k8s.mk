@@ -10,7 +10,6 @@ export GPREEMPT_K8S_CACHE := $(K8S_CACHE)
 # make test runs the Kubernetes e2e too; K8S_E2E=0 leaves it out (the test
 # then skips, saying why).
 K8S_E2E ?= 1
-K8S_ASSETS = $(if $(filter 1,$(K8S_E2E)),$$(hack/k8s/build.sh))
 
 .PHONY: k8s-assets e2e-k8s k8s-manifests
 
@@ -21,7 +20,7 @@ k8s-assets:
 # processes in kubelet-named cgroups (root and cgroup v2 needed), classes
 # applied on the fake RM, Events, the chart's manifests dry-run applied.
 e2e-k8s:
-	GPREEMPT_K8S_ASSETS=$$(hack/k8s/build.sh) $(GO) test -count=1 -v ./test/e2e/k8s/
+	assets=$$(hack/k8s/build.sh) && GPREEMPT_K8S_ASSETS=$$assets $(GO) test -count=1 -v ./test/e2e/k8s/
 
 # deploy/kubernetes/gpreempt.yaml from deploy/helm/gpreempt.
 k8s-manifests:
