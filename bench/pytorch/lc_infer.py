@@ -21,8 +21,11 @@ import json
 import os
 import random
 import re
+import socket
 import sys
+import threading
 import time
+from http import client as httpclient
 
 SCHEMA = 1
 _UNITS = {"ns": 1, "us": 1_000, "\u00b5s": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
@@ -55,6 +58,105 @@ def parse_prep(s):
             raise argparse.ArgumentTypeError(f"prep {s!r}: max below min")
         return lo, hi
     raise argparse.ArgumentTypeError(f"bad prep distribution {s!r}")
+
+
+def quantile(sorted_vals, q):
+    """The q-quantile of sorted values, nearest rank."""
+    i = min(len(sorted_vals) - 1, max(0, int(q * len(sorted_vals) + 0.5) - 1))
+    return sorted_vals[i]
+
+
+def window_body(latencies_ns, duration_ns, total):
+    """The POST /v1/stats body for one window: the JSON of
+    internal/daemon/client.Stats with pid 0 (the daemon takes the caller's
+    pid from the socket) and a window of latency quantiles in microseconds."""
+    lat = sorted(latencies_ns)
+    w = {"duration_ms": max(duration_ns, 1) / 1e6, "requests": len(lat), "latency_us": {}}
+    if lat:
+        w["latency_us"] = {
+            "p50": quantile(lat, 0.50) / 1e3,
+            "p90": quantile(lat, 0.90) / 1e3,
+            "p99": quantile(lat, 0.99) / 1e3,
+            "max": lat[-1] / 1e3,
+            "mean": sum(lat) / len(lat) / 1e3,
+        }
+    return {"pid": 0, "requests": total, "expired_holds": 0, "window": w}
+
+
+class _UnixHTTPConnection(httpclient.HTTPConnection):
+    def __init__(self, path, timeout=5.0):
+        super().__init__("gpreemptd", timeout=timeout)
+        self._path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self._path)
+        self.sock = s
+
+
+def push_window(path, body):
+    """POSTs body to gpreemptd's /v1/stats at the unix socket path; returns
+    the reply's JSON (client.StatsReply)."""
+    conn = _UnixHTTPConnection(path)
+    try:
+        data = json.dumps(body).encode()
+        conn.request("POST", "/v1/stats", body=data, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        text = resp.read()
+        if resp.status >= 300:
+            raise OSError("gpreemptd: %d: %s" % (resp.status, text.decode(errors="replace").strip()))
+        return json.loads(text) if text.strip() else {}
+    finally:
+        conn.close()
+
+
+class LatencyPusher:
+    """Pushes the recorded requests' latency to gpreemptd once a period
+    (the daemon's SLO mode steers by these windows), from its own thread."""
+
+    def __init__(self, path, period_ns):
+        self.path, self.period_ns = path, period_ns
+        self.lock = threading.Lock()
+        self.lat, self.total = [], 0
+        self.since = time.monotonic_ns()
+        self.stop_ev = threading.Event()
+        self.failed = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self):
+        self.since = time.monotonic_ns()
+        self.thread.start()
+
+    def record(self, latency_ns):
+        with self.lock:
+            self.lat.append(latency_ns)
+            self.total += 1
+
+    def push(self):
+        now = time.monotonic_ns()
+        with self.lock:
+            lat, self.lat = self.lat, []
+            body = window_body(lat, now - self.since, self.total)
+            self.since = now
+        try:
+            push_window(self.path, body)
+            if self.failed:
+                print("latency pushed to gpreemptd again", file=sys.stderr)
+            self.failed = False
+        except (OSError, ValueError) as e:
+            if not self.failed:
+                print("latency not pushed to gpreemptd: %s" % e, file=sys.stderr)
+            self.failed = True
+
+    def _run(self):
+        while not self.stop_ev.wait(self.period_ns / 1e9):
+            self.push()
+
+    def stop(self):
+        self.stop_ev.set()
+        if self.thread.is_alive():
+            self.thread.join()
 
 
 def spin_until(t_ns):
@@ -92,6 +194,10 @@ def main():
                     help="pre-preemption through libgpreempt (python/gpreempt): hint when preparation starts, ready after the forward pass is queued")
     ap.add_argument("--hint-launcher", choices=("goroutine", "poller"), default="goroutine",
                     help="with --hints: the engine's launcher (GPREEMPT_LAUNCHER_POLLER)")
+    ap.add_argument("--push-latency", default="", metavar="SOCKET",
+                    help="push the measured requests' latency windows to gpreemptd at this unix socket (its SLO mode)")
+    ap.add_argument("--push-period", type=parse_duration, default="1s",
+                    help="with --push-latency: one window this long (the daemon's slo.window)")
     args = ap.parse_args()
     if args.requests <= 0 or args.period <= 0:
         ap.error("--requests and --period must be positive")
@@ -164,6 +270,9 @@ def main():
     # Requests allocate little; a cyclic collection would only add pauses.
     gc.collect()
     gc.disable()
+    pusher = LatencyPusher(args.push_latency, args.push_period) if args.push_latency else None
+    if pusher:
+        pusher.start()
     start = time.monotonic_ns()
     for i in range(args.requests):
         arrival = start + i * args.period
@@ -184,7 +293,11 @@ def main():
             "latency_ns": t1 - t0,
             "gpu_ns": gpu_ns,
         })
+        if pusher:
+            pusher.record(t1 - t0)
     end = time.monotonic_ns()
+    if pusher:
+        pusher.stop()
     gc.enable()
 
     result = {

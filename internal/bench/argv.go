@@ -9,6 +9,7 @@ import (
 	"time"
 
 	pyscripts "github.com/gpreempt/gpreempt/bench/pytorch"
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	gpreemptpy "github.com/gpreempt/gpreempt/python/gpreempt"
 )
 
@@ -55,7 +56,7 @@ func (r *runner) lcArgv(sc Scenario, out string) ([]string, []string) {
 			argv = append(argv, "--hint-prep-quantile", strconv.FormatFloat(r.o.HintPrepQuantile, 'g', -1, 64))
 		}
 	}
-	return argv, nil
+	return append(argv, r.pushArgs(sc)...), nil
 }
 
 func (r *runner) pythonLCArgv(sc Scenario, out string) ([]string, []string) {
@@ -67,6 +68,7 @@ func (r *runner) pythonLCArgv(sc Scenario, out string) ([]string, []string) {
 	if r.o.PyGraph && sc.Runtime != RuntimePyTorchEager {
 		argv = append(argv, "--cuda-graph")
 	}
+	argv = append(argv, r.pushArgs(sc)...)
 	if !sc.Hints {
 		return argv, pythonEnv
 	}
@@ -77,6 +79,15 @@ func (r *runner) pythonLCArgv(sc Scenario, out string) ([]string, []string) {
 		env = append(env, "GPREEMPT_LIB="+filepath.Join(filepath.Dir(r.env.self[0]), "libgpreempt.so"))
 	}
 	return append(argv, "--hints", "--hint-launcher", r.o.HintLauncher.String()), env
+}
+
+// pushArgs makes an LC worker of an slo: scenario push its latency
+// windows to gpreemptd.
+func (r *runner) pushArgs(sc Scenario) []string {
+	if !sc.SLO {
+		return nil
+	}
+	return []string{"--push-latency", client.SocketPath(r.o.DaemonSocket)}
 }
 
 // lcTimeout bounds an LC worker's measurement: its nominal length three

@@ -26,6 +26,14 @@ const classEnvVar = "GPREEMPT_CLASS"
 // daemonPrefix marks a scenario classed by gpreemptd.
 const daemonPrefix = "daemon:"
 
+// sloPrefix marks a scenario classed by gpreemptd in SLO mode.
+const sloPrefix = "slo:"
+
+// workerEnvVar names a worker of an slo: scenario ("lc", "lc1", "be2"), so
+// that a policy can give two LC workers different objectives (a rule
+// matching env: {GPREEMPT_BENCH_WORKER: lc1}).
+const workerEnvVar = "GPREEMPT_BENCH_WORKER"
+
 // ErrNotClassed marks a worker whose channel groups did not read back the
 // class its scenario expects within --daemon-timeout.
 var ErrNotClassed = errors.New("not classed by gpreemptd")
@@ -48,10 +56,29 @@ func childEnv(parent, extra []string) []string {
 // classEnv is what a worker of sc in role ("be", "lc") adds to its
 // environment for the daemon: nothing outside daemon: scenarios.
 func (sc Scenario) classEnv(role class.Name) []string {
+	return sc.workerEnv(role, 0)
+}
+
+// workerEnv is classEnv for the i-th worker of role: in slo: scenarios
+// the BE workers of a weighted scenario ask for their weight (be:3), and
+// every worker carries its label in workerEnvVar.
+func (sc Scenario) workerEnv(role class.Name, i int) []string {
 	if !sc.Daemon {
 		return nil
 	}
-	return []string{classEnvVar + "=" + string(role)}
+	spec := string(role)
+	if role == class.BE && sc.Weights[i].Weight > 0 {
+		spec = sc.Weights[i].String()
+	}
+	env := []string{classEnvVar + "=" + spec}
+	if sc.SLO {
+		n := sc.LCCount()
+		if role == class.BE {
+			n = sc.BECount()
+		}
+		env = append(env, workerEnvVar+"="+workerLabel(string(role), i, n))
+	}
+	return env
 }
 
 // classWant is what a worker's groups must read back once classed.
@@ -66,13 +93,23 @@ type classWant struct {
 // daemonWants returns what the daemon must give sc's BE and LC workers: BE
 // the scenario's timeslice (the daemon's policy has to hold the same, for
 // gpreemptctl's path sets it with --be-timeslice), LC the lc class.
+//
+// In slo: scenarios the daemon chooses the BE timeslice: BE's want has
+// Timeslice 0, any timeslice.
 func (sc Scenario) daemonWants() (be, lc classWant) {
 	d := class.Defaults()
+	lcTimeslice := d[class.LC].Timeslice
+	if sc.SLO {
+		lcTimeslice = 0 // the SLO mode may tune the lc class too
+	}
 	return classWant{Class: class.BE, Timeslice: sc.BETimeslice, Interleave: d[class.BE].Interleave},
-		classWant{Class: class.LC, Timeslice: d[class.LC].Timeslice, Interleave: d[class.LC].Interleave}
+		classWant{Class: class.LC, Timeslice: lcTimeslice, Interleave: d[class.LC].Interleave}
 }
 
 func (w classWant) String() string {
+	if w.Timeslice == 0 {
+		return fmt.Sprintf("%s (timeslice chosen by the daemon)", w.Class)
+	}
 	return fmt.Sprintf("%s (timeslice %s)", w.Class, usArg(w.Timeslice))
 }
 
@@ -109,7 +146,7 @@ func (w classWant) holds(gs []groupReading) bool {
 		return false
 	}
 	for _, g := range gs {
-		if g.Timeslice.Duration() != w.Timeslice {
+		if w.Timeslice != 0 && g.Timeslice.Duration() != w.Timeslice {
 			return false
 		}
 		if g.Interleave != tsg.LevelUnknown && g.Interleave != w.Interleave {

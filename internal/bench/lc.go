@@ -50,6 +50,11 @@ type lcOptions struct {
 	Launcher prepreempt.Launcher
 	// PrepQuantile: prepreempt.Options.PrepQuantile (0: its default).
 	PrepQuantile float64
+	// PushLatency, when set, is gpreemptd's socket: each measured
+	// request's latency is pushed to it in one window a PushPeriod
+	// (prepreempt.Reporter), for the daemon's SLO mode.
+	PushLatency string
+	PushPeriod  time.Duration
 }
 
 var lcCommand = &cli.Command{
@@ -78,6 +83,8 @@ var lcCommand = &cli.Command{
 		&cli.BoolFlag{Name: "hints", Usage: "pre-preemption: Hint each request when its preparation starts, Ready right after its launch"},
 		&cli.DurationFlag{Name: "max-hold", Value: 5 * time.Millisecond, Usage: "with --hints: longest a spinner may hold the GPU"},
 		&cli.StringFlag{Name: "hint-launcher", Value: string(prepreempt.LauncherGoroutine), Usage: "with --hints: goroutine or poller (prepreempt.Options.Launcher)"},
+		&cli.StringFlag{Name: "push-latency", Usage: "push the measured requests' latency windows to gpreemptd at this socket (its SLO mode)"},
+		&cli.DurationFlag{Name: "push-period", Value: time.Second, Usage: "with --push-latency: one window this long (the daemon's slo.window)"},
 		&cli.Float64Flag{Name: "hint-prep-quantile", Usage: "with --hints: prepreempt.Options.PrepQuantile, in (0, 1) (0: the engine's default)"},
 	},
 	Action: func(c *cli.Context) error {
@@ -110,6 +117,8 @@ var lcCommand = &cli.Command{
 			MaxHold:       c.Duration("max-hold"),
 			Launcher:      launcher,
 			PrepQuantile:  c.Float64("hint-prep-quantile"),
+			PushLatency:   c.String("push-latency"),
+			PushPeriod:    c.Duration("push-period"),
 		}
 		return runLC(c.Context, o, os.Stdin, c.App.Writer, logger(c))
 	},
@@ -330,6 +339,15 @@ func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, 
 	}
 	log.Info("lc measuring", "requests", o.Requests, "period", o.Period, "prep", o.Prep, "iters", o.Iters, "grid", o.Blocks, "block", o.Threads)
 
+	if o.PushLatency != "" {
+		rep := prepreempt.NewReporter(eng, prepreempt.ReporterOptions{Socket: o.PushLatency, Period: o.PushPeriod, Logger: log})
+		pushCtx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = rep.Run(pushCtx) }()
+		defer func() { stop(); <-done }()
+		request = recordLatency(request, rep.Record)
+		log.Info("pushing latency windows", "socket", o.PushLatency, "period", o.PushPeriod)
+	}
 	samples, late, start, end, err := measureLC(ctx, o, rng, request)
 	if err != nil {
 		return err
@@ -367,4 +385,16 @@ func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, 
 	}
 	log.Info("lc done", "requests", len(samples), "late", late)
 	return writeJSON(o.Out, stdout, res)
+}
+
+// recordLatency wraps request so that each request's latency is also
+// given to record (the latency-window reporter).
+func recordLatency(request func(time.Duration) (LCSample, error), record func(time.Duration)) func(time.Duration) (LCSample, error) {
+	return func(prep time.Duration) (LCSample, error) {
+		s, err := request(prep)
+		if err == nil {
+			record(time.Duration(s.LatencyNs))
+		}
+		return s, err
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/prepreempt"
 )
 
@@ -36,6 +37,11 @@ type runOptions struct {
 	// scenarios' workers until gpreemptd has classed them.
 	DaemonPoll    time.Duration `json:"-"`
 	DaemonTimeout time.Duration `json:"-"`
+	// DaemonSocket is gpreemptd's socket for slo: scenarios (the LC
+	// workers push their latency to it; the harness polls its status).
+	DaemonSocket string `json:"-"`
+	// SLOPoll is how often slo: scenarios read the daemon's status.
+	SLOPoll time.Duration `json:"-"`
 
 	// HintLauncher is passed to LC workers of prepreempt-* scenarios.
 	HintLauncher prepreempt.Launcher `json:"hint_launcher,omitempty"`
@@ -174,6 +180,8 @@ var runFlags = []cli.Flag{
 	&cli.DurationFlag{Name: "ready-timeout", Value: 120 * time.Second, Usage: "how long a worker may take to print READY"},
 	&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the bootstrap resampling"},
 	&cli.DurationFlag{Name: "daemon-poll", Value: 20 * time.Millisecond, Usage: "daemon:* scenarios: pause between read-backs (gpreemptctl get-timeslice) of a worker until gpreemptd has classed it"},
+	&cli.StringFlag{Name: "daemon-socket", Usage: "slo:* scenarios: gpreemptd's socket (default: $GPREEMPTD_SOCKET, else /run/gpreempt/gpreemptd.sock)"},
+	&cli.DurationFlag{Name: "slo-poll", Value: 250 * time.Millisecond, Usage: "slo:* scenarios: how often the daemon's status (the BE timeslice it chose) is recorded"},
 	&cli.DurationFlag{Name: "daemon-timeout", Value: 10 * time.Second, Usage: "daemon:* scenarios: fail when a worker's groups do not read back its class this long after READY"},
 	&cli.DurationFlag{Name: "nvml-interval", Value: 50 * time.Millisecond, Usage: "how often to read the GPU's SM clock, power, temperature and throttle reasons through NVML (0: never)"},
 
@@ -223,6 +231,7 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		Duration: c.Duration("duration"), Settle: c.Duration("settle"), ReadyTimeout: c.Duration("ready-timeout"),
 		Seed: c.Uint64("seed"), NVMLInterval: c.Duration("nvml-interval"),
 		DaemonPoll: c.Duration("daemon-poll"), DaemonTimeout: c.Duration("daemon-timeout"),
+		DaemonSocket: client.SocketPath(c.String("daemon-socket")), SLOPoll: c.Duration("slo-poll"),
 		Period: c.Duration("period"), Prep: prep, Requests: c.Int("requests"), Warmup: c.Int("warmup"),
 		LCIters: c.Uint64("lc-iters"), LCBlocks: c.Int("lc-blocks"), LCThreads: c.Int("lc-threads"), LCCalibrateUs: c.Float64("lc-calibrate-us"),
 		BEIters: c.Uint64("be-iters"), BEBlocks: c.Int("be-blocks"), BEThreads: c.Int("be-threads"), BEQueue: c.Int("be-queue"), BECalibrateMs: c.Float64("be-calibrate-ms"),
@@ -254,6 +263,8 @@ func (o *runOptions) validate() error {
 		return fmt.Errorf("%w: preparation (up to %v) must be shorter than --period %v", ErrInvalidArgument, o.Prep.Max, o.Period)
 	case o.Settle < 0, o.ReadyTimeout <= 0:
 		return fmt.Errorf("%w: --settle must not be negative, --ready-timeout must be positive", ErrInvalidArgument)
+	case o.SLOPoll < 0:
+		return fmt.Errorf("%w: --slo-poll must not be negative", ErrInvalidArgument)
 	case o.DaemonPoll < 0, o.DaemonTimeout <= 0 && slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.Daemon }):
 		return fmt.Errorf("%w: --daemon-poll must not be negative, --daemon-timeout must be positive", ErrInvalidArgument)
 	case o.NVMLInterval < 0:

@@ -240,6 +240,15 @@ func writeNotes(b *strings.Builder, res *Results) {
 			classed = append(classed, fmt.Sprintf("- %s: %s", runName(sr), daemonClassedLine(sr.DaemonClassed)))
 		}
 	}
+	var slo []string
+	for _, sr := range res.Scenarios {
+		if len(sr.SLO) > 0 {
+			slo = append(slo, fmt.Sprintf("- %s: %s", runName(sr), sloLine(sr.SLO)))
+		}
+	}
+	if len(slo) > 0 {
+		b.WriteString("\ngpreemptd SLO mode (GET /v1/status during the measurement):\n\n" + strings.Join(slo, "\n") + "\n")
+	}
 	if len(classed) > 0 {
 		b.WriteString("\nClassed by gpreemptd (READY to the first read-back showing the class; resolution: one `gpreemptctl get-timeslice`):\n\n" + strings.Join(classed, "\n") + "\n")
 	}

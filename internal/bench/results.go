@@ -175,6 +175,9 @@ type ScenarioResult struct {
 	// DaemonClassed, in daemon: scenarios, is each worker's wait for
 	// gpreemptd's class to read back.
 	DaemonClassed []DaemonClassed `json:"daemon_classed,omitempty"`
+	// SLO, in slo: scenarios, is gpreemptd's SLO status over the
+	// measurement (every --slo-poll): the BE timeslice it chose.
+	SLO []SLOSample `json:"slo,omitempty"`
 
 	// GPU is what NVML read during the measurement window.
 	GPU *TelemetrySummary `json:"gpu,omitempty"`

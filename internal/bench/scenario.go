@@ -63,6 +63,10 @@ type Scenario struct {
 	// GPREEMPT_CLASS in their environment, instead of gpreemptctl; the
 	// harness waits until their groups read back the class.
 	Daemon bool
+	// SLO ("slo:" prefix): a daemon: scenario whose BE timeslice gpreemptd
+	// chooses in its SLO mode; the LC workers push their latency windows
+	// to the daemon and the harness records its status over the run.
+	SLO bool
 	// Ratio, for KindBERatio and KindMultiTenant, is the two BE processes'
 	// timeslices.
 	Ratio [2]time.Duration
@@ -97,6 +101,10 @@ const DefaultScenarios = "standalone,defaults,be-200us,be-1us,be-only,pytorch-ea
 //	<LC scenario>@x<F>       LC request period times F (a rate sweep)
 //	daemon:<be-<DURATION> scenario>  the same, classed by gpreemptd from
 //	                         GPREEMPT_CLASS=be / lc in the workers' environment
+//	slo:<defaults scenario>  classed by gpreemptd in SLO mode (slo:defaults,
+//	slo:pytorch, slo:pytorch-eager, slo:prepreempt-defaults, slo:multi-tenant
+//	[:be:W1:be:W2], with @xF): the LC workers push their latency windows,
+//	the daemon chooses the BE timeslice, the harness records its status
 func ParseScenarios(list string) ([]Scenario, error) {
 	var out []Scenario
 	seen := map[string]bool{}
@@ -121,7 +129,7 @@ func ParseScenarios(list string) ([]Scenario, error) {
 	return out, nil
 }
 
-const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>"
+const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, slo:[pytorch[-eager]-][prepreempt-]defaults, slo:multi-tenant[:be:<w1>:be:<w2>]"
 
 func parseScenario(name string) (Scenario, error) {
 	sc := Scenario{Name: name, Runtime: RuntimeKernels}
@@ -131,6 +139,9 @@ func parseScenario(name string) (Scenario, error) {
 	rest := name
 	if r, ok := strings.CutPrefix(rest, daemonPrefix); ok {
 		sc.Daemon = true
+		rest = r
+	} else if r, ok := strings.CutPrefix(rest, sloPrefix); ok {
+		sc.Daemon, sc.SLO = true, true
 		rest = r
 	}
 	if base, factor, ok := strings.Cut(rest, "@x"); ok {
@@ -214,6 +225,12 @@ func parseScenario(name string) (Scenario, error) {
 	}
 	if sc.PeriodFactor != 0 && !sc.HasLC() {
 		return bad("a rate factor needs an LC worker")
+	}
+	if sc.SLO {
+		if !(sc.Kind == KindShared && sc.BETimeslice == 0) && sc.Kind != KindMultiTenant {
+			return bad("slo: takes an LC + BE scenario without a BE timeslice (the daemon chooses it), such as slo:pytorch-eager, slo:defaults or slo:multi-tenant")
+		}
+		return sc, nil
 	}
 	if sc.Daemon && (sc.Kind != KindShared || sc.BETimeslice == 0) {
 		return bad("daemon: takes an LC + BE scenario with a BE class timeslice, such as daemon:be-1us or daemon:prepreempt-be-1us")

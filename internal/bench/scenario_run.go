@@ -105,7 +105,7 @@ func (run *scenarioRun) startBEs(ctx context.Context) error {
 	for i := range n {
 		label := workerLabel("be", i, n)
 		argv, env := run.r.beArgv(run.sc, filepath.Join(run.dir, label+".json"))
-		w, err := startWorker(label, run.dir, argv, slices.Concat(env, run.sc.classEnv(class.BE)), run.r.log)
+		w, err := startWorker(label, run.dir, argv, slices.Concat(env, run.sc.workerEnv(class.BE, i)), run.r.log)
 		if err != nil {
 			return err
 		}
@@ -130,6 +130,9 @@ func (run *scenarioRun) classifyBEs(ctx context.Context) error {
 		want, _ := sc.daemonWants()
 		for i, w := range run.bes {
 			run.beTimeslices[i] = usArg(want.Timeslice)
+			if sc.SLO {
+				run.beTimeslices[i] = "slo"
+			}
 			if err := run.waitClassed(ctx, w, want); err != nil {
 				return err
 			}
@@ -171,7 +174,7 @@ func (run *scenarioRun) measureLC(ctx context.Context) error {
 	for i := range n {
 		label := workerLabel("lc", i, n)
 		argv, env := run.r.lcArgv(sc, filepath.Join(run.dir, label+".json"))
-		w, err := startWorker(label, run.dir, argv, slices.Concat(env, sc.classEnv(class.LC)), run.r.log)
+		w, err := startWorker(label, run.dir, argv, slices.Concat(env, sc.workerEnv(class.LC, i)), run.r.log)
 		if err != nil {
 			return err
 		}
@@ -203,6 +206,8 @@ func (run *scenarioRun) measureLC(ctx context.Context) error {
 			return err
 		}
 	}
+	stopSLO := run.startSLOPoll(ctx)
+	defer stopSLO()
 	for _, w := range lcs {
 		if err := w.sendGo(); err != nil {
 			return err
@@ -213,6 +218,8 @@ func (run *scenarioRun) measureLC(ctx context.Context) error {
 			return err
 		}
 	}
+	stopSLO()
+	stopSLO = func() {}
 	for i, w := range lcs {
 		var lr LCResult
 		if err := readJSON(filepath.Join(run.dir, w.label+".json"), &lr); err != nil {
