@@ -1,0 +1,257 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/daemon"
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/tsg"
+)
+
+func TestParseSLOScenarios(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		runtime Runtime
+		kind    Kind
+		hints   bool
+	}{
+		{"slo:defaults", RuntimeKernels, KindShared, false},
+		{"slo:prepreempt-defaults", RuntimeKernels, KindShared, true},
+		{"slo:pytorch", RuntimePyTorch, KindShared, false},
+		{"slo:pytorch-eager", RuntimePyTorchEager, KindShared, false},
+		{"slo:pytorch-eager@x0.2", RuntimePyTorchEager, KindShared, false},
+		{"slo:multi-tenant", RuntimeKernels, KindMultiTenant, false},
+	} {
+		sc, err := parseScenario(tt.name)
+		if err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		if !sc.SLO || !sc.Daemon || sc.Runtime != tt.runtime || sc.Kind != tt.kind || sc.Hints != tt.hints || sc.BETimeslice != 0 || !sc.NeedsCtl() {
+			t.Errorf("%s: %+v", tt.name, sc)
+		}
+	}
+	for _, bad := range []string{"slo:be-1us", "slo:standalone", "slo:be-only", "slo:be-ratio:1ms:2ms", "slo:pytorch-be-1ms"} {
+		if _, err := parseScenario(bad); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: err %v, want ErrInvalidArgument", bad, err)
+		}
+	}
+	sc, _ := parseScenario("slo:pytorch-eager")
+	if st, bo := baselineNames(sc); st != "pytorch-eager-standalone" || bo != "pytorch-eager-be-only" {
+		t.Errorf("baselines %s, %s", st, bo)
+	}
+}
+
+func TestSLOWorkerEnv(t *testing.T) {
+	sc, _ := parseScenario("slo:multi-tenant:be:3:be:1")
+	for _, tt := range []struct {
+		role class.Name
+		i    int
+		want []string
+	}{
+		{class.BE, 0, []string{"GPREEMPT_CLASS=be:3", "GPREEMPT_BENCH_WORKER=be1"}},
+		{class.BE, 1, []string{"GPREEMPT_CLASS=be", "GPREEMPT_BENCH_WORKER=be2"}},
+		{class.LC, 1, []string{"GPREEMPT_CLASS=lc", "GPREEMPT_BENCH_WORKER=lc2"}},
+	} {
+		if got := sc.workerEnv(tt.role, tt.i); !slices.Equal(got, tt.want) {
+			t.Errorf("%s %d: %v, want %v", tt.role, tt.i, got, tt.want)
+		}
+	}
+	sc, _ = parseScenario("slo:pytorch-eager")
+	if got := sc.workerEnv(class.LC, 0); !slices.Equal(got, []string{"GPREEMPT_CLASS=lc", "GPREEMPT_BENCH_WORKER=lc"}) {
+		t.Errorf("eager LC env %v", got)
+	}
+	// daemon: scenarios keep their environment as it was.
+	sc, _ = parseScenario("daemon:be-1us")
+	if got := sc.workerEnv(class.BE, 0); !slices.Equal(got, []string{"GPREEMPT_CLASS=be"}) {
+		t.Errorf("daemon: BE env %v", got)
+	}
+}
+
+func TestSLOWantsAnyTimeslice(t *testing.T) {
+	sc, _ := parseScenario("slo:defaults")
+	be, lc := sc.daemonWants()
+	gs := []groupReading{{Timeslice: 3000, Interleave: tsg.LevelUnknown}, {Timeslice: 1, Interleave: tsg.LevelUnknown}}
+	if be.Timeslice != 0 || lc.Timeslice != 0 || !be.holds(gs) || !lc.holds(gs) {
+		t.Errorf("slo: wants %v %v should accept any timeslice", be, lc)
+	}
+	if be.holds(nil) {
+		t.Error("no groups held")
+	}
+	sc, _ = parseScenario("daemon:be-1us")
+	if be, _ := sc.daemonWants(); be.holds(gs) {
+		t.Error("daemon:be-1us accepted 3000us")
+	}
+}
+
+func TestSLOLCArgvPushes(t *testing.T) {
+	r := &runner{env: runEnv{self: []string{"/opt/gp/gpreempt-bench"}}, scripts: "/tmp/scripts",
+		o: runOptions{Requests: 10, PyRequests: 10, Python: "python3", DaemonSocket: "/tmp/d.sock"}}
+	for _, name := range []string{"slo:defaults", "slo:pytorch-eager", "slo:pytorch"} {
+		sc, _ := parseScenario(name)
+		argv, _ := r.lcArgv(sc, "lc.json")
+		if !hasArgs(argv, "--push-latency", "/tmp/d.sock") {
+			t.Errorf("%s: argv lacks --push-latency: %v", name, argv)
+		}
+	}
+	sc, _ := parseScenario("daemon:be-1us")
+	if argv, _ := r.lcArgv(sc, "lc.json"); slices.Contains(argv, "--push-latency") {
+		t.Errorf("daemon: argv pushes: %v", argv)
+	}
+}
+
+func TestRecordLatency(t *testing.T) {
+	var got []time.Duration
+	req := recordLatency(func(time.Duration) (LCSample, error) { return LCSample{LatencyNs: 1500}, nil },
+		func(d time.Duration) { got = append(got, d) })
+	if _, err := req(0); err != nil || !slices.Equal(got, []time.Duration{1500}) {
+		t.Errorf("recorded %v, %v", got, err)
+	}
+	failing := recordLatency(func(time.Duration) (LCSample, error) { return LCSample{}, io.EOF },
+		func(d time.Duration) { got = append(got, d) })
+	if _, err := failing(0); err == nil || len(got) != 1 {
+		t.Errorf("a failed request was recorded: %v", got)
+	}
+}
+
+// unixServer serves h on a unix socket in a temporary directory.
+func unixServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "slo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "d.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return sock
+}
+
+// TestPythonPushWindow runs lc_infer.py's pusher (standard library only)
+// against a fake daemon and checks the body with the daemon's own parser.
+func TestPythonPushWindow(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	bodies := make(chan []byte, 1)
+	sock := unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/stats" {
+			http.Error(w, "bad request", http.StatusNotFound)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		bodies <- b
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"prepreempt":false,"slo":true}`))
+	}))
+	script := `import sys, json
+sys.path.insert(0, sys.argv[1])
+import lc_infer as m
+body = m.window_body([3_000_000, 1_000_000, 2_000_000, 10_000_000], 1_000_000_000, 42)
+print(json.dumps(m.push_window(sys.argv[2], body)))
+print(json.dumps(m.window_body([], 500_000_000, 42)))
+`
+	out, err := exec.Command(py, "-c", script, "../../bench/pytorch", sock).CombinedOutput()
+	if err != nil {
+		t.Fatalf("python: %v: %s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 2 || lines[0] != `{"prepreempt": false, "slo": true}` {
+		t.Fatalf("python output %q", out)
+	}
+	s, _, err := daemon.ParseStats(<-bodies)
+	if err != nil {
+		t.Fatalf("daemon.ParseStats: %v", err)
+	}
+	w := s.Window
+	if s.PID != 0 || s.Requests != 42 || w == nil || w.DurationMs != 1000 || w.Requests != 4 ||
+		w.LatencyUs["p50"] != 2000 || w.LatencyUs["p99"] != 10000 || w.LatencyUs["max"] != 10000 || w.LatencyUs["mean"] != 4000 {
+		t.Errorf("pushed %+v window %+v", s, w)
+	}
+	// The same body decodes into the client's types, field for field.
+	var c client.Stats
+	if err := json.Unmarshal([]byte(lines[1]), &c); err != nil || c.Window == nil || c.Window.DurationMs != 500 || c.Window.Requests != 0 {
+		t.Errorf("empty window %s: %+v %v", lines[1], c.Window, err)
+	}
+	if _, _, err := daemon.ParseStats([]byte(lines[1])); err != nil {
+		t.Errorf("empty window refused: %v", err)
+	}
+}
+
+func TestParseSLOStatus(t *testing.T) {
+	s, err := parseSLOStatus([]byte(`{"slo":{"enabled":true,"be_timeslice":"1ms","be_share":0.9,"worst_lc_vs_objective":0.97,"changes":3},"classes":{}}`))
+	if err != nil || s.BETimeslice != "1ms" || *s.BEShare != 0.9 || *s.WorstLC != 0.97 || s.Changes != 3 {
+		t.Errorf("%+v %v", s, err)
+	}
+	for _, bad := range []string{`{"slo":{"enabled":false}}`, `{}`, `not json`} {
+		if _, err := parseSLOStatus([]byte(bad)); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}
+
+func TestSLOPollerWithFakeDaemon(t *testing.T) {
+	statuses := []string{
+		`{"slo":{"enabled":true,"changes":0}}`,
+		`{"slo":{"enabled":true,"be_timeslice":"200us","be_share":0.8,"changes":1}}`,
+		`{"slo":{"enabled":true,"be_timeslice":"1ms","be_share":0.88,"changes":2}}`,
+	}
+	n := 0
+	sock := unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/status" {
+			http.Error(w, "no", http.StatusNotFound)
+			return
+		}
+		w.Write([]byte(statuses[min(n, len(statuses)-1)]))
+		n++
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var clock int64
+	sleeps := 0
+	p := sloPoller{
+		fetch: fetchStatus(sock),
+		mono:  func() int64 { clock += 250e6; return clock },
+		sleep: func(ctx context.Context, _ time.Duration) error {
+			if sleeps++; sleeps == len(statuses) {
+				cancel()
+				return ctx.Err()
+			}
+			return nil
+		},
+		interval: time.Second,
+	}
+	got, err := p.poll(ctx)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("%d samples, %v", len(got), err)
+	}
+	if got[0].BETimeslice != "" || got[2].BETimeslice != "1ms" || got[2].MonoNs != 750e6 || got[2].Changes != 2 {
+		t.Errorf("%+v", got)
+	}
+	if line := sloLine(got); line != "BE timeslice [policy 200us 1ms] over 3 samples, 2 changes, BE share 88.0%" {
+		t.Errorf("line %q", line)
+	}
+	if sloLine(nil) != "no status read" {
+		t.Error("empty line")
+	}
+}
