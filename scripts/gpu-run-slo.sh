@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# gpreemptd's SLO mode on the GPU machine (docs/SLO.md, "Must-shows"), as
+# root, from the repo root with the binaries of `make gpu-binaries` in
+# .carry/. Each part starts its own gpreemptd with an SLO policy and runs
+# gpreempt-bench with the slo: scenario interleaved with its baselines
+# (--repeat $BENCH_REPEAT):
+#
+#   must1    eager PyTorch LC + training BE: slo:pytorch-eager against
+#            pytorch-eager-standalone / -be-only; objective p50<=1.05x (~6 min)
+#   must2g   CUDA-graph PyTorch LC + training BE: slo:pytorch against the
+#            best static setting (pytorch-be-1us); objective p99<=1.15x (~7 min)
+#   must2s   synthetic LC (500 us prep, hints) + fixed-work BE:
+#            slo:prepreempt-defaults against prepreempt-be-1us (~4 min)
+#   must4    two LC with different objectives (lc1 p50<=1.05x, lc2
+#            p99<=1.30x) and two BE with weights 3:1: slo:multi-tenant (~3 min)
+#
+# The mid-run switch (must-show 3) has no part yet: the bench cannot change
+# an LC's mode or rate within a run.
+#
+# Parts are named as arguments or in $PARTS (space- or comma-separated);
+# "all" is every part. Every part fits one 10-minute call on its own; run
+# them one or two at a time:
+#
+#   PARTS=must1 scripts/gpu-run-slo.sh
+#   PARTS=must2s,must4 scripts/gpu-run-slo.sh
+#
+# DRY_RUN=1 prints the plan (parts, policies, bench commands) and runs
+# nothing: it needs no GPU, no root and no binaries.
+#
+# Results: everything goes to $W (default /tmp/gpreempt-slo-out); $OUT gets
+# at most 2 + 2 per part files (8 with the four parts): summary.txt,
+# slo-all.tar.gz (logs, policies, daemon status, results.md of every part),
+# and per part <part>-results.md and <part>-results.json.gz. They are
+# rewritten as soon as each part ends, so a call cut off by its limit still
+# returns every finished part. Each part runs in its own process group under
+# TIMEOUT_<PART> seconds (default: its bench timeout + 40).
+set -uo pipefail
+OUT=${OUT:-/tmp/gpreempt-out}
+W=${W:-/tmp/gpreempt-slo-out}
+C=${C:-.carry}
+BRUN=/tmp/gpreemptd-slo
+BSOCK=$BRUN/gpreemptd.sock
+BMADDR=127.0.0.1:19481
+BENCH_REPEAT=${BENCH_REPEAT:-3}
+# Bench limits, below the 10-minute limit of one call so that the results
+# are still packed (on SIGINT the bench writes what it has).
+BENCH_TIMEOUT_MUST1=${BENCH_TIMEOUT_MUST1:-540}
+BENCH_TIMEOUT_MUST2G=${BENCH_TIMEOUT_MUST2G:-540}
+BENCH_TIMEOUT_MUST2S=${BENCH_TIMEOUT_MUST2S:-400}
+BENCH_TIMEOUT_MUST4=${BENCH_TIMEOUT_MUST4:-400}
+TIMEOUT_MUST1=${TIMEOUT_MUST1:-$((BENCH_TIMEOUT_MUST1 + 40))}
+TIMEOUT_MUST2G=${TIMEOUT_MUST2G:-$((BENCH_TIMEOUT_MUST2G + 40))}
+TIMEOUT_MUST2S=${TIMEOUT_MUST2S:-$((BENCH_TIMEOUT_MUST2S + 40))}
+TIMEOUT_MUST4=${TIMEOUT_MUST4:-$((BENCH_TIMEOUT_MUST4 + 40))}
+part_timeout() { local v="TIMEOUT_${1^^}"; echo "${!v}"; }
+bench_timeout() { local v="BENCH_TIMEOUT_${1^^}"; echo "${!v}"; }
+
+ALL_PARTS="must1 must2g must2s must4"
+sel="${*:-${PARTS:-all}}"
+sel=" ${sel//,/ } "
+case "$sel" in *" all "*) sel=" $ALL_PARTS ";; esac
+for p in $sel; do
+  case " $ALL_PARTS " in *" $p "*) ;; *) echo "gpu-run-slo.sh: unknown part '$p' (known: $ALL_PARTS, all)" >&2; exit 2;; esac
+done
+DRY=${DRY_RUN:-}
+echo "parts:$sel"
+
+# The scenarios of each part: the slo: scenario between its baselines.
+scenarios() {
+  case $1 in
+    must1) echo pytorch-eager-standalone,slo:pytorch-eager,pytorch-eager-be-only;;
+    must2g) echo pytorch-standalone,slo:pytorch,pytorch-be-1us,pytorch-be-only;;
+    must2s) echo standalone,slo:prepreempt-defaults,prepreempt-be-1us,be-only;;
+    must4) echo standalone,slo:multi-tenant:be:3:be:1,be-only;;
+  esac
+}
+# The measurement is long enough for the controller to walk its ladder
+# (1 s windows, 3 windows a step) and then hold.
+duration() {
+  case $1 in
+    must1) echo 20s;;
+    must2g) echo 15s;;
+    *) echo 15s;;
+  esac
+}
+bench_cmd() {
+  local extra=""
+  case $1 in must2s|must4) extra="--prep 500us --hint-launcher poller --lc-calibrate-us 0 --lc-iters 2000";; esac
+  echo $C/gpreempt-bench run --gpreemptctl $C/gpreemptctl --daemon-socket $BSOCK \
+    --scenarios "$(scenarios $1)" $extra \
+    --duration "$(duration $1)" --repeat $BENCH_REPEAT --out $W/$1
+}
+
+# The policy: workers of slo: scenarios carry GPREEMPT_CLASS (lc, be, be:3)
+# and GPREEMPT_BENCH_WORKER (lc, lc1, lc2, be1, ...); the baselines' workers
+# carry neither and are left alone (default: none).
+policy() {
+  local lc_objective="p50<=1.05x"
+  case $1 in must2g|must2s) lc_objective="p99<=1.15x";; esac
+  cat <<YAML
+version: 1
+classes:
+  be: {timeslice: 200us, interleave: low, min_share: 0.88}
+  lc: {timeslice: 5s, interleave: high, objective: "$lc_objective"}
+default: none
+rules:
+YAML
+  if [ "$1" = must4 ]; then
+    cat <<'YAML'
+  - name: lc1
+    match: {env: {GPREEMPT_BENCH_WORKER: lc1}}
+    class: lc
+    objective: "p50<=1.05x"
+  - name: lc2
+    match: {env: {GPREEMPT_BENCH_WORKER: lc2}}
+    class: lc
+    objective: "p99<=1.30x"
+YAML
+  fi
+  cat <<'YAML'
+  - name: from-env
+    match: {env: {GPREEMPT_CLASS: "*"}}
+    class_from_env: GPREEMPT_CLASS
+slo:
+  enabled: true
+  window: 1s
+  ladder: [1us, 50us, 200us, 500us, 1ms, 2ms, 3ms]
+  safe: 200us
+  prepreempt_below: 500us
+requests:
+  default_max: lc
+YAML
+}
+
+if [ -n "$DRY" ]; then
+  echo "W=$W OUT=$OUT C=$C"
+  for p in $sel; do
+    echo "=== part $p: timeout $(part_timeout $p)s"
+    echo "--- policy ($W/$p-policy.yaml):"; policy $p
+    echo "--- bench command (timeout $(bench_timeout $p)s):"; bench_cmd $p
+  done
+  exit 0
+fi
+
+rm -rf "$W"; mkdir -p "$OUT" "$W"
+{
+  date -u; uname -r; nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv,noheader
+  python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
+} > "$W/machine.txt" 2>&1
+cat "$W/machine.txt"
+
+run_bench_part() {
+  local p=$1 f="$W/$1.txt"
+  rm -rf "$BRUN"; mkdir -p "$BRUN"; chmod 0755 "$BRUN"
+  policy $p > "$W/$p-policy.yaml"
+  { echo "\$ gpreemptd --check-config $p-policy.yaml"; $C/gpreemptd --check-config "$W/$p-policy.yaml"; echo "rc=$?"; } > "$f" 2>&1
+  $C/gpreemptd --config "$W/$p-policy.yaml" --socket "$BSOCK" --metrics-addr $BMADDR --log-level debug > "$W/$p-gpreemptd.log" 2>&1 &
+  local dpid=$!
+  for i in $(seq 40); do [ -S "$BSOCK" ] && break; sleep 0.25; done
+  { echo '$ gpreemptctl daemon status'; $C/gpreemptctl daemon status --socket "$BSOCK"; echo "\$ $(bench_cmd $p)"; } >> "$f" 2>&1
+  # The daemon's status once a second over the whole part (the bench
+  # records it only during measurements).
+  ( while kill -0 $dpid 2>/dev/null; do
+      echo "{\"t\": $(date +%s.%N), \"status\": $(curl -s --unix-socket "$BSOCK" http://d/v1/status || echo null)}"
+      sleep 1
+    done ) > "$W/$p-status.jsonl" 2>/dev/null &
+  local spid=$!
+  local t0=$SECONDS
+  timeout --signal=INT --kill-after=30 "$(bench_timeout $p)" $(bench_cmd $p) > "$W/$p-bench-run.log" 2>&1
+  echo "gpreempt-bench rc=$? after $((SECONDS - t0)) s" >> "$f"
+  $C/gpreemptctl daemon status --socket "$BSOCK" >> "$f" 2>&1
+  curl -s http://$BMADDR/metrics > "$W/$p-metrics.txt"
+  kill -TERM $dpid; wait $dpid; echo "daemon exit rc=$?" >> "$f"
+  kill $spid 2>/dev/null; wait $spid 2>/dev/null
+  {
+    echo "== SLO decisions (the daemon's log)"; grep -E 'msg="?slo' "$W/$p-gpreemptd.log" | tail -40
+    echo "== bench summary"
+    if [ -f "$W/$p/results.md" ]; then
+      sed -n '/^| scenario | reps/,/^$/p' "$W/$p/results.md"
+      awk '/^gpreemptd SLO mode/{f=1; print; next} f && /^- /{print; s=1; next} f && s{exit}' "$W/$p/results.md"
+      grep -E '\*\*error\*\*|run failed|warning' "$W/$p/results.md" | head -20
+    else
+      echo "no results.md; the end of the bench's log:"; tail -20 "$W/$p-bench-run.log"
+    fi
+  } >> "$f" 2>&1
+  cat "$f"
+  [ -f "$W/$p/results.md" ] && cp "$W/$p/results.md" "$OUT/$p-results.md"
+  [ -f "$W/$p/results.json" ] && gzip -c "$W/$p/results.json" > "$OUT/$p-results.json.gz"
+}
+
+pack() {
+  for f in machine.txt $(for p in $ALL_PARTS; do echo $p.txt; done) parts.txt; do
+    [ -f "$W/$f" ] && { echo "===== $f"; cat "$W/$f"; echo; }
+  done > "$OUT/summary.txt.tmp" && mv "$OUT/summary.txt.tmp" "$OUT/summary.txt"
+  tar -C "$(dirname "$W")" --exclude='*/rep*/*.json' --exclude='*/*/*.json' --exclude='*/*/results.json' \
+    -czf "$OUT/slo-all.tar.gz.tmp" "$(basename "$W")" 2>/dev/null && mv "$OUT/slo-all.tar.gz.tmp" "$OUT/slo-all.tar.gz"
+}
+
+run_part() {
+  local p=$1 t rc pg
+  t=$(part_timeout "$p")
+  local t0=$SECONDS
+  set -m
+  run_bench_part "$p" &
+  pg=$!
+  set +m
+  (
+    for ((i = 0; i < t; i++)); do sleep 1; kill -0 "$pg" 2>/dev/null || exit 0; done
+    echo "part $p: TIMED OUT after ${t}s; killed with every process it started" >> "$W/$p.txt"
+    kill -TERM -- -"$pg" 2>/dev/null; sleep 5; kill -KILL -- -"$pg" 2>/dev/null
+  ) </dev/null >/dev/null 2>&1 &
+  local wd=$!
+  wait "$pg"; rc=$?
+  wait "$wd" 2>/dev/null
+  echo "part $p: rc=$rc after $((SECONDS - t0)) s (limit ${t}s)" | tee -a "$W/parts.txt"
+  pack
+}
+
+for p in $ALL_PARTS; do
+  case "$sel" in *" $p "*) run_part $p;; esac
+done
+pack
+ls -la "$OUT"
