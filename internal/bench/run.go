@@ -35,6 +35,11 @@ var runCommand = &cli.Command{
 		"                         with GPREEMPT_CLASS=be / lc; no gpreemptctl class): the\n" +
 		"                         harness polls gpreemptctl get-timeslice until BE reads\n" +
 		"                         back <ts> and LC 5s (--daemon-poll, --daemon-timeout)\n" +
+		"  slo:<scenario>         defaults (pytorch, pytorch-eager, prepreempt-defaults,\n" +
+		"                         multi-tenant...) classed by gpreemptd in SLO mode: the LC\n" +
+		"                         workers push their latency windows (--push-latency) to\n" +
+		"                         --daemon-socket, the daemon chooses the BE timeslice, and\n" +
+		"                         its status is recorded every --slo-poll (results.json \"slo\")\n" +
 		"With --repeat N the list runs N times, interleaved (ABCD ABCD ...); the report gives\n" +
 		"each repetition's ratios and, per scenario, their median and range and a bootstrap\n" +
 		"95% CI of the ratio on the pooled requests. Each BE worker is started and READY\n" +
