@@ -194,6 +194,8 @@ def main():
                     help="pre-preemption through libgpreempt (python/gpreempt): hint when preparation starts, ready after the forward pass is queued")
     ap.add_argument("--hint-launcher", choices=("goroutine", "poller"), default="goroutine",
                     help="with --hints: the engine's launcher (GPREEMPT_LAUNCHER_POLLER)")
+    ap.add_argument("--switch-after", type=int, default=0, metavar="N",
+                    help="with --cuda-graph: run eager from the N-th measured request on (0: never)")
     ap.add_argument("--push-latency", default="", metavar="SOCKET",
                     help="push the measured requests' latency windows to gpreemptd at this unix socket (its SLO mode)")
     ap.add_argument("--push-period", type=parse_duration, default="1s",
@@ -230,12 +232,23 @@ def main():
         with torch.cuda.graph(graph), torch.no_grad():
             model(x)
 
-        def forward():
+        def forward_graph():
             graph.replay()
+        forward = forward_graph
     else:
-        def forward():
-            with torch.inference_mode():
-                model(x)
+        forward = None
+
+    def forward_eager():
+        with torch.inference_mode():
+            model(x)
+    if forward is None:
+        forward = forward_eager
+    # --switch-after: the measured request index from which the graph LC
+    # runs eager (a workload change half-way through a run).
+    current = [forward]
+
+    def forward():
+        current[0]()
 
     gp = None
     if args.hints:
@@ -275,6 +288,8 @@ def main():
         pusher.start()
     start = time.monotonic_ns()
     for i in range(args.requests):
+        if args.switch_after and i == args.switch_after:
+            current[0] = forward_eager
         arrival = start + i * args.period
         now = time.monotonic_ns()
         if now < arrival:
@@ -313,6 +328,7 @@ def main():
             "period_ns": args.period,
             "prep_ns": list(args.prep),
             "seed": args.seed,
+            "switch_after": args.switch_after,
             "torch": torch.__version__,
             "torchvision": torchvision.__version__,
         },

@@ -43,13 +43,15 @@ func (r *runner) lcArgv(sc Scenario, out string) ([]string, []string) {
 	if sc.Runtime.Python() {
 		return r.pythonLCArgv(sc, out)
 	}
+	sw, requests := switchArgs(sc, r.o.lcRequests(sc), r.o.period(sc))
 	argv := append(slices.Clone(r.env.self), "lc",
 		"--device", strconv.Itoa(r.o.Device),
 		"--period", fmtDuration(r.o.period(sc)), "--prep-dist", r.o.Prep.String(),
 		"--blocks", strconv.Itoa(r.o.LCBlocks), "--threads", strconv.Itoa(r.o.LCThreads),
 		"--kernel-iters", strconv.FormatUint(r.o.LCIters, 10),
-		"--requests", strconv.Itoa(r.o.lcRequests(sc)), "--warmup", strconv.Itoa(r.o.Warmup),
+		"--requests", strconv.Itoa(requests), "--warmup", strconv.Itoa(r.o.Warmup),
 		"--wait-go", "--out", out)
+	argv = append(argv, sw...)
 	if sc.Hints {
 		argv = append(argv, "--hints", "--hint-launcher", r.o.HintLauncher.String())
 		if r.o.HintPrepQuantile != 0 {
@@ -60,14 +62,16 @@ func (r *runner) lcArgv(sc Scenario, out string) ([]string, []string) {
 }
 
 func (r *runner) pythonLCArgv(sc Scenario, out string) ([]string, []string) {
+	sw, requests := switchArgs(sc, r.o.lcRequests(sc), r.o.period(sc))
 	argv := []string{r.o.Python, "-u", filepath.Join(r.scripts, "lc_infer.py"),
-		"--period", fmtDuration(r.o.period(sc)), "--requests", strconv.Itoa(r.o.lcRequests(sc)),
+		"--period", fmtDuration(r.o.period(sc)), "--requests", strconv.Itoa(requests),
 		"--warmup", strconv.Itoa(r.o.PyWarmup), "--prep", r.o.Prep.String(),
 		"--model", r.o.PyLCModel, "--batch", strconv.Itoa(r.o.PyLCBatch),
 		"--device", strconv.Itoa(r.o.Device), "--wait-go", "--out", out}
 	if r.o.PyGraph && sc.Runtime != RuntimePyTorchEager {
 		argv = append(argv, "--cuda-graph")
 	}
+	argv = append(argv, sw...)
 	argv = append(argv, r.pushArgs(sc)...)
 	if !sc.Hints {
 		return argv, pythonEnv

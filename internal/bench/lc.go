@@ -54,6 +54,11 @@ type lcOptions struct {
 	// request's latency is pushed to it in one window a PushPeriod
 	// (prepreempt.Reporter), for the daemon's SLO mode.
 	PushLatency string
+	// SwitchAfter, when > 0, is the measured request from which requests
+	// arrive every SwitchPeriod instead of every Period (a rate change
+	// half-way through a run).
+	SwitchAfter  int
+	SwitchPeriod time.Duration
 	PushPeriod  time.Duration
 }
 
@@ -83,6 +88,8 @@ var lcCommand = &cli.Command{
 		&cli.BoolFlag{Name: "hints", Usage: "pre-preemption: Hint each request when its preparation starts, Ready right after its launch"},
 		&cli.DurationFlag{Name: "max-hold", Value: 5 * time.Millisecond, Usage: "with --hints: longest a spinner may hold the GPU"},
 		&cli.StringFlag{Name: "hint-launcher", Value: string(prepreempt.LauncherGoroutine), Usage: "with --hints: goroutine or poller (prepreempt.Options.Launcher)"},
+		&cli.IntFlag{Name: "switch-after", Usage: "from this measured request on, requests arrive every --switch-period (0: never)"},
+		&cli.DurationFlag{Name: "switch-period", Usage: "with --switch-after: the period after the switch"},
 		&cli.StringFlag{Name: "push-latency", Usage: "push the measured requests' latency windows to gpreemptd at this socket (its SLO mode)"},
 		&cli.DurationFlag{Name: "push-period", Value: time.Second, Usage: "with --push-latency: one window this long (the daemon's slo.window)"},
 		&cli.Float64Flag{Name: "hint-prep-quantile", Usage: "with --hints: prepreempt.Options.PrepQuantile, in (0, 1) (0: the engine's default)"},
@@ -119,6 +126,8 @@ var lcCommand = &cli.Command{
 			PrepQuantile:  c.Float64("hint-prep-quantile"),
 			PushLatency:   c.String("push-latency"),
 			PushPeriod:    c.Duration("push-period"),
+			SwitchAfter:   c.Int("switch-after"),
+			SwitchPeriod:  c.Duration("switch-period"),
 		}
 		return runLC(c.Context, o, os.Stdin, c.App.Writer, logger(c))
 	},
@@ -134,6 +143,8 @@ func (o lcOptions) validate() error {
 		return fmt.Errorf("%w: --period must be positive", ErrInvalidArgument)
 	case o.Requests <= 0 || o.Warmup < 0:
 		return fmt.Errorf("%w: --requests must be positive and --warmup not negative", ErrInvalidArgument)
+	case o.SwitchAfter < 0, o.SwitchAfter > 0 && (o.SwitchPeriod <= o.Prep.Max || o.SwitchAfter >= o.Requests):
+		return fmt.Errorf("%w: --switch-after %d --switch-period %v: want a request before --requests and a period longer than the preparation", ErrInvalidArgument, o.SwitchAfter, o.SwitchPeriod)
 	case o.Prep.Max >= o.Period:
 		return fmt.Errorf("%w: preparation (up to %v) must be shorter than the period %v", ErrInvalidArgument, o.Prep.Max, o.Period)
 	case o.CalibrateOnly && o.CalibrateUs <= 0:
@@ -226,11 +237,11 @@ func measureLC(ctx context.Context, o lcOptions, rng *rand.Rand, request func(ti
 		if err := ctx.Err(); err != nil {
 			return nil, 0, start, start, fmt.Errorf("interrupted after %d requests: %w", i, err)
 		}
-		arrival := start.Add(time.Duration(i) * o.Period)
+		arrival, period := start.Add(o.arrivalOffset(i)), o.periodAt(i)
 		now := time.Now()
 		if now.Before(arrival) {
 			sleepUntil(arrival)
-		} else if now.Sub(arrival) > o.Period {
+		} else if now.Sub(arrival) > period {
 			late++
 		}
 		prep := o.Prep.Sample(rng)
@@ -374,6 +385,10 @@ func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, 
 		Late:               late,
 		Samples:            samples,
 	}
+	if o.SwitchAfter > 0 {
+		res.Config["switch_after"] = o.SwitchAfter
+		res.Config["switch_period"] = fmtDuration(o.SwitchPeriod)
+	}
 	if eng != nil {
 		st := eng.Stats()
 		res.Prepreempt = &st
@@ -397,4 +412,21 @@ func recordLatency(request func(time.Duration) (LCSample, error), record func(ti
 		}
 		return s, err
 	}
+}
+
+// periodAt is the period of measured request i: Period, or SwitchPeriod
+// from SwitchAfter on.
+func (o lcOptions) periodAt(i int) time.Duration {
+	if o.SwitchAfter > 0 && i >= o.SwitchAfter {
+		return o.SwitchPeriod
+	}
+	return o.Period
+}
+
+// arrivalOffset is when measured request i arrives, from the start.
+func (o lcOptions) arrivalOffset(i int) time.Duration {
+	if o.SwitchAfter > 0 && i > o.SwitchAfter {
+		return time.Duration(o.SwitchAfter)*o.Period + time.Duration(i-o.SwitchAfter)*o.SwitchPeriod
+	}
+	return time.Duration(i) * o.Period
 }

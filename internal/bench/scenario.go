@@ -67,6 +67,10 @@ type Scenario struct {
 	// chooses in its SLO mode; the LC workers push their latency windows
 	// to the daemon and the harness records its status over the run.
 	SLO bool
+	// Switch ("@switch" suffix, slo: scenarios): the LC changes half-way
+	// through each run: the PyTorch LC from a CUDA graph to eager, the
+	// kernel LC to 5 times its request rate.
+	Switch bool
 	// Ratio, for KindBERatio and KindMultiTenant, is the two BE processes'
 	// timeslices.
 	Ratio [2]time.Duration
@@ -105,6 +109,8 @@ const DefaultScenarios = "standalone,defaults,be-200us,be-1us,be-only,pytorch-ea
 //	slo:pytorch, slo:pytorch-eager, slo:prepreempt-defaults, slo:multi-tenant
 //	[:be:W1:be:W2], with @xF): the LC workers push their latency windows,
 //	the daemon chooses the BE timeslice, the harness records its status
+//	slo:pytorch@switch, slo:[prepreempt-]defaults@switch  the LC changes
+//	                         half-way: graph to eager, or 5x its rate
 func ParseScenarios(list string) ([]Scenario, error) {
 	var out []Scenario
 	seen := map[string]bool{}
@@ -129,7 +135,7 @@ func ParseScenarios(list string) ([]Scenario, error) {
 	return out, nil
 }
 
-const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, slo:[pytorch[-eager]-][prepreempt-]defaults, slo:multi-tenant[:be:<w1>:be:<w2>]"
+const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, slo:[pytorch[-eager]-][prepreempt-]defaults, slo:multi-tenant[:be:<w1>:be:<w2>], slo:pytorch@switch, slo:[prepreempt-]defaults@switch"
 
 func parseScenario(name string) (Scenario, error) {
 	sc := Scenario{Name: name, Runtime: RuntimeKernels}
@@ -142,6 +148,10 @@ func parseScenario(name string) (Scenario, error) {
 		rest = r
 	} else if r, ok := strings.CutPrefix(rest, sloPrefix); ok {
 		sc.Daemon, sc.SLO = true, true
+		rest = r
+	}
+	if r, ok := strings.CutSuffix(rest, switchSuffix); ok {
+		sc.Switch = true
 		rest = r
 	}
 	if base, factor, ok := strings.Cut(rest, "@x"); ok {
@@ -225,6 +235,9 @@ func parseScenario(name string) (Scenario, error) {
 	}
 	if sc.PeriodFactor != 0 && !sc.HasLC() {
 		return bad("a rate factor needs an LC worker")
+	}
+	if sc.Switch && !(sc.SLO && sc.Kind == KindShared && (sc.Runtime == RuntimePyTorch || sc.Runtime == RuntimeKernels)) {
+		return bad("@switch takes slo:pytorch (graph to eager) or slo:[prepreempt-]defaults (rate 5x)")
 	}
 	if sc.SLO {
 		if !(sc.Kind == KindShared && sc.BETimeslice == 0) && sc.Kind != KindMultiTenant {

@@ -4,10 +4,35 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
 )
+
+// switchSuffix marks an slo: scenario whose LC changes half-way.
+const switchSuffix = "@switch"
+
+// switchRate is how much faster the kernel LC's requests come after the
+// switch.
+const switchRate = 5
+
+// switchArgs are an LC worker's options for sc's switch: for the PyTorch
+// LC, eager from the middle request on; for the kernel LC, the period
+// divided by switchRate from the middle on, with as many more requests as
+// keep the second half as long as the first. requests is the run's
+// request count before the switch is accounted for; it returns the count
+// to run.
+func switchArgs(sc Scenario, requests int, period time.Duration) (args []string, total int) {
+	if !sc.Switch {
+		return nil, requests
+	}
+	half := max(requests/2, 1)
+	if sc.Runtime.Python() {
+		return []string{"--switch-after", strconv.Itoa(half)}, requests
+	}
+	return []string{"--switch-after", strconv.Itoa(half), "--switch-period", fmtDuration(period / switchRate)}, half + switchRate*half
+}
 
 // SLOSample is gpreemptd's SLO mode as one GET /v1/status showed it during
 // an slo: scenario's measurement.

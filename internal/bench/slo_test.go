@@ -255,3 +255,48 @@ func TestSLOPollerWithFakeDaemon(t *testing.T) {
 		t.Error("empty line")
 	}
 }
+
+func TestSwitchScenarios(t *testing.T) {
+	r := &runner{env: runEnv{self: []string{"gpreempt-bench"}}, scripts: "/s",
+		o: runOptions{Requests: 1000, PyRequests: 400, Python: "python3", Period: 3500 * time.Microsecond, PyPeriod: 20 * time.Millisecond, PyGraph: true}}
+	sc, err := parseScenario("slo:pytorch@switch")
+	if err != nil || !sc.Switch || !sc.SLO || sc.Runtime != RuntimePyTorch {
+		t.Fatalf("%+v %v", sc, err)
+	}
+	if st, _ := baselineNames(sc); st != "pytorch-standalone" {
+		t.Errorf("baseline %s", st)
+	}
+	argv, _ := r.lcArgv(sc, "lc.json")
+	if !hasArgs(argv, "--cuda-graph") || !hasArgs(argv, "--switch-after", "200") || !hasArgs(argv, "--requests", "400") {
+		t.Errorf("graph to eager argv %v", argv)
+	}
+	sc, err = parseScenario("slo:prepreempt-defaults@switch")
+	if err != nil || !sc.Switch {
+		t.Fatalf("%+v %v", sc, err)
+	}
+	argv, _ = r.lcArgv(sc, "lc.json")
+	if !hasArgs(argv, "--requests", "3000") || !hasArgs(argv, "--switch-after", "500", "--switch-period", "700us") {
+		t.Errorf("rate 5x argv %v", argv)
+	}
+	for _, bad := range []string{"pytorch@switch", "slo:pytorch-eager@switch", "slo:multi-tenant@switch", "daemon:be-1us@switch"} {
+		if _, err := parseScenario(bad); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: err %v", bad, err)
+		}
+	}
+}
+
+func TestLCSwitchArrivals(t *testing.T) {
+	o := lcOptions{Period: 5 * time.Millisecond, SwitchAfter: 2, SwitchPeriod: time.Millisecond, Requests: 5}
+	var got []time.Duration
+	for i := range 5 {
+		got = append(got, o.arrivalOffset(i))
+	}
+	want := []time.Duration{0, 5 * time.Millisecond, 10 * time.Millisecond, 11 * time.Millisecond, 12 * time.Millisecond}
+	if !slices.Equal(got, want) || o.periodAt(1) != 5*time.Millisecond || o.periodAt(2) != time.Millisecond {
+		t.Errorf("arrivals %v, want %v", got, want)
+	}
+	o.SwitchAfter = 0
+	if o.arrivalOffset(3) != 15*time.Millisecond {
+		t.Error("no switch")
+	}
+}
