@@ -11,11 +11,11 @@
 #            best static setting (pytorch-be-1us); objective p99<=1.15x (~7 min)
 #   must2s   synthetic LC (500 us prep, hints) + fixed-work BE:
 #            slo:prepreempt-defaults against prepreempt-be-1us (~4 min)
+#   must3    the switch: slo:pytorch@switch, the CUDA-graph LC runs eager
+#            from the middle of each 30 s run on; window 500ms; the daemon's
+#            chosen timeslice over time is in results.json ("slo") (~7.5 min)
 #   must4    two LC with different objectives (lc1 p50<=1.05x, lc2
 #            p99<=1.30x) and two BE with weights 3:1: slo:multi-tenant (~3 min)
-#
-# The mid-run switch (must-show 3) has no part yet: the bench cannot change
-# an LC's mode or rate within a run.
 #
 # Parts are named as arguments or in $PARTS (space- or comma-separated);
 # "all" is every part. Every part fits one 10-minute call on its own; run
@@ -28,7 +28,8 @@
 # nothing: it needs no GPU, no root and no binaries.
 #
 # Results: everything goes to $W (default /tmp/gpreempt-slo-out); $OUT gets
-# at most 2 + 2 per part files (8 with the four parts): summary.txt,
+# at most 2 + 2 per part files (8 with three parts: run at most three in one
+# call): summary.txt,
 # slo-all.tar.gz (logs, policies, daemon status, results.md of every part),
 # and per part <part>-results.md and <part>-results.json.gz. They are
 # rewritten as soon as each part ends, so a call cut off by its limit still
@@ -49,15 +50,17 @@ SLO_LADDER=${SLO_LADDER:-[1us, 50us, 200us, 500us, 1ms, 2ms, 3ms]}
 BENCH_TIMEOUT_MUST1=${BENCH_TIMEOUT_MUST1:-540}
 BENCH_TIMEOUT_MUST2G=${BENCH_TIMEOUT_MUST2G:-540}
 BENCH_TIMEOUT_MUST2S=${BENCH_TIMEOUT_MUST2S:-400}
+BENCH_TIMEOUT_MUST3=${BENCH_TIMEOUT_MUST3:-540}
 BENCH_TIMEOUT_MUST4=${BENCH_TIMEOUT_MUST4:-400}
 TIMEOUT_MUST1=${TIMEOUT_MUST1:-$((BENCH_TIMEOUT_MUST1 + 40))}
 TIMEOUT_MUST2G=${TIMEOUT_MUST2G:-$((BENCH_TIMEOUT_MUST2G + 40))}
 TIMEOUT_MUST2S=${TIMEOUT_MUST2S:-$((BENCH_TIMEOUT_MUST2S + 40))}
+TIMEOUT_MUST3=${TIMEOUT_MUST3:-$((BENCH_TIMEOUT_MUST3 + 40))}
 TIMEOUT_MUST4=${TIMEOUT_MUST4:-$((BENCH_TIMEOUT_MUST4 + 40))}
 part_timeout() { local v="TIMEOUT_${1^^}"; echo "${!v}"; }
 bench_timeout() { local v="BENCH_TIMEOUT_${1^^}"; echo "${!v}"; }
 
-ALL_PARTS="must1 must2g must2s must4"
+ALL_PARTS="must1 must2g must2s must3 must4"
 sel="${*:-${PARTS:-all}}"
 sel=" ${sel//,/ } "
 case "$sel" in *" all "*) sel=" $ALL_PARTS ";; esac
@@ -73,6 +76,7 @@ scenarios() {
     must1) echo pytorch-eager-standalone,slo:pytorch-eager,pytorch-eager-be-only;;
     must2g) echo pytorch-standalone,slo:pytorch,pytorch-be-1us,pytorch-be-only;;
     must2s) echo standalone,slo:prepreempt-defaults,prepreempt-be-1us,be-only;;
+    must3) echo pytorch-standalone,slo:pytorch@switch,pytorch-be-only;;
     must4) echo standalone,slo:multi-tenant:be:3:be:1,be-only;;
   esac
 }
@@ -82,6 +86,7 @@ duration() {
   case $1 in
     must1) echo 20s;;
     must2g) echo 15s;;
+    must3) echo 30s;;
     *) echo 15s;;
   esac
 }
@@ -97,7 +102,8 @@ bench_cmd() {
 # and GPREEMPT_BENCH_WORKER (lc, lc1, lc2, be1, ...); the baselines' workers
 # carry neither and are left alone (default: none).
 policy() {
-  local lc_objective="p50<=1.05x"
+  local lc_objective="p50<=1.05x" window=1s
+  [ "$1" = must3 ] && window=500ms
   case $1 in must2g|must2s) lc_objective="p99<=1.15x";; esac
   cat <<YAML
 version: 1
@@ -125,7 +131,7 @@ YAML
     class_from_env: GPREEMPT_CLASS
 slo:
   enabled: true
-  window: 1s
+  window: $window
   ladder: $SLO_LADDER
   safe: 200us
   prepreempt_below: 500us

@@ -59,7 +59,7 @@ type lcOptions struct {
 	// half-way through a run).
 	SwitchAfter  int
 	SwitchPeriod time.Duration
-	PushPeriod  time.Duration
+	PushPeriod   time.Duration
 }
 
 var lcCommand = &cli.Command{

@@ -17,7 +17,7 @@ func TestGPURunSLODryRun(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
 	}
-	for _, part := range []string{"must1", "must2g", "must2s", "must4"} {
+	for _, part := range []string{"must1", "must2g", "must2s", "must3", "must4"} {
 		cmd := exec.Command("bash", "../../scripts/gpu-run-slo.sh")
 		cmd.Env = append(os.Environ(), "DRY_RUN=1", "PARTS="+part)
 		out, err := cmd.CombinedOutput()
