@@ -45,7 +45,7 @@ var runCommand = &cli.Command{
 		"95% CI of the ratio on the pooled requests. Each BE worker is started and READY\n" +
 		"before the LC worker starts; gpreemptctl is applied once each worker's context\n" +
 		"exists; the LC worker measures only after --settle more of saturating BE. Writes\n" +
-		"results.json, results.md, cdf.png and timeline.png to --out and every worker's JSON\n" +
+		"results.json, results.md, cdf.png, timeline.png (and slo.png) to --out and every worker's JSON\n" +
 		"and logs to --out/<scenario>[/rep<i>]/.",
 	Flags: runFlags,
 	Action: func(c *cli.Context) error {

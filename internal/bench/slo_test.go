@@ -300,3 +300,49 @@ func TestLCSwitchArrivals(t *testing.T) {
 		t.Error("no switch")
 	}
 }
+
+func TestPlotSLO(t *testing.T) {
+	share := func(v float64) *float64 { return &v }
+	var lc []LCSample
+	for i := range 200 {
+		lat := int64(7e6)
+		if i >= 100 {
+			lat = 9e6
+		}
+		lc = append(lc, LCSample{ArrivalMonoNs: int64(i) * 20e6, LatencyNs: lat})
+	}
+	var slo []SLOSample
+	for i, ts := range []string{"", "200us", "200us", "500us", "1ms", "1ms", "200us", "200us"} {
+		slo = append(slo, SLOSample{MonoNs: int64(i) * 500e6, BETimeslice: ts, BEShare: share(0.8 + 0.01*float64(i))})
+	}
+	res := &Results{Scenarios: []*ScenarioResult{
+		{Name: "slo:pytorch@switch", Rep: 1, LC: &LCResult{Samples: lc}, SLO: slo},
+		{Name: "slo:pytorch@switch", Rep: 2, LC: &LCResult{Samples: lc}, SLO: slo},
+		{Name: "pytorch-standalone", Rep: 1, LC: &LCResult{Samples: lc}},
+	}}
+	s, ok := sloSeriesOf(res.Scenarios[0])
+	if !ok || len(s.slice) != 7 || s.slice[3].Y != 1000 || s.slice[0].X != 0.5 || len(s.share) != 8 || len(s.latency) == 0 {
+		t.Errorf("series %+v", s)
+	}
+	if _, ok := sloSeriesOf(res.Scenarios[2]); ok {
+		t.Error("a run without SLO samples has a series")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "slo.png")
+	if d := os.Getenv("GPREEMPT_TEST_PLOT_DIR"); d != "" {
+		path = filepath.Join(d, "slo.png") // to look at it
+	}
+	if err := PlotSLO(path, res); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path); err != nil || len(b) < 1000 || string(b[1:4]) != "PNG" {
+		t.Errorf("slo.png: %d bytes, %v", len(b), err)
+	}
+	none := filepath.Join(dir, "none.png")
+	if err := PlotSLO(none, &Results{Scenarios: res.Scenarios[2:]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(none); !os.IsNotExist(err) {
+		t.Error("slo.png written without SLO runs")
+	}
+}
