@@ -147,20 +147,20 @@ say "gpreemptd up (pid $DPID, mode $MODE): $($C/gpreemptctl daemon status --sock
 in_pod() {
   local dir=$CG_PARENT/$1; shift
   mkdir -p "$dir" || return 1
-  sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$dir" "$@"
+  exec sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$dir" "$@"
 }
 # worker NAME CGROUP ROLE ARGS...: start a worker in a pod, wait for READY.
 worker() {
   local name=$1 cg=$2 role=$3; shift 3
   if [ "$WORKERS" = fake ]; then
-    in_pod "$cg" sh -c 'echo READY pid=$$; exec sleep 30' > "$W/$name.out" 2>&1 &
+    in_pod "$cg" sh -c 'echo READY pid=$$; exec sleep "$0"' "$WINDOW" > "$W/$name.out" 2>&1 &
   else
     in_pod "$cg" $C/gpreempt-bench "$role" "$@" > "$W/$name.out" 2>&1 &
   fi
   local pid=$!; echo $pid >> "$RUN/worker.pids"
   for i in $(seq 240); do grep -q READY "$W/$name.out" 2>/dev/null && break; alive $pid || break; sleep 0.25; done
   grep -q "$CG_PARENT\|$(basename "$cg")" /proc/$pid/cgroup 2>/dev/null \
-    && echo "$name: pid $pid in $(cut -d: -f3 /proc/$pid/cgroup)" >> "$W/placement.txt"
+    && echo "$name: pid $pid in $(grep '^0::' /proc/$pid/cgroup | cut -d: -f3)" >> "$W/placement.txt"
   echo $pid
 }
 # ps_groups NAME PID: gpreemptctl's read-back of the driver, one line.
@@ -207,11 +207,17 @@ api -X PATCH -H 'Content-Type: application/merge-patch+json' \
   -d '{"metadata":{"annotations":{"gpreempt.io/class":"lc"}}}' \
   "$URL/api/v1/namespaces/$BE_NS/pods/$BE_POD" > /dev/null
 sleep 2; ps_groups be-annotated-after-patch "$B"
-kill -INT "$B"; wait_pid "$B" 20
+kill -INT "$B" 2>/dev/null; wait_pid "$B" 20
 phase be-as-lc
-kill -INT "$B"; wait_pid "$B" 20
+kill -INT "$B" 2>/dev/null; wait_pid "$B" 20
 
 # --- 6. events and summary ----------------------------------------------------
+say "== be-trainer annotated with an unknown class: refused, with a Warning Event"
+api -X PATCH -H 'Content-Type: application/merge-patch+json' \
+  -d '{"metadata":{"annotations":{"gpreempt.io/class":"platinum"}}}' \
+  "$URL/api/v1/namespaces/$BE_NS/pods/$BE_POD" > /dev/null
+sleep 2
+grep -E '"pod class"|annotation refused' "$RUN/gpreemptd.log" | sed 's/^time=[^ ]* //' | tee -a "$SUMMARY"
 for ns in "$LC_NS" "$BE_NS"; do api "$URL/api/v1/namespaces/$ns/events"; done > "$W/events.json"
 python3 - "$W/events.json" <<'PY' | tee -a "$SUMMARY"
 import json, sys
