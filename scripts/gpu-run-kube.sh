@@ -182,6 +182,12 @@ PY
 # A worker is started in a command substitution, so it is no child of
 # this shell: once it exits it may stay a zombie (state Z) until reaped.
 alive() { [ -e /proc/$1/stat ] && [ "$(awk '{print $3}' /proc/$1/stat 2>/dev/null)" != Z ]; }
+# expect NAME US: every group of ps-NAME.json at US microseconds.
+expect() {
+  if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d=d[0] if isinstance(d,list) else d; gs=d["groups"]; sys.exit(0 if gs and all(g["timeslice_us"]==int(sys.argv[2]) for g in gs) else 1)' "$W/ps-$1.json" "$2" 2>/dev/null
+  then say "PASS $1: every group at ${2}us"; else say "FAIL $1: want every group at ${2}us"; fi
+}
+BE_US=${BE_TIMESLICE%us}
 wait_pid() { # PID SECONDS
   for i in $(seq $(($2 * 4))); do alive $1 || return 0; sleep 0.25; done
   kill $1 2>/dev/null; return 1
@@ -190,7 +196,10 @@ wait_pid() { # PID SECONDS
 # --- 3. the other node's pod ------------------------------------------------
 say "== elsewhere (other node's pod): left at the driver's defaults"
 O=$(worker other "$OTHER_CGROUP" be --duration 4s --out "$W/be-other.json")
-sleep 1; ps_groups other "$O"; wait_pid "$O" 20
+sleep 1; ps_groups other "$O"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d=d[0] if isinstance(d,list) else d; gs=d["groups"]; sys.exit(0 if gs and not any(g["timeslice_us"] in (int(sys.argv[2]), 5000000) for g in gs) else 1)' "$W/ps-other.json" "$BE_US" 2>/dev/null \
+  && say "PASS other: left alone" || say "FAIL other: want the driver's defaults"
+wait_pid "$O" 20
 
 # --- 4-5. the LC/BE pair -----------------------------------------------------
 phase() { # NAME
@@ -199,6 +208,8 @@ phase() { # NAME
   B=$(worker be-$ph "$BE_CGROUP" be --duration $((WINDOW + 20))s --out "$W/be-$ph.json")
   L=$(worker lc-$ph "$LC_CGROUP" lc --requests $REQUESTS --out "$W/lc-$ph.json")
   sleep 1; ps_groups be-$ph "$B"; ps_groups lc-$ph "$L"
+  expect lc-$ph 5000000
+  if [ $ph = annotated ]; then expect be-$ph "$BE_US"; else expect be-$ph 5000000; fi
   wait_pid "$L" $TIMEOUT_PHASE || say "phase $ph: lc worker past ${TIMEOUT_PHASE}s, killed"
 }
 phase annotated
@@ -206,7 +217,7 @@ say "== be-trainer annotated lc (JSON merge patch); the running BE re-classed"
 api -X PATCH -H 'Content-Type: application/merge-patch+json' \
   -d '{"metadata":{"annotations":{"gpreempt.io/class":"lc"}}}' \
   "$URL/api/v1/namespaces/$BE_NS/pods/$BE_POD" > /dev/null
-sleep 2; ps_groups be-annotated-after-patch "$B"
+sleep 2; ps_groups be-annotated-after-patch "$B"; expect be-annotated-after-patch 5000000
 kill -INT "$B" 2>/dev/null; wait_pid "$B" 20
 phase be-as-lc
 kill -INT "$B" 2>/dev/null; wait_pid "$B" 20
@@ -222,16 +233,19 @@ for ns in "$LC_NS" "$BE_NS"; do api "$URL/api/v1/namespaces/$ns/events"; done > 
 python3 - "$W/events.json" <<'PY' | tee -a "$SUMMARY"
 import json, sys
 text = open(sys.argv[1]).read()
-dec, i, n = json.JSONDecoder(), 0, 0
+dec, i, n, reasons = json.JSONDecoder(), 0, 0, set()
 while i < len(text):
     while i < len(text) and text[i].isspace(): i += 1
     if i >= len(text): break
     obj, i = dec.raw_decode(text, i)
     for e in obj.get("items", []):
         n += 1
+        reasons.add(e["reason"])
         io = e["involvedObject"]
         print(f"event {e['type']} {e['reason']} {io['namespace']}/{io['name']}: {e['message']}")
 print(f"events: {n}")
+for r in ("GPUClassed", "GPUClassRefused"):
+    print(f"PASS event {r}" if r in reasons else f"FAIL event {r}: none recorded")
 PY
 python3 - "$W" <<'PY' | tee -a "$SUMMARY"
 import json, os, sys
