@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# gpreemptd's node agent on a GPU machine, end to end, as far as one machine
+# allows: pod objects from a local API server, GPU processes in the pods'
+# cgroups, classed on the real driver, and the bench's LC/BE pair measured.
+# As root, from the repo root, with the binaries of `make k8s-carry` in the
+# carried folder .k8s/ (all xz-compressed: kube-apiserver, etcd, kubecp,
+# gpreemptctl, gpreemptd, gpreempt-bench; ~50 MB, where .carry alone is
+# 85 MB uncompressed). Without .k8s/gpreemptd.xz, gpreemptctl, gpreemptd
+# and gpreempt-bench are taken from .carry/ (make gpu-binaries).
+#
+#   scripts/gpu-run-kube.sh             # the whole run (~1-2 minutes)
+#   WORKERS=fake scripts/gpu-run-kube.sh  # no GPU: everything but the GPU
+#                                         # workers (sleep in their place)
+#   DRY_RUN=1 scripts/gpu-run-kube.sh   # print the plan, run nothing
+#
+# Steps (each under its own time limit):
+#   1. unpack the control plane; kubecp starts etcd + kube-apiserver on
+#      127.0.0.1 (as test/e2e/k8s does) and creates three pods: lc-server
+#      (inference, gpreempt.io/class=lc) and be-trainer (training, be) on
+#      this node, elsewhere (training, be) on another node.
+#   2. gpreemptd --kubernetes --mode $MODE (bpf) with a kubeconfig for it.
+#   3. the other node's pod: a short GPU process in its cgroup, left alone.
+#   4. phase "annotated": gpreempt-bench be in be-trainer's cgroup, then
+#      gpreempt-bench lc in lc-server's, for $WINDOW; gpreemptctl -o json ps
+#      of both (lc: 5 s, be: the policy's $BE_TIMESLICE).
+#   5. be-trainer's annotation patched to lc (curl): the running BE's groups
+#      re-classed (ps again); then phase "be-as-lc": a fresh pair, both lc.
+#   6. Events of both namespaces (curl); summary: LC p50/p99/max, BE
+#      kernels/s, per phase.
+#
+# Each worker is started by a wrapper that moves itself into the pod's
+# container cgroup (kubepods.slice/kubepods-burstable.slice/
+# kubepods-burstable-pod<UID>.slice/cri-containerd-<ID>.scope, as kubelet's
+# systemd driver and containerd name it) and then execs the worker, so the
+# CUDA context is created inside the pod. That tree is made under
+# $CG_PARENT (default: a private directory under the cgroup2 mount, as the
+# e2e test does; the agent matches the kubelet-named part wherever it sits).
+#
+# Results: $W (default /tmp/gpreempt-kube-out) holds everything; $OUT gets
+# summary.txt and kube-all.tar.gz (logs, policies, ps, events, worker JSONs).
+set -uo pipefail
+OUT=${OUT:-/tmp/gpreempt-out}
+W=${W:-/tmp/gpreempt-kube-out}
+K=${K:-.k8s}
+RUN=/tmp/gpreempt-kube-run
+if [ -e "$K/gpreemptd.xz" ]; then C=${C:-$RUN/assets}; else C=${C:-.carry}; fi
+MODE=${MODE:-bpf}
+WORKERS=${WORKERS:-gpu}
+WINDOW=${WINDOW:-10}          # seconds of LC requests per phase
+PERIOD_US=3500                # gpreempt-bench lc's default period
+BE_TIMESLICE=${BE_TIMESLICE:-200us}
+NODE=${NODE:-gpu-node-a}
+OTHER_NODE=gpu-node-b
+SOCK=$RUN/gpreemptd.sock
+MADDR=127.0.0.1:19481
+REQUESTS=$((WINDOW * 1000000 / PERIOD_US))
+TIMEOUT_CP=${TIMEOUT_CP:-150}
+TIMEOUT_PHASE=$((WINDOW + 60))
+DRY=${DRY_RUN:-}
+
+daemon_policy() {
+  cat <<YAML
+version: 1
+classes:
+  be: {timeslice: $BE_TIMESLICE, interleave: low}
+  lc: {timeslice: 5s, interleave: high}
+# processes of no annotated pod are left alone
+default: none
+YAML
+}
+kube_policy() {
+  cat <<'YAML'
+maxClass:
+  default: lc
+YAML
+}
+
+cg_mount() { awk '$9 == "cgroup2" {print $5; exit}' FS=' ' /proc/self/mountinfo; }
+CG_PARENT=${CG_PARENT:-$(cg_mount)/gpreempt-kube}
+
+echo "W=$W OUT=$OUT C=$C K=$K MODE=$MODE WORKERS=$WORKERS WINDOW=${WINDOW}s ($REQUESTS LC requests) BE_TIMESLICE=$BE_TIMESLICE"
+echo "node=$NODE other=$OTHER_NODE cgroups under $CG_PARENT"
+if [ -n "$DRY" ]; then
+  echo "--- step timeouts: control plane ${TIMEOUT_CP}s, each phase ${TIMEOUT_PHASE}s"
+  echo "--- daemon policy:"; daemon_policy
+  echo "--- kubernetes policy:"; kube_policy
+  echo "--- daemon: $C/gpreemptd --mode $MODE --kubernetes --node-name $NODE --kubeconfig $RUN/cp/kubeconfig --kubernetes-policy $RUN/kubernetes.yaml --config $RUN/gpreemptd.yaml --socket $SOCK --metrics-addr $MADDR"
+  echo "--- workers: $C/gpreempt-bench be --duration $((WINDOW + 20))s; $C/gpreempt-bench lc --requests $REQUESTS"
+  exit 0
+fi
+
+[ "$(id -u)" = 0 ] || { echo "gpu-run-kube.sh: run as root (cgroups, the driver's control device)" >&2; exit 2; }
+BINS="kube-apiserver etcd kubecp"
+[ "$C" = "$RUN/assets" ] && BINS="$BINS gpreemptctl gpreemptd gpreempt-bench"
+for b in $BINS; do
+  [ -e "$K/$b.xz" ] || { echo "gpu-run-kube.sh: missing $K/$b.xz (make k8s-carry)" >&2; exit 2; }
+done
+if [ "$C" != "$RUN/assets" ]; then
+  for b in gpreemptctl gpreemptd gpreempt-bench; do
+    [ -x "$C/$b" ] || { echo "gpu-run-kube.sh: missing $C/$b (make gpu-binaries)" >&2; exit 2; }
+  done
+fi
+mkdir -p "$OUT"; rm -rf "$W" "$RUN"; mkdir -p "$W" "$RUN/assets" "$RUN/cp"; chmod 0755 "$RUN"
+SUMMARY=$W/summary.txt
+say() { echo "$*" | tee -a "$SUMMARY"; }
+cleanup() {
+  for p in $(cat "$RUN/worker.pids" 2>/dev/null); do kill "$p" 2>/dev/null; done
+  [ -n "${DPID:-}" ] && kill "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null
+  [ -n "${CPPID:-}" ] && kill "$CPPID" 2>/dev/null && wait "$CPPID" 2>/dev/null
+  sleep 0.5
+  [ -d "$CG_PARENT" ] && find "$CG_PARENT" -depth -type d -exec rmdir {} + 2>/dev/null
+  cp "$RUN"/*.log "$RUN"/*.yaml "$RUN"/cp/*.log "$W"/ 2>/dev/null
+  tar -C "$W" -czf "$OUT/kube-all.tar.gz" . 2>/dev/null
+  cp "$SUMMARY" "$OUT/summary.txt" 2>/dev/null
+}
+trap cleanup EXIT
+{ date -u; uname -r; nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader 2>&1; } > "$W/machine.txt"
+cat "$W/machine.txt" >> "$SUMMARY"
+
+# --- 1. control plane and pods ----------------------------------------------
+t0=$(date +%s.%N)
+for b in $BINS; do
+  xz -dc "$K/$b.xz" > "$RUN/assets/$b" && chmod 0755 "$RUN/assets/$b" || { say "FAIL unpack $b"; exit 1; }
+done
+"$RUN/assets/kubecp" -assets "$RUN/assets" -dir "$RUN/cp" -node "$NODE" -other-node "$OTHER_NODE" > "$RUN/kubecp.log" 2>&1 &
+CPPID=$!
+for i in $(seq $((TIMEOUT_CP * 4))); do [ -e "$RUN/cp/ready" ] && break; kill -0 $CPPID 2>/dev/null || break; sleep 0.25; done
+[ -e "$RUN/cp/ready" ] || { say "FAIL control plane not up in ${TIMEOUT_CP}s"; tail -20 "$RUN/kubecp.log" "$RUN"/cp/*.log; exit 1; }
+say "control plane up in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')s (unpack included)"
+. "$RUN/cp/pods.env"
+URL=$(cat "$RUN/cp/url"); TOKEN=$(cat "$RUN/cp/token")
+api() { curl -sk --max-time 10 -H "Authorization: Bearer $TOKEN" "$@"; }
+api "$URL/api/v1/pods" | python3 -c 'import json,sys; [print("pod", p["metadata"]["namespace"]+"/"+p["metadata"]["name"], "node", p["spec"]["nodeName"], "uid", p["metadata"]["uid"], "class", p["metadata"]["annotations"].get("gpreempt.io/class")) for p in json.load(sys.stdin)["items"]]' | tee -a "$SUMMARY"
+
+# --- 2. the agent -------------------------------------------------------------
+daemon_policy > "$RUN/gpreemptd.yaml"; kube_policy > "$RUN/kubernetes.yaml"
+$C/gpreemptd --mode "$MODE" --kubernetes --node-name "$NODE" --kubeconfig "$RUN/cp/kubeconfig" \
+  --kubernetes-policy "$RUN/kubernetes.yaml" --config "$RUN/gpreemptd.yaml" \
+  --socket "$SOCK" --metrics-addr $MADDR --log-level debug > "$RUN/gpreemptd.log" 2>&1 &
+DPID=$!
+for i in $(seq 80); do [ -S "$SOCK" ] && break; kill -0 $DPID 2>/dev/null || break; sleep 0.25; done
+[ -S "$SOCK" ] || { say "FAIL gpreemptd did not start"; tail -20 "$RUN/gpreemptd.log" | tee -a "$SUMMARY"; exit 1; }
+say "gpreemptd up (pid $DPID, mode $MODE): $($C/gpreemptctl daemon status --socket "$SOCK" 2>&1 | tr '\n' ' ')"
+
+# in_pod CGROUP CMD...: make the pod's container cgroup, move a shell into
+# it, exec CMD there (before it opens the GPU).
+in_pod() {
+  local dir=$CG_PARENT/$1; shift
+  mkdir -p "$dir" || return 1
+  exec sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$dir" "$@"
+}
+# worker NAME CGROUP ROLE ARGS...: start a worker in a pod, wait for READY.
+worker() {
+  local name=$1 cg=$2 role=$3; shift 3
+  if [ "$WORKERS" = fake ]; then
+    in_pod "$cg" sh -c 'echo READY pid=$$; exec sleep "$0"' "$WINDOW" > "$W/$name.out" 2>&1 &
+  else
+    in_pod "$cg" $C/gpreempt-bench "$role" "$@" > "$W/$name.out" 2>&1 &
+  fi
+  local pid=$!; echo $pid >> "$RUN/worker.pids"
+  for i in $(seq 240); do grep -q READY "$W/$name.out" 2>/dev/null && break; alive $pid || break; sleep 0.25; done
+  grep -q "$CG_PARENT\|$(basename "$cg")" /proc/$pid/cgroup 2>/dev/null \
+    && echo "$name: pid $pid in $(grep '^0::' /proc/$pid/cgroup | cut -d: -f3)" >> "$W/placement.txt"
+  echo $pid
+}
+# ps_groups NAME PID: gpreemptctl's read-back of the driver, one line.
+ps_groups() {
+  local name=$1 pid=$2
+  $C/gpreemptctl -o json ps --pid "$pid" > "$W/ps-$name.json" 2>&1
+  python3 - "$W/ps-$name.json" "$name" "$pid" <<'PY' | tee -a "$SUMMARY"
+import json, sys
+path, name, pid = sys.argv[1:]
+try:
+    d = json.load(open(path))
+except Exception as e:
+    print(f"{name} pid {pid}: no read-back ({open(path).read().strip()[:200]})"); sys.exit()
+d = d[0] if isinstance(d, list) and d else d
+gs = d.get("groups", []) if isinstance(d, dict) else []
+print(f"{name} pid {pid}:", [f"{g.get('timeslice_us')}us/{g.get('interleave')}" for g in gs])
+PY
+}
+# A worker is started in a command substitution, so it is no child of
+# this shell: once it exits it may stay a zombie (state Z) until reaped.
+alive() { [ -e /proc/$1/stat ] && [ "$(awk '{print $3}' /proc/$1/stat 2>/dev/null)" != Z ]; }
+# expect NAME US: every group of ps-NAME.json at US microseconds.
+expect() {
+  if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d=d[0] if isinstance(d,list) else d; gs=d["groups"]; sys.exit(0 if gs and all(g["timeslice_us"]==int(sys.argv[2]) for g in gs) else 1)' "$W/ps-$1.json" "$2" 2>/dev/null
+  then say "PASS $1: every group at ${2}us"; else say "FAIL $1: want every group at ${2}us"; fi
+}
+BE_US=${BE_TIMESLICE%us}
+wait_pid() { # PID SECONDS
+  for i in $(seq $(($2 * 4))); do alive $1 || return 0; sleep 0.25; done
+  kill $1 2>/dev/null; return 1
+}
+
+# --- 3. the other node's pod ------------------------------------------------
+say "== elsewhere (other node's pod): left at the driver's defaults"
+O=$(worker other "$OTHER_CGROUP" be --duration 4s --out "$W/be-other.json")
+sleep 1; ps_groups other "$O"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d=d[0] if isinstance(d,list) else d; gs=d["groups"]; sys.exit(0 if gs and not any(g["timeslice_us"] in (int(sys.argv[2]), 5000000) for g in gs) else 1)' "$W/ps-other.json" "$BE_US" 2>/dev/null \
+  && say "PASS other: left alone" || say "FAIL other: want the driver's defaults"
+wait_pid "$O" 20
+
+# --- 4-5. the LC/BE pair -----------------------------------------------------
+phase() { # NAME
+  local ph=$1
+  say "== phase $ph: be-trainer ($(api "$URL/api/v1/namespaces/$BE_NS/pods/$BE_POD" | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["annotations"].get("gpreempt.io/class"))')), lc-server (lc), ${WINDOW}s"
+  B=$(worker be-$ph "$BE_CGROUP" be --duration $((WINDOW + 20))s --out "$W/be-$ph.json")
+  L=$(worker lc-$ph "$LC_CGROUP" lc --requests $REQUESTS --out "$W/lc-$ph.json")
+  sleep 1; ps_groups be-$ph "$B"; ps_groups lc-$ph "$L"
+  expect lc-$ph 5000000
+  if [ $ph = annotated ]; then expect be-$ph "$BE_US"; else expect be-$ph 5000000; fi
+  wait_pid "$L" $TIMEOUT_PHASE || say "phase $ph: lc worker past ${TIMEOUT_PHASE}s, killed"
+}
+phase annotated
+say "== be-trainer annotated lc (JSON merge patch); the running BE re-classed"
+api -X PATCH -H 'Content-Type: application/merge-patch+json' \
+  -d '{"metadata":{"annotations":{"gpreempt.io/class":"lc"}}}' \
+  "$URL/api/v1/namespaces/$BE_NS/pods/$BE_POD" > /dev/null
+sleep 2; ps_groups be-annotated-after-patch "$B"; expect be-annotated-after-patch 5000000
+kill -INT "$B" 2>/dev/null; wait_pid "$B" 20
+phase be-as-lc
+kill -INT "$B" 2>/dev/null; wait_pid "$B" 20
+
+# --- 6. events and summary ----------------------------------------------------
+say "== be-trainer annotated with an unknown class: refused, with a Warning Event"
+api -X PATCH -H 'Content-Type: application/merge-patch+json' \
+  -d '{"metadata":{"annotations":{"gpreempt.io/class":"platinum"}}}' \
+  "$URL/api/v1/namespaces/$BE_NS/pods/$BE_POD" > /dev/null
+sleep 2
+grep -E '"pod class"|annotation refused' "$RUN/gpreemptd.log" | sed 's/^time=[^ ]* //' | tee -a "$SUMMARY"
+for ns in "$LC_NS" "$BE_NS"; do api "$URL/api/v1/namespaces/$ns/events"; done > "$W/events.json"
+python3 - "$W/events.json" <<'PY' | tee -a "$SUMMARY"
+import json, sys
+text = open(sys.argv[1]).read()
+dec, i, n, reasons = json.JSONDecoder(), 0, 0, set()
+while i < len(text):
+    while i < len(text) and text[i].isspace(): i += 1
+    if i >= len(text): break
+    obj, i = dec.raw_decode(text, i)
+    for e in obj.get("items", []):
+        n += 1
+        reasons.add(e["reason"])
+        io = e["involvedObject"]
+        print(f"event {e['type']} {e['reason']} {io['namespace']}/{io['name']}: {e['message']}")
+print(f"events: {n}")
+for r in ("GPUClassed", "GPUClassRefused"):
+    print(f"PASS event {r}" if r in reasons else f"FAIL event {r}: none recorded")
+PY
+python3 - "$W" <<'PY' | tee -a "$SUMMARY"
+import json, os, sys
+w = sys.argv[1]
+def load(p):
+    try: return json.load(open(os.path.join(w, p)))
+    except Exception: return None
+for ph in ("annotated", "be-as-lc"):
+    lc, be = load(f"lc-{ph}.json"), load(f"be-{ph}.json")
+    line = f"{ph:10s}"
+    if lc and lc.get("samples"):
+        l = sorted(s["latency_ns"] for s in lc["samples"])
+        q = lambda f: l[min(len(l) - 1, int(f * len(l)))] / 1000
+        line += f"  LC n={len(l)} p50={q(.5):.0f}us p99={q(.99):.0f}us max={l[-1]/1000:.0f}us late={lc.get('late')}"
+    else:
+        line += "  LC: no result"
+    line += f"  BE {be['kernels_per_sec']:.1f} kernels/s" if be else "  BE: no result"
+    print(line)
+PY
+say "placement:"; cat "$W/placement.txt" >> "$SUMMARY" 2>/dev/null
+grep -iE "error|refus|warn" "$RUN/gpreemptd.log" | tail -20 > "$W/daemon-warnings.txt"
+exit 0
