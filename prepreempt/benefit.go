@@ -108,9 +108,14 @@ func (b *benefit) record(class string, lead, switchEst time.Duration, expired, p
 	if c.skip {
 		return // a hold admitted before the class was skipped
 	}
-	c.long = append(c.long, long)
-	if len(c.long) > b.window {
-		c.long = c.long[1:]
+	if len(c.long) == b.window {
+		// Shift in place: re-slicing the front off would shrink the
+		// capacity and make append reallocate every window holds, on
+		// Ready's path.
+		copy(c.long, c.long[1:])
+		c.long[len(c.long)-1] = long
+	} else {
+		c.long = append(c.long, long)
 	}
 	if len(c.long) >= b.minSamples {
 		n := 0

@@ -142,12 +142,9 @@ func (s *EscapeSource) ready() (ioctl.Escaper, ioctl.DriverVersion, ioctl.ABI, e
 	if esc == nil {
 		return nil, version, ioctl.ABI{}, errors.New("escape source closed")
 	}
-	abi, err := ioctl.LookupABI(version, s.opts.AllowUnsupportedDriver)
+	abi, err := lookupABI(version, s.opts.AllowUnsupportedDriver, s.log)
 	if err != nil {
-		if !s.opts.AllowUnsupportedDriver {
-			return nil, version, abi, err
-		}
-		s.log.Warn("using nearest known ABI", "driver", version, "abi", abi.Name, "err", err)
+		return nil, version, abi, err
 	}
 	return esc, version, abi, nil
 }

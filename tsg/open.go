@@ -3,6 +3,7 @@ package tsg
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -16,6 +17,20 @@ type abiCache struct {
 	version ioctl.DriverVersion
 	abi     ioctl.ABI
 	ok      bool
+}
+
+// lookupABI is ioctl.LookupABI for a source: with allowUnsupported, a
+// driver outside the known range gets the nearest ABI and a warning
+// instead of a refusal.
+func lookupABI(version ioctl.DriverVersion, allowUnsupported bool, log *slog.Logger) (ioctl.ABI, error) {
+	abi, err := ioctl.LookupABI(version, allowUnsupported)
+	if err != nil {
+		if !allowUnsupported {
+			return abi, err
+		}
+		log.Warn("using nearest known ABI", "driver", version, "abi", abi.Name, "err", err)
+	}
+	return abi, nil
 }
 
 func (s *AttachSource) driverABI() (ioctl.DriverVersion, ioctl.ABI, error) {
@@ -33,12 +48,9 @@ func (s *AttachSource) driverABI() (ioctl.DriverVersion, ioctl.ABI, error) {
 	if err != nil {
 		return ioctl.DriverVersion{}, ioctl.ABI{}, err
 	}
-	abi, err := ioctl.LookupABI(version, s.opts.AllowUnsupportedDriver)
+	abi, err := lookupABI(version, s.opts.AllowUnsupportedDriver, s.log)
 	if err != nil {
-		if !s.opts.AllowUnsupportedDriver {
-			return version, ioctl.ABI{}, err
-		}
-		s.log.Warn("using nearest known ABI", "driver", version, "abi", abi.Name, "err", err)
+		return version, ioctl.ABI{}, err
 	}
 	s.cache.version, s.cache.abi, s.cache.ok = version, abi, true
 	return version, abi, nil

@@ -112,12 +112,9 @@ func (s *AttachSource) Discover(ctx context.Context, pid int) (*Process, error) 
 	if err != nil {
 		return nil, err
 	}
-	abi, err := ioctl.LookupABI(version, s.opts.AllowUnsupportedDriver)
+	abi, err := lookupABI(version, s.opts.AllowUnsupportedDriver, s.log)
 	if err != nil {
-		if !s.opts.AllowUnsupportedDriver {
-			return nil, err
-		}
-		s.log.Warn("using nearest known ABI", "driver", version, "abi", abi.Name, "err", err)
+		return nil, err
 	}
 	p := &Process{PID: pid, Driver: version, abi: abi, Source: s.Name()}
 	p.Stats.ControlFDs = len(fds)

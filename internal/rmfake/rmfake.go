@@ -436,7 +436,7 @@ func (x *FD) ControlBytes(hClient, hObject ioctl.Handle, cmd uint32, params []by
 		return ioctl.NV_ERR_INVALID_OBJECT_HANDLE.Err(op)
 	}
 	want, known := d.paramSize(cmd)
-	cmdClass := cmd >> 16
+	cmdClass := ioctl.ControlClass(cmd)
 	objClass := o.class
 	if objClass == ioctl.NV01_ROOT_CLIENT {
 		objClass = ioctl.NV01_ROOT

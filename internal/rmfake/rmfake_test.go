@@ -181,16 +181,7 @@ func TestFileLifetime(t *testing.T) {
 			}
 			var dups []*FD
 			for range tt.dups {
-				tgt, err := d.Host().Open(1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				dev, err := tgt.Attach(8)
-				tgt.Close()
-				if err != nil {
-					t.Fatal(err)
-				}
-				dups = append(dups, dev.(*FD))
+				dups = append(dups, attach(t, d, 1, 8))
 			}
 			for i, s := range tt.steps {
 				s(d, p, dups)
@@ -202,6 +193,23 @@ func TestFileLifetime(t *testing.T) {
 	}
 }
 
+// attach duplicates pid's descriptor fd through the fake host, as the
+// attach source does, and closes the target right away: the duplicate
+// stands on its own.
+func attach(t *testing.T, d *Driver, pid, fd int) *FD {
+	t.Helper()
+	tgt, err := d.Host().Open(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := tgt.Attach(fd)
+	tgt.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dev.(*FD)
+}
+
 // TestDuplicateOutlivesProcess: a duplicate still reaches the clients of a
 // process that has exited, as a real one does, until it is closed.
 func TestDuplicateOutlivesProcess(t *testing.T) {
@@ -210,15 +218,7 @@ func TestDuplicateOutlivesProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tgt, err := d.Host().Open(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev, err := tgt.Attach(8)
-	tgt.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev := attach(t, d, 1, 8)
 	d.Exit(1)
 	get := func() error {
 		return dev.ControlBytes(clients[1], 0x5c000015, ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE, make([]byte, 8))

@@ -111,17 +111,14 @@ func ensureTracefs(mount bool, log *slog.Logger) error {
 	return nil
 }
 
-// monotonicNow is CLOCK_MONOTONIC in nanoseconds, the clock of
-// bpf_ktime_get_ns.
-func monotonicNow() uint64 {
+// Now is CLOCK_MONOTONIC in nanoseconds, the clock of bpf_ktime_get_ns and
+// so of every event's times, for consumers that compare their own moments
+// with events (a registry's discovery against the allocations it races
+// with).
+func Now() uint64 {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		return 0
 	}
 	return uint64(ts.Nano())
 }
-
-// Now is CLOCK_MONOTONIC in nanoseconds: the clock of every event's times,
-// for consumers that compare their own moments with events (a registry's
-// discovery against the allocations it races with).
-func Now() uint64 { return monotonicNow() }

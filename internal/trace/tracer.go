@@ -91,7 +91,7 @@ func Open(ctx context.Context, opts Options) (_ *Tracer, err error) {
 		return nil, err
 	}
 	// Before attaching, so that every event is at or after Start.
-	t.start = monotonicNow()
+	t.start = Now()
 	// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK.
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("%w: remove memlock limit: %w", ErrBPFUnavailable, err)

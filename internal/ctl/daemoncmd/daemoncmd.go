@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
 )
 
@@ -30,15 +31,6 @@ var Command = &cli.Command{
 
 func jsonOut(c *cli.Context) bool { return c.String("output") == "json" }
 
-func printJSON(w io.Writer, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintln(w, string(b))
-	return err
-}
-
 func status(c *cli.Context) error {
 	cl := client.New(c.String("socket"))
 	st, err := cl.Status(c.Context)
@@ -50,7 +42,7 @@ func status(c *cli.Context) error {
 		return err
 	}
 	if jsonOut(c) {
-		return printJSON(c.App.Writer, map[string]any{"status": st, "processes": procs})
+		return cmdutil.WriteJSON(c.App.Writer, map[string]any{"status": st, "processes": procs})
 	}
 	w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 	keys := make([]string, 0, len(st))
@@ -74,7 +66,7 @@ func status(c *cli.Context) error {
 		if p.Pending {
 			cls += " (pending)"
 		}
-		fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", p.PID, p.Comm, p.UID, cls, p.Rule, dash(p.GPUs), len(p.Groups), strings.Join(ts, ","))
+		fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", p.PID, p.Comm, p.UID, cls, p.Rule, cmdutil.OrDash(p.GPUs), len(p.Groups), strings.Join(ts, ","))
 	}
 	if err := classTable(w, st, procs); err != nil {
 		return err
@@ -139,7 +131,7 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 				note += ": below the minimum, LC objectives first"
 			}
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", k.Name, ts, k.Interleave, count[k.Name], dash(note))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", k.Name, ts, k.Interleave, count[k.Name], cmdutil.OrDash(note))
 	}
 	if !s.Enabled {
 		fmt.Fprintln(w, "\nslo:\toff")
@@ -156,7 +148,7 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 	if len(s.LC) > 0 {
 		fmt.Fprintln(w, "\nLC PID\tCOMM\tOBJECTIVE\tLATENCY\tTARGET\tVS OBJECTIVE\tREQUESTS\tSIGNAL")
 		for _, l := range s.LC {
-			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", l.PID, l.Comm, dash(l.Objective), us(l.LatencyUs), us(l.TargetUs), ratio(l.Ratio), l.Requests, l.Signal)
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", l.PID, l.Comm, cmdutil.OrDash(l.Objective), us(l.LatencyUs), us(l.TargetUs), ratio(l.Ratio), l.Requests, l.Signal)
 		}
 	}
 	return nil
@@ -183,23 +175,16 @@ func us(v float64) string {
 	return fmt.Sprintf("%.0fus", v)
 }
 
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
 func classes(c *cli.Context) error {
 	cl, err := client.New(c.String("socket")).Classes(c.Context)
 	if err != nil {
 		return err
 	}
 	if jsonOut(c) {
-		return printJSON(c.App.Writer, cl)
+		return cmdutil.WriteJSON(c.App.Writer, cl)
 	}
 	w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "policy:\t%s\n", dash(cl.Source))
+	fmt.Fprintf(w, "policy:\t%s\n", cmdutil.OrDash(cl.Source))
 	fmt.Fprintf(w, "default:\t%s\n\n", cl.Default)
 	fmt.Fprintln(w, "CLASS\tTIMESLICE\tINTERLEAVE")
 	for _, k := range cl.Classes {
@@ -224,7 +209,7 @@ func reload(c *cli.Context) error {
 		return err
 	}
 	if jsonOut(c) {
-		return printJSON(c.App.Writer, map[string]bool{"reloaded": true})
+		return cmdutil.WriteJSON(c.App.Writer, map[string]bool{"reloaded": true})
 	}
 	fmt.Fprintln(c.App.Writer, "reloaded")
 	return nil
