@@ -112,11 +112,7 @@ if [ -n "$DRY" ]; then
 fi
 
 rm -rf "$W" "$RUN"; mkdir -p "$OUT" "$W" "$RUN"; chmod 0755 "$RUN"
-{
-  date -u; uname -r; nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv,noheader
-  python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
-} > "$W/machine.txt" 2>&1
-cat "$W/machine.txt"
+write_machine
 
 # --- shared by the must-show parts -----------------------------------------
 cat > "$W/policy.yaml" <<'YAML'

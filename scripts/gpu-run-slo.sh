@@ -146,11 +146,7 @@ if [ -n "$DRY" ]; then
 fi
 
 rm -rf "$W"; mkdir -p "$OUT" "$W"
-{
-  date -u; uname -r; nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv,noheader
-  python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
-} > "$W/machine.txt" 2>&1
-cat "$W/machine.txt"
+write_machine
 
 run_bench_part() {
   local p=$1 f="$W/$1.txt"

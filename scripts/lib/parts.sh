@@ -55,3 +55,13 @@ pack_summary() {
     [ -f "$W/$f" ] && { echo "===== $f"; cat "$W/$f"; echo; }
   done > "$OUT/summary.txt.tmp" && mv "$OUT/summary.txt.tmp" "$OUT/summary.txt"
 }
+
+# write_machine records what ran the parts (time, kernel, GPU, driver,
+# torch) in $W/machine.txt and shows it.
+write_machine() {
+  {
+    date -u; uname -r; nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv,noheader
+    python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
+  } > "$W/machine.txt" 2>&1
+  cat "$W/machine.txt"
+}
