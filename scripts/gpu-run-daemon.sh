@@ -372,17 +372,10 @@ print(f"classed: {classes}; after last setup call p50 {q(.5):.1f} ms, max {v[-1]
 PY
     grep -E '^gpreemptd_(applies_total|apply_failures_total|drift_total)' "$W/bench-metrics.txt"
     echo "== bench summary and the daemon's classing (results.md)"
-    if [ -f "$W/bench/results.md" ]; then
-      sed -n '/^| scenario | reps/,/^$/p' "$W/bench/results.md"
-      awk '/^Classed by gpreemptd/{f=1; print; next} f && /^- /{print; s=1; next} f && s{exit}' "$W/bench/results.md"
-      grep -E '\*\*error\*\*|run failed|warning' "$W/bench/results.md" | head -20
-    else
-      echo "no results.md; the end of the bench's log:"; tail -20 "$W/bench-run.log"
-    fi
+    bench_digest "$W/bench" "$W/bench-run.log" "Classed by gpreemptd"
   } >> "$W/bench.txt" 2>&1
   cat "$W/bench.txt"
-  [ -f "$W/bench/results.md" ] && cp "$W/bench/results.md" "$OUT/bench-results.md"
-  [ -f "$W/bench/results.json" ] && gzip -c "$W/bench/results.json" > "$OUT/bench-results.json.gz"
+  copy_results "$W/bench" bench
 }
 
 # --- pack for $OUT (at most 8 files come back) ----------------------------------

@@ -174,17 +174,10 @@ run_bench_part() {
   {
     echo "== SLO decisions (the daemon's log)"; grep -E 'msg="?slo' "$W/$p-gpreemptd.log" | tail -40
     echo "== bench summary"
-    if [ -f "$W/$p/results.md" ]; then
-      sed -n '/^| scenario | reps/,/^$/p' "$W/$p/results.md"
-      awk '/^gpreemptd SLO mode/{f=1; print; next} f && /^- /{print; s=1; next} f && s{exit}' "$W/$p/results.md"
-      grep -E '\*\*error\*\*|run failed|warning' "$W/$p/results.md" | head -20
-    else
-      echo "no results.md; the end of the bench's log:"; tail -20 "$W/$p-bench-run.log"
-    fi
+    bench_digest "$W/$p" "$W/$p-bench-run.log" "gpreemptd SLO mode"
   } >> "$f" 2>&1
   cat "$f"
-  [ -f "$W/$p/results.md" ] && cp "$W/$p/results.md" "$OUT/$p-results.md"
-  [ -f "$W/$p/results.json" ] && gzip -c "$W/$p/results.json" > "$OUT/$p-results.json.gz"
+  copy_results "$W/$p" "$p"
 }
 
 pack() {

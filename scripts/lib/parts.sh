@@ -65,3 +65,24 @@ write_machine() {
   } > "$W/machine.txt" 2>&1
   cat "$W/machine.txt"
 }
+
+# bench_digest DIR LOG HEADING prints, from gpreempt-bench's DIR/results.md,
+# the summary table, the paragraph that starts with HEADING and the errors;
+# without a results.md, the end of the bench's LOG.
+bench_digest() {
+  local md=$1/results.md
+  if [ -f "$md" ]; then
+    sed -n '/^| scenario | reps/,/^$/p' "$md"
+    awk -v h="$3" 'index($0, h) == 1 {f=1; print; next} f && /^- /{print; s=1; next} f && s{exit}' "$md"
+    grep -E '\*\*error\*\*|run failed|warning' "$md" | head -20
+  else
+    echo "no results.md; the end of the bench's log:"; tail -20 "$2"
+  fi
+}
+
+# copy_results DIR NAME puts DIR's results.md and gzipped results.json in
+# $OUT as NAME-results.md and NAME-results.json.gz, those that exist.
+copy_results() {
+  [ -f "$1/results.md" ] && cp "$1/results.md" "$OUT/$2-results.md"
+  [ -f "$1/results.json" ] && gzip -c "$1/results.json" > "$OUT/$2-results.json.gz"
+}
