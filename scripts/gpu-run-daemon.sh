@@ -39,6 +39,7 @@
 # and every process it started are killed, its file says so, and the next
 # part runs.
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/parts.sh"
 OUT=${OUT:-/tmp/gpreempt-out}
 W=${W:-/tmp/gpreempt-daemon-out}
 C=${C:-.carry}
@@ -62,17 +63,10 @@ TIMEOUT_MUST3=${TIMEOUT_MUST3:-$((60 + 2 * CHURN))}
 TIMEOUT_LATENCY=${TIMEOUT_LATENCY:-30}
 TIMEOUT_SHUTDOWN=${TIMEOUT_SHUTDOWN:-90}
 TIMEOUT_BENCH=${TIMEOUT_BENCH:-$((BENCH_TIMEOUT + 40))}
-part_timeout() { local v="TIMEOUT_${1^^}"; echo "${!v}"; }
 
 DEFAULT_PARTS="must1 must4 must5 must3 latency shutdown"
 ALL_PARTS="$DEFAULT_PARTS bench"
-sel="${*:-${PARTS:-$DEFAULT_PARTS}}"
-sel=" ${sel//,/ } "
-case "$sel" in *" all "*) sel=" $ALL_PARTS ";; esac
-for p in $sel; do
-  case " $ALL_PARTS " in *" $p "*) ;; *) echo "gpu-run-daemon.sh: unknown part '$p' (known: $ALL_PARTS, all)" >&2; exit 2;; esac
-done
-want() { case "$sel" in *" $1 "*) return 0;; esac; return 1; }
+select_parts gpu-run-daemon.sh "$DEFAULT_PARTS" "$ALL_PARTS" "$@"
 # The parts before bench share one daemon with the must-show policy.
 main_daemon=false
 for p in $DEFAULT_PARTS; do want $p && main_daemon=true; done
@@ -118,11 +112,7 @@ if [ -n "$DRY" ]; then
 fi
 
 rm -rf "$W" "$RUN"; mkdir -p "$OUT" "$W" "$RUN"; chmod 0755 "$RUN"
-{
-  date -u; uname -r; nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv,noheader
-  python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
-} > "$W/machine.txt" 2>&1
-cat "$W/machine.txt"
+write_machine
 
 # --- shared by the must-show parts -----------------------------------------
 cat > "$W/policy.yaml" <<'YAML'
@@ -382,63 +372,31 @@ print(f"classed: {classes}; after last setup call p50 {q(.5):.1f} ms, max {v[-1]
 PY
     grep -E '^gpreemptd_(applies_total|apply_failures_total|drift_total)' "$W/bench-metrics.txt"
     echo "== bench summary and the daemon's classing (results.md)"
-    if [ -f "$W/bench/results.md" ]; then
-      sed -n '/^| scenario | reps/,/^$/p' "$W/bench/results.md"
-      awk '/^Classed by gpreemptd/{f=1; print; next} f && /^- /{print; s=1; next} f && s{exit}' "$W/bench/results.md"
-      grep -E '\*\*error\*\*|run failed|warning' "$W/bench/results.md" | head -20
-    else
-      echo "no results.md; the end of the bench's log:"; tail -20 "$W/bench-run.log"
-    fi
+    bench_digest "$W/bench" "$W/bench-run.log" "Classed by gpreemptd"
   } >> "$W/bench.txt" 2>&1
   cat "$W/bench.txt"
-  [ -f "$W/bench/results.md" ] && cp "$W/bench/results.md" "$OUT/bench-results.md"
-  [ -f "$W/bench/results.json" ] && gzip -c "$W/bench/results.json" > "$OUT/bench-results.json.gz"
+  copy_results "$W/bench" bench
 }
 
 # --- pack for $OUT (at most 8 files come back) ----------------------------------
 pack() {
-  for f in machine.txt check-config.txt daemon-start.txt must1.txt must4.txt must5.txt must3.txt latency.txt shutdown.txt bench.txt parts.txt; do
-    [ -f "$W/$f" ] && { echo "===== $f"; cat "$W/$f"; echo; }
-  done > "$OUT/summary.txt.tmp" && mv "$OUT/summary.txt.tmp" "$OUT/summary.txt"
+  pack_summary machine.txt check-config.txt daemon-start.txt must1.txt must4.txt must5.txt must3.txt latency.txt shutdown.txt bench.txt parts.txt
   tar -C "$(dirname "$W")" --exclude='*/bench/*/*.json' --exclude='*/bench/*/rep*/*.json' --exclude='*/bench/results.json' \
     -czf "$OUT/daemon-all.tar.gz.tmp" "$(basename "$W")" 2>/dev/null && mv "$OUT/daemon-all.tar.gz.tmp" "$OUT/daemon-all.tar.gz"
-}
-
-# run_part runs part_$1 in its own process group (set -m; the part's
-# children stay in it) under its time limit; past it the whole group is
-# killed. Then the results are packed at once.
-run_part() {
-  local p=$1 t rc pg
-  t=$(part_timeout "$p")
-  local t0=$SECONDS
-  set -m
-  part_$p &
-  pg=$!
-  set +m
-  (
-    for ((i = 0; i < t; i++)); do sleep 1; kill -0 "$pg" 2>/dev/null || exit 0; done
-    echo "part $p: TIMED OUT after ${t}s; killed with every process it started" >> "$W/$p.txt"
-    kill -TERM -- -"$pg" 2>/dev/null; sleep 5; kill -KILL -- -"$pg" 2>/dev/null
-  ) </dev/null >/dev/null 2>&1 &
-  local wd=$!
-  wait "$pg"; rc=$?
-  wait "$wd" 2>/dev/null
-  echo "part $p: rc=$rc after $((SECONDS - t0)) s (limit ${t}s)" | tee -a "$W/parts.txt"
-  pack
 }
 
 # --- run the parts -------------------------------------------------------------
 if $main_daemon; then
   start_main_daemon
   pack
-  for p in must1 must4 must5 must3 latency shutdown; do want $p && run_part $p; done
+  for p in must1 must4 must5 must3 latency shutdown; do want $p && run_part $p part_$p; done
   # Without the shutdown part the daemon still goes, restoring its groups.
   if [ -n "$DPID" ]; then
     kill -0 "$DPID" 2>/dev/null && kill -TERM "$DPID"
     wait "$DPID"; echo "daemon exit rc=$?" | tee -a "$W/parts.txt"
   fi
 fi
-want bench && run_part bench
+want bench && run_part bench part_bench
 if [ -f "$RUN/leftover.pids" ]; then kill $(cat "$RUN/leftover.pids") 2>/dev/null; fi
 
 pack

@@ -36,6 +36,7 @@
 # returns every finished part. Each part runs in its own process group under
 # TIMEOUT_<PART> seconds (default: its bench timeout + 40).
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/parts.sh"
 OUT=${OUT:-/tmp/gpreempt-out}
 W=${W:-/tmp/gpreempt-slo-out}
 C=${C:-.carry}
@@ -57,16 +58,10 @@ TIMEOUT_MUST2G=${TIMEOUT_MUST2G:-$((BENCH_TIMEOUT_MUST2G + 40))}
 TIMEOUT_MUST2S=${TIMEOUT_MUST2S:-$((BENCH_TIMEOUT_MUST2S + 40))}
 TIMEOUT_MUST3=${TIMEOUT_MUST3:-$((BENCH_TIMEOUT_MUST3 + 40))}
 TIMEOUT_MUST4=${TIMEOUT_MUST4:-$((BENCH_TIMEOUT_MUST4 + 40))}
-part_timeout() { local v="TIMEOUT_${1^^}"; echo "${!v}"; }
 bench_timeout() { local v="BENCH_TIMEOUT_${1^^}"; echo "${!v}"; }
 
 ALL_PARTS="must1 must2g must2s must3 must4"
-sel="${*:-${PARTS:-all}}"
-sel=" ${sel//,/ } "
-case "$sel" in *" all "*) sel=" $ALL_PARTS ";; esac
-for p in $sel; do
-  case " $ALL_PARTS " in *" $p "*) ;; *) echo "gpu-run-slo.sh: unknown part '$p' (known: $ALL_PARTS, all)" >&2; exit 2;; esac
-done
+select_parts gpu-run-slo.sh all "$ALL_PARTS" "$@"
 DRY=${DRY_RUN:-}
 echo "parts:$sel"
 
@@ -151,11 +146,7 @@ if [ -n "$DRY" ]; then
 fi
 
 rm -rf "$W"; mkdir -p "$OUT" "$W"
-{
-  date -u; uname -r; nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv,noheader
-  python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
-} > "$W/machine.txt" 2>&1
-cat "$W/machine.txt"
+write_machine
 
 run_bench_part() {
   local p=$1 f="$W/$1.txt"
@@ -183,49 +174,20 @@ run_bench_part() {
   {
     echo "== SLO decisions (the daemon's log)"; grep -E 'msg="?slo' "$W/$p-gpreemptd.log" | tail -40
     echo "== bench summary"
-    if [ -f "$W/$p/results.md" ]; then
-      sed -n '/^| scenario | reps/,/^$/p' "$W/$p/results.md"
-      awk '/^gpreemptd SLO mode/{f=1; print; next} f && /^- /{print; s=1; next} f && s{exit}' "$W/$p/results.md"
-      grep -E '\*\*error\*\*|run failed|warning' "$W/$p/results.md" | head -20
-    else
-      echo "no results.md; the end of the bench's log:"; tail -20 "$W/$p-bench-run.log"
-    fi
+    bench_digest "$W/$p" "$W/$p-bench-run.log" "gpreemptd SLO mode"
   } >> "$f" 2>&1
   cat "$f"
-  [ -f "$W/$p/results.md" ] && cp "$W/$p/results.md" "$OUT/$p-results.md"
-  [ -f "$W/$p/results.json" ] && gzip -c "$W/$p/results.json" > "$OUT/$p-results.json.gz"
+  copy_results "$W/$p" "$p"
 }
 
 pack() {
-  for f in machine.txt $(for p in $ALL_PARTS; do echo $p.txt; done) parts.txt; do
-    [ -f "$W/$f" ] && { echo "===== $f"; cat "$W/$f"; echo; }
-  done > "$OUT/summary.txt.tmp" && mv "$OUT/summary.txt.tmp" "$OUT/summary.txt"
+  pack_summary machine.txt $(for p in $ALL_PARTS; do echo $p.txt; done) parts.txt
   tar -C "$(dirname "$W")" --exclude='*/rep*/*.json' --exclude='*/*/*.json' --exclude='*/*/results.json' \
     -czf "$OUT/slo-all.tar.gz.tmp" "$(basename "$W")" 2>/dev/null && mv "$OUT/slo-all.tar.gz.tmp" "$OUT/slo-all.tar.gz"
 }
 
-run_part() {
-  local p=$1 t rc pg
-  t=$(part_timeout "$p")
-  local t0=$SECONDS
-  set -m
-  run_bench_part "$p" &
-  pg=$!
-  set +m
-  (
-    for ((i = 0; i < t; i++)); do sleep 1; kill -0 "$pg" 2>/dev/null || exit 0; done
-    echo "part $p: TIMED OUT after ${t}s; killed with every process it started" >> "$W/$p.txt"
-    kill -TERM -- -"$pg" 2>/dev/null; sleep 5; kill -KILL -- -"$pg" 2>/dev/null
-  ) </dev/null >/dev/null 2>&1 &
-  local wd=$!
-  wait "$pg"; rc=$?
-  wait "$wd" 2>/dev/null
-  echo "part $p: rc=$rc after $((SECONDS - t0)) s (limit ${t}s)" | tee -a "$W/parts.txt"
-  pack
-}
-
 for p in $ALL_PARTS; do
-  case "$sel" in *" $p "*) run_part $p;; esac
+  want $p && run_part $p run_bench_part $p
 done
 pack
 ls -la "$OUT"

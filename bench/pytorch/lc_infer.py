@@ -219,6 +219,12 @@ def main():
     ev_start = torch.cuda.Event(enable_timing=True)
     ev_end = torch.cuda.Event(enable_timing=True)
 
+    def forward_eager():
+        with torch.inference_mode():
+            model(x)
+
+    # request() calls forward; --switch-after rebinds it to forward_eager.
+    forward = forward_eager
     if args.cuda_graph:
         # Warm up on a side stream (cuDNN picks its algorithms here), then
         # capture; capture must not see the autotuning.
@@ -231,24 +237,7 @@ def main():
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph), torch.no_grad():
             model(x)
-
-        def forward_graph():
-            graph.replay()
-        forward = forward_graph
-    else:
-        forward = None
-
-    def forward_eager():
-        with torch.inference_mode():
-            model(x)
-    if forward is None:
-        forward = forward_eager
-    # --switch-after: the measured request index from which the graph LC
-    # runs eager (a workload change half-way through a run).
-    current = [forward]
-
-    def forward():
-        current[0]()
+        forward = graph.replay
 
     gp = None
     if args.hints:
@@ -289,7 +278,9 @@ def main():
     start = time.monotonic_ns()
     for i in range(args.requests):
         if args.switch_after and i == args.switch_after:
-            current[0] = forward_eager
+            # The workload changes half-way through the run: the graph LC
+            # runs eager from here on.
+            forward = forward_eager
         arrival = start + i * args.period
         now = time.monotonic_ns()
         if now < arrival:

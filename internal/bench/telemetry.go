@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -196,16 +197,7 @@ func (ts *TelemetrySummary) throttleList() []string {
 		names = append(names, n)
 	}
 	slices.SortFunc(names, func(a, b string) int {
-		if fa, fb := ts.ThrottleReasons[a], ts.ThrottleReasons[b]; fa != fb {
-			if fa > fb {
-				return -1
-			}
-			return 1
-		}
-		if a < b {
-			return -1
-		}
-		return 1
+		return cmp.Or(cmp.Compare(ts.ThrottleReasons[b], ts.ThrottleReasons[a]), cmp.Compare(a, b))
 	})
 	return names
 }

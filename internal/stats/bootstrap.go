@@ -113,7 +113,9 @@ func resampleQuantiles(sorted []float64, counts []int32, ps, q []float64, rng *r
 	}
 }
 
-// nearestRank is the 1-based rank PercentileSorted picks for p in n samples.
+// nearestRank is the 1-based rank PercentileSorted picks for p in n samples:
+// ceil(p/100 * n), clamped to [1, n]. The small epsilon keeps p*n that
+// should be an integer (99.9 * 1000) from rounding up to the next rank.
 func nearestRank(n int, p float64) int {
 	switch {
 	case p <= 0:

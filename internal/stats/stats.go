@@ -64,17 +64,7 @@ func PercentileSorted(sorted []float64, p float64) float64 {
 	if n == 0 {
 		return math.NaN()
 	}
-	switch {
-	case p <= 0:
-		return sorted[0]
-	case p >= 100:
-		return sorted[n-1]
-	}
-	// rank = ceil(p/100 * n), 1-based. The small epsilon keeps p*n that
-	// should be an integer (99.9 * 1000) from rounding up to the next rank.
-	rank := int(math.Ceil(p/100*float64(n) - 1e-9))
-	rank = min(max(rank, 1), n)
-	return sorted[rank-1]
+	return sorted[nearestRank(n, p)-1]
 }
 
 // Point is one point of an empirical CDF: the fraction Y of samples that are
