@@ -13,10 +13,29 @@ import (
 // exposes only differences, so one anchor pair, taken at start-up, converts
 // a time.Time (read through the vDSO, cheap enough for every request) into
 // the absolute value.
-var (
-	anchorTime = time.Now()
-	anchorMono = clockMonotonicNs()
-)
+var anchorTime, anchorMono = anchor()
+
+// anchor reads CLOCK_MONOTONIC between two time.Now calls and keeps the
+// tightest of a few tries, anchored at the middle: a process descheduled
+// between two plain reads (a loaded 2-core machine does that for
+// milliseconds) would shift every window it reports against the other
+// processes' by as long as it waited.
+func anchor() (time.Time, int64) {
+	var (
+		at   time.Time
+		mono int64
+		best = time.Duration(1<<63 - 1)
+	)
+	for range 32 {
+		before := time.Now()
+		m := clockMonotonicNs()
+		d := time.Since(before)
+		if d < best {
+			at, mono, best = before.Add(d/2), m, d
+		}
+	}
+	return at, mono
+}
 
 func clockMonotonicNs() int64 {
 	var ts unix.Timespec
