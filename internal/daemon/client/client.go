@@ -156,25 +156,36 @@ type Stats struct {
 	Engine *Engine `json:"engine,omitempty"`
 }
 
-// Window is the request latency an app measured over one interval.
+// Window is the request latency an app measured over one interval: from
+// a request's arrival (or its first launch) to its result, as the app
+// defines its requests.
 type Window struct {
-	DurationMs float64            `json:"duration_ms"`
-	Requests   uint64             `json:"requests"`
-	LatencyUs  map[string]float64 `json:"latency_us"`
+	// DurationMs is the interval's length.
+	DurationMs float64 `json:"duration_ms"`
+	// Requests completed in it.
+	Requests uint64 `json:"requests"`
+	// LatencyUs: quantiles ("p50", "p90", "p99", "p999", "max", "mean")
+	// in microseconds.
+	LatencyUs map[string]float64 `json:"latency_us"`
 }
 
-// Engine is a hint engine's state as pushed.
+// Engine is what a hint engine says of its own decisions.
 type Engine struct {
-	Prepreempt       bool   `json:"prepreempt"`
+	// Prepreempt: the engine launches spinners (false: told to stop, or
+	// not benefiting for any class).
+	Prepreempt bool `json:"prepreempt"`
+	// SkippedNoBenefit counts hints that got no spinner because their
+	// class did not benefit.
 	SkippedNoBenefit uint64 `json:"skipped_no_benefit"`
 }
 
 // StatsReply is the daemon's answer to a push.
 type StatsReply struct {
-	// Prepreempt: whether the engine should launch spinners (the SLO
-	// mode says no while BE runs long timeslices).
+	// Prepreempt: whether the engine should pre-preempt (false in SLO
+	// mode while the chosen BE timeslice is at or above the policy's
+	// slo.prepreempt_below).
 	Prepreempt bool `json:"prepreempt"`
-	// SLO: the daemon steers by the pushed windows.
+	// SLO: the daemon runs in SLO mode and steers by the pushed windows.
 	SLO bool `json:"slo"`
 }
 
