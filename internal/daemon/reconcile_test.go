@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
@@ -384,8 +383,6 @@ func counter(t testing.TB, m *Metrics, name, label string) float64 {
 	}
 	return 0
 }
-
-var _ = os.Getpid
 
 func TestFailedClassingRetriedBounded(t *testing.T) {
 	g := newRig(t, testPolicy)
