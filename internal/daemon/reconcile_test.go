@@ -48,6 +48,11 @@ func (f fakeInspector) Process(pid int) (policy.Process, uint64, error) {
 	return p, 1, nil
 }
 
+func (f fakeInspector) Alive(pid int) bool {
+	_, ok := f[pid]
+	return ok
+}
+
 func testLog(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
