@@ -112,21 +112,12 @@ func (c groupsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// HintStats is what an LC process's hint engine pushes (POST /v1/stats).
+// HintStats is what an LC process's hint engine pushes (POST /v1/stats):
+// client.Stats, the wire type client.PushStats encodes, and the pusher's
+// pid (0: the caller).
 type HintStats struct {
 	PID int `json:"pid"`
-	// Requests is the number of LC requests since the process started.
-	Requests uint64 `json:"requests"`
-	// RequestLatencyUs and SpinnerHoldUs: quantiles ("p50", "p99",
-	// "max") in microseconds.
-	RequestLatencyUs map[string]float64 `json:"request_latency_us,omitempty"`
-	SpinnerHoldUs    map[string]float64 `json:"spinner_hold_us,omitempty"`
-	ExpiredHolds     uint64             `json:"expired_holds"`
-	// Window is the app's request latency over its last push interval:
-	// the SLO mode's signal (docs/SLO.md).
-	Window *LatencyWindow `json:"window,omitempty"`
-	// Engine is the hint engine's own state, for the status.
-	Engine *EngineState `json:"engine,omitempty"`
+	client.Stats
 }
 
 // The pushed window, engine state and reply are the client's wire types:
