@@ -475,7 +475,7 @@ func (d *Daemon) scan(ctx context.Context) {
 	}
 	for _, pid := range d.rec.Known() {
 		if !live[pid] {
-			if _, _, err := d.inspect.Process(pid); err != nil {
+			if !d.inspect.Alive(pid) {
 				d.rec.Forget(pid)
 			}
 		}
@@ -539,7 +539,7 @@ func (d *Daemon) housekeeping(ctx context.Context) {
 				d.Reload()
 			}
 			for _, pid := range d.metrics.Pushers() {
-				if _, _, err := d.inspect.Process(pid); err != nil {
+				if !d.inspect.Alive(pid) {
 					d.metrics.forget(pid)
 					d.slo.Forget(pid)
 				}

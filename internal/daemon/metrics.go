@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
 
@@ -111,55 +112,21 @@ func (c groupsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// HintStats is what an LC process's hint engine pushes (POST /v1/stats).
+// HintStats is what an LC process's hint engine pushes (POST /v1/stats):
+// client.Stats, the wire type client.PushStats encodes, and the pusher's
+// pid (0: the caller).
 type HintStats struct {
 	PID int `json:"pid"`
-	// Requests is the number of LC requests since the process started.
-	Requests uint64 `json:"requests"`
-	// RequestLatencyUs and SpinnerHoldUs: quantiles ("p50", "p99",
-	// "max") in microseconds.
-	RequestLatencyUs map[string]float64 `json:"request_latency_us,omitempty"`
-	SpinnerHoldUs    map[string]float64 `json:"spinner_hold_us,omitempty"`
-	ExpiredHolds     uint64             `json:"expired_holds"`
-	// Window is the app's request latency over its last push interval:
-	// the SLO mode's signal (docs/SLO.md).
-	Window *LatencyWindow `json:"window,omitempty"`
-	// Engine is the hint engine's own state, for the status.
-	Engine *EngineState `json:"engine,omitempty"`
+	client.Stats
 }
 
-// LatencyWindow is the request latency an app measured over one
-// interval: from a request's arrival (or its first launch) to its result,
-// as the app defines its requests.
-type LatencyWindow struct {
-	// DurationMs is the interval's length.
-	DurationMs float64 `json:"duration_ms"`
-	// Requests completed in it.
-	Requests uint64 `json:"requests"`
-	// LatencyUs: quantiles ("p50", "p90", "p99", "p999", "max", "mean")
-	// in microseconds.
-	LatencyUs map[string]float64 `json:"latency_us"`
-}
-
-// EngineState is what a hint engine says of its own decisions.
-type EngineState struct {
-	// Prepreempt: the engine launches spinners (false: told to stop, or
-	// not benefiting for any class).
-	Prepreempt bool `json:"prepreempt"`
-	// SkippedNoBenefit counts hints that got no spinner because their
-	// class did not benefit.
-	SkippedNoBenefit uint64 `json:"skipped_no_benefit"`
-}
-
-// StatsReply answers POST /v1/stats.
-type StatsReply struct {
-	// Prepreempt: whether the engine should pre-preempt (false in SLO
-	// mode while the chosen BE timeslice is at or above the policy's
-	// slo.prepreempt_below).
-	Prepreempt bool `json:"prepreempt"`
-	// SLO: the daemon runs in SLO mode and uses the pushed window.
-	SLO bool `json:"slo"`
-}
+// The pushed window, engine state and reply are the client's wire types:
+// the daemon decodes what client.PushStats encodes.
+type (
+	LatencyWindow = client.Window
+	EngineState   = client.Engine
+	StatsReply    = client.StatsReply
+)
 
 // quantileNames bounds the label values a pusher can create.
 var quantileNames = map[string]bool{"p50": true, "p90": true, "p99": true, "p999": true, "max": true, "mean": true}

@@ -94,6 +94,14 @@ func (pi *ProcInspector) Process(pid int) (policy.Process, uint64, error) {
 	return p, start, nil
 }
 
+// Alive implements Inspector: a pid is alive while its stat file can be
+// read (as Process needs it to), without the environ, cmdline and NVML
+// reads of a full Process.
+func (pi *ProcInspector) Alive(pid int) bool {
+	_, err := os.Stat(pi.path(pid, "stat"))
+	return err == nil
+}
+
 func (pi *ProcInspector) userName(uid uint32) string {
 	pi.mu.Lock()
 	defer pi.mu.Unlock()

@@ -23,6 +23,9 @@ type Inspector interface {
 	// process's start time (it tells a reused pid from the first).
 	// ErrGone (or ioctl.ErrNoSuchProcess) if pid does not exist.
 	Process(pid int) (p policy.Process, start uint64, err error)
+	// Alive says whether pid exists, without reading its attributes: the
+	// periodic checks for exited processes run it on every pid held.
+	Alive(pid int) bool
 }
 
 // Options tune the reconciler.

@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
@@ -47,6 +46,11 @@ func (f fakeInspector) Process(pid int) (policy.Process, uint64, error) {
 	}
 	p.PID = pid
 	return p, 1, nil
+}
+
+func (f fakeInspector) Alive(pid int) bool {
+	_, ok := f[pid]
+	return ok
 }
 
 func testLog(t testing.TB) *slog.Logger {
@@ -384,8 +388,6 @@ func counter(t testing.TB, m *Metrics, name, label string) float64 {
 	}
 	return 0
 }
-
-var _ = os.Getpid
 
 func TestFailedClassingRetriedBounded(t *testing.T) {
 	g := newRig(t, testPolicy)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
@@ -140,9 +141,9 @@ func (l *SLOLoop) Push(pid int, s HintStats) {
 	if s.Engine != nil {
 		l.mu.Lock()
 		if l.status.Engines == nil {
-			l.status.Engines = map[int]EngineState{}
+			l.status.Engines = map[string]EngineState{}
 		}
-		l.status.Engines[pid] = *s.Engine
+		l.status.Engines[strconv.Itoa(pid)] = *s.Engine
 		l.mu.Unlock()
 	}
 }
@@ -151,7 +152,7 @@ func (l *SLOLoop) Push(pid int, s HintStats) {
 func (l *SLOLoop) Forget(pid int) {
 	l.push.forget(pid)
 	l.mu.Lock()
-	delete(l.status.Engines, pid)
+	delete(l.status.Engines, strconv.Itoa(pid))
 	l.mu.Unlock()
 }
 
@@ -170,62 +171,13 @@ func (l *SLOLoop) Window() time.Duration {
 	return policy.DefaultSLOWindow
 }
 
-// SLOStatus is the SLO mode as GET /v1/status shows it.
-type SLOStatus struct {
-	Enabled bool `json:"enabled"`
-	// Window is the observation window.
-	Window string `json:"window,omitempty"`
-	// BETimeslice is the BE class's timeslice of one unit of weight in
-	// force ("" when the policy's is used).
-	BETimeslice string `json:"be_timeslice,omitempty"`
-	Safe        string `json:"safe,omitempty"`
-	Ladder      string `json:"ladder,omitempty"`
-	// BEShare is BE progress relative to BE alone; nil: unknown.
-	BEShare    *float64 `json:"be_share,omitempty"`
-	MinBEShare float64  `json:"min_be_share,omitempty"`
-	// WorstLC is the highest latency/objective among LC processes; nil:
-	// no LC latency counted this window.
-	WorstLC *float64   `json:"worst_lc_vs_objective,omitempty"`
-	LC      []LCStatus `json:"lc,omitempty"`
-	// Last is the last decision; LastChange the last that changed the
-	// timeslice.
-	Last       *SLODecision `json:"last,omitempty"`
-	LastChange *SLODecision `json:"last_change,omitempty"`
-	Changes    int          `json:"changes"`
-	// Prepreempt is what hint engines are told.
-	Prepreempt bool                `json:"prepreempt"`
-	Engines    map[int]EngineState `json:"engines,omitempty"`
-}
-
-// LCStatus is one LC process against its objective.
-type LCStatus struct {
-	PID       int    `json:"pid"`
-	Comm      string `json:"comm"`
-	Objective string `json:"objective"`
-	// LatencyUs is the window's latency at the objective's quantile; 0:
-	// none this window.
-	LatencyUs float64 `json:"latency_us"`
-	// TargetUs is what the objective allows (0: baseline not known yet).
-	TargetUs float64  `json:"target_us"`
-	Ratio    *float64 `json:"ratio,omitempty"`
-	Requests int      `json:"requests"`
-	// Signal says where the latency came from, or why there is none.
-	Signal string `json:"signal"`
-}
-
-// SLODecision is one decision as shown.
-type SLODecision struct {
-	// Window counts the loop's windows since start.
-	Window      int    `json:"window"`
-	BETimeslice string `json:"be_timeslice"`
-	Changed     bool   `json:"changed"`
-	Cause       string `json:"cause"`
-	Reason      string `json:"reason"`
-	Fallback    bool   `json:"fallback,omitempty"`
-	// BEBelowMinimum: no setting that meets the LC objectives gives BE
-	// its minimum share.
-	BEBelowMinimum bool `json:"be_below_minimum,omitempty"`
-}
+// The SLO mode's status is the client's wire type: the daemon encodes
+// what `gpreemptctl daemon status` and the benchmarks decode.
+type (
+	SLOStatus   = client.SLO
+	LCStatus    = client.SLOLC
+	SLODecision = client.SLODecision
+)
 
 // Status is the SLO mode's state.
 func (l *SLOLoop) Status() SLOStatus {

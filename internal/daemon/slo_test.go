@@ -54,8 +54,8 @@ func (s *sloRig) window(w slo.Workload, silent bool) {
 	if !silent {
 		r, _ := w.At(s.beTimeslice())
 		p50 := float64(w.Baseline) * r / 1e3
-		s.loop.Push(100, HintStats{Window: &LatencyWindow{DurationMs: 1000, Requests: uint64(w.Requests),
-			LatencyUs: map[string]float64{"p50": p50, "p99": 1.3 * p50}}})
+		s.loop.Push(100, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: uint64(w.Requests),
+			LatencyUs: map[string]float64{"p50": p50, "p99": 1.3 * p50}}}})
 	}
 	s.loop.Step(s.now)
 	s.tick(s.now)
@@ -97,7 +97,7 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 		t.Errorf("LC status %+v (worst %v, share %v)", st.LC, st.WorstLC, st.BEShare)
 	}
 	// What gpreemptctl reads.
-	s.loop.Push(100, HintStats{Engine: &EngineState{Prepreempt: true, SkippedNoBenefit: 7}})
+	s.loop.Push(100, HintStats{Stats: client.Stats{Engine: &EngineState{Prepreempt: true, SkippedNoBenefit: 7}}})
 	var cs client.SLO
 	if b, err := json.Marshal(s.loop.Status()); err != nil || json.Unmarshal(b, &cs) != nil ||
 		cs.BETimeslice != "1ms" || len(cs.LC) != 1 || cs.LC[0].Ratio == nil || cs.Engines["100"].SkippedNoBenefit != 7 || cs.Last == nil {
@@ -172,7 +172,7 @@ func TestSLOLoopSignals(t *testing.T) {
 			s.window(slo.EagerPyTorchH100, true) // the controller starts
 			s.now += time.Second
 			if tc.push != nil {
-				s.loop.Push(100, HintStats{Window: tc.push})
+				s.loop.Push(100, HintStats{Stats: client.Stats{Window: tc.push}})
 			}
 			if tc.twice {
 				s.loop.Step(s.now)

@@ -156,25 +156,36 @@ type Stats struct {
 	Engine *Engine `json:"engine,omitempty"`
 }
 
-// Window is the request latency an app measured over one interval.
+// Window is the request latency an app measured over one interval: from
+// a request's arrival (or its first launch) to its result, as the app
+// defines its requests.
 type Window struct {
-	DurationMs float64            `json:"duration_ms"`
-	Requests   uint64             `json:"requests"`
-	LatencyUs  map[string]float64 `json:"latency_us"`
+	// DurationMs is the interval's length.
+	DurationMs float64 `json:"duration_ms"`
+	// Requests completed in it.
+	Requests uint64 `json:"requests"`
+	// LatencyUs: quantiles ("p50", "p90", "p99", "p999", "max", "mean")
+	// in microseconds.
+	LatencyUs map[string]float64 `json:"latency_us"`
 }
 
-// Engine is a hint engine's state as pushed.
+// Engine is what a hint engine says of its own decisions.
 type Engine struct {
-	Prepreempt       bool   `json:"prepreempt"`
+	// Prepreempt: the engine launches spinners (false: told to stop, or
+	// not benefiting for any class).
+	Prepreempt bool `json:"prepreempt"`
+	// SkippedNoBenefit counts hints that got no spinner because their
+	// class did not benefit.
 	SkippedNoBenefit uint64 `json:"skipped_no_benefit"`
 }
 
 // StatsReply is the daemon's answer to a push.
 type StatsReply struct {
-	// Prepreempt: whether the engine should launch spinners (the SLO
-	// mode says no while BE runs long timeslices).
+	// Prepreempt: whether the engine should pre-preempt (false in SLO
+	// mode while the chosen BE timeslice is at or above the policy's
+	// slo.prepreempt_below).
 	Prepreempt bool `json:"prepreempt"`
-	// SLO: the daemon steers by the pushed windows.
+	// SLO: the daemon runs in SLO mode and steers by the pushed windows.
 	SLO bool `json:"slo"`
 }
 
@@ -264,38 +275,58 @@ func (c *Client) Reload(ctx context.Context) error {
 
 // SLO is the "slo" object of GET /v1/status: the SLO mode's state.
 type SLO struct {
-	Enabled     bool     `json:"enabled"`
-	Window      string   `json:"window,omitempty"`
-	BETimeslice string   `json:"be_timeslice,omitempty"`
-	Safe        string   `json:"safe,omitempty"`
-	Ladder      string   `json:"ladder,omitempty"`
-	BEShare     *float64 `json:"be_share,omitempty"`
-	MinBEShare  float64  `json:"min_be_share,omitempty"`
-	WorstLC     *float64 `json:"worst_lc_vs_objective,omitempty"`
-	LC          []struct {
-		PID       int      `json:"pid"`
-		Comm      string   `json:"comm"`
-		Objective string   `json:"objective"`
-		LatencyUs float64  `json:"latency_us"`
-		TargetUs  float64  `json:"target_us"`
-		Ratio     *float64 `json:"ratio,omitempty"`
-		Requests  int      `json:"requests"`
-		Signal    string   `json:"signal"`
-	} `json:"lc,omitempty"`
-	Last       *SLODecision      `json:"last,omitempty"`
-	LastChange *SLODecision      `json:"last_change,omitempty"`
-	Changes    int               `json:"changes"`
-	Prepreempt bool              `json:"prepreempt"`
-	Engines    map[string]Engine `json:"engines,omitempty"`
+	Enabled bool `json:"enabled"`
+	// Window is the observation window.
+	Window string `json:"window,omitempty"`
+	// BETimeslice is the BE class's timeslice of one unit of weight in
+	// force ("" when the policy's is used).
+	BETimeslice string `json:"be_timeslice,omitempty"`
+	Safe        string `json:"safe,omitempty"`
+	Ladder      string `json:"ladder,omitempty"`
+	// BEShare is BE progress relative to BE alone; nil: unknown.
+	BEShare    *float64 `json:"be_share,omitempty"`
+	MinBEShare float64  `json:"min_be_share,omitempty"`
+	// WorstLC is the highest latency/objective among LC processes; nil:
+	// no LC latency counted this window.
+	WorstLC *float64 `json:"worst_lc_vs_objective,omitempty"`
+	LC      []SLOLC  `json:"lc,omitempty"`
+	// Last is the last decision; LastChange the last that changed the
+	// timeslice.
+	Last       *SLODecision `json:"last,omitempty"`
+	LastChange *SLODecision `json:"last_change,omitempty"`
+	Changes    int          `json:"changes"`
+	// Prepreempt is what hint engines are told.
+	Prepreempt bool `json:"prepreempt"`
+	// Engines is each pushing process's engine state, by pid.
+	Engines map[string]Engine `json:"engines,omitempty"`
+}
+
+// SLOLC is one LC process against its objective.
+type SLOLC struct {
+	PID       int    `json:"pid"`
+	Comm      string `json:"comm"`
+	Objective string `json:"objective"`
+	// LatencyUs is the window's latency at the objective's quantile; 0:
+	// none this window.
+	LatencyUs float64 `json:"latency_us"`
+	// TargetUs is what the objective allows (0: baseline not known yet).
+	TargetUs float64  `json:"target_us"`
+	Ratio    *float64 `json:"ratio,omitempty"`
+	Requests int      `json:"requests"`
+	// Signal says where the latency came from, or why there is none.
+	Signal string `json:"signal"`
 }
 
 // SLODecision is one decision of the SLO mode.
 type SLODecision struct {
-	Window         int    `json:"window"`
-	BETimeslice    string `json:"be_timeslice"`
-	Changed        bool   `json:"changed"`
-	Cause          string `json:"cause"`
-	Reason         string `json:"reason"`
-	Fallback       bool   `json:"fallback,omitempty"`
-	BEBelowMinimum bool   `json:"be_below_minimum,omitempty"`
+	// Window counts the loop's windows since start.
+	Window      int    `json:"window"`
+	BETimeslice string `json:"be_timeslice"`
+	Changed     bool   `json:"changed"`
+	Cause       string `json:"cause"`
+	Reason      string `json:"reason"`
+	Fallback    bool   `json:"fallback,omitempty"`
+	// BEBelowMinimum: no setting that meets the LC objectives gives BE
+	// its minimum share.
+	BEBelowMinimum bool `json:"be_below_minimum,omitempty"`
 }

@@ -6,8 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -179,11 +180,7 @@ func classedMessage(d policy.Decision, groups []daemon.GroupState) string {
 			gpus[g.GPU] = true
 		}
 	}
-	var names []string
-	for g := range gpus {
-		names = append(names, g)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(gpus))
 	msg := fmt.Sprintf("classed %s: %d channel groups", d.Spec, len(groups))
 	switch len(names) {
 	case 0:
