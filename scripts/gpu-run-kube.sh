@@ -164,9 +164,19 @@ worker() {
   echo $pid
 }
 # ps_groups NAME PID: gpreemptctl's read-back of the driver, one line.
+# A read-back that finds no group is tried again (4 tries, 0.5 s apart),
+# and every failed try is kept in ps-NAME.tries and named in the summary:
+# once (H100, 2026-11-22) a BE the daemon had classed read back "no
+# /dev/nvidiactl open" a second after READY.
 ps_groups() {
-  local name=$1 pid=$2
-  $C/gpreemptctl -o json ps --pid "$pid" > "$W/ps-$name.json" 2>&1
+  local name=$1 pid=$2 try
+  : > "$W/ps-$name.tries"
+  for try in 1 2 3 4; do
+    $C/gpreemptctl -o json ps --pid "$pid" > "$W/ps-$name.json" 2>&1 && grep -q '"groups"' "$W/ps-$name.json" && break
+    { echo "try $try at $(date +%T.%N):"; cat "$W/ps-$name.json"; ls -l /proc/$pid/fd 2>&1 | grep -c nvidia | sed 's/^/nvidia fds listed: /'; } >> "$W/ps-$name.tries"
+    sleep 0.5
+  done
+  [ -s "$W/ps-$name.tries" ] && say "$name pid $pid: read-back failed $(grep -c '^try' "$W/ps-$name.tries") time(s) first: $(sed -n 2p "$W/ps-$name.tries")"
   python3 - "$W/ps-$name.json" "$name" "$pid" <<'PY' | tee -a "$SUMMARY"
 import json, sys
 path, name, pid = sys.argv[1:]
