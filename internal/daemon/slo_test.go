@@ -79,6 +79,22 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 	s := newSLORig(t, sloPolicy)
 	s.wantAll(100, 5_000_000, tsg.LevelHigh)
 	s.wantAll(200, 200, tsg.LevelLow)
+	// The first step only starts the controller; from then on the status
+	// and metrics say the mode is on, at the safe setting (a client that
+	// checks for SLO mode right after the daemon starts finds it).
+	if st := s.loop.Status(); st.Enabled {
+		t.Fatalf("enabled before the first step: %+v", st)
+	}
+	s.loop.Step(s.now)
+	if st := s.loop.Status(); !st.Enabled || st.Window != "1s" || st.BETimeslice != "200µs" || st.Safe != "200µs" || st.Ladder == "" || st.Last != nil {
+		t.Fatalf("status after the first step: %+v", st)
+	}
+	if gauge(t, s.m, "gpreemptd_slo_enabled") != 1 || gauge(t, s.m, "gpreemptd_slo_be_timeslice_seconds") != 200e-6 {
+		t.Error("metrics do not show the mode on at the safe setting")
+	}
+	if r := s.loop.Reply(); !r.SLO {
+		t.Errorf("reply %+v before the first window: want slo", r)
+	}
 
 	// The eager LC's knee is 1 ms (docs/SLO.md): found, applied to every
 	// BE group with its weight, the LC left alone.
