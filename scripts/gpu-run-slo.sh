@@ -83,8 +83,9 @@ scenarios() {
     must4) echo standalone,slo:multi-tenant:be:3:be:1,be-only;;
   esac
 }
-# The lead-in is long enough for the controller to walk its ladder from
-# the safe 200us (1 s windows, about 4 a step) before the measurement.
+# The lead-in is long enough for the controller to learn the LC's
+# standalone-like latency (8 windows under the shortest BE timeslice) and
+# walk its ladder from the safe 200us (about 3 windows a step).
 duration() {
   case $1 in
     must1) echo 12s;;
@@ -94,9 +95,9 @@ duration() {
 }
 lead_in() {
   case $1 in
-    must1) echo 25s;;
+    must1) echo 30s;;
     must3) echo 10s;;
-    *) echo 15s;;
+    *) echo 20s;;
   esac
 }
 bench_cmd() {

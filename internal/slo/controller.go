@@ -134,6 +134,7 @@ const (
 	CauseExplore     = "explore"      // objectives met with headroom: a longer BE timeslice tried
 	CauseKnownBetter = "known_better" // a setting known to meet the objectives gives BE more
 	CauseAtLimit     = "at_limit"     // an objective missed with the shortest BE timeslice
+	CauseCalibrate   = "calibrate"    // an LC's standalone-like latency learnt under the shortest BE timeslice
 )
 
 // LCResult is how one LC sample compared with its objective.
@@ -185,17 +186,18 @@ type rung struct {
 // Controller is the search. Not safe for concurrent use: the daemon calls
 // Observe from its one control loop.
 type Controller struct {
-	opts      Options
-	rungs     []rung
-	cur       int
-	tick      int
-	since     int       // observations under cur
-	stayed    []float64 // under cur, after settling, the last ViolationWindow windows' worst LC latency/target
-	scatter   float64   // the variance of one window's worst LC latency/target under one setting, learnt over stays
-	missing   int
-	surprised int // consecutive surprising windows
-	fallback  bool
-	baselines map[string]*baseline
+	opts        Options
+	rungs       []rung
+	cur         int
+	tick        int
+	since       int       // observations under cur
+	calibrating bool      // at the shortest rung to learn LC baselines
+	stayed      []float64 // under cur, after settling, the last ViolationWindow windows' worst LC latency/target
+	scatter     float64   // the variance of one window's worst LC latency/target under one setting, learnt over stays
+	missing     int
+	surprised   int // consecutive surprising windows
+	fallback    bool
+	baselines   map[string]*baseline
 }
 
 // New returns a controller at the safe setting.
@@ -275,16 +277,14 @@ func (c *Controller) Observe(o Observation) Decision {
 		if c.surprised >= 2 || (c.surprised == 1 && c.surprising(r, worst, o.BEShare, 2)) {
 			c.forgetAll()
 			d.Reason, d.WorkloadChanged = "workload changed: ", true
-			if safe := c.nearest(c.opts.Safe); c.cur > safe {
-				// Learn the new workload's baseline where BE interferes
-				// little, not under the long timeslice it was found at.
-				d.Cause = CauseViolation
-				return c.move(d, safe, fmt.Sprintf("LC at %.2fx its objective under %v, unlike before: back to the safe %v to learn it again", worst, r.ts, c.rungs[safe].ts))
+			// Learn the new workload's baseline under the shortest BE
+			// timeslice, not under the one it was found at.
+			c.calibrating = true
+			d.Cause = CauseCalibrate
+			if c.cur != 0 {
+				return c.move(d, 0, fmt.Sprintf("LC at %.2fx its objective under %v, unlike before: learning it again under the shortest BE timeslice", worst, r.ts))
 			}
-			// This window was judged against what is forgotten: the
-			// setting starts afresh from the next.
-			c.since = 1
-			d.Cause = CauseDwell
+			c.since = 1 // this window was judged against what is forgotten
 			return c.stay(d, "learning it again")
 		}
 		c.stayed = append(c.stayed, worst)
@@ -301,6 +301,26 @@ func (c *Controller) Observe(o Observation) Decision {
 		r.share = blendShare(r.share, o.BEShare)
 		r.seen++
 		r.last = c.tick
+	}
+	// An LC whose standalone-like latency is not known yet is measured
+	// under the shortest BE timeslice, the least interference the ladder
+	// offers, for baselineMinWindows windows; then the search resumes
+	// from the safe setting.
+	if !baseReady {
+		if c.cur != 0 {
+			c.calibrating = true
+			d.Cause = CauseCalibrate
+			return c.move(d, 0, fmt.Sprintf("learning an LC's standalone-like latency under the shortest BE timeslice (%d windows)", baselineMinWindows))
+		}
+		d.Cause = CauseCalibrate
+		return c.stay(d, "learning an LC's standalone-like latency")
+	}
+	if c.calibrating {
+		c.calibrating = false
+		if safe := c.nearest(c.opts.Safe); safe != c.cur {
+			d.Cause = CauseCalibrate
+			return c.move(d, safe, fmt.Sprintf("LC baselines known: back to the safe %v", c.rungs[safe].ts))
+		}
 	}
 	if c.since < c.opts.MinDwell {
 		d.Cause = CauseDwell
@@ -569,7 +589,7 @@ type baselineVal struct {
 }
 
 const (
-	baselineMinWindows = 5  // windows a setting needs for its median to count
+	baselineMinWindows = 8  // windows a setting needs for its median to count
 	baselinePerRung    = 15 // most recent windows kept per setting
 )
 

@@ -125,25 +125,27 @@ func TestEagerFindsTheKnee(t *testing.T) {
 	// measured), more than the objective's 5%, so the search strays now
 	// and then; what counts is what the settled windows give, pooled.
 	obj := Objective{Quantile: 0.5, Inflation: 1.05}
-	var shares []float64
+	var lcs, shares []float64
 	for seed := range uint64(20) {
 		c := mustNew(t, Options{})
 		ds := run(t, c, NewSimGPU(seed), 120, obj, func(int) Workload { return EagerPyTorchH100 })
 		tail := ds[60:]
 		lc, share := outcome(tail, EagerPyTorchH100)
 		shares = append(shares, share)
+		lcs = append(lcs, lc)
 		// One setting off either side of the knee now and then (a
-		// baseline from 5 scattered windows is itself off by ~4%).
-		if lc > 1.08 || share < 0.80 {
-			t.Errorf("seed %d: LC %.3fx, BE %.1f%% over the last 60 windows (want <= 1.08x, >= 80%%): %v", seed, lc, 100*share, summary(ds))
+		// baseline from 8 scattered windows is itself off by ~3%).
+		if lc > 1.13 || share < 0.80 {
+			t.Errorf("seed %d: LC %.3fx, BE %.1f%% over the last 60 windows (want <= 1.13x, >= 80%%): %v", seed, lc, 100*share, summary(ds))
 		}
 		if n := changes(tail); n > 8 {
 			t.Errorf("seed %d: %d changes in %d settled windows (each costs a GSP RPC per BE group)", seed, n, len(tail))
 		}
 	}
+	slices.Sort(lcs)
 	slices.Sort(shares)
-	if med := shares[len(shares)/2]; med < 0.865 {
-		t.Errorf("median BE share %.3f, want the knee's (1 ms: 0.871)", med)
+	if lc, share := lcs[len(lcs)/2], shares[len(shares)/2]; lc > 1.05 || share < 0.865 {
+		t.Errorf("median LC %.3fx, BE share %.3f; want <= 1.05x and the knee's (1 ms: 0.871)", lc, share)
 	}
 }
 
@@ -202,7 +204,7 @@ func TestConvergesAfterWorkloadChange(t *testing.T) {
 		}
 		lc, share := outcome(ds[90:], EagerPyTorchH100)
 		lcs, shares = append(lcs, lc), append(shares, share)
-		if lc > 1.08 || share < 0.80 {
+		if lc > 1.13 || share < 0.80 {
 			t.Errorf("seed %d: after settling LC %.3fx BE %.1f%%", seed, lc, 100*share)
 		}
 	}
@@ -295,30 +297,30 @@ func TestBaseline(t *testing.T) {
 		v          time.Duration
 		learn      bool
 	}
+	// n windows at rung from tick on, cycling through vs.
+	at := func(tick, rung, n int, vs ...time.Duration) []win {
+		var ws []win
+		for i := range n {
+			ws = append(ws, win{tick + i, rung, vs[i%len(vs)], true})
+		}
+		return ws
+	}
+	full := baselineMinWindows
 	for _, c := range []struct {
 		name string
 		wins []win
 		keep int
 		want time.Duration
 	}{
-		{"first window", []win{{1, 2, 100, true}}, 120, 100},
-		{"before any setting has 3: median of all", []win{{1, 2, 100, true}, {2, 2, 300, true}}, 120, 200},
-		{"a setting's median, not its lowest window", []win{{1, 2, 100, true}, {2, 2, 300, true}, {3, 2, 250, true}}, 120, 250},
-		{"the shortest timeslice's median", []win{
-			{1, 2, 100, true}, {2, 2, 110, true}, {3, 2, 90, true}, {4, 2, 95, true}, {5, 2, 105, true},
-			{6, 4, 150, true}, {7, 4, 160, true}, {8, 4, 140, true}, {9, 4, 140, true}, {10, 4, 140, true}}, 120, 100},
-		{"the shortest timeslice's, even where a longer one's is lower", []win{
-			{1, 2, 100, true}, {2, 2, 110, true}, {3, 2, 90, true}, {4, 2, 95, true}, {5, 2, 105, true},
-			{6, 4, 80, true}, {7, 4, 85, true}, {8, 4, 70, true}, {9, 4, 70, true}, {10, 4, 70, true}}, 120, 100},
-		{"a setting with too few windows does not count", []win{
-			{1, 4, 150, true}, {2, 4, 160, true}, {3, 4, 140, true}, {4, 4, 150, true}, {5, 4, 150, true}, {6, 2, 50, true}}, 120, 150},
-		{"before any has enough: the shortest seen", []win{
-			{1, 4, 150, true}, {2, 4, 160, true}, {3, 2, 50, true}, {4, 2, 70, true}}, 120, 60},
-		{"settling windows are judged, not learnt", []win{
-			{1, 4, 150, true}, {2, 4, 160, true}, {3, 4, 140, true}, {4, 2, 50, false}, {5, 2, 60, false}, {6, 2, 70, false}}, 120, 150},
-		{"old windows expire", []win{
-			{1, 2, 100, true}, {2, 2, 110, true}, {3, 2, 90, true}, {4, 2, 90, true}, {5, 2, 90, true},
-			{8, 4, 150, true}, {9, 4, 150, true}, {10, 4, 150, true}, {11, 4, 160, true}, {12, 4, 140, true}}, 7, 150},
+		{"first window", at(1, 2, 1, 100), 120, 100},
+		{"before any setting has enough: median of the shortest's", at(1, 2, 2, 100, 300), 120, 200},
+		{"a setting's median, not its lowest window", at(1, 2, full, 100, 300, 250), 120, 250},
+		{"the shortest timeslice's median", slices.Concat(at(1, 2, full, 100, 110, 90), at(20, 4, full, 150, 160, 140)), 120, 100},
+		{"the shortest timeslice's, even where a longer one's is lower", slices.Concat(at(1, 2, full, 100, 110, 90), at(20, 4, full, 80, 85, 70)), 120, 100},
+		{"a setting with too few windows does not count", slices.Concat(at(1, 4, full, 150, 160, 140), at(20, 2, full-1, 50)), 120, 150},
+		{"before any has enough: the shortest seen", slices.Concat(at(1, 4, 2, 150, 160), at(3, 2, 2, 50, 70)), 120, 60},
+		{"settling windows are judged, not learnt", slices.Concat(at(1, 4, full, 150, 160, 140), []win{{30, 2, 50, false}, {31, 2, 60, false}}), 120, 150},
+		{"old windows expire", slices.Concat(at(1, 2, full, 100, 110, 90), at(20, 4, full, 150, 160, 140)), 12, 150},
 	} {
 		b := &baseline{}
 		var got time.Duration
@@ -391,8 +393,8 @@ func summary(ds []Decision) []string {
 }
 
 func TestDecisionsCarryCause(t *testing.T) {
-	moves := map[string]bool{CauseViolation: true, CauseExplore: true, CauseKnownBetter: true, CauseNoSignal: true}
-	stays := map[string]bool{CauseDwell: true, CauseWithin: true, CauseNoSignal: true, CauseViolation: true, CauseAtLimit: true}
+	moves := map[string]bool{CauseViolation: true, CauseExplore: true, CauseKnownBetter: true, CauseNoSignal: true, CauseCalibrate: true}
+	stays := map[string]bool{CauseDwell: true, CauseWithin: true, CauseNoSignal: true, CauseViolation: true, CauseAtLimit: true, CauseCalibrate: true}
 	obj := Objective{Quantile: 0.5, Inflation: 1.05}
 	g := NewSimGPU(7)
 	c := mustNew(t, Options{})
@@ -454,7 +456,7 @@ func TestUnknownShareKeepsLongestFeasible(t *testing.T) {
 				t.Errorf("%s seed %d: %d of 60 late windows at %v: %v", tc.w.Name, seed, n, tc.want, summary(ds))
 			}
 			// A scattering LC: judged by what the windows give, pooled.
-			if tc.w.Noise >= 0.05 && (lc > 1.05 || share < 0.80) {
+			if tc.w.Noise >= 0.05 && (lc > 1.13 || share < 0.80) {
 				t.Errorf("%s seed %d: LC %.3fx BE %.1f%% over the late windows: %v", tc.w.Name, seed, lc, 100*share, summary(ds))
 			}
 		}
