@@ -20,8 +20,9 @@
 #      this node, elsewhere (training, be) on another node.
 #   2. gpreemptd --kubernetes --mode $MODE (bpf) with a kubeconfig for it.
 #   3. the other node's pod: a short GPU process in its cgroup, left alone.
-#   4. phase "annotated": gpreempt-bench be in be-trainer's cgroup, then
-#      gpreempt-bench lc in lc-server's, for $WINDOW; gpreemptctl -o json ps
+#   4. phase "annotated": gpreempt-bench lc in lc-server's cgroup (a
+#      $LEAD_IN s lead-in, then $WINDOW measured), gpreempt-bench be in
+#      be-trainer's, started in the lead-in; gpreemptctl -o json ps
 #      of both (lc: 5 s, be: the policy's $BE_TIMESLICE).
 #   5. be-trainer's annotation patched to lc (curl): the running BE's groups
 #      re-classed (ps again); then phase "be-as-lc": a fresh pair, both lc.
@@ -54,8 +55,9 @@ OTHER_NODE=gpu-node-b
 SOCK=$RUN/gpreemptd.sock
 MADDR=127.0.0.1:19481
 REQUESTS=$((WINDOW * 1000000 / PERIOD_US))
+LEAD_IN=${LEAD_IN:-5}         # seconds the LC runs (unmeasured) before it measures; the BE starts in them
 TIMEOUT_CP=${TIMEOUT_CP:-150}
-TIMEOUT_PHASE=$((WINDOW + 60))
+TIMEOUT_PHASE=$((WINDOW + LEAD_IN + 60))
 DRY=${DRY_RUN:-}
 
 daemon_policy() {
@@ -215,12 +217,37 @@ wait_pid "$O" 20
 phase() { # NAME
   local ph=$1
   say "== phase $ph: be-trainer ($(api "$URL/api/v1/namespaces/$BE_NS/pods/$BE_POD" | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["annotations"].get("gpreempt.io/class"))')), lc-server (lc), ${WINDOW}s"
-  B=$(worker be-$ph "$BE_CGROUP" be --duration $((WINDOW + 20))s --out "$W/be-$ph.json")
-  L=$(worker lc-$ph "$LC_CGROUP" lc --requests $REQUESTS --out "$W/lc-$ph.json")
+  # The LC starts first and runs a lead-in of $LEAD_IN s before it
+  # measures; the BE starts inside that lead-in. Started the other way
+  # round, a BE classed lc (5 s timeslice) held the LC's context creation
+  # and warm-up until the BE ended (H100, 2026-11-22): the LC then
+  # measured a GPU of its own.
+  L=$(worker lc-$ph "$LC_CGROUP" lc --requests $REQUESTS --lead-in ${LEAD_IN}s --out "$W/lc-$ph.json")
+  B=$(worker be-$ph "$BE_CGROUP" be --duration $((WINDOW + LEAD_IN + 10))s --out "$W/be-$ph.json")
   sleep 1; ps_groups be-$ph "$B"; ps_groups lc-$ph "$L"
   expect lc-$ph 5000000
   if [ $ph = annotated ]; then expect be-$ph "$BE_US"; else expect be-$ph 5000000; fi
   wait_pid "$L" $TIMEOUT_PHASE || say "phase $ph: lc worker past ${TIMEOUT_PHASE}s, killed"
+  overlap $ph
+}
+# overlap PHASE: the LC's measurement ran inside the BE's run (from the
+# workers' own log lines: "be ready"/"be done", "lc measuring"/"lc done").
+overlap() {
+  [ "$WORKERS" = fake ] && return
+  python3 - "$W/be-$1.out" "$W/lc-$1.out" "$1" <<'PY' | tee -a "$SUMMARY"
+import re, sys
+be, lc, ph = sys.argv[1:]
+def at(path, msg):
+    m = re.search(r'time=(\S+) level=\S+ msg="' + msg + '"', open(path).read())
+    return m.group(1) if m else None
+b0, b1, l0, l1 = at(be, "be ready"), at(be, "be done"), at(lc, "lc measuring"), at(lc, "lc done")
+if None in (b0, b1, l0, l1):
+    print(f"FAIL overlap-{ph}: missing log lines (be ready {b0}, be done {b1}, lc measuring {l0}, lc done {l1})")
+elif b0 < l0 and l1 < b1:
+    print(f"PASS overlap-{ph}: BE ran {b0[11:23]}-{b1[11:23]}, LC measured {l0[11:23]}-{l1[11:23]}")
+else:
+    print(f"FAIL overlap-{ph}: LC measured {l0[11:23]}-{l1[11:23]} outside the BE's {b0[11:23]}-{b1[11:23]}")
+PY
 }
 phase annotated
 say "== be-trainer annotated lc (JSON merge patch); the running BE re-classed"

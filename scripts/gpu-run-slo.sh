@@ -17,7 +17,8 @@
 #            daemon's chosen timeslice and the BE share over time are in
 #            results.json ("slo", "be_timeline") and slo.png (~6 min)
 #   must4    two LC with different objectives (lc1 p50<=1.05x, lc2
-#            p99<=1.30x) and two BE with weights 3:1: slo:multi-tenant (~3 min)
+#            p99<=1.30x) and two BE with weights 3:1: slo:multi-tenant, and
+#            slo:prepreempt-multi-tenant with both LCs using hints (~7 min)
 #
 # In every slo: run the LC first runs a lead-in (--slo-lead-in, per part
 # below) with its latency pushed to the daemon: the measured window shows
@@ -80,7 +81,7 @@ scenarios() {
     must2g) echo pytorch-standalone,slo:pytorch,pytorch-be-1us,pytorch-be-only;;
     must2s) echo standalone,slo:prepreempt-defaults,prepreempt-be-1us,be-only;;
     must3) echo slo:pytorch@switch,pytorch-be-only;;
-    must4) echo standalone,slo:multi-tenant:be:3:be:1,be-only;;
+    must4) echo standalone,slo:multi-tenant:be:3:be:1,slo:prepreempt-multi-tenant:be:3:be:1,be-only;;
   esac
 }
 # The lead-in is long enough for the controller to learn the LC's

@@ -54,6 +54,10 @@ type Options struct {
 	// before, twice in a row, everything learnt of the other rungs is
 	// forgotten: the workload changed. Default 0.08.
 	Surprise float64
+	// SkipBad is how many longer rungs known to miss an objective the
+	// search may pass to try the next one beyond them (LC latency is not
+	// monotonic in the BE timeslice; see nextToTry). Default 2; -1: none.
+	SkipBad int
 	// Forget is how many observations a rung found too slow for LC is
 	// left alone before it is tried again; it doubles each time the rung
 	// fails again (up to 16x). Default 8.
@@ -88,6 +92,12 @@ func (o Options) withDefaults() Options {
 	def(&o.ExploreAfter, 3)
 	def(&o.Stale, 30)
 	def(&o.Forget, 8)
+	switch {
+	case o.SkipBad == 0:
+		o.SkipBad = 2
+	case o.SkipBad < 0:
+		o.SkipBad = 0
+	}
 	def(&o.MissingAfter, 3)
 	def(&o.MinRequests, 20)
 	def(&o.BaselineWindow, 120)
@@ -351,17 +361,40 @@ func (c *Controller) Observe(o Observation) Decision {
 		d.Cause = CauseKnownBetter
 		return c.move(d, i, fmt.Sprintf("%v met every objective with BE at %.1f%%", c.rungs[i].ts, 100*c.rungs[i].share))
 	}
-	next := c.cur + 1
-	if c.since >= c.opts.ExploreAfter && len(c.stayed) > 0 && baseReady && next < len(c.rungs) && c.rungs[c.cur].worst <= 1-c.opts.Headroom &&
-		c.tick >= c.rungs[next].badTill && !(c.fresh(next) && c.rungs[next].worst > 1) {
+	if next, skipped := c.nextToTry(); c.since >= c.opts.ExploreAfter && len(c.stayed) > 0 && baseReady && next >= 0 && c.rungs[c.cur].worst <= 1-c.opts.Headroom {
 		d.Cause = CauseExplore
-		return c.move(d, next, fmt.Sprintf("LC at %.2fx its objective: trying a longer BE timeslice for more BE share", c.rungs[c.cur].worst))
+		why := fmt.Sprintf("LC at %.2fx its objective: trying a longer BE timeslice for more BE share", c.rungs[c.cur].worst)
+		if skipped > 0 {
+			why += fmt.Sprintf(" (past %d that missed it)", skipped)
+		}
+		return c.move(d, next, why)
 	}
 	if o.MinBEShare > 0 && !math.IsNaN(o.BEShare) && o.BEShare < o.MinBEShare {
 		d.BEBelowMinimum = true
 	}
 	d.Cause = CauseWithin
 	return c.stay(d, "within objectives")
+}
+
+// nextToTry is the next longer rung worth trying, past at most SkipBad
+// rungs known to miss an objective (-1: none), and how many it passes.
+// LC latency is not monotonic in the BE timeslice: an eager PyTorch LC on
+// the H100 ran ~6% slower than under 1 us at 50-200 us, and at 1 ms as
+// fast as under 1 us with BE at 87%, so one missed rung does not mean
+// every longer one misses. A CUDA-graph LC misses at every rung past its
+// spinner's lead; SkipBad bounds what it pays to learn that, and each
+// miss backs the rung off for twice as long as the last.
+func (c *Controller) nextToTry() (next, skipped int) {
+	for j := c.cur + 1; j < len(c.rungs); j++ {
+		if c.tick < c.rungs[j].badTill || (c.fresh(j) && c.rungs[j].worst > 1) {
+			if skipped++; skipped > c.opts.SkipBad {
+				return -1, skipped - 1
+			}
+			continue
+		}
+		return j, skipped
+	}
+	return -1, skipped
 }
 
 // worst is the highest latency/target among LC samples that count, and
