@@ -101,7 +101,10 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 	// search tries each longer rung now and then (LC latency need not
 	// grow with the BE timeslice), and is back at 1 ms within a few
 	// windows of each try.
-	at1ms := func() bool { st := s.loop.Status(); return st.BETimeslice == "1ms" && st.Last != nil && !st.Last.Changed }
+	at1ms := func() bool {
+		st := s.loop.Status()
+		return st.BETimeslice == "1ms" && st.Last != nil && !st.Last.Changed
+	}
 	for i := 0; i < 60 || (i < 80 && !at1ms()); i++ {
 		s.window(slo.EagerPyTorchH100, false)
 	}
