@@ -257,6 +257,12 @@ func (l *SLOLoop) Step(now time.Duration) {
 
 	lcs := l.rec.InClass(class.LC)
 	obs := slo.Observation{BEShare: math.NaN(), MinBEShare: pol.SLO.MinBEShare}
+	// Two BE processes switch among themselves at the BE timeslice: below
+	// the safe setting they spend the GPU on saving and restoring each
+	// other (slo.Observation.MinBETimeslice).
+	if len(l.rec.InClass(class.BE)) >= 2 {
+		obs.MinBETimeslice = conf.safe
+	}
 	if l.Share != nil {
 		if s, ok := l.Share.BEShare(); ok {
 			obs.BEShare = s

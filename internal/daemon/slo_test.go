@@ -107,6 +107,11 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 	}
 	for i := 0; i < 60 || (i < 80 && !at1ms()); i++ {
 		s.window(slo.EagerPyTorchH100, false)
+		// Two BE processes (trainer, bulk): never below the safe 200us,
+		// where they would spend the GPU switching between each other.
+		if ts := s.beTimeslice(); ts < 200*time.Microsecond {
+			t.Fatalf("window %d: BE at %v with two BE processes", i, ts)
+		}
 	}
 	s.wantAll(200, 1000, tsg.LevelLow)
 	s.wantAll(300, 3000, tsg.LevelLow)

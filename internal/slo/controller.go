@@ -132,6 +132,13 @@ type Observation struct {
 	BEShare float64
 	// MinBEShare is the BE classes' minimum share (0: none).
 	MinBEShare float64
+	// MinBETimeslice is the shortest BE timeslice the controller may
+	// choose now (0: the ladder's shortest). The BE timeslice is also how
+	// often BE processes switch among themselves, each switch a context
+	// save and restore: on the H100 two BE at 1 us (and 3 us) made no
+	// progress while two LC ran beside them, so gpreemptd sets this to
+	// the safe setting while two or more BE processes share the GPU.
+	MinBETimeslice time.Duration
 }
 
 // Causes of a decision, a small fixed set (metric label values); Reason
@@ -145,6 +152,7 @@ const (
 	CauseKnownBetter = "known_better" // a setting known to meet the objectives gives BE more
 	CauseAtLimit     = "at_limit"     // an objective missed with the shortest BE timeslice
 	CauseCalibrate   = "calibrate"    // an LC's standalone-like latency learnt under the shortest BE timeslice
+	CauseFloor       = "floor"        // raised to the shortest BE timeslice allowed now (MinBETimeslice)
 )
 
 // LCResult is how one LC sample compared with its objective.
@@ -199,6 +207,7 @@ type Controller struct {
 	opts        Options
 	rungs       []rung
 	cur         int
+	lo          int // the shortest rung allowed now (Observation.MinBETimeslice)
 	tick        int
 	since       int       // observations under cur
 	calibrating bool      // at the shortest rung to learn LC baselines
@@ -232,6 +241,16 @@ func New(opts Options) (*Controller, error) {
 // Current is the BE timeslice in force.
 func (c *Controller) Current() time.Duration { return c.rungs[c.cur].ts }
 
+// floor is the shortest rung at or above min (the longest when none is).
+func (c *Controller) floor(min time.Duration) int {
+	for i, r := range c.rungs {
+		if r.ts >= min {
+			return i
+		}
+	}
+	return len(c.rungs) - 1
+}
+
 func (c *Controller) nearest(ts time.Duration) int {
 	best := 0
 	for i, r := range c.rungs {
@@ -259,12 +278,18 @@ func (c *Controller) Observe(o Observation) Decision {
 	worst, counted, baseReady, lc := c.worst(o.LC)
 	d := Decision{Worst: worst, BEShare: o.BEShare, LC: lc}
 
+	if c.lo = c.floor(o.MinBETimeslice); c.cur < c.lo {
+		d.Cause = CauseFloor
+		c.calibrating = false
+		return c.move(d, c.lo, fmt.Sprintf("shortest BE timeslice allowed now is %v", c.rungs[c.lo].ts))
+	}
+
 	if !counted {
 		c.missing++
 		d.Cause = CauseNoSignal
 		if c.missing >= c.opts.MissingAfter && !c.fallback {
 			c.fallback = true
-			return c.move(d, c.nearest(c.opts.Safe), fmt.Sprintf("no LC latency for %d windows: safe setting", c.missing))
+			return c.move(d, max(c.nearest(c.opts.Safe), c.lo), fmt.Sprintf("no LC latency for %d windows: safe setting", c.missing))
 		}
 		d.Fallback = c.fallback
 		return c.stay(d, "no LC latency this window")
@@ -291,8 +316,8 @@ func (c *Controller) Observe(o Observation) Decision {
 			// timeslice, not under the one it was found at.
 			c.calibrating = true
 			d.Cause = CauseCalibrate
-			if c.cur != 0 {
-				return c.move(d, 0, fmt.Sprintf("LC at %.2fx its objective under %v, unlike before: learning it again under the shortest BE timeslice", worst, r.ts))
+			if c.cur != c.lo {
+				return c.move(d, c.lo, fmt.Sprintf("LC at %.2fx its objective under %v, unlike before: learning it again under the shortest BE timeslice", worst, r.ts))
 			}
 			c.since = 1 // this window was judged against what is forgotten
 			return c.stay(d, "learning it again")
@@ -317,17 +342,17 @@ func (c *Controller) Observe(o Observation) Decision {
 	// offers, for baselineMinWindows windows; then the search resumes
 	// from the safe setting.
 	if !baseReady {
-		if c.cur != 0 {
+		if c.cur != c.lo {
 			c.calibrating = true
 			d.Cause = CauseCalibrate
-			return c.move(d, 0, fmt.Sprintf("learning an LC's standalone-like latency under the shortest BE timeslice (%d windows)", baselineMinWindows))
+			return c.move(d, c.lo, fmt.Sprintf("learning an LC's standalone-like latency under the shortest BE timeslice (%d windows)", baselineMinWindows))
 		}
 		d.Cause = CauseCalibrate
 		return c.stay(d, "learning an LC's standalone-like latency")
 	}
 	if c.calibrating {
 		c.calibrating = false
-		if safe := c.nearest(c.opts.Safe); safe != c.cur {
+		if safe := max(c.nearest(c.opts.Safe), c.lo); safe != c.cur {
 			d.Cause = CauseCalibrate
 			return c.move(d, safe, fmt.Sprintf("LC baselines known: back to the safe %v", c.rungs[safe].ts))
 		}
@@ -347,7 +372,7 @@ func (c *Controller) Observe(o Observation) Decision {
 		}
 		// Nothing known to meet the objectives: shorter BE timeslices
 		// are the protective direction (LC waits less for BE to yield).
-		if c.cur > 0 {
+		if c.cur > c.lo {
 			return c.move(d, c.cur-1, fmt.Sprintf("LC at %.2fx its objective under %v (mean of %d windows): shorter BE timeslice", r.worst, r.ts, len(c.stayed)))
 		}
 		d.BEBelowMinimum, d.Cause = o.MinBEShare > 0, CauseAtLimit
@@ -448,7 +473,7 @@ func (c *Controller) worst(lc []LCSample) (worst float64, counted, baseReady boo
 func (c *Controller) bestFeasible(skip int) (int, bool) {
 	best, ok := -1, false
 	for i, r := range c.rungs {
-		if i == skip || !c.fresh(i) || r.worst > 1-c.opts.Headroom || c.tick < r.badTill {
+		if i == skip || i < c.lo || !c.fresh(i) || r.worst > 1-c.opts.Headroom || c.tick < r.badTill {
 			continue
 		}
 		if !ok || c.better(i, best, 0) {

@@ -190,6 +190,48 @@ func TestSearchPassesAMissedRung(t *testing.T) {
 	}
 }
 
+func TestFloorHoldsWhileSet(t *testing.T) {
+	// A CUDA-graph LC would take 1 us; with two BE processes on the GPU
+	// the daemon sets a 200 us floor, and nothing below it is chosen,
+	// not even to calibrate. When the floor goes, the search goes on
+	// below it.
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	c := mustNew(t, Options{})
+	g := NewSimGPU(3)
+	prev := c.Current()
+	var ds []Decision
+	for range 60 {
+		o := g.Window(GraphHintsH100, obj, c.Current(), prev)
+		o.MinBETimeslice = 200 * time.Microsecond
+		prev = c.Current()
+		ds = append(ds, c.Observe(o))
+	}
+	for i, d := range ds {
+		if d.BETimeslice < 200*time.Microsecond {
+			t.Fatalf("window %d: %v under a 200us floor: %v", i, d.BETimeslice, summary(ds))
+		}
+	}
+	if ds[0].Cause != CauseCalibrate || ds[0].Changed {
+		t.Errorf("first window: %+v; want calibration at the floor (the safe 200us), no change", ds[0])
+	}
+	// The floor raised from under the current setting: a change, cause floor.
+	c = mustNew(t, Options{Safe: time.Microsecond})
+	o := g.Window(GraphHintsH100, obj, c.Current(), c.Current())
+	o.MinBETimeslice = 150 * time.Microsecond
+	if d := c.Observe(o); !d.Changed || d.Cause != CauseFloor || d.BETimeslice != 200*time.Microsecond {
+		t.Errorf("floor of 150us from 1us: %+v, want a change to 200us, cause floor", d)
+	}
+	// With the floor gone, the LC is learnt under 1 us, and the search
+	// settles at or below 200us (the last rung within 1.05x).
+	ds = run(t, c, g, 60, obj, func(int) Workload { return GraphHintsH100 })
+	if ds[0].BETimeslice != time.Microsecond || ds[0].Cause != CauseCalibrate {
+		t.Errorf("floor gone: first decision %+v, want calibration under 1us", ds[0])
+	}
+	if _, last := settled(ds); last > 200*time.Microsecond {
+		t.Errorf("floor gone: settled at %v, want <= 200us: %v", last, summary(ds))
+	}
+}
+
 func TestGraphStaysShort(t *testing.T) {
 	// A CUDA-graph LC with hints wants short BE timeslices: anything past
 	// the spinner's lead makes LC wait for BE. Visiting a longer one for a
@@ -436,7 +478,7 @@ func summary(ds []Decision) []string {
 }
 
 func TestDecisionsCarryCause(t *testing.T) {
-	moves := map[string]bool{CauseViolation: true, CauseExplore: true, CauseKnownBetter: true, CauseNoSignal: true, CauseCalibrate: true}
+	moves := map[string]bool{CauseViolation: true, CauseExplore: true, CauseKnownBetter: true, CauseNoSignal: true, CauseCalibrate: true, CauseFloor: true}
 	stays := map[string]bool{CauseDwell: true, CauseWithin: true, CauseNoSignal: true, CauseViolation: true, CauseAtLimit: true, CauseCalibrate: true}
 	obj := Objective{Quantile: 0.5, Inflation: 1.05}
 	g := NewSimGPU(7)
