@@ -199,6 +199,7 @@ type rung struct {
 	last    int     // tick of the last observation counted
 	badTill int     // tick before which the rung is not explored again
 	fails   int     // times it was left for missing an objective
+	missBy  float64 // the worst LC latency/target (stay mean) when it last missed
 }
 
 // Controller is the search. Not safe for concurrent use: the daemon calls
@@ -366,6 +367,7 @@ func (c *Controller) Observe(o Observation) Decision {
 		r := &c.rungs[c.cur]
 		r.fails++
 		r.badTill = c.tick + c.opts.Forget<<min(r.fails-1, 4)
+		r.missBy = r.worst
 		d.Cause = CauseViolation
 		if i, ok := c.bestFeasible(c.cur); ok {
 			return c.move(d, i, fmt.Sprintf("LC at %.2fx its objective under %v (mean of %d windows): back to %v, which met it", r.worst, r.ts, len(c.stayed), c.rungs[i].ts))
@@ -406,13 +408,22 @@ func (c *Controller) Observe(o Observation) Decision {
 // LC latency is not monotonic in the BE timeslice: an eager PyTorch LC on
 // the H100 ran ~6% slower than under 1 us at 50-200 us, and at 1 ms as
 // fast as under 1 us with BE at 87%, so one missed rung does not mean
-// every longer one misses. A CUDA-graph LC misses at every rung past its
-// spinner's lead; SkipBad bounds what it pays to learn that, and each
-// miss backs the rung off for twice as long as the last.
+// every longer one misses. A rung that missed by more than skipMildMiss
+// is not passed: an LC that waits for BE's timeslice to end (a CUDA-graph
+// LC past its spinner's lead) misses by multiples, and longer rungs cost
+// it more; SkipBad bounds the rest, and each miss backs the rung off for
+// twice as long as the last.
 func (c *Controller) nextToTry() (next, skipped int) {
 	for j := c.cur + 1; j < len(c.rungs); j++ {
-		if c.tick < c.rungs[j].badTill || (c.fresh(j) && c.rungs[j].worst > 1) {
-			if skipped++; skipped > c.opts.SkipBad {
+		r := c.rungs[j]
+		if c.tick < r.badTill || (c.fresh(j) && r.worst > 1) {
+			// A rung that missed by far is where the LC waits out BE's
+			// timeslice; longer ones only wait longer.
+			miss := r.missBy
+			if c.fresh(j) {
+				miss = max(miss, r.worst)
+			}
+			if skipped++; skipped > c.opts.SkipBad || miss > skipMildMiss {
 				return -1, skipped - 1
 			}
 			continue
@@ -421,6 +432,13 @@ func (c *Controller) nextToTry() (next, skipped int) {
 	}
 	return -1, skipped
 }
+
+// skipMildMiss is the most a rung may have missed an objective by (worst
+// LC latency/target) for the search to pass it: the eager PyTorch LC's
+// dip missed by 1.1-1.2x on the H100; two synthetic LCs with hints missed
+// by 2x at 500 us, 4x at 1 ms and 8-20x at 2 ms, where each try past the
+// first cost their p99 100x.
+const skipMildMiss = 1.5
 
 // worst is the highest latency/target among LC samples that count, and
 // each sample's comparison. baseReady: every LC's baseline rests on

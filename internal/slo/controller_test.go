@@ -252,6 +252,14 @@ func TestGraphStaysShort(t *testing.T) {
 		if short < len(tail)*9/10 {
 			t.Errorf("seed %d: %d of %d windows at <= 200us: %v", seed, short, len(tail), summary(ds))
 		}
+		// 500 us misses by multiples (LC waits out BE's timeslice):
+		// nothing longer is ever tried.
+		for i, d := range ds {
+			if d.BETimeslice > 500*time.Microsecond {
+				t.Errorf("seed %d: window %d at %v, past a rung that missed by multiples: %v", seed, i, d.BETimeslice, summary(ds))
+				break
+			}
+		}
 		slices.Sort(worsts)
 		if med := worsts[len(worsts)/2]; med > 1 {
 			t.Errorf("seed %d: median LC latency %.3f of its objective", seed, med)
