@@ -20,8 +20,9 @@
 #      this node, elsewhere (training, be) on another node.
 #   2. gpreemptd --kubernetes --mode $MODE (bpf) with a kubeconfig for it.
 #   3. the other node's pod: a short GPU process in its cgroup, left alone.
-#   4. phase "annotated": gpreempt-bench be in be-trainer's cgroup, then
-#      gpreempt-bench lc in lc-server's, for $WINDOW; gpreemptctl -o json ps
+#   4. phase "annotated": gpreempt-bench lc in lc-server's cgroup (a
+#      $LEAD_IN s lead-in, then $WINDOW measured), gpreempt-bench be in
+#      be-trainer's, started in the lead-in; gpreemptctl -o json ps
 #      of both (lc: 5 s, be: the policy's $BE_TIMESLICE).
 #   5. be-trainer's annotation patched to lc (curl): the running BE's groups
 #      re-classed (ps again); then phase "be-as-lc": a fresh pair, both lc.
@@ -54,8 +55,9 @@ OTHER_NODE=gpu-node-b
 SOCK=$RUN/gpreemptd.sock
 MADDR=127.0.0.1:19481
 REQUESTS=$((WINDOW * 1000000 / PERIOD_US))
+LEAD_IN=${LEAD_IN:-5}         # seconds the LC runs (unmeasured) before it measures; the BE starts in them
 TIMEOUT_CP=${TIMEOUT_CP:-150}
-TIMEOUT_PHASE=$((WINDOW + 60))
+TIMEOUT_PHASE=$((WINDOW + LEAD_IN + 60))
 DRY=${DRY_RUN:-}
 
 daemon_policy() {
@@ -164,9 +166,19 @@ worker() {
   echo $pid
 }
 # ps_groups NAME PID: gpreemptctl's read-back of the driver, one line.
+# A read-back that finds no group is tried again (4 tries, 0.5 s apart),
+# and every failed try is kept in ps-NAME.tries and named in the summary:
+# once (H100, 2026-11-22) a BE the daemon had classed read back "no
+# /dev/nvidiactl open" a second after READY.
 ps_groups() {
-  local name=$1 pid=$2
-  $C/gpreemptctl -o json ps --pid "$pid" > "$W/ps-$name.json" 2>&1
+  local name=$1 pid=$2 try
+  : > "$W/ps-$name.tries"
+  for try in 1 2 3 4; do
+    $C/gpreemptctl -o json ps --pid "$pid" > "$W/ps-$name.json" 2>&1 && grep -q '"groups"' "$W/ps-$name.json" && break
+    { echo "try $try at $(date +%T.%N):"; cat "$W/ps-$name.json"; ls -l /proc/$pid/fd 2>&1 | grep -c nvidia | sed 's/^/nvidia fds listed: /'; } >> "$W/ps-$name.tries"
+    sleep 0.5
+  done
+  [ -s "$W/ps-$name.tries" ] && say "$name pid $pid: read-back failed $(grep -c '^try' "$W/ps-$name.tries") time(s) first: $(sed -n 2p "$W/ps-$name.tries")"
   python3 - "$W/ps-$name.json" "$name" "$pid" <<'PY' | tee -a "$SUMMARY"
 import json, sys
 path, name, pid = sys.argv[1:]
@@ -205,12 +217,52 @@ wait_pid "$O" 20
 phase() { # NAME
   local ph=$1
   say "== phase $ph: be-trainer ($(api "$URL/api/v1/namespaces/$BE_NS/pods/$BE_POD" | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["annotations"].get("gpreempt.io/class"))')), lc-server (lc), ${WINDOW}s"
-  B=$(worker be-$ph "$BE_CGROUP" be --duration $((WINDOW + 20))s --out "$W/be-$ph.json")
-  L=$(worker lc-$ph "$LC_CGROUP" lc --requests $REQUESTS --out "$W/lc-$ph.json")
+  # The LC starts first and runs a lead-in of $LEAD_IN s before it
+  # measures; the BE starts inside that lead-in. Started the other way
+  # round, a BE classed lc (5 s timeslice) held the LC's context creation
+  # and warm-up until the BE ended (H100, 2026-11-22): the LC then
+  # measured a GPU of its own.
+  L=$(worker lc-$ph "$LC_CGROUP" lc --requests $REQUESTS --lead-in ${LEAD_IN}s --out "$W/lc-$ph.json")
+  B=$(worker be-$ph "$BE_CGROUP" be --duration $((WINDOW + LEAD_IN + 10))s --out "$W/be-$ph.json")
   sleep 1; ps_groups be-$ph "$B"; ps_groups lc-$ph "$L"
   expect lc-$ph 5000000
   if [ $ph = annotated ]; then expect be-$ph "$BE_US"; else expect be-$ph 5000000; fi
   wait_pid "$L" $TIMEOUT_PHASE || say "phase $ph: lc worker past ${TIMEOUT_PHASE}s, killed"
+  overlap $ph
+}
+# overlap PHASE: how much of the LC's measurement ran while the BE ran,
+# from the workers' own records: the BE's "be ready" log line to its
+# "be done" (or now, if it still runs), and the LC's measured requests
+# (lc-PHASE.json; the lead-in before them is not kept). Both pods lc at a
+# 5 s timeslice starve each other (H100, 2026-11-22: the LC's context
+# creation, or its lead-in, waited out the BE's whole run): "be-as-lc"
+# reports that, "annotated" must overlap fully.
+overlap() {
+  [ "$WORKERS" = fake ] && return
+  python3 - "$W" "$1" "$(alive "$B" && echo running)" <<'PY' | tee -a "$SUMMARY"
+import datetime, json, re, sys, time
+w, ph, running = sys.argv[1:]
+def at(path, msg):
+    m = re.search(r'time=(\S+) level=\S+ msg="' + msg + '"', open(path).read())
+    return datetime.datetime.fromisoformat(m.group(1).replace("Z", "+00:00")).timestamp() if m else None
+b0, b1 = at(f"{w}/be-{ph}.out", "be ready"), at(f"{w}/be-{ph}.out", "be done")
+if b1 is None and running:
+    b1 = time.time()
+try:
+    lc = json.load(open(f"{w}/lc-{ph}.json"))
+    # mono -> wall: the LC's last request ended at "lc done"
+    l1 = at(f"{w}/lc-{ph}.out", "lc done")
+    off = l1 - lc["measure_end_mono_ns"] / 1e9
+    arr = [s["arrival_mono_ns"] / 1e9 + off for s in lc["samples"]]
+except Exception as e:
+    print(f"FAIL overlap-{ph}: no LC record ({e})"); sys.exit()
+if b0 is None or b1 is None:
+    print(f"FAIL overlap-{ph}: no BE run in its log"); sys.exit()
+inside = sum(1 for a in arr if b0 <= a <= b1)
+tag = "PASS" if inside == len(arr) else ("INFO" if ph != "annotated" else "FAIL")
+hms = lambda t: datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%H:%M:%S.%f")[:12]
+print(f"{tag} overlap-{ph}: {inside} of {len(arr)} measured LC requests arrived while the BE ran (BE {hms(b0)}-{hms(b1)}{' and on' if running else ''}, LC {hms(arr[0])}-{hms(arr[-1])})")
+PY
 }
 phase annotated
 say "== be-trainer annotated lc (JSON merge patch); the running BE re-classed"

@@ -6,16 +6,23 @@
 # (--repeat $BENCH_REPEAT):
 #
 #   must1    eager PyTorch LC + training BE: slo:pytorch-eager against
-#            pytorch-eager-standalone / -be-only; objective p50<=1.05x (~6 min)
+#            pytorch-eager-standalone / -be-only; objective p50<=1.05x; the
+#            ladder has a 1500us rung (~6.5 min)
 #   must2g   CUDA-graph PyTorch LC + training BE: slo:pytorch against the
 #            best static setting (pytorch-be-1us); objective p99<=1.15x (~7 min)
 #   must2s   synthetic LC (500 us prep, hints) + fixed-work BE:
 #            slo:prepreempt-defaults against prepreempt-be-1us (~4 min)
 #   must3    the switch: slo:pytorch@switch, the CUDA-graph LC runs eager
-#            from the middle of each 30 s run on; window 500ms; the daemon's
-#            chosen timeslice over time is in results.json ("slo") (~7.5 min)
+#            from the middle of each 24 s measurement on; window 500ms; the
+#            daemon's chosen timeslice and the BE share over time are in
+#            results.json ("slo", "be_timeline") and slo.png (~6 min)
 #   must4    two LC with different objectives (lc1 p50<=1.05x, lc2
-#            p99<=1.30x) and two BE with weights 3:1: slo:multi-tenant (~3 min)
+#            p99<=1.30x) and two BE with weights 3:1: slo:multi-tenant, and
+#            slo:prepreempt-multi-tenant with both LCs using hints (~7 min)
+#
+# In every slo: run the LC first runs a lead-in (--slo-lead-in, per part
+# below) with its latency pushed to the daemon: the measured window shows
+# where the daemon settled; its search is in the status record.
 #
 # Parts are named as arguments or in $PARTS (space- or comma-separated);
 # "all" is every part. Every part fits one 10-minute call on its own; run
@@ -44,8 +51,10 @@ BRUN=/tmp/gpreemptd-slo
 BSOCK=$BRUN/gpreemptd.sock
 BMADDR=127.0.0.1:19481
 BENCH_REPEAT=${BENCH_REPEAT:-3}
-# The controller's ladder (slo.ladder); e.g. add 1500us for the eager LC.
+# The controller's ladder (slo.ladder). The eager LC's knee lies between
+# 1 ms (BE 86-87%) and 3 ms (LC 1.17x), hence must1's 1500us rung.
 SLO_LADDER=${SLO_LADDER:-[1us, 50us, 200us, 500us, 1ms, 2ms, 3ms]}
+SLO_LADDER_MUST1=${SLO_LADDER_MUST1:-[1us, 50us, 200us, 500us, 1ms, 1500us, 2ms, 3ms]}
 # Bench limits, below the 10-minute limit of one call so that the results
 # are still packed (on SIGINT the bench writes what it has).
 BENCH_TIMEOUT_MUST1=${BENCH_TIMEOUT_MUST1:-540}
@@ -71,18 +80,25 @@ scenarios() {
     must1) echo pytorch-eager-standalone,slo:pytorch-eager,pytorch-eager-be-only;;
     must2g) echo pytorch-standalone,slo:pytorch,pytorch-be-1us,pytorch-be-only;;
     must2s) echo standalone,slo:prepreempt-defaults,prepreempt-be-1us,be-only;;
-    must3) echo pytorch-standalone,slo:pytorch@switch,pytorch-be-only;;
-    must4) echo standalone,slo:multi-tenant:be:3:be:1,be-only;;
+    must3) echo slo:pytorch@switch,pytorch-be-only;;
+    must4) echo standalone,slo:multi-tenant:be:3:be:1,slo:prepreempt-multi-tenant:be:3:be:1,be-only;;
   esac
 }
-# The measurement is long enough for the controller to walk its ladder
-# (1 s windows, 3 windows a step) and then hold.
+# The lead-in is long enough for the controller to learn the LC's
+# standalone-like latency (8 windows under the shortest BE timeslice) and
+# walk its ladder from the safe 200us (about 3 windows a step).
 duration() {
   case $1 in
-    must1) echo 20s;;
-    must2g) echo 15s;;
-    must3) echo 30s;;
-    *) echo 15s;;
+    must1) echo 12s;;
+    must3) echo 24s;;
+    *) echo 10s;;
+  esac
+}
+lead_in() {
+  case $1 in
+    must1) echo 30s;;
+    must3) echo 10s;;
+    *) echo 20s;;
   esac
 }
 bench_cmd() {
@@ -90,7 +106,7 @@ bench_cmd() {
   case $1 in must2s|must4) extra="--prep 500us --hint-launcher poller --lc-calibrate-us 0 --lc-iters 2000";; esac
   echo $C/gpreempt-bench run --gpreemptctl $C/gpreemptctl --daemon-socket $BSOCK \
     --scenarios "$(scenarios $1)" $extra \
-    --duration "$(duration $1)" --repeat $BENCH_REPEAT --out $W/$1
+    --duration "$(duration $1)" --slo-lead-in "$(lead_in $1)" --repeat $BENCH_REPEAT --out $W/$1
 }
 
 # The policy: workers of slo: scenarios carry GPREEMPT_CLASS (lc, be, be:3)
@@ -127,7 +143,7 @@ YAML
 slo:
   enabled: true
   window: $window
-  ladder: $SLO_LADDER
+  ladder: $([ "$1" = must1 ] && echo "$SLO_LADDER_MUST1" || echo "$SLO_LADDER")
   safe: 200us
   prepreempt_below: 500us
 requests:

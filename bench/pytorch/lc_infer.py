@@ -200,6 +200,8 @@ def main():
                     help="push the measured requests' latency windows to gpreemptd at this unix socket (its SLO mode)")
     ap.add_argument("--push-period", type=parse_duration, default="1s",
                     help="with --push-latency: one window this long (the daemon's slo.window)")
+    ap.add_argument("--lead-in", type=parse_duration, default="0",
+                    help="after the go line, run requests this long before measuring (pushed with --push-latency, not kept)")
     args = ap.parse_args()
     if args.requests <= 0 or args.period <= 0:
         ap.error("--requests and --period must be positive")
@@ -275,6 +277,22 @@ def main():
     pusher = LatencyPusher(args.push_latency, args.push_period) if args.push_latency else None
     if pusher:
         pusher.start()
+    lead_in = 0
+    if args.lead_in > 0:
+        # Requests pushed to gpreemptd but not kept: its SLO mode settles
+        # before the measured window.
+        lead_rng = random.Random(args.seed + 0x6C656164)  # measured requests' preps unchanged
+        t = time.monotonic_ns()
+        while lead_in * args.period < args.lead_in:
+            arrival = t + lead_in * args.period
+            if time.monotonic_ns() < arrival:
+                sleep_until(arrival)
+            prep = lo if hi <= lo else lead_rng.randint(lo, hi)
+            spin_until(time.monotonic_ns() + prep)
+            t0, _, t1, _ = request(gp.request("infer", expected_prep_us) if gp else None)
+            if pusher:
+                pusher.record(t1 - t0)
+            lead_in += 1
     start = time.monotonic_ns()
     for i in range(args.requests):
         if args.switch_after and i == args.switch_after:
@@ -320,6 +338,8 @@ def main():
             "prep_ns": list(args.prep),
             "seed": args.seed,
             "switch_after": args.switch_after,
+            "lead_in_ns": args.lead_in,
+            "lead_in_requests": lead_in,
             "torch": torch.__version__,
             "torchvision": torchvision.__version__,
         },

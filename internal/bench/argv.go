@@ -86,18 +86,31 @@ func (r *runner) pythonLCArgv(sc Scenario, out string) ([]string, []string) {
 }
 
 // pushArgs makes an LC worker of an slo: scenario push its latency
-// windows to gpreemptd.
+// windows to gpreemptd, after a lead-in of --slo-lead-in.
 func (r *runner) pushArgs(sc Scenario) []string {
 	if !sc.SLO {
 		return nil
 	}
-	return []string{"--push-latency", client.SocketPath(r.o.DaemonSocket)}
+	argv := []string{"--push-latency", client.SocketPath(r.o.DaemonSocket), "--lead-in", fmtDuration(r.o.SLOLeadIn)}
+	if r.o.SLOWindow > 0 {
+		argv = append(argv, "--push-period", fmtDuration(r.o.SLOWindow))
+	}
+	return argv
 }
 
-// lcTimeout bounds an LC worker's measurement: its nominal length three
-// times over (requests can run late under contention) plus slack.
+// leadIn is how long sc's LC runs before it measures.
+func (r *runner) leadIn(sc Scenario) time.Duration {
+	if !sc.SLO {
+		return 0
+	}
+	return r.o.SLOLeadIn
+}
+
+// lcTimeout bounds an LC worker's lead-in and measurement: their nominal
+// length three times over (requests can run late under contention) plus
+// slack.
 func (r *runner) lcTimeout(sc Scenario) time.Duration {
-	return 3*time.Duration(r.o.lcRequests(sc))*r.o.period(sc) + 2*time.Minute
+	return 3*(r.leadIn(sc)+time.Duration(r.o.lcRequests(sc))*r.o.period(sc)) + 2*time.Minute
 }
 
 // pytorchScripts returns the directory holding the Python workers: the

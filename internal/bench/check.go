@@ -100,9 +100,12 @@ func checkBE(label string, r *BEResult) error {
 // checkShare fails a BE process that made no progress in the window: with
 // fixed-work kernels of a few milliseconds, a window of seconds without one
 // completion means it was starved or hung, not slowed.
+// A BE that completed work outside the measurement window but none inside
+// it was starved, a result (scenarioWarnings names it); one that completed
+// nothing at all did not run.
 func checkShare(sh BEShare, window time.Duration) error {
-	if sh.WindowKernels <= 0 {
-		return fmt.Errorf("%w: %s: no %s completed in the %v measurement window", ErrImplausible, sh.Label, sh.Result.Unit, window.Round(time.Millisecond))
+	if sh.WindowKernels <= 0 && sh.Result.Kernels <= 0 {
+		return fmt.Errorf("%w: %s: no %s completed in the %v measurement window, nor outside it", ErrImplausible, sh.Label, sh.Result.Unit, window.Round(time.Millisecond))
 	}
 	return nil
 }
@@ -117,6 +120,11 @@ func scenarioWarnings(sr, _ *ScenarioResult) []string {
 	}
 	if sr.BEVsBEOnly > 1.05 {
 		w = append(w, fmt.Sprintf("BE throughput %.1f%% of be-only: above 100%%, clocks or the baseline may differ", 100*sr.BEVsBEOnly))
+	}
+	for _, sh := range sr.BE {
+		if sh.WindowKernels <= 0 {
+			w = append(w, fmt.Sprintf("%s starved: no %s completed in the measurement window (%d outside it)", sh.Label, sh.Result.Unit, sh.Result.Kernels))
+		}
 	}
 	if sr.LCP50VsStandalone > 0 && sr.LCP50VsStandalone < 0.9 {
 		w = append(w, fmt.Sprintf("LC p50 at %.2fx standalone: faster than alone", sr.LCP50VsStandalone))

@@ -109,8 +109,19 @@ func TestCheckShareAndCount(t *testing.T) {
 	if err := checkShare(BEShare{Label: "be", WindowKernels: 2, Result: r}, time.Second); err != nil {
 		t.Errorf("checkShare: %v", err)
 	}
-	err := checkShare(BEShare{Label: "be2", WindowKernels: 0, Result: r}, 20*time.Second)
-	if !errors.Is(err, ErrImplausible) || !strings.Contains(err.Error(), "be2: no kernels completed in the 20s") {
+	// Starved: none in the window, some outside it. A result, with a
+	// warning.
+	r.Kernels = 5
+	starved := BEShare{Label: "be2", WindowKernels: 0, Result: r}
+	if err := checkShare(starved, 20*time.Second); err != nil {
+		t.Errorf("checkShare(starved) = %v, want a result", err)
+	}
+	if w := scenarioWarnings(&ScenarioResult{BE: []BEShare{starved}}, nil); len(w) != 1 || !strings.Contains(w[0], "be2 starved: no kernels completed in the measurement window (5 outside it)") {
+		t.Errorf("warnings %q", w)
+	}
+	// Nothing at all: the worker did not run.
+	err := checkShare(BEShare{Label: "be2", WindowKernels: 0, Result: &BEResult{Unit: "kernels"}}, 20*time.Second)
+	if !errors.Is(err, ErrImplausible) || !strings.Contains(err.Error(), "be2: no kernels completed in the 20s measurement window, nor outside it") {
 		t.Errorf("checkShare(0) = %v", err)
 	}
 }

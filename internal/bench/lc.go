@@ -60,6 +60,11 @@ type lcOptions struct {
 	SwitchAfter  int
 	SwitchPeriod time.Duration
 	PushPeriod   time.Duration
+	// LeadIn, when > 0, is how long requests run after the go line and
+	// before the measurement, at Period, their latency pushed (with
+	// PushLatency) but not kept: the time gpreemptd's SLO mode has to
+	// settle before the measured window.
+	LeadIn time.Duration
 }
 
 var lcCommand = &cli.Command{
@@ -93,6 +98,7 @@ var lcCommand = &cli.Command{
 		&cli.StringFlag{Name: "push-latency", Usage: "push the measured requests' latency windows to gpreemptd at this socket (its SLO mode)"},
 		&cli.DurationFlag{Name: "push-period", Value: time.Second, Usage: "with --push-latency: one window this long (the daemon's slo.window)"},
 		&cli.Float64Flag{Name: "hint-prep-quantile", Usage: "with --hints: prepreempt.Options.PrepQuantile, in (0, 1) (0: the engine's default)"},
+		&cli.DurationFlag{Name: "lead-in", Usage: "after the go line, run requests this long before measuring (pushed with --push-latency, not kept)"},
 	},
 	Action: func(c *cli.Context) error {
 		prep := PrepDist{Min: c.Duration("prep"), Max: c.Duration("prep")}
@@ -128,6 +134,7 @@ var lcCommand = &cli.Command{
 			PushPeriod:    c.Duration("push-period"),
 			SwitchAfter:   c.Int("switch-after"),
 			SwitchPeriod:  c.Duration("switch-period"),
+			LeadIn:        c.Duration("lead-in"),
 		}
 		return runLC(c.Context, o, os.Stdin, c.App.Writer, logger(c))
 	},
@@ -141,8 +148,8 @@ func (o lcOptions) validate() error {
 		return fmt.Errorf("%w: --kernel-iters must be positive", ErrInvalidArgument)
 	case o.Period <= 0:
 		return fmt.Errorf("%w: --period must be positive", ErrInvalidArgument)
-	case o.Requests <= 0 || o.Warmup < 0:
-		return fmt.Errorf("%w: --requests must be positive and --warmup not negative", ErrInvalidArgument)
+	case o.Requests <= 0 || o.Warmup < 0 || o.LeadIn < 0:
+		return fmt.Errorf("%w: --requests must be positive, --warmup and --lead-in not negative", ErrInvalidArgument)
 	case o.SwitchAfter < 0, o.SwitchAfter > 0 && (o.SwitchPeriod <= o.Prep.Max || o.SwitchAfter >= o.Requests):
 		return fmt.Errorf("%w: --switch-after %d --switch-period %v: want a request before --requests and a period longer than the preparation", ErrInvalidArgument, o.SwitchAfter, o.SwitchPeriod)
 	case o.Prep.Max >= o.Period:
@@ -256,6 +263,30 @@ func measureLC(ctx context.Context, o lcOptions, rng *rand.Rand, request func(ti
 	return samples, late, start, time.Now(), nil
 }
 
+// runLeadIn runs requests every Period for o.LeadIn and discards them
+// (request may still report each one, to the latency pusher). It returns
+// how many ran.
+func runLeadIn(ctx context.Context, o lcOptions, rng *rand.Rand, request func(time.Duration) (LCSample, error)) (int, error) {
+	if o.LeadIn <= 0 {
+		return 0, nil
+	}
+	start := time.Now()
+	n := 0
+	for arrival := start; arrival.Sub(start) < o.LeadIn; arrival = arrival.Add(o.Period) {
+		if err := ctx.Err(); err != nil {
+			return n, fmt.Errorf("interrupted in the lead-in after %d requests: %w", n, err)
+		}
+		if now := time.Now(); now.Before(arrival) {
+			sleepUntil(arrival)
+		}
+		if _, err := request(o.Prep.Sample(rng)); err != nil {
+			return n, fmt.Errorf("lead-in request %d: %w", n, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
 func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, log *slog.Logger) (err error) {
 	if err := o.validate(); err != nil {
 		return err
@@ -359,6 +390,12 @@ func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, 
 		request = recordLatency(request, rep.Record)
 		log.Info("pushing latency windows", "socket", o.PushLatency, "period", o.PushPeriod)
 	}
+	// The lead-in draws its preparation times from its own stream, so the
+	// measured requests' are the same with or without it.
+	leadIn, err := runLeadIn(ctx, o, rand.New(rand.NewPCG(o.Seed, 0x6c656164)), request)
+	if err != nil {
+		return err
+	}
 	samples, late, start, end, err := measureLC(ctx, o, rng, request)
 	if err != nil {
 		return err
@@ -384,6 +421,10 @@ func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, 
 		MeasureEndMonoNs:   monoNs(end),
 		Late:               late,
 		Samples:            samples,
+	}
+	if o.LeadIn > 0 {
+		res.Config["lead_in"] = fmtDuration(o.LeadIn)
+		res.Config["lead_in_requests"] = leadIn
 	}
 	if o.SwitchAfter > 0 {
 		res.Config["switch_after"] = o.SwitchAfter

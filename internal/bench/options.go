@@ -42,6 +42,14 @@ type runOptions struct {
 	DaemonSocket string `json:"-"`
 	// SLOPoll is how often slo: scenarios read the daemon's status.
 	SLOPoll time.Duration `json:"-"`
+	// SLOLeadIn is how long the LC of an slo: scenario runs, its latency
+	// pushed to gpreemptd, before the measurement starts: the daemon's
+	// search from its safe setting is not part of the measured window
+	// (the status is recorded through it all).
+	SLOLeadIn time.Duration `json:"slo_lead_in,omitempty"`
+	// SLOWindow is gpreemptd's SLO window, read from its status before
+	// the first slo: scenario: the LC workers push at this period.
+	SLOWindow time.Duration `json:"slo_window,omitempty"`
 
 	// HintLauncher is passed to LC workers of prepreempt-* scenarios.
 	HintLauncher prepreempt.Launcher `json:"hint_launcher,omitempty"`
@@ -182,6 +190,7 @@ var runFlags = []cli.Flag{
 	&cli.DurationFlag{Name: "daemon-poll", Value: 20 * time.Millisecond, Usage: "daemon:* scenarios: pause between read-backs (gpreemptctl get-timeslice) of a worker until gpreemptd has classed it"},
 	&cli.StringFlag{Name: "daemon-socket", Usage: "slo:* scenarios: gpreemptd's socket (default: $GPREEMPTD_SOCKET, else /run/gpreempt/gpreemptd.sock)"},
 	&cli.DurationFlag{Name: "slo-poll", Value: 250 * time.Millisecond, Usage: "slo:* scenarios: how often the daemon's status (the BE timeslice it chose) is recorded"},
+	&cli.DurationFlag{Name: "slo-lead-in", Value: 20 * time.Second, Usage: "slo:* scenarios: LC requests run (and pushed to gpreemptd) this long before the measurement, so the measured window shows where the daemon settled, not its search (0: measure from the first request)"},
 	&cli.DurationFlag{Name: "daemon-timeout", Value: 10 * time.Second, Usage: "daemon:* scenarios: fail when a worker's groups do not read back its class this long after READY"},
 	&cli.DurationFlag{Name: "nvml-interval", Value: 50 * time.Millisecond, Usage: "how often to read the GPU's SM clock, power, temperature and throttle reasons through NVML (0: never)"},
 
@@ -231,7 +240,7 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		Duration: c.Duration("duration"), Settle: c.Duration("settle"), ReadyTimeout: c.Duration("ready-timeout"),
 		Seed: c.Uint64("seed"), NVMLInterval: c.Duration("nvml-interval"),
 		DaemonPoll: c.Duration("daemon-poll"), DaemonTimeout: c.Duration("daemon-timeout"),
-		DaemonSocket: client.SocketPath(c.String("daemon-socket")), SLOPoll: c.Duration("slo-poll"),
+		DaemonSocket: client.SocketPath(c.String("daemon-socket")), SLOPoll: c.Duration("slo-poll"), SLOLeadIn: c.Duration("slo-lead-in"),
 		Period: c.Duration("period"), Prep: prep, Requests: c.Int("requests"), Warmup: c.Int("warmup"),
 		LCIters: c.Uint64("lc-iters"), LCBlocks: c.Int("lc-blocks"), LCThreads: c.Int("lc-threads"), LCCalibrateUs: c.Float64("lc-calibrate-us"),
 		BEIters: c.Uint64("be-iters"), BEBlocks: c.Int("be-blocks"), BEThreads: c.Int("be-threads"), BEQueue: c.Int("be-queue"), BECalibrateMs: c.Float64("be-calibrate-ms"),
@@ -263,8 +272,8 @@ func (o *runOptions) validate() error {
 		return fmt.Errorf("%w: preparation (up to %v) must be shorter than --period %v", ErrInvalidArgument, o.Prep.Max, o.Period)
 	case o.Settle < 0, o.ReadyTimeout <= 0:
 		return fmt.Errorf("%w: --settle must not be negative, --ready-timeout must be positive", ErrInvalidArgument)
-	case o.SLOPoll < 0:
-		return fmt.Errorf("%w: --slo-poll must not be negative", ErrInvalidArgument)
+	case o.SLOPoll < 0, o.SLOLeadIn < 0:
+		return fmt.Errorf("%w: --slo-poll and --slo-lead-in must not be negative", ErrInvalidArgument)
 	case o.DaemonPoll < 0, o.DaemonTimeout <= 0 && slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.Daemon }):
 		return fmt.Errorf("%w: --daemon-poll must not be negative, --daemon-timeout must be positive", ErrInvalidArgument)
 	case o.NVMLInterval < 0:

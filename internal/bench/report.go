@@ -81,6 +81,9 @@ func writeHeader(b *strings.Builder, res *Results) {
 			rs = fmt.Sprintf("%d repetitions, interleaved (every scenario once, then again)", reps)
 		}
 		fmt.Fprintf(b, "- Per scenario run: %s measured after %s settle; %s\n", fmtDuration(c.Duration), fmtDuration(c.Settle), rs)
+		if c.SLOLeadIn > 0 && slices.ContainsFunc(c.Scenarios, func(s Scenario) bool { return s.SLO }) {
+			fmt.Fprintf(b, "- slo: scenarios: the LC runs %s (its latency pushed to gpreemptd) before its measurement starts; the daemon's choices through both are in the SLO table\n", fmtDuration(c.SLOLeadIn))
+		}
 	}
 	if res.usesRuntime(RuntimeKernels) {
 		n := c.lcRequests(Scenario{Runtime: RuntimeKernels})
@@ -246,11 +249,11 @@ func writeNotes(b *strings.Builder, res *Results) {
 	var slo []string
 	for _, sr := range res.Scenarios {
 		if len(sr.SLO) > 0 {
-			slo = append(slo, fmt.Sprintf("- %s: %s", runName(sr), sloLine(sr.SLO)))
+			slo = append(slo, fmt.Sprintf("- %s: %s", runName(sr), sloLine(sr.SLO, sr.WindowStartMonoNs)))
 		}
 	}
 	if len(slo) > 0 {
-		b.WriteString("\ngpreemptd SLO mode (GET /v1/status during the measurement):\n\n" + strings.Join(slo, "\n") + "\n")
+		b.WriteString("\ngpreemptd SLO mode (GET /v1/status through the lead-in and the measurement):\n\n" + strings.Join(slo, "\n") + "\n")
 	}
 	if len(classed) > 0 {
 		b.WriteString("\nClassed by gpreemptd (READY to the first read-back showing the class; resolution: one `gpreemptctl get-timeslice`):\n\n" + strings.Join(classed, "\n") + "\n")

@@ -175,9 +175,16 @@ type ScenarioResult struct {
 	// DaemonClassed, in daemon: scenarios, is each worker's wait for
 	// gpreemptd's class to read back.
 	DaemonClassed []DaemonClassed `json:"daemon_classed,omitempty"`
-	// SLO, in slo: scenarios, is gpreemptd's SLO status over the
-	// measurement (every --slo-poll): the BE timeslice it chose.
+	// SLO, in slo: scenarios, is gpreemptd's SLO status over the LC's
+	// lead-in and measurement (every --slo-poll): the BE timeslice it
+	// chose.
 	SLO []SLOSample `json:"slo,omitempty"`
+	// BETimeline, in slo: scenarios, is the BE processes' completions per
+	// second in one-second bins from BETimelineStartMonoNs (the first SLO
+	// status read, when the LC's lead-in starts) to the measurement's end:
+	// BE share over time, against the be-only run's rate.
+	BETimeline            []float64 `json:"be_timeline,omitempty"`
+	BETimelineStartMonoNs int64     `json:"be_timeline_start_mono_ns,omitempty"`
 
 	// GPU is what NVML read during the measurement window.
 	GPU *TelemetrySummary `json:"gpu,omitempty"`

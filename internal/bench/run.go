@@ -131,6 +131,12 @@ func runAll(ctx context.Context, o runOptions, env runEnv) error {
 		r.o.Ctl = path
 		r.ctl = &ctlRunner{path: path, log: log}
 	}
+	if slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.SLO }) {
+		// LC workers push one latency window per observation.
+		if r.o.SLOWindow, err = sloWindow(ctx, fetchStatus(o.DaemonSocket)); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return err
 	}

@@ -270,6 +270,9 @@ func (run *scenarioRun) collectBE() error {
 		if br.EndMonoNs < sr.WindowEndMonoNs {
 			errs = append(errs, fmt.Errorf("%w: %s stopped before the measurement window ended", ErrImplausible, label))
 		}
+		if len(sr.SLO) > 0 {
+			addBETimeline(sr, &br)
+		}
 		sh := BEShare{Label: label, Timeslice: run.beTimeslices[i], Result: &br}
 		if run.sc.Weights[i].Weight > 0 {
 			sh.Class = run.sc.Weights[i].String()
@@ -290,6 +293,25 @@ func (run *scenarioRun) collectBE() error {
 		sr.BEPerSec += sh.WindowPerSec
 	}
 	return errors.Join(errs...)
+}
+
+// addBETimeline adds br's completions to sr's per-second BE timeline,
+// which starts at sr's first SLO status read.
+func addBETimeline(sr *ScenarioResult, br *BEResult) {
+	start, end := sr.SLO[0].MonoNs, sr.WindowEndMonoNs
+	if end <= start {
+		return
+	}
+	bins := int((end - start + int64(time.Second) - 1) / int64(time.Second))
+	if len(sr.BETimeline) < bins {
+		sr.BETimeline = append(sr.BETimeline, make([]float64, bins-len(sr.BETimeline))...)
+	}
+	sr.BETimelineStartMonoNs = start
+	for i := range bins {
+		from := start + int64(i)*int64(time.Second)
+		to := min(from+int64(time.Second), end)
+		sr.BETimeline[i] += float64(br.CountIn(from, to)) / (float64(to-from) / 1e9)
+	}
 }
 
 // ctl runs gpreemptctl and records the call in the scenario.

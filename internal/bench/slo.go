@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
@@ -46,24 +47,46 @@ type SLOSample struct {
 	Changes     int      `json:"changes"`
 }
 
-// parseSLOStatus reads the slo section of GET /v1/status's JSON.
-func parseSLOStatus(b []byte) (SLOSample, error) {
+// sloStatus reads the slo section of GET /v1/status's JSON; an error if
+// SLO mode is off.
+func sloStatus(b []byte) (*client.SLO, error) {
 	var st struct {
-		SLO *struct {
-			Enabled     bool     `json:"enabled"`
-			BETimeslice string   `json:"be_timeslice"`
-			BEShare     *float64 `json:"be_share"`
-			WorstLC     *float64 `json:"worst_lc_vs_objective"`
-			Changes     int      `json:"changes"`
-		} `json:"slo"`
+		SLO *client.SLO `json:"slo"`
 	}
 	if err := json.Unmarshal(b, &st); err != nil {
-		return SLOSample{}, fmt.Errorf("gpreemptd status: %w", err)
+		return nil, fmt.Errorf("gpreemptd status: %w", err)
 	}
 	if st.SLO == nil || !st.SLO.Enabled {
-		return SLOSample{}, fmt.Errorf("gpreemptd status: SLO mode not enabled (policy: slo: {enabled: true})")
+		return nil, fmt.Errorf("gpreemptd status: SLO mode not enabled (policy: slo: {enabled: true})")
 	}
-	return SLOSample{BETimeslice: st.SLO.BETimeslice, BEShare: st.SLO.BEShare, WorstLC: st.SLO.WorstLC, Changes: st.SLO.Changes}, nil
+	return st.SLO, nil
+}
+
+// parseSLOStatus reads one SLO sample from GET /v1/status's JSON.
+func parseSLOStatus(b []byte) (SLOSample, error) {
+	st, err := sloStatus(b)
+	if err != nil {
+		return SLOSample{}, err
+	}
+	return SLOSample{BETimeslice: st.BETimeslice, BEShare: st.BEShare, WorstLC: st.WorstLC, Changes: st.Changes}, nil
+}
+
+// sloWindow asks gpreemptd for its SLO window, the period LC workers push
+// their latency at: one push per observation.
+func sloWindow(ctx context.Context, fetch func(context.Context) ([]byte, error)) (time.Duration, error) {
+	b, err := fetch(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("slo: scenarios need gpreemptd in SLO mode: %w", err)
+	}
+	st, err := sloStatus(b)
+	if err != nil {
+		return 0, fmt.Errorf("slo: scenarios: %w", err)
+	}
+	w, err := time.ParseDuration(st.Window)
+	if err != nil || w <= 0 {
+		return 0, fmt.Errorf("slo: scenarios: gpreemptd status: SLO window %q: want a positive duration", st.Window)
+	}
+	return w, nil
 }
 
 // sloPoller records the daemon's SLO status every interval until its
@@ -146,25 +169,46 @@ func (run *scenarioRun) startSLOPoll(ctx context.Context) func() {
 }
 
 // sloLine is the report's line for one run's samples: the timeslices the
-// daemon chose, in order, and its changes.
-func sloLine(ss []SLOSample) string {
+// daemon chose, in order, before the measurement (the lead-in) and in it,
+// and its changes in each.
+func sloLine(ss []SLOSample, measureStartNs int64) string {
 	if len(ss) == 0 {
 		return "no status read"
 	}
-	var seq []string
-	for _, s := range ss {
-		ts := s.BETimeslice
-		if ts == "" {
-			ts = "policy"
+	seq := func(ss []SLOSample) []string {
+		var seq []string
+		for _, s := range ss {
+			ts := s.BETimeslice
+			if ts == "" {
+				ts = "policy"
+			}
+			if len(seq) == 0 || seq[len(seq)-1] != ts {
+				seq = append(seq, ts)
+			}
 		}
-		if len(seq) == 0 || seq[len(seq)-1] != ts {
-			seq = append(seq, ts)
+		return seq
+	}
+	i := 0
+	for i < len(ss) && ss[i].MonoNs < measureStartNs {
+		i++
+	}
+	lead, measured := ss[:i], ss[i:]
+	var parts []string
+	before := 0
+	if len(lead) > 0 {
+		before = lead[len(lead)-1].Changes
+		parts = append(parts, fmt.Sprintf("lead-in %v, %d changes", seq(lead), before-lead[0].Changes))
+	}
+	if len(measured) > 0 {
+		last := measured[len(measured)-1]
+		if len(lead) == 0 {
+			before = measured[0].Changes
 		}
+		line := fmt.Sprintf("measured %v over %d samples, %d changes", seq(measured), len(measured), last.Changes-before)
+		if last.BEShare != nil {
+			line += fmt.Sprintf(", BE share %.1f%%", 100**last.BEShare)
+		}
+		parts = append(parts, line)
 	}
-	last := ss[len(ss)-1]
-	line := fmt.Sprintf("BE timeslice %v over %d samples, %d changes", seq, len(ss), last.Changes)
-	if last.BEShare != nil {
-		line += fmt.Sprintf(", BE share %.1f%%", 100**last.BEShare)
-	}
-	return line
+	return "BE timeslice " + strings.Join(parts, "; ")
 }

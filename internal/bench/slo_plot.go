@@ -23,8 +23,10 @@ type sloSeries struct {
 }
 
 // sloSeriesOf returns sr's series; ok is false for a run without SLO
-// samples.
-func sloSeriesOf(sr *ScenarioResult) (s sloSeries, ok bool) {
+// samples. beOnly is the be-only run's BE rate of the same repetition (0:
+// none): BE share is the BE timeline against it, else the daemon's own
+// estimate where it has one.
+func sloSeriesOf(sr *ScenarioResult, beOnly float64) (s sloSeries, ok bool) {
 	if len(sr.SLO) == 0 {
 		return s, false
 	}
@@ -39,8 +41,14 @@ func sloSeriesOf(sr *ScenarioResult) (s sloSeries, ok bool) {
 		if d, err := time.ParseDuration(x.BETimeslice); err == nil && d > 0 {
 			s.slice = append(s.slice, plotter.XY{X: t, Y: float64(d) / float64(time.Microsecond)})
 		}
-		if x.BEShare != nil {
+		if x.BEShare != nil && (beOnly <= 0 || len(sr.BETimeline) == 0) {
 			s.share = append(s.share, plotter.XY{X: t, Y: 100 * *x.BEShare})
+		}
+	}
+	if beOnly > 0 {
+		for i, v := range sr.BETimeline {
+			t := float64(sr.BETimelineStartMonoNs+int64(i)*int64(time.Second)+int64(time.Second/2)-t0) / 1e9
+			s.share = append(s.share, plotter.XY{X: t, Y: 100 * v / beOnly})
 		}
 	}
 	return s, true
@@ -52,11 +60,16 @@ func sloSeriesOf(sr *ScenarioResult) (s sloSeries, ok bool) {
 // when no run has SLO samples.
 func PlotSLO(path string, res *Results) error {
 	var series []sloSeries
+	runs := indexRuns(res)
 	for _, sr := range res.Scenarios {
 		if sr.Rep > 1 {
 			continue
 		}
-		if s, ok := sloSeriesOf(sr); ok {
+		var beOnly float64
+		if _, name := baselinesOf(sr); runs[runKey{name, repOf(sr)}] != nil {
+			beOnly = runs[runKey{name, repOf(sr)}].BEPerSec
+		}
+		if s, ok := sloSeriesOf(sr, beOnly); ok {
 			series = append(series, s)
 		}
 	}
@@ -66,7 +79,7 @@ func PlotSLO(path string, res *Results) error {
 	titles := []struct{ title, y string }{
 		{"LC latency (p50 of consecutive requests)", "us"},
 		{"BE timeslice chosen by gpreemptd", "us (log scale)"},
-		{"BE share (the daemon's estimate)", "%"},
+		{"BE share (BE rate per second over the be-only run's)", "%"},
 	}
 	plots := make([][]*plot.Plot, 3)
 	for i, t := range titles {
@@ -74,7 +87,7 @@ func PlotSLO(path string, res *Results) error {
 		p.Title.Text = t.title
 		p.Y.Label.Text = t.y
 		if i == 2 {
-			p.X.Label.Text = "time into the measurement (s)"
+			p.X.Label.Text = "time into the measurement (s; before 0: the LC's lead-in)"
 		}
 		if i == 1 {
 			p.Y.Scale = plot.LogScale{}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/daemon"
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/tsg"
+	"gonum.org/v1/plot/plotter"
 )
 
 func TestParseSLOScenarios(t *testing.T) {
@@ -99,17 +101,57 @@ func TestSLOWantsAnyTimeslice(t *testing.T) {
 
 func TestSLOLCArgvPushes(t *testing.T) {
 	r := &runner{env: runEnv{self: []string{"/opt/gp/gpreempt-bench"}}, scripts: "/tmp/scripts",
-		o: runOptions{Requests: 10, PyRequests: 10, Python: "python3", DaemonSocket: "/tmp/d.sock"}}
+		o: runOptions{Requests: 10, PyRequests: 10, Python: "python3", DaemonSocket: "/tmp/d.sock", SLOLeadIn: 25 * time.Second}}
 	for _, name := range []string{"slo:defaults", "slo:pytorch-eager", "slo:pytorch"} {
 		sc, _ := parseScenario(name)
 		argv, _ := r.lcArgv(sc, "lc.json")
-		if !hasArgs(argv, "--push-latency", "/tmp/d.sock") {
-			t.Errorf("%s: argv lacks --push-latency: %v", name, argv)
+		if !hasArgs(argv, "--push-latency", "/tmp/d.sock") || !hasArgs(argv, "--lead-in", "25s") {
+			t.Errorf("%s: argv lacks --push-latency or --lead-in: %v", name, argv)
+		}
+		if got, base := r.lcTimeout(sc), 3*time.Duration(r.o.lcRequests(sc))*r.o.period(sc)+2*time.Minute; got != base+75*time.Second {
+			t.Errorf("%s: LC timeout %v, want %v plus three lead-ins", name, got, base)
 		}
 	}
 	sc, _ := parseScenario("daemon:be-1us")
-	if argv, _ := r.lcArgv(sc, "lc.json"); slices.Contains(argv, "--push-latency") {
-		t.Errorf("daemon: argv pushes: %v", argv)
+	if argv, _ := r.lcArgv(sc, "lc.json"); slices.Contains(argv, "--push-latency") || slices.Contains(argv, "--lead-in") {
+		t.Errorf("daemon: argv pushes or leads in: %v", argv)
+	}
+}
+
+func TestAddBETimeline(t *testing.T) {
+	sr := &ScenarioResult{SLO: []SLOSample{{MonoNs: 1e9}}, WindowEndMonoNs: 3.5e9}
+	// Completions at 1.5 s, 2.2 s, 2.9 s and 3.4 s; a second BE at 1.1 s.
+	addBETimeline(sr, &BEResult{CompletionsMonoNs: []int64{1.5e9, 2.2e9, 2.9e9, 3.4e9, 3.6e9}})
+	addBETimeline(sr, &BEResult{CompletionsMonoNs: []int64{1.1e9}})
+	// Bins [1,2) [2,3) [3,3.5]: the last is half a second long.
+	if want := []float64{2, 2, 2}; !slices.Equal(sr.BETimeline, want) || sr.BETimelineStartMonoNs != 1e9 {
+		t.Errorf("timeline %v from %d, want %v from 1e9", sr.BETimeline, sr.BETimelineStartMonoNs, want)
+	}
+}
+
+func TestRunLeadIn(t *testing.T) {
+	o := lcOptions{Period: time.Millisecond, LeadIn: 5 * time.Millisecond}
+	var n int
+	req := func(time.Duration) (LCSample, error) { n++; return LCSample{}, nil }
+	got, err := runLeadIn(context.Background(), o, rand.New(rand.NewPCG(1, 2)), req)
+	// One request per period from the start of the lead-in: arrivals at
+	// 0, 1, ..., 4 ms.
+	if err != nil || got != 5 || n != 5 {
+		t.Errorf("lead-in ran %d (counted %d), %v; want 5", n, got, err)
+	}
+	o.LeadIn = 0
+	if got, err := runLeadIn(context.Background(), o, nil, req); got != 0 || err != nil || n != 5 {
+		t.Errorf("no lead-in ran %d, %v", got, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	o.LeadIn = time.Hour
+	if _, err := runLeadIn(ctx, o, rand.New(rand.NewPCG(1, 2)), req); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled lead-in: %v", err)
+	}
+	failing := func(time.Duration) (LCSample, error) { return LCSample{}, io.EOF }
+	if _, err := runLeadIn(context.Background(), lcOptions{Period: time.Millisecond, LeadIn: time.Second}, rand.New(rand.NewPCG(1, 2)), failing); !errors.Is(err, io.EOF) {
+		t.Errorf("failing lead-in: %v", err)
 	}
 }
 
@@ -248,10 +290,19 @@ func TestSLOPollerWithFakeDaemon(t *testing.T) {
 	if got[0].BETimeslice != "" || got[2].BETimeslice != "1ms" || got[2].MonoNs != 750e6 || got[2].Changes != 2 {
 		t.Errorf("%+v", got)
 	}
-	if line := sloLine(got); line != "BE timeslice [policy 200us 1ms] over 3 samples, 2 changes, BE share 88.0%" {
-		t.Errorf("line %q", line)
+	for _, c := range []struct {
+		start int64
+		want  string
+	}{
+		{0, "BE timeslice measured [policy 200us 1ms] over 3 samples, 2 changes, BE share 88.0%"},
+		{600e6, "BE timeslice lead-in [policy 200us], 1 changes; measured [1ms] over 1 samples, 1 changes, BE share 88.0%"},
+		{800e6, "BE timeslice lead-in [policy 200us 1ms], 2 changes"},
+	} {
+		if line := sloLine(got, c.start); line != c.want {
+			t.Errorf("measurement from %d: line %q, want %q", c.start, line, c.want)
+		}
 	}
-	if sloLine(nil) != "no status read" {
+	if sloLine(nil, 0) != "no status read" {
 		t.Error("empty line")
 	}
 }
@@ -320,11 +371,19 @@ func TestPlotSLO(t *testing.T) {
 		{Name: "slo:pytorch@switch", Rep: 2, LC: &LCResult{Samples: lc}, SLO: slo},
 		{Name: "pytorch-standalone", Rep: 1, LC: &LCResult{Samples: lc}},
 	}}
-	s, ok := sloSeriesOf(res.Scenarios[0])
+	s, ok := sloSeriesOf(res.Scenarios[0], 0)
 	if !ok || len(s.slice) != 7 || s.slice[3].Y != 1000 || s.slice[0].X != 0.5 || len(s.share) != 8 || len(s.latency) == 0 {
 		t.Errorf("series %+v", s)
 	}
-	if _, ok := sloSeriesOf(res.Scenarios[2]); ok {
+	// With a be-only rate, BE share is the BE timeline against it, in the
+	// middle of each one-second bin, on the LC's time axis.
+	withTimeline := *res.Scenarios[0]
+	withTimeline.BETimeline, withTimeline.BETimelineStartMonoNs = []float64{20, 25}, -1e9
+	s, _ = sloSeriesOf(&withTimeline, 25)
+	if want := (plotter.XYs{{X: -0.5, Y: 80}, {X: 0.5, Y: 100}}); !slices.Equal(s.share, want) {
+		t.Errorf("share %v, want %v", s.share, want)
+	}
+	if _, ok := sloSeriesOf(res.Scenarios[2], 0); ok {
 		t.Error("a run without SLO samples has a series")
 	}
 	dir := t.TempDir()
@@ -344,5 +403,116 @@ func TestPlotSLO(t *testing.T) {
 	}
 	if _, err := os.Stat(none); !os.IsNotExist(err) {
 		t.Error("slo.png written without SLO runs")
+	}
+}
+
+// stubTorch is just enough of torch and torchvision for lc_infer.py's
+// eager path to run without a GPU: every call returns at once.
+var stubTorch = map[string]string{
+	"torch/__init__.py": `import contextlib
+__version__ = "stub"
+class _T:
+    def pin_memory(self): return self
+    def copy_(self, other, non_blocking=False): return self
+def device(kind, index=0): return (kind, index)
+def randn(*shape): return _T()
+def empty_like(t, device=None): return _T()
+def inference_mode(): return contextlib.nullcontext()
+class backends:
+    class cudnn:
+        benchmark = False
+class cuda:
+    class Event:
+        def __init__(self, enable_timing=False): pass
+        def record(self): pass
+        def elapsed_time(self, other): return 0.5
+    @staticmethod
+    def set_device(d): pass
+    @staticmethod
+    def synchronize(d=None): pass
+    @staticmethod
+    def get_device_name(d=None): return "stub"
+`,
+	"torchvision/__init__.py": `__version__ = "stub"
+from . import models
+`,
+	"torchvision/models.py": `class _Model:
+    def to(self, dev): return self
+    def eval(self): return self
+    def __call__(self, x): return x
+def resnet50(weights=None): return _Model()
+`,
+}
+
+// TestPythonLCLeadIn runs lc_infer.py end to end on a stub torch: the
+// lead-in's requests run before the measured ones and are not kept.
+func TestPythonLCLeadIn(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	stub := t.TempDir()
+	for name, src := range stubTorch {
+		p := filepath.Join(stub, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "lc.json")
+	cmd := exec.Command(py, "../../bench/pytorch/lc_infer.py", "--period", "1ms", "--requests", "3", "--warmup", "1",
+		"--lead-in", "5ms", "--out", out)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+stub)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("lc_infer.py: %v: %s", err, b)
+	}
+	var res struct {
+		Config struct {
+			LeadInNs       int64 `json:"lead_in_ns"`
+			LeadInRequests int   `json:"lead_in_requests"`
+		} `json:"config"`
+		Samples []json.RawMessage `json:"samples"`
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	// One request every 1 ms for 5 ms: 5 in the lead-in, then 3 measured.
+	if res.Config.LeadInNs != 5e6 || res.Config.LeadInRequests != 5 || len(res.Samples) != 3 {
+		t.Errorf("lead-in %d ns, %d requests, %d samples; want 5ms, 5, 3", res.Config.LeadInNs, res.Config.LeadInRequests, len(res.Samples))
+	}
+}
+
+func TestSLOWindow(t *testing.T) {
+	fetch := func(body string, err error) func(context.Context) ([]byte, error) {
+		return func(context.Context) ([]byte, error) { return []byte(body), err }
+	}
+	for _, c := range []struct {
+		name, body string
+		err        error
+		want       time.Duration
+		wantErr    string
+	}{
+		{"on", `{"slo":{"enabled":true,"window":"500ms"}}`, nil, 500 * time.Millisecond, ""},
+		{"off", `{"slo":{"enabled":false,"window":"1s"}}`, nil, 0, "SLO mode not enabled"},
+		{"no slo", `{"pid":1}`, nil, 0, "SLO mode not enabled"},
+		{"bad window", `{"slo":{"enabled":true,"window":"soon"}}`, nil, 0, `SLO window "soon"`},
+		{"no daemon", ``, os.ErrNotExist, 0, "need gpreemptd in SLO mode"},
+		{"not JSON", `<html>`, nil, 0, "gpreemptd status"},
+	} {
+		got, err := sloWindow(context.Background(), fetch(c.body, c.err))
+		if got != c.want || (c.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.wantErr)) {
+			t.Errorf("%s: %v, %v; want %v, error with %q", c.name, got, err, c.want, c.wantErr)
+		}
+	}
+	r := &runner{env: runEnv{self: []string{"gpreempt-bench"}}, o: runOptions{Requests: 10, DaemonSocket: "/tmp/d.sock", SLOWindow: 500 * time.Millisecond}}
+	sc, _ := parseScenario("slo:defaults")
+	if argv, _ := r.lcArgv(sc, "lc.json"); !hasArgs(argv, "--push-period", "500ms") {
+		t.Errorf("argv lacks the daemon's window as --push-period: %v", argv)
 	}
 }

@@ -331,6 +331,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer d.close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The SLO mode's first step (it only starts the controller): the
+	// status shows the mode on from the first request served.
+	d.slo.Step(d.rec.Now())
 	var wg sync.WaitGroup
 	errc := make(chan error, 4)
 	goRun := func(f func()) {

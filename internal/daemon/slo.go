@@ -195,6 +195,14 @@ func finite(f float64) *float64 {
 	return &f
 }
 
+// ladderOrDefault is the ladder in force, as the status shows it.
+func ladderOrDefault(l []time.Duration) string {
+	if len(l) == 0 {
+		l = slo.DefaultLadder
+	}
+	return fmtLadder(l)
+}
+
 func fmtLadder(l []time.Duration) string {
 	s := ""
 	for i, d := range l {
@@ -235,16 +243,26 @@ func (l *SLOLoop) Step(now time.Duration) {
 		l.ctl, l.conf = c, conf
 		l.rec.SetClassTimeslice(class.BE, c.Current())
 		l.log.Info("slo: mode on; BE at the safe timeslice until LC latency is known", "be_timeslice", c.Current(), "window", pol.SLO.Window)
+		// On from here: the status says so (and what is in force) before
+		// the first window ends.
 		l.mu.Lock()
-		l.status.Changes = 0
-		l.status.Last, l.status.LastChange = nil, nil
+		l.status = SLOStatus{Enabled: true, Window: pol.SLO.Window.String(), BETimeslice: c.Current().String(),
+			Safe: conf.safe.String(), Ladder: ladderOrDefault(pol.SLO.Ladder), MinBEShare: pol.SLO.MinBEShare,
+			Prepreempt: pol.SLO.PrepreemptBelow <= 0 || c.Current() < pol.SLO.PrepreemptBelow, Engines: l.status.Engines}
 		l.mu.Unlock()
+		l.metrics.setSLO(&slo.Decision{BETimeslice: c.Current(), Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()})
 		l.last = now
 		return // the first window starts now
 	}
 
 	lcs := l.rec.InClass(class.LC)
 	obs := slo.Observation{BEShare: math.NaN(), MinBEShare: pol.SLO.MinBEShare}
+	// Two BE processes switch among themselves at the BE timeslice: below
+	// the safe setting they spend the GPU on saving and restoring each
+	// other (slo.Observation.MinBETimeslice).
+	if len(l.rec.InClass(class.BE)) >= 2 {
+		obs.MinBETimeslice = conf.safe
+	}
 	if l.Share != nil {
 		if s, ok := l.Share.BEShare(); ok {
 			obs.BEShare = s
@@ -324,10 +342,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 	sd := &SLODecision{Window: n, BETimeslice: d.BETimeslice.String(), Changed: d.Changed, Cause: d.Cause, Reason: d.Reason,
 		Fallback: d.Fallback, BEBelowMinimum: d.BEBelowMinimum}
 	l.status.Enabled, l.status.Window = true, window.String()
-	l.status.BETimeslice, l.status.Safe, l.status.Ladder = d.BETimeslice.String(), conf.safe.String(), fmtLadder(pol.SLO.Ladder)
-	if l.status.Ladder == "" {
-		l.status.Ladder = fmtLadder(slo.DefaultLadder)
-	}
+	l.status.BETimeslice, l.status.Safe, l.status.Ladder = d.BETimeslice.String(), conf.safe.String(), ladderOrDefault(pol.SLO.Ladder)
 	l.status.BEShare, l.status.MinBEShare, l.status.WorstLC = finite(d.BEShare), pol.SLO.MinBEShare, finite(d.Worst)
 	l.status.LC, l.status.Last, l.status.Prepreempt = st, sd, prepre
 	if d.Changed {

@@ -79,11 +79,39 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 	s := newSLORig(t, sloPolicy)
 	s.wantAll(100, 5_000_000, tsg.LevelHigh)
 	s.wantAll(200, 200, tsg.LevelLow)
+	// The first step only starts the controller; from then on the status
+	// and metrics say the mode is on, at the safe setting (a client that
+	// checks for SLO mode right after the daemon starts finds it).
+	if st := s.loop.Status(); st.Enabled {
+		t.Fatalf("enabled before the first step: %+v", st)
+	}
+	s.loop.Step(s.now)
+	if st := s.loop.Status(); !st.Enabled || st.Window != "1s" || st.BETimeslice != "200µs" || st.Safe != "200µs" || st.Ladder == "" || st.Last != nil {
+		t.Fatalf("status after the first step: %+v", st)
+	}
+	if gauge(t, s.m, "gpreemptd_slo_enabled") != 1 || gauge(t, s.m, "gpreemptd_slo_be_timeslice_seconds") != 200e-6 {
+		t.Error("metrics do not show the mode on at the safe setting")
+	}
+	if r := s.loop.Reply(); !r.SLO {
+		t.Errorf("reply %+v before the first window: want slo", r)
+	}
 
 	// The eager LC's knee is 1 ms (docs/SLO.md): found, applied to every
-	// BE group with its weight, the LC left alone.
-	for range 60 {
+	// BE group with its weight, the LC left alone. Past the knee the
+	// search tries each longer rung now and then (LC latency need not
+	// grow with the BE timeslice), and is back at 1 ms within a few
+	// windows of each try.
+	at1ms := func() bool {
+		st := s.loop.Status()
+		return st.BETimeslice == "1ms" && st.Last != nil && !st.Last.Changed
+	}
+	for i := 0; i < 60 || (i < 80 && !at1ms()); i++ {
 		s.window(slo.EagerPyTorchH100, false)
+		// Two BE processes (trainer, bulk): never below the safe 200us,
+		// where they would spend the GPU switching between each other.
+		if ts := s.beTimeslice(); ts < 200*time.Microsecond {
+			t.Fatalf("window %d: BE at %v with two BE processes", i, ts)
+		}
 	}
 	s.wantAll(200, 1000, tsg.LevelLow)
 	s.wantAll(300, 3000, tsg.LevelLow)

@@ -3,6 +3,7 @@ package slo
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -27,9 +28,15 @@ type Options struct {
 	// and the first observation after a change is discarded as settling).
 	// Default 2.
 	MinDwell int
-	// Violations is how many of the last ViolationWindow observations
-	// must miss an objective before the controller steps back: one noisy
-	// window is not a violation. Default 3 of 4.
+	// Violations is how many windows under a setting (after its settling
+	// window) the controller needs before it can judge that the setting
+	// misses an objective; ViolationWindow is how many of the most recent
+	// it judges by. A setting misses when the mean of those windows' worst
+	// LC latency/target is above 1 by more than violationZ standard
+	// errors: one noisy window is not a violation, and an LC whose windows
+	// scatter (an eager PyTorch LC's 1 s p50 spans +-20% under one
+	// setting) needs more of them to be judged than a steady one. Default
+	// 2 and 16.
 	Violations      int
 	ViolationWindow int
 	// Headroom is how far under its objective every LC must be (as a
@@ -47,6 +54,10 @@ type Options struct {
 	// before, twice in a row, everything learnt of the other rungs is
 	// forgotten: the workload changed. Default 0.08.
 	Surprise float64
+	// SkipBad is how many longer rungs known to miss an objective the
+	// search may pass to try the next one beyond them (LC latency is not
+	// monotonic in the BE timeslice; see nextToTry). Default 2; -1: none.
+	SkipBad int
 	// Forget is how many observations a rung found too slow for LC is
 	// left alone before it is tried again; it doubles each time the rung
 	// fails again (up to 16x). Default 8.
@@ -57,9 +68,8 @@ type Options struct {
 	// MinRequests is how many LC requests an observation needs to count.
 	// Default 20.
 	MinRequests int
-	// BaselineWindow is how many observations an LC's baseline (its
-	// lowest latency seen at the objective's quantile) is kept over.
-	// Default 120.
+	// BaselineWindow is how many observations an LC's latencies are kept
+	// for its baseline (see baseline). Default 120.
 	BaselineWindow int
 }
 
@@ -76,12 +86,18 @@ func (o Options) withDefaults() Options {
 		}
 	}
 	def(&o.MinDwell, 2)
-	def(&o.Violations, 3)
-	def(&o.ViolationWindow, 4)
+	def(&o.Violations, 2)
+	def(&o.ViolationWindow, 16)
 	o.Violations = min(o.Violations, o.ViolationWindow)
 	def(&o.ExploreAfter, 3)
 	def(&o.Stale, 30)
 	def(&o.Forget, 8)
+	switch {
+	case o.SkipBad == 0:
+		o.SkipBad = 2
+	case o.SkipBad < 0:
+		o.SkipBad = 0
+	}
 	def(&o.MissingAfter, 3)
 	def(&o.MinRequests, 20)
 	def(&o.BaselineWindow, 120)
@@ -116,6 +132,13 @@ type Observation struct {
 	BEShare float64
 	// MinBEShare is the BE classes' minimum share (0: none).
 	MinBEShare float64
+	// MinBETimeslice is the shortest BE timeslice the controller may
+	// choose now (0: the ladder's shortest). The BE timeslice is also how
+	// often BE processes switch among themselves, each switch a context
+	// save and restore: on the H100 two BE at 1 us (and 3 us) made no
+	// progress while two LC ran beside them, so gpreemptd sets this to
+	// the safe setting while two or more BE processes share the GPU.
+	MinBETimeslice time.Duration
 }
 
 // Causes of a decision, a small fixed set (metric label values); Reason
@@ -128,6 +151,8 @@ const (
 	CauseExplore     = "explore"      // objectives met with headroom: a longer BE timeslice tried
 	CauseKnownBetter = "known_better" // a setting known to meet the objectives gives BE more
 	CauseAtLimit     = "at_limit"     // an objective missed with the shortest BE timeslice
+	CauseCalibrate   = "calibrate"    // an LC's standalone-like latency learnt under the shortest BE timeslice
+	CauseFloor       = "floor"        // raised to the shortest BE timeslice allowed now (MinBETimeslice)
 )
 
 // LCResult is how one LC sample compared with its objective.
@@ -174,21 +199,25 @@ type rung struct {
 	last    int     // tick of the last observation counted
 	badTill int     // tick before which the rung is not explored again
 	fails   int     // times it was left for missing an objective
+	missBy  float64 // the worst LC latency/target (stay mean) when it last missed
 }
 
 // Controller is the search. Not safe for concurrent use: the daemon calls
 // Observe from its one control loop.
 type Controller struct {
-	opts      Options
-	rungs     []rung
-	cur       int
-	tick      int
-	since     int    // observations under cur
-	recent    []bool // under cur, the last ViolationWindow observations: missed an objective
-	missing   int
-	surprised int // consecutive surprising windows
-	fallback  bool
-	baselines map[string]*minWindow
+	opts        Options
+	rungs       []rung
+	cur         int
+	lo          int // the shortest rung allowed now (Observation.MinBETimeslice)
+	tick        int
+	since       int       // observations under cur
+	calibrating bool      // at the shortest rung to learn LC baselines
+	stayed      []float64 // under cur, after settling, the last ViolationWindow windows' worst LC latency/target
+	scatter     float64   // the variance of one window's worst LC latency/target under one setting, learnt over stays
+	missing     int
+	surprised   int // consecutive surprising windows
+	fallback    bool
+	baselines   map[string]*baseline
 }
 
 // New returns a controller at the safe setting.
@@ -199,7 +228,7 @@ func New(opts Options) (*Controller, error) {
 			return nil, fmt.Errorf("%w: ladder %v must be strictly ascending", ErrInvalid, opts.Ladder)
 		}
 	}
-	c := &Controller{opts: opts, baselines: map[string]*minWindow{}}
+	c := &Controller{opts: opts, baselines: map[string]*baseline{}, scatter: priorScatter * priorScatter}
 	for _, ts := range opts.Ladder {
 		if ts < time.Microsecond || ts%time.Microsecond != 0 {
 			return nil, fmt.Errorf("%w: ladder timeslice %v is not a whole number of microseconds >= 1us", ErrInvalid, ts)
@@ -212,6 +241,16 @@ func New(opts Options) (*Controller, error) {
 
 // Current is the BE timeslice in force.
 func (c *Controller) Current() time.Duration { return c.rungs[c.cur].ts }
+
+// floor is the shortest rung at or above min (the longest when none is).
+func (c *Controller) floor(min time.Duration) int {
+	for i, r := range c.rungs {
+		if r.ts >= min {
+			return i
+		}
+	}
+	return len(c.rungs) - 1
+}
 
 func (c *Controller) nearest(ts time.Duration) int {
 	best := 0
@@ -230,22 +269,28 @@ func absDur(d time.Duration) time.Duration {
 	return d
 }
 
-const ewma = 0.5
+const shareEWMA = 0.25
 
 // Observe takes one window's measurements, made under Current, and
 // decides the next setting.
 func (c *Controller) Observe(o Observation) Decision {
 	c.tick++
 	c.since++
-	worst, counted, lc := c.worst(o.LC)
+	worst, counted, baseReady, lc := c.worst(o.LC)
 	d := Decision{Worst: worst, BEShare: o.BEShare, LC: lc}
+
+	if c.lo = c.floor(o.MinBETimeslice); c.cur < c.lo {
+		d.Cause = CauseFloor
+		c.calibrating = false
+		return c.move(d, c.lo, fmt.Sprintf("shortest BE timeslice allowed now is %v", c.rungs[c.lo].ts))
+	}
 
 	if !counted {
 		c.missing++
 		d.Cause = CauseNoSignal
 		if c.missing >= c.opts.MissingAfter && !c.fallback {
 			c.fallback = true
-			return c.move(d, c.nearest(c.opts.Safe), fmt.Sprintf("no LC latency for %d windows: safe setting", c.missing))
+			return c.move(d, max(c.nearest(c.opts.Safe), c.lo), fmt.Sprintf("no LC latency for %d windows: safe setting", c.missing))
 		}
 		d.Fallback = c.fallback
 		return c.stay(d, "no LC latency this window")
@@ -268,33 +313,69 @@ func (c *Controller) Observe(o Observation) Decision {
 		if c.surprised >= 2 || (c.surprised == 1 && c.surprising(r, worst, o.BEShare, 2)) {
 			c.forgetAll()
 			d.Reason, d.WorkloadChanged = "workload changed: ", true
+			// Learn the new workload's baseline under the shortest BE
+			// timeslice, not under the one it was found at.
+			c.calibrating = true
+			d.Cause = CauseCalibrate
+			if c.cur != c.lo {
+				return c.move(d, c.lo, fmt.Sprintf("LC at %.2fx its objective under %v, unlike before: learning it again under the shortest BE timeslice", worst, r.ts))
+			}
+			c.since = 1 // this window was judged against what is forgotten
+			return c.stay(d, "learning it again")
 		}
-		r.worst = blend(r.worst, worst)
-		r.share = blend(r.share, o.BEShare)
+		c.stayed = append(c.stayed, worst)
+		if len(c.stayed) > c.opts.ViolationWindow {
+			c.stayed = c.stayed[1:]
+		}
+		// What the rung shows is the mean of this stay, once it has
+		// one; an earlier stay's until then.
+		var sd float64
+		r.worst, sd = meanSD(c.stayed)
+		if len(c.stayed) >= 3 {
+			c.scatter = scatterEWMA*sd*sd + (1-scatterEWMA)*c.scatter
+		}
+		r.share = blendShare(r.share, o.BEShare)
 		r.seen++
 		r.last = c.tick
 	}
-	c.recent = append(c.recent, worst > 1)
-	if len(c.recent) > c.opts.ViolationWindow {
-		c.recent = c.recent[1:]
+	// An LC whose standalone-like latency is not known yet is measured
+	// under the shortest BE timeslice, the least interference the ladder
+	// offers, for baselineMinWindows windows; then the search resumes
+	// from the safe setting.
+	if !baseReady {
+		if c.cur != c.lo {
+			c.calibrating = true
+			d.Cause = CauseCalibrate
+			return c.move(d, c.lo, fmt.Sprintf("learning an LC's standalone-like latency under the shortest BE timeslice (%d windows)", baselineMinWindows))
+		}
+		d.Cause = CauseCalibrate
+		return c.stay(d, "learning an LC's standalone-like latency")
+	}
+	if c.calibrating {
+		c.calibrating = false
+		if safe := max(c.nearest(c.opts.Safe), c.lo); safe != c.cur {
+			d.Cause = CauseCalibrate
+			return c.move(d, safe, fmt.Sprintf("LC baselines known: back to the safe %v", c.rungs[safe].ts))
+		}
 	}
 	if c.since < c.opts.MinDwell {
 		d.Cause = CauseDwell
 		return c.stay(d, "dwelling after a change")
 	}
 
-	if c.violations() >= c.opts.Violations {
+	if c.violated() {
 		r := &c.rungs[c.cur]
 		r.fails++
 		r.badTill = c.tick + c.opts.Forget<<min(r.fails-1, 4)
+		r.missBy = r.worst
 		d.Cause = CauseViolation
 		if i, ok := c.bestFeasible(c.cur); ok {
-			return c.move(d, i, fmt.Sprintf("LC at %.2fx its objective under %v: back to %v, which met it", worst, r.ts, c.rungs[i].ts))
+			return c.move(d, i, fmt.Sprintf("LC at %.2fx its objective under %v (mean of %d windows): back to %v, which met it", r.worst, r.ts, len(c.stayed), c.rungs[i].ts))
 		}
 		// Nothing known to meet the objectives: shorter BE timeslices
 		// are the protective direction (LC waits less for BE to yield).
-		if c.cur > 0 {
-			return c.move(d, c.cur-1, fmt.Sprintf("LC at %.2fx its objective under %v: shorter BE timeslice", worst, r.ts))
+		if c.cur > c.lo {
+			return c.move(d, c.cur-1, fmt.Sprintf("LC at %.2fx its objective under %v (mean of %d windows): shorter BE timeslice", r.worst, r.ts, len(c.stayed)))
 		}
 		d.BEBelowMinimum, d.Cause = o.MinBEShare > 0, CauseAtLimit
 		return c.stay(d, fmt.Sprintf("LC at %.2fx its objective even with the shortest BE timeslice", worst))
@@ -303,15 +384,17 @@ func (c *Controller) Observe(o Observation) Decision {
 	// Meeting the objectives. Jump to a known better setting, else try
 	// the next longer timeslice once this one has proven itself, with
 	// headroom, unless that rung recently failed.
-	if i, ok := c.bestFeasible(-1); ok && c.surprised == 0 && i != c.cur && c.better(i, c.cur, 0.01) {
+	if i, ok := c.bestFeasible(-1); ok && c.surprised == 0 && i != c.cur && c.better(i, c.cur, knownBetterMargin) {
 		d.Cause = CauseKnownBetter
 		return c.move(d, i, fmt.Sprintf("%v met every objective with BE at %.1f%%", c.rungs[i].ts, 100*c.rungs[i].share))
 	}
-	next := c.cur + 1
-	if c.since >= c.opts.ExploreAfter && next < len(c.rungs) && c.rungs[c.cur].worst <= 1-c.opts.Headroom &&
-		c.tick >= c.rungs[next].badTill && !(c.fresh(next) && c.rungs[next].worst > 1) {
+	if next, skipped := c.nextToTry(); c.since >= c.opts.ExploreAfter && len(c.stayed) > 0 && baseReady && next >= 0 && c.rungs[c.cur].worst <= 1-c.opts.Headroom {
 		d.Cause = CauseExplore
-		return c.move(d, next, fmt.Sprintf("LC at %.2fx its objective: trying a longer BE timeslice for more BE share", c.rungs[c.cur].worst))
+		why := fmt.Sprintf("LC at %.2fx its objective: trying a longer BE timeslice for more BE share", c.rungs[c.cur].worst)
+		if skipped > 0 {
+			why += fmt.Sprintf(" (past %d that missed it)", skipped)
+		}
+		return c.move(d, next, why)
 	}
 	if o.MinBEShare > 0 && !math.IsNaN(o.BEShare) && o.BEShare < o.MinBEShare {
 		d.BEBelowMinimum = true
@@ -320,11 +403,49 @@ func (c *Controller) Observe(o Observation) Decision {
 	return c.stay(d, "within objectives")
 }
 
+// nextToTry is the next longer rung worth trying, past at most SkipBad
+// rungs known to miss an objective (-1: none), and how many it passes.
+// LC latency is not monotonic in the BE timeslice: an eager PyTorch LC on
+// the H100 ran ~6% slower than under 1 us at 50-200 us, and at 1 ms as
+// fast as under 1 us with BE at 87%, so one missed rung does not mean
+// every longer one misses. A rung that missed by more than skipMildMiss
+// is not passed: an LC that waits for BE's timeslice to end (a CUDA-graph
+// LC past its spinner's lead) misses by multiples, and longer rungs cost
+// it more; SkipBad bounds the rest, and each miss backs the rung off for
+// twice as long as the last.
+func (c *Controller) nextToTry() (next, skipped int) {
+	for j := c.cur + 1; j < len(c.rungs); j++ {
+		r := c.rungs[j]
+		if c.tick < r.badTill || (c.fresh(j) && r.worst > 1) {
+			// A rung that missed by far is where the LC waits out BE's
+			// timeslice; longer ones only wait longer.
+			miss := r.missBy
+			if c.fresh(j) {
+				miss = max(miss, r.worst)
+			}
+			if skipped++; skipped > c.opts.SkipBad || miss > skipMildMiss {
+				return -1, skipped - 1
+			}
+			continue
+		}
+		return j, skipped
+	}
+	return -1, skipped
+}
+
+// skipMildMiss is the most a rung may have missed an objective by (worst
+// LC latency/target) for the search to pass it: the eager PyTorch LC's
+// dip missed by 1.1-1.2x on the H100; two synthetic LCs with hints missed
+// by 2x at 500 us, 4x at 1 ms and 8-20x at 2 ms, where each try past the
+// first cost their p99 100x.
+const skipMildMiss = 1.5
+
 // worst is the highest latency/target among LC samples that count, and
-// each sample's comparison.
-func (c *Controller) worst(lc []LCSample) (float64, bool, []LCResult) {
-	worst, counted := math.Inf(-1), false
-	var rs []LCResult
+// each sample's comparison. baseReady: every LC's baseline rests on
+// baselineMinWindows windows (until then no longer timeslice is tried: a
+// target from one or two noisy windows would send the search too far).
+func (c *Controller) worst(lc []LCSample) (worst float64, counted, baseReady bool, rs []LCResult) {
+	worst, baseReady = math.Inf(-1), true
 	for _, s := range lc {
 		res := LCResult{Key: s.Key, Latency: s.Latency, Requests: s.Requests, Ratio: math.NaN()}
 		if s.Requests < c.opts.MinRequests || s.Latency <= 0 {
@@ -333,12 +454,15 @@ func (c *Controller) worst(lc []LCSample) (float64, bool, []LCResult) {
 		}
 		base := s.Standalone
 		if base <= 0 && s.Objective.Absolute <= 0 {
-			w := c.baselines[s.Key]
-			if w == nil {
-				w = newMinWindow(c.opts.BaselineWindow)
-				c.baselines[s.Key] = w
+			b := c.baselines[s.Key]
+			if b == nil {
+				b = &baseline{}
+				c.baselines[s.Key] = b
 			}
-			base = w.add(c.tick, s.Latency)
+			// A window just after a change mixes two settings: judged,
+			// not learnt from.
+			base = b.add(c.tick, c.cur, s.Latency, c.since > 1 || c.tick == 1, c.opts.BaselineWindow)
+			baseReady = baseReady && b.ready
 		}
 		target := s.Objective.Target(base)
 		res.Target = target
@@ -351,10 +475,15 @@ func (c *Controller) worst(lc []LCSample) (float64, bool, []LCResult) {
 		rs = append(rs, res)
 		worst = max(worst, res.Ratio)
 	}
-	if !counted {
-		return math.NaN(), false, rs
+	for k, b := range c.baselines {
+		if b.last <= c.tick-c.opts.BaselineWindow {
+			delete(c.baselines, k) // an LC gone for a whole baseline window
+		}
 	}
-	return worst, true, rs
+	if !counted {
+		return math.NaN(), false, false, rs
+	}
+	return worst, true, baseReady, rs
 }
 
 // bestFeasible is the rung other than skip, known to meet every objective
@@ -362,7 +491,7 @@ func (c *Controller) worst(lc []LCSample) (float64, bool, []LCResult) {
 func (c *Controller) bestFeasible(skip int) (int, bool) {
 	best, ok := -1, false
 	for i, r := range c.rungs {
-		if i == skip || !c.fresh(i) || r.worst > 1-c.opts.Headroom || c.tick < r.badTill {
+		if i == skip || i < c.lo || !c.fresh(i) || r.worst > 1-c.opts.Headroom || c.tick < r.badTill {
 			continue
 		}
 		if !ok || c.better(i, best, 0) {
@@ -402,17 +531,64 @@ func (c *Controller) surprising(r *rung, worst, share, scale float64) bool {
 	if !math.IsNaN(share) && !math.IsNaN(r.share) && math.Abs(share-r.share) > scale*c.opts.Surprise {
 		return true
 	}
-	return math.Abs(worst-r.worst) > scale*c.opts.Surprise*math.Max(r.worst, 1)*2
+	if len(c.stayed) < 4 {
+		return false // too few windows to know this LC's own scatter
+	}
+	// Beyond the surprise margin and beyond what the LC's own scatter
+	// under this setting explains.
+	_, sd := meanSD(c.stayed)
+	limit := math.Max(scale*c.opts.Surprise*math.Max(r.worst, 1)*2, scale*3*sd)
+	return math.Abs(worst-r.worst) > limit
 }
 
-func (c *Controller) violations() int {
-	n := 0
-	for _, v := range c.recent {
-		if v {
-			n++
-		}
+// violationZ is how many standard errors above its objective the mean of
+// a stay's windows must be for the setting to miss it (one-sided 99%: the
+// test is made every window, and a false miss sends BE back for 8 windows
+// or more).
+const violationZ = 2.33
+
+// violated reports whether the current setting misses an objective: the
+// mean of its stay's windows confidently above 1.
+func (c *Controller) violated() bool {
+	k := len(c.stayed)
+	if k < c.opts.Violations {
+		return false
 	}
-	return n
+	m, sd := meanSD(c.stayed)
+	// A stay's own deviation, pooled with what earlier stays showed (as
+	// scatterWeight windows): two windows that happen to agree do not
+	// make a noisy LC look steady.
+	v := (float64(k-1)*sd*sd + scatterWeight*c.scatter) / (float64(k-1) + scatterWeight)
+	return m > 1+violationZ*math.Sqrt(v/float64(k))
+}
+
+const (
+	// priorScatter is the deviation of one window's latency/target
+	// assumed before any was learnt; scatterWeight how many windows that
+	// prior (later: the learnt scatter) counts as; scatterEWMA how fast
+	// the learnt scatter follows stays.
+	priorScatter  = 0.05
+	scatterWeight = 3
+	scatterEWMA   = 0.1
+)
+
+// meanSD is the mean and sample standard deviation of xs (NaN mean when
+// empty, 0 deviation for fewer than two).
+func meanSD(xs []float64) (mean, sd float64) {
+	if len(xs) == 0 {
+		return math.NaN(), 0
+	}
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(len(xs))
+	if len(xs) < 2 {
+		return mean, 0
+	}
+	for _, x := range xs {
+		sd += (x - mean) * (x - mean)
+	}
+	return mean, math.Sqrt(sd / float64(len(xs)-1))
 }
 
 // forgetAll drops what was learnt of every rung, and their back-offs:
@@ -422,12 +598,16 @@ func (c *Controller) forgetAll() {
 	for i := range c.rungs {
 		c.rungs[i] = rung{ts: c.rungs[i].ts, worst: math.NaN(), share: math.NaN()}
 	}
+	// So do the LCs' baselines: an LC that went from graph to eager is
+	// judged against what it does now.
+	clear(c.baselines)
 	c.surprised = 0
+	c.stayed = c.stayed[:0]
 }
 
 func (c *Controller) move(d Decision, to int, why string) Decision {
 	d.Changed = to != c.cur
-	c.cur, c.since, c.recent = to, 0, c.recent[:0]
+	c.cur, c.since, c.stayed = to, 0, c.stayed[:0]
 	d.BETimeslice, d.Reason, d.Fallback = c.rungs[to].ts, d.Reason+why, c.fallback
 	return d
 }
@@ -437,40 +617,107 @@ func (c *Controller) stay(d Decision, why string) Decision {
 	return d
 }
 
-func blend(old, x float64) float64 {
+// knownBetterMargin is how much more BE share another setting must be
+// known to give before the controller moves there: more than one window's
+// scatter of a PyTorch BE's share (+-1 of ~27 steps a second).
+const knownBetterMargin = 0.02
+
+// blendShare folds a window's BE share into a setting's: slowly, since
+// one window of a BE that completes a few dozen steps a second is coarse.
+func blendShare(old, x float64) float64 {
 	switch {
 	case math.IsNaN(x):
 		return old
 	case math.IsNaN(old):
 		return x
 	}
-	return ewma*x + (1-ewma)*old
+	return shareEWMA*x + (1-shareEWMA)*old
 }
 
-// minWindow keeps the minimum of the last n values: an LC's
-// standalone-like latency is the lowest it reaches, as in BBR's min-RTT
-// filter.
-type minWindow struct {
-	n    int
-	vals []struct {
-		tick int
-		v    time.Duration
-	}
+// baseline estimates an LC's standalone-like latency at its objective's
+// quantile: the median of its recent windows under the shortest BE
+// timeslice it was recently seen under with baselineMinWindows windows (or,
+// before any has that many, under the shortest it was seen under at all).
+// The shortest BE timeslice is the least interference the ladder offers:
+// measured on an H100, an LC's latency there is within a few percent of
+// its latency alone (1.01x for both the eager PyTorch LC and the synthetic
+// LC with hints).
+//
+// Not the lowest window, as BBR's min-RTT filter takes: one window's
+// quantile of an eager PyTorch LC ranged 5.1-8.2 ms under one setting on
+// an H100 (1 s windows of 50 requests: noise of the LC's own CPU-side
+// work, as large as the BE timeslice's effect). The lowest of such
+// windows sets a target that no setting meets, and the search then pins
+// BE at its shortest timeslice. Nor the lowest median among settings,
+// which is biased low the same way, if less. A median under one fixed
+// setting is as robust as its windows are many, and it resists creep: the
+// longer timeslices that slow an LC never become its baseline.
+type baseline struct {
+	last int // tick of the last window
+	vals []baselineVal
+	// ready: the estimate rests on baselineMinWindows windows.
+	ready bool
 }
 
-func newMinWindow(n int) *minWindow { return &minWindow{n: n} }
+type baselineVal struct {
+	tick, rung int
+	v          time.Duration
+}
 
-func (w *minWindow) add(tick int, v time.Duration) time.Duration {
-	// Monotonic deque: drop values no smaller than v, and expired ones.
-	for len(w.vals) > 0 && w.vals[len(w.vals)-1].v >= v {
-		w.vals = w.vals[:len(w.vals)-1]
+const (
+	baselineMinWindows = 8  // windows a setting needs for its median to count
+	baselinePerRung    = 15 // most recent windows kept per setting
+)
+
+// add records v, seen under rung at tick (if learn), drops what is older
+// than keep ticks or beyond baselinePerRung per rung, and returns the
+// estimate.
+func (b *baseline) add(tick, rung int, v time.Duration, learn bool, keep int) time.Duration {
+	b.last = tick
+	if learn || len(b.vals) == 0 {
+		b.vals = append(b.vals, baselineVal{tick, rung, v})
 	}
-	w.vals = append(w.vals, struct {
-		tick int
-		v    time.Duration
-	}{tick, v})
-	for w.vals[0].tick <= tick-w.n {
-		w.vals = w.vals[1:]
+	kept, per := make([]baselineVal, 0, len(b.vals)), map[int]int{}
+	for i := len(b.vals) - 1; i >= 0; i-- { // newest first
+		x := b.vals[i]
+		if x.tick <= tick-keep || per[x.rung] >= baselinePerRung {
+			continue
+		}
+		per[x.rung]++
+		kept = append(kept, x)
 	}
-	return w.vals[0].v
+	slices.Reverse(kept)
+	b.vals = kept
+	shortest := -1
+	for r, n := range per {
+		if n >= baselineMinWindows && (shortest < 0 || r < shortest) {
+			shortest = r
+		}
+	}
+	b.ready = shortest >= 0
+	if shortest < 0 {
+		for r := range per {
+			if shortest < 0 || r < shortest {
+				shortest = r
+			}
+		}
+	}
+	var vs []time.Duration
+	for _, x := range b.vals {
+		if x.rung == shortest {
+			vs = append(vs, x.v)
+		}
+	}
+	return median(vs)
+}
+
+// median of vs (the mean of the middle two for an even count); vs is
+// reordered.
+func median(vs []time.Duration) time.Duration {
+	slices.Sort(vs)
+	n := len(vs)
+	if n%2 == 1 {
+		return vs[n/2]
+	}
+	return (vs[n/2-1] + vs[n/2]) / 2
 }

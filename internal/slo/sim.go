@@ -25,8 +25,8 @@ type Workload struct {
 	Points   []Point // ascending BETimeslice
 	Baseline time.Duration
 	// Noise is the relative standard deviation of one window's latency
-	// quantile and BE share.
-	Noise float64
+	// quantile; ShareNoise that of its BE share (0: Noise).
+	Noise, ShareNoise float64
 	// Requests per window.
 	Requests int
 }
@@ -36,8 +36,14 @@ type Workload struct {
 // measured on an H100 (580.159.04) on 2026-11-22, 12-15 s per setting.
 // Ratios below 1 are the idle GPU clocking down between standalone
 // requests; the search only needs their order.
+//
+// Its noise is what gpreemptd saw of it on the H100 (1 s windows of 50
+// requests, under one BE timeslice: p50 5.1-8.2 ms, sd ~8%): the LC's own
+// CPU-side work, as large as the effect of the BE timeslice.
 var EagerPyTorchH100 = Workload{
-	Name: "eager-pytorch", Baseline: 6 * time.Millisecond, Noise: 0.02, Requests: 50,
+	Name: "eager-pytorch", Baseline: 6 * time.Millisecond, Noise: 0.08, Requests: 50,
+	// BE share over a window of ~27 training steps: +-1 step.
+	ShareNoise: 0.03,
 	Points: []Point{
 		{time.Microsecond, 1.01, 0.635, true},
 		{200 * time.Microsecond, 0.97, 0.761, true},
@@ -88,6 +94,10 @@ type SimGPU struct {
 	rng *rand.Rand
 	// Missing drops the LC signal (no requests reported) while true.
 	Missing bool
+	// Standalone gives the controller the workload's standalone latency;
+	// without it (as in gpreemptd, which never sees the LC alone) the
+	// controller estimates it.
+	Standalone bool
 }
 
 // NewSimGPU returns a simulator seeded with seed.
@@ -104,14 +114,22 @@ func (g *SimGPU) Window(w Workload, obj Objective, ts, prev time.Duration) Obser
 		pr, ps := w.At(prev)
 		r, share = (r+pr)/2, (share+ps)/2
 	}
-	noise := func() float64 { return math.Max(0.5, 1+w.Noise*g.rng.NormFloat64()) }
-	o := Observation{BEShare: math.Min(1, share*noise())}
+	noise := func(n float64) float64 { return math.Max(0.5, 1+n*g.rng.NormFloat64()) }
+	sn := w.ShareNoise
+	if sn == 0 {
+		sn = w.Noise
+	}
+	o := Observation{BEShare: math.Min(1, share*noise(sn))}
 	if !g.Missing {
 		o.LC = []LCSample{{
-			Key: w.Name, Objective: obj, Requests: w.Requests,
-			Latency:    time.Duration(float64(w.Baseline) * r * noise()),
-			Standalone: w.Baseline,
+			// One LC process whatever it runs: a workload change is the
+			// same process behaving differently.
+			Key: "lc", Objective: obj, Requests: w.Requests,
+			Latency: time.Duration(float64(w.Baseline) * r * noise(w.Noise)),
 		}}
+		if g.Standalone {
+			o.LC[0].Standalone = w.Baseline
+		}
 	}
 	return o
 }
