@@ -377,6 +377,17 @@ func (c *Controller) Observe(o Observation) Decision {
 		if c.cur > c.lo {
 			return c.move(d, c.cur-1, fmt.Sprintf("LC at %.2fx its objective under %v (mean of %d windows): shorter BE timeslice", r.worst, r.ts, len(c.stayed)))
 		}
+		if c.contradicted(lc) {
+			// The LC misses where its baseline was learnt: it is not
+			// what it was then (it went from a CUDA graph to eager
+			// launches, or its own CPU-side work slowed it). Learn it
+			// again rather than hold BE at its shortest timeslice
+			// against a latency the LC no longer has.
+			c.forgetAll()
+			c.calibrating, c.since = true, 1
+			d.Cause, d.WorkloadChanged = CauseCalibrate, true
+			return c.stay(d, fmt.Sprintf("workload changed: LC at %.2fx its objective under %v, where its baseline was learnt: learning it again", r.worst, r.ts))
+		}
 		d.BEBelowMinimum, d.Cause = o.MinBEShare > 0, CauseAtLimit
 		return c.stay(d, fmt.Sprintf("LC at %.2fx its objective even with the shortest BE timeslice", worst))
 	}
@@ -531,14 +542,37 @@ func (c *Controller) surprising(r *rung, worst, share, scale float64) bool {
 	if !math.IsNaN(share) && !math.IsNaN(r.share) && math.Abs(share-r.share) > scale*c.opts.Surprise {
 		return true
 	}
-	if len(c.stayed) < 4 {
-		return false // too few windows to know this LC's own scatter
-	}
 	// Beyond the surprise margin and beyond what the LC's own scatter
-	// under this setting explains.
-	_, sd := meanSD(c.stayed)
-	limit := math.Max(scale*c.opts.Surprise*math.Max(r.worst, 1)*2, scale*3*sd)
+	// under this setting explains: this stay's, once it has enough
+	// windows; before that (back at a rung after leaving it) the scatter
+	// learnt over earlier stays, with a wider margin. A rung returned to
+	// because the one tried after it missed is where a workload change
+	// that came with the move shows: on the H100 a CUDA-graph LC that
+	// went eager at the moment the search tried 200 us missed by 3.7x
+	// there, and by 4.2x back at the 50 us it had met its objective at.
+	sd, z := math.Sqrt(c.scatter), 4.0
+	if len(c.stayed) >= 4 {
+		_, sd = meanSD(c.stayed)
+		z = 3
+	}
+	limit := math.Max(scale*c.opts.Surprise*math.Max(r.worst, 1)*2, scale*z*sd)
 	return math.Abs(worst-r.worst) > limit
+}
+
+// contradicted reports whether an LC over its objective under the
+// current rung has a baseline learnt under this same rung, mostly before
+// this stay: the rung met the objective then (the baseline is the median
+// of its windows there), and misses it now.
+func (c *Controller) contradicted(lc []LCResult) bool {
+	for _, res := range lc {
+		if !(res.Ratio > 1) {
+			continue
+		}
+		if b := c.baselines[res.Key]; b != nil && b.ready && b.rung == c.cur && b.mostlyBefore(c.tick-c.since) {
+			return true
+		}
+	}
+	return false
 }
 
 // violationZ is how many standard errors above its objective the mean of
@@ -657,6 +691,23 @@ type baseline struct {
 	vals []baselineVal
 	// ready: the estimate rests on baselineMinWindows windows.
 	ready bool
+	// rung is the setting the estimate's windows were seen under.
+	rung int
+}
+
+// mostlyBefore reports whether most of the windows the estimate rests on
+// were seen before tick.
+func (b *baseline) mostlyBefore(tick int) bool {
+	n, old := 0, 0
+	for _, x := range b.vals {
+		if x.rung == b.rung {
+			n++
+			if x.tick < tick {
+				old++
+			}
+		}
+	}
+	return 2*old > n
 }
 
 type baselineVal struct {
@@ -702,6 +753,7 @@ func (b *baseline) add(tick, rung int, v time.Duration, learn bool, keep int) ti
 			}
 		}
 	}
+	b.rung = shortest
 	var vs []time.Duration
 	for _, x := range b.vals {
 		if x.rung == shortest {

@@ -94,6 +94,9 @@ type SimGPU struct {
 	rng *rand.Rand
 	// Missing drops the LC signal (no requests reported) while true.
 	Missing bool
+	// ShareUnknown reports no BE share (NaN), as gpreemptd does on the
+	// GPUs it runs on (no per-process progress to read).
+	ShareUnknown bool
 	// Standalone gives the controller the workload's standalone latency;
 	// without it (as in gpreemptd, which never sees the LC alone) the
 	// controller estimates it.
@@ -120,6 +123,9 @@ func (g *SimGPU) Window(w Workload, obj Objective, ts, prev time.Duration) Obser
 		sn = w.Noise
 	}
 	o := Observation{BEShare: math.Min(1, share*noise(sn))}
+	if g.ShareUnknown {
+		o.BEShare = math.NaN()
+	}
 	if !g.Missing {
 		o.LC = []LCSample{{
 			// One LC process whatever it runs: a workload change is the
