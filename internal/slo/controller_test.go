@@ -249,8 +249,17 @@ func TestGraphStaysShort(t *testing.T) {
 			}
 			worsts = append(worsts, d.Worst)
 		}
-		if short < len(tail)*9/10 {
-			t.Errorf("seed %d: %d of %d windows at <= 200us: %v", seed, short, len(tail), summary(ds))
+		// 200 us meets the objective without headroom (1.04x of 1.01x
+		// against 1.05x): 500 us is probed, and each miss backs the
+		// probe off for twice as long.
+		probes := 0
+		for _, d := range tail {
+			if d.Changed && d.BETimeslice > 200*time.Microsecond {
+				probes++
+			}
+		}
+		if short < len(tail)*85/100 || probes > 2 {
+			t.Errorf("seed %d: %d of %d windows at <= 200us, %d tries of longer ones: %v", seed, short, len(tail), probes, summary(ds))
 		}
 		// 500 us misses by multiples (LC waits out BE's timeslice):
 		// nothing longer is ever tried.
@@ -615,8 +624,8 @@ func TestWorkloadChangeWithAMove(t *testing.T) {
 		// A baseline from 8 windows of an LC that scatters by 8% is off
 		// by 3% or more now and then, and the search then stops short
 		// of the knee for a while.
-		if first < 0 || first > 40 {
-			t.Errorf("seed %d: reached 1ms %d windows after the change (want <= 40): %v", seed, first, summary(ds[switched-2:]))
+		if first < 0 || first > 50 {
+			t.Errorf("seed %d: reached 1ms %d windows after the change (want <= 50): %v", seed, first, summary(ds[switched-2:]))
 		}
 		if n := atLimit(ds[switched:]); n > 2 {
 			t.Errorf("seed %d: %d windows held at the shortest BE timeslice against the graph baseline", seed, n)
@@ -624,8 +633,8 @@ func TestWorkloadChangeWithAMove(t *testing.T) {
 	}
 	slices.Sort(firsts)
 	t.Logf("windows from the change to 1 ms: %v", firsts)
-	if med := firsts[len(firsts)/2]; med > 17 {
-		t.Errorf("median %d windows from the change to 1 ms; want <= 17 (2 to see it, 8 to learn the LC, 5-7 to climb)", med)
+	if med, p90 := firsts[len(firsts)/2], firsts[len(firsts)*9/10]; med > 17 || p90 > 25 {
+		t.Errorf("median %d, 90th percentile %d windows from the change to 1 ms; want <= 17 (2 to see it, 8 to learn the LC, 5-7 to climb) and <= 25", med, p90)
 	}
 }
 
