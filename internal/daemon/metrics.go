@@ -85,7 +85,7 @@ func NewMetrics(groups func() map[[2]string]int) *Metrics {
 		sloShare: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpreemptd_slo_be_share",
 			Help: "BE progress relative to BE alone over the last window (NaN: not measured)."}),
 		sloLC: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_lc_vs_objective",
-			Help: "Each LC process's latency / objective over the last window."}, []string{"process"}),
+			Help: "Each LC process's latency / objective over the last window, per objective."}, []string{"process", "objective"}),
 		sloChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_slo_changes_total",
 			Help: "BE timeslice changes by the SLO mode, by cause (violation, explore, known_better, no_signal)."}, []string{"cause"}),
 		groupsByClass: groups,
@@ -191,7 +191,7 @@ func (m *Metrics) setSLO(d *slo.Decision) {
 	m.sloWorst.Set(d.Worst)
 	m.sloShare.Set(d.BEShare)
 	for _, r := range d.LC {
-		m.sloLC.WithLabelValues(r.Key).Set(r.Ratio)
+		m.sloLC.WithLabelValues(r.Key, r.Objective).Set(r.Ratio)
 	}
 	if d.Changed {
 		m.sloChanges.WithLabelValues(d.Cause).Inc()

@@ -278,25 +278,32 @@ func (l *SLOLoop) Step(now time.Duration) {
 			st = append(st, ls)
 			continue
 		}
-		ls.Objective = o.String()
 		s, ok := l.Latency.Latest(p.PID)
-		switch {
-		case !ok:
-			ls.Signal = "none pushed"
-		case s.Seq == l.used[p.PID] || now-s.At > 2*window:
-			ls.Signal = "stale"
-		default:
+		fresh := ok && s.Seq != l.used[p.PID] && now-s.At <= 2*window
+		if fresh {
 			l.used[p.PID] = s.Seq
-			lat, ok := s.Quantiles[quantileName(o.Quantile)]
-			if !ok {
-				ls.Signal = "pushed without " + quantileName(o.Quantile)
-				break
-			}
-			ls.Signal, ls.Requests, ls.LatencyUs = "pushed", s.Requests, float64(lat)/1e3
-			obs.LC = append(obs.LC, slo.LCSample{Key: strconv.Itoa(p.PID) + "/" + strconv.FormatUint(p.Start, 10),
-				Objective: o, Latency: lat, Requests: s.Requests})
 		}
-		st = append(st, ls)
+		// One row, and one sample, per objective: a process may bound
+		// its median and its tail.
+		for _, o := range o {
+			ls := ls
+			ls.Objective = o.String()
+			switch {
+			case !ok:
+				ls.Signal = "none pushed"
+			case !fresh:
+				ls.Signal = "stale"
+			default:
+				lat, ok := s.Quantiles[quantileName(o.Quantile)]
+				if !ok {
+					ls.Signal = "pushed without " + quantileName(o.Quantile)
+					break
+				}
+				ls.Signal, ls.Requests, ls.LatencyUs = "pushed", s.Requests, float64(lat)/1e3
+				obs.LC = append(obs.LC, slo.LCSample{Key: procKey(p), Objective: o, Latency: lat, Requests: s.Requests})
+			}
+			st = append(st, ls)
+		}
 	}
 	for pid := range l.used {
 		if !slices.ContainsFunc(lcs, func(p ProcRef) bool { return p.PID == pid }) {
@@ -310,11 +317,11 @@ func (l *SLOLoop) Step(now time.Duration) {
 		key := ""
 		for _, p := range lcs {
 			if p.PID == st[i].PID {
-				key = strconv.Itoa(p.PID) + "/" + strconv.FormatUint(p.Start, 10)
+				key = procKey(p)
 			}
 		}
 		for _, r := range d.LC {
-			if r.Key == key {
+			if r.Key == key && r.Objective == st[i].Objective {
 				st[i].TargetUs, st[i].Ratio = float64(r.Target)/1e3, finite(r.Ratio)
 				if r.Requests < 20 && st[i].Signal == "pushed" {
 					st[i].Signal = fmt.Sprintf("pushed (%d requests: too few to count)", r.Requests)
@@ -356,3 +363,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 	l.metrics.setSLO(&d)
 	l.last = now
 }
+
+// procKey names an LC process to the controller: its pid and start time,
+// so that a reused pid is a new process.
+func procKey(p ProcRef) string { return strconv.Itoa(p.PID) + "/" + strconv.FormatUint(p.Start, 10) }

@@ -215,6 +215,58 @@ func TestSLOLoopSignals(t *testing.T) {
 	}
 }
 
+func TestSLOLoopTwoObjectives(t *testing.T) {
+	// An LC bounding its median and its tail: a status row, a sample and
+	// a metric series per objective; a push without the tail's quantile
+	// still counts for the median.
+	s := newSLORig(t, `
+classes:
+  lc: {objective: "p99<=1.15x, p50<=1.05x"}
+  be: {timeslice: 200us}
+rules:
+  - {name: lc, match: {comm: "lc*"}, class: lc}
+  - {name: trainer, match: {comm: "train*"}, class: be}
+  - {name: bulk, match: {comm: "bulk*"}, class: be:3}
+slo: {enabled: true, window: 1s}
+`)
+	s.window(slo.EagerPyTorchH100, true) // the controller starts
+	s.now += time.Second
+	s.loop.Push(100, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}}})
+	s.loop.Step(s.now)
+	st := s.loop.Status()
+	if len(st.LC) != 2 || st.LC[0].Objective != "p50<=1.05x" || st.LC[0].Signal != "pushed" ||
+		st.LC[1].Objective != "p99<=1.15x" || st.LC[1].Signal != "pushed without p99" {
+		t.Fatalf("LC status %+v", st.LC)
+	}
+	for range 12 {
+		s.window(slo.EagerPyTorchH100, false)
+	}
+	st = s.loop.Status()
+	if len(st.LC) != 2 || st.LC[0].PID != 100 || st.LC[1].PID != 100 || st.LC[0].Ratio == nil || st.LC[1].Ratio == nil ||
+		st.LC[0].Signal != "pushed" || st.LC[1].Signal != "pushed" || st.LC[1].LatencyUs <= st.LC[0].LatencyUs {
+		t.Fatalf("LC status %+v", st.LC)
+	}
+	mfs, err := s.m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objectives := map[string]bool{}
+	for _, mf := range mfs {
+		if mf.GetName() == "gpreemptd_slo_lc_vs_objective" {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "objective" {
+						objectives[l.GetValue()] = true
+					}
+				}
+			}
+		}
+	}
+	if !objectives["p50<=1.05x"] || !objectives["p99<=1.15x"] || len(objectives) != 2 {
+		t.Errorf("metric series by objective %v", objectives)
+	}
+}
+
 func TestQuantileName(t *testing.T) {
 	for _, tc := range []struct {
 		q    float64

@@ -111,9 +111,10 @@ type Rule struct {
 	// EnvOnly: the rule has class_from_env and no class, so it matches
 	// only when the variable holds a class.
 	EnvOnly bool
-	// Objective is the latency objective of the LC processes this rule
-	// classes (nil: the lc class's, if any).
-	Objective *slo.Objective
+	// Objective is the latency objectives of the LC processes this rule
+	// classes ("p50<=1.05x, p99<=1.15x": all must be met; nil: the lc
+	// class's, if any).
+	Objective slo.Objectives
 }
 
 // SLO is the policy's SLO mode.
@@ -137,7 +138,7 @@ type SLO struct {
 	PrepreemptBelow time.Duration
 	// LCObjective is classes.lc.objective: the objective of LC processes
 	// whose rule names none.
-	LCObjective *slo.Objective
+	LCObjective slo.Objectives
 	// MinBEShare is classes.be.min_share: BE progress relative to BE
 	// alone below which the daemon reports BE short (LC objectives come
 	// first). 0: none.
@@ -151,21 +152,21 @@ const (
 	DefaultPrepreemptBelow = 500 * time.Microsecond
 )
 
-// Objective is the latency objective of a process given decision d: its
+// Objective is the latency objectives of a process given decision d: its
 // rule's, else the lc class's; none for other classes.
-func (pol *Policy) Objective(d Decision) (slo.Objective, bool) {
+func (pol *Policy) Objective(d Decision) (slo.Objectives, bool) {
 	if d.Exempt || d.Spec.Name != class.LC {
-		return slo.Objective{}, false
+		return nil, false
 	}
 	for _, r := range pol.Rules {
 		if r.Name == d.Rule && r.Objective != nil {
-			return *r.Objective, true
+			return r.Objective, true
 		}
 	}
 	if pol.SLO.LCObjective != nil {
-		return *pol.SLO.LCObjective, true
+		return pol.SLO.LCObjective, true
 	}
-	return slo.Objective{}, false
+	return nil, false
 }
 
 // Match is a conjunction: every non-empty field must match.
@@ -459,7 +460,7 @@ func parseClass(n *yaml.Node, c class.Class, field string, s *SLO) (class.Class,
 		if err != nil {
 			return c, err
 		}
-		s.LCObjective = &o
+		s.LCObjective = o
 	}
 	if v := fs["min_share"]; v != nil {
 		str, err := scalar(v, field+".min_share")
@@ -512,14 +513,14 @@ func decision(n *yaml.Node, field string) (Decision, error) {
 	return Decision{Spec: sp}, nil
 }
 
-func objective(n *yaml.Node, field string) (slo.Objective, error) {
+func objective(n *yaml.Node, field string) (slo.Objectives, error) {
 	s, err := scalar(n, field)
 	if err != nil {
-		return slo.Objective{}, err
+		return nil, err
 	}
-	o, err := slo.ParseObjective(s)
+	o, err := slo.ParseObjectives(s)
 	if err != nil {
-		return o, fieldErr(n, field, "%v", err)
+		return nil, fieldErr(n, field, "%v", err)
 	}
 	return o, nil
 }
@@ -568,7 +569,7 @@ func parseRule(n *yaml.Node, field string) (Rule, error) {
 		if cn != nil && (r.Decision.Exempt || r.Decision.Spec.Name != class.LC) {
 			return r, fieldErr(v, field+".objective", "only lc processes have a latency objective; this rule's class is %v", r.Decision)
 		}
-		r.Objective = &o
+		r.Objective = o
 	}
 	r.Decision.Rule = r.Name
 	return r, nil

@@ -73,6 +73,7 @@ func TestParseErrorsNameLineAndField(t *testing.T) {
 		{"min_share not number", "classes:\n  be: {min_share: most}\n", "line 2: classes.be.min_share"},
 		{"objective on be rule", "rules:\n  - class: be\n    objective: p50<=2ms\n", "line 3: rules[0].objective: only lc processes"},
 		{"bad rule objective", "rules:\n  - class: lc\n    objective: p99<=fast\n", "line 3: rules[0].objective: invalid SLO setting"},
+		{"two bounds on one quantile", "rules:\n  - class: lc\n    objective: \"p99<=2x, p99<=3ms\"\n", "line 3: rules[0].objective: invalid SLO setting: objectives \"p99<=2x, p99<=3ms\": two bounds on p99"},
 		{"slo unknown", "slo:\n  enable: true\n", "line 2: slo.enable: unknown field"},
 		{"slo enabled junk", "slo: {enabled: maybe}\n", "line 1: slo.enabled: \"maybe\""},
 		{"slo without objective", "slo:\n  enabled: true\n", "line 2: slo.enabled: no LC process has an objective"},
@@ -177,7 +178,7 @@ rules:
   - name: env
     match: {env: {GPREEMPT_CLASS: "*"}}
     class_from_env: GPREEMPT_CLASS
-    objective: p99<=3x
+    objective: "p99<=3x, p50<=1.1x"
   - name: trainer
     match: {comm: train}
     class: be:3
@@ -206,7 +207,7 @@ requests: {default_max: lc}
 	}{
 		{"rule objective", Process{Comm: "fast"}, "p50<=2ms"},
 		{"class objective", Process{Comm: "other"}, "p99<=1.15x"},
-		{"env lc takes the rule's", Process{Env: map[string]string{"GPREEMPT_CLASS": "lc"}}, "p99<=3x"},
+		{"env lc takes the rule's", Process{Env: map[string]string{"GPREEMPT_CLASS": "lc"}}, "p50<=1.1x, p99<=3x"},
 		{"env be has none", Process{Env: map[string]string{"GPREEMPT_CLASS": "be"}}, ""},
 		{"be", Process{Comm: "train"}, ""},
 		{"unmatched", Process{Comm: "x"}, ""},
@@ -274,9 +275,14 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 		d := p.Decide(Process{Env: map[string]string{"GPREEMPT_CLASS": "lc"}})
-		if o, ok := p.Objective(d); ok {
-			if err := o.Check(); err != nil {
-				t.Fatalf("accepted objective %v that does not check: %v", o, err)
+		if os, ok := p.Objective(d); ok {
+			if len(os) == 0 {
+				t.Fatal("an LC with an empty objective list")
+			}
+			for _, o := range os {
+				if err := o.Check(); err != nil {
+					t.Fatalf("accepted objective %v that does not check: %v", o, err)
+				}
 			}
 		}
 		s := p.SLO

@@ -110,7 +110,9 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// LCSample is one LC process's latency over one observation window.
+// LCSample is one LC process's latency over one observation window,
+// against one of its objectives (a process with two objectives gives two
+// samples with the same Key).
 type LCSample struct {
 	// Key names the process (e.g. "pid/starttime").
 	Key       string
@@ -157,8 +159,9 @@ const (
 
 // LCResult is how one LC sample compared with its objective.
 type LCResult struct {
-	Key     string        `json:"key"`
-	Latency time.Duration `json:"latency"`
+	Key       string        `json:"key"`
+	Objective string        `json:"objective"`
+	Latency   time.Duration `json:"latency"`
 	// Target is the latency the objective allows (0: baseline not known).
 	Target time.Duration `json:"target"`
 	// Ratio is Latency/Target; NaN when the sample did not count (too few
@@ -494,17 +497,17 @@ const skipMildMiss = 1.25
 func (c *Controller) worst(lc []LCSample) (worst float64, counted, baseReady bool, rs []LCResult) {
 	worst, baseReady = math.Inf(-1), true
 	for _, s := range lc {
-		res := LCResult{Key: s.Key, Latency: s.Latency, Requests: s.Requests, Ratio: math.NaN()}
+		res := LCResult{Key: s.Key, Objective: s.Objective.String(), Latency: s.Latency, Requests: s.Requests, Ratio: math.NaN()}
 		if s.Requests < c.opts.MinRequests || s.Latency <= 0 {
 			rs = append(rs, res)
 			continue
 		}
 		base := s.Standalone
 		if base <= 0 && s.Objective.Absolute <= 0 {
-			b := c.baselines[s.Key]
+			b := c.baselines[baselineKey(s.Key, res.Objective)]
 			if b == nil {
 				b = &baseline{}
-				c.baselines[s.Key] = b
+				c.baselines[baselineKey(s.Key, res.Objective)] = b
 			}
 			// A window just after a change mixes two settings: judged,
 			// not learnt from.
@@ -532,6 +535,10 @@ func (c *Controller) worst(lc []LCSample) (worst float64, counted, baseReady boo
 	}
 	return worst, true, baseReady, rs
 }
+
+// baselineKey names the baseline of one process at one objective's
+// quantile (its median and its tail have a baseline each).
+func baselineKey(key, objective string) string { return key + " " + objective }
 
 // bestFeasible is the rung other than skip, known to meet every objective
 // with headroom (a fraction of the target), that gave BE the most.
@@ -604,7 +611,7 @@ func (c *Controller) contradicted(lc []LCResult) bool {
 		if !(res.Ratio > 1) {
 			continue
 		}
-		if b := c.baselines[res.Key]; b != nil && b.ready && b.rung == c.cur && b.mostlyBefore(c.tick-c.since) {
+		if b := c.baselines[baselineKey(res.Key, res.Objective)]; b != nil && b.ready && b.rung == c.cur && b.mostlyBefore(c.tick-c.since) {
 			return true
 		}
 	}

@@ -46,11 +46,43 @@ func TestParseObjective(t *testing.T) {
 	}
 }
 
+func TestParseObjectives(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string // want "": refused
+	}{
+		{"p99<=1.15x", "p99<=1.15x"},
+		{"p99<=1.15x, p50<=1.05x", "p50<=1.05x, p99<=1.15x"},
+		{"p50<=1.05x,p99<=2ms", "p50<=1.05x, p99<=2ms"},
+		{"p50<=1.05x, p50<=2ms", ""},
+		{"p50<=1.05x,", ""},
+		{",", ""},
+		{"", ""},
+		{"p50<=1.05x, p101<=2x", ""},
+	} {
+		got, err := ParseObjectives(tc.in)
+		switch {
+		case tc.want == "" && (err == nil || !errors.Is(err, ErrInvalid)):
+			t.Errorf("ParseObjectives(%q) = %v, %v; want an ErrInvalid", tc.in, got, err)
+		case tc.want != "" && (err != nil || got.String() != tc.want):
+			t.Errorf("ParseObjectives(%q) = %v, %v; want %s", tc.in, got, err, tc.want)
+		}
+	}
+}
+
 func FuzzParseObjective(f *testing.F) {
-	for _, s := range []string{"p99<=1.15x", "p50<=2ms", "p<=", "p99<=1e308x", "p1e-9<=1x"} {
+	for _, s := range []string{"p99<=1.15x", "p50<=2ms", "p<=", "p99<=1e308x", "p1e-9<=1x", "p50<=1.05x, p99<=1.15x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
+		if os, err := ParseObjectives(s); err == nil {
+			if len(os) == 0 {
+				t.Fatalf("ParseObjectives(%q) gave none and no error", s)
+			}
+			back, err := ParseObjectives(os.String())
+			if err != nil || back.String() != os.String() {
+				t.Fatalf("round trip of %q via %q = %v, %v", s, os, back, err)
+			}
+		}
 		o, err := ParseObjective(s)
 		if err != nil {
 			return
@@ -59,6 +91,39 @@ func FuzzParseObjective(f *testing.F) {
 			t.Fatalf("ParseObjective(%q) = %+v, which Check refuses: %v", s, o, err)
 		}
 	})
+}
+
+func TestTwoObjectivesOfOneLC(t *testing.T) {
+	// One LC with a median and a tail objective: each quantile has its own
+	// baseline, and the stricter binds. The graph LC with hints meets
+	// p50<=1.05x up to 200 us; a tail bound of 1.02x holds it at 50 us.
+	p50, p99 := Objective{Quantile: 0.5, Inflation: 1.05}, Objective{Quantile: 0.99, Inflation: 1.02}
+	c := mustNew(t, Options{})
+	g := NewSimGPU(1)
+	prev := c.Current()
+	var ds []Decision
+	for range 80 {
+		ts := c.Current()
+		o := g.Window(GraphHintsH100, p50, ts, prev)
+		tail := o.LC[0]
+		tail.Objective = p99
+		o.LC = append(o.LC, tail)
+		ds = append(ds, c.Observe(o))
+		prev = ts
+	}
+	if len(c.baselines) != 2 {
+		t.Errorf("baselines %v; want one per objective", c.baselines)
+	}
+	d := ds[len(ds)-1]
+	if len(d.LC) != 2 || d.LC[0].Objective != "p50<=1.05x" || d.LC[1].Objective != "p99<=1.02x" {
+		t.Fatalf("LC results %+v", d.LC)
+	}
+	if d.Worst != math.Max(d.LC[0].Ratio, d.LC[1].Ratio) {
+		t.Errorf("worst %v of %+v", d.Worst, d.LC)
+	}
+	if _, last := settled(ds); last > 50*time.Microsecond {
+		t.Errorf("settled at %v under a 1.02x bound: %v", last, summary(ds))
+	}
 }
 
 // run plays n windows of the workload chosen per window and returns the
@@ -450,7 +515,7 @@ func TestBaselineForgetsGoneLCs(t *testing.T) {
 	for range 6 {
 		c.Observe(Observation{LC: []LCSample{{Key: "stays", Objective: obj, Latency: time.Millisecond, Requests: 100}}})
 	}
-	if _, ok := c.baselines["gone"]; ok || len(c.baselines) != 1 {
+	if _, ok := c.baselines[baselineKey("gone", obj.String())]; ok || len(c.baselines) != 1 {
 		t.Errorf("baselines %v", c.baselines)
 	}
 }

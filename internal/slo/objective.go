@@ -16,6 +16,7 @@ package slo
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -95,4 +96,43 @@ func (o Objective) Target(baseline time.Duration) time.Duration {
 		return 0
 	}
 	return time.Duration(float64(baseline) * o.Inflation)
+}
+
+// Objectives are an LC process's objectives, all of which it must meet,
+// in ascending quantile: "p50<=1.05x, p99<=1.15x" bounds both its median
+// and its tail. Nil: none.
+type Objectives []Objective
+
+// ParseObjectives reads one objective or several separated by commas, at
+// most one per quantile.
+func ParseObjectives(s string) (Objectives, error) {
+	var os Objectives
+	for part := range strings.SplitSeq(s, ",") {
+		o, err := ParseObjective(part)
+		if err != nil {
+			return nil, err
+		}
+		if slices.ContainsFunc(os, func(x Objective) bool { return x.Quantile == o.Quantile }) {
+			return nil, fmt.Errorf("%w: objectives %q: two bounds on p%s", ErrInvalid, s, strconv.FormatFloat(o.Quantile*100, 'f', -1, 64))
+		}
+		os = append(os, o)
+	}
+	slices.SortFunc(os, func(a, b Objective) int {
+		switch {
+		case a.Quantile < b.Quantile:
+			return -1
+		case a.Quantile > b.Quantile:
+			return 1
+		}
+		return 0
+	})
+	return os, nil
+}
+
+func (os Objectives) String() string {
+	parts := make([]string, len(os))
+	for i, o := range os {
+		parts[i] = o.String()
+	}
+	return strings.Join(parts, ", ")
 }
