@@ -579,7 +579,9 @@ func (c *Controller) fresh(i int) bool {
 
 // surprising reports whether a window strays from what r has shown.
 func (c *Controller) surprising(r *rung, worst, share, scale float64) bool {
-	if r.seen < 2 {
+	// What a rung showed long ago (under another LC, or before a pause)
+	// is not what it is expected to show now.
+	if r.seen < 2 || c.tick-r.last > c.opts.Stale {
 		return false
 	}
 	if !math.IsNaN(share) && !math.IsNaN(r.share) && math.Abs(share-r.share) > scale*c.opts.Surprise {

@@ -698,8 +698,11 @@ func TestWorkloadChangeWithAMove(t *testing.T) {
 	}
 	slices.Sort(firsts)
 	t.Logf("windows from the change to 1 ms: %v", firsts)
-	if med, p90 := firsts[len(firsts)/2], firsts[len(firsts)*9/10]; med > 17 || p90 > 25 {
-		t.Errorf("median %d, 90th percentile %d windows from the change to 1 ms; want <= 17 (2 to see it, 8 to learn the LC, 5-7 to climb) and <= 25", med, p90)
+	// 2-5 windows to see the change (the rung tried as the LC changed was
+	// last seen more than Stale windows ago: the one returned to shows
+	// it), 8 to learn the LC, 5-7 to climb.
+	if med, p90 := firsts[len(firsts)/2], firsts[len(firsts)*9/10]; med > 19 || p90 > 25 {
+		t.Errorf("median %d, 90th percentile %d windows from the change to 1 ms; want <= 19 and <= 25", med, p90)
 	}
 }
 
@@ -767,5 +770,40 @@ func TestSteadyLCIsNotRelearnt(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %d relearnings over 20 seeds", w.Name, total)
+	}
+}
+
+func TestANewLCIsNotJudgedByAnOldOnesRungs(t *testing.T) {
+	// An eager LC runs, exits; after a pause a CUDA-graph LC (a new
+	// process) starts. What the rungs showed under the eager LC is long
+	// stale: visiting them is learning, not a workload change (on the
+	// H100 such a visit of 500 us, where the eager LC had met its
+	// objective, sent the controller to learn the new LC again).
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	for seed := range uint64(10) {
+		c := mustNew(t, Options{})
+		g := NewSimGPU(seed)
+		g.ShareUnknown = true
+		var ds []Decision
+		prev := c.Current()
+		for i := range 160 {
+			w := EagerPyTorchH100
+			g.Key, g.Missing = "eager", false
+			switch {
+			case i >= 100:
+				w, g.Key = graphPyTorchH100, "graph"
+			case i >= 60:
+				g.Missing = true
+			}
+			ts := c.Current()
+			ds = append(ds, c.Observe(g.Window(w, obj, ts, prev)))
+			prev = ts
+		}
+		for i, d := range ds[100:] {
+			if d.WorkloadChanged {
+				t.Errorf("seed %d: window %d after the new LC started: %s: %v", seed, i, d.Reason, summary(ds[100:]))
+				break
+			}
+		}
 	}
 }

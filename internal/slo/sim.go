@@ -94,6 +94,9 @@ type SimGPU struct {
 	rng *rand.Rand
 	// Missing drops the LC signal (no requests reported) while true.
 	Missing bool
+	// Key names the simulated LC process ("lc" when empty): a new key is
+	// a new process.
+	Key string
 	// ShareUnknown reports no BE share (NaN), as gpreemptd does on the
 	// GPUs it runs on (no per-process progress to read).
 	ShareUnknown bool
@@ -127,10 +130,14 @@ func (g *SimGPU) Window(w Workload, obj Objective, ts, prev time.Duration) Obser
 		o.BEShare = math.NaN()
 	}
 	if !g.Missing {
+		key := g.Key
+		if key == "" {
+			key = "lc"
+		}
 		o.LC = []LCSample{{
 			// One LC process whatever it runs: a workload change is the
 			// same process behaving differently.
-			Key: "lc", Objective: obj, Requests: w.Requests,
+			Key: key, Objective: obj, Requests: w.Requests,
 			Latency: time.Duration(float64(w.Baseline) * r * noise(w.Noise)),
 		}}
 		if g.Standalone {
