@@ -37,6 +37,12 @@ func TestSLOExampleParses(t *testing.T) {
 	if o, ok := p.Objective(p.Decide(Process{Comm: "lc-server"})); !ok || o.String() != "p50<=1.05x" {
 		t.Errorf("inference objective %v %v", o, ok)
 	}
+	if o, ok := p.Objective(p.Decide(Process{Comm: "other", Env: map[string]string{}})); ok {
+		t.Errorf("a burstable process has objective %v", o)
+	}
+	if o := p.SLO.LCObjective; len(o) != 2 || o.String() != "p50<=1.05x, p99<=1.15x" {
+		t.Errorf("lc class objectives %v", o)
+	}
 }
 
 func TestParseErrorsNameLineAndField(t *testing.T) {
