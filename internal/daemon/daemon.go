@@ -25,6 +25,7 @@ import (
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
@@ -49,6 +50,11 @@ type Config struct {
 	Mode string
 	// ScanInterval is the /proc scan's period in scan mode.
 	ScanInterval time.Duration
+	// TraceRequests measures the request latency of LC processes that
+	// push none with uprobes on libcuda (TracedLatency), for SLO mode.
+	// LibCUDA is the library probed ("": the linker cache's).
+	TraceRequests bool
+	LibCUDA       string
 	// ResyncInterval is the period of the same scan in bpf mode, a safety
 	// net for events the ring buffer dropped (0: 30 s; negative: never).
 	ResyncInterval time.Duration
@@ -87,7 +93,9 @@ type Daemon struct {
 	events  Events
 	// lost reads how many events the ring buffer dropped (nil in scan
 	// mode); a rise triggers a resync at once.
-	lost    func() uint64
+	lost func() uint64
+	// untrace detaches request tracing (nil: off).
+	untrace func() error
 	modeV   atomic.Value
 	mode    string // at start
 	started time.Time
@@ -158,6 +166,17 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.rec = NewReconciler(pol, d.ctl, d.inspect, d.metrics, cfg.Reconcile, d.log)
 	d.metrics.SetGroups(d.rec.GroupsByClass)
 	d.slo = NewSLOLoop(d.rec, d.metrics, d.log)
+	if cfg.TraceRequests {
+		t, untrace, err := OpenTracedLatency(ctx, cfg.LibCUDA, d.log)
+		switch {
+		case err != nil && cfg.LibCUDA != "" && errors.Is(err, trace.ErrNoLibrary):
+			return nil, fmt.Errorf("%w: --libcuda: %w", tsg.ErrInvalidArgument, err)
+		case err != nil:
+			return nil, fmt.Errorf("--trace-requests: %w", err)
+		}
+		d.slo.Traced, d.untrace = t, untrace
+		d.log.Info("request tracing: LC processes that push no latency are measured from libcuda", "libcuda", cfg.LibCUDA)
+	}
 
 	if err := d.openEvents(ctx); err != nil {
 		return nil, err
@@ -564,6 +583,9 @@ func (d *Daemon) close() {
 	}
 	if c, ok := d.events.(interface{ Close() error }); ok {
 		c.Close()
+	}
+	if d.untrace != nil {
+		d.untrace()
 	}
 	if d.lock != nil {
 		d.lock.Close() // releases the flock

@@ -28,11 +28,17 @@ type LatencySample struct {
 }
 
 // LatencySource gives an LC process's latest latency window. The pushed
-// windows of POST /v1/stats are one; request tracing (uprobes on libcuda,
-// internal/trace's RequestTracker) would be another for apps that do not
-// push (not wired yet: docs/SLO.md).
+// windows of POST /v1/stats are one; request tracing (TracedLatency:
+// uprobes on libcuda) is another, for apps that do not push.
 type LatencySource interface {
 	Latest(pid int) (LatencySample, bool)
+}
+
+// WindowedSource is a LatencySource whose windows the SLO loop closes,
+// once per its own window (TracedLatency).
+type WindowedSource interface {
+	LatencySource
+	Roll(now time.Duration)
 }
 
 // ShareSource measures BE progress relative to BE alone, in [0, 1].
@@ -105,6 +111,9 @@ type SLOLoop struct {
 	push    *pushed
 	// Latency is where LC windows come from (default: the pushed ones).
 	Latency LatencySource
+	// Traced, when set, gives the windows of LC processes that push none
+	// (request tracing: TracedLatency); the loop closes its windows.
+	Traced WindowedSource
 	// Share measures BE progress; nil: unknown.
 	Share ShareSource
 
@@ -251,12 +260,18 @@ func (l *SLOLoop) Step(now time.Duration) {
 			Prepreempt: pol.SLO.PrepreemptBelow <= 0 || c.Current() < pol.SLO.PrepreemptBelow, Engines: l.status.Engines}
 		l.mu.Unlock()
 		l.metrics.setSLO(&slo.Decision{BETimeslice: c.Current(), Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()})
+		if l.Traced != nil {
+			l.Traced.Roll(now)
+		}
 		l.last = now
 		return // the first window starts now
 	}
 
 	lcs := l.rec.InClass(class.LC)
 	obs := slo.Observation{BEShare: math.NaN(), MinBEShare: pol.SLO.MinBEShare}
+	if l.Traced != nil {
+		l.Traced.Roll(now) // the window that ends now
+	}
 	// Two BE processes switch among themselves at the BE timeslice: below
 	// the safe setting they spend the GPU on saving and restoring each
 	// other (slo.Observation.MinBETimeslice).
@@ -278,10 +293,18 @@ func (l *SLOLoop) Step(now time.Duration) {
 			st = append(st, ls)
 			continue
 		}
+		// What the app pushes, else what request tracing saw of it (its
+		// samples used-marked under -pid: the two number theirs apart).
 		s, ok := l.Latency.Latest(p.PID)
-		fresh := ok && s.Seq != l.used[p.PID] && now-s.At <= 2*window
+		src, usedKey := "pushed", p.PID
+		if !ok && l.Traced != nil {
+			if s, ok = l.Traced.Latest(p.PID); ok {
+				src, usedKey = "traced", -p.PID
+			}
+		}
+		fresh := ok && s.Seq != l.used[usedKey] && now-s.At <= 2*window
 		if fresh {
-			l.used[p.PID] = s.Seq
+			l.used[usedKey] = s.Seq
 		}
 		// One row, and one sample, per objective: a process may bound
 		// its median and its tail.
@@ -291,23 +314,26 @@ func (l *SLOLoop) Step(now time.Duration) {
 			switch {
 			case !ok:
 				ls.Signal = "none pushed"
+				if l.Traced != nil {
+					ls.Signal = "none pushed or traced"
+				}
 			case !fresh:
 				ls.Signal = "stale"
 			default:
 				lat, ok := s.Quantiles[quantileName(o.Quantile)]
 				if !ok {
-					ls.Signal = "pushed without " + quantileName(o.Quantile)
+					ls.Signal = src + " without " + quantileName(o.Quantile)
 					break
 				}
-				ls.Signal, ls.Requests, ls.LatencyUs = "pushed", s.Requests, float64(lat)/1e3
+				ls.Signal, ls.Requests, ls.LatencyUs = src, s.Requests, float64(lat)/1e3
 				obs.LC = append(obs.LC, slo.LCSample{Key: procKey(p), Objective: o, Latency: lat, Requests: s.Requests})
 			}
 			st = append(st, ls)
 		}
 	}
-	for pid := range l.used {
-		if !slices.ContainsFunc(lcs, func(p ProcRef) bool { return p.PID == pid }) {
-			delete(l.used, pid)
+	for key := range l.used {
+		if !slices.ContainsFunc(lcs, func(p ProcRef) bool { return p.PID == key || p.PID == -key }) {
+			delete(l.used, key)
 		}
 	}
 
@@ -323,8 +349,8 @@ func (l *SLOLoop) Step(now time.Duration) {
 		for _, r := range d.LC {
 			if r.Key == key && r.Objective == st[i].Objective {
 				st[i].TargetUs, st[i].Ratio = float64(r.Target)/1e3, finite(r.Ratio)
-				if r.Requests < 20 && st[i].Signal == "pushed" {
-					st[i].Signal = fmt.Sprintf("pushed (%d requests: too few to count)", r.Requests)
+				if sig := st[i].Signal; r.Requests < 20 && (sig == "pushed" || sig == "traced") {
+					st[i].Signal = fmt.Sprintf("%s (%d requests: too few to count)", sig, r.Requests)
 				}
 			}
 		}

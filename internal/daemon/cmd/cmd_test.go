@@ -38,4 +38,9 @@ func TestBadFlags(t *testing.T) {
 	if code := Run(context.Background(), []string{"gpreemptd", "-c", "../../../deploy/gpreemptd.yaml", "--socket", filepath.Join(dir, "s"), "--mode", "turbo", "--metrics-addr", ""}, &out, &errb); code != ExitBadConfig {
 		t.Errorf("--mode turbo: exit %d: %s", code, errb.String())
 	}
+	errb.Reset()
+	if code := Run(context.Background(), []string{"gpreemptd", "-c", "../../../deploy/gpreemptd.yaml", "--socket", filepath.Join(dir, "s2"), "--mode", "scan", "--metrics-addr", "",
+		"--trace-requests", "--libcuda", filepath.Join(dir, "no-libcuda.so.1")}, &out, &errb); code != ExitBadConfig || !strings.Contains(errb.String(), "--libcuda") {
+		t.Errorf("--libcuda missing: exit %d: %s", code, errb.String())
+	}
 }

@@ -1,0 +1,31 @@
+// lcloop.c: an LC process that pushes no latency, for the request-tracing
+// test. It waits for a line on stdin (so the test can attach first), then
+// makes N requests (argv[1]) the way an inference server does: two kernel
+// launches and a cuStreamSynchronize (the fake libcuda's sleeps 2 ms), and
+// one request whose synchronization fails (not a served request). It
+// prints its pid when done.
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                   void *, void **, void **);
+int cuStreamSynchronize(void *);
+int cuEventSynchronize(void *);
+
+int main(int argc, char **argv)
+{
+	char line[16];
+	int n = argc > 1 ? atoi(argv[1]) : 30;
+	if (!fgets(line, sizeof line, stdin))
+		return 1;
+	for (int i = 0; i < n; i++) {
+		cuLaunchKernel((void *)0x1234, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
+		cuLaunchKernel((void *)0x1234, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
+		cuStreamSynchronize((void *)0x5678);
+	}
+	cuLaunchKernel((void *)0x1234, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
+	cuEventSynchronize(0); /* the fake fails it with 700 */
+	printf("%d\n", getpid());
+	return 0;
+}

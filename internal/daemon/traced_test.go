@@ -1,0 +1,167 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/slo"
+	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
+)
+
+func TestTracedLatencyWindows(t *testing.T) {
+	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-server"}
+	other := tracetest.Process{PID: 200, TID: 201, Comm: "bulk"}
+	clock := &tracetest.Clock{}
+	tl := NewTracedLatency()
+	feed := func(evs []trace.Event) {
+		for _, ev := range evs {
+			tl.Apply(ev)
+		}
+	}
+	feed(tracetest.Request(lc, 2, 9*time.Millisecond, clock)) // before the first window: in none
+	tl.Roll(time.Second)
+	if _, ok := tl.Latest(100); ok {
+		t.Fatal("a window before any closed")
+	}
+	for i := range 100 {
+		feed(tracetest.Request(lc, 3, time.Duration(i+1)*time.Millisecond, clock))
+	}
+	feed(tracetest.Request(other, 1, 5*time.Millisecond, clock))
+	// A failed synchronization is not a served request.
+	failed := tracetest.Request(lc, 1, time.Second, clock)
+	failed[len(failed)-1].(*trace.Call).Ret = 700
+	feed(failed)
+	tl.Roll(2 * time.Second)
+
+	s, ok := tl.Latest(100)
+	if !ok || s.Requests != 100 || s.Window != time.Second || s.At != 2*time.Second || s.Seq == 0 {
+		t.Fatalf("pid 100 window %+v %v", s, ok)
+	}
+	for q, want := range map[string]time.Duration{"p50": 50 * time.Millisecond, "p90": 90 * time.Millisecond,
+		"p99": 99 * time.Millisecond, "p999": 100 * time.Millisecond, "max": 100 * time.Millisecond} {
+		if got := s.Quantiles[q]; got != want {
+			t.Errorf("%s = %v, want %v", q, got, want)
+		}
+	}
+	if o, ok := tl.Latest(200); !ok || o.Requests != 1 || o.Quantiles["p50"] != 5*time.Millisecond {
+		t.Errorf("pid 200 window %+v %v", o, ok)
+	}
+	// A window without requests keeps the last one (the loop's staleness
+	// check ages it out); a new one numbers itself apart.
+	tl.Roll(3 * time.Second)
+	if again, _ := tl.Latest(100); again.Seq != s.Seq {
+		t.Errorf("an empty window replaced the last: %+v", again)
+	}
+	feed(tracetest.Request(lc, 1, time.Millisecond, clock))
+	tl.Roll(4 * time.Second)
+	if next, _ := tl.Latest(100); next.Seq == s.Seq || next.Requests != 1 {
+		t.Errorf("next window %+v", next)
+	}
+	tl.Apply(&trace.TaskExit{PID: 100})
+	if _, ok := tl.Latest(100); ok {
+		t.Error("an exited process's window kept")
+	}
+}
+
+func TestSLOLoopTracedLatency(t *testing.T) {
+	// The LC (pid 100) pushes nothing; request tracing measures it. The
+	// windows follow the eager curve of the BE timeslice the fake driver
+	// holds, so the loop steers on what it traced.
+	s := newSLORig(t, sloPolicy)
+	tl := NewTracedLatency()
+	s.loop.Traced = tl
+	s.loop.Step(s.now) // the controller starts, and the first traced window
+	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-server"}
+	clock := &tracetest.Clock{}
+	for i := range 40 {
+		r, _ := slo.EagerPyTorchH100.At(s.beTimeslice())
+		lat := time.Duration(float64(slo.EagerPyTorchH100.Baseline) * r)
+		for range 50 {
+			for _, ev := range tracetest.Request(lc, 3, lat, clock) {
+				tl.Apply(ev)
+			}
+		}
+		s.now += time.Second
+		s.loop.Step(s.now)
+		s.tick(s.now)
+		st := s.loop.Status()
+		if len(st.LC) != 1 || st.LC[0].Signal != "traced" || st.LC[0].Requests != 50 {
+			t.Fatalf("window %d: LC status %+v", i, st.LC)
+		}
+	}
+	if st := s.loop.Status(); st.Changes == 0 || st.LC[0].Ratio == nil {
+		t.Errorf("the loop did not steer on traced latency: %+v", st)
+	}
+	// A process that pushes is judged by what it pushes.
+	s.now += time.Second
+	s.loop.Push(100, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}}})
+	s.loop.Step(s.now)
+	if st := s.loop.Status(); st.LC[0].Signal != "pushed" {
+		t.Errorf("with a push: %+v", st.LC)
+	}
+}
+
+// TestRequestTracingUprobes attaches the real uprobe programs, as
+// gpreemptd --trace-requests does, to a library exporting libcuda's names,
+// and reads the latency of a process that makes 30 requests whose
+// synchronization sleeps 2 ms.
+func TestRequestTracingUprobes(t *testing.T) {
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Fatalf("gcc is needed for the uprobe tests (README: Set up): %v", err)
+	}
+	dir := t.TempDir()
+	lib, app := filepath.Join(dir, "libcuda.so.1"), filepath.Join(dir, "lcloop")
+	for _, args := range [][]string{
+		{"-shared", "-fPIC", "-O2", "-Wl,-soname,libcuda.so.1", "-o", lib, "../trace/testdata/fakecuda.c"},
+		{"-O2", "-o", app, "testdata/lcloop.c", lib, "-Wl,-rpath," + dir},
+	} {
+		if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+			t.Fatalf("gcc %v: %v\n%s", args, err, out)
+		}
+	}
+	if _, _, err := OpenTracedLatency(context.Background(), filepath.Join(dir, "missing.so"), nil); !errors.Is(err, trace.ErrNoLibrary) {
+		t.Errorf("a missing libcuda: %v, want ErrNoLibrary", err)
+	}
+	tl, untrace, err := OpenTracedLatency(context.Background(), lib, testLog(t))
+	if errors.Is(err, trace.ErrNotRoot) {
+		t.Skipf("the kernel refuses to trace for this user: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl.Roll(time.Second)
+	cmd := exec.Command(app, "30")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(stdin, "go")
+	var pid int
+	if _, err := fmt.Fscan(bufio.NewReader(stdout), &pid); err != nil || pid != cmd.Process.Pid {
+		t.Fatalf("lcloop said %d (%v)", pid, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := untrace(); err != nil { // drains what was recorded
+		t.Fatal(err)
+	}
+	tl.Roll(2 * time.Second)
+	s, ok := tl.Latest(pid)
+	if !ok || s.Requests != 30 {
+		t.Fatalf("window %+v %v; want 30 requests (the failed one left out)", s, ok)
+	}
+	if p50 := s.Quantiles["p50"]; p50 < 2*time.Millisecond || p50 > time.Second {
+		t.Errorf("p50 %v; the synchronization sleeps 2 ms", p50)
+	}
+}
