@@ -157,6 +157,33 @@ func (l *SLOLoop) Push(pid int, s HintStats) {
 	}
 }
 
+// ceiling is the longest BE timeslice the controller may choose now: under
+// slo.prepreempt_below while an LC process with a tail objective (above
+// p50) runs a hint engine (it pushed engine state). From that setting on
+// the daemon tells engines to stop pre-preempting, and such an LC waits
+// out BE's timeslice on every request: a tail objective pays for the try
+// itself (on the H100 one try of 500 us set a synthetic LC's p99 at
+// 10.6x). 0: none.
+func (l *SLOLoop) ceiling(pol *policy.Policy, lcs []ProcRef) time.Duration {
+	if pol.SLO.PrepreemptBelow <= 0 {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, p := range lcs {
+		os, ok := pol.Objective(p.Decision)
+		if _, hints := l.status.Engines[strconv.Itoa(p.PID)]; !ok || !hints {
+			continue
+		}
+		for _, o := range os {
+			if o.Quantile > 0.5 {
+				return pol.SLO.PrepreemptBelow - 1
+			}
+		}
+	}
+	return 0
+}
+
 // Forget drops an exited process's pushed state.
 func (l *SLOLoop) Forget(pid int) {
 	l.push.forget(pid)
@@ -278,6 +305,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 	if len(l.rec.InClass(class.BE)) >= 2 {
 		obs.MinBETimeslice = conf.safe
 	}
+	obs.MaxBETimeslice = l.ceiling(pol, lcs)
 	if l.Share != nil {
 		if s, ok := l.Share.BEShare(); ok {
 			obs.BEShare = s

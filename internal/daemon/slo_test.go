@@ -267,6 +267,40 @@ slo: {enabled: true, window: 1s}
 	}
 }
 
+func TestSLOLoopCeilingForHintedTail(t *testing.T) {
+	// An LC with a tail objective that runs a hint engine keeps BE under
+	// slo.prepreempt_below (500 us by default): at 1 ms, the eager knee,
+	// the daemon would tell its engine to stop. Without an engine the
+	// same LC is searched up to 1 ms.
+	const pol = `
+classes:
+  lc: {objective: "p50<=1.05x, p99<=1.15x"}
+  be: {timeslice: 200us}
+rules:
+  - {name: lc, match: {comm: "lc*"}, class: lc}
+  - {name: trainer, match: {comm: "train*"}, class: be}
+slo: {enabled: true, window: 1s}
+`
+	for _, hints := range []bool{true, false} {
+		s := newSLORig(t, pol)
+		s.loop.Step(s.now)
+		highest := time.Duration(0)
+		for range 80 {
+			if hints {
+				s.loop.Push(100, HintStats{Stats: client.Stats{Engine: &EngineState{Prepreempt: true}}})
+			}
+			s.window(slo.EagerPyTorchH100, false)
+			highest = max(highest, s.beTimeslice())
+		}
+		if hints && highest >= 500*time.Microsecond {
+			t.Errorf("with hints and a p99 objective: BE at %v", highest)
+		}
+		if !hints && highest < time.Millisecond {
+			t.Errorf("without hints: BE at most %v, want the eager knee (1ms)", highest)
+		}
+	}
+}
+
 func TestQuantileName(t *testing.T) {
 	for _, tc := range []struct {
 		q    float64

@@ -141,6 +141,13 @@ type Observation struct {
 	// progress while two LC ran beside them, so gpreemptd sets this to
 	// the safe setting while two or more BE processes share the GPU.
 	MinBETimeslice time.Duration
+	// MaxBETimeslice is the longest BE timeslice the controller may
+	// choose now (0: the ladder's longest; below MinBETimeslice: that).
+	// gpreemptd sets it under slo.prepreempt_below while an LC with a
+	// tail objective uses hints: from that setting on the daemon tells
+	// hint engines to stop, and such an LC waits out BE's timeslice (on
+	// the H100 one try of 500 us set a synthetic LC's p99 at 10.6x).
+	MaxBETimeslice time.Duration
 }
 
 // Causes of a decision, a small fixed set (metric label values); Reason
@@ -155,6 +162,7 @@ const (
 	CauseAtLimit     = "at_limit"     // an objective missed with the shortest BE timeslice
 	CauseCalibrate   = "calibrate"    // an LC's standalone-like latency learnt under the shortest BE timeslice
 	CauseFloor       = "floor"        // raised to the shortest BE timeslice allowed now (MinBETimeslice)
+	CauseCeiling     = "ceiling"      // lowered to the longest BE timeslice allowed now (MaxBETimeslice)
 )
 
 // LCResult is how one LC sample compared with its objective.
@@ -212,6 +220,7 @@ type Controller struct {
 	rungs       []rung
 	cur         int
 	lo          int // the shortest rung allowed now (Observation.MinBETimeslice)
+	hi          int // the longest (Observation.MaxBETimeslice), >= lo
 	tick        int
 	since       int       // observations under cur
 	calibrating bool      // at the shortest rung to learn LC baselines
@@ -238,7 +247,7 @@ func New(opts Options) (*Controller, error) {
 		}
 		c.rungs = append(c.rungs, rung{ts: ts, worst: math.NaN(), share: math.NaN()})
 	}
-	c.cur = c.nearest(opts.Safe)
+	c.cur, c.hi = c.nearest(opts.Safe), len(c.rungs)-1
 	return c, nil
 }
 
@@ -254,6 +263,24 @@ func (c *Controller) floor(min time.Duration) int {
 	}
 	return len(c.rungs) - 1
 }
+
+// ceiling is the longest rung at or below max (the shortest when none is;
+// the longest for 0).
+func (c *Controller) ceiling(max time.Duration) int {
+	if max <= 0 {
+		return len(c.rungs) - 1
+	}
+	hi := 0
+	for i, r := range c.rungs {
+		if r.ts <= max {
+			hi = i
+		}
+	}
+	return hi
+}
+
+// safe is the rung nearest Options.Safe within the bounds allowed now.
+func (c *Controller) safe() int { return min(max(c.nearest(c.opts.Safe), c.lo), c.hi) }
 
 func (c *Controller) nearest(ts time.Duration) int {
 	best := 0
@@ -287,13 +314,17 @@ func (c *Controller) Observe(o Observation) Decision {
 		c.calibrating = false
 		return c.move(d, c.lo, fmt.Sprintf("shortest BE timeslice allowed now is %v", c.rungs[c.lo].ts))
 	}
+	if c.hi = max(c.ceiling(o.MaxBETimeslice), c.lo); c.cur > c.hi {
+		d.Cause = CauseCeiling
+		return c.move(d, c.hi, fmt.Sprintf("longest BE timeslice allowed now is %v", c.rungs[c.hi].ts))
+	}
 
 	if !counted {
 		c.missing++
 		d.Cause = CauseNoSignal
 		if c.missing >= c.opts.MissingAfter && !c.fallback {
 			c.fallback = true
-			return c.move(d, max(c.nearest(c.opts.Safe), c.lo), fmt.Sprintf("no LC latency for %d windows: safe setting", c.missing))
+			return c.move(d, c.safe(), fmt.Sprintf("no LC latency for %d windows: safe setting", c.missing))
 		}
 		d.Fallback = c.fallback
 		return c.stay(d, "no LC latency this window")
@@ -356,7 +387,7 @@ func (c *Controller) Observe(o Observation) Decision {
 	}
 	if c.calibrating {
 		c.calibrating = false
-		if safe := max(c.nearest(c.opts.Safe), c.lo); safe != c.cur {
+		if safe := c.safe(); safe != c.cur {
 			d.Cause = CauseCalibrate
 			return c.move(d, safe, fmt.Sprintf("LC baselines known: back to the safe %v", c.rungs[safe].ts))
 		}
@@ -435,7 +466,7 @@ func (c *Controller) Observe(o Observation) Decision {
 // it more; SkipBad bounds the rest, and each miss backs the rung off for
 // twice as long as the last.
 func (c *Controller) nextToTry() (next, skipped int) {
-	for j := c.cur + 1; j < len(c.rungs); j++ {
+	for j := c.cur + 1; j <= c.hi; j++ {
 		r := c.rungs[j]
 		if c.tick < r.badTill || (c.fresh(j) && r.worst > 1) {
 			// A rung that missed by far is where the LC waits out BE's
@@ -545,7 +576,7 @@ func baselineKey(key, objective string) string { return key + " " + objective }
 func (c *Controller) bestFeasible(skip int, headroom float64) (int, bool) {
 	best, ok := -1, false
 	for i, r := range c.rungs {
-		if i == skip || i < c.lo || !c.fresh(i) || r.worst > 1-headroom || c.tick < r.badTill {
+		if i == skip || i < c.lo || i > c.hi || !c.fresh(i) || r.worst > 1-headroom || c.tick < r.badTill {
 			continue
 		}
 		if !ok || c.better(i, best, 0) {

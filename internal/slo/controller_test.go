@@ -560,7 +560,7 @@ func summary(ds []Decision) []string {
 }
 
 func TestDecisionsCarryCause(t *testing.T) {
-	moves := map[string]bool{CauseViolation: true, CauseExplore: true, CauseKnownBetter: true, CauseNoSignal: true, CauseCalibrate: true, CauseFloor: true}
+	moves := map[string]bool{CauseViolation: true, CauseExplore: true, CauseKnownBetter: true, CauseNoSignal: true, CauseCalibrate: true, CauseFloor: true, CauseCeiling: true}
 	stays := map[string]bool{CauseDwell: true, CauseWithin: true, CauseNoSignal: true, CauseViolation: true, CauseAtLimit: true, CauseCalibrate: true}
 	obj := Objective{Quantile: 0.5, Inflation: 1.05}
 	g := NewSimGPU(7)
@@ -805,5 +805,40 @@ func TestANewLCIsNotJudgedByAnOldOnesRungs(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+func TestCeilingHoldsWhileSet(t *testing.T) {
+	// The eager LC's knee is 1 ms; under a 499 us ceiling nothing above
+	// 200 us is chosen, not even to explore, and the search goes on above
+	// it once it is lifted. A ceiling under the floor gives way to it.
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	c := mustNew(t, Options{Safe: time.Millisecond})
+	g := NewSimGPU(5)
+	g.ShareUnknown = true
+	prev := c.Current()
+	var ds []Decision
+	for range 60 {
+		o := g.Window(EagerPyTorchH100, obj, c.Current(), prev)
+		o.MaxBETimeslice = 499 * time.Microsecond
+		prev = c.Current()
+		ds = append(ds, c.Observe(o))
+	}
+	if d := ds[0]; !d.Changed || d.Cause != CauseCeiling || d.BETimeslice != 200*time.Microsecond {
+		t.Errorf("first window from a safe 1ms: %+v, want a change to 200us, cause ceiling", d)
+	}
+	for i, d := range ds {
+		if d.BETimeslice > 200*time.Microsecond {
+			t.Fatalf("window %d: %v under a 499us ceiling: %v", i, d.BETimeslice, summary(ds))
+		}
+	}
+	ds = run(t, c, g, 80, obj, func(int) Workload { return EagerPyTorchH100 })
+	if n := slices.IndexFunc(ds, func(d Decision) bool { return d.BETimeslice >= time.Millisecond }); n < 0 {
+		t.Errorf("ceiling lifted: never reached 1ms: %v", summary(ds))
+	}
+	o := g.Window(EagerPyTorchH100, obj, c.Current(), c.Current())
+	o.MinBETimeslice, o.MaxBETimeslice = 200*time.Microsecond, 50*time.Microsecond
+	if d := c.Observe(o); d.BETimeslice < 200*time.Microsecond {
+		t.Errorf("ceiling under the floor: %+v", d)
 	}
 }
