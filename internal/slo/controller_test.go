@@ -141,6 +141,20 @@ func run(t *testing.T, c *Controller, g *SimGPU, n int, obj Objective, w func(i 
 	return ds
 }
 
+// runBounded plays n windows of w with the BE timeslice bounded by lo and
+// hi (Observation.MinBETimeslice, MaxBETimeslice).
+func runBounded(c *Controller, g *SimGPU, n int, obj Objective, w Workload, lo, hi time.Duration) []Decision {
+	var ds []Decision
+	prev := c.Current()
+	for range n {
+		o := g.Window(w, obj, c.Current(), prev)
+		o.MinBETimeslice, o.MaxBETimeslice = lo, hi
+		prev = c.Current()
+		ds = append(ds, c.Observe(o))
+	}
+	return ds
+}
+
 // outcome is what the windows of ds gave, noiselessly, under w: the mean
 // LC latency over standalone and the mean BE share, as a benchmark pooling
 // those windows would see them.
@@ -263,14 +277,7 @@ func TestFloorHoldsWhileSet(t *testing.T) {
 	obj := Objective{Quantile: 0.5, Inflation: 1.05}
 	c := mustNew(t, Options{})
 	g := NewSimGPU(3)
-	prev := c.Current()
-	var ds []Decision
-	for range 60 {
-		o := g.Window(GraphHintsH100, obj, c.Current(), prev)
-		o.MinBETimeslice = 200 * time.Microsecond
-		prev = c.Current()
-		ds = append(ds, c.Observe(o))
-	}
+	ds := runBounded(c, g, 60, obj, GraphHintsH100, 200*time.Microsecond, 0)
 	for i, d := range ds {
 		if d.BETimeslice < 200*time.Microsecond {
 			t.Fatalf("window %d: %v under a 200us floor: %v", i, d.BETimeslice, summary(ds))
@@ -816,14 +823,7 @@ func TestCeilingHoldsWhileSet(t *testing.T) {
 	c := mustNew(t, Options{Safe: time.Millisecond})
 	g := NewSimGPU(5)
 	g.ShareUnknown = true
-	prev := c.Current()
-	var ds []Decision
-	for range 60 {
-		o := g.Window(EagerPyTorchH100, obj, c.Current(), prev)
-		o.MaxBETimeslice = 499 * time.Microsecond
-		prev = c.Current()
-		ds = append(ds, c.Observe(o))
-	}
+	ds := runBounded(c, g, 60, obj, EagerPyTorchH100, 0, 499*time.Microsecond)
 	if d := ds[0]; !d.Changed || d.Cause != CauseCeiling || d.BETimeslice != 200*time.Microsecond {
 		t.Errorf("first window from a safe 1ms: %+v, want a change to 200us, cause ceiling", d)
 	}
