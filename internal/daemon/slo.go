@@ -120,7 +120,7 @@ type SLOLoop struct {
 	ctl  *slo.Controller
 	conf sloConf
 	last time.Duration // time of the last Step
-	used map[int]uint64
+	used map[sampleSource]uint64
 
 	mu     sync.Mutex
 	status SLOStatus
@@ -139,7 +139,7 @@ func NewSLOLoop(rec *Reconciler, m *Metrics, log *slog.Logger) *SLOLoop {
 		log = slog.New(slog.DiscardHandler)
 	}
 	p := &pushed{now: func() time.Duration { return rec.Now() }, by: map[int]LatencySample{}}
-	return &SLOLoop{rec: rec, metrics: m, log: log, push: p, Latency: p, used: map[int]uint64{}}
+	return &SLOLoop{rec: rec, metrics: m, log: log, push: p, Latency: p, used: map[sampleSource]uint64{}}
 }
 
 // Push takes a stats push's latency window.
@@ -175,10 +175,8 @@ func (l *SLOLoop) ceiling(pol *policy.Policy, lcs []ProcRef) time.Duration {
 		if _, hints := l.status.Engines[strconv.Itoa(p.PID)]; !ok || !hints {
 			continue
 		}
-		for _, o := range os {
-			if o.Quantile > 0.5 {
-				return pol.SLO.PrepreemptBelow - 1
-			}
+		if slices.ContainsFunc(os, slo.Objective.Tail) {
+			return pol.SLO.PrepreemptBelow - 1
 		}
 	}
 	return 0
@@ -321,18 +319,17 @@ func (l *SLOLoop) Step(now time.Duration) {
 			st = append(st, ls)
 			continue
 		}
-		// What the app pushes, else what request tracing saw of it (its
-		// samples used-marked under -pid: the two number theirs apart).
+		// What the app pushes, else what request tracing saw of it.
 		s, ok := l.Latency.Latest(p.PID)
-		src, usedKey := "pushed", p.PID
+		src := sampleSource{p.PID, "pushed"}
 		if !ok && l.Traced != nil {
 			if s, ok = l.Traced.Latest(p.PID); ok {
-				src, usedKey = "traced", -p.PID
+				src.kind = "traced"
 			}
 		}
-		fresh := ok && s.Seq != l.used[usedKey] && now-s.At <= 2*window
+		fresh := ok && s.Seq != l.used[src] && now-s.At <= 2*window
 		if fresh {
-			l.used[usedKey] = s.Seq
+			l.used[src] = s.Seq
 		}
 		// One row, and one sample, per objective: a process may bound
 		// its median and its tail.
@@ -350,18 +347,18 @@ func (l *SLOLoop) Step(now time.Duration) {
 			default:
 				lat, ok := s.Quantiles[quantileName(o.Quantile)]
 				if !ok {
-					ls.Signal = src + " without " + quantileName(o.Quantile)
+					ls.Signal = src.kind + " without " + quantileName(o.Quantile)
 					break
 				}
-				ls.Signal, ls.Requests, ls.LatencyUs = src, s.Requests, float64(lat)/1e3
+				ls.Signal, ls.Requests, ls.LatencyUs = src.kind, s.Requests, float64(lat)/1e3
 				obs.LC = append(obs.LC, slo.LCSample{Key: procKey(p), Objective: o, Latency: lat, Requests: s.Requests})
 			}
 			st = append(st, ls)
 		}
 	}
-	for key := range l.used {
-		if !slices.ContainsFunc(lcs, func(p ProcRef) bool { return p.PID == key || p.PID == -key }) {
-			delete(l.used, key)
+	for src := range l.used {
+		if !slices.ContainsFunc(lcs, func(p ProcRef) bool { return p.PID == src.pid }) {
+			delete(l.used, src)
 		}
 	}
 
@@ -416,6 +413,13 @@ func (l *SLOLoop) Step(now time.Duration) {
 	}
 	l.metrics.setSLO(&d)
 	l.last = now
+}
+
+// sampleSource is where an LC process's windows come from ("pushed" or
+// "traced"): each numbers its own, and a window is used once.
+type sampleSource struct {
+	pid  int
+	kind string
 }
 
 // procKey names an LC process to the controller: its pid and start time,

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/stats"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
 
@@ -84,15 +84,16 @@ func (t *TracedLatency) Latest(pid int) (LatencySample, bool) {
 	return s, ok
 }
 
-// latencyQuantiles are the nearest-rank quantiles the SLO loop reads
-// (quantileName), over lat (reordered).
+// latencyQuantiles are the quantiles the SLO loop reads (quantileName),
+// nearest-rank over lat as stats.Summarize takes them.
 func latencyQuantiles(lat []time.Duration) map[string]time.Duration {
-	slices.Sort(lat)
-	at := func(q float64) time.Duration {
-		i := int(q*float64(len(lat))+0.999999) - 1
-		return lat[max(0, min(i, len(lat)-1))]
+	ns := make([]float64, len(lat))
+	for i, d := range lat {
+		ns[i] = float64(d)
 	}
-	return map[string]time.Duration{"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "p999": at(0.999), "max": lat[len(lat)-1]}
+	s := stats.Summarize(ns)
+	return map[string]time.Duration{"p50": time.Duration(s.P50), "p90": time.Duration(s.P90),
+		"p99": time.Duration(s.P99), "p999": time.Duration(s.P999), "max": time.Duration(s.Max)}
 }
 
 // OpenTracedLatency attaches uprobes on lib's launch and synchronize

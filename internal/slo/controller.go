@@ -500,12 +500,7 @@ func (c *Controller) probe(next int, lc []LCSample) bool {
 	if c.fresh(next) || c.rungs[next].missBy > skipMildMiss || c.since < c.opts.ExploreAfter+probeAfter || c.rungs[c.cur].worst > 1 {
 		return false
 	}
-	for _, s := range lc {
-		if s.Objective.Quantile > 0.5 {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(lc, func(s LCSample) bool { return s.Objective.Tail() })
 }
 
 // probeAfter is how many windows longer than ExploreAfter a rung without
@@ -535,10 +530,11 @@ func (c *Controller) worst(lc []LCSample) (worst float64, counted, baseReady boo
 		}
 		base := s.Standalone
 		if base <= 0 && s.Objective.Absolute <= 0 {
-			b := c.baselines[baselineKey(s.Key, res.Objective)]
+			key := baselineKey(s.Key, res.Objective)
+			b := c.baselines[key]
 			if b == nil {
 				b = &baseline{}
-				c.baselines[baselineKey(s.Key, res.Objective)] = b
+				c.baselines[key] = b
 			}
 			// A window just after a change mixes two settings: judged,
 			// not learnt from.
@@ -612,7 +608,7 @@ func (c *Controller) fresh(i int) bool {
 func (c *Controller) surprising(r *rung, worst, share, scale float64) bool {
 	// What a rung showed long ago (under another LC, or before a pause)
 	// is not what it is expected to show now.
-	if r.seen < 2 || c.tick-r.last > c.opts.Stale {
+	if r.seen < 2 || !c.fresh(c.cur) {
 		return false
 	}
 	if !math.IsNaN(share) && !math.IsNaN(r.share) && math.Abs(share-r.share) > scale*c.opts.Surprise {

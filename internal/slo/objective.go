@@ -14,6 +14,7 @@
 package slo
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -117,17 +118,13 @@ func ParseObjectives(s string) (Objectives, error) {
 		}
 		os = append(os, o)
 	}
-	slices.SortFunc(os, func(a, b Objective) int {
-		switch {
-		case a.Quantile < b.Quantile:
-			return -1
-		case a.Quantile > b.Quantile:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(os, func(a, b Objective) int { return cmp.Compare(a.Quantile, b.Quantile) })
 	return os, nil
 }
+
+// Tail reports whether o bounds a quantile above the median: set by a
+// request's worst windows, so a setting tried and missed once shows in it.
+func (o Objective) Tail() bool { return o.Quantile > 0.5 }
 
 func (os Objectives) String() string {
 	parts := make([]string, len(os))
