@@ -22,6 +22,11 @@
 #   must4    two LC with different objectives (lc1 p50<=1.05x, lc2
 #            p99<=1.30x) and two BE with weights 3:1: slo:multi-tenant, and
 #            slo:prepreempt-multi-tenant with both LCs using hints (~7 min)
+#   traced   must1 with the LC pushing nothing: gpreemptd --trace-requests
+#            measures it with uprobes on libcuda (one repetition, ~2.5 min)
+#   lclc     no daemon: two LCs with hints and two BE at fixed timeslices
+#            3:1 (600us:200us down to 60us:20us), what SLO mode can reach in
+#            must4 (one repetition, ~2.5 min)
 #
 # In every slo: run the LC first runs a lead-in (--slo-lead-in, per part
 # below) with its latency pushed to the daemon: the measured window shows
@@ -65,14 +70,18 @@ BENCH_TIMEOUT_MUST2G=${BENCH_TIMEOUT_MUST2G:-540}
 BENCH_TIMEOUT_MUST2S=${BENCH_TIMEOUT_MUST2S:-400}
 BENCH_TIMEOUT_MUST3=${BENCH_TIMEOUT_MUST3:-540}
 BENCH_TIMEOUT_MUST4=${BENCH_TIMEOUT_MUST4:-400}
+BENCH_TIMEOUT_TRACED=${BENCH_TIMEOUT_TRACED:-240}
+BENCH_TIMEOUT_LCLC=${BENCH_TIMEOUT_LCLC:-240}
 TIMEOUT_MUST1=${TIMEOUT_MUST1:-$((BENCH_TIMEOUT_MUST1 + 40))}
 TIMEOUT_MUST2G=${TIMEOUT_MUST2G:-$((BENCH_TIMEOUT_MUST2G + 40))}
 TIMEOUT_MUST2S=${TIMEOUT_MUST2S:-$((BENCH_TIMEOUT_MUST2S + 40))}
 TIMEOUT_MUST3=${TIMEOUT_MUST3:-$((BENCH_TIMEOUT_MUST3 + 40))}
 TIMEOUT_MUST4=${TIMEOUT_MUST4:-$((BENCH_TIMEOUT_MUST4 + 40))}
+TIMEOUT_TRACED=${TIMEOUT_TRACED:-$((BENCH_TIMEOUT_TRACED + 40))}
+TIMEOUT_LCLC=${TIMEOUT_LCLC:-$((BENCH_TIMEOUT_LCLC + 40))}
 bench_timeout() { local v="BENCH_TIMEOUT_${1^^}"; echo "${!v}"; }
 
-ALL_PARTS="must1 must2g must2s must3 must4"
+ALL_PARTS="must1 must2g must2s must3 must4 traced lclc"
 select_parts gpu-run-slo.sh all "$ALL_PARTS" "$@"
 DRY=${DRY_RUN:-}
 echo "parts:$sel"
@@ -85,6 +94,8 @@ scenarios() {
     must2s) echo standalone,slo:prepreempt-defaults,prepreempt-be-1us,be-only;;
     must3) echo slo:pytorch@switch,pytorch-be-only;;
     must4) echo standalone,slo:multi-tenant:be:3:be:1,slo:prepreempt-multi-tenant:be:3:be:1,be-only;;
+    traced) echo pytorch-eager-standalone,slo:pytorch-eager,pytorch-eager-be-only;;
+    lclc) echo standalone,prepreempt-multi-tenant:600us:200us,prepreempt-multi-tenant:300us:100us,prepreempt-multi-tenant:150us:50us,prepreempt-multi-tenant:60us:20us,be-only;;
   esac
 }
 # The lead-in is long enough for the controller to learn the LC's
@@ -92,25 +103,30 @@ scenarios() {
 # walk its ladder from the safe 200us (about 3 windows a step).
 duration() {
   case $1 in
-    must1) echo 12s;;
+    must1|traced) echo 12s;;
     must3) echo 24s;;
     *) echo 10s;;
   esac
 }
 lead_in() {
   case $1 in
-    must1) echo 30s;;
+    must1|traced) echo 30s;;
     must3) echo 10s;;
+    lclc) echo 0s;;
     *) echo 20s;;
   esac
 }
 bench_cmd() {
-  local extra=""
-  case $1 in must2s|must4) extra="--prep 500us --hint-launcher poller --lc-calibrate-us 0 --lc-iters 2000";; esac
+  local extra="" repeat=$BENCH_REPEAT
+  case $1 in must2s|must4|lclc) extra="--prep 500us --hint-launcher poller --lc-calibrate-us 0 --lc-iters 2000";; esac
+  case $1 in traced|lclc) repeat=1;; esac
+  [ "$1" = traced ] && extra="--slo-push=false"
   echo $C/gpreempt-bench run --gpreemptctl $C/gpreemptctl --daemon-socket $BSOCK \
     --scenarios "$(scenarios $1)" $extra \
-    --duration "$(duration $1)" --slo-lead-in "$(lead_in $1)" --repeat $BENCH_REPEAT --out $W/$1
+    --duration "$(duration $1)" --slo-lead-in "$(lead_in $1)" --repeat $repeat --out $W/$1
 }
+# daemon_args: traced measures the LC with uprobes on libcuda.
+daemon_args() { [ "$1" = traced ] && echo --trace-requests; }
 
 # The policy: workers of slo: scenarios carry GPREEMPT_CLASS (lc, be, be:3)
 # and GPREEMPT_BENCH_WORKER (lc, lc1, lc2, be1, ...); the baselines' workers
@@ -146,7 +162,7 @@ YAML
 slo:
   enabled: true
   window: $window
-  ladder: $([ "$1" = must1 ] && echo "$SLO_LADDER_MUST1" || echo "$SLO_LADDER")
+  ladder: $(case $1 in must1|traced) echo "$SLO_LADDER_MUST1";; *) echo "$SLO_LADDER";; esac)
   safe: 200us
   prepreempt_below: 500us
 requests:
@@ -172,7 +188,7 @@ run_bench_part() {
   rm -rf "$BRUN"; mkdir -p "$BRUN"; chmod 0755 "$BRUN"
   policy $p > "$W/$p-policy.yaml"
   { echo "\$ gpreemptd --check-config $p-policy.yaml"; $C/gpreemptd --check-config "$W/$p-policy.yaml"; echo "rc=$?"; } > "$f" 2>&1
-  $C/gpreemptd --config "$W/$p-policy.yaml" --socket "$BSOCK" --metrics-addr $BMADDR --log-level debug > "$W/$p-gpreemptd.log" 2>&1 &
+  $C/gpreemptd --config "$W/$p-policy.yaml" --socket "$BSOCK" --metrics-addr $BMADDR --log-level debug $(daemon_args $p) > "$W/$p-gpreemptd.log" 2>&1 &
   local dpid=$!
   for i in $(seq 40); do [ -S "$BSOCK" ] && break; sleep 0.25; done
   { echo '$ gpreemptctl daemon status'; $C/gpreemptctl daemon status --socket "$BSOCK"; echo "\$ $(bench_cmd $p)"; } >> "$f" 2>&1

@@ -85,13 +85,18 @@ func (r *runner) pythonLCArgv(sc Scenario, out string) ([]string, []string) {
 	return append(argv, "--hints", "--hint-launcher", r.o.HintLauncher.String()), env
 }
 
-// pushArgs makes an LC worker of an slo: scenario push its latency
-// windows to gpreemptd, after a lead-in of --slo-lead-in.
+// pushArgs makes an LC worker of an slo: scenario run a lead-in of
+// --slo-lead-in and push its latency windows to gpreemptd (unless
+// --slo-push=false: the daemon traces them).
 func (r *runner) pushArgs(sc Scenario) []string {
 	if !sc.SLO {
 		return nil
 	}
-	argv := []string{"--push-latency", client.SocketPath(r.o.DaemonSocket), "--lead-in", fmtDuration(r.o.SLOLeadIn)}
+	argv := []string{"--lead-in", fmtDuration(r.o.SLOLeadIn)}
+	if r.o.SLONoPush {
+		return argv
+	}
+	argv = append(argv, "--push-latency", client.SocketPath(r.o.DaemonSocket))
 	if r.o.SLOWindow > 0 {
 		argv = append(argv, "--push-period", fmtDuration(r.o.SLOWindow))
 	}

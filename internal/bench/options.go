@@ -50,6 +50,9 @@ type runOptions struct {
 	// SLOWindow is gpreemptd's SLO window, read from its status before
 	// the first slo: scenario: the LC workers push at this period.
 	SLOWindow time.Duration `json:"slo_window,omitempty"`
+	// SLONoPush: the LC workers of slo: scenarios push nothing; the daemon
+	// measures them itself (gpreemptd --trace-requests).
+	SLONoPush bool `json:"slo_no_push,omitempty"`
 
 	// HintLauncher is passed to LC workers of prepreempt-* scenarios.
 	HintLauncher prepreempt.Launcher `json:"hint_launcher,omitempty"`
@@ -191,6 +194,7 @@ var runFlags = []cli.Flag{
 	&cli.StringFlag{Name: "daemon-socket", Usage: "slo:* scenarios: gpreemptd's socket (default: $GPREEMPTD_SOCKET, else /run/gpreempt/gpreemptd.sock)"},
 	&cli.DurationFlag{Name: "slo-poll", Value: 250 * time.Millisecond, Usage: "slo:* scenarios: how often the daemon's status (the BE timeslice it chose) is recorded"},
 	&cli.DurationFlag{Name: "slo-lead-in", Value: 20 * time.Second, Usage: "slo:* scenarios: LC requests run (and pushed to gpreemptd) this long before the measurement, so the measured window shows where the daemon settled, not its search (0: measure from the first request)"},
+	&cli.BoolFlag{Name: "slo-push", Value: true, Usage: "slo:* scenarios: the LC workers push their latency windows to gpreemptd (false: they push nothing, for a daemon that traces requests itself, gpreemptd --trace-requests)"},
 	&cli.DurationFlag{Name: "daemon-timeout", Value: 10 * time.Second, Usage: "daemon:* scenarios: fail when a worker's groups do not read back its class this long after READY"},
 	&cli.DurationFlag{Name: "nvml-interval", Value: 50 * time.Millisecond, Usage: "how often to read the GPU's SM clock, power, temperature and throttle reasons through NVML (0: never)"},
 
@@ -241,7 +245,8 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		Seed: c.Uint64("seed"), NVMLInterval: c.Duration("nvml-interval"),
 		DaemonPoll: c.Duration("daemon-poll"), DaemonTimeout: c.Duration("daemon-timeout"),
 		DaemonSocket: client.SocketPath(c.String("daemon-socket")), SLOPoll: c.Duration("slo-poll"), SLOLeadIn: c.Duration("slo-lead-in"),
-		Period: c.Duration("period"), Prep: prep, Requests: c.Int("requests"), Warmup: c.Int("warmup"),
+		SLONoPush: !c.Bool("slo-push"),
+		Period:    c.Duration("period"), Prep: prep, Requests: c.Int("requests"), Warmup: c.Int("warmup"),
 		LCIters: c.Uint64("lc-iters"), LCBlocks: c.Int("lc-blocks"), LCThreads: c.Int("lc-threads"), LCCalibrateUs: c.Float64("lc-calibrate-us"),
 		BEIters: c.Uint64("be-iters"), BEBlocks: c.Int("be-blocks"), BEThreads: c.Int("be-threads"), BEQueue: c.Int("be-queue"), BECalibrateMs: c.Float64("be-calibrate-ms"),
 		Python: c.String("python"), PyScripts: c.String("pytorch-scripts"), PyPeriod: c.Duration("pytorch-period"),

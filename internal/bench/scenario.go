@@ -98,6 +98,7 @@ const DefaultScenarios = "standalone,defaults,be-200us,be-1us,be-only,pytorch-ea
 //	be-ratio:be:<W1>:be:<W2> two BEs in class be with weights W1 and W2
 //	multi-tenant[:be:<W1>:be:<W2>]  two LCs in class lc, two BEs in class be
 //	                         with weights W1 and W2 (default 3 and 1)
+//	multi-tenant:<D1>:<D2>   the same, the BEs in class be at D1 and D2
 //	prepreempt-<LC scenario> the LC uses pre-preemption hints
 //	pytorch-standalone, pytorch-be-only, pytorch (= pytorch-defaults),
 //	pytorch-be-<DURATION>    the same with the PyTorch workers
@@ -135,7 +136,7 @@ func ParseScenarios(list string) ([]Scenario, error) {
 	return out, nil
 }
 
-const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, slo:[pytorch[-eager]-][prepreempt-]defaults, slo:multi-tenant[:be:<w1>:be:<w2>], slo:pytorch@switch, slo:[prepreempt-]defaults@switch"
+const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>|:<ts1>:<ts2>], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, slo:[pytorch[-eager]-][prepreempt-]defaults, slo:multi-tenant[:be:<w1>:be:<w2>], slo:pytorch@switch, slo:[prepreempt-]defaults@switch"
 
 func parseScenario(name string) (Scenario, error) {
 	sc := Scenario{Name: name, Runtime: RuntimeKernels}
@@ -195,7 +196,15 @@ func parseScenario(name string) (Scenario, error) {
 		if spec == "" {
 			spec = "be:3:be:1"
 		}
-		if err := sc.parseWeights(strings.Split(spec, ":")); err != nil {
+		parts := strings.Split(spec, ":")
+		if len(parts) == 2 {
+			// The two BE timeslices themselves (class be, each its own).
+			if err := sc.parseRatio(parts); err != nil {
+				return bad(err.Error())
+			}
+			break
+		}
+		if err := sc.parseWeights(parts); err != nil {
 			return bad(err.Error())
 		}
 	case strings.HasPrefix(rest, "be-ratio:"):
@@ -206,12 +215,8 @@ func parseScenario(name string) (Scenario, error) {
 		parts := strings.Split(rest, ":")[1:]
 		switch len(parts) {
 		case 2:
-			for i, p := range parts {
-				d, err := tsg.ParseTimeslice(p) // what the gpreemptctl it drives accepts
-				if err != nil {
-					return bad(err.Error())
-				}
-				sc.Ratio[i] = d
+			if err := sc.parseRatio(parts); err != nil {
+				return bad(err.Error())
 			}
 		case 4:
 			if err := sc.parseWeights(parts); err != nil {
@@ -240,7 +245,7 @@ func parseScenario(name string) (Scenario, error) {
 		return bad("@switch takes slo:pytorch (graph to eager) or slo:[prepreempt-]defaults (rate 5x)")
 	}
 	if sc.SLO {
-		if !(sc.Kind == KindShared && sc.BETimeslice == 0) && sc.Kind != KindMultiTenant {
+		if !(sc.Kind == KindShared && sc.BETimeslice == 0) && !(sc.Kind == KindMultiTenant && sc.Weights[0].Weight > 0) {
 			return bad("slo: takes an LC + BE scenario without a BE timeslice (the daemon chooses it), such as slo:pytorch-eager, slo:defaults or slo:multi-tenant")
 		}
 		return sc, nil
@@ -253,6 +258,19 @@ func parseScenario(name string) (Scenario, error) {
 
 // parseWeights reads two class specs ("be", "3", "be", "1") into Weights
 // and the timeslices they map to under the default class table.
+// parseRatio parses two BE timeslices, as the gpreemptctl the harness
+// drives accepts them.
+func (sc *Scenario) parseRatio(parts []string) error {
+	for i, p := range parts {
+		d, err := tsg.ParseTimeslice(p)
+		if err != nil {
+			return err
+		}
+		sc.Ratio[i] = d
+	}
+	return nil
+}
+
 func (sc *Scenario) parseWeights(parts []string) error {
 	if len(parts) != 4 {
 		return fmt.Errorf("want two class:weight pairs, such as be:3:be:1")

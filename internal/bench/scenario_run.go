@@ -140,8 +140,9 @@ func (run *scenarioRun) classifyBEs(ctx context.Context) error {
 	case sc.Kind == KindShared && sc.BETimeslice > 0:
 		run.beTimeslices[0] = usArg(sc.BETimeslice)
 		return run.ctl(ctx, "class", "--pid", strconv.Itoa(run.bes[0].pid()), "--be-timeslice", usArg(sc.BETimeslice), "be")
-	case sc.Weights[0].Weight > 0:
-		// Class be with a weight: the class's timeslice times the weight.
+	case sc.Weights[0].Weight > 0 || sc.Kind == KindMultiTenant:
+		// Class be with a weight (the class's timeslice times the weight),
+		// or at the timeslices the scenario names.
 		for i, w := range run.bes {
 			run.beTimeslices[i] = usArg(sc.Ratio[i])
 			if err := run.ctl(ctx, "class", "--pid", strconv.Itoa(w.pid()), "--be-timeslice", usArg(sc.Ratio[i]), "be"); err != nil {

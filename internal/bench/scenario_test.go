@@ -55,6 +55,11 @@ func TestParseScenarios(t *testing.T) {
 		{in: "be-only@x2", wantErr: true},
 		{in: "be-1us@x0", wantErr: true},
 		{in: "be-1us@xfast", wantErr: true},
+		{in: "prepreempt-multi-tenant:150us:50us", want: []Scenario{
+			{Name: "prepreempt-multi-tenant:150us:50us", Kind: KindMultiTenant, Runtime: RuntimeKernels, Hints: true, Ratio: [2]time.Duration{150 * time.Microsecond, 50 * time.Microsecond}},
+		}},
+		{in: "multi-tenant:150us:0us", wantErr: true},
+		{in: "slo:multi-tenant:150us:50us", wantErr: true},
 		{in: "multi-tenant:lc:3:be:1", wantErr: true},
 		{in: "multi-tenant:be:0:be:1", wantErr: true},
 		{in: "multi-tenant:be:3", wantErr: true},

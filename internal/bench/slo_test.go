@@ -116,6 +116,16 @@ func TestSLOLCArgvPushes(t *testing.T) {
 	if argv, _ := r.lcArgv(sc, "lc.json"); slices.Contains(argv, "--push-latency") || slices.Contains(argv, "--lead-in") {
 		t.Errorf("daemon: argv pushes or leads in: %v", argv)
 	}
+	// --slo-push=false: the lead-in stays, the push goes (the daemon
+	// traces the LC's requests).
+	r.o.SLONoPush = true
+	for _, name := range []string{"slo:defaults", "slo:pytorch-eager"} {
+		sc, _ := parseScenario(name)
+		argv, _ := r.lcArgv(sc, "lc.json")
+		if slices.Contains(argv, "--push-latency") || !hasArgs(argv, "--lead-in", "25s") {
+			t.Errorf("%s without push: want --lead-in and no --push-latency: %v", name, argv)
+		}
+	}
 }
 
 func TestAddBETimeline(t *testing.T) {
