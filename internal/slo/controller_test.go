@@ -389,29 +389,39 @@ func TestConvergesAfterWorkloadChange(t *testing.T) {
 
 func TestSignalLossFallsBackToSafe(t *testing.T) {
 	obj := Objective{Quantile: 0.5, Inflation: 1.05}
-	c := mustNew(t, Options{})
-	g := NewSimGPU(1)
-	run(t, c, g, 40, obj, func(int) Workload { return EagerPyTorchH100 })
-	if c.Current() == 200*time.Microsecond {
-		t.Fatalf("precondition: the controller left the safe setting (at %v)", c.Current())
+	var shares, lcs []float64
+	for seed := range uint64(20) {
+		c := mustNew(t, Options{})
+		g := NewSimGPU(seed)
+		run(t, c, g, 40, obj, func(int) Workload { return EagerPyTorchH100 })
+		if c.Current() == 200*time.Microsecond {
+			t.Fatalf("seed %d: precondition: the controller left the safe setting (at %v)", seed, c.Current())
+		}
+		g.Missing = true
+		ds := run(t, c, g, 5, obj, func(int) Workload { return EagerPyTorchH100 })
+		if c.Current() != 200*time.Microsecond || !ds[2].Fallback || !ds[2].Changed {
+			t.Fatalf("seed %d: after 3 windows without LC latency: at %v, decisions %v", seed, c.Current(), summary(ds))
+		}
+		if changes(ds) != 1 {
+			t.Errorf("seed %d: %d changes while the signal was missing, want 1", seed, changes(ds))
+		}
+		g.Missing = false
+		ds = run(t, c, g, 40, obj, func(int) Workload { return EagerPyTorchH100 })
+		if ds[0].Fallback {
+			t.Errorf("seed %d: still in fallback with the signal back", seed)
+		}
+		lc, share := outcome(ds[15:], EagerPyTorchH100)
+		lcs, shares = append(lcs, lc), append(shares, share)
 	}
-	g.Missing = true
-	ds := run(t, c, g, 5, obj, func(int) Workload { return EagerPyTorchH100 })
-	if c.Current() != 200*time.Microsecond || !ds[2].Fallback || !ds[2].Changed {
-		t.Fatalf("after 3 windows without LC latency: at %v, decisions %v", c.Current(), summary(ds))
-	}
-	if changes(ds) != 1 {
-		t.Errorf("%d changes while the signal was missing, want 1", changes(ds))
-	}
-	g.Missing = false
-	ds = run(t, c, g, 40, obj, func(int) Workload { return EagerPyTorchH100 })
-	if ds[0].Fallback {
-		t.Error("still in fallback with the signal back")
-	}
-	// Back to searching from the safe setting: the same bounds as one
-	// seed of TestEagerFindsTheKnee (the safe 200us alone gives BE 76%).
-	if lc, share := outcome(ds[15:], EagerPyTorchH100); lc > 1.13 || share < 0.80 {
-		t.Errorf("did not return near the knee after the signal came back (LC %.3fx, BE %.1f%%): %v", lc, 100*share, summary(ds))
+	// Back to searching from the safe setting (200us alone gives BE
+	// 76%): bounded as TestEagerFindsTheKnee bounds its seeds, but for
+	// one: a baseline learnt a few percent low (8 windows that scatter
+	// by 8%) can hold the search at 200 us, within its objective.
+	slices.Sort(lcs)
+	slices.Sort(shares)
+	if lcs[len(lcs)-1] > 1.16 || shares[1] < 0.80 || shares[len(shares)/2] < 0.865 {
+		t.Errorf("after the signal came back: LC %.3f..%.3fx, BE share %.3f..%.3f (median %.3f); want LC <= 1.16x, BE >= 80%% in 19 of 20 seeds, median >= 86.5%%",
+			lcs[0], lcs[len(lcs)-1], shares[0], shares[len(shares)-1], shares[len(shares)/2])
 	}
 }
 
@@ -841,4 +851,63 @@ func TestCeilingHoldsWhileSet(t *testing.T) {
 	if d := c.Observe(o); d.BETimeslice < 200*time.Microsecond {
 		t.Errorf("ceiling under the floor: %+v", d)
 	}
+}
+
+func TestABurstIsNotAWorkloadChange(t *testing.T) {
+	// An eager LC settled near its knee runs two windows 36% slower (on
+	// the H100: 1.34x and 1.37x of its objective under 1 ms, its own
+	// CPU-side work) and then as before: rarely a workload change (the
+	// straying windows are watched for a third; two in a row made one in
+	// 9 of these 20 seeds). The same slowdown for good is one: learnt
+	// again within a few windows when the setting had shown steady
+	// latency, else once the search has walked down to where the baseline
+	// was learnt (TestRelearnsAnLCThatSlowed).
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	slow := EagerPyTorchH100
+	slow.Baseline = slow.Baseline * 136 / 100
+	const at = 100
+	changed := func(ds []Decision) int {
+		for i, d := range ds {
+			if d.WorkloadChanged {
+				return i
+			}
+		}
+		return -1
+	}
+	var burst, soon, never int
+	for seed := range uint64(20) {
+		g := NewSimGPU(seed)
+		g.ShareUnknown = true
+		ds := run(t, mustNew(t, Options{}), g, at+10, obj, func(i int) Workload {
+			if i == at || i == at+1 {
+				return slow
+			}
+			return EagerPyTorchH100
+		})
+		if changed(ds[at:]) >= 0 {
+			burst++
+		}
+		g = NewSimGPU(seed)
+		g.ShareUnknown = true
+		ds = run(t, mustNew(t, Options{}), g, at+40, obj, func(i int) Workload {
+			if i >= at {
+				return slow
+			}
+			return EagerPyTorchH100
+		})
+		switch i := changed(ds[at:]); {
+		case i < 0:
+			never++
+			t.Errorf("seed %d: a lasting 36%% slowdown not learnt in 40 windows: %v", seed, summary(ds[at:]))
+		case i <= 4:
+			soon++
+		}
+	}
+	if burst > 5 {
+		t.Errorf("a two-window burst was taken for a workload change in %d of 20 seeds; want at most 5", burst)
+	}
+	if soon < 8 {
+		t.Errorf("a lasting slowdown was learnt again within 5 windows in %d of 20 seeds; want >= 8", soon)
+	}
+	t.Logf("burst taken for a change: %d of 20; lasting change learnt within 5 windows: %d, within 40: %d", burst, soon, 20-never)
 }
