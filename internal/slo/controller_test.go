@@ -246,12 +246,25 @@ func TestSearchPassesAMissedRung(t *testing.T) {
 	}
 	obj := Objective{Quantile: 0.5, Inflation: 1.05}
 	var shares []float64
+	var reach []int // windows from the start to the first at 1 ms
 	for seed := range uint64(20) {
 		ds := run(t, mustNew(t, Options{}), NewSimGPU(seed), 150, obj, func(int) Workload { return dip })
 		_, share := outcome(ds[90:], dip)
 		shares = append(shares, share)
+		at := slices.IndexFunc(ds, func(d Decision) bool { return d.BETimeslice == time.Millisecond })
+		if at < 0 {
+			at = len(ds)
+		}
+		reach = append(reach, at)
 	}
 	slices.Sort(shares)
+	slices.Sort(reach)
+	t.Logf("windows to 1 ms: %v", reach)
+	// 8 to learn the baseline, 3 at the safe 200 us that misses, then on
+	// past it (500 us, 3 windows) rather than back under it first.
+	if med := reach[len(reach)/2]; med > 20 {
+		t.Errorf("1 ms first reached after a median of %d windows; want <= 20 (past the dip from the safe setting)", med)
+	}
 	if med := shares[len(shares)/2]; med < 0.84 {
 		t.Errorf("median BE share over the settled windows %.3f; want >= 0.84 (1 ms: 0.871; 200 us, the last rung before the dip: 0.761)", med)
 	}
