@@ -256,8 +256,6 @@ func parseScenario(name string) (Scenario, error) {
 	return sc, nil
 }
 
-// parseWeights reads two class specs ("be", "3", "be", "1") into Weights
-// and the timeslices they map to under the default class table.
 // parseRatio parses two BE timeslices, as the gpreemptctl the harness
 // drives accepts them.
 func (sc *Scenario) parseRatio(parts []string) error {
@@ -271,6 +269,8 @@ func (sc *Scenario) parseRatio(parts []string) error {
 	return nil
 }
 
+// parseWeights reads two class specs ("be", "3", "be", "1") into Weights
+// and the timeslices they map to under the default class table.
 func (sc *Scenario) parseWeights(parts []string) error {
 	if len(parts) != 4 {
 		return fmt.Errorf("want two class:weight pairs, such as be:3:be:1")

@@ -346,7 +346,7 @@ func (c *Controller) Observe(o Observation) Decision {
 		} else {
 			c.surprised = 0
 		}
-		if c.surprised >= surpriseRun || c.surprising(r, worst, o.BEShare, 2) {
+		if c.surprised >= surpriseRun || (c.surprised > 0 && c.surprising(r, worst, o.BEShare, 2)) {
 			c.forgetAll()
 			d.Reason, d.WorkloadChanged = "workload changed: ", true
 			// Learn the new workload's baseline under the shortest BE
@@ -510,11 +510,19 @@ func (c *Controller) nextToTry() (next, skipped int) {
 // a tail objective is set by its worst windows, and a probe that misses
 // sets it.
 func (c *Controller) probe(next int, lc []LCSample) bool {
-	// A rung that once missed by multiples is where the LC waits out
-	// BE's timeslice: not probed again until the workload changes.
-	if c.fresh(next) || c.rungs[next].missBy > skipMildMiss || c.since < c.opts.ExploreAfter+probeAfter || c.rungs[c.cur].worst > 1 {
-		return false
-	}
+	return c.untried(next) && c.since >= c.opts.ExploreAfter+probeAfter && c.rungs[c.cur].worst <= 1 && medianOnly(lc)
+}
+
+// untried reports whether rung i is worth a try on a guess: not measured
+// recently, and not once missed by multiples (where the LC waits out BE's
+// timeslice, until the workload changes).
+func (c *Controller) untried(i int) bool {
+	return !c.fresh(i) && c.rungs[i].missBy <= skipMildMiss
+}
+
+// medianOnly reports whether every objective bounds a median or a lower
+// quantile: a guess that misses moves a median little, and sets a tail.
+func medianOnly(lc []LCSample) bool {
 	return !slices.ContainsFunc(lc, func(s LCSample) bool { return s.Objective.Tail() })
 }
 
@@ -533,14 +541,11 @@ const probeAfter = 1
 // 1 ms 8-10 s after a graph LC turned eager. A longer rung that misses
 // too is left the usual way, back to what met the objectives.
 func (c *Controller) pastTheDip(lc []LCSample) (int, bool) {
-	if c.opts.SkipBad == 0 || c.cur > c.safe() || c.rungs[c.cur].worst > skipMildMiss || slices.ContainsFunc(lc, func(s LCSample) bool { return s.Objective.Tail() }) {
+	if c.opts.SkipBad == 0 || c.cur > c.safe() || c.rungs[c.cur].worst > skipMildMiss || !medianOnly(lc) {
 		return 0, false
 	}
 	next, _ := c.nextToTry()
-	if next < 0 || c.fresh(next) || c.rungs[next].missBy > skipMildMiss {
-		return 0, false
-	}
-	return next, true
+	return next, next >= 0 && c.untried(next)
 }
 
 // skipMildMiss is the most a rung may have missed an objective by (worst
@@ -644,11 +649,11 @@ func (c *Controller) fresh(i int) bool {
 // on its own. Until then the setting is kept, and the straying windows
 // are judged with the next one that does not stray: a burst that passed
 // may still make the setting miss its objective, but it does not make
-// the controller learn the LC again. An eager PyTorch LC on the H100 ran two 1 s windows in
-// a row at 1.34x and 1.37x of what 1 ms had shown (its own CPU side), and
-// then went on as before: taken for a change, it cost that repetition 8
-// windows of BE at 1 us. A real change persists; a graph LC that turned
-// eager strayed by 3.7x.
+// the controller learn the LC again. An eager PyTorch LC on the H100 ran
+// two 1 s windows in a row at 1.34x and 1.37x of what 1 ms had shown (its
+// own CPU side), and then went on as before: taken for a change, it cost
+// that repetition 8 windows of BE at 1 us. A real change persists; a
+// graph LC that turned eager strayed by 3.7x.
 const surpriseRun = 3
 
 // surprising reports whether a window strays from what r has shown.
