@@ -6,10 +6,16 @@
 //
 // A class's timeslice is the timeslice of one unit of weight. Groups of
 // the same class share the GPU in the ratio of their weights, because the
-// driver's round-robin gives each group its whole timeslice in turn:
-// measured on an H100 with two fixed-work BE processes, timeslices of
-// 3000:1000 us split throughput 3.04:1, and 1000:1000 us 1:1
-// (docs/BENCHMARKS.md).
+// driver's round-robin gives each group its whole timeslice in turn. Each
+// turn begins with the group's context being restored, which costs it a
+// fixed part of its slice (the class's slice overhead, ~20 us on an H100),
+// so a group of weight w gets the overhead plus w times the rest of one
+// unit's slice: work, not timeslice, splits in the ratio of the weights.
+// Measured on an H100 with two fixed-work BE processes, plain timeslice
+// ratios split throughput 3.04:1 at 3000:1000 us, 8.3:1 at 4000:500 us,
+// 3.25:1 at 600:200 us, 3.54:1 at 300:100 us and 4.44:1 at 150:50 us: each
+// is (T1 - c) : (T2 - c) with c between 20 and 22 us (docs/BENCHMARKS.md,
+// docs/SLO.md).
 package class
 
 import (
@@ -86,8 +92,9 @@ func (n *Name) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// Weight bounds. A weight multiplies its class's timeslice; the product
-// must stay within tsg's timeslice range.
+// Weight bounds. A weight multiplies what its class's timeslice leaves
+// after the slice overhead; the result must stay within tsg's timeslice
+// range.
 const (
 	MinWeight     = 1
 	MaxWeight     = 1000
@@ -110,7 +117,14 @@ type Class struct {
 	Timeslice time.Duration `json:"timeslice"`
 	// Interleave is the runlist interleave level of the class's groups.
 	Interleave tsg.Level `json:"interleave"`
+	// SliceOverhead is the part of each timeslice a group loses to being
+	// switched in (its context restored): weights split what is left.
+	// 0: weights multiply the whole timeslice.
+	SliceOverhead time.Duration `json:"slice_overhead"`
 }
+
+// MaxSliceOverhead bounds Class.SliceOverhead.
+const MaxSliceOverhead = time.Millisecond
 
 // Check validates c's name, timeslice and level.
 func (c Class) Check() error {
@@ -123,17 +137,26 @@ func (c Class) Check() error {
 	if c.Interleave > tsg.LevelHigh {
 		return fmt.Errorf("%w %s: interleave level %v: want low, medium or high", ErrInvalid, c.Name, c.Interleave)
 	}
+	if c.SliceOverhead < 0 || c.SliceOverhead > MaxSliceOverhead {
+		return fmt.Errorf("%w %s: slice overhead %v out of range [0, %v]", ErrInvalid, c.Name, c.SliceOverhead, MaxSliceOverhead)
+	}
 	return nil
 }
 
-// TimesliceFor is the timeslice of a group of class c with weight w:
-// the class's timeslice times w, within tsg's range.
+// TimesliceFor is the timeslice of a group of class c with weight w: the
+// slice overhead plus w times what one unit's timeslice leaves after it,
+// within tsg's range. A class timeslice at or under the overhead leaves
+// no work to split; it is then multiplied whole.
 func (c Class) TimesliceFor(w int) (time.Duration, error) {
 	if err := CheckWeight(w); err != nil {
 		return 0, fmt.Errorf("class %s: %w", c.Name, err)
 	}
-	ts := c.Timeslice * time.Duration(w)
-	if ts/time.Duration(w) != c.Timeslice { // overflow
+	base, work := time.Duration(0), c.Timeslice
+	if c.SliceOverhead > 0 && c.Timeslice > c.SliceOverhead {
+		base, work = c.SliceOverhead, c.Timeslice-c.SliceOverhead
+	}
+	ts := base + work*time.Duration(w)
+	if (ts-base)/time.Duration(w) != work { // overflow
 		ts = tsg.MaxTimeslice + 1
 	}
 	if err := tsg.CheckTimeslice(ts); err != nil {
@@ -156,11 +179,13 @@ func (c Class) Settings(w int) (tsg.Settings, error) {
 // for BE; BE: 200 us, which yields to LC within one switch (~170-200 us on
 // an H100) while keeping two BE processes from thrashing each other (1 us
 // is the fastest yield; both measured in docs/GPU-RESULTS.md). Burstable:
-// 2 ms, what libcuda gives every compute group itself.
+// 2 ms, what libcuda gives every compute group itself. Slice overhead:
+// 20 us, fitted on an H100 (package comment).
 const (
 	DefaultLCTimeslice        = 5 * time.Second
 	DefaultBurstableTimeslice = 2 * time.Millisecond
 	DefaultBETimeslice        = 200 * time.Microsecond
+	DefaultSliceOverhead      = 20 * time.Microsecond
 )
 
 // Table holds one Class per name.
@@ -169,9 +194,9 @@ type Table map[Name]Class
 // Defaults returns the default table; callers may change their copy.
 func Defaults() Table {
 	return Table{
-		LC:        {Name: LC, Timeslice: DefaultLCTimeslice, Interleave: tsg.LevelHigh},
-		Burstable: {Name: Burstable, Timeslice: DefaultBurstableTimeslice, Interleave: tsg.LevelMedium},
-		BE:        {Name: BE, Timeslice: DefaultBETimeslice, Interleave: tsg.LevelLow},
+		LC:        {Name: LC, Timeslice: DefaultLCTimeslice, Interleave: tsg.LevelHigh, SliceOverhead: DefaultSliceOverhead},
+		Burstable: {Name: Burstable, Timeslice: DefaultBurstableTimeslice, Interleave: tsg.LevelMedium, SliceOverhead: DefaultSliceOverhead},
+		BE:        {Name: BE, Timeslice: DefaultBETimeslice, Interleave: tsg.LevelLow, SliceOverhead: DefaultSliceOverhead},
 	}
 }
 
@@ -222,14 +247,16 @@ func (t Table) names() []Name {
 // MarshalJSON writes the table in priority order, timeslices as "200us".
 func (t Table) MarshalJSON() ([]byte, error) {
 	type entry struct {
-		Name       Name   `json:"name"`
-		Timeslice  string `json:"timeslice"`
-		Interleave string `json:"interleave"`
+		Name          Name   `json:"name"`
+		Timeslice     string `json:"timeslice"`
+		Interleave    string `json:"interleave"`
+		SliceOverhead string `json:"slice_overhead"`
 	}
 	var out []entry
 	for _, n := range t.names() {
 		c := t[n]
-		out = append(out, entry{c.Name, tsg.Micros(c.Timeslice / time.Microsecond).String(), c.Interleave.String()})
+		out = append(out, entry{c.Name, tsg.Micros(c.Timeslice / time.Microsecond).String(), c.Interleave.String(),
+			tsg.Micros(c.SliceOverhead / time.Microsecond).String()})
 	}
 	return json.Marshal(out)
 }
@@ -266,4 +293,18 @@ func (s Spec) String() string {
 		return string(s.Name)
 	}
 	return fmt.Sprintf("%s:%d", s.Name, s.Weight)
+}
+
+// ParseSliceOverhead parses a slice overhead: a duration such as "20us",
+// or "0" for none.
+func ParseSliceOverhead(s string) (time.Duration, error) {
+	t := strings.TrimSpace(s)
+	if t == "0" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(t)
+	if err != nil || d < 0 || d > MaxSliceOverhead || d%time.Microsecond != 0 {
+		return 0, fmt.Errorf("%w slice overhead %q: want whole microseconds from 0 to %v, such as 20us", ErrInvalid, s, MaxSliceOverhead)
+	}
+	return d, nil
 }

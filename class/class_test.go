@@ -91,8 +91,9 @@ func TestSettings(t *testing.T) {
 		{LC, 2, 0, 0, true}, // 10 s is past tsg.MaxTimeslice
 		{Burstable, 1, 2 * time.Millisecond, tsg.LevelMedium, false},
 		{BE, 1, 200 * time.Microsecond, tsg.LevelLow, false},
-		// Weights are timeslice ratios: 3:1 at the default BE timeslice.
-		{BE, 3, 600 * time.Microsecond, tsg.LevelLow, false},
+		// Weights split the work after the 20 us slice overhead: 3:1 at the
+		// default BE timeslice is 560:200 us (540:180 us of work).
+		{BE, 3, 560 * time.Microsecond, tsg.LevelLow, false},
 		{BE, 0, 0, 0, true},
 	} {
 		s, err := tab.Settings(tc.n, tc.w)
@@ -119,6 +120,8 @@ func TestTableCheck(t *testing.T) {
 		"sub-us":        {BE: {Name: BE, Timeslice: 1500 * time.Nanosecond, Interleave: tsg.LevelLow}},
 		"level":         {BE: {Name: BE, Timeslice: time.Millisecond, Interleave: tsg.LevelUnknown}},
 		"unknown class": {"gold": {Name: "gold", Timeslice: time.Millisecond}},
+		"overhead":      {BE: {Name: BE, Timeslice: time.Millisecond, Interleave: tsg.LevelLow, SliceOverhead: 2 * time.Millisecond}},
+		"negative":      {BE: {Name: BE, Timeslice: time.Millisecond, Interleave: tsg.LevelLow, SliceOverhead: -time.Microsecond}},
 	} {
 		if err := tab.Check(); err == nil {
 			t.Errorf("%s: Check passed", name)
@@ -142,8 +145,63 @@ func TestUnmarshalAndMarshal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `[{"name":"lc","timeslice":"5s","interleave":"high"},{"name":"burstable","timeslice":"2ms","interleave":"medium"},{"name":"be","timeslice":"200us","interleave":"low"}]`
+	want := `[{"name":"lc","timeslice":"5s","interleave":"high","slice_overhead":"20us"},{"name":"burstable","timeslice":"2ms","interleave":"medium","slice_overhead":"20us"},{"name":"be","timeslice":"200us","interleave":"low","slice_overhead":"20us"}]`
 	if string(b) != want {
 		t.Errorf("marshal:\n got %s\nwant %s", b, want)
+	}
+}
+
+// TestWeightsSplitWork: with a slice overhead c, a weight w gets c + w*(T-c),
+// so the work per turn, T - c, splits in the ratio of the weights; the
+// H100 points of the package comment each fit c = 20-22 us.
+func TestWeightsSplitWork(t *testing.T) {
+	us := time.Microsecond
+	for _, tc := range []struct {
+		ts, overhead time.Duration
+		w            int
+		want         time.Duration
+	}{
+		{200 * us, 20 * us, 3, 560 * us},
+		{50 * us, 20 * us, 3, 110 * us},
+		{100 * us, 20 * us, 1, 100 * us},
+		{1000 * us, 20 * us, 4, 3940 * us},
+		{200 * us, 0, 3, 600 * us},     // no overhead: the plain ratio
+		{20 * us, 20 * us, 3, 60 * us}, // no work left to split: the plain ratio
+		{us, 20 * us, 3, 3 * us},
+	} {
+		c := Class{Name: BE, Timeslice: tc.ts, Interleave: tsg.LevelLow, SliceOverhead: tc.overhead}
+		got, err := c.TimesliceFor(tc.w)
+		if err != nil || got != tc.want {
+			t.Errorf("%v, overhead %v, weight %d: %v %v, want %v", tc.ts, tc.overhead, tc.w, got, err, tc.want)
+		}
+		if tc.ts > tc.overhead && tc.overhead > 0 {
+			if work, unit := got-tc.overhead, tc.ts-tc.overhead; work != unit*time.Duration(tc.w) {
+				t.Errorf("%v, weight %d: work %v is not %d x %v", tc.ts, tc.w, work, tc.w, unit)
+			}
+		}
+	}
+	// Past tsg's range is an error, not a wrap.
+	c := Class{Name: BE, Timeslice: 3 * time.Second, Interleave: tsg.LevelLow, SliceOverhead: 20 * us}
+	if _, err := c.TimesliceFor(MaxWeight); err == nil {
+		t.Error("3 s x 1000 was accepted")
+	}
+}
+
+func TestParseSliceOverhead(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"0", 0, true}, {"20us", 20 * time.Microsecond, true}, {" 1ms ", time.Millisecond, true}, {"0s", 0, true},
+		{"20", 0, false}, {"-1us", 0, false}, {"2ms", 0, false}, {"1.5us", 0, false}, {"", 0, false},
+	} {
+		got, err := ParseSliceOverhead(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseSliceOverhead(%q) = %v, %v; want %v ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+		if err != nil && !errors.Is(err, tsg.ErrInvalidArgument) {
+			t.Errorf("%q: %v does not wrap tsg.ErrInvalidArgument", tc.in, err)
+		}
 	}
 }

@@ -19,14 +19,19 @@
 #            from the middle of each 24 s measurement on; window 500ms; the
 #            daemon's chosen timeslice and the BE share over time are in
 #            results.json ("slo", "be_timeline") and slo.png (~6 min)
+#   must1s   no daemon: the eager LC beside training at fixed BE timeslices
+#            around its knee (1ms, 1500us, 2ms), whether any meets must-show
+#            1 (~6 min)
 #   must4    two LC with different objectives (lc1 p50<=1.05x, lc2
-#            p99<=1.30x) and two BE with weights 3:1: slo:multi-tenant, and
-#            slo:prepreempt-multi-tenant with both LCs using hints (~7 min)
+#            p99<=1.30x) and two BE with weights 3:1, both LCs with hints:
+#            slo:prepreempt-multi-tenant, shared_floor 50us, against the
+#            two LCs alone (prepreempt-multi-tenant:lc-only) (~7 min)
 #   traced   must1 with the LC pushing nothing: gpreemptd --trace-requests
 #            measures it with uprobes on libcuda (one repetition, ~2.5 min)
-#   lclc     no daemon: two LCs with hints and two BE at fixed timeslices
-#            3:1 (600us:200us down to 60us:20us), what SLO mode can reach in
-#            must4 (one repetition, ~2.5 min)
+#   lclc     no daemon: two LCs with hints, alone and beside two BE at fixed
+#            timeslices of weights 3:1 with the 20us slice overhead
+#            (560us:200us, 260us:100us, 110us:50us), what SLO mode can reach
+#            in must4 (two repetitions, ~4.5 min)
 #
 # In every slo: run the LC first runs a lead-in (--slo-lead-in, per part
 # below) with its latency pushed to the daemon: the measured window shows
@@ -63,16 +68,23 @@ BENCH_REPEAT=${BENCH_REPEAT:-3}
 # 1 ms (BE 86-87%) and 3 ms (LC 1.17x), hence must1's 1500us rung.
 SLO_LADDER=${SLO_LADDER:-[1us, 50us, 200us, 500us, 1ms, 2ms, 3ms]}
 SLO_LADDER_MUST1=${SLO_LADDER_MUST1:-[1us, 50us, 200us, 500us, 1ms, 1500us, 2ms, 3ms]}
+# must4: two BE keep their 3:1 split down to a 50us unit timeslice once the
+# weights leave the 20us slice overhead out (110us:50us); the LCs with
+# hints want the shortest BE timeslice, hence the floor and a 100us rung.
+SLO_LADDER_MUST4=${SLO_LADDER_MUST4:-[1us, 50us, 100us, 200us, 500us, 1ms, 2ms, 3ms]}
+SHARED_FLOOR_MUST4=${SHARED_FLOOR_MUST4:-50us}
 # Bench limits, below the 10-minute limit of one call so that the results
 # are still packed (on SIGINT the bench writes what it has).
 BENCH_TIMEOUT_MUST1=${BENCH_TIMEOUT_MUST1:-540}
+BENCH_TIMEOUT_MUST1S=${BENCH_TIMEOUT_MUST1S:-540}
 BENCH_TIMEOUT_MUST2G=${BENCH_TIMEOUT_MUST2G:-540}
 BENCH_TIMEOUT_MUST2S=${BENCH_TIMEOUT_MUST2S:-400}
 BENCH_TIMEOUT_MUST3=${BENCH_TIMEOUT_MUST3:-540}
 BENCH_TIMEOUT_MUST4=${BENCH_TIMEOUT_MUST4:-400}
 BENCH_TIMEOUT_TRACED=${BENCH_TIMEOUT_TRACED:-240}
-BENCH_TIMEOUT_LCLC=${BENCH_TIMEOUT_LCLC:-240}
+BENCH_TIMEOUT_LCLC=${BENCH_TIMEOUT_LCLC:-400}
 TIMEOUT_MUST1=${TIMEOUT_MUST1:-$((BENCH_TIMEOUT_MUST1 + 40))}
+TIMEOUT_MUST1S=${TIMEOUT_MUST1S:-$((BENCH_TIMEOUT_MUST1S + 40))}
 TIMEOUT_MUST2G=${TIMEOUT_MUST2G:-$((BENCH_TIMEOUT_MUST2G + 40))}
 TIMEOUT_MUST2S=${TIMEOUT_MUST2S:-$((BENCH_TIMEOUT_MUST2S + 40))}
 TIMEOUT_MUST3=${TIMEOUT_MUST3:-$((BENCH_TIMEOUT_MUST3 + 40))}
@@ -81,7 +93,7 @@ TIMEOUT_TRACED=${TIMEOUT_TRACED:-$((BENCH_TIMEOUT_TRACED + 40))}
 TIMEOUT_LCLC=${TIMEOUT_LCLC:-$((BENCH_TIMEOUT_LCLC + 40))}
 bench_timeout() { local v="BENCH_TIMEOUT_${1^^}"; echo "${!v}"; }
 
-ALL_PARTS="must1 must2g must2s must3 must4 traced lclc"
+ALL_PARTS="must1 must1s must2g must2s must3 must4 traced lclc"
 select_parts gpu-run-slo.sh all "$ALL_PARTS" "$@"
 DRY=${DRY_RUN:-}
 echo "parts:$sel"
@@ -93,9 +105,10 @@ scenarios() {
     must2g) echo pytorch-standalone,slo:pytorch-prepreempt-defaults,pytorch-prepreempt-be-1us,pytorch-be-only;;
     must2s) echo standalone,slo:prepreempt-defaults,prepreempt-be-1us,be-only;;
     must3) echo slo:pytorch@switch,pytorch-be-only;;
-    must4) echo standalone,slo:multi-tenant:be:3:be:1,slo:prepreempt-multi-tenant:be:3:be:1,be-only;;
+    must1s) echo pytorch-eager-standalone,pytorch-eager-be-1ms,pytorch-eager-be-1500us,pytorch-eager-be-2ms,pytorch-eager-be-only;;
+    must4) echo standalone,prepreempt-multi-tenant:lc-only,slo:prepreempt-multi-tenant:be:3:be:1,be-only;;
     traced) echo pytorch-eager-standalone,slo:pytorch-eager,pytorch-eager-be-only;;
-    lclc) echo standalone,prepreempt-multi-tenant:600us:200us,prepreempt-multi-tenant:300us:100us,prepreempt-multi-tenant:150us:50us,prepreempt-multi-tenant:60us:20us,be-only;;
+    lclc) echo standalone,prepreempt-multi-tenant:lc-only,prepreempt-multi-tenant:560us:200us,prepreempt-multi-tenant:260us:100us,prepreempt-multi-tenant:110us:50us,be-only;;
   esac
 }
 # The lead-in is long enough for the controller to learn the LC's
@@ -103,7 +116,7 @@ scenarios() {
 # walk its ladder from the safe 200us (about 3 windows a step).
 duration() {
   case $1 in
-    must1|traced) echo 12s;;
+    must1|must1s|traced) echo 12s;;
     must3) echo 24s;;
     *) echo 10s;;
   esac
@@ -112,14 +125,14 @@ lead_in() {
   case $1 in
     must1|traced) echo 30s;;
     must3) echo 10s;;
-    lclc) echo 0s;;
+    lclc|must1s) echo 0s;;
     *) echo 20s;;
   esac
 }
 bench_cmd() {
   local extra="" repeat=$BENCH_REPEAT
   case $1 in must2s|must4|lclc) extra="--prep 500us --hint-launcher poller --lc-calibrate-us 0 --lc-iters 2000";; esac
-  case $1 in traced|lclc) repeat=1;; esac
+  case $1 in traced) repeat=1;; lclc) repeat=${LCLC_REPEAT:-2};; esac
   [ "$1" = traced ] && extra="--slo-push=false"
   echo $C/gpreempt-bench run --gpreemptctl $C/gpreemptctl --daemon-socket $BSOCK \
     --scenarios "$(scenarios $1)" $extra \
@@ -138,7 +151,7 @@ policy() {
   cat <<YAML
 version: 1
 classes:
-  be: {timeslice: 200us, interleave: low, min_share: 0.88}
+  be: {timeslice: 200us, interleave: low, min_share: 0.88, slice_overhead: 20us}
   lc: {timeslice: 5s, interleave: high, objective: "$lc_objective"}
 default: none
 rules:
@@ -162,8 +175,9 @@ YAML
 slo:
   enabled: true
   window: $window
-  ladder: $(case $1 in must1|traced) echo "$SLO_LADDER_MUST1";; *) echo "$SLO_LADDER";; esac)
+  ladder: $(case $1 in must1|traced) echo "$SLO_LADDER_MUST1";; must4) echo "$SLO_LADDER_MUST4";; *) echo "$SLO_LADDER";; esac)
   safe: 200us
+  shared_floor: $(case $1 in must4) echo "$SHARED_FLOOR_MUST4";; *) echo 200us;; esac)
   prepreempt_below: 500us
 requests:
   default_max: lc

@@ -26,6 +26,7 @@ var runCommand = &cli.Command{
 		"  multi-tenant[:be:<w1>:be:<w2>]  two LC workers in class lc, two BE workers in\n" +
 		"                         class be with weights w1, w2 (default 3 and 1)\n" +
 		"  multi-tenant:<ts1>:<ts2>  the same, the BE workers in class be at ts1 and ts2\n" +
+		"  multi-tenant:lc-only     the two LC workers in class lc, no BE\n" +
 		"  prepreempt-<LC scenario>  the LC worker uses pre-preemption hints\n" +
 		"  pytorch-standalone, pytorch-be-only, pytorch (driver defaults), pytorch-be-<ts>:\n" +
 		"                         the same with bench/pytorch's lc_infer.py and be_train.py\n" +

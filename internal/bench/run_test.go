@@ -465,7 +465,7 @@ func TestWorkerArgvParse(t *testing.T) {
 // with a multi-tenant scenario and weighted BEs, with NVML mocked.
 func TestRunRepeatMultiTenant(t *testing.T) {
 	ctl, calls := fakeCtl(t, 0)
-	o := testOptions(t, "standalone,multi-tenant,be-ratio:be:3:be:1,be-only", ctl)
+	o := testOptions(t, "standalone,multi-tenant,multi-tenant:lc-only,be-ratio:be:3:be:1,be-only", ctl)
 	o.Repeat = 2
 	o.NVMLInterval = 10 * time.Millisecond
 	env, stdout := testEnv(t, "")
@@ -488,30 +488,35 @@ func TestRunRepeatMultiTenant(t *testing.T) {
 			t.Errorf("%s rep %d: %s", sr.Name, sr.Rep, sr.Error)
 		}
 	}
-	want := "1:standalone 1:multi-tenant 1:be-ratio:be:3:be:1 1:be-only 2:standalone 2:multi-tenant 2:be-ratio:be:3:be:1 2:be-only"
+	want := "1:standalone 1:multi-tenant 1:multi-tenant:lc-only 1:be-ratio:be:3:be:1 1:be-only 2:standalone 2:multi-tenant 2:multi-tenant:lc-only 2:be-ratio:be:3:be:1 2:be-only"
 	if strings.Join(order, " ") != want {
 		t.Errorf("run order %s\nwant %s", strings.Join(order, " "), want)
 	}
-	if len(res.Summaries) != 4 {
+	if len(res.Summaries) != 5 {
 		t.Fatalf("%d summaries", len(res.Summaries))
 	}
 	mt := res.Summaries[1]
 	if mt.Reps != 2 || len(mt.Tenants) != 2 || mt.P50 == nil || mt.P50.CI95 == nil || mt.BESplit == nil {
 		t.Errorf("multi-tenant summary %+v", mt)
 	}
+	// Two LCs alone: both measured against the one-LC standalone, no BE.
+	if lo := res.Summaries[2]; lo.Reps != 2 || len(lo.Tenants) != 2 || lo.Tenants[1].P99 == nil || lo.BESplit != nil || lo.BE != nil {
+		t.Errorf("multi-tenant:lc-only summary %+v", lo)
+	}
 	for _, f := range []string{"multi-tenant/rep1/lc1.json", "multi-tenant/rep2/lc2.json", "multi-tenant/rep2/be2.json", "standalone/rep2/lc.json", "timeline.png"} {
 		if _, err := os.Stat(filepath.Join(o.Out, f)); err != nil {
 			t.Error(err)
 		}
 	}
-	// Weighted BEs get class be at the class's timeslice times the weight;
-	// both LCs class lc, after their BEs.
+	// Weighted BEs get class be at the slice overhead plus the weight
+	// times the rest of the class's timeslice; both LCs class lc, after
+	// their BEs; the LC-only run classes its two LCs.
 	got, err := os.ReadFile(calls)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(got)), "\n")
-	if len(lines) != 12 {
+	if len(lines) != 16 {
 		t.Fatalf("%d gpreemptctl calls:\n%s", len(lines), got)
 	}
 	var sr *ScenarioResult
@@ -521,7 +526,7 @@ func TestRunRepeatMultiTenant(t *testing.T) {
 		}
 	}
 	wantCalls := []string{
-		fmt.Sprintf("class --pid %d --be-timeslice 600us be", sr.BE[0].Result.PID),
+		fmt.Sprintf("class --pid %d --be-timeslice 560us be", sr.BE[0].Result.PID),
 		fmt.Sprintf("class --pid %d --be-timeslice 200us be", sr.BE[1].Result.PID),
 		fmt.Sprintf("class --pid %d lc", sr.Tenants[0].LC.PID),
 		fmt.Sprintf("class --pid %d lc", sr.Tenants[1].LC.PID),

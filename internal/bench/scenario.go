@@ -77,6 +77,9 @@ type Scenario struct {
 	// Weights, when the BE timeslices were given as class weights, are
 	// those (Ratio is then the class be timeslice times each weight).
 	Weights [2]class.Spec
+	// LCOnly, for KindMultiTenant ("multi-tenant:lc-only"): the two LC
+	// workers without BE, what they get from each other alone.
+	LCOnly bool
 	// PeriodFactor, when not 0, multiplies the LC request period (the "@xN"
 	// suffix of a rate sweep): the baseline is the standalone scenario with
 	// the same suffix.
@@ -99,6 +102,7 @@ const DefaultScenarios = "standalone,defaults,be-200us,be-1us,be-only,pytorch-ea
 //	multi-tenant[:be:<W1>:be:<W2>]  two LCs in class lc, two BEs in class be
 //	                         with weights W1 and W2 (default 3 and 1)
 //	multi-tenant:<D1>:<D2>   the same, the BEs in class be at D1 and D2
+//	multi-tenant:lc-only     the two LCs in class lc without BE
 //	prepreempt-<LC scenario> the LC uses pre-preemption hints
 //	pytorch-standalone, pytorch-be-only, pytorch (= pytorch-defaults),
 //	pytorch-be-<DURATION>    the same with the PyTorch workers
@@ -136,7 +140,7 @@ func ParseScenarios(list string) ([]Scenario, error) {
 	return out, nil
 }
 
-const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>|:<ts1>:<ts2>], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, slo:[pytorch[-eager]-][prepreempt-]defaults, slo:multi-tenant[:be:<w1>:be:<w2>], slo:pytorch@switch, slo:[prepreempt-]defaults@switch"
+const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>|:<ts1>:<ts2>|:lc-only], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, slo:[pytorch[-eager]-][prepreempt-]defaults, slo:multi-tenant[:be:<w1>:be:<w2>], slo:pytorch@switch, slo:[prepreempt-]defaults@switch"
 
 func parseScenario(name string) (Scenario, error) {
 	sc := Scenario{Name: name, Runtime: RuntimeKernels}
@@ -195,6 +199,10 @@ func parseScenario(name string) (Scenario, error) {
 		spec := strings.TrimPrefix(strings.TrimPrefix(rest, "multi-tenant"), ":")
 		if spec == "" {
 			spec = "be:3:be:1"
+		}
+		if spec == "lc-only" {
+			sc.LCOnly = true
+			break
 		}
 		parts := strings.Split(spec, ":")
 		if len(parts) == 2 {
@@ -314,7 +322,12 @@ func (s Scenario) BECount() int {
 	switch s.Kind {
 	case KindBEOnly, KindShared:
 		return 1
-	case KindBERatio, KindMultiTenant:
+	case KindBERatio:
+		return 2
+	case KindMultiTenant:
+		if s.LCOnly {
+			return 0
+		}
 		return 2
 	}
 	return 0

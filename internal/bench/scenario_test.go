@@ -34,13 +34,13 @@ func TestParseScenarios(t *testing.T) {
 			{Name: "pytorch-be-only", Kind: KindBEOnly, Runtime: RuntimePyTorch},
 		}},
 		{in: "be-ratio:be:3:be:1,multi-tenant", want: []Scenario{
-			{Name: "be-ratio:be:3:be:1", Kind: KindBERatio, Runtime: RuntimeKernels, Ratio: [2]time.Duration{600 * time.Microsecond, 200 * time.Microsecond},
+			{Name: "be-ratio:be:3:be:1", Kind: KindBERatio, Runtime: RuntimeKernels, Ratio: [2]time.Duration{560 * time.Microsecond, 200 * time.Microsecond},
 				Weights: [2]class.Spec{{Name: class.BE, Weight: 3}, {Name: class.BE, Weight: 1}}},
-			{Name: "multi-tenant", Kind: KindMultiTenant, Runtime: RuntimeKernels, Ratio: [2]time.Duration{600 * time.Microsecond, 200 * time.Microsecond},
+			{Name: "multi-tenant", Kind: KindMultiTenant, Runtime: RuntimeKernels, Ratio: [2]time.Duration{560 * time.Microsecond, 200 * time.Microsecond},
 				Weights: [2]class.Spec{{Name: class.BE, Weight: 3}, {Name: class.BE, Weight: 1}}},
 		}},
 		{in: "multi-tenant:be:2:be:2", want: []Scenario{
-			{Name: "multi-tenant:be:2:be:2", Kind: KindMultiTenant, Runtime: RuntimeKernels, Ratio: [2]time.Duration{400 * time.Microsecond, 400 * time.Microsecond},
+			{Name: "multi-tenant:be:2:be:2", Kind: KindMultiTenant, Runtime: RuntimeKernels, Ratio: [2]time.Duration{380 * time.Microsecond, 380 * time.Microsecond},
 				Weights: [2]class.Spec{{Name: class.BE, Weight: 2}, {Name: class.BE, Weight: 2}}},
 		}},
 		{in: "pytorch-eager,pytorch-eager-be-1ms,pytorch-eager-prepreempt-be-1ms", want: []Scenario{
@@ -55,6 +55,11 @@ func TestParseScenarios(t *testing.T) {
 		{in: "be-only@x2", wantErr: true},
 		{in: "be-1us@x0", wantErr: true},
 		{in: "be-1us@xfast", wantErr: true},
+		{in: "prepreempt-multi-tenant:lc-only", want: []Scenario{
+			{Name: "prepreempt-multi-tenant:lc-only", Kind: KindMultiTenant, Runtime: RuntimeKernels, Hints: true, LCOnly: true},
+		}},
+		{in: "slo:multi-tenant:lc-only", wantErr: true},
+		{in: "multi-tenant:lc-only:be", wantErr: true},
 		{in: "prepreempt-multi-tenant:150us:50us", want: []Scenario{
 			{Name: "prepreempt-multi-tenant:150us:50us", Kind: KindMultiTenant, Runtime: RuntimeKernels, Hints: true, Ratio: [2]time.Duration{150 * time.Microsecond, 50 * time.Microsecond}},
 		}},

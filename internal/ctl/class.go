@@ -26,7 +26,9 @@ func classFlags() []cli.Flag {
 			&cli.StringFlag{Name: string(n) + "-interleave", Value: c.Interleave.String(),
 				Usage: "interleave level of the " + string(n) + " class"})
 	}
-	return fs
+	return append(fs, &cli.StringFlag{Name: "slice-overhead", Value: classFlagDefault(class.DefaultSliceOverhead),
+		Usage:   "part of each timeslice a group loses to being switched in; weights split the rest (0: weights multiply the whole timeslice)",
+		EnvVars: []string{"GPREEMPT_SLICE_OVERHEAD"}})
 }
 
 func envName(n class.Name) string {
@@ -44,6 +46,10 @@ func envName(n class.Name) string {
 // with `class lc` too.
 func classTable(c *cli.Context) (class.Table, error) {
 	t := class.Table{}
+	overhead, err := class.ParseSliceOverhead(c.String("slice-overhead"))
+	if err != nil {
+		return nil, fmt.Errorf("--slice-overhead: %w", err)
+	}
 	for _, n := range class.Names {
 		ts, err := tsg.ParseTimeslice(c.String(string(n) + "-timeslice"))
 		if err != nil {
@@ -53,7 +59,7 @@ func classTable(c *cli.Context) (class.Table, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--%s-interleave: %w", n, err)
 		}
-		t[n] = class.Class{Name: n, Timeslice: ts, Interleave: level}
+		t[n] = class.Class{Name: n, Timeslice: ts, Interleave: level, SliceOverhead: overhead}
 	}
 	return t, t.Check()
 }
@@ -65,12 +71,14 @@ var classCommand = &cli.Command{
 	Description: "lc: latency-critical, long timeslice (--lc-timeslice) and HIGH interleave.\n" +
 		"burstable: should keep up but may wait, libcuda's own timeslice (--burstable-timeslice), MEDIUM interleave.\n" +
 		"be: best-effort, short timeslice (--be-timeslice) and LOW interleave.\n" +
-		"--weight N multiplies the class's timeslice: processes of one class share the GPU\n" +
-		"in the ratio of their weights.",
+		"--weight N: processes of one class share the GPU in the ratio of their weights. Each\n" +
+		"turn on the GPU starts with restoring the group's context (--slice-overhead, ~20us on\n" +
+		"an H100), so weight N gets the overhead plus N times the rest of the class's timeslice:\n" +
+		"be:3 at 200us is 560us.",
 	Flags: append([]cli.Flag{
 		pidFlag,
 		&cli.IntFlag{Name: "weight", Value: class.DefaultWeight,
-			Usage: fmt.Sprintf("weight within the class, %d to %d: the timeslice is the class's times this", class.MinWeight, class.MaxWeight)},
+			Usage: fmt.Sprintf("weight within the class, %d to %d: the timeslice is the slice overhead plus this times the rest of the class's", class.MinWeight, class.MaxWeight)},
 	}, classFlags()...),
 	Action: func(c *cli.Context) error {
 		arg, err := oneArg(c, "lc|burstable|be")

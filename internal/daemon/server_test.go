@@ -114,7 +114,7 @@ func TestAPIClassOwnPidOnlyWithinLimit(t *testing.T) {
 	if err := client.RequestClass(ctx, a.sock, "be:2"); err != nil {
 		t.Errorf("client be:2: %v", err)
 	}
-	a.wantAll(me, 400, 0)
+	a.wantAll(me, 380, 0) // 20 us + 2 x 180 us
 	if r, err := client.PushStats(ctx, a.sock, client.Stats{Requests: 1, RequestLatencyUs: map[string]float64{"p99": 70},
 		Window: &client.Window{DurationMs: 1000, Requests: 1, LatencyUs: map[string]float64{"p99": 70}}}); err != nil || !r.Prepreempt || r.SLO {
 		t.Errorf("client stats: %+v, %v; want prepreempt, no SLO", r, err)

@@ -129,8 +129,8 @@ type SLOLoop struct {
 // sloConf is what a controller was built for; a reload that changes it
 // starts a new search.
 type sloConf struct {
-	ladder string
-	safe   time.Duration
+	ladder      string
+	safe, floor time.Duration // floor: the shortest with two or more BE
 }
 
 // NewSLOLoop returns the SLO mode of the daemon whose reconciler is rec.
@@ -264,9 +264,12 @@ func (l *SLOLoop) Step(now time.Duration) {
 		l.last = now
 		return
 	}
-	conf := sloConf{ladder: fmtLadder(pol.SLO.Ladder), safe: pol.SLO.Safe}
+	conf := sloConf{ladder: fmtLadder(pol.SLO.Ladder), safe: pol.SLO.Safe, floor: pol.SLO.SharedFloor}
 	if conf.safe <= 0 {
 		conf.safe = pol.Classes[class.BE].Timeslice
+	}
+	if conf.floor <= 0 {
+		conf.floor = conf.safe
 	}
 	if l.ctl == nil || conf != l.conf {
 		c, err := slo.New(slo.Options{Ladder: pol.SLO.Ladder, Safe: conf.safe})
@@ -281,7 +284,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 		// the first window ends.
 		l.mu.Lock()
 		l.status = SLOStatus{Enabled: true, Window: pol.SLO.Window.String(), BETimeslice: c.Current().String(),
-			Safe: conf.safe.String(), Ladder: ladderOrDefault(pol.SLO.Ladder), MinBEShare: pol.SLO.MinBEShare,
+			Safe: conf.safe.String(), SharedFloor: conf.floor.String(), Ladder: ladderOrDefault(pol.SLO.Ladder), MinBEShare: pol.SLO.MinBEShare,
 			Prepreempt: pol.SLO.PrepreemptBelow <= 0 || c.Current() < pol.SLO.PrepreemptBelow, Engines: l.status.Engines}
 		l.mu.Unlock()
 		l.metrics.setSLO(&slo.Decision{BETimeslice: c.Current(), Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()})
@@ -298,10 +301,11 @@ func (l *SLOLoop) Step(now time.Duration) {
 		l.Traced.Roll(now) // the window that ends now
 	}
 	// Two BE processes switch among themselves at the BE timeslice: below
-	// the safe setting they spend the GPU on saving and restoring each
-	// other (slo.Observation.MinBETimeslice).
+	// the shared floor they spend the GPU on restoring each other's
+	// contexts and their weights stop splitting their progress
+	// (slo.Observation.MinBETimeslice).
 	if len(l.rec.InClass(class.BE)) >= 2 {
-		obs.MinBETimeslice = conf.safe
+		obs.MinBETimeslice = conf.floor
 	}
 	obs.MaxBETimeslice = l.ceiling(pol, lcs)
 	if l.Share != nil {
@@ -400,7 +404,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 	sd := &SLODecision{Window: n, BETimeslice: d.BETimeslice.String(), Changed: d.Changed, Cause: d.Cause, Reason: d.Reason,
 		Fallback: d.Fallback, BEBelowMinimum: d.BEBelowMinimum}
 	l.status.Enabled, l.status.Window = true, window.String()
-	l.status.BETimeslice, l.status.Safe, l.status.Ladder = d.BETimeslice.String(), conf.safe.String(), ladderOrDefault(pol.SLO.Ladder)
+	l.status.BETimeslice, l.status.Safe, l.status.SharedFloor, l.status.Ladder = d.BETimeslice.String(), conf.safe.String(), conf.floor.String(), ladderOrDefault(pol.SLO.Ladder)
 	l.status.BEShare, l.status.MinBEShare, l.status.WorstLC = finite(d.BEShare), pol.SLO.MinBEShare, finite(d.Worst)
 	l.status.LC, l.status.Last, l.status.Prepreempt = st, sd, prepre
 	if d.Changed {

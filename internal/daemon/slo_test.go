@@ -114,7 +114,7 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 		}
 	}
 	s.wantAll(200, 1000, tsg.LevelLow)
-	s.wantAll(300, 3000, tsg.LevelLow)
+	s.wantAll(300, 2960, tsg.LevelLow) // weight 3: 20 us + 3 x 980 us
 	s.wantAll(100, 5_000_000, tsg.LevelHigh)
 	st := s.loop.Status()
 	if !st.Enabled || st.BETimeslice != "1ms" || st.Last == nil || st.LastChange == nil || st.Changes < 3 {
@@ -153,7 +153,7 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 		s.window(slo.EagerPyTorchH100, true)
 	}
 	s.wantAll(200, 200, tsg.LevelLow)
-	s.wantAll(300, 600, tsg.LevelLow)
+	s.wantAll(300, 560, tsg.LevelLow)
 	st = s.loop.Status()
 	if st.Last.Cause != slo.CauseNoSignal || !st.Last.Fallback || st.LC[0].Signal != "stale" {
 		t.Errorf("after signal loss: %+v %+v", st.Last, st.LC)
@@ -173,7 +173,7 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 	s.rec.SetPolicy(pol)
 	s.window(slo.EagerPyTorchH100, false)
 	s.wantAll(200, 300, tsg.LevelLow)
-	s.wantAll(300, 900, tsg.LevelLow)
+	s.wantAll(300, 860, tsg.LevelLow)
 	if st := s.loop.Status(); st.Enabled || !s.loop.Reply().Prepreempt {
 		t.Errorf("after reload without slo: %+v", st)
 	}
@@ -298,6 +298,41 @@ slo: {enabled: true, window: 1s}
 		if !hints && highest < time.Millisecond {
 			t.Errorf("without hints: BE at most %v, want the eager knee (1ms)", highest)
 		}
+	}
+}
+
+func TestSLOLoopSharedFloor(t *testing.T) {
+	// slo.shared_floor lowers the floor kept while two or more processes
+	// are in the be class: calibration runs at 50 us, not at 1 us (the
+	// ladder's first rung) nor at the safe 200 us; the be:3 process gets
+	// the 20 us slice overhead plus three times the other 30 us.
+	s := newSLORig(t, `
+classes:
+  lc: {objective: "p50<=1.05x"}
+  be: {timeslice: 200us}
+rules:
+  - {name: lc, match: {comm: "lc*"}, class: lc}
+  - {name: trainer, match: {comm: "train*"}, class: be}
+  - {name: bulk, match: {comm: "bulk*"}, class: be:3}
+slo: {enabled: true, window: 1s, shared_floor: 50us}
+`)
+	s.loop.Step(s.now)
+	if st := s.loop.Status(); st.SharedFloor != "50µs" || st.Safe != "200µs" {
+		t.Fatalf("status %+v, want shared floor 50µs, safe 200µs", st)
+	}
+	lowest := time.Hour
+	sawFloor := false
+	for range 40 {
+		s.window(slo.GraphHintsH100, false)
+		ts := s.beTimeslice()
+		lowest = min(lowest, ts)
+		if ts == 50*time.Microsecond {
+			sawFloor = true
+			s.wantAll(300, 110, tsg.LevelLow)
+		}
+	}
+	if lowest != 50*time.Microsecond || !sawFloor {
+		t.Errorf("with two BE and shared_floor 50us: lowest BE timeslice %v, want 50µs", lowest)
 	}
 }
 

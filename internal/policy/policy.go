@@ -130,6 +130,12 @@ type SLO struct {
 	// Safe is the BE timeslice used until LC latency is known and when it
 	// goes missing; 0: the be class's timeslice.
 	Safe time.Duration
+	// SharedFloor is the shortest BE timeslice (of one unit of weight)
+	// chosen while two or more processes are in the be class: they switch
+	// among themselves at that timeslice, and below it they spend the GPU
+	// restoring each other's contexts and their weights stop splitting
+	// their progress. 0: Safe.
+	SharedFloor time.Duration
 	// PrepreemptBelow: hint engines of LC processes are told to
 	// pre-preempt only while the chosen BE timeslice is below it (a
 	// spinner launched one switch ahead cannot shorten a wait for a long
@@ -444,7 +450,7 @@ func parse(root *yaml.Node) (*Policy, error) {
 // parseClass reads a class's settings, and its SLO fields (objective for
 // lc, min_share for be) into s.
 func parseClass(n *yaml.Node, c class.Class, field string, s *SLO) (class.Class, error) {
-	allowed := []string{"timeslice", "interleave"}
+	allowed := []string{"timeslice", "interleave", "slice_overhead"}
 	switch c.Name {
 	case class.LC:
 		allowed = append(allowed, "objective")
@@ -489,6 +495,15 @@ func parseClass(n *yaml.Node, c class.Class, field string, s *SLO) (class.Class,
 		}
 		if c.Interleave, err = tsg.ParseLevel(s); err != nil {
 			return c, fieldErr(v, field+".interleave", "%v", err)
+		}
+	}
+	if v := fs["slice_overhead"]; v != nil {
+		s, err := scalar(v, field+".slice_overhead")
+		if err != nil {
+			return c, err
+		}
+		if c.SliceOverhead, err = class.ParseSliceOverhead(s); err != nil {
+			return c, fieldErr(v, field+".slice_overhead", "%v", err)
 		}
 	}
 	if err := c.Check(); err != nil {
@@ -577,7 +592,7 @@ func parseRule(n *yaml.Node, field string) (Rule, error) {
 
 // parseSLO reads the slo section into s.
 func parseSLO(n *yaml.Node, s *SLO) error {
-	fs, err := fields(n, "slo", "enabled", "window", "ladder", "safe", "prepreempt_below")
+	fs, err := fields(n, "slo", "enabled", "window", "ladder", "safe", "shared_floor", "prepreempt_below")
 	if err != nil {
 		return err
 	}
@@ -635,6 +650,11 @@ func parseSLO(n *yaml.Node, s *SLO) error {
 	}
 	if v := fs["safe"]; v != nil {
 		if s.Safe, err = timeslice(v, "slo.safe"); err != nil {
+			return err
+		}
+	}
+	if v := fs["shared_floor"]; v != nil {
+		if s.SharedFloor, err = timeslice(v, "slo.shared_floor"); err != nil {
 			return err
 		}
 	}

@@ -90,6 +90,9 @@ func TestParseErrorsNameLineAndField(t *testing.T) {
 		{"slo ladder fraction", "slo:\n  ladder: [1500ns]\n", "line 2: slo.ladder[0]: invalid argument: timeslice 1.5µs is not a whole number"},
 		{"slo safe", "slo: {safe: 10s}\n", "line 1: slo.safe"},
 		{"slo prepreempt_below", "slo: {prepreempt_below: soon}\n", "line 1: slo.prepreempt_below"},
+		{"slo shared_floor", "slo:\n  shared_floor: 0us\n", "line 2: slo.shared_floor"},
+		{"slice_overhead too long", "classes:\n  be: {slice_overhead: 2ms}\n", "line 2: classes.be.slice_overhead: "},
+		{"slice_overhead no unit", "classes:\n  be:\n    slice_overhead: 20\n", "line 3: classes.be.slice_overhead: "},
 		{"env value not scalar", "rules:\n  - match: {env: {A: [1]}}\n    class: be\n", "line 2: rules[0].match.env.A"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -172,7 +175,8 @@ func TestSLO(t *testing.T) {
 	p, err := Parse([]byte(`
 classes:
   lc: {objective: "p99<=1.15x"}
-  be: {timeslice: 200us, min_share: 0.88}
+  be: {timeslice: 200us, min_share: 0.88, slice_overhead: 15us}
+  burstable: {slice_overhead: 0}
 rules:
   - name: fast
     match: {comm: fast}
@@ -193,6 +197,7 @@ slo:
   window: 500ms
   ladder: [1us, 200us, 1ms]
   safe: 200us
+  shared_floor: 50us
   prepreempt_below: off
 requests: {default_max: lc}
 `))
@@ -200,11 +205,21 @@ requests: {default_max: lc}
 		t.Fatal(err)
 	}
 	want := SLO{Enabled: true, Window: 500 * time.Millisecond, Ladder: []time.Duration{time.Microsecond, 200 * time.Microsecond, time.Millisecond},
-		Safe: 200 * time.Microsecond, MinBEShare: 0.88}
+		Safe: 200 * time.Microsecond, SharedFloor: 50 * time.Microsecond, MinBEShare: 0.88}
 	got := p.SLO
-	if got.Enabled != want.Enabled || got.Window != want.Window || !slices.Equal(got.Ladder, want.Ladder) || got.Safe != want.Safe ||
+	if got.Enabled != want.Enabled || got.Window != want.Window || !slices.Equal(got.Ladder, want.Ladder) || got.Safe != want.Safe || got.SharedFloor != want.SharedFloor ||
 		got.PrepreemptBelow != 0 || got.MinBEShare != want.MinBEShare || got.LCObjective == nil || got.LCObjective.String() != "p99<=1.15x" {
 		t.Fatalf("SLO = %+v, want %+v with lc objective p99<=1.15x", got, want)
+	}
+	// The trainer's be:3 at 200 us with a 15 us overhead: 15 + 3 x 185.
+	if got := p.Classes[class.BE].SliceOverhead; got != 15*time.Microsecond {
+		t.Errorf("be slice overhead %v", got)
+	}
+	if got := p.Classes[class.Burstable].SliceOverhead; got != 0 {
+		t.Errorf("burstable slice overhead %v, want 0", got)
+	}
+	if st, err := p.Classes.Settings(class.BE, 3); err != nil || *st.Timeslice != 570*time.Microsecond {
+		t.Errorf("be:3 settings %v %v, want 570us", st, err)
 	}
 	for _, tc := range []struct {
 		name string
@@ -229,7 +244,8 @@ requests: {default_max: lc}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.SLO.Enabled || d.SLO.Window != DefaultSLOWindow || d.SLO.PrepreemptBelow != DefaultPrepreemptBelow {
+	if d.SLO.Enabled || d.SLO.Window != DefaultSLOWindow || d.SLO.PrepreemptBelow != DefaultPrepreemptBelow || d.SLO.SharedFloor != 0 ||
+		d.Classes[class.BE].SliceOverhead != class.DefaultSliceOverhead {
 		t.Errorf("defaults %+v", d.SLO)
 	}
 }
@@ -260,7 +276,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("rules:\n  - {match: {env: {A: b}}, class_from_env: A}\n"))
 	f.Add([]byte("classes: {be: {timeslice: 1us}}\ndefault: be:1000\n"))
 	f.Add([]byte("a: &x [*x]\n"))
-	f.Add([]byte("classes: {lc: {objective: p99<=1.15x}, be: {min_share: 0.88}}\nslo: {enabled: true, window: 1s, ladder: [1us, 1ms], safe: 200us, prepreempt_below: 500us}\n"))
+	f.Add([]byte("classes: {lc: {objective: p99<=1.15x}, be: {min_share: 0.88}}\nslo: {enabled: true, window: 1s, ladder: [1us, 1ms], safe: 200us, shared_floor: 50us, prepreempt_below: 500us}\n"))
+	f.Add([]byte("classes: {be: {slice_overhead: 20us}, burstable: {slice_overhead: 0}}\n"))
 	f.Add([]byte("rules:\n  - {class: lc, objective: p50<=2ms}\nslo: {enabled: on}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := Parse(b)

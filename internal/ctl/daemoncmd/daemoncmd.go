@@ -137,7 +137,11 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 		fmt.Fprintln(w, "\nslo:\toff")
 		return nil
 	}
-	fmt.Fprintf(w, "\nslo:\ton, window %s, BE timeslice %s (safe %s; ladder %s), %d changes\n", s.Window, s.BETimeslice, s.Safe, s.Ladder, s.Changes)
+	floor := ""
+	if s.SharedFloor != "" && s.SharedFloor != s.Safe {
+		floor = "; " + s.SharedFloor + " or longer with two BE"
+	}
+	fmt.Fprintf(w, "\nslo:\ton, window %s, BE timeslice %s (safe %s%s; ladder %s), %d changes\n", s.Window, s.BETimeslice, s.Safe, floor, s.Ladder, s.Changes)
 	if d := s.Last; d != nil {
 		fmt.Fprintf(w, "last decision:\twindow %d: %s, %s: %s\n", d.Window, keptOrChanged(d), d.Cause, d.Reason)
 	}

@@ -282,6 +282,9 @@ type SLO struct {
 	// force ("" when the policy's is used).
 	BETimeslice string `json:"be_timeslice,omitempty"`
 	Safe        string `json:"safe,omitempty"`
+	// SharedFloor is the shortest BE timeslice chosen while two or more
+	// processes are in the be class.
+	SharedFloor string `json:"shared_floor,omitempty"`
 	Ladder      string `json:"ladder,omitempty"`
 	// BEShare is BE progress relative to BE alone; nil: unknown.
 	BEShare    *float64 `json:"be_share,omitempty"`
