@@ -212,6 +212,7 @@ type rung struct {
 	badTill int     // tick before which the rung is not explored again
 	fails   int     // times it was left for missing an objective
 	missBy  float64 // the worst LC latency/target (stay mean) when it last missed
+	missAt  int     // tick of that miss
 }
 
 // Controller is the search. Not safe for concurrent use: the daemon calls
@@ -232,6 +233,11 @@ type Controller struct {
 	surprised   int // consecutive surprising windows
 	fallback    bool
 	baselines   map[string]*baseline
+	// resume is the rung in force when a workload change was seen (-1:
+	// none): calibration returns to it rather than to a longer safe
+	// setting.
+	resume int
+	calm   int // tick of the last window that did not stray
 }
 
 // New returns a controller at the safe setting.
@@ -242,7 +248,7 @@ func New(opts Options) (*Controller, error) {
 			return nil, fmt.Errorf("%w: ladder %v must be strictly ascending", ErrInvalid, opts.Ladder)
 		}
 	}
-	c := &Controller{opts: opts, baselines: map[string]*baseline{}, scatter: priorScatter * priorScatter}
+	c := &Controller{opts: opts, baselines: map[string]*baseline{}, scatter: priorScatter * priorScatter, resume: -1}
 	for _, ts := range opts.Ladder {
 		if ts < time.Microsecond || ts%time.Microsecond != 0 {
 			return nil, fmt.Errorf("%w: ladder timeslice %v is not a whole number of microseconds >= 1us", ErrInvalid, ts)
@@ -347,10 +353,20 @@ func (c *Controller) Observe(o Observation) Decision {
 			c.surprised = 0
 		}
 		if c.surprised >= surpriseRun || (c.surprised > 0 && c.surprising(r, worst, o.BEShare, 2)) {
+			// Learn the new workload's baseline under the shortest BE
+			// timeslice, not under the one it was found at. Then the
+			// search resumes from the safe setting, or from where it was
+			// if the safe setting is where the LC waited out BE's
+			// timeslice (it missed by more than skipMildMiss): a change
+			// in the LC's own latency does not undo that.
+			// (A miss after the last window that did not stray may be
+			// the new workload's: then the safe setting.)
+			c.resume = -1
+			if s := c.safe(); c.cur < s && c.rungs[s].fails > 0 && c.rungs[s].missBy > skipMildMiss && c.rungs[s].missAt < c.calm {
+				c.resume = c.cur
+			}
 			c.forgetAll()
 			d.Reason, d.WorkloadChanged = "workload changed: ", true
-			// Learn the new workload's baseline under the shortest BE
-			// timeslice, not under the one it was found at.
 			c.calibrating = true
 			d.Cause = CauseCalibrate
 			if c.cur != c.lo {
@@ -369,7 +385,7 @@ func (c *Controller) Observe(o Observation) Decision {
 			return c.stay(d, fmt.Sprintf("LC at %.2fx its objective under %v, unlike before (%d of %d windows in a row): watching whether it lasts", worst, r.ts, c.surprised, surpriseRun))
 		}
 		c.stayed = append(append(c.stayed, c.parked...), worst)
-		c.parked = c.parked[:0]
+		c.parked, c.calm = c.parked[:0], c.tick
 		if n := len(c.stayed) - c.opts.ViolationWindow; n > 0 {
 			c.stayed = c.stayed[n:]
 		}
@@ -399,9 +415,19 @@ func (c *Controller) Observe(o Observation) Decision {
 	}
 	if c.calibrating {
 		c.calibrating = false
-		if safe := c.safe(); safe != c.cur {
+		// After a workload change, back to the setting the search was
+		// at when the change was seen if the safe one missed by far: on
+		// the H100 two LCs with hints met their objectives under a 50 us
+		// floor and missed by 11x under the safe 200 us, and going there
+		// after relearning cost a repetition two such windows.
+		to, why := c.safe(), "the safe"
+		if r := c.resume; r >= 0 && min(max(r, c.lo), c.hi) < to {
+			to, why = min(max(r, c.lo), c.hi), "where the search was when the change was seen,"
+		}
+		c.resume = -1
+		if to != c.cur {
 			d.Cause = CauseCalibrate
-			return c.move(d, safe, fmt.Sprintf("LC baselines known: back to the safe %v", c.rungs[safe].ts))
+			return c.move(d, to, fmt.Sprintf("LC baselines known: back to %s %v", why, c.rungs[to].ts))
 		}
 	}
 	if c.since < c.opts.MinDwell {
@@ -413,7 +439,7 @@ func (c *Controller) Observe(o Observation) Decision {
 		r := &c.rungs[c.cur]
 		r.fails++
 		r.badTill = c.tick + c.opts.Forget<<min(r.fails-1, 4)
-		r.missBy = r.worst
+		r.missBy, r.missAt = r.worst, c.tick
 		d.Cause = CauseViolation
 		if next, ok := c.pastTheDip(o.LC); ok {
 			return c.move(d, next, fmt.Sprintf("LC at %.2fx its objective under %v (mean of %d windows), a mild miss at or under the safe setting: trying the longer %v, not yet measured", r.worst, r.ts, len(c.stayed), c.rungs[next].ts))
@@ -439,7 +465,7 @@ func (c *Controller) Observe(o Observation) Decision {
 			// again rather than hold BE at its shortest timeslice
 			// against a latency the LC no longer has.
 			c.forgetAll()
-			c.calibrating, c.since = true, 1
+			c.calibrating, c.since, c.resume = true, 1, -1
 			d.Cause, d.WorkloadChanged = CauseCalibrate, true
 			return c.stay(d, fmt.Sprintf("workload changed: LC at %.2fx its objective under %v, where its baseline was learnt: learning it again", r.worst, r.ts))
 		}
