@@ -347,7 +347,12 @@ func (c *Controller) Observe(o Observation) Decision {
 	// from it.
 	if c.since > 1 {
 		r := &c.rungs[c.cur]
-		if c.surprising(r, worst, o.BEShare, 1) {
+		// While calibrating, windows are judged against a baseline still
+		// being learnt: no surprise there. (On the H100 an eager LC that
+		// had just come from a CUDA graph was taken for a new workload
+		// twice during one calibration, and the run ended before the
+		// search resumed.)
+		if !c.calibrating && c.surprising(r, worst, o.BEShare, 1) {
 			c.surprised++
 		} else {
 			c.surprised = 0

@@ -987,3 +987,30 @@ func TestRelearningResumesBelowSafe(t *testing.T) {
 		t.Errorf("the lasting slowdown was learnt again in %d of 10 seeds; want at least 5", relearnt)
 	}
 }
+
+func TestCalibrationIsNotAWorkloadChange(t *testing.T) {
+	// An LC warms up as it is first learnt: its first windows run 1.5-2x
+	// what it settles at (as an eager PyTorch LC did after it came from
+	// a CUDA graph on the H100). Calibration takes the median; the
+	// windows after the warm-up are not a new workload.
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	for seed := range uint64(10) {
+		c := mustNew(t, Options{})
+		g := NewSimGPU(seed)
+		g.ShareUnknown = true
+		ds := run(t, c, g, 40, obj, func(i int) Workload {
+			w := EagerPyTorchH100
+			w.Noise = 0.02
+			if i >= 1 && i < 5 {
+				w.Baseline = w.Baseline * time.Duration(20-i) / 10
+			}
+			return w
+		})
+		for i, d := range ds {
+			if d.WorkloadChanged {
+				t.Errorf("seed %d: window %d taken for a workload change: %s", seed, i, d.Reason)
+				break
+			}
+		}
+	}
+}
