@@ -141,7 +141,8 @@ func (run *scenarioRun) classifyBEs(ctx context.Context) error {
 		run.beTimeslices[0] = usArg(sc.BETimeslice)
 		return run.ctl(ctx, "class", "--pid", strconv.Itoa(run.bes[0].pid()), "--be-timeslice", usArg(sc.BETimeslice), "be")
 	case sc.Weights[0].Weight > 0 || sc.Kind == KindMultiTenant:
-		// Class be with a weight (the class's timeslice times the weight),
+		// Class be with a weight (class.Class.TimesliceFor: the slice overhead plus the weight times
+		// the rest of the class's timeslice),
 		// or at the timeslices the scenario names.
 		for i, w := range run.bes {
 			run.beTimeslices[i] = usArg(sc.Ratio[i])

@@ -19,7 +19,8 @@ const (
 	// AnnotationClass asks for a class: lc, burstable or be.
 	AnnotationClass = "gpreempt.io/class"
 	// AnnotationWeight is the pod's weight within its class (1-1000): its
-	// groups get the class's timeslice times the weight.
+	// groups get the class's slice overhead plus the weight times the rest
+	// of its timeslice (class.Class.TimesliceFor).
 	AnnotationWeight = "gpreempt.io/weight"
 	// AnnotationLatencyObjective is the latency an LC pod aims for (a Go
 	// duration, "500us", "2ms"), carried to the daemon's hint engine and

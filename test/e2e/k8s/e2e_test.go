@@ -318,7 +318,12 @@ func TestNodeAgent(t *testing.T) {
 		if _, err := admin.CoreV1().Pods(trainer.ns).Patch(ctx, trainer.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		want(trainer, 2*us(class.DefaultBurstableTimeslice))
+		// Weight 2: the slice overhead plus twice the rest (3980 us).
+		ts, err := class.Defaults()[class.Burstable].TimesliceFor(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want(trainer, us(ts))
 		waitEvent(t, admin, trainer, kube.ReasonClassed, "classed burstable:2: 4 channel groups")
 	})
 
