@@ -14,7 +14,7 @@
 // Measured on an H100 with two fixed-work BE processes, plain timeslice
 // ratios split throughput 3.04:1 at 3000:1000 us, 8.3:1 at 4000:500 us,
 // 3.25:1 at 600:200 us, 3.54:1 at 300:100 us and 4.44:1 at 150:50 us: each
-// is (T1 - c) : (T2 - c) with c between 20 and 22 us (docs/BENCHMARKS.md,
+// is (T1 - c) : (T2 - c) with c between 19.6 and 22.2 us (docs/BENCHMARKS.md,
 // docs/SLO.md).
 package class
 

@@ -75,7 +75,8 @@ type Scenario struct {
 	// timeslices.
 	Ratio [2]time.Duration
 	// Weights, when the BE timeslices were given as class weights, are
-	// those (Ratio is then the class be timeslice times each weight).
+	// those (Ratio is then what the default be class gives each weight,
+	// class.Class.TimesliceFor).
 	Weights [2]class.Spec
 	// LCOnly, for KindMultiTenant ("multi-tenant:lc-only"): the two LC
 	// workers without BE, what they get from each other alone.

@@ -772,7 +772,8 @@ func (r *Reconciler) Classes() class.Table {
 // SetClassTimeslice overrides class n's timeslice (of one unit of
 // weight; 0: the policy's again) and re-classes the processes in n: one
 // all-or-nothing apply per process at the next Tick, with the usual
-// read-back and retries. Weights keep their ratio (be:3 gets 3 x ts).
+// read-back and retries. Weights keep their ratio of work
+// (class.Class.TimesliceFor: be:3 gets the slice overhead plus 3 x the rest).
 func (r *Reconciler) SetClassTimeslice(n class.Name, ts time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

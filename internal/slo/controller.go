@@ -140,7 +140,8 @@ type Observation struct {
 	// often BE processes switch among themselves, each switch a context
 	// save and restore: on the H100 two BE at 1 us (and 3 us) made no
 	// progress while two LC ran beside them, so gpreemptd sets this to
-	// the safe setting while two or more BE processes share the GPU.
+	// slo.shared_floor (default: the safe setting) while two or more BE
+	// processes share the GPU.
 	MinBETimeslice time.Duration
 	// MaxBETimeslice is the longest BE timeslice the controller may
 	// choose now (0: the ladder's longest; below MinBETimeslice: that).
@@ -319,7 +320,7 @@ func (c *Controller) Observe(o Observation) Decision {
 
 	if c.lo = c.floor(o.MinBETimeslice); c.cur < c.lo {
 		d.Cause = CauseFloor
-		c.calibrating = false
+		c.calibrating, c.resume = false, -1
 		return c.move(d, c.lo, fmt.Sprintf("shortest BE timeslice allowed now is %v", c.rungs[c.lo].ts))
 	}
 	if c.hi = max(c.ceiling(o.MaxBETimeslice), c.lo); c.cur > c.hi {
@@ -366,11 +367,27 @@ func (c *Controller) Observe(o Observation) Decision {
 			// in the LC's own latency does not undo that.
 			// (A miss after the last window that did not stray may be
 			// the new workload's: then the safe setting.)
+			// The rungs from the safe one up that missed so are not
+			// explored again until their back-off, counted from the end
+			// of the calibration, ends.
 			c.resume = -1
-			if s := c.safe(); c.cur < s && c.rungs[s].fails > 0 && c.rungs[s].missBy > skipMildMiss && c.rungs[s].missAt < c.calm {
+			farMiss := func(r rung) bool { return r.fails > 0 && r.missBy > skipMildMiss && r.missAt < c.calm }
+			var kept []int
+			if s := c.safe(); c.cur < s && farMiss(c.rungs[s]) {
 				c.resume = c.cur
+				for i := s; i < len(c.rungs); i++ {
+					if farMiss(c.rungs[i]) {
+						kept = append(kept, i)
+					}
+				}
 			}
+			old := slices.Clone(c.rungs)
 			c.forgetAll()
+			for _, i := range kept {
+				r := &c.rungs[i]
+				r.fails, r.missBy, r.missAt = old[i].fails, old[i].missBy, old[i].missAt
+				r.badTill = c.tick + baselineMinWindows + c.opts.Forget<<min(r.fails-1, 4)
+			}
 			d.Reason, d.WorkloadChanged = "workload changed: ", true
 			c.calibrating = true
 			d.Cause = CauseCalibrate
@@ -410,12 +427,12 @@ func (c *Controller) Observe(o Observation) Decision {
 	// offers, for baselineMinWindows windows; then the search resumes
 	// from the safe setting.
 	if !baseReady {
+		d.Cause = CauseCalibrate
 		if c.cur != c.lo {
-			c.calibrating = true
-			d.Cause = CauseCalibrate
+			c.calibrating, c.resume = true, -1
 			return c.move(d, c.lo, fmt.Sprintf("learning an LC's standalone-like latency under the shortest BE timeslice (%d windows)", baselineMinWindows))
 		}
-		d.Cause = CauseCalibrate
+		c.calibrating = true
 		return c.stay(d, "learning an LC's standalone-like latency")
 	}
 	if c.calibrating {

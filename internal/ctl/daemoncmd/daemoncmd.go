@@ -139,7 +139,7 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 	}
 	floor := ""
 	if s.SharedFloor != "" && s.SharedFloor != s.Safe {
-		floor = "; " + s.SharedFloor + " or longer with two BE"
+		floor = "; " + s.SharedFloor + " or longer with two or more BE"
 	}
 	fmt.Fprintf(w, "\nslo:\ton, window %s, BE timeslice %s (safe %s%s; ladder %s), %d changes\n", s.Window, s.BETimeslice, s.Safe, floor, s.Ladder, s.Changes)
 	if d := s.Last; d != nil {
