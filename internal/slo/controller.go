@@ -360,36 +360,9 @@ func (c *Controller) Observe(o Observation) Decision {
 		}
 		if c.surprised >= surpriseRun || (c.surprised > 0 && c.surprising(r, worst, o.BEShare, 2)) {
 			// Learn the new workload's baseline under the shortest BE
-			// timeslice, not under the one it was found at. Then the
-			// search resumes from the safe setting, or from where it was
-			// if the safe setting is where the LC waited out BE's
-			// timeslice (it missed by more than skipMildMiss): a change
-			// in the LC's own latency does not undo that.
-			// (A miss after the last window that did not stray may be
-			// the new workload's: then the safe setting.)
-			// The rungs from the safe one up that missed so are not
-			// explored again until their back-off, counted from the end
-			// of the calibration, ends.
-			c.resume = -1
-			farMiss := func(r rung) bool { return r.fails > 0 && r.missBy > skipMildMiss && r.missAt < c.calm }
-			var kept []int
-			if s := c.safe(); c.cur < s && farMiss(c.rungs[s]) {
-				c.resume = c.cur
-				for i := s; i < len(c.rungs); i++ {
-					if farMiss(c.rungs[i]) {
-						kept = append(kept, i)
-					}
-				}
-			}
-			old := slices.Clone(c.rungs)
-			c.forgetAll()
-			for _, i := range kept {
-				r := &c.rungs[i]
-				r.fails, r.missBy, r.missAt = old[i].fails, old[i].missBy, old[i].missAt
-				r.badTill = c.tick + baselineMinWindows + c.opts.Forget<<min(r.fails-1, 4)
-			}
+			// timeslice, not under the one it was found at.
+			c.relearn(true)
 			d.Reason, d.WorkloadChanged = "workload changed: ", true
-			c.calibrating = true
 			d.Cause = CauseCalibrate
 			if c.cur != c.lo {
 				return c.move(d, c.lo, fmt.Sprintf("LC at %.2fx its objective under %v, unlike before: learning it again under the shortest BE timeslice", worst, r.ts))
@@ -443,8 +416,8 @@ func (c *Controller) Observe(o Observation) Decision {
 		// floor and missed by 11x under the safe 200 us, and going there
 		// after relearning cost a repetition two such windows.
 		to, why := c.safe(), "the safe"
-		if r := c.resume; r >= 0 && min(max(r, c.lo), c.hi) < to {
-			to, why = min(max(r, c.lo), c.hi), "where the search was when the change was seen,"
+		if r := min(max(c.resume, c.lo), c.hi); c.resume >= 0 && r < to {
+			to, why = r, "where the search was when the change was seen,"
 		}
 		c.resume = -1
 		if to != c.cur {
@@ -486,8 +459,8 @@ func (c *Controller) Observe(o Observation) Decision {
 			// launches, or its own CPU-side work slowed it). Learn it
 			// again rather than hold BE at its shortest timeslice
 			// against a latency the LC no longer has.
-			c.forgetAll()
-			c.calibrating, c.since, c.resume = true, 1, -1
+			c.relearn(false)
+			c.since = 1
 			d.Cause, d.WorkloadChanged = CauseCalibrate, true
 			return c.stay(d, fmt.Sprintf("workload changed: LC at %.2fx its objective under %v, where its baseline was learnt: learning it again", r.worst, r.ts))
 		}
@@ -799,13 +772,35 @@ func meanSD(xs []float64) (mean, sd float64) {
 	return mean, math.Sqrt(sd / float64(len(xs)-1))
 }
 
-// forgetAll drops what was learnt of every rung, and their back-offs:
-// they describe a workload that is gone. The current rung starts again
-// from the window that revealed the change.
-func (c *Controller) forgetAll() {
-	for i := range c.rungs {
-		c.rungs[i] = rung{ts: c.rungs[i].ts, worst: math.NaN(), share: math.NaN()}
+// relearn starts learning a changed workload: it drops what was learnt of
+// every rung, and their back-offs (they describe a workload that is
+// gone), and calibrates. The current rung starts again from the window
+// that revealed the change.
+//
+// With fromHere (the change strayed from what the current rung had
+// shown), when the safe rung had missed by more than skipMildMiss before
+// the last window that did not stray, the LC waited out BE's timeslice
+// there, which a change in its own latency does not undo: the search
+// resumes at the current rung after calibrating (resume), and the rungs
+// from the safe one up that missed so keep their misses, backed off anew
+// from the calibration's end. (A miss after that window may be the new
+// workload's.)
+func (c *Controller) relearn(fromHere bool) {
+	farMiss := func(r rung) bool { return r.fails > 0 && r.missBy > skipMildMiss && r.missAt < c.calm }
+	safe := c.safe()
+	c.resume = -1
+	if fromHere && c.cur < safe && farMiss(c.rungs[safe]) {
+		c.resume = c.cur
 	}
+	for i, old := range c.rungs {
+		r := rung{ts: old.ts, worst: math.NaN(), share: math.NaN()}
+		if c.resume >= 0 && i >= safe && farMiss(old) {
+			r.fails, r.missBy, r.missAt = old.fails, old.missBy, old.missAt
+			r.badTill = c.tick + baselineMinWindows + c.opts.Forget<<min(old.fails-1, 4)
+		}
+		c.rungs[i] = r
+	}
+	c.calibrating = true
 	// So do the LCs' baselines: an LC that went from graph to eager is
 	// judged against what it does now.
 	clear(c.baselines)

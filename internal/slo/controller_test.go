@@ -130,30 +130,26 @@ func TestTwoObjectivesOfOneLC(t *testing.T) {
 // controller's decisions.
 func run(t *testing.T, c *Controller, g *SimGPU, n int, obj Objective, w func(i int) Workload) []Decision {
 	t.Helper()
+	return runBounded(c, g, n, obj, w, 0, 0)
+}
+
+// runBounded plays n windows, window i of w(i), with the BE timeslice
+// bounded by lo and hi (Observation.MinBETimeslice, MaxBETimeslice; 0:
+// none).
+func runBounded(c *Controller, g *SimGPU, n int, obj Objective, w func(i int) Workload, lo, hi time.Duration) []Decision {
 	var ds []Decision
 	prev := c.Current()
 	for i := range n {
-		ts := c.Current()
-		d := c.Observe(g.Window(w(i), obj, ts, prev))
-		prev = ts
-		ds = append(ds, d)
-	}
-	return ds
-}
-
-// runBounded plays n windows of w with the BE timeslice bounded by lo and
-// hi (Observation.MinBETimeslice, MaxBETimeslice).
-func runBounded(c *Controller, g *SimGPU, n int, obj Objective, w Workload, lo, hi time.Duration) []Decision {
-	var ds []Decision
-	prev := c.Current()
-	for range n {
-		o := g.Window(w, obj, c.Current(), prev)
+		o := g.Window(w(i), obj, c.Current(), prev)
 		o.MinBETimeslice, o.MaxBETimeslice = lo, hi
 		prev = c.Current()
 		ds = append(ds, c.Observe(o))
 	}
 	return ds
 }
+
+// steady is a workload that does not change.
+func steady(w Workload) func(int) Workload { return func(int) Workload { return w } }
 
 // outcome is what the windows of ds gave, noiselessly, under w: the mean
 // LC latency over standalone and the mean BE share, as a benchmark pooling
@@ -207,7 +203,7 @@ func TestEagerFindsTheKnee(t *testing.T) {
 	var lcs, shares []float64
 	for seed := range uint64(20) {
 		c := mustNew(t, Options{})
-		ds := run(t, c, NewSimGPU(seed), 120, obj, func(int) Workload { return EagerPyTorchH100 })
+		ds := run(t, c, NewSimGPU(seed), 120, obj, steady(EagerPyTorchH100))
 		tail := ds[60:]
 		lc, share := outcome(tail, EagerPyTorchH100)
 		shares = append(shares, share)
@@ -248,7 +244,7 @@ func TestSearchPassesAMissedRung(t *testing.T) {
 	var shares []float64
 	var reach []int // windows from the start to the first at 1 ms
 	for seed := range uint64(20) {
-		ds := run(t, mustNew(t, Options{}), NewSimGPU(seed), 150, obj, func(int) Workload { return dip })
+		ds := run(t, mustNew(t, Options{}), NewSimGPU(seed), 150, obj, steady(dip))
 		_, share := outcome(ds[90:], dip)
 		shares = append(shares, share)
 		at := slices.IndexFunc(ds, func(d Decision) bool { return d.BETimeslice == time.Millisecond })
@@ -271,7 +267,7 @@ func TestSearchPassesAMissedRung(t *testing.T) {
 	// Without passing missed rungs the same search stays below the dip.
 	var stuck []float64
 	for seed := range uint64(20) {
-		ds := run(t, mustNew(t, Options{SkipBad: -1}), NewSimGPU(seed), 150, obj, func(int) Workload { return dip })
+		ds := run(t, mustNew(t, Options{SkipBad: -1}), NewSimGPU(seed), 150, obj, steady(dip))
 		_, share := outcome(ds[90:], dip)
 		stuck = append(stuck, share)
 	}
@@ -290,7 +286,7 @@ func TestFloorHoldsWhileSet(t *testing.T) {
 	obj := Objective{Quantile: 0.5, Inflation: 1.05}
 	c := mustNew(t, Options{})
 	g := NewSimGPU(3)
-	ds := runBounded(c, g, 60, obj, GraphHintsH100, 200*time.Microsecond, 0)
+	ds := runBounded(c, g, 60, obj, steady(GraphHintsH100), 200*time.Microsecond, 0)
 	for i, d := range ds {
 		if d.BETimeslice < 200*time.Microsecond {
 			t.Fatalf("window %d: %v under a 200us floor: %v", i, d.BETimeslice, summary(ds))
@@ -308,7 +304,7 @@ func TestFloorHoldsWhileSet(t *testing.T) {
 	}
 	// With the floor gone, the LC is learnt under 1 us, and the search
 	// settles at or below 200us (the last rung within 1.05x).
-	ds = run(t, c, g, 60, obj, func(int) Workload { return GraphHintsH100 })
+	ds = run(t, c, g, 60, obj, steady(GraphHintsH100))
 	if ds[0].BETimeslice != time.Microsecond || ds[0].Cause != CauseCalibrate {
 		t.Errorf("floor gone: first decision %+v, want calibration under 1us", ds[0])
 	}
@@ -324,7 +320,7 @@ func TestGraphStaysShort(t *testing.T) {
 	obj := Objective{Quantile: 0.5, Inflation: 1.05}
 	for seed := range uint64(20) {
 		c := mustNew(t, Options{})
-		ds := run(t, c, NewSimGPU(seed), 120, obj, func(int) Workload { return GraphHintsH100 })
+		ds := run(t, c, NewSimGPU(seed), 120, obj, steady(GraphHintsH100))
 		tail := ds[40:]
 		short := 0
 		var worsts []float64
@@ -406,12 +402,12 @@ func TestSignalLossFallsBackToSafe(t *testing.T) {
 	for seed := range uint64(20) {
 		c := mustNew(t, Options{})
 		g := NewSimGPU(seed)
-		run(t, c, g, 40, obj, func(int) Workload { return EagerPyTorchH100 })
+		run(t, c, g, 40, obj, steady(EagerPyTorchH100))
 		if c.Current() == 200*time.Microsecond {
 			t.Fatalf("seed %d: precondition: the controller left the safe setting (at %v)", seed, c.Current())
 		}
 		g.Missing = true
-		ds := run(t, c, g, 5, obj, func(int) Workload { return EagerPyTorchH100 })
+		ds := run(t, c, g, 5, obj, steady(EagerPyTorchH100))
 		if c.Current() != 200*time.Microsecond || !ds[2].Fallback || !ds[2].Changed {
 			t.Fatalf("seed %d: after 3 windows without LC latency: at %v, decisions %v", seed, c.Current(), summary(ds))
 		}
@@ -419,7 +415,7 @@ func TestSignalLossFallsBackToSafe(t *testing.T) {
 			t.Errorf("seed %d: %d changes while the signal was missing, want 1", seed, changes(ds))
 		}
 		g.Missing = false
-		ds = run(t, c, g, 40, obj, func(int) Workload { return EagerPyTorchH100 })
+		ds = run(t, c, g, 40, obj, steady(EagerPyTorchH100))
 		if ds[0].Fallback {
 			t.Errorf("seed %d: still in fallback with the signal back", seed)
 		}
@@ -453,7 +449,7 @@ func TestNoOscillationAtTheBoundary(t *testing.T) {
 	obj := Objective{Quantile: 0.99, Inflation: 1.05}
 	for seed := range uint64(10) {
 		c := mustNew(t, Options{})
-		ds := run(t, c, NewSimGPU(seed), 300, obj, func(int) Workload { return edge })
+		ds := run(t, c, NewSimGPU(seed), 300, obj, steady(edge))
 		if n := changes(ds); n > 40 {
 			t.Errorf("seed %d: %d changes in 300 windows", seed, n)
 		}
@@ -787,7 +783,7 @@ func TestSteadyLCIsNotRelearnt(t *testing.T) {
 		for seed := range uint64(20) {
 			g := NewSimGPU(seed)
 			g.ShareUnknown = true
-			ds := run(t, mustNew(t, Options{}), g, 150, obj, func(int) Workload { return w })
+			ds := run(t, mustNew(t, Options{}), g, 150, obj, steady(w))
 			n := 0
 			for _, d := range ds {
 				if d.WorkloadChanged {
@@ -846,7 +842,7 @@ func TestCeilingHoldsWhileSet(t *testing.T) {
 	c := mustNew(t, Options{Safe: time.Millisecond})
 	g := NewSimGPU(5)
 	g.ShareUnknown = true
-	ds := runBounded(c, g, 60, obj, EagerPyTorchH100, 0, 499*time.Microsecond)
+	ds := runBounded(c, g, 60, obj, steady(EagerPyTorchH100), 0, 499*time.Microsecond)
 	if d := ds[0]; !d.Changed || d.Cause != CauseCeiling || d.BETimeslice != 200*time.Microsecond {
 		t.Errorf("first window from a safe 1ms: %+v, want a change to 200us, cause ceiling", d)
 	}
@@ -855,7 +851,7 @@ func TestCeilingHoldsWhileSet(t *testing.T) {
 			t.Fatalf("window %d: %v under a 499us ceiling: %v", i, d.BETimeslice, summary(ds))
 		}
 	}
-	ds = run(t, c, g, 80, obj, func(int) Workload { return EagerPyTorchH100 })
+	ds = run(t, c, g, 80, obj, steady(EagerPyTorchH100))
 	if n := slices.IndexFunc(ds, func(d Decision) bool { return d.BETimeslice >= time.Millisecond }); n < 0 {
 		t.Errorf("ceiling lifted: never reached 1ms: %v", summary(ds))
 	}
@@ -955,18 +951,12 @@ func TestRelearningResumesBelowSafe(t *testing.T) {
 		c := mustNew(t, Options{})
 		g := NewSimGPU(seed)
 		g.ShareUnknown = true
-		var ds []Decision
-		prev := c.Current()
-		for i := range 120 {
-			w := twoHintedLCsH100
+		ds := runBounded(c, g, 120, obj, func(i int) Workload {
 			if i >= 60 {
-				w = slow
+				return slow
 			}
-			o := g.Window(w, obj, c.Current(), prev)
-			o.MinBETimeslice = floor
-			prev = c.Current()
-			ds = append(ds, c.Observe(o))
-		}
+			return twoHintedLCsH100
+		}, floor, 0)
 		changedAt := -1
 		for i, d := range ds[60:] {
 			if d.WorkloadChanged {
