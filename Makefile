@@ -65,6 +65,7 @@ gpu-binaries: build
 	$(GO) test -c -ldflags='$(CARRY_LDFLAGS)' -o $(CARRY)/tsg.test ./tsg
 	$(GO) test -c -ldflags='$(CARRY_LDFLAGS)' -o $(CARRY)/prepreempt.test ./prepreempt
 	$(GO) test -c -ldflags='$(CARRY_LDFLAGS)' -o $(CARRY)/gpu.test ./internal/gpu
+	$(GO) test -c -ldflags='$(CARRY_LDFLAGS)' -o $(CARRY)/kernels.test ./internal/kernels
 
 # On the GPU machine, from the carried binaries: the GPU tests and the
 # control-cost benchmarks (see docs/GPU-RESULTS.md).
@@ -72,6 +73,7 @@ gpu-test:
 	cd tsg && ../$(CARRY)/tsg.test -test.v -test.run GPU -test.bench GPU -test.benchtime 200x
 	cd internal/gpu && ../../$(CARRY)/gpu.test -test.v
 	cd prepreempt && ../$(CARRY)/prepreempt.test -test.v -test.run GPU
+	cd internal/kernels && ../../$(CARRY)/kernels.test -test.v -test.run GPU
 
 # On the GPU machine, as root, from the carried binaries: the whole benchmark
 # matrix, five interleaved repetitions, results into docs/results/, the

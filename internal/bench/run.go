@@ -28,6 +28,8 @@ var runCommand = &cli.Command{
 		"  multi-tenant:<ts1>:<ts2>  the same, the BE workers in class be at ts1 and ts2\n" +
 		"  multi-tenant:lc-only     the two LC workers in class lc, no BE\n" +
 		"  prepreempt-<LC scenario>  the LC worker uses pre-preemption hints\n" +
+		"  prepreempt-board-multi-tenant...  the same, the two LC workers' engines share an\n" +
+		"                         LC board: a spinner gives way to the other LC's ready request\n" +
 		"  pytorch-standalone, pytorch-be-only, pytorch (driver defaults), pytorch-be-<ts>:\n" +
 		"                         the same with bench/pytorch's lc_infer.py and be_train.py\n" +
 		"  pytorch-eager-...      the same with an eager (launch-bound) lc_infer.py\n" +

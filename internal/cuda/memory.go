@@ -156,3 +156,60 @@ func (b *HostBuffer) Free() error {
 	b.p, b.size, b.dptr = nil, 0, 0
 	return err
 }
+
+// HostRegisterFlags are CU_MEMHOSTREGISTER_* flags.
+type HostRegisterFlags uint32
+
+// Host registration flags. Values from cuda.h.
+const (
+	// HostRegisterPortable pins the memory for every context.
+	HostRegisterPortable HostRegisterFlags = 1
+	// HostRegisterDeviceMap maps it into the device's address space.
+	HostRegisterDeviceMap HostRegisterFlags = 2
+)
+
+// Registered is host memory that the caller allocated (a shared mapping,
+// say) and cuMemHostRegister pinned, so that kernels can use it. The caller
+// keeps owning the memory: Unregister before unmapping it.
+type Registered struct {
+	ctx  *Context
+	p    unsafe.Pointer
+	dptr DevicePtr
+}
+
+// HostRegister pins mem (page-aligned, a whole number of pages: an mmap'd
+// region) for the device. With HostRegisterDeviceMap, [Registered.DevicePtr]
+// gives the address kernels use. mem must not be Go-allocated memory.
+func (c *Context) HostRegister(mem []byte, flags HostRegisterFlags) (*Registered, error) {
+	if len(mem) == 0 {
+		return nil, errors.New("host register: empty region")
+	}
+	p := unsafe.Pointer(unsafe.SliceData(mem))
+	if err := check("cuMemHostRegister_v2", C.gp_host_register(c.h, p, C.size_t(len(mem)), C.uint(flags))); err != nil {
+		return nil, err
+	}
+	r := &Registered{ctx: c, p: p}
+	if flags&HostRegisterDeviceMap != 0 {
+		var d C.CUdeviceptr
+		if err := check("cuMemHostGetDevicePointer_v2", C.gp_host_device_pointer(c.h, &d, p)); err != nil {
+			_ = r.Unregister()
+			return nil, err
+		}
+		r.dptr = DevicePtr(d)
+	}
+	return r, nil
+}
+
+// DevicePtr returns the device address of memory registered with
+// HostRegisterDeviceMap, or 0.
+func (r *Registered) DevicePtr() DevicePtr { return r.dptr }
+
+// Unregister unpins the memory; no kernel may still be using it.
+func (r *Registered) Unregister() error {
+	if r.p == nil {
+		return nil
+	}
+	err := check("cuMemHostUnregister", C.gp_host_unregister(r.ctx.h, r.p))
+	r.p, r.dptr = nil, 0
+	return err
+}
