@@ -154,6 +154,13 @@ func (b *board) bump() {
 func (b *board) register(cctx *cuda.Context) error {
 	r, err := cctx.HostRegister(b.mem, cuda.HostRegisterPortable|cuda.HostRegisterDeviceMap)
 	if err != nil {
+		var fs unix.Statfs_t
+		if unix.Statfs(b.path, &fs) == nil && fs.Type != unix.TMPFS_MAGIC {
+			// The kernel refuses long-term pins of pages of a writable
+			// shared mapping of a file that needs dirty tracking (ext4,
+			// overlayfs...); shared memory has none.
+			return fmt.Errorf("LC board %s: register with CUDA: %w (the board must be on a tmpfs, such as /run or /dev/shm: this file system's pages cannot be pinned)", b.path, err)
+		}
 		return fmt.Errorf("LC board %s: register with CUDA: %w", b.path, err)
 	}
 	b.reg = r

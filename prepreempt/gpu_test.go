@@ -2,6 +2,7 @@ package prepreempt
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -16,7 +17,9 @@ import (
 func TestGPUEngine(t *testing.T) {
 	cctx := cudatest.Open(t)
 	ctx := context.Background()
-	e, err := New(ctx, cctx.Device().Ordinal(), Options{SkipLCClass: true, Backend: "auto"})
+	// NoBenefitLead -1: every request gets a spinner (sleeps on the VM
+	// overshoot by up to a millisecond, which would read as launch-bound).
+	e, err := New(ctx, cctx.Device().Ordinal(), Options{SkipLCClass: true, Backend: "auto", NoBenefitLead: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +71,13 @@ func TestGPUEngine(t *testing.T) {
 func TestGPUBoardGivesWay(t *testing.T) {
 	cctx := cudatest.Open(t)
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "lc-board")
+	// On tmpfs: CUDA cannot pin a shared mapping of a file on disk.
+	dir, err := os.MkdirTemp("/dev/shm", "gpreempt-test-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "lc-board")
 	e, err := New(ctx, cctx.Device().Ordinal(), Options{SkipLCClass: true, Board: path, MaxHold: 200 * time.Millisecond, HoldDutyCycle: 1})
 	if err != nil {
 		t.Fatal(err)

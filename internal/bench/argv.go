@@ -58,8 +58,7 @@ func (r *runner) lcArgv(sc Scenario, out string) ([]string, []string) {
 			argv = append(argv, "--hint-prep-quantile", strconv.FormatFloat(r.o.HintPrepQuantile, 'g', -1, 64))
 		}
 		if sc.Board {
-			// One board for the run's LC workers, beside their results.
-			argv = append(argv, "--board", filepath.Join(filepath.Dir(out), "lc-board"))
+			argv = append(argv, "--board", r.board)
 		}
 	}
 	return append(argv, r.pushArgs(sc)...), nil

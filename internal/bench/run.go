@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -96,6 +97,9 @@ type runner struct {
 	// stopSampling ends the sampler and closes NVML.
 	stopSampling func()
 	log          *slog.Logger
+	// board is the LC board of prepreempt-board- scenarios: on tmpfs,
+	// where CUDA can pin a shared mapping's pages.
+	board string
 }
 
 // slot is one scenario run of the schedule.
@@ -148,6 +152,10 @@ func runAll(ctx context.Context, o runOptions, env runEnv) error {
 		if r.scripts, err = r.pytorchScripts(); err != nil {
 			return err
 		}
+	}
+	if slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.Board }) {
+		r.board = filepath.Join("/dev/shm", fmt.Sprintf("gpreempt-bench-%d.lc-board", os.Getpid()))
+		defer os.Remove(r.board)
 	}
 	r.startTelemetry(ctx)
 	defer r.stopTelemetry()

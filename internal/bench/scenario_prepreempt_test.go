@@ -57,9 +57,10 @@ func TestLCArgvHints(t *testing.T) {
 		t.Errorf("an LC board without prepreempt-board-: %v", argv)
 	}
 	sc, _ = parseScenario("prepreempt-board-multi-tenant:lc-only")
+	r.board = "/dev/shm/b"
 	lc1, _ := r.lcArgv(sc, "/run/x/lc1.json")
 	lc2, _ := r.lcArgv(sc, "/run/x/lc2.json")
-	if !hasArgs(lc1, "--board", "/run/x/lc-board") || !hasArgs(lc2, "--board", "/run/x/lc-board") {
+	if !hasArgs(lc1, "--board", "/dev/shm/b") || !hasArgs(lc2, "--board", "/dev/shm/b") {
 		t.Errorf("the two LC workers do not share one board: %v / %v", lc1, lc2)
 	}
 	sc, _ = parseScenario("pytorch-prepreempt-be-1us")
