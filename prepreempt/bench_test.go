@@ -13,11 +13,11 @@ import (
 // machine separately).
 type instantGPU struct{}
 
-func (instantGPU) launch(*slot) error               { return nil }
-func (instantGPU) finished(*slot) (bool, error)     { return true, nil }
-func (instantGPU) stamps(*slot) (int64, int64, int) { return 0, 0, 0 }
-func (instantGPU) clearStamps(*slot)                {}
-func (instantGPU) close() error                     { return nil }
+func (instantGPU) launch(*slot) error           { return nil }
+func (instantGPU) finished(*slot) (bool, error) { return true, nil }
+func (instantGPU) stamps(*slot) (int64, int64)  { return 0, 0 }
+func (instantGPU) clearStamps(*slot)            {}
+func (instantGPU) close() error                 { return nil }
 
 // BenchmarkHintReady is the CPU cost of Hint + Ready for a request whose
 // spinner launches at once (the common case when preparation is short), with

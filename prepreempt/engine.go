@@ -108,15 +108,7 @@ type Options struct {
 	// many hints, to see whether it benefits now; each probe that does not
 	// doubles the interval, up to 8x. Default 32.
 	ReprobeEvery int
-	// Board is the path of the LC board shared by the LC processes on this
-	// GPU ("": none). Each Ready bumps it, and a spinner gives way when
-	// another process's request becomes ready during its hold, instead of
-	// keeping that request waiting until its own is done. Created (mode
-	// 0600) if missing; processes of several users share one created
-	// beforehand, group-writable (docs/PREPREEMPT.md). Default
-	// $GPREEMPT_LC_BOARD, which is how the C and Python APIs take it.
-	Board  string
-	Logger *slog.Logger
+	Logger       *slog.Logger
 }
 
 // lcClass is the class the engine puts its process in.
@@ -187,10 +179,6 @@ func (o Options) check() error {
 // sleeping and spins.
 const spinWindow = time.Millisecond
 
-// BoardEnv names the environment variable that gives Options.Board its
-// default.
-const BoardEnv = "GPREEMPT_LC_BOARD"
-
 // ErrDone: Ready or Cancel was already called on the request.
 var ErrDone = errors.New("request already finished")
 
@@ -207,9 +195,8 @@ type slot struct{ idx int }
 type spinnerGPU interface {
 	launch(s *slot) error
 	finished(s *slot) (bool, error)
-	// stamps returns the spinner's %globaltimer start and exit (0 if none)
-	// and why it exited (kernels.SpinExit*; 0 if unknown).
-	stamps(s *slot) (start, end int64, why int)
+	// stamps returns the spinner's %globaltimer start and exit (0 if none).
+	stamps(s *slot) (start, end int64)
 	clearStamps(s *slot)
 	close() error
 }
@@ -248,8 +235,6 @@ type Engine struct {
 	benefit *benefit
 	// daemonOff: gpreemptd said not to pre-preempt (SetPrepreempt).
 	daemonOff atomic.Bool
-	// board: the LC board (Options.Board), or nil.
-	board *board
 }
 
 // SetPrepreempt turns spinners on or off for every request: gpreemptd's
@@ -273,9 +258,6 @@ func New(ctx context.Context, device int, opts Options) (_ *Engine, err error) {
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
-	if opts.Board == "" {
-		opts.Board = os.Getenv(BoardEnv)
-	}
 	dev, err := cuda.GetDevice(device)
 	if err != nil {
 		return nil, fmt.Errorf("prepreempt: %w", err)
@@ -297,16 +279,7 @@ func New(ctx context.Context, device int, opts Options) (_ *Engine, err error) {
 		return nil, err
 	}
 	e.stats.s.Backend = e.flags.name()
-	if opts.Board != "" {
-		if e.board, err = openBoard(opts.Board); err != nil {
-			return nil, fmt.Errorf("prepreempt: %w", err)
-		}
-		if err := e.board.register(cctx); err != nil {
-			return nil, fmt.Errorf("prepreempt: %w", err)
-		}
-		e.stats.s.Board = opts.Board
-	}
-	g, err := newCUDASpinners(cctx, e.k, e.flags, e.board, opts.Slots, opts.MaxHold)
+	g, err := newCUDASpinners(cctx, e.k, e.flags, opts.Slots, opts.MaxHold)
 	if err != nil {
 		return nil, err
 	}
@@ -464,7 +437,7 @@ func (e *Engine) calibrateClock() error {
 		var start, seen int64
 		deadline := e.clk.now() + int64(calibrateStartTimeout)
 		for start == 0 {
-			start, _, _ = e.gpu.stamps(s)
+			start, _ = e.gpu.stamps(s)
 			seen = e.clk.now()
 			if start == 0 && seen > deadline {
 				e.flags.set(s.idx, 1)
@@ -484,11 +457,9 @@ func (e *Engine) calibrateClock() error {
 				break
 			}
 		}
-		_, end, why := e.gpu.stamps(s)
-		if end < start || time.Duration(end-start) >= e.opts.MaxHold || why != kernels.SpinExitReleased {
-			// Exited on its own (the host was descheduled) or gave way to
-			// another process: no upper bound.
-			continue
+		_, end := e.gpu.stamps(s)
+		if end < start || time.Duration(end-start) >= e.opts.MaxHold {
+			continue // exited on its own (the host was descheduled): no upper bound
 		}
 		lo, hi = max(lo, start-seen), min(hi, end-released)
 	}
@@ -789,7 +760,7 @@ func (r *Request) finish(cancel bool) error {
 			return ErrDone
 		}
 		if !cancel {
-			e.ready(r)
+			e.pred.observe(r.class, time.Duration(e.clk.now()-r.start))
 		}
 		return nil
 	}
@@ -852,19 +823,10 @@ func (r *Request) finish(cancel bool) error {
 			return ErrDone
 		}
 		if !cancel {
-			e.ready(r)
+			e.pred.observe(r.class, time.Duration(e.clk.now()-r.start))
 		}
 		return nil
 	}
-}
-
-// ready accounts a request whose Ready came: its preparation time, and
-// the board bump that makes other processes' spinners give way.
-func (e *Engine) ready(r *Request) {
-	if e.board != nil {
-		e.board.bump()
-	}
-	e.pred.observe(r.class, time.Duration(e.clk.now()-r.start))
 }
 
 // reap waits for the spinner and its pending kernel to finish, accounts
@@ -883,16 +845,11 @@ func (e *Engine) reap(r *Request) {
 		e.clk.sleep(20 * time.Microsecond)
 	}
 	e.inflight[s.idx].CompareAndSwap(r, nil)
-	start, end, why := e.gpu.stamps(s)
+	start, end := e.gpu.stamps(s)
 	if start != 0 && end >= start {
 		held := time.Duration(end - start)
-		// Only a spinner that exited on its host's release bounds the
-		// clock: one that gave way may have ended before the release.
-		if r.releaseT != 0 && held < e.opts.MaxHold && why == kernels.SpinExitReleased {
+		if r.releaseT != 0 && held < e.opts.MaxHold {
 			e.clock.released(r.releaseT, end)
-		}
-		if why == kernels.SpinExitGaveWay {
-			e.stats.add(func(s *Stats) { s.GaveWay++ })
 		}
 		switchIn := time.Duration(start - e.clock.get() - r.launchT)
 		e.stats.held(held)
@@ -968,9 +925,6 @@ func (e *Engine) Close() error {
 	}
 	if e.flags != nil {
 		errs = append(errs, e.flags.close())
-	}
-	if e.board != nil {
-		errs = append(errs, e.board.close())
 	}
 	if e.k != nil {
 		errs = append(errs, e.k.Unload())

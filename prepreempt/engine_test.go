@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/gpreempt/gpreempt/internal/kernels"
 )
 
 // fakeFlags keep the words in Go memory. A write after close is recorded:
@@ -53,12 +51,12 @@ type fakeGPU struct {
 	closed   atomic.Bool
 	launches atomic.Int64
 	mu       sync.Mutex
-	st       map[int]*[3]int64
+	st       map[int]*[2]int64
 	done     map[int]*atomic.Bool
 }
 
 func newFakeGPU(clk hostClock, f *fakeFlags, switchIn, maxHold time.Duration) *fakeGPU {
-	return &fakeGPU{clk: clk, flags: f, switchIn: switchIn, maxHold: maxHold, st: map[int]*[3]int64{}, done: map[int]*atomic.Bool{}}
+	return &fakeGPU{clk: clk, flags: f, switchIn: switchIn, maxHold: maxHold, st: map[int]*[2]int64{}, done: map[int]*atomic.Bool{}}
 }
 
 func (g *fakeGPU) launch(s *slot) error {
@@ -71,7 +69,7 @@ func (g *fakeGPU) launch(s *slot) error {
 	}
 	g.launches.Add(1)
 	g.mu.Lock()
-	st, done := &[3]int64{}, &atomic.Bool{}
+	st, done := &[2]int64{}, &atomic.Bool{}
 	g.st[s.idx], g.done[s.idx] = st, done
 	g.mu.Unlock()
 	go func() {
@@ -89,10 +87,6 @@ func (g *fakeGPU) launch(s *slot) error {
 		}
 		g.mu.Lock()
 		st[1] = g.clk.now() + g.clock
-		st[2] = kernels.SpinExitMaxNs
-		if g.flags.w[s.idx].Load() != 0 {
-			st[2] = kernels.SpinExitReleased
-		}
 		g.mu.Unlock()
 		done.Store(true)
 	}()
@@ -109,13 +103,13 @@ func (g *fakeGPU) finished(s *slot) (bool, error) {
 	return d == nil || d.Load(), nil
 }
 
-func (g *fakeGPU) stamps(s *slot) (int64, int64, int) {
+func (g *fakeGPU) stamps(s *slot) (int64, int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if st := g.st[s.idx]; st != nil {
-		return st[0], st[1], int(st[2])
+		return st[0], st[1]
 	}
-	return 0, 0, 0
+	return 0, 0
 }
 
 func (g *fakeGPU) clearStamps(s *slot) {}

@@ -3,10 +3,7 @@ package prepreempt
 import (
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/gpreempt/gpreempt/internal/kernels"
 )
 
 // fakeClock is a hostClock that moves only when told: by advance, and by
@@ -99,37 +96,29 @@ func (c *fakeClock) fireLocked() {
 
 // simGPU is a spinnerGPU without goroutines, driven by a fakeClock: a
 // spinner launched at host time L starts at L+switchIn and exits when the
-// GPU first looks after its flag was set, or at start+maxHold, or, with a
-// board, after another process bumped the board past its launch (the
-// kernel's rule, tested on the GPU by TestGPUSpinFlag). Its stamps are host
-// times plus offset, the simulated %globaltimer's lead.
+// GPU first looks after its flag was set, or at start+maxHold. Its stamps
+// are host times plus offset, the simulated %globaltimer's lead.
 type simGPU struct {
 	clk      *fakeClock
 	flags    *fakeFlags
 	switchIn time.Duration
 	maxHold  time.Duration
 	offset   int64
-	board    *board
 	mu       sync.Mutex
 	launched map[int]int64
-	seq0     map[int]uint32
 	exit     map[int]int64
-	why      map[int]int
 }
 
 func newSimGPU(clk *fakeClock, f *fakeFlags, switchIn, maxHold time.Duration, offset int64) *simGPU {
 	return &simGPU{clk: clk, flags: f, switchIn: switchIn, maxHold: maxHold, offset: offset,
-		launched: map[int]int64{}, seq0: map[int]uint32{}, exit: map[int]int64{}, why: map[int]int{}}
+		launched: map[int]int64{}, exit: map[int]int64{}}
 }
 
 func (g *simGPU) launch(s *slot) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.launched[s.idx] = g.clk.peek()
-	g.exit[s.idx], g.why[s.idx] = 0, 0
-	if g.board != nil {
-		g.seq0[s.idx] = g.board.seq()
-	}
+	g.exit[s.idx] = 0
 	return nil
 }
 
@@ -145,17 +134,11 @@ func (g *simGPU) advanceLocked(s *slot) (start, exit int64) {
 		return 0, 0
 	}
 	if g.exit[s.idx] == 0 {
-		var w uint64
-		if g.board != nil {
-			w = atomic.LoadUint64(g.board.word)
-		}
 		switch {
 		case g.flags.w[s.idx].Load() != 0:
-			g.exit[s.idx], g.why[s.idx] = max(now, start), kernels.SpinExitReleased
+			g.exit[s.idx] = max(now, start)
 		case now >= start+int64(g.maxHold):
-			g.exit[s.idx], g.why[s.idx] = start+int64(g.maxHold), kernels.SpinExitMaxNs
-		case g.board != nil && uint32(w>>32) != g.seq0[s.idx] && uint32(w) != g.board.id:
-			g.exit[s.idx], g.why[s.idx] = max(now, start), kernels.SpinExitGaveWay
+			g.exit[s.idx] = start + int64(g.maxHold)
 		}
 	}
 	return start, g.exit[s.idx]
@@ -171,7 +154,7 @@ func (g *simGPU) finished(s *slot) (bool, error) {
 	return exit != 0, nil
 }
 
-func (g *simGPU) stamps(s *slot) (int64, int64, int) {
+func (g *simGPU) stamps(s *slot) (int64, int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	start, exit := g.advanceLocked(s)
@@ -181,7 +164,7 @@ func (g *simGPU) stamps(s *slot) (int64, int64, int) {
 	if exit != 0 {
 		exit += g.offset
 	}
-	return start, exit, g.why[s.idx]
+	return start, exit
 }
 
 func (g *simGPU) clearStamps(s *slot) {}

@@ -15,7 +15,6 @@ import (
 type cudaSpinners struct {
 	k       *kernels.Set
 	flags   flagWords
-	board   *board // nil: no LC board
 	maxHold time.Duration
 	streams []*cuda.Stream
 	done    []*cuda.Event
@@ -23,8 +22,8 @@ type cudaSpinners struct {
 	words   []uint64
 }
 
-func newCUDASpinners(cctx *cuda.Context, k *kernels.Set, flags flagWords, b *board, slots int, maxHold time.Duration) (_ *cudaSpinners, err error) {
-	g := &cudaSpinners{k: k, flags: flags, board: b, maxHold: maxHold}
+func newCUDASpinners(cctx *cuda.Context, k *kernels.Set, flags flagWords, slots int, maxHold time.Duration) (_ *cudaSpinners, err error) {
+	g := &cudaSpinners{k: k, flags: flags, maxHold: maxHold}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, g.close())
@@ -50,20 +49,14 @@ func newCUDASpinners(cctx *cuda.Context, k *kernels.Set, flags flagWords, b *boa
 }
 
 // launch queues slot's spinner, the empty kernel behind it, and the
-// completion event, on the slot's own stream. With a board, the spinner
-// gives way to any other process's Ready after this moment.
+// completion event, on the slot's own stream.
 func (g *cudaSpinners) launch(s *slot) error {
 	one := cuda.Dim3{X: 1, Y: 1, Z: 1}
 	stream := g.streams[s.idx]
-	var boardPtr, seq0, self uint64
-	if g.board != nil {
-		boardPtr, seq0, self = g.board.devicePtr(), uint64(g.board.seq()), uint64(g.board.id)
-	}
 	if err := g.k.SpinFlag.Launch(one, one, 0, stream,
 		cuda.Ptr(cuda.DevicePtr(g.flags.devicePtr(s.idx))),
 		cuda.U64(uint64(g.maxHold)),
-		cuda.Ptr(g.buf.DevicePtr()+cuda.DevicePtr(8*kernels.SpinStampWords*s.idx)),
-		cuda.Ptr(cuda.DevicePtr(boardPtr)), cuda.U64(seq0), cuda.U64(self)); err != nil {
+		cuda.Ptr(g.buf.DevicePtr()+cuda.DevicePtr(8*kernels.SpinStampWords*s.idx))); err != nil {
 		return fmt.Errorf("launch spinner: %w", err)
 	}
 	// The empty kernel keeps the channel group's pushbuffer non-empty while
@@ -78,17 +71,15 @@ func (g *cudaSpinners) launch(s *slot) error {
 	return nil
 }
 
-func (g *cudaSpinners) stamps(s *slot) (int64, int64, int) {
+func (g *cudaSpinners) stamps(s *slot) (int64, int64) {
 	w := g.words[kernels.SpinStampWords*s.idx:]
-	return int64(atomic.LoadUint64(&w[kernels.SpinStampStart])), int64(atomic.LoadUint64(&w[kernels.SpinStampEnd])),
-		int(atomic.LoadUint64(&w[kernels.SpinStampWhy]))
+	return int64(atomic.LoadUint64(&w[kernels.SpinStampStart])), int64(atomic.LoadUint64(&w[kernels.SpinStampEnd]))
 }
 
 func (g *cudaSpinners) clearStamps(s *slot) {
 	w := g.words[kernels.SpinStampWords*s.idx:]
 	atomic.StoreUint64(&w[kernels.SpinStampStart], 0)
 	atomic.StoreUint64(&w[kernels.SpinStampEnd], 0)
-	atomic.StoreUint64(&w[kernels.SpinStampWhy], 0)
 }
 
 func (g *cudaSpinners) finished(s *slot) (bool, error) { return g.done[s.idx].Query() }

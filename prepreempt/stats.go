@@ -35,11 +35,6 @@ type Stats struct {
 	// SkippedByDaemon: gpreemptd said not to pre-preempt; the request ran
 	// without a spinner.
 	SkippedByDaemon uint64 `json:"skipped_by_daemon"`
-	// GaveWay: the spinner ended before its request's Ready because another
-	// process's request became ready on the LC board (Options.Board).
-	GaveWay uint64 `json:"gave_way"`
-	// Board is the LC board's path ("": none).
-	Board string `json:"board,omitempty"`
 	// Prepreempt: spinners are on (false: gpreemptd turned them off).
 	Prepreempt bool `json:"prepreempt"`
 	// Classes is each request class's mode: ModeHold or ModeSkip.

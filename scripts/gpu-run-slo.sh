@@ -32,10 +32,6 @@
 #            timeslices of weights 3:1 with the 20us slice overhead
 #            (560us:200us, 260us:100us, 110us:50us), what SLO mode can reach
 #            in must4 (two repetitions, ~4.5 min)
-#   lclcb    no daemon: the two LCs with hints, alone and at 110us:50us,
-#            with and without an LC board shared by their engines (a spinner
-#            gives way to the other LC's ready request) (~5 min)
-#   must4b   must4 with the LC board (~5 min)
 #
 # In every slo: run the LC first runs a lead-in (--slo-lead-in, per part
 # below) with its latency pushed to the daemon: the measured window shows
@@ -87,8 +83,6 @@ BENCH_TIMEOUT_MUST3=${BENCH_TIMEOUT_MUST3:-540}
 BENCH_TIMEOUT_MUST4=${BENCH_TIMEOUT_MUST4:-400}
 BENCH_TIMEOUT_TRACED=${BENCH_TIMEOUT_TRACED:-240}
 BENCH_TIMEOUT_LCLC=${BENCH_TIMEOUT_LCLC:-400}
-BENCH_TIMEOUT_LCLCB=${BENCH_TIMEOUT_LCLCB:-500}
-BENCH_TIMEOUT_MUST4B=${BENCH_TIMEOUT_MUST4B:-400}
 TIMEOUT_MUST1=${TIMEOUT_MUST1:-$((BENCH_TIMEOUT_MUST1 + 40))}
 TIMEOUT_MUST1S=${TIMEOUT_MUST1S:-$((BENCH_TIMEOUT_MUST1S + 40))}
 TIMEOUT_MUST2G=${TIMEOUT_MUST2G:-$((BENCH_TIMEOUT_MUST2G + 40))}
@@ -97,11 +91,9 @@ TIMEOUT_MUST3=${TIMEOUT_MUST3:-$((BENCH_TIMEOUT_MUST3 + 40))}
 TIMEOUT_MUST4=${TIMEOUT_MUST4:-$((BENCH_TIMEOUT_MUST4 + 40))}
 TIMEOUT_TRACED=${TIMEOUT_TRACED:-$((BENCH_TIMEOUT_TRACED + 40))}
 TIMEOUT_LCLC=${TIMEOUT_LCLC:-$((BENCH_TIMEOUT_LCLC + 40))}
-TIMEOUT_LCLCB=${TIMEOUT_LCLCB:-$((BENCH_TIMEOUT_LCLCB + 40))}
-TIMEOUT_MUST4B=${TIMEOUT_MUST4B:-$((BENCH_TIMEOUT_MUST4B + 40))}
 bench_timeout() { local v="BENCH_TIMEOUT_${1^^}"; echo "${!v}"; }
 
-ALL_PARTS="must1 must1s must2g must2s must3 must4 traced lclc lclcb must4b"
+ALL_PARTS="must1 must1s must2g must2s must3 must4 traced lclc"
 select_parts gpu-run-slo.sh all "$ALL_PARTS" "$@"
 DRY=${DRY_RUN:-}
 echo "parts:$sel"
@@ -117,8 +109,6 @@ scenarios() {
     must4) echo standalone,prepreempt-multi-tenant:lc-only,slo:prepreempt-multi-tenant:be:3:be:1,be-only;;
     traced) echo pytorch-eager-standalone,slo:pytorch-eager,pytorch-eager-be-only;;
     lclc) echo standalone,prepreempt-multi-tenant:lc-only,prepreempt-multi-tenant:560us:200us,prepreempt-multi-tenant:260us:100us,prepreempt-multi-tenant:110us:50us,be-only;;
-    lclcb) echo standalone,prepreempt-multi-tenant:lc-only,prepreempt-board-multi-tenant:lc-only,prepreempt-multi-tenant:110us:50us,prepreempt-board-multi-tenant:110us:50us,be-only;;
-    must4b) echo standalone,prepreempt-board-multi-tenant:lc-only,slo:prepreempt-board-multi-tenant:be:3:be:1,be-only;;
   esac
 }
 # The lead-in is long enough for the controller to learn the LC's
@@ -135,13 +125,13 @@ lead_in() {
   case $1 in
     must1|traced) echo 30s;;
     must3) echo 10s;;
-    lclc|lclcb|must1s) echo 0s;;
+    lclc|must1s) echo 0s;;
     *) echo 20s;;
   esac
 }
 bench_cmd() {
   local extra="" repeat=$BENCH_REPEAT
-  case $1 in must2s|must4|must4b|lclc|lclcb) extra="--prep 500us --hint-launcher poller --lc-calibrate-us 0 --lc-iters 2000";; esac
+  case $1 in must2s|must4|lclc) extra="--prep 500us --hint-launcher poller --lc-calibrate-us 0 --lc-iters 2000";; esac
   case $1 in traced) repeat=1;; lclc) repeat=${LCLC_REPEAT:-2};; esac
   [ "$1" = traced ] && extra="--slo-push=false"
   echo $C/gpreempt-bench run --gpreemptctl $C/gpreemptctl --daemon-socket $BSOCK \
@@ -166,7 +156,7 @@ classes:
 default: none
 rules:
 YAML
-  if [ "$1" = must4 ] || [ "$1" = must4b ]; then
+  if [ "$1" = must4 ]; then
     cat <<'YAML'
   - name: lc1
     match: {env: {GPREEMPT_BENCH_WORKER: lc1}}
@@ -185,9 +175,9 @@ YAML
 slo:
   enabled: true
   window: $window
-  ladder: $(case $1 in must1|traced) echo "$SLO_LADDER_MUST1";; must4|must4b) echo "$SLO_LADDER_MUST4";; *) echo "$SLO_LADDER";; esac)
+  ladder: $(case $1 in must1|traced) echo "$SLO_LADDER_MUST1";; must4) echo "$SLO_LADDER_MUST4";; *) echo "$SLO_LADDER";; esac)
   safe: 200us
-  shared_floor: $(case $1 in must4|must4b) echo "$SHARED_FLOOR_MUST4";; *) echo 200us;; esac)
+  shared_floor: $(case $1 in must4) echo "$SHARED_FLOOR_MUST4";; *) echo 200us;; esac)
   prepreempt_below: 500us
 requests:
   default_max: lc

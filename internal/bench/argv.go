@@ -57,9 +57,6 @@ func (r *runner) lcArgv(sc Scenario, out string) ([]string, []string) {
 		if r.o.HintPrepQuantile != 0 {
 			argv = append(argv, "--hint-prep-quantile", strconv.FormatFloat(r.o.HintPrepQuantile, 'g', -1, 64))
 		}
-		if sc.Board {
-			argv = append(argv, "--board", r.board)
-		}
 	}
 	return append(argv, r.pushArgs(sc)...), nil
 }

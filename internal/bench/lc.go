@@ -50,8 +50,6 @@ type lcOptions struct {
 	Launcher prepreempt.Launcher
 	// PrepQuantile: prepreempt.Options.PrepQuantile (0: its default).
 	PrepQuantile float64
-	// Board: prepreempt.Options.Board ("": none).
-	Board string
 	// PushLatency, when set, is gpreemptd's socket: each measured
 	// request's latency is pushed to it in one window a PushPeriod
 	// (prepreempt.Reporter), for the daemon's SLO mode.
@@ -100,7 +98,6 @@ var lcCommand = &cli.Command{
 		&cli.StringFlag{Name: "push-latency", Usage: "push the measured requests' latency windows to gpreemptd at this socket (its SLO mode)"},
 		&cli.DurationFlag{Name: "push-period", Value: time.Second, Usage: "with --push-latency: one window this long (the daemon's slo.window)"},
 		&cli.Float64Flag{Name: "hint-prep-quantile", Usage: "with --hints: prepreempt.Options.PrepQuantile, in (0, 1) (0: the engine's default)"},
-		&cli.StringFlag{Name: "board", Usage: "with --hints: the LC board shared with other LC workers (prepreempt.Options.Board)"},
 		&cli.DurationFlag{Name: "lead-in", Usage: "after the go line, run requests this long before measuring (pushed with --push-latency, not kept)"},
 	},
 	Action: func(c *cli.Context) error {
@@ -130,7 +127,6 @@ var lcCommand = &cli.Command{
 			WaitGo:        c.Bool("wait-go"),
 			Out:           c.String("out"),
 			Hints:         c.Bool("hints"),
-			Board:         c.String("board"),
 			MaxHold:       c.Duration("max-hold"),
 			Launcher:      launcher,
 			PrepQuantile:  c.Float64("hint-prep-quantile"),
@@ -346,7 +342,7 @@ func runLC(ctx context.Context, o lcOptions, stdin io.Reader, stdout io.Writer, 
 		// the engine applies covers every channel group of the context.
 		// The engine joins the same primary context (g.ctx is the device's
 		// primary context too), so its spinners share our channel groups.
-		if eng, err = prepreempt.New(ctx, o.Device, prepreempt.Options{MaxHold: o.MaxHold, Launcher: o.Launcher, PrepQuantile: o.PrepQuantile, Board: o.Board, Logger: log}); err != nil {
+		if eng, err = prepreempt.New(ctx, o.Device, prepreempt.Options{MaxHold: o.MaxHold, Launcher: o.Launcher, PrepQuantile: o.PrepQuantile, Logger: log}); err != nil {
 			return fmt.Errorf("pre-preemption engine: %w", err)
 		}
 		defer func() { err = errors.Join(err, eng.Close()) }()

@@ -268,8 +268,8 @@ func writeNotes(b *strings.Builder, res *Results) {
 		sw := stats.Summarize(nsToUs(ps.SwitchInSamples))
 		lag := stats.Summarize(nsToUs(ps.LaunchLagSamples))
 		lead := stats.Summarize(nsToUs(ps.ReadyLeadSamples))
-		pre = append(pre, fmt.Sprintf("- %s: %s flags; %d hints: %d early, %d late, %d expired, %d dropped, %d timed out, %d gave way; spinner held the GPU p50 %.1f / p99 %.1f us per request; switch-in p50 %.1f / p99 %.1f us; launch lag p50 %.1f / p99 %.1f us; Ready after launch p50 %.1f / p99 %.1f us",
-			runName(sr), ps.Backend, ps.Hints, ps.Early, ps.Late, ps.Expired, ps.Dropped, ps.TimedOut, ps.GaveWay, held.P50, held.P99, sw.P50, sw.P99, lag.P50, lag.P99, lead.P50, lead.P99))
+		pre = append(pre, fmt.Sprintf("- %s: %s flags; %d hints: %d early, %d late, %d expired, %d dropped, %d timed out; spinner held the GPU p50 %.1f / p99 %.1f us per request; switch-in p50 %.1f / p99 %.1f us; launch lag p50 %.1f / p99 %.1f us; Ready after launch p50 %.1f / p99 %.1f us",
+			runName(sr), ps.Backend, ps.Hints, ps.Early, ps.Late, ps.Expired, ps.Dropped, ps.TimedOut, held.P50, held.P99, sw.P50, sw.P99, lag.P50, lag.P99, lead.P50, lead.P99))
 	}
 	if len(pre) > 0 {
 		b.WriteString("\nPre-preemption:\n\n" + strings.Join(pre, "\n") + "\n")

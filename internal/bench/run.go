@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -29,8 +28,6 @@ var runCommand = &cli.Command{
 		"  multi-tenant:<ts1>:<ts2>  the same, the BE workers in class be at ts1 and ts2\n" +
 		"  multi-tenant:lc-only     the two LC workers in class lc, no BE\n" +
 		"  prepreempt-<LC scenario>  the LC worker uses pre-preemption hints\n" +
-		"  prepreempt-board-multi-tenant...  the same, the two LC workers' engines share an\n" +
-		"                         LC board: a spinner gives way to the other LC's ready request\n" +
 		"  pytorch-standalone, pytorch-be-only, pytorch (driver defaults), pytorch-be-<ts>:\n" +
 		"                         the same with bench/pytorch's lc_infer.py and be_train.py\n" +
 		"  pytorch-eager-...      the same with an eager (launch-bound) lc_infer.py\n" +
@@ -97,9 +94,6 @@ type runner struct {
 	// stopSampling ends the sampler and closes NVML.
 	stopSampling func()
 	log          *slog.Logger
-	// board is the LC board of prepreempt-board- scenarios: on tmpfs,
-	// where CUDA can pin a shared mapping's pages.
-	board string
 }
 
 // slot is one scenario run of the schedule.
@@ -152,10 +146,6 @@ func runAll(ctx context.Context, o runOptions, env runEnv) error {
 		if r.scripts, err = r.pytorchScripts(); err != nil {
 			return err
 		}
-	}
-	if slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.Board }) {
-		r.board = filepath.Join("/dev/shm", fmt.Sprintf("gpreempt-bench-%d.lc-board", os.Getpid()))
-		defer os.Remove(r.board)
 	}
 	r.startTelemetry(ctx)
 	defer r.stopTelemetry()

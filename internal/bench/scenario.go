@@ -59,10 +59,6 @@ type Scenario struct {
 	BETimeslice time.Duration
 	// Hints: the LC worker uses pre-preemption (prepreempt.Engine).
 	Hints bool
-	// Board ("prepreempt-board-" prefix, multi-tenant): the LC workers'
-	// engines share an LC board (prepreempt.Options.Board), so a spinner
-	// gives way when the other LC's request becomes ready.
-	Board bool
 	// Daemon ("daemon:" prefix): gpreemptd classes the workers, from
 	// GPREEMPT_CLASS in their environment, instead of gpreemptctl; the
 	// harness waits until their groups read back the class.
@@ -109,8 +105,6 @@ const DefaultScenarios = "standalone,defaults,be-200us,be-1us,be-only,pytorch-ea
 //	multi-tenant:<D1>:<D2>   the same, the BEs in class be at D1 and D2
 //	multi-tenant:lc-only     the two LCs in class lc without BE
 //	prepreempt-<LC scenario> the LC uses pre-preemption hints
-//	prepreempt-board-multi-tenant...  the same, the two LCs' engines share
-//	                         an LC board (their spinners give way to each other)
 //	pytorch-standalone, pytorch-be-only, pytorch (= pytorch-defaults),
 //	pytorch-be-<DURATION>    the same with the PyTorch workers
 //	pytorch-eager-...        the same, the LC without a CUDA graph
@@ -147,7 +141,7 @@ func ParseScenarios(list string) ([]Scenario, error) {
 	return out, nil
 }
 
-const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>|:<ts1>:<ts2>|:lc-only], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, prepreempt[-board]-multi-tenant..., any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, slo:[pytorch[-eager]-][prepreempt-]defaults, slo:multi-tenant[:be:<w1>:be:<w2>], slo:pytorch@switch, slo:[prepreempt-]defaults@switch"
+const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>|:<ts1>:<ts2>|:lc-only], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, slo:[pytorch[-eager]-][prepreempt-]defaults, slo:multi-tenant[:be:<w1>:be:<w2>], slo:pytorch@switch, slo:[prepreempt-]defaults@switch"
 
 func parseScenario(name string) (Scenario, error) {
 	sc := Scenario{Name: name, Runtime: RuntimeKernels}
@@ -190,10 +184,6 @@ func parseScenario(name string) (Scenario, error) {
 	if r, ok := strings.CutPrefix(rest, "prepreempt-"); ok {
 		sc.Hints = true
 		rest = r
-		if r, ok := strings.CutPrefix(rest, "board-"); ok {
-			sc.Board = true
-			rest = r
-		}
 	}
 	switch {
 	case rest == "standalone":
@@ -256,9 +246,6 @@ func parseScenario(name string) (Scenario, error) {
 	}
 	if sc.Hints && !sc.HasLC() {
 		return bad("pre-preemption needs an LC worker")
-	}
-	if sc.Board && sc.Kind != KindMultiTenant {
-		return bad("an LC board is shared by several LC workers: prepreempt-board-multi-tenant...")
 	}
 	if sc.PeriodFactor != 0 && !sc.HasLC() {
 		return bad("a rate factor needs an LC worker")

@@ -53,16 +53,6 @@ func TestLCArgvHints(t *testing.T) {
 	if !hasArgs(argv, "--hints", "--hint-launcher", "poller", "--hint-prep-quantile", "0.1") {
 		t.Errorf("kernel LC worker argv lacks the hint options: %v", argv)
 	}
-	if slices.Contains(argv, "--board") {
-		t.Errorf("an LC board without prepreempt-board-: %v", argv)
-	}
-	sc, _ = parseScenario("prepreempt-board-multi-tenant:lc-only")
-	r.board = "/dev/shm/b"
-	lc1, _ := r.lcArgv(sc, "/run/x/lc1.json")
-	lc2, _ := r.lcArgv(sc, "/run/x/lc2.json")
-	if !hasArgs(lc1, "--board", "/dev/shm/b") || !hasArgs(lc2, "--board", "/dev/shm/b") {
-		t.Errorf("the two LC workers do not share one board: %v / %v", lc1, lc2)
-	}
 	sc, _ = parseScenario("pytorch-prepreempt-be-1us")
 	t.Setenv("GPREEMPT_LIB", "")
 	argv, env := r.lcArgv(sc, "lc.json")

@@ -58,12 +58,6 @@ func TestParseScenarios(t *testing.T) {
 		{in: "prepreempt-multi-tenant:lc-only", want: []Scenario{
 			{Name: "prepreempt-multi-tenant:lc-only", Kind: KindMultiTenant, Runtime: RuntimeKernels, Hints: true, LCOnly: true},
 		}},
-		{in: "prepreempt-board-multi-tenant:lc-only", want: []Scenario{
-			{Name: "prepreempt-board-multi-tenant:lc-only", Kind: KindMultiTenant, Runtime: RuntimeKernels, Hints: true, Board: true, LCOnly: true},
-		}},
-		{in: "board-multi-tenant:lc-only", wantErr: true},
-		{in: "prepreempt-board-defaults", wantErr: true},
-		{in: "prepreempt-board-standalone", wantErr: true},
 		{in: "slo:multi-tenant:lc-only", wantErr: true},
 		{in: "multi-tenant:lc-only:be", wantErr: true},
 		{in: "prepreempt-multi-tenant:150us:50us", want: []Scenario{

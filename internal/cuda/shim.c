@@ -59,8 +59,6 @@ static CUresult (*p_cuMemHostAlloc)(void **, size_t, unsigned);
 static CUresult (*p_cuMemFreeHost)(void *);
 static CUresult (*p_cuMemHostGetDevicePointer_v2)(CUdeviceptr *, void *,
                                                   unsigned);
-static CUresult (*p_cuMemHostRegister_v2)(void *, size_t, unsigned);
-static CUresult (*p_cuMemHostUnregister)(void *);
 static CUresult (*p_cuEventCreate)(CUevent *, unsigned);
 static CUresult (*p_cuEventDestroy_v2)(CUevent);
 static CUresult (*p_cuEventRecord)(CUevent, CUstream);
@@ -111,8 +109,6 @@ static const struct gp_symbol gp_symbols[] = {
     GP_SYM(cuMemHostAlloc),
     GP_SYM(cuMemFreeHost),
     GP_SYM(cuMemHostGetDevicePointer_v2),
-    GP_SYM(cuMemHostRegister_v2),
-    GP_SYM(cuMemHostUnregister),
     GP_SYM(cuEventCreate),
     GP_SYM(cuEventDestroy_v2),
     GP_SYM(cuEventRecord),
@@ -354,15 +350,6 @@ CUresult gp_host_free(CUcontext ctx, void *ptr) {
 
 CUresult gp_host_device_pointer(CUcontext ctx, CUdeviceptr *dptr, void *ptr) {
   GP_BOUND(ctx, p_cuMemHostGetDevicePointer_v2(dptr, ptr, 0));
-}
-
-CUresult gp_host_register(CUcontext ctx, void *ptr, size_t size,
-                          unsigned flags) {
-  GP_BOUND(ctx, p_cuMemHostRegister_v2(ptr, size, flags));
-}
-
-CUresult gp_host_unregister(CUcontext ctx, void *ptr) {
-  GP_BOUND(ctx, p_cuMemHostUnregister(ptr));
 }
 
 CUresult gp_event_create(CUcontext ctx, CUevent *ev, unsigned flags) {

@@ -84,9 +84,6 @@ CUresult gp_memset_d32(CUcontext ctx, CUdeviceptr dst, unsigned value,
 CUresult gp_host_alloc(CUcontext ctx, void **ptr, size_t size, unsigned flags);
 CUresult gp_host_free(CUcontext ctx, void *ptr);
 CUresult gp_host_device_pointer(CUcontext ctx, CUdeviceptr *dptr, void *ptr);
-CUresult gp_host_register(CUcontext ctx, void *ptr, size_t size,
-                          unsigned flags);
-CUresult gp_host_unregister(CUcontext ctx, void *ptr);
 
 CUresult gp_event_create(CUcontext ctx, CUevent *ev, unsigned flags);
 CUresult gp_event_destroy(CUcontext ctx, CUevent ev);

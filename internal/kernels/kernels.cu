@@ -78,19 +78,12 @@ extern "C" __global__ void lc_work(unsigned long long *stamps,
 // %globaltimer have passed since it started; other threads and blocks exit
 // at once, so launch it as <<<1, 1>>>. flag is normally pinned host memory
 // mapped into the device (cuMemHostAlloc DEVICEMAP), released by the host.
-// If board is not NULL the spinner also gives way to another LC process: it
-// exits when the board word's high half (a sequence bumped at every LC
-// request's Ready) differs from seq0 and its low half (who bumped it) is not
-// self. If stamp is not NULL it receives stamp[0] = start time, stamp[1] =
-// exit time, stamp[2] = why it exited (1 released, 2 max_ns, 3 gave way), so
-// it must hold three 64-bit words. Used by pre-preemption: a resident spinner
-// keeps the latency-critical context on the GPU.
+// If stamp is not NULL it receives stamp[0] = start time, stamp[1] = exit
+// time (so it must hold two 64-bit words). Used by pre-preemption: a resident
+// spinner keeps the latency-critical context on the GPU.
 extern "C" __global__ void spin_flag(volatile unsigned int *flag,
                                      unsigned long long max_ns,
-                                     unsigned long long *stamp,
-                                     volatile unsigned long long *board,
-                                     unsigned long long seq0,
-                                     unsigned long long self) {
+                                     unsigned long long *stamp) {
   if (blockIdx.x != 0 || threadIdx.x != 0) {
     return;
   }
@@ -98,22 +91,9 @@ extern "C" __global__ void spin_flag(volatile unsigned int *flag,
   if (stamp != 0) {
     stamp[0] = t0;
   }
-  unsigned long long why = 2;
-  while (globaltimer() - t0 < max_ns) {
-    if (*flag != 0) {
-      why = 1;
-      break;
-    }
-    if (board != 0) {
-      unsigned long long w = *board;
-      if ((w >> 32) != seq0 && (w & 0xffffffffull) != self) {
-        why = 3;
-        break;
-      }
-    }
+  while (*flag == 0 && globaltimer() - t0 < max_ns) {
   }
   if (stamp != 0) {
     stamp[1] = globaltimer();
-    stamp[2] = why;
   }
 }

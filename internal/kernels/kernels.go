@@ -34,11 +34,8 @@ const (
 	// start and end stamps (see the Stamp* constants).
 	EntryLCWork = "lc_work"
 	// EntrySpinFlag is spin_flag(volatile unsigned int *flag, unsigned long
-	// long max_ns, unsigned long long *stamp, volatile unsigned long long
-	// *board, unsigned long long seq0, unsigned long long self): one thread
-	// polls *flag until it is nonzero or max_ns have passed, or, with a
-	// board, until another process bumped it (see SpinBoardWord); launch as
-	// <<<1, 1>>>.
+	// long max_ns, unsigned long long *stamp): one thread polls *flag until
+	// it is nonzero or max_ns have passed; launch as <<<1, 1>>>.
 	EntrySpinFlag = "spin_flag"
 )
 
@@ -63,28 +60,9 @@ const (
 	SpinStampStart = 0
 	// SpinStampEnd is %globaltimer (ns) when it stopped spinning.
 	SpinStampEnd = 1
-	// SpinStampWhy is why it stopped: one of the SpinExit* values.
-	SpinStampWhy = 2
-	// SpinStampWords is the size to allocate for the stamp buffer (word 3
-	// is padding).
-	SpinStampWords = 4
+	// SpinStampWords is the size to allocate for the stamp buffer.
+	SpinStampWords = 2
 )
-
-// Why spin_flag stopped (its SpinStampWhy word).
-const (
-	// SpinExitReleased: the host set the flag.
-	SpinExitReleased = 1
-	// SpinExitMaxNs: max_ns passed.
-	SpinExitMaxNs = 2
-	// SpinExitGaveWay: another process bumped the board.
-	SpinExitGaveWay = 3
-)
-
-// SpinBoardWord packs spin_flag's board word: seq, bumped by every LC
-// request's Ready, in the high half; the id of the process that bumped it
-// last in the low half. A spinner launched with seq0 = the board's seq at
-// its launch gives way when the seq moves and the bumper is not self.
-func SpinBoardWord(seq, id uint32) uint64 { return uint64(seq)<<32 | uint64(id) }
 
 // FMAsPerIter is how many FMAs one thread of be_fma or lc_work does per
 // iteration (four independent chains).
