@@ -842,9 +842,11 @@ func blendShare(old, x float64) float64 {
 // timeslice it was recently seen under with baselineMinWindows windows (or,
 // before any has that many, under the shortest it was seen under at all).
 // The shortest BE timeslice is the least interference the ladder offers:
-// measured on an H100, an LC's latency there is within a few percent of
-// its latency alone (1.01x for both the eager PyTorch LC and the synthetic
-// LC with hints).
+// measured on an H100, an LC's latency there was 1.01x its latency alone
+// for both the eager PyTorch LC and the synthetic LC with hints in one run
+// each; in three repetitions of a later run the eager LC's was 0.92x, 1.43x
+// and 1.26x of its standalone run, whose own p50 moved 3.7-5.0 ms
+// (docs/SLO.md, must-show 1).
 //
 // Not the lowest window, as BBR's min-RTT filter takes: one window's
 // quantile of an eager PyTorch LC ranged 5.1-8.2 ms under one setting on
