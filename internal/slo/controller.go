@@ -72,6 +72,15 @@ type Options struct {
 	// BaselineWindow is how many observations an LC's latencies are kept
 	// for its baseline (see baseline). Default 120.
 	BaselineWindow int
+	// PauseWindows, when positive, is how many windows an LC's baseline
+	// is learnt from with BE stopped (Decision.PauseBE), its standalone
+	// latency, rather than beside BE under the shortest rung (0). The
+	// pause lasts one window more (the first mixes) and is made again
+	// when those windows age out (5 x BaselineWindow), or when the LC's
+	// behaviour changes. Where BE cannot be kept stopped
+	// (Observation.BEPaused false twice), the controller calibrates under
+	// the shortest rung from then on.
+	PauseWindows int
 }
 
 func (o Options) withDefaults() Options {
@@ -143,6 +152,9 @@ type Observation struct {
 	// slo.shared_floor (default: the safe setting) while two or more BE
 	// processes share the GPU.
 	MinBETimeslice time.Duration
+	// BEPaused: every BE process was stopped through the window, as the
+	// previous decision asked (Decision.PauseBE); the LC ran alone.
+	BEPaused bool
 	// MaxBETimeslice is the longest BE timeslice the controller may
 	// choose now (0: the ladder's longest; below MinBETimeslice: that).
 	// gpreemptd sets it under slo.prepreempt_below while an LC with a
@@ -201,6 +213,10 @@ type Decision struct {
 	// gives BE its minimum share; LC objectives take precedence.
 	BEBelowMinimum bool `json:"be_below_minimum,omitempty"`
 	Fallback       bool `json:"fallback,omitempty"`
+	// PauseBE: stop every BE process through the next window (and keep
+	// BETimeslice for when they resume): an LC's standalone latency is
+	// being learnt (Options.PauseWindows). False: BE runs.
+	PauseBE bool `json:"pause_be,omitempty"`
 }
 
 // rung is what the controller knows of one ladder setting.
@@ -239,6 +255,14 @@ type Controller struct {
 	// setting.
 	resume int
 	calm   int // tick of the last window that did not stray
+	// pausing: the last decision stopped BE (PauseBE); wasPaused: the
+	// window being observed was asked to run without BE; pausedFor and
+	// pauseMissed count this calibration's paused windows and those BE
+	// was not kept stopped through; noPause: BE could not be kept
+	// stopped, calibrate beside it.
+	pausing, wasPaused     bool
+	pausedFor, pauseMissed int
+	noPause                bool
 }
 
 // New returns a controller at the safe setting.
@@ -315,7 +339,30 @@ const shareEWMA = 0.25
 func (c *Controller) Observe(o Observation) Decision {
 	c.tick++
 	c.since++
-	worst, counted, baseReady, lc := c.worst(o.LC)
+	c.wasPaused, c.pausing = c.pausing, false
+	d := c.observe(o)
+	if c.wasPaused && !d.PauseBE {
+		// BE resumes: the next window mixes the pause and the setting.
+		c.since, c.stayed, c.parked = 0, c.stayed[:0], c.parked[:0]
+	}
+	return d
+}
+
+// pausedRung tags baseline windows the LC ran with BE stopped.
+const pausedRung = -1
+
+func (c *Controller) observe(o Observation) Decision {
+	// A window with BE stopped teaches the LC's standalone latency, and
+	// nothing of the setting; a window that was to run without BE and
+	// did not teaches neither.
+	tag, learn := c.cur, c.since > 1 || c.tick == 1
+	if c.wasPaused {
+		learn = learn && o.BEPaused
+		if o.BEPaused {
+			tag = pausedRung
+		}
+	}
+	worst, counted, baseReady, lc := c.worst(o.LC, tag, learn)
 	d := Decision{Worst: worst, BEShare: o.BEShare, LC: lc}
 
 	if c.lo = c.floor(o.MinBETimeslice); c.cur < c.lo {
@@ -346,7 +393,7 @@ func (c *Controller) Observe(o Observation) Decision {
 
 	// The first window after a change mixes two settings: do not learn
 	// from it.
-	if c.since > 1 {
+	if c.since > 1 && !c.wasPaused {
 		r := &c.rungs[c.cur]
 		// While calibrating, windows are judged against a baseline still
 		// being learnt: no surprise there. (On the H100 an eager LC that
@@ -364,6 +411,9 @@ func (c *Controller) Observe(o Observation) Decision {
 			c.relearn(true)
 			d.Reason, d.WorkloadChanged = "workload changed: ", true
 			d.Cause = CauseCalibrate
+			if c.pauseOK() {
+				return c.pause(d, fmt.Sprintf("LC at %.2fx its objective under %v, unlike before: learning it again with BE stopped", worst, r.ts))
+			}
 			if c.cur != c.lo {
 				return c.move(d, c.lo, fmt.Sprintf("LC at %.2fx its objective under %v, unlike before: learning it again under the shortest BE timeslice", worst, r.ts))
 			}
@@ -401,6 +451,19 @@ func (c *Controller) Observe(o Observation) Decision {
 	// from the safe setting.
 	if !baseReady {
 		d.Cause = CauseCalibrate
+		if c.pauseOK() {
+			if c.wasPaused && !o.BEPaused {
+				c.pauseMissed++
+			}
+			if c.pausedFor < c.opts.PauseWindows+pauseSlack && c.pauseMissed < 2 {
+				if !c.calibrating {
+					c.resume = -1
+				}
+				return c.pause(d, fmt.Sprintf("learning an LC's standalone latency with BE stopped (%d windows)", c.opts.PauseWindows))
+			}
+			c.noPause = true
+			d.Reason = fmt.Sprintf("BE not kept stopped (%d of %d windows): calibrating beside it from now on; ", c.pauseMissed, c.pausedFor)
+		}
 		if c.cur != c.lo {
 			c.calibrating, c.resume = true, -1
 			return c.move(d, c.lo, fmt.Sprintf("learning an LC's standalone-like latency under the shortest BE timeslice (%d windows)", baselineMinWindows))
@@ -409,7 +472,7 @@ func (c *Controller) Observe(o Observation) Decision {
 		return c.stay(d, "learning an LC's standalone-like latency")
 	}
 	if c.calibrating {
-		c.calibrating = false
+		c.calibrating, c.pausedFor, c.pauseMissed = false, 0, 0
 		// After a workload change, back to the setting the search was
 		// at when the change was seen if the safe one missed by far: on
 		// the H100 two LCs with hints met their objectives under a 50 us
@@ -423,6 +486,10 @@ func (c *Controller) Observe(o Observation) Decision {
 		if to != c.cur {
 			d.Cause = CauseCalibrate
 			return c.move(d, to, fmt.Sprintf("LC baselines known: back to %s %v", why, c.rungs[to].ts))
+		}
+		if c.wasPaused {
+			d.Cause = CauseCalibrate
+			return c.stay(d, fmt.Sprintf("LC baselines known: BE resumed at %v", c.rungs[to].ts))
 		}
 	}
 	if c.since < c.opts.MinDwell {
@@ -581,7 +648,10 @@ const skipMildMiss = 1.25
 // each sample's comparison. baseReady: every LC's baseline rests on
 // baselineMinWindows windows (until then no longer timeslice is tried: a
 // target from one or two noisy windows would send the search too far).
-func (c *Controller) worst(lc []LCSample) (worst float64, counted, baseReady bool, rs []LCResult) {
+//
+// Each sample's latency is learnt (if learn) as seen under rung tag (a
+// ladder index, or pausedRung).
+func (c *Controller) worst(lc []LCSample, tag int, learn bool) (worst float64, counted, baseReady bool, rs []LCResult) {
 	worst, baseReady = math.Inf(-1), true
 	for _, s := range lc {
 		res := LCResult{Key: s.Key, Objective: s.Objective.String(), Latency: s.Latency, Requests: s.Requests, Ratio: math.NaN()}
@@ -599,7 +669,7 @@ func (c *Controller) worst(lc []LCSample) (worst float64, counted, baseReady boo
 			}
 			// A window just after a change mixes two settings: judged,
 			// not learnt from.
-			base = b.add(c.tick, c.cur, s.Latency, c.since > 1 || c.tick == 1, c.opts.BaselineWindow)
+			base = b.add(c.tick, tag, s.Latency, learn, c.opts.BaselineWindow, c.pauseNeed())
 			baseReady = baseReady && b.ready
 		}
 		target := s.Objective.Target(base)
@@ -808,6 +878,35 @@ func (c *Controller) relearn(fromHere bool) {
 	c.stayed, c.parked = c.stayed[:0], c.parked[:0]
 }
 
+// pauseSlack is how many paused windows beyond PauseWindows a calibration
+// may take (windows with too few requests, a new BE process to stop).
+const pauseSlack = 3
+
+// pauseOK reports whether baselines are learnt with BE stopped.
+func (c *Controller) pauseOK() bool { return c.opts.PauseWindows > 0 && !c.noPause }
+
+// pauseNeed is how many windows alone a baseline needs (0: it is learnt
+// beside BE).
+func (c *Controller) pauseNeed() int {
+	if c.pauseOK() {
+		return c.opts.PauseWindows
+	}
+	return 0
+}
+
+// pause stops BE through the next window, at the setting in force, to
+// learn LC baselines alone.
+func (c *Controller) pause(d Decision, why string) Decision {
+	if !c.wasPaused {
+		// The first window of a pause mixes: not learnt from.
+		c.since, c.stayed, c.parked = 0, c.stayed[:0], c.parked[:0]
+	}
+	c.pausing, c.calibrating = true, true
+	c.pausedFor++
+	d.PauseBE, d.Cause = true, CauseCalibrate
+	return c.stay(d, why)
+}
+
 func (c *Controller) move(d Decision, to int, why string) Decision {
 	d.Changed = to != c.cur
 	c.cur, c.since, c.stayed, c.parked = to, 0, c.stayed[:0], c.parked[:0]
@@ -889,12 +988,19 @@ type baselineVal struct {
 const (
 	baselineMinWindows = 8  // windows a setting needs for its median to count
 	baselinePerRung    = 15 // most recent windows kept per setting
+	// pausedKeep: windows with BE stopped are kept this many times
+	// longer than others (5 x 120 windows = 10 minutes at 1 s): each
+	// pause costs BE its whole share for PauseWindows + 1 windows.
+	pausedKeep = 5
 )
 
 // add records v, seen under rung at tick (if learn), drops what is older
 // than keep ticks or beyond baselinePerRung per rung, and returns the
 // estimate.
-func (b *baseline) add(tick, rung int, v time.Duration, learn bool, keep int) time.Duration {
+//
+// With pauseNeed > 0 the estimate is the median of the windows seen with
+// BE stopped (pausedRung), ready once there are pauseNeed of them.
+func (b *baseline) add(tick, rung int, v time.Duration, learn bool, keep, pauseNeed int) time.Duration {
 	b.last = tick
 	if learn || len(b.vals) == 0 {
 		b.vals = append(b.vals, baselineVal{tick, rung, v})
@@ -902,7 +1008,11 @@ func (b *baseline) add(tick, rung int, v time.Duration, learn bool, keep int) ti
 	kept, per := make([]baselineVal, 0, len(b.vals)), map[int]int{}
 	for i := len(b.vals) - 1; i >= 0; i-- { // newest first
 		x := b.vals[i]
-		if x.tick <= tick-keep || per[x.rung] >= baselinePerRung {
+		k := keep
+		if x.rung == pausedRung {
+			k *= pausedKeep
+		}
+		if x.tick <= tick-k || per[x.rung] >= baselinePerRung {
 			continue
 		}
 		per[x.rung]++
@@ -910,18 +1020,24 @@ func (b *baseline) add(tick, rung int, v time.Duration, learn bool, keep int) ti
 	}
 	slices.Reverse(kept)
 	b.vals = kept
-	shortest := -1
+	shortest, found := 0, false
 	for r, n := range per {
-		if n >= baselineMinWindows && (shortest < 0 || r < shortest) {
-			shortest = r
+		if r != pausedRung && n >= baselineMinWindows && (!found || r < shortest) {
+			shortest, found = r, true
 		}
 	}
-	b.ready = shortest >= 0
-	if shortest < 0 {
+	b.ready = found && pauseNeed <= 0
+	switch {
+	case pauseNeed > 0 && per[pausedRung] > 0:
+		shortest, b.ready = pausedRung, per[pausedRung] >= pauseNeed
+	case !found:
 		for r := range per {
-			if shortest < 0 || r < shortest {
-				shortest = r
+			if r != pausedRung && (!found || r < shortest) {
+				shortest, found = r, true
 			}
+		}
+		if !found {
+			shortest = pausedRung
 		}
 	}
 	b.rung = shortest

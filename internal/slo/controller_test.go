@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -143,7 +144,9 @@ func runBounded(c *Controller, g *SimGPU, n int, obj Objective, w func(i int) Wo
 		o := g.Window(w(i), obj, c.Current(), prev)
 		o.MinBETimeslice, o.MaxBETimeslice = lo, hi
 		prev = c.Current()
-		ds = append(ds, c.Observe(o))
+		d := c.Observe(o)
+		g.Paused = d.PauseBE
+		ds = append(ds, d)
 	}
 	return ds
 }
@@ -157,6 +160,9 @@ func steady(w Workload) func(int) Workload { return func(int) Workload { return 
 func outcome(ds []Decision, w Workload) (lc, share float64) {
 	for _, d := range ds {
 		r, s := w.At(d.BETimeslice)
+		if d.PauseBE {
+			r, s = 1, 0
+		}
 		lc += r
 		share += s
 	}
@@ -518,7 +524,7 @@ func TestBaseline(t *testing.T) {
 		b := &baseline{}
 		var got time.Duration
 		for _, w := range c.wins {
-			got = b.add(w.tick, w.rung, w.v, w.learn, c.keep)
+			got = b.add(w.tick, w.rung, w.v, w.learn, c.keep, 0)
 		}
 		if got != c.want {
 			t.Errorf("%s: baseline %v, want %v", c.name, got, c.want)
@@ -527,7 +533,7 @@ func TestBaseline(t *testing.T) {
 	// At most baselinePerRung windows per setting: the newest.
 	b := &baseline{}
 	for i := range 40 {
-		b.add(i+1, 0, time.Duration(1000-i), true, 120)
+		b.add(i+1, 0, time.Duration(1000-i), true, 120, 0)
 	}
 	if len(b.vals) != baselinePerRung || b.vals[0].v != 1000-25 {
 		t.Errorf("kept %d windows from %v", len(b.vals), b.vals[0].v)
@@ -1027,5 +1033,132 @@ func TestResumeIsForgotten(t *testing.T) {
 	c.resume = 1
 	if d := c.Observe(g.Window(GraphHintsH100, obj, c.Current(), c.Current())); d.Cause != CauseCalibrate || !d.Changed || c.resume != -1 {
 		t.Errorf("new LC: %+v, resume %d; want a move to calibrate, resume -1", d, c.resume)
+	}
+}
+
+// eagerSlowBeside is an eager LC whose latency beside BE under the
+// shortest rung is 1.30x its standalone latency: on the H100 the eager
+// PyTorch LC's p50 under 1 us was 0.92x, 1.43x and 1.26x of its
+// standalone run in three repetitions (2026-11-23, docs/SLO.md), the
+// issue's one run 1.01x. Modelled around that: 200 us - 1 ms within
+// 1.05x, 2-3 ms past it; BE shares as EagerPyTorchH100.
+var eagerSlowBeside = Workload{
+	Name: "eager-slow-beside", Baseline: 6 * time.Millisecond, Noise: 0.08, ShareNoise: 0.03, Requests: 50,
+	Points: []Point{
+		{time.Microsecond, 1.30, 0.635, false},
+		{200 * time.Microsecond, 1.02, 0.761, false},
+		{time.Millisecond, 1.04, 0.871, false},
+		{2 * time.Millisecond, 1.12, 0.896, false},
+		{3 * time.Millisecond, 1.17, 0.905, false},
+	},
+}
+
+func pauses(ds []Decision) (windows, longest int) {
+	run := 0
+	for _, d := range ds {
+		if d.PauseBE {
+			windows++
+			run++
+			longest = max(longest, run)
+		} else {
+			run = 0
+		}
+	}
+	return windows, longest
+}
+
+func TestPauseLearnsTheLCAlone(t *testing.T) {
+	// Learnt beside BE under 1 us, the baseline is 1.30x the LC alone,
+	// and the search holds the LC within 1.05x of that: at 2-3 ms, 1.12-
+	// 1.17x of standalone. Learnt with BE stopped it is the standalone
+	// latency, and the search holds 1 ms or so.
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	med := func(xs []float64) float64 { slices.Sort(xs); return xs[len(xs)/2] }
+	var paused, beside []float64
+	for seed := range uint64(20) {
+		for _, pw := range []int{5, 0} {
+			c := mustNew(t, Options{PauseWindows: pw})
+			ds := run(t, c, NewSimGPU(seed), 120, obj, steady(eagerSlowBeside))
+			lc, _ := outcome(ds[60:], eagerSlowBeside)
+			n, longest := pauses(ds)
+			if pw == 0 {
+				beside = append(beside, lc)
+				if n > 0 {
+					t.Errorf("seed %d: BE stopped %d windows without PauseWindows", seed, n)
+				}
+				continue
+			}
+			paused = append(paused, lc)
+			// One pause (a window to settle, then 3 alone), and one more
+			// at most for a workload change the noise mimics.
+			if !ds[0].PauseBE || longest != pw+1 || n > 2*(pw+1) {
+				t.Errorf("seed %d: BE stopped %d windows, %d at most in a row, first window %v; want %d from the first, %d at most: %v",
+					seed, n, longest, ds[0].PauseBE, pw+1, 2*(pw+1), summary(ds))
+			}
+			if lc > 1.15 {
+				t.Errorf("seed %d: LC %.3fx of standalone over the last 60 windows, want <= 1.15x: %v", seed, lc, summary(ds))
+			}
+		}
+	}
+	// Each window scatters by 8%, more than the objective's 5%: the
+	// search spends some windows at 2 ms (1.12x) before it can tell that
+	// it misses, so the median is a little over 1.05x; beside BE it
+	// settles where every window is over.
+	if p, b := med(paused), med(beside); p > 1.08 || b < 1.12 {
+		t.Errorf("median LC vs standalone: %.3fx with the baseline learnt alone (want <= 1.08x), %.3fx beside BE under 1 us (want >= 1.12x: the case this fixes)", p, b)
+	}
+}
+
+func TestPauseNotKeptCalibratesBeside(t *testing.T) {
+	// A daemon that cannot stop BE (BEPaused false): two windows asked
+	// for, then the calibration beside BE under the shortest rung, and
+	// no pause asked for again.
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	for seed := range uint64(10) {
+		g := NewSimGPU(seed)
+		g.IgnorePause = true
+		c := mustNew(t, Options{PauseWindows: 3})
+		ds := run(t, c, g, 120, obj, steady(EagerPyTorchH100))
+		n, _ := pauses(ds)
+		if n != 2 || !ds[0].PauseBE || !ds[1].PauseBE {
+			t.Fatalf("seed %d: %d windows asked to stop BE, want the first 2: %v", seed, n, summary(ds))
+		}
+		if d := ds[2]; d.BETimeslice != time.Microsecond || d.Cause != CauseCalibrate || !strings.Contains(d.Reason, "not kept stopped") {
+			t.Errorf("seed %d: third decision %+v; want a calibration at 1us saying BE was not kept stopped", seed, d)
+		}
+		if lc, share := outcome(ds[60:], EagerPyTorchH100); lc > 1.13 || share < 0.80 {
+			t.Errorf("seed %d: LC %.3fx, BE %.1f%% over the last 60 windows after falling back", seed, lc, 100*share)
+		}
+	}
+}
+
+func TestPauseIsBoundedWhenSignalsGo(t *testing.T) {
+	// The LC stops pushing during the pause: BE resumes (no decision asks
+	// for it stopped without a signal), the pause is taken up again when
+	// the signal returns, and no calibration stops BE for more than
+	// PauseWindows + pauseSlack windows in all.
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	for seed := range uint64(10) {
+		g := NewSimGPU(seed)
+		c := mustNew(t, Options{PauseWindows: 3})
+		var ds []Decision
+		prev := c.Current()
+		for i := range 60 {
+			g.Missing = i == 2 || i == 3 || (i >= 20 && i < 40 && i%2 == 0)
+			o := g.Window(EagerPyTorchH100, obj, c.Current(), prev)
+			prev = c.Current()
+			d := c.Observe(o)
+			if g.Missing && d.PauseBE {
+				t.Fatalf("seed %d window %d: BE stopped without an LC signal: %+v", seed, i, d)
+			}
+			g.Paused = d.PauseBE
+			ds = append(ds, d)
+		}
+		if n, longest := pauses(ds[:20]); n > 3+pauseSlack || longest > 3+1 {
+			t.Errorf("seed %d: %d windows stopped in the first calibration (%d in a row): %v", seed, n, longest, summary(ds))
+		}
+		if _, ready := c.baselines[baselineKey("lc", obj.String())]; !ready || !c.baselines[baselineKey("lc", obj.String())].ready {
+			t.Errorf("seed %d: no baseline after 60 windows: %v", seed, summary(ds))
+		}
 	}
 }

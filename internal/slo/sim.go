@@ -101,9 +101,14 @@ type SimGPU struct {
 	// GPUs it runs on (no per-process progress to read).
 	ShareUnknown bool
 	// Standalone gives the controller the workload's standalone latency;
-	// without it (as in gpreemptd, which never sees the LC alone) the
-	// controller estimates it.
+	// without it the controller estimates it.
 	Standalone bool
+	// Paused stops BE through the next window (Decision.PauseBE): the LC
+	// runs alone, at its standalone latency, and BE makes no progress.
+	// IgnorePause leaves BE running whatever Paused says (a daemon that
+	// cannot stop it).
+	Paused, IgnorePause bool
+	wasPaused           bool
 }
 
 // NewSimGPU returns a simulator seeded with seed.
@@ -115,17 +120,25 @@ func NewSimGPU(seed uint64) *SimGPU {
 // objective obj. A window just after a change (settling) mixes the
 // previous setting's response, as a real one does.
 func (g *SimGPU) Window(w Workload, obj Objective, ts, prev time.Duration) Observation {
-	r, share := w.At(ts)
-	if prev != ts {
-		pr, ps := w.At(prev)
+	paused := g.Paused && !g.IgnorePause
+	at := func(ts time.Duration, paused bool) (float64, float64) {
+		if paused {
+			return 1, 0
+		}
+		return w.At(ts)
+	}
+	r, share := at(ts, paused)
+	if prev != ts || paused != g.wasPaused {
+		pr, ps := at(prev, g.wasPaused)
 		r, share = (r+pr)/2, (share+ps)/2
 	}
+	g.wasPaused = paused
 	noise := func(n float64) float64 { return math.Max(0.5, 1+n*g.rng.NormFloat64()) }
 	sn := w.ShareNoise
 	if sn == 0 {
 		sn = w.Noise
 	}
-	o := Observation{BEShare: math.Min(1, share*noise(sn))}
+	o := Observation{BEShare: math.Min(1, share*noise(sn)), BEPaused: paused}
 	if g.ShareUnknown {
 		o.BEShare = math.NaN()
 	}

@@ -1,0 +1,201 @@
+package daemon
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// testStopAndWaitArg makes the test binary a daemon that stops one process
+// (pid, start time), says "stopped", and waits to be killed: the watchdog
+// must resume the process when it is.
+const testStopAndWaitArg = "__test-pause-stop-and-wait"
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case WatchdogArg:
+			os.Exit(RunWatchdog(os.Args[2:], os.Stdin, os.Stderr))
+		case testStopAndWaitArg:
+			pid, _ := strconv.Atoi(os.Args[2])
+			start, _ := strconv.ParseUint(os.Args[3], 10, 64)
+			n, err := (&Pauser{}).Stop([]ProcRef{{PID: pid, Start: start}}, time.Hour)
+			if err != nil || n != 1 {
+				os.Stderr.WriteString("stop: " + strconv.Itoa(n) + " " + errString(err) + "\n")
+				os.Exit(1)
+			}
+			os.Stdout.WriteString("stopped\n")
+			// Until killed (stdin is the test's pipe, never written).
+			os.Stdin.Read(make([]byte, 1))
+			os.Exit(1)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
+
+// sleeper starts a process that sleeps for a minute, killed at the test's end.
+func sleeper(t *testing.T) ProcRef {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, err := StartTime(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ProcRef{PID: cmd.Process.Pid, Start: start, Comm: "sleep"}
+}
+
+// state is a process's state letter ('S' sleeping, 'T' stopped).
+func state(t *testing.T, pid int) byte {
+	t.Helper()
+	_, st, err := (&Pauser{}).stat(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// waitState waits (without a bound that a slow machine could miss: a
+// minute) until pid is stopped (want 'T') or not.
+func waitState(t *testing.T, pid int, stopped bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if (state(t, pid) == 'T') == stopped {
+			return
+		}
+	}
+	t.Fatalf("pid %d: state %c, want stopped=%v", pid, state(t, pid), stopped)
+}
+
+func TestPauserStopsAndResumes(t *testing.T) {
+	a, b := sleeper(t), sleeper(t)
+	var p Pauser
+	n, err := p.Stop([]ProcRef{a, b}, time.Hour)
+	if err != nil || n != 2 {
+		t.Fatalf("Stop = %d, %v; want 2, nil", n, err)
+	}
+	waitState(t, a.PID, true)
+	waitState(t, b.PID, true)
+	if !p.Holding() || !p.Holds(a.PID) {
+		t.Fatal("not holding what it stopped")
+	}
+	// Stopping again stops nothing new.
+	if n, err := p.Stop([]ProcRef{a, b}, time.Hour); n != 0 || err != nil {
+		t.Fatalf("second Stop = %d, %v; want 0, nil", n, err)
+	}
+	if err := p.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, a.PID, false)
+	waitState(t, b.PID, false)
+	if p.Holding() || p.Holds(a.PID) {
+		t.Fatal("still holding after Resume")
+	}
+}
+
+func TestPauserLeavesOthersAlone(t *testing.T) {
+	stopped, reused, gone := sleeper(t), sleeper(t), sleeper(t)
+	// Stopped by someone else: neither stopped nor resumed by us.
+	if err := syscall.Kill(stopped.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, stopped.PID, true)
+	// A pid whose process is not the one named (another start time).
+	reused.Start++
+	gone.PID = 1 << 22 // above pid_max's ceiling: no such process
+	var p Pauser
+	n, err := p.Stop([]ProcRef{stopped, reused, gone}, time.Hour)
+	if err != nil || n != 0 {
+		t.Fatalf("Stop = %d, %v; want 0, nil", n, err)
+	}
+	if p.Holding() {
+		t.Fatal("holding nothing, says it holds")
+	}
+	if err := p.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if st := state(t, stopped.PID); st != 'T' {
+		t.Errorf("a process stopped by someone else was resumed (state %c)", st)
+	}
+	if st := state(t, reused.PID); st == 'T' {
+		t.Errorf("a process of another start time was stopped")
+	}
+	syscall.Kill(stopped.PID, syscall.SIGCONT)
+}
+
+func TestWatchdogResumesAtItsDeadline(t *testing.T) {
+	a := sleeper(t)
+	var p Pauser
+	if n, err := p.Stop([]ProcRef{a}, 50*time.Millisecond); n != 1 || err != nil {
+		t.Fatalf("Stop = %d, %v", n, err)
+	}
+	// The watchdog, never told BE was resumed, exits at its deadline
+	// having resumed it.
+	if err := p.dogs[0].cmd.Wait(); err != nil {
+		t.Fatalf("watchdog: %v", err)
+	}
+	waitState(t, a.PID, false)
+	for p.Holding() {
+		time.Sleep(time.Millisecond) // past the deadline Holding is false
+	}
+	if err := p.Resume(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWatchdogResumesWhenTheDaemonDies(t *testing.T) {
+	a := sleeper(t)
+	d := exec.Command(os.Args[0], testStopAndWaitArg, strconv.Itoa(a.PID), strconv.FormatUint(a.Start, 10))
+	out, err := d.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Stderr = os.Stderr
+	in, err := d.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Process.Kill(); d.Wait() })
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if strings.TrimSpace(line) != "stopped" {
+		t.Fatalf("stand-in daemon said %q", line)
+	}
+	waitState(t, a.PID, true)
+	// The daemon is killed with BE stopped and an hour left on the
+	// watchdog's deadline: the watchdog resumes BE now.
+	d.Process.Kill()
+	d.Wait()
+	waitState(t, a.PID, false)
+}
+
+func TestRunWatchdogRefusesBadArguments(t *testing.T) {
+	for _, args := range [][]string{nil, {"1s"}, {"soon", "1"}, {"1s", "0"}, {"1s", "x"}} {
+		var errb strings.Builder
+		if rc := RunWatchdog(args, strings.NewReader(""), &errb); rc != 2 || !strings.Contains(errb.String(), "watchdog") {
+			t.Errorf("RunWatchdog(%q) = %d, %q; want 2 and a message", args, rc, errb.String())
+		}
+	}
+}
