@@ -166,6 +166,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.rec = NewReconciler(pol, d.ctl, d.inspect, d.metrics, cfg.Reconcile, d.log)
 	d.metrics.SetGroups(d.rec.GroupsByClass)
 	d.slo = NewSLOLoop(d.rec, d.metrics, d.log)
+	d.slo.Pause = &Pauser{}
 	if cfg.TraceRequests {
 		t, untrace, err := OpenTracedLatency(ctx, cfg.LibCUDA, d.log)
 		switch {
@@ -410,6 +411,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.mserver.Shutdown(shut)
 	}
 	wg.Wait()
+	d.slo.Close()
 	if d.cfg.LeaveSettings {
 		d.log.Info("leaving the groups' settings as they are (--leave-settings)")
 	} else {

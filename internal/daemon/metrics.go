@@ -36,6 +36,7 @@ type Metrics struct {
 	sloShare      prometheus.Gauge
 	sloLC         *prometheus.GaugeVec
 	sloChanges    *prometheus.CounterVec
+	sloStopped    prometheus.Gauge
 
 	mu     sync.Mutex
 	pushed map[int]bool
@@ -86,13 +87,15 @@ func NewMetrics(groups func() map[[2]string]int) *Metrics {
 			Help: "BE progress relative to BE alone over the last window (NaN: not measured)."}),
 		sloLC: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_lc_vs_objective",
 			Help: "Each LC process's latency / objective over the last window, per objective."}, []string{"process", "objective"}),
+		sloStopped: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpreemptd_slo_be_stopped",
+			Help: "BE processes stopped (SIGSTOP) while SLO mode learns an LC alone (slo.calibrate: pause)."}),
 		sloChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_slo_changes_total",
 			Help: "BE timeslice changes by the SLO mode, by cause (violation, explore, known_better, no_signal)."}, []string{"cause"}),
 		groupsByClass: groups,
 	}
 	m.Registry.MustRegister(m.applies, m.failures, m.drift, m.classed, m.control, m.requests, m.reloads,
 		m.hintLatency, m.hintHold, m.hintExpired, m.hintRequests, m.mode, groupsCollector{m},
-		m.sloEnabled, m.sloTimeslice, m.sloWorst, m.sloShare, m.sloLC, m.sloChanges,
+		m.sloEnabled, m.sloTimeslice, m.sloWorst, m.sloShare, m.sloLC, m.sloChanges, m.sloStopped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -177,6 +180,9 @@ func (m *Metrics) Pushers() []int {
 }
 
 // setSLO publishes one SLO decision; nil: the mode is off.
+// setBEStopped sets how many BE processes SLO mode holds stopped.
+func (m *Metrics) setBEStopped(n int) { m.sloStopped.Set(float64(n)) }
+
 func (m *Metrics) setSLO(d *slo.Decision) {
 	m.sloLC.Reset()
 	if d == nil {

@@ -116,6 +116,14 @@ type SLOLoop struct {
 	Traced WindowedSource
 	// Share measures BE progress; nil: unknown.
 	Share ShareSource
+	// Pause stops BE processes while an LC is learnt alone (policy
+	// slo.calibrate: pause); nil: they cannot be, and the controller
+	// learns LCs beside BE.
+	Pause *Pauser
+
+	// pausing: the last decision stopped BE (the window now ending was
+	// to run without it).
+	pausing bool
 
 	ctl  *slo.Controller
 	conf sloConf
@@ -131,6 +139,7 @@ type SLOLoop struct {
 type sloConf struct {
 	ladder      string
 	safe, floor time.Duration // floor: the shortest with two or more BE
+	pause       int           // slo.pause_windows (0: calibrate beside BE)
 }
 
 // NewSLOLoop returns the SLO mode of the daemon whose reconciler is rec.
@@ -252,6 +261,7 @@ func fmtLadder(l []time.Duration) string {
 func (l *SLOLoop) Step(now time.Duration) {
 	pol := l.rec.Policy()
 	if !pol.SLO.Enabled {
+		l.resume("SLO mode off")
 		if l.ctl != nil {
 			l.ctl = nil
 			l.rec.SetClassTimeslice(class.BE, 0)
@@ -264,7 +274,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 		l.last = now
 		return
 	}
-	conf := sloConf{ladder: fmtLadder(pol.SLO.Ladder), safe: pol.SLO.Safe, floor: pol.SLO.SharedFloor}
+	conf := sloConf{ladder: fmtLadder(pol.SLO.Ladder), safe: pol.SLO.Safe, floor: pol.SLO.SharedFloor, pause: pol.SLO.PauseWindows}
 	if conf.safe <= 0 {
 		conf.safe = pol.Classes[class.BE].Timeslice
 	}
@@ -272,7 +282,8 @@ func (l *SLOLoop) Step(now time.Duration) {
 		conf.floor = conf.safe
 	}
 	if l.ctl == nil || conf != l.conf {
-		c, err := slo.New(slo.Options{Ladder: pol.SLO.Ladder, Safe: conf.safe})
+		l.resume("SLO settings changed")
+		c, err := slo.New(slo.Options{Ladder: pol.SLO.Ladder, Safe: conf.safe, PauseWindows: conf.pause})
 		if err != nil { // the policy checked the ladder
 			l.log.Error("slo: controller refused the policy's settings", "err", err)
 			return
@@ -285,7 +296,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 		l.mu.Lock()
 		l.status = SLOStatus{Enabled: true, Window: pol.SLO.Window.String(), BETimeslice: c.Current().String(),
 			Safe: conf.safe.String(), SharedFloor: conf.floor.String(), Ladder: ladderOrDefault(pol.SLO.Ladder), MinBEShare: pol.SLO.MinBEShare,
-			Prepreempt: pol.SLO.PrepreemptBelow <= 0 || c.Current() < pol.SLO.PrepreemptBelow, Engines: l.status.Engines}
+			Prepreempt: pol.SLO.PrepreemptBelow <= 0 || c.Current() < pol.SLO.PrepreemptBelow, Engines: l.status.Engines, Calibrate: calibrateName(conf.pause)}
 		l.mu.Unlock()
 		l.metrics.setSLO(&slo.Decision{BETimeslice: c.Current(), Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()})
 		if l.Traced != nil {
@@ -304,9 +315,13 @@ func (l *SLOLoop) Step(now time.Duration) {
 	// the shared floor they spend the GPU on restoring each other's
 	// contexts and their weights stop splitting their progress
 	// (slo.Observation.MinBETimeslice).
-	if len(l.rec.InClass(class.BE)) >= 2 {
+	bes := l.rec.InClass(class.BE)
+	if len(bes) >= 2 {
 		obs.MinBETimeslice = conf.floor
 	}
+	// The window ran without BE if every BE process was held stopped
+	// through it (or there was none).
+	obs.BEPaused = l.pausing && (len(bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(bes, func(p ProcRef) bool { return !l.Pause.Holds(p.PID) }))
 	obs.MaxBETimeslice = l.ceiling(pol, lcs)
 	if l.Share != nil {
 		if s, ok := l.Share.BEShare(); ok {
@@ -368,6 +383,21 @@ func (l *SLOLoop) Step(now time.Duration) {
 
 	from := l.ctl.Current()
 	d := l.ctl.Observe(obs)
+	if d.PauseBE && l.Pause != nil {
+		// Their watchdog resumes them past the longest a calibration
+		// stops them for (PauseWindows + 4 windows), if nothing else does.
+		n, err := l.Pause.Stop(bes, time.Duration(conf.pause+5)*window)
+		switch {
+		case err != nil:
+			l.log.Error("slo: could not stop BE processes to learn an LC alone; calibrating beside them", "err", err)
+			l.resume("stopping failed")
+		case n > 0:
+			l.log.Info("slo: BE processes stopped to learn an LC alone", "processes", n, "reason", d.Reason)
+		}
+		l.pausing = err == nil
+	} else {
+		l.resume(d.Reason)
+	}
 	for i := range st {
 		key := ""
 		for _, p := range lcs {
@@ -407,6 +437,15 @@ func (l *SLOLoop) Step(now time.Duration) {
 	l.status.BETimeslice, l.status.Safe, l.status.SharedFloor, l.status.Ladder = d.BETimeslice.String(), conf.safe.String(), conf.floor.String(), ladderOrDefault(pol.SLO.Ladder)
 	l.status.BEShare, l.status.MinBEShare, l.status.WorstLC = finite(d.BEShare), pol.SLO.MinBEShare, finite(d.Worst)
 	l.status.LC, l.status.Last, l.status.Prepreempt = st, sd, prepre
+	l.status.Calibrate, l.status.BEStopped = calibrateName(conf.pause), nil
+	if l.pausing {
+		for _, p := range bes {
+			if l.Pause.Holds(p.PID) {
+				l.status.BEStopped = append(l.status.BEStopped, p.PID)
+			}
+		}
+	}
+	l.metrics.setBEStopped(len(l.status.BEStopped))
 	if d.Changed {
 		l.status.LastChange = sd
 		l.status.Changes++
@@ -417,6 +456,35 @@ func (l *SLOLoop) Step(now time.Duration) {
 	}
 	l.metrics.setSLO(&d)
 	l.last = now
+}
+
+// resume resumes the BE processes the SLO mode stopped, if any.
+func (l *SLOLoop) resume(why string) {
+	was := l.pausing
+	l.pausing = false
+	if l.Pause == nil || !was && !l.Pause.Holding() {
+		return
+	}
+	l.mu.Lock()
+	l.status.BEStopped = nil
+	l.mu.Unlock()
+	l.metrics.setBEStopped(0)
+	if err := l.Pause.Resume(); err != nil {
+		l.log.Error("slo: resuming BE processes", "err", err)
+		return
+	}
+	l.log.Info("slo: BE processes resumed", "reason", why)
+}
+
+// Close resumes what the SLO mode stopped: the daemon calls it on its
+// way out (a daemon that dies leaves that to the Pauser's watchdog).
+func (l *SLOLoop) Close() { l.resume("gpreemptd stopping") }
+
+func calibrateName(pause int) string {
+	if pause > 0 {
+		return "pause"
+	}
+	return "shortest"
 }
 
 // sampleSource is where an LC process's windows come from ("pushed" or

@@ -142,6 +142,12 @@ type SLO struct {
 	// BE timeslice, and launch-bound LC that needs a long BE timeslice
 	// holds the GPU for nothing). 0: never told to stop. Default 500 us.
 	PrepreemptBelow time.Duration
+	// PauseWindows, when positive (slo.calibrate: pause), is how many
+	// windows an LC's standalone latency is learnt from with BE
+	// processes stopped (SIGSTOP; one window more to let their queued
+	// work drain); 0 (slo.calibrate: shortest): learnt beside BE under
+	// the ladder's shortest timeslice. slo.pause_windows, default 5.
+	PauseWindows int
 	// LCObjective is classes.lc.objective: the objective of LC processes
 	// whose rule names none.
 	LCObjective slo.Objectives
@@ -156,6 +162,7 @@ type SLO struct {
 const (
 	DefaultSLOWindow       = time.Second
 	DefaultPrepreemptBelow = 500 * time.Microsecond
+	DefaultPauseWindows    = 5
 )
 
 // Objective is the latency objectives of a process given decision d: its
@@ -592,9 +599,39 @@ func parseRule(n *yaml.Node, field string) (Rule, error) {
 
 // parseSLO reads the slo section into s.
 func parseSLO(n *yaml.Node, s *SLO) error {
-	fs, err := fields(n, "slo", "enabled", "window", "ladder", "safe", "shared_floor", "prepreempt_below")
+	fs, err := fields(n, "slo", "enabled", "window", "ladder", "safe", "shared_floor", "prepreempt_below", "calibrate", "pause_windows")
 	if err != nil {
 		return err
+	}
+	pause := false
+	if v := fs["calibrate"]; v != nil {
+		str, err := scalar(v, "slo.calibrate")
+		if err != nil {
+			return err
+		}
+		switch strings.ToLower(strings.TrimSpace(str)) {
+		case "shortest":
+		case "pause":
+			pause = true
+		default:
+			return fieldErr(v, "slo.calibrate", "%q: want shortest (beside BE under the shortest timeslice) or pause (BE stopped)", str)
+		}
+	}
+	if v := fs["pause_windows"]; v != nil {
+		str, err := scalar(v, "slo.pause_windows")
+		if err != nil {
+			return err
+		}
+		k, err := strconv.Atoi(strings.TrimSpace(str))
+		if err != nil || k < 1 || k > 30 {
+			return fieldErr(v, "slo.pause_windows", "%q: want a whole number of windows from 1 to 30", str)
+		}
+		if !pause {
+			return fieldErr(v, "slo.pause_windows", "set without slo.calibrate: pause")
+		}
+		s.PauseWindows = k
+	} else if pause {
+		s.PauseWindows = DefaultPauseWindows
 	}
 	if v := fs["enabled"]; v != nil {
 		str, err := scalar(v, "slo.enabled")

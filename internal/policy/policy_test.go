@@ -91,6 +91,10 @@ func TestParseErrorsNameLineAndField(t *testing.T) {
 		{"slo safe", "slo: {safe: 10s}\n", "line 1: slo.safe"},
 		{"slo prepreempt_below", "slo: {prepreempt_below: soon}\n", "line 1: slo.prepreempt_below"},
 		{"slo shared_floor", "slo:\n  shared_floor: 0us\n", "line 2: slo.shared_floor"},
+		{"slo calibrate", "slo:\n  calibrate: alone\n", "line 2: slo.calibrate: \"alone\": want shortest"},
+		{"slo pause_windows without pause", "slo:\n  pause_windows: 3\n", "line 2: slo.pause_windows: set without slo.calibrate: pause"},
+		{"slo pause_windows zero", "slo: {calibrate: pause, pause_windows: 0}\n", "line 1: slo.pause_windows: \"0\": want a whole number"},
+		{"slo pause_windows long", "slo: {calibrate: pause, pause_windows: 31}\n", "line 1: slo.pause_windows: \"31\""},
 		{"slice_overhead too long", "classes:\n  be: {slice_overhead: 2ms}\n", "line 2: classes.be.slice_overhead: "},
 		{"slice_overhead no unit", "classes:\n  be:\n    slice_overhead: 20\n", "line 3: classes.be.slice_overhead: "},
 		{"env value not scalar", "rules:\n  - match: {env: {A: [1]}}\n    class: be\n", "line 2: rules[0].match.env.A"},
@@ -199,6 +203,7 @@ slo:
   safe: 200us
   shared_floor: 50us
   prepreempt_below: off
+  calibrate: pause
 requests: {default_max: lc}
 `))
 	if err != nil {
@@ -208,7 +213,8 @@ requests: {default_max: lc}
 		Safe: 200 * time.Microsecond, SharedFloor: 50 * time.Microsecond, MinBEShare: 0.88}
 	got := p.SLO
 	if got.Enabled != want.Enabled || got.Window != want.Window || !slices.Equal(got.Ladder, want.Ladder) || got.Safe != want.Safe || got.SharedFloor != want.SharedFloor ||
-		got.PrepreemptBelow != 0 || got.MinBEShare != want.MinBEShare || got.LCObjective == nil || got.LCObjective.String() != "p99<=1.15x" {
+		got.PrepreemptBelow != 0 || got.MinBEShare != want.MinBEShare || got.LCObjective == nil || got.LCObjective.String() != "p99<=1.15x" ||
+		got.PauseWindows != DefaultPauseWindows {
 		t.Fatalf("SLO = %+v, want %+v with lc objective p99<=1.15x", got, want)
 	}
 	// The trainer's be:3 at 200 us with a 15 us overhead: 15 + 3 x 185.
@@ -276,7 +282,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("rules:\n  - {match: {env: {A: b}}, class_from_env: A}\n"))
 	f.Add([]byte("classes: {be: {timeslice: 1us}}\ndefault: be:1000\n"))
 	f.Add([]byte("a: &x [*x]\n"))
-	f.Add([]byte("classes: {lc: {objective: p99<=1.15x}, be: {min_share: 0.88}}\nslo: {enabled: true, window: 1s, ladder: [1us, 1ms], safe: 200us, shared_floor: 50us, prepreempt_below: 500us}\n"))
+	f.Add([]byte("classes: {lc: {objective: p99<=1.15x}, be: {min_share: 0.88}}\nslo: {enabled: true, window: 1s, ladder: [1us, 1ms], safe: 200us, shared_floor: 50us, prepreempt_below: 500us, calibrate: pause, pause_windows: 3}\n"))
 	f.Add([]byte("classes: {be: {slice_overhead: 20us}, burstable: {slice_overhead: 0}}\n"))
 	f.Add([]byte("rules:\n  - {class: lc, objective: p50<=2ms}\nslo: {enabled: on}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -348,6 +354,26 @@ rules:
 	} {
 		if got := pol.NeedsGPU(Process{Comm: tt.comm}); got != tt.want {
 			t.Errorf("NeedsGPU(%s) = %v, want %v", tt.comm, got, tt.want)
+		}
+	}
+}
+
+func TestSLOCalibrate(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+	}{
+		{"slo: {}\n", 0},
+		{"slo: {calibrate: shortest}\n", 0},
+		{"slo: {calibrate: pause}\n", DefaultPauseWindows},
+		{"slo: {calibrate: Pause, pause_windows: 3}\n", 3},
+	} {
+		p, err := Parse([]byte(tc.in))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.in, err)
+		}
+		if p.SLO.PauseWindows != tc.want {
+			t.Errorf("%q: pause windows %d, want %d", tc.in, p.SLO.PauseWindows, tc.want)
 		}
 	}
 }

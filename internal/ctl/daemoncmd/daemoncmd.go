@@ -148,6 +148,12 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 	if d := s.LastChange; d != nil {
 		fmt.Fprintf(w, "last change:\twindow %d: to %s, %s: %s\n", d.Window, d.BETimeslice, d.Cause, d.Reason)
 	}
+	if s.Calibrate == "pause" {
+		fmt.Fprintln(w, "calibrate:\tpause (LC baselines learnt with BE stopped)")
+	}
+	if len(s.BEStopped) > 0 {
+		fmt.Fprintf(w, "BE stopped:\t%s (learning an LC alone)\n", strings.Trim(fmt.Sprint(s.BEStopped), "[]"))
+	}
 	fmt.Fprintf(w, "hint engines:\tprepreempt %v\n", s.Prepreempt)
 	if len(s.LC) > 0 {
 		fmt.Fprintln(w, "\nLC PID\tCOMM\tOBJECTIVE\tLATENCY\tTARGET\tVS OBJECTIVE\tREQUESTS\tSIGNAL")

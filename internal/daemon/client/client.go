@@ -300,6 +300,11 @@ type SLO struct {
 	Changes    int          `json:"changes"`
 	// Prepreempt is what hint engines are told.
 	Prepreempt bool `json:"prepreempt"`
+	// Calibrate is how LC baselines are learnt: "shortest" (beside BE
+	// under the shortest timeslice) or "pause" (BE stopped).
+	Calibrate string `json:"calibrate,omitempty"`
+	// BEStopped lists the BE processes stopped now to learn an LC alone.
+	BEStopped []int `json:"be_stopped,omitempty"`
 	// Engines is each pushing process's engine state, by pid.
 	Engines map[string]Engine `json:"engines,omitempty"`
 }
