@@ -44,6 +44,10 @@
 #   PARTS=must1 scripts/gpu-run-slo.sh
 #   PARTS=must2s,must4 scripts/gpu-run-slo.sh
 #
+# CALIBRATE=pause learns each LC alone, its BE processes stopped for
+# slo.pause_windows (5) windows, instead of beside BE under the ladder's
+# shortest timeslice (CALIBRATE=shortest, the default).
+#
 # DRY_RUN=1 prints the plan (parts, policies, bench commands) and runs
 # nothing: it needs no GPU, no root and no binaries.
 #
@@ -67,6 +71,7 @@ BENCH_REPEAT=${BENCH_REPEAT:-3}
 # The controller's ladder (slo.ladder). The eager LC's knee lies between
 # 1 ms (BE 86-87%) and 3 ms (LC 1.17x), hence must1's 1500us rung.
 SLO_LADDER=${SLO_LADDER:-[1us, 50us, 200us, 500us, 1ms, 2ms, 3ms]}
+CALIBRATE=${CALIBRATE:-shortest}
 SLO_LADDER_MUST1=${SLO_LADDER_MUST1:-[1us, 50us, 200us, 500us, 1ms, 1500us, 2ms, 3ms]}
 # must4: two BE keep their 3:1 split down to a 50us unit timeslice once the
 # weights leave the 20us slice overhead out (110us:50us); the LCs with
@@ -179,6 +184,7 @@ slo:
   safe: 200us
   shared_floor: $(case $1 in must4) echo "$SHARED_FLOOR_MUST4";; *) echo 200us;; esac)
   prepreempt_below: 500us
+  calibrate: $CALIBRATE
 requests:
   default_max: lc
 YAML

@@ -1162,3 +1162,29 @@ func TestPauseIsBoundedWhenSignalsGo(t *testing.T) {
 		}
 	}
 }
+
+func TestPauseOneWindowIsNoChange(t *testing.T) {
+	// One window far off (a tail's few worst requests) is a workload
+	// change on its own when relearning costs BE a calibration under the
+	// shortest rung, not when it stops BE: then three in a row.
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	spike := EagerPyTorchH100
+	spike.Baseline *= 3
+	for seed := range uint64(10) {
+		for _, pw := range []int{5, 0} {
+			ds := run(t, mustNew(t, Options{PauseWindows: pw}), NewSimGPU(seed), 70, obj, func(i int) Workload {
+				if i == 60 {
+					return spike
+				}
+				return EagerPyTorchH100
+			})
+			changed := slices.ContainsFunc(ds[60:], func(d Decision) bool { return d.WorkloadChanged })
+			if n, _ := pauses(ds[60:]); pw > 0 && (changed || n > 0) {
+				t.Errorf("seed %d: one window at 3x taken for a change (BE stopped %d windows): %v", seed, n, summary(ds[55:]))
+			}
+			if pw == 0 && !changed {
+				t.Errorf("seed %d: without pausing, one window at 3x not taken for a change: %v", seed, summary(ds[55:]))
+			}
+		}
+	}
+}
