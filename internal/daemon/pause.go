@@ -89,8 +89,13 @@ func (p *Pauser) Stop(procs []ProcRef, max time.Duration) (int, error) {
 		}
 	}
 	for _, r := range procs {
-		if _, ok := p.held[r.PID]; ok {
-			continue
+		if h, ok := p.held[r.PID]; ok {
+			if h.start == r.Start {
+				continue
+			}
+			// The held one exited and its pid was reused.
+			unix.Close(h.fd)
+			delete(p.held, r.PID)
 		}
 		fd, err := unix.PidfdOpen(r.PID, 0)
 		if err != nil {
@@ -120,7 +125,7 @@ func (p *Pauser) Stop(procs []ProcRef, max time.Duration) (int, error) {
 			for _, done := range fds[:i] {
 				unix.PidfdSendSignal(done, unix.SIGCONT, nil, 0)
 			}
-			dog.release()
+			dog.release(true)
 			closeAll()
 			return 0, fmt.Errorf("%w: SIGSTOP to pid %d: %v", ErrPause, refs[i].PID, err)
 		}
@@ -143,12 +148,22 @@ func (p *Pauser) Holding() bool {
 	return len(p.held) > 0 && time.Now().Before(p.deadline)
 }
 
-// Holds reports whether pid is held stopped.
-func (p *Pauser) Holds(pid int) bool {
+// Holds reports whether r is held stopped.
+func (p *Pauser) Holds(r ProcRef) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, ok := p.held[pid]
-	return ok
+	h, ok := p.held[r.PID]
+	return ok && h.start == r.Start
+}
+
+// Still reports whether r makes no progress now: held stopped, or stopped
+// by someone else, or exited.
+func (p *Pauser) Still(r ProcRef) bool {
+	if p.Holds(r) {
+		return true
+	}
+	start, state, err := p.stat(r.PID)
+	return err != nil || start != r.Start || state == 'T' || state == 't' || state == 'Z' || state == 'X'
 }
 
 // Resume resumes every held process and dismisses the watchdogs. A
@@ -164,7 +179,9 @@ func (p *Pauser) Resume() error {
 		unix.Close(h.fd)
 	}
 	for _, d := range p.dogs {
-		d.release()
+		// Where a SIGCONT failed, the watchdog is not told BE was
+		// resumed: it tries itself.
+		d.release(len(errs) == 0)
 	}
 	clear(p.held)
 	p.dogs, p.deadline = nil, time.Time{}
@@ -233,9 +250,12 @@ func (p *Pauser) startWatchdog(fds []int, max time.Duration) (*watchdog, error) 
 	return &watchdog{cmd: cmd, in: w}, nil
 }
 
-// release tells the watchdog BE was resumed, and reaps it.
-func (d *watchdog) release() {
-	io.WriteString(d.in, "resumed\n")
+// release tells the watchdog BE was resumed (or, if not resumed, lets
+// it resume BE itself), and reaps it.
+func (d *watchdog) release(resumed bool) {
+	if resumed {
+		io.WriteString(d.in, "resumed\n")
+	}
 	d.in.Close()
 	d.cmd.Wait()
 }

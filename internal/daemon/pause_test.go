@@ -95,7 +95,7 @@ func TestPauserStopsAndResumes(t *testing.T) {
 	}
 	waitState(t, a.PID, true)
 	waitState(t, b.PID, true)
-	if !p.Holding() || !p.Holds(a.PID) {
+	if !p.Holding() || !p.Holds(a) || !p.Still(a) {
 		t.Fatal("not holding what it stopped")
 	}
 	// Stopping again stops nothing new.
@@ -107,7 +107,7 @@ func TestPauserStopsAndResumes(t *testing.T) {
 	}
 	waitState(t, a.PID, false)
 	waitState(t, b.PID, false)
-	if p.Holding() || p.Holds(a.PID) {
+	if p.Holding() || p.Holds(a) || p.Still(a) {
 		t.Fatal("still holding after Resume")
 	}
 }
@@ -135,6 +135,10 @@ func TestPauserLeavesOthersAlone(t *testing.T) {
 	}
 	if st := state(t, stopped.PID); st != 'T' {
 		t.Errorf("a process stopped by someone else was resumed (state %c)", st)
+	}
+	// Stopped by someone else, or gone: still; a running one is not.
+	if !p.Still(stopped) || !p.Still(gone) || p.Still(sleeperRef(t, reused)) {
+		t.Error("Still wrong for a process stopped by someone else, a gone one, or a running one")
 	}
 	if st := state(t, reused.PID); st == 'T' {
 		t.Errorf("a process of another start time was stopped")
@@ -198,4 +202,15 @@ func TestRunWatchdogRefusesBadArguments(t *testing.T) {
 			t.Errorf("RunWatchdog(%q) = %d, %q; want 2 and a message", args, rc, errb.String())
 		}
 	}
+}
+
+// sleeperRef is r as it is (its real start time), for a test that bent it.
+func sleeperRef(t *testing.T, r ProcRef) ProcRef {
+	t.Helper()
+	start, _, err := (&Pauser{}).stat(r.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Start = start
+	return r
 }

@@ -320,8 +320,8 @@ func (l *SLOLoop) Step(now time.Duration) {
 		obs.MinBETimeslice = conf.floor
 	}
 	// The window ran without BE if every BE process was held stopped
-	// through it (or there was none).
-	obs.BEPaused = l.pausing && (len(bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(bes, func(p ProcRef) bool { return !l.Pause.Holds(p.PID) }))
+	// through it (or stopped by someone else, or gone; or there was none).
+	obs.BEPaused = l.pausing && (len(bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(bes, func(p ProcRef) bool { return !l.Pause.Still(p) }))
 	obs.MaxBETimeslice = l.ceiling(pol, lcs)
 	if l.Share != nil {
 		if s, ok := l.Share.BEShare(); ok {
@@ -440,7 +440,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 	l.status.Calibrate, l.status.BEStopped = calibrateName(conf.pause), nil
 	if l.pausing {
 		for _, p := range bes {
-			if l.Pause.Holds(p.PID) {
+			if l.Pause.Holds(p) {
 				l.status.BEStopped = append(l.status.BEStopped, p.PID)
 			}
 		}

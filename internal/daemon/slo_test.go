@@ -392,7 +392,7 @@ func TestSLOLoopPausesBE(t *testing.T) {
 	window := func(lcs ...int) {
 		g.now += time.Second
 		r, _ := slowBeside.At(bets())
-		if loop.Pause.Holds(be.PID) {
+		if loop.Pause.Holds(ProcRef{PID: be.PID, Start: 1}) {
 			r = 1 // alone
 		}
 		for _, pid := range lcs {

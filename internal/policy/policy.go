@@ -623,8 +623,8 @@ func parseSLO(n *yaml.Node, s *SLO) error {
 			return err
 		}
 		k, err := strconv.Atoi(strings.TrimSpace(str))
-		if err != nil || k < 1 || k > 30 {
-			return fieldErr(v, "slo.pause_windows", "%q: want a whole number of windows from 1 to 30", str)
+		if err != nil || k < 1 || k > 15 {
+			return fieldErr(v, "slo.pause_windows", "%q: want a whole number of windows from 1 to 15", str)
 		}
 		if !pause {
 			return fieldErr(v, "slo.pause_windows", "set without slo.calibrate: pause")

@@ -261,9 +261,9 @@ type Controller struct {
 	// pauseMissed count this calibration's paused windows and those BE
 	// was not kept stopped through; noPause: BE could not be kept
 	// stopped, calibrate beside it.
-	pausing, wasPaused     bool
-	pausedFor, pauseMissed int
-	noPause                bool
+	pausing, wasPaused                  bool
+	pausedFor, pauseMissed, pauseRounds int
+	noPause                             bool
 }
 
 // New returns a controller at the safe setting.
@@ -358,8 +358,7 @@ func (c *Controller) observe(o Observation) Decision {
 	// did not teaches neither.
 	tag, learn := c.cur, c.since > 1 || c.tick == 1
 	if c.wasPaused {
-		learn = learn && o.BEPaused
-		if o.BEPaused {
+		if learn = learn && o.BEPaused; learn {
 			tag = pausedRung
 		}
 	}
@@ -464,14 +463,23 @@ func (c *Controller) observe(o Observation) Decision {
 			if c.wasPaused && !o.BEPaused {
 				c.pauseMissed++
 			}
-			if c.pausedFor < c.opts.PauseWindows+pauseSlack && c.pauseMissed < 2 {
+			if c.pausedFor >= c.pauseWindows()+pauseSlack && c.pauseMissed < 2 {
+				// Too long (a new LC came mid-pause, or windows with too
+				// few requests): BE runs for a window, then the pause
+				// is taken up again; thrice, and pausing ends.
+				c.pausedFor, c.pauseRounds = 0, c.pauseRounds+1
+				if c.pauseRounds < 3 {
+					return c.stay(d, "BE resumed for a window: the pause ran long")
+				}
+			}
+			if c.pausedFor < c.pauseWindows()+pauseSlack && c.pauseMissed < 2 {
 				if !c.calibrating {
 					c.resume = -1
 				}
 				return c.pause(d, fmt.Sprintf("learning an LC's standalone latency with BE stopped (%d windows)", c.opts.PauseWindows))
 			}
 			c.noPause = true
-			d.Reason = fmt.Sprintf("BE not kept stopped (%d of %d windows): calibrating beside it from now on; ", c.pauseMissed, c.pausedFor)
+			d.Reason = fmt.Sprintf("BE not kept stopped (%d windows missed, %d pauses ran long): calibrating beside it from now on; ", c.pauseMissed, c.pauseRounds)
 		}
 		if c.cur != c.lo {
 			c.calibrating, c.resume = true, -1
@@ -481,7 +489,7 @@ func (c *Controller) observe(o Observation) Decision {
 		return c.stay(d, "learning an LC's standalone-like latency")
 	}
 	if c.calibrating {
-		c.calibrating, c.pausedFor, c.pauseMissed = false, 0, 0
+		c.calibrating, c.pausedFor, c.pauseMissed, c.pauseRounds = false, 0, 0, 0
 		// After a workload change, back to the setting the search was
 		// at when the change was seen if the safe one missed by far: on
 		// the H100 two LCs with hints met their objectives under a 50 us
@@ -926,11 +934,15 @@ const pauseSlack = 3
 // pauseOK reports whether baselines are learnt with BE stopped.
 func (c *Controller) pauseOK() bool { return c.opts.PauseWindows > 0 && !c.noPause }
 
+// pauseWindows is Options.PauseWindows, within what a baseline keeps of
+// one setting.
+func (c *Controller) pauseWindows() int { return min(c.opts.PauseWindows, baselinePerRung) }
+
 // pauseNeed is how many windows alone a baseline needs (0: it is learnt
 // beside BE).
 func (c *Controller) pauseNeed() int {
 	if c.pauseOK() {
-		return c.opts.PauseWindows
+		return c.pauseWindows()
 	}
 	return 0
 }
