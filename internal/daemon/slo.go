@@ -370,7 +370,9 @@ func (l *SLOLoop) Step(now time.Duration) {
 					break
 				}
 				ls.Signal, ls.Requests, ls.LatencyUs = src.kind, s.Requests, float64(lat)/1e3
-				obs.LC = append(obs.LC, slo.LCSample{Key: procKey(p), Objective: o, Latency: lat, Requests: s.Requests})
+				// The median goes with a tail objective: workload changes
+				// are read from it (slo.LCSample.Median).
+				obs.LC = append(obs.LC, slo.LCSample{Key: procKey(p), Objective: o, Latency: lat, Requests: s.Requests, Median: s.Quantiles["p50"]})
 			}
 			st = append(st, ls)
 		}

@@ -457,3 +457,44 @@ func TestSLOLoopPausesBE(t *testing.T) {
 		t.Error("still holding BE after Close")
 	}
 }
+
+func TestSLOLoopTailChangeReadFromMedian(t *testing.T) {
+	// An LC with a p99 objective whose windows' p99 jumps 3x for a few
+	// windows while its median holds (a p99 of a few hundred requests is
+	// their few worst): pushed with its p50, the daemon does not take it
+	// for a new workload; without the p50, it does.
+	const pol = `
+classes:
+  lc: {objective: "p99<=1.15x"}
+  be: {timeslice: 200us}
+rules:
+  - {name: lc, match: {comm: "lc*"}, class: lc}
+  - {name: trainer, match: {comm: "train*"}, class: be}
+  - {name: bulk, match: {comm: "bulk*"}, class: be:3}
+slo: {enabled: true, window: 1s}
+`
+	for _, withMedian := range []bool{true, false} {
+		s := newSLORig(t, pol)
+		relearnt := 0
+		for i := range 40 {
+			s.now += time.Second
+			p99 := 100.0
+			if i >= 25 && i < 28 {
+				p99 = 300
+			}
+			us := map[string]float64{"p99": p99}
+			if withMedian {
+				us["p50"] = 50
+			}
+			s.loop.Push(100, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 300, LatencyUs: us}}})
+			s.loop.Step(s.now)
+			s.tick(s.now)
+			if last := s.loop.Status().Last; last != nil && strings.HasPrefix(last.Reason, "workload changed") {
+				relearnt++
+			}
+		}
+		if withMedian != (relearnt == 0) {
+			t.Errorf("p50 pushed %v: learnt the LC again %d times", withMedian, relearnt)
+		}
+	}
+}

@@ -133,6 +133,17 @@ type LCSample struct {
 	// baseline; otherwise the controller keeps the lowest latency seen.
 	Standalone time.Duration
 	Requests   int
+	// Median is the window's median latency (0: not reported). With a
+	// tail objective (above p50) a workload change is read from it, on
+	// the objective's scale, rather than from the window's own tail: one
+	// 1 s window of a synthetic LC on the H100 had 285 requests, its p99
+	// their third-worst, which ranged 42-254 us from window to window
+	// with BE stopped, and three such windows in a row were taken for a
+	// new workload (the pause that followed cost BE its share for 3 s of
+	// a 10 s measurement). A graph LC turned eager, or a new request
+	// rate, moves the median; a setting that delays a few requests is
+	// what the tail objective itself judges.
+	Median time.Duration
 }
 
 // Observation is what was measured over one window under the setting in
@@ -222,7 +233,8 @@ type Decision struct {
 // rung is what the controller knows of one ladder setting.
 type rung struct {
 	ts      time.Duration
-	worst   float64 // EWMA of the worst LC latency/target
+	worst   float64 // the worst LC latency/target: the mean of its last stay
+	shown   float64 // the same read from medians (seen.shown), without the windows that strayed
 	share   float64 // EWMA of BE share
 	seen    int     // observations counted
 	last    int     // tick of the last observation counted
@@ -243,14 +255,18 @@ type Controller struct {
 	tick        int
 	since       int       // observations under cur
 	calibrating bool      // at the shortest rung to learn LC baselines
-	stayed      []float64 // under cur, after settling, the last ViolationWindow windows' worst LC latency/target
-	steady      []float64 // the same but for the windows that strayed (what the setting shows)
-	parked      []float64 // windows that strayed (surprised of them), not yet in stayed
+	stayed      []seen    // under cur, after settling, the last ViolationWindow windows
+	steady      []float64 // their seen.shown but for the windows that strayed (what the setting shows)
+	parked      []seen    // windows that strayed (surprised of them), not yet in stayed
 	scatter     float64   // the variance of one window's worst LC latency/target under one setting, learnt over stays
-	missing     int
-	surprised   int // consecutive surprising windows
-	fallback    bool
-	baselines   map[string]*baseline
+	// shownScatter is the same for seen.shown, what workload changes are
+	// judged by (equal to scatter unless a tail objective is read from
+	// medians).
+	shownScatter float64
+	missing      int
+	surprised    int // consecutive surprising windows
+	fallback     bool
+	baselines    map[string]*baseline
 	// resume is the rung in force when a workload change was seen (-1:
 	// none): calibration returns to it rather than to a longer safe
 	// setting.
@@ -274,12 +290,13 @@ func New(opts Options) (*Controller, error) {
 			return nil, fmt.Errorf("%w: ladder %v must be strictly ascending", ErrInvalid, opts.Ladder)
 		}
 	}
-	c := &Controller{opts: opts, baselines: map[string]*baseline{}, scatter: priorScatter * priorScatter, resume: -1}
+	c := &Controller{opts: opts, baselines: map[string]*baseline{}, scatter: priorScatter * priorScatter,
+		shownScatter: priorScatter * priorScatter, resume: -1}
 	for _, ts := range opts.Ladder {
 		if ts < time.Microsecond || ts%time.Microsecond != 0 {
 			return nil, fmt.Errorf("%w: ladder timeslice %v is not a whole number of microseconds >= 1us", ErrInvalid, ts)
 		}
-		c.rungs = append(c.rungs, rung{ts: ts, worst: math.NaN(), share: math.NaN()})
+		c.rungs = append(c.rungs, rung{ts: ts, worst: math.NaN(), shown: math.NaN(), share: math.NaN()})
 	}
 	c.cur, c.hi = c.nearest(opts.Safe), len(c.rungs)-1
 	return c, nil
@@ -362,7 +379,8 @@ func (c *Controller) observe(o Observation) Decision {
 			tag = pausedRung
 		}
 	}
-	worst, counted, baseReady, lc := c.worst(o.LC, tag, learn)
+	win, counted, baseReady, lc := c.worst(o.LC, tag, learn)
+	worst := win.worst
 	d := Decision{Worst: worst, BEShare: o.BEShare, LC: lc}
 
 	if c.lo = c.floor(o.MinBETimeslice); c.cur < c.lo {
@@ -400,7 +418,7 @@ func (c *Controller) observe(o Observation) Decision {
 		// had just come from a CUDA graph was taken for a new workload
 		// twice during one calibration, and the run ended before the
 		// search resumed.)
-		if !c.calibrating && c.surprising(r, worst, o.BEShare, 1) {
+		if !c.calibrating && c.surprising(r, win.shown, o.BEShare, 1) {
 			c.surprised++
 		} else {
 			c.surprised = 0
@@ -410,17 +428,17 @@ func (c *Controller) observe(o Observation) Decision {
 		// LC's p99 at 2.3x its objective (285 requests: its 3rd worst)
 		// was taken for a change, and the pause cost BE 6 of the 10
 		// measured seconds; a real change persists.
-		if c.surprised >= surpriseRun || (c.surprised > 0 && !c.pauseOK() && c.surprising(r, worst, o.BEShare, 2)) {
+		if c.surprised >= surpriseRun || (c.surprised > 0 && !c.pauseOK() && c.surprising(r, win.shown, o.BEShare, 2)) {
 			// Learn the new workload's baseline under the shortest BE
 			// timeslice, not under the one it was found at.
 			c.relearn(true)
 			d.Reason, d.WorkloadChanged = "workload changed: ", true
 			d.Cause = CauseCalibrate
 			if c.pauseOK() {
-				return c.pause(d, fmt.Sprintf("LC at %.2fx its objective under %v, unlike before: learning it again with BE stopped", worst, r.ts))
+				return c.pause(d, fmt.Sprintf("%s under %v, unlike before: learning it again with BE stopped", win, r.ts))
 			}
 			if c.cur != c.lo {
-				return c.move(d, c.lo, fmt.Sprintf("LC at %.2fx its objective under %v, unlike before: learning it again under the shortest BE timeslice", worst, r.ts))
+				return c.move(d, c.lo, fmt.Sprintf("%s under %v, unlike before: learning it again under the shortest BE timeslice", win, r.ts))
 			}
 			c.since = 1 // this window was judged against what is forgotten
 			return c.stay(d, "learning it again")
@@ -430,14 +448,15 @@ func (c *Controller) observe(o Observation) Decision {
 			// judged with the next one that does not stray (a burst that
 			// passed counts against the setting like any window; it only
 			// does not make the controller learn the LC again).
-			c.parked = append(c.parked, worst)
+			c.parked = append(c.parked, win)
 			d.Cause = CauseDwell
-			return c.stay(d, fmt.Sprintf("LC at %.2fx its objective under %v, unlike before (%d of %d windows in a row): watching whether it lasts", worst, r.ts, c.surprised, surpriseRun))
+			return c.stay(d, fmt.Sprintf("%s under %v, unlike before (%d of %d windows in a row): watching whether it lasts", win, r.ts, c.surprised, surpriseRun))
 		}
-		c.stayed = append(append(c.stayed, c.parked...), worst)
-		if c.steady = append(c.steady, worst); len(c.steady) > c.opts.ViolationWindow {
+		c.stayed = append(append(c.stayed, c.parked...), win)
+		if c.steady = append(c.steady, win.shown); len(c.steady) > c.opts.ViolationWindow {
 			c.steady = c.steady[1:]
 		}
+		r.shown, _ = meanSD(c.steady)
 		c.parked, c.calm = c.parked[:0], c.tick
 		if n := len(c.stayed) - c.opts.ViolationWindow; n > 0 {
 			c.stayed = c.stayed[n:]
@@ -445,9 +464,11 @@ func (c *Controller) observe(o Observation) Decision {
 		// What the rung shows is the mean of this stay, once it has
 		// one; an earlier stay's until then.
 		var sd float64
-		r.worst, sd = meanSD(c.stayed)
+		r.worst, sd = meanSD(worsts(c.stayed))
 		if len(c.stayed) >= 3 {
 			c.scatter = scatterEWMA*sd*sd + (1-scatterEWMA)*c.scatter
+			_, sd = meanSD(showns(c.stayed))
+			c.shownScatter = scatterEWMA*sd*sd + (1-scatterEWMA)*c.shownScatter
 		}
 		r.share = blendShare(r.share, o.BEShare)
 		r.seen++
@@ -686,33 +707,36 @@ func (c *Controller) pastTheDip(lc []LCSample) (int, bool) {
 // cost their p99 100x.
 const skipMildMiss = 1.25
 
-// worst is the highest latency/target among LC samples that count, and
-// each sample's comparison. baseReady: every LC's baseline rests on
-// baselineMinWindows windows (until then no longer timeslice is tried: a
-// target from one or two noisy windows would send the search too far).
+// worst is the highest latency/target among LC samples that count (and
+// the same read from medians: seen.shown), and each sample's comparison.
+// baseReady: every LC's baseline rests on baselineMinWindows windows
+// (until then no longer timeslice is tried: a target from one or two
+// noisy windows would send the search too far).
 //
 // Each sample's latency is learnt (if learn) as seen under rung tag (a
-// ladder index, or pausedRung).
-func (c *Controller) worst(lc []LCSample, tag int, learn bool) (worst float64, counted, baseReady bool, rs []LCResult) {
-	worst, baseReady = math.Inf(-1), true
+// ladder index, or pausedRung); so is its median, for a tail objective
+// relative to its baseline.
+func (c *Controller) worst(lc []LCSample, tag int, learn bool) (w seen, counted, baseReady bool, rs []LCResult) {
+	w, baseReady = seen{worst: math.Inf(-1), shown: math.Inf(-1)}, true
 	for _, s := range lc {
 		res := LCResult{Key: s.Key, Objective: s.Objective.String(), Latency: s.Latency, Requests: s.Requests, Ratio: math.NaN()}
 		if s.Requests < c.opts.MinRequests || s.Latency <= 0 {
 			rs = append(rs, res)
 			continue
 		}
-		base := s.Standalone
+		base, body := s.Standalone, time.Duration(0)
 		if base <= 0 && s.Objective.Absolute <= 0 {
-			key := baselineKey(s.Key, res.Objective)
-			b := c.baselines[key]
-			if b == nil {
-				b = &baseline{}
-				c.baselines[key] = b
-			}
 			// A window just after a change mixes two settings: judged,
 			// not learnt from.
+			b := c.baseline(baselineKey(s.Key, res.Objective))
 			base = b.add(c.tick, tag, s.Latency, learn, c.opts.BaselineWindow, c.pauseNeed())
 			baseReady = baseReady && b.ready
+			if s.Objective.Tail() && s.Median > 0 {
+				m := c.baseline(baselineKey(s.Key, medianKey))
+				if body = m.add(c.tick, tag, s.Median, learn, c.opts.BaselineWindow, c.pauseNeed()); !m.ready {
+					body = 0
+				}
+			}
 		}
 		target := s.Objective.Target(base)
 		res.Target = target
@@ -723,7 +747,15 @@ func (c *Controller) worst(lc []LCSample, tag int, learn bool) (worst float64, c
 		counted = true
 		res.Ratio = float64(s.Latency) / float64(target)
 		rs = append(rs, res)
-		worst = max(worst, res.Ratio)
+		w.worst = max(w.worst, res.Ratio)
+		shown := res.Ratio
+		if body > 0 {
+			// The median over its baseline, on the objective's scale
+			// (the tail's baseline over its target).
+			shown = float64(s.Median) / float64(body) * float64(base) / float64(target)
+			w.fromMedian = true
+		}
+		w.shown = max(w.shown, shown)
 	}
 	for k, b := range c.baselines {
 		if b.last <= c.tick-c.opts.BaselineWindow {
@@ -731,9 +763,59 @@ func (c *Controller) worst(lc []LCSample, tag int, learn bool) (worst float64, c
 		}
 	}
 	if !counted {
-		return math.NaN(), false, false, rs
+		return seen{worst: math.NaN(), shown: math.NaN()}, false, false, rs
 	}
-	return worst, true, baseReady, rs
+	return w, true, baseReady, rs
+}
+
+// baseline is the baseline at key, made if new.
+func (c *Controller) baseline(key string) *baseline {
+	b := c.baselines[key]
+	if b == nil {
+		b = &baseline{}
+		c.baselines[key] = b
+	}
+	return b
+}
+
+// medianKey names the baseline of a process's median kept for its tail
+// objective (seen.shown).
+const medianKey = "median"
+
+// seen is what one window showed of the setting in force.
+type seen struct {
+	// worst is the highest latency/target among the LCs: what objectives
+	// are judged by.
+	worst float64
+	// shown is the same with each tail objective relative to a baseline
+	// read from the window's median: the median over the median's
+	// baseline, times the tail's baseline over its target. Workload
+	// changes are judged by it (LCSample.Median); fromMedian says one was.
+	shown      float64
+	fromMedian bool
+}
+
+func (w seen) String() string {
+	if w.fromMedian {
+		return fmt.Sprintf("LC at %.2fx its objective, read from its median,", w.shown)
+	}
+	return fmt.Sprintf("LC at %.2fx its objective", w.shown)
+}
+
+func worsts(ws []seen) []float64 {
+	xs := make([]float64, len(ws))
+	for i, w := range ws {
+		xs[i] = w.worst
+	}
+	return xs
+}
+
+func showns(ws []seen) []float64 {
+	xs := make([]float64, len(ws))
+	for i, w := range ws {
+		xs[i] = w.shown
+	}
+	return xs
 }
 
 // baselineKey names the baseline of one process at one objective's
@@ -809,7 +891,7 @@ func (c *Controller) surprising(r *rung, worst, share, scale float64) bool {
 	// there, and by 4.2x back at the 50 us it had met its objective at.
 	// A few windows that happen to agree do not make a noisy LC steady:
 	// the stay's deviation counts only above the learnt one.
-	sd, z := math.Sqrt(c.scatter), 4.0
+	sd, z := math.Sqrt(c.shownScatter), 4.0
 	if len(c.steady) >= 4 {
 		_, stay := meanSD(c.steady)
 		sd, z = math.Max(sd, stay), 3
@@ -817,7 +899,10 @@ func (c *Controller) surprising(r *rung, worst, share, scale float64) bool {
 	// Against the stay's windows that did not stray: a burst that passed
 	// is judged with the stay (its mean), and would make the windows
 	// after it look strange.
-	ref := r.worst
+	ref := r.shown
+	if math.IsNaN(ref) {
+		ref = r.worst
+	}
 	if len(c.steady) > 0 {
 		ref, _ = meanSD(c.steady)
 	}
@@ -854,7 +939,7 @@ func (c *Controller) violated() bool {
 	if k < c.opts.Violations {
 		return false
 	}
-	m, sd := meanSD(c.stayed)
+	m, sd := meanSD(worsts(c.stayed))
 	// A stay's own deviation, pooled with what earlier stays showed (as
 	// scatterWeight windows): two windows that happen to agree do not
 	// make a noisy LC look steady.
@@ -912,7 +997,7 @@ func (c *Controller) relearn(fromHere bool) {
 		c.resume = c.cur
 	}
 	for i, old := range c.rungs {
-		r := rung{ts: old.ts, worst: math.NaN(), share: math.NaN()}
+		r := rung{ts: old.ts, worst: math.NaN(), shown: math.NaN(), share: math.NaN()}
 		if c.resume >= 0 && i >= safe && farMiss(old) {
 			r.fails, r.missBy, r.missAt = old.fails, old.missBy, old.missAt
 			r.badTill = c.tick + baselineMinWindows + c.opts.Forget<<min(old.fails-1, 4)

@@ -29,6 +29,14 @@ type Workload struct {
 	Noise, ShareNoise float64
 	// Requests per window.
 	Requests int
+	// Spread, when positive, plays each window request by request: a
+	// request's latency is lognormal (Spread: the deviation of its log)
+	// with Baseline as its quantile at the objective's, and Hiccups of
+	// them (a share) wait on the host besides, an exponential time of
+	// mean HiccupMean x Baseline; all of it scaled by the window's
+	// response. The window reports its requests' own quantile, which for
+	// a tail of a few hundred is a few of them, and their median.
+	Spread, Hiccups, HiccupMean float64
 }
 
 // EagerPyTorchH100 is resnet50 eager inference (each request ~6 ms of
@@ -109,6 +117,9 @@ type SimGPU struct {
 	// cannot stop it).
 	Paused, IgnorePause bool
 	wasPaused           bool
+	// NoMedian leaves LCSample.Median out of windows played request by
+	// request (Workload.Spread), as an app that pushes only its tail.
+	NoMedian bool
 }
 
 // NewSimGPU returns a simulator seeded with seed.
@@ -147,15 +158,47 @@ func (g *SimGPU) Window(w Workload, obj Objective, ts, prev time.Duration) Obser
 		if key == "" {
 			key = "lc"
 		}
-		o.LC = []LCSample{{
+		s := LCSample{
 			// One LC process whatever it runs: a workload change is the
 			// same process behaving differently.
 			Key: key, Objective: obj, Requests: w.Requests,
 			Latency: time.Duration(float64(w.Baseline) * r * noise(w.Noise)),
-		}}
+		}
+		if w.Spread > 0 {
+			s.Latency, s.Median = g.requests(w, obj.Quantile, s.Latency)
+			if g.NoMedian {
+				s.Median = 0
+			}
+		}
+		o.LC = []LCSample{s}
 		if g.Standalone {
 			o.LC[0].Standalone = w.Baseline
 		}
 	}
 	return o
+}
+
+// requests plays one window's requests (Workload.Spread) at at, the
+// window's latency at the objective's quantile q before hiccups: every
+// request's latency, hiccups included, is scaled by at/Baseline, so that
+// a Point's LCRatio is the ratio of the requests' quantiles pooled at
+// every q. It returns their own quantile q and median (nearest rank, as
+// an app reports them).
+func (g *SimGPU) requests(w Workload, q float64, at time.Duration) (lat, median time.Duration) {
+	z := math.Sqrt2 * math.Erfinv(2*q-1)
+	body := float64(w.Baseline) / math.Exp(w.Spread*z)
+	scale := float64(at) / float64(w.Baseline)
+	xs := make([]float64, w.Requests)
+	for i := range xs {
+		x := body * math.Exp(w.Spread*g.rng.NormFloat64())
+		if g.rng.Float64() < w.Hiccups {
+			x += float64(w.Baseline) * w.HiccupMean * g.rng.ExpFloat64()
+		}
+		xs[i] = x * scale
+	}
+	slices.Sort(xs)
+	rank := func(p float64) time.Duration {
+		return time.Duration(xs[min(max(int(math.Ceil(p*float64(len(xs))))-1, 0), len(xs)-1)])
+	}
+	return rank(q), rank(0.5)
 }
