@@ -259,6 +259,9 @@ type Controller struct {
 	steady      []float64 // their seen.shown but for the windows that strayed (what the setting shows)
 	parked      []seen    // windows that strayed (surprised of them), not yet in stayed
 	scatter     float64   // the variance of one window's worst LC latency/target under one setting, learnt over stays
+	// upFromMet: the last move was to a longer rung, from one that met
+	// every objective (its first window's far miss is the new rung's).
+	upFromMet bool
 	// shownScatter is the same for seen.shown, what workload changes are
 	// judged by (equal to scatter unless a tail objective is read from
 	// medians).
@@ -530,19 +533,25 @@ func (c *Controller) observe(o Observation) Decision {
 			return c.stay(d, fmt.Sprintf("LC baselines known: BE resumed at %v", c.rungs[to].ts))
 		}
 	}
-	if c.since < c.opts.MinDwell {
+	far := c.farMiss(win)
+	if c.since < c.opts.MinDwell && !far {
 		d.Cause = CauseDwell
 		return c.stay(d, "dwelling after a change")
 	}
 
-	if c.violated() {
+	if far || c.violated() {
 		r := &c.rungs[c.cur]
+		of := fmt.Sprintf("mean of %d windows", len(c.stayed))
+		if far {
+			of = "one window, a far miss"
+			r.worst, r.last = win.worst, c.tick
+		}
 		r.fails++
 		r.badTill = c.tick + c.opts.Forget<<min(r.fails-1, 4)
 		r.missBy, r.missAt = r.worst, c.tick
 		d.Cause = CauseViolation
 		if next, ok := c.pastTheDip(o.LC); ok {
-			return c.move(d, next, fmt.Sprintf("LC at %.2fx its objective under %v (mean of %d windows), a mild miss at or under the safe setting: trying the longer %v, not yet measured", r.worst, r.ts, len(c.stayed), c.rungs[next].ts))
+			return c.move(d, next, fmt.Sprintf("LC at %.2fx its objective under %v (%s), a mild miss at or under the safe setting: trying the longer %v, not yet measured", r.worst, r.ts, of, c.rungs[next].ts))
 		}
 		i, ok := c.bestFeasible(c.cur, c.opts.Headroom)
 		if !ok {
@@ -551,13 +560,13 @@ func (c *Controller) observe(o Observation) Decision {
 			i, ok = c.bestFeasible(c.cur, 0)
 		}
 		if ok {
-			return c.move(d, i, fmt.Sprintf("LC at %.2fx its objective under %v (mean of %d windows): back to %v, which met it", r.worst, r.ts, len(c.stayed), c.rungs[i].ts))
+			return c.move(d, i, fmt.Sprintf("LC at %.2fx its objective under %v (%s): back to %v, which met it", r.worst, r.ts, of, c.rungs[i].ts))
 		}
 		// Nothing known to meet the objectives: shorter BE timeslices
 		// are the protective direction (LC waits less for BE to yield),
 		// while one is left that was not measured recently.
 		if c.cur > c.lo && !c.fresh(c.cur-1) {
-			return c.move(d, c.cur-1, fmt.Sprintf("LC at %.2fx its objective under %v (mean of %d windows): shorter BE timeslice", r.worst, r.ts, len(c.stayed)))
+			return c.move(d, c.cur-1, fmt.Sprintf("LC at %.2fx its objective under %v (%s): shorter BE timeslice", r.worst, r.ts, of))
 		}
 		if c.cur == c.lo && c.contradicted(lc) {
 			// The LC misses where its baseline was learnt: it is not
@@ -926,6 +935,32 @@ func (c *Controller) contradicted(lc []LCResult) bool {
 	return false
 }
 
+// farMiss reports whether window w alone misses an objective by far: by
+// more than farMissOne and twice the margin a miss needs from one window,
+// in its tail and in its median alike, while the setting has fewer
+// windows than a miss needs. The first window under a setting counts when
+// the search came to it from one that met every objective: what it mixes
+// of the earlier setting only lowers it. On the H100 a CUDA-graph LC
+// turned eager as the search tried 200 us, which it met before, and ran
+// 4.8-5.2x its objective there; two windows more under that setting (and
+// back at the one it met) before the change was seen put the eager knee
+// 10.5 s after the change. A synthetic LC with hints ran 10.6x its p99
+// objective for two windows of a setting it waited out.
+func (c *Controller) farMiss(w seen) bool {
+	if c.calibrating || len(c.stayed) >= c.opts.Violations || (c.since < 2 && !c.upFromMet) {
+		return false
+	}
+	far := max(farMissOne, 1+2*violationZ*math.Sqrt(c.scatter))
+	return w.worst > far && w.shown > far
+}
+
+// farMissOne is the least latency/target one window must show to miss on
+// its own: the LCs the search waits out BE's timeslice for missed by 2x
+// and more on the H100 (two synthetic LCs by 2x at 500 us, a graph LC
+// turned eager by 3.7-5.3x); an eager LC's dip, 1.1-1.2x, and a CUDA-graph
+// LC's 1.4x at 500 us need their windows' mean.
+const farMissOne = 2.0
+
 // violationZ is how many standard errors above its objective the mean of
 // a stay's windows must be for the setting to miss it (one-sided 99%: the
 // test is made every window, and a false miss sends BE back for 8 windows
@@ -1047,6 +1082,7 @@ func (c *Controller) pause(d Decision, why string) Decision {
 
 func (c *Controller) move(d Decision, to int, why string) Decision {
 	d.Changed = to != c.cur
+	c.upFromMet = to > c.cur && (d.Cause == CauseExplore || d.Cause == CauseKnownBetter)
 	c.cur, c.since, c.stayed, c.parked, c.steady = to, 0, c.stayed[:0], c.parked[:0], c.steady[:0]
 	d.BETimeslice, d.Reason, d.Fallback = c.rungs[to].ts, d.Reason+why, c.fallback
 	return d

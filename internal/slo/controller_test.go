@@ -349,10 +349,15 @@ func TestGraphStaysShort(t *testing.T) {
 			t.Errorf("seed %d: %d of %d windows at <= 200us, %d tries of longer ones: %v", seed, short, len(tail), probes, summary(ds))
 		}
 		// 500 us misses by multiples (LC waits out BE's timeslice):
-		// nothing longer is ever tried.
+		// nothing longer is ever tried, and one window there is enough
+		// to leave it (the far miss).
 		for i, d := range ds {
 			if d.BETimeslice > 500*time.Microsecond {
 				t.Errorf("seed %d: window %d at %v, past a rung that missed by multiples: %v", seed, i, d.BETimeslice, summary(ds))
+				break
+			}
+			if i > 0 && d.BETimeslice == 500*time.Microsecond && ds[i-1].BETimeslice == 500*time.Microsecond {
+				t.Errorf("seed %d: window %d: a second window at 500us, which misses by 5.8x: %v", seed, i, summary(ds))
 				break
 			}
 		}
@@ -730,11 +735,11 @@ func TestWorkloadChangeWithAMove(t *testing.T) {
 	}
 	slices.Sort(firsts)
 	t.Logf("windows from the change to 1 ms: %v", firsts)
-	// 2-5 windows to see the change (the rung tried as the LC changed was
-	// last seen more than Stale windows ago: the one returned to shows
-	// it), 8 to learn the LC, 5-7 to climb.
-	if med, p90 := firsts[len(firsts)/2], firsts[len(firsts)*9/10]; med > 19 || p90 > 25 {
-		t.Errorf("median %d, 90th percentile %d windows from the change to 1 ms; want <= 19 and <= 25", med, p90)
+	// 2-3 windows to see the change (the rung tried as the LC changed
+	// misses by far in its first window; the one returned to shows the
+	// change after its first), 8 to learn the LC, 5-7 to climb.
+	if med, p90 := firsts[len(firsts)/2], firsts[len(firsts)*9/10]; med > 16 || p90 > 19 {
+		t.Errorf("median %d, 90th percentile %d windows from the change to 1 ms; want <= 16 and <= 19", med, p90)
 	}
 }
 
@@ -1166,10 +1171,12 @@ func TestPauseIsBoundedWhenSignalsGo(t *testing.T) {
 func TestPauseOneWindowIsNoChange(t *testing.T) {
 	// One window far off (a tail's few worst requests) is a workload
 	// change on its own when relearning costs BE a calibration under the
-	// shortest rung, not when it stops BE: then three in a row.
+	// shortest rung, not when it stops BE: then three in a row. (Under a
+	// setting just tried, one window at 3x is that setting's far miss.)
 	obj := Objective{Quantile: 0.5, Inflation: 1.05}
 	spike := EagerPyTorchH100
 	spike.Baseline *= 3
+	settled := 0
 	for seed := range uint64(10) {
 		for _, pw := range []int{5, 0} {
 			ds := run(t, mustNew(t, Options{PauseWindows: pw}), NewSimGPU(seed), 70, obj, func(i int) Workload {
@@ -1182,10 +1189,17 @@ func TestPauseOneWindowIsNoChange(t *testing.T) {
 			if n, _ := pauses(ds[60:]); pw > 0 && (changed || n > 0) {
 				t.Errorf("seed %d: one window at 3x taken for a change (BE stopped %d windows): %v", seed, n, summary(ds[55:]))
 			}
-			if pw == 0 && !changed {
-				t.Errorf("seed %d: without pausing, one window at 3x not taken for a change: %v", seed, summary(ds[55:]))
+			if pw > 0 || slices.ContainsFunc(ds[57:60], func(d Decision) bool { return d.Changed }) {
+				continue
+			}
+			settled++
+			if !changed {
+				t.Errorf("seed %d: without pausing, one window at 3x under a settled setting not taken for a change: %v", seed, summary(ds[55:]))
 			}
 		}
+	}
+	if settled < 5 {
+		t.Errorf("the spike came under a settled setting in %d seeds of 10", settled)
 	}
 }
 
