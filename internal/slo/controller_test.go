@@ -1295,3 +1295,49 @@ func TestTailBodyChangeIsSeen(t *testing.T) {
 		}
 	}
 }
+
+func TestSearchPassesTwoDips(t *testing.T) {
+	// After a graph LC turned eager on the H100 (2026-11-23), the eager
+	// LC missed mildly at 200 us and at 500 us against its baseline
+	// learnt beside BE at 1 us, and 1 ms had run it at 0.94x: the search
+	// passes both dips on its way and reaches 1 ms without first going
+	// back under them. The same curve with a far miss at 500 us is left
+	// the usual way.
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	twoDips := Workload{Name: "eager-two-dips", Baseline: 6 * time.Millisecond, Noise: 0.03, ShareNoise: 0.03, Requests: 50,
+		Points: []Point{
+			{time.Microsecond, 1.00, 0.635, false},
+			{50 * time.Microsecond, 1.01, 0.70, false},
+			{200 * time.Microsecond, 1.18, 0.761, false},
+			{500 * time.Microsecond, 1.15, 0.82, false},
+			{time.Millisecond, 0.94, 0.871, false},
+			{2 * time.Millisecond, 1.3, 0.896, false},
+		},
+	}
+	far := twoDips
+	far.Points = slices.Clone(twoDips.Points)
+	far.Points[3].LCRatio = 1.6
+	for _, c := range []struct {
+		w       Workload
+		reaches bool
+	}{{twoDips, true}, {far, false}} {
+		late := 0
+		for seed := range uint64(20) {
+			g := NewSimGPU(seed)
+			g.ShareUnknown = true
+			ds := run(t, mustNew(t, Options{}), g, 40, obj, steady(c.w))
+			// 8 windows to learn the LC, 3 at 200 us, 3 at 500 us.
+			first := slices.IndexFunc(ds, func(d Decision) bool { return d.BETimeslice == time.Millisecond })
+			if c.reaches && (first < 0 || first > 16) {
+				late++
+				t.Logf("seed %d: 1 ms at window %d: %v", seed, first, summary(ds))
+			}
+			if !c.reaches && first >= 0 && first < 20 {
+				t.Errorf("seed %d: 1 ms tried at window %d, past a rung that missed by 1.6x: %v", seed, first, summary(ds))
+			}
+		}
+		if late > 1 {
+			t.Errorf("%s: 1 ms reached later than window 16, or not in 40, in %d of 20 seeds", c.w.Name, late)
+		}
+	}
+}
