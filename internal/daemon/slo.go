@@ -166,29 +166,40 @@ func (l *SLOLoop) Push(pid int, s HintStats) {
 	}
 }
 
-// ceiling is the longest BE timeslice the controller may choose now: under
-// slo.prepreempt_below while an LC process with a tail objective (above
-// p50) runs a hint engine (it pushed engine state). From that setting on
-// the daemon tells engines to stop pre-preempting, and such an LC waits
-// out BE's timeslice on every request: a tail objective pays for the try
-// itself (on the H100 one try of 500 us set a synthetic LC's p99 at
-// 10.6x). 0: none.
+// ceiling is the longest BE timeslice the controller may choose now (0:
+// none):
+//   - slo.spinner_ceiling while an LC process's hint engine launches
+//     spinners (its pushed engine state says prepreempt): past it a
+//     longer BE timeslice gave BE less, not more (policy.SLO);
+//   - under slo.prepreempt_below while an LC process with a tail
+//     objective (above p50) runs a hint engine at all. From that setting
+//     on the daemon tells engines to stop pre-preempting, and such an LC
+//     waits out BE's timeslice on every request: a tail objective pays
+//     for the try itself (on the H100 one try of 500 us set a synthetic
+//     LC's p99 at 10.6x).
 func (l *SLOLoop) ceiling(pol *policy.Policy, lcs []ProcRef) time.Duration {
-	if pol.SLO.PrepreemptBelow <= 0 {
-		return 0
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, p := range lcs {
-		os, ok := pol.Objective(p.Decision)
-		if _, hints := l.status.Engines[strconv.Itoa(p.PID)]; !ok || !hints {
-			continue
-		}
-		if slices.ContainsFunc(os, slo.Objective.Tail) {
-			return pol.SLO.PrepreemptBelow - 1
+	var c time.Duration
+	lower := func(t time.Duration) {
+		if t > 0 && (c == 0 || t < c) {
+			c = t
 		}
 	}
-	return 0
+	for _, p := range lcs {
+		os, ok := pol.Objective(p.Decision)
+		e, hints := l.status.Engines[strconv.Itoa(p.PID)]
+		if !ok || !hints {
+			continue
+		}
+		if e.Prepreempt {
+			lower(pol.SLO.SpinnerCeiling)
+		}
+		if pol.SLO.PrepreemptBelow > 0 && slices.ContainsFunc(os, slo.Objective.Tail) {
+			lower(pol.SLO.PrepreemptBelow - 1)
+		}
+	}
+	return c
 }
 
 // Forget drops an exited process's pushed state.

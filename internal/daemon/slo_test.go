@@ -129,8 +129,10 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 		st.LC[0].Ratio == nil || *st.LC[0].Ratio > 1 || st.WorstLC == nil || st.BEShare != nil {
 		t.Errorf("LC status %+v (worst %v, share %v)", st.LC, st.WorstLC, st.BEShare)
 	}
-	// What gpreemptctl reads.
-	s.loop.Push(100, HintStats{Stats: client.Stats{Engine: &EngineState{Prepreempt: true, SkippedNoBenefit: 7}}})
+	// What gpreemptctl reads. (At 1 ms the engine was told to stop
+	// launching spinners: an engine that launches them keeps BE under
+	// slo.spinner_ceiling, TestSLOLoopSpinnerCeiling.)
+	s.loop.Push(100, HintStats{Stats: client.Stats{Engine: &EngineState{Prepreempt: false, SkippedNoBenefit: 7}}})
 	var cs client.SLO
 	if b, err := json.Marshal(s.loop.Status()); err != nil || json.Unmarshal(b, &cs) != nil ||
 		cs.BETimeslice != "1ms" || len(cs.LC) != 1 || cs.LC[0].Ratio == nil || cs.Engines["100"].SkippedNoBenefit != 7 || cs.Last == nil {
@@ -495,6 +497,50 @@ slo: {enabled: true, window: 1s}
 		}
 		if withMedian != (relearnt == 0) {
 			t.Errorf("p50 pushed %v: learnt the LC again %d times", withMedian, relearnt)
+		}
+	}
+}
+
+func TestSLOLoopSpinnerCeiling(t *testing.T) {
+	// An LC whose hint engine launches spinners keeps BE at or under
+	// slo.spinner_ceiling (50 us by default), whatever its objectives;
+	// one whose engine launches none (every request class launch-bound)
+	// is searched up to the eager knee; "off" lifts the ceiling.
+	const pol = `
+classes:
+  lc: {objective: "p50<=1.05x"}
+  be: {timeslice: 200us}
+rules:
+  - {name: lc, match: {comm: "lc*"}, class: lc}
+  - {name: trainer, match: {comm: "train*"}, class: be}
+slo: {enabled: true, window: 1s%s}
+`
+	for _, tc := range []struct {
+		name     string
+		extra    string
+		spinning bool
+		lo, hi   time.Duration // the highest BE timeslice reached
+	}{
+		{"spinning", "", true, time.Microsecond, 50 * time.Microsecond},
+		{"not spinning", "", false, time.Millisecond, 3 * time.Millisecond},
+		{"ceiling off", ", spinner_ceiling: off", true, time.Millisecond, 3 * time.Millisecond},
+		{"ceiling 200us", ", spinner_ceiling: 200us", true, 200 * time.Microsecond, 200 * time.Microsecond},
+	} {
+		s := newSLORig(t, fmt.Sprintf(pol, tc.extra))
+		s.loop.Step(s.now)
+		highest := time.Duration(0)
+		for range 80 {
+			// An engine says prepreempt only while the daemon's reply
+			// lets it (below slo.prepreempt_below).
+			spin := tc.spinning && s.loop.Reply().Prepreempt
+			s.loop.Push(100, HintStats{Stats: client.Stats{Engine: &EngineState{Prepreempt: spin}}})
+			s.window(slo.EagerPyTorchH100, false)
+			if s.loop.Status().Last.Cause != slo.CauseCalibrate {
+				highest = max(highest, s.beTimeslice())
+			}
+		}
+		if highest < tc.lo || highest > tc.hi {
+			t.Errorf("%s: BE at most %v, want %v-%v", tc.name, highest, tc.lo, tc.hi)
 		}
 	}
 }

@@ -142,6 +142,14 @@ type SLO struct {
 	// BE timeslice, and launch-bound LC that needs a long BE timeslice
 	// holds the GPU for nothing). 0: never told to stop. Default 500 us.
 	PrepreemptBelow time.Duration
+	// SpinnerCeiling is the longest BE timeslice chosen while an LC
+	// process's hint engine launches spinners (its pushed engine state
+	// says prepreempt): with a spinner taking the GPU one switch ahead of
+	// each request, a longer BE timeslice does not spare BE switches, and
+	// on the H100 it gave BE less (a synthetic LC with hints beside a
+	// fixed-work BE: 89.0% at 1 us and at 50 us, 88.0% at 200 us in each
+	// of three repetitions). 0: none. Default 50 us.
+	SpinnerCeiling time.Duration
 	// PauseWindows, when positive (slo.calibrate: pause), is how many
 	// windows an LC's standalone latency is learnt from with BE
 	// processes stopped (SIGSTOP; one window more to let their queued
@@ -162,6 +170,7 @@ type SLO struct {
 const (
 	DefaultSLOWindow       = time.Second
 	DefaultPrepreemptBelow = 500 * time.Microsecond
+	DefaultSpinnerCeiling  = 50 * time.Microsecond
 	DefaultPauseWindows    = 5
 )
 
@@ -362,7 +371,7 @@ func parse(root *yaml.Node) (*Policy, error) {
 		return nil, err
 	}
 	p := &Policy{Classes: class.Defaults(), Default: Decision{Exempt: true, Rule: "default"},
-		SLO: SLO{Window: DefaultSLOWindow, PrepreemptBelow: DefaultPrepreemptBelow}}
+		SLO: SLO{Window: DefaultSLOWindow, PrepreemptBelow: DefaultPrepreemptBelow, SpinnerCeiling: DefaultSpinnerCeiling}}
 	if n := top["version"]; n != nil {
 		v, err := scalar(n, "version")
 		if err != nil {
@@ -599,7 +608,7 @@ func parseRule(n *yaml.Node, field string) (Rule, error) {
 
 // parseSLO reads the slo section into s.
 func parseSLO(n *yaml.Node, s *SLO) error {
-	fs, err := fields(n, "slo", "enabled", "window", "ladder", "safe", "shared_floor", "prepreempt_below", "calibrate", "pause_windows")
+	fs, err := fields(n, "slo", "enabled", "window", "ladder", "safe", "shared_floor", "prepreempt_below", "spinner_ceiling", "calibrate", "pause_windows")
 	if err != nil {
 		return err
 	}
@@ -658,17 +667,6 @@ func parseSLO(n *yaml.Node, s *SLO) error {
 		}
 		s.Window = d
 	}
-	timeslice := func(v *yaml.Node, field string) (time.Duration, error) {
-		str, err := scalar(v, field)
-		if err != nil {
-			return 0, err
-		}
-		d, err := tsg.ParseTimeslice(str)
-		if err != nil {
-			return 0, fieldErr(v, field, "%v", err)
-		}
-		return d, nil
-	}
 	if v := fs["ladder"]; v != nil {
 		if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
 			return fieldErr(v, "slo.ladder", "want a list of BE timeslices, such as [1us, 200us, 1ms]")
@@ -696,17 +694,41 @@ func parseSLO(n *yaml.Node, s *SLO) error {
 		}
 	}
 	if v := fs["prepreempt_below"]; v != nil {
-		str, err := scalar(v, "slo.prepreempt_below")
-		if err != nil {
+		if s.PrepreemptBelow, err = timesliceOrOff(v, "slo.prepreempt_below"); err != nil {
 			return err
 		}
-		if t := strings.ToLower(strings.TrimSpace(str)); t == "off" || t == "never" {
-			s.PrepreemptBelow = 0
-		} else if s.PrepreemptBelow, err = timeslice(v, "slo.prepreempt_below"); err != nil {
+	}
+	if v := fs["spinner_ceiling"]; v != nil {
+		if s.SpinnerCeiling, err = timesliceOrOff(v, "slo.spinner_ceiling"); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// timeslice reads a timeslice field.
+func timeslice(v *yaml.Node, field string) (time.Duration, error) {
+	str, err := scalar(v, field)
+	if err != nil {
+		return 0, err
+	}
+	d, err := tsg.ParseTimeslice(str)
+	if err != nil {
+		return 0, fieldErr(v, field, "%v", err)
+	}
+	return d, nil
+}
+
+// timesliceOrOff reads a timeslice, or "off" (or "never") for 0.
+func timesliceOrOff(v *yaml.Node, field string) (time.Duration, error) {
+	str, err := scalar(v, field)
+	if err != nil {
+		return 0, err
+	}
+	if t := strings.ToLower(strings.TrimSpace(str)); t == "off" || t == "never" {
+		return 0, nil
+	}
+	return timeslice(v, field)
 }
 
 func validEnvName(s string) bool {

@@ -90,6 +90,7 @@ func TestParseErrorsNameLineAndField(t *testing.T) {
 		{"slo ladder fraction", "slo:\n  ladder: [1500ns]\n", "line 2: slo.ladder[0]: invalid argument: timeslice 1.5µs is not a whole number"},
 		{"slo safe", "slo: {safe: 10s}\n", "line 1: slo.safe"},
 		{"slo prepreempt_below", "slo: {prepreempt_below: soon}\n", "line 1: slo.prepreempt_below"},
+		{"slo spinner_ceiling", "slo:\n  spinner_ceiling: [50us]\n", "line 2: slo.spinner_ceiling"},
 		{"slo shared_floor", "slo:\n  shared_floor: 0us\n", "line 2: slo.shared_floor"},
 		{"slo calibrate", "slo:\n  calibrate: alone\n", "line 2: slo.calibrate: \"alone\": want shortest"},
 		{"slo pause_windows without pause", "slo:\n  pause_windows: 3\n", "line 2: slo.pause_windows: set without slo.calibrate: pause"},
@@ -203,6 +204,7 @@ slo:
   safe: 200us
   shared_floor: 50us
   prepreempt_below: off
+  spinner_ceiling: 100us
   calibrate: pause
 requests: {default_max: lc}
 `))
@@ -214,7 +216,7 @@ requests: {default_max: lc}
 	got := p.SLO
 	if got.Enabled != want.Enabled || got.Window != want.Window || !slices.Equal(got.Ladder, want.Ladder) || got.Safe != want.Safe || got.SharedFloor != want.SharedFloor ||
 		got.PrepreemptBelow != 0 || got.MinBEShare != want.MinBEShare || got.LCObjective == nil || got.LCObjective.String() != "p99<=1.15x" ||
-		got.PauseWindows != DefaultPauseWindows {
+		got.PauseWindows != DefaultPauseWindows || got.SpinnerCeiling != 100*time.Microsecond {
 		t.Fatalf("SLO = %+v, want %+v with lc objective p99<=1.15x", got, want)
 	}
 	// The trainer's be:3 at 200 us with a 15 us overhead: 15 + 3 x 185.
@@ -250,7 +252,7 @@ requests: {default_max: lc}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.SLO.Enabled || d.SLO.Window != DefaultSLOWindow || d.SLO.PrepreemptBelow != DefaultPrepreemptBelow || d.SLO.SharedFloor != 0 ||
+	if d.SLO.Enabled || d.SLO.Window != DefaultSLOWindow || d.SLO.PrepreemptBelow != DefaultPrepreemptBelow || d.SLO.SpinnerCeiling != DefaultSpinnerCeiling || d.SLO.SharedFloor != 0 ||
 		d.Classes[class.BE].SliceOverhead != class.DefaultSliceOverhead {
 		t.Errorf("defaults %+v", d.SLO)
 	}
@@ -282,7 +284,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("rules:\n  - {match: {env: {A: b}}, class_from_env: A}\n"))
 	f.Add([]byte("classes: {be: {timeslice: 1us}}\ndefault: be:1000\n"))
 	f.Add([]byte("a: &x [*x]\n"))
-	f.Add([]byte("classes: {lc: {objective: p99<=1.15x}, be: {min_share: 0.88}}\nslo: {enabled: true, window: 1s, ladder: [1us, 1ms], safe: 200us, shared_floor: 50us, prepreempt_below: 500us, calibrate: pause, pause_windows: 3}\n"))
+	f.Add([]byte("classes: {lc: {objective: p99<=1.15x}, be: {min_share: 0.88}}\nslo: {enabled: true, window: 1s, ladder: [1us, 1ms], safe: 200us, shared_floor: 50us, prepreempt_below: 500us, spinner_ceiling: off, calibrate: pause, pause_windows: 3}\n"))
 	f.Add([]byte("classes: {be: {slice_overhead: 20us}, burstable: {slice_overhead: 0}}\n"))
 	f.Add([]byte("rules:\n  - {class: lc, objective: p50<=2ms}\nslo: {enabled: on}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
