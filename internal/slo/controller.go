@@ -368,6 +368,7 @@ func (c *Controller) Observe(o Observation) Decision {
 	if c.wasPaused && !d.PauseBE {
 		// BE resumes: the next window mixes the pause and the setting.
 		c.since, c.stayed, c.parked, c.steady = 0, c.stayed[:0], c.parked[:0], c.steady[:0]
+		c.upFromMet = false
 	}
 	return d
 }
