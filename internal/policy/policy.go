@@ -614,16 +614,16 @@ func parseSLO(n *yaml.Node, s *SLO) error {
 	}
 	pause := false
 	if v := fs["calibrate"]; v != nil {
-		str, err := scalar(v, "slo.calibrate")
+		str, err := keyword(v, "slo.calibrate")
 		if err != nil {
 			return err
 		}
-		switch strings.ToLower(strings.TrimSpace(str)) {
+		switch str {
 		case "shortest":
 		case "pause":
 			pause = true
 		default:
-			return fieldErr(v, "slo.calibrate", "%q: want shortest (beside BE under the shortest timeslice) or pause (BE stopped)", str)
+			return fieldErr(v, "slo.calibrate", "%q: want shortest (beside BE under the shortest timeslice) or pause (BE stopped)", v.Value)
 		}
 	}
 	if v := fs["pause_windows"]; v != nil {
@@ -643,17 +643,17 @@ func parseSLO(n *yaml.Node, s *SLO) error {
 		s.PauseWindows = DefaultPauseWindows
 	}
 	if v := fs["enabled"]; v != nil {
-		str, err := scalar(v, "slo.enabled")
+		str, err := keyword(v, "slo.enabled")
 		if err != nil {
 			return err
 		}
-		switch strings.ToLower(strings.TrimSpace(str)) {
+		switch str {
 		case "true", "yes", "on":
 			s.Enabled = true
 		case "false", "no", "off":
 			s.Enabled = false
 		default:
-			return fieldErr(v, "slo.enabled", "%q: want true or false", str)
+			return fieldErr(v, "slo.enabled", "%q: want true or false", v.Value)
 		}
 	}
 	if v := fs["window"]; v != nil {
@@ -721,14 +721,20 @@ func timeslice(v *yaml.Node, field string) (time.Duration, error) {
 
 // timesliceOrOff reads a timeslice, or "off" (or "never") for 0.
 func timesliceOrOff(v *yaml.Node, field string) (time.Duration, error) {
-	str, err := scalar(v, field)
+	str, err := keyword(v, field)
 	if err != nil {
 		return 0, err
 	}
-	if t := strings.ToLower(strings.TrimSpace(str)); t == "off" || t == "never" {
+	if str == "off" || str == "never" {
 		return 0, nil
 	}
 	return timeslice(v, field)
+}
+
+// keyword reads a scalar field as a lower-case word.
+func keyword(v *yaml.Node, field string) (string, error) {
+	str, err := scalar(v, field)
+	return strings.ToLower(strings.TrimSpace(str)), err
 }
 
 func validEnvName(s string) bool {

@@ -830,18 +830,14 @@ func (w seen) String() string {
 	return fmt.Sprintf("LC at %.2fx its objective", w.shown)
 }
 
-func worsts(ws []seen) []float64 {
-	xs := make([]float64, len(ws))
-	for i, w := range ws {
-		xs[i] = w.worst
-	}
-	return xs
-}
+// worsts and showns are the windows' seen.worst and seen.shown.
+func worsts(ws []seen) []float64 { return pick(ws, func(w seen) float64 { return w.worst }) }
+func showns(ws []seen) []float64 { return pick(ws, func(w seen) float64 { return w.shown }) }
 
-func showns(ws []seen) []float64 {
+func pick(ws []seen, f func(seen) float64) []float64 {
 	xs := make([]float64, len(ws))
 	for i, w := range ws {
-		xs[i] = w.shown
+		xs[i] = f(w)
 	}
 	return xs
 }
@@ -924,15 +920,12 @@ func (c *Controller) surprising(r *rung, worst, share, scale float64) bool {
 		_, stay := meanSD(c.steady)
 		sd, z = math.Max(sd, stay), 3
 	}
-	// Against the stay's windows that did not stray: a burst that passed
-	// is judged with the stay (its mean), and would make the windows
-	// after it look strange.
+	// Against the stay's windows that did not stray (r.shown, their
+	// mean): a burst that passed is judged with the stay, and would make
+	// the windows after it look strange.
 	ref := r.shown
 	if math.IsNaN(ref) {
 		ref = r.worst
-	}
-	if len(c.steady) > 0 {
-		ref, _ = meanSD(c.steady)
 	}
 	limit := math.Max(scale*c.opts.Surprise*math.Max(ref, 1)*2, scale*z*sd)
 	return math.Abs(worst-ref) > limit
