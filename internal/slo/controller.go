@@ -954,7 +954,7 @@ func (c *Controller) contradicted(lc []LCResult) bool {
 // the search came to it from one that met every objective: what it mixes
 // of the earlier setting only lowers it. On the H100 a CUDA-graph LC
 // turned eager as the search tried 200 us, which it met before, and ran
-// 4.8-5.2x its objective there; two windows more under that setting (and
+// 4.5-5.3x its objective there; two windows more under that setting (and
 // back at the one it met) before the change was seen put the eager knee
 // 10.5 s after the change. A synthetic LC with hints ran 10.6x its p99
 // objective for two windows of a setting it waited out.
