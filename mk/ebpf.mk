@@ -7,7 +7,8 @@
 EBPF_DEPS      := clang llvm libbpf-dev bpftool
 EBPF_DIR       := internal/trace
 EBPF_GENERATED := $(addprefix $(EBPF_DIR)/,rm_bpfel.go rm_bpfel.o \
-                    calls_x86_bpfel.go calls_x86_bpfel.o calls_arm64_bpfel.go calls_arm64_bpfel.o)
+                    calls_x86_bpfel.go calls_x86_bpfel.o calls_arm64_bpfel.go calls_arm64_bpfel.o \
+                    launches_bpfel.go launches_bpfel.o)
 SUDO           ?= $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
 .PHONY: deps ebpf-generate ebpf-check

@@ -8,3 +8,4 @@ package trace
 
 //go:generate go tool bpf2go -tags linux -target bpfel -type rm_event -type task_exit_event rm bpf/rmioctl.c -- -I./bpf -Wall -Werror
 //go:generate go tool bpf2go -tags linux -target amd64,arm64 -type call_event -type role calls bpf/calls.c -- -I./bpf -Wall -Werror
+//go:generate go tool bpf2go -tags linux -target bpfel launches bpf/launches.c -- -I./bpf -Wall -Werror

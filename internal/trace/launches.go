@@ -1,0 +1,176 @@
+package trace
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// LaunchCounter counts the kernel launches of chosen processes in the
+// kernel: uprobes on their libcuda's launch functions
+// (DefaultLaunchSymbols), attached to each process alone, add one to that
+// process's count. No event crosses to user space; a count is read when
+// wanted. The breakpoints are installed in the attached processes only,
+// so no other process pays for them. Safe for concurrent use.
+type LaunchCounter struct {
+	log  *slog.Logger
+	objs *launchesObjects
+
+	mu    sync.Mutex
+	procs map[int][]link.Link
+	libs  map[string]*counterLibrary // by library path
+}
+
+// counterLibrary is what one library file's launch functions resolved to.
+type counterLibrary struct {
+	ex      *link.Executable
+	symbols []string // the launch functions it has, one name per address
+}
+
+// maxCounted is the table's capacity (launches.c).
+const maxCounted = 4096
+
+// OpenLaunchCounter loads the counting program. Errors: ErrNotRoot,
+// ErrBPFUnavailable.
+func OpenLaunchCounter(log *slog.Logger) (*LaunchCounter, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := checkPrivileges(); err != nil {
+		return nil, err
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("%w: remove memlock limit: %w", ErrBPFUnavailable, err)
+	}
+	objs := &launchesObjects{}
+	if err := loadLaunchesObjects(objs, nil); err != nil {
+		return nil, loadError("launch counter", err)
+	}
+	return &LaunchCounter{log: log, objs: objs, procs: map[int][]link.Link{}, libs: map[string]*counterLibrary{}}, nil
+}
+
+// Attach starts counting pid's launches through library, the libcuda
+// file that process has mapped (FindLibrary with its pid), from zero.
+// Attaching a process already counted starts it again from zero. On error
+// nothing of pid is left attached. Errors: ErrNoLibrary, ErrNoSymbols,
+// ErrBPFUnavailable (the kernel refused a uprobe), and a full table.
+func (c *LaunchCounter) Attach(pid int, library string) error {
+	if pid <= 0 {
+		return fmt.Errorf("launch counter: pid %d", pid)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.detach(pid)
+	lib, err := c.library(library)
+	if err != nil {
+		return err
+	}
+	if len(c.procs) >= maxCounted {
+		return fmt.Errorf("launch counter: %d processes counted already", len(c.procs))
+	}
+	key, zero := uint32(pid), uint64(0)
+	if err := c.objs.LaunchCounts.Update(key, zero, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("launch counter: %w", err)
+	}
+	var links []link.Link
+	for _, sym := range lib.symbols {
+		l, err := lib.ex.Uprobe(sym, c.objs.CountLaunch, &link.UprobeOptions{PID: pid})
+		if err != nil {
+			for _, l := range links {
+				l.Close()
+			}
+			c.objs.LaunchCounts.Delete(key)
+			return attachError(fmt.Sprintf("uprobe %s for process %d", sym, pid), err)
+		}
+		links = append(links, l)
+	}
+	c.procs[pid] = links
+	c.log.Debug("counting launches", "pid", pid, "library", library, "functions", len(links))
+	return nil
+}
+
+// library opens path's launch functions once.
+func (c *LaunchCounter) library(path string) (*counterLibrary, error) {
+	if l := c.libs[path]; l != nil {
+		return l, nil
+	}
+	var probes []Probe
+	for _, s := range DefaultLaunchSymbols {
+		probes = append(probes, Probe{Library: path, Symbol: s, Role: RoleLaunch})
+	}
+	// Aliases of one address would count a launch twice: ResolveProbes
+	// keeps one name per address.
+	keep, _, err := ResolveProbes(probes)
+	if err != nil {
+		return nil, err
+	}
+	if len(keep) == 0 {
+		return nil, fmt.Errorf("%w: none of %v in %s", ErrNoSymbols, DefaultLaunchSymbols, path)
+	}
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrNoLibrary, path, err)
+	}
+	l := &counterLibrary{ex: ex}
+	for _, p := range keep {
+		l.symbols = append(l.symbols, p.Symbol)
+	}
+	c.libs[path] = l
+	return l, nil
+}
+
+// Count is pid's launches since it was attached.
+func (c *LaunchCounter) Count(pid int) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.procs[pid]; !ok {
+		return 0, false
+	}
+	var n uint64
+	if err := c.objs.LaunchCounts.Lookup(uint32(pid), &n); err != nil {
+		return 0, false
+	}
+	return n, true
+}
+
+// Counting reports whether pid is attached.
+func (c *LaunchCounter) Counting(pid int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.procs[pid]
+	return ok
+}
+
+// Detach stops counting pid (a no-op for one not attached).
+func (c *LaunchCounter) Detach(pid int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.detach(pid)
+}
+
+func (c *LaunchCounter) detach(pid int) {
+	links, ok := c.procs[pid]
+	if !ok {
+		return
+	}
+	for _, l := range links {
+		l.Close()
+	}
+	c.objs.LaunchCounts.Delete(uint32(pid))
+	delete(c.procs, pid)
+}
+
+// Close detaches every process and unloads the program.
+func (c *LaunchCounter) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for pid := range c.procs {
+		c.detach(pid)
+	}
+	c.libs = map[string]*counterLibrary{}
+	return c.objs.Close()
+}

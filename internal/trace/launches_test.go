@@ -1,0 +1,136 @@
+package trace
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// waitingApp is a started lcapp (testdata/lcapp.c): it makes its 6 launches
+// once told to.
+type waitingApp struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+func startLCApp(t *testing.T, app string) *waitingApp {
+	t.Helper()
+	cmd := exec.Command(app)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
+	return &waitingApp{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+}
+
+// run lets the app make its calls and waits until it has.
+func (a *waitingApp) run(t *testing.T) {
+	t.Helper()
+	fmt.Fprintln(a.stdin, "go")
+	var pid, tid int
+	if _, err := fmt.Fscan(a.out, &pid, &tid); err != nil {
+		t.Fatalf("lcapp: %v", err)
+	}
+}
+
+// TestLaunchCounter puts the real counting program on a library exporting
+// libcuda's launch functions, for two processes apart, and checks that each
+// counts its own launches only (lcapp makes 6: cuLaunchKernel x5 on two
+// threads, cuLaunchKernelEx x1), that attaching again starts from zero, and
+// that a detached process is not counted.
+func TestLaunchCounter(t *testing.T) {
+	lib, app := buildFakeCUDA(t)
+	c, err := OpenLaunchCounter(nil)
+	if errors.Is(err, ErrNotRoot) {
+		t.Skipf("the kernel refuses to trace for this user: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	a, b, other := startLCApp(t, app), startLCApp(t, app), startLCApp(t, app)
+	pa, pb := a.cmd.Process.Pid, b.cmd.Process.Pid
+	for _, pid := range []int{pa, pb} {
+		if err := c.Attach(pid, lib); err != nil {
+			t.Fatalf("attach %d: %v", pid, err)
+		}
+	}
+	if err := c.Attach(pb, lib); err != nil { // again: from zero, one set of probes
+		t.Fatal(err)
+	}
+	counts := func() (uint64, uint64) {
+		na, oka := c.Count(pa)
+		nb, okb := c.Count(pb)
+		if !oka || !okb {
+			t.Fatalf("count: attached %v %v", oka, okb)
+		}
+		return na, nb
+	}
+	if na, nb := counts(); na != 0 || nb != 0 {
+		t.Fatalf("before any launch: %d %d", na, nb)
+	}
+	a.run(t)
+	other.run(t) // not attached: counted nowhere
+	if na, nb := counts(); na != 6 || nb != 0 {
+		t.Fatalf("after a's launches: a %d b %d, want 6 0", na, nb)
+	}
+	b.run(t)
+	if na, nb := counts(); na != 6 || nb != 6 {
+		t.Fatalf("after b's launches: a %d b %d, want 6 6", na, nb)
+	}
+	if c.Counting(other.cmd.Process.Pid) {
+		t.Error("an unattached process is counted")
+	}
+	c.Detach(pa)
+	if _, ok := c.Count(pa); ok || c.Counting(pa) {
+		t.Error("a detached process still has a count")
+	}
+}
+
+func TestLaunchCounterErrors(t *testing.T) {
+	lib, app := buildFakeCUDA(t)
+	c, err := OpenLaunchCounter(nil)
+	if errors.Is(err, ErrNotRoot) {
+		t.Skipf("the kernel refuses to trace for this user: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := startLCApp(t, app)
+	pid := p.cmd.Process.Pid
+	for _, tc := range []struct {
+		name string
+		pid  int
+		lib  string
+		want error
+	}{
+		{"no such library", pid, filepath.Join(t.TempDir(), "libcuda.so.1"), ErrNoLibrary},
+		{"no launch function in it", pid, app, ErrNoSymbols},
+		{"no process", 0, lib, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := c.Attach(tc.pid, tc.lib)
+			if err == nil || tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("Attach = %v, want %v", err, tc.want)
+			}
+			if c.Counting(tc.pid) {
+				t.Error("a failed attach left the process counted")
+			}
+		})
+	}
+}
