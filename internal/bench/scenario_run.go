@@ -66,6 +66,11 @@ func (r *runner) runScenario(ctx context.Context, s slot) (sr *ScenarioResult, e
 	if err := run.classifyBEs(ctx); err != nil {
 		return sr, err
 	}
+	if sc.SLO && sc.HasLC() {
+		if err := run.waitBEAlone(ctx); err != nil {
+			return sr, err
+		}
+	}
 	if sc.HasLC() {
 		err = run.measureLC(ctx)
 	} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -168,6 +169,76 @@ func (run *scenarioRun) startSLOPoll(ctx context.Context) func() {
 	}
 }
 
+// beAloneLearnt reports whether gpreemptd's status st shows every BE
+// process in pids either with its rate alone learnt or not counted, so
+// that the LC may start; measured is false when the daemon counts no BE
+// process at all (it runs without --be-progress, or BPF was refused).
+func beAloneLearnt(st *client.SLO, pids []int) (done, measured bool) {
+	if len(st.BE) == 0 {
+		return false, false
+	}
+	for _, pid := range pids {
+		i := slices.IndexFunc(st.BE, func(b client.SLOBE) bool { return b.PID == pid })
+		if i < 0 || st.BE[i].AlonePerS <= 0 && !strings.HasPrefix(st.BE[i].Signal, "not counted") {
+			return false, true
+		}
+	}
+	return true, true
+}
+
+// beAloneWindows bounds how long an slo: scenario waits for gpreemptd to
+// learn the BE processes' progress alone (it needs 3 windows, the first
+// after it starts counting).
+const beAloneWindows = 10
+
+// waitBEAlone lets gpreemptd learn the BE processes' progress alone before
+// the LC starts, as a daemon does on a node whose LC comes after its
+// training: with the BE's rate alone known, BE share is measured through
+// the run. A daemon that counts no BE progress is not waited for beyond
+// three windows; one that has not learnt it after beAloneWindows is
+// logged and the run goes on (BE share unknown for that process).
+func (run *scenarioRun) waitBEAlone(ctx context.Context) error {
+	fetch := fetchStatus(run.r.o.DaemonSocket)
+	window, err := sloWindow(ctx, fetch)
+	if err != nil {
+		return err
+	}
+	var pids []int
+	for _, w := range run.bes {
+		pids = append(pids, w.pid())
+	}
+	start := time.Now()
+	for {
+		b, err := fetch(ctx)
+		if err == nil {
+			st, err := sloStatus(b)
+			if err != nil {
+				return err
+			}
+			done, measured := beAloneLearnt(st, pids)
+			waited := time.Since(start)
+			switch {
+			case done:
+				run.r.log.Info("gpreemptd learnt BE progress alone", "after", waited.Round(time.Millisecond))
+				return nil
+			case !measured && waited > 3*window:
+				run.r.log.Info("gpreemptd measures no BE progress: BE share unknown to it")
+				return nil
+			case waited > beAloneWindows*window:
+				run.r.log.Warn("gpreemptd did not learn BE progress alone; starting the LC", "waited", waited.Round(time.Millisecond))
+				return nil
+			}
+		}
+		t := time.NewTimer(window / 4)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
 // sloLine is the report's line for one run's samples: the timeslices the
 // daemon chose, in order, before the measurement (the lead-in) and in it,
 // and its changes in each.
@@ -205,8 +276,15 @@ func sloLine(ss []SLOSample, measureStartNs int64) string {
 			before = measured[0].Changes
 		}
 		line := fmt.Sprintf("measured %v over %d samples, %d changes", seq(measured), len(measured), last.Changes-before)
-		if last.BEShare != nil {
-			line += fmt.Sprintf(", BE share %.1f%%", 100**last.BEShare)
+		var sum float64
+		var n int
+		for _, s := range measured {
+			if s.BEShare != nil {
+				sum, n = sum+*s.BEShare, n+1
+			}
+		}
+		if n > 0 {
+			line += fmt.Sprintf(", BE share measured by gpreemptd %.1f%% (mean of %d samples)", 100*sum/float64(n), n)
 		}
 		parts = append(parts, line)
 	}

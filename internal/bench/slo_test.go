@@ -304,8 +304,8 @@ func TestSLOPollerWithFakeDaemon(t *testing.T) {
 		start int64
 		want  string
 	}{
-		{0, "BE timeslice measured [policy 200us 1ms] over 3 samples, 2 changes, BE share 88.0%"},
-		{600e6, "BE timeslice lead-in [policy 200us], 1 changes; measured [1ms] over 1 samples, 1 changes, BE share 88.0%"},
+		{0, "BE timeslice measured [policy 200us 1ms] over 3 samples, 2 changes, BE share measured by gpreemptd 84.0% (mean of 2 samples)"},
+		{600e6, "BE timeslice lead-in [policy 200us], 1 changes; measured [1ms] over 1 samples, 1 changes, BE share measured by gpreemptd 88.0% (mean of 1 samples)"},
 		{800e6, "BE timeslice lead-in [policy 200us 1ms], 2 changes"},
 	} {
 		if line := sloLine(got, c.start); line != c.want {
@@ -524,5 +524,31 @@ func TestSLOWindow(t *testing.T) {
 	sc, _ := parseScenario("slo:defaults")
 	if argv, _ := r.lcArgv(sc, "lc.json"); !hasArgs(argv, "--push-period", "500ms") {
 		t.Errorf("argv lacks the daemon's window as --push-period: %v", argv)
+	}
+}
+
+func TestBEAloneLearnt(t *testing.T) {
+	row := func(pid int, alone float64, signal string) client.SLOBE {
+		return client.SLOBE{PID: pid, AlonePerS: alone, Signal: signal}
+	}
+	for _, c := range []struct {
+		name           string
+		pids           []int
+		be             []client.SLOBE
+		done, measured bool
+	}{
+		{"no BE rows: not measured", []int{10}, nil, false, false},
+		{"learnt", []int{10}, []client.SLOBE{row(10, 9000, "counted")}, true, true},
+		{"still learning", []int{10}, []client.SLOBE{row(10, 0, "learning its rate alone (2 of 3 windows without LC)")}, false, true},
+		{"not counted is not waited for", []int{10, 11}, []client.SLOBE{row(10, 9000, "counted"), row(11, 0, "not counted: uprobe refused")}, true, true},
+		{"one of two learnt", []int{10, 11}, []client.SLOBE{row(10, 9000, "counted"), row(11, 0, "counting from this window")}, false, true},
+		{"a BE of the run not listed yet", []int{10, 11}, []client.SLOBE{row(11, 9000, "counted")}, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			done, measured := beAloneLearnt(&client.SLO{Enabled: true, BE: c.be}, c.pids)
+			if done != c.done || measured != c.measured {
+				t.Errorf("done %v measured %v, want %v %v", done, measured, c.done, c.measured)
+			}
+		})
 	}
 }

@@ -55,6 +55,10 @@ type Config struct {
 	// LibCUDA is the library probed ("": the linker cache's).
 	TraceRequests bool
 	LibCUDA       string
+	// BEProgress counts the BE processes' kernel launches (uprobes on
+	// their libcuda, BEProgress) for the SLO mode's BE share. Where the
+	// kernel refuses, BE share stays unknown and the daemon runs on.
+	BEProgress bool
 	// ResyncInterval is the period of the same scan in bpf mode, a safety
 	// net for events the ring buffer dropped (0: 30 s; negative: never).
 	ResyncInterval time.Duration
@@ -96,6 +100,8 @@ type Daemon struct {
 	lost func() uint64
 	// untrace detaches request tracing (nil: off).
 	untrace func() error
+	// counter counts BE launches (nil: off).
+	counter *trace.LaunchCounter
 	modeV   atomic.Value
 	mode    string // at start
 	started time.Time
@@ -177,6 +183,18 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		}
 		d.slo.Traced, d.untrace = t, untrace
 		d.log.Info("request tracing: LC processes that push no latency are measured from libcuda", "libcuda", cfg.LibCUDA)
+	}
+	if cfg.BEProgress {
+		c, err := trace.OpenLaunchCounter(d.log)
+		if err != nil {
+			d.log.Warn("BE progress: not measured, BE share unknown in SLO mode", "err", err)
+		} else {
+			p := NewBEProgress(c, d.log)
+			if cfg.LibCUDA != "" {
+				p.Library = func(int) (string, error) { return cfg.LibCUDA, nil }
+			}
+			d.counter, d.slo.Share = c, p
+		}
 	}
 
 	if err := d.openEvents(ctx); err != nil {
@@ -585,6 +603,9 @@ func (d *Daemon) close() {
 	}
 	if c, ok := d.events.(interface{ Close() error }); ok {
 		c.Close()
+	}
+	if d.counter != nil {
+		d.counter.Close()
 	}
 	if d.untrace != nil {
 		d.untrace()

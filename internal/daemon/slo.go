@@ -41,13 +41,16 @@ type WindowedSource interface {
 	Roll(now time.Duration)
 }
 
-// ShareSource measures BE progress relative to BE alone, in [0, 1].
-// Nothing implements it on the GPUs we have: NVML reports no per-process
-// progress, and SM utilisation counts a switched-out kernel's residency.
-// Without one, BE share is unknown (NaN) and the controller keeps the
-// longest BE timeslice that meets every LC objective (docs/SLO.md).
+// ShareSource measures BE progress relative to BE alone, in [0, 1]
+// (BEProgress: kernel launches counted by uprobes on the BE processes'
+// libcuda). Roll closes the window ending at now over the BE processes
+// bes; alone: every GPU process ran in class BE through it; paused: the BE
+// processes were stopped through it. Without a source, BE share is
+// unknown (NaN) and the controller keeps the longest BE timeslice that
+// meets every LC objective (docs/SLO.md).
 type ShareSource interface {
-	BEShare() (float64, bool)
+	Roll(now time.Duration, bes []ProcRef, alone, paused bool) (float64, bool)
+	Status() []client.SLOBE
 }
 
 // pushed holds the windows apps pushed over the socket.
@@ -273,6 +276,9 @@ func (l *SLOLoop) Step(now time.Duration) {
 	pol := l.rec.Policy()
 	if !pol.SLO.Enabled {
 		l.resume("SLO mode off")
+		if c, ok := l.Share.(interface{ Close() }); ok {
+			c.Close() // BE progress is measured in SLO mode only
+		}
 		if l.ctl != nil {
 			l.ctl = nil
 			l.rec.SetClassTimeslice(class.BE, 0)
@@ -335,7 +341,9 @@ func (l *SLOLoop) Step(now time.Duration) {
 	obs.BEPaused = l.pausing && (len(bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(bes, func(p ProcRef) bool { return !l.Pause.Still(p) }))
 	obs.MaxBETimeslice = l.ceiling(pol, lcs)
 	if l.Share != nil {
-		if s, ok := l.Share.BEShare(); ok {
+		// BE alone: no GPU process the daemon knows is outside class BE.
+		alone := len(bes) > 0 && len(l.rec.Known()) == len(bes)
+		if s, ok := l.Share.Roll(now, bes, alone, l.pausing); ok {
 			obs.BEShare = s
 		}
 	}
@@ -451,6 +459,9 @@ func (l *SLOLoop) Step(now time.Duration) {
 	l.status.BEShare, l.status.MinBEShare, l.status.WorstLC = finite(d.BEShare), pol.SLO.MinBEShare, finite(d.Worst)
 	l.status.LC, l.status.Last, l.status.Prepreempt = st, sd, prepre
 	l.status.Calibrate, l.status.BEStopped = calibrateName(conf.pause), nil
+	if l.Share != nil {
+		l.status.BE = l.Share.Status()
+	}
 	if l.pausing {
 		for _, p := range bes {
 			if l.Pause.Holds(p) {

@@ -544,3 +544,47 @@ slo: {enabled: true, window: 1s%s}
 		}
 	}
 }
+
+// TestSLOLoopMeasuresBEShare runs the loop with BE progress counted from
+// launches (a fake counter): the rate alone is learnt while the trainer
+// is the only GPU process, and once an LC runs, the share the controller,
+// the status and the metrics see is the trainer's launches over that rate,
+// here following the eager-PyTorch BE share of the timeslice applied.
+func TestSLOLoopMeasuresBEShare(t *testing.T) {
+	g := newRig(t, sloPolicy)
+	s := &sloRig{rig: g, loop: NewSLOLoop(g.rec, g.m, testLog(t))}
+	f := newFakeCounter()
+	p := NewBEProgress(f, testLog(t))
+	p.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
+	s.loop.Share = p
+	g.tick(g.start(200, policy.Process{Comm: "trainer"}, 2) + time.Second)
+	s.loop.Step(s.now) // the mode starts
+	const alone = 10_000 // launches a second
+	for range 4 {
+		f.n[200] += alone
+		s.window(slo.EagerPyTorchH100, true)
+	}
+	st := s.loop.Status()
+	if len(st.BE) != 1 || st.BE[0].PID != 200 || st.BE[0].AlonePerS != alone || st.BE[0].Share == nil || *st.BE[0].Share != 1 {
+		t.Fatalf("after 3 windows alone: %+v", st.BE)
+	}
+
+	s.start(100, policy.Process{Comm: "lc-server"}, 0)
+	s.tick(s.now) // classed now, at the loop's clock
+	var share float64
+	for i := range 40 {
+		_, share = slo.EagerPyTorchH100.At(s.beTimeslice())
+		f.n[200] += uint64(share * alone)
+		s.window(slo.EagerPyTorchH100, false)
+		st = s.loop.Status()
+		if i > 0 && (st.BEShare == nil || math.Abs(*st.BEShare-share) > 1e-3) {
+			t.Fatalf("window %d beside the LC: share %v, want %.3f (BE %+v)", i, st.BEShare, share, st.BE)
+		}
+	}
+	if got := gauge(t, s.m, "gpreemptd_slo_be_share"); math.Abs(got-share) > 1e-3 {
+		t.Errorf("gpreemptd_slo_be_share %v, want %.3f", got, share)
+	}
+	if st.BE[0].Signal != "counted" || st.BE[0].LaunchesPerS != math.Floor(share*alone) {
+		t.Errorf("BE row %+v", st.BE[0])
+	}
+}

@@ -121,7 +121,7 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 			ts += " (chosen)"
 			share := "unknown"
 			if s.BEShare != nil {
-				share = fmt.Sprintf("%.1f%%", 100**s.BEShare)
+				share = percent(s.BEShare)
 			}
 			note = "share " + share
 			if s.MinBEShare > 0 {
@@ -161,6 +161,12 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", l.PID, l.Comm, cmdutil.OrDash(l.Objective), us(l.LatencyUs), us(l.TargetUs), ratio(l.Ratio), l.Requests, l.Signal)
 		}
 	}
+	if len(s.BE) > 0 {
+		fmt.Fprintln(w, "\nBE PID\tCOMM\tLAUNCHES/S\tALONE\tSHARE\tSIGNAL")
+		for _, b := range s.BE {
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", b.PID, b.Comm, perSecond(b.LaunchesPerS), perSecond(b.AlonePerS), percent(b.Share), b.Signal)
+		}
+	}
 	return nil
 }
 
@@ -176,6 +182,20 @@ func ratio(r *float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2fx", *r)
+}
+
+func perSecond(v float64) string {
+	if v <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func percent(f *float64) string {
+	if f == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100**f)
 }
 
 func us(v float64) string {

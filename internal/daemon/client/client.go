@@ -287,8 +287,10 @@ type SLO struct {
 	SharedFloor string `json:"shared_floor,omitempty"`
 	Ladder      string `json:"ladder,omitempty"`
 	// BEShare is BE progress relative to BE alone; nil: unknown.
-	BEShare    *float64 `json:"be_share,omitempty"`
-	MinBEShare float64  `json:"min_be_share,omitempty"`
+	BEShare *float64 `json:"be_share,omitempty"`
+	// BE is each BE process's progress, where the daemon measures it.
+	BE         []SLOBE `json:"be,omitempty"`
+	MinBEShare float64 `json:"min_be_share,omitempty"`
 	// WorstLC is the highest latency/objective among LC processes; nil:
 	// no LC latency counted this window.
 	WorstLC *float64 `json:"worst_lc_vs_objective,omitempty"`
@@ -322,6 +324,22 @@ type SLOLC struct {
 	Ratio    *float64 `json:"ratio,omitempty"`
 	Requests int      `json:"requests"`
 	// Signal says where the latency came from, or why there is none.
+	Signal string `json:"signal"`
+}
+
+// SLOBE is one BE process's progress: kernel launches per second, against
+// its rate when BE ran alone.
+type SLOBE struct {
+	PID  int    `json:"pid"`
+	Comm string `json:"comm"`
+	// LaunchesPerS is the last window's rate (0: none counted).
+	LaunchesPerS float64 `json:"launches_per_s"`
+	// AlonePerS is its rate in windows without LC, the median of the last
+	// few (0: not learnt yet).
+	AlonePerS float64 `json:"alone_per_s"`
+	// Share is LaunchesPerS over AlonePerS, at most 1; nil: unknown.
+	Share *float64 `json:"share,omitempty"`
+	// Signal says whether it is counted, or why not.
 	Signal string `json:"signal"`
 }
 

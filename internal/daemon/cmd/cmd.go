@@ -45,7 +45,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			&cli.StringFlag{Name: "mode", Value: "auto", Usage: "event source: auto (eBPF, else /proc scan), bpf or scan", EnvVars: []string{"GPREEMPTD_MODE"}},
 			&cli.DurationFlag{Name: "scan-interval", Value: daemon.DefaultScanInterval, Usage: "period of the /proc scan in scan mode"},
 			&cli.BoolFlag{Name: "trace-requests", Usage: "SLO mode: measure the request latency of LC processes that push none with uprobes on libcuda (first launch to the synchronize call's return)", EnvVars: []string{"GPREEMPTD_TRACE_REQUESTS"}},
-			&cli.StringFlag{Name: "libcuda", Usage: "the libcuda --trace-requests probes (default: the one the linker's cache names)"},
+			&cli.StringFlag{Name: "libcuda", Usage: "the libcuda --trace-requests and --be-progress probe (default: for --trace-requests the one the linker's cache names, for --be-progress the one each BE process has mapped)"},
+			&cli.BoolFlag{Name: "be-progress", Value: true, Usage: "SLO mode: measure BE share from the BE processes' kernel launches (uprobes on their libcuda, counted in the kernel); where BPF is refused, BE share stays unknown", EnvVars: []string{"GPREEMPTD_BE_PROGRESS"}},
 			&cli.DurationFlag{Name: "resync-interval", Value: 30 * time.Second, Usage: "in bpf mode, scan /proc this often too, for events the ring buffer dropped (negative: never)"},
 			&cli.DurationFlag{Name: "debounce", Value: 20 * time.Millisecond, Usage: "class a context this long after its last setup call"},
 			&cli.DurationFlag{Name: "max-wait", Value: 500 * time.Millisecond, Usage: "class a context at most this long after its first group appeared"},
@@ -85,7 +86,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			cfg := daemon.Config{
 				PolicyFile: c.String("config"), Socket: c.String("socket"), MetricsAddr: c.String("metrics-addr"),
-				Mode: c.String("mode"), ScanInterval: c.Duration("scan-interval"), TraceRequests: c.Bool("trace-requests"), LibCUDA: c.String("libcuda"), ResyncInterval: c.Duration("resync-interval"), PolicyPoll: c.Duration("policy-poll"),
+				Mode: c.String("mode"), ScanInterval: c.Duration("scan-interval"), TraceRequests: c.Bool("trace-requests"), LibCUDA: c.String("libcuda"), BEProgress: c.Bool("be-progress"), ResyncInterval: c.Duration("resync-interval"), PolicyPoll: c.Duration("policy-poll"),
 				LeaveSettings: c.Bool("leave-settings"), Log: log, GPU: info, Version: Version,
 				Scan: tsg.ScanOptions{HandleGap: c.Int("handle-gap"), AllowUnsupportedDriver: c.Bool("allow-unsupported-driver")},
 				Reconcile: daemon.Options{Debounce: c.Duration("debounce"), MaxWait: c.Duration("max-wait"),

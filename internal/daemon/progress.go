@@ -1,0 +1,206 @@
+package daemon
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/trace"
+)
+
+// LaunchCounter counts a process's kernel launches (trace.LaunchCounter:
+// uprobes on its libcuda, counted in the kernel).
+type LaunchCounter interface {
+	Attach(pid int, library string) error
+	Count(pid int) (uint64, bool)
+	Detach(pid int)
+}
+
+// BEProgress measures BE progress as kernel launches per second, for the
+// SLO mode's BE share: each BE process's rate over a window, against its
+// rate in windows when every GPU process the daemon knows was BE (BE
+// alone, as on a node whose LC is idle, or before it came). A training
+// step launches the same kernels each time, and a launch blocks once the
+// queue is full, so over a window of many steps the launch rate follows
+// the completion rate. Only the BE processes are probed: the LC pays
+// nothing. A process whose rate alone is not known yet adds nothing to
+// the share; with none known the share is unknown (NaN), as without a
+// ShareSource. Roll runs on the SLO loop; Status is safe from others.
+type BEProgress struct {
+	Counter LaunchCounter
+	// Library finds the libcuda a process has mapped (default:
+	// trace.FindLibrary with its pid).
+	Library func(pid int) (string, error)
+	Log     *slog.Logger
+
+	procs map[string]*beProc // by procKey
+
+	mu     sync.Mutex
+	status []client.SLOBE
+}
+
+type beProc struct {
+	pid   int
+	comm  string
+	at    time.Duration // the last reading's time (the loop's clock)
+	count uint64        // the last reading
+	rate  float64       // launches/s over the last window; NaN: none yet
+	alone []float64     // rates of its last BE-alone windows, oldest first
+	err   string        // why it is not counted
+}
+
+// Alone windows kept per process, and needed before its rate alone is
+// trusted. A median of a few windows: one window that caught a burst of
+// host work (a checkpoint, a data loader stall) does not set it.
+const (
+	aloneKept = 9
+	aloneMin  = 3
+)
+
+// attachRetry is how long a process that could not be counted waits
+// before the next try.
+const attachRetry = 30 * time.Second
+
+// NewBEProgress counts launches with c.
+func NewBEProgress(c LaunchCounter, log *slog.Logger) *BEProgress {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &BEProgress{Counter: c, Log: log, procs: map[string]*beProc{}}
+}
+
+// Roll closes the window that ends at now over the BE processes bes.
+// alone: every GPU process ran in class BE through the window; paused: the
+// BE processes were stopped through it (its rates are not progress under
+// any setting). It returns the BE share of the window: the BE processes'
+// launches over what they launch alone, in [0, 1].
+func (b *BEProgress) Roll(now time.Duration, bes []ProcRef, alone, paused bool) (float64, bool) {
+	keys := map[string]bool{}
+	for _, p := range bes {
+		keys[procKey(p)] = true
+	}
+	for k, p := range b.procs {
+		if !keys[k] {
+			b.Counter.Detach(p.pid)
+			delete(b.procs, k)
+		}
+	}
+	var rate, ref float64
+	var st []client.SLOBE
+	for _, p := range bes {
+		k := procKey(p)
+		bp := b.procs[k]
+		if bp != nil && bp.err != "" && now-bp.at >= attachRetry {
+			bp = nil // try again: a process may map libcuda late
+		}
+		if bp == nil {
+			bp = b.attach(p, now)
+			b.procs[k] = bp
+		}
+		s := client.SLOBE{PID: p.PID, Comm: p.Comm}
+		switch {
+		case bp.err != "":
+			s.Signal = "not counted: " + bp.err
+		case bp.at == now: // attached now: its first window starts
+			s.Signal = "counting from this window"
+		default:
+			b.read(bp, now)
+			if !math.IsNaN(bp.rate) && alone && !paused {
+				if bp.alone = append(bp.alone, bp.rate); len(bp.alone) > aloneKept {
+					bp.alone = bp.alone[1:]
+				}
+			}
+			s.LaunchesPerS = finiteOr0(bp.rate)
+			s.Signal = "counted"
+			if len(bp.alone) < aloneMin {
+				s.Signal = fmt.Sprintf("learning its rate alone (%d of %d windows without LC)", len(bp.alone), aloneMin)
+				break
+			}
+			s.AlonePerS = median(bp.alone)
+			if math.IsNaN(bp.rate) || paused {
+				break
+			}
+			share := math.Min(1, bp.rate/s.AlonePerS)
+			s.Share = &share
+			rate, ref = rate+bp.rate, ref+s.AlonePerS
+		}
+		st = append(st, s)
+	}
+	b.mu.Lock()
+	b.status = st
+	b.mu.Unlock()
+	if ref <= 0 {
+		return math.NaN(), false
+	}
+	return math.Min(1, rate/ref), true
+}
+
+// attach starts counting p's launches.
+func (b *BEProgress) attach(p ProcRef, now time.Duration) *beProc {
+	bp := &beProc{pid: p.PID, comm: p.Comm, at: now, rate: math.NaN()}
+	find := b.Library
+	if find == nil {
+		find = func(pid int) (string, error) { return trace.FindLibrary(trace.LibCUDA, "", pid) }
+	}
+	lib, err := find(p.PID)
+	if err == nil {
+		err = b.Counter.Attach(p.PID, lib)
+	}
+	if err != nil {
+		bp.err = err.Error()
+		b.Log.Warn("BE progress: not counting a BE process's launches; BE share leaves it out", "pid", p.PID, "comm", p.Comm, "err", err)
+		return bp
+	}
+	b.Log.Info("BE progress: counting launches", "pid", p.PID, "comm", p.Comm, "libcuda", lib)
+	return bp
+}
+
+// read takes bp's count at now and its rate since the last reading.
+func (b *BEProgress) read(bp *beProc, now time.Duration) {
+	n, ok := b.Counter.Count(bp.pid)
+	if !ok || n < bp.count || now <= bp.at {
+		// Detached under us (the process went), or the clock did not
+		// move: no rate for this window.
+		bp.rate = math.NaN()
+		return
+	}
+	bp.rate = float64(n-bp.count) / (now - bp.at).Seconds()
+	bp.count, bp.at = n, now
+}
+
+// Status is each BE process's progress as of the last window.
+func (b *BEProgress) Status() []client.SLOBE {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.status)
+}
+
+// Close stops counting every process.
+func (b *BEProgress) Close() {
+	for k, p := range b.procs {
+		b.Counter.Detach(p.pid)
+		delete(b.procs, k)
+	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	} else {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+}
+
+func finiteOr0(x float64) float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return 0
+	}
+	return x
+}
