@@ -48,6 +48,10 @@
 # slo.pause_windows (5) windows, instead of beside BE under the ladder's
 # shortest timeslice (CALIBRATE=shortest, the default).
 #
+# BE_PROGRESS=false runs gpreemptd without measuring BE share (its
+# --be-progress: kernel launches of the BE processes, counted by uprobes on
+# their libcuda); the default measures it.
+#
 # DRY_RUN=1 prints the plan (parts, policies, bench commands) and runs
 # nothing: it needs no GPU, no root and no binaries.
 #
@@ -72,6 +76,7 @@ BENCH_REPEAT=${BENCH_REPEAT:-3}
 # 1 ms (BE 86-87%) and 3 ms (LC 1.17x), hence must1's 1500us rung.
 SLO_LADDER=${SLO_LADDER:-[1us, 50us, 200us, 500us, 1ms, 2ms, 3ms]}
 CALIBRATE=${CALIBRATE:-shortest}
+BE_PROGRESS=${BE_PROGRESS:-true}
 SLO_LADDER_MUST1=${SLO_LADDER_MUST1:-[1us, 50us, 200us, 500us, 1ms, 1500us, 2ms, 3ms]}
 # must4: two BE keep their 3:1 split down to a 50us unit timeslice once the
 # weights leave the 20us slice overhead out (110us:50us); the LCs with
@@ -144,7 +149,7 @@ bench_cmd() {
     --duration "$(duration $1)" --slo-lead-in "$(lead_in $1)" --repeat $repeat --out $W/$1
 }
 # daemon_args: traced measures the LC with uprobes on libcuda.
-daemon_args() { [ "$1" = traced ] && echo --trace-requests; }
+daemon_args() { echo --be-progress=$BE_PROGRESS; [ "$1" = traced ] && echo --trace-requests; }
 
 # The policy: workers of slo: scenarios carry GPREEMPT_CLASS (lc, be, be:3)
 # and GPREEMPT_BENCH_WORKER (lc, lc1, lc2, be1, ...); the baselines' workers
