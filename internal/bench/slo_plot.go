@@ -15,17 +15,18 @@ import (
 )
 
 // sloSeries is what slo.png draws of one run: LC p50 latency (us), the BE
-// timeslice the daemon chose (us) and BE share (%), against seconds from
-// the run's first request.
+// timeslice the daemon chose (us) and BE share (%): the bench's and the
+// daemon's own measure, against seconds from the run's first request.
 type sloSeries struct {
 	name                  string
 	latency, slice, share plotter.XYs
+	measured              plotter.XYs
 }
 
 // sloSeriesOf returns sr's series; ok is false for a run without SLO
 // samples. beOnly is the be-only run's BE rate of the same repetition (0:
-// none): BE share is the BE timeline against it, else the daemon's own
-// estimate where it has one.
+// none): share is the BE timeline against it; measured is the share the
+// daemon reported (gpreemptd --be-progress), where it did.
 func sloSeriesOf(sr *ScenarioResult, beOnly float64) (s sloSeries, ok bool) {
 	if len(sr.SLO) == 0 {
 		return s, false
@@ -41,8 +42,8 @@ func sloSeriesOf(sr *ScenarioResult, beOnly float64) (s sloSeries, ok bool) {
 		if d, err := time.ParseDuration(x.BETimeslice); err == nil && d > 0 {
 			s.slice = append(s.slice, plotter.XY{X: t, Y: float64(d) / float64(time.Microsecond)})
 		}
-		if x.BEShare != nil && (beOnly <= 0 || len(sr.BETimeline) == 0) {
-			s.share = append(s.share, plotter.XY{X: t, Y: 100 * *x.BEShare})
+		if x.BEShare != nil {
+			s.measured = append(s.measured, plotter.XY{X: t, Y: 100 * *x.BEShare})
 		}
 	}
 	if beOnly > 0 {
@@ -79,7 +80,7 @@ func PlotSLO(path string, res *Results) error {
 	titles := []struct{ title, y string }{
 		{"LC latency (p50 of consecutive requests)", "us"},
 		{"BE timeslice chosen by gpreemptd", "us (log scale)"},
-		{"BE share (BE rate per second over the be-only run's)", "%"},
+		{"BE share: BE rate per second over the be-only run's (solid), as gpreemptd measured it (dashed)", "%"},
 	}
 	plots := make([][]*plot.Plot, 3)
 	for i, t := range titles {
@@ -115,6 +116,14 @@ func PlotSLO(path string, res *Results) error {
 			if i == 0 || (i == 1 && len(s.latency) == 0) {
 				plots[i][0].Legend.Add(s.name, line)
 			}
+		}
+		if len(s.measured) > 0 {
+			line, err := plotter.NewLine(s.measured)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			line.Color, line.Width, line.Dashes = plotutil.Color(k), vg.Points(1), []vg.Length{vg.Points(4), vg.Points(3)}
+			plots[2][0].Add(line)
 		}
 	}
 	// One time axis for the three panels.

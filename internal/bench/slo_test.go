@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -382,7 +383,7 @@ func TestPlotSLO(t *testing.T) {
 		{Name: "pytorch-standalone", Rep: 1, LC: &LCResult{Samples: lc}},
 	}}
 	s, ok := sloSeriesOf(res.Scenarios[0], 0)
-	if !ok || len(s.slice) != 7 || s.slice[3].Y != 1000 || s.slice[0].X != 0.5 || len(s.share) != 8 || len(s.latency) == 0 {
+	if !ok || len(s.slice) != 7 || s.slice[3].Y != 1000 || s.slice[0].X != 0.5 || len(s.share) != 0 || len(s.measured) != 8 || math.Abs(s.measured[7].Y-87) > 1e-9 || len(s.latency) == 0 {
 		t.Errorf("series %+v", s)
 	}
 	// With a be-only rate, BE share is the BE timeline against it, in the
@@ -390,8 +391,8 @@ func TestPlotSLO(t *testing.T) {
 	withTimeline := *res.Scenarios[0]
 	withTimeline.BETimeline, withTimeline.BETimelineStartMonoNs = []float64{20, 25}, -1e9
 	s, _ = sloSeriesOf(&withTimeline, 25)
-	if want := (plotter.XYs{{X: -0.5, Y: 80}, {X: 0.5, Y: 100}}); !slices.Equal(s.share, want) {
-		t.Errorf("share %v, want %v", s.share, want)
+	if want := (plotter.XYs{{X: -0.5, Y: 80}, {X: 0.5, Y: 100}}); !slices.Equal(s.share, want) || len(s.measured) != 8 {
+		t.Errorf("share %v, want %v (and the daemon's 8 samples: %v)", s.share, want, s.measured)
 	}
 	if _, ok := sloSeriesOf(res.Scenarios[2], 0); ok {
 		t.Error("a run without SLO samples has a series")
