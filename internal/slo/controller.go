@@ -588,7 +588,13 @@ func (c *Controller) observe(o Observation) Decision {
 			c.relearn(false)
 			c.since = 1
 			d.Cause, d.WorkloadChanged = CauseCalibrate, true
-			return c.stay(d, fmt.Sprintf("workload changed: LC at %.2fx its objective under %v, where its baseline was learnt: learning it again", r.worst, r.ts))
+			// The rung's mean is forgotten when it was learnt again
+			// just now: the window's is what missed.
+			by := r.worst
+			if math.IsNaN(by) {
+				by = worst
+			}
+			return c.stay(d, fmt.Sprintf("workload changed: LC at %.2fx its objective under %v, where its baseline was learnt: learning it again", by, r.ts))
 		}
 		// Every shorter setting missed too, recently: the one that came
 		// closest. LC latency is not monotonic in the BE timeslice: an

@@ -131,7 +131,14 @@ func TestTwoObjectivesOfOneLC(t *testing.T) {
 // controller's decisions.
 func run(t *testing.T, c *Controller, g *SimGPU, n int, obj Objective, w func(i int) Workload) []Decision {
 	t.Helper()
-	return runBounded(c, g, n, obj, w, 0, 0)
+	ds := runBounded(c, g, n, obj, w, 0, 0)
+	for i, d := range ds {
+		// A reason is read by people: every figure in it is known.
+		if strings.Contains(d.Reason, "NaN") {
+			t.Fatalf("window %d: reason %q", i, d.Reason)
+		}
+	}
+	return ds
 }
 
 // runBounded plays n windows, window i of w(i), with the BE timeslice
