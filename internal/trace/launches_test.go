@@ -36,14 +36,29 @@ func startLCApp(t *testing.T, app string) *waitingApp {
 	return &waitingApp{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
 }
 
-// run lets the app make its calls and waits until it has.
-func (a *waitingApp) run(t *testing.T) {
+// run lets the app make its calls, waits until it has, and returns the
+// tid of its second thread.
+func (a *waitingApp) run(t *testing.T) int {
 	t.Helper()
 	fmt.Fprintln(a.stdin, "go")
 	var pid, tid int
-	if _, err := fmt.Fscan(a.out, &pid, &tid); err != nil {
-		t.Fatalf("lcapp: %v", err)
+	if _, err := fmt.Fscan(a.out, &pid, &tid); err != nil || pid != a.cmd.Process.Pid {
+		t.Fatalf("lcapp said pid %d tid %d (%v)", pid, tid, err)
 	}
+	return tid
+}
+
+func openLaunchCounter(t *testing.T) *LaunchCounter {
+	t.Helper()
+	c, err := OpenLaunchCounter(nil)
+	if errors.Is(err, ErrNotRoot) {
+		t.Skipf("the kernel refuses to trace for this user: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // TestLaunchCounter puts the real counting program on a library exporting
@@ -53,14 +68,7 @@ func (a *waitingApp) run(t *testing.T) {
 // that a detached process is not counted.
 func TestLaunchCounter(t *testing.T) {
 	lib, app := buildFakeCUDA(t)
-	c, err := OpenLaunchCounter(nil)
-	if errors.Is(err, ErrNotRoot) {
-		t.Skipf("the kernel refuses to trace for this user: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openLaunchCounter(t)
 
 	a, b, other := startLCApp(t, app), startLCApp(t, app), startLCApp(t, app)
 	pa, pb := a.cmd.Process.Pid, b.cmd.Process.Pid
@@ -103,14 +111,7 @@ func TestLaunchCounter(t *testing.T) {
 
 func TestLaunchCounterErrors(t *testing.T) {
 	lib, app := buildFakeCUDA(t)
-	c, err := OpenLaunchCounter(nil)
-	if errors.Is(err, ErrNotRoot) {
-		t.Skipf("the kernel refuses to trace for this user: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openLaunchCounter(t)
 	p := startLCApp(t, app)
 	pid := p.cmd.Process.Pid
 	for _, tc := range []struct {

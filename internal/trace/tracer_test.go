@@ -1,7 +1,6 @@
 package trace
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -233,21 +232,8 @@ func fakeProbes(lib string) []Probe {
 // checks the requests and hint timelines built from what they report.
 func TestUprobes(t *testing.T) {
 	lib, app := buildFakeCUDA(t)
-	cmd := exec.Command(app)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer stdin.Close()
-	pid := cmd.Process.Pid
+	a := startLCApp(t, app)
+	pid := a.cmd.Process.Pid
 
 	tr := openTracer(t, Options{Probes: fakeProbes(lib), PID: pid})
 	var skipped []string
@@ -258,12 +244,8 @@ func TestUprobes(t *testing.T) {
 		t.Errorf("skipped %v, want %s", skipped, want)
 	}
 
-	fmt.Fprintln(stdin, "go")
-	var gotPID, otherTID int
-	if _, err := fmt.Fscan(bufio.NewReader(stdout), &gotPID, &otherTID); err != nil || gotPID != pid {
-		t.Fatalf("lcapp said pid %d tid %d (%v)", gotPID, otherTID, err)
-	}
-	if err := cmd.Wait(); err != nil {
+	otherTID := a.run(t)
+	if err := a.cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
 	tr.Stop()
