@@ -558,7 +558,7 @@ func TestSLOLoopMeasuresBEShare(t *testing.T) {
 	p.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
 	s.loop.Share = p
 	g.tick(g.start(200, policy.Process{Comm: "trainer"}, 2) + time.Second)
-	s.loop.Step(s.now) // the mode starts
+	s.loop.Step(s.now)   // the mode starts
 	const alone = 10_000 // launches a second
 	for range 4 {
 		f.n[200] += alone
