@@ -184,6 +184,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.slo.Traced, d.untrace = t, untrace
 		d.log.Info("request tracing: LC processes that push no latency are measured from libcuda", "libcuda", cfg.LibCUDA)
 	}
+	if cfg.BEProgress && cfg.LibCUDA != "" {
+		if _, err := trace.FindLibrary(trace.LibCUDA, cfg.LibCUDA, 0); err != nil {
+			return nil, fmt.Errorf("%w: --libcuda: %w", tsg.ErrInvalidArgument, err)
+		}
+	}
 	if cfg.BEProgress {
 		c, err := trace.OpenLaunchCounter(d.log)
 		if err != nil {

@@ -23,8 +23,9 @@ type LaunchCounter interface {
 
 // BEProgress measures BE progress as kernel launches per second, for the
 // SLO mode's BE share: each BE process's rate over a window, against its
-// rate in windows when every GPU process the daemon knows was BE (BE
-// alone, as on a node whose LC is idle, or before it came). A training
+// rate in windows when every GPU process the daemon knows was BE, at the
+// window's start and its end (BE alone: before an LC came, or after the
+// last one went). A training
 // step launches the same kernels each time, and a launch blocks once the
 // queue is full, so over a window of many steps the launch rate follows
 // the completion rate. Only the BE processes are probed: the LC pays
@@ -75,7 +76,8 @@ func NewBEProgress(c LaunchCounter, log *slog.Logger) *BEProgress {
 }
 
 // Roll closes the window that ends at now over the BE processes bes.
-// alone: every GPU process ran in class BE through the window; paused: the
+// alone: every GPU process was in class BE at the window's start and its
+// end; paused: the
 // BE processes were stopped through it (its rates are not progress under
 // any setting). It returns the BE share of the window: the BE processes'
 // launches over what they launch alone, in [0, 1].
@@ -95,11 +97,12 @@ func (b *BEProgress) Roll(now time.Duration, bes []ProcRef, alone, paused bool) 
 	for _, p := range bes {
 		k := procKey(p)
 		bp := b.procs[k]
-		if bp != nil && bp.err != "" && now-bp.at >= attachRetry {
-			bp = nil // try again: a process may map libcuda late
+		retry := bp != nil && bp.err != "" && now-bp.at >= attachRetry
+		if retry {
+			b.Counter.Detach(bp.pid) // try again: a process may map libcuda late
 		}
-		if bp == nil {
-			bp = b.attach(p, now)
+		if bp == nil || retry {
+			bp = b.attach(p, now, retry)
 			b.procs[k] = bp
 		}
 		s := client.SLOBE{PID: p.PID, Comm: p.Comm}
@@ -110,7 +113,13 @@ func (b *BEProgress) Roll(now time.Duration, bes []ProcRef, alone, paused bool) 
 			s.Signal = "counting from this window"
 		default:
 			b.read(bp, now)
-			if !math.IsNaN(bp.rate) && alone && !paused {
+			if bp.err != "" {
+				s.Signal = "not counted: " + bp.err
+				break
+			}
+			// A window with no launch alone is a process not yet at work
+			// (loading its data or model), not its rate alone.
+			if !math.IsNaN(bp.rate) && bp.rate > 0 && alone && !paused {
 				if bp.alone = append(bp.alone, bp.rate); len(bp.alone) > aloneKept {
 					bp.alone = bp.alone[1:]
 				}
@@ -122,7 +131,7 @@ func (b *BEProgress) Roll(now time.Duration, bes []ProcRef, alone, paused bool) 
 				break
 			}
 			s.AlonePerS = median(bp.alone)
-			if math.IsNaN(bp.rate) || paused {
+			if math.IsNaN(bp.rate) || paused || s.AlonePerS <= 0 {
 				break
 			}
 			share := math.Min(1, bp.rate/s.AlonePerS)
@@ -141,7 +150,7 @@ func (b *BEProgress) Roll(now time.Duration, bes []ProcRef, alone, paused bool) 
 }
 
 // attach starts counting p's launches.
-func (b *BEProgress) attach(p ProcRef, now time.Duration) *beProc {
+func (b *BEProgress) attach(p ProcRef, now time.Duration, retry bool) *beProc {
 	bp := &beProc{pid: p.PID, comm: p.Comm, at: now, rate: math.NaN()}
 	find := b.Library
 	if find == nil {
@@ -153,20 +162,30 @@ func (b *BEProgress) attach(p ProcRef, now time.Duration) *beProc {
 	}
 	if err != nil {
 		bp.err = err.Error()
-		b.Log.Warn("BE progress: not counting a BE process's launches; BE share leaves it out", "pid", p.PID, "comm", p.Comm, "err", err)
+		log := b.Log.Warn
+		if retry {
+			log = b.Log.Debug // said once already
+		}
+		log("BE progress: not counting a BE process's launches; BE share leaves it out", "pid", p.PID, "comm", p.Comm, "err", err, "retry_in", attachRetry)
 		return bp
 	}
 	b.Log.Info("BE progress: counting launches", "pid", p.PID, "comm", p.Comm, "libcuda", lib)
 	return bp
 }
 
-// read takes bp's count at now and its rate since the last reading.
+// read takes bp's count at now and its rate since the last reading. A
+// count that cannot be read marks bp not counted, to be attached again
+// after attachRetry; one that went back starts a new baseline.
 func (b *BEProgress) read(bp *beProc, now time.Duration) {
 	n, ok := b.Counter.Count(bp.pid)
-	if !ok || n < bp.count || now <= bp.at {
-		// Detached under us (the process went), or the clock did not
-		// move: no rate for this window.
-		bp.rate = math.NaN()
+	switch {
+	case !ok:
+		bp.rate, bp.err, bp.at = math.NaN(), "its count could not be read", now
+		return
+	case n < bp.count || now <= bp.at:
+		// Counted again from zero under us, or the clock did not move:
+		// no rate for this window.
+		bp.rate, bp.count, bp.at = math.NaN(), n, now
 		return
 	}
 	bp.rate = float64(n-bp.count) / (now - bp.at).Seconds()

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"strings"
@@ -10,14 +11,15 @@ import (
 
 // fakeCounter is a LaunchCounter whose counts the test sets.
 type fakeCounter struct {
-	n        map[int]uint64
-	attached map[int]bool
-	fail     map[int]error
-	attaches int
+	n          map[int]uint64
+	attached   map[int]bool
+	fail       map[int]error
+	unreadable map[int]bool
+	attaches   int
 }
 
 func newFakeCounter() *fakeCounter {
-	return &fakeCounter{n: map[int]uint64{}, attached: map[int]bool{}, fail: map[int]error{}}
+	return &fakeCounter{n: map[int]uint64{}, attached: map[int]bool{}, fail: map[int]error{}, unreadable: map[int]bool{}}
 }
 
 func (f *fakeCounter) Attach(pid int, lib string) error {
@@ -33,7 +35,7 @@ func (f *fakeCounter) Attach(pid int, lib string) error {
 }
 
 func (f *fakeCounter) Count(pid int) (uint64, bool) {
-	if !f.attached[pid] {
+	if !f.attached[pid] || f.unreadable[pid] {
 		return 0, false
 	}
 	return f.n[pid], true
@@ -114,6 +116,11 @@ func TestBEProgress(t *testing.T) {
 			at(progressStep{bes: one, launches: map[int]uint64{10: 200}, alone: true, want: nan}),
 			steps(2, progressStep{bes: one, launches: map[int]uint64{10: 1000}, alone: true, want: 1}),
 			at(progressStep{bes: one, launches: map[int]uint64{10: 900}, want: 0.9}))},
+		{"windows alone without a launch do not set the rate alone", nil, join(
+			at(progressStep{bes: one, alone: true, want: nan}),
+			steps(3, progressStep{bes: one, launches: map[int]uint64{10: 0}, alone: true, want: nan}),
+			learnt(one, map[int]uint64{10: 1000})[1:],
+			at(progressStep{bes: one, launches: map[int]uint64{10: 500}, want: 0.5}))},
 		{"more than alone is a share of 1", nil, join(learnt(one, map[int]uint64{10: 1000}),
 			at(progressStep{bes: one, launches: map[int]uint64{10: 1300}, want: 1}))},
 		{"two BE: their launches over their launches alone", nil, join(learnt(two, map[int]uint64{10: 3000, 11: 1000}),
@@ -217,5 +224,53 @@ func TestBEProgressStatus(t *testing.T) {
 	b.Roll(now, two, false, false)
 	if st := b.Status(); !strings.HasPrefix(st[1].Signal, "learning its rate alone (0 of 3") {
 		t.Errorf("retried BE: %+v", st[1])
+	}
+}
+
+// TestBEProgressRecovers checks a count that cannot be read (the process
+// is attached again after attachRetry) and one that went back (a new
+// baseline, no rate for that window), and that the status of a BE idle
+// through its windows alone encodes (no NaN in it).
+func TestBEProgressRecovers(t *testing.T) {
+	f := newFakeCounter()
+	b := NewBEProgress(f, testLog(t))
+	b.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
+	one := []ProcRef{beA}
+	now := time.Second
+	roll := func(launches uint64, alone bool) (float64, bool) {
+		now += time.Second
+		f.n[10] += launches
+		return b.Roll(now, one, alone, false)
+	}
+	b.Roll(now, one, true, false)
+	for range 3 {
+		roll(0, true) // idle alone: loading its data
+	}
+	if js, err := json.Marshal(b.Status()); err != nil || strings.Contains(string(js), "NaN") {
+		t.Fatalf("status of an idle BE: %s, %v", js, err)
+	}
+	for range 3 {
+		roll(1000, true)
+	}
+	if sh, ok := roll(250, false); !ok || sh != 0.25 {
+		t.Fatalf("share %v %v, want 0.25", sh, ok)
+	}
+	f.n[10] = 10 // counted again from zero by someone
+	if _, ok := roll(0, false); ok {
+		t.Fatal("a count that went back gave a share")
+	}
+	if sh, ok := roll(500, false); !ok || sh != 0.5 {
+		t.Fatalf("after a new baseline: share %v %v, want 0.5", sh, ok)
+	}
+	f.unreadable[10] = true
+	if _, ok := roll(500, false); ok || !strings.HasPrefix(b.Status()[0].Signal, "not counted: its count could not be read") {
+		t.Fatalf("unreadable count: %+v", b.Status())
+	}
+	attaches := f.attaches
+	f.unreadable[10] = false
+	now += attachRetry
+	roll(0, false)
+	if f.attaches != attaches+1 || b.Status()[0].Signal != "counting from this window" {
+		t.Fatalf("after %v: %d attaches, %+v", attachRetry, f.attaches-attaches, b.Status())
 	}
 }

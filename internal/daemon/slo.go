@@ -127,6 +127,9 @@ type SLOLoop struct {
 	// pausing: the last decision stopped BE (the window now ending was
 	// to run without it).
 	pausing bool
+	// alone: only BE processes were known when the window now ending
+	// began (BE share's rate alone).
+	alone bool
 
 	ctl  *slo.Controller
 	conf sloConf
@@ -341,8 +344,12 @@ func (l *SLOLoop) Step(now time.Duration) {
 	obs.BEPaused = l.pausing && (len(bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(bes, func(p ProcRef) bool { return !l.Pause.Still(p) }))
 	obs.MaxBETimeslice = l.ceiling(pol, lcs)
 	if l.Share != nil {
-		// BE alone: no GPU process the daemon knows is outside class BE.
-		alone := len(bes) > 0 && len(l.rec.Known()) == len(bes)
+		// BE alone: no GPU process the daemon knows was outside class BE
+		// when the window began, nor is now (an LC that ran in between
+		// and went would have slowed it).
+		aloneNow := len(bes) > 0 && len(l.rec.Known()) == len(bes)
+		alone := aloneNow && l.alone
+		l.alone = aloneNow
 		if s, ok := l.Share.Roll(now, bes, alone, l.pausing); ok {
 			obs.BEShare = s
 		}

@@ -585,15 +585,15 @@ func (c *Controller) observe(o Observation) Decision {
 			// launches, or its own CPU-side work slowed it). Learn it
 			// again rather than hold BE at its shortest timeslice
 			// against a latency the LC no longer has.
-			c.relearn(false)
-			c.since = 1
-			d.Cause, d.WorkloadChanged = CauseCalibrate, true
-			// The rung's mean is forgotten when it was learnt again
-			// just now: the window's is what missed.
+			// What missed: the rung's mean, read before relearning
+			// forgets it; the window's where it has none yet.
 			by := r.worst
 			if math.IsNaN(by) {
 				by = worst
 			}
+			c.relearn(false)
+			c.since = 1
+			d.Cause, d.WorkloadChanged = CauseCalibrate, true
 			return c.stay(d, fmt.Sprintf("workload changed: LC at %.2fx its objective under %v, where its baseline was learnt: learning it again", by, r.ts))
 		}
 		// Every shorter setting missed too, recently: the one that came

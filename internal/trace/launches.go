@@ -21,14 +21,23 @@ type LaunchCounter struct {
 	objs *launchesObjects
 
 	mu    sync.Mutex
-	procs map[int][]link.Link
-	libs  map[string]*counterLibrary // by library path
+	procs map[int]counted
+	// libs are the libraries attached processes use, by path (a path
+	// through /proc/PID/root is one process's): dropped with the last.
+	libs map[string]*counterLibrary
+}
+
+// counted is one attached process.
+type counted struct {
+	links []link.Link
+	lib   string
 }
 
 // counterLibrary is what one library file's launch functions resolved to.
 type counterLibrary struct {
 	ex      *link.Executable
 	symbols []string // the launch functions it has, one name per address
+	users   int
 }
 
 // maxCounted is the table's capacity (launches.c).
@@ -50,7 +59,7 @@ func OpenLaunchCounter(log *slog.Logger) (*LaunchCounter, error) {
 	if err := loadLaunchesObjects(objs, nil); err != nil {
 		return nil, loadError("launch counter", err)
 	}
-	return &LaunchCounter{log: log, objs: objs, procs: map[int][]link.Link{}, libs: map[string]*counterLibrary{}}, nil
+	return &LaunchCounter{log: log, objs: objs, procs: map[int]counted{}, libs: map[string]*counterLibrary{}}, nil
 }
 
 // Attach starts counting pid's launches through library, the libcuda
@@ -74,6 +83,9 @@ func (c *LaunchCounter) Attach(pid int, library string) error {
 	}
 	key, zero := uint32(pid), uint64(0)
 	if err := c.objs.LaunchCounts.Update(key, zero, ebpf.UpdateAny); err != nil {
+		if lib.users == 0 {
+			delete(c.libs, library)
+		}
 		return fmt.Errorf("launch counter: %w", err)
 	}
 	var links []link.Link
@@ -84,11 +96,15 @@ func (c *LaunchCounter) Attach(pid int, library string) error {
 				l.Close()
 			}
 			c.objs.LaunchCounts.Delete(key)
+			if lib.users == 0 {
+				delete(c.libs, library)
+			}
 			return attachError(fmt.Sprintf("uprobe %s for process %d", sym, pid), err)
 		}
 		links = append(links, l)
 	}
-	c.procs[pid] = links
+	c.procs[pid] = counted{links: links, lib: library}
+	lib.users++
 	c.log.Debug("counting launches", "pid", pid, "library", library, "functions", len(links))
 	return nil
 }
@@ -137,6 +153,14 @@ func (c *LaunchCounter) Count(pid int) (uint64, bool) {
 	return n, true
 }
 
+// libraries is how many library files are held open for attached
+// processes.
+func (c *LaunchCounter) libraries() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.libs)
+}
+
 // Counting reports whether pid is attached.
 func (c *LaunchCounter) Counting(pid int) bool {
 	c.mu.Lock()
@@ -153,15 +177,20 @@ func (c *LaunchCounter) Detach(pid int) {
 }
 
 func (c *LaunchCounter) detach(pid int) {
-	links, ok := c.procs[pid]
+	p, ok := c.procs[pid]
 	if !ok {
 		return
 	}
-	for _, l := range links {
+	for _, l := range p.links {
 		l.Close()
 	}
 	c.objs.LaunchCounts.Delete(uint32(pid))
 	delete(c.procs, pid)
+	if l := c.libs[p.lib]; l != nil {
+		if l.users--; l.users <= 0 {
+			delete(c.libs, p.lib)
+		}
+	}
 }
 
 // Close detaches every process and unloads the program.

@@ -63,9 +63,10 @@ func openLaunchCounter(t *testing.T) *LaunchCounter {
 
 // TestLaunchCounter puts the real counting program on a library exporting
 // libcuda's launch functions, for two processes apart, and checks that each
-// counts its own launches only (lcapp makes 6: cuLaunchKernel x5 on two
-// threads, cuLaunchKernelEx x1), that attaching again starts from zero, and
-// that a detached process is not counted.
+// counts its own launches only (lcapp makes 6 a round: cuLaunchKernel x5 on
+// two threads, cuLaunchKernelEx x1), that attaching again starts from zero,
+// that a detached process is not counted, and that a process that exited
+// cannot be attached, leaving nothing behind.
 func TestLaunchCounter(t *testing.T) {
 	lib, app := buildFakeCUDA(t)
 	c := openLaunchCounter(t)
@@ -76,9 +77,6 @@ func TestLaunchCounter(t *testing.T) {
 		if err := c.Attach(pid, lib); err != nil {
 			t.Fatalf("attach %d: %v", pid, err)
 		}
-	}
-	if err := c.Attach(pb, lib); err != nil { // again: from zero, one set of probes
-		t.Fatal(err)
 	}
 	counts := func() (uint64, uint64) {
 		na, oka := c.Count(pa)
@@ -97,8 +95,16 @@ func TestLaunchCounter(t *testing.T) {
 		t.Fatalf("after a's launches: a %d b %d, want 6 0", na, nb)
 	}
 	b.run(t)
+	b.run(t)
+	if na, nb := counts(); na != 6 || nb != 12 {
+		t.Fatalf("after b's launches: a %d b %d, want 6 12", na, nb)
+	}
+	if err := c.Attach(pb, lib); err != nil { // again: from zero, one set of probes
+		t.Fatal(err)
+	}
+	b.run(t)
 	if na, nb := counts(); na != 6 || nb != 6 {
-		t.Fatalf("after b's launches: a %d b %d, want 6 6", na, nb)
+		t.Fatalf("after attaching b again and its launches: a %d b %d, want 6 6", na, nb)
 	}
 	if c.Counting(other.cmd.Process.Pid) {
 		t.Error("an unattached process is counted")
@@ -106,6 +112,14 @@ func TestLaunchCounter(t *testing.T) {
 	c.Detach(pa)
 	if _, ok := c.Count(pa); ok || c.Counting(pa) {
 		t.Error("a detached process still has a count")
+	}
+	b.stdin.Close()
+	b.cmd.Wait()
+	if err := c.Attach(pb, lib); err == nil || c.Counting(pb) {
+		t.Errorf("attaching a process that exited: %v, counted %v", err, c.Counting(pb))
+	}
+	if n := c.libraries(); n != 0 {
+		t.Errorf("%d libraries held with no process attached", n)
 	}
 }
 

@@ -245,6 +245,7 @@ func TestUprobes(t *testing.T) {
 	}
 
 	otherTID := a.run(t)
+	a.stdin.Close()
 	if err := a.cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}

@@ -43,4 +43,9 @@ func TestBadFlags(t *testing.T) {
 		"--trace-requests", "--libcuda", filepath.Join(dir, "no-libcuda.so.1")}, &out, &errb); code != ExitBadConfig || !strings.Contains(errb.String(), "--libcuda") {
 		t.Errorf("--libcuda missing: exit %d: %s", code, errb.String())
 	}
+	errb.Reset() // the same for the BE launch counter's (on by default)
+	if code := Run(context.Background(), []string{"gpreemptd", "-c", "../../../deploy/gpreemptd.yaml", "--socket", filepath.Join(dir, "s3"), "--mode", "scan", "--metrics-addr", "",
+		"--libcuda", filepath.Join(dir, "no-libcuda.so.1")}, &out, &errb); code != ExitBadConfig || !strings.Contains(errb.String(), "--libcuda") {
+		t.Errorf("--libcuda missing without --trace-requests: exit %d: %s", code, errb.String())
+	}
 }

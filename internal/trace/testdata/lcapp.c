@@ -1,11 +1,12 @@
-// lcapp.c: an "LC process" for the uprobe tests. It waits for a line on
-// stdin (so the test can attach to its pid first), then makes requests the
-// way an inference server does:
+// lcapp.c: an "LC process" for the uprobe tests. For each line on stdin (so
+// the test can attach to its pid first) it makes requests the way an
+// inference server does:
 //   1. h = hint("infer", 500); launch; launch; ready(h); cuStreamSynchronize
 //   2. launch (Ex); cuEventSynchronize (which fails with 700)
 //   3. h = hint("warmup", 7); cancel(h)
 //   4. on a second thread: launch x3; cuCtxSynchronize
-// and prints its pid and the second thread's tid.
+// and prints its pid and the second thread's tid; it exits at the end of
+// its input.
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,12 +35,8 @@ static void *worker(void *arg)
 	return 0;
 }
 
-int main(void)
+static int serve(void)
 {
-	char line[16];
-	if (!fgets(line, sizeof line, stdin))
-		return 1;
-
 	uint64_t h = gpreempt_hint("infer", 500);
 	cuLaunchKernel((void *)0x1234, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
 	cuLaunchKernel((void *)0x1234, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
@@ -56,5 +53,15 @@ int main(void)
 		return 1;
 	pthread_join(th, 0);
 	printf("%d %ld\n", getpid(), other_tid);
+	fflush(stdout);
+	return 0;
+}
+
+int main(void)
+{
+	char line[16];
+	while (fgets(line, sizeof line, stdin))
+		if (serve() != 0)
+			return 1;
 	return 0;
 }
