@@ -14,6 +14,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
+	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
@@ -587,4 +588,26 @@ func TestSLOLoopMeasuresBEShare(t *testing.T) {
 	if st.BE[0].Signal != "counted" || st.BE[0].LaunchesPerS != math.Floor(share*alone) {
 		t.Errorf("BE row %+v", st.BE[0])
 	}
+
+	// A BE that came while the LC ran learns its rate alone once the LC
+	// has gone, from the first window that began without it: the window
+	// the LC left in is not alone.
+	s.start(300, policy.Process{Comm: "bulk"}, 4)
+	s.tick(s.now)
+	bulkSays := func(want string) {
+		t.Helper()
+		f.n[200], f.n[300] = f.n[200]+alone, f.n[300]+alone
+		s.window(slo.EagerPyTorchH100, true)
+		for _, b := range s.loop.Status().BE {
+			if b.PID == 300 && !strings.HasPrefix(b.Signal, want) {
+				t.Fatalf("bulk: %+v, want %q", b, want)
+			}
+		}
+	}
+	bulkSays("counting from this window")
+	bulkSays("learning its rate alone (0 of 3")
+	s.feed(&trace.TaskExit{PID: 100, At: uint64(s.now)})
+	s.tick(s.now)
+	bulkSays("learning its rate alone (0 of 3") // the LC ran in part of it
+	bulkSays("learning its rate alone (1 of 3")
 }
