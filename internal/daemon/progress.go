@@ -5,11 +5,11 @@ import (
 	"log/slog"
 	"math"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/stats"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
 
@@ -47,7 +47,6 @@ type BEProgress struct {
 
 type beProc struct {
 	pid   int
-	comm  string
 	at    time.Duration // the last reading's time (the loop's clock)
 	count uint64        // the last reading
 	rate  float64       // launches/s over the last window; NaN: none yet
@@ -130,7 +129,7 @@ func (b *BEProgress) Roll(now time.Duration, bes []ProcRef, alone, paused bool) 
 				s.Signal = fmt.Sprintf("learning its rate alone (%d of %d windows without LC)", len(bp.alone), aloneMin)
 				break
 			}
-			s.AlonePerS = median(bp.alone)
+			s.AlonePerS = stats.Median(bp.alone)
 			if math.IsNaN(bp.rate) || paused || s.AlonePerS <= 0 {
 				break
 			}
@@ -151,7 +150,7 @@ func (b *BEProgress) Roll(now time.Duration, bes []ProcRef, alone, paused bool) 
 
 // attach starts counting p's launches.
 func (b *BEProgress) attach(p ProcRef, now time.Duration, retry bool) *beProc {
-	bp := &beProc{pid: p.PID, comm: p.Comm, at: now, rate: math.NaN()}
+	bp := &beProc{pid: p.PID, at: now, rate: math.NaN()}
 	find := b.Library
 	if find == nil {
 		find = func(pid int) (string, error) { return trace.FindLibrary(trace.LibCUDA, "", pid) }
@@ -199,21 +198,11 @@ func (b *BEProgress) Status() []client.SLOBE {
 	return slices.Clone(b.status)
 }
 
-// Close stops counting every process.
+// Close stops counting every process (SLO mode turned off).
 func (b *BEProgress) Close() {
 	for k, p := range b.procs {
 		b.Counter.Detach(p.pid)
 		delete(b.procs, k)
-	}
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	sort.Float64s(s)
-	if n := len(s); n%2 == 1 {
-		return s[n/2]
-	} else {
-		return (s[n/2-1] + s[n/2]) / 2
 	}
 }
 

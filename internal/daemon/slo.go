@@ -47,10 +47,12 @@ type WindowedSource interface {
 // bes; alone: every GPU process ran in class BE through it; paused: the BE
 // processes were stopped through it. Without a source, BE share is
 // unknown (NaN) and the controller keeps the longest BE timeslice that
-// meets every LC objective (docs/SLO.md).
+// meets every LC objective (docs/SLO.md). Close ends the measuring when
+// SLO mode is turned off.
 type ShareSource interface {
 	Roll(now time.Duration, bes []ProcRef, alone, paused bool) (float64, bool)
 	Status() []client.SLOBE
+	Close()
 }
 
 // pushed holds the windows apps pushed over the socket.
@@ -279,8 +281,8 @@ func (l *SLOLoop) Step(now time.Duration) {
 	pol := l.rec.Policy()
 	if !pol.SLO.Enabled {
 		l.resume("SLO mode off")
-		if c, ok := l.Share.(interface{ Close() }); ok {
-			c.Close() // BE progress is measured in SLO mode only
+		if l.Share != nil {
+			l.Share.Close() // BE progress is measured in SLO mode only
 		}
 		if l.ctl != nil {
 			l.ctl = nil
