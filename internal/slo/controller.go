@@ -262,6 +262,8 @@ type Controller struct {
 	// upFromMet: the last move was to a longer rung, from one that met
 	// every objective (its first window's far miss is the new rung's).
 	upFromMet bool
+	// from is the rung the last move left.
+	from int
 	// dips counts the rungs the search has passed the dip by in a row
 	// (pastTheDip), up to SkipBad.
 	dips int
@@ -556,8 +558,11 @@ func (c *Controller) observe(o Observation) Decision {
 		d.Cause = CauseViolation
 		if next, ok := c.pastTheDip(o.LC); ok {
 			where := "at or under the safe setting"
-			if c.dips > 0 {
+			switch {
+			case c.dips > 0:
 				where = "past the dip"
+			case c.cur > c.safe():
+				where = fmt.Sprintf("explored to from %v", c.rungs[c.from].ts)
 			}
 			dips := c.dips + 1
 			d = c.move(d, next, fmt.Sprintf("LC at %.2fx its objective under %v (%s), a mild miss %s: trying the longer %v, not yet measured", r.worst, r.ts, of, where, c.rungs[next].ts))
@@ -715,13 +720,22 @@ const probeAfter = 1
 // rung that misses by more is left the usual way, back to what met the
 // objectives.
 //
+// A rung explored to from the safe setting or under, which then misses
+// mildly, is passed the same way: after the same change on the H100
+// (bd2c6ec) the eager LC met 200 us (0.99-1.00x) and missed 500 us by
+// 1.04x, and going back under it first put 1 ms past 10 s of the change
+// in 2 of 3 repetitions. From a longer rung it is not: past 1 ms the
+// eager LC's latency only grew (1.12x at 2 ms, 1.17x at 3 ms), and
+// passing a mild miss there held the search at 2-3 ms.
+//
 // Not once a longer rung has missed recently: the dip then goes on past
 // it. Against its standalone latency (learnt with BE stopped) the eager
 // LC ran 1.0-1.2x under every rung from 200 us to 1.5 ms on the H100, and
 // passing the dip each time its rung missed cycled the search through
 // them for 40 windows without trying the shorter ones.
 func (c *Controller) pastTheDip(lc []LCSample) (int, bool) {
-	if c.opts.SkipBad == 0 || (c.cur > c.safe() && (c.dips == 0 || c.dips >= c.opts.SkipBad)) || c.rungs[c.cur].worst > skipMildMiss || !medianOnly(lc) {
+	passing := c.cur <= c.safe() || (c.upFromMet && c.from <= c.safe()) || (c.dips > 0 && c.dips < c.opts.SkipBad)
+	if c.opts.SkipBad == 0 || !passing || c.rungs[c.cur].worst > skipMildMiss || !medianOnly(lc) {
 		return 0, false
 	}
 	for j := c.cur + 1; j <= c.hi; j++ {
@@ -1101,7 +1115,7 @@ func (c *Controller) pause(d Decision, why string) Decision {
 func (c *Controller) move(d Decision, to int, why string) Decision {
 	d.Changed = to != c.cur
 	c.upFromMet = to > c.cur && (d.Cause == CauseExplore || d.Cause == CauseKnownBetter)
-	c.dips = 0
+	c.dips, c.from = 0, c.cur
 	c.cur, c.since, c.stayed, c.parked, c.steady = to, 0, c.stayed[:0], c.parked[:0], c.steady[:0]
 	d.BETimeslice, d.Reason, d.Fallback = c.rungs[to].ts, d.Reason+why, c.fallback
 	return d

@@ -1348,3 +1348,77 @@ func TestSearchPassesTwoDips(t *testing.T) {
 		}
 	}
 }
+
+func TestSearchPassesAMildMissItExploredTo(t *testing.T) {
+	// After a graph LC turned eager on the H100 (bd2c6ec, 2026-11-23),
+	// the eager LC met its objective at 200 us (0.99-1.00x) and missed it
+	// mildly at 500 us (1.04x); 1 ms, where it had run at 0.94x, was not
+	// tried within 10 s of the change in 2 of 3 repetitions: the search
+	// went back under 500 us and explored again from there. A rung the
+	// search explored to from the safe setting or under is passed like a
+	// dip; one that misses by far is not, and where every longer rung
+	// misses too the search settles back where it met the objective.
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	dip := Workload{Name: "eager-explored-dip", Baseline: 6 * time.Millisecond, Noise: 0.04, ShareNoise: 0.03, Requests: 25,
+		Points: []Point{
+			{time.Microsecond, 1.00, 0.635, false},
+			{50 * time.Microsecond, 1.02, 0.70, false},
+			{200 * time.Microsecond, 1.035, 0.761, false},
+			{500 * time.Microsecond, 1.10, 0.82, false},
+			{time.Millisecond, 0.94, 0.871, false},
+			{2 * time.Millisecond, 1.3, 0.896, false},
+		},
+	}
+	far := dip
+	far.Name, far.Points = "eager-explored-far-miss", slices.Clone(dip.Points)
+	far.Points[3].LCRatio = 1.6
+	rising := dip
+	rising.Name, rising.Points = "eager-rising", slices.Clone(dip.Points)
+	rising.Points[4].LCRatio = 1.15
+	for _, c := range []struct {
+		w Workload
+		// reach: 1 ms is reached within 20 windows of the change (10 s
+		// of 500 ms windows) in the median seed; else not within 20.
+		reach bool
+	}{{dip, true}, {far, false}, {rising, true}} {
+		var at []int
+		var lcs []float64
+		for seed := range uint64(20) {
+			g := NewSimGPU(seed)
+			g.ShareUnknown = true
+			ds := run(t, mustNew(t, Options{}), g, 180, obj, func(i int) Workload {
+				if i < 60 {
+					return GraphHintsH100
+				}
+				return c.w
+			})
+			first := slices.IndexFunc(ds[60:], func(d Decision) bool { return d.BETimeslice == time.Millisecond })
+			if first < 0 {
+				first = len(ds) - 60
+			}
+			at = append(at, first)
+			lc, _ := outcome(ds[120:], c.w)
+			lcs = append(lcs, lc)
+			if !c.reach && first <= 20 {
+				t.Errorf("%s seed %d: 1 ms tried %d windows after the change, past a rung that missed by 1.6x: %v", c.w.Name, seed, first, summary(ds[60:90]))
+			}
+		}
+		slices.Sort(at)
+		slices.Sort(lcs)
+		t.Logf("%s: windows from the change to 1 ms %v; LC over the last 60 windows, median %.3fx", c.w.Name, at, lcs[len(lcs)/2])
+		if med := at[len(at)/2]; c.reach && med > 20 {
+			t.Errorf("%s: 1 ms reached a median of %d windows after the change; want <= 20", c.w.Name, med)
+		}
+		// Settled at 1 ms where it meets the objective (1.05x its
+		// latency under 1 us, where it was learnt); else mostly at
+		// 200 us (1.035x), the windows of re-exploring 500 us and past
+		// it included (held at 500 us: 1.10x).
+		want := 1.05
+		if c.w.Name != dip.Name {
+			want = 1.09
+		}
+		if med := lcs[len(lcs)/2]; med > want {
+			t.Errorf("%s: LC at %.3fx over the last 60 windows (median seed); want <= %.2fx", c.w.Name, med, want)
+		}
+	}
+}
