@@ -232,7 +232,9 @@ run_bench_part() {
   kill -TERM $dpid; wait $dpid; echo "daemon exit rc=$?" >> "$f"
   kill $spid 2>/dev/null; wait $spid 2>/dev/null
   {
-    echo "== SLO decisions (the daemon's log)"; grep -E 'msg="?slo' "$W/$p-gpreemptd.log" | tail -40
+    # Every change and what it was for, over the whole run; then the last windows kept.
+    echo "== SLO changes (the daemon's log)"; grep -E 'level=(INFO|WARN|ERROR) msg="?slo' "$W/$p-gpreemptd.log" | head -400
+    echo "== SLO decisions, the last (the daemon's log)"; grep -E 'msg="?slo' "$W/$p-gpreemptd.log" | tail -10
     echo "== bench summary"
     bench_digest "$W/$p" "$W/$p-bench-run.log" "gpreemptd SLO mode"
   } >> "$f" 2>&1
