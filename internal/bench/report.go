@@ -249,7 +249,7 @@ func writeNotes(b *strings.Builder, res *Results) {
 	var slo []string
 	for _, sr := range res.Scenarios {
 		if len(sr.SLO) > 0 {
-			slo = append(slo, fmt.Sprintf("- %s: %s", runName(sr), sloLine(sr.SLO, sr.WindowStartMonoNs)))
+			slo = append(slo, fmt.Sprintf("- %s: %s", runName(sr), sloLine(sr.SLO, sr.WindowStartMonoNs, switchAtNs(sr.LC))))
 		}
 	}
 	if len(slo) > 0 {

@@ -242,7 +242,31 @@ func (run *scenarioRun) waitBEAlone(ctx context.Context) error {
 // sloLine is the report's line for one run's samples: the timeslices the
 // daemon chose, in order, before the measurement (the lead-in) and in it,
 // and its changes in each.
-func sloLine(ss []SLOSample, measureStartNs int64) string {
+// switchAtNs is when an slo: scenario's LC changed its workload: the
+// arrival of its switch_after request (0: it did not, or the results do
+// not say).
+func switchAtNs(lc *LCResult) int64 {
+	if lc == nil {
+		return 0
+	}
+	var i int
+	switch v := lc.Config["switch_after"].(type) {
+	case int:
+		i = v
+	case float64: // read back from results.json
+		i = int(v)
+	}
+	if i <= 0 || i >= len(lc.Samples) {
+		return 0
+	}
+	return lc.Samples[i].ArrivalMonoNs
+}
+
+// sloLine is one run's SLO status samples in a line: the BE timeslices in
+// the lead-in and in the measurement (from measureStartNs), and, when the
+// LC changed its workload at changeNs (> 0), each setting chosen from then
+// on with how long after the change it was first seen.
+func sloLine(ss []SLOSample, measureStartNs, changeNs int64) string {
 	if len(ss) == 0 {
 		return "no status read"
 	}
@@ -288,5 +312,36 @@ func sloLine(ss []SLOSample, measureStartNs int64) string {
 		}
 		parts = append(parts, line)
 	}
+	if changeNs > 0 {
+		if line := afterChange(ss, changeNs); line != "" {
+			parts = append(parts, line)
+		}
+	}
 	return "BE timeslice " + strings.Join(parts, "; ")
+}
+
+// afterChange is the settings in ss from changeNs on, each with the time
+// from changeNs to the first sample showing it ("" if no sample is that
+// late). The first is the setting in force at the change.
+func afterChange(ss []SLOSample, changeNs int64) string {
+	i := slices.IndexFunc(ss, func(s SLOSample) bool { return s.MonoNs >= changeNs })
+	if i < 0 {
+		return ""
+	}
+	if i > 0 {
+		i-- // in force when the LC changed
+	}
+	var seq []string
+	last := "\x00"
+	for _, s := range ss[i:] {
+		ts := s.BETimeslice
+		if ts == "" {
+			ts = "policy"
+		}
+		if ts != last {
+			seq = append(seq, fmt.Sprintf("%s +%.1fs", ts, float64(max(s.MonoNs-changeNs, 0))/1e9))
+			last = ts
+		}
+	}
+	return fmt.Sprintf("after the LC's change: [%s]", strings.Join(seq, ", "))
 }

@@ -309,11 +309,11 @@ func TestSLOPollerWithFakeDaemon(t *testing.T) {
 		{600e6, "BE timeslice lead-in [policy 200us], 1 changes; measured [1ms] over 1 samples, 1 changes, BE share measured by gpreemptd 88.0% (mean of 1 samples)"},
 		{800e6, "BE timeslice lead-in [policy 200us 1ms], 2 changes"},
 	} {
-		if line := sloLine(got, c.start); line != c.want {
+		if line := sloLine(got, c.start, 0); line != c.want {
 			t.Errorf("measurement from %d: line %q, want %q", c.start, line, c.want)
 		}
 	}
-	if sloLine(nil, 0) != "no status read" {
+	if sloLine(nil, 0, 0) != "no status read" {
 		t.Error("empty line")
 	}
 }
@@ -551,5 +551,43 @@ func TestBEAloneLearnt(t *testing.T) {
 				t.Errorf("done %v measured %v, want %v %v", done, measured, c.done, c.measured)
 			}
 		})
+	}
+}
+
+func TestSLOLineAfterTheLCChanged(t *testing.T) {
+	ms := int64(time.Millisecond)
+	ss := []SLOSample{
+		{MonoNs: 0, BETimeslice: "50µs"}, {MonoNs: 500 * ms, BETimeslice: "50µs"},
+		{MonoNs: 1250 * ms, BETimeslice: "1µs", Changes: 1}, {MonoNs: 5000 * ms, BETimeslice: "200µs", Changes: 2},
+		{MonoNs: 9750 * ms, BETimeslice: "1ms", Changes: 3}, {MonoNs: 10000 * ms, BETimeslice: "1ms", Changes: 3},
+	}
+	lc := func(after any, n int) *LCResult {
+		r := &LCResult{Config: map[string]any{"switch_after": after}}
+		for i := range n {
+			r.Samples = append(r.Samples, LCSample{ArrivalMonoNs: int64(i) * 100 * ms})
+		}
+		return r
+	}
+	for _, c := range []struct {
+		name string
+		lc   *LCResult
+		want string
+	}{
+		// Request 10 arrives at 1 s: the change; 50 us was in force.
+		{"in-process", lc(10, 20), "; after the LC's change: [50µs +0.0s, 1µs +0.2s, 200µs +4.0s, 1ms +8.8s]"},
+		{"read back", lc(float64(10), 20), "; after the LC's change: [50µs +0.0s, 1µs +0.2s, 200µs +4.0s, 1ms +8.8s]"},
+		{"no switch", lc(0, 20), ""},
+		{"no config", &LCResult{}, ""},
+		{"past the samples", lc(20, 20), ""},
+		{"no LC", nil, ""},
+	} {
+		want := "BE timeslice measured [50µs 1µs 200µs 1ms] over 6 samples, 3 changes" + c.want
+		if got := sloLine(ss, 0, switchAtNs(c.lc)); got != want {
+			t.Errorf("%s: %q, want %q", c.name, got, want)
+		}
+	}
+	// A change after the last sample: nothing seen after it.
+	if got := afterChange(ss, 11000*ms); got != "" {
+		t.Errorf("change after the samples: %q", got)
 	}
 }
