@@ -63,7 +63,7 @@ for rep in $(seq "$REPS"); do
       $C/gpreempt-bench be --duration 40s --out "$W/be.json" > "$W/be.out" 2> "$W/be.err" &
       bepid=$!
       for i in $(seq 300); do grep -q READY "$W/be.out" 2>/dev/null && break; sleep 0.1; done
-      $C/gpreemptctl class --pid "$(pidof_ready be)" be --be-timeslice "$BE_TS" >> "$W/class.log" 2>&1 || echo "rep $rep $c: BE not classed" >> "$f"
+      $C/gpreemptctl class --pid "$(pidof_ready be)" --be-timeslice "$BE_TS" be >> "$W/class.log" 2>&1 || echo "rep $rep $c: BE not classed" >> "$f"
     fi
     for l in "${lcs[@]}"; do lc "$l" "$mps"; done
     ready "${lcs[@]}" >> "$f" || true
