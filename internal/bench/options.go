@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -53,6 +54,11 @@ type runOptions struct {
 	// SLONoPush: the LC workers of slo: scenarios push nothing; the daemon
 	// measures them itself (gpreemptd --trace-requests).
 	SLONoPush bool `json:"slo_no_push,omitempty"`
+
+	// LCEnv is added to every LC worker's environment (KEY=VALUE): with
+	// CUDA_MPS_PIPE_DIRECTORY, the LCs run as clients of that MPS server
+	// (one channel group) while BE workers stay outside it.
+	LCEnv []string `json:"lc_env,omitempty"`
 
 	// HintLauncher is passed to LC workers of prepreempt-* scenarios.
 	HintLauncher prepreempt.Launcher `json:"hint_launcher,omitempty"`
@@ -221,6 +227,7 @@ var runFlags = []cli.Flag{
 	&cli.IntFlag{Name: "pytorch-warmup", Value: 20, Usage: "lc_infer.py warmup requests"},
 	&cli.StringFlag{Name: "pytorch-lc-model", Value: "resnet50", Usage: "torchvision model for lc_infer.py"},
 	&cli.IntFlag{Name: "pytorch-lc-batch", Value: 1, Usage: "lc_infer.py batch size"},
+	&cli.StringSliceFlag{Name: "lc-env", Usage: "KEY=VALUE added to every LC worker's environment (repeatable); CUDA_MPS_PIPE_DIRECTORY=DIR runs the LCs as clients of the MPS control daemon there, the BEs outside it"},
 	&cli.StringFlag{Name: "hint-launcher", Value: string(prepreempt.LauncherGoroutine), Usage: "prepreempt-* scenarios: the engine's launcher, goroutine or poller"},
 	&cli.Float64Flag{Name: "hint-prep-quantile", Usage: "prepreempt-* scenarios (Go LC worker): quantile of recent preparation times the engine predicts with (0: its default, 0.02)"},
 	&cli.BoolFlag{Name: "pytorch-cuda-graph", Value: true, Usage: "pytorch-* scenarios: lc_infer.py replays a CUDA graph (pytorch-eager-* scenarios never do: their LC is launch-bound)"},
@@ -253,6 +260,7 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		PyLCModel: c.String("pytorch-lc-model"), PyLCBatch: c.Int("pytorch-lc-batch"), PyGraph: c.Bool("pytorch-cuda-graph"),
 		PyBEModel: c.String("pytorch-be-model"), PyBEBatch: c.Int("pytorch-be-batch"),
 		HintLauncher: prepreempt.Launcher(c.String("hint-launcher")), HintPrepQuantile: c.Float64("hint-prep-quantile"),
+		LCEnv: c.StringSlice("lc-env"),
 	}
 	if soak := c.Duration("soak"); soak != 0 {
 		if o.Repeat != 1 {
@@ -292,6 +300,11 @@ func (o *runOptions) validate() error {
 		return fmt.Errorf("%w: --hint-launcher %q: want one of %v", ErrInvalidArgument, o.HintLauncher, prepreempt.Launchers)
 	case o.HintPrepQuantile < 0 || o.HintPrepQuantile >= 1:
 		return fmt.Errorf("%w: --hint-prep-quantile %v: want a value in (0, 1), or 0 for the default", ErrInvalidArgument, o.HintPrepQuantile)
+	}
+	for _, kv := range o.LCEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || k == classEnvVar {
+			return fmt.Errorf("%w: --lc-env %q: want KEY=VALUE, KEY not %s (the bench sets it)", ErrInvalidArgument, kv, classEnvVar)
+		}
 	}
 	for _, sc := range o.Scenarios {
 		if sc.PeriodFactor != 0 && o.Prep.Max >= o.period(sc) {

@@ -70,6 +70,11 @@ func fakeWorker(role string, args []string) int {
 	case role + "-wrong-pid":
 		fmt.Println("READY pid=1")
 		time.Sleep(time.Hour)
+	case "lc-env":
+		// --lc-env FAKE_LC_ONLY=1: LC workers have it, BE workers not.
+		if (role == "lc") != (os.Getenv("FAKE_LC_ONLY") == "1") {
+			return fail("FAKE_LC_ONLY=%q", os.Getenv("FAKE_LC_ONLY"))
+		}
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM)
@@ -183,6 +188,22 @@ func testEnv(t *testing.T, mode string) (runEnv, *bytes.Buffer) {
 		stdout: &stdout,
 		log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, &stdout
+}
+
+func TestLCEnvReachesLCWorkersOnly(t *testing.T) {
+	ctl, _ := fakeCtl(t, 0)
+	o := testOptions(t, "defaults", ctl)
+	env, _ := testEnv(t, "lc-env")
+	t.Setenv("FAKE_LC_ONLY", "") // not inherited: given to LC workers alone
+	o.LCEnv = []string{"FAKE_LC_ONLY=1"}
+	if err := runAll(context.Background(), o, env); err != nil {
+		t.Fatal(err)
+	}
+	// Without it the LC worker refuses to run (the check can fail).
+	o.LCEnv, o.Out = nil, t.TempDir()
+	if err := runAll(context.Background(), o, env); err == nil {
+		t.Fatal("LC worker ran without --lc-env")
+	}
 }
 
 func TestRunMatrix(t *testing.T) {
@@ -359,6 +380,9 @@ func TestCLI(t *testing.T) {
 		{[]string{"run", "--out", t.TempDir(), "--no-such-flag"}, ExitUsage, "no-such-flag"},
 		{[]string{"lc", "--requests", "0"}, ExitUsage, "--requests must be positive"},
 		{[]string{"run", "--out", t.TempDir(), "--repeat", "0"}, ExitUsage, "--repeat 0"},
+		{[]string{"run", "--out", t.TempDir(), "--lc-env", "CUDA_MPS_PIPE_DIRECTORY"}, ExitUsage, `--lc-env "CUDA_MPS_PIPE_DIRECTORY": want KEY=VALUE`},
+		{[]string{"run", "--out", t.TempDir(), "--lc-env", "=x"}, ExitUsage, `--lc-env "=x": want KEY=VALUE`},
+		{[]string{"run", "--out", t.TempDir(), "--lc-env", "GPREEMPT_CLASS=be"}, ExitUsage, "KEY not GPREEMPT_CLASS"},
 		{[]string{"run", "--out", t.TempDir(), "--soak", "5m", "--repeat", "3"}, ExitUsage, "drop --repeat 3"},
 		{[]string{"run", "--out", t.TempDir(), "--nvml-interval", "-1s"}, ExitUsage, "--nvml-interval"},
 		{[]string{"run", "--out", t.TempDir(), "--scenarios", "be-1us@x0.1", "--prep", "1ms"}, ExitUsage, "shorter than its period"},
