@@ -44,6 +44,11 @@
 #   PARTS=must1 scripts/gpu-run-slo.sh
 #   PARTS=must2s,must4 scripts/gpu-run-slo.sh
 #
+# MPS=1 runs every LC worker as a client of an MPS control daemon started for
+# the run (its own pipe directory, given to the LC workers alone with
+# gpreempt-bench --lc-env): the LCs share the MPS server's channel group, the
+# BE workers stay outside it. The daemon is quit at the end.
+#
 # CALIBRATE=pause learns each LC alone, its BE processes stopped for
 # slo.pause_windows (5) windows, instead of beside BE under the ladder's
 # shortest timeslice (CALIBRATE=shortest, the default).
@@ -77,6 +82,8 @@ BENCH_REPEAT=${BENCH_REPEAT:-3}
 SLO_LADDER=${SLO_LADDER:-[1us, 50us, 200us, 500us, 1ms, 2ms, 3ms]}
 CALIBRATE=${CALIBRATE:-shortest}
 BE_PROGRESS=${BE_PROGRESS:-true}
+MPS=${MPS:-}
+MPSDIR=${MPSDIR:-/tmp/gpreempt-slo-mps}
 SLO_LADDER_MUST1=${SLO_LADDER_MUST1:-[1us, 50us, 200us, 500us, 1ms, 1500us, 2ms, 3ms]}
 # must4: two BE keep their 3:1 split down to a 50us unit timeslice once the
 # weights leave the 20us slice overhead out (110us:50us); the LCs with
@@ -144,6 +151,7 @@ bench_cmd() {
   case $1 in must2s|must4|lclc) extra="--prep 500us --hint-launcher poller --lc-calibrate-us 0 --lc-iters 2000";; esac
   case $1 in traced) repeat=1;; lclc) repeat=${LCLC_REPEAT:-2};; esac
   [ "$1" = traced ] && extra="--slo-push=false"
+  [ -n "$MPS" ] && extra="$extra --lc-env CUDA_MPS_PIPE_DIRECTORY=$MPSDIR/pipe --lc-env CUDA_MPS_LOG_DIRECTORY=$MPSDIR/log"
   echo $C/gpreempt-bench run --gpreemptctl $C/gpreemptctl --daemon-socket $BSOCK \
     --scenarios "$(scenarios $1)" $extra \
     --duration "$(duration $1)" --slo-lead-in "$(lead_in $1)" --repeat $repeat --out $W/$1
@@ -207,6 +215,13 @@ fi
 
 rm -rf "$W"; mkdir -p "$OUT" "$W"
 write_machine
+if [ -n "$MPS" ]; then
+  rm -rf "$MPSDIR"; mkdir -p "$MPSDIR/pipe" "$MPSDIR/log"
+  mpsctl() { CUDA_MPS_PIPE_DIRECTORY="$MPSDIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPSDIR/log" nvidia-cuda-mps-control "$@"; }
+  mpsctl -d || { echo "MPS=1: the MPS control daemon did not start" >&2; exit 2; }
+  trap 'echo quit | mpsctl; cp "$MPSDIR"/log/*.log "$OUT"/ 2>/dev/null' EXIT
+  echo "MPS control daemon started (pipe directory $MPSDIR/pipe); LC workers are its clients" >> "$W/machine.txt"
+fi
 
 run_bench_part() {
   local p=$1 f="$W/$1.txt"
