@@ -60,7 +60,7 @@ for rep in $(seq "$REPS"); do
     case $c in alone*) lcs=(lc1);; two*) lcs=(lc1 lc2);; esac
     bepid=
     if [[ $c == *be* ]]; then
-      $C/gpreempt-bench be --duration 40s --out "$W/be.json" > "$W/be.out" 2> "$W/be.err" &
+      $C/gpreempt-bench be --duration "$((REQUESTS * 35 / 10000 + 30))s" --out "$W/be.json" > "$W/be.out" 2> "$W/be.err" &
       bepid=$!
       for i in $(seq 300); do grep -q READY "$W/be.out" 2>/dev/null && break; sleep 0.1; done
       $C/gpreemptctl class --pid "$(pidof_ready be)" --be-timeslice "$BE_TS" be >> "$W/class.log" 2>&1 || echo "rep $rep $c: BE not classed" >> "$f"
@@ -69,7 +69,7 @@ for rep in $(seq "$REPS"); do
     ready "${lcs[@]}" >> "$f" || true
     if [[ $c == two* ]]; then
       if [ "$mps" = 1 ]; then
-        srv=$(pgrep -f nvidia-cuda-mps-server | head -1)
+        srv=$(echo get_server_list | env "${MPSENV[@]}" nvidia-cuda-mps-control | head -1)
         echo "rep $rep $c: MPS server pid ${srv:-none}" >> "$W/class.log"
         $C/gpreemptctl class --pid "$srv" lc >> "$W/class.log" 2>&1 || echo "rep $rep $c: MPS server $srv not classed" >> "$f"
       else

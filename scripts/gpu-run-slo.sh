@@ -44,7 +44,7 @@
 #   PARTS=must1 scripts/gpu-run-slo.sh
 #   PARTS=must2s,must4 scripts/gpu-run-slo.sh
 #
-# MPS=1 runs every LC worker as a client of an MPS control daemon started for
+# MPS=1 (only 1) runs every LC worker as a client of an MPS control daemon started for
 # the run (its own pipe directory, given to the LC workers alone with
 # gpreempt-bench --lc-env): the LCs share the MPS server's channel group, the
 # BE workers stay outside it. The daemon is quit at the end.
@@ -151,7 +151,7 @@ bench_cmd() {
   case $1 in must2s|must4|lclc) extra="--prep 500us --hint-launcher poller --lc-calibrate-us 0 --lc-iters 2000";; esac
   case $1 in traced) repeat=1;; lclc) repeat=${LCLC_REPEAT:-2};; esac
   [ "$1" = traced ] && extra="--slo-push=false"
-  [ -n "$MPS" ] && extra="$extra --lc-env CUDA_MPS_PIPE_DIRECTORY=$MPSDIR/pipe --lc-env CUDA_MPS_LOG_DIRECTORY=$MPSDIR/log"
+  [ "$MPS" = 1 ] && extra="$extra --lc-env CUDA_MPS_PIPE_DIRECTORY=$MPSDIR/pipe --lc-env CUDA_MPS_LOG_DIRECTORY=$MPSDIR/log"
   echo $C/gpreempt-bench run --gpreemptctl $C/gpreemptctl --daemon-socket $BSOCK \
     --scenarios "$(scenarios $1)" $extra \
     --duration "$(duration $1)" --slo-lead-in "$(lead_in $1)" --repeat $repeat --out $W/$1
@@ -215,7 +215,7 @@ fi
 
 rm -rf "$W"; mkdir -p "$OUT" "$W"
 write_machine
-if [ -n "$MPS" ]; then
+if [ "$MPS" = 1 ]; then
   rm -rf "$MPSDIR"; mkdir -p "$MPSDIR/pipe" "$MPSDIR/log"
   mpsctl() { CUDA_MPS_PIPE_DIRECTORY="$MPSDIR/pipe" CUDA_MPS_LOG_DIRECTORY="$MPSDIR/log" nvidia-cuda-mps-control "$@"; }
   mpsctl -d || { echo "MPS=1: the MPS control daemon did not start" >&2; exit 2; }
@@ -248,7 +248,9 @@ run_bench_part() {
   kill $spid 2>/dev/null; wait $spid 2>/dev/null
   {
     # Every change and what it was for, over the whole run; then the last windows kept.
-    echo "== SLO changes (the daemon's log)"; grep -E 'level=(INFO|WARN|ERROR) msg="?slo' "$W/$p-gpreemptd.log" | head -400
+    local n; n=$(grep -cE 'level=(INFO|WARN|ERROR) msg="?slo' "$W/$p-gpreemptd.log")
+    echo "== SLO changes (the daemon's log: $n lines$([ "$n" -gt 400 ] && echo ", the first 400; all in slo-all.tar.gz"))"
+    grep -E 'level=(INFO|WARN|ERROR) msg="?slo' "$W/$p-gpreemptd.log" | head -400
     echo "== SLO decisions, the last (the daemon's log)"; grep -E 'msg="?slo' "$W/$p-gpreemptd.log" | tail -10
     echo "== bench summary"
     bench_digest "$W/$p" "$W/$p-bench-run.log" "gpreemptd SLO mode"

@@ -50,6 +50,8 @@ func newApp(cmds []*cli.Command) *cli.App {
 		},
 		Commands:        cmds,
 		HideHelpCommand: true,
+		// --lc-env values are kept whole: CUDA_VISIBLE_DEVICES=0,1 is one.
+		DisableSliceFlagSeparator: true,
 		// main prints the error once, with the exit code it picks.
 		ExitErrHandler: func(*cli.Context, error) {},
 	}

@@ -227,7 +227,7 @@ var runFlags = []cli.Flag{
 	&cli.IntFlag{Name: "pytorch-warmup", Value: 20, Usage: "lc_infer.py warmup requests"},
 	&cli.StringFlag{Name: "pytorch-lc-model", Value: "resnet50", Usage: "torchvision model for lc_infer.py"},
 	&cli.IntFlag{Name: "pytorch-lc-batch", Value: 1, Usage: "lc_infer.py batch size"},
-	&cli.StringSliceFlag{Name: "lc-env", Usage: "KEY=VALUE added to every LC worker's environment (repeatable); CUDA_MPS_PIPE_DIRECTORY=DIR runs the LCs as clients of the MPS control daemon there, the BEs outside it"},
+	&cli.StringSliceFlag{Name: "lc-env", Usage: "KEY=VALUE added to every LC worker's environment (repeatable; the value is taken whole, commas included); CUDA_MPS_PIPE_DIRECTORY=DIR runs the LCs as clients of the MPS control daemon there, the BEs outside it"},
 	&cli.StringFlag{Name: "hint-launcher", Value: string(prepreempt.LauncherGoroutine), Usage: "prepreempt-* scenarios: the engine's launcher, goroutine or poller"},
 	&cli.Float64Flag{Name: "hint-prep-quantile", Usage: "prepreempt-* scenarios (Go LC worker): quantile of recent preparation times the engine predicts with (0: its default, 0.02)"},
 	&cli.BoolFlag{Name: "pytorch-cuda-graph", Value: true, Usage: "pytorch-* scenarios: lc_infer.py replays a CUDA graph (pytorch-eager-* scenarios never do: their LC is launch-bound)"},
@@ -274,6 +274,10 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 	return o, o.validate()
 }
 
+// benchLCEnv is what the bench itself puts in an LC worker's environment
+// (the daemon's classing variables, the Python wrapper's): not for --lc-env.
+var benchLCEnv = []string{classEnvVar, workerEnvVar, "PYTHONPATH", "PYTHONUNBUFFERED", "GPREEMPT_LIB"}
+
 func (o *runOptions) validate() error {
 	switch {
 	case o.Repeat < 1:
@@ -302,8 +306,12 @@ func (o *runOptions) validate() error {
 		return fmt.Errorf("%w: --hint-prep-quantile %v: want a value in (0, 1), or 0 for the default", ErrInvalidArgument, o.HintPrepQuantile)
 	}
 	for _, kv := range o.LCEnv {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || k == classEnvVar {
-			return fmt.Errorf("%w: --lc-env %q: want KEY=VALUE, KEY not %s (the bench sets it)", ErrInvalidArgument, kv, classEnvVar)
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("%w: --lc-env %q: want KEY=VALUE", ErrInvalidArgument, kv)
+		}
+		if slices.Contains(benchLCEnv, k) {
+			return fmt.Errorf("%w: --lc-env %q: the bench sets %s itself (one of %v)", ErrInvalidArgument, kv, k, benchLCEnv)
 		}
 	}
 	for _, sc := range o.Scenarios {

@@ -382,7 +382,10 @@ func TestCLI(t *testing.T) {
 		{[]string{"run", "--out", t.TempDir(), "--repeat", "0"}, ExitUsage, "--repeat 0"},
 		{[]string{"run", "--out", t.TempDir(), "--lc-env", "CUDA_MPS_PIPE_DIRECTORY"}, ExitUsage, `--lc-env "CUDA_MPS_PIPE_DIRECTORY": want KEY=VALUE`},
 		{[]string{"run", "--out", t.TempDir(), "--lc-env", "=x"}, ExitUsage, `--lc-env "=x": want KEY=VALUE`},
-		{[]string{"run", "--out", t.TempDir(), "--lc-env", "GPREEMPT_CLASS=be"}, ExitUsage, "KEY not GPREEMPT_CLASS"},
+		{[]string{"run", "--out", t.TempDir(), "--lc-env", "GPREEMPT_CLASS=be"}, ExitUsage, "the bench sets GPREEMPT_CLASS itself"},
+		{[]string{"run", "--out", t.TempDir(), "--lc-env", "PYTHONPATH=/x"}, ExitUsage, "the bench sets PYTHONPATH itself"},
+		// Values are kept whole: a comma does not split one.
+		{[]string{"run", "--out", t.TempDir(), "--lc-env", "CUDA_VISIBLE_DEVICES=0,1", "--lc-env", "x"}, ExitUsage, `--lc-env "x": want KEY=VALUE`},
 		{[]string{"run", "--out", t.TempDir(), "--soak", "5m", "--repeat", "3"}, ExitUsage, "drop --repeat 3"},
 		{[]string{"run", "--out", t.TempDir(), "--nvml-interval", "-1s"}, ExitUsage, "--nvml-interval"},
 		{[]string{"run", "--out", t.TempDir(), "--scenarios", "be-1us@x0.1", "--prep", "1ms"}, ExitUsage, "shorter than its period"},

@@ -1059,7 +1059,7 @@ func meanSD(xs []float64) (mean, sd float64) {
 func (c *Controller) relearn(fromHere bool) {
 	farMiss := func(r rung) bool { return r.fails > 0 && r.missBy > skipMildMiss && r.missAt < c.calm }
 	safe := c.safe()
-	c.resume = -1
+	c.resume, c.upFromMet = -1, false // what the search explored to is forgotten with the rungs
 	if fromHere && c.cur < safe && farMiss(c.rungs[safe]) {
 		c.resume = c.cur
 	}
