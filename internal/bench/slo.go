@@ -141,18 +141,9 @@ func (run *scenarioRun) startSLOPoll(ctx context.Context) func() {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	p := sloPoller{
-		fetch: fetchStatus(run.r.o.DaemonSocket),
-		mono:  func() int64 { return monoNs(time.Now()) },
-		sleep: func(ctx context.Context, d time.Duration) error {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-t.C:
-				return nil
-			}
-		},
+		fetch:    fetchStatus(run.r.o.DaemonSocket),
+		mono:     func() int64 { return monoNs(time.Now()) },
+		sleep:    func(ctx context.Context, d time.Duration) error { return sleepWatching(ctx, d) },
 		interval: run.r.o.SLOPoll,
 	}
 	done := make(chan struct{})
@@ -229,19 +220,12 @@ func (run *scenarioRun) waitBEAlone(ctx context.Context) error {
 				return nil
 			}
 		}
-		t := time.NewTimer(window / 4)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := sleepWatching(ctx, window/4); err != nil {
+			return err
 		}
 	}
 }
 
-// sloLine is the report's line for one run's samples: the timeslices the
-// daemon chose, in order, before the measurement (the lead-in) and in it,
-// and its changes in each.
 // switchAtNs is when an slo: scenario's LC changed its workload: the
 // arrival of its switch_after request (0: it did not, or the results do
 // not say).
@@ -273,11 +257,7 @@ func sloLine(ss []SLOSample, measureStartNs, changeNs int64) string {
 	seq := func(ss []SLOSample) []string {
 		var seq []string
 		for _, s := range ss {
-			ts := s.BETimeslice
-			if ts == "" {
-				ts = "policy"
-			}
-			if len(seq) == 0 || seq[len(seq)-1] != ts {
+			if ts := s.shown(); len(seq) == 0 || seq[len(seq)-1] != ts {
 				seq = append(seq, ts)
 			}
 		}
@@ -332,16 +312,19 @@ func afterChange(ss []SLOSample, changeNs int64) string {
 		i-- // in force when the LC changed
 	}
 	var seq []string
-	last := "\x00"
-	for _, s := range ss[i:] {
-		ts := s.BETimeslice
-		if ts == "" {
-			ts = "policy"
-		}
-		if ts != last {
+	for j, s := range ss[i:] {
+		if ts := s.shown(); j == 0 || ts != ss[i+j-1].shown() {
 			seq = append(seq, fmt.Sprintf("%s +%.1fs", ts, float64(max(s.MonoNs-changeNs, 0))/1e9))
-			last = ts
 		}
 	}
 	return fmt.Sprintf("after the LC's change: [%s]", strings.Join(seq, ", "))
+}
+
+// shown is the BE timeslice a sample shows, "policy" while the policy's
+// own is in force.
+func (s SLOSample) shown() string {
+	if s.BETimeslice == "" {
+		return "policy"
+	}
+	return s.BETimeslice
 }
