@@ -184,12 +184,12 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.slo.Traced, d.untrace = t, untrace
 		d.log.Info("request tracing: LC processes that push no latency are measured from libcuda", "libcuda", cfg.LibCUDA)
 	}
-	if cfg.BEProgress && cfg.LibCUDA != "" {
-		if _, err := trace.FindLibrary(trace.LibCUDA, cfg.LibCUDA, 0); err != nil {
-			return nil, fmt.Errorf("%w: --libcuda: %w", tsg.ErrInvalidArgument, err)
-		}
-	}
 	if cfg.BEProgress {
+		if cfg.LibCUDA != "" {
+			if _, err := trace.FindLibrary(trace.LibCUDA, cfg.LibCUDA, 0); err != nil {
+				return nil, fmt.Errorf("%w: --libcuda: %w", tsg.ErrInvalidArgument, err)
+			}
+		}
 		c, err := trace.OpenLaunchCounter(d.log)
 		if err != nil {
 			d.log.Warn("BE progress: not measured, BE share unknown in SLO mode", "err", err)

@@ -118,12 +118,14 @@ func (b *BEProgress) Roll(now time.Duration, bes []ProcRef, alone, paused bool) 
 			}
 			// A window with no launch alone is a process not yet at work
 			// (loading its data or model), not its rate alone.
-			if !math.IsNaN(bp.rate) && bp.rate > 0 && alone && !paused {
+			if bp.rate > 0 && alone && !paused { // false for NaN
 				if bp.alone = append(bp.alone, bp.rate); len(bp.alone) > aloneKept {
 					bp.alone = bp.alone[1:]
 				}
 			}
-			s.LaunchesPerS = finiteOr0(bp.rate)
+			if !math.IsNaN(bp.rate) { // a rate is NaN or finite (read)
+				s.LaunchesPerS = bp.rate
+			}
 			s.Signal = "counted"
 			if len(bp.alone) < aloneMin {
 				s.Signal = fmt.Sprintf("learning its rate alone (%d of %d windows without LC)", len(bp.alone), aloneMin)
@@ -204,11 +206,4 @@ func (b *BEProgress) Close() {
 		b.Counter.Detach(p.pid)
 		delete(b.procs, k)
 	}
-}
-
-func finiteOr0(x float64) float64 {
-	if math.IsNaN(x) || math.IsInf(x, 0) {
-		return 0
-	}
-	return x
 }

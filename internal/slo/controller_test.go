@@ -158,6 +158,11 @@ func runBounded(c *Controller, g *SimGPU, n int, obj Objective, w func(i int) Wo
 	return ds
 }
 
+// firstAt is the first of ds at BE timeslice ts (-1: none).
+func firstAt(ds []Decision, ts time.Duration) int {
+	return slices.IndexFunc(ds, func(d Decision) bool { return d.BETimeslice == ts })
+}
+
 // steady is a workload that does not change.
 func steady(w Workload) func(int) Workload { return func(int) Workload { return w } }
 
@@ -260,7 +265,7 @@ func TestSearchPassesAMissedRung(t *testing.T) {
 		ds := run(t, mustNew(t, Options{}), NewSimGPU(seed), 150, obj, steady(dip))
 		_, share := outcome(ds[90:], dip)
 		shares = append(shares, share)
-		at := slices.IndexFunc(ds, func(d Decision) bool { return d.BETimeslice == time.Millisecond })
+		at := firstAt(ds, time.Millisecond)
 		if at < 0 {
 			at = len(ds)
 		}
@@ -388,13 +393,7 @@ func TestConvergesAfterWorkloadChange(t *testing.T) {
 			}
 			return EagerPyTorchH100
 		})
-		first := -1
-		for i := 60; i < len(ds); i++ {
-			if ds[i].BETimeslice == time.Millisecond {
-				first = i - 60
-				break
-			}
-		}
+		first := firstAt(ds[60:], time.Millisecond)
 		// The eager LC's windows scatter by 8%: the controller needs
 		// about 5 of them to know its new baseline, and 2-3 per step
 		// (docs/SLO.md: 500 ms windows for a 10 s convergence).
@@ -1334,7 +1333,7 @@ func TestSearchPassesTwoDips(t *testing.T) {
 			g.ShareUnknown = true
 			ds := run(t, mustNew(t, Options{}), g, 40, obj, steady(c.w))
 			// 8 windows to learn the LC, 3 at 200 us, 3 at 500 us.
-			first := slices.IndexFunc(ds, func(d Decision) bool { return d.BETimeslice == time.Millisecond })
+			first := firstAt(ds, time.Millisecond)
 			if c.reaches && (first < 0 || first > 16) {
 				late++
 				t.Logf("seed %d: 1 ms at window %d: %v", seed, first, summary(ds))
@@ -1392,7 +1391,7 @@ func TestSearchPassesAMildMissItExploredTo(t *testing.T) {
 				}
 				return c.w
 			})
-			first := slices.IndexFunc(ds[60:], func(d Decision) bool { return d.BETimeslice == time.Millisecond })
+			first := firstAt(ds[60:], time.Millisecond)
 			if first < 0 {
 				first = len(ds) - 60
 			}

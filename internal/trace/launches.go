@@ -81,12 +81,16 @@ func (c *LaunchCounter) Attach(pid int, library string) error {
 	if len(c.procs) >= maxCounted {
 		return fmt.Errorf("launch counter: %d processes counted already", len(c.procs))
 	}
-	key, zero := uint32(pid), uint64(0)
-	if err := c.objs.LaunchCounts.Update(key, zero, ebpf.UpdateAny); err != nil {
+	// fail drops a library opened for pid alone.
+	fail := func(err error) error {
 		if lib.users == 0 {
 			delete(c.libs, library)
 		}
-		return fmt.Errorf("launch counter: %w", err)
+		return err
+	}
+	key, zero := uint32(pid), uint64(0)
+	if err := c.objs.LaunchCounts.Update(key, zero, ebpf.UpdateAny); err != nil {
+		return fail(fmt.Errorf("launch counter: %w", err))
 	}
 	var links []link.Link
 	for _, sym := range lib.symbols {
@@ -96,10 +100,7 @@ func (c *LaunchCounter) Attach(pid int, library string) error {
 				l.Close()
 			}
 			c.objs.LaunchCounts.Delete(key)
-			if lib.users == 0 {
-				delete(c.libs, library)
-			}
-			return attachError(fmt.Sprintf("uprobe %s for process %d", sym, pid), err)
+			return fail(attachError(fmt.Sprintf("uprobe %s for process %d", sym, pid), err))
 		}
 		links = append(links, l)
 	}
