@@ -629,6 +629,10 @@ func (c *Controller) observe(o Observation) Decision {
 		(c.rungs[c.cur].worst <= 1-c.opts.Headroom || c.probe(next, o.LC)) {
 		d.Cause = CauseExplore
 		why := fmt.Sprintf("LC at %.2fx its objective: trying a longer BE timeslice for more BE share", c.rungs[c.cur].worst)
+		if c.rungs[c.cur].worst > 1 {
+			why = fmt.Sprintf("LC at %.2fx its objective under %v (mean of %d windows), neither within it nor a confident miss: trying the longer %v, not yet measured",
+				c.rungs[c.cur].worst, c.rungs[c.cur].ts, len(c.stayed), c.rungs[next].ts)
+		}
 		if skipped > 0 {
 			why += fmt.Sprintf(" (past %d that missed it)", skipped)
 		}
@@ -684,7 +688,22 @@ func (c *Controller) nextToTry() (next, skipped int) {
 // a tail objective is set by its worst windows, and a probe that misses
 // sets it.
 func (c *Controller) probe(next int, lc []LCSample) bool {
-	return c.untried(next) && c.since >= c.opts.ExploreAfter+probeAfter && c.rungs[c.cur].worst <= 1 && medianOnly(lc)
+	if !c.untried(next) || c.since < c.opts.ExploreAfter+probeAfter || !medianOnly(lc) {
+		return false
+	}
+	return c.rungs[c.cur].worst <= 1 || c.undecided(lc)
+}
+
+// undecided reports whether the current rung's mean is above 1 by no more
+// than skipMildMiss without being a confident miss, where a mild miss
+// would be passed (passing). An eager LC whose windows scatter by 10%
+// sitting 3% over its objective is not a confident miss within the 16
+// windows a stay is judged by, and waiting for its mean to fall under 1
+// held the search at 200 us for 11 windows (5.5 s) after a graph LC
+// turned eager on the H100 (8f05d77, 2026-11-23), 1 ms reached 11.8 s
+// after the change.
+func (c *Controller) undecided(lc []LCSample) bool {
+	return c.rungs[c.cur].worst > 1 && c.passing(lc)
 }
 
 // untried reports whether rung i is worth a try on a guess: not measured
@@ -734,17 +753,29 @@ const probeAfter = 1
 // passing the dip each time its rung missed cycled the search through
 // them for 40 windows without trying the shorter ones.
 func (c *Controller) pastTheDip(lc []LCSample) (int, bool) {
-	passing := c.cur <= c.safe() || (c.upFromMet && c.from <= c.safe()) || (c.dips > 0 && c.dips < c.opts.SkipBad)
-	if c.opts.SkipBad == 0 || !passing || c.rungs[c.cur].worst > skipMildMiss || !medianOnly(lc) {
+	if !c.passing(lc) {
 		return 0, false
-	}
-	for j := c.cur + 1; j <= c.hi; j++ {
-		if r := c.rungs[j]; r.fails > 0 && c.tick-r.missAt <= c.opts.Stale {
-			return 0, false
-		}
 	}
 	next, _ := c.nextToTry()
 	return next, next >= 0 && c.untried(next)
+}
+
+// passing reports whether a mild miss (or a mean above 1 not yet a
+// confident miss) at the current rung may be passed to a longer one:
+// median objectives only, the rung's mean within skipMildMiss, the rung at
+// or under the safe setting, explored to from there, or along a chain of
+// passes (pastTheDip), and no longer rung missed recently.
+func (c *Controller) passing(lc []LCSample) bool {
+	where := c.cur <= c.safe() || (c.upFromMet && c.from <= c.safe()) || (c.dips > 0 && c.dips < c.opts.SkipBad)
+	if c.opts.SkipBad == 0 || !where || c.rungs[c.cur].worst > skipMildMiss || !medianOnly(lc) {
+		return false
+	}
+	for j := c.cur + 1; j <= c.hi; j++ {
+		if r := c.rungs[j]; r.fails > 0 && c.tick-r.missAt <= c.opts.Stale {
+			return false
+		}
+	}
+	return true
 }
 
 // skipMildMiss is the most a rung may have missed an objective by (worst
