@@ -621,11 +621,11 @@ func (c *Controller) observe(o Observation) Decision {
 	// Meeting the objectives. Jump to a known better setting, else try
 	// the next longer timeslice once this one has proven itself, with
 	// headroom, unless that rung recently failed.
-	if i, ok := c.bestFeasible(-1, c.opts.Headroom); ok && c.surprised == 0 && i != c.cur && c.better(i, c.cur, knownBetterMargin) {
+	if i, ok := c.bestFeasible(-1, c.opts.Headroom); ok && c.surprised == 0 && i != c.cur && len(c.stayed) >= knownBetterAfter && c.better(i, c.cur, knownBetterMargin) {
 		d.Cause = CauseKnownBetter
 		return c.move(d, i, fmt.Sprintf("%v met every objective with BE at %.1f%%", c.rungs[i].ts, 100*c.rungs[i].share))
 	}
-	if next, skipped := c.nextToTry(); c.since >= c.opts.ExploreAfter && len(c.stayed) > 0 && baseReady && next >= 0 &&
+	if next, skipped := c.nextToTry(); c.since >= c.opts.ExploreAfter && len(c.stayed) > 0 && baseReady && next >= 0 && !c.knownWorse(next) &&
 		(c.rungs[c.cur].worst <= 1-c.opts.Headroom || c.probe(next, o.LC)) {
 		d.Cause = CauseExplore
 		why := fmt.Sprintf("LC at %.2fx its objective: trying a longer BE timeslice for more BE share", c.rungs[c.cur].worst)
@@ -1155,6 +1155,21 @@ func (c *Controller) move(d Decision, to int, why string) Decision {
 func (c *Controller) stay(d Decision, why string) Decision {
 	d.BETimeslice, d.Reason = c.rungs[c.cur].ts, d.Reason+why
 	return d
+}
+
+// knownBetterAfter is how many windows of a stay are learnt before a
+// setting known to give BE more share is moved to: one window's share of a
+// PyTorch BE over 500 ms scatters by +-3 points, and judged on one window a
+// CUDA-graph LC's search on the H100 went 1 us -> 50 us -> 1 us every
+// 1.5 s (f8c35d2, 2026-11-23), each time on one window at 50 us.
+const knownBetterAfter = 2
+
+// knownWorse reports whether rung i was measured recently to give BE less
+// share than the current rung, by more than knownBetterMargin: exploring
+// there would be undone by the next known_better move.
+func (c *Controller) knownWorse(i int) bool {
+	si, sc := c.rungs[i].share, c.rungs[c.cur].share
+	return c.fresh(i) && !math.IsNaN(si) && !math.IsNaN(sc) && sc > si+knownBetterMargin
 }
 
 // knownBetterMargin is how much more BE share another setting must be
