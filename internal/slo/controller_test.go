@@ -1348,6 +1348,31 @@ func TestSearchPassesTwoDips(t *testing.T) {
 	}
 }
 
+// graphThen plays 20 seeds of 180 windows, the synthetic LC with hints
+// for 60 and w after, BE share unknown (as gpreemptd before it has seen
+// BE alone). Per seed: the windows from the change to the first at 1 ms
+// (120: none), the LC's mean over the last 60 windows, and the decisions.
+func graphThen(t *testing.T, obj Objective, w Workload) (at []int, lcs []float64, runs [][]Decision) {
+	t.Helper()
+	for seed := range uint64(20) {
+		g := NewSimGPU(seed)
+		g.ShareUnknown = true
+		ds := run(t, mustNew(t, Options{}), g, 180, obj, func(i int) Workload {
+			if i < 60 {
+				return GraphHintsH100
+			}
+			return w
+		})
+		first := firstAt(ds[60:], time.Millisecond)
+		if first < 0 {
+			first = len(ds) - 60
+		}
+		lc, _ := outcome(ds[120:], w)
+		at, lcs, runs = append(at, first), append(lcs, lc), append(runs, ds)
+	}
+	return at, lcs, runs
+}
+
 func TestSearchPassesAMildMissItExploredTo(t *testing.T) {
 	// After a graph LC turned eager on the H100 (bd2c6ec, 2026-11-23),
 	// the eager LC met its objective at 200 us (0.99-1.00x) and missed it
@@ -1380,26 +1405,10 @@ func TestSearchPassesAMildMissItExploredTo(t *testing.T) {
 		// of 500 ms windows) in the median seed; else not within 20.
 		reach bool
 	}{{dip, true}, {far, false}, {rising, true}} {
-		var at []int
-		var lcs []float64
-		for seed := range uint64(20) {
-			g := NewSimGPU(seed)
-			g.ShareUnknown = true
-			ds := run(t, mustNew(t, Options{}), g, 180, obj, func(i int) Workload {
-				if i < 60 {
-					return GraphHintsH100
-				}
-				return c.w
-			})
-			first := firstAt(ds[60:], time.Millisecond)
-			if first < 0 {
-				first = len(ds) - 60
-			}
-			at = append(at, first)
-			lc, _ := outcome(ds[120:], c.w)
-			lcs = append(lcs, lc)
+		at, lcs, runs := graphThen(t, obj, c.w)
+		for seed, first := range at {
 			if !c.reach && first <= 20 {
-				t.Errorf("%s seed %d: 1 ms tried %d windows after the change, past a rung that missed by 1.6x: %v", c.w.Name, seed, first, summary(ds[60:90]))
+				t.Errorf("%s seed %d: 1 ms tried %d windows after the change, past a rung that missed by 1.6x: %v", c.w.Name, seed, first, summary(runs[seed][60:90]))
 			}
 		}
 		slices.Sort(at)
@@ -1457,25 +1466,7 @@ func TestSearchProbesPastAnUndecidedRung(t *testing.T) {
 		// far, 200 us is kept (1.085x).
 		lc float64
 	}{{undecided, true, 1.0}, {far, false, 1.09}} {
-		var at []int
-		var lcs []float64
-		for seed := range uint64(20) {
-			g := NewSimGPU(seed)
-			g.ShareUnknown = true
-			ds := run(t, mustNew(t, Options{}), g, 180, obj, func(i int) Workload {
-				if i < 60 {
-					return GraphHintsH100
-				}
-				return c.w
-			})
-			first := firstAt(ds[60:], time.Millisecond)
-			if first < 0 {
-				first = len(ds) - 60
-			}
-			at = append(at, first)
-			lc, _ := outcome(ds[120:], c.w)
-			lcs = append(lcs, lc)
-		}
+		at, lcs, _ := graphThen(t, obj, c.w)
 		slices.Sort(at)
 		slices.Sort(lcs)
 		t.Logf("%s: windows from the change to 1 ms %v; LC over the last 60 windows, median %.3fx", c.w.Name, at, lcs[len(lcs)/2])
