@@ -57,7 +57,9 @@ type Options struct {
 	Surprise float64
 	// SkipBad is how many longer rungs known to miss an objective the
 	// search may pass to try the next one beyond them (LC latency is not
-	// monotonic in the BE timeslice; see nextToTry). Default 2; -1: none.
+	// monotonic in the BE timeslice; see nextToTry), and how many mild
+	// or undecided misses in a row it may pass (passing). Default 2; -1:
+	// none.
 	SkipBad int
 	// Forget is how many observations a rung found too slow for LC is
 	// left alone before it is tried again; it doubles each time the rung
@@ -182,7 +184,7 @@ const (
 	CauseWithin      = "within"       // kept: objectives met, nothing better to try
 	CauseNoSignal    = "no_signal"    // no LC latency: kept, or sent to the safe setting
 	CauseViolation   = "violation"    // an objective missed: a shorter or known-good setting
-	CauseExplore     = "explore"      // objectives met with headroom: a longer BE timeslice tried
+	CauseExplore     = "explore"      // objectives met with headroom (or a probe): a longer BE timeslice tried
 	CauseKnownBetter = "known_better" // a setting known to meet the objectives gives BE more
 	CauseAtLimit     = "at_limit"     // an objective missed with the shortest BE timeslice
 	CauseCalibrate   = "calibrate"    // an LC's standalone-like latency learnt under the shortest BE timeslice
@@ -260,7 +262,8 @@ type Controller struct {
 	parked      []seen    // windows that strayed (surprised of them), not yet in stayed
 	scatter     float64   // the variance of one window's worst LC latency/target under one setting, learnt over stays
 	// upFromMet: the last move was to a longer rung, from one that met
-	// every objective (its first window's far miss is the new rung's).
+	// every objective or was undecided (probe; its first window's far miss
+	// is the new rung's).
 	upFromMet bool
 	// from is the rung the last move left.
 	from int
@@ -618,25 +621,34 @@ func (c *Controller) observe(o Observation) Decision {
 		return c.stay(d, fmt.Sprintf("LC at %.2fx its objective, and no setting meets it: %v came closest", worst, r.ts))
 	}
 
-	// Meeting the objectives. Jump to a known better setting, else try
-	// the next longer timeslice once this one has proven itself, with
-	// headroom, unless that rung recently failed.
-	if i, ok := c.bestFeasible(-1, c.opts.Headroom); ok && c.surprised == 0 && i != c.cur && len(c.stayed) >= knownBetterAfter && c.better(i, c.cur, knownBetterMargin) {
+	// Not a miss: the objectives met, or the rung undecided (its mean
+	// above 1 without a confident miss). Jump to a known better setting,
+	// else try the next longer timeslice once this one has proven itself
+	// with headroom (or a probe: without headroom, or undecided), unless
+	// that rung recently failed or was just seen to give BE less.
+	if i, ok := c.bestFeasible(-1, c.opts.Headroom); ok && c.surprised == 0 && i != c.cur && c.better(i, c.cur, knownBetterMargin) {
 		d.Cause = CauseKnownBetter
 		return c.move(d, i, fmt.Sprintf("%v met every objective with BE at %.1f%%", c.rungs[i].ts, 100*c.rungs[i].share))
 	}
 	if next, skipped := c.nextToTry(); c.since >= c.opts.ExploreAfter && len(c.stayed) > 0 && baseReady && next >= 0 && !c.knownWorse(next) &&
 		(c.rungs[c.cur].worst <= 1-c.opts.Headroom || c.probe(next, o.LC)) {
 		d.Cause = CauseExplore
-		why := fmt.Sprintf("LC at %.2fx its objective: trying a longer BE timeslice for more BE share", c.rungs[c.cur].worst)
-		if c.rungs[c.cur].worst > 1 {
-			why = fmt.Sprintf("LC at %.2fx its objective under %v (mean of %d windows), neither within it nor a confident miss: trying the longer %v, not yet measured",
-				c.rungs[c.cur].worst, c.rungs[c.cur].ts, len(c.stayed), c.rungs[next].ts)
+		r := c.rungs[c.cur]
+		why := fmt.Sprintf("LC at %.2fx its objective: trying a longer BE timeslice for more BE share", r.worst)
+		if r.worst > 1 {
+			why = fmt.Sprintf("LC at %.2fx its objective under %v (mean of %d windows), neither within it nor a confident miss: trying the longer %v, not yet measured", r.worst, r.ts, len(c.stayed), c.rungs[next].ts)
 		}
 		if skipped > 0 {
 			why += fmt.Sprintf(" (past %d that missed it)", skipped)
 		}
-		return c.move(d, next, why)
+		// An undecided rung is passed like a mild miss, and counted with
+		// them (passing).
+		dips := c.dips + 1
+		d = c.move(d, next, why)
+		if r.worst > 1 {
+			c.dips = dips
+		}
+		return d
 	}
 	if o.MinBEShare > 0 && !math.IsNaN(o.BEShare) && o.BEShare < o.MinBEShare {
 		d.BEBelowMinimum = true
@@ -679,9 +691,9 @@ func (c *Controller) nextToTry() (next, skipped int) {
 }
 
 // probe reports whether rung next, never measured or not recently, is
-// worth a try from a rung that meets every objective without headroom:
-// when every objective bounds a median or a lower quantile, and the
-// current rung has been kept ExploreAfter+probeAfter windows. A median
+// worth a try from a rung that meets every objective without headroom, or
+// is undecided: when every objective bounds a median or a lower quantile,
+// and the current rung has been kept ExploreAfter+probeAfter windows. A median
 // moves little for a few windows under a worse setting, and LC latency is
 // not monotonic in the BE timeslice (an eager PyTorch LC on the H100 ran
 // at 0.99x its objective under 200 us, within it under 500 us and 1 ms);
@@ -694,10 +706,10 @@ func (c *Controller) probe(next int, lc []LCSample) bool {
 	return c.rungs[c.cur].worst <= 1 || c.undecided(lc)
 }
 
-// undecided reports whether the current rung's mean is above 1 by no more
-// than skipMildMiss without being a confident miss, where a mild miss
-// would be passed (passing). An eager LC whose windows scatter by 10%
-// sitting 3% over its objective is not a confident miss within the 16
+// undecided reports whether the current rung's mean is above 1, at most
+// skipMildMiss, without being a confident miss, where a mild miss would be
+// passed (passing). An eager LC whose windows scatter by 8-11% sitting 3%
+// over its objective is not a confident miss within the 16
 // windows a stay is judged by, and waiting for its mean to fall under 1
 // held the search at 200 us for 11 windows (5.5 s) after a graph LC
 // turned eager on the H100 (8f05d77, 2026-11-23), 1 ms reached 11.8 s
@@ -720,14 +732,14 @@ func medianOnly(lc []LCSample) bool {
 }
 
 // probeAfter is how many windows longer than ExploreAfter a rung without
-// headroom is kept before a probe (its mean needs a few windows to be
-// trusted as meeting the objective).
+// headroom, or undecided, is kept before a probe (its mean needs a few
+// windows to be trusted as meeting the objective, or as not missing it by
+// much).
 const probeAfter = 1
 
 // pastTheDip reports the next longer rung to try from a rung that just
-// missed mildly (by at most skipMildMiss), when that rung is at or under
-// the safe setting, every objective bounds a median or lower, and the
-// next longer rung has not been measured recently. An eager PyTorch LC
+// missed mildly (by at most skipMildMiss) where passing allows it, when
+// the next longer rung has not been measured recently. An eager PyTorch LC
 // misses at 200 us (1.1-1.2x on the H100, its dip) and runs within its
 // objective at 500 us - 1.5 ms: going back under 200 us first, and
 // climbing past it again rung by rung, is what made the search reach
@@ -760,13 +772,18 @@ func (c *Controller) pastTheDip(lc []LCSample) (int, bool) {
 	return next, next >= 0 && c.untried(next)
 }
 
-// passing reports whether a mild miss (or a mean above 1 not yet a
-// confident miss) at the current rung may be passed to a longer one:
-// median objectives only, the rung's mean within skipMildMiss, the rung at
-// or under the safe setting, explored to from there, or along a chain of
-// passes (pastTheDip), and no longer rung missed recently.
+// passing reports whether a mild miss (or an undecided mean) at the
+// current rung may be passed to a longer one: median objectives only, the
+// rung's mean (or far-missing window) within skipMildMiss, no longer rung
+// missed recently, and the rung at or under the safe setting, explored to
+// from there and at most SkipBad rungs above it, or along a chain of
+// fewer than SkipBad passes. Past 1 ms the eager PyTorch LC only got
+// slower on the H100, and a search that explored past two missed rungs
+// from 200 us to 1.5 ms, then probed on from there, tried 2 ms (1.25x)
+// before going back (7073479, 2026-11-23).
 func (c *Controller) passing(lc []LCSample) bool {
-	where := c.cur <= c.safe() || (c.upFromMet && c.from <= c.safe()) || (c.dips > 0 && c.dips < c.opts.SkipBad)
+	safe := c.safe()
+	where := c.cur <= safe || (c.upFromMet && c.from <= safe && c.cur <= safe+c.opts.SkipBad) || (c.dips > 0 && c.dips < c.opts.SkipBad)
 	if c.opts.SkipBad == 0 || !where || c.rungs[c.cur].worst > skipMildMiss || !medianOnly(lc) {
 		return false
 	}
@@ -1157,24 +1174,23 @@ func (c *Controller) stay(d Decision, why string) Decision {
 	return d
 }
 
-// knownBetterAfter is how many windows of a stay are learnt before a
-// setting known to give BE more share is moved to: one window's share of a
-// PyTorch BE over 500 ms scatters by +-3 points, and judged on one window a
-// CUDA-graph LC's search on the H100 went 1 us -> 50 us -> 1 us every
-// 1.5 s (f8c35d2, 2026-11-23), each time on one window at 50 us.
-const knownBetterAfter = 2
-
 // knownWorse reports whether rung i was measured recently to give BE less
 // share than the current rung, by more than knownBetterMargin: exploring
-// there would be undone by the next known_better move.
+// there would be undone by the next known_better move. A CUDA-graph LC's
+// search on the H100 went 1 us -> 50 us (explore) -> 1 us (known_better)
+// every 1.5 s (f8c35d2, 2026-11-23), both rungs within its objective with
+// BE at ~93%; now it does not explore until what 50 us showed goes stale.
 func (c *Controller) knownWorse(i int) bool {
 	si, sc := c.rungs[i].share, c.rungs[c.cur].share
 	return c.fresh(i) && !math.IsNaN(si) && !math.IsNaN(sc) && sc > si+knownBetterMargin
 }
 
 // knownBetterMargin is how much more BE share another setting must be
-// known to give before the controller moves there: more than one window's
-// scatter of a PyTorch BE's share (+-1 of ~27 steps a second).
+// known to give before the controller moves there, or be known to give
+// less before exploring there is not done (knownWorse): one 1 s window's
+// share of a PyTorch BE is +-1 of ~27 steps (4 points), one of 500 ms
+// scatters by +-3 points on the H100; a rung's share is blended over its
+// windows (blendShare).
 const knownBetterMargin = 0.02
 
 // blendShare folds a window's BE share into a setting's: slowly, since
