@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -190,6 +191,7 @@ func funcs(t *template.Template) template.FuncMap {
 			return "\n" + pad + strings.ReplaceAll(s, "\n", "\n"+pad)
 		},
 		"quote": func(v any) string { return strconv.Quote(fmt.Sprint(v)) },
+		"base":  path.Base, // sprig's
 		"default": func(def, v any) any {
 			if v == nil || v == "" || v == false || v == 0 {
 				return def

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -23,24 +24,36 @@ var (
 // rendered with (make k8s-manifests).
 var renderedArgs = []string{"createNamespace=true"}
 
+// tracingRendered is the chart with request tracing on, which the
+// end-to-end test gives the API server as well (test/e2e/k8s).
+var (
+	tracingRendered = filepath.Join("..", "..", "test", "e2e", "k8s", "testdata", "gpreempt-request-tracing.yaml")
+	tracingArgs     = []string{"requestTracing.enabled=true"}
+)
+
 // TestRenderedManifestsUpToDate fails when the chart changed and the plain
 // manifests were not rendered again (go test ./hack/helmtemplate -update).
 func TestRenderedManifestsUpToDate(t *testing.T) {
-	got, err := Render(chartDir, "gpreempt", "gpreempt", renderedArgs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if *update {
-		if err := os.WriteFile(rendered, got, 0o644); err != nil {
+	for _, r := range []struct {
+		path string
+		args []string
+	}{{rendered, renderedArgs}, {tracingRendered, tracingArgs}} {
+		got, err := Render(chartDir, "gpreempt", "gpreempt", r.args)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	want, err := os.ReadFile(rendered)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s is not the chart rendered with %v: run `go test ./hack/helmtemplate -update`", rendered, renderedArgs)
+		if *update {
+			if err := os.WriteFile(r.path, got, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(r.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s is not the chart rendered with %v: run `go test ./hack/helmtemplate -update`", r.path, r.args)
+		}
 	}
 }
 
@@ -53,6 +66,11 @@ func TestRenderOptions(t *testing.T) {
 		{nil, []string{"kind: DaemonSet", "hostPID: true", "kind: Service"}, []string{"kind: Namespace", "kind: ServiceMonitor", "privileged: true"}},
 		{[]string{"metrics.serviceMonitor.enabled=true", "metrics.service.enabled=false"}, []string{"kind: ServiceMonitor"}, []string{"kind: Service\n"}},
 		{[]string{"runtimeClassName=nvidia", "image.tag=v9"}, []string{"runtimeClassName: nvidia", "gpreemptd:v9"}, nil},
+		{nil, nil, []string{"--trace-requests", "libcuda"}},
+		{[]string{"requestTracing.enabled=true"}, []string{"- --trace-requests\n", "- --libcuda=/host/libcuda/libcuda.so.1\n",
+			"mountPath: /host/libcuda/libcuda.so.1\n              readOnly: true", "path: /usr/lib/x86_64-linux-gnu/libcuda.so.1\n            type: File"}, nil},
+		{[]string{"requestTracing.enabled=true", "requestTracing.libcuda=/run/nvidia/driver/usr/lib64/libcuda.so.580.159.04"},
+			[]string{"- --libcuda=/host/libcuda/libcuda.so.580.159.04\n", "path: /run/nvidia/driver/usr/lib64/libcuda.so.580.159.04\n"}, nil},
 	} {
 		out, err := Render(chartDir, "gpreempt", "gpreempt", tt.sets)
 		if err != nil {
@@ -86,5 +104,14 @@ func TestRenderedPolicyParses(t *testing.T) {
 	}
 	if _, err := kube.ParsePolicy(b); err != nil {
 		t.Errorf("values.yaml kubernetesPolicy: %v", err)
+	}
+}
+
+// TestRenderRefusesTracingWithoutLibrary: request tracing names the host's
+// libcuda file; without one the chart does not render.
+func TestRenderRefusesTracingWithoutLibrary(t *testing.T) {
+	_, err := Render(chartDir, "gpreempt", "gpreempt", []string{"requestTracing.enabled=true", "requestTracing.libcuda="})
+	if err == nil || !strings.Contains(err.Error(), "requestTracing.libcuda") {
+		t.Fatalf("rendered with request tracing and no libcuda: err %v; want one naming requestTracing.libcuda", err)
 	}
 }

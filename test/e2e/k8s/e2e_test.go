@@ -50,6 +50,8 @@ var (
 	repoRoot  = filepath.Join("..", "..", "..")
 	tracePath = filepath.Join(repoRoot, "testdata", "h100-580.159.04-alloc-sequence.txt")
 	manifests = filepath.Join(repoRoot, "deploy", "kubernetes", "gpreempt.yaml")
+	// The chart with request tracing on (its libcuda mount and flags).
+	tracingManifests = filepath.Join("testdata", "gpreempt-request-tracing.yaml")
 )
 
 // The node policy of the test: training may ask for at most burstable
@@ -144,6 +146,19 @@ func TestNodeAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%s: %d objects (%v) accepted by a server-side dry run", manifests, len(objs), kinds(objs))
+	var tracing []*unstructured.Unstructured
+	for _, o := range readManifests(t, tracingManifests) {
+		if o.GetKind() == "DaemonSet" {
+			tracing = append(tracing, o)
+		}
+	}
+	if len(tracing) != 1 {
+		t.Fatalf("%s: want one DaemonSet, got %d", tracingManifests, len(tracing))
+	}
+	if err := applyManifests(ctx, cfg, tracing, true); err != nil {
+		t.Fatalf("%s: %v", tracingManifests, err)
+	}
+	t.Logf("%s: the DaemonSet accepted by a server-side dry run", tracingManifests)
 
 	for _, n := range []string{"inference", "training"} {
 		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
