@@ -22,7 +22,8 @@ k8s-assets:
 e2e-k8s:
 	assets=$$(hack/k8s/build.sh) && GPREEMPT_K8S_ASSETS=$$assets $(GO) test -count=1 -v ./test/e2e/k8s/
 
-# deploy/kubernetes/gpreempt.yaml from deploy/helm/gpreempt.
+# deploy/kubernetes/gpreempt.yaml from deploy/helm/gpreempt, and the same with
+# request tracing on for the e2e test (test/e2e/k8s/testdata).
 k8s-manifests:
 	$(GO) test ./hack/helmtemplate -update
 

@@ -196,7 +196,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		} else {
 			p := NewBEProgress(c, d.log)
 			if cfg.LibCUDA != "" {
-				p.Library = func(int) (string, error) { return cfg.LibCUDA, nil }
+				p.Library = beLibrary(cfg.LibCUDA)
 			}
 			d.counter, d.slo.Share = c, p
 		}

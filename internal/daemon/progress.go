@@ -150,6 +150,20 @@ func (b *BEProgress) Roll(now time.Duration, bes []ProcRef, alone, paused bool) 
 	return math.Min(1, rate/ref), true
 }
 
+// beLibrary finds a BE process's libcuda when --libcuda names one: the
+// file the process has mapped, else that one. With the chart's request
+// tracing --libcuda is the host's file, and a pod that brings its own
+// libcuda (CUDA forward compatibility) maps another, whose launches a
+// count on the host's file would never see.
+func beLibrary(explicit string) func(pid int) (string, error) {
+	return func(pid int) (string, error) {
+		if lib, err := trace.FindLibrary(trace.LibCUDA, "", pid); err == nil {
+			return lib, nil
+		}
+		return explicit, nil
+	}
+}
+
 // attach starts counting p's launches.
 func (b *BEProgress) attach(p ProcRef, now time.Duration, retry bool) *beProc {
 	bp := &beProc{pid: p.PID, at: now, rate: math.NaN()}

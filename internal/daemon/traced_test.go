@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,17 +111,16 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 	}
 }
 
-// TestRequestTracingUprobes attaches the real uprobe programs, as
-// gpreemptd --trace-requests does, to a library exporting libcuda's names,
-// and reads the latency of a process that makes 30 requests whose
-// synchronization sleeps 2 ms.
-func TestRequestTracingUprobes(t *testing.T) {
+// buildLCLoop builds, in dir, a library exporting libcuda's names
+// (libcuda.so.1) and lcloop, a program linked against it that waits for a
+// line on stdin, prints its pid and makes the requests its argument says.
+func buildLCLoop(t *testing.T, dir string) (lib, app string) {
+	t.Helper()
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
 		t.Fatalf("gcc is needed for the uprobe tests (README: Set up): %v", err)
 	}
-	dir := t.TempDir()
-	lib, app := filepath.Join(dir, "libcuda.so.1"), filepath.Join(dir, "lcloop")
+	lib, app = filepath.Join(dir, "libcuda.so.1"), filepath.Join(dir, "lcloop")
 	for _, args := range [][]string{
 		{"-shared", "-fPIC", "-O2", "-Wl,-soname,libcuda.so.1", "-o", lib, "../trace/testdata/fakecuda.c"},
 		{"-O2", "-o", app, "testdata/lcloop.c", lib, "-Wl,-rpath," + dir},
@@ -128,6 +129,49 @@ func TestRequestTracingUprobes(t *testing.T) {
 			t.Fatalf("gcc %v: %v\n%s", args, err, out)
 		}
 	}
+	return lib, app
+}
+
+// TestBELibraryPrefersTheMapped: with --libcuda, BE progress counts in the
+// libcuda a process has mapped, and in the named one for a process that
+// maps none.
+func TestBELibraryPrefersTheMapped(t *testing.T) {
+	dir := t.TempDir()
+	lib, app := buildLCLoop(t, dir)
+	cmd := exec.Command(app, "0")
+	stdin, _ := cmd.StdinPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	find := beLibrary("/host/libcuda/libcuda.so.1")
+	// The loader maps the library before main, which then blocks reading
+	// stdin: poll for the mapping (a deadline far past any loader's).
+	var got string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if got, _ = find(cmd.Process.Pid); strings.HasSuffix(got, lib) {
+			break
+		}
+	}
+	if want := fmt.Sprintf("/proc/%d/root%s", cmd.Process.Pid, lib); got != want {
+		t.Errorf("a process mapping %s: %q; want %q", lib, got, want)
+	}
+	if got, err := find(os.Getpid()); err != nil || got != "/host/libcuda/libcuda.so.1" {
+		t.Errorf("a process mapping no libcuda: %q, %v; want the named file", got, err)
+	}
+}
+
+// TestRequestTracingUprobes attaches the real uprobe programs, as
+// gpreemptd --trace-requests does, to a library exporting libcuda's names,
+// and reads the latency of a process that makes 30 requests whose
+// synchronization sleeps 2 ms.
+func TestRequestTracingUprobes(t *testing.T) {
+	dir := t.TempDir()
+	lib, app := buildLCLoop(t, dir)
 	if _, _, err := OpenTracedLatency(context.Background(), filepath.Join(dir, "missing.so"), nil); !errors.Is(err, trace.ErrNoLibrary) {
 		t.Errorf("a missing libcuda: %v, want ErrNoLibrary", err)
 	}

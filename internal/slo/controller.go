@@ -267,8 +267,9 @@ type Controller struct {
 	upFromMet bool
 	// from is the rung the last move left.
 	from int
-	// dips counts the rungs the search has passed the dip by in a row
-	// (pastTheDip), up to SkipBad.
+	// dips counts the mild or undecided misses passed in a row
+	// (pastTheDip, an undecided probe); above the safe rung at most
+	// SkipBad are (passing).
 	dips int
 	// shownScatter is the same for seen.shown, what workload changes are
 	// judged by (equal to scatter unless a tail objective is read from
@@ -775,15 +776,15 @@ func (c *Controller) pastTheDip(lc []LCSample) (int, bool) {
 // passing reports whether a mild miss (or an undecided mean) at the
 // current rung may be passed to a longer one: median objectives only, the
 // rung's mean (or far-missing window) within skipMildMiss, no longer rung
-// missed recently, and the rung at or under the safe setting, explored to
-// from there and at most SkipBad rungs above it, or along a chain of
-// fewer than SkipBad passes. Past 1 ms the eager PyTorch LC only got
+// missed recently, and the rung at or under the safe setting, or, after
+// fewer than SkipBad passes in a row, explored to from there and at most
+// SkipBad rungs above it, or reached by a pass. Past 1 ms the eager PyTorch LC only got
 // slower on the H100, and a search that explored past two missed rungs
 // from 200 us to 1.5 ms, then probed on from there, tried 2 ms (1.25x)
 // before going back (7073479, 2026-11-23).
 func (c *Controller) passing(lc []LCSample) bool {
 	safe := c.safe()
-	where := c.cur <= safe || (c.upFromMet && c.from <= safe && c.cur <= safe+c.opts.SkipBad) || (c.dips > 0 && c.dips < c.opts.SkipBad)
+	where := c.cur <= safe || (c.dips < c.opts.SkipBad && ((c.upFromMet && c.from <= safe && c.cur <= safe+c.opts.SkipBad) || c.dips > 0))
 	if c.opts.SkipBad == 0 || !where || c.rungs[c.cur].worst > skipMildMiss || !medianOnly(lc) {
 		return false
 	}
@@ -1107,7 +1108,7 @@ func meanSD(xs []float64) (mean, sd float64) {
 func (c *Controller) relearn(fromHere bool) {
 	farMiss := func(r rung) bool { return r.fails > 0 && r.missBy > skipMildMiss && r.missAt < c.calm }
 	safe := c.safe()
-	c.resume, c.upFromMet = -1, false // what the search explored to is forgotten with the rungs
+	c.resume, c.upFromMet, c.dips = -1, false, 0 // what the search explored to is forgotten with the rungs
 	if fromHere && c.cur < safe && farMiss(c.rungs[safe]) {
 		c.resume = c.cur
 	}

@@ -1572,6 +1572,8 @@ func TestPassingWhere(t *testing.T) {
 		{"stepped back to, from above", 3, 4, 0, false, false},
 		{"one pass in a row", 3, 2, 1, false, true},
 		{"two passes in a row", 4, 3, 2, false, false},
+		{"explored to from safe after two passes", 3, 2, 2, true, false},
+		{"at the safe rung after two passes", 2, 1, 2, false, true},
 	} {
 		ctl := mustNew(t, Options{})
 		for i := range ctl.rungs {
@@ -1580,6 +1582,11 @@ func TestPassingWhere(t *testing.T) {
 		ctl.cur, ctl.from, ctl.dips, ctl.upFromMet = c.cur, c.from, c.dips, c.upFromMet
 		if got := ctl.passing(obj); got != c.want {
 			t.Errorf("%s: passing %v; want %v", c.name, got, c.want)
+		}
+		// A longer rung that missed recently: not passed, wherever.
+		ctl.rungs[len(ctl.rungs)-1].fails, ctl.rungs[len(ctl.rungs)-1].missAt = 1, ctl.tick
+		if ctl.passing(obj) {
+			t.Errorf("%s, a longer rung missed recently: passing", c.name)
 		}
 	}
 }

@@ -45,7 +45,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			&cli.StringFlag{Name: "mode", Value: "auto", Usage: "event source: auto (eBPF, else /proc scan), bpf or scan", EnvVars: []string{"GPREEMPTD_MODE"}},
 			&cli.DurationFlag{Name: "scan-interval", Value: daemon.DefaultScanInterval, Usage: "period of the /proc scan in scan mode"},
 			&cli.BoolFlag{Name: "trace-requests", Usage: "SLO mode: measure the request latency of LC processes that push none with uprobes on libcuda (first launch to the synchronize call's return)", EnvVars: []string{"GPREEMPTD_TRACE_REQUESTS"}},
-			&cli.StringFlag{Name: "libcuda", Usage: "the libcuda --trace-requests and --be-progress probe (default: for --trace-requests the one the linker's cache names, for --be-progress the one each BE process has mapped)"},
+			&cli.StringFlag{Name: "libcuda", Usage: "the libcuda --trace-requests and --be-progress probe (default: for --trace-requests the one the linker's cache names; --be-progress counts in the one each BE process has mapped, and in this one where none is found)"},
 			&cli.BoolFlag{Name: "be-progress", Value: true, Usage: "SLO mode: measure BE share from the BE processes' kernel launches (uprobes on their libcuda, counted in the kernel); where BPF is refused, BE share stays unknown", EnvVars: []string{"GPREEMPTD_BE_PROGRESS"}},
 			&cli.DurationFlag{Name: "resync-interval", Value: 30 * time.Second, Usage: "in bpf mode, scan /proc this often too, for events the ring buffer dropped (negative: never)"},
 			&cli.DurationFlag{Name: "debounce", Value: 20 * time.Millisecond, Usage: "class a context this long after its last setup call"},
