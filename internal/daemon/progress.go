@@ -157,19 +157,22 @@ func (b *BEProgress) Roll(now time.Duration, bes []ProcRef, alone, paused bool) 
 // count on the host's file would never see.
 func beLibrary(explicit string) func(pid int) (string, error) {
 	return func(pid int) (string, error) {
-		if lib, err := trace.FindLibrary(trace.LibCUDA, "", pid); err == nil {
+		if lib, err := mappedLibCUDA(pid); err == nil {
 			return lib, nil
 		}
 		return explicit, nil
 	}
 }
 
+// mappedLibCUDA is the libcuda pid has mapped, through /proc/PID/root.
+func mappedLibCUDA(pid int) (string, error) { return trace.FindLibrary(trace.LibCUDA, "", pid) }
+
 // attach starts counting p's launches.
 func (b *BEProgress) attach(p ProcRef, now time.Duration, retry bool) *beProc {
 	bp := &beProc{pid: p.PID, at: now, rate: math.NaN()}
 	find := b.Library
 	if find == nil {
-		find = func(pid int) (string, error) { return trace.FindLibrary(trace.LibCUDA, "", pid) }
+		find = mappedLibCUDA
 	}
 	lib, err := find(p.PID)
 	if err == nil {

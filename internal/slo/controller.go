@@ -568,10 +568,7 @@ func (c *Controller) observe(o Observation) Decision {
 			case c.cur > c.safe():
 				where = fmt.Sprintf("explored to from %v", c.rungs[c.from].ts)
 			}
-			dips := c.dips + 1
-			d = c.move(d, next, fmt.Sprintf("LC at %.2fx its objective under %v (%s), a mild miss %s: trying the longer %v, not yet measured", r.worst, r.ts, of, where, c.rungs[next].ts))
-			c.dips = dips
-			return d
+			return c.pass(d, next, fmt.Sprintf("LC at %.2fx its objective under %v (%s), a mild miss %s: trying the longer %v, not yet measured", r.worst, r.ts, of, where, c.rungs[next].ts))
 		}
 		i, ok := c.bestFeasible(c.cur, c.opts.Headroom)
 		if !ok {
@@ -642,14 +639,12 @@ func (c *Controller) observe(o Observation) Decision {
 		if skipped > 0 {
 			why += fmt.Sprintf(" (past %d that missed it)", skipped)
 		}
-		// An undecided rung is passed like a mild miss, and counted with
-		// them (passing).
-		dips := c.dips + 1
-		d = c.move(d, next, why)
 		if r.worst > 1 {
-			c.dips = dips
+			// An undecided rung is passed like a mild miss, and counted
+			// with them (passing).
+			return c.pass(d, next, why)
 		}
-		return d
+		return c.move(d, next, why)
 	}
 	if o.MinBEShare > 0 && !math.IsNaN(o.BEShare) && o.BEShare < o.MinBEShare {
 		d.BEBelowMinimum = true
@@ -1167,6 +1162,15 @@ func (c *Controller) move(d Decision, to int, why string) Decision {
 	c.dips, c.from = 0, c.cur
 	c.cur, c.since, c.stayed, c.parked, c.steady = to, 0, c.stayed[:0], c.parked[:0], c.steady[:0]
 	d.BETimeslice, d.Reason, d.Fallback = c.rungs[to].ts, d.Reason+why, c.fallback
+	return d
+}
+
+// pass moves to rung to past a mild or undecided miss at the current
+// rung, counting it with the passes in a row (dips).
+func (c *Controller) pass(d Decision, to int, why string) Decision {
+	dips := c.dips + 1
+	d = c.move(d, to, why)
+	c.dips = dips
 	return d
 }
 
