@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,11 @@ type Options struct {
 	Probes []Probe
 	// PID limits tracing to one process; 0 traces every process.
 	PID int
+	// PerProcess attaches Probes to no process at Open: each process is
+	// attached by AttachProcess, to the library it has mapped, and only
+	// its calls reach the programs (the breakpoints are in its memory
+	// alone). The probes' Library is not read.
+	PerProcess bool
 	// IgnorePID, when not 0, is a process whose RM ioctls are never
 	// recorded (the caller's own, so that its probes do not fill the
 	// ring buffer). Process exits are still reported.
@@ -58,6 +64,16 @@ type Tracer struct {
 	readers []*ringbuf.Reader
 	probes  []Probe
 	skipped []Skipped
+
+	// Per process (Options.PerProcess): the functions to trace, what is
+	// attached for each process, the libraries opened, and the table the
+	// cookies index (grown as processes bring symbols; read by the
+	// readers without the lock).
+	perProcess []Probe
+	pmu        sync.Mutex
+	procLinks  map[int][]link.Link
+	exes       map[string]*link.Executable
+	table      atomic.Pointer[[]Probe]
 
 	events    chan Event
 	done      chan struct{}
@@ -109,7 +125,12 @@ func Open(ctx context.Context, opts Options) (_ *Tracer, err error) {
 			return nil, err
 		}
 	}
-	if len(opts.Probes) > 0 {
+	switch {
+	case opts.PerProcess:
+		if err := t.openPerProcess(opts.Probes); err != nil {
+			return nil, err
+		}
+	case len(opts.Probes) > 0:
 		if err := t.openCalls(ctx, opts.Probes, opts.PID); err != nil {
 			return nil, err
 		}
@@ -268,6 +289,126 @@ func (t *Tracer) openCalls(ctx context.Context, probes []Probe, pid int) error {
 	return nil
 }
 
+// openPerProcess loads the uprobe programs for every process (filter_tgid
+// 0: each uprobe is attached to one process) and attaches nothing yet.
+func (t *Tracer) openPerProcess(probes []Probe) error {
+	if len(probes) == 0 {
+		return errors.New("trace: per process, with no functions to trace")
+	}
+	spec, err := loadCalls()
+	if err != nil {
+		return fmt.Errorf("uprobe programs: %w", err)
+	}
+	t.calls = &callsObjects{}
+	if err := spec.LoadAndAssign(t.calls, nil); err != nil {
+		t.calls = nil
+		return loadError("uprobe programs", err)
+	}
+	rd, err := ringbuf.NewReader(t.calls.CallEvents)
+	if err != nil {
+		return fmt.Errorf("uprobe ring buffer: %w", err)
+	}
+	t.readers = append(t.readers, rd)
+	t.perProcess = probes
+	t.procLinks, t.exes = map[int][]link.Link{}, map[string]*link.Executable{}
+	t.table.Store(&[]Probe{})
+	t.log.Info("loaded", "uprobes", "per process", "functions", len(probes))
+	return nil
+}
+
+// AttachProcess traces pid's calls to the functions Options.Probes name,
+// in library, the file pid has mapped (FindLibrary with its pid). Only
+// with Options.PerProcess. Attaching a process again replaces what it had;
+// on error nothing of pid is left attached. Errors: ErrNoLibrary,
+// ErrNoSymbols, ErrBPFUnavailable.
+func (t *Tracer) AttachProcess(pid int, library string) error {
+	if t.perProcess == nil {
+		return errors.New("trace: AttachProcess without Options.PerProcess")
+	}
+	if pid <= 0 {
+		return fmt.Errorf("trace: attach process %d", pid)
+	}
+	var probes []Probe
+	for _, p := range t.perProcess {
+		p.Library = library
+		probes = append(probes, p)
+	}
+	keep, _, err := ResolveProbes(probes)
+	if err != nil {
+		return err
+	}
+	if len(keep) == 0 {
+		return fmt.Errorf("%w: none of %d functions in %s", ErrNoSymbols, len(probes), library)
+	}
+	t.pmu.Lock()
+	defer t.pmu.Unlock()
+	t.detachLocked(pid)
+	ex := t.exes[library]
+	if ex == nil {
+		if ex, err = link.OpenExecutable(library); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrNoLibrary, library, err)
+		}
+		t.exes[library] = ex
+	}
+	var links []link.Link
+	fail := func(err error) error {
+		for _, l := range links {
+			l.Close()
+		}
+		return err
+	}
+	for _, p := range keep {
+		uo := &link.UprobeOptions{PID: pid, Cookie: cookie(p.Role, t.index(p))}
+		enter := t.calls.CallEnter
+		if p.Role == RoleHint {
+			enter = t.calls.CallEnterHint
+		}
+		l, err := ex.Uprobe(p.Symbol, enter, uo)
+		if err != nil {
+			return fail(attachError(fmt.Sprintf("uprobe %s for process %d", p.Symbol, pid), err))
+		}
+		links = append(links, l)
+		if p.Role == RoleSync || p.Role == RoleHint {
+			l, err := ex.Uretprobe(p.Symbol, t.calls.CallReturn, uo)
+			if err != nil {
+				return fail(attachError(fmt.Sprintf("uretprobe %s for process %d", p.Symbol, pid), err))
+			}
+			links = append(links, l)
+		}
+	}
+	t.procLinks[pid] = links
+	t.log.Debug("attached", "pid", pid, "library", library, "uprobes", len(keep))
+	return nil
+}
+
+// index is p's place in the cookie table, by symbol and role (the library
+// differs from process to process, the decoding does not). With pmu held.
+func (t *Tracer) index(p Probe) int {
+	table := *t.table.Load()
+	for i, q := range table {
+		if q.Symbol == p.Symbol && q.Role == p.Role {
+			return i
+		}
+	}
+	grown := append(slices.Clip(table), Probe{Symbol: p.Symbol, Role: p.Role})
+	t.table.Store(&grown)
+	return len(grown) - 1
+}
+
+// DetachProcess stops tracing pid's calls (nothing when it is not traced).
+func (t *Tracer) DetachProcess(pid int) {
+	t.pmu.Lock()
+	defer t.pmu.Unlock()
+	t.detachLocked(pid)
+}
+
+func (t *Tracer) detachLocked(pid int) {
+	for _, l := range t.procLinks[pid] {
+		l.Close()
+	}
+	delete(t.procLinks, pid)
+}
+
 func probeLibraries(probes []Probe) string {
 	seen := map[string]bool{}
 	var s string
@@ -305,8 +446,12 @@ func (t *Tracer) read(rd *ringbuf.Reader) {
 			t.log.Debug("bad record", "err", err)
 			continue
 		}
-		if c, ok := ev.(*Call); ok && int(c.Index) < len(t.probes) {
-			c.Symbol = t.probes[c.Index].Symbol
+		if c, ok := ev.(*Call); ok {
+			if table := t.table.Load(); table != nil && int(c.Index) < len(*table) {
+				c.Symbol = (*table)[c.Index].Symbol
+			} else if int(c.Index) < len(t.probes) {
+				c.Symbol = t.probes[c.Index].Symbol
+			}
 		}
 		select {
 		case t.events <- ev:
@@ -412,6 +557,12 @@ func (t *Tracer) release() {
 		l.Close()
 	}
 	t.links = nil
+	t.pmu.Lock()
+	for pid := range t.procLinks {
+		t.detachLocked(pid)
+	}
+	t.exes = nil
+	t.pmu.Unlock()
 	for _, rd := range t.readers {
 		rd.Close()
 	}

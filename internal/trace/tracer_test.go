@@ -416,3 +416,64 @@ func TestIgnorePIDChild(t *testing.T) {
 	free := ioctl.NVOS00_PARAMETERS{HRoot: 0xc1d00022, HObjectParent: 0x5c000002, HObjectOld: 0x5c0000b2}
 	rmIoctl(int(f.Fd()), ioctl.NV_ESC_RM_FREE, &free)
 }
+
+// TestPerProcessUprobes attaches the uprobe programs to chosen processes
+// only (Options.PerProcess), each through the library it has mapped: an
+// attached process's requests are seen, another's not, and a detached
+// one's no longer.
+func TestPerProcessUprobes(t *testing.T) {
+	lib, app := buildFakeCUDA(t)
+	var probes []Probe
+	for _, p := range fakeProbes("") {
+		if p.Role == RoleLaunch || p.Role == RoleSync {
+			probes = append(probes, p)
+		}
+	}
+	tr := openTracer(t, Options{Probes: probes, PerProcess: true})
+	a, other := startLCApp(t, app), startLCApp(t, app)
+	pa := a.cmd.Process.Pid
+	if err := tr.AttachProcess(pa, filepath.Join(t.TempDir(), "libcuda.so.1")); !errors.Is(err, ErrNoLibrary) {
+		t.Errorf("a missing library: %v; want ErrNoLibrary", err)
+	}
+	mapped, err := FindLibrary("libfakecuda.so", "", pa)
+	if err != nil || !strings.HasSuffix(mapped, lib) {
+		t.Fatalf("library a maps: %q, %v", mapped, err)
+	}
+	if err := tr.AttachProcess(pa, mapped); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.AttachProcess(pa, mapped); err != nil { // again: one set of probes
+		t.Fatal(err)
+	}
+	a.run(t)
+	other.run(t)
+	tr.DetachProcess(pa)
+	a.run(t)
+	tr.Stop()
+	rt := NewRequestTracker()
+	var reqs []Request
+	for ev := range tr.Events() {
+		c, ok := ev.(*Call)
+		if !ok {
+			continue
+		}
+		if c.PID != uint32(pa) || c.Symbol == "" {
+			t.Errorf("call %+v: want pid %d and a symbol", *c, pa)
+		}
+		if r, ok := rt.Apply(c); ok {
+			reqs = append(reqs, r)
+		}
+	}
+	// One round of lcapp's: three requests, the second failing.
+	if len(reqs) != 3 || reqs[0].Launches != 2 || reqs[0].Sync != "cuStreamSynchronize" || reqs[1].Result != 700 || reqs[2].Launches != 3 {
+		t.Errorf("requests %+v; want lcapp's three of one round", reqs)
+	}
+}
+
+func TestAttachProcessNeedsPerProcess(t *testing.T) {
+	lib, _ := buildFakeCUDA(t)
+	tr := openTracer(t, Options{Probes: fakeProbes(lib), PID: os.Getpid()})
+	if err := tr.AttachProcess(os.Getpid(), lib); err == nil {
+		t.Error("AttachProcess on a tracer opened for one pid: no error")
+	}
+}
