@@ -35,10 +35,11 @@ type LatencySource interface {
 }
 
 // WindowedSource is a LatencySource whose windows the SLO loop closes,
-// once per its own window (TracedLatency).
+// once per its own window (TracedLatency), naming the LC processes it is
+// wanted for: those that pushed no recent window.
 type WindowedSource interface {
 	LatencySource
-	Roll(now time.Duration)
+	Roll(now time.Duration, lcs []ProcRef)
 }
 
 // ShareSource measures BE progress relative to BE alone, in [0, 1]
@@ -322,7 +323,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 		l.mu.Unlock()
 		l.metrics.setSLO(&slo.Decision{BETimeslice: c.Current(), Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()})
 		if l.Traced != nil {
-			l.Traced.Roll(now)
+			l.Traced.Roll(now, l.quiet(l.rec.InClass(class.LC), now, pol.SLO.Window))
 		}
 		l.last = now
 		return // the first window starts now
@@ -331,7 +332,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 	lcs := l.rec.InClass(class.LC)
 	obs := slo.Observation{BEShare: math.NaN(), MinBEShare: pol.SLO.MinBEShare}
 	if l.Traced != nil {
-		l.Traced.Roll(now) // the window that ends now
+		l.Traced.Roll(now, l.quiet(lcs, now, pol.SLO.Window)) // the window that ends now
 	}
 	// Two BE processes switch among themselves at the BE timeslice: below
 	// the shared floor they spend the GPU on restoring each other's
@@ -529,4 +530,16 @@ type sampleSource struct {
 
 // procKey names an LC process to the controller: its pid and start time,
 // so that a reused pid is a new process.
+// quiet are the processes of lcs that pushed no window within the last
+// two: request tracing measures those.
+func (l *SLOLoop) quiet(lcs []ProcRef, now, window time.Duration) []ProcRef {
+	var q []ProcRef
+	for _, p := range lcs {
+		if s, ok := l.Latency.Latest(p.PID); !ok || now-s.At > 2*window {
+			q = append(q, p)
+		}
+	}
+	return q
+}
+
 func procKey(p ProcRef) string { return strconv.Itoa(p.PID) + "/" + strconv.FormatUint(p.Start, 10) }

@@ -27,6 +27,29 @@ type TracedLatency struct {
 	last    map[int]LatencySample   // the last closed window's
 	start   time.Duration           // when this window began (the loop's clock; -1: not yet)
 	seq     uint64
+
+	// Per process (OpenTracedLatency without a library): the processes
+	// traced, by procKey, through the libcuda each has mapped (Library;
+	// default trace.FindLibrary with its pid). With the loop only.
+	tracer  processTracer
+	Library func(pid int) (string, error)
+	procs   map[string]*tracedProc
+	log     *slog.Logger
+}
+
+// processTracer attaches request tracing to one process
+// (trace.Tracer with Options.PerProcess).
+type processTracer interface {
+	AttachProcess(pid int, library string) error
+	DetachProcess(pid int)
+}
+
+// tracedProc is one process per-process tracing was asked for: when it
+// was attached (or tried), and why not.
+type tracedProc struct {
+	pid int
+	at  time.Duration
+	err string
 }
 
 // NewTracedLatency returns a source with no window yet.
@@ -59,8 +82,12 @@ func (t *TracedLatency) Apply(ev trace.Event) {
 }
 
 // Roll closes the window that ends at now: each process with requests in
-// it gets a sample of their quantiles.
-func (t *TracedLatency) Roll(now time.Duration) {
+// it gets a sample of their quantiles. Traced per process, the processes
+// of lcs are traced from now on and the others no longer.
+func (t *TracedLatency) Roll(now time.Duration, lcs []ProcRef) {
+	if t.tracer != nil {
+		t.follow(now, lcs)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.start < 0 || now <= t.start {
@@ -74,6 +101,50 @@ func (t *TracedLatency) Roll(now time.Duration) {
 	}
 	clear(t.cur)
 	t.start = now
+}
+
+// follow attaches the processes of lcs not traced yet (again after
+// attachRetry when it failed: a process may map libcuda late) and detaches
+// the others.
+func (t *TracedLatency) follow(now time.Duration, lcs []ProcRef) {
+	keys := map[string]bool{}
+	for _, p := range lcs {
+		keys[procKey(p)] = true
+	}
+	for k, tp := range t.procs {
+		if !keys[k] {
+			t.tracer.DetachProcess(tp.pid)
+			delete(t.procs, k)
+		}
+	}
+	find := t.Library
+	if find == nil {
+		find = func(pid int) (string, error) { return trace.FindLibrary(trace.LibCUDA, "", pid) }
+	}
+	for _, p := range lcs {
+		k := procKey(p)
+		tp := t.procs[k]
+		retry := tp != nil && tp.err != "" && now-tp.at >= attachRetry
+		if tp != nil && !retry {
+			continue
+		}
+		tp = &tracedProc{pid: p.PID, at: now}
+		lib, err := find(p.PID)
+		if err == nil {
+			err = t.tracer.AttachProcess(p.PID, lib)
+		}
+		if err != nil {
+			tp.err = err.Error()
+			log := t.log.Warn
+			if retry {
+				log = t.log.Debug // said once already
+			}
+			log("request tracing: not tracing an LC process that pushes no latency", "pid", p.PID, "comm", p.Comm, "err", err, "retry_in", attachRetry)
+		} else {
+			t.log.Info("request tracing: tracing an LC process that pushes no latency", "pid", p.PID, "comm", p.Comm, "libcuda", lib)
+		}
+		t.procs[k] = tp
+	}
 }
 
 // Latest is pid's last closed window.
@@ -96,17 +167,26 @@ func latencyQuantiles(lat []time.Duration) map[string]time.Duration {
 		"p99": time.Duration(s.P99), "p999": time.Duration(s.P999), "max": time.Duration(s.Max)}
 }
 
-// OpenTracedLatency attaches uprobes on lib's launch and synchronize
-// functions (trace.DefaultLaunchSymbols, trace.DefaultSyncSymbols) for
-// every process but this one, and feeds what they report into a
-// TracedLatency until ctx is done. lib "": the libcuda the linker's cache
-// names. The returned func detaches. Errors are the tracer's
-// (trace.ErrNotRoot, trace.ErrBPFUnavailable, trace.ErrNoLibrary,
-// trace.ErrNoSymbols).
+// OpenTracedLatency loads uprobes on libcuda's launch and synchronize
+// functions (trace.DefaultLaunchSymbols, trace.DefaultSyncSymbols) and
+// feeds what they report into a TracedLatency until ctx is done. lib "":
+// per process, each LC process the loop names (Roll) through the libcuda
+// it has mapped, so that no other process takes the breakpoints (a BE
+// launching 20,000 kernels a second would pay ~4.7 us a launch on the
+// H100, and fill the ring buffer); else on the file lib for every process
+// that maps it (a path the daemon sees, as the chart's host mount). The
+// returned func detaches. Errors are the tracer's (trace.ErrNotRoot,
+// trace.ErrBPFUnavailable, trace.ErrNoLibrary, trace.ErrNoSymbols).
 func OpenTracedLatency(ctx context.Context, lib string, log *slog.Logger) (*TracedLatency, func() error, error) {
-	path, err := trace.FindLibrary(trace.LibCUDA, lib, 0)
-	if err != nil {
-		return nil, nil, err
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	path, perProcess := "", lib == ""
+	if !perProcess {
+		var err error
+		if path, err = trace.FindLibrary(trace.LibCUDA, lib, 0); err != nil {
+			return nil, nil, err
+		}
 	}
 	var probes []trace.Probe
 	for _, s := range trace.DefaultLaunchSymbols {
@@ -115,11 +195,18 @@ func OpenTracedLatency(ctx context.Context, lib string, log *slog.Logger) (*Trac
 	for _, s := range trace.DefaultSyncSymbols {
 		probes = append(probes, trace.Probe{Library: path, Symbol: s, Role: trace.RoleSync})
 	}
-	tr, err := trace.Open(ctx, trace.Options{Probes: probes, MountTracefs: true, Buffer: 1 << 14, Logger: log})
+	tr, err := trace.Open(ctx, trace.Options{Probes: probes, PerProcess: perProcess, MountTracefs: true, Buffer: 1 << 14, Logger: log})
 	if err != nil {
+		if perProcess {
+			return nil, nil, fmt.Errorf("request tracing: %w", err)
+		}
 		return nil, nil, fmt.Errorf("request tracing on %s: %w", path, err)
 	}
 	t := NewTracedLatency()
+	t.log = log
+	if perProcess {
+		t.tracer, t.procs = tr, map[string]*tracedProc{}
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

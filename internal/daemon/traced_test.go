@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,7 +30,7 @@ func TestTracedLatencyWindows(t *testing.T) {
 		}
 	}
 	feed(tracetest.Request(lc, 2, 9*time.Millisecond, clock)) // before the first window: in none
-	tl.Roll(time.Second)
+	tl.Roll(time.Second, nil)
 	if _, ok := tl.Latest(100); ok {
 		t.Fatal("a window before any closed")
 	}
@@ -41,7 +42,7 @@ func TestTracedLatencyWindows(t *testing.T) {
 	failed := tracetest.Request(lc, 1, time.Second, clock)
 	failed[len(failed)-1].(*trace.Call).Ret = 700
 	feed(failed)
-	tl.Roll(2 * time.Second)
+	tl.Roll(2*time.Second, nil)
 
 	s, ok := tl.Latest(100)
 	if !ok || s.Requests != 100 || s.Window != time.Second || s.At != 2*time.Second || s.Seq == 0 {
@@ -58,12 +59,12 @@ func TestTracedLatencyWindows(t *testing.T) {
 	}
 	// A window without requests keeps the last one (the loop's staleness
 	// check ages it out); a new one numbers itself apart.
-	tl.Roll(3 * time.Second)
+	tl.Roll(3*time.Second, nil)
 	if again, _ := tl.Latest(100); again.Seq != s.Seq {
 		t.Errorf("an empty window replaced the last: %+v", again)
 	}
 	feed(tracetest.Request(lc, 1, time.Millisecond, clock))
-	tl.Roll(4 * time.Second)
+	tl.Roll(4*time.Second, nil)
 	if next, _ := tl.Latest(100); next.Seq == s.Seq || next.Requests != 1 {
 		t.Errorf("next window %+v", next)
 	}
@@ -182,7 +183,7 @@ func TestRequestTracingUprobes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tl.Roll(time.Second)
+	tl.Roll(time.Second, nil)
 	cmd := exec.Command(app, "30")
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
@@ -200,12 +201,78 @@ func TestRequestTracingUprobes(t *testing.T) {
 	if err := untrace(); err != nil { // drains what was recorded
 		t.Fatal(err)
 	}
-	tl.Roll(2 * time.Second)
+	tl.Roll(2*time.Second, nil)
 	s, ok := tl.Latest(pid)
 	if !ok || s.Requests != 30 {
 		t.Fatalf("window %+v %v; want 30 requests (the failed one left out)", s, ok)
 	}
 	if p50 := s.Quantiles["p50"]; p50 < 2*time.Millisecond || p50 > time.Second {
 		t.Errorf("p50 %v; the synchronization sleeps 2 ms", p50)
+	}
+}
+
+// TestRequestTracingPerProcess: without a library named, request tracing
+// attaches to the LC processes the loop names, each through the libcuda it
+// has mapped; a process it was not asked for is not traced, and one it is
+// no longer asked for is detached.
+func TestRequestTracingPerProcess(t *testing.T) {
+	dir := t.TempDir()
+	_, app := buildLCLoop(t, dir)
+	tl, untrace, err := OpenTracedLatency(context.Background(), "", testLog(t))
+	if errors.Is(err, trace.ErrNotRoot) {
+		t.Skipf("the kernel refuses to trace for this user: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func() (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
+		cmd := exec.Command(app, "30")
+		stdin, _ := cmd.StdinPipe()
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd, stdin, bufio.NewReader(stdout)
+	}
+	lc, lcIn, lcOut := start()
+	other, otherIn, otherOut := start()
+	ref := ProcRef{PID: lc.Process.Pid, Start: 1, Comm: "lcloop"}
+	// The loader maps libcuda before main: the attach is retried only
+	// after attachRetry, so wait for the mapping first.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if _, err := trace.FindLibrary(trace.LibCUDA, "", lc.Process.Pid); err == nil {
+			break
+		}
+	}
+	tl.Roll(time.Second, []ProcRef{ref})
+	if tp := tl.procs[procKey(ref)]; tp == nil || tp.err != "" {
+		t.Fatalf("lcloop not attached: %+v", tp)
+	}
+	for _, p := range []struct {
+		cmd *exec.Cmd
+		in  io.WriteCloser
+		out *bufio.Reader
+	}{{lc, lcIn, lcOut}, {other, otherIn, otherOut}} {
+		fmt.Fprintln(p.in, "go")
+		var pid int
+		if _, err := fmt.Fscan(p.out, &pid); err != nil || pid != p.cmd.Process.Pid {
+			t.Fatalf("lcloop said %d (%v)", pid, err)
+		}
+		if err := p.cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := untrace(); err != nil { // drains what was recorded
+		t.Fatal(err)
+	}
+	tl.Roll(2*time.Second, nil) // no LC asked for: detached
+	if len(tl.procs) != 0 {
+		t.Errorf("still traced: %+v", tl.procs)
+	}
+	if s, ok := tl.Latest(lc.Process.Pid); !ok || s.Requests != 30 {
+		t.Errorf("the traced process: %+v %v; want 30 requests", s, ok)
+	}
+	if s, ok := tl.Latest(other.Process.Pid); ok {
+		t.Errorf("a process not asked for was traced: %+v", s)
 	}
 }
