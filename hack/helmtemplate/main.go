@@ -191,7 +191,9 @@ func funcs(t *template.Template) template.FuncMap {
 			return "\n" + pad + strings.ReplaceAll(s, "\n", "\n"+pad)
 		},
 		"quote": func(v any) string { return strconv.Quote(fmt.Sprint(v)) },
-		"base":  path.Base, // sprig's
+		"base":  path.Base,  // sprig's
+		"isAbs": path.IsAbs, // sprig's
+		"fail":  func(msg string) (string, error) { return "", errors.New(msg) },
 		"default": func(def, v any) any {
 			if v == nil || v == "" || v == false || v == 0 {
 				return def

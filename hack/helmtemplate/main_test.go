@@ -24,11 +24,12 @@ var (
 // rendered with (make k8s-manifests).
 var renderedArgs = []string{"createNamespace=true"}
 
-// tracingRendered is the chart with request tracing on, which the
+// tracingRendered is the chart with request tracing on a host file (its
+// mount and flags; by default there is neither), which the
 // end-to-end test gives the API server as well (test/e2e/k8s).
 var (
 	tracingRendered = filepath.Join("..", "..", "test", "e2e", "k8s", "testdata", "gpreempt-request-tracing.yaml")
-	tracingArgs     = []string{"requestTracing.enabled=true"}
+	tracingArgs     = []string{"requestTracing.enabled=true", "requestTracing.libcuda=/usr/lib/x86_64-linux-gnu/libcuda.so.1"}
 )
 
 // TestRenderedManifestsUpToDate fails when the chart changed and the plain
@@ -67,8 +68,11 @@ func TestRenderOptions(t *testing.T) {
 		{[]string{"metrics.serviceMonitor.enabled=true", "metrics.service.enabled=false"}, []string{"kind: ServiceMonitor"}, []string{"kind: Service\n"}},
 		{[]string{"runtimeClassName=nvidia", "image.tag=v9"}, []string{"runtimeClassName: nvidia", "gpreemptd:v9"}, nil},
 		{nil, nil, []string{"--trace-requests", "libcuda"}},
-		{[]string{"requestTracing.enabled=true"}, []string{"- --trace-requests\n", "- --libcuda=/host/libcuda/libcuda.so.1\n",
+		// Per process by default: no host file, no mount.
+		{[]string{"requestTracing.enabled=true"}, []string{"- --trace-requests\n"}, []string{"libcuda"}},
+		{[]string{"requestTracing.enabled=true", "requestTracing.libcuda=/usr/lib/x86_64-linux-gnu/libcuda.so.1"}, []string{"- --trace-requests\n", "- --libcuda=/host/libcuda/libcuda.so.1\n",
 			"mountPath: /host/libcuda/libcuda.so.1\n              readOnly: true", "path: /usr/lib/x86_64-linux-gnu/libcuda.so.1\n            type: File"}, nil},
+		{[]string{"requestTracing.libcuda=/usr/lib/x86_64-linux-gnu/libcuda.so.1"}, nil, []string{"--trace-requests", "libcuda"}},
 		{[]string{"requestTracing.enabled=true", "requestTracing.libcuda=/run/nvidia/driver/usr/lib64/libcuda.so.580.159.04"},
 			[]string{"- --libcuda=/host/libcuda/libcuda.so.580.159.04\n", "path: /run/nvidia/driver/usr/lib64/libcuda.so.580.159.04\n"}, nil},
 	} {
@@ -107,11 +111,11 @@ func TestRenderedPolicyParses(t *testing.T) {
 	}
 }
 
-// TestRenderRefusesTracingWithoutLibrary: request tracing names the host's
-// libcuda file; without one the chart does not render.
-func TestRenderRefusesTracingWithoutLibrary(t *testing.T) {
-	_, err := Render(chartDir, "gpreempt", "gpreempt", []string{"requestTracing.enabled=true", "requestTracing.libcuda="})
-	if err == nil || !strings.Contains(err.Error(), "requestTracing.libcuda") {
-		t.Fatalf("rendered with request tracing and no libcuda: err %v; want one naming requestTracing.libcuda", err)
+// TestRenderRefusesARelativeLibrary: the host file request tracing
+// mounts is an absolute path; another does not render.
+func TestRenderRefusesARelativeLibrary(t *testing.T) {
+	_, err := Render(chartDir, "gpreempt", "gpreempt", []string{"requestTracing.enabled=true", "requestTracing.libcuda=lib/libcuda.so.1"})
+	if err == nil || !strings.Contains(err.Error(), "requestTracing.libcuda") || !strings.Contains(err.Error(), "absolute") {
+		t.Fatalf("rendered with a relative libcuda: err %v; want one naming requestTracing.libcuda", err)
 	}
 }

@@ -528,8 +528,6 @@ type sampleSource struct {
 	kind string
 }
 
-// procKey names an LC process to the controller: its pid and start time,
-// so that a reused pid is a new process.
 // quiet are the processes of lcs that pushed no window within the last
 // two: request tracing measures those.
 func (l *SLOLoop) quiet(lcs []ProcRef, now, window time.Duration) []ProcRef {
@@ -542,4 +540,6 @@ func (l *SLOLoop) quiet(lcs []ProcRef, now, window time.Duration) []ProcRef {
 	return q
 }
 
+// procKey names an LC process to the controller: its pid and start time,
+// so that a reused pid is a new process.
 func procKey(p ProcRef) string { return strconv.Itoa(p.PID) + "/" + strconv.FormatUint(p.Start, 10) }

@@ -71,8 +71,8 @@ type Tracer struct {
 	// readers without the lock).
 	perProcess []Probe
 	pmu        sync.Mutex
-	procLinks  map[int][]link.Link
-	exes       map[string]*link.Executable
+	procLinks  map[int]counted            // by pid: its links and the library they are in
+	exes       map[string]*counterLibrary // by path, while a process is attached through it
 	table      atomic.Pointer[[]Probe]
 
 	events    chan Event
@@ -310,7 +310,7 @@ func (t *Tracer) openPerProcess(probes []Probe) error {
 	}
 	t.readers = append(t.readers, rd)
 	t.perProcess = probes
-	t.procLinks, t.exes = map[int][]link.Link{}, map[string]*link.Executable{}
+	t.procLinks, t.exes = map[int]counted{}, map[string]*counterLibrary{}
 	t.table.Store(&[]Probe{})
 	t.log.Info("loaded", "uprobes", "per process", "functions", len(probes))
 	return nil
@@ -342,18 +342,28 @@ func (t *Tracer) AttachProcess(pid int, library string) error {
 	}
 	t.pmu.Lock()
 	defer t.pmu.Unlock()
+	if t.procLinks == nil {
+		return errors.New("trace: AttachProcess on a stopped tracer")
+	}
 	t.detachLocked(pid)
-	ex := t.exes[library]
-	if ex == nil {
-		if ex, err = link.OpenExecutable(library); err != nil {
+	// The path is under /proc/PID/root: one library per process, mostly,
+	// dropped with its last process.
+	lib := t.exes[library]
+	if lib == nil {
+		ex, err := link.OpenExecutable(library)
+		if err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrNoLibrary, library, err)
 		}
-		t.exes[library] = ex
+		lib = &counterLibrary{ex: ex}
+		t.exes[library] = lib
 	}
 	var links []link.Link
 	fail := func(err error) error {
 		for _, l := range links {
 			l.Close()
+		}
+		if lib.users == 0 {
+			delete(t.exes, library)
 		}
 		return err
 	}
@@ -363,20 +373,21 @@ func (t *Tracer) AttachProcess(pid int, library string) error {
 		if p.Role == RoleHint {
 			enter = t.calls.CallEnterHint
 		}
-		l, err := ex.Uprobe(p.Symbol, enter, uo)
+		l, err := lib.ex.Uprobe(p.Symbol, enter, uo)
 		if err != nil {
 			return fail(attachError(fmt.Sprintf("uprobe %s for process %d", p.Symbol, pid), err))
 		}
 		links = append(links, l)
 		if p.Role == RoleSync || p.Role == RoleHint {
-			l, err := ex.Uretprobe(p.Symbol, t.calls.CallReturn, uo)
+			l, err := lib.ex.Uretprobe(p.Symbol, t.calls.CallReturn, uo)
 			if err != nil {
 				return fail(attachError(fmt.Sprintf("uretprobe %s for process %d", p.Symbol, pid), err))
 			}
 			links = append(links, l)
 		}
 	}
-	t.procLinks[pid] = links
+	lib.users++
+	t.procLinks[pid] = counted{links: links, lib: library}
 	t.log.Debug("attached", "pid", pid, "library", library, "uprobes", len(keep))
 	return nil
 }
@@ -402,11 +413,30 @@ func (t *Tracer) DetachProcess(pid int) {
 	t.detachLocked(pid)
 }
 
+// detachAll detaches every process; AttachProcess refuses from here.
+func (t *Tracer) detachAll() {
+	t.pmu.Lock()
+	defer t.pmu.Unlock()
+	for pid := range t.procLinks {
+		t.detachLocked(pid)
+	}
+	t.procLinks, t.exes = nil, nil
+}
+
 func (t *Tracer) detachLocked(pid int) {
-	for _, l := range t.procLinks[pid] {
+	p, ok := t.procLinks[pid]
+	if !ok {
+		return
+	}
+	for _, l := range p.links {
 		l.Close()
 	}
 	delete(t.procLinks, pid)
+	if l := t.exes[p.lib]; l != nil {
+		if l.users--; l.users <= 0 {
+			delete(t.exes, p.lib)
+		}
+	}
 }
 
 func probeLibraries(probes []Probe) string {
@@ -531,6 +561,7 @@ func (t *Tracer) Stop() {
 			l.Close()
 		}
 		t.links = nil
+		t.detachAll()
 		for _, rd := range t.readers {
 			// Readers return the pending records, then ErrFlushed.
 			if err := rd.Flush(); err != nil {
@@ -557,12 +588,7 @@ func (t *Tracer) release() {
 		l.Close()
 	}
 	t.links = nil
-	t.pmu.Lock()
-	for pid := range t.procLinks {
-		t.detachLocked(pid)
-	}
-	t.exes = nil
-	t.pmu.Unlock()
+	t.detachAll()
 	for _, rd := range t.readers {
 		rd.Close()
 	}

@@ -448,8 +448,16 @@ func TestPerProcessUprobes(t *testing.T) {
 	a.run(t)
 	other.run(t)
 	tr.DetachProcess(pa)
+	tr.pmu.Lock()
+	if len(tr.exes) != 0 || len(tr.procLinks) != 0 {
+		t.Errorf("after the last detach: libraries %v, processes %v; want none", tr.exes, tr.procLinks)
+	}
+	tr.pmu.Unlock()
 	a.run(t)
 	tr.Stop()
+	if err := tr.AttachProcess(pa, mapped); err == nil {
+		t.Error("AttachProcess after Stop: no error")
+	}
 	rt := NewRequestTracker()
 	var reqs []Request
 	for ev := range tr.Events() {
