@@ -23,9 +23,9 @@ type LaunchCounter interface {
 
 // BEProgress measures BE progress as kernel launches per second, for the
 // SLO mode's BE share: each BE process's rate over a window, against its
-// rate in windows when every GPU process the daemon knows was BE, at the
-// window's start and its end (BE alone: before an LC came, or after the
-// last one went). A training
+// rate in windows when every GPU process the daemon knows was BE (or an
+// MPS server, which runs only its clients' work) at the window's start
+// and its end (BE alone: before an LC came, or after the last one went). A training
 // step launches the same kernels each time, and a launch blocks once the
 // queue is full, so over a window of many steps the launch rate follows
 // the completion rate. Only the BE processes are probed: the LC pays
@@ -75,8 +75,8 @@ func NewBEProgress(c LaunchCounter, log *slog.Logger) *BEProgress {
 }
 
 // Roll closes the window that ends at now over the BE processes bes.
-// alone: every GPU process was in class BE at the window's start and its
-// end; paused: the
+// alone: every GPU process was in class BE (or an MPS server) at the
+// window's start and its end; paused: the
 // BE processes were stopped through it (its rates are not progress under
 // any setting). It returns the BE share of the window: the BE processes'
 // launches over what they launch alone, in [0, 1].

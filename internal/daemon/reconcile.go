@@ -816,6 +816,21 @@ func (r *Reconciler) InClass(n class.Name) []ProcRef {
 	return out
 }
 
+// Outside lists the known processes not classed n (unclassed and exempt
+// ones included), by pid.
+func (r *Reconciler) Outside(n class.Name) []ProcRef {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []ProcRef
+	for _, pid := range slices.Sorted(maps.Keys(r.procs)) {
+		p := r.procs[pid]
+		if p.decision.Rule == "" || p.decision.Exempt || p.decision.Spec.Name != n {
+			out = append(out, ProcRef{PID: pid, Start: p.start, Comm: p.info.Comm, Decision: p.decision})
+		}
+	}
+	return out
+}
+
 // Policy returns the policy in force.
 func (r *Reconciler) Policy() *policy.Policy {
 	r.mu.Lock()

@@ -45,7 +45,8 @@ type WindowedSource interface {
 // ShareSource measures BE progress relative to BE alone, in [0, 1]
 // (BEProgress: kernel launches counted by uprobes on the BE processes'
 // libcuda). Roll closes the window ending at now over the BE processes
-// bes; alone: every GPU process ran in class BE through it; paused: the BE
+// bes; alone: every GPU process ran in class BE (or was an MPS server)
+// through it; paused: the BE
 // processes were stopped through it. Without a source, BE share is
 // unknown (NaN) and the controller keeps the longest BE timeslice that
 // meets every LC objective (docs/SLO.md). Close ends the measuring when
@@ -130,8 +131,8 @@ type SLOLoop struct {
 	// pausing: the last decision stopped BE (the window now ending was
 	// to run without it).
 	pausing bool
-	// alone: only BE processes were known when the window now ending
-	// began (BE share's rate alone).
+	// alone: only BE processes (and MPS servers) were known when the
+	// window now ending began (BE share's rate alone).
 	alone bool
 
 	ctl  *slo.Controller
@@ -349,8 +350,10 @@ func (l *SLOLoop) Step(now time.Duration) {
 	if l.Share != nil {
 		// BE alone: no GPU process the daemon knows was outside class BE
 		// when the window began, nor is now (an LC that ran in between
-		// and went would have slowed it).
-		aloneNow := len(bes) > 0 && len(l.rec.Known()) == len(bes)
+		// and went would have slowed it), but MPS servers: a server runs
+		// its clients' work alone, and each client is a GPU process of
+		// its own.
+		aloneNow := len(bes) > 0 && !slices.ContainsFunc(l.rec.Outside(class.BE), func(p ProcRef) bool { return !isMPSServer(p.Comm) })
 		alone := aloneNow && l.alone
 		l.alone = aloneNow
 		if s, ok := l.Share.Roll(now, bes, alone, l.pausing); ok {
@@ -527,6 +530,15 @@ type sampleSource struct {
 	pid  int
 	kind string
 }
+
+// mpsServerComm is an MPS server's command name (nvidia-cuda-mps-server,
+// cut to the kernel's 15 characters; the control daemon that shares it
+// holds no channel group, so it is not a GPU process the daemon knows).
+const mpsServerComm = "nvidia-cuda-mps"
+
+// isMPSServer says whether a GPU process named comm is an MPS server:
+// every channel group it holds runs its clients' work.
+func isMPSServer(comm string) bool { return comm == mpsServerComm }
 
 // quiet are the processes of lcs that pushed no window within the last
 // two: request tracing measures those.

@@ -611,3 +611,59 @@ func TestSLOLoopMeasuresBEShare(t *testing.T) {
 	bulkSays("learning its rate alone (0 of 3") // the LC ran in part of it
 	bulkSays("learning its rate alone (1 of 3")
 }
+
+// TestBEAloneBesideAnMPSServer: an MPS server (a GPU process of no class)
+// runs only its clients' work, so BE is alone beside it until a client
+// comes; any other process outside class BE keeps the windows from being
+// BE alone.
+func TestBEAloneBesideAnMPSServer(t *testing.T) {
+	for _, tc := range []struct {
+		comm  string
+		alone bool
+	}{
+		{"nvidia-cuda-mps", true}, // nvidia-cuda-mps-server, as the kernel names it
+		{"nvidia-smi", false},
+		{"nvidia-cuda-mp", false},
+	} {
+		t.Run(tc.comm, func(t *testing.T) {
+			g := newRig(t, sloPolicy)
+			s := &sloRig{rig: g, loop: NewSLOLoop(g.rec, g.m, testLog(t))}
+			f := newFakeCounter()
+			p := NewBEProgress(f, testLog(t))
+			p.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
+			s.loop.Share = p
+			g.tick(g.start(150, policy.Process{Comm: tc.comm}, 0) + time.Second)
+			g.tick(g.start(200, policy.Process{Comm: "trainer"}, 2) + time.Second)
+			s.loop.Step(s.now) // the mode starts
+			const alone = 10_000
+			for range 4 {
+				f.n[200] += alone
+				s.window(slo.EagerPyTorchH100, true)
+			}
+			st := s.loop.Status()
+			if len(st.BE) != 1 || st.BE[0].PID != 200 {
+				t.Fatalf("BE rows %+v", st.BE)
+			}
+			learnt := st.BE[0].AlonePerS == alone && st.BE[0].Share != nil
+			if learnt != tc.alone {
+				t.Fatalf("beside %s: rate alone learnt %v, want %v (%+v)", tc.comm, learnt, tc.alone, st.BE[0])
+			}
+			if !tc.alone {
+				return
+			}
+			// A client (an LC process of its own) comes: from the window
+			// it came in, BE is no longer alone, and its rate alone is
+			// kept, not lowered.
+			s.start(100, policy.Process{Comm: "lc-server"}, 4)
+			s.tick(s.now)
+			for range 4 {
+				f.n[200] += alone / 2
+				s.window(slo.EagerPyTorchH100, false)
+			}
+			st = s.loop.Status()
+			if st.BE[0].AlonePerS != alone || st.BEShare == nil || math.Abs(*st.BEShare-0.5) > 1e-9 {
+				t.Errorf("beside the server and its client: %+v, share %v; want rate alone %d, share 0.5", st.BE[0], st.BEShare, alone)
+			}
+		})
+	}
+}
