@@ -46,11 +46,10 @@ type WindowedSource interface {
 // (BEProgress: kernel launches counted by uprobes on the BE processes'
 // libcuda). Roll closes the window ending at now over the BE processes
 // bes; alone: every GPU process ran in class BE (or was an MPS server)
-// through it; paused: the BE
-// processes were stopped through it. Without a source, BE share is
-// unknown (NaN) and the controller keeps the longest BE timeslice that
-// meets every LC objective (docs/SLO.md). Close ends the measuring when
-// SLO mode is turned off.
+// through it; paused: the BE processes were stopped through it. Without
+// a source, BE share is unknown (NaN) and the controller keeps the
+// longest BE timeslice that meets every LC objective (docs/SLO.md). Close
+// ends the measuring when SLO mode is turned off.
 type ShareSource interface {
 	Roll(now time.Duration, bes []ProcRef, alone, paused bool) (float64, bool)
 	Status() []client.SLOBE
