@@ -52,7 +52,9 @@ type Config struct {
 	ScanInterval time.Duration
 	// TraceRequests measures the request latency of LC processes that
 	// push none with uprobes on libcuda (TracedLatency), for SLO mode.
-	// LibCUDA is the library probed ("": the linker cache's).
+	// LibCUDA is the library probed for every process that maps it ("":
+	// each LC process that pushes none, through the libcuda it has
+	// mapped).
 	TraceRequests bool
 	LibCUDA       string
 	// BEProgress counts the BE processes' kernel launches (uprobes on
@@ -182,7 +184,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			return nil, fmt.Errorf("--trace-requests: %w", err)
 		}
 		d.slo.Traced, d.untrace = t, untrace
-		d.log.Info("request tracing: LC processes that push no latency are measured from libcuda", "libcuda", cfg.LibCUDA)
+		lib := cfg.LibCUDA
+		if lib == "" {
+			lib = "each LC process's own, that process alone"
+		}
+		d.log.Info("request tracing: LC processes that push no latency are measured from libcuda", "libcuda", lib)
 	}
 	if cfg.BEProgress {
 		if cfg.LibCUDA != "" {

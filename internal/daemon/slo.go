@@ -138,6 +138,9 @@ type SLOLoop struct {
 	conf sloConf
 	last time.Duration // time of the last Step
 	used map[sampleSource]uint64
+	// tracing: the LC processes request tracing is or may be asked to
+	// measure, by procKey (toTrace).
+	tracing map[string]*traceWant
 
 	mu     sync.Mutex
 	status SLOStatus
@@ -157,7 +160,7 @@ func NewSLOLoop(rec *Reconciler, m *Metrics, log *slog.Logger) *SLOLoop {
 		log = slog.New(slog.DiscardHandler)
 	}
 	p := &pushed{now: func() time.Duration { return rec.Now() }, by: map[int]LatencySample{}}
-	return &SLOLoop{rec: rec, metrics: m, log: log, push: p, Latency: p, used: map[sampleSource]uint64{}}
+	return &SLOLoop{rec: rec, metrics: m, log: log, push: p, Latency: p, used: map[sampleSource]uint64{}, tracing: map[string]*traceWant{}}
 }
 
 // Push takes a stats push's latency window.
@@ -285,6 +288,10 @@ func (l *SLOLoop) Step(now time.Duration) {
 		if l.Share != nil {
 			l.Share.Close() // BE progress is measured in SLO mode only
 		}
+		if l.Traced != nil && len(l.tracing) > 0 {
+			l.Traced.Roll(now, nil) // so is request latency: detach every process
+		}
+		clear(l.tracing)
 		if l.ctl != nil {
 			l.ctl = nil
 			l.rec.SetClassTimeslice(class.BE, 0)
@@ -323,7 +330,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 		l.mu.Unlock()
 		l.metrics.setSLO(&slo.Decision{BETimeslice: c.Current(), Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()})
 		if l.Traced != nil {
-			l.Traced.Roll(now, l.quiet(l.rec.InClass(class.LC), now, pol.SLO.Window))
+			l.Traced.Roll(now, l.toTrace(pol, l.rec.InClass(class.LC), now))
 		}
 		l.last = now
 		return // the first window starts now
@@ -332,7 +339,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 	lcs := l.rec.InClass(class.LC)
 	obs := slo.Observation{BEShare: math.NaN(), MinBEShare: pol.SLO.MinBEShare}
 	if l.Traced != nil {
-		l.Traced.Roll(now, l.quiet(lcs, now, pol.SLO.Window)) // the window that ends now
+		l.Traced.Roll(now, l.toTrace(pol, lcs, now)) // the window that ends now
 	}
 	// Two BE processes switch among themselves at the BE timeslice: below
 	// the shared floor they spend the GPU on restoring each other's
@@ -372,9 +379,9 @@ func (l *SLOLoop) Step(now time.Duration) {
 		// What the app pushes, else what request tracing saw of it.
 		s, ok := l.Latency.Latest(p.PID)
 		src := sampleSource{p.PID, "pushed"}
-		if !ok && l.Traced != nil {
-			if s, ok = l.Traced.Latest(p.PID); ok {
-				src.kind = "traced"
+		if l.Traced != nil && !pushedWithin(s, ok, now, window) {
+			if ts, tok := l.Traced.Latest(p.PID); tok && (!ok || ts.At > s.At) {
+				s, ok, src.kind = ts, true, "traced"
 			}
 		}
 		fresh := ok && s.Seq != l.used[src] && now-s.At <= 2*window
@@ -539,16 +546,71 @@ const mpsServerComm = "nvidia-cuda-mps"
 // every channel group it holds runs its clients' work.
 func isMPSServer(comm string) bool { return comm == mpsServerComm }
 
-// quiet are the processes of lcs that pushed no window within the last
-// two: request tracing measures those.
-func (l *SLOLoop) quiet(lcs []ProcRef, now, window time.Duration) []ProcRef {
-	var q []ProcRef
+// traceWant is one LC process as request tracing sees it: when the loop
+// first saw it, whether tracing is asked for it, and for how many windows
+// in a row it has pushed since.
+type traceWant struct {
+	seen   time.Duration
+	traced bool
+	pushed int
+}
+
+// Request tracing waits traceAfter windows for a new LC process to push
+// (an app that pushes has done so by then), and goes on tracing one that
+// starts pushing until it has pushed in untraceAfter windows in a row: an
+// app that pushes less often than every two windows is not attached and
+// detached in turn.
+const (
+	traceAfter   = 2
+	untraceAfter = 4
+)
+
+// toTrace lists the processes of lcs request tracing is to measure: those
+// with an objective whose app pushes no window (pushedWithin), and each
+// one traced until it pushes steadily. Once a window.
+func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []ProcRef, now time.Duration) []ProcRef {
+	window := pol.SLO.Window
+	var out []ProcRef
+	keys := map[string]bool{}
 	for _, p := range lcs {
-		if s, ok := l.Latency.Latest(p.PID); !ok || now-s.At > 2*window {
-			q = append(q, p)
+		if _, ok := pol.Objective(p.Decision); !ok {
+			continue // not judged: nothing to measure
+		}
+		k := procKey(p)
+		keys[k] = true
+		w := l.tracing[k]
+		if w == nil {
+			w = &traceWant{seen: now}
+			l.tracing[k] = w
+		}
+		s, ok := l.Latency.Latest(p.PID)
+		fresh := pushedWithin(s, ok, now, window)
+		switch {
+		case !w.traced:
+			w.traced = !fresh && now-w.seen >= traceAfter*window
+			w.pushed = 0
+		case fresh:
+			w.pushed++
+			w.traced = w.pushed < untraceAfter
+		default:
+			w.pushed = 0
+		}
+		if w.traced {
+			out = append(out, p)
 		}
 	}
-	return q
+	for k := range l.tracing {
+		if !keys[k] {
+			delete(l.tracing, k)
+		}
+	}
+	return out
+}
+
+// pushedWithin says whether s, pid's last pushed window (ok: there is
+// one), ended within the last two windows: the loop uses no older one.
+func pushedWithin(s LatencySample, ok bool, now, window time.Duration) bool {
+	return ok && now-s.At <= 2*window
 }
 
 // procKey names an LC process to the controller: its pid and start time,

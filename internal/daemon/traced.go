@@ -35,6 +35,10 @@ type TracedLatency struct {
 	Library func(pid int) (string, error)
 	procs   map[string]*tracedProc
 	log     *slog.Logger
+	// since: per process, the attached pids and when each was attached
+	// (the loop's clock, the events' own): a request that began before
+	// is not counted, nor is any of a pid not attached. Under mu.
+	since map[int]time.Duration
 }
 
 // processTracer attaches request tracing to one process
@@ -76,6 +80,14 @@ func (t *TracedLatency) Apply(ev trace.Event) {
 		return // a failed synchronization is not a served request
 	}
 	pid := int(r.PID)
+	if t.since != nil {
+		// Per process: a request open when its process was detached
+		// would end at the first return after the next attach, spanning
+		// the time between.
+		if at, ok := t.since[pid]; !ok || time.Duration(r.Start) < at {
+			return
+		}
+	}
 	if len(t.cur[pid]) < maxTracedPerWindow {
 		t.cur[pid] = append(t.cur[pid], r.Latency())
 	}
@@ -99,9 +111,20 @@ func (t *TracedLatency) Roll(now time.Duration, lcs []ProcRef) {
 		t.seq++
 		t.last[pid] = LatencySample{At: now, Window: now - t.start, Requests: len(lat), Quantiles: latencyQuantiles(lat), Seq: t.seq}
 	}
+	// The loop reads a window up to two windows old; older ones are of
+	// processes that stopped or went (the uprobes report no exits).
+	for pid, s := range t.last {
+		if now-s.At > lastKept*(now-t.start) {
+			delete(t.last, pid)
+		}
+	}
 	clear(t.cur)
 	t.start = now
 }
+
+// lastKept is how many windows a process's last closed window is kept
+// after its last request.
+const lastKept = 4
 
 // follow attaches the processes of lcs not traced yet (again after
 // attachRetry when it failed: a process may map libcuda late) and detaches
@@ -114,7 +137,11 @@ func (t *TracedLatency) follow(now time.Duration, lcs []ProcRef) {
 	for k, tp := range t.procs {
 		if !keys[k] {
 			t.tracer.DetachProcess(tp.pid)
+			t.track(tp.pid, -1)
 			delete(t.procs, k)
+			if tp.err == "" {
+				t.log.Info("request tracing: no longer tracing a process (it pushes its latency, left class LC or went)", "pid", tp.pid)
+			}
 		}
 	}
 	find := t.Library
@@ -131,7 +158,10 @@ func (t *TracedLatency) follow(now time.Duration, lcs []ProcRef) {
 		tp = &tracedProc{pid: p.PID, at: now}
 		lib, err := find(p.PID)
 		if err == nil {
-			err = t.tracer.AttachProcess(p.PID, lib)
+			t.track(p.PID, now) // before the first event can come
+			if err = t.tracer.AttachProcess(p.PID, lib); err != nil {
+				t.track(p.PID, -1)
+			}
 		}
 		if err != nil {
 			tp.err = err.Error()
@@ -145,6 +175,21 @@ func (t *TracedLatency) follow(now time.Duration, lcs []ProcRef) {
 		}
 		t.procs[k] = tp
 	}
+}
+
+// track counts pid's requests that begin from at on; at < 0: none, and
+// what was open or measured of pid is forgotten.
+func (t *TracedLatency) track(pid int, at time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.tracker.Apply(&trace.TaskExit{PID: uint32(pid)}) // drops its open requests
+	delete(t.cur, pid)
+	if at < 0 {
+		delete(t.since, pid)
+		delete(t.last, pid)
+		return
+	}
+	t.since[pid] = at
 }
 
 // Latest is pid's last closed window.
@@ -205,7 +250,7 @@ func OpenTracedLatency(ctx context.Context, lib string, log *slog.Logger) (*Trac
 	t := NewTracedLatency()
 	t.log = log
 	if perProcess {
-		t.tracer, t.procs = tr, map[string]*tracedProc{}
+		t.tracer, t.procs, t.since = tr, map[string]*tracedProc{}, map[int]time.Duration{}
 	}
 	done := make(chan struct{})
 	go func() {

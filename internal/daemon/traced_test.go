@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
@@ -71,6 +73,22 @@ func TestTracedLatencyWindows(t *testing.T) {
 	tl.Apply(&trace.TaskExit{PID: 100})
 	if _, ok := tl.Latest(100); ok {
 		t.Error("an exited process's window kept")
+	}
+	// Without exits (uprobes report none), a process's last window goes
+	// lastKept windows after it.
+	if _, ok := tl.Latest(200); !ok {
+		t.Fatal("pid 200's window gone early")
+	}
+	last := 2 * time.Second // its window's end; windows of 1 s
+	for now := 5 * time.Second; now <= last+lastKept*time.Second; now += time.Second {
+		tl.Roll(now, nil)
+	}
+	if _, ok := tl.Latest(200); !ok {
+		t.Errorf("pid 200's window gone before %d windows", lastKept)
+	}
+	tl.Roll(last+(lastKept+1)*time.Second, nil)
+	if s, ok := tl.Latest(200); ok {
+		t.Errorf("pid 200's window kept %d windows on: %+v", lastKept, s)
 	}
 }
 
@@ -244,7 +262,9 @@ func TestRequestTracingPerProcess(t *testing.T) {
 			break
 		}
 	}
-	tl.Roll(time.Second, []ProcRef{ref})
+	// The loop's clock is the events' (CLOCK_MONOTONIC): a request that
+	// began before the attach would not count.
+	tl.Roll(monotonic(), []ProcRef{ref})
 	if tp := tl.procs[procKey(ref)]; tp == nil || tp.err != "" {
 		t.Fatalf("lcloop not attached: %+v", tp)
 	}
@@ -265,14 +285,177 @@ func TestRequestTracingPerProcess(t *testing.T) {
 	if err := untrace(); err != nil { // drains what was recorded
 		t.Fatal(err)
 	}
-	tl.Roll(2*time.Second, nil) // no LC asked for: detached
-	if len(tl.procs) != 0 {
-		t.Errorf("still traced: %+v", tl.procs)
-	}
+	end := monotonic()
+	tl.Roll(end, []ProcRef{ref})
 	if s, ok := tl.Latest(lc.Process.Pid); !ok || s.Requests != 30 {
 		t.Errorf("the traced process: %+v %v; want 30 requests", s, ok)
 	}
 	if s, ok := tl.Latest(other.Process.Pid); ok {
 		t.Errorf("a process not asked for was traced: %+v", s)
+	}
+	// No LC asked for: detached (TestPerProcessUprobes: its calls no
+	// longer reach the programs), and what was measured of it forgotten.
+	tl.Roll(end+time.Second, nil)
+	if len(tl.procs) != 0 || len(tl.since) != 0 {
+		t.Errorf("still traced: %+v, %v", tl.procs, tl.since)
+	}
+	if s, ok := tl.Latest(lc.Process.Pid); ok {
+		t.Errorf("a detached process keeps its window: %+v", s)
+	}
+}
+
+// fakeProcessTracer records attaches and detaches; an error in fail is
+// returned once.
+type fakeProcessTracer struct {
+	attached map[int]bool
+	attaches int
+	detaches []int
+	fail     map[int]error
+}
+
+func (f *fakeProcessTracer) AttachProcess(pid int, lib string) error {
+	f.attaches++
+	if err := f.fail[pid]; err != nil {
+		delete(f.fail, pid)
+		return err
+	}
+	f.attached[pid] = true
+	return nil
+}
+
+func (f *fakeProcessTracer) DetachProcess(pid int) {
+	f.detaches = append(f.detaches, pid)
+	delete(f.attached, pid)
+}
+
+// TestTracedLatencyFollow: per process, Roll attaches the processes named
+// and detaches the others; a failed attach is tried again after
+// attachRetry; a reused pid is a new process; a request that began before
+// its process was attached, or was open when it was detached, is not
+// counted (it would span the time between).
+func TestTracedLatencyFollow(t *testing.T) {
+	f := &fakeProcessTracer{attached: map[int]bool{}, fail: map[int]error{300: trace.ErrNoLibrary}}
+	tl := NewTracedLatency()
+	tl.tracer, tl.procs, tl.since, tl.log = f, map[string]*tracedProc{}, map[int]time.Duration{}, testLog(t)
+	tl.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
+	a, b := ProcRef{PID: 100, Start: 1, Comm: "lc-a"}, ProcRef{PID: 300, Start: 1, Comm: "lc-b"}
+	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-a"}
+	clock := &tracetest.Clock{Now: uint64(time.Second)}
+	feed := func(evs []trace.Event) {
+		for _, ev := range evs {
+			tl.Apply(ev)
+		}
+	}
+	at := func(d time.Duration) time.Duration { clock.Now = uint64(d); return d }
+
+	tl.Roll(at(time.Second), []ProcRef{a, b})
+	if !f.attached[100] || f.attached[300] || f.attaches != 2 {
+		t.Fatalf("after the first roll: attached %v after %d tries", f.attached, f.attaches)
+	}
+	feed(tracetest.Request(lc, 2, 3*time.Millisecond, clock))
+	// A request open when a is detached (it started pushing, say).
+	open := tracetest.Request(lc, 2, 3*time.Millisecond, clock)
+	feed(open[:2])
+	tl.Roll(at(2*time.Second), []ProcRef{b})
+	if s, ok := tl.Latest(100); ok {
+		t.Errorf("a detached process keeps a window: %+v", s)
+	}
+	if !slices.Equal(f.detaches, []int{100}) || f.attaches != 2 {
+		t.Errorf("b tried again before attachRetry, or a not detached: detaches %v, %d tries", f.detaches, f.attaches)
+	}
+	// Events still on their way when it was detached, and a launch just
+	// before the next attach, arrive after it.
+	feed(open[2:])
+	late := tracetest.Request(lc, 1, 2*time.Millisecond, &tracetest.Clock{Now: uint64(62*time.Second - time.Millisecond)})
+	feed(late[:1])
+	tl.Roll(at(62*time.Second), []ProcRef{a, b})
+	if !f.attached[100] || !f.attached[300] || f.attaches != 4 {
+		t.Fatalf("after attachRetry: attached %v after %d tries", f.attached, f.attaches)
+	}
+	feed(late[1:])
+	feed(late) // all of it after the attach, begun before
+	clock.Now = uint64(62*time.Second + time.Millisecond)
+	feed(tracetest.Request(lc, 2, 2*time.Millisecond, clock))
+	tl.Roll(at(63*time.Second), []ProcRef{a, b})
+	s, ok := tl.Latest(100)
+	if !ok || s.Requests != 1 || s.Quantiles["max"] > 3*time.Millisecond {
+		t.Errorf("after the attach: %+v %v; want the one request that began after it (2 ms)", s, ok)
+	}
+	// A new process under a's pid: a's probes go, the new one's come.
+	reused := ProcRef{PID: 100, Start: 2, Comm: "lc-c"}
+	tl.Roll(at(64*time.Second), []ProcRef{reused, b})
+	if !slices.Equal(f.detaches, []int{100, 100}) || !f.attached[100] || f.attaches != 5 {
+		t.Errorf("pid reused: detaches %v, %d tries", f.detaches, f.attaches)
+	}
+}
+
+// recordingTraced is a WindowedSource with no samples that records whom
+// each Roll asks it to trace.
+type recordingTraced struct{ asked [][]int }
+
+func (r *recordingTraced) Latest(int) (LatencySample, bool) { return LatencySample{}, false }
+func (r *recordingTraced) Roll(_ time.Duration, lcs []ProcRef) {
+	var pids []int
+	for _, p := range lcs {
+		pids = append(pids, p.PID)
+	}
+	r.asked = append(r.asked, pids)
+}
+
+// TestSLOLoopTracesWhatDoesNotPush: request tracing is asked for an LC
+// process once it has pushed nothing for two windows, and no longer once
+// it has pushed in four windows in a row; one that pushes from the start
+// is never traced; one that pushes every third window stays traced; SLO
+// mode turned off detaches all.
+func TestSLOLoopTracesWhatDoesNotPush(t *testing.T) {
+	s := newSLORig(t, sloPolicy)
+	s.tick(s.start(400, policy.Process{Comm: "lc-pusher"}, 6) + time.Second)
+	rt := &recordingTraced{}
+	s.loop.Traced = rt
+	push := func(pid int) {
+		s.loop.Push(pid, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}}})
+	}
+	step := func(pushes ...int) []int {
+		t.Helper()
+		for _, pid := range pushes {
+			push(pid)
+		}
+		s.now += time.Second
+		s.loop.Step(s.now)
+		s.tick(s.now)
+		return rt.asked[len(rt.asked)-1]
+	}
+	s.loop.Step(s.now) // the mode starts: both seen now
+	want := func(i int, got, want []int) {
+		t.Helper()
+		if !slices.Equal(got, want) {
+			t.Fatalf("window %d: traced %v, want %v", i, got, want)
+		}
+	}
+	want(1, step(400), nil)        // a new LC gets traceAfter windows
+	want(2, step(400), []int{100}) // 100 has pushed nothing for two
+	for i := 3; i <= 5; i++ {      // 100 pushes: still traced for 3 windows
+		want(i, step(100, 400), []int{100})
+	}
+	want(6, step(100, 400), nil)   // the fourth in a row
+	want(7, step(400), nil)        // its last push is still recent
+	want(8, step(400), []int{100}) // a push is stamped when it comes: two windows old
+	for i := 9; i <= 21; i++ {     // every third window: traced throughout
+		var p []int
+		if i%3 == 0 {
+			p = append(p, 100)
+		}
+		want(i, step(append(p, 400)...), []int{100})
+	}
+	pol, err := policy.Parse([]byte("rules:\n  - {match: {comm: \"lc*\"}, class: lc}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.rec.SetPolicy(pol)
+	want(22, step(), nil) // SLO mode off: every process detached
+	n := len(rt.asked)
+	step()
+	if len(rt.asked) != n {
+		t.Errorf("with SLO mode off and nothing traced, Roll was called again: %v", rt.asked[n:])
 	}
 }

@@ -435,6 +435,7 @@ func TestPerProcessUprobes(t *testing.T) {
 	if err := tr.AttachProcess(pa, filepath.Join(t.TempDir(), "libcuda.so.1")); !errors.Is(err, ErrNoLibrary) {
 		t.Errorf("a missing library: %v; want ErrNoLibrary", err)
 	}
+	a.run(t) // untraced; once it has run, a is in main and has its library mapped
 	mapped, err := FindLibrary("libfakecuda.so", "", pa)
 	if err != nil || !strings.HasSuffix(mapped, lib) {
 		t.Fatalf("library a maps: %q, %v", mapped, err)
