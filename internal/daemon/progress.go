@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math"
@@ -62,9 +63,19 @@ const (
 	aloneMin  = 3
 )
 
-// attachRetry is how long a process that could not be counted waits
-// before the next try.
+// attachRetry is how long a process that could not be counted (or
+// traced) waits before the next try.
 const attachRetry = 30 * time.Second
+
+// attachFailed logs that p could not be attached: a warning the first
+// time, and at debug level on each retry (said once already).
+func attachFailed(log *slog.Logger, retry bool, msg string, p ProcRef, err error) {
+	level := slog.LevelWarn
+	if retry {
+		level = slog.LevelDebug
+	}
+	log.Log(context.Background(), level, msg, "pid", p.PID, "comm", p.Comm, "err", err, "retry_in", attachRetry)
+}
 
 // NewBEProgress counts launches with c.
 func NewBEProgress(c LaunchCounter, log *slog.Logger) *BEProgress {
@@ -81,16 +92,7 @@ func NewBEProgress(c LaunchCounter, log *slog.Logger) *BEProgress {
 // any setting). It returns the BE share of the window: the BE processes'
 // launches over what they launch alone, in [0, 1].
 func (b *BEProgress) Roll(now time.Duration, bes []ProcRef, alone, paused bool) (float64, bool) {
-	keys := map[string]bool{}
-	for _, p := range bes {
-		keys[procKey(p)] = true
-	}
-	for k, p := range b.procs {
-		if !keys[k] {
-			b.Counter.Detach(p.pid)
-			delete(b.procs, k)
-		}
-	}
+	dropGone(b.procs, bes, func(p *beProc) { b.Counter.Detach(p.pid) })
 	var rate, ref float64
 	var st []client.SLOBE
 	for _, p := range bes {
@@ -180,11 +182,7 @@ func (b *BEProgress) attach(p ProcRef, now time.Duration, retry bool) *beProc {
 	}
 	if err != nil {
 		bp.err = err.Error()
-		log := b.Log.Warn
-		if retry {
-			log = b.Log.Debug // said once already
-		}
-		log("BE progress: not counting a BE process's launches; BE share leaves it out", "pid", p.PID, "comm", p.Comm, "err", err, "retry_in", attachRetry)
+		attachFailed(b.Log, retry, "BE progress: not counting a BE process's launches; BE share leaves it out", p, err)
 		return bp
 	}
 	b.Log.Info("BE progress: counting launches", "pid", p.PID, "comm", p.Comm, "libcuda", lib)

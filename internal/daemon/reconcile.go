@@ -804,27 +804,27 @@ type ProcRef struct {
 
 // InClass lists the processes last classed n, by pid.
 func (r *Reconciler) InClass(n class.Name) []ProcRef {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []ProcRef
-	for _, pid := range slices.Sorted(maps.Keys(r.procs)) {
-		p := r.procs[pid]
-		if p.decision.Rule != "" && !p.decision.Exempt && p.decision.Spec.Name == n {
-			out = append(out, ProcRef{PID: pid, Start: p.start, Comm: p.info.Comm, Decision: p.decision})
-		}
-	}
-	return out
+	return r.refs(func(d policy.Decision) bool { return inClass(d, n) })
 }
 
 // Outside lists the known processes not classed n (unclassed and exempt
 // ones included), by pid.
 func (r *Reconciler) Outside(n class.Name) []ProcRef {
+	return r.refs(func(d policy.Decision) bool { return !inClass(d, n) })
+}
+
+// inClass says whether d classes a process n.
+func inClass(d policy.Decision, n class.Name) bool {
+	return d.Rule != "" && !d.Exempt && d.Spec.Name == n
+}
+
+// refs lists the known processes whose decision keep takes, by pid.
+func (r *Reconciler) refs(keep func(policy.Decision) bool) []ProcRef {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []ProcRef
 	for _, pid := range slices.Sorted(maps.Keys(r.procs)) {
-		p := r.procs[pid]
-		if p.decision.Rule == "" || p.decision.Exempt || p.decision.Spec.Name != n {
+		if p := r.procs[pid]; keep(p.decision) {
 			out = append(out, ProcRef{PID: pid, Start: p.start, Comm: p.info.Comm, Decision: p.decision})
 		}
 	}

@@ -570,14 +570,15 @@ const (
 // one traced until it pushes steadily. Once a window.
 func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []ProcRef, now time.Duration) []ProcRef {
 	window := pol.SLO.Window
-	var out []ProcRef
-	keys := map[string]bool{}
+	var judged, out []ProcRef
 	for _, p := range lcs {
-		if _, ok := pol.Objective(p.Decision); !ok {
-			continue // not judged: nothing to measure
+		if _, ok := pol.Objective(p.Decision); ok { // else not judged: nothing to measure
+			judged = append(judged, p)
 		}
+	}
+	dropGone(l.tracing, judged, func(*traceWant) {})
+	for _, p := range judged {
 		k := procKey(p)
-		keys[k] = true
 		w := l.tracing[k]
 		if w == nil {
 			w = &traceWant{seen: now}
@@ -599,11 +600,6 @@ func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []ProcRef, now time.Duration) 
 			out = append(out, p)
 		}
 	}
-	for k := range l.tracing {
-		if !keys[k] {
-			delete(l.tracing, k)
-		}
-	}
 	return out
 }
 
@@ -616,3 +612,18 @@ func pushedWithin(s LatencySample, ok bool, now, window time.Duration) bool {
 // procKey names an LC process to the controller: its pid and start time,
 // so that a reused pid is a new process.
 func procKey(p ProcRef) string { return strconv.Itoa(p.PID) + "/" + strconv.FormatUint(p.Start, 10) }
+
+// dropGone deletes from m, by procKey, the processes not in ps, and calls
+// gone with each one deleted.
+func dropGone[V any](m map[string]V, ps []ProcRef, gone func(V)) {
+	keys := make(map[string]bool, len(ps))
+	for _, p := range ps {
+		keys[procKey(p)] = true
+	}
+	for k, v := range m {
+		if !keys[k] {
+			gone(v)
+			delete(m, k)
+		}
+	}
+}

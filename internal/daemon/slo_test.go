@@ -546,19 +546,26 @@ slo: {enabled: true, window: 1s%s}
 	}
 }
 
-// TestSLOLoopMeasuresBEShare runs the loop with BE progress counted from
-// launches (a fake counter): the rate alone is learnt while the trainer
-// is the only GPU process, and once an LC runs, the share the controller,
-// the status and the metrics see is the trainer's launches over that rate,
-// here following the eager-PyTorch BE share of the timeslice applied.
-func TestSLOLoopMeasuresBEShare(t *testing.T) {
+// newShareRig is an SLO loop over sloPolicy with no process yet, whose BE
+// share comes from launches counted by the fake counter it returns.
+func newShareRig(t *testing.T) (*sloRig, *fakeCounter) {
 	g := newRig(t, sloPolicy)
 	s := &sloRig{rig: g, loop: NewSLOLoop(g.rec, g.m, testLog(t))}
 	f := newFakeCounter()
 	p := NewBEProgress(f, testLog(t))
 	p.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
 	s.loop.Share = p
-	g.tick(g.start(200, policy.Process{Comm: "trainer"}, 2) + time.Second)
+	return s, f
+}
+
+// TestSLOLoopMeasuresBEShare runs the loop with BE progress counted from
+// launches (a fake counter): the rate alone is learnt while the trainer
+// is the only GPU process, and once an LC runs, the share the controller,
+// the status and the metrics see is the trainer's launches over that rate,
+// here following the eager-PyTorch BE share of the timeslice applied.
+func TestSLOLoopMeasuresBEShare(t *testing.T) {
+	s, f := newShareRig(t)
+	s.tick(s.start(200, policy.Process{Comm: "trainer"}, 2) + time.Second)
 	s.loop.Step(s.now)   // the mode starts
 	const alone = 10_000 // launches a second
 	for range 4 {
@@ -626,14 +633,9 @@ func TestBEAloneBesideAnMPSServer(t *testing.T) {
 		{"nvidia-cuda-mp", false},
 	} {
 		t.Run(tc.comm, func(t *testing.T) {
-			g := newRig(t, sloPolicy)
-			s := &sloRig{rig: g, loop: NewSLOLoop(g.rec, g.m, testLog(t))}
-			f := newFakeCounter()
-			p := NewBEProgress(f, testLog(t))
-			p.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
-			s.loop.Share = p
-			g.tick(g.start(150, policy.Process{Comm: tc.comm}, 0) + time.Second)
-			g.tick(g.start(200, policy.Process{Comm: "trainer"}, 2) + time.Second)
+			s, f := newShareRig(t)
+			s.tick(s.start(150, policy.Process{Comm: tc.comm}, 0) + time.Second)
+			s.tick(s.start(200, policy.Process{Comm: "trainer"}, 2) + time.Second)
 			s.loop.Step(s.now) // the mode starts
 			const alone = 10_000
 			for range 4 {

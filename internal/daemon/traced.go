@@ -130,23 +130,16 @@ const lastKept = 4
 // attachRetry when it failed: a process may map libcuda late) and detaches
 // the others.
 func (t *TracedLatency) follow(now time.Duration, lcs []ProcRef) {
-	keys := map[string]bool{}
-	for _, p := range lcs {
-		keys[procKey(p)] = true
-	}
-	for k, tp := range t.procs {
-		if !keys[k] {
-			t.tracer.DetachProcess(tp.pid)
-			t.track(tp.pid, -1)
-			delete(t.procs, k)
-			if tp.err == "" {
-				t.log.Info("request tracing: no longer tracing a process (it pushes its latency, left class LC or went)", "pid", tp.pid)
-			}
+	dropGone(t.procs, lcs, func(tp *tracedProc) {
+		t.tracer.DetachProcess(tp.pid)
+		t.track(tp.pid, -1)
+		if tp.err == "" {
+			t.log.Info("request tracing: no longer tracing a process (it pushes its latency, left class LC or went)", "pid", tp.pid)
 		}
-	}
+	})
 	find := t.Library
 	if find == nil {
-		find = func(pid int) (string, error) { return trace.FindLibrary(trace.LibCUDA, "", pid) }
+		find = mappedLibCUDA
 	}
 	for _, p := range lcs {
 		k := procKey(p)
@@ -165,11 +158,7 @@ func (t *TracedLatency) follow(now time.Duration, lcs []ProcRef) {
 		}
 		if err != nil {
 			tp.err = err.Error()
-			log := t.log.Warn
-			if retry {
-				log = t.log.Debug // said once already
-			}
-			log("request tracing: not tracing an LC process that pushes no latency", "pid", p.PID, "comm", p.Comm, "err", err, "retry_in", attachRetry)
+			attachFailed(t.log, retry, "request tracing: not tracing an LC process that pushes no latency", p, err)
 		} else {
 			t.log.Info("request tracing: tracing an LC process that pushes no latency", "pid", p.PID, "comm", p.Comm, "libcuda", lib)
 		}
