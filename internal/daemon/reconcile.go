@@ -799,6 +799,7 @@ type ProcRef struct {
 	PID      int
 	Start    uint64
 	Comm     string
+	Exe      string // the executable's path as the process sees it ("": unread)
 	Decision policy.Decision
 }
 
@@ -825,7 +826,7 @@ func (r *Reconciler) refs(keep func(policy.Decision) bool) []ProcRef {
 	var out []ProcRef
 	for _, pid := range slices.Sorted(maps.Keys(r.procs)) {
 		if p := r.procs[pid]; keep(p.decision) {
-			out = append(out, ProcRef{PID: pid, Start: p.start, Comm: p.info.Comm, Decision: p.decision})
+			out = append(out, ProcRef{PID: pid, Start: p.start, Comm: p.info.Comm, Exe: p.info.Exe, Decision: p.decision})
 		}
 	}
 	return out

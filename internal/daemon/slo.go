@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -359,7 +360,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 		// and went would have slowed it), but MPS servers: a server runs
 		// its clients' work alone, and each client is a GPU process of
 		// its own.
-		aloneNow := len(bes) > 0 && !slices.ContainsFunc(l.rec.Outside(class.BE), func(p ProcRef) bool { return !isMPSServer(p.Comm) })
+		aloneNow := len(bes) > 0 && !slices.ContainsFunc(l.rec.Outside(class.BE), func(p ProcRef) bool { return !isMPSServer(p) })
 		alone := aloneNow && l.alone
 		l.alone = aloneNow
 		if s, ok := l.Share.Roll(now, bes, alone, l.pausing); ok {
@@ -368,6 +369,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 	}
 	var st []LCStatus
 	window := pol.SLO.Window
+	keys := map[int]string{} // each LC's key to the controller, by pid
 	for _, p := range lcs {
 		o, ok := pol.Objective(p.Decision)
 		ls := LCStatus{PID: p.PID, Comm: p.Comm}
@@ -376,14 +378,18 @@ func (l *SLOLoop) Step(now time.Duration) {
 			st = append(st, ls)
 			continue
 		}
-		// What the app pushes, else what request tracing saw of it.
+		// What the app pushes, or what request tracing sees of it while
+		// the loop has it traced (toTrace): one source at a time, and
+		// each its own key to the controller, for a traced request is
+		// not what the app measures (no CPU-side work before its first
+		// launch) and the two do not share a baseline.
 		s, ok := l.Latency.Latest(p.PID)
-		src := sampleSource{p.PID, "pushed"}
-		if l.Traced != nil && !pushedWithin(s, ok, now, window) {
-			if ts, tok := l.Traced.Latest(p.PID); tok && (!ok || ts.At > s.At) {
-				s, ok, src.kind = ts, true, "traced"
-			}
+		src, key := sampleSource{p.PID, "pushed"}, procKey(p)
+		if w := l.tracing[key]; l.Traced != nil && w != nil && w.traced {
+			s, ok = l.Traced.Latest(p.PID)
+			src.kind, key = "traced", key+"/traced"
 		}
+		keys[p.PID] = key
 		fresh := ok && s.Seq != l.used[src] && now-s.At <= 2*window
 		if fresh {
 			l.used[src] = s.Seq
@@ -410,7 +416,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 				ls.Signal, ls.Requests, ls.LatencyUs = src.kind, s.Requests, float64(lat)/1e3
 				// The median goes with a tail objective: workload changes
 				// are read from it (slo.LCSample.Median).
-				obs.LC = append(obs.LC, slo.LCSample{Key: procKey(p), Objective: o, Latency: lat, Requests: s.Requests, Median: s.Quantiles["p50"]})
+				obs.LC = append(obs.LC, slo.LCSample{Key: key, Objective: o, Latency: lat, Requests: s.Requests, Median: s.Quantiles["p50"]})
 			}
 			st = append(st, ls)
 		}
@@ -439,14 +445,8 @@ func (l *SLOLoop) Step(now time.Duration) {
 		l.resume(d.Reason)
 	}
 	for i := range st {
-		key := ""
-		for _, p := range lcs {
-			if p.PID == st[i].PID {
-				key = procKey(p)
-			}
-		}
 		for _, r := range d.LC {
-			if r.Key == key && r.Objective == st[i].Objective {
+			if r.Key == keys[st[i].PID] && r.Objective == st[i].Objective {
 				st[i].TargetUs, st[i].Ratio = float64(r.Target)/1e3, finite(r.Ratio)
 				if sig := st[i].Signal; r.Requests < 20 && (sig == "pushed" || sig == "traced") {
 					st[i].Signal = fmt.Sprintf("%s (%d requests: too few to count)", sig, r.Requests)
@@ -537,14 +537,23 @@ type sampleSource struct {
 	kind string
 }
 
-// mpsServerComm is an MPS server's command name (nvidia-cuda-mps-server,
-// cut to the kernel's 15 characters; the control daemon that shares it
-// holds no channel group, so it is not a GPU process the daemon knows).
-const mpsServerComm = "nvidia-cuda-mps"
+// An MPS server is the executable nvidia-cuda-mps-server; where its path
+// could not be read, the command name, which the kernel cuts to 15
+// characters (the control daemon shares it, but holds no channel group, so
+// it is not a GPU process the daemon knows).
+const (
+	mpsServerExe  = "nvidia-cuda-mps-server"
+	mpsServerComm = "nvidia-cuda-mps"
+)
 
-// isMPSServer says whether a GPU process named comm is an MPS server:
-// every channel group it holds runs its clients' work.
-func isMPSServer(comm string) bool { return comm == mpsServerComm }
+// isMPSServer says whether p is an MPS server: every channel group it
+// holds runs its clients' work.
+func isMPSServer(p ProcRef) bool {
+	if p.Exe != "" {
+		return filepath.Base(p.Exe) == mpsServerExe
+	}
+	return p.Comm == mpsServerComm
+}
 
 // traceWant is one LC process as request tracing sees it: when the loop
 // first saw it, whether tracing is asked for it, and for how many windows
@@ -566,13 +575,15 @@ const (
 )
 
 // toTrace lists the processes of lcs request tracing is to measure: those
-// with an objective whose app pushes no window (pushedWithin), and each
+// with an objective whose app pushed no window in the last two, and each
 // one traced until it pushes steadily. Once a window.
 func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []ProcRef, now time.Duration) []ProcRef {
 	window := pol.SLO.Window
 	var judged, out []ProcRef
 	for _, p := range lcs {
-		if _, ok := pol.Objective(p.Decision); ok { // else not judged: nothing to measure
+		// Not judged, or an MPS server classed lc (its clients launch
+		// from their own libcuda): nothing to measure.
+		if _, ok := pol.Objective(p.Decision); ok && !isMPSServer(p) {
 			judged = append(judged, p)
 		}
 	}
@@ -585,7 +596,7 @@ func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []ProcRef, now time.Duration) 
 			l.tracing[k] = w
 		}
 		s, ok := l.Latency.Latest(p.PID)
-		fresh := pushedWithin(s, ok, now, window)
+		fresh := ok && now-s.At <= 2*window // the loop uses no older push
 		switch {
 		case !w.traced:
 			w.traced = !fresh && now-w.seen >= traceAfter*window
@@ -601,12 +612,6 @@ func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []ProcRef, now time.Duration) 
 		}
 	}
 	return out
-}
-
-// pushedWithin says whether s, pid's last pushed window (ok: there is
-// one), ended within the last two windows: the loop uses no older one.
-func pushedWithin(s LatencySample, ok bool, now, window time.Duration) bool {
-	return ok && now-s.At <= 2*window
 }
 
 // procKey names an LC process to the controller: its pid and start time,

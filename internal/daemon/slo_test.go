@@ -625,16 +625,18 @@ func TestSLOLoopMeasuresBEShare(t *testing.T) {
 // BE alone.
 func TestBEAloneBesideAnMPSServer(t *testing.T) {
 	for _, tc := range []struct {
-		comm  string
-		alone bool
+		comm, exe string
+		alone     bool
 	}{
-		{"nvidia-cuda-mps", true}, // nvidia-cuda-mps-server, as the kernel names it
-		{"nvidia-smi", false},
-		{"nvidia-cuda-mp", false},
+		{"nvidia-cuda-mps", "/usr/bin/nvidia-cuda-mps-server", true},
+		{"nvidia-cuda-mps", "", true}, // its path unread: the name, as the kernel cuts it
+		{"nvidia-cuda-mps", "/opt/app/nvidia-cuda-mps", false},
+		{"nvidia-smi", "", false},
+		{"nvidia-cuda-mp", "", false},
 	} {
-		t.Run(tc.comm, func(t *testing.T) {
+		t.Run(tc.comm+tc.exe, func(t *testing.T) {
 			s, f := newShareRig(t)
-			s.tick(s.start(150, policy.Process{Comm: tc.comm}, 0) + time.Second)
+			s.tick(s.start(150, policy.Process{Comm: tc.comm, Exe: tc.exe}, 0) + time.Second)
 			s.tick(s.start(200, policy.Process{Comm: "trainer"}, 2) + time.Second)
 			s.loop.Step(s.now) // the mode starts
 			const alone = 10_000

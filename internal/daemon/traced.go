@@ -37,8 +37,10 @@ type TracedLatency struct {
 	log     *slog.Logger
 	// since: per process, the attached pids and when each was attached
 	// (the loop's clock, the events' own): a request that began before
-	// is not counted, nor is any of a pid not attached. Under mu.
-	since map[int]time.Duration
+	// is not counted, nor is any call of a pid not attached (strays:
+	// still on their way when it was detached). Under mu.
+	since  map[int]time.Duration
+	strays uint64
 }
 
 // processTracer attaches request tracing to one process
@@ -75,18 +77,22 @@ func (t *TracedLatency) Apply(ev trace.Event) {
 		delete(t.cur, int(x.PID))
 		delete(t.last, int(x.PID))
 	}
+	if c, ok := ev.(*trace.Call); ok && t.since != nil {
+		if _, ok := t.since[int(c.PID)]; !ok {
+			t.strays++
+			return
+		}
+	}
 	r, ok := t.tracker.Apply(ev)
 	if !ok || r.Result != 0 || r.Latency() <= 0 {
 		return // a failed synchronization is not a served request
 	}
 	pid := int(r.PID)
-	if t.since != nil {
-		// Per process: a request open when its process was detached
-		// would end at the first return after the next attach, spanning
-		// the time between.
-		if at, ok := t.since[pid]; !ok || time.Duration(r.Start) < at {
-			return
-		}
+	// Per process: a request open when its process was detached would
+	// end at the first return after the next attach, spanning the time
+	// between.
+	if at, ok := t.since[pid]; t.since != nil && (!ok || time.Duration(r.Start) < at) {
+		return
 	}
 	if len(t.cur[pid]) < maxTracedPerWindow {
 		t.cur[pid] = append(t.cur[pid], r.Latency())

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
@@ -114,19 +115,36 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 		s.loop.Step(s.now)
 		s.tick(s.now)
 		st := s.loop.Status()
-		if len(st.LC) != 1 || st.LC[0].Signal != "traced" || st.LC[0].Requests != 50 {
-			t.Fatalf("window %d: LC status %+v", i, st.LC)
+		want := "traced"
+		if i < traceAfter-1 { // a new LC is given two windows to push
+			want = "none pushed or traced"
+		}
+		if len(st.LC) != 1 || st.LC[0].Signal != want || want == "traced" && st.LC[0].Requests != 50 {
+			t.Fatalf("window %d: LC status %+v, want %s", i, st.LC, want)
 		}
 	}
 	if st := s.loop.Status(); st.Changes == 0 || st.LC[0].Ratio == nil {
 		t.Errorf("the loop did not steer on traced latency: %+v", st)
 	}
-	// A process that pushes is judged by what it pushes.
-	s.now += time.Second
-	s.loop.Push(100, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}}})
-	s.loop.Step(s.now)
-	if st := s.loop.Status(); st.LC[0].Signal != "pushed" {
-		t.Errorf("with a push: %+v", st.LC)
+	// A process that pushes is judged by what it pushes once it has
+	// pushed in untraceAfter windows in a row; until then by what is
+	// traced, not by both.
+	for i := 1; i <= untraceAfter; i++ {
+		for range 50 {
+			for _, ev := range tracetest.Request(lc, 3, slo.EagerPyTorchH100.Baseline, clock) {
+				tl.Apply(ev)
+			}
+		}
+		s.loop.Push(100, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}}})
+		s.now += time.Second
+		s.loop.Step(s.now)
+		want := "traced"
+		if i == untraceAfter {
+			want = "pushed"
+		}
+		if st := s.loop.Status(); st.LC[0].Signal != want {
+			t.Errorf("push %d: %+v, want %s", i, st.LC, want)
+		}
 	}
 }
 
@@ -293,6 +311,12 @@ func TestRequestTracingPerProcess(t *testing.T) {
 	if s, ok := tl.Latest(other.Process.Pid); ok {
 		t.Errorf("a process not asked for was traced: %+v", s)
 	}
+	tl.mu.Lock()
+	strays := tl.strays
+	tl.mu.Unlock()
+	if strays != 0 {
+		t.Errorf("%d calls of processes not attached reached the programs", strays)
+	}
 	// No LC asked for: detached (TestPerProcessUprobes: its calls no
 	// longer reach the programs), and what was measured of it forgotten.
 	tl.Roll(end+time.Second, nil)
@@ -457,5 +481,40 @@ func TestSLOLoopTracesWhatDoesNotPush(t *testing.T) {
 	step()
 	if len(rt.asked) != n {
 		t.Errorf("with SLO mode off and nothing traced, Roll was called again: %v", rt.asked[n:])
+	}
+}
+
+// TestSLOLoopTracesOnlyWhatIsJudged: an LC process without an objective,
+// and an MPS server classed lc (its clients launch from their own
+// libcuda), are never traced.
+func TestSLOLoopTracesOnlyWhatIsJudged(t *testing.T) {
+	g := newRig(t, `
+classes:
+  be: {timeslice: 200us}
+rules:
+  - {name: lc, match: {comm: "lc-server"}, class: lc, objective: "p50<=1.05x"}
+  - {name: free, match: {comm: "lc-free"}, class: lc}
+  - {name: mps, match: {comm: "nvidia-cuda-mps"}, class: lc, objective: "p99<=2x"}
+  - {name: trainer, match: {comm: "train*"}, class: be}
+slo: {enabled: true, window: 1s}
+`)
+	s := &sloRig{rig: g, loop: NewSLOLoop(g.rec, g.m, testLog(t))}
+	s.tick(s.start(100, policy.Process{Comm: "lc-server"}, 0) + time.Second)
+	s.tick(s.start(110, policy.Process{Comm: "lc-free"}, 2) + time.Second)
+	s.tick(s.start(120, policy.Process{Comm: "nvidia-cuda-mps", Exe: "/usr/bin/nvidia-cuda-mps-server"}, 4) + time.Second)
+	s.tick(s.start(200, policy.Process{Comm: "trainer"}, 6) + time.Second)
+	if n := len(s.rec.InClass(class.LC)); n != 3 {
+		t.Fatalf("%d LC processes, want 3", n)
+	}
+	rt := &recordingTraced{}
+	s.loop.Traced = rt
+	s.loop.Step(s.now)
+	for i := range 6 {
+		s.now += time.Second
+		s.loop.Step(s.now)
+		s.tick(s.now)
+		if got := rt.asked[len(rt.asked)-1]; i >= traceAfter-1 && !slices.Equal(got, []int{100}) {
+			t.Fatalf("window %d: traced %v, want [100]", i, got)
+		}
 	}
 }

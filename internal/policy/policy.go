@@ -418,6 +418,7 @@ func parse(root *yaml.Node) (*Policy, error) {
 			}
 			if r.Name == "" {
 				r.Name = fmt.Sprintf("rule-%d", i+1)
+				r.Decision.Rule = r.Name
 			}
 			if prev, dup := names[r.Name]; dup {
 				return nil, fieldErr(rn, fmt.Sprintf("rules[%d].name", i), "%q already names the rule at line %d", r.Name, prev)

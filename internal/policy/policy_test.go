@@ -379,3 +379,25 @@ func TestSLOCalibrate(t *testing.T) {
 		}
 	}
 }
+
+// TestUnnamedRuleDecides: a rule without a name is named rule-N, and its
+// decisions carry that name (the daemon counts a process classed by a
+// rule only with one), as does its objective.
+func TestUnnamedRuleDecides(t *testing.T) {
+	p, err := Parse([]byte(`
+rules:
+  - {name: trainer, match: {comm: "train*"}, class: be}
+  - {match: {comm: "lc*"}, class: lc, objective: "p99<=2ms"}
+slo: {enabled: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := p.Decide(Process{Comm: "lc-server"})
+	if d.String() != "lc" || d.Rule != "rule-2" {
+		t.Fatalf("Decide = %v by %q, want lc by rule-2", d, d.Rule)
+	}
+	if o, ok := p.Objective(d); !ok || o.String() != "p99<=2ms" {
+		t.Errorf("Objective = %v %v, want the rule's p99<=2ms", o, ok)
+	}
+}
