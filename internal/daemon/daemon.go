@@ -579,6 +579,8 @@ func (d *Daemon) housekeeping(ctx context.Context) {
 	}
 	t := time.NewTicker(poll)
 	defer t.Stop()
+	sweep := time.NewTicker(min(poll, pusherSweep))
+	defer sweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -591,15 +593,27 @@ func (d *Daemon) housekeeping(ctx context.Context) {
 				d.log.Info("policy file changed: reloading", "file", d.cfg.PolicyFile)
 				d.Reload()
 			}
-			for _, pid := range d.metrics.Pushers() {
-				if !d.inspect.Alive(pid) {
-					d.metrics.forget(pid)
-					d.slo.Forget(pid)
-				}
-			}
+		case <-sweep.C:
+			d.sweepPushers()
 		}
 	}
 }
+
+// sweepPushers forgets what exited processes pushed. An exit forgets a
+// process's metrics at once, but not what it pushed to the SLO loop.
+func (d *Daemon) sweepPushers() {
+	for _, pid := range append(d.metrics.Pushers(), d.slo.Pushers()...) {
+		if !d.inspect.Alive(pid) {
+			d.metrics.forget(pid)
+			d.slo.Forget(pid)
+		}
+	}
+}
+
+// pusherSweep is how often the pushed state of exited processes is
+// swept: at most this long, a process that reuses a pid may be taken for
+// one running a hint engine.
+const pusherSweep = 5 * time.Second
 
 func (d *Daemon) close() {
 	if d.hup != nil {

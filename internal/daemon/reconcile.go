@@ -333,11 +333,19 @@ func b2d(b bool) time.Duration {
 }
 
 // decide is p's decision under the policy: its request if it made one,
-// else the first matching rule.
+// else the first matching rule. A request for what p gets anyway (a hint
+// engine asks for lc when it starts) keeps the rule that gives it, and
+// with it the rule's objective.
 func (r *Reconciler) decide(p *proc) policy.Decision {
-	if p.override != nil {
+	d := r.decideUnrequested(p)
+	if p.override != nil && (d.Exempt || d.Spec != *p.override) {
 		return policy.Decision{Spec: *p.override, Rule: "request"}
 	}
+	return d
+}
+
+// decideUnrequested is p's decision by the classifier or the rules.
+func (r *Reconciler) decideUnrequested(p *proc) policy.Decision {
 	if r.opts.Classifier != nil {
 		if spec, rule, ok := r.opts.Classifier.Classify(p.pid); ok {
 			return policy.Decision{Spec: spec, Rule: rule}
@@ -385,7 +393,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 	p.decision = d
 	var want tsg.Settings
 	if !d.Exempt {
-		s, err := r.classes().Settings(d.Spec.Name, d.Spec.Weight)
+		s, err := r.settings(d.Spec)
 		if err != nil { // the policy checked this; a request was checked too
 			r.log.Error("no settings for class", "pid", p.pid, "class", d.Spec, "err", err)
 			return
@@ -543,9 +551,8 @@ func (r *Reconciler) apply(ctx context.Context, p *proc, op string, pick func(Gr
 		return nil, err
 	}
 	if len(changed) > 0 {
-		d := r.decide(p)
 		name := "restore"
-		if !d.Exempt {
+		if d := p.decision; op != "restore" && !d.Exempt && d.Rule != "" {
 			name = string(d.Spec.Name)
 		}
 		r.metrics.applies.WithLabelValues(name).Add(float64(len(changed)))
@@ -635,7 +642,7 @@ var ErrForbidden = errors.New("forbidden")
 func (r *Reconciler) Request(ctx context.Context, pid int, spec class.Spec) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, err := r.classes().Settings(spec.Name, spec.Weight); err != nil {
+	if _, err := r.settings(spec); err != nil {
 		return 0, err
 	}
 	p := r.ensure(pid)
@@ -759,6 +766,25 @@ func (r *Reconciler) classes() class.Table {
 		t[n] = c
 	}
 	return t
+}
+
+// settings is what a group of class sp gets under the table in force. A
+// weight the policy allows at its own timeslice (an environment's or a
+// request's) may pass tsg.MaxTimeslice at one the SLO mode chose: the
+// group then gets the longest timeslice there is, rather than keep one
+// from before.
+func (r *Reconciler) settings(sp class.Spec) (tsg.Settings, error) {
+	t := r.classes()
+	s, err := t.Settings(sp.Name, sp.Weight)
+	if err == nil || len(r.slice) == 0 {
+		return s, err
+	}
+	if _, perr := r.pol.Classes.Settings(sp.Name, sp.Weight); perr != nil {
+		return s, err
+	}
+	c, _ := t.Get(sp.Name) // Settings found it in the policy's table
+	ts, level := tsg.MaxTimeslice, c.Interleave
+	return tsg.Settings{Timeslice: &ts, Interleave: &level}, nil
 }
 
 // Classes is the class table in force: the policy's, with the SLO mode's

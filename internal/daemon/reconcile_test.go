@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"os"
 	"testing"
 	"time"
 
@@ -417,5 +418,101 @@ func TestFailedClassingRetriedBounded(t *testing.T) {
 	}
 	if tries != 1+maxRetries {
 		t.Errorf("%d tries, want %d", tries, 1+maxRetries)
+	}
+}
+
+// TestRequestKeepsTheRule: a request for the class the process's rule
+// gives it anyway (a hint engine asks for lc when it starts) keeps that
+// rule, and with it the rule's objective; a request for another class is
+// the request's.
+func TestRequestKeepsTheRule(t *testing.T) {
+	g := newRig(t, `
+rules:
+  - {name: ranking, match: {comm: "rank*"}, class: lc, objective: "p99<=2ms"}
+  - {name: trainer, match: {comm: "train*"}, class: be}
+requests:
+  default_max: be
+  limits:
+    - {match: {comm: "rank*"}, max: lc}
+slo: {enabled: true}
+`)
+	g.tick(g.start(100, policy.Process{Comm: "ranker"}, 0) + time.Second)
+	pol := g.rec.Policy()
+	for _, tc := range []struct {
+		spec      class.Spec
+		rule      string
+		objective bool
+	}{
+		{class.Spec{Name: class.LC, Weight: 1}, "ranking", true},
+		{class.Spec{Name: class.BE, Weight: 1}, "request", false},
+		{class.Spec{Name: class.LC, Weight: 1}, "ranking", true},
+	} {
+		if _, err := g.rec.Request(context.Background(), 100, tc.spec); err != nil {
+			t.Fatal(err)
+		}
+		refs := g.rec.InClass(tc.spec.Name)
+		if len(refs) != 1 || refs[0].Decision.Rule != tc.rule {
+			t.Fatalf("after a request for %v: %+v, want rule %q", tc.spec, refs, tc.rule)
+		}
+		if _, ok := pol.Objective(refs[0].Decision); ok != tc.objective {
+			t.Errorf("after a request for %v: objective found %v, want %v", tc.spec, ok, tc.objective)
+		}
+	}
+}
+
+// TestEnvOnlyRuleWaitsForTheGPU: deploy/gpreemptd.yaml's from-env rule
+// (class from the environment, no class of its own) does not decide a
+// process whose variable holds no class, so a later per-GPU rule does,
+// and the daemon waits for NVML to list the process's GPU first.
+func TestEnvOnlyRuleWaitsForTheGPU(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/gpreemptd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newRig(t, string(b))
+	info := policy.Process{Comm: "python3", UID: 2000, User: "batch", Env: map[string]string{"GPREEMPT_CLASS": "low"}}
+	last := g.start(100, info, 0)
+	g.tick(last + 50*time.Millisecond) // NVML has not listed its GPU yet
+	info.GPUs = []policy.GPU{{Index: 1}}
+	g.insp[100] = info // now it has
+	for at := last + 60*time.Millisecond; at < last+time.Second; at += 10 * time.Millisecond {
+		g.tick(at)
+	}
+	g.wantAll(100, 200, tsg.LevelLow) // be, by batch-on-gpu1
+}
+
+// TestWeightBeyondTheLongestTimeslice: a request's weight the policy
+// allows at its BE timeslice passes 5 s at a longer one SLO mode chose:
+// the groups get the longest timeslice, not the one they had.
+func TestWeightBeyondTheLongestTimeslice(t *testing.T) {
+	g := newRig(t, `
+classes:
+  lc: {objective: "p50<=1.05x"}
+rules:
+  - {name: bulk, match: {comm: "bulk*"}, class: be}
+requests: {default_max: be}
+slo: {enabled: true, ladder: [200us, 10ms], safe: 200us}
+`)
+	g.tick(g.start(300, policy.Process{Comm: "bulk"}, 0) + time.Second)
+	if _, err := g.rec.Request(context.Background(), 300, class.Spec{Name: class.BE, Weight: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	g.tick(g.now + time.Second)
+	g.rec.SetClassTimeslice(class.BE, 10*time.Millisecond) // 9.98 s for weight 1000
+	g.tick(g.now + time.Second)
+	g.wantAll(300, uint64(tsg.MaxTimeslice/time.Microsecond), tsg.LevelLow)
+}
+
+// TestRestoreCountedAsRestore: gpreemptd_applies_total counts the groups
+// put back at shutdown under "restore", not under their class.
+func TestRestoreCountedAsRestore(t *testing.T) {
+	g := newRig(t, testPolicy)
+	g.tick(g.start(100, policy.Process{Comm: "trainer"}, 0) + time.Second)
+	before := counter(t, g.m, "gpreemptd_applies_total", "be")
+	if n, err := g.rec.RestoreAll(context.Background()); err != nil || n != 4 {
+		t.Fatalf("restored %d, %v", n, err)
+	}
+	if r, b := counter(t, g.m, "gpreemptd_applies_total", "restore"), counter(t, g.m, "gpreemptd_applies_total", "be"); r != 4 || b != before {
+		t.Errorf("after restoring 4 groups: applies{restore}=%v, applies{be} %v -> %v", r, before, b)
 	}
 }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"path/filepath"
 	"slices"
@@ -213,6 +214,21 @@ func (l *SLOLoop) ceiling(pol *policy.Policy, lcs []ProcRef) time.Duration {
 		}
 	}
 	return c
+}
+
+// Pushers lists the pids with pushed state (windows or engine state).
+func (l *SLOLoop) Pushers() []int {
+	l.push.mu.Lock()
+	out := slices.Collect(maps.Keys(l.push.by))
+	l.push.mu.Unlock()
+	l.mu.Lock()
+	for k := range l.status.Engines {
+		if pid, err := strconv.Atoi(k); err == nil {
+			out = append(out, pid)
+		}
+	}
+	l.mu.Unlock()
+	return out
 }
 
 // Forget drops an exited process's pushed state.

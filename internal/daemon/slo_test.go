@@ -6,11 +6,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
@@ -669,5 +671,34 @@ func TestBEAloneBesideAnMPSServer(t *testing.T) {
 				t.Errorf("beside the server and its client: %+v, share %v; want rate alone %d, share 0.5", st.BE[0], st.BEShare, alone)
 			}
 		})
+	}
+}
+
+// TestExitedPusherForgotten: an exit forgets a process's metrics at once
+// (so the metrics no longer list it as a pusher), and the sweep still
+// forgets what it pushed to the SLO loop, which would otherwise cap BE at
+// the spinner ceiling for a later LC under the same pid.
+func TestExitedPusherForgotten(t *testing.T) {
+	s := newSLORig(t, sloPolicy)
+	d := &Daemon{log: testLog(t), rec: s.rec, slo: s.loop, metrics: s.m, inspect: s.insp}
+	st := HintStats{PID: 100, Stats: client.Stats{Engine: &EngineState{Prepreempt: true}}}
+	s.m.pushStats(st, "lc-server") // as the socket's stats handler does
+	s.loop.Push(100, st)
+	delete(s.insp, 100)
+	s.rec.Handle(Event{Kind: ProcessExited, PID: 100, At: s.now})
+	if slices.Contains(s.m.Pushers(), 100) {
+		t.Fatal("premise: the exit left pid 100 among the metrics' pushers")
+	}
+	d.sweepPushers()
+	if _, ok := s.loop.Status().Engines["100"]; ok || slices.Contains(s.loop.Pushers(), 100) {
+		t.Errorf("pid 100's pushed state kept after the sweep: %v", s.loop.Status().Engines)
+	}
+	tail, err := policy.Parse([]byte("classes: {lc: {objective: \"p99<=1.1x\"}}\nslo: {enabled: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reused := ProcRef{PID: 100, Start: 2, Decision: policy.Decision{Spec: class.Spec{Name: class.LC, Weight: 1}, Rule: "default"}}
+	if c := s.loop.ceiling(tail, []ProcRef{reused}); c != 0 {
+		t.Errorf("BE capped at %v for a new LC without a hint engine", c)
 	}
 }

@@ -110,26 +110,35 @@ func (pol *Policy) Decide(p Process) Decision {
 		if !r.Match.Matches(p) {
 			continue
 		}
-		if r.ClassFromEnv != "" {
-			if v, ok := p.Env[r.ClassFromEnv]; ok {
-				if sp, err := class.ParseSpec(v); err == nil {
-					if _, err := pol.Classes.Settings(sp.Name, sp.Weight); err == nil {
-						if max := pol.MaxRequest(p); max != "" {
-							if !sp.Name.AtMost(max) {
-								sp.Name = max
-							}
-							return Decision{Spec: sp, Rule: r.Name, FromEnv: true}
+		if d, ok := pol.ruleDecision(r, p); ok {
+			return d
+		}
+	}
+	return pol.Default
+}
+
+// ruleDecision is what rule r, whose match holds, decides for p; false
+// when it decides nothing (class_from_env without class, and no class in
+// the variable). Decide and NeedsGPU both go through it.
+func (pol *Policy) ruleDecision(r Rule, p Process) (Decision, bool) {
+	if r.ClassFromEnv != "" {
+		if v, ok := p.Env[r.ClassFromEnv]; ok {
+			if sp, err := class.ParseSpec(v); err == nil {
+				if _, err := pol.Classes.Settings(sp.Name, sp.Weight); err == nil {
+					if max := pol.MaxRequest(p); max != "" {
+						if !sp.Name.AtMost(max) {
+							sp.Name = max
 						}
+						return Decision{Spec: sp, Rule: r.Name, FromEnv: true}, true
 					}
 				}
 			}
-			if r.EnvOnly {
-				continue // no class in the variable and no fallback
-			}
 		}
-		return r.Decision
+		if r.EnvOnly {
+			return Decision{}, false // no class in the variable and no fallback
+		}
 	}
-	return pol.Default
+	return r.Decision, true
 }
 
 // MaxRequest is the highest class p may ask for ("" for none): the first

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"slices"
@@ -66,7 +67,9 @@ func (pol *Policy) NeedsGPU(p Process) bool {
 	for _, r := range pol.Rules {
 		if len(r.Match.GPUs) == 0 {
 			if r.Match.Matches(p) {
-				return false
+				if _, ok := pol.ruleDecision(r, p); ok {
+					return false
+				}
 			}
 			continue
 		}
@@ -449,19 +452,44 @@ func parse(root *yaml.Node) (*Policy, error) {
 			return nil, fieldErr(n, "slo.enabled", "no LC process has an objective: give classes.lc.objective or a rule's objective")
 		}
 	}
-	if !p.Default.Exempt {
-		if _, err := p.Classes.Settings(p.Default.Spec.Name, p.Default.Spec.Weight); err != nil {
-			return nil, fmt.Errorf("line %d: default: %w", top["default"].Line, err)
+	// In SLO mode the BE timeslice moves up to the longest the mode may
+	// choose: a BE weight must fit that one too.
+	classes := []class.Table{p.Classes}
+	if _, ok := p.Classes[class.BE]; ok && p.SLO.Enabled {
+		t := maps.Clone(p.Classes)
+		be := t[class.BE]
+		ladder := p.SLO.Ladder
+		if len(ladder) == 0 {
+			ladder = slo.DefaultLadder
 		}
+		be.Timeslice = max(be.Timeslice, slices.Max(ladder), p.SLO.Safe, p.SLO.SharedFloor)
+		t[class.BE] = be
+		classes = append(classes, t)
 	}
-	for _, r := range p.Rules {
-		if !r.Decision.Exempt {
-			if _, err := p.Classes.Settings(r.Decision.Spec.Name, r.Decision.Spec.Weight); err != nil {
-				return nil, fmt.Errorf("line %d: rules %q: %w", r.Line, r.Name, err)
+	for _, t := range classes {
+		if !p.Default.Exempt {
+			if _, err := t.Settings(p.Default.Spec.Name, p.Default.Spec.Weight); err != nil {
+				return nil, fmt.Errorf("line %d: default: %w%s", top["default"].Line, err, sloNote(t, p))
+			}
+		}
+		for _, r := range p.Rules {
+			if !r.Decision.Exempt {
+				if _, err := t.Settings(r.Decision.Spec.Name, r.Decision.Spec.Weight); err != nil {
+					return nil, fmt.Errorf("line %d: rules %q: %w%s", r.Line, r.Name, err, sloNote(t, p))
+				}
 			}
 		}
 	}
 	return p, nil
+}
+
+// sloNote says, for an error under table t, that t has the longest BE
+// timeslice SLO mode may choose rather than the policy's own.
+func sloNote(t class.Table, p *Policy) string {
+	if be := t[class.BE]; be.Timeslice != p.Classes[class.BE].Timeslice {
+		return fmt.Sprintf(" (at the longest BE timeslice SLO mode may choose, %v)", be.Timeslice)
+	}
+	return ""
 }
 
 // parseClass reads a class's settings, and its SLO fields (objective for
@@ -598,7 +626,9 @@ func parseRule(n *yaml.Node, field string) (Rule, error) {
 		if err != nil {
 			return r, err
 		}
-		if cn != nil && (r.Decision.Exempt || r.Decision.Spec.Name != class.LC) {
+		// A rule that takes the class from the environment may class lc
+		// whatever its fallback class.
+		if cn != nil && r.ClassFromEnv == "" && (r.Decision.Exempt || r.Decision.Spec.Name != class.LC) {
 			return r, fieldErr(v, field+".objective", "only lc processes have a latency objective; this rule's class is %v", r.Decision)
 		}
 		r.Objective = o

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -399,5 +400,70 @@ slo: {enabled: true}
 	}
 	if o, ok := p.Objective(d); !ok || o.String() != "p99<=2ms" {
 		t.Errorf("Objective = %v %v, want the rule's p99<=2ms", o, ok)
+	}
+}
+
+// TestNeedsGPUAgreesWithDecide: deploy/gpreemptd.yaml's from-env rule
+// (class from the environment, no class of its own) does not decide a
+// process whose variable holds no class, so its class may still depend on
+// its GPU, and NeedsGPU says so.
+func TestNeedsGPUAgreesWithDecide(t *testing.T) {
+	pol, err := ParseFile("../../deploy/gpreemptd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Process{UID: 2000, User: "batch", Comm: "python3", Env: map[string]string{"GPREEMPT_CLASS": "low"}}
+	onGPU1 := p
+	onGPU1.GPUs = []GPU{{Index: 1}}
+	if a, b := pol.Decide(p), pol.Decide(onGPU1); a == b {
+		t.Fatalf("premise: the decision does not depend on the GPU (%v)", a)
+	}
+	if !pol.NeedsGPU(p) {
+		t.Error("NeedsGPU = false, but the process's GPU changes its class")
+	}
+	p.Env["GPREEMPT_CLASS"] = "be" // the from-env rule decides
+	if pol.NeedsGPU(p) {
+		t.Error("NeedsGPU = true for a process its environment classes")
+	}
+}
+
+// TestSLOChecksWeightsAtTheLongestTimeslice: in SLO mode a BE weight must
+// fit the longest BE timeslice the mode may choose, not only the policy's.
+func TestSLOChecksWeightsAtTheLongestTimeslice(t *testing.T) {
+	const text = `
+classes:
+  lc: {objective: "p50<=1.05x"}
+rules:
+  - {name: bulk, match: {comm: "bulk*"}, class: be:600}
+slo: {enabled: %s, ladder: [200us, 10ms]}
+`
+	if _, err := Parse([]byte(fmt.Sprintf(text, "false"))); err != nil {
+		t.Fatalf("without SLO mode: %v", err)
+	}
+	_, err := Parse([]byte(fmt.Sprintf(text, "true")))
+	if err == nil || !strings.Contains(err.Error(), `rules "bulk"`) || !strings.Contains(err.Error(), "longest BE timeslice SLO mode may choose, 10ms") {
+		t.Errorf("be:600 with a 10ms rung: %v; want an error naming the rule and the 10ms rung", err)
+	}
+}
+
+// TestObjectiveOnAnEnvRule: a rule that takes the class from the
+// environment may carry an objective whatever its fallback class; the
+// objective holds for the processes it classes lc.
+func TestObjectiveOnAnEnvRule(t *testing.T) {
+	pol, err := Parse([]byte(`
+rules:
+  - {name: env, match: {comm: "svc*"}, class_from_env: GPREEMPT_CLASS, class: be, objective: "p99<=1.2x"}
+requests: {default_max: lc}
+slo: {enabled: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := pol.Decide(Process{Comm: "svc", Env: map[string]string{"GPREEMPT_CLASS": "lc"}})
+	if o, ok := pol.Objective(lc); lc.String() != "lc" || !ok || o.String() != "p99<=1.2x" {
+		t.Errorf("lc from the environment: %v, objective %v %v", lc, o, ok)
+	}
+	if _, ok := pol.Objective(pol.Decide(Process{Comm: "svc"})); ok {
+		t.Error("the be fallback has an objective")
 	}
 }
