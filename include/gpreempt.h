@@ -44,7 +44,8 @@ extern "C" {
 #define GPREEMPT_LAUNCHER_POLLER 2u
 
 /* Create the engine on device's primary context, which it retains until
- * gpreempt_shutdown. max_hold_us: 0 for 5000, at most 1000000 (1 s). */
+ * gpreempt_shutdown. max_hold_us: 0 for 5000, at most 250000
+ * (the hold budget: spinners hold at most a quarter of each second). */
 int gpreempt_init(int device, uint64_t max_hold_us, uint32_t flags);
 
 /* A request of class `cls` starts preparing; expected_prep_us (at most

@@ -42,6 +42,10 @@ import (
 const (
 	// MaxHoldLimit bounds Options.MaxHold.
 	MaxHoldLimit = time.Second
+	// DefaultHoldDutyCycle is Options.HoldDutyCycle's default: spinners
+	// hold at most a quarter of each second, so MaxHold is at most 250 ms
+	// with it.
+	DefaultHoldDutyCycle = 0.25
 	// MaxExpectedPrep bounds Hint's expectedPrep.
 	MaxExpectedPrep = 10 * time.Second
 )
@@ -50,7 +54,9 @@ const (
 type Options struct {
 	// MaxHold bounds how long a spinner may hold the GPU: the kernel exits
 	// on its own after it (by %globaltimer), and the engine releases it
-	// then if Ready never came. Default 5 ms, at most MaxHoldLimit.
+	// then if Ready never came. Default 5 ms, at most MaxHoldLimit and at
+	// most the hold budget (HoldDutyCycle x 1 s, unless HoldDutyCycle is
+	// 1): a spinner reserves MaxHold from it.
 	MaxHold time.Duration
 	// HoldDutyCycle caps the fraction of the GPU's time spinners may hold:
 	// about that fraction of each second (a budget of HoldDutyCycle x 1 s,
@@ -135,7 +141,7 @@ func (o Options) withDefaults() Options {
 		o.ReprobeEvery = 32
 	}
 	if o.HoldDutyCycle <= 0 {
-		o.HoldDutyCycle = 0.25
+		o.HoldDutyCycle = DefaultHoldDutyCycle
 	}
 	if o.Launcher == "" {
 		o.Launcher = LauncherGoroutine
@@ -168,6 +174,10 @@ func (o Options) check() error {
 	}
 	if o.MaxHold > MaxHoldLimit {
 		return fmt.Errorf("%w: MaxHold %v exceeds %v", ErrInvalidOption, o.MaxHold, MaxHoldLimit)
+	}
+	if o.HoldDutyCycle < 1 && float64(o.MaxHold) > o.HoldDutyCycle*float64(budgetWindow) {
+		return fmt.Errorf("%w: MaxHold %v exceeds the hold budget (HoldDutyCycle %v of %v), so no spinner could ever be launched",
+			ErrInvalidOption, o.MaxHold, o.HoldDutyCycle, budgetWindow)
 	}
 	if err := tsg.CheckTimeslice(o.LCTimeslice); err != nil {
 		return fmt.Errorf("%w: LCTimeslice: %w", ErrInvalidOption, err)

@@ -131,7 +131,7 @@ func (r *Reporter) Push(ctx context.Context) (DaemonReply, error) {
 	if r.engine != nil {
 		es := r.engine.Stats()
 		s.ExpiredHolds = es.Expired
-		s.Engine = &client.Engine{Prepreempt: es.Prepreempt, SkippedNoBenefit: es.SkippedNoBenefit}
+		s.Engine = &client.Engine{Prepreempt: es.Spinning(), SkippedNoBenefit: es.SkippedNoBenefit}
 	}
 	reply, err := r.client.PushStats(ctx, s)
 	if err != nil {

@@ -125,3 +125,19 @@ func (r *statsRecorder) snapshot() Stats {
 	s.ReadyLeadSamples = append([]int64(nil), r.s.ReadyLeadSamples...)
 	return s
 }
+
+// Spinning says whether the engine launches spinners: gpreemptd allows
+// them (Prepreempt) and some request class is held, or none is known yet.
+// An engine whose classes are all skipped (ModeSkip) launches none but a
+// rare probe.
+func (s Stats) Spinning() bool {
+	if !s.Prepreempt {
+		return false
+	}
+	for _, m := range s.Classes {
+		if m == ModeHold {
+			return true
+		}
+	}
+	return len(s.Classes) == 0
+}

@@ -70,7 +70,7 @@ func gpreempt_init(device C.int, maxHoldUs C.uint64_t, flags C.uint32_t) C.int {
 	// Checked before the multiplication into a Duration, which a large
 	// value would overflow into a small or negative one.
 	if uint64(maxHoldUs) > maxHoldLimitUs {
-		return fail(fmt.Errorf("gpreempt_init: max_hold_us %d exceeds %d (%v)", uint64(maxHoldUs), maxHoldLimitUs, prepreempt.MaxHoldLimit))
+		return fail(fmt.Errorf("gpreempt_init: max_hold_us %d exceeds %d (%v, the hold budget)", uint64(maxHoldUs), maxHoldLimitUs, time.Duration(maxHoldLimitUs)*time.Microsecond))
 	}
 	opts := prepreempt.Options{MaxHold: time.Duration(maxHoldUs) * time.Microsecond}
 	if flags&C.uint32_t(flagSkipLCClass) != 0 {
@@ -89,7 +89,9 @@ func gpreempt_init(device C.int, maxHoldUs C.uint64_t, flags C.uint32_t) C.int {
 
 // The bounds of gpreempt.h, in its units.
 const (
-	maxHoldLimitUs    = uint64(prepreempt.MaxHoldLimit / time.Microsecond)
+	// The engine's default hold budget bounds max_hold_us (a spinner
+	// reserves it from the budget): DefaultHoldDutyCycle of 1 s.
+	maxHoldLimitUs    = uint64(prepreempt.DefaultHoldDutyCycle * float64(time.Second/time.Microsecond))
 	maxExpectedPrepUs = uint64(prepreempt.MaxExpectedPrep / time.Microsecond)
 )
 

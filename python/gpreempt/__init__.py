@@ -106,7 +106,7 @@ class Request:
         return False
 
 
-MAX_HOLD_US = 1_000_000
+MAX_HOLD_US = 250_000  # the hold budget: a quarter of each second
 MAX_EXPECTED_PREP_US = 10_000_000
 
 
