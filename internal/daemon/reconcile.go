@@ -500,6 +500,9 @@ func (r *Reconciler) apply(ctx context.Context, p *proc, op string, pick func(Gr
 	var wantTS = map[GroupID]uint64{}
 	t0 := time.Now()
 	states, err := r.ctl.Apply(ctx, p.pid, func(gs GroupState) (tsg.Settings, bool) {
+		if r.heldElsewhere(p, gs.ID) {
+			return tsg.Settings{}, false // its owner's to set
+		}
 		s, ok := pick(gs)
 		if ok {
 			changed = append(changed, gs.ID)
@@ -523,11 +526,16 @@ func (r *Reconciler) apply(ctx context.Context, p *proc, op string, pick func(Gr
 	}
 	// Sync: the read-back is the truth about which groups exist.
 	seen := map[GroupID]bool{}
+	var owned []GroupState
 	for _, gs := range states {
+		if r.heldElsewhere(p, gs.ID) {
+			continue
+		}
 		seen[gs.ID] = true
 		g := r.ensureGroup(p, gs.ID)
 		gs.GPU = gpuLabel(p.info.GPUs)
 		g.state = gs
+		owned = append(owned, gs)
 	}
 	for id := range p.groups {
 		if !seen[id] {
@@ -557,7 +565,7 @@ func (r *Reconciler) apply(ctx context.Context, p *proc, op string, pick func(Gr
 		}
 		r.metrics.applies.WithLabelValues(name).Add(float64(len(changed)))
 	}
-	return states, nil
+	return owned, nil
 }
 
 func gpuLabel(gs []policy.GPU) string {
@@ -654,7 +662,9 @@ func (r *Reconciler) Request(ctx context.Context, pid int, spec class.Spec) (int
 		// Its groups may exist from before tracing; look.
 		if states, err := r.ctl.Groups(ctx, pid); err == nil {
 			for _, gs := range states {
-				r.ensureGroup(p, gs.ID).state = gs
+				if !r.heldElsewhere(p, gs.ID) {
+					r.ensureGroup(p, gs.ID).state = gs
+				}
 			}
 		}
 	}
@@ -678,8 +688,18 @@ func (r *Reconciler) Adopt(pid int, groups []GroupID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p := r.ensure(pid)
+	if p.start == 0 && !r.refresh(p) {
+		return // gone
+	}
 	fresh := false
 	for _, id := range groups {
+		if r.heldElsewhere(p, id) {
+			continue
+		}
+		if g := r.takeOver(p, id); g != nil && p.groups[id] == nil {
+			g.classed = false // with what was first read of it, for restore
+			p.groups[id] = g
+		}
 		if p.groups[id] == nil {
 			fresh = true
 		}
@@ -690,6 +710,37 @@ func (r *Reconciler) Adopt(pid int, groups []GroupID) {
 		p.pending, p.firstPending, p.lastSetup, p.deadline = true, now, now, now
 		r.poke()
 	}
+}
+
+// A process forked after its parent made a CUDA context (a data loader's
+// worker) holds the parent's /dev/nvidiactl open file, so reading its
+// groups through its descriptors finds the parent's. A group belongs to
+// the process that has held it from the earliest start: heldElsewhere
+// says another known process holds id and started no later than p (or p's
+// start is not known); takeOver takes id from one that started later (and
+// forgets that one if it holds no other group).
+func (r *Reconciler) heldElsewhere(p *proc, id GroupID) bool {
+	for _, q := range r.procs {
+		if q != p && q.groups[id] != nil && (p.start == 0 || q.start == 0 || q.start <= p.start) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Reconciler) takeOver(p *proc, id GroupID) *group {
+	var taken *group
+	for _, q := range r.procs {
+		if g := q.groups[id]; q != p && g != nil {
+			r.log.Debug("group held by a later process (a fork of its owner)", "group", id, "owner", p.pid, "later", q.pid)
+			delete(q.groups, id)
+			taken = g
+			if len(q.groups) == 0 {
+				r.drop(q.pid) // no GPU process of its own
+			}
+		}
+	}
+	return taken
 }
 
 // Known lists the pids the reconciler holds state for.

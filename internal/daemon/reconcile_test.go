@@ -46,7 +46,7 @@ func (f fakeInspector) Process(pid int) (policy.Process, uint64, error) {
 		return policy.Process{}, 0, ErrGone
 	}
 	p.PID = pid
-	return p, 1, nil
+	return p, uint64(pid), nil // a start time: a lower pid started earlier
 }
 
 func (f fakeInspector) Alive(pid int) bool {
@@ -514,5 +514,57 @@ func TestRestoreCountedAsRestore(t *testing.T) {
 	}
 	if r, b := counter(t, g.m, "gpreemptd_applies_total", "restore"), counter(t, g.m, "gpreemptd_applies_total", "be"); r != 4 || b != before {
 		t.Errorf("after restoring 4 groups: applies{restore}=%v, applies{be} %v -> %v", r, before, b)
+	}
+}
+
+// TestForkedChildDoesNotTakeItsParentsGroups: a worker forked after its
+// parent made a CUDA context (a data loader's) holds the parent's
+// /dev/nvidiactl open file, so its groups read through its descriptors
+// are the parent's. They stay the parent's: the worker, classed by the
+// default, does not undo the lc the parent asked for, whichever of the
+// two the scan finds first.
+func TestForkedChildDoesNotTakeItsParentsGroups(t *testing.T) {
+	for _, childFirst := range []bool{false, true} {
+		g := newRig(t, "default: be\nrequests: {default_max: lc}\n")
+		g.insp[100] = policy.Process{Comm: "server", UID: 1000}
+		g.insp[101] = policy.Process{Comm: "server", UID: 1000}
+		// The worker, pid 101, started later (fakeInspector).
+		g.drv.NewProc(100)
+		if _, err := g.drv.Replay(g.drv.Proc(100), g.allocs); err != nil {
+			t.Fatal(err)
+		}
+		g.drv.Fork(100, 101)
+		scan := func(pid int) { // what the daemon's resync does
+			states, err := g.rec.ctl.Groups(context.Background(), pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []GroupID
+			for _, s := range states {
+				ids = append(ids, s.ID)
+			}
+			g.rec.Adopt(pid, ids)
+			g.rec.CheckDrift(states, pid)
+		}
+		if childFirst {
+			scan(101)
+			scan(100)
+		} else {
+			scan(100)
+			scan(101)
+		}
+		g.tick(g.now + time.Second)
+		if _, err := g.rec.Request(context.Background(), 100, class.Spec{Name: class.LC, Weight: 1}); err != nil {
+			t.Fatal(err)
+		}
+		scan(100) // the next resync
+		scan(101)
+		for range 5 {
+			g.tick(g.now + time.Second)
+		}
+		g.wantAll(100, 5000000, tsg.LevelHigh)
+		if n := len(g.rec.InClass(class.BE)); n != 0 {
+			t.Errorf("child first %v: %d processes classed be, want none (the worker holds no group)", childFirst, n)
+		}
 	}
 }

@@ -377,15 +377,15 @@ var slowBeside = slo.Workload{Baseline: 6 * time.Millisecond, Requests: 50, Poin
 
 func TestSLOLoopPausesBE(t *testing.T) {
 	// The BE process is a real one (a sleeper), stopped and resumed for
-	// real; the rig's inspector gives every process start time 1, and so
-	// does the Pauser's proc directory.
+	// real; the rig's inspector gives every process its pid as start
+	// time, and so does the Pauser's proc directory.
 	g := newRig(t, sloPausePolicy)
 	be := sleeper(t)
 	proc := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(proc, strconv.Itoa(be.PID)), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	stat := fmt.Sprintf("%d (trainer) S %s1 0 0\n", be.PID, strings.Repeat("0 ", 18))
+	stat := fmt.Sprintf("%d (trainer) S %s%d 0 0\n", be.PID, strings.Repeat("0 ", 18), be.PID)
 	if err := os.WriteFile(filepath.Join(proc, strconv.Itoa(be.PID), "stat"), []byte(stat), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +397,7 @@ func TestSLOLoopPausesBE(t *testing.T) {
 	window := func(lcs ...int) {
 		g.now += time.Second
 		r, _ := slowBeside.At(bets())
-		if loop.Pause.Holds(ProcRef{PID: be.PID, Start: 1}) {
+		if loop.Pause.Holds(ProcRef{PID: be.PID, Start: uint64(be.PID)}) {
 			r = 1 // alone
 		}
 		for _, pid := range lcs {

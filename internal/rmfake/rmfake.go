@@ -172,6 +172,21 @@ func (d *Driver) NewProc(pid int) *Proc {
 	return p
 }
 
+// Fork makes child, a process whose descriptors refer to parent's open
+// files, as fork(2) leaves them: a child forked after its parent made a
+// CUDA context reaches the parent's clients through them.
+func (d *Driver) Fork(parent, child int) *Proc {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := &Proc{PID: child, fds: map[int]*file{}}
+	for fd, f := range d.procs[parent].fds {
+		f.refs++
+		c.fds[fd] = f
+	}
+	d.procs[child] = c
+	return c
+}
+
 // Exit removes a process and closes its descriptors. A file that a
 // duplicate still refers to stays open, with its clients, until that
 // duplicate is closed: the kernel frees a file at its last fput, and RM
