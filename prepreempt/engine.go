@@ -366,32 +366,27 @@ func openFlags(cctx *cuda.Context, backend string, slots int, log *slog.Logger) 
 	return nil, fmt.Errorf("%w: flag backend %q: want auto, gdrcopy or host", ErrInvalidOption, backend)
 }
 
-// applyLCClass gives this process's channel groups the LC class, with
-// timeslice ts. Setting a timeslice is NON_PRIVILEGED in RM; the
-// interleave level needs root, and without it the timeslice alone is
-// applied.
-// classLC puts this process in the LC class. As root it sets its own
-// groups. Otherwise it asks gpreemptd first, which sets the whole class,
-// interleave level included, within what the node's policy allows; only
-// where no daemon answers does it set what RM lets any process set on its
-// own groups (the timeslice; the interleave level needs root).
+// classLC puts this process in the LC class. It asks gpreemptd first,
+// root or not (a class set by hand under a running daemon would be drift
+// it reverts), which sets the whole class, interleave level included,
+// within what the node's policy allows; only where no daemon answers does
+// it set its own groups (the timeslice, which RM lets any process set on
+// its own; the interleave level as root).
 func classLC(ctx context.Context, opts Options, log *slog.Logger) error {
-	if geteuid() != 0 {
-		ctx, cancel := context.WithTimeout(ctx, daemonTimeout)
-		err := requestClass(ctx, opts.DaemonSocket, string(class.LC))
-		cancel()
-		switch {
-		case err == nil:
-			log.Debug("LC class set by gpreemptd")
-			return nil
-		case errors.Is(err, client.ErrForbidden):
-			// The node's policy decides this process's class; one set by
-			// hand would be drift the daemon reverts.
-			log.Warn("gpreemptd refused the LC class; the node's policy decides this process's class", "err", err)
-			return nil
-		case !errors.Is(err, client.ErrUnavailable):
-			log.Warn("asking gpreemptd for the LC class failed; setting the timeslice here", "err", err)
-		}
+	ctx2, cancel := context.WithTimeout(ctx, daemonTimeout)
+	err := requestClass(ctx2, opts.DaemonSocket, string(class.LC))
+	cancel()
+	switch {
+	case err == nil:
+		log.Debug("LC class set by gpreemptd")
+		return nil
+	case errors.Is(err, client.ErrForbidden):
+		// The node's policy decides this process's class; one set by
+		// hand would be drift the daemon reverts.
+		log.Warn("gpreemptd refused the LC class; the node's policy decides this process's class", "err", err)
+		return nil
+	case !errors.Is(err, client.ErrUnavailable):
+		log.Warn("asking gpreemptd for the LC class failed; setting the timeslice here", "err", err)
 	}
 	return selfClassLC(ctx, opts.LCTimeslice, log)
 }
@@ -399,13 +394,16 @@ func classLC(ctx context.Context, opts Options, log *slog.Logger) error {
 // daemonTimeout bounds the request to gpreemptd at New.
 const daemonTimeout = 2 * time.Second
 
-// Seams for tests: who we are, the daemon, and classing ourselves.
+// Seams for tests: the daemon, and classing ourselves.
 var (
-	geteuid      = os.Geteuid
 	requestClass = client.RequestClass
 	selfClassLC  = applyLCClass
 )
 
+// applyLCClass gives this process's channel groups the LC class, with
+// timeslice ts. Setting a timeslice is NON_PRIVILEGED in RM; the
+// interleave level needs root, and without it the timeslice alone is
+// applied.
 func applyLCClass(ctx context.Context, ts time.Duration, log *slog.Logger) error {
 	lc := lcClass()
 	lc.Timeslice = ts
