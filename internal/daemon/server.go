@@ -257,6 +257,11 @@ type ClassReply struct {
 
 // DecodeJSON decodes one strict JSON object from b.
 func DecodeJSON(b []byte, v any) (int, error) {
+	// One object: null (which decodes into nothing), a list or a scalar
+	// is not one.
+	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return http.StatusBadRequest, errors.New("bad JSON: want one object")
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

@@ -302,3 +302,19 @@ func (nopController) Groups(context.Context, int) ([]GroupState, error) { return
 func (nopController) Apply(context.Context, int, func(GroupState) (tsg.Settings, bool)) ([]GroupState, error) {
 	return nil, nil
 }
+
+// TestBodyIsOneObject: a request body is one JSON object; null (which
+// decodes into nothing), a list or a scalar is refused with 400.
+func TestBodyIsOneObject(t *testing.T) {
+	for _, b := range []string{"null", " null ", "[]", "1", `"x"`, "", "  "} {
+		if _, code, err := ParseStats([]byte(b)); err == nil || code != http.StatusBadRequest {
+			t.Errorf("stats %q: %d %v, want 400", b, code, err)
+		}
+		if _, _, code, err := ParseClassRequest([]byte(b)); err == nil || code != http.StatusBadRequest {
+			t.Errorf("class %q: %d %v, want 400", b, code, err)
+		}
+	}
+	if _, _, err := ParseStats([]byte(" {} ")); err != nil {
+		t.Errorf("stats {}: %v", err)
+	}
+}
