@@ -66,6 +66,13 @@ int gpreempt_cancel(uint64_t handle);
  * of that length plus some (the stats grow in between) until it fits. */
 int gpreempt_stats_json(char *buf, size_t len);
 
+/* Turn spinners on (1) or off (0) for every request: what gpreemptd's
+ * reply to a statistics push says ("prepreempt"), which an app that pushes
+ * its own latency windows passes on. Its push's engine state is the stats
+ * JSON's "spinning" (gpreemptd allows spinners and some request class
+ * benefits) and "skipped_no_benefit". 0, or -1 when not initialised. */
+int gpreempt_set_prepreempt(int on);
+
 /* The message of the last error in the calling thread (valid until that
  * thread's next failing call). */
 char *gpreempt_last_error(void);

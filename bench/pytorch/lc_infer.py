@@ -113,10 +113,12 @@ def push_window(path, body):
 
 class LatencyPusher:
     """Pushes the recorded requests' latency to gpreemptd once a period
-    (the daemon's SLO mode steers by these windows), from its own thread."""
+    (the daemon's SLO mode steers by these windows), from its own thread.
+    With a hint engine, the push carries its state, and the daemon's word
+    on pre-preemption is passed to it."""
 
-    def __init__(self, path, period_ns):
-        self.path, self.period_ns = path, period_ns
+    def __init__(self, path, period_ns, engine=None):
+        self.path, self.period_ns, self.engine = path, period_ns, engine
         self.lock = threading.Lock()
         self.lat, self.total = [], 0
         self.since = time.monotonic_ns()
@@ -140,7 +142,11 @@ class LatencyPusher:
             body = window_body(lat, now - self.since, self.total)
             self.since = now
         try:
-            push_window(self.path, body)
+            if self.engine is not None:
+                body["engine"] = self.engine.engine_state()
+            reply = push_window(self.path, body)
+            if self.engine is not None and "prepreempt" in reply:
+                self.engine.set_prepreempt(reply["prepreempt"])
             if self.failed:
                 print("latency pushed to gpreemptd again", file=sys.stderr)
             self.failed = False
@@ -274,7 +280,7 @@ def main():
     # Requests allocate little; a cyclic collection would only add pauses.
     gc.collect()
     gc.disable()
-    pusher = LatencyPusher(args.push_latency, args.push_period) if args.push_latency else None
+    pusher = LatencyPusher(args.push_latency, args.push_period, gp) if args.push_latency else None
     if pusher:
         pusher.start()
     lead_in = 0

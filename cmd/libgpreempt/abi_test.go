@@ -51,6 +51,8 @@ int main(void) {
 	for (long i = 0; i < 2; i++) pthread_create(&th[i], NULL, fail_and_read, (void *)i);
 	for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
 	if (thread_ok[0] && thread_ok[1]) puts("per-thread: ok");
+	if (gpreempt_set_prepreempt(0) == 0) { puts("set_prepreempt without init succeeded"); return 1; }
+	printf("set-before-init: %s\n", gpreempt_last_error());
 	if (gpreempt_hint("x", 1) != 0) { puts("hint without init succeeded"); return 1; }
 	printf("before-init: %s\n", gpreempt_last_error());
 	if (gpreempt_hint("x", 20000000) != 0) { puts("hint with 20 s expected preparation succeeded"); return 1; }
@@ -89,6 +91,7 @@ int main(void) {
 	for _, want := range []string{
 		"per-thread: ok",
 		"before-init: gpreempt_hint: not initialised",
+		"set-before-init: gpreempt_set_prepreempt: not initialised",
 		"long-prep: gpreempt_hint: expected_prep_us 20000000 exceeds 10000000 (10s)",
 		"long-hold: gpreempt_init: max_hold_us 60000000 exceeds 250000 (250ms, the hold budget)",
 	} {

@@ -175,7 +175,12 @@ func gpreempt_stats_json(buf *C.char, n C.size_t) C.int {
 	if e == nil {
 		return fail(errors.New("gpreempt_stats_json: not initialised"))
 	}
-	b, err := json.Marshal(e.Stats())
+	st := e.Stats()
+	// spinning: what a push to gpreemptd says of the engine (Stats.Spinning).
+	b, err := json.Marshal(struct {
+		prepreempt.Stats
+		Spinning bool `json:"spinning"`
+	}{st, st.Spinning()})
 	if err != nil {
 		return fail(err)
 	}
@@ -185,6 +190,18 @@ func gpreempt_stats_json(buf *C.char, n C.size_t) C.int {
 		dst[len(b)] = 0
 	}
 	return C.int(len(b))
+}
+
+//export gpreempt_set_prepreempt
+func gpreempt_set_prepreempt(on C.int) C.int {
+	mu.Lock()
+	e := engine
+	mu.Unlock()
+	if e == nil {
+		return fail(errors.New("gpreempt_set_prepreempt: not initialised"))
+	}
+	e.SetPrepreempt(on != 0)
+	return 0
 }
 
 //export gpreempt_last_error

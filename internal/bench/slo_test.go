@@ -206,7 +206,7 @@ func TestPythonPushWindow(t *testing.T) {
 	if err != nil {
 		t.Skip("no python3")
 	}
-	bodies := make(chan []byte, 1)
+	bodies := make(chan []byte, 2)
 	sock := unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.URL.Path != "/v1/stats" {
 			http.Error(w, "bad request", http.StatusNotFound)
@@ -223,14 +223,26 @@ import lc_infer as m
 body = m.window_body([3_000_000, 1_000_000, 2_000_000, 10_000_000], 1_000_000_000, 42)
 print(json.dumps(m.push_window(sys.argv[2], body)))
 print(json.dumps(m.window_body([], 500_000_000, 42)))
+# With a hint engine: its state goes with the window, the reply comes back to it.
+class Engine:
+    told = None
+    def engine_state(self):
+        return {"prepreempt": True, "skipped_no_benefit": 3}
+    def set_prepreempt(self, on):
+        self.told = on
+e = Engine()
+p = m.LatencyPusher(sys.argv[2], 1_000_000_000, e)
+p.record(2_000_000)
+p.push()
+print(json.dumps(e.told))
 `
 	out, err := exec.Command(py, "-c", script, "../../bench/pytorch", sock).CombinedOutput()
 	if err != nil {
 		t.Fatalf("python: %v: %s", err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 2 || lines[0] != `{"prepreempt": false, "slo": true}` {
-		t.Fatalf("python output %q", out)
+	if len(lines) != 3 || lines[0] != `{"prepreempt": false, "slo": true}` || lines[2] != "false" {
+		t.Fatalf("python output %q; want the reply, an empty window and the engine told false", out)
 	}
 	s, _, err := daemon.ParseStats(<-bodies)
 	if err != nil {
@@ -248,6 +260,10 @@ print(json.dumps(m.window_body([], 500_000_000, 42)))
 	}
 	if _, _, err := daemon.ParseStats([]byte(lines[1])); err != nil {
 		t.Errorf("empty window refused: %v", err)
+	}
+	e, _, err := daemon.ParseStats(<-bodies)
+	if err != nil || e.Engine == nil || !e.Engine.Prepreempt || e.Engine.SkippedNoBenefit != 3 || e.Window == nil || e.Window.Requests != 1 {
+		t.Errorf("push with an engine: %+v engine %+v, %v", e, e.Engine, err)
 	}
 }
 

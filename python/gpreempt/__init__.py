@@ -75,6 +75,8 @@ def _load(path=None):
         lib.gpreempt_cancel.restype = ctypes.c_int
         lib.gpreempt_stats_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.gpreempt_stats_json.restype = ctypes.c_int
+        lib.gpreempt_set_prepreempt.argtypes = [ctypes.c_int]
+        lib.gpreempt_set_prepreempt.restype = ctypes.c_int
         lib.gpreempt_last_error.argtypes = []
         lib.gpreempt_last_error.restype = ctypes.c_char_p
         lib.gpreempt_shutdown.argtypes = []
@@ -159,6 +161,19 @@ class Engine:
             if n < size:
                 return json.loads(buf.value)
             size = n + 4096  # the stats may grow before the next call
+
+    def set_prepreempt(self, on):
+        """Turns spinners on or off for every request: what gpreemptd's
+        reply to a statistics push says ("prepreempt")."""
+        self._check(self._lib.gpreempt_set_prepreempt(1 if on else 0), "set_prepreempt")
+
+    def engine_state(self):
+        """The engine state a statistics push to gpreemptd carries
+        ("engine"): whether spinners run (gpreemptd allows them and some
+        request class benefits) and how many requests ran without one for
+        no benefit."""
+        st = self.stats()
+        return {"prepreempt": bool(st.get("spinning")), "skipped_no_benefit": st.get("skipped_no_benefit", 0)}
 
     def close(self):
         """Release outstanding spinners and shut the engine down; once."""
