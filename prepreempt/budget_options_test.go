@@ -66,8 +66,5 @@ func TestPushSaysNoSpinnersWhenEveryClassIsSkipped(t *testing.T) {
 	if got := d.pushes[1].Engine; got == nil || got.Prepreempt || got.SkippedNoBenefit != 4 {
 		t.Errorf("every class skipped, but the push says engine %+v", got)
 	}
-	// The spinners' holds go with it (gpreemptd_hint_spinner_hold_seconds).
-	if h0, h1 := d.pushes[0].SpinnerHoldUs, d.pushes[1].SpinnerHoldUs; len(h0) != 0 || h1["max"] <= 0 || h1["p50"] > h1["max"] {
-		t.Errorf("spinner holds pushed: before any %v, after 8 holds %v", h0, h1)
-	}
+
 }

@@ -16,18 +16,22 @@ import (
 func TestClassLC(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
+		euid      int
 		daemon    error
 		wantAsked bool
 		wantSelf  bool
 	}{
-		// Root or not: a class set by hand under a daemon is drift.
-		{"daemon sets the class", nil, true, false},
-		{"no daemon: the timeslice by hand", fmt.Errorf("dial: %w", client.ErrUnavailable), true, true},
-		{"refused: the policy decides", fmt.Errorf("403: %w", client.ErrForbidden), true, false},
-		{"other daemon error: the timeslice by hand", errors.New("bad reply"), true, true},
+		// Root or not, the daemon first: a class set by hand under it is drift.
+		{"daemon sets the class", 1000, nil, true, false},
+		{"root: the daemon sets the class", 0, nil, true, false},
+		{"no daemon: the timeslice by hand", 1000, fmt.Errorf("dial: %w", client.ErrUnavailable), true, true},
+		{"refused: the policy decides", 1000, fmt.Errorf("403: %w", client.ErrForbidden), true, false},
+		{"refused, root: by hand", 0, fmt.Errorf("403: %w", client.ErrForbidden), true, true},
+		{"other daemon error: the timeslice by hand", 1000, errors.New("bad reply"), true, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			asked, self := false, false
+			geteuid = func() int { return tt.euid }
 			requestClass = func(ctx context.Context, socket, class string) error {
 				asked = true
 				if socket != "/run/x.sock" || class != "lc" {
@@ -42,7 +46,7 @@ func TestClassLC(t *testing.T) {
 				self = true
 				return nil
 			}
-			t.Cleanup(func() { requestClass, selfClassLC = defaultRequestClass, defaultSelfClassLC })
+			t.Cleanup(func() { geteuid, requestClass, selfClassLC = defaultGeteuid, defaultRequestClass, defaultSelfClassLC })
 			if err := classLC(t.Context(), Options{DaemonSocket: "/run/x.sock"}, slog.New(slog.DiscardHandler)); err != nil {
 				t.Fatal(err)
 			}
@@ -54,6 +58,7 @@ func TestClassLC(t *testing.T) {
 }
 
 var (
+	defaultGeteuid      = geteuid
 	defaultRequestClass = requestClass
 	defaultSelfClassLC  = selfClassLC
 )

@@ -91,9 +91,8 @@ type Options struct {
 	// LCTimeslice overrides the LC class's timeslice. Default: the class's
 	// (class.DefaultLCTimeslice, 5 s).
 	LCTimeslice time.Duration
-	// DaemonSocket is gpreemptd's socket, which a process that is not root
-	// asks for the LC class ("": $GPREEMPTD_SOCKET, else
-	// /run/gpreempt/gpreemptd.sock).
+	// DaemonSocket is gpreemptd's socket, which New asks for the LC class
+	// ("": $GPREEMPTD_SOCKET, else /run/gpreempt/gpreemptd.sock).
 	DaemonSocket string
 	// Launcher picks how scheduled launches happen. Default
 	// LauncherGoroutine.
@@ -369,9 +368,10 @@ func openFlags(cctx *cuda.Context, backend string, slots int, log *slog.Logger) 
 // classLC puts this process in the LC class. It asks gpreemptd first,
 // root or not (a class set by hand under a running daemon would be drift
 // it reverts), which sets the whole class, interleave level included,
-// within what the node's policy allows; only where no daemon answers does
-// it set its own groups (the timeslice, which RM lets any process set on
-// its own; the interleave level as root).
+// within what the node's policy allows; only where no daemon answers, or
+// as root where it refuses, does it set its own groups (the timeslice,
+// which RM lets any process set on its own; the interleave level as
+// root).
 func classLC(ctx context.Context, opts Options, log *slog.Logger) error {
 	ctx2, cancel := context.WithTimeout(ctx, daemonTimeout)
 	err := requestClass(ctx2, opts.DaemonSocket, string(class.LC))
@@ -380,11 +380,16 @@ func classLC(ctx context.Context, opts Options, log *slog.Logger) error {
 	case err == nil:
 		log.Debug("LC class set by gpreemptd")
 		return nil
-	case errors.Is(err, client.ErrForbidden):
+	case errors.Is(err, client.ErrForbidden) && geteuid() != 0:
 		// The node's policy decides this process's class; one set by
 		// hand would be drift the daemon reverts.
 		log.Warn("gpreemptd refused the LC class; the node's policy decides this process's class", "err", err)
 		return nil
+	case errors.Is(err, client.ErrForbidden):
+		// Root, as before there was a daemon: where the daemon classes
+		// this process it reverts this as drift; where its policy leaves
+		// the process alone, this holds.
+		log.Warn("gpreemptd refused the LC class; setting it here as root", "err", err)
 	case !errors.Is(err, client.ErrUnavailable):
 		log.Warn("asking gpreemptd for the LC class failed; setting the timeslice here", "err", err)
 	}
@@ -394,8 +399,9 @@ func classLC(ctx context.Context, opts Options, log *slog.Logger) error {
 // daemonTimeout bounds the request to gpreemptd at New.
 const daemonTimeout = 2 * time.Second
 
-// Seams for tests: the daemon, and classing ourselves.
+// Seams for tests: who we are, the daemon, and classing ourselves.
 var (
+	geteuid      = os.Geteuid
 	requestClass = client.RequestClass
 	selfClassLC  = applyLCClass
 )

@@ -132,13 +132,6 @@ func (r *Reporter) Push(ctx context.Context) (DaemonReply, error) {
 		es := r.engine.Stats()
 		s.ExpiredHolds = es.Expired
 		s.Engine = &client.Engine{Prepreempt: es.Spinning(), SkippedNoBenefit: es.SkippedNoBenefit}
-		if len(es.HeldSamples) > 0 { // the last spinners' holds
-			held := make([]time.Duration, len(es.HeldSamples))
-			for i, ns := range es.HeldSamples {
-				held[i] = time.Duration(ns)
-			}
-			s.SpinnerHoldUs = quantilesUs(held)
-		}
 	}
 	reply, err := r.client.PushStats(ctx, s)
 	if err != nil {

@@ -150,7 +150,7 @@ class LatencyPusher:
             if self.failed:
                 print("latency pushed to gpreemptd again", file=sys.stderr)
             self.failed = False
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: gpreempt.GpreemptError
             if not self.failed:
                 print("latency not pushed to gpreemptd: %s" % e, file=sys.stderr)
             self.failed = True

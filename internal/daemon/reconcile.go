@@ -415,7 +415,10 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 		}
 	}
 	pick := func(gs GroupState) (tsg.Settings, bool) {
-		g := r.ensureGroup(p, gs.ID)
+		if !r.claim(p, gs.ID) {
+			return tsg.Settings{}, false // its owner's to set
+		}
+		g := p.groups[gs.ID]
 		if g.original == nil {
 			o := gs
 			g.original = &o
@@ -528,7 +531,7 @@ func (r *Reconciler) apply(ctx context.Context, p *proc, op string, pick func(Gr
 	seen := map[GroupID]bool{}
 	var owned []GroupState
 	for _, gs := range states {
-		if r.heldElsewhere(p, gs.ID) {
+		if !r.claim(p, gs.ID) {
 			continue
 		}
 		seen[gs.ID] = true
@@ -662,8 +665,8 @@ func (r *Reconciler) Request(ctx context.Context, pid int, spec class.Spec) (int
 		// Its groups may exist from before tracing; look.
 		if states, err := r.ctl.Groups(ctx, pid); err == nil {
 			for _, gs := range states {
-				if !r.heldElsewhere(p, gs.ID) {
-					r.ensureGroup(p, gs.ID).state = gs
+				if r.claim(p, gs.ID) {
+					p.groups[gs.ID].state = gs
 				}
 			}
 		}
@@ -693,17 +696,15 @@ func (r *Reconciler) Adopt(pid int, groups []GroupID) {
 	}
 	fresh := false
 	for _, id := range groups {
-		if r.heldElsewhere(p, id) {
+		had := p.groups[id] != nil
+		if !r.claim(p, id) {
 			continue
 		}
-		if g := r.takeOver(p, id); g != nil && p.groups[id] == nil {
-			g.classed = false // with what was first read of it, for restore
-			p.groups[id] = g
-		}
-		if p.groups[id] == nil {
-			fresh = true
-		}
-		r.ensureGroup(p, id)
+		fresh = fresh || !had || !p.groups[id].classed
+	}
+	if len(p.groups) == 0 && p.override == nil && p.decision.Rule == "" {
+		delete(r.procs, pid) // a fork's worker: no group of its own
+		return
 	}
 	if fresh && !p.pending {
 		now := r.Now()
@@ -726,6 +727,21 @@ func (r *Reconciler) heldElsewhere(p *proc, id GroupID) bool {
 		}
 	}
 	return false
+}
+
+// claim gives p group id unless a process that started earlier holds it
+// (false); one that started later gives it up, with what was first read of
+// it (for restore).
+func (r *Reconciler) claim(p *proc, id GroupID) bool {
+	if r.heldElsewhere(p, id) {
+		return false
+	}
+	if g := r.takeOver(p, id); g != nil && p.groups[id] == nil {
+		g.classed = false
+		p.groups[id] = g
+	}
+	r.ensureGroup(p, id)
+	return true
 }
 
 func (r *Reconciler) takeOver(p *proc, id GroupID) *group {

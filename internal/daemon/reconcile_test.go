@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -554,6 +555,12 @@ func TestForkedChildDoesNotTakeItsParentsGroups(t *testing.T) {
 			scan(101)
 		}
 		g.tick(g.now + time.Second)
+		// Never asked for anything, the parent is classed (be, the
+		// default), and its groups are its own.
+		g.wantAll(100, 200, tsg.LevelLow)
+		if refs := g.rec.InClass(class.BE); len(refs) != 1 || refs[0].PID != 100 {
+			t.Fatalf("child first %v: be processes %+v, want the parent alone", childFirst, refs)
+		}
 		if _, err := g.rec.Request(context.Background(), 100, class.Spec{Name: class.LC, Weight: 1}); err != nil {
 			t.Fatal(err)
 		}
@@ -565,6 +572,18 @@ func TestForkedChildDoesNotTakeItsParentsGroups(t *testing.T) {
 		g.wantAll(100, 5000000, tsg.LevelHigh)
 		if n := len(g.rec.InClass(class.BE)); n != 0 {
 			t.Errorf("child first %v: %d processes classed be, want none (the worker holds no group)", childFirst, n)
+		}
+		if known := g.rec.Known(); !slices.Equal(known, []int{100}) {
+			t.Errorf("child first %v: known %v, want the parent alone", childFirst, known)
+		}
+		// Shutdown puts back what libcuda set, not a class's value.
+		if _, err := g.rec.RestoreAll(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range g.groups(100) {
+			if us := uint64(x.Timeslice); us != 2048 && us != 1024 {
+				t.Errorf("child first %v: group %v restored to %dus, want libcuda's 2048/1024", childFirst, x.Handle, us)
+			}
 		}
 	}
 }
