@@ -415,10 +415,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 		}
 	}
 	pick := func(gs GroupState) (tsg.Settings, bool) {
-		if !r.claim(p, gs.ID) {
-			return tsg.Settings{}, false // its owner's to set
-		}
-		g := p.groups[gs.ID]
+		g := p.groups[gs.ID] // claimed by apply
 		if g.original == nil {
 			o := gs
 			g.original = &o
@@ -494,7 +491,8 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 }
 
 // apply runs one attach-apply-read-back operation on p and syncs p's
-// groups with what was read back. Errors are logged and counted here; a
+// groups with what was read back. pick sees only the groups p claims,
+// each in p.groups. Errors are logged and counted here; a
 // target that went away is one debug line and its state is dropped.
 func (r *Reconciler) apply(ctx context.Context, p *proc, op string, pick func(GroupState) (tsg.Settings, bool)) ([]GroupState, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.OpTimeout)
@@ -503,7 +501,7 @@ func (r *Reconciler) apply(ctx context.Context, p *proc, op string, pick func(Gr
 	var wantTS = map[GroupID]uint64{}
 	t0 := time.Now()
 	states, err := r.ctl.Apply(ctx, p.pid, func(gs GroupState) (tsg.Settings, bool) {
-		if r.heldElsewhere(p, gs.ID) {
+		if !r.claim(p, gs.ID) {
 			return tsg.Settings{}, false // its owner's to set
 		}
 		s, ok := pick(gs)

@@ -88,10 +88,10 @@ func (t *TracedLatency) Apply(ev trace.Event) {
 		return // a failed synchronization is not a served request
 	}
 	pid := int(r.PID)
-	// Per process: a request open when its process was detached would
-	// end at the first return after the next attach, spanning the time
-	// between.
-	if at, ok := t.since[pid]; t.since != nil && (!ok || time.Duration(r.Start) < at) {
+	// Per process (a call of a pid not attached went above): a request
+	// open when its process was detached would end at the first return
+	// after the next attach, spanning the time between.
+	if at, ok := t.since[pid]; ok && time.Duration(r.Start) < at {
 		return
 	}
 	if len(t.cur[pid]) < maxTracedPerWindow {

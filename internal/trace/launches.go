@@ -182,14 +182,20 @@ func (c *LaunchCounter) detach(pid int) {
 	if !ok {
 		return
 	}
+	c.objs.LaunchCounts.Delete(uint32(pid))
+	delete(c.procs, pid)
+	p.release(c.libs)
+}
+
+// release closes p's uprobes and drops its library from libs when p was
+// its last user.
+func (p counted) release(libs map[string]*counterLibrary) {
 	for _, l := range p.links {
 		l.Close()
 	}
-	c.objs.LaunchCounts.Delete(uint32(pid))
-	delete(c.procs, pid)
-	if l := c.libs[p.lib]; l != nil {
+	if l := libs[p.lib]; l != nil {
 		if l.users--; l.users <= 0 {
-			delete(c.libs, p.lib)
+			delete(libs, p.lib)
 		}
 	}
 }

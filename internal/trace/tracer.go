@@ -424,18 +424,9 @@ func (t *Tracer) detachAll() {
 }
 
 func (t *Tracer) detachLocked(pid int) {
-	p, ok := t.procLinks[pid]
-	if !ok {
-		return
-	}
-	for _, l := range p.links {
-		l.Close()
-	}
-	delete(t.procLinks, pid)
-	if l := t.exes[p.lib]; l != nil {
-		if l.users--; l.users <= 0 {
-			delete(t.exes, p.lib)
-		}
+	if p, ok := t.procLinks[pid]; ok {
+		delete(t.procLinks, pid)
+		p.release(t.exes)
 	}
 }
 
