@@ -66,11 +66,26 @@ int gpreempt_cancel(uint64_t handle);
  * of that length plus some (the stats grow in between) until it fits. */
 int gpreempt_stats_json(char *buf, size_t len);
 
+/* What the engine did since the last call (since gpreempt_init, for the
+ * first), as NUL-terminated JSON into buf, of at least
+ * GPREEMPT_WINDOW_JSON_MAX bytes, and the next window starts; returns the
+ * JSON's length, or -1 on error (a smaller buffer: nothing taken).
+ * It is what an app that pushes its own latency windows to gpreemptd
+ * sends of the engine, each push:
+ *   {"spinning":true,"skipped_no_benefit":0,"expired":0,"holds":12,
+ *    "hold_us":{"p50":..,"p90":..,"p99":..,"p999":..,"max":..,"mean":..}}
+ * spinning: gpreemptd allows spinners and some request class benefits
+ * (the push's engine.prepreempt); holds: spinners that finished in the
+ * window, hold_us the quantiles of their GPU hold (absent with none; the
+ * push's spinner_hold_us); the counters run from gpreempt_init. One
+ * caller per engine: a window taken is gone. */
+#define GPREEMPT_WINDOW_JSON_MAX 512
+int gpreempt_window_json(char *buf, size_t len);
+
 /* Turn spinners on (1) or off (0) for every request: what gpreemptd's
  * reply to a statistics push says ("prepreempt"), which an app that pushes
- * its own latency windows passes on. Its push's engine state is the stats
- * JSON's "spinning" (gpreemptd allows spinners and some request class
- * benefits) and "skipped_no_benefit". 0, or -1 when not initialised. */
+ * its own latency windows passes on (with gpreempt_window_json). 0, or -1
+ * when not initialised. */
 int gpreempt_set_prepreempt(int on);
 
 /* The message of the last error in the calling thread (valid until that

@@ -27,6 +27,37 @@ type ReporterOptions struct {
 // uniform sample of them is kept.
 const maxWindowSamples = 1 << 16
 
+// reservoir keeps a window's values, or past max of them a uniform sample
+// (reservoir sampling: every value equally likely kept). Not safe for
+// concurrent use: its owner locks.
+type reservoir struct {
+	max  int
+	vals []time.Duration
+	seen int // added in this window (may exceed len(vals))
+	rng  *rand.Rand
+}
+
+func newReservoir(max int) reservoir {
+	return reservoir{max: max, rng: rand.New(rand.NewPCG(1, 2))}
+}
+
+func (r *reservoir) add(d time.Duration) {
+	r.seen++
+	if len(r.vals) < r.max {
+		r.vals = append(r.vals, d)
+	} else if i := r.rng.IntN(r.seen); i < r.max {
+		r.vals[i] = d
+	}
+}
+
+// take returns the window's sample and how many values it saw, and starts
+// the next window.
+func (r *reservoir) take() ([]time.Duration, int) {
+	v, n := r.vals, r.seen
+	r.vals, r.seen = nil, 0
+	return v, n
+}
+
 // Reporter tells gpreemptd what the app's requests take. The daemon's SLO
 // mode (docs/SLO.md) needs each LC process's request latency as the app
 // defines a request — arrival to result — which neither the hint engine
@@ -43,11 +74,9 @@ type Reporter struct {
 	now func() time.Time
 
 	mu     sync.Mutex
-	lat    []time.Duration
-	seen   int // recorded in this window (may exceed len(lat))
+	lat    reservoir
 	total  uint64
 	since  time.Time
-	rng    *rand.Rand
 	failed bool
 }
 
@@ -61,7 +90,7 @@ func NewReporter(engine *Engine, o ReporterOptions) *Reporter {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Reporter{engine: engine, client: client.New(o.Socket), period: o.Period, log: o.Logger, now: time.Now,
-		rng: rand.New(rand.NewPCG(1, 2))}
+		lat: newReservoir(maxWindowSamples)}
 	r.since = r.now()
 	return r
 }
@@ -70,13 +99,8 @@ func NewReporter(engine *Engine, o ReporterOptions) *Reporter {
 func (r *Reporter) Record(latency time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.seen++
 	r.total++
-	if len(r.lat) < maxWindowSamples {
-		r.lat = append(r.lat, latency)
-	} else if i := r.rng.IntN(r.seen); i < maxWindowSamples {
-		r.lat[i] = latency // reservoir sampling: every request equally likely kept
-	}
+	r.lat.add(latency)
 }
 
 // window takes the window so far and starts the next.
@@ -84,9 +108,9 @@ func (r *Reporter) window() (client.Window, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
-	w := client.Window{DurationMs: float64(now.Sub(r.since)) / float64(time.Millisecond), Requests: uint64(r.seen)}
-	lat := r.lat
-	r.lat, r.seen, r.since = nil, 0, now
+	lat, seen := r.lat.take()
+	w := client.Window{DurationMs: float64(now.Sub(r.since)) / float64(time.Millisecond), Requests: uint64(seen)}
+	r.since = now
 	w.DurationMs = max(w.DurationMs, 1e-3)
 	if len(lat) > 0 {
 		w.LatencyUs = quantilesUs(lat)
@@ -129,9 +153,10 @@ func (r *Reporter) Push(ctx context.Context) (DaemonReply, error) {
 	w, total := r.window()
 	s := client.Stats{Requests: total, Window: &w, RequestLatencyUs: w.LatencyUs}
 	if r.engine != nil {
-		es := r.engine.Stats()
-		s.ExpiredHolds = es.Expired
-		s.Engine = &client.Engine{Prepreempt: es.Spinning(), SkippedNoBenefit: es.SkippedNoBenefit}
+		ew := r.engine.TakeWindow()
+		s.ExpiredHolds = ew.Expired
+		s.SpinnerHoldUs = ew.HoldUs
+		s.Engine = &client.Engine{Prepreempt: ew.Spinning, SkippedNoBenefit: ew.SkippedNoBenefit}
 	}
 	reply, err := r.client.PushStats(ctx, s)
 	if err != nil {

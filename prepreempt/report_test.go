@@ -106,11 +106,76 @@ func TestReporterBoundsAWindow(t *testing.T) {
 	for i := range maxWindowSamples + 1000 {
 		r.Record(time.Duration(i))
 	}
-	if len(r.lat) != maxWindowSamples {
-		t.Errorf("window kept %d samples, want %d", len(r.lat), maxWindowSamples)
+	if len(r.lat.vals) != maxWindowSamples {
+		t.Errorf("window kept %d samples, want %d", len(r.lat.vals), maxWindowSamples)
 	}
 	w, total := r.window()
-	if len(r.lat) != 0 || w.Requests != maxWindowSamples+1000 || total != maxWindowSamples+1000 || w.LatencyUs["max"] == 0 {
+	if len(r.lat.vals) != 0 || w.Requests != maxWindowSamples+1000 || total != maxWindowSamples+1000 || w.LatencyUs["max"] == 0 {
 		t.Errorf("window %+v total %d", w, total)
+	}
+}
+
+// TestPushCarriesTheWindowsHolds: each push carries the quantiles of the
+// spinner holds that finished since the last one (what
+// gpreemptd_hint_spinner_hold_seconds shows), and none once no spinner
+// ran in a window.
+func TestPushCarriesTheWindowsHolds(t *testing.T) {
+	e, clk, _ := simEngine(t, Options{InitialSwitch: 100 * time.Microsecond}, 0, 50*time.Microsecond, 0)
+	d := &fakeDaemon{reply: client.StatsReply{Prepreempt: true, SLO: true}}
+	rep := NewReporter(e, ReporterOptions{Socket: startFakeDaemon(t, d)})
+	hold := func(n int, d time.Duration) {
+		t.Helper()
+		for range n {
+			before := len(e.Stats().HeldSamples)
+			r, err := e.Hint(context.Background(), "infer", 50*time.Microsecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clk.advance(50*time.Microsecond + d) // resident, then held d
+			if err := r.Ready(); err != nil {
+				t.Fatal(err)
+			}
+			waitStats(t, e, func(s Stats) bool { return len(s.HeldSamples) == before+1 })
+		}
+	}
+	push := func() client.Stats {
+		t.Helper()
+		if _, err := rep.Push(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.pushes[len(d.pushes)-1]
+	}
+	hold(3, time.Millisecond)
+	hold(1, 4*time.Millisecond)
+	if got := push().SpinnerHoldUs; got["p50"] != 1000 || got["max"] != 4000 || got["mean"] != 1750 {
+		t.Errorf("first window's holds %v, want p50 1000, max 4000, mean 1750 us", got)
+	}
+	hold(2, 200*time.Microsecond)
+	if got := push().SpinnerHoldUs; got["p50"] != 200 || got["max"] != 200 {
+		t.Errorf("second window's holds %v, want those of its own two spinners (200 us)", got)
+	}
+	if got := push(); got.SpinnerHoldUs != nil || got.Engine == nil || !got.Engine.Prepreempt {
+		t.Errorf("a window with no spinner pushed holds %v, engine %+v", got.SpinnerHoldUs, got.Engine)
+	}
+	if w := e.TakeWindow(); w.Holds != 0 || w.HoldUs != nil {
+		t.Errorf("the window after a push: %+v", w)
+	}
+}
+
+// TestHoldWindowBounded: past maxWindowHolds a window keeps a sample of
+// its holds and counts them all.
+func TestHoldWindowBounded(t *testing.T) {
+	var r statsRecorder
+	r.holds = newReservoir(maxWindowHolds)
+	for i := range maxWindowHolds + 100 {
+		r.held(time.Duration(i+1) * time.Microsecond)
+	}
+	if len(r.holds.vals) != maxWindowHolds {
+		t.Errorf("window kept %d holds, want %d", len(r.holds.vals), maxWindowHolds)
+	}
+	if _, n := r.holds.take(); n != maxWindowHolds+100 || len(r.holds.vals) != 0 {
+		t.Errorf("took a window of %d holds, %d left", n, len(r.holds.vals))
 	}
 }

@@ -61,9 +61,14 @@ type Stats struct {
 
 const keepSamples = 1 << 14
 
+// maxWindowHolds bounds the spinner holds an engine keeps for its next
+// push (Engine.TakeWindow); beyond it a uniform sample of them is kept.
+const maxWindowHolds = 1 << 12
+
 type statsRecorder struct {
-	mu sync.Mutex
-	s  Stats
+	mu    sync.Mutex
+	s     Stats
+	holds reservoir // the holds since the last TakeWindow
 }
 
 func log2Bucket(d time.Duration) int {
@@ -87,6 +92,7 @@ func (r *statsRecorder) held(d time.Duration) {
 		if len(s.HeldSamples) < keepSamples {
 			s.HeldSamples = append(s.HeldSamples, int64(d))
 		}
+		r.holds.add(d)
 	})
 }
 
@@ -124,6 +130,39 @@ func (r *statsRecorder) snapshot() Stats {
 	s.LaunchLagSamples = append([]int64(nil), r.s.LaunchLagSamples...)
 	s.ReadyLeadSamples = append([]int64(nil), r.s.ReadyLeadSamples...)
 	return s
+}
+
+// Window is what an engine did over one interval: what a push to gpreemptd
+// carries of it (Reporter, gpreempt_window_json in C, Engine.window in
+// Python).
+type Window struct {
+	// Spinning is Stats.Spinning at the window's end.
+	Spinning bool `json:"spinning"`
+	// SkippedNoBenefit and Expired count from the engine's start, as in
+	// Stats.
+	SkippedNoBenefit uint64 `json:"skipped_no_benefit"`
+	Expired          uint64 `json:"expired"`
+	// Holds is how many spinners finished in the window; HoldUs the
+	// quantiles of their GPU hold ("p50", "p90", "p99", "p999", "max",
+	// "mean"), in us, over up to 4096 of them (a uniform sample beyond);
+	// nil when none finished.
+	Holds  uint64             `json:"holds"`
+	HoldUs map[string]float64 `json:"hold_us,omitempty"`
+}
+
+// TakeWindow returns what the engine did since the last call (since it
+// started, for the first) and starts the next window. One caller per
+// engine: a Reporter calls it on each push.
+func (e *Engine) TakeWindow() Window {
+	e.stats.mu.Lock()
+	holds, n := e.stats.holds.take()
+	w := Window{SkippedNoBenefit: e.stats.s.SkippedNoBenefit, Expired: e.stats.s.Expired, Holds: uint64(n)}
+	e.stats.mu.Unlock()
+	w.Spinning = Stats{Prepreempt: !e.daemonOff.Load(), Classes: e.benefit.modes()}.Spinning()
+	if len(holds) > 0 {
+		w.HoldUs = quantilesUs(holds)
+	}
+	return w
 }
 
 // Spinning says whether the engine launches spinners: gpreemptd allows

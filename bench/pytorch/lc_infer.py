@@ -143,7 +143,7 @@ class LatencyPusher:
             self.since = now
         try:
             if self.engine is not None:
-                body["engine"] = self.engine.engine_state()
+                body.update(self.engine.push_fields())
             reply = push_window(self.path, body)
             if self.engine is not None and "prepreempt" in reply:
                 self.engine.set_prepreempt(reply["prepreempt"])

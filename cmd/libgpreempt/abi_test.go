@@ -3,13 +3,19 @@ package main
 import (
 	"bytes"
 	"debug/elf"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/prepreempt"
 )
 
 // TestCABI builds libgpreempt.so, compiles a C program against
@@ -53,6 +59,9 @@ int main(void) {
 	if (thread_ok[0] && thread_ok[1]) puts("per-thread: ok");
 	if (gpreempt_set_prepreempt(0) == 0) { puts("set_prepreempt without init succeeded"); return 1; }
 	printf("set-before-init: %s\n", gpreempt_last_error());
+	char win[GPREEMPT_WINDOW_JSON_MAX];
+	if (gpreempt_window_json(win, sizeof win) >= 0) { puts("window without init succeeded"); return 1; }
+	printf("window-before-init: %s\n", gpreempt_last_error());
 	if (gpreempt_hint("x", 1) != 0) { puts("hint without init succeeded"); return 1; }
 	printf("before-init: %s\n", gpreempt_last_error());
 	if (gpreempt_hint("x", 20000000) != 0) { puts("hint with 20 s expected preparation succeeded"); return 1; }
@@ -71,6 +80,12 @@ int main(void) {
 	char buf[4096];
 	int n = gpreempt_stats_json(buf, sizeof buf);
 	printf("stats %d %s\n", n, buf);
+	if (gpreempt_window_json(win, 64) >= 0) { puts("window into 64 bytes succeeded"); return 1; }
+	printf("small-window: %s\n", gpreempt_last_error());
+	n = gpreempt_window_json(win, sizeof win);
+	printf("window %d %s\n", n, win);
+	n = gpreempt_window_json(win, sizeof win);
+	printf("next window %d %s\n", n, win);
 	return gpreempt_shutdown() == 0 ? 0 : 1;
 }
 `
@@ -92,6 +107,7 @@ int main(void) {
 		"per-thread: ok",
 		"before-init: gpreempt_hint: not initialised",
 		"set-before-init: gpreempt_set_prepreempt: not initialised",
+		"window-before-init: gpreempt_window_json: not initialised",
 		"long-prep: gpreempt_hint: expected_prep_us 20000000 exceeds 10000000 (10s)",
 		"long-hold: gpreempt_init: max_hold_us 60000000 exceeds 250000 (250ms, the hold budget)",
 	} {
@@ -104,6 +120,12 @@ int main(void) {
 	case err == nil:
 		if !strings.Contains(text, `"hints":1`) {
 			t.Errorf("stats do not count the hint:\n%s", text)
+		}
+		// The request's spinner, if it ran, finished in the first window;
+		// the next one is empty.
+		if !strings.Contains(text, "small-window: gpreempt_window_json: a buffer of 64 bytes: want at least 512") ||
+			!strings.Contains(text, `next window`) || strings.Contains(text[strings.Index(text, "next window"):], "hold_us") {
+			t.Errorf("window JSON:\n%s", text)
 		}
 	case errors.As(err, &exit) && exit.ExitCode() == 3:
 		// No GPU here: init must fail and say so.
@@ -221,6 +243,20 @@ except KeyError:
 fake.close()
 print("context-manager shutdowns:", FakeLib.shutdowns)
 
+# A push's engine fields, from the window JSON the library writes (the
+# Go engine's, passed in), on a stand-in for the library.
+class WindowLib:
+    def __init__(self, text):
+        self.text = text.encode()
+    def gpreempt_window_json(self, buf, n):
+        assert n >= 512
+        buf.value = self.text
+        return len(self.text)
+for i, arg in enumerate(sys.argv[2:]):
+    w = gpreempt.Engine.__new__(gpreempt.Engine)
+    w._lib, w._open = WindowLib(arg), False
+    print("push-fields-%d: %s" % (i, json.dumps(w.push_fields())))
+
 try:
     eng = gpreempt.Engine(skip_lc_class=True, launcher="poller", lib=sys.argv[1])
 except gpreempt.GpreemptError as e:
@@ -231,7 +267,18 @@ with eng:
     st = eng.stats()
     print("stats:", json.dumps({k: st[k] for k in ("hints", "early", "late")}))
 `
-	cmd := exec.Command(py, "-c", script, lib)
+	var windows []string
+	for _, w := range []prepreempt.Window{
+		{Spinning: true, SkippedNoBenefit: 2, Expired: 1, Holds: 3, HoldUs: map[string]float64{"p50": 180, "p99": 260, "max": 270}},
+		{Spinning: false, SkippedNoBenefit: 9},
+	} {
+		b, err := json.Marshal(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		windows = append(windows, string(b))
+	}
+	cmd := exec.Command(py, append([]string{"-c", script, lib}, windows...)...)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join("..", "..", "python"))
 	out, err := cmd.CombinedOutput()
 	text := string(out)
@@ -243,6 +290,17 @@ with eng:
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("wrapper output lacks %q:\n%s", want, text)
+		}
+	}
+	for i, want := range []client.Stats{
+		{ExpiredHolds: 1, SpinnerHoldUs: map[string]float64{"p50": 180, "p99": 260, "max": 270}, Engine: &client.Engine{Prepreempt: true, SkippedNoBenefit: 2}},
+		{Engine: &client.Engine{SkippedNoBenefit: 9}},
+	} {
+		_, line, ok := strings.Cut(text, fmt.Sprintf("push-fields-%d: ", i))
+		line, _, _ = strings.Cut(line, "\n")
+		var got client.Stats
+		if err := json.Unmarshal([]byte(line), &got); !ok || err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("window %s: push fields %q (%v), want %+v", windows[i], line, err, want)
 		}
 	}
 	var exit *exec.ExitError

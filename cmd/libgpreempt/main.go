@@ -177,10 +177,16 @@ func gpreempt_stats_json(buf *C.char, n C.size_t) C.int {
 	}
 	st := e.Stats()
 	// spinning: what a push to gpreemptd says of the engine (Stats.Spinning).
-	b, err := json.Marshal(struct {
+	return copyJSON(struct {
 		prepreempt.Stats
 		Spinning bool `json:"spinning"`
-	}{st, st.Spinning()})
+	}{st, st.Spinning()}, buf, n)
+}
+
+// copyJSON writes v as JSON into buf (NUL-terminated) if it fits in n
+// bytes, and returns its length.
+func copyJSON(v any, buf *C.char, n C.size_t) C.int {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return fail(err)
 	}
@@ -191,6 +197,24 @@ func gpreempt_stats_json(buf *C.char, n C.size_t) C.int {
 	}
 	return C.int(len(b))
 }
+
+//export gpreempt_window_json
+func gpreempt_window_json(buf *C.char, n C.size_t) C.int {
+	mu.Lock()
+	e := engine
+	mu.Unlock()
+	if e == nil {
+		return fail(errors.New("gpreempt_window_json: not initialised"))
+	}
+	if buf == nil || n < windowJSONMax {
+		return fail(fmt.Errorf("gpreempt_window_json: a buffer of %d bytes: want at least %d", n, windowJSONMax))
+	}
+	return copyJSON(e.TakeWindow(), buf, n)
+}
+
+// windowJSONMax is GPREEMPT_WINDOW_JSON_MAX: a window's JSON is shorter
+// (three counters, a bool and six quantiles).
+const windowJSONMax = 512
 
 //export gpreempt_set_prepreempt
 func gpreempt_set_prepreempt(on C.int) C.int {

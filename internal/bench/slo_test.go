@@ -226,8 +226,9 @@ print(json.dumps(m.window_body([], 500_000_000, 42)))
 # With a hint engine: its state goes with the window, the reply comes back to it.
 class Engine:
     told = None
-    def engine_state(self):
-        return {"prepreempt": True, "skipped_no_benefit": 3}
+    def push_fields(self):
+        return {"engine": {"prepreempt": True, "skipped_no_benefit": 3}, "expired_holds": 1,
+                "spinner_hold_us": {"p50": 120.0, "p99": 300.0, "max": 310.0}}
     def set_prepreempt(self, on):
         self.told = on
 e = Engine()
@@ -262,7 +263,8 @@ print(json.dumps(e.told))
 		t.Errorf("empty window refused: %v", err)
 	}
 	e, _, err := daemon.ParseStats(<-bodies)
-	if err != nil || e.Engine == nil || !e.Engine.Prepreempt || e.Engine.SkippedNoBenefit != 3 || e.Window == nil || e.Window.Requests != 1 {
+	if err != nil || e.Engine == nil || !e.Engine.Prepreempt || e.Engine.SkippedNoBenefit != 3 || e.Window == nil || e.Window.Requests != 1 ||
+		e.ExpiredHolds != 1 || e.SpinnerHoldUs["p50"] != 120 || e.SpinnerHoldUs["max"] != 310 {
 		t.Errorf("push with an engine: %+v engine %+v, %v", e, e.Engine, err)
 	}
 }

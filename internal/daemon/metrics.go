@@ -142,14 +142,18 @@ func (m *Metrics) pushStats(s HintStats, comm string) {
 	m.pushed[s.PID] = true
 	m.mu.Unlock()
 	pid := strconv.Itoa(s.PID)
-	for q, v := range s.RequestLatencyUs {
-		if quantileNames[q] {
-			m.hintLatency.WithLabelValues(pid, comm, q).Set(v / 1e6)
-		}
-	}
-	for q, v := range s.SpinnerHoldUs {
-		if quantileNames[q] {
-			m.hintHold.WithLabelValues(pid, comm, q).Set(v / 1e6)
+	// A push replaces the process's quantiles: one that carries none (a
+	// window with no request, or no spinner) leaves no stale figure.
+	for _, g := range []struct {
+		vec *prometheus.GaugeVec
+		us  map[string]float64
+	}{{m.hintLatency, s.RequestLatencyUs}, {m.hintHold, s.SpinnerHoldUs}} {
+		for q := range quantileNames {
+			if v, ok := g.us[q]; ok {
+				g.vec.WithLabelValues(pid, comm, q).Set(v / 1e6)
+			} else {
+				g.vec.DeleteLabelValues(pid, comm, q)
+			}
 		}
 	}
 	m.hintExpired.WithLabelValues(pid, comm).Set(float64(s.ExpiredHolds))

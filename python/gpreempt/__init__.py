@@ -75,6 +75,8 @@ def _load(path=None):
         lib.gpreempt_cancel.restype = ctypes.c_int
         lib.gpreempt_stats_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.gpreempt_stats_json.restype = ctypes.c_int
+        lib.gpreempt_window_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        lib.gpreempt_window_json.restype = ctypes.c_int
         lib.gpreempt_set_prepreempt.argtypes = [ctypes.c_int]
         lib.gpreempt_set_prepreempt.restype = ctypes.c_int
         lib.gpreempt_last_error.argtypes = []
@@ -108,6 +110,7 @@ class Request:
         return False
 
 
+_WINDOW_JSON_MAX = 512  # GPREEMPT_WINDOW_JSON_MAX
 MAX_HOLD_US = 250_000  # the hold budget: a quarter of each second
 MAX_EXPECTED_PREP_US = 10_000_000
 
@@ -167,13 +170,30 @@ class Engine:
         reply to a statistics push says ("prepreempt")."""
         self._check(self._lib.gpreempt_set_prepreempt(1 if on else 0), "set_prepreempt")
 
-    def engine_state(self):
-        """The engine state a statistics push to gpreemptd carries
-        ("engine"): whether spinners run (gpreemptd allows them and some
-        request class benefits) and how many requests ran without one for
-        no benefit."""
-        st = self.stats()
-        return {"prepreempt": bool(st.get("spinning")), "skipped_no_benefit": st.get("skipped_no_benefit", 0)}
+    def window(self):
+        """What the engine did since the last call (since it started, for
+        the first), and the next window starts: "spinning" (gpreemptd
+        allows spinners and some request class benefits),
+        "skipped_no_benefit" and "expired" (counted from the start),
+        "holds" (spinners that finished in the window) and, when some did,
+        "hold_us" (quantiles of their GPU hold). A few hundred bytes, where
+        stats() carries up to ~1 MB. One caller per engine."""
+        buf = ctypes.create_string_buffer(_WINDOW_JSON_MAX)
+        n = self._lib.gpreempt_window_json(buf, _WINDOW_JSON_MAX)
+        if n < 0:
+            self._check(n, "window")
+        return json.loads(buf.value)
+
+    def push_fields(self):
+        """The fields a statistics push to gpreemptd (POST /v1/stats)
+        carries of the engine, over the window since the last call (see
+        window()): "engine", "expired_holds" and "spinner_hold_us"."""
+        w = self.window()
+        f = {"engine": {"prepreempt": bool(w["spinning"]), "skipped_no_benefit": w["skipped_no_benefit"]},
+             "expired_holds": w["expired"]}
+        if w.get("hold_us"):
+            f["spinner_hold_us"] = w["hold_us"]
+        return f
 
     def close(self):
         """Release outstanding spinners and shut the engine down; once."""
