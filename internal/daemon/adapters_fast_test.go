@@ -44,7 +44,7 @@ func probes(d *rmfake.Driver) int { return d.Controls(ioctl.NV0000_CTRL_CMD_CLIE
 // is classed with one client probe, not a scan of every handle.
 func TestFastPathClassesWithoutScan(t *testing.T) {
 	g := newFastRig(t, 500, func(te *TraceEvents) func(int) (int, []tsg.Group, bool) { return te.Known })
-	last := g.start(100, policy.Process{Comm: "trainer"}, 0)
+	last := g.start(100, policy.Process{Comm: "trainer"})
 	before := probes(g.drv)
 	g.tick(last + 30*time.Millisecond)
 	g.wantAll(100, 200, tsg.LevelLow)
@@ -71,7 +71,7 @@ func TestFastPathFallsBack(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			g := newFastRig(t, tt.start, tt.known)
-			last := g.start(100, policy.Process{Comm: "trainer"}, 0)
+			last := g.start(100, policy.Process{Comm: "trainer"})
 			before := probes(g.drv)
 			g.tick(last + 30*time.Millisecond)
 			g.wantAll(100, 200, tsg.LevelLow)

@@ -54,7 +54,7 @@ func TestClassedOnceWhenSetupArrivesLate(t *testing.T) {
 // drift, whoever made it (the owner too).
 func TestSetAfterClassingIsDrift(t *testing.T) {
 	g := newRig(t, testPolicy)
-	last := g.start(100, policy.Process{Comm: "trainer"}, 0)
+	last := g.start(100, policy.Process{Comm: "trainer"})
 	at := last + 30*time.Millisecond
 	g.tick(at)
 	compute := g.groups(100)[0]

@@ -15,7 +15,7 @@ import (
 // classed at once.
 func TestPerGPURuleWaitsForTheGPU(t *testing.T) {
 	g := newRig(t, testPolicy)
-	last := g.start(100, policy.Process{Comm: "infer"}, 0)
+	last := g.start(100, policy.Process{Comm: "infer"})
 	now := last + 30*time.Millisecond
 	for range 3 {
 		g.tick(now)
@@ -32,7 +32,7 @@ func TestPerGPURuleWaitsForTheGPU(t *testing.T) {
 	g.wantAll(100, 2000, tsg.LevelMedium) // rule gpu1: burstable, 2 ms
 
 	// The trainer rule comes before the GPU rule: no wait.
-	last = g.start(200, policy.Process{Comm: "trainer"}, 4)
+	last = g.start(200, policy.Process{Comm: "trainer"})
 	g.tick(last + 30*time.Millisecond)
 	g.wantAll(200, 200, tsg.LevelLow)
 }

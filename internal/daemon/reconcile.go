@@ -159,6 +159,9 @@ type group struct {
 	drifted   bool
 	tokens    float64
 	refill    time.Duration
+	// created: the group's allocation was traced from this process, so
+	// it is the owner, whoever else holds its file.
+	created bool
 }
 
 // NewReconciler returns a reconciler with policy pol.
@@ -227,7 +230,11 @@ func (r *Reconciler) Handle(ev Event) {
 	switch ev.Kind {
 	case GroupCreated:
 		p := r.ensure(ev.PID)
-		r.ensureGroup(p, ev.Group)
+		if g := r.takeOver(p, ev.Group); g != nil && p.groups[ev.Group] == nil {
+			g.classed = false // a scan got to it first, through another's file
+			p.groups[ev.Group] = g
+		}
+		r.ensureGroup(p, ev.Group).created = true
 		r.setupSeen(p, ev.At, true)
 	case GroupSetup:
 		p := r.ensure(ev.PID)
@@ -712,15 +719,20 @@ func (r *Reconciler) Adopt(pid int, groups []GroupID) {
 }
 
 // A process forked after its parent made a CUDA context (a data loader's
-// worker) holds the parent's /dev/nvidiactl open file, so reading its
-// groups through its descriptors finds the parent's. A group belongs to
-// the process that has held it from the earliest start: heldElsewhere
-// says another known process holds id and started no later than p (or p's
-// start is not known); takeOver takes id from one that started later (and
-// forgets that one if it holds no other group).
+// worker) holds the parent's /dev/nvidiactl open file, and so does one
+// handed a duplicate (pidfd_getfd, SCM_RIGHTS), so reading its groups
+// through its descriptors finds the parent's. A group belongs to the
+// process whose allocation of it was traced; failing that (made before
+// tracing, or in the scan mode), to the process that has held it from the
+// earliest start. heldElsewhere says another known process owns id so;
+// takeOver takes id from the others (and forgets one that holds no other
+// group).
 func (r *Reconciler) heldElsewhere(p *proc, id GroupID) bool {
+	if g := p.groups[id]; g != nil && g.created {
+		return false
+	}
 	for _, q := range r.procs {
-		if q != p && q.groups[id] != nil && (p.start == 0 || q.start == 0 || q.start <= p.start) {
+		if g := q.groups[id]; q != p && g != nil && (g.created || p.start == 0 || q.start == 0 || q.start <= p.start) {
 			return true
 		}
 	}
@@ -746,7 +758,7 @@ func (r *Reconciler) takeOver(p *proc, id GroupID) *group {
 	var taken *group
 	for _, q := range r.procs {
 		if g := q.groups[id]; q != p && g != nil {
-			r.log.Debug("group held by a later process (a fork of its owner)", "group", id, "owner", p.pid, "later", q.pid)
+			r.log.Debug("group held by another process (a fork of its owner, or handed its file)", "group", id, "owner", p.pid, "other", q.pid)
 			delete(q.groups, id)
 			taken = g
 			if len(q.groups) == 0 {

@@ -98,15 +98,18 @@ func newRig(t *testing.T, policyText string) *rig {
 
 // start replays one context of pid into the fake driver (its allocations
 // and libcuda's post-setup controls) and feeds the events the tracer
-// would have seen. It returns the events' last time.
-func (g *rig) start(pid int, info policy.Process, clientOffset uint32) time.Duration {
+// would have seen, with the client handles the driver handed out. It
+// returns the events' last time.
+func (g *rig) start(pid int, info policy.Process) time.Duration {
 	g.t.Helper()
 	g.insp[pid] = info
 	p := g.drv.NewProc(pid)
-	if _, err := g.drv.Replay(p, g.allocs); err != nil {
+	clients, err := g.drv.Replay(p, g.allocs)
+	if err != nil {
 		g.t.Fatal(err)
 	}
-	evs := tracetest.LibcudaContext(g.allocs, tracetest.Process{PID: uint32(pid), TID: uint32(pid), Comm: info.Comm, ClientOffset: clientOffset}, &g.clock)
+	offset := uint32(clients[0] - g.allocs[0].Handle) // the trace's first allocation is its first client
+	evs := tracetest.LibcudaContext(g.allocs, tracetest.Process{PID: uint32(pid), TID: uint32(pid), Comm: info.Comm, ClientOffset: offset}, &g.clock)
 	for _, ev := range evs {
 		g.feed(ev)
 	}
@@ -141,7 +144,7 @@ func (g *rig) wantAll(pid int, us uint64, level tsg.Level) {
 
 func TestClassedAfterLastSetupCall(t *testing.T) {
 	g := newRig(t, testPolicy)
-	last := g.start(100, policy.Process{Comm: "trainer"}, 0)
+	last := g.start(100, policy.Process{Comm: "trainer"})
 
 	// Before the debounce has passed since libcuda's own SET(2048):
 	// nothing is done, whatever the time since the first event.
@@ -201,7 +204,7 @@ func TestMaxWaitBoundsAContextThatKeepsSettingUp(t *testing.T) {
 
 func TestDriftReappliedRateLimited(t *testing.T) {
 	g := newRig(t, testPolicy)
-	last := g.start(100, policy.Process{Comm: "trainer"}, 0)
+	last := g.start(100, policy.Process{Comm: "trainer"})
 	g.tick(last + 30*time.Millisecond)
 	g.wantAll(100, 200, tsg.LevelLow)
 
@@ -261,7 +264,7 @@ func TestDriftReappliedRateLimited(t *testing.T) {
 
 func TestExitMidApplyLeavesNothing(t *testing.T) {
 	g := newRig(t, testPolicy)
-	last := g.start(100, policy.Process{Comm: "trainer"}, 0)
+	last := g.start(100, policy.Process{Comm: "trainer"})
 	g.drv.Exit(100) // RM freed it; the exit event is still in the ring buffer
 	g.tick(last + 30*time.Millisecond)
 	if k := g.rec.Known(); len(k) != 0 {
@@ -281,7 +284,7 @@ func TestExitMidApplyLeavesNothing(t *testing.T) {
 
 func TestExitEventDropsState(t *testing.T) {
 	g := newRig(t, testPolicy)
-	last := g.start(100, policy.Process{Comm: "trainer"}, 0)
+	last := g.start(100, policy.Process{Comm: "trainer"})
 	g.tick(last + 30*time.Millisecond)
 	g.drv.Exit(100)
 	g.feed(&trace.TaskExit{PID: 100, At: uint64(last + 40*time.Millisecond)})
@@ -294,11 +297,11 @@ func TestEnvGPUAndRequest(t *testing.T) {
 	g := newRig(t, testPolicy)
 	// Two processes on one fake driver: the second's clients come after
 	// the first's.
-	l1 := g.start(100, policy.Process{Comm: "x", UID: 1000, Env: map[string]string{"GPREEMPT_CLASS": "lc"}}, 0)
+	l1 := g.start(100, policy.Process{Comm: "x", UID: 1000, Env: map[string]string{"GPREEMPT_CLASS": "lc"}})
 	g.tick(l1 + 30*time.Millisecond)
 	g.wantAll(100, 5000000, tsg.LevelHigh)
 
-	l2 := g.start(200, policy.Process{Comm: "y", GPUs: []policy.GPU{{Index: 1}}}, 2)
+	l2 := g.start(200, policy.Process{Comm: "y", GPUs: []policy.GPU{{Index: 1}}})
 	g.tick(l2 + 30*time.Millisecond)
 	g.wantAll(200, 2000, tsg.LevelMedium)
 
@@ -342,7 +345,7 @@ func TestChurnLeavesNoState(t *testing.T) {
 	g := newRig(t, testPolicy)
 	for i := range 50 {
 		pid := 1000 + i
-		last := g.start(pid, policy.Process{Comm: "trainer"}, uint32(2*i))
+		last := g.start(pid, policy.Process{Comm: "trainer"})
 		g.tick(last + 30*time.Millisecond)
 		g.wantAll(pid, 200, tsg.LevelLow)
 		g.drv.Exit(pid)
@@ -393,7 +396,7 @@ func counter(t testing.TB, m *Metrics, name, label string) float64 {
 
 func TestFailedClassingRetriedBounded(t *testing.T) {
 	g := newRig(t, testPolicy)
-	last := g.start(100, policy.Process{Comm: "trainer"}, 0)
+	last := g.start(100, policy.Process{Comm: "trainer"})
 	compute := g.groups(100)[0]
 	// The first SET_TIMESLICE on the compute group fails.
 	g.drv.AddFault(&rmfake.Fault{Cmd: ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, Object: compute.Handle, Nth: 1, Status: ioctl.NV_ERR_BUSY_RETRY})
@@ -411,7 +414,7 @@ func TestFailedClassingRetriedBounded(t *testing.T) {
 	}
 	// A fault that never clears: retried maxRetries times, then left.
 	g2 := newRig(t, testPolicy)
-	last = g2.start(100, policy.Process{Comm: "trainer"}, 0)
+	last = g2.start(100, policy.Process{Comm: "trainer"})
 	g2.drv.AddFault(&rmfake.Fault{Cmd: ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, Object: compute.Handle, Status: ioctl.NV_ERR_BUSY_RETRY})
 	tries := 0
 	for next := last + 30*time.Millisecond; next != 0; next = g2.tick(next) {
@@ -437,7 +440,7 @@ requests:
     - {match: {comm: "rank*"}, max: lc}
 slo: {enabled: true}
 `)
-	g.tick(g.start(100, policy.Process{Comm: "ranker"}, 0) + time.Second)
+	g.tick(g.start(100, policy.Process{Comm: "ranker"}) + time.Second)
 	pol := g.rec.Policy()
 	for _, tc := range []struct {
 		spec      class.Spec
@@ -472,7 +475,7 @@ func TestEnvOnlyRuleWaitsForTheGPU(t *testing.T) {
 	}
 	g := newRig(t, string(b))
 	info := policy.Process{Comm: "python3", UID: 2000, User: "batch", Env: map[string]string{"GPREEMPT_CLASS": "low"}}
-	last := g.start(100, info, 0)
+	last := g.start(100, info)
 	g.tick(last + 50*time.Millisecond) // NVML has not listed its GPU yet
 	info.GPUs = []policy.GPU{{Index: 1}}
 	g.insp[100] = info // now it has
@@ -494,7 +497,7 @@ rules:
 requests: {default_max: be}
 slo: {enabled: true, ladder: [200us, 10ms], safe: 200us}
 `)
-	g.tick(g.start(300, policy.Process{Comm: "bulk"}, 0) + time.Second)
+	g.tick(g.start(300, policy.Process{Comm: "bulk"}) + time.Second)
 	if _, err := g.rec.Request(context.Background(), 300, class.Spec{Name: class.BE, Weight: 1000}); err != nil {
 		t.Fatal(err)
 	}
@@ -508,7 +511,7 @@ slo: {enabled: true, ladder: [200us, 10ms], safe: 200us}
 // put back at shutdown under "restore", not under their class.
 func TestRestoreCountedAsRestore(t *testing.T) {
 	g := newRig(t, testPolicy)
-	g.tick(g.start(100, policy.Process{Comm: "trainer"}, 0) + time.Second)
+	g.tick(g.start(100, policy.Process{Comm: "trainer"}) + time.Second)
 	before := counter(t, g.m, "gpreemptd_applies_total", "be")
 	if n, err := g.rec.RestoreAll(context.Background()); err != nil || n != 4 {
 		t.Fatalf("restored %d, %v", n, err)
@@ -584,6 +587,54 @@ func TestForkedChildDoesNotTakeItsParentsGroups(t *testing.T) {
 			if us := uint64(x.Timeslice); us != 2048 && us != 1024 {
 				t.Errorf("child first %v: group %v restored to %dus, want libcuda's 2048/1024", childFirst, x.Handle, us)
 			}
+		}
+	}
+}
+
+// TestHandedFileDoesNotTakeTheGroups: a process that started before a GPU
+// app and was handed duplicates of its files (a monitoring agent using
+// pidfd_getfd) reaches the app's groups through them, but the app's
+// allocations were traced: the groups stay the app's, classed by its
+// rule, whatever order the scans come in; the agent holds none.
+func TestHandedFileDoesNotTakeTheGroups(t *testing.T) {
+	for _, agentFirst := range []bool{false, true} {
+		g := newRig(t, "default: none\nrules:\n  - {name: agent, match: {comm: agent}, class: be}\n  - {name: server, match: {comm: server}, class: lc}\n")
+		// The agent, pid 50, started before the app (fakeInspector).
+		g.insp[50] = policy.Process{Comm: "agent", UID: 0}
+		last := g.start(100, policy.Process{Comm: "server", UID: 1000})
+		g.drv.GetFDs(100, 50)
+		scan := func(pid int) {
+			states, err := g.rec.ctl.Groups(context.Background(), pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []GroupID
+			for _, s := range states {
+				ids = append(ids, s.ID)
+			}
+			g.rec.Adopt(pid, ids)
+			g.rec.CheckDrift(states, pid)
+		}
+		order := []int{100, 50}
+		if agentFirst {
+			order = []int{50, 100}
+		}
+		for _, pid := range order {
+			scan(pid)
+		}
+		g.tick(last + time.Second)
+		for _, pid := range order { // the next resync
+			scan(pid)
+		}
+		for range 3 {
+			g.tick(g.now + time.Second)
+		}
+		g.wantAll(100, 5000000, tsg.LevelHigh)
+		if refs := g.rec.InClass(class.BE); len(refs) != 0 {
+			t.Errorf("agent first %v: be processes %+v, want none (the agent holds no group of its own)", agentFirst, refs)
+		}
+		if refs := g.rec.InClass(class.LC); len(refs) != 1 || refs[0].PID != 100 {
+			t.Errorf("agent first %v: lc processes %+v, want the app", agentFirst, refs)
 		}
 	}
 }

@@ -77,7 +77,7 @@ func (a *apiRig) do(method, path, body string) (int, string) {
 func TestAPIClassOwnPidOnlyWithinLimit(t *testing.T) {
 	a := newAPIRig(t)
 	me := os.Getpid()
-	last := a.start(me, policy.Process{Comm: "server", UID: 1000}, 0)
+	last := a.start(me, policy.Process{Comm: "server", UID: 1000})
 	a.tick(last + 30*time.Millisecond) // default none: left alone
 
 	// Peer identified by the kernel: this process, as uid 1000 through
@@ -199,7 +199,7 @@ func TestAPISlowClientDoesNotBlock(t *testing.T) {
 func TestAPIStatsAndProcesses(t *testing.T) {
 	a := newAPIRig(t)
 	me := os.Getpid()
-	last := a.start(me, policy.Process{Comm: "trainer"}, 0)
+	last := a.start(me, policy.Process{Comm: "trainer"})
 	a.tick(last + 30*time.Millisecond)
 	code, _ := a.do("POST", "/v1/stats", `{"requests":10,"request_latency_us":{"p50":36,"p99":74},"spinner_hold_us":{"p99":200},"expired_holds":2}`)
 	if code != 200 {

@@ -44,9 +44,9 @@ type sloRig struct {
 func newSLORig(t *testing.T, pol string) *sloRig {
 	g := newRig(t, pol)
 	s := &sloRig{rig: g, loop: NewSLOLoop(g.rec, g.m, testLog(t))}
-	g.tick(g.start(100, policy.Process{Comm: "lc-server"}, 0) + time.Second)
-	g.tick(g.start(200, policy.Process{Comm: "trainer"}, 2) + time.Second)
-	g.tick(g.start(300, policy.Process{Comm: "bulk"}, 4) + time.Second)
+	g.tick(g.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
+	g.tick(g.start(200, policy.Process{Comm: "trainer"}) + time.Second)
+	g.tick(g.start(300, policy.Process{Comm: "bulk"}) + time.Second)
 	return s
 }
 
@@ -391,8 +391,8 @@ func TestSLOLoopPausesBE(t *testing.T) {
 	}
 	loop := NewSLOLoop(g.rec, g.m, testLog(t))
 	loop.Pause = &Pauser{Proc: proc}
-	g.tick(g.start(100, policy.Process{Comm: "lc-server"}, 0) + time.Second)
-	g.tick(g.start(be.PID, policy.Process{Comm: "trainer"}, 2) + time.Second)
+	g.tick(g.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
+	g.tick(g.start(be.PID, policy.Process{Comm: "trainer"}) + time.Second)
 	bets := func() time.Duration { return time.Duration(g.groups(be.PID)[0].Timeslice) * time.Microsecond }
 	window := func(lcs ...int) {
 		g.now += time.Second
@@ -453,7 +453,7 @@ func TestSLOLoopPausesBE(t *testing.T) {
 	}
 
 	// A new LC is learnt alone too; the daemon stopping mid-pause resumes BE.
-	g.tick(g.start(101, policy.Process{Comm: "lc-two"}, 4) + g.now - g.now%time.Second + 500*time.Millisecond)
+	g.tick(g.start(101, policy.Process{Comm: "lc-two"}) + g.now - g.now%time.Second + 500*time.Millisecond)
 	window(100, 101)
 	waitState(t, be.PID, true)
 	loop.Close()
@@ -567,7 +567,7 @@ func newShareRig(t *testing.T) (*sloRig, *fakeCounter) {
 // here following the eager-PyTorch BE share of the timeslice applied.
 func TestSLOLoopMeasuresBEShare(t *testing.T) {
 	s, f := newShareRig(t)
-	s.tick(s.start(200, policy.Process{Comm: "trainer"}, 2) + time.Second)
+	s.tick(s.start(200, policy.Process{Comm: "trainer"}) + time.Second)
 	s.loop.Step(s.now)   // the mode starts
 	const alone = 10_000 // launches a second
 	for range 4 {
@@ -579,7 +579,7 @@ func TestSLOLoopMeasuresBEShare(t *testing.T) {
 		t.Fatalf("after 3 windows alone: %+v", st.BE)
 	}
 
-	s.start(100, policy.Process{Comm: "lc-server"}, 0)
+	s.start(100, policy.Process{Comm: "lc-server"})
 	s.tick(s.now) // classed now, at the loop's clock
 	var share float64
 	for i := range 40 {
@@ -601,7 +601,7 @@ func TestSLOLoopMeasuresBEShare(t *testing.T) {
 	// A BE that came while the LC ran learns its rate alone once the LC
 	// has gone, from the first window that began without it: the window
 	// the LC left in is not alone.
-	s.start(300, policy.Process{Comm: "bulk"}, 4)
+	s.start(300, policy.Process{Comm: "bulk"})
 	s.tick(s.now)
 	bulkSays := func(want string) {
 		t.Helper()
@@ -638,8 +638,8 @@ func TestBEAloneBesideAnMPSServer(t *testing.T) {
 	} {
 		t.Run(tc.comm+tc.exe, func(t *testing.T) {
 			s, f := newShareRig(t)
-			s.tick(s.start(150, policy.Process{Comm: tc.comm, Exe: tc.exe}, 0) + time.Second)
-			s.tick(s.start(200, policy.Process{Comm: "trainer"}, 2) + time.Second)
+			s.tick(s.start(150, policy.Process{Comm: tc.comm, Exe: tc.exe}) + time.Second)
+			s.tick(s.start(200, policy.Process{Comm: "trainer"}) + time.Second)
 			s.loop.Step(s.now) // the mode starts
 			const alone = 10_000
 			for range 4 {
@@ -660,7 +660,7 @@ func TestBEAloneBesideAnMPSServer(t *testing.T) {
 			// A client (an LC process of its own) comes: from the window
 			// it came in, BE is no longer alone, and its rate alone is
 			// kept, not lowered.
-			s.start(100, policy.Process{Comm: "lc-server"}, 4)
+			s.start(100, policy.Process{Comm: "lc-server"})
 			s.tick(s.now)
 			for range 4 {
 				f.n[200] += alone / 2

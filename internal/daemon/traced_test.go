@@ -433,7 +433,7 @@ func (r *recordingTraced) Roll(_ time.Duration, lcs []ProcRef) {
 // mode turned off detaches all.
 func TestSLOLoopTracesWhatDoesNotPush(t *testing.T) {
 	s := newSLORig(t, sloPolicy)
-	s.tick(s.start(400, policy.Process{Comm: "lc-pusher"}, 6) + time.Second)
+	s.tick(s.start(400, policy.Process{Comm: "lc-pusher"}) + time.Second)
 	rt := &recordingTraced{}
 	s.loop.Traced = rt
 	push := func(pid int) {
@@ -499,10 +499,10 @@ rules:
 slo: {enabled: true, window: 1s}
 `)
 	s := &sloRig{rig: g, loop: NewSLOLoop(g.rec, g.m, testLog(t))}
-	s.tick(s.start(100, policy.Process{Comm: "lc-server"}, 0) + time.Second)
-	s.tick(s.start(110, policy.Process{Comm: "lc-free"}, 2) + time.Second)
-	s.tick(s.start(120, policy.Process{Comm: "nvidia-cuda-mps", Exe: "/usr/bin/nvidia-cuda-mps-server"}, 4) + time.Second)
-	s.tick(s.start(200, policy.Process{Comm: "trainer"}, 6) + time.Second)
+	s.tick(s.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
+	s.tick(s.start(110, policy.Process{Comm: "lc-free"}) + time.Second)
+	s.tick(s.start(120, policy.Process{Comm: "nvidia-cuda-mps", Exe: "/usr/bin/nvidia-cuda-mps-server"}) + time.Second)
+	s.tick(s.start(200, policy.Process{Comm: "trainer"}) + time.Second)
 	if n := len(s.rec.InClass(class.LC)); n != 3 {
 		t.Fatalf("%d LC processes, want 3", n)
 	}

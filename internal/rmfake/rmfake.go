@@ -187,6 +187,24 @@ func (d *Driver) Fork(parent, child int) *Proc {
 	return c
 }
 
+// GetFDs gives process to a duplicate of each of from's descriptors, at
+// the same numbers, as pidfd_getfd(2) does one at a time (a monitoring
+// agent, or gpreemptctl, reaching another process's clients); to is
+// created if unknown.
+func (d *Driver) GetFDs(from, to int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t := d.procs[to]
+	if t == nil {
+		t = &Proc{PID: to, fds: map[int]*file{}}
+		d.procs[to] = t
+	}
+	for fd, f := range d.procs[from].fds {
+		f.refs++
+		t.fds[fd] = f
+	}
+}
+
 // Exit removes a process and closes its descriptors. A file that a
 // duplicate still refers to stays open, with its clients, until that
 // duplicate is closed: the kernel frees a file at its last fput, and RM
