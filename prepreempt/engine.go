@@ -309,7 +309,6 @@ func New(ctx context.Context, device int, opts Options) (_ *Engine, err error) {
 // tests pass fakes.
 func newEngine(opts Options, clk hostClock, flags flagWords, g spinnerGPU) *Engine {
 	e := &Engine{opts: opts, log: opts.Logger, clk: clk, flags: flags, gpu: g}
-	e.stats.holds = newReservoir(maxWindowHolds)
 	e.stats.s.Backend = flags.name()
 	e.initSlots()
 	return e

@@ -68,7 +68,7 @@ const maxWindowHolds = 1 << 12
 type statsRecorder struct {
 	mu    sync.Mutex
 	s     Stats
-	holds reservoir // the holds since the last TakeWindow
+	holds reservoir // the holds since the last TakeWindow (made at the first)
 }
 
 func log2Bucket(d time.Duration) int {
@@ -91,6 +91,9 @@ func (r *statsRecorder) held(d time.Duration) {
 		s.Held[log2Bucket(d)]++
 		if len(s.HeldSamples) < keepSamples {
 			s.HeldSamples = append(s.HeldSamples, int64(d))
+		}
+		if r.holds.max == 0 { // every constructor's engine, the zero value's too
+			r.holds = newReservoir(maxWindowHolds)
 		}
 		r.holds.add(d)
 	})

@@ -190,8 +190,8 @@ func copyJSON(v any, buf *C.char, n C.size_t) C.int {
 	if err != nil {
 		return fail(err)
 	}
-	if buf != nil && int(n) > len(b) {
-		dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(n))
+	if buf != nil && uint64(n) > uint64(len(b)) {
+		dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), len(b)+1)
 		copy(dst, b)
 		dst[len(b)] = 0
 	}

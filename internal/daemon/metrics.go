@@ -39,7 +39,7 @@ type Metrics struct {
 	sloStopped    prometheus.Gauge
 
 	mu     sync.Mutex
-	pushed map[int]bool
+	pushed map[int]string // pid: the comm its series carry
 }
 
 // SetGroups sets what reports the live groups at scrape time.
@@ -135,13 +135,18 @@ type (
 var quantileNames = map[string]bool{"p50": true, "p90": true, "p99": true, "p999": true, "max": true, "mean": true}
 
 func (m *Metrics) pushStats(s HintStats, comm string) {
+	// Under the lock, so that a forget of the same pid comes wholly
+	// before or after.
 	m.mu.Lock()
-	if m.pushed == nil {
-		m.pushed = map[int]bool{}
-	}
-	m.pushed[s.PID] = true
-	m.mu.Unlock()
+	defer m.mu.Unlock()
 	pid := strconv.Itoa(s.PID)
+	if m.pushed == nil {
+		m.pushed = map[int]string{}
+	}
+	if old, ok := m.pushed[s.PID]; ok && old != comm {
+		m.deleteSeries(pid) // renamed (exec, prctl): no series left under the old name
+	}
+	m.pushed[s.PID] = comm
 	// A push replaces the process's quantiles: one that carries none (a
 	// window with no request, or no spinner) leaves no stale figure.
 	for _, g := range []struct {
@@ -163,9 +168,14 @@ func (m *Metrics) pushStats(s HintStats, comm string) {
 // forget drops a process's pushed series when it exits.
 func (m *Metrics) forget(pid int) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	delete(m.pushed, pid)
-	m.mu.Unlock()
-	l := prometheus.Labels{"pid": strconv.Itoa(pid)}
+	m.deleteSeries(strconv.Itoa(pid))
+}
+
+// deleteSeries drops every pushed series of pid.
+func (m *Metrics) deleteSeries(pid string) {
+	l := prometheus.Labels{"pid": pid}
 	m.hintLatency.DeletePartialMatch(l)
 	m.hintHold.DeletePartialMatch(l)
 	m.hintExpired.DeletePartialMatch(l)

@@ -3,6 +3,7 @@ package daemon
 import (
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
@@ -40,6 +41,20 @@ func TestPushReplacesQuantiles(t *testing.T) {
 			if v := testutil.ToFloat64(m.hintHold.WithLabelValues("7", "infer", "p50")); v != tc.holdP50 {
 				t.Errorf("%s: hold p50 %v s, want %v", tc.name, v, tc.holdP50)
 			}
+		}
+	}
+	// A process that renames itself (exec, prctl) keeps no series under
+	// its old name.
+	m.pushStats(HintStats{PID: 7, Stats: client.Stats{Requests: 2, RequestLatencyUs: map[string]float64{"p50": 44}}}, "infer-v2")
+	for _, c := range []prometheus.Collector{m.hintLatency, m.hintHold, m.hintExpired, m.hintRequests} {
+		if n := testutil.CollectAndCount(c); n > 1 {
+			t.Errorf("after a rename: %d series of a collector, want at most the new one", n)
+		}
+	}
+	m.forget(7)
+	for _, c := range []prometheus.Collector{m.hintLatency, m.hintHold, m.hintExpired, m.hintRequests} {
+		if n := testutil.CollectAndCount(c); n != 0 {
+			t.Errorf("after the exit: %d series left", n)
 		}
 	}
 }
