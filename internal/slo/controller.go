@@ -203,6 +203,8 @@ type LCResult struct {
 	// requests, or no target yet).
 	Ratio    float64 `json:"ratio"`
 	Requests int     `json:"requests"`
+	// base names the sample's baseline (process and quantile).
+	base string
 }
 
 // Decision is the controller's answer to one observation.
@@ -255,12 +257,15 @@ type Controller struct {
 	lo          int // the shortest rung allowed now (Observation.MinBETimeslice)
 	hi          int // the longest (Observation.MaxBETimeslice), >= lo
 	tick        int
-	since       int       // observations under cur
-	calibrating bool      // at the shortest rung to learn LC baselines
-	stayed      []seen    // under cur, after settling, the last ViolationWindow windows
-	steady      []float64 // their seen.shown but for the windows that strayed (what the setting shows)
-	parked      []seen    // windows that strayed (surprised of them), not yet in stayed
-	scatter     float64   // the variance of one window's worst LC latency/target under one setting, learnt over stays
+	since       int  // observations under cur
+	calibrating bool // at the shortest rung to learn LC baselines
+	// lcChanged: this window brought a new LC, or a changed objective
+	// (forgetRungs).
+	lcChanged bool
+	stayed    []seen    // under cur, after settling, the last ViolationWindow windows
+	steady    []float64 // their seen.shown but for the windows that strayed (what the setting shows)
+	parked    []seen    // windows that strayed (surprised of them), not yet in stayed
+	scatter   float64   // the variance of one window's worst LC latency/target under one setting, learnt over stays
 	// upFromMet: the last move was to a longer rung, from one that met
 	// every objective or was undecided (probe; its first window's far miss
 	// is the new rung's).
@@ -393,6 +398,11 @@ func (c *Controller) observe(o Observation) Decision {
 		}
 	}
 	win, counted, baseReady, lc := c.worst(o.LC, tag, learn)
+	if c.lcChanged {
+		c.lcChanged = false
+		c.forgetRungs()
+		c.since = 1 // this window was judged against a baseline not yet learnt: not the setting's
+	}
 	worst := win.worst
 	d := Decision{Worst: worst, BEShare: o.BEShare, LC: lc}
 
@@ -606,7 +616,7 @@ func (c *Controller) observe(o Observation) Decision {
 		// closest. LC latency is not monotonic in the BE timeslice: an
 		// eager LC ran 1.0-1.2x its standalone latency under 200 us -
 		// 1.5 ms on the H100, and more under 1 us (0.92-1.43x).
-		d.BEBelowMinimum, d.Cause = o.MinBEShare > 0, CauseAtLimit
+		d.BEBelowMinimum, d.Cause = o.MinBEShare > 0 && !math.IsNaN(o.BEShare), CauseAtLimit
 		best := c.cur
 		for i := c.lo; i <= c.hi; i++ {
 			if c.fresh(i) && c.rungs[i].worst < c.rungs[best].worst {
@@ -626,7 +636,11 @@ func (c *Controller) observe(o Observation) Decision {
 	// that rung recently failed or was just seen to give BE less.
 	if i, ok := c.bestFeasible(-1, c.opts.Headroom); ok && c.surprised == 0 && i != c.cur && c.better(i, c.cur, knownBetterMargin) {
 		d.Cause = CauseKnownBetter
-		return c.move(d, i, fmt.Sprintf("%v met every objective with BE at %.1f%%", c.rungs[i].ts, 100*c.rungs[i].share))
+		be := fmt.Sprintf("BE at %.1f%%", 100*c.rungs[i].share)
+		if math.IsNaN(c.rungs[i].share) {
+			be = "BE share unknown"
+		}
+		return c.move(d, i, fmt.Sprintf("%v met every objective with %s", c.rungs[i].ts, be))
 	}
 	if next, skipped := c.nextToTry(); c.since >= c.opts.ExploreAfter && len(c.stayed) > 0 && baseReady && next >= 0 && !c.knownWorse(next) &&
 		(c.rungs[c.cur].worst <= 1-c.opts.Headroom || c.probe(next, o.LC)) {
@@ -810,8 +824,10 @@ const skipMildMiss = 1.25
 // relative to its baseline.
 func (c *Controller) worst(lc []LCSample, tag int, learn bool) (w seen, counted, baseReady bool, rs []LCResult) {
 	w, baseReady = seen{worst: math.Inf(-1), shown: math.Inf(-1)}, true
+	medians := map[string]bool{} // added this window (two tail objectives share one)
 	for _, s := range lc {
-		res := LCResult{Key: s.Key, Objective: s.Objective.String(), Latency: s.Latency, Requests: s.Requests, Ratio: math.NaN()}
+		res := LCResult{Key: s.Key, Objective: s.Objective.String(), Latency: s.Latency, Requests: s.Requests, Ratio: math.NaN(),
+			base: baselineKey(s.Key, s.Objective.quantileName())}
 		if s.Requests < c.opts.MinRequests || s.Latency <= 0 {
 			rs = append(rs, res)
 			continue
@@ -820,14 +836,23 @@ func (c *Controller) worst(lc []LCSample, tag int, learn bool) (w seen, counted,
 		if base <= 0 && s.Objective.Absolute <= 0 {
 			// A window just after a change mixes two settings: judged,
 			// not learnt from.
-			b := c.baseline(baselineKey(s.Key, res.Objective))
+			b := c.baseline(res.base)
+			if b.objective != res.Objective {
+				// A new LC (or objective), or a bound changed by a reload:
+				// what the settings showed was judged against other targets.
+				c.lcChanged = c.lcChanged || b.objective != "" || !c.calibrating
+				b.objective = res.Objective
+			}
 			base = b.add(c.tick, tag, s.Latency, learn, c.opts.BaselineWindow, c.pauseNeed())
 			baseReady = baseReady && b.ready
 			if s.Objective.Tail() && s.Median > 0 {
-				m := c.baseline(baselineKey(s.Key, medianKey))
-				if body = m.add(c.tick, tag, s.Median, learn, c.opts.BaselineWindow, c.pauseNeed()); !m.ready {
+				mk := baselineKey(s.Key, medianKey)
+				m := c.baseline(mk)
+				m.median = true
+				if body = m.add(c.tick, tag, s.Median, learn && !medians[mk], c.opts.BaselineWindow, c.pauseNeed()); !m.ready {
 					body = 0
 				}
+				medians[mk] = true
 			}
 		}
 		target := s.Objective.Target(base)
@@ -852,6 +877,14 @@ func (c *Controller) worst(lc []LCSample, tag int, learn bool) (w seen, counted,
 	for k, b := range c.baselines {
 		if b.last <= c.tick-c.opts.BaselineWindow {
 			delete(c.baselines, k) // an LC gone for a whole baseline window
+			continue
+		}
+		// An LC still being learnt that did not count this window (it
+		// pushes every other window, or hovers at MinRequests) keeps the
+		// calibration going: ending it would move BE, and the LC's next
+		// window, the first after a move, would not be learnt either.
+		if !b.ready && !b.median && c.tick-b.last <= c.opts.MissingAfter {
+			baseReady = false
 		}
 	}
 	if !counted {
@@ -908,7 +941,7 @@ func pick(ws []seen, f func(seen) float64) []float64 {
 
 // baselineKey names the baseline of one process at one objective's
 // quantile (its median and its tail have a baseline each).
-func baselineKey(key, objective string) string { return key + " " + objective }
+func baselineKey(key, quantile string) string { return key + " " + quantile }
 
 // bestFeasible is the rung other than skip, known to meet every objective
 // with headroom (a fraction of the target), that gave BE the most.
@@ -1004,7 +1037,7 @@ func (c *Controller) contradicted(lc []LCResult) bool {
 		if !(res.Ratio > 1) {
 			continue
 		}
-		if b := c.baselines[baselineKey(res.Key, res.Objective)]; b != nil && b.ready && b.rung == c.cur && b.mostlyBefore(c.tick-c.since) {
+		if b := c.baselines[res.base]; b != nil && b.ready && b.rung == c.cur && b.mostlyBefore(c.tick-c.since) {
 			return true
 		}
 	}
@@ -1108,7 +1141,7 @@ func (c *Controller) relearn(fromHere bool) {
 		c.resume = c.cur
 	}
 	for i, old := range c.rungs {
-		r := rung{ts: old.ts, worst: math.NaN(), shown: math.NaN(), share: math.NaN()}
+		r := freshRung(old.ts)
 		if c.resume >= 0 && i >= safe && farMiss(old) {
 			r.fails, r.missBy, r.missAt = old.fails, old.missBy, old.missAt
 			r.badTill = c.tick + baselineMinWindows + c.opts.Forget<<min(old.fails-1, 4)
@@ -1120,6 +1153,23 @@ func (c *Controller) relearn(fromHere bool) {
 	// judged against what it does now.
 	clear(c.baselines)
 	c.surprised = 0
+	c.stayed, c.parked, c.steady = c.stayed[:0], c.parked[:0], c.steady[:0]
+}
+
+// freshRung is a rung that has shown nothing.
+func freshRung(ts time.Duration) rung {
+	return rung{ts: ts, worst: math.NaN(), shown: math.NaN(), share: math.NaN()}
+}
+
+// forgetRungs forgets what every setting showed, and where the search
+// was, when the LCs it was judged by are no longer those there are: a new
+// LC (a server restarted under a new pid), or an objective whose bound a
+// reload changed. The LCs' baselines stay; a new one is learnt as any.
+func (c *Controller) forgetRungs() {
+	for i, old := range c.rungs {
+		c.rungs[i] = freshRung(old.ts)
+	}
+	c.resume, c.upFromMet, c.dips, c.surprised = -1, false, 0, 0
 	c.stayed, c.parked, c.steady = c.stayed[:0], c.parked[:0], c.steady[:0]
 }
 
@@ -1232,7 +1282,11 @@ func blendShare(old, x float64) float64 {
 // longer timeslices that slow an LC never become its baseline.
 type baseline struct {
 	last int // tick of the last window
-	vals []baselineVal
+	// objective is the one the LC's samples last carried (its bound can
+	// change with a reload; the quantile names the baseline).
+	objective string
+	median    bool // a tail objective's median (medianKey)
+	vals      []baselineVal
 	// ready: the estimate rests on baselineMinWindows windows.
 	ready bool
 	// rung is the setting the estimate's windows were seen under.
@@ -1286,7 +1340,13 @@ func (b *baseline) add(tick, rung int, v time.Duration, learn bool, keep, pauseN
 		if x.rung == pausedRung {
 			k *= pausedKeep
 		}
-		if x.tick <= tick-k || per[x.rung] >= baselinePerRung {
+		// The windows a learnt estimate rests on do not age out (but
+		// with BE stopped, which are learnt again when they do): else a
+		// search that stays at a longer setting for long makes that its
+		// baseline, and the next longer one is judged against it, up the
+		// ladder. A changed LC is learnt again (relearn).
+		rests := b.ready && x.rung == b.rung && x.rung != pausedRung
+		if (x.tick <= tick-k && !rests) || per[x.rung] >= baselinePerRung {
 			continue
 		}
 		per[x.rung]++

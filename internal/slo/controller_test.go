@@ -530,7 +530,8 @@ func TestBaseline(t *testing.T) {
 		{"a setting with too few windows does not count", slices.Concat(at(1, 4, full, 150, 160, 140), at(20, 2, full-1, 50)), 120, 150},
 		{"before any has enough: the shortest seen", slices.Concat(at(1, 4, 2, 150, 160), at(3, 2, 2, 50, 70)), 120, 60},
 		{"settling windows are judged, not learnt", slices.Concat(at(1, 4, full, 150, 160, 140), []win{{30, 2, 50, false}, {31, 2, 60, false}}), 120, 150},
-		{"old windows expire", slices.Concat(at(1, 2, full, 100, 110, 90), at(20, 4, full, 150, 160, 140)), 12, 150},
+		{"old windows expire", slices.Concat(at(1, 2, 3, 100, 110, 90), at(20, 4, full, 150, 160, 140)), 12, 150},
+		{"but not those a learnt estimate rests on", slices.Concat(at(1, 2, full, 100, 110, 90), at(20, 4, full, 150, 160, 140)), 12, 100},
 	} {
 		b := &baseline{}
 		var got time.Duration
@@ -558,7 +559,7 @@ func TestBaselineForgetsGoneLCs(t *testing.T) {
 	for range 6 {
 		c.Observe(Observation{LC: []LCSample{{Key: "stays", Objective: obj, Latency: time.Millisecond, Requests: 100}}})
 	}
-	if _, ok := c.baselines[baselineKey("gone", obj.String())]; ok || len(c.baselines) != 1 {
+	if _, ok := c.baselines[baselineKey("gone", obj.quantileName())]; ok || len(c.baselines) != 1 {
 		t.Errorf("baselines %v", c.baselines)
 	}
 }
@@ -1168,7 +1169,7 @@ func TestPauseIsBoundedWhenSignalsGo(t *testing.T) {
 		if n, longest := pauses(ds[:20]); n > 3+pauseSlack || longest > 3+1 {
 			t.Errorf("seed %d: %d windows stopped in the first calibration (%d in a row): %v", seed, n, longest, summary(ds))
 		}
-		if _, ready := c.baselines[baselineKey("lc", obj.String())]; !ready || !c.baselines[baselineKey("lc", obj.String())].ready {
+		if _, ready := c.baselines[baselineKey("lc", obj.quantileName())]; !ready || !c.baselines[baselineKey("lc", obj.quantileName())].ready {
 			t.Errorf("seed %d: no baseline after 60 windows: %v", seed, summary(ds))
 		}
 	}

@@ -45,13 +45,13 @@ func ParseObjective(s string) (Objective, error) {
 		return Objective{}, fmt.Errorf("%w: objective %q: want pNN<=X.XXx or pNN<=DURATION (e.g. p99<=1.15x, p50<=2ms)", ErrInvalid, s)
 	}
 	pct, err := strconv.ParseFloat(q[1:], 64)
-	if err != nil || pct <= 0 || pct >= 100 {
+	if err != nil || !(pct > 0 && pct < 100) { // NaN too
 		return Objective{}, fmt.Errorf("%w: objective %q: quantile %q: want p1 .. p99.9", ErrInvalid, s, q)
 	}
 	o := Objective{Quantile: pct / 100}
 	if x, found := strings.CutSuffix(bound, "x"); found {
 		f, err := strconv.ParseFloat(x, 64)
-		if err != nil || f < 1 || f > 100 {
+		if err != nil || !(f >= 1 && f <= 100) { // NaN too
 			return Objective{}, fmt.Errorf("%w: objective %q: inflation %q: want a factor in [1, 100] such as 1.05x", ErrInvalid, s, bound)
 		}
 		o.Inflation = f
@@ -125,6 +125,11 @@ func ParseObjectives(s string) (Objectives, error) {
 // Tail reports whether o bounds a quantile above the median: set by a
 // request's worst windows, so a setting tried and missed once shows in it.
 func (o Objective) Tail() bool { return o.Quantile > 0.5 }
+
+// quantileName is "p99" for 0.99: what names an LC's baseline for it.
+func (o Objective) quantileName() string {
+	return "p" + strconv.FormatFloat(o.Quantile*100, 'f', -1, 64)
+}
 
 func (os Objectives) String() string {
 	parts := make([]string, len(os))

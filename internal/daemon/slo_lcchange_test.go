@@ -1,0 +1,144 @@
+package daemon
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/slo"
+)
+
+const twoLCPolicy = `
+classes:
+  lc: {objective: "p50<=1.05x"}
+  be: {timeslice: 200us}
+rules:
+  - {name: lc, match: {comm: "lc*"}, class: lc}
+  - {name: trainer, match: {comm: "train*"}, class: be}
+slo: {enabled: true, window: 1s}
+`
+
+// TestSLOLoopSlowPusherLearnt: a second LC whose app pushes every 2 s (the
+// loop's window is 1 s: each push is used once, so it counts every other
+// window) beside one that pushes every window is learnt; the BE timeslice
+// does not flip between 1 us and 200 us at every window.
+func TestSLOLoopSlowPusherLearnt(t *testing.T) {
+	g := newRig(t, twoLCPolicy)
+	loop := NewSLOLoop(g.rec, g.m, testLog(t))
+	g.tick(g.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
+	g.tick(g.start(200, policy.Process{Comm: "trainer"}) + time.Second)
+	bets := func() time.Duration { return time.Duration(g.groups(200)[0].Timeslice) * time.Microsecond }
+	push := func(pid int, us float64) {
+		loop.Push(pid, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
+			LatencyUs: map[string]float64{"p50": us}}}})
+	}
+	window := func(i int, two bool) {
+		g.now += time.Second
+		r, _ := slo.EagerPyTorchH100.At(bets())
+		push(100, 6000*r)
+		if two && i%2 == 0 {
+			push(101, 3000*r)
+		}
+		loop.Step(g.now)
+		g.tick(g.now)
+	}
+	loop.Step(g.now)
+	for i := range 40 {
+		window(i, false)
+	}
+	g.tick(g.start(101, policy.Process{Comm: "lc-two"}) + g.now - g.now%time.Second + 500*time.Millisecond)
+	before := loop.Status().Changes
+	var seen []time.Duration
+	for i := range 30 {
+		window(i, true)
+		seen = append(seen, bets())
+	}
+	n := loop.Status().Changes - before
+	t.Logf("BE timeslice per window: %v", seen)
+	if n > 10 {
+		t.Errorf("%d BE timeslice changes in 30 windows", n)
+	}
+}
+
+// TestSLOLoopSlowPusherPausesBounded: with calibrate: pause the same
+// stops the (real) BE process for a bounded number of windows (docs/SLO.md:
+// a pause is taken up again "thrice at most"), not every other window.
+func TestSLOLoopSlowPusherPausesBounded(t *testing.T) {
+	g := newRig(t, sloPausePolicy)
+	be := sleeper(t)
+	proc := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(proc, strconv.Itoa(be.PID)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stat := fmt.Sprintf("%d (trainer) S %s%d 0 0\n", be.PID, strings.Repeat("0 ", 18), be.PID)
+	if err := os.WriteFile(filepath.Join(proc, strconv.Itoa(be.PID), "stat"), []byte(stat), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	loop := NewSLOLoop(g.rec, g.m, testLog(t))
+	loop.Pause = &Pauser{Proc: proc}
+	defer loop.Close()
+	g.tick(g.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
+	g.tick(g.start(be.PID, policy.Process{Comm: "trainer"}) + time.Second)
+	push := func(pid int, us float64) {
+		loop.Push(pid, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
+			LatencyUs: map[string]float64{"p50": us}}}})
+	}
+	window := func(i int, two bool) bool {
+		g.now += time.Second
+		push(100, 6000)
+		if two && i%2 == 0 {
+			push(101, 3000)
+		}
+		loop.Step(g.now)
+		g.tick(g.now)
+		return loop.Pause.Holding()
+	}
+	loop.Step(g.now)
+	for i := range 30 {
+		window(i, false)
+	}
+	g.tick(g.start(101, policy.Process{Comm: "lc-two"}) + g.now - g.now%time.Second + 500*time.Millisecond)
+	stopped := 0
+	for i := range 80 {
+		if window(i, true) {
+			stopped++
+		}
+		if i < 4 {
+			st := loop.Status()
+			t.Logf("window %d: stopped %v, %s: %s", i, st.BEStopped, st.Last.Cause, st.Last.Reason)
+		}
+	}
+	if stopped > 3*(3+1+3) {
+		t.Errorf("BE stopped in %d of 80 windows after a second LC that pushes every 2 windows came", stopped)
+	}
+}
+
+// TestSLOLoopObjectiveReloadKeepsBaseline: a reload that changes only
+// classes.lc.objective's factor keeps the controller and the LC's
+// baseline: no 8 windows of BE at 1 us to learn again a latency that did
+// not change.
+func TestSLOLoopObjectiveReloadKeepsBaseline(t *testing.T) {
+	s := newSLORig(t, sloPolicy)
+	s.loop.Step(s.now)
+	for range 60 {
+		s.window(slo.EagerPyTorchH100, false)
+	}
+	before := s.beTimeslice()
+	pol, err := policy.Parse([]byte(strings.Replace(sloPolicy, `objective: "p50<=1.05x"`, `objective: "p50<=1.06x"`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.rec.SetPolicy(pol)
+	s.window(slo.EagerPyTorchH100, false)
+	st := s.loop.Status()
+	t.Logf("before the reload at %v; after: %s %v: %s", before, st.Last.Cause, st.BETimeslice, st.Last.Reason)
+	if st.Last.Cause == slo.CauseCalibrate {
+		t.Errorf("p50<=1.05x -> p50<=1.06x: the LC's p50 baseline is learnt again (%s)", st.Last.Reason)
+	}
+}
