@@ -129,6 +129,22 @@ func (g *rig) tick(at time.Duration) time.Duration {
 
 func (g *rig) groups(pid int) []tsg.Group { return g.drv.Groups(pid, 8) }
 
+// scan reads pid's groups through its files and adopts them, as the
+// daemon's resync does.
+func (g *rig) scan(pid int) {
+	g.t.Helper()
+	states, err := g.rec.ctl.Groups(context.Background(), pid)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	var ids []GroupID
+	for _, s := range states {
+		ids = append(ids, s.ID)
+	}
+	g.rec.Adopt(pid, ids)
+	g.rec.CheckDrift(states, pid)
+}
+
 func (g *rig) wantAll(pid int, us uint64, level tsg.Level) {
 	g.t.Helper()
 	gs := g.groups(pid)
@@ -538,18 +554,7 @@ func TestForkedChildDoesNotTakeItsParentsGroups(t *testing.T) {
 			t.Fatal(err)
 		}
 		g.drv.Fork(100, 101)
-		scan := func(pid int) { // what the daemon's resync does
-			states, err := g.rec.ctl.Groups(context.Background(), pid)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ids []GroupID
-			for _, s := range states {
-				ids = append(ids, s.ID)
-			}
-			g.rec.Adopt(pid, ids)
-			g.rec.CheckDrift(states, pid)
-		}
+		scan := g.scan
 		if childFirst {
 			scan(101)
 			scan(100)
@@ -603,18 +608,7 @@ func TestHandedFileDoesNotTakeTheGroups(t *testing.T) {
 		g.insp[50] = policy.Process{Comm: "agent", UID: 0}
 		last := g.start(100, policy.Process{Comm: "server", UID: 1000})
 		g.drv.GetFDs(100, 50)
-		scan := func(pid int) {
-			states, err := g.rec.ctl.Groups(context.Background(), pid)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ids []GroupID
-			for _, s := range states {
-				ids = append(ids, s.ID)
-			}
-			g.rec.Adopt(pid, ids)
-			g.rec.CheckDrift(states, pid)
-		}
+		scan := g.scan
 		order := []int{100, 50}
 		if agentFirst {
 			order = []int{50, 100}

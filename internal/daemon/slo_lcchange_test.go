@@ -1,10 +1,6 @@
 package daemon
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,17 +67,7 @@ func TestSLOLoopSlowPusherLearnt(t *testing.T) {
 // a pause is taken up again "thrice at most"), not every other window.
 func TestSLOLoopSlowPusherPausesBounded(t *testing.T) {
 	g := newRig(t, sloPausePolicy)
-	be := sleeper(t)
-	proc := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(proc, strconv.Itoa(be.PID)), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	stat := fmt.Sprintf("%d (trainer) S %s%d 0 0\n", be.PID, strings.Repeat("0 ", 18), be.PID)
-	if err := os.WriteFile(filepath.Join(proc, strconv.Itoa(be.PID), "stat"), []byte(stat), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	loop := NewSLOLoop(g.rec, g.m, testLog(t))
-	loop.Pause = &Pauser{Proc: proc}
+	be, loop := pausingLoop(t, g)
 	defer loop.Close()
 	g.tick(g.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
 	g.tick(g.start(be.PID, policy.Process{Comm: "trainer"}) + time.Second)

@@ -375,11 +375,11 @@ var slowBeside = slo.Workload{Baseline: 6 * time.Millisecond, Requests: 50, Poin
 	{BETimeslice: 3 * time.Millisecond, LCRatio: 1.17},
 }}
 
-func TestSLOLoopPausesBE(t *testing.T) {
-	// The BE process is a real one (a sleeper), stopped and resumed for
-	// real; the rig's inspector gives every process its pid as start
-	// time, and so does the Pauser's proc directory.
-	g := newRig(t, sloPausePolicy)
+// pausingLoop is an SLO loop whose Pauser stops a real process (a
+// sleeper, returned), known to it by a proc directory that gives it its
+// pid as start time, as the rig's inspector does.
+func pausingLoop(t *testing.T, g *rig) (ProcRef, *SLOLoop) {
+	t.Helper()
 	be := sleeper(t)
 	proc := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(proc, strconv.Itoa(be.PID)), 0o755); err != nil {
@@ -391,6 +391,15 @@ func TestSLOLoopPausesBE(t *testing.T) {
 	}
 	loop := NewSLOLoop(g.rec, g.m, testLog(t))
 	loop.Pause = &Pauser{Proc: proc}
+	return be, loop
+}
+
+func TestSLOLoopPausesBE(t *testing.T) {
+	// The BE process is a real one (a sleeper), stopped and resumed for
+	// real; the rig's inspector gives every process its pid as start
+	// time, and so does the Pauser's proc directory.
+	g := newRig(t, sloPausePolicy)
+	be, loop := pausingLoop(t, g)
 	g.tick(g.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
 	g.tick(g.start(be.PID, policy.Process{Comm: "trainer"}) + time.Second)
 	bets := func() time.Duration { return time.Duration(g.groups(be.PID)[0].Timeslice) * time.Microsecond }

@@ -818,35 +818,39 @@ func TestSteadyLCIsNotRelearnt(t *testing.T) {
 }
 
 func TestANewLCIsNotJudgedByAnOldOnesRungs(t *testing.T) {
-	// An eager LC runs, exits; after a pause a CUDA-graph LC (a new
-	// process) starts. What the rungs showed under the eager LC is long
-	// stale: visiting them is learning, not a workload change (on the
-	// H100 such a visit of 500 us, where the eager LC had met its
-	// objective, sent the controller to learn the new LC again).
+	// An eager LC runs, exits; a CUDA-graph LC (a new process) starts,
+	// after a pause or at once (a server restarted under a new pid). What
+	// the rungs showed under the eager LC is not the new one's: visiting
+	// them is learning, not a workload change (on the H100 such a visit
+	// of 500 us, where the eager LC had met its objective, sent the
+	// controller to learn the new LC again), and no jump goes to the old
+	// LC's knee (known_better), where the new one misses.
 	obj := Objective{Quantile: 0.5, Inflation: 1.05}
-	for seed := range uint64(10) {
-		c := mustNew(t, Options{})
-		g := NewSimGPU(seed)
-		g.ShareUnknown = true
-		var ds []Decision
-		prev := c.Current()
-		for i := range 160 {
-			w := EagerPyTorchH100
-			g.Key, g.Missing = "eager", false
-			switch {
-			case i >= 100:
-				w, g.Key = graphPyTorchH100, "graph"
-			case i >= 60:
-				g.Missing = true
+	for _, gap := range []int{40, 0} {
+		for seed := range uint64(10) {
+			c := mustNew(t, Options{})
+			g := NewSimGPU(seed)
+			g.ShareUnknown = true
+			var ds []Decision
+			prev := c.Current()
+			for i := range 120 + gap {
+				w := EagerPyTorchH100
+				g.Key, g.Missing = "eager", false
+				switch {
+				case i >= 60+gap:
+					w, g.Key = graphPyTorchH100, "graph"
+				case i >= 60:
+					g.Missing = true
+				}
+				ts := c.Current()
+				ds = append(ds, c.Observe(g.Window(w, obj, ts, prev)))
+				prev = ts
 			}
-			ts := c.Current()
-			ds = append(ds, c.Observe(g.Window(w, obj, ts, prev)))
-			prev = ts
-		}
-		for i, d := range ds[100:] {
-			if d.WorkloadChanged {
-				t.Errorf("seed %d: window %d after the new LC started: %s: %v", seed, i, d.Reason, summary(ds[100:]))
-				break
+			for i, d := range ds[60+gap:] {
+				if d.WorkloadChanged || (d.Cause == CauseKnownBetter && d.BETimeslice > 200*time.Microsecond) {
+					t.Errorf("gap %d, seed %d: window %d after the new LC started: %s %v: %s: %v", gap, seed, i, d.Cause, d.BETimeslice, d.Reason, summary(ds[60+gap:]))
+					break
+				}
 			}
 		}
 	}
