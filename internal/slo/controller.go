@@ -405,6 +405,13 @@ func (c *Controller) observe(o Observation) Decision {
 	}
 	worst := win.worst
 	d := Decision{Worst: worst, BEShare: o.BEShare, LC: lc}
+	// A window without LC latency counts toward the fallback whatever
+	// else moves BE in it (a floor or a ceiling).
+	if counted {
+		c.missing = 0
+	} else {
+		c.missing++
+	}
 
 	if c.lo = c.floor(o.MinBETimeslice); c.cur < c.lo {
 		d.Cause = CauseFloor
@@ -417,7 +424,6 @@ func (c *Controller) observe(o Observation) Decision {
 	}
 
 	if !counted {
-		c.missing++
 		d.Cause = CauseNoSignal
 		if c.missing >= c.opts.MissingAfter && !c.fallback {
 			c.fallback = true
@@ -426,7 +432,6 @@ func (c *Controller) observe(o Observation) Decision {
 		d.Fallback = c.fallback
 		return c.stay(d, "no LC latency this window")
 	}
-	c.missing = 0
 	if c.fallback {
 		c.fallback = false
 		c.since = 1

@@ -413,6 +413,41 @@ func TestConvergesAfterWorkloadChange(t *testing.T) {
 	}
 }
 
+// TestSignalLossCountsThroughACeilingMove: a window without LC latency
+// counts toward the fallback also when a floor or ceiling moved BE in it
+// (a spinner ceiling set as the LC's pushes stop, say).
+func TestSignalLossCountsThroughACeilingMove(t *testing.T) {
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	var c *Controller
+	var g *SimGPU
+	for seed := uint64(0); ; seed++ { // a seed whose search settled above 500us
+		c, g = mustNew(t, Options{}), NewSimGPU(seed)
+		if run(t, c, g, 40, obj, steady(EagerPyTorchH100)); c.Current() > 500*time.Microsecond {
+			break
+		}
+		if seed == 20 {
+			t.Fatal("precondition: no seed settled above 500us")
+		}
+	}
+	g.Missing = true
+	var ds []Decision
+	prev := c.Current()
+	for i := range 3 {
+		o := g.Window(EagerPyTorchH100, obj, c.Current(), prev)
+		if i == 1 {
+			o.MaxBETimeslice = 500 * time.Microsecond
+		}
+		prev = c.Current()
+		ds = append(ds, c.Observe(o))
+	}
+	if ds[1].Cause != CauseCeiling {
+		t.Fatalf("precondition: the second window's decision %+v, want a ceiling move", ds[1])
+	}
+	if !ds[2].Fallback || c.Current() != 200*time.Microsecond {
+		t.Errorf("after 3 windows without LC latency, one of them a ceiling move: at %v, %v", c.Current(), summary(ds))
+	}
+}
+
 func TestSignalLossFallsBackToSafe(t *testing.T) {
 	obj := Objective{Quantile: 0.5, Inflation: 1.05}
 	var shares, lcs []float64
