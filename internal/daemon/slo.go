@@ -406,7 +406,9 @@ func (l *SLOLoop) Step(now time.Duration) {
 			src.kind, key = "traced", key+"/traced"
 		}
 		keys[p.PID] = key
-		fresh := ok && s.Seq != l.used[src] && now-s.At <= 2*window
+		// A traced window is one of the loop's: the one the tracer closed
+		// when the mode came on spans the time it was off.
+		fresh := ok && s.Seq != l.used[src] && now-s.At <= 2*window && (src.kind != "traced" || s.Window <= 2*window)
 		if fresh {
 			l.used[src] = s.Seq
 		}

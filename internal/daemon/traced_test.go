@@ -518,3 +518,54 @@ slo: {enabled: true, window: 1s}
 		}
 	}
 }
+
+// TestTracedWindowNotCarriedThroughOff: with every process traced
+// (--libcuda), requests keep coming while SLO mode is off; the window the
+// loop closes when the mode comes back on spans the whole time off, and is
+// not taken for a window of SLO mode's, also when the LC is idle in the
+// windows after (nothing replaces it).
+func TestTracedWindowNotCarriedThroughOff(t *testing.T) {
+	s := newSLORig(t, sloPolicy)
+	tl := NewTracedLatency()
+	s.loop.Traced = tl
+	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-server"}
+	clock := &tracetest.Clock{}
+	window := func(n int, lat time.Duration) {
+		for range n {
+			for _, ev := range tracetest.Request(lc, 3, lat, clock) {
+				tl.Apply(ev)
+			}
+		}
+		s.now += time.Second
+		s.loop.Step(s.now)
+		s.tick(s.now)
+	}
+	setPolicy := func(text string) {
+		pol, err := policy.Parse([]byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.rec.SetPolicy(pol)
+	}
+	s.loop.Step(s.now)
+	for range 4 {
+		window(50, 6*time.Millisecond)
+	}
+	if st := s.loop.Status(); len(st.LC) != 1 || st.LC[0].Signal != "traced" {
+		t.Fatalf("setup: %+v", st.LC)
+	}
+	setPolicy(strings.Replace(sloPolicy, "enabled: true", "enabled: false", 1))
+	for range 10 {
+		window(50, 30*time.Millisecond) // off: no window of SLO mode's
+	}
+	setPolicy(sloPolicy)
+	window(50, 30*time.Millisecond) // the mode comes on: its first window starts
+	for i := range 4 {
+		window(0, 0) // idle
+		for _, l := range s.loop.Status().LC {
+			if l.Requests > 0 {
+				t.Errorf("idle window %d after the mode came back on: %+v, requests of the time it was off", i, l)
+			}
+		}
+	}
+}
