@@ -113,11 +113,9 @@ func gpreempt_go_hint(class *C.char, expectedPrepUs C.uint64_t) C.uint64_t {
 		fail(fmt.Errorf("gpreempt_hint: expected_prep_us %d exceeds %d (%v)", uint64(expectedPrepUs), maxExpectedPrepUs, prepreempt.MaxExpectedPrep))
 		return 0
 	}
-	mu.Lock()
-	e := engine
-	mu.Unlock()
-	if e == nil {
-		fail(errors.New("gpreempt_hint: not initialised"))
+	e, err := current("gpreempt_hint")
+	if err != nil {
+		fail(err)
 		return 0
 	}
 	r, err := e.Hint(context.Background(), C.GoString(class), time.Duration(expectedPrepUs)*time.Microsecond)
@@ -130,6 +128,16 @@ func gpreempt_go_hint(class *C.char, expectedPrepUs C.uint64_t) C.uint64_t {
 	nextID++
 	requests[nextID] = r
 	return C.uint64_t(nextID)
+}
+
+// current is the engine gpreempt_init made, or an error naming fn.
+func current(fn string) (*prepreempt.Engine, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	if engine == nil {
+		return nil, fmt.Errorf("%s: not initialised", fn)
+	}
+	return engine, nil
 }
 
 func take(h C.uint64_t) (*prepreempt.Request, error) {
@@ -169,11 +177,9 @@ func gpreempt_go_cancel(h C.uint64_t) C.int {
 
 //export gpreempt_stats_json
 func gpreempt_stats_json(buf *C.char, n C.size_t) C.int {
-	mu.Lock()
-	e := engine
-	mu.Unlock()
-	if e == nil {
-		return fail(errors.New("gpreempt_stats_json: not initialised"))
+	e, err := current("gpreempt_stats_json")
+	if err != nil {
+		return fail(err)
 	}
 	st := e.Stats()
 	// spinning: what a push to gpreemptd says of the engine (Stats.Spinning).
@@ -200,11 +206,9 @@ func copyJSON(v any, buf *C.char, n C.size_t) C.int {
 
 //export gpreempt_window_json
 func gpreempt_window_json(buf *C.char, n C.size_t) C.int {
-	mu.Lock()
-	e := engine
-	mu.Unlock()
-	if e == nil {
-		return fail(errors.New("gpreempt_window_json: not initialised"))
+	e, err := current("gpreempt_window_json")
+	if err != nil {
+		return fail(err)
 	}
 	if buf == nil || n < windowJSONMax {
 		return fail(fmt.Errorf("gpreempt_window_json: a buffer of %d bytes: want at least %d", n, windowJSONMax))
@@ -218,11 +222,9 @@ const windowJSONMax = 512
 
 //export gpreempt_set_prepreempt
 func gpreempt_set_prepreempt(on C.int) C.int {
-	mu.Lock()
-	e := engine
-	mu.Unlock()
-	if e == nil {
-		return fail(errors.New("gpreempt_set_prepreempt: not initialised"))
+	e, err := current("gpreempt_set_prepreempt")
+	if err != nil {
+		return fail(err)
 	}
 	e.SetPrepreempt(on != 0)
 	return 0

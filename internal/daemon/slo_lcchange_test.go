@@ -20,26 +20,29 @@ rules:
 slo: {enabled: true, window: 1s}
 `
 
+// pushP50 pushes one 1 s window of 50 requests at a p50 of us for pid.
+func pushP50(l *SLOLoop, pid int, us float64) {
+	l.Push(pid, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
+		LatencyUs: map[string]float64{"p50": us}}}})
+}
+
 // TestSLOLoopSlowPusherLearnt: a second LC whose app pushes every 2 s (the
 // loop's window is 1 s: each push is used once, so it counts every other
 // window) beside one that pushes every window is learnt; the BE timeslice
 // does not flip between 1 us and 200 us at every window.
 func TestSLOLoopSlowPusherLearnt(t *testing.T) {
 	g := newRig(t, twoLCPolicy)
-	loop := NewSLOLoop(g.rec, g.m, testLog(t))
+	s := &sloRig{rig: g, loop: NewSLOLoop(g.rec, g.m, testLog(t))}
+	loop := s.loop
 	g.tick(g.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
 	g.tick(g.start(200, policy.Process{Comm: "trainer"}) + time.Second)
-	bets := func() time.Duration { return time.Duration(g.groups(200)[0].Timeslice) * time.Microsecond }
-	push := func(pid int, us float64) {
-		loop.Push(pid, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
-			LatencyUs: map[string]float64{"p50": us}}}})
-	}
+	bets := s.beTimeslice
 	window := func(i int, two bool) {
 		g.now += time.Second
 		r, _ := slo.EagerPyTorchH100.At(bets())
-		push(100, 6000*r)
+		pushP50(loop, 100, 6000*r)
 		if two && i%2 == 0 {
-			push(101, 3000*r)
+			pushP50(loop, 101, 3000*r)
 		}
 		loop.Step(g.now)
 		g.tick(g.now)
@@ -71,15 +74,11 @@ func TestSLOLoopSlowPusherPausesBounded(t *testing.T) {
 	defer loop.Close()
 	g.tick(g.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
 	g.tick(g.start(be.PID, policy.Process{Comm: "trainer"}) + time.Second)
-	push := func(pid int, us float64) {
-		loop.Push(pid, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
-			LatencyUs: map[string]float64{"p50": us}}}})
-	}
 	window := func(i int, two bool) bool {
 		g.now += time.Second
-		push(100, 6000)
+		pushP50(loop, 100, 6000)
 		if two && i%2 == 0 {
-			push(101, 3000)
+			pushP50(loop, 101, 3000)
 		}
 		loop.Step(g.now)
 		g.tick(g.now)

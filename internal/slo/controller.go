@@ -1141,24 +1141,22 @@ func meanSD(xs []float64) (mean, sd float64) {
 func (c *Controller) relearn(fromHere bool) {
 	farMiss := func(r rung) bool { return r.fails > 0 && r.missBy > skipMildMiss && r.missAt < c.calm }
 	safe := c.safe()
-	c.resume, c.upFromMet, c.dips = -1, false, 0 // what the search explored to is forgotten with the rungs
-	if fromHere && c.cur < safe && farMiss(c.rungs[safe]) {
+	old := slices.Clone(c.rungs)
+	c.forgetRungs() // what the search explored to is forgotten with the rungs
+	if fromHere && c.cur < safe && farMiss(old[safe]) {
 		c.resume = c.cur
-	}
-	for i, old := range c.rungs {
-		r := freshRung(old.ts)
-		if c.resume >= 0 && i >= safe && farMiss(old) {
-			r.fails, r.missBy, r.missAt = old.fails, old.missBy, old.missAt
-			r.badTill = c.tick + baselineMinWindows + c.opts.Forget<<min(old.fails-1, 4)
+		for i := safe; i < len(old); i++ {
+			if o := old[i]; farMiss(o) {
+				r := &c.rungs[i]
+				r.fails, r.missBy, r.missAt = o.fails, o.missBy, o.missAt
+				r.badTill = c.tick + baselineMinWindows + c.opts.Forget<<min(o.fails-1, 4)
+			}
 		}
-		c.rungs[i] = r
 	}
 	c.calibrating = true
 	// So do the LCs' baselines: an LC that went from graph to eager is
 	// judged against what it does now.
 	clear(c.baselines)
-	c.surprised = 0
-	c.stayed, c.parked, c.steady = c.stayed[:0], c.parked[:0], c.steady[:0]
 }
 
 // freshRung is a rung that has shown nothing.

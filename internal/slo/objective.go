@@ -66,11 +66,11 @@ func ParseObjective(s string) (Objective, error) {
 }
 
 func (o Objective) String() string {
-	p := strconv.FormatFloat(o.Quantile*100, 'f', -1, 64)
+	p := o.quantileName()
 	if o.Absolute > 0 {
-		return fmt.Sprintf("p%s<=%v", p, o.Absolute)
+		return fmt.Sprintf("%s<=%v", p, o.Absolute)
 	}
-	return fmt.Sprintf("p%s<=%sx", p, strconv.FormatFloat(o.Inflation, 'f', -1, 64))
+	return fmt.Sprintf("%s<=%sx", p, strconv.FormatFloat(o.Inflation, 'f', -1, 64))
 }
 
 // Check validates o.
