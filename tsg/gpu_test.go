@@ -10,12 +10,15 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
 )
@@ -267,4 +270,39 @@ func BenchmarkGPUControl(b *testing.B) {
 			q.Close()
 		}
 	})
+}
+
+// TestGPUComputeProcessesAreTheMakers checks the driver fact gpreemptd
+// decides a group's owner by where no allocation was traced (and that
+// rmfake's ComputeProcesses follows): NVML lists the process that made a
+// context, not one that holds a duplicate of its control file, as this
+// test does while discovery's handle is open.
+func TestGPUComputeProcessesAreTheMakers(t *testing.T) {
+	pid := cudaTarget(t)
+	p := discoverReal(t, pid)
+	if len(p.Groups) == 0 {
+		t.Fatal("no groups found in the CUDA process")
+	}
+	info, err := gpu.Open(nil)
+	if err != nil {
+		t.Skipf("no NVML: %v", err)
+	}
+	defer info.Close()
+	devs, err := info.Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[int]bool{}
+	for _, d := range devs {
+		for _, x := range d.Processes {
+			listed[x.PID] = true
+		}
+	}
+	t.Logf("NVML compute processes: %v; the CUDA process %d, this one %d", slices.Sorted(maps.Keys(listed)), pid, os.Getpid())
+	if !listed[pid] {
+		t.Errorf("NVML does not list the CUDA process %d", pid)
+	}
+	if listed[os.Getpid()] {
+		t.Errorf("NVML lists this process %d, which holds only a duplicate of the CUDA process's file", os.Getpid())
+	}
 }

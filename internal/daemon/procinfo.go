@@ -217,23 +217,40 @@ const (
 // process does not use (measured on a two-GPU H200 host: a process with
 // CUDA_VISIBLE_DEVICES=1 held /dev/nvidia0 too).
 func (pi *ProcInspector) gpus(pid int) []policy.GPU {
-	if pi.GPU != nil {
-		pi.mu.Lock()
-		if time.Since(pi.nvmlAt) > nvmlMaxAge {
-			pi.refreshNVML()
-		}
-		if len(pi.nvml[pid]) == 0 && time.Since(pi.nvmlAt) > nvmlMissAge {
-			pi.refreshNVML()
-		}
-		gs, ok := pi.nvml[pid], pi.nvmlOK
-		pi.mu.Unlock()
-		if ok {
-			// NVML answers: a process it does not list yet has no
-			// known GPU (nil), never a guess from device files.
-			return gs
-		}
+	if gs, _, ok := pi.nvmlFor(pid); ok {
+		// NVML answers: a process it does not list yet has no
+		// known GPU (nil), never a guess from device files.
+		return gs
 	}
 	return pi.fdGPUs(pid, nil)
+}
+
+// Listed implements Inspector: whether NVML lists pid among the GPUs'
+// compute processes. RM answers that from the pid each client was
+// allocated by, so a process that holds a GPU app's file (a fork of it, or
+// one handed a duplicate) is not listed for the app's context.
+func (pi *ProcInspector) Listed(pid int) (listed, known bool) {
+	_, listed, known = pi.nvmlFor(pid)
+	return listed, known
+}
+
+// nvmlFor reads pid from NVML's process lists, re-read when older than
+// nvmlMaxAge, or than nvmlMissAge where pid is not in them; ok is false
+// without NVML or when its last reading failed.
+func (pi *ProcInspector) nvmlFor(pid int) (gs []policy.GPU, listed, ok bool) {
+	if pi.GPU == nil {
+		return nil, false, false
+	}
+	pi.mu.Lock()
+	defer pi.mu.Unlock()
+	if time.Since(pi.nvmlAt) > nvmlMaxAge {
+		pi.refreshNVML()
+	}
+	if _, in := pi.nvml[pid]; !in && time.Since(pi.nvmlAt) > nvmlMissAge {
+		pi.refreshNVML()
+	}
+	gs, listed = pi.nvml[pid]
+	return gs, listed, pi.nvmlOK
 }
 
 func (pi *ProcInspector) refreshNVML() {

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"os"
 	"testing"
 	"time"
@@ -26,5 +27,38 @@ func TestGPUsRereadNVMLForANewProcess(t *testing.T) {
 	gs := pi.gpus(pid)
 	if len(gs) != 1 || gs[0] != (policy.GPU{Index: 1, UUID: "GPU-b"}) {
 		t.Fatalf("gpus = %v, want GPU 1 from NVML", gs)
+	}
+}
+
+// TestListedFromNVML: Listed is NVML's compute process lists, over every
+// GPU; unknown without NVML or when NVML fails.
+func TestListedFromNVML(t *testing.T) {
+	listedOn := func(pids ...int) *gpu.Mock {
+		m := &gpu.Mock{DeviceList: []gpu.Device{{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b"}}}
+		for _, pid := range pids {
+			m.DeviceList[1].Processes = append(m.DeviceList[1].Processes, gpu.Process{PID: pid})
+		}
+		return m
+	}
+	tests := []struct {
+		name              string
+		gpu               gpu.Info
+		pid               int
+		listed, wantKnown bool
+	}{
+		{"listed", listedOn(100, 200), 200, true, true},
+		{"not listed", listedOn(100), 50, false, true},
+		{"no process on any GPU", listedOn(), 50, false, true},
+		{"NVML fails", &gpu.Mock{DevicesErr: errors.New("gpu is lost")}, 100, false, false},
+		{"no NVML", nil, 100, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pi := &ProcInspector{GPU: tt.gpu}
+			listed, known := pi.Listed(tt.pid)
+			if listed != tt.listed || known != tt.wantKnown {
+				t.Errorf("Listed(%d) = %v, %v; want %v, %v", tt.pid, listed, known, tt.listed, tt.wantKnown)
+			}
+		})
 	}
 }

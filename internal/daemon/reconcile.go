@@ -26,6 +26,10 @@ type Inspector interface {
 	// Alive says whether pid exists, without reading its attributes: the
 	// periodic checks for exited processes run it on every pid held.
 	Alive(pid int) bool
+	// Listed says whether the driver lists pid as a GPU's compute
+	// process (NVML: RM's record of the process that allocated each
+	// client); known is false where that cannot be read.
+	Listed(pid int) (listed, known bool)
 }
 
 // Options tune the reconciler.
@@ -723,8 +727,9 @@ func (r *Reconciler) Adopt(pid int, groups []GroupID) {
 // handed a duplicate (pidfd_getfd, SCM_RIGHTS), so reading its groups
 // through its descriptors finds the parent's. A group belongs to the
 // process whose allocation of it was traced; failing that (made before
-// tracing, or in the scan mode), to the process that has held it from the
-// earliest start. heldElsewhere says another known process owns id so;
+// tracing, or in the scan mode), to the one of its holders the driver
+// lists as a compute process where just one is, else to the one that
+// started first. heldElsewhere says another known process owns id so;
 // takeOver takes id from the others (and forgets one that holds no other
 // group).
 func (r *Reconciler) heldElsewhere(p *proc, id GroupID) bool {
@@ -732,16 +737,30 @@ func (r *Reconciler) heldElsewhere(p *proc, id GroupID) bool {
 		return false
 	}
 	for _, q := range r.procs {
-		if g := q.groups[id]; q != p && g != nil && (g.created || p.start == 0 || q.start == 0 || q.start <= p.start) {
+		if g := q.groups[id]; q != p && g != nil && (g.created || r.ownsBefore(q, p)) {
 			return true
 		}
 	}
 	return false
 }
 
-// claim gives p group id unless a process that started earlier holds it
-// (false); one that started later gives it up, with what was first read of
-// it (for restore).
+// ownsBefore says q's claim to a group that both q and p hold, and whose
+// allocation neither was traced making, comes before p's. RM records the
+// process that allocated a client, and NVML lists that process alone
+// among those holding the client's file, unless another made a context of
+// its own; then the one that started first owns it.
+func (r *Reconciler) ownsBefore(q, p *proc) bool {
+	lq, kq := r.inspect.Listed(q.pid)
+	lp, kp := r.inspect.Listed(p.pid)
+	if kq && kp && lq != lp {
+		return lq
+	}
+	return p.start == 0 || q.start == 0 || q.start <= p.start
+}
+
+// claim gives p group id unless a process with the prior claim holds it
+// (false; heldElsewhere); one whose claim comes after gives it up, with
+// what was first read of it (for restore).
 func (r *Reconciler) claim(p *proc, id GroupID) bool {
 	if r.heldElsewhere(p, id) {
 		return false

@@ -55,6 +55,23 @@ func (f fakeInspector) Alive(pid int) bool {
 	return ok
 }
 
+// Listed: the fake has no NVML.
+func (f fakeInspector) Listed(int) (bool, bool) { return false, false }
+
+// driverInspector adds the fake driver's compute processes (what NVML
+// would list) to a fakeInspector.
+type driverInspector struct {
+	fakeInspector
+	drv *rmfake.Driver
+	// notYet: pids NVML does not list yet (it lists a new context ~80 ms
+	// after its groups appear).
+	notYet map[int]bool
+}
+
+func (d driverInspector) Listed(pid int) (bool, bool) {
+	return !d.notYet[pid] && slices.Contains(d.drv.ComputeProcesses(), pid), true
+}
+
 func testLog(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
@@ -593,6 +610,84 @@ func TestForkedChildDoesNotTakeItsParentsGroups(t *testing.T) {
 				t.Errorf("child first %v: group %v restored to %dus, want libcuda's 2048/1024", childFirst, x.Handle, us)
 			}
 		}
+	}
+}
+
+// TestUntracedGroupsBelongToTheirMaker: where no allocation was traced
+// (groups made before gpreemptd started, or the scan mode), a process
+// that started before a GPU app and holds duplicates of its files (a
+// monitoring agent) reaches the app's groups through them. NVML lists the
+// process that allocated a client, not those holding its file, so the
+// groups stay the app's, classed by its rule, whatever order the scans
+// come in; the agent holds none. Before NVML lists the app the earliest
+// start decides, and the app takes its groups at the first scan after.
+// Without NVML the earliest start decides.
+func TestUntracedGroupsBelongToTheirMaker(t *testing.T) {
+	const pol = "default: none\nrules:\n  - {name: agent, match: {comm: agent}, class: be}\n  - {name: server, match: {comm: server}, class: lc}\n"
+	tests := []struct {
+		name       string
+		nvml       bool
+		agentFirst bool
+		// listedLate: NVML does not list the app at the first scan.
+		listedLate bool
+		wantOwner  int
+	}{
+		{"app scanned first", true, false, false, 100},
+		{"agent scanned first", true, true, false, 100},
+		{"app listed after the first scan", true, true, true, 100},
+		{"no NVML: the earliest start", false, false, false, 50},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newRig(t, pol)
+			insp := driverInspector{g.insp, g.drv, map[int]bool{}}
+			if tt.nvml {
+				g.rec.inspect = insp
+			}
+			// The agent, pid 50, started before the app (fakeInspector).
+			g.insp[50] = policy.Process{Comm: "agent", UID: 0}
+			g.insp[100] = policy.Process{Comm: "server", UID: 1000}
+			if _, err := g.drv.Replay(g.drv.NewProc(100), g.allocs); err != nil {
+				t.Fatal(err)
+			}
+			g.drv.GetFDs(100, 50)
+			insp.notYet[100] = tt.listedLate
+			order := []int{100, 50}
+			if tt.agentFirst {
+				order = []int{50, 100}
+			}
+			for _, pid := range order {
+				g.scan(pid)
+			}
+			g.tick(g.now + time.Second)
+			delete(insp.notYet, 100)
+			for range 2 { // the next resyncs
+				for _, pid := range order {
+					g.scan(pid)
+				}
+				g.tick(g.now + time.Second)
+			}
+			want := map[int]class.Name{100: class.LC, 50: class.BE}[tt.wantOwner]
+			level := map[class.Name]tsg.Level{class.LC: tsg.LevelHigh, class.BE: tsg.LevelLow}[want]
+			us := map[class.Name]uint64{class.LC: 5000000, class.BE: 200}[want]
+			g.wantAll(100, us, level)
+			if refs := g.rec.InClass(want); len(refs) != 1 || refs[0].PID != tt.wantOwner {
+				t.Errorf("%s processes %+v, want pid %d alone", want, refs, tt.wantOwner)
+			}
+			if known := g.rec.Known(); !slices.Equal(known, []int{tt.wantOwner}) {
+				t.Errorf("known %v, want the owner alone", known)
+			}
+			// Shutdown puts back what libcuda set, whoever held the
+			// groups first.
+			if _, err := g.rec.RestoreAll(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			for _, x := range g.groups(100) {
+				if us := uint64(x.Timeslice); us != 2048 && us != 1024 {
+					t.Errorf("group %v restored to %dus, want libcuda's 2048/1024", x.Handle, us)
+				}
+			}
+		})
 	}
 }
 

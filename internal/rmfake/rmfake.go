@@ -72,8 +72,13 @@ type object struct {
 }
 
 type client struct {
-	handle  ioctl.Handle
-	file    *file
+	handle ioctl.Handle
+	file   *file
+	// procID is the process that allocated the client (RM's
+	// RmClient.ProcID): the pid of the descriptor it was made through, 0
+	// for the caller's own files. It does not change when the file is
+	// handed on or the process forks.
+	procID  int
 	objects map[ioctl.Handle]*object
 }
 
@@ -257,6 +262,31 @@ func (d *Driver) Clients() []ioctl.Handle {
 	return out
 }
 
+// ComputeProcesses lists, sorted, the processes NVML reports as a GPU's
+// compute processes: RM's NV2080_CTRL_CMD_GPU_GET_PIDS answers with the
+// pid each client was allocated by (gpuGetProcWithObject), for the
+// clients holding a compute object, whichever processes hold the client's
+// file now. A process handed a duplicate of the file, or forked from its
+// maker, is not listed for it.
+func (d *Driver) ComputeProcesses() []int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var pids []int
+	for _, c := range d.clients {
+		if c.procID == 0 || slices.Contains(pids, c.procID) {
+			continue
+		}
+		for _, o := range c.objects {
+			if ioctl.IsComputeClass(o.class) {
+				pids = append(pids, c.procID)
+				break
+			}
+		}
+	}
+	slices.Sort(pids)
+	return pids
+}
+
 // newFile opens a file with one reference, its opener's descriptor.
 func (d *Driver) newFile(ctl bool) *file {
 	d.nextFile++
@@ -363,6 +393,9 @@ func (x *FD) Alloc(hClient, parent, h ioctl.Handle, class uint32, params []byte)
 			return 0, ioctl.NV_ERR_INSERT_DUPLICATE_NAME.Err(op)
 		}
 		c := &client{handle: h, file: x.f.owner(), objects: map[ioctl.Handle]*object{}}
+		if x.proc != nil {
+			c.procID = x.proc.PID
+		}
 		c.objects[h] = &object{handle: h, class: ioctl.NV01_ROOT_CLIENT}
 		d.clients[h] = c
 		// RM writes the handle it chose back into the allocation

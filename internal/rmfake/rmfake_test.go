@@ -3,6 +3,7 @@ package rmfake
 import (
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -232,5 +233,70 @@ func TestDuplicateOutlivesProcess(t *testing.T) {
 	}
 	if c := d.Clients(); len(c) != 0 {
 		t.Errorf("clients %v left after the last reference closed", c)
+	}
+}
+
+// TestComputeProcessesAreTheMakers: NVML's compute processes are RM's
+// record of who allocated each client with a compute object, not who holds
+// its file: a fork or a process handed a duplicate is not listed for the
+// maker's clients; one with a context of its own is; a maker that exited
+// while a duplicate keeps its clients alive still is (RM keeps the pid).
+func TestComputeProcessesAreTheMakers(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(d *Driver)
+		want  []int
+	}{
+		{"one context", func(d *Driver) {}, []int{100}},
+		{"forked after its context", func(d *Driver) { d.Fork(100, 101) }, []int{100}},
+		{"handed the file", func(d *Driver) { d.GetFDs(100, 50) }, []int{100}},
+		{"handed the file, with a context of its own", func(d *Driver) {
+			d.GetFDs(100, 50)
+			replay(t, d, 50, 20) // its own at a free descriptor
+		}, []int{50, 100}},
+		{"maker exited, a duplicate open", func(d *Driver) {
+			attach(t, d, 100, 8)
+			d.Exit(100)
+		}, []int{100}},
+		{"maker exited", func(d *Driver) { d.Exit(100) }, nil},
+		{"no compute object: the caller's own client", func(d *Driver) {
+			dev, err := d.Host().OpenControl()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := dev.Alloc(0, 0, 0, ioctl.NV01_ROOT_CLIENT, nil); err != nil {
+				t.Fatal(err)
+			}
+		}, []int{100}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := New()
+			replay(t, d, 100, 0)
+			tt.setup(d)
+			if got := d.ComputeProcesses(); !slices.Equal(got, tt.want) {
+				t.Errorf("compute processes %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// replay makes a context in pid from the real trace, its descriptors
+// moved up by shift.
+func replay(t *testing.T, d *Driver, pid, shift int) {
+	t.Helper()
+	trace, err := ParseTraceFile(tracePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range trace {
+		trace[i].FD += shift
+	}
+	p := d.Proc(pid)
+	if p == nil {
+		p = d.NewProc(pid)
+	}
+	if _, err := d.Replay(p, trace); err != nil {
+		t.Fatal(err)
 	}
 }
