@@ -3,6 +3,7 @@ package daemon
 import (
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -140,6 +141,9 @@ func (m *Metrics) pushStats(s HintStats, comm string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	pid := strconv.Itoa(s.PID)
+	// A process names itself (prctl PR_SET_NAME takes any bytes); a label
+	// value must be UTF-8, or the Prometheus client panics.
+	comm = strings.ToValidUTF8(comm, "\uFFFD")
 	if m.pushed == nil {
 		m.pushed = map[int]string{}
 	}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"testing"
@@ -726,4 +727,33 @@ func TestHandedFileDoesNotTakeTheGroups(t *testing.T) {
 			t.Errorf("agent first %v: lc processes %+v, want the app", agentFirst, refs)
 		}
 	}
+}
+
+// gaugeValue is the gauge name's value in the series whose labels include
+// every one of labels (NaN when there is none).
+func gaugeValue(t testing.TB, m *Metrics, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, x := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range x.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue series
+				}
+			}
+			return x.GetGauge().GetValue()
+		}
+	}
+	return math.NaN()
 }

@@ -302,8 +302,12 @@ func (a *API) peerAndBody(w http.ResponseWriter, r *http.Request) (Peer, []byte,
 		return peer, nil, false
 	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
-	if err != nil {
+	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
 		writeErr(w, http.StatusRequestEntityTooLarge, "body larger than %d bytes", MaxBody)
+		return peer, nil, false
+	}
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, "reading the body: %v", err)
 		return peer, nil, false
 	}
 	return peer, b, true

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -316,5 +317,65 @@ func TestBodyIsOneObject(t *testing.T) {
 	}
 	if _, _, err := ParseStats([]byte(" {} ")); err != nil {
 		t.Errorf("stats {}: %v", err)
+	}
+}
+
+// TestSLOStatusSharesNothing: GET /v1/status encodes a Status copy without
+// the loop's lock while pushes write engine states; a map shared between
+// the two killed the daemon ("concurrent map iteration and map write").
+func TestSLOStatusSharesNothing(t *testing.T) {
+	pol, err := policy.Parse([]byte(testPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := NewReconciler(pol, nopController{}, fakeInspector{}, NewMetrics(nil), Options{}, nil)
+	l := NewSLOLoop(rec, NewMetrics(nil), nil)
+	l.Push(1, HintStats{Stats: client.Stats{Engine: &EngineState{Prepreempt: true}}})
+	snap := l.Status()
+	l.Push(2, HintStats{Stats: client.Stats{Engine: &EngineState{Prepreempt: true}}})
+	if len(snap.Engines) != 1 {
+		t.Errorf("a status read before a push holds %d engines after it, want 1: the copy shares the loop's map", len(snap.Engines))
+	}
+}
+
+// TestAPIBodyErrors: a body over MaxBody is 413; one that cannot be read
+// otherwise (broken chunked encoding) is a 400 saying why.
+func TestAPIBodyErrors(t *testing.T) {
+	a := newAPIRig(t)
+	a.peer = &Peer{PID: os.Getpid(), UID: 1000}
+	if code, body := a.do("POST", "/v1/stats", `{"requests":1,"x":"`+strings.Repeat("a", MaxBody)+`"}`); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("oversized body: %d %s", code, body)
+	}
+	c, err := net.Dial("unix", a.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "POST /v1/stats HTTP/1.1\r\nHost: d\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "reading the body") {
+		t.Errorf("broken chunked body: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestAPIPushFromAnyName: a process may name itself with bytes that are
+// not UTF-8 (prctl PR_SET_NAME); its push is still taken, its metrics
+// labelled with the name made valid.
+func TestAPIPushFromAnyName(t *testing.T) {
+	a := newAPIRig(t)
+	me := os.Getpid()
+	a.insp[me] = policy.Process{Comm: "srv\xff\xfe", UID: 1000}
+	a.peer = &Peer{PID: me, UID: 1000}
+	if code, body := a.do("POST", "/v1/stats", `{"requests":3,"request_latency_us":{"p50":40}}`); code != 200 {
+		t.Fatalf("push: %d %s", code, body)
+	}
+	if v := gaugeValue(t, a.m, "gpreemptd_hint_requests", map[string]string{"pid": strconv.Itoa(me), "comm": "srv\uFFFD"}); v != 3 {
+		t.Errorf("hint requests %v, want 3 under the name made valid", v)
 	}
 }

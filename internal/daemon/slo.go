@@ -267,7 +267,10 @@ func (l *SLOLoop) Status() SLOStatus {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.status
+	// The caller reads the copy without the lock (GET /v1/status encodes
+	// it) while pushes write the loop's: nothing of it may be shared.
 	s.LC = slices.Clone(s.LC)
+	s.Engines = maps.Clone(s.Engines)
 	return s
 }
 
