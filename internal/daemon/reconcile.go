@@ -387,18 +387,18 @@ func (r *Reconciler) refresh(p *proc) bool {
 
 // classify decides p's class and applies it to every group that does not
 // hold it yet.
-func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, force bool) {
+func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, force bool) error {
 	measure, lastSetup := p.measure, p.lastSetup
 	p.pending, p.measure = false, false
 	if !r.refresh(p) {
-		return
+		return fmt.Errorf("pid %d: %w", p.pid, ErrGone)
 	}
 	if len(p.info.GPUs) == 0 && p.override == nil && r.pol.NeedsGPU(p.info) && p.gpuWaits < maxGPUWaits {
 		p.gpuWaits++
 		p.pending, p.measure, p.lastSetup = true, measure, lastSetup
 		p.deadline = now + gpuWait
 		r.poke()
-		return
+		return nil
 	}
 	d := r.decide(p)
 	p.decision = d
@@ -407,7 +407,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 		s, err := r.settings(d.Spec)
 		if err != nil { // the policy checked this; a request was checked too
 			r.log.Error("no settings for class", "pid", p.pid, "class", d.Spec, "err", err)
-			return
+			return err
 		}
 		want = s
 	}
@@ -422,7 +422,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 				g.classed = true
 			}
 			r.log.Debug("left alone", "pid", p.pid, "comm", p.info.Comm, "rule", d.Rule)
-			return
+			return nil
 		}
 	}
 	pick := func(gs GroupState) (tsg.Settings, bool) {
@@ -459,7 +459,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 			p.deadline = now + (50*time.Millisecond)<<(p.failures-1)
 			r.poke()
 		}
-		return
+		return err
 	}
 	p.failures = 0
 	n := 0
@@ -480,7 +480,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 	}
 	if d.Exempt {
 		r.log.Debug("left alone", "pid", p.pid, "comm", p.info.Comm, "rule", d.Rule)
-		return
+		return nil
 	}
 	// Time to classed: from the last setup event to the end of the
 	// apply, on the events' clock (CLOCK_MONOTONIC).
@@ -489,7 +489,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 		// Every group held its class already (a late setup event):
 		// nothing was classed now.
 		r.log.Debug("class held", "pid", p.pid, "class", d.Spec.String(), "groups", len(states))
-		return
+		return nil
 	}
 	if measure {
 		r.metrics.classed.Observe(took.Seconds())
@@ -499,6 +499,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 	if r.opts.OnClassed != nil && n > 0 {
 		r.opts.OnClassed(p.pid, d, states)
 	}
+	return nil
 }
 
 // apply runs one attach-apply-read-back operation on p and syncs p's
@@ -669,6 +670,7 @@ func (r *Reconciler) Request(ctx context.Context, pid int, spec class.Spec) (int
 	if !r.refresh(p) {
 		return 0, fmt.Errorf("pid %d: %w", pid, ErrGone)
 	}
+	prev, prevDecision := p.override, p.decision
 	p.override = &spec
 	if len(p.groups) == 0 {
 		// Its groups may exist from before tracing; look.
@@ -683,7 +685,14 @@ func (r *Reconciler) Request(ctx context.Context, pid int, spec class.Spec) (int
 	if len(p.groups) == 0 {
 		return 0, nil // classed when its context appears
 	}
-	r.classify(ctx, p, r.Now(), false)
+	if err := r.classify(ctx, p, r.Now(), false); err != nil {
+		// All or nothing: the groups hold what they held (Apply put
+		// back any it had changed), and so does p's class.
+		if r.procs[pid] == p {
+			p.override, p.decision = prev, prevDecision
+		}
+		return 0, err
+	}
 	n := 0
 	for _, g := range p.groups {
 		if g.applied != nil {

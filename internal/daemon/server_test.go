@@ -19,7 +19,9 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/rmfake"
 	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
@@ -378,4 +380,38 @@ func TestAPIPushFromAnyName(t *testing.T) {
 	if v := gaugeValue(t, a.m, "gpreemptd_hint_requests", map[string]string{"pid": strconv.Itoa(me), "comm": "srv\uFFFD"}); v != 3 {
 		t.Errorf("hint requests %v, want 3 under the name made valid", v)
 	}
+}
+
+// TestAPIClassFailedApplyChangesNothing: a request whose apply fails (RM
+// refuses a SET mid-way) is an error to the caller, its groups hold the
+// class they held (the apply is all or nothing), and so does the process,
+// as /v1/processes shows; a retry later keeps it so.
+func TestAPIClassFailedApplyChangesNothing(t *testing.T) {
+	a := newAPIRig(t)
+	me := os.Getpid()
+	last := a.start(me, policy.Process{Comm: "server", UID: 1000})
+	a.tick(last + 30*time.Millisecond)
+	a.peer = &Peer{PID: me, UID: 1000}
+	if code, body := a.do("POST", "/v1/class", `{"class":"be"}`); code != 200 {
+		t.Fatalf("be: %d %s", code, body)
+	}
+	a.wantAll(me, 200, tsg.LevelLow)
+	compute := a.groups(me)[0]
+	a.drv.AddFault(&rmfake.Fault{Cmd: ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, Object: compute.Handle, Nth: 1, Status: ioctl.NV_ERR_INVALID_STATE})
+	code, body := a.do("POST", "/v1/class", `{"class":"lc"}`)
+	if code != http.StatusInternalServerError || !strings.Contains(body, "NV_ERR_INVALID_STATE") {
+		t.Errorf("lc with RM refusing a SET: %d %s, want 500 naming the refusal", code, body)
+	}
+	check := func(when string) {
+		t.Helper()
+		a.wantAll(me, 200, tsg.LevelLow)
+		if _, procs := a.do("GET", "/v1/processes", ""); !strings.Contains(procs, `"class": "be"`) || strings.Contains(procs, `"class": "lc"`) {
+			t.Errorf("%s: /v1/processes %s, want the process still be", when, procs)
+		}
+	}
+	check("after the failed request")
+	for range 6 { // the bounded retries of the failed classing
+		a.tick(a.now + time.Second)
+	}
+	check("after the retries")
 }
