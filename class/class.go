@@ -79,6 +79,17 @@ func (n Name) Rank() int {
 // most burstable may ask for burstable or be, not lc.
 func (n Name) AtMost(limit Name) bool { return n.Rank() >= 0 && n.Rank() <= limit.Rank() }
 
+// Above is the class ranked just above n; false for lc (and an unknown
+// name).
+func (n Name) Above() (Name, bool) {
+	for _, m := range Names {
+		if m.Rank() == n.Rank()+1 && n.Rank() >= 0 {
+			return m, true
+		}
+	}
+	return "", false
+}
+
 func (n Name) String() string { return string(n) }
 
 // UnmarshalText parses a name, so configuration and JSON requests are

@@ -205,3 +205,14 @@ func TestParseSliceOverhead(t *testing.T) {
 		}
 	}
 }
+
+func TestAbove(t *testing.T) {
+	for _, tc := range []struct {
+		n, want Name
+		ok      bool
+	}{{BE, Burstable, true}, {Burstable, LC, true}, {LC, "", false}, {"nope", "", false}} {
+		if got, ok := tc.n.Above(); got != tc.want || ok != tc.ok {
+			t.Errorf("%q.Above() = %q, %v; want %q, %v", tc.n, got, ok, tc.want, tc.ok)
+		}
+	}
+}

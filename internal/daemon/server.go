@@ -359,6 +359,11 @@ func (a *API) class(w http.ResponseWriter, r *http.Request) {
 			refuse(fmt.Sprintf("class %s is above what the policy allows uid %d in cgroup %q (%s)", sp.Name, info.UID, info.Cgroup, m))
 			return
 		}
+		if w := pol.MaxRequestWeight(sp.Name, max); sp.Weight > w {
+			above, _ := max.Above()
+			refuse(fmt.Sprintf("class %s: weight %d is above what the policy allows uid %d in cgroup %q (%s: weight %d at most, the longest timeslice under %s's)", sp, sp.Weight, info.UID, info.Cgroup, sp.Name, w, above))
+			return
+		}
 	}
 	n, err := a.Rec.Request(r.Context(), req.PID, sp)
 	if err != nil {

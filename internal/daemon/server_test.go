@@ -415,3 +415,33 @@ func TestAPIClassFailedApplyChangesNothing(t *testing.T) {
 	}
 	check("after the retries")
 }
+
+// TestAPIWeightWithinLimit: a weight does not buy what a class above the
+// limit gives: a uid allowed be at most may ask for be weights whose
+// timeslice stays under burstable's 2 ms (20 us + 10 x 180 us = 1820 us),
+// not be:11 (2000 us) or be:1000 (180 ms); its class is left as it was.
+// class_from_env is capped the same way.
+func TestAPIWeightWithinLimit(t *testing.T) {
+	a := newAPIRig(t)
+	me := os.Getpid()
+	last := a.start(me, policy.Process{Comm: "server", UID: 2000})
+	a.tick(last + 30*time.Millisecond)
+	a.peer = &Peer{PID: me, UID: 2000} // testPolicy's default_max: be
+	tests := []struct {
+		class  string
+		code   int
+		wantUs uint64
+	}{
+		{"be:10", 200, 1820},
+		{"be:11", 403, 1820},
+		{"be:1000", 403, 1820},
+		{"be", 200, 200},
+	}
+	for _, tt := range tests {
+		code, body := a.do("POST", "/v1/class", `{"class":"`+tt.class+`"}`)
+		if code != tt.code || (code == 403 && !strings.Contains(body, "weight 10 at most")) {
+			t.Errorf("%s: %d %s, want %d", tt.class, code, body, tt.code)
+		}
+		a.wantAll(me, tt.wantUs, tsg.LevelLow)
+	}
+}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"path"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -129,6 +130,7 @@ func (pol *Policy) ruleDecision(r Rule, p Process) (Decision, bool) {
 						if !sp.Name.AtMost(max) {
 							sp.Name = max
 						}
+						sp.Weight = min(sp.Weight, pol.MaxRequestWeight(sp.Name, max))
 						return Decision{Spec: sp, Rule: r.Name, FromEnv: true}, true
 					}
 				}
@@ -139,6 +141,33 @@ func (pol *Policy) ruleDecision(r Rule, p Process) (Decision, bool) {
 		}
 	}
 	return r.Decision, true
+}
+
+// MaxRequestWeight is the highest weight of class n that a process whose
+// requests are limited to limit may hold (by request or class_from_env): a
+// weight whose timeslice stays under one unit of the class above max, so
+// that no weight buys what a class above the limit gives (be:1000
+// is 180 ms, where burstable is 2 ms). Under an lc limit, any weight; a
+// weight of 1 is always allowed.
+func (pol *Policy) MaxRequestWeight(n, limit class.Name) int {
+	above, ok := limit.Above()
+	if !ok {
+		return class.MaxWeight
+	}
+	c, err1 := pol.Classes.Get(n)
+	a, err2 := pol.Classes.Get(above)
+	if err1 != nil || err2 != nil {
+		return class.MaxWeight // the policy checked its table
+	}
+	under, err := a.TimesliceFor(1)
+	if err != nil {
+		return class.MaxWeight
+	}
+	w := sort.Search(class.MaxWeight, func(i int) bool {
+		ts, err := c.TimesliceFor(i + 1)
+		return err != nil || ts >= under
+	}) // weights 1..w are under it
+	return max(w, 1)
 }
 
 // MaxRequest is the highest class p may ask for ("" for none): the first

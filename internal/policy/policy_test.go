@@ -151,6 +151,9 @@ requests:
 		{"env lc allowed", Process{UID: 1000, Env: map[string]string{"GPREEMPT_CLASS": "lc"}}, "lc", "env"},
 		{"env lc capped", Process{UID: 1001, Env: map[string]string{"GPREEMPT_CLASS": "lc"}}, "be", "env"},
 		{"env weight", Process{UID: 1000, Env: map[string]string{"GPREEMPT_CLASS": "be:4"}}, "be:4", "env"},
+		{"env weight under an lc limit", Process{UID: 1000, Env: map[string]string{"GPREEMPT_CLASS": "be:1000"}}, "be:1000", "env"},
+		{"env weight capped under burstable's timeslice", Process{UID: 1001, Env: map[string]string{"GPREEMPT_CLASS": "be:1000"}}, "be:10", "env"},
+		{"env class capped, weight kept", Process{UID: 1001, Env: map[string]string{"GPREEMPT_CLASS": "burstable:3"}}, "be:3", "env"},
 		{"env junk falls through", Process{Comm: "train1", Cgroup: "/system.slice/t", Env: map[string]string{"GPREEMPT_CLASS": "junk"}}, "be:3", "trainer"},
 		{"env with no rights", Process{Cgroup: "/nope/a", Env: map[string]string{"GPREEMPT_CLASS": "be"}}, "none", "default"},
 		{"comm and cgroup", Process{Comm: "train1", Cgroup: "/system.slice/t"}, "be:3", "trainer"},
@@ -465,5 +468,34 @@ slo: {enabled: true}
 	}
 	if _, ok := pol.Objective(pol.Decide(Process{Comm: "svc"})); ok {
 		t.Error("the be fallback has an objective")
+	}
+}
+
+// TestMaxRequestWeight: a weight's timeslice stays under one unit of the
+// class above the limit (slice overhead 20 us: be w is 20 + 180w us).
+func TestMaxRequestWeight(t *testing.T) {
+	p, err := Parse([]byte("classes:\n  burstable: {timeslice: 1ms}\n  be: {timeslice: 1ms}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, err := Parse([]byte("default: none\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		pol      *Policy
+		n, limit class.Name
+		want     int
+	}{
+		{def, class.BE, class.BE, 10},                 // 1820 us < 2 ms
+		{def, class.BE, class.Burstable, 1000},        // 180 ms < 5 s
+		{def, class.Burstable, class.Burstable, 1000}, // 1.98 s < 5 s
+		{def, class.BE, class.LC, class.MaxWeight},    // no class above lc
+		{def, class.LC, class.LC, class.MaxWeight},    // lc's own weights fail tsg's bound, not this one
+		{p, class.BE, class.BE, 1},                    // be 1 ms is not under burstable 1 ms: weight 1 still
+	} {
+		if got := tc.pol.MaxRequestWeight(tc.n, tc.limit); got != tc.want {
+			t.Errorf("MaxRequestWeight(%s, limit %s) = %d, want %d", tc.n, tc.limit, got, tc.want)
+		}
 	}
 }
