@@ -659,8 +659,10 @@ var ErrForbidden = errors.New("forbidden")
 
 // Request puts pid in spec at its own request (the caller checked that it
 // is pid asking and that the class is within its limit), classing it now
-// if it has groups. It returns the groups changed.
-func (r *Reconciler) Request(ctx context.Context, pid int, spec class.Spec) (int, error) {
+// if it has groups. start, when not 0, is the start time the caller
+// checked: a process that has pid now and started otherwise is not the
+// one that asked (ErrGone). It returns the groups changed.
+func (r *Reconciler) Request(ctx context.Context, pid int, start uint64, spec class.Spec) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, err := r.settings(spec); err != nil {
@@ -669,6 +671,9 @@ func (r *Reconciler) Request(ctx context.Context, pid int, spec class.Spec) (int
 	p := r.ensure(pid)
 	if !r.refresh(p) {
 		return 0, fmt.Errorf("pid %d: %w", pid, ErrGone)
+	}
+	if start != 0 && p.start != start {
+		return 0, fmt.Errorf("pid %d: %w (the process that asked has exited; the pid is another's)", pid, ErrGone)
 	}
 	prev, prevDecision := p.override, p.decision
 	p.override = &spec

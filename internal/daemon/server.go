@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"os/user"
 	"strconv"
 	"time"
@@ -69,9 +68,25 @@ func (a *API) Server() *http.Server {
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(a.Log.Handler(), slog.LevelDebug),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, connKey{}, c)
+			return context.WithValue(context.WithValue(ctx, connKey{}, c), acceptedKey{}, bootTicks())
 		},
 	}
+}
+
+// acceptedKey holds when the connection was accepted, in bootTicks.
+type acceptedKey struct{}
+
+// samePeer says whether the peer's pid still names the process that
+// connected, the process now holding it having started at start (see
+// samePeer). A request served without a socket (tests') has nothing to
+// check.
+func (a *API) samePeer(r *http.Request, start uint64) error {
+	c, ok := r.Context().Value(connKey{}).(net.Conn)
+	accepted, ok2 := r.Context().Value(acceptedKey{}).(uint64)
+	if !ok || !ok2 {
+		return nil
+	}
+	return samePeer(c, accepted, start)
 }
 
 func (a *API) peer(r *http.Request) (Peer, error) {
@@ -197,16 +212,14 @@ func (a *API) classes(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
-func (a *API) groupsOf(pid int, primary uint32) []uint32 {
+// groupsOf is the peer's gid and supplementary groups as the kernel gave
+// them at connect (SO_PEERGROUPS), never read from /proc by its pid,
+// which may name another process by now.
+func (a *API) groupsOf(peer Peer) []uint32 {
 	if a.Groups != nil {
-		return a.Groups(pid)
+		return a.Groups(peer.PID)
 	}
-	gids := []uint32{primary}
-	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status"); err == nil {
-		_, g, _ := StatusIDs(b)
-		gids = append(gids, g...)
-	}
-	return gids
+	return append([]uint32{peer.GID}, peer.Groups...)
 }
 
 func groupName(gid uint32) string {
@@ -223,7 +236,7 @@ func (a *API) reload(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusForbidden, "cannot identify the peer: %v", err)
 		return
 	}
-	if !a.Rec.Policy().IsAdmin(peer.UID, a.groupsOf(peer.PID, peer.GID), groupName) {
+	if !a.Rec.Policy().IsAdmin(peer.UID, a.groupsOf(peer), groupName) {
 		a.Log.Warn("refused", "request", "reload", "peer_pid", peer.PID, "peer_uid", peer.UID, "why", "not root nor in the policy's admin")
 		writeErr(w, http.StatusForbidden, "reload needs root or the policy's admin uid/group")
 		return
@@ -330,22 +343,30 @@ func (a *API) class(w http.ResponseWriter, r *http.Request) {
 		a.Log.Warn("refused", "request", "class", "peer_pid", peer.PID, "peer_uid", peer.UID, "pid", req.PID, "class", sp.String(), "why", why)
 		writeErr(w, http.StatusForbidden, "%s", why)
 	}
+	// The peer as /proc has it now, and whether that is still the process
+	// that connected.
+	info, start, err := a.Inspect.Process(peer.PID)
+	if err != nil {
+		writeErr(w, http.StatusNotFound, "pid %d: %v", peer.PID, err)
+		return
+	}
+	if err := a.samePeer(r, start); err != nil {
+		refuse(fmt.Sprintf("pid %d: %v", peer.PID, err))
+		return
+	}
 	handled := false
 	if a.PodCheck != nil {
-		var err error
 		if handled, err = a.PodCheck(peer.PID, req.PID, sp.Name); handled && err != nil {
 			refuse(err.Error())
 			return
 		}
 	}
+	if handled && req.PID != peer.PID {
+		start = 0 // another process of the pod: its own start is not known here
+	}
 	if !handled {
 		if req.PID != peer.PID {
 			refuse(fmt.Sprintf("pid %d may ask for its own pid only, not %d", peer.PID, req.PID))
-			return
-		}
-		info, _, err := a.Inspect.Process(peer.PID)
-		if err != nil {
-			writeErr(w, http.StatusNotFound, "pid %d: %v", peer.PID, err)
 			return
 		}
 		info.UID = peer.UID // the kernel's word over /proc's
@@ -365,7 +386,7 @@ func (a *API) class(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	n, err := a.Rec.Request(r.Context(), req.PID, sp)
+	n, err := a.Rec.Request(r.Context(), req.PID, start, sp)
 	if err != nil {
 		switch {
 		case isGone(err):
@@ -444,9 +465,14 @@ func (a *API) stats(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusForbidden, "pid %d may push its own statistics only", peer.PID)
 		return
 	}
-	info, _, err := a.Inspect.Process(peer.PID)
+	info, start, err := a.Inspect.Process(peer.PID)
 	if err != nil {
 		writeErr(w, http.StatusNotFound, "pid %d: %v", peer.PID, err)
+		return
+	}
+	if err := a.samePeer(r, start); err != nil {
+		a.Log.Warn("refused", "request", "stats", "peer_pid", peer.PID, "why", err)
+		writeErr(w, http.StatusForbidden, "pid %d: %v", peer.PID, err)
 		return
 	}
 	if a.Metrics != nil {

@@ -7,11 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -443,5 +446,140 @@ func TestAPIWeightWithinLimit(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d", tt.class, code, body, tt.code)
 		}
 		a.wantAll(me, tt.wantUs, tsg.LevelLow)
+	}
+}
+
+// startsInspector gives chosen pids a start time of their own.
+type startsInspector struct {
+	fakeInspector
+	starts map[int]uint64
+}
+
+func (s startsInspector) Process(pid int) (policy.Process, uint64, error) {
+	p, start, err := s.fakeInspector.Process(pid)
+	if v, ok := s.starts[pid]; ok && err == nil {
+		start = v
+	}
+	return p, start, err
+}
+
+// TestAPIPeerGoneIsRefused: a connection keeps naming its peer's pid after
+// the peer exits. A process that connects, forks and exits leaves a child
+// that speaks with that pid; once another user's LC process has the
+// number, the child's class request and stats push are refused, and the
+// LC keeps its class. Through the real socket: SO_PEERPIDFD where the
+// kernel has it, else the pid's process started after the accept.
+func TestAPIPeerGoneIsRefused(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 to connect, fork and exit")
+	}
+	a := newAPIRig(t)
+	a.api.PeerOf = nil // the kernel's SO_PEERCRED
+	script := `
+import os, socket, sys
+c = socket.socket(socket.AF_UNIX); c.connect(sys.argv[1])
+if os.fork() == 0:
+    for body in (b'{"class":"be"}', b'{"requests":1,"window":{"duration_ms":1000,"requests":50,"latency_us":{"p50":1e6}}}'):
+        sys.stdin.readline()  # the test: the pid is another's now
+        path = b"/v1/class" if b"class" in body else b"/v1/stats"
+        c.sendall(b"POST %s HTTP/1.1\r\nHost: d\r\nContent-Length: %d\r\n\r\n%s" % (path, len(body), body))
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += c.recv(1)
+        n = int([l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")][0].split(b":")[1])
+        rest = b""
+        while len(rest) < n:
+            rest += c.recv(n - len(rest))
+        print(head.split(b" ")[1].decode(), rest.decode().replace("\n", " "), flush=True)
+    os._exit(0)
+print(os.getpid(), flush=True)
+os._exit(0)  # the connector exits at once
+`
+	// Pipes of our own: the child outlives the connector, whose Wait
+	// would close exec's.
+	inR, stdin, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); out.Close() })
+	cmd := exec.Command("python3", "-c", script, a.sock)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
+	err = cmd.Start()
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.SetReadDeadline(time.Now().Add(20 * time.Second))
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() {
+		t.Fatalf("no pid from the connector: %v", lines.Err())
+	}
+	dead, err := strconv.Atoi(lines.Text())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait() // the connector has exited and is reaped: its pid is free
+	// Another user's LC process gets the number (uid 1000 may hold lc),
+	// after the connection was accepted.
+	insp := startsInspector{a.insp, map[int]uint64{dead: bootTicks() + 100}}
+	a.api.Inspect, a.rec.inspect = insp, insp
+	last := a.start(dead, policy.Process{Comm: "victim", UID: 1000, Env: map[string]string{"GPREEMPT_CLASS": "lc"}})
+	a.tick(last + 30*time.Millisecond)
+	a.wantAll(dead, 5000000, tsg.LevelHigh)
+	for _, what := range []string{"class request", "stats push"} {
+		io.WriteString(stdin, "go\n")
+		if !lines.Scan() {
+			t.Fatalf("%s: no answer: %v", what, lines.Err())
+		}
+		if code, body, _ := strings.Cut(lines.Text(), " "); code != "403" || !strings.Contains(body, "the process that connected is gone") {
+			t.Errorf("%s from the exited connector's child: %s %s, want 403", what, code, body)
+		}
+	}
+	a.wantAll(dead, 5000000, tsg.LevelHigh)
+	if v := gaugeValue(t, a.m, "gpreemptd_hint_requests", map[string]string{"pid": strconv.Itoa(dead)}); !math.IsNaN(v) {
+		t.Errorf("the child's push was taken as pid %d's: hint requests %v", dead, v)
+	}
+}
+
+// TestPeerOfGivesTheGroups: the peer's groups come from the kernel at
+// connect (SO_PEERGROUPS), as the admin check of a reload takes them.
+func TestPeerOfGivesTheGroups(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "p.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p, err := PeerOf(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.Getgroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for _, g := range p.Groups {
+		got = append(got, int(g))
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if p.PID != os.Getpid() || int(p.UID) != os.Geteuid() || !slices.Equal(got, want) {
+		t.Errorf("PeerOf = %+v, want pid %d uid %d groups %v", p, os.Getpid(), os.Geteuid(), want)
 	}
 }
