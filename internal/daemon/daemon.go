@@ -290,7 +290,7 @@ func (d *Daemon) listen() error {
 	if err != nil {
 		return fmt.Errorf("socket: %w", err)
 	}
-	d.sock = l
+	d.sock = limitListener(l, MaxConns)
 	// Any local process may connect: what it may do is decided per
 	// request from SO_PEERCRED.
 	if err := os.Chmod(d.cfg.Socket, 0o666); err != nil {

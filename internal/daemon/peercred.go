@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,7 +38,7 @@ func PeerOf(c net.Conn) (Peer, error) {
 
 // control runs f on c's socket.
 func control(c net.Conn, f func(fd int) error) error {
-	uc, ok := c.(*net.UnixConn)
+	uc, ok := c.(syscall.Conn) // a *net.UnixConn, or a limitedConn holding one
 	if !ok {
 		return errors.New("not a unix socket connection")
 	}
@@ -92,4 +94,56 @@ func samePeer(c net.Conn, accepted, start uint64) error {
 		return fmt.Errorf("%w (its pid names a process that started after the connection)", ErrPeerGone)
 	}
 	return nil
+}
+
+// limitListener accepts at most n connections open at once; past that,
+// new ones wait in the listen backlog. Its connections keep the
+// *net.UnixConn they are (PeerOf reads the socket), unlike x/net's
+// netutil.LimitListener, which hides it behind net.Conn.
+func limitListener(l net.Listener, n int) net.Listener {
+	return &limited{Listener: l, slots: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+type limited struct {
+	net.Listener
+	slots     chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *limited) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		<-l.slots // not a unix socket (never, on the daemon's): not counted
+		return c, nil
+	}
+	return &limitedConn{UnixConn: uc, release: func() { <-l.slots }}, nil
+}
+
+func (l *limited) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// limitedConn frees its slot once, at its first Close.
+type limitedConn struct {
+	*net.UnixConn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.UnixConn.Close()
+	c.once.Do(c.release)
+	return err
 }

@@ -134,6 +134,9 @@ type proc struct {
 	// gpuWaits counts the classings put off because a per-GPU rule needs
 	// the process's GPU and NVML did not list it yet.
 	gpuWaits int
+	// lookedAt is when a request last looked for the groups of a
+	// process that had none known (0: never).
+	lookedAt time.Duration
 }
 
 // A new context is listed by NVML a little after its channel groups
@@ -654,6 +657,28 @@ func (r *Reconciler) reapplyDrift(ctx context.Context, p *proc, now time.Duratio
 	r.log.Info("drift re-applied", "pid", p.pid, "comm", p.info.Comm, "groups", len(due))
 }
 
+// lookEvery bounds how often a request from a process without known
+// groups looks for them.
+const lookEvery = time.Second
+
+// holds says whether p asked for spec before and every group of it holds
+// spec's settings as applied, and how many groups that is.
+func (r *Reconciler) holds(p *proc, spec class.Spec) (int, bool) {
+	if p.override == nil || *p.override != spec || len(p.groups) == 0 {
+		return 0, false
+	}
+	want, err := r.settings(spec)
+	if err != nil {
+		return 0, false
+	}
+	for _, g := range p.groups {
+		if !g.classed || g.applied == nil || !sameSettings(*g.applied, want) || g.drifted {
+			return 0, false
+		}
+	}
+	return len(p.groups), true
+}
+
 // ErrForbidden marks a request the policy does not allow.
 var ErrForbidden = errors.New("forbidden")
 
@@ -675,10 +700,19 @@ func (r *Reconciler) Request(ctx context.Context, pid int, start uint64, spec cl
 	if start != 0 && p.start != start {
 		return 0, fmt.Errorf("pid %d: %w (the process that asked has exited; the pid is another's)", pid, ErrGone)
 	}
+	if n, ok := r.holds(p, spec); ok {
+		// Asked again for what it holds: no control call. Requests are
+		// not rate-limited, and each apply holds this lock while it
+		// talks to the driver.
+		return n, nil
+	}
 	prev, prevDecision := p.override, p.decision
 	p.override = &spec
-	if len(p.groups) == 0 {
-		// Its groups may exist from before tracing; look.
+	if now := r.Now(); len(p.groups) == 0 && (p.lookedAt == 0 || now-p.lookedAt >= lookEvery) {
+		// Its groups may exist from before tracing; look (at most once
+		// a second: a process that asks in a loop before its context
+		// exists must not make each ask a scan of its descriptors).
+		p.lookedAt = now
 		if states, err := r.ctl.Groups(ctx, pid); err == nil {
 			for _, gs := range states {
 				if r.claim(p, gs.ID) {

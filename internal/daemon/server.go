@@ -22,6 +22,10 @@ const (
 	MaxBody        = 64 << 10
 	maxHeaderBytes = 16 << 10
 	maxInFlight    = 64
+	// MaxConns bounds the open connections: each holds a descriptor, and
+	// a daemon out of them cannot open the pidfds its work needs. Past it,
+	// new connections wait in the listen backlog.
+	MaxConns = 256
 )
 
 // API serves the daemon's unix-socket API (docs/DAEMON.md).

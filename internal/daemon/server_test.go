@@ -583,3 +583,85 @@ func TestPeerOfGivesTheGroups(t *testing.T) {
 		t.Errorf("PeerOf = %+v, want pid %d uid %d groups %v", p, os.Getpid(), os.Geteuid(), want)
 	}
 }
+
+// TestLimitListener: at most n connections are held open; closing one
+// (twice counts once) frees its slot for the next; closing the listener
+// ends an Accept waiting for a slot. The connections are still unix
+// sockets to PeerOf.
+func TestLimitListener(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "l.sock")
+	inner, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := limitListener(inner, 2).(*limited)
+	var clients []net.Conn
+	for range 4 {
+		c, err := net.Dial("unix", sock) // queued in the backlog
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		clients = append(clients, c)
+	}
+	a, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := PeerOf(a); err != nil || p.PID != os.Getpid() {
+		t.Errorf("PeerOf through the limit: %+v, %v", p, err)
+	}
+	if n := len(l.slots); n != 2 {
+		t.Fatalf("%d slots held after two accepts, want 2", n)
+	}
+	a.Close()
+	a.Close()
+	if n := len(l.slots); n != 1 {
+		t.Fatalf("%d slots held after closing one (twice), want 1", n)
+	}
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waiting := make(chan error, 1)
+	go func() { _, err := l.Accept(); waiting <- err }() // no slot: waits
+	l.Close()
+	if err := <-waiting; !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Accept waiting for a slot at Close: %v, want net.ErrClosed", err)
+	}
+	b.Close()
+}
+
+// TestAPIRepeatedRequestCostsNothing: asking again for the class a process
+// holds makes no control call (requests are not rate-limited, and each
+// apply holds the reconciler while it talks to the driver); one that
+// changes it does.
+func TestAPIRepeatedRequestCostsNothing(t *testing.T) {
+	a := newAPIRig(t)
+	me := os.Getpid()
+	last := a.start(me, policy.Process{Comm: "server", UID: 1000})
+	a.tick(last + 30*time.Millisecond)
+	a.peer = &Peer{PID: me, UID: 1000}
+	reads := func() int { return a.drv.Controls(ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE) }
+	if code, body := a.do("POST", "/v1/class", `{"class":"lc"}`); code != 200 {
+		t.Fatalf("lc: %d %s", code, body)
+	}
+	before := reads()
+	for range 5 {
+		if code, body := a.do("POST", "/v1/class", `{"class":"lc"}`); code != 200 || !strings.Contains(body, `"groups": 4`) {
+			t.Fatalf("lc again: %d %s", code, body)
+		}
+	}
+	if n := reads() - before; n != 0 {
+		t.Errorf("5 repeated requests read %d timeslices, want 0 (no control call)", n)
+	}
+	if code, _ := a.do("POST", "/v1/class", `{"class":"be"}`); code != 200 || reads() == before {
+		t.Errorf("a changed request: %d, %d reads; want 200 and the apply's read-back", code, reads()-before)
+	}
+	a.wantAll(me, 200, tsg.LevelLow)
+}
