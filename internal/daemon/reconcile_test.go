@@ -469,9 +469,7 @@ rules:
   - {name: ranking, match: {comm: "rank*"}, class: lc, objective: "p99<=2ms"}
   - {name: trainer, match: {comm: "train*"}, class: be}
 requests:
-  default_max: be
-  limits:
-    - {match: {comm: "rank*"}, max: lc}
+  default_max: lc
 slo: {enabled: true}
 `)
 	g.tick(g.start(100, policy.Process{Comm: "ranker"}) + time.Second)

@@ -373,7 +373,13 @@ func (a *API) class(w http.ResponseWriter, r *http.Request) {
 			refuse(fmt.Sprintf("pid %d may ask for its own pid only, not %d", peer.PID, req.PID))
 			return
 		}
-		info.UID = peer.UID // the kernel's word over /proc's
+		if info.UID != peer.UID {
+			// The kernel's word over /proc's, and the name with it.
+			info.UID, info.User = peer.UID, ""
+			if u, err := user.LookupId(strconv.FormatUint(uint64(peer.UID), 10)); err == nil {
+				info.User = u.Username
+			}
+		}
 		pol := a.Rec.Policy()
 		max := pol.MaxRequest(info)
 		if max == "" || !sp.Name.AtMost(max) {

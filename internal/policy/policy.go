@@ -919,6 +919,9 @@ func parseRequests(n *yaml.Node) (Requests, error) {
 			}
 			l := Limit{Line: ln.Line}
 			if mn := lf["match"]; mn != nil {
+				if err := limitMatch(mn, f+".match"); err != nil {
+					return rq, err
+				}
 				if l.Match, err = parseMatch(mn, f+".match"); err != nil {
 					return rq, err
 				}
@@ -934,6 +937,24 @@ func parseRequests(n *yaml.Node) (Requests, error) {
 		}
 	}
 	return rq, nil
+}
+
+// selfSet are the match fields a process sets for itself (its name, its
+// executable through exec, its arguments and environment): a limit on
+// them would let any process claim its rights.
+var selfSet = []string{"comm", "exe", "cmdline", "env"}
+
+// limitMatch refuses a request limit that matches on selfSet fields.
+func limitMatch(n *yaml.Node, field string) error {
+	if n.Kind != yaml.MappingNode {
+		return nil // parseMatch says what is wrong
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i]; slices.Contains(selfSet, k.Value) {
+			return fieldErr(k, join(field, k.Value), "a request limit cannot match on what the asking process sets itself (%s); match on uid, user, cgroup or gpu", strings.Join(selfSet, ", "))
+		}
+	}
+	return nil
 }
 
 // maxClass parses a class name or "none" (nothing may be asked for: "").
