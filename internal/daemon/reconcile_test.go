@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/registry"
@@ -409,6 +411,16 @@ func histCount(t testing.TB, m *Metrics, name string) uint64 {
 
 func counter(t testing.TB, m *Metrics, name, label string) float64 {
 	t.Helper()
+	x := series(t, m, name, func(x *dto.Metric) bool {
+		return slices.ContainsFunc(x.GetLabel(), func(l *dto.LabelPair) bool { return l.GetValue() == label })
+	})
+	return x.GetCounter().GetValue() // 0 for none
+}
+
+// series is the first series of metric name that keep accepts (nil:
+// none).
+func series(t testing.TB, m *Metrics, name string, keep func(*dto.Metric) bool) *dto.Metric {
+	t.Helper()
 	mfs, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -418,14 +430,12 @@ func counter(t testing.TB, m *Metrics, name, label string) float64 {
 			continue
 		}
 		for _, x := range mf.GetMetric() {
-			for _, l := range x.GetLabel() {
-				if l.GetValue() == label {
-					return x.GetCounter().GetValue()
-				}
+			if keep(x) {
+				return x
 			}
 		}
 	}
-	return 0
+	return nil
 }
 
 func TestFailedClassingRetriedBounded(t *testing.T) {
@@ -731,27 +741,20 @@ func TestHandedFileDoesNotTakeTheGroups(t *testing.T) {
 // every one of labels (NaN when there is none).
 func gaugeValue(t testing.TB, m *Metrics, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := m.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
+	x := series(t, m, name, func(x *dto.Metric) bool {
+		have := map[string]string{}
+		for _, l := range x.GetLabel() {
+			have[l.GetName()] = l.GetValue()
 		}
-	series:
-		for _, x := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range x.GetLabel() {
-				have[l.GetName()] = l.GetValue()
+		for k, v := range labels {
+			if have[k] != v {
+				return false
 			}
-			for k, v := range labels {
-				if have[k] != v {
-					continue series
-				}
-			}
-			return x.GetGauge().GetValue()
 		}
+		return true
+	})
+	if x == nil {
+		return math.NaN()
 	}
-	return math.NaN()
+	return x.GetGauge().GetValue()
 }
