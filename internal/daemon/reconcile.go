@@ -171,6 +171,11 @@ type group struct {
 	created bool
 }
 
+// appliedIs says whether what the daemon last set on g is want.
+func (g *group) appliedIs(want tsg.Settings) bool {
+	return g.applied != nil && sameSettings(*g.applied, want)
+}
+
 // NewReconciler returns a reconciler with policy pol.
 func NewReconciler(pol *policy.Policy, ctl Controller, inspect Inspector, m *Metrics, opts Options, log *slog.Logger) *Reconciler {
 	if log == nil {
@@ -440,7 +445,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 			}
 			return restoreSettings(*g.original), true
 		}
-		if !force && g.applied != nil && sameSettings(*g.applied, want) && gs.TimesliceUs == uint64(*want.Timeslice/time.Microsecond) {
+		if !force && g.appliedIs(want) && gs.TimesliceUs == uint64(*want.Timeslice/time.Microsecond) {
 			return tsg.Settings{}, false // holds it already
 		}
 		return want, true
@@ -672,7 +677,7 @@ func (r *Reconciler) holds(p *proc, spec class.Spec) (int, bool) {
 		return 0, false
 	}
 	for _, g := range p.groups {
-		if !g.classed || g.applied == nil || !sameSettings(*g.applied, want) || g.drifted {
+		if !g.classed || !g.appliedIs(want) || g.drifted {
 			return 0, false
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/policy"
 )
 
 // Bounds of the socket API: a request is a few hundred bytes.
@@ -91,6 +92,22 @@ func (a *API) samePeer(r *http.Request, start uint64) error {
 		return nil
 	}
 	return samePeer(c, accepted, start)
+}
+
+// peerProcess reads the peer's process as /proc has it now and its start
+// time, answering 404 when it is gone, and refuses (refuse answers) one
+// that is not the process that connected; ok false: answered.
+func (a *API) peerProcess(w http.ResponseWriter, r *http.Request, peer Peer, refuse func(why string)) (policy.Process, uint64, bool) {
+	info, start, err := a.Inspect.Process(peer.PID)
+	if err != nil {
+		writeErr(w, http.StatusNotFound, "pid %d: %v", peer.PID, err)
+		return info, 0, false
+	}
+	if err := a.samePeer(r, start); err != nil {
+		refuse(fmt.Sprintf("pid %d: %v", peer.PID, err))
+		return info, 0, false
+	}
+	return info, start, true
 }
 
 func (a *API) peer(r *http.Request) (Peer, error) {
@@ -349,13 +366,8 @@ func (a *API) class(w http.ResponseWriter, r *http.Request) {
 	}
 	// The peer as /proc has it now, and whether that is still the process
 	// that connected.
-	info, start, err := a.Inspect.Process(peer.PID)
-	if err != nil {
-		writeErr(w, http.StatusNotFound, "pid %d: %v", peer.PID, err)
-		return
-	}
-	if err := a.samePeer(r, start); err != nil {
-		refuse(fmt.Sprintf("pid %d: %v", peer.PID, err))
+	info, start, ok := a.peerProcess(w, r, peer, refuse)
+	if !ok {
 		return
 	}
 	handled := false
@@ -475,14 +487,11 @@ func (a *API) stats(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusForbidden, "pid %d may push its own statistics only", peer.PID)
 		return
 	}
-	info, start, err := a.Inspect.Process(peer.PID)
-	if err != nil {
-		writeErr(w, http.StatusNotFound, "pid %d: %v", peer.PID, err)
-		return
-	}
-	if err := a.samePeer(r, start); err != nil {
-		a.Log.Warn("refused", "request", "stats", "peer_pid", peer.PID, "why", err)
-		writeErr(w, http.StatusForbidden, "pid %d: %v", peer.PID, err)
+	info, _, ok := a.peerProcess(w, r, peer, func(why string) {
+		a.Log.Warn("refused", "request", "stats", "peer_pid", peer.PID, "why", why)
+		writeErr(w, http.StatusForbidden, "%s", why)
+	})
+	if !ok {
 		return
 	}
 	if a.Metrics != nil {
