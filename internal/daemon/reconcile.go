@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/tsg"
+	"golang.org/x/time/rate"
 )
 
 // Inspector reads what the policy matches on from the OS.
@@ -164,8 +166,8 @@ type group struct {
 	// no news (setup delivered late, or libcuda's own SET(2048)).
 	classedAt time.Duration
 	drifted   bool
-	tokens    float64
-	refill    time.Duration
+	// drift bounds re-applies of drift (Options.DriftBurst, DriftRefill).
+	drift *rate.Limiter
 	// created: the group's allocation was traced from this process, so
 	// it is the owner, whoever else holds its file.
 	created bool
@@ -209,7 +211,7 @@ func (r *Reconciler) ensure(pid int) *proc {
 func (r *Reconciler) ensureGroup(p *proc, id GroupID) *group {
 	g := p.groups[id]
 	if g == nil {
-		g = &group{state: GroupState{ID: id, Engine: tsg.EngineUnknown, Interleave: tsg.LevelUnknown}, tokens: float64(r.opts.DriftBurst)}
+		g = &group{state: GroupState{ID: id, Engine: tsg.EngineUnknown, Interleave: tsg.LevelUnknown}, drift: r.driftBucket()}
 		p.groups[id] = g
 	}
 	return g
@@ -293,10 +295,8 @@ func (r *Reconciler) drop(pid int) {
 // scheduleDrift sets when g's drift is re-applied: now if g has a token,
 // else when one refills.
 func (r *Reconciler) scheduleDrift(p *proc, g *group, now time.Duration) {
-	r.refill(g, now)
-	at := now
-	if !hasToken(g) {
-		at = g.refill + time.Duration((1-g.tokens)*float64(r.opts.DriftRefill))
+	at := r.driftDue(g, now)
+	if at > now {
 		r.metrics.drift.WithLabelValues("deferred").Inc()
 	}
 	if p.driftAt == 0 || at < p.driftAt {
@@ -305,15 +305,22 @@ func (r *Reconciler) scheduleDrift(p *proc, g *group, now time.Duration) {
 	r.poke()
 }
 
-func (r *Reconciler) refill(g *group, now time.Duration) {
-	if g.refill == 0 {
-		g.refill = now
-	}
-	if now > g.refill {
-		g.tokens = min(float64(r.opts.DriftBurst), g.tokens+float64(now-g.refill)/float64(r.opts.DriftRefill))
-		g.refill = now
-	}
+func (r *Reconciler) driftBucket() *rate.Limiter {
+	return rate.NewLimiter(rate.Every(r.opts.DriftRefill), r.opts.DriftBurst)
 }
+
+// driftDue is when g may next re-apply drift: now, or when its bucket
+// holds a whole token again.
+func (r *Reconciler) driftDue(g *group, now time.Duration) time.Duration {
+	tokens := g.drift.TokensAt(clockTime(now))
+	if tokens >= 1 {
+		return now
+	}
+	return now + time.Duration(math.Ceil((1-tokens)*float64(r.opts.DriftRefill)))
+}
+
+// clockTime is a time of the events' clock as the token buckets take it.
+func clockTime(d time.Duration) time.Time { return time.Unix(0, int64(d)) }
 
 // Tick does the classing and re-applying that is due at now, and returns
 // when it should be called next (0: nothing scheduled).
@@ -339,10 +346,6 @@ func (r *Reconciler) Tick(ctx context.Context, now time.Duration) time.Duration 
 	}
 	return next
 }
-
-// hasToken tolerates the rounding of a refill computed to land on a whole
-// token.
-func hasToken(g *group) bool { return g.tokens > 1-1e-6 }
 
 func b2d(b bool) time.Duration {
 	if b {
@@ -386,7 +389,7 @@ func (r *Reconciler) refresh(p *proc) bool {
 		r.log.Debug("pid reused", "pid", p.pid)
 		p.override = nil
 		for _, g := range p.groups {
-			*g = group{state: g.state, tokens: float64(r.opts.DriftBurst)}
+			*g = group{state: g.state, drift: r.driftBucket()}
 		}
 	}
 	p.start, p.info = start, info
@@ -631,9 +634,7 @@ func (r *Reconciler) reapplyDrift(ctx context.Context, p *proc, now time.Duratio
 		if !g.drifted || g.applied == nil {
 			continue
 		}
-		r.refill(g, now)
-		if !hasToken(g) {
-			at := g.refill + time.Duration((1-g.tokens)*float64(r.opts.DriftRefill))
+		if at := r.driftDue(g, now); at > now {
 			if p.driftAt == 0 || at < p.driftAt {
 				p.driftAt = at
 			}
@@ -646,7 +647,7 @@ func (r *Reconciler) reapplyDrift(ctx context.Context, p *proc, now time.Duratio
 	}
 	pick := func(gs GroupState) (tsg.Settings, bool) {
 		g := p.groups[gs.ID]
-		if g == nil || !g.drifted || g.applied == nil || !hasToken(g) {
+		if g == nil || !g.drifted || g.applied == nil || r.driftDue(g, now) > now {
 			return tsg.Settings{}, false
 		}
 		return *g.applied, true
@@ -655,7 +656,7 @@ func (r *Reconciler) reapplyDrift(ctx context.Context, p *proc, now time.Duratio
 		return
 	}
 	for _, g := range due {
-		g.tokens = max(0, g.tokens-1)
+		g.drift.AllowN(clockTime(now), 1)
 		g.drifted = false
 		r.metrics.drift.WithLabelValues("reapplied").Inc()
 	}
@@ -691,8 +692,10 @@ var ErrForbidden = errors.New("forbidden")
 // is pid asking and that the class is within its limit), classing it now
 // if it has groups. start, when not 0, is the start time the caller
 // checked: a process that has pid now and started otherwise is not the
-// one that asked (ErrGone). It returns the groups changed.
-func (r *Reconciler) Request(ctx context.Context, pid int, start uint64, spec class.Spec) (int, error) {
+// one that asked (ErrGone). admit, when not nil, is asked before anything
+// changes, unless the process holds spec already: its error refuses the
+// request. It returns the groups changed.
+func (r *Reconciler) Request(ctx context.Context, pid int, start uint64, spec class.Spec, admit func() error) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, err := r.settings(spec); err != nil {
@@ -706,10 +709,15 @@ func (r *Reconciler) Request(ctx context.Context, pid int, start uint64, spec cl
 		return 0, fmt.Errorf("pid %d: %w (the process that asked has exited; the pid is another's)", pid, ErrGone)
 	}
 	if n, ok := r.holds(p, spec); ok {
-		// Asked again for what it holds: no control call. Requests are
-		// not rate-limited, and each apply holds this lock while it
-		// talks to the driver.
+		// Asked again for what it holds: no control call (each apply
+		// holds this lock while it talks to the driver), and nothing
+		// taken from the asker's change limit.
 		return n, nil
+	}
+	if admit != nil {
+		if err := admit(); err != nil {
+			return 0, err
+		}
 	}
 	prev, prevDecision := p.override, p.decision
 	p.override = &spec

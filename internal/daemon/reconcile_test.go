@@ -343,7 +343,7 @@ func TestEnvGPUAndRequest(t *testing.T) {
 
 	// A request for its own pid within the limit: lc for uid 1000.
 	g.insp[200] = policy.Process{Comm: "y", UID: 1000}
-	n, err := g.rec.Request(context.Background(), 200, 0, class.Spec{Name: class.LC, Weight: 1})
+	n, err := g.rec.Request(context.Background(), 200, 0, class.Spec{Name: class.LC, Weight: 1}, nil)
 	if err != nil || n != 4 {
 		t.Fatalf("Request = %d, %v", n, err)
 	}
@@ -493,7 +493,7 @@ slo: {enabled: true}
 		{class.Spec{Name: class.BE, Weight: 1}, "request", false},
 		{class.Spec{Name: class.LC, Weight: 1}, "ranking", true},
 	} {
-		if _, err := g.rec.Request(context.Background(), 100, 0, tc.spec); err != nil {
+		if _, err := g.rec.Request(context.Background(), 100, 0, tc.spec, nil); err != nil {
 			t.Fatal(err)
 		}
 		refs := g.rec.InClass(tc.spec.Name)
@@ -540,7 +540,7 @@ requests: {default_max: be}
 slo: {enabled: true, ladder: [200us, 10ms], safe: 200us}
 `)
 	g.tick(g.start(300, policy.Process{Comm: "bulk"}) + time.Second)
-	if _, err := g.rec.Request(context.Background(), 300, 0, class.Spec{Name: class.BE, Weight: 1000}); err != nil {
+	if _, err := g.rec.Request(context.Background(), 300, 0, class.Spec{Name: class.BE, Weight: 1000}, nil); err != nil {
 		t.Fatal(err)
 	}
 	g.tick(g.now + time.Second)
@@ -595,7 +595,7 @@ func TestForkedChildDoesNotTakeItsParentsGroups(t *testing.T) {
 		if refs := g.rec.InClass(class.BE); len(refs) != 1 || refs[0].PID != 100 {
 			t.Fatalf("child first %v: be processes %+v, want the parent alone", childFirst, refs)
 		}
-		if _, err := g.rec.Request(context.Background(), 100, 0, class.Spec{Name: class.LC, Weight: 1}); err != nil {
+		if _, err := g.rec.Request(context.Background(), 100, 0, class.Spec{Name: class.LC, Weight: 1}, nil); err != nil {
 			t.Fatal(err)
 		}
 		scan(100) // the next resync

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os/user"
@@ -55,8 +56,11 @@ type API struct {
 	// refused, or is nil when the pod may have it (the target is in the
 	// peer's pod, the class at most the pod's).
 	PodCheck func(peerPID, targetPID int, want class.Name) (handled bool, err error)
+	// Now is the change limit's clock (default time.Now).
+	Now func() time.Time
 
 	inflight chan struct{}
+	changes  changeLimiter
 }
 
 type connKey struct{}
@@ -408,9 +412,29 @@ func (a *API) class(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	n, err := a.Rec.Request(r.Context(), req.PID, start, sp)
+	// The change limit is per uid; for a request the pod check decided,
+	// per container (its uid and cgroup): a node's pods may all run as
+	// root, and a pod cannot make cgroups of its own.
+	who := fmt.Sprintf("uid %d", peer.UID)
+	if handled {
+		who = fmt.Sprintf("uid %d in cgroup %s", peer.UID, info.Cgroup)
+	}
+	per, burst := a.Rec.Policy().Requests.ChangeRate()
+	admit := func() error {
+		now := time.Now
+		if a.Now != nil {
+			now = a.Now
+		}
+		return a.changes.admit(who, now(), per, burst)
+	}
+	n, err := a.Rec.Request(r.Context(), req.PID, start, sp, admit)
 	if err != nil {
+		var tooMany *ErrTooMany
 		switch {
+		case errors.As(err, &tooMany):
+			a.Log.Warn("refused", "request", "class", "peer_pid", peer.PID, "peer_uid", peer.UID, "class", sp.String(), "why", err)
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(tooMany.Retry.Seconds()))))
+			writeErr(w, http.StatusTooManyRequests, "%v", err)
 		case isGone(err):
 			writeErr(w, http.StatusNotFound, "%v", err)
 		case errors.Is(err, class.ErrInvalid):

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // apiRig serves the API over a real unix socket; the peer is this test
@@ -664,4 +666,133 @@ func TestAPIRepeatedRequestCostsNothing(t *testing.T) {
 		t.Errorf("a changed request: %d, %d reads; want 200 and the apply's read-back", code, reads()-before)
 	}
 	a.wantAll(me, 200, tsg.LevelLow)
+}
+
+// TestAPIChangeLimit: class changes are bounded per uid by a token bucket
+// (the defaults: 32 at once, then 4 a second) on the API's clock. Past it
+// a change is answered 429 with Retry-After and changes nothing; a
+// request for the class held is not a change, and another uid has a
+// bucket of its own.
+func TestAPIChangeLimit(t *testing.T) {
+	a := newAPIRig(t)
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC).UnixNano())
+	a.api.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	me := os.Getpid()
+	last := a.start(me, policy.Process{Comm: "server", UID: 1000})
+	a.tick(last + 30*time.Millisecond)
+	a.peer = &Peer{PID: me, UID: 1000}
+	per, burst := policy.Requests{}.ChangeRate()
+	if per != 4 || burst != 32 {
+		t.Fatalf("defaults %v/s, burst %d; this test is written for 4/s, 32", per, burst)
+	}
+	classes := []string{"lc", "be"}
+	for i := range burst {
+		if code, body := a.do("POST", "/v1/class", `{"class":"`+classes[i%2]+`"}`); code != 200 {
+			t.Fatalf("change %d of the burst: %d %s", i+1, code, body)
+		}
+	}
+	a.wantAll(me, 200, tsg.LevelLow) // the last: be
+	reads := a.drv.Controls(ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE)
+	req, _ := http.NewRequest("POST", "http://gpreemptd/v1/class", strings.NewReader(`{"class":"lc"}`))
+	resp, err := a.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" || !strings.Contains(string(body), "uid 1000 asked for more class changes") {
+		t.Errorf("change past the burst: %d, Retry-After %q, %s; want 429, 1, naming the uid", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	a.wantAll(me, 200, tsg.LevelLow)
+	if n := a.drv.Controls(ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE) - reads; n != 0 {
+		t.Errorf("the refused change made %d control calls", n)
+	}
+	if _, procs := a.do("GET", "/v1/processes", ""); !strings.Contains(procs, `"class": "be"`) {
+		t.Errorf("after the refused change: %s, want the process still be", procs)
+	}
+	// The class it holds: not a change.
+	if code, body := a.do("POST", "/v1/class", `{"class":"be"}`); code != 200 {
+		t.Errorf("the class held, bucket empty: %d %s", code, body)
+	}
+	// The client package waits out Retry-After once (the API's clock
+	// stands still here, so the second try is refused too) and says so.
+	refused := func() float64 {
+		x := series(t, a.m, "gpreemptd_socket_requests_total", func(x *dto.Metric) bool {
+			l := map[string]string{}
+			for _, p := range x.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			return l["endpoint"] == "/v1/class" && l["code"] == "429"
+		})
+		return x.GetCounter().GetValue()
+	}
+	before := refused()
+	_, err = client.New(a.sock).RequestClass(context.Background(), "lc")
+	var ce *client.Error
+	if !errors.Is(err, client.ErrTooMany) || !errors.As(err, &ce) || ce.RetryAfter != time.Second {
+		t.Errorf("client past the limit: %v, want ErrTooMany retrying after 1s", err)
+	}
+	if n := refused() - before; n != 2 {
+		t.Errorf("the client asked %v times, want 2 (once more after Retry-After)", n)
+	}
+	// Another uid: a bucket of its own.
+	a.peer = &Peer{PID: me, UID: 2000}
+	if code, body := a.do("POST", "/v1/class", `{"class":"be:2"}`); code != 200 {
+		t.Errorf("uid 2000's first change: %d %s", code, body)
+	}
+	// A quarter of a second later, one change is due to uid 1000 again,
+	// not two.
+	a.peer = &Peer{PID: me, UID: 1000}
+	clock.Add(int64(250 * time.Millisecond))
+	if code, body := a.do("POST", "/v1/class", `{"class":"lc"}`); code != 200 {
+		t.Errorf("a change due: %d %s", code, body)
+	}
+	a.wantAll(me, 5000000, tsg.LevelHigh)
+	if code, _ := a.do("POST", "/v1/class", `{"class":"be"}`); code != http.StatusTooManyRequests {
+		t.Errorf("the next change: %d, want 429", code)
+	}
+}
+
+// TestChangeLimiterBound: the buckets kept stay bounded: past maxBuckets
+// the full ones are dropped, and an asker that still owes changes is kept.
+func TestChangeLimiterBound(t *testing.T) {
+	var l changeLimiter
+	t0 := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	for range 3 {
+		if err := l.admit("busy", t0, 0.1, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var tooMany *ErrTooMany
+	if err := l.admit("busy", t0, 0.1, 3); !errors.As(err, &tooMany) || tooMany.Retry.Round(time.Millisecond) != 10*time.Second {
+		t.Fatalf("fourth at once: %v, want ErrTooMany in 10s", err)
+	}
+	for i := range maxBuckets {
+		if err := l.admit(strconv.Itoa(i), t0, 1, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(l.buckets); n != maxBuckets+1 {
+		t.Fatalf("%d buckets, want %d (none full yet)", n, maxBuckets+1)
+	}
+	// Five seconds on the others are full again; busy owes half a change.
+	t5 := t0.Add(5 * time.Second)
+	if err := l.admit("new", t5, 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, kept := l.buckets["busy"]; !kept || len(l.buckets) != 2 {
+		t.Errorf("after pruning: %d buckets, busy kept %v; want busy and new", len(l.buckets), kept)
+	}
+	if err := l.admit("busy", t5, 0.1, 3); !errors.As(err, &tooMany) || tooMany.Retry.Round(time.Millisecond) != 5*time.Second {
+		t.Errorf("busy five seconds on: %v, want still limited, for 5s", err)
+	}
+	// A reload that raises the rate to 1/s at t5 + 0.6 s: the bucket holds
+	// 0.56 changes by then, and fills at the new rate from there.
+	if err := l.admit("busy", t5.Add(600*time.Millisecond), 1, 3); !errors.As(err, &tooMany) || tooMany.Retry.Round(time.Millisecond) != 440*time.Millisecond {
+		t.Errorf("the rate gone to 1/s: %v, want limited for 440ms", err)
+	}
+	if err := l.admit("busy", t5.Add(1040*time.Millisecond), 1, 3); err != nil {
+		t.Errorf("440 ms later: %v", err)
+	}
 }

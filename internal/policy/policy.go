@@ -221,6 +221,36 @@ type Requests struct {
 	// empty: none (requests refused unless a limit allows).
 	DefaultMax class.Name
 	Limits     []Limit
+	// ChangesPerSecond and Burst bound the class changes one uid may ask
+	// for over the socket (a token bucket per uid: Burst at once, then
+	// ChangesPerSecond); 0: DefaultChangesPerSecond, DefaultChangeBurst.
+	// Each change is a control call per channel group, a round trip to
+	// the GPU's firmware, made under the daemon's lock.
+	ChangesPerSecond float64
+	Burst            int
+}
+
+// Defaults of requests.changes_per_second and requests.burst: a process
+// asks for its class once when it starts, and perhaps again between
+// phases of its work; a server's 32 workers of one uid may start at once.
+// A change is a control call or two per channel group, 220-330 us of the
+// GPU's firmware each on an H100: 4 a second keep a uid to ~1% of it.
+const (
+	DefaultChangesPerSecond = 4
+	DefaultChangeBurst      = 32
+)
+
+// ChangeRate is the bound on one uid's class changes: sustained per
+// second, and at once.
+func (rq Requests) ChangeRate() (perSecond float64, burst int) {
+	perSecond, burst = rq.ChangesPerSecond, rq.Burst
+	if perSecond == 0 {
+		perSecond = DefaultChangesPerSecond
+	}
+	if burst == 0 {
+		burst = DefaultChangeBurst
+	}
+	return perSecond, burst
 }
 
 // Limit is the highest class the processes it matches may ask for. The
@@ -898,9 +928,31 @@ func (g GPURef) String() string {
 
 func parseRequests(n *yaml.Node) (Requests, error) {
 	var rq Requests
-	fs, err := fields(n, "requests", "default_max", "limits")
+	fs, err := fields(n, "requests", "default_max", "limits", "changes_per_second", "burst")
 	if err != nil {
 		return rq, err
+	}
+	if v := fs["changes_per_second"]; v != nil {
+		str, err := scalar(v, "requests.changes_per_second")
+		if err != nil {
+			return rq, err
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(str), 64)
+		if err != nil || !(f >= 0.01 && f <= 1000) {
+			return rq, fieldErr(v, "requests.changes_per_second", "%q: want class changes a second per uid, from 0.01 to 1000", str)
+		}
+		rq.ChangesPerSecond = f
+	}
+	if v := fs["burst"]; v != nil {
+		str, err := scalar(v, "requests.burst")
+		if err != nil {
+			return rq, err
+		}
+		k, err := strconv.Atoi(strings.TrimSpace(str))
+		if err != nil || k < 1 || k > 1000 {
+			return rq, fieldErr(v, "requests.burst", "%q: want a whole number of class changes from 1 to 1000", str)
+		}
+		rq.Burst = k
 	}
 	if v := fs["default_max"]; v != nil {
 		if rq.DefaultMax, err = maxClass(v, "requests.default_max"); err != nil {

@@ -69,6 +69,10 @@ func TestParseErrorsNameLineAndField(t *testing.T) {
 		{"rules not list", "rules: {a: 1}\n", "line 1: rules: want a list"},
 		{"limit without max", "requests:\n  limits:\n    - match: {uid: 1}\n", "line 3: requests.limits[0]: a limit needs max"},
 		{"bad max", "requests: {default_max: turbo}\n", "line 1: requests.default_max"},
+		{"no change rate", "requests:\n  changes_per_second: 0\n", "line 2: requests.changes_per_second: \"0\": want class changes a second per uid"},
+		{"change rate not a number", "requests: {changes_per_second: fast}\n", "line 1: requests.changes_per_second"},
+		{"burst fraction", "requests:\n  burst: 2.5\n", "line 2: requests.burst: \"2.5\": want a whole number"},
+		{"burst zero", "requests: {burst: 0}\n", "line 1: requests.burst"},
 		{"limit on comm", "requests:\n  limits:\n    - match: {uid: 1000, comm: \"triton*\"}\n      max: lc\n", "line 3: requests.limits[0].match.comm: a request limit cannot match on what the asking process sets itself"},
 		{"limit on env", "requests:\n  limits:\n    - match:\n        env: {TRUSTED: \"1\"}\n      max: lc\n", "line 4: requests.limits[0].match.env: a request limit cannot match"},
 		{"limit on exe", "requests:\n  limits:\n    - {match: {exe: /opt/x}, max: lc}\n", "line 3: requests.limits[0].match.exe"},
@@ -501,5 +505,27 @@ func TestMaxRequestWeight(t *testing.T) {
 		if got := tc.pol.MaxRequestWeight(tc.n, tc.limit); got != tc.want {
 			t.Errorf("MaxRequestWeight(%s, limit %s) = %d, want %d", tc.n, tc.limit, got, tc.want)
 		}
+	}
+}
+
+func TestChangeRate(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		per        float64
+		burst      int
+	}{
+		{"defaults", "requests: {default_max: be}\n", DefaultChangesPerSecond, DefaultChangeBurst},
+		{"both", "requests:\n  changes_per_second: 0.5\n  burst: 3\n", 0.5, 3},
+		{"rate only", "requests: {changes_per_second: 20}\n", 20, DefaultChangeBurst},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse([]byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if per, burst := p.Requests.ChangeRate(); per != tc.per || burst != tc.burst {
+				t.Errorf("ChangeRate = %v/s, burst %d; want %v/s, burst %d", per, burst, tc.per, tc.burst)
+			}
+		})
 	}
 }

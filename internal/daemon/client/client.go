@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 )
 
@@ -31,19 +32,26 @@ var (
 	// ErrForbidden: the daemon refused (another pid, or a class above the
 	// policy's limit for this uid/cgroup).
 	ErrForbidden = errors.New("refused by gpreemptd")
+	// ErrTooMany: more class changes than the policy allows this uid
+	// (requests.changes_per_second, requests.burst); Error.RetryAfter says
+	// when the next one is due.
+	ErrTooMany = errors.New("too many class changes for gpreemptd")
 )
 
 // Error is the daemon's answer to a request it did not serve.
 type Error struct {
 	Code int
 	Msg  string
+	// RetryAfter is the daemon's Retry-After, with a 429.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("gpreemptd: %d: %s", e.Code, e.Msg) }
 
-// Is makes a 403 match ErrForbidden.
+// Is makes a 403 match ErrForbidden, a 429 ErrTooMany.
 func (e *Error) Is(target error) bool {
-	return target == ErrForbidden && e.Code == http.StatusForbidden
+	return target == ErrForbidden && e.Code == http.StatusForbidden ||
+		target == ErrTooMany && e.Code == http.StatusTooManyRequests
 }
 
 // Client is a connection to one daemon socket.
@@ -106,7 +114,11 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		if json.Unmarshal(b, &e) != nil || e.Error == "" {
 			e.Error = string(bytes.TrimSpace(b))
 		}
-		return &Error{Code: resp.StatusCode, Msg: e.Error}
+		ce := &Error{Code: resp.StatusCode, Msg: e.Error}
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+			ce.RetryAfter = time.Duration(s) * time.Second
+		}
+		return ce
 	}
 	if out != nil && len(b) > 0 {
 		return json.Unmarshal(b, out)
@@ -130,13 +142,31 @@ func (c *Client) RequestClass(ctx context.Context, class string) (ClassReply, er
 	// pid 0 is "the caller": the daemon takes it from SO_PEERCRED, which
 	// is right across pid namespaces (a container's os.Getpid is not the
 	// host's pid).
-	err := c.do(ctx, http.MethodPost, "/v1/class", map[string]any{"pid": 0, "class": class}, &r)
+	body := map[string]any{"pid": 0, "class": class}
+	err := c.do(ctx, http.MethodPost, "/v1/class", body, &r)
+	// Past this uid's change limit: wait for the next change once, where
+	// it is due before ctx ends.
+	var e *Error
+	if errors.As(err, &e) && e.Code == http.StatusTooManyRequests {
+		if d, ok := ctx.Deadline(); !ok || time.Until(d) > e.RetryAfter {
+			t := time.NewTimer(e.RetryAfter)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				return r, err
+			case <-t.C:
+			}
+			err = c.do(ctx, http.MethodPost, "/v1/class", body, &r)
+		}
+	}
 	return r, err
 }
 
 // RequestClass asks the daemon at socketPath ("" for the default) for
 // class for the calling process. ErrUnavailable when no daemon answers,
-// ErrForbidden when the policy does not allow it.
+// ErrForbidden when the policy does not allow it, ErrTooMany when this
+// uid asked for more changes than it allows (waited out once where ctx
+// leaves the time).
 func RequestClass(ctx context.Context, socketPath, class string) error {
 	_, err := New(socketPath).RequestClass(ctx, class)
 	return err
