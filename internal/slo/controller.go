@@ -238,6 +238,10 @@ type Decision struct {
 type rung struct {
 	ts      time.Duration
 	worst   float64 // the worst LC latency/target: the mean of its last stay
+	windows int     // how many windows that mean is of
+	// leftTill: the rung was left for one that dominates it (dominates);
+	// not explored again before this tick.
+	leftTill int
 	shown   float64 // the same read from medians (seen.shown), without the windows that strayed
 	share   float64 // EWMA of BE share
 	seen    int     // observations counted
@@ -493,6 +497,7 @@ func (c *Controller) observe(o Observation) Decision {
 		// one; an earlier stay's until then.
 		var sd float64
 		r.worst, sd = meanSD(worsts(c.stayed))
+		r.windows = len(c.stayed)
 		if len(c.stayed) >= 3 {
 			c.scatter = scatterEWMA*sd*sd + (1-scatterEWMA)*c.scatter
 			_, sd = meanSD(showns(c.stayed))
@@ -650,6 +655,7 @@ func (c *Controller) observe(o Observation) Decision {
 	if i, ok := c.dominating(); ok && c.surprised == 0 && c.since >= c.opts.ExploreAfter {
 		d.Cause = CauseKnownBetter
 		r, ri := c.rungs[c.cur], c.rungs[i]
+		c.rungs[c.cur].leftTill = c.tick + c.opts.Stale
 		return c.move(d, i, fmt.Sprintf("%v gives BE no more than %v (%.1f%% against %.1f%%) with the LC at %.2fx its objective against %.2fx: back to %v", r.ts, ri.ts, 100*r.share, 100*ri.share, r.worst, ri.worst, ri.ts))
 	}
 	if next, skipped := c.nextToTry(); c.since >= c.opts.ExploreAfter && len(c.stayed) > 0 && baseReady && next >= 0 && !c.knownWorse(next) &&
@@ -1245,7 +1251,7 @@ func (c *Controller) stay(d Decision, why string) Decision {
 // BE at ~93%; now it does not explore until what 50 us showed goes stale.
 func (c *Controller) knownWorse(i int) bool {
 	si, sc := c.rungs[i].share, c.rungs[c.cur].share
-	return c.fresh(i) && !math.IsNaN(si) && !math.IsNaN(sc) && (sc > si+knownBetterMargin || c.dominates(c.cur, i))
+	return c.tick < c.rungs[i].leftTill || c.fresh(i) && !math.IsNaN(si) && !math.IsNaN(sc) && sc > si+knownBetterMargin
 }
 
 // dominates reports whether rung i, known to meet every objective with
@@ -1256,12 +1262,26 @@ func (c *Controller) knownWorse(i int) bool {
 // spinner ceiling on the H100 (6b35629, must2s) the search held 50 us,
 // where the synthetic LC ran 1.07x standalone against 1.03x under 1 us,
 // with BE at 88.3% against 88.9%.
+//
+// The LC must be faster under i by more than what the two means' scatter
+// explains (two standard errors, and at least dominanceMin): on the H100 an
+// eager LC whose windows scatter by 8% went 50 us -> 1 us -> 50 us, each
+// time "faster" by a fraction of a point (4471a53, must1).
 func (c *Controller) dominates(i, j int) bool {
 	ri, rj := c.rungs[i], c.rungs[j]
-	return i != j && c.fresh(i) && c.fresh(j) && c.tick >= ri.badTill &&
-		!math.IsNaN(ri.share) && !math.IsNaN(rj.share) && ri.share >= rj.share &&
-		ri.worst <= 1-c.opts.Headroom && ri.worst < rj.worst
+	if i == j || !c.fresh(i) || !c.fresh(j) || c.tick < ri.badTill || ri.windows == 0 || rj.windows == 0 ||
+		math.IsNaN(ri.share) || math.IsNaN(rj.share) || ri.share < rj.share || ri.worst > 1-c.opts.Headroom {
+		return false
+	}
+	noise := 2 * math.Sqrt(c.scatter*(1/float64(ri.windows)+1/float64(rj.windows)))
+	return rj.worst-ri.worst > max(dominanceMin, noise)
 }
+
+// dominanceMin is the least difference in LC latency/target that makes one
+// setting dominate another whatever the scatter learnt: two points, half
+// of what the synthetic LC's p50 lost at 50 us on the H100 (1.07x against
+// 1.03x standalone).
+const dominanceMin = 0.02
 
 // dominating is the rung allowed now that dominates the current one and
 // gives BE the most, if any.
