@@ -239,9 +239,6 @@ type rung struct {
 	ts      time.Duration
 	worst   float64 // the worst LC latency/target: the mean of its last stay
 	windows int     // how many windows that mean is of
-	// leftTill: the rung was left for one that dominates it (dominates);
-	// not explored again before this tick.
-	leftTill int
 	shown   float64 // the same read from medians (seen.shown), without the windows that strayed
 	share   float64 // EWMA of BE share
 	seen    int     // observations counted
@@ -250,6 +247,9 @@ type rung struct {
 	fails   int     // times it was left for missing an objective
 	missBy  float64 // the worst LC latency/target (stay mean) when it last missed
 	missAt  int     // tick of that miss
+	// leftTill: the rung was left for one that dominates it (dominates);
+	// not explored again before this tick.
+	leftTill int
 }
 
 // Controller is the search. Not safe for concurrent use: the daemon calls
