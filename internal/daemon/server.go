@@ -56,8 +56,6 @@ type API struct {
 	// refused, or is nil when the pod may have it (the target is in the
 	// peer's pod, the class at most the pod's).
 	PodCheck func(peerPID, targetPID int, want class.Name) (handled bool, err error)
-	// Now is the change limit's clock (default time.Now).
-	Now func() time.Time
 
 	inflight chan struct{}
 	changes  changeLimiter
@@ -384,6 +382,7 @@ func (a *API) class(w http.ResponseWriter, r *http.Request) {
 	if handled && req.PID != peer.PID {
 		start = 0 // another process of the pod: its own start is not known here
 	}
+	pol := a.Rec.Policy()
 	if !handled {
 		if req.PID != peer.PID {
 			refuse(fmt.Sprintf("pid %d may ask for its own pid only, not %d", peer.PID, req.PID))
@@ -396,7 +395,6 @@ func (a *API) class(w http.ResponseWriter, r *http.Request) {
 				info.User = u.Username
 			}
 		}
-		pol := a.Rec.Policy()
 		max := pol.MaxRequest(info)
 		if max == "" || !sp.Name.AtMost(max) {
 			m := string(max)
@@ -419,14 +417,8 @@ func (a *API) class(w http.ResponseWriter, r *http.Request) {
 	if handled {
 		who = fmt.Sprintf("uid %d in cgroup %s", peer.UID, info.Cgroup)
 	}
-	per, burst := a.Rec.Policy().Requests.ChangeRate()
-	admit := func() error {
-		now := time.Now
-		if a.Now != nil {
-			now = a.Now
-		}
-		return a.changes.admit(who, now(), per, burst)
-	}
+	per, burst := pol.Requests.ChangeRate()
+	admit := func() error { return a.changes.admit(who, clockTime(a.Rec.Now()), per, burst) }
 	n, err := a.Rec.Request(r.Context(), req.PID, start, sp, admit)
 	if err != nil {
 		var tooMany *ErrTooMany
