@@ -24,9 +24,10 @@ type LaunchCounter interface {
 
 // BEProgress measures BE progress as kernel launches per second, for the
 // SLO mode's BE share: each BE process's rate over a window, against its
-// rate in windows when every GPU process the daemon knows was BE (or an
-// MPS server, which runs only its clients' work) at the window's start
-// and its end (BE alone: before an LC came, or after the last one went). A training
+// rate in windows when every GPU process the daemon knows on its GPUs was
+// BE (or an MPS server, which runs only its clients' work) at the
+// window's start and its end (BE alone: before an LC came, after the last
+// one went, or on a GPU no LC uses; BEWindow.Alone). A training
 // step launches the same kernels each time, and a launch blocks once the
 // queue is full, so over a window of many steps the launch rate follows
 // the completion rate. Only the BE processes are probed: the LC pays
@@ -85,17 +86,34 @@ func NewBEProgress(c LaunchCounter, log *slog.Logger) *BEProgress {
 	return &BEProgress{Counter: c, Log: log, procs: map[string]*beProc{}}
 }
 
-// Roll closes the window that ends at now over the BE processes bes.
-// alone: every GPU process was in class BE (or an MPS server) at the
-// window's start and its end; paused: the
-// BE processes were stopped through it (its rates are not progress under
-// any setting). It returns the BE share of the window: the BE processes'
-// launches over what they launch alone, in [0, 1].
-func (b *BEProgress) Roll(now time.Duration, bes []ProcRef, alone, paused bool) (float64, bool) {
-	dropGone(b.procs, bes, func(p *beProc) { b.Counter.Detach(p.pid) })
+// BEWindow is one BE process over the window a ShareSource closes.
+type BEWindow struct {
+	ProcRef
+	// Alone: no GPU process outside class BE (but MPS servers) shared a
+	// GPU with it at the window's start and its end: its rate alone.
+	Alone bool
+	// Stopped: it was held stopped through the window (an LC learnt
+	// alone): its rate is not progress under any setting.
+	Stopped bool
+	// Apart: it shares no GPU with an LC process. The SLO mode's setting
+	// does not apply to it (it keeps the policy's timeslice), and the
+	// share, which compares the settings, leaves it out.
+	Apart bool
+}
+
+// Roll closes the window that ends at now over the BE processes bes. It
+// returns the BE share of the window: the launches of the BE processes
+// beside an LC over what they launch alone, in [0, 1].
+func (b *BEProgress) Roll(now time.Duration, bes []BEWindow) (float64, bool) {
+	refs := make([]ProcRef, len(bes))
+	for i, w := range bes {
+		refs[i] = w.ProcRef
+	}
+	dropGone(b.procs, refs, func(p *beProc) { b.Counter.Detach(p.pid) })
 	var rate, ref float64
 	var st []client.SLOBE
-	for _, p := range bes {
+	for _, w := range bes {
+		p, alone, paused := w.ProcRef, w.Alone, w.Stopped
 		k := procKey(p)
 		bp := b.procs[k]
 		retry := bp != nil && bp.err != "" && now-bp.at >= attachRetry
@@ -106,7 +124,7 @@ func (b *BEProgress) Roll(now time.Duration, bes []ProcRef, alone, paused bool) 
 			bp = b.attach(p, now, retry)
 			b.procs[k] = bp
 		}
-		s := client.SLOBE{PID: p.PID, Comm: p.Comm}
+		s := client.SLOBE{PID: p.PID, Comm: p.Comm, Apart: w.Apart}
 		switch {
 		case bp.err != "":
 			s.Signal = "not counted: " + bp.err
@@ -139,7 +157,9 @@ func (b *BEProgress) Roll(now time.Duration, bes []ProcRef, alone, paused bool) 
 			}
 			share := math.Min(1, bp.rate/s.AlonePerS)
 			s.Share = &share
-			rate, ref = rate+bp.rate, ref+s.AlonePerS
+			if !w.Apart {
+				rate, ref = rate+bp.rate, ref+s.AlonePerS
+			}
 		}
 		st = append(st, s)
 	}

@@ -70,6 +70,15 @@ func learnt(bes []ProcRef, launches map[int]uint64) []progressStep {
 		{bes: bes, launches: launches, alone: true, want: 1}}
 }
 
+// windows is the window of bes, each alone and stopped as said.
+func windows(bes []ProcRef, alone, stopped bool) []BEWindow {
+	var ws []BEWindow
+	for _, p := range bes {
+		ws = append(ws, BEWindow{ProcRef: p, Alone: alone, Stopped: stopped})
+	}
+	return ws
+}
+
 func at(s progressStep) []progressStep { return []progressStep{s} }
 
 func join(parts ...[]progressStep) []progressStep {
@@ -155,7 +164,7 @@ func TestBEProgress(t *testing.T) {
 						f.n[pid] += n
 					}
 				}
-				got, ok := b.Roll(now, s.bes, s.alone, s.paused)
+				got, ok := b.Roll(now, windows(s.bes, s.alone, s.paused))
 				if ok != !math.IsNaN(s.want) || ok && math.Abs(got-s.want) > 1e-9 {
 					t.Fatalf("window %d: share %v (%v), want %v; status %+v", i+1, got, ok, s.want, b.Status())
 				}
@@ -194,7 +203,7 @@ func TestBEProgressStatus(t *testing.T) {
 	b.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
 	two := []ProcRef{beA, beB}
 	now := time.Second
-	b.Roll(now, two, true, false)
+	b.Roll(now, windows(two, true, false))
 	st := b.Status()
 	if st[0].Signal != "counting from this window" || !strings.HasPrefix(st[1].Signal, "not counted: uprobe refused") {
 		t.Fatalf("first window: %+v", st)
@@ -202,11 +211,11 @@ func TestBEProgressStatus(t *testing.T) {
 	for range 3 {
 		now += time.Second
 		f.n[10] += 2000
-		b.Roll(now, two, true, false)
+		b.Roll(now, windows(two, true, false))
 	}
 	now += time.Second
 	f.n[10] += 1000
-	b.Roll(now, two, false, false)
+	b.Roll(now, windows(two, false, false))
 	st = b.Status()
 	if a := st[0]; a.LaunchesPerS != 1000 || a.AlonePerS != 2000 || a.Share == nil || *a.Share != 0.5 || a.Signal != "counted" {
 		t.Errorf("counted BE: %+v", a)
@@ -216,12 +225,12 @@ func TestBEProgressStatus(t *testing.T) {
 	}
 	delete(f.fail, 11)
 	now += attachRetry
-	b.Roll(now, two, false, false)
+	b.Roll(now, windows(two, false, false))
 	if st := b.Status(); st[1].Signal != "counting from this window" || f.attaches != 3 {
 		t.Errorf("after %v: %+v (%d attaches)", attachRetry, st[1], f.attaches)
 	}
 	now += time.Second
-	b.Roll(now, two, false, false)
+	b.Roll(now, windows(two, false, false))
 	if st := b.Status(); !strings.HasPrefix(st[1].Signal, "learning its rate alone (0 of 3") {
 		t.Errorf("retried BE: %+v", st[1])
 	}
@@ -240,9 +249,9 @@ func TestBEProgressRecovers(t *testing.T) {
 	roll := func(launches uint64, alone bool) (float64, bool) {
 		now += time.Second
 		f.n[10] += launches
-		return b.Roll(now, one, alone, false)
+		return b.Roll(now, windows(one, alone, false))
 	}
-	b.Roll(now, one, true, false)
+	b.Roll(now, windows(one, true, false))
 	for range 3 {
 		roll(0, true) // idle alone: loading its data
 	}

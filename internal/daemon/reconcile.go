@@ -104,7 +104,11 @@ type Reconciler struct {
 	// slice overrides a class's timeslice (of one unit of weight): the
 	// SLO mode's choice for the BE class.
 	slice map[class.Name]time.Duration
-	procs map[int]*proc
+	// unsliced names the processes (by procKey) the override does not
+	// apply to: BE processes that share no GPU with an LC keep the
+	// policy's timeslice (SetUnsliced).
+	unsliced map[string]bool
+	procs    map[int]*proc
 	// wake is signalled when a deadline may have moved earlier.
 	wake chan struct{}
 	// Now is the monotonic clock (tests set it).
@@ -415,7 +419,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 	p.decision = d
 	var want tsg.Settings
 	if !d.Exempt {
-		s, err := r.settings(d.Spec)
+		s, err := r.settingsFor(p, d.Spec)
 		if err != nil { // the policy checked this; a request was checked too
 			r.log.Error("no settings for class", "pid", p.pid, "class", d.Spec, "err", err)
 			return err
@@ -673,7 +677,7 @@ func (r *Reconciler) holds(p *proc, spec class.Spec) (int, bool) {
 	if p.override == nil || *p.override != spec || len(p.groups) == 0 {
 		return 0, false
 	}
-	want, err := r.settings(spec)
+	want, err := r.settingsFor(p, spec)
 	if err != nil {
 		return 0, false
 	}
@@ -944,6 +948,15 @@ func (r *Reconciler) settings(sp class.Spec) (tsg.Settings, error) {
 	return tsg.Settings{Timeslice: &ts, Interleave: &level}, nil
 }
 
+// settingsFor is what p's groups get in class sp: the policy's settings
+// where the SLO mode's override does not apply to p (SetUnsliced).
+func (r *Reconciler) settingsFor(p *proc, sp class.Spec) (tsg.Settings, error) {
+	if r.unsliced[procKey(ProcRef{PID: p.pid, Start: p.start})] {
+		return r.pol.Classes.Settings(sp.Name, sp.Weight)
+	}
+	return r.settings(sp)
+}
+
 // Classes is the class table in force: the policy's, with the SLO mode's
 // choice.
 func (r *Reconciler) Classes() class.Table {
@@ -977,6 +990,24 @@ func (r *Reconciler) SetClassTimeslice(n class.Name, ts time.Duration) {
 	r.poke()
 }
 
+// SetUnsliced names the processes (by procKey) that keep the policy's
+// timeslice whatever SetClassTimeslice chose for their class, and
+// re-classes those whose part changes. The SLO mode names the BE processes
+// that share no GPU with an LC: the search is for the LCs' sake.
+func (r *Reconciler) SetUnsliced(keys map[string]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.Now()
+	for _, p := range r.procs {
+		k := procKey(ProcRef{PID: p.pid, Start: p.start})
+		if r.unsliced[k] != keys[k] && r.slice[p.decision.Spec.Name] > 0 && len(p.groups) > 0 && !p.pending && !p.decision.Exempt {
+			p.pending, p.firstPending, p.lastSetup, p.deadline = true, now, now, now
+		}
+	}
+	r.unsliced = maps.Clone(keys)
+	r.poke()
+}
+
 // ProcRef names a classed process.
 type ProcRef struct {
 	PID      int
@@ -984,6 +1015,8 @@ type ProcRef struct {
 	Comm     string
 	Exe      string // the executable's path as the process sees it ("": unread)
 	Decision policy.Decision
+	// GPUs are the indices of the GPUs NVML lists it on (nil: not known).
+	GPUs []int
 }
 
 // InClass lists the processes last classed n, by pid.
@@ -1009,7 +1042,11 @@ func (r *Reconciler) refs(keep func(policy.Decision) bool) []ProcRef {
 	var out []ProcRef
 	for _, pid := range slices.Sorted(maps.Keys(r.procs)) {
 		if p := r.procs[pid]; keep(p.decision) {
-			out = append(out, ProcRef{PID: pid, Start: p.start, Comm: p.info.Comm, Exe: p.info.Exe, Decision: p.decision})
+			ref := ProcRef{PID: pid, Start: p.start, Comm: p.info.Comm, Exe: p.info.Exe, Decision: p.decision}
+			for _, g := range p.info.GPUs {
+				ref.GPUs = append(ref.GPUs, g.Index)
+			}
+			out = append(out, ref)
 		}
 	}
 	return out

@@ -47,13 +47,13 @@ type WindowedSource interface {
 // ShareSource measures BE progress relative to BE alone, in [0, 1]
 // (BEProgress: kernel launches counted by uprobes on the BE processes'
 // libcuda). Roll closes the window ending at now over the BE processes
-// bes; alone: every GPU process ran in class BE (or was an MPS server)
-// through it; paused: the BE processes were stopped through it. Without
-// a source, BE share is unknown (NaN) and the controller keeps the
-// longest BE timeslice that meets every LC objective (docs/SLO.md). Close
-// ends the measuring when SLO mode is turned off.
+// bes, each with what the window was to it (BEWindow), and gives the
+// share of those beside an LC. Without a source, BE share is unknown
+// (NaN) and the controller keeps the longest BE timeslice that meets
+// every LC objective (docs/SLO.md). Close ends the measuring when SLO
+// mode is turned off.
 type ShareSource interface {
-	Roll(now time.Duration, bes []ProcRef, alone, paused bool) (float64, bool)
+	Roll(now time.Duration, bes []BEWindow) (float64, bool)
 	Status() []client.SLOBE
 	Close()
 }
@@ -132,9 +132,10 @@ type SLOLoop struct {
 	// pausing: the last decision stopped BE (the window now ending was
 	// to run without it).
 	pausing bool
-	// alone: only BE processes (and MPS servers) were known when the
-	// window now ending began (BE share's rate alone).
-	alone bool
+	// alone: the BE processes (by procKey) that shared no GPU with a
+	// process outside class BE (but MPS servers) when the window now
+	// ending began (BE share's rate alone).
+	alone map[string]bool
 
 	ctl  *slo.Controller
 	conf sloConf
@@ -315,6 +316,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 		if l.ctl != nil {
 			l.ctl = nil
 			l.rec.SetClassTimeslice(class.BE, 0)
+			l.rec.SetUnsliced(nil)
 			l.log.Info("slo: mode off; BE back to the policy's timeslice", "be_timeslice", pol.Classes[class.BE].Timeslice)
 		}
 		l.mu.Lock()
@@ -339,6 +341,8 @@ func (l *SLOLoop) Step(now time.Duration) {
 			return
 		}
 		l.ctl, l.conf = c, conf
+		_, apart := besideLC(l.rec.InClass(class.BE), l.rec.InClass(class.LC))
+		l.rec.SetUnsliced(keysOf(apart))
 		l.rec.SetClassTimeslice(class.BE, c.Current())
 		l.log.Info("slo: mode on; BE at the safe timeslice until LC latency is known", "be_timeslice", c.Current(), "window", pol.SLO.Window)
 		// On from here: the status says so (and what is in force) before
@@ -361,12 +365,19 @@ func (l *SLOLoop) Step(now time.Duration) {
 	if l.Traced != nil {
 		l.Traced.Roll(now, l.toTrace(pol, lcs, now)) // the window that ends now
 	}
-	// Two BE processes switch among themselves at the BE timeslice: below
-	// the shared floor they spend the GPU on restoring each other's
-	// contexts and their weights stop splitting their progress
-	// (slo.Observation.MinBETimeslice).
-	bes := l.rec.InClass(class.BE)
-	if len(bes) >= 2 {
+	// The search is for the BE processes beside an LC: those on GPUs no
+	// LC uses keep the policy's timeslice, are not stopped to learn an LC
+	// alone, and are left out of the share and the shared floor.
+	all := l.rec.InClass(class.BE)
+	bes, apart := besideLC(all, lcs)
+	l.rec.SetUnsliced(keysOf(apart))
+	// Two BE processes on one GPU switch between each other at the BE
+	// timeslice: below the shared floor they spend the GPU on restoring
+	// each other's contexts and their weights stop splitting their
+	// progress (slo.Observation.MinBETimeslice).
+	if slices.ContainsFunc(bes, func(b ProcRef) bool {
+		return slices.ContainsFunc(all, func(o ProcRef) bool { return o.PID != b.PID && shareGPU(b, o) })
+	}) {
 		obs.MinBETimeslice = conf.floor
 	}
 	// The window ran without BE if every BE process was held stopped
@@ -374,15 +385,23 @@ func (l *SLOLoop) Step(now time.Duration) {
 	obs.BEPaused = l.pausing && (len(bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(bes, func(p ProcRef) bool { return !l.Pause.Still(p) }))
 	obs.MaxBETimeslice = l.ceiling(pol, lcs)
 	if l.Share != nil {
-		// BE alone: no GPU process the daemon knows was outside class BE
-		// when the window began, nor is now (an LC that ran in between
-		// and went would have slowed it), but MPS servers: a server runs
-		// its clients' work alone, and each client is a GPU process of
-		// its own.
-		aloneNow := len(bes) > 0 && !slices.ContainsFunc(l.rec.Outside(class.BE), func(p ProcRef) bool { return !isMPSServer(p) })
-		alone := aloneNow && l.alone
+		// BE alone: no GPU process the daemon knows on its GPUs was
+		// outside class BE when the window began, nor is now (an LC that
+		// ran in between and went would have slowed it), but MPS servers:
+		// a server runs its clients' work alone, and each client is a GPU
+		// process of its own.
+		others := slices.DeleteFunc(l.rec.Outside(class.BE), isMPSServer)
+		aloneNow := map[string]bool{}
+		var ws []BEWindow
+		for _, p := range all {
+			k := procKey(p)
+			aloneNow[k] = !slices.ContainsFunc(others, func(o ProcRef) bool { return shareGPU(p, o) })
+			ws = append(ws, BEWindow{ProcRef: p, Alone: aloneNow[k] && l.alone[k],
+				Stopped: l.pausing && slices.ContainsFunc(bes, func(b ProcRef) bool { return b.PID == p.PID }),
+				Apart:   slices.ContainsFunc(apart, func(a ProcRef) bool { return a.PID == p.PID })})
+		}
 		l.alone = aloneNow
-		if s, ok := l.Share.Roll(now, bes, alone, l.pausing); ok {
+		if s, ok := l.Share.Roll(now, ws); ok {
 			obs.BEShare = s
 		}
 	}
@@ -549,6 +568,37 @@ func calibrateName(pause int) string {
 		return "pause"
 	}
 	return "shortest"
+}
+
+// shareGPU says whether a and b may share a GPU: one of them is listed on
+// no GPU (NVML did not list it yet, or does not list it at all) or they
+// are listed on one GPU.
+func shareGPU(a, b ProcRef) bool {
+	return a.GPUs == nil || b.GPUs == nil || slices.ContainsFunc(a.GPUs, func(g int) bool { return slices.Contains(b.GPUs, g) })
+}
+
+// besideLC splits the BE processes bes into those that may share a GPU
+// with one of lcs (shareGPU: on a GPU not known, a BE process is taken to
+// share one with every LC, and an LC with every BE), whose timeslice the
+// SLO mode chooses, and those apart, which keep the policy's.
+func besideLC(bes, lcs []ProcRef) (beside, apart []ProcRef) {
+	for _, b := range bes {
+		if slices.ContainsFunc(lcs, func(l ProcRef) bool { return shareGPU(b, l) }) {
+			beside = append(beside, b)
+		} else {
+			apart = append(apart, b)
+		}
+	}
+	return beside, apart
+}
+
+// keysOf is the set of ps's procKeys.
+func keysOf(ps []ProcRef) map[string]bool {
+	m := make(map[string]bool, len(ps))
+	for _, p := range ps {
+		m[procKey(p)] = true
+	}
+	return m
 }
 
 // sampleSource is where an LC process's windows come from ("pushed" or

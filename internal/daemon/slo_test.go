@@ -711,3 +711,101 @@ func TestExitedPusherForgotten(t *testing.T) {
 		t.Errorf("BE capped at %v for a new LC without a hint engine", c)
 	}
 }
+
+// TestSLOLoopBEApartFromLC: on a node with two GPUs, the LC and the
+// trainer on GPU 0, the bulk BE (be:3) on GPU 1, the search is for the
+// trainer alone. The bulk keeps the policy's timeslice, learns its rate
+// alone beside the running LC, and is left out of the share and of the
+// floor two BE on one GPU would need (calibration goes to 1 us). An LC
+// that comes to GPU 1 brings the bulk into the search at the next window.
+func TestSLOLoopBEApartFromLC(t *testing.T) {
+	s, f := newShareRig(t)
+	s.tick(s.start(200, policy.Process{Comm: "trainer", GPUs: []policy.GPU{{Index: 0}}}) + time.Second)
+	s.tick(s.start(300, policy.Process{Comm: "bulk", GPUs: []policy.GPU{{Index: 1}}}) + time.Second)
+	s.loop.Step(s.now) // the mode starts
+	const alone = 10_000
+	for range 4 {
+		f.n[200], f.n[300] = f.n[200]+alone, f.n[300]+alone
+		s.window(slo.EagerPyTorchH100, true)
+	}
+	s.tick(s.start(100, policy.Process{Comm: "lc-server", GPUs: []policy.GPU{{Index: 0}}}) + time.Second)
+	lowest := time.Hour
+	at1ms := func() bool {
+		st := s.loop.Status()
+		return st.BETimeslice == "1ms" && st.Last != nil && !st.Last.Changed
+	}
+	for i := 0; i < 60 || (i < 80 && !at1ms()); i++ {
+		_, share := slo.EagerPyTorchH100.At(s.beTimeslice())
+		f.n[200], f.n[300] = f.n[200]+uint64(share*alone), f.n[300]+alone/2
+		s.window(slo.EagerPyTorchH100, false)
+		lowest = min(lowest, s.beTimeslice())
+		s.wantAll(300, 560, tsg.LevelLow) // the policy's 200us at weight 3
+		st := s.loop.Status()
+		if i > 0 && (st.BEShare == nil || math.Abs(*st.BEShare-share) > 1e-3) {
+			t.Fatalf("window %d: share %v, want the trainer's %.3f (BE %+v)", i, st.BEShare, share, st.BE)
+		}
+	}
+	if lowest != time.Microsecond {
+		t.Errorf("lowest BE timeslice %v, want 1µs: the two BE share no GPU, so no floor", lowest)
+	}
+	st := s.loop.Status()
+	if st.BETimeslice != "1ms" {
+		t.Errorf("BE timeslice %s, want the eager knee 1ms", st.BETimeslice)
+	}
+	s.wantAll(200, 1000, tsg.LevelLow)
+	for _, b := range st.BE {
+		if b.Apart != (b.PID == 300) || b.Signal != "counted" || b.Share == nil {
+			t.Errorf("BE row %+v: want counted, apart only for the bulk on GPU 1", b)
+		}
+	}
+	var cs client.SLO
+	if b, err := json.Marshal(st); err != nil || json.Unmarshal(b, &cs) != nil || !slices.ContainsFunc(cs.BE, func(b client.SLOBE) bool { return b.Apart }) {
+		t.Errorf("the status on the wire lost which BE is apart: %+v", cs.BE)
+	}
+
+	// An LC on GPU 1: the bulk is beside it from the next window, at the
+	// timeslice chosen for its weight.
+	s.tick(s.start(400, policy.Process{Comm: "lc-b", GPUs: []policy.GPU{{Index: 1}}}) + time.Second)
+	s.window(slo.EagerPyTorchH100, false)
+	s.tick(s.now + time.Second)
+	want, err := s.rec.Classes().Settings(class.BE, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.wantAll(300, uint64(*want.Timeslice/time.Microsecond), tsg.LevelLow)
+	if *want.Timeslice == 560*time.Microsecond {
+		t.Fatal("premise: the chosen timeslice gives be:3 the policy's")
+	}
+	for _, b := range s.loop.Status().BE {
+		if b.Apart {
+			t.Errorf("BE row %+v apart with an LC on its GPU", b)
+		}
+	}
+}
+
+func TestBesideLC(t *testing.T) {
+	on := func(pid int, gpus ...int) ProcRef { return ProcRef{PID: pid, Start: 1, GPUs: gpus} }
+	for _, tc := range []struct {
+		name       string
+		bes, lcs   []ProcRef
+		wantBeside []int
+	}{
+		{"no LC: every BE apart", []ProcRef{on(1, 0), on(2)}, nil, nil},
+		{"one GPU each", []ProcRef{on(1, 0), on(2, 1)}, []ProcRef{on(9, 0)}, []int{1}},
+		{"a BE on two GPUs, one with an LC", []ProcRef{on(1, 0, 1), on(2, 2)}, []ProcRef{on(9, 1)}, []int{1}},
+		{"an LC on two GPUs", []ProcRef{on(1, 0), on(2, 1), on(3, 2)}, []ProcRef{on(9, 0, 1)}, []int{1, 2}},
+		{"a BE on no GPU known: beside", []ProcRef{on(1), on(2, 1)}, []ProcRef{on(9, 0)}, []int{1}},
+		{"an LC on no GPU known: every BE beside", []ProcRef{on(1, 0), on(2, 1)}, []ProcRef{on(9, 0), on(8)}, []int{1, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			beside, apart := besideLC(tc.bes, tc.lcs)
+			var got []int
+			for _, b := range beside {
+				got = append(got, b.PID)
+			}
+			if !slices.Equal(got, tc.wantBeside) || len(beside)+len(apart) != len(tc.bes) {
+				t.Errorf("beside %v, apart %v; want beside %v", got, apart, tc.wantBeside)
+			}
+		})
+	}
+}

@@ -134,8 +134,8 @@ type SLO struct {
 	// goes missing; 0: the be class's timeslice.
 	Safe time.Duration
 	// SharedFloor is the shortest BE timeslice (of one unit of weight)
-	// chosen while two or more processes are in the be class: they switch
-	// among themselves at that timeslice, and below it they spend the GPU
+	// chosen while two or more processes of the be class share a GPU, one
+	// of them beside an LC: they switch among themselves at that timeslice, and below it they spend the GPU
 	// restoring each other's contexts and their weights stop splitting
 	// their progress. 0: Safe.
 	SharedFloor time.Duration

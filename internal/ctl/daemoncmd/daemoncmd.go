@@ -164,7 +164,11 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 	if len(s.BE) > 0 {
 		fmt.Fprintln(w, "\nBE PID\tCOMM\tLAUNCHES/S\tALONE\tSHARE\tSIGNAL")
 		for _, b := range s.BE {
-			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", b.PID, b.Comm, perSecond(b.LaunchesPerS), perSecond(b.AlonePerS), percent(b.Share), b.Signal)
+			sig := b.Signal
+			if b.Apart {
+				sig += "; no LC on its GPUs: the policy's timeslice, not in the share"
+			}
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", b.PID, b.Comm, perSecond(b.LaunchesPerS), perSecond(b.AlonePerS), percent(b.Share), sig)
 		}
 	}
 	return nil

@@ -371,6 +371,9 @@ type SLOBE struct {
 	Share *float64 `json:"share,omitempty"`
 	// Signal says whether it is counted, or why not.
 	Signal string `json:"signal"`
+	// Apart: it shares no GPU with an LC process, keeps the policy's
+	// timeslice, and BE share leaves it out.
+	Apart bool `json:"apart,omitempty"`
 }
 
 // SLODecision is one decision of the SLO mode.
