@@ -225,6 +225,9 @@ func (pi *ProcInspector) gpus(pid int) []policy.GPU {
 	return pi.fdGPUs(pid, nil)
 }
 
+// GPUs implements Inspector.
+func (pi *ProcInspector) GPUs(pid int) []policy.GPU { return pi.gpus(pid) }
+
 // Listed implements Inspector: whether NVML lists pid among the GPUs'
 // compute processes. RM answers that from the pid each client was
 // allocated by, so a process that holds a GPU app's file (a fork of it, or

@@ -32,6 +32,9 @@ type Inspector interface {
 	// process (NVML: RM's record of the process that allocated each
 	// client); known is false where that cannot be read.
 	Listed(pid int) (listed, known bool)
+	// GPUs are the GPUs pid is on, as Process reads them (nil: not
+	// known yet).
+	GPUs(pid int) []policy.GPU
 }
 
 // Options tune the reconciler.
@@ -1006,6 +1009,19 @@ func (r *Reconciler) SetUnsliced(keys map[string]bool) {
 	}
 	r.unsliced = maps.Clone(keys)
 	r.poke()
+}
+
+// LearnGPUs reads again the GPUs of each process classed before they were
+// known: NVML lists a context ~80 ms after its channel groups appear, and
+// classing comes ~25 ms after them. The SLO mode calls it once a window.
+func (r *Reconciler) LearnGPUs() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.procs {
+		if len(p.info.GPUs) == 0 && len(p.groups) > 0 {
+			p.info.GPUs = r.inspect.GPUs(p.pid)
+		}
+	}
 }
 
 // ProcRef names a classed process.

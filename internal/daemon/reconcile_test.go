@@ -61,6 +61,8 @@ func (f fakeInspector) Alive(pid int) bool {
 // Listed: the fake has no NVML.
 func (f fakeInspector) Listed(int) (bool, bool) { return false, false }
 
+func (f fakeInspector) GPUs(pid int) []policy.GPU { return f[pid].GPUs }
+
 // driverInspector adds the fake driver's compute processes (what NVML
 // would list) to a fakeInspector.
 type driverInspector struct {

@@ -360,6 +360,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 		return // the first window starts now
 	}
 
+	l.rec.LearnGPUs() // which BE shares a GPU with an LC (besideLC)
 	lcs := l.rec.InClass(class.LC)
 	obs := slo.Observation{BEShare: math.NaN(), MinBEShare: pol.SLO.MinBEShare}
 	if l.Traced != nil {
