@@ -986,7 +986,7 @@ func (r *Reconciler) SetClassTimeslice(n class.Name, ts time.Duration) {
 	}
 	now := r.Now()
 	for _, p := range r.procs {
-		if len(p.groups) > 0 && !p.pending && !p.decision.Exempt && p.decision.Spec.Name == n {
+		if len(p.groups) > 0 && !p.pending && !p.decision.Exempt && p.decision.Spec.Name == n && !r.unsliced[procKey(ProcRef{PID: p.pid, Start: p.start})] {
 			p.pending, p.firstPending, p.lastSetup, p.deadline = true, now, now, now
 		}
 	}
@@ -1011,15 +1011,19 @@ func (r *Reconciler) SetUnsliced(keys map[string]bool) {
 	r.poke()
 }
 
-// LearnGPUs reads again the GPUs of each process classed before they were
-// known: NVML lists a context ~80 ms after its channel groups appear, and
-// classing comes ~25 ms after them. The SLO mode calls it once a window.
+// LearnGPUs reads again the GPUs of each process with groups: NVML lists
+// a context ~80 ms after its channel groups appear, and classing comes
+// ~25 ms after them, so a process is classed before it is listed on a GPU
+// it just began to use. The SLO mode calls it once a window (NVML's lists
+// are read at most every 500 ms for processes they hold).
 func (r *Reconciler) LearnGPUs() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range r.procs {
-		if len(p.info.GPUs) == 0 && len(p.groups) > 0 {
-			p.info.GPUs = r.inspect.GPUs(p.pid)
+		if len(p.groups) > 0 {
+			if gs := r.inspect.GPUs(p.pid); len(gs) > 0 || len(p.info.GPUs) == 0 {
+				p.info.GPUs = gs
+			}
 		}
 	}
 }

@@ -760,3 +760,34 @@ func gaugeValue(t testing.TB, m *Metrics, name string, labels map[string]string)
 	}
 	return x.GetGauge().GetValue()
 }
+
+// TestUnslicedKeepsThePolicysTimeslice: a process named by SetUnsliced
+// keeps the policy's timeslice under the SLO mode's override, a request
+// for the class it holds is answered without a change (nor its admission
+// asked), and one that leaves the set gets the override.
+func TestUnslicedKeepsThePolicysTimeslice(t *testing.T) {
+	g := newRig(t, testPolicy)
+	g.tick(g.start(100, policy.Process{Comm: "x"}) + time.Second)
+	g.tick(g.start(200, policy.Process{Comm: "trainer"}) + time.Second)
+	apart := map[string]bool{procKey(ProcRef{PID: 100, Start: 100}): true}
+	g.rec.SetUnsliced(apart)
+	g.rec.SetClassTimeslice(class.BE, time.Millisecond)
+	g.tick(g.now + time.Second)
+	g.wantAll(200, 1000, tsg.LevelLow)
+	admits := 0
+	admit := func() error { admits++; return nil }
+	be := class.Spec{Name: class.BE, Weight: 1}
+	for range 2 {
+		if _, err := g.rec.Request(context.Background(), 100, 0, be, admit); err != nil {
+			t.Fatal(err)
+		}
+		g.tick(g.now + time.Second)
+		g.wantAll(100, 200, tsg.LevelLow)
+	}
+	if admits != 1 {
+		t.Errorf("%d admissions for two requests of the class held, want 1", admits)
+	}
+	g.rec.SetUnsliced(nil)
+	g.tick(g.now + time.Second)
+	g.wantAll(100, 1000, tsg.LevelLow)
+}

@@ -398,7 +398,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 			k := procKey(p)
 			aloneNow[k] = !slices.ContainsFunc(others, func(o ProcRef) bool { return shareGPU(p, o) })
 			ws = append(ws, BEWindow{ProcRef: p, Alone: aloneNow[k] && l.alone[k],
-				Stopped: l.pausing && slices.ContainsFunc(bes, func(b ProcRef) bool { return b.PID == p.PID }),
+				Stopped: l.pausing && l.Pause.Holds(p),
 				Apart:   slices.ContainsFunc(apart, func(a ProcRef) bool { return a.PID == p.PID })})
 		}
 		l.alone = aloneNow
@@ -523,7 +523,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 		l.status.BE = l.Share.Status()
 	}
 	if l.pausing {
-		for _, p := range bes {
+		for _, p := range all {
 			if l.Pause.Holds(p) {
 				l.status.BEStopped = append(l.status.BEStopped, p.PID)
 			}

@@ -721,17 +721,18 @@ func TestExitedPusherForgotten(t *testing.T) {
 func TestSLOLoopBEApartFromLC(t *testing.T) {
 	s, f := newShareRig(t)
 	s.tick(s.start(200, policy.Process{Comm: "trainer", GPUs: []policy.GPU{{Index: 0}}}) + time.Second)
-	// The bulk is classed before NVML lists it, and placed at the next
-	// window.
-	s.tick(s.start(300, policy.Process{Comm: "bulk"}) + time.Second)
-	s.insp[300] = policy.Process{Comm: "bulk", GPUs: []policy.GPU{{Index: 1}}}
 	s.loop.Step(s.now) // the mode starts
 	const alone = 10_000
 	for range 4 {
-		f.n[200], f.n[300] = f.n[200]+alone, f.n[300]+alone
+		f.n[200] += alone
 		s.window(slo.EagerPyTorchH100, true)
 	}
-	s.tick(s.start(100, policy.Process{Comm: "lc-server", GPUs: []policy.GPU{{Index: 0}}}) + time.Second)
+	// The LC, then the bulk, are classed before NVML lists them, and
+	// placed at the next window. The bulk comes while the LC runs.
+	s.tick(s.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
+	s.insp[100] = policy.Process{Comm: "lc-server", GPUs: []policy.GPU{{Index: 0}}}
+	s.tick(s.start(300, policy.Process{Comm: "bulk"}) + time.Second)
+	s.insp[300] = policy.Process{Comm: "bulk", GPUs: []policy.GPU{{Index: 1}}}
 	lowest := time.Hour
 	at1ms := func() bool {
 		st := s.loop.Status()
@@ -742,9 +743,11 @@ func TestSLOLoopBEApartFromLC(t *testing.T) {
 		f.n[200], f.n[300] = f.n[200]+uint64(share*alone), f.n[300]+alone/2
 		s.window(slo.EagerPyTorchH100, false)
 		lowest = min(lowest, s.beTimeslice())
-		s.wantAll(300, 560, tsg.LevelLow) // the policy's 200us at weight 3
+		if i > 0 {
+			s.wantAll(300, 560, tsg.LevelLow) // the policy's 200us at weight 3
+		}
 		st := s.loop.Status()
-		if i > 0 && (st.BEShare == nil || math.Abs(*st.BEShare-share) > 1e-3) {
+		if i > 1 && (st.BEShare == nil || math.Abs(*st.BEShare-share) > 1e-3) {
 			t.Fatalf("window %d: share %v, want the trainer's %.3f (BE %+v)", i, st.BEShare, share, st.BE)
 		}
 	}
@@ -760,15 +763,18 @@ func TestSLOLoopBEApartFromLC(t *testing.T) {
 		if b.Apart != (b.PID == 300) || b.Signal != "counted" || b.Share == nil {
 			t.Errorf("BE row %+v: want counted, apart only for the bulk on GPU 1", b)
 		}
+		if b.PID == 300 && b.AlonePerS != alone/2 {
+			t.Errorf("bulk's rate alone %v, want %d: learnt beside the LC on GPU 0", b.AlonePerS, alone/2)
+		}
 	}
 	var cs client.SLO
 	if b, err := json.Marshal(st); err != nil || json.Unmarshal(b, &cs) != nil || !slices.ContainsFunc(cs.BE, func(b client.SLOBE) bool { return b.Apart }) {
 		t.Errorf("the status on the wire lost which BE is apart: %+v", cs.BE)
 	}
 
-	// An LC on GPU 1: the bulk is beside it from the next window, at the
-	// timeslice chosen for its weight.
-	s.tick(s.start(400, policy.Process{Comm: "lc-b", GPUs: []policy.GPU{{Index: 1}}}) + time.Second)
+	// The LC opens a context on GPU 1 too: the bulk is beside it from the
+	// next window, at the timeslice chosen for its weight.
+	s.insp[100] = policy.Process{Comm: "lc-server", GPUs: []policy.GPU{{Index: 0}, {Index: 1}}}
 	s.window(slo.EagerPyTorchH100, false)
 	s.tick(s.now + time.Second)
 	want, err := s.rec.Classes().Settings(class.BE, 3)
@@ -783,6 +789,40 @@ func TestSLOLoopBEApartFromLC(t *testing.T) {
 		if b.Apart {
 			t.Errorf("BE row %+v apart with an LC on its GPU", b)
 		}
+	}
+}
+
+// TestSLOLoopPauseLeavesApartBE: learning an LC alone stops the BE on its
+// GPU and not the one on another GPU.
+func TestSLOLoopPauseLeavesApartBE(t *testing.T) {
+	g := newRig(t, sloPausePolicy)
+	near, far := sleeper(t), sleeper(t)
+	proc := t.TempDir()
+	for _, p := range []ProcRef{near, far} {
+		if err := os.MkdirAll(filepath.Join(proc, strconv.Itoa(p.PID)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		stat := fmt.Sprintf("%d (trainer) S %s%d 0 0\n", p.PID, strings.Repeat("0 ", 18), p.PID)
+		if err := os.WriteFile(filepath.Join(proc, strconv.Itoa(p.PID), "stat"), []byte(stat), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loop := NewSLOLoop(g.rec, g.m, testLog(t))
+	loop.Pause = &Pauser{Proc: proc}
+	t.Cleanup(loop.Close)
+	g.tick(g.start(100, policy.Process{Comm: "lc-server", GPUs: []policy.GPU{{Index: 0}}}) + time.Second)
+	g.tick(g.start(near.PID, policy.Process{Comm: "trainer", GPUs: []policy.GPU{{Index: 0}}}) + time.Second)
+	g.tick(g.start(far.PID, policy.Process{Comm: "trainer", GPUs: []policy.GPU{{Index: 1}}}) + time.Second)
+	loop.Step(g.now)
+	g.now += time.Second
+	loop.Push(100, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}}})
+	loop.Step(g.now)
+	waitState(t, near.PID, true)
+	if st := state(t, far.PID); st == 'T' {
+		t.Error("the BE on GPU 1 was stopped to learn the LC on GPU 0 alone")
+	}
+	if st := loop.Status(); !slices.Equal(st.BEStopped, []int{near.PID}) {
+		t.Errorf("stopped %v, want only %d", st.BEStopped, near.PID)
 	}
 }
 
