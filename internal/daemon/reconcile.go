@@ -148,6 +148,9 @@ type proc struct {
 	lookedAt time.Duration
 }
 
+// key is p's procKey: its pid and start time.
+func (p *proc) key() string { return procKey(ProcRef{PID: p.pid, Start: p.start}) }
+
 // A new context is listed by NVML a little after its channel groups
 // appear (seen on two H200s: ~80 ms). Under a per-GPU rule, classing waits
 // for it, every gpuWait, up to maxGPUWaits times; then the process is
@@ -954,7 +957,7 @@ func (r *Reconciler) settings(sp class.Spec) (tsg.Settings, error) {
 // settingsFor is what p's groups get in class sp: the policy's settings
 // where the SLO mode's override does not apply to p (SetUnsliced).
 func (r *Reconciler) settingsFor(p *proc, sp class.Spec) (tsg.Settings, error) {
-	if r.unsliced[procKey(ProcRef{PID: p.pid, Start: p.start})] {
+	if r.unsliced[p.key()] {
 		return r.pol.Classes.Settings(sp.Name, sp.Weight)
 	}
 	return r.settings(sp)
@@ -986,7 +989,7 @@ func (r *Reconciler) SetClassTimeslice(n class.Name, ts time.Duration) {
 	}
 	now := r.Now()
 	for _, p := range r.procs {
-		if len(p.groups) > 0 && !p.pending && !p.decision.Exempt && p.decision.Spec.Name == n && !r.unsliced[procKey(ProcRef{PID: p.pid, Start: p.start})] {
+		if len(p.groups) > 0 && !p.pending && !p.decision.Exempt && p.decision.Spec.Name == n && !r.unsliced[p.key()] {
 			p.pending, p.firstPending, p.lastSetup, p.deadline = true, now, now, now
 		}
 	}
@@ -1002,7 +1005,7 @@ func (r *Reconciler) SetUnsliced(keys map[string]bool) {
 	defer r.mu.Unlock()
 	now := r.Now()
 	for _, p := range r.procs {
-		k := procKey(ProcRef{PID: p.pid, Start: p.start})
+		k := p.key()
 		if r.unsliced[k] != keys[k] && r.slice[p.decision.Spec.Name] > 0 && len(p.groups) > 0 && !p.pending && !p.decision.Exempt {
 			p.pending, p.firstPending, p.lastSetup, p.deadline = true, now, now, now
 		}

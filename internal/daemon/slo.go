@@ -371,7 +371,8 @@ func (l *SLOLoop) Step(now time.Duration) {
 	// alone, and are left out of the share and the shared floor.
 	all := l.rec.InClass(class.BE)
 	bes, apart := besideLC(all, lcs)
-	l.rec.SetUnsliced(keysOf(apart))
+	apartKeys := keysOf(apart)
+	l.rec.SetUnsliced(apartKeys)
 	// Two BE processes on one GPU switch between each other at the BE
 	// timeslice: below the shared floor they spend the GPU on restoring
 	// each other's contexts and their weights stop splitting their
@@ -399,7 +400,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 			aloneNow[k] = !slices.ContainsFunc(others, func(o ProcRef) bool { return shareGPU(p, o) })
 			ws = append(ws, BEWindow{ProcRef: p, Alone: aloneNow[k] && l.alone[k],
 				Stopped: l.pausing && l.Pause.Holds(p),
-				Apart:   slices.ContainsFunc(apart, func(a ProcRef) bool { return a.PID == p.PID })})
+				Apart:   apartKeys[k]})
 		}
 		l.alone = aloneNow
 		if s, ok := l.Share.Roll(now, ws); ok {
