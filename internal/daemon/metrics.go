@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,9 +31,9 @@ type Metrics struct {
 	groupsByClass func() map[[2]string]int
 	mode          *prometheus.GaugeVec
 	sloEnabled    prometheus.Gauge
-	sloTimeslice  prometheus.Gauge
-	sloWorst      prometheus.Gauge
-	sloShare      prometheus.Gauge
+	sloTimeslice  *prometheus.GaugeVec
+	sloWorst      *prometheus.GaugeVec
+	sloShare      *prometheus.GaugeVec
 	sloLC         *prometheus.GaugeVec
 	sloChanges    *prometheus.CounterVec
 	sloStopped    prometheus.Gauge
@@ -80,18 +79,18 @@ func NewMetrics(groups func() map[[2]string]int) *Metrics {
 			Help: "1 for the event source in use: bpf or scan."}, []string{"mode"}),
 		sloEnabled: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpreemptd_slo_enabled",
 			Help: "1 while the SLO mode chooses the BE timeslice."}),
-		sloTimeslice: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpreemptd_slo_be_timeslice_seconds",
-			Help: "BE timeslice (of one unit of weight) the SLO mode chose."}),
-		sloWorst: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpreemptd_slo_worst_lc_vs_objective",
-			Help: "Highest LC latency / objective over the last window (1 = at the objective; NaN: no LC latency)."}),
-		sloShare: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpreemptd_slo_be_share",
-			Help: "BE progress relative to BE alone over the last window (NaN: not measured)."}),
+		sloTimeslice: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_be_timeslice_seconds",
+			Help: "BE timeslice (of one unit of weight) the SLO mode chose for the BE beside the LCs on a GPU."}, []string{"gpu"}),
+		sloWorst: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_worst_lc_vs_objective",
+			Help: "Highest latency / objective of the LCs on a GPU over the last window (1 = at the objective; NaN: no LC latency)."}, []string{"gpu"}),
+		sloShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_be_share",
+			Help: "Progress of the BE beside the LCs on a GPU relative to BE alone over the last window (NaN: not measured)."}, []string{"gpu"}),
 		sloLC: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_lc_vs_objective",
-			Help: "Each LC process's latency / objective over the last window, per objective."}, []string{"process", "objective"}),
+			Help: "Each LC process's latency / objective over the last window, per GPU and objective."}, []string{"gpu", "process", "objective"}),
 		sloStopped: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpreemptd_slo_be_stopped",
 			Help: "BE processes stopped (SIGSTOP) while SLO mode learns an LC alone (slo.calibrate: pause)."}),
 		sloChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_slo_changes_total",
-			Help: "BE timeslice changes by the SLO mode, by cause (violation, explore, known_better, no_signal)."}, []string{"cause"}),
+			Help: "BE timeslice changes by the SLO mode, by GPU and cause (violation, explore, known_better, no_signal)."}, []string{"gpu", "cause"}),
 		groupsByClass: groups,
 	}
 	m.Registry.MustRegister(m.applies, m.failures, m.drift, m.classed, m.control, m.requests, m.reloads,
@@ -197,28 +196,33 @@ func (m *Metrics) Pushers() []int {
 	return out
 }
 
-// setSLO publishes one SLO decision; nil: the mode is off.
 // setBEStopped sets how many BE processes SLO mode holds stopped.
 func (m *Metrics) setBEStopped(n int) { m.sloStopped.Set(float64(n)) }
 
-func (m *Metrics) setSLO(d *slo.Decision) {
+// setSLO publishes the SLO decisions of a window, by the gpu label of
+// their search ("unknown": the LCs NVML lists on no GPU); on false: the
+// mode is off.
+
+func (m *Metrics) setSLO(on bool, byGPU map[string]slo.Decision) {
+	m.sloTimeslice.Reset()
+	m.sloWorst.Reset()
+	m.sloShare.Reset()
 	m.sloLC.Reset()
-	if d == nil {
+	if !on {
 		m.sloEnabled.Set(0)
-		m.sloTimeslice.Set(0)
-		m.sloWorst.Set(math.NaN())
-		m.sloShare.Set(math.NaN())
 		return
 	}
 	m.sloEnabled.Set(1)
-	m.sloTimeslice.Set(d.BETimeslice.Seconds())
-	m.sloWorst.Set(d.Worst)
-	m.sloShare.Set(d.BEShare)
-	for _, r := range d.LC {
-		m.sloLC.WithLabelValues(r.Key, r.Objective).Set(r.Ratio)
-	}
-	if d.Changed {
-		m.sloChanges.WithLabelValues(d.Cause).Inc()
+	for gpu, d := range byGPU {
+		m.sloTimeslice.WithLabelValues(gpu).Set(d.BETimeslice.Seconds())
+		m.sloWorst.WithLabelValues(gpu).Set(d.Worst)
+		m.sloShare.WithLabelValues(gpu).Set(d.BEShare)
+		for _, r := range d.LC {
+			m.sloLC.WithLabelValues(gpu, r.Key, r.Objective).Set(r.Ratio)
+		}
+		if d.Changed {
+			m.sloChanges.WithLabelValues(gpu, d.Cause).Inc()
+		}
 	}
 }
 

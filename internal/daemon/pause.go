@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,10 +40,9 @@ type Pauser struct {
 	// Proc is the proc file system (default /proc).
 	Proc string
 
-	mu       sync.Mutex
-	held     map[int]heldProc
-	dogs     []*watchdog
-	deadline time.Time
+	mu   sync.Mutex
+	held map[int]heldProc
+	dogs []*watchdog
 }
 
 type heldProc struct {
@@ -53,6 +53,9 @@ type heldProc struct {
 type watchdog struct {
 	cmd *exec.Cmd
 	in  *os.File
+	// pids are the processes it resumes at deadline.
+	pids     []int
+	deadline time.Time
 }
 
 // WatchdogArg, as a binary's first argument, makes it the watchdog of a
@@ -116,6 +119,12 @@ func (p *Pauser) Stop(procs []ProcRef, max time.Duration) (int, error) {
 	// The watchdog first: from the first SIGSTOP on, something outside
 	// this process will resume them.
 	dog, err := p.startWatchdog(fds, max)
+	if err == nil {
+		dog.deadline = time.Now().Add(max)
+		for _, r := range refs {
+			dog.pids = append(dog.pids, r.PID)
+		}
+	}
 	if err != nil {
 		closeAll()
 		return 0, fmt.Errorf("%w: starting the watchdog: %v", ErrPause, err)
@@ -134,9 +143,6 @@ func (p *Pauser) Stop(procs []ProcRef, max time.Duration) (int, error) {
 		p.held[refs[i].PID] = heldProc{start: refs[i].Start, fd: fd}
 	}
 	p.dogs = append(p.dogs, dog)
-	if d := time.Now().Add(max); p.deadline.IsZero() || d.Before(p.deadline) {
-		p.deadline = d
-	}
 	return len(fds), nil
 }
 
@@ -145,7 +151,11 @@ func (p *Pauser) Stop(procs []ProcRef, max time.Duration) (int, error) {
 func (p *Pauser) Holding() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.held) > 0 && time.Now().Before(p.deadline)
+	if len(p.held) == 0 {
+		return false
+	}
+	now := time.Now()
+	return !slices.ContainsFunc(p.dogs, func(d *watchdog) bool { return !now.Before(d.deadline) })
 }
 
 // Holds reports whether r is held stopped.
@@ -169,23 +179,43 @@ func (p *Pauser) Still(r ProcRef) bool {
 // Resume resumes every held process and dismisses the watchdogs. A
 // process that exited meanwhile is no error.
 func (p *Pauser) Resume() error {
+	_, err := p.ResumeExcept(nil)
+	return err
+}
+
+// ResumeExcept resumes every held process but those in keep (one search
+// of the SLO mode ends its calibration while another goes on), and
+// dismisses the watchdogs that hold none of those still stopped. A
+// process that exited meanwhile is no error. A watchdog that still holds
+// one kept stopped resumes at its deadline the others it was given too:
+// SIGCONT to a running process changes nothing. It returns how many it
+// resumed.
+func (p *Pauser) ResumeExcept(keep []ProcRef) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs []error
+	n := 0
 	for pid, h := range p.held {
+		if slices.ContainsFunc(keep, func(r ProcRef) bool { return r.PID == pid && r.Start == h.start }) {
+			continue
+		}
 		if err := unix.PidfdSendSignal(h.fd, unix.SIGCONT, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
 			errs = append(errs, fmt.Errorf("%w: SIGCONT to pid %d: %v", ErrPause, pid, err))
 		}
 		unix.Close(h.fd)
+		delete(p.held, pid)
+		n++
 	}
-	for _, d := range p.dogs {
+	p.dogs = slices.DeleteFunc(p.dogs, func(d *watchdog) bool {
+		if slices.ContainsFunc(d.pids, func(pid int) bool { _, ok := p.held[pid]; return ok }) {
+			return false
+		}
 		// Where a SIGCONT failed, the watchdog is not told BE was
 		// resumed: it tries itself.
 		d.release(len(errs) == 0)
-	}
-	clear(p.held)
-	p.dogs, p.deadline = nil, time.Time{}
-	return errors.Join(errs...)
+		return true
+	})
+	return n, errors.Join(errs...)
 }
 
 // stat reads a process's start time and state.

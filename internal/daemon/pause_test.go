@@ -112,6 +112,29 @@ func TestPauserStopsAndResumes(t *testing.T) {
 	}
 }
 
+// TestPauserResumesSome: ResumeExcept resumes the held processes but
+// those kept, dismisses the watchdog of the ones resumed, and leaves the
+// watchdog of one still stopped in charge of it: a daemon gone now (its
+// end of the pipe closed unsaid) still has it resumed.
+func TestPauserResumesSome(t *testing.T) {
+	a, b := sleeper(t), sleeper(t)
+	var p Pauser
+	for _, r := range []ProcRef{a, b} { // one watchdog each
+		if n, err := p.Stop([]ProcRef{r}, time.Hour); n != 1 || err != nil {
+			t.Fatalf("Stop = %d, %v", n, err)
+		}
+	}
+	if n, err := p.ResumeExcept([]ProcRef{b}); n != 1 || err != nil {
+		t.Fatalf("ResumeExcept = %d, %v; want 1, nil", n, err)
+	}
+	waitState(t, a.PID, false)
+	if !p.Holds(b) || p.Holds(a) || state(t, b.PID) != 'T' || len(p.dogs) != 1 {
+		t.Fatalf("after ResumeExcept(b): holds a %v, b %v; b's state %c; %d watchdogs", p.Holds(a), p.Holds(b), state(t, b.PID), len(p.dogs))
+	}
+	p.dogs[0].release(false)
+	waitState(t, b.PID, false)
+}
+
 func TestPauserLeavesOthersAlone(t *testing.T) {
 	stopped, reused, gone := sleeper(t), sleeper(t), sleeper(t)
 	// Stopped by someone else: neither stopped nor resumed by us.

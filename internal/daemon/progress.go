@@ -101,16 +101,20 @@ type BEWindow struct {
 	Apart bool
 }
 
+// BERate is one BE process's progress over a window: its kernel launches
+// per second, and its rate alone.
+type BERate struct{ Rate, Alone float64 }
+
 // Roll closes the window that ends at now over the BE processes bes. It
-// returns the BE share of the window: the launches of the BE processes
-// beside an LC over what they launch alone, in [0, 1].
-func (b *BEProgress) Roll(now time.Duration, bes []BEWindow) (float64, bool) {
+// returns, by procKey, the rate of each one counted, not stopped, whose
+// rate alone is known (beShare sums them over a set).
+func (b *BEProgress) Roll(now time.Duration, bes []BEWindow) map[string]BERate {
 	refs := make([]ProcRef, len(bes))
 	for i, w := range bes {
 		refs[i] = w.ProcRef
 	}
 	dropGone(b.procs, refs, func(p *beProc) { b.Counter.Detach(p.pid) })
-	var rate, ref float64
+	rates := map[string]BERate{}
 	var st []client.SLOBE
 	for _, w := range bes {
 		p, alone, paused := w.ProcRef, w.Alone, w.Stopped
@@ -157,15 +161,26 @@ func (b *BEProgress) Roll(now time.Duration, bes []BEWindow) (float64, bool) {
 			}
 			share := math.Min(1, bp.rate/s.AlonePerS)
 			s.Share = &share
-			if !w.Apart {
-				rate, ref = rate+bp.rate, ref+s.AlonePerS
-			}
+			rates[k] = BERate{Rate: bp.rate, Alone: s.AlonePerS}
 		}
 		st = append(st, s)
 	}
 	b.mu.Lock()
 	b.status = st
 	b.mu.Unlock()
+	return rates
+}
+
+// beShare is the BE share of the processes keys name: what they launched
+// over what they launch alone, in [0, 1]; false where none of them has a
+// rate.
+func beShare(rates map[string]BERate, keys []string) (float64, bool) {
+	var rate, ref float64
+	for _, k := range keys {
+		if r, ok := rates[k]; ok {
+			rate, ref = rate+r.Rate, ref+r.Alone
+		}
+	}
 	if ref <= 0 {
 		return math.NaN(), false
 	}

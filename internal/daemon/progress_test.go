@@ -164,7 +164,7 @@ func TestBEProgress(t *testing.T) {
 						f.n[pid] += n
 					}
 				}
-				got, ok := b.Roll(now, windows(s.bes, s.alone, s.paused))
+				got, ok := rollShare(b, now, windows(s.bes, s.alone, s.paused))
 				if ok != !math.IsNaN(s.want) || ok && math.Abs(got-s.want) > 1e-9 {
 					t.Fatalf("window %d: share %v (%v), want %v; status %+v", i+1, got, ok, s.want, b.Status())
 				}
@@ -183,6 +183,18 @@ func TestBEProgress(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rollShare rolls b's window and gives the share of the BE processes
+// beside an LC, as the SLO loop does for a search.
+func rollShare(b *BEProgress, now time.Duration, ws []BEWindow) (float64, bool) {
+	var keys []string
+	for _, w := range ws {
+		if !w.Apart {
+			keys = append(keys, procKey(w.ProcRef))
+		}
+	}
+	return beShare(b.Roll(now, ws), keys)
 }
 
 func containsPID(ps []ProcRef, pid int) bool {
@@ -249,7 +261,7 @@ func TestBEProgressRecovers(t *testing.T) {
 	roll := func(launches uint64, alone bool) (float64, bool) {
 		now += time.Second
 		f.n[10] += launches
-		return b.Roll(now, windows(one, alone, false))
+		return rollShare(b, now, windows(one, alone, false))
 	}
 	b.Roll(now, windows(one, true, false))
 	for range 3 {

@@ -104,14 +104,14 @@ type Reconciler struct {
 	log     *slog.Logger
 	metrics *Metrics
 	pol     *policy.Policy
-	// slice overrides a class's timeslice (of one unit of weight): the
-	// SLO mode's choice for the BE class.
-	slice map[class.Name]time.Duration
-	// unsliced names the processes (by procKey) the override does not
-	// apply to: BE processes that share no GPU with an LC keep the
-	// policy's timeslice (SetUnsliced).
-	unsliced map[string]bool
-	procs    map[int]*proc
+	// beSlice is the SLO mode's BE timeslice (of one unit of weight) for
+	// the BE processes beSliceOf does not name; 0: the policy's.
+	beSlice time.Duration
+	// beSliceOf is the SLO mode's BE timeslice per process (by procKey):
+	// the one chosen for the GPUs it shares with an LC, or 0 (the policy's)
+	// for one that shares none (SetBETimeslices).
+	beSliceOf map[string]time.Duration
+	procs     map[int]*proc
 	// wake is signalled when a deadline may have moved earlier.
 	wake chan struct{}
 	// Now is the monotonic clock (tests set it).
@@ -921,96 +921,93 @@ func (r *Reconciler) reclassLocked() {
 	r.poke()
 }
 
-// classes is the policy's class table with the SLO mode's overrides.
-func (r *Reconciler) classes() class.Table {
-	if len(r.slice) == 0 {
+// tableAt is the policy's class table with BE's timeslice at ts (0: the
+// policy's).
+func (r *Reconciler) tableAt(ts time.Duration) class.Table {
+	if ts <= 0 {
 		return r.pol.Classes
 	}
 	t := maps.Clone(r.pol.Classes)
-	for n, ts := range r.slice {
-		c := t[n]
-		c.Timeslice = ts
-		t[n] = c
-	}
+	c := t[class.BE]
+	c.Timeslice = ts
+	t[class.BE] = c
 	return t
 }
 
-// settings is what a group of class sp gets under the table in force. A
-// weight the policy allows at its own timeslice (an environment's or a
-// request's) may pass tsg.MaxTimeslice at one the SLO mode chose: the
-// group then gets the longest timeslice there is, rather than keep one
-// from before.
-func (r *Reconciler) settings(sp class.Spec) (tsg.Settings, error) {
-	t := r.classes()
+// settingsAt is what a group of class sp gets with BE's timeslice at ts
+// (0: the policy's). A weight the policy allows at its own timeslice (an
+// environment's or a request's) may pass tsg.MaxTimeslice at one the SLO
+// mode chose: the group then gets the longest timeslice there is, rather
+// than keep one from before.
+func (r *Reconciler) settingsAt(sp class.Spec, ts time.Duration) (tsg.Settings, error) {
+	t := r.tableAt(ts)
 	s, err := t.Settings(sp.Name, sp.Weight)
-	if err == nil || len(r.slice) == 0 {
+	if err == nil || ts <= 0 {
 		return s, err
 	}
 	if _, perr := r.pol.Classes.Settings(sp.Name, sp.Weight); perr != nil {
 		return s, err
 	}
 	c, _ := t.Get(sp.Name) // Settings found it in the policy's table
-	ts, level := tsg.MaxTimeslice, c.Interleave
-	return tsg.Settings{Timeslice: &ts, Interleave: &level}, nil
+	longest, level := tsg.MaxTimeslice, c.Interleave
+	return tsg.Settings{Timeslice: &longest, Interleave: &level}, nil
 }
 
-// settingsFor is what p's groups get in class sp: the policy's settings
-// where the SLO mode's override does not apply to p (SetUnsliced).
+// settings is what a group of class sp gets under the table in force for
+// a process SetBETimeslices does not name.
+func (r *Reconciler) settings(sp class.Spec) (tsg.Settings, error) {
+	return r.settingsAt(sp, r.beSlice)
+}
+
+// settingsFor is what p's groups get in class sp: for BE, at the
+// timeslice the SLO mode chose for p (SetBETimeslices).
 func (r *Reconciler) settingsFor(p *proc, sp class.Spec) (tsg.Settings, error) {
-	if r.unsliced[p.key()] {
+	if sp.Name != class.BE {
 		return r.pol.Classes.Settings(sp.Name, sp.Weight)
 	}
-	return r.settings(sp)
+	return r.settingsAt(sp, r.beSliceFor(p))
+}
+
+// beSliceFor is the BE timeslice the SLO mode chose for p (0: the
+// policy's).
+func (r *Reconciler) beSliceFor(p *proc) time.Duration {
+	if ts, ok := r.beSliceOf[p.key()]; ok {
+		return ts
+	}
+	return r.beSlice
 }
 
 // Classes is the class table in force: the policy's, with the SLO mode's
-// choice.
+// choice for the BE processes it does not name one by one.
 func (r *Reconciler) Classes() class.Table {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.classes()
+	return r.tableAt(r.beSlice)
 }
 
-// SetClassTimeslice overrides class n's timeslice (of one unit of
-// weight; 0: the policy's again) and re-classes the processes in n: one
-// all-or-nothing apply per process at the next Tick, with the usual
-// read-back and retries. Weights keep their ratio of work
-// (class.Class.TimesliceFor: be:3 gets the slice overhead plus 3 x the rest).
-func (r *Reconciler) SetClassTimeslice(n class.Name, ts time.Duration) {
+// SetBETimeslices sets the BE timeslice (of one unit of weight) the SLO
+// mode chose: per[procKey] for the processes per names (0: the policy's),
+// def for the others (0: the policy's), a BE process that starts before
+// the mode names it included. The BE processes whose timeslice changes
+// are re-classed: one all-or-nothing apply per process at the next Tick,
+// with the usual read-back and retries. Weights keep their ratio of work
+// (class.Class.TimesliceFor: be:3 gets the slice overhead plus 3 x the
+// rest). SetBETimeslices(0, nil) gives every BE process the policy's
+// timeslice again.
+func (r *Reconciler) SetBETimeslices(def time.Duration, per map[string]time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.slice == nil {
-		r.slice = map[class.Name]time.Duration{}
+	before := map[int]time.Duration{}
+	for pid, p := range r.procs {
+		before[pid] = r.beSliceFor(p)
 	}
-	if ts <= 0 {
-		delete(r.slice, n)
-	} else {
-		r.slice[n] = ts
-	}
+	r.beSlice, r.beSliceOf = max(def, 0), maps.Clone(per)
 	now := r.Now()
-	for _, p := range r.procs {
-		if len(p.groups) > 0 && !p.pending && !p.decision.Exempt && p.decision.Spec.Name == n && !r.unsliced[p.key()] {
+	for pid, p := range r.procs {
+		if len(p.groups) > 0 && !p.pending && !p.decision.Exempt && p.decision.Spec.Name == class.BE && r.beSliceFor(p) != before[pid] {
 			p.pending, p.firstPending, p.lastSetup, p.deadline = true, now, now, now
 		}
 	}
-	r.poke()
-}
-
-// SetUnsliced names the processes (by procKey) that keep the policy's
-// timeslice whatever SetClassTimeslice chose for their class, and
-// re-classes those whose part changes. The SLO mode names the BE processes
-// that share no GPU with an LC: the search is for the LCs' sake.
-func (r *Reconciler) SetUnsliced(keys map[string]bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := r.Now()
-	for _, p := range r.procs {
-		k := p.key()
-		if r.unsliced[k] != keys[k] && r.slice[p.decision.Spec.Name] > 0 && len(p.groups) > 0 && !p.pending && !p.decision.Exempt {
-			p.pending, p.firstPending, p.lastSetup, p.deadline = true, now, now, now
-		}
-	}
-	r.unsliced = maps.Clone(keys)
 	r.poke()
 }
 

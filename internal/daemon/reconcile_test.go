@@ -546,7 +546,7 @@ slo: {enabled: true, ladder: [200us, 10ms], safe: 200us}
 		t.Fatal(err)
 	}
 	g.tick(g.now + time.Second)
-	g.rec.SetClassTimeslice(class.BE, 10*time.Millisecond) // 9.98 s for weight 1000
+	g.rec.SetBETimeslices(10*time.Millisecond, nil) // 9.98 s for weight 1000
 	g.tick(g.now + time.Second)
 	g.wantAll(300, uint64(tsg.MaxTimeslice/time.Microsecond), tsg.LevelLow)
 }
@@ -761,19 +761,24 @@ func gaugeValue(t testing.TB, m *Metrics, name string, labels map[string]string)
 	return x.GetGauge().GetValue()
 }
 
-// TestUnslicedKeepsThePolicysTimeslice: a process named by SetUnsliced
-// keeps the policy's timeslice under the SLO mode's override, a request
-// for the class it holds is answered without a change (nor its admission
-// asked), and one that leaves the set gets the override.
-func TestUnslicedKeepsThePolicysTimeslice(t *testing.T) {
+// TestBETimeslicesPerProcess: a process SetBETimeslices names with 0
+// keeps the policy's timeslice under the SLO mode's choice, a request for
+// the class it holds is answered without a change (nor its admission
+// asked), one named with a timeslice gets that one, and one no longer
+// named gets the choice for the others.
+func TestBETimeslicesPerProcess(t *testing.T) {
 	g := newRig(t, testPolicy)
 	g.tick(g.start(100, policy.Process{Comm: "x"}) + time.Second)
 	g.tick(g.start(200, policy.Process{Comm: "trainer"}) + time.Second)
-	apart := map[string]bool{procKey(ProcRef{PID: 100, Start: 100}): true}
-	g.rec.SetUnsliced(apart)
-	g.rec.SetClassTimeslice(class.BE, time.Millisecond)
+	g.tick(g.start(300, policy.Process{Comm: "trainer"}) + time.Second)
+	key := func(pid int) string { return procKey(ProcRef{PID: pid, Start: uint64(pid)}) }
+	g.rec.SetBETimeslices(time.Millisecond, map[string]time.Duration{key(100): 0, key(300): 50 * time.Microsecond})
 	g.tick(g.now + time.Second)
 	g.wantAll(200, 1000, tsg.LevelLow)
+	g.wantAll(300, 50, tsg.LevelLow)
+	if got := g.rec.Classes()[class.BE].Timeslice; got != time.Millisecond {
+		t.Errorf("class table in force: BE at %v, want 1ms", got)
+	}
 	admits := 0
 	admit := func() error { admits++; return nil }
 	be := class.Spec{Name: class.BE, Weight: 1}
@@ -787,7 +792,12 @@ func TestUnslicedKeepsThePolicysTimeslice(t *testing.T) {
 	if admits != 1 {
 		t.Errorf("%d admissions for two requests of the class held, want 1", admits)
 	}
-	g.rec.SetUnsliced(nil)
+	g.rec.SetBETimeslices(2*time.Millisecond, nil)
 	g.tick(g.now + time.Second)
-	g.wantAll(100, 1000, tsg.LevelLow)
+	g.wantAll(100, 2000, tsg.LevelLow)
+	g.wantAll(300, 2000, tsg.LevelLow)
+	g.rec.SetBETimeslices(0, nil)
+	g.tick(g.now + time.Second)
+	g.wantAll(100, 200, tsg.LevelLow)
+	g.wantAll(200, 200, tsg.LevelLow)
 }

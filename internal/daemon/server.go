@@ -516,7 +516,7 @@ func (a *API) stats(w http.ResponseWriter, r *http.Request) {
 	reply := StatsReply{Prepreempt: true}
 	if a.SLO != nil {
 		a.SLO.Push(peer.PID, s)
-		reply = a.SLO.Reply()
+		reply = a.SLO.Reply(peer.PID)
 	}
 	writeJSON(w, http.StatusOK, reply)
 }

@@ -53,7 +53,7 @@ type WindowedSource interface {
 // every LC objective (docs/SLO.md). Close ends the measuring when SLO
 // mode is turned off.
 type ShareSource interface {
-	Roll(now time.Duration, bes []BEWindow) (float64, bool)
+	Roll(now time.Duration, bes []BEWindow) map[string]BERate
 	Status() []client.SLOBE
 	Close()
 }
@@ -106,12 +106,13 @@ func quantileName(q float64) string {
 	return "max"
 }
 
-// SLOLoop is the daemon's SLO mode: once a window it builds an
-// observation of every LC process's latency against its objective, asks
-// the controller for the BE timeslice, and applies a change to every BE
-// process through the reconciler (one all-or-nothing apply per process;
-// the controller's dwell bounds the rate). Step is called from one
-// goroutine; Status, Reply and Push are safe from others.
+// SLOLoop is the daemon's SLO mode: once a window, per GPU with an LC
+// process (a search), it builds an observation of those LCs' latency
+// against their objectives, asks that GPU's controller for the BE
+// timeslice, and gives each BE process beside an LC the shortest its
+// GPUs' searches chose, through the reconciler (one all-or-nothing apply
+// per process; each controller's dwell bounds the rate). Step is called
+// from one goroutine; Status, Reply and Push are safe from others.
 type SLOLoop struct {
 	rec     *Reconciler
 	metrics *Metrics
@@ -125,35 +126,82 @@ type SLOLoop struct {
 	// Share measures BE progress; nil: unknown.
 	Share ShareSource
 	// Pause stops BE processes while an LC is learnt alone (policy
-	// slo.calibrate: pause); nil: they cannot be, and the controller
-	// learns LCs beside BE.
+	// slo.calibrate: pause); nil: they cannot be, and the controllers
+	// learn LCs beside BE.
 	Pause *Pauser
 
-	// pausing: the last decision stopped BE (the window now ending was
-	// to run without it).
-	pausing bool
+	// on: the mode runs under conf.
+	on bool
+	// searches is the mode per GPU an LC process has run on, by GPU index
+	// (anyGPU: LC processes NVML lists on no GPU). A search whose GPU has
+	// no LC now is idle: its BE keep the policy's timeslice, and it goes
+	// on with what it learnt when an LC comes back. A change of the SLO
+	// settings starts every search again.
+	searches map[int]*search
 	// alone: the BE processes (by procKey) that shared no GPU with a
 	// process outside class BE (but MPS servers) when the window now
 	// ending began (BE share's rate alone).
 	alone map[string]bool
 
-	ctl  *slo.Controller
-	conf sloConf
-	last time.Duration // time of the last Step
-	used map[sampleSource]uint64
+	conf    sloConf
+	windows int           // windows the loop observed (SLODecision.Window)
+	last    time.Duration // time of the last Step
+	used    map[sampleSource]uint64
 	// tracing: the LC processes request tracing is or may be asked to
 	// measure, by procKey (toTrace).
 	tracing map[string]*traceWant
 
 	mu     sync.Mutex
 	status SLOStatus
+	// told is what each LC process's hint engine is told (Reply), by pid.
+	told map[int]bool
 }
 
-// sloConf is what a controller was built for; a reload that changes it
-// starts a new search.
+// anyGPU keys the search of the LC processes NVML lists on no GPU (not
+// yet, or not at all: then every LC is in it, one search for the node).
+// It may share a GPU with every BE process.
+const anyGPU = -1
+
+// search is the SLO mode on one GPU.
+type search struct {
+	gpu int
+	ctl *slo.Controller
+	// started: the window it started in runs at the safe setting and is
+	// not observed.
+	started bool
+	// pausing: its last decision stopped its BE (the window now ending
+	// was to run without them).
+	pausing bool
+	// lcs are the LC processes on its GPU this window; bes the BE
+	// processes that may share it with them (none while lcs is empty).
+	lcs, bes []ProcRef
+	status   client.SLOSearch
+}
+
+func (s *search) gpuRef() *int {
+	if s.gpu == anyGPU {
+		return nil
+	}
+	g := s.gpu
+	return &g
+}
+
+// metricGPU is the gpu label of a search's metrics.
+func (s *search) metricGPU() string {
+	if s.gpu == anyGPU {
+		return "unknown"
+	}
+	return strconv.Itoa(s.gpu)
+}
+
+// live says whether the search has an LC on its GPU this window.
+func (s *search) live() bool { return len(s.lcs) > 0 }
+
+// sloConf is what the searches were started for; a reload that changes
+// it starts them again.
 type sloConf struct {
 	ladder      string
-	safe, floor time.Duration // floor: the shortest with two or more BE
+	safe, floor time.Duration // floor: the shortest with two or more BE on a GPU
 	pause       int           // slo.pause_windows (0: calibrate beside BE)
 }
 
@@ -240,11 +288,18 @@ func (l *SLOLoop) Forget(pid int) {
 	l.mu.Unlock()
 }
 
-// Reply is the answer to a stats push.
-func (l *SLOLoop) Reply() StatsReply {
+// Reply is the answer to process pid's stats push: an LC process's engine
+// stops pre-preempting where a search it is in chose a BE timeslice of
+// slo.prepreempt_below or longer; another process's engine where any
+// search did.
+func (l *SLOLoop) Reply(pid int) StatsReply {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return StatsReply{Prepreempt: l.status.Prepreempt || !l.status.Enabled, SLO: l.status.Enabled}
+	pre, ok := l.told[pid]
+	if !ok {
+		pre = l.status.Prepreempt
+	}
+	return StatsReply{Prepreempt: pre || !l.status.Enabled, SLO: l.status.Enabled}
 }
 
 // Window is the policy's observation window (for the daemon's ticker).
@@ -313,16 +368,15 @@ func (l *SLOLoop) Step(now time.Duration) {
 			l.Traced.Roll(now, nil) // so is request latency: detach every process
 		}
 		clear(l.tracing)
-		if l.ctl != nil {
-			l.ctl = nil
-			l.rec.SetClassTimeslice(class.BE, 0)
-			l.rec.SetUnsliced(nil)
+		if l.on {
+			l.on, l.searches = false, nil
+			l.rec.SetBETimeslices(0, nil)
 			l.log.Info("slo: mode off; BE back to the policy's timeslice", "be_timeslice", pol.Classes[class.BE].Timeslice)
 		}
 		l.mu.Lock()
-		l.status = SLOStatus{Engines: l.status.Engines, Prepreempt: true}
+		l.status, l.told = SLOStatus{Engines: l.status.Engines, Prepreempt: true}, nil
 		l.mu.Unlock()
-		l.metrics.setSLO(nil)
+		l.metrics.setSLO(false, nil)
 		l.last = now
 		return
 	}
@@ -333,59 +387,43 @@ func (l *SLOLoop) Step(now time.Duration) {
 	if conf.floor <= 0 {
 		conf.floor = conf.safe
 	}
-	if l.ctl == nil || conf != l.conf {
+	if !l.on || conf != l.conf {
 		l.resume("SLO settings changed")
-		c, err := slo.New(slo.Options{Ladder: pol.SLO.Ladder, Safe: conf.safe, PauseWindows: conf.pause})
-		if err != nil { // the policy checked the ladder
+		if _, err := slo.New(l.options(pol, conf)); err != nil { // the policy checked the ladder
 			l.log.Error("slo: controller refused the policy's settings", "err", err)
 			return
 		}
-		l.ctl, l.conf = c, conf
-		_, apart := besideLC(l.rec.InClass(class.BE), l.rec.InClass(class.LC))
-		l.rec.SetUnsliced(keysOf(apart))
-		l.rec.SetClassTimeslice(class.BE, c.Current())
-		l.log.Info("slo: mode on; BE at the safe timeslice until LC latency is known", "be_timeslice", c.Current(), "window", pol.SLO.Window)
+		l.on, l.conf, l.searches = true, conf, map[int]*search{}
+		l.rec.LearnGPUs()
+		lcs, all := l.rec.InClass(class.LC), l.rec.InClass(class.BE)
+		l.join(pol, lcs, all)
+		for _, s := range l.searches {
+			s.started = false // their first window starts now, as the mode's
+		}
+		per := l.assign(all)
+		l.log.Info("slo: mode on; BE beside an LC at the safe timeslice until LC latency is known", "be_timeslice", conf.safe, "window", pol.SLO.Window)
 		// On from here: the status says so (and what is in force) before
 		// the first window ends.
-		l.mu.Lock()
-		l.status = SLOStatus{Enabled: true, Window: pol.SLO.Window.String(), BETimeslice: c.Current().String(),
-			Safe: conf.safe.String(), SharedFloor: conf.floor.String(), Ladder: ladderOrDefault(pol.SLO.Ladder), MinBEShare: pol.SLO.MinBEShare,
-			Prepreempt: pol.SLO.PrepreemptBelow <= 0 || c.Current() < pol.SLO.PrepreemptBelow, Engines: l.status.Engines, Calibrate: calibrateName(conf.pause)}
-		l.mu.Unlock()
-		l.metrics.setSLO(&slo.Decision{BETimeslice: c.Current(), Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()})
+		l.publish(pol, nil, nil, all, per)
 		if l.Traced != nil {
-			l.Traced.Roll(now, l.toTrace(pol, l.rec.InClass(class.LC), now))
+			l.Traced.Roll(now, l.toTrace(pol, lcs, now))
 		}
 		l.last = now
 		return // the first window starts now
 	}
 
-	l.rec.LearnGPUs() // which BE shares a GPU with an LC (besideLC)
-	lcs := l.rec.InClass(class.LC)
-	obs := slo.Observation{BEShare: math.NaN(), MinBEShare: pol.SLO.MinBEShare}
+	l.rec.LearnGPUs() // which GPUs each process is on (join)
+	lcs, all := l.rec.InClass(class.LC), l.rec.InClass(class.BE)
 	if l.Traced != nil {
 		l.Traced.Roll(now, l.toTrace(pol, lcs, now)) // the window that ends now
 	}
-	// The search is for the BE processes beside an LC: those on GPUs no
-	// LC uses keep the policy's timeslice, are not stopped to learn an LC
-	// alone, and are left out of the share and the shared floor.
-	all := l.rec.InClass(class.BE)
-	bes, apart := besideLC(all, lcs)
-	apartKeys := keysOf(apart)
-	l.rec.SetUnsliced(apartKeys)
-	// Two BE processes on one GPU switch between each other at the BE
-	// timeslice: below the shared floor they spend the GPU on restoring
-	// each other's contexts and their weights stop splitting their
-	// progress (slo.Observation.MinBETimeslice).
-	if slices.ContainsFunc(bes, func(b ProcRef) bool {
-		return slices.ContainsFunc(all, func(o ProcRef) bool { return o.PID != b.PID && shareGPU(b, o) })
-	}) {
-		obs.MinBETimeslice = conf.floor
-	}
-	// The window ran without BE if every BE process was held stopped
-	// through it (or stopped by someone else, or gone; or there was none).
-	obs.BEPaused = l.pausing && (len(bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(bes, func(p ProcRef) bool { return !l.Pause.Still(p) }))
-	obs.MaxBETimeslice = l.ceiling(pol, lcs)
+	l.windows++
+	l.join(pol, lcs, all)
+	pausing := l.pausing()
+	// The search is per GPU, for the BE processes beside an LC: those on
+	// GPUs no LC uses keep the policy's timeslice, are not stopped to
+	// learn an LC alone, and are left out of every share and shared floor.
+	var rates map[string]BERate
 	if l.Share != nil {
 		// BE alone: no GPU process the daemon knows on its GPUs was
 		// outside class BE when the window began, nor is now (an LC that
@@ -396,26 +434,247 @@ func (l *SLOLoop) Step(now time.Duration) {
 		aloneNow := map[string]bool{}
 		var ws []BEWindow
 		for _, p := range all {
-			k := procKey(p)
+			k := p.key()
 			aloneNow[k] = !slices.ContainsFunc(others, func(o ProcRef) bool { return shareGPU(p, o) })
 			ws = append(ws, BEWindow{ProcRef: p, Alone: aloneNow[k] && l.alone[k],
-				Stopped: l.pausing && l.Pause.Holds(p),
-				Apart:   apartKeys[k]})
+				Stopped: pausing && l.Pause.Holds(p), Apart: !l.beside(p)})
 		}
 		l.alone = aloneNow
-		if s, ok := l.Share.Roll(now, ws); ok {
-			obs.BEShare = s
+		rates = l.Share.Roll(now, ws)
+	}
+	samples := l.lcSamples(pol, lcs, now)
+	window := pol.SLO.Window
+	decided := map[*search]*slo.Decision{}
+	var stop []ProcRef // the BE processes a search learns an LC without
+	for _, s := range l.sorted() {
+		if s.started {
+			s.started = false // its first window ran at the safe setting
+			continue
+		}
+		obs := slo.Observation{BEShare: math.NaN(), MinBEShare: pol.SLO.MinBEShare}
+		// Two BE processes on one GPU switch between each other at the BE
+		// timeslice: below the shared floor they spend the GPU on
+		// restoring each other's contexts and their weights stop splitting
+		// their progress (slo.Observation.MinBETimeslice).
+		if slices.ContainsFunc(s.bes, func(b ProcRef) bool {
+			return slices.ContainsFunc(all, func(o ProcRef) bool { return o.PID != b.PID && shareGPU(b, o) })
+		}) {
+			obs.MinBETimeslice = l.conf.floor
+		}
+		// The window ran without BE if every BE process of the search was
+		// held stopped through it (or stopped by someone else, or gone;
+		// or there was none).
+		obs.BEPaused = s.pausing && (len(s.bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(s.bes, func(p ProcRef) bool { return !l.Pause.Still(p) }))
+		obs.MaxBETimeslice = l.ceiling(pol, s.lcs)
+		if rates != nil {
+			keys := make([]string, len(s.bes))
+			for i, b := range s.bes {
+				keys[i] = b.key()
+			}
+			obs.BEShare, _ = beShare(rates, keys)
+		}
+		for _, p := range s.lcs {
+			obs.LC = append(obs.LC, samples[p.PID].samples...)
+		}
+		from := s.ctl.Current()
+		d := s.ctl.Observe(obs)
+		decided[s] = &d
+		if d.PauseBE && l.Pause != nil {
+			for _, b := range s.bes {
+				if !slices.ContainsFunc(stop, func(o ProcRef) bool { return o.key() == b.key() }) {
+					stop = append(stop, b)
+				}
+			}
+		}
+		gpu := s.metricGPU()
+		if d.Changed {
+			l.log.Info("slo: BE timeslice changed", "gpu", gpu, "from", from, "to", d.BETimeslice, "cause", d.Cause, "reason", d.Reason,
+				"worst_lc_vs_objective", d.Worst, "be_share", d.BEShare, "fallback", d.Fallback)
+		} else {
+			l.log.Debug("slo: kept", "gpu", gpu, "be_timeslice", d.BETimeslice, "cause", d.Cause, "reason", d.Reason, "worst_lc_vs_objective", d.Worst)
+		}
+		if d.WorkloadChanged {
+			l.log.Info("slo: LC response changed under the same setting; searching again", "gpu", gpu, "be_timeslice", from)
 		}
 	}
-	var st []LCStatus
+	l.pauseFor(stop, decided, time.Duration(l.conf.pause+5)*window)
+	for src := range l.used {
+		if !slices.ContainsFunc(lcs, func(p ProcRef) bool { return p.PID == src.pid }) {
+			delete(l.used, src)
+		}
+	}
+	per := l.assign(all)
+	l.publish(pol, decided, samples, all, per)
+	l.last = now
+}
+
+// options are a search's controller options.
+func (l *SLOLoop) options(pol *policy.Policy, conf sloConf) slo.Options {
+	return slo.Options{Ladder: pol.SLO.Ladder, Safe: conf.safe, PauseWindows: conf.pause}
+}
+
+// join starts a search for each GPU an LC process of lcs is on that has
+// none yet (at the safe setting, its first window not observed), and
+// gives each search its LC processes and the BE processes of all beside
+// them.
+func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
+	for _, p := range lcs {
+		for _, g := range lcGPUs(p) {
+			if l.searches[g] != nil {
+				continue
+			}
+			c, err := slo.New(l.options(pol, l.conf))
+			if err != nil { // New took these options when the mode came on
+				l.log.Error("slo: controller refused the policy's settings", "err", err)
+				continue
+			}
+			s := &search{gpu: g, ctl: c, started: true}
+			l.searches[g] = s
+			if l.windows > 0 || len(l.searches) > 1 {
+				l.log.Info("slo: an LC on a GPU without a search: its BE at the safe timeslice until LC latency is known", "gpu", s.metricGPU(), "be_timeslice", c.Current())
+			}
+		}
+	}
+	for _, s := range l.searches {
+		s.lcs, s.bes = nil, nil
+		for _, p := range lcs {
+			if slices.Contains(lcGPUs(p), s.gpu) {
+				s.lcs = append(s.lcs, p)
+			}
+		}
+		if !s.live() {
+			continue
+		}
+		for _, b := range all {
+			if s.takes(b) {
+				s.bes = append(s.bes, b)
+			}
+		}
+	}
+}
+
+// lcGPUs are the searches an LC process is in: one per GPU NVML lists
+// it on, or anyGPU.
+func lcGPUs(p ProcRef) []int {
+	if len(p.GPUs) == 0 {
+		return []int{anyGPU}
+	}
+	return p.GPUs
+}
+
+// takes says whether BE process b may share the search's GPU (shareGPU):
+// it is listed on it, or on no GPU, or the search's LCs are.
+func (s *search) takes(b ProcRef) bool {
+	return s.gpu == anyGPU || len(b.GPUs) == 0 || slices.Contains(b.GPUs, s.gpu)
+}
+
+// beside says whether BE process b is in a live search.
+func (l *SLOLoop) beside(b ProcRef) bool {
+	for _, s := range l.searches {
+		if slices.ContainsFunc(s.bes, func(o ProcRef) bool { return o.key() == b.key() }) {
+			return true
+		}
+	}
+	return false
+}
+
+// sorted lists the searches by GPU (anyGPU first).
+func (l *SLOLoop) sorted() []*search {
+	out := slices.Collect(maps.Values(l.searches))
+	slices.SortFunc(out, func(a, b *search) int { return a.gpu - b.gpu })
+	return out
+}
+
+// pausing says whether a search's last decision stopped BE.
+func (l *SLOLoop) pausing() bool {
+	return slices.ContainsFunc(slices.Collect(maps.Values(l.searches)), func(s *search) bool { return s.pausing })
+}
+
+// assign gives each BE process of all the shortest BE timeslice chosen by
+// the live searches it is in (the policy's where it is in none), and one
+// that starts before the next window the shortest of every live search:
+// until NVML lists it, it may share a GPU with any LC. It returns each
+// one's, by procKey (0: the policy's).
+func (l *SLOLoop) assign(all []ProcRef) map[string]time.Duration {
+	shorter := func(a, b time.Duration) time.Duration {
+		if a == 0 || b < a {
+			return b
+		}
+		return a
+	}
+	var def time.Duration
+	per := make(map[string]time.Duration, len(all))
+	for _, s := range l.searches {
+		if !s.live() {
+			continue
+		}
+		c := s.ctl.Current()
+		def = shorter(def, c)
+		for _, b := range s.bes {
+			per[b.key()] = shorter(per[b.key()], c)
+		}
+	}
+	for _, b := range all {
+		per[b.key()] += 0 // in no live search: the policy's
+	}
+	l.rec.SetBETimeslices(def, per)
+	return per
+}
+
+// pauseFor keeps stopped the BE processes of stop (those of the searches
+// whose decision was to learn an LC alone) and resumes the others the
+// mode holds.
+func (l *SLOLoop) pauseFor(stop []ProcRef, decided map[*search]*slo.Decision, max time.Duration) {
+	why := ""
+	for s, d := range decided {
+		if s.pausing && !d.PauseBE {
+			why = d.Reason
+		}
+	}
+	if len(stop) == 0 {
+		l.resume(why)
+		return
+	}
+	n, err := l.Pause.ResumeExcept(stop)
+	if err != nil {
+		l.log.Error("slo: resuming BE processes", "err", err)
+	} else if n > 0 {
+		l.log.Info("slo: BE processes resumed", "processes", n, "reason", why)
+	}
+	// Their watchdog resumes them past the longest a calibration stops
+	// them for (PauseWindows + 4 windows), if nothing else does.
+	n, err = l.Pause.Stop(stop, max)
+	switch {
+	case err != nil:
+		l.log.Error("slo: could not stop BE processes to learn an LC alone; calibrating beside them", "err", err)
+		l.resume("stopping failed")
+		return
+	case n > 0:
+		l.log.Info("slo: BE processes stopped to learn an LC alone", "processes", n)
+	}
+	for s, d := range decided {
+		s.pausing = d.PauseBE
+	}
+}
+
+// lcWindow is one LC process's window: its status rows (one per
+// objective) and its samples to the controllers.
+type lcWindow struct {
+	rows    []LCStatus
+	samples []slo.LCSample
+	key     string // its key to the controllers
+}
+
+// lcSamples reads each LC process's latest window, by pid.
+func (l *SLOLoop) lcSamples(pol *policy.Policy, lcs []ProcRef, now time.Duration) map[int]lcWindow {
 	window := pol.SLO.Window
-	keys := map[int]string{} // each LC's key to the controller, by pid
+	out := map[int]lcWindow{}
 	for _, p := range lcs {
 		o, ok := pol.Objective(p.Decision)
 		ls := LCStatus{PID: p.PID, Comm: p.Comm}
 		if !ok {
 			ls.Signal = "no objective"
-			st = append(st, ls)
+			out[p.PID] = lcWindow{rows: []LCStatus{ls}}
 			continue
 		}
 		// What the app pushes, or what request tracing sees of it while
@@ -424,12 +683,12 @@ func (l *SLOLoop) Step(now time.Duration) {
 		// not what the app measures (no CPU-side work before its first
 		// launch) and the two do not share a baseline.
 		s, ok := l.Latency.Latest(p.PID)
-		src, key := sampleSource{p.PID, "pushed"}, procKey(p)
+		src, key := sampleSource{p.PID, "pushed"}, p.key()
 		if w := l.tracing[key]; l.Traced != nil && w != nil && w.traced {
 			s, ok = l.Traced.Latest(p.PID)
 			src.kind, key = "traced", key+"/traced"
 		}
-		keys[p.PID] = key
+		w := lcWindow{key: key}
 		// A traced window is one of the loop's: the one the tracer closed
 		// when the mode came on spans the time it was off.
 		fresh := ok && s.Seq != l.used[src] && now-s.At <= 2*window && (src.kind != "traced" || s.Window <= 2*window)
@@ -458,95 +717,137 @@ func (l *SLOLoop) Step(now time.Duration) {
 				ls.Signal, ls.Requests, ls.LatencyUs = src.kind, s.Requests, float64(lat)/1e3
 				// The median goes with a tail objective: workload changes
 				// are read from it (slo.LCSample.Median).
-				obs.LC = append(obs.LC, slo.LCSample{Key: key, Objective: o, Latency: lat, Requests: s.Requests, Median: s.Quantiles["p50"]})
+				w.samples = append(w.samples, slo.LCSample{Key: key, Objective: o, Latency: lat, Requests: s.Requests, Median: s.Quantiles["p50"]})
 			}
-			st = append(st, ls)
+			w.rows = append(w.rows, ls)
 		}
+		out[p.PID] = w
 	}
-	for src := range l.used {
-		if !slices.ContainsFunc(lcs, func(p ProcRef) bool { return p.PID == src.pid }) {
-			delete(l.used, src)
-		}
-	}
+	return out
+}
 
-	from := l.ctl.Current()
-	d := l.ctl.Observe(obs)
-	if d.PauseBE && l.Pause != nil {
-		// Their watchdog resumes them past the longest a calibration
-		// stops them for (PauseWindows + 4 windows), if nothing else does.
-		n, err := l.Pause.Stop(bes, time.Duration(conf.pause+5)*window)
-		switch {
-		case err != nil:
-			l.log.Error("slo: could not stop BE processes to learn an LC alone; calibrating beside them", "err", err)
-			l.resume("stopping failed")
-		case n > 0:
-			l.log.Info("slo: BE processes stopped to learn an LC alone", "processes", n, "reason", d.Reason)
+// publish sets the status, what hint engines are told, and the metrics,
+// after a window whose decisions are decided, over the LC windows
+// samples (none when the mode came on), which gave each BE process of all
+// the timeslice per names.
+func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, samples map[int]lcWindow, all []ProcRef, per map[string]time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prevPre := l.status.Prepreempt
+	st := SLOStatus{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
+		Ladder: ladderOrDefault(pol.SLO.Ladder), MinBEShare: pol.SLO.MinBEShare, Calibrate: calibrateName(l.conf.pause),
+		Engines: l.status.Engines, Prepreempt: true}
+	told := map[int]bool{}
+	metrics := map[string]slo.Decision{}
+	var worst float64 = math.NaN()
+	var lcRows []LCStatus
+	var live []*search
+	for _, s := range l.sorted() {
+		d := decided[s]
+		ss := &s.status
+		ss.GPU, ss.BETimeslice, ss.LCs = s.gpuRef(), s.ctl.Current().String(), len(s.lcs)
+		pre := pol.SLO.PrepreemptBelow <= 0 || s.ctl.Current() < pol.SLO.PrepreemptBelow
+		ss.Prepreempt = pre
+		if d != nil {
+			sd := &SLODecision{Window: l.windows, BETimeslice: d.BETimeslice.String(), Changed: d.Changed, Cause: d.Cause, Reason: d.Reason,
+				Fallback: d.Fallback, BEBelowMinimum: d.BEBelowMinimum}
+			ss.Last, ss.BEShare, ss.WorstLC = sd, finite(d.BEShare), finite(d.Worst)
+			if d.Changed {
+				ss.LastChange = sd
+				ss.Changes++
+			}
 		}
-		l.pausing = err == nil
-	} else {
-		l.resume(d.Reason)
+		st.Changes += ss.Changes
+		if !s.live() {
+			continue
+		}
+		live = append(live, s)
+		st.Searches = append(st.Searches, *ss)
+		st.Prepreempt = st.Prepreempt && pre
+		for _, p := range s.lcs {
+			if t, ok := told[p.PID]; ok {
+				pre = pre && t
+			}
+			told[p.PID] = pre
+		}
+		if d != nil {
+			metrics[s.metricGPU()] = *d
+			if !math.IsNaN(d.Worst) && (math.IsNaN(worst) || d.Worst > worst) {
+				worst = d.Worst
+			}
+		} else {
+			metrics[s.metricGPU()] = slo.Decision{BETimeslice: s.ctl.Current(), Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()}
+		}
+		lcRows = append(lcRows, searchRows(s, d, samples)...)
 	}
-	for i := range st {
-		for _, r := range d.LC {
-			if r.Key == keys[st[i].PID] && r.Objective == st[i].Objective {
-				st[i].TargetUs, st[i].Ratio = float64(r.Target)/1e3, finite(r.Ratio)
-				if sig := st[i].Signal; r.Requests < 20 && (sig == "pushed" || sig == "traced") {
-					st[i].Signal = fmt.Sprintf("%s (%d requests: too few to count)", sig, r.Requests)
+	st.WorstLC, st.LC = finite(worst), lcRows
+	if len(live) == 1 {
+		ss := live[0].status
+		st.BETimeslice, st.BEShare, st.Last, st.LastChange = ss.BETimeslice, ss.BEShare, ss.Last, ss.LastChange
+	}
+	if l.Share != nil && l.windows > 0 {
+		st.BE = l.Share.Status()
+		for i := range st.BE {
+			b := &st.BE[i]
+			if j := slices.IndexFunc(all, func(p ProcRef) bool { return p.PID == b.PID }); j >= 0 {
+				ts := per[all[j].key()]
+				b.Apart = ts == 0
+				if ts > 0 {
+					b.Timeslice = ts.String()
 				}
 			}
 		}
 	}
-	if d.Changed {
-		l.rec.SetClassTimeslice(class.BE, d.BETimeslice)
-		l.log.Info("slo: BE timeslice changed", "from", from, "to", d.BETimeslice, "cause", d.Cause, "reason", d.Reason,
-			"worst_lc_vs_objective", d.Worst, "be_share", d.BEShare, "fallback", d.Fallback)
-	} else {
-		l.log.Debug("slo: kept", "be_timeslice", d.BETimeslice, "cause", d.Cause, "reason", d.Reason, "worst_lc_vs_objective", d.Worst)
-	}
-	if d.WorkloadChanged {
-		l.log.Info("slo: LC response changed under the same setting; searching again", "be_timeslice", from)
-	}
-	prepre := pol.SLO.PrepreemptBelow <= 0 || d.BETimeslice < pol.SLO.PrepreemptBelow
-	l.mu.Lock()
-	prevPre := l.status.Prepreempt || l.status.Last == nil
-	n := 1
-	if l.status.Last != nil {
-		n = l.status.Last.Window + 1
-	}
-	sd := &SLODecision{Window: n, BETimeslice: d.BETimeslice.String(), Changed: d.Changed, Cause: d.Cause, Reason: d.Reason,
-		Fallback: d.Fallback, BEBelowMinimum: d.BEBelowMinimum}
-	l.status.Enabled, l.status.Window = true, window.String()
-	l.status.BETimeslice, l.status.Safe, l.status.SharedFloor, l.status.Ladder = d.BETimeslice.String(), conf.safe.String(), conf.floor.String(), ladderOrDefault(pol.SLO.Ladder)
-	l.status.BEShare, l.status.MinBEShare, l.status.WorstLC = finite(d.BEShare), pol.SLO.MinBEShare, finite(d.Worst)
-	l.status.LC, l.status.Last, l.status.Prepreempt = st, sd, prepre
-	l.status.Calibrate, l.status.BEStopped = calibrateName(conf.pause), nil
-	if l.Share != nil {
-		l.status.BE = l.Share.Status()
-	}
-	if l.pausing {
-		for _, p := range all {
-			if l.Pause.Holds(p) {
-				l.status.BEStopped = append(l.status.BEStopped, p.PID)
+	if l.pausing() {
+		for _, s := range l.searches {
+			for _, p := range s.bes {
+				if l.Pause.Holds(p) && !slices.Contains(st.BEStopped, p.PID) {
+					st.BEStopped = append(st.BEStopped, p.PID)
+				}
 			}
 		}
+		slices.Sort(st.BEStopped)
 	}
-	l.metrics.setBEStopped(len(l.status.BEStopped))
-	if d.Changed {
-		l.status.LastChange = sd
-		l.status.Changes++
+	l.metrics.setBEStopped(len(st.BEStopped))
+	l.metrics.setSLO(true, metrics)
+	if l.windows > 0 && st.Prepreempt != prevPre {
+		l.log.Info("slo: hint engines told", "prepreempt", st.Prepreempt, "prepreempt_below", pol.SLO.PrepreemptBelow)
 	}
-	l.mu.Unlock()
-	if prepre != prevPre {
-		l.log.Info("slo: hint engines told", "prepreempt", prepre, "be_timeslice", d.BETimeslice, "prepreempt_below", pol.SLO.PrepreemptBelow)
+	l.status, l.told = st, told
+}
+
+// searchRows are the status rows of search s's LC processes in their
+// windows samples, against its decision d (nil: none this window).
+func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) []LCStatus {
+	var out []LCStatus
+	var res []slo.LCResult
+	if d != nil {
+		res = d.LC
 	}
-	l.metrics.setSLO(&d)
-	l.last = now
+	for _, p := range s.lcs {
+		w := samples[p.PID]
+		for _, row := range w.rows {
+			row.GPU = s.gpuRef()
+			for _, r := range res {
+				if r.Key == w.key && r.Objective == row.Objective {
+					row.TargetUs, row.Ratio = float64(r.Target)/1e3, finite(r.Ratio)
+					if sig := row.Signal; r.Requests < 20 && (sig == "pushed" || sig == "traced") {
+						row.Signal = fmt.Sprintf("%s (%d requests: too few to count)", sig, r.Requests)
+					}
+				}
+			}
+			out = append(out, row)
+		}
+	}
+	return out
 }
 
 // resume resumes the BE processes the SLO mode stopped, if any.
 func (l *SLOLoop) resume(why string) {
-	was := l.pausing
-	l.pausing = false
+	was := l.pausing()
+	for _, s := range l.searches {
+		s.pausing = false
+	}
 	if l.Pause == nil || !was && !l.Pause.Holding() {
 		return
 	}
@@ -577,30 +878,6 @@ func calibrateName(pause int) string {
 // are listed on one GPU.
 func shareGPU(a, b ProcRef) bool {
 	return a.GPUs == nil || b.GPUs == nil || slices.ContainsFunc(a.GPUs, func(g int) bool { return slices.Contains(b.GPUs, g) })
-}
-
-// besideLC splits the BE processes bes into those that may share a GPU
-// with one of lcs (shareGPU: on a GPU not known, a BE process is taken to
-// share one with every LC, and an LC with every BE), whose timeslice the
-// SLO mode chooses, and those apart, which keep the policy's.
-func besideLC(bes, lcs []ProcRef) (beside, apart []ProcRef) {
-	for _, b := range bes {
-		if slices.ContainsFunc(lcs, func(l ProcRef) bool { return shareGPU(b, l) }) {
-			beside = append(beside, b)
-		} else {
-			apart = append(apart, b)
-		}
-	}
-	return beside, apart
-}
-
-// keysOf is the set of ps's procKeys.
-func keysOf(ps []ProcRef) map[string]bool {
-	m := make(map[string]bool, len(ps))
-	for _, p := range ps {
-		m[procKey(p)] = true
-	}
-	return m
 }
 
 // sampleSource is where an LC process's windows come from ("pushed" or
@@ -690,6 +967,8 @@ func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []ProcRef, now time.Duration) 
 // procKey names an LC process to the controller: its pid and start time,
 // so that a reused pid is a new process.
 func procKey(p ProcRef) string { return strconv.Itoa(p.PID) + "/" + strconv.FormatUint(p.Start, 10) }
+
+func (p ProcRef) key() string { return procKey(p) }
 
 // dropGone deletes from m, by procKey, the processes not in ps, and calls
 // gone with each one deleted.

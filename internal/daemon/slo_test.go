@@ -18,6 +18,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/tsg"
+	dto "github.com/prometheus/client_model/go"
 )
 
 const sloPolicy = `
@@ -100,7 +101,7 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 	if gauge(t, s.m, "gpreemptd_slo_enabled") != 1 || gauge(t, s.m, "gpreemptd_slo_be_timeslice_seconds") != 200e-6 {
 		t.Error("metrics do not show the mode on at the safe setting")
 	}
-	if r := s.loop.Reply(); !r.SLO {
+	if r := s.loop.Reply(100); !r.SLO {
 		t.Errorf("reply %+v before the first window: want slo", r)
 	}
 
@@ -154,7 +155,7 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 	}
 	// 1 ms is at or above prepreempt_below (500 us): engines are told to
 	// stop holding the GPU.
-	if r := s.loop.Reply(); r.Prepreempt || !r.SLO {
+	if r := s.loop.Reply(100); r.Prepreempt || !r.SLO {
 		t.Errorf("reply %+v at 1 ms, want prepreempt false", r)
 	}
 
@@ -171,7 +172,7 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 	if counter(t, s.m, "gpreemptd_slo_changes_total", slo.CauseNoSignal) != 1 {
 		t.Error("fallback change not counted")
 	}
-	if r := s.loop.Reply(); !r.Prepreempt {
+	if r := s.loop.Reply(100); !r.Prepreempt {
 		t.Error("engines not told to pre-preempt again at the safe setting")
 	}
 
@@ -184,7 +185,7 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 	s.window(slo.EagerPyTorchH100, false)
 	s.wantAll(200, 300, tsg.LevelLow)
 	s.wantAll(300, 860, tsg.LevelLow)
-	if st := s.loop.Status(); st.Enabled || !s.loop.Reply().Prepreempt {
+	if st := s.loop.Status(); st.Enabled || !s.loop.Reply(100).Prepreempt {
 		t.Errorf("after reload without slo: %+v", st)
 	}
 	if gauge(t, s.m, "gpreemptd_slo_enabled") != 0 {
@@ -544,7 +545,7 @@ slo: {enabled: true, window: 1s%s}
 		for range 80 {
 			// An engine says prepreempt only while the daemon's reply
 			// lets it (below slo.prepreempt_below).
-			spin := tc.spinning && s.loop.Reply().Prepreempt
+			spin := tc.spinning && s.loop.Reply(100).Prepreempt
 			s.loop.Push(100, HintStats{Stats: client.Stats{Engine: &EngineState{Prepreempt: spin}}})
 			s.window(slo.EagerPyTorchH100, false)
 			if s.loop.Status().Last.Cause != slo.CauseCalibrate {
@@ -772,24 +773,25 @@ func TestSLOLoopBEApartFromLC(t *testing.T) {
 		t.Errorf("the status on the wire lost which BE is apart: %+v", cs.BE)
 	}
 
-	// The LC opens a context on GPU 1 too: the bulk is beside it from the
-	// next window, at the timeslice chosen for its weight.
+	// The LC opens a context on GPU 1 too: GPU 1 gets a search of its own,
+	// which puts the bulk beside the LC from the next window, at its safe
+	// setting for the bulk's weight; the trainer keeps GPU 0's choice.
 	s.insp[100] = policy.Process{Comm: "lc-server", GPUs: []policy.GPU{{Index: 0}, {Index: 1}}}
+	_, share := slo.EagerPyTorchH100.At(s.beTimeslice())
+	f.n[200], f.n[300] = f.n[200]+uint64(share*alone), f.n[300]+alone/2
 	s.window(slo.EagerPyTorchH100, false)
 	s.tick(s.now + time.Second)
-	want, err := s.rec.Classes().Settings(class.BE, 3)
-	if err != nil {
-		t.Fatal(err)
+	st = s.loop.Status()
+	if len(st.Searches) != 2 || st.BETimeslice != "" || st.Searches[0].Changes < 3 || st.Searches[1].BETimeslice != "200µs" || st.Searches[1].Last != nil {
+		t.Fatalf("after the LC came to GPU 1: %+v, searches %+v", st, st.Searches)
 	}
-	s.wantAll(300, uint64(*want.Timeslice/time.Microsecond), tsg.LevelLow)
-	if *want.Timeslice == 560*time.Microsecond {
-		t.Fatal("premise: the chosen timeslice gives be:3 the policy's")
-	}
-	for _, b := range s.loop.Status().BE {
-		if b.Apart {
-			t.Errorf("BE row %+v apart with an LC on its GPU", b)
+	gpu0 := st.Searches[0].BETimeslice // where GPU 0's search goes on
+	for _, b := range st.BE {
+		if b.Apart || b.Timeslice != map[int]string{200: gpu0, 300: "200µs"}[b.PID] {
+			t.Errorf("BE row %+v: want beside an LC, at its GPU's choice (GPU 0: %s)", b, gpu0)
 		}
 	}
+	s.wantAll(300, 560, tsg.LevelLow)
 }
 
 // TestSLOLoopPauseLeavesApartBE: learning an LC alone stops the BE on its
@@ -826,29 +828,224 @@ func TestSLOLoopPauseLeavesApartBE(t *testing.T) {
 	}
 }
 
-func TestBesideLC(t *testing.T) {
+// TestSLOLoopPausesPerGPU: each GPU's search stops its own BE to learn
+// its LC alone, and resumes them when it has, while the other GPU's
+// search still holds its BE stopped.
+func TestSLOLoopPausesPerGPU(t *testing.T) {
+	g := newRig(t, sloPausePolicy)
+	near, far := sleeper(t), sleeper(t)
+	proc := t.TempDir()
+	for _, p := range []ProcRef{near, far} {
+		if err := os.MkdirAll(filepath.Join(proc, strconv.Itoa(p.PID)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		stat := fmt.Sprintf("%d (trainer) S %s%d 0 0\n", p.PID, strings.Repeat("0 ", 18), p.PID)
+		if err := os.WriteFile(filepath.Join(proc, strconv.Itoa(p.PID), "stat"), []byte(stat), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loop := NewSLOLoop(g.rec, g.m, testLog(t))
+	loop.Pause = &Pauser{Proc: proc}
+	t.Cleanup(loop.Close)
+	on := func(comm string, gpu int) policy.Process {
+		return policy.Process{Comm: comm, GPUs: []policy.GPU{{Index: gpu}}}
+	}
+	g.tick(g.start(100, on("lc-server", 0)) + time.Second)
+	g.tick(g.start(near.PID, on("trainer", 0)) + time.Second)
+	g.tick(g.start(far.PID, on("trainer", 1)) + time.Second)
+	held := func(p ProcRef) bool { return loop.Pause.Holds(ProcRef{PID: p.PID, Start: uint64(p.PID)}) }
+	window := func(lcs map[int]ProcRef) {
+		g.now += time.Second
+		for pid, be := range lcs {
+			r, _ := slowBeside.At(time.Duration(g.groups(be.PID)[0].Timeslice) * time.Microsecond)
+			if held(be) {
+				r = 1 // alone
+			}
+			loop.Push(pid, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
+				LatencyUs: map[string]float64{"p50": float64(slowBeside.Baseline) * r / 1e3}}}})
+		}
+		loop.Step(g.now)
+		g.tick(g.now)
+	}
+	loop.Step(g.now)
+	window(map[int]ProcRef{100: near})
+	if !held(near) || held(far) {
+		t.Fatalf("GPU 0's new LC: near held %v, far held %v; want near only", held(near), held(far))
+	}
+	// A second LC comes to GPU 1 while GPU 0's is learnt alone.
+	g.tick(g.start(101, on("lc-two", 1)) + g.now - g.now%time.Second + 500*time.Millisecond)
+	both := map[int]ProcRef{100: near, 101: far}
+	window(both)
+	window(both)
+	if !held(near) || !held(far) {
+		t.Fatalf("two GPUs learning their LCs alone: near held %v, far held %v", held(near), held(far))
+	}
+	waitState(t, far.PID, true)
+	i := 0
+	for ; held(near) && i < 10; i++ {
+		window(both)
+	}
+	if held(near) || !held(far) {
+		t.Fatalf("after %d windows: near held %v, far held %v; want GPU 0 done first", i, held(near), held(far))
+	}
+	waitState(t, near.PID, false)
+	if state(t, far.PID) != 'T' {
+		t.Fatal("resuming GPU 0's BE resumed GPU 1's")
+	}
+	if st := loop.Status(); !slices.Equal(st.BEStopped, []int{far.PID}) {
+		t.Errorf("stopped %v, want only %d", st.BEStopped, far.PID)
+	}
+	for i = 0; held(far) && i < 10; i++ {
+		window(both)
+		if held(near) {
+			t.Fatal("GPU 0's BE stopped again")
+		}
+	}
+	waitState(t, far.PID, false)
+	if len(loop.Pause.dogs) != 0 {
+		t.Errorf("%d watchdogs left with nothing stopped", len(loop.Pause.dogs))
+	}
+}
+
+// TestJoinPlacesBE: each LC process is in the search of every GPU NVML
+// lists it on (or in the one of GPUs not known), and a BE process is
+// beside an LC where its search may share a GPU with it.
+func TestJoinPlacesBE(t *testing.T) {
+	pol, err := policy.Parse([]byte(sloPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
 	on := func(pid int, gpus ...int) ProcRef { return ProcRef{PID: pid, Start: 1, GPUs: gpus} }
 	for _, tc := range []struct {
-		name       string
-		bes, lcs   []ProcRef
-		wantBeside []int
+		name         string
+		bes, lcs     []ProcRef
+		wantBeside   []int
+		wantSearches []int
 	}{
-		{"no LC: every BE apart", []ProcRef{on(1, 0), on(2)}, nil, nil},
-		{"one GPU each", []ProcRef{on(1, 0), on(2, 1)}, []ProcRef{on(9, 0)}, []int{1}},
-		{"a BE on two GPUs, one with an LC", []ProcRef{on(1, 0, 1), on(2, 2)}, []ProcRef{on(9, 1)}, []int{1}},
-		{"an LC on two GPUs", []ProcRef{on(1, 0), on(2, 1), on(3, 2)}, []ProcRef{on(9, 0, 1)}, []int{1, 2}},
-		{"a BE on no GPU known: beside", []ProcRef{on(1), on(2, 1)}, []ProcRef{on(9, 0)}, []int{1}},
-		{"an LC on no GPU known: every BE beside", []ProcRef{on(1, 0), on(2, 1)}, []ProcRef{on(9, 0), on(8)}, []int{1, 2}},
+		{"no LC: every BE apart", []ProcRef{on(1, 0), on(2)}, nil, nil, nil},
+		{"one GPU each", []ProcRef{on(1, 0), on(2, 1)}, []ProcRef{on(9, 0)}, []int{1}, []int{0}},
+		{"a BE on two GPUs, one with an LC", []ProcRef{on(1, 0, 1), on(2, 2)}, []ProcRef{on(9, 1)}, []int{1}, []int{1}},
+		{"an LC on two GPUs", []ProcRef{on(1, 0), on(2, 1), on(3, 2)}, []ProcRef{on(9, 0, 1)}, []int{1, 2}, []int{0, 1}},
+		{"a BE on no GPU known: beside", []ProcRef{on(1), on(2, 1)}, []ProcRef{on(9, 0)}, []int{1}, []int{0}},
+		{"an LC on no GPU known: every BE beside", []ProcRef{on(1, 0), on(2, 1)}, []ProcRef{on(9, 0), on(8)}, []int{1, 2}, []int{anyGPU, 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			beside, apart := besideLC(tc.bes, tc.lcs)
-			var got []int
-			for _, b := range beside {
-				got = append(got, b.PID)
+			l := &SLOLoop{log: testLog(t), searches: map[int]*search{}, conf: sloConf{safe: 200 * time.Microsecond}}
+			l.join(pol, tc.lcs, tc.bes)
+			var got, searches []int
+			for _, b := range tc.bes {
+				if l.beside(b) {
+					got = append(got, b.PID)
+				}
 			}
-			if !slices.Equal(got, tc.wantBeside) || len(beside)+len(apart) != len(tc.bes) {
-				t.Errorf("beside %v, apart %v; want beside %v", got, apart, tc.wantBeside)
+			for _, s := range l.sorted() {
+				searches = append(searches, s.gpu)
+			}
+			if !slices.Equal(got, tc.wantBeside) || !slices.Equal(searches, tc.wantSearches) {
+				t.Errorf("beside %v, searches %v; want %v, %v", got, searches, tc.wantBeside, tc.wantSearches)
 			}
 		})
 	}
+}
+
+// TestSLOLoopSearchPerGPU: on a node with two GPUs, an eager LC and a
+// trainer on GPU 0, an LC with hints (the synthetic one) and a trainer on
+// GPU 1. Each GPU's search finds its own knee: 1 ms for the eager LC, 200
+// us or shorter for the one with hints, where one search for the node
+// would give both trainers the shorter. The status, the metrics and what
+// each hint engine is told are per GPU.
+func TestSLOLoopSearchPerGPU(t *testing.T) {
+	s, f := newShareRig(t)
+	on := func(comm string, gpu int) policy.Process {
+		return policy.Process{Comm: comm, GPUs: []policy.GPU{{Index: gpu}}}
+	}
+	s.tick(s.start(200, on("trainer", 0)) + time.Second)
+	s.tick(s.start(201, on("trainer", 1)) + time.Second)
+	s.loop.Step(s.now) // the mode starts
+	const alone = 10_000
+	for range 4 {
+		f.n[200], f.n[201] = f.n[200]+alone, f.n[201]+alone
+		s.window(slo.EagerPyTorchH100, true)
+	}
+	s.tick(s.start(100, on("lc-server", 0)) + time.Second)
+	s.tick(s.start(101, on("lc-graph", 1)) + time.Second)
+	ts := func(pid int) time.Duration { return time.Duration(s.groups(pid)[0].Timeslice) * time.Microsecond }
+	sides := []struct {
+		lc, be int
+		w      slo.Workload
+	}{{100, 200, slo.EagerPyTorchH100}, {101, 201, slo.GraphHintsH100}}
+	settled := func() bool {
+		st := s.loop.Status()
+		return len(st.Searches) == 2 && ts(200) == time.Millisecond && st.Searches[0].Last != nil && !st.Searches[0].Last.Changed &&
+			st.Searches[1].Last != nil && !st.Searches[1].Last.Changed
+	}
+	for i := 0; i < 60 || (i < 100 && !settled()); i++ {
+		for _, x := range sides {
+			r, share := x.w.At(ts(x.be))
+			f.n[x.be] += uint64(share * alone)
+			p50 := float64(x.w.Baseline) * r / 1e3
+			s.loop.Push(x.lc, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: uint64(x.w.Requests),
+				LatencyUs: map[string]float64{"p50": p50, "p99": 1.3 * p50}}}})
+		}
+		s.now += time.Second
+		s.loop.Step(s.now)
+		s.tick(s.now)
+	}
+	if !settled() {
+		t.Fatalf("not settled: trainer on GPU 0 at %v, status %+v", ts(200), s.loop.Status().Searches)
+	}
+	if got := ts(201); got > 200*time.Microsecond {
+		t.Errorf("trainer on GPU 1 at %v, want 200µs or shorter: the LC with hints waits out BE's timeslice past it", got)
+	}
+	st := s.loop.Status()
+	if st.BETimeslice != "" || st.Last != nil || *st.Searches[0].GPU != 0 || *st.Searches[1].GPU != 1 ||
+		st.Searches[0].BETimeslice != "1ms" || st.Searches[0].LCs != 1 || st.Changes != st.Searches[0].Changes+st.Searches[1].Changes {
+		t.Errorf("status %+v, searches %+v", st, st.Searches)
+	}
+	for _, l := range st.LC {
+		if l.GPU == nil || *l.GPU != map[int]int{100: 0, 101: 1}[l.PID] || l.Ratio == nil || *l.Ratio > 1 {
+			t.Errorf("LC row %+v", l)
+		}
+	}
+	for _, b := range st.BE {
+		if want := ts(b.PID).String(); b.Apart || b.Timeslice != want || b.Share == nil {
+			t.Errorf("BE row %+v, want at %s", b, want)
+		}
+	}
+	if got := labelled(t, s.m, "gpreemptd_slo_be_timeslice_seconds", "0"); got != 0.001 {
+		t.Errorf("GPU 0's timeslice gauge %v, want 0.001", got)
+	}
+	if got := labelled(t, s.m, "gpreemptd_slo_be_timeslice_seconds", "1"); got != ts(201).Seconds() {
+		t.Errorf("GPU 1's timeslice gauge %v, want %v", got, ts(201).Seconds())
+	}
+	// 1 ms is past prepreempt_below: the eager LC's engine is told to stop
+	// pre-preempting, the other's is not.
+	if r100, r101 := s.loop.Reply(100), s.loop.Reply(101); r100.Prepreempt || !r101.Prepreempt {
+		t.Errorf("replies: GPU 0's LC %+v, GPU 1's %+v", r100, r101)
+	}
+
+	// The eager LC exits: GPU 0's search is idle, its trainer back at the
+	// policy's 200us, and the status is GPU 1's search alone.
+	s.feed(&trace.TaskExit{PID: 100, At: uint64(s.now)})
+	s.tick(s.now)
+	s.now += time.Second
+	s.loop.Step(s.now)
+	s.tick(s.now)
+	s.wantAll(200, 200, tsg.LevelLow)
+	st = s.loop.Status()
+	if len(st.Searches) != 1 || st.BETimeslice != ts(201).String() || st.Searches[0].GPU == nil || *st.Searches[0].GPU != 1 {
+		t.Errorf("after the eager LC left: %+v, searches %+v", st, st.Searches)
+	}
+}
+
+// labelled is the value of gauge name's series with a label of value v.
+func labelled(t testing.TB, m *Metrics, name, v string) float64 {
+	t.Helper()
+	x := series(t, m, name, func(x *dto.Metric) bool {
+		return slices.ContainsFunc(x.GetLabel(), func(l *dto.LabelPair) bool { return l.GetValue() == v })
+	})
+	if x == nil {
+		return math.NaN()
+	}
+	return x.GetGauge().GetValue()
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -117,6 +118,8 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 		switch {
 		case s.Enabled && k.Name == "lc":
 			note = fmt.Sprintf("worst LC at %s of its objective", ratio(s.WorstLC))
+		case s.Enabled && k.Name == "be" && len(s.Searches) > 1:
+			ts, note = "per GPU", "chosen per GPU with an LC, below"
 		case s.Enabled && k.Name == "be":
 			ts += " (chosen)"
 			share := "unknown"
@@ -139,14 +142,23 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 	}
 	floor := ""
 	if s.SharedFloor != "" && s.SharedFloor != s.Safe {
-		floor = "; " + s.SharedFloor + " or longer with two or more BE"
+		floor = "; " + s.SharedFloor + " or longer with two or more BE on a GPU"
 	}
-	fmt.Fprintf(w, "\nslo:\ton, window %s, BE timeslice %s (safe %s%s; ladder %s), %d changes\n", s.Window, s.BETimeslice, s.Safe, floor, s.Ladder, s.Changes)
-	if d := s.Last; d != nil {
-		fmt.Fprintf(w, "last decision:\twindow %d: %s, %s: %s\n", d.Window, keptOrChanged(d), d.Cause, d.Reason)
-	}
-	if d := s.LastChange; d != nil {
-		fmt.Fprintf(w, "last change:\twindow %d: to %s, %s: %s\n", d.Window, d.BETimeslice, d.Cause, d.Reason)
+	perGPU := len(s.Searches) > 1
+	if perGPU {
+		fmt.Fprintf(w, "\nslo:\ton, window %s, a BE timeslice per GPU with an LC (safe %s%s; ladder %s), %d changes\n", s.Window, s.Safe, floor, s.Ladder, s.Changes)
+		for _, x := range s.Searches {
+			share := "unknown"
+			if x.BEShare != nil {
+				share = percent(x.BEShare)
+			}
+			fmt.Fprintf(w, "%s:\tBE timeslice %s, BE share %s, worst LC at %s of its objective, %d changes, hint engines: prepreempt %v\n",
+				client.GPUName(x.GPU), x.BETimeslice, share, ratio(x.WorstLC), x.Changes, x.Prepreempt)
+			decisions(w, "  ", x.Last, x.LastChange)
+		}
+	} else {
+		fmt.Fprintf(w, "\nslo:\ton, window %s, BE timeslice %s (safe %s%s; ladder %s), %d changes\n", s.Window, s.BETimeslice, s.Safe, floor, s.Ladder, s.Changes)
+		decisions(w, "", s.Last, s.LastChange)
 	}
 	if s.Calibrate == "pause" {
 		fmt.Fprintln(w, "calibrate:\tpause (LC baselines learnt with BE stopped)")
@@ -154,24 +166,53 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 	if len(s.BEStopped) > 0 {
 		fmt.Fprintf(w, "BE stopped:\t%s (learning an LC alone)\n", strings.Trim(fmt.Sprint(s.BEStopped), "[]"))
 	}
-	fmt.Fprintf(w, "hint engines:\tprepreempt %v\n", s.Prepreempt)
+	if !perGPU {
+		fmt.Fprintf(w, "hint engines:\tprepreempt %v\n", s.Prepreempt)
+	}
 	if len(s.LC) > 0 {
-		fmt.Fprintln(w, "\nLC PID\tCOMM\tOBJECTIVE\tLATENCY\tTARGET\tVS OBJECTIVE\tREQUESTS\tSIGNAL")
+		fmt.Fprintln(w, "\nLC PID\tCOMM\t"+gpuColumn(perGPU, "GPU\t")+"OBJECTIVE\tLATENCY\tTARGET\tVS OBJECTIVE\tREQUESTS\tSIGNAL")
 		for _, l := range s.LC {
-			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", l.PID, l.Comm, cmdutil.OrDash(l.Objective), us(l.LatencyUs), us(l.TargetUs), ratio(l.Ratio), l.Requests, l.Signal)
+			fmt.Fprintf(w, "%d\t%s\t%s%s\t%s\t%s\t%s\t%d\t%s\n", l.PID, l.Comm, gpuColumn(perGPU, gpuIndex(l.GPU)+"\t"), cmdutil.OrDash(l.Objective), us(l.LatencyUs), us(l.TargetUs), ratio(l.Ratio), l.Requests, l.Signal)
 		}
 	}
 	if len(s.BE) > 0 {
-		fmt.Fprintln(w, "\nBE PID\tCOMM\tLAUNCHES/S\tALONE\tSHARE\tSIGNAL")
+		fmt.Fprintln(w, "\nBE PID\tCOMM\t"+gpuColumn(perGPU, "TIMESLICE\t")+"LAUNCHES/S\tALONE\tSHARE\tSIGNAL")
 		for _, b := range s.BE {
 			sig := b.Signal
 			if b.Apart {
 				sig += "; no LC on its GPUs: the policy's timeslice, not in the share"
 			}
-			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", b.PID, b.Comm, perSecond(b.LaunchesPerS), perSecond(b.AlonePerS), percent(b.Share), sig)
+			fmt.Fprintf(w, "%d\t%s\t%s%s\t%s\t%s\t%s\n", b.PID, b.Comm, gpuColumn(perGPU, cmdutil.OrDash(b.Timeslice)+"\t"), perSecond(b.LaunchesPerS), perSecond(b.AlonePerS), percent(b.Share), sig)
 		}
 	}
 	return nil
+}
+
+// decisions prints a search's last decision and last change, each line
+// after indent.
+func decisions(w io.Writer, indent string, last, change *client.SLODecision) {
+	if d := last; d != nil {
+		fmt.Fprintf(w, "%slast decision:\twindow %d: %s, %s: %s\n", indent, d.Window, keptOrChanged(d), d.Cause, d.Reason)
+	}
+	if d := change; d != nil {
+		fmt.Fprintf(w, "%slast change:\twindow %d: to %s, %s: %s\n", indent, d.Window, d.BETimeslice, d.Cause, d.Reason)
+	}
+}
+
+// gpuColumn is col where the status has a search per GPU, else nothing.
+func gpuColumn(perGPU bool, col string) string {
+	if perGPU {
+		return col
+	}
+	return ""
+}
+
+// gpuIndex is a search's GPU as the LC table shows it ("?": not known).
+func gpuIndex(gpu *int) string {
+	if gpu == nil {
+		return "?"
+	}
+	return strconv.Itoa(*gpu)
 }
 
 func keptOrChanged(d *client.SLODecision) string {

@@ -303,34 +303,42 @@ func (c *Client) Reload(ctx context.Context) error {
 	return c.do(ctx, http.MethodPost, "/v1/reload", struct{}{}, nil)
 }
 
-// SLO is the "slo" object of GET /v1/status: the SLO mode's state.
+// SLO is the "slo" object of GET /v1/status: the SLO mode's state. The
+// mode searches a BE timeslice per GPU with an LC process (Searches); the
+// fields marked "of the search" are its when there is one search, and
+// left empty when there are several.
 type SLO struct {
 	Enabled bool `json:"enabled"`
 	// Window is the observation window.
 	Window string `json:"window,omitempty"`
-	// BETimeslice is the BE class's timeslice of one unit of weight in
-	// force ("" when the policy's is used).
+	// BETimeslice is the BE timeslice (of one unit of weight) chosen: of
+	// the search ("" with no LC: BE keeps the policy's).
 	BETimeslice string `json:"be_timeslice,omitempty"`
 	Safe        string `json:"safe,omitempty"`
 	// SharedFloor is the shortest BE timeslice chosen while two or more
-	// processes are in the be class.
+	// BE processes share a GPU beside an LC.
 	SharedFloor string `json:"shared_floor,omitempty"`
 	Ladder      string `json:"ladder,omitempty"`
-	// BEShare is BE progress relative to BE alone; nil: unknown.
+	// BEShare is BE progress relative to BE alone, of the search; nil:
+	// unknown.
 	BEShare *float64 `json:"be_share,omitempty"`
 	// BE is each BE process's progress, where the daemon measures it.
 	BE         []SLOBE `json:"be,omitempty"`
 	MinBEShare float64 `json:"min_be_share,omitempty"`
-	// WorstLC is the highest latency/objective among LC processes; nil:
-	// no LC latency counted this window.
+	// WorstLC is the highest latency/objective among LC processes, over
+	// every search; nil: no LC latency counted this window.
 	WorstLC *float64 `json:"worst_lc_vs_objective,omitempty"`
-	LC      []SLOLC  `json:"lc,omitempty"`
+	// LC lists each LC process against each objective, once per search
+	// it is in (an LC on two GPUs is in two).
+	LC []SLOLC `json:"lc,omitempty"`
 	// Last is the last decision; LastChange the last that changed the
-	// timeslice.
+	// timeslice: of the search.
 	Last       *SLODecision `json:"last,omitempty"`
 	LastChange *SLODecision `json:"last_change,omitempty"`
-	Changes    int          `json:"changes"`
-	// Prepreempt is what hint engines are told.
+	// Changes counts the changes of every search.
+	Changes int `json:"changes"`
+	// Prepreempt is what hint engines are told: false if any search
+	// tells its engines to stop pre-preempting.
 	Prepreempt bool `json:"prepreempt"`
 	// Calibrate is how LC baselines are learnt: "shortest" (beside BE
 	// under the shortest timeslice) or "pause" (BE stopped).
@@ -339,6 +347,32 @@ type SLO struct {
 	BEStopped []int `json:"be_stopped,omitempty"`
 	// Engines is each pushing process's engine state, by pid.
 	Engines map[string]Engine `json:"engines,omitempty"`
+	// Searches is the search of each GPU with an LC process, by GPU.
+	Searches []SLOSearch `json:"searches,omitempty"`
+}
+
+// SLOSearch is the SLO mode on one GPU: the BE timeslice it chose for the
+// BE processes beside that GPU's LCs.
+type SLOSearch struct {
+	// GPU is the GPU's index; nil for the LC processes NVML lists on no
+	// GPU, which may share one with every BE process.
+	GPU         *int         `json:"gpu"`
+	BETimeslice string       `json:"be_timeslice"`
+	BEShare     *float64     `json:"be_share,omitempty"`
+	WorstLC     *float64     `json:"worst_lc_vs_objective,omitempty"`
+	LCs         int          `json:"lcs"`
+	Last        *SLODecision `json:"last,omitempty"`
+	LastChange  *SLODecision `json:"last_change,omitempty"`
+	Changes     int          `json:"changes"`
+	Prepreempt  bool         `json:"prepreempt"`
+}
+
+// GPUName names a search's GPU: "GPU 0", or "GPU not known".
+func GPUName(gpu *int) string {
+	if gpu == nil {
+		return "GPU not known"
+	}
+	return fmt.Sprintf("GPU %d", *gpu)
 }
 
 // SLOLC is one LC process against its objective.
@@ -355,6 +389,8 @@ type SLOLC struct {
 	Requests int      `json:"requests"`
 	// Signal says where the latency came from, or why there is none.
 	Signal string `json:"signal"`
+	// GPU is the search the row is of (SLOSearch.GPU).
+	GPU *int `json:"gpu,omitempty"`
 }
 
 // SLOBE is one BE process's progress: kernel launches per second, against
@@ -374,6 +410,9 @@ type SLOBE struct {
 	// Apart: it shares no GPU with an LC process, keeps the policy's
 	// timeslice, and BE share leaves it out.
 	Apart bool `json:"apart,omitempty"`
+	// Timeslice is the BE timeslice (of one unit of weight) the SLO mode
+	// gives it: the shortest its GPUs' searches chose ("" when apart).
+	Timeslice string `json:"timeslice,omitempty"`
 }
 
 // SLODecision is one decision of the SLO mode.
