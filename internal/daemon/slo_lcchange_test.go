@@ -70,8 +70,8 @@ func TestSLOLoopSlowPusherLearnt(t *testing.T) {
 // a pause is taken up again "thrice at most"), not every other window.
 func TestSLOLoopSlowPusherPausesBounded(t *testing.T) {
 	g := newRig(t, sloPausePolicy)
-	be, loop := pausingLoop(t, g)
-	defer loop.Close()
+	bes, loop := pausingLoop(t, g, 1)
+	be := bes[0]
 	g.tick(g.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
 	g.tick(g.start(be.PID, policy.Process{Comm: "trainer"}) + time.Second)
 	window := func(i int, two bool) bool {

@@ -376,23 +376,28 @@ var slowBeside = slo.Workload{Baseline: 6 * time.Millisecond, Requests: 50, Poin
 	{BETimeslice: 3 * time.Millisecond, LCRatio: 1.17},
 }}
 
-// pausingLoop is an SLO loop whose Pauser stops a real process (a
-// sleeper, returned), known to it by a proc directory that gives it its
+// pausingLoop is an SLO loop whose Pauser stops real processes (n
+// sleepers, returned), known to it by a proc directory that gives each its
 // pid as start time, as the rig's inspector does.
-func pausingLoop(t *testing.T, g *rig) (ProcRef, *SLOLoop) {
+func pausingLoop(t *testing.T, g *rig, n int) ([]ProcRef, *SLOLoop) {
 	t.Helper()
-	be := sleeper(t)
 	proc := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(proc, strconv.Itoa(be.PID)), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	stat := fmt.Sprintf("%d (trainer) S %s%d 0 0\n", be.PID, strings.Repeat("0 ", 18), be.PID)
-	if err := os.WriteFile(filepath.Join(proc, strconv.Itoa(be.PID), "stat"), []byte(stat), 0o644); err != nil {
-		t.Fatal(err)
+	var bes []ProcRef
+	for range n {
+		be := sleeper(t)
+		if err := os.MkdirAll(filepath.Join(proc, strconv.Itoa(be.PID)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		stat := fmt.Sprintf("%d (trainer) S %s%d 0 0\n", be.PID, strings.Repeat("0 ", 18), be.PID)
+		if err := os.WriteFile(filepath.Join(proc, strconv.Itoa(be.PID), "stat"), []byte(stat), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		bes = append(bes, be)
 	}
 	loop := NewSLOLoop(g.rec, g.m, testLog(t))
 	loop.Pause = &Pauser{Proc: proc}
-	return be, loop
+	t.Cleanup(loop.Close)
+	return bes, loop
 }
 
 func TestSLOLoopPausesBE(t *testing.T) {
@@ -400,7 +405,8 @@ func TestSLOLoopPausesBE(t *testing.T) {
 	// real; the rig's inspector gives every process its pid as start
 	// time, and so does the Pauser's proc directory.
 	g := newRig(t, sloPausePolicy)
-	be, loop := pausingLoop(t, g)
+	bes, loop := pausingLoop(t, g, 1)
+	be := bes[0]
 	g.tick(g.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
 	g.tick(g.start(be.PID, policy.Process{Comm: "trainer"}) + time.Second)
 	bets := func() time.Duration { return time.Duration(g.groups(be.PID)[0].Timeslice) * time.Microsecond }
@@ -794,59 +800,14 @@ func TestSLOLoopBEApartFromLC(t *testing.T) {
 	s.wantAll(300, 560, tsg.LevelLow)
 }
 
-// TestSLOLoopPauseLeavesApartBE: learning an LC alone stops the BE on its
-// GPU and not the one on another GPU.
-func TestSLOLoopPauseLeavesApartBE(t *testing.T) {
-	g := newRig(t, sloPausePolicy)
-	near, far := sleeper(t), sleeper(t)
-	proc := t.TempDir()
-	for _, p := range []ProcRef{near, far} {
-		if err := os.MkdirAll(filepath.Join(proc, strconv.Itoa(p.PID)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		stat := fmt.Sprintf("%d (trainer) S %s%d 0 0\n", p.PID, strings.Repeat("0 ", 18), p.PID)
-		if err := os.WriteFile(filepath.Join(proc, strconv.Itoa(p.PID), "stat"), []byte(stat), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	loop := NewSLOLoop(g.rec, g.m, testLog(t))
-	loop.Pause = &Pauser{Proc: proc}
-	t.Cleanup(loop.Close)
-	g.tick(g.start(100, policy.Process{Comm: "lc-server", GPUs: []policy.GPU{{Index: 0}}}) + time.Second)
-	g.tick(g.start(near.PID, policy.Process{Comm: "trainer", GPUs: []policy.GPU{{Index: 0}}}) + time.Second)
-	g.tick(g.start(far.PID, policy.Process{Comm: "trainer", GPUs: []policy.GPU{{Index: 1}}}) + time.Second)
-	loop.Step(g.now)
-	g.now += time.Second
-	loop.Push(100, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}}})
-	loop.Step(g.now)
-	waitState(t, near.PID, true)
-	if st := state(t, far.PID); st == 'T' {
-		t.Error("the BE on GPU 1 was stopped to learn the LC on GPU 0 alone")
-	}
-	if st := loop.Status(); !slices.Equal(st.BEStopped, []int{near.PID}) {
-		t.Errorf("stopped %v, want only %d", st.BEStopped, near.PID)
-	}
-}
-
 // TestSLOLoopPausesPerGPU: each GPU's search stops its own BE to learn
-// its LC alone, and resumes them when it has, while the other GPU's
-// search still holds its BE stopped.
+// its LC alone (a BE on a GPU without LC is left running), and resumes
+// them when it has, while the other GPU's search still holds its BE
+// stopped.
 func TestSLOLoopPausesPerGPU(t *testing.T) {
 	g := newRig(t, sloPausePolicy)
-	near, far := sleeper(t), sleeper(t)
-	proc := t.TempDir()
-	for _, p := range []ProcRef{near, far} {
-		if err := os.MkdirAll(filepath.Join(proc, strconv.Itoa(p.PID)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		stat := fmt.Sprintf("%d (trainer) S %s%d 0 0\n", p.PID, strings.Repeat("0 ", 18), p.PID)
-		if err := os.WriteFile(filepath.Join(proc, strconv.Itoa(p.PID), "stat"), []byte(stat), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	loop := NewSLOLoop(g.rec, g.m, testLog(t))
-	loop.Pause = &Pauser{Proc: proc}
-	t.Cleanup(loop.Close)
+	bes, loop := pausingLoop(t, g, 2)
+	near, far := bes[0], bes[1]
 	on := func(comm string, gpu int) policy.Process {
 		return policy.Process{Comm: comm, GPUs: []policy.GPU{{Index: gpu}}}
 	}
@@ -871,6 +832,13 @@ func TestSLOLoopPausesPerGPU(t *testing.T) {
 	window(map[int]ProcRef{100: near})
 	if !held(near) || held(far) {
 		t.Fatalf("GPU 0's new LC: near held %v, far held %v; want near only", held(near), held(far))
+	}
+	waitState(t, near.PID, true)
+	if st := state(t, far.PID); st == 'T' {
+		t.Error("the BE on GPU 1 was stopped to learn the LC on GPU 0 alone")
+	}
+	if st := loop.Status(); !slices.Equal(st.BEStopped, []int{near.PID}) {
+		t.Errorf("stopped %v, want only %d", st.BEStopped, near.PID)
 	}
 	// A second LC comes to GPU 1 while GPU 0's is learnt alone.
 	g.tick(g.start(101, on("lc-two", 1)) + g.now - g.now%time.Second + 500*time.Millisecond)
