@@ -200,8 +200,8 @@ func (m *Metrics) Pushers() []int {
 func (m *Metrics) setBEStopped(n int) { m.sloStopped.Set(float64(n)) }
 
 // setSLO publishes the SLO decisions of a window, by the gpu label of
-// their search ("unknown": the LCs NVML lists on no GPU); on false: the
-// mode is off.
+// their search ("all": the node's, while an LC is on no GPU NVML lists);
+// on false: the mode is off.
 
 func (m *Metrics) setSLO(on bool, byGPU map[string]slo.Decision) {
 	m.sloTimeslice.Reset()

@@ -133,7 +133,7 @@ type SLOLoop struct {
 	// on: the mode runs under conf.
 	on bool
 	// searches is the mode per GPU an LC process has run on, by GPU index
-	// (anyGPU: LC processes NVML lists on no GPU). A search whose GPU has
+	// (anyGPU: the node, while an LC is on no GPU NVML lists). A search whose GPU has
 	// no LC now is idle: its BE keep the policy's timeslice, and it goes
 	// on with what it learnt when an LC comes back. A change of the SLO
 	// settings starts every search again.
@@ -157,9 +157,9 @@ type SLOLoop struct {
 	told map[int]bool
 }
 
-// anyGPU keys the search of the LC processes NVML lists on no GPU (not
-// yet, or not at all: then every LC is in it, one search for the node).
-// It may share a GPU with every BE process.
+// anyGPU keys the search for the node, of every LC process while one of
+// them is on no GPU NVML lists (not yet, or not at all: an MPS client, a
+// node without NVML). It takes every BE process.
 const anyGPU = -1
 
 // search is the SLO mode on one GPU.
@@ -189,7 +189,7 @@ func (s *search) gpuRef() *int {
 // metricGPU is the gpu label of a search's metrics.
 func (s *search) metricGPU() string {
 	if s.gpu == anyGPU {
-		return "unknown"
+		return "all"
 	}
 	return strconv.Itoa(s.gpu)
 }
@@ -514,12 +514,23 @@ func (l *SLOLoop) options(pol *policy.Policy, conf sloConf) slo.Options {
 }
 
 // join starts a search for each GPU an LC process of lcs is on that has
-// none yet (at the safe setting, its first window not observed), and
+// none yet (at the safe setting, its first window not observed, as a
+// waiting one's that has LCs again), and
 // gives each search its LC processes and the BE processes of all beside
-// them.
+// them. While an LC process is on no GPU NVML lists, every LC is in one
+// search for the node (anyGPU), which takes every BE process: as it may
+// share a GPU with any BE, two searches would both set the timeslice of
+// the same BE, each judging it by a setting not in force.
 func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
+	placed := !slices.ContainsFunc(lcs, func(p ProcRef) bool { return len(p.GPUs) == 0 })
+	gpus := func(p ProcRef) []int {
+		if !placed {
+			return []int{anyGPU}
+		}
+		return p.GPUs
+	}
 	for _, p := range lcs {
-		for _, g := range lcGPUs(p) {
+		for _, g := range gpus(p) {
 			if l.searches[g] != nil {
 				continue
 			}
@@ -536,15 +547,19 @@ func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
 		}
 	}
 	for _, s := range l.searches {
+		was := s.live()
 		s.lcs, s.bes = nil, nil
 		for _, p := range lcs {
-			if slices.Contains(lcGPUs(p), s.gpu) {
+			if slices.Contains(gpus(p), s.gpu) {
 				s.lcs = append(s.lcs, p)
 			}
 		}
 		if !s.live() {
 			continue
 		}
+		// One that waited: its BE ran under another setting (the
+		// policy's, or the node's search's) through the window now ending.
+		s.started = s.started || !was
 		for _, b := range all {
 			if s.takes(b) {
 				s.bes = append(s.bes, b)
@@ -553,17 +568,8 @@ func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
 	}
 }
 
-// lcGPUs are the searches an LC process is in: one per GPU NVML lists
-// it on, or anyGPU.
-func lcGPUs(p ProcRef) []int {
-	if len(p.GPUs) == 0 {
-		return []int{anyGPU}
-	}
-	return p.GPUs
-}
-
 // takes says whether BE process b may share the search's GPU (shareGPU):
-// it is listed on it, or on no GPU, or the search's LCs are.
+// it is listed on it, or on no GPU, or the search is the node's.
 func (s *search) takes(b ProcRef) bool {
 	return s.gpu == anyGPU || len(b.GPUs) == 0 || slices.Contains(b.GPUs, s.gpu)
 }

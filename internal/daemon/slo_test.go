@@ -895,7 +895,8 @@ func TestJoinPlacesBE(t *testing.T) {
 		{"a BE on two GPUs, one with an LC", []ProcRef{on(1, 0, 1), on(2, 2)}, []ProcRef{on(9, 1)}, []int{1}, []int{1}},
 		{"an LC on two GPUs", []ProcRef{on(1, 0), on(2, 1), on(3, 2)}, []ProcRef{on(9, 0, 1)}, []int{1, 2}, []int{0, 1}},
 		{"a BE on no GPU known: beside", []ProcRef{on(1), on(2, 1)}, []ProcRef{on(9, 0)}, []int{1}, []int{0}},
-		{"an LC on no GPU known: every BE beside", []ProcRef{on(1, 0), on(2, 1)}, []ProcRef{on(9, 0), on(8)}, []int{1, 2}, []int{anyGPU, 0}},
+		{"an LC on no GPU known: one search, every BE beside", []ProcRef{on(1, 0), on(2, 1)}, []ProcRef{on(9, 0), on(8)}, []int{1, 2}, []int{anyGPU}},
+		{"no GPU known at all (no NVML)", []ProcRef{on(1), on(2)}, []ProcRef{on(9), on(8)}, []int{1, 2}, []int{anyGPU}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := &SLOLoop{log: testLog(t), searches: map[int]*search{}, conf: sloConf{safe: 200 * time.Microsecond}}
@@ -990,6 +991,27 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 	// pre-preempting, the other's is not.
 	if r100, r101 := s.loop.Reply(100), s.loop.Reply(101); r100.Prepreempt || !r101.Prepreempt {
 		t.Errorf("replies: GPU 0's LC %+v, GPU 1's %+v", r100, r101)
+	}
+
+	// A third LC starts, and the window ends before NVML lists it: one
+	// search for the node sets both trainers (at its safe setting), the
+	// searches per GPU wait; listed, they take over where they were.
+	gpu0 := st.Searches[0]
+	s.tick(s.start(102, policy.Process{Comm: "lc-new"}) + time.Second)
+	s.now += time.Second
+	s.loop.Step(s.now)
+	s.tick(s.now)
+	st = s.loop.Status()
+	if len(st.Searches) != 1 || st.Searches[0].GPU != nil || st.BETimeslice != "200µs" || ts(200) != 200*time.Microsecond || ts(201) != 200*time.Microsecond {
+		t.Fatalf("with an LC on no GPU known: %+v, searches %+v; trainers at %v, %v", st, st.Searches, ts(200), ts(201))
+	}
+	s.insp[102] = on("lc-new", 1)
+	s.now += time.Second
+	s.loop.Step(s.now)
+	s.tick(s.now)
+	st = s.loop.Status()
+	if len(st.Searches) != 2 || st.Searches[0].Changes != gpu0.Changes || ts(200) != time.Millisecond {
+		t.Fatalf("once listed: searches %+v (GPU 0's before: %+v); trainer on GPU 0 at %v", st.Searches, gpu0, ts(200))
 	}
 
 	// The eager LC exits: GPU 0's search is idle, its trainer back at the

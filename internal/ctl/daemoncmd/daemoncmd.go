@@ -207,10 +207,11 @@ func gpuColumn(perGPU bool, col string) string {
 	return ""
 }
 
-// gpuIndex is a search's GPU as the LC table shows it ("?": not known).
+// gpuIndex is a search's GPU as the LC table shows it ("all": the
+// node's search).
 func gpuIndex(gpu *int) string {
 	if gpu == nil {
-		return "?"
+		return "all"
 	}
 	return strconv.Itoa(*gpu)
 }

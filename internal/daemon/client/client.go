@@ -354,8 +354,8 @@ type SLO struct {
 // SLOSearch is the SLO mode on one GPU: the BE timeslice it chose for the
 // BE processes beside that GPU's LCs.
 type SLOSearch struct {
-	// GPU is the GPU's index; nil for the LC processes NVML lists on no
-	// GPU, which may share one with every BE process.
+	// GPU is the GPU's index; nil for the node's search, of every LC and
+	// BE process while an LC process is on no GPU NVML lists.
 	GPU         *int         `json:"gpu"`
 	BETimeslice string       `json:"be_timeslice"`
 	BEShare     *float64     `json:"be_share,omitempty"`
@@ -367,10 +367,10 @@ type SLOSearch struct {
 	Prepreempt  bool         `json:"prepreempt"`
 }
 
-// GPUName names a search's GPU: "GPU 0", or "GPU not known".
+// GPUName names a search's GPU: "GPU 0", or "every GPU".
 func GPUName(gpu *int) string {
 	if gpu == nil {
-		return "GPU not known"
+		return "every GPU"
 	}
 	return fmt.Sprintf("GPU %d", *gpu)
 }
