@@ -200,9 +200,8 @@ func (m *Metrics) Pushers() []int {
 func (m *Metrics) setBEStopped(n int) { m.sloStopped.Set(float64(n)) }
 
 // setSLO publishes the SLO decisions of a window, by the gpu label of
-// their search ("all": the node's, while an LC is on no GPU NVML lists);
-// on false: the mode is off.
-
+// their search (its set of GPUs, "0" or "0,1"; "all": the node's, while a
+// process is on no GPU NVML lists); on false: the mode is off.
 func (m *Metrics) setSLO(on bool, byGPU map[string]slo.Decision) {
 	m.sloTimeslice.Reset()
 	m.sloWorst.Reset()

@@ -53,8 +53,8 @@ type heldProc struct {
 type watchdog struct {
 	cmd *exec.Cmd
 	in  *os.File
-	// pids are the processes it resumes at deadline.
-	pids     []int
+	// procs are the processes it resumes at deadline.
+	procs    []ProcRef
 	deadline time.Time
 }
 
@@ -120,10 +120,7 @@ func (p *Pauser) Stop(procs []ProcRef, max time.Duration) (int, error) {
 	// this process will resume them.
 	dog, err := p.startWatchdog(fds, max)
 	if err == nil {
-		dog.deadline = time.Now().Add(max)
-		for _, r := range refs {
-			dog.pids = append(dog.pids, r.PID)
-		}
+		dog.deadline, dog.procs = time.Now().Add(max), refs
 	}
 	if err != nil {
 		closeAll()
@@ -185,11 +182,11 @@ func (p *Pauser) Resume() error {
 
 // ResumeExcept resumes every held process but those in keep (one search
 // of the SLO mode ends its calibration while another goes on), and
-// dismisses the watchdogs that hold none of those still stopped. A
-// process that exited meanwhile is no error. A watchdog that still holds
-// one kept stopped resumes at its deadline the others it was given too:
-// SIGCONT to a running process changes nothing. It returns how many it
-// resumed.
+// dismisses the watchdogs of the ones resumed. A watchdog that held both
+// is replaced by one for those still stopped, with what was left of its
+// deadline, so that it never resumes at its deadline a process stopped
+// again since. A process that exited meanwhile is no error. It returns
+// how many it resumed.
 func (p *Pauser) ResumeExcept(keep []ProcRef) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -206,15 +203,48 @@ func (p *Pauser) ResumeExcept(keep []ProcRef) (int, error) {
 		delete(p.held, pid)
 		n++
 	}
-	p.dogs = slices.DeleteFunc(p.dogs, func(d *watchdog) bool {
-		if slices.ContainsFunc(d.pids, func(pid int) bool { _, ok := p.held[pid]; return ok }) {
-			return false
+	// Where a SIGCONT failed, a watchdog is not told BE was resumed: it
+	// tries itself.
+	resumed := len(errs) == 0
+	var dogs []*watchdog
+	for _, d := range p.dogs {
+		var still []ProcRef
+		for _, r := range d.procs {
+			if h, ok := p.held[r.PID]; ok && h.start == r.Start {
+				still = append(still, r)
+			}
 		}
-		// Where a SIGCONT failed, the watchdog is not told BE was
-		// resumed: it tries itself.
-		d.release(len(errs) == 0)
-		return true
-	})
+		switch {
+		case len(still) == len(d.procs):
+			dogs = append(dogs, d)
+			continue
+		case len(still) == 0:
+			d.release(resumed)
+			continue
+		}
+		fds := make([]int, len(still))
+		for i, r := range still {
+			fds[i] = p.held[r.PID].fd
+		}
+		nd, err := p.startWatchdog(fds, time.Until(d.deadline))
+		if err != nil {
+			// None in charge of them: resume them now.
+			for _, r := range still {
+				h := p.held[r.PID]
+				unix.PidfdSendSignal(h.fd, unix.SIGCONT, nil, 0)
+				unix.Close(h.fd)
+				delete(p.held, r.PID)
+				n++
+			}
+			errs = append(errs, fmt.Errorf("%w: replacing a watchdog: %v; resumed what it held", ErrPause, err))
+			d.release(resumed)
+			continue
+		}
+		nd.procs, nd.deadline = still, d.deadline
+		d.release(resumed)
+		dogs = append(dogs, nd)
+	}
+	p.dogs = dogs
 	return n, errors.Join(errs...)
 }
 

@@ -113,23 +113,29 @@ func TestPauserStopsAndResumes(t *testing.T) {
 }
 
 // TestPauserResumesSome: ResumeExcept resumes the held processes but
-// those kept, dismisses the watchdog of the ones resumed, and leaves the
-// watchdog of one still stopped in charge of it: a daemon gone now (its
-// end of the pipe closed unsaid) still has it resumed.
+// those kept. A watchdog that held only resumed ones is dismissed; one
+// that held both is replaced by one for those still stopped, so it never
+// resumes at its deadline a process stopped again since, and a daemon
+// gone now (its end of the pipe closed unsaid) still has them resumed.
 func TestPauserResumesSome(t *testing.T) {
-	a, b := sleeper(t), sleeper(t)
+	a, b, c := sleeper(t), sleeper(t), sleeper(t)
 	var p Pauser
-	for _, r := range []ProcRef{a, b} { // one watchdog each
-		if n, err := p.Stop([]ProcRef{r}, time.Hour); n != 1 || err != nil {
-			t.Fatalf("Stop = %d, %v", n, err)
-		}
+	if n, err := p.Stop([]ProcRef{a, b}, time.Hour); n != 2 || err != nil { // one watchdog for both
+		t.Fatalf("Stop = %d, %v", n, err)
 	}
-	if n, err := p.ResumeExcept([]ProcRef{b}); n != 1 || err != nil {
-		t.Fatalf("ResumeExcept = %d, %v; want 1, nil", n, err)
+	if n, err := p.Stop([]ProcRef{c}, time.Hour); n != 1 || err != nil {
+		t.Fatalf("Stop = %d, %v", n, err)
+	}
+	if n, err := p.ResumeExcept([]ProcRef{b}); n != 2 || err != nil {
+		t.Fatalf("ResumeExcept = %d, %v; want 2, nil", n, err)
 	}
 	waitState(t, a.PID, false)
-	if !p.Holds(b) || p.Holds(a) || state(t, b.PID) != 'T' || len(p.dogs) != 1 {
-		t.Fatalf("after ResumeExcept(b): holds a %v, b %v; b's state %c; %d watchdogs", p.Holds(a), p.Holds(b), state(t, b.PID), len(p.dogs))
+	waitState(t, c.PID, false)
+	if !p.Holds(b) || p.Holds(a) || p.Holds(c) || state(t, b.PID) != 'T' || !p.Holding() {
+		t.Fatalf("after ResumeExcept(b): holds a %v, b %v, c %v; b's state %c", p.Holds(a), p.Holds(b), p.Holds(c), state(t, b.PID))
+	}
+	if len(p.dogs) != 1 || len(p.dogs[0].procs) != 1 || p.dogs[0].procs[0].key() != b.key() {
+		t.Fatalf("watchdogs %+v, want one for b alone", p.dogs)
 	}
 	p.dogs[0].release(false)
 	waitState(t, b.PID, false)

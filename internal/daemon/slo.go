@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -132,12 +134,15 @@ type SLOLoop struct {
 
 	// on: the mode runs under conf.
 	on bool
-	// searches is the mode per GPU an LC process has run on, by GPU index
-	// (anyGPU: the node, while an LC is on no GPU NVML lists). A search whose GPU has
-	// no LC now is idle: its BE keep the policy's timeslice, and it goes
-	// on with what it learnt when an LC comes back. A change of the SLO
-	// settings starts every search again.
-	searches map[int]*search
+	// searches is the mode per set of GPUs an LC process has run on, by
+	// the set (gpuSet; allGPUs: the node, while a process is on no GPU
+	// NVML lists). A search whose set has no LC now is idle: its BE keep
+	// the policy's timeslice. A change of the SLO settings starts every
+	// search again.
+	searches map[string]*search
+	// unlisted: when each process NVML listed on no GPU was first seen so
+	// (by procKey), for its grace window.
+	unlisted map[string]int
 	// alone: the BE processes (by procKey) that shared no GPU with a
 	// process outside class BE (but MPS servers) when the window now
 	// ending began (BE share's rate alone).
@@ -157,44 +162,43 @@ type SLOLoop struct {
 	told map[int]bool
 }
 
-// anyGPU keys the search for the node, of every LC process while one of
-// them is on no GPU NVML lists (not yet, or not at all: an MPS client, a
-// node without NVML). It takes every BE process.
-const anyGPU = -1
+// allGPUs keys the search for the node: of every process while one NVML
+// lists on no GPU (past its first window: an MPS client, a node without
+// NVML).
+const allGPUs = "all"
 
-// search is the SLO mode on one GPU.
+// search is the SLO mode on one set of GPUs: those that GPU processes
+// join (a process on two GPUs joins them), with an LC on one of them.
 type search struct {
-	gpu int
-	ctl *slo.Controller
-	// started: the window it started in runs at the safe setting and is
-	// not observed.
+	key  string
+	gpus []int // nil: every GPU
+	ctl  *slo.Controller
+	// started: it started, or came back from waiting, in this window (an
+	// LC came to its GPUs), whose LC latency is not its to judge: its BE
+	// ran under another setting. Its first window starts at the next.
 	started bool
 	// pausing: its last decision stopped its BE (the window now ending
 	// was to run without them).
 	pausing bool
-	// lcs are the LC processes on its GPU this window; bes the BE
-	// processes that may share it with them (none while lcs is empty).
+	// lcs are the LC processes on its GPUs this window; bes the BE
+	// processes there (none while lcs is empty).
 	lcs, bes []ProcRef
 	status   client.SLOSearch
 }
 
-func (s *search) gpuRef() *int {
-	if s.gpu == anyGPU {
-		return nil
+// gpuSet names a set of GPUs: "0", "0,1"; allGPUs for nil.
+func gpuSet(gpus []int) string {
+	if gpus == nil {
+		return allGPUs
 	}
-	g := s.gpu
-	return &g
+	s := make([]string, len(gpus))
+	for i, g := range gpus {
+		s[i] = strconv.Itoa(g)
+	}
+	return strings.Join(s, ",")
 }
 
-// metricGPU is the gpu label of a search's metrics.
-func (s *search) metricGPU() string {
-	if s.gpu == anyGPU {
-		return "all"
-	}
-	return strconv.Itoa(s.gpu)
-}
-
-// live says whether the search has an LC on its GPU this window.
+// live says whether the search has an LC on its GPUs this window.
 func (s *search) live() bool { return len(s.lcs) > 0 }
 
 // sloConf is what the searches were started for; a reload that changes
@@ -393,7 +397,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 			l.log.Error("slo: controller refused the policy's settings", "err", err)
 			return
 		}
-		l.on, l.conf, l.searches = true, conf, map[int]*search{}
+		l.on, l.conf, l.searches, l.windows = true, conf, map[string]*search{}, 0
 		l.rec.LearnGPUs()
 		lcs, all := l.rec.InClass(class.LC), l.rec.InClass(class.BE)
 		l.join(pol, lcs, all)
@@ -445,59 +449,47 @@ func (l *SLOLoop) Step(now time.Duration) {
 	samples := l.lcSamples(pol, lcs, now)
 	window := pol.SLO.Window
 	decided := map[*search]*slo.Decision{}
-	var stop []ProcRef // the BE processes a search learns an LC without
 	for _, s := range l.sorted() {
-		if s.started {
-			s.started = false // its first window ran at the safe setting
-			continue
-		}
-		obs := slo.Observation{BEShare: math.NaN(), MinBEShare: pol.SLO.MinBEShare}
-		// Two BE processes on one GPU switch between each other at the BE
-		// timeslice: below the shared floor they spend the GPU on
-		// restoring each other's contexts and their weights stop splitting
-		// their progress (slo.Observation.MinBETimeslice).
-		if slices.ContainsFunc(s.bes, func(b ProcRef) bool {
-			return slices.ContainsFunc(all, func(o ProcRef) bool { return o.PID != b.PID && shareGPU(b, o) })
-		}) {
-			obs.MinBETimeslice = l.conf.floor
-		}
-		// The window ran without BE if every BE process of the search was
-		// held stopped through it (or stopped by someone else, or gone;
-		// or there was none).
-		obs.BEPaused = s.pausing && (len(s.bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(s.bes, func(p ProcRef) bool { return !l.Pause.Still(p) }))
-		obs.MaxBETimeslice = l.ceiling(pol, s.lcs)
-		if rates != nil {
-			keys := make([]string, len(s.bes))
-			for i, b := range s.bes {
-				keys[i] = b.key()
+		obs := slo.Observation{BEShare: math.NaN(), MinBETimeslice: l.sharedFloor(s), MaxBETimeslice: l.ceiling(pol, s.lcs), MinBEShare: pol.SLO.MinBEShare}
+		// A search that started in this window has its floor and ceiling
+		// applied at once, and nothing judged: its BE ran under another
+		// setting. An idle one is told there was no LC (three windows of
+		// that and it falls back to slo.safe, where its next LC finds it).
+		if judged := !s.started; judged {
+			// The window ran without BE if every BE process of the search
+			// was held stopped through it (or stopped by someone else, or
+			// gone; or there was none).
+			obs.BEPaused = s.pausing && (len(s.bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(s.bes, func(p ProcRef) bool { return !l.Pause.Still(p) }))
+			if rates != nil {
+				keys := make([]string, len(s.bes))
+				for i, b := range s.bes {
+					keys[i] = b.key()
+				}
+				obs.BEShare, _ = beShare(rates, keys)
 			}
-			obs.BEShare, _ = beShare(rates, keys)
+			for _, p := range s.lcs {
+				obs.LC = append(obs.LC, samples[p.PID].samples...)
+			}
 		}
-		for _, p := range s.lcs {
-			obs.LC = append(obs.LC, samples[p.PID].samples...)
-		}
+		s.started = false
 		from := s.ctl.Current()
 		d := s.ctl.Observe(obs)
 		decided[s] = &d
-		if d.PauseBE && l.Pause != nil {
-			for _, b := range s.bes {
-				if !slices.ContainsFunc(stop, func(o ProcRef) bool { return o.key() == b.key() }) {
-					stop = append(stop, b)
-				}
-			}
+		level := slog.LevelInfo
+		if !s.live() {
+			level = slog.LevelDebug // applies to no BE
 		}
-		gpu := s.metricGPU()
 		if d.Changed {
-			l.log.Info("slo: BE timeslice changed", "gpu", gpu, "from", from, "to", d.BETimeslice, "cause", d.Cause, "reason", d.Reason,
+			l.log.Log(context.Background(), level, "slo: BE timeslice changed", "gpus", s.key, "from", from, "to", d.BETimeslice, "cause", d.Cause, "reason", d.Reason,
 				"worst_lc_vs_objective", d.Worst, "be_share", d.BEShare, "fallback", d.Fallback)
 		} else {
-			l.log.Debug("slo: kept", "gpu", gpu, "be_timeslice", d.BETimeslice, "cause", d.Cause, "reason", d.Reason, "worst_lc_vs_objective", d.Worst)
+			l.log.Debug("slo: kept", "gpus", s.key, "be_timeslice", d.BETimeslice, "cause", d.Cause, "reason", d.Reason, "worst_lc_vs_objective", d.Worst)
 		}
 		if d.WorkloadChanged {
-			l.log.Info("slo: LC response changed under the same setting; searching again", "gpu", gpu, "be_timeslice", from)
+			l.log.Info("slo: LC response changed under the same setting; searching again", "gpus", s.key, "be_timeslice", from)
 		}
 	}
-	l.pauseFor(stop, decided, time.Duration(l.conf.pause+5)*window)
+	l.pauseFor(decided, time.Duration(l.conf.pause+5)*window)
 	for src := range l.used {
 		if !slices.ContainsFunc(lcs, func(p ProcRef) bool { return p.PID == src.pid }) {
 			delete(l.used, src)
@@ -513,65 +505,120 @@ func (l *SLOLoop) options(pol *policy.Policy, conf sloConf) slo.Options {
 	return slo.Options{Ladder: pol.SLO.Ladder, Safe: conf.safe, PauseWindows: conf.pause}
 }
 
-// join starts a search for each GPU an LC process of lcs is on that has
-// none yet (at the safe setting, its first window not observed, as a
-// waiting one's that has LCs again), and
-// gives each search its LC processes and the BE processes of all beside
-// them. While an LC process is on no GPU NVML lists, every LC is in one
-// search for the node (anyGPU), which takes every BE process: as it may
-// share a GPU with any BE, two searches would both set the timeslice of
-// the same BE, each judging it by a setting not in force.
+// join puts each process of lcs and all in the search of the set of GPUs
+// it is on (GPUs are in one set when a process is listed on both),
+// starting one at the safe setting for a set with an LC that has none,
+// and gives each search its LC and BE processes. While a process is on no
+// GPU NVML lists, past the first window it was seen so (NVML lists a
+// context ~80 ms after its channel groups appear, after it was classed;
+// at once where NVML lists no process at all),
+// there is one search for the node (allGPUs), of every process: it may
+// share a GPU with any, and no BE is then set by two searches, each
+// judging it by a setting not in force. A process in its first window
+// unlisted is in no search (a BE gets the shortest timeslice of all:
+// assign). A search that had no LC and has again starts its window anew,
+// as a new one.
 func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
-	placed := !slices.ContainsFunc(lcs, func(p ProcRef) bool { return len(p.GPUs) == 0 })
-	gpus := func(p ProcRef) []int {
-		if !placed {
-			return []int{anyGPU}
+	procs := slices.Concat(lcs, all)
+	// Where NVML lists no process at all (no NVML), there is nothing to
+	// wait for.
+	listing := slices.ContainsFunc(procs, func(p ProcRef) bool { return len(p.GPUs) > 0 })
+	seen := map[string]int{}
+	node := false
+	for _, p := range procs {
+		if len(p.GPUs) > 0 {
+			continue
 		}
-		return p.GPUs
+		k := p.key()
+		first, ok := l.unlisted[k]
+		if !ok && listing {
+			first = l.windows
+		} else if !ok {
+			first = -1
+		}
+		seen[k] = first
+		node = node || first < l.windows
+	}
+	l.unlisted = seen
+	// The sets: GPUs joined by the processes listed on them.
+	root := map[int]int{}
+	var find func(int) int
+	find = func(g int) int {
+		if r, ok := root[g]; ok && r != g {
+			r = find(r)
+			root[g] = r
+			return r
+		}
+		root[g] = g
+		return g
+	}
+	for _, p := range procs {
+		for _, g := range p.GPUs {
+			if a, b := find(p.GPUs[0]), find(g); a != b {
+				root[max(a, b)] = min(a, b)
+			}
+		}
+	}
+	setOf := func(p ProcRef) string {
+		switch {
+		case node && (len(p.GPUs) > 0 || seen[p.key()] < l.windows):
+			return allGPUs
+		case len(p.GPUs) == 0:
+			return "" // its first window unlisted: in no search
+		}
+		var gs []int
+		for g := range root {
+			if find(g) == find(p.GPUs[0]) {
+				gs = append(gs, g)
+			}
+		}
+		slices.Sort(gs)
+		return gpuSet(gs)
+	}
+	for _, s := range l.searches {
+		s.started = s.started || !s.live()
+		s.lcs, s.bes = nil, nil
 	}
 	for _, p := range lcs {
-		for _, g := range gpus(p) {
-			if l.searches[g] != nil {
-				continue
-			}
+		k := setOf(p)
+		if k == "" {
+			continue
+		}
+		s := l.searches[k]
+		if s == nil {
 			c, err := slo.New(l.options(pol, l.conf))
 			if err != nil { // New took these options when the mode came on
 				l.log.Error("slo: controller refused the policy's settings", "err", err)
 				continue
 			}
-			s := &search{gpu: g, ctl: c, started: true}
-			l.searches[g] = s
-			if l.windows > 0 || len(l.searches) > 1 {
-				l.log.Info("slo: an LC on a GPU without a search: its BE at the safe timeslice until LC latency is known", "gpu", s.metricGPU(), "be_timeslice", c.Current())
+			s = &search{key: k, ctl: c, started: true}
+			if k != allGPUs {
+				s.gpus = slices.Collect(func(yield func(int) bool) {
+					for _, g := range strings.Split(k, ",") {
+						n, _ := strconv.Atoi(g)
+						if !yield(n) {
+							return
+						}
+					}
+				})
 			}
+			l.searches[k] = s
+			if l.windows > 0 || len(l.searches) > 1 {
+				l.log.Info("slo: an LC on GPUs without a search: their BE at the safe timeslice until LC latency is known", "gpus", k, "be_timeslice", c.Current())
+			}
+		}
+		s.lcs = append(s.lcs, p)
+	}
+	for _, b := range all {
+		if s := l.searches[setOf(b)]; s != nil && s.live() {
+			s.bes = append(s.bes, b)
 		}
 	}
 	for _, s := range l.searches {
-		was := s.live()
-		s.lcs, s.bes = nil, nil
-		for _, p := range lcs {
-			if slices.Contains(gpus(p), s.gpu) {
-				s.lcs = append(s.lcs, p)
-			}
-		}
 		if !s.live() {
-			continue
-		}
-		// One that waited: its BE ran under another setting (the
-		// policy's, or the node's search's) through the window now ending.
-		s.started = s.started || !was
-		for _, b := range all {
-			if s.takes(b) {
-				s.bes = append(s.bes, b)
-			}
+			s.started = false
 		}
 	}
-}
-
-// takes says whether BE process b may share the search's GPU (shareGPU):
-// it is listed on it, or on no GPU, or the search is the node's.
-func (s *search) takes(b ProcRef) bool {
-	return s.gpu == anyGPU || len(b.GPUs) == 0 || slices.Contains(b.GPUs, s.gpu)
 }
 
 // beside says whether BE process b is in a live search.
@@ -584,10 +631,10 @@ func (l *SLOLoop) beside(b ProcRef) bool {
 	return false
 }
 
-// sorted lists the searches by GPU (anyGPU first).
+// sorted lists the searches by their GPUs (allGPUs first).
 func (l *SLOLoop) sorted() []*search {
 	out := slices.Collect(maps.Values(l.searches))
-	slices.SortFunc(out, func(a, b *search) int { return a.gpu - b.gpu })
+	slices.SortFunc(out, func(a, b *search) int { return slices.Compare(a.gpus, b.gpus) })
 	return out
 }
 
@@ -596,11 +643,12 @@ func (l *SLOLoop) pausing() bool {
 	return slices.ContainsFunc(slices.Collect(maps.Values(l.searches)), func(s *search) bool { return s.pausing })
 }
 
-// assign gives each BE process of all the shortest BE timeslice chosen by
-// the live searches it is in (the policy's where it is in none), and one
-// that starts before the next window the shortest of every live search:
-// until NVML lists it, it may share a GPU with any LC. It returns each
-// one's, by procKey (0: the policy's).
+// assign gives each BE process of all the BE timeslice chosen by the
+// live search it is in (the policy's where it is in none), and one that
+// starts before the next window, or is in its first window on no GPU NVML
+// lists, the shortest of every live search: until NVML lists it, it may
+// share a GPU with any LC. It returns each one's it names, by procKey (0:
+// the policy's).
 func (l *SLOLoop) assign(all []ProcRef) map[string]time.Duration {
 	shorter := func(a, b time.Duration) time.Duration {
 		if a == 0 || b < a {
@@ -621,45 +669,69 @@ func (l *SLOLoop) assign(all []ProcRef) map[string]time.Duration {
 		}
 	}
 	for _, b := range all {
-		per[b.key()] += 0 // in no live search: the policy's
+		if _, ok := per[b.key()]; !ok && len(b.GPUs) > 0 {
+			per[b.key()] = 0 // in no live search: the policy's
+		}
 	}
 	l.rec.SetBETimeslices(def, per)
 	return per
 }
 
-// pauseFor keeps stopped the BE processes of stop (those of the searches
-// whose decision was to learn an LC alone) and resumes the others the
-// mode holds.
-func (l *SLOLoop) pauseFor(stop []ProcRef, decided map[*search]*slo.Decision, max time.Duration) {
+// sharedFloor is the shortest BE timeslice search s may choose: two BE
+// processes on one GPU switch between each other at the BE timeslice,
+// and below the shared floor they spend the GPU on restoring each other's
+// contexts and their weights stop splitting their progress
+// (slo.Observation.MinBETimeslice).
+func (l *SLOLoop) sharedFloor(s *search) time.Duration {
+	if slices.ContainsFunc(s.bes, func(b ProcRef) bool {
+		return slices.ContainsFunc(s.bes, func(o ProcRef) bool { return o.key() != b.key() && shareGPU(b, o) })
+	}) {
+		return l.conf.floor
+	}
+	return 0
+}
+
+// pauseFor keeps stopped the BE processes of each live search whose
+// decision was to learn an LC alone, each search its own (with a watchdog
+// of its own, resuming them past the longest a calibration stops them
+// for, max, if nothing else does), and resumes the others the mode holds.
+// A search whose BE could not be stopped calibrates beside them.
+func (l *SLOLoop) pauseFor(decided map[*search]*slo.Decision, max time.Duration) {
+	wants := func(s *search) bool { d := decided[s]; return l.Pause != nil && d != nil && d.PauseBE && s.live() }
 	why := ""
-	for s, d := range decided {
-		if s.pausing && !d.PauseBE {
+	var keep []ProcRef
+	for _, s := range l.sorted() {
+		if wants(s) {
+			keep = append(keep, s.bes...)
+		} else if d := decided[s]; s.pausing && d != nil && why == "" {
 			why = d.Reason
 		}
 	}
-	if len(stop) == 0 {
+	if len(keep) == 0 {
 		l.resume(why)
 		return
 	}
-	n, err := l.Pause.ResumeExcept(stop)
-	if err != nil {
+	if n, err := l.Pause.ResumeExcept(keep); err != nil {
 		l.log.Error("slo: resuming BE processes", "err", err)
 	} else if n > 0 {
 		l.log.Info("slo: BE processes resumed", "processes", n, "reason", why)
 	}
-	// Their watchdog resumes them past the longest a calibration stops
-	// them for (PauseWindows + 4 windows), if nothing else does.
-	n, err = l.Pause.Stop(stop, max)
-	switch {
-	case err != nil:
-		l.log.Error("slo: could not stop BE processes to learn an LC alone; calibrating beside them", "err", err)
-		l.resume("stopping failed")
-		return
-	case n > 0:
-		l.log.Info("slo: BE processes stopped to learn an LC alone", "processes", n)
-	}
-	for s, d := range decided {
-		s.pausing = d.PauseBE
+	for _, s := range l.sorted() {
+		if s.pausing = wants(s); !s.pausing {
+			continue
+		}
+		n, err := l.Pause.Stop(s.bes, max)
+		switch {
+		case err != nil:
+			l.log.Error("slo: could not stop BE processes to learn an LC alone; calibrating beside them", "gpus", s.key, "err", err)
+			s.pausing = false
+			keep = slices.DeleteFunc(keep, func(b ProcRef) bool { return slices.ContainsFunc(s.bes, func(o ProcRef) bool { return o.key() == b.key() }) })
+			if _, err := l.Pause.ResumeExcept(keep); err != nil {
+				l.log.Error("slo: resuming BE processes", "err", err)
+			}
+		case n > 0:
+			l.log.Info("slo: BE processes stopped to learn an LC alone", "gpus", s.key, "processes", n)
+		}
 	}
 }
 
@@ -751,10 +823,12 @@ func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision,
 	for _, s := range l.sorted() {
 		d := decided[s]
 		ss := &s.status
-		ss.GPU, ss.BETimeslice, ss.LCs = s.gpuRef(), s.ctl.Current().String(), len(s.lcs)
+		ss.GPUs, ss.BETimeslice, ss.LCs = s.gpus, s.ctl.Current().String(), len(s.lcs)
 		pre := pol.SLO.PrepreemptBelow <= 0 || s.ctl.Current() < pol.SLO.PrepreemptBelow
 		ss.Prepreempt = pre
-		if d != nil {
+		// What an idle search decides applies to no BE: neither shown nor
+		// counted.
+		if d != nil && s.live() {
 			sd := &SLODecision{Window: l.windows, BETimeslice: d.BETimeslice.String(), Changed: d.Changed, Cause: d.Cause, Reason: d.Reason,
 				Fallback: d.Fallback, BEBelowMinimum: d.BEBelowMinimum}
 			ss.Last, ss.BEShare, ss.WorstLC = sd, finite(d.BEShare), finite(d.Worst)
@@ -771,18 +845,15 @@ func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision,
 		st.Searches = append(st.Searches, *ss)
 		st.Prepreempt = st.Prepreempt && pre
 		for _, p := range s.lcs {
-			if t, ok := told[p.PID]; ok {
-				pre = pre && t
-			}
-			told[p.PID] = pre
+			told[p.PID] = pre // an LC process is in one search
 		}
 		if d != nil {
-			metrics[s.metricGPU()] = *d
+			metrics[s.key] = *d
 			if !math.IsNaN(d.Worst) && (math.IsNaN(worst) || d.Worst > worst) {
 				worst = d.Worst
 			}
 		} else {
-			metrics[s.metricGPU()] = slo.Decision{BETimeslice: s.ctl.Current(), Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()}
+			metrics[s.key] = slo.Decision{BETimeslice: s.ctl.Current(), Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()}
 		}
 		lcRows = append(lcRows, searchRows(s, d, samples)...)
 	}
@@ -796,8 +867,8 @@ func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision,
 		for i := range st.BE {
 			b := &st.BE[i]
 			if j := slices.IndexFunc(all, func(p ProcRef) bool { return p.PID == b.PID }); j >= 0 {
-				ts := per[all[j].key()]
-				b.Apart = ts == 0
+				ts, named := per[all[j].key()]
+				b.Apart = named && ts == 0
 				if ts > 0 {
 					b.Timeslice = ts.String()
 				}
@@ -833,7 +904,7 @@ func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) []LCStatus
 	for _, p := range s.lcs {
 		w := samples[p.PID]
 		for _, row := range w.rows {
-			row.GPU = s.gpuRef()
+			row.GPUs = s.gpus
 			for _, r := range res {
 				if r.Key == w.key && r.Objective == row.Objective {
 					row.TargetUs, row.Ratio = float64(r.Target)/1e3, finite(r.Ratio)

@@ -779,25 +779,24 @@ func TestSLOLoopBEApartFromLC(t *testing.T) {
 		t.Errorf("the status on the wire lost which BE is apart: %+v", cs.BE)
 	}
 
-	// The LC opens a context on GPU 1 too: GPU 1 gets a search of its own,
-	// which puts the bulk beside the LC from the next window, at its safe
-	// setting for the bulk's weight; the trainer keeps GPU 0's choice.
+	// The LC opens a context on GPU 1 too: it joins the two GPUs in one set,
+	// whose search starts at its safe setting with both BE beside the LC.
 	s.insp[100] = policy.Process{Comm: "lc-server", GPUs: []policy.GPU{{Index: 0}, {Index: 1}}}
 	_, share := slo.EagerPyTorchH100.At(s.beTimeslice())
 	f.n[200], f.n[300] = f.n[200]+uint64(share*alone), f.n[300]+alone/2
 	s.window(slo.EagerPyTorchH100, false)
 	s.tick(s.now + time.Second)
 	st = s.loop.Status()
-	if len(st.Searches) != 2 || st.BETimeslice != "" || st.Searches[0].Changes < 3 || st.Searches[1].BETimeslice != "200µs" || st.Searches[1].Last != nil {
+	if len(st.Searches) != 1 || !slices.Equal(st.Searches[0].GPUs, []int{0, 1}) || st.BETimeslice != "200µs" {
 		t.Fatalf("after the LC came to GPU 1: %+v, searches %+v", st, st.Searches)
 	}
-	gpu0 := st.Searches[0].BETimeslice // where GPU 0's search goes on
+	s.wantAll(200, 200, tsg.LevelLow)
+	s.wantAll(300, 560, tsg.LevelLow)
 	for _, b := range st.BE {
-		if b.Apart || b.Timeslice != map[int]string{200: gpu0, 300: "200µs"}[b.PID] {
-			t.Errorf("BE row %+v: want beside an LC, at its GPU's choice (GPU 0: %s)", b, gpu0)
+		if b.Apart || b.Timeslice != "200µs" {
+			t.Errorf("BE row %+v: want beside the LC, at the new search's 200µs", b)
 		}
 	}
-	s.wantAll(300, 560, tsg.LevelLow)
 }
 
 // TestSLOLoopPausesPerGPU: each GPU's search stops its own BE to learn
@@ -875,9 +874,10 @@ func TestSLOLoopPausesPerGPU(t *testing.T) {
 	}
 }
 
-// TestJoinPlacesBE: each LC process is in the search of every GPU NVML
-// lists it on (or in the one of GPUs not known), and a BE process is
-// beside an LC where its search may share a GPU with it.
+// TestJoinPlacesBE: GPUs a process is listed on together are one set,
+// with a search where an LC is; a BE is beside an LC where its set has
+// one. A process on no GPU NVML lists is in no search for its first
+// window; past it the node has one search, of every process.
 func TestJoinPlacesBE(t *testing.T) {
 	pol, err := policy.Parse([]byte(sloPolicy))
 	if err != nil {
@@ -888,31 +888,52 @@ func TestJoinPlacesBE(t *testing.T) {
 		name         string
 		bes, lcs     []ProcRef
 		wantBeside   []int
-		wantSearches []int
+		wantSearches []string
+		// later: the same processes a window later
+		laterBeside   []int
+		laterSearches []string
 	}{
-		{"no LC: every BE apart", []ProcRef{on(1, 0), on(2)}, nil, nil, nil},
-		{"one GPU each", []ProcRef{on(1, 0), on(2, 1)}, []ProcRef{on(9, 0)}, []int{1}, []int{0}},
-		{"a BE on two GPUs, one with an LC", []ProcRef{on(1, 0, 1), on(2, 2)}, []ProcRef{on(9, 1)}, []int{1}, []int{1}},
-		{"an LC on two GPUs", []ProcRef{on(1, 0), on(2, 1), on(3, 2)}, []ProcRef{on(9, 0, 1)}, []int{1, 2}, []int{0, 1}},
-		{"a BE on no GPU known: beside", []ProcRef{on(1), on(2, 1)}, []ProcRef{on(9, 0)}, []int{1}, []int{0}},
-		{"an LC on no GPU known: one search, every BE beside", []ProcRef{on(1, 0), on(2, 1)}, []ProcRef{on(9, 0), on(8)}, []int{1, 2}, []int{anyGPU}},
-		{"no GPU known at all (no NVML)", []ProcRef{on(1), on(2)}, []ProcRef{on(9), on(8)}, []int{1, 2}, []int{anyGPU}},
+		{name: "no LC: every BE apart", bes: []ProcRef{on(1, 0), on(2, 3)}},
+		{name: "one GPU each", bes: []ProcRef{on(1, 0), on(2, 1)}, lcs: []ProcRef{on(9, 0)}, wantBeside: []int{1}, wantSearches: []string{"0"}},
+		{name: "a BE on two GPUs joins them", bes: []ProcRef{on(1, 0, 1), on(2, 2), on(3, 1)}, lcs: []ProcRef{on(9, 1)}, wantBeside: []int{1, 3}, wantSearches: []string{"0,1"}},
+		{name: "an LC on two GPUs joins them", bes: []ProcRef{on(1, 0), on(2, 1), on(3, 2)}, lcs: []ProcRef{on(9, 0, 1)}, wantBeside: []int{1, 2}, wantSearches: []string{"0,1"}},
+		{name: "two LCs, two sets", bes: []ProcRef{on(1, 0), on(2, 1), on(3, 2)}, lcs: []ProcRef{on(9, 0), on(8, 2)}, wantBeside: []int{1, 3}, wantSearches: []string{"0", "2"}},
+		{name: "an LC on no GPU known: none its first window, then one search", bes: []ProcRef{on(1, 0), on(2, 1)}, lcs: []ProcRef{on(9, 0), on(8)},
+			wantBeside: []int{1}, wantSearches: []string{"0"}, laterBeside: []int{1, 2}, laterSearches: []string{allGPUs}},
+		{name: "a BE on no GPU known", bes: []ProcRef{on(1), on(2, 1)}, lcs: []ProcRef{on(9, 1)},
+			wantBeside: []int{2}, wantSearches: []string{"1"}, laterBeside: []int{1, 2}, laterSearches: []string{allGPUs}},
+		{name: "no GPU known at all (no NVML): one search at once", bes: []ProcRef{on(1), on(2)}, lcs: []ProcRef{on(9), on(8)},
+			wantBeside: []int{1, 2}, wantSearches: []string{allGPUs}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := &SLOLoop{log: testLog(t), searches: map[int]*search{}, conf: sloConf{safe: 200 * time.Microsecond}}
-			l.join(pol, tc.lcs, tc.bes)
-			var got, searches []int
-			for _, b := range tc.bes {
-				if l.beside(b) {
-					got = append(got, b.PID)
+			l := &SLOLoop{log: testLog(t), searches: map[string]*search{}, conf: sloConf{safe: 200 * time.Microsecond}}
+			check := func(when string, beside []int, searches []string) {
+				t.Helper()
+				var got []int
+				var live []string
+				for _, b := range tc.bes {
+					if l.beside(b) {
+						got = append(got, b.PID)
+					}
+				}
+				for _, s := range l.searches {
+					if s.live() {
+						live = append(live, s.key)
+					}
+				}
+				slices.Sort(live)
+				if !slices.Equal(got, beside) || !slices.Equal(live, searches) {
+					t.Errorf("%s: beside %v, live searches %v; want %v, %v", when, got, live, beside, searches)
 				}
 			}
-			for _, s := range l.sorted() {
-				searches = append(searches, s.gpu)
+			l.join(pol, tc.lcs, tc.bes)
+			check("first window", tc.wantBeside, tc.wantSearches)
+			if tc.laterSearches == nil {
+				tc.laterBeside, tc.laterSearches = tc.wantBeside, tc.wantSearches
 			}
-			if !slices.Equal(got, tc.wantBeside) || !slices.Equal(searches, tc.wantSearches) {
-				t.Errorf("beside %v, searches %v; want %v, %v", got, searches, tc.wantBeside, tc.wantSearches)
-			}
+			l.windows++
+			l.join(pol, tc.lcs, tc.bes)
+			check("a window later", tc.laterBeside, tc.laterSearches)
 		})
 	}
 }
@@ -948,7 +969,7 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 		return len(st.Searches) == 2 && ts(200) == time.Millisecond && st.Searches[0].Last != nil && !st.Searches[0].Last.Changed &&
 			st.Searches[1].Last != nil && !st.Searches[1].Last.Changed
 	}
-	for i := 0; i < 60 || (i < 100 && !settled()); i++ {
+	step := func() {
 		for _, x := range sides {
 			r, share := x.w.At(ts(x.be))
 			f.n[x.be] += uint64(share * alone)
@@ -960,6 +981,9 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 		s.loop.Step(s.now)
 		s.tick(s.now)
 	}
+	for i := 0; i < 60 || (i < 100 && !settled()); i++ {
+		step()
+	}
 	if !settled() {
 		t.Fatalf("not settled: trainer on GPU 0 at %v, status %+v", ts(200), s.loop.Status().Searches)
 	}
@@ -967,12 +991,12 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 		t.Errorf("trainer on GPU 1 at %v, want 200µs or shorter: the LC with hints waits out BE's timeslice past it", got)
 	}
 	st := s.loop.Status()
-	if st.BETimeslice != "" || st.Last != nil || *st.Searches[0].GPU != 0 || *st.Searches[1].GPU != 1 ||
+	if st.BETimeslice != "" || st.Last != nil || !slices.Equal(st.Searches[0].GPUs, []int{0}) || !slices.Equal(st.Searches[1].GPUs, []int{1}) ||
 		st.Searches[0].BETimeslice != "1ms" || st.Searches[0].LCs != 1 || st.Changes != st.Searches[0].Changes+st.Searches[1].Changes {
 		t.Errorf("status %+v, searches %+v", st, st.Searches)
 	}
 	for _, l := range st.LC {
-		if l.GPU == nil || *l.GPU != map[int]int{100: 0, 101: 1}[l.PID] || l.Ratio == nil || *l.Ratio > 1 {
+		if !slices.Equal(l.GPUs, []int{map[int]int{100: 0, 101: 1}[l.PID]}) || l.Ratio == nil || *l.Ratio > 1 {
 			t.Errorf("LC row %+v", l)
 		}
 	}
@@ -993,24 +1017,26 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 		t.Errorf("replies: GPU 0's LC %+v, GPU 1's %+v", r100, r101)
 	}
 
-	// A third LC starts, and the window ends before NVML lists it: one
-	// search for the node sets both trainers (at its safe setting), the
-	// searches per GPU wait; listed, they take over where they were.
-	gpu0 := st.Searches[0]
+	// A third LC starts, and two windows end before NVML lists it: the
+	// first leaves it out, the second makes one search for the node that
+	// sets both trainers (at its safe setting) while the searches per GPU
+	// wait; listed, it is in GPU 1's, and they take over where they were.
 	s.tick(s.start(102, policy.Process{Comm: "lc-new"}) + time.Second)
-	s.now += time.Second
-	s.loop.Step(s.now)
-	s.tick(s.now)
+	step()
 	st = s.loop.Status()
-	if len(st.Searches) != 1 || st.Searches[0].GPU != nil || st.BETimeslice != "200µs" || ts(200) != 200*time.Microsecond || ts(201) != 200*time.Microsecond {
+	gpu0 := st.Searches[0]
+	if len(st.Searches) != 2 || ts(200).String() != gpu0.BETimeslice {
+		t.Fatalf("an LC's first window on no GPU known: searches %+v, trainer on GPU 0 at %v", st.Searches, ts(200))
+	}
+	step()
+	st = s.loop.Status()
+	if len(st.Searches) != 1 || st.Searches[0].GPUs != nil || st.BETimeslice != "200µs" || ts(200) != 200*time.Microsecond || ts(201) != 200*time.Microsecond {
 		t.Fatalf("with an LC on no GPU known: %+v, searches %+v; trainers at %v, %v", st, st.Searches, ts(200), ts(201))
 	}
 	s.insp[102] = on("lc-new", 1)
-	s.now += time.Second
-	s.loop.Step(s.now)
-	s.tick(s.now)
+	step()
 	st = s.loop.Status()
-	if len(st.Searches) != 2 || st.Searches[0].Changes != gpu0.Changes || ts(200) != time.Millisecond {
+	if len(st.Searches) != 2 || st.Searches[0].BETimeslice != gpu0.BETimeslice || ts(200).String() != gpu0.BETimeslice {
 		t.Fatalf("once listed: searches %+v (GPU 0's before: %+v); trainer on GPU 0 at %v", st.Searches, gpu0, ts(200))
 	}
 
@@ -1023,7 +1049,7 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 	s.tick(s.now)
 	s.wantAll(200, 200, tsg.LevelLow)
 	st = s.loop.Status()
-	if len(st.Searches) != 1 || st.BETimeslice != ts(201).String() || st.Searches[0].GPU == nil || *st.Searches[0].GPU != 1 {
+	if len(st.Searches) != 1 || st.BETimeslice != ts(201).String() || !slices.Equal(st.Searches[0].GPUs, []int{1}) {
 		t.Errorf("after the eager LC left: %+v, searches %+v", st, st.Searches)
 	}
 }

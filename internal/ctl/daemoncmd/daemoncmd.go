@@ -119,9 +119,11 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 		case s.Enabled && k.Name == "lc":
 			note = fmt.Sprintf("worst LC at %s of its objective", ratio(s.WorstLC))
 		case s.Enabled && k.Name == "be" && len(s.Searches) > 1:
-			ts, note = "per GPU", "chosen per GPU with an LC, below"
+			ts, note = "per GPU", "chosen per set of GPUs with an LC, below"
 		case s.Enabled && k.Name == "be":
-			ts += " (chosen)"
+			if s.BETimeslice != "" {
+				ts += " (chosen)"
+			}
 			share := "unknown"
 			if s.BEShare != nil {
 				share = percent(s.BEShare)
@@ -146,18 +148,22 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 	}
 	perGPU := len(s.Searches) > 1
 	if perGPU {
-		fmt.Fprintf(w, "\nslo:\ton, window %s, a BE timeslice per GPU with an LC (safe %s%s; ladder %s), %d changes\n", s.Window, s.Safe, floor, s.Ladder, s.Changes)
+		fmt.Fprintf(w, "\nslo:\ton, window %s, a BE timeslice per set of GPUs with an LC (safe %s%s; ladder %s), %d changes\n", s.Window, s.Safe, floor, s.Ladder, s.Changes)
 		for _, x := range s.Searches {
 			share := "unknown"
 			if x.BEShare != nil {
 				share = percent(x.BEShare)
 			}
 			fmt.Fprintf(w, "%s:\tBE timeslice %s, BE share %s, worst LC at %s of its objective, %d changes, hint engines: prepreempt %v\n",
-				client.GPUName(x.GPU), x.BETimeslice, share, ratio(x.WorstLC), x.Changes, x.Prepreempt)
+				client.GPUName(x.GPUs), x.BETimeslice, share, ratio(x.WorstLC), x.Changes, x.Prepreempt)
 			decisions(w, "  ", x.Last, x.LastChange)
 		}
 	} else {
-		fmt.Fprintf(w, "\nslo:\ton, window %s, BE timeslice %s (safe %s%s; ladder %s), %d changes\n", s.Window, s.BETimeslice, s.Safe, floor, s.Ladder, s.Changes)
+		ts := s.BETimeslice
+		if ts == "" {
+			ts = "the policy's (no LC)"
+		}
+		fmt.Fprintf(w, "\nslo:\ton, window %s, BE timeslice %s (safe %s%s; ladder %s), %d changes\n", s.Window, ts, s.Safe, floor, s.Ladder, s.Changes)
 		decisions(w, "", s.Last, s.LastChange)
 	}
 	if s.Calibrate == "pause" {
@@ -172,7 +178,7 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 	if len(s.LC) > 0 {
 		fmt.Fprintln(w, "\nLC PID\tCOMM\t"+gpuColumn(perGPU, "GPU\t")+"OBJECTIVE\tLATENCY\tTARGET\tVS OBJECTIVE\tREQUESTS\tSIGNAL")
 		for _, l := range s.LC {
-			fmt.Fprintf(w, "%d\t%s\t%s%s\t%s\t%s\t%s\t%d\t%s\n", l.PID, l.Comm, gpuColumn(perGPU, gpuIndex(l.GPU)+"\t"), cmdutil.OrDash(l.Objective), us(l.LatencyUs), us(l.TargetUs), ratio(l.Ratio), l.Requests, l.Signal)
+			fmt.Fprintf(w, "%d\t%s\t%s%s\t%s\t%s\t%s\t%d\t%s\n", l.PID, l.Comm, gpuColumn(perGPU, gpuIndex(l.GPUs)+"\t"), cmdutil.OrDash(l.Objective), us(l.LatencyUs), us(l.TargetUs), ratio(l.Ratio), l.Requests, l.Signal)
 		}
 	}
 	if len(s.BE) > 0 {
@@ -207,13 +213,17 @@ func gpuColumn(perGPU bool, col string) string {
 	return ""
 }
 
-// gpuIndex is a search's GPU as the LC table shows it ("all": the
-// node's search).
-func gpuIndex(gpu *int) string {
-	if gpu == nil {
+// gpuIndex is a search's GPUs as the LC table shows them: "0", "0,1";
+// "all" for the node's search.
+func gpuIndex(gpus []int) string {
+	if len(gpus) == 0 {
 		return "all"
 	}
-	return strconv.Itoa(*gpu)
+	s := make([]string, len(gpus))
+	for i, g := range gpus {
+		s[i] = strconv.Itoa(g)
+	}
+	return strings.Join(s, ",")
 }
 
 func keptOrChanged(d *client.SLODecision) string {

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -351,12 +352,13 @@ type SLO struct {
 	Searches []SLOSearch `json:"searches,omitempty"`
 }
 
-// SLOSearch is the SLO mode on one GPU: the BE timeslice it chose for the
-// BE processes beside that GPU's LCs.
+// SLOSearch is the SLO mode on one set of GPUs (those GPU processes join:
+// a process on two GPUs joins them): the BE timeslice it chose for the BE
+// processes on them.
 type SLOSearch struct {
-	// GPU is the GPU's index; nil for the node's search, of every LC and
-	// BE process while an LC process is on no GPU NVML lists.
-	GPU         *int         `json:"gpu"`
+	// GPUs are the set's GPU indices; none for the node's search, of every
+	// process while one is on no GPU NVML lists.
+	GPUs        []int        `json:"gpus"`
 	BETimeslice string       `json:"be_timeslice"`
 	BEShare     *float64     `json:"be_share,omitempty"`
 	WorstLC     *float64     `json:"worst_lc_vs_objective,omitempty"`
@@ -367,12 +369,19 @@ type SLOSearch struct {
 	Prepreempt  bool         `json:"prepreempt"`
 }
 
-// GPUName names a search's GPU: "GPU 0", or "every GPU".
-func GPUName(gpu *int) string {
-	if gpu == nil {
-		return "every GPU"
+// GPUName names a search's GPUs: "GPU 0", "GPUs 0,1", or "all GPUs".
+func GPUName(gpus []int) string {
+	s := make([]string, len(gpus))
+	for i, g := range gpus {
+		s[i] = strconv.Itoa(g)
 	}
-	return fmt.Sprintf("GPU %d", *gpu)
+	switch len(gpus) {
+	case 0:
+		return "all GPUs"
+	case 1:
+		return "GPU " + s[0]
+	}
+	return "GPUs " + strings.Join(s, ",")
 }
 
 // SLOLC is one LC process against its objective.
@@ -389,8 +398,8 @@ type SLOLC struct {
 	Requests int      `json:"requests"`
 	// Signal says where the latency came from, or why there is none.
 	Signal string `json:"signal"`
-	// GPU is the search the row is of (SLOSearch.GPU).
-	GPU *int `json:"gpu,omitempty"`
+	// GPUs are the search the row is of (SLOSearch.GPUs).
+	GPUs []int `json:"gpus,omitempty"`
 }
 
 // SLOBE is one BE process's progress: kernel launches per second, against
