@@ -725,7 +725,9 @@ func (l *SLOLoop) pauseFor(decided map[*search]*slo.Decision, max time.Duration)
 		case err != nil:
 			l.log.Error("slo: could not stop BE processes to learn an LC alone; calibrating beside them", "gpus", s.key, "err", err)
 			s.pausing = false
-			keep = slices.DeleteFunc(keep, func(b ProcRef) bool { return slices.ContainsFunc(s.bes, func(o ProcRef) bool { return o.key() == b.key() }) })
+			keep = slices.DeleteFunc(keep, func(b ProcRef) bool {
+				return slices.ContainsFunc(s.bes, func(o ProcRef) bool { return o.key() == b.key() })
+			})
 			if _, err := l.Pause.ResumeExcept(keep); err != nil {
 				l.log.Error("slo: resuming BE processes", "err", err)
 			}
