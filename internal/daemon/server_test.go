@@ -39,6 +39,18 @@ type apiRig struct {
 	peer   *Peer // nil: the kernel's answer
 }
 
+// asServer starts this test process as a GPU process "server" of uid,
+// classed, and makes it the peer of the requests that follow; it returns
+// its pid.
+func (a *apiRig) asServer(uid uint32) int {
+	a.t.Helper()
+	me := os.Getpid()
+	last := a.start(me, policy.Process{Comm: "server", UID: uid})
+	a.tick(last + 30*time.Millisecond)
+	a.peer = &Peer{PID: me, UID: uid}
+	return me
+}
+
 func newAPIRig(t *testing.T) *apiRig {
 	g := newRig(t, testPolicy)
 	a := &apiRig{rig: g}
@@ -392,10 +404,7 @@ func TestAPIPushFromAnyName(t *testing.T) {
 // as /v1/processes shows; a retry later keeps it so.
 func TestAPIClassFailedApplyChangesNothing(t *testing.T) {
 	a := newAPIRig(t)
-	me := os.Getpid()
-	last := a.start(me, policy.Process{Comm: "server", UID: 1000})
-	a.tick(last + 30*time.Millisecond)
-	a.peer = &Peer{PID: me, UID: 1000}
+	me := a.asServer(1000)
 	if code, body := a.do("POST", "/v1/class", `{"class":"be"}`); code != 200 {
 		t.Fatalf("be: %d %s", code, body)
 	}
@@ -427,10 +436,7 @@ func TestAPIClassFailedApplyChangesNothing(t *testing.T) {
 // class_from_env is capped the same way.
 func TestAPIWeightWithinLimit(t *testing.T) {
 	a := newAPIRig(t)
-	me := os.Getpid()
-	last := a.start(me, policy.Process{Comm: "server", UID: 2000})
-	a.tick(last + 30*time.Millisecond)
-	a.peer = &Peer{PID: me, UID: 2000} // testPolicy's default_max: be
+	me := a.asServer(2000) // testPolicy's default_max: be
 	tests := []struct {
 		class  string
 		code   int
@@ -644,10 +650,7 @@ func TestLimitListener(t *testing.T) {
 // changes it does.
 func TestAPIRepeatedRequestCostsNothing(t *testing.T) {
 	a := newAPIRig(t)
-	me := os.Getpid()
-	last := a.start(me, policy.Process{Comm: "server", UID: 1000})
-	a.tick(last + 30*time.Millisecond)
-	a.peer = &Peer{PID: me, UID: 1000}
+	me := a.asServer(1000)
 	reads := func() int { return a.drv.Controls(ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE) }
 	if code, body := a.do("POST", "/v1/class", `{"class":"lc"}`); code != 200 {
 		t.Fatalf("lc: %d %s", code, body)
@@ -674,10 +677,7 @@ func TestAPIRepeatedRequestCostsNothing(t *testing.T) {
 // bucket of its own.
 func TestAPIChangeLimit(t *testing.T) {
 	a := newAPIRig(t)
-	me := os.Getpid()
-	last := a.start(me, policy.Process{Comm: "server", UID: 1000})
-	a.tick(last + 30*time.Millisecond)
-	a.peer = &Peer{PID: me, UID: 1000}
+	me := a.asServer(1000)
 	per, burst := policy.Requests{}.ChangeRate()
 	if per != 4 || burst != 32 {
 		t.Fatalf("defaults %v/s, burst %d; this test is written for 4/s, 32", per, burst)
