@@ -118,10 +118,7 @@ func (p *Pauser) Stop(procs []ProcRef, max time.Duration) (int, error) {
 	}
 	// The watchdog first: from the first SIGSTOP on, something outside
 	// this process will resume them.
-	dog, err := p.startWatchdog(fds, max)
-	if err == nil {
-		dog.deadline, dog.procs = time.Now().Add(max), refs
-	}
+	dog, err := p.startWatchdog(refs, fds, time.Now().Add(max))
 	if err != nil {
 		closeAll()
 		return 0, fmt.Errorf("%w: starting the watchdog: %v", ErrPause, err)
@@ -226,7 +223,7 @@ func (p *Pauser) ResumeExcept(keep []ProcRef) (int, error) {
 		for i, r := range still {
 			fds[i] = p.held[r.PID].fd
 		}
-		nd, err := p.startWatchdog(fds, time.Until(d.deadline))
+		nd, err := p.startWatchdog(still, fds, d.deadline)
 		if err != nil {
 			// None in charge of them: resume them now.
 			for _, r := range still {
@@ -240,7 +237,6 @@ func (p *Pauser) ResumeExcept(keep []ProcRef) (int, error) {
 			d.release(resumed)
 			continue
 		}
-		nd.procs, nd.deadline = still, d.deadline
 		d.release(resumed)
 		dogs = append(dogs, nd)
 	}
@@ -265,7 +261,9 @@ func (p *Pauser) stat(pid int) (start uint64, state byte, err error) {
 	return start, b[i+2], nil
 }
 
-func (p *Pauser) startWatchdog(fds []int, max time.Duration) (*watchdog, error) {
+// startWatchdog starts the watchdog of procs, whose pidfds are fds: it
+// resumes them at deadline unless released.
+func (p *Pauser) startWatchdog(procs []ProcRef, fds []int, deadline time.Time) (*watchdog, error) {
 	exe := p.Exe
 	if exe == "" {
 		var err error
@@ -296,7 +294,7 @@ func (p *Pauser) startWatchdog(fds []int, max time.Duration) (*watchdog, error) 
 			f.Close()
 		}
 	}()
-	cmd := exec.Command(exe, WatchdogArg, max.String(), strconv.Itoa(len(fds)))
+	cmd := exec.Command(exe, WatchdogArg, time.Until(deadline).String(), strconv.Itoa(len(fds)))
 	cmd.Stdin, cmd.ExtraFiles = r, files
 	// Its own session: a terminal's ^C to the daemon's process group does
 	// not take it down before it has resumed BE.
@@ -307,7 +305,7 @@ func (p *Pauser) startWatchdog(fds []int, max time.Duration) (*watchdog, error) 
 	}
 	// No handshake: the child holds the pidfds from its exec on, and a
 	// daemon gone before it reads its stdin is an EOF there.
-	return &watchdog{cmd: cmd, in: w}, nil
+	return &watchdog{cmd: cmd, in: w, procs: procs, deadline: deadline}, nil
 }
 
 // release tells the watchdog BE was resumed (or, if not resumed, lets

@@ -95,10 +95,6 @@ type BEWindow struct {
 	// Stopped: it was held stopped through the window (an LC learnt
 	// alone): its rate is not progress under any setting.
 	Stopped bool
-	// Apart: it shares no GPU with an LC process. The SLO mode's setting
-	// does not apply to it (it keeps the policy's timeslice), and the
-	// share, which compares the settings, leaves it out.
-	Apart bool
 }
 
 // BERate is one BE process's progress over a window: its kernel launches
@@ -128,7 +124,7 @@ func (b *BEProgress) Roll(now time.Duration, bes []BEWindow) map[string]BERate {
 			bp = b.attach(p, now, retry)
 			b.procs[k] = bp
 		}
-		s := client.SLOBE{PID: p.PID, Comm: p.Comm, Apart: w.Apart}
+		s := client.SLOBE{PID: p.PID, Comm: p.Comm}
 		switch {
 		case bp.err != "":
 			s.Signal = "not counted: " + bp.err

@@ -185,14 +185,12 @@ func TestBEProgress(t *testing.T) {
 	}
 }
 
-// rollShare rolls b's window and gives the share of the BE processes
-// beside an LC, as the SLO loop does for a search.
+// rollShare rolls b's window and gives the share of its BE processes,
+// as the SLO loop does for a search.
 func rollShare(b *BEProgress, now time.Duration, ws []BEWindow) (float64, bool) {
-	var keys []string
-	for _, w := range ws {
-		if !w.Apart {
-			keys = append(keys, procKey(w.ProcRef))
-		}
+	keys := make([]string, len(ws))
+	for i, w := range ws {
+		keys[i] = w.key()
 	}
 	return beShare(b.Roll(now, ws), keys)
 }

@@ -143,6 +143,9 @@ type SLOLoop struct {
 	// unlisted: when each process NVML listed on no GPU was first seen so
 	// (by procKey), for its grace window.
 	unlisted map[string]int
+	// beSearch is the live search each BE process is in this window, by
+	// procKey (join).
+	beSearch map[string]*search
 	// alone: the BE processes (by procKey) that shared no GPU with a
 	// process outside class BE (but MPS servers) when the window now
 	// ending began (BE share's rate alone).
@@ -373,7 +376,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 		}
 		clear(l.tracing)
 		if l.on {
-			l.on, l.searches = false, nil
+			l.on, l.searches, l.beSearch = false, nil, nil
 			l.rec.SetBETimeslices(0, nil)
 			l.log.Info("slo: mode off; BE back to the policy's timeslice", "be_timeslice", pol.Classes[class.BE].Timeslice)
 		}
@@ -441,7 +444,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 			k := p.key()
 			aloneNow[k] = !slices.ContainsFunc(others, func(o ProcRef) bool { return shareGPU(p, o) })
 			ws = append(ws, BEWindow{ProcRef: p, Alone: aloneNow[k] && l.alone[k],
-				Stopped: pausing && l.Pause.Holds(p), Apart: !l.beside(p)})
+				Stopped: pausing && l.Pause.Holds(p)})
 		}
 		l.alone = aloneNow
 		rates = l.Share.Roll(now, ws)
@@ -559,31 +562,35 @@ func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
 			}
 		}
 	}
-	setOf := func(p ProcRef) string {
+	sets := map[int][]int{} // by their smallest GPU, the root
+	for g := range root {
+		sets[find(g)] = append(sets[find(g)], g)
+	}
+	for _, gs := range sets {
+		slices.Sort(gs)
+	}
+	// setOf names the search of p: by the GPUs of its set, nil for the
+	// node's; false for a process in its first window unlisted, in none.
+	setOf := func(p ProcRef) ([]int, bool) {
 		switch {
 		case node && (len(p.GPUs) > 0 || seen[p.key()] < l.windows):
-			return allGPUs
+			return nil, true
 		case len(p.GPUs) == 0:
-			return "" // its first window unlisted: in no search
+			return nil, false
 		}
-		var gs []int
-		for g := range root {
-			if find(g) == find(p.GPUs[0]) {
-				gs = append(gs, g)
-			}
-		}
-		slices.Sort(gs)
-		return gpuSet(gs)
+		return sets[find(p.GPUs[0])], true
 	}
 	for _, s := range l.searches {
 		s.started = s.started || !s.live()
 		s.lcs, s.bes = nil, nil
 	}
+	l.beSearch = map[string]*search{}
 	for _, p := range lcs {
-		k := setOf(p)
-		if k == "" {
+		gs, ok := setOf(p)
+		if !ok {
 			continue
 		}
+		k := gpuSet(gs)
 		s := l.searches[k]
 		if s == nil {
 			c, err := slo.New(l.options(pol, l.conf))
@@ -591,17 +598,7 @@ func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
 				l.log.Error("slo: controller refused the policy's settings", "err", err)
 				continue
 			}
-			s = &search{key: k, ctl: c, started: true}
-			if k != allGPUs {
-				s.gpus = slices.Collect(func(yield func(int) bool) {
-					for _, g := range strings.Split(k, ",") {
-						n, _ := strconv.Atoi(g)
-						if !yield(n) {
-							return
-						}
-					}
-				})
-			}
+			s = &search{key: k, gpus: gs, ctl: c, started: true}
 			l.searches[k] = s
 			if l.windows > 0 || len(l.searches) > 1 {
 				l.log.Info("slo: an LC on GPUs without a search: their BE at the safe timeslice until LC latency is known", "gpus", k, "be_timeslice", c.Current())
@@ -610,8 +607,10 @@ func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
 		s.lcs = append(s.lcs, p)
 	}
 	for _, b := range all {
-		if s := l.searches[setOf(b)]; s != nil && s.live() {
+		gs, ok := setOf(b)
+		if s := l.searches[gpuSet(gs)]; ok && s != nil && s.live() {
 			s.bes = append(s.bes, b)
+			l.beSearch[b.key()] = s
 		}
 	}
 	for _, s := range l.searches {
@@ -619,16 +618,6 @@ func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
 			s.started = false
 		}
 	}
-}
-
-// beside says whether BE process b is in a live search.
-func (l *SLOLoop) beside(b ProcRef) bool {
-	for _, s := range l.searches {
-		if slices.ContainsFunc(s.bes, func(o ProcRef) bool { return o.key() == b.key() }) {
-			return true
-		}
-	}
-	return false
 }
 
 // sorted lists the searches by their GPUs (allGPUs first).
@@ -650,26 +639,18 @@ func (l *SLOLoop) pausing() bool {
 // share a GPU with any LC. It returns each one's it names, by procKey (0:
 // the policy's).
 func (l *SLOLoop) assign(all []ProcRef) map[string]time.Duration {
-	shorter := func(a, b time.Duration) time.Duration {
-		if a == 0 || b < a {
-			return b
-		}
-		return a
-	}
 	var def time.Duration
-	per := make(map[string]time.Duration, len(all))
 	for _, s := range l.searches {
-		if !s.live() {
-			continue
-		}
-		c := s.ctl.Current()
-		def = shorter(def, c)
-		for _, b := range s.bes {
-			per[b.key()] = shorter(per[b.key()], c)
+		if c := s.ctl.Current(); s.live() && (def == 0 || c < def) {
+			def = c
 		}
 	}
+	per := make(map[string]time.Duration, len(all))
 	for _, b := range all {
-		if _, ok := per[b.key()]; !ok && len(b.GPUs) > 0 {
+		switch s := l.beSearch[b.key()]; {
+		case s != nil:
+			per[b.key()] = s.ctl.Current()
+		case len(b.GPUs) > 0:
 			per[b.key()] = 0 // in no live search: the policy's
 		}
 	}

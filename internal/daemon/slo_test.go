@@ -912,7 +912,7 @@ func TestJoinPlacesBE(t *testing.T) {
 				var got []int
 				var live []string
 				for _, b := range tc.bes {
-					if l.beside(b) {
+					if l.beSearch[b.key()] != nil {
 						got = append(got, b.PID)
 					}
 				}
