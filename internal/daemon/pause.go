@@ -189,26 +189,40 @@ func (p *Pauser) ResumeExcept(keep []ProcRef) (int, error) {
 	defer p.mu.Unlock()
 	var errs []error
 	n := 0
+	// Where a SIGCONT failed, the process's watchdog is left in charge of
+	// it (it tries itself): failed keeps its pidfd open until then.
+	failed := map[int]heldProc{}
+	defer func() {
+		for _, h := range failed {
+			unix.Close(h.fd)
+		}
+	}()
 	for pid, h := range p.held {
 		if slices.ContainsFunc(keep, func(r ProcRef) bool { return r.PID == pid && r.Start == h.start }) {
 			continue
 		}
 		if err := unix.PidfdSendSignal(h.fd, unix.SIGCONT, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
 			errs = append(errs, fmt.Errorf("%w: SIGCONT to pid %d: %v", ErrPause, pid, err))
+			failed[pid] = h
+		} else {
+			unix.Close(h.fd)
 		}
-		unix.Close(h.fd)
 		delete(p.held, pid)
 		n++
 	}
-	// Where a SIGCONT failed, a watchdog is not told BE was resumed: it
-	// tries itself.
-	resumed := len(errs) == 0
+	of := func(set map[int]heldProc, r ProcRef) (heldProc, bool) {
+		h, ok := set[r.PID]
+		return h, ok && h.start == r.Start
+	}
 	var dogs []*watchdog
 	for _, d := range p.dogs {
-		var still []ProcRef
+		var still, retry []ProcRef
+		var fds []int
 		for _, r := range d.procs {
-			if h, ok := p.held[r.PID]; ok && h.start == r.Start {
-				still = append(still, r)
+			if h, ok := of(p.held, r); ok {
+				still, fds = append(still, r), append(fds, h.fd)
+			} else if _, ok := of(failed, r); ok {
+				retry = append(retry, r)
 			}
 		}
 		switch {
@@ -216,14 +230,17 @@ func (p *Pauser) ResumeExcept(keep []ProcRef) (int, error) {
 			dogs = append(dogs, d)
 			continue
 		case len(still) == 0:
-			d.release(resumed)
+			d.release(len(retry) == 0)
 			continue
 		}
-		fds := make([]int, len(still))
-		for i, r := range still {
-			fds[i] = p.held[r.PID].fd
+		// Its processes still stopped, and those it would have resumed
+		// for a failed SIGCONT, go to a new watchdog; the old one is told
+		// they are resumed, so it never resumes the kept ones.
+		for _, r := range retry {
+			h, _ := of(failed, r)
+			fds = append(fds, h.fd)
 		}
-		nd, err := p.startWatchdog(still, fds, d.deadline)
+		nd, err := p.startWatchdog(slices.Concat(still, retry), fds, d.deadline)
 		if err != nil {
 			// None in charge of them: resume them now.
 			for _, r := range still {
@@ -234,10 +251,10 @@ func (p *Pauser) ResumeExcept(keep []ProcRef) (int, error) {
 				n++
 			}
 			errs = append(errs, fmt.Errorf("%w: replacing a watchdog: %v; resumed what it held", ErrPause, err))
-			d.release(resumed)
+			d.release(len(retry) == 0)
 			continue
 		}
-		d.release(resumed)
+		d.release(true)
 		dogs = append(dogs, nd)
 	}
 	p.dogs = dogs

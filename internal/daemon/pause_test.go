@@ -123,7 +123,8 @@ func TestPauserResumesSome(t *testing.T) {
 	if n, err := p.Stop([]ProcRef{a, b}, time.Hour); n != 2 || err != nil { // one watchdog for both
 		t.Fatalf("Stop = %d, %v", n, err)
 	}
-	if n, err := p.Stop([]ProcRef{c}, time.Hour); n != 1 || err != nil {
+	deadline := p.dogs[0].deadline
+	if n, err := p.Stop([]ProcRef{c}, 2*time.Hour); n != 1 || err != nil {
 		t.Fatalf("Stop = %d, %v", n, err)
 	}
 	if n, err := p.ResumeExcept([]ProcRef{b}); n != 2 || err != nil {
@@ -136,6 +137,11 @@ func TestPauserResumesSome(t *testing.T) {
 	}
 	if len(p.dogs) != 1 || len(p.dogs[0].procs) != 1 || p.dogs[0].procs[0].key() != b.key() {
 		t.Fatalf("watchdogs %+v, want one for b alone", p.dogs)
+	}
+	// b's new watchdog resumes it when a and b's would have: what was left
+	// of that deadline, not a new one.
+	if !p.dogs[0].deadline.Equal(deadline) {
+		t.Errorf("b's watchdog deadline %v, want the one it was stopped under, %v", p.dogs[0].deadline, deadline)
 	}
 	p.dogs[0].release(false)
 	waitState(t, b.PID, false)

@@ -792,6 +792,14 @@ func TestBETimeslicesPerProcess(t *testing.T) {
 	if admits != 1 {
 		t.Errorf("%d admissions for two requests of the class held, want 1", admits)
 	}
+	// One process's timeslice alone changes, the default staying: it is
+	// set again, the others are left as they are.
+	for _, us := range []int{1000, 500} {
+		g.rec.SetBETimeslices(time.Millisecond, map[string]time.Duration{key(100): 0, key(300): time.Duration(us) * time.Microsecond})
+		g.tick(g.now + time.Second)
+		g.wantAll(300, uint64(us), tsg.LevelLow)
+		g.wantAll(200, 1000, tsg.LevelLow)
+	}
 	g.rec.SetBETimeslices(2*time.Millisecond, nil)
 	g.tick(g.now + time.Second)
 	g.wantAll(100, 2000, tsg.LevelLow)

@@ -400,7 +400,9 @@ func (l *SLOLoop) Step(now time.Duration) {
 			l.log.Error("slo: controller refused the policy's settings", "err", err)
 			return
 		}
-		l.on, l.conf, l.searches, l.windows = true, conf, map[string]*search{}, 0
+		// Windows count from here: what was counted before (an unlisted
+		// process's first window) is forgotten with them.
+		l.on, l.conf, l.searches, l.windows, l.unlisted = true, conf, map[string]*search{}, 0, nil
 		l.rec.LearnGPUs()
 		lcs, all := l.rec.InClass(class.LC), l.rec.InClass(class.BE)
 		l.join(pol, lcs, all)
@@ -636,8 +638,8 @@ func (l *SLOLoop) pausing() bool {
 // live search it is in (the policy's where it is in none), and one that
 // starts before the next window, or is in its first window on no GPU NVML
 // lists, the shortest of every live search: until NVML lists it, it may
-// share a GPU with any LC. It returns each one's it names, by procKey (0:
-// the policy's).
+// share a GPU with any LC. It returns the timeslice each one is given, by
+// procKey (0: the policy's).
 func (l *SLOLoop) assign(all []ProcRef) map[string]time.Duration {
 	var def time.Duration
 	for _, s := range l.searches {
@@ -652,6 +654,8 @@ func (l *SLOLoop) assign(all []ProcRef) map[string]time.Duration {
 			per[b.key()] = s.ctl.Current()
 		case len(b.GPUs) > 0:
 			per[b.key()] = 0 // in no live search: the policy's
+		case def > 0:
+			per[b.key()] = def // unlisted, in its first window
 		}
 	}
 	l.rec.SetBETimeslices(def, per)

@@ -1039,9 +1039,15 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 	if len(st.Searches) != 2 || st.Searches[0].BETimeslice != gpu0.BETimeslice || ts(200).String() != gpu0.BETimeslice {
 		t.Fatalf("once listed: searches %+v (GPU 0's before: %+v); trainer on GPU 0 at %v", st.Searches, gpu0, ts(200))
 	}
+	// The window it came back in ran its trainer at the node's setting:
+	// nothing of it is judged.
+	if last := st.Searches[0].Last; last == nil || last.Changed || last.Cause != slo.CauseNoSignal {
+		t.Errorf("GPU 0's search judged the window it came back in: %+v", last)
+	}
 
 	// The eager LC exits: GPU 0's search is idle, its trainer back at the
 	// policy's 200us, and the status is GPU 1's search alone.
+	others, counted := st.Changes-st.Searches[1].Changes, changesOn(t, s.m, "0")
 	s.feed(&trace.TaskExit{PID: 100, At: uint64(s.now)})
 	s.tick(s.now)
 	s.now += time.Second
@@ -1052,6 +1058,49 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 	if len(st.Searches) != 1 || st.BETimeslice != ts(201).String() || !slices.Equal(st.Searches[0].GPUs, []int{1}) {
 		t.Errorf("after the eager LC left: %+v, searches %+v", st, st.Searches)
 	}
+	// Idle, GPU 0's search falls back to safe after three windows without
+	// judged LC latency: a decision that applies to no BE, neither shown
+	// nor counted.
+	for range 5 {
+		x := sides[1]
+		r, share := x.w.At(ts(x.be))
+		f.n[x.be] += uint64(share * alone)
+		p50 := float64(x.w.Baseline) * r / 1e3
+		s.loop.Push(x.lc, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: uint64(x.w.Requests),
+			LatencyUs: map[string]float64{"p50": p50, "p99": 1.3 * p50}}}})
+		s.now += time.Second
+		s.loop.Step(s.now)
+		s.tick(s.now)
+	}
+	st = s.loop.Status()
+	if s.loop.searches["0"].ctl.Current() != 200*time.Microsecond {
+		t.Fatalf("GPU 0's idle search at %v, want safe (200µs)", s.loop.searches["0"].ctl.Current())
+	}
+	if len(st.Searches) != 1 || st.Changes-st.Searches[0].Changes != others || changesOn(t, s.m, "0") != counted {
+		t.Errorf("an idle search's fallback shown or counted: changes %d, GPU 1's %d, the others' %d before; GPU 0's counted %v (were %v); searches %+v",
+			st.Changes, st.Searches[0].Changes, others, changesOn(t, s.m, "0"), counted, st.Searches)
+	}
+}
+
+// changesOn sums gpreemptd_slo_changes_total over the causes of GPU set gpus.
+func changesOn(t testing.TB, m *Metrics, gpus string) float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "gpreemptd_slo_changes_total" {
+			continue
+		}
+		for _, x := range mf.GetMetric() {
+			if slices.ContainsFunc(x.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == "gpu" && l.GetValue() == gpus }) {
+				n += x.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
 }
 
 // labelled is the value of gauge name's series with a label of value v.
@@ -1064,4 +1113,53 @@ func labelled(t testing.TB, m *Metrics, name, v string) float64 {
 		return math.NaN()
 	}
 	return x.GetGauge().GetValue()
+}
+
+// TestSLOLoopUnlistedAfterRestart: an LC NVML never lists (the node's
+// search is its only one) keeps its one window of grace when the mode
+// starts again, by a reload of its settings or off and on: the windows it
+// was first seen in were counted before.
+func TestSLOLoopUnlistedAfterRestart(t *testing.T) {
+	parse := func(slo string) *policy.Policy {
+		pol, err := policy.Parse([]byte(strings.Replace(sloPolicy, "slo: {enabled: true, window: 1s}", slo, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pol
+	}
+	for _, restart := range []struct {
+		name string
+		pols []*policy.Policy
+	}{
+		{"reload", []*policy.Policy{parse("slo: {enabled: true, window: 1s, safe: 500us}")}},
+		{"off and on", []*policy.Policy{parse("slo: {enabled: false}"), parse("slo: {enabled: true, window: 1s}")}},
+	} {
+		t.Run(restart.name, func(t *testing.T) {
+			s, _ := newShareRig(t)
+			s.tick(s.start(200, policy.Process{Comm: "trainer", GPUs: []policy.GPU{{Index: 0}}}) + time.Second)
+			s.loop.Step(s.now)
+			for range 8 {
+				s.window(slo.EagerPyTorchH100, true)
+			}
+			s.tick(s.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
+			node := func() bool {
+				st := s.loop.Status()
+				return len(st.Searches) == 1 && st.Searches[0].GPUs == nil && st.Searches[0].LCs == 1
+			}
+			for range 2 {
+				s.window(slo.EagerPyTorchH100, true)
+			}
+			if !node() {
+				t.Fatalf("an LC on no GPU after its first window: searches %+v, want the node's", s.loop.Status().Searches)
+			}
+			for _, pol := range restart.pols {
+				s.rec.SetPolicy(pol)
+				s.window(slo.EagerPyTorchH100, true)
+			}
+			s.window(slo.EagerPyTorchH100, true)
+			if !node() {
+				t.Errorf("a window after the mode started again: searches %+v, want the node's", s.loop.Status().Searches)
+			}
+		})
+	}
 }

@@ -329,8 +329,8 @@ type SLO struct {
 	// WorstLC is the highest latency/objective among LC processes, over
 	// every search; nil: no LC latency counted this window.
 	WorstLC *float64 `json:"worst_lc_vs_objective,omitempty"`
-	// LC lists each LC process against each objective, once per search
-	// it is in (an LC on two GPUs is in two).
+	// LC lists each LC process against each objective, with the GPUs of
+	// the one search it is in.
 	LC []SLOLC `json:"lc,omitempty"`
 	// Last is the last decision; LastChange the last that changed the
 	// timeslice: of the search.
