@@ -1163,3 +1163,31 @@ func TestSLOLoopUnlistedAfterRestart(t *testing.T) {
 		})
 	}
 }
+
+// TestSLOLoopUnlistedBEShown: a BE NVML does not list yet runs, in its
+// first window, at the shortest setting of the live searches, and its
+// status row says so.
+func TestSLOLoopUnlistedBEShown(t *testing.T) {
+	s, _ := newShareRig(t)
+	on0 := []policy.GPU{{Index: 0}}
+	s.tick(s.start(200, policy.Process{Comm: "trainer", GPUs: on0}) + time.Second)
+	s.tick(s.start(100, policy.Process{Comm: "lc-server", GPUs: on0}) + time.Second)
+	s.loop.Step(s.now)
+	for range 3 {
+		s.window(slo.EagerPyTorchH100, false)
+	}
+	s.tick(s.start(201, policy.Process{Comm: "trainer"}) + time.Second)
+	s.window(slo.EagerPyTorchH100, false)
+	st := s.loop.Status()
+	if len(st.Searches) != 1 || !slices.Equal(st.Searches[0].GPUs, []int{0}) {
+		t.Fatalf("searches %+v, want GPU 0's alone", st.Searches)
+	}
+	want := st.Searches[0].BETimeslice
+	i := slices.IndexFunc(st.BE, func(b client.SLOBE) bool { return b.PID == 201 })
+	if i < 0 || st.BE[i].Timeslice != want || st.BE[i].Apart {
+		t.Errorf("BE rows %+v: want pid 201 at %s", st.BE, want)
+	}
+	if got := time.Duration(s.groups(201)[0].Timeslice) * time.Microsecond; got.String() != want {
+		t.Errorf("pid 201 at %v, want %s", got, want)
+	}
+}
