@@ -263,6 +263,7 @@ type Controller struct {
 	tick        int
 	since       int  // observations under cur
 	calibrating bool // at the shortest rung to learn LC baselines
+	lcStepped   bool // an LC's baseline dropped the windows before a change (baseline.step)
 	// lcChanged: this window brought a new LC, or a changed objective
 	// (forgetRungs).
 	lcChanged bool
@@ -406,6 +407,14 @@ func (c *Controller) observe(o Observation) Decision {
 		c.lcChanged = false
 		c.forgetRungs()
 		c.since = 1 // this window was judged against a baseline not yet learnt: not the setting's
+	}
+	if c.lcStepped {
+		// An LC changed while it was learnt: the windows judged since
+		// were judged against the two levels mixed, and so was the
+		// scatter learnt from them (a graph LC turned eager: 5x).
+		c.lcStepped = false
+		c.forgetRungs()
+		c.scatter, c.shownScatter = priorScatter*priorScatter, priorScatter*priorScatter
 	}
 	worst := win.worst
 	d := Decision{Worst: worst, BEShare: o.BEShare, LC: lc}
@@ -861,6 +870,8 @@ func (c *Controller) worst(lc []LCSample, tag int, learn bool) (w seen, counted,
 			}
 			base = b.add(c.tick, tag, s.Latency, learn, c.opts.BaselineWindow, c.pauseNeed())
 			baseReady = baseReady && b.ready
+			c.lcStepped = c.lcStepped || b.stepped
+			b.stepped = false
 			if s.Objective.Tail() && s.Median > 0 {
 				mk := baselineKey(s.Key, medianKey)
 				m := c.baseline(mk)
@@ -1346,6 +1357,9 @@ type baseline struct {
 	ready bool
 	// rung is the setting the estimate's windows were seen under.
 	rung int
+	// stepped: the LC changed while it was learnt (step); the windows
+	// before the change were dropped.
+	stepped bool
 }
 
 // mostlyBefore reports whether most of the windows the estimate rests on
@@ -1409,6 +1423,18 @@ func (b *baseline) add(tick, rung int, v time.Duration, learn bool, keep, pauseN
 	}
 	slices.Reverse(kept)
 	b.vals = kept
+	if learn && !b.ready && per[rung] >= baselineMinWindows {
+		if from, ok := b.step(rung); ok {
+			b.stepped = true
+			b.vals = slices.DeleteFunc(b.vals, func(x baselineVal) bool { return x.rung == rung && x.tick < from })
+			per[rung] = 0
+			for _, x := range b.vals {
+				if x.rung == rung {
+					per[rung]++
+				}
+			}
+		}
+	}
 	shortest, found := 0, false
 	for r, n := range per {
 		if r != pausedRung && n >= baselineMinWindows && (!found || r < shortest) {
@@ -1437,6 +1463,51 @@ func (b *baseline) add(tick, rung int, v time.Duration, learn bool, keep, pauseN
 		}
 	}
 	return median(vs)
+}
+
+// stepRatio is how far apart the medians of the older and the newer half
+// of the windows an estimate is about to rest on must be for the LC to
+// have changed while it was learnt. On the H100 a CUDA-graph LC turned
+// eager 1.7 s into the 4 s it was being learnt again (resnet50: ~1.1 ms
+// a request, then ~6 ms), and its baseline, half of each, made the
+// eager LC 1.4-1.9x its objective under every setting; the eager LC's
+// own windows scatter by +-20%, and an LC warming up is 1.5-2x slower
+// for its first windows only (the newer half's median is unmoved).
+const stepRatio = 1.5
+
+// step reports whether the windows seen under rung (each a window's
+// latency, oldest first) changed level while they were learnt: the
+// medians of their older and newer halves stepRatio apart or more, and
+// every window up to one on the older level's side of the two levels'
+// geometric mean, every one from it on the newer's (windows that scatter
+// about one level do not split so). from is the tick of the first window
+// of the new level.
+func (b *baseline) step(rung int) (from int, ok bool) {
+	var xs []baselineVal
+	for _, x := range b.vals {
+		if x.rung == rung {
+			xs = append(xs, x)
+		}
+	}
+	n := len(xs)
+	vals := func(ys []baselineVal) []time.Duration {
+		out := make([]time.Duration, len(ys))
+		for i, y := range ys {
+			out[i] = y.v
+		}
+		return out
+	}
+	older, newer := median(vals(xs[:n/2])), median(vals(xs[n/2:]))
+	if older <= 0 || newer <= 0 || max(older, newer) < time.Duration(stepRatio*float64(min(older, newer))) {
+		return 0, false
+	}
+	mid := math.Sqrt(float64(older) * float64(newer))
+	onNewer := func(x baselineVal) bool { return (float64(x.v) > mid) == (newer > older) }
+	k := slices.IndexFunc(xs, onNewer)
+	if k <= 0 || slices.ContainsFunc(xs[k:], func(x baselineVal) bool { return !onNewer(x) }) {
+		return 0, false
+	}
+	return xs[k].tick, true
 }
 
 // median of vs (the mean of the middle two for an even count); vs is

@@ -567,6 +567,11 @@ func TestBaseline(t *testing.T) {
 		{"settling windows are judged, not learnt", slices.Concat(at(1, 4, full, 150, 160, 140), []win{{30, 2, 50, false}, {31, 2, 60, false}}), 120, 150},
 		{"old windows expire", slices.Concat(at(1, 2, 3, 100, 110, 90), at(20, 4, full, 150, 160, 140)), 12, 150},
 		{"but not those a learnt estimate rests on", slices.Concat(at(1, 2, full, 100, 110, 90), at(20, 4, full, 150, 160, 140)), 12, 100},
+		// Half of its windows at one level, half at another: the LC
+		// changed while it was learnt, and is learnt from the change.
+		{"an LC that changed while learnt: its new level", slices.Concat(at(1, 0, full/2, 1100, 1000, 1200), at(1+full/2, 0, full/2, 6000, 5500, 6500)), 120, 6000},
+		{"the same, getting faster", slices.Concat(at(1, 0, full/2+1, 6000, 5500, 6500), at(2+full/2, 0, full/2-1, 1100, 1000, 1200)), 120, 1100},
+		{"a step of less than stepRatio is scatter", slices.Concat(at(1, 0, full/2, 1000), at(1+full/2, 0, full/2, 1400)), 120, 1200},
 	} {
 		b := &baseline{}
 		var got time.Duration
@@ -577,8 +582,17 @@ func TestBaseline(t *testing.T) {
 			t.Errorf("%s: baseline %v, want %v", c.name, got, c.want)
 		}
 	}
-	// At most baselinePerRung windows per setting: the newest.
+	// A changed LC's estimate is ready once its new level has
+	// baselineMinWindows windows.
 	b := &baseline{}
+	for i, w := range slices.Concat(at(1, 0, full/2, 1000), at(1+full/2, 0, full, 6000)) {
+		got := b.add(w.tick, w.rung, w.v, true, 120, 0)
+		if want := i+1 >= full+full/2; b.ready != want || (b.ready && got != 6000) {
+			t.Fatalf("window %d: ready %v (want %v), baseline %v", i+1, b.ready, want, got)
+		}
+	}
+	// At most baselinePerRung windows per setting: the newest.
+	b = &baseline{}
 	for i := range 40 {
 		b.add(i+1, 0, time.Duration(1000-i), true, 120, 0)
 	}

@@ -2,6 +2,7 @@ package slo
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -206,5 +207,47 @@ func TestBaselineDoesNotCreep(t *testing.T) {
 	lc, _ := outcome(ds[1000:], w)
 	if lc > 1.06 {
 		t.Errorf("windows 1000-1500: LC at %.2fx its latency under the shortest rung (objective 1.05x)", lc)
+	}
+}
+
+// TestLCChangedWhileLearnt: a CUDA-graph LC turns eager halfway through
+// the windows it is being learnt in (on the H100 gpreemptd took the graph
+// LC for a new workload 1.7 s before it changed, and learnt it again
+// across the change): its baseline is the eager LC's, learnt from the
+// change, not the mean of the two, which made the eager LC 1.8-2.2x its
+// objective under every setting there. The search then goes where it goes
+// for an LC eager from the start.
+func TestLCChangedWhileLearnt(t *testing.T) {
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	w := EagerPyTorchH100
+	// missedAt: the settings a miss was found under.
+	run := func(graphWindows int) (c *Controller, ds []Decision, missedAt []time.Duration) {
+		c = mustNew(t, Options{})
+		for i := range 40 {
+			lat := 1100 * time.Microsecond // the graph LC, the least interference
+			if i >= graphWindows {
+				r, _ := w.At(c.Current())
+				lat = time.Duration(float64(w.Baseline) * r)
+			}
+			at := c.Current()
+			d := c.Observe(Observation{LC: []LCSample{{Key: "lc", Objective: obj, Latency: lat, Requests: w.Requests}}, BEShare: math.NaN()})
+			if d.Cause == CauseViolation || d.Cause == CauseAtLimit {
+				missedAt = append(missedAt, at)
+			}
+			ds = append(ds, d)
+		}
+		return c, ds, missedAt
+	}
+	eager, want, wantMissed := run(0)
+	c, ds, missed := run(baselineMinWindows / 2)
+	t.Logf("changed: %v", summary(ds))
+	t.Logf("eager from the start: %v", summary(want))
+	// The eager LC misses its objective past its knee, 1 ms, alone.
+	if !slices.Equal(missed, wantMissed) || slices.ContainsFunc(missed, func(ts time.Duration) bool { return ts <= time.Millisecond }) {
+		t.Errorf("misses found under %v, want under %v as for an LC eager from the start", missed, wantMissed)
+	}
+	b := c.baselines[baselineKey("lc", obj.quantileName())]
+	if got, eb := b.add(b.last, b.rung, 0, false, 120, 0), eager.baselines[baselineKey("lc", obj.quantileName())]; got != eb.add(eb.last, eb.rung, 0, false, 120, 0) || c.Current() != eager.Current() {
+		t.Errorf("baseline %v at %v, want the eager LC's, at %v", got, c.Current(), eager.Current())
 	}
 }
