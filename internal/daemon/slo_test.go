@@ -1061,16 +1061,9 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 	// Idle, GPU 0's search falls back to safe after three windows without
 	// judged LC latency: a decision that applies to no BE, neither shown
 	// nor counted.
+	sides = sides[1:]
 	for range 5 {
-		x := sides[1]
-		r, share := x.w.At(ts(x.be))
-		f.n[x.be] += uint64(share * alone)
-		p50 := float64(x.w.Baseline) * r / 1e3
-		s.loop.Push(x.lc, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: uint64(x.w.Requests),
-			LatencyUs: map[string]float64{"p50": p50, "p99": 1.3 * p50}}}})
-		s.now += time.Second
-		s.loop.Step(s.now)
-		s.tick(s.now)
+		step()
 	}
 	st = s.loop.Status()
 	if s.loop.searches["0"].ctl.Current() != 200*time.Microsecond {

@@ -1426,13 +1426,9 @@ func (b *baseline) add(tick, rung int, v time.Duration, learn bool, keep, pauseN
 	if learn && !b.ready && per[rung] >= baselineMinWindows {
 		if from, ok := b.step(rung); ok {
 			b.stepped = true
+			n := len(b.vals)
 			b.vals = slices.DeleteFunc(b.vals, func(x baselineVal) bool { return x.rung == rung && x.tick < from })
-			per[rung] = 0
-			for _, x := range b.vals {
-				if x.rung == rung {
-					per[rung]++
-				}
-			}
+			per[rung] -= n - len(b.vals)
 		}
 	}
 	shortest, found := 0, false
