@@ -54,7 +54,12 @@ type watchdog struct {
 	cmd *exec.Cmd
 	in  *os.File
 	// procs are the processes it resumes at deadline.
-	procs    []ProcRef
+	procs []ProcRef
+	// owed are those of procs whose SIGCONT from the daemon failed, by
+	// pid: it resumes them itself when released (it tries itself), and
+	// their pidfds stay open here until then, for a watchdog that
+	// replaces it.
+	owed     map[int]heldProc
 	deadline time.Time
 }
 
@@ -190,13 +195,9 @@ func (p *Pauser) ResumeExcept(keep []ProcRef) (int, error) {
 	var errs []error
 	n := 0
 	// Where a SIGCONT failed, the process's watchdog is left in charge of
-	// it (it tries itself): failed keeps its pidfd open until then.
+	// it (it tries itself when released): failed keeps its pidfd open
+	// for the watchdog's owed.
 	failed := map[int]heldProc{}
-	defer func() {
-		for _, h := range failed {
-			unix.Close(h.fd)
-		}
-	}()
 	for pid, h := range p.held {
 		if slices.ContainsFunc(keep, func(r ProcRef) bool { return r.PID == pid && r.Start == h.start }) {
 			continue
@@ -218,11 +219,21 @@ func (p *Pauser) ResumeExcept(keep []ProcRef) (int, error) {
 	for _, d := range p.dogs {
 		var still, retry []ProcRef
 		var fds []int
+		owed := map[int]heldProc{}
 		for _, r := range d.procs {
 			if h, ok := of(p.held, r); ok {
 				still, fds = append(still, r), append(fds, h.fd)
-			} else if _, ok := of(failed, r); ok {
-				retry = append(retry, r)
+				continue
+			}
+			// Owed since an earlier call, or from this one's.
+			h, ok := of(d.owed, r)
+			if !ok {
+				if h, ok = of(failed, r); ok {
+					delete(failed, r.PID)
+				}
+			}
+			if ok {
+				retry, owed[r.PID] = append(retry, r), h
 			}
 		}
 		switch {
@@ -231,14 +242,14 @@ func (p *Pauser) ResumeExcept(keep []ProcRef) (int, error) {
 			continue
 		case len(still) == 0:
 			d.release(len(retry) == 0)
+			closeFDs(owed)
 			continue
 		}
-		// Its processes still stopped, and those it would have resumed
-		// for a failed SIGCONT, go to a new watchdog; the old one is told
-		// they are resumed, so it never resumes the kept ones.
+		// Its processes still stopped, and those it is to resume for a
+		// failed SIGCONT, go to a new watchdog; the old one is told they
+		// are resumed, so it never resumes the kept ones.
 		for _, r := range retry {
-			h, _ := of(failed, r)
-			fds = append(fds, h.fd)
+			fds = append(fds, owed[r.PID].fd)
 		}
 		nd, err := p.startWatchdog(slices.Concat(still, retry), fds, d.deadline)
 		if err != nil {
@@ -252,13 +263,23 @@ func (p *Pauser) ResumeExcept(keep []ProcRef) (int, error) {
 			}
 			errs = append(errs, fmt.Errorf("%w: replacing a watchdog: %v; resumed what it held", ErrPause, err))
 			d.release(len(retry) == 0)
+			closeFDs(owed)
 			continue
 		}
 		d.release(true)
+		nd.owed = owed
 		dogs = append(dogs, nd)
 	}
+	closeFDs(failed) // none: every held process has a watchdog
 	p.dogs = dogs
 	return n, errors.Join(errs...)
+}
+
+// closeFDs closes the pidfds of hs.
+func closeFDs(hs map[int]heldProc) {
+	for _, h := range hs {
+		unix.Close(h.fd)
+	}
 }
 
 // stat reads a process's start time and state.

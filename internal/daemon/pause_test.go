@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // testStopAndWaitArg makes the test binary a daemon that stops one process
@@ -145,6 +147,69 @@ func TestPauserResumesSome(t *testing.T) {
 	}
 	p.dogs[0].release(false)
 	waitState(t, b.PID, false)
+}
+
+// TestPauserRetriesFailedResume: a process whose SIGCONT from the daemon
+// fails is left to a watchdog, which tries itself when released, however
+// many calls later and through however many watchdogs replacing it (one
+// did not: the next Resume told the watchdog holding it "resumed", and
+// nothing resumed it).
+func TestPauserRetriesFailedResume(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// keeps: b is kept by this many ResumeExcept calls before the
+		// last Resume (0: Resume alone, which fails a's SIGCONT).
+		keeps int
+	}{
+		{"resumed at once", 0},
+		{"kept once", 1},
+		{"kept twice", 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := sleeper(t), sleeper(t)
+			var p Pauser
+			if n, err := p.Stop([]ProcRef{a, b}, time.Hour); n != 2 || err != nil {
+				t.Fatalf("Stop = %d, %v", n, err)
+			}
+			// a's SIGCONT from the daemon fails (EBADF): its pidfd, here
+			// and in every watchdog from now on, is /dev/null.
+			bad, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := p.held[a.PID]
+			unix.Close(h.fd)
+			h.fd = bad
+			p.held[a.PID] = h
+			for i := range c.keeps {
+				_, err := p.ResumeExcept([]ProcRef{b})
+				if (i == 0) != (err != nil) {
+					t.Fatalf("ResumeExcept %d: %v", i, err)
+				}
+				if len(p.dogs) != 1 || len(p.dogs[0].procs) != 2 || p.dogs[0].owed[a.PID].fd == 0 {
+					t.Fatalf("after ResumeExcept %d: watchdogs %+v, want one for b and a, a owed", i, p.dogs)
+				}
+			}
+			dog := p.dogs[0]
+			if err := p.Resume(); (c.keeps == 0) != (err != nil) {
+				t.Fatalf("Resume: %v", err)
+			}
+			waitState(t, b.PID, false)
+			if c.keeps == 0 {
+				// The watchdog Stop started holds a's own pidfd: it
+				// resumes a.
+				waitState(t, a.PID, false)
+			} else if code := dog.cmd.ProcessState.ExitCode(); code != 1 {
+				// Told "resumed", a watchdog exits 0; one left in charge
+				// of a tries a's SIGCONT itself, fails on /dev/null and
+				// exits 1.
+				t.Errorf("the watchdog in charge of a exited %d, want 1 (it tried a's SIGCONT)", code)
+			}
+			if len(p.dogs) != 0 || len(p.held) != 0 {
+				t.Errorf("after Resume: %d watchdogs, %d held", len(p.dogs), len(p.held))
+			}
+		})
+	}
 }
 
 func TestPauserLeavesOthersAlone(t *testing.T) {

@@ -264,6 +264,9 @@ type Controller struct {
 	since       int  // observations under cur
 	calibrating bool // at the shortest rung to learn LC baselines
 	lcStepped   bool // an LC's baseline dropped the windows before a change (baseline.step)
+	// calScatter is scatter and shownScatter when the calibration running
+	// began (beginCalibration).
+	calScatter [2]float64
 	// lcChanged: this window brought a new LC, or a changed objective
 	// (forgetRungs).
 	lcChanged bool
@@ -409,12 +412,8 @@ func (c *Controller) observe(o Observation) Decision {
 		c.since = 1 // this window was judged against a baseline not yet learnt: not the setting's
 	}
 	if c.lcStepped {
-		// An LC changed while it was learnt: the windows judged since
-		// were judged against the two levels mixed, and so was the
-		// scatter learnt from them (a graph LC turned eager: 5x).
 		c.lcStepped = false
-		c.forgetRungs()
-		c.scatter, c.shownScatter = priorScatter*priorScatter, priorScatter*priorScatter
+		c.forgetCalibration()
 	}
 	worst := win.worst
 	d := Decision{Worst: worst, BEShare: o.BEShare, LC: lc}
@@ -545,10 +544,11 @@ func (c *Controller) observe(o Observation) Decision {
 			d.Reason = fmt.Sprintf("BE not kept stopped (%d windows missed, %d pauses ran long): calibrating beside it from now on; ", c.pauseMissed, c.pauseRounds)
 		}
 		if c.cur != c.lo {
-			c.calibrating, c.resume = true, -1
+			c.beginCalibration()
+			c.resume = -1
 			return c.move(d, c.lo, fmt.Sprintf("learning an LC's standalone-like latency under the shortest BE timeslice (%d windows)", baselineMinWindows))
 		}
-		c.calibrating = true
+		c.beginCalibration()
 		return c.stay(d, "learning an LC's standalone-like latency")
 	}
 	if c.calibrating {
@@ -850,6 +850,7 @@ const skipMildMiss = 1.25
 func (c *Controller) worst(lc []LCSample, tag int, learn bool) (w seen, counted, baseReady bool, rs []LCResult) {
 	w, baseReady = seen{worst: math.Inf(-1), shown: math.Inf(-1)}, true
 	medians := map[string]bool{} // added this window (two tail objectives share one)
+	steps := map[string]int{}    // of those, the tick each stepped from (baseline.stepped)
 	for _, s := range lc {
 		res := LCResult{Key: s.Key, Objective: s.Objective.String(), Latency: s.Latency, Requests: s.Requests, Ratio: math.NaN(),
 			base: baselineKey(s.Key, s.Objective.quantileName())}
@@ -868,19 +869,31 @@ func (c *Controller) worst(lc []LCSample, tag int, learn bool) (w seen, counted,
 				c.lcChanged = c.lcChanged || b.objective != "" || !c.calibrating
 				b.objective = res.Objective
 			}
-			base = b.add(c.tick, tag, s.Latency, learn, c.opts.BaselineWindow, c.pauseNeed())
-			baseReady = baseReady && b.ready
-			c.lcStepped = c.lcStepped || b.stepped
-			b.stepped = false
-			if s.Objective.Tail() && s.Median > 0 {
+			b.tail = s.Objective.Tail()
+			from := 0
+			if b.tail && s.Median > 0 {
+				// The tail's windows scatter by multiples (a synthetic
+				// LC's p99 went 1x-2.3x its objective from one window to
+				// the next on the H100): whether the LC changed while it
+				// was learnt is read from its median.
 				mk := baselineKey(s.Key, medianKey)
 				m := c.baseline(mk)
 				m.median = true
 				if body = m.add(c.tick, tag, s.Median, learn && !medians[mk], c.opts.BaselineWindow, c.pauseNeed()); !m.ready {
 					body = 0
 				}
-				medians[mk] = true
+				if !medians[mk] {
+					steps[mk], m.stepped = m.stepped, 0
+				}
+				medians[mk], from = true, steps[mk]
 			}
+			base = b.add(c.tick, tag, s.Latency, learn, c.opts.BaselineWindow, c.pauseNeed())
+			if from > 0 {
+				base = b.dropBefore(tag, from, c.pauseNeed())
+			}
+			baseReady = baseReady && b.ready
+			c.lcStepped = c.lcStepped || b.stepped > 0 || from > 0
+			b.stepped = 0
 		}
 		target := s.Objective.Target(base)
 		res.Target = target
@@ -1175,10 +1188,37 @@ func (c *Controller) relearn(fromHere bool) {
 			}
 		}
 	}
-	c.calibrating = true
+	c.beginCalibration()
 	// So do the LCs' baselines: an LC that went from graph to eager is
 	// judged against what it does now.
 	clear(c.baselines)
+}
+
+// beginCalibration marks a calibration running, keeping the scatter it
+// began with (forgetCalibration).
+func (c *Controller) beginCalibration() {
+	if !c.calibrating {
+		c.calScatter = [2]float64{c.scatter, c.shownScatter}
+	}
+	c.calibrating = true
+}
+
+// forgetCalibration forgets what the windows judged since the calibration
+// running began showed, when an LC changed while it was learnt
+// (baseline.step): they were judged against its two levels mixed (a graph
+// LC turned eager: 5x), and so was the scatter learnt from them. What the
+// calibration began with stays: the scatter learnt before it, and what a
+// relearning kept (where it resumes, the far misses backed off: relearn),
+// since no miss is judged while calibrating.
+func (c *Controller) forgetCalibration() {
+	resume, old := c.resume, slices.Clone(c.rungs)
+	c.forgetRungs()
+	c.resume = resume
+	for i, o := range old {
+		r := &c.rungs[i]
+		r.fails, r.missBy, r.missAt, r.badTill = o.fails, o.missBy, o.missAt, o.badTill
+	}
+	c.scatter, c.shownScatter = c.calScatter[0], c.calScatter[1]
 }
 
 // freshRung is a rung that has shown nothing.
@@ -1225,7 +1265,8 @@ func (c *Controller) pause(d Decision, why string) Decision {
 		// The first window of a pause mixes: not learnt from.
 		c.since, c.stayed, c.parked, c.steady = 0, c.stayed[:0], c.parked[:0], c.steady[:0]
 	}
-	c.pausing, c.calibrating = true, true
+	c.pausing = true
+	c.beginCalibration()
 	c.pausedFor++
 	d.PauseBE, d.Cause = true, CauseCalibrate
 	return c.stay(d, why)
@@ -1357,9 +1398,13 @@ type baseline struct {
 	ready bool
 	// rung is the setting the estimate's windows were seen under.
 	rung int
-	// stepped: the LC changed while it was learnt (step); the windows
-	// before the change were dropped.
-	stepped bool
+	// tail: a tail quantile's windows, which scatter by multiples; the
+	// step is read from its median's (step).
+	tail bool
+	// stepped, when not 0, is the tick from which the LC was learnt at a
+	// new level after it changed while it was learnt (step); the windows
+	// before it were dropped.
+	stepped int
 }
 
 // mostlyBefore reports whether most of the windows the estimate rests on
@@ -1423,14 +1468,29 @@ func (b *baseline) add(tick, rung int, v time.Duration, learn bool, keep, pauseN
 	}
 	slices.Reverse(kept)
 	b.vals = kept
-	if learn && !b.ready && per[rung] >= baselineMinWindows {
+	if at := stepAt(rung, pauseNeed); learn && !b.ready && !b.tail && at > 0 && per[rung] >= at {
 		if from, ok := b.step(rung); ok {
-			b.stepped = true
-			n := len(b.vals)
-			b.vals = slices.DeleteFunc(b.vals, func(x baselineVal) bool { return x.rung == rung && x.tick < from })
-			per[rung] -= n - len(b.vals)
+			b.stepped = from
+			return b.dropBefore(rung, from, pauseNeed)
 		}
 	}
+	return b.estimate(per, pauseNeed)
+}
+
+// dropBefore drops the windows seen under rung before tick from (the LC
+// changed then: step), and returns the estimate.
+func (b *baseline) dropBefore(rung, from, pauseNeed int) time.Duration {
+	b.vals = slices.DeleteFunc(b.vals, func(x baselineVal) bool { return x.rung == rung && x.tick < from })
+	per := map[int]int{}
+	for _, x := range b.vals {
+		per[x.rung]++
+	}
+	return b.estimate(per, pauseNeed)
+}
+
+// estimate sets ready and rung from per (windows per setting) and returns
+// the median of the windows it rests on.
+func (b *baseline) estimate(per map[int]int, pauseNeed int) time.Duration {
 	shortest, found := 0, false
 	for r, n := range per {
 		if r != pausedRung && n >= baselineMinWindows && (!found || r < shortest) {
@@ -1461,14 +1521,30 @@ func (b *baseline) add(tick, rung int, v time.Duration, learn bool, keep, pauseN
 	return median(vs)
 }
 
+// stepAt is how many windows seen under rung a baseline checks for a
+// step when it is about to rest on them (0: not what it rests on): with BE
+// stopped pauseNeed, if at least 4 (fewer split into halves of one
+// window); beside BE baselineMinWindows.
+func stepAt(rung, pauseNeed int) int {
+	switch {
+	case pauseNeed <= 0:
+		return baselineMinWindows
+	case rung == pausedRung && pauseNeed >= 4:
+		return pauseNeed
+	}
+	return 0
+}
+
 // stepRatio is how far apart the medians of the older and the newer half
 // of the windows an estimate is about to rest on must be for the LC to
 // have changed while it was learnt. On the H100 a CUDA-graph LC turned
 // eager 1.7 s into the 4 s it was being learnt again (resnet50: ~1.1 ms
 // a request, then ~6 ms), and its baseline, half of each, made the
 // eager LC 1.4-1.9x its objective under every setting; the eager LC's
-// own windows scatter by +-20%, and an LC warming up is 1.5-2x slower
-// for its first windows only (the newer half's median is unmoved).
+// own windows scatter by +-20%. An LC warming up, 1.5-2x slower for its
+// first windows, may split so too (three such windows of eight do): its
+// warm-up is then dropped, as it should be, and learning it takes as
+// many windows more.
 const stepRatio = 1.5
 
 // step reports whether the windows seen under rung (each a window's

@@ -251,3 +251,193 @@ func TestLCChangedWhileLearnt(t *testing.T) {
 		t.Errorf("baseline %v at %v, want the eager LC's, at %v", got, c.Current(), eager.Current())
 	}
 }
+
+// dropped tells, window after window, whether the baseline at key
+// dropped windows it had learnt: a step (within keep, nothing else drops
+// them but baselinePerRung, which drops one as it adds one). A baseline
+// learnt anew (relearn) is not a drop.
+func dropped(c *Controller, key string) func() bool {
+	var last *baseline
+	n := 0
+	return func() bool {
+		b := c.baselines[key]
+		d := b != nil && b == last && len(b.vals) < n
+		if last = b; b != nil {
+			n = len(b.vals)
+		}
+		return d
+	}
+}
+
+// steps plays n windows of w with the BE timeslice at most hi, and counts
+// those in which the baseline at key stepped (dropped).
+func steps(c *Controller, g *SimGPU, n int, obj Objective, w Workload, key string, hi time.Duration) int {
+	k, prev, drop := 0, c.Current(), dropped(c, key)
+	for range n {
+		o := g.Window(w, obj, c.Current(), prev)
+		o.MaxBETimeslice, prev = hi, c.Current()
+		g.Paused = c.Observe(o).PauseBE
+		if drop() {
+			k++
+		}
+	}
+	return k
+}
+
+// TestTailStepReadFromMedian: a tail objective's step is read from the
+// LC's median. The LC turns eager at its 8th window learnt, and one
+// graph window's p99 is 5 ms (1.5 ms the others): the medians split
+// cleanly, the tails not. Both baselines drop the graph windows: the
+// eager LC is not taken for a new workload later, and is judged over its
+// objective no more windows than without the outlier. A steady synthetic LC, whose p99 windows scatter by
+// multiples, takes no step (its tail did, in 48 seeds of 1000).
+func TestTailStepReadFromMedian(t *testing.T) {
+	obj := Objective{Quantile: 0.99, Inflation: 1.15}
+	misses := map[bool]int{}
+	for _, outlier := range []bool{false, true} {
+		c := mustNew(t, Options{})
+		for i := range 80 {
+			p99, p50 := 1500*time.Microsecond, 1100*time.Microsecond
+			if i == 3 && outlier {
+				p99 = 5 * time.Millisecond
+			}
+			if i >= 7 {
+				p99, p50 = 10*time.Millisecond, 6*time.Millisecond
+			}
+			d := c.Observe(Observation{LC: []LCSample{{Key: "lc", Objective: obj, Latency: p99, Median: p50, Requests: 300}}, BEShare: math.NaN()})
+			if d.Worst > 1 {
+				misses[outlier]++
+			}
+			if d.WorkloadChanged {
+				t.Errorf("outlier %v: window %d taken for a workload change (%s): the baseline learnt across the change", outlier, i, d.Reason)
+			}
+		}
+		b := c.baselines[baselineKey("lc", obj.quantileName())]
+		if got := b.add(b.last, b.rung, 0, false, 120, 0); got != 10*time.Millisecond {
+			t.Errorf("outlier %v: p99 baseline %v, want the eager LC's 10ms", outlier, got)
+		}
+	}
+	t.Logf("windows over the objective: %d with the outlier, %d without", misses[true], misses[false])
+	if misses[true] > misses[false]+1 {
+		t.Errorf("windows over the objective: %d with one graph window's p99 at 5 ms, %d without", misses[true], misses[false])
+	}
+	stepped := 0
+	for seed := range uint64(300) {
+		stepped += steps(mustNew(t, Options{}), NewSimGPU(seed), 40, obj, syntheticTail, baselineKey("lc", obj.quantileName()), 200*time.Microsecond)
+	}
+	if stepped > 0 {
+		t.Errorf("a steady synthetic LC with a p99 objective took %d steps in 300 seeds", stepped)
+	}
+}
+
+// TestStepKeepsWhatRelearningKept: TestRelearningResumesBelowSafe's LCs,
+// which slow by 2x again four windows into the calibration their first
+// slowdown started. The step forgets what the calibration's windows
+// showed, not where the search resumes nor the far misses relearn kept:
+// the calibration does not end at the safe 200 us, where the LCs miss by
+// 11x.
+func TestStepKeepsWhatRelearningKept(t *testing.T) {
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	relearnt, stepped := 0, 0
+	for seed := range uint64(10) {
+		c, g, w := mustNew(t, Options{}), NewSimGPU(seed), twoHintedLCsH100
+		g.ShareUnknown = true
+		changedAt, prev, drop := -1, c.Current(), dropped(c, baselineKey("lc", obj.quantileName()))
+		for i := range 140 {
+			if i == 60 {
+				w.Baseline = w.Baseline * 140 / 100
+			}
+			if changedAt >= 0 && i == changedAt+4 {
+				w.Baseline *= 2
+			}
+			o := g.Window(w, obj, c.Current(), prev)
+			o.MinBETimeslice, prev = 50*time.Microsecond, c.Current()
+			d := c.Observe(o)
+			if drop() && changedAt >= 0 {
+				stepped++
+			}
+			if changedAt < 0 && i >= 60 && d.WorkloadChanged {
+				changedAt, relearnt = i, relearnt+1
+			}
+			if changedAt >= 0 && i < changedAt+22 && d.BETimeslice >= 200*time.Microsecond {
+				t.Errorf("seed %d: window %d after the change: %v: %s", seed, i-changedAt, d.BETimeslice, d.Reason)
+				break
+			}
+		}
+	}
+	t.Logf("relearnt in %d seeds of 10, a step in %d", relearnt, stepped)
+	if relearnt < 5 || stepped < relearnt/2 {
+		t.Errorf("setup: relearnt in %d seeds of 10, a step in %d", relearnt, stepped)
+	}
+}
+
+// TestStepWhilePaused: with calibrate: pause (5 windows), a CUDA-graph
+// LC turns eager for the last two of the windows it is learnt alone in.
+// The graph windows are dropped and the eager LC is learnt alone; else
+// its baseline is the graph LC's and BE sits at 1 us, every setting
+// missing, until those windows age out (570 windows of 700).
+func TestStepWhilePaused(t *testing.T) {
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	graph := EagerPyTorchH100
+	graph.Baseline = 1100 * time.Microsecond
+	c, g := mustNew(t, Options{PauseWindows: 5}), NewSimGPU(1)
+	g.ShareUnknown = true
+	prev, paused, eager, atLo := c.Current(), 0, false, 0
+	for i := range 200 {
+		if g.Paused && !g.IgnorePause {
+			if paused++; paused == 5 { // a pause's first window is not learnt
+				eager = true
+			}
+		}
+		w := graph
+		if eager {
+			w = EagerPyTorchH100
+		}
+		o := g.Window(w, obj, c.Current(), prev)
+		prev = c.Current()
+		g.Paused = c.Observe(o).PauseBE
+		if i >= 20 && c.Current() == time.Microsecond {
+			atLo++
+		}
+	}
+	b := c.baselines[baselineKey("lc", obj.quantileName())]
+	got := b.add(b.last, b.rung, 0, false, 120, c.pauseNeed())
+	t.Logf("BE at 1us for %d of 180 windows; baseline %v", atLo, got)
+	if r := float64(got) / float64(EagerPyTorchH100.Baseline); r < 0.9 || r > 1.1 || atLo > 40 {
+		t.Errorf("BE at 1us for %d of 180 windows; baseline %v, want the eager LC's %v alone", atLo, got, EagerPyTorchH100.Baseline)
+	}
+}
+
+// TestStepKeepsScatter: a second LC joins a noisy LC the search has
+// learnt, and changes while it is learnt. The step forgets the scatter
+// learnt from the calibration's windows, not the first LC's from before.
+func TestStepKeepsScatter(t *testing.T) {
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	c := mustNew(t, Options{})
+	noise := []time.Duration{900, 1100, 950, 1080, 1000, 920, 1060}
+	a := func(i int) LCSample {
+		return LCSample{Key: "a", Objective: obj, Latency: noise[i%len(noise)] * time.Microsecond, Requests: 100}
+	}
+	for i := range 60 {
+		c.Observe(Observation{LC: []LCSample{a(i)}, BEShare: math.NaN()})
+	}
+	before := c.scatter
+	if before == priorScatter*priorScatter {
+		t.Fatalf("setup: a's scatter not learnt (%v)", before)
+	}
+	drop := dropped(c, baselineKey("b", obj.quantileName()))
+	for i := range 30 {
+		lat := 2 * time.Millisecond
+		if i >= 4 {
+			lat = 10 * time.Millisecond
+		}
+		c.Observe(Observation{LC: []LCSample{a(60 + i), {Key: "b", Objective: obj, Latency: lat, Requests: 100}}, BEShare: math.NaN()})
+		if drop() {
+			if c.scatter != before {
+				t.Errorf("after b's step the scatter is %v, want %v (a's, before b came)", c.scatter, before)
+			}
+			return
+		}
+	}
+	t.Fatal("setup: b took no step")
+}
