@@ -221,18 +221,20 @@ func (p *Pauser) ResumeExcept(keep []ProcRef) (int, error) {
 		var fds []int
 		owed := map[int]heldProc{}
 		for _, r := range d.procs {
-			if h, ok := of(p.held, r); ok {
-				still, fds = append(still, r), append(fds, h.fd)
+			if h, ok := of(d.owed, r); ok { // since an earlier call
+				if _, ok := of(p.held, r); ok {
+					// Stopped again since, by a later Stop, whose
+					// watchdog has it: no longer this one's.
+					unix.Close(h.fd)
+				} else {
+					retry, owed[r.PID] = append(retry, r), h
+				}
 				continue
 			}
-			// Owed since an earlier call, or from this one's.
-			h, ok := of(d.owed, r)
-			if !ok {
-				if h, ok = of(failed, r); ok {
-					delete(failed, r.PID)
-				}
-			}
-			if ok {
+			if h, ok := of(p.held, r); ok {
+				still, fds = append(still, r), append(fds, h.fd)
+			} else if h, ok := of(failed, r); ok {
+				delete(failed, r.PID)
 				retry, owed[r.PID] = append(retry, r), h
 			}
 		}
@@ -253,16 +255,20 @@ func (p *Pauser) ResumeExcept(keep []ProcRef) (int, error) {
 		}
 		nd, err := p.startWatchdog(slices.Concat(still, retry), fds, d.deadline)
 		if err != nil {
-			// None in charge of them: resume them now.
+			// None in charge of them: resume them now, and let the old
+			// watchdog try too (every process it holds is resumed in
+			// this call, owed, or gone).
 			for _, r := range still {
 				h := p.held[r.PID]
-				unix.PidfdSendSignal(h.fd, unix.SIGCONT, nil, 0)
+				if err := unix.PidfdSendSignal(h.fd, unix.SIGCONT, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+					errs = append(errs, fmt.Errorf("%w: SIGCONT to pid %d: %v", ErrPause, r.PID, err))
+				}
 				unix.Close(h.fd)
 				delete(p.held, r.PID)
 				n++
 			}
 			errs = append(errs, fmt.Errorf("%w: replacing a watchdog: %v; resumed what it held", ErrPause, err))
-			d.release(len(retry) == 0)
+			d.release(false)
 			closeFDs(owed)
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -209,6 +210,88 @@ func TestPauserRetriesFailedResume(t *testing.T) {
 				t.Errorf("after Resume: %d watchdogs, %d held", len(p.dogs), len(p.held))
 			}
 		})
+	}
+}
+
+// TestPauserOwedStoppedAgain: a process its watchdog owes a resume (the
+// daemon's SIGCONT failed) that someone else resumed, and that a later
+// Stop stopped again, is the later watchdog's alone: the first, when
+// replaced, neither carries it (it would resume it at its own, earlier,
+// deadline) nor keeps its old pidfd open.
+func TestPauserOwedStoppedAgain(t *testing.T) {
+	a, b, c := sleeper(t), sleeper(t), sleeper(t)
+	var p Pauser
+	if n, err := p.Stop([]ProcRef{a, b, c}, time.Hour); n != 3 || err != nil {
+		t.Fatalf("Stop = %d, %v", n, err)
+	}
+	bad, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := p.held[a.PID]
+	unix.Close(h.fd)
+	h.fd = bad
+	p.held[a.PID] = h
+	if _, err := p.ResumeExcept([]ProcRef{b, c}); err == nil {
+		t.Fatal("ResumeExcept: no error for a's failed SIGCONT")
+	}
+	if len(p.dogs) != 1 || p.dogs[0].owed[a.PID].fd != bad {
+		t.Fatalf("watchdogs %+v: want one owing a", p.dogs)
+	}
+	// Resumed by someone else, stopped again by the daemon.
+	if err := syscall.Kill(a.PID, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, a.PID, false)
+	if n, err := p.Stop([]ProcRef{a}, 2*time.Hour); n != 1 || err != nil {
+		t.Fatalf("Stop(a) again = %d, %v", n, err)
+	}
+	if _, err := p.ResumeExcept([]ProcRef{b, a}); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, c.PID, false)
+	for _, d := range p.dogs {
+		if len(d.owed) > 0 || (d.deadline.Before(time.Now().Add(90*time.Minute)) && slices.ContainsFunc(d.procs, func(r ProcRef) bool { return r.key() == a.key() })) {
+			t.Errorf("watchdog (deadline in %v) holds a %v, owes %v: a is the later Stop's watchdog's alone", time.Until(d.deadline).Round(time.Minute), d.procs, d.owed)
+		}
+	}
+	if l, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(bad)); l == "/dev/null" {
+		t.Errorf("a's old pidfd (fd %d) still open", bad)
+	}
+	if err := p.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, a.PID, false)
+	waitState(t, b.PID, false)
+}
+
+// TestPauserReplacingFails: when the watchdog for the processes kept
+// stopped cannot be started, they are resumed at once; one whose SIGCONT
+// then fails is resumed by the old watchdog, left in charge, and the
+// error says so.
+func TestPauserReplacingFails(t *testing.T) {
+	a, b := sleeper(t), sleeper(t)
+	var p Pauser
+	if n, err := p.Stop([]ProcRef{a, b}, time.Hour); n != 2 || err != nil {
+		t.Fatalf("Stop = %d, %v", n, err)
+	}
+	bad, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := p.held[b.PID]
+	unix.Close(h.fd)
+	h.fd = bad
+	p.held[b.PID] = h
+	p.Exe = "/nonexistent/gpreemptd"
+	_, err = p.ResumeExcept([]ProcRef{b})
+	if err == nil || !strings.Contains(err.Error(), "replacing a watchdog") || !strings.Contains(err.Error(), "SIGCONT to pid "+strconv.Itoa(b.PID)) {
+		t.Fatalf("ResumeExcept = %v; want the watchdog's start and b's SIGCONT failed", err)
+	}
+	waitState(t, a.PID, false)
+	waitState(t, b.PID, false) // by the old watchdog
+	if len(p.dogs) != 0 || len(p.held) != 0 {
+		t.Errorf("after: %d watchdogs, %d held", len(p.dogs), len(p.held))
 	}
 }
 
