@@ -123,13 +123,9 @@ func TestPauserStopsAndResumes(t *testing.T) {
 func TestPauserResumesSome(t *testing.T) {
 	a, b, c := sleeper(t), sleeper(t), sleeper(t)
 	var p Pauser
-	if n, err := p.Stop([]ProcRef{a, b}, time.Hour); n != 2 || err != nil { // one watchdog for both
-		t.Fatalf("Stop = %d, %v", n, err)
-	}
+	stopAll(t, &p, time.Hour, a, b) // one watchdog for both
 	deadline := p.dogs[0].deadline
-	if n, err := p.Stop([]ProcRef{c}, 2*time.Hour); n != 1 || err != nil {
-		t.Fatalf("Stop = %d, %v", n, err)
-	}
+	stopAll(t, &p, 2*time.Hour, c)
 	if n, err := p.ResumeExcept([]ProcRef{b}); n != 2 || err != nil {
 		t.Fatalf("ResumeExcept = %d, %v; want 2, nil", n, err)
 	}
@@ -148,6 +144,30 @@ func TestPauserResumesSome(t *testing.T) {
 	}
 	p.dogs[0].release(false)
 	waitState(t, b.PID, false)
+}
+
+// stopAll stops procs, each of them, under one watchdog.
+func stopAll(t *testing.T, p *Pauser, max time.Duration, procs ...ProcRef) {
+	t.Helper()
+	if n, err := p.Stop(procs, max); n != len(procs) || err != nil {
+		t.Fatalf("Stop = %d, %v; want %d, nil", n, err, len(procs))
+	}
+}
+
+// failSIGCONT makes the daemon's SIGCONT to r fail (EBADF): its held
+// pidfd, and every watchdog's copy of it from now on, is /dev/null. It
+// returns that descriptor.
+func failSIGCONT(t *testing.T, p *Pauser, r ProcRef) int {
+	t.Helper()
+	bad, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := p.held[r.PID]
+	unix.Close(h.fd)
+	h.fd = bad
+	p.held[r.PID] = h
+	return bad
 }
 
 // TestPauserRetriesFailedResume: a process whose SIGCONT from the daemon
@@ -169,19 +189,8 @@ func TestPauserRetriesFailedResume(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			a, b := sleeper(t), sleeper(t)
 			var p Pauser
-			if n, err := p.Stop([]ProcRef{a, b}, time.Hour); n != 2 || err != nil {
-				t.Fatalf("Stop = %d, %v", n, err)
-			}
-			// a's SIGCONT from the daemon fails (EBADF): its pidfd, here
-			// and in every watchdog from now on, is /dev/null.
-			bad, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			h := p.held[a.PID]
-			unix.Close(h.fd)
-			h.fd = bad
-			p.held[a.PID] = h
+			stopAll(t, &p, time.Hour, a, b)
+			failSIGCONT(t, &p, a)
 			for i := range c.keeps {
 				_, err := p.ResumeExcept([]ProcRef{b})
 				if (i == 0) != (err != nil) {
@@ -221,17 +230,8 @@ func TestPauserRetriesFailedResume(t *testing.T) {
 func TestPauserOwedStoppedAgain(t *testing.T) {
 	a, b, c := sleeper(t), sleeper(t), sleeper(t)
 	var p Pauser
-	if n, err := p.Stop([]ProcRef{a, b, c}, time.Hour); n != 3 || err != nil {
-		t.Fatalf("Stop = %d, %v", n, err)
-	}
-	bad, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := p.held[a.PID]
-	unix.Close(h.fd)
-	h.fd = bad
-	p.held[a.PID] = h
+	stopAll(t, &p, time.Hour, a, b, c)
+	bad := failSIGCONT(t, &p, a)
 	if _, err := p.ResumeExcept([]ProcRef{b, c}); err == nil {
 		t.Fatal("ResumeExcept: no error for a's failed SIGCONT")
 	}
@@ -243,9 +243,7 @@ func TestPauserOwedStoppedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitState(t, a.PID, false)
-	if n, err := p.Stop([]ProcRef{a}, 2*time.Hour); n != 1 || err != nil {
-		t.Fatalf("Stop(a) again = %d, %v", n, err)
-	}
+	stopAll(t, &p, 2*time.Hour, a)
 	if _, err := p.ResumeExcept([]ProcRef{b, a}); err != nil {
 		t.Fatal(err)
 	}
@@ -272,19 +270,10 @@ func TestPauserOwedStoppedAgain(t *testing.T) {
 func TestPauserReplacingFails(t *testing.T) {
 	a, b := sleeper(t), sleeper(t)
 	var p Pauser
-	if n, err := p.Stop([]ProcRef{a, b}, time.Hour); n != 2 || err != nil {
-		t.Fatalf("Stop = %d, %v", n, err)
-	}
-	bad, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := p.held[b.PID]
-	unix.Close(h.fd)
-	h.fd = bad
-	p.held[b.PID] = h
+	stopAll(t, &p, time.Hour, a, b)
+	failSIGCONT(t, &p, b)
 	p.Exe = "/nonexistent/gpreemptd"
-	_, err = p.ResumeExcept([]ProcRef{b})
+	_, err := p.ResumeExcept([]ProcRef{b})
 	if err == nil || !strings.Contains(err.Error(), "replacing a watchdog") || !strings.Contains(err.Error(), "SIGCONT to pid "+strconv.Itoa(b.PID)) {
 		t.Fatalf("ResumeExcept = %v; want the watchdog's start and b's SIGCONT failed", err)
 	}
@@ -332,9 +321,7 @@ func TestPauserLeavesOthersAlone(t *testing.T) {
 func TestWatchdogResumesAtItsDeadline(t *testing.T) {
 	a := sleeper(t)
 	var p Pauser
-	if n, err := p.Stop([]ProcRef{a}, 50*time.Millisecond); n != 1 || err != nil {
-		t.Fatalf("Stop = %d, %v", n, err)
-	}
+	stopAll(t, &p, 50*time.Millisecond, a)
 	// The watchdog, never told BE was resumed, exits at its deadline
 	// having resumed it.
 	if err := p.dogs[0].cmd.Wait(); err != nil {
