@@ -1474,23 +1474,23 @@ func (b *baseline) add(tick, rung int, v time.Duration, learn bool, keep, pauseN
 			return b.dropBefore(rung, from, pauseNeed)
 		}
 	}
-	return b.estimate(per, pauseNeed)
+	return b.estimate(pauseNeed)
 }
 
 // dropBefore drops the windows seen under rung before tick from (the LC
 // changed then: step), and returns the estimate.
 func (b *baseline) dropBefore(rung, from, pauseNeed int) time.Duration {
 	b.vals = slices.DeleteFunc(b.vals, func(x baselineVal) bool { return x.rung == rung && x.tick < from })
+	return b.estimate(pauseNeed)
+}
+
+// estimate sets ready and rung from the windows kept and returns the
+// median of those it rests on.
+func (b *baseline) estimate(pauseNeed int) time.Duration {
 	per := map[int]int{}
 	for _, x := range b.vals {
 		per[x.rung]++
 	}
-	return b.estimate(per, pauseNeed)
-}
-
-// estimate sets ready and rung from per (windows per setting) and returns
-// the median of the windows it rests on.
-func (b *baseline) estimate(per map[int]int, pauseNeed int) time.Duration {
 	shortest, found := 0, false
 	for r, n := range per {
 		if r != pausedRung && n >= baselineMinWindows && (!found || r < shortest) {

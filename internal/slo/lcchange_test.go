@@ -247,7 +247,7 @@ func TestLCChangedWhileLearnt(t *testing.T) {
 		t.Errorf("misses found under %v, want under %v as for an LC eager from the start", missed, wantMissed)
 	}
 	b := c.baselines[baselineKey("lc", obj.quantileName())]
-	if got, eb := b.add(b.last, b.rung, 0, false, 120, 0), eager.baselines[baselineKey("lc", obj.quantileName())]; got != eb.add(eb.last, eb.rung, 0, false, 120, 0) || c.Current() != eager.Current() {
+	if got, eb := b.estimate(0), eager.baselines[baselineKey("lc", obj.quantileName())]; got != eb.estimate(0) || c.Current() != eager.Current() {
 		t.Errorf("baseline %v at %v, want the eager LC's, at %v", got, c.Current(), eager.Current())
 	}
 }
@@ -313,7 +313,7 @@ func TestTailStepReadFromMedian(t *testing.T) {
 			}
 		}
 		b := c.baselines[baselineKey("lc", obj.quantileName())]
-		if got := b.add(b.last, b.rung, 0, false, 120, 0); got != 10*time.Millisecond {
+		if got := b.estimate(0); got != 10*time.Millisecond {
 			t.Errorf("outlier %v: p99 baseline %v, want the eager LC's 10ms", outlier, got)
 		}
 	}
@@ -401,7 +401,7 @@ func TestStepWhilePaused(t *testing.T) {
 		}
 	}
 	b := c.baselines[baselineKey("lc", obj.quantileName())]
-	got := b.add(b.last, b.rung, 0, false, 120, c.pauseNeed())
+	got := b.estimate(c.pauseNeed())
 	t.Logf("BE at 1us for %d of 180 windows; baseline %v", atLo, got)
 	if r := float64(got) / float64(EagerPyTorchH100.Baseline); r < 0.9 || r > 1.1 || atLo > 40 {
 		t.Errorf("BE at 1us for %d of 180 windows; baseline %v, want the eager LC's %v alone", atLo, got, EagerPyTorchH100.Baseline)
