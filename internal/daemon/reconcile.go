@@ -708,7 +708,7 @@ var ErrForbidden = errors.New("forbidden")
 func (r *Reconciler) Request(ctx context.Context, pid int, start uint64, spec class.Spec, admit func() error) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, err := r.settings(spec); err != nil {
+	if _, err := r.settingsAt(spec, r.beSlice); err != nil {
 		return 0, err
 	}
 	p := r.ensure(pid)
@@ -940,32 +940,34 @@ func (r *Reconciler) tableAt(ts time.Duration) class.Table {
 // mode chose: the group then gets the longest timeslice there is, rather
 // than keep one from before.
 func (r *Reconciler) settingsAt(sp class.Spec, ts time.Duration) (tsg.Settings, error) {
-	t := r.tableAt(ts)
-	s, err := t.Settings(sp.Name, sp.Weight)
-	if err == nil || ts <= 0 {
+	own, err := r.pol.Classes.Get(sp.Name)
+	if err != nil {
+		return tsg.Settings{}, err
+	}
+	if sp.Name != class.BE || ts <= 0 {
+		return own.Settings(sp.Weight)
+	}
+	c := own
+	c.Timeslice = ts
+	s, err := c.Settings(sp.Weight)
+	if err == nil {
+		return s, nil
+	}
+	if _, perr := own.Settings(sp.Weight); perr != nil {
 		return s, err
 	}
-	if _, perr := r.pol.Classes.Settings(sp.Name, sp.Weight); perr != nil {
-		return s, err
-	}
-	c, _ := t.Get(sp.Name) // Settings found it in the policy's table
 	longest, level := tsg.MaxTimeslice, c.Interleave
 	return tsg.Settings{Timeslice: &longest, Interleave: &level}, nil
-}
-
-// settings is what a group of class sp gets under the table in force for
-// a process SetBETimeslices does not name.
-func (r *Reconciler) settings(sp class.Spec) (tsg.Settings, error) {
-	return r.settingsAt(sp, r.beSlice)
 }
 
 // settingsFor is what p's groups get in class sp: for BE, at the
 // timeslice the SLO mode chose for p (SetBETimeslices).
 func (r *Reconciler) settingsFor(p *proc, sp class.Spec) (tsg.Settings, error) {
-	if sp.Name != class.BE {
-		return r.pol.Classes.Settings(sp.Name, sp.Weight)
+	var ts time.Duration
+	if sp.Name == class.BE {
+		ts = r.beSliceFor(p)
 	}
-	return r.settingsAt(sp, r.beSliceFor(p))
+	return r.settingsAt(sp, ts)
 }
 
 // beSliceFor is the BE timeslice the SLO mode chose for p (0: the

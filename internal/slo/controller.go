@@ -850,7 +850,7 @@ const skipMildMiss = 1.25
 func (c *Controller) worst(lc []LCSample, tag int, learn bool) (w seen, counted, baseReady bool, rs []LCResult) {
 	w, baseReady = seen{worst: math.Inf(-1), shown: math.Inf(-1)}, true
 	medians := map[string]bool{} // added this window (two tail objectives share one)
-	steps := map[string]int{}    // of those, the tick each stepped from (baseline.stepped)
+	steps := map[string]int{}    // of those, the tick each stepped from (baseline.add)
 	for _, s := range lc {
 		res := LCResult{Key: s.Key, Objective: s.Objective.String(), Latency: s.Latency, Requests: s.Requests, Ratio: math.NaN(),
 			base: baselineKey(s.Key, s.Objective.quantileName())}
@@ -879,21 +879,22 @@ func (c *Controller) worst(lc []LCSample, tag int, learn bool) (w seen, counted,
 				mk := baselineKey(s.Key, medianKey)
 				m := c.baseline(mk)
 				m.median = true
-				if body = m.add(c.tick, tag, s.Median, learn && !medians[mk], c.opts.BaselineWindow, c.pauseNeed()); !m.ready {
+				var stepped int
+				if body, stepped = m.add(c.tick, tag, s.Median, learn && !medians[mk], c.opts.BaselineWindow, c.pauseNeed()); !m.ready {
 					body = 0
 				}
-				if !medians[mk] {
-					steps[mk], m.stepped = m.stepped, 0
+				if stepped > 0 {
+					steps[mk] = stepped
 				}
 				medians[mk], from = true, steps[mk]
 			}
-			base = b.add(c.tick, tag, s.Latency, learn, c.opts.BaselineWindow, c.pauseNeed())
+			var stepped int
+			base, stepped = b.add(c.tick, tag, s.Latency, learn, c.opts.BaselineWindow, c.pauseNeed())
 			if from > 0 {
 				base = b.dropBefore(tag, from, c.pauseNeed())
 			}
 			baseReady = baseReady && b.ready
-			c.lcStepped = c.lcStepped || b.stepped > 0 || from > 0
-			b.stepped = 0
+			c.lcStepped = c.lcStepped || stepped > 0 || from > 0
 		}
 		target := s.Objective.Target(base)
 		res.Target = target
@@ -1401,10 +1402,6 @@ type baseline struct {
 	// tail: a tail quantile's windows, which scatter by multiples; the
 	// step is read from its median's (step).
 	tail bool
-	// stepped, when not 0, is the tick from which the LC was learnt at a
-	// new level after it changed while it was learnt (step); the windows
-	// before it were dropped.
-	stepped int
 }
 
 // mostlyBefore reports whether most of the windows the estimate rests on
@@ -1438,11 +1435,13 @@ const (
 
 // add records v, seen under rung at tick (if learn), drops what is older
 // than keep ticks or beyond baselinePerRung per rung, and returns the
-// estimate.
+// estimate. stepped, when not 0, is the tick from which the LC is learnt
+// at a new level after it changed while it was learnt (step); the windows
+// before it were dropped.
 //
 // With pauseNeed > 0 the estimate is the median of the windows seen with
 // BE stopped (pausedRung), ready once there are pauseNeed of them.
-func (b *baseline) add(tick, rung int, v time.Duration, learn bool, keep, pauseNeed int) time.Duration {
+func (b *baseline) add(tick, rung int, v time.Duration, learn bool, keep, pauseNeed int) (est time.Duration, stepped int) {
 	b.last = tick
 	if learn || len(b.vals) == 0 {
 		b.vals = append(b.vals, baselineVal{tick, rung, v})
@@ -1470,11 +1469,10 @@ func (b *baseline) add(tick, rung int, v time.Duration, learn bool, keep, pauseN
 	b.vals = kept
 	if at := stepAt(rung, pauseNeed); learn && !b.ready && !b.tail && at > 0 && per[rung] >= at {
 		if from, ok := b.step(rung); ok {
-			b.stepped = from
-			return b.dropBefore(rung, from, pauseNeed)
+			return b.dropBefore(rung, from, pauseNeed), from
 		}
 	}
-	return b.estimate(pauseNeed)
+	return b.estimate(pauseNeed), 0
 }
 
 // dropBefore drops the windows seen under rung before tick from (the LC

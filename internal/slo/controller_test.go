@@ -576,7 +576,7 @@ func TestBaseline(t *testing.T) {
 		b := &baseline{}
 		var got time.Duration
 		for _, w := range c.wins {
-			got = b.add(w.tick, w.rung, w.v, w.learn, c.keep, 0)
+			got, _ = b.add(w.tick, w.rung, w.v, w.learn, c.keep, 0)
 		}
 		if got != c.want {
 			t.Errorf("%s: baseline %v, want %v", c.name, got, c.want)
@@ -586,7 +586,7 @@ func TestBaseline(t *testing.T) {
 	// baselineMinWindows windows.
 	b := &baseline{}
 	for i, w := range slices.Concat(at(1, 0, full/2, 1000), at(1+full/2, 0, full, 6000)) {
-		got := b.add(w.tick, w.rung, w.v, true, 120, 0)
+		got, _ := b.add(w.tick, w.rung, w.v, true, 120, 0)
 		if want := i+1 >= full+full/2; b.ready != want || (b.ready && got != 6000) {
 			t.Fatalf("window %d: ready %v (want %v), baseline %v", i+1, b.ready, want, got)
 		}
