@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -135,7 +134,7 @@ type SLOLoop struct {
 	// on: the mode runs under conf.
 	on bool
 	// searches is the mode per set of GPUs an LC process has run on, by
-	// the set (gpuSet; allGPUs: the node, while a process is on no GPU
+	// the set (client.GPUList; allGPUs: the node, while a process is on no GPU
 	// NVML lists). A search whose set has no LC now is idle: its BE keep
 	// the policy's timeslice. A change of the SLO settings starts every
 	// search again.
@@ -167,7 +166,7 @@ type SLOLoop struct {
 
 // allGPUs keys the search for the node: of every process while one NVML
 // lists on no GPU (past its first window: an MPS client, a node without
-// NVML).
+// NVML); client.GPUList names no GPUs so.
 const allGPUs = "all"
 
 // search is the SLO mode on one set of GPUs: those that GPU processes
@@ -187,18 +186,6 @@ type search struct {
 	// processes there (none while lcs is empty).
 	lcs, bes []ProcRef
 	status   client.SLOSearch
-}
-
-// gpuSet names a set of GPUs: "0", "0,1"; allGPUs for nil.
-func gpuSet(gpus []int) string {
-	if gpus == nil {
-		return allGPUs
-	}
-	s := make([]string, len(gpus))
-	for i, g := range gpus {
-		s[i] = strconv.Itoa(g)
-	}
-	return strings.Join(s, ",")
 }
 
 // live says whether the search has an LC on its GPUs this window.
@@ -394,7 +381,8 @@ func (l *SLOLoop) Step(now time.Duration) {
 	if conf.floor <= 0 {
 		conf.floor = conf.safe
 	}
-	if !l.on || conf != l.conf {
+	starting := !l.on || conf != l.conf
+	if starting {
 		l.resume("SLO settings changed")
 		if _, err := slo.New(l.options(pol, conf)); err != nil { // the policy checked the ladder
 			l.log.Error("slo: controller refused the policy's settings", "err", err)
@@ -403,28 +391,23 @@ func (l *SLOLoop) Step(now time.Duration) {
 		// Windows count from here: what was counted before (an unlisted
 		// process's first window) is forgotten with them.
 		l.on, l.conf, l.searches, l.windows, l.unlisted = true, conf, map[string]*search{}, 0, nil
-		l.rec.LearnGPUs()
-		lcs, all := l.rec.InClass(class.LC), l.rec.InClass(class.BE)
-		l.join(pol, lcs, all)
-		for _, s := range l.searches {
-			s.started = false // their first window starts now, as the mode's
-		}
-		per := l.assign(all)
-		l.log.Info("slo: mode on; BE beside an LC at the safe timeslice until LC latency is known", "be_timeslice", conf.safe, "window", pol.SLO.Window)
-		// On from here: the status says so (and what is in force) before
-		// the first window ends.
-		l.publish(pol, nil, nil, all, per)
-		if l.Traced != nil {
-			l.Traced.Roll(now, l.toTrace(pol, lcs, now))
-		}
-		l.last = now
-		return // the first window starts now
 	}
-
 	l.rec.LearnGPUs() // which GPUs each process is on (join)
 	lcs, all := l.rec.InClass(class.LC), l.rec.InClass(class.BE)
 	if l.Traced != nil {
 		l.Traced.Roll(now, l.toTrace(pol, lcs, now)) // the window that ends now
+	}
+	if starting {
+		l.join(pol, lcs, all)
+		for _, s := range l.searches {
+			s.started = false // their first window starts now, as the mode's
+		}
+		l.log.Info("slo: mode on; BE beside an LC at the safe timeslice until LC latency is known", "be_timeslice", conf.safe, "window", pol.SLO.Window)
+		// On from here: the status says so (and what is in force) before
+		// the first window ends.
+		l.publish(pol, nil, nil, all, l.assign(all))
+		l.last = now
+		return // the first window starts now
 	}
 	l.windows++
 	l.join(pol, lcs, all)
@@ -476,7 +459,6 @@ func (l *SLOLoop) Step(now time.Duration) {
 				obs.LC = append(obs.LC, samples[p.PID].samples...)
 			}
 		}
-		s.started = false
 		from := s.ctl.Current()
 		d := s.ctl.Observe(obs)
 		decided[s] = &d
@@ -583,7 +565,7 @@ func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
 		return sets[find(p.GPUs[0])], true
 	}
 	for _, s := range l.searches {
-		s.started = s.started || !s.live()
+		s.started = !s.live() // it had no LC last window
 		s.lcs, s.bes = nil, nil
 	}
 	l.beSearch = map[string]*search{}
@@ -592,7 +574,7 @@ func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
 		if !ok {
 			continue
 		}
-		k := gpuSet(gs)
+		k := client.GPUList(gs)
 		s := l.searches[k]
 		if s == nil {
 			c, err := slo.New(l.options(pol, l.conf))
@@ -610,7 +592,7 @@ func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
 	}
 	for _, b := range all {
 		gs, ok := setOf(b)
-		if s := l.searches[gpuSet(gs)]; ok && s != nil && s.live() {
+		if s := l.searches[client.GPUList(gs)]; ok && s != nil && s.live() {
 			s.bes = append(s.bes, b)
 			l.beSearch[b.key()] = s
 		}
@@ -631,7 +613,12 @@ func (l *SLOLoop) sorted() []*search {
 
 // pausing says whether a search's last decision stopped BE.
 func (l *SLOLoop) pausing() bool {
-	return slices.ContainsFunc(slices.Collect(maps.Values(l.searches)), func(s *search) bool { return s.pausing })
+	for s := range maps.Values(l.searches) {
+		if s.pausing {
+			return true
+		}
+	}
+	return false
 }
 
 // assign gives each BE process of all the BE timeslice chosen by the
@@ -806,7 +793,6 @@ func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision,
 	metrics := map[string]slo.Decision{}
 	var worst float64 = math.NaN()
 	var lcRows []LCStatus
-	var live []*search
 	for _, s := range l.sorted() {
 		d := decided[s]
 		ss := &s.status
@@ -828,7 +814,6 @@ func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision,
 		if !s.live() {
 			continue
 		}
-		live = append(live, s)
 		st.Searches = append(st.Searches, *ss)
 		st.Prepreempt = st.Prepreempt && pre
 		for _, p := range s.lcs {
@@ -845,8 +830,8 @@ func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision,
 		lcRows = append(lcRows, searchRows(s, d, samples)...)
 	}
 	st.WorstLC, st.LC = finite(worst), lcRows
-	if len(live) == 1 {
-		ss := live[0].status
+	if len(st.Searches) == 1 {
+		ss := st.Searches[0]
 		st.BETimeslice, st.BEShare, st.Last, st.LastChange = ss.BETimeslice, ss.BEShare, ss.Last, ss.LastChange
 	}
 	if l.Share != nil && l.windows > 0 {
@@ -863,14 +848,11 @@ func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision,
 		}
 	}
 	if l.pausing() {
-		for _, s := range l.searches {
-			for _, p := range s.bes {
-				if l.Pause.Holds(p) && !slices.Contains(st.BEStopped, p.PID) {
-					st.BEStopped = append(st.BEStopped, p.PID)
-				}
+		for _, p := range all { // by pid
+			if l.beSearch[p.key()] != nil && l.Pause.Holds(p) {
+				st.BEStopped = append(st.BEStopped, p.PID)
 			}
 		}
-		slices.Sort(st.BEStopped)
 	}
 	l.metrics.setBEStopped(len(st.BEStopped))
 	l.metrics.setSLO(true, metrics)

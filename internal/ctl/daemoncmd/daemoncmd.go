@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -178,7 +177,7 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 	if len(s.LC) > 0 {
 		fmt.Fprintln(w, "\nLC PID\tCOMM\t"+gpuColumn(perGPU, "GPU\t")+"OBJECTIVE\tLATENCY\tTARGET\tVS OBJECTIVE\tREQUESTS\tSIGNAL")
 		for _, l := range s.LC {
-			fmt.Fprintf(w, "%d\t%s\t%s%s\t%s\t%s\t%s\t%d\t%s\n", l.PID, l.Comm, gpuColumn(perGPU, gpuIndex(l.GPUs)+"\t"), cmdutil.OrDash(l.Objective), us(l.LatencyUs), us(l.TargetUs), ratio(l.Ratio), l.Requests, l.Signal)
+			fmt.Fprintf(w, "%d\t%s\t%s%s\t%s\t%s\t%s\t%d\t%s\n", l.PID, l.Comm, gpuColumn(perGPU, client.GPUList(l.GPUs)+"\t"), cmdutil.OrDash(l.Objective), us(l.LatencyUs), us(l.TargetUs), ratio(l.Ratio), l.Requests, l.Signal)
 		}
 	}
 	if len(s.BE) > 0 {
@@ -211,19 +210,6 @@ func gpuColumn(perGPU bool, col string) string {
 		return col
 	}
 	return ""
-}
-
-// gpuIndex is a search's GPUs as the LC table shows them: "0", "0,1";
-// "all" for the node's search.
-func gpuIndex(gpus []int) string {
-	if len(gpus) == 0 {
-		return "all"
-	}
-	s := make([]string, len(gpus))
-	for i, g := range gpus {
-		s[i] = strconv.Itoa(g)
-	}
-	return strings.Join(s, ",")
 }
 
 func keptOrChanged(d *client.SLODecision) string {

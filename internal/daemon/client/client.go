@@ -369,19 +369,28 @@ type SLOSearch struct {
 	Prepreempt  bool         `json:"prepreempt"`
 }
 
-// GPUName names a search's GPUs: "GPU 0", "GPUs 0,1", or "all GPUs".
-func GPUName(gpus []int) string {
+// GPUList is a search's GPUs as its key: "0", "0,1"; "all" for the
+// node's search (none).
+func GPUList(gpus []int) string {
+	if len(gpus) == 0 {
+		return "all"
+	}
 	s := make([]string, len(gpus))
 	for i, g := range gpus {
 		s[i] = strconv.Itoa(g)
 	}
+	return strings.Join(s, ",")
+}
+
+// GPUName names a search's GPUs: "GPU 0", "GPUs 0,1", or "all GPUs".
+func GPUName(gpus []int) string {
 	switch len(gpus) {
 	case 0:
 		return "all GPUs"
 	case 1:
-		return "GPU " + s[0]
+		return "GPU " + GPUList(gpus)
 	}
-	return "GPUs " + strings.Join(s, ",")
+	return "GPUs " + GPUList(gpus)
 }
 
 // SLOLC is one LC process against its objective.
