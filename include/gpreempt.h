@@ -42,6 +42,12 @@ extern "C" {
  * measured on the H100 VM), at the price of a busy core while LC traffic
  * flows. */
 #define GPREEMPT_LAUNCHER_POLLER 2u
+/* The request gate's mode at init (default off): every request
+ * gpreempt_begin announces holds the GPU from BE work until gpreempt_end
+ * (ON), or those of classes whose requests are long enough for launch gaps
+ * to cost switches (AUTO). Not both. */
+#define GPREEMPT_GATE_ON 4u
+#define GPREEMPT_GATE_AUTO 8u
 
 /* Create the engine on device's primary context, which it retains until
  * gpreempt_shutdown. max_hold_us: 0 for 5000, at most 250000
@@ -58,6 +64,23 @@ int gpreempt_ready(uint64_t handle);
 
 /* The request is dropped: release its spinner. */
 int gpreempt_cancel(uint64_t handle);
+
+/* The request gate. A request of class `cls` starts now and lasts until
+ * gpreempt_end: its launches and the host work between them (wrap a whole
+ * generate() call, say). With the gate on, it holds the GPU from BE work
+ * for that span (a spinner and a pending kernel on a stream of its own, so
+ * the process's own streams keep running), at most 2 s and within half of
+ * the GPU's time over 20 s; otherwise it is only counted and timed.
+ * Returns a handle, 0 on error. */
+uint64_t gpreempt_begin(char *cls);
+
+/* The request's work is complete (after its synchronize): release the
+ * gate. Also ends a gpreempt_hint request (as gpreempt_ready, if that was
+ * not called). */
+int gpreempt_end(uint64_t handle);
+
+/* The gate's mode from now on: 0 off, 1 on, 2 auto. -1 on error. */
+int gpreempt_set_gate(int mode);
 
 /* Engine statistics as JSON into buf (NUL-terminated if it fits); returns
  * the JSON's length, -1 on error. The JSON holds the counters, log2

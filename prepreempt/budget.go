@@ -23,8 +23,8 @@ type holdBudget struct {
 // budgetWindow is the interval the duty cycle is a fraction of.
 const budgetWindow = time.Second
 
-func newHoldBudget(duty float64, now int64) *holdBudget {
-	c := int64(duty * float64(budgetWindow))
+func newHoldBudget(duty float64, window time.Duration, now int64) *holdBudget {
+	c := int64(duty * float64(window))
 	return &holdBudget{duty: duty, cap: c, tokens: c, last: now}
 }
 
@@ -49,7 +49,7 @@ func (b *holdBudget) take(now int64, d time.Duration) bool {
 
 // refund returns the unused part of a reservation.
 func (b *holdBudget) refund(now int64, d time.Duration) {
-	if d <= 0 {
+	if b == nil || d <= 0 {
 		return
 	}
 	b.mu.Lock()

@@ -113,7 +113,21 @@ type Options struct {
 	// many hints, to see whether it benefits now; each probe that does not
 	// doubles the interval, up to 8x. Default 32.
 	ReprobeEvery int
-	Logger       *slog.Logger
+	// Gate is the request gate's mode for Begin's requests (GateOff by
+	// default; gpreemptd's word, when a Reporter passes one on, replaces
+	// it: SetGate).
+	Gate GateMode
+	// GateMaxHold bounds how long a gated request may hold the GPU: the
+	// spinner exits on its own after it. Default 2 s, at most
+	// GateMaxHoldLimit and at most the gate's budget (GateShare x 20 s).
+	GateMaxHold time.Duration
+	// GateShare caps the fraction of the GPU's time gated requests may
+	// hold BE work off it, over a 20 s window (a token bucket charged
+	// GateMaxHold at Begin, the unused part refunded at End). Begins past
+	// it run ungated and are counted in Stats.GateThrottled. Default 0.5;
+	// 1 or more: no cap.
+	GateShare float64
+	Logger    *slog.Logger
 }
 
 // lcClass is the class the engine puts its process in.
@@ -160,6 +174,10 @@ func (o Options) withDefaults() Options {
 	if o.Backend == "" {
 		o.Backend = "auto"
 	}
+	def(&o.GateMaxHold, DefaultGateMaxHold)
+	if o.GateShare <= 0 {
+		o.GateShare = DefaultGateShare
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -177,6 +195,16 @@ func (o Options) check() error {
 	if o.HoldDutyCycle < 1 && float64(o.MaxHold) > o.HoldDutyCycle*float64(budgetWindow) {
 		return fmt.Errorf("%w: MaxHold %v exceeds the hold budget (HoldDutyCycle %v of %v), so no spinner could ever be launched",
 			ErrInvalidOption, o.MaxHold, o.HoldDutyCycle, budgetWindow)
+	}
+	if o.Gate < GateOff || o.Gate > GateAuto {
+		return fmt.Errorf("%w: Gate %d: want GateOff, GateOn or GateAuto", ErrInvalidOption, o.Gate)
+	}
+	if o.GateMaxHold > GateMaxHoldLimit {
+		return fmt.Errorf("%w: GateMaxHold %v exceeds %v", ErrInvalidOption, o.GateMaxHold, GateMaxHoldLimit)
+	}
+	if o.GateShare < 1 && float64(o.GateMaxHold) > o.GateShare*float64(gateWindow) {
+		return fmt.Errorf("%w: GateMaxHold %v exceeds the gate's budget (GateShare %v of %v), so no request could ever be gated",
+			ErrInvalidOption, o.GateMaxHold, o.GateShare, gateWindow)
 	}
 	if err := tsg.CheckTimeslice(o.LCTimeslice); err != nil {
 		return fmt.Errorf("%w: LCTimeslice: %w", ErrInvalidOption, err)
@@ -196,7 +224,12 @@ var ErrClosed = errors.New("prepreempt: engine closed")
 
 // slot is one spinner's resources (flag word, stamps, stream, event),
 // reused once its work has completed.
-type slot struct{ idx int }
+type slot struct {
+	idx int
+	// hold is how long the spinner launched next may run before it exits
+	// on its own: MaxHold for a hint, GateMaxHold for a gated request.
+	hold time.Duration
+}
 
 // spinnerGPU is what the engine needs of the GPU: launch slot's spinner and
 // pending kernel, and tell whether they have finished. cudaSpinners is the
@@ -244,6 +277,12 @@ type Engine struct {
 	benefit *benefit
 	// daemonOff: gpreemptd said not to pre-preempt (SetPrepreempt).
 	daemonOff atomic.Bool
+	// gate is the GateMode for Begin's requests (SetGate).
+	gate atomic.Int32
+	// gateBudget caps gated holds (nil: GateShare 1 or more); spans
+	// decides GateAuto.
+	gateBudget *holdBudget
+	spans      *spanTracker
 }
 
 // SetPrepreempt turns spinners on or off for every request: gpreemptd's
@@ -335,8 +374,13 @@ func (e *Engine) initSlots() {
 	e.sw = newSwitchTracker(e.opts.InitialSwitch, e.opts.SwitchQuantile, e.opts.Window)
 	e.clock = newGPUClock(e.opts.Window)
 	if e.opts.HoldDutyCycle < 1 {
-		e.budget = newHoldBudget(e.opts.HoldDutyCycle, e.clk.now())
+		e.budget = newHoldBudget(e.opts.HoldDutyCycle, budgetWindow, e.clk.now())
 	}
+	e.gate.Store(int32(e.opts.Gate))
+	if e.opts.GateShare < 1 {
+		e.gateBudget = newHoldBudget(e.opts.GateShare, gateWindow, e.clk.now())
+	}
+	e.spans = newSpanTracker(e.opts.Window)
 }
 
 func openFlags(cctx *cuda.Context, backend string, slots int, log *slog.Logger) (flagWords, error) {
@@ -528,6 +572,16 @@ type Request struct {
 	// probe: the request's class does not benefit from spinners, and
 	// this one has a spinner to see whether it does again.
 	probe bool
+	// begun: announced by Begin; gated: it holds the GPU until End.
+	begun, gated bool
+}
+
+// holdLimit is how long the request's spinner may hold the GPU.
+func (r *Request) holdLimit() time.Duration {
+	if r.gated {
+		return r.e.opts.GateMaxHold
+	}
+	return r.e.opts.MaxHold
 }
 
 // Hint announces that an LC request of class has started preparing its
@@ -575,6 +629,7 @@ func (e *Engine) Hint(ctx context.Context, class string, expectedPrep time.Durat
 		e.stats.add(func(s *Stats) { s.Dropped++ })
 		return r, nil
 	}
+	r.slot.hold = e.opts.MaxHold
 	pred, _ := e.pred.predict(class, expectedPrep)
 	at := now + int64(pred-e.sw.estimate()-e.opts.Margin)
 	r.planned = at
@@ -628,7 +683,11 @@ func (r *Request) endProbe() {
 
 // refund gives the request's unused hold reservation back to the budget.
 func (e *Engine) refund(r *Request) {
-	if e.budget == nil {
+	b := e.budget
+	if r.gated {
+		b = e.gateBudget
+	}
+	if b == nil {
 		return
 	}
 	now := e.clk.now()
@@ -636,7 +695,7 @@ func (e *Engine) refund(r *Request) {
 	if r.launchT != 0 {
 		held = time.Duration(now - r.launchT)
 	}
-	e.budget.refund(now, e.opts.MaxHold-held)
+	b.refund(now, r.holdLimit()-held)
 }
 
 func (r *Request) launch() {
@@ -737,7 +796,7 @@ func (e *Engine) expireLoop() {
 		now := e.clk.now()
 		for i := range e.inflight {
 			r := e.inflight[i].Load()
-			if r != nil && r.state.Load() == stateLaunched && now-r.launchT >= int64(e.opts.MaxHold) {
+			if r != nil && r.state.Load() == stateLaunched && now-r.launchT >= int64(r.holdLimit()) {
 				r.expire()
 			}
 		}
@@ -750,6 +809,11 @@ func (r *Request) expire() {
 		r.releaseT = r.e.clk.now()
 		r.e.flags.set(r.slot.idx, 1)
 		r.e.refund(r)
+		if r.gated {
+			r.e.stats.add(func(s *Stats) { s.GateExpired++ })
+			go r.e.reap(r)
+			return
+		}
 		r.e.stats.add(func(s *Stats) { s.Expired++ })
 		if !r.e.closed.Load() {
 			r.e.benefit.record(r.class, 0, 0, true, r.probe)
@@ -762,7 +826,14 @@ func (r *Request) expire() {
 // spinner is released at once. If the spinner was not launched yet (the
 // preparation ended earlier than predicted), none is launched. It returns
 // the CUDA error of a failed spinner launch, if any.
-func (r *Request) Ready() error { return r.finish(false) }
+//
+// A gated request (Begin) keeps its hold past Ready, until End.
+func (r *Request) Ready() error {
+	if r.gated {
+		return nil
+	}
+	return r.finish(false)
+}
 
 // Cancel drops the request: its spinner, if any, is released.
 func (r *Request) Cancel() error { return r.finish(true) }
@@ -810,6 +881,13 @@ func (r *Request) finish(cancel bool) error {
 			r.releaseT = e.clk.now()
 			e.flags.set(r.slot.idx, 1)
 			e.refund(r)
+			if r.gated {
+				if cancel {
+					e.stats.add(func(s *Stats) { s.Cancelled++ })
+				}
+				go e.reap(r)
+				return nil
+			}
 			if !cancel {
 				lead := time.Duration(r.releaseT - r.launchT)
 				e.stats.readyLead(lead)
@@ -862,14 +940,18 @@ func (e *Engine) reap(r *Request) {
 	start, end := e.gpu.stamps(s)
 	if start != 0 && end >= start {
 		held := time.Duration(end - start)
-		if r.releaseT != 0 && held < e.opts.MaxHold {
+		if r.releaseT != 0 && held < r.holdLimit() {
 			e.clock.released(r.releaseT, end)
 		}
 		switchIn := time.Duration(start - e.clock.get() - r.launchT)
-		e.stats.held(held)
+		if r.gated {
+			e.stats.add(func(s *Stats) { s.GateHeldNs += uint64(held) })
+		} else {
+			e.stats.held(held)
+		}
 		e.stats.switchIn(switchIn)
 		e.sw.observe(switchIn)
-		if held >= e.opts.MaxHold {
+		if held >= r.holdLimit() {
 			e.stats.add(func(s *Stats) { s.TimedOut++ })
 		}
 	}
@@ -881,6 +963,7 @@ func (e *Engine) Stats() Stats {
 	s := e.stats.snapshot()
 	s.SwitchEstimateNs = int64(e.sw.estimate())
 	s.Prepreempt = !e.daemonOff.Load()
+	s.Gate = e.Gate().String()
 	s.Classes = e.benefit.modes()
 	return s
 }

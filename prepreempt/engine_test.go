@@ -1,6 +1,7 @@
 package prepreempt
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"runtime"
@@ -72,13 +73,14 @@ func (g *fakeGPU) launch(s *slot) error {
 	st, done := &[2]int64{}, &atomic.Bool{}
 	g.st[s.idx], g.done[s.idx] = st, done
 	g.mu.Unlock()
+	hold := cmp.Or(s.hold, g.maxHold)
 	go func() {
 		time.Sleep(g.switchIn)
 		start := g.clk.now()
 		g.mu.Lock()
 		st[0] = start + g.clock
 		g.mu.Unlock()
-		for g.flags.w[s.idx].Load() == 0 && time.Duration(g.clk.now()-start) < g.maxHold {
+		for g.flags.w[s.idx].Load() == 0 && time.Duration(g.clk.now()-start) < hold {
 			if g.busyPoll {
 				runtime.Gosched()
 			} else {

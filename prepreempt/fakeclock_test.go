@@ -1,6 +1,7 @@
 package prepreempt
 
 import (
+	"cmp"
 	"runtime"
 	"sync"
 	"time"
@@ -137,8 +138,8 @@ func (g *simGPU) advanceLocked(s *slot) (start, exit int64) {
 		switch {
 		case g.flags.w[s.idx].Load() != 0:
 			g.exit[s.idx] = max(now, start)
-		case now >= start+int64(g.maxHold):
-			g.exit[s.idx] = start + int64(g.maxHold)
+		case now >= start+int64(cmp.Or(s.hold, g.maxHold)):
+			g.exit[s.idx] = start + int64(cmp.Or(s.hold, g.maxHold))
 		}
 	}
 	return start, g.exit[s.idx]

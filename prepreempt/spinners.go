@@ -1,6 +1,7 @@
 package prepreempt
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -55,7 +56,7 @@ func (g *cudaSpinners) launch(s *slot) error {
 	stream := g.streams[s.idx]
 	if err := g.k.SpinFlag.Launch(one, one, 0, stream,
 		cuda.Ptr(cuda.DevicePtr(g.flags.devicePtr(s.idx))),
-		cuda.U64(uint64(g.maxHold)),
+		cuda.U64(uint64(cmp.Or(s.hold, g.maxHold))),
 		cuda.Ptr(g.buf.DevicePtr()+cuda.DevicePtr(8*kernels.SpinStampWords*s.idx))); err != nil {
 		return fmt.Errorf("launch spinner: %w", err)
 	}

@@ -37,6 +37,19 @@ type Stats struct {
 	SkippedByDaemon uint64 `json:"skipped_by_daemon"`
 	// Prepreempt: spinners are on (false: gpreemptd turned them off).
 	Prepreempt bool `json:"prepreempt"`
+	// The request gate (Begin/End): Begun requests, of which Gated held
+	// the GPU, GateSkipped did not (gate off, or auto and the class not
+	// launch-bound) and GateThrottled found the gate's share spent;
+	// GateEnded released at End, GateExpired at GateMaxHold; GateHeldNs
+	// sums their spinners' GPU time. Gate is the mode in force.
+	Begun         uint64 `json:"begun"`
+	Gated         uint64 `json:"gated"`
+	GateSkipped   uint64 `json:"gate_skipped"`
+	GateThrottled uint64 `json:"gate_throttled"`
+	GateEnded     uint64 `json:"gate_ended"`
+	GateExpired   uint64 `json:"gate_expired"`
+	GateHeldNs    uint64 `json:"gate_held_ns"`
+	Gate          string `json:"gate"`
 	// Classes is each request class's mode: ModeHold or ModeSkip.
 	Classes map[string]string `json:"classes,omitempty"`
 	// HeldNs is the spinner's GPU time, start to exit, summed.

@@ -31,3 +31,15 @@ GPREEMPT_EXPORT int gpreempt_cancel(uint64_t handle)
 	UPROBE_NOP5;
 	return gpreempt_go_cancel(handle);
 }
+
+GPREEMPT_EXPORT uint64_t gpreempt_begin(char *cls)
+{
+	UPROBE_NOP5;
+	return gpreempt_go_begin(cls);
+}
+
+GPREEMPT_EXPORT int gpreempt_end(uint64_t handle)
+{
+	UPROBE_NOP5;
+	return gpreempt_go_end(handle);
+}

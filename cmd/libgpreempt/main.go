@@ -64,8 +64,11 @@ func gpreempt_init(device C.int, maxHoldUs C.uint64_t, flags C.uint32_t) C.int {
 	if engine != nil {
 		return fail(errors.New("gpreempt_init: already initialised"))
 	}
-	if unknown := uint32(flags) &^ (flagSkipLCClass | flagLauncherPoller); unknown != 0 {
-		return fail(fmt.Errorf("gpreempt_init: unknown flags %#x (known: GPREEMPT_SKIP_LC_CLASS, GPREEMPT_LAUNCHER_POLLER)", unknown))
+	if unknown := uint32(flags) &^ (flagSkipLCClass | flagLauncherPoller | flagGateOn | flagGateAuto); unknown != 0 {
+		return fail(fmt.Errorf("gpreempt_init: unknown flags %#x (known: GPREEMPT_SKIP_LC_CLASS, GPREEMPT_LAUNCHER_POLLER, GPREEMPT_GATE_ON, GPREEMPT_GATE_AUTO)", unknown))
+	}
+	if uint32(flags)&flagGateOn != 0 && uint32(flags)&flagGateAuto != 0 {
+		return fail(errors.New("gpreempt_init: GPREEMPT_GATE_ON and GPREEMPT_GATE_AUTO together"))
 	}
 	// Checked before the multiplication into a Duration, which a large
 	// value would overflow into a small or negative one.
@@ -78,6 +81,12 @@ func gpreempt_init(device C.int, maxHoldUs C.uint64_t, flags C.uint32_t) C.int {
 	}
 	if flags&C.uint32_t(flagLauncherPoller) != 0 {
 		opts.Launcher = prepreempt.LauncherPoller
+	}
+	switch {
+	case flags&C.uint32_t(flagGateOn) != 0:
+		opts.Gate = prepreempt.GateOn
+	case flags&C.uint32_t(flagGateAuto) != 0:
+		opts.Gate = prepreempt.GateAuto
 	}
 	e, err := prepreempt.New(context.Background(), int(device), opts)
 	if err != nil {
@@ -99,6 +108,8 @@ const (
 const (
 	flagSkipLCClass    = 1 // GPREEMPT_SKIP_LC_CLASS
 	flagLauncherPoller = 2 // GPREEMPT_LAUNCHER_POLLER
+	flagGateOn         = 4 // GPREEMPT_GATE_ON
+	flagGateAuto       = 8 // GPREEMPT_GATE_AUTO
 )
 
 // gpreempt_hint, gpreempt_ready and gpreempt_cancel are defined in
@@ -123,11 +134,55 @@ func gpreempt_go_hint(class *C.char, expectedPrepUs C.uint64_t) C.uint64_t {
 		fail(err)
 		return 0
 	}
+	return C.uint64_t(keep(r))
+}
+
+//export gpreempt_go_begin
+func gpreempt_go_begin(class *C.char) C.uint64_t {
+	e, err := current("gpreempt_begin")
+	if err != nil {
+		fail(err)
+		return 0
+	}
+	r, err := e.Begin(context.Background(), C.GoString(class))
+	if err != nil {
+		fail(err)
+		return 0
+	}
+	return C.uint64_t(keep(r))
+}
+
+//export gpreempt_go_end
+func gpreempt_go_end(h C.uint64_t) C.int {
+	r, err := take(h)
+	if err == nil {
+		err = r.End()
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+//export gpreempt_set_gate
+func gpreempt_set_gate(mode C.int) C.int {
+	e, err := current("gpreempt_set_gate")
+	if err != nil {
+		return fail(err)
+	}
+	if err := e.SetGate(prepreempt.GateMode(mode)); err != nil {
+		return fail(fmt.Errorf("gpreempt_set_gate: %w", err))
+	}
+	return 0
+}
+
+// keep registers a request and returns its handle.
+func keep(r *prepreempt.Request) uint64 {
 	mu.Lock()
 	defer mu.Unlock()
 	nextID++
 	requests[nextID] = r
-	return C.uint64_t(nextID)
+	return nextID
 }
 
 // current is the engine gpreempt_init made, or an error naming fn.

@@ -31,6 +31,9 @@ __all__ = ["Engine", "GpreemptError", "SKIP_LC_CLASS", "LAUNCHER_POLLER"]
 
 SKIP_LC_CLASS = 1
 LAUNCHER_POLLER = 2
+GATE_ON = 4
+GATE_AUTO = 8
+_GATE_MODES = ("off", "on", "auto")  # gpreempt_set_gate's 0, 1, 2
 
 
 class GpreemptError(RuntimeError):
@@ -73,6 +76,12 @@ def _load(path=None):
         lib.gpreempt_ready.restype = ctypes.c_int
         lib.gpreempt_cancel.argtypes = [ctypes.c_uint64]
         lib.gpreempt_cancel.restype = ctypes.c_int
+        lib.gpreempt_begin.argtypes = [ctypes.c_char_p]
+        lib.gpreempt_begin.restype = ctypes.c_uint64
+        lib.gpreempt_end.argtypes = [ctypes.c_uint64]
+        lib.gpreempt_end.restype = ctypes.c_int
+        lib.gpreempt_set_gate.argtypes = [ctypes.c_int]
+        lib.gpreempt_set_gate.restype = ctypes.c_int
         lib.gpreempt_stats_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.gpreempt_stats_json.restype = ctypes.c_int
         lib.gpreempt_window_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
@@ -88,8 +97,8 @@ def _load(path=None):
 
 
 class Request:
-    def __init__(self, engine, handle):
-        self._engine, self._handle = engine, handle
+    def __init__(self, engine, handle, whole=False):
+        self._engine, self._handle, self._whole = engine, handle, whole
 
     def ready(self):
         """Call right after the request's LC work has been enqueued."""
@@ -102,11 +111,27 @@ class Request:
             h, self._handle = self._handle, 0
             self._engine._check(self._engine._lib.gpreempt_cancel(h), "cancel")
 
+    def end(self):
+        """Call when the request's work is complete (after its synchronize):
+        releases a gated request's hold; ends a hinted one (as ready(), if
+        that was not called)."""
+        if self._handle:
+            h, self._handle = self._handle, 0
+            self._engine._check(self._engine._lib.gpreempt_end(h), "end")
+
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.cancel()
+    def __exit__(self, exc_type, *exc):
+        # A block left by an exception drops the request; one that ran to
+        # its end ends it (a hinted request that never called ready() is
+        # then ready, a gated one releases the GPU).
+        if exc_type is not None:
+            self.cancel()
+        elif self._whole:
+            self.end()
+        else:
+            self.cancel()
         return False
 
 
@@ -121,9 +146,11 @@ class Engine:
     Use it as a context manager, or call close() when done.
     """
 
-    def __init__(self, device=0, max_hold_us=5000, skip_lc_class=False, launcher="goroutine", lib=None):
+    def __init__(self, device=0, max_hold_us=5000, skip_lc_class=False, launcher="goroutine", lib=None, gate="off"):
         if launcher not in ("goroutine", "poller"):
             raise ValueError(f"launcher {launcher!r}: want 'goroutine' or 'poller'")
+        if gate not in _GATE_MODES:
+            raise ValueError(f"gate {gate!r}: want one of {', '.join(_GATE_MODES)}")
         if not 0 <= max_hold_us <= MAX_HOLD_US:
             raise ValueError(f"max_hold_us {max_hold_us}: want 0 (default) to {MAX_HOLD_US}")
         self._open = False
@@ -131,6 +158,7 @@ class Engine:
         flags = SKIP_LC_CLASS if skip_lc_class else 0
         if launcher == "poller":
             flags |= LAUNCHER_POLLER
+        flags |= {"off": 0, "on": GATE_ON, "auto": GATE_AUTO}[gate]
         self._check(self._lib.gpreempt_init(device, max_hold_us, flags), "init")
         self._open = True
 
@@ -145,8 +173,23 @@ class Engine:
         if rc != 0:
             raise GpreemptError(f"gpreempt {what}: {self._lib.gpreempt_last_error().decode()}")
 
-    def request(self, cls="default", expected_prep_us=0):
-        """Announce that a request of class cls starts its preparation."""
+    def request(self, cls="default", expected_prep_us=None):
+        """Announce a request of class cls.
+
+        Without expected_prep_us, the request is the whole span of the block
+        it is used in (or until end()): with the gate on, it holds the GPU
+        from BE work for that span::
+
+            with gp.request("decode"):
+                out = model.generate(**inputs)   # and its synchronize
+
+        With expected_prep_us, it is a pre-preemption hint: its preparation
+        starts now, and ready() after its launches releases the spinner."""
+        if expected_prep_us is None:
+            h = self._lib.gpreempt_begin(cls.encode())
+            if h == 0:
+                raise GpreemptError("gpreempt begin: " + self._lib.gpreempt_last_error().decode())
+            return Request(self, h, whole=True)
         if not 0 <= expected_prep_us <= MAX_EXPECTED_PREP_US:
             raise ValueError(f"expected_prep_us {expected_prep_us}: want 0 to {MAX_EXPECTED_PREP_US}")
         h = self._lib.gpreempt_hint(cls.encode(), int(expected_prep_us))
@@ -164,6 +207,12 @@ class Engine:
             if n < size:
                 return json.loads(buf.value)
             size = n + 4096  # the stats may grow before the next call
+
+    def set_gate(self, mode):
+        """The request gate's mode from now on: "off", "on" or "auto"."""
+        if mode not in _GATE_MODES:
+            raise ValueError(f"gate {mode!r}: want one of {', '.join(_GATE_MODES)}")
+        self._check(self._lib.gpreempt_set_gate(_GATE_MODES.index(mode)), "set_gate")
 
     def set_prepreempt(self, on):
         """Turns spinners on or off for every request: what gpreemptd's
