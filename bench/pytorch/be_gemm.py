@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Best-effort GEMM worker for gpreempt-bench: a back-to-back fp16 matrix
-product loop (CuPy, or PyTorch when CuPy is missing), fixed work per
-iteration, so its count measures the GPU time it got (a spin kernel that is
-switched out still ends on time; a GEMM does not).
+product loop (PyTorch, cuBLAS), fixed work per product, so its count
+measures the GPU time it got (a spin kernel that is switched out still ends
+on time; a product does not). The BE of the llm-* scenarios.
 
 Protocol (shared with `gpreempt-bench`): prints "READY pid=<pid>" once the
-CUDA context exists and a warm-up ran; with --wait-go it then waits for a line
-on stdin; runs --duration, then writes a JSON result in the schema of
-internal/bench.BEResult to --out ("-": stdout). --progress FILE appends one
-line a second ("<monotonic ns> <iterations>"), so a harness can tell a BE
-that stopped making progress from one that is merely slow.
+CUDA context exists and a warm-up ran; runs until --duration or SIGTERM,
+then writes a JSON result in the schema of internal/bench.BEResult to --out
+("-": stdout), with each product's completion time. --progress FILE appends
+"<monotonic ns> <products>" once a second, so that a BE that stopped making
+progress can be told from one that is merely slow.
 
     python3 be_gemm.py --n 8192 --duration 10s --out be.json
 """
@@ -17,94 +17,93 @@ that stopped making progress from one that is merely slow.
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 
 SCHEMA = 1
+stop = False
 
 
 def parse_duration(s):
     units = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
     for u in ("ns", "us", "ms", "s"):
-        if s.endswith(u) and s[: -len(u)].replace(".", "", 1).isdigit():
-            return int(float(s[: -len(u)]) * units[u])
+        if s.endswith(u):
+            try:
+                return int(round(float(s[: -len(u)]) * units[u]))
+            except ValueError:
+                break
     raise argparse.ArgumentTypeError(f"bad duration {s!r} (want e.g. 10s, 500ms)")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=8192, help="matrix size (n x n x n fp16 product)")
+    ap.add_argument("--queue", type=int, default=2, help="products in flight")
     ap.add_argument("--duration", type=parse_duration, default=parse_duration("10s"))
     ap.add_argument("--device", type=int, default=0)
-    ap.add_argument("--wait-go", action="store_true")
-    ap.add_argument("--progress", default="", help="file to append '<ns> <iterations>' to once a second")
+    ap.add_argument("--progress", default="", help="file to append '<ns> <products>' to once a second")
     ap.add_argument("--out", default="-")
     a = ap.parse_args()
-    if a.n <= 0 or a.n > 32768:
-        ap.error(f"--n {a.n}: want 1 to 32768")
-    try:
-        import cupy as xp
+    if not 1 <= a.n <= 32768 or not 1 <= a.queue <= 64:
+        ap.error("--n: 1 to 32768; --queue: 1 to 64")
 
-        xp.cuda.Device(a.device).use()
-        sync = xp.cuda.Stream.null.synchronize
-        lib = "cupy"
-    except ImportError:
-        import torch as xp
+    def on_term(*_):
+        global stop
+        stop = True
 
-        torch = xp
-        torch.cuda.set_device(a.device)
-        sync = torch.cuda.synchronize
-        lib = "torch"
-    if lib == "cupy":
-        x = xp.random.random((a.n, a.n), dtype=xp.float32).astype(xp.float16)
-        y = xp.random.random((a.n, a.n), dtype=xp.float32).astype(xp.float16)
-        z = xp.empty_like(x)
-        step = lambda: xp.matmul(x, y, out=z)
-    else:
-        x = torch.rand((a.n, a.n), device="cuda", dtype=torch.float16)
-        y = torch.rand((a.n, a.n), device="cuda", dtype=torch.float16)
-        z = torch.empty_like(x)
-        step = lambda: torch.matmul(x, y, out=z)
-    for _ in range(3):
-        step()
-    sync()
+    signal.signal(signal.SIGTERM, on_term)
+    import torch
+
+    dev = torch.device("cuda", a.device)
+    torch.cuda.set_device(dev)
+    x = torch.rand((a.n, a.n), device=dev, dtype=torch.float16)
+    y = torch.rand((a.n, a.n), device=dev, dtype=torch.float16)
+    z = torch.empty_like(x)
+    torch.matmul(x, y, out=z)
+    ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ev0.record()
+    torch.matmul(x, y, out=z)
+    ev1.record()
+    ev1.synchronize()
+    first_ms = ev0.elapsed_time(ev1)
     print(f"READY pid={os.getpid()}", flush=True)
-    if a.wait_go:
-        sys.stdin.readline()
     prog = open(a.progress, "a", buffering=1) if a.progress else None
-    t0 = time.monotonic_ns()
-    end = t0 + a.duration
-    n = 0
-    next_report = t0 + 1_000_000_000
-    # Two products in flight at most: the count then follows the GPU, not
-    # how far the CPU ran ahead.
-    while True:
-        step()
-        step()
-        sync()
-        n += 2
-        now = time.monotonic_ns()
-        if prog and now >= next_report:
-            prog.write(f"{now} {n}\n")
+    completions, pending = [], []
+    start = time.monotonic_ns()
+    deadline = start + a.duration
+    next_report = start + 1_000_000_000
+    while not stop and time.monotonic_ns() < deadline:
+        torch.matmul(x, y, out=z)
+        ev = torch.cuda.Event(blocking=True)
+        ev.record()
+        pending.append(ev)
+        while pending and (len(pending) >= a.queue or pending[0].query()):
+            pending.pop(0).synchronize()
+            completions.append(time.monotonic_ns())
+        if prog and completions and completions[-1] >= next_report:
+            prog.write(f"{completions[-1]} {len(completions)}\n")
             next_report += 1_000_000_000
-        if now >= end:
-            break
-    t1 = time.monotonic_ns()
-    res = {
-        "schema": SCHEMA,
-        "worker": "be_gemm",
-        "lib": lib,
-        "n": a.n,
-        "iterations": n,
-        "start_ns": t0,
-        "end_ns": t1,
-        "rate": n / ((t1 - t0) / 1e9),
-    }
-    out = sys.stdout if a.out == "-" else open(a.out, "w")
-    json.dump(res, out)
-    out.write("\n")
-    out.flush()
+    for ev in pending:
+        ev.synchronize()
+        completions.append(time.monotonic_ns())
+    end = time.monotonic_ns()
+    wall = (end - start) / 1e9
+    text = json.dumps({
+        "schema": SCHEMA, "worker": "be_gemm.py", "pid": os.getpid(), "device": torch.cuda.get_device_name(dev),
+        "unit": "gemms", "config": {"n": a.n, "queue": a.queue, "torch": torch.__version__},
+        "kernel_iters": 0, "first_kernel_ms": first_ms, "kernels": len(completions),
+        "kernels_per_sec": len(completions) / wall if wall > 0 else 0.0, "duration_s": wall,
+        "start_mono_ns": start, "end_mono_ns": end, "completions_mono_ns": completions,
+    }) + "\n"
+    if a.out == "-":
+        sys.stdout.write(text)
+    else:
+        tmp = f"{a.out}.tmp.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, a.out)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

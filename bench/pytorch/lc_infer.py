@@ -198,6 +198,9 @@ def main():
     ap.add_argument("--out", default="-", help="result JSON file ('-': stdout)")
     ap.add_argument("--hints", action="store_true",
                     help="pre-preemption through libgpreempt (python/gpreempt): hint when preparation starts, ready after the forward pass is queued")
+    ap.add_argument("--gate", action="store_true",
+                    help="hold each whole request in libgpreempt's request gate (python/gpreempt): the GPU is kept from BE "
+                         "work from the request's start to its synchronize")
     ap.add_argument("--hint-launcher", choices=("goroutine", "poller"), default="goroutine",
                     help="with --hints: the engine's launcher (GPREEMPT_LAUNCHER_POLLER)")
     ap.add_argument("--switch-after", type=int, default=0, metavar="N",
@@ -247,14 +250,26 @@ def main():
             model(x)
         forward = graph.replay
 
-    gp = None
-    if args.hints:
+    gp = gate = None
+    if args.hints and args.gate:
+        ap.error("--hints and --gate: one or the other")
+    if args.hints or args.gate:
         import gpreempt  # python/gpreempt, with GPREEMPT_LIB naming libgpreempt.so
-        gp = gpreempt.Engine(device=args.device, launcher=args.hint_launcher)
+        gp = gpreempt.Engine(device=args.device, launcher=args.hint_launcher, gate="on" if args.gate else "off")
+    if args.gate:
+        # The whole request (copy, forward, synchronize) is one gated span;
+        # no preparation hint.
+        gate, gp = gp, None
     lo, hi = args.prep
     expected_prep_us = (lo + hi) // 2 // 1000
 
     def request(hint=None):
+        if gate is not None:
+            with gate.request("infer"):
+                return request_body(hint)
+        return request_body(hint)
+
+    def request_body(hint):
         t0 = time.monotonic_ns()
         ev_start.record()
         x.copy_(x_host, non_blocking=True)
@@ -361,6 +376,10 @@ def main():
         result["config"]["hints"] = True
         result["config"]["hint_launcher"] = args.hint_launcher
         gp.close()
+    if gate is not None:
+        result["prepreempt"] = gate.stats()
+        result["config"]["gate"] = True
+        gate.close()
     write_json(args.out, result)
 
 

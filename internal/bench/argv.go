@@ -26,6 +26,11 @@ func (r *runner) beArgv(sc Scenario, out string) ([]string, []string) {
 	// The BE is stopped with SIGTERM when the window ends; its own limit is
 	// only a backstop against a lost orchestrator.
 	backstop := 10*r.o.Duration + r.lcTimeout(sc) + 10*time.Minute
+	if sc.Runtime.LLM() {
+		return []string{r.o.Python, "-u", filepath.Join(r.scripts, "be_gemm.py"),
+			"--duration", fmtDuration(backstop), "--n", strconv.Itoa(r.o.GEMMSize),
+			"--device", strconv.Itoa(r.o.Device), "--out", out}, pythonEnv
+	}
 	if sc.Runtime.Python() {
 		return []string{r.o.Python, "-u", filepath.Join(r.scripts, "be_train.py"),
 			"--duration", fmtDuration(backstop), "--model", r.o.PyBEModel,
@@ -62,6 +67,20 @@ func (r *runner) lcArgv(sc Scenario, out string) ([]string, []string) {
 }
 
 func (r *runner) pythonLCArgv(sc Scenario, out string) ([]string, []string) {
+	if sc.Runtime.LLM() {
+		argv := []string{r.o.Python, "-u", filepath.Join(r.scripts, "lc_decode.py"),
+			"--family", r.o.LLMFamily, "--period", fmtDuration(r.o.period(sc)),
+			"--requests", strconv.Itoa(r.o.lcRequests(sc)), "--warmup", strconv.Itoa(r.o.LLMWarmup),
+			"--new-tokens", strconv.Itoa(r.o.LLMNewTokens), "--prompt", strconv.Itoa(r.o.LLMPrompt),
+			"--loop", r.o.LLMLoop, "--device", strconv.Itoa(r.o.Device), "--wait-go", "--out", out}
+		if sc.Runtime == RuntimeLLMGraph {
+			argv = append(argv, "--graph")
+		}
+		if !sc.Gate {
+			return argv, pythonEnv
+		}
+		return append(argv, "--gate", "--hint-launcher", r.o.HintLauncher.String()), r.engineEnv()
+	}
 	sw, requests := switchArgs(sc, r.o.lcRequests(sc), r.o.period(sc))
 	argv := []string{r.o.Python, "-u", filepath.Join(r.scripts, "lc_infer.py"),
 		"--period", fmtDuration(r.o.period(sc)), "--requests", strconv.Itoa(requests),
@@ -73,16 +92,24 @@ func (r *runner) pythonLCArgv(sc Scenario, out string) ([]string, []string) {
 	}
 	argv = append(argv, sw...)
 	argv = append(argv, r.pushArgs(sc)...)
-	if !sc.Hints {
-		return argv, pythonEnv
+	switch {
+	case sc.Gate:
+		return append(argv, "--gate", "--hint-launcher", r.o.HintLauncher.String()), r.engineEnv()
+	case sc.Hints:
+		return append(argv, "--hints", "--hint-launcher", r.o.HintLauncher.String()), r.engineEnv()
 	}
-	// The wrapper is written beside the scripts; the library is found next
-	// to this binary unless GPREEMPT_LIB says otherwise.
+	return argv, pythonEnv
+}
+
+// engineEnv is a Python LC's environment when it runs libgpreempt's
+// engine: the wrapper is written beside the scripts; the library is found
+// next to this binary unless GPREEMPT_LIB says otherwise.
+func (r *runner) engineEnv() []string {
 	env := append(slices.Clone(pythonEnv), "PYTHONPATH="+r.scripts)
 	if os.Getenv("GPREEMPT_LIB") == "" && len(r.env.self) > 0 {
 		env = append(env, "GPREEMPT_LIB="+filepath.Join(filepath.Dir(r.env.self[0]), "libgpreempt.so"))
 	}
-	return append(argv, "--hints", "--hint-launcher", r.o.HintLauncher.String()), env
+	return env
 }
 
 // pushArgs makes an LC worker of an slo: scenario run a lead-in of
@@ -123,7 +150,7 @@ func (r *runner) lcTimeout(sc Scenario) time.Duration {
 // scripts that produced a result are kept beside it).
 func (r *runner) pytorchScripts() (string, error) {
 	if r.o.PyScripts != "" {
-		for _, f := range []string{"lc_infer.py", "be_train.py"} {
+		for _, f := range pyscripts.Names {
 			if _, err := os.Stat(filepath.Join(r.o.PyScripts, f)); err != nil {
 				return "", fmt.Errorf("--pytorch-scripts: %w", err)
 			}
@@ -134,7 +161,7 @@ func (r *runner) pytorchScripts() (string, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "gpreempt"), 0o755); err != nil {
 		return "", err
 	}
-	for _, f := range []string{"lc_infer.py", "be_train.py"} {
+	for _, f := range pyscripts.Names {
 		b, err := pyscripts.FS.ReadFile(f)
 		if err != nil {
 			return "", err

@@ -94,6 +94,14 @@ type runOptions struct {
 	PyGraph    bool          `json:"pytorch_cuda_graph,omitempty"`
 	PyBEModel  string        `json:"pytorch_be_model,omitempty"`
 	PyBEBatch  int           `json:"pytorch_be_batch,omitempty"`
+
+	LLMFamily    string        `json:"llm_family,omitempty"`
+	LLMPeriod    time.Duration `json:"-"`
+	LLMNewTokens int           `json:"llm_new_tokens,omitempty"`
+	LLMPrompt    int           `json:"llm_prompt,omitempty"`
+	LLMLoop      string        `json:"llm_loop,omitempty"`
+	LLMWarmup    int           `json:"llm_warmup,omitempty"`
+	GEMMSize     int           `json:"gemm_size,omitempty"`
 }
 
 // optionDurations lists the duration fields with their JSON keys: they are
@@ -101,7 +109,7 @@ type runOptions struct {
 func (o *runOptions) optionDurations() map[string]*time.Duration {
 	return map[string]*time.Duration{
 		"duration": &o.Duration, "settle": &o.Settle, "ready_timeout": &o.ReadyTimeout,
-		"nvml_interval": &o.NVMLInterval, "daemon_poll": &o.DaemonPoll, "daemon_timeout": &o.DaemonTimeout, "period": &o.Period, "pytorch_period": &o.PyPeriod,
+		"nvml_interval": &o.NVMLInterval, "daemon_poll": &o.DaemonPoll, "daemon_timeout": &o.DaemonTimeout, "period": &o.Period, "pytorch_period": &o.PyPeriod, "llm_period": &o.LLMPeriod,
 	}
 }
 
@@ -233,6 +241,13 @@ var runFlags = []cli.Flag{
 	&cli.BoolFlag{Name: "pytorch-cuda-graph", Value: true, Usage: "pytorch-* scenarios: lc_infer.py replays a CUDA graph (pytorch-eager-* scenarios never do: their LC is launch-bound)"},
 	&cli.StringFlag{Name: "pytorch-be-model", Value: "resnet50", Usage: "torchvision model for be_train.py"},
 	&cli.IntFlag{Name: "pytorch-be-batch", Value: 64, Usage: "be_train.py batch size"},
+	&cli.StringFlag{Name: "llm-family", Value: "gpt2", Usage: "llm-* scenarios: lc_decode.py's model shape (gpt2: GPT-2 medium, gpt2-small, llama: a 16-layer Llama)"},
+	&cli.DurationFlag{Name: "llm-period", Value: 800 * time.Millisecond, Usage: "llm-* scenarios: time between decode requests"},
+	&cli.IntFlag{Name: "llm-new-tokens", Value: 16, Usage: "llm-* scenarios: tokens decoded per request"},
+	&cli.IntFlag{Name: "llm-prompt", Value: 64, Usage: "llm-* scenarios: prompt tokens"},
+	&cli.StringFlag{Name: "llm-loop", Value: "generate", Usage: "llm-* eager scenarios: generate (transformers' generate()) or lean (a forward loop with one sync a token)"},
+	&cli.IntFlag{Name: "llm-warmup", Value: 3, Usage: "llm-* scenarios: warmup requests"},
+	&cli.IntFlag{Name: "gemm-size", Value: 8192, Usage: "llm-* scenarios: be_gemm.py's matrix size (n x n x n fp16)"},
 }
 
 func runOptionsFrom(c *cli.Context) (runOptions, error) {
@@ -259,6 +274,8 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		PyRequests: c.Int("pytorch-requests"), PyWarmup: c.Int("pytorch-warmup"),
 		PyLCModel: c.String("pytorch-lc-model"), PyLCBatch: c.Int("pytorch-lc-batch"), PyGraph: c.Bool("pytorch-cuda-graph"),
 		PyBEModel: c.String("pytorch-be-model"), PyBEBatch: c.Int("pytorch-be-batch"),
+		LLMFamily: c.String("llm-family"), LLMPeriod: c.Duration("llm-period"), LLMNewTokens: c.Int("llm-new-tokens"),
+		LLMPrompt: c.Int("llm-prompt"), LLMLoop: c.String("llm-loop"), LLMWarmup: c.Int("llm-warmup"), GEMMSize: c.Int("gemm-size"),
 		HintLauncher: prepreempt.Launcher(c.String("hint-launcher")), HintPrepQuantile: c.Float64("hint-prep-quantile"),
 		LCEnv: c.StringSlice("lc-env"),
 	}
@@ -282,8 +299,14 @@ func (o *runOptions) validate() error {
 	switch {
 	case o.Repeat < 1:
 		return fmt.Errorf("%w: --repeat %d: want at least 1", ErrInvalidArgument, o.Repeat)
-	case o.Duration <= 0, o.Period <= 0, o.PyPeriod <= 0:
-		return fmt.Errorf("%w: --duration, --period and --pytorch-period must be positive", ErrInvalidArgument)
+	case o.Duration <= 0, o.Period <= 0, o.PyPeriod <= 0, o.LLMPeriod <= 0 && o.usesLLM():
+		return fmt.Errorf("%w: --duration, --period, --pytorch-period and --llm-period must be positive", ErrInvalidArgument)
+	case o.usesLLM() && !slices.Contains([]string{"gpt2", "gpt2-small", "llama"}, o.LLMFamily):
+		return fmt.Errorf("%w: --llm-family %q: want gpt2, gpt2-small or llama", ErrInvalidArgument, o.LLMFamily)
+	case o.usesLLM() && (o.LLMNewTokens < 2 || o.LLMNewTokens > 4096 || o.LLMPrompt < 1 || o.LLMPrompt > 4096 || o.LLMWarmup < 0 || o.GEMMSize < 1 || o.GEMMSize > 32768):
+		return fmt.Errorf("%w: --llm-new-tokens 2-4096, --llm-prompt 1-4096, --llm-warmup >= 0, --gemm-size 1-32768", ErrInvalidArgument)
+	case o.usesLLM() && o.LLMLoop != "generate" && o.LLMLoop != "lean":
+		return fmt.Errorf("%w: --llm-loop %q: want generate or lean", ErrInvalidArgument, o.LLMLoop)
 	case o.Prep.Max >= o.Period:
 		return fmt.Errorf("%w: preparation (up to %v) must be shorter than --period %v", ErrInvalidArgument, o.Prep.Max, o.Period)
 	case o.Settle < 0, o.ReadyTimeout <= 0:
@@ -327,6 +350,11 @@ func (o *runOptions) uses(runtime Runtime) bool {
 	return slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.Runtime == runtime })
 }
 
+// usesLLM reports whether any scenario runs the LLM decode worker.
+func (o *runOptions) usesLLM() bool {
+	return slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.Runtime.LLM() })
+}
+
 // usesPython reports whether any scenario runs the Python workers.
 func (o *runOptions) usesPython() bool {
 	return slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.Runtime.Python() })
@@ -336,7 +364,10 @@ func (o *runOptions) usesPython() bool {
 // scenario's rate-sweep factor.
 func (o *runOptions) period(sc Scenario) time.Duration {
 	p := o.Period
-	if sc.Runtime.Python() {
+	switch {
+	case sc.Runtime.LLM():
+		p = o.LLMPeriod
+	case sc.Runtime.Python():
 		p = o.PyPeriod
 	}
 	if sc.PeriodFactor > 0 {
@@ -349,7 +380,7 @@ func (o *runOptions) period(sc Scenario) time.Duration {
 // enough to fill the scenario duration at its period.
 func (o *runOptions) lcRequests(sc Scenario) int {
 	if sc.Runtime.Python() {
-		if o.PyRequests > 0 && sc.PeriodFactor == 0 {
+		if o.PyRequests > 0 && sc.PeriodFactor == 0 && !sc.Runtime.LLM() {
 			return o.PyRequests
 		}
 		// A Python LC at tens of milliseconds a request cannot reach

@@ -61,6 +61,7 @@ func WriteMarkdown(w io.Writer, res *Results) error {
 	fmt.Fprintf(&b, "# gpreempt-bench results\n\n")
 	writeHeader(&b, res)
 	writeSummary(&b, res)
+	writeRequestShape(&b, res)
 	writeClocks(&b, res)
 	writeTenants(&b, res)
 	writeRuns(&b, res)
@@ -157,6 +158,31 @@ func ciCell(rs *RatioStats) string {
 		return "–"
 	}
 	return fmt.Sprintf("[%.2f, %.2f]", rs.CI95.Lo, rs.CI95.Hi)
+}
+
+// writeRequestShape adds, for the LLM and gate- scenarios, time to first token and per output token against standalone,
+// the LC's busy fraction and the BE a request gate allows at it.
+func writeRequestShape(b *strings.Builder, res *Results) {
+	shaped := func(s *ScenarioSummary) bool {
+		sc, err := parseScenario(s.Name)
+		return s.LCBusy > 0 && (s.Runtime.LLM() || err == nil && sc.Gate)
+	}
+	if !slices.ContainsFunc(res.Summaries, shaped) {
+		return
+	}
+	b.WriteString("\nRequest shape: an LLM LC's time to first token and per output token (p50 against standalone), the LC's busy fraction alone (share of wall time with a request in flight) and the BE a gate allows at it (1 - busy - two 200 us switches a request):\n\n")
+	b.WriteString("| scenario | TTFT p50 vs standalone | TPOT p50 vs standalone | LC busy alone | BE bound with a gate | BE vs be-only |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|\n")
+	for _, s := range res.Summaries {
+		if !shaped(s) {
+			continue
+		}
+		busy, bound := "–", "–"
+		if s.LCBusy > 0 {
+			busy, bound = fmt.Sprintf("%.1f%%", 100*s.LCBusy), fmt.Sprintf("%.1f%%", 100*s.BEBound)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", s.Name, spreadCell(s.TTFTP50, "x"), spreadCell(s.TPOTP50, "x"), busy, bound, spreadCell(s.BE, "%"))
+	}
 }
 
 func writeClocks(b *strings.Builder, res *Results) {

@@ -41,6 +41,10 @@ type LCSample struct {
 	// GPUNs is the GPU-side duration of the request's work: GPUEndNs -
 	// GPUStartNs for lc_work, the CUDA-event span for the PyTorch worker.
 	GPUNs int64 `json:"gpu_ns"`
+	// TTFTNs and TPOTNs, for the LLM decode worker: time to the first
+	// token on the host, and the mean time per output token after it.
+	TTFTNs int64 `json:"ttft_ns,omitempty"`
+	TPOTNs int64 `json:"tpot_ns,omitempty"`
 }
 
 // LCResult is what an LC worker writes.
@@ -163,6 +167,12 @@ type ScenarioResult struct {
 	LCGPUUs        *stats.Summary `json:"lc_gpu_us,omitempty"`
 	LCHistogramUs  []stats.Bucket `json:"lc_latency_histogram_us,omitempty"`
 	LCGPUHeldShare float64        `json:"lc_gpu_held"`
+	// LCBusy is the share of the window the LC had a request in flight.
+	LCBusy float64 `json:"lc_busy,omitempty"`
+	// LCTTFTUs and LCTPOTUs summarise an LLM LC's time to first token and
+	// time per output token.
+	LCTTFTUs *stats.Summary `json:"lc_ttft_us,omitempty"`
+	LCTPOTUs *stats.Summary `json:"lc_tpot_us,omitempty"`
 	// Tenants holds every LC worker's result when there are several (LC
 	// is then the first's).
 	Tenants []LCTenant `json:"lc_tenants,omitempty"`
@@ -193,6 +203,9 @@ type ScenarioResult struct {
 	LCP50VsStandalone float64 `json:"lc_p50_vs_standalone,omitempty"`
 	LCP99VsStandalone float64 `json:"lc_p99_vs_standalone,omitempty"`
 	BEVsBEOnly        float64 `json:"be_vs_be_only,omitempty"`
+	// TTFTP50VsStandalone and TPOTP50VsStandalone: the LLM LC's medians.
+	TTFTP50VsStandalone float64 `json:"ttft_p50_vs_standalone,omitempty"`
+	TPOTP50VsStandalone float64 `json:"tpot_p50_vs_standalone,omitempty"`
 	// LCP50VsStandaloneClock and LCP99VsStandaloneClock are the ratios
 	// with the LC latency scaled by this scenario's SM clock over the
 	// standalone one's: what the ratio would be at the standalone clock if

@@ -44,10 +44,21 @@ const (
 	// request is some hundred kernel launches from Python, so the LC is
 	// launch-bound and trickles kernels in.
 	RuntimePyTorchEager Runtime = "pytorch-eager"
+	// RuntimeLLM is bench/pytorch's lc_decode.py, eager: LLM decode with
+	// the KV cache from Python, hundreds of launches a token, beside
+	// be_gemm.py (an fp16 GEMM loop).
+	RuntimeLLM Runtime = "llm"
+	// RuntimeLLMGraph is lc_decode.py with each decode step a CUDA graph.
+	RuntimeLLMGraph Runtime = "llm-graph"
 )
 
 // Python reports whether the runtime's workers are the Python scripts.
-func (r Runtime) Python() bool { return r == RuntimePyTorch || r == RuntimePyTorchEager }
+func (r Runtime) Python() bool {
+	return r == RuntimePyTorch || r == RuntimePyTorchEager || r.LLM()
+}
+
+// LLM reports whether the runtime's LC is the LLM decode worker.
+func (r Runtime) LLM() bool { return r == RuntimeLLM || r == RuntimeLLMGraph }
 
 // Scenario is one parsed entry of --scenarios.
 type Scenario struct {
@@ -59,6 +70,9 @@ type Scenario struct {
 	BETimeslice time.Duration
 	// Hints: the LC worker uses pre-preemption (prepreempt.Engine).
 	Hints bool
+	// Gate ("gate-" prefix): the LC worker holds each whole request in the
+	// engine's request gate (prepreempt.Engine.Begin/End).
+	Gate bool
 	// Daemon ("daemon:" prefix): gpreemptd classes the workers, from
 	// GPREEMPT_CLASS in their environment, instead of gpreemptctl; the
 	// harness waits until their groups read back the class.
@@ -108,6 +122,10 @@ const DefaultScenarios = "standalone,defaults,be-200us,be-1us,be-only,pytorch-ea
 //	pytorch-standalone, pytorch-be-only, pytorch (= pytorch-defaults),
 //	pytorch-be-<DURATION>    the same with the PyTorch workers
 //	pytorch-eager-...        the same, the LC without a CUDA graph
+//	llm-..., llm-graph-...   the same with an LLM decode LC (lc_decode.py,
+//	                         eager or a CUDA graph a step) beside a GEMM BE
+//	gate-<LC scenario>       the LC holds each whole request in the
+//	                         request gate (Python workers)
 //	<LC scenario>@x<F>       LC request period times F (a rate sweep)
 //	daemon:<be-<DURATION> scenario>  the same, classed by gpreemptd from
 //	                         GPREEMPT_CLASS=be / lc in the workers' environment
@@ -141,7 +159,7 @@ func ParseScenarios(list string) ([]Scenario, error) {
 	return out, nil
 }
 
-const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>|:<ts1>:<ts2>|:lc-only], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, slo:[pytorch[-eager]-][prepreempt-]defaults, slo:multi-tenant[:be:<w1>:be:<w2>], slo:pytorch@switch, slo:[prepreempt-]defaults@switch"
+const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, {pytorch[-eager]|llm[-graph]}-gate-{standalone|defaults|be-<timeslice>}, llm[-graph][-standalone|-be-only|-defaults|-be-<timeslice>], be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>|:<ts1>:<ts2>|:lc-only], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, slo:[pytorch[-eager]-][prepreempt-]defaults, slo:multi-tenant[:be:<w1>:be:<w2>], slo:pytorch@switch, slo:[prepreempt-]defaults@switch"
 
 func parseScenario(name string) (Scenario, error) {
 	sc := Scenario{Name: name, Runtime: RuntimeKernels}
@@ -173,8 +191,18 @@ func parseScenario(name string) (Scenario, error) {
 		rest = "pytorch-defaults"
 	case "pytorch-eager":
 		rest = "pytorch-eager-defaults"
+	case "llm":
+		rest = "llm-defaults"
+	case "llm-graph":
+		rest = "llm-graph-defaults"
 	}
-	if r, ok := strings.CutPrefix(rest, "pytorch-eager-"); ok {
+	if r, ok := strings.CutPrefix(rest, "llm-graph-"); ok {
+		sc.Runtime = RuntimeLLMGraph
+		rest = r
+	} else if r, ok := strings.CutPrefix(rest, "llm-"); ok {
+		sc.Runtime = RuntimeLLM
+		rest = r
+	} else if r, ok := strings.CutPrefix(rest, "pytorch-eager-"); ok {
 		sc.Runtime = RuntimePyTorchEager
 		rest = r
 	} else if r, ok := strings.CutPrefix(rest, "pytorch-"); ok {
@@ -183,6 +211,9 @@ func parseScenario(name string) (Scenario, error) {
 	}
 	if r, ok := strings.CutPrefix(rest, "prepreempt-"); ok {
 		sc.Hints = true
+		rest = r
+	} else if r, ok := strings.CutPrefix(rest, "gate-"); ok {
+		sc.Gate = true
 		rest = r
 	}
 	switch {
@@ -244,8 +275,17 @@ func parseScenario(name string) (Scenario, error) {
 	default:
 		return bad("unknown scenario")
 	}
-	if sc.Hints && !sc.HasLC() {
-		return bad("pre-preemption needs an LC worker")
+	if (sc.Hints || sc.Gate) && !sc.HasLC() {
+		return bad("pre-preemption and the gate need an LC worker")
+	}
+	if sc.Gate && !sc.Runtime.Python() {
+		return bad("the gate- scenarios run the Python LC workers (pytorch-, llm-)")
+	}
+	if sc.Hints && sc.Runtime.LLM() {
+		return bad("an LLM decode request is launch-bound: use gate-, not prepreempt-")
+	}
+	if sc.Runtime.LLM() && sc.SLO {
+		return bad("slo: does not run the LLM workers yet")
 	}
 	if sc.PeriodFactor != 0 && !sc.HasLC() {
 		return bad("a rate factor needs an LC worker")

@@ -27,6 +27,18 @@ func TestParseScenarios(t *testing.T) {
 		{in: "be-ratio:3000us:1000us", want: []Scenario{
 			{Name: "be-ratio:3000us:1000us", Kind: KindBERatio, Runtime: RuntimeKernels, Ratio: [2]time.Duration{3 * time.Millisecond, time.Millisecond}},
 		}},
+		{in: "llm,llm-standalone,llm-gate-be-1us,llm-graph-gate-defaults,llm-graph-be-only,pytorch-eager-gate-be-1us", want: []Scenario{
+			{Name: "llm", Kind: KindShared, Runtime: RuntimeLLM},
+			{Name: "llm-standalone", Kind: KindStandalone, Runtime: RuntimeLLM},
+			{Name: "llm-gate-be-1us", Kind: KindShared, Runtime: RuntimeLLM, BETimeslice: time.Microsecond, Gate: true},
+			{Name: "llm-graph-gate-defaults", Kind: KindShared, Runtime: RuntimeLLMGraph, Gate: true},
+			{Name: "llm-graph-be-only", Kind: KindBEOnly, Runtime: RuntimeLLMGraph},
+			{Name: "pytorch-eager-gate-be-1us", Kind: KindShared, Runtime: RuntimePyTorchEager, BETimeslice: time.Microsecond, Gate: true},
+		}},
+		{in: "gate-be-1us", wantErr: true},
+		{in: "llm-prepreempt-be-1us", wantErr: true},
+		{in: "llm-gate-be-only", wantErr: true},
+		{in: "slo:llm", wantErr: true},
 		{in: "pytorch,pytorch-standalone,pytorch-be-1us,pytorch-be-only", want: []Scenario{
 			{Name: "pytorch", Kind: KindShared, Runtime: RuntimePyTorch},
 			{Name: "pytorch-standalone", Kind: KindStandalone, Runtime: RuntimePyTorch},

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
@@ -69,6 +70,16 @@ type ScenarioSummary struct {
 	BESplit *RatioStats       `json:"be_split,omitempty"`
 	Tenants []TenantSummary   `json:"lc_tenants,omitempty"`
 	GPU     *TelemetrySummary `json:"gpu,omitempty"`
+	// TTFTP50 and TPOTP50: an LLM LC's median time to first token and
+	// per output token against standalone.
+	TTFTP50 *RatioStats `json:"ttft_p50_vs_standalone,omitempty"`
+	TPOTP50 *RatioStats `json:"tpot_p50_vs_standalone,omitempty"`
+	// LCBusy is the median share of the window the LC had a request in
+	// flight (of the standalone runs, for their summary); BEBound is what
+	// a request gate leaves BE at that busy fraction: 1 - busy - two
+	// switches a request (GateSwitch each), against be-only.
+	LCBusy  float64 `json:"lc_busy,omitempty"`
+	BEBound float64 `json:"be_bound,omitempty"`
 	// Failed counts repetitions that ended in an error.
 	Failed   int      `json:"failed,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
@@ -131,6 +142,10 @@ func relateLC(sr, base *ScenarioResult) {
 			sr.LCP99VsStandaloneClock = sr.LCP99VsStandalone * f
 		}
 	}
+	if sr.LCTTFTUs != nil && base.LCTTFTUs != nil && base.LCTTFTUs.P50 > 0 && base.LCTPOTUs.P50 > 0 {
+		sr.TTFTP50VsStandalone = sr.LCTTFTUs.P50 / base.LCTTFTUs.P50
+		sr.TPOTP50VsStandalone = sr.LCTPOTUs.P50 / base.LCTPOTUs.P50
+	}
 	for i := range sr.Tenants {
 		t := &sr.Tenants[i]
 		if t.LatencyUs != nil && b.P50 > 0 && b.P99 > 0 {
@@ -160,6 +175,21 @@ func summarizeLC(sr *ScenarioResult) {
 	sr.LCHistogramUs = stats.Log2Histogram(lat)
 	if w := sr.LC.MeasureEndMonoNs - sr.LC.MeasureStartMonoNs; w > 0 {
 		sr.LCGPUHeldShare = float64(held) / float64(w)
+		var busy int64
+		for _, s := range sr.LC.Samples {
+			busy += s.LatencyNs
+		}
+		sr.LCBusy = min(1, float64(busy)/float64(w))
+	}
+	var ttft, tpot []float64
+	for _, s := range sr.LC.Samples {
+		if s.TTFTNs > 0 && s.TPOTNs > 0 {
+			ttft, tpot = append(ttft, float64(s.TTFTNs)/1e3), append(tpot, float64(s.TPOTNs)/1e3)
+		}
+	}
+	if len(ttft) > 0 {
+		a, b := stats.Summarize(ttft), stats.Summarize(tpot)
+		sr.LCTTFTUs, sr.LCTPOTUs = &a, &b
 	}
 }
 
@@ -207,7 +237,7 @@ func summarize(res *Results, seed uint64) []*ScenarioSummary {
 func summarizeScenario(runs, baseline []*ScenarioResult, rng *rand.Rand) *ScenarioSummary {
 	first := runs[0]
 	s := &ScenarioSummary{Name: first.Name, Kind: first.Kind, Runtime: first.Runtime, Reps: len(runs)}
-	var p50, p99, p50c, p99c, be, beRate, split []float64
+	var p50, p99, p50c, p99c, be, beRate, split, ttft, tpot, busy, bound []float64
 	var lat []float64
 	var gpus []*TelemetrySummary
 	tenants := map[string]*[2][]float64{}
@@ -229,6 +259,11 @@ func summarizeScenario(runs, baseline []*ScenarioResult, rng *rand.Rand) *Scenar
 		appendIf(&p50c, sr.LCP50VsStandaloneClock)
 		appendIf(&p99c, sr.LCP99VsStandaloneClock)
 		appendIf(&be, sr.BEVsBEOnly)
+		appendIf(&ttft, sr.TTFTP50VsStandalone)
+		appendIf(&tpot, sr.TPOTP50VsStandalone)
+		if b := busyOf(sr, baseline); b != nil {
+			busy, bound = append(busy, b[0]), append(bound, b[1])
+		}
 		appendIf(&beRate, sr.BEPerSec)
 		if len(sr.BE) == 2 && sr.BE[1].WindowPerSec > 0 {
 			split = append(split, sr.BE[0].WindowPerSec/sr.BE[1].WindowPerSec)
@@ -252,6 +287,10 @@ func summarizeScenario(runs, baseline []*ScenarioResult, rng *rand.Rand) *Scenar
 	s.P50, s.P99 = newRatioStats(p50), newRatioStats(p99)
 	s.P50Clock, s.P99Clock = newRatioStats(p50c), newRatioStats(p99c)
 	s.BE, s.BESplit = newRatioStats(be), newRatioStats(split)
+	s.TTFTP50, s.TPOTP50 = newRatioStats(ttft), newRatioStats(tpot)
+	if len(busy) > 0 {
+		s.LCBusy, s.BEBound = stats.Median(busy), stats.Median(bound)
+	}
 	if len(beRate) > 0 {
 		s.BEPerSec = stats.Median(beRate)
 	}
@@ -281,6 +320,32 @@ func summarizeScenario(runs, baseline []*ScenarioResult, rng *rand.Rand) *Scenar
 	}
 	s.Warnings = summaryWarnings(s)
 	return s
+}
+
+// GateSwitch is the cost of one switch between channel groups that the BE
+// bound of a gate counts twice a request: ~170-200 us measured on the H100
+// (docs/GATE.md).
+const GateSwitch = 200 * time.Microsecond
+
+// busyOf returns sr's LC busy fraction and the BE bound a gate allows at
+// it: from the standalone run of the same repetition (the LC alone), or sr
+// itself when it is one.
+func busyOf(sr *ScenarioResult, baseline []*ScenarioResult) []float64 {
+	base := sr
+	if sr.Kind != KindStandalone {
+		base = nil
+		for _, b := range baseline {
+			if repOf(b) == repOf(sr) && b.Error == "" {
+				base = b
+			}
+		}
+	}
+	if base == nil || base.LC == nil || base.LCBusy == 0 {
+		return nil
+	}
+	w := base.LC.MeasureEndMonoNs - base.LC.MeasureStartMonoNs
+	switches := 2 * float64(len(base.LC.Samples)) * float64(GateSwitch) / float64(w)
+	return []float64{base.LCBusy, max(0, 1-base.LCBusy-switches)}
 }
 
 func appendIf(xs *[]float64, v float64) {

@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""Latency-critical LLM decode worker for gpreempt-bench.
+
+Each request decodes --new-tokens tokens greedily, with the KV cache, after a
+--prompt-token prompt, on a transformers causal LM built from a config with
+random weights (nothing is downloaded), in fp16. Latency is from the
+request's start to the return of its last token on the host, in
+CLOCK_MONOTONIC nanoseconds; each sample also carries the time to first
+token (TTFT) and the mean time per output token after it (TPOT).
+
+Forms:
+  eager (default)  model.generate() (--loop generate), or a lean loop of
+                   forward calls with one host sync a token (--loop lean):
+                   hundreds of kernel launches a token from Python, so the
+                   LC is launch-bound.
+  --graph          a static KV cache and one CUDA graph per decode step
+                   (the prefill runs eager), as serving stacks do.
+
+--gate wraps each whole request in the request gate of libgpreempt
+(python/gpreempt): the request holds the GPU from BE work until its last
+token.
+
+Protocol (shared with `gpreempt-bench lc`): prints "READY pid=<pid>" after
+the CUDA context exists and --warmup requests ran; with --wait-go it then
+waits for a line on stdin; writes a JSON result with the schema of
+internal/bench.LCResult to --out ("-": stdout).
+
+    python3 lc_decode.py --family gpt2 --period 800ms --requests 30 --out lc.json
+"""
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+
+SCHEMA = 1
+
+# Shapes by family: GPT-2 medium's, and a small Llama (grouped-query
+# attention, RoPE, SwiGLU): two architecture families, two sizes.
+FAMILIES = {
+    "gpt2": dict(n_layer=24, n_embd=1024, n_head=16, vocab_size=50257, n_positions=1024),
+    "gpt2-small": dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024),
+    "llama": dict(num_hidden_layers=16, hidden_size=1024, intermediate_size=2816, num_attention_heads=16,
+                  num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048),
+}
+
+
+def parse_duration(s):
+    units = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+    for u in ("ns", "us", "ms", "s"):
+        if s.endswith(u):
+            try:
+                return int(round(float(s[: -len(u)]) * units[u]))
+            except ValueError:
+                break
+    if s.strip() == "0":
+        return 0
+    raise argparse.ArgumentTypeError(f"bad duration {s!r} (want e.g. 800ms, 1.5s)")
+
+
+def build(args, torch, dev):
+    import transformers
+
+    cfg = dict(FAMILIES[args.family])
+    if args.family.startswith("gpt2"):
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**cfg))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg))
+    return model.to(device=dev, dtype=torch.float16).eval(), transformers.__version__
+
+
+class Stamps:
+    """A generate() streamer that only notes when each step's tokens reached
+    the host (put() gets them as a CPU tensor: after that step's sync)."""
+
+    def __init__(self):
+        self.t = []
+
+    def put(self, value):
+        self.t.append(time.monotonic_ns())
+
+    def end(self):
+        pass
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--family", choices=sorted(FAMILIES), default="gpt2")
+    ap.add_argument("--prompt", type=int, default=64, help="prompt tokens")
+    ap.add_argument("--new-tokens", type=int, default=16, help="tokens decoded per request")
+    ap.add_argument("--graph", action="store_true", help="decode steps replay a CUDA graph over a static KV cache")
+    ap.add_argument("--loop", choices=("generate", "lean"), default="generate", help="eager form")
+    ap.add_argument("--period", type=parse_duration, default="800ms", help="time between request arrivals")
+    ap.add_argument("--requests", type=int, default=30, help="measured requests")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--wait-go", action="store_true")
+    ap.add_argument("--out", default="-")
+    ap.add_argument("--gate", action="store_true", help="hold the GPU from BE for each whole request (libgpreempt's gate)")
+    ap.add_argument("--hints", action="store_true", help="accepted for gpreempt-bench's prepreempt- scenarios: same as --gate")
+    ap.add_argument("--hint-launcher", choices=("goroutine", "poller"), default="goroutine")
+    a = ap.parse_args()
+    if a.requests <= 0 or a.period <= 0 or a.new_tokens < 2 or a.prompt < 1:
+        ap.error("--requests, --period, --prompt must be positive and --new-tokens at least 2")
+
+    import torch
+
+    dev = torch.device("cuda", a.device)
+    torch.cuda.set_device(dev)
+    torch.manual_seed(a.seed)
+    model, tf_version = build(a, torch, dev)
+    vocab = model.config.vocab_size
+    prompt = torch.randint(0, vocab, (1, a.prompt), device=dev)
+    mask = torch.ones_like(prompt)
+
+    def eager_generate():
+        st = Stamps()
+        with torch.inference_mode():
+            model.generate(prompt, attention_mask=mask, max_new_tokens=a.new_tokens, min_new_tokens=a.new_tokens,
+                           do_sample=False, use_cache=True, pad_token_id=0, streamer=st)
+        # put() is called with the prompt first, then once per new token.
+        return st.t[1:]
+
+    def eager_lean():
+        t = []
+        with torch.inference_mode():
+            out = model(prompt, use_cache=True)
+            tok = out.logits[:, -1:].argmax(-1)
+            tok.item()
+            t.append(time.monotonic_ns())
+            past = out.past_key_values
+            for _ in range(a.new_tokens - 1):
+                out = model(tok, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                tok = out.logits[:, -1:].argmax(-1)
+                tok.item()
+                t.append(time.monotonic_ns())
+        return t
+
+    run = eager_generate if a.loop == "generate" else eager_lean
+    if a.graph:
+        run = graph_decoder(a, torch, dev, model, prompt)
+
+    gp = None
+    if a.gate or a.hints:
+        import gpreempt  # python/gpreempt, GPREEMPT_LIB naming libgpreempt.so
+
+        gp = gpreempt.Engine(device=a.device, gate="on", launcher=a.hint_launcher)
+
+    def request():
+        t0 = time.monotonic_ns()
+        if gp is not None:
+            with gp.request("decode"):
+                tokens = run()
+        else:
+            tokens = run()
+        return t0, tokens
+
+    for _ in range(max(a.warmup, 1)):
+        request()
+    print(f"READY pid={os.getpid()}", flush=True)
+    if a.wait_go and not sys.stdin.readline():
+        sys.exit("lc_decode.py: stdin closed before the go line")
+
+    samples, late = [], 0
+    gc.collect()
+    gc.disable()
+    start = time.monotonic_ns()
+    for i in range(a.requests):
+        arrival = start + i * a.period
+        now = time.monotonic_ns()
+        if now < arrival:
+            time.sleep((arrival - now) / 1e9)
+        elif now - arrival > a.period:
+            late += 1
+        t0, tokens = request()
+        t1 = tokens[-1]
+        samples.append({
+            "arrival_mono_ns": arrival,
+            "prep_ns": 0,
+            "launch_call_ns": 0,
+            "latency_ns": t1 - t0,
+            "gpu_ns": 0,
+            "ttft_ns": tokens[0] - t0,
+            "tpot_ns": (tokens[-1] - tokens[0]) // (len(tokens) - 1),
+        })
+    end = time.monotonic_ns()
+    gc.enable()
+    result = {
+        "schema": SCHEMA,
+        "worker": "lc_decode.py",
+        "pid": os.getpid(),
+        "device": torch.cuda.get_device_name(dev),
+        "gpu_stamps": False,
+        "config": {"family": a.family, "prompt": a.prompt, "new_tokens": a.new_tokens, "graph": a.graph,
+                   "loop": a.loop, "period_ns": a.period, "gate": gp is not None, "torch": torch.__version__,
+                   "transformers": tf_version},
+        "requested": a.requests,
+        "warmup": a.warmup,
+        "measure_start_mono_ns": start,
+        "measure_end_mono_ns": end,
+        "late": late,
+        "samples": samples,
+    }
+    if gp is not None:
+        result["prepreempt"] = gp.stats()
+        gp.close()
+    text = json.dumps(result) + "\n"
+    if a.out == "-":
+        sys.stdout.write(text)
+    else:
+        tmp = f"{a.out}.tmp.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, a.out)
+
+
+def graph_decoder(a, torch, dev, model, prompt):
+    """Returns a request function whose decode steps replay one CUDA graph
+    over a static KV cache; the prefill runs eager."""
+    from transformers import StaticCache
+
+    L = a.prompt + a.new_tokens + 8
+    try:
+        cache = StaticCache(config=model.config, max_cache_len=L)
+    except TypeError:
+        cache = StaticCache(config=model.config, max_batch_size=1, max_cache_len=L, device=dev, dtype=torch.float16)
+    tok_in = torch.zeros((1, 1), dtype=torch.long, device=dev)
+    pos = torch.zeros((1,), dtype=torch.long, device=dev)
+    nxt = torch.zeros((1, 1), dtype=torch.long, device=dev)
+    prompt_pos = torch.arange(a.prompt, device=dev)
+
+    def prefill():
+        cache.reset()
+        out = model(input_ids=prompt, past_key_values=cache, cache_position=prompt_pos, use_cache=True)
+        tok_in.copy_(out.logits[:, -1:].argmax(-1))
+
+    def step():
+        out = model(input_ids=tok_in, past_key_values=cache, cache_position=pos, use_cache=True)
+        nxt.copy_(out.logits[:, -1:].argmax(-1))
+
+    with torch.inference_mode():
+        side = torch.cuda.Stream(dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):
+            prefill()
+            for i in range(3):
+                pos.fill_(a.prompt + i)
+                step()
+                tok_in.copy_(nxt)
+        torch.cuda.current_stream(dev).wait_stream(side)
+        torch.cuda.synchronize(dev)
+        graph = torch.cuda.CUDAGraph()
+        prefill()
+        pos.fill_(a.prompt)
+        with torch.cuda.graph(graph):
+            step()
+
+    def run():
+        t = []
+        with torch.inference_mode():
+            prefill()
+            tok_in.item()
+            t.append(time.monotonic_ns())
+            for i in range(a.new_tokens - 1):
+                pos.fill_(a.prompt + i)
+                graph.replay()
+                tok_in.copy_(nxt)
+                tok_in.item()
+                t.append(time.monotonic_ns())
+        return t
+
+    return run
+
+
+if __name__ == "__main__":
+    main()
