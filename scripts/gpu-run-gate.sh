@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The request gate on the GPU machine (docs/GATE.md), as root from the repo
+# root, with gpreempt-bench, gpreemptctl and libgpreempt.so in .carry
+# (make gpu-binaries). Parts, in the order given:
+#   smoke  lc_decode.py alone, eager and graph, two requests each
+#   llm    eager LLM decode: standalone, defaults, BE 1 us, BE 1 ms, the gate, be-only
+#   graph  LLM decode with a CUDA graph a step: standalone, defaults, BE 1 us, the gate, be-only
+#   eager  eager resnet50 (pytorch-eager): standalone, BE 1 ms, the gate, be-only
+#   synth  synthetic pre-preemption (500 us prep, BE 1 us)
+# REPEAT sets the interleaved repetitions (default 5). Results under $OUT/<part>/.
+set -uo pipefail
+OUT=${OUT:-/tmp/gate-out}; RUNS=${RUNS:-/tmp/gate-runs}; mkdir -p "$OUT" "$RUNS"
+C=$PWD/.carry
+export GPREEMPT_LIB=$C/libgpreempt.so PYTHONUNBUFFERED=1
+B=$C/gpreempt-bench
+R=${REPEAT:-5}
+run() { # part args...
+  local part=$1; shift
+  echo "== $part: gpreempt-bench $*" | tee -a "$OUT/summary.md"
+  local s; s=$(date +%s)
+  "$B" run --gpreemptctl "$C/gpreemptctl" --out "$RUNS/$part" "$@" > "$RUNS/$part.log" 2>&1
+  echo "rc=$? ($(( $(date +%s) - s )) s)" | tee -a "$OUT/summary.md"
+  mkdir -p "$OUT/$part"
+  cp "$RUNS/$part/results.md" "$OUT/$part/" 2>/dev/null && gzip -c "$RUNS/$part/results.json" > "$OUT/$part/results.json.gz"
+  cat "$RUNS/$part/results.md" >> "$OUT/summary.md" 2>/dev/null || tail -30 "$RUNS/$part.log" | tee -a "$OUT/summary.md"
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv,noheader | tee -a "$OUT/summary.md"
+for part in "$@"; do
+  case $part in
+    smoke)
+      for f in "" --graph; do
+        python3 bench/pytorch/lc_decode.py $f --requests 2 --warmup 1 --period 300ms --out - 2>&1 |
+          python3 -c 'import json,sys; t=sys.stdin.read(); 
+try:
+  r=json.loads(t); print("smoke '"$f"'", [round(s["latency_ns"]/1e6,1) for s in r["samples"]], "ms; ttft", [round(s["ttft_ns"]/1e6,1) for s in r["samples"]])
+except Exception: print(t[-3000:])' | tee -a "$OUT/summary.md"
+      done ;;
+    llm)   run llm --scenarios llm-standalone,llm-defaults,llm-be-1us,llm-be-1ms,llm-gate-defaults,llm-be-only \
+             --duration "${LLM_DURATION:-12s}" --repeat "$R" ;;
+    graph) run graph --scenarios llm-graph-standalone,llm-graph-defaults,llm-graph-be-1us,llm-graph-gate-defaults,llm-graph-be-only \
+             --duration "${LLM_DURATION:-12s}" --repeat "${GRAPH_REPEAT:-3}" ;;
+    eager) run eager --scenarios pytorch-eager-standalone,pytorch-eager-be-1ms,pytorch-eager-gate-defaults,pytorch-eager-be-only \
+             --duration 8s --repeat "$R" ;;
+    synth) run synth --scenarios standalone,prepreempt-be-1us,be-only --prep 500us --hint-launcher poller \
+             --lc-calibrate-us 0 --lc-iters 2000 --duration 10s --repeat "${SYNTH_REPEAT:-3}" ;;
+    *) echo "unknown part $part" >&2; exit 2 ;;
+  esac
+done
