@@ -7,6 +7,9 @@
 #   graph  LLM decode with a CUDA graph a step: standalone, defaults, BE 1 us, the gate, be-only
 #   eager  eager resnet50 (pytorch-eager): standalone, BE 1 ms, the gate, be-only
 #   synth  synthetic pre-preemption (500 us prep, BE 1 us)
+#   dgate  eager LLM decode with gpreemptd's gate (no app change): gpreemptd
+#          classes the workers from GPREEMPT_CLASS (BE at 2 ms, the driver's
+#          default, LC 5 s) and holds BE stopped for each traced request
 # REPEAT sets the interleaved repetitions (default 5). Results under $OUT/<part>/.
 set -uo pipefail
 OUT=${OUT:-/tmp/gate-out}; RUNS=${RUNS:-/tmp/gate-runs}; mkdir -p "$OUT" "$RUNS"
@@ -43,6 +46,36 @@ except Exception: print(t[-3000:])' | tee -a "$OUT/summary.md"
              --duration 8s --repeat "$R" ;;
     synth) run synth --scenarios standalone,prepreempt-be-1us,be-only --prep 500us --hint-launcher poller \
              --lc-calibrate-us 0 --lc-iters 2000 --duration 10s --repeat "${SYNTH_REPEAT:-3}" ;;
+    dgate)
+      D=/tmp/gpreemptd-gate; mkdir -p $D
+      cat > $D/policy.yaml <<'YAML'
+version: 1
+classes:
+  be: {timeslice: 2ms, interleave: low}
+  lc: {timeslice: 5s, interleave: high}
+default: none
+rules:
+  - name: from-env
+    class_from_env: GPREEMPT_CLASS
+requests:
+  default_max: lc
+gate:
+  mode: on
+  idle: ${GATE_IDLE:-25ms}
+YAML
+      sed -i "s/\${GATE_IDLE:-25ms}/${GATE_IDLE:-25ms}/" $D/policy.yaml
+      $C/gpreemptd --check-config $D/policy.yaml 2>&1 | tee -a "$OUT/summary.md"
+      $C/gpreemptd --config $D/policy.yaml --socket $D/d.sock --metrics-addr 127.0.0.1:19480 --log-level debug > $D/gpreemptd.log 2>&1 &
+      DPID=$!
+      for i in $(seq 40); do [ -S $D/d.sock ] && break; sleep 0.25; done
+      run dgate --daemon-socket $D/d.sock --scenarios llm-standalone,daemon:llm-be-2ms,llm-be-only \
+        --duration "${LLM_DURATION:-8s}" --repeat "${DGATE_REPEAT:-3}"
+      $C/gpreemptctl daemon status --socket $D/d.sock -o json > "$OUT/dgate/status.json" 2>&1
+      curl -s 127.0.0.1:19480/metrics | grep gpreemptd_gate >> "$OUT/summary.md"
+      kill $DPID; wait $DPID
+      grep -c "request gate" $D/gpreemptd.log | sed 's/^/gate log lines: /' | tee -a "$OUT/summary.md"
+      grep -i "gate" $D/gpreemptd.log | grep -iv debug | head -20 >> "$OUT/summary.md"
+      xz -c $D/gpreemptd.log > "$OUT/dgate/gpreemptd.log.xz" ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac
 done

@@ -92,6 +92,7 @@ type Daemon struct {
 	log     *slog.Logger
 	rec     *Reconciler
 	slo     *SLOLoop
+	gate    *RequestGate
 	metrics *Metrics
 	ctl     Controller
 	lister  Lister
@@ -175,6 +176,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.metrics.SetGroups(d.rec.GroupsByClass)
 	d.slo = NewSLOLoop(d.rec, d.metrics, d.log)
 	d.slo.Pause = &Pauser{}
+	// The gate's own pauser: what it stops, it alone resumes.
+	d.gate = NewRequestGate(d.rec, &Pauser{}, d.log)
+	if err := d.gate.Register(d.metrics.Registry); err != nil {
+		return nil, err
+	}
 	if cfg.TraceRequests {
 		t, untrace, err := OpenTracedLatency(ctx, cfg.LibCUDA, d.log)
 		switch {
@@ -325,7 +331,7 @@ func (d *Daemon) status() map[string]any {
 		"started": d.started.UTC().Format(time.RFC3339), "uptime_s": int(time.Since(d.started).Seconds()),
 		"socket": d.cfg.Socket, "metrics": d.cfg.MetricsAddr, "leave_settings": d.cfg.LeaveSettings,
 		"debounce": d.rec.opts.Debounce.String(), "max_wait": d.rec.opts.MaxWait.String(),
-		"slo": d.slo.Status(), "classes": d.rec.Classes(),
+		"slo": d.slo.Status(), "classes": d.rec.Classes(), "gate": d.gate.Stats(),
 	}
 }
 
@@ -424,6 +430,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	goRun(func() { d.tickLoop(ctx) })
 	goRun(func() { d.sloLoop(ctx) })
+	goRun(func() {
+		gt := newGateTracer(ctx, d.gate, d.log)
+		d.gate.Arm = gt.arm
+		d.gate.Run(ctx, gt.follow)
+		if err := gt.close(); err != nil {
+			d.log.Warn("request gate: detaching", "err", err)
+		}
+	})
 	goRun(func() { d.housekeeping(ctx) })
 	d.log.Info("serving", "socket", d.cfg.Socket, "metrics", d.cfg.MetricsAddr, "mode", d.mode, "policy", d.cfg.PolicyFile)
 

@@ -55,6 +55,8 @@ type Policy struct {
 	// class's minimum share, and how the daemon searches the BE
 	// timeslice (docs/SLO.md).
 	SLO SLO
+	// Gate is the daemon's request gate for LC processes (gate.go).
+	Gate Gate
 	// Source is where the policy was read from ("" for bytes).
 	Source string
 }
@@ -399,12 +401,13 @@ func strs(n *yaml.Node, field string) ([]string, error) {
 }
 
 func parse(root *yaml.Node) (*Policy, error) {
-	top, err := fields(root, "", "version", "classes", "default", "rules", "requests", "admin", "slo")
+	top, err := fields(root, "", "version", "classes", "default", "rules", "requests", "admin", "slo", "gate")
 	if err != nil {
 		return nil, err
 	}
 	p := &Policy{Classes: class.Defaults(), Default: Decision{Exempt: true, Rule: "default"},
-		SLO: SLO{Window: DefaultSLOWindow, PrepreemptBelow: DefaultPrepreemptBelow, SpinnerCeiling: DefaultSpinnerCeiling}}
+		SLO: SLO{Window: DefaultSLOWindow, PrepreemptBelow: DefaultPrepreemptBelow, SpinnerCeiling: DefaultSpinnerCeiling},
+		Gate: DefaultGate()}
 	if n := top["version"]; n != nil {
 		v, err := scalar(n, "version")
 		if err != nil {
@@ -473,6 +476,11 @@ func parse(root *yaml.Node) (*Policy, error) {
 			return nil, err
 		}
 		p.Admin = a
+	}
+	if n := top["gate"]; n != nil {
+		if p.Gate, err = parseGate(n); err != nil {
+			return nil, err
+		}
 	}
 	if n := top["slo"]; n != nil {
 		if err := parseSLO(n, &p.SLO); err != nil {

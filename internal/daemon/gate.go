@@ -1,0 +1,456 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/trace"
+)
+
+// RequestGate is the daemon's request gate, for LC processes that launch
+// their work one kernel at a time and hold no gate of their own: each
+// launch gap of such a request lets a BE channel group in, and every
+// kernel after it pays a switch. From uprobes on the LC's libcuda it sees a
+// request begin (the first launch after the LC was idle) and end (no launch
+// for policy.Gate.Idle after a synchronize returned), and holds the BE
+// processes on the LC's GPUs stopped in between (SIGSTOP through the
+// Pauser: two signals a request, sent by the daemon, never on the LC's
+// path). What BE had queued drains at the request's start.
+//
+// BE is never left stopped: a hold ends at the request's end, at MaxHold,
+// when the LC exits, when the gate's share of GPU time is spent, when the
+// policy turns the gate off, and when the daemon stops; and the Pauser's
+// watchdog resumes BE at MaxHold (plus a margin) if the daemon is gone.
+// The driver is never asked to take a channel group off the runlist
+// (GPFIFO_SCHEDULE), which left BE processes hung on this driver
+// (docs/GATE.md).
+type RequestGate struct {
+	// Procs lists the classed processes; Pause stops and resumes BE.
+	Procs interface {
+		InClass(n class.Name) []ProcRef
+		Policy() *policy.Policy
+	}
+	Pause gatePauser
+	// Now is the clock (default: monotonic since the gate was made).
+	Now func() time.Duration
+	Log *slog.Logger
+	// Arm, when set, turns a followed LC's launch probes on (between its
+	// requests) or off (while its request holds BE): only the first
+	// launch of a request matters, and a uprobe on every launch of an
+	// eager LC would cost it several microseconds a launch. Called from
+	// Run's loop.
+	Arm func(pid int, on bool)
+
+	mu      sync.Mutex
+	lcs     map[int]*gateLC // LC processes the gate follows, by pid
+	open    map[int]*gateHold
+	tokens  time.Duration // the share's budget left
+	refill  time.Duration // when tokens were last refilled
+	stats   GateStats
+	metrics *gateMetrics
+	cmds    chan int // pids whose request began, for the loop to hold BE
+	rearm   []int    // pids whose hold ended, for the loop to Arm
+}
+
+// gatePauser is what the gate needs of a Pauser.
+type gatePauser interface {
+	Stop(procs []ProcRef, max time.Duration) (int, error)
+	ResumeExcept(keep []ProcRef) (int, error)
+}
+
+// gateLC is one LC process the gate follows.
+type gateLC struct {
+	ref ProcRef
+	// syncing holds the threads inside a synchronize call (the host waits
+	// for the GPU: the request goes on, however long); last is the last
+	// event seen of the process, launch or synchronize.
+	syncing map[uint32]bool
+	last    time.Duration
+	spans   []time.Duration // recent requests' spans (GateAuto)
+}
+
+// gateHold is one open hold: an LC request and the BE it stopped.
+type gateHold struct {
+	since time.Duration
+	be    []ProcRef
+}
+
+// GateStats is what the gate did, for the status and metrics.
+type GateStats struct {
+	Mode string `json:"mode"`
+	// Open is how many LC requests hold BE now.
+	Open int `json:"open"`
+	// Held counts requests that held BE; Closed counts their ends by
+	// cause (idle, max_hold, exit, off, stop).
+	Held   uint64            `json:"held"`
+	Closed map[string]uint64 `json:"closed,omitempty"`
+	// Refused: a request began with the share spent; Skipped: auto mode
+	// found the LC's requests too short to gate.
+	Refused uint64 `json:"refused_budget"`
+	Skipped uint64 `json:"skipped_short"`
+	// HeldSeconds is the time BE was held off, summed over holds.
+	HeldSeconds float64 `json:"held_seconds"`
+	// BEStopped counts SIGSTOPs sent; Failures the pause calls that failed.
+	BEStopped uint64 `json:"be_stopped"`
+	Failures  uint64 `json:"failures"`
+	// LCs is how many LC processes the gate follows.
+	LCs int `json:"lcs"`
+}
+
+// gateMargin is added to MaxHold for the watchdog's deadline: the daemon
+// resumes BE at MaxHold itself, the watchdog only if it cannot.
+const gateMargin = 100 * time.Millisecond
+
+// gateSwitch is one switch between channel groups (~170-200 us on an
+// H100): GateAuto holds an LC whose requests last over four of them.
+const gateSwitch = 200 * time.Microsecond
+
+// NewRequestGate returns a gate over procs, stopping BE through pause.
+func NewRequestGate(procs interface {
+	InClass(n class.Name) []ProcRef
+	Policy() *policy.Policy
+}, pause gatePauser, log *slog.Logger) *RequestGate {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t0 := time.Now()
+	g := &RequestGate{Procs: procs, Pause: pause, Log: log, Now: func() time.Duration { return time.Since(t0) },
+		lcs: map[int]*gateLC{}, open: map[int]*gateHold{}, cmds: make(chan int, 64), metrics: newGateMetrics()}
+	g.tokens = g.capacity(procs.Policy().Gate)
+	return g
+}
+
+func (g *RequestGate) capacity(p policy.Gate) time.Duration {
+	if p.Share >= 1 {
+		return time.Duration(1<<62 - 1)
+	}
+	return time.Duration(p.Share * float64(policy.GateWindow))
+}
+
+// Register adds the gate's metrics to reg.
+func (g *RequestGate) Register(reg prometheus.Registerer) error { return g.metrics.register(reg) }
+
+// Observe folds in one tracer event (from the tracer's reader).
+func (g *RequestGate) Observe(ev trace.Event) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch e := ev.(type) {
+	case *trace.TaskExit:
+		if lc := g.lcs[int(e.PID)]; lc != nil {
+			g.closeLocked(int(e.PID), "exit")
+			clear(lc.syncing)
+		}
+	case *trace.Call:
+		lc := g.lcs[int(e.PID)]
+		if lc == nil {
+			return
+		}
+		lc.last = g.Now()
+		switch {
+		case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
+			if _, held := g.open[lc.ref.PID]; !held {
+				select {
+				case g.cmds <- lc.ref.PID:
+				default: // the loop is behind; the next launch asks again
+				}
+			}
+		case e.Role == trace.RoleSync && e.Kind == trace.CallEnter:
+			lc.syncing[e.TID] = true
+		case e.Role == trace.RoleSync && e.Kind == trace.CallReturn:
+			delete(lc.syncing, e.TID)
+		}
+	}
+}
+
+// Run holds and releases BE until ctx is done, then releases every hold.
+// follow is called with the LC processes to trace, when they change
+// (attach the new, detach the gone).
+func (g *RequestGate) Run(ctx context.Context, follow func(lcs []ProcRef)) {
+	pol := g.Procs.Policy().Gate
+	tick := time.NewTicker(max(pol.Idle/2, 500*time.Microsecond))
+	defer tick.Stop()
+	sync := time.NewTicker(100 * time.Millisecond)
+	defer sync.Stop()
+	g.followLCs(follow)
+	for {
+		select {
+		case <-ctx.Done():
+			g.mu.Lock()
+			for pid := range g.open {
+				g.closeLocked(pid, "stop")
+			}
+			g.mu.Unlock()
+			return
+		case pid := <-g.cmds:
+			if g.hold(pid) && g.Arm != nil {
+				g.Arm(pid, false)
+			}
+			g.armEnded()
+		case <-tick.C:
+			g.Tick()
+			g.armEnded()
+		case <-sync.C:
+			if p := g.Procs.Policy().Gate; p.Idle != pol.Idle {
+				pol = p
+				tick.Reset(max(pol.Idle/2, 500*time.Microsecond))
+			}
+			g.followLCs(follow)
+		}
+	}
+}
+
+// armEnded turns the launch probes of the LCs whose hold ended back on.
+func (g *RequestGate) armEnded() {
+	g.mu.Lock()
+	pids := g.rearm
+	g.rearm = nil
+	g.mu.Unlock()
+	if g.Arm == nil {
+		return
+	}
+	for _, pid := range pids {
+		g.mu.Lock()
+		_, held := g.open[pid]
+		_, followed := g.lcs[pid]
+		g.mu.Unlock()
+		if followed && !held {
+			g.Arm(pid, true)
+		}
+	}
+}
+
+// followLCs brings the followed LC processes up to the policy: the lc
+// class's processes while the gate is on or auto, none while it is off.
+func (g *RequestGate) followLCs(follow func([]ProcRef)) {
+	var want []ProcRef
+	if g.Procs.Policy().Gate.Mode != policy.GateOff {
+		want = g.Procs.InClass(class.LC)
+	}
+	g.mu.Lock()
+	changed := len(want) != len(g.lcs)
+	keep := map[int]bool{}
+	for _, r := range want {
+		keep[r.PID] = true
+		if lc := g.lcs[r.PID]; lc == nil || lc.ref.Start != r.Start {
+			changed = true
+			g.lcs[r.PID] = &gateLC{ref: r, syncing: map[uint32]bool{}, last: g.Now()}
+		}
+	}
+	for pid := range g.lcs {
+		if !keep[pid] {
+			g.closeLocked(pid, "off")
+			delete(g.lcs, pid)
+		}
+	}
+	g.mu.Unlock()
+	if changed && follow != nil {
+		follow(want)
+	}
+}
+
+// hold stops the BE processes on pid's GPUs for pid's request, unless
+// it holds already, the share is spent, or auto mode finds its requests
+// too short. It reports whether a hold opened.
+func (g *RequestGate) hold(pid int) bool {
+	pol := g.Procs.Policy().Gate
+	g.mu.Lock()
+	lc := g.lcs[pid]
+	if lc == nil || g.open[pid] != nil || pol.Mode == policy.GateOff {
+		g.mu.Unlock()
+		return false
+	}
+	now := g.Now()
+	g.refillLocked(now, pol)
+	if pol.Mode == policy.GateAuto && !longRequests(lc.spans) {
+		g.stats.Skipped++
+		g.mu.Unlock()
+		return false
+	}
+	if g.tokens < pol.MaxHold {
+		g.stats.Refused++
+		g.metrics.refused.Inc()
+		g.mu.Unlock()
+		return false
+	}
+	g.tokens -= pol.MaxHold
+	h := &gateHold{since: now, be: sharingGPU(g.Procs.InClass(class.BE), lc.ref)}
+	g.open[pid] = h
+	g.stats.Held++
+	g.metrics.held.Inc()
+	g.mu.Unlock()
+	if len(h.be) == 0 {
+		return true
+	}
+	n, err := g.Pause.Stop(h.be, pol.MaxHold+gateMargin)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stats.BEStopped += uint64(n)
+	if err != nil {
+		g.stats.Failures++
+		g.metrics.failures.Inc()
+		g.Log.Warn("request gate: could not stop BE", "lc_pid", pid, "err", err)
+	}
+	if g.open[pid] != h {
+		// The hold ended (the LC went idle or exited) while BE was being
+		// stopped: its close resumed nothing yet.
+		g.resumeLocked(pid)
+	}
+	return true
+}
+
+// Tick ends the holds whose request is over (idle), or that reached
+// MaxHold or the share's end.
+func (g *RequestGate) Tick() {
+	pol := g.Procs.Policy().Gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.Now()
+	for pid, h := range g.open {
+		lc := g.lcs[pid]
+		switch {
+		case lc == nil:
+			g.closeLocked(pid, "off")
+		case len(lc.syncing) == 0 && now-max(lc.last, h.since) >= pol.Idle:
+			g.closeLocked(pid, "idle")
+		case now-h.since >= pol.MaxHold:
+			g.closeLocked(pid, "max_hold")
+		}
+	}
+}
+
+// closeLocked ends pid's hold: BE held by no other hold is resumed.
+func (g *RequestGate) closeLocked(pid int, cause string) {
+	h := g.open[pid]
+	if h == nil {
+		return
+	}
+	delete(g.open, pid)
+	g.rearm = append(g.rearm, pid)
+	now := g.Now()
+	span := now - h.since
+	pol := g.Procs.Policy().Gate
+	g.refillLocked(now, pol)
+	g.tokens = min(g.capacity(pol), g.tokens+max(0, pol.MaxHold-span))
+	if g.stats.Closed == nil {
+		g.stats.Closed = map[string]uint64{}
+	}
+	g.stats.Closed[cause]++
+	g.stats.HeldSeconds += span.Seconds()
+	g.metrics.closed.WithLabelValues(cause).Inc()
+	g.metrics.heldSeconds.Add(span.Seconds())
+	if lc := g.lcs[pid]; lc != nil && cause == "idle" {
+		// The request's own span, without the idle time that ended it.
+		lc.spans = append(lc.spans, max(0, lc.last-h.since))
+		if len(lc.spans) > 16 {
+			lc.spans = lc.spans[1:]
+		}
+	}
+	if len(h.be) > 0 {
+		g.resumeLocked(pid)
+	}
+}
+
+// resumeLocked resumes the BE no open hold keeps stopped.
+func (g *RequestGate) resumeLocked(pid int) {
+	var keep []ProcRef
+	for _, o := range g.open {
+		keep = append(keep, o.be...)
+	}
+	if _, err := g.Pause.ResumeExcept(keep); err != nil {
+		g.stats.Failures++
+		g.metrics.failures.Inc()
+		g.Log.Warn("request gate: resuming BE failed; its watchdog resumes it", "lc_pid", pid, "err", err)
+	}
+}
+
+func (g *RequestGate) refillLocked(now time.Duration, pol policy.Gate) {
+	if now > g.refill {
+		g.tokens = min(g.capacity(pol), g.tokens+time.Duration(float64(now-g.refill)*pol.Share))
+		g.refill = now
+	}
+}
+
+// Stats returns what the gate did.
+func (g *RequestGate) Stats() GateStats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.stats
+	s.Mode = g.Procs.Policy().Gate.Mode
+	s.Open, s.LCs = len(g.open), len(g.lcs)
+	if s.Closed != nil {
+		s.Closed = make(map[string]uint64, len(g.stats.Closed))
+		for k, v := range g.stats.Closed {
+			s.Closed[k] = v
+		}
+	}
+	return s
+}
+
+// longRequests says whether spans (an LC's recent holds) are long enough
+// for launch gaps to cost switches: their median over four switches. With
+// fewer than four, yes: the first requests teach it.
+func longRequests(spans []time.Duration) bool {
+	if len(spans) < 4 {
+		return true
+	}
+	s := slices.Clone(spans)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2] > 4*gateSwitch
+}
+
+// sharingGPU returns the processes of bes on a GPU lc uses; a process
+// whose GPUs are not known shares with everyone.
+func sharingGPU(bes []ProcRef, lc ProcRef) []ProcRef {
+	var out []ProcRef
+	for _, b := range bes {
+		if b.PID == lc.PID {
+			continue
+		}
+		if len(b.GPUs) == 0 || len(lc.GPUs) == 0 || slices.ContainsFunc(b.GPUs, func(i int) bool { return slices.Contains(lc.GPUs, i) }) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+type gateMetrics struct {
+	held, refused, failures prometheus.Counter
+	closed                  *prometheus.CounterVec
+	heldSeconds             prometheus.Counter
+}
+
+func newGateMetrics() *gateMetrics {
+	return &gateMetrics{
+		held: prometheus.NewCounter(prometheus.CounterOpts{Name: "gpreemptd_gate_requests_total",
+			Help: "LC requests the request gate held BE for."}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "gpreemptd_gate_refused_total",
+			Help: "LC requests not held: the gate's share of GPU time was spent."}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "gpreemptd_gate_failures_total",
+			Help: "Stops or resumes of BE by the gate that failed (the watchdog resumes BE)."}),
+		closed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_gate_closed_total",
+			Help: "Gate holds ended, by cause: idle (the request ended), max_hold, exit, off, stop."}, []string{"cause"}),
+		heldSeconds: prometheus.NewCounter(prometheus.CounterOpts{Name: "gpreemptd_gate_be_held_seconds_total",
+			Help: "Time BE was held off the GPU by the gate, summed over holds."}),
+	}
+}
+
+func (m *gateMetrics) register(reg prometheus.Registerer) error {
+	var errs []error
+	for _, c := range []prometheus.Collector{m.held, m.refused, m.failures, m.closed, m.heldSeconds} {
+		errs = append(errs, reg.Register(c))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("gate metrics: %w", err)
+	}
+	return nil
+}

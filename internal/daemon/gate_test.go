@@ -1,0 +1,367 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/trace"
+)
+
+// gateProcs is a fixed set of classed processes and a policy.
+type gateProcs struct {
+	mu  sync.Mutex
+	pol *policy.Policy
+	lc  []ProcRef
+	be  []ProcRef
+}
+
+func (p *gateProcs) InClass(n class.Name) []ProcRef {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n == class.LC {
+		return slices.Clone(p.lc)
+	}
+	return slices.Clone(p.be)
+}
+
+func (p *gateProcs) Policy() *policy.Policy {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pol
+}
+
+// fakePause records what is stopped; stopErr and resumeErr make its calls
+// fail.
+type fakePause struct {
+	mu                 sync.Mutex
+	stopped            map[int]bool
+	stops, resumes     int
+	stopErr, resumeErr error
+	// during runs inside Stop (to close a hold while BE is being stopped).
+	during func()
+}
+
+func (f *fakePause) Stop(procs []ProcRef, _ time.Duration) (int, error) {
+	if f.during != nil {
+		f.during()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stops++
+	if f.stopErr != nil {
+		return 0, f.stopErr
+	}
+	n := 0
+	for _, p := range procs {
+		if !f.stopped[p.PID] {
+			f.stopped[p.PID] = true
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (f *fakePause) ResumeExcept(keep []ProcRef) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.resumes++
+	if f.resumeErr != nil {
+		return 0, f.resumeErr
+	}
+	n := 0
+	for pid := range f.stopped {
+		if !slices.ContainsFunc(keep, func(r ProcRef) bool { return r.PID == pid }) {
+			delete(f.stopped, pid)
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (f *fakePause) isStopped(pid int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stopped[pid]
+}
+
+type gateRig struct {
+	g     *RequestGate
+	procs *gateProcs
+	pause *fakePause
+	now   time.Duration
+}
+
+func gatePolicy(mode string) *policy.Policy {
+	p := &policy.Policy{Gate: policy.DefaultGate()}
+	p.Gate.Mode = mode
+	return p
+}
+
+// newGateRig: LC 10 on GPU 0; BE 20 on GPU 0, BE 21 on GPU 1, BE 22 on a
+// GPU not known.
+func newGateRig(t *testing.T, pol *policy.Policy) *gateRig {
+	t.Helper()
+	r := &gateRig{procs: &gateProcs{pol: pol,
+		lc: []ProcRef{{PID: 10, Start: 1, GPUs: []int{0}}},
+		be: []ProcRef{{PID: 20, Start: 1, GPUs: []int{0}}, {PID: 21, Start: 1, GPUs: []int{1}}, {PID: 22, Start: 1}}},
+		pause: &fakePause{stopped: map[int]bool{}}}
+	r.g = NewRequestGate(r.procs, r.pause, nil)
+	r.g.Now = func() time.Duration { return r.now }
+	r.g.followLCs(nil)
+	return r
+}
+
+func (r *gateRig) launch(pid, tid uint32) {
+	r.g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleLaunch, PID: pid, TID: tid})
+	// The loop's part: hold BE for the request that began.
+	for {
+		select {
+		case p := <-r.g.cmds:
+			r.g.hold(p)
+			continue
+		default:
+		}
+		return
+	}
+}
+
+func (r *gateRig) syncReturn(pid, tid uint32) {
+	r.g.Observe(&trace.Call{Kind: trace.CallReturn, Role: trace.RoleSync, PID: pid, TID: tid})
+}
+
+func (r *gateRig) advance(d time.Duration) {
+	r.now += d
+	r.g.Tick()
+}
+
+// A request holds the BE on its GPU (and those on no known GPU) from its
+// first launch until it has been idle for Idle; the BE on another GPU is
+// never touched.
+func TestGateHoldsBEForARequest(t *testing.T) {
+	r := newGateRig(t, gatePolicy(policy.GateOn))
+	r.launch(10, 1)
+	if !r.pause.isStopped(20) || !r.pause.isStopped(22) || r.pause.isStopped(21) {
+		t.Fatalf("stopped %v: want 20 and 22, not 21 (another GPU)", r.pause.stopped)
+	}
+	for range 50 { // a decode: launches, a sync a token, short gaps
+		r.advance(500 * time.Microsecond)
+		r.syncReturn(10, 1)
+		r.advance(500 * time.Microsecond)
+		r.launch(10, 1)
+	}
+	if r.pause.stops != 1 {
+		t.Errorf("%d stops in one request, want 1", r.pause.stops)
+	}
+	r.syncReturn(10, 1)
+	r.advance(time.Millisecond)
+	if !r.pause.isStopped(20) {
+		t.Fatal("resumed before the idle time")
+	}
+	r.advance(time.Millisecond)
+	if r.pause.isStopped(20) || r.pause.isStopped(22) {
+		t.Fatalf("still stopped %v after the request ended", r.pause.stopped)
+	}
+	s := r.g.Stats()
+	if s.Held != 1 || s.Closed["idle"] != 1 || s.Open != 0 || s.BEStopped != 2 || s.HeldSeconds < 0.05 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+func (r *gateRig) syncEnter(pid, tid uint32) {
+	r.g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleSync, PID: pid, TID: tid})
+}
+
+// A thread waiting in a synchronize keeps the request open, however long
+// the GPU takes; the request ends Idle after the last thread returned.
+func TestGateWaitsForSynchronize(t *testing.T) {
+	r := newGateRig(t, gatePolicy(policy.GateOn))
+	r.launch(10, 1)
+	r.syncEnter(10, 1)
+	r.syncEnter(10, 2)
+	r.syncReturn(10, 1)
+	r.advance(10 * time.Millisecond)
+	if !r.pause.isStopped(20) {
+		t.Fatal("resumed while a thread waited for the GPU")
+	}
+	r.syncReturn(10, 2)
+	r.advance(time.Millisecond)
+	if !r.pause.isStopped(20) {
+		t.Fatal("resumed before the idle time")
+	}
+	r.advance(2 * time.Millisecond)
+	if r.pause.isStopped(20) {
+		t.Fatal("not resumed after the last thread returned")
+	}
+}
+
+// BE is back within a bound in every way a request can go wrong.
+func TestGateAlwaysResumes(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		run   func(r *gateRig)
+		cause string
+	}{
+		{"LC killed mid-request", func(r *gateRig) { r.g.Observe(&trace.TaskExit{PID: 10}) }, "exit"},
+		{"LC waits for the GPU past MaxHold", func(r *gateRig) { r.syncEnter(10, 1); r.advance(policy.DefaultGateMaxHold) }, "max_hold"},
+		{"policy turns the gate off", func(r *gateRig) {
+			r.procs.mu.Lock()
+			r.procs.pol = gatePolicy(policy.GateOff)
+			r.procs.mu.Unlock()
+			r.g.followLCs(nil)
+		}, "off"},
+		{"LC leaves class lc", func(r *gateRig) {
+			r.procs.mu.Lock()
+			r.procs.lc = nil
+			r.procs.mu.Unlock()
+			r.g.followLCs(nil)
+		}, "off"},
+		{"daemon stops", func(r *gateRig) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			r.g.Run(ctx, nil)
+		}, "stop"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newGateRig(t, gatePolicy(policy.GateOn))
+			r.launch(10, 1)
+			if !r.pause.isStopped(20) {
+				t.Fatal("not held")
+			}
+			tc.run(r)
+			if r.pause.isStopped(20) || r.pause.isStopped(22) {
+				t.Errorf("BE still stopped: %v", r.pause.stopped)
+			}
+			if s := r.g.Stats(); s.Closed[tc.cause] != 1 || s.Open != 0 {
+				t.Errorf("stats %+v: want one hold closed by %s", s, tc.cause)
+			}
+		})
+	}
+}
+
+// A failed resume is counted and the hold ends: the pauser's watchdog
+// resumes BE at MaxHold plus a margin (TestWatchdogResumesAtItsDeadline).
+// A failed stop is counted and holds nothing.
+func TestGatePauseFailures(t *testing.T) {
+	r := newGateRig(t, gatePolicy(policy.GateOn))
+	r.pause.stopErr = errors.New("no")
+	r.launch(10, 1)
+	r.syncReturn(10, 1)
+	r.advance(3 * time.Millisecond)
+	r.pause.stopErr = nil
+	r.pause.resumeErr = errors.New("no")
+	r.launch(10, 1)
+	r.syncReturn(10, 1)
+	r.advance(3 * time.Millisecond)
+	if s := r.g.Stats(); s.Failures != 2 || s.Open != 0 || s.Closed["idle"] != 2 {
+		t.Errorf("stats %+v: want 2 failures, both holds closed", s)
+	}
+}
+
+// A request that ends while BE is being stopped still resumes it.
+func TestGateEndsWhileStopping(t *testing.T) {
+	r := newGateRig(t, gatePolicy(policy.GateOn))
+	r.pause.during = func() { r.g.Observe(&trace.TaskExit{PID: 10}) }
+	r.launch(10, 1)
+	if r.pause.isStopped(20) {
+		t.Fatal("BE left stopped by a hold that ended during its stop")
+	}
+}
+
+// The share of GPU time is a budget: a request past it holds nothing.
+func TestGateShare(t *testing.T) {
+	pol := gatePolicy(policy.GateOn)
+	pol.Gate.Share, pol.Gate.MaxHold = 0.05, time.Second // 1 s over 20 s: one reservation
+	r := newGateRig(t, pol)
+	r.procs.lc = append(r.procs.lc, ProcRef{PID: 11, Start: 1, GPUs: []int{0}})
+	r.g.followLCs(nil)
+	r.launch(10, 1)
+	r.launch(11, 1)
+	if s := r.g.Stats(); s.Held != 1 || s.Refused != 1 {
+		t.Fatalf("stats %+v: want one held, one refused", s)
+	}
+	// The first ends after 100 ms: 900 ms come back, and 100 ms refill
+	// over 2 s at 0.05.
+	r.advance(100 * time.Millisecond)
+	r.syncReturn(10, 1)
+	r.advance(3 * time.Millisecond)
+	r.advance(2 * time.Second)
+	r.launch(11, 1)
+	if s := r.g.Stats(); s.Held != 2 {
+		t.Errorf("stats %+v: the unused part of a hold was not given back", s)
+	}
+}
+
+// Auto holds an LC whose requests are long, and not one whose requests
+// take a few switches.
+func TestGateAuto(t *testing.T) {
+	r := newGateRig(t, gatePolicy(policy.GateAuto))
+	for range 4 {
+		r.launch(10, 1)
+		r.advance(200 * time.Microsecond)
+		r.syncReturn(10, 1)
+		r.advance(3 * time.Millisecond)
+	}
+	r.launch(10, 1)
+	if s := r.g.Stats(); s.Held != 4 || s.Skipped != 1 || r.pause.isStopped(20) {
+		t.Errorf("stats %+v: short requests are still held", s)
+	}
+}
+
+// With the real pauser and a real process: the BE is stopped for the
+// request and running again when the LC is killed mid-request.
+func TestGateRealPauser(t *testing.T) {
+	be := sleeper(t)
+	be.GPUs = []int{0}
+	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []ProcRef{{PID: 10, Start: 1, GPUs: []int{0}}}, be: []ProcRef{be}}
+	g := NewRequestGate(procs, &Pauser{}, nil)
+	g.followLCs(nil)
+	g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleLaunch, PID: 10, TID: 1})
+	g.hold(<-g.cmds)
+	waitState(t, be.PID, true)
+	g.Observe(&trace.TaskExit{PID: 10})
+	waitState(t, be.PID, false)
+}
+
+// Run's loop holds BE for a request that began, turns the LC's launch
+// probes off for the request and back on once it ended.
+func TestGateRunArmsLaunchProbes(t *testing.T) {
+	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []ProcRef{{PID: 10, Start: 1}}, be: []ProcRef{{PID: 20, Start: 1}}}
+	pause := &fakePause{stopped: map[int]bool{}}
+	g := NewRequestGate(procs, pause, nil)
+	var now atomic.Int64
+	g.Now = func() time.Duration { return time.Duration(now.Load()) }
+	arms := make(chan bool, 16)
+	g.Arm = func(pid int, on bool) {
+		if pid == 10 {
+			arms <- on
+		}
+	}
+	g.followLCs(nil) // before the first event, as Run does before its loop
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.Run(ctx, nil) }()
+	g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleLaunch, PID: 10, TID: 1})
+	if on := <-arms; on {
+		t.Fatal("launch probes turned on at a request's start")
+	}
+	if !pause.isStopped(20) {
+		t.Fatal("BE not held")
+	}
+	g.Observe(&trace.Call{Kind: trace.CallReturn, Role: trace.RoleSync, PID: 10, TID: 1})
+	now.Add(int64(time.Second))
+	if on := <-arms; !on {
+		t.Fatal("launch probes not turned back on at the request's end")
+	}
+	if pause.isStopped(20) {
+		t.Fatal("BE still held")
+	}
+	cancel()
+	<-done
+}

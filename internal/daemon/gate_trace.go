@@ -1,0 +1,162 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/gpreempt/gpreempt/internal/trace"
+)
+
+// gateTracer attaches uprobes on libcuda's launch and synchronize
+// functions to the LC processes the request gate follows, one process at
+// a time (a BE launching 20,000 kernels a second is never traced), and
+// feeds what they report to the gate. Launches and synchronizations are
+// two tracers: a followed LC's launch probes are attached only between
+// its requests (arm), where the first launch is the one that matters. The
+// tracers are opened at the first LC to follow, so a policy with the gate
+// off costs nothing.
+type gateTracer struct {
+	ctx  context.Context
+	gate *RequestGate
+	log  *slog.Logger
+	// Library finds the libcuda a process has mapped (default
+	// mappedLibCUDA).
+	Library func(pid int) (string, error)
+
+	mu       sync.Mutex
+	syncs    *trace.Tracer // synchronize probes, while followed
+	launches *trace.Tracer // launch probes, while armed
+	done     sync.WaitGroup
+	attached map[string]ProcRef // procKey -> the process
+	libs     map[int]string     // pid -> its libcuda
+	armed    map[int]bool
+	failed   error // opening the tracers failed: not retried
+}
+
+func newGateTracer(ctx context.Context, g *RequestGate, log *slog.Logger) *gateTracer {
+	return &gateTracer{ctx: ctx, gate: g, log: log, attached: map[string]ProcRef{}, libs: map[int]string{}, armed: map[int]bool{}}
+}
+
+// follow attaches the processes of lcs not traced yet and detaches the
+// others.
+func (t *gateTracer) follow(lcs []ProcRef) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.syncs == nil && len(lcs) > 0 && t.failed == nil {
+		if err := t.open(); err != nil {
+			t.failed = err
+			t.log.Error("request gate: cannot trace LC processes; the gate holds nothing", "err", err)
+		}
+	}
+	want := map[string]ProcRef{}
+	for _, p := range lcs {
+		want[procKey(p)] = p
+	}
+	for k, p := range t.attached {
+		if _, ok := want[k]; !ok {
+			t.syncs.DetachProcess(p.PID)
+			if t.armed[p.PID] {
+				t.launches.DetachProcess(p.PID)
+			}
+			delete(t.attached, k)
+			delete(t.libs, p.PID)
+			delete(t.armed, p.PID)
+		}
+	}
+	if t.syncs == nil {
+		return
+	}
+	find := t.Library
+	if find == nil {
+		find = mappedLibCUDA
+	}
+	for k, p := range want {
+		if _, ok := t.attached[k]; ok {
+			continue
+		}
+		lib, err := find(p.PID)
+		if err == nil {
+			err = t.syncs.AttachProcess(p.PID, lib)
+		}
+		if err == nil {
+			if err = t.launches.AttachProcess(p.PID, lib); err != nil {
+				t.syncs.DetachProcess(p.PID)
+			}
+		}
+		if err != nil {
+			t.log.Warn("request gate: not tracing an LC process", "pid", p.PID, "comm", p.Comm, "err", err)
+			continue
+		}
+		t.attached[k], t.libs[p.PID], t.armed[p.PID] = p, lib, true
+		t.log.Info("request gate: following an LC process", "pid", p.PID, "comm", p.Comm, "libcuda", lib)
+	}
+}
+
+// arm attaches pid's launch probes (on) or detaches them.
+func (t *gateTracer) arm(pid int, on bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lib, ok := t.libs[pid]
+	if !ok || t.launches == nil || t.armed[pid] == on {
+		return
+	}
+	if !on {
+		t.launches.DetachProcess(pid)
+		t.armed[pid] = false
+		return
+	}
+	if err := t.launches.AttachProcess(pid, lib); err != nil {
+		t.log.Warn("request gate: re-arming an LC's launch probes", "pid", pid, "err", err)
+		return
+	}
+	t.armed[pid] = true
+}
+
+func (t *gateTracer) open() error {
+	openOne := func(role trace.Role, syms []string) (*trace.Tracer, error) {
+		var probes []trace.Probe
+		for _, s := range syms {
+			probes = append(probes, trace.Probe{Symbol: s, Role: role})
+		}
+		tr, err := trace.Open(t.ctx, trace.Options{Probes: probes, PerProcess: true, MountTracefs: true, Buffer: 1 << 14, Logger: t.log})
+		if err != nil {
+			return nil, fmt.Errorf("request gate tracing (%v): %w", role, err)
+		}
+		t.done.Go(func() {
+			for ev := range tr.Events() {
+				t.gate.Observe(ev)
+			}
+		})
+		return tr, nil
+	}
+	var err error
+	if t.syncs, err = openOne(trace.RoleSync, trace.DefaultSyncSymbols); err != nil {
+		return err
+	}
+	if t.launches, err = openOne(trace.RoleLaunch, trace.DefaultLaunchSymbols); err != nil {
+		t.syncs.Stop()
+		t.done.Wait()
+		t.syncs.Close()
+		t.syncs = nil
+		return err
+	}
+	return nil
+}
+
+// close detaches everything.
+func (t *gateTracer) close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.syncs == nil {
+		return nil
+	}
+	t.syncs.Stop()
+	t.launches.Stop()
+	t.done.Wait()
+	err := errors.Join(t.syncs.Close(), t.launches.Close())
+	t.syncs, t.launches = nil, nil
+	return err
+}
