@@ -38,12 +38,12 @@ try:
   r=json.loads(t); print("smoke '"$f"'", [round(s["latency_ns"]/1e6,1) for s in r["samples"]], "ms; ttft", [round(s["ttft_ns"]/1e6,1) for s in r["samples"]])
 except Exception: print(t[-3000:])' | tee -a "$OUT/summary.md"
       done ;;
-    llm)   run llm --scenarios llm-standalone,llm-defaults,llm-be-1us,llm-be-1ms,llm-gate-defaults,llm-be-only \
+    llm)   run llm --scenarios ${LLM_SCENARIOS:-llm-standalone,llm-defaults,llm-be-1us,llm-gate-defaults,llm-be-only} \
              --duration "${LLM_DURATION:-12s}" --repeat "$R" ;;
-    graph) run graph --scenarios llm-graph-standalone,llm-graph-defaults,llm-graph-be-1us,llm-graph-gate-defaults,llm-graph-be-only \
+    graph) run graph --scenarios llm-graph-standalone,llm-graph-defaults,llm-graph-gate-defaults,llm-graph-be-only \
              --duration "${LLM_DURATION:-12s}" --repeat "${GRAPH_REPEAT:-3}" ;;
     eager) run eager --scenarios pytorch-eager-standalone,pytorch-eager-be-1ms,pytorch-eager-gate-defaults,pytorch-eager-be-only \
-             --duration 8s --repeat "$R" ;;
+             --duration 8s --repeat "${EAGER_REPEAT:-$R}" ;;
     synth) run synth --scenarios standalone,prepreempt-be-1us,be-only --prep 500us --hint-launcher poller \
              --lc-calibrate-us 0 --lc-iters 2000 --duration 10s --repeat "${SYNTH_REPEAT:-3}" ;;
     dgate)
@@ -70,7 +70,7 @@ YAML
       for i in $(seq 40); do [ -S $D/d.sock ] && break; sleep 0.25; done
       run dgate --daemon-socket $D/d.sock --scenarios llm-standalone,daemon:llm-be-2ms,llm-be-only \
         --duration "${LLM_DURATION:-8s}" --repeat "${DGATE_REPEAT:-3}"
-      $C/gpreemptctl daemon status --socket $D/d.sock -o json > "$OUT/dgate/status.json" 2>&1
+      $C/gpreemptctl -o json daemon status --socket $D/d.sock > "$OUT/dgate/status.json" 2>&1
       curl -s 127.0.0.1:19480/metrics | grep gpreemptd_gate >> "$OUT/summary.md"
       kill $DPID; wait $DPID
       grep -c "request gate" $D/gpreemptd.log | sed 's/^/gate log lines: /' | tee -a "$OUT/summary.md"

@@ -71,12 +71,13 @@ type gatePauser interface {
 // gateLC is one LC process the gate follows.
 type gateLC struct {
 	ref ProcRef
-	// syncing holds the threads inside a synchronize call (the host waits
-	// for the GPU: the request goes on, however long); last is the last
-	// event seen of the process, launch or synchronize.
-	syncing map[uint32]bool
-	last    time.Duration
-	spans   []time.Duration // recent requests' spans (GateAuto)
+	// last is the last event seen of the process: a launch, or a
+	// synchronize's entry or return. A request ends Idle after it: the
+	// rule keeps no per-thread state that a lost event could leave
+	// holding BE (a thread seen entering a synchronize whose return was
+	// lost would hold it until MaxHold).
+	last  time.Duration
+	spans []time.Duration // recent requests' spans (GateAuto)
 }
 
 // gateHold is one open hold: an LC request and the BE it stopped.
@@ -148,7 +149,6 @@ func (g *RequestGate) Observe(ev trace.Event) {
 	case *trace.TaskExit:
 		if lc := g.lcs[int(e.PID)]; lc != nil {
 			g.closeLocked(int(e.PID), "exit")
-			clear(lc.syncing)
 		}
 	case *trace.Call:
 		lc := g.lcs[int(e.PID)]
@@ -156,18 +156,13 @@ func (g *RequestGate) Observe(ev trace.Event) {
 			return
 		}
 		lc.last = g.Now()
-		switch {
-		case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
+		if e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter {
 			if _, held := g.open[lc.ref.PID]; !held {
 				select {
 				case g.cmds <- lc.ref.PID:
 				default: // the loop is behind; the next launch asks again
 				}
 			}
-		case e.Role == trace.RoleSync && e.Kind == trace.CallEnter:
-			lc.syncing[e.TID] = true
-		case e.Role == trace.RoleSync && e.Kind == trace.CallReturn:
-			delete(lc.syncing, e.TID)
 		}
 	}
 }
@@ -243,7 +238,7 @@ func (g *RequestGate) followLCs(follow func([]ProcRef)) {
 		keep[r.PID] = true
 		if lc := g.lcs[r.PID]; lc == nil || lc.ref.Start != r.Start {
 			changed = true
-			g.lcs[r.PID] = &gateLC{ref: r, syncing: map[uint32]bool{}, last: g.Now()}
+			g.lcs[r.PID] = &gateLC{ref: r, last: g.Now()}
 		}
 	}
 	for pid := range g.lcs {
@@ -320,7 +315,7 @@ func (g *RequestGate) Tick() {
 		switch {
 		case lc == nil:
 			g.closeLocked(pid, "off")
-		case len(lc.syncing) == 0 && now-max(lc.last, h.since) >= pol.Idle:
+		case now-max(lc.last, h.since) >= pol.Idle:
 			g.closeLocked(pid, "idle")
 		case now-h.since >= pol.MaxHold:
 			g.closeLocked(pid, "max_hold")

@@ -100,7 +100,7 @@ type gateRig struct {
 
 func gatePolicy(mode string) *policy.Policy {
 	p := &policy.Policy{Gate: policy.DefaultGate()}
-	p.Gate.Mode = mode
+	p.Gate.Mode, p.Gate.Idle = mode, 2*time.Millisecond
 	return p
 }
 
@@ -178,26 +178,35 @@ func (r *gateRig) syncEnter(pid, tid uint32) {
 	r.g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleSync, PID: pid, TID: tid})
 }
 
-// A thread waiting in a synchronize keeps the request open, however long
-// the GPU takes; the request ends Idle after the last thread returned.
-func TestGateWaitsForSynchronize(t *testing.T) {
+// Synchronize calls keep a request open while they come within Idle
+// of each other (a decode's tokens); the request ends Idle after the last.
+func TestGateFollowsSynchronizations(t *testing.T) {
+	r := newGateRig(t, gatePolicy(policy.GateOn))
+	r.launch(10, 1)
+	for range 40 {
+		r.syncEnter(10, 1)
+		r.advance(time.Millisecond)
+		r.syncReturn(10, 1)
+		r.advance(time.Millisecond)
+	}
+	if !r.pause.isStopped(20) {
+		t.Fatal("resumed within the request, or before the idle time")
+	}
+	r.advance(time.Millisecond)
+	if r.pause.isStopped(20) {
+		t.Fatal("not resumed Idle after the last synchronization")
+	}
+}
+
+// A synchronize entered whose return is lost holds BE no longer than
+// Idle.
+func TestGateLostReturn(t *testing.T) {
 	r := newGateRig(t, gatePolicy(policy.GateOn))
 	r.launch(10, 1)
 	r.syncEnter(10, 1)
-	r.syncEnter(10, 2)
-	r.syncReturn(10, 1)
-	r.advance(10 * time.Millisecond)
-	if !r.pause.isStopped(20) {
-		t.Fatal("resumed while a thread waited for the GPU")
-	}
-	r.syncReturn(10, 2)
-	r.advance(time.Millisecond)
-	if !r.pause.isStopped(20) {
-		t.Fatal("resumed before the idle time")
-	}
 	r.advance(2 * time.Millisecond)
 	if r.pause.isStopped(20) {
-		t.Fatal("not resumed after the last thread returned")
+		t.Fatal("a lost return kept BE held")
 	}
 }
 
@@ -209,7 +218,12 @@ func TestGateAlwaysResumes(t *testing.T) {
 		cause string
 	}{
 		{"LC killed mid-request", func(r *gateRig) { r.g.Observe(&trace.TaskExit{PID: 10}) }, "exit"},
-		{"LC waits for the GPU past MaxHold", func(r *gateRig) { r.syncEnter(10, 1); r.advance(policy.DefaultGateMaxHold) }, "max_hold"},
+		{"LC synchronizes past MaxHold", func(r *gateRig) {
+			for r.now < policy.DefaultGateMaxHold {
+				r.syncReturn(10, 1)
+				r.advance(time.Millisecond)
+			}
+		}, "max_hold"},
 		{"policy turns the gate off", func(r *gateRig) {
 			r.procs.mu.Lock()
 			r.procs.pol = gatePolicy(policy.GateOff)

@@ -61,6 +61,8 @@ type watchdog struct {
 	// replaces it.
 	owed     map[int]heldProc
 	deadline time.Time
+	// reaped is closed once a released watchdog has exited.
+	reaped chan struct{}
 }
 
 // WatchdogArg, as a binary's first argument, makes it the watchdog of a
@@ -353,13 +355,16 @@ func (p *Pauser) startWatchdog(procs []ProcRef, fds []int, deadline time.Time) (
 }
 
 // release tells the watchdog BE was resumed (or, if not resumed, lets
-// it resume BE itself), and reaps it.
+// it resume BE itself), and reaps it in the background: a watchdog still
+// starting up (tens of milliseconds for this binary) must not hold up its
+// caller, the request gate's loop among them.
 func (d *watchdog) release(resumed bool) {
 	if resumed {
 		io.WriteString(d.in, "resumed\n")
 	}
 	d.in.Close()
-	d.cmd.Wait()
+	d.reaped = make(chan struct{})
+	go func() { d.cmd.Wait(); close(d.reaped) }()
 }
 
 // RunWatchdog is the watchdog of one pause: args are its deadline and the

@@ -209,7 +209,8 @@ func TestPauserRetriesFailedResume(t *testing.T) {
 				// The watchdog Stop started holds a's own pidfd: it
 				// resumes a.
 				waitState(t, a.PID, false)
-			} else if code := dog.cmd.ProcessState.ExitCode(); code != 1 {
+			} else if <-dog.reaped; dog.cmd.ProcessState.ExitCode() != 1 {
+				code := dog.cmd.ProcessState.ExitCode()
 				// Told "resumed", a watchdog exits 0; one left in charge
 				// of a tries a's SIGCONT itself, fails on /dev/null and
 				// exits 1.

@@ -18,8 +18,11 @@ type Gate struct {
 	// Mode: GateOff (default), GateOn, or GateAuto (held while the LC's
 	// recent requests are long enough for launch gaps to cost switches).
 	Mode string
-	// Idle ends a request: the LC has not launched for this long after a
-	// synchronize returned. Default 2 ms.
+	// Idle ends a request: the LC has made no launch or synchronize call
+	// for this long. Within a request only its synchronizations are traced
+	// (its launches only between requests: a uprobe on every launch costs
+	// an eager LC microseconds each), so Idle must exceed the longest gap
+	// between two of them, a decode's time per token say. Default 25 ms.
 	Idle time.Duration
 	// MaxHold bounds one request's hold: BE is resumed then, by the daemon
 	// or, if it is gone, by its watchdog. Default 2 s.
@@ -38,7 +41,7 @@ const (
 
 // Gate defaults and bounds.
 const (
-	DefaultGateIdle    = 2 * time.Millisecond
+	DefaultGateIdle    = 25 * time.Millisecond
 	DefaultGateMaxHold = 2 * time.Second
 	DefaultGateShare   = 0.5
 	minGateIdle        = 100 * time.Microsecond
