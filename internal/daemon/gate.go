@@ -72,12 +72,13 @@ type gatePauser interface {
 type gateLC struct {
 	ref ProcRef
 	// last is the last event seen of the process: a launch, or a
-	// synchronize's entry or return. A request ends Idle after it: the
-	// rule keeps no per-thread state that a lost event could leave
-	// holding BE (a thread seen entering a synchronize whose return was
-	// lost would hold it until MaxHold).
-	last  time.Duration
-	spans []time.Duration // recent requests' spans (GateAuto)
+	// synchronize's entry or return. syncing holds the threads inside a
+	// synchronize (the host waits for the GPU: a token that takes longer
+	// than Idle under contention is not the request's end), each with
+	// its entry, so that a lost return holds BE at most syncBound.
+	last    time.Duration
+	syncing map[uint32]time.Duration
+	spans   []time.Duration // recent requests' spans (GateAuto)
 }
 
 // gateHold is one open hold: an LC request and the BE it stopped.
@@ -149,6 +150,7 @@ func (g *RequestGate) Observe(ev trace.Event) {
 	case *trace.TaskExit:
 		if lc := g.lcs[int(e.PID)]; lc != nil {
 			g.closeLocked(int(e.PID), "exit")
+			clear(lc.syncing)
 		}
 	case *trace.Call:
 		lc := g.lcs[int(e.PID)]
@@ -156,13 +158,18 @@ func (g *RequestGate) Observe(ev trace.Event) {
 			return
 		}
 		lc.last = g.Now()
-		if e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter {
+		switch {
+		case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
 			if _, held := g.open[lc.ref.PID]; !held {
 				select {
 				case g.cmds <- lc.ref.PID:
 				default: // the loop is behind; the next launch asks again
 				}
 			}
+		case e.Role == trace.RoleSync && e.Kind == trace.CallEnter:
+			lc.syncing[e.TID] = lc.last
+		case e.Role == trace.RoleSync && e.Kind == trace.CallReturn:
+			delete(lc.syncing, e.TID)
 		}
 	}
 }
@@ -238,7 +245,7 @@ func (g *RequestGate) followLCs(follow func([]ProcRef)) {
 		keep[r.PID] = true
 		if lc := g.lcs[r.PID]; lc == nil || lc.ref.Start != r.Start {
 			changed = true
-			g.lcs[r.PID] = &gateLC{ref: r, last: g.Now()}
+			g.lcs[r.PID] = &gateLC{ref: r, last: g.Now(), syncing: map[uint32]time.Duration{}}
 		}
 	}
 	for pid := range g.lcs {
@@ -315,7 +322,7 @@ func (g *RequestGate) Tick() {
 		switch {
 		case lc == nil:
 			g.closeLocked(pid, "off")
-		case now-max(lc.last, h.since) >= pol.Idle:
+		case !lc.waiting(now, pol.Idle) && now-max(lc.last, h.since) >= pol.Idle:
 			g.closeLocked(pid, "idle")
 		case now-h.since >= pol.MaxHold:
 			g.closeLocked(pid, "max_hold")
@@ -389,6 +396,22 @@ func (g *RequestGate) Stats() GateStats {
 		}
 	}
 	return s
+}
+
+// syncBound is how long, in Idles, a thread inside a synchronize keeps a
+// request open without a further event: bounds what a lost return costs.
+const syncBound = 40
+
+// waiting reports whether a thread of lc waits in a synchronize (entered
+// less than syncBound Idles ago).
+func (lc *gateLC) waiting(now, idle time.Duration) bool {
+	for tid, at := range lc.syncing {
+		if now-at < syncBound*idle {
+			return true
+		}
+		delete(lc.syncing, tid)
+	}
+	return false
 }
 
 // longRequests says whether spans (an LC's recent holds) are long enough

@@ -198,15 +198,30 @@ func TestGateFollowsSynchronizations(t *testing.T) {
 	}
 }
 
-// A synchronize entered whose return is lost holds BE no longer than
-// Idle.
-func TestGateLostReturn(t *testing.T) {
+// A thread waiting in a synchronize keeps the request open past Idle
+// (a token slow under contention is not the request's end); a return
+// that is lost holds BE no longer than syncBound Idles.
+func TestGateWaitsInSynchronize(t *testing.T) {
 	r := newGateRig(t, gatePolicy(policy.GateOn))
 	r.launch(10, 1)
 	r.syncEnter(10, 1)
+	r.advance(10 * time.Millisecond)
+	if !r.pause.isStopped(20) {
+		t.Fatal("resumed while the LC waited for the GPU")
+	}
+	r.syncReturn(10, 1)
 	r.advance(2 * time.Millisecond)
 	if r.pause.isStopped(20) {
-		t.Fatal("a lost return kept BE held")
+		t.Fatal("not resumed Idle after the return")
+	}
+	r.launch(10, 1)
+	r.syncEnter(10, 1) // its return is lost
+	for range syncBound {
+		r.advance(2 * time.Millisecond)
+	}
+	r.advance(2 * time.Millisecond)
+	if r.pause.isStopped(20) {
+		t.Fatal("a lost return held BE past its bound")
 	}
 }
 

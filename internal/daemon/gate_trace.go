@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
@@ -121,7 +122,9 @@ func (t *gateTracer) open() error {
 		for _, s := range syms {
 			probes = append(probes, trace.Probe{Symbol: s, Role: role})
 		}
-		tr, err := trace.Open(t.ctx, trace.Options{Probes: probes, PerProcess: true, MountTracefs: true, Buffer: 1 << 14, Logger: t.log})
+		// Read every millisecond: a request's first launch reaches the gate
+		// a poll late, and BE runs beside the request until then.
+		tr, err := trace.Open(t.ctx, trace.Options{Probes: probes, PerProcess: true, MountTracefs: true, Buffer: 1 << 14, Poll: time.Millisecond, Logger: t.log})
 		if err != nil {
 			return nil, fmt.Errorf("request gate tracing (%v): %w", role, err)
 		}

@@ -18,11 +18,12 @@ type Gate struct {
 	// Mode: GateOff (default), GateOn, or GateAuto (held while the LC's
 	// recent requests are long enough for launch gaps to cost switches).
 	Mode string
-	// Idle ends a request: the LC has made no launch or synchronize call
-	// for this long. Within a request only its synchronizations are traced
-	// (its launches only between requests: a uprobe on every launch costs
-	// an eager LC microseconds each), so Idle must exceed the longest gap
-	// between two of them, a decode's time per token say. Default 25 ms.
+	// Idle ends a request: no thread of the LC waits in a synchronize and
+	// it has made no traced call for this long. Within a request only its
+	// synchronizations are traced (its launches only between requests: a
+	// uprobe on every launch costs an eager LC microseconds each), so Idle
+	// must exceed the longest host-side gap between a synchronize's return
+	// and the next one's entry (a decode step's launches). Default 25 ms.
 	Idle time.Duration
 	// MaxHold bounds one request's hold: BE is resumed then, by the daemon
 	// or, if it is gone, by its watchdog. Default 2 s.
