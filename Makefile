@@ -9,14 +9,27 @@ export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
 all: build
 
+# One version for every artefact: the release in internal/version/VERSION,
+# and the git revision, its time and whether the tree has changes, linked in
+# with -X so that builds under -buildvcs=false say where they came from too.
+# Outside a git checkout the revision is left unknown.
+VERSION     := $(shell cat internal/version/VERSION)
+GIT_REV     := $(shell git rev-parse HEAD 2>/dev/null)
+GIT_TIME    := $(shell git log -1 --format=%cI 2>/dev/null)
+GIT_DIRTY   := $(shell [ -z "$(GIT_REV)" ] || { [ -z "$$(git status --porcelain 2>/dev/null)" ] && echo false || echo true; })
+VERSION_PKG := github.com/gpreempt/gpreempt/internal/version
+VERSION_LDFLAGS := $(if $(GIT_REV),-X $(VERSION_PKG).revision=$(GIT_REV) -X $(VERSION_PKG).revTime=$(GIT_TIME) -X $(VERSION_PKG).modified=$(GIT_DIRTY))
+LDFLAGS     ?=
+GO_LDFLAGS  := -ldflags='$(strip $(VERSION_LDFLAGS) $(LDFLAGS))'
+
 # Each subsystem's own targets (ebpf, patches, ...) live in mk/.
 -include mk/*.mk
 
 # c-shared also writes cgo's own header (bin/libgpreempt.h): the API's
 # header is include/gpreempt.h, so that one is removed.
 build:
-	$(GO) build -o $(BIN)/ ./cmd/gpreemptctl ./cmd/gpreempt-bench ./cmd/gpreemptd
-	$(GO) build -buildmode=c-shared -o $(BIN)/libgpreempt.so ./cmd/libgpreempt
+	$(GO) build $(GO_LDFLAGS) -o $(BIN)/ ./cmd/gpreemptctl ./cmd/gpreempt-bench ./cmd/gpreemptd
+	$(GO) build $(GO_LDFLAGS) -buildmode=c-shared -o $(BIN)/libgpreempt.so ./cmd/libgpreempt
 	rm -f $(BIN)/libgpreempt.h
 
 vet:
@@ -36,7 +49,8 @@ test: vet
 	GPREEMPT_K8S_ASSETS=$$assets $(GO) run ./internal/tools/testreport -count=1 $(PKGS)
 	cd $(EXAMPLE) && $(GO) build -o /dev/null . && $(GO) vet ./...
 
-# Manual pages generated from the command definitions: gpreemptctl(8), gpreempt-bench(1).
+# Manual pages generated from the command definitions: gpreemptctl(8),
+# gpreemptd(8), gpreempt-bench(1).
 # Read one with: man $(BIN)/man/gpreemptctl.8
 man:
 	$(GO) run ./internal/tools/genman $(BIN)/man
@@ -56,7 +70,7 @@ fuzz:
 # Binaries and test binaries to carry to the GPU machine (no Go there),
 # without symbol tables: the device call carries at most 64 MiB.
 # libgpreempt.so keeps its symbols (uprobes find the hint API by name).
-CARRY_LDFLAGS ?= -s -w
+CARRY_LDFLAGS ?= -s -w $(VERSION_LDFLAGS)
 gpu-binaries: build
 	mkdir -p $(CARRY)
 	$(GO) build -ldflags='$(CARRY_LDFLAGS)' -o $(CARRY)/ ./cmd/gpreemptctl ./cmd/gpreempt-bench ./cmd/gpreemptd

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/ctl/tracecmd"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/version"
 	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
 )
@@ -36,9 +36,8 @@ type Env struct {
 	Comm func(pid int) string
 	// Stdout and Stderr receive output and diagnostics.
 	Stdout, Stderr io.Writer
-	// BuildInfo reads what the toolchain stamped into the binary;
-	// debug.ReadBuildInfo when nil.
-	BuildInfo func() (*debug.BuildInfo, bool)
+	// Version is the binary's version; version.Get when nil.
+	Version func() version.Info
 }
 
 // DefaultEnv is the real machine.
