@@ -185,11 +185,14 @@ func NewApp(env Env) *cli.App {
 					return err
 				}
 				// Labelled where something is shown of the machine: not for
-				// help, version or completion, nor trace (which has no demo).
-				if cmd := c.App.Command(c.Args().First()); cmd != nil && !slices.Contains([]string{"help", "version", "completion", "trace"}, cmd.Name) {
+				// help, version or completion, nor trace and daemon (which
+				// have no demo). The header goes to stdout only with the
+				// table it heads: a command that fails prints nothing there.
+				if cmd := c.App.Command(c.Args().First()); cmd != nil && !slices.Contains([]string{"help", "version", "completion", "trace", "daemon"}, cmd.Name) {
 					fmt.Fprint(env.Stderr, demoBanner)
 					if out == "table" {
-						fmt.Fprintln(env.Stdout, "# DEMO: a recorded H100 trace, not this machine")
+						env.Stdout = &headedWriter{w: env.Stdout, header: "# DEMO: a recorded H100 trace, not this machine\n"}
+						c.App.Writer = env.Stdout
 					}
 				}
 			}
