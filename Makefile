@@ -32,10 +32,14 @@ build:
 	$(GO) build $(GO_LDFLAGS) -buildmode=c-shared -o $(BIN)/libgpreempt.so ./cmd/libgpreempt
 	rm -f $(BIN)/libgpreempt.h
 
+# gofmt, go vet, staticcheck (pinned in go.mod's tool block), and no build
+# output (an executable, library or archive) tracked by git.
 vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
+	$(GO) run ./internal/tools/buildoutputs
 
 # What CI runs (.ci/run): gofmt check and vet, then every test. GPU tests skip without a GPU;
 # the skipped tests are listed at the end with the reason each gave. The

@@ -322,11 +322,6 @@ func (o *runOptions) validate() error {
 	return nil
 }
 
-// uses reports whether any scenario runs the given runtime's workers.
-func (o *runOptions) uses(runtime Runtime) bool {
-	return slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.Runtime == runtime })
-}
-
 // usesPython reports whether any scenario runs the Python workers.
 func (o *runOptions) usesPython() bool {
 	return slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.Runtime.Python() })

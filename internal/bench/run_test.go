@@ -92,12 +92,16 @@ func fakeWorker(role string, args []string) int {
 			select {
 			case <-sigs:
 				break loop
-			case now := <-tick.C:
+			case <-tick.C:
 				if mode == "be-crash" && len(done) > 20 {
 					return fail("simulated crash while running")
 				}
+				// The clock read now, not the tick's value: a tick
+				// received late may carry an earlier time than the one
+				// before it was sent (a loaded machine), and completion
+				// times must not go backwards.
 				if mode != "be-stall" {
-					done = append(done, monoNs(now))
+					done = append(done, monoNs(time.Now()))
 				}
 			}
 		}

@@ -104,8 +104,6 @@ func ExitCode(err error) int {
 	return ExitFailure
 }
 
-type ctxKey struct{}
-
 // runtime is the per-invocation state the commands share.
 type runtime struct {
 	env    Env
