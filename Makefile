@@ -43,14 +43,17 @@ vet:
 
 # What CI runs (.ci/run): gofmt check and vet, then every test. GPU tests skip without a GPU;
 # the skipped tests are listed at the end with the reason each gave. The
-# Kubernetes e2e runs with the others (mk/k8s.mk; K8S_E2E=0 skips it).
+# Kubernetes e2e runs with the others (mk/k8s.mk; K8S_E2E=0 skips it), and
+# so does the test of gpreemptd's image, built first (mk/image.mk;
+# IMAGE_TEST=0 skips it).
 # examples/go-lc-server is a module of its own, built as another module would
 # build against prepreempt (its replace points here).
 EXAMPLE := examples/go-lc-server
 test: vet
 	@assets=; if [ "$(K8S_E2E)" = 1 ]; then assets=$$(hack/k8s/build.sh) || { echo "test: building kube-apiserver/etcd for the Kubernetes e2e failed (K8S_E2E=0 leaves it out)"; exit 1; }; fi; \
-	echo "GPREEMPT_K8S_ASSETS=$$assets $(GO) run ./internal/tools/testreport -count=1 $(PKGS)"; \
-	GPREEMPT_K8S_ASSETS=$$assets $(GO) run ./internal/tools/testreport -count=1 $(PKGS)
+	image=; if [ "$(IMAGE_TEST)" = 1 ]; then $(MAKE) --no-print-directory image >/dev/null || { echo "test: make image failed (IMAGE_TEST=0 leaves the image test out)"; exit 1; }; image=$(IMAGE_ARCHIVE); fi; \
+	echo "GPREEMPT_K8S_ASSETS=$$assets GPREEMPT_IMAGE=$$image $(GO) run ./internal/tools/testreport -count=1 $(PKGS)"; \
+	GPREEMPT_K8S_ASSETS=$$assets GPREEMPT_IMAGE=$$image $(GO) run ./internal/tools/testreport -count=1 $(PKGS)
 	cd $(EXAMPLE) && $(GO) build -o /dev/null . && $(GO) vet ./...
 
 # Manual pages generated from the command definitions: gpreemptctl(8),
