@@ -127,7 +127,12 @@ LIBDIR     ?= $(PREFIX)/lib
 SYSCONFDIR ?= /etc
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 DOCDIR     ?= $(PREFIX)/share/doc/gpreempt
-install: build
+# The binaries are built first only where missing, so that `make build &&
+# sudo make install` needs no Go toolchain under sudo.
+INSTALLED := $(BIN)/gpreemptctl $(BIN)/gpreemptd $(BIN)/libgpreempt.so
+$(INSTALLED) &:
+	$(MAKE) build
+install: $(INSTALLED)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/gpreempt $(DESTDIR)$(DOCDIR)
 	install -m 0755 $(BIN)/gpreemptctl $(BIN)/gpreemptd $(DESTDIR)$(BINDIR)/
 	install -m 0755 $(BIN)/libgpreempt.so $(DESTDIR)$(LIBDIR)/
