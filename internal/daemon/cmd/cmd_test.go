@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpreempt/gpreempt/internal/version"
 )
 
 func TestCheckConfig(t *testing.T) {
@@ -47,5 +49,16 @@ func TestBadFlags(t *testing.T) {
 	if code := Run(context.Background(), []string{"gpreemptd", "-c", "../../../deploy/gpreemptd.yaml", "--socket", filepath.Join(dir, "s3"), "--mode", "scan", "--metrics-addr", "",
 		"--libcuda", filepath.Join(dir, "no-libcuda.so.1")}, &out, &errb); code != ExitBadConfig || !strings.Contains(errb.String(), "--libcuda") {
 		t.Errorf("--libcuda missing without --trace-requests: exit %d: %s", code, errb.String())
+	}
+}
+
+// TestVersion: gpreemptd says what every gpreempt binary says of its build.
+func TestVersion(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Run(context.Background(), []string{"gpreemptd", "--version"}, &out, &errb); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, &errb)
+	}
+	if want := "gpreemptd version " + version.Get().String() + "\n"; out.String() != want {
+		t.Errorf("--version printed %q, want %q", &out, want)
 	}
 }
