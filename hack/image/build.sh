@@ -43,7 +43,13 @@ for p in $debs; do
   f=$cache/${p}_${v//:/%3a}_$arch.deb
   [ -f "$f" ] || f=$cache/${p}_${v//:/%3a}_all.deb
   if [ ! -f "$f" ]; then
-    (cd "$cache" && apt-get download -qq -o APT::Sandbox::User=root "$p=$v" >/dev/null)
+    # Stale package lists name a version the mirror no longer has:
+    # update them once and take the new candidate.
+    if ! (cd "$cache" && apt-get download -qq -o APT::Sandbox::User=root "$p=$v" >/dev/null 2>&1); then
+      apt-get update -qq >/dev/null
+      v=$(apt-cache policy "$p" | sed -n 's/^  Candidate: //p')
+      (cd "$cache" && apt-get download -qq -o APT::Sandbox::User=root "$p=$v" >/dev/null)
+    fi
     f=$(ls "$cache"/"${p}"_"${v//:/%3a}"_*.deb | head -1)
   fi
   files+=("$f")
