@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"time"
 
@@ -118,6 +119,9 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 			}
 			d, err := daemon.New(c.Context, cfg)
 			switch {
+			case errors.Is(err, fs.ErrNotExist) && errors.Is(err, policy.ErrInvalid):
+				*code = ExitBadConfig
+				return fmt.Errorf("%w; install the example policy with `sudo make install`, or name one with --config (deploy/gpreemptd.yaml; docs/DAEMON.md)", err)
 			case errors.Is(err, policy.ErrInvalid), errors.Is(err, tsg.ErrInvalidArgument):
 				*code = ExitBadConfig
 				return err

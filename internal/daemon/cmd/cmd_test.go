@@ -62,3 +62,18 @@ func TestVersion(t *testing.T) {
 		t.Errorf("--version printed %q, want %q", &out, want)
 	}
 }
+
+// TestMissingPolicy: a daemon started without its policy file says how to
+// get one.
+func TestMissingPolicy(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), []string{"gpreemptd", "--config", filepath.Join(dir, "none.yaml"),
+		"--socket", filepath.Join(dir, "d.sock"), "--metrics-addr", "", "--nvml=false", "--mode", "scan"}, &out, &errb)
+	if code != ExitBadConfig || !strings.Contains(errb.String(), "install the example policy with `sudo make install`, or name one with --config") {
+		t.Errorf("exit %d, stderr %q", code, &errb)
+	}
+	if out.Len() > 0 {
+		t.Errorf("stdout %q", &out)
+	}
+}
