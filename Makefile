@@ -9,34 +9,55 @@ export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
 all: build
 
+# One version for every artefact: the release in internal/version/VERSION,
+# and the git revision, its time and whether the tree has changes, linked in
+# with -X so that builds under -buildvcs=false say where they came from too.
+# Outside a git checkout the revision is left unknown.
+VERSION     := $(shell cat internal/version/VERSION)
+GIT_REV     := $(shell git rev-parse HEAD 2>/dev/null)
+GIT_TIME    := $(shell git log -1 --format=%cI 2>/dev/null)
+GIT_DIRTY   := $(shell [ -z "$(GIT_REV)" ] || { [ -z "$$(git status --porcelain 2>/dev/null)" ] && echo false || echo true; })
+VERSION_PKG := github.com/gpreempt/gpreempt/internal/version
+VERSION_LDFLAGS := $(if $(GIT_REV),-X $(VERSION_PKG).revision=$(GIT_REV) -X $(VERSION_PKG).revTime=$(GIT_TIME) -X $(VERSION_PKG).modified=$(GIT_DIRTY))
+LDFLAGS     ?=
+GO_LDFLAGS  := -ldflags='$(strip $(VERSION_LDFLAGS) $(LDFLAGS))'
+
 # Each subsystem's own targets (ebpf, patches, ...) live in mk/.
 -include mk/*.mk
 
 # c-shared also writes cgo's own header (bin/libgpreempt.h): the API's
 # header is include/gpreempt.h, so that one is removed.
 build:
-	$(GO) build -o $(BIN)/ ./cmd/gpreemptctl ./cmd/gpreempt-bench ./cmd/gpreemptd
-	$(GO) build -buildmode=c-shared -o $(BIN)/libgpreempt.so ./cmd/libgpreempt
+	$(GO) build $(GO_LDFLAGS) -o $(BIN)/ ./cmd/gpreemptctl ./cmd/gpreempt-bench ./cmd/gpreemptd
+	$(GO) build $(GO_LDFLAGS) -buildmode=c-shared -o $(BIN)/libgpreempt.so ./cmd/libgpreempt
 	rm -f $(BIN)/libgpreempt.h
 
+# gofmt, go vet, staticcheck (pinned in go.mod's tool block), and no build
+# output (an executable, library or archive) tracked by git.
 vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
+	$(GO) run ./internal/tools/buildoutputs
 
 # What CI runs (.ci/run): gofmt check and vet, then every test. GPU tests skip without a GPU;
 # the skipped tests are listed at the end with the reason each gave. The
-# Kubernetes e2e runs with the others (mk/k8s.mk; K8S_E2E=0 skips it).
+# Kubernetes e2e runs with the others (mk/k8s.mk; K8S_E2E=0 skips it), and
+# so does the test of gpreemptd's image, built first (mk/image.mk;
+# IMAGE_TEST=0 skips it).
 # examples/go-lc-server is a module of its own, built as another module would
 # build against prepreempt (its replace points here).
 EXAMPLE := examples/go-lc-server
 test: vet
 	@assets=; if [ "$(K8S_E2E)" = 1 ]; then assets=$$(hack/k8s/build.sh) || { echo "test: building kube-apiserver/etcd for the Kubernetes e2e failed (K8S_E2E=0 leaves it out)"; exit 1; }; fi; \
-	echo "GPREEMPT_K8S_ASSETS=$$assets $(GO) run ./internal/tools/testreport -count=1 $(PKGS)"; \
-	GPREEMPT_K8S_ASSETS=$$assets $(GO) run ./internal/tools/testreport -count=1 $(PKGS)
+	image=; if [ "$(IMAGE_TEST)" = 1 ]; then $(MAKE) --no-print-directory image >/dev/null || { echo "test: make image failed (IMAGE_TEST=0 leaves the image test out)"; exit 1; }; image=$(IMAGE_ARCHIVE); fi; \
+	echo "GPREEMPT_K8S_ASSETS=$$assets GPREEMPT_IMAGE=$$image $(GO) run ./internal/tools/testreport -count=1 $(PKGS)"; \
+	GPREEMPT_K8S_ASSETS=$$assets GPREEMPT_IMAGE=$$image $(GO) run ./internal/tools/testreport -count=1 $(PKGS)
 	cd $(EXAMPLE) && $(GO) build -o /dev/null . && $(GO) vet ./...
 
-# Manual pages generated from the command definitions: gpreemptctl(8), gpreempt-bench(1).
+# Manual pages generated from the command definitions: gpreemptctl(8),
+# gpreemptd(8), gpreempt-bench(1).
 # Read one with: man $(BIN)/man/gpreemptctl.8
 man:
 	$(GO) run ./internal/tools/genman $(BIN)/man
@@ -56,7 +77,7 @@ fuzz:
 # Binaries and test binaries to carry to the GPU machine (no Go there),
 # without symbol tables: the device call carries at most 64 MiB.
 # libgpreempt.so keeps its symbols (uprobes find the hint API by name).
-CARRY_LDFLAGS ?= -s -w
+CARRY_LDFLAGS ?= -s -w $(VERSION_LDFLAGS)
 gpu-binaries: build
 	mkdir -p $(CARRY)
 	$(GO) build -ldflags='$(CARRY_LDFLAGS)' -o $(CARRY)/ ./cmd/gpreemptctl ./cmd/gpreempt-bench ./cmd/gpreemptd
@@ -106,7 +127,12 @@ LIBDIR     ?= $(PREFIX)/lib
 SYSCONFDIR ?= /etc
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 DOCDIR     ?= $(PREFIX)/share/doc/gpreempt
-install: build
+# The binaries are built first only where missing, so that `make build &&
+# sudo make install` needs no Go toolchain under sudo.
+INSTALLED := $(BIN)/gpreemptctl $(BIN)/gpreemptd $(BIN)/libgpreempt.so
+$(INSTALLED) &:
+	$(MAKE) build
+install: $(INSTALLED)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/gpreempt $(DESTDIR)$(DOCDIR)
 	install -m 0755 $(BIN)/gpreemptctl $(BIN)/gpreemptd $(DESTDIR)$(BINDIR)/
 	install -m 0755 $(BIN)/libgpreempt.so $(DESTDIR)$(LIBDIR)/

@@ -111,6 +111,11 @@ int gpreempt_window_json(char *buf, size_t len);
  * when not initialised. */
 int gpreempt_set_prepreempt(int on);
 
+/* libgpreempt's version, as gpreemptctl version prints it:
+ * "0.1.0 (revision 194bf34c..., modified)". Valid for the life of the
+ * process; needs no gpreempt_init. */
+char *gpreempt_version(void);
+
 /* The message of the last error in the calling thread (valid until that
  * thread's next failing call). */
 char *gpreempt_last_error(void);

@@ -14,14 +14,15 @@ SUDO           ?= $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 .PHONY: deps ebpf-generate ebpf-check
 
 # Installs the toolchain with apt-get, only what is missing: a no-op (and
-# silent) once everything is there.
+# silent) once everything is there. IMAGE_DEPS (mk/image.mk) are the tools
+# the image test unpacks and reads the image with.
 deps:
 	@if ! command -v dpkg-query >/dev/null; then \
 	  command -v clang >/dev/null || { echo "deps: not a Debian system: install $(EBPF_DEPS) by hand"; exit 1; }; \
 	  exit 0; \
 	fi; \
 	missing=; \
-	for p in $(EBPF_DEPS); do \
+	for p in $(EBPF_DEPS) $(IMAGE_DEPS); do \
 	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed$$' || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \

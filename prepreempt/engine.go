@@ -2,7 +2,7 @@
 // resident on the GPU before the request's kernels arrive, hiding the
 // ~170 us switch from best-effort work (docs/PREPREEMPT.md).
 //
-// The recipe, measured on an H100 (GPU-FACTS.md): when the request's
+// The recipe, measured on an H100 (docs/GPU-FACTS.md): when the request's
 // CPU-side preparation is about to end, launch a one-thread spinner that
 // polls a flag AND an empty kernel behind it on the same stream, so the LC
 // channel group has pending work and stays resident; the app then launches

@@ -346,9 +346,18 @@ func testConcurrentRequests(t *testing.T, launcher Launcher) {
 	}
 	wg.Wait()
 	s := waitStats(t, e, func(s Stats) bool { return len(e.free) == 8 })
-	if got := s.Early + s.Late + s.Cancelled + s.Dropped + s.Throttled + s.Expired; got != 64 {
-		t.Errorf("outcomes add up to %d of 64 hints: %+v", got, s)
+	// Every hint has exactly one outcome. Which one depends on the
+	// scheduler (a class whose holds ran long may be skipped for no
+	// benefit), so only the sum is fixed.
+	if got := outcomes(s); got != 64 || s.Hints != 64 {
+		t.Errorf("outcomes add up to %d of %d hints, want 64: %+v", got, s.Hints, s)
 	}
+}
+
+// outcomes is the number of hints that reached an outcome: each hint is
+// counted once, in exactly one of these.
+func outcomes(s Stats) uint64 {
+	return s.Early + s.Late + s.Cancelled + s.Dropped + s.Throttled + s.Expired + s.SkippedNoBenefit + s.SkippedByDaemon
 }
 
 func TestPredictorUsesHistoryLowQuantile(t *testing.T) {

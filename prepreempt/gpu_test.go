@@ -47,9 +47,11 @@ func TestGPUEngine(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	s := e.Stats()
-	t.Logf("backend %s: %d hints, %d early, %d late, %d cancelled, %d expired; switch estimate %v; offset %d ns",
-		s.Backend, s.Hints, s.Early, s.Late, s.Cancelled, s.Expired, time.Duration(s.SwitchEstimateNs), e.clock.get())
-	if s.Hints != 50 || s.Early+s.Late+s.Cancelled != 50 || s.Expired != 0 {
+	t.Logf("backend %s: %d hints, %d early, %d late, %d cancelled, %d expired, %d skipped for no benefit; switch estimate %v; offset %d ns",
+		s.Backend, s.Hints, s.Early, s.Late, s.Cancelled, s.Expired, s.SkippedNoBenefit, time.Duration(s.SwitchEstimateNs), e.clock.get())
+	// A hold that ran long may have the class skipped for no benefit
+	// (the machine's timing decides): an outcome like the others.
+	if s.Hints != 50 || s.Early+s.Late+s.Cancelled+s.SkippedNoBenefit != 50 || s.Expired != 0 {
 		t.Errorf("stats %+v", s)
 	}
 	if len(s.HeldSamples) == 0 {

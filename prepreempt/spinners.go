@@ -62,7 +62,7 @@ func (g *cudaSpinners) launch(s *slot) error {
 	}
 	// The empty kernel keeps the channel group's pushbuffer non-empty while
 	// the spinner runs: without pending work a resident group is switched
-	// out after the waiting group's timeslice (GPU-FACTS.md).
+	// out after the waiting group's timeslice (docs/GPU-FACTS.md).
 	if err := g.k.Empty.Launch(one, one, 0, stream); err != nil {
 		return fmt.Errorf("launch pending kernel: %w", err)
 	}

@@ -137,7 +137,7 @@ func TestGPUDiscoverAndControl(t *testing.T) {
 		}
 	}
 	// One context: the compute TSG at libcuda's 2048 us and three copy
-	// TSGs at RM's default 1024 us (GPU-FACTS.md).
+	// TSGs at RM's default 1024 us (docs/GPU-FACTS.md).
 	if len(compute) < 1 || compute[0].Timeslice != 2048 {
 		t.Fatalf("compute groups %+v, want one at 2048 us", compute)
 	}

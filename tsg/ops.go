@@ -390,10 +390,11 @@ func (g *Group) refresh() error {
 	var status *ioctl.StatusError
 	switch {
 	case err == nil:
-		g.Interleave = l
+		g.Interleave, g.InterleaveSetOnly = l, false
 	case errors.As(err, &status):
 		// Not reported (GSP-RM): keep what this process last set, or
 		// LevelUnknown from discovery.
+		g.InterleaveSetOnly = g.Interleave != LevelUnknown
 	default:
 		return fmt.Errorf("group %v: get interleave level: %w", g.Handle, err)
 	}

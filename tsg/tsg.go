@@ -143,6 +143,10 @@ type Group struct {
 	Channels   int    `json:"channels"`
 	Timeslice  Micros `json:"timeslice_us"`
 	Interleave Level  `json:"interleave"`
+	// InterleaveSetOnly: the driver does not report the level (GSP-RM
+	// refuses GET_INTERLEAVE_LEVEL), and Interleave is what this Process
+	// last set, not a read-back.
+	InterleaveSetOnly bool `json:"interleave_set_only,omitempty"`
 	// GPUID is RM's id of the GPU the group runs on (the gpuId of
 	// NV0000_CTRL_CMD_GPU_GET_ID_INFO; nvidia-smi -q shows the same GPU by
 	// its PCI address), 0 where the source cannot tell: the escape

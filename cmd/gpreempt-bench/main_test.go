@@ -1,13 +1,31 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"strings"
 	"testing"
 
 	"github.com/gpreempt/gpreempt/internal/bench"
+	"github.com/gpreempt/gpreempt/internal/version"
 )
+
+// TestVersion: the version command and --version print what every gpreempt
+// binary says of its build.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		var out bytes.Buffer
+		app := newApp()
+		app.Writer, app.ErrWriter = &out, io.Discard
+		if err := app.RunContext(context.Background(), append([]string{"gpreempt-bench"}, args...)); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if want := "gpreempt-bench version " + version.Get().String() + "\n"; out.String() != want {
+			t.Errorf("%v printed %q, want %q", args, &out, want)
+		}
+	}
+}
 
 func TestLogLevel(t *testing.T) {
 	tests := []struct {

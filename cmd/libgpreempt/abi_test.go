@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/version"
 	"github.com/gpreempt/gpreempt/prepreempt"
 )
 
@@ -57,6 +58,7 @@ int main(void) {
 	for (long i = 0; i < 2; i++) pthread_create(&th[i], NULL, fail_and_read, (void *)i);
 	for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
 	if (thread_ok[0] && thread_ok[1]) puts("per-thread: ok");
+	printf("version: %s\n", gpreempt_version());
 	if (gpreempt_set_prepreempt(0) == 0) { puts("set_prepreempt without init succeeded"); return 1; }
 	printf("set-before-init: %s\n", gpreempt_last_error());
 	char win[GPREEMPT_WINDOW_JSON_MAX];
@@ -105,6 +107,7 @@ int main(void) {
 	}
 	for _, want := range []string{
 		"per-thread: ok",
+		"version: " + version.Release() + " (revision ",
 		"before-init: gpreempt_hint: not initialised",
 		"set-before-init: gpreempt_set_prepreempt: not initialised",
 		"window-before-init: gpreempt_window_json: not initialised",
@@ -221,6 +224,7 @@ func TestPythonWrapper(t *testing.T) {
 	lib := buildLibrary(t)
 	script := `
 import json, sys, gpreempt
+print("versions:", gpreempt.__version__, "|", gpreempt.library_version(sys.argv[1]))
 try:
     gpreempt.Engine(launcher="threads", lib=sys.argv[1])
     print("bad launcher accepted"); sys.exit(1)
@@ -300,6 +304,7 @@ with eng:
 		"missing-lib: libgpreempt.so not found (set GPREEMPT_LIB): /nonexistent/libgpreempt.so",
 		"long-hold: max_hold_us 60000000: want 0 (default) to 250000",
 		"context-manager shutdowns: 1",
+		"versions: " + version.Release() + " | " + version.Release() + " (revision ",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("wrapper output lacks %q:\n%s", want, text)

@@ -38,6 +38,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gpreempt/gpreempt/internal/version"
 	"github.com/gpreempt/gpreempt/prepreempt"
 )
 
@@ -284,6 +285,13 @@ func gpreempt_set_prepreempt(on C.int) C.int {
 	e.SetPrepreempt(on != 0)
 	return 0
 }
+
+// versionString is made once and never freed: gpreempt.h promises a string
+// valid for the life of the process.
+var versionString = sync.OnceValue(func() *C.char { return C.CString(version.Get().String()) })
+
+//export gpreempt_version
+func gpreempt_version() *C.char { return versionString() }
 
 //export gpreempt_last_error
 func gpreempt_last_error() *C.char { return C.gp_get_error() }

@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gpreempt/gpreempt/internal/cliutil"
+	"github.com/gpreempt/gpreempt/internal/version"
 )
 
 // Exit codes of gpreempt-bench, set by main from the error.
@@ -34,7 +35,7 @@ var deviceFlag = &cli.IntFlag{Name: "device", Usage: "CUDA device ordinal", EnvV
 
 // NewApp builds the gpreempt-bench application.
 func NewApp() *cli.App {
-	return newApp([]*cli.Command{runCommand, compareCommand, beCommand, lcCommand})
+	return newApp([]*cli.Command{runCommand, compareCommand, beCommand, lcCommand, versionCommand})
 }
 
 // newApp is gpreempt-bench over cmds. Usage errors are gpreemptctl's: the
@@ -43,8 +44,9 @@ func NewApp() *cli.App {
 // refused.
 func newApp(cmds []*cli.Command) *cli.App {
 	app := &cli.App{
-		Name:  "gpreempt-bench",
-		Usage: "measure LC latency and BE throughput on a shared GPU, with and without gpreempt",
+		Name:    "gpreempt-bench",
+		Usage:   "measure LC latency and BE throughput on a shared GPU, with and without gpreempt",
+		Version: version.Get().String(),
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error (logs go to stderr)", EnvVars: []string{"GPREEMPT_LOG_LEVEL"}},
 		},
@@ -57,6 +59,17 @@ func newApp(cmds []*cli.Command) *cli.App {
 	}
 	cliutil.Strict(app, ErrInvalidArgument)
 	return app
+}
+
+// versionCommand prints what --version does: the release version and the
+// revision, the same as gpreemptctl's and gpreemptd's.
+var versionCommand = &cli.Command{
+	Name:  "version",
+	Usage: "print gpreempt-bench's version and revision",
+	Action: func(c *cli.Context) error {
+		cli.VersionPrinter(c)
+		return nil
+	},
 }
 
 // logger returns the stderr logger for a command, tagged with the

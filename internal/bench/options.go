@@ -345,11 +345,6 @@ func (o *runOptions) validate() error {
 	return nil
 }
 
-// uses reports whether any scenario runs the given runtime's workers.
-func (o *runOptions) uses(runtime Runtime) bool {
-	return slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.Runtime == runtime })
-}
-
 // usesLLM reports whether any scenario runs the LLM decode worker.
 func (o *runOptions) usesLLM() bool {
 	return slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.Runtime.LLM() })

@@ -83,25 +83,32 @@ func fakeWorker(role string, args []string) int {
 
 	if role == "be" {
 		start := time.Now()
-		var done []int64
-		tick := time.NewTicker(2 * time.Millisecond)
-		defer tick.Stop()
 		dur, _ := time.ParseDuration(flags["duration"])
-	loop:
-		for time.Since(start) < dur {
-			select {
-			case <-sigs:
-				break loop
-			case now := <-tick.C:
-				if mode == "be-crash" && len(done) > 20 {
-					return fail("simulated crash while running")
-				}
-				if mode != "be-stall" {
-					done = append(done, monoNs(now))
-				}
+		// A kernel completes every 2 ms from the start, as on a GPU,
+		// whether or not this process is given a CPU meanwhile: the
+		// completion times are made from the clock when the worker ends,
+		// so a loaded machine cannot leave the BE with none in the window
+		// (nor with times that go backwards).
+		const every = 2 * time.Millisecond
+		timer := time.NewTimer(dur)
+		defer timer.Stop()
+		var crash <-chan time.Time
+		if mode == "be-crash" {
+			crash = time.After(21 * every)
+		}
+		select {
+		case <-sigs:
+		case <-timer.C:
+		case <-crash:
+			return fail("simulated crash while running")
+		}
+		var done []int64
+		end := time.Now()
+		if mode != "be-stall" {
+			for t := start.Add(every); !t.After(end); t = t.Add(every) {
+				done = append(done, monoNs(t))
 			}
 		}
-		end := time.Now()
 		r := &BEResult{Schema: SchemaVersion, Worker: "fake be", PID: os.Getpid(), Unit: "kernels",
 			Kernels: int64(len(done)), DurationS: end.Sub(start).Seconds(), KernelsPerSec: float64(len(done)) / end.Sub(start).Seconds(),
 			StartMonoNs: monoNs(start), EndMonoNs: monoNs(end), CompletionsMonoNs: done}

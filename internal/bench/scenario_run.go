@@ -225,8 +225,7 @@ func (run *scenarioRun) measureLC(ctx context.Context) error {
 			return err
 		}
 	}
-	stopSLO()
-	stopSLO = func() {}
+	stopSLO() // before reading the results; the deferred call is then a no-op
 	for i, w := range lcs {
 		var lr LCResult
 		if err := readJSON(filepath.Join(run.dir, w.label+".json"), &lr); err != nil {

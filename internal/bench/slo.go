@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
@@ -150,14 +151,16 @@ func (run *scenarioRun) startSLOPoll(ctx context.Context) func() {
 	var samples []SLOSample
 	var err error
 	go func() { defer close(done); samples, err = p.poll(ctx) }()
-	return func() {
+	// Once: the caller stops it when the LCs end and defers it for the
+	// error paths.
+	return sync.OnceFunc(func() {
 		cancel()
 		<-done
 		run.sr.SLO = samples
 		if err != nil {
 			run.r.log.Warn("gpreemptd SLO status", "err", err)
 		}
-	}
+	})
 }
 
 // beAloneLearnt reports whether gpreemptd's status st shows every BE

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/ctl/tracecmd"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/version"
 	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
 )
@@ -36,9 +36,8 @@ type Env struct {
 	Comm func(pid int) string
 	// Stdout and Stderr receive output and diagnostics.
 	Stdout, Stderr io.Writer
-	// BuildInfo reads what the toolchain stamped into the binary;
-	// debug.ReadBuildInfo when nil.
-	BuildInfo func() (*debug.BuildInfo, bool)
+	// Version is the binary's version; version.Get when nil.
+	Version func() version.Info
 }
 
 // DefaultEnv is the real machine.
@@ -104,8 +103,6 @@ func ExitCode(err error) int {
 	}
 	return ExitFailure
 }
-
-type ctxKey struct{}
 
 // runtime is the per-invocation state the commands share.
 type runtime struct {
@@ -186,11 +183,14 @@ func NewApp(env Env) *cli.App {
 					return err
 				}
 				// Labelled where something is shown of the machine: not for
-				// help, version or completion, nor trace (which has no demo).
-				if cmd := c.App.Command(c.Args().First()); cmd != nil && !slices.Contains([]string{"help", "version", "completion", "trace"}, cmd.Name) {
+				// help, version or completion, nor trace and daemon (which
+				// have no demo). The header goes to stdout only with the
+				// table it heads: a command that fails prints nothing there.
+				if cmd := c.App.Command(c.Args().First()); cmd != nil && !slices.Contains([]string{"help", "version", "completion", "trace", "daemon"}, cmd.Name) {
 					fmt.Fprint(env.Stderr, demoBanner)
 					if out == "table" {
-						fmt.Fprintln(env.Stdout, "# DEMO: a recorded H100 trace, not this machine")
+						env.Stdout = &headedWriter{w: env.Stdout, header: "# DEMO: a recorded H100 trace, not this machine\n"}
+						c.App.Writer = env.Stdout
 					}
 				}
 			}

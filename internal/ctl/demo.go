@@ -4,6 +4,7 @@ import (
 	"bytes"
 	_ "embed"
 	"fmt"
+	"io"
 	"log/slog"
 
 	"github.com/gpreempt/gpreempt/internal/gpu"
@@ -66,4 +67,22 @@ func demoEnv(env Env) (Env, error) {
 		}, nil
 	}
 	return env, nil
+}
+
+// headedWriter writes header before the first bytes written through it,
+// and nothing if nothing is.
+type headedWriter struct {
+	w      io.Writer
+	header string
+	done   bool
+}
+
+func (h *headedWriter) Write(p []byte) (int, error) {
+	if !h.done && len(p) > 0 {
+		h.done = true
+		if _, err := io.WriteString(h.w, h.header); err != nil {
+			return 0, err
+		}
+	}
+	return h.w.Write(p)
 }

@@ -43,8 +43,14 @@ func printGroups(c *cli.Context, views []processView) error {
 			if g.Engine == tsg.EngineCompute {
 				engine += " *"
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%v\t%v\t%d\t%s\t%d\t%v\t%v\n",
-				g.PID, cmdutil.OrDash(v.Comm), g.FD, g.Client, g.Handle, g.TSGID, engine, g.Channels, g.Timeslice, g.Interleave)
+			// ps shows n/a for a level the driver does not report; a
+			// command that set it shows what it set, and says so.
+			level := g.Interleave.String()
+			if g.InterleaveSetOnly {
+				level += " (set)"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%v\t%v\t%d\t%s\t%d\t%v\t%s\n",
+				g.PID, cmdutil.OrDash(v.Comm), g.FD, g.Client, g.Handle, g.TSGID, engine, g.Channels, g.Timeslice, level)
 		}
 	}
 	return tw.Flush()

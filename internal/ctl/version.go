@@ -2,26 +2,19 @@ package ctl
 
 import (
 	"fmt"
-	goruntime "runtime"
-	"runtime/debug"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
+	"github.com/gpreempt/gpreempt/internal/version"
 	"github.com/gpreempt/gpreempt/ioctl"
 )
 
-// versionInfo is what `gpreemptctl version` prints.
+// versionInfo is what `gpreemptctl version` prints: the build (the same
+// for every gpreempt binary) and the driver ABIs this one knows.
 type versionInfo struct {
-	// Version is the module's version: a tag, a pseudo-version from the
-	// VCS, or "(devel)".
-	Version  string `json:"version"`
-	Revision string `json:"revision,omitempty"`
-	Time     string `json:"revision_time,omitempty"`
-	Modified bool   `json:"modified,omitempty"`
-	Go       string `json:"go"`
-	Platform string `json:"platform"`
+	version.Info
 	// ABIs are the driver ABIs gpreempt knows, oldest first.
 	ABIs []abiView `json:"driver_abis"`
 	// Below is the first driver version no known ABI covers.
@@ -34,31 +27,14 @@ type abiView struct {
 	Note  string `json:"note,omitempty"`
 }
 
-// buildInfo reads what the Go toolchain stamped into the binary; Env.BuildInfo
-// replaces it in tests.
+// buildInfo is the binary's version (Env.Version replaces it in tests) and
+// the ABIs it knows.
 func buildInfo(env Env) versionInfo {
-	read := env.BuildInfo
-	if read == nil {
-		read = debug.ReadBuildInfo
+	get := env.Version
+	if get == nil {
+		get = version.Get
 	}
-	v := versionInfo{Version: "(unknown)", Go: goruntime.Version(), Platform: goruntime.GOOS + "/" + goruntime.GOARCH}
-	if bi, ok := read(); ok {
-		v.Version, v.Go = bi.Main.Version, bi.GoVersion
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				v.Revision = s.Value
-			case "vcs.time":
-				v.Time = s.Value
-			case "vcs.modified":
-				v.Modified = s.Value == "true"
-			case "GOOS":
-				v.Platform = s.Value + v.Platform[len(goruntime.GOOS):]
-			case "GOARCH":
-				v.Platform = v.Platform[:len(v.Platform)-len(goruntime.GOARCH)] + s.Value
-			}
-		}
-	}
+	v := versionInfo{Info: get()}
 	abis, limit := ioctl.KnownABIs()
 	for _, a := range abis {
 		av := abiView{Name: a.Name, Since: a.Since.String()}
@@ -78,16 +54,9 @@ func printVersion(c *cli.Context, env Env, json bool) error {
 		return cmdutil.WriteJSON(w, v)
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintf(tw, "gpreemptctl\t%s\n", v.Version)
-	if v.Revision != "" {
-		rev := v.Revision
-		if v.Time != "" {
-			rev += " (" + v.Time + ")"
-		}
-		if v.Modified {
-			rev += ", modified"
-		}
-		fmt.Fprintf(tw, "revision\t%s\n", rev)
+	fmt.Fprintf(tw, "gpreemptctl\t%s\n", v.Info)
+	if v.Time != "" {
+		fmt.Fprintf(tw, "revision time\t%s\n", v.Time)
 	}
 	fmt.Fprintf(tw, "go\t%s %s\n", v.Go, v.Platform)
 	for i, a := range v.ABIs {

@@ -602,14 +602,12 @@ func TestLimitListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := limitListener(inner, 2).(*limited)
-	var clients []net.Conn
 	for range 4 {
 		c, err := net.Dial("unix", sock) // queued in the backlog
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		clients = append(clients, c)
 	}
 	a, err := l.Accept()
 	if err != nil {

@@ -96,10 +96,12 @@ func (r *Registry) Do(ctx context.Context, id ProcessID, fn func(*tsg.Process) e
 }
 
 func (r *Registry) do(ctx context.Context, id ProcessID, fn func(*tsg.Process) error) (err error) {
-	comm, err := r.check(id)
-	if err != nil {
+	// Checked again after discovery, whose name is the one kept: the
+	// process may have exec'd meanwhile.
+	if _, err := r.check(id); err != nil {
 		return err
 	}
+	var comm string
 	began := r.now()
 	p, err := r.source.Discover(ctx, id.PID)
 	switch {

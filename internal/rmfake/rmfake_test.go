@@ -21,7 +21,7 @@ func TestParseRealTrace(t *testing.T) {
 	for _, a := range trace {
 		counts[a.Class]++
 	}
-	// What GPU-FACTS.md describes: two clients, four TSGs, one context
+	// What docs/GPU-FACTS.md describes: two clients, four TSGs, one context
 	// share, 8+3*4 channels, 8 compute objects, 20 copy objects.
 	want := map[uint32]int{
 		ioctl.NV01_ROOT_CLIENT:        2,

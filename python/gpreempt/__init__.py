@@ -27,7 +27,10 @@ import ctypes
 import json
 import os
 
-__all__ = ["Engine", "GpreemptError", "SKIP_LC_CLASS", "LAUNCHER_POLLER"]
+__all__ = ["Engine", "GpreemptError", "SKIP_LC_CLASS", "LAUNCHER_POLLER", "library_version"]
+
+# The release version, as in the repository's internal/version/VERSION.
+__version__ = "0.1.0"
 
 SKIP_LC_CLASS = 1
 LAUNCHER_POLLER = 2
@@ -88,12 +91,20 @@ def _load(path=None):
         lib.gpreempt_window_json.restype = ctypes.c_int
         lib.gpreempt_set_prepreempt.argtypes = [ctypes.c_int]
         lib.gpreempt_set_prepreempt.restype = ctypes.c_int
+        lib.gpreempt_version.argtypes = []
+        lib.gpreempt_version.restype = ctypes.c_char_p
         lib.gpreempt_last_error.argtypes = []
         lib.gpreempt_last_error.restype = ctypes.c_char_p
         lib.gpreempt_shutdown.argtypes = []
         lib.gpreempt_shutdown.restype = ctypes.c_int
         return lib
     raise GpreemptError("libgpreempt.so not found (set GPREEMPT_LIB): " + "; ".join(errors))
+
+
+def library_version(lib=None):
+    """The loaded libgpreempt.so's version, with its revision:
+    "0.1.0 (revision 194bf34c..., modified)"."""
+    return _load(lib).gpreempt_version().decode()
 
 
 class Request:

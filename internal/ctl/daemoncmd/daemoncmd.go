@@ -22,6 +22,14 @@ var socketFlag = &cli.StringFlag{Name: "socket", Usage: "gpreemptd's socket (def
 var Command = &cli.Command{
 	Name:  "daemon",
 	Usage: "talk to a running gpreemptd (docs/DAEMON.md)",
+	// The demo's processes are a recording: there is no daemon holding
+	// them to ask, and the real socket is not this demo's to reach.
+	Before: func(c *cli.Context) error {
+		if cmdutil.Get(c).Demo {
+			return fmt.Errorf("%w: daemon commands ask a running gpreemptd and have no demo; start gpreemptd on a GPU node (README.md, docs/DAEMON.md) and leave out --demo", cmdutil.ErrInvalidArgument)
+		}
+		return nil
+	},
 	Subcommands: []*cli.Command{
 		{Name: "status", Usage: "the daemon's mode, policy and the processes it holds", Flags: []cli.Flag{socketFlag}, Action: status},
 		{Name: "classes", Usage: "the classes, default and rules of the policy in force", Flags: []cli.Flag{socketFlag}, Action: classes},

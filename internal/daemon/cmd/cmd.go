@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/daemon"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/version"
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
@@ -25,13 +27,27 @@ const (
 	ExitAlreadyRunning = 3
 )
 
-// Version is set at link time (-X).
-var Version = "dev"
+// Version is gpreemptd's version and revision, as every gpreempt binary
+// reports them (internal/version).
+var Version = version.Get().String()
 
 // Run runs gpreemptd and returns its exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	code := ExitOK
-	app := &cli.App{
+	app := newApp(stdout, stderr, &code)
+	if err := app.RunContext(ctx, args); err != nil {
+		fmt.Fprintf(stderr, "gpreemptd: %v\n", err)
+		if code == ExitOK {
+			code = ExitFailure
+		}
+	}
+	return code
+}
+
+// newApp is gpreemptd's command line; *code receives the exit code the
+// action chose.
+func newApp(stdout, stderr io.Writer, code *int) *cli.App {
+	return &cli.App{
 		Name:      "gpreemptd",
 		Usage:     "hold a GPU scheduling policy over every CUDA process of this node",
 		Version:   Version,
@@ -63,7 +79,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if f := c.String("check-config"); f != "" {
 				p, err := policy.ParseFile(f)
 				if err != nil {
-					code = ExitBadConfig
+					*code = ExitBadConfig
 					return err
 				}
 				fmt.Fprintf(c.App.Writer, "%s: ok (%d rules, default %s)\n", f, len(p.Rules), p.Default)
@@ -71,7 +87,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
-				code = ExitBadConfig
+				*code = ExitBadConfig
 				return fmt.Errorf("--log-level %q", c.String("log-level"))
 			}
 			log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
@@ -95,44 +111,40 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			kubeStarted, err := startKube(c.Context, c, &cfg, log)
 			if err != nil {
 				if errors.Is(err, policy.ErrInvalid) {
-					code = ExitBadConfig
+					*code = ExitBadConfig
 				} else {
-					code = ExitFailure
+					*code = ExitFailure
 				}
 				return err
 			}
 			d, err := daemon.New(c.Context, cfg)
 			switch {
+			case errors.Is(err, fs.ErrNotExist) && errors.Is(err, policy.ErrInvalid):
+				*code = ExitBadConfig
+				return fmt.Errorf("%w; install the example policy with `sudo make install`, or name one with --config (deploy/gpreemptd.yaml; docs/DAEMON.md)", err)
 			case errors.Is(err, policy.ErrInvalid), errors.Is(err, tsg.ErrInvalidArgument):
-				code = ExitBadConfig
+				*code = ExitBadConfig
 				return err
 			case errors.Is(err, daemon.ErrAlreadyRunning):
-				code = ExitAlreadyRunning
+				*code = ExitAlreadyRunning
 				return err
 			case err != nil:
-				code = ExitFailure
+				*code = ExitFailure
 				return err
 			}
 			if kubeStarted != nil {
 				kubeStarted(d)
 			}
 			if err := d.Run(c.Context); err != nil {
-				code = ExitFailure
+				*code = ExitFailure
 				return err
 			}
 			return nil
 		},
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
-			code = ExitBadConfig
+			*code = ExitBadConfig
 			return err
 		},
 	}
-	if err := app.RunContext(ctx, args); err != nil {
-		fmt.Fprintf(stderr, "gpreemptd: %v\n", err)
-		if code == ExitOK {
-			code = ExitFailure
-		}
-	}
-	return code
 }

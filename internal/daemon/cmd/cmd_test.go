@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpreempt/gpreempt/internal/version"
 )
 
 func TestCheckConfig(t *testing.T) {
@@ -47,5 +49,31 @@ func TestBadFlags(t *testing.T) {
 	if code := Run(context.Background(), []string{"gpreemptd", "-c", "../../../deploy/gpreemptd.yaml", "--socket", filepath.Join(dir, "s3"), "--mode", "scan", "--metrics-addr", "",
 		"--libcuda", filepath.Join(dir, "no-libcuda.so.1")}, &out, &errb); code != ExitBadConfig || !strings.Contains(errb.String(), "--libcuda") {
 		t.Errorf("--libcuda missing without --trace-requests: exit %d: %s", code, errb.String())
+	}
+}
+
+// TestVersion: gpreemptd says what every gpreempt binary says of its build.
+func TestVersion(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Run(context.Background(), []string{"gpreemptd", "--version"}, &out, &errb); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, &errb)
+	}
+	if want := "gpreemptd version " + version.Get().String() + "\n"; out.String() != want {
+		t.Errorf("--version printed %q, want %q", &out, want)
+	}
+}
+
+// TestMissingPolicy: a daemon started without its policy file says how to
+// get one.
+func TestMissingPolicy(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), []string{"gpreemptd", "--config", filepath.Join(dir, "none.yaml"),
+		"--socket", filepath.Join(dir, "d.sock"), "--metrics-addr", "", "--nvml=false", "--mode", "scan"}, &out, &errb)
+	if code != ExitBadConfig || !strings.Contains(errb.String(), "install the example policy with `sudo make install`, or name one with --config") {
+		t.Errorf("exit %d, stderr %q", code, &errb)
+	}
+	if out.Len() > 0 {
+		t.Errorf("stdout %q", &out)
 	}
 }

@@ -1,5 +1,5 @@
-// Command genman writes the manual pages of gpreemptctl (section 8) and
-// gpreempt-bench (section 1), generated from their command definitions,
+// Command genman writes the manual pages of gpreemptctl and gpreemptd
+// (section 8) and gpreempt-bench (section 1), generated from their command definitions,
 // into the directory it is given: `make man` runs it.
 package main
 
@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/bench"
 	"github.com/gpreempt/gpreempt/internal/ctl"
+	daemoncmd "github.com/gpreempt/gpreempt/internal/daemon/cmd"
 )
 
 func main() {
@@ -35,7 +36,11 @@ func write(dir string) error {
 	if err != nil {
 		return fmt.Errorf("gpreempt-bench: %w", err)
 	}
-	for name, page := range map[string]string{"gpreemptctl.8": ctlPage, "gpreempt-bench.1": benchPage} {
+	daemonPage, err := daemoncmd.ManPage()
+	if err != nil {
+		return fmt.Errorf("gpreemptd: %w", err)
+	}
+	for name, page := range map[string]string{"gpreemptctl.8": ctlPage, "gpreemptd.8": daemonPage, "gpreempt-bench.1": benchPage} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(page), 0o644); err != nil {
 			return err
 		}

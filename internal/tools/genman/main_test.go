@@ -12,7 +12,7 @@ func TestWrite(t *testing.T) {
 	if err := write(filepath.Join(dir, "man")); err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]string{"gpreemptctl.8": `.TH gpreemptctl 8`, "gpreempt-bench.1": `.TH gpreempt-bench 1`} {
+	for name, want := range map[string]string{"gpreemptctl.8": `.TH gpreemptctl 8`, "gpreemptd.8": `.TH gpreemptd 8`, "gpreempt-bench.1": `.TH gpreempt-bench 1`} {
 		b, err := os.ReadFile(filepath.Join(dir, "man", name))
 		if err != nil {
 			t.Fatal(err)
