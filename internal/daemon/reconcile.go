@@ -62,6 +62,12 @@ type Options struct {
 	// (gpreemptd --kubernetes records it as an Event on the pod). It runs
 	// under the reconciler's lock and must not block.
 	OnClassed func(pid int, d policy.Decision, groups []GroupState)
+	// PodRecheck, when set (gpreemptd --kubernetes), says whether the
+	// process pid, in a pod, may still hold the class want it asked for
+	// (handled false: it is in no pod, and the policy's limits decide).
+	// It is asked at every reload and pod change, under the reconciler's
+	// lock, and must not block.
+	PodRecheck func(pid int, want class.Name) (handled bool, err error)
 }
 
 // Classifier decides a process's class before the policy's rules do; ok
@@ -695,6 +701,33 @@ func (r *Reconciler) holds(p *proc, spec class.Spec) (int, bool) {
 	return len(p.groups), true
 }
 
+// requestForbidden says why p may no longer hold spec, which it asked
+// for, under the running policy (or its pod's decision); "" when it may.
+// The checks are the socket's: the pod's limit for a process in a pod,
+// else the policy's request limit for its uid and cgroup, class and weight.
+func (r *Reconciler) requestForbidden(p *proc, spec class.Spec) string {
+	if r.opts.PodRecheck != nil {
+		if handled, err := r.opts.PodRecheck(p.pid, spec.Name); handled {
+			if err != nil {
+				return err.Error()
+			}
+			return ""
+		}
+	}
+	max := r.pol.MaxRequest(p.info)
+	if max == "" || !spec.Name.AtMost(max) {
+		m := string(max)
+		if m == "" {
+			m = "nothing"
+		}
+		return fmt.Sprintf("class %s is above what the policy allows uid %d in cgroup %q (%s)", spec.Name, p.info.UID, p.info.Cgroup, m)
+	}
+	if w := r.pol.MaxRequestWeight(spec.Name, max); spec.Weight > w {
+		return fmt.Sprintf("class %s: weight %d is above what the policy allows uid %d in cgroup %q (%s: weight %d at most)", spec, spec.Weight, p.info.UID, p.info.Cgroup, spec.Name, w)
+	}
+	return ""
+}
+
 // ErrForbidden marks a request the policy does not allow.
 var ErrForbidden = errors.New("forbidden")
 
@@ -913,6 +946,17 @@ func (r *Reconciler) Reclass() {
 
 func (r *Reconciler) reclassLocked() {
 	now := r.Now()
+	for _, p := range r.procs {
+		if p.override == nil {
+			continue
+		}
+		if why := r.requestForbidden(p, *p.override); why != "" {
+			// A grant lasts only while the policy (or the pod) allows
+			// it: a reload to a stricter policy takes it back.
+			r.log.Info("request revoked", "pid", p.pid, "comm", p.info.Comm, "class", p.override.String(), "why", why)
+			p.override = nil
+		}
+	}
 	for _, p := range r.procs {
 		if len(p.groups) > 0 && !p.pending {
 			p.pending, p.firstPending, p.lastSetup, p.deadline = true, now, now, now

@@ -479,6 +479,26 @@ func (a *Agent) AuthorizePeer(peerPID, targetPID int, want class.Name) (PodRef, 
 	return target, nil
 }
 
+// Recheck says whether pid, in a pod, may still hold the class want it
+// was granted over the socket, under the pod's decision now (the daemon
+// asks at every reload and pod change): nil if it may, an error wrapping
+// ErrForbidden if its pod may no longer have it. It records no Event. A
+// process in no pod is ErrNotInPod: the daemon's own limits decide.
+func (a *Agent) Recheck(pid int, want class.Name) error {
+	ref, err := a.PodOfPID(pid)
+	if err != nil {
+		return err
+	}
+	d, ok := a.Decision(ref.UID)
+	if !ok {
+		return fmt.Errorf("pod %s: %w %s", ref, ErrUnknownPod, a.opts.NodeName)
+	}
+	if !want.AtMost(d.Limit()) {
+		return fmt.Errorf("%w: pod %s may have at most %s", ErrForbidden, ref, d.Limit())
+	}
+	return nil
+}
+
 // RESTConfig returns the client configuration: the kubeconfig file when
 // one is named (or $KUBECONFIG is set), else the in-cluster service
 // account.

@@ -122,6 +122,13 @@ func KubeHook(ctx context.Context, agent *kube.Agent, cfg *daemon.Config, log *s
 		}
 		return true, err
 	}
+	cfg.Reconcile.PodRecheck = func(pid int, want class.Name) (bool, error) {
+		err := agent.Recheck(pid, want)
+		if errors.Is(err, kube.ErrNotInPod) {
+			return false, nil
+		}
+		return true, err
+	}
 	return func(d *daemon.Daemon) {
 		d.Metrics().Registry.MustRegister(kube.NewPodInfoCollector(agent, d.Reconciler().Known))
 		go func() {
