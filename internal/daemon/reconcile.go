@@ -522,7 +522,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 		r.metrics.classed.Observe(took.Seconds())
 	}
 	r.log.Info("classed", "pid", p.pid, "comm", p.info.Comm, "class", d.Spec.String(), "rule", d.Rule, "groups", n,
-		"after_setup", took.Round(time.Microsecond), "new_context", measure)
+		"after_setup", took.Round(time.Microsecond), "new_context", measure, "capped_at_request_limit", d.Capped)
 	if r.opts.OnClassed != nil && n > 0 {
 		r.opts.OnClassed(p.pid, d, states)
 	}

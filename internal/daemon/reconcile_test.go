@@ -480,7 +480,7 @@ func TestFailedClassingRetriedBounded(t *testing.T) {
 func TestRequestKeepsTheRule(t *testing.T) {
 	g := newRig(t, `
 rules:
-  - {name: ranking, match: {comm: "rank*"}, class: lc, objective: "p99<=2ms"}
+  - {name: ranking, match: {comm: "rank*"}, class: lc, objective: "p99<=2ms", trust_self_set: true}
   - {name: trainer, match: {comm: "train*"}, class: be}
 requests:
   default_max: lc
@@ -636,7 +636,7 @@ func TestForkedChildDoesNotTakeItsParentsGroups(t *testing.T) {
 // start decides, and the app takes its groups at the first scan after.
 // Without NVML the earliest start decides.
 func TestUntracedGroupsBelongToTheirMaker(t *testing.T) {
-	const pol = "default: none\nrules:\n  - {name: agent, match: {comm: agent}, class: be}\n  - {name: server, match: {comm: server}, class: lc}\n"
+	const pol = "default: none\nrules:\n  - {name: agent, match: {comm: agent}, class: be}\n  - {name: server, match: {comm: server}, class: lc, trust_self_set: true}\n"
 	tests := []struct {
 		name       string
 		nvml       bool
@@ -711,7 +711,7 @@ func TestUntracedGroupsBelongToTheirMaker(t *testing.T) {
 // rule, whatever order the scans come in; the agent holds none.
 func TestHandedFileDoesNotTakeTheGroups(t *testing.T) {
 	for _, agentFirst := range []bool{false, true} {
-		g := newRig(t, "default: none\nrules:\n  - {name: agent, match: {comm: agent}, class: be}\n  - {name: server, match: {comm: server}, class: lc}\n")
+		g := newRig(t, "default: none\nrules:\n  - {name: agent, match: {comm: agent}, class: be}\n  - {name: server, match: {comm: server}, class: lc, trust_self_set: true}\n")
 		// The agent, pid 50, started before the app (fakeInspector).
 		g.insp[50] = policy.Process{Comm: "agent", UID: 0}
 		last := g.start(100, policy.Process{Comm: "server", UID: 1000})
