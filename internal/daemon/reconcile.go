@@ -396,6 +396,12 @@ func (r *Reconciler) decideUnrequested(p *proc) policy.Decision {
 // reused, in which case the old state is dropped and a new one made).
 func (r *Reconciler) refresh(p *proc) bool {
 	info, start, err := r.inspect.Process(p.pid)
+	return r.refreshWith(p, info, start, err)
+}
+
+// refreshWith is refresh with /proc already read (by Request, outside the
+// lock).
+func (r *Reconciler) refreshWith(p *proc, info policy.Process, start uint64, err error) bool {
 	if err != nil {
 		r.log.Debug("process gone before classing", "pid", p.pid, "err", err)
 		r.drop(p.pid)
@@ -739,13 +745,17 @@ var ErrForbidden = errors.New("forbidden")
 // changes, unless the process holds spec already: its error refuses the
 // request. It returns the groups changed.
 func (r *Reconciler) Request(ctx context.Context, pid int, start uint64, spec class.Spec, admit func() error) (int, error) {
+	// /proc is read before the lock: what the asker's process costs to
+	// read (its descriptors, where NVML does not answer) must not hold up
+	// every other process's classing.
+	info, now, err := r.inspect.Process(pid)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, err := r.settingsAt(spec, r.beSlice); err != nil {
 		return 0, err
 	}
 	p := r.ensure(pid)
-	if !r.refresh(p) {
+	if !r.refreshWith(p, info, now, err) {
 		return 0, fmt.Errorf("pid %d: %w", pid, ErrGone)
 	}
 	if start != 0 && p.start != start {
