@@ -223,7 +223,7 @@ func TestNodeAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent, err := kube.NewAgent(kubernetes.NewForConfigOrDie(saCfg), kube.Options{NodeName: thisNode, Policy: policy})
+	agent, err := kube.NewAgent(kubernetes.NewForConfigOrDie(saCfg), kube.Options{NodeName: thisNode, Policy: policy, CgroupRoot: cgroups.kubeletRoot()})
 	if err != nil {
 		t.Fatal(err)
 	}
