@@ -117,7 +117,8 @@ type Agent struct {
 	// (a container started) re-classes, as its processes are known to
 	// be the pod's only once its status names them.
 	containers map[types.UID]string
-	pending    []Change
+	pending    []pendingChange
+	seq        uint64
 	wake       chan struct{}
 	changes    chan Change
 }
@@ -204,13 +205,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.factory.Start(ctx.Done())
 	defer a.factory.Shutdown()
 	for {
+		// A copy of the first change, taken under the lock: enqueue may
+		// replace it while it is being sent.
 		a.mu.Lock()
-		var next *Change
-		if len(a.pending) > 0 {
-			next = &a.pending[0]
+		var next pendingChange
+		has := len(a.pending) > 0
+		if has {
+			next = a.pending[0]
 		}
 		a.mu.Unlock()
-		if next == nil {
+		if !has {
 			select {
 			case <-ctx.Done():
 				return nil
@@ -221,13 +225,22 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case a.changes <- *next:
+		case a.changes <- next.Change:
 			a.mu.Lock()
-			a.pending = a.pending[1:]
+			if len(a.pending) > 0 && a.pending[0].seq == next.seq {
+				a.pending = a.pending[1:]
+			} // else replaced meanwhile: the newer one is sent next
 			a.mu.Unlock()
 		case <-a.wake:
 		}
 	}
+}
+
+// pendingChange is a Change not yet delivered; seq tells a replaced one
+// from the one sent.
+type pendingChange struct {
+	Change
+	seq uint64
 }
 
 // WaitForSync waits until the first list of the node's pods is in the
@@ -321,13 +334,14 @@ func (a *Agent) remove(obj any) {
 
 // enqueue adds c, replacing a pending change of the same pod. a.mu held.
 func (a *Agent) enqueue(c Change) {
+	a.seq++
 	for i := range a.pending {
 		if a.pending[i].Pod.UID == c.Pod.UID {
-			a.pending[i] = c
+			a.pending[i] = pendingChange{c, a.seq}
 			return
 		}
 	}
-	a.pending = append(a.pending, c)
+	a.pending = append(a.pending, pendingChange{c, a.seq})
 	select {
 	case a.wake <- struct{}{}:
 	default:

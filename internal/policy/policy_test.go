@@ -299,6 +299,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add(b)
 	f.Add([]byte("rules:\n  - {match: {env: {A: b}}, class_from_env: A}\n"))
+	f.Add([]byte("rules:\n  - {match: {uid: 0, comm: x}, class: none, trust_self_set: true}\n  - {match: {exe: /a}, class: lc, trust_self_set: false}\n"))
 	f.Add([]byte("classes: {be: {timeslice: 1us}}\ndefault: be:1000\n"))
 	f.Add([]byte("a: &x [*x]\n"))
 	f.Add([]byte("classes: {lc: {objective: p99<=1.15x}, be: {min_share: 0.88}}\nslo: {enabled: true, window: 1s, ladder: [1us, 1ms], safe: 200us, shared_floor: 50us, prepreempt_below: 500us, spinner_ceiling: off, calibrate: pause, pause_windows: 3}\n"))
