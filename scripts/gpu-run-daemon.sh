@@ -126,10 +126,12 @@ rules:
   - name: from-env
     match: {env: {GPREEMPT_CLASS: "*"}}
     class_from_env: GPREEMPT_CLASS
-  # the inference server is known by its name
+  # the inference server is known by its name (any process may take a
+  # name: trusted here, on a machine running only this script's workers)
   - name: lc-by-comm
     match: {comm: "lc-server"}
     class: lc
+    trust_self_set: true
   - name: churn-by-comm
     match: {comm: "churn"}
     class: be
@@ -256,7 +258,7 @@ part_must5() {
       python3 - "$W/policy.yaml" <<'PY'
 import sys
 p = sys.argv[1]; s = open(p).read()
-s = s.replace("rules:\n", "rules:\n  - name: gpu0-be\n    match: {comm: pergpu, gpu: 0}\n    class: be\n  - name: gpu1-burstable\n    match: {comm: pergpu, gpu: 1}\n    class: burstable\n", 1)
+s = s.replace("rules:\n", "rules:\n  - name: gpu0-be\n    match: {comm: pergpu, gpu: 0}\n    class: be\n  - name: gpu1-burstable\n    match: {comm: pergpu, gpu: 1}\n    class: burstable\n    trust_self_set: true\n", 1)
 open(p, "w").write(s)
 PY
       curl -s --unix-socket "$SOCK" -XPOST http://d/v1/reload; echo

@@ -79,6 +79,9 @@ YAML
 
 cg_mount() { awk '$9 == "cgroup2" {print $5; exit}' FS=' ' /proc/self/mountinfo; }
 CG_PARENT=${CG_PARENT:-$(cg_mount)/gpreempt-kube}
+# The agent recognises pods only under the kubelet's cgroup root: here the
+# tree's parent, as /proc/PID/cgroup names it.
+KUBELET_ROOT=/${CG_PARENT#"$(cg_mount)"/}
 
 echo "W=$W OUT=$OUT C=$C K=$K MODE=$MODE WORKERS=$WORKERS WINDOW=${WINDOW}s ($REQUESTS LC requests) BE_TIMESLICE=$BE_TIMESLICE"
 echo "node=$NODE other=$OTHER_NODE cgroups under $CG_PARENT"
@@ -86,7 +89,7 @@ if [ -n "$DRY" ]; then
   echo "--- step timeouts: control plane ${TIMEOUT_CP}s, each phase ${TIMEOUT_PHASE}s"
   echo "--- daemon policy:"; daemon_policy
   echo "--- kubernetes policy:"; kube_policy
-  echo "--- daemon: $C/gpreemptd --mode $MODE --kubernetes --node-name $NODE --kubeconfig $RUN/cp/kubeconfig --kubernetes-policy $RUN/kubernetes.yaml --config $RUN/gpreemptd.yaml --socket $SOCK --metrics-addr $MADDR"
+  echo "--- daemon: $C/gpreemptd --mode $MODE --kubernetes --node-name $NODE --kubelet-cgroup-root $KUBELET_ROOT --kubeconfig $RUN/cp/kubeconfig --kubernetes-policy $RUN/kubernetes.yaml --config $RUN/gpreemptd.yaml --socket $SOCK --metrics-addr $MADDR"
   echo "--- workers: $C/gpreempt-bench be --duration $((WINDOW + 20))s; $C/gpreempt-bench lc --requests $REQUESTS"
   exit 0
 fi
@@ -136,7 +139,7 @@ api "$URL/api/v1/pods" | python3 -c 'import json,sys; [print("pod", p["metadata"
 
 # --- 2. the agent -------------------------------------------------------------
 daemon_policy > "$RUN/gpreemptd.yaml"; kube_policy > "$RUN/kubernetes.yaml"
-$C/gpreemptd --mode "$MODE" --kubernetes --node-name "$NODE" --kubeconfig "$RUN/cp/kubeconfig" \
+$C/gpreemptd --mode "$MODE" --kubernetes --node-name "$NODE" --kubelet-cgroup-root "$KUBELET_ROOT" --kubeconfig "$RUN/cp/kubeconfig" \
   --kubernetes-policy "$RUN/kubernetes.yaml" --config "$RUN/gpreemptd.yaml" \
   --socket "$SOCK" --metrics-addr $MADDR --log-level debug > "$RUN/gpreemptd.log" 2>&1 &
 DPID=$!

@@ -149,7 +149,16 @@ func setValue(values map[string]any, kv string) error {
 		return fmt.Errorf("--set %q: want KEY=VALUE", kv)
 	}
 	var val any = v
-	if b, err := strconv.ParseBool(v); err == nil {
+	if list, ok := strings.CutPrefix(v, "{"); ok && strings.HasSuffix(list, "}") {
+		// Helm's list syntax: KEY={a,b}.
+		var items []any
+		for _, item := range strings.Split(strings.TrimSuffix(list, "}"), ",") {
+			if item != "" {
+				items = append(items, item)
+			}
+		}
+		val = items
+	} else if b, err := strconv.ParseBool(v); err == nil {
 		val = b
 	} else if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 		val = n

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -117,5 +118,125 @@ func TestRenderRefusesARelativeLibrary(t *testing.T) {
 	_, err := Render(chartDir, "gpreempt", "gpreempt", []string{"requestTracing.enabled=true", "requestTracing.libcuda=lib/libcuda.so.1"})
 	if err == nil || !strings.Contains(err.Error(), "requestTracing.libcuda") || !strings.Contains(err.Error(), "absolute") {
 		t.Fatalf("rendered with a relative libcuda: err %v; want one naming requestTracing.libcuda", err)
+	}
+}
+
+// rbacRule is one rule of a rendered Role or ClusterRole.
+type rbacRule struct {
+	APIGroups []string `json:"apiGroups"`
+	Resources []string `json:"resources"`
+	Verbs     []string `json:"verbs"`
+}
+
+// TestRBACIsNarrow: the agent lists and watches its node's pods and
+// creates and patches Events; its service account may do that and
+// nothing more: no get of a pod, no update or delete of Events, no
+// events.k8s.io. Events are cluster-wide by default, or a Role in each of
+// rbac.eventNamespaces.
+func TestRBACIsNarrow(t *testing.T) {
+	pods := rbacRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}
+	events := rbacRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}
+	tests := []struct {
+		name string
+		sets []string
+		want map[string][]rbacRule // "ClusterRole", "Role/NAMESPACE"
+	}{
+		{"default: Events in any namespace", nil,
+			map[string][]rbacRule{"ClusterRole": {pods, events}}},
+		{"Events in the namespaces listed", []string{"rbac.eventNamespaces={inference,training}"},
+			map[string][]rbacRule{"ClusterRole": {pods}, "Role/inference": {events}, "Role/training": {events}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := Render(chartDir, "gpreempt", "gpreempt", tt.sets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string][]rbacRule{}
+			bindings := map[string]bool{}
+			for _, doc := range strings.Split(string(out), "\n---\n") {
+				var obj struct {
+					Kind     string
+					Metadata struct{ Name, Namespace string }
+					Rules    []rbacRule
+					RoleRef  struct{ Kind, Name string } `json:"roleRef"`
+				}
+				if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+					t.Fatal(err)
+				}
+				switch obj.Kind {
+				case "ClusterRole":
+					got["ClusterRole"] = obj.Rules
+				case "Role":
+					got["Role/"+obj.Metadata.Namespace] = obj.Rules
+				case "ClusterRoleBinding":
+					bindings["ClusterRole"] = obj.RoleRef.Name == obj.Metadata.Name
+				case "RoleBinding":
+					bindings["Role/"+obj.Metadata.Namespace] = obj.RoleRef.Kind == "Role" && obj.RoleRef.Name == obj.Metadata.Name
+				}
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("rules\n got %+v\nwant %+v", got, tt.want)
+			}
+			for role := range tt.want {
+				if !bindings[role] {
+					t.Errorf("%s: not bound", role)
+				}
+			}
+		})
+	}
+}
+
+// TestDocsPodMountsTheSocketReadOnly: the pod example of
+// docs/KUBERNETES.md mounts the socket's directory read-only (connecting
+// to a unix socket needs no write to its file system); read-write, a pod
+// could plant files beside the socket on the host.
+func TestDocsPodMountsTheSocketReadOnly(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "KUBERNETES.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, block := range strings.Split(string(b), "```yaml\n")[1:] {
+		block, _, _ = strings.Cut(block, "```")
+		if !strings.Contains(block, "path: /run/gpreempt") {
+			continue
+		}
+		var pod struct {
+			Spec struct {
+				Containers []struct {
+					VolumeMounts []struct {
+						Name      string `json:"name"`
+						MountPath string `json:"mountPath"`
+						ReadOnly  bool   `json:"readOnly"`
+					} `json:"volumeMounts"`
+				} `json:"containers"`
+				Volumes []struct {
+					Name     string                `json:"name"`
+					HostPath struct{ Path string } `json:"hostPath"`
+				} `json:"volumes"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal([]byte(block), &pod); err != nil {
+			t.Fatalf("docs/KUBERNETES.md: %v\n%s", err, block)
+		}
+		for _, v := range pod.Spec.Volumes {
+			if v.HostPath.Path != "/run/gpreempt" {
+				continue
+			}
+			for _, c := range pod.Spec.Containers {
+				for _, m := range c.VolumeMounts {
+					if m.Name == v.Name {
+						found++
+						if !m.ReadOnly {
+							t.Errorf("docs/KUBERNETES.md: the pod example mounts %s (hostPath /run/gpreempt) read-write", m.MountPath)
+						}
+					}
+				}
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("docs/KUBERNETES.md: no pod example mounting /run/gpreempt")
 	}
 }

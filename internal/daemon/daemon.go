@@ -11,8 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -20,7 +18,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/sys/unix"
 
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/gpu"
@@ -120,9 +117,6 @@ type Daemon struct {
 	// daemon.
 	hup chan os.Signal
 }
-
-// LockPath is the lock file beside the socket.
-func LockPath(socket string) string { return filepath.Join(filepath.Dir(socket), "gpreemptd.lock") }
 
 // New loads the policy, takes the lock, opens the socket and the metrics
 // listener and the event source. It does not start serving: Run does.
@@ -232,26 +226,10 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 }
 
 func (d *Daemon) takeLock() error {
-	dir := filepath.Dir(d.cfg.Socket)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("socket directory: %w", err)
-	}
-	path := LockPath(d.cfg.Socket)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := takeLock(d.cfg.Socket)
 	if err != nil {
-		return fmt.Errorf("lock: %w", err)
+		return err
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		b := make([]byte, 32)
-		n, _ := f.ReadAt(b, 0)
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return fmt.Errorf("%w: %s is held by pid %s", ErrAlreadyRunning, path, strings.TrimSpace(string(b[:n])))
-		}
-		return fmt.Errorf("lock %s: %w", path, err)
-	}
-	f.Truncate(0)
-	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	d.lock = f
 	return nil
 }

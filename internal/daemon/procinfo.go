@@ -30,13 +30,42 @@ type ProcInspector struct {
 	// /dev/nvidiaN files the process holds name its GPUs.
 	GPU gpu.Info
 
+	// Now is the clock of the descriptor scans' cache; time.Now when nil.
+	Now func() time.Time
+
 	mu       sync.Mutex
 	users    map[uint32]string
 	nvml     map[int][]policy.GPU
 	nvmlAt   time.Time
 	nvmlOK   bool // the last reading succeeded
 	uuidByIx map[int]string
+
+	// fdScans caches each process's descriptor scan by its identity: a
+	// process with thousands of open files must not make each of its
+	// requests a scan of them all.
+	fdScans map[int]fdScan
+	// scanned, when set, is told of each descriptor scan and how many
+	// entries it examined (tests count them).
+	scanned func(pid, examined int)
 }
+
+// fdScan is one process's scan of its descriptors for GPU device files.
+type fdScan struct {
+	start uint64 // with the pid, the process's identity
+	at    time.Time
+	gpus  []policy.GPU
+}
+
+// Bounds of the descriptor scans (used where NVML does not answer): a
+// process is scanned at most once in fdScanMaxAge, and at most
+// maxScanFDs of its descriptors are examined (libcuda opens the device
+// files among its first), so that what a request costs does not grow
+// with the caller's open files. maxFDScans bounds the cache.
+const (
+	fdScanMaxAge = time.Second
+	maxScanFDs   = 4096
+	maxFDScans   = 4096
+)
 
 // maxEnviron bounds how much of a process's environment is read.
 const (
@@ -90,7 +119,7 @@ func (pi *ProcInspector) Process(pid int) (policy.Process, uint64, error) {
 		f.Close()
 		p.Env = Environ(b)
 	}
-	p.GPUs = pi.gpus(pid)
+	p.GPUs = pi.gpus(pid, start)
 	return p, start, nil
 }
 
@@ -216,17 +245,65 @@ const (
 // for a machine without NVML: libcuda opens the device files of GPUs a
 // process does not use (measured on a two-GPU H200 host: a process with
 // CUDA_VISIBLE_DEVICES=1 held /dev/nvidia0 too).
-func (pi *ProcInspector) gpus(pid int) []policy.GPU {
+func (pi *ProcInspector) gpus(pid int, start uint64) []policy.GPU {
 	if gs, _, ok := pi.nvmlFor(pid); ok {
 		// NVML answers: a process it does not list yet has no
 		// known GPU (nil), never a guess from device files.
 		return gs
 	}
-	return pi.fdGPUs(pid, nil)
+	return pi.cachedFDGPUs(pid, start)
 }
 
 // GPUs implements Inspector.
-func (pi *ProcInspector) GPUs(pid int) []policy.GPU { return pi.gpus(pid) }
+func (pi *ProcInspector) GPUs(pid int) []policy.GPU {
+	stat, err := os.ReadFile(pi.path(pid, "stat"))
+	if err != nil {
+		return nil
+	}
+	start, err := StartTime(stat)
+	if err != nil {
+		return nil
+	}
+	return pi.gpus(pid, start)
+}
+
+func (pi *ProcInspector) now() time.Time {
+	if pi.Now != nil {
+		return pi.Now()
+	}
+	return time.Now()
+}
+
+// cachedFDGPUs is fdGPUs of the process (pid, start), scanned at most once
+// in fdScanMaxAge. The scan runs outside pi.mu: two callers may scan one
+// process at once, which costs a scan, never a wrong answer.
+func (pi *ProcInspector) cachedFDGPUs(pid int, start uint64) []policy.GPU {
+	now := pi.now()
+	pi.mu.Lock()
+	if sc, ok := pi.fdScans[pid]; ok && sc.start == start && now.Sub(sc.at) < fdScanMaxAge {
+		pi.mu.Unlock()
+		return sc.gpus
+	}
+	pi.mu.Unlock()
+	gs := pi.fdGPUs(pid, nil)
+	pi.mu.Lock()
+	defer pi.mu.Unlock()
+	if pi.fdScans == nil {
+		pi.fdScans = map[int]fdScan{}
+	}
+	if _, ok := pi.fdScans[pid]; !ok && len(pi.fdScans) >= maxFDScans {
+		for k, sc := range pi.fdScans { // stale ones first: exited or due again
+			if now.Sub(sc.at) >= fdScanMaxAge {
+				delete(pi.fdScans, k)
+			}
+		}
+		if len(pi.fdScans) >= maxFDScans {
+			clear(pi.fdScans)
+		}
+	}
+	pi.fdScans[pid] = fdScan{start: start, at: now, gpus: gs}
+	return gs
+}
 
 // Listed implements Inspector: whether NVML lists pid among the GPUs'
 // compute processes. RM answers that from the pid each client was
@@ -278,9 +355,14 @@ func (pi *ProcInspector) refreshNVML() {
 // the minor number stands for the index.
 func (pi *ProcInspector) fdGPUs(pid int, uuids map[int]string) []policy.GPU {
 	dir := pi.path(pid, "fd")
-	ents, err := os.ReadDir(dir)
+	d, err := os.Open(dir)
 	if err != nil {
 		return nil
+	}
+	ents, _ := d.ReadDir(maxScanFDs) // the first ones, in descriptor order
+	d.Close()
+	if pi.scanned != nil {
+		pi.scanned(pid, len(ents))
 	}
 	seen := map[int]bool{}
 	var out []policy.GPU

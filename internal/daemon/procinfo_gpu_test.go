@@ -16,7 +16,7 @@ func TestGPUsRereadNVMLForANewProcess(t *testing.T) {
 	pid := os.Getpid()
 	m := &gpu.Mock{DeviceList: []gpu.Device{{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b"}}}
 	pi := &ProcInspector{GPU: m}
-	if gs := pi.gpus(pid); len(gs) != 0 {
+	if gs := pi.GPUs(pid); len(gs) != 0 {
 		t.Fatalf("before the process is listed: %v", gs)
 	}
 	// The context appears on GPU 1 just after that reading.
@@ -24,7 +24,7 @@ func TestGPUsRereadNVMLForANewProcess(t *testing.T) {
 	pi.mu.Lock()
 	pi.nvmlAt = time.Now().Add(-nvmlMissAge - time.Millisecond)
 	pi.mu.Unlock()
-	gs := pi.gpus(pid)
+	gs := pi.GPUs(pid)
 	if len(gs) != 1 || gs[0] != (policy.GPU{Index: 1, UUID: "GPU-b"}) {
 		t.Fatalf("gpus = %v, want GPU 1 from NVML", gs)
 	}

@@ -62,6 +62,12 @@ type Options struct {
 	// (gpreemptd --kubernetes records it as an Event on the pod). It runs
 	// under the reconciler's lock and must not block.
 	OnClassed func(pid int, d policy.Decision, groups []GroupState)
+	// PodRecheck, when set (gpreemptd --kubernetes), says whether the
+	// process pid, in a pod, may still hold the class want it asked for
+	// (handled false: it is in no pod, and the policy's limits decide).
+	// It is asked at every reload and pod change, under the reconciler's
+	// lock, and must not block.
+	PodRecheck func(pid int, want class.Name) (handled bool, err error)
 }
 
 // Classifier decides a process's class before the policy's rules do; ok
@@ -390,6 +396,12 @@ func (r *Reconciler) decideUnrequested(p *proc) policy.Decision {
 // reused, in which case the old state is dropped and a new one made).
 func (r *Reconciler) refresh(p *proc) bool {
 	info, start, err := r.inspect.Process(p.pid)
+	return r.refreshWith(p, info, start, err)
+}
+
+// refreshWith is refresh with /proc already read (by Request, outside the
+// lock).
+func (r *Reconciler) refreshWith(p *proc, info policy.Process, start uint64, err error) bool {
 	if err != nil {
 		r.log.Debug("process gone before classing", "pid", p.pid, "err", err)
 		r.drop(p.pid)
@@ -516,7 +528,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 		r.metrics.classed.Observe(took.Seconds())
 	}
 	r.log.Info("classed", "pid", p.pid, "comm", p.info.Comm, "class", d.Spec.String(), "rule", d.Rule, "groups", n,
-		"after_setup", took.Round(time.Microsecond), "new_context", measure)
+		"after_setup", took.Round(time.Microsecond), "new_context", measure, "capped_at_request_limit", d.Capped)
 	if r.opts.OnClassed != nil && n > 0 {
 		r.opts.OnClassed(p.pid, d, states)
 	}
@@ -695,6 +707,33 @@ func (r *Reconciler) holds(p *proc, spec class.Spec) (int, bool) {
 	return len(p.groups), true
 }
 
+// requestForbidden says why p may no longer hold spec, which it asked
+// for, under the running policy (or its pod's decision); "" when it may.
+// The checks are the socket's: the pod's limit for a process in a pod,
+// else the policy's request limit for its uid and cgroup, class and weight.
+func (r *Reconciler) requestForbidden(p *proc, spec class.Spec) string {
+	if r.opts.PodRecheck != nil {
+		if handled, err := r.opts.PodRecheck(p.pid, spec.Name); handled {
+			if err != nil {
+				return err.Error()
+			}
+			return ""
+		}
+	}
+	max := r.pol.MaxRequest(p.info)
+	if max == "" || !spec.Name.AtMost(max) {
+		m := string(max)
+		if m == "" {
+			m = "nothing"
+		}
+		return fmt.Sprintf("class %s is above what the policy allows uid %d in cgroup %q (%s)", spec.Name, p.info.UID, p.info.Cgroup, m)
+	}
+	if w := r.pol.MaxRequestWeight(spec.Name, max); spec.Weight > w {
+		return fmt.Sprintf("class %s: weight %d is above what the policy allows uid %d in cgroup %q (%s: weight %d at most)", spec, spec.Weight, p.info.UID, p.info.Cgroup, spec.Name, w)
+	}
+	return ""
+}
+
 // ErrForbidden marks a request the policy does not allow.
 var ErrForbidden = errors.New("forbidden")
 
@@ -706,13 +745,17 @@ var ErrForbidden = errors.New("forbidden")
 // changes, unless the process holds spec already: its error refuses the
 // request. It returns the groups changed.
 func (r *Reconciler) Request(ctx context.Context, pid int, start uint64, spec class.Spec, admit func() error) (int, error) {
+	// /proc is read before the lock: what the asker's process costs to
+	// read (its descriptors, where NVML does not answer) must not hold up
+	// every other process's classing.
+	info, now, err := r.inspect.Process(pid)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, err := r.settingsAt(spec, r.beSlice); err != nil {
 		return 0, err
 	}
 	p := r.ensure(pid)
-	if !r.refresh(p) {
+	if !r.refreshWith(p, info, now, err) {
 		return 0, fmt.Errorf("pid %d: %w", pid, ErrGone)
 	}
 	if start != 0 && p.start != start {
@@ -913,6 +956,17 @@ func (r *Reconciler) Reclass() {
 
 func (r *Reconciler) reclassLocked() {
 	now := r.Now()
+	for _, p := range r.procs {
+		if p.override == nil {
+			continue
+		}
+		if why := r.requestForbidden(p, *p.override); why != "" {
+			// A grant lasts only while the policy (or the pod) allows
+			// it: a reload to a stricter policy takes it back.
+			r.log.Info("request revoked", "pid", p.pid, "comm", p.info.Comm, "class", p.override.String(), "why", why)
+			p.override = nil
+		}
+	}
 	for _, p := range r.procs {
 		if len(p.groups) > 0 && !p.pending {
 			p.pending, p.firstPending, p.lastSetup, p.deadline = true, now, now, now

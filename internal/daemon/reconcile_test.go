@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math"
 	"os"
@@ -351,7 +352,8 @@ func TestEnvGPUAndRequest(t *testing.T) {
 	}
 	g.wantAll(200, 5000000, tsg.LevelHigh)
 
-	// A reload re-classes: the request holds, the env rule changes.
+	// A reload re-classes: the env rule changes, and the request, which
+	// the new policy allows no one, is revoked.
 	pol, err := policy.Parse([]byte("default: be\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -359,7 +361,7 @@ func TestEnvGPUAndRequest(t *testing.T) {
 	g.rec.SetPolicy(pol)
 	g.tick(l2 + time.Second)
 	g.wantAll(100, 200, tsg.LevelLow)
-	g.wantAll(200, 5000000, tsg.LevelHigh)
+	g.wantAll(200, 200, tsg.LevelLow)
 
 	// Shutdown restores the driver's defaults.
 	n, err = g.rec.RestoreAll(context.Background())
@@ -478,7 +480,7 @@ func TestFailedClassingRetriedBounded(t *testing.T) {
 func TestRequestKeepsTheRule(t *testing.T) {
 	g := newRig(t, `
 rules:
-  - {name: ranking, match: {comm: "rank*"}, class: lc, objective: "p99<=2ms"}
+  - {name: ranking, match: {comm: "rank*"}, class: lc, objective: "p99<=2ms", trust_self_set: true}
   - {name: trainer, match: {comm: "train*"}, class: be}
 requests:
   default_max: lc
@@ -634,7 +636,7 @@ func TestForkedChildDoesNotTakeItsParentsGroups(t *testing.T) {
 // start decides, and the app takes its groups at the first scan after.
 // Without NVML the earliest start decides.
 func TestUntracedGroupsBelongToTheirMaker(t *testing.T) {
-	const pol = "default: none\nrules:\n  - {name: agent, match: {comm: agent}, class: be}\n  - {name: server, match: {comm: server}, class: lc}\n"
+	const pol = "default: none\nrules:\n  - {name: agent, match: {comm: agent}, class: be}\n  - {name: server, match: {comm: server}, class: lc, trust_self_set: true}\n"
 	tests := []struct {
 		name       string
 		nvml       bool
@@ -709,7 +711,7 @@ func TestUntracedGroupsBelongToTheirMaker(t *testing.T) {
 // rule, whatever order the scans come in; the agent holds none.
 func TestHandedFileDoesNotTakeTheGroups(t *testing.T) {
 	for _, agentFirst := range []bool{false, true} {
-		g := newRig(t, "default: none\nrules:\n  - {name: agent, match: {comm: agent}, class: be}\n  - {name: server, match: {comm: server}, class: lc}\n")
+		g := newRig(t, "default: none\nrules:\n  - {name: agent, match: {comm: agent}, class: be}\n  - {name: server, match: {comm: server}, class: lc, trust_self_set: true}\n")
 		// The agent, pid 50, started before the app (fakeInspector).
 		g.insp[50] = policy.Process{Comm: "agent", UID: 0}
 		last := g.start(100, policy.Process{Comm: "server", UID: 1000})
@@ -808,4 +810,58 @@ func TestBETimeslicesPerProcess(t *testing.T) {
 	g.tick(g.now + time.Second)
 	g.wantAll(100, 200, tsg.LevelLow)
 	g.wantAll(200, 200, tsg.LevelLow)
+}
+
+// TestReloadRevokesWhatTheNewPolicyForbids: a class granted over the
+// socket lasts only while the running policy (or, for a process in a pod,
+// the pod's decision) would grant it again: a reload to a stricter policy
+// takes it back, and the process is classed by the new policy's rules.
+func TestReloadRevokesWhatTheNewPolicyForbids(t *testing.T) {
+	const before = "default: burstable\nrequests:\n  default_max: be\n  limits:\n    - {match: {uid: 1000}, max: lc}\n"
+	tests := []struct {
+		name   string
+		asked  class.Spec
+		after  string
+		pod    func(pid int, want class.Name) (bool, error)
+		wantUs uint64
+		level  tsg.Level
+	}{
+		{"still allowed: kept", class.Spec{Name: class.LC, Weight: 1},
+			"default: be\nrequests: {default_max: be, limits: [{match: {uid: 1000}, max: lc}]}\n", nil, 5000000, tsg.LevelHigh},
+		{"class above the new limit", class.Spec{Name: class.LC, Weight: 1},
+			"default: be\nrequests: {default_max: burstable}\n", nil, 200, tsg.LevelLow},
+		{"no requests allowed", class.Spec{Name: class.LC, Weight: 1},
+			"default: be\n", nil, 200, tsg.LevelLow},
+		{"the uid's limit is gone", class.Spec{Name: class.LC, Weight: 1},
+			"default: be\nrequests: {default_max: be, limits: [{match: {uid: 1001}, max: lc}]}\n", nil, 200, tsg.LevelLow},
+		{"weight above the new limit's", class.Spec{Name: class.BE, Weight: 20},
+			"default: burstable\nrequests: {default_max: be}\n", nil, 2000, tsg.LevelMedium},
+		{"weight within the new limit's", class.Spec{Name: class.BE, Weight: 10},
+			"default: burstable\nrequests: {default_max: be}\n", nil, 20 + 10*180, tsg.LevelLow},
+		{"the pod may no longer have it", class.Spec{Name: class.LC, Weight: 1},
+			before, func(int, class.Name) (bool, error) { return true, errors.New("this pod may have at most be") }, 2000, tsg.LevelMedium},
+		{"the pod may still have it, whatever the policy's limits", class.Spec{Name: class.LC, Weight: 1},
+			"default: be\n", func(int, class.Name) (bool, error) { return true, nil }, 5000000, tsg.LevelHigh},
+		{"not in a pod: the policy decides", class.Spec{Name: class.LC, Weight: 1},
+			"default: be\n", func(int, class.Name) (bool, error) { return false, nil }, 200, tsg.LevelLow},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newRig(t, before)
+			last := g.start(100, policy.Process{Comm: "server", UID: 1000})
+			g.tick(last + 40*time.Millisecond)
+			g.wantAll(100, 2000, tsg.LevelMedium)
+			if _, err := g.rec.Request(context.Background(), 100, 0, tt.asked, nil); err != nil {
+				t.Fatalf("Request %v: %v", tt.asked, err)
+			}
+			g.rec.opts.PodRecheck = tt.pod
+			pol, err := policy.Parse([]byte(tt.after))
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.rec.SetPolicy(pol)
+			g.tick(last + time.Second)
+			g.wantAll(100, tt.wantUs, tt.level)
+		})
+	}
 }

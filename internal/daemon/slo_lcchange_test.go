@@ -15,7 +15,7 @@ classes:
   lc: {objective: "p50<=1.05x"}
   be: {timeslice: 200us}
 rules:
-  - {name: lc, match: {comm: "lc*"}, class: lc}
+  - {name: lc, match: {comm: "lc*"}, class: lc, trust_self_set: true}
   - {name: trainer, match: {comm: "train*"}, class: be}
 slo: {enabled: true, window: 1s}
 `

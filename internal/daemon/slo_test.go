@@ -26,10 +26,10 @@ classes:
   lc: {objective: "p50<=1.05x"}
   be: {timeslice: 200us, min_share: 0.85}
 rules:
-  - {name: lc, match: {comm: "lc*"}, class: lc}
-  - {name: lc-loose, match: {comm: "loose*"}, class: lc, objective: "p99<=50ms"}
+  - {name: lc, match: {comm: "lc*"}, class: lc, trust_self_set: true}
+  - {name: lc-loose, match: {comm: "loose*"}, class: lc, objective: "p99<=50ms", trust_self_set: true}
   - {name: trainer, match: {comm: "train*"}, class: be}
-  - {name: bulk, match: {comm: "bulk*"}, class: be:3}
+  - {name: bulk, match: {comm: "bulk*"}, class: be:3, trust_self_set: true}
 slo: {enabled: true, window: 1s}
 `
 
@@ -177,7 +177,7 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 	}
 
 	// A reload without the SLO mode: the policy's timeslice again.
-	pol, err := policy.Parse([]byte("classes: {be: {timeslice: 300us}}\nrules:\n  - {match: {comm: \"lc*\"}, class: lc}\n  - {match: {comm: \"train*\"}, class: be}\n  - {match: {comm: \"bulk*\"}, class: be:3}\n"))
+	pol, err := policy.Parse([]byte("classes: {be: {timeslice: 300us}}\nrules:\n  - {match: {comm: \"lc*\"}, class: lc, trust_self_set: true}\n  - {match: {comm: \"train*\"}, class: be}\n  - {match: {comm: \"bulk*\"}, class: be:3, trust_self_set: true}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,9 +235,9 @@ classes:
   lc: {objective: "p99<=1.15x, p50<=1.05x"}
   be: {timeslice: 200us}
 rules:
-  - {name: lc, match: {comm: "lc*"}, class: lc}
+  - {name: lc, match: {comm: "lc*"}, class: lc, trust_self_set: true}
   - {name: trainer, match: {comm: "train*"}, class: be}
-  - {name: bulk, match: {comm: "bulk*"}, class: be:3}
+  - {name: bulk, match: {comm: "bulk*"}, class: be:3, trust_self_set: true}
 slo: {enabled: true, window: 1s}
 `)
 	s.window(slo.EagerPyTorchH100, true) // the controller starts
@@ -288,7 +288,7 @@ classes:
   lc: {objective: "p50<=1.05x, p99<=1.15x"}
   be: {timeslice: 200us}
 rules:
-  - {name: lc, match: {comm: "lc*"}, class: lc}
+  - {name: lc, match: {comm: "lc*"}, class: lc, trust_self_set: true}
   - {name: trainer, match: {comm: "train*"}, class: be}
 slo: {enabled: true, window: 1s}
 `
@@ -322,9 +322,9 @@ classes:
   lc: {objective: "p50<=1.05x"}
   be: {timeslice: 200us}
 rules:
-  - {name: lc, match: {comm: "lc*"}, class: lc}
+  - {name: lc, match: {comm: "lc*"}, class: lc, trust_self_set: true}
   - {name: trainer, match: {comm: "train*"}, class: be}
-  - {name: bulk, match: {comm: "bulk*"}, class: be:3}
+  - {name: bulk, match: {comm: "bulk*"}, class: be:3, trust_self_set: true}
 slo: {enabled: true, window: 1s, shared_floor: 50us}
 `)
 	s.loop.Step(s.now)
@@ -363,7 +363,7 @@ classes:
   lc: {objective: "p50<=1.05x"}
   be: {timeslice: 200us}
 rules:
-  - {name: lc, match: {comm: "lc*"}, class: lc}
+  - {name: lc, match: {comm: "lc*"}, class: lc, trust_self_set: true}
   - {name: trainer, match: {comm: "train*"}, class: be}
 slo: {enabled: true, window: 1s, calibrate: pause, pause_windows: 3}
 `
@@ -489,9 +489,9 @@ classes:
   lc: {objective: "p99<=1.15x"}
   be: {timeslice: 200us}
 rules:
-  - {name: lc, match: {comm: "lc*"}, class: lc}
+  - {name: lc, match: {comm: "lc*"}, class: lc, trust_self_set: true}
   - {name: trainer, match: {comm: "train*"}, class: be}
-  - {name: bulk, match: {comm: "bulk*"}, class: be:3}
+  - {name: bulk, match: {comm: "bulk*"}, class: be:3, trust_self_set: true}
 slo: {enabled: true, window: 1s}
 `
 	for _, withMedian := range []bool{true, false} {
@@ -530,7 +530,7 @@ classes:
   lc: {objective: "p50<=1.05x"}
   be: {timeslice: 200us}
 rules:
-  - {name: lc, match: {comm: "lc*"}, class: lc}
+  - {name: lc, match: {comm: "lc*"}, class: lc, trust_self_set: true}
   - {name: trainer, match: {comm: "train*"}, class: be}
 slo: {enabled: true, window: 1s%s}
 `

@@ -471,7 +471,7 @@ func TestSLOLoopTracesWhatDoesNotPush(t *testing.T) {
 		}
 		want(i, step(append(p, 400)...), []int{100})
 	}
-	pol, err := policy.Parse([]byte("rules:\n  - {match: {comm: \"lc*\"}, class: lc}\n"))
+	pol, err := policy.Parse([]byte("rules:\n  - {match: {comm: \"lc*\"}, class: lc, trust_self_set: true}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -492,9 +492,9 @@ func TestSLOLoopTracesOnlyWhatIsJudged(t *testing.T) {
 classes:
   be: {timeslice: 200us}
 rules:
-  - {name: lc, match: {comm: "lc-server"}, class: lc, objective: "p50<=1.05x"}
-  - {name: free, match: {comm: "lc-free"}, class: lc}
-  - {name: mps, match: {comm: "nvidia-cuda-mps"}, class: lc, objective: "p99<=2x"}
+  - {name: lc, match: {comm: "lc-server"}, class: lc, objective: "p50<=1.05x", trust_self_set: true}
+  - {name: free, match: {comm: "lc-free"}, class: lc, trust_self_set: true}
+  - {name: mps, match: {comm: "nvidia-cuda-mps"}, class: lc, objective: "p99<=2x", trust_self_set: true}
   - {name: trainer, match: {comm: "train*"}, class: be}
 slo: {enabled: true, window: 1s}
 `)

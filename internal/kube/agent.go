@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -84,6 +85,10 @@ type Options struct {
 	Policy *Policy
 	// ProcRoot is where /proc is mounted; "/proc" when empty.
 	ProcRoot string
+	// CgroupRoot is the kubelet's cgroup root as /proc/PID/cgroup shows
+	// it ("/" when empty; kind's nodes: "/kubelet.slice"): pods are
+	// recognised only under it, in the kubelet's layout (Layout).
+	CgroupRoot string
 	// Component names the agent in Events' source; "gpreemptd" when empty.
 	Component string
 	// Resync re-delivers every pod at this interval; 0 for never (the
@@ -103,12 +108,19 @@ type Agent struct {
 	events   record.EventBroadcaster
 	recorder record.EventRecorder
 
+	layout Layout
+
 	mu        sync.Mutex
 	policy    *Policy
 	decisions map[types.UID]Decision
-	pending   []Change
-	wake      chan struct{}
-	changes   chan Change
+	// containers are each pod's container IDs as last seen: a change
+	// (a container started) re-classes, as its processes are known to
+	// be the pod's only once its status names them.
+	containers map[types.UID]string
+	pending    []pendingChange
+	seq        uint64
+	wake       chan struct{}
+	changes    chan Change
 }
 
 const uidIndex = "cgroupUID"
@@ -135,13 +147,15 @@ func NewAgent(client kubernetes.Interface, opts Options) (*Agent, error) {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	a := &Agent{
-		opts:      opts,
-		log:       opts.Log.With("node", opts.NodeName),
-		client:    client,
-		policy:    opts.Policy,
-		decisions: map[types.UID]Decision{},
-		wake:      make(chan struct{}, 1),
-		changes:   make(chan Change),
+		opts:       opts,
+		log:        opts.Log.With("node", opts.NodeName),
+		client:     client,
+		layout:     Layout{Root: opts.CgroupRoot, NSDepth: NSDepthOf(opts.ProcRoot)},
+		policy:     opts.Policy,
+		decisions:  map[types.UID]Decision{},
+		containers: map[types.UID]string{},
+		wake:       make(chan struct{}, 1),
+		changes:    make(chan Change),
 	}
 	a.factory = informers.NewSharedInformerFactoryWithOptions(client, opts.Resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -191,13 +205,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.factory.Start(ctx.Done())
 	defer a.factory.Shutdown()
 	for {
+		// A copy of the first change, taken under the lock: enqueue may
+		// replace it while it is being sent.
 		a.mu.Lock()
-		var next *Change
-		if len(a.pending) > 0 {
-			next = &a.pending[0]
+		var next pendingChange
+		has := len(a.pending) > 0
+		if has {
+			next = a.pending[0]
 		}
 		a.mu.Unlock()
-		if next == nil {
+		if !has {
 			select {
 			case <-ctx.Done():
 				return nil
@@ -208,13 +225,22 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case a.changes <- *next:
+		case a.changes <- next.Change:
 			a.mu.Lock()
-			a.pending = a.pending[1:]
+			if len(a.pending) > 0 && a.pending[0].seq == next.seq {
+				a.pending = a.pending[1:]
+			} // else replaced meanwhile: the newer one is sent next
 			a.mu.Unlock()
 		case <-a.wake:
 		}
 	}
+}
+
+// pendingChange is a Change not yet delivered; seq tells a replaced one
+// from the one sent.
+type pendingChange struct {
+	Change
+	seq uint64
 }
 
 // WaitForSync waits until the first list of the node's pods is in the
@@ -257,15 +283,19 @@ func (a *Agent) update(obj any) {
 	a.mu.Lock()
 	d := a.policy.Decide(pod)
 	old, had := a.decisions[pod.UID]
-	if had && old.equal(d) {
+	ids := containerIDs(pod)
+	if had && old.equal(d) && a.containers[pod.UID] == ids {
 		a.mu.Unlock()
 		return
 	}
-	a.decisions[pod.UID] = d
+	a.decisions[pod.UID], a.containers[pod.UID] = d, ids
 	ref := refOf(pod)
 	a.enqueue(Change{Pod: ref, Decision: d})
 	a.mu.Unlock()
 
+	if had && old.equal(d) {
+		return // a container started: its processes are re-classed
+	}
 	a.log.Info("pod class", "pod", ref.String(), "uid", ref.UID, "decision", d.String())
 	if !had || !slicesEqual(old.Refused, d.Refused) {
 		for _, why := range d.Refused {
@@ -298,18 +328,20 @@ func (a *Agent) remove(obj any) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.decisions, pod.UID)
+	delete(a.containers, pod.UID)
 	a.enqueue(Change{Pod: refOf(pod), Deleted: true})
 }
 
 // enqueue adds c, replacing a pending change of the same pod. a.mu held.
 func (a *Agent) enqueue(c Change) {
+	a.seq++
 	for i := range a.pending {
 		if a.pending[i].Pod.UID == c.Pod.UID {
-			a.pending[i] = c
+			a.pending[i] = pendingChange{c, a.seq}
 			return
 		}
 	}
-	a.pending = append(a.pending, c)
+	a.pending = append(a.pending, pendingChange{c, a.seq})
 	select {
 	case a.wake <- struct{}{}:
 	default:
@@ -335,9 +367,11 @@ func (a *Agent) pod(uid string) (*corev1.Pod, error) {
 }
 
 // PodOfPID returns the pod and container pid runs in. A process in no pod
-// is ErrNotInPod; one whose pod the agent does not know, ErrUnknownPod.
+// is ErrNotInPod; one whose pod the agent does not know, or whose
+// container is not (yet) among the containers the pod's status names,
+// ErrUnknownPod: its cgroup alone does not make it the pod's.
 func (a *Agent) PodOfPID(pid int) (PodRef, error) {
-	c, err := ContainerOf(a.opts.ProcRoot, pid)
+	c, err := a.layout.ContainerOf(a.opts.ProcRoot, pid)
 	if err != nil {
 		return PodRef{}, err
 	}
@@ -346,22 +380,47 @@ func (a *Agent) PodOfPID(pid int) (PodRef, error) {
 		return PodRef{}, fmt.Errorf("pid %d: %w", pid, err)
 	}
 	ref := refOf(pod)
-	ref.ContainerID = c.ID
-	if c.ID != "" {
-		ref.Container = containerName(pod, c.ID)
+	name, ok := containerName(pod, c.ID)
+	if !ok {
+		return PodRef{}, fmt.Errorf("pid %d: container %q is not among pod %s's containers: %w %s", pid, c.ID, ref, ErrUnknownPod, a.opts.NodeName)
 	}
+	ref.Container, ref.ContainerID = name, c.ID
 	return ref, nil
 }
 
-func containerName(pod *corev1.Pod, id string) string {
-	for _, list := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+// podStatuses are the lists of a pod's status that name containers.
+func podStatuses(pod *corev1.Pod) [][]corev1.ContainerStatus {
+	return [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses, pod.Status.EphemeralContainerStatuses}
+}
+
+// containerName is the name of the pod's container whose runtime ID is
+// id (a cgroup's); false when the pod's status names none such (or id is
+// empty).
+func containerName(pod *corev1.Pod, id string) (string, bool) {
+	if id == "" {
+		return "", false
+	}
+	for _, list := range podStatuses(pod) {
 		for _, st := range list {
 			if StripRuntimePrefix(st.ContainerID) == id {
-				return st.Name
+				return st.Name, true
 			}
 		}
 	}
-	return ""
+	return "", false
+}
+
+// containerIDs lists the pod's container IDs, for noticing a new one.
+func containerIDs(pod *corev1.Pod) string {
+	var ids []string
+	for _, list := range podStatuses(pod) {
+		for _, st := range list {
+			if st.ContainerID != "" {
+				ids = append(ids, st.ContainerID)
+			}
+		}
+	}
+	return strings.Join(ids, ",")
 }
 
 // Decision returns the current decision for a pod.
@@ -410,11 +469,11 @@ func (a *Agent) ProcessesOf(ref PodRef) ([]int, error) {
 		if err != nil {
 			continue
 		}
-		c, err := ContainerOf(a.opts.ProcRoot, pid)
+		c, err := a.layout.ContainerOf(a.opts.ProcRoot, pid)
 		if err != nil {
 			continue // exited, or in no pod
 		}
-		if want[c.PodUID] {
+		if _, ok := containerName(pod, c.ID); want[c.PodUID] && ok {
 			pids = append(pids, pid)
 		}
 	}
@@ -477,6 +536,26 @@ func (a *Agent) AuthorizePeer(peerPID, targetPID int, want class.Name) (PodRef, 
 		return refuse("pid %d asked for class %s; this pod may have at most %s", peerPID, want, d.Limit())
 	}
 	return target, nil
+}
+
+// Recheck says whether pid, in a pod, may still hold the class want it
+// was granted over the socket, under the pod's decision now (the daemon
+// asks at every reload and pod change): nil if it may, an error wrapping
+// ErrForbidden if its pod may no longer have it. It records no Event. A
+// process in no pod is ErrNotInPod: the daemon's own limits decide.
+func (a *Agent) Recheck(pid int, want class.Name) error {
+	ref, err := a.PodOfPID(pid)
+	if err != nil {
+		return err
+	}
+	d, ok := a.Decision(ref.UID)
+	if !ok {
+		return fmt.Errorf("pod %s: %w %s", ref, ErrUnknownPod, a.opts.NodeName)
+	}
+	if !want.AtMost(d.Limit()) {
+		return fmt.Errorf("%w: pod %s may have at most %s", ErrForbidden, ref, d.Limit())
+	}
+	return nil
 }
 
 // RESTConfig returns the client configuration: the kubeconfig file when

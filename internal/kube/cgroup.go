@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -50,7 +51,9 @@ type Container struct {
 	// process in the pod's cgroup but in no container's (rare).
 	ID      string  `json:"containerID,omitempty"`
 	Runtime Runtime `json:"runtime,omitempty"`
-	QoS     QoS     `json:"qos"`
+	// QoS is empty where the path does not say: a cgroupfs pod seen
+	// from a cgroup namespace below its QoS level.
+	QoS QoS `json:"qos"`
 	// Conmon is set for CRI-O's container monitor (crio-conmon-ID.scope):
 	// it belongs to the pod but is not the container's workload.
 	Conmon bool `json:"conmon,omitempty"`
@@ -60,11 +63,82 @@ type Container struct {
 // few hundred bytes to a few KB (one line a v1 hierarchy).
 const maxCgroupFile = 64 << 10
 
+// Layout is where this node's kubelet puts pods in the cgroup tree, and
+// how this process sees that tree. A pod is recognised only in the
+// kubelet's layout anchored at its cgroup root — never from a component
+// named like a pod's cgroup elsewhere in a path: a user with a delegated
+// cgroup subtree (systemd's user@UID.service) or a container with a
+// writable cgroup can name its cgroups anything.
+//
+//	systemd:  ROOT/kubepods.slice[/kubepods-QOS.slice]/kubepods[-QOS]-pod<uid_with_underscores>.slice/<container>
+//	cgroupfs: ROOT/kubepods[/QOS]/pod<uid>/<container>
+//
+// where QOS is burstable or besteffort (guaranteed pods have no QoS
+// level), and under systemd a ROOT ending in NAME.slice names the
+// kubepods slice NAME-kubepods.slice (kind's /kubelet.slice).
+type Layout struct {
+	// Root is the kubelet's cgroup root as /proc/PID/cgroup shows it
+	// ("/" when empty): "/kubelet.slice" on kind's nodes, "/docker/ID"
+	// for a kubelet in a Docker container sharing the host's cgroup
+	// namespace.
+	Root string
+	// NSDepth is, per hierarchy ID of /proc/PID/cgroup, how deep below
+	// the hierarchy's root this process's cgroup namespace starts (0 for
+	// none, or a hierarchy not listed). In its own namespace (a pod's,
+	// on a cgroup v2 node) this process sees other cgroups relative to
+	// its own ("/../../kubepods-besteffort.slice/..."): the leading ".."
+	// then tell at which depth of the layout the path resumes, and the
+	// levels above it, which are this process's own ancestors, are the
+	// kubelet's. NSDepthOf reads it from pid 1 (the host's init).
+	NSDepth map[string]int
+}
+
+// NSDepthOf reads, from /proc/1/cgroup under procRoot ("/proc" when
+// empty), how deep below each hierarchy's root this process's cgroup
+// namespace starts: pid 1 (with the host's PID namespace, the host's
+// init) is in a cgroup at or just under the root, so the ".." its path
+// starts with climb from this namespace's root to the hierarchy's. A
+// file that cannot be read gives nil: paths are then taken as absolute.
+func NSDepthOf(procRoot string) map[string]int {
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	f, err := os.Open(filepath.Join(procRoot, "1", "cgroup"))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxCgroupFile))
+	if err != nil {
+		return nil
+	}
+	depth := map[string]int{}
+	for _, line := range strings.Split(string(b), "\n") {
+		id, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		_, path, ok := strings.Cut(rest, ":")
+		if !ok {
+			continue
+		}
+		n := 0
+		for _, seg := range strings.Split(strings.TrimPrefix(path, "/"), "/") {
+			if seg != ".." {
+				break
+			}
+			n++
+		}
+		depth[id] = n
+	}
+	return depth
+}
+
 // ContainerOf reads /proc/PID/cgroup under procRoot ("/proc" when empty)
-// and returns the container pid runs in. A process in no pod gives an
-// error wrapping ErrNotInPod; one that has exited, an error wrapping
+// and returns the container pid runs in. A process in no pod is an error
+// wrapping ErrNotInPod; one that has exited, an error wrapping
 // fs.ErrNotExist.
-func ContainerOf(procRoot string, pid int) (Container, error) {
+func (l Layout) ContainerOf(procRoot string, pid int) (Container, error) {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
@@ -78,7 +152,7 @@ func ContainerOf(procRoot string, pid int) (Container, error) {
 	if err != nil {
 		return Container{}, fmt.Errorf("pid %d: read %s: %w", pid, path, err)
 	}
-	c, err := ParseProcCgroup(b)
+	c, err := l.ParseProcCgroup(b)
 	if err != nil {
 		return Container{}, fmt.Errorf("pid %d: %w", pid, err)
 	}
@@ -87,11 +161,11 @@ func ContainerOf(procRoot string, pid int) (Container, error) {
 
 // ParseProcCgroup parses the contents of /proc/PID/cgroup: lines of
 // "hierarchy-ID:controllers:path", one for the unified (v2) hierarchy
-// ("0::/path") and one per v1 hierarchy. The first line whose path names a
-// pod wins, the unified one first; a line that names a container beats one
-// that names only the pod. Malformed lines are skipped: a file that names
-// no pod is ErrNotInPod, whatever else it holds.
-func ParseProcCgroup(data []byte) (Container, error) {
+// ("0::/path") and one per v1 hierarchy. The first line whose path is in
+// the layout wins, the unified one first; a line that names a container
+// beats one that names only the pod. Malformed lines are skipped: a file
+// that names no pod is ErrNotInPod, whatever else it holds.
+func (l Layout) ParseProcCgroup(data []byte) (Container, error) {
 	var best Container
 	found := false
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -107,7 +181,7 @@ func ParseProcCgroup(data []byte) (Container, error) {
 		if !ok {
 			continue
 		}
-		c, ok := ParseCgroupPath(path)
+		c, ok := l.ParsePath(id, path)
 		if !ok {
 			continue
 		}
@@ -133,81 +207,119 @@ func firstLine(b []byte) string {
 	return s
 }
 
-// ParseCgroupPath finds the pod and container in one cgroup path. It
-// understands both of kubelet's cgroup drivers:
-//
-//	systemd:  /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_with_underscores>.slice/cri-containerd-<id>.scope
-//	cgroupfs: /kubepods/burstable/pod<uid>/<id>
-//
-// with containerd (cri-containerd-<id>.scope), CRI-O (crio-<id>.scope,
+// ParsePath finds the pod and container in one cgroup path of hierarchy
+// id, as this process reads it: the path must follow the layout from the
+// root down to the pod's cgroup, each level at its depth. Below the
+// container's cgroup anything goes (a container may make cgroups of its
+// own there: they are still its own). Containers are named as containerd
+// (cri-containerd-<id>.scope), CRI-O (crio-<id>.scope,
 // crio-conmon-<id>.scope, crio-<id> under cgroupfs) and Docker
-// (docker-<id>.scope) naming. The pod is found anywhere in the path, so a
-// kubelet cgroup root other than / (kind's /kubelet.slice/kubelet-kubepods.slice,
-// a nested /docker/<id>/kubepods) and a path relative to the reader's own
-// cgroup namespace (/../../kubepods-...) both work.
-func ParseCgroupPath(path string) (Container, bool) {
-	segs := strings.Split(path, "/")
-	for i, seg := range segs {
-		uid, qos, ok := podSegment(seg, segs[:i])
-		if !ok {
-			continue
+// (docker-<id>.scope) name them.
+func (l Layout) ParsePath(id, path string) (Container, bool) {
+	segs := splitPath(path)
+	up := 0
+	for up < len(segs) && segs[up] == ".." {
+		up++
+	}
+	segs = segs[up:]
+	if slices.Contains(segs, "..") || slices.Contains(segs, "") {
+		return Container{}, false
+	}
+	// start is the depth below the hierarchy's root of segs[0]: the
+	// levels above it are this process's own ancestors, not seen.
+	start := l.NSDepth[id] - up
+	if start < 0 {
+		return Container{}, false
+	}
+	root := splitPath(l.Root)
+	var found []Container
+	for _, sd := range []bool{true, false} {
+		for _, qos := range []QoS{QoSGuaranteed, QoSBurstable, QoSBestEffort} {
+			if c, ok := matchLayout(root, sd, qos, start, segs); ok {
+				found = append(found, c)
+			}
 		}
-		c := Container{PodUID: uid, QoS: qos}
-		if i+1 < len(segs) {
-			c.ID, c.Runtime, c.Conmon = containerSegment(segs[i+1])
-		}
+	}
+	switch {
+	case len(found) == 1:
+		return found[0], true
+	case len(found) == 2 && found[0].PodUID == found[1].PodUID && found[0].ID == found[1].ID:
+		// cgroupfs seen from below its QoS level: burstable or
+		// besteffort, the path does not say which.
+		c := found[0]
+		c.QoS = ""
 		return c, true
 	}
 	return Container{}, false
 }
 
-// podSegment recognises a pod's cgroup: "<prefix>-pod<uid>.slice" under
-// systemd (the UID's dashes written as underscores, since a dash separates
-// the slice's parents), "pod<uid>" under cgroupfs. parents are the
-// segments above it, which carry the QoS class under cgroupfs.
-func podSegment(seg string, parents []string) (uid string, qos QoS, ok bool) {
-	if name, isSlice := strings.CutSuffix(seg, ".slice"); isSlice {
-		i := strings.LastIndex(name, "-pod")
-		if i < 0 {
-			return "", "", false
-		}
-		prefix := name[:i]
-		if prefix != "kubepods" && !strings.HasSuffix(prefix, "-kubepods") && !strings.Contains(prefix, "kubepods-") {
-			return "", "", false
-		}
-		uid, ok := canonicalUID(strings.ReplaceAll(name[i+len("-pod"):], "_", "-"))
-		if !ok {
-			return "", "", false
-		}
-		switch {
-		case strings.HasSuffix(prefix, "-besteffort"):
-			qos = QoSBestEffort
-		case strings.HasSuffix(prefix, "-burstable"):
-			qos = QoSBurstable
-		default:
-			qos = QoSGuaranteed
-		}
-		return uid, qos, true
+func splitPath(p string) []string {
+	p = strings.Trim(p, "/")
+	if p == "" {
+		return nil
 	}
-	rest, isPod := strings.CutPrefix(seg, "pod")
-	if !isPod || len(parents) == 0 {
-		return "", "", false
+	return strings.Split(p, "/")
+}
+
+// matchLayout matches segs, whose first is at depth start, against the
+// layout of one cgroup driver (systemd or cgroupfs) and QoS class under
+// root.
+func matchLayout(root []string, systemd bool, qos QoS, start int, segs []string) (Container, bool) {
+	levels := slices.Clone(root)
+	var pod func(seg string) (string, bool)
+	if systemd {
+		kubepods := "kubepods"
+		if n := len(root); n > 0 && strings.HasSuffix(root[n-1], ".slice") {
+			kubepods = strings.TrimSuffix(root[n-1], ".slice") + "-kubepods"
+		}
+		prefix := kubepods
+		levels = append(levels, kubepods+".slice")
+		if qos != QoSGuaranteed {
+			prefix += "-" + string(qos)
+			levels = append(levels, prefix+".slice")
+		}
+		pod = func(seg string) (string, bool) {
+			name, ok := strings.CutSuffix(seg, ".slice")
+			if !ok {
+				return "", false
+			}
+			uid, ok := strings.CutPrefix(name, prefix+"-pod")
+			if !ok {
+				return "", false
+			}
+			return canonicalUID(strings.ReplaceAll(uid, "_", "-"))
+		}
+	} else {
+		levels = append(levels, "kubepods")
+		if qos != QoSGuaranteed {
+			levels = append(levels, string(qos))
+		}
+		pod = func(seg string) (string, bool) {
+			uid, ok := strings.CutPrefix(seg, "pod")
+			if !ok {
+				return "", false
+			}
+			return canonicalUID(uid)
+		}
 	}
-	uid, ok = canonicalUID(rest)
+	at := len(levels) - start // the pod's index in segs
+	if at < 0 || at >= len(segs) {
+		return Container{}, false
+	}
+	for i := max(start, 0); i < len(levels); i++ {
+		if segs[i-start] != levels[i] {
+			return Container{}, false
+		}
+	}
+	uid, ok := pod(segs[at])
 	if !ok {
-		return "", "", false
+		return Container{}, false
 	}
-	// cgroupfs: kubepods/pod<uid> (guaranteed) or kubepods/<qos>/pod<uid>.
-	parent := parents[len(parents)-1]
-	switch {
-	case parent == "besteffort" && len(parents) >= 2 && parents[len(parents)-2] == "kubepods":
-		return uid, QoSBestEffort, true
-	case parent == "burstable" && len(parents) >= 2 && parents[len(parents)-2] == "kubepods":
-		return uid, QoSBurstable, true
-	case parent == "kubepods":
-		return uid, QoSGuaranteed, true
+	c := Container{PodUID: uid, QoS: qos}
+	if at+1 < len(segs) {
+		c.ID, c.Runtime, c.Conmon = containerSegment(segs[at+1])
 	}
-	return "", "", false
+	return c, true
 }
 
 // canonicalUID accepts a UUID (36 characters, dashes at 8, 13, 18, 23) or

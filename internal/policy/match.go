@@ -140,7 +140,32 @@ func (pol *Policy) ruleDecision(r Rule, p Process) (Decision, bool) {
 			return Decision{}, false // no class in the variable and no fallback
 		}
 	}
+	if d := r.Decision; !d.Exempt && !r.TrustSelfSet && len(r.Match.SelfSet()) > 0 {
+		// Any process can take the name, executable, arguments or
+		// environment the rule matches: its class is a request like any
+		// other, capped at the process's request limit.
+		return pol.capAtRequest(d, p), true
+	}
 	return r.Decision, true
+}
+
+// capAtRequest caps d at what p may ask for over the socket, class and
+// weight; where p may ask for nothing, at be:1, the least a class gives.
+func (pol *Policy) capAtRequest(d Decision, p Process) Decision {
+	sp, max := d.Spec, pol.MaxRequest(p)
+	if max == "" {
+		sp = class.Spec{Name: class.BE, Weight: 1}
+	} else {
+		if !sp.Name.AtMost(max) {
+			sp.Name = max
+		}
+		sp.Weight = min(sp.Weight, pol.MaxRequestWeight(sp.Name, max))
+	}
+	if sp.Name == d.Spec.Name && sp.Weight >= d.Spec.Weight {
+		return d
+	}
+	d.Spec, d.Capped = sp, true
+	return d
 }
 
 // MaxRequestWeight is the highest weight of class n that a process whose

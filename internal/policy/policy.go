@@ -93,6 +93,10 @@ type Decision struct {
 	// FromEnv is true when the class came from the process's environment
 	// (capped at the process's request limit).
 	FromEnv bool
+	// Capped is true when the rule matched on what the process sets
+	// itself and its class was above the process's request limit: the
+	// process got that limit instead (be:1 where it may ask for nothing).
+	Capped bool
 }
 
 func (d Decision) String() string {
@@ -116,6 +120,10 @@ type Rule struct {
 	// EnvOnly: the rule has class_from_env and no class, so it matches
 	// only when the variable holds a class.
 	EnvOnly bool
+	// TrustSelfSet: the rule gives its class as written even though it
+	// matches on what the process sets itself (Match.SelfSet); without
+	// it that class is capped at the process's request limit.
+	TrustSelfSet bool
 	// Objective is the latency objectives of the LC processes this rule
 	// classes ("p50<=1.05x, p99<=1.15x": all must be met; nil: the lc
 	// class's, if any).
@@ -209,6 +217,22 @@ type Match struct {
 	// Env maps a variable name to a glob its value must match.
 	Env  map[string]string
 	GPUs []GPURef
+}
+
+// SelfSet names the fields of m that match what the process sets itself:
+// its name (comm), its executable (through exec), its arguments and its
+// environment. Any process can make those hold.
+func (m Match) SelfSet() []string {
+	var fs []string
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"comm", len(m.Comm) > 0}, {"exe", len(m.Exe) > 0}, {"cmdline", len(m.Cmdline) > 0}, {"env", len(m.Env) > 0}} {
+		if f.set {
+			fs = append(fs, f.name)
+		}
+	}
+	return fs
 }
 
 // GPURef is a GPU named by index or UUID.
@@ -624,7 +648,7 @@ func objective(n *yaml.Node, field string) (slo.Objectives, error) {
 }
 
 func parseRule(n *yaml.Node, field string) (Rule, error) {
-	fs, err := fields(n, field, "name", "match", "class", "class_from_env", "objective")
+	fs, err := fields(n, field, "name", "match", "class", "class_from_env", "objective", "trust_self_set")
 	if err != nil {
 		return Rule{}, err
 	}
@@ -658,6 +682,23 @@ func parseRule(n *yaml.Node, field string) (Rule, error) {
 		if r.EnvOnly = cn == nil; r.EnvOnly {
 			r.Decision = Decision{Exempt: true}
 		}
+	}
+	selfSet := r.Match.SelfSet()
+	if v := fs["trust_self_set"]; v != nil {
+		var trust bool
+		if v.Kind != yaml.ScalarNode || v.Decode(&trust) != nil {
+			return r, fieldErr(v, field+".trust_self_set", "%q: want true or false", v.Value)
+		}
+		if trust && len(selfSet) == 0 {
+			return r, fieldErr(v, field+".trust_self_set", "the rule matches nothing the process sets itself (%s): nothing to trust", strings.Join(selfSetFields, ", "))
+		}
+		r.TrustSelfSet = trust
+	}
+	if cn != nil && r.Decision.Exempt && len(selfSet) > 0 && !r.TrustSelfSet {
+		// A class is capped at the process's request limit; "leave it
+		// alone" cannot be: any process could escape its class by
+		// taking the rule's name.
+		return r, fieldErr(cn, field+".class", "none on a match of what the process sets itself (%s): any process could leave itself at the driver's defaults; match on uid, user, cgroup or gpu too and set trust_self_set: true to mean it", strings.Join(selfSet, ", "))
 	}
 	if v := fs["objective"]; v != nil {
 		o, err := objective(v, field+".objective")
@@ -999,10 +1040,10 @@ func parseRequests(n *yaml.Node) (Requests, error) {
 	return rq, nil
 }
 
-// selfSet are the match fields a process sets for itself (its name, its
+// selfSetFields are the match fields a process sets for itself (its name, its
 // executable through exec, its arguments and environment): a limit on
 // them would let any process claim its rights.
-var selfSet = []string{"comm", "exe", "cmdline", "env"}
+var selfSetFields = []string{"comm", "exe", "cmdline", "env"}
 
 // limitMatch refuses a request limit that matches on selfSet fields.
 func limitMatch(n *yaml.Node, field string) error {
@@ -1010,8 +1051,8 @@ func limitMatch(n *yaml.Node, field string) error {
 		return nil // parseMatch says what is wrong
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		if k := n.Content[i]; slices.Contains(selfSet, k.Value) {
-			return fieldErr(k, join(field, k.Value), "a request limit cannot match on what the asking process sets itself (%s); match on uid, user, cgroup or gpu", strings.Join(selfSet, ", "))
+		if k := n.Content[i]; slices.Contains(selfSetFields, k.Value) {
+			return fieldErr(k, join(field, k.Value), "a request limit cannot match on what the asking process sets itself (%s); match on uid, user, cgroup or gpu", strings.Join(selfSetFields, ", "))
 		}
 	}
 	return nil

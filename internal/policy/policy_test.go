@@ -35,8 +35,13 @@ func TestSLOExampleParses(t *testing.T) {
 	if !p.SLO.Enabled || p.SLO.MinBEShare != 0.88 || len(p.SLO.Ladder) != 7 || len(p.Rules) != 4 {
 		t.Fatalf("parsed %+v", p.SLO)
 	}
-	if o, ok := p.Objective(p.Decide(Process{Comm: "lc-server"})); !ok || o.String() != "p50<=1.05x" {
+	if o, ok := p.Objective(p.Decide(Process{Comm: "lc-server", User: "inference"})); !ok || o.String() != "p50<=1.05x" {
 		t.Errorf("inference objective %v %v", o, ok)
+	}
+	// The name is the process's own: another user's lc-server gets what
+	// that user may ask for.
+	if d := p.Decide(Process{Comm: "lc-server", UID: 4242}); d.String() != "burstable" || !d.Capped {
+		t.Errorf("another user's lc-server: %v (capped %v), want burstable", d, d.Capped)
 	}
 	if o, ok := p.Objective(p.Decide(Process{Comm: "other", Env: map[string]string{}})); ok {
 		t.Errorf("a burstable process has objective %v", o)
@@ -294,6 +299,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add(b)
 	f.Add([]byte("rules:\n  - {match: {env: {A: b}}, class_from_env: A}\n"))
+	f.Add([]byte("rules:\n  - {match: {uid: 0, comm: x}, class: none, trust_self_set: true}\n  - {match: {exe: /a}, class: lc, trust_self_set: false}\n"))
 	f.Add([]byte("classes: {be: {timeslice: 1us}}\ndefault: be:1000\n"))
 	f.Add([]byte("a: &x [*x]\n"))
 	f.Add([]byte("classes: {lc: {objective: p99<=1.15x}, be: {min_share: 0.88}}\nslo: {enabled: true, window: 1s, ladder: [1us, 1ms], safe: 200us, shared_floor: 50us, prepreempt_below: 500us, spinner_ceiling: off, calibrate: pause, pause_windows: 3}\n"))
@@ -399,7 +405,7 @@ func TestUnnamedRuleDecides(t *testing.T) {
 	p, err := Parse([]byte(`
 rules:
   - {name: trainer, match: {comm: "train*"}, class: be}
-  - {match: {comm: "lc*"}, class: lc, objective: "p99<=2ms"}
+  - {match: {comm: "lc*"}, class: lc, objective: "p99<=2ms", trust_self_set: true}
 slo: {enabled: true}
 `))
 	if err != nil {
@@ -525,6 +531,102 @@ func TestChangeRate(t *testing.T) {
 			}
 			if per, burst := p.Requests.ChangeRate(); per != tc.per || burst != tc.burst {
 				t.Errorf("ChangeRate = %v/s, burst %d; want %v/s, burst %d", per, burst, tc.per, tc.burst)
+			}
+		})
+	}
+}
+
+// TestShippedPolicyNameGivesNoLC: with deploy/gpreemptd.yaml, a process
+// that names itself like an inference server gets no more than its uid
+// and cgroup may ask for: naming a process is anyone's to do.
+func TestShippedPolicyNameGivesNoLC(t *testing.T) {
+	p, err := ParseFile("../../deploy/gpreemptd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		proc   Process
+		want   string
+		capped bool
+	}{
+		{"any uid naming itself vllm-x", Process{UID: 4242, Comm: "vllm-x"}, "burstable", true},
+		{"any uid naming itself tritonserver", Process{UID: 4242, Comm: "tritonserver", Cgroup: "/user.slice/user-4242.slice/session-1.scope"}, "burstable", true},
+		{"a uid that may ask for lc", Process{UID: 1000, Comm: "vllm-x"}, "lc", false},
+		{"an inference service", Process{UID: 4242, Comm: "tritonserver", Cgroup: "/system.slice/inference-a.service"}, "lc", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := p.Decide(tt.proc)
+			if d.String() != tt.want || d.Rule != "inference" || d.Capped != tt.capped {
+				t.Errorf("Decide(%+v) = %v by %q (capped %v), want %s by inference (capped %v)", tt.proc, d, d.Rule, d.Capped, tt.want, tt.capped)
+			}
+		})
+	}
+}
+
+// TestSelfSetRuleCappedAtRequestLimit: a rule matching what the process
+// sets itself (comm, exe, cmdline, env) gives at most what the process may
+// ask for over the socket, class and weight (be:1 where it may ask for
+// nothing); trust_self_set: true gives the class as written.
+func TestSelfSetRuleCappedAtRequestLimit(t *testing.T) {
+	const limits = "requests:\n  default_max: none\n  limits:\n    - {match: {uid: 1000}, max: lc}\n    - {match: {uid: 2000}, max: burstable}\n    - {match: {uid: 3000}, max: be}\n"
+	tests := []struct {
+		name string
+		rule string
+		proc Process
+		want string
+	}{
+		{"comm, uid may ask lc", "{match: {comm: x}, class: lc}", Process{UID: 1000, Comm: "x"}, "lc"},
+		{"comm, uid may ask burstable", "{match: {comm: x}, class: lc}", Process{UID: 2000, Comm: "x"}, "burstable"},
+		{"comm, uid may ask nothing", "{match: {comm: x}, class: lc}", Process{UID: 9, Comm: "x"}, "be"},
+		{"exe", "{match: {exe: /opt/x}, class: lc}", Process{UID: 2000, Exe: "/opt/x"}, "burstable"},
+		{"cmdline", "{match: {cmdline: \"*serve*\"}, class: burstable}", Process{UID: 3000, Cmdline: "python serve.py"}, "be"},
+		{"env", "{match: {env: {ROLE: lc}}, class: lc}", Process{UID: 3000, Env: map[string]string{"ROLE": "lc"}}, "be"},
+		{"weight capped under a be limit", "{match: {comm: x}, class: be:50}", Process{UID: 3000, Comm: "x"}, "be:10"},
+		{"weight kept under an lc limit", "{match: {comm: x}, class: be:50}", Process{UID: 1000, Comm: "x"}, "be:50"},
+		{"below the limit: as written", "{match: {comm: x}, class: be}", Process{UID: 1000, Comm: "x"}, "be"},
+		{"uid and comm: still the process's name", "{match: {uid: 2000, comm: x}, class: lc}", Process{UID: 2000, Comm: "x"}, "burstable"},
+		{"trusted", "{match: {uid: 2000, comm: x}, class: lc, trust_self_set: true}", Process{UID: 2000, Comm: "x"}, "lc"},
+		{"not self-set: uid", "{match: {uid: 9}, class: lc}", Process{UID: 9}, "lc"},
+		{"not self-set: cgroup", "{match: {cgroup: /system.slice/a.service}, class: lc}", Process{UID: 9, Cgroup: "/system.slice/a.service"}, "lc"},
+		{"class_from_env fallback", "{match: {env: {C: \"*\"}}, class_from_env: C, class: lc}", Process{UID: 2000, Env: map[string]string{"C": "bad"}}, "burstable"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := Parse([]byte("default: none\nrules:\n  - " + tt.rule + "\n" + limits))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := p.Decide(tt.proc); d.String() != tt.want {
+				t.Errorf("Decide = %v, want %s", d, tt.want)
+			}
+		})
+	}
+}
+
+// TestTrustSelfSetChecked: --check-config names the line of a
+// trust_self_set that means nothing, and of a self-set rule that would let
+// any process leave itself alone.
+func TestTrustSelfSetChecked(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"not a bool", "rules:\n  - match: {comm: x}\n    class: lc\n    trust_self_set: maybe\n", "line 4: rules[0].trust_self_set: \"maybe\": want true or false"},
+		{"nothing self-set to trust", "rules:\n  - match: {uid: 3}\n    class: lc\n    trust_self_set: true\n", "line 4: rules[0].trust_self_set: the rule matches nothing the process sets itself"},
+		{"none on a name", "rules:\n  - match: {comm: x}\n    class: none\n", "line 3: rules[0].class: none on a match of what the process sets itself (comm)"},
+		{"none on an environment", "rules:\n  - match: {cgroup: /a, env: {A: b}}\n    class: none\n", "line 3: rules[0].class: none on a match of what the process sets itself (env)"},
+		{"none trusted", "rules:\n  - match: {uid: 0, comm: x}\n    class: none\n    trust_self_set: true\n", ""},
+		{"trust false", "rules:\n  - match: {comm: x}\n    class: lc\n    trust_self_set: false\n", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.in))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("got %v, want %q", err, tt.want)
 			}
 		})
 	}

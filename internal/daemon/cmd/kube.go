@@ -29,6 +29,7 @@ var kubeFlags = []cli.Flag{
 	&cli.StringFlag{Name: "node-name", Usage: "this node's name in the API (default: $NODE_NAME, set from the downward API)"},
 	&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: $KUBECONFIG, else the in-cluster service account)"},
 	&cli.StringFlag{Name: "kubernetes-policy", Usage: "the Kubernetes policy file: classes by priority class and namespace, the highest class each namespace may ask for", EnvVars: []string{"GPREEMPTD_KUBERNETES_POLICY"}},
+	&cli.StringFlag{Name: "kubelet-cgroup-root", Value: "/", Usage: "the kubelet's cgroup root as /proc/PID/cgroup names it (kind: /kubelet.slice): pods are recognised only in the kubelet's layout under it", EnvVars: []string{"GPREEMPTD_KUBELET_CGROUP_ROOT"}},
 }
 
 // startKube starts the node agent when --kubernetes is set and hooks it
@@ -65,7 +66,11 @@ func startKube(ctx context.Context, c *cli.Context, cfg *daemon.Config, log *slo
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	agent, err := kube.NewAgent(client, kube.Options{NodeName: node, Policy: pol, Log: log.With("component", "kube")})
+	root := c.String("kubelet-cgroup-root")
+	if !strings.HasPrefix(root, "/") {
+		return nil, fmt.Errorf("%w: --kubelet-cgroup-root %q: want an absolute cgroup path, such as / or /kubelet.slice", policy.ErrInvalid, root)
+	}
+	agent, err := kube.NewAgent(client, kube.Options{NodeName: node, Policy: pol, CgroupRoot: root, Log: log.With("component", "kube")})
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +122,13 @@ func KubeHook(ctx context.Context, agent *kube.Agent, cfg *daemon.Config, log *s
 	}
 	cfg.PodCheck = func(peerPID, targetPID int, want class.Name) (bool, error) {
 		_, err := agent.AuthorizePeer(peerPID, targetPID, want)
+		if errors.Is(err, kube.ErrNotInPod) {
+			return false, nil
+		}
+		return true, err
+	}
+	cfg.Reconcile.PodRecheck = func(pid int, want class.Name) (bool, error) {
+		err := agent.Recheck(pid, want)
 		if errors.Is(err, kube.ErrNotInPod) {
 			return false, nil
 		}

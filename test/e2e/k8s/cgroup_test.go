@@ -50,6 +50,11 @@ func newCgroupTree(t *testing.T) *cgroupTree {
 	return ct
 }
 
+// kubeletRoot is the tree's root as /proc/PID/cgroup names it: the
+// kubelet cgroup root the agent is given, since it recognises pods only
+// under the kubelet's.
+func (ct *cgroupTree) kubeletRoot() string { return "/" + filepath.Base(ct.root) }
+
 func cgroup2Mount() (string, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {

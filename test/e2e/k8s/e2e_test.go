@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -146,6 +147,9 @@ func TestNodeAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%s: %d objects (%v) accepted by a server-side dry run", manifests, len(objs), kinds(objs))
+	t.Run("the service account may do only what the agent does", func(t *testing.T) {
+		checkServiceAccountRights(ctx, t, admin)
+	})
 	var tracing []*unstructured.Unstructured
 	for _, o := range readManifests(t, tracingManifests) {
 		if o.GetKind() == "DaemonSet" {
@@ -223,7 +227,7 @@ func TestNodeAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent, err := kube.NewAgent(kubernetes.NewForConfigOrDie(saCfg), kube.Options{NodeName: thisNode, Policy: policy})
+	agent, err := kube.NewAgent(kubernetes.NewForConfigOrDie(saCfg), kube.Options{NodeName: thisNode, Policy: policy, CgroupRoot: cgroups.kubeletRoot()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,4 +440,58 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(b), "\n"))
 	return len(b), nil
+}
+
+// checkServiceAccountRights asks the API server (SubjectAccessReview, as
+// admin) what the chart's service account may do: list and watch pods
+// (RBAC cannot scope that to the node's pods), create and patch Events,
+// and nothing else the agent does not do.
+func checkServiceAccountRights(ctx context.Context, t *testing.T, admin kubernetes.Interface) {
+	tests := []struct {
+		verb, group, resource, namespace string
+		allowed                          bool
+	}{
+		{"list", "", "pods", "", true},
+		{"watch", "", "pods", "", true},
+		{"get", "", "pods", "inference", false},
+		{"create", "", "pods", "inference", false},
+		{"delete", "", "pods", "inference", false},
+		{"patch", "", "pods", "inference", false},
+		{"create", "", "events", "inference", true},
+		{"patch", "", "events", "training", true},
+		{"update", "", "events", "inference", false},
+		{"delete", "", "events", "inference", false},
+		{"list", "", "events", "inference", false},
+		{"create", "events.k8s.io", "events", "inference", false},
+		{"get", "", "secrets", "inference", false},
+		{"list", "", "configmaps", "", false},
+		{"list", "", "nodes", "", false},
+	}
+	user := "system:serviceaccount:" + agentNamespace + ":" + agentServiceAccount
+	for _, tt := range tests {
+		name := tt.verb + " " + tt.resource
+		if tt.group != "" {
+			name += "." + tt.group
+		}
+		if tt.namespace != "" {
+			name += " in " + tt.namespace
+		}
+		t.Run(name, func(t *testing.T) {
+			r, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{
+					User:   user,
+					Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + agentNamespace, "system:authenticated"},
+					ResourceAttributes: &authorizationv1.ResourceAttributes{
+						Verb: tt.verb, Group: tt.group, Resource: tt.resource, Namespace: tt.namespace,
+					},
+				},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Status.Allowed != tt.allowed {
+				t.Errorf("allowed %v (%s), want %v", r.Status.Allowed, r.Status.Reason, tt.allowed)
+			}
+		})
+	}
 }
