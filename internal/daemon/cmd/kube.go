@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -122,8 +124,21 @@ func KubeHook(ctx context.Context, agent *kube.Agent, cfg *daemon.Config, log *s
 		}
 		return true, err
 	}
+	// A process in a pod counts against its pod's share of the socket's
+	// connections and requests in flight: a node's pods may all run as
+	// root, and one must not starve the others.
+	cfg.PeerKey = func(c net.Conn) (string, error) {
+		p, err := daemon.PeerOf(c)
+		if err != nil {
+			return "", err
+		}
+		if ref, err := agent.PodOfPID(p.PID); err == nil {
+			return "pod " + ref.Namespace + "/" + ref.Name, nil
+		}
+		return "uid " + strconv.FormatUint(uint64(p.UID), 10), nil
+	}
 	return func(d *daemon.Daemon) {
-		d.Metrics().Registry.MustRegister(kube.NewPodInfoCollector(agent, d.Reconciler().Known))
+		d.Metrics().Registry.MustRegister(kube.NewPodInfoCollector(agent, d.Reconciler().Known, d.Metrics().ProcessLabel))
 		go func() {
 			for {
 				select {
