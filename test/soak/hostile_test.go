@@ -146,7 +146,7 @@ func TestHostileSoak(t *testing.T) {
 	waitSocket(t, sock)
 	os.Chmod(filepath.Dir(sock), 0o755)
 
-	env := []string{"SOAK_SOCKET=" + sock, "SOAK_METRICS=" + maddr, "SOAK_DURATION=" + duration.String(), "SOAK_FDS=" + os.Getenv("SOAK_FDS")}
+	env := []string{"SOAK_ATTACKS=" + os.Getenv("SOAK_ATTACKS"), "SOAK_SOCKET=" + sock, "SOAK_METRICS=" + maddr, "SOAK_DURATION=" + duration.String(), "SOAK_FDS=" + os.Getenv("SOAK_FDS")}
 	run := func(u *user.User, role string) (*exec.Cmd, *bytes.Buffer) {
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
@@ -363,6 +363,11 @@ func attacker() int {
 		wg                                          sync.WaitGroup
 		labels, held, slow, costly, scrapes, mconns atomic.Int64
 	)
+	// SOAK_ATTACKS picks the attacks (default all: 1,3,4,6).
+	on := func(finding string) bool {
+		a := os.Getenv("SOAK_ATTACKS")
+		return a == "" || slices.Contains(strings.Split(a, ","), finding)
+	}
 	goN := func(n int, f func()) {
 		for range n {
 			wg.Add(1)
@@ -388,7 +393,10 @@ func attacker() int {
 	}
 	// 4: many open descriptors, and requests as fast as they are answered.
 	nfds := 19900
-	if s := os.Getenv("SOAK_FDS"); s != "" {
+	if !on("4") {
+		nfds = 0
+	}
+	if s := os.Getenv("SOAK_FDS"); s != "" && on("4") {
 		nfds, _ = strconv.Atoi(s)
 	}
 	// Leave room for the sockets of the other attacks (2,330 and a few).
@@ -410,7 +418,7 @@ func attacker() int {
 	// other attacks of the same uid then take what its cap leaves.
 	var firstErr sync.Once
 	started := make(chan struct{}, 8)
-	goN(8, func() {
+	goN(map[bool]int{true: 8}[on("4")], func() {
 		started <- struct{}{}
 		bodies := []string{`{"class":"be"}`, `{"requests":1}`}
 		for i := 0; ctx.Err() == nil; i++ {
@@ -430,12 +438,12 @@ func attacker() int {
 			}
 		}
 	})
-	for range 8 {
+	for range map[bool]int{true: 8}[on("4")] {
 		<-started
 	}
 	time.Sleep(time.Second)
 	// 1: a new path each request, redirected (307).
-	goN(4, func() {
+	goN(map[bool]int{true: 4}[on("1")], func() {
 		for ctx.Err() == nil {
 			c := dialUnix()
 			if c == nil {
@@ -458,7 +466,7 @@ func attacker() int {
 		}
 	})
 	// 3: 256 keep-alive connections held idle, and 64 slow bodies.
-	goN(256, func() {
+	goN(map[bool]int{true: 256}[on("3")], func() {
 		for ctx.Err() == nil {
 			if c := dialUnix(); c != nil {
 				fmt.Fprint(c, "GET /v1/status HTTP/1.1\r\nHost: d\r\n\r\n")
@@ -472,7 +480,7 @@ func attacker() int {
 			pace()
 		}
 	})
-	goN(64, func() {
+	goN(map[bool]int{true: 64}[on("3")], func() {
 		for ctx.Err() == nil {
 			if c := dialUnix(); c != nil {
 				fmt.Fprint(c, "POST /v1/stats HTTP/1.1\r\nHost: d\r\nContent-Length: 100\r\n\r\n{")
@@ -484,7 +492,7 @@ func attacker() int {
 		}
 	})
 	// 6: 2000 idle connections to the metrics port, and scrapes.
-	goN(2000, func() {
+	goN(map[bool]int{true: 2000}[on("6")], func() {
 		for ctx.Err() == nil {
 			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", maddr)
 			if err == nil {
@@ -496,7 +504,7 @@ func attacker() int {
 			pace()
 		}
 	})
-	goN(2, func() {
+	goN(map[bool]int{true: 2}[on("6")], func() {
 		mc := &http.Client{Timeout: 30 * time.Second}
 		for ctx.Err() == nil {
 			req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+maddr+"/metrics", nil)
