@@ -379,3 +379,42 @@ func TestMetricsLabelsCarryNoPIDs(t *testing.T) {
 		}
 	}
 }
+
+// selfDecoding decodes its JSON itself: its Go fields do not name its keys.
+type selfDecoding struct{ X int }
+
+func (s *selfDecoding) UnmarshalJSON([]byte) error { return nil }
+
+// TestCheckStrictTypes: the strict walk follows the target's types: a
+// map's keys are free but each once; a type that decodes itself keeps its
+// keys, each once; an embedded struct's fields are the outer one's.
+func TestCheckStrictTypes(t *testing.T) {
+	type inner struct {
+		A int `json:"a"`
+	}
+	type target struct {
+		inner
+		M map[string]int `json:"m"`
+		S *selfDecoding  `json:"s"`
+		L []inner        `json:"l"`
+		B int            `json:"b,omitempty"`
+	}
+	for _, tc := range []struct {
+		body string
+		ok   bool
+	}{
+		{`{"a":1,"b":2,"m":{"x":1,"X":2},"s":{"Any":1},"l":[{"a":1},{"a":2}]}`, true},
+		{`{"A":1}`, false},
+		{`{"m":{"x":1,"x":2}}`, false},
+		{`{"s":{"k":1,"k":2}}`, false},
+		{`{"l":[{"a":1,"a":2}]}`, false},
+		{`{"l":[{"A":1}]}`, false},
+		{`{"inner":{"a":1}}`, false},
+	} {
+		var v target
+		_, err := DecodeJSON([]byte(tc.body), &v)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: %v, want ok %v", tc.body, err, tc.ok)
+		}
+	}
+}

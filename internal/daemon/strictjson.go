@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,6 +45,9 @@ func strictValue(dec *json.Decoder, t reflect.Type, at string, depth int) error 
 	case '{':
 		var fields map[string]reflect.Type
 		var elem reflect.Type
+		if t != nil && decodesItself(t) {
+			t = nil // its own decoder's fields: keys are only checked to be once each
+		}
 		if t != nil {
 			switch t.Kind() {
 			case reflect.Struct:
@@ -86,6 +90,18 @@ func strictValue(dec *json.Decoder, t reflect.Type, at string, depth int) error 
 	}
 	_, err = dec.Token() // the closing delimiter
 	return err
+}
+
+var (
+	unmarshalerType     = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// decodesItself: t decodes its JSON with a method of its own, so its Go
+// fields say nothing of the keys it takes.
+func decodesItself(t reflect.Type) bool {
+	p := reflect.PointerTo(t)
+	return p.Implements(unmarshalerType) || p.Implements(textUnmarshalerType)
 }
 
 func where(at string) string {
