@@ -166,8 +166,10 @@ func TestAPIPeerCannotStarveAnother(t *testing.T) {
 					who, _, _ := strings.Cut(filepath.Base(c.RemoteAddr().String()), "-")
 					return who, nil
 				}
-				// Only the caps end the attack here, not the timeouts.
+				// Only the caps end the attack here, not the timeouts; the
+				// attacker's requests past its share are refused at once.
 				srv.ReadTimeout, srv.IdleTimeout = time.Hour, time.Hour
+				api.PeerQueueWait = time.Nanosecond
 			})
 			dial := func(who string, i int) (net.Conn, error) {
 				return net.DialUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, who+"-"+strconv.Itoa(i)), Net: "unix"}, &net.UnixAddr{Name: a.sock, Net: "unix"})
@@ -416,5 +418,42 @@ func TestCheckStrictTypes(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: %v, want ok %v", tc.body, err, tc.ok)
 		}
+	}
+}
+
+// TestInflightQueuesPerPeer: a peer's requests past its share wait for
+// its own to end, never for another peer's, and are served when one does.
+func TestInflightQueuesPerPeer(t *testing.T) {
+	var f inflight
+	ctx := context.Background()
+	for range MaxInFlightPerPeer {
+		if !f.take(ctx, "a", 0) {
+			t.Fatal("a's share refused")
+		}
+	}
+	if f.take(ctx, "a", 0) {
+		t.Fatal("a served past its share")
+	}
+	queued := make(chan bool, 1)
+	go func() { queued <- f.take(ctx, "a", time.Hour) }()
+	for range MaxInFlightPerPeer {
+		if !f.take(ctx, "b", 0) { // no wait: b's places are free
+			t.Fatal("b refused while a's requests fill a's share")
+		}
+	}
+	f.done("a")
+	if !<-queued {
+		t.Fatal("a's queued request not served when one of a's ended")
+	}
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	if f.take(canceled, "a", time.Hour) {
+		t.Fatal("a request whose client left was served")
+	}
+	for _, p := range []string{"a", "a", "b", "b"} {
+		f.done(p)
+	}
+	if f.n != 0 || len(f.peers) != 0 {
+		t.Errorf("after all ended: %d in flight, %d peers kept", f.n, len(f.peers))
 	}
 }

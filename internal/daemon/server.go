@@ -30,9 +30,11 @@ const (
 	maxHeaderBytes = 16 << 10
 	// MaxInFlight bounds the requests served at once (503 beyond), and
 	// MaxInFlightPerPeer those of one peer (a uid; a pod with
-	// --kubernetes): one peer's slow bodies leave the rest to others.
+	// --kubernetes): a peer's further requests wait for one of its own
+	// to end (PeerQueueWait at most, then 503), so one peer's slow bodies
+	// or costly requests leave the daemon's time to the others.
 	MaxInFlight        = 64
-	MaxInFlightPerPeer = 8
+	MaxInFlightPerPeer = 2
 	// MaxConns bounds the open connections: each holds a descriptor, and
 	// a daemon out of them cannot open the pidfds its work needs.
 	// MaxConnsPerPeer bounds one peer's. A connection past either is
@@ -67,6 +69,9 @@ type API struct {
 	// nil: its uid (SO_PEERCRED). With --kubernetes: its pod, where it is
 	// in one, since a node's pods may all run as root.
 	PeerKey func(net.Conn) (string, error)
+	// PeerQueueWait bounds how long a request waits for one of its
+	// peer's MaxInFlightPerPeer places (0: DefaultPeerQueueWait).
+	PeerQueueWait time.Duration
 	// Creds reads a process's credentials now (effective uid, then the
 	// effective gid and the supplementary groups), to re-check a
 	// connection's against them at each request; nil: /proc/PID/status.
@@ -82,34 +87,78 @@ type API struct {
 	changes  changeLimiter
 }
 
-// inflight counts the requests being served, in all and per peer.
+// DefaultPeerQueueWait is how long a request waits for a place among
+// its peer's requests in flight.
+const DefaultPeerQueueWait = 2 * time.Second
+
+// inflight counts the requests being served, in all and per peer; a
+// peer's requests past its share wait for its own to end, never for
+// another peer's.
 type inflight struct {
-	mu     sync.Mutex
-	n      int
-	byPeer map[string]int
+	mu    sync.Mutex
+	n     int
+	peers map[string]*peerSlots
 }
 
-// take admits one more request of peer, or says no.
-func (f *inflight) take(peer string) bool {
+type peerSlots struct {
+	slots chan struct{}
+	users int // requests holding or waiting for a slot
+}
+
+// take admits one more request of peer, waiting at most wait for a place
+// among the peer's; false: none came, or the daemon is full.
+func (f *inflight) take(ctx context.Context, peer string, wait time.Duration) bool {
+	f.mu.Lock()
+	if f.peers == nil {
+		f.peers = map[string]*peerSlots{}
+	}
+	p := f.peers[peer]
+	if p == nil {
+		p = &peerSlots{slots: make(chan struct{}, MaxInFlightPerPeer)}
+		f.peers[peer] = p
+	}
+	p.users++
+	f.mu.Unlock()
+	got := false
+	select {
+	case p.slots <- struct{}{}:
+		got = true
+	default:
+		t := time.NewTimer(wait)
+		select {
+		case p.slots <- struct{}{}:
+			got = true
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.n >= MaxInFlight || f.byPeer[peer] >= MaxInFlightPerPeer {
-		return false
+	if got && f.n < MaxInFlight {
+		f.n++
+		return true
 	}
-	if f.byPeer == nil {
-		f.byPeer = map[string]int{}
+	if got {
+		<-p.slots
 	}
-	f.n++
-	f.byPeer[peer]++
-	return true
+	f.leave(peer, p)
+	return false
 }
 
 func (f *inflight) done(peer string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.n--
-	if f.byPeer[peer]--; f.byPeer[peer] <= 0 {
-		delete(f.byPeer, peer)
+	p := f.peers[peer]
+	<-p.slots
+	f.leave(peer, p)
+}
+
+// leave drops a request's hold on its peer's slots (f.mu held).
+func (f *inflight) leave(peer string, p *peerSlots) {
+	if p.users--; p.users == 0 {
+		delete(f.peers, peer)
 	}
 }
 
@@ -294,7 +343,11 @@ func (a *API) Handler() http.Handler {
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		peer := peerKeyOf(r)
-		if !a.inflight.take(peer) {
+		wait := a.PeerQueueWait
+		if wait <= 0 {
+			wait = DefaultPeerQueueWait
+		}
+		if !a.inflight.take(r.Context(), peer, wait) {
 			w.Header().Set("Retry-After", "1")
 			writeErr(w, http.StatusServiceUnavailable, "busy: %d requests at once in all, %d of one peer", MaxInFlight, MaxInFlightPerPeer)
 			return
