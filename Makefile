@@ -5,7 +5,7 @@ CARRY   ?= .carry
 PKGS    := ./...
 export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
-.PHONY: all build test vet fuzz gpu-test gpu-binaries benchmarks man clean install
+.PHONY: all build test vet fuzz gpu-test gpu-binaries benchmarks man clean install soak-hostile
 
 all: build
 
@@ -73,6 +73,16 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZ_TIME) -fuzzminimizetime $(FUZZ_MINIMIZE_TIME) $$pkg || exit 1; \
 	  done; \
 	done
+
+# The hostile-client soak (test/soak, docs/DAEMON.md "Hostile clients"):
+# gpreemptd in scan mode, two uids attacking its socket and metrics port,
+# a third measuring its /v1/class latency. As root (it makes three users);
+# no GPU. SOAK_DURATION=5m for the figures in docs/DAEMON.md.
+SOAK_DURATION ?= 5m
+soak-hostile:
+	$(GO) build -o $(BIN)/ ./cmd/gpreemptd
+	SOAK_HOSTILE=1 SOAK_DURATION=$(SOAK_DURATION) GPREEMPTD_BIN=$(abspath $(BIN))/gpreemptd \
+	  $(GO) test ./test/soak -run '^TestHostileSoak$$' -count=1 -v -timeout 60m
 
 # Binaries and test binaries to carry to the GPU machine (no Go there),
 # without symbol tables: the device call carries at most 64 MiB.

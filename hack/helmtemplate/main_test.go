@@ -76,6 +76,11 @@ func TestRenderOptions(t *testing.T) {
 		{[]string{"requestTracing.libcuda=/usr/lib/x86_64-linux-gnu/libcuda.so.1"}, nil, []string{"--trace-requests", "libcuda"}},
 		{[]string{"requestTracing.enabled=true", "requestTracing.libcuda=/run/nvidia/driver/usr/lib64/libcuda.so.580.159.04"},
 			[]string{"- --libcuda=/host/libcuda/libcuda.so.580.159.04\n", "path: /run/nvidia/driver/usr/lib64/libcuda.so.580.159.04\n"}, nil},
+		// The metrics server binds one address, never every interface
+		// (issue 40, finding 6): the pod's, or with hostNetwork the node's.
+		{nil, []string{"- --metrics-addr=[$(METRICS_IP)]:9477\n", "fieldPath: status.podIP\n"}, []string{"--metrics-addr=0.0.0.0", "hostNetwork: true", "kind: NetworkPolicy"}},
+		{[]string{"hostNetwork=true"}, []string{"hostNetwork: true\n", "fieldPath: status.hostIP\n"}, []string{"--metrics-addr=0.0.0.0", "status.podIP"}},
+		{[]string{"metrics.networkPolicy.enabled=true"}, []string{"kind: NetworkPolicy\n", "policyTypes:\n    - Ingress\n", "kubernetes.io/metadata.name: monitoring\n", "- port: metrics\n"}, nil},
 	} {
 		out, err := Render(chartDir, "gpreempt", "gpreempt", tt.sets)
 		if err != nil {

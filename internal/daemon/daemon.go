@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/gpu"
@@ -43,6 +42,9 @@ type Config struct {
 	Socket     string
 	// MetricsAddr is a loopback TCP address for /metrics; "" disables.
 	MetricsAddr string
+	// MetricsPIDs labels the per-process series with pids (else with an
+	// opaque name; Metrics.SetPIDLabels).
+	MetricsPIDs bool
 	// Mode: "auto" (BPF, else scan), "bpf" (fail without it) or "scan".
 	Mode string
 	// ScanInterval is the /proc scan's period in scan mode.
@@ -70,6 +72,9 @@ type Config struct {
 	// PodCheck decides socket requests from processes in pods
 	// (API.PodCheck); nil outside Kubernetes.
 	PodCheck func(peerPID, targetPID int, want class.Name) (handled bool, err error)
+	// PeerKey names whose share of the socket's connections and requests
+	// a connection counts against (API.PeerKey); nil: its uid.
+	PeerKey func(net.Conn) (string, error)
 	// Scan bounds discovery (tsg.ScanOptions).
 	Scan tsg.ScanOptions
 	Log  *slog.Logger
@@ -166,6 +171,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	scan.Logger = d.log
 	d.ctl = &TSGController{Source: tsg.NewAttachSource(cfg.Host, scan)}
 	d.metrics = NewMetrics(nil)
+	d.metrics.SetPIDLabels(cfg.MetricsPIDs)
 	d.rec = NewReconciler(pol, d.ctl, d.inspect, d.metrics, cfg.Reconcile, d.log)
 	d.metrics.SetGroups(d.rec.GroupsByClass)
 	d.slo = NewSLOLoop(d.rec, d.metrics, d.log)
@@ -274,13 +280,13 @@ func (d *Daemon) listen() error {
 	if err != nil {
 		return fmt.Errorf("socket: %w", err)
 	}
-	d.sock = limitListener(l, MaxConns)
+	api := &API{Rec: d.rec, Metrics: d.metrics, Log: d.log, Inspect: d.inspect, Reload: d.Reload, Status: d.status, PodCheck: d.cfg.PodCheck, PeerKey: d.cfg.PeerKey, SLO: d.slo}
+	d.sock = api.Listener(l)
 	// Any local process may connect: what it may do is decided per
 	// request from SO_PEERCRED.
 	if err := os.Chmod(d.cfg.Socket, 0o666); err != nil {
 		return fmt.Errorf("socket: %w", err)
 	}
-	api := &API{Rec: d.rec, Metrics: d.metrics, Log: d.log, Inspect: d.inspect, Reload: d.Reload, Status: d.status, PodCheck: d.cfg.PodCheck, SLO: d.slo}
 	d.api = api.Server()
 	if d.cfg.MetricsAddr != "" {
 		host, _, err := net.SplitHostPort(d.cfg.MetricsAddr)
@@ -294,10 +300,8 @@ func (d *Daemon) listen() error {
 		if err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}
-		d.mlis = ml
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.Registry, promhttp.HandlerOpts{Timeout: 5 * time.Second}))
-		d.mserver = &http.Server{Handler: mux, ReadHeaderTimeout: 2 * time.Second, WriteTimeout: 10 * time.Second, MaxHeaderBytes: maxHeaderBytes}
+		d.mlis = d.metrics.metricsListener(ml)
+		d.mserver = metricsServer(d.metrics.Registry, d.log)
 	}
 	return nil
 }

@@ -1,12 +1,21 @@
 package daemon
 
 import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/slo"
@@ -23,6 +32,7 @@ type Metrics struct {
 	classed       prometheus.Histogram
 	control       *prometheus.HistogramVec
 	requests      *prometheus.CounterVec
+	refusedConns  *prometheus.CounterVec
 	reloads       *prometheus.CounterVec
 	hintLatency   *prometheus.GaugeVec
 	hintHold      *prometheus.GaugeVec
@@ -40,6 +50,43 @@ type Metrics struct {
 
 	mu     sync.Mutex
 	pushed map[int]string // pid: the comm its series carry
+
+	// pidLabels: the process label is the pid (--metrics-pids); else an
+	// opaque name keyed by idKey, a secret of this daemon's run.
+	pidLabels bool
+	idKey     [32]byte
+}
+
+// SetPIDLabels makes the process label of the per-process series the pid
+// (gpreemptd --metrics-pids), for a scraper that joins them with its own
+// per-pid data. Off, the label is an opaque name, the same for a pid in
+// every series of one run of the daemon: a scrape does not tell which
+// host pid runs in which pod, nor which pids are GPU processes.
+func (m *Metrics) SetPIDLabels(on bool) { m.pidLabels = on }
+
+// ProcessLabel is the process label of pid's series.
+func (m *Metrics) ProcessLabel(pid int) string {
+	if m.pidLabels {
+		return strconv.Itoa(pid)
+	}
+	return m.opaque(strconv.Itoa(pid))
+}
+
+// opaque is a keyed hash of s, short enough to read and long enough not
+// to collide among a node's processes.
+func (m *Metrics) opaque(s string) string {
+	h := hmac.New(sha256.New, m.idKey[:])
+	h.Write([]byte(s))
+	return "p" + hex.EncodeToString(h.Sum(nil)[:6])
+}
+
+// sloProcessLabel is the process label of an LC process in the SLO
+// series, from its key (procKey: pid/start time).
+func (m *Metrics) sloProcessLabel(key string) string {
+	if m.pidLabels {
+		return key
+	}
+	return m.opaque(key)
 }
 
 // SetGroups sets what reports the live groups at scrape time.
@@ -64,17 +111,19 @@ func NewMetrics(groups func() map[[2]string]int) *Metrics {
 		control: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gpreemptd_control_seconds",
 			Help: "Time of one attach-apply-read-back operation on a process.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)}, []string{"op"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_socket_requests_total",
-			Help: "Socket API requests by endpoint and status code."}, []string{"endpoint", "code"}),
+			Help: "Socket API requests by endpoint (the route: other for none) and status code."}, []string{"endpoint", "code"}),
+		refusedConns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_refused_connections_total",
+			Help: "Connections closed as accepted, by server (socket, metrics) and the cap they were past (total, peer; unknown peer: no SO_PEERCRED)."}, []string{"server", "cap"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_reloads_total",
 			Help: "Policy reloads by outcome."}, []string{"outcome"}),
 		hintLatency: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_hint_request_latency_seconds",
-			Help: "LC request latency pushed by the process's hint engine."}, []string{"pid", "comm", "quantile"}),
+			Help: "LC request latency pushed by the process's hint engine."}, []string{"process", "comm", "quantile"}),
 		hintHold: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_hint_spinner_hold_seconds",
-			Help: "Spinner hold time pushed by the process's hint engine."}, []string{"pid", "comm", "quantile"}),
+			Help: "Spinner hold time pushed by the process's hint engine."}, []string{"process", "comm", "quantile"}),
 		hintExpired: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_hint_expired_holds",
-			Help: "Spinner holds that expired before the LC work came, as pushed."}, []string{"pid", "comm"}),
+			Help: "Spinner holds that expired before the LC work came, as pushed."}, []string{"process", "comm"}),
 		hintRequests: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_hint_requests",
-			Help: "LC requests the process's hint engine saw, as pushed."}, []string{"pid", "comm"}),
+			Help: "LC requests the process's hint engine saw, as pushed."}, []string{"process", "comm"}),
 		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_mode",
 			Help: "1 for the event source in use: bpf or scan."}, []string{"mode"}),
 		sloEnabled: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpreemptd_slo_enabled",
@@ -93,7 +142,8 @@ func NewMetrics(groups func() map[[2]string]int) *Metrics {
 			Help: "BE timeslice changes by the SLO mode, by GPU and cause (violation, explore, known_better, no_signal)."}, []string{"gpu", "cause"}),
 		groupsByClass: groups,
 	}
-	m.Registry.MustRegister(m.applies, m.failures, m.drift, m.classed, m.control, m.requests, m.reloads,
+	rand.Read(m.idKey[:])
+	m.Registry.MustRegister(m.applies, m.failures, m.drift, m.classed, m.control, m.requests, m.refusedConns, m.reloads,
 		m.hintLatency, m.hintHold, m.hintExpired, m.hintRequests, m.mode, groupsCollector{m},
 		m.sloEnabled, m.sloTimeslice, m.sloWorst, m.sloShare, m.sloLC, m.sloChanges, m.sloStopped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -139,7 +189,7 @@ func (m *Metrics) pushStats(s HintStats, comm string) {
 	// before or after.
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	pid := strconv.Itoa(s.PID)
+	pid := m.ProcessLabel(s.PID)
 	// A process names itself (prctl PR_SET_NAME takes any bytes); a label
 	// value must be UTF-8, or the Prometheus client panics.
 	comm = strings.ToValidUTF8(comm, "\uFFFD")
@@ -173,12 +223,12 @@ func (m *Metrics) forget(pid int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.pushed, pid)
-	m.deleteSeries(strconv.Itoa(pid))
+	m.deleteSeries(m.ProcessLabel(pid))
 }
 
-// deleteSeries drops every pushed series of pid.
-func (m *Metrics) deleteSeries(pid string) {
-	l := prometheus.Labels{"pid": pid}
+// deleteSeries drops every pushed series of a process (its label).
+func (m *Metrics) deleteSeries(process string) {
+	l := prometheus.Labels{"process": process}
 	m.hintLatency.DeletePartialMatch(l)
 	m.hintHold.DeletePartialMatch(l)
 	m.hintExpired.DeletePartialMatch(l)
@@ -217,7 +267,7 @@ func (m *Metrics) setSLO(on bool, byGPU map[string]slo.Decision) {
 		m.sloWorst.WithLabelValues(gpu).Set(d.Worst)
 		m.sloShare.WithLabelValues(gpu).Set(d.BEShare)
 		for _, r := range d.LC {
-			m.sloLC.WithLabelValues(gpu, r.Key, r.Objective).Set(r.Ratio)
+			m.sloLC.WithLabelValues(gpu, m.sloProcessLabel(r.Key), r.Objective).Set(r.Ratio)
 		}
 		if d.Changed {
 			m.sloChanges.WithLabelValues(gpu, d.Cause).Inc()
@@ -228,4 +278,46 @@ func (m *Metrics) setSLO(on bool, byGPU map[string]slo.Decision) {
 func (m *Metrics) setMode(mode string) {
 	m.mode.Reset()
 	m.mode.WithLabelValues(mode).Set(1)
+}
+
+// Bounds of the metrics server: a scraper makes one request every few
+// seconds, over one keep-alive connection.
+const (
+	// MaxMetricsConns bounds the connections the metrics server holds,
+	// and MaxMetricsConnsPerAddr those from one remote address; past
+	// either, a connection is closed as accepted.
+	MaxMetricsConns        = 32
+	MaxMetricsConnsPerAddr = 4
+)
+
+// metricsServer serves the registry's /metrics with time bounds on every
+// phase of a connection: a client that opens connections and sends
+// nothing, sends slowly, reads slowly or idles holds them for seconds, not
+// for ever.
+func metricsServer(reg *prometheus.Registry, log *slog.Logger) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Timeout: 5 * time.Second}))
+	return &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 2 * time.Second,
+		ReadTimeout:       5 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       30 * time.Second,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+}
+
+// metricsListener caps the metrics server's connections
+// (MaxMetricsConns, MaxMetricsConnsPerAddr by remote address).
+func (m *Metrics) metricsListener(l net.Listener) *capListener {
+	return newCapListener(l, MaxMetricsConns, MaxMetricsConnsPerAddr, remoteHost, func(_, why string) {
+		m.refusedConns.WithLabelValues("metrics", why).Inc()
+	})
+}
+
+// remoteHost is a TCP connection's remote address without its port.
+func remoteHost(c net.Conn) (string, error) {
+	host, _, err := net.SplitHostPort(c.RemoteAddr().String())
+	return host, err
 }

@@ -38,7 +38,7 @@ func TestPushReplacesQuantiles(t *testing.T) {
 			t.Errorf("%s: %d hold series, want %d", tc.name, n, tc.wantHold)
 		}
 		if tc.holdP50 != 0 {
-			if v := testutil.ToFloat64(m.hintHold.WithLabelValues("7", "infer", "p50")); v != tc.holdP50 {
+			if v := testutil.ToFloat64(m.hintHold.WithLabelValues(m.ProcessLabel(7), "infer", "p50")); v != tc.holdP50 {
 				t.Errorf("%s: hold p50 %v s, want %v", tc.name, v, tc.holdP50)
 			}
 		}

@@ -96,54 +96,105 @@ func samePeer(c net.Conn, accepted, start uint64) error {
 	return nil
 }
 
-// limitListener accepts at most n connections open at once; past that,
-// new ones wait in the listen backlog. Its connections keep the
-// *net.UnixConn they are (PeerOf reads the socket), unlike x/net's
-// netutil.LimitListener, which hides it behind net.Conn.
-func limitListener(l net.Listener, n int) net.Listener {
-	return &limited{Listener: l, slots: make(chan struct{}, n), done: make(chan struct{})}
-}
-
-type limited struct {
+// capListener caps the connections held open: at most total in all and
+// perKey per peer key (key names the peer: its uid, its pod). A
+// connection past either cap is closed at once, never left to wait in the
+// listen backlog, where one peer's idle connections would keep every
+// other peer's from being accepted. Its connections keep the socket they
+// are (PeerOf reads it through SyscallConn).
+type capListener struct {
 	net.Listener
-	slots     chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
+	key           func(net.Conn) (string, error)
+	total, perKey int
+	// refused is told of each connection closed at accept (tests and
+	// metrics count them); why is "total", "peer" or "unknown peer".
+	refused func(key, why string)
+
+	mu   sync.Mutex
+	n    int
+	open map[string]int
 }
 
-func (l *limited) Accept() (net.Conn, error) {
-	select {
-	case l.slots <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
+func newCapListener(l net.Listener, total, perKey int, key func(net.Conn) (string, error), refused func(key, why string)) *capListener {
+	if refused == nil {
+		refused = func(string, string) {}
 	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
-	}
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		<-l.slots // not a unix socket (never, on the daemon's): not counted
-		return c, nil
-	}
-	return &limitedConn{UnixConn: uc, release: func() { <-l.slots }}, nil
+	return &capListener{Listener: l, key: key, total: total, perKey: perKey, refused: refused, open: map[string]int{}}
 }
 
-func (l *limited) Close() error {
-	l.closeOnce.Do(func() { close(l.done) })
-	return l.Listener.Close()
+// Accept returns the next connection within the caps, closing those past
+// them on the way.
+func (l *capListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		key, err := l.key(c)
+		if err != nil {
+			c.Close()
+			l.refused("", "unknown peer")
+			continue
+		}
+		if why := l.take(key); why != "" {
+			c.Close()
+			l.refused(key, why)
+			continue
+		}
+		return &capConn{Conn: c, key: key, release: func() { l.release(key) }}, nil
+	}
 }
 
-// limitedConn frees its slot once, at its first Close.
-type limitedConn struct {
-	*net.UnixConn
+// take counts a connection of key in, or says which cap it is past.
+func (l *capListener) take(key string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.n >= l.total:
+		return "total"
+	case l.open[key] >= l.perKey:
+		return "peer"
+	}
+	l.n++
+	l.open[key]++
+	return ""
+}
+
+func (l *capListener) release(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n--
+	if l.open[key]--; l.open[key] <= 0 {
+		delete(l.open, key)
+	}
+}
+
+// held is how many connections are open, in all and of key.
+func (l *capListener) held(key string) (all, ofKey int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n, l.open[key]
+}
+
+// capConn frees its place once, at its first Close.
+type capConn struct {
+	net.Conn
+	key     string
 	once    sync.Once
 	release func()
 }
 
-func (c *limitedConn) Close() error {
-	err := c.UnixConn.Close()
+func (c *capConn) Close() error {
+	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
+}
+
+// SyscallConn is the socket's, for PeerOf and samePeer.
+func (c *capConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.New("not a socket connection")
+	}
+	return sc.SyscallConn()
 }

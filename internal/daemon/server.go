@@ -11,8 +11,13 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"os/user"
+	"reflect"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
@@ -23,11 +28,20 @@ import (
 const (
 	MaxBody        = 64 << 10
 	maxHeaderBytes = 16 << 10
-	maxInFlight    = 64
+	// MaxInFlight bounds the requests served at once (503 beyond), and
+	// MaxInFlightPerPeer those of one peer (a uid; a pod with
+	// --kubernetes): a peer's further requests wait for one of its own
+	// to end (PeerQueueWait at most, then 503), so one peer's slow bodies
+	// or costly requests leave the daemon's time to the others.
+	MaxInFlight        = 64
+	MaxInFlightPerPeer = 2
 	// MaxConns bounds the open connections: each holds a descriptor, and
-	// a daemon out of them cannot open the pidfds its work needs. Past it,
-	// new connections wait in the listen backlog.
-	MaxConns = 256
+	// a daemon out of them cannot open the pidfds its work needs.
+	// MaxConnsPerPeer bounds one peer's. A connection past either is
+	// closed at once: none waits in the listen backlog, where one peer's
+	// idle keep-alive connections would hold every other peer's.
+	MaxConns        = 1024
+	MaxConnsPerPeer = 32
 )
 
 // API serves the daemon's unix-socket API (docs/DAEMON.md).
@@ -50,6 +64,18 @@ type API struct {
 	SLO *SLOLoop
 	// PeerOf identifies the peer of a request (tests replace it).
 	PeerOf func(*http.Request) (Peer, error)
+	// PeerKey names whose share of the connections and requests in flight
+	// a connection counts against (MaxConnsPerPeer, MaxInFlightPerPeer);
+	// nil: its uid (SO_PEERCRED). With --kubernetes: its pod, where it is
+	// in one, since a node's pods may all run as root.
+	PeerKey func(net.Conn) (string, error)
+	// PeerQueueWait bounds how long a request waits for one of its
+	// peer's MaxInFlightPerPeer places (0: DefaultPeerQueueWait).
+	PeerQueueWait time.Duration
+	// Creds reads a process's credentials now (effective uid, then the
+	// effective gid and the supplementary groups), to re-check a
+	// connection's against them at each request; nil: /proc/PID/status.
+	Creds func(pid int) (uid uint32, gids []uint32, err error)
 	// PodCheck, when set (gpreemptd --kubernetes), decides class requests
 	// from processes in pods: handled false when the peer is in no pod
 	// (the policy's limits then decide); else err says why the request is
@@ -57,8 +83,118 @@ type API struct {
 	// peer's pod, the class at most the pod's).
 	PodCheck func(peerPID, targetPID int, want class.Name) (handled bool, err error)
 
-	inflight chan struct{}
+	inflight inflight
 	changes  changeLimiter
+}
+
+// DefaultPeerQueueWait is how long a request waits for a place among
+// its peer's requests in flight.
+const DefaultPeerQueueWait = 2 * time.Second
+
+// inflight counts the requests being served, in all and per peer; a
+// peer's requests past its share wait for its own to end, never for
+// another peer's.
+type inflight struct {
+	mu    sync.Mutex
+	n     int
+	peers map[string]*peerSlots
+}
+
+type peerSlots struct {
+	slots chan struct{}
+	users int // requests holding or waiting for a slot
+}
+
+// take admits one more request of peer, waiting at most wait for a place
+// among the peer's; false: none came, or the daemon is full.
+func (f *inflight) take(ctx context.Context, peer string, wait time.Duration) bool {
+	f.mu.Lock()
+	if f.peers == nil {
+		f.peers = map[string]*peerSlots{}
+	}
+	p := f.peers[peer]
+	if p == nil {
+		p = &peerSlots{slots: make(chan struct{}, MaxInFlightPerPeer)}
+		f.peers[peer] = p
+	}
+	p.users++
+	f.mu.Unlock()
+	got := false
+	select {
+	case p.slots <- struct{}{}:
+		got = true
+	default:
+		t := time.NewTimer(wait)
+		select {
+		case p.slots <- struct{}{}:
+			got = true
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if got && f.n < MaxInFlight {
+		f.n++
+		return true
+	}
+	if got {
+		<-p.slots
+	}
+	f.leave(peer, p)
+	return false
+}
+
+func (f *inflight) done(peer string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n--
+	p := f.peers[peer]
+	<-p.slots
+	f.leave(peer, p)
+}
+
+// leave drops a request's hold on its peer's slots (f.mu held).
+func (f *inflight) leave(peer string, p *peerSlots) {
+	if p.users--; p.users == 0 {
+		delete(f.peers, peer)
+	}
+}
+
+// Listener wraps the API's unix listener with the connection caps
+// (MaxConns, MaxConnsPerPeer, by PeerKey).
+func (a *API) Listener(l net.Listener) net.Listener {
+	key := a.PeerKey
+	if key == nil {
+		key = uidKey
+	}
+	return newCapListener(l, MaxConns, MaxConnsPerPeer, key, func(key, why string) {
+		if a.Metrics != nil {
+			a.Metrics.refusedConns.WithLabelValues("socket", why).Inc()
+		}
+		if a.Log != nil {
+			a.Log.Debug("connection refused", "peer", key, "cap", why)
+		}
+	})
+}
+
+// uidKey counts a connection against its uid.
+func uidKey(c net.Conn) (string, error) {
+	p, err := PeerOf(c)
+	if err != nil {
+		return "", err
+	}
+	return "uid " + strconv.FormatUint(uint64(p.UID), 10), nil
+}
+
+// peerKeyOf is the key the request's connection was counted under (""
+// for a request served without one, as tests' are).
+func peerKeyOf(r *http.Request) string {
+	if c, ok := r.Context().Value(connKey{}).(*capConn); ok {
+		return c.key
+	}
+	return ""
 }
 
 type connKey struct{}
@@ -112,6 +248,73 @@ func (a *API) peerProcess(w http.ResponseWriter, r *http.Request, peer Peer, ref
 	return info, start, true
 }
 
+// ErrPeerChanged: the peer's credentials are not those it connected with
+// (a root client that dropped to another uid, a process that changed its
+// groups). A connection's rights are those of its peer as it is now: it
+// must reconnect.
+var ErrPeerChanged = errors.New("the peer's credentials changed since it connected")
+
+// currentPeer re-checks a connection's rights at each request: SO_PEERCRED
+// is what the peer was at connect, so its pid must still name the process
+// that connected (samePeer) and that process must hold the same
+// credentials now (effective uid and gid, supplementary groups). The
+// credentials are read before the pid is checked to still be the peer's,
+// so that they are the peer's own. A connection handed to another process
+// (SCM_RIGHTS, an inherited fd) acts for its opener while the opener
+// lives unchanged: what the opener gave away, it could have done itself.
+func (a *API) currentPeer(r *http.Request, peer Peer) error {
+	c, ok := r.Context().Value(connKey{}).(net.Conn)
+	accepted, ok2 := r.Context().Value(acceptedKey{}).(uint64)
+	if !ok || !ok2 {
+		return nil // served without a socket (tests'): nothing to check
+	}
+	creds := a.Creds
+	if creds == nil {
+		creds = procCreds
+	}
+	uid, gids, err := creds(peer.PID)
+	if err != nil {
+		return fmt.Errorf("%w (%v)", ErrPeerGone, err)
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(peer.PID) + "/stat")
+	if err != nil {
+		return fmt.Errorf("%w (%v)", ErrPeerGone, err)
+	}
+	start, err := StartTime(stat)
+	if err != nil {
+		return err
+	}
+	if err := samePeer(c, accepted, start); err != nil {
+		return err
+	}
+	switch {
+	case uid != peer.UID:
+		return fmt.Errorf("%w: uid %d then, %d now", ErrPeerChanged, peer.UID, uid)
+	case len(gids) == 0 || gids[0] != peer.GID:
+		return fmt.Errorf("%w: gid %d then, %v now", ErrPeerChanged, peer.GID, gids)
+	case peer.Groups != nil && !sameGroups(peer.Groups, gids[1:]):
+		return fmt.Errorf("%w: groups %v then, %v now", ErrPeerChanged, peer.Groups, gids[1:])
+	}
+	return nil
+}
+
+// procCreds reads a process's effective uid, effective gid and
+// supplementary groups from /proc/PID/status.
+func procCreds(pid int) (uint32, []uint32, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, nil, err
+	}
+	return StatusIDs(b)
+}
+
+func sameGroups(a, b []uint32) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), slices.Compact(b))
+}
+
 func (a *API) peer(r *http.Request) (Peer, error) {
 	if a.PeerOf != nil {
 		return a.PeerOf(r)
@@ -128,7 +331,6 @@ func (a *API) Handler() http.Handler {
 	if a.Log == nil {
 		a.Log = slog.New(slog.DiscardHandler)
 	}
-	a.inflight = make(chan struct{}, maxInFlight)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", a.status)
 	mux.HandleFunc("GET /v1/processes", a.processes)
@@ -140,23 +342,39 @@ func (a *API) Handler() http.Handler {
 		writeErr(w, http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case a.inflight <- struct{}{}:
-			defer func() { <-a.inflight }()
-		default:
-			writeErr(w, http.StatusServiceUnavailable, "busy")
+		peer := peerKeyOf(r)
+		wait := a.PeerQueueWait
+		if wait <= 0 {
+			wait = DefaultPeerQueueWait
+		}
+		if !a.inflight.take(r.Context(), peer, wait) {
+			w.Header().Set("Retry-After", "1")
+			writeErr(w, http.StatusServiceUnavailable, "busy: %d requests at once in all, %d of one peer", MaxInFlight, MaxInFlightPerPeer)
 			return
 		}
+		defer a.inflight.done(peer)
 		rec := &statusRecorder{ResponseWriter: w, code: 200}
 		mux.ServeHTTP(rec, r)
 		if a.Metrics != nil {
-			endpoint := r.URL.Path
-			if _, pattern := mux.Handler(r); pattern == "/" || pattern == "" {
-				endpoint = "other" // bounded label values
-			}
-			a.Metrics.requests.WithLabelValues(endpoint, strconv.Itoa(rec.code)).Inc()
+			// The mux set the pattern it routed by: the label is one of
+			// the routes, never the path the client sent.
+			a.Metrics.requests.WithLabelValues(endpointLabel(r.Pattern), strconv.Itoa(rec.code)).Inc()
 		}
 	})
+}
+
+// endpointLabel is the metric label of a request routed by pattern: the
+// route's path ("/v1/status", a redirect to it included), or "other" for
+// what no route serves.
+func endpointLabel(pattern string) string {
+	_, path, ok := strings.Cut(pattern, " ")
+	if !ok {
+		path = pattern
+	}
+	if path == "" || path == "/" {
+		return "other"
+	}
+	return path
 }
 
 type statusRecorder struct {
@@ -259,6 +477,11 @@ func (a *API) reload(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusForbidden, "cannot identify the peer: %v", err)
 		return
 	}
+	if err := a.currentPeer(r, peer); err != nil {
+		a.Log.Warn("refused", "request", "reload", "peer_pid", peer.PID, "peer_uid", peer.UID, "why", err)
+		writeErr(w, http.StatusForbidden, "pid %d: %v", peer.PID, err)
+		return
+	}
 	if !a.Rec.Policy().IsAdmin(peer.UID, a.groupsOf(peer), groupName) {
 		a.Log.Warn("refused", "request", "reload", "peer_pid", peer.PID, "peer_uid", peer.UID, "why", "not root nor in the policy's admin")
 		writeErr(w, http.StatusForbidden, "reload needs root or the policy's admin uid/group")
@@ -291,12 +514,17 @@ type ClassReply struct {
 	Pending bool `json:"pending,omitempty"`
 }
 
-// DecodeJSON decodes one strict JSON object from b.
+// DecodeJSON decodes one strict JSON object from b into v: no key twice,
+// field names as written (case-sensitive), no unknown field, nothing
+// after it.
 func DecodeJSON(b []byte, v any) (int, error) {
 	// One object: null (which decodes into nothing), a list or a scalar
 	// is not one.
 	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		return http.StatusBadRequest, errors.New("bad JSON: want one object")
+		return http.StatusBadRequest, errNotObject
+	}
+	if err := checkStrict(json.NewDecoder(bytes.NewReader(b)), reflect.TypeOf(v)); err != nil {
+		return http.StatusBadRequest, fmt.Errorf("bad JSON: %w", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -344,6 +572,11 @@ func (a *API) peerAndBody(w http.ResponseWriter, r *http.Request) (Peer, []byte,
 	}
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, "reading the body: %v", err)
+		return peer, nil, false
+	}
+	if err := a.currentPeer(r, peer); err != nil {
+		a.Log.Warn("refused", "request", r.URL.Path, "peer_pid", peer.PID, "peer_uid", peer.UID, "why", err)
+		writeErr(w, http.StatusForbidden, "pid %d: %v", peer.PID, err)
 		return peer, nil, false
 	}
 	return peer, b, true

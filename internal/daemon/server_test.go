@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,7 +53,9 @@ func (a *apiRig) asServer(uid uint32) int {
 	return me
 }
 
-func newAPIRig(t *testing.T) *apiRig {
+// newAPIRig serves the API; each of opts may change it and its server
+// before it serves.
+func newAPIRig(t *testing.T, opts ...func(*API, *http.Server)) *apiRig {
 	g := newRig(t, testPolicy)
 	a := &apiRig{rig: g}
 	a.api = &API{Rec: g.rec, Metrics: g.m, Log: testLog(t), Inspect: g.insp,
@@ -64,13 +68,23 @@ func newAPIRig(t *testing.T) *apiRig {
 		}
 		return p, err
 	}
+	// The peer a test poses as holds the credentials it connected with.
+	a.api.Creds = func(pid int) (uint32, []uint32, error) {
+		if a.peer != nil {
+			return a.peer.UID, append([]uint32{a.peer.GID}, a.peer.Groups...), nil
+		}
+		return procCreds(pid)
+	}
 	a.sock = filepath.Join(t.TempDir(), "d.sock")
 	l, err := net.Listen("unix", a.sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := a.api.Server()
-	go srv.Serve(l)
+	for _, o := range opts {
+		o(a.api, srv)
+	}
+	go srv.Serve(a.api.Listener(l))
 	t.Cleanup(func() { srv.Close() })
 	a.client = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", a.sock)
@@ -259,14 +273,24 @@ func TestAPIStatsAndProcesses(t *testing.T) {
 	}
 }
 
-// FuzzAPI throws arbitrary bodies at every endpoint: never a 5xx, never
-// a panic, bounded work.
+// FuzzAPI throws arbitrary requests at the API, method and path
+// included, as the server parses them: never a 5xx, never a panic,
+// bounded work, and the request counter's endpoint label is one of the
+// routes whatever the path.
 func FuzzAPI(f *testing.F) {
 	for _, s := range []string{`{"class":"lc"}`, `{"pid":0,"class":"be:3"}`, `{"requests":1,"request_latency_us":{"p50":1}}`, `{`, `null`, `{"pid":1e99}`,
-		`{"window":{"duration_ms":1000,"requests":30,"latency_us":{"p50":36,"p99":70}},"engine":{"prepreempt":true,"skipped_no_benefit":3}}`} {
-		f.Add(uint8(0), []byte(s))
-		f.Add(uint8(1), []byte(s))
+		`{"window":{"duration_ms":1000,"requests":30,"latency_us":{"p50":36,"p99":70}},"engine":{"prepreempt":true,"skipped_no_benefit":3}}`,
+		`{"class":"lc","CLASS":"be"}`} {
+		for _, p := range []string{"/v1/class", "/v1/stats", "/v1/reload", "/v1/status"} {
+			f.Add("POST", p, []byte(s))
+		}
 	}
+	f.Add("GET", "/v1/x/../status", []byte(nil))
+	f.Add("GET", "//v1//classes/", []byte(nil))
+	f.Add("PUT", "/v1/%2e%2e/class?x=1", []byte(nil))
+	f.Add("CONNECT", "/v1/status", []byte(nil))
+	f.Add("GET", "*", []byte(nil))
+	f.Add("GET", "http://other/v1/processes", []byte(nil))
 	pol, err := policy.Parse([]byte(testPolicy))
 	if err != nil {
 		f.Fatal(err)
@@ -276,13 +300,23 @@ func FuzzAPI(f *testing.F) {
 	m := NewMetrics(nil)
 	a := &API{Rec: rec, Metrics: m, Inspect: insp, SLO: NewSLOLoop(rec, m, nil), PeerOf: func(*http.Request) (Peer, error) { return Peer{PID: 1, UID: 1000}, nil }}
 	h := a.Handler()
-	paths := []string{"/v1/class", "/v1/stats", "/v1/reload", "/v1/status"}
-	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
-		p := paths[int(which)%len(paths)]
+	f.Fuzz(func(t *testing.T, method, path string, body []byte) {
+		// The request as the server reads it off the wire; one it cannot
+		// parse, it answers 400 itself.
+		raw := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: d\r\nContent-Length: %d\r\n\r\n", method, path, len(body))
+		r, err := http.ReadRequest(bufio.NewReader(io.MultiReader(strings.NewReader(raw), bytes.NewReader(body))))
+		if err != nil {
+			return
+		}
 		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest("POST", p, bytes.NewReader(body)))
+		h.ServeHTTP(w, r)
 		if w.Code >= 500 && w.Code != 501 {
-			t.Fatalf("%s %q: %d %s", p, body, w.Code, w.Body)
+			t.Fatalf("%s %s %q: %d %s", method, path, body, w.Code, w.Body)
+		}
+		for _, l := range endpointLabels(t, m) {
+			if !slices.Contains(routes, l) {
+				t.Fatalf("%s %s: endpoint label %q is not a route", method, path, l)
+			}
 		}
 	})
 }
@@ -393,7 +427,7 @@ func TestAPIPushFromAnyName(t *testing.T) {
 	if code, body := a.do("POST", "/v1/stats", `{"requests":3,"request_latency_us":{"p50":40}}`); code != 200 {
 		t.Fatalf("push: %d %s", code, body)
 	}
-	if v := gaugeValue(t, a.m, "gpreemptd_hint_requests", map[string]string{"pid": strconv.Itoa(me), "comm": "srv\uFFFD"}); v != 3 {
+	if v := gaugeValue(t, a.m, "gpreemptd_hint_requests", map[string]string{"process": a.m.ProcessLabel(me), "comm": "srv\uFFFD"}); v != 3 {
 		t.Errorf("hint requests %v, want 3 under the name made valid", v)
 	}
 }
@@ -548,7 +582,7 @@ os._exit(0)  # the connector exits at once
 		}
 	}
 	a.wantAll(dead, 5000000, tsg.LevelHigh)
-	if v := gaugeValue(t, a.m, "gpreemptd_hint_requests", map[string]string{"pid": strconv.Itoa(dead)}); !math.IsNaN(v) {
+	if v := gaugeValue(t, a.m, "gpreemptd_hint_requests", map[string]string{"process": a.m.ProcessLabel(dead)}); !math.IsNaN(v) {
 		t.Errorf("the child's push was taken as pid %d's: hint requests %v", dead, v)
 	}
 }
@@ -591,55 +625,84 @@ func TestPeerOfGivesTheGroups(t *testing.T) {
 	}
 }
 
-// TestLimitListener: at most n connections are held open; closing one
-// (twice counts once) frees its slot for the next; closing the listener
-// ends an Accept waiting for a slot. The connections are still unix
-// sockets to PeerOf.
-func TestLimitListener(t *testing.T) {
+// TestCapListener: a connection past the total cap or its peer's is
+// closed as accepted, never left in the backlog; closing one (twice counts
+// once) frees its place; the connections are still unix sockets to
+// PeerOf.
+func TestCapListener(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "l.sock")
 	inner, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := limitListener(inner, 2).(*limited)
-	for range 4 {
-		c, err := net.Dial("unix", sock) // queued in the backlog
+	var mu sync.Mutex
+	var refused []string
+	refusals := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(refused) }
+	byName := func(c net.Conn) (string, error) { return filepath.Base(c.RemoteAddr().String())[:1], nil }
+	l := newCapListener(inner, 3, 2, byName, func(key, why string) {
+		mu.Lock()
+		defer mu.Unlock()
+		refused = append(refused, key+" "+why)
+	})
+	defer l.Close()
+	dir := t.TempDir()
+	n := 0
+	dial := func(peer rune) {
+		t.Helper()
+		n++
+		c, err := net.DialUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, string(peer)+strconv.Itoa(n)), Net: "unix"}, &net.UnixAddr{Name: sock, Net: "unix"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		t.Cleanup(func() { c.Close() })
 	}
-	a, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
+	var held []net.Conn
+	for _, tc := range []struct {
+		refusedFirst string // peers connecting first, refused
+		close        int    // then this held connection is closed (-1: none)
+		peer         string // the peer then accepted
+		wantRefused  []string
+	}{
+		{"", -1, "a", nil},
+		{"", -1, "a", nil},
+		{"a", -1, "b", []string{"a peer"}},             // a's third: past its cap
+		{"bc", 0, "c", []string{"b total", "c total"}}, // past the total of 3, until one is closed
+	} {
+		mu.Lock()
+		refused = nil
+		mu.Unlock()
+		for _, p := range tc.refusedFirst {
+			dial(p)
+		}
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			c, err := l.Accept()
+			if err != nil {
+				t.Error(err)
+			}
+			accepted <- c
+		}()
+		waitFor(t, "the refusals", func() bool { return len(refusals()) == len(tc.refusedFirst) })
+		if tc.close >= 0 {
+			held[tc.close].Close()
+			held[tc.close].Close() // twice: one place freed
+		}
+		dial(rune(tc.peer[0]))
+		c := <-accepted
+		held = append(held, c)
+		if got := c.(*capConn).key; got != tc.peer {
+			t.Errorf("accepted %s's connection, want %s's", got, tc.peer)
+		}
+		if got := refusals(); !slices.Equal(got, tc.wantRefused) {
+			t.Errorf("before %s's: refused %q, want %q", tc.peer, got, tc.wantRefused)
+		}
 	}
-	b, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
+	if all, ofA := l.held("a"); all != 3 || ofA != 1 {
+		t.Errorf("held %d in all, %d of a; want 3 and 1", all, ofA)
 	}
-	if p, err := PeerOf(a); err != nil || p.PID != os.Getpid() {
-		t.Errorf("PeerOf through the limit: %+v, %v", p, err)
+	if p, err := PeerOf(held[1]); err != nil || p.PID != os.Getpid() {
+		t.Errorf("PeerOf through the cap: %+v, %v", p, err)
 	}
-	if n := len(l.slots); n != 2 {
-		t.Fatalf("%d slots held after two accepts, want 2", n)
-	}
-	a.Close()
-	a.Close()
-	if n := len(l.slots); n != 1 {
-		t.Fatalf("%d slots held after closing one (twice), want 1", n)
-	}
-	c, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	waiting := make(chan error, 1)
-	go func() { _, err := l.Accept(); waiting <- err }() // no slot: waits
-	l.Close()
-	if err := <-waiting; !errors.Is(err, net.ErrClosed) {
-		t.Errorf("Accept waiting for a slot at Close: %v, want net.ErrClosed", err)
-	}
-	b.Close()
 }
 
 // TestAPIRepeatedRequestCostsNothing: asking again for the class a process

@@ -213,11 +213,11 @@ func TestPodInfoCollector(t *testing.T) {
 	proc.put(30, "/system.slice/sshd.service")
 	client := fake.NewClientset(newPod("inference", "server", uidA, map[string]string{AnnotationClass: "lc"}, cidA))
 	a := startAgent(t, client, proc.root, nil)
-	c := NewPodInfoCollector(a, func() []int { return []int{10, 30, 99} })
+	c := NewPodInfoCollector(a, func() []int { return []int{10, 30, 99} }, func(pid int) string { return "p" + strconv.Itoa(pid) })
 	want := `
-# HELP gpreemptd_pod_process_info A GPU process of a Kubernetes pod on this node (always 1): join on pid for namespace, pod and container.
+# HELP gpreemptd_pod_process_info A GPU process of a Kubernetes pod on this node (always 1): join on process for namespace, pod and container.
 # TYPE gpreemptd_pod_process_info gauge
-gpreemptd_pod_process_info{container="main",namespace="inference",pid="10",pod="server"} 1
+gpreemptd_pod_process_info{container="main",namespace="inference",pod="server",process="p10"} 1
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Error(err)

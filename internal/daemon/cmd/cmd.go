@@ -58,6 +58,7 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 			&cli.StringFlag{Name: "check-config", Usage: "validate this policy file and exit (0 valid, 2 not)"},
 			&cli.StringFlag{Name: "socket", Value: daemon.DefaultSocket, Usage: "unix socket of the local API (the lock file goes beside it)", EnvVars: []string{"GPREEMPTD_SOCKET"}},
 			&cli.StringFlag{Name: "metrics-addr", Value: daemon.DefaultMetricsAddr, Usage: "Prometheus /metrics address (loopback; empty disables)", EnvVars: []string{"GPREEMPTD_METRICS_ADDR"}},
+			&cli.BoolFlag{Name: "metrics-pids", Usage: "label per-process metric series with host pids (default: an opaque name per process, so that a scrape does not tell which pid runs in which pod)", EnvVars: []string{"GPREEMPTD_METRICS_PIDS"}},
 			&cli.StringFlag{Name: "mode", Value: "auto", Usage: "event source: auto (eBPF, else /proc scan), bpf or scan", EnvVars: []string{"GPREEMPTD_MODE"}},
 			&cli.DurationFlag{Name: "scan-interval", Value: daemon.DefaultScanInterval, Usage: "period of the /proc scan in scan mode"},
 			&cli.BoolFlag{Name: "trace-requests", Usage: "SLO mode: measure the request latency of LC processes that push none with uprobes on libcuda (first launch to the synchronize call's return)", EnvVars: []string{"GPREEMPTD_TRACE_REQUESTS"}},
@@ -101,7 +102,7 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 				}
 			}
 			cfg := daemon.Config{
-				PolicyFile: c.String("config"), Socket: c.String("socket"), MetricsAddr: c.String("metrics-addr"),
+				PolicyFile: c.String("config"), Socket: c.String("socket"), MetricsAddr: c.String("metrics-addr"), MetricsPIDs: c.Bool("metrics-pids"),
 				Mode: c.String("mode"), ScanInterval: c.Duration("scan-interval"), TraceRequests: c.Bool("trace-requests"), LibCUDA: c.String("libcuda"), BEProgress: c.Bool("be-progress"), ResyncInterval: c.Duration("resync-interval"), PolicyPoll: c.Duration("policy-poll"),
 				LeaveSettings: c.Bool("leave-settings"), Log: log, GPU: info, Version: Version,
 				Scan: tsg.ScanOptions{HandleGap: c.Int("handle-gap"), AllowUnsupportedDriver: c.Bool("allow-unsupported-driver")},

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -134,8 +136,12 @@ func KubeHook(ctx context.Context, agent *kube.Agent, cfg *daemon.Config, log *s
 		}
 		return true, err
 	}
+	// A process in a pod counts against its pod's share of the socket's
+	// connections and requests in flight: a node's pods may all run as
+	// root, and one must not starve the others.
+	cfg.PeerKey = podPeerKey(agent.PodOfPID)
 	return func(d *daemon.Daemon) {
-		d.Metrics().Registry.MustRegister(kube.NewPodInfoCollector(agent, d.Reconciler().Known))
+		d.Metrics().Registry.MustRegister(kube.NewPodInfoCollector(agent, d.Reconciler().Known, d.Metrics().ProcessLabel))
 		go func() {
 			for {
 				select {
@@ -202,4 +208,19 @@ func classedMessage(d policy.Decision, groups []daemon.GroupState) string {
 		msg += " on GPUs " + strings.Join(names, ", ")
 	}
 	return msg
+}
+
+// podPeerKey names a socket connection's share by its peer's pod, where
+// the peer is in one (podOf answers), else by its uid.
+func podPeerKey(podOf func(pid int) (kube.PodRef, error)) func(net.Conn) (string, error) {
+	return func(c net.Conn) (string, error) {
+		p, err := daemon.PeerOf(c)
+		if err != nil {
+			return "", err
+		}
+		if ref, err := podOf(p.PID); err == nil {
+			return "pod " + ref.Namespace + "/" + ref.Name, nil
+		}
+		return "uid " + strconv.FormatUint(uint64(p.UID), 10), nil
+	}
 }

@@ -2,9 +2,12 @@ package cmd
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -86,4 +89,44 @@ func TestWatchKubePolicy(t *testing.T) {
 	write("namespaces: {training: gold}\n") // if seen: refused, logged, the running policy kept
 	write("namespaces: {training: 'burstable:3'}\n")
 	wait("burstable:3")
+}
+
+// TestPodPeerKey: with --kubernetes a socket connection counts against its
+// pod's share where its peer is in a pod (a node's pods may all run as
+// root), else against its uid's.
+func TestPodPeerKey(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "k.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, tc := range []struct {
+		name  string
+		podOf func(int) (kube.PodRef, error)
+		want  string
+	}{
+		{"in a pod", func(pid int) (kube.PodRef, error) {
+			if pid != os.Getpid() {
+				return kube.PodRef{}, fmt.Errorf("pid %d: %w", pid, kube.ErrNotInPod)
+			}
+			return kube.PodRef{Namespace: "inference", Name: "server"}, nil
+		}, "pod inference/server"},
+		{"in no pod", func(int) (kube.PodRef, error) { return kube.PodRef{}, kube.ErrNotInPod }, "uid " + strconv.Itoa(os.Geteuid())},
+	} {
+		got, err := podPeerKey(tc.podOf)(s)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+	}
 }

@@ -301,7 +301,7 @@ func TestNodeAgent(t *testing.T) {
 					for _, lp := range m.GetLabel() {
 						l[lp.GetName()] = lp.GetValue()
 					}
-					if l["pid"] == strconv.Itoa(server.pid) && l["namespace"] == "inference" && l["pod"] == "server" && l["container"] == "main" {
+					if l["process"] == d.Metrics().ProcessLabel(server.pid) && l["namespace"] == "inference" && l["pod"] == "server" && l["container"] == "main" {
 						return true, ""
 					}
 					seen = append(seen, fmt.Sprint(l))
