@@ -36,9 +36,6 @@ const (
 	GateAuto
 )
 
-// gateUnset is the daemon's word when it has given none.
-const gateUnset GateMode = -1
-
 func (m GateMode) String() string {
 	switch m {
 	case GateOff:

@@ -430,7 +430,7 @@ func parse(root *yaml.Node) (*Policy, error) {
 		return nil, err
 	}
 	p := &Policy{Classes: class.Defaults(), Default: Decision{Exempt: true, Rule: "default"},
-		SLO: SLO{Window: DefaultSLOWindow, PrepreemptBelow: DefaultPrepreemptBelow, SpinnerCeiling: DefaultSpinnerCeiling},
+		SLO:  SLO{Window: DefaultSLOWindow, PrepreemptBelow: DefaultPrepreemptBelow, SpinnerCeiling: DefaultSpinnerCeiling},
 		Gate: DefaultGate()}
 	if n := top["version"]; n != nil {
 		v, err := scalar(n, "version")
