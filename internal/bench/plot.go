@@ -173,3 +173,67 @@ func timeline(samples []LCSample, buckets int) (p50, p99 plotter.XYs) {
 	}
 	return p50, p99
 }
+
+// PlotFrontier draws, for the scenarios that share the GPU, the LC's
+// median p50 ratio to standalone against the BE throughput kept (each
+// point with its repetitions' range), and the BE a request gate allows at
+// the LC's busy fraction: the frontier each setting reaches. It writes
+// nothing when no scenario has both.
+func PlotFrontier(path string, res *Results) error {
+	p := plot.New()
+	p.Title.Text = "LC latency against BE kept (median and range over repetitions)"
+	p.X.Label.Text = "BE throughput kept (vs be-only)"
+	p.Y.Label.Text = "LC p50 vs standalone"
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = true
+	drawn, bound := 0, 0.0
+	for _, s := range res.Summaries {
+		if s.P50 == nil || s.BE == nil {
+			continue
+		}
+		bound = max(bound, s.BEBound)
+		pts := plotter.XYs{{X: s.BE.Median, Y: s.P50.Median}}
+		sc, err := plotter.NewScatter(pts)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.Name, err)
+		}
+		sc.Color = plotutil.Color(drawn)
+		sc.Shape = plotutil.Shape(drawn)
+		sc.Radius = vg.Points(4)
+		p.Add(sc)
+		// The repetitions' range, as a cross through the median.
+		for _, seg := range []plotter.XYs{{{X: s.BE.Min, Y: s.P50.Median}, {X: s.BE.Max, Y: s.P50.Median}},
+			{{X: s.BE.Median, Y: s.P50.Min}, {X: s.BE.Median, Y: s.P50.Max}}} {
+			l, err := plotter.NewLine(seg)
+			if err != nil {
+				return err
+			}
+			l.Color = sc.Color
+			p.Add(l)
+		}
+		p.Legend.Add(fmt.Sprintf("%s: %.2fx, BE %.0f%%", s.Name, s.P50.Median, 100*s.BE.Median), sc)
+		drawn++
+	}
+	if drawn == 0 {
+		return nil
+	}
+	one, err := plotter.NewLine(plotter.XYs{{X: 0, Y: 1}, {X: 1, Y: 1}})
+	if err != nil {
+		return err
+	}
+	one.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
+	p.Add(one)
+	if bound > 0 {
+		b, err := plotter.NewLine(plotter.XYs{{X: bound, Y: 0}, {X: bound, Y: 3}})
+		if err != nil {
+			return err
+		}
+		b.Dashes = []vg.Length{vg.Points(6), vg.Points(2)}
+		b.Color = plotutil.Color(7)
+		p.Add(b)
+		p.Legend.Add(fmt.Sprintf("BE a gate allows (1 - busy - 2 switches/request): %.0f%%", 100*bound), b)
+	}
+	p.X.Min, p.X.Max = 0, 1.05
+	p.Y.Min = 0
+	return p.Save(8*vg.Inch, 6*vg.Inch, path)
+}

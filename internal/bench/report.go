@@ -44,6 +44,9 @@ func (r *runner) writeReports(res *Results) error {
 	if err := PlotTimeline(filepath.Join(r.o.Out, "timeline.png"), res); err != nil {
 		errs = append(errs, fmt.Errorf("timeline.png: %w", err))
 	}
+	if err := PlotFrontier(filepath.Join(r.o.Out, "frontier.png"), res); err != nil {
+		errs = append(errs, fmt.Errorf("frontier.png: %w", err))
+	}
 	if err := PlotSLO(filepath.Join(r.o.Out, "slo.png"), res); err != nil {
 		errs = append(errs, fmt.Errorf("slo.png: %w", err))
 	}

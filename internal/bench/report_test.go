@@ -246,3 +246,26 @@ func TestPlotTimeline(t *testing.T) {
 		t.Fatalf("timeline.png: %v, %d bytes", err, len(b))
 	}
 }
+
+func TestPlotFrontier(t *testing.T) {
+	res := &Results{Summaries: []*ScenarioSummary{
+		{Name: "llm-standalone", P50: newRatioStats([]float64{1, 1})},
+		{Name: "llm-defaults", P50: newRatioStats([]float64{1.2, 1.6}), BE: newRatioStats([]float64{0.91, 0.92}), BEBound: 0.64},
+		{Name: "llm-gate-defaults", P50: newRatioStats([]float64{0.9, 1.1}), BE: newRatioStats([]float64{0.66, 0.74}), BEBound: 0.64},
+	}}
+	path := filepath.Join(t.TempDir(), "frontier.png")
+	if err := PlotFrontier(path, res); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Fatalf("frontier.png: %v, %d bytes", err, len(b))
+	}
+	none := filepath.Join(t.TempDir(), "none.png")
+	if err := PlotFrontier(none, &Results{Summaries: res.Summaries[:1]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(none); !os.IsNotExist(err) {
+		t.Errorf("a frontier without a shared scenario was written: %v", err)
+	}
+}
