@@ -305,6 +305,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("classes: {lc: {objective: p99<=1.15x}, be: {min_share: 0.88}}\nslo: {enabled: true, window: 1s, ladder: [1us, 1ms], safe: 200us, shared_floor: 50us, prepreempt_below: 500us, spinner_ceiling: off, calibrate: pause, pause_windows: 3}\n"))
 	f.Add([]byte("classes: {be: {slice_overhead: 20us}, burstable: {slice_overhead: 0}}\n"))
 	f.Add([]byte("rules:\n  - {class: lc, objective: p50<=2ms}\nslo: {enabled: on}\n"))
+	f.Add([]byte("gate: {mode: auto, idle: 5ms, max_hold: 500ms, share: 0.25}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := Parse(b)
 		if err != nil {
