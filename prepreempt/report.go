@@ -156,7 +156,7 @@ func (r *Reporter) Push(ctx context.Context) (DaemonReply, error) {
 		ew := r.engine.TakeWindow()
 		s.ExpiredHolds = ew.Expired
 		s.SpinnerHoldUs = ew.HoldUs
-		s.Engine = &client.Engine{Prepreempt: ew.Spinning, SkippedNoBenefit: ew.SkippedNoBenefit}
+		s.Engine = &client.Engine{Prepreempt: ew.Spinning, SkippedNoBenefit: ew.SkippedNoBenefit, Gate: r.engine.Gate().String()}
 	}
 	reply, err := r.client.PushStats(ctx, s)
 	if err != nil {
@@ -164,6 +164,9 @@ func (r *Reporter) Push(ctx context.Context) (DaemonReply, error) {
 	}
 	if r.engine != nil {
 		r.engine.SetPrepreempt(reply.Prepreempt)
+		if m, err := ParseGateMode(reply.Gate); reply.Gate != "" && err == nil {
+			r.engine.SetGate(m)
+		}
 	}
 	return DaemonReply{Prepreempt: reply.Prepreempt, SLO: reply.SLO}, nil
 }

@@ -179,3 +179,34 @@ func TestHoldWindowBounded(t *testing.T) {
 		t.Errorf("took a window of %d holds, %d left", n, len(r.holds.vals))
 	}
 }
+
+// The daemon's gate mode reaches the engine; a push says the engine's.
+func TestReporterPassesTheGate(t *testing.T) {
+	d := &fakeDaemon{reply: client.StatsReply{Prepreempt: true, Gate: "auto"}}
+	sock := startFakeDaemon(t, d)
+	e, _, _ := simEngine(t, Options{}, 0, 0, 0)
+	r := NewReporter(e, ReporterOptions{Socket: sock})
+	if _, err := r.Push(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if e.Gate() != GateAuto {
+		t.Errorf("engine gate %v, want auto from the daemon", e.Gate())
+	}
+	d.mu.Lock()
+	d.reply.Gate = "" // a daemon that says nothing leaves the mode alone
+	d.mu.Unlock()
+	if _, err := r.Push(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if e.Gate() != GateAuto {
+		t.Errorf("engine gate %v after a reply without one", e.Gate())
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if g := d.pushes[0].Engine.Gate; g != "off" {
+		t.Errorf("first push said gate %q, want the engine's own (off)", g)
+	}
+	if g := d.pushes[1].Engine.Gate; g != "auto" {
+		t.Errorf("second push said gate %q, want auto", g)
+	}
+}

@@ -280,7 +280,7 @@ func (d *Daemon) listen() error {
 	if err != nil {
 		return fmt.Errorf("socket: %w", err)
 	}
-	api := &API{Rec: d.rec, Metrics: d.metrics, Log: d.log, Inspect: d.inspect, Reload: d.Reload, Status: d.status, PodCheck: d.cfg.PodCheck, PeerKey: d.cfg.PeerKey, SLO: d.slo}
+	api := &API{Rec: d.rec, Metrics: d.metrics, Log: d.log, Inspect: d.inspect, Reload: d.Reload, Status: d.status, PodCheck: d.cfg.PodCheck, PeerKey: d.cfg.PeerKey, SLO: d.slo, Gate: d.gate}
 	d.sock = api.Listener(l)
 	// Any local process may connect: what it may do is decided per
 	// request from SO_PEERCRED.

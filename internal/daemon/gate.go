@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
@@ -60,6 +61,9 @@ type RequestGate struct {
 	metrics *gateMetrics
 	cmds    chan int // pids whose request began, for the loop to hold BE
 	rearm   []int    // pids whose hold ended, for the loop to Arm
+	// selfGated: LC processes whose engine gates its own requests (its
+	// pushes say so), by pid: the daemon leaves them to it.
+	selfGated map[int]bool
 }
 
 // gatePauser is what the gate needs of a Pauser.
@@ -137,6 +141,28 @@ func (g *RequestGate) capacity(p policy.Gate) time.Duration {
 		return time.Duration(1<<62 - 1)
 	}
 	return time.Duration(p.Share * float64(policy.GateWindow))
+}
+
+// Pushed takes what an LC's statistics push says of its engine, and
+// returns the gate mode the engine is to take: the policy's, for a process
+// of class lc (the engine then gates its own requests, and the daemon
+// leaves it out), "" for others.
+func (g *RequestGate) Pushed(pid int, e *client.Engine) string {
+	mode := g.Procs.Policy().Gate.Mode
+	if !slices.ContainsFunc(g.Procs.InClass(class.LC), func(r ProcRef) bool { return r.PID == pid }) {
+		return ""
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.selfGated == nil {
+		g.selfGated = map[int]bool{}
+	}
+	// An engine with a gate of its own (any mode: it was built with one)
+	// gates its requests; a push from an engine without says nothing of it.
+	if e != nil && e.Gate != "" {
+		g.selfGated[pid] = mode != policy.GateOff
+	}
+	return mode
 }
 
 // Register adds the gate's metrics to reg.
@@ -234,11 +260,18 @@ func (g *RequestGate) armEnded() {
 // followLCs brings the followed LC processes up to the policy: the lc
 // class's processes while the gate is on or auto, none while it is off.
 func (g *RequestGate) followLCs(follow func([]ProcRef)) {
+	lcs := g.Procs.InClass(class.LC)
 	var want []ProcRef
 	if g.Procs.Policy().Gate.Mode != policy.GateOff {
-		want = g.Procs.InClass(class.LC)
+		want = slices.Clone(lcs)
 	}
 	g.mu.Lock()
+	want = slices.DeleteFunc(want, func(r ProcRef) bool { return g.selfGated[r.PID] })
+	for pid := range g.selfGated {
+		if !slices.ContainsFunc(lcs, func(r ProcRef) bool { return r.PID == pid }) {
+			delete(g.selfGated, pid) // gone, or no longer lc
+		}
+	}
 	changed := len(want) != len(g.lcs)
 	keep := map[int]bool{}
 	for _, r := range want {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
@@ -393,4 +394,31 @@ func TestGateRunArmsLaunchProbes(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// An LC whose engine gates its own requests is told the policy's mode and
+// left out of the daemon's gate; other processes are told nothing.
+func TestGatePushedSelfGated(t *testing.T) {
+	r := newGateRig(t, gatePolicy(policy.GateAuto))
+	if got := r.g.Pushed(20, &client.Engine{Gate: "off"}); got != "" {
+		t.Errorf("a BE was told gate %q", got)
+	}
+	if got := r.g.Pushed(10, &client.Engine{}); got != policy.GateAuto {
+		t.Errorf("the LC was told %q, want auto", got)
+	}
+	r.g.followLCs(nil)
+	if s := r.g.Stats(); s.LCs != 1 {
+		t.Fatalf("an engine without a gate of its own was left out: %+v", s)
+	}
+	if got := r.g.Pushed(10, &client.Engine{Gate: "off"}); got != policy.GateAuto {
+		t.Errorf("the LC was told %q, want auto", got)
+	}
+	r.g.followLCs(nil)
+	if s := r.g.Stats(); s.LCs != 0 {
+		t.Errorf("an LC that gates itself is still followed: %+v", s)
+	}
+	r.launch(10, 1)
+	if r.pause.isStopped(20) {
+		t.Error("the daemon held BE for an LC that gates itself")
+	}
 }

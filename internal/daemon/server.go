@@ -62,6 +62,9 @@ type API struct {
 	// SLO takes the pushed latency windows and says whether engines
 	// should pre-preempt; nil: no SLO loop.
 	SLO *SLOLoop
+	// Gate is the daemon's request gate, told which LCs gate their own
+	// requests; nil: none.
+	Gate *RequestGate
 	// PeerOf identifies the peer of a request (tests replace it).
 	PeerOf func(*http.Request) (Peer, error)
 	// PeerKey names whose share of the connections and requests in flight
@@ -750,6 +753,9 @@ func (a *API) stats(w http.ResponseWriter, r *http.Request) {
 	if a.SLO != nil {
 		a.SLO.Push(peer.PID, s)
 		reply = a.SLO.Reply(peer.PID)
+	}
+	if a.Gate != nil {
+		reply.Gate = a.Gate.Pushed(peer.PID, s.Engine)
 	}
 	writeJSON(w, http.StatusOK, reply)
 }

@@ -208,6 +208,10 @@ type Engine struct {
 	// SkippedNoBenefit counts hints that got no spinner because their
 	// class did not benefit.
 	SkippedNoBenefit uint64 `json:"skipped_no_benefit"`
+	// Gate is the engine's request gate mode ("off", "on", "auto"; empty
+	// from engines without one). An engine that gates its own requests is
+	// left out of the daemon's gate.
+	Gate string `json:"gate,omitempty"`
 }
 
 // StatsReply is the daemon's answer to a push.
@@ -218,6 +222,10 @@ type StatsReply struct {
 	Prepreempt bool `json:"prepreempt"`
 	// SLO: the daemon runs in SLO mode and steers by the pushed windows.
 	SLO bool `json:"slo"`
+	// Gate, for a process of class lc, is the policy's request gate mode
+	// ("off", "on", "auto"), which its engine takes for its own requests;
+	// empty for other processes.
+	Gate string `json:"gate,omitempty"`
 }
 
 // PushStats sends the calling process's statistics to the daemon, which
