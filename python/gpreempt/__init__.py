@@ -172,6 +172,7 @@ class Engine:
         flags |= {"off": 0, "on": GATE_ON, "auto": GATE_AUTO}[gate]
         self._check(self._lib.gpreempt_init(device, max_hold_us, flags), "init")
         self._open = True
+        self._gate = gate
 
     def __enter__(self):
         return self
@@ -224,6 +225,7 @@ class Engine:
         if mode not in _GATE_MODES:
             raise ValueError(f"gate {mode!r}: want one of {', '.join(_GATE_MODES)}")
         self._check(self._lib.gpreempt_set_gate(_GATE_MODES.index(mode)), "set_gate")
+        self._gate = mode
 
     def set_prepreempt(self, on):
         """Turns spinners on or off for every request: what gpreemptd's
@@ -249,7 +251,8 @@ class Engine:
         carries of the engine, over the window since the last call (see
         window()): "engine", "expired_holds" and "spinner_hold_us"."""
         w = self.window()
-        f = {"engine": {"prepreempt": bool(w["spinning"]), "skipped_no_benefit": w["skipped_no_benefit"]},
+        f = {"engine": {"prepreempt": bool(w["spinning"]), "skipped_no_benefit": w["skipped_no_benefit"],
+                        "gate": self._gate},
              "expired_holds": w["expired"]}
         if w.get("hold_us"):
             f["spinner_hold_us"] = w["hold_us"]
