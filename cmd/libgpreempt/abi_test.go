@@ -271,7 +271,7 @@ class WindowLib:
         return len(self.text)
 for i, arg in enumerate(sys.argv[2:]):
     w = gpreempt.Engine.__new__(gpreempt.Engine)
-    w._lib, w._open = WindowLib(arg), False
+    w._lib, w._open, w._gate = WindowLib(arg), False, ("on", "off")[i]
     print("push-fields-%d: %s" % (i, json.dumps(w.push_fields())))
 
 try:
@@ -311,8 +311,8 @@ with eng:
 		}
 	}
 	for i, want := range []client.Stats{
-		{ExpiredHolds: 1, SpinnerHoldUs: map[string]float64{"p50": 180, "p99": 260, "max": 270}, Engine: &client.Engine{Prepreempt: true, SkippedNoBenefit: 2}},
-		{Engine: &client.Engine{SkippedNoBenefit: 9}},
+		{ExpiredHolds: 1, SpinnerHoldUs: map[string]float64{"p50": 180, "p99": 260, "max": 270}, Engine: &client.Engine{Prepreempt: true, SkippedNoBenefit: 2, Gate: "on"}},
+		{Engine: &client.Engine{SkippedNoBenefit: 9, Gate: "off"}},
 	} {
 		_, line, ok := strings.Cut(text, fmt.Sprintf("push-fields-%d: ", i))
 		line, _, _ = strings.Cut(line, "\n")
