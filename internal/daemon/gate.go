@@ -48,8 +48,11 @@ type RequestGate struct {
 	// Arm, when set, turns a followed LC's launch probes on (between its
 	// requests) or off (while its request holds BE): only the first
 	// launch of a request matters, and a uprobe on every launch of an
-	// eager LC would cost it several microseconds a launch. Called from
-	// Run's loop.
+	// eager LC would cost it several microseconds a launch. Called from a
+	// goroutine of Run's own, never from its loop: detaching uprobes
+	// waits for the kernel's grace periods (about 100 ms a uprobe on
+	// Linux 6.18, 0.6-0.9 s for a libcuda's launch functions), and a loop
+	// blocked there could end no hold.
 	Arm func(pid int, on bool)
 
 	mu      sync.Mutex
@@ -59,11 +62,21 @@ type RequestGate struct {
 	refill  time.Duration // when tokens were last refilled
 	stats   GateStats
 	metrics *gateMetrics
-	cmds    chan int // pids whose request began, for the loop to hold BE
-	rearm   []int    // pids whose hold ended, for the loop to Arm
+	cmds    chan gateCmd // requests that began, for the loop to hold BE
+	// arming: LCs whose launch probes may need turning on or off, for
+	// Run's arming goroutine (armKick wakes it).
+	arming  map[int]bool
+	armKick chan struct{}
 	// selfGated: LC processes whose engine gates its own requests (its
 	// pushes say so), by pid: the daemon leaves them to it.
 	selfGated map[int]bool
+}
+
+// gateCmd is a request that began: a launch of pid seen while it held
+// nothing, during its epoch'th time between holds.
+type gateCmd struct {
+	pid   int
+	epoch uint64
 }
 
 // gatePauser is what the gate needs of a Pauser.
@@ -83,6 +96,10 @@ type gateLC struct {
 	last    time.Duration
 	syncing map[uint32]time.Duration
 	spans   []time.Duration // recent requests' spans (GateAuto)
+	// epoch counts the process's holds that ended: a launch seen before
+	// a hold's end (queued for the loop while the hold opened) is no new
+	// request once it ended.
+	epoch uint64
 }
 
 // gateHold is one open hold: an LC request and the BE it stopped.
@@ -131,7 +148,8 @@ func NewRequestGate(procs interface {
 	}
 	t0 := time.Now()
 	g := &RequestGate{Procs: procs, Pause: pause, Log: log, Now: func() time.Duration { return time.Since(t0) },
-		lcs: map[int]*gateLC{}, open: map[int]*gateHold{}, cmds: make(chan int, 64), metrics: newGateMetrics()}
+		lcs: map[int]*gateLC{}, open: map[int]*gateHold{}, cmds: make(chan gateCmd, 64), metrics: newGateMetrics(),
+		arming: map[int]bool{}, armKick: make(chan struct{}, 1)}
 	g.tokens = g.capacity(procs.Policy().Gate)
 	return g
 }
@@ -188,7 +206,7 @@ func (g *RequestGate) Observe(ev trace.Event) {
 		case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
 			if _, held := g.open[lc.ref.PID]; !held {
 				select {
-				case g.cmds <- lc.ref.PID:
+				case g.cmds <- gateCmd{pid: lc.ref.PID, epoch: lc.epoch}:
 				default: // the loop is behind; the next launch asks again
 				}
 			}
@@ -207,8 +225,14 @@ func (g *RequestGate) Run(ctx context.Context, follow func(lcs []ProcRef)) {
 	pol := g.Procs.Policy().Gate
 	tick := time.NewTicker(max(pol.Idle/2, 500*time.Microsecond))
 	defer tick.Stop()
-	sync := time.NewTicker(100 * time.Millisecond)
-	defer sync.Stop()
+	resync := time.NewTicker(100 * time.Millisecond)
+	defer resync.Stop()
+	var arming sync.WaitGroup
+	if g.Arm != nil {
+		actx, stop := context.WithCancel(ctx)
+		defer func() { stop(); arming.Wait() }()
+		arming.Go(func() { g.armLoop(actx) })
+	}
 	g.followLCs(follow)
 	for {
 		select {
@@ -219,15 +243,11 @@ func (g *RequestGate) Run(ctx context.Context, follow func(lcs []ProcRef)) {
 			}
 			g.mu.Unlock()
 			return
-		case pid := <-g.cmds:
-			if g.hold(pid) && g.Arm != nil {
-				g.Arm(pid, false)
-			}
-			g.armEnded()
+		case c := <-g.cmds:
+			g.command(c)
 		case <-tick.C:
 			g.Tick()
-			g.armEnded()
-		case <-sync.C:
+		case <-resync.C:
 			if p := g.Procs.Policy().Gate; p.Idle != pol.Idle {
 				pol = p
 				tick.Reset(max(pol.Idle/2, 500*time.Microsecond))
@@ -237,24 +257,54 @@ func (g *RequestGate) Run(ctx context.Context, follow func(lcs []ProcRef)) {
 	}
 }
 
-// armEnded turns the launch probes of the LCs whose hold ended back on.
-func (g *RequestGate) armEnded() {
-	g.mu.Lock()
-	pids := g.rearm
-	g.rearm = nil
-	g.mu.Unlock()
-	if g.Arm == nil {
-		return
-	}
-	for _, pid := range pids {
+// armLoop turns the followed LCs' launch probes off while they hold BE
+// and on between their requests, until ctx is done: what each LC asked
+// for last, as the gate stands when it gets to it (a hold that opened and
+// ended meanwhile costs no detach and attach).
+func (g *RequestGate) armLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.armKick:
+		}
 		g.mu.Lock()
-		_, held := g.open[pid]
-		_, followed := g.lcs[pid]
+		pids := make([]int, 0, len(g.arming))
+		for pid := range g.arming {
+			pids = append(pids, pid)
+		}
+		clear(g.arming)
 		g.mu.Unlock()
-		if followed && !held {
-			g.Arm(pid, true)
+		sort.Ints(pids)
+		for _, pid := range pids {
+			g.mu.Lock()
+			_, held := g.open[pid]
+			_, followed := g.lcs[pid]
+			g.mu.Unlock()
+			if followed && ctx.Err() == nil {
+				g.Arm(pid, !held)
+			}
 		}
 	}
+}
+
+// armLocked asks armLoop to bring pid's launch probes up to its state.
+func (g *RequestGate) armLocked(pid int) {
+	g.arming[pid] = true
+	select {
+	case g.armKick <- struct{}{}:
+	default: // it is awake already
+	}
+}
+
+// command holds BE for the request c reports, unless that request was
+// held already (c was queued before its hold ended).
+func (g *RequestGate) command(c gateCmd) bool {
+	g.mu.Lock()
+	lc := g.lcs[c.pid]
+	stale := lc == nil || lc.epoch != c.epoch
+	g.mu.Unlock()
+	return !stale && g.hold(c.pid)
 }
 
 // followLCs brings the followed LC processes up to the policy: the lc
@@ -320,6 +370,7 @@ func (g *RequestGate) hold(pid int) bool {
 	g.tokens -= pol.MaxHold
 	h := &gateHold{since: now, be: sharingGPU(g.Procs.InClass(class.BE), lc.ref)}
 	g.open[pid] = h
+	g.armLocked(pid)
 	g.stats.Held++
 	g.metrics.held.Inc()
 	g.mu.Unlock()
@@ -370,7 +421,10 @@ func (g *RequestGate) closeLocked(pid int, cause string) {
 		return
 	}
 	delete(g.open, pid)
-	g.rearm = append(g.rearm, pid)
+	g.armLocked(pid)
+	if lc := g.lcs[pid]; lc != nil {
+		lc.epoch++
+	}
 	now := g.Now()
 	span := now - h.since
 	pol := g.Procs.Policy().Gate

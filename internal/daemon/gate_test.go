@@ -124,8 +124,8 @@ func (r *gateRig) launch(pid, tid uint32) {
 	// The loop's part: hold BE for the request that began.
 	for {
 		select {
-		case p := <-r.g.cmds:
-			r.g.hold(p)
+		case c := <-r.g.cmds:
+			r.g.command(c)
 			continue
 		default:
 		}
@@ -353,7 +353,7 @@ func TestGateRealPauser(t *testing.T) {
 	g := NewRequestGate(procs, &Pauser{}, nil)
 	g.followLCs(nil)
 	g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleLaunch, PID: 10, TID: 1})
-	g.hold(<-g.cmds)
+	g.command(<-g.cmds)
 	waitState(t, be.PID, true)
 	g.Observe(&trace.TaskExit{PID: 10})
 	waitState(t, be.PID, false)
@@ -381,17 +381,14 @@ func TestGateRunArmsLaunchProbes(t *testing.T) {
 	if on := <-arms; on {
 		t.Fatal("launch probes turned on at a request's start")
 	}
-	if !pause.isStopped(20) {
-		t.Fatal("BE not held")
-	}
+	// The probes are turned off beside the stop, not after it.
+	eventually(t, "BE held", func() bool { return pause.isStopped(20) })
 	g.Observe(&trace.Call{Kind: trace.CallReturn, Role: trace.RoleSync, PID: 10, TID: 1})
 	now.Add(int64(time.Second))
 	if on := <-arms; !on {
 		t.Fatal("launch probes not turned back on at the request's end")
 	}
-	if pause.isStopped(20) {
-		t.Fatal("BE still held")
-	}
+	eventually(t, "BE resumed", func() bool { return !pause.isStopped(20) })
 	cancel()
 	<-done
 }
@@ -420,5 +417,90 @@ func TestGatePushedSelfGated(t *testing.T) {
 	r.launch(10, 1)
 	if r.pause.isStopped(20) {
 		t.Error("the daemon held BE for an LC that gates itself")
+	}
+}
+
+// eventually waits for cond, failing after a bound far past any scheduling
+// delay (the condition holds at once when the code is right).
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// A hold ends at its request's end however long turning the launch probes
+// off takes: detaching uprobes waits for the kernel's grace periods (0.6-0.9
+// s for a libcuda's launch functions), and Run's loop once made that call
+// itself, so that no Tick could end the hold before it returned: holds of
+// about 0.9 s for requests of 0.2-0.3 s on an H100.
+func TestGateEndsWhileArming(t *testing.T) {
+	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []ProcRef{{PID: 10, Start: 1}}, be: []ProcRef{{PID: 20, Start: 1}}}
+	pause := &fakePause{stopped: map[int]bool{}}
+	g := NewRequestGate(procs, pause, nil)
+	var now atomic.Int64
+	g.Now = func() time.Duration { return time.Duration(now.Load()) }
+	arms, release := make(chan bool, 16), make(chan struct{})
+	g.Arm = func(pid int, on bool) {
+		arms <- on
+		if !on {
+			<-release // a detach that takes its time
+		}
+	}
+	g.followLCs(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.Run(ctx, nil) }()
+	g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleLaunch, PID: 10, TID: 1})
+	if on := <-arms; on {
+		t.Fatal("launch probes turned on at a request's start")
+	}
+	// The probes are turned off beside the stop, not after it.
+	eventually(t, "BE held", func() bool { return pause.isStopped(20) })
+	// The request ends while the probes are still being detached.
+	g.Observe(&trace.Call{Kind: trace.CallReturn, Role: trace.RoleSync, PID: 10, TID: 1})
+	now.Add(int64(time.Second))
+	eventually(t, "BE resumed while the launch probes were being detached", func() bool { return !pause.isStopped(20) })
+	if s := g.Stats(); s.Open != 0 || s.Closed["idle"] != 1 {
+		t.Errorf("stats %+v: want the hold closed idle", s)
+	}
+	close(release)
+	if on := <-arms; !on {
+		t.Fatal("launch probes not turned back on after the request")
+	}
+	cancel()
+	<-done
+}
+
+// Launches seen while a hold opened queue requests for the loop; once that
+// hold ended they are no new request: BE is not stopped again for them.
+func TestGateStaleLaunchesOpenNothing(t *testing.T) {
+	r := newGateRig(t, gatePolicy(policy.GateOn))
+	for range 3 { // the loop is behind: three launches queue three requests
+		r.g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleLaunch, PID: 10, TID: 1})
+	}
+	if !r.g.command(<-r.g.cmds) {
+		t.Fatal("the request's first launch opened no hold")
+	}
+	r.syncReturn(10, 1)
+	r.advance(time.Second) // the request ended
+	if r.pause.isStopped(20) {
+		t.Fatal("BE still held after the request")
+	}
+	for len(r.g.cmds) > 0 {
+		if r.g.command(<-r.g.cmds) {
+			t.Error("a launch of the ended request opened a hold")
+		}
+	}
+	if r.pause.stops != 1 || r.pause.isStopped(20) || r.g.Stats().Held != 1 {
+		t.Errorf("stops %d, held %d, BE stopped %v: want one hold, BE running", r.pause.stops, r.g.Stats().Held, r.pause.stopped)
+	}
+	// The next request is one.
+	r.launch(10, 1)
+	if !r.pause.isStopped(20) || r.g.Stats().Held != 2 {
+		t.Error("the next request held nothing")
 	}
 }

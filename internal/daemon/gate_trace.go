@@ -122,9 +122,10 @@ func (t *gateTracer) open() error {
 		for _, s := range syms {
 			probes = append(probes, trace.Probe{Symbol: s, Role: role})
 		}
-		// Read every millisecond: a request's first launch reaches the gate
+		// Read every 2 ms (a shorter deadline rounds to 0 in the ring buffer
+		// reader's epoll wait, which would spin): a request's first launch reaches the gate
 		// a poll late, and BE runs beside the request until then.
-		tr, err := trace.Open(t.ctx, trace.Options{Probes: probes, PerProcess: true, MountTracefs: true, Buffer: 1 << 14, Poll: time.Millisecond, Logger: t.log})
+		tr, err := trace.Open(t.ctx, trace.Options{Probes: probes, PerProcess: true, MountTracefs: true, Buffer: 1 << 14, Poll: 2 * time.Millisecond, Logger: t.log})
 		if err != nil {
 			return nil, fmt.Errorf("request gate tracing (%v): %w", role, err)
 		}
