@@ -25,20 +25,22 @@ import (
 // A walk stats at most FDWalkBatch of a process's descriptors, in
 // descriptor order, and a process's next walk waits FDWalkInterval
 // scaled by the share of a batch the last one stat'd: a few dozen
-// descriptors can be walked again at once, a full batch once in 2 s. A
-// process's walks thus stat at most FDWalkBatch descriptors per
-// FDWalkInterval however many it holds. Between walks only the
-// descriptors already found are checked, one stat each.
+// descriptors can be walked again at once, a full batch once in 500 ms.
+// A process's walks thus stat at most FDWalkBatch descriptors per
+// FDWalkInterval (2048 a second) however many it holds, and one walk,
+// wherever it runs (the daemon's discovery runs under its reconciler's
+// lock), stats at most 1024. Between walks only the descriptors already
+// found are checked, one stat each.
 //
 // A process holding more than FDWalkBatch descriptors is walked in
 // batches, each resuming where the last stopped: an NVIDIA file at
-// descriptor N is found within ceil((N+1)/FDWalkBatch) walks, about
-// 2 s each (17,500 files: 10 s), never missed; until then the process
-// counts as not holding it (its groups are found by a later scan).
-// maxFDProcs bounds the cache.
+// descriptor N is found within ceil((N+1)/FDWalkBatch) walks, 500 ms
+// apart (17,500 files: 9 s), never missed; until then the process
+// counts as not holding it (its groups are found by a later lookup or
+// /proc scan). maxFDProcs bounds the cache.
 const (
-	FDWalkBatch    = 4096
-	FDWalkInterval = 2 * time.Second
+	FDWalkBatch    = 1024
+	FDWalkInterval = 500 * time.Millisecond
 	maxFDProcs     = 16384
 )
 

@@ -277,15 +277,25 @@ func (pi *ProcInspector) refreshNVML() {
 	}
 }
 
-// fdGPUs lists the /dev/nvidiaN (char 195:N, N < 255) files pid holds;
-// the minor number stands for the index.
-func (pi *ProcInspector) fdGPUs(pid int) []policy.GPU {
+// WarmDescriptors brings the cache of pid's descriptors up to date (a
+// walk if one is due), before the reconciler's lock is taken.
+func (pi *ProcInspector) WarmDescriptors(pid int) {
+	_, _ = pi.fds().Lookup(pi.root(), pid)
+}
+
+func (pi *ProcInspector) fds() *tsg.FDCache {
 	pi.fdsOnce.Do(func() {
 		if pi.FDs == nil {
 			pi.FDs = &tsg.FDCache{}
 		}
 	})
-	devs, err := pi.FDs.Lookup(pi.root(), pid)
+	return pi.FDs
+}
+
+// fdGPUs lists the /dev/nvidiaN (char 195:N, N < 255) files pid holds;
+// the minor number stands for the index.
+func (pi *ProcInspector) fdGPUs(pid int) []policy.GPU {
+	devs, err := pi.fds().Lookup(pi.root(), pid)
 	if err != nil {
 		return nil
 	}
