@@ -297,10 +297,14 @@ func walkFDs(root string, pid, from, limit int) (found []DeviceFD, next, examine
 // none.
 func ProcessStart(root string, pid int) (uint64, error) {
 	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "stat"))
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH):
 		return 0, fmt.Errorf("pid %d: %w", pid, ioctl.ErrNoSuchProcess)
-	}
-	if err != nil {
+	case errors.Is(err, fs.ErrPermission):
+		// procfs mounted hidepid: counted as denied, as an fd
+		// directory we may not list is.
+		return 0, fmt.Errorf("pid %d: read stat: %w: %w", pid, ioctl.ErrPermission, err)
+	case err != nil:
 		return 0, err
 	}
 	start, err := StartTime(b)
