@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -212,5 +213,43 @@ func TestFDCacheGone(t *testing.T) {
 		if _, err := c.Lookup(r.root, r.pid); !errors.Is(err, ioctl.ErrNoSuchProcess) {
 			t.Errorf("Lookup of an exited process (cache %v) = %v, want ErrNoSuchProcess", c != nil, err)
 		}
+	}
+}
+
+// TestFDCacheConcurrentLookups: callers asking at once (a peer's requests
+// in flight, the scan, the discovery) share one walk; each gets the
+// answer of a walk, none an empty guess while the first is under way.
+func TestFDCacheConcurrentLookups(t *testing.T) {
+	for _, pad := range []int{8, 3 * FDWalkBatch / 2} {
+		t.Run(strconv.Itoa(pad)+" files", func(t *testing.T) {
+			r := newFDRig(t)
+			r.open(os.DevNull, pad)
+			ctl := r.open(r.ctl, 1)
+			var mu sync.Mutex
+			r.c.OnWalk = func(pid, _, examined int) {
+				mu.Lock()
+				defer mu.Unlock()
+				r.walks = append(r.walks, examined)
+			}
+			const callers = 16
+			got := make([][]int, callers)
+			errs := make([]error, callers)
+			var wg sync.WaitGroup
+			for i := range callers {
+				wg.Go(func() { got[i], errs[i] = controlFDs(r.c, r.root, r.pid) })
+			}
+			wg.Wait()
+			if len(r.walks) != 1 {
+				t.Errorf("%d callers at once made %d walks (%v), want 1", callers, len(r.walks), r.walks)
+			}
+			for i := range callers {
+				if errs[i] != nil {
+					t.Fatalf("caller %d: %v", i, errs[i])
+				}
+				if found := slices.Contains(got[i], ctl[0]); found != (pad < FDWalkBatch) {
+					t.Errorf("caller %d: control descriptors %v (node at %d, first batch %d)", i, got[i], ctl[0], FDWalkBatch)
+				}
+			}
+		})
 	}
 }
