@@ -227,3 +227,33 @@ func cString(b []byte) string {
 	}
 	return string(b)
 }
+
+// DeviceFile is what stat says of a file a descriptor refers to: which
+// device node (Rdev) and which inode of which filesystem (Dev, Ino), so
+// that a descriptor seen once can later be checked to still refer to the
+// same open node.
+type DeviceFile struct {
+	Mode           uint32
+	Rdev, Dev, Ino uint64
+}
+
+// StatDeviceFile stats path (followed if a link, as /proc/PID/fd/N is).
+func StatDeviceFile(path string) (DeviceFile, error) { return statDeviceFile(path) }
+
+// IsNVIDIA reports whether the file is one of NVIDIA's character devices
+// (major 195): the control node or a GPU's /dev/nvidiaN.
+func (d DeviceFile) IsNVIDIA() bool {
+	return d.Mode&unix.S_IFMT == unix.S_IFCHR && unix.Major(d.Rdev) == NV_MAJOR_DEVICE_NUMBER
+}
+
+// IsControl reports whether the file is /dev/nvidiactl (195:255).
+func (d DeviceFile) IsControl() bool { return IsControlDeviceRdev(d.Mode, d.Rdev) }
+
+// GPUMinor is N of a /dev/nvidiaN file (195:N, N < 255); ok is false for
+// any other file.
+func (d DeviceFile) GPUMinor() (n int, ok bool) {
+	if !d.IsNVIDIA() || d.IsControl() {
+		return 0, false
+	}
+	return int(unix.Minor(d.Rdev)), true
+}

@@ -92,6 +92,14 @@ func statRdev(path string) (mode uint32, rdev uint64, err error) {
 	return st.Mode, st.Rdev, err
 }
 
+func statDeviceFile(path string) (DeviceFile, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return DeviceFile{}, err
+	}
+	return DeviceFile{Mode: st.Mode, Rdev: st.Rdev, Dev: st.Dev, Ino: st.Ino}, nil
+}
+
 func pidfdOpen(pid int) (int, error) { return unix.PidfdOpen(pid, 0) }
 
 func pidfdGetfd(pidfd, targetFD int) (int, error) { return unix.PidfdGetfd(pidfd, targetFD, 0) }

@@ -3,9 +3,7 @@ package tsg
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 
@@ -58,6 +56,11 @@ type Target interface {
 type ProcHost struct {
 	// Root is the procfs mount, "/proc" unless set.
 	Root string
+	// FDs, when set, remembers what each process's descriptors were
+	// found to be, so that a process with many open files is not walked
+	// whole on each call (a daemon's, shared with its other readers of
+	// descriptors). Without it each call walks them all.
+	FDs *FDCache
 }
 
 func (h ProcHost) root() string {
@@ -77,24 +80,27 @@ func (h ProcHost) Open(pid int) (Target, error) {
 	if err != nil {
 		return nil, err
 	}
-	return procTarget{root: h.root(), pidfd: p}, nil
+	return procTarget{root: h.root(), fds: h.FDs, pidfd: p}, nil
 }
 
 type procTarget struct {
 	root  string
+	fds   *FDCache
 	pidfd *ioctl.Pidfd
 }
 
 func (t procTarget) PID() int     { return t.pidfd.PID() }
 func (t procTarget) Close() error { return t.pidfd.Close() }
 
-// ControlFDs stats every /proc/PID/fd/N (which follows the link to the
-// open file, wherever it was opened from, so a container's bind-mounted
-// node counts too) and keeps the character devices 195:255. The listing
-// counts only if the process the pidfd holds is still alive afterwards:
-// then /proc/PID was its directory throughout.
+// ControlFDs stats /proc/PID/fd/N (which follows the link to the open
+// file, wherever it was opened from, so a container's bind-mounted node
+// counts too) and keeps the character devices 195:255; with an FDCache,
+// only the descriptors found before and, when one is due, a bounded walk
+// of the others (see FDWalkBatch). The listing counts only if the
+// process the pidfd holds is still alive afterwards: then /proc/PID was
+// its directory throughout.
 func (t procTarget) ControlFDs() ([]int, error) {
-	fds, err := controlFDs(t.root, t.PID())
+	fds, err := controlFDs(t.fds, t.root, t.PID())
 	if err != nil {
 		return nil, err
 	}
@@ -123,34 +129,17 @@ func (t procTarget) Attach(fd int) (Device, error) {
 	return f, nil
 }
 
-func controlFDs(root string, pid int) ([]int, error) {
-	dir := filepath.Join(root, strconv.Itoa(pid), "fd")
-	entries, err := os.ReadDir(dir)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("pid %d: %w", pid, ioctl.ErrNoSuchProcess)
-	case errors.Is(err, fs.ErrPermission):
-		return nil, fmt.Errorf("pid %d: list fds: %w: %w", pid, ioctl.ErrPermission, err)
-	case err != nil:
-		return nil, fmt.Errorf("pid %d: list fds: %w", pid, err)
+func controlFDs(c *FDCache, root string, pid int) ([]int, error) {
+	devs, err := c.Lookup(root, pid)
+	if err != nil {
+		return nil, err
 	}
 	var fds []int
-	for _, e := range entries {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		ok, err := ioctl.IsControlDevicePath(filepath.Join(dir, e.Name()))
-		if err != nil {
-			// Closed since ReadDir, or a socket/anon inode we may not
-			// stat: neither is the control node.
-			continue
-		}
-		if ok {
-			fds = append(fds, n)
+	for _, d := range devs {
+		if d.File.IsControl() {
+			fds = append(fds, d.FD)
 		}
 	}
-	sort.Ints(fds)
 	return fds, nil
 }
 
@@ -172,18 +161,23 @@ func (h ProcHost) Processes() ([]int, int, error) {
 	}
 	var pids []int
 	denied := 0
+	seen := map[int]bool{}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 {
 			continue
 		}
-		fds, err := controlFDs(h.root(), pid)
+		seen[pid] = true
+		fds, err := controlFDs(h.FDs, h.root(), pid)
 		switch {
 		case errors.Is(err, ioctl.ErrPermission):
 			denied++
 		case err == nil && len(fds) > 0:
 			pids = append(pids, pid)
 		}
+	}
+	if h.FDs != nil {
+		h.FDs.Retain(seen)
 	}
 	sort.Ints(pids)
 	return pids, denied, nil

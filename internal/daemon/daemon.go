@@ -141,8 +141,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if cfg.PolicyPoll == 0 {
 		cfg.PolicyPoll = 2 * time.Second
 	}
+	// One cache of the processes' descriptors for the discovery, the
+	// /proc scan and the inspector: one walk serves all three.
+	fds := &tsg.FDCache{}
 	if cfg.Host == nil {
-		cfg.Host = tsg.ProcHost{}
+		cfg.Host = tsg.ProcHost{FDs: fds}
 	}
 	if cfg.Reconcile.SelfPID == 0 {
 		cfg.Reconcile.SelfPID = os.Getpid()
@@ -165,7 +168,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	if d.inspect = cfg.Inspect; d.inspect == nil {
-		d.inspect = &ProcInspector{GPU: cfg.GPU}
+		d.inspect = &ProcInspector{GPU: cfg.GPU, FDs: fds}
 	}
 	scan := cfg.Scan
 	scan.Logger = d.log

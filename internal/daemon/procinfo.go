@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/tsg"
 )
 
 // ProcInspector reads processes from procfs.
@@ -30,8 +31,12 @@ type ProcInspector struct {
 	// /dev/nvidiaN files the process holds name its GPUs.
 	GPU gpu.Info
 
-	// Now is the clock of the descriptor scans' cache; time.Now when nil.
-	Now func() time.Time
+	// FDs finds the device files among a process's descriptors, by
+	// process identity and bounded (see tsg.FDWalkBatch): a process with
+	// thousands of open files must not make each of its requests a walk
+	// of them all. The daemon shares it with its tsg.ProcHost, so one
+	// walk serves both; a private one is made when nil.
+	FDs *tsg.FDCache
 
 	mu       sync.Mutex
 	users    map[uint32]string
@@ -40,32 +45,8 @@ type ProcInspector struct {
 	nvmlOK   bool // the last reading succeeded
 	uuidByIx map[int]string
 
-	// fdScans caches each process's descriptor scan by its identity: a
-	// process with thousands of open files must not make each of its
-	// requests a scan of them all.
-	fdScans map[int]fdScan
-	// scanned, when set, is told of each descriptor scan and how many
-	// entries it examined (tests count them).
-	scanned func(pid, examined int)
+	fdsOnce sync.Once
 }
-
-// fdScan is one process's scan of its descriptors for GPU device files.
-type fdScan struct {
-	start uint64 // with the pid, the process's identity
-	at    time.Time
-	gpus  []policy.GPU
-}
-
-// Bounds of the descriptor scans (used where NVML does not answer): a
-// process is scanned at most once in fdScanMaxAge, and at most
-// maxScanFDs of its descriptors are examined (libcuda opens the device
-// files among its first), so that what a request costs does not grow
-// with the caller's open files. maxFDScans bounds the cache.
-const (
-	fdScanMaxAge = time.Second
-	maxScanFDs   = 4096
-	maxFDScans   = 4096
-)
 
 // maxEnviron bounds how much of a process's environment is read.
 const (
@@ -119,7 +100,7 @@ func (pi *ProcInspector) Process(pid int) (policy.Process, uint64, error) {
 		f.Close()
 		p.Env = Environ(b)
 	}
-	p.GPUs = pi.gpus(pid, start)
+	p.GPUs = pi.gpus(pid)
 	return p, start, nil
 }
 
@@ -148,20 +129,8 @@ func (pi *ProcInspector) userName(uid uint32) string {
 	return n
 }
 
-// StartTime is field 22 of /proc/PID/stat (after the parenthesised comm,
-// which may itself hold spaces and parentheses).
-func StartTime(stat []byte) (uint64, error) {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, errors.New("stat: no comm")
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	// After comm: state is field 3, starttime field 22 -> index 19.
-	if len(f) < 20 {
-		return 0, errors.New("stat: too few fields")
-	}
-	return strconv.ParseUint(f[19], 10, 64)
-}
+// StartTime is field 22 of /proc/PID/stat (tsg.StartTime).
+func StartTime(stat []byte) (uint64, error) { return tsg.StartTime(stat) }
 
 // StatusIDs reads the effective uid and the supplementary groups (with
 // the effective gid) from /proc/PID/status.
@@ -245,64 +214,21 @@ const (
 // for a machine without NVML: libcuda opens the device files of GPUs a
 // process does not use (measured on a two-GPU H200 host: a process with
 // CUDA_VISIBLE_DEVICES=1 held /dev/nvidia0 too).
-func (pi *ProcInspector) gpus(pid int, start uint64) []policy.GPU {
+func (pi *ProcInspector) gpus(pid int) []policy.GPU {
 	if gs, _, ok := pi.nvmlFor(pid); ok {
 		// NVML answers: a process it does not list yet has no
 		// known GPU (nil), never a guess from device files.
 		return gs
 	}
-	return pi.cachedFDGPUs(pid, start)
+	return pi.fdGPUs(pid)
 }
 
 // GPUs implements Inspector.
 func (pi *ProcInspector) GPUs(pid int) []policy.GPU {
-	stat, err := os.ReadFile(pi.path(pid, "stat"))
-	if err != nil {
+	if !pi.Alive(pid) {
 		return nil
 	}
-	start, err := StartTime(stat)
-	if err != nil {
-		return nil
-	}
-	return pi.gpus(pid, start)
-}
-
-func (pi *ProcInspector) now() time.Time {
-	if pi.Now != nil {
-		return pi.Now()
-	}
-	return time.Now()
-}
-
-// cachedFDGPUs is fdGPUs of the process (pid, start), scanned at most once
-// in fdScanMaxAge. The scan runs outside pi.mu: two callers may scan one
-// process at once, which costs a scan, never a wrong answer.
-func (pi *ProcInspector) cachedFDGPUs(pid int, start uint64) []policy.GPU {
-	now := pi.now()
-	pi.mu.Lock()
-	if sc, ok := pi.fdScans[pid]; ok && sc.start == start && now.Sub(sc.at) < fdScanMaxAge {
-		pi.mu.Unlock()
-		return sc.gpus
-	}
-	pi.mu.Unlock()
-	gs := pi.fdGPUs(pid, nil)
-	pi.mu.Lock()
-	defer pi.mu.Unlock()
-	if pi.fdScans == nil {
-		pi.fdScans = map[int]fdScan{}
-	}
-	if _, ok := pi.fdScans[pid]; !ok && len(pi.fdScans) >= maxFDScans {
-		for k, sc := range pi.fdScans { // stale ones first: exited or due again
-			if now.Sub(sc.at) >= fdScanMaxAge {
-				delete(pi.fdScans, k)
-			}
-		}
-		if len(pi.fdScans) >= maxFDScans {
-			clear(pi.fdScans)
-		}
-	}
-	pi.fdScans[pid] = fdScan{start: start, at: now, gpus: gs}
-	return gs
+	return pi.gpus(pid)
 }
 
 // Listed implements Inspector: whether NVML lists pid among the GPUs'
@@ -351,35 +277,37 @@ func (pi *ProcInspector) refreshNVML() {
 	}
 }
 
+// WarmDescriptors brings the cache of pid's descriptors up to date (a
+// walk if one is due), before the reconciler's lock is taken.
+func (pi *ProcInspector) WarmDescriptors(pid int) {
+	_, _ = pi.fds().Lookup(pi.root(), pid)
+}
+
+func (pi *ProcInspector) fds() *tsg.FDCache {
+	pi.fdsOnce.Do(func() {
+		if pi.FDs == nil {
+			pi.FDs = &tsg.FDCache{}
+		}
+	})
+	return pi.FDs
+}
+
 // fdGPUs lists the /dev/nvidiaN (char 195:N, N < 255) files pid holds;
 // the minor number stands for the index.
-func (pi *ProcInspector) fdGPUs(pid int, uuids map[int]string) []policy.GPU {
-	dir := pi.path(pid, "fd")
-	d, err := os.Open(dir)
+func (pi *ProcInspector) fdGPUs(pid int) []policy.GPU {
+	devs, err := pi.fds().Lookup(pi.root(), pid)
 	if err != nil {
 		return nil
 	}
-	ents, _ := d.ReadDir(maxScanFDs) // the first ones, in descriptor order
-	d.Close()
-	if pi.scanned != nil {
-		pi.scanned(pid, len(ents))
-	}
 	seen := map[int]bool{}
 	var out []policy.GPU
-	for _, e := range ents {
-		var st unix.Stat_t
-		if unix.Stat(filepath.Join(dir, e.Name()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
-			continue
-		}
-		if unix.Major(uint64(st.Rdev)) != 195 {
-			continue
-		}
-		minor := int(unix.Minor(uint64(st.Rdev)))
-		if minor >= 255 || seen[minor] {
+	for _, d := range devs {
+		minor, ok := d.File.GPUMinor()
+		if !ok || seen[minor] {
 			continue
 		}
 		seen[minor] = true
-		out = append(out, policy.GPU{Index: minor, UUID: uuids[minor]})
+		out = append(out, policy.GPU{Index: minor})
 	}
 	return out
 }

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gpreempt/gpreempt/tsg"
 )
 
 // TestRequestCostIndependentOfCallersFiles: where NVML does not answer, a
@@ -14,8 +16,8 @@ import (
 // of them all, twice, once under the reconciler's lock (19,900 files: 200
 // requests took 91 s of CPU). The scan is now cached by process identity
 // (pid and start time) and bounded: a peer's many requests, granted, held
-// or refused by the change limit, cost one scan, of at most maxScanFDs
-// descriptors. Scans are counted, not timed.
+// or refused by the change limit, cost one walk, of at most
+// tsg.FDWalkBatch descriptors. Walks are counted, not timed.
 func TestRequestCostIndependentOfCallersFiles(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -36,8 +38,8 @@ func TestRequestCostIndependentOfCallersFiles(t *testing.T) {
 			a := newAPIRig(t)
 			frozen := time.Unix(1e9, 0)
 			var scans, examined atomic.Int64
-			pi := &ProcInspector{Now: func() time.Time { return frozen }}
-			pi.scanned = func(pid, n int) {
+			pi := &ProcInspector{FDs: &tsg.FDCache{Now: func() time.Time { return frozen }}}
+			pi.FDs.OnWalk = func(pid, _, n int) {
 				if pid == os.Getpid() {
 					scans.Add(1)
 					for e := examined.Load(); int64(n) > e && !examined.CompareAndSwap(e, int64(n)); e = examined.Load() {
@@ -65,8 +67,8 @@ func TestRequestCostIndependentOfCallersFiles(t *testing.T) {
 			if n := scans.Load(); n != 1 {
 				t.Errorf("%d requests (%v) made %d scans of the caller's descriptors, want 1", 200, codes, n)
 			}
-			if n := examined.Load(); n > maxScanFDs {
-				t.Errorf("a scan examined %d descriptors, want at most %d", n, maxScanFDs)
+			if n := examined.Load(); n > tsg.FDWalkBatch {
+				t.Errorf("a walk examined %d descriptors, want at most %d", n, tsg.FDWalkBatch)
 			}
 		})
 	}

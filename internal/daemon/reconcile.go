@@ -37,6 +37,14 @@ type Inspector interface {
 	GPUs(pid int) []policy.GPU
 }
 
+// descriptorWarmer is an Inspector that can bring its cache of pid's
+// descriptors up to date before the lock is taken: the discovery that
+// follows under the lock, sharing the cache, then finds it fresh and
+// re-checks only the descriptors known (tsg.FDCache).
+type descriptorWarmer interface {
+	WarmDescriptors(pid int)
+}
+
 // Options tune the reconciler.
 type Options struct {
 	// Debounce: a context is classed this long after its last setup
@@ -749,6 +757,9 @@ func (r *Reconciler) Request(ctx context.Context, pid int, start uint64, spec cl
 	// read (its descriptors, where NVML does not answer) must not hold up
 	// every other process's classing.
 	info, now, err := r.inspect.Process(pid)
+	if w, ok := r.inspect.(descriptorWarmer); ok {
+		w.WarmDescriptors(pid)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, err := r.settingsAt(spec, r.beSlice); err != nil {
