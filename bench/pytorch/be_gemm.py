@@ -15,25 +15,17 @@ progress can be told from one that is merely slow.
 """
 
 import argparse
-import json
 import os
 import signal
 import sys
 import time
 
+from lc_infer import parse_duration, write_json  # beside this script, as gpreempt-bench writes them
+
 SCHEMA = 1
 stop = False
 
 
-def parse_duration(s):
-    units = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-    for u in ("ns", "us", "ms", "s"):
-        if s.endswith(u):
-            try:
-                return int(round(float(s[: -len(u)]) * units[u]))
-            except ValueError:
-                break
-    raise argparse.ArgumentTypeError(f"bad duration {s!r} (want e.g. 10s, 500ms)")
 
 
 def main():
@@ -89,20 +81,13 @@ def main():
         completions.append(time.monotonic_ns())
     end = time.monotonic_ns()
     wall = (end - start) / 1e9
-    text = json.dumps({
+    write_json(a.out, {
         "schema": SCHEMA, "worker": "be_gemm.py", "pid": os.getpid(), "device": torch.cuda.get_device_name(dev),
         "unit": "gemms", "config": {"n": a.n, "queue": a.queue, "torch": torch.__version__},
         "kernel_iters": 0, "first_kernel_ms": first_ms, "kernels": len(completions),
         "kernels_per_sec": len(completions) / wall if wall > 0 else 0.0, "duration_s": wall,
         "start_mono_ns": start, "end_mono_ns": end, "completions_mono_ns": completions,
-    }) + "\n"
-    if a.out == "-":
-        sys.stdout.write(text)
-    else:
-        tmp = f"{a.out}.tmp.{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, a.out)
+    })
 
 
 if __name__ == "__main__":

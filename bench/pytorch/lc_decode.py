@@ -30,10 +30,11 @@ internal/bench.LCResult to --out ("-": stdout).
 
 import argparse
 import gc
-import json
 import os
 import sys
 import time
+
+from lc_infer import parse_duration, write_json  # beside this script, as gpreempt-bench writes them
 
 SCHEMA = 1
 
@@ -47,17 +48,6 @@ FAMILIES = {
 }
 
 
-def parse_duration(s):
-    units = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-    for u in ("ns", "us", "ms", "s"):
-        if s.endswith(u):
-            try:
-                return int(round(float(s[: -len(u)]) * units[u]))
-            except ValueError:
-                break
-    if s.strip() == "0":
-        return 0
-    raise argparse.ArgumentTypeError(f"bad duration {s!r} (want e.g. 800ms, 1.5s)")
 
 
 def build(args, torch, dev):
@@ -208,15 +198,7 @@ def main():
     if gp is not None:
         result["prepreempt"] = gp.stats()
         gp.close()
-    text = json.dumps(result) + "\n"
-    if a.out == "-":
-        sys.stdout.write(text)
-    else:
-        tmp = f"{a.out}.tmp.{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, a.out)
-
+    write_json(a.out, result)
 
 def graph_decoder(a, torch, dev, model, prompt):
     """Returns a request function whose decode steps replay one CUDA graph
