@@ -199,6 +199,13 @@ const (
 	DefaultSliceOverhead      = 20 * time.Microsecond
 )
 
+// SwitchTime is what one switch of the GPU between two processes' channel
+// groups costs, as the vocabulary's planning figure (docs/GPU-FACTS.md):
+// the pre-preemption engine's first estimate of it, and the unit a request
+// gate's cost to BE (two a request) and its auto mode (a request of four or
+// fewer gains nothing) are counted in.
+const SwitchTime = 200 * time.Microsecond
+
 // Table holds one Class per name.
 type Table map[Name]Class
 

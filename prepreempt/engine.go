@@ -140,7 +140,7 @@ func (o Options) withDefaults() Options {
 		}
 	}
 	def(&o.MaxHold, 5*time.Millisecond)
-	def(&o.InitialSwitch, 200*time.Microsecond)
+	def(&o.InitialSwitch, class.SwitchTime)
 	def(&o.Margin, 20*time.Microsecond)
 	def(&o.LCTimeslice, lcClass().Timeslice)
 	def(&o.PollerIdle, 20*time.Millisecond)

@@ -10,7 +10,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
@@ -173,7 +175,7 @@ func writeRequestShape(b *strings.Builder, res *Results) {
 	if !slices.ContainsFunc(res.Summaries, shaped) {
 		return
 	}
-	b.WriteString("\nRequest shape: an LLM LC's time to first token and per output token (p50 against standalone), the LC's busy fraction alone (share of wall time with a request in flight) and the BE a gate allows at it (1 - busy - two 200 us switches a request):\n\n")
+	fmt.Fprintf(b, "\nRequest shape: an LLM LC's time to first token and per output token (p50 against standalone), the LC's busy fraction alone (share of wall time with a request in flight) and the BE a gate allows at it (1 - busy - two %d us switches a request):\n\n", class.SwitchTime/time.Microsecond)
 	b.WriteString("| scenario | TTFT p50 vs standalone | TPOT p50 vs standalone | LC busy alone | BE bound with a gate | BE vs be-only |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|\n")
 	for _, s := range res.Summaries {

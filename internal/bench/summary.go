@@ -5,8 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"time"
 
+	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
@@ -77,7 +77,7 @@ type ScenarioSummary struct {
 	// LCBusy is the median share of the window the LC had a request in
 	// flight (of the standalone runs, for their summary); BEBound is what
 	// a request gate leaves BE at that busy fraction: 1 - busy - two
-	// switches a request (GateSwitch each), against be-only.
+	// switches a request (class.SwitchTime each), against be-only.
 	LCBusy  float64 `json:"lc_busy,omitempty"`
 	BEBound float64 `json:"be_bound,omitempty"`
 	// Failed counts repetitions that ended in an error.
@@ -322,11 +322,6 @@ func summarizeScenario(runs, baseline []*ScenarioResult, rng *rand.Rand) *Scenar
 	return s
 }
 
-// GateSwitch is the cost of one switch between channel groups that the BE
-// bound of a gate counts twice a request: ~170-200 us measured on the H100
-// (docs/GATE.md).
-const GateSwitch = 200 * time.Microsecond
-
 // busyOf returns sr's LC busy fraction and the BE bound a gate allows at
 // it: from the standalone run of the same repetition (the LC alone), or sr
 // itself when it is one.
@@ -344,7 +339,7 @@ func busyOf(sr *ScenarioResult, baseline []*ScenarioResult) []float64 {
 		return nil
 	}
 	w := base.LC.MeasureEndMonoNs - base.LC.MeasureStartMonoNs
-	switches := 2 * float64(len(base.LC.Samples)) * float64(GateSwitch) / float64(w)
+	switches := 2 * float64(len(base.LC.Samples)) * float64(class.SwitchTime) / float64(w)
 	return []float64{base.LCBusy, max(0, 1-base.LCBusy-switches)}
 }
 

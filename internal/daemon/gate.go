@@ -134,10 +134,6 @@ type GateStats struct {
 // resumes BE at MaxHold itself, the watchdog only if it cannot.
 const gateMargin = 100 * time.Millisecond
 
-// gateSwitch is one switch between channel groups (~170-200 us on an
-// H100): GateAuto holds an LC whose requests last over four of them.
-const gateSwitch = 200 * time.Microsecond
-
 // NewRequestGate returns a gate over procs, stopping BE through pause.
 func NewRequestGate(procs interface {
 	InClass(n class.Name) []ProcRef
@@ -510,7 +506,7 @@ func longRequests(spans []time.Duration) bool {
 	}
 	s := slices.Clone(spans)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2] > 4*gateSwitch
+	return s[len(s)/2] > 4*class.SwitchTime
 }
 
 // sharingGPU returns the processes of bes on a GPU lc uses; a process
