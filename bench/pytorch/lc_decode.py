@@ -90,7 +90,6 @@ def main():
     ap.add_argument("--wait-go", action="store_true")
     ap.add_argument("--out", default="-")
     ap.add_argument("--gate", action="store_true", help="hold the GPU from BE for each whole request (libgpreempt's gate)")
-    ap.add_argument("--hints", action="store_true", help="accepted for gpreempt-bench's prepreempt- scenarios: same as --gate")
     ap.add_argument("--hint-launcher", choices=("goroutine", "poller"), default="goroutine")
     a = ap.parse_args()
     if a.requests <= 0 or a.period <= 0 or a.new_tokens < 2 or a.prompt < 1:
@@ -135,7 +134,7 @@ def main():
         run = graph_decoder(a, torch, dev, model, prompt)
 
     gp = None
-    if a.gate or a.hints:
+    if a.gate:
         import gpreempt  # python/gpreempt, GPREEMPT_LIB naming libgpreempt.so
 
         gp = gpreempt.Engine(device=a.device, gate="on", launcher=a.hint_launcher)
