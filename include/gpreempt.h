@@ -71,6 +71,9 @@ int gpreempt_cancel(uint64_t handle);
  * for that span (a spinner and a pending kernel on a stream of its own, so
  * the process's own streams keep running), at most 2 s and within half of
  * the GPU's time over 20 s; otherwise it is only counted and timed.
+ * Synchronize the request's own stream or event inside it: a device-wide
+ * synchronize (cuCtxSynchronize, cudaDeviceSynchronize) waits for the
+ * gate's stream too, until the hold expires.
  * Returns a handle, 0 on error. */
 uint64_t gpreempt_begin(char *cls);
 

@@ -106,6 +106,8 @@ type Engine struct {
 	// decides GateAuto.
 	gateBudget *holdBudget
 	spans      *spanTracker
+	// outlivedWarned: the classes warned of a request that outlived its hold.
+	outlivedWarned sync.Map
 }
 
 // SetPrepreempt turns spinners on or off for every request: gpreemptd's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -138,6 +139,7 @@ func (e *Engine) Begin(ctx context.Context, class string) (*Request, error) {
 func (r *Request) End() error {
 	e := r.e
 	span := time.Duration(e.clk.now() - r.start)
+	outlived := false
 	switch {
 	case r.gated:
 		if err := r.finish(false); err != nil {
@@ -145,6 +147,9 @@ func (r *Request) End() error {
 		}
 		if r.state.Load() == stateReleased {
 			e.stats.add(func(s *Stats) { s.GateEnded++ })
+		} else {
+			outlived = true
+			e.warnOutlived(r.class)
 		}
 	case !r.begun:
 		// A hinted request that never called Ready does so now.
@@ -154,37 +159,59 @@ func (r *Request) End() error {
 	case r.finished.Swap(true):
 		return ErrDone
 	}
-	e.spans.observe(r.class, span)
+	e.spans.observe(r.class, span, outlived)
 	return nil
 }
 
+// warnOutlived says, once a class, that a held request outlived its hold:
+// the request took over GateMaxHold, or it waited on the hold itself. A
+// device-wide synchronize (cuCtxSynchronize, cudaDeviceSynchronize,
+// torch.cuda.synchronize()) waits for every stream of the context, the
+// gate's included, so inside a held request it returns only at
+// GateMaxHold.
+func (e *Engine) warnOutlived(class string) {
+	if _, seen := e.outlivedWarned.LoadOrStore(class, true); !seen {
+		e.log.Warn("request gate: a held request outlived its hold (GateMaxHold); "+
+			"a device-wide synchronize inside a held request waits for the hold: synchronize the request's stream",
+			"class", class, "max_hold", e.opts.GateMaxHold)
+	}
+}
+
 // spanTracker keeps each class's recent request spans (Begin or Hint to
-// End), for GateAuto.
+// End), and which of its held requests outlived their hold, for GateAuto.
 type spanTracker struct {
-	mu      sync.Mutex
-	window  int
-	classes map[string][]time.Duration
+	mu       sync.Mutex
+	window   int
+	classes  map[string][]time.Duration
+	outlived map[string][]bool
 }
 
 func newSpanTracker(window int) *spanTracker {
-	return &spanTracker{window: window, classes: map[string][]time.Duration{}}
+	return &spanTracker{window: window, classes: map[string][]time.Duration{}, outlived: map[string][]bool{}}
 }
 
-func (t *spanTracker) observe(class string, d time.Duration) {
+func (t *spanTracker) observe(class string, d time.Duration, outlived bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := append(t.classes[class], d)
-	if len(s) > t.window {
-		s = s[len(s)-t.window:]
+	t.classes[class] = lastN(append(t.classes[class], d), t.window)
+	t.outlived[class] = lastN(append(t.outlived[class], outlived), t.window)
+}
+
+func lastN[T any](s []T, n int) []T {
+	if len(s) > n {
+		return s[len(s)-n:]
 	}
-	t.classes[class] = s
+	return s
 }
 
 // gated decides whether a request of class is held under mode: always
 // with GateOn, never with GateOff; with GateAuto when the class's median
 // span exceeds lead switch estimates (at least 4: below that a request has
 // too few launch gaps for the gate to save more than it costs BE), and
-// for a class with no history (its first requests teach the median).
+// for a class with no history (its first requests teach the median), but
+// not while one of its recent held requests outlived its hold: each such
+// request costs BE GateMaxHold, and one that waits on the hold (a
+// device-wide synchronize) costs the LC as much.
 func (t *spanTracker) gated(mode GateMode, class string, sw time.Duration, lead float64) bool {
 	switch mode {
 	case GateOn:
@@ -195,7 +222,11 @@ func (t *spanTracker) gated(mode GateMode, class string, sw time.Duration, lead 
 	}
 	t.mu.Lock()
 	s := append([]time.Duration(nil), t.classes[class]...)
+	outlived := slices.Contains(t.outlived[class], true)
 	t.mu.Unlock()
+	if outlived {
+		return false
+	}
 	if len(s) == 0 {
 		return true
 	}

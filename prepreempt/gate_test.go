@@ -1,8 +1,11 @@
 package prepreempt
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 )
@@ -231,5 +234,64 @@ func TestEndOfHint(t *testing.T) {
 	waitStats(t, e, func(s Stats) bool { return s.Early == 1 })
 	if err := r.Ready(); !errors.Is(err, ErrDone) {
 		t.Errorf("Ready after End = %v, want ErrDone", err)
+	}
+}
+
+// A held request that outlives its hold (here: it never ends before
+// GateMaxHold, as one that waits on the hold with a device-wide
+// synchronize does) is warned of once a class, and auto mode stops holding
+// that class while such a request is among its recent ones.
+func TestGateOutlivedHold(t *testing.T) {
+	const hold = 40 * time.Millisecond
+	var logs bytes.Buffer
+	e, clk, _ := simEngine(t, Options{Gate: GateAuto, GateMaxHold: hold, MaxHold: 4 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, 0, 0, 0)
+	outlive := func() {
+		t.Helper()
+		r, err := e.Begin(context.Background(), "infer")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.gated {
+			t.Fatal("auto: a class with no history was not held")
+		}
+		before := e.Stats().GateExpired
+		for clk.peek()-r.launchT < int64(hold) {
+			waitTimers(t, clk)
+			clk.advance(time.Millisecond)
+		}
+		waitTimers(t, clk)
+		clk.advance(time.Millisecond)
+		waitStats(t, e, func(s Stats) bool { return s.GateExpired == before+1 })
+		if err := r.End(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outlive()
+	r, err := e.Begin(context.Background(), "infer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.gated {
+		t.Error("auto: held a class whose last held request outlived its hold")
+	}
+	if err := r.End(); err != nil {
+		t.Fatal(err)
+	}
+	// Another class is judged on its own; its warning is its own too.
+	if r, _ := e.Begin(context.Background(), "decode"); !r.gated {
+		t.Error("auto: a new class was not held")
+	} else if err := r.End(); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "outlived its hold"); n != 1 {
+		t.Errorf("%d warnings after one outlived hold, want 1:\n%s", n, logs.String())
+	}
+	if err := e.SetGate(GateOn); err != nil {
+		t.Fatal(err)
+	}
+	outlive() // on: still held, as the caller asked, and not warned again
+	if n := strings.Count(logs.String(), "outlived its hold"); n != 1 {
+		t.Errorf("%d warnings after two outlived holds of one class, want 1", n)
 	}
 }

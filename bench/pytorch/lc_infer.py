@@ -4,7 +4,7 @@
 Runs periodic inference requests of a torchvision model with random weights
 (weights=None: nothing is downloaded) and measures each request's latency:
 from just before the input copy and forward pass are issued to the return of
-torch.cuda.synchronize(), in CLOCK_MONOTONIC nanoseconds (time.monotonic_ns),
+the synchronize of its stream, in CLOCK_MONOTONIC nanoseconds (time.monotonic_ns),
 the clock the Go orchestrator uses too.
 
 Protocol (shared with `gpreempt-bench lc`): prints "READY pid=<pid>" on stdout
@@ -229,6 +229,7 @@ def main():
     x = torch.empty_like(x_host, device=dev)
     ev_start = torch.cuda.Event(enable_timing=True)
     ev_end = torch.cuda.Event(enable_timing=True)
+    stream = torch.cuda.current_stream(dev)  # every request's work, eager or graph replay
 
     def forward_eager():
         with torch.inference_mode():
@@ -278,7 +279,9 @@ def main():
         if hint is not None:
             hint.ready()
         t_issued = time.monotonic_ns()
-        torch.cuda.synchronize(dev)
+        # The request's stream, not the device: a device-wide synchronize
+        # would also wait for the request gate's own stream.
+        stream.synchronize()
         t1 = time.monotonic_ns()
         gpu_ns = int(ev_start.elapsed_time(ev_end) * 1e6)
         return t0, t_issued, t1, gpu_ns

@@ -195,6 +195,11 @@ class Engine:
             with gp.request("decode"):
                 out = model.generate(**inputs)   # and its synchronize
 
+        Inside a held request, synchronize the request's stream
+        (torch.cuda.current_stream().synchronize(), an event, .item()), not
+        the device: torch.cuda.synchronize() waits for every stream, the
+        gate's too, and returns only when the hold expires (2 s).
+
         With expected_prep_us, it is a pre-preemption hint: its preparation
         starts now, and ready() after its launches releases the spinner."""
         if expected_prep_us is None:
