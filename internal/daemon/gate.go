@@ -1,12 +1,15 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -54,6 +57,12 @@ type RequestGate struct {
 	// Linux 6.18, 0.6-0.9 s for a libcuda's launch functions), and a loop
 	// blocked there could end no hold.
 	Arm func(pid int, on bool)
+	// Running reports whether a thread of a process is on a CPU or
+	// runnable (default: its state in /proc). While a hold is open the
+	// LC's launches are not traced: a thread that is running past the
+	// idle time is launching the request's next step, one that sleeps
+	// waits for the next request.
+	Running func(pid, tid int) bool
 
 	mu      sync.Mutex
 	lcs     map[int]*gateLC // LC processes the gate follows, by pid
@@ -94,6 +103,7 @@ type gateLC struct {
 	// than Idle under contention is not the request's end), each with
 	// its entry, so that a lost return holds BE at most syncBound.
 	last    time.Duration
+	lastTID uint32 // the thread of last
 	syncing map[uint32]time.Duration
 	spans   []time.Duration // recent requests' spans (GateAuto)
 	// epoch counts the process's holds that ended: a launch seen before
@@ -197,7 +207,7 @@ func (g *RequestGate) Observe(ev trace.Event) {
 		if lc == nil {
 			return
 		}
-		lc.last = g.Now()
+		lc.last, lc.lastTID = g.Now(), e.TID
 		switch {
 		case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
 			if _, held := g.open[lc.ref.PID]; !held {
@@ -402,7 +412,7 @@ func (g *RequestGate) Tick() {
 		switch {
 		case lc == nil:
 			g.closeLocked(pid, "off")
-		case !lc.waiting(now, pol.Idle) && now-max(lc.last, h.since) >= pol.Idle:
+		case now-max(lc.last, h.since) >= pol.Idle && !lc.waiting(now, pol.Idle) && !g.launching(lc, now, pol.Idle):
 			g.closeLocked(pid, "idle")
 		case now-h.since >= pol.MaxHold:
 			g.closeLocked(pid, "max_hold")
@@ -479,6 +489,31 @@ func (g *RequestGate) Stats() GateStats {
 		}
 	}
 	return s
+}
+
+// launching reports whether lc's request goes on though it has been
+// quiet for idle: the thread of its last traced call still runs (a step's
+// launches, which are not traced while it holds BE), for at most
+// syncBound idles after that call.
+func (g *RequestGate) launching(lc *gateLC, now, idle time.Duration) bool {
+	if now-lc.last >= syncBound*idle || lc.lastTID == 0 {
+		return false
+	}
+	running := g.Running
+	if running == nil {
+		running = threadRunning
+	}
+	return running(lc.ref.PID, int(lc.lastTID))
+}
+
+// threadRunning reads a thread's state: R (running or runnable).
+func threadRunning(pid, tid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'R'
 }
 
 // syncBound is how long, in Idles, a thread inside a synchronize keeps a

@@ -3,9 +3,11 @@ package daemon
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,6 +99,8 @@ type gateRig struct {
 	procs *gateProcs
 	pause *fakePause
 	now   time.Duration
+	// running: the LC thread of the last call is on a CPU (launching).
+	running atomic.Bool
 }
 
 func gatePolicy(mode string) *policy.Policy {
@@ -115,6 +119,7 @@ func newGateRig(t *testing.T, pol *policy.Policy) *gateRig {
 		pause: &fakePause{stopped: map[int]bool{}}}
 	r.g = NewRequestGate(r.procs, r.pause, nil)
 	r.g.Now = func() time.Duration { return r.now }
+	r.g.Running = func(pid, tid int) bool { return r.running.Load() }
 	r.g.followLCs(nil)
 	return r
 }
@@ -223,6 +228,65 @@ func TestGateWaitsInSynchronize(t *testing.T) {
 	r.advance(2 * time.Millisecond)
 	if r.pause.isStopped(20) {
 		t.Fatal("a lost return held BE past its bound")
+	}
+}
+
+// While a hold is open the LC's launches are not traced: a thread still
+// running past the idle time (launching a slow step) keeps the request
+// open, for at most syncBound idles after its last traced call; once it
+// sleeps (the request is over) the hold ends at the next tick.
+func TestGateFollowsARunningThread(t *testing.T) {
+	r := newGateRig(t, gatePolicy(policy.GateOn)) // idle 2 ms
+	r.launch(10, 7)
+	r.syncEnter(10, 7)
+	r.advance(time.Millisecond)
+	r.syncReturn(10, 7)
+	r.running.Store(true) // the next step: 30 ms of launches, not traced
+	for range 15 {
+		r.advance(2 * time.Millisecond)
+	}
+	if !r.pause.isStopped(20) {
+		t.Fatal("resumed while the LC's thread was launching its next step")
+	}
+	r.syncEnter(10, 7)
+	r.advance(time.Millisecond)
+	r.syncReturn(10, 7)
+	r.running.Store(false) // the request is over: the thread sleeps
+	r.advance(time.Millisecond)
+	if !r.pause.isStopped(20) {
+		t.Fatal("resumed before the idle time")
+	}
+	r.advance(time.Millisecond)
+	if r.pause.isStopped(20) {
+		t.Fatal("not resumed once the LC's thread slept for the idle time")
+	}
+	// A thread that never sleeps (a busy-polling server) holds BE at most
+	// syncBound idles after the last traced call.
+	r.launch(10, 7)
+	r.syncReturn(10, 7)
+	r.running.Store(true)
+	for range syncBound - 1 {
+		r.advance(2 * time.Millisecond)
+	}
+	if !r.pause.isStopped(20) {
+		t.Fatal("resumed before syncBound idles")
+	}
+	r.advance(2 * time.Millisecond)
+	if r.pause.isStopped(20) {
+		t.Fatal("a running thread held BE past syncBound idles")
+	}
+	if s := r.g.Stats(); s.Held != 2 || s.Closed["idle"] != 2 {
+		t.Errorf("stats %+v: want two holds ended by idle", s)
+	}
+}
+
+// threadRunning reads this test's own thread: running while it reads.
+func TestThreadRunning(t *testing.T) {
+	if !threadRunning(os.Getpid(), syscall.Gettid()) {
+		t.Error("the reading thread is not running")
+	}
+	if threadRunning(os.Getpid(), 1<<30) {
+		t.Error("a thread that does not exist is running")
 	}
 }
 
