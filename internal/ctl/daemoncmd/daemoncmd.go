@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -61,7 +63,7 @@ func status(c *cli.Context) error {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		fmt.Fprintf(w, "%s:\t%v\n", k, st[k])
+		fmt.Fprintf(w, "%s:\t%s\n", k, flat(st[k]))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "PID\tCOMM\tUID\tCLASS\tRULE\tGPUS\tGROUPS\tTIMESLICES")
@@ -80,6 +82,36 @@ func status(c *cli.Context) error {
 		return err
 	}
 	return w.Flush()
+}
+
+// flat writes a decoded JSON value on one line: an object as its sorted
+// key=value pairs (braced inside another), a list comma-separated, a
+// number as short as it reads.
+func flat(v any) string { return flatIn(v, false) }
+
+func flatIn(v any, nested bool) string {
+	switch v := v.(type) {
+	case map[string]any:
+		parts := make([]string, 0, len(v))
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			parts = append(parts, k+"="+flatIn(v[k], true))
+		}
+		if nested {
+			return "{" + strings.Join(parts, " ") + "}"
+		}
+		return strings.Join(parts, " ")
+	case []any:
+		parts := make([]string, len(v))
+		for i, x := range v {
+			parts[i] = flatIn(x, true)
+		}
+		return strings.Join(parts, ",")
+	case float64:
+		return strconv.FormatFloat(v, 'g', 6, 64)
+	case nil:
+		return "-"
+	}
+	return fmt.Sprint(v)
 }
 
 // reshape re-decodes part of a generic JSON answer into a typed value.
