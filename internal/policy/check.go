@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -9,7 +10,42 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/slo"
 )
+
+// checkSettings refuses a default or a rule whose class and weight give
+// no settings. In SLO mode the BE timeslice moves up to the longest the
+// mode may choose: a BE weight must fit that one too. def is the default's
+// node (nil when the policy gives none).
+func checkSettings(p *Policy, def *yaml.Node) error {
+	classes := []class.Table{p.Classes}
+	if _, ok := p.Classes[class.BE]; ok && p.SLO.Enabled {
+		t := maps.Clone(p.Classes)
+		be := t[class.BE]
+		ladder := p.SLO.Ladder
+		if len(ladder) == 0 {
+			ladder = slo.DefaultLadder
+		}
+		be.Timeslice = max(be.Timeslice, slices.Max(ladder), p.SLO.Safe, p.SLO.SharedFloor)
+		t[class.BE] = be
+		classes = append(classes, t)
+	}
+	for _, t := range classes {
+		if !p.Default.Exempt {
+			if _, err := t.Settings(p.Default.Spec.Name, p.Default.Spec.Weight); err != nil {
+				return fmt.Errorf("line %d: default: %w%s", def.Line, err, sloNote(t, p))
+			}
+		}
+		for _, r := range p.Rules {
+			if !r.Decision.Exempt {
+				if _, err := t.Settings(r.Decision.Spec.Name, r.Decision.Spec.Weight); err != nil {
+					return fmt.Errorf("line %d: rules %q: %w%s", r.Line, r.Name, err, sloNote(t, p))
+				}
+			}
+		}
+	}
+	return nil
+}
 
 // sloNote says, for an error under table t, that t has the longest BE
 // timeslice SLO mode may choose rather than the policy's own.

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -105,33 +104,8 @@ func parse(root *yaml.Node) (*Policy, error) {
 			return nil, fieldErr(n, "slo.enabled", "no LC process has an objective: give classes.lc.objective or a rule's objective")
 		}
 	}
-	// In SLO mode the BE timeslice moves up to the longest the mode may
-	// choose: a BE weight must fit that one too.
-	classes := []class.Table{p.Classes}
-	if _, ok := p.Classes[class.BE]; ok && p.SLO.Enabled {
-		t := maps.Clone(p.Classes)
-		be := t[class.BE]
-		ladder := p.SLO.Ladder
-		if len(ladder) == 0 {
-			ladder = slo.DefaultLadder
-		}
-		be.Timeslice = max(be.Timeslice, slices.Max(ladder), p.SLO.Safe, p.SLO.SharedFloor)
-		t[class.BE] = be
-		classes = append(classes, t)
-	}
-	for _, t := range classes {
-		if !p.Default.Exempt {
-			if _, err := t.Settings(p.Default.Spec.Name, p.Default.Spec.Weight); err != nil {
-				return nil, fmt.Errorf("line %d: default: %w%s", top["default"].Line, err, sloNote(t, p))
-			}
-		}
-		for _, r := range p.Rules {
-			if !r.Decision.Exempt {
-				if _, err := t.Settings(r.Decision.Spec.Name, r.Decision.Spec.Weight); err != nil {
-					return nil, fmt.Errorf("line %d: rules %q: %w%s", r.Line, r.Name, err, sloNote(t, p))
-				}
-			}
-		}
+	if err := checkSettings(p, top["default"]); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
