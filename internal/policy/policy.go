@@ -52,27 +52,6 @@ type Policy struct {
 	Source string
 }
 
-// NeedsGPU reports whether p's decision may depend on the GPU it uses:
-// a rule on GPUs comes, and would match p but for its GPU, before the
-// first rule that matches p without one. A process whose GPU is not known
-// yet cannot be decided then.
-func (pol *Policy) NeedsGPU(p Process) bool {
-	for _, r := range pol.Rules {
-		if len(r.Match.GPUs) == 0 {
-			if r.Match.Matches(p) {
-				if _, ok := pol.ruleDecision(r, p); ok {
-					return false
-				}
-			}
-			continue
-		}
-		if r.Match.matches(p, false) {
-			return true
-		}
-	}
-	return false
-}
-
 // Decision is what a process gets: a class and weight, or nothing
 // (Exempt).
 type Decision struct {
