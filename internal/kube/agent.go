@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -352,145 +350,12 @@ func refOf(pod *corev1.Pod) PodRef {
 	return PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 }
 
-// pod returns the cached pod whose cgroup is named after uid.
-func (a *Agent) pod(uid string) (*corev1.Pod, error) {
-	objs, err := a.informer.GetIndexer().ByIndex(uidIndex, uid)
-	if err != nil {
-		return nil, err
-	}
-	for _, obj := range objs {
-		if pod, ok := obj.(*corev1.Pod); ok {
-			return pod, nil
-		}
-	}
-	return nil, fmt.Errorf("pod UID %s: %w %s", uid, ErrUnknownPod, a.opts.NodeName)
-}
-
-// PodOfPID returns the pod and container pid runs in. A process in no pod
-// is ErrNotInPod; one whose pod the agent does not know, or whose
-// container is not (yet) among the containers the pod's status names,
-// ErrUnknownPod: its cgroup alone does not make it the pod's.
-func (a *Agent) PodOfPID(pid int) (PodRef, error) {
-	c, err := a.layout.ContainerOf(a.opts.ProcRoot, pid)
-	if err != nil {
-		return PodRef{}, err
-	}
-	pod, err := a.pod(c.PodUID)
-	if err != nil {
-		return PodRef{}, fmt.Errorf("pid %d: %w", pid, err)
-	}
-	ref := refOf(pod)
-	name, ok := containerName(pod, c.ID)
-	if !ok {
-		return PodRef{}, fmt.Errorf("pid %d: container %q is not among pod %s's containers: %w %s", pid, c.ID, ref, ErrUnknownPod, a.opts.NodeName)
-	}
-	ref.Container, ref.ContainerID = name, c.ID
-	return ref, nil
-}
-
-// podStatuses are the lists of a pod's status that name containers.
-func podStatuses(pod *corev1.Pod) [][]corev1.ContainerStatus {
-	return [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses, pod.Status.EphemeralContainerStatuses}
-}
-
-// containerName is the name of the pod's container whose runtime ID is
-// id (a cgroup's); false when the pod's status names none such (or id is
-// empty).
-func containerName(pod *corev1.Pod, id string) (string, bool) {
-	if id == "" {
-		return "", false
-	}
-	for _, list := range podStatuses(pod) {
-		for _, st := range list {
-			if StripRuntimePrefix(st.ContainerID) == id {
-				return st.Name, true
-			}
-		}
-	}
-	return "", false
-}
-
-// containerIDs lists the pod's container IDs, for noticing a new one.
-func containerIDs(pod *corev1.Pod) string {
-	var ids []string
-	for _, list := range podStatuses(pod) {
-		for _, st := range list {
-			if st.ContainerID != "" {
-				ids = append(ids, st.ContainerID)
-			}
-		}
-	}
-	return strings.Join(ids, ",")
-}
-
 // Decision returns the current decision for a pod.
 func (a *Agent) Decision(uid types.UID) (Decision, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	d, ok := a.decisions[uid]
 	return d, ok
-}
-
-// ClassForPID returns the class pid's pod gets and the pod. When the
-// decision is not Managed the Kubernetes policy names no class and the
-// daemon's own rules decide. Errors: ErrNotInPod (a host process: the
-// daemon's own rules decide), ErrUnknownPod (retry later), fs.ErrNotExist
-// (the process exited).
-func (a *Agent) ClassForPID(pid int) (Decision, PodRef, error) {
-	ref, err := a.PodOfPID(pid)
-	if err != nil {
-		return Decision{}, PodRef{}, err
-	}
-	d, ok := a.Decision(ref.UID)
-	if !ok {
-		return Decision{}, ref, fmt.Errorf("pid %d: pod %s: %w %s", pid, ref, ErrUnknownPod, a.opts.NodeName)
-	}
-	return d, ref, nil
-}
-
-// ProcessesOf lists the processes of the pod (every container) on this
-// node, by reading each /proc/PID/cgroup.
-func (a *Agent) ProcessesOf(ref PodRef) ([]int, error) {
-	pod, err := a.podByAPIUID(ref.UID)
-	if err != nil {
-		return nil, err
-	}
-	want := map[string]bool{string(pod.UID): true}
-	if h := pod.Annotations[annotationMirror]; h != "" {
-		want[h] = true
-	}
-	entries, err := os.ReadDir(a.opts.ProcRoot)
-	if err != nil {
-		return nil, fmt.Errorf("list processes: %w", err)
-	}
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		c, err := a.layout.ContainerOf(a.opts.ProcRoot, pid)
-		if err != nil {
-			continue // exited, or in no pod
-		}
-		if _, ok := containerName(pod, c.ID); want[c.PodUID] && ok {
-			pids = append(pids, pid)
-		}
-	}
-	return pids, nil
-}
-
-func (a *Agent) podByAPIUID(uid types.UID) (*corev1.Pod, error) {
-	objs, err := a.informer.GetIndexer().ByIndex(uidIndex, string(uid))
-	if err != nil {
-		return nil, err
-	}
-	for _, obj := range objs {
-		if pod, ok := obj.(*corev1.Pod); ok && pod.UID == uid {
-			return pod, nil
-		}
-	}
-	return nil, fmt.Errorf("pod UID %s: %w %s", uid, ErrUnknownPod, a.opts.NodeName)
 }
 
 // Event records an Event on the pod: eventType is corev1.EventTypeNormal
@@ -501,61 +366,6 @@ func (a *Agent) Event(ref PodRef, eventType, reason, message string) {
 	a.recorder.Event(&corev1.ObjectReference{
 		Kind: "Pod", APIVersion: "v1", Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID,
 	}, eventType, reason, message)
-}
-
-// AuthorizePeer checks a request made over the daemon's socket by the
-// process peerPID (from SO_PEERCRED) to give targetPID the class want.
-// When peerPID is in a pod, the target must be in the same pod and want
-// at most the pod's Limit; a refusal is ErrForbidden, saying why, and is
-// recorded as an Event on the requesting pod. When peerPID is in no pod
-// the error wraps ErrNotInPod and the daemon's own rules decide.
-func (a *Agent) AuthorizePeer(peerPID, targetPID int, want class.Name) (PodRef, error) {
-	peer, err := a.PodOfPID(peerPID)
-	if err != nil {
-		return PodRef{}, fmt.Errorf("peer: %w", err)
-	}
-	refuse := func(format string, args ...any) (PodRef, error) {
-		msg := fmt.Sprintf(format, args...)
-		a.Event(peer, corev1.EventTypeWarning, ReasonRequestRefused, msg)
-		return peer, fmt.Errorf("%w: pod %s: %s", ErrForbidden, peer, msg)
-	}
-	target, err := a.PodOfPID(targetPID)
-	switch {
-	case errors.Is(err, ErrNotInPod) || errors.Is(err, ErrUnknownPod):
-		return refuse("pid %d asked for pid %d, which is not in this pod", peerPID, targetPID)
-	case err != nil:
-		return peer, fmt.Errorf("target: %w", err)
-	case target.UID != peer.UID:
-		return refuse("pid %d asked for pid %d, which is in another pod", peerPID, targetPID)
-	}
-	d, ok := a.Decision(peer.UID)
-	if !ok {
-		return peer, fmt.Errorf("pod %s: %w %s", peer, ErrUnknownPod, a.opts.NodeName)
-	}
-	if !want.AtMost(d.Limit()) {
-		return refuse("pid %d asked for class %s; this pod may have at most %s", peerPID, want, d.Limit())
-	}
-	return target, nil
-}
-
-// Recheck says whether pid, in a pod, may still hold the class want it
-// was granted over the socket, under the pod's decision now (the daemon
-// asks at every reload and pod change): nil if it may, an error wrapping
-// ErrForbidden if its pod may no longer have it. It records no Event. A
-// process in no pod is ErrNotInPod: the daemon's own limits decide.
-func (a *Agent) Recheck(pid int, want class.Name) error {
-	ref, err := a.PodOfPID(pid)
-	if err != nil {
-		return err
-	}
-	d, ok := a.Decision(ref.UID)
-	if !ok {
-		return fmt.Errorf("pod %s: %w %s", ref, ErrUnknownPod, a.opts.NodeName)
-	}
-	if !want.AtMost(d.Limit()) {
-		return fmt.Errorf("%w: pod %s may have at most %s", ErrForbidden, ref, d.Limit())
-	}
-	return nil
 }
 
 // RESTConfig returns the client configuration: the kubeconfig file when

@@ -118,6 +118,27 @@ func (pol *Policy) Decide(p Process) Decision {
 	return pol.Default
 }
 
+// NeedsGPU reports whether p's decision may depend on the GPU it uses:
+// a rule on GPUs comes, and would match p but for its GPU, before the
+// first rule that matches p without one. A process whose GPU is not known
+// yet cannot be decided then.
+func (pol *Policy) NeedsGPU(p Process) bool {
+	for _, r := range pol.Rules {
+		if len(r.Match.GPUs) == 0 {
+			if r.Match.Matches(p) {
+				if _, ok := pol.ruleDecision(r, p); ok {
+					return false
+				}
+			}
+			continue
+		}
+		if r.Match.matches(p, false) {
+			return true
+		}
+	}
+	return false
+}
+
 // ruleDecision is what rule r, whose match holds, decides for p; false
 // when it decides nothing (class_from_env without class, and no class in
 // the variable). Decide and NeedsGPU both go through it.
