@@ -53,9 +53,10 @@ type RequestGate struct {
 	// launch of a request matters, and a uprobe on every launch of an
 	// eager LC would cost it several microseconds a launch. Called from a
 	// goroutine of Run's own, never from its loop: detaching uprobes
-	// waits for the kernel's grace periods (about 100 ms a uprobe on
-	// Linux 6.18, 0.6-0.9 s for a libcuda's launch functions), and a loop
-	// blocked there could end no hold.
+	// waits for the kernel's grace periods (on Linux 6.18, about 40 ms
+	// for a libcuda's launch functions as one uprobe_multi link, 0.6-0.9 s
+	// as one uprobe each where the kernel has no such links: see
+	// trace.Tracer), and a loop blocked there could end no hold.
 	Arm func(pid int, on bool)
 	// Running reports whether a thread of a process is on a CPU or
 	// runnable (default: its state in /proc). While a hold is open the

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -147,4 +148,84 @@ func BenchmarkUprobeOverhead(b *testing.B) {
 			})
 		}
 	}
+}
+
+// toggleSymbols are six libc functions, none an alias of another, standing
+// in for libcuda's six launch functions (DefaultLaunchSymbols) on a
+// machine without libcuda.
+var toggleSymbols = []string{"malloc", "free", "calloc", "realloc", "nanosleep", "clock_nanosleep"}
+
+// startSleeper starts a `sleep` child and returns its pid and the libc it
+// has mapped, once the dynamic linker has mapped it.
+func startSleeper(tb testing.TB) (int, string) {
+	tb.Helper()
+	cmd := exec.Command("sleep", "1000")
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		lib, err := FindLibrary("libc.so.6", "", cmd.Process.Pid)
+		if err == nil {
+			return cmd.Process.Pid, lib
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("sleep has not mapped libc: %v", err)
+		}
+	}
+}
+
+// BenchmarkProcessToggle measures what the request gate pays to turn an
+// LC's launch probes off and on again: DetachProcess and AttachProcess of
+// six functions in a real process's libc, entries only (the launch
+// tracer's probes), one perf-event uprobe per function against one
+// uprobe_multi link. It reports the median of each half (detach-ms,
+// attach-ms); ns/op is their sum on average.
+//
+//	go test -run '^$' -bench ProcessToggle -benchtime 20x -count 5 ./internal/trace
+func BenchmarkProcessToggle(b *testing.B) {
+	for _, tt := range []struct {
+		name        string
+		perFunction bool
+	}{
+		{"per-function", true},
+		{"uprobe_multi", false},
+	} {
+		b.Run(tt.name, func(b *testing.B) {
+			pid, lib := startSleeper(b)
+			var probes []Probe
+			for _, s := range toggleSymbols {
+				probes = append(probes, Probe{Symbol: s, Role: RoleLaunch})
+			}
+			tr := openTracer(b, Options{Probes: probes, PerProcess: true, perFunction: tt.perFunction})
+			if !tt.perFunction && !tr.multi {
+				b.Skip("this kernel has no uprobe_multi links for a process (uprobeMultiSupport)")
+			}
+			if err := tr.AttachProcess(pid, lib); err != nil {
+				b.Fatal(err)
+			}
+			if n := tr.procLinks[pid].links; len(n) != map[bool]int{true: len(toggleSymbols), false: 1}[tt.perFunction] {
+				b.Fatalf("%d links for %d functions", len(n), len(toggleSymbols))
+			}
+			detach, attach := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				t0 := time.Now()
+				tr.DetachProcess(pid)
+				t1 := time.Now()
+				if err := tr.AttachProcess(pid, lib); err != nil {
+					b.Fatal(err)
+				}
+				detach, attach = append(detach, t1.Sub(t0)), append(attach, time.Since(t1))
+			}
+			b.StopTimer()
+			b.ReportMetric(medianMs(detach), "detach-ms")
+			b.ReportMetric(medianMs(attach), "attach-ms")
+		})
+	}
+}
+
+func medianMs(ds []time.Duration) float64 {
+	slices.Sort(ds)
+	return float64(ds[len(ds)/2]) / float64(time.Millisecond)
 }

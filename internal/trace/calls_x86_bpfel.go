@@ -38,14 +38,17 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	callsMapCallDropped     = "call_dropped"
-	callsMapCallEvents      = "call_events"
-	callsProgCallEnter      = "call_enter"
-	callsProgCallEnterHint  = "call_enter_hint"
-	callsProgCallReturn     = "call_return"
-	callsVarFilterTgid      = "filter_tgid"
-	callsVarUnusedCallEvent = "unused_call_event"
-	callsVarUnusedRole      = "unused_role"
+	callsMapCallDropped         = "call_dropped"
+	callsMapCallEvents          = "call_events"
+	callsProgCallEnter          = "call_enter"
+	callsProgCallEnterHint      = "call_enter_hint"
+	callsProgCallEnterHintMulti = "call_enter_hint_multi"
+	callsProgCallEnterMulti     = "call_enter_multi"
+	callsProgCallReturn         = "call_return"
+	callsProgCallReturnMulti    = "call_return_multi"
+	callsVarFilterTgid          = "filter_tgid"
+	callsVarUnusedCallEvent     = "unused_call_event"
+	callsVarUnusedRole          = "unused_role"
 )
 
 // loadCalls returns the embedded CollectionSpec for calls.
@@ -90,9 +93,12 @@ type callsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type callsProgramSpecs struct {
-	CallEnter     *ebpf.ProgramSpec `ebpf:"call_enter"`
-	CallEnterHint *ebpf.ProgramSpec `ebpf:"call_enter_hint"`
-	CallReturn    *ebpf.ProgramSpec `ebpf:"call_return"`
+	CallEnter          *ebpf.ProgramSpec `ebpf:"call_enter"`
+	CallEnterHint      *ebpf.ProgramSpec `ebpf:"call_enter_hint"`
+	CallEnterHintMulti *ebpf.ProgramSpec `ebpf:"call_enter_hint_multi"`
+	CallEnterMulti     *ebpf.ProgramSpec `ebpf:"call_enter_multi"`
+	CallReturn         *ebpf.ProgramSpec `ebpf:"call_return"`
+	CallReturnMulti    *ebpf.ProgramSpec `ebpf:"call_return_multi"`
 }
 
 // callsMapSpecs contains maps before they are loaded into the kernel.
@@ -156,16 +162,22 @@ type callsVariables struct {
 //
 // It can be passed to loadCallsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type callsPrograms struct {
-	CallEnter     *ebpf.Program `ebpf:"call_enter"`
-	CallEnterHint *ebpf.Program `ebpf:"call_enter_hint"`
-	CallReturn    *ebpf.Program `ebpf:"call_return"`
+	CallEnter          *ebpf.Program `ebpf:"call_enter"`
+	CallEnterHint      *ebpf.Program `ebpf:"call_enter_hint"`
+	CallEnterHintMulti *ebpf.Program `ebpf:"call_enter_hint_multi"`
+	CallEnterMulti     *ebpf.Program `ebpf:"call_enter_multi"`
+	CallReturn         *ebpf.Program `ebpf:"call_return"`
+	CallReturnMulti    *ebpf.Program `ebpf:"call_return_multi"`
 }
 
 func (p *callsPrograms) Close() error {
 	return _CallsClose(
 		p.CallEnter,
 		p.CallEnterHint,
+		p.CallEnterHintMulti,
+		p.CallEnterMulti,
 		p.CallReturn,
+		p.CallReturnMulti,
 	)
 }
 

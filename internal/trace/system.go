@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
 )
 
@@ -121,4 +123,51 @@ func Now() uint64 {
 		return 0
 	}
 	return uint64(ts.Nano())
+}
+
+// uprobeMultiSupport says whether a process's uprobes can be attached as
+// uprobe_multi links: nil where they can, else why not (an
+// ebpf.ErrNotSupported where the kernel says so). The links exist from
+// Linux 6.6, but until 6.10 one made for a pid ran its program only for
+// that pid's thread, not its whole process (kernel commit 46ba0e49b642,
+// "bpf: fix multi-uprobe PID filtering logic"): an LC's launches from
+// other threads would go unseen. Stable kernels before 6.10 that carry
+// the fix cannot be told apart by their release, so they are not used.
+func uprobeMultiSupport() error {
+	if err := features.HaveBPFLinkUprobeMulti(); err != nil {
+		return err
+	}
+	release, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return fmt.Errorf("kernel release: %w", err)
+	}
+	major, minor, ok := parseKernelRelease(string(release))
+	if !ok {
+		return fmt.Errorf("kernel release %q: not major.minor", strings.TrimSpace(string(release)))
+	}
+	if major < 6 || major == 6 && minor < 10 {
+		return fmt.Errorf("%w: uprobe_multi links of Linux %d.%d filter by thread, not process (6.10+)", ebpf.ErrNotSupported, major, minor)
+	}
+	return nil
+}
+
+// parseKernelRelease reads the major and minor version at the start of a
+// kernel release string ("6.18.44-fc-v669", "6.10.0-rc3").
+func parseKernelRelease(s string) (major, minor int, ok bool) {
+	s = strings.TrimSpace(s)
+	majorS, rest, found := strings.Cut(s, ".")
+	if !found {
+		return 0, 0, false
+	}
+	end := 0
+	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+		end++
+	}
+	var err1, err2 error
+	major, err1 = strconv.Atoi(majorS)
+	minor, err2 = strconv.Atoi(rest[:end])
+	if err1 != nil || err2 != nil || major < 0 || minor < 0 {
+		return 0, 0, false
+	}
+	return major, minor, true
 }

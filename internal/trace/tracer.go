@@ -50,6 +50,11 @@ type Options struct {
 	Poll time.Duration
 	// Logger receives what the tracer did on the way (default: discarded).
 	Logger *slog.Logger
+
+	// perFunction attaches processes (PerProcess) one uprobe per
+	// function even where uprobe_multi links work: the fallback, for its
+	// tests.
+	perFunction bool
 }
 
 // Tracer holds the loaded programs, their attachments and the ring-buffer
@@ -74,6 +79,15 @@ type Tracer struct {
 	procLinks  map[int]counted            // by pid: its links and the library they are in
 	exes       map[string]*counterLibrary // by path, while a process is attached through it
 	table      atomic.Pointer[[]Probe]
+	// multi: a process's functions are attached as one uprobe_multi link
+	// per program, not one perf-event uprobe per function (chosen at
+	// Open; dropped for good if the kernel then refuses such a link).
+	// Detaching then waits for the kernel's grace periods once per link
+	// instead of once per function (docs/TRACING.md).
+	multi bool
+	// uprobeMulti makes a uprobe_multi link (the library's; tests
+	// replace it).
+	uprobeMulti func(ex *link.Executable, ret bool, symbols []string, prog *ebpf.Program, opts *link.UprobeMultiOptions) (link.Link, error)
 
 	events    chan Event
 	done      chan struct{}
@@ -127,7 +141,7 @@ func Open(ctx context.Context, opts Options) (_ *Tracer, err error) {
 	}
 	switch {
 	case opts.PerProcess:
-		if err := t.openPerProcess(opts.Probes); err != nil {
+		if err := t.openPerProcess(opts.Probes, opts.perFunction); err != nil {
 			return nil, err
 		}
 	case len(opts.Probes) > 0:
@@ -171,6 +185,32 @@ func loadError(what string, err error) error {
 		return fmt.Errorf("%w: load %s: %w", ErrBPFUnavailable, what, err)
 	}
 	return fmt.Errorf("load %s: %w", what, err)
+}
+
+// loadCallPrograms loads the uprobe programs and their maps: with multi,
+// the uprobe_multi programs too; without, those are left out, so that a
+// kernel that would refuse them still loads the others.
+func loadCallPrograms(spec *ebpf.CollectionSpec, multi bool) (*callsObjects, error) {
+	objs := &callsObjects{}
+	if multi {
+		if err := spec.LoadAndAssign(objs, nil); err != nil {
+			return nil, err
+		}
+		return objs, nil
+	}
+	// LoadAndAssign loads only what the struct names.
+	var single struct {
+		callsMaps
+		CallEnter     *ebpf.Program `ebpf:"call_enter"`
+		CallEnterHint *ebpf.Program `ebpf:"call_enter_hint"`
+		CallReturn    *ebpf.Program `ebpf:"call_return"`
+	}
+	if err := spec.LoadAndAssign(&single, nil); err != nil {
+		return nil, err
+	}
+	objs.callsMaps = single.callsMaps
+	objs.CallEnter, objs.CallEnterHint, objs.CallReturn = single.CallEnter, single.CallEnterHint, single.CallReturn
+	return objs, nil
 }
 
 // attachError names the kernel's refusal of an attachment.
@@ -242,9 +282,7 @@ func (t *Tracer) openCalls(ctx context.Context, probes []Probe, pid int) error {
 	if err := spec.Variables["filter_tgid"].Set(uint32(pid)); err != nil {
 		return fmt.Errorf("uprobe programs: set filter_tgid: %w", err)
 	}
-	t.calls = &callsObjects{}
-	if err := spec.LoadAndAssign(t.calls, nil); err != nil {
-		t.calls = nil
+	if t.calls, err = loadCallPrograms(spec, false); err != nil {
 		return loadError("uprobe programs", err)
 	}
 	exes := map[string]*link.Executable{}
@@ -269,9 +307,7 @@ func (t *Tracer) openCalls(ctx context.Context, probes []Probe, pid int) error {
 			return attachError("uprobe "+p.Symbol, err)
 		}
 		t.links = append(t.links, l)
-		// A synchronization ends at its return; a hint returns the
-		// request's handle.
-		if p.Role == RoleSync || p.Role == RoleHint {
+		if hasReturn(p.Role) {
 			l, err := ex.Uretprobe(p.Symbol, t.calls.CallReturn, uo)
 			if err != nil {
 				return attachError("uretprobe "+p.Symbol, err)
@@ -291,7 +327,9 @@ func (t *Tracer) openCalls(ctx context.Context, probes []Probe, pid int) error {
 
 // openPerProcess loads the uprobe programs for every process (filter_tgid
 // 0: each uprobe is attached to one process) and attaches nothing yet.
-func (t *Tracer) openPerProcess(probes []Probe) error {
+// Where the kernel has working uprobe_multi links, their programs are
+// loaded too and processes are attached through them.
+func (t *Tracer) openPerProcess(probes []Probe, perFunction bool) error {
 	if len(probes) == 0 {
 		return errors.New("trace: per process, with no functions to trace")
 	}
@@ -299,10 +337,27 @@ func (t *Tracer) openPerProcess(probes []Probe) error {
 	if err != nil {
 		return fmt.Errorf("uprobe programs: %w", err)
 	}
-	t.calls = &callsObjects{}
-	if err := spec.LoadAndAssign(t.calls, nil); err != nil {
-		t.calls = nil
-		return loadError("uprobe programs", err)
+	multi := errors.New("per-function uprobes asked for")
+	if !perFunction {
+		multi = uprobeMultiSupport()
+	}
+	if multi == nil {
+		if t.calls, err = loadCallPrograms(spec, true); err != nil {
+			multi = fmt.Errorf("%w: %w", ebpf.ErrNotSupported, loadError("uprobe_multi programs", err))
+		}
+	}
+	if multi != nil {
+		if t.calls, err = loadCallPrograms(spec, false); err != nil {
+			return loadError("uprobe programs", err)
+		}
+		t.log.Debug("uprobes attached per function", "reason", multi)
+	}
+	t.multi = multi == nil
+	t.uprobeMulti = func(ex *link.Executable, ret bool, symbols []string, prog *ebpf.Program, opts *link.UprobeMultiOptions) (link.Link, error) {
+		if ret {
+			return ex.UretprobeMulti(symbols, prog, opts)
+		}
+		return ex.UprobeMulti(symbols, prog, opts)
 	}
 	rd, err := ringbuf.NewReader(t.calls.CallEvents)
 	if err != nil {
@@ -312,7 +367,7 @@ func (t *Tracer) openPerProcess(probes []Probe) error {
 	t.perProcess = probes
 	t.procLinks, t.exes = map[int]counted{}, map[string]*counterLibrary{}
 	t.table.Store(&[]Probe{})
-	t.log.Info("loaded", "uprobes", "per process", "functions", len(probes))
+	t.log.Info("loaded", "uprobes", "per process", "functions", len(probes), "uprobe_multi", t.multi)
 	return nil
 }
 
@@ -358,14 +413,36 @@ func (t *Tracer) AttachProcess(pid int, library string) error {
 		t.exes[library] = lib
 	}
 	var links []link.Link
-	fail := func(err error) error {
-		for _, l := range links {
-			l.Close()
+	if t.multi {
+		links, err = t.attachMulti(lib.ex, pid, keep)
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			t.multi = false
+			t.log.Debug("uprobes attached per function from now on", "reason", err)
 		}
+	}
+	if !t.multi {
+		links, err = t.attachPerFunction(lib.ex, pid, keep)
+	}
+	if err != nil {
 		if lib.users == 0 {
 			delete(t.exes, library)
 		}
 		return err
+	}
+	lib.users++
+	t.procLinks[pid] = counted{links: links, lib: library}
+	t.log.Debug("attached", "pid", pid, "library", library, "uprobes", len(keep), "links", len(links))
+	return nil
+}
+
+// attachPerFunction attaches keep in pid's memory as one perf-event
+// uprobe (and uretprobe) per function. With pmu held; on error nothing is
+// left attached.
+func (t *Tracer) attachPerFunction(ex *link.Executable, pid int, keep []Probe) ([]link.Link, error) {
+	var links []link.Link
+	fail := func(err error) ([]link.Link, error) {
+		closeLinks(links)
+		return nil, err
 	}
 	for _, p := range keep {
 		uo := &link.UprobeOptions{PID: pid, Cookie: cookie(p.Role, t.index(p))}
@@ -373,23 +450,74 @@ func (t *Tracer) AttachProcess(pid int, library string) error {
 		if p.Role == RoleHint {
 			enter = t.calls.CallEnterHint
 		}
-		l, err := lib.ex.Uprobe(p.Symbol, enter, uo)
+		l, err := ex.Uprobe(p.Symbol, enter, uo)
 		if err != nil {
 			return fail(attachError(fmt.Sprintf("uprobe %s for process %d", p.Symbol, pid), err))
 		}
 		links = append(links, l)
-		if p.Role == RoleSync || p.Role == RoleHint {
-			l, err := lib.ex.Uretprobe(p.Symbol, t.calls.CallReturn, uo)
+		if hasReturn(p.Role) {
+			l, err := ex.Uretprobe(p.Symbol, t.calls.CallReturn, uo)
 			if err != nil {
 				return fail(attachError(fmt.Sprintf("uretprobe %s for process %d", p.Symbol, pid), err))
 			}
 			links = append(links, l)
 		}
 	}
-	lib.users++
-	t.procLinks[pid] = counted{links: links, lib: library}
-	t.log.Debug("attached", "pid", pid, "library", library, "uprobes", len(keep))
-	return nil
+	return links, nil
+}
+
+// attachMulti attaches keep in pid's memory as one uprobe_multi link per
+// program: entries, hint entries (sleepable), returns. The cookies are
+// those of attachPerFunction. With pmu held; on error nothing is left
+// attached, and an error that is ebpf.ErrNotSupported says the kernel has
+// no such links (or refuses these programs on them).
+func (t *Tracer) attachMulti(ex *link.Executable, pid int, keep []Probe) ([]link.Link, error) {
+	groups := []struct {
+		what    string
+		prog    *ebpf.Program
+		ret     bool
+		symbols []string
+		cookies []uint64
+	}{
+		{what: "uprobe_multi", prog: t.calls.CallEnterMulti},
+		{what: "uprobe_multi (hint)", prog: t.calls.CallEnterHintMulti},
+		{what: "uretprobe_multi", prog: t.calls.CallReturnMulti, ret: true},
+	}
+	for _, p := range keep {
+		c := cookie(p.Role, t.index(p))
+		g := &groups[0]
+		if p.Role == RoleHint {
+			g = &groups[1]
+		}
+		g.symbols, g.cookies = append(g.symbols, p.Symbol), append(g.cookies, c)
+		if hasReturn(p.Role) {
+			groups[2].symbols, groups[2].cookies = append(groups[2].symbols, p.Symbol), append(groups[2].cookies, c)
+		}
+	}
+	var links []link.Link
+	for _, g := range groups {
+		if len(g.symbols) == 0 {
+			continue
+		}
+		l, err := t.uprobeMulti(ex, g.ret, g.symbols, g.prog, &link.UprobeMultiOptions{PID: uint32(pid), Cookies: g.cookies})
+		if err != nil {
+			closeLinks(links)
+			return nil, attachError(fmt.Sprintf("%s %v for process %d", g.what, g.symbols, pid), err)
+		}
+		links = append(links, l)
+	}
+	return links, nil
+}
+
+// hasReturn says whether a role's functions are traced at return too: a
+// synchronization ends at its return; a hint returns the request's
+// handle.
+func hasReturn(r Role) bool { return r == RoleSync || r == RoleHint }
+
+func closeLinks(links []link.Link) {
+	for _, l := range links {
+		l.Close()
+	}
 }
 
 // index is p's place in the cookie table, by symbol and role (the library

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/gpreempt/gpreempt/ioctl"
@@ -227,41 +230,157 @@ func fakeProbes(lib string) []Probe {
 	)
 }
 
-// TestUprobes puts the real uprobe programs on a library exporting
-// libcuda's and the hint API's names, attached to one process by pid, and
-// checks the requests and hint timelines built from what they report.
-func TestUprobes(t *testing.T) {
-	lib, app := buildFakeCUDA(t)
-	a := startLCApp(t, app)
-	pid := a.cmd.Process.Pid
+// attachModes are the ways a process's functions are attached
+// (Options.PID, or AttachProcess with Options.PerProcess).
+var attachModes = []struct {
+	name string
+	// perProcess: attached by AttachProcess, as the request gate does;
+	// otherwise Options.PID.
+	perProcess  bool
+	perFunction bool // Options.perFunction
+	// refuseMulti makes every uprobe_multi link fail as a kernel
+	// without them does: the tracer falls back to per-function uprobes.
+	refuseMulti bool
+	multi       bool // a process's probes end up as uprobe_multi links
+}{
+	{name: "pid"},
+	{name: "per-process/uprobe_multi", perProcess: true, multi: true},
+	{name: "per-process/per-function", perProcess: true, perFunction: true},
+	{name: "per-process/uprobe_multi-refused", perProcess: true, refuseMulti: true},
+}
 
-	tr := openTracer(t, Options{Probes: fakeProbes(lib), PID: pid})
-	var skipped []string
-	for _, s := range tr.Skipped() {
-		skipped = append(skipped, s.Probe.Symbol)
+// openPerProcessTracer opens a per-process tracer of probes attached the
+// way mode says. A mode that needs uprobe_multi links skips where the
+// kernel has none that filter by process, saying why.
+func openPerProcessTracer(t *testing.T, probes []Probe, perFunction, refuseMulti bool) *Tracer {
+	t.Helper()
+	tr := openTracer(t, Options{Probes: probes, PerProcess: true, perFunction: perFunction})
+	if !perFunction && !tr.multi {
+		t.Skipf("no uprobe_multi links for a process in this kernel: %v", uprobeMultiSupport())
 	}
-	if want := "cuLaunchKernel_ptsz cuLaunchKernelEx_ptsz cuGraphLaunch cuGraphLaunch_ptsz cuStreamSynchronize_ptsz cuCtxSynchronize_v2 cuNotInThisLibrary"; strings.Join(skipped, " ") != want {
-		t.Errorf("skipped %v, want %s", skipped, want)
-	}
-
-	otherTID := a.run(t)
-	a.stdin.Close()
-	if err := a.cmd.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	tr.Stop()
-	var calls []*Call
-	for ev := range tr.Events() {
-		if c, ok := ev.(*Call); ok {
-			calls = append(calls, c)
+	if refuseMulti {
+		tr.uprobeMulti = func(*link.Executable, bool, []string, *ebpf.Program, *link.UprobeMultiOptions) (link.Link, error) {
+			return nil, fmt.Errorf("create uprobe_multi link: %w", ebpf.ErrNotSupported)
 		}
 	}
+	return tr
+}
+
+// checkAttached checks how pid's probes are attached: as uprobe_multi
+// links (one per program) or one per function and return.
+func checkAttached(t *testing.T, tr *Tracer, pid int, multi bool, multiLinks, perFunctionLinks int) {
+	t.Helper()
+	tr.pmu.Lock()
+	defer tr.pmu.Unlock()
+	want := perFunctionLinks
+	if multi {
+		want = multiLinks
+	}
+	if got := len(tr.procLinks[pid].links); tr.multi != multi || got != want {
+		t.Errorf("process %d: %d links, uprobe_multi %v; want %d, %v", pid, got, tr.multi, want, multi)
+	}
+}
+
+// TestUprobes puts the real uprobe programs on a library exporting
+// libcuda's and the hint API's names, attached to one process, each way a
+// process is attached, and checks the requests and hint timelines built
+// from what they report: each call's role and symbol decode from its
+// cookie alike whichever way it was attached.
+func TestUprobes(t *testing.T) {
+	lib, app := buildFakeCUDA(t)
+	for _, mode := range attachModes {
+		t.Run(mode.name, func(t *testing.T) {
+			a := startLCApp(t, app)
+			pid := a.cmd.Process.Pid
+
+			var tr *Tracer
+			if !mode.perProcess {
+				tr = openTracer(t, Options{Probes: fakeProbes(lib), PID: pid})
+				var skipped []string
+				for _, s := range tr.Skipped() {
+					skipped = append(skipped, s.Probe.Symbol)
+				}
+				if want := "cuLaunchKernel_ptsz cuLaunchKernelEx_ptsz cuGraphLaunch cuGraphLaunch_ptsz cuStreamSynchronize_ptsz cuCtxSynchronize_v2 cuNotInThisLibrary"; strings.Join(skipped, " ") != want {
+					t.Errorf("skipped %v, want %s", skipped, want)
+				}
+			} else {
+				tr = openPerProcessTracer(t, fakeProbes(""), mode.perFunction, mode.refuseMulti)
+				if err := tr.AttachProcess(pid, lib); err != nil {
+					t.Fatal(err)
+				}
+				// 8 functions, 4 traced at return too (3 syncs, the
+				// hint); as uprobe_multi: entries, the hint's entry,
+				// returns.
+				checkAttached(t, tr, pid, mode.multi, 3, 8+4)
+			}
+
+			otherTID := a.run(t)
+			a.stdin.Close()
+			if err := a.cmd.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			tr.Stop()
+			var calls []*Call
+			for ev := range tr.Events() {
+				if c, ok := ev.(*Call); ok {
+					calls = append(calls, c)
+				}
+			}
+			checkLCAppCalls(t, calls, pid, otherTID)
+		})
+	}
+}
+
+// checkLCAppCalls checks the calls traced in one round of lcapp's
+// (testdata/lcapp.c) against what it does.
+func checkLCAppCalls(t *testing.T, calls []*Call, pid, otherTID int) {
+	t.Helper()
 	// 6 launches, 3 syncs and 2 hints (entry and return), 1 ready, 1 cancel.
 	if len(calls) != 6+3*2+2*2+1+1 {
 		for _, c := range calls {
 			t.Logf("%+v", *c)
 		}
 		t.Fatalf("%d calls traced", len(calls))
+	}
+
+	// Each symbol with the role it was given, as many times as lcapp
+	// calls it (entries, returns).
+	type seen struct {
+		role             Role
+		enters, returns  int
+		onOther, onFirst int
+	}
+	want := map[string]seen{
+		"cuLaunchKernel":      {RoleLaunch, 5, 0, 3, 2},
+		"cuLaunchKernelEx":    {RoleLaunch, 1, 0, 0, 1},
+		"cuStreamSynchronize": {RoleSync, 1, 1, 0, 2},
+		"cuEventSynchronize":  {RoleSync, 1, 1, 0, 2},
+		"cuCtxSynchronize":    {RoleSync, 1, 1, 2, 0},
+		DefaultHintSymbol:     {RoleHint, 2, 2, 0, 4},
+		DefaultReadySymbol:    {RoleReady, 1, 0, 0, 1},
+		DefaultCancelSymbol:   {RoleCancel, 1, 0, 0, 1},
+	}
+	got := map[string]seen{}
+	for _, c := range calls {
+		g := got[c.Symbol]
+		g.role = c.Role
+		if c.Kind == CallReturn {
+			g.returns++
+		} else {
+			g.enters++
+		}
+		if c.TID == uint32(otherTID) {
+			g.onOther++
+		} else {
+			g.onFirst++
+		}
+		if w, ok := want[c.Symbol]; ok && c.Role != w.role {
+			t.Errorf("call %+v: role %v, want %v", *c, c.Role, w.role)
+		}
+		got[c.Symbol] = g
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("calls by symbol (role, entries, returns, on the second thread, on the first):\n got %v\nwant %v", got, want)
 	}
 
 	rt, ht := NewRequestTracker(), NewHintTracker()
@@ -278,7 +397,7 @@ func TestUprobes(t *testing.T) {
 			hints = append(hints, h)
 		}
 	}
-	want := []struct {
+	wantReqs := []struct {
 		launches int
 		sync     string
 		result   uint32
@@ -288,10 +407,10 @@ func TestUprobes(t *testing.T) {
 		{1, "cuEventSynchronize", 700, false},
 		{3, "cuCtxSynchronize", 0, true},
 	}
-	if len(reqs) != len(want) {
+	if len(reqs) != len(wantReqs) {
 		t.Fatalf("requests %+v", reqs)
 	}
-	for i, w := range want {
+	for i, w := range wantReqs {
 		r := reqs[i]
 		if r.Launches != w.launches || r.Sync != w.sync || r.Result != w.result || (r.TID == uint32(otherTID)) != w.other {
 			t.Errorf("request %d = %+v, want %+v", i, r, w)
@@ -420,7 +539,7 @@ func TestIgnorePIDChild(t *testing.T) {
 // TestPerProcessUprobes attaches the uprobe programs to chosen processes
 // only (Options.PerProcess), each through the library it has mapped: an
 // attached process's requests are seen, another's not, and a detached
-// one's no longer.
+// one's no longer; each way a process is attached.
 func TestPerProcessUprobes(t *testing.T) {
 	lib, app := buildFakeCUDA(t)
 	var probes []Probe
@@ -429,7 +548,18 @@ func TestPerProcessUprobes(t *testing.T) {
 			probes = append(probes, p)
 		}
 	}
-	tr := openTracer(t, Options{Probes: probes, PerProcess: true})
+	for _, mode := range attachModes {
+		if !mode.perProcess {
+			continue
+		}
+		t.Run(mode.name, func(t *testing.T) {
+			testPerProcessUprobes(t, lib, app, probes, mode.perFunction, mode.refuseMulti, mode.multi)
+		})
+	}
+}
+
+func testPerProcessUprobes(t *testing.T, lib, app string, probes []Probe, perFunction, refuseMulti, multi bool) {
+	tr := openPerProcessTracer(t, probes, perFunction, refuseMulti)
 	a, other := startLCApp(t, app), startLCApp(t, app)
 	pa := a.cmd.Process.Pid
 	if err := tr.AttachProcess(pa, filepath.Join(t.TempDir(), "libcuda.so.1")); !errors.Is(err, ErrNoLibrary) {
@@ -446,6 +576,9 @@ func TestPerProcessUprobes(t *testing.T) {
 	if err := tr.AttachProcess(pa, mapped); err != nil { // again: one set of probes
 		t.Fatal(err)
 	}
+	// 5 functions, 3 traced at return too; as uprobe_multi: entries,
+	// returns.
+	checkAttached(t, tr, pa, multi, 2, 5+3)
 	a.run(t)
 	other.run(t)
 	tr.DetachProcess(pa)
@@ -484,5 +617,34 @@ func TestAttachProcessNeedsPerProcess(t *testing.T) {
 	tr := openTracer(t, Options{Probes: fakeProbes(lib), PID: os.Getpid()})
 	if err := tr.AttachProcess(os.Getpid(), lib); err == nil {
 		t.Error("AttachProcess on a tracer opened for one pid: no error")
+	}
+}
+
+// TestAttachProcessGone attaches a process that has exited, each way: an
+// error, nothing left attached, and a refusal that is not the kernel
+// lacking uprobe_multi links keeps them in use.
+func TestAttachProcessGone(t *testing.T) {
+	lib, _ := buildFakeCUDA(t)
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	gone := cmd.Process.Pid
+	for _, mode := range attachModes {
+		if !mode.perProcess || mode.refuseMulti {
+			continue
+		}
+		t.Run(mode.name, func(t *testing.T) {
+			tr := openPerProcessTracer(t, fakeProbes(""), mode.perFunction, false)
+			err := tr.AttachProcess(gone, lib)
+			if err == nil || errors.Is(err, ebpf.ErrNotSupported) {
+				t.Fatalf("attach process %d, which has exited: %v; want an error other than not supported", gone, err)
+			}
+			tr.pmu.Lock()
+			defer tr.pmu.Unlock()
+			if len(tr.procLinks) != 0 || len(tr.exes) != 0 || tr.multi != mode.multi {
+				t.Errorf("after %v: processes %v, libraries %v, uprobe_multi %v", err, tr.procLinks, tr.exes, tr.multi)
+			}
+		})
 	}
 }

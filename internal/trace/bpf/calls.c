@@ -126,12 +126,11 @@ int call_return(struct pt_regs *ctx)
 	return emit(ctx, KIND_CALL_RETURN);
 }
 
-// call_enter_hint is call_enter for gpreempt_hint, which also copies the
-// class string. It is sleepable, so that the copy may fault the page in: a
-// string literal's page is often not yet mapped when the first hint
+// emit_hint is emit for gpreempt_hint's entry, which also copies the class
+// string. Its programs are sleepable, so that the copy may fault the page
+// in: a string literal's page is often not yet mapped when the first hint
 // passes it, and a non-faulting read would find nothing.
-SEC("uprobe.s")
-int call_enter_hint(struct pt_regs *ctx)
+static __always_inline int emit_hint(struct pt_regs *ctx)
 {
 	struct call_event *e = reserve(ctx, KIND_CALL_ENTER);
 
@@ -143,4 +142,35 @@ int call_enter_hint(struct pt_regs *ctx)
 		bpf_probe_read_user_str(e->str, sizeof(e->str), (const void *)e->arg0);
 	bpf_ringbuf_submit(e, SUBMIT_FLAGS);
 	return 0;
+}
+
+SEC("uprobe.s")
+int call_enter_hint(struct pt_regs *ctx)
+{
+	return emit_hint(ctx);
+}
+
+// The same programs for uprobe_multi links, which carry all of a
+// process's functions of one program in one link (the tracer uses them
+// from Linux 6.10: see uprobeMultiSupport); a program is loaded for one
+// kind of link or the other. Closing such a link removes its uprobes with
+// one wait for the kernel's grace periods, where per-function uprobes
+// wait once each.
+
+SEC("uprobe.multi")
+int call_enter_multi(struct pt_regs *ctx)
+{
+	return emit(ctx, KIND_CALL_ENTER);
+}
+
+SEC("uretprobe.multi")
+int call_return_multi(struct pt_regs *ctx)
+{
+	return emit(ctx, KIND_CALL_RETURN);
+}
+
+SEC("uprobe.multi.s")
+int call_enter_hint_multi(struct pt_regs *ctx)
+{
+	return emit_hint(ctx);
 }
