@@ -211,17 +211,28 @@ func (g *RequestGate) Observe(ev trace.Event) {
 		lc.last, lc.lastTID = g.Now(), e.TID
 		switch {
 		case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
-			if _, held := g.open[lc.ref.PID]; !held {
-				select {
-				case g.cmds <- gateCmd{pid: lc.ref.PID, epoch: lc.epoch}:
-				default: // the loop is behind; the next launch asks again
-				}
-			}
+			g.beginLocked(lc)
 		case e.Role == trace.RoleSync && e.Kind == trace.CallEnter:
+			// A synchronize means work in flight: it opens a request whose
+			// first launches were not traced (its launch probes were still
+			// coming back on).
+			g.beginLocked(lc)
 			lc.syncing[e.TID] = lc.last
 		case e.Role == trace.RoleSync && e.Kind == trace.CallReturn:
 			delete(lc.syncing, e.TID)
 		}
+	}
+}
+
+// beginLocked asks the loop to hold BE for lc's request, unless it holds
+// already.
+func (g *RequestGate) beginLocked(lc *gateLC) {
+	if _, held := g.open[lc.ref.PID]; held {
+		return
+	}
+	select {
+	case g.cmds <- gateCmd{pid: lc.ref.PID, epoch: lc.epoch}:
+	default: // the loop is behind; the next call asks again
 	}
 }
 
@@ -387,6 +398,7 @@ func (g *RequestGate) hold(pid int) bool {
 	n, err := g.Pause.Stop(h.be, pol.MaxHold+gateMargin)
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.Log.Debug("request gate: BE stopped", "lc_pid", pid, "be", n, "since_call", g.Now()-lc.last, "stop", g.Now()-now)
 	g.stats.BEStopped += uint64(n)
 	if err != nil {
 		g.stats.Failures++
@@ -441,6 +453,7 @@ func (g *RequestGate) closeLocked(pid int, cause string) {
 		g.stats.Closed = map[string]uint64{}
 	}
 	g.stats.Closed[cause]++
+	g.Log.Debug("request gate: hold ended", "lc_pid", pid, "cause", cause, "held", span)
 	g.stats.HeldSeconds += span.Seconds()
 	g.metrics.closed.WithLabelValues(cause).Inc()
 	g.metrics.heldSeconds.Add(span.Seconds())

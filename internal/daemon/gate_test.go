@@ -290,6 +290,31 @@ func TestThreadRunning(t *testing.T) {
 	}
 }
 
+// A synchronize of an LC that holds nothing opens a request too: its
+// first launches were not traced (the launch probes were coming back on
+// after the last request).
+func TestGateSynchronizeOpens(t *testing.T) {
+	r := newGateRig(t, gatePolicy(policy.GateOn))
+	r.syncEnter(10, 1)
+	for {
+		select {
+		case c := <-r.g.cmds:
+			r.g.command(c)
+			continue
+		default:
+		}
+		break
+	}
+	if !r.pause.isStopped(20) {
+		t.Fatal("a synchronize of an idle LC opened no hold")
+	}
+	r.syncReturn(10, 1)
+	r.advance(2 * time.Millisecond)
+	if r.pause.isStopped(20) {
+		t.Fatal("not resumed Idle after the return")
+	}
+}
+
 // BE is back within a bound in every way a request can go wrong.
 func TestGateAlwaysResumes(t *testing.T) {
 	for _, tc := range []struct {
