@@ -42,7 +42,7 @@ except Exception: print(t[-3000:])' | tee -a "$OUT/summary.md"
              --duration "${LLM_DURATION:-12s}" --repeat "$R" ;;
     graph) run graph --scenarios llm-graph-standalone,llm-graph-defaults,llm-graph-gate-defaults,llm-graph-be-only \
              --duration "${LLM_DURATION:-12s}" --repeat "${GRAPH_REPEAT:-3}" ;;
-    eager) run eager --scenarios pytorch-eager-standalone,pytorch-eager-be-1ms,pytorch-eager-gate-defaults,pytorch-eager-be-only \
+    eager) run eager --scenarios ${EAGER_SCENARIOS:-pytorch-eager-standalone,pytorch-eager-be-1ms,pytorch-eager-gate-defaults,pytorch-eager-be-only} \
              --duration 8s --repeat "${EAGER_REPEAT:-$R}" ;;
     synth) run synth --scenarios standalone,prepreempt-be-1us,be-only --prep 500us --hint-launcher poller \
              --lc-calibrate-us 0 --lc-iters 2000 --duration 10s --repeat "${SYNTH_REPEAT:-3}" ;;
