@@ -9,6 +9,8 @@
 # and gpreempt-bench are taken from .carry/ (make gpu-binaries).
 #
 #   scripts/gpu-run-kube.sh             # the whole run (~1-2 minutes)
+#   GPUS=2 scripts/gpu-run-kube.sh      # two GPUs: lc-server's workers on GPU 0,
+#                                         # be-trainer's on GPU 1 (issue 42)
 #   WORKERS=fake scripts/gpu-run-kube.sh  # no GPU: everything but the GPU
 #                                         # workers (sleep in their place)
 #   DRY_RUN=1 scripts/gpu-run-kube.sh   # print the plan, run nothing
@@ -37,6 +39,14 @@
 # $CG_PARENT (default: a private directory under the cgroup2 mount, as the
 # e2e test does; the agent matches the kubelet-named part wherever it sits).
 #
+# GPUS=2 (a machine with two GPUs) puts each pod on a GPU of its own:
+# lc-server's workers on GPU 0, be-trainer's on GPU 1, each started with
+# CUDA_VISIBLE_DEVICES=<that GPU's UUID> inside the pod (as a device plugin
+# gives a container its GPU), and checks with NVML (nvidia-smi) that each
+# worker runs on its pod's GPU. Both are still classed by their pod's
+# annotation alone; on separate GPUs the "be-as-lc" phase no longer starves
+# the LC.
+#
 # Results: $W (default /tmp/gpreempt-kube-out) holds everything; $OUT gets
 # summary.txt and kube-all.tar.gz (logs, policies, ps, events, worker JSONs).
 set -uo pipefail
@@ -56,6 +66,12 @@ SOCK=$RUN/gpreemptd.sock
 MADDR=127.0.0.1:19481
 REQUESTS=$((WINDOW * 1000000 / PERIOD_US))
 LEAD_IN=${LEAD_IN:-5}         # seconds the LC runs (unmeasured) before it measures; the BE starts in them
+GPUS=${GPUS:-1}               # 2: lc-server on GPU 0, be-trainer on GPU 1
+case $GPUS in
+  1) LC_GPU=; BE_GPU=;;
+  2) LC_GPU=0; BE_GPU=1;;
+  *) echo "gpu-run-kube.sh: GPUS=$GPUS: want 1 or 2" >&2; exit 2;;
+esac
 TIMEOUT_CP=${TIMEOUT_CP:-150}
 TIMEOUT_PHASE=$((WINDOW + LEAD_IN + 60))
 DRY=${DRY_RUN:-}
@@ -84,17 +100,21 @@ CG_PARENT=${CG_PARENT:-$(cg_mount)/gpreempt-kube}
 KUBELET_ROOT=/${CG_PARENT#"$(cg_mount)"/}
 
 echo "W=$W OUT=$OUT C=$C K=$K MODE=$MODE WORKERS=$WORKERS WINDOW=${WINDOW}s ($REQUESTS LC requests) BE_TIMESLICE=$BE_TIMESLICE"
-echo "node=$NODE other=$OTHER_NODE cgroups under $CG_PARENT"
+echo "node=$NODE other=$OTHER_NODE cgroups under $CG_PARENT GPUS=$GPUS${LC_GPU:+ (lc-server on GPU $LC_GPU, be-trainer on GPU $BE_GPU)}"
 if [ -n "$DRY" ]; then
   echo "--- step timeouts: control plane ${TIMEOUT_CP}s, each phase ${TIMEOUT_PHASE}s"
   echo "--- daemon policy:"; daemon_policy
   echo "--- kubernetes policy:"; kube_policy
   echo "--- daemon: $C/gpreemptd --mode $MODE --kubernetes --node-name $NODE --kubelet-cgroup-root $KUBELET_ROOT --kubeconfig $RUN/cp/kubeconfig --kubernetes-policy $RUN/kubernetes.yaml --config $RUN/gpreemptd.yaml --socket $SOCK --metrics-addr $MADDR"
   echo "--- workers: $C/gpreempt-bench be --duration $((WINDOW + 20))s; $C/gpreempt-bench lc --requests $REQUESTS"
+  [ "$GPUS" = 2 ] && echo "--- lc-server's workers: CUDA_VISIBLE_DEVICES=<UUID of GPU $LC_GPU>; be-trainer's: CUDA_VISIBLE_DEVICES=<UUID of GPU $BE_GPU>"
   exit 0
 fi
 
 [ "$(id -u)" = 0 ] || { echo "gpu-run-kube.sh: run as root (cgroups, the driver's control device)" >&2; exit 2; }
+if [ "$GPUS" = 2 ] && [ "$WORKERS" != fake ] && [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" -lt 2 ]; then
+  echo "gpu-run-kube.sh: GPUS=2 needs two GPUs; nvidia-smi -L lists: $(nvidia-smi -L 2>&1 | tr '\n' ' ')" >&2; exit 2
+fi
 BINS="kube-apiserver etcd kubecp"
 [ "$C" = "$RUN/assets" ] && BINS="$BINS gpreemptctl gpreemptd gpreempt-bench"
 for b in $BINS; do
@@ -154,13 +174,19 @@ in_pod() {
   mkdir -p "$dir" || return 1
   exec sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$dir" "$@"
 }
+# gpu_uuid INDEX: the UUID of GPU INDEX (nvidia-smi's index, NVML's).
+gpu_uuid() { nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$1" | tr -d ' '; }
 # worker NAME CGROUP ROLE ARGS...: start a worker in a pod, wait for READY.
+# With GPU=INDEX set for the call, the worker sees that GPU alone
+# (CUDA_VISIBLE_DEVICES=its UUID, as a device plugin sets it).
 worker() {
   local name=$1 cg=$2 role=$3; shift 3
+  local envp=()
+  [ -n "${GPU:-}" ] && [ "$WORKERS" != fake ] && envp=(env "CUDA_VISIBLE_DEVICES=$(gpu_uuid "$GPU")")
   if [ "$WORKERS" = fake ]; then
     in_pod "$cg" sh -c 'echo READY pid=$$; exec sleep "$0"' "$WINDOW" > "$W/$name.out" 2>&1 &
   else
-    in_pod "$cg" $C/gpreempt-bench "$role" "$@" > "$W/$name.out" 2>&1 &
+    in_pod "$cg" "${envp[@]}" $C/gpreempt-bench "$role" "$@" > "$W/$name.out" 2>&1 &
   fi
   local pid=$!; echo $pid >> "$RUN/worker.pids"
   for i in $(seq 240); do grep -q READY "$W/$name.out" 2>/dev/null && break; alive $pid || break; sleep 0.25; done
@@ -203,6 +229,15 @@ expect() {
   then say "PASS $1: every group at ${2}us"; else say "FAIL $1: want every group at ${2}us"; fi
 }
 BE_US=${BE_TIMESLICE%us}
+# on_gpu NAME PID INDEX: with GPUS=2, whether NVML lists PID on GPU INDEX
+# (and on no other).
+on_gpu() {
+  [ "$GPUS" = 2 ] && [ "$WORKERS" != fake ] || return 0
+  local want got
+  want=$(gpu_uuid "$3")
+  got=$(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | awk -F', *' -v p="$2" '$1 == p {print $2}' | sort -u | tr '\n' ' ')
+  if [ "${got% }" = "$want" ]; then say "PASS gpu $1: pid $2 on GPU $3 ($want)"; else say "FAIL gpu $1: pid $2 on '${got% }', want GPU $3 ($want)"; fi
+}
 wait_pid() { # PID SECONDS
   for i in $(seq $(($2 * 4))); do alive $1 || return 0; sleep 0.25; done
   kill $1 2>/dev/null; return 1
@@ -225,9 +260,10 @@ phase() { # NAME
   # round, a BE classed lc (5 s timeslice) held the LC's context creation
   # and warm-up until the BE ended (H100, 2026-11-22): the LC then
   # measured a GPU of its own.
-  L=$(worker lc-$ph "$LC_CGROUP" lc --requests $REQUESTS --lead-in ${LEAD_IN}s --out "$W/lc-$ph.json")
-  B=$(worker be-$ph "$BE_CGROUP" be --duration $((WINDOW + LEAD_IN + 10))s --out "$W/be-$ph.json")
+  L=$(GPU=$LC_GPU worker lc-$ph "$LC_CGROUP" lc --requests $REQUESTS --lead-in ${LEAD_IN}s --out "$W/lc-$ph.json")
+  B=$(GPU=$BE_GPU worker be-$ph "$BE_CGROUP" be --duration $((WINDOW + LEAD_IN + 10))s --out "$W/be-$ph.json")
   sleep 1; ps_groups be-$ph "$B"; ps_groups lc-$ph "$L"
+  on_gpu lc-$ph "$L" "${LC_GPU:-0}"; on_gpu be-$ph "$B" "${BE_GPU:-0}"
   expect lc-$ph 5000000
   if [ $ph = annotated ]; then expect be-$ph "$BE_US"; else expect be-$ph 5000000; fi
   wait_pid "$L" $TIMEOUT_PHASE || say "phase $ph: lc worker past ${TIMEOUT_PHASE}s, killed"
