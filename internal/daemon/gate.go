@@ -246,10 +246,13 @@ func (g *RequestGate) Run(ctx context.Context, follow func(lcs []ProcRef)) {
 	resync := time.NewTicker(100 * time.Millisecond)
 	defer resync.Stop()
 	var arming sync.WaitGroup
+	actx, stop := context.WithCancel(ctx)
+	defer func() { stop(); arming.Wait() }()
 	if g.Arm != nil {
-		actx, stop := context.WithCancel(ctx)
-		defer func() { stop(); arming.Wait() }()
 		arming.Go(func() { g.armLoop(actx) })
+	}
+	if l, ok := g.Procs.(gpuLearner); ok {
+		arming.Go(func() { g.learnLoop(actx, l) })
 	}
 	g.followLCs(follow)
 	for {
@@ -271,6 +274,40 @@ func (g *RequestGate) Run(ctx context.Context, follow func(lcs []ProcRef)) {
 				tick.Reset(max(pol.Idle/2, 500*time.Microsecond))
 			}
 			g.followLCs(follow)
+		}
+	}
+}
+
+// gpuLearner reads again which GPUs the classed processes are on.
+type gpuLearner interface{ LearnGPUs() }
+
+// gpuRelearn is how often the gate asks for the GPUs of processes whose
+// GPUs are not known yet: NVML lists a new context ~80 ms after its
+// channel groups appear, after it was classed, and a BE on no known GPU is
+// stopped for every LC.
+const gpuRelearn = 250 * time.Millisecond
+
+// learnLoop asks l for the GPUs of the followed LCs and of BE while one of
+// them is on no known GPU, off the gate's loop (NVML calls), until ctx is
+// done.
+func (g *RequestGate) learnLoop(ctx context.Context, l gpuLearner) {
+	t := time.NewTicker(gpuRelearn)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		g.mu.Lock()
+		following := len(g.lcs) > 0
+		g.mu.Unlock()
+		if !following {
+			continue
+		}
+		unknown := func(r ProcRef) bool { return len(r.GPUs) == 0 }
+		if slices.ContainsFunc(g.Procs.InClass(class.LC), unknown) || slices.ContainsFunc(g.Procs.InClass(class.BE), unknown) {
+			l.LearnGPUs()
 		}
 	}
 }
@@ -347,6 +384,8 @@ func (g *RequestGate) followLCs(follow func([]ProcRef)) {
 		if lc := g.lcs[r.PID]; lc == nil || lc.ref.Start != r.Start {
 			changed = true
 			g.lcs[r.PID] = &gateLC{ref: r, last: g.Now(), syncing: map[uint32]time.Duration{}}
+		} else {
+			lc.ref.GPUs = r.GPUs // learnt since it was followed
 		}
 	}
 	for pid := range g.lcs {

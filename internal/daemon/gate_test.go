@@ -593,3 +593,57 @@ func TestGateStaleLaunchesOpenNothing(t *testing.T) {
 		t.Error("the next request held nothing")
 	}
 }
+
+// learningProcs learns the GPUs of processes classed before NVML listed
+// them, as the reconciler's LearnGPUs does.
+type learningProcs struct {
+	*gateProcs
+	learnt chan struct{}
+}
+
+func (p *learningProcs) LearnGPUs() {
+	p.mu.Lock()
+	p.lc[0].GPUs = []int{0}
+	p.be[1].GPUs = []int{1}
+	p.mu.Unlock()
+	select {
+	case p.learnt <- struct{}{}:
+	default:
+	}
+}
+
+// Processes classed before NVML listed them are on no known GPU, so they
+// share every GPU; the gate asks for their GPUs while it follows an LC,
+// and from then on a request on GPU 0 leaves GPU 1's BE alone.
+func TestGateLearnsGPUs(t *testing.T) {
+	procs := &gateProcs{pol: gatePolicy(policy.GateOn),
+		lc: []ProcRef{{PID: 10, Start: 1}},
+		be: []ProcRef{{PID: 20, Start: 1, GPUs: []int{0}}, {PID: 21, Start: 1}}}
+	lp := &learningProcs{gateProcs: procs, learnt: make(chan struct{}, 1)}
+	pause := &fakePause{stopped: map[int]bool{}}
+	g := NewRequestGate(lp, pause, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { g.Run(ctx, nil); close(done) }()
+	defer func() { cancel(); <-done }()
+	<-lp.learnt
+	// The loop's next resync takes the LC's GPUs; until then the hold
+	// below may still stop everyone, so wait for it.
+	for {
+		g.mu.Lock()
+		lc := g.lcs[10]
+		known := lc != nil && len(lc.ref.GPUs) > 0
+		g.mu.Unlock()
+		if known {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleLaunch, PID: 10, TID: 1})
+	for !pause.isStopped(20) {
+		time.Sleep(time.Millisecond)
+	}
+	if pause.isStopped(21) {
+		t.Error("a BE on GPU 1 was stopped for an LC request on GPU 0")
+	}
+}
