@@ -459,6 +459,10 @@ class cuda:
     def set_device(d): pass
     @staticmethod
     def synchronize(d=None): pass
+    class Stream:
+        def synchronize(self): pass
+    @staticmethod
+    def current_stream(d=None): return cuda.Stream()
     @staticmethod
     def get_device_name(d=None): return "stub"
 `,
