@@ -489,7 +489,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 
 // options are a search's controller options.
 func (l *SLOLoop) options(pol *policy.Policy, conf sloConf) slo.Options {
-	return slo.Options{Ladder: pol.SLO.Ladder, Safe: conf.safe, PauseWindows: conf.pause}
+	return slo.Options{Ladder: pol.SLO.Ladder, Safe: conf.safe, CalibrateWindows: conf.pause, NoPause: conf.pause <= 0 || l.Pause == nil}
 }
 
 // join puts each process of lcs and all in the search of the set of GPUs

@@ -112,8 +112,8 @@ func TestTwoObjectivesOfOneLC(t *testing.T) {
 		ds = append(ds, c.Observe(o))
 		prev = ts
 	}
-	if len(c.baselines) != 2 {
-		t.Errorf("baselines %v; want one per objective", c.baselines)
+	if len(c.refs) != 2 {
+		t.Errorf("references %v; want one per objective", c.refs)
 	}
 	d := ds[len(ds)-1]
 	if len(d.LC) != 2 || d.LC[0].Objective != "p50<=1.05x" || d.LC[1].Objective != "p99<=1.02x" {
@@ -281,18 +281,6 @@ func TestSearchPassesAMissedRung(t *testing.T) {
 	}
 	if med := shares[len(shares)/2]; med < 0.84 {
 		t.Errorf("median BE share over the settled windows %.3f; want >= 0.84 (1 ms: 0.871; 200 us, the last rung before the dip: 0.761)", med)
-	}
-	// Without passing missed rungs the same search stays below the dip.
-	var stuck []float64
-	for seed := range uint64(20) {
-		ds := run(t, mustNew(t, Options{SkipBad: -1}), NewSimGPU(seed), 150, obj, steady(dip))
-		_, share := outcome(ds[90:], dip)
-		stuck = append(stuck, share)
-	}
-	slices.Sort(stuck)
-	t.Logf("median BE share: %.3f passing missed rungs, %.3f not", shares[len(shares)/2], stuck[len(stuck)/2])
-	if med := stuck[len(stuck)/2]; med >= 0.84 {
-		t.Errorf("with SkipBad -1 the median BE share is %.3f: the test does not tell the two apart", med)
 	}
 }
 
@@ -536,83 +524,6 @@ func TestTwoLCTheStricterBinds(t *testing.T) {
 	}
 }
 
-func TestBaseline(t *testing.T) {
-	type win struct {
-		tick, rung int
-		v          time.Duration
-		learn      bool
-	}
-	// n windows at rung from tick on, cycling through vs.
-	at := func(tick, rung, n int, vs ...time.Duration) []win {
-		var ws []win
-		for i := range n {
-			ws = append(ws, win{tick + i, rung, vs[i%len(vs)], true})
-		}
-		return ws
-	}
-	full := baselineMinWindows
-	for _, c := range []struct {
-		name string
-		wins []win
-		keep int
-		want time.Duration
-	}{
-		{"first window", at(1, 2, 1, 100), 120, 100},
-		{"before any setting has enough: median of the shortest's", at(1, 2, 2, 100, 300), 120, 200},
-		{"a setting's median, not its lowest window", at(1, 2, full, 100, 300, 250), 120, 250},
-		{"the shortest timeslice's median", slices.Concat(at(1, 2, full, 100, 110, 90), at(20, 4, full, 150, 160, 140)), 120, 100},
-		{"the shortest timeslice's, even where a longer one's is lower", slices.Concat(at(1, 2, full, 100, 110, 90), at(20, 4, full, 80, 85, 70)), 120, 100},
-		{"a setting with too few windows does not count", slices.Concat(at(1, 4, full, 150, 160, 140), at(20, 2, full-1, 50)), 120, 150},
-		{"before any has enough: the shortest seen", slices.Concat(at(1, 4, 2, 150, 160), at(3, 2, 2, 50, 70)), 120, 60},
-		{"settling windows are judged, not learnt", slices.Concat(at(1, 4, full, 150, 160, 140), []win{{30, 2, 50, false}, {31, 2, 60, false}}), 120, 150},
-		{"old windows expire", slices.Concat(at(1, 2, 3, 100, 110, 90), at(20, 4, full, 150, 160, 140)), 12, 150},
-		{"but not those a learnt estimate rests on", slices.Concat(at(1, 2, full, 100, 110, 90), at(20, 4, full, 150, 160, 140)), 12, 100},
-		// Half of its windows at one level, half at another: the LC
-		// changed while it was learnt, and is learnt from the change.
-		{"an LC that changed while learnt: its new level", slices.Concat(at(1, 0, full/2, 1100, 1000, 1200), at(1+full/2, 0, full/2, 6000, 5500, 6500)), 120, 6000},
-		{"the same, getting faster", slices.Concat(at(1, 0, full/2+1, 6000, 5500, 6500), at(2+full/2, 0, full/2-1, 1100, 1000, 1200)), 120, 1100},
-		{"a step of less than stepRatio is scatter", slices.Concat(at(1, 0, full/2, 1000), at(1+full/2, 0, full/2, 1400)), 120, 1200},
-	} {
-		b := &baseline{}
-		var got time.Duration
-		for _, w := range c.wins {
-			got, _ = b.add(w.tick, w.rung, w.v, w.learn, c.keep, 0)
-		}
-		if got != c.want {
-			t.Errorf("%s: baseline %v, want %v", c.name, got, c.want)
-		}
-	}
-	// A changed LC's estimate is ready once its new level has
-	// baselineMinWindows windows.
-	b := &baseline{}
-	for i, w := range slices.Concat(at(1, 0, full/2, 1000), at(1+full/2, 0, full, 6000)) {
-		got, _ := b.add(w.tick, w.rung, w.v, true, 120, 0)
-		if want := i+1 >= full+full/2; b.ready != want || (b.ready && got != 6000) {
-			t.Fatalf("window %d: ready %v (want %v), baseline %v", i+1, b.ready, want, got)
-		}
-	}
-	// At most baselinePerRung windows per setting: the newest.
-	b = &baseline{}
-	for i := range 40 {
-		b.add(i+1, 0, time.Duration(1000-i), true, 120, 0)
-	}
-	if len(b.vals) != baselinePerRung || b.vals[0].v != 1000-25 {
-		t.Errorf("kept %d windows from %v", len(b.vals), b.vals[0].v)
-	}
-}
-
-func TestBaselineForgetsGoneLCs(t *testing.T) {
-	c := mustNew(t, Options{BaselineWindow: 5})
-	obj := Objective{Quantile: 0.5, Inflation: 1.05}
-	c.Observe(Observation{LC: []LCSample{{Key: "gone", Objective: obj, Latency: time.Millisecond, Requests: 100}}})
-	for range 6 {
-		c.Observe(Observation{LC: []LCSample{{Key: "stays", Objective: obj, Latency: time.Millisecond, Requests: 100}}})
-	}
-	if _, ok := c.baselines[baselineKey("gone", obj.quantileName())]; ok || len(c.baselines) != 1 {
-		t.Errorf("baselines %v", c.baselines)
-	}
-}
-
 func TestNewRefusesBadLadders(t *testing.T) {
 	for _, l := range [][]time.Duration{
 		{2 * time.Millisecond, time.Millisecond},
@@ -762,7 +673,7 @@ func TestWorkloadChangeWithAMove(t *testing.T) {
 			}
 			ts := c.Current()
 			d := c.Observe(g.Window(w, obj, ts, prev))
-			prev = ts
+			prev, g.Paused = ts, d.PauseBE
 			ds = append(ds, d)
 			if switched < 0 && i >= 30 && d.Changed && d.Cause == CauseExplore {
 				switched = i + 1
@@ -1041,7 +952,7 @@ func TestRelearningResumesBelowSafe(t *testing.T) {
 		relearnt++
 		// Neither calibration's end nor the search goes back to 200 us
 		// for the back-off (8 windows or more) after relearning.
-		end := min(changedAt+baselineMinWindows+10, len(ds))
+		end := min(changedAt+5+10, len(ds))
 		for i, d := range ds[changedAt:end] {
 			if d.BETimeslice >= 200*time.Microsecond {
 				t.Errorf("seed %d: window %d after the change: %v (%s): %s", seed, i, d.BETimeslice, d.Cause, d.Reason)
@@ -1078,26 +989,6 @@ func TestCalibrationIsNotAWorkloadChange(t *testing.T) {
 				break
 			}
 		}
-	}
-}
-
-func TestResumeIsForgotten(t *testing.T) {
-	// The rung to resume at after relearning is dropped when the floor
-	// moves the search, and when a new LC's calibration starts elsewhere:
-	// it belongs to the relearning that set it.
-	obj := Objective{Quantile: 0.5, Inflation: 1.05}
-	g := NewSimGPU(1)
-	c := mustNew(t, Options{Safe: time.Microsecond})
-	c.resume = 1
-	o := g.Window(GraphHintsH100, obj, c.Current(), c.Current())
-	o.MinBETimeslice = 200 * time.Microsecond
-	if d := c.Observe(o); d.Cause != CauseFloor || c.resume != -1 {
-		t.Errorf("floor: %+v, resume %d; want cause floor, resume -1", d, c.resume)
-	}
-	c = mustNew(t, Options{})
-	c.resume = 1
-	if d := c.Observe(g.Window(GraphHintsH100, obj, c.Current(), c.Current())); d.Cause != CauseCalibrate || !d.Changed || c.resume != -1 {
-		t.Errorf("new LC: %+v, resume %d; want a move to calibrate, resume -1", d, c.resume)
 	}
 }
 
@@ -1142,7 +1033,7 @@ func TestPauseLearnsTheLCAlone(t *testing.T) {
 	var paused, beside []float64
 	for seed := range uint64(20) {
 		for _, pw := range []int{5, 0} {
-			c := mustNew(t, Options{PauseWindows: pw})
+			c := mustNew(t, pauseOpts(pw))
 			ds := run(t, c, NewSimGPU(seed), 120, obj, steady(eagerSlowBeside))
 			lc, _ := outcome(ds[60:], eagerSlowBeside)
 			n, longest := pauses(ds)
@@ -1182,7 +1073,7 @@ func TestPauseNotKeptCalibratesBeside(t *testing.T) {
 	for seed := range uint64(10) {
 		g := NewSimGPU(seed)
 		g.IgnorePause = true
-		c := mustNew(t, Options{PauseWindows: 3})
+		c := mustNew(t, pauseOpts(3))
 		ds := run(t, c, g, 120, obj, steady(EagerPyTorchH100))
 		n, _ := pauses(ds)
 		if n != 2 || !ds[0].PauseBE || !ds[1].PauseBE {
@@ -1205,7 +1096,7 @@ func TestPauseIsBoundedWhenSignalsGo(t *testing.T) {
 	obj := Objective{Quantile: 0.5, Inflation: 1.05}
 	for seed := range uint64(10) {
 		g := NewSimGPU(seed)
-		c := mustNew(t, Options{PauseWindows: 3})
+		c := mustNew(t, pauseOpts(3))
 		var ds []Decision
 		prev := c.Current()
 		for i := range 60 {
@@ -1219,10 +1110,10 @@ func TestPauseIsBoundedWhenSignalsGo(t *testing.T) {
 			g.Paused = d.PauseBE
 			ds = append(ds, d)
 		}
-		if n, longest := pauses(ds[:20]); n > 3+pauseSlack || longest > 3+1 {
+		if n, longest := pauses(ds[:20]); n > 3+calSlack || longest > 3+1 {
 			t.Errorf("seed %d: %d windows stopped in the first calibration (%d in a row): %v", seed, n, longest, summary(ds))
 		}
-		if _, ready := c.baselines[baselineKey("lc", obj.quantileName())]; !ready || !c.baselines[baselineKey("lc", obj.quantileName())].ready {
+		if r := c.refs["lc p50@"]; r == nil || r.value == 0 {
 			t.Errorf("seed %d: no baseline after 60 windows: %v", seed, summary(ds))
 		}
 	}
@@ -1239,7 +1130,7 @@ func TestPauseOneWindowIsNoChange(t *testing.T) {
 	settled := 0
 	for seed := range uint64(10) {
 		for _, pw := range []int{5, 0} {
-			ds := run(t, mustNew(t, Options{PauseWindows: pw}), NewSimGPU(seed), 70, obj, func(i int) Workload {
+			ds := run(t, mustNew(t, pauseOpts(pw)), NewSimGPU(seed), 70, obj, func(i int) Workload {
 				if i == 60 {
 					return spike
 				}
@@ -1296,7 +1187,7 @@ func TestTailChangesReadFromMedian(t *testing.T) {
 		for seed := range uint64(seeds) {
 			g := NewSimGPU(seed)
 			g.NoMedian = noMedian
-			ds := runBounded(mustNew(t, Options{PauseWindows: pause}), g, n, obj, steady(syntheticTail), 0, 200*time.Microsecond)
+			ds := runBounded(mustNew(t, pauseOpts(pause)), g, n, obj, steady(syntheticTail), 0, 200*time.Microsecond)
 			for _, d := range ds[20:] {
 				if d.WorkloadChanged {
 					got.relearnt++
@@ -1338,7 +1229,7 @@ func TestTailBodyChangeIsSeen(t *testing.T) {
 	}{{0, 1}, {5, 2}} {
 		late := 0
 		for seed := range uint64(20) {
-			ds := runBounded(mustNew(t, Options{PauseWindows: c.pause}), NewSimGPU(seed), 100, obj, func(i int) Workload {
+			ds := runBounded(mustNew(t, pauseOpts(c.pause)), NewSimGPU(seed), 100, obj, func(i int) Workload {
 				if i >= 60 {
 					return slower
 				}
@@ -1602,49 +1493,6 @@ func TestPassesAreBounded(t *testing.T) {
 	}
 }
 
-func TestPassingWhere(t *testing.T) {
-	// Where a mild or undecided miss may be passed, on the default
-	// ladder (1 us, 50 us, 200 us, 500 us, 1 ms, 2 ms, 3 ms; safe 200 us,
-	// SkipBad 2). A rung explored to from the safe one past rungs that
-	// missed is passed only within SkipBad rungs of the safe one: past
-	// 1 ms the eager LC only got slower on the H100, and a search that
-	// explored from 200 us past two missed rungs to 1.5 ms and probed on
-	// from there tried 2 ms (1.25x its objective; 7073479).
-	obj := []LCSample{{Objective: Objective{Quantile: 0.5, Inflation: 1.05}}}
-	for _, c := range []struct {
-		name            string
-		cur, from, dips int
-		upFromMet       bool
-		want            bool
-	}{
-		{"at the safe rung", 2, 1, 0, true, true},
-		{"under it", 1, 0, 0, false, true},
-		{"explored to from safe", 3, 2, 0, true, true},
-		{"explored to from safe, two up", 4, 2, 0, true, true},
-		{"explored to from safe, three up", 5, 2, 0, true, false},
-		{"explored to from above safe", 4, 3, 0, true, false},
-		{"stepped back to, from above", 3, 4, 0, false, false},
-		{"one pass in a row", 3, 2, 1, false, true},
-		{"two passes in a row", 4, 3, 2, false, false},
-		{"explored to from safe after two passes", 3, 2, 2, true, false},
-		{"at the safe rung after two passes", 2, 1, 2, false, true},
-	} {
-		ctl := mustNew(t, Options{})
-		for i := range ctl.rungs {
-			ctl.rungs[i].worst = 1.05
-		}
-		ctl.cur, ctl.from, ctl.dips, ctl.upFromMet = c.cur, c.from, c.dips, c.upFromMet
-		if got := ctl.passing(obj); got != c.want {
-			t.Errorf("%s: passing %v; want %v", c.name, got, c.want)
-		}
-		// A longer rung that missed recently: not passed, wherever.
-		ctl.rungs[len(ctl.rungs)-1].fails, ctl.rungs[len(ctl.rungs)-1].missAt = 1, ctl.tick
-		if ctl.passing(obj) {
-			t.Errorf("%s, a longer rung missed recently: passing", c.name)
-		}
-	}
-}
-
 func TestDominatedRungIsLeft(t *testing.T) {
 	// The synthetic LC with hints beside fixed-work BE kernels on the H100
 	// (6b35629, 2026-11-23, must2s): under the 50 us spinner ceiling the
@@ -1715,4 +1563,13 @@ func TestDominanceDoesNotFlap(t *testing.T) {
 	if worst > 1 || total > 6 {
 		t.Errorf("moves for a dominating setting between two equal ones: %d over 20 seeds, %d in one; want at most 6, and 1", total, worst)
 	}
+}
+
+// pauseOpts are the options of a controller that learns references with
+// BE stopped for pw windows (0: one that cannot stop BE).
+func pauseOpts(pw int) Options {
+	if pw == 0 {
+		return Options{NoPause: true}
+	}
+	return Options{CalibrateWindows: pw}
 }

@@ -1,16 +1,7 @@
-// Package slo chooses the BE timeslice that gives best-effort work the
-// most GPU that every latency-critical (LC) process's objective allows,
-// from measured LC latency and BE progress.
-//
-// Why a search and not a formula: LC latency is not monotonic in the BE
-// timeslice. Measured on an H100 with an eager (launch-bound) PyTorch LC
-// beside a trainer, LC p50 went 1.01x, 0.97x, 0.94x, 1.17x standalone for
-// BE timeslices of 1 us, 200 us, 1 ms, 3 ms while BE kept 63.5%, 76.1%,
-// 87.1%, 90.5%; a CUDA-graph LC with pre-preemption wants the opposite end
-// (1 us). Every LC switch-in costs ~170-200 us of GPU time, so the knee
-// depends on how the LC feeds the GPU, and moves when the LC changes. The
-// Controller keeps what it has measured at each rung of a timeslice ladder
-// and moves one rung at a time, with hysteresis and a bounded change rate.
+// Package slo chooses, per GPU, what gives best-effort (BE) work the most
+// GPU that every latency-critical (LC) process's objective allows: a BE
+// timeslice, the request gate, pre-preemption (an Arm), from measured LC
+// latency and BE progress. docs/SLO.md explains its decisions.
 package slo
 
 import (
@@ -26,51 +17,89 @@ import (
 // ErrInvalid marks a malformed objective or option.
 var ErrInvalid = errors.New("invalid SLO setting")
 
+// Metrics an objective may bound besides request latency: an LLM server's
+// time to first token and time per output token, pushed as "ttft_p50",
+// "tpot_p99" beside the request quantiles.
+var Metrics = []string{"ttft", "tpot"}
+
+// References a relative objective is measured against.
+const (
+	// RefStandalone: the LC's latency with BE stopped (paused) for a few
+	// windows; the default.
+	RefStandalone = "standalone"
+	// RefShortest: the LC's latency beside BE under the shortest BE
+	// timeslice; costs BE no pause, and is not the LC alone.
+	RefShortest = "shortest"
+)
+
 // Objective is an LC process's latency objective: a quantile of its
-// request latency, bounded either relative to its own standalone-like
-// latency (Inflation, e.g. 1.05) or absolutely (Absolute).
+// request latency (or of Metric), bounded absolutely (Absolute) or
+// relative to a reference latency at the same quantile (Inflation).
 type Objective struct {
-	// Quantile is 0.5 or 0.99 (any value in (0, 1) is accepted).
+	// Metric is "" (request latency) or one of Metrics.
+	Metric string `json:"metric,omitempty"`
+	// Quantile is in (0, 1): 0.5, 0.99.
 	Quantile float64 `json:"quantile"`
-	// Inflation bounds latency / baseline; 0 when Absolute is used.
+	// Inflation bounds latency / reference; 0 when Absolute is used.
 	Inflation float64 `json:"inflation,omitempty"`
 	// Absolute bounds latency itself; 0 when Inflation is used.
 	Absolute time.Duration `json:"absolute,omitempty"`
+	// Reference names what Inflation is relative to: RefStandalone,
+	// RefShortest, or "" (the controller's default: standalone where it
+	// may pause BE, else shortest).
+	Reference string `json:"reference,omitempty"`
 }
 
-// ParseObjective reads "p99<=1.15x", "p50<=1.05x" or "p99<=2ms".
+// ParseObjective reads "p99<=40ms", "tpot_p50<=12ms", "p50<=1.05x" or
+// "p50<=1.05x@shortest".
 func ParseObjective(s string) (Objective, error) {
-	q, bound, ok := strings.Cut(strings.ReplaceAll(strings.TrimSpace(s), " ", ""), "<=")
-	if !ok || len(q) < 2 || (q[0] != 'p' && q[0] != 'P') {
-		return Objective{}, fmt.Errorf("%w: objective %q: want pNN<=X.XXx or pNN<=DURATION (e.g. p99<=1.15x, p50<=2ms)", ErrInvalid, s)
+	bad := func(what string, args ...any) (Objective, error) {
+		return Objective{}, fmt.Errorf("%w: objective %q: %s", ErrInvalid, s, fmt.Sprintf(what, args...))
 	}
-	pct, err := strconv.ParseFloat(q[1:], 64)
+	lhs, bound, ok := strings.Cut(strings.ReplaceAll(strings.TrimSpace(s), " ", ""), "<=")
+	var o Objective
+	if m, q, found := strings.Cut(lhs, "_"); found {
+		if !slices.Contains(Metrics, strings.ToLower(m)) {
+			return bad("metric %q: want %s", m, strings.Join(Metrics, " or "))
+		}
+		o.Metric, lhs = strings.ToLower(m), q
+	}
+	if !ok || len(lhs) < 2 || (lhs[0] != 'p' && lhs[0] != 'P') {
+		return bad("want pNN<=DURATION or pNN<=X.XXx (e.g. p99<=40ms, tpot_p50<=12ms, p50<=1.05x)")
+	}
+	pct, err := strconv.ParseFloat(lhs[1:], 64)
 	if err != nil || !(pct > 0 && pct < 100) { // NaN too
-		return Objective{}, fmt.Errorf("%w: objective %q: quantile %q: want p1 .. p99.9", ErrInvalid, s, q)
+		return bad("quantile %q: want p1 .. p99.9", lhs)
 	}
-	o := Objective{Quantile: pct / 100}
-	if x, found := strings.CutSuffix(bound, "x"); found {
-		f, err := strconv.ParseFloat(x, 64)
-		if err != nil || !(f >= 1 && f <= 100) { // NaN too
-			return Objective{}, fmt.Errorf("%w: objective %q: inflation %q: want a factor in [1, 100] such as 1.05x", ErrInvalid, s, bound)
+	o.Quantile = pct / 100
+	if x, ref, found := strings.Cut(bound, "@"); found || strings.HasSuffix(bound, "x") {
+		if o.Reference = strings.ToLower(ref); found && o.Reference != RefStandalone && o.Reference != RefShortest {
+			return bad("reference %q: want %s or %s", ref, RefStandalone, RefShortest)
+		}
+		f, err := strconv.ParseFloat(strings.TrimSuffix(x, "x"), 64)
+		if err != nil || !strings.HasSuffix(x, "x") || !(f >= 1 && f <= 100) { // NaN too
+			return bad("inflation %q: want a factor in [1, 100] such as 1.05x", x)
 		}
 		o.Inflation = f
 		return o, nil
 	}
 	d, err := time.ParseDuration(bound)
 	if err != nil || d <= 0 {
-		return Objective{}, fmt.Errorf("%w: objective %q: bound %q: want a factor (1.05x) or a positive duration (2ms)", ErrInvalid, s, bound)
+		return bad("bound %q: want a positive duration (40ms) or a factor (1.05x)", bound)
 	}
 	o.Absolute = d
 	return o, nil
 }
 
 func (o Objective) String() string {
-	p := o.quantileName()
 	if o.Absolute > 0 {
-		return fmt.Sprintf("%s<=%v", p, o.Absolute)
+		return fmt.Sprintf("%s<=%v", o.name(), o.Absolute)
 	}
-	return fmt.Sprintf("%s<=%sx", p, strconv.FormatFloat(o.Inflation, 'f', -1, 64))
+	s := fmt.Sprintf("%s<=%sx", o.name(), strconv.FormatFloat(o.Inflation, 'f', -1, 64))
+	if o.Reference != "" {
+		s += "@" + o.Reference
+	}
+	return s
 }
 
 // Check validates o.
@@ -82,30 +111,50 @@ func (o Objective) Check() error {
 		return fmt.Errorf("%w: objective %v: give exactly one of an inflation or an absolute bound", ErrInvalid, o)
 	case o.Inflation > 0 && o.Inflation < 1:
 		return fmt.Errorf("%w: objective inflation %v below 1", ErrInvalid, o.Inflation)
+	case o.Metric != "" && !slices.Contains(Metrics, o.Metric):
+		return fmt.Errorf("%w: objective metric %q", ErrInvalid, o.Metric)
+	case o.Reference != "" && (o.Absolute > 0 || o.Reference != RefStandalone && o.Reference != RefShortest):
+		return fmt.Errorf("%w: objective %v: reference %q", ErrInvalid, o, o.Reference)
 	}
 	return nil
 }
 
-// Target is the latency o allows given the process's baseline (its
-// standalone-like latency at the same quantile; unused for absolute
-// objectives). 0 when the baseline is not known yet.
-func (o Objective) Target(baseline time.Duration) time.Duration {
+// Relative reports whether o is bounded relative to a reference latency.
+func (o Objective) Relative() bool { return o.Absolute <= 0 }
+
+// Target is the latency o allows given the reference latency at its
+// quantile (unused for absolute objectives); 0 while it is not known.
+func (o Objective) Target(reference time.Duration) time.Duration {
 	if o.Absolute > 0 {
 		return o.Absolute
 	}
-	if baseline <= 0 {
+	if reference <= 0 {
 		return 0
 	}
-	return time.Duration(float64(baseline) * o.Inflation)
+	return time.Duration(float64(reference) * o.Inflation)
+}
+
+// Tail reports whether o bounds a quantile above the median: set by a
+// window's few worst requests.
+func (o Objective) Tail() bool { return o.Quantile > 0.5 }
+
+// Quantile names o's quantile as an app pushes it: "p50", "p99"; with a
+// metric, "tpot_p50".
+func (o Objective) name() string {
+	p := "p" + strconv.FormatFloat(o.Quantile*100, 'f', -1, 64)
+	if o.Metric != "" {
+		return o.Metric + "_" + p
+	}
+	return p
 }
 
 // Objectives are an LC process's objectives, all of which it must meet,
-// in ascending quantile: "p50<=1.05x, p99<=1.15x" bounds both its median
-// and its tail. Nil: none.
+// in ascending metric and quantile: "p50<=1.05x, p99<=40ms" bounds its
+// median and its tail. Nil: none.
 type Objectives []Objective
 
 // ParseObjectives reads one objective or several separated by commas, at
-// most one per quantile.
+// most one per metric and quantile.
 func ParseObjectives(s string) (Objectives, error) {
 	var os Objectives
 	for part := range strings.SplitSeq(s, ",") {
@@ -113,22 +162,15 @@ func ParseObjectives(s string) (Objectives, error) {
 		if err != nil {
 			return nil, err
 		}
-		if slices.ContainsFunc(os, func(x Objective) bool { return x.Quantile == o.Quantile }) {
-			return nil, fmt.Errorf("%w: objectives %q: two bounds on p%s", ErrInvalid, s, strconv.FormatFloat(o.Quantile*100, 'f', -1, 64))
+		if slices.ContainsFunc(os, func(x Objective) bool { return x.name() == o.name() }) {
+			return nil, fmt.Errorf("%w: objectives %q: two bounds on %s", ErrInvalid, s, o.name())
 		}
 		os = append(os, o)
 	}
-	slices.SortFunc(os, func(a, b Objective) int { return cmp.Compare(a.Quantile, b.Quantile) })
+	slices.SortFunc(os, func(a, b Objective) int {
+		return cmp.Or(cmp.Compare(a.Metric, b.Metric), cmp.Compare(a.Quantile, b.Quantile))
+	})
 	return os, nil
-}
-
-// Tail reports whether o bounds a quantile above the median: set by a
-// request's worst windows, so a setting tried and missed once shows in it.
-func (o Objective) Tail() bool { return o.Quantile > 0.5 }
-
-// quantileName is "p99" for 0.99: what names an LC's baseline for it.
-func (o Objective) quantileName() string {
-	return "p" + strconv.FormatFloat(o.Quantile*100, 'f', -1, 64)
 }
 
 func (os Objectives) String() string {

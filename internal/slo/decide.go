@@ -1,0 +1,138 @@
+package slo
+
+import (
+	"fmt"
+	"math"
+)
+
+// decide chooses the next arm from the estimates, in the deciding phase:
+//
+//   - the arm in force is left at once when a lower bound misses an
+//     objective: for the arm known to meet every objective that gives BE
+//     the most, else one that might, else the one that came closest;
+//   - else it is kept for Dwell windows, and an arm being explored for
+//     ExploreFor windows or until its bounds decide;
+//   - then the arm known to meet every objective (every upper bound
+//     within it) that gives BE the most is chosen, if it gives Margin
+//     more than the arm in force or that one is not known to meet them;
+//   - else an arm that might meet them (no lower bound misses), next to
+//     one measured, not explored in the last HalfLife windows, and
+//     expected to give BE more by Margin than the arm chosen, is
+//     explored: the one expected to give BE the most.
+func (c *Controller) decide(d Decision, o Observation) Decision {
+	cur, f := c.cur, c.feasibility(c.cur)
+	best, hasBest := c.best()
+	if hasBest && o.MinBEShare > 0 && !math.IsNaN(o.BEShare) && c.share(best) < o.MinBEShare {
+		d.BEBelowMinimum = true
+	}
+	switch {
+	case f == infeasible && c.since >= c.opts.Dwell:
+		c.exploring = false
+		d.Cause = CauseViolation
+		miss := fmt.Sprintf("LC at %.2fx its objective under %v (mean of %.1f windows): ", c.worstMean(cur), cur, c.evidence(cur))
+		if hasBest {
+			return c.move(d, best, miss+fmt.Sprintf("to %v, which meets every objective", best))
+		}
+		if a, ok := c.candidate(math.Inf(-1)); ok {
+			return c.explore(d, a, miss+fmt.Sprintf("trying %v, which might meet them", a))
+		}
+		d.Cause, d.BEBelowMinimum = CauseAtLimit, o.MinBEShare > 0 && !math.IsNaN(o.BEShare)
+		if a := c.closest(); a != cur {
+			return c.move(d, a, miss+fmt.Sprintf("no arm meets it: to %v, the closest (%.2fx)", a, c.worstMean(a)))
+		}
+		return c.stay(d, miss+"no arm meets it, and this one came closest")
+	case c.since < c.opts.Dwell:
+		d.Cause = CauseDwell
+		return c.stay(d, "dwelling after a change")
+	case c.exploring && f == possible && c.since < c.opts.Dwell+c.opts.ExploreFor:
+		d.Cause = CauseWithin
+		return c.stay(d, fmt.Sprintf("exploring %v: LC at %.2fx its objective so far", cur, c.worstMean(cur)))
+	}
+	c.exploring = false
+	if hasBest && best != cur && (f != feasible || c.share(best) > c.share(cur)+c.opts.Margin) {
+		d.Cause = CauseKnownBetter
+		return c.move(d, best, fmt.Sprintf("%v meets every objective with %s", best, c.shareText(best)))
+	}
+	than := c.share(cur) + c.opts.Margin
+	if hasBest {
+		than = c.share(best) + c.opts.Margin
+	}
+	if a, ok := c.candidate(than); ok {
+		d.Cause = CauseExplore
+		return c.explore(d, a, fmt.Sprintf("LC at %.2fx its objective under %v: trying %v, which might meet it with %s", c.worstMean(cur), cur, a, c.shareText(a)))
+	}
+	if f != feasible && !hasBest && !(c.worstMean(cur) <= 1) {
+		d.Cause, d.BEBelowMinimum = CauseAtLimit, d.BEBelowMinimum || o.MinBEShare > 0 && !math.IsNaN(o.BEShare)
+		return c.stay(d, fmt.Sprintf("LC at %.2fx its objective under %v, and no arm is known to meet it", c.worstMean(cur), cur))
+	}
+	d.Cause = CauseWithin
+	return c.stay(d, "within objectives")
+}
+
+// best is the arm known to meet every objective that gives BE the most
+// (the one in force on a tie).
+func (c *Controller) best() (Arm, bool) {
+	best, ok := c.cur, false
+	for _, a := range c.set.all() {
+		if c.feasibility(a) == feasible && (!ok || c.share(a) > c.share(best) || a == c.cur && c.share(a) == c.share(best)) {
+			best, ok = a, true
+		}
+	}
+	return best, ok
+}
+
+// candidate is the arm to explore that is expected to give BE the most,
+// more than than.
+func (c *Controller) candidate(than float64) (Arm, bool) {
+	var best Arm
+	ok := false
+	for _, a := range c.set.all() {
+		if t, ok := c.explored[a]; a == c.cur || ok && c.tick-t < c.opts.HalfLife || !c.frontier(a) || c.feasibility(a) != possible {
+			continue
+		}
+		if s := c.share(a); s > than && (!ok || s > c.share(best)) {
+			best, ok = a, true
+		}
+	}
+	return best, ok
+}
+
+// frontier reports whether a was measured, or is next to the arm in force
+// or to one measured: the search extends what it knows one step at a
+// time.
+func (c *Controller) frontier(a Arm) bool {
+	if c.evidence(a) > 0 {
+		return true
+	}
+	for _, n := range c.set.neighbours(a) {
+		if n == c.cur || c.evidence(n) >= minWeight {
+			return true
+		}
+	}
+	return false
+}
+
+// closest is the arm whose worst mean latency/target is lowest (the one
+// in force when none is known).
+func (c *Controller) closest() Arm {
+	best, bm := c.cur, c.worstMean(c.cur)
+	for _, a := range c.set.all() {
+		if m := c.worstMean(a); m < bm || math.IsNaN(bm) && !math.IsNaN(m) {
+			best, bm = a, m
+		}
+	}
+	return best
+}
+
+func (c *Controller) shareText(a Arm) string {
+	if e := &c.est(a).share; e.known() {
+		return fmt.Sprintf("BE at %.1f%%", 100*e.mean())
+	}
+	return "more BE share expected"
+}
+
+// explore moves to a to explore it.
+func (c *Controller) explore(d Decision, a Arm, why string) Decision {
+	c.exploring, c.explored[a] = true, c.tick
+	return c.move(d, a, why)
+}
