@@ -225,7 +225,7 @@ type Controller struct {
 	// scatter is each quantity's squared relative deviation (scatterOf).
 	scatter map[string]*est
 	// exploring: cur is being explored (ExploreFor windows at most);
-	// explored: the window each arm was last explored in.
+	// explored: the window each arm was last left unproven in.
 	exploring bool
 	explored  map[Arm]int
 	cusum     [2]float64
@@ -351,7 +351,7 @@ func (c *Controller) observe(o Observation) Decision {
 		return c.endCalibration(d)
 	}
 	if c.since >= 2 && !c.wasPaused {
-		changed, far := c.changed(o)
+		changed, judged := c.changed(o)
 		if changed {
 			d.WorkloadChanged, d.Cause = true, CauseChange
 			if c.relearn() {
@@ -359,7 +359,10 @@ func (c *Controller) observe(o Observation) Decision {
 			}
 			return c.stay(d, "the LC's response changed under this arm: what the other arms showed is forgotten")
 		}
-		if !far { // a window far off waits for the next to tell a change from a burst
+		// While the detector is half way to a change the windows that
+		// took it there are not learnt: else a young estimate follows a
+		// step and hides it, and a burst that passes is not the arm's.
+		if !judged || max(c.cusum[0], c.cusum[1]) < c.opts.Threshold/2 {
 			c.learn(o)
 		}
 	}
@@ -472,34 +475,38 @@ func shownOf(ss []LCSample) map[string]float64 {
 
 // changed runs the change detector on the window's residuals against
 // what the arm in force has shown, and on a change forgets every other
-// arm: they showed the workload that was. far: the window alone is half
-// a change.
-func (c *Controller) changed(o Observation) (changed, far bool) {
+// arm: they showed the workload that was. judged: the arm had shown
+// something to compare the window with.
+func (c *Controller) changed(o Observation) (changed, judged bool) {
 	e := c.est(c.cur)
-	z := 0.0
+	z := math.NaN()
 	for k, x := range shownOf(c.counted(o)) {
-		if s := e.shown[k]; s.known() && s.w >= 1 {
-			if r := (x - s.mean()) / s.sd(c.scatterOf(shownKey(k))); math.Abs(r) > math.Abs(z) {
+		// An arm measured for a few windows is still being learnt: its
+		// mean is no level to stray from.
+		if s := e.shown[k]; s.known() && s.w >= float64(c.opts.ExploreFor)/2 {
+			if r := (x - s.mean()) / s.sd(c.scatterOf(shownKey(k))); !(math.Abs(r) <= math.Abs(z)) {
 				z = r
 			}
 		}
 	}
+	if math.IsNaN(z) {
+		return false, false // nothing to compare with: an arm not measured yet
+	}
 	// One window counts for half a change at most: a burst of one window
 	// (a tail's few worst requests) is not one.
-	half := c.opts.Threshold / 2
-	far = math.Abs(z) >= half+c.opts.Drift
-	z = max(-half-c.opts.Drift, min(half+c.opts.Drift, z))
+	half := c.opts.Threshold/2 + c.opts.Drift
+	z = max(-half, min(half, z))
 	c.cusum[0] = max(0, c.cusum[0]+z-c.opts.Drift)
 	c.cusum[1] = max(0, c.cusum[1]-z-c.opts.Drift)
 	if max(c.cusum[0], c.cusum[1]) < c.opts.Threshold {
-		return false, far
+		return false, true
 	}
 	c.cusum = [2]float64{}
 	clear(c.arms)
 	clear(c.scatter)
 	clear(c.explored)
 	c.exploring = false
-	return true, far
+	return true, true
 }
 
 // relearn drops the references of the LCs in force, to learn them again

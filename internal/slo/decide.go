@@ -11,12 +11,13 @@ import (
 //     objective: for the arm known to meet every objective that gives BE
 //     the most, else one that might, else the one that came closest;
 //   - else it is kept for Dwell windows, and an arm being explored for
-//     ExploreFor windows or until its bounds decide;
+//     ExploreFor windows or until its bounds decide (or, while its mean
+//     meets the objectives, until a further arm is worth exploring);
 //   - then the arm known to meet every objective (every upper bound
 //     within it) that gives BE the most is chosen, if it gives Margin
 //     more than the arm in force or that one is not known to meet them;
 //   - else an arm that might meet them (no lower bound misses), next to
-//     one measured, not explored in the last HalfLife windows, and
+//     one measured, not left unproven in the last HalfLife windows, and
 //     expected to give BE more by Margin than the arm chosen, is
 //     explored: the one expected to give BE the most.
 func (c *Controller) decide(d Decision, o Observation) Decision {
@@ -27,7 +28,7 @@ func (c *Controller) decide(d Decision, o Observation) Decision {
 	}
 	switch {
 	case f == infeasible && c.since >= c.opts.Dwell:
-		c.exploring = false
+		c.exploring, c.explored[cur] = false, c.tick
 		d.Cause = CauseViolation
 		miss := fmt.Sprintf("LC at %.2fx its objective under %v (mean of %.1f windows): ", c.worstMean(cur), cur, c.evidence(cur))
 		if hasBest {
@@ -45,8 +46,18 @@ func (c *Controller) decide(d Decision, o Observation) Decision {
 		d.Cause = CauseDwell
 		return c.stay(d, "dwelling after a change")
 	case c.exploring && f == possible && c.since < c.opts.Dwell+c.opts.ExploreFor:
+		// An arm being explored whose mean meets the objectives is
+		// explored past: a latency a few percent under its objective
+		// takes many windows to prove, and the next arm may do better.
+		if a, ok := c.candidate(c.share(cur) + c.opts.Margin); ok && c.worstMean(cur) <= 1 {
+			d.Cause = CauseExplore
+			return c.explore(d, a, fmt.Sprintf("LC at %.2fx its objective under %v so far: trying %v, which might meet it with %s", c.worstMean(cur), cur, a, c.shareText(a)))
+		}
 		d.Cause = CauseWithin
 		return c.stay(d, fmt.Sprintf("exploring %v: LC at %.2fx its objective so far", cur, c.worstMean(cur)))
+	}
+	if c.exploring && f != feasible {
+		c.explored[cur] = c.tick // left undecided: not tried again for a while
 	}
 	c.exploring = false
 	if hasBest && best != cur && (f != feasible || c.share(best) > c.share(cur)+c.opts.Margin) {
@@ -133,6 +144,6 @@ func (c *Controller) shareText(a Arm) string {
 
 // explore moves to a to explore it.
 func (c *Controller) explore(d Decision, a Arm, why string) Decision {
-	c.exploring, c.explored[a] = true, c.tick
+	c.exploring = true
 	return c.move(d, a, why)
 }
