@@ -225,9 +225,9 @@ type Controller struct {
 	// scatter is each quantity's squared relative deviation (scatterOf).
 	scatter map[string]*est
 	// exploring: cur is being explored (ExploreFor windows at most);
-	// explored: the window each arm was last left unproven in.
+	// left: how each arm was left unproven (leftUnproven).
 	exploring bool
-	explored  map[Arm]int
+	left      map[Arm]struct{ n, until int }
 	cusum     [2]float64
 	missing   int
 	// pausing: the last decision stopped BE; wasPaused: the window being
@@ -248,7 +248,7 @@ func New(opts Options) (*Controller, error) {
 		}
 	}
 	c := &Controller{opts: opts, phase: phaseDeciding, arms: map[Arm]*armEst{}, active: map[string]int{},
-		refs: map[string]*reference{}, scatter: map[string]*est{}, explored: map[Arm]int{}, relearnt: math.MinInt / 2}
+		refs: map[string]*reference{}, scatter: map[string]*est{}, left: map[Arm]struct{ n, until int }{}, relearnt: math.MinInt / 2}
 	c.set = arms{ladder: opts.Ladder, hi: len(opts.Ladder) - 1}
 	c.cur = c.safe()
 	return c, nil
@@ -504,7 +504,7 @@ func (c *Controller) changed(o Observation) (changed, judged bool) {
 	c.cusum = [2]float64{}
 	clear(c.arms)
 	clear(c.scatter)
-	clear(c.explored)
+	clear(c.left)
 	c.exploring = false
 	return true, true
 }

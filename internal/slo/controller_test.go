@@ -18,6 +18,16 @@ func TestParseObjective(t *testing.T) {
 		{"p99<=1.15x", Objective{Quantile: 0.99, Inflation: 1.15}, false},
 		{"p50 <= 1.05x", Objective{Quantile: 0.5, Inflation: 1.05}, false},
 		{"P99.9<=2ms", Objective{Quantile: 0.999, Absolute: 2 * time.Millisecond}, false},
+		{"tpot_p50<=12ms", Objective{Metric: "tpot", Quantile: 0.5, Absolute: 12 * time.Millisecond}, false},
+		{"TTFT_p99 <= 400ms", Objective{Metric: "ttft", Quantile: 0.99, Absolute: 400 * time.Millisecond}, false},
+		{"p50<=1.05x@shortest", Objective{Quantile: 0.5, Inflation: 1.05, Reference: RefShortest}, false},
+		{"p50<=1.05x@Standalone", Objective{Quantile: 0.5, Inflation: 1.05, Reference: RefStandalone}, false},
+		{"p50<=2ms@shortest", Objective{}, true},
+		{"p50<=1.05x@alone", Objective{}, true},
+		{"p50<=1.05x@", Objective{}, true},
+		{"p50<=1.05@shortest", Objective{}, true},
+		{"tbt_p50<=12ms", Objective{}, true},
+		{"tpot_<=12ms", Objective{}, true},
 		{"p99<=0.9x", Objective{}, true},
 		{"p100<=2x", Objective{}, true},
 		{"p0<=2x", Objective{}, true},
@@ -29,7 +39,7 @@ func TestParseObjective(t *testing.T) {
 	} {
 		got, err := ParseObjective(tc.in)
 		if (err != nil) != tc.err || math.Abs(got.Quantile-tc.want.Quantile) > 1e-12 ||
-			got.Inflation != tc.want.Inflation || got.Absolute != tc.want.Absolute {
+			got.Inflation != tc.want.Inflation || got.Absolute != tc.want.Absolute || got.Metric != tc.want.Metric || got.Reference != tc.want.Reference {
 			t.Errorf("ParseObjective(%q) = %+v, %v; want %+v, err %v", tc.in, got, err, tc.want, tc.err)
 		}
 		if err != nil {
@@ -59,6 +69,8 @@ func TestParseObjectives(t *testing.T) {
 		{",", ""},
 		{"", ""},
 		{"p50<=1.05x, p101<=2x", ""},
+		{"tpot_p50<=12ms, p50<=1.05x", "p50<=1.05x, tpot_p50<=12ms"},
+		{"tpot_p50<=12ms, tpot_p50<=10ms", ""},
 	} {
 		got, err := ParseObjectives(tc.in)
 		switch {
@@ -71,7 +83,8 @@ func TestParseObjectives(t *testing.T) {
 }
 
 func FuzzParseObjective(f *testing.F) {
-	for _, s := range []string{"p99<=1.15x", "p50<=2ms", "p<=", "p99<=1e308x", "p1e-9<=1x", "p50<=1.05x, p99<=1.15x"} {
+	for _, s := range []string{"p99<=1.15x", "p50<=2ms", "p<=", "p99<=1e308x", "p1e-9<=1x", "p50<=1.05x, p99<=1.15x",
+		"tpot_p50<=12ms", "p50<=1.05x@shortest", "ttft_p99<=1.5x@standalone", "_p50<=1x", "tpot_p50<=@x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -714,11 +727,12 @@ func TestWorkloadChangeWithAMove(t *testing.T) {
 	}
 	slices.Sort(firsts)
 	t.Logf("windows from the change to 1 ms: %v", firsts)
-	// 2-3 windows to see the change (the rung tried as the LC changed
-	// misses by far in its first window; the one returned to shows the
-	// change after its first), 8 to learn the LC, 5-7 to climb.
-	if med, p90 := firsts[len(firsts)/2], firsts[len(firsts)*9/10]; med > 16 || p90 > 19 {
-		t.Errorf("median %d, 90th percentile %d windows from the change to 1 ms; want <= 16 and <= 19", med, p90)
+	// 4-5 windows to see the change (the arm tried as the LC changed is
+	// left after the dwell; under the one returned to a change takes
+	// two), 7 to learn the LC alone (5, one that drains BE's queue, one
+	// that mixes), 2 an arm to climb.
+	if med, p90 := firsts[len(firsts)/2], firsts[len(firsts)*9/10]; med > 18 || p90 > 22 {
+		t.Errorf("median %d, 90th percentile %d windows from the change to 1 ms; want <= 18 and <= 22", med, p90)
 	}
 }
 

@@ -17,7 +17,8 @@ import (
 //     within it) that gives BE the most is chosen, if it gives Margin
 //     more than the arm in force or that one is not known to meet them;
 //   - else an arm that might meet them (no lower bound misses), next to
-//     one measured, not left unproven in the last HalfLife windows, and
+//     one measured, not left unproven lately (a HalfLife, doubling each
+//     time it is left so again, up to 8), and
 //     expected to give BE more by Margin than the arm chosen, is
 //     explored: the one expected to give BE the most.
 func (c *Controller) decide(d Decision, o Observation) Decision {
@@ -28,7 +29,8 @@ func (c *Controller) decide(d Decision, o Observation) Decision {
 	}
 	switch {
 	case f == infeasible && c.since >= c.opts.Dwell:
-		c.exploring, c.explored[cur] = false, c.tick
+		c.exploring = false
+		c.leftUnproven(cur)
 		d.Cause = CauseViolation
 		miss := fmt.Sprintf("LC at %.2fx its objective under %v (mean of %.1f windows): ", c.worstMean(cur), cur, c.evidence(cur))
 		if hasBest {
@@ -57,7 +59,7 @@ func (c *Controller) decide(d Decision, o Observation) Decision {
 		return c.stay(d, fmt.Sprintf("exploring %v: LC at %.2fx its objective so far", cur, c.worstMean(cur)))
 	}
 	if c.exploring && f != feasible {
-		c.explored[cur] = c.tick // left undecided: not tried again for a while
+		c.leftUnproven(cur)
 	}
 	c.exploring = false
 	if hasBest && best != cur && (f != feasible || c.share(best) > c.share(cur)+c.opts.Margin) {
@@ -98,7 +100,7 @@ func (c *Controller) candidate(than float64) (Arm, bool) {
 	var best Arm
 	ok := false
 	for _, a := range c.set.all() {
-		if t, ok := c.explored[a]; a == c.cur || ok && c.tick-t < c.opts.HalfLife || !c.frontier(a) || c.feasibility(a) != possible {
+		if l := c.left[a]; a == c.cur || c.tick < l.until || !c.frontier(a) || c.feasibility(a) != possible {
 			continue
 		}
 		if s := c.share(a); s > than && (!ok || s > c.share(best)) {
@@ -146,4 +148,15 @@ func (c *Controller) shareText(a Arm) string {
 func (c *Controller) explore(d Decision, a Arm, why string) Decision {
 	c.exploring = true
 	return c.move(d, a, why)
+}
+
+// leftUnproven backs arm a off from exploring: it was left missing or
+// undecided. Each time again it waits twice as long (8 HalfLifes at
+// most): an LC at the edge of its objective would otherwise have every
+// arm near the edge explored each HalfLife.
+func (c *Controller) leftUnproven(a Arm) {
+	l := c.left[a]
+	l.n = min(l.n+1, 4)
+	l.until = c.tick + c.opts.HalfLife<<(l.n-1)
+	c.left[a] = l
 }

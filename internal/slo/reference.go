@@ -99,7 +99,7 @@ func (c *Controller) calibrate(d Decision, o Observation) Decision {
 	c.cal.n++
 	c.calibrationWindows++
 	d.Cause = CauseCalibrate
-	if c.pauseOK() {
+	if c.pauseOK() && c.learning(RefStandalone) {
 		if c.wasPaused && !o.BEPaused {
 			c.cal.missed++
 		}
@@ -126,6 +126,17 @@ func (c *Controller) calibrate(d Decision, o Observation) Decision {
 		return c.move(d, to, why)
 	}
 	return c.stay(d, why)
+}
+
+// learning reports whether a reference learnt how is being learnt for an
+// LC in force.
+func (c *Controller) learning(how string) bool {
+	for _, r := range c.refs {
+		if r.value == 0 && r.how == how && c.tick-r.last < c.opts.MissingAfter {
+			return true
+		}
+	}
+	return false
 }
 
 // endCalibration goes back to the arm the calibration left.
