@@ -264,7 +264,7 @@ func TestRules(t *testing.T) {
 		// Phase fallback: three windows without LC latency, the safe arm;
 		// a window with it, deciding again.
 		name: "fallback", obj: abs, n: 60,
-		w: func(i int) (Workload, string) { return EagerPyTorchH100, "" },
+		w:   func(i int) (Workload, string) { return EagerPyTorchH100, "" },
 		sim: func(g *SimGPU) {},
 		check: func(t *testing.T, _ uint64, ds []Decision) {
 			// (played by TestSignalLoss below)
