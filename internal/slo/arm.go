@@ -25,14 +25,14 @@ func (a Arm) String() string {
 	return s
 }
 
-// arms is what may be chosen now: the rungs lo..hi of the ladder, the gate
+// arms is what may be chosen now: rungs lo..hi of the ladder, the gate
 // where the daemon has one for these LCs, pre-preemption up to a
-// timeslice where an LC has a hint engine.
+// timeslice where an LC has a hint engine (0: none).
 type arms struct {
 	ladder     []time.Duration
 	lo, hi     int
 	gate       bool
-	prepreempt time.Duration // pre-preemption allowed at rungs up to this; 0: none
+	prepreempt time.Duration
 }
 
 func (s arms) rung(a Arm) int { return slices.Index(s.ladder, a.BETimeslice) }
@@ -42,15 +42,13 @@ func (s arms) allowed(a Arm) bool {
 	return i >= s.lo && i <= s.hi && (!a.Gate || s.gate) && (!a.Prepreempt || a.BETimeslice <= s.prepreempt)
 }
 
-// all lists the arms allowed now.
+// all lists the arms allowed now, in a fixed order.
 func (s arms) all() []Arm {
 	var out []Arm
 	for i := s.lo; i <= s.hi; i++ {
-		for _, g := range []bool{false, true} {
-			for _, p := range []bool{false, true} {
-				if a := (Arm{s.ladder[i], g, p}); s.allowed(a) {
-					out = append(out, a)
-				}
+		for _, a := range []Arm{{s.ladder[i], false, false}, {s.ladder[i], false, true}, {s.ladder[i], true, false}, {s.ladder[i], true, true}} {
+			if s.allowed(a) {
+				out = append(out, a)
 			}
 		}
 	}
@@ -58,9 +56,7 @@ func (s arms) all() []Arm {
 }
 
 // clamp is the allowed arm nearest a: its rung within lo..hi, the gate and
-// pre-preemption off where they are not allowed (on where the rung is
-// the shortest allowed and pre-preemption became allowed is the search's
-// to find).
+// pre-preemption off where not allowed.
 func (s arms) clamp(a Arm) Arm {
 	a.BETimeslice = s.ladder[min(max(s.rung(a), s.lo), s.hi)]
 	a.Gate = a.Gate && s.gate
@@ -72,29 +68,16 @@ func (s arms) clamp(a Arm) Arm {
 // gate or pre-preemption switched.
 func (s arms) neighbours(a Arm) []Arm {
 	i := s.rung(a)
-	var out []Arm
-	for _, b := range []Arm{
-		{rungAt(s.ladder, i-1), a.Gate, a.Prepreempt}, {rungAt(s.ladder, i+1), a.Gate, a.Prepreempt},
+	return slices.DeleteFunc([]Arm{
+		{s.ladder[max(i-1, 0)], a.Gate, a.Prepreempt}, {s.ladder[min(i+1, len(s.ladder)-1)], a.Gate, a.Prepreempt},
 		{a.BETimeslice, !a.Gate, a.Prepreempt}, {a.BETimeslice, a.Gate, !a.Prepreempt},
-	} {
-		if b.BETimeslice > 0 && s.allowed(b) {
-			out = append(out, b)
-		}
-	}
-	return out
-}
-
-func rungAt(l []time.Duration, i int) time.Duration {
-	if i < 0 || i >= len(l) {
-		return 0
-	}
-	return l[i]
+	}, func(b Arm) bool { return b == a || !s.allowed(b) })
 }
 
 // priorShare is what an arm is expected to leave BE before it is measured,
-// only its order mattering: a longer BE timeslice costs BE fewer switches;
-// the gate holds BE through every LC request (an LC busy a quarter of the
-// time costs BE a quarter); a spinner takes a little.
+// only its order mattering: a longer BE timeslice costs BE fewer
+// switches; the gate holds BE through every LC request (an LC busy a
+// quarter of the time costs BE a quarter); a spinner takes a little.
 func (s arms) priorShare(a Arm) float64 {
 	x := float64(s.rung(a)+1) / float64(len(s.ladder)+1)
 	if a.Gate {
@@ -106,9 +89,9 @@ func (s arms) priorShare(a Arm) float64 {
 	return x
 }
 
-// protects reports whether b is a's neighbour on the side that gives BE
-// less (a shorter timeslice, the gate on, pre-preemption on): the side
-// expected to help the LC.
+// protects reports whether b gives BE less than its neighbour a (a
+// shorter timeslice, the gate on, pre-preemption on): the side expected
+// to help the LC.
 func protects(s arms, a, b Arm) bool {
 	return s.rung(b) < s.rung(a) || b.Gate && !a.Gate || b.Prepreempt && !a.Prepreempt
 }

@@ -6,27 +6,23 @@ import (
 )
 
 // decide chooses the next arm from the estimates, in the deciding phase:
-//
-//   - the arm in force is left at once when a lower bound misses an
-//     objective: for the arm known to meet every objective that gives BE
-//     the most, else one that might, else the one that came closest;
-//   - else it is kept for Dwell windows, and an arm being explored for
-//     ExploreFor windows or until its bounds decide (or, while its mean
-//     meets the objectives, until a further arm is worth exploring);
-//   - then the arm known to meet every objective (every upper bound
-//     within it) that gives BE the most is chosen, if it gives Margin
-//     more than the arm in force or that one is not known to meet them;
-//   - else an arm that might meet them (no lower bound misses), next to
-//     one measured, not left unproven lately (a HalfLife, doubling each
-//     time it is left so again, up to 8), and
-//     expected to give BE more by Margin than the arm chosen, is
-//     explored: the one expected to give BE the most.
+//   - an arm whose lower bound misses an objective is left at once (after
+//     the dwell), for the arm known to meet every objective that gives BE
+//     the most, else for one that might, else for the closest;
+//   - an arm is kept Dwell windows; one being explored ExploreFor windows
+//     or until its bounds decide (while its mean meets the objectives,
+//     until a further arm is worth exploring);
+//   - then the arm known to meet every objective (each upper bound within
+//     it) that gives BE the most is chosen, if it gives Margin more than
+//     the arm in force or that one is not known to meet them;
+//   - else an arm that might meet them, next to one measured, not left
+//     unproven lately, and expected to give BE Margin more than the arm
+//     chosen, is explored: the one expected to give BE the most.
 func (c *Controller) decide(d Decision, o Observation) Decision {
 	cur, f := c.cur, c.feasibility(c.cur)
 	best, hasBest := c.best()
-	if hasBest && o.MinBEShare > 0 && !math.IsNaN(o.BEShare) && c.share(best) < o.MinBEShare {
-		d.BEBelowMinimum = true
-	}
+	short := o.MinBEShare > 0 && !math.IsNaN(o.BEShare)
+	d.BEBelowMinimum = short && hasBest && c.share(best) < o.MinBEShare
 	switch {
 	case f == infeasible && c.since >= c.opts.Dwell:
 		c.exploring = false
@@ -39,18 +35,20 @@ func (c *Controller) decide(d Decision, o Observation) Decision {
 		if a, ok := c.candidate(math.Inf(-1)); ok {
 			return c.explore(d, a, miss+fmt.Sprintf("trying %v, which might meet them", a))
 		}
-		d.Cause, d.BEBelowMinimum = CauseAtLimit, o.MinBEShare > 0 && !math.IsNaN(o.BEShare)
-		if a := c.closest(); a != cur {
-			return c.move(d, a, miss+fmt.Sprintf("no arm meets it: to %v, the closest (%.2fx)", a, c.worstMean(a)))
+		d.Cause, d.BEBelowMinimum = CauseAtLimit, short
+		closest, m := cur, c.worstMean(cur)
+		for _, a := range c.set.all() {
+			if x := c.worstMean(a); x < m {
+				closest, m = a, x
+			}
 		}
-		return c.stay(d, miss+"no arm meets it, and this one came closest")
+		return c.move(d, closest, miss+fmt.Sprintf("no arm meets it: %v came closest (%.2fx)", closest, m))
 	case c.since < c.opts.Dwell:
 		d.Cause = CauseDwell
 		return c.stay(d, "dwelling after a change")
 	case c.exploring && f == possible && c.since < c.opts.Dwell+c.opts.ExploreFor:
-		// An arm being explored whose mean meets the objectives is
-		// explored past: a latency a few percent under its objective
-		// takes many windows to prove, and the next arm may do better.
+		// A mean a few percent under the objective takes many windows to
+		// prove, and the next arm may do better.
 		if a, ok := c.candidate(c.share(cur) + c.opts.Margin); ok && c.worstMean(cur) <= 1 {
 			d.Cause = CauseExplore
 			return c.explore(d, a, fmt.Sprintf("LC at %.2fx its objective under %v so far: trying %v, which might meet it with %s", c.worstMean(cur), cur, a, c.shareText(a)))
@@ -75,7 +73,7 @@ func (c *Controller) decide(d Decision, o Observation) Decision {
 		return c.explore(d, a, fmt.Sprintf("LC at %.2fx its objective under %v: trying %v, which might meet it with %s", c.worstMean(cur), cur, a, c.shareText(a)))
 	}
 	if f != feasible && !hasBest && !(c.worstMean(cur) <= 1) {
-		d.Cause, d.BEBelowMinimum = CauseAtLimit, d.BEBelowMinimum || o.MinBEShare > 0 && !math.IsNaN(o.BEShare)
+		d.Cause, d.BEBelowMinimum = CauseAtLimit, short
 		return c.stay(d, fmt.Sprintf("LC at %.2fx its objective under %v, and no arm is known to meet it", c.worstMean(cur), cur))
 	}
 	d.Cause = CauseWithin
@@ -84,8 +82,7 @@ func (c *Controller) decide(d Decision, o Observation) Decision {
 
 // best is the arm known to meet every objective that gives BE the most
 // (the one in force on a tie).
-func (c *Controller) best() (Arm, bool) {
-	best, ok := c.cur, false
+func (c *Controller) best() (best Arm, ok bool) {
 	for _, a := range c.set.all() {
 		if c.feasibility(a) == feasible && (!ok || c.share(a) > c.share(best) || a == c.cur && c.share(a) == c.share(best)) {
 			best, ok = a, true
@@ -94,13 +91,17 @@ func (c *Controller) best() (Arm, bool) {
 	return best, ok
 }
 
-// candidate is the arm to explore that is expected to give BE the most,
-// more than than.
-func (c *Controller) candidate(than float64) (Arm, bool) {
-	var best Arm
-	ok := false
+// candidate is the arm to explore expected to give BE the most, more than
+// than: one that might meet the objectives, not left unproven lately,
+// measured or next to the arm in force or one measured (the search
+// extends what it knows a step at a time).
+func (c *Controller) candidate(than float64) (best Arm, ok bool) {
 	for _, a := range c.set.all() {
-		if l := c.left[a]; a == c.cur || c.tick < l.until || !c.frontier(a) || c.feasibility(a) != possible {
+		frontier := c.evidence(a) > 0
+		for _, n := range c.set.neighbours(a) {
+			frontier = frontier || n == c.cur || c.evidence(n) >= minWeight
+		}
+		if a == c.cur || c.tick < c.left[a].until || !frontier || c.feasibility(a) != possible {
 			continue
 		}
 		if s := c.share(a); s > than && (!ok || s > c.share(best)) {
@@ -110,33 +111,6 @@ func (c *Controller) candidate(than float64) (Arm, bool) {
 	return best, ok
 }
 
-// frontier reports whether a was measured, or is next to the arm in force
-// or to one measured: the search extends what it knows one step at a
-// time.
-func (c *Controller) frontier(a Arm) bool {
-	if c.evidence(a) > 0 {
-		return true
-	}
-	for _, n := range c.set.neighbours(a) {
-		if n == c.cur || c.evidence(n) >= minWeight {
-			return true
-		}
-	}
-	return false
-}
-
-// closest is the arm whose worst mean latency/target is lowest (the one
-// in force when none is known).
-func (c *Controller) closest() Arm {
-	best, bm := c.cur, c.worstMean(c.cur)
-	for _, a := range c.set.all() {
-		if m := c.worstMean(a); m < bm || math.IsNaN(bm) && !math.IsNaN(m) {
-			best, bm = a, m
-		}
-	}
-	return best
-}
-
 func (c *Controller) shareText(a Arm) string {
 	if e := &c.est(a).share; e.known() {
 		return fmt.Sprintf("BE at %.1f%%", 100*e.mean())
@@ -144,16 +118,15 @@ func (c *Controller) shareText(a Arm) string {
 	return "more BE share expected"
 }
 
-// explore moves to a to explore it.
 func (c *Controller) explore(d Decision, a Arm, why string) Decision {
 	c.exploring = true
 	return c.move(d, a, why)
 }
 
 // leftUnproven backs arm a off from exploring: it was left missing or
-// undecided. Each time again it waits twice as long (8 HalfLifes at
-// most): an LC at the edge of its objective would otherwise have every
-// arm near the edge explored each HalfLife.
+// undecided; each time again it waits twice as long, up to 8 HalfLifes
+// (an LC at the edge of its objective would have every arm near the edge
+// explored each HalfLife).
 func (c *Controller) leftUnproven(a Arm) {
 	l := c.left[a]
 	l.n = min(l.n+1, 4)

@@ -261,15 +261,6 @@ func TestRules(t *testing.T) {
 			}
 		},
 	}, {
-		// Phase fallback: three windows without LC latency, the safe arm;
-		// a window with it, deciding again.
-		name: "fallback", obj: abs, n: 60,
-		w:   func(i int) (Workload, string) { return EagerPyTorchH100, "" },
-		sim: func(g *SimGPU) {},
-		check: func(t *testing.T, _ uint64, ds []Decision) {
-			// (played by TestSignalLoss below)
-		},
-	}, {
 		// Leave at once: an arm whose lower bound misses is left as soon
 		// as the dwell allows, for the arm known to meet the objectives.
 		name: "leave at once", obj: p50, n: 60, w: always(GraphHintsH100),

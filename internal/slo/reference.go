@@ -2,18 +2,20 @@ package slo
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 )
 
-// reference is the latency a relative objective is measured against: one
-// process's latency at one quantile, with BE stopped (RefStandalone) or
-// beside BE under the shortest BE timeslice (RefShortest).
+// reference is what a relative objective is measured against: a process's
+// latency at a quantile with BE stopped, or beside BE under the shortest
+// BE timeslice (how); learnt in window at, from vals; the process last
+// counted in window last.
 type reference struct {
-	how   string          // how it is learnt: RefStandalone or RefShortest
-	vals  []time.Duration // the windows learnt so far
-	value time.Duration   // 0 while not learnt
-	at    int             // the window it was learnt in
-	last  int             // the last window its process counted in
+	how      string
+	vals     []time.Duration
+	value    time.Duration // 0 while not learnt
+	at, last int
 }
 
 // String names the reference as the status shows it.
@@ -28,18 +30,16 @@ func (r *reference) String(c *Controller) string {
 	return fmt.Sprintf("%s %v, learnt in window %d", what, r.value.Round(time.Microsecond), r.at)
 }
 
-// calSlack is how many windows a calibration may take beyond its
-// CalibrateWindows and the one that settles (windows with too few
-// requests, a new LC arriving during it) before a pause is interrupted.
+// calSlack is how many windows a pause may run beyond its own (windows of
+// too few requests, an LC arriving in it) before BE runs a window.
 const calSlack = 3
 
-// calibration is one calibration running.
+// calibration is the one running: the arm it left (and goes back to),
+// windows in a row BE was asked to stop, windows it was not kept
+// stopped, pauses that ran long, windows run.
 type calibration struct {
-	from   Arm // the arm it left, and goes back to
-	paused int // windows in a row BE was asked to stop
-	missed int // windows BE was asked to stop and was not
-	rounds int // pauses that ran long
-	n      int // windows it has run
+	from                      Arm
+	paused, missed, rounds, n int
 }
 
 func (c *Controller) pauseOK() bool { return !c.opts.NoPause && !c.noPause }
@@ -53,15 +53,12 @@ func (c *Controller) shortest() Arm {
 
 // refFor is the reference of sample s, made if new.
 func (c *Controller) refFor(s LCSample) *reference {
-	k := s.Key + " " + s.Objective.name() + "@" + s.Objective.Reference
+	k := s.Key + " " + s.Objective.Name() + "@" + s.Objective.Reference
 	r := c.refs[k]
 	if r == nil {
-		r = &reference{how: s.Objective.Reference}
-		if r.how != RefShortest && !c.pauseOK() {
+		r = &reference{how: RefStandalone}
+		if s.Objective.Reference == RefShortest || !c.pauseOK() {
 			r.how = RefShortest
-		}
-		if r.how == "" {
-			r.how = RefStandalone
 		}
 		c.refs[k] = r
 	}
@@ -97,7 +94,7 @@ func (c *Controller) calibrate(d Decision, o Observation) Decision {
 		c.phase, c.cal = phaseCalibrating, calibration{from: c.cur}
 	}
 	c.cal.n++
-	c.calibrationWindows++
+	c.calibrated++
 	d.Cause = CauseCalibrate
 	if c.pauseOK() && c.learning(RefStandalone) {
 		if c.wasPaused && !o.BEPaused {
@@ -116,7 +113,7 @@ func (c *Controller) calibrate(d Decision, o Observation) Decision {
 			d.Reason = "pauses ran long three times: learning references beside BE from now on; "
 		default:
 			c.cal.paused++
-			c.pausedWindows++
+			c.paused++
 			c.pausing, d.PauseBE = true, true
 			return c.stay(d, fmt.Sprintf("learning an LC's standalone latency with BE stopped (%d windows)", c.opts.CalibrateWindows))
 		}
@@ -128,15 +125,11 @@ func (c *Controller) calibrate(d Decision, o Observation) Decision {
 	return c.stay(d, why)
 }
 
-// learning reports whether a reference learnt how is being learnt for an
-// LC in force.
+// learning reports whether a reference is learnt how for an LC in force.
 func (c *Controller) learning(how string) bool {
-	for _, r := range c.refs {
-		if r.value == 0 && r.how == how && c.tick-r.last < c.opts.MissingAfter {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(slices.Collect(maps.Values(c.refs)), func(r *reference) bool {
+		return r.value == 0 && r.how == how && c.tick-r.last < c.opts.MissingAfter
+	})
 }
 
 // endCalibration goes back to the arm the calibration left.

@@ -1,8 +1,6 @@
-// Package slo chooses, per GPU, what gives best-effort (BE) work the most
-// GPU that every latency-critical (LC) process's objective allows: a BE
-// timeslice, the request gate, pre-preemption (an Arm), from measured LC
-// latency and BE progress. docs/SLO.md explains its decisions.
-package slo
+// Package objective reads and checks an LC process's latency objectives:
+// "p99<=40ms", "tpot_p50<=12ms", "p50<=1.05x@standalone" (docs/SLO.md).
+package objective
 
 import (
 	"cmp"
@@ -24,12 +22,12 @@ var Metrics = []string{"ttft", "tpot"}
 
 // References a relative objective is measured against.
 const (
-	// RefStandalone: the LC's latency with BE stopped (paused) for a few
+	// Standalone: the LC's latency with BE stopped (paused) for a few
 	// windows; the default.
-	RefStandalone = "standalone"
-	// RefShortest: the LC's latency beside BE under the shortest BE
+	Standalone = "standalone"
+	// Shortest: the LC's latency beside BE under the shortest BE
 	// timeslice; costs BE no pause, and is not the LC alone.
-	RefShortest = "shortest"
+	Shortest = "shortest"
 )
 
 // Objective is an LC process's latency objective: a quantile of its
@@ -44,15 +42,15 @@ type Objective struct {
 	Inflation float64 `json:"inflation,omitempty"`
 	// Absolute bounds latency itself; 0 when Inflation is used.
 	Absolute time.Duration `json:"absolute,omitempty"`
-	// Reference names what Inflation is relative to: RefStandalone,
-	// RefShortest, or "" (the controller's default: standalone where it
-	// may pause BE, else shortest).
+	// Reference names what Inflation is relative to: Standalone,
+	// Shortest, or "" (standalone where BE may be paused, else
+	// shortest).
 	Reference string `json:"reference,omitempty"`
 }
 
-// ParseObjective reads "p99<=40ms", "tpot_p50<=12ms", "p50<=1.05x" or
+// Parse reads "p99<=40ms", "tpot_p50<=12ms", "p50<=1.05x" or
 // "p50<=1.05x@shortest".
-func ParseObjective(s string) (Objective, error) {
+func Parse(s string) (Objective, error) {
 	bad := func(what string, args ...any) (Objective, error) {
 		return Objective{}, fmt.Errorf("%w: objective %q: %s", ErrInvalid, s, fmt.Sprintf(what, args...))
 	}
@@ -73,8 +71,8 @@ func ParseObjective(s string) (Objective, error) {
 	}
 	o.Quantile = pct / 100
 	if x, ref, found := strings.Cut(bound, "@"); found || strings.HasSuffix(bound, "x") {
-		if o.Reference = strings.ToLower(ref); found && o.Reference != RefStandalone && o.Reference != RefShortest {
-			return bad("reference %q: want %s or %s", ref, RefStandalone, RefShortest)
+		if o.Reference = strings.ToLower(ref); found && o.Reference != Standalone && o.Reference != Shortest {
+			return bad("reference %q: want %s or %s", ref, Standalone, Shortest)
 		}
 		f, err := strconv.ParseFloat(strings.TrimSuffix(x, "x"), 64)
 		if err != nil || !strings.HasSuffix(x, "x") || !(f >= 1 && f <= 100) { // NaN too
@@ -93,9 +91,9 @@ func ParseObjective(s string) (Objective, error) {
 
 func (o Objective) String() string {
 	if o.Absolute > 0 {
-		return fmt.Sprintf("%s<=%v", o.name(), o.Absolute)
+		return fmt.Sprintf("%s<=%v", o.Name(), o.Absolute)
 	}
-	s := fmt.Sprintf("%s<=%sx", o.name(), strconv.FormatFloat(o.Inflation, 'f', -1, 64))
+	s := fmt.Sprintf("%s<=%sx", o.Name(), strconv.FormatFloat(o.Inflation, 'f', -1, 64))
 	if o.Reference != "" {
 		s += "@" + o.Reference
 	}
@@ -113,7 +111,7 @@ func (o Objective) Check() error {
 		return fmt.Errorf("%w: objective inflation %v below 1", ErrInvalid, o.Inflation)
 	case o.Metric != "" && !slices.Contains(Metrics, o.Metric):
 		return fmt.Errorf("%w: objective metric %q", ErrInvalid, o.Metric)
-	case o.Reference != "" && (o.Absolute > 0 || o.Reference != RefStandalone && o.Reference != RefShortest):
+	case o.Reference != "" && (o.Absolute > 0 || o.Reference != Standalone && o.Reference != Shortest):
 		return fmt.Errorf("%w: objective %v: reference %q", ErrInvalid, o, o.Reference)
 	}
 	return nil
@@ -138,9 +136,9 @@ func (o Objective) Target(reference time.Duration) time.Duration {
 // window's few worst requests.
 func (o Objective) Tail() bool { return o.Quantile > 0.5 }
 
-// Quantile names o's quantile as an app pushes it: "p50", "p99"; with a
+// Name names o's quantile as an app pushes it: "p50", "p99"; with a
 // metric, "tpot_p50".
-func (o Objective) name() string {
+func (o Objective) Name() string {
 	p := "p" + strconv.FormatFloat(o.Quantile*100, 'f', -1, 64)
 	if o.Metric != "" {
 		return o.Metric + "_" + p
@@ -153,17 +151,17 @@ func (o Objective) name() string {
 // median and its tail. Nil: none.
 type Objectives []Objective
 
-// ParseObjectives reads one objective or several separated by commas, at
-// most one per metric and quantile.
-func ParseObjectives(s string) (Objectives, error) {
+// ParseList reads one objective or several separated by commas, at most
+// one per metric and quantile.
+func ParseList(s string) (Objectives, error) {
 	var os Objectives
 	for part := range strings.SplitSeq(s, ",") {
-		o, err := ParseObjective(part)
+		o, err := Parse(part)
 		if err != nil {
 			return nil, err
 		}
-		if slices.ContainsFunc(os, func(x Objective) bool { return x.name() == o.name() }) {
-			return nil, fmt.Errorf("%w: objectives %q: two bounds on %s", ErrInvalid, s, o.name())
+		if slices.ContainsFunc(os, func(x Objective) bool { return x.Name() == o.Name() }) {
+			return nil, fmt.Errorf("%w: objectives %q: two bounds on %s", ErrInvalid, s, o.Name())
 		}
 		os = append(os, o)
 	}
