@@ -67,11 +67,12 @@ func get(m map[string]*est, k string) *est {
 }
 
 // scatterOf is one window's relative scatter of quantity k, learnt over
-// every arm (an LC's own noise is the same under each); Scatter until
-// three windows have shown it.
+// every arm (an LC's own noise is the same under each), at least a tenth
+// of Scatter (a window that repeats the last is no evidence of none);
+// Scatter until three windows have shown it.
 func (c *Controller) scatterOf(k string) float64 {
 	if e := c.scatter[k]; e.known() && e.w >= 3 {
-		return math.Sqrt(e.mean())
+		return max(math.Sqrt(e.mean()), c.opts.Scatter/10)
 	}
 	return c.opts.Scatter
 }
