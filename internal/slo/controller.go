@@ -239,7 +239,11 @@ func (c *Controller) observe(o Observation) Decision {
 	if c.missing++; len(ss) > 0 {
 		c.missing = 0
 	}
-	if to := c.set.clamp(c.cur); to != c.cur {
+	to := c.set.clamp(c.cur)
+	if c.tick == 1 {
+		to = c.safe() // the arms offered are known from the first window
+	}
+	if to != c.cur {
 		switch r := c.set.rung(c.cur); {
 		case r < c.set.lo:
 			d.Cause = CauseFloor
@@ -248,7 +252,7 @@ func (c *Controller) observe(o Observation) Decision {
 		default:
 			d.Cause = CauseUnavailable
 		}
-		return c.move(d, to, fmt.Sprintf("%v is not allowed now", c.cur))
+		return c.move(d, to, fmt.Sprintf("the arms allowed now put the search at %v", to))
 	}
 	if c.missing > 0 {
 		d.Cause = CauseNoSignal

@@ -5,19 +5,15 @@ import (
 	"math"
 )
 
-// decide chooses the next arm from the estimates, in the deciding phase:
-//   - an arm whose lower bound misses an objective is left at once (after
-//     the dwell), for the arm known to meet every objective that gives BE
-//     the most, else for one that might, else for the closest;
-//   - an arm is kept Dwell windows; one being explored ExploreFor windows
-//     or until its bounds decide (while its mean meets the objectives,
-//     until a further arm is worth exploring);
-//   - then the arm known to meet every objective (each upper bound within
-//     it) that gives BE the most is chosen, if it gives Margin more than
-//     the arm in force or that one is not known to meet them;
-//   - else an arm that might meet them, next to one measured, not left
-//     unproven lately, and expected to give BE Margin more than the arm
-//     chosen, is explored: the one expected to give BE the most.
+// decide chooses the next arm in the deciding phase: an arm whose lower
+// bound misses an objective is left (after the dwell) for the one known
+// to meet every objective that gives BE the most, else one that might,
+// else the closest; an arm is kept Dwell windows, one explored ExploreFor
+// or until its bounds decide; then the arm known to meet every objective
+// (each upper bound within it) that gives BE the most is chosen if it
+// gives Margin more, or the arm in force is not known to meet them; else
+// an arm that might meet them, next to one measured, not left unproven
+// lately, expected to give BE Margin more, is explored.
 func (c *Controller) decide(d Decision, o Observation) Decision {
 	cur, f := c.cur, c.feasibility(c.cur)
 	best, hasBest := c.best()

@@ -352,7 +352,7 @@ func TestRules(t *testing.T) {
 					on++
 				}
 			}
-			if on < 45 {
+			if on < 45 || !ds[0].Arm.Prepreempt {
 				t.Errorf("seed %d: %d of 50 windows with pre-preemption, first %v: %v", seed, on, ds[0].Arm, armSummary(ds))
 			}
 		},
