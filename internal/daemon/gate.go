@@ -80,6 +80,9 @@ type RequestGate struct {
 	// selfGated: LC processes whose engine gates its own requests (its
 	// pushes say so), by pid: the daemon leaves them to it.
 	selfGated map[int]bool
+	// steered: LC processes whose holding SLO mode decides (Steer), by
+	// pid: held only where true; the others as the policy's mode says.
+	steered map[int]bool
 }
 
 // gateCmd is a request that began: a launch of pid seen while it held
@@ -129,9 +132,11 @@ type GateStats struct {
 	Held   uint64            `json:"held"`
 	Closed map[string]uint64 `json:"closed,omitempty"`
 	// Refused: a request began with the share spent; Skipped: auto mode
-	// found the LC's requests too short to gate.
+	// found the LC's requests too short to gate; Steered: SLO mode's arm
+	// for the LC's GPUs had the gate off.
 	Refused uint64 `json:"refused_budget"`
 	Skipped uint64 `json:"skipped_short"`
+	Steered uint64 `json:"skipped_slo,omitempty"`
 	// HeldSeconds is the time BE was held off, summed over holds.
 	HeldSeconds float64 `json:"held_seconds"`
 	// BEStopped counts SIGSTOPs sent; Failures the pause calls that failed.
@@ -187,7 +192,21 @@ func (g *RequestGate) Pushed(pid int, e *client.Engine) string {
 	if e != nil && e.Gate != "" {
 		g.selfGated[pid] = mode != policy.GateOff
 	}
+	if hold, ok := g.steered[pid]; ok && !hold && mode != policy.GateOff {
+		return policy.GateOff // SLO mode chose the arm without the gate
+	}
 	return mode
+}
+
+// Steer hands the holding of the LC processes in holds (by pid) to SLO
+// mode: each is held only where its value is true, from its next request
+// on (an open hold ends as it would); nil hands every one back to the
+// policy's mode. Its engine, if it gates its own requests, is told the
+// same in its next push reply (Pushed).
+func (g *RequestGate) Steer(holds map[int]bool) {
+	g.mu.Lock()
+	g.steered = holds
+	g.mu.Unlock()
 }
 
 // Register adds the gate's metrics to reg.
@@ -413,6 +432,11 @@ func (g *RequestGate) hold(pid int) bool {
 	}
 	now := g.Now()
 	g.refillLocked(now, pol)
+	if hold, ok := g.steered[pid]; ok && !hold {
+		g.stats.Steered++
+		g.mu.Unlock()
+		return false
+	}
 	if pol.Mode == policy.GateAuto && !longRequests(lc.spans) {
 		g.stats.Skipped++
 		g.mu.Unlock()

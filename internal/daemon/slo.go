@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"maps"
@@ -128,6 +129,9 @@ type SLOLoop struct {
 	// slo.calibrate: pause); nil: they cannot be, and the controllers
 	// learn LCs beside BE.
 	Pause *Pauser
+	// Gate, when set, is the request gate, which holds BE through the
+	// requests of the LCs whose search chose an arm with the gate.
+	Gate gateSteerer
 
 	// on: the mode runs under conf.
 	on bool
@@ -162,6 +166,10 @@ type SLOLoop struct {
 	told map[int]bool
 }
 
+// gateSteerer is what SLO mode needs of the request gate (RequestGate):
+// whether to hold BE for each LC, by pid (nil: as the policy says).
+type gateSteerer interface{ Steer(holds map[int]bool) }
+
 // allGPUs keys the search for the node: of every process while one NVML
 // lists on no GPU (past its first window: an MPS client, a node without
 // NVML); client.GPUList names no GPUs so.
@@ -183,7 +191,10 @@ type search struct {
 	// lcs are the LC processes on its GPUs this window; bes the BE
 	// processes there (none while lcs is empty).
 	lcs, bes []ProcRef
-	status   client.SLOSearch
+	// prepreempt: its pre-preemption arms go up to this BE timeslice (0:
+	// none: no LC of it has a hint engine, or none is allowed).
+	prepreempt time.Duration
+	status     client.SLOSearch
 }
 
 // live says whether the search has an LC on its GPUs this window.
@@ -221,40 +232,31 @@ func (l *SLOLoop) Push(pid int, s HintStats) {
 	}
 }
 
-// ceiling is the longest BE timeslice the controller may choose now (0:
-// none):
-//   - slo.spinner_ceiling while an LC process's hint engine launches
-//     spinners (its pushed engine state says prepreempt): past it a
-//     longer BE timeslice gave BE less, not more (policy.SLO);
-//   - under slo.prepreempt_below while an LC process with a tail
-//     objective (above p50) runs a hint engine at all. From that setting
-//     on the daemon tells engines to stop pre-preempting, and such an LC
-//     waits out BE's timeslice on every request: a tail objective pays
-//     for the try itself (on the H100 one try of 500 us set a synthetic
-//     LC's p99 at 10.6x).
-func (l *SLOLoop) ceiling(pol *policy.Policy, lcs []ProcRef) time.Duration {
+// prepreemptUpTo is the longest BE timeslice at which the search over
+// lcs may have hint engines pre-preempt (its pre-preemption arms); 0
+// where none of lcs has an engine (it has pushed no engine state). Not
+// past slo.spinner_ceiling (with a spinner taking the GPU one switch
+// ahead of each request, a longer BE timeslice spares BE no switch and
+// gave it less), nor at or past slo.prepreempt_below (a spinner launched
+// one switch ahead cannot shorten a wait for a long BE timeslice).
+func (l *SLOLoop) prepreemptUpTo(pol *policy.Policy, lcs []ProcRef) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var c time.Duration
-	lower := func(t time.Duration) {
-		if t > 0 && (c == 0 || t < c) {
-			c = t
-		}
+	if !slices.ContainsFunc(lcs, func(p ProcRef) bool { _, ok := l.status.Engines[strconv.Itoa(p.PID)]; return ok }) {
+		return 0
 	}
-	for _, p := range lcs {
-		os, ok := pol.Objective(p.Decision)
-		e, hints := l.status.Engines[strconv.Itoa(p.PID)]
-		if !ok || !hints {
-			continue
-		}
-		if e.Prepreempt {
-			lower(pol.SLO.SpinnerCeiling)
-		}
-		if pol.SLO.PrepreemptBelow > 0 && slices.ContainsFunc(os, slo.Objective.Tail) {
-			lower(pol.SLO.PrepreemptBelow - 1)
-		}
+	ladder := pol.SLO.Ladder
+	if len(ladder) == 0 {
+		ladder = slo.DefaultLadder
 	}
-	return c
+	up := slices.Max(ladder)
+	if c := pol.SLO.SpinnerCeiling; c > 0 {
+		up = min(up, c)
+	}
+	if b := pol.SLO.PrepreemptBelow; b > 0 {
+		up = min(up, b-1)
+	}
+	return up
 }
 
 // Pushers lists the pids with pushed state (windows or engine state).
@@ -363,6 +365,9 @@ func (l *SLOLoop) Step(now time.Duration) {
 		if l.on {
 			l.on, l.searches, l.beSearch = false, nil, nil
 			l.rec.SetBETimeslices(0, nil)
+			if l.Gate != nil {
+				l.Gate.Steer(nil) // the gate holds as the policy says
+			}
 			l.log.Info("slo: mode off; BE back to the policy's timeslice", "be_timeslice", pol.Classes[class.BE].Timeslice)
 		}
 		l.mu.Lock()
@@ -404,6 +409,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 		// On from here: the status says so (and what is in force) before
 		// the first window ends.
 		l.publish(pol, nil, nil, all, l.assign(all))
+		l.steer()
 		l.last = now
 		return // the first window starts now
 	}
@@ -436,8 +442,15 @@ func (l *SLOLoop) Step(now time.Duration) {
 	window := pol.SLO.Window
 	decided := map[*search]*slo.Decision{}
 	for _, s := range l.sorted() {
-		obs := slo.Observation{BEShare: math.NaN(), MinBETimeslice: l.sharedFloor(s), MaxBETimeslice: l.ceiling(pol, s.lcs), MinBEShare: pol.SLO.MinBEShare}
-		// A search that started in this window has its floor and ceiling
+		// The arms: the gate where the policy's gate is on or auto and the
+		// daemon runs one, pre-preemption where an LC has a hint engine.
+		floor := l.sharedFloor(s)
+		if s.prepreempt = l.prepreemptUpTo(pol, s.lcs); s.prepreempt < floor {
+			s.prepreempt = 0 // no BE timeslice allowed pre-preempts
+		}
+		obs := slo.Observation{BEShare: math.NaN(), MinBETimeslice: floor, MinBEShare: pol.SLO.MinBEShare,
+			Gate: l.Gate != nil && pol.Gate.Mode != policy.GateOff, Prepreempt: s.prepreempt}
+		// A search that started in this window has its floor and arms
 		// applied at once, and nothing judged: its BE ran under another
 		// setting. An idle one is told there was no LC (three windows of
 		// that and it falls back to slo.safe, where its next LC finds it).
@@ -457,7 +470,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 				obs.LC = append(obs.LC, samples[p.PID].samples...)
 			}
 		}
-		from := s.ctl.Current()
+		from := s.ctl.Arm()
 		d := s.ctl.Observe(obs)
 		decided[s] = &d
 		level := slog.LevelInfo
@@ -465,7 +478,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 			level = slog.LevelDebug // applies to no BE
 		}
 		if d.Changed {
-			l.log.Log(context.Background(), level, "slo: BE timeslice changed", "gpus", s.key, "from", from, "to", d.BETimeslice, "cause", d.Cause, "reason", d.Reason,
+			l.log.Log(context.Background(), level, "slo: arm changed", "gpus", s.key, "from", from, "to", d.Arm, "cause", d.Cause, "reason", d.Reason,
 				"worst_lc_vs_objective", d.Worst, "be_share", d.BEShare, "fallback", d.Fallback)
 		} else {
 			l.log.Debug("slo: kept", "gpus", s.key, "be_timeslice", d.BETimeslice, "cause", d.Cause, "reason", d.Reason, "worst_lc_vs_objective", d.Worst)
@@ -481,11 +494,30 @@ func (l *SLOLoop) Step(now time.Duration) {
 		}
 	}
 	per := l.assign(all)
+	l.steer()
 	l.publish(pol, decided, samples, all, per)
 	l.last = now
 }
 
-// options are a search's controller options.
+// steer tells the request gate, for each LC of a search, whether its
+// search's arm holds BE through its requests.
+func (l *SLOLoop) steer() {
+	if l.Gate == nil {
+		return
+	}
+	holds := map[int]bool{}
+	for _, s := range l.searches {
+		for _, p := range s.lcs {
+			holds[p.PID] = s.ctl.Arm().Gate
+		}
+	}
+	l.Gate.Steer(holds)
+}
+
+// options are a search's controller options: references learnt with BE
+// stopped (slo.calibrate: pause, the default) where the daemon can stop
+// it, else beside BE under the shortest timeslice.
 func (l *SLOLoop) options(pol *policy.Policy, conf sloConf) slo.Options {
-	return slo.Options{Ladder: pol.SLO.Ladder, Safe: conf.safe, CalibrateWindows: conf.pause, NoPause: conf.pause <= 0 || l.Pause == nil}
+	return slo.Options{Ladder: pol.SLO.Ladder, Safe: conf.safe, CalibrateWindows: cmp.Or(conf.pause, policy.DefaultPauseWindows),
+		NoPause: conf.pause <= 0 || l.Pause == nil}
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
@@ -97,15 +98,19 @@ func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision,
 	for _, s := range l.sorted() {
 		d := decided[s]
 		ss := &s.status
-		ss.GPUs, ss.BETimeslice, ss.LCs = s.gpus, s.ctl.Current().String(), len(s.lcs)
-		pre := pol.SLO.PrepreemptBelow <= 0 || s.ctl.Current() < pol.SLO.PrepreemptBelow
+		arm := s.ctl.Arm()
+		ss.GPUs, ss.BETimeslice, ss.Arm, ss.LCs = s.gpus, arm.BETimeslice.String(), arm.String(), len(s.lcs)
+		// Engines pre-preempt as the arm says where pre-preemption is an
+		// arm; elsewhere below slo.prepreempt_below.
+		pre := arm.Prepreempt || s.prepreempt == 0 && (pol.SLO.PrepreemptBelow <= 0 || arm.BETimeslice < pol.SLO.PrepreemptBelow)
 		ss.Prepreempt = pre
 		// What an idle search decides applies to no BE: neither shown nor
 		// counted.
 		if d != nil && s.live() {
-			sd := &SLODecision{Window: l.windows, BETimeslice: d.BETimeslice.String(), Changed: d.Changed, Cause: d.Cause, Reason: d.Reason,
-				Fallback: d.Fallback, BEBelowMinimum: d.BEBelowMinimum}
-			ss.Last, ss.BEShare, ss.WorstLC = sd, finite(d.BEShare), finite(d.Worst)
+			sd := &SLODecision{Window: l.windows, BETimeslice: d.BETimeslice.String(), Arm: d.Arm.String(), Phase: d.Phase, Changed: d.Changed,
+				Cause: d.Cause, Reason: d.Reason, Fallback: d.Fallback, BEBelowMinimum: d.BEBelowMinimum}
+			ss.Last, ss.BEShare, ss.WorstLC, ss.Phase = sd, finite(d.BEShare), finite(d.Worst), d.Phase
+			ss.Calibration = &client.SLOCalibration{Paused: d.PausedWindows, Windows: d.CalibrationWindows, Of: d.Windows}
 			if d.Changed {
 				ss.LastChange = sd
 				ss.Changes++
@@ -134,6 +139,7 @@ func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision,
 	if len(st.Searches) == 1 {
 		ss := st.Searches[0]
 		st.BETimeslice, st.BEShare, st.Last, st.LastChange = ss.BETimeslice, ss.BEShare, ss.Last, ss.LastChange
+		st.Arm, st.Phase, st.Calibration = ss.Arm, ss.Phase, ss.Calibration
 	}
 	if l.Share != nil && l.windows > 0 {
 		st.BE = l.Share.Status()
@@ -177,7 +183,7 @@ func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) []LCStatus
 			row.GPUs = s.gpus
 			for _, r := range res {
 				if r.Key == w.key && r.Objective == row.Objective {
-					row.TargetUs, row.Ratio = float64(r.Target)/1e3, finite(r.Ratio)
+					row.TargetUs, row.Ratio, row.Reference = float64(r.Target)/1e3, finite(r.Ratio), r.Reference
 					if sig := row.Signal; r.Requests < 20 && (sig == "pushed" || sig == "traced") {
 						row.Signal = fmt.Sprintf("%s (%d requests: too few to count)", sig, r.Requests)
 					}

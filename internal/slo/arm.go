@@ -15,14 +15,7 @@ type Arm struct {
 }
 
 func (a Arm) String() string {
-	s := a.BETimeslice.String()
-	if a.Gate {
-		s += "+gate"
-	}
-	if a.Prepreempt {
-		s += "+prepreempt"
-	}
-	return s
+	return a.BETimeslice.String() + map[bool]string{true: "+gate"}[a.Gate] + map[bool]string{true: "+prepreempt"}[a.Prepreempt]
 }
 
 // arms is what may be chosen now: rungs lo..hi of the ladder, the gate

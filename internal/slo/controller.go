@@ -274,11 +274,11 @@ func (c *Controller) observe(o Observation) Decision {
 	if c.since >= 2 && !c.wasPaused {
 		changed, judged := c.changed(ss)
 		if changed {
-			d.WorkloadChanged, d.Cause = true, CauseChange
+			d.WorkloadChanged, d.Cause, d.Reason = true, CauseChange, "the LC's response changed under this arm: "
 			if c.relearn() {
 				return c.calibrate(d, o)
 			}
-			return c.stay(d, "the LC's response changed under this arm: what the other arms showed is forgotten")
+			return c.stay(d, "what the other arms showed is forgotten")
 		}
 		// While the detector is half way to a change, the windows that
 		// took it there are not learnt: a young estimate would follow a

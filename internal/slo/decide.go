@@ -28,8 +28,9 @@ func (c *Controller) decide(d Decision, o Observation) Decision {
 		if hasBest {
 			return c.move(d, best, miss+fmt.Sprintf("to %v, which meets every objective", best))
 		}
-		if a, ok := c.candidate(math.Inf(-1)); ok {
-			return c.explore(d, a, miss+fmt.Sprintf("trying %v, which might meet them", a))
+		if a, ok := c.candidate(nil); ok {
+			c.exploring = true
+			return c.move(d, a, miss+fmt.Sprintf("trying %v, which might meet them", a))
 		}
 		d.Cause, d.BEBelowMinimum = CauseAtLimit, short
 		closest, m := cur, c.worstMean(cur)
@@ -45,9 +46,9 @@ func (c *Controller) decide(d Decision, o Observation) Decision {
 	case c.exploring && f == possible && c.since < c.opts.Dwell+c.opts.ExploreFor:
 		// A mean a few percent under the objective takes many windows to
 		// prove, and the next arm may do better.
-		if a, ok := c.candidate(c.share(cur) + c.opts.Margin); ok && c.worstMean(cur) <= 1 {
-			d.Cause = CauseExplore
-			return c.explore(d, a, fmt.Sprintf("LC at %.2fx its objective under %v so far: trying %v, which might meet it with %s", c.worstMean(cur), cur, a, c.shareText(a)))
+		if a, ok := c.candidate(&cur); ok && c.worstMean(cur) <= 1 {
+			d.Cause, c.exploring = CauseExplore, true
+			return c.move(d, a, fmt.Sprintf("LC at %.2fx its objective under %v so far: trying %v, which might meet it with %s", c.worstMean(cur), cur, a, c.shareText(a)))
 		}
 		d.Cause = CauseWithin
 		return c.stay(d, fmt.Sprintf("exploring %v: LC at %.2fx its objective so far", cur, c.worstMean(cur)))
@@ -56,17 +57,16 @@ func (c *Controller) decide(d Decision, o Observation) Decision {
 		c.leftUnproven(cur)
 	}
 	c.exploring = false
-	if hasBest && best != cur && (f != feasible || c.share(best) > c.share(cur)+c.opts.Margin) {
+	if hasBest && best != cur && (f != feasible || c.better(best, cur)) {
 		d.Cause = CauseKnownBetter
 		return c.move(d, best, fmt.Sprintf("%v meets every objective with %s", best, c.shareText(best)))
 	}
-	than := c.share(cur) + c.opts.Margin
-	if hasBest {
-		than = c.share(best) + c.opts.Margin
+	if !hasBest {
+		best = cur
 	}
-	if a, ok := c.candidate(than); ok {
-		d.Cause = CauseExplore
-		return c.explore(d, a, fmt.Sprintf("LC at %.2fx its objective under %v: trying %v, which might meet it with %s", c.worstMean(cur), cur, a, c.shareText(a)))
+	if a, ok := c.candidate(&best); ok {
+		d.Cause, c.exploring = CauseExplore, true
+		return c.move(d, a, fmt.Sprintf("LC at %.2fx its objective under %v: trying %v, which might meet it with %s", c.worstMean(cur), cur, a, c.shareText(a)))
 	}
 	if f != feasible && !hasBest && !(c.worstMean(cur) <= 1) {
 		d.Cause, d.BEBelowMinimum = CauseAtLimit, short
@@ -88,10 +88,10 @@ func (c *Controller) best() (best Arm, ok bool) {
 }
 
 // candidate is the arm to explore expected to give BE the most, more than
-// than: one that might meet the objectives, not left unproven lately,
+// than (nil: any): one that might meet the objectives, not left unproven lately,
 // measured or next to the arm in force or one measured (the search
 // extends what it knows a step at a time).
-func (c *Controller) candidate(than float64) (best Arm, ok bool) {
+func (c *Controller) candidate(than *Arm) (best Arm, ok bool) {
 	for _, a := range c.set.all() {
 		frontier := c.evidence(a) > 0
 		for _, n := range c.set.neighbours(a) {
@@ -100,11 +100,20 @@ func (c *Controller) candidate(than float64) (best Arm, ok bool) {
 		if a == c.cur || c.tick < c.left[a].until || !frontier || c.feasibility(a) != possible {
 			continue
 		}
-		if s := c.share(a); s > than && (!ok || s > c.share(best)) {
+		if (than == nil || c.better(a, *than)) && (!ok || c.share(a) > c.share(best)) {
 			best, ok = a, true
 		}
 	}
 	return best, ok
+}
+
+// better reports whether a is expected to give BE more than b: by Margin
+// where both are measured, else in the prior order.
+func (c *Controller) better(a, b Arm) bool {
+	if c.est(a).share.known() && c.est(b).share.known() {
+		return c.share(a) > c.share(b)+c.opts.Margin
+	}
+	return c.share(a) > c.share(b)
 }
 
 func (c *Controller) shareText(a Arm) string {
@@ -112,11 +121,6 @@ func (c *Controller) shareText(a Arm) string {
 		return fmt.Sprintf("BE at %.1f%%", 100*e.mean())
 	}
 	return "more BE share expected"
-}
-
-func (c *Controller) explore(d Decision, a Arm, why string) Decision {
-	c.exploring = true
-	return c.move(d, a, why)
 }
 
 // leftUnproven backs arm a off from exploring: it was left missing or
