@@ -105,3 +105,31 @@ func TestSLOLoopReferenceNamed(t *testing.T) {
 		t.Errorf("LC %+v, calibration %+v", st.LC, st.Calibration)
 	}
 }
+
+// TestSLOLoopTPOT: an LLM server pushes its time per output token beside
+// its request latency; a tpot_p50 objective is judged by it, and a window
+// may carry ttft_ and tpot_ quantiles where request_latency_us may not.
+func TestSLOLoopTPOT(t *testing.T) {
+	s := newSLORig(t, strings.Replace(sloPolicy, `lc: {objective: "p50<=1.05x"}`, `lc: {objective: "tpot_p50<=12ms"}`, 1))
+	s.loop.Step(s.now)
+	for range 3 {
+		s.now += time.Second
+		s.loop.Push(100, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 60,
+			LatencyUs: map[string]float64{"p50": 400e3, "tpot_p50": 9000}}}})
+		s.loop.Step(s.now)
+		s.tick(s.now)
+	}
+	st := s.loop.Status()
+	if len(st.LC) != 1 || st.LC[0].Objective != "tpot_p50<=12ms" || st.LC[0].LatencyUs != 9000 || st.LC[0].Ratio == nil || *st.LC[0].Ratio != 0.75 {
+		t.Errorf("LC %+v", st.LC)
+	}
+	if _, _, err := ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":60,"latency_us":{"p50":400000,"tpot_p50":9000,"ttft_p99":90000}}}`)); err != nil {
+		t.Errorf("a window with tpot_ and ttft_ quantiles refused: %v", err)
+	}
+	if _, _, err := ParseStats([]byte(`{"request_latency_us":{"tpot_p50":9000}}`)); err == nil {
+		t.Error("request_latency_us took a tpot_ quantile")
+	}
+	if _, _, err := ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":6,"latency_us":{"tbt_p50":9000}}}`)); err == nil {
+		t.Error("a window took an unknown metric")
+	}
+}

@@ -63,9 +63,13 @@ func (l *SLOLoop) lcSamples(pol *policy.Policy, lcs []ProcRef, now time.Duration
 			case !fresh:
 				ls.Signal = "stale"
 			default:
-				lat, ok := s.Quantiles[quantileName(o.Quantile)]
+				name := quantileName(o.Quantile)
+				if o.Metric != "" {
+					name = o.Metric + "_" + name // an LLM server's ttft_p50, tpot_p99
+				}
+				lat, ok := s.Quantiles[name]
 				if !ok {
-					ls.Signal = src.kind + " without " + quantileName(o.Quantile)
+					ls.Signal = src.kind + " without " + name
 					break
 				}
 				ls.Signal, ls.Requests, ls.LatencyUs = src.kind, s.Requests, float64(lat)/1e3
