@@ -35,7 +35,7 @@ func TestSLOExampleParses(t *testing.T) {
 	if !p.SLO.Enabled || p.SLO.MinBEShare != 0.88 || len(p.SLO.Ladder) != 7 || len(p.Rules) != 4 {
 		t.Fatalf("parsed %+v", p.SLO)
 	}
-	if o, ok := p.Objective(p.Decide(Process{Comm: "lc-server", User: "inference"})); !ok || o.String() != "p50<=1.05x" {
+	if o, ok := p.Objective(p.Decide(Process{Comm: "lc-server", User: "inference"})); !ok || o.String() != "p50<=1.05x@standalone" {
 		t.Errorf("inference objective %v %v", o, ok)
 	}
 	// The name is the process's own: another user's lc-server gets what
@@ -46,7 +46,7 @@ func TestSLOExampleParses(t *testing.T) {
 	if o, ok := p.Objective(p.Decide(Process{Comm: "other", Env: map[string]string{}})); ok {
 		t.Errorf("a burstable process has objective %v", o)
 	}
-	if o := p.SLO.LCObjective; len(o) != 2 || o.String() != "p50<=1.05x, p99<=1.15x" {
+	if o := p.SLO.LCObjective; len(o) != 1 || o.String() != "p99<=40ms" {
 		t.Errorf("lc class objectives %v", o)
 	}
 }
