@@ -181,6 +181,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.slo.Pause = &Pauser{}
 	// The gate's own pauser: what it stops, it alone resumes.
 	d.gate = NewRequestGate(d.rec, &Pauser{}, d.log)
+	d.slo.Gate = d.gate // SLO mode chooses, per GPU, whether the gate holds
 	if err := d.gate.Register(d.metrics.Registry); err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/slo"
+	"github.com/gpreempt/gpreempt/internal/slo/objective"
 )
 
 // Metrics are gpreemptd's Prometheus metrics, on a registry of their own
@@ -183,6 +185,19 @@ type (
 
 // quantileNames bounds the label values a pusher can create.
 var quantileNames = map[string]bool{"p50": true, "p90": true, "p99": true, "p999": true, "max": true, "mean": true}
+
+// windowQuantiles are those a latency window may carry: the request's,
+// and an LLM server's time to first token and per output token (what
+// objectives such as tpot_p50<=12ms bound).
+var windowQuantiles = func() map[string]bool {
+	m := maps.Clone(quantileNames)
+	for _, metric := range objective.Metrics {
+		for _, q := range []string{"p50", "p90", "p99", "p999"} {
+			m[metric+"_"+q] = true
+		}
+	}
+	return m
+}()
 
 func (m *Metrics) pushStats(s HintStats, comm string) {
 	// Under the lock, so that a forget of the same pid comes wholly

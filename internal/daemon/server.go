@@ -441,13 +441,13 @@ func ParseStats(b []byte) (HintStats, int, error) {
 	if s.PID < 0 {
 		return s, http.StatusBadRequest, fmt.Errorf("pid %d", s.PID)
 	}
-	check := func(field string, m map[string]float64) error {
-		if len(m) > len(quantileNames) {
+	check := func(field string, m map[string]float64, names map[string]bool) error {
+		if len(m) > len(names) {
 			return fmt.Errorf("%s: too many quantiles", field)
 		}
 		for q, v := range m {
-			if !quantileNames[q] {
-				return fmt.Errorf("%s: quantile %q: want p50, p90, p99, p999, max or mean", field, q)
+			if !names[q] {
+				return fmt.Errorf("%s: quantile %q: want p50, p90, p99, p999, max or mean (a window's also ttft_ or tpot_ p50 .. p999)", field, q)
 			}
 			if v < 0 || v > 1e12 || v != v {
 				return fmt.Errorf("%s: quantile %q: %v out of range [0, 1e12] us", field, q, v)
@@ -459,7 +459,7 @@ func ParseStats(b []byte) (HintStats, int, error) {
 		name string
 		m    map[string]float64
 	}{{"request_latency_us", s.RequestLatencyUs}, {"spinner_hold_us", s.SpinnerHoldUs}} {
-		if err := check(f.name, f.m); err != nil {
+		if err := check(f.name, f.m, quantileNames); err != nil {
 			return s, http.StatusBadRequest, err
 		}
 	}
@@ -467,7 +467,7 @@ func ParseStats(b []byte) (HintStats, int, error) {
 		if !(w.DurationMs > 0 && w.DurationMs <= 600e3) {
 			return s, http.StatusBadRequest, fmt.Errorf("window.duration_ms: %v out of range (0, 600000]", w.DurationMs)
 		}
-		if err := check("window.latency_us", w.LatencyUs); err != nil {
+		if err := check("window.latency_us", w.LatencyUs, windowQuantiles); err != nil {
 			return s, http.StatusBadRequest, err
 		}
 		if w.Requests > 0 && len(w.LatencyUs) == 0 {

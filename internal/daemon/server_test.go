@@ -325,6 +325,7 @@ func FuzzDecoders(f *testing.F) {
 	f.Add([]byte(`{"pid":3,"class":"lc"}`))
 	f.Add([]byte(`{"requests":1,"spinner_hold_us":{"max":1}}`))
 	f.Add([]byte(`{"window":{"duration_ms":1000,"requests":30,"latency_us":{"p50":36,"p99":70}}}`))
+	f.Add([]byte(`{"window":{"duration_ms":1000,"requests":30,"latency_us":{"p50":400000,"tpot_p50":9000,"ttft_p99":90000}}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if req, sp, _, err := ParseClassRequest(b); err == nil && (req.PID < 0 || sp.Name.Rank() < 0) {
 			t.Fatalf("accepted %+v %+v", req, sp)
@@ -338,7 +339,7 @@ func FuzzDecoders(f *testing.F) {
 					t.Fatalf("accepted window %+v", *w)
 				}
 				for q, v := range w.LatencyUs {
-					if !quantileNames[q] || !(v >= 0 && v <= 1e12) {
+					if !windowQuantiles[q] || !(v >= 0 && v <= 1e12) {
 						t.Fatalf("accepted window quantile %q = %v", q, v)
 					}
 				}

@@ -1,12 +1,11 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
-	"fmt"
 	"log/slog"
 	"maps"
 	"math"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -130,6 +129,9 @@ type SLOLoop struct {
 	// slo.calibrate: pause); nil: they cannot be, and the controllers
 	// learn LCs beside BE.
 	Pause *Pauser
+	// Gate, when set, is the request gate, which holds BE through the
+	// requests of the LCs whose search chose an arm with the gate.
+	Gate gateSteerer
 
 	// on: the mode runs under conf.
 	on bool
@@ -164,6 +166,10 @@ type SLOLoop struct {
 	told map[int]bool
 }
 
+// gateSteerer is what SLO mode needs of the request gate (RequestGate):
+// whether to hold BE for each LC, by pid (nil: as the policy says).
+type gateSteerer interface{ Steer(holds map[int]bool) }
+
 // allGPUs keys the search for the node: of every process while one NVML
 // lists on no GPU (past its first window: an MPS client, a node without
 // NVML); client.GPUList names no GPUs so.
@@ -185,7 +191,10 @@ type search struct {
 	// lcs are the LC processes on its GPUs this window; bes the BE
 	// processes there (none while lcs is empty).
 	lcs, bes []ProcRef
-	status   client.SLOSearch
+	// prepreempt: its pre-preemption arms go up to this BE timeslice (0:
+	// none: no LC of it has a hint engine, or none is allowed).
+	prepreempt time.Duration
+	status     client.SLOSearch
 }
 
 // live says whether the search has an LC on its GPUs this window.
@@ -223,40 +232,31 @@ func (l *SLOLoop) Push(pid int, s HintStats) {
 	}
 }
 
-// ceiling is the longest BE timeslice the controller may choose now (0:
-// none):
-//   - slo.spinner_ceiling while an LC process's hint engine launches
-//     spinners (its pushed engine state says prepreempt): past it a
-//     longer BE timeslice gave BE less, not more (policy.SLO);
-//   - under slo.prepreempt_below while an LC process with a tail
-//     objective (above p50) runs a hint engine at all. From that setting
-//     on the daemon tells engines to stop pre-preempting, and such an LC
-//     waits out BE's timeslice on every request: a tail objective pays
-//     for the try itself (on the H100 one try of 500 us set a synthetic
-//     LC's p99 at 10.6x).
-func (l *SLOLoop) ceiling(pol *policy.Policy, lcs []ProcRef) time.Duration {
+// prepreemptUpTo is the longest BE timeslice at which the search over
+// lcs may have hint engines pre-preempt (its pre-preemption arms); 0
+// where none of lcs has an engine (it has pushed no engine state). Not
+// past slo.spinner_ceiling (with a spinner taking the GPU one switch
+// ahead of each request, a longer BE timeslice spares BE no switch and
+// gave it less), nor at or past slo.prepreempt_below (a spinner launched
+// one switch ahead cannot shorten a wait for a long BE timeslice).
+func (l *SLOLoop) prepreemptUpTo(pol *policy.Policy, lcs []ProcRef) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var c time.Duration
-	lower := func(t time.Duration) {
-		if t > 0 && (c == 0 || t < c) {
-			c = t
-		}
+	if !slices.ContainsFunc(lcs, func(p ProcRef) bool { _, ok := l.status.Engines[strconv.Itoa(p.PID)]; return ok }) {
+		return 0
 	}
-	for _, p := range lcs {
-		os, ok := pol.Objective(p.Decision)
-		e, hints := l.status.Engines[strconv.Itoa(p.PID)]
-		if !ok || !hints {
-			continue
-		}
-		if e.Prepreempt {
-			lower(pol.SLO.SpinnerCeiling)
-		}
-		if pol.SLO.PrepreemptBelow > 0 && slices.ContainsFunc(os, slo.Objective.Tail) {
-			lower(pol.SLO.PrepreemptBelow - 1)
-		}
+	ladder := pol.SLO.Ladder
+	if len(ladder) == 0 {
+		ladder = slo.DefaultLadder
 	}
-	return c
+	up := slices.Max(ladder)
+	if c := pol.SLO.SpinnerCeiling; c > 0 {
+		up = min(up, c)
+	}
+	if b := pol.SLO.PrepreemptBelow; b > 0 {
+		up = min(up, b-1)
+	}
+	return up
 }
 
 // Pushers lists the pids with pushed state (windows or engine state).
@@ -365,6 +365,9 @@ func (l *SLOLoop) Step(now time.Duration) {
 		if l.on {
 			l.on, l.searches, l.beSearch = false, nil, nil
 			l.rec.SetBETimeslices(0, nil)
+			if l.Gate != nil {
+				l.Gate.Steer(nil) // the gate holds as the policy says
+			}
 			l.log.Info("slo: mode off; BE back to the policy's timeslice", "be_timeslice", pol.Classes[class.BE].Timeslice)
 		}
 		l.mu.Lock()
@@ -406,6 +409,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 		// On from here: the status says so (and what is in force) before
 		// the first window ends.
 		l.publish(pol, nil, nil, all, l.assign(all))
+		l.steer()
 		l.last = now
 		return // the first window starts now
 	}
@@ -438,8 +442,15 @@ func (l *SLOLoop) Step(now time.Duration) {
 	window := pol.SLO.Window
 	decided := map[*search]*slo.Decision{}
 	for _, s := range l.sorted() {
-		obs := slo.Observation{BEShare: math.NaN(), MinBETimeslice: l.sharedFloor(s), MaxBETimeslice: l.ceiling(pol, s.lcs), MinBEShare: pol.SLO.MinBEShare}
-		// A search that started in this window has its floor and ceiling
+		// The arms: the gate where the policy's gate is on or auto and the
+		// daemon runs one, pre-preemption where an LC has a hint engine.
+		floor := l.sharedFloor(s)
+		if s.prepreempt = l.prepreemptUpTo(pol, s.lcs); s.prepreempt < floor {
+			s.prepreempt = 0 // no BE timeslice allowed pre-preempts
+		}
+		obs := slo.Observation{BEShare: math.NaN(), MinBETimeslice: floor, MinBEShare: pol.SLO.MinBEShare,
+			Gate: l.Gate != nil && pol.Gate.Mode != policy.GateOff, Prepreempt: s.prepreempt}
+		// A search that started in this window has its floor and arms
 		// applied at once, and nothing judged: its BE ran under another
 		// setting. An idle one is told there was no LC (three windows of
 		// that and it falls back to slo.safe, where its next LC finds it).
@@ -459,7 +470,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 				obs.LC = append(obs.LC, samples[p.PID].samples...)
 			}
 		}
-		from := s.ctl.Current()
+		from := s.ctl.Arm()
 		d := s.ctl.Observe(obs)
 		decided[s] = &d
 		level := slog.LevelInfo
@@ -467,7 +478,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 			level = slog.LevelDebug // applies to no BE
 		}
 		if d.Changed {
-			l.log.Log(context.Background(), level, "slo: BE timeslice changed", "gpus", s.key, "from", from, "to", d.BETimeslice, "cause", d.Cause, "reason", d.Reason,
+			l.log.Log(context.Background(), level, "slo: arm changed", "gpus", s.key, "from", from, "to", d.Arm, "cause", d.Cause, "reason", d.Reason,
 				"worst_lc_vs_objective", d.Worst, "be_share", d.BEShare, "fallback", d.Fallback)
 		} else {
 			l.log.Debug("slo: kept", "gpus", s.key, "be_timeslice", d.BETimeslice, "cause", d.Cause, "reason", d.Reason, "worst_lc_vs_objective", d.Worst)
@@ -483,550 +494,30 @@ func (l *SLOLoop) Step(now time.Duration) {
 		}
 	}
 	per := l.assign(all)
+	l.steer()
 	l.publish(pol, decided, samples, all, per)
 	l.last = now
 }
 
-// options are a search's controller options.
-func (l *SLOLoop) options(pol *policy.Policy, conf sloConf) slo.Options {
-	return slo.Options{Ladder: pol.SLO.Ladder, Safe: conf.safe, PauseWindows: conf.pause}
-}
-
-// join puts each process of lcs and all in the search of the set of GPUs
-// it is on (GPUs are in one set when a process is listed on both),
-// starting one at the safe setting for a set with an LC that has none,
-// and gives each search its LC and BE processes. While a process is on no
-// GPU NVML lists, past the first window it was seen so (NVML lists a
-// context ~80 ms after its channel groups appear, after it was classed;
-// at once where NVML lists no process at all),
-// there is one search for the node (allGPUs), of every process: it may
-// share a GPU with any, and no BE is then set by two searches, each
-// judging it by a setting not in force. A process in its first window
-// unlisted is in no search (a BE gets the shortest timeslice of all:
-// assign). A search that had no LC and has again starts its window anew,
-// as a new one.
-func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
-	procs := slices.Concat(lcs, all)
-	// Where NVML lists no process at all (no NVML), there is nothing to
-	// wait for.
-	listing := slices.ContainsFunc(procs, func(p ProcRef) bool { return len(p.GPUs) > 0 })
-	seen := map[string]int{}
-	node := false
-	for _, p := range procs {
-		if len(p.GPUs) > 0 {
-			continue
-		}
-		k := p.key()
-		first, ok := l.unlisted[k]
-		if !ok && listing {
-			first = l.windows
-		} else if !ok {
-			first = -1
-		}
-		seen[k] = first
-		node = node || first < l.windows
-	}
-	l.unlisted = seen
-	// The sets: GPUs joined by the processes listed on them.
-	root := map[int]int{}
-	var find func(int) int
-	find = func(g int) int {
-		if r, ok := root[g]; ok && r != g {
-			r = find(r)
-			root[g] = r
-			return r
-		}
-		root[g] = g
-		return g
-	}
-	for _, p := range procs {
-		for _, g := range p.GPUs {
-			if a, b := find(p.GPUs[0]), find(g); a != b {
-				root[max(a, b)] = min(a, b)
-			}
-		}
-	}
-	sets := map[int][]int{} // by their smallest GPU, the root
-	for g := range root {
-		sets[find(g)] = append(sets[find(g)], g)
-	}
-	for _, gs := range sets {
-		slices.Sort(gs)
-	}
-	// setOf names the search of p: by the GPUs of its set, nil for the
-	// node's; false for a process in its first window unlisted, in none.
-	setOf := func(p ProcRef) ([]int, bool) {
-		switch {
-		case node && (len(p.GPUs) > 0 || seen[p.key()] < l.windows):
-			return nil, true
-		case len(p.GPUs) == 0:
-			return nil, false
-		}
-		return sets[find(p.GPUs[0])], true
-	}
-	for _, s := range l.searches {
-		s.started = !s.live() // it had no LC last window
-		s.lcs, s.bes = nil, nil
-	}
-	l.beSearch = map[string]*search{}
-	for _, p := range lcs {
-		gs, ok := setOf(p)
-		if !ok {
-			continue
-		}
-		k := client.GPUList(gs)
-		s := l.searches[k]
-		if s == nil {
-			c, err := slo.New(l.options(pol, l.conf))
-			if err != nil { // New took these options when the mode came on
-				l.log.Error("slo: controller refused the policy's settings", "err", err)
-				continue
-			}
-			s = &search{key: k, gpus: gs, ctl: c, started: true}
-			l.searches[k] = s
-			if l.windows > 0 || len(l.searches) > 1 {
-				l.log.Info("slo: an LC on GPUs without a search: their BE at the safe timeslice until LC latency is known", "gpus", k, "be_timeslice", c.Current())
-			}
-		}
-		s.lcs = append(s.lcs, p)
-	}
-	for _, b := range all {
-		gs, ok := setOf(b)
-		if s := l.searches[client.GPUList(gs)]; ok && s != nil && s.live() {
-			s.bes = append(s.bes, b)
-			l.beSearch[b.key()] = s
-		}
-	}
-	for _, s := range l.searches {
-		if !s.live() {
-			s.started = false
-		}
-	}
-}
-
-// sorted lists the searches by their GPUs (allGPUs first).
-func (l *SLOLoop) sorted() []*search {
-	out := slices.Collect(maps.Values(l.searches))
-	slices.SortFunc(out, func(a, b *search) int { return slices.Compare(a.gpus, b.gpus) })
-	return out
-}
-
-// pausing says whether a search's last decision stopped BE.
-func (l *SLOLoop) pausing() bool {
-	for s := range maps.Values(l.searches) {
-		if s.pausing {
-			return true
-		}
-	}
-	return false
-}
-
-// assign gives each BE process of all the BE timeslice chosen by the
-// live search it is in (the policy's where it is in none), and one that
-// starts before the next window, or is in its first window on no GPU NVML
-// lists, the shortest of every live search: until NVML lists it, it may
-// share a GPU with any LC. It returns the timeslice each one is given, by
-// procKey (0: the policy's).
-func (l *SLOLoop) assign(all []ProcRef) map[string]time.Duration {
-	var def time.Duration
-	for _, s := range l.searches {
-		if c := s.ctl.Current(); s.live() && (def == 0 || c < def) {
-			def = c
-		}
-	}
-	per := make(map[string]time.Duration, len(all))
-	for _, b := range all {
-		switch s := l.beSearch[b.key()]; {
-		case s != nil:
-			per[b.key()] = s.ctl.Current()
-		case len(b.GPUs) > 0:
-			per[b.key()] = 0 // in no live search: the policy's
-		case def > 0:
-			per[b.key()] = def // unlisted, in its first window
-		}
-	}
-	l.rec.SetBETimeslices(def, per)
-	return per
-}
-
-// sharedFloor is the shortest BE timeslice search s may choose: two BE
-// processes on one GPU switch between each other at the BE timeslice,
-// and below the shared floor they spend the GPU on restoring each other's
-// contexts and their weights stop splitting their progress
-// (slo.Observation.MinBETimeslice).
-func (l *SLOLoop) sharedFloor(s *search) time.Duration {
-	if slices.ContainsFunc(s.bes, func(b ProcRef) bool {
-		return slices.ContainsFunc(s.bes, func(o ProcRef) bool { return o.key() != b.key() && shareGPU(b, o) })
-	}) {
-		return l.conf.floor
-	}
-	return 0
-}
-
-// pauseFor keeps stopped the BE processes of each live search whose
-// decision was to learn an LC alone, each search its own (with a watchdog
-// of its own, resuming them past the longest a calibration stops them
-// for, max, if nothing else does), and resumes the others the mode holds.
-// A search whose BE could not be stopped calibrates beside them.
-func (l *SLOLoop) pauseFor(decided map[*search]*slo.Decision, max time.Duration) {
-	wants := func(s *search) bool { d := decided[s]; return l.Pause != nil && d != nil && d.PauseBE && s.live() }
-	why := ""
-	var keep []ProcRef
-	for _, s := range l.sorted() {
-		if wants(s) {
-			keep = append(keep, s.bes...)
-		} else if d := decided[s]; s.pausing && d != nil && why == "" {
-			why = d.Reason
-		}
-	}
-	if len(keep) == 0 {
-		l.resume(why)
+// steer tells the request gate, for each LC of a search, whether its
+// search's arm holds BE through its requests.
+func (l *SLOLoop) steer() {
+	if l.Gate == nil {
 		return
 	}
-	if n, err := l.Pause.ResumeExcept(keep); err != nil {
-		l.log.Error("slo: resuming BE processes", "err", err)
-	} else if n > 0 {
-		l.log.Info("slo: BE processes resumed", "processes", n, "reason", why)
-	}
-	for _, s := range l.sorted() {
-		if s.pausing = wants(s); !s.pausing {
-			continue
-		}
-		n, err := l.Pause.Stop(s.bes, max)
-		switch {
-		case err != nil:
-			l.log.Error("slo: could not stop BE processes to learn an LC alone; calibrating beside them", "gpus", s.key, "err", err)
-			s.pausing = false
-			keep = slices.DeleteFunc(keep, func(b ProcRef) bool {
-				return slices.ContainsFunc(s.bes, func(o ProcRef) bool { return o.key() == b.key() })
-			})
-			if _, err := l.Pause.ResumeExcept(keep); err != nil {
-				l.log.Error("slo: resuming BE processes", "err", err)
-			}
-		case n > 0:
-			l.log.Info("slo: BE processes stopped to learn an LC alone", "gpus", s.key, "processes", n)
-		}
-	}
-}
-
-// lcWindow is one LC process's window: its status rows (one per
-// objective) and its samples to the controllers.
-type lcWindow struct {
-	rows    []LCStatus
-	samples []slo.LCSample
-	key     string // its key to the controllers
-}
-
-// lcSamples reads each LC process's latest window, by pid.
-func (l *SLOLoop) lcSamples(pol *policy.Policy, lcs []ProcRef, now time.Duration) map[int]lcWindow {
-	window := pol.SLO.Window
-	out := map[int]lcWindow{}
-	for _, p := range lcs {
-		o, ok := pol.Objective(p.Decision)
-		ls := LCStatus{PID: p.PID, Comm: p.Comm}
-		if !ok {
-			ls.Signal = "no objective"
-			out[p.PID] = lcWindow{rows: []LCStatus{ls}}
-			continue
-		}
-		// What the app pushes, or what request tracing sees of it while
-		// the loop has it traced (toTrace): one source at a time, and
-		// each its own key to the controller, for a traced request is
-		// not what the app measures (no CPU-side work before its first
-		// launch) and the two do not share a baseline.
-		s, ok := l.Latency.Latest(p.PID)
-		src, key := sampleSource{p.PID, "pushed"}, p.key()
-		if w := l.tracing[key]; l.Traced != nil && w != nil && w.traced {
-			s, ok = l.Traced.Latest(p.PID)
-			src.kind, key = "traced", key+"/traced"
-		}
-		w := lcWindow{key: key}
-		// A traced window is one of the loop's: the one the tracer closed
-		// when the mode came on spans the time it was off.
-		fresh := ok && s.Seq != l.used[src] && now-s.At <= 2*window && (src.kind != "traced" || s.Window <= 2*window)
-		if fresh {
-			l.used[src] = s.Seq
-		}
-		// One row, and one sample, per objective: a process may bound
-		// its median and its tail.
-		for _, o := range o {
-			ls := ls
-			ls.Objective = o.String()
-			switch {
-			case !ok:
-				ls.Signal = "none pushed"
-				if l.Traced != nil {
-					ls.Signal = "none pushed or traced"
-				}
-			case !fresh:
-				ls.Signal = "stale"
-			default:
-				lat, ok := s.Quantiles[quantileName(o.Quantile)]
-				if !ok {
-					ls.Signal = src.kind + " without " + quantileName(o.Quantile)
-					break
-				}
-				ls.Signal, ls.Requests, ls.LatencyUs = src.kind, s.Requests, float64(lat)/1e3
-				// The median goes with a tail objective: workload changes
-				// are read from it (slo.LCSample.Median).
-				w.samples = append(w.samples, slo.LCSample{Key: key, Objective: o, Latency: lat, Requests: s.Requests, Median: s.Quantiles["p50"]})
-			}
-			w.rows = append(w.rows, ls)
-		}
-		out[p.PID] = w
-	}
-	return out
-}
-
-// publish sets the status, what hint engines are told, and the metrics,
-// after a window whose decisions are decided, over the LC windows
-// samples (none when the mode came on), which gave each BE process of all
-// the timeslice per names.
-func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, samples map[int]lcWindow, all []ProcRef, per map[string]time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	prevPre := l.status.Prepreempt
-	st := SLOStatus{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
-		Ladder: ladderOrDefault(pol.SLO.Ladder), MinBEShare: pol.SLO.MinBEShare, Calibrate: calibrateName(l.conf.pause),
-		Engines: l.status.Engines, Prepreempt: true}
-	told := map[int]bool{}
-	metrics := map[string]slo.Decision{}
-	var worst float64 = math.NaN()
-	var lcRows []LCStatus
-	for _, s := range l.sorted() {
-		d := decided[s]
-		ss := &s.status
-		ss.GPUs, ss.BETimeslice, ss.LCs = s.gpus, s.ctl.Current().String(), len(s.lcs)
-		pre := pol.SLO.PrepreemptBelow <= 0 || s.ctl.Current() < pol.SLO.PrepreemptBelow
-		ss.Prepreempt = pre
-		// What an idle search decides applies to no BE: neither shown nor
-		// counted.
-		if d != nil && s.live() {
-			sd := &SLODecision{Window: l.windows, BETimeslice: d.BETimeslice.String(), Changed: d.Changed, Cause: d.Cause, Reason: d.Reason,
-				Fallback: d.Fallback, BEBelowMinimum: d.BEBelowMinimum}
-			ss.Last, ss.BEShare, ss.WorstLC = sd, finite(d.BEShare), finite(d.Worst)
-			if d.Changed {
-				ss.LastChange = sd
-				ss.Changes++
-			}
-		}
-		st.Changes += ss.Changes
-		if !s.live() {
-			continue
-		}
-		st.Searches = append(st.Searches, *ss)
-		st.Prepreempt = st.Prepreempt && pre
+	holds := map[int]bool{}
+	for _, s := range l.searches {
 		for _, p := range s.lcs {
-			told[p.PID] = pre // an LC process is in one search
-		}
-		if d != nil {
-			metrics[s.key] = *d
-			if !math.IsNaN(d.Worst) && (math.IsNaN(worst) || d.Worst > worst) {
-				worst = d.Worst
-			}
-		} else {
-			metrics[s.key] = slo.Decision{BETimeslice: s.ctl.Current(), Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()}
-		}
-		lcRows = append(lcRows, searchRows(s, d, samples)...)
-	}
-	st.WorstLC, st.LC = finite(worst), lcRows
-	if len(st.Searches) == 1 {
-		ss := st.Searches[0]
-		st.BETimeslice, st.BEShare, st.Last, st.LastChange = ss.BETimeslice, ss.BEShare, ss.Last, ss.LastChange
-	}
-	if l.Share != nil && l.windows > 0 {
-		st.BE = l.Share.Status()
-		for i := range st.BE {
-			b := &st.BE[i]
-			if j := slices.IndexFunc(all, func(p ProcRef) bool { return p.PID == b.PID }); j >= 0 {
-				ts, named := per[all[j].key()]
-				b.Apart = named && ts == 0
-				if ts > 0 {
-					b.Timeslice = ts.String()
-				}
-			}
+			holds[p.PID] = s.ctl.Arm().Gate
 		}
 	}
-	if l.pausing() {
-		for _, p := range all { // by pid
-			if l.beSearch[p.key()] != nil && l.Pause.Holds(p) {
-				st.BEStopped = append(st.BEStopped, p.PID)
-			}
-		}
-	}
-	l.metrics.setBEStopped(len(st.BEStopped))
-	l.metrics.setSLO(true, metrics)
-	if l.windows > 0 && st.Prepreempt != prevPre {
-		l.log.Info("slo: hint engines told", "prepreempt", st.Prepreempt, "prepreempt_below", pol.SLO.PrepreemptBelow)
-	}
-	l.status, l.told = st, told
+	l.Gate.Steer(holds)
 }
 
-// searchRows are the status rows of search s's LC processes in their
-// windows samples, against its decision d (nil: none this window).
-func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) []LCStatus {
-	var out []LCStatus
-	var res []slo.LCResult
-	if d != nil {
-		res = d.LC
-	}
-	for _, p := range s.lcs {
-		w := samples[p.PID]
-		for _, row := range w.rows {
-			row.GPUs = s.gpus
-			for _, r := range res {
-				if r.Key == w.key && r.Objective == row.Objective {
-					row.TargetUs, row.Ratio = float64(r.Target)/1e3, finite(r.Ratio)
-					if sig := row.Signal; r.Requests < 20 && (sig == "pushed" || sig == "traced") {
-						row.Signal = fmt.Sprintf("%s (%d requests: too few to count)", sig, r.Requests)
-					}
-				}
-			}
-			out = append(out, row)
-		}
-	}
-	return out
-}
-
-// resume resumes the BE processes the SLO mode stopped, if any.
-func (l *SLOLoop) resume(why string) {
-	was := l.pausing()
-	for _, s := range l.searches {
-		s.pausing = false
-	}
-	if l.Pause == nil || !was && !l.Pause.Holding() {
-		return
-	}
-	l.mu.Lock()
-	l.status.BEStopped = nil
-	l.mu.Unlock()
-	l.metrics.setBEStopped(0)
-	if err := l.Pause.Resume(); err != nil {
-		l.log.Error("slo: resuming BE processes", "err", err)
-		return
-	}
-	l.log.Info("slo: BE processes resumed", "reason", why)
-}
-
-// Close resumes what the SLO mode stopped: the daemon calls it on its
-// way out (a daemon that dies leaves that to the Pauser's watchdog).
-func (l *SLOLoop) Close() { l.resume("gpreemptd stopping") }
-
-func calibrateName(pause int) string {
-	if pause > 0 {
-		return "pause"
-	}
-	return "shortest"
-}
-
-// shareGPU says whether a and b may share a GPU: one of them is listed on
-// no GPU (NVML did not list it yet, or does not list it at all) or they
-// are listed on one GPU.
-func shareGPU(a, b ProcRef) bool {
-	return a.GPUs == nil || b.GPUs == nil || slices.ContainsFunc(a.GPUs, func(g int) bool { return slices.Contains(b.GPUs, g) })
-}
-
-// sampleSource is where an LC process's windows come from ("pushed" or
-// "traced"): each numbers its own, and a window is used once.
-type sampleSource struct {
-	pid  int
-	kind string
-}
-
-// An MPS server is the executable nvidia-cuda-mps-server; where its path
-// could not be read, the command name, which the kernel cuts to 15
-// characters (the control daemon shares it, but holds no channel group, so
-// it is not a GPU process the daemon knows).
-const (
-	mpsServerExe  = "nvidia-cuda-mps-server"
-	mpsServerComm = "nvidia-cuda-mps"
-)
-
-// isMPSServer says whether p is an MPS server: every channel group it
-// holds runs its clients' work.
-func isMPSServer(p ProcRef) bool {
-	if p.Exe != "" {
-		return filepath.Base(p.Exe) == mpsServerExe
-	}
-	return p.Comm == mpsServerComm
-}
-
-// traceWant is one LC process as request tracing sees it: when the loop
-// first saw it, whether tracing is asked for it, and for how many windows
-// in a row it has pushed since.
-type traceWant struct {
-	seen   time.Duration
-	traced bool
-	pushed int
-}
-
-// Request tracing waits traceAfter windows for a new LC process to push
-// (an app that pushes has done so by then), and goes on tracing one that
-// starts pushing until it has pushed in untraceAfter windows in a row: an
-// app that pushes less often than every two windows is not attached and
-// detached in turn.
-const (
-	traceAfter   = 2
-	untraceAfter = 4
-)
-
-// toTrace lists the processes of lcs request tracing is to measure: those
-// with an objective whose app pushed no window in the last two, and each
-// one traced until it pushes steadily. Once a window.
-func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []ProcRef, now time.Duration) []ProcRef {
-	window := pol.SLO.Window
-	var judged, out []ProcRef
-	for _, p := range lcs {
-		// Not judged, or an MPS server classed lc (its clients launch
-		// from their own libcuda): nothing to measure.
-		if _, ok := pol.Objective(p.Decision); ok && !isMPSServer(p) {
-			judged = append(judged, p)
-		}
-	}
-	dropGone(l.tracing, judged, func(*traceWant) {})
-	for _, p := range judged {
-		k := procKey(p)
-		w := l.tracing[k]
-		if w == nil {
-			w = &traceWant{seen: now}
-			l.tracing[k] = w
-		}
-		s, ok := l.Latency.Latest(p.PID)
-		fresh := ok && now-s.At <= 2*window // the loop uses no older push
-		switch {
-		case !w.traced:
-			w.traced = !fresh && now-w.seen >= traceAfter*window
-			w.pushed = 0
-		case fresh:
-			w.pushed++
-			w.traced = w.pushed < untraceAfter
-		default:
-			w.pushed = 0
-		}
-		if w.traced {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// procKey names an LC process to the controller: its pid and start time,
-// so that a reused pid is a new process.
-func procKey(p ProcRef) string { return strconv.Itoa(p.PID) + "/" + strconv.FormatUint(p.Start, 10) }
-
-func (p ProcRef) key() string { return procKey(p) }
-
-// dropGone deletes from m, by procKey, the processes not in ps, and calls
-// gone with each one deleted.
-func dropGone[V any](m map[string]V, ps []ProcRef, gone func(V)) {
-	keys := make(map[string]bool, len(ps))
-	for _, p := range ps {
-		keys[procKey(p)] = true
-	}
-	for k, v := range m {
-		if !keys[k] {
-			gone(v)
-			delete(m, k)
-		}
-	}
+// options are a search's controller options: references learnt with BE
+// stopped (slo.calibrate: pause, the default) where the daemon can stop
+// it, else beside BE under the shortest timeslice.
+func (l *SLOLoop) options(pol *policy.Policy, conf sloConf) slo.Options {
+	return slo.Options{Ladder: pol.SLO.Ladder, Safe: conf.safe, CalibrateWindows: cmp.Or(conf.pause, policy.DefaultPauseWindows),
+		NoPause: conf.pause <= 0 || l.Pause == nil}
 }

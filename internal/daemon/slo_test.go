@@ -279,10 +279,11 @@ slo: {enabled: true, window: 1s}
 }
 
 func TestSLOLoopCeilingForHintedTail(t *testing.T) {
-	// An LC with a tail objective that runs a hint engine keeps BE under
-	// slo.prepreempt_below (500 us by default): at 1 ms, the eager knee,
-	// the daemon would tell its engine to stop. Without an engine the
-	// same LC is searched up to 1 ms.
+	// An LC with a tail objective and a hint engine: pre-preemption is an
+	// arm below slo.prepreempt_below (500 us by default), and the engine is
+	// never told to pre-preempt at or past it (a spinner launched one
+	// switch ahead cannot shorten a wait for a long BE timeslice); without
+	// an engine the same LC is searched up to 1 ms.
 	const pol = `
 classes:
   lc: {objective: "p50<=1.05x, p99<=1.15x"}
@@ -290,7 +291,7 @@ classes:
 rules:
   - {name: lc, match: {comm: "lc*"}, class: lc, trust_self_set: true}
   - {name: trainer, match: {comm: "train*"}, class: be}
-slo: {enabled: true, window: 1s}
+slo: {enabled: true, window: 1s, spinner_ceiling: off}
 `
 	for _, hints := range []bool{true, false} {
 		s := newSLORig(t, pol)
@@ -298,16 +299,16 @@ slo: {enabled: true, window: 1s}
 		highest := time.Duration(0)
 		for range 80 {
 			if hints {
-				s.loop.Push(100, HintStats{Stats: client.Stats{Engine: &EngineState{Prepreempt: true}}})
+				s.loop.Push(100, HintStats{Stats: client.Stats{Engine: &EngineState{Prepreempt: s.loop.Reply(100).Prepreempt}}})
 			}
 			s.window(slo.EagerPyTorchH100, false)
 			highest = max(highest, s.beTimeslice())
+			if hints && s.loop.Reply(100).Prepreempt && s.beTimeslice() >= 500*time.Microsecond {
+				t.Fatalf("engine told to pre-preempt at %v", s.beTimeslice())
+			}
 		}
-		if hints && highest >= 500*time.Microsecond {
-			t.Errorf("with hints and a p99 objective: BE at %v", highest)
-		}
-		if !hints && highest < time.Millisecond {
-			t.Errorf("without hints: BE at most %v, want the eager knee (1ms)", highest)
+		if highest < time.Millisecond {
+			t.Errorf("hints %v: BE at most %v, want the eager knee (1ms)", hints, highest)
 		}
 	}
 }
@@ -510,7 +511,7 @@ slo: {enabled: true, window: 1s}
 			s.loop.Push(100, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 300, LatencyUs: us}}})
 			s.loop.Step(s.now)
 			s.tick(s.now)
-			if last := s.loop.Status().Last; last != nil && strings.HasPrefix(last.Reason, "workload changed") {
+			if last := s.loop.Status().Last; last != nil && strings.HasPrefix(last.Reason, "the LC's response changed") {
 				relearnt++
 			}
 		}
@@ -521,10 +522,11 @@ slo: {enabled: true, window: 1s}
 }
 
 func TestSLOLoopSpinnerCeiling(t *testing.T) {
-	// An LC whose hint engine launches spinners keeps BE at or under
-	// slo.spinner_ceiling (50 us by default), whatever its objectives;
-	// one whose engine launches none (every request class launch-bound)
-	// is searched up to the eager knee; "off" lifts the ceiling.
+	// Pre-preemption is an arm where an LC has a hint engine: the engine
+	// is told to pre-preempt only under arms at or under
+	// slo.spinner_ceiling (50 us by default) and under
+	// slo.prepreempt_below; an engine not told to may see the search go
+	// to the eager knee. "off" lifts the ceiling to prepreempt_below.
 	const pol = `
 classes:
   lc: {objective: "p50<=1.05x"}
@@ -535,31 +537,31 @@ rules:
 slo: {enabled: true, window: 1s%s}
 `
 	for _, tc := range []struct {
-		name     string
-		extra    string
-		spinning bool
-		lo, hi   time.Duration // the highest BE timeslice reached
+		name  string
+		extra string
+		up    time.Duration // the longest BE timeslice an engine is told to pre-preempt at
 	}{
-		{"spinning", "", true, time.Microsecond, 50 * time.Microsecond},
-		{"not spinning", "", false, time.Millisecond, 3 * time.Millisecond},
-		{"ceiling off", ", spinner_ceiling: off", true, time.Millisecond, 3 * time.Millisecond},
-		{"ceiling 200us", ", spinner_ceiling: 200us", true, 200 * time.Microsecond, 200 * time.Microsecond},
+		{"default", "", 50 * time.Microsecond},
+		{"ceiling off", ", spinner_ceiling: off", 200 * time.Microsecond},
+		{"ceiling 200us", ", spinner_ceiling: 200us", 200 * time.Microsecond},
 	} {
 		s := newSLORig(t, fmt.Sprintf(pol, tc.extra))
 		s.loop.Step(s.now)
-		highest := time.Duration(0)
+		highest, told := time.Duration(0), 0
 		for range 80 {
-			// An engine says prepreempt only while the daemon's reply
-			// lets it (below slo.prepreempt_below).
-			spin := tc.spinning && s.loop.Reply(100).Prepreempt
+			spin := s.loop.Reply(100).Prepreempt
 			s.loop.Push(100, HintStats{Stats: client.Stats{Engine: &EngineState{Prepreempt: spin}}})
 			s.window(slo.EagerPyTorchH100, false)
-			if s.loop.Status().Last.Cause != slo.CauseCalibrate {
-				highest = max(highest, s.beTimeslice())
+			highest = max(highest, s.beTimeslice())
+			if s.loop.Reply(100).Prepreempt {
+				told++
+				if ts := s.beTimeslice(); ts > tc.up {
+					t.Fatalf("%s: engine told to pre-preempt at %v", tc.name, ts)
+				}
 			}
 		}
-		if highest < tc.lo || highest > tc.hi {
-			t.Errorf("%s: BE at most %v, want %v-%v", tc.name, highest, tc.lo, tc.hi)
+		if highest < time.Millisecond || told == 0 {
+			t.Errorf("%s: BE at most %v (want the eager knee), engine told to pre-preempt in %d windows", tc.name, highest, told)
 		}
 	}
 }
@@ -714,8 +716,8 @@ func TestExitedPusherForgotten(t *testing.T) {
 		t.Fatal(err)
 	}
 	reused := ProcRef{PID: 100, Start: 2, Decision: policy.Decision{Spec: class.Spec{Name: class.LC, Weight: 1}, Rule: "default"}}
-	if c := s.loop.ceiling(tail, []ProcRef{reused}); c != 0 {
-		t.Errorf("BE capped at %v for a new LC without a hint engine", c)
+	if c := s.loop.prepreemptUpTo(tail, []ProcRef{reused}); c != 0 {
+		t.Errorf("pre-preemption arms up to %v for a new LC without a hint engine", c)
 	}
 }
 

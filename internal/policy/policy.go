@@ -133,8 +133,8 @@ type SLO struct {
 	// fixed-work BE: 89.0% at 1 us and at 50 us, 88.0% at 200 us in each
 	// of three repetitions). 0: none. Default 50 us.
 	SpinnerCeiling time.Duration
-	// PauseWindows, when positive (slo.calibrate: pause), is how many
-	// windows an LC's standalone latency is learnt from with BE
+	// PauseWindows, when positive (slo.calibrate: pause, the default), is
+	// how many windows an LC's standalone latency is learnt from with BE
 	// processes stopped (SIGSTOP; one window more to let their queued
 	// work drain); 0 (slo.calibrate: shortest): learnt beside BE under
 	// the ladder's shortest timeslice. slo.pause_windows, default 5.

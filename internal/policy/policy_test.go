@@ -35,7 +35,7 @@ func TestSLOExampleParses(t *testing.T) {
 	if !p.SLO.Enabled || p.SLO.MinBEShare != 0.88 || len(p.SLO.Ladder) != 7 || len(p.Rules) != 4 {
 		t.Fatalf("parsed %+v", p.SLO)
 	}
-	if o, ok := p.Objective(p.Decide(Process{Comm: "lc-server", User: "inference"})); !ok || o.String() != "p50<=1.05x" {
+	if o, ok := p.Objective(p.Decide(Process{Comm: "lc-server", User: "inference"})); !ok || o.String() != "p50<=1.05x@standalone" {
 		t.Errorf("inference objective %v %v", o, ok)
 	}
 	// The name is the process's own: another user's lc-server gets what
@@ -46,7 +46,7 @@ func TestSLOExampleParses(t *testing.T) {
 	if o, ok := p.Objective(p.Decide(Process{Comm: "other", Env: map[string]string{}})); ok {
 		t.Errorf("a burstable process has objective %v", o)
 	}
-	if o := p.SLO.LCObjective; len(o) != 2 || o.String() != "p50<=1.05x, p99<=1.15x" {
+	if o := p.SLO.LCObjective; len(o) != 1 || o.String() != "p99<=40ms" {
 		t.Errorf("lc class objectives %v", o)
 	}
 }
@@ -107,7 +107,7 @@ func TestParseErrorsNameLineAndField(t *testing.T) {
 		{"slo spinner_ceiling", "slo:\n  spinner_ceiling: [50us]\n", "line 2: slo.spinner_ceiling"},
 		{"slo shared_floor", "slo:\n  shared_floor: 0us\n", "line 2: slo.shared_floor"},
 		{"slo calibrate", "slo:\n  calibrate: alone\n", "line 2: slo.calibrate: \"alone\": want shortest"},
-		{"slo pause_windows without pause", "slo:\n  pause_windows: 3\n", "line 2: slo.pause_windows: set without slo.calibrate: pause"},
+		{"slo pause_windows with shortest", "slo:\n  calibrate: shortest\n  pause_windows: 3\n", "line 3: slo.pause_windows: set with slo.calibrate: shortest"},
 		{"slo pause_windows zero", "slo: {calibrate: pause, pause_windows: 0}\n", "line 1: slo.pause_windows: \"0\": want a whole number"},
 		{"slo pause_windows long", "slo: {calibrate: pause, pause_windows: 16}\n", "line 1: slo.pause_windows: \"16\""},
 		{"slice_overhead too long", "classes:\n  be: {slice_overhead: 2ms}\n", "line 2: classes.be.slice_overhead: "},
@@ -384,7 +384,8 @@ func TestSLOCalibrate(t *testing.T) {
 		in   string
 		want int
 	}{
-		{"slo: {}\n", 0},
+		{"slo: {}\n", DefaultPauseWindows},
+		{"slo: {pause_windows: 3}\n", 3},
 		{"slo: {calibrate: shortest}\n", 0},
 		{"slo: {calibrate: pause}\n", DefaultPauseWindows},
 		{"slo: {calibrate: Pause, pause_windows: 3}\n", 3},

@@ -278,7 +278,7 @@ func parseSLO(n *yaml.Node, s *SLO) error {
 	if err != nil {
 		return err
 	}
-	pause := false
+	pause := true // a relative objective's default reference: the LC alone
 	if v := fs["calibrate"]; v != nil {
 		str, err := keyword(v, "slo.calibrate")
 		if err != nil {
@@ -286,8 +286,8 @@ func parseSLO(n *yaml.Node, s *SLO) error {
 		}
 		switch str {
 		case "shortest":
+			pause = false
 		case "pause":
-			pause = true
 		default:
 			return fieldErr(v, "slo.calibrate", "%q: want shortest (beside BE under the shortest timeslice) or pause (BE stopped)", v.Value)
 		}
@@ -302,7 +302,7 @@ func parseSLO(n *yaml.Node, s *SLO) error {
 			return fieldErr(v, "slo.pause_windows", "%q: want a whole number of windows from 1 to 15", str)
 		}
 		if !pause {
-			return fieldErr(v, "slo.pause_windows", "set without slo.calibrate: pause")
+			return fieldErr(v, "slo.pause_windows", "set with slo.calibrate: shortest")
 		}
 		s.PauseWindows = k
 	} else if pause {

@@ -37,6 +37,10 @@ type Workload struct {
 	// response. The window reports its requests' own quantile, which for
 	// a tail of a few hundred is a few of them, and their median.
 	Spread, Hiccups, HiccupMean float64
+	// Gated is the response with the request gate holding BE through each
+	// LC request (nil: as Points); Unhinted with hint engines told not to
+	// pre-preempt (nil: as Points, which then need no hints).
+	Gated, Unhinted []Point
 }
 
 // EagerPyTorchH100 is resnet50 eager inference (each request ~6 ms of
@@ -81,7 +85,21 @@ var GraphHintsH100 = Workload{
 
 // At returns the workload's noiseless response at ts.
 func (w Workload) At(ts time.Duration) (lcRatio, beShare float64) {
-	ps := w.Points
+	return at(w.Points, ts)
+}
+
+// AtArm returns the workload's noiseless response under arm a.
+func (w Workload) AtArm(a Arm) (lcRatio, beShare float64) {
+	switch {
+	case a.Gate && w.Gated != nil:
+		return at(w.Gated, a.BETimeslice)
+	case !a.Prepreempt && w.Unhinted != nil:
+		return at(w.Unhinted, a.BETimeslice)
+	}
+	return at(w.Points, a.BETimeslice)
+}
+
+func at(ps []Point, ts time.Duration) (lcRatio, beShare float64) {
 	i, _ := slices.BinarySearchFunc(ps, ts, func(p Point, t time.Duration) int { return int(p.BETimeslice - t) })
 	switch {
 	case i == 0:
@@ -120,6 +138,10 @@ type SimGPU struct {
 	// NoMedian leaves LCSample.Median out of windows played request by
 	// request (Workload.Spread), as an app that pushes only its tail.
 	NoMedian bool
+	// Gate and Prepreempt are the arms offered (Observation.Gate,
+	// Observation.Prepreempt).
+	Gate       bool
+	Prepreempt time.Duration
 }
 
 // NewSimGPU returns a simulator seeded with seed.
@@ -131,15 +153,20 @@ func NewSimGPU(seed uint64) *SimGPU {
 // objective obj. A window just after a change (settling) mixes the
 // previous setting's response, as a real one does.
 func (g *SimGPU) Window(w Workload, obj Objective, ts, prev time.Duration) Observation {
+	return g.WindowArm(w, obj, Arm{BETimeslice: ts}, Arm{BETimeslice: prev})
+}
+
+// WindowArm is one observation of w under arm a, the arm before it prev.
+func (g *SimGPU) WindowArm(w Workload, obj Objective, a, prev Arm) Observation {
 	paused := g.Paused && !g.IgnorePause
-	at := func(ts time.Duration, paused bool) (float64, float64) {
+	at := func(a Arm, paused bool) (float64, float64) {
 		if paused {
 			return 1, 0
 		}
-		return w.At(ts)
+		return w.AtArm(a)
 	}
-	r, share := at(ts, paused)
-	if prev != ts || paused != g.wasPaused {
+	r, share := at(a, paused)
+	if prev != a || paused != g.wasPaused {
 		pr, ps := at(prev, g.wasPaused)
 		r, share = (r+pr)/2, (share+ps)/2
 	}
@@ -149,7 +176,7 @@ func (g *SimGPU) Window(w Workload, obj Objective, ts, prev time.Duration) Obser
 	if sn == 0 {
 		sn = w.Noise
 	}
-	o := Observation{BEShare: math.Min(1, share*noise(sn)), BEPaused: paused}
+	o := Observation{BEShare: math.Min(1, share*noise(sn)), BEPaused: paused, Gate: g.Gate, Prepreempt: g.Prepreempt}
 	if g.ShareUnknown {
 		o.BEShare = math.NaN()
 	}

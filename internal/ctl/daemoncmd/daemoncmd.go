@@ -3,6 +3,7 @@
 package daemoncmd
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -193,20 +194,22 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 			if x.BEShare != nil {
 				share = percent(x.BEShare)
 			}
-			fmt.Fprintf(w, "%s:\tBE timeslice %s, BE share %s, worst LC at %s of its objective, %d changes, hint engines: prepreempt %v\n",
-				client.GPUName(x.GPUs), x.BETimeslice, share, ratio(x.WorstLC), x.Changes, x.Prepreempt)
+			fmt.Fprintf(w, "%s:\tarm %s%s, BE share %s, worst LC at %s of its objective, %d changes, hint engines: prepreempt %v\n",
+				client.GPUName(x.GPUs), cmp.Or(x.Arm, x.BETimeslice), phase(x.Phase), share, ratio(x.WorstLC), x.Changes, x.Prepreempt)
 			decisions(w, "  ", x.Last, x.LastChange)
+			references(w, "  ", x.Calibration)
 		}
 	} else {
-		ts := s.BETimeslice
-		if ts == "" {
-			ts = "the policy's (no LC)"
+		arm := "BE timeslice the policy's (no LC)"
+		if ts := cmp.Or(s.Arm, s.BETimeslice); ts != "" {
+			arm = "arm " + ts + phase(s.Phase)
 		}
-		fmt.Fprintf(w, "\nslo:\ton, window %s, BE timeslice %s (safe %s%s; ladder %s), %d changes\n", s.Window, ts, s.Safe, floor, s.Ladder, s.Changes)
+		fmt.Fprintf(w, "\nslo:\ton, window %s, %s (safe %s%s; ladder %s), %d changes\n", s.Window, arm, s.Safe, floor, s.Ladder, s.Changes)
 		decisions(w, "", s.Last, s.LastChange)
+		references(w, "", s.Calibration)
 	}
 	if s.Calibrate == "pause" {
-		fmt.Fprintln(w, "calibrate:\tpause (LC baselines learnt with BE stopped)")
+		fmt.Fprintln(w, "calibrate:\tpause (x objectives measured against the LC alone, BE stopped)")
 	}
 	if len(s.BEStopped) > 0 {
 		fmt.Fprintf(w, "BE stopped:\t%s (learning an LC alone)\n", strings.Trim(fmt.Sprint(s.BEStopped), "[]"))
@@ -215,9 +218,10 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 		fmt.Fprintf(w, "hint engines:\tprepreempt %v\n", s.Prepreempt)
 	}
 	if len(s.LC) > 0 {
-		fmt.Fprintln(w, "\nLC PID\tCOMM\t"+gpuColumn(perGPU, "GPU\t")+"OBJECTIVE\tLATENCY\tTARGET\tVS OBJECTIVE\tREQUESTS\tSIGNAL")
+		fmt.Fprintln(w, "\nLC PID\tCOMM\t"+gpuColumn(perGPU, "GPU\t")+"OBJECTIVE\tLATENCY\tTARGET\tVS OBJECTIVE\tREQUESTS\tSIGNAL\tREFERENCE")
 		for _, l := range s.LC {
-			fmt.Fprintf(w, "%d\t%s\t%s%s\t%s\t%s\t%s\t%d\t%s\n", l.PID, l.Comm, gpuColumn(perGPU, client.GPUList(l.GPUs)+"\t"), cmdutil.OrDash(l.Objective), us(l.LatencyUs), us(l.TargetUs), ratio(l.Ratio), l.Requests, l.Signal)
+			fmt.Fprintf(w, "%d\t%s\t%s%s\t%s\t%s\t%s\t%d\t%s\t%s\n", l.PID, l.Comm, gpuColumn(perGPU, client.GPUList(l.GPUs)+"\t"), cmdutil.OrDash(l.Objective),
+				us(l.LatencyUs), us(l.TargetUs), ratio(l.Ratio), l.Requests, l.Signal, cmdutil.OrDash(l.Reference))
 		}
 	}
 	if len(s.BE) > 0 {
@@ -240,8 +244,23 @@ func decisions(w io.Writer, indent string, last, change *client.SLODecision) {
 		fmt.Fprintf(w, "%slast decision:\twindow %d: %s, %s: %s\n", indent, d.Window, keptOrChanged(d), d.Cause, d.Reason)
 	}
 	if d := change; d != nil {
-		fmt.Fprintf(w, "%slast change:\twindow %d: to %s, %s: %s\n", indent, d.Window, d.BETimeslice, d.Cause, d.Reason)
+		fmt.Fprintf(w, "%slast change:\twindow %d: to %s, %s: %s\n", indent, d.Window, cmp.Or(d.Arm, d.BETimeslice), d.Cause, d.Reason)
 	}
+}
+
+// references prints what learning LC references has cost a search.
+func references(w io.Writer, indent string, c *client.SLOCalibration) {
+	if c != nil && c.Windows > 0 {
+		fmt.Fprintf(w, "%sreferences:\tlearnt in %d of %d windows, %d of them with BE stopped\n", indent, c.Windows, c.Of, c.Paused)
+	}
+}
+
+// phase is a search's phase as the status line shows it.
+func phase(p string) string {
+	if p == "" || p == "deciding" {
+		return ""
+	}
+	return " (" + p + ")"
 }
 
 // gpuColumn is col where the status has a search per GPU, else nothing.
@@ -254,9 +273,9 @@ func gpuColumn(perGPU bool, col string) string {
 
 func keptOrChanged(d *client.SLODecision) string {
 	if d.Changed {
-		return "changed to " + d.BETimeslice
+		return "changed to " + cmp.Or(d.Arm, d.BETimeslice)
 	}
-	return "kept " + d.BETimeslice
+	return "kept " + cmp.Or(d.Arm, d.BETimeslice)
 }
 
 func ratio(r *float64) string {

@@ -321,9 +321,15 @@ type SLO struct {
 	// Window is the observation window.
 	Window string `json:"window,omitempty"`
 	// BETimeslice is the BE timeslice (of one unit of weight) chosen: of
-	// the search ("" with no LC: BE keeps the policy's).
-	BETimeslice string `json:"be_timeslice,omitempty"`
-	Safe        string `json:"safe,omitempty"`
+	// the search ("" with no LC: BE keeps the policy's); Arm the whole
+	// arm ("200µs+gate"), Phase the search's (fallback, calibrating,
+	// deciding), Calibration what learning references cost: of the one
+	// search.
+	BETimeslice string          `json:"be_timeslice,omitempty"`
+	Arm         string          `json:"arm,omitempty"`
+	Phase       string          `json:"phase,omitempty"`
+	Calibration *SLOCalibration `json:"calibration,omitempty"`
+	Safe        string          `json:"safe,omitempty"`
 	// SharedFloor is the shortest BE timeslice chosen while two or more
 	// BE processes share a GPU beside an LC.
 	SharedFloor string `json:"shared_floor,omitempty"`
@@ -366,15 +372,27 @@ type SLO struct {
 type SLOSearch struct {
 	// GPUs are the set's GPU indices; none for the node's search, of every
 	// process while one is on no GPU NVML lists.
-	GPUs        []int        `json:"gpus"`
-	BETimeslice string       `json:"be_timeslice"`
-	BEShare     *float64     `json:"be_share,omitempty"`
-	WorstLC     *float64     `json:"worst_lc_vs_objective,omitempty"`
-	LCs         int          `json:"lcs"`
-	Last        *SLODecision `json:"last,omitempty"`
-	LastChange  *SLODecision `json:"last_change,omitempty"`
-	Changes     int          `json:"changes"`
-	Prepreempt  bool         `json:"prepreempt"`
+	GPUs        []int           `json:"gpus"`
+	BETimeslice string          `json:"be_timeslice"`
+	Arm         string          `json:"arm,omitempty"`
+	Phase       string          `json:"phase,omitempty"`
+	Calibration *SLOCalibration `json:"calibration,omitempty"`
+	BEShare     *float64        `json:"be_share,omitempty"`
+	WorstLC     *float64        `json:"worst_lc_vs_objective,omitempty"`
+	LCs         int             `json:"lcs"`
+	Last        *SLODecision    `json:"last,omitempty"`
+	LastChange  *SLODecision    `json:"last_change,omitempty"`
+	Changes     int             `json:"changes"`
+	Prepreempt  bool            `json:"prepreempt"`
+}
+
+// SLOCalibration is what learning LC references has cost a search:
+// windows BE was paused, windows of calibration in all (paused or at the
+// shortest BE timeslice), of the windows it has run.
+type SLOCalibration struct {
+	Paused  int `json:"paused_windows"`
+	Windows int `json:"windows"`
+	Of      int `json:"of"`
 }
 
 // GPUList is a search's GPUs as its key: "0", "0,1"; "all" for the
@@ -409,10 +427,13 @@ type SLOLC struct {
 	// LatencyUs is the window's latency at the objective's quantile; 0:
 	// none this window.
 	LatencyUs float64 `json:"latency_us"`
-	// TargetUs is what the objective allows (0: baseline not known yet).
-	TargetUs float64  `json:"target_us"`
-	Ratio    *float64 `json:"ratio,omitempty"`
-	Requests int      `json:"requests"`
+	// TargetUs is what the objective allows (0: reference not known yet);
+	// Reference names what a relative objective is measured against
+	// ("standalone (BE paused) 6.1ms, ...", "beside BE under 1µs ...").
+	TargetUs  float64  `json:"target_us"`
+	Reference string   `json:"reference,omitempty"`
+	Ratio     *float64 `json:"ratio,omitempty"`
+	Requests  int      `json:"requests"`
 	// Signal says where the latency came from, or why there is none.
 	Signal string `json:"signal"`
 	// GPUs are the search the row is of (SLOSearch.GPUs).
@@ -446,6 +467,8 @@ type SLODecision struct {
 	// Window counts the loop's windows since start.
 	Window      int    `json:"window"`
 	BETimeslice string `json:"be_timeslice"`
+	Arm         string `json:"arm,omitempty"`
+	Phase       string `json:"phase,omitempty"`
 	Changed     bool   `json:"changed"`
 	Cause       string `json:"cause"`
 	Reason      string `json:"reason"`

@@ -1,0 +1,135 @@
+package daemon
+
+import (
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/slo"
+)
+
+// TestGateSteered: SLO mode decides, per LC, whether the gate holds: an
+// LC steered off is not held, and its self-gating engine is told off; one
+// steered on is held as the policy's mode says; Steer(nil) hands every LC
+// back to the policy.
+func TestGateSteered(t *testing.T) {
+	r := newGateRig(t, gatePolicy(policy.GateOn))
+	r.g.Steer(map[int]bool{10: false})
+	r.launch(10, 1)
+	if r.pause.isStopped(20) || r.g.Stats().Steered != 1 {
+		t.Fatalf("held for an LC steered off: stopped %v, stats %+v", r.pause.stopped, r.g.Stats())
+	}
+	if got := r.g.Pushed(10, &client.Engine{Gate: "on"}); got != policy.GateOff {
+		t.Errorf("an engine of an LC steered off told %q", got)
+	}
+	r.advance(10 * time.Millisecond)
+	r.g.Steer(map[int]bool{10: true})
+	r.launch(10, 1)
+	if !r.pause.isStopped(20) {
+		t.Fatal("not held for an LC steered on")
+	}
+	if got := r.g.Pushed(10, &client.Engine{Gate: "on"}); got != policy.GateOn {
+		t.Errorf("an engine of an LC steered on told %q", got)
+	}
+	r.g.Steer(nil)
+	if got := r.g.Pushed(10, &client.Engine{Gate: "on"}); got != policy.GateOn {
+		t.Errorf("unsteered: told %q", got)
+	}
+}
+
+// fakeSteerer records what SLO mode tells the gate.
+type fakeSteerer struct{ holds map[int]bool }
+
+func (f *fakeSteerer) Steer(h map[int]bool) { f.holds = maps.Clone(h) }
+
+// llmDecodeLC is a launch-bound LC: ~1.4x its standalone latency beside BE
+// whatever the BE timeslice, at standalone with the gate.
+var llmDecodeLC = slo.Workload{Baseline: 10 * time.Millisecond, Requests: 60, Points: []slo.Point{
+	{BETimeslice: time.Microsecond, LCRatio: 1.35, BEShare: 0.12}, {BETimeslice: 3 * time.Millisecond, LCRatio: 1.5, BEShare: 0.76}},
+	Gated: []slo.Point{{BETimeslice: time.Microsecond, LCRatio: 1.02, BEShare: 0.7}, {BETimeslice: 3 * time.Millisecond, LCRatio: 1.02, BEShare: 0.79}}}
+
+// TestSLOLoopGateArm: with the policy's gate on, an LC that only the gate
+// brings within its absolute objective gets the gate arm, which the loop
+// hands the request gate; with the gate off no gate arm is offered, and
+// the status says the objective is missed.
+func TestSLOLoopGateArm(t *testing.T) {
+	const pol = `
+classes:
+  lc: {objective: "p50<=12ms"}
+  be: {timeslice: 200us}
+rules:
+  - {name: lc, match: {comm: "lc*"}, class: lc, trust_self_set: true}
+  - {name: trainer, match: {comm: "train*"}, class: be}
+slo: {enabled: true, window: 1s}
+gate: {mode: %s}
+`
+	for _, mode := range []string{policy.GateOn, policy.GateOff} {
+		s := newSLORig(t, strings.Replace(pol, "%s", mode, 1))
+		f := &fakeSteerer{}
+		s.loop.Gate = f
+		s.loop.Step(s.now)
+		gated := 0
+		for i := range 60 {
+			s.now += time.Second
+			r, _ := llmDecodeLC.AtArm(slo.Arm{BETimeslice: s.beTimeslice(), Gate: f.holds[100]})
+			pushP50(s.loop, 100, float64(llmDecodeLC.Baseline)*r/1e3)
+			s.loop.Step(s.now)
+			s.tick(s.now)
+			if i >= 30 && f.holds[100] {
+				gated++
+			}
+		}
+		st := s.loop.Status()
+		switch {
+		case mode == policy.GateOn && (gated < 25 || !strings.Contains(st.Arm, "+gate") || *st.WorstLC > 1):
+			t.Errorf("gate on: %d of 30 windows gated, status arm %q, worst %v", gated, st.Arm, *st.WorstLC)
+		case mode == policy.GateOff && (gated > 0 || st.Last.Cause != slo.CauseAtLimit && st.Last.Cause != slo.CauseDwell && st.Last.Cause != slo.CauseViolation):
+			t.Errorf("gate off: %d windows gated, last %+v", gated, st.Last)
+		}
+	}
+}
+
+// TestSLOLoopReferenceNamed: every LC row of a relative objective names
+// its reference, and what learning it cost is in the status.
+func TestSLOLoopReferenceNamed(t *testing.T) {
+	s := newSLORig(t, sloPolicy)
+	s.loop.Step(s.now)
+	for range 20 {
+		s.window(slo.EagerPyTorchH100, false)
+	}
+	st := s.loop.Status()
+	if len(st.LC) != 1 || !strings.HasPrefix(st.LC[0].Reference, "beside BE under 200µs") || st.Calibration == nil || st.Calibration.Windows < 5 {
+		t.Errorf("LC %+v, calibration %+v", st.LC, st.Calibration)
+	}
+}
+
+// TestSLOLoopTPOT: an LLM server pushes its time per output token beside
+// its request latency; a tpot_p50 objective is judged by it, and a window
+// may carry ttft_ and tpot_ quantiles where request_latency_us may not.
+func TestSLOLoopTPOT(t *testing.T) {
+	s := newSLORig(t, strings.Replace(sloPolicy, `lc: {objective: "p50<=1.05x"}`, `lc: {objective: "tpot_p50<=12ms"}`, 1))
+	s.loop.Step(s.now)
+	for range 3 {
+		s.now += time.Second
+		s.loop.Push(100, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 60,
+			LatencyUs: map[string]float64{"p50": 400e3, "tpot_p50": 9000}}}})
+		s.loop.Step(s.now)
+		s.tick(s.now)
+	}
+	st := s.loop.Status()
+	if len(st.LC) != 1 || st.LC[0].Objective != "tpot_p50<=12ms" || st.LC[0].LatencyUs != 9000 || st.LC[0].Ratio == nil || *st.LC[0].Ratio != 0.75 {
+		t.Errorf("LC %+v", st.LC)
+	}
+	if _, _, err := ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":60,"latency_us":{"p50":400000,"tpot_p50":9000,"ttft_p99":90000}}}`)); err != nil {
+		t.Errorf("a window with tpot_ and ttft_ quantiles refused: %v", err)
+	}
+	if _, _, err := ParseStats([]byte(`{"request_latency_us":{"tpot_p50":9000}}`)); err == nil {
+		t.Error("request_latency_us took a tpot_ quantile")
+	}
+	if _, _, err := ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":6,"latency_us":{"tbt_p50":9000}}}`)); err == nil {
+		t.Error("a window took an unknown metric")
+	}
+}

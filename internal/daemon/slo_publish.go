@@ -1,0 +1,200 @@
+package daemon
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/slo"
+)
+
+// lcWindow is one LC process's window: its status rows (one per
+// objective) and its samples to the controllers.
+type lcWindow struct {
+	rows    []LCStatus
+	samples []slo.LCSample
+	key     string // its key to the controllers
+}
+
+// lcSamples reads each LC process's latest window, by pid.
+func (l *SLOLoop) lcSamples(pol *policy.Policy, lcs []ProcRef, now time.Duration) map[int]lcWindow {
+	window := pol.SLO.Window
+	out := map[int]lcWindow{}
+	for _, p := range lcs {
+		o, ok := pol.Objective(p.Decision)
+		ls := LCStatus{PID: p.PID, Comm: p.Comm}
+		if !ok {
+			ls.Signal = "no objective"
+			out[p.PID] = lcWindow{rows: []LCStatus{ls}}
+			continue
+		}
+		// What the app pushes, or what request tracing sees of it while
+		// the loop has it traced (toTrace): one source at a time, and
+		// each its own key to the controller, for a traced request is
+		// not what the app measures (no CPU-side work before its first
+		// launch) and the two do not share a baseline.
+		s, ok := l.Latency.Latest(p.PID)
+		src, key := sampleSource{p.PID, "pushed"}, p.key()
+		if w := l.tracing[key]; l.Traced != nil && w != nil && w.traced {
+			s, ok = l.Traced.Latest(p.PID)
+			src.kind, key = "traced", key+"/traced"
+		}
+		w := lcWindow{key: key}
+		// A traced window is one of the loop's: the one the tracer closed
+		// when the mode came on spans the time it was off.
+		fresh := ok && s.Seq != l.used[src] && now-s.At <= 2*window && (src.kind != "traced" || s.Window <= 2*window)
+		if fresh {
+			l.used[src] = s.Seq
+		}
+		// One row, and one sample, per objective: a process may bound
+		// its median and its tail.
+		for _, o := range o {
+			ls := ls
+			ls.Objective = o.String()
+			switch {
+			case !ok:
+				ls.Signal = "none pushed"
+				if l.Traced != nil {
+					ls.Signal = "none pushed or traced"
+				}
+			case !fresh:
+				ls.Signal = "stale"
+			default:
+				name := quantileName(o.Quantile)
+				if o.Metric != "" {
+					name = o.Metric + "_" + name // an LLM server's ttft_p50, tpot_p99
+				}
+				lat, ok := s.Quantiles[name]
+				if !ok {
+					ls.Signal = src.kind + " without " + name
+					break
+				}
+				ls.Signal, ls.Requests, ls.LatencyUs = src.kind, s.Requests, float64(lat)/1e3
+				// The median goes with a tail objective: workload changes
+				// are read from it (slo.LCSample.Median).
+				w.samples = append(w.samples, slo.LCSample{Key: key, Objective: o, Latency: lat, Requests: s.Requests, Median: s.Quantiles["p50"]})
+			}
+			w.rows = append(w.rows, ls)
+		}
+		out[p.PID] = w
+	}
+	return out
+}
+
+// publish sets the status, what hint engines are told, and the metrics,
+// after a window whose decisions are decided, over the LC windows
+// samples (none when the mode came on), which gave each BE process of all
+// the timeslice per names.
+func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, samples map[int]lcWindow, all []ProcRef, per map[string]time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prevPre := l.status.Prepreempt
+	st := SLOStatus{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
+		Ladder: ladderOrDefault(pol.SLO.Ladder), MinBEShare: pol.SLO.MinBEShare, Calibrate: calibrateName(l.conf.pause),
+		Engines: l.status.Engines, Prepreempt: true}
+	told := map[int]bool{}
+	metrics := map[string]slo.Decision{}
+	var worst float64 = math.NaN()
+	var lcRows []LCStatus
+	for _, s := range l.sorted() {
+		d := decided[s]
+		ss := &s.status
+		arm := s.ctl.Arm()
+		ss.GPUs, ss.BETimeslice, ss.Arm, ss.LCs = s.gpus, arm.BETimeslice.String(), arm.String(), len(s.lcs)
+		// Engines pre-preempt as the arm says where pre-preemption is an
+		// arm; elsewhere below slo.prepreempt_below.
+		pre := arm.Prepreempt || s.prepreempt == 0 && (pol.SLO.PrepreemptBelow <= 0 || arm.BETimeslice < pol.SLO.PrepreemptBelow)
+		ss.Prepreempt = pre
+		// What an idle search decides applies to no BE: neither shown nor
+		// counted.
+		if d != nil && s.live() {
+			sd := &SLODecision{Window: l.windows, BETimeslice: d.BETimeslice.String(), Arm: d.Arm.String(), Phase: d.Phase, Changed: d.Changed,
+				Cause: d.Cause, Reason: d.Reason, Fallback: d.Fallback, BEBelowMinimum: d.BEBelowMinimum}
+			ss.Last, ss.BEShare, ss.WorstLC, ss.Phase = sd, finite(d.BEShare), finite(d.Worst), d.Phase
+			ss.Calibration = &client.SLOCalibration{Paused: d.PausedWindows, Windows: d.CalibrationWindows, Of: d.Windows}
+			if d.Changed {
+				ss.LastChange = sd
+				ss.Changes++
+			}
+		}
+		st.Changes += ss.Changes
+		if !s.live() {
+			continue
+		}
+		st.Searches = append(st.Searches, *ss)
+		st.Prepreempt = st.Prepreempt && pre
+		for _, p := range s.lcs {
+			told[p.PID] = pre // an LC process is in one search
+		}
+		if d != nil {
+			metrics[s.key] = *d
+			if !math.IsNaN(d.Worst) && (math.IsNaN(worst) || d.Worst > worst) {
+				worst = d.Worst
+			}
+		} else {
+			metrics[s.key] = slo.Decision{BETimeslice: s.ctl.Current(), Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()}
+		}
+		lcRows = append(lcRows, searchRows(s, d, samples)...)
+	}
+	st.WorstLC, st.LC = finite(worst), lcRows
+	if len(st.Searches) == 1 {
+		ss := st.Searches[0]
+		st.BETimeslice, st.BEShare, st.Last, st.LastChange = ss.BETimeslice, ss.BEShare, ss.Last, ss.LastChange
+		st.Arm, st.Phase, st.Calibration = ss.Arm, ss.Phase, ss.Calibration
+	}
+	if l.Share != nil && l.windows > 0 {
+		st.BE = l.Share.Status()
+		for i := range st.BE {
+			b := &st.BE[i]
+			if j := slices.IndexFunc(all, func(p ProcRef) bool { return p.PID == b.PID }); j >= 0 {
+				ts, named := per[all[j].key()]
+				b.Apart = named && ts == 0
+				if ts > 0 {
+					b.Timeslice = ts.String()
+				}
+			}
+		}
+	}
+	if l.pausing() {
+		for _, p := range all { // by pid
+			if l.beSearch[p.key()] != nil && l.Pause.Holds(p) {
+				st.BEStopped = append(st.BEStopped, p.PID)
+			}
+		}
+	}
+	l.metrics.setBEStopped(len(st.BEStopped))
+	l.metrics.setSLO(true, metrics)
+	if l.windows > 0 && st.Prepreempt != prevPre {
+		l.log.Info("slo: hint engines told", "prepreempt", st.Prepreempt, "prepreempt_below", pol.SLO.PrepreemptBelow)
+	}
+	l.status, l.told = st, told
+}
+
+// searchRows are the status rows of search s's LC processes in their
+// windows samples, against its decision d (nil: none this window).
+func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) []LCStatus {
+	var out []LCStatus
+	var res []slo.LCResult
+	if d != nil {
+		res = d.LC
+	}
+	for _, p := range s.lcs {
+		w := samples[p.PID]
+		for _, row := range w.rows {
+			row.GPUs = s.gpus
+			for _, r := range res {
+				if r.Key == w.key && r.Objective == row.Objective {
+					row.TargetUs, row.Ratio, row.Reference = float64(r.Target)/1e3, finite(r.Ratio), r.Reference
+					if sig := row.Signal; r.Requests < 20 && (sig == "pushed" || sig == "traced") {
+						row.Signal = fmt.Sprintf("%s (%d requests: too few to count)", sig, r.Requests)
+					}
+				}
+			}
+			out = append(out, row)
+		}
+	}
+	return out
+}

@@ -1,0 +1,95 @@
+package daemon
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/policy"
+)
+
+// sampleSource is where an LC process's windows come from ("pushed" or
+// "traced"): each numbers its own, and a window is used once.
+type sampleSource struct {
+	pid  int
+	kind string
+}
+
+// traceWant is one LC process as request tracing sees it: when the loop
+// first saw it, whether tracing is asked for it, and for how many windows
+// in a row it has pushed since.
+type traceWant struct {
+	seen   time.Duration
+	traced bool
+	pushed int
+}
+
+// Request tracing waits traceAfter windows for a new LC process to push
+// (an app that pushes has done so by then), and goes on tracing one that
+// starts pushing until it has pushed in untraceAfter windows in a row: an
+// app that pushes less often than every two windows is not attached and
+// detached in turn.
+const (
+	traceAfter   = 2
+	untraceAfter = 4
+)
+
+// toTrace lists the processes of lcs request tracing is to measure: those
+// with an objective whose app pushed no window in the last two, and each
+// one traced until it pushes steadily. Once a window.
+func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []ProcRef, now time.Duration) []ProcRef {
+	window := pol.SLO.Window
+	var judged, out []ProcRef
+	for _, p := range lcs {
+		// Not judged, or an MPS server classed lc (its clients launch
+		// from their own libcuda): nothing to measure.
+		if _, ok := pol.Objective(p.Decision); ok && !isMPSServer(p) {
+			judged = append(judged, p)
+		}
+	}
+	dropGone(l.tracing, judged, func(*traceWant) {})
+	for _, p := range judged {
+		k := procKey(p)
+		w := l.tracing[k]
+		if w == nil {
+			w = &traceWant{seen: now}
+			l.tracing[k] = w
+		}
+		s, ok := l.Latency.Latest(p.PID)
+		fresh := ok && now-s.At <= 2*window // the loop uses no older push
+		switch {
+		case !w.traced:
+			w.traced = !fresh && now-w.seen >= traceAfter*window
+			w.pushed = 0
+		case fresh:
+			w.pushed++
+			w.traced = w.pushed < untraceAfter
+		default:
+			w.pushed = 0
+		}
+		if w.traced {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// procKey names an LC process to the controller: its pid and start time,
+// so that a reused pid is a new process.
+func procKey(p ProcRef) string { return strconv.Itoa(p.PID) + "/" + strconv.FormatUint(p.Start, 10) }
+
+func (p ProcRef) key() string { return procKey(p) }
+
+// dropGone deletes from m, by procKey, the processes not in ps, and calls
+// gone with each one deleted.
+func dropGone[V any](m map[string]V, ps []ProcRef, gone func(V)) {
+	keys := make(map[string]bool, len(ps))
+	for _, p := range ps {
+		keys[procKey(p)] = true
+	}
+	for k, v := range m {
+		if !keys[k] {
+			gone(v)
+			delete(m, k)
+		}
+	}
+}

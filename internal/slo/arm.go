@@ -1,0 +1,90 @@
+package slo
+
+import (
+	"slices"
+	"time"
+)
+
+// Arm is one thing the controller may choose for a GPU: the BE timeslice
+// (a rung of the ladder), whether the request gate holds BE through each
+// LC request, and whether hint engines pre-preempt.
+type Arm struct {
+	BETimeslice time.Duration `json:"be_timeslice"`
+	Gate        bool          `json:"gate,omitempty"`
+	Prepreempt  bool          `json:"prepreempt,omitempty"`
+}
+
+func (a Arm) String() string {
+	return a.BETimeslice.String() + map[bool]string{true: "+gate"}[a.Gate] + map[bool]string{true: "+prepreempt"}[a.Prepreempt]
+}
+
+// arms is what may be chosen now: rungs lo..hi of the ladder, the gate
+// where the daemon has one for these LCs, pre-preemption up to a
+// timeslice where an LC has a hint engine (0: none).
+type arms struct {
+	ladder     []time.Duration
+	lo, hi     int
+	gate       bool
+	prepreempt time.Duration
+}
+
+func (s arms) rung(a Arm) int { return slices.Index(s.ladder, a.BETimeslice) }
+
+func (s arms) allowed(a Arm) bool {
+	i := s.rung(a)
+	return i >= s.lo && i <= s.hi && (!a.Gate || s.gate) && (!a.Prepreempt || a.BETimeslice <= s.prepreempt)
+}
+
+// all lists the arms allowed now, in a fixed order.
+func (s arms) all() []Arm {
+	var out []Arm
+	for i := s.lo; i <= s.hi; i++ {
+		for _, a := range []Arm{{s.ladder[i], false, false}, {s.ladder[i], false, true}, {s.ladder[i], true, false}, {s.ladder[i], true, true}} {
+			if s.allowed(a) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+// clamp is the allowed arm nearest a: its rung within lo..hi, the gate and
+// pre-preemption off where not allowed.
+func (s arms) clamp(a Arm) Arm {
+	a.BETimeslice = s.ladder[min(max(s.rung(a), s.lo), s.hi)]
+	a.Gate = a.Gate && s.gate
+	a.Prepreempt = a.Prepreempt && a.BETimeslice <= s.prepreempt
+	return a
+}
+
+// neighbours are the allowed arms one step from a: a rung either way, the
+// gate or pre-preemption switched.
+func (s arms) neighbours(a Arm) []Arm {
+	i := s.rung(a)
+	return slices.DeleteFunc([]Arm{
+		{s.ladder[max(i-1, 0)], a.Gate, a.Prepreempt}, {s.ladder[min(i+1, len(s.ladder)-1)], a.Gate, a.Prepreempt},
+		{a.BETimeslice, !a.Gate, a.Prepreempt}, {a.BETimeslice, a.Gate, !a.Prepreempt},
+	}, func(b Arm) bool { return b == a || !s.allowed(b) })
+}
+
+// priorShare is what an arm is expected to leave BE before it is measured,
+// only its order mattering: a longer BE timeslice costs BE fewer
+// switches; the gate holds BE through every LC request (an LC busy a
+// quarter of the time costs BE a quarter); a spinner takes a little.
+func (s arms) priorShare(a Arm) float64 {
+	x := float64(s.rung(a)+1) / float64(len(s.ladder)+1)
+	if a.Gate {
+		x *= 0.75
+	}
+	if a.Prepreempt {
+		x *= 0.99
+	}
+	return x
+}
+
+// protects reports whether b gives BE less than its neighbour a (a
+// shorter timeslice, the gate on, pre-preemption on): the side expected
+// to help the LC.
+func protects(s arms, a, b Arm) bool {
+	return s.rung(b) < s.rung(a) || b.Gate && !a.Gate || b.Prepreempt && !a.Prepreempt
+}

@@ -1,0 +1,135 @@
+package slo
+
+import (
+	"fmt"
+	"math"
+)
+
+// decide chooses the next arm in the deciding phase: an arm whose lower
+// bound misses an objective is left (after the dwell) for the one known
+// to meet every objective that gives BE the most, else one that might,
+// else the closest; an arm is kept Dwell windows, one explored ExploreFor
+// or until its bounds decide; then the arm known to meet every objective
+// (each upper bound within it) that gives BE the most is chosen if it
+// gives Margin more, or the arm in force is not known to meet them; else
+// an arm that might meet them, next to one measured, not left unproven
+// lately, expected to give BE Margin more, is explored.
+func (c *Controller) decide(d Decision, o Observation) Decision {
+	cur, f := c.cur, c.feasibility(c.cur)
+	best, hasBest := c.best()
+	short := o.MinBEShare > 0 && !math.IsNaN(o.BEShare)
+	d.BEBelowMinimum = short && hasBest && c.share(best) < o.MinBEShare
+	switch {
+	case f == infeasible && c.since >= c.opts.Dwell:
+		c.exploring = false
+		c.leftUnproven(cur)
+		d.Cause = CauseViolation
+		miss := fmt.Sprintf("LC at %.2fx its objective under %v (mean of %.1f windows): ", c.worstMean(cur), cur, c.evidence(cur))
+		if hasBest {
+			return c.move(d, best, miss+fmt.Sprintf("to %v, which meets every objective", best))
+		}
+		if a, ok := c.candidate(nil); ok {
+			c.exploring = true
+			return c.move(d, a, miss+fmt.Sprintf("trying %v, which might meet them", a))
+		}
+		d.Cause, d.BEBelowMinimum = CauseAtLimit, short
+		closest, m := cur, c.worstMean(cur)
+		for _, a := range c.set.all() {
+			if x := c.worstMean(a); x < m {
+				closest, m = a, x
+			}
+		}
+		return c.move(d, closest, miss+fmt.Sprintf("no arm meets it: %v came closest (%.2fx)", closest, m))
+	case c.since < c.opts.Dwell:
+		d.Cause = CauseDwell
+		return c.stay(d, "dwelling after a change")
+	case c.exploring && f == possible && c.since < c.opts.Dwell+c.opts.ExploreFor:
+		// A mean a few percent under the objective takes many windows to
+		// prove, and the next arm may do better.
+		if a, ok := c.candidate(&cur); ok && c.worstMean(cur) <= 1 {
+			d.Cause, c.exploring = CauseExplore, true
+			return c.move(d, a, fmt.Sprintf("LC at %.2fx its objective under %v so far: trying %v, which might meet it with %s", c.worstMean(cur), cur, a, c.shareText(a)))
+		}
+		d.Cause = CauseWithin
+		return c.stay(d, fmt.Sprintf("exploring %v: LC at %.2fx its objective so far", cur, c.worstMean(cur)))
+	}
+	if c.exploring && f != feasible {
+		c.leftUnproven(cur)
+	}
+	c.exploring = false
+	if hasBest && best != cur && (f != feasible || c.better(best, cur)) {
+		d.Cause = CauseKnownBetter
+		return c.move(d, best, fmt.Sprintf("%v meets every objective with %s", best, c.shareText(best)))
+	}
+	if !hasBest {
+		best = cur
+	}
+	if a, ok := c.candidate(&best); ok {
+		d.Cause, c.exploring = CauseExplore, true
+		return c.move(d, a, fmt.Sprintf("LC at %.2fx its objective under %v: trying %v, which might meet it with %s", c.worstMean(cur), cur, a, c.shareText(a)))
+	}
+	if f != feasible && !hasBest && !(c.worstMean(cur) <= 1) {
+		d.Cause, d.BEBelowMinimum = CauseAtLimit, short
+		return c.stay(d, fmt.Sprintf("LC at %.2fx its objective under %v, and no arm is known to meet it", c.worstMean(cur), cur))
+	}
+	d.Cause = CauseWithin
+	return c.stay(d, "within objectives")
+}
+
+// best is the arm known to meet every objective that gives BE the most
+// (the one in force on a tie).
+func (c *Controller) best() (best Arm, ok bool) {
+	for _, a := range c.set.all() {
+		if c.feasibility(a) == feasible && (!ok || c.share(a) > c.share(best) || a == c.cur && c.share(a) == c.share(best)) {
+			best, ok = a, true
+		}
+	}
+	return best, ok
+}
+
+// candidate is the arm to explore expected to give BE the most, more than
+// than (nil: any): one that might meet the objectives, not left unproven lately,
+// measured or next to the arm in force or one measured (the search
+// extends what it knows a step at a time).
+func (c *Controller) candidate(than *Arm) (best Arm, ok bool) {
+	for _, a := range c.set.all() {
+		frontier := c.evidence(a) > 0
+		for _, n := range c.set.neighbours(a) {
+			frontier = frontier || n == c.cur || c.evidence(n) >= minWeight
+		}
+		if a == c.cur || c.tick < c.left[a].until || !frontier || c.feasibility(a) != possible {
+			continue
+		}
+		if (than == nil || c.better(a, *than)) && (!ok || c.share(a) > c.share(best)) {
+			best, ok = a, true
+		}
+	}
+	return best, ok
+}
+
+// better reports whether a is expected to give BE more than b: by Margin
+// where both are measured, else in the prior order.
+func (c *Controller) better(a, b Arm) bool {
+	if c.est(a).share.known() && c.est(b).share.known() {
+		return c.share(a) > c.share(b)+c.opts.Margin
+	}
+	return c.share(a) > c.share(b)
+}
+
+func (c *Controller) shareText(a Arm) string {
+	if e := &c.est(a).share; e.known() {
+		return fmt.Sprintf("BE at %.1f%%", 100*e.mean())
+	}
+	return "more BE share expected"
+}
+
+// leftUnproven backs arm a off from exploring: it was left missing or
+// undecided; each time again it waits twice as long, up to 8 HalfLifes
+// (an LC at the edge of its objective would have every arm near the edge
+// explored each HalfLife).
+func (c *Controller) leftUnproven(a Arm) {
+	l := c.left[a]
+	l.n = min(l.n+1, 4)
+	l.until = c.tick + c.opts.HalfLife<<(l.n-1)
+	c.left[a] = l
+}

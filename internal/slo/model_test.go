@@ -1,0 +1,421 @@
+package slo
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The model's cases and rules, each a table row played in the simulator
+// (deterministic for its seeds; no timing).
+
+// llmDecode is an eager LLM decode LC: launch-bound, so a shorter BE
+// timeslice barely helps it (1.35x standalone at 1 us, where BE keeps
+// 12%; 1.5x at 3 ms), while the request gate holds BE through each of its
+// requests and brings it near standalone for what it is busy (~20%).
+var llmDecode = Workload{
+	Name: "llm-decode", Baseline: 10 * time.Millisecond, Noise: 0.05, ShareNoise: 0.03, Requests: 60,
+	Points: []Point{
+		{time.Microsecond, 1.35, 0.12, false},
+		{200 * time.Microsecond, 1.40, 0.55, false},
+		{time.Millisecond, 1.45, 0.72, false},
+		{3 * time.Millisecond, 1.50, 0.76, false},
+	},
+	Gated: []Point{
+		{time.Microsecond, 1.04, 0.70, false},
+		{200 * time.Microsecond, 1.03, 0.76, false},
+		{time.Millisecond, 1.02, 0.78, false},
+		{3 * time.Millisecond, 1.03, 0.79, false},
+	},
+}
+
+// graphOverShortest is a CUDA-graph LC whose latency beside BE under the
+// shortest BE timeslice is 15% over its latency alone; longer timeslices
+// make it wait out BE's; the gate keeps it at standalone.
+var graphOverShortest = Workload{
+	Name: "graph-over-shortest", Baseline: 1500 * time.Microsecond, Noise: 0.02, ShareNoise: 0.02, Requests: 200,
+	Points: []Point{
+		{time.Microsecond, 1.15, 0.90, false},
+		{50 * time.Microsecond, 1.15, 0.91, false},
+		{200 * time.Microsecond, 1.35, 0.92, false},
+		{500 * time.Microsecond, 2.0, 0.93, false},
+		{3 * time.Millisecond, 4.0, 0.95, false},
+	},
+	Gated: []Point{
+		{time.Microsecond, 1.0, 0.84, false},
+		{3 * time.Millisecond, 1.0, 0.86, false},
+	},
+}
+
+// hinted is a synthetic LC with hints: with pre-preemption it keeps near
+// standalone up to 50 us; told not to, it waits out BE's timeslice.
+var hinted = Workload{
+	Name: "hinted", Baseline: 35 * time.Microsecond, Noise: 0.02, ShareNoise: 0.01, Requests: 300,
+	Points: []Point{
+		{time.Microsecond, 1.01, 0.885, false},
+		{50 * time.Microsecond, 1.02, 0.89, false},
+		{200 * time.Microsecond, 3, 0.90, false},
+	},
+	Unhinted: []Point{
+		{time.Microsecond, 1.4, 0.89, false},
+		{50 * time.Microsecond, 2.5, 0.895, false},
+		{200 * time.Microsecond, 5, 0.90, false},
+	},
+}
+
+// scenario plays a workload against a controller, window by window.
+type scenario struct {
+	name string
+	opts Options
+	obj  Objective
+	n    int
+	// w is window i's workload and the LC's key (a new key: a new
+	// process); nil keys: "lc".
+	w   func(i int) (Workload, string)
+	sim func(g *SimGPU)
+	// check judges the decisions of one seed.
+	check func(t *testing.T, seed uint64, ds []Decision)
+}
+
+func (s scenario) play(seed uint64) []Decision {
+	c, _ := New(s.opts)
+	g := NewSimGPU(seed)
+	if s.sim != nil {
+		s.sim(g)
+	}
+	var ds []Decision
+	prev := c.Arm()
+	for i := range s.n {
+		w, key := s.w(i)
+		g.Key = key
+		o := g.WindowArm(w, s.obj, c.Arm(), prev)
+		prev = c.Arm()
+		d := c.Observe(o)
+		g.Paused = d.PauseBE
+		ds = append(ds, d)
+	}
+	return ds
+}
+
+func always(w Workload) func(int) (Workload, string) {
+	return func(int) (Workload, string) { return w, "" }
+}
+
+// outcomeArm is what the windows of ds gave, noiselessly, under w (LC
+// latency over standalone, BE share), each under its arm.
+func outcomeArm(ds []Decision, w Workload) (lc, share float64) {
+	for _, d := range ds {
+		r, s := w.AtArm(d.Arm)
+		if d.PauseBE {
+			r, s = 1, 0
+		}
+		lc += r / float64(len(ds))
+		share += s / float64(len(ds))
+	}
+	return lc, share
+}
+
+func TestCases(t *testing.T) {
+	p50 := Objective{Quantile: 0.5, Inflation: 1.05}
+	for _, s := range []scenario{{
+		// The gate arm is what meets an absolute TPOT bound: 1.35x
+		// standalone (13.5 ms) at best without it, 10.2 ms with it, BE
+		// at about 1 - busy.
+		name: "llm decode, absolute tpot_p50<=12ms", obj: Objective{Metric: "tpot", Quantile: 0.5, Absolute: 12 * time.Millisecond},
+		n: 120, w: always(llmDecode), sim: func(g *SimGPU) { g.Gate = true },
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			gated := 0
+			for _, d := range ds[40:] {
+				if d.Arm.Gate {
+					gated++
+				}
+			}
+			lc, share := outcomeArm(ds[40:], llmDecode)
+			if gated < 70 || lc*10 > 12 || share < 0.7 {
+				t.Errorf("seed %d: %d of 80 windows gated, LC %.2fx standalone, BE %.2f: %v", seed, gated, lc, share, armSummary(ds[40:]))
+			}
+			if i := slices.IndexFunc(ds, func(d Decision) bool { return d.Arm.Gate }); i < 0 || i > 15 {
+				t.Errorf("seed %d: first gated at window %d", seed, i)
+			}
+		},
+	}, {
+		// Without the gate nothing meets it: the closest arm is held and
+		// said so, never "within".
+		name: "llm decode without the gate", obj: Objective{Metric: "tpot", Quantile: 0.5, Absolute: 12 * time.Millisecond},
+		n: 80, w: always(llmDecode),
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			for i, d := range ds[30:] {
+				if d.Cause == CauseWithin && d.Worst > 1 && !strings.Contains(d.Reason, "exploring") {
+					t.Errorf("seed %d window %d: %s at %.2fx its objective: %s", seed, 30+i, d.Cause, d.Worst, d.Reason)
+				}
+			}
+		},
+	}, {
+		// An eager LC restarted: its standalone latency moves 20% from
+		// one process to the next. Each process is learnt alone (its own
+		// reference) and the search finds its knee again; the new
+		// process is not a workload change.
+		name: "eager, standalone 20% apart between processes", obj: p50, n: 160,
+		w: func(i int) (Workload, string) {
+			if i < 80 {
+				return EagerPyTorchH100, "first"
+			}
+			w := EagerPyTorchH100
+			w.Baseline = w.Baseline * 120 / 100
+			return w, "second"
+		},
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			if n, _ := pauses(ds[80:]); n < 5 || n > 7 {
+				t.Errorf("seed %d: the second process learnt with BE stopped %d windows, want one pause", seed, n)
+			}
+			if slices.ContainsFunc(ds[80:], func(d Decision) bool { return d.WorkloadChanged }) {
+				t.Errorf("seed %d: a new process taken for a change of the old one", seed)
+			}
+			if lc, share := outcomeArm(ds[120:], EagerPyTorchH100); lc > 1.1 || share < 0.76 {
+				t.Errorf("seed %d: second process at %.2fx its standalone, BE %.2f: %v", seed, lc, share, armSummary(ds[80:]))
+			}
+			if d := ds[len(ds)-1]; len(d.LC) != 1 || !strings.HasPrefix(d.LC[0].Reference, "standalone (BE paused)") || d.LC[0].Key != "second" {
+				t.Errorf("seed %d: LC result %+v", seed, d.LC)
+			}
+		},
+	}, {
+		// A graph LC 15% over standalone under the shortest BE
+		// timeslice, against standalone: no arm without the gate meets
+		// p50<=1.05x, and the status says so.
+		name: "graph 15% over standalone, no gate", obj: p50, n: 80, w: always(graphOverShortest),
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			for i, d := range ds[20:] {
+				if d.Cause == CauseWithin && !strings.Contains(d.Reason, "exploring") {
+					t.Errorf("seed %d window %d: %s under %v, which runs it 1.15x standalone: %s", seed, 20+i, d.Cause, d.Arm, d.Reason)
+				}
+			}
+			if d := ds[len(ds)-1]; d.Cause != CauseAtLimit && d.Cause != CauseDwell && d.Cause != CauseViolation {
+				t.Errorf("seed %d: last decision %s: %s", seed, d.Cause, d.Reason)
+			}
+		},
+	}, {
+		// The same against the shortest BE timeslice, named: met, and
+		// the reference says what it is.
+		name: "graph 15% over standalone, @shortest", obj: Objective{Quantile: 0.5, Inflation: 1.05, Reference: RefShortest}, n: 80,
+		w: always(graphOverShortest),
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			d := ds[len(ds)-1]
+			if n, _ := pauses(ds); n > 0 || len(d.LC) != 1 || !strings.HasPrefix(d.LC[0].Reference, "beside BE under 1µs") || d.Worst > 1 {
+				t.Errorf("seed %d: %d paused windows; last %+v", seed, n, d)
+			}
+		},
+	}, {
+		// With the gate, against standalone: the gate arm meets it.
+		name: "graph 15% over standalone, with the gate", obj: p50, n: 100, w: always(graphOverShortest),
+		sim: func(g *SimGPU) { g.Gate = true },
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			if lc, share := outcomeArm(ds[50:], graphOverShortest); lc > 1.05 || share < 0.8 {
+				t.Errorf("seed %d: LC %.2fx standalone, BE %.2f: %v", seed, lc, share, armSummary(ds))
+			}
+		},
+	}} {
+		t.Run(s.name, func(t *testing.T) {
+			for seed := range uint64(10) {
+				s.check(t, seed, s.play(seed))
+			}
+		})
+	}
+}
+
+func armSummary(ds []Decision) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.Arm.String()
+		if d.Changed {
+			out[i] = "->" + out[i]
+		}
+	}
+	return out
+}
+
+func TestRules(t *testing.T) {
+	p50 := Objective{Quantile: 0.5, Inflation: 1.05}
+	abs := Objective{Quantile: 0.5, Absolute: 7 * time.Millisecond}
+	for _, s := range []scenario{{
+		// Phase calibrating: a relative objective's reference is learnt
+		// with BE paused, CalibrateWindows windows and one that drains,
+		// before anything is judged; an absolute one needs none.
+		name: "calibrating", obj: p50, n: 10, w: always(EagerPyTorchH100),
+		check: func(t *testing.T, _ uint64, ds []Decision) {
+			for i := range 6 {
+				if d := ds[i]; !d.PauseBE || d.Phase != phaseCalibrating || d.Cause != CauseCalibrate {
+					t.Errorf("window %d: %+v", i, d)
+				}
+			}
+			if d := ds[6]; d.PauseBE || d.Phase != phaseDeciding || d.PausedWindows != 6 || d.CalibrationWindows != 6 {
+				t.Errorf("window 6: %+v", d)
+			}
+		},
+	}, {
+		name: "absolute: no calibration", obj: abs, n: 10, w: always(EagerPyTorchH100),
+		check: func(t *testing.T, _ uint64, ds []Decision) {
+			if n, _ := pauses(ds); n > 0 || ds[0].Phase != phaseDeciding || ds[0].LC[0].Reference != "" {
+				t.Errorf("%d paused windows, first %+v", n, ds[0])
+			}
+		},
+	}, {
+		// Leave at once: an arm whose lower bound misses is left as soon
+		// as the dwell allows, for the arm known to meet the objectives.
+		name: "leave at once", obj: p50, n: 60, w: always(GraphHintsH100),
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			for i := 2; i < len(ds); i++ {
+				if ds[i].Arm.BETimeslice >= 500*time.Microsecond && ds[i-1].Arm == ds[i].Arm && ds[i-2].Arm == ds[i].Arm {
+					t.Errorf("seed %d: a third window at %v (5.8x): %v", seed, ds[i].Arm, armSummary(ds))
+				}
+			}
+		},
+	}, {
+		// Choose the arm with the most BE share among those known to
+		// meet every objective: the eager knee.
+		name: "most BE among those that meet", obj: p50, n: 120, w: always(EagerPyTorchH100),
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			at := 0
+			for _, d := range ds[60:] {
+				if d.Arm.BETimeslice == time.Millisecond {
+					at++
+				}
+			}
+			if at < 30 {
+				t.Errorf("seed %d: %d of 60 windows at 1 ms: %v", seed, at, armSummary(ds[60:]))
+			}
+		},
+	}, {
+		// Explore one arm at a time, for ExploreFor windows at most: an
+		// arm 3% over its objective (undecided) is left after them.
+		name: "exploration is bounded", obj: p50, n: 80,
+		w: always(Workload{Name: "undecided-above", Baseline: time.Millisecond, Noise: 0.05, Requests: 100, ShareNoise: 0.01, Points: []Point{
+			{time.Microsecond, 0.9, 0.6, false}, {200 * time.Microsecond, 0.95, 0.7, false},
+			{500 * time.Microsecond, 1.08, 0.8, false}, {time.Millisecond, 1.6, 0.85, false}}}),
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			run := 0
+			for _, d := range ds {
+				if d.Arm.BETimeslice == 500*time.Microsecond {
+					run++
+				} else {
+					run = 0
+				}
+				if run > 2+8 {
+					t.Fatalf("seed %d: %d windows in a row at 500us, undecided: %v", seed, run, armSummary(ds))
+				}
+			}
+		},
+	}, {
+		// Hysteresis: two arms that meet the objectives, BE shares a
+		// point apart (under Margin), are not switched between.
+		name: "hysteresis", obj: p50, n: 150,
+		w: always(Workload{Name: "equal", Baseline: time.Millisecond, Noise: 0.02, ShareNoise: 0.03, Requests: 100, Points: []Point{
+			{time.Microsecond, 0.9, 0.90, false}, {50 * time.Microsecond, 0.9, 0.91, false}, {200 * time.Microsecond, 3, 0.92, false}}}),
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			n := 0
+			for _, d := range ds[30:] {
+				if d.Changed && d.Cause == CauseKnownBetter {
+					n++
+				}
+			}
+			if n > 3 {
+				t.Errorf("seed %d: %d known_better moves between arms a point apart: %v", seed, n, armSummary(ds))
+			}
+		},
+	}, {
+		// The change detector: a lasting 2x slowdown forgets the other
+		// arms and learns the LC again, within a few windows.
+		name: "change detector", obj: p50, n: 120,
+		w: func(i int) (Workload, string) {
+			w := EagerPyTorchH100
+			if i >= 70 {
+				w.Baseline *= 2
+			}
+			return w, ""
+		},
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			i := slices.IndexFunc(ds[70:], func(d Decision) bool { return d.WorkloadChanged })
+			if i < 0 || i > 8 || !ds[70+i+1].PauseBE {
+				t.Errorf("seed %d: the change seen %d windows after it: %v", seed, i, armSummary(ds[68:]))
+			}
+		},
+	}, {
+		// Pre-preemption is an arm: a hinted LC keeps it (told not to
+		// pre-preempt it waits out BE's timeslice).
+		name: "prepreempt arm", obj: p50, n: 80, w: always(hinted),
+		sim: func(g *SimGPU) { g.Prepreempt = 50 * time.Microsecond },
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			on := 0
+			for _, d := range ds[30:] {
+				if d.Arm.Prepreempt {
+					on++
+				}
+			}
+			if on < 45 || !ds[0].Arm.Prepreempt {
+				t.Errorf("seed %d: %d of 50 windows with pre-preemption, first %v: %v", seed, on, ds[0].Arm, armSummary(ds))
+			}
+		},
+	}} {
+		t.Run(s.name, func(t *testing.T) {
+			for seed := range uint64(10) {
+				s.check(t, seed, s.play(seed))
+			}
+		})
+	}
+}
+
+// TestOscillation: an LC right at its objective under one arm changes arm
+// a bounded number of times, never two within the dwell, and the arms an
+// exploration leaves are not tried again within a HalfLife.
+func TestOscillation(t *testing.T) {
+	edge := Workload{Name: "edge", Baseline: time.Millisecond, Noise: 0.05, ShareNoise: 0.02, Requests: 100, Points: []Point{
+		{time.Microsecond, 0.95, 0.7, false}, {200 * time.Microsecond, 1.05, 0.8, false}, {time.Millisecond, 1.1, 0.9, false}}}
+	for seed := range uint64(10) {
+		ds := scenario{obj: Objective{Quantile: 0.5, Inflation: 1.05}, n: 400, w: always(edge)}.play(seed)
+		last, n := -10, 0
+		for i, d := range ds {
+			if !d.Changed {
+				continue
+			}
+			if n++; i-last < 2 {
+				t.Fatalf("seed %d: changes at windows %d and %d", seed, last, i)
+			}
+			last = i
+		}
+		if n > 50 {
+			t.Errorf("seed %d: %d changes in 400 windows: %v", seed, n, armSummary(ds))
+		}
+	}
+}
+
+// TestSignalLoss: no LC latency for MissingAfter windows sends the search
+// to the safe arm once; pausing stops; it decides again when latency
+// comes back.
+func TestSignalLoss(t *testing.T) {
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	for seed := range uint64(10) {
+		c := mustNew(t, Options{})
+		g := NewSimGPU(seed)
+		var ds []Decision
+		prev := c.Arm()
+		for i := range 90 {
+			g.Missing = i >= 40 && i < 50 || i == 2
+			o := g.WindowArm(EagerPyTorchH100, obj, c.Arm(), prev)
+			prev = c.Arm()
+			d := c.Observe(o)
+			g.Paused = d.PauseBE
+			ds = append(ds, d)
+			if g.Missing && d.PauseBE {
+				t.Fatalf("seed %d window %d: BE paused without an LC signal", seed, i)
+			}
+		}
+		lost := ds[40:50]
+		if changes(lost) > 1 || !lost[2].Fallback || lost[2].Phase != phaseFallback || lost[9].Arm.BETimeslice != 200*time.Microsecond {
+			t.Errorf("seed %d: while the signal was lost: %v", seed, armSummary(lost))
+		}
+		if ds[50].Phase != phaseDeciding || math.IsNaN(ds[50].Worst) {
+			t.Errorf("seed %d: the signal back: %+v", seed, ds[50])
+		}
+	}
+}

@@ -1,0 +1,180 @@
+// Package objective reads and checks an LC process's latency objectives:
+// "p99<=40ms", "tpot_p50<=12ms", "p50<=1.05x@standalone" (docs/SLO.md).
+package objective
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrInvalid marks a malformed objective or option.
+var ErrInvalid = errors.New("invalid SLO setting")
+
+// Metrics an objective may bound besides request latency: an LLM server's
+// time to first token and time per output token, pushed as "ttft_p50",
+// "tpot_p99" beside the request quantiles.
+var Metrics = []string{"ttft", "tpot"}
+
+// References a relative objective is measured against.
+const (
+	// Standalone: the LC's latency with BE stopped (paused) for a few
+	// windows; the default.
+	Standalone = "standalone"
+	// Shortest: the LC's latency beside BE under the shortest BE
+	// timeslice; costs BE no pause, and is not the LC alone.
+	Shortest = "shortest"
+)
+
+// Objective is an LC process's latency objective: a quantile of its
+// request latency (or of Metric), bounded absolutely (Absolute) or
+// relative to a reference latency at the same quantile (Inflation).
+type Objective struct {
+	// Metric is "" (request latency) or one of Metrics.
+	Metric string `json:"metric,omitempty"`
+	// Quantile is in (0, 1): 0.5, 0.99.
+	Quantile float64 `json:"quantile"`
+	// Inflation bounds latency / reference; 0 when Absolute is used.
+	Inflation float64 `json:"inflation,omitempty"`
+	// Absolute bounds latency itself; 0 when Inflation is used.
+	Absolute time.Duration `json:"absolute,omitempty"`
+	// Reference names what Inflation is relative to: Standalone,
+	// Shortest, or "" (standalone where BE may be paused, else
+	// shortest).
+	Reference string `json:"reference,omitempty"`
+}
+
+// Parse reads "p99<=40ms", "tpot_p50<=12ms", "p50<=1.05x" or
+// "p50<=1.05x@shortest".
+func Parse(s string) (Objective, error) {
+	bad := func(what string, args ...any) (Objective, error) {
+		return Objective{}, fmt.Errorf("%w: objective %q: %s", ErrInvalid, s, fmt.Sprintf(what, args...))
+	}
+	lhs, bound, ok := strings.Cut(strings.ReplaceAll(strings.TrimSpace(s), " ", ""), "<=")
+	var o Objective
+	if m, q, found := strings.Cut(lhs, "_"); found {
+		if !slices.Contains(Metrics, strings.ToLower(m)) {
+			return bad("metric %q: want %s", m, strings.Join(Metrics, " or "))
+		}
+		o.Metric, lhs = strings.ToLower(m), q
+	}
+	if !ok || len(lhs) < 2 || (lhs[0] != 'p' && lhs[0] != 'P') {
+		return bad("want pNN<=DURATION or pNN<=X.XXx (e.g. p99<=40ms, tpot_p50<=12ms, p50<=1.05x)")
+	}
+	pct, err := strconv.ParseFloat(lhs[1:], 64)
+	if err != nil || !(pct > 0 && pct < 100) { // NaN too
+		return bad("quantile %q: want p1 .. p99.9", lhs)
+	}
+	o.Quantile = pct / 100
+	if x, ref, found := strings.Cut(bound, "@"); found || strings.HasSuffix(bound, "x") {
+		if o.Reference = strings.ToLower(ref); found && o.Reference != Standalone && o.Reference != Shortest {
+			return bad("reference %q: want %s or %s", ref, Standalone, Shortest)
+		}
+		f, err := strconv.ParseFloat(strings.TrimSuffix(x, "x"), 64)
+		if err != nil || !strings.HasSuffix(x, "x") || !(f >= 1 && f <= 100) { // NaN too
+			return bad("inflation %q: want a factor in [1, 100] such as 1.05x", x)
+		}
+		o.Inflation = f
+		return o, nil
+	}
+	d, err := time.ParseDuration(bound)
+	if err != nil || d <= 0 {
+		return bad("bound %q: want a positive duration (40ms) or a factor (1.05x)", bound)
+	}
+	o.Absolute = d
+	return o, nil
+}
+
+func (o Objective) String() string {
+	if o.Absolute > 0 {
+		return fmt.Sprintf("%s<=%v", o.Name(), o.Absolute)
+	}
+	s := fmt.Sprintf("%s<=%sx", o.Name(), strconv.FormatFloat(o.Inflation, 'f', -1, 64))
+	if o.Reference != "" {
+		s += "@" + o.Reference
+	}
+	return s
+}
+
+// Check validates o.
+func (o Objective) Check() error {
+	switch {
+	case o.Quantile <= 0 || o.Quantile >= 1:
+		return fmt.Errorf("%w: objective quantile %v not in (0, 1)", ErrInvalid, o.Quantile)
+	case (o.Inflation > 0) == (o.Absolute > 0):
+		return fmt.Errorf("%w: objective %v: give exactly one of an inflation or an absolute bound", ErrInvalid, o)
+	case o.Inflation > 0 && o.Inflation < 1:
+		return fmt.Errorf("%w: objective inflation %v below 1", ErrInvalid, o.Inflation)
+	case o.Metric != "" && !slices.Contains(Metrics, o.Metric):
+		return fmt.Errorf("%w: objective metric %q", ErrInvalid, o.Metric)
+	case o.Reference != "" && (o.Absolute > 0 || o.Reference != Standalone && o.Reference != Shortest):
+		return fmt.Errorf("%w: objective %v: reference %q", ErrInvalid, o, o.Reference)
+	}
+	return nil
+}
+
+// Relative reports whether o is bounded relative to a reference latency.
+func (o Objective) Relative() bool { return o.Absolute <= 0 }
+
+// Target is the latency o allows given the reference latency at its
+// quantile (unused for absolute objectives); 0 while it is not known.
+func (o Objective) Target(reference time.Duration) time.Duration {
+	if o.Absolute > 0 {
+		return o.Absolute
+	}
+	if reference <= 0 {
+		return 0
+	}
+	return time.Duration(float64(reference) * o.Inflation)
+}
+
+// Tail reports whether o bounds a quantile above the median: set by a
+// window's few worst requests.
+func (o Objective) Tail() bool { return o.Quantile > 0.5 }
+
+// Name names o's quantile as an app pushes it: "p50", "p99"; with a
+// metric, "tpot_p50".
+func (o Objective) Name() string {
+	p := "p" + strconv.FormatFloat(o.Quantile*100, 'f', -1, 64)
+	if o.Metric != "" {
+		return o.Metric + "_" + p
+	}
+	return p
+}
+
+// Objectives are an LC process's objectives, all of which it must meet,
+// in ascending metric and quantile: "p50<=1.05x, p99<=40ms" bounds its
+// median and its tail. Nil: none.
+type Objectives []Objective
+
+// ParseList reads one objective or several separated by commas, at most
+// one per metric and quantile.
+func ParseList(s string) (Objectives, error) {
+	var os Objectives
+	for part := range strings.SplitSeq(s, ",") {
+		o, err := Parse(part)
+		if err != nil {
+			return nil, err
+		}
+		if slices.ContainsFunc(os, func(x Objective) bool { return x.Name() == o.Name() }) {
+			return nil, fmt.Errorf("%w: objectives %q: two bounds on %s", ErrInvalid, s, o.Name())
+		}
+		os = append(os, o)
+	}
+	slices.SortFunc(os, func(a, b Objective) int {
+		return cmp.Or(cmp.Compare(a.Metric, b.Metric), cmp.Compare(a.Quantile, b.Quantile))
+	})
+	return os, nil
+}
+
+func (os Objectives) String() string {
+	parts := make([]string, len(os))
+	for i, o := range os {
+		parts[i] = o.String()
+	}
+	return strings.Join(parts, ", ")
+}

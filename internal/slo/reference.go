@@ -1,0 +1,145 @@
+package slo
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// reference is what a relative objective is measured against: a process's
+// latency at a quantile with BE stopped, or beside BE under the shortest
+// BE timeslice (how); learnt in window at, from vals; the process last
+// counted in window last.
+type reference struct {
+	how      string
+	vals     []time.Duration
+	value    time.Duration // 0 while not learnt
+	at, last int
+}
+
+// String names the reference as the status shows it.
+func (r *reference) String(c *Controller) string {
+	what := "standalone (BE paused)"
+	if r.how == RefShortest {
+		what = fmt.Sprintf("beside BE under %v", c.shortest().BETimeslice)
+	}
+	if r.value == 0 {
+		return fmt.Sprintf("%s: learning (%d of %d windows)", what, len(r.vals), c.opts.CalibrateWindows)
+	}
+	return fmt.Sprintf("%s %v, learnt in window %d", what, r.value.Round(time.Microsecond), r.at)
+}
+
+// calSlack is how many windows a pause may run beyond its own (windows of
+// too few requests, an LC arriving in it) before BE runs a window.
+const calSlack = 3
+
+// calibration is the one running: the arm it left (and goes back to),
+// windows in a row BE was asked to stop, windows it was not kept
+// stopped, pauses that ran long, windows run.
+type calibration struct {
+	from                      Arm
+	paused, missed, rounds, n int
+}
+
+func (c *Controller) pauseOK() bool { return !c.opts.NoPause && !c.noPause }
+
+// shortest is the arm references are learnt under beside BE: the shortest
+// rung allowed, no gate, pre-preemption where allowed: the least
+// interference the arms offer without stopping BE.
+func (c *Controller) shortest() Arm {
+	return c.set.clamp(Arm{BETimeslice: c.set.ladder[c.set.lo], Prepreempt: true})
+}
+
+// refFor is the reference of sample s, made if new.
+func (c *Controller) refFor(s LCSample) *reference {
+	k := s.Key + " " + s.Objective.Name() + "@" + s.Objective.Reference
+	r := c.refs[k]
+	if r == nil {
+		r = &reference{how: RefStandalone}
+		if s.Objective.Reference == RefShortest || !c.pauseOK() {
+			r.how = RefShortest
+		}
+		c.refs[k] = r
+	}
+	r.last = c.tick
+	return r
+}
+
+// learnRef adds s's latency to its reference if it is being learnt and
+// this window teaches it: run with BE stopped (after the window that
+// drains BE's queued work), or at the shortest arm (after the window that
+// mixes the arm before it).
+func (c *Controller) learnRef(r *reference, s LCSample, paused bool) {
+	if r.value > 0 {
+		return
+	}
+	switch {
+	case r.how == RefStandalone && !c.pauseOK():
+		r.how, r.vals = RefShortest, nil
+	case r.how == RefStandalone && paused && c.cal.paused >= 2,
+		r.how == RefShortest && !paused && c.phase == phaseCalibrating && c.cur == c.shortest() && c.since >= 2:
+		r.vals = append(r.vals, s.Latency)
+	}
+	// Bounded: an LC that counts now and then is learnt from what it gave.
+	if len(r.vals) >= c.opts.CalibrateWindows || len(r.vals) > 0 && c.cal.n >= 3*(c.opts.CalibrateWindows+1+calSlack) {
+		r.value, r.at, r.vals = median(r.vals), c.tick, nil
+	}
+}
+
+// calibrate runs one window of calibration: BE stopped through the next
+// window, or the shortest arm.
+func (c *Controller) calibrate(d Decision, o Observation) Decision {
+	if c.phase != phaseCalibrating {
+		c.phase, c.cal = phaseCalibrating, calibration{from: c.cur}
+	}
+	c.cal.n++
+	c.calibrated++
+	d.Cause = CauseCalibrate
+	if c.pauseOK() && c.learning(RefStandalone) {
+		if c.wasPaused && !o.BEPaused {
+			c.cal.missed++
+		}
+		switch {
+		case c.cal.missed >= 2:
+			c.noPause = true
+			d.Reason = "BE not kept stopped (2 windows): learning references beside BE from now on; "
+		case c.cal.paused >= c.opts.CalibrateWindows+1+calSlack:
+			c.cal.paused = 0
+			if c.cal.rounds++; c.cal.rounds < 3 {
+				return c.stay(d, "BE resumed for a window: the pause ran long")
+			}
+			c.noPause = true
+			d.Reason = "pauses ran long three times: learning references beside BE from now on; "
+		default:
+			c.cal.paused++
+			c.paused++
+			c.pausing, d.PauseBE = true, true
+			return c.stay(d, fmt.Sprintf("learning an LC's standalone latency with BE stopped (%d windows)", c.opts.CalibrateWindows))
+		}
+	}
+	why := fmt.Sprintf("learning an LC's latency beside BE under the shortest BE timeslice (%d windows)", c.opts.CalibrateWindows)
+	if to := c.shortest(); to != c.cur {
+		return c.move(d, to, why)
+	}
+	return c.stay(d, why)
+}
+
+// learning reports whether a reference is learnt how for an LC in force.
+func (c *Controller) learning(how string) bool {
+	return slices.ContainsFunc(slices.Collect(maps.Values(c.refs)), func(r *reference) bool {
+		return r.value == 0 && r.how == how && c.tick-r.last < c.opts.MissingAfter
+	})
+}
+
+// endCalibration goes back to the arm the calibration left.
+func (c *Controller) endCalibration(d Decision) Decision {
+	c.phase, c.cusum = phaseDeciding, [2]float64{}
+	d.Cause = CauseCalibrate
+	to := c.set.clamp(c.cal.from)
+	if to != c.cur {
+		return c.move(d, to, fmt.Sprintf("references learnt: back to %v", to))
+	}
+	c.since = 0 // BE resumes: the next window mixes the pause and the arm
+	return c.stay(d, fmt.Sprintf("references learnt: BE resumed under %v", to))
+}
