@@ -155,3 +155,46 @@ func TestBaselineDoesNotCreep(t *testing.T) {
 		t.Errorf("windows 1000-1500: LC at %.2fx its latency under the shortest rung (objective 1.05x)", lc)
 	}
 }
+
+// TestIntermittentSoleLCPauseIsBounded: an LC alone on its GPUs that
+// counts only some windows (it pushes every 2 s against 1 s windows, or
+// its request count hovers around MinRequests) resumes BE in each window
+// without it, and the next pause begins with a window to drain BE: if no
+// window of it alone comes of three pauses, its reference is learnt
+// beside BE, and BE is not stopped every other window for good.
+func TestIntermittentSoleLCPauseIsBounded(t *testing.T) {
+	obj := Objective{Quantile: 0.5, Inflation: 1.05}
+	for _, tc := range []struct {
+		name    string
+		counts  func(i int) bool
+		learnt  string // how its reference is learnt
+		stopped int    // most windows BE may be stopped in 400
+	}{
+		{"every other window", func(i int) bool { return i%2 == 0 }, RefShortest, 3},
+		{"two of three", func(i int) bool { return i%3 != 2 }, RefShortest, 6},
+		{"every window", func(int) bool { return true }, RefStandalone, 5 + 1},
+		{"all but a few", func(i int) bool { return i != 3 && i != 5 }, RefStandalone, 5 + 1 + 3}, // two pauses cut short
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := mustNew(t, Options{CalibrateWindows: 5})
+			paused, stopped := false, 0
+			for i := range 400 {
+				o := Observation{BEShare: math.NaN(), BEPaused: paused}
+				if tc.counts(i) {
+					o.LC = []LCSample{{Key: "a", Objective: obj, Latency: time.Millisecond, Requests: 100}}
+				}
+				d := c.Observe(o)
+				if paused = d.PauseBE; paused {
+					stopped++
+				}
+			}
+			r := c.refs["a p50@"]
+			if r == nil || r.value == 0 || r.how != tc.learnt {
+				t.Errorf("reference %+v; want one learnt %s", r, tc.learnt)
+			}
+			if stopped > tc.stopped {
+				t.Errorf("BE stopped in %d of 400 windows; want at most %d", stopped, tc.stopped)
+			}
+		})
+	}
+}

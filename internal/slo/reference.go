@@ -36,10 +36,13 @@ const calSlack = 3
 
 // calibration is the one running: the arm it left (and goes back to),
 // windows in a row BE was asked to stop, windows it was not kept
-// stopped, pauses that ran long, windows run.
+// stopped, pauses that ran long, windows run, windows learnt with BE
+// stopped, pauses taken up again before any was (and whether one was
+// taken).
 type calibration struct {
-	from                      Arm
-	paused, missed, rounds, n int
+	from                                   Arm
+	paused, missed, rounds, n, learnt, cut int
+	began                                  bool
 }
 
 func (c *Controller) pauseOK() bool { return !c.opts.NoPause && !c.noPause }
@@ -77,8 +80,10 @@ func (c *Controller) learnRef(r *reference, s LCSample, paused bool) {
 	switch {
 	case r.how == RefStandalone && !c.pauseOK():
 		r.how, r.vals = RefShortest, nil
-	case r.how == RefStandalone && paused && c.cal.paused >= 2,
-		r.how == RefShortest && !paused && c.phase == phaseCalibrating && c.cur == c.shortest() && c.since >= 2:
+	case r.how == RefStandalone && paused && c.cal.paused >= 2:
+		r.vals = append(r.vals, s.Latency)
+		c.cal.learnt++
+	case r.how == RefShortest && !paused && c.phase == phaseCalibrating && c.cur == c.shortest() && c.since >= 2:
 		r.vals = append(r.vals, s.Latency)
 	}
 	// Bounded: an LC that counts now and then is learnt from what it gave.
@@ -100,10 +105,20 @@ func (c *Controller) calibrate(d Decision, o Observation) Decision {
 		if c.wasPaused && !o.BEPaused {
 			c.cal.missed++
 		}
+		// A window without LC latency resumes BE, and the next pause
+		// begins with a window to drain it: an LC that counts every other
+		// window would have BE stopped every other window, learning
+		// nothing.
+		if c.cal.paused == 0 && c.cal.began && c.cal.learnt == 0 {
+			c.cal.cut++
+		}
 		switch {
 		case c.cal.missed >= 2:
 			c.noPause = true
 			d.Reason = "BE not kept stopped (2 windows): learning references beside BE from now on; "
+		case c.cal.cut >= 3:
+			c.noPause = true
+			d.Reason = "no window of the LC alone in three pauses: learning references beside BE from now on; "
 		case c.cal.paused >= c.opts.CalibrateWindows+1+calSlack:
 			c.cal.paused = 0
 			if c.cal.rounds++; c.cal.rounds < 3 {
@@ -112,6 +127,7 @@ func (c *Controller) calibrate(d Decision, o Observation) Decision {
 			c.noPause = true
 			d.Reason = "pauses ran long three times: learning references beside BE from now on; "
 		default:
+			c.cal.began = true
 			c.cal.paused++
 			c.paused++
 			c.pausing, d.PauseBE = true, true
