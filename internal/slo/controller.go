@@ -369,10 +369,11 @@ func shownOf(ss []sample) map[string]float64 {
 // arm in force, and on a change forgets every other arm: they showed the
 // workload that was. judged: the arm had shown enough to compare with.
 func (c *Controller) changed(ss []sample) (changed, judged bool) {
-	z := math.NaN()
+	z, n := math.NaN(), 0
 	for k, x := range shownOf(ss) {
 		// An arm measured for a few windows is no level to stray from.
 		if s := c.est(c.cur).shown[k]; s.known() && s.w >= float64(c.opts.ExploreFor)/2 {
+			n++
 			if r := (x - s.mean()) / s.sd(c.scatterOf(k+" shown")); !(math.Abs(r) <= math.Abs(z)) {
 				z = r
 			}
@@ -381,6 +382,7 @@ func (c *Controller) changed(ss []sample) (changed, judged bool) {
 	if math.IsNaN(z) {
 		return false, false // an arm not measured enough yet
 	}
+	z = mostDeviantOf(z, n)
 	half := c.opts.Threshold/2 + c.opts.Drift // one window is half a change at most
 	z = max(-half, min(half, z))
 	c.cusum = [2]float64{max(0, c.cusum[0]+z-c.opts.Drift), max(0, c.cusum[1]-z-c.opts.Drift)}
@@ -392,6 +394,19 @@ func (c *Controller) changed(ss []sample) (changed, judged bool) {
 	clear(c.scatter)
 	clear(c.left)
 	return true, true
+}
+
+// mostDeviantOf is z, the residual farthest from 0 of n processes',
+// as one residual: as far out as its chance of being so among n (Šidák).
+// The most deviant of 8 processes' noise is 2 deviations out in a window
+// of 2 and summed as such would declare a change every hundred windows.
+func mostDeviantOf(z float64, n int) float64 {
+	if n <= 1 {
+		return z
+	}
+	p := math.Erfc(math.Abs(z) / math.Sqrt2)             // two-sided, one process
+	pn := -math.Expm1(float64(n) * math.Log1p(-p))       // of n
+	return math.Copysign(math.Sqrt2*math.Erfcinv(pn), z) // Inf where p underflows: clamped
 }
 
 // relearn drops the references of the LCs in force after a change, to

@@ -198,3 +198,61 @@ func TestIntermittentSoleLCPauseIsBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestChangeDetectorOverManyLCs: the detector sums one residual a window,
+// the most deviant of the LC processes'. Taken as it is, the most
+// deviant of several processes' noise is a deviation or two out every
+// window, and the sum passes Threshold on noise alone; as its chance
+// among them, the detector declares as few changes on noise as for one
+// LC, and still sees one LC of several slow down.
+func TestChangeDetectorOverManyLCs(t *testing.T) {
+	obj := Objective{Quantile: 0.5, Absolute: 8 * time.Millisecond}
+	for _, tc := range []struct {
+		name     string
+		lcs      int
+		slowFrom int     // window from which LC "a" is slower (0: never)
+		slow     float64 // by this factor
+		most     int     // most changes declared over the seeds
+		least    int     // least
+	}{
+		{"one LC, steady", 1, 0, 1, 1, 0},
+		{"four LCs, steady", 4, 0, 1, 1, 0},
+		{"eight LCs, steady", 8, 0, 1, 2, 0},
+		{"four LCs, one 1.5x slower", 4, 1000, 1.5, 3 * 3, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			changes := 0
+			for seed := uint64(1); seed <= 3; seed++ {
+				c, g := mustNew(t, Options{}), NewSimGPU(seed)
+				w := EagerPyTorchH100
+				prev := c.Arm()
+				first := -1
+				for i := range 2000 {
+					var o Observation
+					for k := range tc.lcs {
+						g.Key = string(rune('a' + k))
+						one := g.WindowArm(w, obj, c.Arm(), prev)
+						if k == 0 && tc.slowFrom > 0 && i >= tc.slowFrom {
+							one.LC[0].Latency = time.Duration(float64(one.LC[0].Latency) * tc.slow)
+						}
+						one.LC = append(o.LC, one.LC...) // the window's BE share is the last process's
+						o = one
+					}
+					prev = c.Arm()
+					if d := c.Observe(o); d.WorkloadChanged {
+						changes++
+						if first < 0 && i >= tc.slowFrom {
+							first = i
+						}
+					}
+				}
+				if tc.slowFrom > 0 && (first < 0 || first > tc.slowFrom+10) {
+					t.Errorf("seed %d: LC a 1.5x slower from window %d: first change seen at %d", seed, tc.slowFrom, first)
+				}
+			}
+			if changes > tc.most || changes < tc.least {
+				t.Errorf("%d changes declared over 3 x 2000 windows; want %d to %d", changes, tc.least, tc.most)
+			}
+		})
+	}
+}
