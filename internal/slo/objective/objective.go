@@ -103,7 +103,7 @@ func (o Objective) String() string {
 // Check validates o.
 func (o Objective) Check() error {
 	switch {
-	case o.Quantile <= 0 || o.Quantile >= 1:
+	case !(o.Quantile > 0 && o.Quantile < 1): // NaN too
 		return fmt.Errorf("%w: objective quantile %v not in (0, 1)", ErrInvalid, o.Quantile)
 	case (o.Inflation > 0) == (o.Absolute > 0):
 		return fmt.Errorf("%w: objective %v: give exactly one of an inflation or an absolute bound", ErrInvalid, o)
@@ -139,7 +139,8 @@ func (o Objective) Tail() bool { return o.Quantile > 0.5 }
 // Name names o's quantile as an app pushes it: "p50", "p99"; with a
 // metric, "tpot_p50".
 func (o Objective) Name() string {
-	p := "p" + strconv.FormatFloat(o.Quantile*100, 'f', -1, 64)
+	// To 12 digits: 0.57*100 is 56.99999999999999, which no one wrote.
+	p := "p" + strconv.FormatFloat(o.Quantile*100, 'g', 12, 64)
 	if o.Metric != "" {
 		return o.Metric + "_" + p
 	}

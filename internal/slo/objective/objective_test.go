@@ -118,3 +118,41 @@ func TestParseObjectiveRefusesNaN(t *testing.T) {
 		t.Errorf("two NaN quantiles accepted: %v", os)
 	}
 }
+
+// TestName: an objective is named, in the status and its keys, as it was
+// written, whatever the quantile's float product gives.
+func TestName(t *testing.T) {
+	for _, tc := range []struct{ in, name, str string }{
+		{"p50<=1.05x", "p50", "p50<=1.05x"},
+		{"p57<=1ms", "p57", "p57<=1ms"},
+		{"p29<=1.1x", "p29", "p29<=1.1x"},
+		{"p99.9<=2ms", "p99.9", "p99.9<=2ms"},
+		{"p0.1<=1ms", "p0.1", "p0.1<=1ms"},
+		{"tpot_p58<=12ms", "tpot_p58", "tpot_p58<=12ms"},
+	} {
+		o, err := Parse(tc.in)
+		if err != nil || o.Name() != tc.name || o.String() != tc.str {
+			t.Errorf("Parse(%q) = %+v, %v: name %q, string %q; want %q, %q", tc.in, o, err, o.Name(), o.String(), tc.name, tc.str)
+		}
+	}
+}
+
+// TestCheckRefuses: Check refuses what Parse would, NaN included (an
+// Objective built in code or decoded from JSON, not parsed).
+func TestCheckRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Objective
+	}{
+		{"NaN quantile", Objective{Quantile: math.NaN(), Absolute: time.Millisecond}},
+		{"quantile 1", Objective{Quantile: 1, Absolute: time.Millisecond}},
+		{"no bound", Objective{Quantile: 0.5}},
+		{"both bounds", Objective{Quantile: 0.5, Inflation: 1.1, Absolute: time.Millisecond}},
+		{"inflation under 1", Objective{Quantile: 0.5, Inflation: 0.9}},
+		{"reference on an absolute", Objective{Quantile: 0.5, Absolute: time.Millisecond, Reference: Shortest}},
+	} {
+		if err := tc.o.Check(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: Check(%+v) = %v; want ErrInvalid", tc.name, tc.o, err)
+		}
+	}
+}
