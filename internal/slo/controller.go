@@ -217,6 +217,7 @@ func (c *Controller) Observe(o Observation) Decision {
 	for _, e := range c.scatter {
 		e.decay(f)
 	}
+	c.prune()
 	lo, hi := 0, len(c.opts.Ladder)-1
 	for lo < hi && c.opts.Ladder[lo] < o.MinBETimeslice {
 		lo++

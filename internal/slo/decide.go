@@ -33,13 +33,8 @@ func (c *Controller) decide(d Decision, o Observation) Decision {
 			return c.move(d, a, miss+fmt.Sprintf("trying %v, which might meet them", a))
 		}
 		d.Cause, d.BEBelowMinimum = CauseAtLimit, short
-		closest, m := cur, c.worstMean(cur)
-		for _, a := range c.set.all() {
-			if x := c.worstMean(a); x < m {
-				closest, m = a, x
-			}
-		}
-		return c.move(d, closest, miss+fmt.Sprintf("no arm meets it: %v came closest (%.2fx)", closest, m))
+		closest := c.closest()
+		return c.move(d, closest, miss+fmt.Sprintf("no arm meets it: %v comes closest (%.2fx)", closest, c.worstMean(closest)))
 	case c.since < c.opts.Dwell:
 		d.Cause = CauseDwell
 		return c.stay(d, "dwelling after a change")
@@ -74,6 +69,32 @@ func (c *Controller) decide(d Decision, o Observation) Decision {
 	}
 	d.Cause = CauseWithin
 	return c.stay(d, "within objectives")
+}
+
+// closest is the arm that misses the objectives by least, judged by the
+// upper bound of its worst objective: a well-measured arm in force keeps
+// its place against faded estimates whose bounds have widened (no arm
+// meets them, and hopping among near misses would only move BE around);
+// the arm in force on a tie, and while none is measured.
+func (c *Controller) closest() Arm {
+	worstUpper := func(a Arm) float64 {
+		w := math.Inf(-1)
+		for k := range c.active {
+			_, hi := c.lcBounds(a, k)
+			w = max(w, hi)
+		}
+		if math.IsNaN(w) {
+			return math.Inf(1)
+		}
+		return w
+	}
+	best, m := c.cur, worstUpper(c.cur)
+	for _, a := range c.set.all() {
+		if x := worstUpper(a); x < m {
+			best, m = a, x
+		}
+	}
+	return best
 }
 
 // best is the arm known to meet every objective that gives BE the most

@@ -1,6 +1,7 @@
 package slo
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -57,6 +58,25 @@ func (a *armEst) decay(f float64) {
 		e.decay(f)
 	}
 	a.share.decay(f)
+}
+
+// forgotten is the weight under which an estimate is dropped: a
+// hundredth of what makes one known, so that what is dropped no longer
+// counted, and processes that come and go cost nothing once gone.
+const forgotten = minWeight / 100
+
+// prune drops the estimates that faded to nothing: those of processes
+// gone (keys are per process) and of arms not visited for many HalfLifes.
+func (c *Controller) prune() {
+	gone := func(_ string, e *est) bool { return e.w < forgotten }
+	for a, e := range c.arms {
+		maps.DeleteFunc(e.lc, gone)
+		maps.DeleteFunc(e.shown, gone)
+		if len(e.lc) == 0 && len(e.shown) == 0 && e.share.w < forgotten {
+			delete(c.arms, a)
+		}
+	}
+	maps.DeleteFunc(c.scatter, gone)
 }
 
 func get(m map[string]*est, k string) *est {
