@@ -83,7 +83,7 @@ func (m *Metrics) opaque(s string) string {
 }
 
 // sloProcessLabel is the process label of an LC process in the SLO
-// series, from its key (procKey: pid/start time).
+// series, from its key (ProcRef.Key: pid/start time).
 func (m *Metrics) sloProcessLabel(key string) string {
 	if m.pidLabels {
 		return key

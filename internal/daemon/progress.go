@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/stats"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
@@ -41,7 +42,7 @@ type BEProgress struct {
 	Library func(pid int) (string, error)
 	Log     *slog.Logger
 
-	procs map[string]*beProc // by procKey
+	procs map[string]*beProc // by ProcRef.Key
 
 	mu     sync.Mutex
 	status []client.SLOBE
@@ -70,7 +71,7 @@ const attachRetry = 30 * time.Second
 
 // attachFailed logs that p could not be attached: a warning the first
 // time, and at debug level on each retry (said once already).
-func attachFailed(log *slog.Logger, retry bool, msg string, p ProcRef, err error) {
+func attachFailed(log *slog.Logger, retry bool, msg string, p policy.ProcRef, err error) {
 	level := slog.LevelWarn
 	if retry {
 		level = slog.LevelDebug
@@ -88,7 +89,7 @@ func NewBEProgress(c LaunchCounter, log *slog.Logger) *BEProgress {
 
 // BEWindow is one BE process over the window a ShareSource closes.
 type BEWindow struct {
-	ProcRef
+	policy.ProcRef
 	// Alone: no GPU process outside class BE (but MPS servers) shared a
 	// GPU with it at the window's start and its end: its rate alone.
 	Alone bool
@@ -102,10 +103,10 @@ type BEWindow struct {
 type BERate struct{ Rate, Alone float64 }
 
 // Roll closes the window that ends at now over the BE processes bes. It
-// returns, by procKey, the rate of each one counted, not stopped, whose
+// returns, by ProcRef.Key, the rate of each one counted, not stopped, whose
 // rate alone is known (beShare sums them over a set).
 func (b *BEProgress) Roll(now time.Duration, bes []BEWindow) map[string]BERate {
-	refs := make([]ProcRef, len(bes))
+	refs := make([]policy.ProcRef, len(bes))
 	for i, w := range bes {
 		refs[i] = w.ProcRef
 	}
@@ -114,7 +115,7 @@ func (b *BEProgress) Roll(now time.Duration, bes []BEWindow) map[string]BERate {
 	var st []client.SLOBE
 	for _, w := range bes {
 		p, alone, paused := w.ProcRef, w.Alone, w.Stopped
-		k := procKey(p)
+		k := p.Key()
 		bp := b.procs[k]
 		retry := bp != nil && bp.err != "" && now-bp.at >= attachRetry
 		if retry {
@@ -201,7 +202,7 @@ func beLibrary(explicit string) func(pid int) (string, error) {
 func mappedLibCUDA(pid int) (string, error) { return trace.FindLibrary(trace.LibCUDA, "", pid) }
 
 // attach starts counting p's launches.
-func (b *BEProgress) attach(p ProcRef, now time.Duration, retry bool) *beProc {
+func (b *BEProgress) attach(p policy.ProcRef, now time.Duration, retry bool) *beProc {
 	bp := &beProc{pid: p.PID, at: now, rate: math.NaN()}
 	find := b.Library
 	if find == nil {

@@ -41,7 +41,7 @@ type LatencySource interface {
 // wanted for: those that pushed no recent window.
 type WindowedSource interface {
 	LatencySource
-	Roll(now time.Duration, lcs []ProcRef)
+	Roll(now time.Duration, lcs []policy.ProcRef)
 }
 
 // ShareSource measures BE progress relative to BE alone, in [0, 1]
@@ -142,12 +142,12 @@ type SLOLoop struct {
 	// search again.
 	searches map[string]*search
 	// unlisted: when each process NVML listed on no GPU was first seen so
-	// (by procKey), for its grace window.
+	// (by ProcRef.Key), for its grace window.
 	unlisted map[string]int
 	// beSearch is the live search each BE process is in this window, by
-	// procKey (join).
+	// ProcRef.Key (join).
 	beSearch map[string]*search
-	// alone: the BE processes (by procKey) that shared no GPU with a
+	// alone: the BE processes (by ProcRef.Key) that shared no GPU with a
 	// process outside class BE (but MPS servers) when the window now
 	// ending began (BE share's rate alone).
 	alone map[string]bool
@@ -157,7 +157,7 @@ type SLOLoop struct {
 	last    time.Duration // time of the last Step
 	used    map[sampleSource]uint64
 	// tracing: the LC processes request tracing is or may be asked to
-	// measure, by procKey (toTrace).
+	// measure, by ProcRef.Key (toTrace).
 	tracing map[string]*traceWant
 
 	mu     sync.Mutex
@@ -190,7 +190,7 @@ type search struct {
 	pausing bool
 	// lcs are the LC processes on its GPUs this window; bes the BE
 	// processes there (none while lcs is empty).
-	lcs, bes []ProcRef
+	lcs, bes []policy.ProcRef
 	// prepreempt: its pre-preemption arms go up to this BE timeslice (0:
 	// none: no LC of it has a hint engine, or none is allowed).
 	prepreempt time.Duration
@@ -239,10 +239,10 @@ func (l *SLOLoop) Push(pid int, s HintStats) {
 // ahead of each request, a longer BE timeslice spares BE no switch and
 // gave it less), nor at or past slo.prepreempt_below (a spinner launched
 // one switch ahead cannot shorten a wait for a long BE timeslice).
-func (l *SLOLoop) prepreemptUpTo(pol *policy.Policy, lcs []ProcRef) time.Duration {
+func (l *SLOLoop) prepreemptUpTo(pol *policy.Policy, lcs []policy.ProcRef) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !slices.ContainsFunc(lcs, func(p ProcRef) bool { _, ok := l.status.Engines[strconv.Itoa(p.PID)]; return ok }) {
+	if !slices.ContainsFunc(lcs, func(p policy.ProcRef) bool { _, ok := l.status.Engines[strconv.Itoa(p.PID)]; return ok }) {
 		return 0
 	}
 	ladder := pol.SLO.Ladder
@@ -430,8 +430,8 @@ func (l *SLOLoop) Step(now time.Duration) {
 		aloneNow := map[string]bool{}
 		var ws []BEWindow
 		for _, p := range all {
-			k := p.key()
-			aloneNow[k] = !slices.ContainsFunc(others, func(o ProcRef) bool { return shareGPU(p, o) })
+			k := p.Key()
+			aloneNow[k] = !slices.ContainsFunc(others, func(o policy.ProcRef) bool { return shareGPU(p, o) })
 			ws = append(ws, BEWindow{ProcRef: p, Alone: aloneNow[k] && l.alone[k],
 				Stopped: pausing && l.Pause.Holds(p)})
 		}
@@ -458,11 +458,11 @@ func (l *SLOLoop) Step(now time.Duration) {
 			// The window ran without BE if every BE process of the search
 			// was held stopped through it (or stopped by someone else, or
 			// gone; or there was none).
-			obs.BEPaused = s.pausing && (len(s.bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(s.bes, func(p ProcRef) bool { return !l.Pause.Still(p) }))
+			obs.BEPaused = s.pausing && (len(s.bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(s.bes, func(p policy.ProcRef) bool { return !l.Pause.Still(p) }))
 			if rates != nil {
 				keys := make([]string, len(s.bes))
 				for i, b := range s.bes {
-					keys[i] = b.key()
+					keys[i] = b.Key()
 				}
 				obs.BEShare, _ = beShare(rates, keys)
 			}
@@ -489,7 +489,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 	}
 	l.pauseFor(decided, time.Duration(l.conf.pause+5)*window)
 	for src := range l.used {
-		if !slices.ContainsFunc(lcs, func(p ProcRef) bool { return p.PID == src.pid }) {
+		if !slices.ContainsFunc(lcs, func(p policy.ProcRef) bool { return p.PID == src.pid }) {
 			delete(l.used, src)
 		}
 	}

@@ -23,18 +23,18 @@ import (
 // unlisted is in no search (a BE gets the shortest timeslice of all:
 // assign). A search that had no LC and has again starts its window anew,
 // as a new one.
-func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
+func (l *SLOLoop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 	procs := slices.Concat(lcs, all)
 	// Where NVML lists no process at all (no NVML), there is nothing to
 	// wait for.
-	listing := slices.ContainsFunc(procs, func(p ProcRef) bool { return len(p.GPUs) > 0 })
+	listing := slices.ContainsFunc(procs, func(p policy.ProcRef) bool { return len(p.GPUs) > 0 })
 	seen := map[string]int{}
 	node := false
 	for _, p := range procs {
 		if len(p.GPUs) > 0 {
 			continue
 		}
-		k := p.key()
+		k := p.Key()
 		first, ok := l.unlisted[k]
 		if !ok && listing {
 			first = l.windows
@@ -73,9 +73,9 @@ func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
 	}
 	// setOf names the search of p: by the GPUs of its set, nil for the
 	// node's; false for a process in its first window unlisted, in none.
-	setOf := func(p ProcRef) ([]int, bool) {
+	setOf := func(p policy.ProcRef) ([]int, bool) {
 		switch {
-		case node && (len(p.GPUs) > 0 || seen[p.key()] < l.windows):
+		case node && (len(p.GPUs) > 0 || seen[p.Key()] < l.windows):
 			return nil, true
 		case len(p.GPUs) == 0:
 			return nil, false
@@ -112,7 +112,7 @@ func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
 		gs, ok := setOf(b)
 		if s := l.searches[client.GPUList(gs)]; ok && s != nil && s.live() {
 			s.bes = append(s.bes, b)
-			l.beSearch[b.key()] = s
+			l.beSearch[b.Key()] = s
 		}
 	}
 	for _, s := range l.searches {
@@ -144,8 +144,8 @@ func (l *SLOLoop) pausing() bool {
 // starts before the next window, or is in its first window on no GPU NVML
 // lists, the shortest of every live search: until NVML lists it, it may
 // share a GPU with any LC. It returns the timeslice each one is given, by
-// procKey (0: the policy's).
-func (l *SLOLoop) assign(all []ProcRef) map[string]time.Duration {
+// ProcRef.Key (0: the policy's).
+func (l *SLOLoop) assign(all []policy.ProcRef) map[string]time.Duration {
 	var def time.Duration
 	for _, s := range l.searches {
 		if c := s.ctl.Current(); s.live() && (def == 0 || c < def) {
@@ -154,13 +154,13 @@ func (l *SLOLoop) assign(all []ProcRef) map[string]time.Duration {
 	}
 	per := make(map[string]time.Duration, len(all))
 	for _, b := range all {
-		switch s := l.beSearch[b.key()]; {
+		switch s := l.beSearch[b.Key()]; {
 		case s != nil:
-			per[b.key()] = s.ctl.Current()
+			per[b.Key()] = s.ctl.Current()
 		case len(b.GPUs) > 0:
-			per[b.key()] = 0 // in no live search: the policy's
+			per[b.Key()] = 0 // in no live search: the policy's
 		case def > 0:
-			per[b.key()] = def // unlisted, in its first window
+			per[b.Key()] = def // unlisted, in its first window
 		}
 	}
 	l.rec.SetBETimeslices(def, per)
@@ -173,8 +173,8 @@ func (l *SLOLoop) assign(all []ProcRef) map[string]time.Duration {
 // contexts and their weights stop splitting their progress
 // (slo.Observation.MinBETimeslice).
 func (l *SLOLoop) sharedFloor(s *search) time.Duration {
-	if slices.ContainsFunc(s.bes, func(b ProcRef) bool {
-		return slices.ContainsFunc(s.bes, func(o ProcRef) bool { return o.key() != b.key() && shareGPU(b, o) })
+	if slices.ContainsFunc(s.bes, func(b policy.ProcRef) bool {
+		return slices.ContainsFunc(s.bes, func(o policy.ProcRef) bool { return o.Key() != b.Key() && shareGPU(b, o) })
 	}) {
 		return l.conf.floor
 	}
@@ -189,7 +189,7 @@ func (l *SLOLoop) sharedFloor(s *search) time.Duration {
 func (l *SLOLoop) pauseFor(decided map[*search]*slo.Decision, max time.Duration) {
 	wants := func(s *search) bool { d := decided[s]; return l.Pause != nil && d != nil && d.PauseBE && s.live() }
 	why := ""
-	var keep []ProcRef
+	var keep []policy.ProcRef
 	for _, s := range l.sorted() {
 		if wants(s) {
 			keep = append(keep, s.bes...)
@@ -215,8 +215,8 @@ func (l *SLOLoop) pauseFor(decided map[*search]*slo.Decision, max time.Duration)
 		case err != nil:
 			l.log.Error("slo: could not stop BE processes to learn an LC alone; calibrating beside them", "gpus", s.key, "err", err)
 			s.pausing = false
-			keep = slices.DeleteFunc(keep, func(b ProcRef) bool {
-				return slices.ContainsFunc(s.bes, func(o ProcRef) bool { return o.key() == b.key() })
+			keep = slices.DeleteFunc(keep, func(b policy.ProcRef) bool {
+				return slices.ContainsFunc(s.bes, func(o policy.ProcRef) bool { return o.Key() == b.Key() })
 			})
 			if _, err := l.Pause.ResumeExcept(keep); err != nil {
 				l.log.Error("slo: resuming BE processes", "err", err)
@@ -261,7 +261,7 @@ func calibrateName(pause int) string {
 // shareGPU says whether a and b may share a GPU: one of them is listed on
 // no GPU (NVML did not list it yet, or does not list it at all) or they
 // are listed on one GPU.
-func shareGPU(a, b ProcRef) bool {
+func shareGPU(a, b policy.ProcRef) bool {
 	return a.GPUs == nil || b.GPUs == nil || slices.ContainsFunc(a.GPUs, func(g int) bool { return slices.Contains(b.GPUs, g) })
 }
 
@@ -276,7 +276,7 @@ const (
 
 // isMPSServer says whether p is an MPS server: every channel group it
 // holds runs its clients' work.
-func isMPSServer(p ProcRef) bool {
+func isMPSServer(p policy.ProcRef) bool {
 	if p.Exe != "" {
 		return filepath.Base(p.Exe) == mpsServerExe
 	}

@@ -20,7 +20,7 @@ type lcWindow struct {
 }
 
 // lcSamples reads each LC process's latest window, by pid.
-func (l *SLOLoop) lcSamples(pol *policy.Policy, lcs []ProcRef, now time.Duration) map[int]lcWindow {
+func (l *SLOLoop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Duration) map[int]lcWindow {
 	window := pol.SLO.Window
 	out := map[int]lcWindow{}
 	for _, p := range lcs {
@@ -37,7 +37,7 @@ func (l *SLOLoop) lcSamples(pol *policy.Policy, lcs []ProcRef, now time.Duration
 		// not what the app measures (no CPU-side work before its first
 		// launch) and the two do not share a baseline.
 		s, ok := l.Latency.Latest(p.PID)
-		src, key := sampleSource{p.PID, "pushed"}, p.key()
+		src, key := sampleSource{p.PID, "pushed"}, p.Key()
 		if w := l.tracing[key]; l.Traced != nil && w != nil && w.traced {
 			s, ok = l.Traced.Latest(p.PID)
 			src.kind, key = "traced", key+"/traced"
@@ -88,7 +88,7 @@ func (l *SLOLoop) lcSamples(pol *policy.Policy, lcs []ProcRef, now time.Duration
 // after a window whose decisions are decided, over the LC windows
 // samples (none when the mode came on), which gave each BE process of all
 // the timeslice per names.
-func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, samples map[int]lcWindow, all []ProcRef, per map[string]time.Duration) {
+func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, samples map[int]lcWindow, all []policy.ProcRef, per map[string]time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	prevPre := l.status.Prepreempt
@@ -149,8 +149,8 @@ func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision,
 		st.BE = l.Share.Status()
 		for i := range st.BE {
 			b := &st.BE[i]
-			if j := slices.IndexFunc(all, func(p ProcRef) bool { return p.PID == b.PID }); j >= 0 {
-				ts, named := per[all[j].key()]
+			if j := slices.IndexFunc(all, func(p policy.ProcRef) bool { return p.PID == b.PID }); j >= 0 {
+				ts, named := per[all[j].Key()]
 				b.Apart = named && ts == 0
 				if ts > 0 {
 					b.Timeslice = ts.String()
@@ -160,7 +160,7 @@ func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision,
 	}
 	if l.pausing() {
 		for _, p := range all { // by pid
-			if l.beSearch[p.key()] != nil && l.Pause.Holds(p) {
+			if l.beSearch[p.Key()] != nil && l.Pause.Holds(p) {
 				st.BEStopped = append(st.BEStopped, p.PID)
 			}
 		}

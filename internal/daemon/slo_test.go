@@ -380,10 +380,10 @@ var slowBeside = slo.Workload{Baseline: 6 * time.Millisecond, Requests: 50, Poin
 // pausingLoop is an SLO loop whose Pauser stops real processes (n
 // sleepers, returned), known to it by a proc directory that gives each its
 // pid as start time, as the rig's inspector does.
-func pausingLoop(t *testing.T, g *rig, n int) ([]ProcRef, *SLOLoop) {
+func pausingLoop(t *testing.T, g *rig, n int) ([]policy.ProcRef, *SLOLoop) {
 	t.Helper()
 	proc := t.TempDir()
-	var bes []ProcRef
+	var bes []policy.ProcRef
 	for range n {
 		be := sleeper(t)
 		if err := os.MkdirAll(filepath.Join(proc, strconv.Itoa(be.PID)), 0o755); err != nil {
@@ -414,7 +414,7 @@ func TestSLOLoopPausesBE(t *testing.T) {
 	window := func(lcs ...int) {
 		g.now += time.Second
 		r, _ := slowBeside.At(bets())
-		if loop.Pause.Holds(ProcRef{PID: be.PID, Start: uint64(be.PID)}) {
+		if loop.Pause.Holds(policy.ProcRef{PID: be.PID, Start: uint64(be.PID)}) {
 			r = 1 // alone
 		}
 		for _, pid := range lcs {
@@ -715,8 +715,8 @@ func TestExitedPusherForgotten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reused := ProcRef{PID: 100, Start: 2, Decision: policy.Decision{Spec: class.Spec{Name: class.LC, Weight: 1}, Rule: "default"}}
-	if c := s.loop.prepreemptUpTo(tail, []ProcRef{reused}); c != 0 {
+	reused := policy.ProcRef{PID: 100, Start: 2, Decision: policy.Decision{Spec: class.Spec{Name: class.LC, Weight: 1}, Rule: "default"}}
+	if c := s.loop.prepreemptUpTo(tail, []policy.ProcRef{reused}); c != 0 {
 		t.Errorf("pre-preemption arms up to %v for a new LC without a hint engine", c)
 	}
 }
@@ -815,8 +815,8 @@ func TestSLOLoopPausesPerGPU(t *testing.T) {
 	g.tick(g.start(100, on("lc-server", 0)) + time.Second)
 	g.tick(g.start(near.PID, on("trainer", 0)) + time.Second)
 	g.tick(g.start(far.PID, on("trainer", 1)) + time.Second)
-	held := func(p ProcRef) bool { return loop.Pause.Holds(ProcRef{PID: p.PID, Start: uint64(p.PID)}) }
-	window := func(lcs map[int]ProcRef) {
+	held := func(p policy.ProcRef) bool { return loop.Pause.Holds(policy.ProcRef{PID: p.PID, Start: uint64(p.PID)}) }
+	window := func(lcs map[int]policy.ProcRef) {
 		g.now += time.Second
 		for pid, be := range lcs {
 			r, _ := slowBeside.At(time.Duration(g.groups(be.PID)[0].Timeslice) * time.Microsecond)
@@ -830,7 +830,7 @@ func TestSLOLoopPausesPerGPU(t *testing.T) {
 		g.tick(g.now)
 	}
 	loop.Step(g.now)
-	window(map[int]ProcRef{100: near})
+	window(map[int]policy.ProcRef{100: near})
 	if !held(near) || held(far) {
 		t.Fatalf("GPU 0's new LC: near held %v, far held %v; want near only", held(near), held(far))
 	}
@@ -843,7 +843,7 @@ func TestSLOLoopPausesPerGPU(t *testing.T) {
 	}
 	// A second LC comes to GPU 1 while GPU 0's is learnt alone.
 	g.tick(g.start(101, on("lc-two", 1)) + g.now - g.now%time.Second + 500*time.Millisecond)
-	both := map[int]ProcRef{100: near, 101: far}
+	both := map[int]policy.ProcRef{100: near, 101: far}
 	window(both)
 	window(both)
 	if !held(near) || !held(far) {
@@ -885,26 +885,26 @@ func TestJoinPlacesBE(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	on := func(pid int, gpus ...int) ProcRef { return ProcRef{PID: pid, Start: 1, GPUs: gpus} }
+	on := func(pid int, gpus ...int) policy.ProcRef { return policy.ProcRef{PID: pid, Start: 1, GPUs: gpus} }
 	for _, tc := range []struct {
 		name         string
-		bes, lcs     []ProcRef
+		bes, lcs     []policy.ProcRef
 		wantBeside   []int
 		wantSearches []string
 		// later: the same processes a window later
 		laterBeside   []int
 		laterSearches []string
 	}{
-		{name: "no LC: every BE apart", bes: []ProcRef{on(1, 0), on(2, 3)}},
-		{name: "one GPU each", bes: []ProcRef{on(1, 0), on(2, 1)}, lcs: []ProcRef{on(9, 0)}, wantBeside: []int{1}, wantSearches: []string{"0"}},
-		{name: "a BE on two GPUs joins them", bes: []ProcRef{on(1, 0, 1), on(2, 2), on(3, 1)}, lcs: []ProcRef{on(9, 1)}, wantBeside: []int{1, 3}, wantSearches: []string{"0,1"}},
-		{name: "an LC on two GPUs joins them", bes: []ProcRef{on(1, 0), on(2, 1), on(3, 2)}, lcs: []ProcRef{on(9, 0, 1)}, wantBeside: []int{1, 2}, wantSearches: []string{"0,1"}},
-		{name: "two LCs, two sets", bes: []ProcRef{on(1, 0), on(2, 1), on(3, 2)}, lcs: []ProcRef{on(9, 0), on(8, 2)}, wantBeside: []int{1, 3}, wantSearches: []string{"0", "2"}},
-		{name: "an LC on no GPU known: none its first window, then one search", bes: []ProcRef{on(1, 0), on(2, 1)}, lcs: []ProcRef{on(9, 0), on(8)},
+		{name: "no LC: every BE apart", bes: []policy.ProcRef{on(1, 0), on(2, 3)}},
+		{name: "one GPU each", bes: []policy.ProcRef{on(1, 0), on(2, 1)}, lcs: []policy.ProcRef{on(9, 0)}, wantBeside: []int{1}, wantSearches: []string{"0"}},
+		{name: "a BE on two GPUs joins them", bes: []policy.ProcRef{on(1, 0, 1), on(2, 2), on(3, 1)}, lcs: []policy.ProcRef{on(9, 1)}, wantBeside: []int{1, 3}, wantSearches: []string{"0,1"}},
+		{name: "an LC on two GPUs joins them", bes: []policy.ProcRef{on(1, 0), on(2, 1), on(3, 2)}, lcs: []policy.ProcRef{on(9, 0, 1)}, wantBeside: []int{1, 2}, wantSearches: []string{"0,1"}},
+		{name: "two LCs, two sets", bes: []policy.ProcRef{on(1, 0), on(2, 1), on(3, 2)}, lcs: []policy.ProcRef{on(9, 0), on(8, 2)}, wantBeside: []int{1, 3}, wantSearches: []string{"0", "2"}},
+		{name: "an LC on no GPU known: none its first window, then one search", bes: []policy.ProcRef{on(1, 0), on(2, 1)}, lcs: []policy.ProcRef{on(9, 0), on(8)},
 			wantBeside: []int{1}, wantSearches: []string{"0"}, laterBeside: []int{1, 2}, laterSearches: []string{allGPUs}},
-		{name: "a BE on no GPU known", bes: []ProcRef{on(1), on(2, 1)}, lcs: []ProcRef{on(9, 1)},
+		{name: "a BE on no GPU known", bes: []policy.ProcRef{on(1), on(2, 1)}, lcs: []policy.ProcRef{on(9, 1)},
 			wantBeside: []int{2}, wantSearches: []string{"1"}, laterBeside: []int{1, 2}, laterSearches: []string{allGPUs}},
-		{name: "no GPU known at all (no NVML): one search at once", bes: []ProcRef{on(1), on(2)}, lcs: []ProcRef{on(9), on(8)},
+		{name: "no GPU known at all (no NVML): one search at once", bes: []policy.ProcRef{on(1), on(2)}, lcs: []policy.ProcRef{on(9), on(8)},
 			wantBeside: []int{1, 2}, wantSearches: []string{allGPUs}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -914,7 +914,7 @@ func TestJoinPlacesBE(t *testing.T) {
 				var got []int
 				var live []string
 				for _, b := range tc.bes {
-					if l.beSearch[b.key()] != nil {
+					if l.beSearch[b.Key()] != nil {
 						got = append(got, b.PID)
 					}
 				}

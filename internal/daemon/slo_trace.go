@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
@@ -36,9 +35,9 @@ const (
 // toTrace lists the processes of lcs request tracing is to measure: those
 // with an objective whose app pushed no window in the last two, and each
 // one traced until it pushes steadily. Once a window.
-func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []ProcRef, now time.Duration) []ProcRef {
+func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []policy.ProcRef, now time.Duration) []policy.ProcRef {
 	window := pol.SLO.Window
-	var judged, out []ProcRef
+	var judged, out []policy.ProcRef
 	for _, p := range lcs {
 		// Not judged, or an MPS server classed lc (its clients launch
 		// from their own libcuda): nothing to measure.
@@ -48,7 +47,7 @@ func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []ProcRef, now time.Duration) 
 	}
 	dropGone(l.tracing, judged, func(*traceWant) {})
 	for _, p := range judged {
-		k := procKey(p)
+		k := p.Key()
 		w := l.tracing[k]
 		if w == nil {
 			w = &traceWant{seen: now}
@@ -73,18 +72,12 @@ func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []ProcRef, now time.Duration) 
 	return out
 }
 
-// procKey names an LC process to the controller: its pid and start time,
-// so that a reused pid is a new process.
-func procKey(p ProcRef) string { return strconv.Itoa(p.PID) + "/" + strconv.FormatUint(p.Start, 10) }
-
-func (p ProcRef) key() string { return procKey(p) }
-
-// dropGone deletes from m, by procKey, the processes not in ps, and calls
+// dropGone deletes from m, by ProcRef.Key, the processes not in ps, and calls
 // gone with each one deleted.
-func dropGone[V any](m map[string]V, ps []ProcRef, gone func(V)) {
+func dropGone[V any](m map[string]V, ps []policy.ProcRef, gone func(V)) {
 	keys := make(map[string]bool, len(ps))
 	for _, p := range ps {
-		keys[procKey(p)] = true
+		keys[p.Key()] = true
 	}
 	for k, v := range m {
 		if !keys[k] {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/stats"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
@@ -29,7 +30,7 @@ type TracedLatency struct {
 	seq     uint64
 
 	// Per process (OpenTracedLatency without a library): the processes
-	// traced, by procKey, through the libcuda each has mapped (Library;
+	// traced, by ProcRef.Key, through the libcuda each has mapped (Library;
 	// default trace.FindLibrary with its pid). With the loop only.
 	tracer  processTracer
 	Library func(pid int) (string, error)
@@ -102,7 +103,7 @@ func (t *TracedLatency) Apply(ev trace.Event) {
 // Roll closes the window that ends at now: each process with requests in
 // it gets a sample of their quantiles. Traced per process, the processes
 // of lcs are traced from now on and the others no longer.
-func (t *TracedLatency) Roll(now time.Duration, lcs []ProcRef) {
+func (t *TracedLatency) Roll(now time.Duration, lcs []policy.ProcRef) {
 	if t.tracer != nil {
 		t.follow(now, lcs)
 	}
@@ -135,7 +136,7 @@ const lastKept = 4
 // follow attaches the processes of lcs not traced yet (again after
 // attachRetry when it failed: a process may map libcuda late) and detaches
 // the others.
-func (t *TracedLatency) follow(now time.Duration, lcs []ProcRef) {
+func (t *TracedLatency) follow(now time.Duration, lcs []policy.ProcRef) {
 	dropGone(t.procs, lcs, func(tp *tracedProc) {
 		t.tracer.DetachProcess(tp.pid)
 		t.track(tp.pid, -1)
@@ -148,7 +149,7 @@ func (t *TracedLatency) follow(now time.Duration, lcs []ProcRef) {
 		find = mappedLibCUDA
 	}
 	for _, p := range lcs {
-		k := procKey(p)
+		k := p.Key()
 		tp := t.procs[k]
 		retry := tp != nil && tp.err != "" && now-tp.at >= attachRetry
 		if tp != nil && !retry {

@@ -272,7 +272,7 @@ func TestRequestTracingPerProcess(t *testing.T) {
 	}
 	lc, lcIn, lcOut := start()
 	other, otherIn, otherOut := start()
-	ref := ProcRef{PID: lc.Process.Pid, Start: 1, Comm: "lcloop"}
+	ref := policy.ProcRef{PID: lc.Process.Pid, Start: 1, Comm: "lcloop"}
 	// The loader maps libcuda before main: the attach is retried only
 	// after attachRetry, so wait for the mapping first.
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
@@ -282,8 +282,8 @@ func TestRequestTracingPerProcess(t *testing.T) {
 	}
 	// The loop's clock is the events' (CLOCK_MONOTONIC): a request that
 	// began before the attach would not count.
-	tl.Roll(monotonic(), []ProcRef{ref})
-	if tp := tl.procs[procKey(ref)]; tp == nil || tp.err != "" {
+	tl.Roll(monotonic(), []policy.ProcRef{ref})
+	if tp := tl.procs[ref.Key()]; tp == nil || tp.err != "" {
 		t.Fatalf("lcloop not attached: %+v", tp)
 	}
 	for _, p := range []struct {
@@ -304,7 +304,7 @@ func TestRequestTracingPerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := monotonic()
-	tl.Roll(end, []ProcRef{ref})
+	tl.Roll(end, []policy.ProcRef{ref})
 	if s, ok := tl.Latest(lc.Process.Pid); !ok || s.Requests != 30 {
 		t.Errorf("the traced process: %+v %v; want 30 requests", s, ok)
 	}
@@ -362,7 +362,7 @@ func TestTracedLatencyFollow(t *testing.T) {
 	tl := NewTracedLatency()
 	tl.tracer, tl.procs, tl.since, tl.log = f, map[string]*tracedProc{}, map[int]time.Duration{}, testLog(t)
 	tl.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
-	a, b := ProcRef{PID: 100, Start: 1, Comm: "lc-a"}, ProcRef{PID: 300, Start: 1, Comm: "lc-b"}
+	a, b := policy.ProcRef{PID: 100, Start: 1, Comm: "lc-a"}, policy.ProcRef{PID: 300, Start: 1, Comm: "lc-b"}
 	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-a"}
 	clock := &tracetest.Clock{Now: uint64(time.Second)}
 	feed := func(evs []trace.Event) {
@@ -372,7 +372,7 @@ func TestTracedLatencyFollow(t *testing.T) {
 	}
 	at := func(d time.Duration) time.Duration { clock.Now = uint64(d); return d }
 
-	tl.Roll(at(time.Second), []ProcRef{a, b})
+	tl.Roll(at(time.Second), []policy.ProcRef{a, b})
 	if !f.attached[100] || f.attached[300] || f.attaches != 2 {
 		t.Fatalf("after the first roll: attached %v after %d tries", f.attached, f.attaches)
 	}
@@ -380,7 +380,7 @@ func TestTracedLatencyFollow(t *testing.T) {
 	// A request open when a is detached (it started pushing, say).
 	open := tracetest.Request(lc, 2, 3*time.Millisecond, clock)
 	feed(open[:2])
-	tl.Roll(at(2*time.Second), []ProcRef{b})
+	tl.Roll(at(2*time.Second), []policy.ProcRef{b})
 	if s, ok := tl.Latest(100); ok {
 		t.Errorf("a detached process keeps a window: %+v", s)
 	}
@@ -392,7 +392,7 @@ func TestTracedLatencyFollow(t *testing.T) {
 	feed(open[2:])
 	late := tracetest.Request(lc, 1, 2*time.Millisecond, &tracetest.Clock{Now: uint64(62*time.Second - time.Millisecond)})
 	feed(late[:1])
-	tl.Roll(at(62*time.Second), []ProcRef{a, b})
+	tl.Roll(at(62*time.Second), []policy.ProcRef{a, b})
 	if !f.attached[100] || !f.attached[300] || f.attaches != 4 {
 		t.Fatalf("after attachRetry: attached %v after %d tries", f.attached, f.attaches)
 	}
@@ -400,14 +400,14 @@ func TestTracedLatencyFollow(t *testing.T) {
 	feed(late) // all of it after the attach, begun before
 	clock.Now = uint64(62*time.Second + time.Millisecond)
 	feed(tracetest.Request(lc, 2, 2*time.Millisecond, clock))
-	tl.Roll(at(63*time.Second), []ProcRef{a, b})
+	tl.Roll(at(63*time.Second), []policy.ProcRef{a, b})
 	s, ok := tl.Latest(100)
 	if !ok || s.Requests != 1 || s.Quantiles["max"] > 3*time.Millisecond {
 		t.Errorf("after the attach: %+v %v; want the one request that began after it (2 ms)", s, ok)
 	}
 	// A new process under a's pid: a's probes go, the new one's come.
-	reused := ProcRef{PID: 100, Start: 2, Comm: "lc-c"}
-	tl.Roll(at(64*time.Second), []ProcRef{reused, b})
+	reused := policy.ProcRef{PID: 100, Start: 2, Comm: "lc-c"}
+	tl.Roll(at(64*time.Second), []policy.ProcRef{reused, b})
 	if !slices.Equal(f.detaches, []int{100, 100}) || !f.attached[100] || f.attaches != 5 {
 		t.Errorf("pid reused: detaches %v, %d tries", f.detaches, f.attaches)
 	}
@@ -418,7 +418,7 @@ func TestTracedLatencyFollow(t *testing.T) {
 type recordingTraced struct{ asked [][]int }
 
 func (r *recordingTraced) Latest(int) (LatencySample, bool) { return LatencySample{}, false }
-func (r *recordingTraced) Roll(_ time.Duration, lcs []ProcRef) {
+func (r *recordingTraced) Roll(_ time.Duration, lcs []policy.ProcRef) {
 	var pids []int
 	for _, p := range lcs {
 		pids = append(pids, p.PID)
