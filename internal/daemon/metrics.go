@@ -261,13 +261,13 @@ func (m *Metrics) Pushers() []int {
 	return out
 }
 
-// setBEStopped sets how many BE processes SLO mode holds stopped.
-func (m *Metrics) setBEStopped(n int) { m.sloStopped.Set(float64(n)) }
+// SetBEStopped sets how many BE processes SLO mode holds stopped.
+func (m *Metrics) SetBEStopped(n int) { m.sloStopped.Set(float64(n)) }
 
-// setSLO publishes the SLO decisions of a window, by the gpu label of
+// SetSLO publishes the SLO decisions of a window, by the gpu label of
 // their search (its set of GPUs, "0" or "0,1"; "all": the node's, while a
 // process is on no GPU NVML lists); on false: the mode is off.
-func (m *Metrics) setSLO(on bool, byGPU map[string]slo.Decision) {
+func (m *Metrics) SetSLO(on bool, byGPU map[string]slo.Decision) {
 	m.sloTimeslice.Reset()
 	m.sloWorst.Reset()
 	m.sloShare.Reset()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/slomode"
 )
 
 // fakeCounter is a LaunchCounter whose counts the test sets.
@@ -73,10 +74,10 @@ func learnt(bes []policy.ProcRef, launches map[int]uint64) []progressStep {
 }
 
 // windows is the window of bes, each alone and stopped as said.
-func windows(bes []policy.ProcRef, alone, stopped bool) []BEWindow {
-	var ws []BEWindow
+func windows(bes []policy.ProcRef, alone, stopped bool) []slomode.BEWindow {
+	var ws []slomode.BEWindow
 	for _, p := range bes {
-		ws = append(ws, BEWindow{ProcRef: p, Alone: alone, Stopped: stopped})
+		ws = append(ws, slomode.BEWindow{ProcRef: p, Alone: alone, Stopped: stopped})
 	}
 	return ws
 }
@@ -189,12 +190,12 @@ func TestBEProgress(t *testing.T) {
 
 // rollShare rolls b's window and gives the share of its BE processes,
 // as the SLO loop does for a search.
-func rollShare(b *BEProgress, now time.Duration, ws []BEWindow) (float64, bool) {
+func rollShare(b *BEProgress, now time.Duration, ws []slomode.BEWindow) (float64, bool) {
 	keys := make([]string, len(ws))
 	for i, w := range ws {
 		keys[i] = w.Key()
 	}
-	return beShare(b.Roll(now, ws), keys)
+	return slomode.BEShare(b.Roll(now, ws), keys)
 }
 
 func containsPID(ps []policy.ProcRef, pid int) bool {

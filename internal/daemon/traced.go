@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/stats"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
@@ -24,9 +25,9 @@ import (
 type TracedLatency struct {
 	mu      sync.Mutex
 	tracker *trace.RequestTracker
-	cur     map[int][]time.Duration // this window's latencies by pid
-	last    map[int]LatencySample   // the last closed window's
-	start   time.Duration           // when this window began (the loop's clock; -1: not yet)
+	cur     map[int][]time.Duration       // this window's latencies by pid
+	last    map[int]slomode.LatencySample // the last closed window's
+	start   time.Duration                 // when this window began (the loop's clock; -1: not yet)
 	seq     uint64
 
 	// Per process (OpenTracedLatency without a library): the processes
@@ -62,7 +63,7 @@ type tracedProc struct {
 // NewTracedLatency returns a source with no window yet.
 func NewTracedLatency() *TracedLatency {
 	return &TracedLatency{tracker: trace.NewRequestTracker(), cur: map[int][]time.Duration{},
-		last: map[int]LatencySample{}, start: -1}
+		last: map[int]slomode.LatencySample{}, start: -1}
 }
 
 // maxTracedPerWindow bounds what one process keeps per window (a
@@ -116,7 +117,7 @@ func (t *TracedLatency) Roll(now time.Duration, lcs []policy.ProcRef) {
 	}
 	for pid, lat := range t.cur {
 		t.seq++
-		t.last[pid] = LatencySample{At: now, Window: now - t.start, Requests: len(lat), Quantiles: latencyQuantiles(lat), Seq: t.seq}
+		t.last[pid] = slomode.LatencySample{At: now, Window: now - t.start, Requests: len(lat), Quantiles: latencyQuantiles(lat), Seq: t.seq}
 	}
 	// The loop reads a window up to two windows old; older ones are of
 	// processes that stopped or went (the uprobes report no exits).
@@ -189,15 +190,15 @@ func (t *TracedLatency) track(pid int, at time.Duration) {
 }
 
 // Latest is pid's last closed window.
-func (t *TracedLatency) Latest(pid int) (LatencySample, bool) {
+func (t *TracedLatency) Latest(pid int) (slomode.LatencySample, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s, ok := t.last[pid]
 	return s, ok
 }
 
-// latencyQuantiles are the quantiles the SLO loop reads (quantileName),
-// nearest-rank over lat as stats.Summarize takes them.
+// latencyQuantiles are the quantiles the SLO loop reads (slomode's
+// quantileName), nearest-rank over lat as stats.Summarize takes them.
 func latencyQuantiles(lat []time.Duration) map[string]time.Duration {
 	ns := make([]float64, len(lat))
 	for i, d := range lat {
@@ -260,4 +261,19 @@ func OpenTracedLatency(ctx context.Context, lib string, log *slog.Logger) (*Trac
 		<-done
 		return tr.Close()
 	}, nil
+}
+
+// dropGone deletes from m, by ProcRef.Key, the processes not in ps, and calls
+// gone with each one deleted.
+func dropGone[V any](m map[string]V, ps []policy.ProcRef, gone func(V)) {
+	keys := make(map[string]bool, len(ps))
+	for _, p := range ps {
+		keys[p.Key()] = true
+	}
+	for k, v := range m {
+		if !keys[k] {
+			gone(v)
+			delete(m, k)
+		}
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
+	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
 )
@@ -116,7 +117,7 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 		s.tick(s.now)
 		st := s.loop.Status()
 		want := "traced"
-		if i < traceAfter-1 { // a new LC is given two windows to push
+		if i < slomode.TraceAfter-1 { // a new LC is given two windows to push
 			want = "none pushed or traced"
 		}
 		if len(st.LC) != 1 || st.LC[0].Signal != want || want == "traced" && st.LC[0].Requests != 50 {
@@ -127,19 +128,19 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 		t.Errorf("the loop did not steer on traced latency: %+v", st)
 	}
 	// A process that pushes is judged by what it pushes once it has
-	// pushed in untraceAfter windows in a row; until then by what is
+	// pushed in UntraceAfter windows in a row; until then by what is
 	// traced, not by both.
-	for i := 1; i <= untraceAfter; i++ {
+	for i := 1; i <= slomode.UntraceAfter; i++ {
 		for range 50 {
 			for _, ev := range tracetest.Request(lc, 3, slo.EagerPyTorchH100.Baseline, clock) {
 				tl.Apply(ev)
 			}
 		}
-		s.loop.Push(100, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}}})
+		s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}})
 		s.now += time.Second
 		s.loop.Step(s.now)
 		want := "traced"
-		if i == untraceAfter {
+		if i == slomode.UntraceAfter {
 			want = "pushed"
 		}
 		if st := s.loop.Status(); st.LC[0].Signal != want {
@@ -417,7 +418,9 @@ func TestTracedLatencyFollow(t *testing.T) {
 // each Roll asks it to trace.
 type recordingTraced struct{ asked [][]int }
 
-func (r *recordingTraced) Latest(int) (LatencySample, bool) { return LatencySample{}, false }
+func (r *recordingTraced) Latest(int) (slomode.LatencySample, bool) {
+	return slomode.LatencySample{}, false
+}
 func (r *recordingTraced) Roll(_ time.Duration, lcs []policy.ProcRef) {
 	var pids []int
 	for _, p := range lcs {
@@ -437,7 +440,7 @@ func TestSLOLoopTracesWhatDoesNotPush(t *testing.T) {
 	rt := &recordingTraced{}
 	s.loop.Traced = rt
 	push := func(pid int) {
-		s.loop.Push(pid, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}}})
+		s.loop.Push(pid, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}})
 	}
 	step := func(pushes ...int) []int {
 		t.Helper()
@@ -456,7 +459,7 @@ func TestSLOLoopTracesWhatDoesNotPush(t *testing.T) {
 			t.Fatalf("window %d: traced %v, want %v", i, got, want)
 		}
 	}
-	want(1, step(400), nil)        // a new LC gets traceAfter windows
+	want(1, step(400), nil)        // a new LC gets TraceAfter windows
 	want(2, step(400), []int{100}) // 100 has pushed nothing for two
 	for i := 3; i <= 5; i++ {      // 100 pushes: still traced for 3 windows
 		want(i, step(100, 400), []int{100})
@@ -513,7 +516,7 @@ slo: {enabled: true, window: 1s}
 		s.now += time.Second
 		s.loop.Step(s.now)
 		s.tick(s.now)
-		if got := rt.asked[len(rt.asked)-1]; i >= traceAfter-1 && !slices.Equal(got, []int{100}) {
+		if got := rt.asked[len(rt.asked)-1]; i >= slomode.TraceAfter-1 && !slices.Equal(got, []int{100}) {
 			t.Fatalf("window %d: traced %v, want [100]", i, got)
 		}
 	}

@@ -1,6 +1,7 @@
-package daemon
+package slomode
 
 import (
+	"maps"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
@@ -22,20 +23,20 @@ type traceWant struct {
 	pushed int
 }
 
-// Request tracing waits traceAfter windows for a new LC process to push
+// Request tracing waits TraceAfter windows for a new LC process to push
 // (an app that pushes has done so by then), and goes on tracing one that
-// starts pushing until it has pushed in untraceAfter windows in a row: an
+// starts pushing until it has pushed in UntraceAfter windows in a row: an
 // app that pushes less often than every two windows is not attached and
 // detached in turn.
 const (
-	traceAfter   = 2
-	untraceAfter = 4
+	TraceAfter   = 2
+	UntraceAfter = 4
 )
 
 // toTrace lists the processes of lcs request tracing is to measure: those
 // with an objective whose app pushed no window in the last two, and each
 // one traced until it pushes steadily. Once a window.
-func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []policy.ProcRef, now time.Duration) []policy.ProcRef {
+func (l *Loop) toTrace(pol *policy.Policy, lcs []policy.ProcRef, now time.Duration) []policy.ProcRef {
 	window := pol.SLO.Window
 	var judged, out []policy.ProcRef
 	for _, p := range lcs {
@@ -45,7 +46,11 @@ func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []policy.ProcRef, now time.Dur
 			judged = append(judged, p)
 		}
 	}
-	dropGone(l.tracing, judged, func(*traceWant) {})
+	keys := make(map[string]bool, len(judged))
+	for _, p := range judged {
+		keys[p.Key()] = true
+	}
+	maps.DeleteFunc(l.tracing, func(k string, _ *traceWant) bool { return !keys[k] })
 	for _, p := range judged {
 		k := p.Key()
 		w := l.tracing[k]
@@ -57,11 +62,11 @@ func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []policy.ProcRef, now time.Dur
 		fresh := ok && now-s.At <= 2*window // the loop uses no older push
 		switch {
 		case !w.traced:
-			w.traced = !fresh && now-w.seen >= traceAfter*window
+			w.traced = !fresh && now-w.seen >= TraceAfter*window
 			w.pushed = 0
 		case fresh:
 			w.pushed++
-			w.traced = w.pushed < untraceAfter
+			w.traced = w.pushed < UntraceAfter
 		default:
 			w.pushed = 0
 		}
@@ -70,19 +75,4 @@ func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []policy.ProcRef, now time.Dur
 		}
 	}
 	return out
-}
-
-// dropGone deletes from m, by ProcRef.Key, the processes not in ps, and calls
-// gone with each one deleted.
-func dropGone[V any](m map[string]V, ps []policy.ProcRef, gone func(V)) {
-	keys := make(map[string]bool, len(ps))
-	for _, p := range ps {
-		keys[p.Key()] = true
-	}
-	for k, v := range m {
-		if !keys[k] {
-			gone(v)
-			delete(m, k)
-		}
-	}
 }
