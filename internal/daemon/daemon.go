@@ -21,6 +21,7 @@ import (
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/tsg"
 )
@@ -93,7 +94,7 @@ type Daemon struct {
 	cfg     Config
 	log     *slog.Logger
 	rec     *Reconciler
-	slo     *SLOLoop
+	slo     *slomode.Loop
 	gate    *RequestGate
 	metrics *Metrics
 	ctl     Controller
@@ -325,7 +326,7 @@ func (d *Daemon) status() map[string]any {
 func (d *Daemon) Reconciler() *Reconciler { return d.rec }
 
 // SLO is the daemon's SLO mode.
-func (d *Daemon) SLO() *SLOLoop { return d.slo }
+func (d *Daemon) SLO() *slomode.Loop { return d.slo }
 
 // Metrics are the daemon's metrics.
 func (d *Daemon) Metrics() *Metrics { return d.metrics }

@@ -263,7 +263,7 @@ func (r *Reconciler) Classes() class.Table {
 }
 
 // SetBETimeslices sets the BE timeslice (of one unit of weight) the SLO
-// mode chose: per[procKey] for the processes per names (0: the policy's),
+// mode chose: per[ProcRef.Key] for the processes per names (0: the policy's),
 // def for the others (0: the policy's), a BE process that starts before
 // the mode names it included. The BE processes whose timeslice changes
 // are re-classed: one all-or-nothing apply per process at the next Tick,

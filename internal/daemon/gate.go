@@ -39,7 +39,7 @@ import (
 type RequestGate struct {
 	// Procs lists the classed processes; Pause stops and resumes BE.
 	Procs interface {
-		InClass(n class.Name) []ProcRef
+		InClass(n class.Name) []policy.ProcRef
 		Policy() *policy.Policy
 	}
 	Pause gatePauser
@@ -92,13 +92,13 @@ type gateCmd struct {
 
 // gatePauser is what the gate needs of a Pauser.
 type gatePauser interface {
-	Stop(procs []ProcRef, max time.Duration) (int, error)
-	ResumeExcept(keep []ProcRef) (int, error)
+	Stop(procs []policy.ProcRef, max time.Duration) (int, error)
+	ResumeExcept(keep []policy.ProcRef) (int, error)
 }
 
 // gateLC is one LC process the gate follows.
 type gateLC struct {
-	ref ProcRef
+	ref policy.ProcRef
 	// last is the last event seen of the process: a launch, or a
 	// synchronize's entry or return. syncing holds the threads inside a
 	// synchronize (the host waits for the GPU: a token that takes longer
@@ -117,7 +117,7 @@ type gateLC struct {
 // gateHold is one open hold: an LC request and the BE it stopped.
 type gateHold struct {
 	since time.Duration
-	be    []ProcRef
+	be    []policy.ProcRef
 }
 
 // gateMargin is added to MaxHold for the watchdog's deadline: the daemon
@@ -126,7 +126,7 @@ const gateMargin = 100 * time.Millisecond
 
 // NewRequestGate returns a gate over procs, stopping BE through pause.
 func NewRequestGate(procs interface {
-	InClass(n class.Name) []ProcRef
+	InClass(n class.Name) []policy.ProcRef
 	Policy() *policy.Policy
 }, pause gatePauser, log *slog.Logger) *RequestGate {
 	if log == nil {
@@ -153,7 +153,7 @@ func (g *RequestGate) capacity(p policy.Gate) time.Duration {
 // leaves it out), "" for others.
 func (g *RequestGate) Pushed(pid int, e *client.Engine) string {
 	mode := g.Procs.Policy().Gate.Mode
-	if !slices.ContainsFunc(g.Procs.InClass(class.LC), func(r ProcRef) bool { return r.PID == pid }) {
+	if !slices.ContainsFunc(g.Procs.InClass(class.LC), func(r policy.ProcRef) bool { return r.PID == pid }) {
 		return ""
 	}
 	g.mu.Lock()
@@ -232,7 +232,7 @@ func (g *RequestGate) beginLocked(lc *gateLC) {
 // Run holds and releases BE until ctx is done, then releases every hold.
 // follow is called with the LC processes to trace, when they change
 // (attach the new, detach the gone).
-func (g *RequestGate) Run(ctx context.Context, follow func(lcs []ProcRef)) {
+func (g *RequestGate) Run(ctx context.Context, follow func(lcs []policy.ProcRef)) {
 	pol := g.Procs.Policy().Gate
 	tick := time.NewTicker(max(pol.Idle/2, 500*time.Microsecond))
 	defer tick.Stop()
@@ -298,7 +298,7 @@ func (g *RequestGate) learnLoop(ctx context.Context, l gpuLearner) {
 		if !following {
 			continue
 		}
-		unknown := func(r ProcRef) bool { return len(r.GPUs) == 0 }
+		unknown := func(r policy.ProcRef) bool { return len(r.GPUs) == 0 }
 		if slices.ContainsFunc(g.Procs.InClass(class.LC), unknown) || slices.ContainsFunc(g.Procs.InClass(class.BE), unknown) {
 			l.LearnGPUs()
 		}
@@ -357,16 +357,16 @@ func (g *RequestGate) command(c gateCmd) bool {
 
 // followLCs brings the followed LC processes up to the policy: the lc
 // class's processes while the gate is on or auto, none while it is off.
-func (g *RequestGate) followLCs(follow func([]ProcRef)) {
+func (g *RequestGate) followLCs(follow func([]policy.ProcRef)) {
 	lcs := g.Procs.InClass(class.LC)
-	var want []ProcRef
+	var want []policy.ProcRef
 	if g.Procs.Policy().Gate.Mode != policy.GateOff {
 		want = slices.Clone(lcs)
 	}
 	g.mu.Lock()
-	want = slices.DeleteFunc(want, func(r ProcRef) bool { return g.selfGated[r.PID] })
+	want = slices.DeleteFunc(want, func(r policy.ProcRef) bool { return g.selfGated[r.PID] })
 	for pid := range g.selfGated {
-		if !slices.ContainsFunc(lcs, func(r ProcRef) bool { return r.PID == pid }) {
+		if !slices.ContainsFunc(lcs, func(r policy.ProcRef) bool { return r.PID == pid }) {
 			delete(g.selfGated, pid) // gone, or no longer lc
 		}
 	}
@@ -508,7 +508,7 @@ func (g *RequestGate) closeLocked(pid int, cause string) {
 
 // resumeLocked resumes the BE no open hold keeps stopped.
 func (g *RequestGate) resumeLocked(pid int) {
-	var keep []ProcRef
+	var keep []policy.ProcRef
 	for _, o := range g.open {
 		keep = append(keep, o.be...)
 	}

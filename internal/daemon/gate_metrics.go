@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/policy"
 )
 
 // GateStats is what the gate did, for the status and metrics.
@@ -50,8 +51,8 @@ func longRequests(spans []time.Duration) bool {
 
 // sharingGPU returns the processes of bes on a GPU lc uses; a process
 // whose GPUs are not known shares with everyone.
-func sharingGPU(bes []ProcRef, lc ProcRef) []ProcRef {
-	var out []ProcRef
+func sharingGPU(bes []policy.ProcRef, lc policy.ProcRef) []policy.ProcRef {
+	var out []policy.ProcRef
 	for _, b := range bes {
 		if b.PID == lc.PID {
 			continue

@@ -21,11 +21,11 @@ import (
 type gateProcs struct {
 	mu  sync.Mutex
 	pol *policy.Policy
-	lc  []ProcRef
-	be  []ProcRef
+	lc  []policy.ProcRef
+	be  []policy.ProcRef
 }
 
-func (p *gateProcs) InClass(n class.Name) []ProcRef {
+func (p *gateProcs) InClass(n class.Name) []policy.ProcRef {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if n == class.LC {
@@ -59,7 +59,7 @@ func (f *fakePause) everStopped(pid int) bool {
 	return f.ever[pid]
 }
 
-func (f *fakePause) Stop(procs []ProcRef, _ time.Duration) (int, error) {
+func (f *fakePause) Stop(procs []policy.ProcRef, _ time.Duration) (int, error) {
 	if f.during != nil {
 		f.during()
 	}
@@ -83,7 +83,7 @@ func (f *fakePause) Stop(procs []ProcRef, _ time.Duration) (int, error) {
 	return n, nil
 }
 
-func (f *fakePause) ResumeExcept(keep []ProcRef) (int, error) {
+func (f *fakePause) ResumeExcept(keep []policy.ProcRef) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.resumes++
@@ -92,7 +92,7 @@ func (f *fakePause) ResumeExcept(keep []ProcRef) (int, error) {
 	}
 	n := 0
 	for pid := range f.stopped {
-		if !slices.ContainsFunc(keep, func(r ProcRef) bool { return r.PID == pid }) {
+		if !slices.ContainsFunc(keep, func(r policy.ProcRef) bool { return r.PID == pid }) {
 			delete(f.stopped, pid)
 			n++
 		}
@@ -126,8 +126,8 @@ func gatePolicy(mode string) *policy.Policy {
 func newGateRig(t *testing.T, pol *policy.Policy) *gateRig {
 	t.Helper()
 	r := &gateRig{procs: &gateProcs{pol: pol,
-		lc: []ProcRef{{PID: 10, Start: 1, GPUs: []int{0}}},
-		be: []ProcRef{{PID: 20, Start: 1, GPUs: []int{0}}, {PID: 21, Start: 1, GPUs: []int{1}}, {PID: 22, Start: 1}}},
+		lc: []policy.ProcRef{{PID: 10, Start: 1, GPUs: []int{0}}},
+		be: []policy.ProcRef{{PID: 20, Start: 1, GPUs: []int{0}}, {PID: 21, Start: 1, GPUs: []int{1}}, {PID: 22, Start: 1}}},
 		pause: &fakePause{stopped: map[int]bool{}}}
 	r.g = NewRequestGate(r.procs, r.pause, nil)
 	r.g.Now = func() time.Duration { return r.now }
@@ -410,7 +410,7 @@ func TestGateShare(t *testing.T) {
 	pol := gatePolicy(policy.GateOn)
 	pol.Gate.Share, pol.Gate.MaxHold = 0.05, time.Second // 1 s over 20 s: one reservation
 	r := newGateRig(t, pol)
-	r.procs.lc = append(r.procs.lc, ProcRef{PID: 11, Start: 1, GPUs: []int{0}})
+	r.procs.lc = append(r.procs.lc, policy.ProcRef{PID: 11, Start: 1, GPUs: []int{0}})
 	r.g.followLCs(nil)
 	r.launch(10, 1)
 	r.launch(11, 1)
@@ -450,7 +450,7 @@ func TestGateAuto(t *testing.T) {
 func TestGateRealPauser(t *testing.T) {
 	be := sleeper(t)
 	be.GPUs = []int{0}
-	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []ProcRef{{PID: 10, Start: 1, GPUs: []int{0}}}, be: []ProcRef{be}}
+	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []policy.ProcRef{{PID: 10, Start: 1, GPUs: []int{0}}}, be: []policy.ProcRef{be}}
 	g := NewRequestGate(procs, &Pauser{}, nil)
 	g.followLCs(nil)
 	g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleLaunch, PID: 10, TID: 1})
@@ -463,7 +463,7 @@ func TestGateRealPauser(t *testing.T) {
 // Run's loop holds BE for a request that began, turns the LC's launch
 // probes off for the request and back on once it ended.
 func TestGateRunArmsLaunchProbes(t *testing.T) {
-	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []ProcRef{{PID: 10, Start: 1}}, be: []ProcRef{{PID: 20, Start: 1}}}
+	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []policy.ProcRef{{PID: 10, Start: 1}}, be: []policy.ProcRef{{PID: 20, Start: 1}}}
 	pause := &fakePause{stopped: map[int]bool{}}
 	g := NewRequestGate(procs, pause, nil)
 	var now atomic.Int64
@@ -539,7 +539,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // itself, so that no Tick could end the hold before it returned: holds of
 // about 0.9 s for requests of 0.2-0.3 s on an H100.
 func TestGateEndsWhileArming(t *testing.T) {
-	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []ProcRef{{PID: 10, Start: 1}}, be: []ProcRef{{PID: 20, Start: 1}}}
+	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []policy.ProcRef{{PID: 10, Start: 1}}, be: []policy.ProcRef{{PID: 20, Start: 1}}}
 	pause := &fakePause{stopped: map[int]bool{}}
 	g := NewRequestGate(procs, pause, nil)
 	var now atomic.Int64
@@ -629,8 +629,8 @@ func (p *learningProcs) LearnGPUs() {
 // and from then on a request on GPU 0 leaves GPU 1's BE alone.
 func TestGateLearnsGPUs(t *testing.T) {
 	procs := &gateProcs{pol: gatePolicy(policy.GateOn),
-		lc: []ProcRef{{PID: 10, Start: 1}},
-		be: []ProcRef{{PID: 20, Start: 1, GPUs: []int{0}}, {PID: 21, Start: 1}}}
+		lc: []policy.ProcRef{{PID: 10, Start: 1}},
+		be: []policy.ProcRef{{PID: 20, Start: 1, GPUs: []int{0}}, {PID: 21, Start: 1}}}
 	lp := &learningProcs{gateProcs: procs, learnt: make(chan struct{}, 1)}
 	pause := &fakePause{stopped: map[int]bool{}}
 	g := NewRequestGate(lp, pause, nil)

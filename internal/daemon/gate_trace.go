@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
 
@@ -31,19 +32,19 @@ type gateTracer struct {
 	syncs    *trace.Tracer // synchronize probes, while followed
 	launches *trace.Tracer // launch probes, while armed
 	done     sync.WaitGroup
-	attached map[string]ProcRef // procKey -> the process
-	libs     map[int]string     // pid -> its libcuda
+	attached map[string]policy.ProcRef // ProcRef.Key -> the process
+	libs     map[int]string            // pid -> its libcuda
 	armed    map[int]bool
 	failed   error // opening the tracers failed: not retried
 }
 
 func newGateTracer(ctx context.Context, g *RequestGate, log *slog.Logger) *gateTracer {
-	return &gateTracer{ctx: ctx, gate: g, log: log, attached: map[string]ProcRef{}, libs: map[int]string{}, armed: map[int]bool{}}
+	return &gateTracer{ctx: ctx, gate: g, log: log, attached: map[string]policy.ProcRef{}, libs: map[int]string{}, armed: map[int]bool{}}
 }
 
 // follow attaches the processes of lcs not traced yet and detaches the
 // others.
-func (t *gateTracer) follow(lcs []ProcRef) {
+func (t *gateTracer) follow(lcs []policy.ProcRef) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.syncs == nil && len(lcs) > 0 && t.failed == nil {
@@ -52,9 +53,9 @@ func (t *gateTracer) follow(lcs []ProcRef) {
 			t.log.Error("request gate: cannot trace LC processes; the gate holds nothing", "err", err)
 		}
 	}
-	want := map[string]ProcRef{}
+	want := map[string]policy.ProcRef{}
 	for _, p := range lcs {
-		want[procKey(p)] = p
+		want[p.Key()] = p
 	}
 	for k, p := range t.attached {
 		if _, ok := want[k]; !ok {

@@ -83,7 +83,7 @@ func (m *Metrics) opaque(s string) string {
 }
 
 // sloProcessLabel is the process label of an LC process in the SLO
-// series, from its key (procKey: pid/start time).
+// series, from its key (ProcRef.Key: pid/start time).
 func (m *Metrics) sloProcessLabel(key string) string {
 	if m.pidLabels {
 		return key
@@ -261,13 +261,13 @@ func (m *Metrics) Pushers() []int {
 	return out
 }
 
-// setBEStopped sets how many BE processes SLO mode holds stopped.
-func (m *Metrics) setBEStopped(n int) { m.sloStopped.Set(float64(n)) }
+// SetBEStopped sets how many BE processes SLO mode holds stopped.
+func (m *Metrics) SetBEStopped(n int) { m.sloStopped.Set(float64(n)) }
 
-// setSLO publishes the SLO decisions of a window, by the gpu label of
+// SetSLO publishes the SLO decisions of a window, by the gpu label of
 // their search (its set of GPUs, "0" or "0,1"; "all": the node's, while a
 // process is on no GPU NVML lists); on false: the mode is off.
-func (m *Metrics) setSLO(on bool, byGPU map[string]slo.Decision) {
+func (m *Metrics) SetSLO(on bool, byGPU map[string]slo.Decision) {
 	m.sloTimeslice.Reset()
 	m.sloWorst.Reset()
 	m.sloShare.Reset()

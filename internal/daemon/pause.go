@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/policy"
 	"golang.org/x/sys/unix"
 )
 
@@ -54,7 +55,7 @@ type watchdog struct {
 	cmd *exec.Cmd
 	in  *os.File
 	// procs are the processes it resumes at deadline.
-	procs []ProcRef
+	procs []policy.ProcRef
 	// owed are those of procs whose SIGCONT from the daemon failed, by
 	// pid: it resumes them itself when released (it tries itself), and
 	// their pidfds stay open here until then, for a watchdog that
@@ -85,14 +86,14 @@ func (p *Pauser) proc() string {
 // that has exited, is not the one named (its start time differs), or was
 // already stopped is skipped; an error stops nothing (what it had stopped
 // of this call is resumed).
-func (p *Pauser) Stop(procs []ProcRef, max time.Duration) (int, error) {
+func (p *Pauser) Stop(procs []policy.ProcRef, max time.Duration) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.held == nil {
 		p.held = map[int]heldProc{}
 	}
 	var fds []int
-	var refs []ProcRef
+	var refs []policy.ProcRef
 	closeAll := func() {
 		for _, fd := range fds {
 			unix.Close(fd)
@@ -160,7 +161,7 @@ func (p *Pauser) Holding() bool {
 }
 
 // Holds reports whether r is held stopped.
-func (p *Pauser) Holds(r ProcRef) bool {
+func (p *Pauser) Holds(r policy.ProcRef) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	h, ok := p.held[r.PID]
@@ -169,7 +170,7 @@ func (p *Pauser) Holds(r ProcRef) bool {
 
 // Still reports whether r makes no progress now: held stopped, or stopped
 // by someone else, or exited.
-func (p *Pauser) Still(r ProcRef) bool {
+func (p *Pauser) Still(r policy.ProcRef) bool {
 	if p.Holds(r) {
 		return true
 	}
@@ -191,7 +192,7 @@ func (p *Pauser) Resume() error {
 // deadline, so that it never resumes at its deadline a process stopped
 // again since. A process that exited meanwhile is no error. It returns
 // how many it resumed.
-func (p *Pauser) ResumeExcept(keep []ProcRef) (int, error) {
+func (p *Pauser) ResumeExcept(keep []policy.ProcRef) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs []error
@@ -201,7 +202,7 @@ func (p *Pauser) ResumeExcept(keep []ProcRef) (int, error) {
 	// for the watchdog's owed.
 	failed := map[int]heldProc{}
 	for pid, h := range p.held {
-		if slices.ContainsFunc(keep, func(r ProcRef) bool { return r.PID == pid && r.Start == h.start }) {
+		if slices.ContainsFunc(keep, func(r policy.ProcRef) bool { return r.PID == pid && r.Start == h.start }) {
 			continue
 		}
 		if err := unix.PidfdSendSignal(h.fd, unix.SIGCONT, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
@@ -213,13 +214,13 @@ func (p *Pauser) ResumeExcept(keep []ProcRef) (int, error) {
 		delete(p.held, pid)
 		n++
 	}
-	of := func(set map[int]heldProc, r ProcRef) (heldProc, bool) {
+	of := func(set map[int]heldProc, r policy.ProcRef) (heldProc, bool) {
 		h, ok := set[r.PID]
 		return h, ok && h.start == r.Start
 	}
 	var dogs []*watchdog
 	for _, d := range p.dogs {
-		var still, retry []ProcRef
+		var still, retry []policy.ProcRef
 		var fds []int
 		owed := map[int]heldProc{}
 		for _, r := range d.procs {
@@ -309,7 +310,7 @@ func (p *Pauser) stat(pid int) (start uint64, state byte, err error) {
 
 // startWatchdog starts the watchdog of procs, whose pidfds are fds: it
 // resumes them at deadline unless released.
-func (p *Pauser) startWatchdog(procs []ProcRef, fds []int, deadline time.Time) (*watchdog, error) {
+func (p *Pauser) startWatchdog(procs []policy.ProcRef, fds []int, deadline time.Time) (*watchdog, error) {
 	exe := p.Exe
 	if exe == "" {
 		var err error

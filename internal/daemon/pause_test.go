@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/policy"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,7 +28,7 @@ func TestMain(m *testing.M) {
 		case testStopAndWaitArg:
 			pid, _ := strconv.Atoi(os.Args[2])
 			start, _ := strconv.ParseUint(os.Args[3], 10, 64)
-			n, err := (&Pauser{}).Stop([]ProcRef{{PID: pid, Start: start}}, time.Hour)
+			n, err := (&Pauser{}).Stop([]policy.ProcRef{{PID: pid, Start: start}}, time.Hour)
 			if err != nil || n != 1 {
 				os.Stderr.WriteString("stop: " + strconv.Itoa(n) + " " + errString(err) + "\n")
 				os.Exit(1)
@@ -49,7 +50,7 @@ func errString(err error) string {
 }
 
 // sleeper starts a process that sleeps for a minute, killed at the test's end.
-func sleeper(t *testing.T) ProcRef {
+func sleeper(t *testing.T) policy.ProcRef {
 	t.Helper()
 	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
@@ -64,7 +65,7 @@ func sleeper(t *testing.T) ProcRef {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ProcRef{PID: cmd.Process.Pid, Start: start, Comm: "sleep"}
+	return policy.ProcRef{PID: cmd.Process.Pid, Start: start, Comm: "sleep"}
 }
 
 // state is a process's state letter ('S' sleeping, 'T' stopped).
@@ -92,7 +93,7 @@ func waitState(t *testing.T, pid int, stopped bool) {
 func TestPauserStopsAndResumes(t *testing.T) {
 	a, b := sleeper(t), sleeper(t)
 	var p Pauser
-	n, err := p.Stop([]ProcRef{a, b}, time.Hour)
+	n, err := p.Stop([]policy.ProcRef{a, b}, time.Hour)
 	if err != nil || n != 2 {
 		t.Fatalf("Stop = %d, %v; want 2, nil", n, err)
 	}
@@ -102,7 +103,7 @@ func TestPauserStopsAndResumes(t *testing.T) {
 		t.Fatal("not holding what it stopped")
 	}
 	// Stopping again stops nothing new.
-	if n, err := p.Stop([]ProcRef{a, b}, time.Hour); n != 0 || err != nil {
+	if n, err := p.Stop([]policy.ProcRef{a, b}, time.Hour); n != 0 || err != nil {
 		t.Fatalf("second Stop = %d, %v; want 0, nil", n, err)
 	}
 	if err := p.Resume(); err != nil {
@@ -126,7 +127,7 @@ func TestPauserResumesSome(t *testing.T) {
 	stopAll(t, &p, time.Hour, a, b) // one watchdog for both
 	deadline := p.dogs[0].deadline
 	stopAll(t, &p, 2*time.Hour, c)
-	if n, err := p.ResumeExcept([]ProcRef{b}); n != 2 || err != nil {
+	if n, err := p.ResumeExcept([]policy.ProcRef{b}); n != 2 || err != nil {
 		t.Fatalf("ResumeExcept = %d, %v; want 2, nil", n, err)
 	}
 	waitState(t, a.PID, false)
@@ -134,7 +135,7 @@ func TestPauserResumesSome(t *testing.T) {
 	if !p.Holds(b) || p.Holds(a) || p.Holds(c) || state(t, b.PID) != 'T' || !p.Holding() {
 		t.Fatalf("after ResumeExcept(b): holds a %v, b %v, c %v; b's state %c", p.Holds(a), p.Holds(b), p.Holds(c), state(t, b.PID))
 	}
-	if len(p.dogs) != 1 || len(p.dogs[0].procs) != 1 || p.dogs[0].procs[0].key() != b.key() {
+	if len(p.dogs) != 1 || len(p.dogs[0].procs) != 1 || p.dogs[0].procs[0].Key() != b.Key() {
 		t.Fatalf("watchdogs %+v, want one for b alone", p.dogs)
 	}
 	// b's new watchdog resumes it when a and b's would have: what was left
@@ -147,7 +148,7 @@ func TestPauserResumesSome(t *testing.T) {
 }
 
 // stopAll stops procs, each of them, under one watchdog.
-func stopAll(t *testing.T, p *Pauser, max time.Duration, procs ...ProcRef) {
+func stopAll(t *testing.T, p *Pauser, max time.Duration, procs ...policy.ProcRef) {
 	t.Helper()
 	if n, err := p.Stop(procs, max); n != len(procs) || err != nil {
 		t.Fatalf("Stop = %d, %v; want %d, nil", n, err, len(procs))
@@ -157,7 +158,7 @@ func stopAll(t *testing.T, p *Pauser, max time.Duration, procs ...ProcRef) {
 // failSIGCONT makes the daemon's SIGCONT to r fail (EBADF): its held
 // pidfd, and every watchdog's copy of it from now on, is /dev/null. It
 // returns that descriptor.
-func failSIGCONT(t *testing.T, p *Pauser, r ProcRef) int {
+func failSIGCONT(t *testing.T, p *Pauser, r policy.ProcRef) int {
 	t.Helper()
 	bad, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -192,7 +193,7 @@ func TestPauserRetriesFailedResume(t *testing.T) {
 			stopAll(t, &p, time.Hour, a, b)
 			failSIGCONT(t, &p, a)
 			for i := range c.keeps {
-				_, err := p.ResumeExcept([]ProcRef{b})
+				_, err := p.ResumeExcept([]policy.ProcRef{b})
 				if (i == 0) != (err != nil) {
 					t.Fatalf("ResumeExcept %d: %v", i, err)
 				}
@@ -233,7 +234,7 @@ func TestPauserOwedStoppedAgain(t *testing.T) {
 	var p Pauser
 	stopAll(t, &p, time.Hour, a, b, c)
 	bad := failSIGCONT(t, &p, a)
-	if _, err := p.ResumeExcept([]ProcRef{b, c}); err == nil {
+	if _, err := p.ResumeExcept([]policy.ProcRef{b, c}); err == nil {
 		t.Fatal("ResumeExcept: no error for a's failed SIGCONT")
 	}
 	if len(p.dogs) != 1 || p.dogs[0].owed[a.PID].fd != bad {
@@ -245,12 +246,12 @@ func TestPauserOwedStoppedAgain(t *testing.T) {
 	}
 	waitState(t, a.PID, false)
 	stopAll(t, &p, 2*time.Hour, a)
-	if _, err := p.ResumeExcept([]ProcRef{b, a}); err != nil {
+	if _, err := p.ResumeExcept([]policy.ProcRef{b, a}); err != nil {
 		t.Fatal(err)
 	}
 	waitState(t, c.PID, false)
 	for _, d := range p.dogs {
-		if len(d.owed) > 0 || (d.deadline.Before(time.Now().Add(90*time.Minute)) && slices.ContainsFunc(d.procs, func(r ProcRef) bool { return r.key() == a.key() })) {
+		if len(d.owed) > 0 || (d.deadline.Before(time.Now().Add(90*time.Minute)) && slices.ContainsFunc(d.procs, func(r policy.ProcRef) bool { return r.Key() == a.Key() })) {
 			t.Errorf("watchdog (deadline in %v) holds a %v, owes %v: a is the later Stop's watchdog's alone", time.Until(d.deadline).Round(time.Minute), d.procs, d.owed)
 		}
 	}
@@ -274,7 +275,7 @@ func TestPauserReplacingFails(t *testing.T) {
 	stopAll(t, &p, time.Hour, a, b)
 	failSIGCONT(t, &p, b)
 	p.Exe = "/nonexistent/gpreemptd"
-	_, err := p.ResumeExcept([]ProcRef{b})
+	_, err := p.ResumeExcept([]policy.ProcRef{b})
 	if err == nil || !strings.Contains(err.Error(), "replacing a watchdog") || !strings.Contains(err.Error(), "SIGCONT to pid "+strconv.Itoa(b.PID)) {
 		t.Fatalf("ResumeExcept = %v; want the watchdog's start and b's SIGCONT failed", err)
 	}
@@ -296,7 +297,7 @@ func TestPauserLeavesOthersAlone(t *testing.T) {
 	reused.Start++
 	gone.PID = 1 << 22 // above pid_max's ceiling: no such process
 	var p Pauser
-	n, err := p.Stop([]ProcRef{stopped, reused, gone}, time.Hour)
+	n, err := p.Stop([]policy.ProcRef{stopped, reused, gone}, time.Hour)
 	if err != nil || n != 0 {
 		t.Fatalf("Stop = %d, %v; want 0, nil", n, err)
 	}
@@ -376,7 +377,7 @@ func TestRunWatchdogRefusesBadArguments(t *testing.T) {
 }
 
 // sleeperRef is r as it is (its real start time), for a test that bent it.
-func sleeperRef(t *testing.T, r ProcRef) ProcRef {
+func sleeperRef(t *testing.T, r policy.ProcRef) policy.ProcRef {
 	t.Helper()
 	start, _, err := (&Pauser{}).stat(r.PID)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/stats"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
@@ -27,13 +29,13 @@ type LaunchCounter interface {
 // rate in windows when every GPU process the daemon knows on its GPUs was
 // BE (or an MPS server, which runs only its clients' work) at the
 // window's start and its end (BE alone: before an LC came, after the last
-// one went, or on a GPU no LC uses; BEWindow.Alone). A training
+// one went, or on a GPU no LC uses; slomode.BEWindow.Alone). A training
 // step launches the same kernels each time, and a launch blocks once the
 // queue is full, so over a window of many steps the launch rate follows
 // the completion rate. Only the BE processes are probed: the LC pays
 // nothing. A process whose rate alone is not known yet adds nothing to
 // the share; with none known the share is unknown (NaN), as without a
-// ShareSource. Roll runs on the SLO loop; Status is safe from others.
+// slomode.ShareSource. Roll runs on the SLO loop; Status is safe from others.
 type BEProgress struct {
 	Counter LaunchCounter
 	// Library finds the libcuda a process has mapped (default:
@@ -41,7 +43,7 @@ type BEProgress struct {
 	Library func(pid int) (string, error)
 	Log     *slog.Logger
 
-	procs map[string]*beProc // by procKey
+	procs map[string]*beProc // by ProcRef.Key
 
 	mu     sync.Mutex
 	status []client.SLOBE
@@ -70,7 +72,7 @@ const attachRetry = 30 * time.Second
 
 // attachFailed logs that p could not be attached: a warning the first
 // time, and at debug level on each retry (said once already).
-func attachFailed(log *slog.Logger, retry bool, msg string, p ProcRef, err error) {
+func attachFailed(log *slog.Logger, retry bool, msg string, p policy.ProcRef, err error) {
 	level := slog.LevelWarn
 	if retry {
 		level = slog.LevelDebug
@@ -86,35 +88,20 @@ func NewBEProgress(c LaunchCounter, log *slog.Logger) *BEProgress {
 	return &BEProgress{Counter: c, Log: log, procs: map[string]*beProc{}}
 }
 
-// BEWindow is one BE process over the window a ShareSource closes.
-type BEWindow struct {
-	ProcRef
-	// Alone: no GPU process outside class BE (but MPS servers) shared a
-	// GPU with it at the window's start and its end: its rate alone.
-	Alone bool
-	// Stopped: it was held stopped through the window (an LC learnt
-	// alone): its rate is not progress under any setting.
-	Stopped bool
-}
-
-// BERate is one BE process's progress over a window: its kernel launches
-// per second, and its rate alone.
-type BERate struct{ Rate, Alone float64 }
-
 // Roll closes the window that ends at now over the BE processes bes. It
-// returns, by procKey, the rate of each one counted, not stopped, whose
-// rate alone is known (beShare sums them over a set).
-func (b *BEProgress) Roll(now time.Duration, bes []BEWindow) map[string]BERate {
-	refs := make([]ProcRef, len(bes))
+// returns, by ProcRef.Key, the rate of each one counted, not stopped, whose
+// rate alone is known (slomode.BEShare sums them over a set).
+func (b *BEProgress) Roll(now time.Duration, bes []slomode.BEWindow) map[string]slomode.BERate {
+	refs := make([]policy.ProcRef, len(bes))
 	for i, w := range bes {
 		refs[i] = w.ProcRef
 	}
 	dropGone(b.procs, refs, func(p *beProc) { b.Counter.Detach(p.pid) })
-	rates := map[string]BERate{}
+	rates := map[string]slomode.BERate{}
 	var st []client.SLOBE
 	for _, w := range bes {
 		p, alone, paused := w.ProcRef, w.Alone, w.Stopped
-		k := procKey(p)
+		k := p.Key()
 		bp := b.procs[k]
 		retry := bp != nil && bp.err != "" && now-bp.at >= attachRetry
 		if retry {
@@ -157,7 +144,7 @@ func (b *BEProgress) Roll(now time.Duration, bes []BEWindow) map[string]BERate {
 			}
 			share := math.Min(1, bp.rate/s.AlonePerS)
 			s.Share = &share
-			rates[k] = BERate{Rate: bp.rate, Alone: s.AlonePerS}
+			rates[k] = slomode.BERate{Rate: bp.rate, Alone: s.AlonePerS}
 		}
 		st = append(st, s)
 	}
@@ -165,22 +152,6 @@ func (b *BEProgress) Roll(now time.Duration, bes []BEWindow) map[string]BERate {
 	b.status = st
 	b.mu.Unlock()
 	return rates
-}
-
-// beShare is the BE share of the processes keys name: what they launched
-// over what they launch alone, in [0, 1]; false where none of them has a
-// rate.
-func beShare(rates map[string]BERate, keys []string) (float64, bool) {
-	var rate, ref float64
-	for _, k := range keys {
-		if r, ok := rates[k]; ok {
-			rate, ref = rate+r.Rate, ref+r.Alone
-		}
-	}
-	if ref <= 0 {
-		return math.NaN(), false
-	}
-	return math.Min(1, rate/ref), true
 }
 
 // beLibrary finds a BE process's libcuda when --libcuda names one: the
@@ -201,7 +172,7 @@ func beLibrary(explicit string) func(pid int) (string, error) {
 func mappedLibCUDA(pid int) (string, error) { return trace.FindLibrary(trace.LibCUDA, "", pid) }
 
 // attach starts counting p's launches.
-func (b *BEProgress) attach(p ProcRef, now time.Duration, retry bool) *beProc {
+func (b *BEProgress) attach(p policy.ProcRef, now time.Duration, retry bool) *beProc {
 	bp := &beProc{pid: p.PID, at: now, rate: math.NaN()}
 	find := b.Library
 	if find == nil {

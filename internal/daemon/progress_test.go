@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/slomode"
 )
 
 // fakeCounter is a LaunchCounter whose counts the test sets.
@@ -47,7 +50,7 @@ func (f *fakeCounter) Detach(pid int) { delete(f.attached, pid) }
 // each made in it, whether BE ran alone or stopped, and the share wanted
 // (NaN: unknown).
 type progressStep struct {
-	bes      []ProcRef
+	bes      []policy.ProcRef
 	launches map[int]uint64
 	alone    bool
 	paused   bool
@@ -55,14 +58,14 @@ type progressStep struct {
 }
 
 var (
-	beA  = ProcRef{PID: 10, Start: 1, Comm: "train-a"}
-	beB  = ProcRef{PID: 11, Start: 1, Comm: "train-b"}
-	beA2 = ProcRef{PID: 10, Start: 2, Comm: "train-a2"} // pid 10 reused
+	beA  = policy.ProcRef{PID: 10, Start: 1, Comm: "train-a"}
+	beB  = policy.ProcRef{PID: 11, Start: 1, Comm: "train-b"}
+	beA2 = policy.ProcRef{PID: 10, Start: 2, Comm: "train-a2"} // pid 10 reused
 )
 
 // learnt is the window a process is attached in and three windows alone
 // making launches each: its rate alone is known after the third.
-func learnt(bes []ProcRef, launches map[int]uint64) []progressStep {
+func learnt(bes []policy.ProcRef, launches map[int]uint64) []progressStep {
 	nan := math.NaN()
 	return []progressStep{{bes: bes, alone: true, want: nan},
 		{bes: bes, launches: launches, alone: true, want: nan},
@@ -71,10 +74,10 @@ func learnt(bes []ProcRef, launches map[int]uint64) []progressStep {
 }
 
 // windows is the window of bes, each alone and stopped as said.
-func windows(bes []ProcRef, alone, stopped bool) []BEWindow {
-	var ws []BEWindow
+func windows(bes []policy.ProcRef, alone, stopped bool) []slomode.BEWindow {
+	var ws []slomode.BEWindow
 	for _, p := range bes {
-		ws = append(ws, BEWindow{ProcRef: p, Alone: alone, Stopped: stopped})
+		ws = append(ws, slomode.BEWindow{ProcRef: p, Alone: alone, Stopped: stopped})
 	}
 	return ws
 }
@@ -99,8 +102,8 @@ func steps(n int, s progressStep) []progressStep {
 
 func TestBEProgress(t *testing.T) {
 	nan := math.NaN()
-	one := []ProcRef{beA}
-	two := []ProcRef{beA, beB}
+	one := []policy.ProcRef{beA}
+	two := []policy.ProcRef{beA, beB}
 	cases := []struct {
 		name  string
 		fail  map[int]error
@@ -141,10 +144,10 @@ func TestBEProgress(t *testing.T) {
 			learnt(two, map[int]uint64{10: 1000, 11: 1000}),
 			at(progressStep{bes: two, launches: map[int]uint64{10: 500, 11: 1000}, want: 0.5}))},
 		{"a new process under a reused pid starts again", nil, join(learnt(one, map[int]uint64{10: 1000}),
-			at(progressStep{bes: []ProcRef{beA2}, want: nan}),
-			at(progressStep{bes: []ProcRef{beA2}, launches: map[int]uint64{10: 500}, want: nan}))},
+			at(progressStep{bes: []policy.ProcRef{beA2}, want: nan}),
+			at(progressStep{bes: []policy.ProcRef{beA2}, launches: map[int]uint64{10: 500}, want: nan}))},
 		{"a process gone is forgotten", nil, join(learnt(two, map[int]uint64{10: 1000, 11: 1000}),
-			at(progressStep{bes: []ProcRef{beB}, launches: map[int]uint64{11: 400}, want: 0.4}),
+			at(progressStep{bes: []policy.ProcRef{beB}, launches: map[int]uint64{11: 400}, want: 0.4}),
 			// 10 comes back: counted again from zero, left out until learnt
 			at(progressStep{bes: two, launches: map[int]uint64{11: 400}, want: 0.4}))},
 	}
@@ -187,15 +190,15 @@ func TestBEProgress(t *testing.T) {
 
 // rollShare rolls b's window and gives the share of its BE processes,
 // as the SLO loop does for a search.
-func rollShare(b *BEProgress, now time.Duration, ws []BEWindow) (float64, bool) {
+func rollShare(b *BEProgress, now time.Duration, ws []slomode.BEWindow) (float64, bool) {
 	keys := make([]string, len(ws))
 	for i, w := range ws {
-		keys[i] = w.key()
+		keys[i] = w.Key()
 	}
-	return beShare(b.Roll(now, ws), keys)
+	return slomode.BEShare(b.Roll(now, ws), keys)
 }
 
-func containsPID(ps []ProcRef, pid int) bool {
+func containsPID(ps []policy.ProcRef, pid int) bool {
 	for _, p := range ps {
 		if p.PID == pid {
 			return true
@@ -211,7 +214,7 @@ func TestBEProgressStatus(t *testing.T) {
 	f.fail[11] = errors.New("uprobe refused")
 	b := NewBEProgress(f, testLog(t))
 	b.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
-	two := []ProcRef{beA, beB}
+	two := []policy.ProcRef{beA, beB}
 	now := time.Second
 	b.Roll(now, windows(two, true, false))
 	st := b.Status()
@@ -254,7 +257,7 @@ func TestBEProgressRecovers(t *testing.T) {
 	f := newFakeCounter()
 	b := NewBEProgress(f, testLog(t))
 	b.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
-	one := []ProcRef{beA}
+	one := []policy.ProcRef{beA}
 	now := time.Second
 	roll := func(launches uint64, alone bool) (float64, bool) {
 		now += time.Second

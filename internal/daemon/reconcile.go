@@ -113,7 +113,7 @@ type Reconciler struct {
 	// beSlice is the SLO mode's BE timeslice (of one unit of weight) for
 	// the BE processes beSliceOf does not name; 0: the policy's.
 	beSlice time.Duration
-	// beSliceOf is the SLO mode's BE timeslice per process (by procKey):
+	// beSliceOf is the SLO mode's BE timeslice per process (by ProcRef.Key):
 	// the one chosen for the GPUs it shares with an LC, or 0 (the policy's)
 	// for one that shares none (SetBETimeslices).
 	beSliceOf map[string]time.Duration
@@ -154,8 +154,8 @@ type proc struct {
 	lookedAt time.Duration
 }
 
-// key is p's procKey: its pid and start time.
-func (p *proc) key() string { return procKey(ProcRef{PID: p.pid, Start: p.start}) }
+// key is p's ProcRef.Key: its pid and start time.
+func (p *proc) key() string { return policy.ProcRef{PID: p.pid, Start: p.start}.Key() }
 
 type group struct {
 	state GroupState

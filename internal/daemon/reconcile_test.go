@@ -599,7 +599,7 @@ func TestBETimeslicesPerProcess(t *testing.T) {
 	g.tick(g.start(100, policy.Process{Comm: "x"}) + time.Second)
 	g.tick(g.start(200, policy.Process{Comm: "trainer"}) + time.Second)
 	g.tick(g.start(300, policy.Process{Comm: "trainer"}) + time.Second)
-	key := func(pid int) string { return procKey(ProcRef{PID: pid, Start: uint64(pid)}) }
+	key := func(pid int) string { return policy.ProcRef{PID: pid, Start: uint64(pid)}.Key() }
 	g.rec.SetBETimeslices(time.Millisecond, map[string]time.Duration{key(100): 0, key(300): 50 * time.Microsecond})
 	g.tick(g.now + time.Second)
 	g.wantAll(200, 1000, tsg.LevelLow)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/slomode"
 )
 
 // Bounds of the socket API: a request is a few hundred bytes.
@@ -56,7 +57,7 @@ type API struct {
 	Status func() map[string]any
 	// SLO takes the pushed latency windows and says whether engines
 	// should pre-preempt; nil: no SLO loop.
-	SLO *SLOLoop
+	SLO *slomode.Loop
 	// Gate is the daemon's request gate, told which LCs gate their own
 	// requests; nil: none.
 	Gate *RequestGate
@@ -507,7 +508,7 @@ func (a *API) stats(w http.ResponseWriter, r *http.Request) {
 	}
 	reply := StatsReply{Prepreempt: true}
 	if a.SLO != nil {
-		a.SLO.Push(peer.PID, s)
+		a.SLO.Push(peer.PID, s.Stats)
 		reply = a.SLO.Reply(peer.PID)
 	}
 	if a.Gate != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/rmfake"
+	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
@@ -343,8 +344,7 @@ func FuzzDecoders(f *testing.F) {
 						t.Fatalf("accepted window quantile %q = %v", q, v)
 					}
 				}
-				p := &pushed{now: func() time.Duration { return 0 }, by: map[int]LatencySample{}}
-				p.push(1, *w)
+				slomode.New(nil, func() time.Duration { return 0 }, nil, nil).Push(1, client.Stats{Window: w})
 			}
 		}
 	})
@@ -383,9 +383,9 @@ func TestSLOStatusSharesNothing(t *testing.T) {
 	}
 	rec := NewReconciler(pol, nopController{}, fakeInspector{}, NewMetrics(nil), Options{}, nil)
 	l := NewSLOLoop(rec, NewMetrics(nil), nil)
-	l.Push(1, HintStats{Stats: client.Stats{Engine: &EngineState{Prepreempt: true}}})
+	l.Push(1, client.Stats{Engine: &EngineState{Prepreempt: true}})
 	snap := l.Status()
-	l.Push(2, HintStats{Stats: client.Stats{Engine: &EngineState{Prepreempt: true}}})
+	l.Push(2, client.Stats{Engine: &EngineState{Prepreempt: true}})
 	if len(snap.Engines) != 1 {
 		t.Errorf("a status read before a push holds %d engines after it, want 1: the copy shares the loop's map", len(snap.Engines))
 	}

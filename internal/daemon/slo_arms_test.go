@@ -114,8 +114,8 @@ func TestSLOLoopTPOT(t *testing.T) {
 	s.loop.Step(s.now)
 	for range 3 {
 		s.now += time.Second
-		s.loop.Push(100, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 60,
-			LatencyUs: map[string]float64{"p50": 400e3, "tpot_p50": 9000}}}})
+		s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 60,
+			LatencyUs: map[string]float64{"p50": 400e3, "tpot_p50": 9000}}})
 		s.loop.Step(s.now)
 		s.tick(s.now)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
+	"github.com/gpreempt/gpreempt/internal/slomode"
 )
 
 const twoLCPolicy = `
@@ -21,9 +22,9 @@ slo: {enabled: true, window: 1s}
 `
 
 // pushP50 pushes one 1 s window of 50 requests at a p50 of us for pid.
-func pushP50(l *SLOLoop, pid int, us float64) {
-	l.Push(pid, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
-		LatencyUs: map[string]float64{"p50": us}}}})
+func pushP50(l *slomode.Loop, pid int, us float64) {
+	l.Push(pid, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
+		LatencyUs: map[string]float64{"p50": us}}})
 }
 
 // TestSLOLoopSlowPusherLearnt: a second LC whose app pushes every 2 s (the

@@ -16,6 +16,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
+	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/tsg"
 	dto "github.com/prometheus/client_model/go"
@@ -39,7 +40,7 @@ slo: {enabled: true, window: 1s}
 // was applied.
 type sloRig struct {
 	*rig
-	loop *SLOLoop
+	loop *slomode.Loop
 }
 
 func newSLORig(t *testing.T, pol string) *sloRig {
@@ -63,8 +64,8 @@ func (s *sloRig) window(w slo.Workload, silent bool) {
 	if !silent {
 		r, _ := w.At(s.beTimeslice())
 		p50 := float64(w.Baseline) * r / 1e3
-		s.loop.Push(100, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: uint64(w.Requests),
-			LatencyUs: map[string]float64{"p50": p50, "p99": 1.3 * p50}}}})
+		s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: uint64(w.Requests),
+			LatencyUs: map[string]float64{"p50": p50, "p99": 1.3 * p50}}})
 	}
 	s.loop.Step(s.now)
 	s.tick(s.now)
@@ -136,7 +137,7 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 	// What gpreemptctl reads. (At 1 ms the engine was told to stop
 	// launching spinners: an engine that launches them keeps BE under
 	// slo.spinner_ceiling, TestSLOLoopSpinnerCeiling.)
-	s.loop.Push(100, HintStats{Stats: client.Stats{Engine: &EngineState{Prepreempt: false, SkippedNoBenefit: 7}}})
+	s.loop.Push(100, client.Stats{Engine: &EngineState{Prepreempt: false, SkippedNoBenefit: 7}})
 	var cs client.SLO
 	if b, err := json.Marshal(s.loop.Status()); err != nil || json.Unmarshal(b, &cs) != nil ||
 		cs.BETimeslice != "1ms" || len(cs.LC) != 1 || cs.LC[0].Ratio == nil || cs.Engines["100"].SkippedNoBenefit != 7 || cs.Last == nil {
@@ -211,7 +212,7 @@ func TestSLOLoopSignals(t *testing.T) {
 			s.window(slo.EagerPyTorchH100, true) // the controller starts
 			s.now += time.Second
 			if tc.push != nil {
-				s.loop.Push(100, HintStats{Stats: client.Stats{Window: tc.push}})
+				s.loop.Push(100, client.Stats{Window: tc.push})
 			}
 			if tc.twice {
 				s.loop.Step(s.now)
@@ -242,7 +243,7 @@ slo: {enabled: true, window: 1s}
 `)
 	s.window(slo.EagerPyTorchH100, true) // the controller starts
 	s.now += time.Second
-	s.loop.Push(100, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}}})
+	s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}})
 	s.loop.Step(s.now)
 	st := s.loop.Status()
 	if len(st.LC) != 2 || st.LC[0].Objective != "p50<=1.05x" || st.LC[0].Signal != "pushed" ||
@@ -299,7 +300,7 @@ slo: {enabled: true, window: 1s, spinner_ceiling: off}
 		highest := time.Duration(0)
 		for range 80 {
 			if hints {
-				s.loop.Push(100, HintStats{Stats: client.Stats{Engine: &EngineState{Prepreempt: s.loop.Reply(100).Prepreempt}}})
+				s.loop.Push(100, client.Stats{Engine: &EngineState{Prepreempt: s.loop.Reply(100).Prepreempt}})
 			}
 			s.window(slo.EagerPyTorchH100, false)
 			highest = max(highest, s.beTimeslice())
@@ -348,17 +349,6 @@ slo: {enabled: true, window: 1s, shared_floor: 50us}
 	}
 }
 
-func TestQuantileName(t *testing.T) {
-	for _, tc := range []struct {
-		q    float64
-		want string
-	}{{0.5, "p50"}, {0.3, "p50"}, {0.9, "p90"}, {0.95, "p99"}, {0.99, "p99"}, {0.999, "p999"}, {0.9999, "max"}} {
-		if got := quantileName(tc.q); got != tc.want {
-			t.Errorf("quantileName(%v) = %q, want %q", tc.q, got, tc.want)
-		}
-	}
-}
-
 const sloPausePolicy = `
 classes:
   lc: {objective: "p50<=1.05x"}
@@ -380,10 +370,10 @@ var slowBeside = slo.Workload{Baseline: 6 * time.Millisecond, Requests: 50, Poin
 // pausingLoop is an SLO loop whose Pauser stops real processes (n
 // sleepers, returned), known to it by a proc directory that gives each its
 // pid as start time, as the rig's inspector does.
-func pausingLoop(t *testing.T, g *rig, n int) ([]ProcRef, *SLOLoop) {
+func pausingLoop(t *testing.T, g *rig, n int) ([]policy.ProcRef, *slomode.Loop) {
 	t.Helper()
 	proc := t.TempDir()
-	var bes []ProcRef
+	var bes []policy.ProcRef
 	for range n {
 		be := sleeper(t)
 		if err := os.MkdirAll(filepath.Join(proc, strconv.Itoa(be.PID)), 0o755); err != nil {
@@ -414,12 +404,12 @@ func TestSLOLoopPausesBE(t *testing.T) {
 	window := func(lcs ...int) {
 		g.now += time.Second
 		r, _ := slowBeside.At(bets())
-		if loop.Pause.Holds(ProcRef{PID: be.PID, Start: uint64(be.PID)}) {
+		if loop.Pause.Holds(policy.ProcRef{PID: be.PID, Start: uint64(be.PID)}) {
 			r = 1 // alone
 		}
 		for _, pid := range lcs {
-			loop.Push(pid, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
-				LatencyUs: map[string]float64{"p50": float64(slowBeside.Baseline) * r / 1e3}}}})
+			loop.Push(pid, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
+				LatencyUs: map[string]float64{"p50": float64(slowBeside.Baseline) * r / 1e3}}})
 		}
 		loop.Step(g.now)
 		g.tick(g.now)
@@ -475,7 +465,7 @@ func TestSLOLoopPausesBE(t *testing.T) {
 	waitState(t, be.PID, true)
 	loop.Close()
 	waitState(t, be.PID, false)
-	if loop.Pause.Holding() || len(loop.Pause.held) != 0 {
+	if loop.Pause.Holding() || len(loop.Pause.(*Pauser).held) != 0 {
 		t.Error("still holding BE after Close")
 	}
 }
@@ -508,7 +498,7 @@ slo: {enabled: true, window: 1s}
 			if withMedian {
 				us["p50"] = 50
 			}
-			s.loop.Push(100, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 300, LatencyUs: us}}})
+			s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 300, LatencyUs: us}})
 			s.loop.Step(s.now)
 			s.tick(s.now)
 			if last := s.loop.Status().Last; last != nil && strings.HasPrefix(last.Reason, "the LC's response changed") {
@@ -550,7 +540,7 @@ slo: {enabled: true, window: 1s%s}
 		highest, told := time.Duration(0), 0
 		for range 80 {
 			spin := s.loop.Reply(100).Prepreempt
-			s.loop.Push(100, HintStats{Stats: client.Stats{Engine: &EngineState{Prepreempt: spin}}})
+			s.loop.Push(100, client.Stats{Engine: &EngineState{Prepreempt: spin}})
 			s.window(slo.EagerPyTorchH100, false)
 			highest = max(highest, s.beTimeslice())
 			if s.loop.Reply(100).Prepreempt {
@@ -701,7 +691,7 @@ func TestExitedPusherForgotten(t *testing.T) {
 	d := &Daemon{log: testLog(t), rec: s.rec, slo: s.loop, metrics: s.m, inspect: s.insp}
 	st := HintStats{PID: 100, Stats: client.Stats{Engine: &EngineState{Prepreempt: true}}}
 	s.m.pushStats(st, "lc-server") // as the socket's stats handler does
-	s.loop.Push(100, st)
+	s.loop.Push(100, st.Stats)
 	delete(s.insp, 100)
 	s.rec.Handle(Event{Kind: ProcessExited, PID: 100, At: s.now})
 	if slices.Contains(s.m.Pushers(), 100) {
@@ -715,8 +705,8 @@ func TestExitedPusherForgotten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reused := ProcRef{PID: 100, Start: 2, Decision: policy.Decision{Spec: class.Spec{Name: class.LC, Weight: 1}, Rule: "default"}}
-	if c := s.loop.prepreemptUpTo(tail, []ProcRef{reused}); c != 0 {
+	reused := policy.ProcRef{PID: 100, Start: 2, Decision: policy.Decision{Spec: class.Spec{Name: class.LC, Weight: 1}, Rule: "default"}}
+	if c := s.loop.PrepreemptUpTo(tail, []policy.ProcRef{reused}); c != 0 {
 		t.Errorf("pre-preemption arms up to %v for a new LC without a hint engine", c)
 	}
 }
@@ -815,22 +805,22 @@ func TestSLOLoopPausesPerGPU(t *testing.T) {
 	g.tick(g.start(100, on("lc-server", 0)) + time.Second)
 	g.tick(g.start(near.PID, on("trainer", 0)) + time.Second)
 	g.tick(g.start(far.PID, on("trainer", 1)) + time.Second)
-	held := func(p ProcRef) bool { return loop.Pause.Holds(ProcRef{PID: p.PID, Start: uint64(p.PID)}) }
-	window := func(lcs map[int]ProcRef) {
+	held := func(p policy.ProcRef) bool { return loop.Pause.Holds(policy.ProcRef{PID: p.PID, Start: uint64(p.PID)}) }
+	window := func(lcs map[int]policy.ProcRef) {
 		g.now += time.Second
 		for pid, be := range lcs {
 			r, _ := slowBeside.At(time.Duration(g.groups(be.PID)[0].Timeslice) * time.Microsecond)
 			if held(be) {
 				r = 1 // alone
 			}
-			loop.Push(pid, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
-				LatencyUs: map[string]float64{"p50": float64(slowBeside.Baseline) * r / 1e3}}}})
+			loop.Push(pid, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
+				LatencyUs: map[string]float64{"p50": float64(slowBeside.Baseline) * r / 1e3}}})
 		}
 		loop.Step(g.now)
 		g.tick(g.now)
 	}
 	loop.Step(g.now)
-	window(map[int]ProcRef{100: near})
+	window(map[int]policy.ProcRef{100: near})
 	if !held(near) || held(far) {
 		t.Fatalf("GPU 0's new LC: near held %v, far held %v; want near only", held(near), held(far))
 	}
@@ -843,7 +833,7 @@ func TestSLOLoopPausesPerGPU(t *testing.T) {
 	}
 	// A second LC comes to GPU 1 while GPU 0's is learnt alone.
 	g.tick(g.start(101, on("lc-two", 1)) + g.now - g.now%time.Second + 500*time.Millisecond)
-	both := map[int]ProcRef{100: near, 101: far}
+	both := map[int]policy.ProcRef{100: near, 101: far}
 	window(both)
 	window(both)
 	if !held(near) || !held(far) {
@@ -871,72 +861,8 @@ func TestSLOLoopPausesPerGPU(t *testing.T) {
 		}
 	}
 	waitState(t, far.PID, false)
-	if len(loop.Pause.dogs) != 0 {
-		t.Errorf("%d watchdogs left with nothing stopped", len(loop.Pause.dogs))
-	}
-}
-
-// TestJoinPlacesBE: GPUs a process is listed on together are one set,
-// with a search where an LC is; a BE is beside an LC where its set has
-// one. A process on no GPU NVML lists is in no search for its first
-// window; past it the node has one search, of every process.
-func TestJoinPlacesBE(t *testing.T) {
-	pol, err := policy.Parse([]byte(sloPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	on := func(pid int, gpus ...int) ProcRef { return ProcRef{PID: pid, Start: 1, GPUs: gpus} }
-	for _, tc := range []struct {
-		name         string
-		bes, lcs     []ProcRef
-		wantBeside   []int
-		wantSearches []string
-		// later: the same processes a window later
-		laterBeside   []int
-		laterSearches []string
-	}{
-		{name: "no LC: every BE apart", bes: []ProcRef{on(1, 0), on(2, 3)}},
-		{name: "one GPU each", bes: []ProcRef{on(1, 0), on(2, 1)}, lcs: []ProcRef{on(9, 0)}, wantBeside: []int{1}, wantSearches: []string{"0"}},
-		{name: "a BE on two GPUs joins them", bes: []ProcRef{on(1, 0, 1), on(2, 2), on(3, 1)}, lcs: []ProcRef{on(9, 1)}, wantBeside: []int{1, 3}, wantSearches: []string{"0,1"}},
-		{name: "an LC on two GPUs joins them", bes: []ProcRef{on(1, 0), on(2, 1), on(3, 2)}, lcs: []ProcRef{on(9, 0, 1)}, wantBeside: []int{1, 2}, wantSearches: []string{"0,1"}},
-		{name: "two LCs, two sets", bes: []ProcRef{on(1, 0), on(2, 1), on(3, 2)}, lcs: []ProcRef{on(9, 0), on(8, 2)}, wantBeside: []int{1, 3}, wantSearches: []string{"0", "2"}},
-		{name: "an LC on no GPU known: none its first window, then one search", bes: []ProcRef{on(1, 0), on(2, 1)}, lcs: []ProcRef{on(9, 0), on(8)},
-			wantBeside: []int{1}, wantSearches: []string{"0"}, laterBeside: []int{1, 2}, laterSearches: []string{allGPUs}},
-		{name: "a BE on no GPU known", bes: []ProcRef{on(1), on(2, 1)}, lcs: []ProcRef{on(9, 1)},
-			wantBeside: []int{2}, wantSearches: []string{"1"}, laterBeside: []int{1, 2}, laterSearches: []string{allGPUs}},
-		{name: "no GPU known at all (no NVML): one search at once", bes: []ProcRef{on(1), on(2)}, lcs: []ProcRef{on(9), on(8)},
-			wantBeside: []int{1, 2}, wantSearches: []string{allGPUs}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			l := &SLOLoop{log: testLog(t), searches: map[string]*search{}, conf: sloConf{safe: 200 * time.Microsecond}}
-			check := func(when string, beside []int, searches []string) {
-				t.Helper()
-				var got []int
-				var live []string
-				for _, b := range tc.bes {
-					if l.beSearch[b.key()] != nil {
-						got = append(got, b.PID)
-					}
-				}
-				for _, s := range l.searches {
-					if s.live() {
-						live = append(live, s.key)
-					}
-				}
-				slices.Sort(live)
-				if !slices.Equal(got, beside) || !slices.Equal(live, searches) {
-					t.Errorf("%s: beside %v, live searches %v; want %v, %v", when, got, live, beside, searches)
-				}
-			}
-			l.join(pol, tc.lcs, tc.bes)
-			check("first window", tc.wantBeside, tc.wantSearches)
-			if tc.laterSearches == nil {
-				tc.laterBeside, tc.laterSearches = tc.wantBeside, tc.wantSearches
-			}
-			l.windows++
-			l.join(pol, tc.lcs, tc.bes)
-			check("a window later", tc.laterBeside, tc.laterSearches)
-		})
+	if len(loop.Pause.(*Pauser).dogs) != 0 {
+		t.Errorf("%d watchdogs left with nothing stopped", len(loop.Pause.(*Pauser).dogs))
 	}
 }
 
@@ -976,8 +902,8 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 			r, share := x.w.At(ts(x.be))
 			f.n[x.be] += uint64(share * alone)
 			p50 := float64(x.w.Baseline) * r / 1e3
-			s.loop.Push(x.lc, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: uint64(x.w.Requests),
-				LatencyUs: map[string]float64{"p50": p50, "p99": 1.3 * p50}}}})
+			s.loop.Push(x.lc, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: uint64(x.w.Requests),
+				LatencyUs: map[string]float64{"p50": p50, "p99": 1.3 * p50}}})
 		}
 		s.now += time.Second
 		s.loop.Step(s.now)
@@ -1068,8 +994,8 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 		step()
 	}
 	st = s.loop.Status()
-	if s.loop.searches["0"].ctl.Current() != 200*time.Microsecond {
-		t.Fatalf("GPU 0's idle search at %v, want safe (200µs)", s.loop.searches["0"].ctl.Current())
+	if ts, _ := s.loop.SearchTimeslice("0"); ts != 200*time.Microsecond {
+		t.Fatalf("GPU 0's idle search at %v, want safe (200µs)", ts)
 	}
 	if len(st.Searches) != 1 || st.Changes-st.Searches[0].Changes != others || changesOn(t, s.m, "0") != counted {
 		t.Errorf("an idle search's fallback shown or counted: changes %d, GPU 1's %d, the others' %d before; GPU 0's counted %v (were %v); searches %+v",

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/stats"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
@@ -23,13 +25,13 @@ import (
 type TracedLatency struct {
 	mu      sync.Mutex
 	tracker *trace.RequestTracker
-	cur     map[int][]time.Duration // this window's latencies by pid
-	last    map[int]LatencySample   // the last closed window's
-	start   time.Duration           // when this window began (the loop's clock; -1: not yet)
+	cur     map[int][]time.Duration       // this window's latencies by pid
+	last    map[int]slomode.LatencySample // the last closed window's
+	start   time.Duration                 // when this window began (the loop's clock; -1: not yet)
 	seq     uint64
 
 	// Per process (OpenTracedLatency without a library): the processes
-	// traced, by procKey, through the libcuda each has mapped (Library;
+	// traced, by ProcRef.Key, through the libcuda each has mapped (Library;
 	// default trace.FindLibrary with its pid). With the loop only.
 	tracer  processTracer
 	Library func(pid int) (string, error)
@@ -61,7 +63,7 @@ type tracedProc struct {
 // NewTracedLatency returns a source with no window yet.
 func NewTracedLatency() *TracedLatency {
 	return &TracedLatency{tracker: trace.NewRequestTracker(), cur: map[int][]time.Duration{},
-		last: map[int]LatencySample{}, start: -1}
+		last: map[int]slomode.LatencySample{}, start: -1}
 }
 
 // maxTracedPerWindow bounds what one process keeps per window (a
@@ -102,7 +104,7 @@ func (t *TracedLatency) Apply(ev trace.Event) {
 // Roll closes the window that ends at now: each process with requests in
 // it gets a sample of their quantiles. Traced per process, the processes
 // of lcs are traced from now on and the others no longer.
-func (t *TracedLatency) Roll(now time.Duration, lcs []ProcRef) {
+func (t *TracedLatency) Roll(now time.Duration, lcs []policy.ProcRef) {
 	if t.tracer != nil {
 		t.follow(now, lcs)
 	}
@@ -115,7 +117,7 @@ func (t *TracedLatency) Roll(now time.Duration, lcs []ProcRef) {
 	}
 	for pid, lat := range t.cur {
 		t.seq++
-		t.last[pid] = LatencySample{At: now, Window: now - t.start, Requests: len(lat), Quantiles: latencyQuantiles(lat), Seq: t.seq}
+		t.last[pid] = slomode.LatencySample{At: now, Window: now - t.start, Requests: len(lat), Quantiles: latencyQuantiles(lat), Seq: t.seq}
 	}
 	// The loop reads a window up to two windows old; older ones are of
 	// processes that stopped or went (the uprobes report no exits).
@@ -135,7 +137,7 @@ const lastKept = 4
 // follow attaches the processes of lcs not traced yet (again after
 // attachRetry when it failed: a process may map libcuda late) and detaches
 // the others.
-func (t *TracedLatency) follow(now time.Duration, lcs []ProcRef) {
+func (t *TracedLatency) follow(now time.Duration, lcs []policy.ProcRef) {
 	dropGone(t.procs, lcs, func(tp *tracedProc) {
 		t.tracer.DetachProcess(tp.pid)
 		t.track(tp.pid, -1)
@@ -148,7 +150,7 @@ func (t *TracedLatency) follow(now time.Duration, lcs []ProcRef) {
 		find = mappedLibCUDA
 	}
 	for _, p := range lcs {
-		k := procKey(p)
+		k := p.Key()
 		tp := t.procs[k]
 		retry := tp != nil && tp.err != "" && now-tp.at >= attachRetry
 		if tp != nil && !retry {
@@ -188,15 +190,15 @@ func (t *TracedLatency) track(pid int, at time.Duration) {
 }
 
 // Latest is pid's last closed window.
-func (t *TracedLatency) Latest(pid int) (LatencySample, bool) {
+func (t *TracedLatency) Latest(pid int) (slomode.LatencySample, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s, ok := t.last[pid]
 	return s, ok
 }
 
-// latencyQuantiles are the quantiles the SLO loop reads (quantileName),
-// nearest-rank over lat as stats.Summarize takes them.
+// latencyQuantiles are the quantiles the SLO loop reads (slomode's
+// quantileName), nearest-rank over lat as stats.Summarize takes them.
 func latencyQuantiles(lat []time.Duration) map[string]time.Duration {
 	ns := make([]float64, len(lat))
 	for i, d := range lat {
@@ -259,4 +261,19 @@ func OpenTracedLatency(ctx context.Context, lib string, log *slog.Logger) (*Trac
 		<-done
 		return tr.Close()
 	}, nil
+}
+
+// dropGone deletes from m, by ProcRef.Key, the processes not in ps, and calls
+// gone with each one deleted.
+func dropGone[V any](m map[string]V, ps []policy.ProcRef, gone func(V)) {
+	keys := make(map[string]bool, len(ps))
+	for _, p := range ps {
+		keys[p.Key()] = true
+	}
+	for k, v := range m {
+		if !keys[k] {
+			gone(v)
+			delete(m, k)
+		}
+	}
 }

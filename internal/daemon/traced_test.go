@@ -18,6 +18,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
+	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
 )
@@ -116,7 +117,7 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 		s.tick(s.now)
 		st := s.loop.Status()
 		want := "traced"
-		if i < traceAfter-1 { // a new LC is given two windows to push
+		if i < slomode.TraceAfter-1 { // a new LC is given two windows to push
 			want = "none pushed or traced"
 		}
 		if len(st.LC) != 1 || st.LC[0].Signal != want || want == "traced" && st.LC[0].Requests != 50 {
@@ -127,19 +128,19 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 		t.Errorf("the loop did not steer on traced latency: %+v", st)
 	}
 	// A process that pushes is judged by what it pushes once it has
-	// pushed in untraceAfter windows in a row; until then by what is
+	// pushed in UntraceAfter windows in a row; until then by what is
 	// traced, not by both.
-	for i := 1; i <= untraceAfter; i++ {
+	for i := 1; i <= slomode.UntraceAfter; i++ {
 		for range 50 {
 			for _, ev := range tracetest.Request(lc, 3, slo.EagerPyTorchH100.Baseline, clock) {
 				tl.Apply(ev)
 			}
 		}
-		s.loop.Push(100, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}}})
+		s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}})
 		s.now += time.Second
 		s.loop.Step(s.now)
 		want := "traced"
-		if i == untraceAfter {
+		if i == slomode.UntraceAfter {
 			want = "pushed"
 		}
 		if st := s.loop.Status(); st.LC[0].Signal != want {
@@ -272,7 +273,7 @@ func TestRequestTracingPerProcess(t *testing.T) {
 	}
 	lc, lcIn, lcOut := start()
 	other, otherIn, otherOut := start()
-	ref := ProcRef{PID: lc.Process.Pid, Start: 1, Comm: "lcloop"}
+	ref := policy.ProcRef{PID: lc.Process.Pid, Start: 1, Comm: "lcloop"}
 	// The loader maps libcuda before main: the attach is retried only
 	// after attachRetry, so wait for the mapping first.
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
@@ -282,8 +283,8 @@ func TestRequestTracingPerProcess(t *testing.T) {
 	}
 	// The loop's clock is the events' (CLOCK_MONOTONIC): a request that
 	// began before the attach would not count.
-	tl.Roll(monotonic(), []ProcRef{ref})
-	if tp := tl.procs[procKey(ref)]; tp == nil || tp.err != "" {
+	tl.Roll(monotonic(), []policy.ProcRef{ref})
+	if tp := tl.procs[ref.Key()]; tp == nil || tp.err != "" {
 		t.Fatalf("lcloop not attached: %+v", tp)
 	}
 	for _, p := range []struct {
@@ -304,7 +305,7 @@ func TestRequestTracingPerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := monotonic()
-	tl.Roll(end, []ProcRef{ref})
+	tl.Roll(end, []policy.ProcRef{ref})
 	if s, ok := tl.Latest(lc.Process.Pid); !ok || s.Requests != 30 {
 		t.Errorf("the traced process: %+v %v; want 30 requests", s, ok)
 	}
@@ -362,7 +363,7 @@ func TestTracedLatencyFollow(t *testing.T) {
 	tl := NewTracedLatency()
 	tl.tracer, tl.procs, tl.since, tl.log = f, map[string]*tracedProc{}, map[int]time.Duration{}, testLog(t)
 	tl.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
-	a, b := ProcRef{PID: 100, Start: 1, Comm: "lc-a"}, ProcRef{PID: 300, Start: 1, Comm: "lc-b"}
+	a, b := policy.ProcRef{PID: 100, Start: 1, Comm: "lc-a"}, policy.ProcRef{PID: 300, Start: 1, Comm: "lc-b"}
 	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-a"}
 	clock := &tracetest.Clock{Now: uint64(time.Second)}
 	feed := func(evs []trace.Event) {
@@ -372,7 +373,7 @@ func TestTracedLatencyFollow(t *testing.T) {
 	}
 	at := func(d time.Duration) time.Duration { clock.Now = uint64(d); return d }
 
-	tl.Roll(at(time.Second), []ProcRef{a, b})
+	tl.Roll(at(time.Second), []policy.ProcRef{a, b})
 	if !f.attached[100] || f.attached[300] || f.attaches != 2 {
 		t.Fatalf("after the first roll: attached %v after %d tries", f.attached, f.attaches)
 	}
@@ -380,7 +381,7 @@ func TestTracedLatencyFollow(t *testing.T) {
 	// A request open when a is detached (it started pushing, say).
 	open := tracetest.Request(lc, 2, 3*time.Millisecond, clock)
 	feed(open[:2])
-	tl.Roll(at(2*time.Second), []ProcRef{b})
+	tl.Roll(at(2*time.Second), []policy.ProcRef{b})
 	if s, ok := tl.Latest(100); ok {
 		t.Errorf("a detached process keeps a window: %+v", s)
 	}
@@ -392,7 +393,7 @@ func TestTracedLatencyFollow(t *testing.T) {
 	feed(open[2:])
 	late := tracetest.Request(lc, 1, 2*time.Millisecond, &tracetest.Clock{Now: uint64(62*time.Second - time.Millisecond)})
 	feed(late[:1])
-	tl.Roll(at(62*time.Second), []ProcRef{a, b})
+	tl.Roll(at(62*time.Second), []policy.ProcRef{a, b})
 	if !f.attached[100] || !f.attached[300] || f.attaches != 4 {
 		t.Fatalf("after attachRetry: attached %v after %d tries", f.attached, f.attaches)
 	}
@@ -400,14 +401,14 @@ func TestTracedLatencyFollow(t *testing.T) {
 	feed(late) // all of it after the attach, begun before
 	clock.Now = uint64(62*time.Second + time.Millisecond)
 	feed(tracetest.Request(lc, 2, 2*time.Millisecond, clock))
-	tl.Roll(at(63*time.Second), []ProcRef{a, b})
+	tl.Roll(at(63*time.Second), []policy.ProcRef{a, b})
 	s, ok := tl.Latest(100)
 	if !ok || s.Requests != 1 || s.Quantiles["max"] > 3*time.Millisecond {
 		t.Errorf("after the attach: %+v %v; want the one request that began after it (2 ms)", s, ok)
 	}
 	// A new process under a's pid: a's probes go, the new one's come.
-	reused := ProcRef{PID: 100, Start: 2, Comm: "lc-c"}
-	tl.Roll(at(64*time.Second), []ProcRef{reused, b})
+	reused := policy.ProcRef{PID: 100, Start: 2, Comm: "lc-c"}
+	tl.Roll(at(64*time.Second), []policy.ProcRef{reused, b})
 	if !slices.Equal(f.detaches, []int{100, 100}) || !f.attached[100] || f.attaches != 5 {
 		t.Errorf("pid reused: detaches %v, %d tries", f.detaches, f.attaches)
 	}
@@ -417,8 +418,10 @@ func TestTracedLatencyFollow(t *testing.T) {
 // each Roll asks it to trace.
 type recordingTraced struct{ asked [][]int }
 
-func (r *recordingTraced) Latest(int) (LatencySample, bool) { return LatencySample{}, false }
-func (r *recordingTraced) Roll(_ time.Duration, lcs []ProcRef) {
+func (r *recordingTraced) Latest(int) (slomode.LatencySample, bool) {
+	return slomode.LatencySample{}, false
+}
+func (r *recordingTraced) Roll(_ time.Duration, lcs []policy.ProcRef) {
 	var pids []int
 	for _, p := range lcs {
 		pids = append(pids, p.PID)
@@ -437,7 +440,7 @@ func TestSLOLoopTracesWhatDoesNotPush(t *testing.T) {
 	rt := &recordingTraced{}
 	s.loop.Traced = rt
 	push := func(pid int) {
-		s.loop.Push(pid, HintStats{Stats: client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}}})
+		s.loop.Push(pid, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}})
 	}
 	step := func(pushes ...int) []int {
 		t.Helper()
@@ -456,7 +459,7 @@ func TestSLOLoopTracesWhatDoesNotPush(t *testing.T) {
 			t.Fatalf("window %d: traced %v, want %v", i, got, want)
 		}
 	}
-	want(1, step(400), nil)        // a new LC gets traceAfter windows
+	want(1, step(400), nil)        // a new LC gets TraceAfter windows
 	want(2, step(400), []int{100}) // 100 has pushed nothing for two
 	for i := 3; i <= 5; i++ {      // 100 pushes: still traced for 3 windows
 		want(i, step(100, 400), []int{100})
@@ -513,7 +516,7 @@ slo: {enabled: true, window: 1s}
 		s.now += time.Second
 		s.loop.Step(s.now)
 		s.tick(s.now)
-		if got := rt.asked[len(rt.asked)-1]; i >= traceAfter-1 && !slices.Equal(got, []int{100}) {
+		if got := rt.asked[len(rt.asked)-1]; i >= slomode.TraceAfter-1 && !slices.Equal(got, []int{100}) {
 			t.Fatalf("window %d: traced %v, want [100]", i, got)
 		}
 	}

@@ -25,25 +25,14 @@ func (r *Reconciler) Known() []int {
 	return slices.Sorted(maps.Keys(r.procs))
 }
 
-// ProcRef names a classed process.
-type ProcRef struct {
-	PID      int
-	Start    uint64
-	Comm     string
-	Exe      string // the executable's path as the process sees it ("": unread)
-	Decision policy.Decision
-	// GPUs are the indices of the GPUs NVML lists it on (nil: not known).
-	GPUs []int
-}
-
 // InClass lists the processes last classed n, by pid.
-func (r *Reconciler) InClass(n class.Name) []ProcRef {
+func (r *Reconciler) InClass(n class.Name) []policy.ProcRef {
 	return r.refs(func(d policy.Decision) bool { return inClass(d, n) })
 }
 
 // Outside lists the known processes not classed n (unclassed and exempt
 // ones included), by pid.
-func (r *Reconciler) Outside(n class.Name) []ProcRef {
+func (r *Reconciler) Outside(n class.Name) []policy.ProcRef {
 	return r.refs(func(d policy.Decision) bool { return !inClass(d, n) })
 }
 
@@ -53,13 +42,13 @@ func inClass(d policy.Decision, n class.Name) bool {
 }
 
 // refs lists the known processes whose decision keep takes, by pid.
-func (r *Reconciler) refs(keep func(policy.Decision) bool) []ProcRef {
+func (r *Reconciler) refs(keep func(policy.Decision) bool) []policy.ProcRef {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []ProcRef
+	var out []policy.ProcRef
 	for _, pid := range slices.Sorted(maps.Keys(r.procs)) {
 		if p := r.procs[pid]; keep(p.decision) {
-			ref := ProcRef{PID: pid, Start: p.start, Comm: p.info.Comm, Exe: p.info.Exe, Decision: p.decision}
+			ref := policy.ProcRef{PID: pid, Start: p.start, Comm: p.info.Comm, Exe: p.info.Exe, Decision: p.decision}
 			for _, g := range p.info.GPUs {
 				ref.GPUs = append(ref.GPUs, g.Index)
 			}

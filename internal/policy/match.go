@@ -29,6 +29,23 @@ type GPU struct {
 	UUID  string
 }
 
+// ProcRef names a classed process: who it is, what it was matched as
+// and the decision it got. The daemon's reconciler lists them; SLO mode,
+// the request gate and the pausing of BE processes act on them.
+type ProcRef struct {
+	PID      int
+	Start    uint64
+	Comm     string
+	Exe      string // the executable's path as the process sees it ("": unread)
+	Decision Decision
+	// GPUs are the indices of the GPUs NVML lists it on (nil: not known).
+	GPUs []int
+}
+
+// Key names p by its pid and start time, so that a reused pid is a new
+// process.
+func (p ProcRef) Key() string { return strconv.Itoa(p.PID) + "/" + strconv.FormatUint(p.Start, 10) }
+
 func globAny(globs []string, s string) bool {
 	for _, g := range globs {
 		if ok, _ := path.Match(g, s); ok {

@@ -1,4 +1,12 @@
-package daemon
+// Package slomode is gpreemptd's SLO mode over time. Once a window it
+// reads each LC process's latency (pushed windows, request tracing) and
+// the BE processes' share; joins GPUs into sets by the processes listed
+// on them and keeps a search (an internal/slo controller) for each set
+// with an LC; stops a search's BE processes while its LC is learnt alone;
+// has the daemon apply the BE timeslice and request gate each search
+// chose; and publishes its status and metrics. Of the daemon that wires
+// it, it needs only the small interfaces of wiring.go.
+package slomode
 
 import (
 	"cmp"
@@ -17,121 +25,33 @@ import (
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
 
-// LatencySample is one LC process's request latency over one window.
-type LatencySample struct {
-	// At is when the daemon received it (the reconciler's clock).
-	At       time.Duration
-	Window   time.Duration
-	Requests int
-	// Quantiles by name ("p50", "p99", ...).
-	Quantiles map[string]time.Duration
-	// Seq numbers a process's samples, so one is used once.
-	Seq uint64
-}
-
-// LatencySource gives an LC process's latest latency window. The pushed
-// windows of POST /v1/stats are one; request tracing (TracedLatency:
-// uprobes on libcuda) is another, for apps that do not push.
-type LatencySource interface {
-	Latest(pid int) (LatencySample, bool)
-}
-
-// WindowedSource is a LatencySource whose windows the SLO loop closes,
-// once per its own window (TracedLatency), naming the LC processes it is
-// wanted for: those that pushed no recent window.
-type WindowedSource interface {
-	LatencySource
-	Roll(now time.Duration, lcs []ProcRef)
-}
-
-// ShareSource measures BE progress relative to BE alone, in [0, 1]
-// (BEProgress: kernel launches counted by uprobes on the BE processes'
-// libcuda). Roll closes the window ending at now over the BE processes
-// bes, each with what the window was to it (BEWindow), and gives the
-// share of those beside an LC. Without a source, BE share is unknown
-// (NaN) and the controller keeps the longest BE timeslice that meets
-// every LC objective (docs/SLO.md). Close ends the measuring when SLO
-// mode is turned off.
-type ShareSource interface {
-	Roll(now time.Duration, bes []BEWindow) map[string]BERate
-	Status() []client.SLOBE
-	Close()
-}
-
-// pushed holds the windows apps pushed over the socket.
-type pushed struct {
-	mu  sync.Mutex
-	now func() time.Duration
-	by  map[int]LatencySample
-}
-
-func (p *pushed) push(pid int, w LatencyWindow) {
-	s := LatencySample{Window: time.Duration(w.DurationMs * float64(time.Millisecond)), Requests: int(min(w.Requests, math.MaxInt32)),
-		Quantiles: map[string]time.Duration{}}
-	for q, us := range w.LatencyUs {
-		s.Quantiles[q] = time.Duration(us * float64(time.Microsecond))
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	s.At = p.now()
-	s.Seq = p.by[pid].Seq + 1
-	p.by[pid] = s
-}
-
-func (p *pushed) Latest(pid int) (LatencySample, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	s, ok := p.by[pid]
-	return s, ok
-}
-
-func (p *pushed) forget(pid int) {
-	p.mu.Lock()
-	delete(p.by, pid)
-	p.mu.Unlock()
-}
-
-// quantileName is the pushed quantile that stands for q: the named one at
-// or above it (p99 for 0.95), so an objective is never checked against a
-// lower quantile than it names.
-func quantileName(q float64) string {
-	for _, c := range []struct {
-		q    float64
-		name string
-	}{{0.5, "p50"}, {0.9, "p90"}, {0.99, "p99"}, {0.999, "p999"}} {
-		if q <= c.q+1e-9 {
-			return c.name
-		}
-	}
-	return "max"
-}
-
-// SLOLoop is the daemon's SLO mode: once a window, per GPU with an LC
+// Loop is the daemon's SLO mode: once a window, per GPU with an LC
 // process (a search), it builds an observation of those LCs' latency
 // against their objectives, asks that GPU's controller for the BE
 // timeslice, and gives each BE process beside an LC the shortest its
 // GPUs' searches chose, through the reconciler (one all-or-nothing apply
 // per process; each controller's dwell bounds the rate). Step is called
 // from one goroutine; Status, Reply and Push are safe from others.
-type SLOLoop struct {
-	rec     *Reconciler
-	metrics *Metrics
+type Loop struct {
+	rec     Reconciler
+	metrics Metrics
 	log     *slog.Logger
 	push    *pushed
 	// Latency is where LC windows come from (default: the pushed ones).
 	Latency LatencySource
 	// Traced, when set, gives the windows of LC processes that push none
-	// (request tracing: TracedLatency); the loop closes its windows.
+	// (request tracing: the daemon's TracedLatency); the loop closes its
+	// windows.
 	Traced WindowedSource
 	// Share measures BE progress; nil: unknown.
 	Share ShareSource
 	// Pause stops BE processes while an LC is learnt alone (policy
 	// slo.calibrate: pause); nil: they cannot be, and the controllers
 	// learn LCs beside BE.
-	Pause *Pauser
+	Pause Pauser
 	// Gate, when set, is the request gate, which holds BE through the
 	// requests of the LCs whose search chose an arm with the gate.
-	Gate gateSteerer
+	Gate Steerer
 
 	// on: the mode runs under conf.
 	on bool
@@ -142,33 +62,29 @@ type SLOLoop struct {
 	// search again.
 	searches map[string]*search
 	// unlisted: when each process NVML listed on no GPU was first seen so
-	// (by procKey), for its grace window.
+	// (by ProcRef.Key), for its grace window.
 	unlisted map[string]int
 	// beSearch is the live search each BE process is in this window, by
-	// procKey (join).
+	// ProcRef.Key (join).
 	beSearch map[string]*search
-	// alone: the BE processes (by procKey) that shared no GPU with a
+	// alone: the BE processes (by ProcRef.Key) that shared no GPU with a
 	// process outside class BE (but MPS servers) when the window now
 	// ending began (BE share's rate alone).
 	alone map[string]bool
 
 	conf    sloConf
-	windows int           // windows the loop observed (SLODecision.Window)
+	windows int           // windows the loop observed (client.SLODecision.Window)
 	last    time.Duration // time of the last Step
 	used    map[sampleSource]uint64
 	// tracing: the LC processes request tracing is or may be asked to
-	// measure, by procKey (toTrace).
+	// measure, by ProcRef.Key (toTrace).
 	tracing map[string]*traceWant
 
 	mu     sync.Mutex
-	status SLOStatus
+	status client.SLO
 	// told is what each LC process's hint engine is told (Reply), by pid.
 	told map[int]bool
 }
-
-// gateSteerer is what SLO mode needs of the request gate (RequestGate):
-// whether to hold BE for each LC, by pid (nil: as the policy says).
-type gateSteerer interface{ Steer(holds map[int]bool) }
 
 // allGPUs keys the search for the node: of every process while one NVML
 // lists on no GPU (past its first window: an MPS client, a node without
@@ -190,7 +106,7 @@ type search struct {
 	pausing bool
 	// lcs are the LC processes on its GPUs this window; bes the BE
 	// processes there (none while lcs is empty).
-	lcs, bes []ProcRef
+	lcs, bes []policy.ProcRef
 	// prepreempt: its pre-preemption arms go up to this BE timeslice (0:
 	// none: no LC of it has a hint engine, or none is allowed).
 	prepreempt time.Duration
@@ -208,41 +124,43 @@ type sloConf struct {
 	pause       int           // slo.pause_windows (0: calibrate beside BE)
 }
 
-// NewSLOLoop returns the SLO mode of the daemon whose reconciler is rec.
-func NewSLOLoop(rec *Reconciler, m *Metrics, log *slog.Logger) *SLOLoop {
+// New returns the SLO mode over the reconciler rec, publishing to m. now
+// is rec's clock, the one Step is given: a pushed window is stamped with
+// it when it comes.
+func New(rec Reconciler, now func() time.Duration, m Metrics, log *slog.Logger) *Loop {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &pushed{now: func() time.Duration { return rec.Now() }, by: map[int]LatencySample{}}
-	return &SLOLoop{rec: rec, metrics: m, log: log, push: p, Latency: p, used: map[sampleSource]uint64{}, tracing: map[string]*traceWant{}}
+	p := &pushed{now: now, by: map[int]LatencySample{}}
+	return &Loop{rec: rec, metrics: m, log: log, push: p, Latency: p, used: map[sampleSource]uint64{}, tracing: map[string]*traceWant{}}
 }
 
-// Push takes a stats push's latency window.
-func (l *SLOLoop) Push(pid int, s HintStats) {
+// Push takes a stats push's latency window and engine state.
+func (l *Loop) Push(pid int, s client.Stats) {
 	if s.Window != nil {
 		l.push.push(pid, *s.Window)
 	}
 	if s.Engine != nil {
 		l.mu.Lock()
 		if l.status.Engines == nil {
-			l.status.Engines = map[string]EngineState{}
+			l.status.Engines = map[string]client.Engine{}
 		}
 		l.status.Engines[strconv.Itoa(pid)] = *s.Engine
 		l.mu.Unlock()
 	}
 }
 
-// prepreemptUpTo is the longest BE timeslice at which the search over
+// PrepreemptUpTo is the longest BE timeslice at which the search over
 // lcs may have hint engines pre-preempt (its pre-preemption arms); 0
 // where none of lcs has an engine (it has pushed no engine state). Not
 // past slo.spinner_ceiling (with a spinner taking the GPU one switch
 // ahead of each request, a longer BE timeslice spares BE no switch and
 // gave it less), nor at or past slo.prepreempt_below (a spinner launched
 // one switch ahead cannot shorten a wait for a long BE timeslice).
-func (l *SLOLoop) prepreemptUpTo(pol *policy.Policy, lcs []ProcRef) time.Duration {
+func (l *Loop) PrepreemptUpTo(pol *policy.Policy, lcs []policy.ProcRef) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !slices.ContainsFunc(lcs, func(p ProcRef) bool { _, ok := l.status.Engines[strconv.Itoa(p.PID)]; return ok }) {
+	if !slices.ContainsFunc(lcs, func(p policy.ProcRef) bool { _, ok := l.status.Engines[strconv.Itoa(p.PID)]; return ok }) {
 		return 0
 	}
 	ladder := pol.SLO.Ladder
@@ -259,8 +177,19 @@ func (l *SLOLoop) prepreemptUpTo(pol *policy.Policy, lcs []ProcRef) time.Duratio
 	return up
 }
 
+// SearchTimeslice is the BE timeslice the search on the set of GPUs gpus
+// (client.GPUList) holds now, live or idle; false where there is none.
+// Called from Step's goroutine.
+func (l *Loop) SearchTimeslice(gpus string) (time.Duration, bool) {
+	s := l.searches[gpus]
+	if s == nil {
+		return 0, false
+	}
+	return s.ctl.Current(), true
+}
+
 // Pushers lists the pids with pushed state (windows or engine state).
-func (l *SLOLoop) Pushers() []int {
+func (l *Loop) Pushers() []int {
 	l.push.mu.Lock()
 	out := slices.Collect(maps.Keys(l.push.by))
 	l.push.mu.Unlock()
@@ -275,7 +204,7 @@ func (l *SLOLoop) Pushers() []int {
 }
 
 // Forget drops an exited process's pushed state.
-func (l *SLOLoop) Forget(pid int) {
+func (l *Loop) Forget(pid int) {
 	l.push.forget(pid)
 	l.mu.Lock()
 	delete(l.status.Engines, strconv.Itoa(pid))
@@ -286,34 +215,27 @@ func (l *SLOLoop) Forget(pid int) {
 // stops pre-preempting where a search it is in chose a BE timeslice of
 // slo.prepreempt_below or longer; another process's engine where any
 // search did.
-func (l *SLOLoop) Reply(pid int) StatsReply {
+func (l *Loop) Reply(pid int) client.StatsReply {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	pre, ok := l.told[pid]
 	if !ok {
 		pre = l.status.Prepreempt
 	}
-	return StatsReply{Prepreempt: pre || !l.status.Enabled, SLO: l.status.Enabled}
+	return client.StatsReply{Prepreempt: pre || !l.status.Enabled, SLO: l.status.Enabled}
 }
 
 // Window is the policy's observation window (for the daemon's ticker).
-func (l *SLOLoop) Window() time.Duration {
+func (l *Loop) Window() time.Duration {
 	if w := l.rec.Policy().SLO.Window; w > 0 {
 		return w
 	}
 	return policy.DefaultSLOWindow
 }
 
-// The SLO mode's status is the client's wire type: the daemon encodes
-// what `gpreemptctl daemon status` and the benchmarks decode.
-type (
-	SLOStatus   = client.SLO
-	LCStatus    = client.SLOLC
-	SLODecision = client.SLODecision
-)
-
-// Status is the SLO mode's state.
-func (l *SLOLoop) Status() SLOStatus {
+// Status is the SLO mode's state, in the client's wire type: the daemon
+// encodes what `gpreemptctl daemon status` and the benchmarks decode.
+func (l *Loop) Status() client.SLO {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.status
@@ -324,34 +246,8 @@ func (l *SLOLoop) Status() SLOStatus {
 	return s
 }
 
-func finite(f float64) *float64 {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return nil
-	}
-	return &f
-}
-
-// ladderOrDefault is the ladder in force, as the status shows it.
-func ladderOrDefault(l []time.Duration) string {
-	if len(l) == 0 {
-		l = slo.DefaultLadder
-	}
-	return fmtLadder(l)
-}
-
-func fmtLadder(l []time.Duration) string {
-	s := ""
-	for i, d := range l {
-		if i > 0 {
-			s += ","
-		}
-		s += d.String()
-	}
-	return s
-}
-
 // Step runs one window ending at now (the reconciler's clock).
-func (l *SLOLoop) Step(now time.Duration) {
+func (l *Loop) Step(now time.Duration) {
 	pol := l.rec.Policy()
 	if !pol.SLO.Enabled {
 		l.resume("SLO mode off")
@@ -371,9 +267,9 @@ func (l *SLOLoop) Step(now time.Duration) {
 			l.log.Info("slo: mode off; BE back to the policy's timeslice", "be_timeslice", pol.Classes[class.BE].Timeslice)
 		}
 		l.mu.Lock()
-		l.status, l.told = SLOStatus{Engines: l.status.Engines, Prepreempt: true}, nil
+		l.status, l.told = client.SLO{Engines: l.status.Engines, Prepreempt: true}, nil
 		l.mu.Unlock()
-		l.metrics.setSLO(false, nil)
+		l.metrics.SetSLO(false, nil)
 		l.last = now
 		return
 	}
@@ -430,8 +326,8 @@ func (l *SLOLoop) Step(now time.Duration) {
 		aloneNow := map[string]bool{}
 		var ws []BEWindow
 		for _, p := range all {
-			k := p.key()
-			aloneNow[k] = !slices.ContainsFunc(others, func(o ProcRef) bool { return shareGPU(p, o) })
+			k := p.Key()
+			aloneNow[k] = !slices.ContainsFunc(others, func(o policy.ProcRef) bool { return shareGPU(p, o) })
 			ws = append(ws, BEWindow{ProcRef: p, Alone: aloneNow[k] && l.alone[k],
 				Stopped: pausing && l.Pause.Holds(p)})
 		}
@@ -445,7 +341,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 		// The arms: the gate where the policy's gate is on or auto and the
 		// daemon runs one, pre-preemption where an LC has a hint engine.
 		floor := l.sharedFloor(s)
-		if s.prepreempt = l.prepreemptUpTo(pol, s.lcs); s.prepreempt < floor {
+		if s.prepreempt = l.PrepreemptUpTo(pol, s.lcs); s.prepreempt < floor {
 			s.prepreempt = 0 // no BE timeslice allowed pre-preempts
 		}
 		obs := slo.Observation{BEShare: math.NaN(), MinBETimeslice: floor, MinBEShare: pol.SLO.MinBEShare,
@@ -458,13 +354,13 @@ func (l *SLOLoop) Step(now time.Duration) {
 			// The window ran without BE if every BE process of the search
 			// was held stopped through it (or stopped by someone else, or
 			// gone; or there was none).
-			obs.BEPaused = s.pausing && (len(s.bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(s.bes, func(p ProcRef) bool { return !l.Pause.Still(p) }))
+			obs.BEPaused = s.pausing && (len(s.bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(s.bes, func(p policy.ProcRef) bool { return !l.Pause.Still(p) }))
 			if rates != nil {
 				keys := make([]string, len(s.bes))
 				for i, b := range s.bes {
-					keys[i] = b.key()
+					keys[i] = b.Key()
 				}
-				obs.BEShare, _ = beShare(rates, keys)
+				obs.BEShare, _ = BEShare(rates, keys)
 			}
 			for _, p := range s.lcs {
 				obs.LC = append(obs.LC, samples[p.PID].samples...)
@@ -489,7 +385,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 	}
 	l.pauseFor(decided, time.Duration(l.conf.pause+5)*window)
 	for src := range l.used {
-		if !slices.ContainsFunc(lcs, func(p ProcRef) bool { return p.PID == src.pid }) {
+		if !slices.ContainsFunc(lcs, func(p policy.ProcRef) bool { return p.PID == src.pid }) {
 			delete(l.used, src)
 		}
 	}
@@ -501,7 +397,7 @@ func (l *SLOLoop) Step(now time.Duration) {
 
 // steer tells the request gate, for each LC of a search, whether its
 // search's arm holds BE through its requests.
-func (l *SLOLoop) steer() {
+func (l *Loop) steer() {
 	if l.Gate == nil {
 		return
 	}
@@ -517,7 +413,7 @@ func (l *SLOLoop) steer() {
 // options are a search's controller options: references learnt with BE
 // stopped (slo.calibrate: pause, the default) where the daemon can stop
 // it, else beside BE under the shortest timeslice.
-func (l *SLOLoop) options(pol *policy.Policy, conf sloConf) slo.Options {
+func (l *Loop) options(pol *policy.Policy, conf sloConf) slo.Options {
 	return slo.Options{Ladder: pol.SLO.Ladder, Safe: conf.safe, CalibrateWindows: cmp.Or(conf.pause, policy.DefaultPauseWindows),
 		NoPause: conf.pause <= 0 || l.Pause == nil}
 }

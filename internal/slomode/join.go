@@ -1,4 +1,4 @@
-package daemon
+package slomode
 
 import (
 	"maps"
@@ -11,6 +11,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
 
+// join puts each process of lcs and all in the search of the set of GPUs
 // it is on (GPUs are in one set when a process is listed on both),
 // starting one at the safe setting for a set with an LC that has none,
 // and gives each search its LC and BE processes. While a process is on no
@@ -23,18 +24,18 @@ import (
 // unlisted is in no search (a BE gets the shortest timeslice of all:
 // assign). A search that had no LC and has again starts its window anew,
 // as a new one.
-func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
+func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 	procs := slices.Concat(lcs, all)
 	// Where NVML lists no process at all (no NVML), there is nothing to
 	// wait for.
-	listing := slices.ContainsFunc(procs, func(p ProcRef) bool { return len(p.GPUs) > 0 })
+	listing := slices.ContainsFunc(procs, func(p policy.ProcRef) bool { return len(p.GPUs) > 0 })
 	seen := map[string]int{}
 	node := false
 	for _, p := range procs {
 		if len(p.GPUs) > 0 {
 			continue
 		}
-		k := p.key()
+		k := p.Key()
 		first, ok := l.unlisted[k]
 		if !ok && listing {
 			first = l.windows
@@ -73,9 +74,9 @@ func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
 	}
 	// setOf names the search of p: by the GPUs of its set, nil for the
 	// node's; false for a process in its first window unlisted, in none.
-	setOf := func(p ProcRef) ([]int, bool) {
+	setOf := func(p policy.ProcRef) ([]int, bool) {
 		switch {
-		case node && (len(p.GPUs) > 0 || seen[p.key()] < l.windows):
+		case node && (len(p.GPUs) > 0 || seen[p.Key()] < l.windows):
 			return nil, true
 		case len(p.GPUs) == 0:
 			return nil, false
@@ -112,7 +113,7 @@ func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
 		gs, ok := setOf(b)
 		if s := l.searches[client.GPUList(gs)]; ok && s != nil && s.live() {
 			s.bes = append(s.bes, b)
-			l.beSearch[b.key()] = s
+			l.beSearch[b.Key()] = s
 		}
 	}
 	for _, s := range l.searches {
@@ -123,20 +124,10 @@ func (l *SLOLoop) join(pol *policy.Policy, lcs, all []ProcRef) {
 }
 
 // sorted lists the searches by their GPUs (allGPUs first).
-func (l *SLOLoop) sorted() []*search {
+func (l *Loop) sorted() []*search {
 	out := slices.Collect(maps.Values(l.searches))
 	slices.SortFunc(out, func(a, b *search) int { return slices.Compare(a.gpus, b.gpus) })
 	return out
-}
-
-// pausing says whether a search's last decision stopped BE.
-func (l *SLOLoop) pausing() bool {
-	for s := range maps.Values(l.searches) {
-		if s.pausing {
-			return true
-		}
-	}
-	return false
 }
 
 // assign gives each BE process of all the BE timeslice chosen by the
@@ -144,8 +135,8 @@ func (l *SLOLoop) pausing() bool {
 // starts before the next window, or is in its first window on no GPU NVML
 // lists, the shortest of every live search: until NVML lists it, it may
 // share a GPU with any LC. It returns the timeslice each one is given, by
-// procKey (0: the policy's).
-func (l *SLOLoop) assign(all []ProcRef) map[string]time.Duration {
+// ProcRef.Key (0: the policy's).
+func (l *Loop) assign(all []policy.ProcRef) map[string]time.Duration {
 	var def time.Duration
 	for _, s := range l.searches {
 		if c := s.ctl.Current(); s.live() && (def == 0 || c < def) {
@@ -154,13 +145,13 @@ func (l *SLOLoop) assign(all []ProcRef) map[string]time.Duration {
 	}
 	per := make(map[string]time.Duration, len(all))
 	for _, b := range all {
-		switch s := l.beSearch[b.key()]; {
+		switch s := l.beSearch[b.Key()]; {
 		case s != nil:
-			per[b.key()] = s.ctl.Current()
+			per[b.Key()] = s.ctl.Current()
 		case len(b.GPUs) > 0:
-			per[b.key()] = 0 // in no live search: the policy's
+			per[b.Key()] = 0 // in no live search: the policy's
 		case def > 0:
-			per[b.key()] = def // unlisted, in its first window
+			per[b.Key()] = def // unlisted, in its first window
 		}
 	}
 	l.rec.SetBETimeslices(def, per)
@@ -172,96 +163,19 @@ func (l *SLOLoop) assign(all []ProcRef) map[string]time.Duration {
 // and below the shared floor they spend the GPU on restoring each other's
 // contexts and their weights stop splitting their progress
 // (slo.Observation.MinBETimeslice).
-func (l *SLOLoop) sharedFloor(s *search) time.Duration {
-	if slices.ContainsFunc(s.bes, func(b ProcRef) bool {
-		return slices.ContainsFunc(s.bes, func(o ProcRef) bool { return o.key() != b.key() && shareGPU(b, o) })
+func (l *Loop) sharedFloor(s *search) time.Duration {
+	if slices.ContainsFunc(s.bes, func(b policy.ProcRef) bool {
+		return slices.ContainsFunc(s.bes, func(o policy.ProcRef) bool { return o.Key() != b.Key() && shareGPU(b, o) })
 	}) {
 		return l.conf.floor
 	}
 	return 0
 }
 
-// pauseFor keeps stopped the BE processes of each live search whose
-// decision was to learn an LC alone, each search its own (with a watchdog
-// of its own, resuming them past the longest a calibration stops them
-// for, max, if nothing else does), and resumes the others the mode holds.
-// A search whose BE could not be stopped calibrates beside them.
-func (l *SLOLoop) pauseFor(decided map[*search]*slo.Decision, max time.Duration) {
-	wants := func(s *search) bool { d := decided[s]; return l.Pause != nil && d != nil && d.PauseBE && s.live() }
-	why := ""
-	var keep []ProcRef
-	for _, s := range l.sorted() {
-		if wants(s) {
-			keep = append(keep, s.bes...)
-		} else if d := decided[s]; s.pausing && d != nil && why == "" {
-			why = d.Reason
-		}
-	}
-	if len(keep) == 0 {
-		l.resume(why)
-		return
-	}
-	if n, err := l.Pause.ResumeExcept(keep); err != nil {
-		l.log.Error("slo: resuming BE processes", "err", err)
-	} else if n > 0 {
-		l.log.Info("slo: BE processes resumed", "processes", n, "reason", why)
-	}
-	for _, s := range l.sorted() {
-		if s.pausing = wants(s); !s.pausing {
-			continue
-		}
-		n, err := l.Pause.Stop(s.bes, max)
-		switch {
-		case err != nil:
-			l.log.Error("slo: could not stop BE processes to learn an LC alone; calibrating beside them", "gpus", s.key, "err", err)
-			s.pausing = false
-			keep = slices.DeleteFunc(keep, func(b ProcRef) bool {
-				return slices.ContainsFunc(s.bes, func(o ProcRef) bool { return o.key() == b.key() })
-			})
-			if _, err := l.Pause.ResumeExcept(keep); err != nil {
-				l.log.Error("slo: resuming BE processes", "err", err)
-			}
-		case n > 0:
-			l.log.Info("slo: BE processes stopped to learn an LC alone", "gpus", s.key, "processes", n)
-		}
-	}
-}
-
-// resume resumes the BE processes the SLO mode stopped, if any.
-func (l *SLOLoop) resume(why string) {
-	was := l.pausing()
-	for _, s := range l.searches {
-		s.pausing = false
-	}
-	if l.Pause == nil || !was && !l.Pause.Holding() {
-		return
-	}
-	l.mu.Lock()
-	l.status.BEStopped = nil
-	l.mu.Unlock()
-	l.metrics.setBEStopped(0)
-	if err := l.Pause.Resume(); err != nil {
-		l.log.Error("slo: resuming BE processes", "err", err)
-		return
-	}
-	l.log.Info("slo: BE processes resumed", "reason", why)
-}
-
-// Close resumes what the SLO mode stopped: the daemon calls it on its
-// way out (a daemon that dies leaves that to the Pauser's watchdog).
-func (l *SLOLoop) Close() { l.resume("gpreemptd stopping") }
-
-func calibrateName(pause int) string {
-	if pause > 0 {
-		return "pause"
-	}
-	return "shortest"
-}
-
 // shareGPU says whether a and b may share a GPU: one of them is listed on
 // no GPU (NVML did not list it yet, or does not list it at all) or they
 // are listed on one GPU.
-func shareGPU(a, b ProcRef) bool {
+func shareGPU(a, b policy.ProcRef) bool {
 	return a.GPUs == nil || b.GPUs == nil || slices.ContainsFunc(a.GPUs, func(g int) bool { return slices.Contains(b.GPUs, g) })
 }
 
@@ -276,7 +190,7 @@ const (
 
 // isMPSServer says whether p is an MPS server: every channel group it
 // holds runs its clients' work.
-func isMPSServer(p ProcRef) bool {
+func isMPSServer(p policy.ProcRef) bool {
 	if p.Exe != "" {
 		return filepath.Base(p.Exe) == mpsServerExe
 	}

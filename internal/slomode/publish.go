@@ -1,4 +1,4 @@
-package daemon
+package slomode
 
 import (
 	"fmt"
@@ -14,21 +14,21 @@ import (
 // lcWindow is one LC process's window: its status rows (one per
 // objective) and its samples to the controllers.
 type lcWindow struct {
-	rows    []LCStatus
+	rows    []client.SLOLC
 	samples []slo.LCSample
 	key     string // its key to the controllers
 }
 
 // lcSamples reads each LC process's latest window, by pid.
-func (l *SLOLoop) lcSamples(pol *policy.Policy, lcs []ProcRef, now time.Duration) map[int]lcWindow {
+func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Duration) map[int]lcWindow {
 	window := pol.SLO.Window
 	out := map[int]lcWindow{}
 	for _, p := range lcs {
 		o, ok := pol.Objective(p.Decision)
-		ls := LCStatus{PID: p.PID, Comm: p.Comm}
+		ls := client.SLOLC{PID: p.PID, Comm: p.Comm}
 		if !ok {
 			ls.Signal = "no objective"
-			out[p.PID] = lcWindow{rows: []LCStatus{ls}}
+			out[p.PID] = lcWindow{rows: []client.SLOLC{ls}}
 			continue
 		}
 		// What the app pushes, or what request tracing sees of it while
@@ -37,7 +37,7 @@ func (l *SLOLoop) lcSamples(pol *policy.Policy, lcs []ProcRef, now time.Duration
 		// not what the app measures (no CPU-side work before its first
 		// launch) and the two do not share a baseline.
 		s, ok := l.Latency.Latest(p.PID)
-		src, key := sampleSource{p.PID, "pushed"}, p.key()
+		src, key := sampleSource{p.PID, "pushed"}, p.Key()
 		if w := l.tracing[key]; l.Traced != nil && w != nil && w.traced {
 			s, ok = l.Traced.Latest(p.PID)
 			src.kind, key = "traced", key+"/traced"
@@ -88,17 +88,17 @@ func (l *SLOLoop) lcSamples(pol *policy.Policy, lcs []ProcRef, now time.Duration
 // after a window whose decisions are decided, over the LC windows
 // samples (none when the mode came on), which gave each BE process of all
 // the timeslice per names.
-func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, samples map[int]lcWindow, all []ProcRef, per map[string]time.Duration) {
+func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, samples map[int]lcWindow, all []policy.ProcRef, per map[string]time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	prevPre := l.status.Prepreempt
-	st := SLOStatus{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
+	st := client.SLO{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
 		Ladder: ladderOrDefault(pol.SLO.Ladder), MinBEShare: pol.SLO.MinBEShare, Calibrate: calibrateName(l.conf.pause),
 		Engines: l.status.Engines, Prepreempt: true}
 	told := map[int]bool{}
 	metrics := map[string]slo.Decision{}
 	var worst float64 = math.NaN()
-	var lcRows []LCStatus
+	var lcRows []client.SLOLC
 	for _, s := range l.sorted() {
 		d := decided[s]
 		ss := &s.status
@@ -111,7 +111,7 @@ func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision,
 		// What an idle search decides applies to no BE: neither shown nor
 		// counted.
 		if d != nil && s.live() {
-			sd := &SLODecision{Window: l.windows, BETimeslice: d.BETimeslice.String(), Arm: d.Arm.String(), Phase: d.Phase, Changed: d.Changed,
+			sd := &client.SLODecision{Window: l.windows, BETimeslice: d.BETimeslice.String(), Arm: d.Arm.String(), Phase: d.Phase, Changed: d.Changed,
 				Cause: d.Cause, Reason: d.Reason, Fallback: d.Fallback, BEBelowMinimum: d.BEBelowMinimum}
 			ss.Last, ss.BEShare, ss.WorstLC, ss.Phase = sd, finite(d.BEShare), finite(d.Worst), d.Phase
 			ss.Calibration = &client.SLOCalibration{Paused: d.PausedWindows, Windows: d.CalibrationWindows, Of: d.Windows}
@@ -149,8 +149,8 @@ func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision,
 		st.BE = l.Share.Status()
 		for i := range st.BE {
 			b := &st.BE[i]
-			if j := slices.IndexFunc(all, func(p ProcRef) bool { return p.PID == b.PID }); j >= 0 {
-				ts, named := per[all[j].key()]
+			if j := slices.IndexFunc(all, func(p policy.ProcRef) bool { return p.PID == b.PID }); j >= 0 {
+				ts, named := per[all[j].Key()]
 				b.Apart = named && ts == 0
 				if ts > 0 {
 					b.Timeslice = ts.String()
@@ -160,13 +160,13 @@ func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision,
 	}
 	if l.pausing() {
 		for _, p := range all { // by pid
-			if l.beSearch[p.key()] != nil && l.Pause.Holds(p) {
+			if l.beSearch[p.Key()] != nil && l.Pause.Holds(p) {
 				st.BEStopped = append(st.BEStopped, p.PID)
 			}
 		}
 	}
-	l.metrics.setBEStopped(len(st.BEStopped))
-	l.metrics.setSLO(true, metrics)
+	l.metrics.SetBEStopped(len(st.BEStopped))
+	l.metrics.SetSLO(true, metrics)
 	if l.windows > 0 && st.Prepreempt != prevPre {
 		l.log.Info("slo: hint engines told", "prepreempt", st.Prepreempt, "prepreempt_below", pol.SLO.PrepreemptBelow)
 	}
@@ -175,8 +175,8 @@ func (l *SLOLoop) publish(pol *policy.Policy, decided map[*search]*slo.Decision,
 
 // searchRows are the status rows of search s's LC processes in their
 // windows samples, against its decision d (nil: none this window).
-func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) []LCStatus {
-	var out []LCStatus
+func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) []client.SLOLC {
+	var out []client.SLOLC
 	var res []slo.LCResult
 	if d != nil {
 		res = d.LC
@@ -197,4 +197,37 @@ func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) []LCStatus
 		}
 	}
 	return out
+}
+
+func finite(f float64) *float64 {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return nil
+	}
+	return &f
+}
+
+// ladderOrDefault is the ladder in force, as the status shows it.
+func ladderOrDefault(l []time.Duration) string {
+	if len(l) == 0 {
+		l = slo.DefaultLadder
+	}
+	return fmtLadder(l)
+}
+
+func fmtLadder(l []time.Duration) string {
+	s := ""
+	for i, d := range l {
+		if i > 0 {
+			s += ","
+		}
+		s += d.String()
+	}
+	return s
+}
+
+func calibrateName(pause int) string {
+	if pause > 0 {
+		return "pause"
+	}
+	return "shortest"
 }

@@ -1,7 +1,7 @@
-package daemon
+package slomode
 
 import (
-	"strconv"
+	"maps"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
@@ -23,22 +23,22 @@ type traceWant struct {
 	pushed int
 }
 
-// Request tracing waits traceAfter windows for a new LC process to push
+// Request tracing waits TraceAfter windows for a new LC process to push
 // (an app that pushes has done so by then), and goes on tracing one that
-// starts pushing until it has pushed in untraceAfter windows in a row: an
+// starts pushing until it has pushed in UntraceAfter windows in a row: an
 // app that pushes less often than every two windows is not attached and
 // detached in turn.
 const (
-	traceAfter   = 2
-	untraceAfter = 4
+	TraceAfter   = 2
+	UntraceAfter = 4
 )
 
 // toTrace lists the processes of lcs request tracing is to measure: those
 // with an objective whose app pushed no window in the last two, and each
 // one traced until it pushes steadily. Once a window.
-func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []ProcRef, now time.Duration) []ProcRef {
+func (l *Loop) toTrace(pol *policy.Policy, lcs []policy.ProcRef, now time.Duration) []policy.ProcRef {
 	window := pol.SLO.Window
-	var judged, out []ProcRef
+	var judged, out []policy.ProcRef
 	for _, p := range lcs {
 		// Not judged, or an MPS server classed lc (its clients launch
 		// from their own libcuda): nothing to measure.
@@ -46,9 +46,13 @@ func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []ProcRef, now time.Duration) 
 			judged = append(judged, p)
 		}
 	}
-	dropGone(l.tracing, judged, func(*traceWant) {})
+	keys := make(map[string]bool, len(judged))
 	for _, p := range judged {
-		k := procKey(p)
+		keys[p.Key()] = true
+	}
+	maps.DeleteFunc(l.tracing, func(k string, _ *traceWant) bool { return !keys[k] })
+	for _, p := range judged {
+		k := p.Key()
 		w := l.tracing[k]
 		if w == nil {
 			w = &traceWant{seen: now}
@@ -58,11 +62,11 @@ func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []ProcRef, now time.Duration) 
 		fresh := ok && now-s.At <= 2*window // the loop uses no older push
 		switch {
 		case !w.traced:
-			w.traced = !fresh && now-w.seen >= traceAfter*window
+			w.traced = !fresh && now-w.seen >= TraceAfter*window
 			w.pushed = 0
 		case fresh:
 			w.pushed++
-			w.traced = w.pushed < untraceAfter
+			w.traced = w.pushed < UntraceAfter
 		default:
 			w.pushed = 0
 		}
@@ -71,25 +75,4 @@ func (l *SLOLoop) toTrace(pol *policy.Policy, lcs []ProcRef, now time.Duration) 
 		}
 	}
 	return out
-}
-
-// procKey names an LC process to the controller: its pid and start time,
-// so that a reused pid is a new process.
-func procKey(p ProcRef) string { return strconv.Itoa(p.PID) + "/" + strconv.FormatUint(p.Start, 10) }
-
-func (p ProcRef) key() string { return procKey(p) }
-
-// dropGone deletes from m, by procKey, the processes not in ps, and calls
-// gone with each one deleted.
-func dropGone[V any](m map[string]V, ps []ProcRef, gone func(V)) {
-	keys := make(map[string]bool, len(ps))
-	for _, p := range ps {
-		keys[procKey(p)] = true
-	}
-	for k, v := range m {
-		if !keys[k] {
-			gone(v)
-			delete(m, k)
-		}
-	}
 }

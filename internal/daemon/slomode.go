@@ -1,0 +1,24 @@
+package daemon
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/slomode"
+)
+
+// What SLO mode needs of the daemon, the daemon's parts give.
+var (
+	_ slomode.Reconciler     = (*Reconciler)(nil)
+	_ slomode.Metrics        = (*Metrics)(nil)
+	_ slomode.Pauser         = (*Pauser)(nil)
+	_ slomode.Steerer        = (*RequestGate)(nil)
+	_ slomode.WindowedSource = (*TracedLatency)(nil)
+	_ slomode.ShareSource    = (*BEProgress)(nil)
+)
+
+// NewSLOLoop returns SLO mode over the reconciler rec, on its clock,
+// publishing to m; the daemon sets the loop's Pause, Gate and sources.
+func NewSLOLoop(rec *Reconciler, m *Metrics, log *slog.Logger) *slomode.Loop {
+	return slomode.New(rec, func() time.Duration { return rec.Now() }, m, log)
+}

@@ -1,0 +1,90 @@
+package slomode
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/slo"
+)
+
+// pausing says whether a search's last decision stopped BE.
+func (l *Loop) pausing() bool {
+	for s := range maps.Values(l.searches) {
+		if s.pausing {
+			return true
+		}
+	}
+	return false
+}
+
+// pauseFor keeps stopped the BE processes of each live search whose
+// decision was to learn an LC alone, each search its own (with a watchdog
+// of its own, resuming them past the longest a calibration stops them
+// for, max, if nothing else does), and resumes the others the mode holds.
+// A search whose BE could not be stopped calibrates beside them.
+func (l *Loop) pauseFor(decided map[*search]*slo.Decision, max time.Duration) {
+	wants := func(s *search) bool { d := decided[s]; return l.Pause != nil && d != nil && d.PauseBE && s.live() }
+	why := ""
+	var keep []policy.ProcRef
+	for _, s := range l.sorted() {
+		if wants(s) {
+			keep = append(keep, s.bes...)
+		} else if d := decided[s]; s.pausing && d != nil && why == "" {
+			why = d.Reason
+		}
+	}
+	if len(keep) == 0 {
+		l.resume(why)
+		return
+	}
+	if n, err := l.Pause.ResumeExcept(keep); err != nil {
+		l.log.Error("slo: resuming BE processes", "err", err)
+	} else if n > 0 {
+		l.log.Info("slo: BE processes resumed", "processes", n, "reason", why)
+	}
+	for _, s := range l.sorted() {
+		if s.pausing = wants(s); !s.pausing {
+			continue
+		}
+		n, err := l.Pause.Stop(s.bes, max)
+		switch {
+		case err != nil:
+			l.log.Error("slo: could not stop BE processes to learn an LC alone; calibrating beside them", "gpus", s.key, "err", err)
+			s.pausing = false
+			keep = slices.DeleteFunc(keep, func(b policy.ProcRef) bool {
+				return slices.ContainsFunc(s.bes, func(o policy.ProcRef) bool { return o.Key() == b.Key() })
+			})
+			if _, err := l.Pause.ResumeExcept(keep); err != nil {
+				l.log.Error("slo: resuming BE processes", "err", err)
+			}
+		case n > 0:
+			l.log.Info("slo: BE processes stopped to learn an LC alone", "gpus", s.key, "processes", n)
+		}
+	}
+}
+
+// resume resumes the BE processes the SLO mode stopped, if any.
+func (l *Loop) resume(why string) {
+	was := l.pausing()
+	for _, s := range l.searches {
+		s.pausing = false
+	}
+	if l.Pause == nil || !was && !l.Pause.Holding() {
+		return
+	}
+	l.mu.Lock()
+	l.status.BEStopped = nil
+	l.mu.Unlock()
+	l.metrics.SetBEStopped(0)
+	if err := l.Pause.Resume(); err != nil {
+		l.log.Error("slo: resuming BE processes", "err", err)
+		return
+	}
+	l.log.Info("slo: BE processes resumed", "reason", why)
+}
+
+// Close resumes what the SLO mode stopped: the daemon calls it on its
+// way out (a daemon that dies leaves that to the Pauser's watchdog).
+func (l *Loop) Close() { l.resume("gpreemptd stopping") }

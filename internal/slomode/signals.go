@@ -1,0 +1,131 @@
+package slomode
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/policy"
+)
+
+// LatencySample is one LC process's request latency over one window.
+type LatencySample struct {
+	// At is when the daemon received it (the reconciler's clock).
+	At       time.Duration
+	Window   time.Duration
+	Requests int
+	// Quantiles by name ("p50", "p99", ...).
+	Quantiles map[string]time.Duration
+	// Seq numbers a process's samples, so one is used once.
+	Seq uint64
+}
+
+// LatencySource gives an LC process's latest latency window. The pushed
+// windows of POST /v1/stats are one; request tracing (the daemon's
+// TracedLatency: uprobes on libcuda) is another, for apps that do not
+// push.
+type LatencySource interface {
+	Latest(pid int) (LatencySample, bool)
+}
+
+// WindowedSource is a LatencySource whose windows the loop closes, once
+// per its own window (the daemon's TracedLatency), naming the LC processes it is
+// wanted for: those that pushed no recent window.
+type WindowedSource interface {
+	LatencySource
+	Roll(now time.Duration, lcs []policy.ProcRef)
+}
+
+// ShareSource measures BE progress relative to BE alone, in [0, 1]
+// (the daemon's BEProgress: kernel launches counted by uprobes on the BE
+// processes' libcuda). Roll closes the window ending at now over the BE processes
+// bes, each with what the window was to it (BEWindow), and gives the
+// share of those beside an LC. Without a source, BE share is unknown
+// (NaN) and the controller keeps the longest BE timeslice that meets
+// every LC objective (docs/SLO.md). Close ends the measuring when SLO
+// mode is turned off.
+type ShareSource interface {
+	Roll(now time.Duration, bes []BEWindow) map[string]BERate
+	Status() []client.SLOBE
+	Close()
+}
+
+// BEWindow is one BE process over the window a ShareSource closes.
+type BEWindow struct {
+	policy.ProcRef
+	// Alone: no GPU process outside class BE (but MPS servers) shared a
+	// GPU with it at the window's start and its end: its rate alone.
+	Alone bool
+	// Stopped: it was held stopped through the window (an LC learnt
+	// alone): its rate is not progress under any setting.
+	Stopped bool
+}
+
+// BERate is one BE process's progress over a window: its kernel launches
+// per second, and its rate alone.
+type BERate struct{ Rate, Alone float64 }
+
+// BEShare is the BE share of the processes keys name: what they launched
+// over what they launch alone, in [0, 1]; false where none of them has a
+// rate.
+func BEShare(rates map[string]BERate, keys []string) (float64, bool) {
+	var rate, ref float64
+	for _, k := range keys {
+		if r, ok := rates[k]; ok {
+			rate, ref = rate+r.Rate, ref+r.Alone
+		}
+	}
+	if ref <= 0 {
+		return math.NaN(), false
+	}
+	return math.Min(1, rate/ref), true
+}
+
+// pushed holds the windows apps pushed over the socket.
+type pushed struct {
+	mu  sync.Mutex
+	now func() time.Duration
+	by  map[int]LatencySample
+}
+
+func (p *pushed) push(pid int, w client.Window) {
+	s := LatencySample{Window: time.Duration(w.DurationMs * float64(time.Millisecond)), Requests: int(min(w.Requests, math.MaxInt32)),
+		Quantiles: map[string]time.Duration{}}
+	for q, us := range w.LatencyUs {
+		s.Quantiles[q] = time.Duration(us * float64(time.Microsecond))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s.At = p.now()
+	s.Seq = p.by[pid].Seq + 1
+	p.by[pid] = s
+}
+
+func (p *pushed) Latest(pid int) (LatencySample, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, ok := p.by[pid]
+	return s, ok
+}
+
+func (p *pushed) forget(pid int) {
+	p.mu.Lock()
+	delete(p.by, pid)
+	p.mu.Unlock()
+}
+
+// quantileName is the pushed quantile that stands for q: the named one at
+// or above it (p99 for 0.95), so an objective is never checked against a
+// lower quantile than it names.
+func quantileName(q float64) string {
+	for _, c := range []struct {
+		q    float64
+		name string
+	}{{0.5, "p50"}, {0.9, "p90"}, {0.99, "p99"}, {0.999, "p999"}} {
+		if q <= c.q+1e-9 {
+			return c.name
+		}
+	}
+	return "max"
+}
