@@ -406,12 +406,15 @@ func (g *RequestGate) hold(pid int) bool {
 	}
 	now := g.Now()
 	g.refillLocked(now, pol)
-	if hold, ok := g.steered[pid]; ok && !hold {
+	hold, steered := g.steered[pid]
+	if steered && !hold {
 		g.stats.Steered++
 		g.mu.Unlock()
 		return false
 	}
-	if pol.Mode == policy.GateAuto && !longRequests(lc.spans) {
+	// Where SLO mode chose the gate it measured what holding gives; auto's
+	// guess from request spans does not overrule it (the share still does).
+	if !steered && pol.Mode == policy.GateAuto && !longRequests(lc.spans) {
 		g.stats.Skipped++
 		g.mu.Unlock()
 		return false

@@ -445,6 +445,31 @@ func TestGateAuto(t *testing.T) {
 	}
 }
 
+// Where SLO mode steers an LC to the gate, auto's guess that its requests
+// are too short does not overrule it; steered off, it is not held.
+func TestGateSteeredOverrulesAuto(t *testing.T) {
+	r := newGateRig(t, gatePolicy(policy.GateAuto))
+	short := func() {
+		r.launch(10, 1)
+		r.advance(200 * time.Microsecond)
+		r.syncReturn(10, 1)
+		r.advance(3 * time.Millisecond)
+	}
+	for range 4 {
+		short()
+	}
+	r.g.Steer(map[int]bool{10: true})
+	short()
+	if s := r.g.Stats(); s.Held != 5 || s.Skipped != 0 {
+		t.Errorf("stats %+v: a request SLO mode steered to the gate was not held", s)
+	}
+	r.g.Steer(map[int]bool{10: false})
+	short()
+	if s := r.g.Stats(); s.Held != 5 || s.Steered != 1 {
+		t.Errorf("stats %+v: a request steered off the gate was held", s)
+	}
+}
+
 // With the real pauser and a real process: the BE is stopped for the
 // request and running again when the LC is killed mid-request.
 func TestGateRealPauser(t *testing.T) {

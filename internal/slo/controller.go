@@ -43,12 +43,16 @@ type Options struct {
 	MinRequests      int // requests a window needs to count (a quantile of fewer says little) [20]
 }
 
+// DefaultMinRequests is Options.MinRequests's default: a quantile of
+// fewer requests says little.
+const DefaultMinRequests = 20
+
 func (o Options) withDefaults() Options {
 	if len(o.Ladder) == 0 {
 		o.Ladder = DefaultLadder
 	}
 	o.Safe = cmp.Or(o.Safe, 200*time.Microsecond)
-	for p, v := range map[*int]int{&o.CalibrateWindows: 5, &o.Dwell: 2, &o.HalfLife: 40, &o.ExploreFor: 8, &o.MissingAfter: 3, &o.MinRequests: 20} {
+	for p, v := range map[*int]int{&o.CalibrateWindows: 5, &o.Dwell: 2, &o.HalfLife: 40, &o.ExploreFor: 8, &o.MissingAfter: 3, &o.MinRequests: DefaultMinRequests} {
 		*p = cmp.Or(*p, v)
 	}
 	for p, v := range map[*float64]float64{&o.Z: 2, &o.Margin: 0.02, &o.PriorSpread: 0.1, &o.Scatter: 0.1, &o.Drift: 0.5, &o.Threshold: 12} {

@@ -63,9 +63,11 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 			case !fresh:
 				ls.Signal = "stale"
 			default:
-				name := quantileName(o.Quantile)
+				name, median := quantileName(o.Quantile), "p50"
 				if o.Metric != "" {
-					name = o.Metric + "_" + name // an LLM server's ttft_p50, tpot_p99
+					// An LLM server's ttft_p50, tpot_p99: its changes are
+					// read from the same metric's median.
+					name, median = o.Metric+"_"+name, o.Metric+"_p50"
 				}
 				lat, ok := s.Quantiles[name]
 				if !ok {
@@ -75,7 +77,7 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 				ls.Signal, ls.Requests, ls.LatencyUs = src.kind, s.Requests, float64(lat)/1e3
 				// The median goes with a tail objective: workload changes
 				// are read from it (slo.LCSample.Median).
-				w.samples = append(w.samples, slo.LCSample{Key: key, Objective: o, Latency: lat, Requests: s.Requests, Median: s.Quantiles["p50"]})
+				w.samples = append(w.samples, slo.LCSample{Key: key, Objective: o, Latency: lat, Requests: s.Requests, Median: s.Quantiles[median]})
 			}
 			w.rows = append(w.rows, ls)
 		}
@@ -188,7 +190,7 @@ func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) []client.S
 			for _, r := range res {
 				if r.Key == w.key && r.Objective == row.Objective {
 					row.TargetUs, row.Ratio, row.Reference = float64(r.Target)/1e3, finite(r.Ratio), r.Reference
-					if sig := row.Signal; r.Requests < 20 && (sig == "pushed" || sig == "traced") {
+					if sig := row.Signal; r.Requests < slo.DefaultMinRequests && (sig == "pushed" || sig == "traced") {
 						row.Signal = fmt.Sprintf("%s (%d requests: too few to count)", sig, r.Requests)
 					}
 				}
