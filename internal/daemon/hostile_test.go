@@ -214,8 +214,8 @@ func TestAPIRightsFollowCurrentCredentials(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the client changes its uid")
 	}
-	a := newAPIRig(t)
-	a.api.PeerOf, a.api.Creds = nil, nil // the kernel's and /proc's
+	// The kernel's and /proc's, set before the server serves.
+	a := newAPIRig(t, func(api *API, _ *http.Server) { api.PeerOf, api.Creds = nil, nil })
 	for _, tc := range []struct {
 		change string
 		code   int
