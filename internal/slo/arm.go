@@ -74,10 +74,10 @@ func (s arms) neighbours(a Arm) []Arm {
 func (s arms) priorShare(a Arm) float64 {
 	x := float64(s.rung(a)+1) / float64(len(s.ladder)+1)
 	if a.Gate {
-		x *= 0.75
+		x *= gateShare
 	}
 	if a.Prepreempt {
-		x *= 0.99
+		x *= spinShare
 	}
 	return x
 }

@@ -10,7 +10,19 @@ import (
 	"maps"
 	"math"
 	"time"
+
+	"github.com/gpreempt/gpreempt/internal/slo/objective"
 )
+
+// The objectives the controller judges by, read by package objective.
+type (
+	Objective  = objective.Objective
+	Objectives = objective.Objectives
+)
+
+var ErrInvalid, ParseObjective, ParseObjectives = objective.ErrInvalid, objective.Parse, objective.ParseList
+
+const RefStandalone, RefShortest = objective.Standalone, objective.Shortest
 
 // DefaultLadder: the fastest yield (1 us), the class default (200 us), and
 // the longer BE timeslices a launch-bound LC may need.
@@ -24,27 +36,18 @@ type Options struct {
 	Ladder           []time.Duration // ascending BE timeslices [DefaultLadder]
 	Safe             time.Duration   // the BE timeslice while LC latency is unknown [200us]
 	NoPause          bool            // BE cannot be stopped: references are learnt beside it
-	CalibrateWindows int             // a reference's windows, BE paused one more for its queue to drain [5]
-
-	// The model's constants, each with why.
-	Dwell       int     // windows an arm is kept, the first not learnt (it mixes two arms; a change is a GSP RPC per BE group) [2]
-	HalfLife    int     // windows that halve what an arm showed (workloads drift; an arm not tried lately is worth a try) [40]
-	Z           float64 // bounds' width in standard errors (tested every window; a false miss costs BE a while) [2]
-	ExploreFor  int     // most windows an arm is explored undecided (a noisy LC a few percent under takes many to prove) [8]
-	Margin      float64 // BE share a move for BE's sake must add (a training BE's share scatters by a few points) [0.02]
-	PriorSpread float64 // how much better than a neighbour giving BE less an unmeasured arm may be, at Z (past 1.25x misses the LC waits out BE) [0.1]
-	Scatter     float64 // a window's relative scatter until measured (wide: one window decides only a far miss) [0.1]
-	// The change detector, a two-sided CUSUM of standardized residuals, a
-	// window counting for half of Threshold at most: Drift ignores shifts
-	// under half a deviation [0.5]; Threshold sees 4.5 deviations in 3
-	// windows, 2.5 in 6, one window never [12].
-	Drift, Threshold float64
-	MissingAfter     int // windows without LC latency before the safe arm [3]
-	MinRequests      int // requests a window needs to count (a quantile of fewer says little) [20]
+	CalibrateWindows int             // windows a reference is the median of (two odd ones are outvoted; each paused one costs BE) [5]
+	MinRequests      int             // requests a window needs to count (a quantile of fewer says little) [20]
+	MissingAfter     int             // windows without LC latency before the safe arm (a window or two is an LC idling) [3]
+	Dwell            int             // windows an arm is kept, the first not learnt (it mixes two arms; a change is a GSP RPC per BE group) [2]
+	HalfLife         int             // windows that halve what an arm showed (workloads drift; an arm not tried lately is worth a try) [40]
+	Z                float64         // bounds' width in standard errors (tested every window; a false miss costs BE a while) [2]
+	ExploreFor       int             // most windows an arm is explored undecided (a noisy LC a few percent under takes many to prove) [8]
+	Margin           float64         // BE share a move for BE's sake must add: the only hysteresis (a training BE's share scatters by a few points) [0.02]
+	Threshold        float64         // the change detector's CUSUM, in deviations: 4.5 a window is seen in 3, 2.5 in 6, a burst not [12]
 }
 
-// DefaultMinRequests is Options.MinRequests's default: a quantile of
-// fewer requests says little.
+// DefaultMinRequests is Options.MinRequests's default.
 const DefaultMinRequests = 20
 
 func (o Options) withDefaults() Options {
@@ -55,11 +58,34 @@ func (o Options) withDefaults() Options {
 	for p, v := range map[*int]int{&o.CalibrateWindows: 5, &o.Dwell: 2, &o.HalfLife: 40, &o.ExploreFor: 8, &o.MissingAfter: 3, &o.MinRequests: DefaultMinRequests} {
 		*p = cmp.Or(*p, v)
 	}
-	for p, v := range map[*float64]float64{&o.Z: 2, &o.Margin: 0.02, &o.PriorSpread: 0.1, &o.Scatter: 0.1, &o.Drift: 0.5, &o.Threshold: 12} {
+	for p, v := range map[*float64]float64{&o.Z: 2, &o.Margin: 0.02, &o.Threshold: 12} {
 		*p = cmp.Or(*p, v)
 	}
 	return o
 }
+
+// The model's fixed numbers, each with why this value.
+const (
+	settle        = 1                 // windows after a move that show what was before: it lands mid-window; a paused BE's queue drains in the next
+	drift         = 0.5               // deviations a residual must pass to add to a change: the CUSUM's half of the least shift worth seeing (one)
+	changeWindows = 2                 // fewest windows a change is seen in: one adds Threshold/changeWindows at most (a burst is no change)
+	minWeight     = 0.05              // an estimate's least weight: one window 4.3 HalfLifes old, an arm tried once worth trying again
+	forgotten     = minWeight / 100   // weight an estimate is dropped under: it no longer counts, and processes gone cost nothing
+	priorWindows  = 4                 // windows the prior scatter weighs as: a few that happen to agree do not make a noisy LC steady
+	levelWindows  = priorWindows      // windows an arm rests on before the detector compares with it: until then its deviation is the prior's
+	priorSpread   = 0.1               // how much better at Z an unmeasured arm may be than a neighbour giving BE less: past 1.25x the LC waits out BE
+	scatterPrior  = 0.1               // a window's relative scatter until measured: wide, so that one window decides only a far miss
+	scatterFloor  = scatterPrior / 10 // the least scatter learnt: a window that repeats the last is no evidence of none
+	scatterAfter  = 3                 // windows of scatter learnt before it replaces scatterPrior: two that agree say little
+	scatterClip   = 3                 // deviations a window's scatter is clipped at: a step further is the change detector's
+	refHalfLives  = 2                 // HalfLifes a reference outlives its process's last window: its estimates weigh a quarter by then
+	calSlack      = 3                 // windows a pause may run past its own (too few requests, an LC arriving) before BE runs one
+	calRounds     = 3                 // pauses that run long, or without a window of the LC alone, before references are learnt beside BE
+	calMisses     = 2                 // windows BE is not kept stopped before pausing is given up (one may be a BE starting mid-window)
+	maxBackoff    = 4                 // back-offs from exploring an arm, each twice the last, to 8 HalfLifes: else arms near an LC's edge are tried each HalfLife
+	gateShare     = 0.75              // BE's share with the gate over without, until measured (only the order counts): an LC busy a quarter of the time
+	spinShare     = 0.99              // the same with pre-preemption: a spinner takes a little
+)
 
 // LCSample is one LC process's latency over one window against one of its
 // objectives (two objectives: two samples with one Key).
@@ -78,8 +104,7 @@ type Observation struct {
 	LC         []LCSample
 	BEShare    float64 // BE progress over BE alone; NaN: not measured
 	MinBEShare float64 // 0: none
-	// MinBETimeslice and MaxBETimeslice bound the BE timeslice (0: the
-	// ladder's ends): below a floor two BE spend the GPU switching.
+	// The BE timeslice's bounds (0: the ladder's ends): below a floor two BE spend the GPU switching.
 	MinBETimeslice, MaxBETimeslice time.Duration
 	Gate                           bool          // the gate may hold BE for these LCs
 	Prepreempt                     time.Duration // an LC's engine may pre-preempt up to this BE timeslice; 0: no
@@ -121,42 +146,39 @@ type LCResult struct {
 
 // Decision is the answer to one observation.
 type Decision struct {
-	Arm             Arm           `json:"arm"`
-	BETimeslice     time.Duration `json:"be_timeslice"`
-	Changed         bool          `json:"changed"`
-	Phase           string        `json:"phase"`
-	Cause           string        `json:"cause"`
-	Reason          string        `json:"reason"`
-	WorkloadChanged bool          `json:"workload_changed,omitempty"` // the other arms were forgotten
-	LC              []LCResult    `json:"lc,omitempty"`
-	Worst           float64       `json:"worst_lc_vs_objective"` // highest latency/target; NaN: none
-	BEShare         float64       `json:"be_share"`
-	BEBelowMinimum  bool          `json:"be_below_minimum,omitempty"` // no arm known to meet them gives BE its minimum
-	Fallback        bool          `json:"fallback,omitempty"`
-	PauseBE         bool          `json:"pause_be,omitempty"` // stop every BE through the next window
-	// What references cost: windows BE was paused, of calibration, of all.
-	PausedWindows, CalibrationWindows, Windows int
+	Arm                                        Arm           `json:"arm"`
+	BETimeslice                                time.Duration `json:"be_timeslice"`
+	Changed                                    bool          `json:"changed"`
+	Phase                                      string        `json:"phase"`
+	Cause                                      string        `json:"cause"`
+	Reason                                     string        `json:"reason"`
+	WorkloadChanged                            bool          `json:"workload_changed,omitempty"` // the other arms were forgotten
+	LC                                         []LCResult    `json:"lc,omitempty"`
+	Worst                                      float64       `json:"worst_lc_vs_objective"` // highest latency/target; NaN: none
+	BEShare                                    float64       `json:"be_share"`
+	BEBelowMinimum                             bool          `json:"be_below_minimum,omitempty"` // no arm known to meet them gives BE its minimum
+	Fallback                                   bool          `json:"fallback,omitempty"`
+	PauseBE                                    bool          `json:"pause_be,omitempty"` // stop every BE through the next window
+	PausedWindows, CalibrationWindows, Windows int           // what references cost: windows BE was paused, of calibration, of all
 }
 
 // Controller chooses an arm per window. Not safe for concurrent use.
 type Controller struct {
-	opts      Options
-	set       arms
-	tick      int
-	phase     string
-	cur       Arm
-	since     int // windows under cur (the first mixes)
-	arms      map[Arm]*armEst
-	active    map[string]int // objective keys counted lately: the window
-	refs      map[string]*reference
-	scatter   map[string]*est // squared relative deviations (scatterOf)
-	exploring bool
-	left      map[Arm]struct{ n, until int } // leftUnproven
-	cusum     [2]float64
-	missing   int
-	// the last decision paused BE; the window observed was to run
-	// without BE; BE could not be stopped.
-	pausing, wasPaused, noPause bool
+	opts                        Options
+	set                         arms
+	tick                        int
+	phase                       string
+	cur                         Arm
+	since                       int // windows under cur (the first mixes)
+	arms                        map[Arm]*armEst
+	active                      map[string]int // objective keys counted lately: the window
+	refs                        map[string]*reference
+	scatter                     map[string]*est // squared relative deviations (scatterOf)
+	exploring                   bool
+	left                        map[Arm]struct{ n, until int } // leftUnproven
+	cusum                       [2]float64
+	missing                     int
+	pausing, wasPaused, noPause bool // the last decision paused BE; the window observed was to; BE cannot be stopped
 	cal                         calibration
 	relearnt                    int // window references were last relearnt for a change
 	paused, calibrated          int // windows, for Decision
@@ -177,11 +199,9 @@ func New(opts Options) (*Controller, error) {
 	return c, nil
 }
 
-// Current is the BE timeslice in force.
+// Current is the BE timeslice in force; Arm the arm.
 func (c *Controller) Current() time.Duration { return c.cur.BETimeslice }
-
-// Arm is the arm in force.
-func (c *Controller) Arm() Arm { return c.cur }
+func (c *Controller) Arm() Arm               { return c.cur }
 
 // safe is the arm while LC latency is unknown: the rung nearest Safe,
 // without the gate, and where an LC has a hint engine the longest rung
@@ -214,14 +234,7 @@ func (c *Controller) Observe(o Observation) Decision {
 	c.tick++
 	c.since++
 	c.wasPaused, c.pausing = c.pausing, false
-	f := math.Exp2(-1 / float64(c.opts.HalfLife))
-	for _, e := range c.arms {
-		e.decay(f)
-	}
-	for _, e := range c.scatter {
-		e.decay(f)
-	}
-	c.prune()
+	c.decay(math.Exp2(-1 / float64(c.opts.HalfLife)))
 	lo, hi := 0, len(c.opts.Ladder)-1
 	for lo < hi && c.opts.Ladder[lo] < o.MinBETimeslice {
 		lo++
@@ -276,7 +289,7 @@ func (c *Controller) observe(o Observation) Decision {
 	if c.phase == phaseCalibrating {
 		return c.endCalibration(d)
 	}
-	if c.since >= 2 && !c.wasPaused {
+	if c.since > settle && !c.wasPaused {
 		changed, judged := c.changed(ss)
 		if changed {
 			d.WorkloadChanged, d.Cause, d.Reason = true, CauseChange, "the LC's response changed under this arm: "
@@ -285,10 +298,9 @@ func (c *Controller) observe(o Observation) Decision {
 			}
 			return c.stay(d, "what the other arms showed is forgotten")
 		}
-		// While the detector is half way to a change, the windows that
-		// took it there are not learnt: a young estimate would follow a
-		// step and hide it, and a burst that passes is not the arm's.
-		if !judged || max(c.cusum[0], c.cusum[1]) < c.opts.Threshold/2 {
+		// Windows that may begin a change are not learnt: a young estimate
+		// would follow a step and hide it; a burst that passes is not the arm's.
+		if !judged || max(c.cusum[0], c.cusum[1]) < c.opts.Threshold/changeWindows {
 			c.learn(ss, o.BEShare)
 		}
 	}
@@ -329,7 +341,7 @@ func (c *Controller) judge(o Observation) (d Decision, ss []sample, needRef bool
 	maps.DeleteFunc(c.active, func(_ string, t int) bool { return c.tick-t >= c.opts.MissingAfter })
 	for k, r := range c.refs {
 		switch {
-		case c.tick-r.last > 2*c.opts.HalfLife:
+		case c.tick-r.last > refHalfLives*c.opts.HalfLife:
 			delete(c.refs, k)
 		case r.value == 0 && c.tick-r.last < c.opts.MissingAfter:
 			needRef = true // an LC that counts now and then keeps its calibration going
@@ -376,8 +388,7 @@ func shownOf(ss []sample) map[string]float64 {
 func (c *Controller) changed(ss []sample) (changed, judged bool) {
 	z, n := math.NaN(), 0
 	for k, x := range shownOf(ss) {
-		// An arm measured for a few windows is no level to stray from.
-		if s := c.est(c.cur).shown[k]; s.known() && s.w >= float64(c.opts.ExploreFor)/2 {
+		if s := c.est(c.cur).shown[k]; s.known() && s.w >= levelWindows {
 			n++
 			if r := (x - s.mean()) / s.sd(c.scatterOf(k+" shown")); !(math.Abs(r) <= math.Abs(z)) {
 				z = r
@@ -388,9 +399,9 @@ func (c *Controller) changed(ss []sample) (changed, judged bool) {
 		return false, false // an arm not measured enough yet
 	}
 	z = mostDeviantOf(z, n)
-	half := c.opts.Threshold/2 + c.opts.Drift // one window is half a change at most
-	z = max(-half, min(half, z))
-	c.cusum = [2]float64{max(0, c.cusum[0]+z-c.opts.Drift), max(0, c.cusum[1]-z-c.opts.Drift)}
+	most := c.opts.Threshold/changeWindows + drift
+	z = max(-most, min(most, z))
+	c.cusum = [2]float64{max(0, c.cusum[0]+z-drift), max(0, c.cusum[1]-z-drift)}
 	if max(c.cusum[0], c.cusum[1]) < c.opts.Threshold {
 		return false, true
 	}
@@ -401,10 +412,9 @@ func (c *Controller) changed(ss []sample) (changed, judged bool) {
 	return true, true
 }
 
-// mostDeviantOf is z, the residual farthest from 0 of n processes',
-// as one residual: as far out as its chance of being so among n (Šidák).
-// The most deviant of 8 processes' noise is 2 deviations out in a window
-// of 2 and summed as such would declare a change every hundred windows.
+// mostDeviantOf is z, the residual farthest from 0 of n processes', as
+// one residual as likely (Šidák): of 8 processes' noise the most deviant
+// is 2 deviations out a window in 2, and would sum to a change often.
 func mostDeviantOf(z float64, n int) float64 {
 	if n <= 1 {
 		return z
@@ -436,7 +446,4 @@ func (c *Controller) move(d Decision, to Arm, why string) Decision {
 	return d
 }
 
-func (c *Controller) stay(d Decision, why string) Decision {
-	d.Reason += why
-	return d
-}
+func (c *Controller) stay(d Decision, why string) Decision { d.Reason += why; return d }

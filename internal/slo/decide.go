@@ -5,15 +5,12 @@ import (
 	"math"
 )
 
-// decide chooses the next arm in the deciding phase: an arm whose lower
-// bound misses an objective is left (after the dwell) for the one known
-// to meet every objective that gives BE the most, else one that might,
-// else the closest; an arm is kept Dwell windows, one explored ExploreFor
-// or until its bounds decide; then the arm known to meet every objective
-// (each upper bound within it) that gives BE the most is chosen if it
-// gives Margin more, or the arm in force is not known to meet them; else
-// an arm that might meet them, next to one measured, not left unproven
-// lately, expected to give BE Margin more, is explored.
+// decide chooses the next arm in the deciding phase (docs/SLO.md's choice
+// rule): an arm that misses is left after its Dwell for the best known to
+// meet every objective, else one that might, else the closest; one being
+// explored is kept ExploreFor windows or until its bounds decide; then the
+// best known is taken if it gives Margin more, or the arm in force is not
+// known to meet them; else the best that might is explored.
 func (c *Controller) decide(d Decision, o Observation) Decision {
 	cur, f := c.cur, c.feasibility(c.cur)
 	best, hasBest := c.best()
@@ -145,12 +142,10 @@ func (c *Controller) shareText(a Arm) string {
 }
 
 // leftUnproven backs arm a off from exploring: it was left missing or
-// undecided; each time again it waits twice as long, up to 8 HalfLifes
-// (an LC at the edge of its objective would have every arm near the edge
-// explored each HalfLife).
+// undecided; each time again it waits twice as long, maxBackoff times.
 func (c *Controller) leftUnproven(a Arm) {
 	l := c.left[a]
-	l.n = min(l.n+1, 4)
+	l.n = min(l.n+1, maxBackoff)
 	l.until = c.tick + c.opts.HalfLife<<(l.n-1)
 	c.left[a] = l
 }

@@ -8,15 +8,9 @@ import (
 )
 
 // est is a forgetting estimate of one quantity under one arm: weighted
-// sums of its windows, each weight halved every HalfLife windows. Its
-// weight w is the number of windows it effectively rests on: it grows
-// while the arm is in force and decays while it is not.
+// sums of its windows, each weight halved every HalfLife windows; w is
+// the windows it effectively rests on.
 type est struct{ w, sx, sxx float64 }
-
-const (
-	minWeight    = 0.05 // the least weight an estimate counts with
-	priorWindows = 4    // windows the prior scatter weighs as
-)
 
 func (e *est) add(x float64) {
 	if !math.IsNaN(x) && !math.IsInf(x, 0) {
@@ -50,24 +44,21 @@ type armEst struct {
 	share     est
 }
 
-func (a *armEst) decay(f float64) {
-	for _, e := range a.lc {
+func decayAll(m map[string]*est, f float64) {
+	for _, e := range m {
 		e.decay(f)
 	}
-	for _, e := range a.shown {
-		e.decay(f)
-	}
-	a.share.decay(f)
 }
 
-// forgotten is the weight under which an estimate is dropped: a
-// hundredth of what makes one known, so that what is dropped no longer
-// counted, and processes that come and go cost nothing once gone.
-const forgotten = minWeight / 100
-
-// prune drops the estimates that faded to nothing: those of processes
-// gone (keys are per process) and of arms not visited for many HalfLifes.
-func (c *Controller) prune() {
+// decay fades every estimate by f and drops those that faded to nothing:
+// of processes gone (keys are per process), of arms long not visited.
+func (c *Controller) decay(f float64) {
+	for _, e := range c.arms {
+		decayAll(e.lc, f)
+		decayAll(e.shown, f)
+		e.share.decay(f)
+	}
+	decayAll(c.scatter, f)
 	gone := func(_ string, e *est) bool { return e.w < forgotten }
 	for a, e := range c.arms {
 		maps.DeleteFunc(e.lc, gone)
@@ -87,23 +78,22 @@ func get(m map[string]*est, k string) *est {
 }
 
 // scatterOf is one window's relative scatter of quantity k, learnt over
-// every arm (an LC's own noise is the same under each), at least a tenth
-// of Scatter (a window that repeats the last is no evidence of none);
-// Scatter until three windows have shown it.
+// every arm (an LC's own noise is the same under each), at least
+// scatterFloor; scatterPrior until scatterAfter windows have shown it.
 func (c *Controller) scatterOf(k string) float64 {
-	if e := c.scatter[k]; e.known() && e.w >= 3 {
-		return max(math.Sqrt(e.mean()), c.opts.Scatter/10)
+	if e := c.scatter[k]; e.known() && e.w >= scatterAfter {
+		return max(math.Sqrt(e.mean()), scatterFloor)
 	}
-	return c.opts.Scatter
+	return scatterPrior
 }
 
 // learnScatter folds x, a window of k under an arm whose estimate is e
-// (before x), into k's scatter: at most three deviations (a step is the
-// change detector's), scaled for the mean that x is not part of.
+// (before x), into k's scatter: at most scatterClip deviations, scaled
+// for the mean that x is not part of.
 func (c *Controller) learnScatter(k string, e *est, x float64) {
 	if e.known() && e.w >= 1 && e.mean() != 0 {
 		sc := c.scatterOf(k)
-		d := max(-3*sc, min(3*sc, (x-e.mean())/e.mean()))
+		d := max(-scatterClip*sc, min(scatterClip*sc, (x-e.mean())/e.mean()))
 		get(c.scatter, k).add(d * d * e.w / (e.w + 1))
 	}
 }
@@ -136,9 +126,8 @@ func (c *Controller) feasibility(a Arm) feasibility {
 // lcBounds are the bounds of objective k's latency/target under a: its
 // own, else its neighbours' with a wide prior. An arm that gives BE less
 // than a measured neighbour might meet what that one missed; one that
-// gives BE more is no better than PriorSpread (at Z) under its
-// neighbour, so past an arm that misses by multiples (where the LC waits
-// out BE's timeslice) a longer one is not tried.
+// gives BE more is no better than priorSpread (at Z) under its
+// neighbour.
 func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
 	if e := c.est(a).lc[k]; e.known() {
 		return e.bounds(c.opts.Z, c.scatterOf(k))
@@ -146,7 +135,7 @@ func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
 	lo = math.Inf(-1)
 	for _, n := range c.set.neighbours(a) {
 		if e := c.est(n).lc[k]; e.known() && !protects(c.set, n, a) {
-			lo = max(lo, e.mean()*(1-c.opts.Z*c.opts.PriorSpread))
+			lo = max(lo, e.mean()*(1-c.opts.Z*priorSpread))
 		}
 	}
 	return lo, math.Inf(1)

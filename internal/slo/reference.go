@@ -8,9 +8,8 @@ import (
 )
 
 // reference is what a relative objective is measured against: a process's
-// latency at a quantile with BE stopped, or beside BE under the shortest
-// BE timeslice (how); learnt in window at, from vals; the process last
-// counted in window last.
+// latency with BE stopped, or beside BE under the shortest arm (how);
+// learnt in window at, from vals; the process last counted in window last.
 type reference struct {
 	how      string
 	vals     []time.Duration
@@ -30,15 +29,10 @@ func (r *reference) String(c *Controller) string {
 	return fmt.Sprintf("%s %v, learnt in window %d", what, r.value.Round(time.Microsecond), r.at)
 }
 
-// calSlack is how many windows a pause may run beyond its own (windows of
-// too few requests, an LC arriving in it) before BE runs a window.
-const calSlack = 3
-
 // calibration is the one running: the arm it left (and goes back to),
-// windows in a row BE was asked to stop, windows it was not kept
-// stopped, pauses that ran long, windows run, windows learnt with BE
-// stopped, pauses taken up again before any was (and whether one was
-// taken).
+// windows in a row BE was asked to stop, was not kept stopped, pauses that
+// ran long, windows run, learnt with BE stopped, pauses cut before any was
+// (and whether one was taken).
 type calibration struct {
 	from                                   Arm
 	paused, missed, rounds, n, learnt, cut int
@@ -46,6 +40,9 @@ type calibration struct {
 }
 
 func (c *Controller) pauseOK() bool { return !c.opts.NoPause && !c.noPause }
+
+// pauseMax is the most windows one pause runs: its own, BE's drain, slack.
+func (c *Controller) pauseMax() int { return c.opts.CalibrateWindows + settle + calSlack }
 
 // shortest is the arm references are learnt under beside BE: the shortest
 // rung allowed, no gate, pre-preemption where allowed: the least
@@ -80,14 +77,14 @@ func (c *Controller) learnRef(r *reference, s LCSample, paused bool) {
 	switch {
 	case r.how == RefStandalone && !c.pauseOK():
 		r.how, r.vals = RefShortest, nil
-	case r.how == RefStandalone && paused && c.cal.paused >= 2:
+	case r.how == RefStandalone && paused && c.cal.paused > settle:
 		r.vals = append(r.vals, s.Latency)
 		c.cal.learnt++
-	case r.how == RefShortest && !paused && c.phase == phaseCalibrating && c.cur == c.shortest() && c.since >= 2:
+	case r.how == RefShortest && !paused && c.phase == phaseCalibrating && c.cur == c.shortest() && c.since > settle:
 		r.vals = append(r.vals, s.Latency)
 	}
-	// Bounded: an LC that counts now and then is learnt from what it gave.
-	if len(r.vals) >= c.opts.CalibrateWindows || len(r.vals) > 0 && c.cal.n >= 3*(c.opts.CalibrateWindows+1+calSlack) {
+	// Bounded at calRounds pauses: an LC that counts now and then is learnt from what it gave.
+	if len(r.vals) >= c.opts.CalibrateWindows || len(r.vals) > 0 && c.cal.n >= calRounds*c.pauseMax() {
 		r.value, r.at, r.vals = median(r.vals), c.tick, nil
 	}
 }
@@ -113,19 +110,19 @@ func (c *Controller) calibrate(d Decision, o Observation) Decision {
 			c.cal.cut++
 		}
 		switch {
-		case c.cal.missed >= 2:
+		case c.cal.missed >= calMisses:
 			c.noPause = true
-			d.Reason = "BE not kept stopped (2 windows): learning references beside BE from now on; "
-		case c.cal.cut >= 3:
+			d.Reason = fmt.Sprintf("BE not kept stopped (%d windows): learning references beside BE from now on; ", calMisses)
+		case c.cal.cut >= calRounds:
 			c.noPause = true
-			d.Reason = "no window of the LC alone in three pauses: learning references beside BE from now on; "
-		case c.cal.paused >= c.opts.CalibrateWindows+1+calSlack:
+			d.Reason = fmt.Sprintf("no window of the LC alone in %d pauses: learning references beside BE from now on; ", calRounds)
+		case c.cal.paused >= c.pauseMax():
 			c.cal.paused = 0
-			if c.cal.rounds++; c.cal.rounds < 3 {
+			if c.cal.rounds++; c.cal.rounds < calRounds {
 				return c.stay(d, "BE resumed for a window: the pause ran long")
 			}
 			c.noPause = true
-			d.Reason = "pauses ran long three times: learning references beside BE from now on; "
+			d.Reason = fmt.Sprintf("pauses ran long %d times: learning references beside BE from now on; ", calRounds)
 		default:
 			c.cal.began = true
 			c.cal.paused++
