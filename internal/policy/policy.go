@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
-	"github.com/gpreempt/gpreempt/internal/slo"
+	"github.com/gpreempt/gpreempt/internal/slo/objective"
 )
 
 // ErrInvalid marks a policy that does not parse or does not check.
@@ -97,7 +97,7 @@ type Rule struct {
 	// Objective is the latency objectives of the LC processes this rule
 	// classes ("p50<=1.05x, p99<=1.15x": all must be met; nil: the lc
 	// class's, if any).
-	Objective slo.Objectives
+	Objective objective.Objectives
 }
 
 // SLO is the policy's SLO mode.
@@ -141,7 +141,7 @@ type SLO struct {
 	PauseWindows int
 	// LCObjective is classes.lc.objective: the objective of LC processes
 	// whose rule names none.
-	LCObjective slo.Objectives
+	LCObjective objective.Objectives
 	// MinBEShare is classes.be.min_share: BE progress relative to BE
 	// alone below which the daemon reports BE short (LC objectives come
 	// first). 0: none.
@@ -159,7 +159,7 @@ const (
 
 // Objective is the latency objectives of a process given decision d: its
 // rule's, else the lc class's; none for other classes.
-func (pol *Policy) Objective(d Decision) (slo.Objectives, bool) {
+func (pol *Policy) Objective(d Decision) (objective.Objectives, bool) {
 	if d.Exempt || d.Spec.Name != class.LC {
 		return nil, false
 	}

@@ -10,7 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpreempt/gpreempt/class"
-	"github.com/gpreempt/gpreempt/internal/slo"
+	"github.com/gpreempt/gpreempt/internal/slo/objective"
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
@@ -125,7 +125,7 @@ func parseClass(n *yaml.Node, c class.Class, field string, s *SLO) (class.Class,
 		return c, err
 	}
 	if v := fs["objective"]; v != nil {
-		o, err := objective(v, field+".objective")
+		o, err := objectives(v, field+".objective")
 		if err != nil {
 			return c, err
 		}
@@ -191,12 +191,12 @@ func decision(n *yaml.Node, field string) (Decision, error) {
 	return Decision{Spec: sp}, nil
 }
 
-func objective(n *yaml.Node, field string) (slo.Objectives, error) {
+func objectives(n *yaml.Node, field string) (objective.Objectives, error) {
 	s, err := scalar(n, field)
 	if err != nil {
 		return nil, err
 	}
-	o, err := slo.ParseObjectives(s)
+	o, err := objective.ParseList(s)
 	if err != nil {
 		return nil, fieldErr(n, field, "%v", err)
 	}
@@ -257,7 +257,7 @@ func parseRule(n *yaml.Node, field string) (Rule, error) {
 		return r, fieldErr(cn, field+".class", "none on a match of what the process sets itself (%s): any process could leave itself at the driver's defaults; match on uid, user, cgroup or gpu too and set trust_self_set: true to mean it", strings.Join(selfSet, ", "))
 	}
 	if v := fs["objective"]; v != nil {
-		o, err := objective(v, field+".objective")
+		o, err := objectives(v, field+".objective")
 		if err != nil {
 			return r, err
 		}

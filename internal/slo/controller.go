@@ -14,16 +14,6 @@ import (
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
 )
 
-// The objectives the controller judges by, read by package objective.
-type (
-	Objective  = objective.Objective
-	Objectives = objective.Objectives
-)
-
-var ErrInvalid, ParseObjective, ParseObjectives = objective.ErrInvalid, objective.Parse, objective.ParseList
-
-const RefStandalone, RefShortest = objective.Standalone, objective.Shortest
-
 // DefaultLadder: the fastest yield (1 us), the class default (200 us), and
 // the longer BE timeslices a launch-bound LC may need.
 var DefaultLadder = []time.Duration{
@@ -91,7 +81,7 @@ const (
 // objectives (two objectives: two samples with one Key).
 type LCSample struct {
 	Key        string // the process ("pid/start"): a new key, a new process
-	Objective  Objective
+	Objective  objective.Objective
 	Latency    time.Duration // at the objective's quantile
 	Standalone time.Duration // the reference, if known; else it is learnt
 	Requests   int
@@ -189,7 +179,7 @@ func New(opts Options) (*Controller, error) {
 	opts = opts.withDefaults()
 	for i, ts := range opts.Ladder {
 		if ts < time.Microsecond || ts%time.Microsecond != 0 || i > 0 && ts <= opts.Ladder[i-1] {
-			return nil, fmt.Errorf("%w: ladder %v: want ascending whole microseconds >= 1us", ErrInvalid, opts.Ladder)
+			return nil, fmt.Errorf("%w: ladder %v: want ascending whole microseconds >= 1us", objective.ErrInvalid, opts.Ladder)
 		}
 	}
 	c := &Controller{opts: opts, phase: phaseDeciding, arms: map[Arm]*armEst{}, active: map[string]int{},

@@ -2,6 +2,7 @@ package slo
 
 import (
 	"fmt"
+	"github.com/gpreempt/gpreempt/internal/slo/objective"
 	"maps"
 	"slices"
 	"time"
@@ -20,7 +21,7 @@ type reference struct {
 // String names the reference as the status shows it.
 func (r *reference) String(c *Controller) string {
 	what := "standalone (BE paused)"
-	if r.how == RefShortest {
+	if r.how == objective.Shortest {
 		what = fmt.Sprintf("beside BE under %v", c.shortest().BETimeslice)
 	}
 	if r.value == 0 {
@@ -56,9 +57,9 @@ func (c *Controller) refFor(s LCSample) *reference {
 	k := s.Key + " " + s.Objective.Name() + "@" + s.Objective.Reference
 	r := c.refs[k]
 	if r == nil {
-		r = &reference{how: RefStandalone}
-		if s.Objective.Reference == RefShortest || !c.pauseOK() {
-			r.how = RefShortest
+		r = &reference{how: objective.Standalone}
+		if s.Objective.Reference == objective.Shortest || !c.pauseOK() {
+			r.how = objective.Shortest
 		}
 		c.refs[k] = r
 	}
@@ -75,12 +76,12 @@ func (c *Controller) learnRef(r *reference, s LCSample, paused bool) {
 		return
 	}
 	switch {
-	case r.how == RefStandalone && !c.pauseOK():
-		r.how, r.vals = RefShortest, nil
-	case r.how == RefStandalone && paused && c.cal.paused > settle:
+	case r.how == objective.Standalone && !c.pauseOK():
+		r.how, r.vals = objective.Shortest, nil
+	case r.how == objective.Standalone && paused && c.cal.paused > settle:
 		r.vals = append(r.vals, s.Latency)
 		c.cal.learnt++
-	case r.how == RefShortest && !paused && c.phase == phaseCalibrating && c.cur == c.shortest() && c.since > settle:
+	case r.how == objective.Shortest && !paused && c.phase == phaseCalibrating && c.cur == c.shortest() && c.since > settle:
 		r.vals = append(r.vals, s.Latency)
 	}
 	// Bounded at calRounds pauses: an LC that counts now and then is learnt from what it gave.
@@ -98,7 +99,7 @@ func (c *Controller) calibrate(d Decision, o Observation) Decision {
 	c.cal.n++
 	c.calibrated++
 	d.Cause = CauseCalibrate
-	if c.pauseOK() && c.learning(RefStandalone) {
+	if c.pauseOK() && c.learning(objective.Standalone) {
 		if c.wasPaused && !o.BEPaused {
 			c.cal.missed++
 		}

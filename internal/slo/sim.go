@@ -1,6 +1,8 @@
 package slo
 
 import (
+	"github.com/gpreempt/gpreempt/internal/slo/objective"
+
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -152,12 +154,12 @@ func NewSimGPU(seed uint64) *SimGPU {
 // Window is one observation of w under BE timeslice ts, for an LC with
 // objective obj. A window just after a change (settling) mixes the
 // previous setting's response, as a real one does.
-func (g *SimGPU) Window(w Workload, obj Objective, ts, prev time.Duration) Observation {
+func (g *SimGPU) Window(w Workload, obj objective.Objective, ts, prev time.Duration) Observation {
 	return g.WindowArm(w, obj, Arm{BETimeslice: ts}, Arm{BETimeslice: prev})
 }
 
 // WindowArm is one observation of w under arm a, the arm before it prev.
-func (g *SimGPU) WindowArm(w Workload, obj Objective, a, prev Arm) Observation {
+func (g *SimGPU) WindowArm(w Workload, obj objective.Objective, a, prev Arm) Observation {
 	paused := g.Paused && !g.IgnorePause
 	at := func(a Arm, paused bool) (float64, float64) {
 		if paused {
