@@ -154,7 +154,7 @@ func (c *escapeControl) lookup(g Group) (ioctl.NV_GPREEMPT_TSG_INFO, error) {
 	key := ioctl.TSGKey(g.Client, g.Handle)
 	page, err := ioctl.QueryTSGs(c.esc, c.pid, key-1)
 	if err == nil && (len(page.TSGs) == 0 || page.TSGs[0].Key() != key) {
-		err = ioctl.NV_ERR_INVALID_OBJECT_HANDLE.Err(fmt.Sprintf("gpreempt query pid %d: no group %v/%v", c.pid, g.Client, g.Handle))
+		err = ioctl.NV_ERR_INVALID_OBJECT_HANDLE.Err(fmt.Sprintf("gpreempt query pid %d: no group %v", c.pid, g.ID()))
 	}
 	if err != nil {
 		return ioctl.NV_GPREEMPT_TSG_INFO{}, c.gone(err)

@@ -1,6 +1,7 @@
 package tsg
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -83,6 +84,41 @@ func TestMicrosString(t *testing.T) {
 	for us, want := range map[Micros]string{1: "1us", 200: "200us", 1024: "1024us", 2000: "2ms", 5000000: "5s", 1500000: "1500ms"} {
 		if got := us.String(); got != want {
 			t.Errorf("Micros(%d) = %q, want %q", uint64(us), got, want)
+		}
+	}
+}
+
+// A group's id prints and encodes as the daemon's status and logs always
+// showed it, and orders by client, then handle.
+func TestGroupID(t *testing.T) {
+	g := Group{PID: 4242, FD: 8, Client: 0xc1d00022, Device: 0x5c000002, Handle: 0x5c000015}
+	id := g.ID()
+	if id != (GroupID{Client: 0xc1d00022, Handle: 0x5c000015}) {
+		t.Fatalf("ID() = %+v", id)
+	}
+	if got := id.String(); got != "0xc1d00022/0x5c000015" {
+		t.Errorf("String() = %q", got)
+	}
+	b, err := json.Marshal(id)
+	if err != nil || string(b) != `{"client":"0xc1d00022","handle":"0x5c000015"}` {
+		t.Errorf("json = %s, %v", b, err)
+	}
+	var back GroupID
+	if err := json.Unmarshal(b, &back); err != nil || back != id {
+		t.Errorf("read back %+v, %v", back, err)
+	}
+	for _, tt := range []struct {
+		a, b GroupID
+		want int
+	}{
+		{GroupID{1, 2}, GroupID{1, 2}, 0},
+		{GroupID{1, 9}, GroupID{2, 1}, -1},
+		{GroupID{2, 1}, GroupID{1, 9}, 1},
+		{GroupID{1, 1}, GroupID{1, 2}, -1},
+		{GroupID{0x5c000000, 1}, GroupID{0xc1d00022, 1}, -1},
+	} {
+		if got := tt.a.Compare(tt.b); got != tt.want {
+			t.Errorf("%v.Compare(%v) = %d, want %d", tt.a, tt.b, got, tt.want)
 		}
 	}
 }

@@ -9,6 +9,7 @@
 package tsg
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -173,6 +174,29 @@ func formatMicros(us uint64) string {
 	}
 	return fmt.Sprintf("%dus", us)
 }
+
+// GroupID names one channel group on the machine: the RM handles of its
+// client and of the group itself. RM's client handles are unique on the
+// machine and a group's handle is unique within its client, so the pair
+// holds from the group's allocation to its free, whoever finds it (the
+// tracer, a discovery, a control call).
+type GroupID struct {
+	Client ioctl.Handle `json:"client"`
+	Handle ioctl.Handle `json:"handle"`
+}
+
+func (id GroupID) String() string { return fmt.Sprintf("%v/%v", id.Client, id.Handle) }
+
+// Compare orders ids by client, then handle.
+func (id GroupID) Compare(o GroupID) int {
+	if c := cmp.Compare(id.Client, o.Client); c != 0 {
+		return c
+	}
+	return cmp.Compare(id.Handle, o.Handle)
+}
+
+// ID is the group's identity on the machine.
+func (g Group) ID() GroupID { return GroupID{Client: g.Client, Handle: g.Handle} }
 
 // Key identifies a group across discoveries.
 func (g Group) Key() string {

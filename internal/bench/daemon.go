@@ -113,21 +113,12 @@ func (w classWant) String() string {
 	return fmt.Sprintf("%s (timeslice %s)", w.Class, usArg(w.Timeslice))
 }
 
-// groupReading is one channel group as `gpreemptctl -o json get-timeslice`
-// prints it (the fields the wait looks at).
-type groupReading struct {
-	Handle     string     `json:"handle"`
-	Engine     tsg.Engine `json:"engine"`
-	Timeslice  tsg.Micros `json:"timeslice_us"`
-	Interleave tsg.Level  `json:"interleave"`
-}
-
-// parseReadBack decodes get-timeslice's JSON (a list of processes) into
-// pid's groups.
-func parseReadBack(b []byte, pid int) ([]groupReading, error) {
+// parseReadBack decodes get-timeslice's JSON (a list of processes, each
+// group a tsg.Group as gpreemptctl prints it) into pid's groups.
+func parseReadBack(b []byte, pid int) ([]tsg.Group, error) {
 	var procs []struct {
-		PID    int            `json:"pid"`
-		Groups []groupReading `json:"groups"`
+		PID    int         `json:"pid"`
+		Groups []tsg.Group `json:"groups"`
 	}
 	if err := json.Unmarshal(b, &procs); err != nil {
 		return nil, fmt.Errorf("gpreemptctl get-timeslice output: %w", err)
@@ -141,7 +132,7 @@ func parseReadBack(b []byte, pid int) ([]groupReading, error) {
 }
 
 // holds reports whether every group reads back w (and there is a group).
-func (w classWant) holds(gs []groupReading) bool {
+func (w classWant) holds(gs []tsg.Group) bool {
 	if len(gs) == 0 {
 		return false
 	}
@@ -158,7 +149,7 @@ func (w classWant) holds(gs []groupReading) bool {
 
 // describeGroups writes groups for an error message: "compute 2048us/n/a,
 // copy 1024us/n/a x3".
-func describeGroups(gs []groupReading) string {
+func describeGroups(gs []tsg.Group) string {
 	if len(gs) == 0 {
 		return "no channel groups"
 	}
@@ -197,7 +188,7 @@ type DaemonClassed struct {
 // classWaiter polls a worker's read-back until it holds a class. Its clock,
 // sleep and read-back are injected so that tests need no timing.
 type classWaiter struct {
-	read     func(ctx context.Context, pid int) ([]groupReading, error)
+	read     func(ctx context.Context, pid int) ([]tsg.Group, error)
 	now      func() time.Time
 	sleep    func(ctx context.Context, d time.Duration) error
 	interval time.Duration
@@ -244,7 +235,7 @@ const readBackTimeout = 10 * time.Second
 // readBack runs `gpreemptctl -o json get-timeslice --pid PID` (read-only)
 // and returns pid's groups. Not recorded as a gpreemptctl call: a wait
 // makes many.
-func (c *ctlRunner) readBack(ctx context.Context, pid int) ([]groupReading, error) {
+func (c *ctlRunner) readBack(ctx context.Context, pid int) ([]tsg.Group, error) {
 	ctx, cancel := context.WithTimeout(ctx, readBackTimeout)
 	defer cancel()
 	var out, errb bytes.Buffer

@@ -114,18 +114,18 @@ func TestParseReadBack(t *testing.T) {
 			t.Errorf("%s: pid 1 found", tt.golden)
 		}
 	}
-	g := func(us tsg.Micros, l tsg.Level) groupReading {
-		return groupReading{Engine: tsg.EngineCompute, Timeslice: us, Interleave: l}
+	g := func(us tsg.Micros, l tsg.Level) tsg.Group {
+		return tsg.Group{Engine: tsg.EngineCompute, Timeslice: us, Interleave: l}
 	}
 	for _, tt := range []struct {
-		gs   []groupReading
+		gs   []tsg.Group
 		want bool
 	}{
 		{nil, false},
-		{[]groupReading{g(5_000_000, tsg.LevelUnknown)}, true}, // H100: the level reads n/a
-		{[]groupReading{g(5_000_000, tsg.LevelHigh), g(5_000_000, tsg.LevelUnknown)}, true},
-		{[]groupReading{g(5_000_000, tsg.LevelMedium)}, false},
-		{[]groupReading{g(5_000_000, tsg.LevelHigh), g(2048, tsg.LevelUnknown)}, false},
+		{[]tsg.Group{g(5_000_000, tsg.LevelUnknown)}, true}, // H100: the level reads n/a
+		{[]tsg.Group{g(5_000_000, tsg.LevelHigh), g(5_000_000, tsg.LevelUnknown)}, true},
+		{[]tsg.Group{g(5_000_000, tsg.LevelMedium)}, false},
+		{[]tsg.Group{g(5_000_000, tsg.LevelHigh), g(2048, tsg.LevelUnknown)}, false},
 	} {
 		if got := lc.holds(tt.gs); got != tt.want {
 			t.Errorf("lc holds %+v = %v", tt.gs, got)
@@ -157,10 +157,10 @@ func (c *fakeClock) sleep(ctx context.Context, d time.Duration) error {
 
 func TestClassWaiter(t *testing.T) {
 	be, _ := Scenario{Kind: KindShared, BETimeslice: time.Microsecond}.daemonWants()
-	defaults := []groupReading{{Engine: tsg.EngineCompute, Timeslice: 2048, Interleave: tsg.LevelUnknown}, {Engine: tsg.EngineCopy, Timeslice: 1024, Interleave: tsg.LevelUnknown}}
-	classed := []groupReading{{Engine: tsg.EngineCompute, Timeslice: 1, Interleave: tsg.LevelUnknown}, {Engine: tsg.EngineCopy, Timeslice: 1, Interleave: tsg.LevelUnknown}}
+	defaults := []tsg.Group{{Engine: tsg.EngineCompute, Timeslice: 2048, Interleave: tsg.LevelUnknown}, {Engine: tsg.EngineCopy, Timeslice: 1024, Interleave: tsg.LevelUnknown}}
+	classed := []tsg.Group{{Engine: tsg.EngineCompute, Timeslice: 1, Interleave: tsg.LevelUnknown}, {Engine: tsg.EngineCopy, Timeslice: 1, Interleave: tsg.LevelUnknown}}
 	type step struct {
-		gs   []groupReading
+		gs   []tsg.Group
 		err  error
 		cost time.Duration // how long the read-back takes
 	}
@@ -190,7 +190,7 @@ func TestClassWaiter(t *testing.T) {
 			clk := &fakeClock{t: time.Unix(1000, 0), cancel: tt.cancel}
 			n := 0
 			cw := classWaiter{
-				read: func(_ context.Context, pid int) ([]groupReading, error) {
+				read: func(_ context.Context, pid int) ([]tsg.Group, error) {
 					if pid != 77 {
 						t.Fatalf("read pid %d", pid)
 					}

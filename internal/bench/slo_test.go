@@ -87,7 +87,7 @@ func TestSLOWorkerEnv(t *testing.T) {
 func TestSLOWantsAnyTimeslice(t *testing.T) {
 	sc, _ := parseScenario("slo:defaults")
 	be, lc := sc.daemonWants()
-	gs := []groupReading{{Timeslice: 3000, Interleave: tsg.LevelUnknown}, {Timeslice: 1, Interleave: tsg.LevelUnknown}}
+	gs := []tsg.Group{{Timeslice: 3000, Interleave: tsg.LevelUnknown}, {Timeslice: 1, Interleave: tsg.LevelUnknown}}
 	if be.Timeslice != 0 || lc.Timeslice != 0 || !be.holds(gs) || !lc.holds(gs) {
 		t.Errorf("slo: wants %v %v should accept any timeslice", be, lc)
 	}

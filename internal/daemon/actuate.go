@@ -65,13 +65,13 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 			}
 			return restoreSettings(*g.original), true
 		}
-		if !force && g.appliedIs(want) && gs.TimesliceUs == uint64(*want.Timeslice/time.Microsecond) {
+		if !force && g.appliedIs(want) && gs.Timeslice == tsg.Micros(*want.Timeslice/time.Microsecond) {
 			return tsg.Settings{}, false // holds it already
 		}
 		return want, true
 	}
 	began := r.Now()
-	changed := map[GroupID]bool{}
+	changed := map[tsg.GroupID]bool{}
 	states, err := r.apply(ctx, p, "classify", func(gs GroupState) (tsg.Settings, bool) {
 		s, ok := pick(gs)
 		changed[gs.ID] = ok
@@ -137,8 +137,8 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 func (r *Reconciler) apply(ctx context.Context, p *proc, op string, pick func(GroupState) (tsg.Settings, bool)) ([]GroupState, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.OpTimeout)
 	defer cancel()
-	var changed []GroupID
-	var wantTS = map[GroupID]uint64{}
+	var changed []tsg.GroupID
+	var wantTS = map[tsg.GroupID]tsg.Micros{}
 	t0 := time.Now()
 	states, err := r.ctl.Apply(ctx, p.pid, func(gs GroupState) (tsg.Settings, bool) {
 		if !r.claim(p, gs.ID) {
@@ -148,7 +148,7 @@ func (r *Reconciler) apply(ctx context.Context, p *proc, op string, pick func(Gr
 		if ok {
 			changed = append(changed, gs.ID)
 			if s.Timeslice != nil {
-				wantTS[gs.ID] = uint64(*s.Timeslice / time.Microsecond)
+				wantTS[gs.ID] = tsg.Micros(*s.Timeslice / time.Microsecond)
 			}
 		}
 		return s, ok
@@ -166,7 +166,7 @@ func (r *Reconciler) apply(ctx context.Context, p *proc, op string, pick func(Gr
 		return nil, err
 	}
 	// Sync: the read-back is the truth about which groups exist.
-	seen := map[GroupID]bool{}
+	seen := map[tsg.GroupID]bool{}
 	var owned []GroupState
 	for _, gs := range states {
 		if !r.claim(p, gs.ID) {
@@ -189,8 +189,8 @@ func (r *Reconciler) apply(ctx context.Context, p *proc, op string, pick func(Gr
 		if g == nil {
 			continue
 		}
-		if want, ok := wantTS[id]; ok && g.state.TimesliceUs != want {
-			bad = append(bad, fmt.Sprintf("%v reads %dus, want %dus", id, g.state.TimesliceUs, want))
+		if want, ok := wantTS[id]; ok && g.state.Timeslice != want {
+			bad = append(bad, fmt.Sprintf("%v reads %dus, want %dus", id, g.state.Timeslice, want))
 		}
 	}
 	if len(bad) > 0 {
@@ -218,14 +218,14 @@ func sameSettings(a, b tsg.Settings) bool {
 // restoreSettings puts a group back as it was before us, or at the
 // driver's defaults where that was not read.
 func restoreSettings(orig GroupState) tsg.Settings {
-	ts := time.Duration(orig.TimesliceUs) * time.Microsecond
+	ts := orig.Timeslice.Duration()
 	if ts == 0 {
 		ts = policy.DefaultTimeslice(orig.Engine == tsg.EngineCompute)
 	}
 	// libcuda gives the compute group 2048 us after setup; a group read
 	// before that reads RM's 1024 us and is restored to what libcuda
 	// would have left.
-	if orig.Engine == tsg.EngineCompute && orig.TimesliceUs == 1024 {
+	if orig.Engine == tsg.EngineCompute && orig.Timeslice == 1024 {
 		ts = policy.DefaultTimeslice(true)
 	}
 	l := orig.Interleave

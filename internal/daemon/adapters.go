@@ -142,11 +142,11 @@ func (t *TraceEvents) Run(ctx context.Context, fn func(Event)) error {
 }
 
 // Live lists the groups the registry holds, by owner.
-func (t *TraceEvents) Live() map[int][]GroupID {
-	out := map[int][]GroupID{}
+func (t *TraceEvents) Live() map[int][]tsg.GroupID {
+	out := map[int][]tsg.GroupID{}
 	for _, g := range t.reg.Groups() {
 		if g.PID != 0 {
-			out[g.PID] = append(out[g.PID], GroupID{g.Client, g.Handle})
+			out[g.PID] = append(out[g.PID], g.ID())
 		}
 	}
 	return out
@@ -166,19 +166,19 @@ func Translate(reg *registry.Registry, ev trace.Event) []Event {
 		at, by := time.Duration(u.Call.Exit), int(u.Call.PID)
 		switch u.Kind {
 		case registry.UpdateTSGAlloc:
-			out = append(out, Event{Kind: GroupCreated, PID: u.After.PID, Group: GroupID{u.After.Client, u.After.Handle}, By: by, At: at})
+			out = append(out, Event{Kind: GroupCreated, PID: u.After.PID, Group: u.After.ID(), By: by, At: at})
 		case registry.UpdateChannelAlloc, registry.UpdateEngine:
-			out = append(out, Event{Kind: GroupSetup, PID: u.After.PID, Group: GroupID{u.After.Client, u.After.Handle}, By: by, At: at})
+			out = append(out, Event{Kind: GroupSetup, PID: u.After.PID, Group: u.After.ID(), By: by, At: at})
 		case registry.UpdateControl:
 			if u.After.PID == 0 {
 				continue // owner unknown: made before tracing; the scan adopts it
 			}
-			e := Event{PID: u.After.PID, Group: GroupID{u.After.Client, u.After.Handle}, By: by, At: at}
+			e := Event{PID: u.After.PID, Group: u.After.ID(), By: by, At: at}
 			switch u.Call.Control.Cmd {
 			case ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE:
 				e.Kind = GroupSet
 				if us, ok := u.Call.Control.TimesliceUs(); ok {
-					e.TimesliceUs = us
+					e.Timeslice = tsg.Micros(us)
 				}
 			case ioctl.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL:
 				e.Kind = GroupSet
@@ -189,7 +189,7 @@ func Translate(reg *registry.Registry, ev trace.Event) []Event {
 			}
 			out = append(out, e)
 		case registry.UpdateTSGFree:
-			out = append(out, Event{Kind: GroupFreed, PID: u.Before.PID, Group: GroupID{u.Before.Client, u.Before.Handle}, By: by, At: at})
+			out = append(out, Event{Kind: GroupFreed, PID: u.Before.PID, Group: u.Before.ID(), By: by, At: at})
 		}
 	}
 	return out
@@ -237,7 +237,7 @@ func (c *TSGController) discover(ctx context.Context, pid int) (*tsg.Process, er
 func states(p *tsg.Process) []GroupState {
 	out := make([]GroupState, 0, len(p.Groups))
 	for _, g := range p.Groups {
-		out = append(out, GroupState{ID: GroupID{g.Client, g.Handle}, Engine: g.Engine, TimesliceUs: uint64(g.Timeslice), Interleave: g.Interleave})
+		out = append(out, GroupState{ID: g.ID(), Engine: g.Engine, Timeslice: g.Timeslice, Interleave: g.Interleave})
 	}
 	return out
 }

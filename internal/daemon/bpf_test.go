@@ -134,7 +134,7 @@ func TestBPFEndToEnd(t *testing.T) {
 			switch {
 			case e.Kind == GroupCreated:
 				created++
-			case e.Kind == GroupSet && e.TimesliceUs == 2048:
+			case e.Kind == GroupSet && e.Timeslice == 2048:
 				libcudaSet = e.At
 			}
 		}

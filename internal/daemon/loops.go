@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"time"
+
+	"github.com/gpreempt/gpreempt/tsg"
 )
 
 // sloLoop runs the SLO mode once a window (the policy's, re-read each
@@ -71,7 +73,7 @@ func (d *Daemon) scan(ctx context.Context) {
 			}
 			continue
 		}
-		ids := make([]GroupID, 0, len(states))
+		ids := make([]tsg.GroupID, 0, len(states))
 		for _, s := range states {
 			ids = append(ids, s.ID)
 		}

@@ -1,9 +1,11 @@
 package daemon
 
+import "github.com/gpreempt/gpreempt/tsg"
+
 // Adopt makes pid known with groups found outside the event stream (the
 // first scan, or the scan mode) and classes it at once when it has
 // groups nobody classed yet.
-func (r *Reconciler) Adopt(pid int, groups []GroupID) {
+func (r *Reconciler) Adopt(pid int, groups []tsg.GroupID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p := r.ensure(pid)
@@ -39,7 +41,7 @@ func (r *Reconciler) Adopt(pid int, groups []GroupID) {
 // started first. heldElsewhere says another known process owns id so;
 // takeOver takes id from the others (and forgets one that holds no other
 // group).
-func (r *Reconciler) heldElsewhere(p *proc, id GroupID) bool {
+func (r *Reconciler) heldElsewhere(p *proc, id tsg.GroupID) bool {
 	if g := p.groups[id]; g != nil && g.created {
 		return false
 	}
@@ -68,7 +70,7 @@ func (r *Reconciler) ownsBefore(q, p *proc) bool {
 // claim gives p group id unless a process with the prior claim holds it
 // (false; heldElsewhere); one whose claim comes after gives it up, with
 // what was first read of it (for restore).
-func (r *Reconciler) claim(p *proc, id GroupID) bool {
+func (r *Reconciler) claim(p *proc, id tsg.GroupID) bool {
 	if r.heldElsewhere(p, id) {
 		return false
 	}
@@ -80,7 +82,7 @@ func (r *Reconciler) claim(p *proc, id GroupID) bool {
 	return true
 }
 
-func (r *Reconciler) takeOver(p *proc, id GroupID) *group {
+func (r *Reconciler) takeOver(p *proc, id tsg.GroupID) *group {
 	var taken *group
 	for _, q := range r.procs {
 		if g := q.groups[id]; q != p && g != nil {

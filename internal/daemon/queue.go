@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/gpreempt/gpreempt/tsg"
 )
 
 // A new context is listed by NVML a little after its channel groups
@@ -84,7 +86,7 @@ func (r *Reconciler) Handle(ev Event) {
 		if g.applied == nil {
 			return // exempt, or nothing of ours to hold
 		}
-		if ev.TimesliceUs != 0 && g.applied.Timeslice != nil && ev.TimesliceUs == uint64(*g.applied.Timeslice/time.Microsecond) {
+		if ev.Timeslice != 0 && g.applied.Timeslice != nil && ev.Timeslice == tsg.Micros(*g.applied.Timeslice/time.Microsecond) {
 			return // set to what we hold: no drift
 		}
 		g.drifted = true
@@ -178,7 +180,7 @@ func (r *Reconciler) CheckDrift(states []GroupState, pid int) {
 		if g == nil || !g.classed || g.applied == nil || g.applied.Timeslice == nil {
 			continue
 		}
-		if gs.TimesliceUs != uint64(*g.applied.Timeslice/time.Microsecond) {
+		if gs.Timeslice != tsg.Micros(*g.applied.Timeslice/time.Microsecond) {
 			g.drifted = true
 			r.scheduleDrift(p, g, now)
 		}

@@ -131,7 +131,7 @@ type proc struct {
 	decision policy.Decision
 	// override is a class the process asked for over the socket.
 	override *class.Spec
-	groups   map[GroupID]*group
+	groups   map[tsg.GroupID]*group
 	// pending: classing is due at deadline.
 	pending      bool
 	firstPending time.Duration
@@ -195,13 +195,13 @@ func NewReconciler(pol *policy.Policy, ctl Controller, inspect Inspector, m *Met
 func (r *Reconciler) ensure(pid int) *proc {
 	p := r.procs[pid]
 	if p == nil {
-		p = &proc{pid: pid, groups: map[GroupID]*group{}}
+		p = &proc{pid: pid, groups: map[tsg.GroupID]*group{}}
 		r.procs[pid] = p
 	}
 	return p
 }
 
-func (r *Reconciler) ensureGroup(p *proc, id GroupID) *group {
+func (r *Reconciler) ensureGroup(p *proc, id tsg.GroupID) *group {
 	g := p.groups[id]
 	if g == nil {
 		g = &group{state: GroupState{ID: id, Engine: tsg.EngineUnknown, Interleave: tsg.LevelUnknown}, drift: r.driftBucket()}

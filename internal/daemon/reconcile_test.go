@@ -160,7 +160,7 @@ func (g *rig) scan(pid int) {
 	if err != nil {
 		g.t.Fatal(err)
 	}
-	var ids []GroupID
+	var ids []tsg.GroupID
 	for _, s := range states {
 		ids = append(ids, s.ID)
 	}

@@ -56,27 +56,19 @@ func (k EventKind) String() string {
 	return fmt.Sprintf("kind(%d)", k)
 }
 
-// GroupID names a channel group of a process.
-type GroupID struct {
-	Client ioctl.Handle `json:"client"`
-	Handle ioctl.Handle `json:"handle"`
-}
-
-func (g GroupID) String() string { return fmt.Sprintf("%v/%v", g.Client, g.Handle) }
-
 // Event is one thing the source saw.
 type Event struct {
 	Kind EventKind
 	// PID owns the group (or exited).
 	PID   int
-	Group GroupID
+	Group tsg.GroupID
 	// By is the caller's pid for GroupSet/GroupSetup.
 	By int
 	// At is when it happened (CLOCK_MONOTONIC).
 	At time.Duration
-	// TimesliceUs is the value a SET_TIMESLICE wrote (0: not a timeslice
+	// Timeslice is the value a SET_TIMESLICE wrote (0: not a timeslice
 	// change).
-	TimesliceUs uint64
+	Timeslice tsg.Micros
 }
 
 // Events is a source of events: eBPF, or nothing (scan mode).
@@ -87,16 +79,16 @@ type Events interface {
 	Run(ctx context.Context, fn func(Event)) error
 	// Live reports the pids the source knows own groups now, with their
 	// groups (the registry), for status and for the first reconcile.
-	Live() map[int][]GroupID
+	Live() map[int][]tsg.GroupID
 }
 
 // GroupState is one group as read back after a change.
 type GroupState struct {
-	ID          GroupID    `json:"id"`
-	Engine      tsg.Engine `json:"engine"`
-	TimesliceUs uint64     `json:"timeslice_us"`
-	Interleave  tsg.Level  `json:"interleave"`
-	GPU         string     `json:"gpu,omitempty"`
+	ID         tsg.GroupID `json:"id"`
+	Engine     tsg.Engine  `json:"engine"`
+	Timeslice  tsg.Micros  `json:"timeslice_us"`
+	Interleave tsg.Level   `json:"interleave"`
+	GPU        string      `json:"gpu,omitempty"`
 }
 
 // Controller reaches a process's groups. Every call attaches, acts and

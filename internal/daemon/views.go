@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/tsg"
 )
 
 func gpuLabel(gs []policy.GPU) string {
@@ -90,12 +91,7 @@ func (r *Reconciler) Snapshot() []ProcStatus {
 		if p.decision.Rule == "" {
 			ps.Class = ""
 		}
-		ids := slices.SortedFunc(maps.Keys(p.groups), func(a, b GroupID) int {
-			if a.Client != b.Client {
-				return int(int64(a.Client) - int64(b.Client))
-			}
-			return int(int64(a.Handle) - int64(b.Handle))
-		})
+		ids := slices.SortedFunc(maps.Keys(p.groups), tsg.GroupID.Compare)
 		for _, id := range ids {
 			ps.Groups = append(ps.Groups, p.groups[id].state)
 		}

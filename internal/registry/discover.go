@@ -192,9 +192,9 @@ func (r *Registry) merge(id ProcessID, comm string, found []tsg.Group, began uin
 		// exit event must still count.
 		p.verified = max(p.verified, began)
 	}
-	seen := map[objectKey]bool{}
+	seen := map[tsg.GroupID]bool{}
 	for _, d := range found {
-		key := objectKey{d.Client, d.Handle}
+		key := d.ID()
 		seen[key] = true
 		if _, ok := r.clients[d.Client]; !ok {
 			r.clients[d.Client] = owner{pid: uint32(id.PID), comm: p.comm, fd: int32(d.FD)}
@@ -232,7 +232,7 @@ func (r *Registry) settle(gs []tsg.Group) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, d := range gs {
-		if g := r.groups[objectKey{d.Client, d.Handle}]; g != nil {
+		if g := r.groups[d.ID()]; g != nil {
 			settle(g, d)
 		}
 	}

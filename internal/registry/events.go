@@ -123,20 +123,21 @@ func (r *Registry) alloc(e *trace.RMCall) []Update {
 		if _, known := r.processes[int(e.PID)]; !known {
 			out = r.see(e.PID, e.Comm)
 		}
-		if old, ok := r.groups[objectKey{a.Client, a.Object}]; ok {
+		id := tsg.GroupID{Client: a.Client, Handle: a.Object}
+		if old, ok := r.groups[id]; ok {
 			// RM refuses a handle in use, so the old group was freed
 			// unseen (its file closed while tracing was off).
 			out = append(out, r.removeGroup(nil, old, UpdateTSGFree))
 		}
 		g := newGroup(e.PID, e.Comm, e.FD, a.Client, a.Parent, a.Object)
 		g.Created = e.Exit
-		r.groups[objectKey{a.Client, a.Object}] = g
+		r.groups[id] = g
 		return append(out, Update{Kind: UpdateTSGAlloc, Process: r.idOf(g.PID), Call: e, After: g.clone()})
 	}
 	if !e.OK() {
 		return nil
 	}
-	if g, ok := r.groups[objectKey{a.Client, a.Parent}]; ok {
+	if g, ok := r.groups[tsg.GroupID{Client: a.Client, Handle: a.Parent}]; ok {
 		before := g.clone()
 		switch {
 		case ioctl.IsChannelClass(a.Class):
@@ -145,7 +146,7 @@ func (r *Registry) alloc(e *trace.RMCall) []Update {
 				return nil
 			}
 			g.Channels++
-			r.channels[key] = g.Handle
+			r.channels[key] = g.ID()
 			return []Update{{Kind: UpdateChannelAlloc, Process: r.idOf(g.PID), Call: e, Before: before, After: g.clone(), Object: a.Object, Class: a.Class}}
 		case a.Class == ioctl.FERMI_CONTEXT_SHARE_A:
 			// A subcontext exists only under the compute group.
@@ -153,8 +154,8 @@ func (r *Registry) alloc(e *trace.RMCall) []Update {
 		}
 		return nil
 	}
-	if h, ok := r.channels[objectKey{a.Client, a.Parent}]; ok {
-		g := r.groups[objectKey{a.Client, h}]
+	if id, ok := r.channels[objectKey{a.Client, a.Parent}]; ok {
+		g := r.groups[id]
 		if g == nil {
 			return nil
 		}
@@ -186,8 +187,8 @@ func (r *Registry) free(e *trace.RMCall) []Update {
 		// Freeing a client frees everything in it.
 		o, known := r.clients[f.Client]
 		delete(r.clients, f.Client)
-		for k, g := range r.groups {
-			if k.client == f.Client {
+		for id, g := range r.groups {
+			if id.Client == f.Client {
 				out = append(out, r.removeGroup(e, g, UpdateTSGFree))
 			}
 		}
@@ -197,13 +198,13 @@ func (r *Registry) free(e *trace.RMCall) []Update {
 		}
 		return out
 	}
-	key := objectKey{f.Client, f.Object}
-	if g, ok := r.groups[key]; ok {
+	if g, ok := r.groups[tsg.GroupID{Client: f.Client, Handle: f.Object}]; ok {
 		return []Update{r.removeGroup(e, g, UpdateTSGFree)}
 	}
-	if h, ok := r.channels[key]; ok {
+	key := objectKey{f.Client, f.Object}
+	if id, ok := r.channels[key]; ok {
 		delete(r.channels, key)
-		if g := r.groups[objectKey{f.Client, h}]; g != nil {
+		if g := r.groups[id]; g != nil {
 			before := g.clone()
 			g.Channels--
 			return []Update{{Kind: UpdateChannelFree, Process: r.idOf(g.PID), Call: e, Before: before, After: g.clone(), Object: f.Object}}
@@ -221,12 +222,13 @@ func (r *Registry) free(e *trace.RMCall) []Update {
 }
 
 func (r *Registry) removeGroup(e *trace.RMCall, g *Group, kind UpdateKind) Update {
-	for k, h := range r.channels {
-		if k.client == g.Client && h == g.Handle {
+	id := g.ID()
+	for k, of := range r.channels {
+		if of == id {
 			delete(r.channels, k)
 		}
 	}
-	delete(r.groups, objectKey{g.Client, g.Handle})
+	delete(r.groups, id)
 	return Update{Kind: kind, Process: r.idOf(g.PID), Call: e, Before: g.clone()}
 }
 
@@ -250,7 +252,7 @@ func (r *Registry) control(e *trace.RMCall) []Update {
 	if !ioctl.IsChannelGroupControl(c.Cmd) {
 		return nil
 	}
-	key := objectKey{c.Client, c.Object}
+	key := tsg.GroupID{Client: c.Client, Handle: c.Object}
 	g, ok := r.groups[key]
 	if !ok {
 		if !e.OK() {

@@ -104,24 +104,24 @@ func TestReplaysLibcuda(t *testing.T) {
 	if len(us) != 1 || us[0].Before.Timeslice != 0 || us[0].After.Timeslice != 200 || us[0].Origin != registry.OriginOther {
 		t.Fatalf("set timeslice update %+v", us)
 	}
-	g, _ := r.Group(client, copyTSG)
+	g, _ := r.Group(tsg.GroupID{Client: client, Handle: copyTSG})
 	if last := g.Changes[len(g.Changes)-1]; last.By.Comm != "gpreemptctl" || last.By.PID != 999 || g.PID != 4242 || last.Value != "200us" {
 		t.Errorf("after gpreemptctl: %+v", g)
 	}
 	// A refused control changes nothing but is reported.
 	us = r.Apply(tracetest.SetTimeslice(ctl, 5, client, copyTSG, 1, ioctl.NV_ERR_INVALID_CLIENT, &clock))
-	if g2, _ := r.Group(client, copyTSG); len(us) != 1 || us[0].Change != nil || g2.Timeslice != 200 || len(g2.Changes) != len(g.Changes) {
+	if g2, _ := r.Group(tsg.GroupID{Client: client, Handle: copyTSG}); len(us) != 1 || us[0].Change != nil || g2.Timeslice != 200 || len(g2.Changes) != len(g.Changes) {
 		t.Errorf("a refused SET_TIMESLICE changed the group: %+v", g2)
 	}
 	r.Apply(tracetest.Preempt(ctl, 5, client, computeTSG, 250e3, &clock))
 	r.Apply(tracetest.SetInterleave(ctl, 5, client, computeTSG, ioctl.NVA06C_CTRL_INTERLEAVE_LEVEL_HIGH, &clock))
-	if g, _ := r.Group(client, computeTSG); g.Preemptions != 1 || g.Interleave != tsg.LevelHigh {
+	if g, _ := r.Group(tsg.GroupID{Client: client, Handle: computeTSG}); g.Preemptions != 1 || g.Interleave != tsg.LevelHigh {
 		t.Errorf("after preempt and interleave: %+v", g)
 	}
 
 	// Frees: a channel, then a group, then the device takes the rest.
 	r.Apply(tracetest.Free(python, 8, client, copyTSG, 0x5c000040, &clock))
-	if g, _ := r.Group(client, copyTSG); g.Channels != 3 {
+	if g, _ := r.Group(tsg.GroupID{Client: client, Handle: copyTSG}); g.Channels != 3 {
 		t.Errorf("after freeing a channel: %d channels", g.Channels)
 	}
 	if us := r.Apply(tracetest.Free(python, 8, client, device, copyTSG, &clock)); len(us) != 1 || us[0].Kind != registry.UpdateTSGFree {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/ioctl"
+	"github.com/gpreempt/gpreempt/tsg"
 )
 
 // Options configure a Registry. The zero value is usable for a registry
@@ -62,14 +63,16 @@ type Registry struct {
 	mu        sync.Mutex
 	processes map[int]*process
 	clients   map[ioctl.Handle]owner
-	groups    map[objectKey]*Group
-	channels  map[objectKey]ioctl.Handle // channel -> its group's handle
+	groups    map[tsg.GroupID]*Group
+	channels  map[objectKey]tsg.GroupID // channel -> its group
 	subs      map[*Subscription]struct{}
 
 	opsMu sync.Mutex
 	ops   map[int]*opLock
 }
 
+// objectKey names an RM object other than a group (a channel): its
+// handle is unique within its client.
 type objectKey struct{ client, handle ioctl.Handle }
 
 // owner is who allocated a client: the process and its file.
@@ -94,8 +97,8 @@ func New(opts Options) *Registry {
 		source: opts.Source, lister: opts.Lister, procs: opts.Procs, self: uint32(opts.Self), now: opts.Now, log: opts.Logger,
 		processes: map[int]*process{},
 		clients:   map[ioctl.Handle]owner{},
-		groups:    map[objectKey]*Group{},
-		channels:  map[objectKey]ioctl.Handle{},
+		groups:    map[tsg.GroupID]*Group{},
+		channels:  map[objectKey]tsg.GroupID{},
 		subs:      map[*Subscription]struct{}{},
 		ops:       map[int]*opLock{},
 	}
@@ -187,12 +190,11 @@ func (r *Registry) Groups() []Group {
 	return out
 }
 
-// Group returns one group by client and handle (RM's client handles are
-// unique on the machine, so the pair names one group).
-func (r *Registry) Group(client, handle ioctl.Handle) (Group, bool) {
+// Group returns one group by its id.
+func (r *Registry) Group(id tsg.GroupID) (Group, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	g, ok := r.groups[objectKey{client, handle}]
+	g, ok := r.groups[id]
 	if !ok {
 		return Group{}, false
 	}
@@ -204,10 +206,8 @@ func sortGroups(gs []Group) {
 		switch {
 		case a.PID != b.PID:
 			return cmp.Compare(a.PID, b.PID)
-		case a.Client != b.Client:
-			return cmp.Compare(a.Client, b.Client)
 		}
-		return cmp.Compare(a.Handle, b.Handle)
+		return a.ID().Compare(b.ID())
 	})
 }
 
