@@ -31,8 +31,7 @@ type arms struct {
 func (s arms) rung(a Arm) int { return slices.Index(s.ladder, a.BETimeslice) }
 
 func (s arms) allowed(a Arm) bool {
-	i := s.rung(a)
-	return i >= s.lo && i <= s.hi && (!a.Gate || s.gate) && (!a.Prepreempt || a.BETimeslice <= s.prepreempt)
+	return slices.Contains(s.ladder[s.lo:s.hi+1], a.BETimeslice) && (!a.Gate || s.gate) && (!a.Prepreempt || a.BETimeslice <= s.prepreempt)
 }
 
 // all lists the arms allowed now, in a fixed order.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
+	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
 // DefaultLadder: the fastest yield (1 us), the class default (200 us), and
@@ -349,14 +350,14 @@ func (c *Controller) learn(ss []sample, share float64) {
 	for _, s := range ss {
 		if k := objKey(s.LCSample); !math.IsNaN(s.ratio) {
 			c.learnScatter(k, get(e.lc, k), s.ratio)
-			e.lc[k].add(s.ratio)
+			e.lc[k].Add(s.ratio)
 		}
 	}
 	for k, x := range shownOf(ss) {
 		c.learnScatter(k+" shown", get(e.shown, k), x)
-		e.shown[k].add(x)
+		e.shown[k].Add(x)
 	}
-	e.share.add(share)
+	e.share.Add(share)
 }
 
 // shownOf is what each process showed this window, in seconds: its
@@ -378,9 +379,9 @@ func shownOf(ss []sample) map[string]float64 {
 func (c *Controller) changed(ss []sample) (changed, judged bool) {
 	z, n := math.NaN(), 0
 	for k, x := range shownOf(ss) {
-		if s := c.est(c.cur).shown[k]; s.known() && s.w >= levelWindows {
+		if s := c.est(c.cur).shown[k]; known(s) && s.W >= levelWindows {
 			n++
-			if r := (x - s.mean()) / s.sd(c.scatterOf(k+" shown")); !(math.Abs(r) <= math.Abs(z)) {
+			if r := (x - s.Mean()) / s.SD(c.scatterOf(k+" shown"), priorWindows); !(math.Abs(r) <= math.Abs(z)) {
 				z = r
 			}
 		}
@@ -388,7 +389,7 @@ func (c *Controller) changed(ss []sample) (changed, judged bool) {
 	if math.IsNaN(z) {
 		return false, false // an arm not measured enough yet
 	}
-	z = mostDeviantOf(z, n)
+	z = stats.MostDeviant(z, n)
 	most := c.opts.Threshold/changeWindows + drift
 	z = max(-most, min(most, z))
 	c.cusum = [2]float64{max(0, c.cusum[0]+z-drift), max(0, c.cusum[1]-z-drift)}
@@ -400,18 +401,6 @@ func (c *Controller) changed(ss []sample) (changed, judged bool) {
 	clear(c.scatter)
 	clear(c.left)
 	return true, true
-}
-
-// mostDeviantOf is z, the residual farthest from 0 of n processes', as
-// one residual as likely (Šidák): of 8 processes' noise the most deviant
-// is 2 deviations out a window in 2, and would sum to a change often.
-func mostDeviantOf(z float64, n int) float64 {
-	if n <= 1 {
-		return z
-	}
-	p := math.Erfc(math.Abs(z) / math.Sqrt2)             // two-sided, one process
-	pn := -math.Expm1(float64(n) * math.Log1p(-p))       // of n
-	return math.Copysign(math.Sqrt2*math.Erfcinv(pn), z) // Inf where p underflows: clamped
 }
 
 // relearn drops the references of the LCs in force after a change, to

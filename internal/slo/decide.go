@@ -128,15 +128,15 @@ func (c *Controller) candidate(than *Arm) (best Arm, ok bool) {
 // better reports whether a is expected to give BE more than b: by Margin
 // where both are measured, else in the prior order.
 func (c *Controller) better(a, b Arm) bool {
-	if c.est(a).share.known() && c.est(b).share.known() {
+	if known(&c.est(a).share) && known(&c.est(b).share) {
 		return c.share(a) > c.share(b)+c.opts.Margin
 	}
 	return c.share(a) > c.share(b)
 }
 
 func (c *Controller) shareText(a Arm) string {
-	if e := &c.est(a).share; e.known() {
-		return fmt.Sprintf("BE at %.1f%%", 100*e.mean())
+	if e := &c.est(a).share; known(e) {
+		return fmt.Sprintf("BE at %.1f%%", 100*e.Mean())
 	}
 	return "more BE share expected"
 }
@@ -144,8 +144,6 @@ func (c *Controller) shareText(a Arm) string {
 // leftUnproven backs arm a off from exploring: it was left missing or
 // undecided; each time again it waits twice as long, maxBackoff times.
 func (c *Controller) leftUnproven(a Arm) {
-	l := c.left[a]
-	l.n = min(l.n+1, maxBackoff)
-	l.until = c.tick + c.opts.HalfLife<<(l.n-1)
-	c.left[a] = l
+	n := min(c.left[a].n+1, maxBackoff)
+	c.left[a] = struct{ n, until int }{n, c.tick + c.opts.HalfLife<<(n-1)}
 }

@@ -1,40 +1,18 @@
 package slo
 
 import (
-	"maps"
 	"math"
 	"slices"
 	"time"
+
+	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
-// est is a forgetting estimate of one quantity under one arm: weighted
-// sums of its windows, each weight halved every HalfLife windows; w is
-// the windows it effectively rests on.
-type est struct{ w, sx, sxx float64 }
+// est is a forgetting estimate of one quantity under one arm, each
+// window's weight halved every HalfLife windows.
+type est = stats.Forgetting
 
-func (e *est) add(x float64) {
-	if !math.IsNaN(x) && !math.IsInf(x, 0) {
-		e.w, e.sx, e.sxx = e.w+1, e.sx+x, e.sxx+x*x
-	}
-}
-
-func (e *est) decay(f float64) { e.w, e.sx, e.sxx = e.w*f, e.sx*f, e.sxx*f }
-func (e *est) known() bool     { return e != nil && e.w >= minWeight }
-func (e *est) mean() float64   { return e.sx / e.w }
-
-// sd is one window's standard deviation, pooled with a prior relative
-// scatter (the LC's, learnt under every arm): a few windows that happen
-// to agree do not make a noisy LC look steady.
-func (e *est) sd(scatter float64) float64 {
-	m, p := e.mean(), scatter*e.mean()
-	return math.Sqrt((max(0, e.sxx-e.sx*m) + priorWindows*p*p) / (e.w + priorWindows))
-}
-
-// bounds are the mean's confidence bounds, z standard errors either side.
-func (e *est) bounds(z, scatter float64) (lo, hi float64) {
-	se := e.sd(scatter) / math.Sqrt(e.w)
-	return e.mean() - z*se, e.mean() + z*se
-}
+func known(e *est) bool { return e != nil && e.W >= minWeight }
 
 // armEst is what one arm showed: each objective's latency/target (by
 // objective key), each process's median in seconds (changes are read from
@@ -44,30 +22,26 @@ type armEst struct {
 	share     est
 }
 
-func decayAll(m map[string]*est, f float64) {
-	for _, e := range m {
-		e.decay(f)
+// fade decays m's estimates by f and drops those faded to nothing (of
+// processes gone: keys are per process).
+func fade(m map[string]*est, f float64) {
+	for k, e := range m {
+		if e.Decay(f); e.W < forgotten {
+			delete(m, k)
+		}
 	}
 }
 
-// decay fades every estimate by f and drops those that faded to nothing:
-// of processes gone (keys are per process), of arms long not visited.
+// decay fades every estimate by f, and drops arms long not visited.
 func (c *Controller) decay(f float64) {
-	for _, e := range c.arms {
-		decayAll(e.lc, f)
-		decayAll(e.shown, f)
-		e.share.decay(f)
-	}
-	decayAll(c.scatter, f)
-	gone := func(_ string, e *est) bool { return e.w < forgotten }
 	for a, e := range c.arms {
-		maps.DeleteFunc(e.lc, gone)
-		maps.DeleteFunc(e.shown, gone)
-		if len(e.lc) == 0 && len(e.shown) == 0 && e.share.w < forgotten {
+		fade(e.lc, f)
+		fade(e.shown, f)
+		if e.share.Decay(f); len(e.lc) == 0 && len(e.shown) == 0 && e.share.W < forgotten {
 			delete(c.arms, a)
 		}
 	}
-	maps.DeleteFunc(c.scatter, gone)
+	fade(c.scatter, f)
 }
 
 func get(m map[string]*est, k string) *est {
@@ -81,8 +55,8 @@ func get(m map[string]*est, k string) *est {
 // every arm (an LC's own noise is the same under each), at least
 // scatterFloor; scatterPrior until scatterAfter windows have shown it.
 func (c *Controller) scatterOf(k string) float64 {
-	if e := c.scatter[k]; e.known() && e.w >= scatterAfter {
-		return max(math.Sqrt(e.mean()), scatterFloor)
+	if e := c.scatter[k]; known(e) && e.W >= scatterAfter {
+		return max(math.Sqrt(e.Mean()), scatterFloor)
 	}
 	return scatterPrior
 }
@@ -91,10 +65,10 @@ func (c *Controller) scatterOf(k string) float64 {
 // (before x), into k's scatter: at most scatterClip deviations, scaled
 // for the mean that x is not part of.
 func (c *Controller) learnScatter(k string, e *est, x float64) {
-	if e.known() && e.w >= 1 && e.mean() != 0 {
+	if known(e) && e.W >= 1 && e.Mean() != 0 {
 		sc := c.scatterOf(k)
-		d := max(-scatterClip*sc, min(scatterClip*sc, (x-e.mean())/e.mean()))
-		get(c.scatter, k).add(d * d * e.w / (e.w + 1))
+		d := max(-scatterClip*sc, min(scatterClip*sc, (x-e.Mean())/e.Mean()))
+		get(c.scatter, k).Add(d * d * e.W / (e.W + 1))
 	}
 }
 
@@ -129,13 +103,13 @@ func (c *Controller) feasibility(a Arm) feasibility {
 // gives BE more is no better than priorSpread (at Z) under its
 // neighbour.
 func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
-	if e := c.est(a).lc[k]; e.known() {
-		return e.bounds(c.opts.Z, c.scatterOf(k))
+	if e := c.est(a).lc[k]; known(e) {
+		return e.Bounds(c.opts.Z, c.scatterOf(k), priorWindows)
 	}
 	lo = math.Inf(-1)
 	for _, n := range c.set.neighbours(a) {
-		if e := c.est(n).lc[k]; e.known() && !protects(c.set, n, a) {
-			lo = max(lo, e.mean()*(1-c.opts.Z*priorSpread))
+		if e := c.est(n).lc[k]; known(e) && !protects(c.set, n, a) {
+			lo = max(lo, e.Mean()*(1-c.opts.Z*priorSpread))
 		}
 	}
 	return lo, math.Inf(1)
@@ -151,10 +125,10 @@ func (c *Controller) measured(a Arm) (w, worst float64) {
 	w, worst = math.Inf(1), math.Inf(-1)
 	for k := range c.active {
 		e := c.est(a).lc[k]
-		if !e.known() {
+		if !known(e) {
 			return 0, math.NaN()
 		}
-		w, worst = min(w, e.w), max(worst, e.mean())
+		w, worst = min(w, e.W), max(worst, e.Mean())
 	}
 	if math.IsInf(w, 1) {
 		return 0, math.NaN()
@@ -166,8 +140,8 @@ func (c *Controller) measured(a Arm) (w, worst float64) {
 // measured arm's scaled by the prior order, else the prior order (BE
 // share unknown: only the order matters).
 func (c *Controller) share(a Arm) float64 {
-	if e := &c.est(a).share; e.known() {
-		return e.mean()
+	if e := &c.est(a).share; known(e) {
+		return e.Mean()
 	}
 	near, dist := Arm{}, math.MaxInt
 	for _, b := range c.set.all() { // in order: a tie goes the same way every time
@@ -178,14 +152,14 @@ func (c *Controller) share(a Arm) float64 {
 		if a.Prepreempt != b.Prepreempt {
 			d++
 		}
-		if e := c.arms[b]; e != nil && e.share.known() && d < dist {
+		if e := c.arms[b]; e != nil && known(&e.share) && d < dist {
 			near, dist = b, d
 		}
 	}
 	if dist == math.MaxInt {
 		return c.set.priorShare(a)
 	}
-	return min(1, c.est(near).share.mean()*c.set.priorShare(a)/c.set.priorShare(near))
+	return min(1, c.est(near).share.Mean()*c.set.priorShare(a)/c.set.priorShare(near))
 }
 
 // median of vs (the mean of the middle two for an even count); vs is

@@ -2,10 +2,11 @@ package slo
 
 import (
 	"fmt"
-	"github.com/gpreempt/gpreempt/internal/slo/objective"
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/gpreempt/gpreempt/internal/slo/objective"
 )
 
 // reference is what a relative objective is measured against: a process's

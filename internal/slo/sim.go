@@ -1,12 +1,12 @@
 package slo
 
 import (
-	"github.com/gpreempt/gpreempt/internal/slo/objective"
-
 	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/gpreempt/gpreempt/internal/slo/objective"
 )
 
 // Point is a workload's response at one BE timeslice: LC latency over its

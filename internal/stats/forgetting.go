@@ -1,0 +1,48 @@
+package stats
+
+import "math"
+
+// Forgetting is an exponentially forgetting estimate of one quantity: the
+// weighted sums of its observations, every weight multiplied by Decay's
+// factor. W is how many observations it effectively rests on.
+type Forgetting struct{ W, Sx, Sxx float64 }
+
+// Add folds in one observation (NaN and infinities are ignored).
+func (e *Forgetting) Add(x float64) {
+	if !math.IsNaN(x) && !math.IsInf(x, 0) {
+		e.W, e.Sx, e.Sxx = e.W+1, e.Sx+x, e.Sxx+x*x
+	}
+}
+
+// Decay multiplies every weight by f.
+func (e *Forgetting) Decay(f float64) { e.W, e.Sx, e.Sxx = e.W*f, e.Sx*f, e.Sxx*f }
+
+// Mean is the weighted mean (NaN with no weight).
+func (e *Forgetting) Mean() float64 { return e.Sx / e.W }
+
+// SD is one observation's standard deviation, pooled with a prior
+// relative scatter weighted as prior observations: a few observations
+// that happen to agree do not make a noisy quantity look steady.
+func (e *Forgetting) SD(scatter, prior float64) float64 {
+	m, p := e.Mean(), scatter*e.Mean()
+	return math.Sqrt((max(0, e.Sxx-e.Sx*m) + prior*p*p) / (e.W + prior))
+}
+
+// Bounds are the mean's confidence bounds, z standard errors either side.
+func (e *Forgetting) Bounds(z, scatter, prior float64) (lo, hi float64) {
+	se := e.SD(scatter, prior) / math.Sqrt(e.W)
+	return e.Mean() - z*se, e.Mean() + z*se
+}
+
+// MostDeviant is z, the standard normal deviate farthest from 0 of n
+// independent ones, as one deviate as likely (Šidák): of 8 the most
+// deviant is 2 deviations out half the time, and read as one would look
+// like a shift. Infinite where its chance underflows.
+func MostDeviant(z float64, n int) float64 {
+	if n <= 1 {
+		return z
+	}
+	p := math.Erfc(math.Abs(z) / math.Sqrt2)       // two-sided, one
+	pn := -math.Expm1(float64(n) * math.Log1p(-p)) // of n
+	return math.Copysign(math.Sqrt2*math.Erfcinv(pn), z)
+}

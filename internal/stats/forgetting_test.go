@@ -1,0 +1,54 @@
+package stats
+
+import (
+	"math"
+	"testing"
+)
+
+func TestForgetting(t *testing.T) {
+	var e Forgetting
+	for _, x := range []float64{1, 2, 3, math.NaN(), math.Inf(1)} {
+		e.Add(x)
+	}
+	if e.W != 3 || e.Mean() != 2 {
+		t.Fatalf("after 1, 2, 3 and two ignored: %+v, mean %v", e, e.Mean())
+	}
+	// Sample variance about the mean: (1+0+1)/3; with no prior weight.
+	if sd := e.SD(0, 0); math.Abs(sd-math.Sqrt(2.0/3)) > 1e-12 {
+		t.Errorf("SD %v", sd)
+	}
+	// A prior of 10% scatter weighted as 3 observations widens it.
+	if sd := e.SD(0.1, 3); math.Abs(sd-math.Sqrt((2+3*0.04)/6)) > 1e-12 {
+		t.Errorf("SD with prior %v", sd)
+	}
+	lo, hi := e.Bounds(2, 0, 0)
+	if se := math.Sqrt(2.0/3) / math.Sqrt(3); math.Abs(lo-(2-2*se)) > 1e-12 || math.Abs(hi-(2+2*se)) > 1e-12 {
+		t.Errorf("bounds %v %v", lo, hi)
+	}
+	e.Decay(0.5)
+	if e.W != 1.5 || e.Mean() != 2 {
+		t.Errorf("decay: %+v", e)
+	}
+}
+
+func TestMostDeviant(t *testing.T) {
+	for _, tc := range []struct {
+		z    float64
+		n    int
+		want float64
+	}{
+		{2, 1, 2},
+		{-2, 1, -2},
+		{0, 8, 0},
+		// The most deviant of 8 at 2.0 is as likely as one at ~1.01.
+		{2, 8, 1.0131},
+		{-3, 4, -2.5505},
+	} {
+		if got := MostDeviant(tc.z, tc.n); math.Abs(got-tc.want) > 1e-3 {
+			t.Errorf("MostDeviant(%v, %d) = %v, want %v", tc.z, tc.n, got, tc.want)
+		}
+	}
+	if !math.IsInf(MostDeviant(40, 8), 1) {
+		t.Error("a deviate whose chance underflows is not +Inf")
+	}
+}
