@@ -126,9 +126,8 @@ func (e *Engine) Hint(ctx context.Context, class string, expectedPrep time.Durat
 	go func() {
 		defer e.pending.Add(-1)
 		// Sleep only the part beyond a millisecond, then spin: Go's
-		// timers oversleep by up to hundreds of microseconds on a VM
-		// (measured on the H100 machine: most spinners launched after
-		// Ready with a 150 us spin margin). The sleep ends early when the
+		// timers oversleep by up to hundreds of microseconds on a VM, which
+		// would launch a spinner after Ready. The sleep ends early when the
 		// request ends or the engine closes, so no goroutine outlives its
 		// request.
 		if d := time.Duration(at-e.clk.now()) - spinWindow; d > 0 {

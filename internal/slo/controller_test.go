@@ -930,11 +930,9 @@ func TestCalibrationIsNotAWorkloadChange(t *testing.T) {
 }
 
 // eagerSlowBeside is an eager LC whose latency beside BE under the
-// shortest rung is 1.30x its standalone latency: on the H100 the eager
-// PyTorch LC's p50 under 1 us was 0.92x, 1.43x and 1.26x of its
-// standalone run in three repetitions (2026-11-23, docs/SLO.md), the
-// issue's one run 1.01x. Modelled around that: 200 us - 1 ms within
-// 1.05x, 2-3 ms past it; BE shares as EagerPyTorchH100.
+// shortest rung is 1.30x its standalone latency, as eager LCs were in
+// some repetitions (docs/SLO-H100.md): 200 us - 1 ms within 1.05x, 2-3 ms
+// past it; BE shares as EagerPyTorchH100.
 var eagerSlowBeside = Workload{
 	Name: "eager-slow-beside", Baseline: 6 * time.Millisecond, Noise: 0.08, ShareNoise: 0.03, Requests: 50,
 	Points: []Point{
@@ -1387,9 +1385,8 @@ func TestEqualRungsDoNotFlap(t *testing.T) {
 
 func TestPassesAreBounded(t *testing.T) {
 	// A chain of mild misses leads to a far one: 200 us undecided, 500 us
-	// a mild miss, 1 ms undecided, 2 ms a far miss (on the H100 the eager
-	// LC ran 1.01-1.09x its objective under 200 us - 1.5 ms, and a chain
-	// of such tries took an earlier search to where it missed). Each arm
+	// a mild miss, 1 ms undecided, 2 ms a far miss (an eager LC a few
+	// percent either side of its objective over several rungs). Each arm
 	// past a mild miss may be tried; the far miss costs one try of the
 	// dwell (two windows) per HalfLife at most.
 	obj := Objective{Quantile: 0.5, Inflation: 1.05}
