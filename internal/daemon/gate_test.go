@@ -500,9 +500,7 @@ func TestGateRunArmsLaunchProbes(t *testing.T) {
 		}
 	}
 	g.followLCs(nil) // before the first event, as Run does before its loop
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); g.Run(ctx, nil) }()
+	stop := runGate(t, g)
 	g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleLaunch, PID: 10, TID: 1})
 	if on := <-arms; on {
 		t.Fatal("launch probes turned on at a request's start")
@@ -515,8 +513,7 @@ func TestGateRunArmsLaunchProbes(t *testing.T) {
 		t.Fatal("launch probes not turned back on at the request's end")
 	}
 	eventually(t, "BE resumed", func() bool { return !pause.isStopped(20) })
-	cancel()
-	<-done
+	stop()
 }
 
 // An LC whose engine gates its own requests is told the policy's mode and
@@ -577,9 +574,7 @@ func TestGateEndsWhileArming(t *testing.T) {
 		}
 	}
 	g.followLCs(nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); g.Run(ctx, nil) }()
+	stop := runGate(t, g)
 	g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleLaunch, PID: 10, TID: 1})
 	if on := <-arms; on {
 		t.Fatal("launch probes turned on at a request's start")
@@ -597,8 +592,7 @@ func TestGateEndsWhileArming(t *testing.T) {
 	if on := <-arms; !on {
 		t.Fatal("launch probes not turned back on after the request")
 	}
-	cancel()
-	<-done
+	stop()
 }
 
 // Launches seen while a hold opened queue requests for the loop; once that
@@ -659,10 +653,7 @@ func TestGateLearnsGPUs(t *testing.T) {
 	lp := &learningProcs{gateProcs: procs, learnt: make(chan struct{}, 1)}
 	pause := &fakePause{stopped: map[int]bool{}}
 	g := NewRequestGate(lp, pause, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { g.Run(ctx, nil); close(done) }()
-	defer func() { cancel(); <-done }()
+	runGate(t, g)
 	<-lp.learnt
 	// The loop's next resync takes the LC's GPUs; until then the hold
 	// below may still stop everyone, so wait for it.
@@ -684,4 +675,15 @@ func TestGateLearnsGPUs(t *testing.T) {
 	if pause.everStopped(21) {
 		t.Error("a BE on GPU 1 was stopped for an LC request on GPU 0")
 	}
+}
+
+// runGate runs g's loop until stop is called, or the test ends; stop
+// waits for the loop to return.
+func runGate(t *testing.T, g *RequestGate) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.Run(ctx, nil) }()
+	stop = sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(stop)
+	return stop
 }
