@@ -485,3 +485,46 @@ func TestGoneProcessesCostNothing(t *testing.T) {
 		t.Errorf("estimates kept after 40, 80, 120 processes came and went: %v, want no growth", after)
 	}
 }
+
+// TestReturningLCFindsItsArm: an LC that meets its objective only with
+// pre-preemption, run three times with a gap between (the hint engine goes
+// with it, so the gap's arms are without pre-preemption). The arms the
+// first processes missed under are backed off for them; a new process,
+// whose estimates start empty, is not barred by those back-offs from
+// stepping to the arm it needs: it is there within a few windows of its
+// references, and keeps it (the search once sat at the safe arm, 5x over,
+// for 20 windows).
+func TestReturningLCFindsItsArm(t *testing.T) {
+	obj := Objective{Quantile: 0.5, Inflation: 1.03}
+	const run, gap = 45, 8
+	for seed := range uint64(10) {
+		c := mustNew(t, Options{NoPause: true, Ladder: []time.Duration{time.Microsecond, 50 * time.Microsecond, 200 * time.Microsecond, 500 * time.Microsecond}})
+		g := NewSimGPU(seed)
+		var ds []Decision
+		prev := c.Arm()
+		for i := range 3 * (run + gap) {
+			rep, at := i/(run+gap), i%(run+gap)
+			g.Key, g.Missing, g.Prepreempt = fmt.Sprintf("lc-%d", rep), at >= run, 50*time.Microsecond
+			if g.Missing {
+				g.Prepreempt = 0
+			}
+			o := g.WindowArm(hinted, obj, c.Arm(), prev)
+			prev = c.Arm()
+			d := c.Observe(o)
+			ds = append(ds, d)
+		}
+		for rep := range 3 {
+			w := ds[rep*(run+gap) : rep*(run+gap)+run]
+			first := slices.IndexFunc(w, func(d Decision) bool { return d.Phase == phaseDeciding })
+			met := 0
+			for _, d := range w[first+12:] {
+				if r, _ := hinted.AtArm(d.Arm); r <= obj.Inflation {
+					met++
+				}
+			}
+			if first < 0 || met < len(w)-first-12-2 {
+				t.Errorf("seed %d rep %d: deciding from window %d, objective met in %d of the %d windows from 12 after: %v", seed, rep, first, met, len(w)-first-12, armSummary(w))
+			}
+		}
+	}
+}
