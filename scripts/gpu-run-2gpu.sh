@@ -268,7 +268,10 @@ fi
 T_START=$SECONDS
 rm -rf "$W" "$RUN"; mkdir -p "$OUT" "$W" "$RUN"; chmod 0755 "$RUN"
 {
-  echo "gpu-run-2gpu.sh at $(git rev-parse --short HEAD 2>/dev/null || echo '?'), binaries: $("$C/gpreemptd" --version 2>&1 || echo "no $C/gpreemptd")"
+  if [ -x "$C/gpreemptd" ]; then bins=$("$C/gpreemptd" --version 2>&1)
+  elif [ -e "$K/gpreemptd.xz" ]; then bins="$(xz -dc "$K/gpreemptd.xz" > "$RUN/gpreemptd" && chmod +x "$RUN/gpreemptd" && "$RUN/gpreemptd" --version 2>&1) (of $K)"
+  else bins="none found"; fi
+  echo "gpu-run-2gpu.sh at $(git rev-parse --short HEAD 2>/dev/null || echo '?'), binaries: $bins"
   echo "parts:$sel TOTAL_LIMIT=$TOTAL_LIMIT SLO_REPEAT=$SLO_REPEAT SLO_DURATION=$SLO_DURATION SLO_LEAD_IN=$SLO_LEAD_IN GATE_VARIANTS='$GATE_VARIANTS'"
   [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && echo "note: CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES in the environment; every worker sets or unsets its own"
 } > "$W/header.txt"
