@@ -165,7 +165,6 @@ slo:
   safe: 200us
   shared_floor: 200us
   prepreempt_below: 500us
-  calibrate: shortest
 requests:
   default_max: lc
 YAML
