@@ -10,7 +10,9 @@
 #   dgate  eager LLM decode with gpreemptd's gate (no app change): gpreemptd
 #          classes the workers from GPREEMPT_CLASS (BE at 2 ms, the driver's
 #          default, LC 5 s) and holds BE stopped for each traced request
-# REPEAT sets the interleaved repetitions (default 5). Results under $OUT/<part>/.
+# REPEAT sets the interleaved repetitions (default 5); DGATE_ARGS adds
+# gpreempt-bench flags to dgate (--gemm-size 4096: a BE drawing less power).
+# Results under $OUT/<part>/.
 set -uo pipefail
 OUT=${OUT:-/tmp/gate-out}; RUNS=${RUNS:-/tmp/gate-runs}; mkdir -p "$OUT" "$RUNS"
 C=$PWD/.carry
@@ -69,7 +71,7 @@ YAML
       DPID=$!
       for i in $(seq 40); do [ -S $D/d.sock ] && break; sleep 0.25; done
       run dgate --daemon-socket $D/d.sock --scenarios llm-standalone,daemon:llm-be-2ms,llm-be-only \
-        --duration "${LLM_DURATION:-8s}" --repeat "${DGATE_REPEAT:-3}"
+        --duration "${LLM_DURATION:-8s}" --repeat "${DGATE_REPEAT:-3}" ${DGATE_ARGS:-}
       $C/gpreemptctl -o json daemon status --socket $D/d.sock > "$OUT/dgate/status.json" 2>&1
       curl -s 127.0.0.1:19480/metrics | grep gpreemptd_gate >> "$OUT/summary.md"
       kill $DPID; wait $DPID
