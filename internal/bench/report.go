@@ -113,7 +113,7 @@ func writeHeader(b *strings.Builder, res *Results) {
 		fmt.Fprintf(b, "- %s: LC %s batch %d (%s) every %s, %d requests per run; BE %s training, batch %d (BE rate in iterations/s)\n",
 			rt, c.PyLCModel, c.PyLCBatch, mode, fmtDuration(c.PyPeriod), c.lcRequests(Scenario{Runtime: rt}), c.PyBEModel, c.PyBEBatch)
 	}
-	b.WriteString("- Ratios: to the standalone (and be-only) run of the same repetition; \"CI\" is a bootstrap 95% interval of the ratio of quantiles over all repetitions' requests together; \"clock-normalised\" scales the LC latency by the scenario's SM clock over the standalone one's (exact only for clock-bound kernels)\n")
+	b.WriteString("- Ratios: to the standalone (and be-only) run of the same repetition; \"CI\" is a bootstrap 95% interval of the ratio of quantiles over all repetitions' requests together; \"clock-normalised\" scales the LC latency by the scenario's SM clock over the standalone one's (exact only for clock-bound kernels under a steady clock: NVML shows it ~100 ms late)\n")
 }
 
 func writeSummary(b *strings.Builder, res *Results) {

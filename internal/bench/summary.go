@@ -410,7 +410,9 @@ func summaryWarnings(s *ScenarioSummary) []string {
 }
 
 // clockWarnings notes an SM clock that differs from the standalone one's
-// by more than 10%: the LC ratio then holds that much from the clock alone.
+// by more than 10%: the LC ratio then holds that much from the clock alone,
+// unless BE stops for the LC's requests: NVML shows the clock ~100 ms late,
+// while a stopped BE's power cap lifts within ~25 ms (docs/GATE.md).
 func clockWarnings(g, standalone *TelemetrySummary) []string {
 	if g == nil || standalone == nil || standalone.SMClockP50 <= 0 || g.SMClockP50 <= 0 {
 		return nil
@@ -424,7 +426,7 @@ func clockWarnings(g, standalone *TelemetrySummary) []string {
 		dir = "faster"
 		f = 1 / f
 	}
-	return []string{fmt.Sprintf("SM clock p50 %.0f MHz against %.0f MHz standalone: a clock-bound LC runs %.2fx %s from that alone (see the clock-normalised ratio)",
+	return []string{fmt.Sprintf("SM clock p50 %.0f MHz against %.0f MHz standalone: a clock-bound LC runs %.2fx %s from that alone (see the clock-normalised ratio), unless BE stops for its requests (a gate): NVML shows the clock ~100 ms late",
 		g.SMClockP50, standalone.SMClockP50, f, dir)}
 }
 
