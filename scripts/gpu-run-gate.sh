@@ -9,7 +9,9 @@
 #   synth  synthetic pre-preemption (500 us prep, BE 1 us)
 #   dgate  eager LLM decode with gpreemptd's gate (no app change): gpreemptd
 #          classes the workers from GPREEMPT_CLASS (BE at 2 ms, the driver's
-#          default, LC 5 s) and holds BE stopped for each traced request
+#          default, LC 5 s) and holds BE stopped for each traced request;
+#          daemon:llm-standalone is the LC alone under the daemon (its
+#          tracing's cost); DGATE_SCENARIOS replaces the list
 # REPEAT sets the interleaved repetitions (default 5); DGATE_ARGS adds
 # gpreempt-bench flags to dgate (--gemm-size 4096: a BE drawing less power).
 # Results under $OUT/<part>/.
@@ -70,7 +72,7 @@ YAML
       $C/gpreemptd --config $D/policy.yaml --socket $D/d.sock --metrics-addr 127.0.0.1:19480 --log-level debug > $D/gpreemptd.log 2>&1 &
       DPID=$!
       for i in $(seq 40); do [ -S $D/d.sock ] && break; sleep 0.25; done
-      run dgate --daemon-socket $D/d.sock --scenarios llm-standalone,daemon:llm-be-2ms,llm-be-only \
+      run dgate --daemon-socket $D/d.sock --scenarios "${DGATE_SCENARIOS:-llm-standalone,daemon:llm-standalone,daemon:llm-be-2ms,llm-be-only}" \
         --duration "${LLM_DURATION:-8s}" --repeat "${DGATE_REPEAT:-3}" ${DGATE_ARGS:-}
       $C/gpreemptctl -o json daemon status --socket $D/d.sock > "$OUT/dgate/status.json" 2>&1
       curl -s 127.0.0.1:19480/metrics | grep gpreemptd_gate >> "$OUT/summary.md"

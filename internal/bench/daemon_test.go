@@ -17,7 +17,7 @@ import (
 )
 
 func TestParseDaemonScenarios(t *testing.T) {
-	scs, err := ParseScenarios("be-1us,daemon:be-1us,prepreempt-be-1us,daemon:prepreempt-be-1us,daemon:pytorch-be-1ms,daemon:be-1us@x2")
+	scs, err := ParseScenarios("be-1us,daemon:be-1us,prepreempt-be-1us,daemon:prepreempt-be-1us,daemon:pytorch-be-1ms,daemon:be-1us@x2,daemon:llm-standalone")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,6 +28,7 @@ func TestParseDaemonScenarios(t *testing.T) {
 		{Name: "daemon:prepreempt-be-1us", Kind: KindShared, Runtime: RuntimeKernels, BETimeslice: time.Microsecond, Hints: true, Daemon: true},
 		{Name: "daemon:pytorch-be-1ms", Kind: KindShared, Runtime: RuntimePyTorch, BETimeslice: time.Millisecond, Daemon: true},
 		{Name: "daemon:be-1us@x2", Kind: KindShared, Runtime: RuntimeKernels, BETimeslice: time.Microsecond, Daemon: true, PeriodFactor: 2},
+		{Name: "daemon:llm-standalone", Kind: KindStandalone, Runtime: RuntimeLLM, Daemon: true},
 	}
 	if !slices.Equal(scs, want) {
 		t.Fatalf("got  %+v\nwant %+v", scs, want)
@@ -42,14 +43,18 @@ func TestParseDaemonScenarios(t *testing.T) {
 	if lc, be := baselineNames(scs[1]); lc != "standalone" || be != "be-only" {
 		t.Errorf("baselines %s, %s", lc, be)
 	}
-	for _, bad := range []string{"daemon:standalone", "daemon:be-only", "daemon:defaults", "daemon:be-ratio:3000us:1000us",
+	// The LC alone under the daemon compares with the plain standalone run.
+	if lc, _ := baselineNames(scs[6]); lc != "llm-standalone" || scs[6].LCCount() != 1 || scs[6].BECount() != 0 {
+		t.Errorf("daemon:llm-standalone: baseline %s, %d LC, %d BE", lc, scs[6].LCCount(), scs[6].BECount())
+	}
+	for _, bad := range []string{"daemon:be-only", "daemon:defaults", "daemon:be-ratio:3000us:1000us",
 		"daemon:multi-tenant", "daemon:daemon:be-1us", "daemon:", "daemon:be-0us"} {
 		if _, err := ParseScenarios(bad); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: err %v, want ErrInvalidArgument", bad, err)
 		}
 	}
-	if _, err := ParseScenarios("daemon:standalone"); err == nil || !strings.Contains(err.Error(), "daemon: takes an LC + BE scenario") {
-		t.Errorf("daemon:standalone: %v", err)
+	if _, err := ParseScenarios("daemon:be-only"); err == nil || !strings.Contains(err.Error(), "daemon: takes an LC + BE scenario") {
+		t.Errorf("daemon:be-only: %v", err)
 	}
 }
 
@@ -265,7 +270,7 @@ printf '[{"pid":%s,"comm":"x","groups":[{"pid":%s,"handle":"0x5c000015","engine"
 
 func TestRunDaemonScenarios(t *testing.T) {
 	ctl, calls := fakeDaemonCtl(t, "")
-	o := testOptions(t, "standalone,be-1us,daemon:be-1us,be-only", ctl)
+	o := testOptions(t, "standalone,be-1us,daemon:be-1us,daemon:standalone,be-only", ctl)
 	o.DaemonPoll, o.DaemonTimeout = 5*time.Millisecond, 5*time.Second
 	env, stdout := testEnv(t, "")
 	// Inherited by the orchestrator, dropped for every worker.
@@ -296,8 +301,14 @@ func TestRunDaemonScenarios(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("class --pid %d --be-timeslice 1us be env=\nclass --pid %d lc env=\n-o json get-timeslice --pid %d env=be\n-o json get-timeslice --pid %d env=lc\n",
-		p.BE[0].Result.PID, p.LC.PID, d.BE[0].Result.PID, d.LC.PID)
+	// The LC alone under the daemon: classed lc by it, no BE, related to
+	// the plain standalone run.
+	a := byName["daemon:standalone"]
+	if len(a.DaemonClassed) != 1 || a.DaemonClassed[0].Label != "lc" || len(a.BE) != 0 || a.LCP50VsStandalone == 0 {
+		t.Errorf("daemon:standalone: classed %+v, %d BE, p50 ratio %v", a.DaemonClassed, len(a.BE), a.LCP50VsStandalone)
+	}
+	want := fmt.Sprintf("class --pid %d --be-timeslice 1us be env=\nclass --pid %d lc env=\n-o json get-timeslice --pid %d env=be\n-o json get-timeslice --pid %d env=lc\n-o json get-timeslice --pid %d env=lc\n",
+		p.BE[0].Result.PID, p.LC.PID, d.BE[0].Result.PID, d.LC.PID, a.LC.PID)
 	if string(got) != want {
 		t.Errorf("gpreemptctl calls:\n%s\nwant:\n%s", got, want)
 	}

@@ -159,7 +159,7 @@ func ParseScenarios(list string) ([]Scenario, error) {
 	return out, nil
 }
 
-const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, {pytorch[-eager]|llm[-graph]}-gate-{standalone|defaults|be-<timeslice>}, llm[-graph][-standalone|-be-only|-defaults|-be-<timeslice>], be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>|:<ts1>:<ts2>|:lc-only], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, slo:[pytorch[-eager]-][prepreempt-]defaults, slo:multi-tenant[:be:<w1>:be:<w2>], slo:pytorch@switch, slo:[prepreempt-]defaults@switch"
+const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, {pytorch[-eager]|llm[-graph]}-gate-{standalone|defaults|be-<timeslice>}, llm[-graph][-standalone|-be-only|-defaults|-be-<timeslice>], be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>|:<ts1>:<ts2>|:lc-only], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, daemon:[pytorch[-eager]-|llm[-graph]-]standalone, slo:[pytorch[-eager]-][prepreempt-]defaults, slo:multi-tenant[:be:<w1>:be:<w2>], slo:pytorch@switch, slo:[prepreempt-]defaults@switch"
 
 func parseScenario(name string) (Scenario, error) {
 	sc := Scenario{Name: name, Runtime: RuntimeKernels}
@@ -299,8 +299,10 @@ func parseScenario(name string) (Scenario, error) {
 		}
 		return sc, nil
 	}
-	if sc.Daemon && (sc.Kind != KindShared || sc.BETimeslice == 0) {
-		return bad("daemon: takes an LC + BE scenario with a BE class timeslice, such as daemon:be-1us or daemon:prepreempt-be-1us")
+	// An LC alone under the daemon (daemon:llm-standalone) is what its
+	// tracing costs the LC, against the plain standalone run.
+	if sc.Daemon && sc.Kind != KindStandalone && (sc.Kind != KindShared || sc.BETimeslice == 0) {
+		return bad("daemon: takes an LC + BE scenario with a BE class timeslice, such as daemon:be-1us or daemon:prepreempt-be-1us, or an LC alone, such as daemon:llm-standalone")
 	}
 	return sc, nil
 }
