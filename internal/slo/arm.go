@@ -50,10 +50,8 @@ func (s arms) all() []Arm {
 // clamp is the allowed arm nearest a: its rung within lo..hi, the gate and
 // pre-preemption off where not allowed.
 func (s arms) clamp(a Arm) Arm {
-	a.BETimeslice = s.ladder[min(max(s.rung(a), s.lo), s.hi)]
-	a.Gate = a.Gate && s.gate
-	a.Prepreempt = a.Prepreempt && a.BETimeslice <= s.prepreempt
-	return a
+	t := s.ladder[min(max(s.rung(a), s.lo), s.hi)]
+	return Arm{t, a.Gate && s.gate, a.Prepreempt && t <= s.prepreempt}
 }
 
 // neighbours are the allowed arms one step from a: a rung either way, the

@@ -150,8 +150,7 @@ func (c *Controller) learning(how string) bool {
 // endCalibration goes back to the arm the calibration left.
 func (c *Controller) endCalibration(d Decision) Decision {
 	c.phase, c.cusum = phaseDeciding, [2]float64{}
-	// Back-offs came from what LCs before it showed, and estimates are per
-	// process: kept, they would bar a new LC from the arms it needs.
+	// Back-offs were earned by the LCs before (estimates are per process).
 	clear(c.left)
 	d.Cause = CauseCalibrate
 	to := c.set.clamp(c.cal.from)
