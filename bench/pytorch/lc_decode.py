@@ -34,7 +34,7 @@ import os
 import sys
 import time
 
-from lc_infer import parse_duration, write_json  # beside this script, as gpreempt-bench writes them
+from lc_infer import LatencyPusher, parse_duration, write_json  # beside this script, as gpreempt-bench writes them
 
 SCHEMA = 1
 
@@ -91,6 +91,12 @@ def main():
     ap.add_argument("--out", default="-")
     ap.add_argument("--gate", action="store_true", help="hold the GPU from BE for each whole request (libgpreempt's gate)")
     ap.add_argument("--hint-launcher", choices=("goroutine", "poller"), default="goroutine")
+    ap.add_argument("--push-latency", default="", metavar="SOCKET",
+                    help="push each window's request latency, TTFT and TPOT quantiles to gpreemptd at this unix socket (its SLO mode)")
+    ap.add_argument("--push-period", type=parse_duration, default="1s",
+                    help="with --push-latency: one window this long (the daemon's slo.window)")
+    ap.add_argument("--lead-in", type=parse_duration, default="0",
+                    help="after the go line, run requests this long before measuring (pushed with --push-latency, not kept)")
     a = ap.parse_args()
     if a.requests <= 0 or a.period <= 0 or a.new_tokens < 2 or a.prompt < 1:
         ap.error("--requests, --period, --prompt must be positive and --new-tokens at least 2")
@@ -157,6 +163,28 @@ def main():
     samples, late = [], 0
     gc.collect()
     gc.disable()
+    pusher = LatencyPusher(a.push_latency, a.push_period, gp) if a.push_latency else None
+    if pusher:
+        pusher.start()
+
+    def timed(t0, tokens):
+        # Request latency, time to first token, mean time per output token after it.
+        return tokens[-1] - t0, tokens[0] - t0, (tokens[-1] - tokens[0]) // (len(tokens) - 1)
+
+    lead_in = 0
+    if a.lead_in > 0:
+        # Requests pushed to gpreemptd but not kept: its SLO mode settles
+        # before the measured window.
+        t = time.monotonic_ns()
+        while lead_in * a.period < a.lead_in:
+            arrival = t + lead_in * a.period
+            now = time.monotonic_ns()
+            if now < arrival:
+                time.sleep((arrival - now) / 1e9)
+            lat, ttft, tpot = timed(*request())
+            if pusher:
+                pusher.record(lat, ttft=ttft, tpot=tpot)
+            lead_in += 1
     start = time.monotonic_ns()
     for i in range(a.requests):
         arrival = start + i * a.period
@@ -165,18 +193,21 @@ def main():
             time.sleep((arrival - now) / 1e9)
         elif now - arrival > a.period:
             late += 1
-        t0, tokens = request()
-        t1 = tokens[-1]
+        lat, ttft, tpot = timed(*request())
         samples.append({
             "arrival_mono_ns": arrival,
             "prep_ns": 0,
             "launch_call_ns": 0,
-            "latency_ns": t1 - t0,
+            "latency_ns": lat,
             "gpu_ns": 0,
-            "ttft_ns": tokens[0] - t0,
-            "tpot_ns": (tokens[-1] - tokens[0]) // (len(tokens) - 1),
+            "ttft_ns": ttft,
+            "tpot_ns": tpot,
         })
+        if pusher:
+            pusher.record(lat, ttft=ttft, tpot=tpot)
     end = time.monotonic_ns()
+    if pusher:
+        pusher.stop()
     gc.enable()
     result = {
         "schema": SCHEMA,
@@ -186,7 +217,7 @@ def main():
         "gpu_stamps": False,
         "config": {"family": a.family, "prompt": a.prompt, "new_tokens": a.new_tokens, "graph": a.graph,
                    "loop": a.loop, "period_ns": a.period, "gate": gp is not None, "torch": torch.__version__,
-                   "transformers": tf_version},
+                   "transformers": tf_version, "lead_in_ns": a.lead_in, "lead_in_requests": lead_in},
         "requested": a.requests,
         "warmup": a.warmup,
         "measure_start_mono_ns": start,

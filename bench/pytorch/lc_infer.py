@@ -66,10 +66,13 @@ def quantile(sorted_vals, q):
     return sorted_vals[i]
 
 
-def window_body(latencies_ns, duration_ns, total):
+def window_body(latencies_ns, duration_ns, total, parts=None):
     """The POST /v1/stats body for one window: the JSON of
     internal/daemon/client.Stats with pid 0 (the daemon takes the caller's
-    pid from the socket) and a window of latency quantiles in microseconds."""
+    pid from the socket) and a window of latency quantiles in microseconds.
+    parts maps "ttft"/"tpot" to the window's times of an LLM server's
+    requests (ns): they go as ttft_p50 .. tpot_p99, which objectives such
+    as tpot_p50<=12ms bound."""
     lat = sorted(latencies_ns)
     w = {"duration_ms": max(duration_ns, 1) / 1e6, "requests": len(lat), "latency_us": {}}
     if lat:
@@ -80,6 +83,11 @@ def window_body(latencies_ns, duration_ns, total):
             "max": lat[-1] / 1e3,
             "mean": sum(lat) / len(lat) / 1e3,
         }
+    for name, vals in sorted((parts or {}).items()):
+        vals = sorted(vals)
+        if vals:
+            for q, key in ((0.50, "p50"), (0.90, "p90"), (0.99, "p99")):
+                w["latency_us"][f"{name}_{key}"] = quantile(vals, q) / 1e3
     return {"pid": 0, "requests": total, "expired_holds": 0, "window": w}
 
 
@@ -120,7 +128,7 @@ class LatencyPusher:
     def __init__(self, path, period_ns, engine=None):
         self.path, self.period_ns, self.engine = path, period_ns, engine
         self.lock = threading.Lock()
-        self.lat, self.total = [], 0
+        self.lat, self.parts, self.total = [], {}, 0
         self.since = time.monotonic_ns()
         self.stop_ev = threading.Event()
         self.failed = False
@@ -130,16 +138,19 @@ class LatencyPusher:
         self.since = time.monotonic_ns()
         self.thread.start()
 
-    def record(self, latency_ns):
+    def record(self, latency_ns, **parts):
+        """Notes one request; parts are its ttft=/tpot= times (ns)."""
         with self.lock:
             self.lat.append(latency_ns)
+            for name, v in parts.items():
+                self.parts.setdefault(name, []).append(v)
             self.total += 1
 
     def push(self):
         now = time.monotonic_ns()
         with self.lock:
-            lat, self.lat = self.lat, []
-            body = window_body(lat, now - self.since, self.total)
+            lat, self.lat, parts, self.parts = self.lat, [], self.parts, {}
+            body = window_body(lat, now - self.since, self.total, parts)
             self.since = now
         try:
             if self.engine is not None:
@@ -160,9 +171,12 @@ class LatencyPusher:
             self.push()
 
     def stop(self):
+        """Stops the thread and pushes what the last window recorded."""
         self.stop_ev.set()
         if self.thread.is_alive():
             self.thread.join()
+        if self.lat:
+            self.push()
 
 
 def spin_until(t_ns):

@@ -76,6 +76,7 @@ func (r *runner) pythonLCArgv(sc Scenario, out string) ([]string, []string) {
 		if sc.Runtime == RuntimeLLMGraph {
 			argv = append(argv, "--graph")
 		}
+		argv = append(argv, r.pushArgs(sc)...)
 		if !sc.Gate {
 			return argv, pythonEnv
 		}

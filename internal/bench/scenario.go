@@ -159,7 +159,7 @@ func ParseScenarios(list string) ([]Scenario, error) {
 	return out, nil
 }
 
-const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, {pytorch[-eager]|llm[-graph]}-gate-{standalone|defaults|be-<timeslice>}, llm[-graph][-standalone|-be-only|-defaults|-be-<timeslice>], be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>|:<ts1>:<ts2>|:lc-only], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, daemon:[pytorch[-eager]-|llm[-graph]-]standalone, slo:[pytorch[-eager]-][prepreempt-]defaults, slo:multi-tenant[:be:<w1>:be:<w2>], slo:pytorch@switch, slo:[prepreempt-]defaults@switch"
+const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, {pytorch[-eager]|llm[-graph]}-gate-{standalone|defaults|be-<timeslice>}, llm[-graph][-standalone|-be-only|-defaults|-be-<timeslice>], be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>|:<ts1>:<ts2>|:lc-only], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, daemon:[pytorch[-eager]-|llm[-graph]-]standalone, slo:[pytorch[-eager]-][prepreempt-]defaults, slo:llm[-graph]-defaults, slo:multi-tenant[:be:<w1>:be:<w2>], slo:pytorch@switch, slo:[prepreempt-]defaults@switch"
 
 func parseScenario(name string) (Scenario, error) {
 	sc := Scenario{Name: name, Runtime: RuntimeKernels}
@@ -283,9 +283,6 @@ func parseScenario(name string) (Scenario, error) {
 	}
 	if sc.Hints && sc.Runtime.LLM() {
 		return bad("an LLM decode request is launch-bound: use gate-, not prepreempt-")
-	}
-	if sc.Runtime.LLM() && sc.SLO {
-		return bad("slo: does not run the LLM workers yet")
 	}
 	if sc.PeriodFactor != 0 && !sc.HasLC() {
 		return bad("a rate factor needs an LC worker")

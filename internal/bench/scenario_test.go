@@ -38,7 +38,7 @@ func TestParseScenarios(t *testing.T) {
 		{in: "gate-be-1us", wantErr: true},
 		{in: "llm-prepreempt-be-1us", wantErr: true},
 		{in: "llm-gate-be-only", wantErr: true},
-		{in: "slo:llm", wantErr: true},
+		{in: "slo:llm-be-1us", wantErr: true},
 		{in: "pytorch,pytorch-standalone,pytorch-be-1us,pytorch-be-only", want: []Scenario{
 			{Name: "pytorch", Kind: KindShared, Runtime: RuntimePyTorch},
 			{Name: "pytorch-standalone", Kind: KindStandalone, Runtime: RuntimePyTorch},

@@ -102,9 +102,13 @@ func TestSLOWantsAnyTimeslice(t *testing.T) {
 
 func TestSLOLCArgvPushes(t *testing.T) {
 	r := &runner{env: runEnv{self: []string{"/opt/gp/gpreempt-bench"}}, scripts: "/tmp/scripts",
-		o: runOptions{Requests: 10, PyRequests: 10, Python: "python3", DaemonSocket: "/tmp/d.sock", SLOLeadIn: 25 * time.Second}}
-	for _, name := range []string{"slo:defaults", "slo:pytorch-eager", "slo:pytorch"} {
-		sc, _ := parseScenario(name)
+		o: runOptions{Requests: 10, PyRequests: 10, Python: "python3", DaemonSocket: "/tmp/d.sock", SLOLeadIn: 25 * time.Second,
+			Duration: 8 * time.Second, LLMPeriod: 800 * time.Millisecond}}
+	for _, name := range []string{"slo:defaults", "slo:pytorch-eager", "slo:pytorch", "slo:llm-defaults", "slo:llm-graph-defaults"} {
+		sc, err := parseScenario(name)
+		if err != nil {
+			t.Fatal(err)
+		}
 		argv, _ := r.lcArgv(sc, "lc.json")
 		if !hasArgs(argv, "--push-latency", "/tmp/d.sock") || !hasArgs(argv, "--lead-in", "25s") {
 			t.Errorf("%s: argv lacks --push-latency or --lead-in: %v", name, argv)
@@ -236,14 +240,23 @@ p = m.LatencyPusher(sys.argv[2], 1_000_000_000, e)
 p.record(2_000_000)
 p.push()
 print(json.dumps(e.told))
+# An LLM server's window: TTFT and TPOT quantiles beside the latency's.
+print(json.dumps(m.window_body([2_000_000], 1_000_000_000, 1, {"tpot": [12_000_000, 10_000_000], "ttft": [30_000_000]})))
 `
 	out, err := exec.Command(py, "-c", script, "../../bench/pytorch", sock).CombinedOutput()
 	if err != nil {
 		t.Fatalf("python: %v: %s", err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 3 || lines[0] != `{"prepreempt": false, "slo": true}` || lines[2] != "false" {
-		t.Fatalf("python output %q; want the reply, an empty window and the engine told false", out)
+	if len(lines) != 4 || lines[0] != `{"prepreempt": false, "slo": true}` || lines[2] != "false" {
+		t.Fatalf("python output %q; want the reply, an empty window, the engine told false and an LLM window", out)
+	}
+	llm, _, err := daemon.ParseStats([]byte(lines[3]))
+	if err != nil || llm.Window == nil {
+		t.Fatalf("LLM window %s refused: %v", lines[3], err)
+	}
+	if q := llm.Window.LatencyUs; q["p50"] != 2000 || q["tpot_p50"] != 10000 || q["tpot_p99"] != 12000 || q["ttft_p50"] != 30000 || q["ttft_p90"] != 30000 {
+		t.Errorf("LLM window quantiles %v", q)
 	}
 	s, _, err := daemon.ParseStats(<-bodies)
 	if err != nil {
@@ -447,6 +460,10 @@ def device(kind, index=0): return (kind, index)
 def randn(*shape): return _T()
 def empty_like(t, device=None): return _T()
 def inference_mode(): return contextlib.nullcontext()
+float16 = "float16"
+def manual_seed(s): pass
+def randint(lo, hi, shape, device=None): return _T()
+def ones_like(t): return _T()
 class backends:
     class cudnn:
         benchmark = False
@@ -475,15 +492,30 @@ from . import models
     def __call__(self, x): return x
 def resnet50(weights=None): return _Model()
 `,
+	// lc_decode.py's lean loop: a model whose every step returns a token
+	// at once.
+	"transformers/__init__.py": `__version__ = "stub"
+class _Tok:
+    def argmax(self, dim): return self
+    def item(self): return 0
+class _Logits:
+    def __getitem__(self, k): return _Tok()
+class _Out:
+    logits = _Logits()
+    past_key_values = None
+class GPT2Config:
+    def __init__(self, **kw): self.vocab_size = kw["vocab_size"]
+class GPT2LMHeadModel:
+    def __init__(self, cfg): self.config = cfg
+    def to(self, device=None, dtype=None): return self
+    def eval(self): return self
+    def __call__(self, x, past_key_values=None, use_cache=True): return _Out()
+`,
 }
 
-// TestPythonLCLeadIn runs lc_infer.py end to end on a stub torch: the
-// lead-in's requests run before the measured ones and are not kept.
-func TestPythonLCLeadIn(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("no python3")
-	}
+// writeStubTorch writes stubTorch into a directory for PYTHONPATH.
+func writeStubTorch(t *testing.T) string {
+	t.Helper()
 	stub := t.TempDir()
 	for name, src := range stubTorch {
 		p := filepath.Join(stub, name)
@@ -494,6 +526,82 @@ func TestPythonLCLeadIn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return stub
+}
+
+// TestPythonDecodePushes runs lc_decode.py end to end on a stub torch and
+// transformers against a fake daemon: the lead-in's requests are pushed,
+// not kept, and every window carries TTFT and TPOT quantiles for an
+// objective such as tpot_p50<=12ms.
+func TestPythonDecodePushes(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	bodies := make(chan []byte, 1000)
+	sock := unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		bodies <- b
+		w.Write([]byte(`{"slo":true}`))
+	}))
+	out := filepath.Join(t.TempDir(), "lc.json")
+	cmd := exec.Command(py, "../../bench/pytorch/lc_decode.py", "--loop", "lean", "--period", "1ms", "--requests", "3", "--warmup", "1",
+		"--lead-in", "5ms", "--push-latency", sock, "--push-period", "1s", "--out", out)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+writeStubTorch(t))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("lc_decode.py: %v: %s", err, b)
+	}
+	var res struct {
+		Config struct {
+			LeadInNs       int64 `json:"lead_in_ns"`
+			LeadInRequests int   `json:"lead_in_requests"`
+		} `json:"config"`
+		Samples []struct {
+			TTFT int64 `json:"ttft_ns"`
+			TPOT int64 `json:"tpot_ns"`
+		} `json:"samples"`
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Config.LeadInNs != 5e6 || res.Config.LeadInRequests != 5 || len(res.Samples) != 3 {
+		t.Errorf("lead-in %d ns, %d requests, %d samples; want 5ms, 5, 3", res.Config.LeadInNs, res.Config.LeadInRequests, len(res.Samples))
+	}
+	// The pusher's last window goes when it stops: every request of the
+	// run (5 lead-in, 3 measured) in one 1 s window.
+	close(bodies)
+	n := 0
+	for body := range bodies {
+		s, _, err := daemon.ParseStats(body)
+		if err != nil {
+			t.Fatalf("push %s refused: %v", body, err)
+		}
+		if w := s.Window; w != nil && w.Requests > 0 {
+			n += int(w.Requests)
+			for _, k := range []string{"p50", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99"} {
+				if _, ok := w.LatencyUs[k]; !ok {
+					t.Errorf("window %v lacks %s", w.LatencyUs, k)
+				}
+			}
+		}
+	}
+	if n != 8 {
+		t.Errorf("%d requests pushed; want 8 (5 lead-in, 3 measured)", n)
+	}
+}
+
+// TestPythonLCLeadIn runs lc_infer.py end to end on a stub torch: the
+// lead-in's requests run before the measured ones and are not kept.
+func TestPythonLCLeadIn(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	stub := writeStubTorch(t)
 	out := filepath.Join(t.TempDir(), "lc.json")
 	cmd := exec.Command(py, "../../bench/pytorch/lc_infer.py", "--period", "1ms", "--requests", "3", "--warmup", "1",
 		"--lead-in", "5ms", "--out", out)
