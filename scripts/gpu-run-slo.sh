@@ -33,6 +33,20 @@
 #            (560us:200us, 260us:100us, 110us:50us), what SLO mode can reach
 #            in must4 (two repetitions, ~4.5 min)
 #
+# The model's must-shows (docs/SLO.md): SLO mode with every arm offered
+# (gate: {mode: auto}; references learnt with BE paused), its point beside
+# driver defaults and fixed arms of the same run, MODEL_REPEAT (2)
+# repetitions a call (run a part twice for four):
+#   model-graph  CUDA-graph PyTorch LC with hints + training BE, p50<=1.05x:
+#                defaults, BE 1us with pre-preemption, the gate (~8 min)
+#   model-eager  eager PyTorch LC + training BE, p50<=1.10x: defaults, BE
+#                1ms, the gate (~8 min)
+#   model-llm    eager LLM decode + GEMM BE, absolute $LLM_OBJECTIVE
+#                (tpot_p50<=20ms): defaults, BE 1us, the gate (~7 min)
+#   model-synth  synthetic LC (500 us prep, hints) + fixed-work BE,
+#                p50<=1.05x, p99<=1.50x: defaults, BE 1us and 50us with
+#                pre-preemption (~4 min)
+#
 # In every slo: run the LC first runs a lead-in (--slo-lead-in, per part
 # below) with its latency pushed to the daemon: the measured window shows
 # where the daemon settled; its search is in the status record.
@@ -100,6 +114,12 @@ BENCH_TIMEOUT_MUST3=${BENCH_TIMEOUT_MUST3:-540}
 BENCH_TIMEOUT_MUST4=${BENCH_TIMEOUT_MUST4:-400}
 BENCH_TIMEOUT_TRACED=${BENCH_TIMEOUT_TRACED:-240}
 BENCH_TIMEOUT_LCLC=${BENCH_TIMEOUT_LCLC:-400}
+MODEL_REPEAT=${MODEL_REPEAT:-2}
+LLM_OBJECTIVE=${LLM_OBJECTIVE:-tpot_p50<=20ms}
+BENCH_TIMEOUT_MODEL_GRAPH=${BENCH_TIMEOUT_MODEL_GRAPH:-540}
+BENCH_TIMEOUT_MODEL_EAGER=${BENCH_TIMEOUT_MODEL_EAGER:-540}
+BENCH_TIMEOUT_MODEL_LLM=${BENCH_TIMEOUT_MODEL_LLM:-540}
+BENCH_TIMEOUT_MODEL_SYNTH=${BENCH_TIMEOUT_MODEL_SYNTH:-400}
 TIMEOUT_MUST1=${TIMEOUT_MUST1:-$((BENCH_TIMEOUT_MUST1 + 40))}
 TIMEOUT_MUST1S=${TIMEOUT_MUST1S:-$((BENCH_TIMEOUT_MUST1S + 40))}
 TIMEOUT_MUST2G=${TIMEOUT_MUST2G:-$((BENCH_TIMEOUT_MUST2G + 40))}
@@ -108,9 +128,13 @@ TIMEOUT_MUST3=${TIMEOUT_MUST3:-$((BENCH_TIMEOUT_MUST3 + 40))}
 TIMEOUT_MUST4=${TIMEOUT_MUST4:-$((BENCH_TIMEOUT_MUST4 + 40))}
 TIMEOUT_TRACED=${TIMEOUT_TRACED:-$((BENCH_TIMEOUT_TRACED + 40))}
 TIMEOUT_LCLC=${TIMEOUT_LCLC:-$((BENCH_TIMEOUT_LCLC + 40))}
-bench_timeout() { local v="BENCH_TIMEOUT_${1^^}"; echo "${!v}"; }
+TIMEOUT_MODEL_GRAPH=${TIMEOUT_MODEL_GRAPH:-$((BENCH_TIMEOUT_MODEL_GRAPH + 40))}
+TIMEOUT_MODEL_EAGER=${TIMEOUT_MODEL_EAGER:-$((BENCH_TIMEOUT_MODEL_EAGER + 40))}
+TIMEOUT_MODEL_LLM=${TIMEOUT_MODEL_LLM:-$((BENCH_TIMEOUT_MODEL_LLM + 40))}
+TIMEOUT_MODEL_SYNTH=${TIMEOUT_MODEL_SYNTH:-$((BENCH_TIMEOUT_MODEL_SYNTH + 40))}
+bench_timeout() { local v="BENCH_TIMEOUT_${1^^}"; v=${v//-/_}; echo "${!v}"; }
 
-ALL_PARTS="must1 must1s must2g must2s must3 must4 traced lclc"
+ALL_PARTS="must1 must1s must2g must2s must3 must4 traced lclc model-graph model-eager model-llm model-synth"
 select_parts gpu-run-slo.sh all "$ALL_PARTS" "$@"
 DRY=${DRY_RUN:-}
 echo "parts:$sel"
@@ -126,6 +150,10 @@ scenarios() {
     must4) echo standalone,prepreempt-multi-tenant:lc-only,slo:prepreempt-multi-tenant:be:3:be:1,be-only;;
     traced) echo pytorch-eager-standalone,slo:pytorch-eager,pytorch-eager-be-only;;
     lclc) echo standalone,prepreempt-multi-tenant:lc-only,prepreempt-multi-tenant:560us:200us,prepreempt-multi-tenant:260us:100us,prepreempt-multi-tenant:110us:50us,be-only;;
+    model-graph) echo pytorch-standalone,pytorch-prepreempt-defaults,pytorch-prepreempt-be-1us,pytorch-gate-defaults,slo:pytorch-prepreempt-defaults,pytorch-be-only;;
+    model-eager) echo pytorch-eager-standalone,pytorch-eager-defaults,pytorch-eager-be-1ms,pytorch-eager-gate-defaults,slo:pytorch-eager,pytorch-eager-be-only;;
+    model-llm) echo llm-standalone,llm-defaults,llm-be-1us,llm-gate-defaults,slo:llm-defaults,llm-be-only;;
+    model-synth) echo standalone,prepreempt-defaults,prepreempt-be-1us,prepreempt-be-50us,slo:prepreempt-defaults,be-only;;
   esac
 }
 # The lead-in is long enough for the controller to learn the LC's
@@ -135,6 +163,7 @@ duration() {
   case $1 in
     must1|must1s|traced) echo 12s;;
     must3) echo 24s;;
+    model-graph|model-eager|model-llm) echo 8s;;
     *) echo 10s;;
   esac
 }
@@ -148,8 +177,8 @@ lead_in() {
 }
 bench_cmd() {
   local extra="" repeat=$BENCH_REPEAT
-  case $1 in must2s|must4|lclc) extra="--prep 500us --hint-launcher poller --lc-calibrate-us 0 --lc-iters 2000";; esac
-  case $1 in traced) repeat=1;; lclc) repeat=${LCLC_REPEAT:-2};; esac
+  case $1 in must2s|must4|lclc|model-synth) extra="--prep 500us --hint-launcher poller --lc-calibrate-us 0 --lc-iters 2000";; esac
+  case $1 in traced) repeat=1;; lclc) repeat=${LCLC_REPEAT:-2};; model-*) repeat=$MODEL_REPEAT;; esac
   [ "$1" = traced ] && extra="--slo-push=false"
   [ "$MPS" = 1 ] && extra="$extra --lc-env CUDA_MPS_PIPE_DIRECTORY=$MPSDIR/pipe --lc-env CUDA_MPS_LOG_DIRECTORY=$MPSDIR/log"
   echo $C/gpreempt-bench run --gpreemptctl $C/gpreemptctl --daemon-socket $BSOCK \
@@ -163,9 +192,15 @@ daemon_args() { echo --be-progress=$BE_PROGRESS; [ "$1" = traced ] && echo --tra
 # and GPREEMPT_BENCH_WORKER (lc, lc1, lc2, be1, ...); the baselines' workers
 # carry neither and are left alone (default: none).
 policy() {
-  local lc_objective="p50<=1.05x" window=1s
+  local lc_objective="p50<=1.05x" window=1s calibrate=$CALIBRATE
   [ "$1" = must3 ] && window=500ms
-  case $1 in must2g|must2s) lc_objective="p50<=1.05x, p99<=1.15x";; esac
+  case $1 in
+    must2g|must2s) lc_objective="p50<=1.05x, p99<=1.15x";;
+    model-eager) lc_objective="p50<=1.10x";;
+    model-llm) lc_objective="$LLM_OBJECTIVE";;
+    model-synth) lc_objective="p50<=1.05x, p99<=1.50x";;
+  esac
+  case $1 in model-*) calibrate=pause;; esac
   cat <<YAML
 version: 1
 classes:
@@ -197,10 +232,11 @@ slo:
   safe: 200us
   shared_floor: $(case $1 in must4) echo "$SHARED_FLOOR_MUST4";; *) echo 200us;; esac)
   prepreempt_below: 500us
-  calibrate: $CALIBRATE
+  calibrate: $calibrate
 requests:
   default_max: lc
 YAML
+  case $1 in model-*) echo "gate: {mode: auto}";; esac
 }
 
 if [ -n "$DRY" ]; then
