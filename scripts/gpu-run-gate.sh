@@ -79,6 +79,8 @@ YAML
       kill $DPID; wait $DPID
       grep -c "request gate" $D/gpreemptd.log | sed 's/^/gate log lines: /' | tee -a "$OUT/summary.md"
       grep -i "gate" $D/gpreemptd.log | grep -iv debug | head -20 >> "$OUT/summary.md"
+      # How long each hold's launch probes took to come off (they trap until then).
+      echo "launch probes off, took: $(grep 'launch probes off' $D/gpreemptd.log | sed 's/.*took=//' | tr '\n' ' ')" | tee -a "$OUT/summary.md"
       xz -c $D/gpreemptd.log > "$OUT/dgate/gpreemptd.log.xz" ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac

@@ -105,9 +105,13 @@ func (t *gateTracer) arm(pid int, on bool) {
 	if !ok || t.launches == nil || t.armed[pid] == on {
 		return
 	}
+	// Until the probes are off, every launch of the held request traps:
+	// how long that takes is logged for the runs that weigh it.
+	start := time.Now()
 	if !on {
 		t.launches.DetachProcess(pid)
 		t.armed[pid] = false
+		t.log.Debug("request gate: launch probes off", "pid", pid, "took", time.Since(start))
 		return
 	}
 	if err := t.launches.AttachProcess(pid, lib); err != nil {
@@ -115,6 +119,7 @@ func (t *gateTracer) arm(pid int, on bool) {
 		return
 	}
 	t.armed[pid] = true
+	t.log.Debug("request gate: launch probes on", "pid", pid, "took", time.Since(start))
 }
 
 func (t *gateTracer) open() error {
