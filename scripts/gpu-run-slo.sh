@@ -63,9 +63,9 @@
 # gpreempt-bench --lc-env): the LCs share the MPS server's channel group, the
 # BE workers stay outside it. The daemon is quit at the end.
 #
-# CALIBRATE=pause learns each LC alone, its BE processes stopped for
-# slo.pause_windows (5) windows, instead of beside BE under the ladder's
-# shortest timeslice (CALIBRATE=shortest, the default).
+# CALIBRATE=pause (the default, as gpreemptd's) learns each LC alone, its
+# BE processes stopped for slo.pause_windows (5) windows; CALIBRATE=shortest
+# beside BE under the ladder's shortest timeslice.
 #
 # BE_PROGRESS=false runs gpreemptd without measuring BE share (its
 # --be-progress: kernel launches of the BE processes, counted by uprobes on
@@ -94,7 +94,7 @@ BENCH_REPEAT=${BENCH_REPEAT:-3}
 # The controller's ladder (slo.ladder). The eager LC's knee lies between
 # 1 ms (BE 86-87%) and 3 ms (LC 1.17x), hence must1's 1500us rung.
 SLO_LADDER=${SLO_LADDER:-[1us, 50us, 200us, 500us, 1ms, 2ms, 3ms]}
-CALIBRATE=${CALIBRATE:-shortest}
+CALIBRATE=${CALIBRATE:-pause}
 BE_PROGRESS=${BE_PROGRESS:-true}
 MPS=${MPS:-}
 MPSDIR=${MPSDIR:-/tmp/gpreempt-slo-mps}
