@@ -35,16 +35,11 @@ func (s arms) allowed(a Arm) bool {
 }
 
 // all lists the arms allowed now, in a fixed order.
-func (s arms) all() []Arm {
-	var out []Arm
-	for i := s.lo; i <= s.hi; i++ {
-		for _, a := range []Arm{{s.ladder[i], false, false}, {s.ladder[i], false, true}, {s.ladder[i], true, false}, {s.ladder[i], true, true}} {
-			if s.allowed(a) {
-				out = append(out, a)
-			}
-		}
+func (s arms) all() (out []Arm) {
+	for _, ts := range s.ladder[s.lo : s.hi+1] {
+		out = append(out, Arm{ts, false, false}, Arm{ts, false, true}, Arm{ts, true, false}, Arm{ts, true, true})
 	}
-	return out
+	return slices.DeleteFunc(out, func(a Arm) bool { return !s.allowed(a) })
 }
 
 // clamp is the allowed arm nearest a: its rung within lo..hi, the gate and

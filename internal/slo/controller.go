@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
@@ -166,7 +167,7 @@ type Controller struct {
 	refs                        map[string]*reference
 	scatter                     map[string]*est // squared relative deviations (scatterOf)
 	exploring                   bool
-	left                        map[Arm]struct{ n, until int } // leftUnproven
+	left                        map[Arm]backoff // leftUnproven
 	cusum                       [2]float64
 	missing                     int
 	pausing, wasPaused, noPause bool // the last decision paused BE; the window observed was to; BE cannot be stopped
@@ -184,7 +185,7 @@ func New(opts Options) (*Controller, error) {
 		}
 	}
 	c := &Controller{opts: opts, phase: phaseDeciding, arms: map[Arm]*armEst{}, active: map[string]int{},
-		refs: map[string]*reference{}, scatter: map[string]*est{}, left: map[Arm]struct{ n, until int }{}, relearnt: math.MinInt / 2}
+		refs: map[string]*reference{}, scatter: map[string]*est{}, left: map[Arm]backoff{}, relearnt: math.MinInt / 2}
 	c.set = arms{ladder: opts.Ladder, hi: len(opts.Ladder) - 1}
 	c.cur = c.safe()
 	return c, nil
@@ -198,13 +199,8 @@ func (c *Controller) Arm() Arm               { return c.cur }
 // without the gate, and where an LC has a hint engine the longest rung
 // that pre-preempts, pre-preempting (a hinted LC waits out a longer one).
 func (c *Controller) safe() Arm {
-	i := 0
-	for j, ts := range c.set.ladder {
-		if (ts - c.opts.Safe).Abs() < (c.set.ladder[i] - c.opts.Safe).Abs() {
-			i = j
-		}
-	}
-	a := c.set.clamp(Arm{BETimeslice: c.set.ladder[i]})
+	near := slices.MinFunc(c.set.ladder, func(x, y time.Duration) int { return cmp.Compare((x - c.opts.Safe).Abs(), (y - c.opts.Safe).Abs()) })
+	a := c.set.clamp(Arm{BETimeslice: near})
 	for c.set.prepreempt > 0 && a.BETimeslice > c.set.prepreempt && c.set.rung(a) > c.set.lo {
 		a.BETimeslice = c.set.ladder[c.set.rung(a)-1]
 	}
@@ -396,10 +392,7 @@ func (c *Controller) changed(ss []sample) (changed, judged bool) {
 	if max(c.cusum[0], c.cusum[1]) < c.opts.Threshold {
 		return false, true
 	}
-	c.cusum, c.exploring = [2]float64{}, false
-	clear(c.arms)
-	clear(c.scatter)
-	clear(c.left)
+	c.cusum, c.exploring, c.arms, c.scatter, c.left = [2]float64{}, false, map[Arm]*armEst{}, map[string]*est{}, map[Arm]backoff{}
 	return true, true
 }
 

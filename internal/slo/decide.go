@@ -2,7 +2,9 @@ package slo
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 )
 
 // decide chooses the next arm in the deciding phase (docs/SLO.md's choice
@@ -141,9 +143,15 @@ func (c *Controller) shareText(a Arm) string {
 	return "more BE share expected"
 }
 
+// backoff: times left, when it may be explored again, the objectives in force then.
+type backoff struct {
+	n, until int
+	by       []string
+}
+
 // leftUnproven backs arm a off from exploring: it was left missing or
 // undecided; each time again it waits twice as long, maxBackoff times.
 func (c *Controller) leftUnproven(a Arm) {
 	n := min(c.left[a].n+1, maxBackoff)
-	c.left[a] = struct{ n, until int }{n, c.tick + c.opts.HalfLife<<(n-1)}
+	c.left[a] = backoff{n, c.tick + c.opts.HalfLife<<(n-1), slices.Collect(maps.Keys(c.active))}
 }

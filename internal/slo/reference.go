@@ -150,8 +150,10 @@ func (c *Controller) learning(how string) bool {
 // endCalibration goes back to the arm the calibration left.
 func (c *Controller) endCalibration(d Decision) Decision {
 	c.phase, c.cusum = phaseDeciding, [2]float64{}
-	// Back-offs were earned by the LCs before (estimates are per process).
-	clear(c.left)
+	// A back-off lapses with an LC that earned it: estimates are per process.
+	maps.DeleteFunc(c.left, func(_ Arm, b backoff) bool {
+		return slices.ContainsFunc(b.by, func(k string) bool { _, ok := c.active[k]; return !ok })
+	})
 	d.Cause = CauseCalibrate
 	to := c.set.clamp(c.cal.from)
 	if to != c.cur {
