@@ -72,6 +72,7 @@ YAML
       $C/gpreemptd --config $D/policy.yaml --socket $D/d.sock --metrics-addr 127.0.0.1:19480 --log-level debug > $D/gpreemptd.log 2>&1 &
       DPID=$!
       for i in $(seq 40); do [ -S $D/d.sock ] && break; sleep 0.25; done
+      # shellcheck disable=SC2086 # DGATE_ARGS: flags, split on purpose
       run dgate --daemon-socket $D/d.sock --scenarios "${DGATE_SCENARIOS:-llm-standalone,daemon:llm-standalone,daemon:llm-be-2ms,llm-be-only}" \
         --duration "${LLM_DURATION:-8s}" --repeat "${DGATE_REPEAT:-3}" ${DGATE_ARGS:-}
       $C/gpreemptctl -o json daemon status --socket $D/d.sock > "$OUT/dgate/status.json" 2>&1

@@ -412,7 +412,7 @@ func summaryWarnings(s *ScenarioSummary) []string {
 // clockWarnings notes an SM clock that differs from the standalone one's
 // by more than 10%: the LC ratio then holds that much from the clock alone,
 // unless BE stops for the LC's requests: NVML shows the clock ~100 ms late,
-// while a stopped BE's power cap lifts within ~25 ms (docs/GATE.md).
+// while a stopped BE's power cap lifts within 25-50 ms (docs/GATE.md).
 func clockWarnings(g, standalone *TelemetrySummary) []string {
 	if g == nil || standalone == nil || standalone.SMClockP50 <= 0 || g.SMClockP50 <= 0 {
 		return nil

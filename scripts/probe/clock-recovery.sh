@@ -12,15 +12,17 @@
 set -euo pipefail
 OUT=${OUT:-/tmp/clock-recovery}; mkdir -p "$OUT"
 HOLD_MS=${HOLD_MS:-400}; RUN_MS=${RUN_MS:-600}; CYCLES=${CYCLES:-12}; N=${N:-8192}
-python3 bench/pytorch/be_gemm.py --n "$N" --duration 60s > "$OUT/be.json" 2> "$OUT/be.err" &
+# BE and probe outlive the cycles; they are stopped when the cycles end.
+LIFE=$(( 20 + CYCLES * (HOLD_MS + RUN_MS) / 1000 ))
+python3 bench/pytorch/be_gemm.py --n "$N" --duration "${LIFE}s" > "$OUT/be.json" 2> "$OUT/be.err" &
 BE=$!
 nvidia-smi -i 0 --query-gpu=timestamp,clocks.sm,power.draw,clocks_throttle_reasons.active --format=csv,noheader,nounits -lms 10 > "$OUT/smi.csv" &
 SMI=$!
 trap 'kill $SMI 2>/dev/null; kill -CONT $BE 2>/dev/null; kill $BE 2>/dev/null' EXIT
-python3 - "$OUT/probe.txt" <<'PY' &
+python3 - "$OUT/probe.txt" "$LIFE" <<'PY' &
 import sys, time, torch
 a = torch.randn(2048, 2048, device="cuda:0", dtype=torch.float16)
-end = time.time() + 50
+end = time.time() + float(sys.argv[2])
 with open(sys.argv[1], "w") as f:
     while time.time() < end:
         t0 = time.time()
@@ -39,7 +41,7 @@ for _ in $(seq "$CYCLES"); do
   kill -CONT $BE; echo "cont $(date +%s.%N)" >> "$OUT/events.txt"
   sleep "$(printf %d.%03d $((RUN_MS / 1000)) $((RUN_MS % 1000)))"
 done
-kill $SMI $PROBE; kill $BE; wait $BE 2>/dev/null || true
+kill $SMI $PROBE 2>/dev/null || true; kill $BE 2>/dev/null || true; wait $BE 2>/dev/null || true
 trap - EXIT
 python3 - "$OUT" "$HOLD_MS" <<'PY'
 import sys, datetime, statistics as st
@@ -48,7 +50,7 @@ smp = []
 for line in open(f"{out}/smi.csv"):
     f = [x.strip() for x in line.split(",")]
     try:
-        t = datetime.datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=datetime.timezone.utc).timestamp()
+        t = datetime.datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()  # nvidia-smi writes local time
         smp.append((t, float(f[1]), float(f[2]), f[3]))
     except (ValueError, IndexError):
         pass
