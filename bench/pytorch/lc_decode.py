@@ -168,8 +168,8 @@ def main():
         pusher.start()
 
     def timed(t0, tokens):
-        # Request latency, time to first token, mean time per output token after it.
-        return tokens[-1] - t0, tokens[0] - t0, (tokens[-1] - tokens[0]) // (len(tokens) - 1)
+        # Request latency, time to first token, each output token's time after it.
+        return tokens[-1] - t0, tokens[0] - t0, [b - a for a, b in zip(tokens, tokens[1:])]
 
     lead_in = 0
     if a.lead_in > 0:
@@ -201,7 +201,7 @@ def main():
             "latency_ns": lat,
             "gpu_ns": 0,
             "ttft_ns": ttft,
-            "tpot_ns": tpot,
+            "tpot_ns": sum(tpot) // len(tpot),  # the request's mean
         })
         if pusher:
             pusher.record(lat, ttft=ttft, tpot=tpot)

@@ -70,9 +70,11 @@ def window_body(latencies_ns, duration_ns, total, parts=None):
     """The POST /v1/stats body for one window: the JSON of
     internal/daemon/client.Stats with pid 0 (the daemon takes the caller's
     pid from the socket) and a window of latency quantiles in microseconds.
-    parts maps "ttft"/"tpot" to the window's times of an LLM server's
-    requests (ns): they go as ttft_p50 .. tpot_p99, which objectives such
-    as tpot_p50<=12ms bound."""
+    parts maps "ttft" to the window's times to first token (ns, one a
+    request) and "tpot" to its times per output token (ns, one a token
+    after each request's first): they go as ttft_p50 .. tpot_p99, which
+    objectives such as tpot_p50<=12ms bound, and "tokens" counts the
+    latter (a tpot_ objective's samples)."""
     lat = sorted(latencies_ns)
     w = {"duration_ms": max(duration_ns, 1) / 1e6, "requests": len(lat), "latency_us": {}}
     if lat:
@@ -88,6 +90,8 @@ def window_body(latencies_ns, duration_ns, total, parts=None):
         if vals:
             for q, key in ((0.50, "p50"), (0.90, "p90"), (0.99, "p99")):
                 w["latency_us"][f"{name}_{key}"] = quantile(vals, q) / 1e3
+            if name == "tpot":
+                w["tokens"] = len(vals)
     return {"pid": 0, "requests": total, "expired_holds": 0, "window": w}
 
 
@@ -139,11 +143,12 @@ class LatencyPusher:
         self.thread.start()
 
     def record(self, latency_ns, **parts):
-        """Notes one request; parts are its ttft=/tpot= times (ns)."""
+        """Notes one request; parts are its ttft= time and tpot= times
+        (ns; a list: one a token)."""
         with self.lock:
             self.lat.append(latency_ns)
             for name, v in parts.items():
-                self.parts.setdefault(name, []).append(v)
+                self.parts.setdefault(name, []).extend(v if isinstance(v, list) else [v])
             self.total += 1
 
     def push(self):

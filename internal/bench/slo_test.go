@@ -255,8 +255,8 @@ print(json.dumps(m.window_body([2_000_000], 1_000_000_000, 1, {"tpot": [12_000_0
 	if err != nil || llm.Window == nil {
 		t.Fatalf("LLM window %s refused: %v", lines[3], err)
 	}
-	if q := llm.Window.LatencyUs; q["p50"] != 2000 || q["tpot_p50"] != 10000 || q["tpot_p99"] != 12000 || q["ttft_p50"] != 30000 || q["ttft_p90"] != 30000 {
-		t.Errorf("LLM window quantiles %v", q)
+	if q := llm.Window.LatencyUs; q["p50"] != 2000 || q["tpot_p50"] != 10000 || q["tpot_p99"] != 12000 || q["ttft_p50"] != 30000 || q["ttft_p90"] != 30000 || llm.Window.Tokens != 2 {
+		t.Errorf("LLM window quantiles %v, %d tokens", q, llm.Window.Tokens)
 	}
 	s, _, err := daemon.ParseStats(<-bodies)
 	if err != nil {
@@ -574,14 +574,14 @@ func TestPythonDecodePushes(t *testing.T) {
 	// The pusher's last window goes when it stops: every request of the
 	// run (5 lead-in, 3 measured) in one 1 s window.
 	close(bodies)
-	n := 0
+	n, tokens := 0, 0
 	for body := range bodies {
 		s, _, err := daemon.ParseStats(body)
 		if err != nil {
 			t.Fatalf("push %s refused: %v", body, err)
 		}
 		if w := s.Window; w != nil && w.Requests > 0 {
-			n += int(w.Requests)
+			n, tokens = n+int(w.Requests), tokens+int(w.Tokens)
 			for _, k := range []string{"p50", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99"} {
 				if _, ok := w.LatencyUs[k]; !ok {
 					t.Errorf("window %v lacks %s", w.LatencyUs, k)
@@ -589,8 +589,9 @@ func TestPythonDecodePushes(t *testing.T) {
 			}
 		}
 	}
-	if n != 8 {
-		t.Errorf("%d requests pushed; want 8 (5 lead-in, 3 measured)", n)
+	// 16 new tokens a request: 15 times per output token after the first.
+	if n != 8 || tokens != 8*15 {
+		t.Errorf("%d requests and %d tokens pushed; want 8 (5 lead-in, 3 measured) and 120", n, tokens)
 	}
 }
 

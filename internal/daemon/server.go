@@ -474,6 +474,9 @@ func ParseStats(b []byte) (HintStats, int, error) {
 		if w.Requests > 0 && len(w.LatencyUs) == 0 {
 			return s, http.StatusBadRequest, fmt.Errorf("window: %d requests and no latency_us quantile", w.Requests)
 		}
+		if _, ok := w.LatencyUs["tpot_p50"]; w.Tokens > 0 && !ok {
+			return s, http.StatusBadRequest, fmt.Errorf("window: %d tokens and no latency_us tpot_p50 (tokens count the tpot_ quantiles' samples)", w.Tokens)
+		}
 	}
 	return s, 0, nil
 }

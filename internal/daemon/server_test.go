@@ -327,6 +327,7 @@ func FuzzDecoders(f *testing.F) {
 	f.Add([]byte(`{"requests":1,"spinner_hold_us":{"max":1}}`))
 	f.Add([]byte(`{"window":{"duration_ms":1000,"requests":30,"latency_us":{"p50":36,"p99":70}}}`))
 	f.Add([]byte(`{"window":{"duration_ms":1000,"requests":30,"latency_us":{"p50":400000,"tpot_p50":9000,"ttft_p99":90000}}}`))
+	f.Add([]byte(`{"window":{"duration_ms":1000,"requests":2,"tokens":30,"latency_us":{"p50":400000,"tpot_p50":9000}}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if req, sp, _, err := ParseClassRequest(b); err == nil && (req.PID < 0 || sp.Name.Rank() < 0) {
 			t.Fatalf("accepted %+v %+v", req, sp)
@@ -336,7 +337,7 @@ func FuzzDecoders(f *testing.F) {
 				t.Fatalf("accepted %+v", s)
 			}
 			if w := s.Window; w != nil {
-				if !(w.DurationMs > 0 && w.DurationMs <= 600e3) || (w.Requests > 0 && len(w.LatencyUs) == 0) {
+				if _, tpot := w.LatencyUs["tpot_p50"]; !(w.DurationMs > 0 && w.DurationMs <= 600e3) || (w.Requests > 0 && len(w.LatencyUs) == 0) || w.Tokens > 0 && !tpot {
 					t.Fatalf("accepted window %+v", *w)
 				}
 				for q, v := range w.LatencyUs {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"maps"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -131,5 +132,40 @@ func TestSLOLoopTPOT(t *testing.T) {
 	}
 	if _, _, err := ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":6,"latency_us":{"tbt_p50":9000}}}`)); err == nil {
 		t.Error("a window took an unknown metric")
+	}
+}
+
+// TestSLOLoopTPOTTokens: an LLM server finishes a request or two a
+// window; its tpot_ quantiles are over the window's tokens, which a
+// tpot_ objective counts as its samples. Without tokens the requests
+// count, and a window of two is too few.
+func TestSLOLoopTPOTTokens(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		requests, tokens uint64
+		signal           string
+	}{
+		{"tokens", 2, 30, "pushed"},
+		{"few tokens", 1, 15, "pushed (15 tokens: too few to count)"},
+		{"requests only", 2, 0, "pushed (2 requests: too few to count)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSLORig(t, strings.Replace(sloPolicy, `lc: {objective: "p50<=1.05x"}`, `lc: {objective: "tpot_p50<=12ms"}`, 1))
+			s.loop.Step(s.now)
+			s.now += time.Second
+			s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: tc.requests, Tokens: tc.tokens,
+				LatencyUs: map[string]float64{"p50": 400e3, "tpot_p50": 9000}}})
+			s.loop.Step(s.now)
+			st := s.loop.Status()
+			if len(st.LC) != 1 || st.LC[0].Signal != tc.signal || st.LC[0].Requests != int(tc.requests) {
+				t.Fatalf("LC %+v, want signal %q", st.LC, tc.signal)
+			}
+			if counted := st.LC[0].Ratio != nil && *st.LC[0].Ratio == 0.75; counted != (tc.signal == "pushed") {
+				t.Errorf("ratio %v: counted %v", st.LC[0].Ratio, counted)
+			}
+		})
+	}
+	if _, code, err := ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":2,"tokens":30,"latency_us":{"p50":400000}}}`)); err == nil || code != http.StatusBadRequest {
+		t.Errorf("tokens without tpot_p50: %d %v, want 400", code, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
@@ -75,9 +76,15 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 					break
 				}
 				ls.Signal, ls.Requests, ls.LatencyUs = src.kind, s.Requests, float64(lat)/1e3
+				// A time per output token is a quantile of the window's
+				// tokens: an LLM server finishes a request or two a second.
+				n := s.Requests
+				if o.Metric == "tpot" && s.Tokens > 0 {
+					n = s.Tokens
+				}
 				// The median goes with a tail objective: workload changes
 				// are read from it (slo.LCSample.Median).
-				w.samples = append(w.samples, slo.LCSample{Key: key, Objective: o, Latency: lat, Requests: s.Requests, Median: s.Quantiles[median]})
+				w.samples = append(w.samples, slo.LCSample{Key: key, Objective: o, Latency: lat, Requests: n, Median: s.Quantiles[median]})
 			}
 			w.rows = append(w.rows, ls)
 		}
@@ -191,7 +198,11 @@ func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) []client.S
 				if r.Key == w.key && r.Objective == row.Objective {
 					row.TargetUs, row.Ratio, row.Reference = float64(r.Target)/1e3, finite(r.Ratio), r.Reference
 					if sig := row.Signal; r.Requests < slo.DefaultMinRequests && (sig == "pushed" || sig == "traced") {
-						row.Signal = fmt.Sprintf("%s (%d requests: too few to count)", sig, r.Requests)
+						what := "requests"
+						if strings.HasPrefix(row.Objective, "tpot_") && r.Requests != row.Requests {
+							what = "tokens"
+						}
+						row.Signal = fmt.Sprintf("%s (%d %s: too few to count)", sig, r.Requests, what)
 					}
 				}
 			}

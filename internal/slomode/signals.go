@@ -15,6 +15,8 @@ type LatencySample struct {
 	At       time.Duration
 	Window   time.Duration
 	Requests int
+	// Tokens are the samples of the tpot_ quantiles (0: Requests).
+	Tokens int
 	// Quantiles by name ("p50", "p99", ...).
 	Quantiles map[string]time.Duration
 	// Seq numbers a process's samples, so one is used once.
@@ -91,7 +93,7 @@ type pushed struct {
 
 func (p *pushed) push(pid int, w client.Window) {
 	s := LatencySample{Window: time.Duration(w.DurationMs * float64(time.Millisecond)), Requests: int(min(w.Requests, math.MaxInt32)),
-		Quantiles: map[string]time.Duration{}}
+		Tokens: int(min(w.Tokens, math.MaxInt32)), Quantiles: map[string]time.Duration{}}
 	for q, us := range w.LatencyUs {
 		s.Quantiles[q] = time.Duration(us * float64(time.Microsecond))
 	}

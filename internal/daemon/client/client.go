@@ -196,8 +196,12 @@ type Window struct {
 	// Requests completed in it.
 	Requests uint64 `json:"requests"`
 	// LatencyUs: quantiles ("p50", "p90", "p99", "p999", "max", "mean")
-	// in microseconds.
+	// in microseconds; an LLM server's also "ttft_p50" .. "tpot_p999".
 	LatencyUs map[string]float64 `json:"latency_us"`
+	// Tokens: the output tokens its tpot_ quantiles are taken over, each
+	// one's time since the token before (0: one time per request).
+	// A tpot_ objective counts them as its window's samples.
+	Tokens uint64 `json:"tokens,omitempty"`
 }
 
 // Engine is what a hint engine says of its own decisions.
