@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,9 +75,10 @@ type Reporter struct {
 	// now is the wall clock (tests set it).
 	now func() time.Time
 
-	mu     sync.Mutex
-	lat    reservoir
-	total  uint64
+	mu         sync.Mutex
+	lat        reservoir
+	ttft, tpot reservoir // RecordLLM's
+	total      uint64
 	since  time.Time
 	failed bool
 }
@@ -90,7 +93,7 @@ func NewReporter(engine *Engine, o ReporterOptions) *Reporter {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Reporter{engine: engine, client: client.New(o.Socket), period: o.Period, log: o.Logger, now: time.Now,
-		lat: newReservoir(maxWindowSamples)}
+		lat: newReservoir(maxWindowSamples), ttft: newReservoir(maxWindowSamples), tpot: newReservoir(maxWindowSamples)}
 	r.since = r.now()
 	return r
 }
@@ -101,6 +104,22 @@ func (r *Reporter) Record(latency time.Duration) {
 	defer r.mu.Unlock()
 	r.total++
 	r.lat.add(latency)
+}
+
+// RecordLLM adds one request of an LLM server: its latency, its time to
+// first token, and each later output token's time since the one before.
+// The window then carries ttft_ and tpot_ quantiles, which objectives such
+// as tpot_p50<=12ms bound, and the tokens the tpot_ ones are over: a
+// tpot_ objective counts those, for a server finishes few requests a window.
+func (r *Reporter) RecordLLM(latency, ttft time.Duration, perToken []time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.total++
+	r.lat.add(latency)
+	r.ttft.add(ttft)
+	for _, d := range perToken {
+		r.tpot.add(d)
+	}
 }
 
 // window takes the window so far and starts the next.
@@ -114,6 +133,23 @@ func (r *Reporter) window() (client.Window, uint64) {
 	w.DurationMs = max(w.DurationMs, 1e-3)
 	if len(lat) > 0 {
 		w.LatencyUs = quantilesUs(lat)
+	}
+	for _, m := range []struct {
+		name string
+		res  *reservoir
+	}{{"ttft", &r.ttft}, {"tpot", &r.tpot}} {
+		vals, n := m.res.take()
+		if len(vals) == 0 || w.LatencyUs == nil {
+			continue
+		}
+		for q, v := range quantilesUs(vals) {
+			if q != "max" && q != "mean" { // the daemon takes p50 .. p999 of these
+				w.LatencyUs[m.name+"_"+q] = v
+			}
+		}
+		if m.name == "tpot" {
+			w.Tokens = uint64(n)
+		}
 	}
 	return w, r.total
 }
@@ -151,7 +187,10 @@ type DaemonReply struct {
 // dropped either way: the daemon judges windows as they come.
 func (r *Reporter) Push(ctx context.Context) (DaemonReply, error) {
 	w, total := r.window()
-	s := client.Stats{Requests: total, Window: &w, RequestLatencyUs: w.LatencyUs}
+	// request_latency_us takes the request's own quantiles, not ttft_/tpot_.
+	req := maps.Clone(w.LatencyUs)
+	maps.DeleteFunc(req, func(q string, _ float64) bool { return strings.Contains(q, "_") })
+	s := client.Stats{Requests: total, Window: &w, RequestLatencyUs: req}
 	if r.engine != nil {
 		ew := r.engine.TakeWindow()
 		s.ExpiredHolds = ew.Expired

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/daemon"
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
 )
 
@@ -208,5 +209,41 @@ func TestReporterPassesTheGate(t *testing.T) {
 	}
 	if g := d.pushes[1].Engine.Gate; g != "auto" {
 		t.Errorf("second push said gate %q, want auto", g)
+	}
+}
+
+// TestReporterPushesLLMWindows: an LLM server's window carries ttft_ and
+// tpot_ quantiles and the tokens the tpot_ ones are over, in a form the
+// daemon takes.
+func TestReporterPushesLLMWindows(t *testing.T) {
+	d := &fakeDaemon{reply: client.StatsReply{SLO: true}}
+	r := NewReporter(nil, ReporterOptions{Socket: startFakeDaemon(t, d)})
+	now := time.Unix(1000, 0)
+	r.now = func() time.Time { return now }
+	r.since = now
+	for i := range 3 {
+		tokens := make([]time.Duration, 15)
+		for j := range tokens {
+			tokens[j] = time.Duration(10+i) * time.Millisecond
+		}
+		r.RecordLLM(200*time.Millisecond, time.Duration(20+i)*time.Millisecond, tokens)
+	}
+	now = now.Add(2 * time.Second)
+	if _, err := r.Push(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	w := d.pushes[0].Window
+	if w == nil || w.Requests != 3 || w.Tokens != 45 || w.LatencyUs["p50"] != 200e3 || w.LatencyUs["tpot_p50"] != 11e3 ||
+		w.LatencyUs["tpot_p999"] != 12e3 || w.LatencyUs["ttft_p50"] != 21e3 {
+		t.Fatalf("window %+v", w)
+	}
+	if _, ok := w.LatencyUs["tpot_max"]; ok {
+		t.Error("tpot_max pushed: the daemon refuses it")
+	}
+	b, _ := json.Marshal(d.pushes[0])
+	if _, _, err := daemon.ParseStats(b); err != nil {
+		t.Errorf("the daemon refuses %s: %v", b, err)
 	}
 }
