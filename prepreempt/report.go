@@ -79,8 +79,8 @@ type Reporter struct {
 	lat        reservoir
 	ttft, tpot reservoir // RecordLLM's
 	total      uint64
-	since  time.Time
-	failed bool
+	since      time.Time
+	failed     bool
 }
 
 // NewReporter returns a reporter for the app's requests; engine (nil if
