@@ -76,6 +76,7 @@ YAML
       run dgate --daemon-socket $D/d.sock --scenarios "${DGATE_SCENARIOS:-llm-standalone,daemon:llm-standalone,daemon:llm-be-2ms,llm-be-only}" \
         --duration "${LLM_DURATION:-8s}" --repeat "${DGATE_REPEAT:-3}" ${DGATE_ARGS:-}
       $C/gpreemptctl -o json daemon status --socket $D/d.sock > "$OUT/dgate/status.json" 2>&1
+      $C/gpreemptctl daemon status --socket $D/d.sock 2>&1 | grep '^gate:' | tee -a "$OUT/summary.md"
       curl -s 127.0.0.1:19480/metrics | grep gpreemptd_gate >> "$OUT/summary.md"
       kill $DPID; wait $DPID
       grep -c "request gate" $D/gpreemptd.log | sed 's/^/gate log lines: /' | tee -a "$OUT/summary.md"

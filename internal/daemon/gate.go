@@ -204,6 +204,9 @@ func (g *RequestGate) Observe(ev trace.Event) {
 		lc.last, lc.lastTID = g.Now(), e.TID
 		switch {
 		case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
+			if _, held := g.open[lc.ref.PID]; held {
+				g.stats.LaunchesHeld++
+			}
 			g.beginLocked(lc)
 		case e.Role == trace.RoleSync && e.Kind == trace.CallEnter:
 			// A synchronize means work in flight: it opens a request whose

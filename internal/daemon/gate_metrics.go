@@ -33,6 +33,9 @@ type GateStats struct {
 	// BEStopped counts SIGSTOPs sent; Failures the pause calls that failed.
 	BEStopped uint64 `json:"be_stopped"`
 	Failures  uint64 `json:"failures"`
+	// LaunchesHeld counts launches traced while their LC held BE: each a
+	// uprobe trap its request paid before its launch probes came off.
+	LaunchesHeld uint64 `json:"launches_held,omitempty"`
 	// LCs is how many LC processes the gate follows.
 	LCs int `json:"lcs"`
 }
