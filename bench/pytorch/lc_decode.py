@@ -34,7 +34,7 @@ import os
 import sys
 import time
 
-from lc_infer import LatencyPusher, parse_duration, write_json  # beside this script, as gpreempt-bench writes them
+from lc_infer import parse_duration, write_json
 
 SCHEMA = 1
 
@@ -163,7 +163,11 @@ def main():
     samples, late = [], 0
     gc.collect()
     gc.disable()
-    pusher = LatencyPusher(a.push_latency, a.push_period, gp) if a.push_latency else None
+    pusher = None
+    if a.push_latency:
+        from gpreempt import Reporter  # beside this script, as gpreempt-bench writes it
+
+        pusher = Reporter(a.push_latency, a.push_period / 1e9, gp)
     if pusher:
         pusher.start()
 
@@ -183,7 +187,7 @@ def main():
                 time.sleep((arrival - now) / 1e9)
             lat, ttft, tpot = timed(*request())
             if pusher:
-                pusher.record(lat, ttft=ttft, tpot=tpot)
+                pusher.record_llm(lat, ttft, tpot)
             lead_in += 1
     start = time.monotonic_ns()
     for i in range(a.requests):
@@ -204,7 +208,7 @@ def main():
             "tpot_ns": sum(tpot) // len(tpot),  # the request's mean
         })
         if pusher:
-            pusher.record(lat, ttft=ttft, tpot=tpot)
+            pusher.record_llm(lat, ttft, tpot)
     end = time.monotonic_ns()
     if pusher:
         pusher.stop()

@@ -21,11 +21,8 @@ import json
 import os
 import random
 import re
-import socket
 import sys
-import threading
 import time
-from http import client as httpclient
 
 SCHEMA = 1
 _UNITS = {"ns": 1, "us": 1_000, "\u00b5s": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
@@ -58,130 +55,6 @@ def parse_prep(s):
             raise argparse.ArgumentTypeError(f"prep {s!r}: max below min")
         return lo, hi
     raise argparse.ArgumentTypeError(f"bad prep distribution {s!r}")
-
-
-def quantile(sorted_vals, q):
-    """The q-quantile of sorted values, nearest rank."""
-    i = min(len(sorted_vals) - 1, max(0, int(q * len(sorted_vals) + 0.5) - 1))
-    return sorted_vals[i]
-
-
-def window_body(latencies_ns, duration_ns, total, parts=None):
-    """The POST /v1/stats body for one window: the JSON of
-    internal/daemon/client.Stats with pid 0 (the daemon takes the caller's
-    pid from the socket) and a window of latency quantiles in microseconds.
-    parts maps "ttft" to the window's times to first token (ns, one a
-    request) and "tpot" to its times per output token (ns, one a token
-    after each request's first): they go as ttft_p50 .. tpot_p99, which
-    objectives such as tpot_p50<=12ms bound, and "tokens" counts the
-    latter (a tpot_ objective's samples)."""
-    lat = sorted(latencies_ns)
-    w = {"duration_ms": max(duration_ns, 1) / 1e6, "requests": len(lat), "latency_us": {}}
-    if lat:
-        w["latency_us"] = {
-            "p50": quantile(lat, 0.50) / 1e3,
-            "p90": quantile(lat, 0.90) / 1e3,
-            "p99": quantile(lat, 0.99) / 1e3,
-            "max": lat[-1] / 1e3,
-            "mean": sum(lat) / len(lat) / 1e3,
-        }
-    for name, vals in sorted((parts or {}).items()):
-        vals = sorted(vals)
-        if vals:
-            for q, key in ((0.50, "p50"), (0.90, "p90"), (0.99, "p99")):
-                w["latency_us"][f"{name}_{key}"] = quantile(vals, q) / 1e3
-            if name == "tpot":
-                w["tokens"] = len(vals)
-    return {"pid": 0, "requests": total, "expired_holds": 0, "window": w}
-
-
-class _UnixHTTPConnection(httpclient.HTTPConnection):
-    def __init__(self, path, timeout=5.0):
-        super().__init__("gpreemptd", timeout=timeout)
-        self._path = path
-
-    def connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(self._path)
-        self.sock = s
-
-
-def push_window(path, body):
-    """POSTs body to gpreemptd's /v1/stats at the unix socket path; returns
-    the reply's JSON (client.StatsReply)."""
-    conn = _UnixHTTPConnection(path)
-    try:
-        data = json.dumps(body).encode()
-        conn.request("POST", "/v1/stats", body=data, headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        text = resp.read()
-        if resp.status >= 300:
-            raise OSError("gpreemptd: %d: %s" % (resp.status, text.decode(errors="replace").strip()))
-        return json.loads(text) if text.strip() else {}
-    finally:
-        conn.close()
-
-
-class LatencyPusher:
-    """Pushes the recorded requests' latency to gpreemptd once a period
-    (the daemon's SLO mode steers by these windows), from its own thread.
-    With a hint engine, the push carries its state, and the daemon's word
-    on pre-preemption is passed to it."""
-
-    def __init__(self, path, period_ns, engine=None):
-        self.path, self.period_ns, self.engine = path, period_ns, engine
-        self.lock = threading.Lock()
-        self.lat, self.parts, self.total = [], {}, 0
-        self.since = time.monotonic_ns()
-        self.stop_ev = threading.Event()
-        self.failed = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self):
-        self.since = time.monotonic_ns()
-        self.thread.start()
-
-    def record(self, latency_ns, **parts):
-        """Notes one request; parts are its ttft= time and tpot= times
-        (ns; a list: one a token)."""
-        with self.lock:
-            self.lat.append(latency_ns)
-            for name, v in parts.items():
-                self.parts.setdefault(name, []).extend(v if isinstance(v, list) else [v])
-            self.total += 1
-
-    def push(self):
-        now = time.monotonic_ns()
-        with self.lock:
-            lat, self.lat, parts, self.parts = self.lat, [], self.parts, {}
-            body = window_body(lat, now - self.since, self.total, parts)
-            self.since = now
-        try:
-            if self.engine is not None:
-                body.update(self.engine.push_fields())
-            reply = push_window(self.path, body)
-            if self.engine is not None and "prepreempt" in reply:
-                self.engine.set_prepreempt(reply["prepreempt"])
-            if self.failed:
-                print("latency pushed to gpreemptd again", file=sys.stderr)
-            self.failed = False
-        except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: gpreempt.GpreemptError
-            if not self.failed:
-                print("latency not pushed to gpreemptd: %s" % e, file=sys.stderr)
-            self.failed = True
-
-    def _run(self):
-        while not self.stop_ev.wait(self.period_ns / 1e9):
-            self.push()
-
-    def stop(self):
-        """Stops the thread and pushes what the last window recorded."""
-        self.stop_ev.set()
-        if self.thread.is_alive():
-            self.thread.join()
-        if self.lat:
-            self.push()
 
 
 def spin_until(t_ns):
@@ -317,7 +190,11 @@ def main():
     # Requests allocate little; a cyclic collection would only add pauses.
     gc.collect()
     gc.disable()
-    pusher = LatencyPusher(args.push_latency, args.push_period, gp) if args.push_latency else None
+    pusher = None
+    if args.push_latency:
+        from gpreempt import Reporter  # beside this script, as gpreempt-bench writes it
+
+        pusher = Reporter(args.push_latency, args.push_period / 1e9, gp)
     if pusher:
         pusher.start()
     lead_in = 0

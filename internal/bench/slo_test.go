@@ -223,7 +223,7 @@ func TestPythonPushWindow(t *testing.T) {
 	}))
 	script := `import sys, json
 sys.path.insert(0, sys.argv[1])
-import lc_infer as m
+import gpreempt as m
 body = m.window_body([3_000_000, 1_000_000, 2_000_000, 10_000_000], 1_000_000_000, 42)
 print(json.dumps(m.push_window(sys.argv[2], body)))
 print(json.dumps(m.window_body([], 500_000_000, 42)))
@@ -236,14 +236,14 @@ class Engine:
     def set_prepreempt(self, on):
         self.told = on
 e = Engine()
-p = m.LatencyPusher(sys.argv[2], 1_000_000_000, e)
+p = m.Reporter(sys.argv[2], 1.0, e)
 p.record(2_000_000)
 p.push()
 print(json.dumps(e.told))
 # An LLM server's window: TTFT and TPOT quantiles beside the latency's.
-print(json.dumps(m.window_body([2_000_000], 1_000_000_000, 1, {"tpot": [12_000_000, 10_000_000], "ttft": [30_000_000]})))
+print(json.dumps(m.window_body([2_000_000], 1_000_000_000, 1, ttft_ns=[30_000_000], tpot_ns=[12_000_000, 10_000_000])))
 `
-	out, err := exec.Command(py, "-c", script, "../../bench/pytorch", sock).CombinedOutput()
+	out, err := exec.Command(py, "-c", script, "../../python", sock).CombinedOutput()
 	if err != nil {
 		t.Fatalf("python: %v: %s", err, out)
 	}
@@ -513,6 +513,17 @@ class GPT2LMHeadModel:
 `,
 }
 
+// pythonPkg is the directory holding the gpreempt Python package (the
+// bench writes it beside the scripts).
+func pythonPkg(t *testing.T) string {
+	t.Helper()
+	d, err := filepath.Abs("../../python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // writeStubTorch writes stubTorch into a directory for PYTHONPATH.
 func writeStubTorch(t *testing.T) string {
 	t.Helper()
@@ -547,7 +558,7 @@ func TestPythonDecodePushes(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "lc.json")
 	cmd := exec.Command(py, "../../bench/pytorch/lc_decode.py", "--loop", "lean", "--period", "1ms", "--requests", "3", "--warmup", "1",
 		"--lead-in", "5ms", "--push-latency", sock, "--push-period", "1s", "--out", out)
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+writeStubTorch(t))
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+writeStubTorch(t)+string(os.PathListSeparator)+pythonPkg(t))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("lc_decode.py: %v: %s", err, b)
 	}
@@ -606,7 +617,7 @@ func TestPythonLCLeadIn(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "lc.json")
 	cmd := exec.Command(py, "../../bench/pytorch/lc_infer.py", "--period", "1ms", "--requests", "3", "--warmup", "1",
 		"--lead-in", "5ms", "--out", out)
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+stub)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+stub+string(os.PathListSeparator)+pythonPkg(t))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("lc_infer.py: %v: %s", err, b)
 	}

@@ -26,8 +26,16 @@ repository's bin/ (running from a checkout), and the loader's path.
 import ctypes
 import json
 import os
+import socket
+import sys
+import threading
+import time
+from http import client as _httpclient
 
-__all__ = ["Engine", "GpreemptError", "SKIP_LC_CLASS", "LAUNCHER_POLLER", "library_version"]
+__all__ = ["Engine", "GpreemptError", "Reporter", "SKIP_LC_CLASS", "LAUNCHER_POLLER", "library_version"]
+
+# gpreemptd's socket when neither the caller nor $GPREEMPTD_SOCKET names one.
+DEFAULT_SOCKET = "/run/gpreempt/gpreemptd.sock"
 
 # The release version, as in the repository's internal/version/VERSION.
 __version__ = "0.1.0"
@@ -268,3 +276,145 @@ class Engine:
         if self._open:
             self._open = False
             self._check(self._lib.gpreempt_shutdown(), "shutdown")
+
+
+# --- telling gpreemptd what requests take (its SLO mode) -------------------
+
+
+def _quantile(sorted_vals, q):
+    """The q-quantile of sorted values, nearest rank."""
+    i = min(len(sorted_vals) - 1, max(0, int(q * len(sorted_vals) + 0.5) - 1))
+    return sorted_vals[i]
+
+
+def window_body(latencies_ns, duration_ns, total, ttft_ns=(), tpot_ns=()):
+    """The POST /v1/stats body for one window: the JSON of gpreemptd's
+    client.Stats with pid 0 (the daemon takes the caller's pid from the
+    socket) and the window's latency quantiles in microseconds. An LLM
+    server's times to first token (one a request) and per output token (one
+    a token after each request's first) go as ttft_p50 .. tpot_p99, which
+    objectives such as tpot_p50<=12ms bound, and "tokens" counts the latter:
+    a tpot_ objective's samples."""
+    lat = sorted(latencies_ns)
+    w = {"duration_ms": max(duration_ns, 1) / 1e6, "requests": len(lat), "latency_us": {}}
+    if lat:
+        w["latency_us"] = {
+            "p50": _quantile(lat, 0.50) / 1e3,
+            "p90": _quantile(lat, 0.90) / 1e3,
+            "p99": _quantile(lat, 0.99) / 1e3,
+            "max": lat[-1] / 1e3,
+            "mean": sum(lat) / len(lat) / 1e3,
+        }
+        for name, vals in (("ttft", sorted(ttft_ns)), ("tpot", sorted(tpot_ns))):
+            if vals:
+                for q, key in ((0.50, "p50"), (0.90, "p90"), (0.99, "p99")):
+                    w["latency_us"][f"{name}_{key}"] = _quantile(vals, q) / 1e3
+        if tpot_ns:
+            w["tokens"] = len(tpot_ns)
+    return {"pid": 0, "requests": total, "expired_holds": 0, "window": w}
+
+
+class _UnixHTTPConnection(_httpclient.HTTPConnection):
+    def __init__(self, path, timeout=5.0):
+        super().__init__("gpreemptd", timeout=timeout)
+        self._path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self._path)
+        self.sock = s
+
+
+def push_window(path, body):
+    """POSTs body to gpreemptd's /v1/stats at the unix socket path; returns
+    the reply's JSON (client.StatsReply)."""
+    conn = _UnixHTTPConnection(path)
+    try:
+        conn.request("POST", "/v1/stats", body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        text = resp.read()
+        if resp.status >= 300:
+            raise OSError("gpreemptd: %d: %s" % (resp.status, text.decode(errors="replace").strip()))
+        return json.loads(text) if text.strip() else {}
+    finally:
+        conn.close()
+
+
+class Reporter:
+    """Tells gpreemptd what the app's requests take: its SLO mode steers by
+    each LC process's request latency as the app defines a request (arrival
+    to result), which neither the driver nor the hint engine sees. Call
+    record() once per request (an LLM server: record_llm()); start() pushes
+    the window's quantiles once a period from a thread of its own. With an
+    engine, its state goes with each push and the daemon's word on
+    pre-preemption comes back to it. Times are in nanoseconds, as
+    time.monotonic_ns() gives them::
+
+        rep = gpreempt.Reporter()          # $GPREEMPTD_SOCKET, else the default
+        rep.start()
+        t0 = time.monotonic_ns(); serve(req); rep.record(time.monotonic_ns() - t0)
+        rep.stop()
+    """
+
+    def __init__(self, socket_path=None, period_s=1.0, engine=None):
+        self.path = socket_path or os.environ.get("GPREEMPTD_SOCKET") or DEFAULT_SOCKET
+        self.period_s, self.engine = period_s, engine
+        self._lock = threading.Lock()
+        self._lat, self._ttft, self._tpot, self._total = [], [], [], 0
+        self._since = time.monotonic_ns()
+        self._stop = threading.Event()
+        self._failed = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self):
+        self._since = time.monotonic_ns()
+        self._thread.start()
+
+    def record(self, latency_ns):
+        """Adds one request's latency to the window."""
+        with self._lock:
+            self._lat.append(latency_ns)
+            self._total += 1
+
+    def record_llm(self, latency_ns, ttft_ns, per_token_ns):
+        """Adds one LLM request: its latency, its time to first token, and
+        each later output token's time since the one before."""
+        with self._lock:
+            self._lat.append(latency_ns)
+            self._ttft.append(ttft_ns)
+            self._tpot.extend(per_token_ns)
+            self._total += 1
+
+    def push(self):
+        """Sends the window since the last push; a failure is reported on
+        stderr once, and the window is dropped either way."""
+        now = time.monotonic_ns()
+        with self._lock:
+            body = window_body(self._lat, now - self._since, self._total, self._ttft, self._tpot)
+            self._lat, self._ttft, self._tpot, self._since = [], [], [], now
+        try:
+            if self.engine is not None:
+                body.update(self.engine.push_fields())
+            reply = push_window(self.path, body)
+            if self.engine is not None and "prepreempt" in reply:
+                self.engine.set_prepreempt(reply["prepreempt"])
+            if self._failed:
+                print("latency pushed to gpreemptd again", file=sys.stderr)
+            self._failed = False
+        except (OSError, ValueError, GpreemptError) as e:
+            if not self._failed:
+                print("latency not pushed to gpreemptd: %s" % e, file=sys.stderr)
+            self._failed = True
+
+    def _run(self):
+        while not self._stop.wait(self.period_s):
+            self.push()
+
+    def stop(self):
+        """Stops the thread and pushes what the last window recorded."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self._lat:
+            self.push()
