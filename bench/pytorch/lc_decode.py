@@ -34,7 +34,7 @@ import os
 import sys
 import time
 
-from lc_infer import parse_duration, write_json
+from lc_infer import add_push_flags, parse_duration, write_json
 
 SCHEMA = 1
 
@@ -91,12 +91,7 @@ def main():
     ap.add_argument("--out", default="-")
     ap.add_argument("--gate", action="store_true", help="hold the GPU from BE for each whole request (libgpreempt's gate)")
     ap.add_argument("--hint-launcher", choices=("goroutine", "poller"), default="goroutine")
-    ap.add_argument("--push-latency", default="", metavar="SOCKET",
-                    help="push each window's request latency, TTFT and TPOT quantiles to gpreemptd at this unix socket (its SLO mode)")
-    ap.add_argument("--push-period", type=parse_duration, default="1s",
-                    help="with --push-latency: one window this long (the daemon's slo.window)")
-    ap.add_argument("--lead-in", type=parse_duration, default="0",
-                    help="after the go line, run requests this long before measuring (pushed with --push-latency, not kept)")
+    add_push_flags(ap, "each window's request latency, TTFT and TPOT quantiles")
     a = ap.parse_args()
     if a.requests <= 0 or a.period <= 0 or a.new_tokens < 2 or a.prompt < 1:
         ap.error("--requests, --period, --prompt must be positive and --new-tokens at least 2")

@@ -97,12 +97,7 @@ def main():
                     help="with --hints: the engine's launcher (GPREEMPT_LAUNCHER_POLLER)")
     ap.add_argument("--switch-after", type=int, default=0, metavar="N",
                     help="with --cuda-graph: run eager from the N-th measured request on (0: never)")
-    ap.add_argument("--push-latency", default="", metavar="SOCKET",
-                    help="push the measured requests' latency windows to gpreemptd at this unix socket (its SLO mode)")
-    ap.add_argument("--push-period", type=parse_duration, default="1s",
-                    help="with --push-latency: one window this long (the daemon's slo.window)")
-    ap.add_argument("--lead-in", type=parse_duration, default="0",
-                    help="after the go line, run requests this long before measuring (pushed with --push-latency, not kept)")
+    add_push_flags(ap, "the measured requests' latency windows")
     args = ap.parse_args()
     if args.requests <= 0 or args.period <= 0:
         ap.error("--requests and --period must be positive")
@@ -280,6 +275,17 @@ def main():
         result["config"]["gate"] = True
         gate.close()
     write_json(args.out, result)
+
+
+def add_push_flags(ap, what):
+    """The flags of an LC worker that pushes what it measures to gpreemptd
+    (gpreempt-bench's slo: scenarios): what is what it pushes."""
+    ap.add_argument("--push-latency", default="", metavar="SOCKET",
+                    help=f"push {what} to gpreemptd at this unix socket (its SLO mode)")
+    ap.add_argument("--push-period", type=parse_duration, default="1s",
+                    help="with --push-latency: one window this long (the daemon's slo.window)")
+    ap.add_argument("--lead-in", type=parse_duration, default="0",
+                    help="after the go line, run requests this long before measuring (pushed with --push-latency, not kept)")
 
 
 def write_json(path, obj):

@@ -203,15 +203,12 @@ func unixServer(t *testing.T, h http.Handler) string {
 	return sock
 }
 
-// TestPythonPushWindow runs lc_infer.py's pusher (standard library only)
-// against a fake daemon and checks the body with the daemon's own parser.
-func TestPythonPushWindow(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("no python3")
-	}
-	bodies := make(chan []byte, 2)
-	sock := unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// statsDaemon is a fake gpreemptd taking POST /v1/stats on a unix socket:
+// each body goes to bodies (up to n), each answer is reply.
+func statsDaemon(t *testing.T, n int, reply string) (sock string, bodies chan []byte) {
+	t.Helper()
+	bodies = make(chan []byte, n)
+	sock = unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.URL.Path != "/v1/stats" {
 			http.Error(w, "bad request", http.StatusNotFound)
 			return
@@ -219,8 +216,27 @@ func TestPythonPushWindow(t *testing.T) {
 		b, _ := io.ReadAll(r.Body)
 		bodies <- b
 		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"prepreempt":false,"slo":true}`))
+		w.Write([]byte(reply))
 	}))
+	return sock, bodies
+}
+
+// python3 is the interpreter's path; the test is skipped without one.
+func python3(t *testing.T) string {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	return py
+}
+
+// TestPythonPushWindow runs the gpreempt package's Reporter (standard
+// library only) against a fake daemon and checks the body with the
+// daemon's own parser.
+func TestPythonPushWindow(t *testing.T) {
+	py := python3(t)
+	sock, bodies := statsDaemon(t, 2, `{"prepreempt":false,"slo":true}`)
 	script := `import sys, json
 sys.path.insert(0, sys.argv[1])
 import gpreempt as m
@@ -545,16 +561,8 @@ func writeStubTorch(t *testing.T) string {
 // not kept, and every window carries TTFT and TPOT quantiles for an
 // objective such as tpot_p50<=12ms.
 func TestPythonDecodePushes(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("no python3")
-	}
-	bodies := make(chan []byte, 1000)
-	sock := unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		bodies <- b
-		w.Write([]byte(`{"slo":true}`))
-	}))
+	py := python3(t)
+	sock, bodies := statsDaemon(t, 1000, `{"slo":true}`)
 	out := filepath.Join(t.TempDir(), "lc.json")
 	cmd := exec.Command(py, "../../bench/pytorch/lc_decode.py", "--loop", "lean", "--period", "1ms", "--requests", "3", "--warmup", "1",
 		"--lead-in", "5ms", "--push-latency", sock, "--push-period", "1s", "--out", out)
@@ -562,26 +570,7 @@ func TestPythonDecodePushes(t *testing.T) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("lc_decode.py: %v: %s", err, b)
 	}
-	var res struct {
-		Config struct {
-			LeadInNs       int64 `json:"lead_in_ns"`
-			LeadInRequests int   `json:"lead_in_requests"`
-		} `json:"config"`
-		Samples []struct {
-			TTFT int64 `json:"ttft_ns"`
-			TPOT int64 `json:"tpot_ns"`
-		} `json:"samples"`
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
-	if res.Config.LeadInNs != 5e6 || res.Config.LeadInRequests != 5 || len(res.Samples) != 3 {
-		t.Errorf("lead-in %d ns, %d requests, %d samples; want 5ms, 5, 3", res.Config.LeadInNs, res.Config.LeadInRequests, len(res.Samples))
-	}
+	checkLeadIn(t, out)
 	// The pusher's last window goes when it stops: every request of the
 	// run (5 lead-in, 3 measured) in one 1 s window.
 	close(bodies)
@@ -621,6 +610,13 @@ func TestPythonLCLeadIn(t *testing.T) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("lc_infer.py: %v: %s", err, b)
 	}
+	checkLeadIn(t, out)
+}
+
+// checkLeadIn reads a worker's result at path: one request every 1 ms for
+// a 5 ms lead-in, not kept, then 3 measured.
+func checkLeadIn(t *testing.T, path string) {
+	t.Helper()
 	var res struct {
 		Config struct {
 			LeadInNs       int64 `json:"lead_in_ns"`
@@ -628,14 +624,13 @@ func TestPythonLCLeadIn(t *testing.T) {
 		} `json:"config"`
 		Samples []json.RawMessage `json:"samples"`
 	}
-	b, err := os.ReadFile(out)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
-	// One request every 1 ms for 5 ms: 5 in the lead-in, then 3 measured.
 	if res.Config.LeadInNs != 5e6 || res.Config.LeadInRequests != 5 || len(res.Samples) != 3 {
 		t.Errorf("lead-in %d ns, %d requests, %d samples; want 5ms, 5, 3", res.Config.LeadInNs, res.Config.LeadInRequests, len(res.Samples))
 	}
