@@ -34,7 +34,7 @@ import os
 import sys
 import time
 
-from lc_infer import add_push_flags, parse_duration, write_json
+from lc_infer import add_push_flags, import_gpreempt, parse_duration, write_json
 
 SCHEMA = 1
 
@@ -136,9 +136,9 @@ def main():
 
     gp = None
     if a.gate:
-        import gpreempt  # python/gpreempt, GPREEMPT_LIB naming libgpreempt.so
-
-        gp = gpreempt.Engine(device=a.device, gate="on", launcher=a.hint_launcher)
+        gp = import_gpreempt().Engine(device=a.device, gate="on", launcher=a.hint_launcher)  # GPREEMPT_LIB names libgpreempt.so
+    # Made before READY: a missing package fails the worker at its start.
+    pusher = import_gpreempt().Reporter(a.push_latency, a.push_period / 1e9, gp) if a.push_latency else None
 
     def request():
         t0 = time.monotonic_ns()
@@ -158,11 +158,6 @@ def main():
     samples, late = [], 0
     gc.collect()
     gc.disable()
-    pusher = None
-    if a.push_latency:
-        from gpreempt import Reporter  # beside this script, as gpreempt-bench writes it
-
-        pusher = Reporter(a.push_latency, a.push_period / 1e9, gp)
     if pusher:
         pusher.start()
 

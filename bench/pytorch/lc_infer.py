@@ -142,12 +142,13 @@ def main():
     if args.hints and args.gate:
         ap.error("--hints and --gate: one or the other")
     if args.hints or args.gate:
-        import gpreempt  # python/gpreempt, with GPREEMPT_LIB naming libgpreempt.so
-        gp = gpreempt.Engine(device=args.device, launcher=args.hint_launcher, gate="on" if args.gate else "off")
+        gp = import_gpreempt().Engine(device=args.device, launcher=args.hint_launcher, gate="on" if args.gate else "off")
     if args.gate:
         # The whole request (copy, forward, synchronize) is one gated span;
         # no preparation hint.
         gate, gp = gp, None
+    # Made before READY: a missing package fails the worker at its start.
+    pusher = import_gpreempt().Reporter(args.push_latency, args.push_period / 1e9, gp) if args.push_latency else None
     lo, hi = args.prep
     expected_prep_us = (lo + hi) // 2 // 1000
 
@@ -185,11 +186,6 @@ def main():
     # Requests allocate little; a cyclic collection would only add pauses.
     gc.collect()
     gc.disable()
-    pusher = None
-    if args.push_latency:
-        from gpreempt import Reporter  # beside this script, as gpreempt-bench writes it
-
-        pusher = Reporter(args.push_latency, args.push_period / 1e9, gp)
     if pusher:
         pusher.start()
     lead_in = 0
@@ -275,6 +271,18 @@ def main():
         result["config"]["gate"] = True
         gate.close()
     write_json(args.out, result)
+
+
+def import_gpreempt():
+    """The gpreempt package (python/gpreempt): beside this script, as
+    gpreempt-bench writes it, else a checkout's (the scripts run from
+    bench/pytorch)."""
+    try:
+        import gpreempt
+    except ImportError:
+        sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+        import gpreempt
+    return gpreempt
 
 
 def add_push_flags(ap, what):

@@ -271,7 +271,8 @@ print(json.dumps(m.window_body([2_000_000], 1_000_000_000, 1, ttft_ns=[30_000_00
 	if err != nil || llm.Window == nil {
 		t.Fatalf("LLM window %s refused: %v", lines[3], err)
 	}
-	if q := llm.Window.LatencyUs; q["p50"] != 2000 || q["tpot_p50"] != 10000 || q["tpot_p99"] != 12000 || q["ttft_p50"] != 30000 || q["ttft_p90"] != 30000 || llm.Window.Tokens != 2 {
+	// Quantiles as the Go Reporter takes them: rank q(n-1), rounded.
+	if q := llm.Window.LatencyUs; q["p50"] != 2000 || q["tpot_p50"] != 12000 || q["tpot_p999"] != 12000 || q["ttft_p50"] != 30000 || q["ttft_p90"] != 30000 || llm.Window.Tokens != 2 {
 		t.Errorf("LLM window quantiles %v, %d tokens", q, llm.Window.Tokens)
 	}
 	s, _, err := daemon.ParseStats(<-bodies)
@@ -280,7 +281,8 @@ print(json.dumps(m.window_body([2_000_000], 1_000_000_000, 1, ttft_ns=[30_000_00
 	}
 	w := s.Window
 	if s.PID != 0 || s.Requests != 42 || w == nil || w.DurationMs != 1000 || w.Requests != 4 ||
-		w.LatencyUs["p50"] != 2000 || w.LatencyUs["p99"] != 10000 || w.LatencyUs["max"] != 10000 || w.LatencyUs["mean"] != 4000 {
+		w.LatencyUs["p50"] != 3000 || w.LatencyUs["p99"] != 10000 || w.LatencyUs["p999"] != 10000 || w.LatencyUs["max"] != 10000 || w.LatencyUs["mean"] != 4000 ||
+		s.RequestLatencyUs["p50"] != 3000 || len(s.RequestLatencyUs) != 6 {
 		t.Errorf("pushed %+v window %+v", s, w)
 	}
 	// The same body decodes into the client's types, field for field.
@@ -529,17 +531,6 @@ class GPT2LMHeadModel:
 `,
 }
 
-// pythonPkg is the directory holding the gpreempt Python package (the
-// bench writes it beside the scripts).
-func pythonPkg(t *testing.T) string {
-	t.Helper()
-	d, err := filepath.Abs("../../python")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
 // writeStubTorch writes stubTorch into a directory for PYTHONPATH.
 func writeStubTorch(t *testing.T) string {
 	t.Helper()
@@ -566,7 +557,8 @@ func TestPythonDecodePushes(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "lc.json")
 	cmd := exec.Command(py, "../../bench/pytorch/lc_decode.py", "--loop", "lean", "--period", "1ms", "--requests", "3", "--warmup", "1",
 		"--lead-in", "5ms", "--push-latency", sock, "--push-period", "1s", "--out", out)
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+writeStubTorch(t)+string(os.PathListSeparator)+pythonPkg(t))
+	// From the checkout: the gpreempt package is found in python/.
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+writeStubTorch(t))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("lc_decode.py: %v: %s", err, b)
 	}
@@ -595,22 +587,29 @@ func TestPythonDecodePushes(t *testing.T) {
 	}
 }
 
-// TestPythonLCLeadIn runs lc_infer.py end to end on a stub torch: the
-// lead-in's requests run before the measured ones and are not kept.
+// TestPythonLCLeadIn runs lc_infer.py end to end on a stub torch, from
+// the scripts as gpreempt-bench writes them (the gpreempt package beside
+// them): the lead-in's requests run before the measured ones, pushed,
+// not kept.
 func TestPythonLCLeadIn(t *testing.T) {
-	py, err := exec.LookPath("python3")
+	py := python3(t)
+	r := &runner{o: runOptions{Out: t.TempDir()}}
+	scripts, err := r.pytorchScripts()
 	if err != nil {
-		t.Skip("no python3")
+		t.Fatal(err)
 	}
-	stub := writeStubTorch(t)
+	sock, bodies := statsDaemon(t, 1000, `{"slo":true}`)
 	out := filepath.Join(t.TempDir(), "lc.json")
-	cmd := exec.Command(py, "../../bench/pytorch/lc_infer.py", "--period", "1ms", "--requests", "3", "--warmup", "1",
-		"--lead-in", "5ms", "--out", out)
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+stub+string(os.PathListSeparator)+pythonPkg(t))
+	cmd := exec.Command(py, filepath.Join(scripts, "lc_infer.py"), "--period", "1ms", "--requests", "3", "--warmup", "1",
+		"--lead-in", "5ms", "--push-latency", sock, "--out", out)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+writeStubTorch(t))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("lc_infer.py: %v: %s", err, b)
 	}
 	checkLeadIn(t, out)
+	if len(bodies) == 0 {
+		t.Error("nothing pushed")
+	}
 }
 
 // checkLeadIn reads a worker's result at path: one request every 1 ms for

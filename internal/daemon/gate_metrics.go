@@ -35,7 +35,7 @@ type GateStats struct {
 	Failures  uint64 `json:"failures"`
 	// LaunchesHeld counts launches traced while their LC held BE: each a
 	// uprobe trap its request paid before its launch probes came off.
-	LaunchesHeld uint64 `json:"launches_held,omitempty"`
+	LaunchesHeld uint64 `json:"launches_held"`
 	// LCs is how many LC processes the gate follows.
 	LCs int `json:"lcs"`
 }

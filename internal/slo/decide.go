@@ -143,7 +143,7 @@ func (c *Controller) shareText(a Arm) string {
 	return "more BE share expected"
 }
 
-// backoff: times left, when it may be explored again, the objectives in force then.
+// backoff: times left, when it may be explored again, the objectives it was not proven for.
 type backoff struct {
 	n, until int
 	by       []string
@@ -153,5 +153,6 @@ type backoff struct {
 // undecided; each time again it waits twice as long, maxBackoff times.
 func (c *Controller) leftUnproven(a Arm) {
 	n := min(c.left[a].n+1, maxBackoff)
-	c.left[a] = backoff{n, c.tick + c.opts.HalfLife<<(n-1), slices.Collect(maps.Keys(c.active))}
+	by := slices.DeleteFunc(slices.Collect(maps.Keys(c.active)), func(k string) bool { _, hi := c.lcBounds(a, k); return hi <= 1 })
+	c.left[a] = backoff{n, c.tick + c.opts.HalfLife<<(n-1), by}
 }

@@ -152,7 +152,7 @@ func (c *Controller) endCalibration(d Decision) Decision {
 	c.phase, c.cusum = phaseDeciding, [2]float64{}
 	// A back-off lapses with an LC that earned it: estimates are per process.
 	maps.DeleteFunc(c.left, func(_ Arm, b backoff) bool {
-		return slices.ContainsFunc(b.by, func(k string) bool { _, ok := c.active[k]; return !ok })
+		return len(b.by) == 0 || slices.ContainsFunc(b.by, func(k string) bool { _, ok := c.active[k]; return !ok })
 	})
 	d.Cause = CauseCalibrate
 	to := c.set.clamp(c.cal.from)

@@ -18,6 +18,7 @@ type lcWindow struct {
 	rows    []client.SLOLC
 	samples []slo.LCSample
 	key     string // its key to the controllers
+	tokens  bool   // its tpot_ objectives count tokens
 }
 
 // lcSamples reads each LC process's latest window, by pid.
@@ -80,7 +81,7 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 				// tokens: an LLM server finishes a request or two a second.
 				n := s.Requests
 				if o.Metric == "tpot" && s.Tokens > 0 {
-					n = s.Tokens
+					n, w.tokens = s.Tokens, true
 				}
 				// The median goes with a tail objective: workload changes
 				// are read from it (slo.LCSample.Median).
@@ -199,7 +200,7 @@ func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) []client.S
 					row.TargetUs, row.Ratio, row.Reference = float64(r.Target)/1e3, finite(r.Ratio), r.Reference
 					if sig := row.Signal; r.Requests < slo.DefaultMinRequests && (sig == "pushed" || sig == "traced") {
 						what := "requests"
-						if strings.HasPrefix(row.Objective, "tpot_") && r.Requests != row.Requests {
+						if w.tokens && strings.HasPrefix(row.Objective, "tpot_") {
 							what = "tokens"
 						}
 						row.Signal = fmt.Sprintf("%s (%d %s: too few to count)", sig, r.Requests, what)

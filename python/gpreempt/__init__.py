@@ -282,9 +282,12 @@ class Engine:
 
 
 def _quantile(sorted_vals, q):
-    """The q-quantile of sorted values, nearest rank."""
-    i = min(len(sorted_vals) - 1, max(0, int(q * len(sorted_vals) + 0.5) - 1))
-    return sorted_vals[i]
+    """The q-quantile of sorted values: the rank q(n-1), rounded (as the Go
+    prepreempt.Reporter takes it)."""
+    return sorted_vals[min(len(sorted_vals) - 1, max(0, int(q * (len(sorted_vals) - 1) + 0.5)))]
+
+
+_QUANTILES = ((0.50, "p50"), (0.90, "p90"), (0.99, "p99"), (0.999, "p999"))
 
 
 def window_body(latencies_ns, duration_ns, total, ttft_ns=(), tpot_ns=()):
@@ -297,21 +300,18 @@ def window_body(latencies_ns, duration_ns, total, ttft_ns=(), tpot_ns=()):
     a tpot_ objective's samples."""
     lat = sorted(latencies_ns)
     w = {"duration_ms": max(duration_ns, 1) / 1e6, "requests": len(lat), "latency_us": {}}
+    body = {"pid": 0, "requests": total, "expired_holds": 0, "window": w}
     if lat:
-        w["latency_us"] = {
-            "p50": _quantile(lat, 0.50) / 1e3,
-            "p90": _quantile(lat, 0.90) / 1e3,
-            "p99": _quantile(lat, 0.99) / 1e3,
-            "max": lat[-1] / 1e3,
-            "mean": sum(lat) / len(lat) / 1e3,
-        }
+        own = {key: _quantile(lat, q) / 1e3 for q, key in _QUANTILES}
+        own.update(max=lat[-1] / 1e3, mean=sum(lat) / len(lat) / 1e3)
+        body["request_latency_us"], w["latency_us"] = own, dict(own)
         for name, vals in (("ttft", sorted(ttft_ns)), ("tpot", sorted(tpot_ns))):
             if vals:
-                for q, key in ((0.50, "p50"), (0.90, "p90"), (0.99, "p99")):
+                for q, key in _QUANTILES:
                     w["latency_us"][f"{name}_{key}"] = _quantile(vals, q) / 1e3
         if tpot_ns:
             w["tokens"] = len(tpot_ns)
-    return {"pid": 0, "requests": total, "expired_holds": 0, "window": w}
+    return body
 
 
 class _UnixHTTPConnection(_httpclient.HTTPConnection):
@@ -348,8 +348,8 @@ class Reporter:
     record() once per request (an LLM server: record_llm()); start() pushes
     the window's quantiles once a period from a thread of its own. With an
     engine, its state goes with each push and the daemon's word on
-    pre-preemption comes back to it. Times are in nanoseconds, as
-    time.monotonic_ns() gives them::
+    pre-preemption comes back to it. Recorded times are in nanoseconds, as
+    time.monotonic_ns() gives them; the period in seconds::
 
         rep = gpreempt.Reporter()          # $GPREEMPTD_SOCKET, else the default
         rep.start()
