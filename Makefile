@@ -32,11 +32,15 @@ build:
 	$(GO) build $(GO_LDFLAGS) -buildmode=c-shared -o $(BIN)/libgpreempt.so ./cmd/libgpreempt
 	rm -f $(BIN)/libgpreempt.h
 
-# gofmt, go vet, staticcheck (pinned in go.mod's tool block), and no build
-# output (an executable, library or archive) tracked by git.
+# gofmt, go vet, staticcheck (pinned in go.mod's tool block), no build
+# output (an executable, library or archive) tracked by git, and SLO mode's
+# controller under 1,000 lines without its tests and simulator (one a newcomer
+# can read whole).
 vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
+	@n=$$(cat $$(ls internal/slo/*.go | grep -v -e '_test\.go$$' -e '/sim\.go$$') | wc -l); \
+	  if [ "$$n" -ge 1000 ]; then echo "internal/slo: $$n lines without tests and simulator, want under 1000"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
 	$(GO) run ./internal/tools/buildoutputs
