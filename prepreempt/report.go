@@ -7,7 +7,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -122,36 +121,38 @@ func (r *Reporter) RecordLLM(latency, ttft time.Duration, perToken []time.Durati
 	}
 }
 
-// window takes the window so far and starts the next.
-func (r *Reporter) window() (client.Window, uint64) {
+// window takes the window so far and starts the next: the window, the
+// request's own quantiles and the requests since the reporter began. The
+// samples are taken under the lock, sorted outside it (Record waits on it).
+func (r *Reporter) window() (client.Window, map[string]float64, uint64) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	now := r.now()
 	lat, seen := r.lat.take()
-	w := client.Window{DurationMs: float64(now.Sub(r.since)) / float64(time.Millisecond), Requests: uint64(seen)}
+	ttft, _ := r.ttft.take()
+	tpot, tokens := r.tpot.take()
+	w := client.Window{DurationMs: max(float64(now.Sub(r.since))/float64(time.Millisecond), 1e-3), Requests: uint64(seen)}
 	r.since = now
-	w.DurationMs = max(w.DurationMs, 1e-3)
-	if len(lat) > 0 {
-		w.LatencyUs = quantilesUs(lat)
+	total := r.total
+	r.mu.Unlock()
+	if len(lat) == 0 {
+		return w, nil, total
 	}
-	for _, m := range []struct {
-		name string
-		res  *reservoir
-	}{{"ttft", &r.ttft}, {"tpot", &r.tpot}} {
-		vals, n := m.res.take()
-		if len(vals) == 0 || w.LatencyUs == nil {
+	own := quantilesUs(lat)
+	w.LatencyUs = maps.Clone(own)
+	for name, vals := range map[string][]time.Duration{"ttft": ttft, "tpot": tpot} {
+		if len(vals) == 0 {
 			continue
 		}
 		for q, v := range quantilesUs(vals) {
 			if q != "max" && q != "mean" { // the daemon takes p50 .. p999 of these
-				w.LatencyUs[m.name+"_"+q] = v
+				w.LatencyUs[name+"_"+q] = v
 			}
 		}
-		if m.name == "tpot" {
-			w.Tokens = uint64(n)
-		}
 	}
-	return w, r.total
+	if len(tpot) > 0 {
+		w.Tokens = uint64(tokens)
+	}
+	return w, own, total
 }
 
 // quantilesUs are the pushed quantiles of lat (nearest rank), in us.
@@ -186,11 +187,8 @@ type DaemonReply struct {
 // answer. ErrDaemonUnavailable (wrapped) when no daemon answers; the window is
 // dropped either way: the daemon judges windows as they come.
 func (r *Reporter) Push(ctx context.Context) (DaemonReply, error) {
-	w, total := r.window()
-	// request_latency_us takes the request's own quantiles, not ttft_/tpot_.
-	req := maps.Clone(w.LatencyUs)
-	maps.DeleteFunc(req, func(q string, _ float64) bool { return strings.Contains(q, "_") })
-	s := client.Stats{Requests: total, Window: &w, RequestLatencyUs: req}
+	w, own, total := r.window()
+	s := client.Stats{Requests: total, Window: &w, RequestLatencyUs: own}
 	if r.engine != nil {
 		ew := r.engine.TakeWindow()
 		s.ExpiredHolds = ew.Expired

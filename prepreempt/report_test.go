@@ -110,7 +110,7 @@ func TestReporterBoundsAWindow(t *testing.T) {
 	if len(r.lat.vals) != maxWindowSamples {
 		t.Errorf("window kept %d samples, want %d", len(r.lat.vals), maxWindowSamples)
 	}
-	w, total := r.window()
+	w, _, total := r.window()
 	if len(r.lat.vals) != 0 || w.Requests != maxWindowSamples+1000 || total != maxWindowSamples+1000 || w.LatencyUs["max"] == 0 {
 		t.Errorf("window %+v total %d", w, total)
 	}

@@ -390,9 +390,11 @@ class Reporter:
         """Sends the window since the last push; a failure is reported on
         stderr once, and the window is dropped either way."""
         now = time.monotonic_ns()
-        with self._lock:
-            body = window_body(self._lat, now - self._since, self._total, self._ttft, self._tpot)
+        with self._lock:  # the samples taken, sorted outside it (record() waits on it)
+            lat, ttft, tpot, since = self._lat, self._ttft, self._tpot, self._since
             self._lat, self._ttft, self._tpot, self._since = [], [], [], now
+            total = self._total
+        body = window_body(lat, now - since, total, ttft, tpot)
         try:
             if self.engine is not None:
                 body.update(self.engine.push_fields())
