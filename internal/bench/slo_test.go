@@ -245,7 +245,9 @@ print(json.dumps(m.push_window(sys.argv[2], body)))
 print(json.dumps(m.window_body([], 500_000_000, 42)))
 # With a hint engine: its state goes with the window, the reply comes back to it.
 class Engine:
-    told = None
+    told = gate = None
+    def set_gate(self, mode):
+        self.gate = mode
     def push_fields(self):
         return {"engine": {"prepreempt": True, "skipped_no_benefit": 3}, "expired_holds": 1,
                 "spinner_hold_us": {"p50": 120.0, "p99": 300.0, "max": 310.0}}
@@ -725,5 +727,30 @@ func TestSLOLineAfterTheLCChanged(t *testing.T) {
 	// A change after the last sample: nothing seen after it.
 	if got := afterChange(ss, 11000*ms); got != "" {
 		t.Errorf("change after the samples: %q", got)
+	}
+}
+
+// TestPythonReporterPassesTheGate: the gate mode in gpreemptd's reply (SLO
+// mode's arm) goes to the app's engine, as the Go Reporter passes it.
+func TestPythonReporterPassesTheGate(t *testing.T) {
+	py := python3(t)
+	sock, _ := statsDaemon(t, 1, `{"prepreempt":true,"slo":true,"gate":"on"}`)
+	script := `import sys
+sys.path.insert(0, sys.argv[1])
+import gpreempt
+class Engine:
+    gate = None
+    def push_fields(self): return {}
+    def set_prepreempt(self, on): pass
+    def set_gate(self, mode): self.gate = mode
+e = Engine()
+r = gpreempt.Reporter(sys.argv[2], 1.0, e)
+r.record(1_000_000)
+r.push()
+print(e.gate)
+`
+	out, err := exec.Command(py, "-c", script, "../../python", sock).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "on" {
+		t.Fatalf("python: %v: %q, want the engine told gate on", err, out)
 	}
 }

@@ -401,6 +401,8 @@ class Reporter:
             reply = push_window(self.path, body)
             if self.engine is not None and "prepreempt" in reply:
                 self.engine.set_prepreempt(reply["prepreempt"])
+            if self.engine is not None and reply.get("gate") in _GATE_MODES:
+                self.engine.set_gate(reply["gate"])  # SLO mode's arm, as the Go Reporter passes it
             if self._failed:
                 print("latency pushed to gpreemptd again", file=sys.stderr)
             self._failed = False
