@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
@@ -135,7 +134,7 @@ func NewRequestGate(procs interface {
 	t0 := time.Now()
 	g := &RequestGate{Procs: procs, Pause: pause, Log: log, Now: func() time.Duration { return time.Since(t0) },
 		lcs: map[int]*gateLC{}, open: map[int]*gateHold{}, cmds: make(chan gateCmd, 64), metrics: newGateMetrics(),
-		arming: map[int]bool{}, armKick: make(chan struct{}, 1)}
+		arming: map[int]bool{}, armKick: make(chan struct{}, 1), Running: threadRunning}
 	g.tokens = g.capacity(procs.Policy().Gate)
 	return g
 }
@@ -348,16 +347,6 @@ func (g *RequestGate) armLocked(pid int) {
 	}
 }
 
-// command holds BE for the request c reports, unless that request was
-// held already (c was queued before its hold ended).
-func (g *RequestGate) command(c gateCmd) bool {
-	g.mu.Lock()
-	lc := g.lcs[c.pid]
-	stale := lc == nil || lc.epoch != c.epoch
-	g.mu.Unlock()
-	return !stale && g.hold(c.pid)
-}
-
 // followLCs brings the followed LC processes up to the policy: the lc
 // class's processes while the gate is on or auto, none while it is off.
 func (g *RequestGate) followLCs(follow func([]policy.ProcRef)) {
@@ -396,14 +385,16 @@ func (g *RequestGate) followLCs(follow func([]policy.ProcRef)) {
 	}
 }
 
-// hold stops the BE processes on pid's GPUs for pid's request, unless
-// it holds already, the share is spent, or auto mode finds its requests
-// too short. It reports whether a hold opened.
-func (g *RequestGate) hold(pid int) bool {
+// command stops the BE processes on the GPUs of c's LC for the request
+// c reports, unless that request was held already (c was queued before its
+// hold ended), it holds already, the share is spent, or auto mode finds
+// its requests too short. It reports whether a hold opened.
+func (g *RequestGate) command(c gateCmd) bool {
+	pid := c.pid
 	pol := g.Procs.Policy().Gate
 	g.mu.Lock()
 	lc := g.lcs[pid]
-	if lc == nil || g.open[pid] != nil || pol.Mode == policy.GateOff {
+	if lc == nil || lc.epoch != c.epoch || g.open[pid] != nil || pol.Mode == policy.GateOff {
 		g.mu.Unlock()
 		return false
 	}
@@ -556,21 +547,14 @@ func (g *RequestGate) launching(lc *gateLC, now, idle time.Duration) bool {
 	if now-lc.last >= syncBound*idle || lc.lastTID == 0 {
 		return false
 	}
-	running := g.Running
-	if running == nil {
-		running = threadRunning
-	}
-	return running(lc.ref.PID, int(lc.lastTID))
+	return g.Running(lc.ref.PID, int(lc.lastTID))
 }
 
 // threadRunning reads a thread's state: R (running or runnable).
 func threadRunning(pid, tid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] == 'R'
+	state, ok := StatState(b)
+	return err == nil && ok && state == 'R'
 }
 
 // syncBound is how long, in Idles, a thread inside a synchronize keeps a

@@ -301,11 +301,11 @@ func (p *Pauser) stat(pid int) (start uint64, state byte, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 || i+2 >= len(b) {
+	state, ok := StatState(b)
+	if !ok {
 		return 0, 0, errors.New("stat: no state")
 	}
-	return start, b[i+2], nil
+	return start, state, nil
 }
 
 // startWatchdog starts the watchdog of procs, whose pidfds are fds: it

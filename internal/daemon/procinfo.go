@@ -132,6 +132,16 @@ func (pi *ProcInspector) userName(uid uint32) string {
 // StartTime is field 22 of /proc/PID/stat (tsg.StartTime).
 func StartTime(stat []byte) (uint64, error) { return tsg.StartTime(stat) }
 
+// StatState is the state letter of /proc/PID/stat (R, S, T, ...): the
+// field after the command, which may itself hold ')'.
+func StatState(stat []byte) (byte, bool) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) {
+		return 0, false
+	}
+	return stat[i+2], true
+}
+
 // StatusIDs reads the effective uid and the supplementary groups (with
 // the effective gid) from /proc/PID/status.
 func StatusIDs(status []byte) (euid uint32, gids []uint32, err error) {
