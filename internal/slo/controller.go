@@ -156,24 +156,24 @@ type Decision struct {
 
 // Controller chooses an arm per window. Not safe for concurrent use.
 type Controller struct {
-	opts                        Options
-	set                         arms
-	tick                        int
-	phase                       string
-	cur                         Arm
-	since                       int // windows under cur (the first mixes)
-	arms                        map[Arm]*armEst
-	active                      map[string]int // objective keys counted lately: the window
-	refs                        map[string]*reference
-	scatter                     map[string]*est // squared relative deviations (scatterOf)
-	exploring                   bool
-	left                        map[Arm]backoff // leftUnproven
-	cusum                       [2]float64
-	missing                     int
-	pausing, wasPaused, noPause bool // the last decision paused BE; the window observed was to; BE cannot be stopped
-	cal                         calibration
-	relearnt                    int // window references were last relearnt for a change
-	paused, calibrated          int // windows, for Decision
+	opts               Options
+	set                arms
+	tick               int
+	phase              string
+	cur                Arm
+	since              int // windows under cur (the first mixes)
+	arms               map[Arm]*armEst
+	active             map[string]int // objective keys counted lately: the window
+	refs               map[string]*reference
+	scatter            map[string]*est // squared relative deviations (scatterOf)
+	exploring          bool
+	left               map[Arm]backoff // leftUnproven
+	cusum              [2]float64
+	missing            int
+	pausing, wasPaused bool // the last decision paused BE; the window observed was to
+	cal                calibration
+	relearnt           int // window references were last relearnt for a change
+	paused, calibrated int // windows, for Decision
 }
 
 // New returns a controller at the safe arm.

@@ -2,8 +2,6 @@ package slo
 
 import (
 	"math"
-	"slices"
-	"time"
 
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
@@ -160,14 +158,4 @@ func (c *Controller) share(a Arm) float64 {
 		return c.set.priorShare(a)
 	}
 	return min(1, c.est(near).share.Mean()*c.set.priorShare(a)/c.set.priorShare(near))
-}
-
-// median of vs (the mean of the middle two for an even count); vs is
-// reordered.
-func median(vs []time.Duration) time.Duration {
-	if len(vs) == 0 {
-		return 0
-	}
-	slices.Sort(vs)
-	return (vs[(len(vs)-1)/2] + vs[len(vs)/2]) / 2
 }

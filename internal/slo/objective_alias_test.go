@@ -3,11 +3,8 @@ package slo
 import "github.com/gpreempt/gpreempt/internal/slo/objective"
 
 // The tests name objectives as the package did before they moved.
-type (
-	Objective  = objective.Objective
-	Objectives = objective.Objectives
-)
+type Objective = objective.Objective
 
-var ErrInvalid, ParseObjective, ParseObjectives = objective.ErrInvalid, objective.Parse, objective.ParseList
+var ErrInvalid = objective.ErrInvalid
 
 const RefStandalone, RefShortest = objective.Standalone, objective.Shortest

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
+	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
 // reference is what a relative objective is measured against: a process's
@@ -14,7 +15,7 @@ import (
 // learnt in window at, from vals; the process last counted in window last.
 type reference struct {
 	how      string
-	vals     []time.Duration
+	vals     []float64     // ns
 	value    time.Duration // 0 while not learnt
 	at, last int
 }
@@ -41,7 +42,7 @@ type calibration struct {
 	began                                  bool
 }
 
-func (c *Controller) pauseOK() bool { return !c.opts.NoPause && !c.noPause }
+func (c *Controller) pauseOK() bool { return !c.opts.NoPause }
 
 // pauseMax is the most windows one pause runs: its own, BE's drain, slack.
 func (c *Controller) pauseMax() int { return c.opts.CalibrateWindows + settle + calSlack }
@@ -80,14 +81,14 @@ func (c *Controller) learnRef(r *reference, s LCSample, paused bool) {
 	case r.how == objective.Standalone && !c.pauseOK():
 		r.how, r.vals = objective.Shortest, nil
 	case r.how == objective.Standalone && paused && c.cal.paused > settle:
-		r.vals = append(r.vals, s.Latency)
+		r.vals = append(r.vals, float64(s.Latency))
 		c.cal.learnt++
 	case r.how == objective.Shortest && !paused && c.phase == phaseCalibrating && c.cur == c.shortest() && c.since > settle:
-		r.vals = append(r.vals, s.Latency)
+		r.vals = append(r.vals, float64(s.Latency))
 	}
 	// Bounded at calRounds pauses: an LC that counts now and then is learnt from what it gave.
-	if len(r.vals) >= c.opts.CalibrateWindows || len(r.vals) > 0 && c.cal.n >= calRounds*c.pauseMax() {
-		r.value, r.at, r.vals = median(r.vals), c.tick, nil
+	if len(r.vals) > 0 && (len(r.vals) >= c.opts.CalibrateWindows || c.cal.n >= calRounds*c.pauseMax()) {
+		r.value, r.at, r.vals = time.Duration(stats.Median(r.vals)), c.tick, nil
 	}
 }
 
@@ -113,17 +114,17 @@ func (c *Controller) calibrate(d Decision, o Observation) Decision {
 		}
 		switch {
 		case c.cal.missed >= calMisses:
-			c.noPause = true
+			c.opts.NoPause = true
 			d.Reason = fmt.Sprintf("BE not kept stopped (%d windows): learning references beside BE from now on; ", calMisses)
 		case c.cal.cut >= calRounds:
-			c.noPause = true
+			c.opts.NoPause = true
 			d.Reason = fmt.Sprintf("no window of the LC alone in %d pauses: learning references beside BE from now on; ", calRounds)
 		case c.cal.paused >= c.pauseMax():
 			c.cal.paused = 0
 			if c.cal.rounds++; c.cal.rounds < calRounds {
 				return c.stay(d, "BE resumed for a window: the pause ran long")
 			}
-			c.noPause = true
+			c.opts.NoPause = true
 			d.Reason = fmt.Sprintf("pauses ran long %d times: learning references beside BE from now on; ", calRounds)
 		default:
 			c.cal.began = true

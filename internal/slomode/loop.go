@@ -73,8 +73,7 @@ type Loop struct {
 	alone map[string]bool
 
 	conf    sloConf
-	windows int           // windows the loop observed (client.SLODecision.Window)
-	last    time.Duration // time of the last Step
+	windows int // windows the loop observed (client.SLODecision.Window)
 	used    map[sampleSource]uint64
 	// tracing: the LC processes request tracing is or may be asked to
 	// measure, by ProcRef.Key (toTrace).
@@ -270,7 +269,6 @@ func (l *Loop) Step(now time.Duration) {
 		l.status, l.told = client.SLO{Engines: l.status.Engines, Prepreempt: true}, nil
 		l.mu.Unlock()
 		l.metrics.SetSLO(false, nil)
-		l.last = now
 		return
 	}
 	conf := sloConf{ladder: fmtLadder(pol.SLO.Ladder), safe: pol.SLO.Safe, floor: pol.SLO.SharedFloor, pause: pol.SLO.PauseWindows}
@@ -306,7 +304,6 @@ func (l *Loop) Step(now time.Duration) {
 		// the first window ends.
 		l.publish(pol, nil, nil, all, l.assign(all))
 		l.steer()
-		l.last = now
 		return // the first window starts now
 	}
 	l.windows++
@@ -392,7 +389,6 @@ func (l *Loop) Step(now time.Duration) {
 	per := l.assign(all)
 	l.steer()
 	l.publish(pol, decided, samples, all, per)
-	l.last = now
 }
 
 // steer tells the request gate, for each LC of a search, whether its

@@ -132,10 +132,6 @@ func (o Objective) Target(reference time.Duration) time.Duration {
 	return time.Duration(float64(reference) * o.Inflation)
 }
 
-// Tail reports whether o bounds a quantile above the median: set by a
-// window's few worst requests.
-func (o Objective) Tail() bool { return o.Quantile > 0.5 }
-
 // Name names o's quantile as an app pushes it: "p50", "p99"; with a
 // metric, "tpot_p50".
 func (o Objective) Name() string {
