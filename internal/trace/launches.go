@@ -96,9 +96,7 @@ func (c *LaunchCounter) Attach(pid int, library string) error {
 	for _, sym := range lib.symbols {
 		l, err := lib.ex.Uprobe(sym, c.objs.CountLaunch, &link.UprobeOptions{PID: pid})
 		if err != nil {
-			for _, l := range links {
-				l.Close()
-			}
+			closeLinks(links)
 			c.objs.LaunchCounts.Delete(key)
 			return fail(attachError(fmt.Sprintf("uprobe %s for process %d", sym, pid), err))
 		}
@@ -190,9 +188,7 @@ func (c *LaunchCounter) detach(pid int) {
 // release closes p's uprobes and drops its library from libs when p was
 // its last user.
 func (p counted) release(libs map[string]*counterLibrary) {
-	for _, l := range p.links {
-		l.Close()
-	}
+	closeLinks(p.links)
 	if l := libs[p.lib]; l != nil {
 		if l.users--; l.users <= 0 {
 			delete(libs, p.lib)

@@ -442,9 +442,7 @@ func (t *Tracer) callDropped() *ebpf.Map {
 // delivered, then Events is closed.
 func (t *Tracer) Stop() {
 	t.stopOnce.Do(func() {
-		for _, l := range t.links {
-			l.Close()
-		}
+		closeLinks(t.links)
 		t.links = nil
 		t.detachAll()
 		for _, rd := range t.readers {
@@ -469,9 +467,7 @@ func (t *Tracer) Close() error {
 }
 
 func (t *Tracer) release() {
-	for _, l := range t.links {
-		l.Close()
-	}
+	closeLinks(t.links)
 	t.links = nil
 	t.detachAll()
 	for _, rd := range t.readers {
