@@ -203,10 +203,9 @@ func (g *RequestGate) Observe(ev trace.Event) {
 		lc.last, lc.lastTID = g.Now(), e.TID
 		switch {
 		case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
-			if _, held := g.open[lc.ref.PID]; held {
+			if g.beginLocked(lc) {
 				g.stats.LaunchesHeld++
 			}
-			g.beginLocked(lc)
 		case e.Role == trace.RoleSync && e.Kind == trace.CallEnter:
 			// A synchronize means work in flight: it opens a request whose
 			// first launches were not traced (its launch probes were still
@@ -220,15 +219,16 @@ func (g *RequestGate) Observe(ev trace.Event) {
 }
 
 // beginLocked asks the loop to hold BE for lc's request, unless it holds
-// already.
-func (g *RequestGate) beginLocked(lc *gateLC) {
+// already; it reports whether it does.
+func (g *RequestGate) beginLocked(lc *gateLC) bool {
 	if _, held := g.open[lc.ref.PID]; held {
-		return
+		return true
 	}
 	select {
 	case g.cmds <- gateCmd{pid: lc.ref.PID, epoch: lc.epoch}:
 	default: // the loop is behind; the next call asks again
 	}
+	return false
 }
 
 // Run holds and releases BE until ctx is done, then releases every hold.

@@ -508,13 +508,13 @@ func TestGateRunArmsLaunchProbes(t *testing.T) {
 		t.Fatal("launch probes turned on at a request's start")
 	}
 	// The probes are turned off beside the stop, not after it.
-	eventually(t, "BE held", func() bool { return pause.isStopped(20) })
+	waitFor(t, "BE held", func() bool { return pause.isStopped(20) })
 	g.Observe(&trace.Call{Kind: trace.CallReturn, Role: trace.RoleSync, PID: 10, TID: 1})
 	now.Add(int64(time.Second))
 	if on := <-arms; !on {
 		t.Fatal("launch probes not turned back on at the request's end")
 	}
-	eventually(t, "BE resumed", func() bool { return !pause.isStopped(20) })
+	waitFor(t, "BE resumed", func() bool { return !pause.isStopped(20) })
 	stop()
 }
 
@@ -545,18 +545,6 @@ func TestGatePushedSelfGated(t *testing.T) {
 	}
 }
 
-// eventually waits for cond, failing after a bound far past any scheduling
-// delay (the condition holds at once when the code is right).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-}
-
 // A hold ends at its request's end however long turning the launch probes
 // off takes: detaching uprobes waits for the kernel's grace periods (0.6-0.9
 // s for a libcuda's launch functions), and Run's loop once made that call
@@ -582,11 +570,11 @@ func TestGateEndsWhileArming(t *testing.T) {
 		t.Fatal("launch probes turned on at a request's start")
 	}
 	// The probes are turned off beside the stop, not after it.
-	eventually(t, "BE held", func() bool { return pause.isStopped(20) })
+	waitFor(t, "BE held", func() bool { return pause.isStopped(20) })
 	// The request ends while the probes are still being detached.
 	g.Observe(&trace.Call{Kind: trace.CallReturn, Role: trace.RoleSync, PID: 10, TID: 1})
 	now.Add(int64(time.Second))
-	eventually(t, "BE resumed while the launch probes were being detached", func() bool { return !pause.isStopped(20) })
+	waitFor(t, "BE resumed while the launch probes were being detached", func() bool { return !pause.isStopped(20) })
 	if s := g.Stats(); s.Open != 0 || s.Closed["idle"] != 1 {
 		t.Errorf("stats %+v: want the hold closed idle", s)
 	}
