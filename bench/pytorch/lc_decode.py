@@ -34,7 +34,7 @@ import os
 import sys
 import time
 
-from lc_infer import add_push_flags, import_gpreempt, parse_duration, write_json
+from lc_infer import add_push_flags, import_gpreempt, parse_duration, run_lead_in, write_json
 
 SCHEMA = 1
 
@@ -165,20 +165,12 @@ def main():
         # Request latency, time to first token, each output token's time after it.
         return tokens[-1] - t0, tokens[0] - t0, [b - a for a, b in zip(tokens, tokens[1:])]
 
-    lead_in = 0
-    if a.lead_in > 0:
-        # Requests pushed to gpreemptd but not kept: its SLO mode settles
-        # before the measured window.
-        t = time.monotonic_ns()
-        while lead_in * a.period < a.lead_in:
-            arrival = t + lead_in * a.period
-            now = time.monotonic_ns()
-            if now < arrival:
-                time.sleep((arrival - now) / 1e9)
-            lat, ttft, tpot = timed(*request())
-            if pusher:
-                pusher.record_llm(lat, ttft, tpot)
-            lead_in += 1
+    def lead_one():
+        lat, ttft, tpot = timed(*request())
+        if pusher:
+            pusher.record_llm(lat, ttft, tpot)
+
+    lead_in = run_lead_in(a.period, a.lead_in, lead_one)
     start = time.monotonic_ns()
     for i in range(a.requests):
         arrival = start + i * a.period

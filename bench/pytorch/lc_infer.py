@@ -71,6 +71,18 @@ def sleep_until(t_ns):
     spin_until(t_ns)
 
 
+def run_lead_in(period_ns, duration_ns, one):
+    """Runs one() once a period for duration_ns, before the measured
+    window: its requests are pushed to gpreemptd but not kept, so that its
+    SLO mode settles first. Returns how many ran."""
+    n, t = 0, time.monotonic_ns()
+    while n * period_ns < duration_ns:
+        sleep_until(t + n * period_ns)
+        one()
+        n += 1
+    return n
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--period", type=parse_duration, default="20ms", help="time between request arrivals")
@@ -188,22 +200,16 @@ def main():
     gc.disable()
     if pusher:
         pusher.start()
-    lead_in = 0
-    if args.lead_in > 0:
-        # Requests pushed to gpreemptd but not kept: its SLO mode settles
-        # before the measured window.
-        lead_rng = random.Random(args.seed + 0x6C656164)  # measured requests' preps unchanged
-        t = time.monotonic_ns()
-        while lead_in * args.period < args.lead_in:
-            arrival = t + lead_in * args.period
-            if time.monotonic_ns() < arrival:
-                sleep_until(arrival)
-            prep = lo if hi <= lo else lead_rng.randint(lo, hi)
-            spin_until(time.monotonic_ns() + prep)
-            t0, _, t1, _ = request(gp.request("infer", expected_prep_us) if gp else None)
-            if pusher:
-                pusher.record(t1 - t0)
-            lead_in += 1
+    lead_rng = random.Random(args.seed + 0x6C656164)  # measured requests' preps unchanged
+
+    def lead_one():
+        prep = lo if hi <= lo else lead_rng.randint(lo, hi)
+        spin_until(time.monotonic_ns() + prep)
+        t0, _, t1, _ = request(gp.request("infer", expected_prep_us) if gp else None)
+        if pusher:
+            pusher.record(t1 - t0)
+
+    lead_in = run_lead_in(args.period, args.lead_in, lead_one)
     start = time.monotonic_ns()
     for i in range(args.requests):
         if args.switch_after and i == args.switch_after:
