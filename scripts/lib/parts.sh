@@ -20,7 +20,9 @@ select_parts() {
 
 want() { case "$sel" in *" $1 "*) return 0;; esac; return 1; }
 
-part_timeout() { local v="TIMEOUT_${1^^}"; v=${v//-/_}; echo "${!v}"; }
+# part_timeout P [PREFIX]: the value of PREFIX_<P> (TIMEOUT_<P> by default;
+# a '-' in P as '_').
+part_timeout() { local v="${2:-TIMEOUT}_${1^^}"; v=${v//-/_}; echo "${!v}"; }
 
 # run_part P CMD... runs CMD in its own process group (set -m; its children
 # stay in it) under part P's time limit; past it the whole group is killed.
