@@ -134,7 +134,7 @@ func NewRequestGate(procs interface {
 	t0 := time.Now()
 	g := &RequestGate{Procs: procs, Pause: pause, Log: log, Now: func() time.Duration { return time.Since(t0) },
 		lcs: map[int]*gateLC{}, open: map[int]*gateHold{}, cmds: make(chan gateCmd, 64), metrics: newGateMetrics(),
-		arming: map[int]bool{}, armKick: make(chan struct{}, 1), Running: threadRunning}
+		arming: map[int]bool{}, armKick: make(chan struct{}, 1), selfGated: map[int]bool{}, Running: threadRunning}
 	g.tokens = g.capacity(procs.Policy().Gate)
 	return g
 }
@@ -157,9 +157,6 @@ func (g *RequestGate) Pushed(pid int, e *client.Engine) string {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.selfGated == nil {
-		g.selfGated = map[int]bool{}
-	}
 	// An engine with a gate of its own (any mode: it was built with one)
 	// gates its requests; a push from an engine without says nothing of it.
 	if e != nil && e.Gate != "" {
