@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -177,31 +176,28 @@ func (e *Engine) warnOutlived(class string) {
 	}
 }
 
-// spanTracker keeps each class's recent request spans (Begin or Hint to
-// End), and which of its held requests outlived their hold, for GateAuto.
+// spanTracker keeps each class's recent requests, for GateAuto: their
+// spans (Begin or Hint to End), and whether a held one outlived its hold.
 type spanTracker struct {
-	mu       sync.Mutex
-	window   int
-	classes  map[string][]time.Duration
-	outlived map[string][]bool
+	mu      sync.Mutex
+	window  int
+	classes map[string][]span
+}
+
+type span struct {
+	d        time.Duration
+	outlived bool
 }
 
 func newSpanTracker(window int) *spanTracker {
-	return &spanTracker{window: window, classes: map[string][]time.Duration{}, outlived: map[string][]bool{}}
+	return &spanTracker{window: window, classes: map[string][]span{}}
 }
 
 func (t *spanTracker) observe(class string, d time.Duration, outlived bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.classes[class] = lastN(append(t.classes[class], d), t.window)
-	t.outlived[class] = lastN(append(t.outlived[class], outlived), t.window)
-}
-
-func lastN[T any](s []T, n int) []T {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
+	s := append(t.classes[class], span{d, outlived})
+	t.classes[class] = s[max(0, len(s)-t.window):]
 }
 
 // gated decides whether a request of class is held under mode: always
@@ -221,15 +217,18 @@ func (t *spanTracker) gated(mode GateMode, class string, sw time.Duration, lead 
 		return false
 	}
 	t.mu.Lock()
-	s := append([]time.Duration(nil), t.classes[class]...)
-	outlived := slices.Contains(t.outlived[class], true)
-	t.mu.Unlock()
-	if outlived {
-		return false
+	var s []time.Duration
+	for _, r := range t.classes[class] {
+		if r.outlived {
+			t.mu.Unlock()
+			return false
+		}
+		s = append(s, r.d)
 	}
+	t.mu.Unlock()
 	if len(s) == 0 {
 		return true
 	}
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	slices.Sort(s)
 	return float64(s[len(s)/2]) > max(lead, 4)*float64(sw)
 }
