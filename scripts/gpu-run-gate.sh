@@ -13,7 +13,9 @@
 #          daemon:llm-standalone is the LC alone under the daemon (its
 #          tracing's cost); DGATE_SCENARIOS replaces the list
 # REPEAT sets the interleaved repetitions (default 5); DGATE_ARGS adds
-# gpreempt-bench flags to dgate (--gemm-size 4096: a BE drawing less power).
+# gpreempt-bench flags to dgate (--gemm-size 4096: a BE drawing less power;
+# --lc-cpus 2-3 --be-cpus 4-5: pinned workers); DAEMON_CPUS pins gpreemptd
+# (taskset's list).
 # Results under $OUT/<part>/.
 set -uo pipefail
 OUT=${OUT:-/tmp/gate-out}; RUNS=${RUNS:-/tmp/gate-runs}; mkdir -p "$OUT" "$RUNS"
@@ -69,7 +71,7 @@ gate:
 YAML
       sed -i "s/\${GATE_IDLE:-25ms}/${GATE_IDLE:-25ms}/" $D/policy.yaml
       $C/gpreemptd --check-config $D/policy.yaml 2>&1 | tee -a "$OUT/summary.md"
-      $C/gpreemptd --config $D/policy.yaml --socket $D/d.sock --metrics-addr 127.0.0.1:19480 --log-level debug > $D/gpreemptd.log 2>&1 &
+      ${DAEMON_CPUS:+taskset -c "$DAEMON_CPUS"} $C/gpreemptd --config $D/policy.yaml --socket $D/d.sock --metrics-addr 127.0.0.1:19480 --log-level debug > $D/gpreemptd.log 2>&1 &
       DPID=$!
       for i in $(seq 40); do [ -S $D/d.sock ] && break; sleep 0.25; done
       # shellcheck disable=SC2086 # DGATE_ARGS: flags, split on purpose

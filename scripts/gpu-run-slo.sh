@@ -116,6 +116,10 @@ BENCH_TIMEOUT_MUST4=${BENCH_TIMEOUT_MUST4:-400}
 BENCH_TIMEOUT_TRACED=${BENCH_TIMEOUT_TRACED:-240}
 BENCH_TIMEOUT_LCLC=${BENCH_TIMEOUT_LCLC:-400}
 MODEL_REPEAT=${MODEL_REPEAT:-2}
+# PIN_ARGS: bench flags that pin the workers (--lc-cpus 2-3 --be-cpus 4-5);
+# DAEMON_CPUS: taskset's list for gpreemptd. An eager LC is CPU-bound.
+PIN_ARGS=${PIN_ARGS:-}
+DAEMON_CPUS=${DAEMON_CPUS:-}
 LLM_OBJECTIVE=${LLM_OBJECTIVE:-tpot_p50<=20ms}
 BENCH_TIMEOUT_MODEL_GRAPH=${BENCH_TIMEOUT_MODEL_GRAPH:-540}
 BENCH_TIMEOUT_MODEL_EAGER=${BENCH_TIMEOUT_MODEL_EAGER:-540}
@@ -133,8 +137,11 @@ select_parts gpu-run-slo.sh all "$ALL_PARTS" "$@"
 DRY=${DRY_RUN:-}
 echo "parts:$sel"
 
-# The scenarios of each part: the slo: scenario between its baselines.
+# The scenarios of each part: the slo: scenario between its baselines
+# (SCENARIOS_<PART> replaces a part's list).
 scenarios() {
+  local v=SCENARIOS_${1^^}; v=${v//-/_}
+  [ -n "${!v:-}" ] && { echo "${!v}"; return; }
   case $1 in
     must1) echo pytorch-eager-standalone,slo:pytorch-eager,pytorch-eager-be-only;;
     must2g) echo pytorch-standalone,slo:pytorch-prepreempt-defaults,pytorch-prepreempt-be-1us,pytorch-be-only;;
@@ -177,7 +184,7 @@ bench_cmd() {
   [ "$1" = traced ] && extra="--slo-push=false"
   [ "$MPS" = 1 ] && extra="$extra --lc-env CUDA_MPS_PIPE_DIRECTORY=$MPSDIR/pipe --lc-env CUDA_MPS_LOG_DIRECTORY=$MPSDIR/log"
   echo $C/gpreempt-bench run --gpreemptctl $C/gpreemptctl --daemon-socket $BSOCK \
-    --scenarios "$(scenarios $1)" $extra \
+    --scenarios "$(scenarios $1)" $extra $PIN_ARGS \
     --duration "$(duration $1)" --slo-lead-in "$(lead_in $1)" --repeat $repeat --out $W/$1
 }
 # daemon_args: traced measures the LC with uprobes on libcuda.
@@ -262,7 +269,7 @@ run_bench_part() {
   rm -rf "$BRUN"; mkdir -p "$BRUN"; chmod 0755 "$BRUN"
   policy $p > "$W/$p-policy.yaml"
   { echo "\$ gpreemptd --check-config $p-policy.yaml"; $C/gpreemptd --check-config "$W/$p-policy.yaml"; echo "rc=$?"; } > "$f" 2>&1
-  $C/gpreemptd --config "$W/$p-policy.yaml" --socket "$BSOCK" --metrics-addr $BMADDR --log-level debug $(daemon_args $p) > "$W/$p-gpreemptd.log" 2>&1 &
+  ${DAEMON_CPUS:+taskset -c "$DAEMON_CPUS"} $C/gpreemptd --config "$W/$p-policy.yaml" --socket "$BSOCK" --metrics-addr $BMADDR --log-level debug $(daemon_args $p) > "$W/$p-gpreemptd.log" 2>&1 &
   local dpid=$!
   for i in $(seq 40); do [ -S "$BSOCK" ] && break; sleep 0.25; done
   { echo '$ gpreemptctl daemon status'; $C/gpreemptctl daemon status --socket "$BSOCK"; echo "\$ $(bench_cmd $p)"; } >> "$f" 2>&1

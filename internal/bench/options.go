@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+	"k8s.io/utils/cpuset"
 
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/prepreempt"
@@ -59,6 +61,12 @@ type runOptions struct {
 	// CUDA_MPS_PIPE_DIRECTORY, the LCs run as clients of that MPS server
 	// (one channel group) while BE workers stay outside it.
 	LCEnv []string `json:"lc_env,omitempty"`
+	// LCCPUs and BECPUs pin the LC and BE workers (CPU lists, "2-3,8"): an
+	// eager LC is CPU-bound Python whose latency moves with where it runs.
+	LCCPUs string        `json:"lc_cpus,omitempty"`
+	BECPUs string        `json:"be_cpus,omitempty"`
+	lcCPUs cpuset.CPUSet // parsed by validate
+	beCPUs cpuset.CPUSet
 
 	// HintLauncher is passed to LC workers of prepreempt-* scenarios.
 	HintLauncher prepreempt.Launcher `json:"hint_launcher,omitempty"`
@@ -236,6 +244,8 @@ var runFlags = []cli.Flag{
 	&cli.StringFlag{Name: "pytorch-lc-model", Value: "resnet50", Usage: "torchvision model for lc_infer.py"},
 	&cli.IntFlag{Name: "pytorch-lc-batch", Value: 1, Usage: "lc_infer.py batch size"},
 	&cli.StringSliceFlag{Name: "lc-env", Usage: "KEY=VALUE added to every LC worker's environment (repeatable; the value is taken whole, commas included); CUDA_MPS_PIPE_DIRECTORY=DIR runs the LCs as clients of the MPS control daemon there, the BEs outside it"},
+	&cli.StringFlag{Name: "lc-cpus", Usage: "pin every LC worker to these CPUs (a list such as 2-3,8; default: not pinned)"},
+	&cli.StringFlag{Name: "be-cpus", Usage: "pin every BE worker to these CPUs (default: not pinned)"},
 	&cli.StringFlag{Name: "hint-launcher", Value: string(prepreempt.LauncherGoroutine), Usage: "prepreempt-* scenarios: the engine's launcher, goroutine or poller"},
 	&cli.Float64Flag{Name: "hint-prep-quantile", Usage: "prepreempt-* scenarios (Go LC worker): quantile of recent preparation times the engine predicts with (0: its default, 0.02)"},
 	&cli.BoolFlag{Name: "pytorch-cuda-graph", Value: true, Usage: "pytorch-* scenarios: lc_infer.py replays a CUDA graph (pytorch-eager-* scenarios never do: their LC is launch-bound)"},
@@ -277,7 +287,7 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		LLMFamily: c.String("llm-family"), LLMPeriod: c.Duration("llm-period"), LLMNewTokens: c.Int("llm-new-tokens"),
 		LLMPrompt: c.Int("llm-prompt"), LLMLoop: c.String("llm-loop"), LLMWarmup: c.Int("llm-warmup"), GEMMSize: c.Int("gemm-size"),
 		HintLauncher: prepreempt.Launcher(c.String("hint-launcher")), HintPrepQuantile: c.Float64("hint-prep-quantile"),
-		LCEnv: c.StringSlice("lc-env"),
+		LCEnv: c.StringSlice("lc-env"), LCCPUs: c.String("lc-cpus"), BECPUs: c.String("be-cpus"),
 	}
 	if soak := c.Duration("soak"); soak != 0 {
 		if o.Repeat != 1 {
@@ -337,12 +347,42 @@ func (o *runOptions) validate() error {
 			return fmt.Errorf("%w: --lc-env %q: the bench sets %s itself (one of %v)", ErrInvalidArgument, kv, k, benchLCEnv)
 		}
 	}
+	var err error
+	if o.lcCPUs, err = parseCPUs("--lc-cpus", o.LCCPUs); err != nil {
+		return err
+	}
+	if o.beCPUs, err = parseCPUs("--be-cpus", o.BECPUs); err != nil {
+		return err
+	}
 	for _, sc := range o.Scenarios {
 		if sc.PeriodFactor != 0 && o.Prep.Max >= o.period(sc) {
 			return fmt.Errorf("%w: scenario %s: preparation (up to %v) must be shorter than its period %v", ErrInvalidArgument, sc.Name, o.Prep.Max, o.period(sc))
 		}
 	}
 	return nil
+}
+
+// parseCPUs parses a CPU list given to flag and checks that the bench may
+// run on each of its CPUs (a pin to an offline or forbidden CPU would fail
+// only once a worker starts). Empty: not pinned.
+func parseCPUs(flag, list string) (cpuset.CPUSet, error) {
+	if list == "" {
+		return cpuset.New(), nil
+	}
+	cpus, err := cpuset.Parse(list)
+	if err != nil || cpus.IsEmpty() {
+		return cpuset.New(), fmt.Errorf("%w: %s %q: want a CPU list such as 2-3,8", ErrInvalidArgument, flag, list)
+	}
+	var allowed unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+		return cpuset.New(), fmt.Errorf("%s: read the CPUs this process may use: %w", flag, err)
+	}
+	for _, c := range cpus.List() {
+		if c >= len(allowed)*64 || !allowed.IsSet(c) {
+			return cpuset.New(), fmt.Errorf("%w: %s %q: CPU %d is not one this process may run on (%d allowed)", ErrInvalidArgument, flag, list, c, allowed.Count())
+		}
+	}
+	return cpus, nil
 }
 
 // usesLLM reports whether any scenario runs the LLM decode worker.

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+	"k8s.io/utils/cpuset"
 
 	"github.com/gpreempt/gpreempt/internal/cuda"
 	gpuinfo "github.com/gpreempt/gpreempt/internal/gpu"
@@ -70,6 +72,12 @@ func fakeWorker(role string, args []string) int {
 	case role + "-wrong-pid":
 		fmt.Println("READY pid=1")
 		time.Sleep(time.Hour)
+	case "pinned":
+		// --lc-cpus / --be-cpus: each worker runs on its role's CPUs alone.
+		want := os.Getenv("FAKE_CPUS_" + role)
+		if got := cpusAllowed(); got != want {
+			return fail("runs on CPUs %q, want %q", got, want)
+		}
 	case "lc-env":
 		// --lc-env FAKE_LC_ONLY=1: LC workers have it, BE workers not.
 		if (role == "lc") != (os.Getenv("FAKE_LC_ONLY") == "1") {
@@ -210,6 +218,69 @@ func TestLCEnvReachesLCWorkersOnly(t *testing.T) {
 	o.LCEnv, o.Out = nil, t.TempDir()
 	if err := runAll(context.Background(), o, env); err == nil {
 		t.Fatal("LC worker ran without --lc-env")
+	}
+}
+
+// cpusAllowed is the calling thread's CPU list as /proc shows it.
+func cpusAllowed() string {
+	b, err := os.ReadFile("/proc/thread-self/status")
+	if err != nil {
+		return err.Error()
+	}
+	for l := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "no Cpus_allowed_list"
+}
+
+func TestWorkersArePinned(t *testing.T) {
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		t.Fatal(err)
+	}
+	var allowed []int
+	for c := range len(all) * 64 {
+		if all.IsSet(c) {
+			allowed = append(allowed, c)
+		}
+	}
+	if len(allowed) < 2 {
+		t.Skip("needs two CPUs to tell LC from BE workers")
+	}
+	lc, be := strconv.Itoa(allowed[0]), strconv.Itoa(allowed[len(allowed)-1])
+	ctl, _ := fakeCtl(t, 0)
+	o := testOptions(t, "defaults", ctl)
+	o.LCCPUs, o.BECPUs = lc, be
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	env, _ := testEnv(t, "pinned")
+	t.Setenv("FAKE_CPUS_lc", lc)
+	t.Setenv("FAKE_CPUS_be", be)
+	if err := runAll(context.Background(), o, env); err != nil {
+		t.Fatal(err)
+	}
+	// Every thread of the bench got its own CPUs back.
+	want := cpuset.New(allowed...).String()
+	tasks, _ := filepath.Glob("/proc/self/task/*/status")
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		if !strings.Contains(string(b), "Cpus_allowed_list:\t"+want+"\n") {
+			t.Errorf("%s: a bench thread kept a worker's CPUs (want %s):\n%s", f, want, b)
+		}
+	}
+	// Swapped, each worker finds itself on the other's CPU: the check can fail.
+	o.LCCPUs, o.BECPUs, o.Out = be, lc, t.TempDir()
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := runAll(context.Background(), o, env); err == nil {
+		t.Fatal("workers ran on the other role's CPUs unnoticed")
 	}
 }
 
@@ -394,6 +465,9 @@ func TestCLI(t *testing.T) {
 		// Values are kept whole: a comma does not split one.
 		{[]string{"run", "--out", t.TempDir(), "--lc-env", "CUDA_VISIBLE_DEVICES=0,1", "--lc-env", "x"}, ExitUsage, `--lc-env "x": want KEY=VALUE`},
 		{[]string{"run", "--out", t.TempDir(), "--soak", "5m", "--repeat", "3"}, ExitUsage, "drop --repeat 3"},
+		{[]string{"run", "--out", t.TempDir(), "--lc-cpus", "3-1"}, ExitUsage, `--lc-cpus "3-1": want a CPU list such as 2-3,8`},
+		{[]string{"run", "--out", t.TempDir(), "--be-cpus", "x"}, ExitUsage, `--be-cpus "x": want a CPU list such as 2-3,8`},
+		{[]string{"run", "--out", t.TempDir(), "--lc-cpus", "0,100000"}, ExitUsage, "CPU 100000 is not one this process may run on"},
 		{[]string{"run", "--out", t.TempDir(), "--nvml-interval", "-1s"}, ExitUsage, "--nvml-interval"},
 		{[]string{"run", "--out", t.TempDir(), "--scenarios", "be-1us@x0.1", "--prep", "1ms"}, ExitUsage, "shorter than its period"},
 		{[]string{"be", "--calibrate-only"}, ExitUsage, "needs --calibrate-ms"},

@@ -110,7 +110,7 @@ func (run *scenarioRun) startBEs(ctx context.Context) error {
 	for i := range n {
 		label := workerLabel("be", i, n)
 		argv, env := run.r.beArgv(run.sc, filepath.Join(run.dir, label+".json"))
-		w, err := startWorker(label, run.dir, argv, slices.Concat(env, run.sc.workerEnv(class.BE, i)), run.r.log)
+		w, err := startWorker(label, run.dir, argv, slices.Concat(env, run.sc.workerEnv(class.BE, i)), run.r.o.beCPUs, run.r.log)
 		if err != nil {
 			return err
 		}
@@ -181,7 +181,7 @@ func (run *scenarioRun) measureLC(ctx context.Context) error {
 	for i := range n {
 		label := workerLabel("lc", i, n)
 		argv, env := run.r.lcArgv(sc, filepath.Join(run.dir, label+".json"))
-		w, err := startWorker(label, run.dir, argv, slices.Concat(env, o.LCEnv, sc.workerEnv(class.LC, i)), run.r.log)
+		w, err := startWorker(label, run.dir, argv, slices.Concat(env, o.LCEnv, sc.workerEnv(class.LC, i)), o.lcCPUs, run.r.log)
 		if err != nil {
 			return err
 		}

@@ -9,11 +9,15 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/utils/cpuset"
 )
 
 // ErrWorker marks a worker process that failed: it died, never became
@@ -43,7 +47,9 @@ type worker struct {
 // startWorker starts argv with its stdout and stderr copied into
 // dir/label.stdout and dir/label.stderr, and watches stdout for the READY
 // line.
-func startWorker(label, dir string, argv, env []string, log *slog.Logger) (*worker, error) {
+// cpus, if not empty, pins the worker and every thread it makes to those
+// CPUs from its first instruction.
+func startWorker(label, dir string, argv, env []string, cpus cpuset.CPUSet, log *slog.Logger) (*worker, error) {
 	outFile, err := os.Create(fmt.Sprintf("%s/%s.stdout", dir, label))
 	if err != nil {
 		return nil, err
@@ -75,10 +81,10 @@ func startWorker(label, dir string, argv, env []string, log *slog.Logger) (*work
 		return nil, errors.Join(err, w.closeFiles())
 	}
 	w.cmd = cmd
-	if err := cmd.Start(); err != nil {
+	if err := startOn(cmd, cpus); err != nil {
 		return nil, errors.Join(fmt.Errorf("%w: start %s (%s): %w", ErrWorker, label, argv[0], err), w.closeFiles())
 	}
-	w.log.Info("started", "pid", cmd.Process.Pid, "argv", strings.Join(argv, " "))
+	w.log.Info("started", "pid", cmd.Process.Pid, "argv", strings.Join(argv, " "), "cpus", cpus.String())
 
 	var copied sync.WaitGroup
 	copied.Add(1)
@@ -110,6 +116,44 @@ func startWorker(label, dir string, argv, env []string, log *slog.Logger) (*work
 		close(w.done)
 	}()
 	return w, nil
+}
+
+// startOn starts cmd from an OS thread whose CPU affinity is cpus (all CPUs
+// when empty): a child inherits the mask of the thread that forks it, so
+// no thread of the worker ever runs elsewhere. The thread gets its own mask
+// back before it returns to the runtime; it must not exit instead, because
+// Pdeathsig fires when the forking thread exits.
+func startOn(cmd *exec.Cmd, cpus cpuset.CPUSet) error {
+	if cpus.IsEmpty() {
+		return cmd.Start()
+	}
+	var set unix.CPUSet
+	for _, c := range cpus.List() {
+		set.Set(c)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		var was unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &was); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("read this thread's CPUs: %w", err)
+			return
+		}
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("pin to CPUs %s: %w", cpus, err)
+			return
+		}
+		err := cmd.Start()
+		if rerr := unix.SchedSetaffinity(0, &was); rerr != nil {
+			errc <- errors.Join(err, fmt.Errorf("restore this thread's CPUs: %w", rerr))
+			select {} // keep the thread: the runtime must not reuse its mask, and its exit would fire Pdeathsig
+		}
+		runtime.UnlockOSThread()
+		errc <- err
+	}()
+	return <-errc
 }
 
 func (w *worker) closeFiles() error {
