@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -87,6 +88,9 @@ func writeHeader(b *strings.Builder, res *Results) {
 			rs = fmt.Sprintf("%d repetitions, interleaved (every scenario once, then again)", reps)
 		}
 		fmt.Fprintf(b, "- Per scenario run: %s measured after %s settle; %s\n", fmtDuration(c.Duration), fmtDuration(c.Settle), rs)
+		if c.LCCPUs != "" || c.BECPUs != "" {
+			fmt.Fprintf(b, "- Workers pinned: LC to CPUs %s, BE to CPUs %s\n", cmp.Or(c.LCCPUs, "any"), cmp.Or(c.BECPUs, "any"))
+		}
 		if c.SLOLeadIn > 0 && slices.ContainsFunc(c.Scenarios, func(s Scenario) bool { return s.SLO }) {
 			fmt.Fprintf(b, "- slo: scenarios: the LC runs %s (its latency pushed to gpreemptd) before its measurement starts; the daemon's choices through both are in the SLO table\n", fmtDuration(c.SLOLeadIn))
 		}

@@ -40,7 +40,7 @@ func fixtureResults() *Results {
 		Schema: SchemaVersion, Tool: "gpreempt-bench", StartedAt: start, Host: "gpu-host",
 		Device:     DeviceInfo{Name: "NVIDIA H100 80GB HBM3", SMs: 132, CC: "9.0", Driver: 13000},
 		Calibrated: map[string]uint64{"be_kernel_iters": 183600, "lc_kernel_iters": 2000},
-		Config: runOptions{Scenarios: mustScenarios("standalone,defaults,be-200us,be-only,be-ratio:3000us:1000us,pytorch"), Repeat: 1, Seed: 1,
+		Config: runOptions{Scenarios: mustScenarios("standalone,defaults,be-200us,be-only,be-ratio:3000us:1000us,pytorch"), Repeat: 1, Seed: 1, LCCPUs: "2-3", BECPUs: "4-5",
 			Out: "/tmp/out", Duration: 20 * time.Second, Settle: time.Second, ReadyTimeout: 2 * time.Minute, NVMLInterval: 50 * time.Millisecond,
 			Period: 3500 * time.Microsecond, Requests: 5714, Warmup: 50,
 			LCIters: 2000, LCThreads: 256, BEIters: 183600, BEThreads: 256, BEQueue: 3, BECalibrateMs: 2.35, LCCalibrateUs: 20,
