@@ -120,13 +120,26 @@ func startWorker(label, dir string, argv, env []string, cpus cpuset.CPUSet, log 
 
 // startOn starts cmd from an OS thread whose CPU affinity is cpus (all CPUs
 // when empty): a child inherits the mask of the thread that forks it, so
-// no thread of the worker ever runs elsewhere. The thread gets its own mask
-// back before it returns to the runtime; it must not exit instead, because
-// Pdeathsig fires when the forking thread exits.
+// no thread of the worker ever runs elsewhere. A child started from a
+// thread that then could not be given its own mask back is killed: that
+// thread exits, and Pdeathsig would kill it anyway.
 func startOn(cmd *exec.Cmd, cpus cpuset.CPUSet) error {
 	if cpus.IsEmpty() {
 		return cmd.Start()
 	}
+	err := onCPUs(cpus, cmd.Start)
+	if err != nil && cmd.Process != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	return err
+}
+
+// onCPUs runs f on an OS thread of its own pinned to exactly cpus (an error
+// if the kernel narrows or refuses the mask: offline CPUs, or ones outside
+// the cgroup's cpuset), then gives the thread its own mask back. A thread
+// that cannot have it back never returns to the runtime: it exits.
+func onCPUs(cpus cpuset.CPUSet, f func() error) error {
 	var set unix.CPUSet
 	for _, c := range cpus.List() {
 		set.Set(c)
@@ -134,21 +147,27 @@ func startOn(cmd *exec.Cmd, cpus cpuset.CPUSet) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		var was unix.CPUSet
+		var was, got unix.CPUSet
 		if err := unix.SchedGetaffinity(0, &was); err != nil {
 			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("read this thread's CPUs: %w", err)
 			return
 		}
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("pin to CPUs %s: %w", cpus, err)
-			return
+		err := unix.SchedSetaffinity(0, &set)
+		if err == nil {
+			err = unix.SchedGetaffinity(0, &got)
 		}
-		err := cmd.Start()
+		if err == nil && got != set {
+			err = fmt.Errorf("the kernel allows %d of them", got.Count())
+		}
+		if err != nil {
+			err = fmt.Errorf("pin to CPUs %s: %w", cpus, err)
+		} else {
+			err = f()
+		}
 		if rerr := unix.SchedSetaffinity(0, &was); rerr != nil {
 			errc <- errors.Join(err, fmt.Errorf("restore this thread's CPUs: %w", rerr))
-			select {} // keep the thread: the runtime must not reuse its mask, and its exit would fire Pdeathsig
+			return // still locked: the thread exits with this goroutine
 		}
 		runtime.UnlockOSThread()
 		errc <- err
