@@ -30,6 +30,30 @@ func FuzzParsePrep(f *testing.F) {
 	})
 }
 
+// FuzzParseCPUs: the --lc-cpus and --be-cpus flags. A list is refused or
+// parsed, quickly (a range is walked a CPU at a time), into CPUs a mask
+// holds; what it gives back parses to the same set.
+func FuzzParseCPUs(f *testing.F) {
+	for _, s := range []string{"0", "0-1", "2-3,8", "3-1", "x", "", "0-9223372036854775807", "1023", "0,,1", "-1", " 1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		cpus, err := parseCPUs("--lc-cpus", s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("parseCPUs(%q): %v, not an invalid argument", s, err)
+			}
+			return
+		}
+		if s != "" && cpus.IsEmpty() || cpus.Size() > 0 && cpus.List()[cpus.Size()-1] >= maxCPUs {
+			t.Fatalf("parseCPUs(%q) = %v", s, cpus)
+		}
+		if again, err := parseCPUs("--lc-cpus", cpus.String()); err != nil || !again.Equals(cpus) {
+			t.Fatalf("%q -> %v -> %v, %v", s, cpus, again, err)
+		}
+	})
+}
+
 // FuzzParseScenarios: the --scenarios flag.
 func FuzzParseScenarios(f *testing.F) {
 	for _, s := range []string{DefaultScenarios, "be-ratio:3000us:1000us", "pytorch-prepreempt-be-1us,prepreempt-standalone", "be-0us", ",,"} {
