@@ -42,7 +42,7 @@
 #   model-eager  eager PyTorch LC + training BE, p50<=1.10x: defaults, BE
 #                1ms, the gate (~8 min)
 #   model-llm    eager LLM decode + GEMM BE, absolute $LLM_OBJECTIVE
-#                (tpot_p50<=20ms, over each window's tokens; 2 s windows):
+#                (tpot_p50<=30ms: standalone runs 14-21 ms a token on the H100; over each window's tokens; 2 s windows):
 #                defaults, BE 1us, the gate (~7 min)
 #   model-synth  synthetic LC (500 us prep, hints) + fixed-work BE,
 #                p50<=1.05x, p99<=1.50x: defaults, BE 1us and 50us with
@@ -120,7 +120,7 @@ MODEL_REPEAT=${MODEL_REPEAT:-2}
 # DAEMON_CPUS: taskset's list for gpreemptd. An eager LC is CPU-bound.
 PIN_ARGS=${PIN_ARGS:-}
 DAEMON_CPUS=${DAEMON_CPUS:-}
-LLM_OBJECTIVE=${LLM_OBJECTIVE:-tpot_p50<=20ms}
+LLM_OBJECTIVE=${LLM_OBJECTIVE:-tpot_p50<=30ms}
 BENCH_TIMEOUT_MODEL_GRAPH=${BENCH_TIMEOUT_MODEL_GRAPH:-540}
 BENCH_TIMEOUT_MODEL_EAGER=${BENCH_TIMEOUT_MODEL_EAGER:-540}
 BENCH_TIMEOUT_MODEL_LLM=${BENCH_TIMEOUT_MODEL_LLM:-540}
