@@ -43,10 +43,13 @@ type SLOSample struct {
 	MonoNs int64 `json:"mono_ns"`
 	// BETimeslice is the BE timeslice (of one unit of weight) the daemon
 	// chose; "" while the policy's own is in force.
-	BETimeslice string   `json:"be_timeslice"`
-	BEShare     *float64 `json:"be_share,omitempty"`
-	WorstLC     *float64 `json:"worst_lc_vs_objective,omitempty"`
-	Changes     int      `json:"changes"`
+	BETimeslice string `json:"be_timeslice"`
+	// Arm is the whole arm chosen ("200µs+gate"): the timeslice alone
+	// hides a move to or from the gate or pre-preemption.
+	Arm     string   `json:"arm,omitempty"`
+	BEShare *float64 `json:"be_share,omitempty"`
+	WorstLC *float64 `json:"worst_lc_vs_objective,omitempty"`
+	Changes int      `json:"changes"`
 }
 
 // sloStatus reads the slo section of GET /v1/status's JSON; an error if
@@ -70,7 +73,7 @@ func parseSLOStatus(b []byte) (SLOSample, error) {
 	if err != nil {
 		return SLOSample{}, err
 	}
-	return SLOSample{BETimeslice: st.BETimeslice, BEShare: st.BEShare, WorstLC: st.WorstLC, Changes: st.Changes}, nil
+	return SLOSample{BETimeslice: st.BETimeslice, Arm: st.Arm, BEShare: st.BEShare, WorstLC: st.WorstLC, Changes: st.Changes}, nil
 }
 
 // sloWindow asks gpreemptd for its SLO window, the period LC workers push
@@ -300,7 +303,7 @@ func sloLine(ss []SLOSample, measureStartNs, changeNs int64) string {
 			parts = append(parts, line)
 		}
 	}
-	return "BE timeslice " + strings.Join(parts, "; ")
+	return "arm " + strings.Join(parts, "; ")
 }
 
 // afterChange is the settings in ss from changeNs on, each with the time
@@ -323,11 +326,14 @@ func afterChange(ss []SLOSample, changeNs int64) string {
 	return fmt.Sprintf("after the LC's change: [%s]", strings.Join(seq, ", "))
 }
 
-// shown is the BE timeslice a sample shows, "policy" while the policy's
-// own is in force.
+// shown is the arm a sample shows (its BE timeslice where the daemon
+// names no arm), "policy" while the policy's own timeslice is in force.
 func (s SLOSample) shown() string {
-	if s.BETimeslice == "" {
+	switch {
+	case s.BETimeslice == "":
 		return "policy"
+	case s.Arm != "":
+		return s.Arm
 	}
 	return s.BETimeslice
 }

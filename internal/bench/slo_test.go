@@ -318,7 +318,7 @@ func TestSLOPollerWithFakeDaemon(t *testing.T) {
 	statuses := []string{
 		`{"slo":{"enabled":true,"changes":0}}`,
 		`{"slo":{"enabled":true,"be_timeslice":"200us","be_share":0.8,"changes":1}}`,
-		`{"slo":{"enabled":true,"be_timeslice":"1ms","be_share":0.88,"changes":2}}`,
+		`{"slo":{"enabled":true,"be_timeslice":"1ms","arm":"1ms","be_share":0.88,"changes":2}}`,
 	}
 	n := 0
 	sock := unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -349,16 +349,16 @@ func TestSLOPollerWithFakeDaemon(t *testing.T) {
 	if err != nil || len(got) != 3 {
 		t.Fatalf("%d samples, %v", len(got), err)
 	}
-	if got[0].BETimeslice != "" || got[2].BETimeslice != "1ms" || got[2].MonoNs != 750e6 || got[2].Changes != 2 {
+	if got[0].BETimeslice != "" || got[2].BETimeslice != "1ms" || got[2].Arm != "1ms" || got[2].MonoNs != 750e6 || got[2].Changes != 2 {
 		t.Errorf("%+v", got)
 	}
 	for _, c := range []struct {
 		start int64
 		want  string
 	}{
-		{0, "BE timeslice measured [policy 200us 1ms] over 3 samples, 2 changes, BE share measured by gpreemptd 84.0% (mean of 2 samples)"},
-		{600e6, "BE timeslice lead-in [policy 200us], 1 changes; measured [1ms] over 1 samples, 1 changes, BE share measured by gpreemptd 88.0% (mean of 1 samples)"},
-		{800e6, "BE timeslice lead-in [policy 200us 1ms], 2 changes"},
+		{0, "arm measured [policy 200us 1ms] over 3 samples, 2 changes, BE share measured by gpreemptd 84.0% (mean of 2 samples)"},
+		{600e6, "arm lead-in [policy 200us], 1 changes; measured [1ms] over 1 samples, 1 changes, BE share measured by gpreemptd 88.0% (mean of 1 samples)"},
+		{800e6, "arm lead-in [policy 200us 1ms], 2 changes"},
 	} {
 		if line := sloLine(got, c.start, 0); line != c.want {
 			t.Errorf("measurement from %d: line %q, want %q", c.start, line, c.want)
@@ -719,10 +719,18 @@ func TestSLOLineAfterTheLCChanged(t *testing.T) {
 		{"past the samples", lc(20, 20), ""},
 		{"no LC", nil, ""},
 	} {
-		want := "BE timeslice measured [50µs 1µs 200µs 1ms] over 6 samples, 3 changes" + c.want
+		want := "arm measured [50µs 1µs 200µs 1ms] over 6 samples, 3 changes" + c.want
 		if got := sloLine(ss, 0, switchAtNs(c.lc)); got != want {
 			t.Errorf("%s: %q, want %q", c.name, got, want)
 		}
+	}
+	// A move to the gate keeps the timeslice: the arm shows it.
+	gated := []SLOSample{
+		{MonoNs: 0, BETimeslice: "200µs", Arm: "200µs"}, {MonoNs: 1000 * ms, BETimeslice: "200µs", Arm: "200µs+gate", Changes: 1},
+		{MonoNs: 2000 * ms, BETimeslice: "50µs", Arm: "50µs+prepreempt", Changes: 2},
+	}
+	if got, want := sloLine(gated, 0, 500*ms), "arm measured [200µs 200µs+gate 50µs+prepreempt] over 3 samples, 2 changes; after the LC's change: [200µs +0.0s, 200µs+gate +0.5s, 50µs+prepreempt +1.5s]"; got != want {
+		t.Errorf("gate: %q, want %q", got, want)
 	}
 	// A change after the last sample: nothing seen after it.
 	if got := afterChange(ss, 11000*ms); got != "" {
