@@ -120,6 +120,9 @@ MODEL_REPEAT=${MODEL_REPEAT:-2}
 # DAEMON_CPUS: taskset's list for gpreemptd. An eager LC is CPU-bound.
 PIN_ARGS=${PIN_ARGS:-}
 DAEMON_CPUS=${DAEMON_CPUS:-}
+# GATE: the request gate's mode for the parts that are not the model's (off
+# by default; must3 with GATE=auto: the eager half may take the gate).
+GATE=${GATE:-}
 LLM_OBJECTIVE=${LLM_OBJECTIVE:-tpot_p50<=30ms}
 BENCH_TIMEOUT_MODEL_GRAPH=${BENCH_TIMEOUT_MODEL_GRAPH:-540}
 BENCH_TIMEOUT_MODEL_EAGER=${BENCH_TIMEOUT_MODEL_EAGER:-540}
@@ -241,7 +244,8 @@ slo:
 requests:
   default_max: lc
 YAML
-  case $1 in model-*) echo "gate: {mode: auto}";; esac
+  # The model's parts offer every arm; GATE=auto offers the gate to the others too.
+  case $1 in model-*) echo "gate: {mode: auto}";; *) if [ -n "$GATE" ]; then echo "gate: {mode: $GATE}"; fi;; esac
 }
 
 if [ -n "$DRY" ]; then

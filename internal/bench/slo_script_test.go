@@ -17,11 +17,14 @@ func TestGPURunSLODryRun(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
 	}
-	for _, part := range []string{"must1", "must2g", "must2s", "must3", "must4", "model-graph", "model-eager", "model-llm", "model-synth", "model-llm+"} {
+	for _, part := range []string{"must1", "must2g", "must2s", "must3", "must4", "model-graph", "model-eager", "model-llm", "model-synth", "model-llm+", "must3+"} {
 		cmd := exec.Command("bash", "../../scripts/gpu-run-slo.sh")
 		cmd.Env = append(os.Environ(), "DRY_RUN=1", "PARTS="+part)
+		if part == "must3+" { // must3 with the gate offered
+			cmd.Env = append(os.Environ(), "DRY_RUN=1", "PARTS=must3", "GATE=auto")
+		}
 		// model-llm+: model-llm with its scenarios replaced and the workers pinned.
-		if base, ok := strings.CutSuffix(part, "+"); ok {
+		if base, ok := strings.CutSuffix(part, "+"); ok && base != "must3" {
 			cmd.Env = append(os.Environ(), "DRY_RUN=1", "PARTS="+base, "MODEL_REPEAT=3",
 				"SCENARIOS_MODEL_LLM=llm-standalone,slo:llm-defaults,llm-be-only", "PIN_ARGS=--lc-cpus 2-3 --be-cpus 4-5")
 		}
@@ -68,8 +71,8 @@ func TestGPURunSLODryRun(t *testing.T) {
 		if slo < 1 || !strings.Contains(cmdline, repeat) || !strings.Contains(cmdline, "--daemon-socket") {
 			t.Errorf("%s: %s", part, cmdline)
 		}
-		if strings.HasPrefix(part, "model-") && p.Gate.Mode != policy.GateAuto {
-			t.Errorf("%s: the gate is not offered (mode %q)", part, p.Gate.Mode)
+		if (strings.HasPrefix(part, "model-") || part == "must3+") != (p.Gate.Mode == policy.GateAuto) {
+			t.Errorf("%s: gate mode %q", part, p.Gate.Mode)
 		}
 		if part == "model-llm+" && (len(scs) != 3 || !strings.Contains(cmdline, "--lc-cpus 2-3 --be-cpus 4-5")) {
 			t.Errorf("%s: overrides not taken: %s", part, cmdline)
