@@ -35,10 +35,14 @@ def main():
     ap.add_argument("--duration", type=parse_duration, default=parse_duration("10s"))
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--progress", default="", help="file to append '<ns> <products>' to once a second")
+    ap.add_argument("--duty-period", type=parse_duration, default=0,
+                    help="launch only while CLOCK_MONOTONIC / (period / 2) is even, idle while odd "
+                         "(0: always): each LC process then runs beside BE and alone")
     ap.add_argument("--out", default="-")
     a = ap.parse_args()
-    if not 1 <= a.n <= 32768 or not 1 <= a.queue <= 64:
-        ap.error("--n: 1 to 32768; --queue: 1 to 64")
+    if not 1 <= a.n <= 32768 or not 1 <= a.queue <= 64 or a.duty_period < 0:
+        ap.error("--n: 1 to 32768; --queue: 1 to 64; --duty-period: not negative")
+    half = a.duty_period // 2
 
     def on_term(*_):
         global stop
@@ -66,6 +70,17 @@ def main():
     deadline = start + a.duration
     next_report = start + 1_000_000_000
     while not stop and time.monotonic_ns() < deadline:
+        now = time.monotonic_ns()
+        if half and (now // half) % 2:
+            # The idle half: finish what is queued, then sleep to the next
+            # working half, a little at a time (a SIGTERM does not end a
+            # sleep in Python).
+            for ev in pending:
+                ev.synchronize()
+                completions.append(time.monotonic_ns())
+            pending.clear()
+            time.sleep(min(0.05, max(0, ((now // half) + 1) * half - time.monotonic_ns()) / 1e9))
+            continue
         torch.matmul(x, y, out=z)
         ev = torch.cuda.Event(blocking=True)
         ev.record()
@@ -83,7 +98,7 @@ def main():
     wall = (end - start) / 1e9
     write_json(a.out, {
         "schema": SCHEMA, "worker": "be_gemm.py", "pid": os.getpid(), "device": torch.cuda.get_device_name(dev),
-        "unit": "gemms", "config": {"n": a.n, "queue": a.queue, "torch": torch.__version__},
+        "unit": "gemms", "config": {"n": a.n, "queue": a.queue, "duty_period_ns": a.duty_period, "torch": torch.__version__},
         "kernel_iters": 0, "first_kernel_ms": first_ms, "kernels": len(completions),
         "kernels_per_sec": len(completions) / wall if wall > 0 else 0.0, "duration_s": wall,
         "start_mono_ns": start, "end_mono_ns": end, "completions_mono_ns": completions,

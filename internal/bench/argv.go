@@ -27,9 +27,13 @@ func (r *runner) beArgv(sc Scenario, out string) ([]string, []string) {
 	// only a backstop against a lost orchestrator.
 	backstop := 10*r.o.Duration + r.lcTimeout(sc) + 10*time.Minute
 	if sc.Runtime.LLM() {
-		return []string{r.o.Python, "-u", filepath.Join(r.scripts, "be_gemm.py"),
+		argv := []string{r.o.Python, "-u", filepath.Join(r.scripts, "be_gemm.py"),
 			"--duration", fmtDuration(backstop), "--n", strconv.Itoa(r.o.GEMMSize),
-			"--device", strconv.Itoa(r.o.Device), "--out", out}, pythonEnv
+			"--device", strconv.Itoa(r.o.Device), "--out", out}
+		if r.o.BEDuty > 0 {
+			argv = append(argv, "--duty-period", fmtDuration(r.o.BEDuty))
+		}
+		return argv, pythonEnv
 	}
 	if sc.Runtime.Python() {
 		return []string{r.o.Python, "-u", filepath.Join(r.scripts, "be_train.py"),

@@ -111,6 +111,9 @@ type runOptions struct {
 	LLMLoop      string        `json:"llm_loop,omitempty"`
 	LLMWarmup    int           `json:"llm_warmup,omitempty"`
 	GEMMSize     int           `json:"gemm_size,omitempty"`
+	// BEDuty: be_gemm.py works the first half of every BEDuty and idles
+	// the second, so that each LC process runs both beside BE and alone.
+	BEDuty time.Duration `json:"be_duty,omitempty"`
 }
 
 // optionDurations lists the duration fields with their JSON keys: they are
@@ -259,6 +262,7 @@ var runFlags = []cli.Flag{
 	&cli.StringFlag{Name: "llm-loop", Value: "generate", Usage: "llm-* eager scenarios: generate (transformers' generate()) or lean (a forward loop with one sync a token)"},
 	&cli.IntFlag{Name: "llm-warmup", Value: 3, Usage: "llm-* scenarios: warmup requests"},
 	&cli.IntFlag{Name: "gemm-size", Value: 8192, Usage: "llm-* scenarios: be_gemm.py's matrix size (n x n x n fp16)"},
+	&cli.DurationFlag{Name: "be-duty", Usage: "llm-* scenarios: be_gemm.py works the first half of every such period (CLOCK_MONOTONIC) and idles the second, and the report compares each LC process's requests of the two halves (0: BE works throughout)"},
 }
 
 func runOptionsFrom(c *cli.Context) (runOptions, error) {
@@ -286,7 +290,7 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		PyLCModel: c.String("pytorch-lc-model"), PyLCBatch: c.Int("pytorch-lc-batch"), PyGraph: c.Bool("pytorch-cuda-graph"),
 		PyBEModel: c.String("pytorch-be-model"), PyBEBatch: c.Int("pytorch-be-batch"),
 		LLMFamily: c.String("llm-family"), LLMPeriod: c.Duration("llm-period"), LLMNewTokens: c.Int("llm-new-tokens"),
-		LLMPrompt: c.Int("llm-prompt"), LLMLoop: c.String("llm-loop"), LLMWarmup: c.Int("llm-warmup"), GEMMSize: c.Int("gemm-size"),
+		LLMPrompt: c.Int("llm-prompt"), LLMLoop: c.String("llm-loop"), LLMWarmup: c.Int("llm-warmup"), GEMMSize: c.Int("gemm-size"), BEDuty: c.Duration("be-duty"),
 		HintLauncher: prepreempt.Launcher(c.String("hint-launcher")), HintPrepQuantile: c.Float64("hint-prep-quantile"),
 		LCEnv: c.StringSlice("lc-env"), LCCPUs: c.String("lc-cpus"), BECPUs: c.String("be-cpus"),
 	}
@@ -346,6 +350,16 @@ func (o *runOptions) validate() error {
 		}
 		if slices.Contains(benchLCEnv, k) {
 			return fmt.Errorf("%w: --lc-env %q: the bench sets %s itself (one of %v)", ErrInvalidArgument, kv, k, benchLCEnv)
+		}
+	}
+	if o.BEDuty != 0 {
+		if o.BEDuty < minBEDuty {
+			return fmt.Errorf("%w: --be-duty %v: want at least %v (each half must hold requests that start %v into it)", ErrInvalidArgument, o.BEDuty, minBEDuty, dutyGuard)
+		}
+		for _, sc := range o.Scenarios {
+			if sc.BECount() > 0 && !sc.Runtime.LLM() {
+				return fmt.Errorf("%w: --be-duty: only the llm-* scenarios' BE (be_gemm.py) idles half the time; %s runs another", ErrInvalidArgument, sc.Name)
+			}
 		}
 	}
 	var err error

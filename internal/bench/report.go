@@ -68,6 +68,7 @@ func WriteMarkdown(w io.Writer, res *Results) error {
 	writeHeader(&b, res)
 	writeSummary(&b, res)
 	writeRequestShape(&b, res)
+	writeDuty(&b, res)
 	writeClocks(&b, res)
 	writeTenants(&b, res)
 	writeRuns(&b, res)
@@ -191,6 +192,36 @@ func writeRequestShape(b *strings.Builder, res *Results) {
 			busy, bound = fmt.Sprintf("%.1f%%", 100*s.LCBusy), fmt.Sprintf("%.1f%%", 100*s.BEBound)
 		}
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", s.Name, spreadCell(s.TTFTP50, "x"), spreadCell(s.TPOTP50, "x"), busy, bound, spreadCell(s.BE, "%"))
+	}
+}
+
+// writeDuty adds, with --be-duty, each LC process's requests while BE
+// worked against its requests while BE idled: a ratio free of the
+// process-to-process spread of an eager LC.
+func writeDuty(b *strings.Builder, res *Results) {
+	if !slices.ContainsFunc(res.Summaries, func(s *ScenarioSummary) bool { return s.Duty != nil }) {
+		return
+	}
+	fmt.Fprintf(b, "\nWithin each LC process: BE worked the first half of every %s and idled the second; the p50 of the requests that ran while it worked over the p50 of those that ran while it idled (a request counts for a half it starts %s or more into and ends within), median over repetitions [range]:\n\n",
+		fmtDuration(res.Config.BEDuty), fmtDuration(dutyGuard))
+	b.WriteString("| scenario | LC p50 with BE / alone | TPOT p50 with BE / alone | requests with BE / alone (pooled) |\n")
+	b.WriteString("|---|---:|---:|---:|\n")
+	for _, s := range res.Summaries {
+		if s.Duty == nil {
+			continue
+		}
+		var with, alone int
+		for _, sr := range res.Scenarios {
+			if sr.Name == s.Name && sr.Error == "" && sr.LCDuty != nil {
+				if sr.LCDuty.WithBE != nil {
+					with += sr.LCDuty.WithBE.N
+				}
+				if sr.LCDuty.Alone != nil {
+					alone += sr.LCDuty.Alone.N
+				}
+			}
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %d / %d |\n", s.Name, spreadCell(s.Duty, "x"), spreadCell(s.DutyTPOT, "x"), with, alone)
 	}
 }
 

@@ -169,6 +169,11 @@ type ScenarioResult struct {
 	LCGPUHeldShare float64        `json:"lc_gpu_held"`
 	// LCBusy is the share of the window the LC had a request in flight.
 	LCBusy float64 `json:"lc_busy,omitempty"`
+	// BEDuty is --be-duty: BE worked the first half of every such period
+	// and idled the second; LCDuty compares the LC's requests of the two
+	// halves.
+	BEDuty time.Duration `json:"be_duty,omitempty"`
+	LCDuty *DutySplit    `json:"lc_duty,omitempty"`
 	// LCTTFTUs and LCTPOTUs summarise an LLM LC's time to first token and
 	// time per output token.
 	LCTTFTUs *stats.Summary `json:"lc_ttft_us,omitempty"`

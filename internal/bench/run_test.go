@@ -484,6 +484,8 @@ func TestCLI(t *testing.T) {
 		{[]string{"run", "--out", t.TempDir(), "--lc-cpus", "3-1"}, ExitUsage, `--lc-cpus "3-1": want a CPU list such as 2-3,8`},
 		{[]string{"run", "--out", t.TempDir(), "--be-cpus", "x"}, ExitUsage, `--be-cpus "x": want a CPU list such as 2-3,8`},
 		{[]string{"run", "--out", t.TempDir(), "--lc-cpus", "100000"}, ExitUsage, "CPUs below 1024"},
+		{[]string{"run", "--out", t.TempDir(), "--scenarios", "llm-standalone,llm-defaults", "--be-duty", "1s"}, ExitUsage, "--be-duty 1s: want at least 2.2s"},
+		{[]string{"run", "--out", t.TempDir(), "--scenarios", "llm-defaults,defaults", "--be-duty", "4s"}, ExitUsage, "only the llm-* scenarios' BE (be_gemm.py) idles half the time; defaults runs another"},
 		// Refused before the parser walks the range.
 		{[]string{"run", "--out", t.TempDir(), "--lc-cpus", "0-9223372036854775807"}, ExitUsage, "CPUs below 1024"},
 		// In range, but no machine here has it online: the kernel refuses the pin.

@@ -95,6 +95,9 @@ func (r *runner) runScenario(ctx context.Context, s slot) (sr *ScenarioResult, e
 			errs = append(errs, err)
 		}
 	}
+	if r.o.BEDuty > 0 && sc.BECount() > 0 {
+		sr.BEDuty = r.o.BEDuty
+	}
 	summarizeLC(sr)
 	if r.sampler != nil {
 		sr.GPU = summarizeTelemetry(r.sampler.between(sr.WindowStartMonoNs, sr.WindowEndMonoNs))

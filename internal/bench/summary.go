@@ -80,6 +80,10 @@ type ScenarioSummary struct {
 	// switches a request (class.SwitchTime each), against be-only.
 	LCBusy  float64 `json:"lc_busy,omitempty"`
 	BEBound float64 `json:"be_bound,omitempty"`
+	// Duty and DutyTPOT, with --be-duty: each LC process's p50 (and TPOT
+	// p50) while BE worked over while it idled.
+	Duty     *RatioStats `json:"lc_p50_with_be_vs_alone,omitempty"`
+	DutyTPOT *RatioStats `json:"tpot_p50_with_be_vs_alone,omitempty"`
 	// Failed counts repetitions that ended in an error.
 	Failed   int      `json:"failed,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
@@ -181,6 +185,9 @@ func summarizeLC(sr *ScenarioResult) {
 		}
 		sr.LCBusy = min(1, float64(busy)/float64(w))
 	}
+	if sr.BEDuty > 0 {
+		sr.LCDuty = splitByDuty(sr.LC, sr.BEDuty)
+	}
 	var ttft, tpot []float64
 	for _, s := range sr.LC.Samples {
 		if s.TTFTNs > 0 && s.TPOTNs > 0 {
@@ -237,7 +244,7 @@ func summarize(res *Results, seed uint64) []*ScenarioSummary {
 func summarizeScenario(runs, baseline []*ScenarioResult, rng *rand.Rand) *ScenarioSummary {
 	first := runs[0]
 	s := &ScenarioSummary{Name: first.Name, Kind: first.Kind, Runtime: first.Runtime, Reps: len(runs)}
-	var p50, p99, p50c, p99c, be, beRate, split, ttft, tpot, busy, bound []float64
+	var p50, p99, p50c, p99c, be, beRate, split, ttft, tpot, busy, bound, duty, dutyTPOT []float64
 	var lat []float64
 	var gpus []*TelemetrySummary
 	tenants := map[string]*[2][]float64{}
@@ -261,6 +268,10 @@ func summarizeScenario(runs, baseline []*ScenarioResult, rng *rand.Rand) *Scenar
 		appendIf(&be, sr.BEVsBEOnly)
 		appendIf(&ttft, sr.TTFTP50VsStandalone)
 		appendIf(&tpot, sr.TPOTP50VsStandalone)
+		if sr.LCDuty != nil {
+			appendIf(&duty, sr.LCDuty.P50Ratio)
+			appendIf(&dutyTPOT, sr.LCDuty.TPOTRatio)
+		}
 		if b := busyOf(sr, baseline); b != nil {
 			busy, bound = append(busy, b[0]), append(bound, b[1])
 		}
@@ -288,6 +299,7 @@ func summarizeScenario(runs, baseline []*ScenarioResult, rng *rand.Rand) *Scenar
 	s.P50Clock, s.P99Clock = newRatioStats(p50c), newRatioStats(p99c)
 	s.BE, s.BESplit = newRatioStats(be), newRatioStats(split)
 	s.TTFTP50, s.TPOTP50 = newRatioStats(ttft), newRatioStats(tpot)
+	s.Duty, s.DutyTPOT = newRatioStats(duty), newRatioStats(dutyTPOT)
 	if len(busy) > 0 {
 		s.LCBusy, s.BEBound = stats.Median(busy), stats.Median(bound)
 	}
