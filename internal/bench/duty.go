@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/stats"
@@ -37,15 +38,19 @@ type DutySplit struct {
 
 // splitByDuty sorts lc's requests into BE's working and idle halves of
 // period: a request counts when it starts dutyGuard or more into a half and
-// ends within it (its preparation included).
+// ends within it (its preparation included). A request starts when it is
+// due or, if the one before ran past that, when that one ended.
 func splitByDuty(lc *LCResult, period time.Duration) *DutySplit {
 	half := int64(period / 2)
 	if lc == nil || half <= 0 {
 		return nil
 	}
 	var lat, tpot [2][]float64 // [0]: with BE, [1]: alone
+	prevEnd := int64(math.MinInt64)
 	for _, s := range lc.Samples {
-		start, end := s.ArrivalMonoNs, s.ArrivalMonoNs+s.PrepNs+s.LatencyNs
+		start := max(s.ArrivalMonoNs, prevEnd)
+		end := start + s.PrepNs + s.LatencyNs
+		prevEnd = end
 		k := start / half
 		if start < 0 || start-k*half < int64(dutyGuard) || end >= (k+1)*half {
 			continue
@@ -72,4 +77,25 @@ func splitByDuty(lc *LCResult, period time.Duration) *DutySplit {
 		}
 	}
 	return d
+}
+
+// dutyCount is what a duty-cycled BE completed in the working halves of
+// (start, end] and the working time those hold: its rate while it worked,
+// whichever way the window falls on the cycle.
+func dutyCount(completions []int64, start, end int64, period time.Duration) (n int64, working time.Duration) {
+	half := int64(period / 2)
+	if half <= 0 || end <= start {
+		return 0, 0
+	}
+	for _, t := range completions {
+		if t > start && t <= end && (t/half)%2 == 0 {
+			n++
+		}
+	}
+	for k := start / half; k*half < end; k++ {
+		if k%2 == 0 {
+			working += time.Duration(min(end, (k+1)*half) - max(start, k*half))
+		}
+	}
+	return n, working
 }

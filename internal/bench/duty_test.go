@@ -19,6 +19,7 @@ func TestSplitByDuty(t *testing.T) {
 	// A 4 s period: BE works in [0, 2 s), [4 s, 6 s), ... and idles in
 	// [2 s, 4 s), [6 s, 8 s), ...
 	samples := []LCSample{
+		req(-1*s, 100*ms, 10*ms),    // before the clock's epoch: not counted
 		req(50*ms, 100*ms, 0),       // inside the guard: not counted
 		req(200*ms, 300*ms, 30*ms),  // with BE
 		req(1*s, 400*ms, 40*ms),     // with BE
@@ -29,27 +30,53 @@ func TestSplitByDuty(t *testing.T) {
 		req(4200*ms, 500*ms, 50*ms), // with BE (the next period)
 		req(6500*ms, 100*ms, 10*ms), // alone
 		req(7950*ms, 100*ms, 10*ms), // crosses into the working half: not counted
-		req(-1*s, 100*ms, 10*ms),    // before the clock's epoch: not counted
+		req(9*s, 1150*ms, 0),        // 9.0-10.15 s: crosses into the idle half, not counted
+		// Due at 9.5 s, it starts when the one before ends: 10.15-10.45 s,
+		// alone (as due, it would have run with BE).
+		req(9500*ms, 300*ms, 0),
 	}
 	d := splitByDuty(&LCResult{Samples: samples}, 4*time.Second)
-	if d.WithBE == nil || d.Alone == nil || d.WithBE.N != 4 || d.Alone.N != 3 {
-		t.Fatalf("split %+v %+v: want 4 with BE, 3 alone", d.WithBE, d.Alone)
+	if d.WithBE == nil || d.Alone == nil || d.WithBE.N != 4 || d.Alone.N != 4 {
+		t.Fatalf("split %+v %+v: want 4 with BE, 4 alone", d.WithBE, d.Alone)
 	}
-	// p50s: with BE median of {300, 400, 50, 500} ms = 350 ms; alone of
-	// {150, 200, 100} = 150 ms. TPOT: 3 with BE {30, 40, 50}, alone {15, 20, 10}.
-	if got := d.P50Ratio; got < 2.333 || got > 2.334 {
-		t.Errorf("p50 ratio %v, want 350/150", got)
+	// p50s: with BE the median of {300, 400, 50, 500} ms, 350 ms; alone of
+	// {150, 200, 100, 300}, 175 ms. TPOT: with BE {30, 40, 50}, alone {15, 20, 10}.
+	if got := d.P50Ratio; got != 2 {
+		t.Errorf("p50 ratio %v, want 350/175", got)
 	}
 	if got := d.TPOTRatio; got != 40.0/15 {
 		t.Errorf("TPOT ratio %v, want 40/15", got)
 	}
 	// Too few a side: the halves are summarized, no ratio.
-	few := splitByDuty(&LCResult{Samples: samples[:4]}, 4*time.Second)
+	few := splitByDuty(&LCResult{Samples: samples[:5]}, 4*time.Second)
 	if few.P50Ratio != 0 || few.WithBE == nil || few.Alone != nil {
 		t.Errorf("three with BE, none alone: %+v", few)
 	}
 	if splitByDuty(nil, 4*time.Second) != nil || splitByDuty(&LCResult{}, 0) != nil {
 		t.Error("no LC or no period: want nil")
+	}
+}
+
+func TestDutyCount(t *testing.T) {
+	const s = int64(time.Second)
+	// A 4 s period; completions at 0.5, 1.5 (working), 2.5 (idle), 4.5
+	// (working) and 6.5 s (idle).
+	done := []int64{s / 2, 3 * s / 2, 5 * s / 2, 9 * s / 2, 13 * s / 2}
+	for _, c := range []struct {
+		start, end int64
+		n          int64
+		working    time.Duration
+	}{
+		{0, 8 * s, 3, 4 * time.Second},
+		{s, 7 * s, 2, 3 * time.Second}, // [1, 2) and [4, 6)
+		{3 * s, 4 * s, 0, 0},           // idle throughout
+		{5 * s / 2, 5 * s, 1, time.Second},
+		{s, s, 0, 0},
+	} {
+		n, w := dutyCount(done, c.start, c.end, 4*time.Second)
+		if n != c.n || w != c.working {
+			t.Errorf("(%d, %d]: %d in %v, want %d in %v", c.start, c.end, n, w, c.n, c.working)
+		}
 	}
 }
 

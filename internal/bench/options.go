@@ -353,12 +353,20 @@ func (o *runOptions) validate() error {
 		}
 	}
 	if o.BEDuty != 0 {
-		if o.BEDuty < minBEDuty {
-			return fmt.Errorf("%w: --be-duty %v: want at least %v (each half must hold requests that start %v into it)", ErrInvalidArgument, o.BEDuty, minBEDuty, dutyGuard)
+		switch {
+		case o.BEDuty < minBEDuty || o.BEDuty%time.Millisecond != 0:
+			return fmt.Errorf("%w: --be-duty %v: want whole milliseconds, at least %v (each half must hold requests that start %v into it)", ErrInvalidArgument, o.BEDuty, minBEDuty, dutyGuard)
+		case o.BEDuty > o.Duration/2:
+			return fmt.Errorf("%w: --be-duty %v: want at most half of --duration %v, so that every run holds two of each half", ErrInvalidArgument, o.BEDuty, o.Duration)
+		case !slices.ContainsFunc(o.Scenarios, func(sc Scenario) bool { return sc.BECount() > 0 }):
+			return fmt.Errorf("%w: --be-duty: no scenario runs a BE", ErrInvalidArgument)
 		}
 		for _, sc := range o.Scenarios {
 			if sc.BECount() > 0 && !sc.Runtime.LLM() {
 				return fmt.Errorf("%w: --be-duty: only the llm-* scenarios' BE (be_gemm.py) idles half the time; %s runs another", ErrInvalidArgument, sc.Name)
+			}
+			if sc.SLO {
+				return fmt.Errorf("%w: --be-duty: %s: SLO mode would chase a BE that comes and goes", ErrInvalidArgument, sc.Name)
 			}
 		}
 	}

@@ -89,6 +89,9 @@ func writeHeader(b *strings.Builder, res *Results) {
 			rs = fmt.Sprintf("%d repetitions, interleaved (every scenario once, then again)", reps)
 		}
 		fmt.Fprintf(b, "- Per scenario run: %s measured after %s settle; %s\n", fmtDuration(c.Duration), fmtDuration(c.Settle), rs)
+		if c.BEDuty > 0 {
+			fmt.Fprintf(b, "- BE duty (--be-duty %s): BE worked the first half of every %s and idled the second; the latency columns take both halves, BE's rate is its rate while it worked (in both the scenario and be-only)\n", fmtDuration(c.BEDuty), fmtDuration(c.BEDuty))
+		}
 		if c.LCCPUs != "" || c.BECPUs != "" {
 			fmt.Fprintf(b, "- Workers pinned: LC to CPUs %s, BE to CPUs %s\n", cmp.Or(c.LCCPUs, "any"), cmp.Or(c.BECPUs, "any"))
 		}
@@ -199,29 +202,37 @@ func writeRequestShape(b *strings.Builder, res *Results) {
 // worked against its requests while BE idled: a ratio free of the
 // process-to-process spread of an eager LC.
 func writeDuty(b *strings.Builder, res *Results) {
-	if !slices.ContainsFunc(res.Summaries, func(s *ScenarioSummary) bool { return s.Duty != nil }) {
-		return
+	type row struct {
+		name              string
+		reps, with, alone int
 	}
-	fmt.Fprintf(b, "\nWithin each LC process: BE worked the first half of every %s and idled the second; the p50 of the requests that ran while it worked over the p50 of those that ran while it idled (a request counts for a half it starts %s or more into and ends within), median over repetitions [range]:\n\n",
-		fmtDuration(res.Config.BEDuty), fmtDuration(dutyGuard))
-	b.WriteString("| scenario | LC p50 with BE / alone | TPOT p50 with BE / alone | requests with BE / alone (pooled) |\n")
-	b.WriteString("|---|---:|---:|---:|\n")
+	var rows []row
 	for _, s := range res.Summaries {
-		if s.Duty == nil {
-			continue
-		}
-		var with, alone int
+		r := row{name: s.Name}
+		split := false
 		for _, sr := range res.Scenarios {
-			if sr.Name == s.Name && sr.Error == "" && sr.LCDuty != nil {
-				if sr.LCDuty.WithBE != nil {
-					with += sr.LCDuty.WithBE.N
-				}
-				if sr.LCDuty.Alone != nil {
-					alone += sr.LCDuty.Alone.N
-				}
+			if sr.Name != s.Name || sr.Error != "" || sr.LCDuty == nil {
+				continue
+			}
+			split = true
+			if d := sr.LCDuty; d.P50Ratio > 0 {
+				r.reps, r.with, r.alone = r.reps+1, r.with+d.WithBE.N, r.alone+d.Alone.N
 			}
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %d / %d |\n", s.Name, spreadCell(s.Duty, "x"), spreadCell(s.DutyTPOT, "x"), with, alone)
+		if split {
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nWithin each LC process: BE worked the first half of every %s and idled the second; the p50 of the requests that ran while it worked over the p50 of those that ran while it idled (a request counts for a half it starts %s or more into and ends within; a run needs %d a half), median over repetitions [range]:\n\n",
+		fmtDuration(res.Config.BEDuty), fmtDuration(dutyGuard), minDutyRequests)
+	b.WriteString("| scenario | runs with a ratio | LC p50 with BE / alone | TPOT p50 with BE / alone | requests with BE / alone (those runs) |\n")
+	b.WriteString("|---|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		s := res.Summaries[slices.IndexFunc(res.Summaries, func(s *ScenarioSummary) bool { return s.Name == r.name })]
+		fmt.Fprintf(b, "| %s | %d | %s | %s | %d / %d |\n", r.name, r.reps, spreadCell(s.Duty, "x"), spreadCell(s.DutyTPOT, "x"), r.with, r.alone)
 	}
 }
 

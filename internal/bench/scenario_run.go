@@ -287,8 +287,14 @@ func (run *scenarioRun) collectBE() error {
 			sh.Class = run.sc.Weights[i].String()
 		}
 		sh.WindowKernels = br.CountIn(sr.WindowStartMonoNs, sr.WindowEndMonoNs)
-		if window > 0 {
-			sh.WindowPerSec = float64(sh.WindowKernels) / window.Seconds()
+		worked := window
+		if r := run.r.o.BEDuty; r > 0 {
+			// Its rate while it worked: the share of the window that falls
+			// in working halves differs from run to run.
+			sh.WindowKernels, worked = dutyCount(br.CompletionsMonoNs, sr.WindowStartMonoNs, sr.WindowEndMonoNs, r)
+		}
+		if worked > 0 {
+			sh.WindowPerSec = float64(sh.WindowKernels) / worked.Seconds()
 		}
 		if err := checkShare(sh, window); err != nil {
 			errs = append(errs, err)
