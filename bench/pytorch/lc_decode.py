@@ -179,6 +179,7 @@ def main():
             time.sleep((arrival - now) / 1e9)
         elif now - arrival > a.period:
             late += 1
+        c0 = time.thread_time_ns()
         lat, ttft, tpot = timed(*request())
         samples.append({
             "arrival_mono_ns": arrival,
@@ -188,6 +189,9 @@ def main():
             "gpu_ns": 0,
             "ttft_ns": ttft,
             "tpot_ns": sum(tpot) // len(tpot),  # the request's mean
+            # This thread's CPU time in the request: a slow request whose
+            # thread was off its CPU was slowed by the host, not by Python.
+            "cpu_ns": time.thread_time_ns() - c0,
         })
         if pusher:
             pusher.record_llm(lat, ttft, tpot)

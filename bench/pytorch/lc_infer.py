@@ -226,6 +226,7 @@ def main():
         prep = lo if hi <= lo else rng.randint(lo, hi)
         hint = gp.request("infer", expected_prep_us) if gp else None
         spin_until(now + prep)
+        c0 = time.thread_time_ns()
         t0, t_issued, t1, gpu_ns = request(hint)
         samples.append({
             "arrival_mono_ns": arrival,
@@ -233,6 +234,7 @@ def main():
             "launch_call_ns": t_issued - t0,
             "latency_ns": t1 - t0,
             "gpu_ns": gpu_ns,
+            "cpu_ns": time.thread_time_ns() - c0,  # this thread's CPU time in the request
         })
         if pusher:
             pusher.record(t1 - t0)

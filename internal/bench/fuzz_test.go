@@ -54,6 +54,28 @@ func FuzzParseCPUs(f *testing.F) {
 	})
 }
 
+// FuzzParseCPUTimes: /proc/stat's cpu lines. A reading always has the line
+// for all CPUs, and no CPU's steal exceeds its total.
+func FuzzParseCPUTimes(f *testing.F) {
+	f.Add([]byte("cpu  100 0 50 800 10 0 0 40 0 0\ncpu0 50 0 25 400 5 0 0 20 0 0\nintr 1\n"))
+	f.Add([]byte("cpu 1 2 3\n"))
+	f.Add([]byte("cpu  18446744073709551615 1 0 0 0 0 0 0\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ts, err := parseCPUTimes(b)
+		if err != nil {
+			return
+		}
+		if _, ok := ts["cpu"]; !ok {
+			t.Fatalf("%q: no cpu line in %v", b, ts)
+		}
+		for n, v := range ts {
+			if v[1] > v[0] {
+				t.Fatalf("%q: %s steals %d of %d", b, n, v[1], v[0])
+			}
+		}
+	})
+}
+
 // FuzzParseScenarios: the --scenarios flag.
 func FuzzParseScenarios(f *testing.F) {
 	for _, s := range []string{DefaultScenarios, "be-ratio:3000us:1000us", "pytorch-prepreempt-be-1us,prepreempt-standalone", "be-0us", ",,"} {

@@ -70,6 +70,7 @@ func WriteMarkdown(w io.Writer, res *Results) error {
 	writeRequestShape(&b, res)
 	writeDuty(&b, res)
 	writeClocks(&b, res)
+	writeHost(&b, res)
 	writeTenants(&b, res)
 	writeRuns(&b, res)
 	writeNotes(&b, res)
@@ -233,6 +234,35 @@ func writeDuty(b *strings.Builder, res *Results) {
 	for _, r := range rows {
 		s := res.Summaries[slices.IndexFunc(res.Summaries, func(s *ScenarioSummary) bool { return s.Name == r.name })]
 		fmt.Fprintf(b, "| %s | %d | %s | %s | %d / %d |\n", r.name, r.reps, spreadCell(s.Duty, "x"), spreadCell(s.DutyTPOT, "x"), r.with, r.alone)
+	}
+}
+
+// writeHost adds, per run, the CPU time the host took from the machine's
+// CPUs while the LC ran (steal, on a virtual machine) and the share of its
+// requests' time the LC's thread was on a CPU.
+func writeHost(b *strings.Builder, res *Results) {
+	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return sr.Host != nil || sr.LCOnCPU > 0 }) {
+		return
+	}
+	b.WriteString("\nHost CPUs while the LC ran (/proc/stat; steal: time the hypervisor took) and the share of its requests' time the LC's thread was on a CPU:\n\n")
+	b.WriteString("| scenario | rep | CPU steal, all CPUs | CPU steal, the LC's CPUs | LC thread on a CPU |\n")
+	b.WriteString("|---|---:|---:|---:|---:|\n")
+	pct := func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }
+	for _, sr := range res.Scenarios {
+		if sr.Host == nil && sr.LCOnCPU == 0 {
+			continue
+		}
+		all, lc, on := "–", "–", "–"
+		if sr.Host != nil {
+			all = pct(sr.Host.Steal)
+			if sr.Host.LCCPUsSteal != nil {
+				lc = pct(*sr.Host.LCCPUsSteal)
+			}
+		}
+		if sr.LCOnCPU > 0 {
+			on = pct(sr.LCOnCPU)
+		}
+		fmt.Fprintf(b, "| %s | %d | %s | %s | %s |\n", sr.Name, repOf(sr), all, lc, on)
 	}
 }
 

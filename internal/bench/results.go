@@ -41,6 +41,9 @@ type LCSample struct {
 	// GPUNs is the GPU-side duration of the request's work: GPUEndNs -
 	// GPUStartNs for lc_work, the CUDA-event span for the PyTorch worker.
 	GPUNs int64 `json:"gpu_ns"`
+	// CPUNs is the LC's thread's CPU time during the request (Python
+	// workers; 0 where not measured).
+	CPUNs int64 `json:"cpu_ns,omitempty"`
 	// TTFTNs and TPOTNs, for the LLM decode worker: time to the first
 	// token on the host, and the mean time per output token after it.
 	TTFTNs int64 `json:"ttft_ns,omitempty"`
@@ -174,6 +177,11 @@ type ScenarioResult struct {
 	// halves.
 	BEDuty time.Duration `json:"be_duty,omitempty"`
 	LCDuty *DutySplit    `json:"lc_duty,omitempty"`
+	// Host is what the host's CPUs gave while the LC ran; LCOnCPU is the
+	// share of its requests' time the LC's thread spent on a CPU (workers
+	// that report it).
+	Host    *HostCPU `json:"host_cpu,omitempty"`
+	LCOnCPU float64  `json:"lc_on_cpu,omitempty"`
 	// LCTTFTUs and LCTPOTUs summarise an LLM LC's time to first token and
 	// time per output token.
 	LCTTFTUs *stats.Summary `json:"lc_ttft_us,omitempty"`

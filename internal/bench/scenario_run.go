@@ -218,6 +218,7 @@ func (run *scenarioRun) measureLC(ctx context.Context) error {
 	}
 	stopSLO := run.startSLOPoll(ctx)
 	defer stopSLO()
+	before, berr := readCPUTimes()
 	for _, w := range lcs {
 		if err := w.sendGo(); err != nil {
 			return err
@@ -227,6 +228,11 @@ func (run *scenarioRun) measureLC(ctx context.Context) error {
 		if err := w.wait(ctx, run.r.lcTimeout(sc), run.bes...); err != nil {
 			return err
 		}
+	}
+	if after, aerr := readCPUTimes(); berr == nil && aerr == nil {
+		run.sr.Host = hostCPU(before, after, o.lcCPUs)
+	} else {
+		run.r.log.Debug("host CPU times not read", "err", errors.Join(berr, aerr))
 	}
 	stopSLO() // before reading the results; the deferred call is then a no-op
 	for i, w := range lcs {

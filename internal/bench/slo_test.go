@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -638,6 +639,16 @@ func checkLeadIn(t *testing.T, path string) {
 	}
 	if res.Config.LeadInNs != 5e6 || res.Config.LeadInRequests != 5 || len(res.Samples) != 3 {
 		t.Errorf("lead-in %d ns, %d requests, %d samples; want 5ms, 5, 3", res.Config.LeadInNs, res.Config.LeadInRequests, len(res.Samples))
+	}
+	// Every sample decodes as the bench reads it, the thread's CPU time
+	// included.
+	for _, raw := range res.Samples {
+		var s LCSample
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&s); err != nil || !bytes.Contains(raw, []byte(`"cpu_ns"`)) || s.CPUNs < 0 || s.CPUNs > s.LatencyNs+int64(10*time.Millisecond) {
+			t.Errorf("sample %s: %+v, %v", raw, s, err)
+		}
 	}
 }
 

@@ -188,6 +188,15 @@ func summarizeLC(sr *ScenarioResult) {
 	if sr.BEDuty > 0 {
 		sr.LCDuty = splitByDuty(sr.LC, sr.BEDuty)
 	}
+	var cpu, wall int64
+	for _, s := range sr.LC.Samples {
+		if s.CPUNs > 0 {
+			cpu, wall = cpu+s.CPUNs, wall+s.LatencyNs
+		}
+	}
+	if wall > 0 {
+		sr.LCOnCPU = float64(cpu) / float64(wall)
+	}
 	var ttft, tpot []float64
 	for _, s := range sr.LC.Samples {
 		if s.TTFTNs > 0 && s.TPOTNs > 0 {

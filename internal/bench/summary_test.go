@@ -115,6 +115,12 @@ func repeatFixture() *Results {
 	for _, sr := range res.Scenarios {
 		if sr.Name == "be-1us" {
 			sr.BEDuty = res.Config.BEDuty
+			// The host took 2% of every CPU, 5% of the LC's, in each run.
+			lcSteal := 0.05
+			sr.Host = &HostCPU{Steal: 0.02, LCCPUsSteal: &lcSteal}
+			for i := range sr.LC.Samples {
+				sr.LC.Samples[i].CPUNs = sr.LC.Samples[i].LatencyNs * 9 / 10
+			}
 		}
 		summarizeLC(sr)
 	}
