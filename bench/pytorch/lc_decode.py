@@ -61,6 +61,17 @@ def build(args, torch, dev):
     return model.to(device=dev, dtype=torch.float16).eval(), transformers.__version__
 
 
+# The CPU time of the thread that stamped the last token (time.thread_time_ns):
+# a request's CPU time spans the same stretch as its latency.
+_stamp_cpu = [0]
+
+
+def stamp():
+    """A token's host time (CLOCK_MONOTONIC), noting this thread's CPU time."""
+    _stamp_cpu[0] = time.thread_time_ns()
+    return time.monotonic_ns()
+
+
 class Stamps:
     """A generate() streamer that only notes when each step's tokens reached
     the host (put() gets them as a CPU tensor: after that step's sync)."""
@@ -69,7 +80,7 @@ class Stamps:
         self.t = []
 
     def put(self, value):
-        self.t.append(time.monotonic_ns())
+        self.t.append(stamp())
 
     def end(self):
         pass
@@ -120,14 +131,14 @@ def main():
             out = model(prompt, use_cache=True)
             tok = out.logits[:, -1:].argmax(-1)
             tok.item()
-            t.append(time.monotonic_ns())
+            t.append(stamp())
             past = out.past_key_values
             for _ in range(a.new_tokens - 1):
                 out = model(tok, past_key_values=past, use_cache=True)
                 past = out.past_key_values
                 tok = out.logits[:, -1:].argmax(-1)
                 tok.item()
-                t.append(time.monotonic_ns())
+                t.append(stamp())
         return t
 
     run = eager_generate if a.loop == "generate" else eager_lean
@@ -140,13 +151,16 @@ def main():
     # Made before READY: a missing package fails the worker at its start.
     pusher = import_gpreempt().Reporter(a.push_latency, a.push_period / 1e9, gp) if a.push_latency else None
 
+    request_cpu = [0]  # the last request's CPU time, t0 to its last token
+
     def request():
-        t0 = time.monotonic_ns()
+        t0, c0 = time.monotonic_ns(), time.thread_time_ns()
         if gp is not None:
             with gp.request("decode"):
                 tokens = run()
         else:
             tokens = run()
+        request_cpu[0] = _stamp_cpu[0] - c0
         return t0, tokens
 
     for _ in range(max(a.warmup, 1)):
@@ -179,7 +193,6 @@ def main():
             time.sleep((arrival - now) / 1e9)
         elif now - arrival > a.period:
             late += 1
-        c0 = time.thread_time_ns()
         lat, ttft, tpot = timed(*request())
         samples.append({
             "arrival_mono_ns": arrival,
@@ -191,7 +204,7 @@ def main():
             "tpot_ns": sum(tpot) // len(tpot),  # the request's mean
             # This thread's CPU time in the request: a slow request whose
             # thread was off its CPU was slowed by the host, not by Python.
-            "cpu_ns": time.thread_time_ns() - c0,
+            "cpu_ns": request_cpu[0],
         })
         if pusher:
             pusher.record_llm(lat, ttft, tpot)
@@ -266,13 +279,13 @@ def graph_decoder(a, torch, dev, model, prompt):
         with torch.inference_mode():
             prefill()
             tok_in.item()
-            t.append(time.monotonic_ns())
+            t.append(stamp())
             for i in range(a.new_tokens - 1):
                 pos.fill_(a.prompt + i)
                 graph.replay()
                 tok_in.copy_(nxt)
                 tok_in.item()
-                t.append(time.monotonic_ns())
+                t.append(stamp())
         return t
 
     return run

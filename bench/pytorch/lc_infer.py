@@ -171,7 +171,7 @@ def main():
         return request_body(hint)
 
     def request_body(hint):
-        t0 = time.monotonic_ns()
+        t0, c0 = time.monotonic_ns(), time.thread_time_ns()
         ev_start.record()
         x.copy_(x_host, non_blocking=True)
         forward()
@@ -182,9 +182,11 @@ def main():
         # The request's stream, not the device: a device-wide synchronize
         # would also wait for the request gate's own stream.
         stream.synchronize()
+        c1 = time.thread_time_ns()
         t1 = time.monotonic_ns()
         gpu_ns = int(ev_start.elapsed_time(ev_end) * 1e6)
-        return t0, t_issued, t1, gpu_ns
+        # c1 - c0: this thread's CPU time over the request's own span.
+        return t0, t_issued, t1, gpu_ns, c1 - c0
 
     for _ in range(max(args.warmup, 1)):
         request(gp.request("infer", expected_prep_us) if gp else None)
@@ -205,7 +207,7 @@ def main():
     def lead_one():
         prep = lo if hi <= lo else lead_rng.randint(lo, hi)
         spin_until(time.monotonic_ns() + prep)
-        t0, _, t1, _ = request(gp.request("infer", expected_prep_us) if gp else None)
+        t0, _, t1, _, _ = request(gp.request("infer", expected_prep_us) if gp else None)
         if pusher:
             pusher.record(t1 - t0)
 
@@ -226,15 +228,14 @@ def main():
         prep = lo if hi <= lo else rng.randint(lo, hi)
         hint = gp.request("infer", expected_prep_us) if gp else None
         spin_until(now + prep)
-        c0 = time.thread_time_ns()
-        t0, t_issued, t1, gpu_ns = request(hint)
+        t0, t_issued, t1, gpu_ns, cpu_ns = request(hint)
         samples.append({
             "arrival_mono_ns": arrival,
             "prep_ns": prep,
             "launch_call_ns": t_issued - t0,
             "latency_ns": t1 - t0,
             "gpu_ns": gpu_ns,
-            "cpu_ns": time.thread_time_ns() - c0,  # this thread's CPU time in the request
+            "cpu_ns": cpu_ns,  # this thread's CPU time in the request
         })
         if pusher:
             pusher.record(t1 - t0)

@@ -47,6 +47,9 @@ func parseCPUTimes(b []byte) (cpuTimes, error) {
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		if len(f) == 0 || !strings.HasPrefix(f[0], "cpu") {
+			if len(t) > 0 {
+				break // the cpu lines come first; "intr" can outgrow the scanner on a large host
+			}
 			continue
 		}
 		// user nice system idle iowait irq softirq steal [guest guest_nice]:
@@ -70,10 +73,13 @@ func parseCPUTimes(b []byte) (cpuTimes, error) {
 		}
 		t[f[0]] = [2]uint64{total, steal}
 	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", procStat, err)
+	}
 	if _, ok := t["cpu"]; !ok {
 		return nil, fmt.Errorf("%s: no cpu line", procStat)
 	}
-	return t, sc.Err()
+	return t, nil
 }
 
 // stealShare is the share of the CPU time between a and b that was stolen,

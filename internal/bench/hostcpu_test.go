@@ -28,6 +28,12 @@ func TestParseCPUTimes(t *testing.T) {
 	if err != nil || len(got) != 3 || got["cpu"] != [2]uint64{1000, 40} || got["cpu1"] != [2]uint64{500, 20} {
 		t.Fatalf("%v, %v", got, err)
 	}
+	// A large host's intr line outgrows a scanner's default buffer: the
+	// cpu lines before it are all that is read.
+	long := statA + "intr" + strings.Repeat(" 0", 80<<10) + "\n"
+	if got, err := parseCPUTimes([]byte(long)); err != nil || len(got) != 3 {
+		t.Errorf("a long intr line: %v, %v", got, err)
+	}
 	for _, bad := range []string{
 		"cpu  1 2 3\n",                // too few times
 		"cpu  1 2 3 4 5 6 7 x 0 0\n",  // not a number

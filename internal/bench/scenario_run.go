@@ -231,8 +231,11 @@ func (run *scenarioRun) measureLC(ctx context.Context) error {
 	}
 	if after, aerr := readCPUTimes(); berr == nil && aerr == nil {
 		run.sr.Host = hostCPU(before, after, o.lcCPUs)
+		if h := run.sr.Host; h != nil && h.LCCPUsSteal == nil && !o.lcCPUs.IsEmpty() {
+			run.r.log.Warn("the LC's CPUs are not all in /proc/stat: their steal is not reported", "cpus", o.lcCPUs.String())
+		}
 	} else {
-		run.r.log.Debug("host CPU times not read", "err", errors.Join(berr, aerr))
+		run.r.log.Warn("host CPU times not read", "err", errors.Join(berr, aerr))
 	}
 	stopSLO() // before reading the results; the deferred call is then a no-op
 	for i, w := range lcs {

@@ -195,7 +195,7 @@ func summarizeLC(sr *ScenarioResult) {
 		}
 	}
 	if wall > 0 {
-		sr.LCOnCPU = float64(cpu) / float64(wall)
+		sr.LCOnCPU = min(1, float64(cpu)/float64(wall))
 	}
 	var ttft, tpot []float64
 	for _, s := range sr.LC.Samples {
