@@ -299,6 +299,21 @@ func TestConvergesAfterWorkloadChange(t *testing.T) {
 			}
 			return EagerPyTorchH100
 		})
+		// docs/SLO.md's count: the change seen in 3 windows, one more
+		// before BE stops, 6 paused, the first move 2 after: the search
+		// moves 12 windows after the change at the latest.
+		after := ds[60:]
+		paused := slices.IndexFunc(after, func(d Decision) bool { return d.PauseBE })
+		moved := -1
+		for i := paused + 1; paused >= 0 && i < len(after); i++ {
+			if !after[i].PauseBE && !after[i-1].PauseBE && after[i].Arm != after[i-1].Arm {
+				moved = i
+				break
+			}
+		}
+		if paused < 0 || moved < 0 || moved > 12 {
+			t.Errorf("seed %d: BE paused %d and the search moved %d windows after the change (want <= 12): %v", seed, paused, moved, summary(ds[55:75]))
+		}
 		first := firstAt(ds[60:], time.Millisecond)
 		// The eager LC's windows scatter by 8%: the controller needs
 		// about 5 of them to know its new baseline, and 2-3 per step
