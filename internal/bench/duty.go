@@ -12,6 +12,10 @@ import (
 // beside BE and alone. An eager LC's speed moves by tens of percent from
 // one process to the next; within a process, the two halves share it.
 
+// beWorks reports whether be_gemm.py launches at CLOCK_MONOTONIC t (ns)
+// with half-periods of half ns: in the even ones.
+func beWorks(t, half int64) bool { return (t/half)%2 == 0 }
+
 // dutyGuard is how far into a half a request must start to count for it:
 // BE's queued work drains and a power-capped clock recovers within ~50 ms
 // of a stop, and a restart takes a product or two.
@@ -55,7 +59,7 @@ func splitByDuty(lc *LCResult, period time.Duration) *DutySplit {
 		if start < 0 || start-k*half < int64(dutyGuard) || end >= (k+1)*half {
 			continue
 		}
-		i := k % 2
+		i := k % 2 // 0: BE working
 		lat[i] = append(lat[i], float64(s.LatencyNs)/1e3)
 		if s.TPOTNs > 0 {
 			tpot[i] = append(tpot[i], float64(s.TPOTNs)/1e3)
@@ -88,12 +92,12 @@ func dutyCount(completions []int64, start, end int64, period time.Duration) (n i
 		return 0, 0
 	}
 	for _, t := range completions {
-		if t > start && t <= end && (t/half)%2 == 0 {
+		if t > start && t <= end && beWorks(t, half) {
 			n++
 		}
 	}
 	for k := start / half; k*half < end; k++ {
-		if k%2 == 0 {
+		if beWorks(k*half, half) {
 			working += time.Duration(min(end, (k+1)*half) - max(start, k*half))
 		}
 	}

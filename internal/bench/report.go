@@ -204,12 +204,12 @@ func writeRequestShape(b *strings.Builder, res *Results) {
 // process-to-process spread of an eager LC.
 func writeDuty(b *strings.Builder, res *Results) {
 	type row struct {
-		name              string
+		s                 *ScenarioSummary
 		reps, with, alone int
 	}
 	var rows []row
 	for _, s := range res.Summaries {
-		r := row{name: s.Name}
+		r := row{s: s}
 		split := false
 		for _, sr := range res.Scenarios {
 			if sr.Name != s.Name || sr.Error != "" || sr.LCDuty == nil {
@@ -232,8 +232,7 @@ func writeDuty(b *strings.Builder, res *Results) {
 	b.WriteString("| scenario | runs with a ratio | LC p50 with BE / alone | TPOT p50 with BE / alone | requests with BE / alone (those runs) |\n")
 	b.WriteString("|---|---:|---:|---:|---:|\n")
 	for _, r := range rows {
-		s := res.Summaries[slices.IndexFunc(res.Summaries, func(s *ScenarioSummary) bool { return s.Name == r.name })]
-		fmt.Fprintf(b, "| %s | %d | %s | %s | %d / %d |\n", r.name, r.reps, spreadCell(s.Duty, "x"), spreadCell(s.DutyTPOT, "x"), r.with, r.alone)
+		fmt.Fprintf(b, "| %s | %d | %s | %s | %d / %d |\n", r.s.Name, r.reps, spreadCell(r.s.Duty, "x"), spreadCell(r.s.DutyTPOT, "x"), r.with, r.alone)
 	}
 }
 

@@ -188,20 +188,18 @@ func summarizeLC(sr *ScenarioResult) {
 	if sr.BEDuty > 0 {
 		sr.LCDuty = splitByDuty(sr.LC, sr.BEDuty)
 	}
+	var ttft, tpot []float64
 	var cpu, wall int64
 	for _, s := range sr.LC.Samples {
+		if s.TTFTNs > 0 && s.TPOTNs > 0 {
+			ttft, tpot = append(ttft, float64(s.TTFTNs)/1e3), append(tpot, float64(s.TPOTNs)/1e3)
+		}
 		if s.CPUNs > 0 {
 			cpu, wall = cpu+s.CPUNs, wall+s.LatencyNs
 		}
 	}
 	if wall > 0 {
 		sr.LCOnCPU = min(1, float64(cpu)/float64(wall))
-	}
-	var ttft, tpot []float64
-	for _, s := range sr.LC.Samples {
-		if s.TTFTNs > 0 && s.TPOTNs > 0 {
-			ttft, tpot = append(ttft, float64(s.TTFTNs)/1e3), append(tpot, float64(s.TPOTNs)/1e3)
-		}
 	}
 	if len(ttft) > 0 {
 		a, b := stats.Summarize(ttft), stats.Summarize(tpot)
