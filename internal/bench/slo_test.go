@@ -477,7 +477,10 @@ __version__ = "stub"
 class _T:
     def pin_memory(self): return self
     def copy_(self, other, non_blocking=False): return self
-def device(kind, index=0): return (kind, index)
+class device:
+    def __init__(self, kind, index=0): self.kind, self.index = kind, index
+    def __enter__(self): return self
+    def __exit__(self, *exc): return False
 def randn(*shape): return _T()
 def rand(*shape, device=None, dtype=None): return _T()
 def matmul(x, y, out=None): return out
