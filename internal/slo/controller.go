@@ -403,9 +403,11 @@ func (c *Controller) relearn() bool {
 	if c.tick-c.relearnt < c.opts.HalfLife {
 		return false
 	}
-	n := len(c.refs)
-	if maps.DeleteFunc(c.refs, func(_ string, r *reference) bool { return c.tick-r.last < c.opts.MissingAfter }); n > len(c.refs) {
-		c.relearnt = c.tick
+	// Reset, not dropped: the pause begins with this window's decision.
+	for _, r := range c.refs {
+		if c.tick-r.last < c.opts.MissingAfter {
+			r.value, r.vals, c.relearnt = 0, nil, c.tick
+		}
 	}
 	return c.relearnt == c.tick
 }

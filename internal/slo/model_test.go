@@ -481,8 +481,10 @@ func TestGoneProcessesCostNothing(t *testing.T) {
 			after = append(after, kept())
 		}
 	}
-	if after[2] > after[0]+after[0]/4 {
-		t.Errorf("estimates kept after 40, 80, 120 processes came and went: %v, want no growth", after)
+	// The first 40 processes are the warm-up: the estimates of the
+	// processes gone fade over a few HalfLifes.
+	if after[2] > after[1]+after[1]/4 {
+		t.Errorf("estimates kept after 40, 80, 120 processes came and went: %v, want no growth after 80", after)
 	}
 }
 
