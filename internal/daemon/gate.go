@@ -66,6 +66,7 @@ type RequestGate struct {
 	lcs     map[int]*gateLC // LC processes the gate follows, by pid
 	open    map[int]*gateHold
 	tokens  time.Duration // the share's budget left
+	idle    time.Duration // the policy's Idle as of the last Tick
 	refill  time.Duration // when tokens were last refilled
 	stats   GateStats
 	metrics *gateMetrics
@@ -107,6 +108,11 @@ type gateLC struct {
 	lastTID uint32 // the thread of last
 	syncing map[uint32]time.Duration
 	spans   []time.Duration // recent requests' spans (GateAuto)
+	// overran counts holds in a row that ran to MaxHold: requests closer
+	// together than Idle leave no idle to end one, and each hold is then
+	// BE stopped for MaxHold (Delimits). begins counts the launches seen
+	// outside a hold after Idle of quiet since the last such hold.
+	overran, begins int
 	// epoch counts the process's holds that ended: a launch seen before
 	// a hold's end (queued for the loop while the hold opened) is no new
 	// request once it ended.
@@ -135,7 +141,7 @@ func NewRequestGate(procs interface {
 	g := &RequestGate{Procs: procs, Pause: pause, Log: log, Now: func() time.Duration { return time.Since(t0) },
 		lcs: map[int]*gateLC{}, open: map[int]*gateHold{}, cmds: make(chan gateCmd, 64), metrics: newGateMetrics(),
 		arming: map[int]bool{}, armKick: make(chan struct{}, 1), selfGated: map[int]bool{}, Running: threadRunning}
-	g.tokens = g.capacity(procs.Policy().Gate)
+	g.tokens, g.idle = g.capacity(procs.Policy().Gate), procs.Policy().Gate.Idle
 	return g
 }
 
@@ -179,6 +185,23 @@ func (g *RequestGate) Steer(holds map[int]bool) {
 	g.mu.Unlock()
 }
 
+// Delimits reports whether the gate sees pid's requests end, so that a
+// hold is a request: not after overrunLimit holds in a row ran to MaxHold
+// (requests closer together than Idle, or one long stream), until
+// delimitedAfter launches came after Idle of quiet. SLO mode offers the
+// gate only for LCs it delimits.
+func (g *RequestGate) Delimits(pid int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	lc := g.lcs[pid]
+	return lc == nil || lc.overran < overrunLimit
+}
+
+const (
+	overrunLimit   = 2 // one hold to MaxHold may be a long request; two in a row are the LC's pace
+	delimitedAfter = 3 // requests seen to begin after an idle: the LC's pace changed
+)
+
 // Register adds the gate's metrics to reg.
 func (g *RequestGate) Register(reg prometheus.Registerer) error { return g.metrics.register(reg) }
 
@@ -197,7 +220,16 @@ func (g *RequestGate) Observe(ev trace.Event) {
 		if lc == nil {
 			return
 		}
-		lc.last, lc.lastTID = g.Now(), e.TID
+		now := g.Now()
+		if _, held := g.open[lc.ref.PID]; !held && e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter && now-lc.last >= g.idle {
+			if lc.begins++; lc.begins >= delimitedAfter && lc.overran >= overrunLimit {
+				g.Log.Info("request gate: an LC's requests begin after an idle again", "pid", lc.ref.PID, "requests", lc.begins)
+			}
+			if lc.begins >= delimitedAfter {
+				lc.overran = 0
+			}
+		}
+		lc.last, lc.lastTID = now, e.TID
 		switch {
 		case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
 			if g.beginLocked(lc) {
@@ -450,6 +482,7 @@ func (g *RequestGate) Tick() {
 	pol := g.Procs.Policy().Gate
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.idle = pol.Idle
 	now := g.Now()
 	for pid, h := range g.open {
 		lc := g.lcs[pid]
@@ -488,7 +521,14 @@ func (g *RequestGate) closeLocked(pid int, cause string) {
 	g.stats.HeldSeconds += span.Seconds()
 	g.metrics.closed.WithLabelValues(cause).Inc()
 	g.metrics.heldSeconds.Add(span.Seconds())
-	if lc := g.lcs[pid]; lc != nil && cause == "idle" {
+	switch lc := g.lcs[pid]; {
+	case lc != nil && cause == "max_hold":
+		if lc.overran, lc.begins = lc.overran+1, 0; lc.overran == overrunLimit {
+			g.Log.Info("request gate: an LC's holds run to max_hold: its requests come closer together than idle; SLO mode offers it no gate",
+				"pid", pid, "holds", lc.overran, "idle", pol.Idle, "max_hold", pol.MaxHold)
+		}
+	case lc != nil && cause == "idle":
+		lc.overran = 0
 		// The request's own span, without the idle time that ended it.
 		lc.spans = append(lc.spans, max(0, lc.last-h.since))
 		if len(lc.spans) > 16 {
@@ -527,6 +567,11 @@ func (g *RequestGate) Stats() GateStats {
 	s := g.stats
 	s.Mode = g.Procs.Policy().Gate.Mode
 	s.Open, s.LCs = len(g.open), len(g.lcs)
+	for _, lc := range g.lcs {
+		if lc.overran >= overrunLimit {
+			s.Undelimited++
+		}
+	}
 	if s.Closed != nil {
 		s.Closed = make(map[string]uint64, len(g.stats.Closed))
 		for k, v := range g.stats.Closed {

@@ -36,8 +36,10 @@ type GateStats struct {
 	// LaunchesHeld counts launches traced while their LC held BE: each a
 	// uprobe trap its request paid before its launch probes came off.
 	LaunchesHeld uint64 `json:"launches_held"`
-	// LCs is how many LC processes the gate follows.
-	LCs int `json:"lcs"`
+	// LCs is how many LC processes the gate follows; Undelimited, how
+	// many of them it does not see requests end for (Delimits).
+	LCs         int `json:"lcs"`
+	Undelimited int `json:"undelimited,omitempty"`
 }
 
 // longRequests says whether spans (an LC's recent holds) are long enough

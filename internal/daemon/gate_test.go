@@ -472,6 +472,57 @@ func TestGateSteeredOverrulesAuto(t *testing.T) {
 	}
 }
 
+// An LC whose requests come closer together than Idle is never idle long
+// enough to end a hold: each runs to MaxHold. After two in a row the gate
+// says it does not delimit the LC (SLO mode then offers it no gate arm);
+// it does again once three requests began after an idle outside a hold,
+// or at once when a hold ends idle.
+func TestGateDelimits(t *testing.T) {
+	r := newGateRig(t, gatePolicy(policy.GateOn)) // idle 2 ms
+	overrun := func() {                           // launches 1 ms apart until a hold ran to MaxHold
+		for n := r.g.Stats().Closed["max_hold"]; r.g.Stats().Closed["max_hold"] == n; {
+			r.launch(10, 1)
+			r.advance(time.Millisecond)
+		}
+	}
+	request := func() {
+		r.advance(3 * time.Millisecond)
+		r.launch(10, 1)
+		r.advance(200 * time.Microsecond)
+		r.syncReturn(10, 1)
+	}
+	for i := range 2 {
+		if !r.g.Delimits(10) {
+			t.Fatalf("not delimited after %d holds to MaxHold", i)
+		}
+		overrun()
+	}
+	if s := r.g.Stats(); s.Closed["max_hold"] != 2 || s.Undelimited != 1 || r.g.Delimits(10) {
+		t.Fatalf("stats %+v, delimits %v: want two holds to MaxHold, not delimited", s, r.g.Delimits(10))
+	}
+	if !r.g.Delimits(99) {
+		t.Error("an LC the gate does not follow is not delimited")
+	}
+	r.g.Steer(map[int]bool{10: false}) // SLO mode left the gate arm
+	for i := range 3 {
+		if r.g.Delimits(10) {
+			t.Fatalf("delimited after %d requests that began after an idle", i)
+		}
+		request()
+	}
+	if !r.g.Delimits(10) {
+		t.Fatal("not delimited after three requests that began after an idle")
+	}
+	r.g.Steer(nil)
+	overrun()
+	overrun()
+	request()
+	r.advance(3 * time.Millisecond)
+	if s := r.g.Stats(); s.Closed["idle"] != 1 || !r.g.Delimits(10) {
+		t.Errorf("stats %+v: a hold that ended idle, and still not delimited", s)
+	}
+}
+
 // With the real pauser and a real process: the BE is stopped for the
 // request and running again when the LC is killed mid-request.
 func TestGateRealPauser(t *testing.T) {

@@ -42,9 +42,10 @@ func TestGateSteered(t *testing.T) {
 }
 
 // fakeSteerer records what SLO mode tells the gate.
-type fakeSteerer struct{ holds map[int]bool }
+type fakeSteerer struct{ holds, undelimited map[int]bool }
 
-func (f *fakeSteerer) Steer(h map[int]bool) { f.holds = maps.Clone(h) }
+func (f *fakeSteerer) Steer(h map[int]bool)  { f.holds = maps.Clone(h) }
+func (f *fakeSteerer) Delimits(pid int) bool { return !f.undelimited[pid] }
 
 // llmDecodeLC is a launch-bound LC: ~1.4x its standalone latency beside BE
 // whatever the BE timeslice, at standalone with the gate.
@@ -54,8 +55,9 @@ var llmDecodeLC = slo.Workload{Baseline: 10 * time.Millisecond, Requests: 60, Po
 
 // TestSLOLoopGateArm: with the policy's gate on, an LC that only the gate
 // brings within its absolute objective gets the gate arm, which the loop
-// hands the request gate; with the gate off no gate arm is offered, and
-// the status says the objective is missed.
+// hands the request gate; with the gate off, or for an LC whose requests
+// the gate does not see end, no gate arm is offered, and the status says
+// the objective is missed.
 func TestSLOLoopGateArm(t *testing.T) {
 	const pol = `
 classes:
@@ -67,9 +69,13 @@ rules:
 slo: {enabled: true, window: 1s}
 gate: {mode: %s}
 `
-	for _, mode := range []string{policy.GateOn, policy.GateOff} {
+	for _, tt := range []struct {
+		mode        string
+		undelimited bool // the gate does not see the LC's requests end
+	}{{policy.GateOn, false}, {policy.GateOff, false}, {policy.GateOn, true}} {
+		mode := tt.mode
 		s := newSLORig(t, strings.Replace(pol, "%s", mode, 1))
-		f := &fakeSteerer{}
+		f := &fakeSteerer{undelimited: map[int]bool{100: tt.undelimited}}
 		s.loop.Gate = f
 		s.loop.Step(s.now)
 		gated := 0
@@ -84,11 +90,12 @@ gate: {mode: %s}
 			}
 		}
 		st := s.loop.Status()
+		offered := mode == policy.GateOn && !tt.undelimited
 		switch {
-		case mode == policy.GateOn && (gated < 25 || !strings.Contains(st.Arm, "+gate") || *st.WorstLC > 1):
+		case offered && (gated < 25 || !strings.Contains(st.Arm, "+gate") || *st.WorstLC > 1):
 			t.Errorf("gate on: %d of 30 windows gated, status arm %q, worst %v", gated, st.Arm, *st.WorstLC)
-		case mode == policy.GateOff && (gated > 0 || st.Last.Cause != slo.CauseAtLimit && st.Last.Cause != slo.CauseDwell && st.Last.Cause != slo.CauseViolation):
-			t.Errorf("gate off: %d windows gated, last %+v", gated, st.Last)
+		case !offered && (gated > 0 || st.Last.Cause != slo.CauseAtLimit && st.Last.Cause != slo.CauseDwell && st.Last.Cause != slo.CauseViolation):
+			t.Errorf("gate %s, LC undelimited %v: %d windows gated, last %+v", mode, tt.undelimited, gated, st.Last)
 		}
 	}
 }

@@ -335,14 +335,17 @@ func (l *Loop) Step(now time.Duration) {
 	window := pol.SLO.Window
 	decided := map[*search]*slo.Decision{}
 	for _, s := range l.sorted() {
-		// The arms: the gate where the policy's gate is on or auto and the
-		// daemon runs one, pre-preemption where an LC has a hint engine.
+		// The arms: the gate where the policy's gate is on or auto, the
+		// daemon runs one and it sees every LC's requests end,
+		// pre-preemption where an LC has a hint engine.
 		floor := l.sharedFloor(s)
 		if s.prepreempt = l.PrepreemptUpTo(pol, s.lcs); s.prepreempt < floor {
 			s.prepreempt = 0 // no BE timeslice allowed pre-preempts
 		}
+		gate := l.Gate != nil && pol.Gate.Mode != policy.GateOff &&
+			!slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool { return !l.Gate.Delimits(p.PID) })
 		obs := slo.Observation{BEShare: math.NaN(), MinBETimeslice: floor, MinBEShare: pol.SLO.MinBEShare,
-			Gate: l.Gate != nil && pol.Gate.Mode != policy.GateOff, Prepreempt: s.prepreempt}
+			Gate: gate, Prepreempt: s.prepreempt}
 		// A search that started in this window has its floor and arms
 		// applied at once, and nothing judged: its BE ran under another
 		// setting. An idle one is told there was no LC (three windows of

@@ -54,8 +54,12 @@ type Pauser interface {
 
 // Steerer is what SLO mode needs of the request gate (the daemon's
 // RequestGate): whether to hold BE for each LC, by pid (nil: as the
-// policy says).
-type Steerer interface{ Steer(holds map[int]bool) }
+// policy says); and whether it sees an LC's requests end (a hold that
+// runs to its limit each time is BE stopped, not a request held).
+type Steerer interface {
+	Steer(holds map[int]bool)
+	Delimits(pid int) bool
+}
 
 // Metrics is where SLO mode publishes its windows (the daemon's Metrics).
 type Metrics interface {
