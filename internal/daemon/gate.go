@@ -181,8 +181,14 @@ func (g *RequestGate) Pushed(pid int, e *client.Engine) string {
 // same in its next push reply (Pushed).
 func (g *RequestGate) Steer(holds map[int]bool) {
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	for pid := range g.lcs {
+		was, wasSteered := g.steered[pid]
+		if now, steered := holds[pid]; now != was || steered != wasSteered {
+			g.armLocked(pid) // its launch probes on or off
+		}
+	}
 	g.steered = holds
-	g.mu.Unlock()
 }
 
 // Delimits reports whether the gate sees pid's requests end, so that a
@@ -221,7 +227,9 @@ func (g *RequestGate) Observe(ev trace.Event) {
 			return
 		}
 		now := g.Now()
-		if _, held := g.open[lc.ref.PID]; !held && e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter && now-lc.last >= g.idle {
+		// A launch or synchronize after Idle of quiet begins a request
+		// (an LC steered off the gate has no launch probes).
+		if _, held := g.open[lc.ref.PID]; !held && e.Kind == trace.CallEnter && now-lc.last >= g.idle {
 			if lc.begins++; lc.begins >= delimitedAfter && lc.overran >= overrunLimit {
 				g.Log.Info("request gate: an LC's requests begin after an idle again", "pid", lc.ref.PID, "requests", lc.begins)
 			}
@@ -357,14 +365,29 @@ func (g *RequestGate) armLoop(ctx context.Context) {
 		sort.Ints(pids)
 		for _, pid := range pids {
 			g.mu.Lock()
-			_, held := g.open[pid]
+			on := g.launchesWantedLocked(pid)
 			_, followed := g.lcs[pid]
 			g.mu.Unlock()
 			if followed && ctx.Err() == nil {
-				g.Arm(pid, !held)
+				g.Arm(pid, on)
 			}
 		}
 	}
+}
+
+// launchesWanted reports whether pid's launch probes are to be on: between
+// its requests, unless SLO mode steered it off the gate (no hold opens for
+// it, and a uprobe on every launch costs an eager LC microseconds each).
+func (g *RequestGate) launchesWanted(pid int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.launchesWantedLocked(pid)
+}
+
+func (g *RequestGate) launchesWantedLocked(pid int) bool {
+	_, held := g.open[pid]
+	hold, steered := g.steered[pid]
+	return !held && (!steered || hold)
 }
 
 // armLocked asks armLoop to bring pid's launch probes up to its state.

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"sync"
@@ -567,6 +568,56 @@ func TestGateRunArmsLaunchProbes(t *testing.T) {
 	}
 	waitFor(t, "BE resumed", func() bool { return !pause.isStopped(20) })
 	stop()
+}
+
+// An LC that SLO mode steers off the gate has its launch probes off: no
+// hold opens for it, and each probe costs an eager LC a trap a launch (on
+// the H100 an eager LC under SLO mode's timeslice arms trapped 970,000
+// launches in 3 runs). Steered back on, or handed back, they come on.
+func TestGateSteeredOffDisarms(t *testing.T) {
+	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []policy.ProcRef{{PID: 10, Start: 1}}, be: []policy.ProcRef{{PID: 20, Start: 1}}}
+	g := NewRequestGate(procs, &fakePause{stopped: map[int]bool{}}, nil)
+	var armed atomic.Int32 // 0: never asked, 1: off, 2: on
+	g.Arm = func(pid int, on bool) {
+		if pid == 10 {
+			armed.Store(map[bool]int32{false: 1, true: 2}[on])
+		}
+	}
+	g.followLCs(nil)
+	if !g.launchesWanted(10) {
+		t.Fatal("launch probes not wanted for an LC the gate may hold")
+	}
+	stop := runGate(t, g)
+	for _, tt := range []struct {
+		holds map[int]bool
+		want  bool
+	}{{map[int]bool{10: false}, false}, {map[int]bool{10: true}, true}, {map[int]bool{10: false}, false}, {nil, true}} {
+		g.Steer(tt.holds)
+		if g.launchesWanted(10) != tt.want {
+			t.Fatalf("steered %v: launch probes wanted %v", tt.holds, !tt.want)
+		}
+		want := map[bool]int32{false: 1, true: 2}[tt.want]
+		waitFor(t, fmt.Sprintf("launch probes on=%v once steered %v", tt.want, tt.holds), func() bool { return armed.Load() == want })
+	}
+	stop()
+	// Steered off, a synchronize after Idle of quiet still shows a
+	// request beginning.
+	r := newGateRig(t, gatePolicy(policy.GateOn))
+	for range 2 {
+		for n := r.g.Stats().Closed["max_hold"]; r.g.Stats().Closed["max_hold"] == n; {
+			r.launch(10, 1)
+			r.advance(time.Millisecond)
+		}
+	}
+	r.g.Steer(map[int]bool{10: false})
+	for range 3 {
+		r.advance(3 * time.Millisecond)
+		r.g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleSync, PID: 10, TID: 1})
+		r.syncReturn(10, 1)
+	}
+	if !r.g.Delimits(10) {
+		t.Error("not delimited after three synchronizes that began after an idle")
+	}
 }
 
 // An LC whose engine gates its own requests is told the policy's mode and

@@ -83,7 +83,9 @@ func (t *gateTracer) follow(lcs []policy.ProcRef) {
 		if err == nil {
 			err = t.syncs.AttachProcess(p.PID, lib)
 		}
-		if err == nil {
+		// Launch probes only where a hold may open (not steered off).
+		launches := t.gate == nil || t.gate.launchesWanted(p.PID)
+		if err == nil && launches {
 			if err = t.launches.AttachProcess(p.PID, lib); err != nil {
 				t.syncs.DetachProcess(p.PID)
 			}
@@ -92,7 +94,7 @@ func (t *gateTracer) follow(lcs []policy.ProcRef) {
 			t.log.Warn("request gate: not tracing an LC process", "pid", p.PID, "comm", p.Comm, "err", err)
 			continue
 		}
-		t.attached[k], t.libs[p.PID], t.armed[p.PID] = p, lib, true
+		t.attached[k], t.libs[p.PID], t.armed[p.PID] = p, lib, launches
 		t.log.Info("request gate: following an LC process", "pid", p.PID, "comm", p.Comm, "libcuda", lib)
 	}
 }
