@@ -66,7 +66,6 @@ type RequestGate struct {
 	lcs     map[int]*gateLC // LC processes the gate follows, by pid
 	open    map[int]*gateHold
 	tokens  time.Duration // the share's budget left
-	idle    time.Duration // the policy's Idle as of the last Tick
 	refill  time.Duration // when tokens were last refilled
 	stats   GateStats
 	metrics *gateMetrics
@@ -110,9 +109,11 @@ type gateLC struct {
 	spans   []time.Duration // recent requests' spans (GateAuto)
 	// overran counts holds in a row that ran to MaxHold: requests closer
 	// together than Idle leave no idle to end one, and each hold is then
-	// BE stopped for MaxHold (Delimits). begins counts the launches seen
-	// outside a hold after Idle of quiet since the last such hold.
+	// BE stopped for MaxHold (Delimits). begins counts the calls seen
+	// outside a hold after Tick saw the LC idle (quiet) since the last
+	// such hold.
 	overran, begins int
+	quiet           bool
 	// epoch counts the process's holds that ended: a launch seen before
 	// a hold's end (queued for the loop while the hold opened) is no new
 	// request once it ended.
@@ -141,7 +142,7 @@ func NewRequestGate(procs interface {
 	g := &RequestGate{Procs: procs, Pause: pause, Log: log, Now: func() time.Duration { return time.Since(t0) },
 		lcs: map[int]*gateLC{}, open: map[int]*gateHold{}, cmds: make(chan gateCmd, 64), metrics: newGateMetrics(),
 		arming: map[int]bool{}, armKick: make(chan struct{}, 1), selfGated: map[int]bool{}, Running: threadRunning}
-	g.tokens, g.idle = g.capacity(procs.Policy().Gate), procs.Policy().Gate.Idle
+	g.tokens = g.capacity(procs.Policy().Gate)
 	return g
 }
 
@@ -193,9 +194,9 @@ func (g *RequestGate) Steer(holds map[int]bool) {
 
 // Delimits reports whether the gate sees pid's requests end, so that a
 // hold is a request: not after overrunLimit holds in a row ran to MaxHold
-// (requests closer together than Idle, or one long stream), until
-// delimitedAfter launches came after Idle of quiet. SLO mode offers the
-// gate only for LCs it delimits.
+// (requests closer together than Idle, or one long stream), until a hold
+// ends idle or delimitedAfter requests began after Tick saw the LC idle as
+// a hold would end. SLO mode offers the gate only for LCs it delimits.
 func (g *RequestGate) Delimits(pid int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -227,9 +228,9 @@ func (g *RequestGate) Observe(ev trace.Event) {
 			return
 		}
 		now := g.Now()
-		// A launch or synchronize after Idle of quiet begins a request
-		// (an LC steered off the gate has no launch probes).
-		if _, held := g.open[lc.ref.PID]; !held && e.Kind == trace.CallEnter && now-lc.last >= g.idle {
+		// A launch or synchronize after the LC was seen idle begins a
+		// request (an LC steered off the gate has no launch probes).
+		if _, held := g.open[lc.ref.PID]; !held && e.Kind == trace.CallEnter && lc.quiet {
 			if lc.begins++; lc.begins >= delimitedAfter && lc.overran >= overrunLimit {
 				g.Log.Info("request gate: an LC's requests begin after an idle again", "pid", lc.ref.PID, "requests", lc.begins)
 			}
@@ -237,7 +238,7 @@ func (g *RequestGate) Observe(ev trace.Event) {
 				lc.overran = 0
 			}
 		}
-		lc.last, lc.lastTID = now, e.TID
+		lc.last, lc.lastTID, lc.quiet = now, e.TID, false
 		switch {
 		case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
 			if g.beginLocked(lc) {
@@ -505,8 +506,16 @@ func (g *RequestGate) Tick() {
 	pol := g.Procs.Policy().Gate
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.idle = pol.Idle
 	now := g.Now()
+	// An LC the gate does not delimit is seen idle as a hold would end:
+	// quiet for Idle, no thread in a synchronize, none launching (with
+	// its launch probes off, a gap between synchronizes may be launches).
+	for pid, lc := range g.lcs {
+		if _, held := g.open[pid]; !held && !lc.quiet && lc.overran >= overrunLimit &&
+			now-lc.last >= pol.Idle && !lc.waiting(now, pol.Idle) && !g.launching(lc, now, pol.Idle) {
+			lc.quiet = true
+		}
+	}
 	for pid, h := range g.open {
 		lc := g.lcs[pid]
 		switch {

@@ -610,10 +610,23 @@ func TestGateSteeredOffDisarms(t *testing.T) {
 		}
 	}
 	r.g.Steer(map[int]bool{10: false})
-	for range 3 {
+	sync := func() {
 		r.advance(3 * time.Millisecond)
 		r.g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleSync, PID: 10, TID: 1})
 		r.syncReturn(10, 1)
+	}
+	// Its thread running between synchronizes is launching, untraced: no
+	// idle, however far apart they are.
+	r.running.Store(true)
+	for range 5 {
+		sync()
+	}
+	if r.g.Delimits(10) {
+		t.Error("delimited by synchronizes of an LC that launched between them")
+	}
+	r.running.Store(false)
+	for range 3 {
+		sync()
 	}
 	if !r.g.Delimits(10) {
 		t.Error("not delimited after three synchronizes that began after an idle")
