@@ -160,7 +160,8 @@ def main():
         # no preparation hint.
         gate, gp = gp, None
     # Made before READY: a missing package fails the worker at its start.
-    pusher = import_gpreempt().Reporter(args.push_latency, args.push_period / 1e9, gp) if args.push_latency else None
+    # The reporter hands the engine SLO mode's arm (its gate, pre-preemption).
+    pusher = import_gpreempt().Reporter(args.push_latency, args.push_period / 1e9, gp or gate) if args.push_latency else None
     lo, hi = args.prep
     expected_prep_us = (lo + hi) // 2 // 1000
 

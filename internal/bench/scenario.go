@@ -132,7 +132,9 @@ const DefaultScenarios = "standalone,defaults,be-200us,be-1us,be-only,pytorch-ea
 //	slo:<defaults scenario>  classed by gpreemptd in SLO mode (slo:defaults,
 //	slo:pytorch, slo:pytorch-eager, slo:prepreempt-defaults, slo:multi-tenant
 //	[:be:W1:be:W2], with @xF): the LC workers push their latency windows,
-//	the daemon chooses the BE timeslice, the harness records its status
+//	the daemon chooses the BE timeslice, the harness records its status;
+//	slo:pytorch-eager-gate-defaults, slo:llm-gate-defaults: the LC gates
+//	its own requests, and SLO mode steers its engine's gate
 //	slo:pytorch@switch, slo:[prepreempt-]defaults@switch  the LC changes
 //	                         half-way: graph to eager, or 5x its rate
 func ParseScenarios(list string) ([]Scenario, error) {
@@ -159,7 +161,7 @@ func ParseScenarios(list string) ([]Scenario, error) {
 	return out, nil
 }
 
-const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, {pytorch[-eager]|llm[-graph]}-gate-{standalone|defaults|be-<timeslice>}, llm[-graph][-standalone|-be-only|-defaults|-be-<timeslice>], be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>|:<ts1>:<ts2>|:lc-only], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, daemon:<any standalone scenario>, slo:[pytorch[-eager]-][prepreempt-]defaults, slo:llm[-graph]-defaults, slo:multi-tenant[:be:<w1>:be:<w2>], slo:pytorch@switch, slo:[prepreempt-]defaults@switch"
+const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, {pytorch[-eager]|llm[-graph]}-gate-{standalone|defaults|be-<timeslice>}, llm[-graph][-standalone|-be-only|-defaults|-be-<timeslice>], be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>|:<ts1>:<ts2>|:lc-only], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, daemon:<any standalone scenario>, slo:[pytorch[-eager]-][prepreempt-|gate-]defaults, slo:llm[-graph]-[gate-]defaults, slo:multi-tenant[:be:<w1>:be:<w2>], slo:pytorch@switch, slo:[prepreempt-]defaults@switch"
 
 func parseScenario(name string) (Scenario, error) {
 	sc := Scenario{Name: name, Runtime: RuntimeKernels}

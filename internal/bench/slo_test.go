@@ -27,24 +27,27 @@ import (
 
 func TestParseSLOScenarios(t *testing.T) {
 	for _, tt := range []struct {
-		name    string
-		runtime Runtime
-		kind    Kind
-		hints   bool
+		name        string
+		runtime     Runtime
+		kind        Kind
+		hints, gate bool
 	}{
-		{"slo:defaults", RuntimeKernels, KindShared, false},
-		{"slo:prepreempt-defaults", RuntimeKernels, KindShared, true},
-		{"slo:pytorch", RuntimePyTorch, KindShared, false},
-		{"slo:pytorch-eager", RuntimePyTorchEager, KindShared, false},
-		{"slo:pytorch-eager@x0.2", RuntimePyTorchEager, KindShared, false},
-		{"slo:multi-tenant", RuntimeKernels, KindMultiTenant, false},
+		{"slo:defaults", RuntimeKernels, KindShared, false, false},
+		{"slo:prepreempt-defaults", RuntimeKernels, KindShared, true, false},
+		{"slo:pytorch", RuntimePyTorch, KindShared, false, false},
+		{"slo:pytorch-eager", RuntimePyTorchEager, KindShared, false, false},
+		{"slo:pytorch-eager@x0.2", RuntimePyTorchEager, KindShared, false, false},
+		{"slo:multi-tenant", RuntimeKernels, KindMultiTenant, false, false},
+		// The LC gates its own requests; SLO mode steers its engine's gate.
+		{"slo:pytorch-eager-gate-defaults", RuntimePyTorchEager, KindShared, false, true},
+		{"slo:llm-gate-defaults", RuntimeLLM, KindShared, false, true},
 	} {
 		sc, err := parseScenario(tt.name)
 		if err != nil {
 			t.Errorf("%s: %v", tt.name, err)
 			continue
 		}
-		if !sc.SLO || !sc.Daemon || sc.Runtime != tt.runtime || sc.Kind != tt.kind || sc.Hints != tt.hints || sc.BETimeslice != 0 || !sc.NeedsCtl() {
+		if !sc.SLO || !sc.Daemon || sc.Runtime != tt.runtime || sc.Kind != tt.kind || sc.Hints != tt.hints || sc.Gate != tt.gate || sc.BETimeslice != 0 || !sc.NeedsCtl() {
 			t.Errorf("%s: %+v", tt.name, sc)
 		}
 	}
@@ -619,6 +622,46 @@ func TestPythonLCLeadIn(t *testing.T) {
 	checkLeadIn(t, out)
 	if len(bodies) == 0 {
 		t.Error("nothing pushed")
+	}
+}
+
+// TestPythonGatedLCReports: an LC that gates its own requests (--gate)
+// hands its engine to the reporter, which applies SLO mode's arm from each
+// push reply (gpreemptd steers an engine's gate that way); a stub gpreempt
+// package stands for libgpreempt, which needs a GPU.
+func TestPythonGatedLCReports(t *testing.T) {
+	py := python3(t)
+	stub := writeStubTorch(t)
+	got := filepath.Join(t.TempDir(), "reporter")
+	pkg := `import contextlib, os
+class Engine:
+    def __init__(self, device=0, launcher=None, gate="off"): self.gate = gate
+    def request(self, cls="default", expected_prep_us=None): return contextlib.nullcontext()
+    def stats(self): return {}
+    def close(self): pass
+class Reporter:
+    def __init__(self, path, period, engine=None):
+        with open(os.environ["STUB_REPORTER_OUT"], "w") as f:
+            f.write("engine gate=%s" % engine.gate if engine is not None else "no engine")
+    def start(self): pass
+    def record(self, latency_ns): pass
+    def stop(self): pass
+`
+	if err := os.MkdirAll(filepath.Join(stub, "gpreempt"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stub, "gpreempt", "__init__.py"), []byte(pkg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "lc.json")
+	cmd := exec.Command(py, "../../bench/pytorch/lc_infer.py", "--period", "1ms", "--requests", "3", "--warmup", "1",
+		"--gate", "--push-latency", "/nonexistent.sock", "--out", out)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+stub, "STUB_REPORTER_OUT="+got)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("lc_infer.py: %v: %s", err, b)
+	}
+	if b, err := os.ReadFile(got); err != nil || string(b) != "engine gate=on" {
+		t.Errorf("the reporter got %q (%v); want the gating engine", b, err)
 	}
 }
 
