@@ -226,18 +226,15 @@ func (g *RequestGate) Observe(ev trace.Event) {
 		if lc == nil {
 			return
 		}
-		now := g.Now()
-		// A launch or synchronize after the LC was seen idle begins a
-		// request (an LC steered off the gate has no launch probes).
+		// A launch or synchronize after Tick saw an undelimited LC idle
+		// begins a request (steered off the gate, it has no launch probes).
 		if _, held := g.open[lc.ref.PID]; !held && e.Kind == trace.CallEnter && lc.quiet {
-			if lc.begins++; lc.begins >= delimitedAfter && lc.overran >= overrunLimit {
+			if lc.begins++; lc.begins >= delimitedAfter {
+				lc.overran = 0
 				g.Log.Info("request gate: an LC's requests begin after an idle again", "pid", lc.ref.PID, "requests", lc.begins)
 			}
-			if lc.begins >= delimitedAfter {
-				lc.overran = 0
-			}
 		}
-		lc.last, lc.lastTID, lc.quiet = now, e.TID, false
+		lc.last, lc.lastTID, lc.quiet = g.Now(), e.TID, false
 		switch {
 		case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
 			if g.beginLocked(lc) {
