@@ -133,7 +133,7 @@ bench_timeout() { part_timeout "$1" BENCH_TIMEOUT; }
 ALL_PARTS="must1 must1s must2g must2s must3 must4 traced lclc model-graph model-eager model-llm model-synth"
 # A part's own limit (TIMEOUT_<PART>): its bench's plus 40 s to pack.
 for p in $ALL_PARTS; do
-  v=TIMEOUT_${p^^}; v=${v//-/_}
+  v=$(part_var "$p")
   [ -n "${!v:-}" ] || printf -v "$v" %s "$(( $(bench_timeout "$p") + 40 ))"
 done
 select_parts gpu-run-slo.sh all "$ALL_PARTS" "$@"
@@ -143,7 +143,7 @@ echo "parts:$sel"
 # The scenarios of each part: the slo: scenario between its baselines
 # (SCENARIOS_<PART> replaces a part's list).
 scenarios() {
-  local v=SCENARIOS_${1^^}; v=${v//-/_}
+  local v; v=$(part_var "$1" SCENARIOS)
   [ -n "${!v:-}" ] && { echo "${!v}"; return; }
   case $1 in
     must1) echo pytorch-eager-standalone,slo:pytorch-eager,pytorch-eager-be-only;;

@@ -295,12 +295,13 @@ func (run *scenarioRun) collectBE() error {
 		if run.sc.Weights[i].Weight > 0 {
 			sh.Class = run.sc.Weights[i].String()
 		}
-		sh.WindowKernels = br.CountIn(sr.WindowStartMonoNs, sr.WindowEndMonoNs)
 		worked := window
 		if r := run.r.o.BEDuty; r > 0 {
 			// Its rate while it worked: the share of the window that falls
 			// in working halves differs from run to run.
 			sh.WindowKernels, worked = dutyCount(br.CompletionsMonoNs, sr.WindowStartMonoNs, sr.WindowEndMonoNs, r)
+		} else {
+			sh.WindowKernels = br.CountIn(sr.WindowStartMonoNs, sr.WindowEndMonoNs)
 		}
 		if worked > 0 {
 			sh.WindowPerSec = float64(sh.WindowKernels) / worked.Seconds()

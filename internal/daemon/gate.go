@@ -119,6 +119,10 @@ type gateLC struct {
 	epoch uint64
 }
 
+// undelimited: lc's holds ran to MaxHold overrunLimit times in a row
+// (Delimits).
+func (lc *gateLC) undelimited() bool { return lc.overran >= overrunLimit }
+
 // gateHold is one open hold: an LC request and the BE it stopped.
 type gateHold struct {
 	since time.Duration
@@ -200,7 +204,7 @@ func (g *RequestGate) Delimits(pid int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	lc := g.lcs[pid]
-	return lc == nil || lc.overran < overrunLimit
+	return lc == nil || !lc.undelimited()
 }
 
 const (
@@ -228,7 +232,7 @@ func (g *RequestGate) Observe(ev trace.Event) {
 		}
 		// A launch or synchronize after Tick saw an undelimited LC idle
 		// begins a request (steered off the gate, it has no launch probes).
-		if _, held := g.open[lc.ref.PID]; !held && e.Kind == trace.CallEnter && lc.quiet {
+		if lc.quiet && e.Kind == trace.CallEnter && g.open[lc.ref.PID] == nil {
 			if lc.begins++; lc.begins >= delimitedAfter {
 				lc.overran = 0
 				g.Log.Info("request gate: an LC's requests begin after an idle again", "pid", lc.ref.PID, "requests", lc.begins)
@@ -380,7 +384,7 @@ func (g *RequestGate) Tick() {
 	// quiet for Idle, no thread in a synchronize, none launching (with
 	// its launch probes off, a gap between synchronizes may be launches).
 	for pid, lc := range g.lcs {
-		if _, held := g.open[pid]; !held && !lc.quiet && lc.overran >= overrunLimit && g.idleSince(lc, lc.last, now, pol.Idle) {
+		if !lc.quiet && lc.undelimited() && g.open[pid] == nil && g.idleSince(lc, lc.last, now, pol.Idle) {
 			lc.quiet = true
 		}
 	}
@@ -468,7 +472,7 @@ func (g *RequestGate) Stats() GateStats {
 	s.Mode = g.Procs.Policy().Gate.Mode
 	s.Open, s.LCs = len(g.open), len(g.lcs)
 	for _, lc := range g.lcs {
-		if lc.overran >= overrunLimit {
+		if lc.undelimited() {
 			s.Undelimited++
 		}
 	}

@@ -155,6 +155,14 @@ func (r *gateRig) syncReturn(pid, tid uint32) {
 	r.g.Observe(&trace.Call{Kind: trace.CallReturn, Role: trace.RoleSync, PID: pid, TID: tid})
 }
 
+// overrun launches pid's work 1 ms apart until a hold ran to MaxHold.
+func (r *gateRig) overrun(pid uint32) {
+	for n := r.g.Stats().Closed["max_hold"]; r.g.Stats().Closed["max_hold"] == n; {
+		r.launch(pid, 1)
+		r.advance(time.Millisecond)
+	}
+}
+
 func (r *gateRig) advance(d time.Duration) {
 	r.now += d
 	r.g.Tick()
@@ -480,12 +488,7 @@ func TestGateSteeredOverrulesAuto(t *testing.T) {
 // or at once when a hold ends idle.
 func TestGateDelimits(t *testing.T) {
 	r := newGateRig(t, gatePolicy(policy.GateOn)) // idle 2 ms
-	overrun := func() {                           // launches 1 ms apart until a hold ran to MaxHold
-		for n := r.g.Stats().Closed["max_hold"]; r.g.Stats().Closed["max_hold"] == n; {
-			r.launch(10, 1)
-			r.advance(time.Millisecond)
-		}
-	}
+	overrun := func() { r.overrun(10) }
 	request := func() {
 		r.advance(3 * time.Millisecond)
 		r.launch(10, 1)
@@ -603,16 +606,12 @@ func TestGateSteeredOffDisarms(t *testing.T) {
 	// Steered off, a synchronize after Idle of quiet still shows a
 	// request beginning.
 	r := newGateRig(t, gatePolicy(policy.GateOn))
-	for range 2 {
-		for n := r.g.Stats().Closed["max_hold"]; r.g.Stats().Closed["max_hold"] == n; {
-			r.launch(10, 1)
-			r.advance(time.Millisecond)
-		}
-	}
+	r.overrun(10)
+	r.overrun(10)
 	r.g.Steer(map[int]bool{10: false})
 	sync := func() {
 		r.advance(3 * time.Millisecond)
-		r.g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleSync, PID: 10, TID: 1})
+		r.syncEnter(10, 1)
 		r.syncReturn(10, 1)
 	}
 	// Its thread running between synchronizes is launching, untraced: no

@@ -20,9 +20,10 @@ select_parts() {
 
 want() { case "$sel" in *" $1 "*) return 0;; esac; return 1; }
 
-# part_timeout P [PREFIX]: the value of PREFIX_<P> (TIMEOUT_<P> by default;
-# a '-' in P as '_').
-part_timeout() { local v="${2:-TIMEOUT}_${1^^}"; v=${v//-/_}; echo "${!v}"; }
+# part_var P [PREFIX]: the name PREFIX_<P> (TIMEOUT_<P> by default; a '-'
+# in P as '_'); part_timeout P [PREFIX]: its value.
+part_var() { local v="${2:-TIMEOUT}_${1^^}"; echo "${v//-/_}"; }
+part_timeout() { local v; v=$(part_var "$@"); echo "${!v}"; }
 
 # run_part P CMD... runs CMD in its own process group (set -m; its children
 # stay in it) under part P's time limit; past it the whole group is killed.
