@@ -187,6 +187,11 @@ type DaemonReply struct {
 // answer. ErrDaemonUnavailable (wrapped) when no daemon answers; the window is
 // dropped either way: the daemon judges windows as they come.
 func (r *Reporter) Push(ctx context.Context) (DaemonReply, error) {
+	reply, err := r.push(ctx)
+	return DaemonReply{Prepreempt: reply.Prepreempt, SLO: reply.SLO}, err
+}
+
+func (r *Reporter) push(ctx context.Context) (client.StatsReply, error) {
 	w, own, total := r.window()
 	s := client.Stats{Requests: total, Window: &w, RequestLatencyUs: own}
 	if r.engine != nil {
@@ -197,7 +202,7 @@ func (r *Reporter) Push(ctx context.Context) (DaemonReply, error) {
 	}
 	reply, err := r.client.PushStats(ctx, s)
 	if err != nil {
-		return DaemonReply{}, err
+		return client.StatsReply{}, err
 	}
 	if r.engine != nil {
 		r.engine.SetPrepreempt(reply.Prepreempt)
@@ -205,14 +210,33 @@ func (r *Reporter) Push(ctx context.Context) (DaemonReply, error) {
 			r.engine.SetGate(m)
 		}
 	}
-	return DaemonReply{Prepreempt: reply.Prepreempt, SLO: reply.SLO}, nil
+	return reply, nil
 }
 
-// Run pushes once a period until ctx is done. A daemon that does not
-// answer is logged once (and again once it is back); the engine keeps its
-// last word from the daemon meanwhile.
+// nextPush is how long after a push the next one goes: just ahead of the
+// daemon's next read of the windows (reply.NextWindowMs), where the
+// daemon reads once a period, so that each window begins as the daemon's
+// decision takes effect (docs/SLO.md "Aligned windows"); else a period.
+// Never under half a period: a window is not cut short for it.
+func nextPush(period time.Duration, reply client.StatsReply) time.Duration {
+	ms := func(x float64) time.Duration { return time.Duration(x * float64(time.Millisecond)) }
+	if !reply.SLO || reply.NextWindowMs <= 0 || (ms(reply.WindowMs)-period).Abs() > period/20 {
+		return period
+	}
+	// The lead covers the push's own way to the daemon and a thread's wakeup.
+	d := ms(reply.NextWindowMs) - min(period/40, 20*time.Millisecond)
+	for d < period/2 {
+		d += period
+	}
+	return d
+}
+
+// Run pushes once a period until ctx is done, just ahead of the daemon's
+// reads where it says when they are. A daemon that does not answer is
+// logged once (and again once it is back); the engine keeps its last word
+// from the daemon meanwhile.
 func (r *Reporter) Run(ctx context.Context) error {
-	t := time.NewTicker(r.period)
+	t := time.NewTimer(r.period)
 	defer t.Stop()
 	for {
 		select {
@@ -220,7 +244,8 @@ func (r *Reporter) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-t.C:
 		}
-		_, err := r.Push(ctx)
+		reply, err := r.push(ctx)
+		t.Reset(nextPush(r.period, reply))
 		switch {
 		case err != nil && !r.failed:
 			r.failed = true

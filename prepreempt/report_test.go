@@ -7,7 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -245,5 +248,46 @@ func TestReporterPushesLLMWindows(t *testing.T) {
 	b, _ := json.Marshal(d.pushes[0])
 	if _, _, err := daemon.ParseStats(b); err != nil {
 		t.Errorf("the daemon refuses %s: %v", b, err)
+	}
+}
+
+// TestNextPush: a reporter pushes just ahead of the daemon's read where
+// the daemon reads once its period, else once a period; the Python
+// package's Reporter waits the same.
+func TestNextPush(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		period time.Duration
+		reply  client.StatsReply
+		want   time.Duration
+	}{
+		{"not in SLO mode", 500 * ms, client.StatsReply{NextWindowMs: 300, WindowMs: 500}, 500 * ms},
+		{"no read time", 500 * ms, client.StatsReply{SLO: true, WindowMs: 500}, 500 * ms},
+		{"another period", time.Second, client.StatsReply{SLO: true, NextWindowMs: 300, WindowMs: 500}, time.Second},
+		{"read far ahead", 500 * ms, client.StatsReply{SLO: true, NextWindowMs: 480, WindowMs: 500}, 467500 * time.Microsecond},
+		{"read just ahead: the next one", 500 * ms, client.StatsReply{SLO: true, NextWindowMs: 5, WindowMs: 500}, 492500 * time.Microsecond},
+		{"read mid-window", 500 * ms, client.StatsReply{SLO: true, NextWindowMs: 240, WindowMs: 500}, 727500 * time.Microsecond},
+		{"the lead is at most 20 ms", 2 * time.Second, client.StatsReply{SLO: true, NextWindowMs: 1500, WindowMs: 2010}, 1480 * ms},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := nextPush(tc.period, tc.reply); got != tc.want {
+				t.Errorf("nextPush(%v, %+v) = %v, want %v", tc.period, tc.reply, got, tc.want)
+			}
+			py, err := exec.LookPath("python3")
+			if err != nil {
+				t.Skip("no python3 to check the Python package's Reporter")
+			}
+			b, _ := json.Marshal(tc.reply)
+			out, err := exec.Command(py, "-c", "import json, sys; sys.path.insert(0, '../python'); import gpreempt; "+
+				"print(round(gpreempt.next_push(float(sys.argv[1]), json.loads(sys.argv[2])) * 1e6))",
+				strconv.FormatFloat(tc.period.Seconds(), 'g', -1, 64), string(b)).CombinedOutput()
+			if err != nil {
+				t.Fatalf("python: %v: %s", err, out)
+			}
+			if got := strings.TrimSpace(string(out)); got != strconv.FormatInt(tc.want.Microseconds(), 10) {
+				t.Errorf("python next_push = %s us, want %d", got, tc.want.Microseconds())
+			}
+		})
 	}
 }

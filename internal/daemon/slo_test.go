@@ -1112,3 +1112,53 @@ func TestSLOLoopUnlistedBEShown(t *testing.T) {
 		t.Errorf("pid 201 at %v, want %s", got, want)
 	}
 }
+
+// TestSLOLoopAlignedWindows: a push's reply says when the loop next reads
+// the windows; a window that began as the last decision took effect is
+// judged at once after a move, one that began well before it waits out
+// the dwell (it mixes the setting before).
+func TestSLOLoopAlignedWindows(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		early     time.Duration // how long before the last step the window began
+		wantDwell bool
+	}{
+		{"began with the move", 0, false},
+		{"began within the slack", 40 * time.Millisecond, false},
+		{"began a third of a window before", 300 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSLORig(t, sloPolicy)
+			s.loop.Step(s.now)
+			s.now += 300 * time.Millisecond
+			if r := s.loop.Reply(100); r.NextWindowMs != 700 || r.WindowMs != 1000 {
+				t.Errorf("reply 300 ms into a 1 s window: next %v ms, window %v ms; want 700, 1000", r.NextWindowMs, r.WindowMs)
+			}
+			s.now += 2 * time.Second // the step ran late: its next read is a window from the late one
+			if r := s.loop.Reply(100); r.NextWindowMs != 700 {
+				t.Errorf("reply with the step 1.3 s late: next %v ms, want 700", r.NextWindowMs)
+			}
+			s.now -= 2300 * time.Millisecond
+			// Windows of the eager LC, each pushed as the next step reads
+			// it, until the search moves.
+			moved := false
+			for i := 0; i < 40 && !moved; i++ {
+				s.window(slo.EagerPyTorchH100, false)
+				last := s.loop.Status().Last
+				moved = last.Changed && slices.Contains([]string{slo.CauseExplore, slo.CauseKnownBetter, slo.CauseViolation}, last.Cause)
+			}
+			if !moved {
+				t.Fatal("the search never moved")
+			}
+			r, _ := slo.EagerPyTorchH100.At(s.beTimeslice())
+			p50 := float64(slo.EagerPyTorchH100.Baseline) * r / 1e3
+			d := time.Second + tc.early
+			s.now += time.Second
+			s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: float64(d) / 1e6, Requests: 50, LatencyUs: map[string]float64{"p50": p50}}})
+			s.loop.Step(s.now)
+			if last := s.loop.Status().Last; (last.Cause == slo.CauseDwell) != tc.wantDwell {
+				t.Errorf("the window after a move, begun %v before it: %s (%s); want dwell %v", tc.early, last.Cause, last.Reason, tc.wantDwell)
+			}
+		})
+	}
+}

@@ -31,7 +31,7 @@ type Options struct {
 	CalibrateWindows int             // windows a reference is the median of (two odd ones are outvoted; each paused one costs BE) [5]
 	MinRequests      int             // requests a window needs to count (a quantile of fewer says little) [20]
 	MissingAfter     int             // windows without LC latency before the safe arm (a window or two is an LC idling) [3]
-	Dwell            int             // windows an arm is kept, the first not learnt (it mixes two arms; a change is a GSP RPC per BE group) [2]
+	Dwell            int             // windows an arm is kept, the first not learnt unless Aligned (it mixes two arms; a change is a GSP RPC per BE group) [2]
 	HalfLife         int             // windows that halve what an arm showed (workloads drift; an arm not tried lately is worth a try) [40]
 	Z                float64         // bounds' width in standard errors (tested every window; a false miss costs BE a while) [2]
 	ExploreFor       int             // most windows an arm is explored undecided (a noisy LC a few percent under takes many to prove) [8]
@@ -101,6 +101,10 @@ type Observation struct {
 	Gate                           bool          // the gate may hold BE for these LCs
 	Prepreempt                     time.Duration // an LC's engine may pre-preempt up to this BE timeslice; 0: no
 	BEPaused                       bool          // every BE was stopped through the window, as asked
+	// Aligned: every LC window began as the last decision took effect (its
+	// reporter pushes just before the daemon reads): the window after a
+	// move shows the new arm alone, and is learnt.
+	Aligned bool
 }
 
 // Causes of a decision (metric label values); Reason says the rest.
@@ -151,6 +155,7 @@ type Decision struct {
 	BEBelowMinimum                             bool          `json:"be_below_minimum,omitempty"` // no arm known to meet them gives BE its minimum
 	Fallback                                   bool          `json:"fallback,omitempty"`
 	PauseBE                                    bool          `json:"pause_be,omitempty"` // stop every BE through the next window
+	Aligned                                    bool          `json:"aligned,omitempty"`  // Observation.Aligned
 	PausedWindows, CalibrationWindows, Windows int           // what references cost: windows BE was paused, of calibration, of all
 }
 
@@ -221,6 +226,9 @@ func (c *Controller) Observe(o Observation) Decision {
 	c.tick++
 	c.since++
 	c.wasPaused, c.pausing = c.pausing, false
+	if o.Aligned && c.since == settle && !c.wasPaused {
+		c.since++ // nothing of the arm before to settle (BE's drain after a pause is calibration's)
+	}
 	c.decay(math.Exp2(-1 / float64(c.opts.HalfLife)))
 	lo, hi := 0, len(c.opts.Ladder)-1
 	for lo < hi && c.opts.Ladder[lo] < o.MinBETimeslice {
@@ -235,7 +243,7 @@ func (c *Controller) Observe(o Observation) Decision {
 		c.cal.paused = 0
 	}
 	d.Arm, d.BETimeslice, d.Phase, d.Fallback = c.cur, c.cur.BETimeslice, c.phase, c.phase == phaseFallback
-	d.PausedWindows, d.CalibrationWindows, d.Windows = c.paused, c.calibrated, c.tick
+	d.PausedWindows, d.CalibrationWindows, d.Windows, d.Aligned = c.paused, c.calibrated, c.tick, o.Aligned
 	return d
 }
 

@@ -144,6 +144,11 @@ type SimGPU struct {
 	// Observation.Prepreempt).
 	Gate       bool
 	Prepreempt time.Duration
+	// Aligned windows begin as a decision takes effect, as an app's
+	// reporter pushing just before the daemon reads has them: the window
+	// after a move shows the new arm alone, but the one after BE was
+	// stopped still drains BE's queued work (Observation.Aligned).
+	Aligned bool
 }
 
 // NewSimGPU returns a simulator seeded with seed.
@@ -153,7 +158,7 @@ func NewSimGPU(seed uint64) *SimGPU {
 
 // Window is one observation of w under BE timeslice ts, for an LC with
 // objective obj. A window just after a change (settling) mixes the
-// previous setting's response, as a real one does.
+// previous setting's response, as a real one does unless Aligned.
 func (g *SimGPU) Window(w Workload, obj objective.Objective, ts, prev time.Duration) Observation {
 	return g.WindowArm(w, obj, Arm{BETimeslice: ts}, Arm{BETimeslice: prev})
 }
@@ -168,7 +173,7 @@ func (g *SimGPU) WindowArm(w Workload, obj objective.Objective, a, prev Arm) Obs
 		return w.AtArm(a)
 	}
 	r, share := at(a, paused)
-	if prev != a || paused != g.wasPaused {
+	if (prev != a || paused != g.wasPaused) && !(g.Aligned && !paused) {
 		pr, ps := at(prev, g.wasPaused)
 		r, share = (r+pr)/2, (share+ps)/2
 	}
@@ -178,7 +183,7 @@ func (g *SimGPU) WindowArm(w Workload, obj objective.Objective, a, prev Arm) Obs
 	if sn == 0 {
 		sn = w.Noise
 	}
-	o := Observation{BEShare: math.Min(1, share*noise(sn)), BEPaused: paused, Gate: g.Gate, Prepreempt: g.Prepreempt}
+	o := Observation{BEShare: math.Min(1, share*noise(sn)), BEPaused: paused, Gate: g.Gate, Prepreempt: g.Prepreempt, Aligned: g.Aligned}
 	if g.ShareUnknown {
 		o.BEShare = math.NaN()
 	}

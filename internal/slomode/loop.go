@@ -81,9 +81,18 @@ type Loop struct {
 
 	mu     sync.Mutex
 	status client.SLO
+	// stepAt: when Step last ran (the reconciler's clock), window the
+	// policy's then; 0: not yet (Reply's next_window_ms).
+	stepAt, window time.Duration
 	// told is what each LC process's hint engine is told (Reply), by pid.
 	told map[int]bool
 }
+
+// alignSlack: a window that began up to window/alignSlack before the
+// last decision still shows the setting after it (a reporter pushes a
+// little ahead of the daemon's read; so little of the one before is no
+// more than a window's noise).
+const alignSlack = 20
 
 // allGPUs keys the search for the node: of every process while one NVML
 // lists on no GPU (past its first window: an MPS client, a node without
@@ -221,7 +230,15 @@ func (l *Loop) Reply(pid int) client.StatsReply {
 	if !ok {
 		pre = l.status.Prepreempt
 	}
-	return client.StatsReply{Prepreempt: pre || !l.status.Enabled, SLO: l.status.Enabled}
+	r := client.StatsReply{Prepreempt: pre || !l.status.Enabled, SLO: l.status.Enabled}
+	if r.SLO && l.window > 0 && l.stepAt > 0 {
+		next := l.stepAt + l.window - l.push.now()
+		if next <= 0 { // Step runs late: it reads at its next tick
+			next = l.window - (-next)%l.window
+		}
+		r.NextWindowMs, r.WindowMs = float64(next)/1e6, float64(l.window)/1e6
+	}
+	return r
 }
 
 // Window is the policy's observation window (for the daemon's ticker).
@@ -248,6 +265,10 @@ func (l *Loop) Status() client.SLO {
 // Step runs one window ending at now (the reconciler's clock).
 func (l *Loop) Step(now time.Duration) {
 	pol := l.rec.Policy()
+	l.mu.Lock()
+	prev := l.stepAt
+	l.stepAt, l.window = now, cmp.Or(pol.SLO.Window, policy.DefaultSLOWindow)
+	l.mu.Unlock()
 	if !pol.SLO.Enabled {
 		l.resume("SLO mode off")
 		if l.Share != nil {
@@ -362,8 +383,13 @@ func (l *Loop) Step(now time.Duration) {
 				}
 				obs.BEShare, _ = BEShare(rates, keys)
 			}
+			obs.Aligned = prev > 0
 			for _, p := range s.lcs {
-				obs.LC = append(obs.LC, samples[p.PID].samples...)
+				w := samples[p.PID]
+				obs.LC = append(obs.LC, w.samples...)
+				// Its window began as the last decision took effect, give
+				// or take alignSlack of a window (a reporter's lead and jitter).
+				obs.Aligned = obs.Aligned && len(w.samples) > 0 && w.began >= prev-window/alignSlack
 			}
 		}
 		from := s.ctl.Arm()

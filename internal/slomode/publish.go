@@ -17,8 +17,9 @@ import (
 type lcWindow struct {
 	rows    []client.SLOLC
 	samples []slo.LCSample
-	key     string // its key to the controllers
-	tokens  bool   // its tpot_ objectives count tokens
+	key     string        // its key to the controllers
+	tokens  bool          // its tpot_ objectives count tokens
+	began   time.Duration // when the window began (the reconciler's clock)
 }
 
 // lcSamples reads each LC process's latest window, by pid.
@@ -49,7 +50,7 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 		// when the mode came on spans the time it was off.
 		fresh := ok && s.Seq != l.used[src] && now-s.At <= 2*window && (src.kind != "traced" || s.Window <= 2*window)
 		if fresh {
-			l.used[src] = s.Seq
+			l.used[src], w.began = s.Seq, s.At-s.Window
 		}
 		// One row, and one sample, per objective: a process may bound
 		// its median and its tail.
@@ -122,7 +123,7 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 		// counted.
 		if d != nil && s.live() {
 			sd := &client.SLODecision{Window: l.windows, BETimeslice: d.BETimeslice.String(), Arm: d.Arm.String(), Phase: d.Phase, Changed: d.Changed,
-				Cause: d.Cause, Reason: d.Reason, Fallback: d.Fallback, BEBelowMinimum: d.BEBelowMinimum}
+				Cause: d.Cause, Reason: d.Reason, Fallback: d.Fallback, BEBelowMinimum: d.BEBelowMinimum, Aligned: d.Aligned}
 			ss.Last, ss.BEShare, ss.WorstLC, ss.Phase = sd, finite(d.BEShare), finite(d.Worst), d.Phase
 			ss.Calibration = &client.SLOCalibration{Paused: d.PausedWindows, Windows: d.CalibrationWindows, Of: d.Windows}
 			if d.Changed {

@@ -341,6 +341,21 @@ def push_window(path, body):
         conn.close()
 
 
+def next_push(period_s, reply):
+    """Seconds after a push until the next one: just ahead of gpreemptd's
+    next read of the windows (the reply's next_window_ms), where it reads
+    once a period, so that each window begins as its decision takes effect
+    (docs/SLO.md "Aligned windows"); else a period. Never under half a
+    period. The same as the Go prepreempt.Reporter's."""
+    nxt, win = reply.get("next_window_ms") or 0, reply.get("window_ms") or 0
+    if not reply.get("slo") or nxt <= 0 or abs(win / 1e3 - period_s) > period_s / 20:
+        return period_s
+    d = nxt / 1e3 - min(period_s / 40, 0.020)  # the push's way there, a thread's wakeup
+    while d < period_s / 2:
+        d += period_s
+    return d
+
+
 class Reporter:
     """Tells gpreemptd what the app's requests take: its SLO mode steers by
     each LC process's request latency as the app defines a request (arrival
@@ -365,6 +380,7 @@ class Reporter:
         self._since = time.monotonic_ns()
         self._stop = threading.Event()
         self._failed = False
+        self._wait = period_s
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self):
@@ -395,10 +411,12 @@ class Reporter:
             self._lat, self._ttft, self._tpot, self._since = [], [], [], now
             total = self._total
         body = window_body(lat, now - since, total, ttft, tpot)
+        self._wait = self.period_s
         try:
             if self.engine is not None:
                 body.update(self.engine.push_fields())
             reply = push_window(self.path, body)
+            self._wait = next_push(self.period_s, reply)
             if self.engine is not None and "prepreempt" in reply:
                 self.engine.set_prepreempt(reply["prepreempt"])
             if self.engine is not None and reply.get("gate") in _GATE_MODES:
@@ -412,7 +430,7 @@ class Reporter:
             self._failed = True
 
     def _run(self):
-        while not self._stop.wait(self.period_s):
+        while not self._stop.wait(self._wait):
             self.push()
 
     def stop(self):

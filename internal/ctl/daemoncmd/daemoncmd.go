@@ -241,7 +241,11 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 // after indent.
 func decisions(w io.Writer, indent string, last, change *client.SLODecision) {
 	if d := last; d != nil {
-		fmt.Fprintf(w, "%slast decision:\twindow %d: %s, %s: %s\n", indent, d.Window, keptOrChanged(d), d.Cause, d.Reason)
+		aligned := ""
+		if d.Aligned {
+			aligned = " (LC windows aligned)"
+		}
+		fmt.Fprintf(w, "%slast decision:\twindow %d%s: %s, %s: %s\n", indent, d.Window, aligned, keptOrChanged(d), d.Cause, d.Reason)
 	}
 	if d := change; d != nil {
 		fmt.Fprintf(w, "%slast change:\twindow %d: to %s, %s: %s\n", indent, d.Window, cmp.Or(d.Arm, d.BETimeslice), d.Cause, d.Reason)

@@ -94,7 +94,7 @@ func TestStatusSLO(t *testing.T) {
 				"lc":[{"pid":100,"comm":"lc-server","objective":"p50<=1.05x","latency_us":5640,"target_us":5922,"ratio":0.952,"requests":50,"signal":"pushed",
 						"reference":"standalone (BE paused) 5.64ms, learnt in window 7"},
 					{"pid":101,"comm":"lc-quiet","objective":"p99<=2ms","latency_us":0,"target_us":0,"requests":0,"signal":"none pushed"}],
-				"last":{"window":57,"be_timeslice":"1ms","arm":"1ms","phase":"deciding","changed":false,"cause":"within","reason":"within objectives"},
+				"last":{"window":57,"be_timeslice":"1ms","arm":"1ms","phase":"deciding","changed":false,"cause":"within","reason":"within objectives","aligned":true},
 				"last_change":{"window":40,"be_timeslice":"1ms","changed":true,"cause":"violation","reason":"LC at 1.12x its objective under 2ms: back to 1ms, which met it"}}}`},
 		{"status-slo-shared-floor", `{"mode":"bpf","processes":4,"groups":16,
 			"classes":[{"name":"lc","timeslice":"5s","interleave":"high"},{"name":"be","timeslice":"50µs","interleave":"low"}],

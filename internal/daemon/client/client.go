@@ -230,6 +230,14 @@ type StatsReply struct {
 	// ("off", "on", "auto"), which its engine takes for its own requests;
 	// empty for other processes.
 	Gate string `json:"gate,omitempty"`
+	// NextWindowMs, in SLO mode, is when the daemon next reads the pushed
+	// windows (milliseconds from the reply), and WindowMs how often it
+	// does. A reporter whose period is the window pushes just before that
+	// read: each of its windows then begins as the daemon's decision takes
+	// effect, and the window after a change is judged by the setting
+	// that followed it (docs/SLO.md "Aligned windows").
+	NextWindowMs float64 `json:"next_window_ms,omitempty"`
+	WindowMs     float64 `json:"window_ms,omitempty"`
 }
 
 // PushStats sends the calling process's statistics to the daemon, which
@@ -480,4 +488,7 @@ type SLODecision struct {
 	// BEBelowMinimum: no setting that meets the LC objectives gives BE
 	// its minimum share.
 	BEBelowMinimum bool `json:"be_below_minimum,omitempty"`
+	// Aligned: every LC window it judged began as the decision before
+	// took effect (StatsReply.NextWindowMs).
+	Aligned bool `json:"aligned,omitempty"`
 }
