@@ -342,6 +342,24 @@ func TestRules(t *testing.T) {
 			}
 		},
 	}, {
+		// A change within the pause: the graph LC turns eager in its
+		// fourth window of the five learnt alone. The reference is the
+		// eager LC's (learnt from the window it changed), not a median
+		// of the graph LC's three, which no arm would meet.
+		name: "change within the pause", obj: p50, n: 40,
+		w: func(i int) (Workload, string) {
+			if i < 5 {
+				return GraphHintsH100, ""
+			}
+			return EagerPyTorchH100, ""
+		},
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			last := ds[len(ds)-1]
+			if n, _ := pauses(ds); n > 12 || !(last.Worst < 1.5) || !strings.Contains(last.LC[0].Reference, "ms,") {
+				t.Errorf("seed %d: %d windows paused; at the end LC at %.2fx its objective, reference %q: %v", seed, n, last.Worst, last.LC[0].Reference, armSummary(ds))
+			}
+		},
+	}, {
 		// Pre-preemption is an arm: a hinted LC keeps it (told not to
 		// pre-preempt it waits out BE's timeslice).
 		name: "prepreempt arm", obj: p50, n: 80, w: always(hinted),

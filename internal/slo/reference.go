@@ -3,6 +3,7 @@ package slo
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -81,6 +82,12 @@ func (c *Controller) learnRef(r *reference, s LCSample, paused bool) {
 	case r.how == objective.Standalone && !c.pauseOK():
 		r.how, r.vals = objective.Shortest, nil
 	case r.how == objective.Standalone && paused && c.cal.paused > settle:
+		// A window that the change detector alone would count half a
+		// change from those before (at the prior scatter) is the LC
+		// changing within the pause: it is learnt from that window on.
+		if x := float64(s.Latency); len(r.vals) > 0 && math.Abs(math.Log(x/stats.Median(r.vals))) > c.opts.Threshold/changeWindows*scatterPrior {
+			r.vals = nil
+		}
 		r.vals = append(r.vals, float64(s.Latency))
 		c.cal.learnt++
 	case r.how == objective.Shortest && !paused && c.phase == phaseCalibrating && c.cur == c.shortest() && c.since > settle:
