@@ -414,7 +414,7 @@ func (c *Controller) relearn() bool {
 	// Reset, not dropped: the pause begins with this window's decision.
 	for _, r := range c.refs {
 		if c.tick-r.last < c.opts.MissingAfter {
-			r.value, r.vals, c.relearnt = 0, nil, c.tick
+			r.value, r.vals, r.medians, c.relearnt = 0, nil, nil, c.tick
 		}
 	}
 	return c.relearnt == c.tick

@@ -1143,8 +1143,8 @@ func TestTailChangesReadFromMedian(t *testing.T) {
 	obj := Objective{Quantile: 0.99, Inflation: 1.15}
 	const seeds, n = 30, 120
 	type tally struct {
-		relearnt     int
-		share, worst float64
+		relearnt, paused int // paused: the most windows a seed had BE stopped
+		share, worst     float64
 	}
 	play := func(pause int, noMedian bool) (got tally) {
 		for seed := range uint64(seeds) {
@@ -1158,6 +1158,8 @@ func TestTailChangesReadFromMedian(t *testing.T) {
 			}
 			lc, share := outcome(ds[20:], syntheticTail)
 			got.share += share / seeds
+			n, _ := pauses(ds)
+			got.paused = max(got.paused, n)
 			got.worst = max(got.worst, lc)
 		}
 		return got
@@ -1171,6 +1173,10 @@ func TestTailChangesReadFromMedian(t *testing.T) {
 		}
 		if median.share < tail.share-0.002 {
 			t.Errorf("pause %d: BE %.3f read from the median, %.3f from the tail", pause, median.share, tail.share)
+		}
+		// One calibration: the pause's windows, and the one that drains BE.
+		if pause > 0 && median.paused > pause+1 {
+			t.Errorf("pause %d: BE stopped %d windows in a seed read from the median (%d from the tail): its p99 taken for a change within the pause", pause, median.paused, tail.paused)
 		}
 		if median.worst > 1.08 {
 			t.Errorf("pause %d: LC at %.3fx its latency alone in a seed, more than the knee's 1.08x", pause, median.worst)

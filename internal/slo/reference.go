@@ -1,6 +1,7 @@
 package slo
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -17,6 +18,7 @@ import (
 type reference struct {
 	how      string
 	vals     []float64     // ns
+	medians  []float64     // the LC's median in the windows of vals (ns; none for a tail pushed alone)
 	value    time.Duration // 0 while not learnt
 	at, last int
 }
@@ -80,13 +82,17 @@ func (c *Controller) learnRef(r *reference, s LCSample, paused bool) {
 	}
 	switch {
 	case r.how == objective.Standalone && !c.pauseOK():
-		r.how, r.vals = objective.Shortest, nil
+		r.how, r.vals, r.medians = objective.Shortest, nil, nil
 	case r.how == objective.Standalone && paused && c.cal.paused > settle:
-		// A window that the change detector alone would count half a
-		// change from those before (at the prior scatter) is the LC
-		// changing within the pause: it is learnt from that window on.
-		if x := float64(s.Latency); len(r.vals) > 0 && math.Abs(math.Log(x/stats.Median(r.vals))) > c.opts.Threshold/changeWindows*scatterPrior {
-			r.vals = nil
+		// A window whose median the change detector alone would count
+		// half a change from those before (at the prior scatter) is the LC
+		// changing within the pause: it is learnt from that window on. Read
+		// from the median, as changes are: a tail scatters by multiples.
+		if m := float64(cmp.Or(s.Median, s.Latency)); s.Median > 0 || s.Objective.Quantile == 0.5 {
+			if len(r.medians) > 0 && math.Abs(math.Log(m/stats.Median(r.medians))) > c.opts.Threshold/changeWindows*scatterPrior {
+				r.vals, r.medians = nil, nil
+			}
+			r.medians = append(r.medians, m)
 		}
 		r.vals = append(r.vals, float64(s.Latency))
 		c.cal.learnt++
@@ -95,7 +101,7 @@ func (c *Controller) learnRef(r *reference, s LCSample, paused bool) {
 	}
 	// Bounded at calRounds pauses: an LC that counts now and then is learnt from what it gave.
 	if len(r.vals) > 0 && (len(r.vals) >= c.opts.CalibrateWindows || c.cal.n >= calRounds*c.pauseMax()) {
-		r.value, r.at, r.vals = time.Duration(stats.Median(r.vals)), c.tick, nil
+		r.value, r.at, r.vals, r.medians = time.Duration(stats.Median(r.vals)), c.tick, nil, nil
 	}
 }
 
