@@ -177,8 +177,9 @@ type Controller struct {
 	missing            int
 	pausing, wasPaused bool // the last decision paused BE; the window observed was to
 	cal                calibration
-	relearnt           int // window references were last relearnt for a change
-	paused, calibrated int // windows, for Decision
+	relearnt           int  // window references were last relearnt for a change
+	owed               bool // a change came within a HalfLife of that: relearnt once one has passed
+	paused, calibrated int  // windows, for Decision
 }
 
 // New returns a controller at the safe arm.
@@ -190,8 +191,8 @@ func New(opts Options) (*Controller, error) {
 		}
 	}
 	c := &Controller{opts: opts, phase: phaseDeciding, arms: map[Arm]*armEst{}, active: map[string]int{},
-		refs: map[string]*reference{}, scatter: map[string]*est{}, left: map[Arm]backoff{}, relearnt: math.MinInt / 2}
-	c.set = arms{ladder: opts.Ladder, hi: len(opts.Ladder) - 1}
+		refs: map[string]*reference{}, scatter: map[string]*est{}, left: map[Arm]backoff{}, relearnt: math.MinInt / 2,
+		set: arms{ladder: opts.Ladder, hi: len(opts.Ladder) - 1}}
 	c.cur = c.safe()
 	return c, nil
 }
@@ -257,13 +258,10 @@ func (c *Controller) observe(o Observation) Decision {
 		to = c.safe() // the arms offered are known from the first window
 	}
 	if to != c.cur {
-		switch r := c.set.rung(c.cur); {
-		case r < c.set.lo:
+		if d.Cause = CauseUnavailable; c.set.rung(c.cur) < c.set.lo {
 			d.Cause = CauseFloor
-		case r > c.set.hi:
+		} else if c.set.rung(c.cur) > c.set.hi {
 			d.Cause = CauseCeiling
-		default:
-			d.Cause = CauseUnavailable
 		}
 		return c.move(d, to, fmt.Sprintf("the arms allowed now put the search at %v", to))
 	}
@@ -291,7 +289,11 @@ func (c *Controller) observe(o Observation) Decision {
 			if c.relearn() {
 				return c.calibrate(d, o)
 			}
-			return c.stay(d, "what the other arms showed is forgotten")
+			return c.stay(d, "what the other arms showed is forgotten; references are learnt again a HalfLife after the last time")
+		}
+		if c.owed && c.relearn() {
+			d.Cause, d.Reason = CauseCalibrate, "references learnt again for a change seen within a HalfLife of the last: "
+			return c.calibrate(d, o)
 		}
 		// Windows that may begin a change are not learnt: a young estimate
 		// would follow a step and hide it; a burst that passes is not the arm's.
@@ -393,23 +395,21 @@ func (c *Controller) changed(ss []sample) (changed, judged bool) {
 	if math.IsNaN(z) {
 		return false, false // an arm not measured enough yet
 	}
-	z = stats.MostDeviant(z, n)
 	most := c.opts.Threshold/changeWindows + drift
-	z = max(-most, min(most, z))
+	z = max(-most, min(most, stats.MostDeviant(z, n)))
 	c.cusum = [2]float64{max(0, c.cusum[0]+z-drift), max(0, c.cusum[1]-z-drift)}
-	if max(c.cusum[0], c.cusum[1]) < c.opts.Threshold {
-		return false, true
+	if changed = !(max(c.cusum[0], c.cusum[1]) < c.opts.Threshold); changed {
+		c.cusum, c.exploring, c.arms, c.scatter, c.left = [2]float64{}, false, map[Arm]*armEst{}, map[string]*est{}, map[Arm]backoff{}
 	}
-	c.cusum, c.exploring, c.arms, c.scatter, c.left = [2]float64{}, false, map[Arm]*armEst{}, map[string]*est{}, map[Arm]backoff{}
-	return true, true
+	return changed, true
 }
 
 // relearn drops the references of the LCs in force after a change, to
 // learn them again, at most once a HalfLife (what it costs BE is bounded
 // so); it reports whether it did.
 func (c *Controller) relearn() bool {
-	if c.tick-c.relearnt < c.opts.HalfLife {
-		return false
+	if c.owed = c.tick-c.relearnt < c.opts.HalfLife; c.owed {
+		return false // owed: a reference of another workload would be kept for good
 	}
 	// Reset, not dropped: the pause begins with this window's decision.
 	for _, r := range c.refs {
@@ -424,8 +424,7 @@ func (c *Controller) move(d Decision, to Arm, why string) Decision {
 	if d.Changed = to != c.cur; d.Changed {
 		c.cur, c.since = to, 0
 	}
-	d.Reason += why
-	return d
+	return c.stay(d, why)
 }
 
 func (c *Controller) stay(d Decision, why string) Decision { d.Reason += why; return d }

@@ -20,9 +20,8 @@ func (c *Controller) decide(d Decision, o Observation) Decision {
 	d.BEBelowMinimum = short && hasBest && c.share(best) < o.MinBEShare
 	switch {
 	case f == infeasible && c.since >= c.opts.Dwell:
-		c.exploring = false
+		c.exploring, d.Cause = false, CauseViolation
 		c.leftUnproven(cur)
-		d.Cause = CauseViolation
 		miss := fmt.Sprintf("LC at %.2fx its objective under %v (mean of %.1f windows): ", c.worstMean(cur), cur, c.evidence(cur))
 		if hasBest {
 			return c.move(d, best, miss+fmt.Sprintf("to %v, which meets every objective", best))
@@ -54,9 +53,6 @@ func (c *Controller) decide(d Decision, o Observation) Decision {
 	if hasBest && best != cur && (f != feasible || c.better(best, cur)) {
 		d.Cause = CauseKnownBetter
 		return c.move(d, best, fmt.Sprintf("%v meets every objective with %s", best, c.shareText(best)))
-	}
-	if !hasBest {
-		best = cur
 	}
 	if a, ok := c.candidate(&best); ok {
 		d.Cause, c.exploring = CauseExplore, true
@@ -97,8 +93,9 @@ func (c *Controller) closest() Arm {
 }
 
 // best is the arm known to meet every objective that gives BE the most
-// (the one in force on a tie).
+// (the one in force on a tie, and where none is known).
 func (c *Controller) best() (best Arm, ok bool) {
+	best = c.cur
 	for _, a := range c.set.all() {
 		if c.feasibility(a) == feasible && (!ok || c.share(a) > c.share(best) || a == c.cur && c.share(a) == c.share(best)) {
 			best, ok = a, true
@@ -117,10 +114,8 @@ func (c *Controller) candidate(than *Arm) (best Arm, ok bool) {
 		for _, n := range c.set.neighbours(a) {
 			frontier = frontier || n == c.cur || c.evidence(n) >= minWeight
 		}
-		if a == c.cur || c.tick < c.left[a].until || !frontier || c.feasibility(a) != possible {
-			continue
-		}
-		if (than == nil || c.better(a, *than)) && (!ok || c.share(a) > c.share(best)) {
+		if a != c.cur && c.tick >= c.left[a].until && frontier && c.feasibility(a) == possible &&
+			(than == nil || c.better(a, *than)) && (!ok || c.share(a) > c.share(best)) {
 			best, ok = a, true
 		}
 	}

@@ -98,8 +98,7 @@ func (c *Controller) feasibility(a Arm) feasibility {
 // lcBounds are the bounds of objective k's latency/target under a: its
 // own, else its neighbours' with a wide prior. An arm that gives BE less
 // than a measured neighbour might meet what that one missed; one that
-// gives BE more is no better than priorSpread (at Z) under its
-// neighbour.
+// gives BE more is no better than priorSpread (at Z) under its neighbour.
 func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
 	if e := c.est(a).lc[k]; known(e) {
 		return e.Bounds(c.opts.Z, c.scatterOf(k), priorWindows)

@@ -360,6 +360,33 @@ func TestRules(t *testing.T) {
 			}
 		},
 	}, {
+		// Two changes 35 windows apart: the second's references are not
+		// learnt at once (at most once a HalfLife, what pausing costs BE
+		// is bounded), but once the HalfLife has passed, not never: a
+		// reference of the workload before would be missed under every
+		// arm for good.
+		name: "a change within a HalfLife of the last", obj: p50, n: 140,
+		w: func(i int) (Workload, string) {
+			w := EagerPyTorchH100
+			switch {
+			case i >= 95:
+				w.Baseline *= 4
+			case i >= 60:
+				w.Baseline *= 2
+			}
+			return w, ""
+		},
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			first := slices.IndexFunc(ds[60:], func(d Decision) bool { return d.PauseBE })
+			seen := slices.IndexFunc(ds[95:], func(d Decision) bool { return d.WorkloadChanged })
+			again := slices.IndexFunc(ds[96:], func(d Decision) bool { return d.PauseBE })
+			last := ds[len(ds)-1]
+			if first < 0 || seen < 0 || again < 0 || 96+again < 60+first+40 || 96+again > 60+first+50 || !(last.Worst < 1.3) {
+				t.Errorf("seed %d: references learnt %d windows after the first change, the second seen %d after it and learnt %d after the first: LC at %.2fx at the end: %v",
+					seed, first, seen, 36+again, last.Worst, armSummary(ds[55:]))
+			}
+		},
+	}, {
 		// Pre-preemption is an arm: a hinted LC keeps it (told not to
 		// pre-preempt it waits out BE's timeslice).
 		name: "prepreempt arm", obj: p50, n: 80, w: always(hinted),

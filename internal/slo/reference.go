@@ -45,8 +45,6 @@ type calibration struct {
 	began                                  bool
 }
 
-func (c *Controller) pauseOK() bool { return !c.opts.NoPause }
-
 // pauseMax is the most windows one pause runs: its own, BE's drain, slack.
 func (c *Controller) pauseMax() int { return c.opts.CalibrateWindows + settle + calSlack }
 
@@ -60,16 +58,14 @@ func (c *Controller) shortest() Arm {
 // refFor is the reference of sample s, made if new.
 func (c *Controller) refFor(s LCSample) *reference {
 	k := s.Key + " " + s.Objective.Name() + "@" + s.Objective.Reference
-	r := c.refs[k]
-	if r == nil {
-		r = &reference{how: objective.Standalone}
-		if s.Objective.Reference == objective.Shortest || !c.pauseOK() {
-			r.how = objective.Shortest
+	if c.refs[k] == nil {
+		c.refs[k] = &reference{how: objective.Standalone}
+		if s.Objective.Reference == objective.Shortest || c.opts.NoPause {
+			c.refs[k].how = objective.Shortest
 		}
-		c.refs[k] = r
 	}
-	r.last = c.tick
-	return r
+	c.refs[k].last = c.tick
+	return c.refs[k]
 }
 
 // learnRef adds s's latency to its reference if it is being learnt and
@@ -81,7 +77,7 @@ func (c *Controller) learnRef(r *reference, s LCSample, paused bool) {
 		return
 	}
 	switch {
-	case r.how == objective.Standalone && !c.pauseOK():
+	case r.how == objective.Standalone && c.opts.NoPause:
 		r.how, r.vals, r.medians = objective.Shortest, nil, nil
 	case r.how == objective.Standalone && paused && c.cal.paused > settle:
 		// A window whose median the change detector alone would count
@@ -114,44 +110,36 @@ func (c *Controller) calibrate(d Decision, o Observation) Decision {
 	c.cal.n++
 	c.calibrated++
 	d.Cause = CauseCalibrate
-	if c.pauseOK() && c.learning(objective.Standalone) {
+	if !c.opts.NoPause && c.learning(objective.Standalone) {
 		if c.wasPaused && !o.BEPaused {
 			c.cal.missed++
 		}
-		// A window without LC latency resumes BE, and the next pause
-		// begins with a window to drain it: an LC that counts every other
-		// window would have BE stopped every other window, learning
-		// nothing.
+		// A window without LC latency resumes BE, and the next pause begins with
+		// a window to drain it: an LC that counts every other window would have
+		// BE stopped every other window, learning nothing.
 		if c.cal.paused == 0 && c.cal.began && c.cal.learnt == 0 {
 			c.cal.cut++
 		}
 		switch {
 		case c.cal.missed >= calMisses:
-			c.opts.NoPause = true
 			d.Reason = fmt.Sprintf("BE not kept stopped (%d windows): learning references beside BE from now on; ", calMisses)
 		case c.cal.cut >= calRounds:
-			c.opts.NoPause = true
 			d.Reason = fmt.Sprintf("no window of the LC alone in %d pauses: learning references beside BE from now on; ", calRounds)
 		case c.cal.paused >= c.pauseMax():
 			c.cal.paused = 0
 			if c.cal.rounds++; c.cal.rounds < calRounds {
 				return c.stay(d, "BE resumed for a window: the pause ran long")
 			}
-			c.opts.NoPause = true
 			d.Reason = fmt.Sprintf("pauses ran long %d times: learning references beside BE from now on; ", calRounds)
 		default:
-			c.cal.began = true
+			c.cal.began, c.pausing, d.PauseBE = true, true, true
 			c.cal.paused++
 			c.paused++
-			c.pausing, d.PauseBE = true, true
 			return c.stay(d, fmt.Sprintf("learning an LC's standalone latency with BE stopped (%d windows)", c.opts.CalibrateWindows))
 		}
+		c.opts.NoPause = true
 	}
-	why := fmt.Sprintf("learning an LC's latency beside BE under the shortest BE timeslice (%d windows)", c.opts.CalibrateWindows)
-	if to := c.shortest(); to != c.cur {
-		return c.move(d, to, why)
-	}
-	return c.stay(d, why)
+	return c.move(d, c.shortest(), fmt.Sprintf("learning an LC's latency beside BE under the shortest BE timeslice (%d windows)", c.opts.CalibrateWindows))
 }
 
 // learning reports whether a reference is learnt how for an LC in force.
@@ -163,16 +151,14 @@ func (c *Controller) learning(how string) bool {
 
 // endCalibration goes back to the arm the calibration left.
 func (c *Controller) endCalibration(d Decision) Decision {
-	c.phase, c.cusum = phaseDeciding, [2]float64{}
+	c.phase, c.cusum, d.Cause = phaseDeciding, [2]float64{}, CauseCalibrate
 	// A back-off lapses with an LC that earned it: estimates are per process.
 	maps.DeleteFunc(c.left, func(_ Arm, b backoff) bool {
 		return len(b.by) == 0 || slices.ContainsFunc(b.by, func(k string) bool { _, ok := c.active[k]; return !ok })
 	})
-	d.Cause = CauseCalibrate
-	to := c.set.clamp(c.cal.from)
-	if to != c.cur {
+	if to := c.set.clamp(c.cal.from); to != c.cur {
 		return c.move(d, to, fmt.Sprintf("references learnt: back to %v", to))
 	}
 	c.since = 0 // BE resumes: the next window mixes the pause and the arm
-	return c.stay(d, fmt.Sprintf("references learnt: BE resumed under %v", to))
+	return c.stay(d, fmt.Sprintf("references learnt: BE resumed under %v", c.cur))
 }
