@@ -9,16 +9,21 @@ import (
 )
 
 // sloLoop runs the SLO mode once a window (the policy's, re-read each
-// time so a reload takes effect).
+// time so a reload takes effect), a window after the last step began, not
+// after it ended: apps' reporters push just ahead of the read it told them
+// of (slomode.Loop.Reply).
 func (d *Daemon) sloLoop(ctx context.Context) {
+	wait := d.slo.Window()
 	for {
-		t := time.NewTimer(d.slo.Window())
+		t := time.NewTimer(max(wait, 0))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
-			d.slo.Step(d.rec.Now())
+			start := d.rec.Now()
+			d.slo.Step(start)
+			wait = start + d.slo.Window() - d.rec.Now()
 		}
 	}
 }

@@ -1134,9 +1134,9 @@ func TestSLOLoopAlignedWindows(t *testing.T) {
 			if r := s.loop.Reply(100); r.NextWindowMs != 700 || r.WindowMs != 1000 {
 				t.Errorf("reply 300 ms into a 1 s window: next %v ms, window %v ms; want 700, 1000", r.NextWindowMs, r.WindowMs)
 			}
-			s.now += 2 * time.Second // the step ran late: its next read is a window from the late one
-			if r := s.loop.Reply(100); r.NextWindowMs != 700 {
-				t.Errorf("reply with the step 1.3 s late: next %v ms, want 700", r.NextWindowMs)
+			s.now += 2 * time.Second // past due: the read runs now
+			if r := s.loop.Reply(100); r.NextWindowMs != 0.001 {
+				t.Errorf("reply with the step 1.3 s late: next %v ms, want 0.001", r.NextWindowMs)
 			}
 			s.now -= 2300 * time.Millisecond
 			// Windows of the eager LC, each pushed as the next step reads

@@ -5,9 +5,8 @@ import (
 	"time"
 )
 
-// Arm is one thing the controller may choose for a GPU: the BE timeslice
-// (a rung of the ladder), whether the request gate holds BE through each
-// LC request, and whether hint engines pre-preempt.
+// Arm is one thing the controller may choose for a GPU: the BE timeslice (a rung of the ladder),
+// whether the request gate holds BE through each LC request, and whether hint engines pre-preempt.
 type Arm struct {
 	BETimeslice time.Duration `json:"be_timeslice"`
 	Gate        bool          `json:"gate,omitempty"`
@@ -18,9 +17,8 @@ func (a Arm) String() string {
 	return a.BETimeslice.String() + map[bool]string{true: "+gate"}[a.Gate] + map[bool]string{true: "+prepreempt"}[a.Prepreempt]
 }
 
-// arms is what may be chosen now: rungs lo..hi of the ladder, the gate
-// where the daemon has one for these LCs, pre-preemption up to a
-// timeslice where an LC has a hint engine (0: none).
+// arms is what may be chosen now: rungs lo..hi of the ladder, the gate where the daemon has one for
+// these LCs, pre-preemption up to a timeslice where an LC has a hint engine (0: none).
 type arms struct {
 	ladder     []time.Duration
 	lo, hi     int
@@ -42,15 +40,15 @@ func (s arms) all() (out []Arm) {
 	return slices.DeleteFunc(out, func(a Arm) bool { return !s.allowed(a) })
 }
 
-// clamp is the allowed arm nearest a: its rung within lo..hi, the gate and
-// pre-preemption off where not allowed.
+// clamp is the allowed arm nearest a: its rung within lo..hi, the gate and pre-preemption off where
+// not allowed.
 func (s arms) clamp(a Arm) Arm {
 	t := s.ladder[min(max(s.rung(a), s.lo), s.hi)]
 	return Arm{t, a.Gate && s.gate, a.Prepreempt && t <= s.prepreempt}
 }
 
-// neighbours are the allowed arms one step from a: a rung either way, the
-// gate or pre-preemption switched.
+// neighbours are the allowed arms one step from a: a rung either way, the gate or pre-preemption
+// switched.
 func (s arms) neighbours(a Arm) []Arm {
 	i := s.rung(a)
 	return slices.DeleteFunc([]Arm{
@@ -59,10 +57,9 @@ func (s arms) neighbours(a Arm) []Arm {
 	}, func(b Arm) bool { return b == a || !s.allowed(b) })
 }
 
-// priorShare is what an arm is expected to leave BE before it is measured,
-// only its order mattering: a longer BE timeslice costs BE fewer
-// switches; the gate holds BE through every LC request (an LC busy a
-// quarter of the time costs BE a quarter); a spinner takes a little.
+// priorShare is what an arm is expected to leave BE before it is measured, only its order
+// mattering: a longer BE timeslice costs BE fewer switches; the gate holds BE through every LC
+// request (an LC busy a quarter of the time costs BE a quarter); a spinner takes a little.
 func (s arms) priorShare(a Arm) float64 {
 	x := float64(s.rung(a)+1) / float64(len(s.ladder)+1)
 	if a.Gate {
@@ -74,9 +71,8 @@ func (s arms) priorShare(a Arm) float64 {
 	return x
 }
 
-// protects reports whether b gives BE less than its neighbour a (a
-// shorter timeslice, the gate on, pre-preemption on): the side expected
-// to help the LC.
+// protects reports whether b gives BE less than its neighbour a (a shorter timeslice, the gate on,
+// pre-preemption on): the side expected to help the LC.
 func protects(s arms, a, b Arm) bool {
 	return s.rung(b) < s.rung(a) || b.Gate && !a.Gate || b.Prepreempt && !a.Prepreempt
 }

@@ -96,14 +96,14 @@ type Observation struct {
 	LC         []LCSample
 	BEShare    float64 // BE progress over BE alone; NaN: not measured
 	MinBEShare float64 // 0: none
-	// The BE timeslice's bounds (0: the ladder's ends): below a floor two BE spend the GPU switching.
+	// The BE timeslice's bounds (0: the ladder's ends): below a floor two BE spend the GPU
+	// switching.
 	MinBETimeslice, MaxBETimeslice time.Duration
 	Gate                           bool          // the gate may hold BE for these LCs
 	Prepreempt                     time.Duration // an LC's engine may pre-preempt up to this BE timeslice; 0: no
 	BEPaused                       bool          // every BE was stopped through the window, as asked
-	// Aligned: every LC window began as the last decision took effect (its
-	// reporter pushes just before the daemon reads): the window after a
-	// move shows the new arm alone, and is learnt.
+	// Aligned: every LC window began as the last decision took effect (its reporter pushes just
+	// before the daemon reads): the window after a move shows the new arm alone, and is learnt.
 	Aligned bool
 }
 
@@ -161,25 +161,26 @@ type Decision struct {
 
 // Controller chooses an arm per window. Not safe for concurrent use.
 type Controller struct {
-	opts               Options
-	set                arms
-	tick               int
-	phase              string
-	cur                Arm
-	since              int // windows under cur (the first mixes)
-	arms               map[Arm]*armEst
-	active             map[string]int // objective keys counted lately: the window
-	refs               map[string]*reference
-	scatter            map[string]*est // squared relative deviations (scatterOf)
-	exploring          bool
-	left               map[Arm]backoff // leftUnproven
-	cusum              [2]float64
-	missing            int
-	pausing, wasPaused bool // the last decision paused BE; the window observed was to
-	cal                calibration
-	relearnt           int  // window references were last relearnt for a change
-	owed               bool // a change came within a HalfLife of that: relearnt once one has passed
-	paused, calibrated int  // windows, for Decision
+	opts                 Options
+	set                  arms
+	tick                 int
+	phase                string
+	cur                  Arm
+	since                int // windows under cur (the first mixes)
+	arms                 map[Arm]*armEst
+	active               map[string]int // objective keys counted lately: the window
+	refs                 map[string]*reference
+	scatter              map[string]*est // squared relative deviations (scatterOf)
+	exploring            bool
+	left                 map[Arm]backoff // leftUnproven
+	cusum                [2]float64
+	missing              int
+	pausing, wasPaused   bool // the last decision paused BE; the window observed was to
+	cal                  calibration
+	relearnt             int  // window references were last relearnt for a change
+	owed                 bool // a change came within a HalfLife of that: relearnt once one has passed
+	limitSince, rechecks int  // window since no arm met the objectives (0: one does); rechecks since, each twice as late
+	paused, calibrated   int  // windows, for Decision
 }
 
 // New returns a controller at the safe arm.
@@ -201,9 +202,9 @@ func New(opts Options) (*Controller, error) {
 func (c *Controller) Current() time.Duration { return c.cur.BETimeslice }
 func (c *Controller) Arm() Arm               { return c.cur }
 
-// safe is the arm while LC latency is unknown: the rung nearest Safe,
-// without the gate, and where an LC has a hint engine the longest rung
-// that pre-preempts, pre-preempting (a hinted LC waits out a longer one).
+// safe is the arm while LC latency is unknown: the rung nearest Safe, without the gate, and where
+// an LC has a hint engine the longest rung that pre-preempts, pre-preempting (a hinted LC waits out
+// a longer one).
 func (c *Controller) safe() Arm {
 	near := slices.MinFunc(c.set.ladder, func(x, y time.Duration) int { return cmp.Compare((x - c.opts.Safe).Abs(), (y - c.opts.Safe).Abs()) })
 	a := c.set.clamp(Arm{BETimeslice: near})
@@ -221,8 +222,7 @@ func (c *Controller) est(a Arm) *armEst {
 	return c.arms[a]
 }
 
-// Observe takes one window's measurements, made under Arm, and decides
-// the next arm.
+// Observe takes one window's measurements, made under Arm, and decides the next arm.
 func (c *Controller) Observe(o Observation) Decision {
 	c.tick++
 	c.since++
@@ -231,14 +231,13 @@ func (c *Controller) Observe(o Observation) Decision {
 		c.since++ // nothing of the arm before to settle (BE's drain after a pause is calibration's)
 	}
 	c.decay(math.Exp2(-1 / float64(c.opts.HalfLife)))
-	lo, hi := 0, len(c.opts.Ladder)-1
-	for lo < hi && c.opts.Ladder[lo] < o.MinBETimeslice {
-		lo++
+	c.set = arms{ladder: c.opts.Ladder, hi: len(c.opts.Ladder) - 1, gate: o.Gate, prepreempt: o.Prepreempt}
+	for c.set.lo < c.set.hi && c.set.ladder[c.set.lo] < o.MinBETimeslice {
+		c.set.lo++
 	}
-	for o.MaxBETimeslice > 0 && hi > lo && c.opts.Ladder[hi] > o.MaxBETimeslice {
-		hi--
+	for o.MaxBETimeslice > 0 && c.set.hi > c.set.lo && c.set.ladder[c.set.hi] > o.MaxBETimeslice {
+		c.set.hi--
 	}
-	c.set = arms{ladder: c.opts.Ladder, lo: lo, hi: hi, gate: o.Gate, prepreempt: o.Prepreempt}
 	d := c.observe(o)
 	if !d.PauseBE {
 		c.cal.paused = 0
@@ -291,17 +290,28 @@ func (c *Controller) observe(o Observation) Decision {
 			}
 			return c.stay(d, "what the other arms showed is forgotten; references are learnt again a HalfLife after the last time")
 		}
-		if c.owed && c.relearn() {
-			d.Cause, d.Reason = CauseCalibrate, "references learnt again for a change seen within a HalfLife of the last: "
-			return c.calibrate(d, o)
-		}
 		// Windows that may begin a change are not learnt: a young estimate
 		// would follow a step and hide it; a burst that passes is not the arm's.
 		if !judged || max(c.cusum[0], c.cusum[1]) < c.opts.Threshold/changeWindows {
 			c.learn(ss, o.BEShare)
 		}
 	}
-	return c.decide(d, o)
+	// References are learnt again for a change seen within a HalfLife of the last time (owed), and
+	// once no arm has met the objectives for a while, each time after twice as long: they may be of
+	// a workload that was (a change that came as the search moved is seen by no arm).
+	recheck := c.limitSince > 0 && c.tick-c.limitSince >= c.opts.HalfLife<<c.rechecks
+	if recheck && c.resetRefs() || !recheck && c.owed && c.relearn() {
+		if recheck {
+			c.limitSince, c.rechecks, c.owed = c.tick, min(c.rechecks+1, maxBackoff), false
+		}
+		d.Cause, d.Reason = CauseCalibrate, "references learnt again, for a change or as no arm met the objectives: "
+		return c.calibrate(d, o)
+	}
+	d, c.limitSince = c.decide(d, o), cmp.Or(c.limitSince, c.tick)
+	if _, ok := c.best(); ok || c.worstMean(c.cur) <= 1 {
+		c.limitSince = 0
+	}
+	return d
 }
 
 // sample counted, with its latency/target (NaN: reference not known).
@@ -310,9 +320,9 @@ type sample struct {
 	ratio float64
 }
 
-// judge compares each sample with its objective and learns references
-// from the window where it teaches them. It returns the samples that
-// counted, and whether a reference of an LC in force is to be learnt.
+// judge compares each sample with its objective and learns references from the window where it
+// teaches them. It returns the samples that counted, and whether a reference of an LC in force is
+// to be learnt.
 func (c *Controller) judge(o Observation) (d Decision, ss []sample, needRef bool) {
 	d = Decision{Worst: math.NaN(), BEShare: o.BEShare}
 	for _, s := range o.LC {
@@ -349,8 +359,8 @@ func (c *Controller) judge(o Observation) (d Decision, ss []sample, needRef bool
 
 func objKey(s LCSample) string { return s.Key + " " + s.Objective.String() }
 
-// learn folds the window into the arm in force: each objective's
-// latency/target, each process's median, BE share.
+// learn folds the window into the arm in force: each objective's latency/target, each process's
+// median, BE share.
 func (c *Controller) learn(ss []sample, share float64) {
 	e := c.est(c.cur)
 	for _, s := range ss {
@@ -366,8 +376,8 @@ func (c *Controller) learn(ss []sample, share float64) {
 	e.share.Add(share)
 }
 
-// shownOf is what each process showed this window, in seconds: its
-// median, else its lowest quantile judged.
+// shownOf is what each process showed this window, in seconds: its median, else its lowest quantile
+// judged.
 func shownOf(ss []sample) map[string]float64 {
 	out := map[string]float64{}
 	for _, s := range ss {
@@ -379,9 +389,9 @@ func shownOf(ss []sample) map[string]float64 {
 	return out
 }
 
-// changed runs the change detector on the window's residuals against the
-// arm in force, and on a change forgets every other arm: they showed the
-// workload that was. judged: the arm had shown enough to compare with.
+// changed runs the change detector on the window's residuals against the arm in force, and on a
+// change forgets every other arm: they showed the workload that was. judged: the arm had shown
+// enough to compare with.
 func (c *Controller) changed(ss []sample) (changed, judged bool) {
 	z, n := math.NaN(), 0
 	for k, x := range shownOf(ss) {
@@ -399,25 +409,34 @@ func (c *Controller) changed(ss []sample) (changed, judged bool) {
 	z = max(-most, min(most, stats.MostDeviant(z, n)))
 	c.cusum = [2]float64{max(0, c.cusum[0]+z-drift), max(0, c.cusum[1]-z-drift)}
 	if changed = !(max(c.cusum[0], c.cusum[1]) < c.opts.Threshold); changed {
-		c.cusum, c.exploring, c.arms, c.scatter, c.left = [2]float64{}, false, map[Arm]*armEst{}, map[string]*est{}, map[Arm]backoff{}
+		c.forget()
 	}
 	return changed, true
 }
 
-// relearn drops the references of the LCs in force after a change, to
-// learn them again, at most once a HalfLife (what it costs BE is bounded
-// so); it reports whether it did.
+// forget drops what every arm showed, and their back-offs: a workload that was.
+func (c *Controller) forget() {
+	c.cusum, c.exploring, c.arms, c.scatter, c.left = [2]float64{}, false, map[Arm]*armEst{}, map[string]*est{}, map[Arm]backoff{}
+}
+
+// relearn has the references of the LCs in force learnt again after a change, at most once a
+// HalfLife (what it costs BE is bounded so), else owes it: a stale reference is kept for good.
 func (c *Controller) relearn() bool {
-	if c.owed = c.tick-c.relearnt < c.opts.HalfLife; c.owed {
-		return false // owed: a reference of another workload would be kept for good
-	}
-	// Reset, not dropped: the pause begins with this window's decision.
-	for _, r := range c.refs {
-		if c.tick-r.last < c.opts.MissingAfter {
-			r.value, r.vals, r.medians, c.relearnt = 0, nil, nil, c.tick
-		}
+	if c.owed = c.tick-c.relearnt < c.opts.HalfLife; !c.owed && c.resetRefs() {
+		c.relearnt = c.tick
 	}
 	return c.relearnt == c.tick
+}
+
+// resetRefs has the references of the LCs in force learnt again, each keeping its value to compare
+// with the new one; it reports whether there were any. Reset, not dropped: the pause begins now.
+func (c *Controller) resetRefs() (any bool) {
+	for _, r := range c.refs {
+		if c.tick-r.last < c.opts.MissingAfter {
+			r.was, r.value, r.vals, r.medians, r.far, any = cmp.Or(r.value, r.was), 0, nil, nil, 0, true
+		}
+	}
+	return any
 }
 
 func (c *Controller) move(d Decision, to Arm, why string) Decision {

@@ -7,12 +7,10 @@ import (
 	"slices"
 )
 
-// decide chooses the next arm in the deciding phase (docs/SLO.md's choice
-// rule): an arm that misses is left after its Dwell for the best known to
-// meet every objective, else one that might, else the closest; one being
-// explored is kept ExploreFor windows or until its bounds decide; then the
-// best known is taken if it gives Margin more, or the arm in force is not
-// known to meet them; else the best that might is explored.
+// decide chooses the next arm (docs/SLO.md's choice rule): one that misses is left after its Dwell
+// for the best known to meet every objective, else one that might, else the closest; one explored
+// is kept ExploreFor windows or until its bounds decide; then the best known is taken if it gives
+// Margin more or the arm in force is not known to meet them; else the best that might is explored.
 func (c *Controller) decide(d Decision, o Observation) Decision {
 	cur, f := c.cur, c.feasibility(c.cur)
 	best, hasBest := c.best()
@@ -66,11 +64,9 @@ func (c *Controller) decide(d Decision, o Observation) Decision {
 	return c.stay(d, "within objectives")
 }
 
-// closest is the arm that misses the objectives by least, judged by the
-// upper bound of its worst objective: a well-measured arm in force keeps
-// its place against faded estimates whose bounds have widened (no arm
-// meets them, and hopping among near misses would only move BE around);
-// the arm in force on a tie, and while none is measured.
+// closest is the arm missing the objectives by least, by its worst upper bound: a well-measured arm
+// in force keeps its place against faded estimates whose bounds have widened (hopping among near
+// misses would only move BE around); the arm in force on a tie, and while none is measured.
 func (c *Controller) closest() Arm {
 	worstUpper := func(a Arm) float64 {
 		w := math.Inf(-1)
@@ -92,8 +88,8 @@ func (c *Controller) closest() Arm {
 	return best
 }
 
-// best is the arm known to meet every objective that gives BE the most
-// (the one in force on a tie, and where none is known).
+// best is the arm known to meet every objective that gives BE the most (the one in force on a tie,
+// and where none is known).
 func (c *Controller) best() (best Arm, ok bool) {
 	best = c.cur
 	for _, a := range c.set.all() {
@@ -104,10 +100,9 @@ func (c *Controller) best() (best Arm, ok bool) {
 	return best, ok
 }
 
-// candidate is the arm to explore expected to give BE the most, more than
-// than (nil: any): one that might meet the objectives, not left unproven lately,
-// measured or next to the arm in force or one measured (the search
-// extends what it knows a step at a time).
+// candidate is the arm to explore expected to give BE the most, more than than (nil: any): one
+// that might meet the objectives, not left unproven lately, measured or next to the arm in force
+// or one measured (the search extends what it knows a step at a time).
 func (c *Controller) candidate(than *Arm) (best Arm, ok bool) {
 	for _, a := range c.set.all() {
 		frontier := c.evidence(a) > 0
@@ -122,8 +117,8 @@ func (c *Controller) candidate(than *Arm) (best Arm, ok bool) {
 	return best, ok
 }
 
-// better reports whether a is expected to give BE more than b: by Margin
-// where both are measured, else in the prior order.
+// better reports whether a is expected to give BE more than b: by Margin where both are measured,
+// else in the prior order.
 func (c *Controller) better(a, b Arm) bool {
 	if known(&c.est(a).share) && known(&c.est(b).share) {
 		return c.share(a) > c.share(b)+c.opts.Margin
@@ -144,8 +139,8 @@ type backoff struct {
 	by       []string
 }
 
-// leftUnproven backs arm a off from exploring: it was left missing or
-// undecided; each time again it waits twice as long, maxBackoff times.
+// leftUnproven backs arm a off from exploring: it was left missing or undecided; each time again it
+// waits twice as long, maxBackoff times.
 func (c *Controller) leftUnproven(a Arm) {
 	n := min(c.left[a].n+1, maxBackoff)
 	by := slices.DeleteFunc(slices.Collect(maps.Keys(c.active)), func(k string) bool { _, hi := c.lcBounds(a, k); return hi <= 1 })

@@ -6,22 +6,21 @@ import (
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
-// est is a forgetting estimate of one quantity under one arm, each
-// window's weight halved every HalfLife windows.
+// est is a forgetting estimate of one quantity under one arm, each window's weight halved every
+// HalfLife windows.
 type est = stats.Forgetting
 
 func known(e *est) bool { return e != nil && e.W >= minWeight }
 
-// armEst is what one arm showed: each objective's latency/target (by
-// objective key), each process's median in seconds (changes are read from
-// it: a tail's windows scatter by multiples), BE share.
+// armEst is what one arm showed: each objective's latency/target (by objective key), each process's
+// median in seconds (changes are read from it: a tail's windows scatter by multiples), BE share.
 type armEst struct {
 	lc, shown map[string]*est
 	share     est
 }
 
-// fade decays m's estimates by f and drops those faded to nothing (of
-// processes gone: keys are per process).
+// fade decays m's estimates by f and drops those faded to nothing (of processes gone: keys are per
+// process).
 func fade(m map[string]*est, f float64) {
 	for k, e := range m {
 		if e.Decay(f); e.W < forgotten {
@@ -49,9 +48,9 @@ func get(m map[string]*est, k string) *est {
 	return m[k]
 }
 
-// scatterOf is one window's relative scatter of quantity k, learnt over
-// every arm (an LC's own noise is the same under each), at least
-// scatterFloor; scatterPrior until scatterAfter windows have shown it.
+// scatterOf is one window's relative scatter of quantity k, learnt over every arm (an LC's own
+// noise is the same under each), at least scatterFloor; scatterPrior until scatterAfter windows
+// have shown it.
 func (c *Controller) scatterOf(k string) float64 {
 	if e := c.scatter[k]; known(e) && e.W >= scatterAfter {
 		return max(math.Sqrt(e.Mean()), scatterFloor)
@@ -59,9 +58,8 @@ func (c *Controller) scatterOf(k string) float64 {
 	return scatterPrior
 }
 
-// learnScatter folds x, a window of k under an arm whose estimate is e
-// (before x), into k's scatter: at most scatterClip deviations, scaled
-// for the mean that x is not part of.
+// learnScatter folds x, a window of k under an arm whose estimate is e (before x), into k's
+// scatter: at most scatterClip deviations, scaled for the mean that x is not part of.
 func (c *Controller) learnScatter(k string, e *est, x float64) {
 	if known(e) && e.W >= 1 && e.Mean() != 0 {
 		sc := c.scatterOf(k)
@@ -95,10 +93,9 @@ func (c *Controller) feasibility(a Arm) feasibility {
 	return out
 }
 
-// lcBounds are the bounds of objective k's latency/target under a: its
-// own, else its neighbours' with a wide prior. An arm that gives BE less
-// than a measured neighbour might meet what that one missed; one that
-// gives BE more is no better than priorSpread (at Z) under its neighbour.
+// lcBounds are the bounds of objective k's latency/target under a: its own, else its neighbours'
+// with a wide prior. An arm that gives BE less than a measured neighbour might meet what that one
+// missed; one that gives BE more is no better than priorSpread (at Z) under its neighbour.
 func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
 	if e := c.est(a).lc[k]; known(e) {
 		return e.Bounds(c.opts.Z, c.scatterOf(k), priorWindows)
@@ -112,9 +109,8 @@ func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
 	return lo, math.Inf(1)
 }
 
-// evidence is the fewest windows a's estimates rest on, over the
-// objectives in force; worstMean their highest mean (NaN: not known for
-// every objective).
+// evidence is the fewest windows a's estimates rest on, over the objectives in force; worstMean
+// their highest mean (NaN: not known for every objective).
 func (c *Controller) evidence(a Arm) float64  { w, _ := c.measured(a); return w }
 func (c *Controller) worstMean(a Arm) float64 { _, m := c.measured(a); return m }
 
@@ -133,9 +129,8 @@ func (c *Controller) measured(a Arm) (w, worst float64) {
 	return w, worst
 }
 
-// share is what a is expected to leave BE: measured, else the nearest
-// measured arm's scaled by the prior order, else the prior order (BE
-// share unknown: only the order matters).
+// share is what a is expected to leave BE: measured, else the nearest measured arm's scaled by the
+// prior order, else the prior order (BE share unknown: only the order matters).
 func (c *Controller) share(a Arm) float64 {
 	if e := &c.est(a).share; known(e) {
 		return e.Mean()

@@ -360,16 +360,32 @@ func TestRules(t *testing.T) {
 			}
 		},
 	}, {
-		// Two changes 35 windows apart: the second's references are not
+		// One odd window within the pause (the LC at 2x for a window) is
+		// outvoted: the pause is not restarted for it, nor run long.
+		name: "one odd window within the pause", obj: p50, n: 30,
+		w: func(i int) (Workload, string) {
+			w := EagerPyTorchH100
+			if i == 4 {
+				w.Baseline *= 2
+			}
+			return w, ""
+		},
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			if n, _ := pauses(ds); n != 6 || !strings.Contains(ds[len(ds)-1].LC[0].Reference, "learnt in window 7") {
+				t.Errorf("seed %d: %d windows paused, reference %q (want 6, learnt in window 7)", seed, n, ds[len(ds)-1].LC[0].Reference)
+			}
+		},
+	}, {
+		// Two changes 20 windows apart: the second's references are not
 		// learnt at once (at most once a HalfLife, what pausing costs BE
 		// is bounded), but once the HalfLife has passed, not never: a
 		// reference of the workload before would be missed under every
-		// arm for good.
-		name: "a change within a HalfLife of the last", obj: p50, n: 140,
+		// arm for good. What the arms showed against it is forgotten then.
+		name: "a change within a HalfLife of the last", obj: p50, n: 220,
 		w: func(i int) (Workload, string) {
 			w := EagerPyTorchH100
 			switch {
-			case i >= 95:
+			case i >= 80:
 				w.Baseline *= 4
 			case i >= 60:
 				w.Baseline *= 2
@@ -378,12 +394,52 @@ func TestRules(t *testing.T) {
 		},
 		check: func(t *testing.T, seed uint64, ds []Decision) {
 			first := slices.IndexFunc(ds[60:], func(d Decision) bool { return d.PauseBE })
-			seen := slices.IndexFunc(ds[95:], func(d Decision) bool { return d.WorkloadChanged })
-			again := slices.IndexFunc(ds[96:], func(d Decision) bool { return d.PauseBE })
-			last := ds[len(ds)-1]
-			if first < 0 || seen < 0 || again < 0 || 96+again < 60+first+40 || 96+again > 60+first+50 || !(last.Worst < 1.3) {
-				t.Errorf("seed %d: references learnt %d windows after the first change, the second seen %d after it and learnt %d after the first: LC at %.2fx at the end: %v",
-					seed, first, seen, 36+again, last.Worst, armSummary(ds[55:]))
+			seen := slices.IndexFunc(ds[80:], func(d Decision) bool { return d.WorkloadChanged })
+			again := slices.IndexFunc(ds[81:], func(d Decision) bool { return d.PauseBE })
+			// Seen, its references are learnt a HalfLife after the first's;
+			// come as the search moved and not seen, once no arm has met
+			// the objectives for a HalfLife.
+			if first < 0 || again < 0 || 81+again < 60+first+40 || 81+again > 60+first+80 {
+				t.Fatalf("seed %d: references learnt %d windows after the first change, the second seen %d after it and learnt %d after the first: %v",
+					seed, first, seen, 21+again, armSummary(ds[55:]))
+			}
+			limit := 0
+			for _, d := range ds[81+again+15:] {
+				if d.Cause == CauseAtLimit {
+					limit++
+				}
+			}
+			if last := ds[len(ds)-1]; limit > 5 || !(last.Worst < 1.3) {
+				t.Errorf("seed %d: %d windows with no arm meeting the objective after the references were learnt again, LC at %.2fx at the end: %v", seed, limit, last.Worst, armSummary(ds[81+again:]))
+			}
+		},
+	}, {
+		// A change that comes as the search climbs after the last one's
+		// pause is seen by no arm (each learns the new level as its own),
+		// and no arm meets the objectives against the references of the
+		// workload before. Once none has for a HalfLife, the references
+		// are learnt again, found moved, and the search starts over.
+		name: "a change as the search moves", obj: p50, n: 200,
+		sim: func(g *SimGPU) { g.Aligned = true },
+		w: func(i int) (Workload, string) {
+			w := EagerPyTorchH100
+			switch {
+			case i >= 72:
+				w.Baseline *= 4
+			case i >= 60:
+				w.Baseline *= 2
+			}
+			return w, ""
+		},
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			met := 0
+			for _, d := range ds[160:] {
+				if d.Worst <= 1.1 {
+					met++
+				}
+			}
+			if met < 30 {
+				t.Errorf("seed %d: LC within 1.1x its objective in %d of the last 40 windows: %v", seed, met, armSummary(ds[55:]))
 			}
 		},
 	}, {
@@ -487,15 +543,25 @@ func TestNoArmMeetsItSettles(t *testing.T) {
 				most = a
 			}
 		}
-		changes := 0
+		// A move to a rarely held arm is one window of it read ~2
+		// deviations low: once in a seed, not a habit.
+		changes, rare := 0, 0
 		for i, d := range ds[100:] {
 			if !d.Changed {
 				continue
 			}
 			changes++
 			if d.Cause == CauseAtLimit && held[d.Arm] < 5 {
-				t.Errorf("seed %d window %d: to %v, held %d of 300 windows (%v: %d): %s", seed, 100+i, d.Arm, held[d.Arm], most, held[most], d.Reason)
+				if rare++; rare > 1 {
+					t.Errorf("seed %d window %d: to %v, held %d of 300 windows (%v: %d), the second such move: %s", seed, 100+i, d.Arm, held[d.Arm], most, held[most], d.Reason)
+				}
 			}
+		}
+		// What learning the references again costs an LC that no arm
+		// serves: the first calibration, then a pause after 40, 80 and
+		// 160 windows of none meeting the objectives.
+		if n, _ := pauses(ds); n > 4*6 {
+			t.Errorf("seed %d: BE stopped %d of 400 windows (want 4 pauses at most)", seed, n)
 		}
 		if held[most] < 200 || changes > 40 {
 			t.Errorf("seed %d: %v held %d of 300 windows, %d changes: %v", seed, most, held[most], changes, armSummary(ds[100:]))

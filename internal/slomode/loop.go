@@ -232,10 +232,8 @@ func (l *Loop) Reply(pid int) client.StatsReply {
 	}
 	r := client.StatsReply{Prepreempt: pre || !l.status.Enabled, SLO: l.status.Enabled}
 	if r.SLO && l.window > 0 && l.stepAt > 0 {
-		next := l.stepAt + l.window - l.push.now()
-		if next <= 0 { // Step runs late: it reads at its next tick
-			next = l.window - (-next)%l.window
-		}
+		// Past due, the read runs now: a reporter pushes ahead of the one after.
+		next := max(l.stepAt+l.window-l.push.now(), time.Microsecond)
 		r.NextWindowMs, r.WindowMs = float64(next)/1e6, float64(l.window)/1e6
 	}
 	return r
@@ -383,7 +381,7 @@ func (l *Loop) Step(now time.Duration) {
 				}
 				obs.BEShare, _ = BEShare(rates, keys)
 			}
-			obs.Aligned = prev > 0
+			obs.Aligned = prev > 0 && len(s.lcs) > 0
 			for _, p := range s.lcs {
 				w := samples[p.PID]
 				obs.LC = append(obs.LC, w.samples...)
