@@ -265,7 +265,7 @@ func (c *Controller) observe(o Observation) Decision {
 		return c.move(d, to, fmt.Sprintf("the arms allowed now put the search at %v", to))
 	}
 	if c.missing > 0 {
-		d.Cause = CauseNoSignal
+		d.Cause, c.limitSince = CauseNoSignal, 0
 		if c.missing >= c.opts.MissingAfter && c.phase != phaseFallback {
 			c.phase = phaseFallback
 			return c.move(d, c.safe(), fmt.Sprintf("no LC latency for %d windows: the safe arm", c.missing))
@@ -302,14 +302,19 @@ func (c *Controller) observe(o Observation) Decision {
 	recheck := c.limitSince > 0 && c.tick-c.limitSince >= c.opts.HalfLife<<c.rechecks
 	if recheck && c.resetRefs() || !recheck && c.owed && c.relearn() {
 		if recheck {
-			c.limitSince, c.rechecks, c.owed = c.tick, min(c.rechecks+1, maxBackoff), false
+			c.rechecks, c.owed = min(c.rechecks+1, maxBackoff), false
 		}
 		d.Cause, d.Reason = CauseCalibrate, "references learnt again, for a change or as no arm met the objectives: "
 		return c.calibrate(d, o)
 	}
-	d, c.limitSince = c.decide(d, o), cmp.Or(c.limitSince, c.tick)
-	if _, ok := c.best(); ok || c.worstMean(c.cur) <= 1 {
+	d = c.decide(d, o)
+	switch _, ok := c.best(); {
+	case ok: // an arm is known to meet them: the rechecks' back-off lapses
+		c.limitSince, c.rechecks = 0, 0
+	case c.worstMean(c.cur) <= 1:
 		c.limitSince = 0
+	case c.worstMean(c.cur) > 1: // not while the arm in force is unmeasured
+		c.limitSince = cmp.Or(c.limitSince, c.tick)
 	}
 	return d
 }
@@ -414,9 +419,9 @@ func (c *Controller) changed(ss []sample) (changed, judged bool) {
 	return changed, true
 }
 
-// forget drops what every arm showed, and their back-offs: a workload that was.
+// forget drops what every arm showed, their back-offs and the rechecks': a workload that was.
 func (c *Controller) forget() {
-	c.cusum, c.exploring, c.arms, c.scatter, c.left = [2]float64{}, false, map[Arm]*armEst{}, map[string]*est{}, map[Arm]backoff{}
+	c.cusum, c.exploring, c.arms, c.scatter, c.left, c.rechecks = [2]float64{}, false, map[Arm]*armEst{}, map[string]*est{}, map[Arm]backoff{}, 0
 }
 
 // relearn has the references of the LCs in force learnt again after a change, at most once a

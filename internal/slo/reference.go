@@ -21,6 +21,7 @@ type reference struct {
 	medians    []float64     // the LC's median in the windows of vals (ns; none for a tail pushed alone)
 	far        int           // the last windows of medians far from those before (a change within the pause)
 	value, was time.Duration // 0 while not learnt; was: the value before it was learnt again (0: none)
+	body       time.Duration // the LC's median (else value) when value was learnt: a move is read from it
 	at, last   int
 }
 
@@ -81,14 +82,12 @@ func (c *Controller) learnRef(r *reference, s LCSample, paused bool) {
 		// learnt from them on (one is outvoted). Read from the median, as changes are: a tail
 		// scatters by multiples.
 		r.vals = append(r.vals, float64(s.Latency))
-		if m := float64(cmp.Or(s.Median, s.Latency)); s.Median > 0 || s.Objective.Quantile == 0.5 {
-			base := r.medians[:len(r.medians)-r.far]
-			if r.far = 0; len(base) > 0 && math.Abs(math.Log(m/stats.Median(base))) > c.opts.Threshold/changeWindows*scatterPrior {
-				r.far = len(r.medians) - len(base) + 1
-			}
-			if r.medians = append(r.medians, m); r.far == 2 {
-				r.vals, r.medians, r.far = r.vals[len(r.vals)-r.far:], r.medians[len(r.medians)-r.far:], 0
-			}
+		m, base := float64(cmp.Or(s.Median, s.Latency)), r.medians[:len(r.medians)-r.far]
+		if r.far = 0; (s.Median > 0 || s.Objective.Quantile == 0.5) && len(base) > 0 && math.Abs(math.Log(m/stats.Median(base))) > c.opts.Threshold/changeWindows*scatterPrior {
+			r.far = len(r.medians) - len(base) + 1
+		}
+		if r.medians = append(r.medians, m); r.far == 2 {
+			r.vals, r.medians, r.far = r.vals[len(r.vals)-r.far:], r.medians[len(r.medians)-r.far:], 0
 		}
 		c.cal.learnt++
 	case r.how == objective.Shortest && !paused && c.phase == phaseCalibrating && c.cur == c.shortest() && c.since > settle:
@@ -96,17 +95,17 @@ func (c *Controller) learnRef(r *reference, s LCSample, paused bool) {
 	}
 	// Bounded at calRounds pauses: an LC that counts now and then is learnt from what it gave.
 	if len(r.vals) > 0 && (len(r.vals) >= c.opts.CalibrateWindows || c.cal.n >= calRounds*c.pauseMax()) {
+		body := time.Duration(stats.Median(r.medians))
 		r.value, r.at, r.vals, r.medians, r.far = time.Duration(stats.Median(r.vals)), c.tick, nil, nil, 0
-		// Learnt again and moved (past Z prior scatters): what every arm showed was judged against
-		// the reference that was. Else the one it agrees with is kept, and so are the arms' ratios.
-		switch moved := math.Abs(math.Log(float64(r.value) / float64(r.was))); {
-		case r.was > 0 && moved > c.opts.Z*scatterPrior:
+		// Learnt again and moved (its body, read as changes are, past Z prior scatters): every arm
+		// was judged against the reference that was. Else that one is kept, and the arms' ratios.
+		switch {
+		case r.was > 0 && math.Abs(math.Log(float64(body)/float64(r.body))) > c.opts.Z*scatterPrior:
 			c.forget()
-			c.rechecks = 0
 		case r.was > 0:
-			r.value = r.was
+			r.value, body = r.was, r.body
 		}
-		r.was = 0
+		r.was, r.body = 0, body
 	}
 }
 
@@ -114,10 +113,12 @@ func (c *Controller) learnRef(r *reference, s LCSample, paused bool) {
 // arm.
 func (c *Controller) calibrate(d Decision, o Observation) Decision {
 	if c.phase != phaseCalibrating {
-		c.phase, c.cal = phaseCalibrating, calibration{from: c.cur}
+		c.phase, c.cal, c.limitSince = phaseCalibrating, calibration{from: c.cur}, 0 // its clock restarts after
 	}
 	c.cal.n, c.calibrated, d.Cause = c.cal.n+1, c.calibrated+1, CauseCalibrate
-	if !c.opts.NoPause && c.learning(objective.Standalone) {
+	if !c.opts.NoPause && slices.ContainsFunc(slices.Collect(maps.Values(c.refs)), func(r *reference) bool {
+		return r.value == 0 && r.how == objective.Standalone && c.tick-r.last < c.opts.MissingAfter // one learnt alone
+	}) {
 		if c.wasPaused && !o.BEPaused {
 			c.cal.missed++
 		}
@@ -145,13 +146,6 @@ func (c *Controller) calibrate(d Decision, o Observation) Decision {
 		c.opts.NoPause = true
 	}
 	return c.move(d, c.shortest(), fmt.Sprintf("learning an LC's latency beside BE under the shortest BE timeslice (%d windows)", c.opts.CalibrateWindows))
-}
-
-// learning reports whether a reference is learnt how for an LC in force.
-func (c *Controller) learning(how string) bool {
-	return slices.ContainsFunc(slices.Collect(maps.Values(c.refs)), func(r *reference) bool {
-		return r.value == 0 && r.how == how && c.tick-r.last < c.opts.MissingAfter
-	})
 }
 
 // endCalibration goes back to the arm the calibration left.
