@@ -291,3 +291,32 @@ func TestNextPush(t *testing.T) {
 		})
 	}
 }
+
+// TestPythonReporterAligns: the Python package's Reporter takes its next
+// wait from the daemon's reply to its push, as the Go one does.
+func TestPythonReporterAligns(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3 to run the Python package's Reporter")
+	}
+	for _, tc := range []struct {
+		name  string
+		reply client.StatsReply
+		want  string
+	}{
+		{"aligned", client.StatsReply{SLO: true, NextWindowMs: 300, WindowMs: 500}, "0.2875"},
+		{"no read time", client.StatsReply{SLO: true}, "0.5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sock := startFakeDaemon(t, &fakeDaemon{reply: tc.reply})
+			out, err := exec.Command(py, "-c", "import sys; sys.path.insert(0, '../python'); import gpreempt; "+
+				"r = gpreempt.Reporter(sys.argv[1], 0.5); r.record(1000); r.push(); print(round(r._wait, 6))", sock).CombinedOutput()
+			if err != nil {
+				t.Fatalf("python: %v: %s", err, out)
+			}
+			if got := strings.TrimSpace(string(out)); got != tc.want {
+				t.Errorf("the Reporter's next wait after a push: %s s, want %s", got, tc.want)
+			}
+		})
+	}
+}
