@@ -236,6 +236,20 @@ func armSummary(ds []Decision) []string {
 	return out
 }
 
+// twoChanges is the eager LC slowing 2x at window 60 and 2x again at second.
+func twoChanges(second int) func(int) (Workload, string) {
+	return func(i int) (Workload, string) {
+		w := EagerPyTorchH100
+		switch {
+		case i >= second:
+			w.Baseline *= 4
+		case i >= 60:
+			w.Baseline *= 2
+		}
+		return w, ""
+	}
+}
+
 func TestRules(t *testing.T) {
 	p50 := Objective{Quantile: 0.5, Inflation: 1.05}
 	abs := Objective{Quantile: 0.5, Absolute: 7 * time.Millisecond}
@@ -382,16 +396,7 @@ func TestRules(t *testing.T) {
 		// reference of the workload before would be missed under every
 		// arm for good. What the arms showed against it is forgotten then.
 		name: "a change within a HalfLife of the last", obj: p50, n: 220,
-		w: func(i int) (Workload, string) {
-			w := EagerPyTorchH100
-			switch {
-			case i >= 80:
-				w.Baseline *= 4
-			case i >= 60:
-				w.Baseline *= 2
-			}
-			return w, ""
-		},
+		w: twoChanges(80),
 		check: func(t *testing.T, seed uint64, ds []Decision) {
 			first := slices.IndexFunc(ds[60:], func(d Decision) bool { return d.PauseBE })
 			seen := slices.IndexFunc(ds[80:], func(d Decision) bool { return d.WorkloadChanged })
@@ -421,16 +426,7 @@ func TestRules(t *testing.T) {
 		// are learnt again, found moved, and the search starts over.
 		name: "a change as the search moves", obj: p50, n: 200,
 		sim: func(g *SimGPU) { g.Aligned = true },
-		w: func(i int) (Workload, string) {
-			w := EagerPyTorchH100
-			switch {
-			case i >= 72:
-				w.Baseline *= 4
-			case i >= 60:
-				w.Baseline *= 2
-			}
-			return w, ""
-		},
+		w:   twoChanges(72),
 		check: func(t *testing.T, seed uint64, ds []Decision) {
 			met := 0
 			for _, d := range ds[160:] {
