@@ -50,6 +50,9 @@ type SLOSample struct {
 	BEShare *float64 `json:"be_share,omitempty"`
 	WorstLC *float64 `json:"worst_lc_vs_objective,omitempty"`
 	Changes int      `json:"changes"`
+	// Aligned: the last decision judged LC windows that began as the one
+	// before took effect (docs/SLO.md, aligned windows); nil before any.
+	Aligned *bool `json:"aligned,omitempty"`
 }
 
 // sloStatus reads the slo section of GET /v1/status's JSON; an error if
@@ -73,7 +76,11 @@ func parseSLOStatus(b []byte) (SLOSample, error) {
 	if err != nil {
 		return SLOSample{}, err
 	}
-	return SLOSample{BETimeslice: st.BETimeslice, Arm: st.Arm, BEShare: st.BEShare, WorstLC: st.WorstLC, Changes: st.Changes}, nil
+	s := SLOSample{BETimeslice: st.BETimeslice, Arm: st.Arm, BEShare: st.BEShare, WorstLC: st.WorstLC, Changes: st.Changes}
+	if st.Last != nil {
+		s.Aligned = &st.Last.Aligned
+	}
+	return s, nil
 }
 
 // sloWindow asks gpreemptd for its SLO window, the period LC workers push
@@ -287,14 +294,23 @@ func sloLine(ss []SLOSample, measureStartNs, changeNs int64) string {
 		}
 		line := fmt.Sprintf("measured %v over %d samples, %d changes", seq(measured), len(measured), last.Changes-before)
 		var sum float64
-		var n int
+		var n, decided, aligned int
 		for _, s := range measured {
 			if s.BEShare != nil {
 				sum, n = sum+*s.BEShare, n+1
 			}
+			if s.Aligned != nil {
+				decided++
+				if *s.Aligned {
+					aligned++
+				}
+			}
 		}
 		if n > 0 {
 			line += fmt.Sprintf(", BE share measured by gpreemptd %.1f%% (mean of %d samples)", 100*sum/float64(n), n)
+		}
+		if decided > 0 {
+			line += fmt.Sprintf(", LC windows aligned in %d of %d", aligned, decided)
 		}
 		parts = append(parts, line)
 	}

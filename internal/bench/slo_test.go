@@ -321,8 +321,8 @@ func TestParseSLOStatus(t *testing.T) {
 func TestSLOPollerWithFakeDaemon(t *testing.T) {
 	statuses := []string{
 		`{"slo":{"enabled":true,"changes":0}}`,
-		`{"slo":{"enabled":true,"be_timeslice":"200us","be_share":0.8,"changes":1}}`,
-		`{"slo":{"enabled":true,"be_timeslice":"1ms","arm":"1ms","be_share":0.88,"changes":2}}`,
+		`{"slo":{"enabled":true,"be_timeslice":"200us","be_share":0.8,"changes":1,"last":{"window":8,"be_timeslice":"200us","changed":false,"cause":"dwell","reason":"r"}}}`,
+		`{"slo":{"enabled":true,"be_timeslice":"1ms","arm":"1ms","be_share":0.88,"changes":2,"last":{"window":9,"be_timeslice":"1ms","changed":true,"cause":"explore","reason":"r","aligned":true}}}`,
 	}
 	n := 0
 	sock := unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -360,8 +360,8 @@ func TestSLOPollerWithFakeDaemon(t *testing.T) {
 		start int64
 		want  string
 	}{
-		{0, "arm measured [policy 200us 1ms] over 3 samples, 2 changes, BE share measured by gpreemptd 84.0% (mean of 2 samples)"},
-		{600e6, "arm lead-in [policy 200us], 1 changes; measured [1ms] over 1 samples, 1 changes, BE share measured by gpreemptd 88.0% (mean of 1 samples)"},
+		{0, "arm measured [policy 200us 1ms] over 3 samples, 2 changes, BE share measured by gpreemptd 84.0% (mean of 2 samples), LC windows aligned in 1 of 2"},
+		{600e6, "arm lead-in [policy 200us], 1 changes; measured [1ms] over 1 samples, 1 changes, BE share measured by gpreemptd 88.0% (mean of 1 samples), LC windows aligned in 1 of 1"},
 		{800e6, "arm lead-in [policy 200us 1ms], 2 changes"},
 	} {
 		if line := sloLine(got, c.start, 0); line != c.want {
