@@ -33,6 +33,9 @@
 #            (560us:200us, 260us:100us, 110us:50us), what SLO mode can reach
 #            in must4 (two repetitions, ~4.5 min)
 #
+# OBJECTIVE_<PART> replaces a part's LC objective: OBJECTIVE_MUST3="p50<=9ms"
+# runs must3 against an absolute objective (no references to learn again).
+#
 # The model's must-shows (docs/SLO.md): SLO mode with every arm offered
 # (gate: {mode: auto}; references learnt with BE paused), its point beside
 # driver defaults and fixed arms of the same run, MODEL_REPEAT (2)
@@ -208,6 +211,9 @@ policy() {
     model-llm) lc_objective="$LLM_OBJECTIVE";;
     model-synth) lc_objective="p50<=1.05x, p99<=1.50x";;
   esac
+  # OBJECTIVE_<PART> replaces a part's LC objective (an absolute one, say).
+  local v; v=$(part_var "$1" OBJECTIVE)
+  lc_objective=${!v:-$lc_objective}
   case $1 in model-*) calibrate=pause;; esac
   cat <<YAML
 version: 1
