@@ -320,3 +320,57 @@ func TestPythonReporterAligns(t *testing.T) {
 		})
 	}
 }
+
+// TestReporterIdle: a window carries the longest time no request was in
+// flight: between requests (one began its latency before it was recorded;
+// overlapping ones are one busy span), across a push, and since the last.
+func TestReporterIdle(t *testing.T) {
+	ms := time.Millisecond
+	t0 := time.Unix(1000, 0)
+	clock := t0
+	r := NewReporter(nil, ReporterOptions{Socket: filepath.Join(t.TempDir(), "none.sock")})
+	r.now = func() time.Time { return clock }
+	at := func(d time.Duration) { clock = t0.Add(d) }
+	for _, tc := range []struct {
+		name    string
+		records [][2]time.Duration // end, latency
+		push    time.Duration
+		want    float64 // ms
+	}{
+		{"no request yet: not measured", nil, 5 * ms, 0},
+		{"the longest gap", [][2]time.Duration{{10 * ms, 6 * ms}, {30 * ms, 6 * ms}, {80 * ms, 6 * ms}}, 90 * ms, 44},
+		{"overlapping requests are one busy span", [][2]time.Duration{{100 * ms, 30 * ms}, {110 * ms, 15 * ms}}, 112 * ms, 2},
+		{"the idle since the last request", nil, 160 * ms, 50},
+	} {
+		for _, rec := range tc.records {
+			at(rec[0])
+			r.Record(rec[1])
+		}
+		at(tc.push)
+		if w, _, _ := r.window(); w.IdleMaxMs != tc.want {
+			t.Errorf("%s: idle_max_ms %v, want %v", tc.name, w.IdleMaxMs, tc.want)
+		}
+	}
+}
+
+// TestPythonReporterIdle: the Python package's Reporter pushes the longest
+// time no request was in flight, as the Go one does.
+func TestPythonReporterIdle(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3 to run the Python package's Reporter")
+	}
+	d := &fakeDaemon{}
+	sock := startFakeDaemon(t, d)
+	// Two 1 ms requests 50 ms apart or more (a sleep lasts at least that).
+	out, err := exec.Command(py, "-c", "import sys, time; sys.path.insert(0, '../python'); import gpreempt; "+
+		"r = gpreempt.Reporter(sys.argv[1], 0.5); r.record(1000000); time.sleep(0.05); r.record(1000000); r.push()", sock).CombinedOutput()
+	if err != nil {
+		t.Fatalf("python: %v: %s", err, out)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.pushes) != 1 || d.pushes[0].Window == nil || d.pushes[0].Window.IdleMaxMs < 49 {
+		t.Fatalf("pushes %+v: want one window with idle_max_ms >= 49", d.pushes)
+	}
+}
