@@ -418,7 +418,7 @@ func (l *Loop) Step(now time.Duration) {
 	l.publish(pol, decided, samples, all, per)
 }
 
-// neverIdle reports whether LC pid's last pushed window, a recent one, had no idle as
+// neverIdle reports whether LC pid's last pushed window had no idle as
 // long as the gate's, where it does not gate its own requests: a hold of
 // the daemon's gate would not have ended in it (it would run to max_hold,
 // BE held throughout, before the gate learnt so from its holds).
@@ -427,8 +427,7 @@ func (l *Loop) neverIdle(pol *policy.Policy, pid int) bool {
 	l.mu.Lock()
 	e, engine := l.status.Engines[strconv.Itoa(pid)]
 	l.mu.Unlock()
-	recent := ok && l.push.now()-s.At <= 2*cmp.Or(pol.SLO.Window, policy.DefaultSLOWindow) // as lcSamples counts one
-	return recent && s.IdleMax > 0 && s.IdleMax < cmp.Or(pol.Gate.Idle, policy.DefaultGateIdle) && !(engine && e.Gate != "")
+	return ok && s.IdleMax > 0 && s.IdleMax < cmp.Or(pol.Gate.Idle, policy.DefaultGateIdle) && !(engine && e.Gate != "")
 }
 
 // steer tells the request gate, for each LC of a search, whether its
