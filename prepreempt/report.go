@@ -80,11 +80,6 @@ type Reporter struct {
 	total      uint64
 	since      time.Time
 	failed     bool
-	// idle is the longest time with no request in flight that ended in
-	// this window (a request began its latency before it was recorded;
-	// overlapping ones are one busy span); lastEnd the latest end.
-	idle    time.Duration
-	lastEnd time.Time
 }
 
 // NewReporter returns a reporter for the app's requests; engine (nil if
@@ -106,21 +101,8 @@ func NewReporter(engine *Engine, o ReporterOptions) *Reporter {
 func (r *Reporter) Record(latency time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.ended(latency)
-	r.lat.add(latency)
-}
-
-// ended counts a request that ended now, latency after it began, and the
-// idle time before it. Called with mu held.
-func (r *Reporter) ended(latency time.Duration) {
-	now := r.now()
-	if start := now.Add(-latency); !r.lastEnd.IsZero() && start.After(r.lastEnd) {
-		r.idle = max(r.idle, start.Sub(r.lastEnd))
-	}
-	if now.After(r.lastEnd) {
-		r.lastEnd = now
-	}
 	r.total++
+	r.lat.add(latency)
 }
 
 // RecordLLM adds one request of an LLM server: its latency, its time to
@@ -131,7 +113,7 @@ func (r *Reporter) ended(latency time.Duration) {
 func (r *Reporter) RecordLLM(latency, ttft time.Duration, perToken []time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.ended(latency)
+	r.total++
 	r.lat.add(latency)
 	r.ttft.add(ttft)
 	for _, d := range perToken {
@@ -149,10 +131,7 @@ func (r *Reporter) window() (client.Window, map[string]float64, uint64) {
 	ttft, _ := r.ttft.take()
 	tpot, tokens := r.tpot.take()
 	w := client.Window{DurationMs: max(float64(now.Sub(r.since))/float64(time.Millisecond), 1e-3), Requests: uint64(seen)}
-	if !r.lastEnd.IsZero() { // the idle so far counts too: the gate's would have ended it
-		w.IdleMaxMs = float64(max(r.idle, now.Sub(r.lastEnd))) / float64(time.Millisecond)
-	}
-	r.since, r.idle = now, 0
+	r.since = now
 	total := r.total
 	r.mu.Unlock()
 	if len(lat) == 0 {

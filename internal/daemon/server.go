@@ -471,9 +471,6 @@ func ParseStats(b []byte) (HintStats, int, error) {
 		if err := check("window.latency_us", w.LatencyUs, windowQuantiles); err != nil {
 			return s, http.StatusBadRequest, err
 		}
-		if w.IdleMaxMs < 0 {
-			return s, http.StatusBadRequest, fmt.Errorf("window.idle_max_ms: %v is negative", w.IdleMaxMs)
-		}
 		if w.Requests > 0 && len(w.LatencyUs) == 0 {
 			return s, http.StatusBadRequest, fmt.Errorf("window: %d requests and no latency_us quantile", w.Requests)
 		}

@@ -362,7 +362,7 @@ func (l *Loop) Step(now time.Duration) {
 			s.prepreempt = 0 // no BE timeslice allowed pre-preempts
 		}
 		gate := l.Gate != nil && pol.Gate.Mode != policy.GateOff &&
-			!slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool { return !l.Gate.Delimits(p.PID) || l.neverIdle(pol, p.PID) })
+			!slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool { return !l.Gate.Delimits(p.PID) })
 		obs := slo.Observation{BEShare: math.NaN(), MinBETimeslice: floor, MinBEShare: pol.SLO.MinBEShare,
 			Gate: gate, Prepreempt: s.prepreempt}
 		// A search that started in this window has its floor and arms
@@ -416,18 +416,6 @@ func (l *Loop) Step(now time.Duration) {
 	per := l.assign(all)
 	l.steer()
 	l.publish(pol, decided, samples, all, per)
-}
-
-// neverIdle reports whether LC pid's last pushed window had no idle as
-// long as the gate's, where it does not gate its own requests: a hold of
-// the daemon's gate would not have ended in it (it would run to max_hold,
-// BE held throughout, before the gate learnt so from its holds).
-func (l *Loop) neverIdle(pol *policy.Policy, pid int) bool {
-	s, ok := l.push.Latest(pid)
-	l.mu.Lock()
-	e, engine := l.status.Engines[strconv.Itoa(pid)]
-	l.mu.Unlock()
-	return ok && s.IdleMax > 0 && s.IdleMax < cmp.Or(pol.Gate.Idle, policy.DefaultGateIdle) && !(engine && e.Gate != "")
 }
 
 // steer tells the request gate, for each LC of a search, whether its

@@ -21,9 +21,6 @@ type LatencySample struct {
 	Quantiles map[string]time.Duration
 	// Seq numbers a process's samples, so one is used once.
 	Seq uint64
-	// IdleMax: the longest time in the window with no request in flight
-	// (0: not measured).
-	IdleMax time.Duration
 }
 
 // LatencySource gives an LC process's latest latency window. The pushed
@@ -96,8 +93,7 @@ type pushed struct {
 
 func (p *pushed) push(pid int, w client.Window) {
 	s := LatencySample{Window: time.Duration(w.DurationMs * float64(time.Millisecond)), Requests: int(min(w.Requests, math.MaxInt32)),
-		Tokens: int(min(w.Tokens, math.MaxInt32)), Quantiles: map[string]time.Duration{},
-		IdleMax: time.Duration(min(w.IdleMaxMs, float64(time.Hour/time.Millisecond)) * float64(time.Millisecond))}
+		Tokens: int(min(w.Tokens, math.MaxInt32)), Quantiles: map[string]time.Duration{}}
 	for q, us := range w.LatencyUs {
 		s.Quantiles[q] = time.Duration(us * float64(time.Microsecond))
 	}

@@ -290,7 +290,7 @@ def _quantile(sorted_vals, q):
 _QUANTILES = ((0.50, "p50"), (0.90, "p90"), (0.99, "p99"), (0.999, "p999"))
 
 
-def window_body(latencies_ns, duration_ns, total, ttft_ns=(), tpot_ns=(), idle_ns=0):
+def window_body(latencies_ns, duration_ns, total, ttft_ns=(), tpot_ns=()):
     """The POST /v1/stats body for one window: the JSON of gpreemptd's
     client.Stats with pid 0 (the daemon takes the caller's pid from the
     socket) and the window's latency quantiles in microseconds. An LLM
@@ -300,8 +300,6 @@ def window_body(latencies_ns, duration_ns, total, ttft_ns=(), tpot_ns=(), idle_n
     a tpot_ objective's samples."""
     lat = sorted(latencies_ns)
     w = {"duration_ms": max(duration_ns, 1) / 1e6, "requests": len(lat), "latency_us": {}}
-    if idle_ns > 0:
-        w["idle_max_ms"] = idle_ns / 1e6  # the longest no request was in flight
     body = {"pid": 0, "requests": total, "expired_holds": 0, "window": w}
     if lat:
         own = {key: _quantile(lat, q) / 1e3 for q, key in _QUANTILES}
@@ -383,9 +381,6 @@ class Reporter:
         self._stop = threading.Event()
         self._failed = False
         self._wait = period_s
-        # The longest time with no request in flight that ended in this
-        # window, and the latest end (overlapping requests: one busy span).
-        self._idle, self._last_end = 0, None
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self):
@@ -395,25 +390,17 @@ class Reporter:
     def record(self, latency_ns):
         """Adds one request's latency to the window."""
         with self._lock:
-            self._ended(latency_ns)
             self._lat.append(latency_ns)
-
-    def _ended(self, latency_ns):
-        # A request that ended now, latency_ns after it began (lock held).
-        now = time.monotonic_ns()
-        if self._last_end is not None and now - latency_ns > self._last_end:
-            self._idle = max(self._idle, now - latency_ns - self._last_end)
-        self._last_end = now if self._last_end is None else max(self._last_end, now)
-        self._total += 1
+            self._total += 1
 
     def record_llm(self, latency_ns, ttft_ns, per_token_ns):
         """Adds one LLM request: its latency, its time to first token, and
         each later output token's time since the one before."""
         with self._lock:
-            self._ended(latency_ns)
             self._lat.append(latency_ns)
             self._ttft.append(ttft_ns)
             self._tpot.extend(per_token_ns)
+            self._total += 1
 
     def push(self):
         """Sends the window since the last push; a failure is reported on
@@ -423,9 +410,7 @@ class Reporter:
             lat, ttft, tpot, since = self._lat, self._ttft, self._tpot, self._since
             self._lat, self._ttft, self._tpot, self._since = [], [], [], now
             total = self._total
-            idle = 0 if self._last_end is None else max(self._idle, now - self._last_end)
-            self._idle = 0
-        body = window_body(lat, now - since, total, ttft, tpot, idle)
+        body = window_body(lat, now - since, total, ttft, tpot)
         self._wait = self.period_s
         try:
             if self.engine is not None:

@@ -202,11 +202,6 @@ type Window struct {
 	// one's time since the token before (0: one time per request).
 	// A tpot_ objective counts them as its window's samples.
 	Tokens uint64 `json:"tokens,omitempty"`
-	// IdleMaxMs is the longest time in the interval with no request of
-	// the process in flight (0: not measured). SLO mode offers the
-	// daemon's request gate for an LC only where it was at least the
-	// gate's idle: a hold ends there, where else it runs to max_hold.
-	IdleMaxMs float64 `json:"idle_max_ms,omitempty"`
 }
 
 // Engine is what a hint engine says of its own decisions.
