@@ -240,11 +240,11 @@ func (l *Loop) Reply(pid int) client.StatsReply {
 }
 
 // Window is the policy's observation window (for the daemon's ticker).
-func (l *Loop) Window() time.Duration {
-	if w := l.rec.Policy().SLO.Window; w > 0 {
-		return w
-	}
-	return policy.DefaultSLOWindow
+func (l *Loop) Window() time.Duration { return windowOf(l.rec.Policy()) }
+
+// windowOf is pol's observation window, its default where none is set.
+func windowOf(pol *policy.Policy) time.Duration {
+	return cmp.Or(max(pol.SLO.Window, 0), policy.DefaultSLOWindow)
 }
 
 // Status is the SLO mode's state, in the client's wire type: the daemon
@@ -265,7 +265,7 @@ func (l *Loop) Step(now time.Duration) {
 	pol := l.rec.Policy()
 	l.mu.Lock()
 	prev := l.stepAt
-	l.stepAt, l.window = now, cmp.Or(pol.SLO.Window, policy.DefaultSLOWindow)
+	l.stepAt, l.window = now, windowOf(pol)
 	l.mu.Unlock()
 	if !pol.SLO.Enabled {
 		l.resume("SLO mode off")
