@@ -216,12 +216,14 @@ func (r *Reporter) push(ctx context.Context) (client.StatsReply, error) {
 // nextPush is how long after a push the next one goes: just ahead of the
 // daemon's next read of the windows (reply.NextWindowMs), where the
 // daemon reads once a period, so that each window begins as the daemon's
-// decision takes effect (docs/SLO.md "Aligned windows"); else a period.
-// Never under half a period: a window is not cut short for it.
-func nextPush(period time.Duration, reply client.StatsReply) time.Duration {
+// decision takes effect (docs/SLO.md "Aligned windows"); else a period
+// from the push's start (took is the push's round trip), so that the
+// cadence does not drift by each round trip. Never under half a period:
+// a window is not cut short for it.
+func nextPush(period, took time.Duration, reply client.StatsReply) time.Duration {
 	ms := func(x float64) time.Duration { return time.Duration(x * float64(time.Millisecond)) }
 	if !reply.SLO || reply.NextWindowMs <= 0 || (ms(reply.WindowMs)-period).Abs() > period/20 {
-		return period
+		return max(period-took, 0)
 	}
 	// The lead covers the push's own way to the daemon and a thread's wakeup.
 	d := ms(reply.NextWindowMs) - min(period/40, 20*time.Millisecond)
@@ -244,8 +246,9 @@ func (r *Reporter) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-t.C:
 		}
+		began := time.Now()
 		reply, err := r.push(ctx)
-		t.Reset(nextPush(r.period, reply))
+		t.Reset(nextPush(r.period, time.Since(began), reply))
 		switch {
 		case err != nil && !r.failed:
 			r.failed = true

@@ -24,6 +24,7 @@ type fakeDaemon struct {
 	mu     sync.Mutex
 	pushes []client.Stats
 	reply  client.StatsReply
+	delay  time.Duration // before each reply
 }
 
 func startFakeDaemon(t *testing.T, d *fakeDaemon) string {
@@ -45,6 +46,7 @@ func startFakeDaemon(t *testing.T, d *fakeDaemon) string {
 		d.pushes = append(d.pushes, s)
 		reply := d.reply
 		d.mu.Unlock()
+		time.Sleep(d.delay)
 		json.NewEncoder(w).Encode(reply)
 	})
 	srv := &http.Server{Handler: mux}
@@ -257,22 +259,23 @@ func TestReporterPushesLLMWindows(t *testing.T) {
 func TestNextPush(t *testing.T) {
 	ms := time.Millisecond
 	for _, tc := range []struct {
-		name   string
-		period time.Duration
-		reply  client.StatsReply
-		want   time.Duration
+		name         string
+		period, took time.Duration
+		reply        client.StatsReply
+		want         time.Duration
 	}{
-		{"not in SLO mode", 500 * ms, client.StatsReply{NextWindowMs: 300, WindowMs: 500}, 500 * ms},
-		{"no read time", 500 * ms, client.StatsReply{SLO: true, WindowMs: 500}, 500 * ms},
-		{"another period", time.Second, client.StatsReply{SLO: true, NextWindowMs: 300, WindowMs: 500}, time.Second},
-		{"read far ahead", 500 * ms, client.StatsReply{SLO: true, NextWindowMs: 480, WindowMs: 500}, 467500 * time.Microsecond},
-		{"read just ahead: the next one", 500 * ms, client.StatsReply{SLO: true, NextWindowMs: 5, WindowMs: 500}, 492500 * time.Microsecond},
-		{"read mid-window", 500 * ms, client.StatsReply{SLO: true, NextWindowMs: 240, WindowMs: 500}, 727500 * time.Microsecond},
-		{"the lead is at most 20 ms", 2 * time.Second, client.StatsReply{SLO: true, NextWindowMs: 1500, WindowMs: 2010}, 1480 * ms},
+		{"not in SLO mode", 500 * ms, 0, client.StatsReply{NextWindowMs: 300, WindowMs: 500}, 500 * ms},
+		{"no read time: a period from the push's start", 500 * ms, 30 * ms, client.StatsReply{SLO: true, WindowMs: 500}, 470 * ms},
+		{"a push longer than the period", 500 * ms, 600 * ms, client.StatsReply{}, 0},
+		{"another period", time.Second, 0, client.StatsReply{SLO: true, NextWindowMs: 300, WindowMs: 500}, time.Second},
+		{"read far ahead", 500 * ms, 30 * ms, client.StatsReply{SLO: true, NextWindowMs: 480, WindowMs: 500}, 467500 * time.Microsecond},
+		{"read just ahead: the next one", 500 * ms, 0, client.StatsReply{SLO: true, NextWindowMs: 5, WindowMs: 500}, 492500 * time.Microsecond},
+		{"read mid-window", 500 * ms, 0, client.StatsReply{SLO: true, NextWindowMs: 240, WindowMs: 500}, 727500 * time.Microsecond},
+		{"the lead is at most 20 ms", 2 * time.Second, 0, client.StatsReply{SLO: true, NextWindowMs: 1500, WindowMs: 2010}, 1480 * ms},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := nextPush(tc.period, tc.reply); got != tc.want {
-				t.Errorf("nextPush(%v, %+v) = %v, want %v", tc.period, tc.reply, got, tc.want)
+			if got := nextPush(tc.period, tc.took, tc.reply); got != tc.want {
+				t.Errorf("nextPush(%v, %v, %+v) = %v, want %v", tc.period, tc.took, tc.reply, got, tc.want)
 			}
 			py, err := exec.LookPath("python3")
 			if err != nil {
@@ -280,8 +283,8 @@ func TestNextPush(t *testing.T) {
 			}
 			b, _ := json.Marshal(tc.reply)
 			out, err := exec.Command(py, "-c", "import json, sys; sys.path.insert(0, '../python'); import gpreempt; "+
-				"print(round(gpreempt.next_push(float(sys.argv[1]), json.loads(sys.argv[2])) * 1e6))",
-				strconv.FormatFloat(tc.period.Seconds(), 'g', -1, 64), string(b)).CombinedOutput()
+				"print(round(gpreempt.next_push(float(sys.argv[1]), json.loads(sys.argv[2]), float(sys.argv[3])) * 1e6))",
+				strconv.FormatFloat(tc.period.Seconds(), 'g', -1, 64), string(b), strconv.FormatFloat(tc.took.Seconds(), 'g', -1, 64)).CombinedOutput()
 			if err != nil {
 				t.Fatalf("python: %v: %s", err, out)
 			}
@@ -299,23 +302,26 @@ func TestPythonReporterAligns(t *testing.T) {
 	if err != nil {
 		t.Skip("no python3 to run the Python package's Reporter")
 	}
+	// The daemon answers 100 ms late: unaligned, the next push comes a
+	// period after this one began, so the wait is at most 0.4 s.
 	for _, tc := range []struct {
-		name  string
-		reply client.StatsReply
-		want  string
+		name     string
+		reply    client.StatsReply
+		min, max float64
 	}{
-		{"aligned", client.StatsReply{SLO: true, NextWindowMs: 300, WindowMs: 500}, "0.2875"},
-		{"no read time", client.StatsReply{SLO: true}, "0.5"},
+		{"aligned", client.StatsReply{SLO: true, NextWindowMs: 300, WindowMs: 500}, 0.2875, 0.2875},
+		{"no read time", client.StatsReply{SLO: true}, 0, 0.4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sock := startFakeDaemon(t, &fakeDaemon{reply: tc.reply})
+			sock := startFakeDaemon(t, &fakeDaemon{reply: tc.reply, delay: 100 * time.Millisecond})
 			out, err := exec.Command(py, "-c", "import sys; sys.path.insert(0, '../python'); import gpreempt; "+
 				"r = gpreempt.Reporter(sys.argv[1], 0.5); r.record(1000); r.push(); print(round(r._wait, 6))", sock).CombinedOutput()
 			if err != nil {
 				t.Fatalf("python: %v: %s", err, out)
 			}
-			if got := strings.TrimSpace(string(out)); got != tc.want {
-				t.Errorf("the Reporter's next wait after a push: %s s, want %s", got, tc.want)
+			got, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+			if err != nil || got < tc.min || got > tc.max {
+				t.Errorf("the Reporter's next wait after a push: %s s, want %g-%g", out, tc.min, tc.max)
 			}
 		})
 	}

@@ -19,6 +19,9 @@
 #            from the middle of each 24 s measurement on; window 500ms; the
 #            daemon's chosen timeslice and the BE share over time are in
 #            results.json ("slo", "be_timeline") and slo.png (~6 min)
+#   must3r   the other switch: slo:prepreempt-defaults@switch, the
+#            synthetic LC with hints at 5 times its request rate from the
+#            middle of each 24 s measurement on; window 500ms (~4 min)
 #   must1s   no daemon: the eager LC beside training at fixed BE timeslices
 #            around its knee (1ms, 1500us, 2ms), whether any meets must-show
 #            1 (~6 min)
@@ -115,6 +118,7 @@ BENCH_TIMEOUT_MUST1S=${BENCH_TIMEOUT_MUST1S:-540}
 BENCH_TIMEOUT_MUST2G=${BENCH_TIMEOUT_MUST2G:-540}
 BENCH_TIMEOUT_MUST2S=${BENCH_TIMEOUT_MUST2S:-400}
 BENCH_TIMEOUT_MUST3=${BENCH_TIMEOUT_MUST3:-540}
+BENCH_TIMEOUT_MUST3R=${BENCH_TIMEOUT_MUST3R:-400}
 BENCH_TIMEOUT_MUST4=${BENCH_TIMEOUT_MUST4:-400}
 BENCH_TIMEOUT_TRACED=${BENCH_TIMEOUT_TRACED:-240}
 BENCH_TIMEOUT_LCLC=${BENCH_TIMEOUT_LCLC:-400}
@@ -133,7 +137,7 @@ BENCH_TIMEOUT_MODEL_LLM=${BENCH_TIMEOUT_MODEL_LLM:-540}
 BENCH_TIMEOUT_MODEL_SYNTH=${BENCH_TIMEOUT_MODEL_SYNTH:-400}
 bench_timeout() { part_timeout "$1" BENCH_TIMEOUT; }
 
-ALL_PARTS="must1 must1s must2g must2s must3 must4 traced lclc model-graph model-eager model-llm model-synth"
+ALL_PARTS="must1 must1s must2g must2s must3 must3r must4 traced lclc model-graph model-eager model-llm model-synth"
 # A part's own limit (TIMEOUT_<PART>): its bench's plus 40 s to pack.
 for p in $ALL_PARTS; do
   v=$(part_var "$p")
@@ -153,6 +157,7 @@ scenarios() {
     must2g) echo pytorch-standalone,slo:pytorch-prepreempt-defaults,pytorch-prepreempt-be-1us,pytorch-be-only;;
     must2s) echo standalone,slo:prepreempt-defaults,prepreempt-be-1us,be-only;;
     must3) echo slo:pytorch@switch,pytorch-be-only;;
+    must3r) echo slo:prepreempt-defaults@switch,be-only;;
     must1s) echo pytorch-eager-standalone,pytorch-eager-be-1ms,pytorch-eager-be-1500us,pytorch-eager-be-2ms,pytorch-eager-be-only;;
     must4) echo standalone,prepreempt-multi-tenant:lc-only,slo:prepreempt-multi-tenant:be:3:be:1,be-only;;
     traced) echo pytorch-eager-standalone,slo:pytorch-eager,pytorch-eager-be-only;;
@@ -169,7 +174,7 @@ scenarios() {
 duration() {
   case $1 in
     must1|must1s|traced) echo 12s;;
-    must3) echo 24s;;
+    must3|must3r) echo 24s;;
     model-graph|model-eager|model-llm) echo 8s;;
     *) echo 10s;;
   esac
@@ -177,7 +182,7 @@ duration() {
 lead_in() {
   case $1 in
     must1|traced) echo 30s;;
-    must3) echo 10s;;
+    must3|must3r) echo 10s;;
     model-llm) echo 40s;;
     lclc|must1s) echo 0s;;
     *) echo 20s;;
@@ -185,7 +190,7 @@ lead_in() {
 }
 bench_cmd() {
   local extra="" repeat=$BENCH_REPEAT
-  case $1 in must2s|must4|lclc|model-synth) extra="--prep 500us --hint-launcher poller --lc-calibrate-us 0 --lc-iters 2000";; esac
+  case $1 in must2s|must3r|must4|lclc|model-synth) extra="--prep 500us --hint-launcher poller --lc-calibrate-us 0 --lc-iters 2000";; esac
   case $1 in traced) repeat=1;; lclc) repeat=${LCLC_REPEAT:-2};; model-*) repeat=$MODEL_REPEAT;; esac
   [ "$1" = traced ] && extra="--slo-push=false"
   [ "$MPS" = 1 ] && extra="$extra --lc-env CUDA_MPS_PIPE_DIRECTORY=$MPSDIR/pipe --lc-env CUDA_MPS_LOG_DIRECTORY=$MPSDIR/log"
@@ -201,7 +206,7 @@ daemon_args() { echo --be-progress=$BE_PROGRESS; [ "$1" = traced ] && echo --tra
 # carry neither and are left alone (default: none).
 policy() {
   local lc_objective="p50<=1.05x" window=1s calibrate=$CALIBRATE
-  [ "$1" = must3 ] && window=500ms
+  case $1 in must3|must3r) window=500ms;; esac
   # An LLM request every 800 ms: a 2 s window holds two or three, 30-45
   # times per output token (a tpot_ objective's samples; 20 count).
   [ "$1" = model-llm ] && window=2s

@@ -17,7 +17,7 @@ func TestGPURunSLODryRun(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
 	}
-	for _, part := range []string{"must1", "must2g", "must2s", "must3", "must4", "model-graph", "model-eager", "model-llm", "model-synth", "model-llm+", "must3+"} {
+	for _, part := range []string{"must1", "must2g", "must2s", "must3", "must3r", "must4", "model-graph", "model-eager", "model-llm", "model-synth", "model-llm+", "must3+"} {
 		cmd := exec.Command("bash", "../../scripts/gpu-run-slo.sh")
 		cmd.Env = append(os.Environ(), "DRY_RUN=1", "PARTS="+part)
 		if part == "must3+" { // must3 with the gate offered and an absolute objective
@@ -74,7 +74,7 @@ func TestGPURunSLODryRun(t *testing.T) {
 		if (strings.HasPrefix(part, "model-") || part == "must3+") != (p.Gate.Mode == policy.GateAuto) {
 			t.Errorf("%s: gate mode %q", part, p.Gate.Mode)
 		}
-		if want := map[string]string{"must3": "p50<=1.05x", "must3+": "p50<=9ms"}[part]; want != "" && p.SLO.LCObjective.String() != want {
+		if want := map[string]string{"must3": "p50<=1.05x", "must3r": "p50<=1.05x", "must3+": "p50<=9ms"}[part]; want != "" && p.SLO.LCObjective.String() != want {
 			t.Errorf("%s: LC objective %q, want %q", part, p.SLO.LCObjective.String(), want)
 		}
 		if part == "model-llm+" && (len(scs) != 3 || !strings.Contains(cmdline, "--lc-cpus 2-3 --be-cpus 4-5")) {

@@ -341,15 +341,16 @@ def push_window(path, body):
         conn.close()
 
 
-def next_push(period_s, reply):
+def next_push(period_s, reply, took_s=0.0):
     """Seconds after a push until the next one: just ahead of gpreemptd's
     next read of the windows (the reply's next_window_ms), where it reads
     once a period, so that each window begins as its decision takes effect
-    (docs/SLO.md "Aligned windows"); else a period. Never under half a
-    period. The same as the Go prepreempt.Reporter's."""
+    (docs/SLO.md "Aligned windows"); else a period from the push's start
+    (took_s is its round trip), so that the cadence does not drift. Never
+    under half a period. The same as the Go prepreempt.Reporter's."""
     nxt, win = reply.get("next_window_ms") or 0, reply.get("window_ms") or 0
     if not reply.get("slo") or nxt <= 0 or abs(win / 1e3 - period_s) > period_s / 20:
-        return period_s
+        return max(period_s - took_s, 0.0)
     d = nxt / 1e3 - min(period_s / 40, 0.020)  # the push's way there, a thread's wakeup
     while d < period_s / 2:
         d += period_s
@@ -416,7 +417,7 @@ class Reporter:
             if self.engine is not None:
                 body.update(self.engine.push_fields())
             reply = push_window(self.path, body)
-            self._wait = next_push(self.period_s, reply)
+            self._wait = next_push(self.period_s, reply, (time.monotonic_ns() - now) / 1e9)
             if self.engine is not None and "prepreempt" in reply:
                 self.engine.set_prepreempt(reply["prepreempt"])
             if self.engine is not None and reply.get("gate") in _GATE_MODES:
