@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -99,7 +100,8 @@ func fmtDuration(d time.Duration) string {
 	case d%time.Microsecond == 0 && d < time.Millisecond:
 		return fmt.Sprintf("%dus", d/time.Microsecond)
 	case d%time.Microsecond == 0:
-		return fmt.Sprintf("%gms", float64(d)/float64(time.Millisecond))
+		// 'f', not %g: a long backstop in %g has an exponent no flag parser takes.
+		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64) + "ms"
 	default:
 		return fmt.Sprintf("%dns", d.Nanoseconds())
 	}

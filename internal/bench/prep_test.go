@@ -78,6 +78,8 @@ func TestFmtDuration(t *testing.T) {
 		20 * time.Second:        "20s",
 		1500 * time.Nanosecond:  "1500ns",
 		1234 * time.Microsecond: "1.234ms",
+		// a BE backstop with the kernel LC's 5x switch in it
+		1061998500 * time.Microsecond: "1061998.5ms",
 	}
 	for d, want := range tests {
 		if got := fmtDuration(d); got != want {
