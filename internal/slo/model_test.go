@@ -454,6 +454,23 @@ func TestRules(t *testing.T) {
 				t.Errorf("seed %d: %d of 50 windows with pre-preemption, first %v: %v", seed, on, ds[0].Arm, armSummary(ds))
 			}
 		},
+	}, {
+		// With aligned windows too: the window after a move that turns
+		// pre-preemption on still runs without it (the LC's engine is told
+		// in the reply to the push that ends it), and is not the arm's.
+		name: "prepreempt arm, aligned", obj: p50, n: 80, w: always(hinted),
+		sim: func(g *SimGPU) { g.Prepreempt, g.Aligned = 50*time.Microsecond, true },
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			on := 0
+			for _, d := range ds[30:] {
+				if d.Arm.Prepreempt {
+					on++
+				}
+			}
+			if on < 45 {
+				t.Errorf("seed %d: %d of 50 windows with pre-preemption: %v", seed, on, armSummary(ds))
+			}
+		},
 	}} {
 		t.Run(s.name, func(t *testing.T) {
 			for seed := range uint64(10) {

@@ -147,7 +147,10 @@ type SimGPU struct {
 	// Aligned windows begin as a decision takes effect, as an app's
 	// reporter pushing just before the daemon reads has them: the window
 	// after a move shows the new arm alone, but the one after BE was
-	// stopped still drains BE's queued work (Observation.Aligned).
+	// stopped still drains BE's queued work (Observation.Aligned). An
+	// LC's engine takes pre-preemption and its gate from the reply to
+	// that push, so the window after a move that changed them runs them
+	// as before, under the new BE timeslice.
 	Aligned bool
 }
 
@@ -173,7 +176,9 @@ func (g *SimGPU) WindowArm(w Workload, obj objective.Objective, a, prev Arm) Obs
 		return w.AtArm(a)
 	}
 	r, share := at(a, paused)
-	if (prev != a || paused != g.wasPaused) && !(g.Aligned && !paused) {
+	if g.Aligned && !paused && (prev.Prepreempt != a.Prepreempt || prev.Gate != a.Gate) {
+		r, share = at(Arm{BETimeslice: a.BETimeslice, Gate: prev.Gate, Prepreempt: prev.Prepreempt}, paused)
+	} else if (prev != a || paused != g.wasPaused) && !(g.Aligned && !paused) {
 		pr, ps := at(prev, g.wasPaused)
 		r, share = (r+pr)/2, (share+ps)/2
 	}
