@@ -40,15 +40,13 @@ func (s arms) all() (out []Arm) {
 	return slices.DeleteFunc(out, func(a Arm) bool { return !s.allowed(a) })
 }
 
-// clamp is the allowed arm nearest a: its rung within lo..hi, the gate and pre-preemption off where
-// not allowed.
+// clamp is the allowed arm nearest a: its rung within lo..hi, the gate and pre-preemption where allowed.
 func (s arms) clamp(a Arm) Arm {
 	t := s.ladder[min(max(s.rung(a), s.lo), s.hi)]
 	return Arm{t, a.Gate && s.gate, a.Prepreempt && t <= s.prepreempt}
 }
 
-// neighbours are the allowed arms one step from a: a rung either way, the gate or pre-preemption
-// switched.
+// neighbours are the allowed arms one step from a: a rung either way, the gate or pre-preemption switched.
 func (s arms) neighbours(a Arm) []Arm {
 	i := s.rung(a)
 	return slices.DeleteFunc([]Arm{

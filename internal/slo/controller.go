@@ -70,6 +70,7 @@ const (
 	scatterFloor  = scatterPrior / 10 // the least scatter learnt: a window that repeats the last is no evidence of none
 	scatterAfter  = 3                 // windows of scatter learnt before it replaces scatterPrior: two that agree say little
 	scatterClip   = 3                 // deviations a window's scatter is clipped at: a step further is the change detector's
+	leastChange   = scatterPrior / 2  // a deviation for the detector at least: a drift of a few percent is the estimates' to follow
 	refHalfLives  = 2                 // HalfLifes a reference outlives its process's last window: its estimates weigh a quarter by then
 	calSlack      = 3                 // windows a pause may run past its own (too few requests, an LC arriving) before BE runs one
 	calRounds     = 3                 // pauses that run long, or without a window of the LC alone, before references are learnt beside BE
@@ -403,7 +404,7 @@ func (c *Controller) changed(ss []sample) (changed, judged bool) {
 	for k, x := range shownOf(ss) {
 		if s := c.est(c.cur).shown[k]; known(s) && s.W >= levelWindows {
 			n++
-			if r := (x - s.Mean()) / s.SD(c.scatterOf(k+" shown"), priorWindows); !(math.Abs(r) <= math.Abs(z)) {
+			if r := (x - s.Mean()) / max(s.SD(c.scatterOf(k+" shown"), priorWindows), leastChange*s.Mean()); !(math.Abs(r) <= math.Abs(z)) {
 				z = r
 			}
 		}

@@ -44,11 +44,12 @@ func (c *Controller) decide(d Decision, o Observation) Decision {
 		d.Cause = CauseWithin
 		return c.stay(d, fmt.Sprintf("exploring %v: LC at %.2fx its objective so far", cur, c.worstMean(cur)))
 	}
-	if c.exploring && f != feasible {
+	leave := hasBest && best != cur && (f != feasible || c.better(best, cur))
+	if f != feasible && (c.exploring || leave) { // left or explored undecided: tried again after a while
 		c.leftUnproven(cur)
 	}
 	c.exploring = false
-	if hasBest && best != cur && (f != feasible || c.better(best, cur)) {
+	if leave {
 		d.Cause = CauseKnownBetter
 		return c.move(d, best, fmt.Sprintf("%v meets every objective with %s", best, c.shareText(best)))
 	}

@@ -439,6 +439,24 @@ func TestRules(t *testing.T) {
 			}
 		},
 	}, {
+		// A steady LC (1% a window) whose latency drifts 3% is followed
+		// by the estimates, not taken for a change: a pause would cost BE
+		// 3 s, and the references it learnt would hide a real change
+		// coming within the HalfLife after (must3 on the H100).
+		name: "a drift of a few percent is no change", obj: p50, n: 160,
+		w: func(i int) (Workload, string) {
+			w := graphOverShortest
+			if w.Noise = 0.01; i >= 60 {
+				w.Baseline = w.Baseline * 103 / 100
+			}
+			return w, ""
+		},
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			if i := slices.IndexFunc(ds[20:], func(d Decision) bool { return d.WorkloadChanged }); i >= 0 {
+				t.Errorf("seed %d: a change seen at window %d: %v", seed, 20+i, armSummary(ds))
+			}
+		},
+	}, {
 		// Pre-preemption is an arm: a hinted LC keeps it (told not to
 		// pre-preempt it waits out BE's timeslice).
 		name: "prepreempt arm", obj: p50, n: 80, w: always(hinted),
@@ -693,5 +711,31 @@ func TestBackoffsOutliveNewcomers(t *testing.T) {
 	// lifted at each arrival: ~880.
 	if total > 700 {
 		t.Errorf("%d changes over 10 x 700 windows; want at most 700", total)
+	}
+}
+
+// TestLeftUndecidedIsBackedOff: an arm the search moved to as known to
+// meet the objectives, and left for one that does once a window made it
+// undecided, is not explored again within a HalfLife (unless a change
+// was seen), as an explored arm left undecided is not: else an eager LC
+// near its edge hops between the two every few windows.
+func TestLeftUndecidedIsBackedOff(t *testing.T) {
+	edge := Workload{Name: "edge-2ms", Baseline: time.Millisecond, Noise: 0.08, ShareNoise: 0.01, Requests: 100, Points: []Point{
+		{time.Millisecond, 0.78, 0.86, false}, {2 * time.Millisecond, 0.92, 0.89, false}, {3 * time.Millisecond, 1.25, 0.9, false}}}
+	ladder := []time.Duration{time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond}
+	for seed := range uint64(20) {
+		ds := scenario{obj: Objective{Quantile: 0.5, Absolute: time.Millisecond}, opts: Options{Ladder: ladder}, n: 400, w: always(edge),
+			sim: func(g *SimGPU) { g.Aligned = true }}.play(seed)
+		left := math.MinInt / 2
+		for i, d := range ds {
+			switch {
+			case d.WorkloadChanged:
+				left = math.MinInt / 2
+			case d.Changed && d.Arm.BETimeslice == 2*time.Millisecond && d.Cause == CauseExplore && i-left < 40:
+				t.Fatalf("seed %d: 2ms left for a known better at window %d, explored again at %d: %v", seed, left, i, armSummary(ds[:i+1]))
+			case d.Changed && d.Cause == CauseKnownBetter && i > 0 && ds[i-1].Arm.BETimeslice == 2*time.Millisecond:
+				left = i
+			}
+		}
 	}
 }
