@@ -412,7 +412,6 @@ class Reporter:
             self._lat, self._ttft, self._tpot, self._since = [], [], [], now
             total = self._total
         body = window_body(lat, now - since, total, ttft, tpot)
-        self._wait = self.period_s
         try:
             if self.engine is not None:
                 body.update(self.engine.push_fields())
@@ -426,6 +425,7 @@ class Reporter:
                 print("latency pushed to gpreemptd again", file=sys.stderr)
             self._failed = False
         except (OSError, ValueError, GpreemptError) as e:
+            self._wait = next_push(self.period_s, {}, (time.monotonic_ns() - now) / 1e9)
             if not self._failed:
                 print("latency not pushed to gpreemptd: %s" % e, file=sys.stderr)
             self._failed = True
