@@ -218,8 +218,8 @@ func (r *Reporter) push(ctx context.Context) (client.StatsReply, error) {
 // daemon reads once a period, so that each window begins as the daemon's
 // decision takes effect (docs/SLO.md "Aligned windows"); else a period
 // from the push's start (took is the push's round trip), so that the
-// cadence does not drift by each round trip. Never under half a period:
-// a window is not cut short for it.
+// cadence does not drift by each round trip. Aligned, never under half a
+// period: a window is not cut short for it.
 func nextPush(period, took time.Duration, reply client.StatsReply) time.Duration {
 	ms := func(x float64) time.Duration { return time.Duration(x * float64(time.Millisecond)) }
 	if !reply.SLO || reply.NextWindowMs <= 0 || (ms(reply.WindowMs)-period).Abs() > period/20 {

@@ -303,19 +303,20 @@ func TestPythonReporterAligns(t *testing.T) {
 		t.Skip("no python3 to run the Python package's Reporter")
 	}
 	// The daemon answers 100 ms late: unaligned, the next push comes a
-	// period after this one began, so the wait is at most 0.4 s.
+	// period (10 s) after this one began, so the wait is under 9.9 s
+	// (and over 0 unless a push took the whole period).
 	for _, tc := range []struct {
 		name     string
 		reply    client.StatsReply
 		min, max float64
 	}{
-		{"aligned", client.StatsReply{SLO: true, NextWindowMs: 300, WindowMs: 500}, 0.2875, 0.2875},
-		{"no read time", client.StatsReply{SLO: true}, 0, 0.4},
+		{"aligned", client.StatsReply{SLO: true, NextWindowMs: 7000, WindowMs: 10000}, 6.98, 6.98},
+		{"no read time", client.StatsReply{SLO: true}, 1e-6, 9.9},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sock := startFakeDaemon(t, &fakeDaemon{reply: tc.reply, delay: 100 * time.Millisecond})
 			out, err := exec.Command(py, "-c", "import sys; sys.path.insert(0, '../python'); import gpreempt; "+
-				"r = gpreempt.Reporter(sys.argv[1], 0.5); r.record(1000); r.push(); print(round(r._wait, 6))", sock).CombinedOutput()
+				"r = gpreempt.Reporter(sys.argv[1], 10); r.record(1000); r.push(); print(round(r._wait, 6))", sock).CombinedOutput()
 			if err != nil {
 				t.Fatalf("python: %v: %s", err, out)
 			}

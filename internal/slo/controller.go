@@ -70,7 +70,7 @@ const (
 	scatterFloor  = scatterPrior / 10 // the least scatter learnt: a window that repeats the last is no evidence of none
 	scatterAfter  = 3                 // windows of scatter learnt before it replaces scatterPrior: two that agree say little
 	scatterClip   = 3                 // deviations a window's scatter is clipped at: a step further is the change detector's
-	leastChange   = scatterPrior / 2  // a deviation for the detector at least: a drift of a few percent is the estimates' to follow
+	leastChange   = scatterPrior / 4  // a deviation for the detector at least: half the finest objective margin (5%); less is drift
 	refHalfLives  = 2                 // HalfLifes a reference outlives its process's last window: its estimates weigh a quarter by then
 	calSlack      = 3                 // windows a pause may run past its own (too few requests, an LC arriving) before BE runs one
 	calRounds     = 3                 // pauses that run long, or without a window of the LC alone, before references are learnt beside BE
@@ -177,7 +177,7 @@ type Controller struct {
 	cusum                [2]float64
 	missing              int
 	pausing, wasPaused   bool // the last decision paused BE; the window observed was to
-	lagged               bool // the last move changed what LC engines take at their next push (pre-preemption, the gate)
+	lagged, wasLagged    bool // the last move changed what LC engines take at their next push (pre-preemption, the gate)
 	cal                  calibration
 	relearnt             int  // window references were last relearnt for a change
 	owed                 bool // a change came within a HalfLife of that: relearnt once one has passed
@@ -228,8 +228,8 @@ func (c *Controller) est(a Arm) *armEst {
 func (c *Controller) Observe(o Observation) Decision {
 	c.tick++
 	c.since++
-	c.wasPaused, c.pausing = c.pausing, false
-	if o.Aligned && c.since == settle && !c.wasPaused && !c.lagged {
+	c.wasPaused, c.pausing, c.wasLagged, c.lagged = c.pausing, false, c.lagged, false
+	if o.Aligned && c.since == settle && !c.wasPaused && !c.wasLagged {
 		c.since++ // nothing before to settle (BE's drain after a pause is calibration's; engines learn a move at the push ending the window)
 	}
 	c.decay(math.Exp2(-1 / float64(c.opts.HalfLife)))
@@ -284,7 +284,7 @@ func (c *Controller) observe(o Observation) Decision {
 		return c.endCalibration(d)
 	}
 	if c.since > settle && !c.wasPaused {
-		changed, judged := c.changed(ss)
+		changed, hold := c.changed(ss)
 		if changed {
 			d.WorkloadChanged, d.Cause, d.Reason = true, CauseChange, "the LC's response changed under this arm: "
 			if c.relearn() {
@@ -294,7 +294,7 @@ func (c *Controller) observe(o Observation) Decision {
 		}
 		// Windows that may begin a change are not learnt: a young estimate
 		// would follow a step and hide it; a burst that passes is not the arm's.
-		if !judged || max(c.cusum[0], c.cusum[1]) < c.opts.Threshold/changeWindows {
+		if !hold {
 			c.learn(ss, o.BEShare)
 		}
 	}
@@ -397,9 +397,9 @@ func shownOf(ss []sample) map[string]float64 {
 }
 
 // changed runs the change detector on the window's residuals against the arm in force, and on a
-// change forgets every other arm: they showed the workload that was. judged: the arm had shown
-// enough to compare with.
-func (c *Controller) changed(ss []sample) (changed, judged bool) {
+// change forgets every other arm: they showed the workload that was. hold: the window may begin a
+// change (past a deviation and a half, the sum half way), where a smaller shift is followed.
+func (c *Controller) changed(ss []sample) (changed, hold bool) {
 	z, n := math.NaN(), 0
 	for k, x := range shownOf(ss) {
 		if s := c.est(c.cur).shown[k]; known(s) && s.W >= levelWindows {
@@ -418,7 +418,7 @@ func (c *Controller) changed(ss []sample) (changed, judged bool) {
 	if changed = !(max(c.cusum[0], c.cusum[1]) < c.opts.Threshold); changed {
 		c.forget()
 	}
-	return changed, true
+	return changed, math.Abs(z) > 1+drift && max(c.cusum[0], c.cusum[1]) >= c.opts.Threshold/changeWindows
 }
 
 // forget drops what every arm showed, their back-offs and the rechecks': a workload that was.

@@ -457,6 +457,28 @@ func TestRules(t *testing.T) {
 			}
 		},
 	}, {
+		// A rise of 6% under the arm in force, which puts an LC that met
+		// its objective by a few percent over it, is a change: seen within
+		// a few windows, not followed for a HalfLife while it misses.
+		name: "a rise of 6% is a change", obj: p50, n: 120,
+		sim: func(g *SimGPU) { g.Aligned = true },
+		w: func(i int) (Workload, string) {
+			w := Workload{Name: "near", Baseline: time.Millisecond, Noise: 0.01, ShareNoise: 0.01, Requests: 200, Points: []Point{
+				{time.Microsecond, 0.97, 0.80, false}, {200 * time.Microsecond, 0.99, 0.85, false},
+				{time.Millisecond, 1.02, 0.90, false}, {3 * time.Millisecond, 1.3, 0.92, false}}}
+			if i >= 80 {
+				for j := range w.Points {
+					w.Points[j].LCRatio *= 1.06
+				}
+			}
+			return w, ""
+		},
+		check: func(t *testing.T, seed uint64, ds []Decision) {
+			if i := slices.IndexFunc(ds[80:], func(d Decision) bool { return d.WorkloadChanged }); i < 0 || i > 10 {
+				t.Errorf("seed %d: the rise seen %d windows after it (-1: never): %v", seed, i, armSummary(ds[70:]))
+			}
+		},
+	}, {
 		// Pre-preemption is an arm: a hinted LC keeps it (told not to
 		// pre-preempt it waits out BE's timeslice).
 		name: "prepreempt arm", obj: p50, n: 80, w: always(hinted),

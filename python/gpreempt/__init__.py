@@ -346,8 +346,8 @@ def next_push(period_s, reply, took_s=0.0):
     next read of the windows (the reply's next_window_ms), where it reads
     once a period, so that each window begins as its decision takes effect
     (docs/SLO.md "Aligned windows"); else a period from the push's start
-    (took_s is its round trip), so that the cadence does not drift. Never
-    under half a period. The same as the Go prepreempt.Reporter's."""
+    (took_s is its round trip), so that the cadence does not drift. Aligned,
+    never under half a period. The same as the Go prepreempt.Reporter's."""
     nxt, win = reply.get("next_window_ms") or 0, reply.get("window_ms") or 0
     if not reply.get("slo") or nxt <= 0 or abs(win / 1e3 - period_s) > period_s / 20:
         return max(period_s - took_s, 0.0)
