@@ -1162,3 +1162,40 @@ func TestSLOLoopAlignedWindows(t *testing.T) {
 		})
 	}
 }
+
+// TestSLOLoopEngineToldLate: where pre-preemption is no arm (two BE share
+// the GPU, and its floor is past the spinner's ceiling), an LC's engine is
+// still told to pre-preempt below slo.prepreempt_below. A move across it
+// changes what the engine does from its next push, which ends the window
+// after the move: that window is not counted as aligned; the others,
+// pushed as the daemon reads, are.
+func TestSLOLoopEngineToldLate(t *testing.T) {
+	s := newSLORig(t, sloPolicy)
+	s.loop.Step(s.now)
+	told := []bool{s.loop.Reply(100).Prepreempt} // after each step
+	crossed, kept := 0, 0
+	for i := range 60 {
+		s.now += time.Second
+		r, _ := slo.EagerPyTorchH100.At(s.beTimeslice())
+		p50 := float64(slo.EagerPyTorchH100.Baseline) * r / 1e3
+		s.loop.Push(100, client.Stats{Engine: &EngineState{Prepreempt: told[max(i-1, 0)]}, Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
+			LatencyUs: map[string]float64{"p50": p50}}})
+		s.loop.Step(s.now)
+		s.tick(s.now)
+		told = append(told, s.loop.Reply(100).Prepreempt)
+		if i < 1 {
+			continue
+		}
+		switch last := s.loop.Status().Last; {
+		case told[i] != told[i-1] && last.Aligned:
+			t.Errorf("window %d, after the engine was told %v: counted as aligned", i, told[i])
+		case told[i] != told[i-1]:
+			crossed++
+		case last.Aligned:
+			kept++
+		}
+	}
+	if crossed == 0 || kept < 30 {
+		t.Fatalf("windows after a move across prepreempt_below: %d; others aligned: %d of 60", crossed, kept)
+	}
+}

@@ -118,7 +118,11 @@ type search struct {
 	// prepreempt: its pre-preemption arms go up to this BE timeslice (0:
 	// none: no LC of it has a hint engine, or none is allowed).
 	prepreempt time.Duration
-	status     client.SLOSearch
+	// lagged: what its LCs' engines are told to do changed at the last
+	// decision; they take it at their next push, which ends the window
+	// now running, so that window ran the word before, aligned or not.
+	lagged bool
+	status client.SLOSearch
 }
 
 // live says whether the search has an LC on its GPUs this window.
@@ -381,7 +385,7 @@ func (l *Loop) Step(now time.Duration) {
 				}
 				obs.BEShare, _ = BEShare(rates, keys)
 			}
-			obs.Aligned = prev > 0 && len(s.lcs) > 0
+			obs.Aligned = prev > 0 && len(s.lcs) > 0 && !s.lagged
 			for _, p := range s.lcs {
 				w := samples[p.PID]
 				obs.LC = append(obs.LC, w.samples...)

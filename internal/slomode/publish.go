@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -118,6 +119,7 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 		// Engines pre-preempt as the arm says where pre-preemption is an
 		// arm; elsewhere below slo.prepreempt_below.
 		pre := arm.Prepreempt || s.prepreempt == 0 && (pol.SLO.PrepreemptBelow <= 0 || arm.BETimeslice < pol.SLO.PrepreemptBelow)
+		s.lagged = pre != ss.Prepreempt && slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool { _, ok := st.Engines[strconv.Itoa(p.PID)]; return ok })
 		ss.Prepreempt = pre
 		// What an idle search decides applies to no BE: neither shown nor
 		// counted.
