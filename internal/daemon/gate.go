@@ -207,6 +207,14 @@ func (g *RequestGate) Delimits(pid int) bool {
 	return lc == nil || !lc.undelimited()
 }
 
+// SelfGated reports whether LC pid's engine gates its own requests (its
+// pushes said so): it learns SLO mode's arm in its next push reply.
+func (g *RequestGate) SelfGated(pid int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.selfGated[pid]
+}
+
 const (
 	overrunLimit   = 2 // one hold to MaxHold may be a long request; two in a row are the LC's pace
 	delimitedAfter = 3 // requests seen to begin after an idle: the LC's pace changed

@@ -42,10 +42,11 @@ func TestGateSteered(t *testing.T) {
 }
 
 // fakeSteerer records what SLO mode tells the gate.
-type fakeSteerer struct{ holds, undelimited map[int]bool }
+type fakeSteerer struct{ holds, undelimited, selfGated map[int]bool }
 
-func (f *fakeSteerer) Steer(h map[int]bool)  { f.holds = maps.Clone(h) }
-func (f *fakeSteerer) Delimits(pid int) bool { return !f.undelimited[pid] }
+func (f *fakeSteerer) Steer(h map[int]bool)   { f.holds = maps.Clone(h) }
+func (f *fakeSteerer) Delimits(pid int) bool  { return !f.undelimited[pid] }
+func (f *fakeSteerer) SelfGated(pid int) bool { return f.selfGated[pid] }
 
 // llmDecodeLC is a launch-bound LC: ~1.4x its standalone latency beside BE
 // whatever the BE timeslice, at standalone with the gate.
@@ -174,5 +175,52 @@ func TestSLOLoopTPOTTokens(t *testing.T) {
 	}
 	if _, code, err := ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":2,"tokens":30,"latency_us":{"p50":400000}}}`)); err == nil || code != http.StatusBadRequest {
 		t.Errorf("tokens without tpot_p50: %d %v, want 400", code, err)
+	}
+}
+
+// TestSLOLoopSelfGatedLags: an LC whose engine gates its own requests
+// takes the gate arm from its next push reply, so the window after a move
+// that turned the gate on or off is not counted as aligned; one the
+// daemon gates is held from its next request, and that window is.
+func TestSLOLoopSelfGatedLags(t *testing.T) {
+	const pol = `
+classes:
+  lc: {objective: "p50<=12ms"}
+  be: {timeslice: 200us}
+rules:
+  - {name: lc, match: {comm: "lc*"}, class: lc, trust_self_set: true}
+  - {name: trainer, match: {comm: "train*"}, class: be}
+slo: {enabled: true, window: 1s}
+gate: {mode: on}
+`
+	for _, self := range []bool{true, false} {
+		s := newSLORig(t, pol)
+		f := &fakeSteerer{selfGated: map[int]bool{100: self}}
+		s.loop.Gate = f
+		s.loop.Step(s.now)
+		moves, aligned := 0, 0
+		for range 60 {
+			held := f.holds[100]
+			s.now += time.Second
+			r, _ := llmDecodeLC.AtArm(slo.Arm{BETimeslice: s.beTimeslice(), Gate: f.holds[100]})
+			pushP50(s.loop, 100, float64(llmDecodeLC.Baseline)*r/1e3)
+			s.loop.Step(s.now)
+			s.tick(s.now)
+			if f.holds[100] == held {
+				continue
+			}
+			// The gate moved at this step: judge the next window.
+			s.now += time.Second
+			r, _ = llmDecodeLC.AtArm(slo.Arm{BETimeslice: s.beTimeslice(), Gate: f.holds[100]})
+			pushP50(s.loop, 100, float64(llmDecodeLC.Baseline)*r/1e3)
+			s.loop.Step(s.now)
+			s.tick(s.now)
+			if moves++; s.loop.Status().Last.Aligned {
+				aligned++
+			}
+		}
+		if moves == 0 || self && aligned > 0 || !self && aligned < moves {
+			t.Errorf("self-gated %v: %d of %d windows after a gate move counted as aligned", self, aligned, moves)
+		}
 	}
 }

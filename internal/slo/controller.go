@@ -103,8 +103,8 @@ type Observation struct {
 	Gate                           bool          // the gate may hold BE for these LCs
 	Prepreempt                     time.Duration // an LC's engine may pre-preempt up to this BE timeslice; 0: no
 	BEPaused                       bool          // every BE was stopped through the window, as asked
-	// Aligned: every LC window began as the last decision took effect (reporters push just before the
-	// daemon reads): the window after a move is learnt, unless pre-preemption or the gate moved (lagged).
+	// Aligned: every LC window began as the last decision took effect for its LC (reporters push just
+	// before the daemon reads; an engine takes pre-preemption at that push): the window is learnt.
 	Aligned bool
 }
 
@@ -177,7 +177,6 @@ type Controller struct {
 	cusum                [2]float64
 	missing              int
 	pausing, wasPaused   bool // the last decision paused BE; the window observed was to
-	lagged, wasLagged    bool // the last move changed what LC engines take at their next push (pre-preemption, the gate)
 	cal                  calibration
 	relearnt             int  // window references were last relearnt for a change
 	owed                 bool // a change came within a HalfLife of that: relearnt once one has passed
@@ -228,8 +227,8 @@ func (c *Controller) est(a Arm) *armEst {
 func (c *Controller) Observe(o Observation) Decision {
 	c.tick++
 	c.since++
-	c.wasPaused, c.pausing, c.wasLagged, c.lagged = c.pausing, false, c.lagged, false
-	if o.Aligned && c.since == settle && !c.wasPaused && !c.wasLagged {
+	c.wasPaused, c.pausing = c.pausing, false
+	if o.Aligned && c.since == settle && !c.wasPaused {
 		c.since++ // nothing before to settle (BE's drain after a pause is calibration's; engines learn a move at the push ending the window)
 	}
 	c.decay(math.Exp2(-1 / float64(c.opts.HalfLife)))
@@ -448,7 +447,7 @@ func (c *Controller) resetRefs() (any bool) {
 
 func (c *Controller) move(d Decision, to Arm, why string) Decision {
 	if d.Changed = to != c.cur; d.Changed {
-		c.cur, c.since, c.lagged = to, 0, to.Prepreempt != c.cur.Prepreempt || to.Gate != c.cur.Gate
+		c.cur, c.since = to, 0
 	}
 	return c.stay(d, why)
 }

@@ -497,7 +497,9 @@ func TestRules(t *testing.T) {
 	}, {
 		// With aligned windows too: the window after a move that turns
 		// pre-preemption on still runs without it (the LC's engine is told
-		// in the reply to the push that ends it), and is not the arm's.
+		// in the reply to the push that ends it); the daemon does not count
+		// it aligned (internal/daemon's TestSLOLoopEngineToldLate), and the
+		// controller does not take it for the arm's.
 		name: "prepreempt arm, aligned", obj: p50, n: 80, w: always(hinted),
 		sim: func(g *SimGPU) { g.Prepreempt, g.Aligned = 50*time.Microsecond, true },
 		check: func(t *testing.T, seed uint64, ds []Decision) {

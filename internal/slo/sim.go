@@ -148,10 +148,11 @@ type SimGPU struct {
 	// reporter pushing just before the daemon reads has them: the window
 	// after a move shows the new arm alone, but the one after BE was
 	// stopped still drains BE's queued work (Observation.Aligned). An
-	// LC's engine takes pre-preemption and its gate from the reply to
-	// that push, so the window after a move that changed them runs them
-	// as before, under the new BE timeslice.
-	Aligned bool
+	// LC's engine takes pre-preemption (and, SelfGated, the gate) from
+	// the reply to that push, so the window after a move that changed
+	// them runs them as before, under the new BE timeslice, and the
+	// daemon does not count it aligned.
+	Aligned, SelfGated bool
 }
 
 // NewSimGPU returns a simulator seeded with seed.
@@ -176,8 +177,9 @@ func (g *SimGPU) WindowArm(w Workload, obj objective.Objective, a, prev Arm) Obs
 		return w.AtArm(a)
 	}
 	r, share := at(a, paused)
-	if g.Aligned && !paused && (prev.Prepreempt != a.Prepreempt || prev.Gate != a.Gate) {
-		r, share = at(Arm{BETimeslice: a.BETimeslice, Gate: prev.Gate, Prepreempt: prev.Prepreempt}, paused)
+	lag := g.Aligned && !paused && (prev.Prepreempt != a.Prepreempt || g.SelfGated && prev.Gate != a.Gate)
+	if lag {
+		r, share = at(Arm{BETimeslice: a.BETimeslice, Gate: prev.Gate && g.SelfGated || a.Gate && !g.SelfGated, Prepreempt: prev.Prepreempt}, paused)
 	} else if (prev != a || paused != g.wasPaused) && !(g.Aligned && !paused) {
 		pr, ps := at(prev, g.wasPaused)
 		r, share = (r+pr)/2, (share+ps)/2
@@ -188,7 +190,7 @@ func (g *SimGPU) WindowArm(w Workload, obj objective.Objective, a, prev Arm) Obs
 	if sn == 0 {
 		sn = w.Noise
 	}
-	o := Observation{BEShare: math.Min(1, share*noise(sn)), BEPaused: paused, Gate: g.Gate, Prepreempt: g.Prepreempt, Aligned: g.Aligned}
+	o := Observation{BEShare: math.Min(1, share*noise(sn)), BEPaused: paused, Gate: g.Gate, Prepreempt: g.Prepreempt, Aligned: g.Aligned && !lag}
 	if g.ShareUnknown {
 		o.BEShare = math.NaN()
 	}

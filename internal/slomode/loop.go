@@ -118,11 +118,13 @@ type search struct {
 	// prepreempt: its pre-preemption arms go up to this BE timeslice (0:
 	// none: no LC of it has a hint engine, or none is allowed).
 	prepreempt time.Duration
-	// lagged: what its LCs' engines are told to do changed at the last
+	// lagged: what its LCs' engines are told to do (pre-preemption; the
+	// gate, to one that gates itself: selfGated) changed at the last
 	// decision; they take it at their next push, which ends the window
 	// now running, so that window ran the word before, aligned or not.
-	lagged bool
-	status client.SLOSearch
+	// gate is the arm's gate last published.
+	lagged, selfGated, gate bool
+	status                  client.SLOSearch
 }
 
 // live says whether the search has an LC on its GPUs this window.
@@ -367,6 +369,7 @@ func (l *Loop) Step(now time.Duration) {
 		}
 		gate := l.Gate != nil && pol.Gate.Mode != policy.GateOff &&
 			!slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool { return !l.Gate.Delimits(p.PID) })
+		s.selfGated = l.Gate != nil && slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool { return l.Gate.SelfGated(p.PID) })
 		obs := slo.Observation{BEShare: math.NaN(), MinBETimeslice: floor, MinBEShare: pol.SLO.MinBEShare,
 			Gate: gate, Prepreempt: s.prepreempt}
 		// A search that started in this window has its floor and arms

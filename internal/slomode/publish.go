@@ -119,7 +119,8 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 		// Engines pre-preempt as the arm says where pre-preemption is an
 		// arm; elsewhere below slo.prepreempt_below.
 		pre := arm.Prepreempt || s.prepreempt == 0 && (pol.SLO.PrepreemptBelow <= 0 || arm.BETimeslice < pol.SLO.PrepreemptBelow)
-		s.lagged = pre != ss.Prepreempt && slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool { _, ok := st.Engines[strconv.Itoa(p.PID)]; return ok })
+		engine := slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool { _, ok := st.Engines[strconv.Itoa(p.PID)]; return ok })
+		s.lagged, s.gate = engine && pre != ss.Prepreempt || s.selfGated && arm.Gate != s.gate, arm.Gate
 		ss.Prepreempt = pre
 		// What an idle search decides applies to no BE: neither shown nor
 		// counted.

@@ -59,6 +59,9 @@ type Pauser interface {
 type Steerer interface {
 	Steer(holds map[int]bool)
 	Delimits(pid int) bool
+	// SelfGated: the LC's engine gates its own requests, and takes the
+	// arm's gate from the reply to its next push.
+	SelfGated(pid int) bool
 }
 
 // Metrics is where SLO mode publishes its windows (the daemon's Metrics).
