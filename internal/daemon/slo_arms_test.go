@@ -54,13 +54,9 @@ var llmDecodeLC = slo.Workload{Baseline: 10 * time.Millisecond, Requests: 60, Po
 	{BETimeslice: time.Microsecond, LCRatio: 1.35, BEShare: 0.12}, {BETimeslice: 3 * time.Millisecond, LCRatio: 1.5, BEShare: 0.76}},
 	Gated: []slo.Point{{BETimeslice: time.Microsecond, LCRatio: 1.02, BEShare: 0.7}, {BETimeslice: 3 * time.Millisecond, LCRatio: 1.02, BEShare: 0.79}}}
 
-// TestSLOLoopGateArm: with the policy's gate on, an LC that only the gate
-// brings within its absolute objective gets the gate arm, which the loop
-// hands the request gate; with the gate off, or for an LC whose requests
-// the gate does not see end, no gate arm is offered, and the status says
-// the objective is missed.
-func TestSLOLoopGateArm(t *testing.T) {
-	const pol = `
+// gateArmPolicy: an LC with an absolute objective beside one BE, the
+// gate's mode to fill in.
+const gateArmPolicy = `
 classes:
   lc: {objective: "p50<=12ms"}
   be: {timeslice: 200us}
@@ -70,12 +66,19 @@ rules:
 slo: {enabled: true, window: 1s}
 gate: {mode: %s}
 `
+
+// TestSLOLoopGateArm: with the policy's gate on, an LC that only the gate
+// brings within its absolute objective gets the gate arm, which the loop
+// hands the request gate; with the gate off, or for an LC whose requests
+// the gate does not see end, no gate arm is offered, and the status says
+// the objective is missed.
+func TestSLOLoopGateArm(t *testing.T) {
 	for _, tt := range []struct {
 		mode        string
 		undelimited bool // the gate does not see the LC's requests end
 	}{{policy.GateOn, false}, {policy.GateOff, false}, {policy.GateOn, true}} {
 		mode := tt.mode
-		s := newSLORig(t, strings.Replace(pol, "%s", mode, 1))
+		s := newSLORig(t, strings.Replace(gateArmPolicy, "%s", mode, 1))
 		f := &fakeSteerer{undelimited: map[int]bool{100: tt.undelimited}}
 		s.loop.Gate = f
 		s.loop.Step(s.now)
@@ -183,18 +186,8 @@ func TestSLOLoopTPOTTokens(t *testing.T) {
 // that turned the gate on or off is not counted as aligned; one the
 // daemon gates is held from its next request, and that window is.
 func TestSLOLoopSelfGatedLags(t *testing.T) {
-	const pol = `
-classes:
-  lc: {objective: "p50<=12ms"}
-  be: {timeslice: 200us}
-rules:
-  - {name: lc, match: {comm: "lc*"}, class: lc, trust_self_set: true}
-  - {name: trainer, match: {comm: "train*"}, class: be}
-slo: {enabled: true, window: 1s}
-gate: {mode: on}
-`
 	for _, self := range []bool{true, false} {
-		s := newSLORig(t, pol)
+		s := newSLORig(t, strings.Replace(gateArmPolicy, "%s", policy.GateOn, 1))
 		f := &fakeSteerer{selfGated: map[int]bool{100: self}}
 		s.loop.Gate = f
 		s.loop.Step(s.now)
