@@ -217,3 +217,48 @@ func TestSLOLoopSelfGatedLags(t *testing.T) {
 		}
 	}
 }
+
+// TestSLOLoopLagFromWhatWasTold: the window that starts as SLO mode comes
+// on runs what engines were told before: to pre-preempt (the mode off
+// says so) and, for an engine that gates itself, the policy's gate. Where
+// the mode's first word differs (a safe BE timeslice past
+// prepreempt_below; the safe arm without the gate), that window is not
+// counted as aligned.
+func TestSLOLoopLagFromWhatWasTold(t *testing.T) {
+	t.Run("pre-preemption", func(t *testing.T) {
+		s := newSLORig(t, strings.Replace(sloPolicy, "window: 1s}", "window: 1s, prepreempt_below: 100us}", 1))
+		s.loop.Push(100, client.Stats{Engine: &EngineState{Prepreempt: true}})
+		if !s.loop.Reply(100).Prepreempt {
+			t.Fatal("an engine not told to pre-preempt with the mode off")
+		}
+		s.loop.Step(s.now)
+		s.tick(s.now)
+		if s.loop.Reply(100).Prepreempt {
+			t.Fatal("the mode's first word is to pre-preempt: nothing to test")
+		}
+		s.now += time.Second
+		pushP50(s.loop, 100, 6000)
+		s.loop.Step(s.now)
+		s.tick(s.now)
+		if last := s.loop.Status().Last; last == nil || last.Aligned {
+			t.Errorf("the first window, run pre-preempting, counted as aligned: %+v", last)
+		}
+	})
+	t.Run("an engine's own gate", func(t *testing.T) {
+		s := newSLORig(t, strings.Replace(gateArmPolicy, "%s", policy.GateOn, 1))
+		f := &fakeSteerer{selfGated: map[int]bool{100: true}}
+		s.loop.Gate = f
+		s.loop.Step(s.now)
+		s.tick(s.now)
+		if hold, steered := f.holds[100]; !steered || hold {
+			t.Fatalf("the mode's first word is not the gate off (steered %v, hold %v): nothing to test", steered, hold)
+		}
+		s.now += time.Second
+		pushP50(s.loop, 100, 6000)
+		s.loop.Step(s.now)
+		s.tick(s.now)
+		if last := s.loop.Status().Last; last == nil || last.Aligned {
+			t.Errorf("the first window, gated as the policy says, counted as aligned: %+v", last)
+		}
+	})
+}

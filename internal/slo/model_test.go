@@ -439,15 +439,16 @@ func TestRules(t *testing.T) {
 			}
 		},
 	}, {
-		// A steady LC (1% a window) whose latency drifts 3% is followed
-		// by the estimates, not taken for a change: a pause would cost BE
-		// 3 s, and the references it learnt would hide a real change
-		// coming within the HalfLife after (must3 on the H100).
-		name: "a drift of a few percent is no change", obj: p50, n: 160,
+		// A steady LC (1% a window) whose latency drifts 2%, under half the
+		// finest objective margin, is followed by the estimates, not taken
+		// for a change: a pause would cost BE 3 s, and the references it
+		// learnt would hide a real change coming within the HalfLife after
+		// (must3 on the H100). 3% is seen in a few seeds of 40, 4% in all.
+		name: "a drift of 2% is no change", obj: p50, n: 160,
 		w: func(i int) (Workload, string) {
 			w := graphOverShortest
 			if w.Noise = 0.01; i >= 60 {
-				w.Baseline = w.Baseline * 103 / 100
+				w.Baseline = w.Baseline * 102 / 100
 			}
 			return w, ""
 		},
@@ -457,10 +458,12 @@ func TestRules(t *testing.T) {
 			}
 		},
 	}, {
-		// A rise of 6% under the arm in force, which puts an LC that met
+		// A rise of 4% under the arm in force, which puts an LC that met
 		// its objective by a few percent over it, is a change: seen within
-		// a few windows, not followed for a HalfLife while it misses.
-		name: "a rise of 6% is a change", obj: p50, n: 120,
+		// 20 windows, not followed for a HalfLife while it misses (the
+		// windows that may begin it are held from the estimates, those
+		// nearer the level are not).
+		name: "a rise of 4% is a change", obj: p50, n: 120,
 		sim: func(g *SimGPU) { g.Aligned = true },
 		w: func(i int) (Workload, string) {
 			w := Workload{Name: "near", Baseline: time.Millisecond, Noise: 0.01, ShareNoise: 0.01, Requests: 200, Points: []Point{
@@ -468,13 +471,13 @@ func TestRules(t *testing.T) {
 				{time.Millisecond, 1.02, 0.90, false}, {3 * time.Millisecond, 1.3, 0.92, false}}}
 			if i >= 80 {
 				for j := range w.Points {
-					w.Points[j].LCRatio *= 1.06
+					w.Points[j].LCRatio *= 1.04
 				}
 			}
 			return w, ""
 		},
 		check: func(t *testing.T, seed uint64, ds []Decision) {
-			if i := slices.IndexFunc(ds[80:], func(d Decision) bool { return d.WorkloadChanged }); i < 0 || i > 10 {
+			if i := slices.IndexFunc(ds[80:], func(d Decision) bool { return d.WorkloadChanged }); i < 0 || i > 20 {
 				t.Errorf("seed %d: the rise seen %d windows after it (-1: never): %v", seed, i, armSummary(ds[70:]))
 			}
 		},

@@ -369,7 +369,6 @@ func (l *Loop) Step(now time.Duration) {
 		}
 		gate := l.Gate != nil && pol.Gate.Mode != policy.GateOff &&
 			!slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool { return !l.Gate.Delimits(p.PID) })
-		s.selfGated = l.Gate != nil && slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool { return l.Gate.SelfGated(p.PID) })
 		obs := slo.Observation{BEShare: math.NaN(), MinBETimeslice: floor, MinBEShare: pol.SLO.MinBEShare,
 			Gate: gate, Prepreempt: s.prepreempt}
 		// A search that started in this window has its floor and arms

@@ -119,8 +119,14 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 		// Engines pre-preempt as the arm says where pre-preemption is an
 		// arm; elsewhere below slo.prepreempt_below.
 		pre := arm.Prepreempt || s.prepreempt == 0 && (pol.SLO.PrepreemptBelow <= 0 || arm.BETimeslice < pol.SLO.PrepreemptBelow)
-		engine := slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool { _, ok := st.Engines[strconv.Itoa(p.PID)]; return ok })
-		s.lagged, s.gate = engine && pre != ss.Prepreempt || s.selfGated && arm.Gate != s.gate, arm.Gate
+		// An engine takes a word other than the one its last push was
+		// answered with (Reply) at its next push: the window now running.
+		lags := func(p policy.ProcRef) bool {
+			_, engine := st.Engines[strconv.Itoa(p.PID)]
+			was, ok := l.told[p.PID]
+			return engine && pre != (was && ok || !ok && l.status.Prepreempt || !l.status.Enabled)
+		}
+		s.lagged, s.gate = slices.ContainsFunc(s.lcs, lags) || s.selfGated && arm.Gate != s.gate, arm.Gate
 		ss.Prepreempt = pre
 		// What an idle search decides applies to no BE: neither shown nor
 		// counted.
