@@ -236,10 +236,7 @@ func TestSLOLoopLagFromWhatWasTold(t *testing.T) {
 		if s.loop.Reply(100).Prepreempt {
 			t.Fatal("the mode's first word is to pre-preempt: nothing to test")
 		}
-		s.now += time.Second
-		pushP50(s.loop, 100, 6000)
-		s.loop.Step(s.now)
-		s.tick(s.now)
+		s.pushWindow(100)
 		if last := s.loop.Status().Last; last == nil || last.Aligned {
 			t.Errorf("the first window, run pre-preempting, counted as aligned: %+v", last)
 		}
@@ -253,10 +250,7 @@ func TestSLOLoopLagFromWhatWasTold(t *testing.T) {
 		if hold, steered := f.holds[100]; !steered || hold {
 			t.Fatalf("the mode's first word is not the gate off (steered %v, hold %v): nothing to test", steered, hold)
 		}
-		s.now += time.Second
-		pushP50(s.loop, 100, 6000)
-		s.loop.Step(s.now)
-		s.tick(s.now)
+		s.pushWindow(100)
 		if last := s.loop.Status().Last; last == nil || last.Aligned {
 			t.Errorf("the first window, gated as the policy says, counted as aligned: %+v", last)
 		}

@@ -101,8 +101,7 @@ func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 				l.log.Error("slo: controller refused the policy's settings", "err", err)
 				continue
 			}
-			// An engine that gates itself was told the policy's mode until SLO mode steers it.
-			s = &search{key: k, gpus: gs, ctl: c, started: true, gate: pol.Gate.Mode != policy.GateOff}
+			s = &search{key: k, gpus: gs, ctl: c, started: true}
 			l.searches[k] = s
 			if l.windows > 0 || len(l.searches) > 1 {
 				l.log.Info("slo: an LC on GPUs without a search: their BE at the safe timeslice until LC latency is known", "gpus", k, "be_timeslice", c.Current())
@@ -121,7 +120,6 @@ func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 		if !s.live() {
 			s.started = false
 		}
-		s.selfGated = l.Gate != nil && slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool { return l.Gate.SelfGated(p.PID) })
 	}
 }
 

@@ -78,6 +78,9 @@ type Loop struct {
 	// tracing: the LC processes request tracing is or may be asked to
 	// measure, by ProcRef.Key (toTrace).
 	tracing map[string]*traceWant
+	// held is the hold steer last gave each LC process, by pid: what an
+	// engine that gates itself was answered with at its last push.
+	held map[int]bool
 
 	mu     sync.Mutex
 	status client.SLO
@@ -118,13 +121,12 @@ type search struct {
 	// prepreempt: its pre-preemption arms go up to this BE timeslice (0:
 	// none: no LC of it has a hint engine, or none is allowed).
 	prepreempt time.Duration
-	// lagged: what its LCs' engines are told to do (pre-preemption; the
-	// gate, to one that gates itself: selfGated) changed at the last
-	// decision; they take it at their next push, which ends the window
-	// now running, so that window ran the word before, aligned or not.
-	// gate is the arm's gate last published.
-	lagged, selfGated, gate bool
-	status                  client.SLOSearch
+	// lagged: what an LC's engine is told to do (pre-preemption; the
+	// gate, to one that gates itself: gateLag) changed at the last
+	// decision; it takes that at its next push, which ends the window now
+	// running, so that window ran the word before, aligned or not.
+	lagged, gateLag bool
+	status          client.SLOSearch
 }
 
 // live says whether the search has an LC on its GPUs this window.
@@ -288,6 +290,7 @@ func (l *Loop) Step(now time.Duration) {
 			if l.Gate != nil {
 				l.Gate.Steer(nil) // the gate holds as the policy says
 			}
+			l.held = nil
 			l.log.Info("slo: mode off; BE back to the policy's timeslice", "be_timeslice", pol.Classes[class.BE].Timeslice)
 		}
 		l.mu.Lock()
@@ -327,8 +330,9 @@ func (l *Loop) Step(now time.Duration) {
 		l.log.Info("slo: mode on; BE beside an LC at the safe timeslice until LC latency is known", "be_timeslice", conf.safe, "window", pol.SLO.Window)
 		// On from here: the status says so (and what is in force) before
 		// the first window ends.
-		l.publish(pol, nil, nil, all, l.assign(all))
-		l.steer()
+		per := l.assign(all)
+		l.steer(pol)
+		l.publish(pol, nil, nil, all, per)
 		return // the first window starts now
 	}
 	l.windows++
@@ -420,22 +424,28 @@ func (l *Loop) Step(now time.Duration) {
 		}
 	}
 	per := l.assign(all)
-	l.steer()
+	l.steer(pol)
 	l.publish(pol, decided, samples, all, per)
 }
 
 // steer tells the request gate, for each LC of a search, whether its
-// search's arm holds BE through its requests.
-func (l *Loop) steer() {
+// search's arm holds BE through its requests; a search whose LC gates its
+// own requests and was answered otherwise at its last push lags.
+func (l *Loop) steer(pol *policy.Policy) {
 	if l.Gate == nil {
 		return
 	}
-	holds := map[int]bool{}
+	holds, on := map[int]bool{}, pol.Gate.Mode != policy.GateOff
 	for _, s := range l.searches {
+		s.gateLag = false
 		for _, p := range s.lcs {
-			holds[p.PID] = s.ctl.Arm().Gate
+			h := s.ctl.Arm().Gate
+			was, steered := l.held[p.PID] // unsteered, it was told the policy's mode
+			s.gateLag = s.gateLag || on && h != (was || !steered) && l.Gate.SelfGated(p.PID)
+			holds[p.PID] = h
 		}
 	}
+	l.held = holds
 	l.Gate.Steer(holds)
 }
 

@@ -126,7 +126,7 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 			was, ok := l.told[p.PID]
 			return engine && pre != (was && ok || !ok && l.status.Prepreempt || !l.status.Enabled)
 		}
-		s.lagged, s.gate = slices.ContainsFunc(s.lcs, lags) || s.selfGated && arm.Gate != s.gate, arm.Gate
+		s.lagged = slices.ContainsFunc(s.lcs, lags) || s.gateLag
 		ss.Prepreempt = pre
 		// What an idle search decides applies to no BE: neither shown nor
 		// counted.
