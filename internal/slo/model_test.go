@@ -442,8 +442,7 @@ func TestRules(t *testing.T) {
 		// A steady LC (1% a window) whose latency drifts 2%, under half the
 		// finest objective margin, is followed by the estimates, not taken
 		// for a change: a pause would cost BE 3 s, and the references it
-		// learnt would hide a real change coming within the HalfLife after
-		// (must3 on the H100). 3% is seen in a few seeds of 40, 4% in all.
+		// learnt would hide a real change coming within the HalfLife after.
 		name: "a drift of 2% is no change", obj: p50, n: 160,
 		w: func(i int) (Workload, string) {
 			w := graphOverShortest

@@ -234,17 +234,21 @@ func (l *Loop) Forget(pid int) {
 func (l *Loop) Reply(pid int) client.StatsReply {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	pre, ok := l.told[pid]
-	if !ok {
-		pre = l.status.Prepreempt
-	}
-	r := client.StatsReply{Prepreempt: pre || !l.status.Enabled, SLO: l.status.Enabled}
+	r := client.StatsReply{Prepreempt: l.toldLocked(pid), SLO: l.status.Enabled}
 	if r.SLO && l.window > 0 && l.stepAt > 0 {
 		// Past due, the read runs now: a reporter pushes ahead of the one after.
 		next := max(l.stepAt+l.window-l.push.now(), time.Microsecond)
 		r.NextWindowMs, r.WindowMs = float64(next)/1e6, float64(l.window)/1e6
 	}
 	return r
+}
+
+// toldLocked is whether process pid's engine is told to pre-preempt (l.mu
+// held): as its search says, else as every search does; always with the
+// mode off.
+func (l *Loop) toldLocked(pid int) bool {
+	pre, ok := l.told[pid]
+	return pre && ok || !ok && l.status.Prepreempt || !l.status.Enabled
 }
 
 // Window is the policy's observation window (for the daemon's ticker).

@@ -120,11 +120,11 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 		// arm; elsewhere below slo.prepreempt_below.
 		pre := arm.Prepreempt || s.prepreempt == 0 && (pol.SLO.PrepreemptBelow <= 0 || arm.BETimeslice < pol.SLO.PrepreemptBelow)
 		// An engine takes a word other than the one its last push was
-		// answered with (Reply) at its next push: the window now running.
+		// answered with (l.status and l.told are still that publish's) at
+		// its next push: the window now running.
 		lags := func(p policy.ProcRef) bool {
 			_, engine := st.Engines[strconv.Itoa(p.PID)]
-			was, ok := l.told[p.PID]
-			return engine && pre != (was && ok || !ok && l.status.Prepreempt || !l.status.Enabled)
+			return engine && pre != l.toldLocked(p.PID)
 		}
 		s.lagged = slices.ContainsFunc(s.lcs, lags) || s.gateLag
 		ss.Prepreempt = pre
