@@ -9,19 +9,47 @@ import (
 	"github.com/gpreempt/gpreempt/internal/policy"
 )
 
-// LatencySample is one LC process's request latency over one window.
+// Where an LC's latency comes from (status and metrics show it per LC).
+const (
+	SourcePushed        = "pushed"         // the app's own windows over the socket
+	SourceTracedRequest = "traced-request" // uprobes on libcuda: busy periods between quiet gaps (trace.Delimiter)
+	SourceTracedStep    = "traced-step"    // the same for an LC never quiet: synchronize to synchronize
+	SourceScraped       = "scraped"        // the server's own Prometheus histograms
+)
+
+// Metric names of LatencySample.Samples: request latency, an LLM
+// server's time to first token and time per output token
+// (objective.Metrics).
+const (
+	MetricRequest = ""
+	MetricTTFT    = "ttft"
+	MetricTPOT    = "tpot"
+)
+
+// LatencySample is one LC process's latency over one window of its source.
 type LatencySample struct {
 	// At is when the daemon received it (the reconciler's clock).
-	At       time.Duration
-	Window   time.Duration
+	At     time.Duration
+	Window time.Duration
+	// Source is one of the Source constants.
+	Source   string
 	Requests int
 	// Tokens are the samples of the tpot_ quantiles (0: Requests).
 	Tokens int
-	// Quantiles by name ("p50", "p99", ...).
+	// Quantiles by name ("p50", "p99", "tpot_p50", ...): what a source
+	// gives that has no Samples (a push of quantiles alone).
 	Quantiles map[string]time.Duration
+	// Samples are the window's own values by metric (MetricRequest,
+	// MetricTTFT, MetricTPOT), at most MaxSamples each: windows with
+	// them accumulate until they hold enough to count.
+	Samples map[string][]time.Duration
 	// Seq numbers a process's samples, so one is used once.
 	Seq uint64
 }
+
+// MaxSamples bounds the values one window keeps per metric (a
+// launch-bound LC completes thousands of requests a second).
+const MaxSamples = 4096
 
 // LatencySource gives an LC process's latest latency window. The pushed
 // windows of POST /v1/stats are one; request tracing (the daemon's
