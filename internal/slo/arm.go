@@ -18,23 +18,25 @@ func (a Arm) String() string {
 }
 
 // arms is what may be chosen now: rungs lo..hi of the ladder, the gate where the daemon has one for
-// these LCs, pre-preemption up to a timeslice where an LC has a hint engine (0: none).
+// these LCs, pre-preemption up to a timeslice where an LC has a hint engine (0: none), and the
+// static arm (the policy's own classes), which is always offered.
 type arms struct {
 	ladder     []time.Duration
 	lo, hi     int
 	gate       bool
 	prepreempt time.Duration
+	static     Arm
 }
 
 func (s arms) rung(a Arm) int { return slices.Index(s.ladder, a.BETimeslice) }
 
 func (s arms) allowed(a Arm) bool {
-	return slices.Contains(s.ladder[s.lo:s.hi+1], a.BETimeslice) && (!a.Gate || s.gate) && (!a.Prepreempt || a.BETimeslice <= s.prepreempt)
+	return a == s.static || slices.Contains(s.ladder[s.lo:s.hi+1], a.BETimeslice) && (!a.Gate || s.gate) && (!a.Prepreempt || a.BETimeslice <= s.prepreempt)
 }
 
 // all lists the arms allowed now, in a fixed order.
 func (s arms) all() (out []Arm) {
-	for _, ts := range s.ladder[s.lo : s.hi+1] {
+	for _, ts := range s.ladder {
 		out = append(out, Arm{ts, false, false}, Arm{ts, false, true}, Arm{ts, true, false}, Arm{ts, true, true})
 	}
 	return slices.DeleteFunc(out, func(a Arm) bool { return !s.allowed(a) })
@@ -42,6 +44,9 @@ func (s arms) all() (out []Arm) {
 
 // clamp is the allowed arm nearest a: its rung within lo..hi, the gate and pre-preemption where allowed.
 func (s arms) clamp(a Arm) Arm {
+	if s.allowed(a) {
+		return a
+	}
 	t := s.ladder[min(max(s.rung(a), s.lo), s.hi)]
 	return Arm{t, a.Gate && s.gate, a.Prepreempt && t <= s.prepreempt}
 }
@@ -57,20 +62,19 @@ func (s arms) neighbours(a Arm) []Arm {
 
 // priorShare is what an arm is expected to leave BE before it is measured, only its order
 // mattering: a longer BE timeslice costs BE fewer switches; the gate holds BE through every LC
-// request (an LC busy a quarter of the time costs BE a quarter); a spinner takes a little.
+// request. A spinner's cost is left to measurement: the fixed order puts the arm without it first.
 func (s arms) priorShare(a Arm) float64 {
 	x := float64(s.rung(a)+1) / float64(len(s.ladder)+1)
 	if a.Gate {
 		x *= gateShare
 	}
-	if a.Prepreempt {
-		x *= spinShare
-	}
 	return x
 }
 
-// protects reports whether b gives BE less than its neighbour a (a shorter timeslice, the gate on,
-// pre-preemption on): the side expected to help the LC.
+// protects reports whether b gives BE less than a (a shorter timeslice, the gate on,
+// pre-preemption on, none the other way): the side expected to help the LC.
 func protects(s arms, a, b Arm) bool {
-	return s.rung(b) < s.rung(a) || b.Gate && !a.Gate || b.Prepreempt && !a.Prepreempt
+	more := s.rung(b) < s.rung(a) || b.Gate && !a.Gate || b.Prepreempt && !a.Prepreempt
+	less := s.rung(b) > s.rung(a) || !b.Gate && a.Gate || !b.Prepreempt && a.Prepreempt
+	return more && !less
 }

@@ -1,6 +1,7 @@
 package slo
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -31,14 +32,9 @@ type Workload struct {
 	Noise, ShareNoise float64
 	// Requests per window.
 	Requests int
-	// Spread, when positive, plays each window request by request: a
-	// request's latency is lognormal (Spread: the deviation of its log)
-	// with Baseline as its quantile at the objective's, and Hiccups of
-	// them (a share) wait on the host besides, an exponential time of
-	// mean HiccupMean x Baseline; all of it scaled by the window's
-	// response. The window reports its requests' own quantile, which for
-	// a tail of a few hundred is a few of them, and their median.
-	Spread, Hiccups, HiccupMean float64
+	// Spread is the deviation of a request's log latency around its
+	// window's (0: 0.02).
+	Spread float64
 	// Gated is the response with the request gate holding BE through each
 	// LC request (nil: as Points); Unhinted with hint engines told not to
 	// pre-preempt (nil: as Points, which then need no hints).
@@ -116,30 +112,30 @@ func at(ps []Point, ts time.Duration) (lcRatio, beShare float64) {
 	return a.LCRatio + f*(b.LCRatio-a.LCRatio), a.BEShare + f*(b.BEShare-a.BEShare)
 }
 
-// SimGPU plays windows of a workload under the timeslices it is given.
-// Deterministic for a seed.
+// SimGPU plays windows of a workload under the arms it is given, request
+// by request. Deterministic for a seed.
 type SimGPU struct {
 	rng *rand.Rand
 	// Missing drops the LC signal (no requests reported) while true.
 	Missing bool
 	// Key names the simulated LC process ("lc" when empty): a new key is
-	// a new process.
-	Key string
-	// ShareUnknown reports no BE share (NaN), as gpreemptd does on the
-	// GPUs it runs on (no per-process progress to read).
+	// a new process; Owner its tenant.
+	Key, Owner string
+	// ShareUnknown reports no BE share (NaN).
 	ShareUnknown bool
 	// Standalone gives the controller the workload's standalone latency;
-	// without it the controller estimates it.
+	// without it the controller learns it.
 	Standalone bool
 	// Paused stops BE through the next window (Decision.PauseBE): the LC
-	// runs alone, at its standalone latency, and BE makes no progress.
-	// IgnorePause leaves BE running whatever Paused says (a daemon that
-	// cannot stop it).
+	// runs alone and BE makes no progress. IgnorePause leaves BE running
+	// whatever Paused says (a daemon that cannot stop it).
 	Paused, IgnorePause bool
 	wasPaused           bool
-	// NoMedian leaves LCSample.Median out of windows played request by
-	// request (Workload.Spread), as an app that pushes only its tail.
-	NoMedian bool
+	// Idle: BE idles of its own accord through the window (the LC alone).
+	Idle bool
+	// Summary reports the window's quantile and count, not its values (a
+	// push of quantiles alone).
+	Summary bool
 	// Gate and Prepreempt are the arms offered (Observation.Gate,
 	// Observation.Prepreempt).
 	Gate       bool
@@ -147,12 +143,8 @@ type SimGPU struct {
 	// Aligned windows begin as a decision takes effect, as an app's
 	// reporter pushing just before the daemon reads has them: the window
 	// after a move shows the new arm alone, but the one after BE was
-	// stopped still drains BE's queued work (Observation.Aligned). An
-	// LC's engine takes pre-preemption (and, SelfGated, the gate) from
-	// the reply to that push, so the window after a move that changed
-	// them runs them as before, under the new BE timeslice, and the
-	// daemon does not count it aligned.
-	Aligned, SelfGated bool
+	// stopped still drains BE's queued work.
+	Aligned bool
 }
 
 // NewSimGPU returns a simulator seeded with seed.
@@ -161,85 +153,51 @@ func NewSimGPU(seed uint64) *SimGPU {
 }
 
 // Window is one observation of w under BE timeslice ts, for an LC with
-// objective obj. A window just after a change (settling) mixes the
-// previous setting's response, as a real one does unless Aligned.
+// objective obj.
 func (g *SimGPU) Window(w Workload, obj objective.Objective, ts, prev time.Duration) Observation {
 	return g.WindowArm(w, obj, Arm{BETimeslice: ts}, Arm{BETimeslice: prev})
 }
 
-// WindowArm is one observation of w under arm a, the arm before it prev.
+// WindowArm is one observation of w under arm a, the arm before it prev:
+// a window just after a change mixes the two, unless Aligned.
 func (g *SimGPU) WindowArm(w Workload, obj objective.Objective, a, prev Arm) Observation {
 	paused := g.Paused && !g.IgnorePause
 	at := func(a Arm, paused bool) (float64, float64) {
-		if paused {
+		if paused || g.Idle {
 			return 1, 0
 		}
 		return w.AtArm(a)
 	}
 	r, share := at(a, paused)
-	lag := g.Aligned && !paused && (prev.Prepreempt != a.Prepreempt || g.SelfGated && prev.Gate != a.Gate)
-	if lag {
-		r, share = at(Arm{BETimeslice: a.BETimeslice, Gate: prev.Gate && g.SelfGated || a.Gate && !g.SelfGated, Prepreempt: prev.Prepreempt}, paused)
-	} else if (prev != a || paused != g.wasPaused) && !(g.Aligned && !paused) {
+	if (prev != a || paused != g.wasPaused) && !(g.Aligned && !paused && !g.wasPaused) {
 		pr, ps := at(prev, g.wasPaused)
 		r, share = (r+pr)/2, (share+ps)/2
 	}
 	g.wasPaused = paused
 	noise := func(n float64) float64 { return math.Max(0.5, 1+n*g.rng.NormFloat64()) }
-	sn := w.ShareNoise
-	if sn == 0 {
-		sn = w.Noise
-	}
-	o := Observation{BEShare: math.Min(1, share*noise(sn)), BEPaused: paused, Gate: g.Gate, Prepreempt: g.Prepreempt, Aligned: g.Aligned && !lag}
-	if g.ShareUnknown {
+	sn := cmp.Or(w.ShareNoise, w.Noise)
+	o := Observation{BEShare: math.Min(1, share*noise(sn)), BEPaused: paused, BEIdle: g.Idle && !paused, Gate: g.Gate, Prepreempt: g.Prepreempt, Aligned: g.Aligned}
+	if g.ShareUnknown || g.Idle {
 		o.BEShare = math.NaN()
 	}
-	if !g.Missing {
-		key := g.Key
-		if key == "" {
-			key = "lc"
-		}
-		s := LCSample{
-			// One LC process whatever it runs: a workload change is the
-			// same process behaving differently.
-			Key: key, Objective: obj, Requests: w.Requests,
-			Latency: time.Duration(float64(w.Baseline) * r * noise(w.Noise)),
-		}
-		if w.Spread > 0 {
-			s.Latency, s.Median = g.requests(w, obj.Quantile, s.Latency)
-			if g.NoMedian {
-				s.Median = 0
-			}
-		}
-		o.LC = []LCSample{s}
-		if g.Standalone {
-			o.LC[0].Standalone = w.Baseline
-		}
+	if g.Missing || w.Requests == 0 {
+		return o
 	}
+	// The window's own speed (Noise), then each request's spread around it.
+	scale := float64(w.Baseline) * r * noise(w.Noise)
+	vals := make([]time.Duration, w.Requests)
+	for i := range vals {
+		vals[i] = time.Duration(scale * math.Exp(cmp.Or(w.Spread, 0.02)*g.rng.NormFloat64()))
+	}
+	s := LCSample{Key: cmp.Or(g.Key, "lc"), Owner: g.Owner, Objective: obj, Values: vals}
+	if g.Summary {
+		sorted := slices.Sorted(slices.Values(vals))
+		s.Values, s.Count = nil, len(vals)
+		s.Latency = sorted[min(max(int(math.Ceil(obj.Quantile*float64(len(vals))))-1, 0), len(vals)-1)]
+	}
+	if g.Standalone {
+		s.Standalone = w.Baseline
+	}
+	o.LC = []LCSample{s}
 	return o
-}
-
-// requests plays one window's requests (Workload.Spread) at at, the
-// window's latency at the objective's quantile q before hiccups: every
-// request's latency, hiccups included, is scaled by at/Baseline, so that
-// a Point's LCRatio is the ratio of the requests' quantiles pooled at
-// every q. It returns their own quantile q and median (nearest rank, as
-// an app reports them).
-func (g *SimGPU) requests(w Workload, q float64, at time.Duration) (lat, median time.Duration) {
-	z := math.Sqrt2 * math.Erfinv(2*q-1)
-	body := float64(w.Baseline) / math.Exp(w.Spread*z)
-	scale := float64(at) / float64(w.Baseline)
-	xs := make([]float64, w.Requests)
-	for i := range xs {
-		x := body * math.Exp(w.Spread*g.rng.NormFloat64())
-		if g.rng.Float64() < w.Hiccups {
-			x += float64(w.Baseline) * w.HiccupMean * g.rng.ExpFloat64()
-		}
-		xs[i] = x * scale
-	}
-	slices.Sort(xs)
-	rank := func(p float64) time.Duration {
-		return time.Duration(xs[min(max(int(math.Ceil(p*float64(len(xs))))-1, 0), len(xs)-1)])
-	}
-	return rank(q), rank(0.5)
 }

@@ -1,0 +1,431 @@
+package slo
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/slo/objective"
+	"github.com/gpreempt/gpreempt/internal/stats"
+)
+
+// est is a forgetting estimate of one quantity under one arm, each window's weight halved every
+// HalfLife windows.
+type est = stats.Forgetting
+
+func known(e *est) bool { return e != nil && e.W >= minEvidence }
+
+// armEst is what one arm showed: each objective's measured latency/target (by objective key) and
+// BE share per window.
+type armEst struct {
+	lc    map[string]*est
+	share est
+}
+
+func (c *Controller) est(a Arm) *armEst {
+	if c.arms[a] == nil {
+		c.arms[a] = &armEst{lc: map[string]*est{}}
+	}
+	return c.arms[a]
+}
+
+// decay fades every estimate by f, and drops those faded to nothing (of processes gone: keys are
+// per process).
+func (c *Controller) decay(f float64) {
+	for a, e := range c.arms {
+		for k, x := range e.lc {
+			if x.Decay(f); x.W < minEvidence/100 {
+				delete(e.lc, k)
+			}
+		}
+		if e.share.Decay(f); len(e.lc) == 0 && e.share.W < minEvidence/100 {
+			delete(c.arms, a)
+		}
+	}
+}
+
+// point is one value with its weight: a request (1), or a window's quantile over its count.
+type point struct {
+	v time.Duration
+	w int
+}
+
+// accum gathers one objective's samples over consecutive windows until they are enough to count,
+// window by window so that windows past maxAccumulate drop out.
+type accum struct {
+	windows [][]point
+	// last measurement's value and latency/target (NaN: none), kept across arms for the status.
+	last  time.Duration
+	ratio float64
+	ref   time.Duration // the LC alone, where a relative objective knows it (0: not)
+}
+
+func (a *accum) add(s LCSample) {
+	var w []point
+	for _, v := range s.Values {
+		w = append(w, point{v, 1})
+	}
+	if len(s.Values) == 0 && s.Count > 0 && s.Latency > 0 {
+		w = append(w, point{s.Latency, s.Count})
+	}
+	if a.windows = append(a.windows, w); len(a.windows) > maxAccumulate {
+		a.windows = a.windows[1:]
+	}
+}
+
+func (a *accum) count() (n int) {
+	for _, w := range a.windows {
+		for _, p := range w {
+			n += p.w
+		}
+	}
+	return n
+}
+
+// quantile is the weighted nearest-rank quantile q of what it holds (a pushed window's quantile
+// stands for its count: exact for one window, an approximation across several).
+func (a *accum) quantile(q float64) time.Duration {
+	ps := slices.Concat(a.windows...)
+	slices.SortFunc(ps, func(x, y point) int { return int(x.v - y.v) })
+	rank, n := int(math.Ceil(q*float64(a.count()))), 0
+	for _, p := range ps {
+		if n += p.w; n >= rank {
+			return p.v
+		}
+	}
+	return ps[len(ps)-1].v
+}
+
+func (a *accum) reset() { a.windows = nil }
+
+// reference is what a relative objective is measured against: a process's latency alone (BE
+// stopped or idle), or beside BE under the shortest arm (how).
+type reference struct {
+	how   string
+	owner string
+	acc   accum
+	value time.Duration // 0 while not learnt
+	tries int           // pauses it learnt nothing in
+	got   int           // samples it took in the pause in force
+	last  int           // the window its process last gave a sample
+}
+
+// wanted reports whether a pause would teach it.
+func (r *reference) wanted(c *Controller) bool {
+	return r.value == 0 && r.how == objective.Standalone && c.tick-r.last < idleAfter
+}
+
+// String names the reference as the status shows it.
+func (r *reference) String(c *Controller) string {
+	what := "standalone (BE stopped or idle)"
+	if r.how == objective.Shortest {
+		what = fmt.Sprintf("beside BE under %v", c.shortest().BETimeslice)
+		if r.tries >= calTries {
+			what += fmt.Sprintf(" (no sample in %d pauses)", calTries)
+		}
+	}
+	if r.value == 0 {
+		return fmt.Sprintf("%s: learning (%d of %d samples)", what, r.acc.count(), c.opts.MinSamples)
+	}
+	return fmt.Sprintf("%s %v", what, r.value.Round(time.Microsecond))
+}
+
+// shortest is the arm references are learnt under beside BE: the shortest rung allowed, no gate,
+// pre-preemption where allowed.
+func (c *Controller) shortest() Arm {
+	return c.set.clamp(Arm{BETimeslice: c.set.ladder[c.set.lo], Prepreempt: true})
+}
+
+func objKey(s LCSample) string { return s.Key + " " + s.Objective.String() }
+
+// stoppedAt reports whether BE was asked to stop through window t.
+func (c *Controller) stoppedAt(t int) bool {
+	return slices.ContainsFunc(c.stops, func(s stopped) bool { return s.tick == t })
+}
+
+// measure folds the window in: each sample into its reference (the LC alone, or at the shortest
+// arm while one is learnt there) or into the arm in force's measurement; a measurement that holds
+// MinSamples counts; BE share where BE ran.
+func (c *Controller) measure(d *Decision, o Observation) {
+	asked := c.stoppedAt(c.tick)
+	drain := asked != c.stoppedAt(c.tick-1) // BE's queued work runs on, or it starts again
+	mixed := drain || c.moved == c.tick-1 && !o.Aligned
+	alone := asked && o.BEPaused && !drain || o.BEIdle && !asked
+	if o.BEIdle {
+		c.idleAt = c.tick
+	}
+	c.quiet++
+	for _, s := range o.LC {
+		k, n := objKey(s), len(s.Values)
+		if n == 0 && s.Latency > 0 {
+			n = s.Count
+		}
+		if n > 0 {
+			c.active[k], c.quiet = c.tick, 0
+		}
+		res := LCResult{Key: s.Key, Objective: s.Objective.String(), Samples: n, Ratio: math.NaN()}
+		ref := s.Standalone
+		var r *reference
+		if s.Objective.Relative() && ref <= 0 {
+			r = c.refFor(s)
+			if n > 0 {
+				r.last = c.tick
+			}
+			if r.value == 0 && (alone && r.how == objective.Standalone || r.how == objective.Shortest && !mixed && !asked && c.cur == c.shortest()) {
+				r.acc.add(s)
+				r.got += n
+				if r.acc.count() >= c.opts.MinSamples {
+					r.value = r.acc.quantile(s.Objective.Quantile)
+					r.acc.reset()
+				}
+			}
+			ref, res.Reference = r.value, r.String(c)
+		}
+		a := c.acc[k]
+		if a == nil {
+			a = &accum{ratio: math.NaN()}
+			c.acc[k] = a
+		}
+		if !alone && !mixed && !asked {
+			a.add(s)
+		}
+		if s.Objective.Reference != objective.Shortest && (r == nil || r.how == objective.Standalone) {
+			a.ref = ref
+		}
+		if target := s.Objective.Target(ref); target > 0 && a.count() >= c.opts.MinSamples {
+			a.last = a.quantile(s.Objective.Quantile)
+			a.ratio = float64(a.last) / float64(target)
+			e := c.est(c.cur)
+			if e.lc[k] == nil {
+				e.lc[k] = &est{}
+			}
+			e.lc[k].Add(a.ratio)
+			a.reset()
+			res.Counted = true
+		}
+		res.Latency, res.Ratio, res.Pending = a.last, a.ratio, a.count()
+		res.Target = s.Objective.Target(ref)
+		d.LC = append(d.LC, res)
+	}
+	for k, t := range c.active {
+		if c.tick-t >= idleAfter+maxAccumulate { // a process gone, or an objective changed
+			delete(c.active, k)
+			delete(c.acc, k)
+		}
+	}
+	for k, r := range c.refs {
+		if c.tick-r.last > 2*c.opts.HalfLife {
+			delete(c.refs, k)
+		}
+	}
+	if !alone && !mixed && !asked && !math.IsNaN(o.BEShare) {
+		c.est(c.cur).share.Add(o.BEShare)
+	}
+	d.Worst = c.worstMean(c.cur)
+}
+
+// refFor is the reference of sample s, made if new.
+func (c *Controller) refFor(s LCSample) *reference {
+	k := s.Key + " " + s.Objective.Name() + "@" + s.Objective.Reference
+	if c.refs[k] == nil {
+		how := objective.Standalone
+		if s.Objective.Reference == objective.Shortest || c.opts.NoPause {
+			how = objective.Shortest
+		}
+		c.refs[k] = &reference{how: how, owner: s.Owner, last: c.tick}
+	}
+	return c.refs[k]
+}
+
+// needsRef reports whether an LC in force has a reference still to learn.
+func (c *Controller) needsRef() bool {
+	for _, r := range c.refs {
+		if r.value == 0 && c.tick-r.last < idleAfter {
+			return true
+		}
+	}
+	return false
+}
+
+// pauseAllowed reports whether BE may be stopped through the next window: under budget of the
+// last minute, and each owner of an LC it is for under its share of that (a tenant churning LCs
+// does not spend the others').
+func (c *Controller) pauseAllowed(owners []string) bool {
+	minute := c.minuteWindows()
+	c.stops = slices.DeleteFunc(c.stops, func(s stopped) bool { return s.tick <= c.tick+1-minute })
+	limit := int(budget * float64(minute))
+	if len(c.stops) >= limit {
+		return false
+	}
+	distinct := slices.Compact(slices.Sorted(slices.Values(owners)))
+	for _, o := range distinct {
+		used := 0
+		for _, s := range c.stops {
+			if slices.Contains(s.owners, o) {
+				used++
+			}
+		}
+		if used < max(1, limit/len(distinct)) {
+			return true
+		}
+	}
+	return false
+}
+
+// calibrate runs one window of calibration: references are learnt while BE idles of its own
+// accord, else with BE stopped within the budget, else beside BE under the shortest arm.
+func (c *Controller) calibrate(d *Decision, o Observation) {
+	d.Cause = CauseCalibrate
+	p := &c.phase
+	if p.Pause > 0 && !o.BEPaused && !c.stoppedAt(c.tick-1) {
+		p.Pause = c.opts.PauseMax + settle // BE was not kept stopped: this pause is over
+	}
+	var owners []string
+	for _, r := range c.refs {
+		if r.wanted(c) && r.tries < calTries {
+			owners = append(owners, r.owner)
+		}
+	}
+	if p.Pause > 0 && (len(owners) == 0 || p.Pause >= c.opts.PauseMax+settle || !c.pauseAllowed(owners)) {
+		for _, r := range c.refs { // a pause that taught a reference nothing counts against it
+			if r.wanted(c) && r.got == 0 {
+				if r.tries++; r.tries >= calTries {
+					r.how = objective.Shortest
+				}
+			}
+		}
+		p.Pause = 0
+		owners = nil
+		for _, r := range c.refs {
+			if r.wanted(c) {
+				owners = append(owners, r.owner)
+			}
+		}
+	}
+	if !c.needsRef() {
+		from := c.set.clamp(p.From)
+		c.enter(Phase{Kind: Settled})
+		c.move(d, from, fmt.Sprintf("references learnt: back to %v", from))
+		return
+	}
+	idle := c.idleAt > 0 && c.tick-c.idleAt < c.minuteWindows()
+	if len(owners) > 0 && !c.opts.NoPause && !idle && (p.Pause > 0 || c.pauseAllowed(owners)) {
+		if p.Pause == 0 {
+			for _, r := range c.refs {
+				r.got = 0
+			}
+		}
+		p.Pause++
+		d.PauseBE = true
+		c.stay(d, fmt.Sprintf("learning an LC's standalone latency with BE stopped (window %d of at most %d)", p.Pause, c.opts.PauseMax+settle))
+		return
+	}
+	for _, r := range c.refs {
+		if r.value == 0 && r.how == objective.Shortest && c.tick-r.last < idleAfter {
+			c.move(d, c.shortest(), fmt.Sprintf("learning an LC's latency beside BE under the shortest arm, %v", c.shortest()))
+			return
+		}
+	}
+	from := c.set.clamp(p.From)
+	why := "waiting for BE to idle or for the pause budget (BE stopped at most 10% of any minute)"
+	if idle {
+		why = "learning an LC alone while BE idles of its own accord"
+	}
+	c.move(d, from, why)
+}
+
+// Feasibility of an arm against every objective in force.
+type feasibility int
+
+const (
+	possible   feasibility = iota // neither bound decides
+	feasible                      // every upper bound meets its objective
+	infeasible                    // a lower bound misses one
+)
+
+// An arm known to give BE less than its minimum share is infeasible: the policy bounds what an
+// LC's objective may cost BE.
+func (c *Controller) feasibility(a Arm) feasibility {
+	if c.short(a) {
+		return infeasible
+	}
+	return c.lcFeasibility(a)
+}
+
+// lcFeasibility is a's feasibility against the LC objectives alone.
+func (c *Controller) lcFeasibility(a Arm) feasibility {
+	out := feasible
+	if len(c.active) == 0 {
+		out = possible
+	}
+	for k := range c.active {
+		switch lo, hi := c.lcBounds(a, k); {
+		case lo > 1:
+			return infeasible
+		case !(hi <= 1):
+			out = possible
+		}
+	}
+	return out
+}
+
+// lcBounds are the bounds of objective k's latency/target under a: its own, else its neighbours'.
+// An arm that gives BE less than a measured neighbour might meet what that one missed; one that
+// gives BE more is no better than priorScatter (at Z) under its neighbour.
+func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
+	if e := c.est(a).lc[k]; known(e) {
+		return e.Bounds(c.opts.Z, priorScatter, priorWeight)
+	}
+	lo = math.Inf(-1)
+	for _, n := range c.set.neighbours(a) {
+		if e := c.est(n).lc[k]; known(e) && !protects(c.set, n, a) {
+			lo = max(lo, e.Mean()*(1-c.opts.Z*priorScatter))
+		}
+	}
+	return lo, math.Inf(1)
+}
+
+// evidence is the least weight a's estimates rest on, over the objectives in force; worstMean
+// their highest mean (NaN: not known for every objective).
+func (c *Controller) evidence(a Arm) float64  { w, _ := c.measured(a); return w }
+func (c *Controller) worstMean(a Arm) float64 { _, m := c.measured(a); return m }
+func (c *Controller) measured(a Arm) (w, worst float64) {
+	w, worst = math.Inf(1), math.Inf(-1)
+	for k := range c.active {
+		e := c.est(a).lc[k]
+		if !known(e) {
+			return 0, math.NaN()
+		}
+		w, worst = min(w, e.W), max(worst, e.Mean())
+	}
+	if math.IsInf(w, 1) {
+		return 0, math.NaN()
+	}
+	return w, worst
+}
+
+// share is what a is expected to leave BE: measured, else the nearest measured arm's scaled by the
+// prior order, else the prior order.
+func (c *Controller) share(a Arm) float64 {
+	if e := &c.est(a).share; known(e) {
+		return e.Mean()
+	}
+	near, dist := Arm{}, math.MaxInt
+	for _, b := range c.set.all() { // in order: a tie goes the same way every time
+		d := max(c.set.rung(a)-c.set.rung(b), c.set.rung(b)-c.set.rung(a))
+		if a.Gate != b.Gate {
+			d++
+		}
+		if a.Prepreempt != b.Prepreempt {
+			d++
+		}
+		if e := c.arms[b]; e != nil && known(&e.share) && d < dist {
+			near, dist = b, d
+		}
+	}
+	if dist == math.MaxInt {
+		return c.set.priorShare(a)
+	}
+	return min(1, c.est(near).share.Mean()*c.set.priorShare(a)/c.set.priorShare(near))
+}
