@@ -98,14 +98,15 @@ func TestSLOLoopGateArm(t *testing.T) {
 		switch {
 		case offered && (gated < 25 || !strings.Contains(st.Arm, "+gate") || *st.WorstLC > 1):
 			t.Errorf("gate on: %d of 30 windows gated, status arm %q, worst %v", gated, st.Arm, *st.WorstLC)
-		case !offered && (gated > 0 || st.Last.Cause != slo.CauseAtLimit && st.Last.Cause != slo.CauseDwell && st.Last.Cause != slo.CauseViolation):
+		case !offered && (gated > 0 || st.Last.Cause != slo.CauseAtLimit && st.Last.Cause != slo.CauseWithin && st.Last.Cause != slo.CauseViolation):
 			t.Errorf("gate %s, LC undelimited %v: %d windows gated, last %+v", mode, tt.undelimited, gated, st.Last)
 		}
 	}
 }
 
 // TestSLOLoopReferenceNamed: every LC row of a relative objective names
-// its reference, and what learning it cost is in the status.
+// its reference and the p50 the daemon sees, and what learning it cost
+// is in the status.
 func TestSLOLoopReferenceNamed(t *testing.T) {
 	s := newSLORig(t, sloPolicy)
 	s.loop.Step(s.now)
@@ -113,7 +114,7 @@ func TestSLOLoopReferenceNamed(t *testing.T) {
 		s.window(slo.EagerPyTorchH100, false)
 	}
 	st := s.loop.Status()
-	if len(st.LC) != 1 || !strings.HasPrefix(st.LC[0].Reference, "beside BE under 200µs") || st.Calibration == nil || st.Calibration.Windows < 5 {
+	if len(st.LC) != 1 || !strings.HasPrefix(st.LC[0].Reference, "beside BE under 200µs") || st.Calibration == nil || st.LC[0].P50Us != 5640 {
 		t.Errorf("LC %+v, calibration %+v", st.LC, st.Calibration)
 	}
 }
@@ -149,7 +150,7 @@ func TestSLOLoopTPOT(t *testing.T) {
 // TestSLOLoopTPOTTokens: an LLM server finishes a request or two a
 // window; its tpot_ quantiles are over the window's tokens, which a
 // tpot_ objective counts as its samples. Without tokens the requests
-// count, and a window of two is too few.
+// count; a window of too few accumulates toward the next measurement.
 func TestSLOLoopTPOTTokens(t *testing.T) {
 	for _, tc := range []struct {
 		name             string
@@ -157,8 +158,8 @@ func TestSLOLoopTPOTTokens(t *testing.T) {
 		signal           string
 	}{
 		{"tokens", 2, 30, "pushed"},
-		{"few tokens", 1, 15, "pushed (15 tokens: too few to count)"},
-		{"requests only", 2, 0, "pushed (2 requests: too few to count)"},
+		{"few tokens", 1, 15, "pushed (15 tokens accumulated toward a measurement)"},
+		{"requests only", 2, 0, "pushed (2 tokens accumulated toward a measurement)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSLORig(t, strings.Replace(sloPolicy, `lc: {objective: "p50<=1.05x"}`, `lc: {objective: "tpot_p50<=12ms"}`, 1))

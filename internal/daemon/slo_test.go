@@ -160,8 +160,8 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 		t.Errorf("reply %+v at 1 ms, want prepreempt false", r)
 	}
 
-	// The LC stops pushing: three windows later, the safe setting.
-	for range 3 {
+	// The LC stops pushing: ten windows later, the safe setting.
+	for range 10 {
 		s.window(slo.EagerPyTorchH100, true)
 	}
 	s.wantAll(200, 200, tsg.LevelLow)
@@ -205,7 +205,7 @@ func TestSLOLoopSignals(t *testing.T) {
 		{"fresh", &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 100}}, false, "pushed"},
 		{"used once", &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 100}}, true, "stale"},
 		{"no quantile", &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p99": 100}}, false, "pushed without p50"},
-		{"few requests", &LatencyWindow{DurationMs: 1000, Requests: 3, LatencyUs: map[string]float64{"p50": 100}}, false, "pushed (3 requests: too few to count)"},
+		{"few requests", &LatencyWindow{DurationMs: 1000, Requests: 3, LatencyUs: map[string]float64{"p50": 100}}, false, "pushed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSLORig(t, sloPolicy)
@@ -419,8 +419,9 @@ func TestSLOLoopPausesBE(t *testing.T) {
 		t.Fatalf("calibrate %q, want pause", st.Calibrate)
 	}
 
-	// The LC's first window: BE stopped for 1 + 3 windows, its timeslice
-	// kept, then resumed; the baseline is the LC alone (6 ms).
+	// The LC's first window: BE stopped for the window that drains its
+	// queued work and one of the LC alone (50 requests: enough), its
+	// timeslice kept, then resumed; the baseline is the LC alone (6 ms).
 	window(100)
 	waitState(t, be.PID, true)
 	if st := loop.Status(); len(st.BEStopped) != 1 || st.BEStopped[0] != be.PID || st.Last.Cause != slo.CauseCalibrate {
@@ -429,7 +430,7 @@ func TestSLOLoopPausesBE(t *testing.T) {
 	if gauge(t, g.m, "gpreemptd_slo_be_stopped") != 1 {
 		t.Error("BE stopped gauge not 1 while stopped")
 	}
-	for i := range 3 {
+	for i := range 1 {
 		window(100)
 		if state(t, be.PID) != 'T' || bets() != 200*time.Microsecond {
 			t.Fatalf("paused window %d: BE state %c at %v; want stopped at 200us", i+2, state(t, be.PID), bets())
@@ -467,47 +468,6 @@ func TestSLOLoopPausesBE(t *testing.T) {
 	waitState(t, be.PID, false)
 	if loop.Pause.Holding() || len(loop.Pause.(*Pauser).held) != 0 {
 		t.Error("still holding BE after Close")
-	}
-}
-
-func TestSLOLoopTailChangeReadFromMedian(t *testing.T) {
-	// An LC with a p99 objective whose windows' p99 jumps 3x for a few
-	// windows while its median holds (a p99 of a few hundred requests is
-	// their few worst): pushed with its p50, the daemon does not take it
-	// for a new workload; without the p50, it does.
-	const pol = `
-classes:
-  lc: {objective: "p99<=1.15x"}
-  be: {timeslice: 200us}
-rules:
-  - {name: lc, match: {comm: "lc*"}, class: lc, trust_self_set: true}
-  - {name: trainer, match: {comm: "train*"}, class: be}
-  - {name: bulk, match: {comm: "bulk*"}, class: be:3, trust_self_set: true}
-slo: {enabled: true, window: 1s}
-`
-	for _, withMedian := range []bool{true, false} {
-		s := newSLORig(t, pol)
-		relearnt := 0
-		for i := range 40 {
-			s.now += time.Second
-			p99 := 100.0
-			if i >= 25 && i < 28 {
-				p99 = 300
-			}
-			us := map[string]float64{"p99": p99}
-			if withMedian {
-				us["p50"] = 50
-			}
-			s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 300, LatencyUs: us}})
-			s.loop.Step(s.now)
-			s.tick(s.now)
-			if last := s.loop.Status().Last; last != nil && strings.HasPrefix(last.Reason, "the LC's response changed") {
-				relearnt++
-			}
-		}
-		if withMedian != (relearnt == 0) {
-			t.Errorf("p50 pushed %v: learnt the LC again %d times", withMedian, relearnt)
-		}
 	}
 }
 
@@ -834,10 +794,10 @@ func TestSLOLoopPausesPerGPU(t *testing.T) {
 	// A second LC comes to GPU 1 while GPU 0's is learnt alone.
 	g.tick(g.start(101, on("lc-two", 1)) + g.now - g.now%time.Second + 500*time.Millisecond)
 	both := map[int]policy.ProcRef{100: near, 101: far}
+	window(both) // GPU 1's search starts
 	window(both)
-	window(both)
-	if !held(near) || !held(far) {
-		t.Fatalf("two GPUs learning their LCs alone: near held %v, far held %v", held(near), held(far))
+	if !held(far) {
+		t.Fatalf("GPU 1's new LC: far held %v, want it learnt alone", held(far))
 	}
 	waitState(t, far.PID, true)
 	i := 0
@@ -986,11 +946,11 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 	if len(st.Searches) != 1 || st.BETimeslice != ts(201).String() || !slices.Equal(st.Searches[0].GPUs, []int{1}) {
 		t.Errorf("after the eager LC left: %+v, searches %+v", st, st.Searches)
 	}
-	// Idle, GPU 0's search falls back to safe after three windows without
-	// judged LC latency: a decision that applies to no BE, neither shown
-	// nor counted.
+	// Idle, GPU 0's search falls back to safe after ten windows without
+	// LC latency: a decision that applies to no BE, neither shown nor
+	// counted.
 	sides = sides[1:]
-	for range 5 {
+	for range 11 {
 		step()
 	}
 	st = s.loop.Status()
@@ -1115,13 +1075,13 @@ func TestSLOLoopUnlistedBEShown(t *testing.T) {
 
 // TestSLOLoopAlignedWindows: a push's reply says when the loop next reads
 // the windows; a window that began as the last decision took effect is
-// judged at once after a move, one that began well before it waits out
-// the dwell (it mixes the setting before).
+// learnt at once after a move, one that began well before it is not (it
+// mixes the setting before).
 func TestSLOLoopAlignedWindows(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		early     time.Duration // how long before the last step the window began
-		wantDwell bool
+		wantMixed bool
 	}{
 		{"began with the move", 0, false},
 		{"began within the slack", 40 * time.Millisecond, false},
@@ -1156,8 +1116,8 @@ func TestSLOLoopAlignedWindows(t *testing.T) {
 			s.now += time.Second
 			s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: float64(d) / 1e6, Requests: 50, LatencyUs: map[string]float64{"p50": p50}}})
 			s.loop.Step(s.now)
-			if last := s.loop.Status().Last; (last.Cause == slo.CauseDwell) != tc.wantDwell {
-				t.Errorf("the window after a move, begun %v before it: %s (%s); want dwell %v", tc.early, last.Cause, last.Reason, tc.wantDwell)
+			if last := s.loop.Status().Last; last.Aligned == tc.wantMixed {
+				t.Errorf("the window after a move, begun %v before it: aligned %v (%s); want it mixed (not learnt) %v", tc.early, last.Aligned, last.Reason, tc.wantMixed)
 			}
 		})
 	}

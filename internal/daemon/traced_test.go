@@ -116,11 +116,11 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 		s.loop.Step(s.now)
 		s.tick(s.now)
 		st := s.loop.Status()
-		want := "traced"
+		want := "traced-request"
 		if i < slomode.TraceAfter-1 { // a new LC is given two windows to push
 			want = "none pushed or traced"
 		}
-		if len(st.LC) != 1 || st.LC[0].Signal != want || want == "traced" && st.LC[0].Requests != 50 {
+		if len(st.LC) != 1 || st.LC[0].Signal != want || want == "traced-request" && st.LC[0].Requests != 50 {
 			t.Fatalf("window %d: LC status %+v, want %s", i, st.LC, want)
 		}
 	}
@@ -139,7 +139,7 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 		s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}})
 		s.now += time.Second
 		s.loop.Step(s.now)
-		want := "traced"
+		want := "traced-request"
 		if i == slomode.UntraceAfter {
 			want = "pushed"
 		}
@@ -554,7 +554,7 @@ func TestTracedWindowNotCarriedThroughOff(t *testing.T) {
 	for range 4 {
 		window(50, 6*time.Millisecond)
 	}
-	if st := s.loop.Status(); len(st.LC) != 1 || st.LC[0].Signal != "traced" {
+	if st := s.loop.Status(); len(st.LC) != 1 || st.LC[0].Signal != "traced-request" {
 		t.Fatalf("setup: %+v", st.LC)
 	}
 	setPolicy(strings.Replace(sloPolicy, "enabled: true", "enabled: false", 1))

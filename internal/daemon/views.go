@@ -49,7 +49,8 @@ func (r *Reconciler) refs(keep func(policy.Decision) bool) []policy.ProcRef {
 	var out []policy.ProcRef
 	for _, pid := range slices.Sorted(maps.Keys(r.procs)) {
 		if p := r.procs[pid]; keep(p.decision) {
-			ref := policy.ProcRef{PID: pid, Start: p.start, Comm: p.info.Comm, Exe: p.info.Exe, Decision: p.decision}
+			ref := policy.ProcRef{PID: pid, Start: p.start, Comm: p.info.Comm, Exe: p.info.Exe, Decision: p.decision,
+				Owner: "uid:" + strconv.FormatUint(uint64(p.info.UID), 10)}
 			for _, g := range p.info.GPUs {
 				ref.GPUs = append(ref.GPUs, g.Index)
 			}

@@ -40,6 +40,9 @@ type ProcRef struct {
 	Decision Decision
 	// GPUs are the indices of the GPUs NVML lists it on (nil: not known).
 	GPUs []int
+	// Owner is the tenant it is of, whose budgets it draws on: "uid:N"
+	// ("": not known).
+	Owner string
 }
 
 // Key names p by its pid and start time, so that a reused pid is a new

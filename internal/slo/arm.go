@@ -62,11 +62,14 @@ func (s arms) neighbours(a Arm) []Arm {
 
 // priorShare is what an arm is expected to leave BE before it is measured, only its order
 // mattering: a longer BE timeslice costs BE fewer switches; the gate holds BE through every LC
-// request. A spinner's cost is left to measurement: the fixed order puts the arm without it first.
+// request; a spinner takes a little.
 func (s arms) priorShare(a Arm) float64 {
 	x := float64(s.rung(a)+1) / float64(len(s.ladder)+1)
 	if a.Gate {
 		x *= gateShare
+	}
+	if a.Prepreempt {
+		x *= spinShare
 	}
 	return x
 }

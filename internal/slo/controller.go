@@ -30,7 +30,7 @@ type Options struct {
 	Safe       time.Duration   // the BE timeslice while LC latency is unknown [Static]
 	Window     time.Duration   // one observation's length: the budgets are in time [1s]
 	NoPause    bool            // BE cannot be stopped: references are learnt beside it
-	PauseMax   int             // windows one pause lasts at most, its budget allowing [5]
+	PauseMax   int             // windows one pause lasts at most, the first draining BE's queued work, its budget allowing [6]
 	MinSamples int             // requests (tokens for tpot_) a measurement needs; windows accumulate until it has them [20]
 	HalfLife   int             // windows that halve what an arm showed (workloads drift) [120]
 	Z          float64         // bounds' width in standard errors [2]
@@ -46,14 +46,13 @@ func (o Options) withDefaults() Options {
 	}
 	o.Static = cmp.Or(o.Static, 200*time.Microsecond)
 	o.Safe, o.Window = cmp.Or(o.Safe, o.Static), cmp.Or(o.Window, time.Second)
-	o.PauseMax, o.MinSamples, o.HalfLife = cmp.Or(o.PauseMax, 5), cmp.Or(o.MinSamples, DefaultMinSamples), cmp.Or(o.HalfLife, 120)
+	o.PauseMax, o.MinSamples, o.HalfLife = cmp.Or(o.PauseMax, 6), cmp.Or(o.MinSamples, DefaultMinSamples), cmp.Or(o.HalfLife, 120)
 	o.Z, o.Margin = cmp.Or(o.Z, 2), cmp.Or(o.Margin, 0.02)
 	return o
 }
 
 // The model's fixed numbers, each with why this value.
 const (
-	settle        = 1                      // windows after a move that mix what was before (it lands mid-window), unless aligned
 	maxAccumulate = 30                     // windows a measurement accumulates over at most: older ones drop out (a request a second counts in 20)
 	idleAfter     = 10                     // windows with no LC sample before the safe arm (a slow LC is quiet a few)
 	budget        = 0.1                    // of any minute BE may be stopped to learn LCs alone; of windows a settled search explores
@@ -65,6 +64,7 @@ const (
 	maxBackoff    = 4                      // back-offs from exploring an arm, each twice the last
 	switchCost    = 190 * time.Microsecond // one BE-to-LC switch measured on H100 and H200: what no timeslice removes
 	gateShare     = 0.75                   // BE's share with the gate over without, until measured (only the order counts)
+	spinShare     = 0.99                   // the same with pre-preemption: a spinner takes a little
 )
 
 // LCSample is one LC process's latency over one window against one of its
@@ -296,6 +296,11 @@ func (c *Controller) step(d *Decision, o Observation) {
 		c.move(d, c.safe(), fmt.Sprintf("no LC latency for %d windows: the safe arm", c.quiet))
 		return
 	}
+	if c.quiet > 0 && c.phase.Kind != Calibrating && c.phase.Kind != Fallback {
+		d.Cause = CauseNoSignal // nothing new to decide on (a slow LC's windows between requests)
+		c.stay(d, "no LC latency this window")
+		return
+	}
 	if c.phase.Kind != Calibrating && c.phase.Kind != Fallback && c.needsRef() {
 		c.enter(Phase{Kind: Calibrating, From: c.cur})
 	}
@@ -402,26 +407,36 @@ func (c *Controller) endExplore(d *Decision, why string) {
 }
 
 // rescue leaves an arm that misses: for the best known to meet every objective, else the most BE
-// among those that might and protect the LC more, else the closest.
+// among those that might and protect the LC more (give BE more, where it is BE's minimum that is
+// missed), else the closest.
 func (c *Controller) rescue(d *Decision) {
 	d.Cause = CauseViolation
 	miss := fmt.Sprintf("LC at %.2fx its objective under %v: ", c.worstMean(c.cur), c.cur)
+	if c.short(c.cur) {
+		miss = fmt.Sprintf("BE at %.0f%% under %v, below its minimum: ", 100*c.share(c.cur), c.cur)
+	}
 	c.backOff(c.cur)
 	if best, ok := c.best(); ok {
 		c.enter(Phase{Kind: Settled})
 		c.move(d, best, miss+fmt.Sprintf("to %v, which meets every objective", best))
 		return
 	}
+	// An arm that meets the LC objectives but gives BE less than its minimum is left for more BE.
+	toBE := c.short(c.cur) && c.lcFeasibility(c.cur) != infeasible
 	var to Arm
 	found := false
 	for _, a := range c.set.all() {
-		if protects(c.set, c.cur, a) && c.feasibility(a) == possible && (!found || c.share(a) > c.share(to)) {
+		dir := protects(c.set, c.cur, a)
+		if toBE {
+			dir = c.better(a, c.cur)
+		}
+		if dir && c.feasibility(a) == possible && (!found || c.share(a) > c.share(to)) {
 			to, found = a, true
 		}
 	}
 	if found {
 		c.enter(Phase{Kind: Recovering})
-		c.move(d, to, miss+fmt.Sprintf("trying %v, which protects the LC more", to))
+		c.move(d, to, miss+fmt.Sprintf("trying %v, which might meet them", to))
 		return
 	}
 	c.enter(Phase{Kind: Settled, Limit: true})
@@ -496,7 +511,7 @@ func (c *Controller) candidate() (best Arm, ok bool) {
 			frontier = frontier || n == c.cur || c.evidence(n) >= minEvidence
 		}
 		// At the limit only an arm that protects the LC more is worth a try (the workload may have eased).
-		gain := c.share(a) > c.share(c.cur)+c.opts.Margin
+		gain := c.better(a, c.cur)
 		if c.phase.Limit {
 			gain = protects(c.set, c.cur, a)
 		}
@@ -525,6 +540,15 @@ func (c *Controller) closest() Arm {
 		}
 	}
 	return best
+}
+
+// better reports whether a is expected to give BE more than b: by Margin where both are measured,
+// else in the prior order.
+func (c *Controller) better(a, b Arm) bool {
+	if known(&c.est(a).share) && known(&c.est(b).share) {
+		return c.share(a) > c.share(b)+c.opts.Margin
+	}
+	return c.share(a) > c.share(b)
 }
 
 func (c *Controller) shareText(a Arm) string {

@@ -136,7 +136,7 @@ func TestCalibrationBudget(t *testing.T) {
 			}
 			if tt.deaf {
 				last := ds[len(ds)-1]
-				if last.PausedWindows > calTries*(c.opts.PauseMax+settle) {
+				if last.PausedWindows > calTries*c.opts.PauseMax {
 					t.Errorf("BE stopped %d windows for an LC that gives nothing while it is: want at most %d pauses", last.PausedWindows, calTries)
 				}
 				if !strings.Contains(last.LC[0].Reference, "beside BE") {

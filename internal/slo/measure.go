@@ -279,7 +279,7 @@ func (c *Controller) calibrate(d *Decision, o Observation) {
 	d.Cause = CauseCalibrate
 	p := &c.phase
 	if p.Pause > 0 && !o.BEPaused && !c.stoppedAt(c.tick-1) {
-		p.Pause = c.opts.PauseMax + settle // BE was not kept stopped: this pause is over
+		p.Pause = c.opts.PauseMax // BE was not kept stopped: this pause is over
 	}
 	var owners []string
 	for _, r := range c.refs {
@@ -287,7 +287,7 @@ func (c *Controller) calibrate(d *Decision, o Observation) {
 			owners = append(owners, r.owner)
 		}
 	}
-	if p.Pause > 0 && (len(owners) == 0 || p.Pause >= c.opts.PauseMax+settle || !c.pauseAllowed(owners)) {
+	if p.Pause > 0 && (len(owners) == 0 || p.Pause >= c.opts.PauseMax || !c.pauseAllowed(owners)) {
 		for _, r := range c.refs { // a pause that taught a reference nothing counts against it
 			if r.wanted(c) && r.got == 0 {
 				if r.tries++; r.tries >= calTries {
@@ -318,7 +318,7 @@ func (c *Controller) calibrate(d *Decision, o Observation) {
 		}
 		p.Pause++
 		d.PauseBE = true
-		c.stay(d, fmt.Sprintf("learning an LC's standalone latency with BE stopped (window %d of at most %d)", p.Pause, c.opts.PauseMax+settle))
+		c.stay(d, fmt.Sprintf("learning an LC's standalone latency with BE stopped (window %d of at most %d)", p.Pause, c.opts.PauseMax))
 		return
 	}
 	for _, r := range c.refs {

@@ -394,6 +394,9 @@ func (l *Loop) Step(now time.Duration) {
 					keys[i] = b.Key()
 				}
 				obs.BEShare, _ = BEShare(rates, keys)
+				// BE idle of its own accord: every BE measured launched nothing (a BE in
+				// one kernel longer than a window would pass for idle).
+				obs.BEIdle = !s.pausing && len(keys) > 0 && !slices.ContainsFunc(keys, func(k string) bool { r, ok := rates[k]; return !ok || r.Rate > 0 })
 			}
 			obs.Aligned = prev > 0 && len(s.lcs) > 0 && !s.lagged
 			for _, p := range s.lcs {
@@ -417,8 +420,8 @@ func (l *Loop) Step(now time.Duration) {
 		} else {
 			l.log.Debug("slo: kept", "gpus", s.key, "be_timeslice", d.BETimeslice, "cause", d.Cause, "reason", d.Reason, "worst_lc_vs_objective", d.Worst)
 		}
-		if d.WorkloadChanged {
-			l.log.Info("slo: LC response changed under the same setting; searching again", "gpus", s.key, "be_timeslice", from)
+		if d.Bound != "" && d.Changed {
+			l.log.Info("slo: at the limit", "gpus", s.key, "bound", d.Bound)
 		}
 	}
 	l.pauseFor(decided, time.Duration(l.conf.pause+5)*window)
@@ -457,6 +460,6 @@ func (l *Loop) steer(pol *policy.Policy) {
 // stopped (slo.calibrate: pause, the default) where the daemon can stop
 // it, else beside BE under the shortest timeslice.
 func (l *Loop) options(pol *policy.Policy, conf sloConf) slo.Options {
-	return slo.Options{Ladder: pol.SLO.Ladder, Safe: conf.safe, CalibrateWindows: cmp.Or(conf.pause, policy.DefaultPauseWindows),
-		NoPause: conf.pause <= 0 || l.Pause == nil}
+	return slo.Options{Ladder: pol.SLO.Ladder, Static: pol.Classes[class.BE].Timeslice, Safe: conf.safe, Window: windowOf(pol),
+		PauseMax: cmp.Or(conf.pause, policy.DefaultPauseWindows) + 1, NoPause: conf.pause <= 0 || l.Pause == nil}
 }

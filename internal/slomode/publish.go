@@ -11,6 +11,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
+	"github.com/gpreempt/gpreempt/internal/slo/objective"
 )
 
 // lcWindow is one LC process's window: its status rows (one per
@@ -41,10 +42,13 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 		// not what the app measures (no CPU-side work before its first
 		// launch) and the two do not share a baseline.
 		s, ok := l.Latency.Latest(p.PID)
-		src, key := sampleSource{p.PID, "pushed"}, p.Key()
+		src, key := sampleSource{p.PID, SourcePushed}, p.Key()
 		if w := l.tracing[key]; l.Traced != nil && w != nil && w.traced {
 			s, ok = l.Traced.Latest(p.PID)
 			src.kind, key = "traced", key+"/traced"
+		}
+		if ok && s.Source == "" { // a source that does not name itself is what it was read from
+			s.Source = map[string]string{SourcePushed: SourcePushed, "traced": SourceTracedRequest}[src.kind]
 		}
 		w := lcWindow{key: key}
 		// A traced window is one of the loop's: the one the tracer closed
@@ -58,6 +62,9 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 		for _, o := range o {
 			ls := ls
 			ls.Objective = o.String()
+			if ok {
+				ls.Source = s.Source
+			}
 			switch {
 			case !ok:
 				ls.Signal = "none pushed"
@@ -66,34 +73,57 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 				}
 			case !fresh:
 				ls.Signal = "stale"
+			case s.Source == SourceTracedStep && o.Metric == "":
+				// Its traced latency is per step: a request objective would judge a step.
+				ls.Signal = "refused: this LC is never quiet, so its traced latency is per step; use a tpot_ objective, or push or scrape its requests"
 			default:
-				name, median := quantileName(o.Quantile), "p50"
-				if o.Metric != "" {
-					// An LLM server's ttft_p50, tpot_p99: its changes are
-					// read from the same metric's median.
-					name, median = o.Metric+"_"+name, o.Metric+"_p50"
-				}
-				lat, ok := s.Quantiles[name]
-				if !ok {
-					ls.Signal = src.kind + " without " + name
+				sample, signal := lcSample(s, o, p, key)
+				ls.Signal = signal
+				if sample == nil {
 					break
 				}
-				ls.Signal, ls.Requests, ls.LatencyUs = src.kind, s.Requests, float64(lat)/1e3
-				// A time per output token is a quantile of the window's
-				// tokens: an LLM server finishes a request or two a second.
-				n := s.Requests
-				if o.Metric == "tpot" && s.Tokens > 0 {
-					n, w.tokens = s.Tokens, true
+				ls.Samples, ls.Requests = max(len(sample.Values), sample.Count), s.Requests
+				if len(sample.Values) > 0 {
+					ls.P50Us = float64(slices.Sorted(slices.Values(sample.Values))[(len(sample.Values)-1)/2]) / 1e3
+				} else {
+					name := "p50"
+					if o.Metric != "" {
+						name = o.Metric + "_p50"
+					}
+					ls.P50Us = float64(s.Quantiles[name]) / 1e3
 				}
-				// The median goes with a tail objective: workload changes
-				// are read from it (slo.LCSample.Median).
-				w.samples = append(w.samples, slo.LCSample{Key: key, Objective: o, Latency: lat, Requests: n, Median: s.Quantiles[median]})
+				w.tokens = w.tokens || o.Metric == MetricTPOT
+				w.samples = append(w.samples, *sample)
 			}
 			w.rows = append(w.rows, ls)
 		}
 		out[p.PID] = w
 	}
 	return out
+}
+
+// lcSample is s against objective o as the controllers take it: the window's own values of o's
+// metric, else its quantile over its count; nil, and why, where s has neither.
+func lcSample(s LatencySample, o objective.Objective, p policy.ProcRef, key string) (*slo.LCSample, string) {
+	out := &slo.LCSample{Key: key, Owner: p.Owner, Objective: o, Values: s.Samples[o.Metric]}
+	if len(out.Values) > 0 {
+		return out, s.Source
+	}
+	name := quantileName(o.Quantile)
+	if o.Metric != "" {
+		name = o.Metric + "_" + name
+	}
+	lat, ok := s.Quantiles[name]
+	if !ok {
+		return nil, s.Source + " without " + name
+	}
+	// A time per output token is a quantile of the window's tokens: an LLM server finishes a
+	// request or two a second.
+	out.Latency, out.Count = lat, s.Requests
+	if o.Metric == MetricTPOT && s.Tokens > 0 {
+		out.Count = s.Tokens
+	}
+	return out, s.Source
 }
 
 // publish sets the status, what hint engines are told, and the metrics,
@@ -132,7 +162,7 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 		// counted.
 		if d != nil && s.live() {
 			sd := &client.SLODecision{Window: l.windows, BETimeslice: d.BETimeslice.String(), Arm: d.Arm.String(), Phase: d.Phase, Changed: d.Changed,
-				Cause: d.Cause, Reason: d.Reason, Fallback: d.Fallback, BEBelowMinimum: d.BEBelowMinimum, Aligned: d.Aligned}
+				Cause: d.Cause, Reason: d.Reason, Fallback: d.Fallback, BEBelowMinimum: d.BEBelowMinimum, Aligned: d.Aligned, Bound: d.Bound}
 			ss.Last, ss.BEShare, ss.WorstLC, ss.Phase = sd, finite(d.BEShare), finite(d.Worst), d.Phase
 			ss.Calibration = &client.SLOCalibration{Paused: d.PausedWindows, Windows: d.CalibrationWindows, Of: d.Windows}
 			if d.Changed {
@@ -207,13 +237,14 @@ func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) []client.S
 			row.GPUs = s.gpus
 			for _, r := range res {
 				if r.Key == w.key && r.Objective == row.Objective {
-					row.TargetUs, row.Ratio, row.Reference = float64(r.Target)/1e3, finite(r.Ratio), r.Reference
-					if sig := row.Signal; r.Requests < slo.DefaultMinRequests && (sig == "pushed" || sig == "traced") {
+					row.TargetUs, row.Ratio, row.Reference, row.Pending = float64(r.Target)/1e3, finite(r.Ratio), r.Reference, r.Pending
+					row.LatencyUs = float64(r.Latency) / 1e3
+					if !r.Counted && r.Pending > 0 && r.Target > 0 {
 						what := "requests"
 						if w.tokens && strings.HasPrefix(row.Objective, "tpot_") {
 							what = "tokens"
 						}
-						row.Signal = fmt.Sprintf("%s (%d %s: too few to count)", sig, r.Requests, what)
+						row.Signal = fmt.Sprintf("%s (%d %s accumulated toward a measurement)", row.Signal, r.Pending, what)
 					}
 				}
 			}

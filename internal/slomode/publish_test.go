@@ -1,6 +1,8 @@
 package slomode
 
 import (
+	"cmp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,36 +14,63 @@ type fixedLatency map[int]LatencySample
 
 func (f fixedLatency) Latest(pid int) (LatencySample, bool) { s, ok := f[pid]; return s, ok }
 
-// TestSamplesMedianOfTheMetric: workload changes are read from a sample's
-// median; for an objective on an LLM server's time per output token (or
-// to first token) that is the same metric's median, not the request
-// latency's, which a server may not even push.
-func TestSamplesMedianOfTheMetric(t *testing.T) {
+// TestSampleOfTheMetric: an objective is judged on its own metric's values
+// where the source gives them, else on the quantile it names over its
+// count (tokens for tpot_); a traced-step LC refuses a request objective.
+func TestSampleOfTheMetric(t *testing.T) {
+	ms := func(xs ...int) []time.Duration {
+		var out []time.Duration
+		for _, x := range xs {
+			out = append(out, time.Duration(x)*time.Millisecond)
+		}
+		return out
+	}
 	for _, tc := range []struct {
-		objective  string
-		quantiles  map[string]time.Duration
-		latency    time.Duration
-		wantMedian time.Duration
+		name, objective string
+		sample          LatencySample
+		values          []time.Duration
+		latency         time.Duration
+		count           int
+		refused         bool
 	}{
-		{"p99<=50ms", map[string]time.Duration{"p50": 20 * time.Millisecond, "p99": 40 * time.Millisecond}, 40 * time.Millisecond, 20 * time.Millisecond},
-		{"tpot_p99<=15ms", map[string]time.Duration{"p50": 400 * time.Millisecond, "tpot_p50": 9 * time.Millisecond, "tpot_p99": 12 * time.Millisecond},
-			12 * time.Millisecond, 9 * time.Millisecond},
-		{"ttft_p50<=80ms", map[string]time.Duration{"ttft_p50": 60 * time.Millisecond}, 60 * time.Millisecond, 60 * time.Millisecond},
+		{"request values", "p50<=1.10x", LatencySample{Source: SourceTracedRequest, Requests: 3, Samples: map[string][]time.Duration{MetricRequest: ms(700, 710, 690)}},
+			ms(700, 710, 690), 0, 0, false},
+		{"tpot values, not the requests'", "tpot_p50<=12ms", LatencySample{Source: SourceScraped, Requests: 1,
+			Samples: map[string][]time.Duration{MetricRequest: ms(400), MetricTPOT: ms(9, 10, 11)}}, ms(9, 10, 11), 0, 0, false},
+		{"pushed quantile over tokens", "tpot_p99<=15ms", LatencySample{Requests: 2, Tokens: 30,
+			Quantiles: map[string]time.Duration{"p50": 400 * time.Millisecond, "tpot_p99": 12 * time.Millisecond}}, nil, 12 * time.Millisecond, 30, false},
+		{"pushed quantile over requests", "p99<=50ms", LatencySample{Requests: 60,
+			Quantiles: map[string]time.Duration{"p99": 40 * time.Millisecond}}, nil, 40 * time.Millisecond, 60, false},
+		{"steps refuse a request objective", "p50<=1.10x", LatencySample{Source: SourceTracedStep, Tokens: 50,
+			Samples: map[string][]time.Duration{MetricTPOT: ms(10, 11)}}, nil, 0, 0, true},
+		{"steps serve a tpot objective", "tpot_p50<=1.10x", LatencySample{Source: SourceTracedStep, Tokens: 2,
+			Samples: map[string][]time.Duration{MetricTPOT: ms(10, 11)}}, ms(10, 11), 0, 0, false},
 	} {
-		pol, err := policy.Parse([]byte(strings.Replace(sloPolicy, `lc: {objective: "p50<=1.05x"}`, `lc: {objective: "`+tc.objective+`"}`, 1)))
-		if err != nil {
-			t.Fatalf("%s: %v", tc.objective, err)
-		}
-		lc := policy.ProcRef{PID: 100, Start: 1, Comm: "lc-server"}
-		lc.Decision = pol.Decide(policy.Process{PID: 100, Comm: "lc-server"})
-		l := &Loop{log: testLog(t), used: map[sampleSource]uint64{}, tracing: map[string]*traceWant{},
-			Latency: fixedLatency{100: {At: time.Second, Window: time.Second, Requests: 60, Quantiles: tc.quantiles, Seq: 1}}}
-		w := l.lcSamples(pol, []policy.ProcRef{lc}, time.Second)[100]
-		if len(w.samples) != 1 {
-			t.Fatalf("%s: samples %+v, rows %+v", tc.objective, w.samples, w.rows)
-		}
-		if s := w.samples[0]; s.Latency != tc.latency || s.Median != tc.wantMedian {
-			t.Errorf("%s: latency %v median %v, want %v and %v", tc.objective, s.Latency, s.Median, tc.latency, tc.wantMedian)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			pol, err := policy.Parse([]byte(strings.Replace(sloPolicy, `lc: {objective: "p50<=1.05x"}`, `lc: {objective: "`+tc.objective+`"}`, 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lc := policy.ProcRef{PID: 100, Start: 1, Comm: "lc-server"}
+			lc.Decision = pol.Decide(policy.Process{PID: 100, Comm: "lc-server"})
+			tc.sample.At, tc.sample.Window, tc.sample.Seq = time.Second, time.Second, 1
+			l := &Loop{log: testLog(t), used: map[sampleSource]uint64{}, tracing: map[string]*traceWant{}, Latency: fixedLatency{100: tc.sample}}
+			w := l.lcSamples(pol, []policy.ProcRef{lc}, time.Second)[100]
+			if tc.refused {
+				if len(w.samples) != 0 || !strings.HasPrefix(w.rows[0].Signal, "refused") {
+					t.Fatalf("samples %+v, signal %q: want it refused", w.samples, w.rows[0].Signal)
+				}
+				return
+			}
+			if len(w.samples) != 1 {
+				t.Fatalf("samples %+v, rows %+v", w.samples, w.rows)
+			}
+			if s := w.samples[0]; !slices.Equal(s.Values, tc.values) || s.Latency != tc.latency || s.Count != tc.count {
+				t.Errorf("values %v latency %v count %d, want %v, %v, %d", s.Values, s.Latency, s.Count, tc.values, tc.latency, tc.count)
+			}
+			if want := cmp.Or(tc.sample.Source, SourcePushed); w.rows[0].Source != want {
+				t.Errorf("source %q, want %q", w.rows[0].Source, want)
+			}
+		})
 	}
 }

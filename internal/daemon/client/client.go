@@ -446,6 +446,17 @@ type SLOLC struct {
 	Reference string   `json:"reference,omitempty"`
 	Ratio     *float64 `json:"ratio,omitempty"`
 	Requests  int      `json:"requests"`
+	// Source is where the LC's latency comes from: "pushed",
+	// "traced-request", "traced-step" or "scraped" ("": none yet).
+	Source string `json:"source,omitempty"`
+	// Samples are this window's (requests, or tokens for a tpot_
+	// objective); Pending those accumulated toward the next measurement,
+	// which counts once it holds enough.
+	Samples int `json:"samples"`
+	Pending int `json:"pending"`
+	// P50Us is the median of this window's samples as the daemon sees
+	// them (0: none).
+	P50Us float64 `json:"p50_us,omitempty"`
 	// Signal says where the latency came from, or why there is none.
 	Signal string `json:"signal"`
 	// GPUs are the search the row is of (SLOSearch.GPUs).
@@ -485,9 +496,11 @@ type SLODecision struct {
 	Cause       string `json:"cause"`
 	Reason      string `json:"reason"`
 	Fallback    bool   `json:"fallback,omitempty"`
-	// BEBelowMinimum: no setting that meets the LC objectives gives BE
-	// its minimum share.
+	// BEBelowMinimum: the setting held gives BE less than its minimum
+	// share (no setting meets the LC objectives within it).
 	BEBelowMinimum bool `json:"be_below_minimum,omitempty"`
+	// Bound: no setting meets every objective; what stands in the way.
+	Bound string `json:"bound,omitempty"`
 	// Aligned: every LC window it judged began as the decision before
 	// took effect (StatsReply.NextWindowMs).
 	Aligned bool `json:"aligned,omitempty"`
