@@ -185,11 +185,11 @@ type Controller struct {
 	active map[string]int    // objective keys by the window they last gave a sample
 	refs   map[string]*reference
 	left   map[Arm]backoff
-	quiet  int       // windows in a row without an LC sample
-	idleAt int       // the last window BE idled through of its own accord
+	quiet  int // windows in a row without an LC sample
+	idleAt int // the last window BE idled through of its own accord
 	// minShare is the BE share no arm chosen may be known to fall short of (Observation.MinBEShare).
 	minShare float64
-	stops  []stopped // the pauses of the last minute, window by window
+	stops    []stopped // the pauses of the last minute, window by window
 	// nextExplore is the first window a settled search may explore in (0: not yet settled once:
 	// the first search is not held back).
 	nextExplore        int
@@ -301,7 +301,7 @@ func (c *Controller) step(d *Decision, o Observation) {
 		c.stay(d, "no LC latency this window")
 		return
 	}
-	if c.phase.Kind != Calibrating && c.phase.Kind != Fallback && c.needsRef() {
+	if c.phase.Kind != Calibrating && c.phase.Kind != Fallback && c.calibrationDue() {
 		c.enter(Phase{Kind: Calibrating, From: c.cur})
 	}
 	switch c.phase.Kind {

@@ -1,6 +1,7 @@
 package slo
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -150,11 +151,10 @@ func TestCalibrationBudget(t *testing.T) {
 func TestIdleBETeachesReferencesWithoutStopping(t *testing.T) {
 	c := newController(t, Options{})
 	g := NewSimGPU(4)
-	w := slowLLM
-	w.Requests = 5
+	w := slowLLM // a request a window: a pause's few windows cannot teach its reference
 	// BE works 4 windows and idles 4, as the bench's --be-duty.
 	ds := play(c, g, w, mustObjective(t, "p50<=1.10x"), 80, func(i int, g *SimGPU) { g.Idle = i%8 >= 4 })
-	for _, d := range ds[5:] { // BE first idles in window 5
+	for _, d := range ds[6:] { // BE first idles in window 5, in the first pause (6 windows at most)
 		if d.PauseBE {
 			t.Fatalf("window %d: BE stopped though it idles of its own accord", d.Windows)
 		}
@@ -179,7 +179,9 @@ var frontier = Workload{
 }
 
 func TestChoosesStaticWhenBEBest(t *testing.T) {
-	c := newController(t, Options{NoPause: true, Static: 200 * time.Microsecond, Safe: time.Microsecond})
+	// The policy's own 200us is not on the ladder: the static arm is offered all the same.
+	ladder := []time.Duration{time.Microsecond, 50 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 3 * time.Millisecond}
+	c := newController(t, Options{NoPause: true, Ladder: ladder, Static: 200 * time.Microsecond, Safe: time.Microsecond})
 	g := NewSimGPU(5)
 	g.Standalone, g.Gate = true, true
 	ds := play(c, g, frontier, mustObjective(t, "p50<=1.10x"), 300, nil)
@@ -200,7 +202,7 @@ func TestBoundNamedWhenNothingMeets(t *testing.T) {
 	g.Standalone = true
 	ds := play(c, g, graph, mustObjective(t, "p50<=1.05x"), 200, nil)
 	last := ds[len(ds)-1]
-	if last.Cause != CauseAtLimit || !strings.Contains(last.Bound, "switch") {
+	if last.Cause != CauseAtLimit || !strings.Contains(last.Bound, "switch") || !strings.Contains(last.Bound, "of this LC's 1.28ms alone") {
 		t.Fatalf("cause %q bound %q: want at_limit naming the switch", last.Cause, last.Bound)
 	}
 	if c.Arm().BETimeslice != time.Microsecond {
@@ -227,5 +229,43 @@ func TestMinShareIsEnforced(t *testing.T) {
 		if d.Arm.BETimeslice < 50*time.Microsecond {
 			t.Fatalf("window %d: held %v, which gives BE 30%% under a min_share of 50%%", d.Windows, d.Arm)
 		}
+	}
+}
+
+func TestPauseBudgetSharedByOwners(t *testing.T) {
+	// Tenant A starts a new LC process every 7 windows; tenant B has one. B's LC is still learnt
+	// alone, and BE is stopped no more than 10% of any minute for both together.
+	c := newController(t, Options{})
+	a, b := NewSimGPU(8), NewSimGPU(9)
+	a.Owner, b.Owner, b.Key = "uid:1000", "uid:2000", "b"
+	w := slowLLM
+	w.Requests = 5
+	obj := mustObjective(t, "p50<=1.10x")
+	prev := c.Arm()
+	paused := false
+	var ds []Decision
+	for i := range 300 {
+		a.Key = fmt.Sprintf("a%d", i/7)
+		a.Paused, b.Paused = paused, paused
+		oa, ob := a.WindowArm(w, obj, c.Arm(), prev), b.WindowArm(w, obj, c.Arm(), prev)
+		oa.LC = append(oa.LC, ob.LC...)
+		prev = c.Arm()
+		d := c.Observe(oa)
+		paused = d.PauseBE
+		ds = append(ds, d)
+	}
+	n := 0
+	for _, d := range ds {
+		if d.PauseBE {
+			n++
+		}
+	}
+	if n > 30 {
+		t.Errorf("BE stopped %d of 300 windows, want at most 10%%", n)
+	}
+	last := ds[len(ds)-1]
+	i := slices.IndexFunc(last.LC, func(r LCResult) bool { return r.Key == "b" })
+	if i < 0 || last.LC[i].Target == 0 {
+		t.Fatalf("tenant B's LC has no reference after 300 windows: %+v", last.LC)
 	}
 }

@@ -327,12 +327,30 @@ func (c *Controller) calibrate(d *Decision, o Observation) {
 			return
 		}
 	}
+	// Nothing to learn by now: the search goes on, and the references come as BE idles or the
+	// budget allows.
 	from := c.set.clamp(p.From)
-	why := "waiting for BE to idle or for the pause budget (BE stopped at most 10% of any minute)"
+	c.enter(Phase{Kind: Settled})
+	why := "a reference waits for the pause budget (BE stopped at most 10% of any minute); searching meanwhile"
 	if idle {
-		why = "learning an LC alone while BE idles of its own accord"
+		why = "a reference is learnt while BE idles of its own accord; searching meanwhile"
 	}
 	c.move(d, from, why)
+}
+
+// calibrationDue reports whether a calibration would learn something now: a reference to learn
+// with BE stopped, the budget allowing, or at the shortest arm.
+func (c *Controller) calibrationDue() bool {
+	var owners []string
+	shortest := false
+	for _, r := range c.refs {
+		if r.wanted(c) && r.tries < calTries {
+			owners = append(owners, r.owner)
+		}
+		shortest = shortest || r.value == 0 && r.how == objective.Shortest && c.tick-r.last < idleAfter
+	}
+	idle := c.idleAt > 0 && c.tick-c.idleAt < c.minuteWindows()
+	return shortest || len(owners) > 0 && !c.opts.NoPause && !idle && c.pauseAllowed(owners)
 }
 
 // Feasibility of an arm against every objective in force.
