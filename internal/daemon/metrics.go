@@ -47,6 +47,8 @@ type Metrics struct {
 	sloWorst      *prometheus.GaugeVec
 	sloShare      *prometheus.GaugeVec
 	sloLC         *prometheus.GaugeVec
+	sloSamples    *prometheus.GaugeVec
+	sloP50        *prometheus.GaugeVec
 	sloChanges    *prometheus.CounterVec
 	sloStopped    prometheus.Gauge
 
@@ -138,6 +140,10 @@ func NewMetrics(groups func() map[[2]string]int) *Metrics {
 			Help: "Progress of the BE beside the LCs on a GPU relative to BE alone over the last window (NaN: not measured)."}, []string{"gpu"}),
 		sloLC: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_lc_vs_objective",
 			Help: "Each LC process's latency / objective over the last window, per GPU and objective."}, []string{"gpu", "process", "objective"}),
+		sloSamples: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_lc_samples",
+			Help: "Each LC process's samples over the last window (requests, or tokens for a tpot_ objective), per GPU, objective and latency source (pushed, traced-request, traced-step, scraped)."}, []string{"gpu", "process", "objective", "source"}),
+		sloP50: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_lc_p50_seconds",
+			Help: "The median of each LC process's samples over the last window as the daemon sees them, per GPU, objective and latency source."}, []string{"gpu", "process", "objective", "source"}),
 		sloStopped: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpreemptd_slo_be_stopped",
 			Help: "BE processes stopped (SIGSTOP) while SLO mode learns an LC alone (slo.calibrate: pause)."}),
 		sloChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_slo_changes_total",
@@ -147,7 +153,7 @@ func NewMetrics(groups func() map[[2]string]int) *Metrics {
 	rand.Read(m.idKey[:])
 	m.Registry.MustRegister(m.applies, m.failures, m.drift, m.classed, m.control, m.requests, m.refusedConns, m.reloads,
 		m.hintLatency, m.hintHold, m.hintExpired, m.hintRequests, m.mode, groupsCollector{m},
-		m.sloEnabled, m.sloTimeslice, m.sloWorst, m.sloShare, m.sloLC, m.sloChanges, m.sloStopped,
+		m.sloEnabled, m.sloTimeslice, m.sloWorst, m.sloShare, m.sloLC, m.sloSamples, m.sloP50, m.sloChanges, m.sloStopped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -272,6 +278,8 @@ func (m *Metrics) SetSLO(on bool, byGPU map[string]slo.Decision) {
 	m.sloWorst.Reset()
 	m.sloShare.Reset()
 	m.sloLC.Reset()
+	m.sloSamples.Reset()
+	m.sloP50.Reset()
 	if !on {
 		m.sloEnabled.Set(0)
 		return
@@ -282,7 +290,14 @@ func (m *Metrics) SetSLO(on bool, byGPU map[string]slo.Decision) {
 		m.sloWorst.WithLabelValues(gpu).Set(d.Worst)
 		m.sloShare.WithLabelValues(gpu).Set(d.BEShare)
 		for _, r := range d.LC {
-			m.sloLC.WithLabelValues(gpu, m.sloProcessLabel(r.Key), r.Objective).Set(r.Ratio)
+			proc := m.sloProcessLabel(r.Key)
+			m.sloLC.WithLabelValues(gpu, proc, r.Objective).Set(r.Ratio)
+			if r.Source != "" {
+				m.sloSamples.WithLabelValues(gpu, proc, r.Objective, r.Source).Set(float64(r.Samples))
+				if r.P50 > 0 {
+					m.sloP50.WithLabelValues(gpu, proc, r.Objective, r.Source).Set(r.P50.Seconds())
+				}
+			}
 		}
 		if d.Changed {
 			m.sloChanges.WithLabelValues(gpu, d.Cause).Inc()

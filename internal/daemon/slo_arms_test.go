@@ -105,8 +105,8 @@ func TestSLOLoopGateArm(t *testing.T) {
 }
 
 // TestSLOLoopReferenceNamed: every LC row of a relative objective names
-// its reference and the p50 the daemon sees, and what learning it cost
-// is in the status.
+// its reference, its source and the p50 the daemon sees (and so do the
+// metrics), and what learning it cost is in the status.
 func TestSLOLoopReferenceNamed(t *testing.T) {
 	s := newSLORig(t, sloPolicy)
 	s.loop.Step(s.now)
@@ -114,8 +114,12 @@ func TestSLOLoopReferenceNamed(t *testing.T) {
 		s.window(slo.EagerPyTorchH100, false)
 	}
 	st := s.loop.Status()
-	if len(st.LC) != 1 || !strings.HasPrefix(st.LC[0].Reference, "beside BE under 200µs") || st.Calibration == nil || st.LC[0].P50Us != 5640 {
+	if len(st.LC) != 1 || !strings.HasPrefix(st.LC[0].Reference, "beside BE under 200µs") || st.Calibration == nil || st.LC[0].P50Us != 5640 || st.LC[0].Source != "pushed" {
 		t.Errorf("LC %+v, calibration %+v", st.LC, st.Calibration)
+	}
+	// The metrics say the same per source.
+	if n, p50 := labelled(t, s.m, "gpreemptd_slo_lc_samples", "pushed"), labelled(t, s.m, "gpreemptd_slo_lc_p50_seconds", "pushed"); n != 50 || p50 != 5640e-6 {
+		t.Errorf("metrics: %v samples, p50 %v s; want 50 and 5.64ms from the pushed source", n, p50)
 	}
 }
 

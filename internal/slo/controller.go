@@ -71,6 +71,7 @@ const (
 // objectives (two objectives: two samples with one Key).
 type LCSample struct {
 	Key       string // the process ("pid/start"): a new key, a new process
+	Source    string // where its latency comes from (status and metrics)
 	Owner     string // whose budget its calibration draws on (uid, or pod)
 	Objective objective.Objective
 	// Values are the window's own values of the objective's metric; without them Latency is the
@@ -147,7 +148,9 @@ type LCResult struct {
 	Target    time.Duration `json:"target"`              // 0: reference not known yet
 	Reference string        `json:"reference,omitempty"` // what a relative objective is measured against
 	Ratio     float64       `json:"ratio"`               // Latency/Target; NaN: none
+	Source    string        `json:"source,omitempty"`    // LCSample.Source
 	Samples   int           `json:"samples"`             // this window's
+	P50       time.Duration `json:"p50,omitempty"`       // this window's median as seen (0: none)
 	Pending   int           `json:"pending"`             // accumulated toward the next measurement
 	Counted   bool          `json:"counted,omitempty"`   // a measurement completed this window
 }

@@ -61,15 +61,19 @@ type accum struct {
 	ref   time.Duration // the LC alone, where a relative objective knows it (0: not)
 }
 
-func (a *accum) add(s LCSample) {
-	var w []point
+// pointsOf is a sample's values, or its quantile over its count.
+func pointsOf(s LCSample) (w []point) {
 	for _, v := range s.Values {
 		w = append(w, point{v, 1})
 	}
 	if len(s.Values) == 0 && s.Count > 0 && s.Latency > 0 {
 		w = append(w, point{s.Latency, s.Count})
 	}
-	if a.windows = append(a.windows, w); len(a.windows) > maxAccumulate {
+	return w
+}
+
+func (a *accum) add(s LCSample) {
+	if a.windows = append(a.windows, pointsOf(s)); len(a.windows) > maxAccumulate {
 		a.windows = a.windows[1:]
 	}
 }
@@ -164,7 +168,10 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		if n > 0 {
 			c.active[k], c.quiet = c.tick, 0
 		}
-		res := LCResult{Key: s.Key, Objective: s.Objective.String(), Samples: n, Ratio: math.NaN()}
+		res := LCResult{Key: s.Key, Source: s.Source, Objective: s.Objective.String(), Samples: n, Ratio: math.NaN()}
+		if n > 0 {
+			res.P50 = (&accum{windows: [][]point{pointsOf(s)}}).quantile(0.5)
+		}
 		ref := s.Standalone
 		var r *reference
 		if s.Objective.Relative() && ref <= 0 {

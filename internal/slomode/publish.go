@@ -105,7 +105,7 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 // lcSample is s against objective o as the controllers take it: the window's own values of o's
 // metric, else its quantile over its count; nil, and why, where s has neither.
 func lcSample(s LatencySample, o objective.Objective, p policy.ProcRef, key string) (*slo.LCSample, string) {
-	out := &slo.LCSample{Key: key, Owner: p.Owner, Objective: o, Values: s.Samples[o.Metric]}
+	out := &slo.LCSample{Key: key, Source: s.Source, Owner: p.Owner, Objective: o, Values: s.Samples[o.Metric]}
 	if len(out.Values) > 0 {
 		return out, s.Source
 	}
