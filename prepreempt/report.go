@@ -137,8 +137,9 @@ func (r *Reporter) window() (client.Window, map[string]float64, uint64) {
 	if len(lat) == 0 {
 		return w, nil, total
 	}
-	own := quantilesUs(lat)
+	own := quantilesUs(lat) // sorts lat
 	w.LatencyUs = maps.Clone(own)
+	w.SamplesUs = map[string][]float64{"request": client.ThinSamples(lat)}
 	for name, vals := range map[string][]time.Duration{"ttft": ttft, "tpot": tpot} {
 		if len(vals) == 0 {
 			continue
@@ -148,6 +149,7 @@ func (r *Reporter) window() (client.Window, map[string]float64, uint64) {
 				w.LatencyUs[name+"_"+q] = v
 			}
 		}
+		w.SamplesUs[name] = client.ThinSamples(vals)
 	}
 	if len(tpot) > 0 {
 		w.Tokens = uint64(tokens)

@@ -247,6 +247,9 @@ func TestReporterPushesLLMWindows(t *testing.T) {
 	if _, ok := w.LatencyUs["tpot_max"]; ok {
 		t.Error("tpot_max pushed: the daemon refuses it")
 	}
+	if len(w.SamplesUs["request"]) != 3 || len(w.SamplesUs["tpot"]) != 45 || len(w.SamplesUs["ttft"]) != 3 {
+		t.Errorf("samples %v: want each request's, token's and first token's own", w.SamplesUs)
+	}
 	b, _ := json.Marshal(d.pushes[0])
 	if _, _, err := daemon.ParseStats(b); err != nil {
 		t.Errorf("the daemon refuses %s: %v", b, err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 )
 
@@ -473,6 +474,22 @@ func ParseStats(b []byte) (HintStats, int, error) {
 		}
 		if w.Requests > 0 && len(w.LatencyUs) == 0 {
 			return s, http.StatusBadRequest, fmt.Errorf("window: %d requests and no latency_us quantile", w.Requests)
+		}
+		if len(w.SamplesUs) > 3 {
+			return s, http.StatusBadRequest, errors.New("window.samples_us: too many metrics")
+		}
+		for m, vs := range w.SamplesUs {
+			if m != "request" && m != "ttft" && m != "tpot" {
+				return s, http.StatusBadRequest, fmt.Errorf("window.samples_us: metric %q: want request, ttft or tpot", m)
+			}
+			if len(vs) > client.MaxWindowSamples {
+				return s, http.StatusBadRequest, fmt.Errorf("window.samples_us.%s: %d values, at most %d", m, len(vs), client.MaxWindowSamples)
+			}
+			for _, v := range vs {
+				if !(v > 0 && v <= 1e12) {
+					return s, http.StatusBadRequest, fmt.Errorf("window.samples_us.%s: %v out of range (0, 1e12] us", m, v)
+				}
+			}
 		}
 		if _, ok := w.LatencyUs["tpot_p50"]; w.Tokens > 0 && !ok {
 			return s, http.StatusBadRequest, fmt.Errorf("window: %d tokens and no latency_us tpot_p50 (tokens count the tpot_ quantiles' samples)", w.Tokens)

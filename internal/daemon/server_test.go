@@ -345,6 +345,12 @@ func FuzzDecoders(f *testing.F) {
 						t.Fatalf("accepted window quantile %q = %v", q, v)
 					}
 				}
+				for m, vs := range w.SamplesUs {
+					if m != "request" && m != "ttft" && m != "tpot" || len(vs) > client.MaxWindowSamples ||
+						slices.ContainsFunc(vs, func(v float64) bool { return !(v > 0 && v <= 1e12) }) {
+						t.Fatalf("accepted window samples %q = %v", m, vs)
+					}
+				}
 				slomode.New(nil, func() time.Duration { return 0 }, nil, nil).Push(1, client.Stats{Window: w})
 			}
 		}
@@ -853,5 +859,32 @@ func TestChangeLimiterBound(t *testing.T) {
 	}
 	if err := l.admit("busy", t5.Add(1040*time.Millisecond), 1, 3); err != nil {
 		t.Errorf("440 ms later: %v", err)
+	}
+}
+
+// TestWindowSamples: a window's own values are taken per metric within
+// bounds, and refused with 400 naming what was wrong past them.
+func TestWindowSamples(t *testing.T) {
+	many := strings.TrimSuffix(strings.Repeat("1,", client.MaxWindowSamples+1), ",")
+	for _, tc := range []struct {
+		name, samples string
+		want          string // "": accepted
+	}{
+		{"request and tpot", `{"request":[700000,710000],"tpot":[9000,11000]}`, ""},
+		{"unknown metric", `{"queue":[1]}`, `metric "queue"`},
+		{"zero", `{"request":[0]}`, "out of range"},
+		{"negative", `{"ttft":[-5]}`, "out of range"},
+		{"too many", `{"request":[` + many + `]}`, "at most"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := `{"window":{"duration_ms":1000,"requests":2,"latency_us":{"p50":700000},"samples_us":` + tc.samples + `}}`
+			_, code, err := ParseStats([]byte(b))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || code != http.StatusBadRequest || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("%d %v, want 400 naming %q", code, err, tc.want)
+			}
+		})
 	}
 }

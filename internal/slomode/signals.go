@@ -120,10 +120,19 @@ type pushed struct {
 }
 
 func (p *pushed) push(pid int, w client.Window) {
-	s := LatencySample{Window: time.Duration(w.DurationMs * float64(time.Millisecond)), Requests: int(min(w.Requests, math.MaxInt32)),
+	s := LatencySample{Source: SourcePushed, Window: time.Duration(w.DurationMs * float64(time.Millisecond)), Requests: int(min(w.Requests, math.MaxInt32)),
 		Tokens: int(min(w.Tokens, math.MaxInt32)), Quantiles: map[string]time.Duration{}}
 	for q, us := range w.LatencyUs {
 		s.Quantiles[q] = time.Duration(us * float64(time.Microsecond))
+	}
+	for m, vs := range w.SamplesUs { // the daemon checked the names and values
+		metric := map[string]string{"request": MetricRequest, "ttft": MetricTTFT, "tpot": MetricTPOT}[m]
+		if s.Samples == nil {
+			s.Samples = map[string][]time.Duration{}
+		}
+		for _, us := range vs[:min(len(vs), MaxSamples)] {
+			s.Samples[metric] = append(s.Samples[metric], time.Duration(us*float64(time.Microsecond)))
+		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

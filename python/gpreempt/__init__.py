@@ -290,6 +290,16 @@ def _quantile(sorted_vals, q):
 _QUANTILES = ((0.50, "p50"), (0.90, "p90"), (0.99, "p99"), (0.999, "p999"))
 
 
+MAX_WINDOW_SAMPLES = 256
+
+
+def _thin_us(sorted_ns):
+    """At most MAX_WINDOW_SAMPLES of sorted_ns, evenly spaced by rank, in
+    microseconds (gpreemptd's client.ThinSamples)."""
+    n = min(len(sorted_ns), MAX_WINDOW_SAMPLES)
+    return [sorted_ns[i * len(sorted_ns) // n] / 1e3 for i in range(n)]
+
+
 def window_body(latencies_ns, duration_ns, total, ttft_ns=(), tpot_ns=()):
     """The POST /v1/stats body for one window: the JSON of gpreemptd's
     client.Stats with pid 0 (the daemon takes the caller's pid from the
@@ -305,10 +315,12 @@ def window_body(latencies_ns, duration_ns, total, ttft_ns=(), tpot_ns=()):
         own = {key: _quantile(lat, q) / 1e3 for q, key in _QUANTILES}
         own.update(max=lat[-1] / 1e3, mean=sum(lat) / len(lat) / 1e3)
         body["request_latency_us"], w["latency_us"] = own, dict(own)
+        w["samples_us"] = {"request": _thin_us(lat)}
         for name, vals in (("ttft", sorted(ttft_ns)), ("tpot", sorted(tpot_ns))):
             if vals:
                 for q, key in _QUANTILES:
                     w["latency_us"][f"{name}_{key}"] = _quantile(vals, q) / 1e3
+                w["samples_us"][name] = _thin_us(vals)
         if tpot_ns:
             w["tokens"] = len(tpot_ns)
     return body

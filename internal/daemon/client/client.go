@@ -198,10 +198,29 @@ type Window struct {
 	// LatencyUs: quantiles ("p50", "p90", "p99", "p999", "max", "mean")
 	// in microseconds; an LLM server's also "ttft_p50" .. "tpot_p999".
 	LatencyUs map[string]float64 `json:"latency_us"`
+	// SamplesUs are the window's own values in microseconds by metric
+	// ("request", "ttft", "tpot"), at most MaxWindowSamples each (evenly
+	// thinned from the sorted values past that): SLO mode accumulates
+	// them over windows until they are enough to count.
+	SamplesUs map[string][]float64 `json:"samples_us,omitempty"`
 	// Tokens: the output tokens its tpot_ quantiles are taken over, each
 	// one's time since the token before (0: one time per request).
 	// A tpot_ objective counts them as its window's samples.
 	Tokens uint64 `json:"tokens,omitempty"`
+}
+
+// MaxWindowSamples bounds Window.SamplesUs per metric.
+const MaxWindowSamples = 256
+
+// ThinSamples is at most MaxWindowSamples of sorted, evenly spaced by
+// rank (the distribution kept), in microseconds.
+func ThinSamples(sorted []time.Duration) []float64 {
+	n := min(len(sorted), MaxWindowSamples)
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = float64(sorted[i*len(sorted)/n]) / 1e3
+	}
+	return out
 }
 
 // Engine is what a hint engine says of its own decisions.
