@@ -25,20 +25,24 @@ func (r *runner) calibrateArgv(cmd string, args ...string) []string {
 func (r *runner) beArgv(sc Scenario, out string) ([]string, []string) {
 	// The BE is stopped with SIGTERM when the window ends; its own limit is
 	// only a backstop against a lost orchestrator.
-	backstop := 10*r.o.Duration + r.lcTimeout(sc) + 10*time.Minute
+	backstop := 10*r.o.measureDuration(sc) + r.lcTimeout(sc) + 10*time.Minute
 	if sc.Runtime.LLM() {
 		argv := []string{r.o.Python, "-u", filepath.Join(r.scripts, "be_gemm.py"),
 			"--duration", fmtDuration(backstop), "--n", strconv.Itoa(r.o.GEMMSize),
 			"--device", strconv.Itoa(r.o.Device), "--out", out}
-		if r.o.BEDuty > 0 {
-			argv = append(argv, "--duty-period", fmtDuration(r.o.BEDuty))
+		if d := r.o.dutyOf(sc); d > 0 {
+			argv = append(argv, "--duty-period", fmtDuration(d))
 		}
 		return argv, pythonEnv
 	}
 	if sc.Runtime.Python() {
-		return []string{r.o.Python, "-u", filepath.Join(r.scripts, "be_train.py"),
+		argv := []string{r.o.Python, "-u", filepath.Join(r.scripts, "be_train.py"),
 			"--duration", fmtDuration(backstop), "--model", r.o.PyBEModel,
-			"--batch", strconv.Itoa(r.o.PyBEBatch), "--device", strconv.Itoa(r.o.Device), "--out", out}, pythonEnv
+			"--batch", strconv.Itoa(r.o.PyBEBatch), "--device", strconv.Itoa(r.o.Device), "--out", out}
+		if d := r.o.dutyOf(sc); d > 0 {
+			argv = append(argv, "--duty-period", fmtDuration(d))
+		}
+		return argv, pythonEnv
 	}
 	return append(slices.Clone(r.env.self), "be",
 		"--device", strconv.Itoa(r.o.Device),

@@ -111,9 +111,13 @@ type runOptions struct {
 	LLMLoop      string        `json:"llm_loop,omitempty"`
 	LLMWarmup    int           `json:"llm_warmup,omitempty"`
 	GEMMSize     int           `json:"gemm_size,omitempty"`
-	// BEDuty: be_gemm.py works the first half of every BEDuty and idles
-	// the second, so that each LC process runs both beside BE and alone.
-	BEDuty time.Duration `json:"be_duty,omitempty"`
+	// BEDuty: the Python BE (be_gemm.py, be_train.py) works the first
+	// half of every BEDuty and idles the second, so that each LC process
+	// runs both beside BE and alone: in the llm- and pytorch-eager-
+	// scenarios, whose LC's speed moves between processes, and with
+	// BEDutyGraph in the pytorch- (CUDA graph) ones too (dutyOf).
+	BEDuty      time.Duration `json:"be_duty,omitempty"`
+	BEDutyGraph bool          `json:"be_duty_graph,omitempty"`
 }
 
 // optionDurations lists the duration fields with their JSON keys: they are
@@ -262,7 +266,7 @@ var runFlags = []cli.Flag{
 	&cli.StringFlag{Name: "llm-loop", Value: "generate", Usage: "llm-* eager scenarios: generate (transformers' generate()) or lean (a forward loop with one sync a token)"},
 	&cli.IntFlag{Name: "llm-warmup", Value: 3, Usage: "llm-* scenarios: warmup requests"},
 	&cli.IntFlag{Name: "gemm-size", Value: 8192, Usage: "llm-* scenarios: be_gemm.py's matrix size (n x n x n fp16)"},
-	&cli.DurationFlag{Name: "be-duty", Usage: "llm-* scenarios: be_gemm.py works the first half of every such period (CLOCK_MONOTONIC) and idles the second, and the report compares each LC process's requests of the two halves (0: BE works throughout)"},
+	&cli.DurationFlag{Name: "be-duty", Value: DefaultBEDuty, Usage: "llm-* and pytorch-eager-* scenarios (given explicitly: pytorch-* too): the BE works the first half of every such period (CLOCK_MONOTONIC) and idles the second, and the report compares each LC process's requests of the two halves; a run measures long enough for 30 requests a half (0: BE works throughout)"},
 }
 
 func runOptionsFrom(c *cli.Context) (runOptions, error) {
@@ -290,7 +294,7 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		PyLCModel: c.String("pytorch-lc-model"), PyLCBatch: c.Int("pytorch-lc-batch"), PyGraph: c.Bool("pytorch-cuda-graph"),
 		PyBEModel: c.String("pytorch-be-model"), PyBEBatch: c.Int("pytorch-be-batch"),
 		LLMFamily: c.String("llm-family"), LLMPeriod: c.Duration("llm-period"), LLMNewTokens: c.Int("llm-new-tokens"),
-		LLMPrompt: c.Int("llm-prompt"), LLMLoop: c.String("llm-loop"), LLMWarmup: c.Int("llm-warmup"), GEMMSize: c.Int("gemm-size"), BEDuty: c.Duration("be-duty"),
+		LLMPrompt: c.Int("llm-prompt"), LLMLoop: c.String("llm-loop"), LLMWarmup: c.Int("llm-warmup"), GEMMSize: c.Int("gemm-size"), BEDuty: c.Duration("be-duty"), BEDutyGraph: c.IsSet("be-duty"),
 		HintLauncher: prepreempt.Launcher(c.String("hint-launcher")), HintPrepQuantile: c.Float64("hint-prep-quantile"),
 		LCEnv: c.StringSlice("lc-env"), LCCPUs: c.String("lc-cpus"), BECPUs: c.String("be-cpus"),
 	}
@@ -352,23 +356,8 @@ func (o *runOptions) validate() error {
 			return fmt.Errorf("%w: --lc-env %q: the bench sets %s itself (one of %v)", ErrInvalidArgument, kv, k, benchLCEnv)
 		}
 	}
-	if o.BEDuty != 0 {
-		switch {
-		case o.BEDuty < minBEDuty || o.BEDuty%time.Millisecond != 0:
-			return fmt.Errorf("%w: --be-duty %v: want whole milliseconds, at least %v (each half must hold requests that start %v into it)", ErrInvalidArgument, o.BEDuty, minBEDuty, dutyGuard)
-		case o.BEDuty > o.Duration/2:
-			return fmt.Errorf("%w: --be-duty %v: want at most half of --duration %v, so that every run holds two of each half", ErrInvalidArgument, o.BEDuty, o.Duration)
-		case !slices.ContainsFunc(o.Scenarios, func(sc Scenario) bool { return sc.BECount() > 0 }):
-			return fmt.Errorf("%w: --be-duty: no scenario runs a BE", ErrInvalidArgument)
-		}
-		for _, sc := range o.Scenarios {
-			if sc.BECount() > 0 && !sc.Runtime.LLM() {
-				return fmt.Errorf("%w: --be-duty: only the llm-* scenarios' BE (be_gemm.py) idles half the time; %s runs another", ErrInvalidArgument, sc.Name)
-			}
-			if sc.SLO {
-				return fmt.Errorf("%w: --be-duty: %s: SLO mode would chase a BE that comes and goes", ErrInvalidArgument, sc.Name)
-			}
-		}
+	if err := o.validateDuty(); err != nil {
+		return err
 	}
 	var err error
 	if o.lcCPUs, err = parseCPUs("--lc-cpus", o.LCCPUs); err != nil {
@@ -410,6 +399,57 @@ func parseCPUs(flag, list string) (cpuset.CPUSet, error) {
 	return cpus, nil
 }
 
+// validateDuty checks --be-duty against the scenarios it applies to.
+func (o *runOptions) validateDuty() error {
+	if o.BEDuty == 0 {
+		return nil
+	}
+	if o.BEDuty < minBEDuty || o.BEDuty%time.Millisecond != 0 {
+		return fmt.Errorf("%w: --be-duty %v: want whole milliseconds, at least %v (each half must hold requests that start %v into it)", ErrInvalidArgument, o.BEDuty, minBEDuty, dutyGuard)
+	}
+	applies := false
+	for _, sc := range o.Scenarios {
+		if o.dutyOf(sc) == 0 {
+			continue
+		}
+		applies = true
+		if p := o.period(sc); sc.HasLC() && dutyPerHalf(o.BEDuty, p) < 1 {
+			return fmt.Errorf("%w: --be-duty %v: %s's requests every %v do not fit a half past its %v guard; want a period of at least %v", ErrInvalidArgument, o.BEDuty, sc.Name, p, dutyGuard, 2*(2*p+dutyGuard))
+		}
+	}
+	if !applies && o.BEDutyGraph {
+		return fmt.Errorf("%w: --be-duty: no scenario runs a BE that can idle (the Python BE of the llm-* and pytorch-* scenarios)", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// dutyOf is the BE duty period of sc's runs (0: BE works throughout). The
+// kernel BE (be_fma) never idles; the CUDA-graph PyTorch LC is steady
+// between processes, so its scenarios take a duty only when asked.
+func (o *runOptions) dutyOf(sc Scenario) time.Duration {
+	if o.BEDuty <= 0 || sc.BECount() == 0 {
+		return 0
+	}
+	switch {
+	case sc.Runtime.LLM(), sc.Runtime == RuntimePyTorchEager:
+		return o.BEDuty
+	case sc.Runtime == RuntimePyTorch && o.BEDutyGraph:
+		return o.BEDuty
+	}
+	return 0
+}
+
+// measureDuration is how long one run of sc measures: --duration, raised
+// under a BE duty until each half holds minDutyRequests of the LC's
+// requests (dutyLength).
+func (o *runOptions) measureDuration(sc Scenario) time.Duration {
+	d := o.dutyOf(sc)
+	if d == 0 {
+		return o.Duration
+	}
+	return max(o.Duration, dutyLength(d, o.period(sc), sc.HasLC()))
+}
+
 // maxCPUs is the most CPUs a mask holds (the kernel's CPU_SETSIZE).
 const maxCPUs = len(unix.CPUSet{}) * 64
 
@@ -443,12 +483,16 @@ func (o *runOptions) period(sc Scenario) time.Duration {
 // enough to fill the scenario duration at its period.
 func (o *runOptions) lcRequests(sc Scenario) int {
 	if sc.Runtime.Python() {
-		if o.PyRequests > 0 && sc.PeriodFactor == 0 && !sc.Runtime.LLM() {
-			return o.PyRequests
-		}
 		// A Python LC at tens of milliseconds a request cannot reach
 		// minP99Requests in a sensible time: the report warns instead.
-		return max(1, int(o.Duration/o.period(sc)))
+		fill := func() int { return max(1, int(o.measureDuration(sc)/o.period(sc))) }
+		if o.PyRequests > 0 && sc.PeriodFactor == 0 && !sc.Runtime.LLM() {
+			if o.dutyOf(sc) > 0 {
+				return max(o.PyRequests, fill())
+			}
+			return o.PyRequests
+		}
+		return fill()
 	}
 	if o.Requests > 0 && sc.PeriodFactor == 0 {
 		return o.Requests

@@ -38,7 +38,7 @@ func workerLabel(role string, i, n int) string {
 func (r *runner) runScenario(ctx context.Context, s slot) (sr *ScenarioResult, err error) {
 	sc := s.Scenario
 	started := time.Now()
-	sr = &ScenarioResult{Name: sc.Name, Kind: sc.Kind, Runtime: sc.Runtime, StartedAt: started.UTC()}
+	sr = &ScenarioResult{Name: sc.Name, Kind: sc.Kind, Runtime: sc.Runtime, StartedAt: started.UTC(), BEDuty: r.o.dutyOf(sc)}
 	if r.o.Repeat > 1 {
 		sr.Rep = s.Rep
 	}
@@ -94,9 +94,6 @@ func (r *runner) runScenario(ctx context.Context, s slot) (sr *ScenarioResult, e
 		if err := checkLC(sr.LC, r.o.lcRequests(sc)); err != nil {
 			errs = append(errs, err)
 		}
-	}
-	if r.o.BEDuty > 0 && sc.BECount() > 0 {
-		sr.BEDuty = r.o.BEDuty
 	}
 	summarizeLC(sr)
 	if r.sampler != nil {
@@ -263,7 +260,7 @@ func (run *scenarioRun) timedWindow(ctx context.Context) error {
 		return err
 	}
 	run.sr.WindowStartMonoNs = monoNs(time.Now())
-	if err := sleepWatching(ctx, run.r.o.Duration, run.bes...); err != nil {
+	if err := sleepWatching(ctx, run.r.o.measureDuration(run.sc), run.bes...); err != nil {
 		return err
 	}
 	run.sr.WindowEndMonoNs = monoNs(time.Now())
@@ -296,7 +293,7 @@ func (run *scenarioRun) collectBE() error {
 			sh.Class = run.sc.Weights[i].String()
 		}
 		worked := window
-		if r := run.r.o.BEDuty; r > 0 {
+		if r := run.sr.BEDuty; r > 0 {
 			// Its rate while it worked: the share of the window that falls
 			// in working halves differs from run to run.
 			sh.WindowKernels, worked = dutyCount(br.CompletionsMonoNs, sr.WindowStartMonoNs, sr.WindowEndMonoNs, r)

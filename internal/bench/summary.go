@@ -82,8 +82,11 @@ type ScenarioSummary struct {
 	BEBound float64 `json:"be_bound,omitempty"`
 	// Duty and DutyTPOT, with --be-duty: each LC process's p50 (and TPOT
 	// p50) while BE worked over while it idled.
-	Duty     *RatioStats `json:"lc_p50_with_be_vs_alone,omitempty"`
-	DutyTPOT *RatioStats `json:"tpot_p50_with_be_vs_alone,omitempty"`
+	// Repetitions whose halves held fewer than minDutyRequests requests
+	// are left out of both and counted in DutyTooShort.
+	Duty         *RatioStats `json:"lc_p50_with_be_vs_alone,omitempty"`
+	DutyTPOT     *RatioStats `json:"tpot_p50_with_be_vs_alone,omitempty"`
+	DutyTooShort int         `json:"duty_too_short,omitempty"`
 	// Failed counts repetitions that ended in an error.
 	Failed   int      `json:"failed,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
@@ -275,9 +278,11 @@ func summarizeScenario(runs, baseline []*ScenarioResult, rng *rand.Rand) *Scenar
 		appendIf(&be, sr.BEVsBEOnly)
 		appendIf(&ttft, sr.TTFTP50VsStandalone)
 		appendIf(&tpot, sr.TPOTP50VsStandalone)
-		if sr.LCDuty != nil {
-			appendIf(&duty, sr.LCDuty.P50Ratio)
-			appendIf(&dutyTPOT, sr.LCDuty.TPOTRatio)
+		if d := sr.LCDuty; d != nil && d.TooShort {
+			s.DutyTooShort++
+		} else if d != nil {
+			appendIf(&duty, d.P50Ratio)
+			appendIf(&dutyTPOT, d.TPOTRatio)
 		}
 		if b := busyOf(sr, baseline); b != nil {
 			busy, bound = append(busy, b[0]), append(bound, b[1])
