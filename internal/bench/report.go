@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -71,6 +72,7 @@ func WriteMarkdown(w io.Writer, res *Results) error {
 	writeSummary(&b, res)
 	writeRequestShape(&b, res)
 	writeDuty(&b, res)
+	writeDaemonView(&b, res)
 	writeClocks(&b, res)
 	writeHost(&b, res)
 	writeTenants(&b, res)
@@ -252,6 +254,55 @@ func writeDuty(b *strings.Builder, res *Results) {
 			note = fmt.Sprintf("too short (< %d a half)", minDutyRequests)
 		}
 		fmt.Fprintf(b, "| %s | %d | %d / %d | %s / %s | %s | %s | %s |\n", sr.Name, repOf(sr), nw, na, pw, pa, ratio, ci, note)
+	}
+}
+
+// writeDaemonView adds, for slo: scenarios, each LC's latency as
+// gpreemptd saw it (its source and p50) beside the app's own p50 over the
+// same windows, and what calibration cost BE.
+func writeDaemonView(b *strings.Builder, res *Results) {
+	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return len(sr.Daemon) > 0 }) {
+		return
+	}
+	fmt.Fprintf(b, "\ngpreemptd's view of each LC (GET /v1/status every --slo-poll): its latency source and the p50 of its windows that lie inside the measurement (and inside BE's working halves under a duty), each weighted by its samples, beside the p50 the app measured of its requests that ended in those windows; they agree within ±%.0f%%:\n\n", 100*daemonAgreement)
+	b.WriteString("| scenario | repetitions | daemon p50 / app p50: median [min–max] | repetitions that agree |\n|---|---:|---:|---:|\n")
+	for _, s := range res.Summaries {
+		if s.DaemonP50 != nil {
+			fmt.Fprintf(b, "| %s | %d | %s | %d of %d |\n", s.Name, len(s.DaemonP50.PerRep), spreadCell(s.DaemonP50, "x"), s.DaemonAgrees, s.Reps-s.Failed)
+		}
+	}
+	b.WriteString("\n| scenario | rep | LC | source | metric | windows | daemon p50 (us) | app p50 (us, requests) | daemon / app | first latency counted | BE stopped, most of a minute |\n")
+	b.WriteString("|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, sr := range res.Scenarios {
+		for _, v := range sr.Daemon {
+			src := cmp.Or(v.Source, "–")
+			if len(v.Sources) > 1 {
+				var all []string
+				for _, k := range slices.Sorted(maps.Keys(v.Sources)) {
+					all = append(all, fmt.Sprintf("%s %d", k, v.Sources[k]))
+				}
+				src += " (" + strings.Join(all, ", ") + ")"
+			}
+			dp, ap, ratio := "–", "–", "–"
+			if v.DaemonP50Us > 0 {
+				dp = fmt.Sprintf("%.1f", v.DaemonP50Us)
+			}
+			if v.AppP50Us > 0 {
+				ap = fmt.Sprintf("%.1f (%d)", v.AppP50Us, v.AppRequests)
+			}
+			if v.Ratio > 0 {
+				ratio = fmt.Sprintf("%.2fx", v.Ratio)
+				if !v.Agrees {
+					ratio += " (outside ±10%)"
+				}
+			}
+			first := "never"
+			if v.FirstCountedS >= 0 {
+				first = fmt.Sprintf("+%.1f s", v.FirstCountedS)
+			}
+			fmt.Fprintf(b, "| %s | %d | %s (pid %d) | %s | %s | %d | %s | %s | %s | %s | %.1f%% |\n",
+				sr.Name, repOf(sr), v.Label, v.PID, src, v.Metric, v.Windows, dp, ap, ratio, first, 100*sr.BEStoppedMost)
+		}
 	}
 }
 

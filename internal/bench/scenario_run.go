@@ -42,6 +42,9 @@ func (r *runner) runScenario(ctx context.Context, s slot) (sr *ScenarioResult, e
 	if r.o.Repeat > 1 {
 		sr.Rep = s.Rep
 	}
+	if sc.SLO {
+		sr.SLOWindow = r.o.SLOWindow
+	}
 	if sc.BETimeslice > 0 {
 		sr.BETimeslice = usArg(sc.BETimeslice)
 	}
