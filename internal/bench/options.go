@@ -57,6 +57,11 @@ type runOptions struct {
 	// SLONoPush: the LC workers of slo: scenarios push nothing; the daemon
 	// measures them itself (gpreemptd --trace-requests).
 	SLONoPush bool `json:"slo_no_push,omitempty"`
+	// DaemonPolicies maps a scenario name (or "default") to the policy
+	// file gpreemptd runs it under; DaemonConfig is the daemon's own
+	// policy file, which the bench overwrites before asking it to reload.
+	DaemonPolicies map[string]string `json:"daemon_policies,omitempty"`
+	DaemonConfig   string            `json:"daemon_config,omitempty"`
 
 	// LCEnv is added to every LC worker's environment (KEY=VALUE): with
 	// CUDA_MPS_PIPE_DIRECTORY, the LCs run as clients of that MPS server
@@ -225,6 +230,8 @@ var runFlags = []cli.Flag{
 	&cli.DurationFlag{Name: "slo-poll", Value: 250 * time.Millisecond, Usage: "slo:* scenarios: how often the daemon's status (the BE timeslice it chose) is recorded"},
 	&cli.DurationFlag{Name: "slo-lead-in", Value: 20 * time.Second, Usage: "slo:* scenarios: LC requests run (and pushed to gpreemptd) this long before the measurement, so the measured window shows where the daemon settled, not its search (0: measure from the first request)"},
 	&cli.BoolFlag{Name: "slo-push", Value: true, Usage: "slo:* scenarios: the LC workers push their latency windows to gpreemptd (false: they push nothing, for a daemon that traces requests itself, gpreemptd --trace-requests)"},
+	&cli.StringSliceFlag{Name: "daemon-policy", Usage: "SCENARIO=FILE (repeatable; default=FILE for the scenarios not named): gpreemptd runs SCENARIO under FILE, written over --daemon-config and reloaded before the scenario starts; @ALONE_P50*F@ in FILE becomes F times the p50 of the last standalone run before it (an absolute objective from this run's LC alone)"},
+	&cli.StringFlag{Name: "daemon-config", Usage: "with --daemon-policy: the policy file gpreemptd was started with (its --config), which the bench overwrites"},
 	&cli.DurationFlag{Name: "daemon-timeout", Value: 10 * time.Second, Usage: "daemon:* scenarios: fail when a worker's groups do not read back its class this long after READY"},
 	&cli.DurationFlag{Name: "nvml-interval", Value: 50 * time.Millisecond, Usage: "how often to read the GPU's SM clock, power, temperature and throttle reasons through NVML (0: never)"},
 
@@ -298,6 +305,10 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		HintLauncher: prepreempt.Launcher(c.String("hint-launcher")), HintPrepQuantile: c.Float64("hint-prep-quantile"),
 		LCEnv: c.StringSlice("lc-env"), LCCPUs: c.String("lc-cpus"), BECPUs: c.String("be-cpus"),
 	}
+	if o.DaemonPolicies, err = parsePolicies(c.StringSlice("daemon-policy"), scs); err != nil {
+		return runOptions{}, err
+	}
+	o.DaemonConfig = c.String("daemon-config")
 	if soak := c.Duration("soak"); soak != 0 {
 		if o.Repeat != 1 {
 			return runOptions{}, fmt.Errorf("%w: --soak runs every scenario once, for long: drop --repeat %d", ErrInvalidArgument, o.Repeat)
@@ -355,6 +366,9 @@ func (o *runOptions) validate() error {
 		if slices.Contains(benchLCEnv, k) {
 			return fmt.Errorf("%w: --lc-env %q: the bench sets %s itself (one of %v)", ErrInvalidArgument, kv, k, benchLCEnv)
 		}
+	}
+	if len(o.DaemonPolicies) > 0 && o.DaemonConfig == "" {
+		return fmt.Errorf("%w: --daemon-policy needs --daemon-config, the policy file gpreemptd was started with", ErrInvalidArgument)
 	}
 	if err := o.validateDuty(); err != nil {
 		return err

@@ -35,12 +35,22 @@ func workerLabel(role string, i, n int) string {
 	return fmt.Sprintf("%s%d", role, i+1)
 }
 
-func (r *runner) runScenario(ctx context.Context, s slot) (sr *ScenarioResult, err error) {
+// runScenario runs one slot; prior are the runs before it (an
+// @ALONE_P50@ policy reads the last standalone one).
+func (r *runner) runScenario(ctx context.Context, s slot, prior []*ScenarioResult) (sr *ScenarioResult, err error) {
 	sc := s.Scenario
 	started := time.Now()
 	sr = &ScenarioResult{Name: sc.Name, Kind: sc.Kind, Runtime: sc.Runtime, StartedAt: started.UTC(), BEDuty: r.o.dutyOf(sc)}
 	if r.o.Repeat > 1 {
 		sr.Rep = s.Rep
+	}
+	if sr.DaemonPolicy, err = r.applyPolicy(ctx, sc, prior); err != nil {
+		return sr, err
+	}
+	if sc.SLO && len(r.o.DaemonPolicies) > 0 {
+		if r.o.SLOWindow, err = sloWindow(ctx, fetchStatus(r.o.DaemonSocket)); err != nil {
+			return sr, err
+		}
 	}
 	if sc.SLO {
 		sr.SLOWindow = r.o.SLOWindow
