@@ -390,7 +390,9 @@ func (s Scenario) NeedsCtl() bool {
 }
 
 // Dir is the scenario's subdirectory of the output directory.
-func (s Scenario) Dir() string { return strings.NewReplacer(":", "_", "@", "_", tagSep, "_").Replace(s.Name) }
+func (s Scenario) Dir() string {
+	return strings.NewReplacer(":", "_", "@", "_", tagSep, "_").Replace(s.Name)
+}
 
 // suffix is the rate-sweep part of the name ("@x2"), "" for none.
 func (s Scenario) suffix() string {
