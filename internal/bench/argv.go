@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	pyscripts "github.com/gpreempt/gpreempt/bench/pytorch"
@@ -84,6 +85,12 @@ func (r *runner) pythonLCArgv(sc Scenario, out string) ([]string, []string) {
 		if sc.Runtime == RuntimeLLMGraph {
 			argv = append(argv, "--graph")
 		}
+		if r.o.LLMBatch > 1 {
+			argv = append(argv, "--batch", strconv.Itoa(r.o.LLMBatch))
+		}
+		if r.o.LLMMetricsPort > 0 {
+			argv = append(argv, "--metrics-port", strconv.Itoa(r.o.LLMMetricsPort+lcIndex(out)))
+		}
 		argv = append(argv, r.pushArgs(sc)...)
 		if !sc.Gate {
 			return argv, pythonEnv
@@ -108,6 +115,16 @@ func (r *runner) pythonLCArgv(sc Scenario, out string) ([]string, []string) {
 		return append(argv, "--hints", "--hint-launcher", r.o.HintLauncher.String()), r.engineEnv()
 	}
 	return argv, pythonEnv
+}
+
+// lcIndex is the index of the LC worker whose result goes to out
+// (lc.json, lc1.json: 0; lc2.json: 1).
+func lcIndex(out string) int {
+	base := strings.TrimSuffix(filepath.Base(out), ".json")
+	if n, err := strconv.Atoi(strings.TrimPrefix(base, "lc")); err == nil && n > 1 {
+		return n - 1
+	}
+	return 0
 }
 
 // engineEnv is a Python LC's environment when it runs libgpreempt's

@@ -115,6 +115,12 @@ type runOptions struct {
 	LLMPrompt    int           `json:"llm_prompt,omitempty"`
 	LLMLoop      string        `json:"llm_loop,omitempty"`
 	LLMWarmup    int           `json:"llm_warmup,omitempty"`
+	LLMBatch     int           `json:"llm_batch,omitempty"`
+	// LLMMetricsPort, when not 0, has the i-th LC of an llm- scenario
+	// serve its latency histograms under vLLM's names on
+	// 127.0.0.1:LLMMetricsPort+i (lc_decode.py --metrics-port), for a
+	// daemon that scrapes them.
+	LLMMetricsPort int `json:"llm_metrics_port,omitempty"`
 	GEMMSize     int           `json:"gemm_size,omitempty"`
 	// BEDuty: the Python BE (be_gemm.py, be_train.py) works the first
 	// half of every BEDuty and idles the second, so that each LC process
@@ -266,7 +272,9 @@ var runFlags = []cli.Flag{
 	&cli.BoolFlag{Name: "pytorch-cuda-graph", Value: true, Usage: "pytorch-* scenarios: lc_infer.py replays a CUDA graph (pytorch-eager-* scenarios never do: their LC is launch-bound)"},
 	&cli.StringFlag{Name: "pytorch-be-model", Value: "resnet50", Usage: "torchvision model for be_train.py"},
 	&cli.IntFlag{Name: "pytorch-be-batch", Value: 64, Usage: "be_train.py batch size"},
-	&cli.StringFlag{Name: "llm-family", Value: "gpt2", Usage: "llm-* scenarios: lc_decode.py's model shape (gpt2: GPT-2 medium, gpt2-small, llama: a 16-layer Llama)"},
+	&cli.StringFlag{Name: "llm-family", Value: "gpt2", Usage: "llm-* scenarios: lc_decode.py's model shape (gpt2: GPT-2 medium, gpt2-small, llama: a 16-layer Llama, llama-330m: 24 layers)"},
+	&cli.IntFlag{Name: "llm-batch", Value: 1, Usage: "llm-* eager scenarios: sequences decoded together per request"},
+	&cli.IntFlag{Name: "llm-metrics-port", Usage: "llm-* scenarios: the LC serves vLLM-named latency histograms on 127.0.0.1:PORT (the i-th LC on PORT+i; lc_decode.py --metrics-port) for a daemon that scrapes them (0: none)"},
 	&cli.DurationFlag{Name: "llm-period", Value: 800 * time.Millisecond, Usage: "llm-* scenarios: time between decode requests"},
 	&cli.IntFlag{Name: "llm-new-tokens", Value: 16, Usage: "llm-* scenarios: tokens decoded per request"},
 	&cli.IntFlag{Name: "llm-prompt", Value: 64, Usage: "llm-* scenarios: prompt tokens"},
@@ -301,7 +309,7 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		PyLCModel: c.String("pytorch-lc-model"), PyLCBatch: c.Int("pytorch-lc-batch"), PyGraph: c.Bool("pytorch-cuda-graph"),
 		PyBEModel: c.String("pytorch-be-model"), PyBEBatch: c.Int("pytorch-be-batch"),
 		LLMFamily: c.String("llm-family"), LLMPeriod: c.Duration("llm-period"), LLMNewTokens: c.Int("llm-new-tokens"),
-		LLMPrompt: c.Int("llm-prompt"), LLMLoop: c.String("llm-loop"), LLMWarmup: c.Int("llm-warmup"), GEMMSize: c.Int("gemm-size"), BEDuty: c.Duration("be-duty"), BEDutyGraph: c.IsSet("be-duty"),
+		LLMPrompt: c.Int("llm-prompt"), LLMLoop: c.String("llm-loop"), LLMWarmup: c.Int("llm-warmup"), LLMBatch: c.Int("llm-batch"), LLMMetricsPort: c.Int("llm-metrics-port"), GEMMSize: c.Int("gemm-size"), BEDuty: c.Duration("be-duty"), BEDutyGraph: c.IsSet("be-duty"),
 		HintLauncher: prepreempt.Launcher(c.String("hint-launcher")), HintPrepQuantile: c.Float64("hint-prep-quantile"),
 		LCEnv: c.StringSlice("lc-env"), LCCPUs: c.String("lc-cpus"), BECPUs: c.String("be-cpus"),
 	}
@@ -331,8 +339,12 @@ func (o *runOptions) validate() error {
 		return fmt.Errorf("%w: --repeat %d: want at least 1", ErrInvalidArgument, o.Repeat)
 	case o.Duration <= 0, o.Period <= 0, o.PyPeriod <= 0, o.LLMPeriod <= 0 && o.usesLLM():
 		return fmt.Errorf("%w: --duration, --period, --pytorch-period and --llm-period must be positive", ErrInvalidArgument)
-	case o.usesLLM() && !slices.Contains([]string{"gpt2", "gpt2-small", "llama"}, o.LLMFamily):
-		return fmt.Errorf("%w: --llm-family %q: want gpt2, gpt2-small or llama", ErrInvalidArgument, o.LLMFamily)
+	case o.usesLLM() && !slices.Contains([]string{"gpt2", "gpt2-small", "llama", "llama-330m"}, o.LLMFamily):
+		return fmt.Errorf("%w: --llm-family %q: want gpt2, gpt2-small, llama or llama-330m", ErrInvalidArgument, o.LLMFamily)
+	case o.usesLLM() && (o.LLMBatch < 1 || o.LLMBatch > 256 || o.LLMMetricsPort < 0 || o.LLMMetricsPort > 65000):
+		return fmt.Errorf("%w: --llm-batch 1-256, --llm-metrics-port 0-65000", ErrInvalidArgument)
+	case o.LLMBatch > 1 && slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.Runtime == RuntimeLLMGraph }):
+		return fmt.Errorf("%w: --llm-batch %d: the llm-graph- scenarios decode one sequence", ErrInvalidArgument, o.LLMBatch)
 	case o.usesLLM() && (o.LLMNewTokens < 2 || o.LLMNewTokens > 4096 || o.LLMPrompt < 1 || o.LLMPrompt > 4096 || o.LLMWarmup < 0 || o.GEMMSize < 1 || o.GEMMSize > 32768):
 		return fmt.Errorf("%w: --llm-new-tokens 2-4096, --llm-prompt 1-4096, --llm-warmup >= 0, --gemm-size 1-32768", ErrInvalidArgument)
 	case o.usesLLM() && o.LLMLoop != "generate" && o.LLMLoop != "lean":

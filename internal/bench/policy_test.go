@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
@@ -104,5 +106,25 @@ func TestApplyPolicy(t *testing.T) {
 		if string(b) != want.text || reloads != want.reloads {
 			t.Errorf("%s: daemon file %q after %d reloads, want %q after %d", scs[i].Name, b, reloads, want.text, want.reloads)
 		}
+	}
+}
+
+func TestLLMArgvShapeAndMetrics(t *testing.T) {
+	o := testOptions(t, "llm-be-1us", "")
+	o.LLMFamily, o.LLMPeriod, o.LLMBatch, o.LLMMetricsPort, o.LLMNewTokens, o.LLMPrompt = "llama-330m", time.Second, 2, 8100, 32, 128
+	r := &runner{o: o, scripts: "/s"}
+	argv, _ := r.lcArgv(o.Scenarios[0], "/out/lc.json")
+	line := strings.Join(argv, " ")
+	for _, want := range []string{"--family llama-330m", "--batch 2", "--metrics-port 8100", "--new-tokens 32", "--prompt 128", "--period 1s"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("%s: no %q", line, want)
+		}
+	}
+	if argv, _ := r.lcArgv(o.Scenarios[0], "/out/lc2.json"); !strings.Contains(strings.Join(argv, " "), "--metrics-port 8101") {
+		t.Errorf("the second LC: %v", argv)
+	}
+	r.o.LLMMetricsPort, r.o.LLMBatch = 0, 1
+	if argv, _ := r.lcArgv(o.Scenarios[0], "/out/lc.json"); slices.Contains(argv, "--metrics-port") || slices.Contains(argv, "--batch") {
+		t.Errorf("no port, batch 1: %v", argv)
 	}
 }
