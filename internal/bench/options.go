@@ -121,7 +121,7 @@ type runOptions struct {
 	// 127.0.0.1:LLMMetricsPort+i (lc_decode.py --metrics-port), for a
 	// daemon that scrapes them.
 	LLMMetricsPort int `json:"llm_metrics_port,omitempty"`
-	GEMMSize     int           `json:"gemm_size,omitempty"`
+	GEMMSize       int `json:"gemm_size,omitempty"`
 	// BEDuty: the Python BE (be_gemm.py, be_train.py) works the first
 	// half of every BEDuty and idles the second, so that each LC process
 	// runs both beside BE and alone: in the llm- and pytorch-eager-
