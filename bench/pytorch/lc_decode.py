@@ -137,14 +137,14 @@ def main():
         with torch.inference_mode():
             out = model(prompt, use_cache=True)
             tok = out.logits[:, -1:].argmax(-1)
-            tok[0, 0].item()
+            (tok if a.batch == 1 else tok[0, 0]).item()
             t.append(stamp())
             past = out.past_key_values
             for _ in range(a.new_tokens - 1):
                 out = model(tok, past_key_values=past, use_cache=True)
                 past = out.past_key_values
                 tok = out.logits[:, -1:].argmax(-1)
-                tok[0, 0].item()  # one sync a token, any batch
+                (tok if a.batch == 1 else tok[0, 0]).item()  # one sync a token, any batch
                 t.append(stamp())
         return t
 
