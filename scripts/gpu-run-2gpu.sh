@@ -199,7 +199,7 @@ YAML
 }
 
 slo_bench_cmd() { # GPU
-  local common="--gpreemptctl $C/gpreemptctl --daemon-socket $RUN/slo/d.sock --repeat $SLO_REPEAT --duration $SLO_DURATION --slo-lead-in $SLO_LEAD_IN --lc-calibrate-us 0 --be-calibrate-ms 0 --out $W/slo-gpu$1"
+  local common="--gpreemptctl $C/gpreemptctl --be-duty 0 --daemon-socket $RUN/slo/d.sock --repeat $SLO_REPEAT --duration $SLO_DURATION --slo-lead-in $SLO_LEAD_IN --lc-calibrate-us 0 --be-calibrate-ms 0 --out $W/slo-gpu$1"
   case $1 in
     0) echo "$C/gpreempt-bench run $common --scenarios pytorch-eager-standalone,slo:pytorch-eager";;
     # The bench reads NVML telemetry at index --device, GPU 0 under

@@ -194,7 +194,8 @@ bench_cmd() {
   case $1 in traced) repeat=1;; lclc) repeat=${LCLC_REPEAT:-2};; model-*) repeat=$MODEL_REPEAT;; esac
   [ "$1" = traced ] && extra="--slo-push=false"
   [ "$MPS" = 1 ] && extra="$extra --lc-env CUDA_MPS_PIPE_DIRECTORY=$MPSDIR/pipe --lc-env CUDA_MPS_LOG_DIRECTORY=$MPSDIR/log"
-  echo $C/gpreempt-bench run --gpreemptctl $C/gpreemptctl --daemon-socket $BSOCK \
+  # --be-duty 0: these parts steer by BE working throughout and were timed so.
+  echo $C/gpreempt-bench run --gpreemptctl $C/gpreemptctl --daemon-socket $BSOCK --be-duty 0 \
     --scenarios "$(scenarios $1)" $extra $PIN_ARGS \
     --duration "$(duration $1)" --slo-lead-in "$(lead_in $1)" --repeat $repeat --out $W/$1
 }

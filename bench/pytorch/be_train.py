@@ -37,10 +37,14 @@ def main():
     ap.add_argument("--queue", type=int, default=3, help="iterations in flight")
     ap.add_argument("--amp", action="store_true", help="bf16 autocast")
     ap.add_argument("--device", type=int, default=0, help="CUDA device ordinal")
+    ap.add_argument("--duty-period", type=parse_duration, default=0,
+                    help="train only while CLOCK_MONOTONIC / (period / 2) is even, idle while odd "
+                         "(0: always): each LC process then runs beside BE and alone")
     ap.add_argument("--out", default="-", help="result JSON file ('-': stdout)")
     args = ap.parse_args()
-    if args.duration <= 0 or args.queue < 1 or args.batch < 1:
-        ap.error("--duration, --queue and --batch must be positive")
+    if args.duration <= 0 or args.queue < 1 or args.batch < 1 or args.duty_period < 0:
+        ap.error("--duration, --queue and --batch must be positive, --duty-period not negative")
+    half = args.duty_period // 2
 
     stop = False
 
@@ -86,6 +90,16 @@ def main():
     start = time.monotonic_ns()
     deadline = start + args.duration
     while not stop and time.monotonic_ns() < deadline:
+        now = time.monotonic_ns()
+        if half and (now // half) % 2:
+            # The idle half: finish what is queued, then sleep to the next
+            # working half a little at a time (a SIGTERM does not end a
+            # sleep in Python).
+            while pending:
+                pending.popleft().synchronize()
+                completions.append(time.monotonic_ns())
+            time.sleep(min(0.05, max(0, ((now // half) + 1) * half - time.monotonic_ns()) / 1e9))
+            continue
         step()
         # blocking=True: wait asleep, leaving the CPU to the LC worker.
         ev = torch.cuda.Event(blocking=True)
@@ -112,6 +126,7 @@ def main():
             "queue": args.queue,
             "amp": args.amp,
             "duration_ns": args.duration,
+            "duty_period_ns": args.duty_period,
             "torch": torch.__version__,
             "torchvision": torchvision.__version__,
         },

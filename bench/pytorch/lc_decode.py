@@ -45,6 +45,9 @@ FAMILIES = {
     "gpt2-small": dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024),
     "llama": dict(num_hidden_layers=16, hidden_size=1024, intermediate_size=2816, num_attention_heads=16,
                   num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048),
+    # The ~330M Llama shape of the H200 runs of 2026-11-29 (GPU-FACTS.md).
+    "llama-330m": dict(num_hidden_layers=24, hidden_size=1024, intermediate_size=2816, num_attention_heads=16,
+                       num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048),
 }
 
 
@@ -92,6 +95,7 @@ def main():
     ap.add_argument("--family", choices=sorted(FAMILIES), default="gpt2")
     ap.add_argument("--prompt", type=int, default=64, help="prompt tokens")
     ap.add_argument("--new-tokens", type=int, default=16, help="tokens decoded per request")
+    ap.add_argument("--batch", type=int, default=1, help="sequences decoded together per request (eager only)")
     ap.add_argument("--graph", action="store_true", help="decode steps replay a CUDA graph over a static KV cache")
     ap.add_argument("--loop", choices=("generate", "lean"), default="generate", help="eager form")
     ap.add_argument("--period", type=parse_duration, default="800ms", help="time between request arrivals")
@@ -105,8 +109,10 @@ def main():
     ap.add_argument("--hint-launcher", choices=("goroutine", "poller"), default="goroutine")
     add_push_flags(ap, "each window's request latency, TTFT and TPOT quantiles")
     a = ap.parse_args()
-    if a.requests <= 0 or a.period <= 0 or a.new_tokens < 2 or a.prompt < 1:
-        ap.error("--requests, --period, --prompt must be positive and --new-tokens at least 2")
+    if a.requests <= 0 or a.period <= 0 or a.new_tokens < 2 or a.prompt < 1 or a.batch < 1:
+        ap.error("--requests, --period, --prompt, --batch must be positive and --new-tokens at least 2")
+    if a.graph and a.batch != 1:
+        ap.error("--graph decodes one sequence: --batch 1")
 
     import torch
 
@@ -115,7 +121,7 @@ def main():
     torch.manual_seed(a.seed)
     model, tf_version = build(a, torch, dev)
     vocab = model.config.vocab_size
-    prompt = torch.randint(0, vocab, (1, a.prompt), device=dev)
+    prompt = torch.randint(0, vocab, (a.batch, a.prompt), device=dev)
     mask = torch.ones_like(prompt)
 
     def eager_generate():
@@ -131,14 +137,14 @@ def main():
         with torch.inference_mode():
             out = model(prompt, use_cache=True)
             tok = out.logits[:, -1:].argmax(-1)
-            tok.item()
+            (tok if a.batch == 1 else tok[0, 0]).item()
             t.append(stamp())
             past = out.past_key_values
             for _ in range(a.new_tokens - 1):
                 out = model(tok, past_key_values=past, use_cache=True)
                 past = out.past_key_values
                 tok = out.logits[:, -1:].argmax(-1)
-                tok.item()
+                (tok if a.batch == 1 else tok[0, 0]).item()  # one sync a token, any batch
                 t.append(stamp())
         return t
 
@@ -219,7 +225,7 @@ def main():
         "pid": os.getpid(),
         "device": torch.cuda.get_device_name(dev),
         "gpu_stamps": False,
-        "config": {"family": a.family, "prompt": a.prompt, "new_tokens": a.new_tokens, "graph": a.graph,
+        "config": {"family": a.family, "prompt": a.prompt, "new_tokens": a.new_tokens, "batch": a.batch, "graph": a.graph,
                    "loop": a.loop, "period_ns": a.period, "gate": gp is not None, "torch": torch.__version__,
                    "transformers": tf_version, "lead_in_ns": a.lead_in, "lead_in_requests": lead_in},
         "requested": a.requests,

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	pyscripts "github.com/gpreempt/gpreempt/bench/pytorch"
@@ -25,20 +26,24 @@ func (r *runner) calibrateArgv(cmd string, args ...string) []string {
 func (r *runner) beArgv(sc Scenario, out string) ([]string, []string) {
 	// The BE is stopped with SIGTERM when the window ends; its own limit is
 	// only a backstop against a lost orchestrator.
-	backstop := 10*r.o.Duration + r.lcTimeout(sc) + 10*time.Minute
+	backstop := 10*r.o.measureDuration(sc) + r.lcTimeout(sc) + 10*time.Minute
 	if sc.Runtime.LLM() {
 		argv := []string{r.o.Python, "-u", filepath.Join(r.scripts, "be_gemm.py"),
 			"--duration", fmtDuration(backstop), "--n", strconv.Itoa(r.o.GEMMSize),
 			"--device", strconv.Itoa(r.o.Device), "--out", out}
-		if r.o.BEDuty > 0 {
-			argv = append(argv, "--duty-period", fmtDuration(r.o.BEDuty))
+		if d := r.o.dutyOf(sc); d > 0 {
+			argv = append(argv, "--duty-period", fmtDuration(d))
 		}
 		return argv, pythonEnv
 	}
 	if sc.Runtime.Python() {
-		return []string{r.o.Python, "-u", filepath.Join(r.scripts, "be_train.py"),
+		argv := []string{r.o.Python, "-u", filepath.Join(r.scripts, "be_train.py"),
 			"--duration", fmtDuration(backstop), "--model", r.o.PyBEModel,
-			"--batch", strconv.Itoa(r.o.PyBEBatch), "--device", strconv.Itoa(r.o.Device), "--out", out}, pythonEnv
+			"--batch", strconv.Itoa(r.o.PyBEBatch), "--device", strconv.Itoa(r.o.Device), "--out", out}
+		if d := r.o.dutyOf(sc); d > 0 {
+			argv = append(argv, "--duty-period", fmtDuration(d))
+		}
+		return argv, pythonEnv
 	}
 	return append(slices.Clone(r.env.self), "be",
 		"--device", strconv.Itoa(r.o.Device),
@@ -80,6 +85,12 @@ func (r *runner) pythonLCArgv(sc Scenario, out string) ([]string, []string) {
 		if sc.Runtime == RuntimeLLMGraph {
 			argv = append(argv, "--graph")
 		}
+		if r.o.LLMBatch > 1 {
+			argv = append(argv, "--batch", strconv.Itoa(r.o.LLMBatch))
+		}
+		if r.o.LLMMetricsPort > 0 {
+			argv = append(argv, "--metrics-port", strconv.Itoa(r.o.LLMMetricsPort+lcIndex(out)))
+		}
 		argv = append(argv, r.pushArgs(sc)...)
 		if !sc.Gate {
 			return argv, pythonEnv
@@ -104,6 +115,16 @@ func (r *runner) pythonLCArgv(sc Scenario, out string) ([]string, []string) {
 		return append(argv, "--hints", "--hint-launcher", r.o.HintLauncher.String()), r.engineEnv()
 	}
 	return argv, pythonEnv
+}
+
+// lcIndex is the index of the LC worker whose result goes to out
+// (lc.json, lc1.json: 0; lc2.json: 1).
+func lcIndex(out string) int {
+	base := strings.TrimSuffix(filepath.Base(out), ".json")
+	if n, err := strconv.Atoi(strings.TrimPrefix(base, "lc")); err == nil && n > 1 {
+		return n - 1
+	}
+	return 0
 }
 
 // engineEnv is a Python LC's environment when it runs libgpreempt's

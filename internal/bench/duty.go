@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"math/rand/v2"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/stats"
@@ -24,8 +25,21 @@ const dutyGuard = 100 * time.Millisecond
 // minBEDuty leaves each half a second past its guard.
 const minBEDuty = 2 * (time.Second + dutyGuard)
 
-// minDutyRequests is the fewest requests a half needs for its median.
-const minDutyRequests = 3
+// DefaultBEDuty is --be-duty's default: the period of the 2026-11-29
+// H200 runs (GPU-FACTS.md), long enough that each half holds several
+// requests of a one-a-second LC past its guard.
+const DefaultBEDuty = 8 * time.Second
+
+// minDutyRequests is the fewest requests each half of one run needs for
+// its ratio to be reported as a repetition's: with ~12-16 a half, one
+// setting's ratio moved 0.89x to 1.54x between two repetitions on the
+// H200 (GPU-FACTS.md, 2026-11-29). Runs are made long enough for it
+// (dutyLength); a run that still falls short is marked too short and left
+// out of the median.
+const minDutyRequests = 30
+
+// minDutyMedian is the fewest requests a half needs for a median at all.
+const minDutyMedian = 3
 
 // DutySplit compares one LC process's requests that ran while BE worked
 // with those that ran while it idled.
@@ -34,10 +48,43 @@ type DutySplit struct {
 	WithBE *stats.Summary `json:"with_be_us,omitempty"`
 	Alone  *stats.Summary `json:"alone_us,omitempty"`
 	// P50Ratio is WithBE's p50 over Alone's (0: a half had fewer than
-	// minDutyRequests requests).
+	// minDutyMedian requests).
 	P50Ratio float64 `json:"p50_ratio,omitempty"`
+	// P50CI is the bootstrap 95% interval of P50Ratio: the run's two
+	// halves resampled (set when the results are finalized, seeded by
+	// --seed).
+	P50CI *stats.Interval `json:"p50_ratio_ci95,omitempty"`
+	// TooShort: a half held fewer than minDutyRequests requests; the run's
+	// ratio is shown but left out of the median over repetitions.
+	TooShort bool `json:"too_short,omitempty"`
 	// TPOTRatio is the same for an LLM LC's time per output token.
 	TPOTRatio float64 `json:"tpot_p50_ratio,omitempty"`
+}
+
+// dutyLength is how long a run must measure for each half of duty to hold
+// minDutyRequests requests of an LC that arrives every period (a run
+// without an LC: one working half). A request counts for a half it starts
+// dutyGuard into and ends within; taking its latency as a whole period
+// (longer, and requests run late) leaves (half - guard - period) / period
+// of them to a half. n halves of each kind need 2n + 1 halves of
+// measurement, which hold 2n whole ones whatever the phase.
+func dutyLength(duty, period time.Duration, hasLC bool) time.Duration {
+	half := duty / 2
+	if !hasLC {
+		return 3 * half
+	}
+	perHalf := float64(half-dutyGuard-period) / float64(period)
+	if perHalf < 1 {
+		perHalf = 1 // refused by validate; never loop on it
+	}
+	n := int(math.Ceil(minDutyRequests / perHalf))
+	return time.Duration(2*n+1) * half
+}
+
+// dutyPerHalf is how many requests of period fit a half of duty by
+// dutyLength's reckoning (validate wants at least one).
+func dutyPerHalf(duty, period time.Duration) float64 {
+	return float64(duty/2-dutyGuard-period) / float64(period)
 }
 
 // splitByDuty sorts lc's requests into BE's working and idle halves of
@@ -45,11 +92,33 @@ type DutySplit struct {
 // ends within it (its preparation included). A request starts when it is
 // due or, if the one before ran past that, when that one ended.
 func splitByDuty(lc *LCResult, period time.Duration) *DutySplit {
-	half := int64(period / 2)
-	if lc == nil || half <= 0 {
+	if lc == nil || period/2 <= 0 {
 		return nil
 	}
-	var lat, tpot [2][]float64 // [0]: with BE, [1]: alone
+	lat, tpot := dutyHalves(lc, period)
+	d := &DutySplit{}
+	if len(lat[0]) > 0 {
+		w := stats.Summarize(lat[0])
+		d.WithBE = &w
+	}
+	if len(lat[1]) > 0 {
+		a := stats.Summarize(lat[1])
+		d.Alone = &a
+	}
+	d.TooShort = len(lat[0]) < minDutyRequests || len(lat[1]) < minDutyRequests
+	if len(lat[0]) >= minDutyMedian && len(lat[1]) >= minDutyMedian {
+		d.P50Ratio = stats.Median(lat[0]) / stats.Median(lat[1])
+		if len(tpot[0]) >= minDutyMedian && len(tpot[1]) >= minDutyMedian {
+			d.TPOTRatio = stats.Median(tpot[0]) / stats.Median(tpot[1])
+		}
+	}
+	return d
+}
+
+// dutyHalves is lc's request latencies and TPOTs (us) of BE's working
+// half ([0]) and its idle half ([1]), as splitByDuty counts them.
+func dutyHalves(lc *LCResult, period time.Duration) (lat, tpot [2][]float64) {
+	half := int64(period / 2)
 	prevEnd := int64(math.MinInt64)
 	for _, s := range lc.Samples {
 		start := max(s.ArrivalMonoNs, prevEnd)
@@ -65,22 +134,26 @@ func splitByDuty(lc *LCResult, period time.Duration) *DutySplit {
 			tpot[i] = append(tpot[i], float64(s.TPOTNs)/1e3)
 		}
 	}
-	d := &DutySplit{}
-	if len(lat[0]) > 0 {
-		w := stats.Summarize(lat[0])
-		d.WithBE = &w
-	}
-	if len(lat[1]) > 0 {
-		a := stats.Summarize(lat[1])
-		d.Alone = &a
-	}
-	if len(lat[0]) >= minDutyRequests && len(lat[1]) >= minDutyRequests {
-		d.P50Ratio = stats.Median(lat[0]) / stats.Median(lat[1])
-		if len(tpot[0]) >= minDutyRequests && len(tpot[1]) >= minDutyRequests {
-			d.TPOTRatio = stats.Median(tpot[0]) / stats.Median(tpot[1])
+	return lat, tpot
+}
+
+// dutyIntervals sets the bootstrap interval of every run's duty ratio:
+// the run's two halves resampled, bootstrapIters times, from rng (one
+// stream for all runs, in order, so that the same results always give the
+// same intervals). The ratio is of medians (stats.Median), the interval
+// of nearest-rank p50s: the two differ by at most one rank.
+func dutyIntervals(res *Results, rng *rand.Rand) {
+	for _, sr := range res.Scenarios {
+		d := sr.LCDuty
+		if d == nil || d.P50Ratio == 0 || sr.LC == nil {
+			continue
+		}
+		lat, _ := dutyHalves(sr.LC, sr.BEDuty)
+		ivs := stats.QuantileRatioCI(lat[0], lat[1], []float64{50}, stats.Bootstrap{Iters: bootstrapIters, Rand: rng})
+		if len(ivs) == 1 && !math.IsNaN(ivs[0].Lo) {
+			d.P50CI = &ivs[0]
 		}
 	}
-	return d
 }
 
 // dutyCount is what a duty-cycled BE completed in the working halves of

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,5 +138,166 @@ func TestBEGEMMDuty(t *testing.T) {
 	}
 	if stray, _, halves := run(); stray <= int(halves)/2+1 {
 		t.Errorf("without a duty: only %d products in the 'idle' halves", stray)
+	}
+}
+
+func TestDutyLength(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		duty, period time.Duration
+		hasLC        bool
+		want         time.Duration
+	}{
+		// GPT-2 decode every 800 ms: (4 s - 0.1 - 0.8) / 0.8 = 3.9 a half,
+		// 8 halves of each and one more: 17 x 4 s.
+		{"gpt2", 8 * time.Second, 800 * time.Millisecond, true, 68 * time.Second},
+		// The Llama shape at one a second: 2.9 a half, 11 of each: 23 x 4 s.
+		{"llama", 8 * time.Second, time.Second, true, 92 * time.Second},
+		// Eager resnet50 every 20 ms: one half of each holds 194.
+		{"resnet50", 8 * time.Second, 20 * time.Millisecond, true, 12 * time.Second},
+		{"be-only", 8 * time.Second, time.Second, false, 12 * time.Second},
+	} {
+		if got := dutyLength(c.duty, c.period, c.hasLC); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestDutyLengthHoldsItsRequests places requests every period, each a
+// period long (dutyLength's worst case), at every phase of the cycle over
+// a run of dutyLength: each half holds at least minDutyRequests.
+func TestDutyLengthHoldsItsRequests(t *testing.T) {
+	const duty = 8 * time.Second
+	for _, period := range []time.Duration{20 * time.Millisecond, 800 * time.Millisecond, time.Second, 1500 * time.Millisecond} {
+		d := dutyLength(duty, period, true)
+		for phase := time.Duration(0); phase < duty; phase += duty / 16 {
+			start := int64(100*duty + phase)
+			lc := &LCResult{}
+			for i := range int(d / period) {
+				lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: start + int64(i)*int64(period), LatencyNs: int64(period) - 1})
+			}
+			lat, _ := dutyHalves(lc, duty)
+			if len(lat[0]) < minDutyRequests || len(lat[1]) < minDutyRequests {
+				t.Errorf("period %v, phase %v: %d with BE, %d alone in %v", period, phase, len(lat[0]), len(lat[1]), d)
+			}
+		}
+	}
+}
+
+// TestDutyTooShort: 30 requests in each half make a repetition; 29 in
+// one leave its ratio shown but out of the median over repetitions.
+func TestDutyTooShort(t *testing.T) {
+	const duty = 8 * time.Second
+	const half = int64(duty / 2)
+	run := func(rep, with, alone int, withMs, aloneMs int64) *ScenarioResult {
+		lc := &LCResult{}
+		for i := range with {
+			lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: 2*half*int64(1+i) + int64(time.Second), LatencyNs: withMs * int64(time.Millisecond)})
+		}
+		for i := range alone {
+			lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: 2*half*int64(1+i) + half + int64(time.Second), LatencyNs: aloneMs * int64(time.Millisecond)})
+		}
+		slices.SortFunc(lc.Samples, func(a, b LCSample) int { return int(a.ArrivalMonoNs - b.ArrivalMonoNs) })
+		return &ScenarioResult{Name: "llm-be-1us", Kind: KindShared, Runtime: RuntimeLLM, Rep: rep, BEDuty: duty, LC: lc}
+	}
+	res := &Results{Config: runOptions{BEDuty: duty, Repeat: 3}, Scenarios: []*ScenarioResult{
+		run(1, 30, 30, 300, 200), // 1.5x
+		run(2, 29, 40, 500, 100), // too short: 5x left out
+		run(3, 40, 30, 220, 200), // 1.1x
+	}}
+	for _, sr := range res.Scenarios {
+		summarizeLC(sr)
+	}
+	finalize(res, 1)
+	for i, want := range []bool{false, true, false} {
+		if got := res.Scenarios[i].LCDuty.TooShort; got != want {
+			t.Errorf("rep %d: too short %v, want %v", i+1, got, want)
+		}
+	}
+	if got := res.Scenarios[1].LCDuty.P50Ratio; got != 5 {
+		t.Errorf("the short run's ratio %v, want it shown (5)", got)
+	}
+	s := res.Summaries[0]
+	if s.Duty == nil || !slices.Equal(s.Duty.PerRep, []float64{1.5, 1.1}) || s.DutyTooShort != 1 {
+		t.Fatalf("summary %+v (too short %d): want reps 1.5 and 1.1, one too short", s.Duty, s.DutyTooShort)
+	}
+	if s.Duty.Median != 1.3 || s.Duty.Min != 1.1 || s.Duty.Max != 1.5 {
+		t.Errorf("median %v [%v, %v], want 1.3 [1.1, 1.5]", s.Duty.Median, s.Duty.Min, s.Duty.Max)
+	}
+}
+
+// TestDutyInterval: each run's ratio has a bootstrap interval from its
+// own halves, the same for the same seed; constant halves give a point.
+func TestDutyInterval(t *testing.T) {
+	const duty = 8 * time.Second
+	const half = int64(duty / 2)
+	rng := rand.New(rand.NewPCG(7, 7))
+	lc := &LCResult{}
+	for i := range 200 {
+		k := int64(i / 4)
+		lat := 200 + rng.IntN(40) // ms, alone
+		if k%2 == 0 {
+			lat = 300 + rng.IntN(60) // with BE
+		}
+		lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: k*half + int64(200+i%4*900)*int64(time.Millisecond), LatencyNs: int64(lat) * int64(time.Millisecond)})
+	}
+	build := func(seed uint64) *DutySplit {
+		sr := &ScenarioResult{Name: "llm-be-1us", Kind: KindShared, Runtime: RuntimeLLM, BEDuty: duty, LC: lc}
+		summarizeLC(sr)
+		finalize(&Results{Scenarios: []*ScenarioResult{sr}}, seed)
+		return sr.LCDuty
+	}
+	d := build(1)
+	if d.P50CI == nil || !d.P50CI.Contains(d.P50Ratio) || d.P50CI.Lo < 1.3 || d.P50CI.Hi > 1.7 {
+		t.Fatalf("ratio %v, interval %+v: want it inside, within [1.3, 1.7]", d.P50Ratio, d.P50CI)
+	}
+	if again := build(1); *again.P50CI != *d.P50CI {
+		t.Errorf("seed 1 twice: %+v then %+v", d.P50CI, again.P50CI)
+	}
+	for i := range lc.Samples {
+		lc.Samples[i].LatencyNs = int64(100 * time.Millisecond)
+	}
+	if p := build(1).P50CI; p == nil || p.Lo != 1 || p.Hi != 1 {
+		t.Errorf("constant halves: %+v, want [1, 1]", p)
+	}
+}
+
+func TestDutyOf(t *testing.T) {
+	o := testOptions(t, "llm-be-1us,llm-standalone,pytorch-eager-be-1ms,pytorch-be-1us,be-1us,pytorch-eager-be-only", "")
+	o.BEDuty, o.LLMPeriod, o.Duration = 8*time.Second, time.Second, 20*time.Second
+	want := []time.Duration{8 * time.Second, 0, 8 * time.Second, 0, 0, 8 * time.Second}
+	for i, sc := range o.Scenarios {
+		if got := o.dutyOf(sc); got != want[i] {
+			t.Errorf("%s: duty %v, want %v", sc.Name, got, want[i])
+		}
+	}
+	if got := o.measureDuration(o.Scenarios[0]); got != 92*time.Second {
+		t.Errorf("llm-be-1us at 1 s: measures %v, want 92s", got)
+	}
+	if got := o.lcRequests(o.Scenarios[0]); got != 92 {
+		t.Errorf("llm-be-1us at 1 s: %d requests, want 92", got)
+	}
+	if got := o.measureDuration(o.Scenarios[1]); got != 20*time.Second {
+		t.Errorf("llm-standalone (no BE): measures %v, want --duration", got)
+	}
+	o.BEDutyGraph = true // --be-duty given: the CUDA-graph LC's BE idles too
+	if got := o.dutyOf(o.Scenarios[3]); got != 8*time.Second {
+		t.Errorf("pytorch-be-1us with --be-duty given: %v", got)
+	}
+	o.BEDuty = 0
+	if got := o.dutyOf(o.Scenarios[0]); got != 0 {
+		t.Errorf("--be-duty 0: %v", got)
+	}
+}
+
+func TestBETrainArgvDuty(t *testing.T) {
+	o := testOptions(t, "pytorch-eager-be-1ms,pytorch-be-1ms", "")
+	o.BEDuty = 8 * time.Second
+	r := &runner{o: o, scripts: "/s"}
+	if be, _ := r.beArgv(o.Scenarios[0], "/tmp/be.json"); !slices.Contains(be, "--duty-period") || !strings.HasSuffix(be[2], "be_train.py") {
+		t.Errorf("eager: %v", be)
+	}
+	if be, _ := r.beArgv(o.Scenarios[1], "/tmp/be.json"); slices.Contains(be, "--duty-period") {
+		t.Errorf("CUDA graph, --be-duty not given: %v", be)
 	}
 }

@@ -57,6 +57,11 @@ type runOptions struct {
 	// SLONoPush: the LC workers of slo: scenarios push nothing; the daemon
 	// measures them itself (gpreemptd --trace-requests).
 	SLONoPush bool `json:"slo_no_push,omitempty"`
+	// DaemonPolicies maps a scenario name (or "default") to the policy
+	// file gpreemptd runs it under; DaemonConfig is the daemon's own
+	// policy file, which the bench overwrites before asking it to reload.
+	DaemonPolicies map[string]string `json:"daemon_policies,omitempty"`
+	DaemonConfig   string            `json:"daemon_config,omitempty"`
 
 	// LCEnv is added to every LC worker's environment (KEY=VALUE): with
 	// CUDA_MPS_PIPE_DIRECTORY, the LCs run as clients of that MPS server
@@ -110,10 +115,20 @@ type runOptions struct {
 	LLMPrompt    int           `json:"llm_prompt,omitempty"`
 	LLMLoop      string        `json:"llm_loop,omitempty"`
 	LLMWarmup    int           `json:"llm_warmup,omitempty"`
-	GEMMSize     int           `json:"gemm_size,omitempty"`
-	// BEDuty: be_gemm.py works the first half of every BEDuty and idles
-	// the second, so that each LC process runs both beside BE and alone.
-	BEDuty time.Duration `json:"be_duty,omitempty"`
+	LLMBatch     int           `json:"llm_batch,omitempty"`
+	// LLMMetricsPort, when not 0, has the i-th LC of an llm- scenario
+	// serve its latency histograms under vLLM's names on
+	// 127.0.0.1:LLMMetricsPort+i (lc_decode.py --metrics-port), for a
+	// daemon that scrapes them.
+	LLMMetricsPort int `json:"llm_metrics_port,omitempty"`
+	GEMMSize       int `json:"gemm_size,omitempty"`
+	// BEDuty: the Python BE (be_gemm.py, be_train.py) works the first
+	// half of every BEDuty and idles the second, so that each LC process
+	// runs both beside BE and alone: in the llm- and pytorch-eager-
+	// scenarios, whose LC's speed moves between processes, and with
+	// BEDutyGraph in the pytorch- (CUDA graph) ones too (dutyOf).
+	BEDuty      time.Duration `json:"be_duty,omitempty"`
+	BEDutyGraph bool          `json:"be_duty_graph,omitempty"`
 }
 
 // optionDurations lists the duration fields with their JSON keys: they are
@@ -221,6 +236,8 @@ var runFlags = []cli.Flag{
 	&cli.DurationFlag{Name: "slo-poll", Value: 250 * time.Millisecond, Usage: "slo:* scenarios: how often the daemon's status (the BE timeslice it chose) is recorded"},
 	&cli.DurationFlag{Name: "slo-lead-in", Value: 20 * time.Second, Usage: "slo:* scenarios: LC requests run (and pushed to gpreemptd) this long before the measurement, so the measured window shows where the daemon settled, not its search (0: measure from the first request)"},
 	&cli.BoolFlag{Name: "slo-push", Value: true, Usage: "slo:* scenarios: the LC workers push their latency windows to gpreemptd (false: they push nothing, for a daemon that traces requests itself, gpreemptd --trace-requests)"},
+	&cli.StringSliceFlag{Name: "daemon-policy", Usage: "SCENARIO=FILE (repeatable; default=FILE for the scenarios not named): gpreemptd runs SCENARIO under FILE, written over --daemon-config and reloaded before the scenario starts; @ALONE_P50*F@ in FILE becomes F times the p50 of the last standalone run before it (an absolute objective from this run's LC alone)"},
+	&cli.StringFlag{Name: "daemon-config", Usage: "with --daemon-policy: the policy file gpreemptd was started with (its --config), which the bench overwrites"},
 	&cli.DurationFlag{Name: "daemon-timeout", Value: 10 * time.Second, Usage: "daemon:* scenarios: fail when a worker's groups do not read back its class this long after READY"},
 	&cli.DurationFlag{Name: "nvml-interval", Value: 50 * time.Millisecond, Usage: "how often to read the GPU's SM clock, power, temperature and throttle reasons through NVML (0: never)"},
 
@@ -255,14 +272,16 @@ var runFlags = []cli.Flag{
 	&cli.BoolFlag{Name: "pytorch-cuda-graph", Value: true, Usage: "pytorch-* scenarios: lc_infer.py replays a CUDA graph (pytorch-eager-* scenarios never do: their LC is launch-bound)"},
 	&cli.StringFlag{Name: "pytorch-be-model", Value: "resnet50", Usage: "torchvision model for be_train.py"},
 	&cli.IntFlag{Name: "pytorch-be-batch", Value: 64, Usage: "be_train.py batch size"},
-	&cli.StringFlag{Name: "llm-family", Value: "gpt2", Usage: "llm-* scenarios: lc_decode.py's model shape (gpt2: GPT-2 medium, gpt2-small, llama: a 16-layer Llama)"},
+	&cli.StringFlag{Name: "llm-family", Value: "gpt2", Usage: "llm-* scenarios: lc_decode.py's model shape (gpt2: GPT-2 medium, gpt2-small, llama: a 16-layer Llama, llama-330m: 24 layers)"},
+	&cli.IntFlag{Name: "llm-batch", Value: 1, Usage: "llm-* eager scenarios: sequences decoded together per request"},
+	&cli.IntFlag{Name: "llm-metrics-port", Usage: "llm-* scenarios: the LC serves vLLM-named latency histograms on 127.0.0.1:PORT (the i-th LC on PORT+i; lc_decode.py --metrics-port) for a daemon that scrapes them (0: none)"},
 	&cli.DurationFlag{Name: "llm-period", Value: 800 * time.Millisecond, Usage: "llm-* scenarios: time between decode requests"},
 	&cli.IntFlag{Name: "llm-new-tokens", Value: 16, Usage: "llm-* scenarios: tokens decoded per request"},
 	&cli.IntFlag{Name: "llm-prompt", Value: 64, Usage: "llm-* scenarios: prompt tokens"},
 	&cli.StringFlag{Name: "llm-loop", Value: "generate", Usage: "llm-* eager scenarios: generate (transformers' generate()) or lean (a forward loop with one sync a token)"},
 	&cli.IntFlag{Name: "llm-warmup", Value: 3, Usage: "llm-* scenarios: warmup requests"},
 	&cli.IntFlag{Name: "gemm-size", Value: 8192, Usage: "llm-* scenarios: be_gemm.py's matrix size (n x n x n fp16)"},
-	&cli.DurationFlag{Name: "be-duty", Usage: "llm-* scenarios: be_gemm.py works the first half of every such period (CLOCK_MONOTONIC) and idles the second, and the report compares each LC process's requests of the two halves (0: BE works throughout)"},
+	&cli.DurationFlag{Name: "be-duty", Value: DefaultBEDuty, Usage: "llm-* and pytorch-eager-* scenarios (given explicitly: pytorch-* too): the BE works the first half of every such period (CLOCK_MONOTONIC) and idles the second, and the report compares each LC process's requests of the two halves; a run measures long enough for 30 requests a half (0: BE works throughout)"},
 }
 
 func runOptionsFrom(c *cli.Context) (runOptions, error) {
@@ -290,10 +309,14 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		PyLCModel: c.String("pytorch-lc-model"), PyLCBatch: c.Int("pytorch-lc-batch"), PyGraph: c.Bool("pytorch-cuda-graph"),
 		PyBEModel: c.String("pytorch-be-model"), PyBEBatch: c.Int("pytorch-be-batch"),
 		LLMFamily: c.String("llm-family"), LLMPeriod: c.Duration("llm-period"), LLMNewTokens: c.Int("llm-new-tokens"),
-		LLMPrompt: c.Int("llm-prompt"), LLMLoop: c.String("llm-loop"), LLMWarmup: c.Int("llm-warmup"), GEMMSize: c.Int("gemm-size"), BEDuty: c.Duration("be-duty"),
+		LLMPrompt: c.Int("llm-prompt"), LLMLoop: c.String("llm-loop"), LLMWarmup: c.Int("llm-warmup"), LLMBatch: c.Int("llm-batch"), LLMMetricsPort: c.Int("llm-metrics-port"), GEMMSize: c.Int("gemm-size"), BEDuty: c.Duration("be-duty"), BEDutyGraph: c.IsSet("be-duty"),
 		HintLauncher: prepreempt.Launcher(c.String("hint-launcher")), HintPrepQuantile: c.Float64("hint-prep-quantile"),
 		LCEnv: c.StringSlice("lc-env"), LCCPUs: c.String("lc-cpus"), BECPUs: c.String("be-cpus"),
 	}
+	if o.DaemonPolicies, err = parsePolicies(c.StringSlice("daemon-policy"), scs); err != nil {
+		return runOptions{}, err
+	}
+	o.DaemonConfig = c.String("daemon-config")
 	if soak := c.Duration("soak"); soak != 0 {
 		if o.Repeat != 1 {
 			return runOptions{}, fmt.Errorf("%w: --soak runs every scenario once, for long: drop --repeat %d", ErrInvalidArgument, o.Repeat)
@@ -316,8 +339,12 @@ func (o *runOptions) validate() error {
 		return fmt.Errorf("%w: --repeat %d: want at least 1", ErrInvalidArgument, o.Repeat)
 	case o.Duration <= 0, o.Period <= 0, o.PyPeriod <= 0, o.LLMPeriod <= 0 && o.usesLLM():
 		return fmt.Errorf("%w: --duration, --period, --pytorch-period and --llm-period must be positive", ErrInvalidArgument)
-	case o.usesLLM() && !slices.Contains([]string{"gpt2", "gpt2-small", "llama"}, o.LLMFamily):
-		return fmt.Errorf("%w: --llm-family %q: want gpt2, gpt2-small or llama", ErrInvalidArgument, o.LLMFamily)
+	case o.usesLLM() && !slices.Contains([]string{"gpt2", "gpt2-small", "llama", "llama-330m"}, o.LLMFamily):
+		return fmt.Errorf("%w: --llm-family %q: want gpt2, gpt2-small, llama or llama-330m", ErrInvalidArgument, o.LLMFamily)
+	case o.usesLLM() && (o.LLMBatch < 1 || o.LLMBatch > 256 || o.LLMMetricsPort < 0 || o.LLMMetricsPort > 65000):
+		return fmt.Errorf("%w: --llm-batch 1-256, --llm-metrics-port 0-65000", ErrInvalidArgument)
+	case o.LLMBatch > 1 && slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.Runtime == RuntimeLLMGraph }):
+		return fmt.Errorf("%w: --llm-batch %d: the llm-graph- scenarios decode one sequence", ErrInvalidArgument, o.LLMBatch)
 	case o.usesLLM() && (o.LLMNewTokens < 2 || o.LLMNewTokens > 4096 || o.LLMPrompt < 1 || o.LLMPrompt > 4096 || o.LLMWarmup < 0 || o.GEMMSize < 1 || o.GEMMSize > 32768):
 		return fmt.Errorf("%w: --llm-new-tokens 2-4096, --llm-prompt 1-4096, --llm-warmup >= 0, --gemm-size 1-32768", ErrInvalidArgument)
 	case o.usesLLM() && o.LLMLoop != "generate" && o.LLMLoop != "lean":
@@ -352,23 +379,11 @@ func (o *runOptions) validate() error {
 			return fmt.Errorf("%w: --lc-env %q: the bench sets %s itself (one of %v)", ErrInvalidArgument, kv, k, benchLCEnv)
 		}
 	}
-	if o.BEDuty != 0 {
-		switch {
-		case o.BEDuty < minBEDuty || o.BEDuty%time.Millisecond != 0:
-			return fmt.Errorf("%w: --be-duty %v: want whole milliseconds, at least %v (each half must hold requests that start %v into it)", ErrInvalidArgument, o.BEDuty, minBEDuty, dutyGuard)
-		case o.BEDuty > o.Duration/2:
-			return fmt.Errorf("%w: --be-duty %v: want at most half of --duration %v, so that every run holds two of each half", ErrInvalidArgument, o.BEDuty, o.Duration)
-		case !slices.ContainsFunc(o.Scenarios, func(sc Scenario) bool { return sc.BECount() > 0 }):
-			return fmt.Errorf("%w: --be-duty: no scenario runs a BE", ErrInvalidArgument)
-		}
-		for _, sc := range o.Scenarios {
-			if sc.BECount() > 0 && !sc.Runtime.LLM() {
-				return fmt.Errorf("%w: --be-duty: only the llm-* scenarios' BE (be_gemm.py) idles half the time; %s runs another", ErrInvalidArgument, sc.Name)
-			}
-			if sc.SLO {
-				return fmt.Errorf("%w: --be-duty: %s: SLO mode would chase a BE that comes and goes", ErrInvalidArgument, sc.Name)
-			}
-		}
+	if len(o.DaemonPolicies) > 0 && o.DaemonConfig == "" {
+		return fmt.Errorf("%w: --daemon-policy needs --daemon-config, the policy file gpreemptd was started with", ErrInvalidArgument)
+	}
+	if err := o.validateDuty(); err != nil {
+		return err
 	}
 	var err error
 	if o.lcCPUs, err = parseCPUs("--lc-cpus", o.LCCPUs); err != nil {
@@ -410,6 +425,57 @@ func parseCPUs(flag, list string) (cpuset.CPUSet, error) {
 	return cpus, nil
 }
 
+// validateDuty checks --be-duty against the scenarios it applies to.
+func (o *runOptions) validateDuty() error {
+	if o.BEDuty == 0 {
+		return nil
+	}
+	if o.BEDuty < minBEDuty || o.BEDuty%time.Millisecond != 0 {
+		return fmt.Errorf("%w: --be-duty %v: want whole milliseconds, at least %v (each half must hold requests that start %v into it)", ErrInvalidArgument, o.BEDuty, minBEDuty, dutyGuard)
+	}
+	applies := false
+	for _, sc := range o.Scenarios {
+		if o.dutyOf(sc) == 0 {
+			continue
+		}
+		applies = true
+		if p := o.period(sc); sc.HasLC() && dutyPerHalf(o.BEDuty, p) < 1 {
+			return fmt.Errorf("%w: --be-duty %v: %s's requests every %v do not fit a half past its %v guard; want a period of at least %v", ErrInvalidArgument, o.BEDuty, sc.Name, p, dutyGuard, 2*(2*p+dutyGuard))
+		}
+	}
+	if !applies && o.BEDutyGraph {
+		return fmt.Errorf("%w: --be-duty: no scenario runs a BE that can idle (the Python BE of the llm-* and pytorch-* scenarios)", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// dutyOf is the BE duty period of sc's runs (0: BE works throughout). The
+// kernel BE (be_fma) never idles; the CUDA-graph PyTorch LC is steady
+// between processes, so its scenarios take a duty only when asked.
+func (o *runOptions) dutyOf(sc Scenario) time.Duration {
+	if o.BEDuty <= 0 || sc.BECount() == 0 {
+		return 0
+	}
+	switch {
+	case sc.Runtime.LLM(), sc.Runtime == RuntimePyTorchEager:
+		return o.BEDuty
+	case sc.Runtime == RuntimePyTorch && o.BEDutyGraph:
+		return o.BEDuty
+	}
+	return 0
+}
+
+// measureDuration is how long one run of sc measures: --duration, raised
+// under a BE duty until each half holds minDutyRequests of the LC's
+// requests (dutyLength).
+func (o *runOptions) measureDuration(sc Scenario) time.Duration {
+	d := o.dutyOf(sc)
+	if d == 0 {
+		return o.Duration
+	}
+	return max(o.Duration, dutyLength(d, o.period(sc), sc.HasLC()))
+}
+
 // maxCPUs is the most CPUs a mask holds (the kernel's CPU_SETSIZE).
 const maxCPUs = len(unix.CPUSet{}) * 64
 
@@ -443,12 +509,16 @@ func (o *runOptions) period(sc Scenario) time.Duration {
 // enough to fill the scenario duration at its period.
 func (o *runOptions) lcRequests(sc Scenario) int {
 	if sc.Runtime.Python() {
-		if o.PyRequests > 0 && sc.PeriodFactor == 0 && !sc.Runtime.LLM() {
-			return o.PyRequests
-		}
 		// A Python LC at tens of milliseconds a request cannot reach
 		// minP99Requests in a sensible time: the report warns instead.
-		return max(1, int(o.Duration/o.period(sc)))
+		fill := func() int { return max(1, int(o.measureDuration(sc)/o.period(sc))) }
+		if o.PyRequests > 0 && sc.PeriodFactor == 0 && !sc.Runtime.LLM() {
+			if o.dutyOf(sc) > 0 {
+				return max(o.PyRequests, fill())
+			}
+			return o.PyRequests
+		}
+		return fill()
 	}
 	if o.Requests > 0 && sc.PeriodFactor == 0 {
 		return o.Requests

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,6 +23,7 @@ import (
 // run, then the per-scenario summaries.
 func finalize(res *Results, seed uint64) {
 	computeRatios(res)
+	dutyIntervals(res, rand.New(rand.NewPCG(seed, 0xbb67ae8584caa73b)))
 	res.Summaries = summarize(res, seed)
 }
 
@@ -69,6 +72,7 @@ func WriteMarkdown(w io.Writer, res *Results) error {
 	writeSummary(&b, res)
 	writeRequestShape(&b, res)
 	writeDuty(&b, res)
+	writeDaemonView(&b, res)
 	writeClocks(&b, res)
 	writeHost(&b, res)
 	writeTenants(&b, res)
@@ -90,8 +94,8 @@ func writeHeader(b *strings.Builder, res *Results) {
 			rs = fmt.Sprintf("%d repetitions, interleaved (every scenario once, then again)", reps)
 		}
 		fmt.Fprintf(b, "- Per scenario run: %s measured after %s settle; %s\n", fmtDuration(c.Duration), fmtDuration(c.Settle), rs)
-		if c.BEDuty > 0 {
-			fmt.Fprintf(b, "- BE duty (--be-duty %s): BE worked the first half of every %s and idled the second; the latency columns take both halves, BE's rate is its rate while it worked (in both the scenario and be-only)\n", fmtDuration(c.BEDuty), fmtDuration(c.BEDuty))
+		if c.BEDuty > 0 && slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return sr.BEDuty > 0 }) {
+			fmt.Fprintf(b, "- BE duty (--be-duty %s): in the runs marked so below, BE worked the first half of every %s and idled the second, and the run measured long enough for %d LC requests a half; the latency columns take both halves, BE's rate is its rate while it worked (in both the scenario and be-only)\n", fmtDuration(c.BEDuty), fmtDuration(c.BEDuty), minDutyRequests)
 		}
 		if c.LCCPUs != "" || c.BECPUs != "" {
 			fmt.Fprintf(b, "- Workers pinned: LC to CPUs %s, BE to CPUs %s\n", cmp.Or(c.LCCPUs, "any"), cmp.Or(c.BECPUs, "any"))
@@ -199,40 +203,106 @@ func writeRequestShape(b *strings.Builder, res *Results) {
 	}
 }
 
-// writeDuty adds, with --be-duty, each LC process's requests while BE
-// worked against its requests while BE idled: a ratio free of the
-// process-to-process spread of an eager LC.
+// writeDuty adds, for runs with a BE duty, each LC process's requests
+// while BE worked against its requests while BE idled: a ratio free of the
+// process-to-process spread of an eager LC. Per scenario the median over
+// repetitions [range]; per run the ratio with its bootstrap interval.
 func writeDuty(b *strings.Builder, res *Results) {
-	type row struct {
-		s                 *ScenarioSummary
-		reps, with, alone int
-	}
-	var rows []row
+	var rows []*ScenarioSummary
 	for _, s := range res.Summaries {
-		r := row{s: s}
-		split := false
-		for _, sr := range res.Scenarios {
-			if sr.Name != s.Name || sr.Error != "" || sr.LCDuty == nil {
-				continue
-			}
-			split = true
-			if d := sr.LCDuty; d.P50Ratio > 0 {
-				r.reps, r.with, r.alone = r.reps+1, r.with+d.WithBE.N, r.alone+d.Alone.N
-			}
-		}
-		if split {
-			rows = append(rows, r)
+		if slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return sr.Name == s.Name && sr.Error == "" && sr.LCDuty != nil }) {
+			rows = append(rows, s)
 		}
 	}
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintf(b, "\nWithin each LC process: BE worked the first half of every %s and idled the second; the p50 of the requests that ran while it worked over the p50 of those that ran while it idled (a request counts for a half it starts %s or more into and ends within; a run needs %d a half), median over repetitions [range]:\n\n",
+	fmt.Fprintf(b, "\nWithin each LC process: BE worked the first half of every %s and idled the second; the p50 of the requests that ran while it worked over the p50 of those that ran while it idled (a request counts for a half it starts %s or more into and ends within). A run with fewer than %d requests in a half is too short: shown, but left out of the median over repetitions [range]:\n\n",
 		fmtDuration(res.Config.BEDuty), fmtDuration(dutyGuard), minDutyRequests)
-	b.WriteString("| scenario | runs with a ratio | LC p50 with BE / alone | TPOT p50 with BE / alone | requests with BE / alone (those runs) |\n")
+	b.WriteString("| scenario | repetitions | LC p50 with BE / alone | TPOT p50 with BE / alone | too short |\n")
 	b.WriteString("|---|---:|---:|---:|---:|\n")
-	for _, r := range rows {
-		fmt.Fprintf(b, "| %s | %d | %s | %s | %d / %d |\n", r.s.Name, r.reps, spreadCell(r.s.Duty, "x"), spreadCell(r.s.DutyTPOT, "x"), r.with, r.alone)
+	for _, s := range rows {
+		n := 0
+		if s.Duty != nil {
+			n = len(s.Duty.PerRep)
+		}
+		fmt.Fprintf(b, "| %s | %d | %s | %s | %d |\n", s.Name, n, spreadCell(s.Duty, "x"), spreadCell(s.DutyTPOT, "x"), s.DutyTooShort)
+	}
+	b.WriteString("\n| scenario | rep | requests with BE / alone | p50 with BE / alone (us) | ratio | 95% CI | |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---|\n")
+	for _, sr := range res.Scenarios {
+		d := sr.LCDuty
+		if d == nil || sr.Error != "" {
+			continue
+		}
+		nw, na, pw, pa := 0, 0, "–", "–"
+		if d.WithBE != nil {
+			nw, pw = d.WithBE.N, fmt.Sprintf("%.1f", d.WithBE.P50)
+		}
+		if d.Alone != nil {
+			na, pa = d.Alone.N, fmt.Sprintf("%.1f", d.Alone.P50)
+		}
+		ratio, ci := "–", "–"
+		if d.P50Ratio > 0 {
+			ratio = fmt.Sprintf("%.2fx", d.P50Ratio)
+		}
+		if d.P50CI != nil {
+			ci = fmt.Sprintf("[%.2f, %.2f]", d.P50CI.Lo, d.P50CI.Hi)
+		}
+		note := ""
+		if d.TooShort {
+			note = fmt.Sprintf("too short (< %d a half)", minDutyRequests)
+		}
+		fmt.Fprintf(b, "| %s | %d | %d / %d | %s / %s | %s | %s | %s |\n", sr.Name, repOf(sr), nw, na, pw, pa, ratio, ci, note)
+	}
+}
+
+// writeDaemonView adds, for slo: scenarios, each LC's latency as
+// gpreemptd saw it (its source and p50) beside the app's own p50 over the
+// same windows, and what calibration cost BE.
+func writeDaemonView(b *strings.Builder, res *Results) {
+	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return len(sr.Daemon) > 0 }) {
+		return
+	}
+	fmt.Fprintf(b, "\ngpreemptd's view of each LC (GET /v1/status every --slo-poll): its latency source and the p50 of its windows that lie inside the measurement (and inside BE's working halves under a duty), each weighted by its samples, beside the p50 the app measured of its requests that ended in those windows; they agree within ±%.0f%%:\n\n", 100*daemonAgreement)
+	b.WriteString("| scenario | repetitions | daemon p50 / app p50: median [min–max] | repetitions that agree |\n|---|---:|---:|---:|\n")
+	for _, s := range res.Summaries {
+		if s.DaemonP50 != nil {
+			fmt.Fprintf(b, "| %s | %d | %s | %d of %d |\n", s.Name, len(s.DaemonP50.PerRep), spreadCell(s.DaemonP50, "x"), s.DaemonAgrees, s.Reps-s.Failed)
+		}
+	}
+	b.WriteString("\n| scenario | rep | LC | source | metric | windows | daemon p50 (us) | app p50 (us, requests) | daemon / app | first latency counted | BE stopped, most of a minute |\n")
+	b.WriteString("|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, sr := range res.Scenarios {
+		for _, v := range sr.Daemon {
+			src := cmp.Or(v.Source, "–")
+			if len(v.Sources) > 1 {
+				var all []string
+				for _, k := range slices.Sorted(maps.Keys(v.Sources)) {
+					all = append(all, fmt.Sprintf("%s %d", k, v.Sources[k]))
+				}
+				src += " (" + strings.Join(all, ", ") + ")"
+			}
+			dp, ap, ratio := "–", "–", "–"
+			if v.DaemonP50Us > 0 {
+				dp = fmt.Sprintf("%.1f", v.DaemonP50Us)
+			}
+			if v.AppP50Us > 0 {
+				ap = fmt.Sprintf("%.1f (%d)", v.AppP50Us, v.AppRequests)
+			}
+			if v.Ratio > 0 {
+				ratio = fmt.Sprintf("%.2fx", v.Ratio)
+				if !v.Agrees {
+					ratio += " (outside ±10%)"
+				}
+			}
+			first := "never"
+			if v.FirstCountedS >= 0 {
+				first = fmt.Sprintf("+%.1f s", v.FirstCountedS)
+			}
+			fmt.Fprintf(b, "| %s | %d | %s (pid %d) | %s | %s | %d | %s | %s | %s | %s | %.1f%% |\n",
+				sr.Name, repOf(sr), v.Label, v.PID, src, v.Metric, v.Windows, dp, ap, ratio, first, 100*sr.BEStoppedMost)
+		}
 	}
 }
 

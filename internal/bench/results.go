@@ -208,6 +208,16 @@ type ScenarioResult struct {
 	// BE share over time, against the be-only run's rate.
 	BETimeline            []float64 `json:"be_timeline,omitempty"`
 	BETimelineStartMonoNs int64     `json:"be_timeline_start_mono_ns,omitempty"`
+	// SLOWindow, in slo: scenarios, is the daemon's window when the run
+	// started; Daemon each LC as the daemon saw it beside the app's own
+	// p50 of the same windows, and BEStoppedMost the largest share of a
+	// minute the status showed BE stopped by calibration (derived from SLO
+	// and the samples when the results are finalized).
+	SLOWindow     time.Duration `json:"slo_window,omitempty"`
+	Daemon        []DaemonView  `json:"daemon_view,omitempty"`
+	BEStoppedMost float64       `json:"be_stopped_most_of_a_minute,omitempty"`
+	// DaemonPolicy is the policy file gpreemptd ran under (--daemon-policy).
+	DaemonPolicy string `json:"daemon_policy,omitempty"`
 
 	// GPU is what NVML read during the measurement window.
 	GPU *TelemetrySummary `json:"gpu,omitempty"`

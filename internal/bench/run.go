@@ -94,6 +94,10 @@ type runner struct {
 	// stopSampling ends the sampler and closes NVML.
 	stopSampling func()
 	log          *slog.Logger
+	// reload asks gpreemptd to re-read its policy; policyText is the
+	// policy last written for it (--daemon-policy).
+	reload     func(context.Context) error
+	policyText string
 }
 
 // slot is one scenario run of the schedule.
@@ -124,7 +128,7 @@ func runAll(ctx context.Context, o runOptions, env runEnv) error {
 		return err
 	}
 	log.Info("device", "name", info.Name, "sms", info.SMs, "cc", info.CC, "driver", info.Driver)
-	r := &runner{o: o, env: env, log: log}
+	r := &runner{o: o, env: env, log: log, reload: reloadDaemon(o.DaemonSocket)}
 	if slices.ContainsFunc(o.Scenarios, Scenario.NeedsCtl) {
 		path, err := resolveCtl(o.Ctl)
 		if err != nil {
@@ -133,8 +137,9 @@ func runAll(ctx context.Context, o runOptions, env runEnv) error {
 		r.o.Ctl = path
 		r.ctl = &ctlRunner{path: path, log: log}
 	}
-	if slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.SLO }) {
-		// LC workers push one latency window per observation.
+	if slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.SLO }) && len(o.DaemonPolicies) == 0 {
+		// LC workers push one latency window per observation. (Under
+		// --daemon-policy the window is read after each policy is in.)
 		if r.o.SLOWindow, err = sloWindow(ctx, fetchStatus(o.DaemonSocket)); err != nil {
 			return err
 		}
@@ -172,7 +177,7 @@ func runAll(ctx context.Context, o runOptions, env runEnv) error {
 	plan := schedule(r.o.Scenarios, r.o.Repeat)
 	for i, s := range plan {
 		log.Info("scenario", "n", fmt.Sprintf("%d/%d", i+1, len(plan)), "name", s.Scenario.Name, "rep", s.Rep)
-		sr, err := r.runScenario(ctx, s)
+		sr, err := r.runScenario(ctx, s, res.Scenarios)
 		res.Scenarios = append(res.Scenarios, sr)
 		if err != nil {
 			sr.Error = err.Error()

@@ -486,10 +486,9 @@ func TestCLI(t *testing.T) {
 		{[]string{"run", "--out", t.TempDir(), "--lc-cpus", "100000"}, ExitUsage, "CPUs below 1024"},
 		{[]string{"run", "--out", t.TempDir(), "--scenarios", "llm-standalone,llm-defaults", "--be-duty", "1s"}, ExitUsage, "--be-duty 1s: want whole milliseconds, at least 2.2s"},
 		{[]string{"run", "--out", t.TempDir(), "--scenarios", "llm-defaults", "--be-duty", "4.0000001s", "--duration", "40s"}, ExitUsage, "want whole milliseconds"},
-		{[]string{"run", "--out", t.TempDir(), "--scenarios", "llm-defaults", "--be-duty", "8s", "--duration", "12s"}, ExitUsage, "--be-duty 8s: want at most half of --duration 12s"},
-		{[]string{"run", "--out", t.TempDir(), "--scenarios", "llm-standalone", "--be-duty", "4s", "--duration", "40s"}, ExitUsage, "--be-duty: no scenario runs a BE"},
-		{[]string{"run", "--out", t.TempDir(), "--scenarios", "llm-defaults,defaults", "--be-duty", "4s", "--duration", "40s"}, ExitUsage, "only the llm-* scenarios' BE (be_gemm.py) idles half the time; defaults runs another"},
-		{[]string{"run", "--out", t.TempDir(), "--scenarios", "slo:llm-defaults,llm-be-only", "--be-duty", "4s", "--duration", "40s"}, ExitUsage, "slo:llm-defaults: SLO mode would chase a BE that comes and goes"},
+		{[]string{"run", "--out", t.TempDir(), "--scenarios", "llm-defaults", "--be-duty", "4s", "--llm-period", "1s"}, ExitUsage, "--be-duty 4s: llm-defaults's requests every 1s do not fit a half past its 100ms guard; want a period of at least 4.2s"},
+		{[]string{"run", "--out", t.TempDir(), "--scenarios", "llm-standalone", "--be-duty", "4s", "--duration", "40s"}, ExitUsage, "--be-duty: no scenario runs a BE that can idle"},
+		{[]string{"run", "--out", t.TempDir(), "--scenarios", "defaults,be-only", "--be-duty", "4s"}, ExitUsage, "--be-duty: no scenario runs a BE that can idle"},
 		// Refused before the parser walks the range.
 		{[]string{"run", "--out", t.TempDir(), "--lc-cpus", "0-9223372036854775807"}, ExitUsage, "CPUs below 1024"},
 		// In range, but no machine here has it online: the kernel refuses the pin.

@@ -137,6 +137,8 @@ const DefaultScenarios = "standalone,defaults,be-200us,be-1us,be-only,pytorch-ea
 //	its own requests, and SLO mode steers its engine's gate
 //	slo:pytorch@switch, slo:[prepreempt-]defaults@switch  the LC changes
 //	                         half-way: graph to eager, or 5x its rate
+//	<scenario>#<tag>         the same scenario under a name of its own (its
+//	                         own --daemon-policy): slo:llm-defaults#abs
 func ParseScenarios(list string) ([]Scenario, error) {
 	var out []Scenario
 	seen := map[string]bool{}
@@ -161,7 +163,7 @@ func ParseScenarios(list string) ([]Scenario, error) {
 	return out, nil
 }
 
-const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, {pytorch[-eager]|llm[-graph]}-gate-{standalone|defaults|be-<timeslice>}, llm[-graph][-standalone|-be-only|-defaults|-be-<timeslice>], be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>|:<ts1>:<ts2>|:lc-only], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, daemon:<any standalone scenario>, slo:[pytorch[-eager]-][prepreempt-|gate-]defaults, slo:llm[-graph]-[gate-]defaults, slo:multi-tenant[:be:<w1>:be:<w2>], slo:pytorch@switch, slo:[prepreempt-]defaults@switch"
+const knownScenarios = "standalone, be-only, defaults, be-<timeslice>, {pytorch[-eager]|llm[-graph]}-gate-{standalone|defaults|be-<timeslice>}, llm[-graph][-standalone|-be-only|-defaults|-be-<timeslice>], be-ratio:<ts1>:<ts2>, be-ratio:be:<w1>:be:<w2>, multi-tenant[:be:<w1>:be:<w2>|:<ts1>:<ts2>|:lc-only], pytorch[-eager][-standalone|-be-only|-defaults|-be-<timeslice>], [pytorch[-eager]-]prepreempt-{standalone|defaults|be-<timeslice>}, any LC scenario with @x<factor>, daemon:[prepreempt-]be-<timeslice>, daemon:<any standalone scenario>, slo:[pytorch[-eager]-][prepreempt-|gate-]defaults, slo:llm[-graph]-[gate-]defaults, slo:multi-tenant[:be:<w1>:be:<w2>], slo:pytorch@switch, slo:[prepreempt-]defaults@switch, any of these with #<tag>"
 
 func parseScenario(name string) (Scenario, error) {
 	sc := Scenario{Name: name, Runtime: RuntimeKernels}
@@ -169,6 +171,12 @@ func parseScenario(name string) (Scenario, error) {
 		return Scenario{}, fmt.Errorf("%w: scenario %q: %s (known: %s)", ErrInvalidArgument, name, why, knownScenarios)
 	}
 	rest := name
+	if base, tag, ok := strings.Cut(rest, tagSep); ok {
+		if !tagRE.MatchString(tag) {
+			return bad(fmt.Sprintf("tag %q: want lower-case letters, digits and '-', up to 32", tag))
+		}
+		rest = base
+	}
 	if r, ok := strings.CutPrefix(rest, daemonPrefix); ok {
 		sc.Daemon = true
 		rest = r
@@ -382,7 +390,9 @@ func (s Scenario) NeedsCtl() bool {
 }
 
 // Dir is the scenario's subdirectory of the output directory.
-func (s Scenario) Dir() string { return strings.NewReplacer(":", "_", "@", "_").Replace(s.Name) }
+func (s Scenario) Dir() string {
+	return strings.NewReplacer(":", "_", "@", "_", tagSep, "_").Replace(s.Name)
+}
 
 // suffix is the rate-sweep part of the name ("@x2"), "" for none.
 func (s Scenario) suffix() string {

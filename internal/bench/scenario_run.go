@@ -35,12 +35,25 @@ func workerLabel(role string, i, n int) string {
 	return fmt.Sprintf("%s%d", role, i+1)
 }
 
-func (r *runner) runScenario(ctx context.Context, s slot) (sr *ScenarioResult, err error) {
+// runScenario runs one slot; prior are the runs before it (an
+// @ALONE_P50@ policy reads the last standalone one).
+func (r *runner) runScenario(ctx context.Context, s slot, prior []*ScenarioResult) (sr *ScenarioResult, err error) {
 	sc := s.Scenario
 	started := time.Now()
-	sr = &ScenarioResult{Name: sc.Name, Kind: sc.Kind, Runtime: sc.Runtime, StartedAt: started.UTC()}
+	sr = &ScenarioResult{Name: sc.Name, Kind: sc.Kind, Runtime: sc.Runtime, StartedAt: started.UTC(), BEDuty: r.o.dutyOf(sc)}
 	if r.o.Repeat > 1 {
 		sr.Rep = s.Rep
+	}
+	if sr.DaemonPolicy, err = r.applyPolicy(ctx, sc, prior); err != nil {
+		return sr, err
+	}
+	if sc.SLO && len(r.o.DaemonPolicies) > 0 {
+		if r.o.SLOWindow, err = sloWindow(ctx, fetchStatus(r.o.DaemonSocket)); err != nil {
+			return sr, err
+		}
+	}
+	if sc.SLO {
+		sr.SLOWindow = r.o.SLOWindow
 	}
 	if sc.BETimeslice > 0 {
 		sr.BETimeslice = usArg(sc.BETimeslice)
@@ -94,9 +107,6 @@ func (r *runner) runScenario(ctx context.Context, s slot) (sr *ScenarioResult, e
 		if err := checkLC(sr.LC, r.o.lcRequests(sc)); err != nil {
 			errs = append(errs, err)
 		}
-	}
-	if r.o.BEDuty > 0 && sc.BECount() > 0 {
-		sr.BEDuty = r.o.BEDuty
 	}
 	summarizeLC(sr)
 	if r.sampler != nil {
@@ -263,7 +273,7 @@ func (run *scenarioRun) timedWindow(ctx context.Context) error {
 		return err
 	}
 	run.sr.WindowStartMonoNs = monoNs(time.Now())
-	if err := sleepWatching(ctx, run.r.o.Duration, run.bes...); err != nil {
+	if err := sleepWatching(ctx, run.r.o.measureDuration(run.sc), run.bes...); err != nil {
 		return err
 	}
 	run.sr.WindowEndMonoNs = monoNs(time.Now())
@@ -296,7 +306,7 @@ func (run *scenarioRun) collectBE() error {
 			sh.Class = run.sc.Weights[i].String()
 		}
 		worked := window
-		if r := run.r.o.BEDuty; r > 0 {
+		if r := run.sr.BEDuty; r > 0 {
 			// Its rate while it worked: the share of the window that falls
 			// in working halves differs from run to run.
 			sh.WindowKernels, worked = dutyCount(br.CompletionsMonoNs, sr.WindowStartMonoNs, sr.WindowEndMonoNs, r)

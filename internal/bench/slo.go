@@ -53,6 +53,24 @@ type SLOSample struct {
 	// Aligned: the last decision judged LC windows that began as the one
 	// before took effect (docs/SLO.md, aligned windows); nil before any.
 	Aligned *bool `json:"aligned,omitempty"`
+	// Window is the daemon's count of the last decision's window (0:
+	// none yet): a new value marks a new window.
+	Window int `json:"window,omitempty"`
+	// BEStopped: a BE process was stopped to learn an LC alone.
+	BEStopped bool `json:"be_stopped,omitempty"`
+	// LC is each LC process as the status showed it.
+	LC []SLOLCSample `json:"lc,omitempty"`
+}
+
+// SLOLCSample is one LC process in one status read: its last window's
+// latency as the daemon saw it.
+type SLOLCSample struct {
+	PID       int     `json:"pid"`
+	Objective string  `json:"objective,omitempty"`
+	Source    string  `json:"source,omitempty"`
+	Samples   int     `json:"samples,omitempty"`
+	P50Us     float64 `json:"p50_us,omitempty"`
+	LatencyUs float64 `json:"latency_us,omitempty"`
 }
 
 // sloStatus reads the slo section of GET /v1/status's JSON; an error if
@@ -76,9 +94,12 @@ func parseSLOStatus(b []byte) (SLOSample, error) {
 	if err != nil {
 		return SLOSample{}, err
 	}
-	s := SLOSample{BETimeslice: st.BETimeslice, Arm: st.Arm, BEShare: st.BEShare, WorstLC: st.WorstLC, Changes: st.Changes}
+	s := SLOSample{BETimeslice: st.BETimeslice, Arm: st.Arm, BEShare: st.BEShare, WorstLC: st.WorstLC, Changes: st.Changes, BEStopped: len(st.BEStopped) > 0}
 	if st.Last != nil {
-		s.Aligned = &st.Last.Aligned
+		s.Aligned, s.Window = &st.Last.Aligned, st.Last.Window
+	}
+	for _, l := range st.LC {
+		s.LC = append(s.LC, SLOLCSample{PID: l.PID, Objective: l.Objective, Source: l.Source, Samples: l.Samples, P50Us: l.P50Us, LatencyUs: l.LatencyUs})
 	}
 	return s, nil
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/gpreempt/gpreempt/internal/policy"
 )
 
@@ -79,6 +81,66 @@ func TestGPURunSLODryRun(t *testing.T) {
 		}
 		if part == "model-llm+" && (len(scs) != 3 || !strings.Contains(cmdline, "--lc-cpus 2-3 --be-cpus 4-5")) {
 			t.Errorf("%s: overrides not taken: %s", part, cmdline)
+		}
+	}
+}
+
+// TestGPURunSelfDryRun checks scripts/gpu-run-self.sh's plan without a
+// GPU: every part's bench command is one the bench takes (its scenarios,
+// flags and --daemon-policy files), its policies parse (the scraped
+// part's latency rule, and the abs placeholder filled, aside), and REP
+// rotates the settings.
+func TestGPURunSelfDryRun(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	parts := []string{"gpt2-fixed", "gpt2-slo", "llama-fixed", "llama-slo", "eager", "graph", "pushed", "scraped"}
+	for _, rep := range []string{"1", "2"} {
+		for _, part := range parts {
+			w := t.TempDir()
+			cmd := exec.Command("bash", "../../scripts/gpu-run-self.sh")
+			cmd.Env = append(os.Environ(), "DRY_RUN=1", "PARTS="+part, "REP="+rep, "W="+w)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s: %v: %s", part, err, out)
+			}
+			_, line, ok := strings.Cut(string(out), "--- bench: ")
+			if !ok {
+				t.Fatalf("%s: no bench command in %s", part, out)
+			}
+			line, _, _ = strings.Cut(line, "\n")
+			args := strings.Fields(line)[1:] // after the binary: run ...
+			var o runOptions
+			app := &cli.App{Commands: []*cli.Command{{Name: "run", Flags: runFlags, Action: func(c *cli.Context) (err error) {
+				o, err = runOptionsFrom(c)
+				return err
+			}}}}
+			if err := app.Run(append([]string{"gpreempt-bench"}, args...)); err != nil {
+				t.Fatalf("%s: the bench refuses %s: %v", part, line, err)
+			}
+			if o.BEDuty == 0 || len(o.DaemonPolicies) == 0 || !slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return o.dutyOf(s) > 0 }) {
+				t.Errorf("%s: no duty or no policies: %+v", part, o)
+			}
+			for name, file := range o.DaemonPolicies {
+				b, err := os.ReadFile(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				text := strings.ReplaceAll(string(b), "@ALONE_P50*1.15@", "900ms")
+				if part == "scraped" && strings.Contains(text, "latency:") {
+					continue // the scrape source's rule field comes with its own change
+				}
+				p, err := policy.Parse([]byte(text))
+				if err != nil {
+					t.Fatalf("%s: %s's policy: %v\n%s", part, name, err, text)
+				}
+				if sc, _ := parseScenario(name); sc.SLO != p.SLO.Enabled {
+					t.Errorf("%s: %s: SLO mode %v", part, name, p.SLO.Enabled)
+				}
+			}
+			if strings.Contains(line, "#abs") && !strings.HasPrefix(o.Scenarios[0].Name, "llm-standalone") && !strings.HasSuffix(o.Scenarios[0].Name, "standalone") {
+				t.Errorf("%s: the abs objective needs the standalone run first: %v", part, o.Scenarios[0].Name)
+			}
 		}
 	}
 }

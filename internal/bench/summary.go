@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -82,8 +83,16 @@ type ScenarioSummary struct {
 	BEBound float64 `json:"be_bound,omitempty"`
 	// Duty and DutyTPOT, with --be-duty: each LC process's p50 (and TPOT
 	// p50) while BE worked over while it idled.
-	Duty     *RatioStats `json:"lc_p50_with_be_vs_alone,omitempty"`
-	DutyTPOT *RatioStats `json:"tpot_p50_with_be_vs_alone,omitempty"`
+	// Repetitions whose halves held fewer than minDutyRequests requests
+	// are left out of both and counted in DutyTooShort.
+	Duty         *RatioStats `json:"lc_p50_with_be_vs_alone,omitempty"`
+	DutyTPOT     *RatioStats `json:"tpot_p50_with_be_vs_alone,omitempty"`
+	DutyTooShort int         `json:"duty_too_short,omitempty"`
+	// DaemonP50, in slo: scenarios, is the daemon's p50 over the app's of
+	// the same windows (the first LC's), DaemonAgrees how many
+	// repetitions had every LC within ±10%.
+	DaemonP50    *RatioStats `json:"daemon_p50_vs_app,omitempty"`
+	DaemonAgrees int         `json:"daemon_agrees,omitempty"`
 	// Failed counts repetitions that ended in an error.
 	Failed   int      `json:"failed,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
@@ -130,6 +139,8 @@ func computeRatios(res *Results) {
 			sr.BEVsBEOnly = sr.BEPerSec / b.BEPerSec
 		}
 		sr.Warnings = scenarioWarnings(sr, runs[runKey{standalone, repOf(sr)}])
+		sr.Daemon = daemonViews(sr, cmp.Or(sr.SLOWindow, res.Config.SLOWindow))
+		sr.BEStoppedMost = beStoppedMost(sr.SLO)
 	}
 }
 
@@ -251,7 +262,7 @@ func summarize(res *Results, seed uint64) []*ScenarioSummary {
 func summarizeScenario(runs, baseline []*ScenarioResult, rng *rand.Rand) *ScenarioSummary {
 	first := runs[0]
 	s := &ScenarioSummary{Name: first.Name, Kind: first.Kind, Runtime: first.Runtime, Reps: len(runs)}
-	var p50, p99, p50c, p99c, be, beRate, split, ttft, tpot, busy, bound, duty, dutyTPOT []float64
+	var p50, p99, p50c, p99c, be, beRate, split, ttft, tpot, busy, bound, duty, dutyTPOT, daemonP50 []float64
 	var lat []float64
 	var gpus []*TelemetrySummary
 	tenants := map[string]*[2][]float64{}
@@ -275,9 +286,17 @@ func summarizeScenario(runs, baseline []*ScenarioResult, rng *rand.Rand) *Scenar
 		appendIf(&be, sr.BEVsBEOnly)
 		appendIf(&ttft, sr.TTFTP50VsStandalone)
 		appendIf(&tpot, sr.TPOTP50VsStandalone)
-		if sr.LCDuty != nil {
-			appendIf(&duty, sr.LCDuty.P50Ratio)
-			appendIf(&dutyTPOT, sr.LCDuty.TPOTRatio)
+		if d := sr.LCDuty; d != nil && d.TooShort {
+			s.DutyTooShort++
+		} else if d != nil {
+			appendIf(&duty, d.P50Ratio)
+			appendIf(&dutyTPOT, d.TPOTRatio)
+		}
+		if len(sr.Daemon) > 0 {
+			appendIf(&daemonP50, sr.Daemon[0].Ratio)
+			if !slices.ContainsFunc(sr.Daemon, func(v DaemonView) bool { return !v.Agrees }) {
+				s.DaemonAgrees++
+			}
 		}
 		if b := busyOf(sr, baseline); b != nil {
 			busy, bound = append(busy, b[0]), append(bound, b[1])
@@ -307,6 +326,7 @@ func summarizeScenario(runs, baseline []*ScenarioResult, rng *rand.Rand) *Scenar
 	s.BE, s.BESplit = newRatioStats(be), newRatioStats(split)
 	s.TTFTP50, s.TPOTP50 = newRatioStats(ttft), newRatioStats(tpot)
 	s.Duty, s.DutyTPOT = newRatioStats(duty), newRatioStats(dutyTPOT)
+	s.DaemonP50 = newRatioStats(daemonP50)
 	if len(busy) > 0 {
 		s.LCBusy, s.BEBound = stats.Median(busy), stats.Median(bound)
 	}

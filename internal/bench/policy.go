@@ -1,0 +1,146 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/gpreempt/gpreempt/internal/daemon/client"
+)
+
+// With --daemon-policy NAME=FILE, gpreemptd runs each scenario under the
+// policy it is given: before the scenario's workers start, the bench
+// writes FILE over the daemon's policy (--daemon-config, the file gpreemptd
+// was started with) and asks it to reload. Settings that need different
+// daemon policies (the daemon's gate on; SLO mode with a relative
+// objective; with an absolute one) then run side by side in one run,
+// their repetitions interleaved. A scenario not named takes the policy
+// named "default", if any.
+
+// defaultPolicy names the policy of the scenarios not named.
+const defaultPolicy = "default"
+
+// tagSep starts a scenario's tag: "slo:llm-defaults#abs" runs
+// slo:llm-defaults under a name of its own (its own daemon policy).
+const tagSep = "#"
+
+var tagRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+
+// aloneRE is the placeholder of an objective relative to the LC's alone
+// p50 of this run: "@ALONE_P50*1.15@" becomes 1.15 times the p50 of the
+// last standalone run of the scenario's baseline, as "812345us".
+var aloneRE = regexp.MustCompile(`@ALONE_P50(?:\*([0-9]+(?:\.[0-9]+)?))?@`)
+
+// parsePolicies reads --daemon-policy's NAME=FILE entries.
+func parsePolicies(entries []string, scs []Scenario) (map[string]string, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, e := range entries {
+		name, file, ok := strings.Cut(e, "=")
+		if !ok || name == "" || file == "" {
+			return nil, fmt.Errorf("%w: --daemon-policy %q: want SCENARIO=FILE (or default=FILE)", ErrInvalidArgument, e)
+		}
+		if name != defaultPolicy && !scenarioListed(scs, name) {
+			return nil, fmt.Errorf("%w: --daemon-policy %q: no scenario %s in --scenarios", ErrInvalidArgument, e, name)
+		}
+		if _, dup := m[name]; dup {
+			return nil, fmt.Errorf("%w: --daemon-policy: %s given twice", ErrInvalidArgument, name)
+		}
+		if _, err := os.ReadFile(file); err != nil {
+			return nil, fmt.Errorf("%w: --daemon-policy %s: %w", ErrInvalidArgument, name, err)
+		}
+		m[name] = file
+	}
+	return m, nil
+}
+
+func scenarioListed(scs []Scenario, name string) bool {
+	for _, sc := range scs {
+		if sc.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// policyFor is the policy file sc runs under ("": the daemon's own).
+func (o *runOptions) policyFor(sc Scenario) string {
+	if f, ok := o.DaemonPolicies[sc.Name]; ok {
+		return f
+	}
+	return o.DaemonPolicies[defaultPolicy]
+}
+
+// expandAlone replaces the @ALONE_P50[*F]@ placeholders of a policy with
+// F times the p50 of the last standalone run of sc's baseline among runs;
+// an error if there is a placeholder and no such run.
+func expandAlone(text string, sc Scenario, runs []*ScenarioResult) (string, error) {
+	if !aloneRE.MatchString(text) {
+		return text, nil
+	}
+	standalone, _ := baselineNames(sc)
+	var p50 float64
+	for _, sr := range runs {
+		if sr.Name == standalone && sr.Error == "" && sr.LCLatencyUs != nil {
+			p50 = sr.LCLatencyUs.P50
+		}
+	}
+	if p50 <= 0 {
+		return "", fmt.Errorf("%w: %s's daemon policy wants @ALONE_P50@, but no %s run measured before it: list %s first", ErrInvalidArgument, sc.Name, standalone, standalone)
+	}
+	return aloneRE.ReplaceAllStringFunc(text, func(m string) string {
+		f := 1.0
+		if sub := aloneRE.FindStringSubmatch(m); sub[1] != "" {
+			f, _ = strconv.ParseFloat(sub[1], 64)
+		}
+		return fmt.Sprintf("%dus", int64(p50*f))
+	}), nil
+}
+
+// applyPolicy puts gpreemptd under sc's policy (--daemon-policy) unless
+// it runs under it already, and returns the file (and the text written,
+// placeholders expanded) for the result.
+func (r *runner) applyPolicy(ctx context.Context, sc Scenario, runs []*ScenarioResult) (string, error) {
+	file := r.o.policyFor(sc)
+	if file == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("daemon policy for %s: %w", sc.Name, err)
+	}
+	text, err := expandAlone(string(b), sc, runs)
+	if err != nil {
+		return "", err
+	}
+	if text == r.policyText {
+		return file, nil
+	}
+	tmp := filepath.Join(filepath.Dir(r.o.DaemonConfig), ".gpreempt-bench-policy.tmp")
+	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+		return "", fmt.Errorf("daemon policy for %s: %w", sc.Name, err)
+	}
+	if err := os.Rename(tmp, r.o.DaemonConfig); err != nil {
+		return "", fmt.Errorf("daemon policy for %s: %w", sc.Name, err)
+	}
+	if err := r.reload(ctx); err != nil {
+		return "", fmt.Errorf("gpreemptd reload for %s (policy %s): %w", sc.Name, file, err)
+	}
+	r.policyText = text
+	r.log.Info("gpreemptd policy", "scenario", sc.Name, "file", file)
+	if err := os.WriteFile(filepath.Join(r.o.Out, sc.Dir()+"-policy.yaml"), []byte(text), 0o644); err != nil {
+		r.log.Warn("policy copy", "err", err)
+	}
+	return file, nil
+}
+
+// reloadDaemon is POST /v1/reload on the daemon's socket.
+func reloadDaemon(socket string) func(context.Context) error {
+	return func(ctx context.Context) error { return client.New(socket).Reload(ctx) }
+}

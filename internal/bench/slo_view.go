@@ -1,0 +1,268 @@
+package bench
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/stats"
+)
+
+// An slo: scenario's status reads (SLOSample, every --slo-poll) hold each
+// LC's last window as gpreemptd saw it: its latency source, how many
+// samples and their p50. DaemonView puts that beside the p50 the app
+// measured of its own requests over the same windows, the check that the
+// daemon steers by the latency users see (issue 51, must-show 1).
+
+// daemonAgreement is how far the daemon's p50 may lie from the app's and
+// still count as the same measure: ±10%.
+const daemonAgreement = 0.10
+
+// minuteOf is the span over which calibration's stops of BE are bounded.
+const minuteOf = time.Minute
+
+// DaemonView is what gpreemptd saw of one LC process over a run, beside
+// what the app measured over the same windows.
+type DaemonView struct {
+	Label string `json:"label"`
+	PID   int    `json:"pid"`
+	// Source is the latency source the daemon named in most of the
+	// compared windows, Sources every one with its count of windows.
+	Source  string         `json:"source,omitempty"`
+	Sources map[string]int `json:"sources,omitempty"`
+	// Metric is what was compared: "latency" (the request's), "tpot" or
+	// "ttft", from the LC's objective.
+	Metric string `json:"metric"`
+	// Windows is how many of the daemon's windows were compared: those
+	// wholly inside the measurement and, under a BE duty, inside one of
+	// BE's working halves past its guard.
+	Windows int `json:"windows"`
+	// DaemonP50Us is the median of those windows' p50s, each weighted by
+	// its samples; AppP50Us the p50 of the app's requests that ended in
+	// them (AppRequests of them); Ratio the first over the second.
+	DaemonP50Us float64 `json:"daemon_p50_us,omitempty"`
+	AppP50Us    float64 `json:"app_p50_us,omitempty"`
+	AppRequests int     `json:"app_requests"`
+	Ratio       float64 `json:"ratio,omitempty"`
+	// Agrees: Ratio within ±daemonAgreement.
+	Agrees bool `json:"agrees"`
+	// FirstCountedS is from the first status read (the LC's start) to the
+	// first that showed latency for it (-1: none did).
+	FirstCountedS float64 `json:"first_counted_s"`
+}
+
+// daemonWindow is one of the daemon's windows of one LC: its estimated
+// span (CLOCK_MONOTONIC ns) and what the daemon saw in it.
+type daemonWindow struct {
+	start, end int64
+	p50        float64
+	samples    int
+	source     string
+}
+
+// lcWindows finds, in status reads ss, the windows of the LC process pid,
+// each window length long. A window is new when the daemon's window count
+// moves (or, from a daemon without one, when the LC's row changes); it
+// ended between the read before and the read that first showed it, so
+// its end is taken half way between the two (the error is half a poll).
+// Windows with no p50 are left out. first is the index of the first read
+// that showed latency for the LC (-1: none).
+func lcWindows(ss []SLOSample, pid int, length time.Duration) (ws []daemonWindow, metric string, first int) {
+	first = -1
+	var prev *SLOLCSample
+	prevWindow := 0
+	for i, s := range ss {
+		j := slices.IndexFunc(s.LC, func(l SLOLCSample) bool { return l.PID == pid })
+		if j < 0 {
+			continue
+		}
+		l := &s.LC[j]
+		metric = cmp.Or(metric, objectiveMetric(l.Objective))
+		v := l.P50Us
+		if v == 0 && metric == "latency" && strings.HasPrefix(l.Objective, "p50") {
+			v = l.LatencyUs // a daemon without p50_us: the objective's quantile is the p50
+		}
+		if first < 0 && (v > 0 || l.Samples > 0) {
+			first = i
+		}
+		isNew := prev == nil || s.Window != prevWindow
+		if s.Window == 0 && prev != nil {
+			isNew = l.P50Us != prev.P50Us || l.Samples != prev.Samples || l.LatencyUs != prev.LatencyUs
+		}
+		prev, prevWindow = l, s.Window
+		if !isNew || v <= 0 || i == 0 {
+			continue // the first read's window began before the reads did
+		}
+		end := (ss[i-1].MonoNs + s.MonoNs) / 2
+		ws = append(ws, daemonWindow{start: end - int64(length), end: end, p50: v, samples: l.Samples, source: l.Source})
+	}
+	return ws, cmp.Or(metric, "latency"), first
+}
+
+// objectiveMetric is the metric an objective ("p50<=1.10x",
+// "tpot_p50<=30ms") is of: "latency", "tpot" or "ttft".
+func objectiveMetric(obj string) string {
+	switch {
+	case obj == "":
+		return ""
+	case strings.HasPrefix(obj, "tpot_"):
+		return "tpot"
+	case strings.HasPrefix(obj, "ttft_"):
+		return "ttft"
+	}
+	return "latency"
+}
+
+// inWorkingHalf reports whether [start, end] lies inside one of BE's
+// working halves of duty, past the guard (any span, with no duty).
+func inWorkingHalf(start, end int64, duty time.Duration) bool {
+	half := int64(duty / 2)
+	if half <= 0 {
+		return true
+	}
+	k := start / half
+	return start >= 0 && k%2 == 0 && start-k*half >= int64(dutyGuard) && end <= (k+1)*half
+}
+
+// daemonViews compares, for each LC process of sr, the daemon's p50 of
+// its windows with the app's over the same windows.
+func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
+	if len(sr.SLO) == 0 || window <= 0 {
+		return nil
+	}
+	type lcOf struct {
+		label string
+		lc    *LCResult
+	}
+	lcs := []lcOf{{"lc", sr.LC}}
+	if len(sr.Tenants) > 0 {
+		lcs = nil
+		for _, t := range sr.Tenants {
+			lcs = append(lcs, lcOf{t.Label, t.LC})
+		}
+	}
+	var out []DaemonView
+	for _, l := range lcs {
+		if l.lc == nil {
+			continue
+		}
+		ws, metric, first := lcWindows(sr.SLO, l.lc.PID, window)
+		v := DaemonView{Label: l.label, PID: l.lc.PID, Metric: metric, FirstCountedS: -1}
+		if first >= 0 {
+			v.FirstCountedS = float64(sr.SLO[first].MonoNs-sr.SLO[0].MonoNs) / 1e9
+		}
+		var kept []daemonWindow
+		for _, w := range ws {
+			if w.start >= sr.WindowStartMonoNs && w.end <= sr.WindowEndMonoNs && inWorkingHalf(w.start, w.end, sr.BEDuty) {
+				kept = append(kept, w)
+			}
+		}
+		v.Windows = len(kept)
+		if len(kept) > 0 {
+			v.Sources = map[string]int{}
+			vals, weights := make([]float64, len(kept)), make([]float64, len(kept))
+			for i, w := range kept {
+				v.Sources[cmp.Or(w.source, "unnamed")]++
+				vals[i], weights[i] = w.p50, float64(max(w.samples, 1))
+			}
+			for src, n := range v.Sources {
+				if n > v.Sources[v.Source] || n == v.Sources[v.Source] && src < v.Source {
+					v.Source = src
+				}
+			}
+			v.DaemonP50Us = weightedMedian(vals, weights)
+			app := appOver(l.lc, kept, metric)
+			v.AppRequests = len(app)
+			if len(app) > 0 {
+				v.AppP50Us = stats.Median(app)
+				v.Ratio = v.DaemonP50Us / v.AppP50Us
+				v.Agrees = math.Abs(v.Ratio-1) <= daemonAgreement+1e-9
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// appOver is the app's metric (us) of lc's requests that ended inside one
+// of ws: its request latency, or its TTFT or mean TPOT. A request ends at
+// its start (when due, or when the one before ended) plus its preparation
+// and latency.
+func appOver(lc *LCResult, ws []daemonWindow, metric string) []float64 {
+	var out []float64
+	prevEnd := int64(math.MinInt64)
+	for _, s := range lc.Samples {
+		end := max(s.ArrivalMonoNs, prevEnd) + s.PrepNs + s.LatencyNs
+		prevEnd = end
+		if !slices.ContainsFunc(ws, func(w daemonWindow) bool { return end > w.start && end <= w.end }) {
+			continue
+		}
+		v := s.LatencyNs
+		switch metric {
+		case "tpot":
+			v = s.TPOTNs
+		case "ttft":
+			v = s.TTFTNs
+		}
+		if v > 0 {
+			out = append(out, float64(v)/1e3)
+		}
+	}
+	return out
+}
+
+// weightedMedian is the value at which the cumulative weight of the sorted
+// values first reaches half the total (the mean of two values when it
+// lands exactly on a boundary, as stats.Median does for equal weights).
+func weightedMedian(vals, weights []float64) float64 {
+	idx := make([]int, len(vals))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(vals[a], vals[b]) })
+	var total float64
+	for _, w := range weights {
+		total += w
+	}
+	var acc float64
+	for k, i := range idx {
+		acc += weights[i]
+		if math.Abs(acc-total/2) < 1e-9 && k+1 < len(idx) {
+			return (vals[i] + vals[idx[k+1]]) / 2
+		}
+		if acc > total/2 {
+			return vals[i]
+		}
+	}
+	return math.NaN()
+}
+
+// beStoppedMost is the largest share of any minute (or of the whole span
+// of the reads, if shorter) in which the status showed a BE process
+// stopped to learn an LC alone; each read stands for the time to the next.
+func beStoppedMost(ss []SLOSample) float64 {
+	if len(ss) < 2 || !slices.ContainsFunc(ss, func(s SLOSample) bool { return s.BEStopped }) {
+		return 0
+	}
+	span := min(int64(minuteOf), ss[len(ss)-1].MonoNs-ss[0].MonoNs)
+	if span <= 0 {
+		return 0
+	}
+	var most float64
+	for i := range ss {
+		from, to := ss[i].MonoNs, ss[i].MonoNs+span
+		if to > ss[len(ss)-1].MonoNs {
+			from, to = ss[len(ss)-1].MonoNs-span, ss[len(ss)-1].MonoNs
+		}
+		var stopped int64
+		for j := 0; j+1 < len(ss); j++ {
+			if ss[j].BEStopped {
+				stopped += max(0, min(to, ss[j+1].MonoNs)-max(from, ss[j].MonoNs))
+			}
+		}
+		most = max(most, float64(stopped)/float64(span))
+	}
+	return most
+}

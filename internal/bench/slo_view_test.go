@@ -1,0 +1,219 @@
+package bench
+
+import (
+	"bytes"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/golden"
+	"github.com/gpreempt/gpreempt/internal/stats"
+)
+
+// simDaemon plays gpreemptd's status over an LC run: windows of length
+// end every length from phase on; a read every poll shows the last ended
+// window, whose p50 is seen(the p50 of the app's requests that ended in
+// it). Reads run from `from` to `to`.
+func simDaemon(lc *LCResult, from, to, poll, length, phase int64, source string, seen func(p50 float64, inBEHalf bool) float64, duty time.Duration) []SLOSample {
+	var ss []SLOSample
+	for t := from; t <= to; t += poll {
+		k := (t - phase) / length
+		end := phase + k*length
+		var lat []float64
+		prevEnd := int64(math.MinInt64)
+		for _, s := range lc.Samples {
+			e := max(s.ArrivalMonoNs, prevEnd) + s.PrepNs + s.LatencyNs
+			prevEnd = e
+			if e > end-length && e <= end {
+				lat = append(lat, float64(s.LatencyNs)/1e3)
+			}
+		}
+		row := SLOLCSample{PID: lc.PID, Objective: "p50<=1.10x", Source: source}
+		if len(lat) > 0 {
+			row.Samples, row.P50Us = len(lat), seen(stats.Median(lat), inWorkingHalf(end-length, end, duty))
+		}
+		ss = append(ss, SLOSample{MonoNs: t, Window: int(k), LC: []SLOLCSample{row}})
+	}
+	return ss
+}
+
+// dutyLC is an LC process with a request every second from start, 800 ms
+// long while BE works and 600 ms while it idles (halves of duty/2).
+func dutyLC(start int64, n int, duty time.Duration) *LCResult {
+	lc := &LCResult{PID: 4242, MeasureStartMonoNs: start}
+	half := int64(duty / 2)
+	for i := range n {
+		a := start + int64(i)*int64(time.Second)
+		lat := 600 * time.Millisecond
+		if half > 0 && (a/half)%2 == 0 {
+			lat = 800 * time.Millisecond
+		}
+		lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: a, LatencyNs: int64(lat), TPOTNs: int64(lat) / 16})
+	}
+	lc.MeasureEndMonoNs = start + int64(n)*int64(time.Second)
+	return lc
+}
+
+func TestDaemonViews(t *testing.T) {
+	const s = int64(time.Second)
+	const duty = 8 * time.Second
+	start := 1000 * s // a working half's start
+	lc := dutyLC(start+s/2, 80, duty)
+	sr := &ScenarioResult{Name: "slo:llm-defaults", Kind: KindShared, Runtime: RuntimeLLM, BEDuty: duty, LC: lc,
+		WindowStartMonoNs: lc.MeasureStartMonoNs, WindowEndMonoNs: lc.MeasureEndMonoNs}
+	for _, c := range []struct {
+		name   string
+		seen   func(p50 float64, inBE bool) float64
+		ratio  float64
+		agrees bool
+	}{
+		// Traced requests 5% long of the app's; what it sees while BE idles
+		// is not compared (a wild number there changes nothing).
+		{"traced", func(p float64, inBE bool) float64 {
+			if !inBE {
+				return 1e9
+			}
+			return 1.05 * p
+		}, 1.05, true},
+		// A traced "request" that is a piece of a decode step (the H200's
+		// 0.001x).
+		{"pieces", func(p float64, _ bool) float64 { return p / 800 }, 1.0 / 800, false},
+		{"12% over", func(p float64, _ bool) float64 { return 1.12 * p }, 1.12, false},
+	} {
+		// Reads from 20 s before the measurement (the lead-in), every
+		// 250 ms; windows of 1 s ending 0.1 s past each second.
+		sr.SLO = simDaemon(lc, start-20*s, lc.MeasureEndMonoNs+2*s, s/4, s, s/10, "traced-request", c.seen, duty)
+		vs := daemonViews(sr, time.Second)
+		if len(vs) != 1 {
+			t.Fatalf("%s: %d views", c.name, len(vs))
+		}
+		v := vs[0]
+		if v.Source != "traced-request" || v.Metric != "latency" || v.PID != 4242 {
+			t.Errorf("%s: %+v", c.name, v)
+		}
+		// 10 working halves in the run, 2 or 3 whole windows past the
+		// guard in each.
+		if v.Windows < 20 || v.AppRequests < 20 {
+			t.Errorf("%s: %d windows, %d app requests", c.name, v.Windows, v.AppRequests)
+		}
+		if v.AppP50Us != 800e3 || math.Abs(v.Ratio-c.ratio) > 1e-9 || v.Agrees != c.agrees {
+			t.Errorf("%s: app p50 %v, ratio %v (agrees %v), want 800 ms, %v (%v)", c.name, v.AppP50Us, v.Ratio, v.Agrees, c.ratio, c.agrees)
+		}
+		// Latency from the first window with a request: the reads began
+		// 20 s before the first request, which ended 21.3 s in; its window
+		// ends 22.1 s in, the next read is 22.25 s in.
+		if v.FirstCountedS != 22.25 {
+			t.Errorf("%s: first counted +%v s", c.name, v.FirstCountedS)
+		}
+	}
+	// Without a duty every window of the measurement counts: both kinds
+	// of request.
+	sr.BEDuty = 0
+	sr.SLO = simDaemon(lc, start-20*s, lc.MeasureEndMonoNs+2*s, s/4, s, s/10, "pushed", func(p float64, _ bool) float64 { return p }, 0)
+	v := daemonViews(sr, time.Second)[0]
+	if v.Windows < 70 || v.Ratio != 1 || !v.Agrees {
+		t.Errorf("no duty: %+v", v)
+	}
+}
+
+// TestDaemonViewsTPOT compares a tpot_ objective's p50 with the app's
+// per-request TPOT; a daemon without p50_us gives its objective's
+// quantile only for a p50 objective.
+func TestDaemonViewsTPOT(t *testing.T) {
+	const s = int64(time.Second)
+	lc := dutyLC(100*s, 40, 0)
+	sr := &ScenarioResult{Name: "slo:llm-defaults", LC: lc, WindowStartMonoNs: lc.MeasureStartMonoNs, WindowEndMonoNs: lc.MeasureEndMonoNs}
+	sr.SLO = simDaemon(lc, 90*s, lc.MeasureEndMonoNs, s/4, 2*s, 0, "pushed", func(p float64, _ bool) float64 { return p / 16 }, 0)
+	for i := range sr.SLO {
+		for j := range sr.SLO[i].LC {
+			sr.SLO[i].LC[j].Objective = "tpot_p50<=1.10x"
+		}
+	}
+	v := daemonViews(sr, 2*time.Second)[0]
+	if v.Metric != "tpot" || v.Ratio != 1 {
+		t.Errorf("tpot: %+v", v)
+	}
+	// The p50 objective read from latency_us where p50_us is missing.
+	for i := range sr.SLO {
+		for j := range sr.SLO[i].LC {
+			l := &sr.SLO[i].LC[j]
+			l.Objective, l.LatencyUs, l.P50Us = "p50<=1.10x", l.P50Us*16, 0
+		}
+	}
+	if v := daemonViews(sr, 2*time.Second)[0]; v.Metric != "latency" || v.Ratio != 1 {
+		t.Errorf("p50 from latency_us: %+v", v)
+	}
+}
+
+func TestWeightedMedian(t *testing.T) {
+	for _, c := range []struct {
+		vals, weights []float64
+		want          float64
+	}{
+		{[]float64{3, 1, 2}, []float64{1, 1, 1}, 2},
+		{[]float64{1, 2, 3, 4}, []float64{1, 1, 1, 1}, 2.5},
+		{[]float64{1, 10}, []float64{3, 1}, 1},
+		{[]float64{1, 10}, []float64{1, 3}, 10},
+	} {
+		if got := weightedMedian(c.vals, c.weights); got != c.want {
+			t.Errorf("%v %v: %v, want %v", c.vals, c.weights, got, c.want)
+		}
+	}
+}
+
+func TestBEStoppedMost(t *testing.T) {
+	const s = int64(time.Second)
+	// Reads every second for 3 minutes; BE stopped for 6 s from 70 s and
+	// 3 s from 120 s: 9 s of the minute from 70 s.
+	var ss []SLOSample
+	for i := range int64(181) {
+		ss = append(ss, SLOSample{MonoNs: i * s, BEStopped: i >= 70 && i < 76 || i >= 120 && i < 123})
+	}
+	if got := beStoppedMost(ss); math.Abs(got-0.15) > 1e-9 {
+		t.Errorf("%v, want 9 s of the minute from 70 s: 0.15", got)
+	}
+	ss[120].BEStopped, ss[121].BEStopped, ss[122].BEStopped = false, false, false
+	if got := beStoppedMost(ss); math.Abs(got-0.1) > 1e-9 {
+		t.Errorf("%v, want 0.1", got)
+	}
+	if got := beStoppedMost(slices.Clone(ss[:30])); got != 0 {
+		t.Errorf("never stopped: %v", got)
+	}
+}
+
+// TestSelfComparisonReportGolden renders an LLM run under a BE duty: a
+// static setting and an slo: scenario whose daemon saw its requests 4%
+// long, two repetitions, the second too short for the duty's rule.
+func TestSelfComparisonReportGolden(t *testing.T) {
+	const s = int64(time.Second)
+	const duty = 8 * time.Second
+	res := &Results{Schema: ResultsSchemaVersion, Tool: "gpreempt-bench", Host: "gpu-host",
+		StartedAt: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
+		Device:    DeviceInfo{Name: "NVIDIA H200", SMs: 132, CC: "9.0", Driver: 13000},
+		Config: runOptions{Repeat: 2, Duration: 20 * time.Second, Settle: time.Second, BEDuty: duty, SLOWindow: time.Second,
+			LLMFamily: "llama-330m", LLMPeriod: time.Second}}
+	for rep, n := range []int{92, 40} {
+		start := int64(1000*(rep+1)) * s
+		for _, name := range []string{"llm-be-200us", "slo:llm-defaults"} {
+			lc := dutyLC(start+s/2, n, duty)
+			sr := &ScenarioResult{Name: name, Kind: KindShared, Runtime: RuntimeLLM, Rep: rep + 1, BEDuty: duty, LC: lc,
+				WindowStartMonoNs: lc.MeasureStartMonoNs, WindowEndMonoNs: lc.MeasureEndMonoNs}
+			if name == "slo:llm-defaults" {
+				sr.SLOWindow = time.Second
+				sr.SLO = simDaemon(lc, start-20*s, lc.MeasureEndMonoNs, s/4, s, s/10, "traced-request", func(p float64, _ bool) float64 { return 1.04 * p }, duty)
+				for i := 80; i < 84; i++ { // calibration stopped BE for a second
+					sr.SLO[i].BEStopped = true
+				}
+			}
+			summarizeLC(sr)
+			res.Scenarios = append(res.Scenarios, sr)
+		}
+	}
+	finalize(res, 1)
+	var b bytes.Buffer
+	if err := WriteMarkdown(&b, res); err != nil {
+		t.Fatal(err)
+	}
+	golden.Check(t, "results-self.md", b.Bytes())
+}

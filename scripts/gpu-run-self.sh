@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# Issue 51's must-shows on the GPU machine: each LC compared with itself
+# (BE works half of every 8 s and idles the other half; --be-duty), as
+# root, from the repo root with the binaries of `make gpu-binaries` in
+# .carry/. Each part starts its own gpreemptd and runs one gpreempt-bench
+# whose scenarios are the settings side by side; gpreemptd runs each under
+# its own policy (--daemon-policy, reloaded between scenarios):
+#
+#   static   <lc>-be-200us               gpreemptctl class: lc, be 200us
+#   gate     daemon:<lc>-be-200us#gate    classed by gpreemptd, gate: {mode: on}
+#   1us      <lc>-be-1us                  gpreemptctl class: lc, be 1us
+#   slo      slo:<lc>-defaults            SLO mode, p50<=1.10x, gate auto
+#   abs      slo:<lc>-defaults#abs        SLO mode, p50 <= 1.15 x the p50 of
+#                                          this run's <lc>-standalone
+#
+# The LC parts (traced: gpreemptd --trace-requests, the LC pushes nothing;
+# a part is one repetition, ~9 min at most; run it once per repetition,
+# REP=1, 2, 3, which rotates the settings' order between calls):
+#
+#   gpt2-fixed   GPT-2-medium shape, eager, 64-token prompt, 16 new tokens,
+#                one request every 800 ms: standalone, static, gate, 1us,
+#                be-only (~5.5 min)
+#   gpt2-slo     the same LC: standalone, slo, abs (~4 min)
+#   llama-fixed  Llama shape ~330M (24 layers, 1024 wide, GQA 16/4, 2816
+#                MLP), batch 2, 128-token prompt, 32 new tokens, one request
+#                a second: standalone, static, gate, 1us, be-only (~6.5 min)
+#   llama-slo    the same LC: standalone, slo, abs (~5 min)
+#   eager        resnet50 eager every 20 ms beside resnet50 training: every
+#                setting and be-only (~5 min)
+#   graph        resnet50 CUDA graph every 20 ms beside training (--be-duty
+#                given, so its BE idles too): every setting (~5 min)
+#   pushed       GPT-2 shape, one request a second, the LC pushes its
+#                windows (Python Reporter), tpot_p50<=1.10x; no trace:
+#                static, slo, be-only (~4.5 min)
+#   scraped      GPT-2 shape every 800 ms serving vLLM-named histograms
+#                (--llm-metrics-port); gpreemptd scrapes them (a rule's
+#                latency: {metrics: ..., preset: vllm}); no push, no trace:
+#                static, slo, be-only (~3.5 min)
+#
+#   PARTS=gpt2-fixed REP=1 scripts/gpu-run-self.sh
+#   PARTS=gpt2-slo REP=1 scripts/gpu-run-self.sh
+#
+# Each run holds >= 30 LC requests in each half (the bench lengthens it);
+# the report's duty table gives each repetition's p50 ratio (BE working /
+# BE idle) with its bootstrap CI, and for slo scenarios the daemon's
+# latency source and p50 beside the app's (within ±10%).
+#
+# DRY_RUN=1 prints the plan (policies, bench commands); PIN_ARGS pins the
+# workers (--lc-cpus 2-3 --be-cpus 4-5). Results: $W (default
+# /tmp/gpreempt-self-out); $OUT gets summary.md, summary.txt,
+# self-all.tar.gz and per part <part>-rep<REP>-results.md/.json.gz,
+# rewritten as each part ends.
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/parts.sh"
+OUT=${OUT:-/tmp/gpreempt-out}
+W=${W:-/tmp/gpreempt-self-out}
+C=${C:-.carry}
+REP=${REP:-1}
+BRUN=/tmp/gpreemptd-self
+BSOCK=$BRUN/gpreemptd.sock
+BCONF=$BRUN/policy.yaml
+BMADDR=127.0.0.1:19482
+METRICS_PORT=${METRICS_PORT:-18080}
+PIN_ARGS=${PIN_ARGS:-}
+LEAD_IN=${LEAD_IN:-16s}
+ALL_PARTS="gpt2-fixed gpt2-slo llama-fixed llama-slo eager graph pushed scraped"
+# Bench limits under one 10-minute call; a part's own is 40 s more.
+for p in $ALL_PARTS; do
+  v=$(part_var "$p" BENCH_TIMEOUT); printf -v "$v" %s "${!v:-520}"
+  v=$(part_var "$p"); [ -n "${!v:-}" ] || printf -v "$v" %s "$(( $(part_timeout "$p" BENCH_TIMEOUT) + 40 ))"
+done
+select_parts gpu-run-self.sh gpt2-fixed "$ALL_PARTS" "$@"
+echo "parts:$sel rep $REP"
+
+# runtime P: the scenarios' runtime prefix; workload P: its bench flags.
+runtime() { case $1 in gpt2-*|llama-*|pushed|scraped) echo llm;; eager) echo pytorch-eager;; graph) echo pytorch;; esac; }
+workload() {
+  case $1 in
+    gpt2-*) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms;;
+    llama-*) echo --llm-family llama-330m --llm-batch 2 --llm-prompt 128 --llm-new-tokens 32 --llm-period 1s;;
+    pushed) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 1s;;
+    scraped) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms --llm-metrics-port $METRICS_PORT --slo-push=false;;
+    eager) echo --pytorch-period 20ms;;
+    graph) echo --pytorch-period 20ms --be-duty 8s;;
+  esac
+  case $1 in gpt2-*|llama-*|eager|graph) echo --slo-push=false;; esac
+}
+# settings P: the part's settings, rotated by REP so that repetitions made
+# by separate calls alternate their order; the standalone run stays first
+# (the abs objective is taken from it) and be-only last.
+settings() {
+  local s
+  case $1 in
+    *-fixed) s="static gate 1us";;
+    *-slo) s="slo abs";;
+    eager|graph) s="static gate 1us slo abs";;
+    pushed|scraped) s="static slo";;
+  esac
+  local a=($s) n i out=""
+  n=${#a[@]}
+  for ((i = 0; i < n; i++)); do out="$out ${a[$(( (i + REP - 1) % n ))]}"; done
+  echo $out
+}
+scenario() {
+  local rt; rt=$(runtime "$1")
+  case $2 in
+    standalone) echo $rt-standalone;; beonly) echo $rt-be-only;;
+    static) echo $rt-be-200us;; gate) echo daemon:$rt-be-200us#gate;; 1us) echo $rt-be-1us;;
+    slo) echo slo:$rt-defaults;; abs) echo slo:$rt-defaults#abs;;
+  esac
+}
+scenarios() {
+  local p=$1 list=() s
+  case $p in pushed|scraped) ;; *) list+=("$(scenario $p standalone)");; esac
+  for s in $(settings $p); do list+=("$(scenario $p $s)"); done
+  case $p in *-slo) ;; *) list+=("$(scenario $p beonly)");; esac
+  local IFS=,; echo "${list[*]}"
+}
+
+# The policies: workers of daemon: and slo: scenarios carry
+# GPREEMPT_CLASS; those of the others carry nothing and are left alone.
+policy() { # policy PART KIND (plain, gate, slo, abs)
+  local obj="p50<=1.10x" rules=""
+  [ "$1" = pushed ] && obj="tpot_p50<=1.10x"
+  [ "$2" = abs ] && obj="p50<=@ALONE_P50*1.15@"
+  if [ "$1" = scraped ]; then
+    rules="  - name: scraped
+    match: {env: {GPREEMPT_BENCH_WORKER: lc}}
+    class: lc
+    latency: {metrics: \"http://127.0.0.1:$METRICS_PORT/metrics\", preset: vllm}
+"
+  fi
+  cat <<YAML
+version: 1
+classes:
+  be: {timeslice: 200us, interleave: low}
+  lc: {timeslice: 5s, interleave: high, objective: "$obj"}
+default: none
+rules:
+$rules  - name: from-env
+    match: {env: {GPREEMPT_CLASS: "*"}}
+    class_from_env: GPREEMPT_CLASS
+requests:
+  default_max: lc
+YAML
+  case $2 in
+    gate) echo "gate: {mode: on}";;
+    slo|abs) printf 'gate: {mode: auto}\nslo:\n  enabled: true\n  window: 1s\n  safe: 200us\n  calibrate: pause\n';;
+  esac
+}
+bench_cmd() {
+  local p=$1 pol="" s
+  for s in gate slo abs; do
+    case " $(settings $p) " in *" $s "*) pol="$pol --daemon-policy $(scenario $p $s)=$W/$p-$s.yaml";; esac
+  done
+  echo $C/gpreempt-bench run --gpreemptctl $C/gpreemptctl --daemon-socket $BSOCK --daemon-config $BCONF \
+    --daemon-policy default=$W/$p-plain.yaml$pol --scenarios "$(scenarios $p)" $(workload $p) $PIN_ARGS \
+    --slo-lead-in $LEAD_IN --repeat 1 --out $W/$p
+}
+daemon_args() { echo --be-progress=true; case $1 in pushed|scraped) ;; *) echo --trace-requests;; esac; }
+
+write_policies() {
+  local k
+  for k in plain gate slo abs; do policy "$1" $k > "$W/$1-$k.yaml"; done
+}
+
+if [ -n "${DRY_RUN:-}" ]; then
+  mkdir -p "$W"
+  for p in $sel; do
+    echo "=== part $p (rep $REP): timeout $(part_timeout $p)s"
+    write_policies $p
+    for k in plain gate slo abs; do echo "--- $k policy:"; cat "$W/$p-$k.yaml"; done
+    echo "--- gpreemptd $(daemon_args $p | tr '\n' ' ')"
+    echo "--- bench: $(bench_cmd $p)"
+  done
+  exit 0
+fi
+
+rm -rf "$W"; mkdir -p "$OUT" "$W"
+write_machine
+
+run_self_part() {
+  local p=$1 f="$W/$1.txt"
+  rm -rf "$BRUN"; mkdir -p "$BRUN"; chmod 0755 "$BRUN"
+  write_policies $p
+  cp "$W/$p-plain.yaml" "$BCONF"
+  { echo "\$ gpreemptd --check-config (each policy; abs with its placeholder filled)"
+    for k in plain gate slo abs; do sed 's/@ALONE_P50[^@]*@/900ms/' "$W/$p-$k.yaml" > "$W/$p-$k.check.yaml"
+      $C/gpreemptd --check-config "$W/$p-$k.check.yaml" > /dev/null; echo "$k rc=$?"; done; } > "$f" 2>&1
+  $C/gpreemptd --config "$BCONF" --socket "$BSOCK" --metrics-addr $BMADDR --log-level debug $(daemon_args $p) > "$W/$p-gpreemptd.log" 2>&1 &
+  local dpid=$!
+  for i in $(seq 40); do [ -S "$BSOCK" ] && break; sleep 0.25; done
+  ( while kill -0 $dpid 2>/dev/null; do
+      echo "{\"t\": $(date +%s.%N), \"status\": $(curl -s --unix-socket "$BSOCK" http://d/v1/status || echo null)}"
+      sleep 1
+    done ) > "$W/$p-status.jsonl" 2>/dev/null &
+  local spid=$! t0=$SECONDS
+  echo "\$ $(bench_cmd $p)" >> "$f"
+  timeout --signal=INT --kill-after=30 "$(part_timeout $p BENCH_TIMEOUT)" $(bench_cmd $p) > "$W/$p-bench-run.log" 2>&1
+  echo "gpreempt-bench rc=$? after $((SECONDS - t0)) s" >> "$f"
+  curl -s http://$BMADDR/metrics > "$W/$p-metrics.txt"
+  kill -TERM $dpid; wait $dpid; echo "daemon exit rc=$?" >> "$f"
+  kill $spid 2>/dev/null; wait $spid 2>/dev/null
+  { echo "== bench summary"; bench_digest "$W/$p" "$W/$p-bench-run.log" "gpreemptd SLO mode"; } >> "$f" 2>&1
+  cat "$f"
+  copy_results "$W/$p" "$p-rep$REP"
+  self_summary "$p" >> "$W/summary.md"
+}
+
+# self_summary P: the part's markdown: its command, the summary table,
+# the within-process tables and the daemon's view, from results.md.
+self_summary() {
+  local md="$W/$1/results.md"
+  echo "## $1, repetition $REP"; echo
+  echo '```'; bench_cmd "$1"; echo '```'; echo
+  if [ -f "$md" ]; then
+    awk '/^\| scenario \| reps/{f=1} f&&/^$/{exit} f' "$md"; echo
+    awk '/^Within each LC process|^gpreemptd.s view/{f=1} /^GPU during|^Host CPUs|^Every run/{f=0} f' "$md"
+  else
+    echo "no results.md:"; echo; tail -5 "$W/$1-bench-run.log" | sed 's/^/    /'
+  fi
+  echo
+}
+
+pack() {
+  [ -f "$W/summary.md" ] && cp "$W/summary.md" "$OUT/summary.md"
+  pack_summary machine.txt $(for p in $ALL_PARTS; do echo $p.txt; done) parts.txt
+  tar -C "$(dirname "$W")" --exclude='*/*/*.json' --exclude='*/results.json' \
+    -czf "$OUT/self-all.tar.gz.tmp" "$(basename "$W")" 2>/dev/null && mv "$OUT/self-all.tar.gz.tmp" "$OUT/self-all.tar.gz"
+}
+
+echo "# Self-comparison must-shows (scripts/gpu-run-self.sh), $(date -u +%F)" > "$W/summary.md"
+for p in $ALL_PARTS; do
+  want $p && run_part $p run_self_part $p
+done
+pack
+ls -la "$OUT"
