@@ -478,17 +478,6 @@ type SLOLC struct {
 	P50Us float64 `json:"p50_us,omitempty"`
 	// Signal says where the latency came from, or why there is none.
 	Signal string `json:"signal"`
-	// Source is the kind of latency the row's window holds: "pushed" (the
-	// app's own windows), "traced-request" (a busy period from the first
-	// launch after a quiet gap to the last synchronize), "traced-step"
-	// (synchronize to synchronize, for an LC that is never quiet) or
-	// "scraped" (the server's own metrics); "" before any.
-	Source string `json:"source,omitempty"`
-	// Samples is how many requests (or tokens, for a tpot_ objective) the
-	// window's latency rests on, and P50Us its median in microseconds: what
-	// the daemon sees, for a bench to put beside the app's own p50.
-	Samples int     `json:"samples,omitempty"`
-	P50Us   float64 `json:"p50_us,omitempty"`
 	// GPUs are the search the row is of (SLOSearch.GPUs).
 	GPUs []int `json:"gpus,omitempty"`
 }
