@@ -33,7 +33,8 @@ build:
 	rm -f $(BIN)/libgpreempt.h
 
 # gofmt, go vet, staticcheck (pinned in go.mod's tool block), no build
-# output (an executable, library or archive) tracked by git, and SLO mode's
+# output (an executable, library or archive) tracked by git, the tracked tree
+# small and free of raw results, the manual (docs/*.md) citing no commit, and SLO mode's
 # controller under 1,000 lines without its tests and simulator (one a newcomer
 # can read whole).
 vet:
@@ -44,6 +45,7 @@ vet:
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
 	$(GO) run ./internal/tools/buildoutputs
+	$(GO) run ./internal/tools/treecheck
 
 # What CI runs (.ci/run): gofmt check and vet, then every test. GPU tests skip without a GPU;
 # the skipped tests are listed at the end with the reason each gave. The
@@ -111,8 +113,8 @@ gpu-test:
 	cd internal/kernels && ../../$(CARRY)/kernels.test -test.v -test.run GPU
 
 # On the GPU machine, as root, from the carried binaries: the whole benchmark
-# matrix, five interleaved repetitions, results into docs/results/, the
-# generated part of docs/BENCHMARKS.md rewritten. Every kernel LC run measures
+# matrix, five interleaved repetitions, results into docs/results/ (the raw
+# JSON stays local: .gitignore), the generated part of docs/BENCHMARKS.md rewritten. Every kernel LC run measures
 # at least 5000 requests (~18 s at 3.5 ms); about 25 minutes with the PyTorch
 # scenarios (run them separately with BENCH_SCENARIOS where one command may
 # not take that long).
@@ -126,8 +128,7 @@ benchmarks:
 	cp $(BENCH_OUT)/cdf.png docs/results/bench-h100-cdf.png
 	cp $(BENCH_OUT)/timeline.png docs/results/bench-h100-timeline.png
 	gzip -9c $(BENCH_OUT)/results.json > docs/results/bench-h100.json.gz
-	{ cat $(BENCH_OUT)/results.md; echo; echo '![LC latency CDF](results/bench-h100-cdf.png)'; echo; \
-	  echo 'Raw results: [results/bench-h100.json.gz](results/bench-h100.json.gz).'; } > $(BENCH_OUT)/section.md
+	{ cat $(BENCH_OUT)/results.md; echo; echo '![LC latency CDF](results/bench-h100-cdf.png)'; } > $(BENCH_OUT)/section.md
 	awk -v sec=$(BENCH_OUT)/section.md '/<!-- results:end -->/{while((getline l < sec)>0) print l; skip=0} !skip{print} /<!-- results:begin -->/{skip=1}' \
 	  docs/BENCHMARKS.md > $(BENCH_OUT)/BENCHMARKS.md && mv $(BENCH_OUT)/BENCHMARKS.md docs/BENCHMARKS.md
 
