@@ -99,4 +99,3 @@ func nearCommitWord(line string, words [][]int, j int) bool {
 	}
 	return j+1 < len(words) && slices.Contains(nextWords, at(j+1))
 }
-
