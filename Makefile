@@ -132,9 +132,10 @@ benchmarks:
 	awk -v sec=$(BENCH_OUT)/section.md '/<!-- results:end -->/{while((getline l < sec)>0) print l; skip=0} !skip{print} /<!-- results:begin -->/{skip=1}' \
 	  docs/BENCHMARKS.md > $(BENCH_OUT)/BENCHMARKS.md && mv $(BENCH_OUT)/BENCHMARKS.md docs/BENCHMARKS.md
 
-# Install the binaries, the library, gpreemptd's unit and an example policy
-# (never over an existing one). Honours PREFIX and DESTDIR, as packagers
-# expect: make install DESTDIR=/tmp/pkg PREFIX=/usr
+# Install the binaries, the library, the manual pages, gpreemptd's unit, an
+# example policy (never over an existing one) and the manual (docs/*.md; a
+# link that leaves it points at the release's source). Honours PREFIX and
+# DESTDIR, as packagers expect: make install DESTDIR=/tmp/pkg PREFIX=/usr
 PREFIX     ?= /usr/local
 DESTDIR    ?=
 BINDIR     ?= $(PREFIX)/bin
@@ -142,20 +143,31 @@ LIBDIR     ?= $(PREFIX)/lib
 SYSCONFDIR ?= /etc
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 DOCDIR     ?= $(PREFIX)/share/doc/gpreempt
-# The binaries are built first only where missing, so that `make build &&
-# sudo make install` needs no Go toolchain under sudo.
-INSTALLED := $(BIN)/gpreemptctl $(BIN)/gpreemptd $(BIN)/libgpreempt.so
+MANDIR     ?= $(PREFIX)/share/man
+SOURCE_URL ?= https://github.com/gpreempt/gpreempt/blob/v$(VERSION)
+# The binaries and pages are built first only where missing, so that `make
+# build man && sudo make install` needs no Go toolchain under sudo.
+INSTALLED := $(BIN)/gpreemptctl $(BIN)/gpreemptd $(BIN)/gpreempt-bench $(BIN)/libgpreempt.so
+MANPAGES  := $(BIN)/man/gpreemptctl.8 $(BIN)/man/gpreemptd.8 $(BIN)/man/gpreempt-bench.1
 $(INSTALLED) &:
 	$(MAKE) build
-install: $(INSTALLED)
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/gpreempt $(DESTDIR)$(DOCDIR)
-	install -m 0755 $(BIN)/gpreemptctl $(BIN)/gpreemptd $(DESTDIR)$(BINDIR)/
+$(MANPAGES) &:
+	$(MAKE) man
+install: $(INSTALLED) $(MANPAGES)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/gpreempt $(DESTDIR)$(DOCDIR) \
+	  $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man1
+	install -m 0755 $(BIN)/gpreemptctl $(BIN)/gpreemptd $(BIN)/gpreempt-bench $(DESTDIR)$(BINDIR)/
+	install -m 0644 $(BIN)/man/gpreemptctl.8 $(BIN)/man/gpreemptd.8 $(DESTDIR)$(MANDIR)/man8/
+	install -m 0644 $(BIN)/man/gpreempt-bench.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 0755 $(BIN)/libgpreempt.so $(DESTDIR)$(LIBDIR)/
 	sed 's|/usr/local/bin/|$(BINDIR)/|g; s|/etc/gpreempt/|$(SYSCONFDIR)/gpreempt/|g; s|/usr/share/doc/gpreempt/|$(DOCDIR)/|g' \
 	  deploy/systemd/gpreemptd.service > $(DESTDIR)$(UNITDIR)/gpreemptd.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/gpreemptd.service
 	test -e $(DESTDIR)$(SYSCONFDIR)/gpreempt/gpreemptd.yaml || install -m 0644 deploy/gpreemptd.yaml $(DESTDIR)$(SYSCONFDIR)/gpreempt/gpreemptd.yaml
-	install -m 0644 docs/DAEMON.md $(DESTDIR)$(DOCDIR)/
+	for f in docs/*.md; do \
+	  sed -E 's#\]\(\.\./#]($(SOURCE_URL)/#g; s#\]\(results/#]($(SOURCE_URL)/docs/results/#g' $$f > $(DESTDIR)$(DOCDIR)/$$(basename $$f) && \
+	  chmod 0644 $(DESTDIR)$(DOCDIR)/$$(basename $$f) || exit 1; \
+	done
 
 clean:
 	rm -rf $(BIN) $(CARRY)
