@@ -79,8 +79,8 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 		UsageText:       "gpreemptd [options]\ngpreemptd --check-config FILE [FILE...]",
 		HideHelpCommand: true,
 		Version:         Version,
-		Writer:    stdout,
-		ErrWriter: stderr,
+		Writer:          stdout,
+		ErrWriter:       stderr,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Value: daemon.DefaultPolicy, Usage: "policy file", EnvVars: []string{"GPREEMPTD_CONFIG"}},
 			&cli.StringFlag{Name: "check-config", Usage: "validate this policy file, and every further argument as one more, and exit (0 all valid, 2 not)"},
