@@ -33,7 +33,8 @@ build:
 	rm -f $(BIN)/libgpreempt.h
 
 # gofmt, go vet, staticcheck (pinned in go.mod's tool block), no build
-# output (an executable, library or archive) tracked by git, and SLO mode's
+# output (an executable, library or archive) tracked by git, the tracked tree
+# small and free of raw results, the manual (docs/*.md) citing no commit, and SLO mode's
 # controller under 1,000 lines without its tests and simulator (one a newcomer
 # can read whole).
 vet:
@@ -44,6 +45,7 @@ vet:
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
 	$(GO) run ./internal/tools/buildoutputs
+	$(GO) run ./internal/tools/treecheck
 
 # What CI runs (.ci/run): gofmt check and vet, then every test. GPU tests skip without a GPU;
 # the skipped tests are listed at the end with the reason each gave. The
@@ -111,8 +113,8 @@ gpu-test:
 	cd internal/kernels && ../../$(CARRY)/kernels.test -test.v -test.run GPU
 
 # On the GPU machine, as root, from the carried binaries: the whole benchmark
-# matrix, five interleaved repetitions, results into docs/results/, the
-# generated part of docs/BENCHMARKS.md rewritten. Every kernel LC run measures
+# matrix, five interleaved repetitions, results into docs/results/ (the raw
+# JSON stays local: .gitignore), the generated part of docs/BENCHMARKS.md rewritten. Every kernel LC run measures
 # at least 5000 requests (~18 s at 3.5 ms); about 25 minutes with the PyTorch
 # scenarios (run them separately with BENCH_SCENARIOS where one command may
 # not take that long).
@@ -126,14 +128,14 @@ benchmarks:
 	cp $(BENCH_OUT)/cdf.png docs/results/bench-h100-cdf.png
 	cp $(BENCH_OUT)/timeline.png docs/results/bench-h100-timeline.png
 	gzip -9c $(BENCH_OUT)/results.json > docs/results/bench-h100.json.gz
-	{ cat $(BENCH_OUT)/results.md; echo; echo '![LC latency CDF](results/bench-h100-cdf.png)'; echo; \
-	  echo 'Raw results: [results/bench-h100.json.gz](results/bench-h100.json.gz).'; } > $(BENCH_OUT)/section.md
+	{ cat $(BENCH_OUT)/results.md; echo; echo '![LC latency CDF](results/bench-h100-cdf.png)'; } > $(BENCH_OUT)/section.md
 	awk -v sec=$(BENCH_OUT)/section.md '/<!-- results:end -->/{while((getline l < sec)>0) print l; skip=0} !skip{print} /<!-- results:begin -->/{skip=1}' \
 	  docs/BENCHMARKS.md > $(BENCH_OUT)/BENCHMARKS.md && mv $(BENCH_OUT)/BENCHMARKS.md docs/BENCHMARKS.md
 
-# Install the binaries, the library, gpreemptd's unit and an example policy
-# (never over an existing one). Honours PREFIX and DESTDIR, as packagers
-# expect: make install DESTDIR=/tmp/pkg PREFIX=/usr
+# Install the binaries, the library, the manual pages, gpreemptd's unit, an
+# example policy (never over an existing one) and the manual (docs/*.md; a
+# link that leaves it points at the release's source). Honours PREFIX and
+# DESTDIR, as packagers expect: make install DESTDIR=/tmp/pkg PREFIX=/usr
 PREFIX     ?= /usr/local
 DESTDIR    ?=
 BINDIR     ?= $(PREFIX)/bin
@@ -141,20 +143,31 @@ LIBDIR     ?= $(PREFIX)/lib
 SYSCONFDIR ?= /etc
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 DOCDIR     ?= $(PREFIX)/share/doc/gpreempt
-# The binaries are built first only where missing, so that `make build &&
-# sudo make install` needs no Go toolchain under sudo.
-INSTALLED := $(BIN)/gpreemptctl $(BIN)/gpreemptd $(BIN)/libgpreempt.so
+MANDIR     ?= $(PREFIX)/share/man
+SOURCE_URL ?= https://github.com/gpreempt/gpreempt/blob/v$(VERSION)
+# The binaries and pages are built first only where missing, so that `make
+# build man && sudo make install` needs no Go toolchain under sudo.
+INSTALLED := $(BIN)/gpreemptctl $(BIN)/gpreemptd $(BIN)/gpreempt-bench $(BIN)/libgpreempt.so
+MANPAGES  := $(BIN)/man/gpreemptctl.8 $(BIN)/man/gpreemptd.8 $(BIN)/man/gpreempt-bench.1
 $(INSTALLED) &:
 	$(MAKE) build
-install: $(INSTALLED)
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/gpreempt $(DESTDIR)$(DOCDIR)
-	install -m 0755 $(BIN)/gpreemptctl $(BIN)/gpreemptd $(DESTDIR)$(BINDIR)/
+$(MANPAGES) &:
+	$(MAKE) man
+install: $(INSTALLED) $(MANPAGES)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/gpreempt $(DESTDIR)$(DOCDIR) \
+	  $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man1
+	install -m 0755 $(BIN)/gpreemptctl $(BIN)/gpreemptd $(BIN)/gpreempt-bench $(DESTDIR)$(BINDIR)/
+	install -m 0644 $(BIN)/man/gpreemptctl.8 $(BIN)/man/gpreemptd.8 $(DESTDIR)$(MANDIR)/man8/
+	install -m 0644 $(BIN)/man/gpreempt-bench.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 0755 $(BIN)/libgpreempt.so $(DESTDIR)$(LIBDIR)/
 	sed 's|/usr/local/bin/|$(BINDIR)/|g; s|/etc/gpreempt/|$(SYSCONFDIR)/gpreempt/|g; s|/usr/share/doc/gpreempt/|$(DOCDIR)/|g' \
 	  deploy/systemd/gpreemptd.service > $(DESTDIR)$(UNITDIR)/gpreemptd.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/gpreemptd.service
 	test -e $(DESTDIR)$(SYSCONFDIR)/gpreempt/gpreemptd.yaml || install -m 0644 deploy/gpreemptd.yaml $(DESTDIR)$(SYSCONFDIR)/gpreempt/gpreemptd.yaml
-	install -m 0644 docs/DAEMON.md $(DESTDIR)$(DOCDIR)/
+	for f in docs/*.md; do \
+	  sed -E 's#\]\(\.\./#]($(SOURCE_URL)/#g; s#\]\(results/#]($(SOURCE_URL)/docs/results/#g' $$f > $(DESTDIR)$(DOCDIR)/$$(basename $$f) && \
+	  chmod 0644 $(DESTDIR)$(DOCDIR)/$$(basename $$f) || exit 1; \
+	done
 
 clean:
 	rm -rf $(BIN) $(CARRY)

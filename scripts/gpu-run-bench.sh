@@ -5,8 +5,10 @@
 # Each run's results go to $RUNS/<run> (default /tmp/gb); every results.md is
 # appended to $OUT/summary.md, and results.json/.md and the PNGs are copied to
 # $OUT/<run>/. `compare` compares the `matrix` run with the one-run result of
-# the same command in docs/results (written before repetitions existed), and
-# `compare2` two matrix runs (run `matrix` and `matrix2` first).
+# the same command, $BASELINE (default docs/results/prepreempt-A-poller-20s.json.gz,
+# written before repetitions existed; raw results are not tracked, so it must
+# be a local copy), and `compare2` two matrix runs (run `matrix` and `matrix2`
+# first).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpreempt-out}; RUNS=${RUNS:-/tmp/gb}; mkdir -p "$OUT" "$RUNS"
 C=$PWD/.carry
@@ -38,7 +40,9 @@ for name in "$@"; do
                --lc-calibrate-us 0 --lc-iters 2000 --repeat "${REPEAT:-3}" --out "$RUNS/sweep" ;;
     soak)    run soak run --gpreemptctl "$C/gpreemptctl" --scenarios standalone,prepreempt-be-1us \
                --prep 500us --hint-launcher poller --lc-calibrate-us 0 --lc-iters 2000 --soak "${SOAK:-3m}" --out "$RUNS/soak" ;;
-    compare) run compare compare docs/results/prepreempt-A-poller-20s.json.gz "$RUNS/matrix/results.json"
+    compare) base=${BASELINE:-docs/results/prepreempt-A-poller-20s.json.gz}
+             [ -e "$base" ] || { echo "compare: no $base (raw results are not tracked; set BASELINE to an earlier run's results.json)" | tee -a "$OUT/summary.md"; continue; }
+             run compare compare "$base" "$RUNS/matrix/results.json"
              cat "$RUNS/compare.log" >> "$OUT/summary.md"; continue ;;
     compare2) run compare2 compare "$RUNS/matrix/results.json" "$RUNS/matrix2/results.json"
              cat "$RUNS/compare2.log" >> "$OUT/summary.md"; continue ;;

@@ -12,10 +12,12 @@ import (
 )
 
 // Results written by gpreempt-bench before repetitions existed: the same
-// pre-preemption matrix with the two hint launchers, on the H100.
+// pre-preemption matrix with the two hint launchers, on the H100 (the runs of
+// docs/results/prepreempt-A-*-20s.md; of each scenario's LC samples every
+// 20th by latency rank, so that its quantiles stay the run's).
 var oldResults = []string{
-	filepath.Join("..", "..", "docs", "results", "prepreempt-A-poller-20s.json.gz"),
-	filepath.Join("..", "..", "docs", "results", "prepreempt-A-goroutine-20s.json.gz"),
+	filepath.Join("testdata", "schema1-prepreempt-poller.json"),
+	filepath.Join("testdata", "schema1-prepreempt-goroutine.json"),
 }
 
 func TestLoadOldResults(t *testing.T) {

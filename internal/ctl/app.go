@@ -162,7 +162,7 @@ func NewApp(env Env) *cli.App {
 		// whole output (version.go).
 		Version:              buildInfo(env).Version,
 		EnableBashCompletion: true,
-		Metadata:             map[string]any{"env": env},
+		Metadata:             map[string]any{"env": env, cliutil.VersionKey: printVersionFlag},
 		Before: func(c *cli.Context) error {
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {

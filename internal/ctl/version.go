@@ -53,8 +53,9 @@ func printVersion(c *cli.Context, env Env, json bool) error {
 	if json {
 		return cmdutil.WriteJSON(w, v)
 	}
+	// The first line is every gpreempt binary's (version.Info.Line).
+	fmt.Fprintln(w, v.Info.Line("gpreemptctl"))
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintf(tw, "gpreemptctl\t%s\n", v.Info)
 	if v.Time != "" {
 		fmt.Fprintf(tw, "revision time\t%s\n", v.Time)
 	}
@@ -82,14 +83,11 @@ var versionCommand = &cli.Command{
 	},
 }
 
-func init() {
-	// --version prints what the version command does; no -v, which reads
-	// as "verbose" to most.
-	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version (as the version command)"}
-	cli.VersionPrinter = func(c *cli.Context) {
-		env, _ := c.App.Metadata["env"].(Env)
-		if err := printVersion(c, env, c.String("output") == "json"); err != nil {
-			fmt.Fprintf(c.App.ErrWriter, "gpreemptctl: %v\n", err)
-		}
+// printVersionFlag is what --version prints: what the version command does
+// (cliutil.VersionKey).
+func printVersionFlag(c *cli.Context) {
+	env, _ := c.App.Metadata["env"].(Env)
+	if err := printVersion(c, env, c.String("output") == "json"); err != nil {
+		fmt.Fprintf(c.App.ErrWriter, "gpreemptctl: %v\n", err)
 	}
 }

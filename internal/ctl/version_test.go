@@ -40,7 +40,7 @@ func TestVersion(t *testing.T) {
 	// The real binary's first line is the one every gpreempt binary
 	// prints: the release version and the revision.
 	_, env, stdout, stderr := world(t)
-	if code := ctl.Run(context.Background(), env, []string{"gpreemptctl", "version"}); code != 0 || !strings.HasPrefix(stdout.String(), "gpreemptctl  "+version.Get().String()+"\n") {
+	if code := ctl.Run(context.Background(), env, []string{"gpreemptctl", "version"}); code != 0 || !strings.HasPrefix(stdout.String(), version.Get().Line("gpreemptctl")+"\n") {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }

@@ -78,6 +78,10 @@ func From(read func() (*debug.BuildInfo, bool)) Info {
 	return v
 }
 
+// Line is the version line every gpreempt binary prints first for
+// --version: "gpreemptd version 0.1.0 (revision 194bf34c...)".
+func (v Info) Line(binary string) string { return binary + " version " + v.String() }
+
 // String is the one-line form every binary prints:
 // "0.1.0 (revision 194bf34c..., modified)", or "0.1.0 (revision unknown)".
 func (v Info) String() string {

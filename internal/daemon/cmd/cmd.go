@@ -8,10 +8,14 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	// --version as gpreemptctl and gpreempt-bench have it (urfave/cli's
+	// version flag and printer are globals that cliutil sets).
+	_ "github.com/gpreempt/gpreempt/internal/cliutil"
 	"github.com/gpreempt/gpreempt/internal/daemon"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/policy"
@@ -44,18 +48,42 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
+// checkConfig validates each policy file, says ok or why not for each, and
+// sets *code to ExitBadConfig when any is not.
+func checkConfig(c *cli.Context, files []string, code *int) error {
+	var bad []string
+	for _, f := range files {
+		p, err := policy.ParseFile(f)
+		if err != nil {
+			fmt.Fprintf(c.App.ErrWriter, "gpreemptd: %v\n", err)
+			bad = append(bad, f)
+			continue
+		}
+		fmt.Fprintf(c.App.Writer, "%s: ok (%d rules, default %s)\n", f, len(p.Rules), p.Default)
+	}
+	if len(bad) > 0 {
+		*code = ExitBadConfig
+		return fmt.Errorf("%d of %d policy files invalid: %s", len(bad), len(files), strings.Join(bad, ", "))
+	}
+	return nil
+}
+
 // newApp is gpreemptd's command line; *code receives the exit code the
 // action chose.
 func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 	return &cli.App{
-		Name:      "gpreemptd",
-		Usage:     "hold a GPU scheduling policy over every CUDA process of this node",
-		Version:   Version,
-		Writer:    stdout,
-		ErrWriter: stderr,
+		Name:  "gpreemptd",
+		Usage: "hold a GPU scheduling policy over every CUDA process of this node",
+		// Flags only: no commands, so no "command" in the usage and no
+		// help command (--help is the flag).
+		UsageText:       "gpreemptd [options]\ngpreemptd --check-config FILE [FILE...]",
+		HideHelpCommand: true,
+		Version:         Version,
+		Writer:          stdout,
+		ErrWriter:       stderr,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Value: daemon.DefaultPolicy, Usage: "policy file", EnvVars: []string{"GPREEMPTD_CONFIG"}},
-			&cli.StringFlag{Name: "check-config", Usage: "validate this policy file and exit (0 valid, 2 not)"},
+			&cli.StringFlag{Name: "check-config", Usage: "validate this policy file, and every further argument as one more, and exit (0 all valid, 2 not)"},
 			&cli.StringFlag{Name: "socket", Value: daemon.DefaultSocket, Usage: "unix socket of the local API (the lock file goes beside it)", EnvVars: []string{"GPREEMPTD_SOCKET"}},
 			&cli.StringFlag{Name: "metrics-addr", Value: daemon.DefaultMetricsAddr, Usage: "Prometheus /metrics address (loopback; empty disables)", EnvVars: []string{"GPREEMPTD_METRICS_ADDR"}},
 			&cli.BoolFlag{Name: "metrics-pids", Usage: "label per-process metric series with host pids (default: an opaque name per process, so that a scrape does not tell which pid runs in which pod)", EnvVars: []string{"GPREEMPTD_METRICS_PIDS"}},
@@ -78,13 +106,14 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 		}, kubeFlags...),
 		Action: func(c *cli.Context) error {
 			if f := c.String("check-config"); f != "" {
-				p, err := policy.ParseFile(f)
-				if err != nil {
-					*code = ExitBadConfig
-					return err
-				}
-				fmt.Fprintf(c.App.Writer, "%s: ok (%d rules, default %s)\n", f, len(p.Rules), p.Default)
-				return nil
+				return checkConfig(c, append([]string{f}, c.Args().Slice()...), code)
+			}
+			// gpreemptd takes flags only: an argument is a mistake, and one
+			// before a flag hides that flag from the parser (`--config X
+			// extra --check-config Y` would otherwise start the daemon).
+			if c.NArg() > 0 {
+				*code = ExitBadConfig
+				return fmt.Errorf("unexpected argument %q: gpreemptd takes flags only (--check-config FILE... checks policy files)", c.Args().First())
 			}
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {

@@ -1,6 +1,10 @@
 package cmd
 
-import "io"
+import (
+	"io"
+
+	"github.com/urfave/cli/v2"
+)
 
 // manDescription is the page's DESCRIPTION: what the flags do not say.
 const manDescription = `gpreemptd classes every new CUDA context of the node a debounce after its last setup call ` +
@@ -14,7 +18,7 @@ FILES: /etc/gpreempt/gpreemptd.yaml, the policy (reloaded on change and on SIGHU
 	`/run/gpreempt/gpreemptd.sock, the socket (its lock file beside it); ` +
 	`the systemd unit gpreemptd.service.
 
-EXIT STATUS: 0 ok; 1 failure; 2 bad policy or flags (--check-config included); ` +
+EXIT STATUS: 0 ok; 1 failure; 2 bad policy, flags or an argument (gpreemptd takes flags only; --check-config FILE... exits 2 when any file is bad); ` +
 	`3 another gpreemptd holds the lock.
 
 See /usr/local/share/doc/gpreempt/DAEMON.md (docs/DAEMON.md in the source).`
@@ -24,5 +28,23 @@ func ManPage() (string, error) {
 	code := ExitOK
 	app := newApp(io.Discard, io.Discard, &code)
 	app.Description = manDescription
+	app.Flags = manFlags(app.Flags)
 	return app.ToManWithSection(8)
+}
+
+// manFlags are flags as the page shows them. urfave/cli's page gives a
+// default only for a flag that takes a value, so a switch that is on unless
+// turned off (--be-progress, --nvml) would read as off: its usage says so,
+// as --help does.
+func manFlags(flags []cli.Flag) []cli.Flag {
+	out := make([]cli.Flag, len(flags))
+	for i, f := range flags {
+		if b, ok := f.(*cli.BoolFlag); ok && b.Value {
+			c := *b
+			c.Usage += " (default: true; --" + b.Name + "=false turns it off)"
+			f = &c
+		}
+		out[i] = f
+	}
+	return out
 }

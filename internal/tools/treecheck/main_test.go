@@ -1,0 +1,115 @@
+package main
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+)
+
+func TestCommitCitations(t *testing.T) {
+	tests := []struct {
+		name string
+		text string
+		want []string
+	}{
+		{"after commit", "Measured with the binaries of commit 06f426d; done.", []string{"06f426d"}},
+		{"committed at", "results committed at 5a9b8aa (the run)", []string{"5a9b8aa"}},
+		{"binaries of", "binaries of 3ec24f7 for classing", []string{"3ec24f7"}},
+		{"in a code span", "run `git checkout b1e3c08` first", []string{"b1e3c08"}},
+		{"a full hash in a code span", "`0123456789abcdef0123456789abcdef01234567`", []string{"0123456789abcdef0123456789abcdef01234567"}},
+		{"link text", "reports: [edbf9c8](results/gate-h100/dgate.md)", []string{"edbf9c8"}},
+		{"before commit", "the 4d1d90a commit moved it", []string{"4d1d90a"}},
+		{"in a fenced block", "```\n$ git log 4fcaaec\n```", []string{"4fcaaec"}},
+		{"two on a line", "commit 8f05d77 and commit f8c35d2", []string{"8f05d77", "f8c35d2"}},
+
+		{"a 0x value in a code span", "the class `0xa06c` and `0xc1d00013`", nil},
+		{"a 0x value after commit", "commit 0xa06c1234 is not a hash", nil},
+		{"a hex word in prose", "the hash 06f426d alone is not next to a commit word", nil},
+		{"no digit", "`deadbeef` and `facade1`", []string{"facade1"}},
+		{"no letter", "commit 1024000 requests", nil},
+		{"too short", "commit abc123", nil},
+		{"between 12 and 40", "`0123456789abcdef0`", nil},
+		{"uppercase", "commit 06F426D", nil},
+		{"a GPU UUID in a code span", "`GPU-160f26c1-24d4-da08-fd3b-0a10c705eb27`", nil},
+		{"a hash in a link target", "[the run](results/must3-f8c35d2.md)", nil},
+		{"a longer word", "commit 06f426dz", nil},
+	}
+	for _, tt := range tests {
+		var got []string
+		for _, c := range commitCitations(tt.text) {
+			got = append(got, c.hash)
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%s: %q gives %q, want %q", tt.name, tt.text, got, tt.want)
+		}
+	}
+}
+
+func TestCommitCitationsLine(t *testing.T) {
+	got := commitCitations("# Title\n\nplain\nsince 2c7d0f1 it holds\n")
+	if len(got) != 1 || got[0].line != 4 {
+		t.Fatalf("got %+v, want one citation on line 4", got)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	fsys := fstest.MapFS{
+		"README.md":                          {Data: []byte("commit 06f426d (the README is not the manual)")},
+		"docs/GATE.md":                       {Data: []byte("holds with binaries of b1e3c08\n")},
+		"docs/CLI.md":                        {Data: []byte("no citation, `0xa06c`\n")},
+		"docs/results/2026-11-27-gate.md":    {Data: []byte("binaries of b1e3c08\n")},
+		"docs/results/gate-h100/run.log":     {Data: []byte("log")},
+		"docs/results/gate-h100/r.json.gz":   {Data: []byte("gz")},
+		"docs/results/gate-h100/all.tgz":     {Data: []byte("tgz")},
+		"docs/results/gate-h100/d.log.xz":    {Data: []byte("xz")},
+		"docs/results/gate-h100/results.md":  {Data: []byte("summary")},
+		"docs/results/gate-h100/results.txt": {Data: []byte("summary")},
+	}
+	files := []string{"deleted-in-the-work-tree.go"}
+	for name := range fsys {
+		files = append(files, name)
+	}
+	slices.Sort(files)
+	problems, err := check(fsys, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range problems {
+		got = append(got, p.String())
+	}
+	want := []string{
+		"docs/GATE.md:1: cites commit b1e3c08",
+		"docs/results/gate-h100/all.tgz: a tracked .tgz file",
+		"docs/results/gate-h100/d.log.xz: a tracked .xz file",
+		"docs/results/gate-h100/r.json.gz: a tracked .gz file",
+		"docs/results/gate-h100/run.log: a tracked .log file",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("problems:\n%s\nwant %d", strings.Join(got, "\n"), len(want))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("problem %d: %q, want it to start %q", i, got[i], want[i])
+		}
+	}
+}
+
+func TestCheckSize(t *testing.T) {
+	fsys := fstest.MapFS{
+		"a": {Data: make([]byte, maxTreeBytes/2)},
+		"b": {Data: make([]byte, maxTreeBytes/2)},
+	}
+	if problems, err := check(fsys, []string{"a", "b"}); err != nil || len(problems) != 0 {
+		t.Fatalf("at the limit: %v, %v; want none", problems, err)
+	}
+	fsys["c"] = &fstest.MapFile{Data: []byte{0}}
+	problems, err := check(fsys, []string{"a", "b", "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(problems) != 1 || !strings.Contains(problems[0].msg, "over 6000000") {
+		t.Fatalf("one byte over: %v, want the size problem", problems)
+	}
+}
