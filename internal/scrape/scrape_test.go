@@ -373,8 +373,12 @@ func TestFetchRefuses(t *testing.T) {
 	hang := make(chan struct{})
 	t.Cleanup(func() { close(hang) })
 	mux := http.NewServeMux()
-	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, other.URL+"/metrics", http.StatusFound) })
-	mux.HandleFunc("/redirect-same", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/metrics", http.StatusMovedPermanently) })
+	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/metrics", http.StatusFound)
+	})
+	mux.HandleFunc("/redirect-same", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/metrics", http.StatusMovedPermanently)
+	})
 	mux.HandleFunc("/big", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(strings.Repeat("#\n", 1024))) })
 	mux.HandleFunc("/big-chunked", func(w http.ResponseWriter, _ *http.Request) {
 		for range 64 {
