@@ -147,7 +147,6 @@ type Scraped struct {
 	mu     sync.Mutex
 	byPID  map[int]string // pid -> endpoint key, this window
 	states map[string]*state
-	rolled time.Duration // the last Roll's now
 }
 
 // state is one endpoint across windows: the cumulative histograms at the
@@ -166,9 +165,8 @@ var _ slomode.WindowedSource = (*Scraped)(nil)
 
 // Roll closes the window ending at now for the LC processes lcs: each
 // endpoint is fetched, and its window is what its histograms grew by
-// since the last fetch. It returns within the fetch timeout (at most half
-// the time since the last Roll): a fetch not done by then gives no
-// window. An endpoint no process names any more is forgotten (Roll(now,
+// since the last fetch. It returns within the fetch timeout: a fetch not
+// done by then gives no window. An endpoint no process names any more is forgotten (Roll(now,
 // nil) forgets every one).
 func (s *Scraped) Roll(now time.Duration, lcs []policy.ProcRef) {
 	byPID := map[int]string{}
@@ -202,10 +200,6 @@ func (s *Scraped) Roll(now time.Duration, lcs []policy.ProcRef) {
 	}
 	s.byPID = byPID
 	timeout := cmpOr(s.Fetch.Timeout, DefaultTimeout)
-	if s.rolled > 0 && now > s.rolled {
-		timeout = min(timeout, (now-s.rolled)/2)
-	}
-	s.rolled = now
 	s.mu.Unlock()
 
 	// One deadline for the whole Roll, queueing for a fetch slot included.

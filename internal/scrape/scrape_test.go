@@ -118,7 +118,9 @@ func vllmServer(t *testing.T) *server {
 
 // scraped is a source over one LC process (pid 7) with spec.
 func scraped(spec endpoint.Spec) (*Scraped, []policy.ProcRef) {
-	s := &Scraped{Resolve: func(p policy.ProcRef) (endpoint.Spec, bool) { return spec, p.PID == 7 }}
+	// A fetch's bound is far past what a loaded test machine takes: these
+	// tests do not depend on the clock.
+	s := &Scraped{Resolve: func(p policy.ProcRef) (endpoint.Spec, bool) { return spec, p.PID == 7 }, Fetch: Fetcher{Timeout: time.Minute}}
 	return s, []policy.ProcRef{{PID: 7, Start: 1}, {PID: 8, Start: 1}}
 }
 
@@ -347,7 +349,7 @@ func TestScrapedOpenMetrics(t *testing.T) {
 	srv := vllmServer(t)
 	srv.openMetrics = true
 	spec := srv.spec(t, "vllm", "")
-	if _, om, err := (Fetcher{}).Fetch(context.Background(), spec); err != nil || !om {
+	if _, om, err := (Fetcher{Timeout: time.Minute}).Fetch(context.Background(), spec); err != nil || !om {
 		t.Fatalf("OpenMetrics %v, err %v", om, err)
 	}
 	src, lcs := scraped(spec)
@@ -405,12 +407,12 @@ func TestFetchRefuses(t *testing.T) {
 		want error  // errors.Is
 		text string // else in the message
 	}{
-		{"a redirect to another host", endpoint.Spec{Addr: addr, Path: "/redirect"}, Fetcher{}, ErrRedirect, ""},
-		{"a redirect to the same host", endpoint.Spec{Addr: addr, Path: "/redirect-same"}, Fetcher{}, ErrRedirect, ""},
-		{"a body past the bound", endpoint.Spec{Addr: addr, Path: "/big"}, Fetcher{MaxBody: 1000}, ErrTooLarge, ""},
-		{"a chunked body past the bound", endpoint.Spec{Addr: addr, Path: "/big-chunked"}, Fetcher{MaxBody: 1000}, ErrTooLarge, ""},
+		{"a redirect to another host", endpoint.Spec{Addr: addr, Path: "/redirect"}, Fetcher{Timeout: time.Minute}, ErrRedirect, ""},
+		{"a redirect to the same host", endpoint.Spec{Addr: addr, Path: "/redirect-same"}, Fetcher{Timeout: time.Minute}, ErrRedirect, ""},
+		{"a body past the bound", endpoint.Spec{Addr: addr, Path: "/big"}, Fetcher{MaxBody: 1000, Timeout: time.Minute}, ErrTooLarge, ""},
+		{"a chunked body past the bound", endpoint.Spec{Addr: addr, Path: "/big-chunked"}, Fetcher{MaxBody: 1000, Timeout: time.Minute}, ErrTooLarge, ""},
 		{"a server that does not answer", endpoint.Spec{Addr: addr, Path: "/hang"}, Fetcher{Timeout: 50 * time.Millisecond}, context.DeadlineExceeded, ""},
-		{"a status other than 200", endpoint.Spec{Addr: addr, Path: "/status"}, Fetcher{}, nil, "503"},
+		{"a status other than 200", endpoint.Spec{Addr: addr, Path: "/status"}, Fetcher{Timeout: time.Minute}, nil, "503"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -428,11 +430,11 @@ func TestFetchRefuses(t *testing.T) {
 	// The dialer refuses any address but the endpoint's, whatever the URL
 	// says: the connection to other's address is never made.
 	req, _ := http.NewRequest(http.MethodGet, other.URL+"/metrics", nil)
-	if _, err := client(addr, time.Second).Do(req); !errors.Is(err, ErrAddress) {
+	if _, err := client(addr, time.Minute).Do(req); !errors.Is(err, ErrAddress) {
 		t.Fatalf("a request for %s through %s's client: %v, want %v", otherAddr, addr, err, ErrAddress)
 	}
 	// And a body at the bound is fine.
-	if b, _, err := (Fetcher{MaxBody: 2048}).Fetch(context.Background(), endpoint.Spec{Addr: addr, Path: "/big"}); err != nil || len(b) != 2048 {
+	if b, _, err := (Fetcher{MaxBody: 2048, Timeout: time.Minute}).Fetch(context.Background(), endpoint.Spec{Addr: addr, Path: "/big"}); err != nil || len(b) != 2048 {
 		t.Fatalf("%d bytes, %v", len(b), err)
 	}
 }
@@ -483,7 +485,7 @@ func TestScrapedShared(t *testing.T) {
 		inner.ServeHTTP(w, r)
 	})
 	spec := srv.spec(t, "vllm", "")
-	src := &Scraped{Resolve: func(policy.ProcRef) (endpoint.Spec, bool) { return spec, true }}
+	src := &Scraped{Resolve: func(policy.ProcRef) (endpoint.Spec, bool) { return spec, true }, Fetch: Fetcher{Timeout: time.Minute}}
 	lcs := []policy.ProcRef{{PID: 1}, {PID: 2}, {PID: 3}}
 	src.Roll(time.Second, lcs)
 	srv.observe("vllm:e2e_request_latency_seconds", "m", 0.5)
