@@ -80,6 +80,9 @@ func (r *runner) pythonLCArgv(sc Scenario, out string) ([]string, []string) {
 		if sc.Runtime == RuntimeLLMGraph {
 			argv = append(argv, "--graph")
 		}
+		if r.o.LLMMetricsPort > 0 {
+			argv = append(argv, "--metrics-port", strconv.Itoa(r.o.LLMMetricsPort))
+		}
 		argv = append(argv, r.pushArgs(sc)...)
 		if !sc.Gate {
 			return argv, pythonEnv

@@ -110,7 +110,11 @@ type runOptions struct {
 	LLMPrompt    int           `json:"llm_prompt,omitempty"`
 	LLMLoop      string        `json:"llm_loop,omitempty"`
 	LLMWarmup    int           `json:"llm_warmup,omitempty"`
-	GEMMSize     int           `json:"gemm_size,omitempty"`
+	// LLMMetricsPort: lc_decode.py serves vLLM-named latency histograms on
+	// 127.0.0.1:LLMMetricsPort/metrics, for a gpreemptd that scrapes them
+	// (a rule's latency: {metrics: ..., preset: vllm}); 0: off.
+	LLMMetricsPort int `json:"llm_metrics_port,omitempty"`
+	GEMMSize       int `json:"gemm_size,omitempty"`
 	// BEDuty: be_gemm.py works the first half of every BEDuty and idles
 	// the second, so that each LC process runs both beside BE and alone.
 	BEDuty time.Duration `json:"be_duty,omitempty"`
@@ -261,6 +265,7 @@ var runFlags = []cli.Flag{
 	&cli.IntFlag{Name: "llm-prompt", Value: 64, Usage: "llm-* scenarios: prompt tokens"},
 	&cli.StringFlag{Name: "llm-loop", Value: "generate", Usage: "llm-* eager scenarios: generate (transformers' generate()) or lean (a forward loop with one sync a token)"},
 	&cli.IntFlag{Name: "llm-warmup", Value: 3, Usage: "llm-* scenarios: warmup requests"},
+	&cli.IntFlag{Name: "llm-metrics-port", Usage: "llm-* scenarios: lc_decode.py serves its requests' latency as vLLM's Prometheus histograms on 127.0.0.1:PORT/metrics, for gpreemptd to scrape (a policy rule's latency: {metrics: \"http://127.0.0.1:PORT/metrics\", preset: vllm}; 0: off)"},
 	&cli.IntFlag{Name: "gemm-size", Value: 8192, Usage: "llm-* scenarios: be_gemm.py's matrix size (n x n x n fp16)"},
 	&cli.DurationFlag{Name: "be-duty", Usage: "llm-* scenarios: be_gemm.py works the first half of every such period (CLOCK_MONOTONIC) and idles the second, and the report compares each LC process's requests of the two halves (0: BE works throughout)"},
 }
@@ -290,7 +295,7 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		PyLCModel: c.String("pytorch-lc-model"), PyLCBatch: c.Int("pytorch-lc-batch"), PyGraph: c.Bool("pytorch-cuda-graph"),
 		PyBEModel: c.String("pytorch-be-model"), PyBEBatch: c.Int("pytorch-be-batch"),
 		LLMFamily: c.String("llm-family"), LLMPeriod: c.Duration("llm-period"), LLMNewTokens: c.Int("llm-new-tokens"),
-		LLMPrompt: c.Int("llm-prompt"), LLMLoop: c.String("llm-loop"), LLMWarmup: c.Int("llm-warmup"), GEMMSize: c.Int("gemm-size"), BEDuty: c.Duration("be-duty"),
+		LLMPrompt: c.Int("llm-prompt"), LLMLoop: c.String("llm-loop"), LLMWarmup: c.Int("llm-warmup"), LLMMetricsPort: c.Int("llm-metrics-port"), GEMMSize: c.Int("gemm-size"), BEDuty: c.Duration("be-duty"),
 		HintLauncher: prepreempt.Launcher(c.String("hint-launcher")), HintPrepQuantile: c.Float64("hint-prep-quantile"),
 		LCEnv: c.StringSlice("lc-env"), LCCPUs: c.String("lc-cpus"), BECPUs: c.String("be-cpus"),
 	}
@@ -320,6 +325,8 @@ func (o *runOptions) validate() error {
 		return fmt.Errorf("%w: --llm-family %q: want gpt2, gpt2-small or llama", ErrInvalidArgument, o.LLMFamily)
 	case o.usesLLM() && (o.LLMNewTokens < 2 || o.LLMNewTokens > 4096 || o.LLMPrompt < 1 || o.LLMPrompt > 4096 || o.LLMWarmup < 0 || o.GEMMSize < 1 || o.GEMMSize > 32768):
 		return fmt.Errorf("%w: --llm-new-tokens 2-4096, --llm-prompt 1-4096, --llm-warmup >= 0, --gemm-size 1-32768", ErrInvalidArgument)
+	case o.LLMMetricsPort < 0 || o.LLMMetricsPort > 65535:
+		return fmt.Errorf("%w: --llm-metrics-port %d: want 0-65535", ErrInvalidArgument, o.LLMMetricsPort)
 	case o.usesLLM() && o.LLMLoop != "generate" && o.LLMLoop != "lean":
 		return fmt.Errorf("%w: --llm-loop %q: want generate or lean", ErrInvalidArgument, o.LLMLoop)
 	case o.Prep.Max >= o.Period:
