@@ -166,8 +166,8 @@ var _ slomode.WindowedSource = (*Scraped)(nil)
 // Roll closes the window ending at now for the LC processes lcs: each
 // endpoint is fetched, and its window is what its histograms grew by
 // since the last fetch. It returns within the fetch timeout: a fetch not
-// done by then gives no window. An endpoint no process names any more is forgotten (Roll(now,
-// nil) forgets every one).
+// done by then gives no window. An endpoint no process names any more is
+// forgotten (Roll(now, nil) forgets every one).
 func (s *Scraped) Roll(now time.Duration, lcs []policy.ProcRef) {
 	byPID := map[int]string{}
 	specs := map[string]endpoint.Spec{}
