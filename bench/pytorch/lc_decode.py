@@ -16,6 +16,11 @@ Forms:
   --graph          a static KV cache and one CUDA graph per decode step
                    (the prefill runs eager), as serving stacks do.
 
+--metrics-port N serves the requests' latency on 127.0.0.1:N/metrics as vLLM
+names and buckets it (end-to-end latency, time to first token, inter-token
+latency histograms, in the Prometheus text format), so that gpreemptd can
+scrape it as it would a vLLM server (its latency preset vllm).
+
 --gate wraps each whole request in the request gate of libgpreempt
 (python/gpreempt): the request holds the GPU from BE work until its last
 token.
@@ -30,8 +35,10 @@ internal/bench.LCResult to --out ("-": stdout).
 
 import argparse
 import gc
+import http.server
 import os
 import sys
+import threading
 import time
 
 from lc_infer import add_push_flags, import_gpreempt, parse_duration, run_lead_in, write_json
@@ -90,6 +97,92 @@ class Stamps:
         pass
 
 
+# vLLM's histograms and bucket boundaries (vllm/v1/metrics): what its
+# server exports at /metrics, so that this LC is scraped as a vLLM server is.
+VLLM_HISTOGRAMS = (
+    ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+     (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+      960.0, 1920.0, 7680.0)),
+    ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+     (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+      80.0, 160.0, 640.0, 2560.0)),
+    ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+     (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)),
+)
+
+
+def _float(v):
+    """A value as the Prometheus text format writes it."""
+    if v == float("inf"):
+        return "+Inf"
+    return repr(float(v))
+
+
+class VLLMMetrics:
+    """The requests' latency as vLLM's Prometheus histograms, with the
+    standard library alone: observe() each request, text() the exposition."""
+
+    def __init__(self, model_name):
+        self.labels = 'engine="0",model_name="%s"' % model_name.replace("\\", "\\\\").replace('"', '\\"')
+        self.lock = threading.Lock()
+        self.hist = {name: ([0] * (len(bounds) + 1), [0.0]) for name, _, bounds in VLLM_HISTOGRAMS}
+
+    def _observe(self, name, seconds):
+        counts, total = self.hist[name]
+        bounds = next(b for n, _, b in VLLM_HISTOGRAMS if n == name)
+        i = next((i for i, b in enumerate(bounds) if seconds <= b), len(bounds))
+        counts[i] += 1
+        total[0] += seconds
+
+    def observe(self, latency_ns, ttft_ns, tpot_ns):
+        """One request: its latency, time to first token, each later token's interval."""
+        with self.lock:
+            self._observe("vllm:e2e_request_latency_seconds", latency_ns / 1e9)
+            self._observe("vllm:time_to_first_token_seconds", ttft_ns / 1e9)
+            for t in tpot_ns:
+                self._observe("vllm:inter_token_latency_seconds", t / 1e9)
+
+    def text(self):
+        out = []
+        with self.lock:
+            for name, help_text, bounds in VLLM_HISTOGRAMS:
+                counts, total = self.hist[name]
+                out.append("# HELP %s %s" % (name, help_text))
+                out.append("# TYPE %s histogram" % name)
+                cum = 0
+                for b, c in zip(tuple(bounds) + (float("inf"),), counts):
+                    cum += c
+                    out.append('%s_bucket{%s,le="%s"} %s' % (name, self.labels, _float(b), _float(cum)))
+                out.append("%s_count{%s} %s" % (name, self.labels, _float(cum)))
+                out.append("%s_sum{%s} %s" % (name, self.labels, _float(total[0])))
+        return "\n".join(out) + "\n"
+
+    def serve(self, port, host="127.0.0.1"):
+        """Serves text() at /metrics on host:port from a daemon thread;
+        returns the port (port 0: one the kernel picks)."""
+        metrics = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.path.split("?")[0] != "/metrics":
+                    self.send_error(404)
+                    return
+                body = metrics.text().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass  # stderr is the worker's own
+
+        srv = http.server.ThreadingHTTPServer((host, port), Handler)
+        srv.daemon_threads = True
+        threading.Thread(target=srv.serve_forever, name="metrics", daemon=True).start()
+        return srv.server_address[1]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--family", choices=sorted(FAMILIES), default="gpt2")
@@ -108,11 +201,15 @@ def main():
     ap.add_argument("--gate", action="store_true", help="hold the GPU from BE for each whole request (libgpreempt's gate)")
     ap.add_argument("--hint-launcher", choices=("goroutine", "poller"), default="goroutine")
     add_push_flags(ap, "each window's request latency, TTFT and TPOT quantiles")
+    ap.add_argument("--metrics-port", type=int, default=0,
+                    help="serve vLLM-named latency histograms on 127.0.0.1:PORT/metrics (0: off)")
     a = ap.parse_args()
     if a.requests <= 0 or a.period <= 0 or a.new_tokens < 2 or a.prompt < 1 or a.batch < 1:
         ap.error("--requests, --period, --prompt, --batch must be positive and --new-tokens at least 2")
     if a.graph and a.batch != 1:
         ap.error("--graph decodes one sequence: --batch 1")
+    if not 0 <= a.metrics_port <= 65535:
+        ap.error("--metrics-port must be 0-65535")
 
     import torch
 
@@ -157,6 +254,10 @@ def main():
         gp = import_gpreempt().Engine(device=a.device, gate="on", launcher=a.hint_launcher)  # GPREEMPT_LIB names libgpreempt.so
     # Made before READY: a missing package fails the worker at its start.
     pusher = import_gpreempt().Reporter(a.push_latency, a.push_period / 1e9, gp) if a.push_latency else None
+    # Served before READY: a port in use fails the worker at its start.
+    metrics = VLLMMetrics(a.family) if a.metrics_port else None
+    if metrics:
+        metrics.serve(a.metrics_port)
 
     request_cpu = [0]  # the last request's CPU time, t0 to its last token
 
@@ -190,6 +291,8 @@ def main():
         lat, ttft, tpot = timed(*request())
         if pusher:
             pusher.record_llm(lat, ttft, tpot)
+        if metrics:
+            metrics.observe(lat, ttft, tpot)
 
     lead_in = run_lead_in(a.period, a.lead_in, lead_one)
     start = time.monotonic_ns()
@@ -215,6 +318,8 @@ def main():
         })
         if pusher:
             pusher.record_llm(lat, ttft, tpot)
+        if metrics:
+            metrics.observe(lat, ttft, tpot)
     end = time.monotonic_ns()
     if pusher:
         pusher.stop()
@@ -227,7 +332,8 @@ def main():
         "gpu_stamps": False,
         "config": {"family": a.family, "prompt": a.prompt, "new_tokens": a.new_tokens, "batch": a.batch, "graph": a.graph,
                    "loop": a.loop, "period_ns": a.period, "gate": gp is not None, "torch": torch.__version__,
-                   "transformers": tf_version, "lead_in_ns": a.lead_in, "lead_in_requests": lead_in},
+                   "transformers": tf_version, "lead_in_ns": a.lead_in, "lead_in_requests": lead_in,
+                   "metrics_port": a.metrics_port},
         "requested": a.requests,
         "warmup": a.warmup,
         "measure_start_mono_ns": start,

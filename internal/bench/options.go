@@ -347,6 +347,8 @@ func (o *runOptions) validate() error {
 		return fmt.Errorf("%w: --llm-batch %d: the llm-graph- scenarios decode one sequence", ErrInvalidArgument, o.LLMBatch)
 	case o.usesLLM() && (o.LLMNewTokens < 2 || o.LLMNewTokens > 4096 || o.LLMPrompt < 1 || o.LLMPrompt > 4096 || o.LLMWarmup < 0 || o.GEMMSize < 1 || o.GEMMSize > 32768):
 		return fmt.Errorf("%w: --llm-new-tokens 2-4096, --llm-prompt 1-4096, --llm-warmup >= 0, --gemm-size 1-32768", ErrInvalidArgument)
+	case o.LLMMetricsPort < 0 || o.LLMMetricsPort > 65535:
+		return fmt.Errorf("%w: --llm-metrics-port %d: want 0-65535", ErrInvalidArgument, o.LLMMetricsPort)
 	case o.usesLLM() && o.LLMLoop != "generate" && o.LLMLoop != "lean":
 		return fmt.Errorf("%w: --llm-loop %q: want generate or lean", ErrInvalidArgument, o.LLMLoop)
 	case o.Prep.Max >= o.Period:

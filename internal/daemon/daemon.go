@@ -21,6 +21,8 @@ import (
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/scrape"
+	"github.com/gpreempt/gpreempt/internal/scrape/endpoint"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/tsg"
@@ -73,6 +75,10 @@ type Config struct {
 	// PodCheck decides socket requests from processes in pods
 	// (API.PodCheck); nil outside Kubernetes.
 	PodCheck func(peerPID, targetPID int, want class.Name) (handled bool, err error)
+	// MetricsEndpoint gives the latency endpoint of a process in a pod
+	// (its annotations, at its pod's own address; kube.Agent.MetricsEndpoint),
+	// before the policy's rules; nil outside Kubernetes.
+	MetricsEndpoint func(pid int) (endpoint.Spec, bool)
 	// PeerKey names whose share of the socket's connections and requests
 	// a connection counts against (API.PeerKey); nil: its uid.
 	PeerKey func(net.Conn) (string, error)
@@ -201,6 +207,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		}
 		d.log.Info("request tracing: LC processes that push no latency are measured from libcuda", "libcuda", lib)
 	}
+	// LC processes whose rule or pod names their server's metrics are
+	// measured from its histograms (before tracing; a push wins).
+	d.slo.Scraped = &scrape.Scraped{Resolve: latencyEndpoints(d.rec, cfg.MetricsEndpoint), Log: d.log}
 	if cfg.BEProgress {
 		if cfg.LibCUDA != "" {
 			if _, err := trace.FindLibrary(trace.LibCUDA, cfg.LibCUDA, 0); err != nil {
@@ -234,6 +243,23 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.hup = make(chan os.Signal, 1)
 	signal.Notify(d.hup, syscall.SIGHUP)
 	return d, nil
+}
+
+// latencyEndpoints says where SLO mode scrapes an LC process's latency:
+// its pod's endpoint (pod: nil outside Kubernetes), else its rule's in
+// rec's policy.
+func latencyEndpoints(rec *Reconciler, pod func(pid int) (endpoint.Spec, bool)) scrape.Resolver {
+	return func(p policy.ProcRef) (endpoint.Spec, bool) {
+		if p.Decision.Exempt || p.Decision.Spec.Name != class.LC {
+			return endpoint.Spec{}, false
+		}
+		if pod != nil {
+			if spec, ok := pod(p.PID); ok {
+				return spec, true
+			}
+		}
+		return rec.Policy().Latency(p.Decision)
+	}
 }
 
 func (d *Daemon) takeLock() error {

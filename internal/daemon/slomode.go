@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/scrape"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 )
 
@@ -14,6 +15,7 @@ var (
 	_ slomode.Pauser         = (*Pauser)(nil)
 	_ slomode.Steerer        = (*RequestGate)(nil)
 	_ slomode.WindowedSource = (*TracedLatency)(nil)
+	_ slomode.WindowedSource = (*scrape.Scraped)(nil)
 	_ slomode.ShareSource    = (*BEProgress)(nil)
 )
 

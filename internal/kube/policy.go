@@ -259,5 +259,9 @@ func (p *Policy) Decide(pod *corev1.Pod) Decision {
 			d.LatencyObjective = lo
 		}
 	}
+	// The latency endpoint's annotations: what is refused becomes an
+	// Event, as the class's annotations do (MetricsEndpoint reads them).
+	_, _, refused := podMetrics(pod)
+	d.Refused = append(d.Refused, refused...)
 	return d
 }

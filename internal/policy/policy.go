@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/scrape/endpoint"
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
 )
 
@@ -98,6 +99,10 @@ type Rule struct {
 	// classes ("p50<=1.05x, p99<=1.15x": all must be met; nil: the lc
 	// class's, if any).
 	Objective objective.Objectives
+	// Latency is where SLO mode reads the latency of the LC processes this
+	// rule classes: their server's own Prometheus histograms (nil: pushed
+	// or traced).
+	Latency *endpoint.Spec
 }
 
 // SLO is the policy's SLO mode.
@@ -172,6 +177,20 @@ func (pol *Policy) Objective(d Decision) (objective.Objectives, bool) {
 		return pol.SLO.LCObjective, true
 	}
 	return nil, false
+}
+
+// Latency is the latency endpoint of a process given decision d: its
+// rule's; none for a process its rule gives none or that is not lc.
+func (pol *Policy) Latency(d Decision) (endpoint.Spec, bool) {
+	if d.Exempt || d.Spec.Name != class.LC {
+		return endpoint.Spec{}, false
+	}
+	for _, r := range pol.Rules {
+		if r.Name == d.Rule && r.Latency != nil {
+			return *r.Latency, true
+		}
+	}
+	return endpoint.Spec{}, false
 }
 
 // Match is a conjunction: every non-empty field must match.

@@ -113,6 +113,17 @@ func TestParseErrorsNameLineAndField(t *testing.T) {
 		{"slice_overhead too long", "classes:\n  be: {slice_overhead: 2ms}\n", "line 2: classes.be.slice_overhead: "},
 		{"slice_overhead no unit", "classes:\n  be:\n    slice_overhead: 20\n", "line 3: classes.be.slice_overhead: "},
 		{"env value not scalar", "rules:\n  - match: {env: {A: [1]}}\n    class: be\n", "line 2: rules[0].match.env.A"},
+		{"latency on be rule", "rules:\n  - class: be\n    latency: {metrics: \"http://127.0.0.1:8000/metrics\", preset: vllm}\n", "line 3: rules[0].latency: only lc processes"},
+		{"latency without metrics", "rules:\n  - class: lc\n    latency: {preset: vllm}\n", "line 3: rules[0].latency: metrics"},
+		{"latency to another host", "rules:\n  - class: lc\n    latency:\n      metrics: \"http://10.0.0.5:8000/metrics\"\n      preset: vllm\n", "line 4: rules[0].latency.metrics: invalid latency endpoint: \"http://10.0.0.5:8000/metrics\": the host must be on loopback"},
+		{"latency to a host name", "rules:\n  - class: lc\n    latency: {metrics: \"http://localhost:8000/metrics\", preset: vllm}\n", "line 3: rules[0].latency.metrics: invalid latency endpoint"},
+		{"latency over https", "rules:\n  - class: lc\n    latency: {metrics: \"https://127.0.0.1:8000/metrics\", preset: vllm}\n", "want an http:// URL"},
+		{"latency unknown preset", "rules:\n  - class: lc\n    latency: {metrics: \"http://127.0.0.1:8000/metrics\", preset: ollama}\n", "line 3: rules[0].latency.preset: invalid latency endpoint: unknown preset \"ollama\" (want one of vllm, sglang, tgi, triton)"},
+		{"latency preset and names", "rules:\n  - class: lc\n    latency: {metrics: \"http://127.0.0.1:8000/metrics\", preset: vllm, ttft: a}\n", "rules[0].latency.preset: a preset or the histograms' names"},
+		{"latency neither", "rules:\n  - class: lc\n    latency: {metrics: \"http://127.0.0.1:8000/metrics\"}\n", "rules[0].latency: a preset (vllm, sglang, tgi, triton) or"},
+		{"latency bad name", "rules:\n  - class: lc\n    latency: {metrics: \"http://127.0.0.1:8000/metrics\", request: \"a-b\"}\n", "rules[0].latency.request: invalid latency endpoint: \"a-b\" is not a metric name"},
+		{"latency model on tgi", "rules:\n  - class: lc\n    latency: {metrics: \"http://127.0.0.1:8000/metrics\", preset: tgi, model: x}\n", "rules[0].latency.model: preset tgi names no model label"},
+		{"latency unknown field", "rules:\n  - class: lc\n    latency: {metrics: \"http://127.0.0.1:8000/metrics\", preset: vllm, host: x}\n", "rules[0].latency.host: unknown field"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.in))
@@ -306,6 +317,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("classes: {be: {slice_overhead: 20us}, burstable: {slice_overhead: 0}}\n"))
 	f.Add([]byte("rules:\n  - {class: lc, objective: p50<=2ms}\nslo: {enabled: on}\n"))
 	f.Add([]byte("gate: {mode: auto, idle: 5ms, max_hold: 500ms, share: 0.25}\n"))
+	f.Add([]byte("rules:\n  - {class: lc, objective: p50<=2ms, latency: {metrics: \"http://127.0.0.1:8000/metrics\", preset: vllm, model: m}}\n  - {class: lc, latency: {metrics: \"http://[::1]:9/m?x=1\", request: a, ttft: b_ms, tpot: c}}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := Parse(b)
 		if err != nil {
@@ -332,6 +344,14 @@ func FuzzParse(f *testing.F) {
 			for _, o := range os {
 				if err := o.Check(); err != nil {
 					t.Fatalf("accepted objective %v that does not check: %v", o, err)
+				}
+			}
+		}
+		for _, r := range p.Rules {
+			if l := r.Latency; l != nil {
+				// Only a loopback endpoint, with a metric to read, on an lc rule.
+				if !l.Addr.Addr().IsLoopback() || l.Metrics.Check() != nil || !r.Decision.Exempt && r.Decision.Spec.Name != class.LC && r.ClassFromEnv == "" {
+					t.Fatalf("accepted latency %+v on rule %+v", l, r)
 				}
 			}
 		}
@@ -631,5 +651,53 @@ func TestTrustSelfSetChecked(t *testing.T) {
 				t.Errorf("got %v, want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestLatency(t *testing.T) {
+	p, err := Parse([]byte(`
+rules:
+  - name: chat
+    match: {comm: vllm}
+    class: lc
+    objective: "tpot_p50<=30ms"
+    latency: {metrics: "http://0.0.0.0:8000/metrics", preset: VLLM, model: llama}
+  - name: own
+    match: {comm: own}
+    class: lc
+    latency: {metrics: "http://127.0.0.1:9000/stats", request: app_request_seconds, ttft: app_ttft_ms}
+  - name: plain
+    match: {comm: plain}
+    class: lc
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		comm   string
+		want   string
+		preset string
+		ttft   []string
+	}{
+		{"vllm", "http://127.0.0.1:8000/metrics preset vllm model llama", "vllm", []string{"vllm:time_to_first_token_seconds"}},
+		{"own", "http://127.0.0.1:9000/stats", "", []string{"app_ttft_ms"}},
+		{"plain", "", "", nil},
+	}
+	for _, tc := range cases {
+		d := p.Decide(Process{Comm: tc.comm, UID: 0})
+		d.Spec.Name = class.LC // the rules match what the process sets itself: capped at its request limit
+		l, ok := p.Latency(d)
+		if tc.want == "" {
+			if ok {
+				t.Errorf("%s: latency %v", tc.comm, l)
+			}
+			continue
+		}
+		if !ok || l.String() != tc.want || l.Preset != tc.preset || !slices.Equal(l.Metrics.TTFT.Names, tc.ttft) {
+			t.Errorf("%s: %v %v, want %q", tc.comm, l, ok, tc.want)
+		}
+	}
+	if l, ok := p.Latency(Decision{Spec: class.Spec{Name: class.BE, Weight: 1}, Rule: "chat"}); ok {
+		t.Errorf("a be process has latency %v", l)
 	}
 }

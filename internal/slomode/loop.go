@@ -43,6 +43,11 @@ type Loop struct {
 	// (request tracing: the daemon's TracedLatency); the loop closes its
 	// windows.
 	Traced WindowedSource
+	// Scraped, when set, gives the windows of LC processes whose server's
+	// own Prometheus histograms it scrapes (internal/scrape): used where
+	// the app pushes none, and then not traced; the loop closes its
+	// windows.
+	Scraped WindowedSource
 	// Share measures BE progress; nil: unknown.
 	Share ShareSource
 	// Pause stops BE processes while an LC is learnt alone (policy
@@ -287,6 +292,9 @@ func (l *Loop) Step(now time.Duration) {
 		if l.Traced != nil && len(l.tracing) > 0 {
 			l.Traced.Roll(now, nil) // so is request latency: detach every process
 		}
+		if l.Scraped != nil {
+			l.Scraped.Roll(now, nil) // and scraping: forget every endpoint
+		}
 		clear(l.tracing)
 		if l.on {
 			l.on, l.searches, l.beSearch = false, nil, nil
@@ -323,6 +331,9 @@ func (l *Loop) Step(now time.Duration) {
 	}
 	l.rec.LearnGPUs() // which GPUs each process is on (join)
 	lcs, all := l.rec.InClass(class.LC), l.rec.InClass(class.BE)
+	if l.Scraped != nil {
+		l.Scraped.Roll(now, lcs) // the window that ends now; before toTrace, which leaves scraped LCs untraced
+	}
 	if l.Traced != nil {
 		l.Traced.Roll(now, l.toTrace(pol, lcs, now)) // the window that ends now
 	}

@@ -47,13 +47,20 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 			s, ok = l.Traced.Latest(p.PID)
 			src.kind, key = "traced", key+"/traced"
 		}
+		// Its server's histograms, where it pushed no fresh window.
+		if src.kind == SourcePushed && l.Scraped != nil && !(ok && now-s.At <= 2*window) {
+			if ss, sok := l.Scraped.Latest(p.PID); sok {
+				s, ok = ss, true
+				src.kind, key = SourceScraped, key+"/scraped"
+			}
+		}
 		if ok && s.Source == "" { // a source that does not name itself is what it was read from
-			s.Source = map[string]string{SourcePushed: SourcePushed, "traced": SourceTracedRequest}[src.kind]
+			s.Source = map[string]string{SourcePushed: SourcePushed, "traced": SourceTracedRequest, SourceScraped: SourceScraped}[src.kind]
 		}
 		w := lcWindow{key: key}
-		// A traced window is one of the loop's: the one the tracer closed
+		// A traced or scraped window is one of the loop's: the one closed
 		// when the mode came on spans the time it was off.
-		fresh := ok && s.Seq != l.used[src] && now-s.At <= 2*window && (src.kind != "traced" || s.Window <= 2*window)
+		fresh := ok && s.Seq != l.used[src] && now-s.At <= 2*window && (src.kind == "pushed" || s.Window <= 2*window)
 		if fresh {
 			l.used[src], w.began = s.Seq, s.At-s.Window
 		}

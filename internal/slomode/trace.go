@@ -41,8 +41,9 @@ func (l *Loop) toTrace(pol *policy.Policy, lcs []policy.ProcRef, now time.Durati
 	var judged, out []policy.ProcRef
 	for _, p := range lcs {
 		// Not judged, or an MPS server classed lc (its clients launch
-		// from their own libcuda): nothing to measure.
-		if _, ok := pol.Objective(p.Decision); ok && !isMPSServer(p) {
+		// from their own libcuda): nothing to measure. Nor one whose
+		// server's histograms are scraped.
+		if _, ok := pol.Objective(p.Decision); ok && !isMPSServer(p) && !l.scraped(p.PID) {
 			judged = append(judged, p)
 		}
 	}
@@ -75,4 +76,14 @@ func (l *Loop) toTrace(pol *policy.Policy, lcs []policy.ProcRef, now time.Durati
 		}
 	}
 	return out
+}
+
+// scraped says whether process pid's latency comes from its server's
+// histograms this window (Scraped gave a window).
+func (l *Loop) scraped(pid int) bool {
+	if l.Scraped == nil {
+		return false
+	}
+	_, ok := l.Scraped.Latest(pid)
+	return ok
 }

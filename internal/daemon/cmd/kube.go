@@ -99,6 +99,9 @@ func startKube(ctx context.Context, c *cli.Context, cfg *daemon.Config, log *slo
 // daemon made from cfg: it re-classes whenever a pod's decision changes.
 func KubeHook(ctx context.Context, agent *kube.Agent, cfg *daemon.Config, log *slog.Logger) func(*daemon.Daemon) {
 	cfg.Reconcile.Classifier = agent
+	// An LC pod's latency endpoint is its annotations' port at its own
+	// address.
+	cfg.MetricsEndpoint = agent.MetricsEndpoint
 	// The reconciler reports every classing, also a re-check that changed
 	// nothing (after any pod's change all processes are decided again):
 	// one Event per process and class is enough.
