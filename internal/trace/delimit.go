@@ -91,9 +91,10 @@ const syncBound = 40
 //
 // A request ends only once its quiet gap has passed: the next event, or
 // Tick with the present time, closes it. A process that stays busy for
-// StepAfter without a quiet gap is never quiet: it is then measured per
-// step (KindStep: a thread's synchronize return to its next one, with
-// launches between), until a busy period shorter than StepAfter ends.
+// StepAfter without a quiet gap is never quiet: from then on it is
+// measured per step (KindStep: a thread's synchronize return to its next
+// one, with launches between) and that busy period is no request; the
+// next quiet gap ends step mode.
 //
 // Memory is bounded: a fixed histogram, and a few words per thread that
 // is inside a synchronize or has synchronized in the current busy period.
@@ -250,14 +251,11 @@ func (d *Delimiter) close() (Request, bool) {
 	r := Request{PID: d.pid, TID: d.endTID, Comm: d.comm, Kind: KindRequest, Start: d.start, Launches: d.launches,
 		SyncEnter: d.syncEnter, End: d.end, Sync: d.sync, Result: d.result}
 	wasStep := d.mode == KindStep
-	short := d.end != 0 && time.Duration(d.end-d.start) < d.cfg.StepAfter
 	d.open, d.launches, d.end, d.endTID, d.syncEnter, d.sync, d.result = false, 0, 0, 0, 0, "", 0
 	clear(d.steps)
-	if wasStep && short {
-		d.mode = KindRequest // a request ended within StepAfter: quiet again
-	}
-	if wasStep && !short || r.End == 0 {
-		return Request{}, false
+	d.mode = KindRequest // quiet again: the next busy period is a request until it outlasts StepAfter
+	if wasStep || r.End == 0 {
+		return Request{}, false // measured per step, or served nothing
 	}
 	return r, true
 }
@@ -350,12 +348,13 @@ func (d *Delimiter) step(e *Call, t uint64) (Request, bool) {
 }
 
 // learn records one gap between busy moments and works the quiet gap out
-// again now and then: after every relearnEvery gaps, and at once after a
-// gap at least the one in force (one between requests).
+// again: at each gap until one is learnt, then after every relearnEvery
+// gaps, and at once after a gap at least the one in force (one between
+// requests).
 func (d *Delimiter) learn(g time.Duration) {
 	d.gaps.add(g)
 	d.sinceLearn++
-	if d.sinceLearn >= relearnEvery || g >= d.Gap() {
+	if d.gap == 0 || d.sinceLearn >= relearnEvery || g >= d.Gap() {
 		d.sinceLearn = 0
 		d.gap = d.gaps.threshold()
 	}
@@ -381,7 +380,8 @@ const (
 	decayTime  = float64(10 * time.Second)
 	decayCount = 1 << 20
 	heavyShare = 0.01 // a bucket holding less of the gap time is noise
-	minSplit   = 4.0  // the least ratio between the clusters' edges
+	minSplit   = 16.0 // the least ratio between the clusters' edges
+	minQuiet   = 0.2  // the least share of the gap time above the split
 	minBetween = 3    // gaps above the split: requests seen to end
 	minWithin  = 8    // gaps below it
 )
@@ -418,45 +418,47 @@ func (h *gapHist) add(g time.Duration) {
 }
 
 // threshold splits the gaps in two clusters and returns a gap between
-// them (0: no split yet). Buckets holding at least heavyShare of the gap
-// time count; of the spaces between consecutive such buckets whose edges
-// are at least minSplit apart, with at least minWithin gaps below and
-// minBetween above, the one with the largest ratio wins (the lower on a
-// tie), and the threshold is the geometric mean of its edges: the top of
-// the cluster below and the bottom of the cluster above.
+// them (0: no split yet). A bucket counts if it holds at least heavyShare
+// of the gaps or of the gap time (the many short gaps inside requests,
+// the few long ones between them); a stray gap is noise. A split is the
+// space between two consecutive such buckets whose edges are at least
+// minSplit apart (a clear split: the tail of the gaps inside a request,
+// a decode's sampling between tokens, is not one), with at least
+// minWithin gaps below it and minBetween above, which hold at least
+// minQuiet of the gap time (the time between requests is most of the time
+// an LC is not busy; a decode's first sampling gaps, before its first
+// request ended, are a few percent of it). The lowest split wins: a
+// rare long pause (traffic that stops for seconds) above the gaps that
+// end every request does not hide them. The threshold is the geometric
+// mean of its edges: the top of the cluster below and the bottom of the
+// one above. Without a clear split the gap stays the ceiling, as safe as
+// before: a request with a pause of its own (CPU work between two GPU
+// phases) a few times its launch gaps is not cut there.
 func (h *gapHist) threshold() time.Duration {
-	var total float64
-	for _, w := range h.w {
-		total += w
+	var totalW, totalN float64
+	for b := range h.w {
+		totalW, totalN = totalW+h.w[b], totalN+h.n[b]
 	}
-	if total <= 0 {
+	if totalW <= 0 {
 		return 0
 	}
 	var heavy []int
-	for b, w := range h.w {
-		if w >= heavyShare*total {
+	for b := range h.w {
+		if h.w[b] >= heavyShare*totalW || h.n[b] >= heavyShare*totalN {
 			heavy = append(heavy, b)
 		}
 	}
-	var below float64
-	bestRatio, best := 0.0, 0.0
+	var below, belowW float64
 	j := 0
 	for i := 0; i+1 < len(heavy); i++ {
 		lo, hi := heavy[i], heavy[i+1]
 		for ; j <= lo; j++ {
-			below += h.n[j]
-		}
-		var above float64
-		for b := hi; b < gapBuckets; b++ {
-			above += h.n[b]
+			below, belowW = below+h.n[j], belowW+h.w[j]
 		}
 		top, bottom := bucketLow(lo+1), bucketLow(hi)
-		if top <= 0 || below < minWithin || above < minBetween {
-			continue
-		}
-		if r := bottom / top; r >= minSplit && r > bestRatio {
-			bestRatio, best = r, math.Sqrt(top*bottom)
+		if below >= minWithin && totalN-below >= minBetween && bottom >= minSplit*top && totalW-belowW >= minQuiet*totalW {
+			return time.Duration(math.Sqrt(top * bottom))
 		}
 	}
-	return time.Duration(best)
+	return 0
 }
