@@ -381,7 +381,7 @@ const (
 	decayCount = 1 << 20
 	heavyShare = 0.01 // a bucket holding less of the gap time is noise
 	minSplit   = 16.0 // the least ratio between the clusters' edges
-	minQuiet   = 0.2  // the least share of the gap time above the split
+	minQuiet   = 0.2  // the least share of the gap time in the cluster above the split
 	minBetween = 3    // gaps above the split: requests seen to end
 	minWithin  = 8    // gaps below it
 )
@@ -420,20 +420,19 @@ func (h *gapHist) add(g time.Duration) {
 // threshold splits the gaps in two clusters and returns a gap between
 // them (0: no split yet). A bucket counts if it holds at least heavyShare
 // of the gaps or of the gap time (the many short gaps inside requests,
-// the few long ones between them); a stray gap is noise. A split is the
-// space between two consecutive such buckets whose edges are at least
-// minSplit apart (a clear split: the tail of the gaps inside a request,
-// a decode's sampling between tokens, is not one), with at least
-// minWithin gaps below it and minBetween above, which hold at least
-// minQuiet of the gap time (the time between requests is most of the time
-// an LC is not busy; a decode's first sampling gaps, before its first
-// request ended, are a few percent of it). The lowest split wins: a
-// rare long pause (traffic that stops for seconds) above the gaps that
-// end every request does not hide them. The threshold is the geometric
-// mean of its edges: the top of the cluster below and the bottom of the
-// one above. Without a clear split the gap stays the ceiling, as safe as
-// before: a request with a pause of its own (CPU work between two GPU
-// phases) a few times its launch gaps is not cut there.
+// the few long ones between them); a stray gap is noise. Counted buckets
+// whose edges are at least minSplit apart are in different clusters (a
+// clear split). A split between two clusters needs at least minWithin
+// gaps below it and minBetween above, and the cluster just above it must
+// hold at least minQuiet of the gap time: the time between requests is
+// most of the time an LC is not busy, while a decode's sampling between
+// tokens, though it may be a cluster of its own, is a few percent of it.
+// The lowest such split wins: a rare long pause (traffic that stops for
+// seconds) above the gaps that end every request does not hide them. The
+// threshold is the geometric mean of its edges: the top of the cluster
+// below and the bottom of the one above. Without such a split the gap
+// stays the ceiling, as safe as before: a request with a pause of its
+// own (CPU work between two GPU phases) is not cut there.
 func (h *gapHist) threshold() time.Duration {
 	var totalW, totalN float64
 	for b := range h.w {
@@ -442,22 +441,31 @@ func (h *gapHist) threshold() time.Duration {
 	if totalW <= 0 {
 		return 0
 	}
-	var heavy []int
+	// Clusters: runs of counted buckets, [first, last].
+	type cluster struct{ first, last int }
+	var cs []cluster
 	for b := range h.w {
-		if h.w[b] >= heavyShare*totalW || h.n[b] >= heavyShare*totalN {
-			heavy = append(heavy, b)
+		if h.w[b] < heavyShare*totalW && h.n[b] < heavyShare*totalN {
+			continue
 		}
+		if n := len(cs); n > 0 && bucketLow(b) < minSplit*bucketLow(cs[n-1].last+1) {
+			cs[n-1].last = b
+			continue
+		}
+		cs = append(cs, cluster{b, b})
 	}
-	var below, belowW float64
+	var below float64
 	j := 0
-	for i := 0; i+1 < len(heavy); i++ {
-		lo, hi := heavy[i], heavy[i+1]
-		for ; j <= lo; j++ {
-			below, belowW = below+h.n[j], belowW+h.w[j]
+	for i := 0; i+1 < len(cs); i++ {
+		for ; j <= cs[i].last; j++ {
+			below += h.n[j]
 		}
-		top, bottom := bucketLow(lo+1), bucketLow(hi)
-		if below >= minWithin && totalN-below >= minBetween && bottom >= minSplit*top && totalW-belowW >= minQuiet*totalW {
-			return time.Duration(math.Sqrt(top * bottom))
+		var upW float64
+		for b := cs[i+1].first; b <= cs[i+1].last; b++ {
+			upW += h.w[b]
+		}
+		if below >= minWithin && totalN-below >= minBetween && upW >= minQuiet*totalW {
+			return time.Duration(math.Sqrt(bucketLow(cs[i].last+1) * bucketLow(cs[i+1].first)))
 		}
 	}
 	return 0

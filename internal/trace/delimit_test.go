@@ -106,8 +106,8 @@ func resnet(n int) *workload {
 // decode is an eager LLM decode: a generate() call a second of 32 tokens,
 // each ~400 launches 25-40 us apart (~13 ms), a synchronize a token that
 // waits for the GPU's last kernels, and 100-800 us of sampling before the
-// next token's first launch.
-func decode(n int) *workload {
+// next token's first launch (sampLo to sampHi).
+func decode(n int, sampLo, sampHi uint64) *workload {
 	w := newWorkload(2)
 	for i := range n {
 		start := 1e9 + uint64(i)*1000*ms
@@ -115,7 +115,7 @@ func decode(n int) *workload {
 		var end uint64
 		for tok := range 32 {
 			if tok > 0 {
-				t = end + w.inner(w.between(100*us, 800*us))
+				t = end + w.inner(w.between(sampLo, sampHi))
 			}
 			_, end = w.step(lcProc, t, 400, 25*us, 40*us, w.between(1*ms, 3*ms))
 		}
@@ -152,7 +152,11 @@ func TestDelimiterRequests(t *testing.T) {
 		{"eager resnet50 every 20 ms", resnet(60), 12},
 		// One request per generate() call, not per token: its tokens'
 		// synchronizes are inside it.
-		{"eager LLM decode, 32 tokens a second", decode(6), 0},
+		{"eager LLM decode, 32 tokens a second", decode(6, 100*us, 800*us), 0},
+		// Sampling gaps 16 times the launch gaps, before any request
+		// ended: a clear split by ratio, but a few percent of the gap
+		// time, so no quiet gap between requests.
+		{"eager LLM decode, sampling 750-800 us", decode(4, 750*us, 800*us), 0},
 		{"CUDA graph every 20 ms", graph(60), 12},
 	}
 	for _, tt := range tests {
@@ -332,11 +336,12 @@ func TestDelimiterBlind(t *testing.T) {
 	d.Blind(true)
 	t0 := uint64(1e9)
 	var evs []trace.Event
-	// 40 tokens: a synchronize each, 15 ms apart: the launches between
-	// are not seen.
+	// 40 tokens: two synchronizes each (two streams), 15 ms apart: the
+	// launches between are not seen, so the 13 ms gaps are no quiet.
 	for i := range 40 {
 		s := t0 + uint64(i)*15*ms
-		evs = append(evs, at(lcProc, trace.RoleSync, false, s), at(lcProc, trace.RoleSync, true, s+2*ms))
+		evs = append(evs, at(lcProc, trace.RoleSync, false, s), at(lcProc, trace.RoleSync, true, s+1*ms),
+			at(lcProc, trace.RoleSync, false, s+1*ms+30*us), at(lcProc, trace.RoleSync, true, s+2*ms))
 	}
 	last := t0 + 39*15*ms + 2*ms
 	got := run(d, evs, ms, last+30*ms)
