@@ -23,6 +23,22 @@ import (
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
 )
 
+// spaced feeds tl n requests of p of latency lat, one a period (at least
+// the request and a quiet gap past the 25 ms ceiling when period is 0):
+// a request ends once its process has been quiet for its gap.
+func spaced(tl *TracedLatency, p tracetest.Process, n int, lat, period time.Duration, clock *tracetest.Clock) {
+	for range n {
+		start := clock.Now
+		for _, ev := range tracetest.Request(p, 3, lat, clock) {
+			tl.Apply(ev)
+		}
+		if period == 0 {
+			period = lat + 30*time.Millisecond
+		}
+		clock.Now = max(clock.Now, start+uint64(period))
+	}
+}
+
 func TestTracedLatencyWindows(t *testing.T) {
 	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-server"}
 	other := tracetest.Process{PID: 200, TID: 201, Comm: "bulk"}
@@ -33,24 +49,28 @@ func TestTracedLatencyWindows(t *testing.T) {
 			tl.Apply(ev)
 		}
 	}
+	clock.Now = uint64(500 * time.Millisecond)
 	feed(tracetest.Request(lc, 2, 9*time.Millisecond, clock)) // before the first window: in none
 	tl.Roll(time.Second, nil)
 	if _, ok := tl.Latest(100); ok {
 		t.Fatal("a window before any closed")
 	}
 	for i := range 100 {
-		feed(tracetest.Request(lc, 3, time.Duration(i+1)*time.Millisecond, clock))
+		spaced(tl, lc, 1, time.Duration(i+1)*time.Millisecond, 0, clock)
 	}
-	feed(tracetest.Request(other, 1, 5*time.Millisecond, clock))
+	spaced(tl, other, 1, 5*time.Millisecond, 0, clock)
 	// A failed synchronization is not a served request.
 	failed := tracetest.Request(lc, 1, time.Second, clock)
 	failed[len(failed)-1].(*trace.Call).Ret = 700
 	feed(failed)
-	tl.Roll(2*time.Second, nil)
+	tl.Roll(10*time.Second, nil) // its quiet gap passed: the last request is in
 
 	s, ok := tl.Latest(100)
-	if !ok || s.Requests != 100 || s.Window != time.Second || s.At != 2*time.Second || s.Seq == 0 {
+	if !ok || s.Requests != 100 || s.Window != 9*time.Second || s.At != 10*time.Second || s.Seq == 0 || s.Source != slomode.SourceTracedRequest {
 		t.Fatalf("pid 100 window %+v %v", s, ok)
+	}
+	if len(s.Samples[slomode.MetricRequest]) != 100 || s.Tokens != 0 {
+		t.Errorf("samples %v, tokens %d", s.Samples, s.Tokens)
 	}
 	for q, want := range map[string]time.Duration{"p50": 50 * time.Millisecond, "p90": 90 * time.Millisecond,
 		"p99": 99 * time.Millisecond, "p999": 100 * time.Millisecond, "max": 100 * time.Millisecond} {
@@ -63,12 +83,13 @@ func TestTracedLatencyWindows(t *testing.T) {
 	}
 	// A window without requests keeps the last one (the loop's staleness
 	// check ages it out); a new one numbers itself apart.
-	tl.Roll(3*time.Second, nil)
+	tl.Roll(11*time.Second, nil)
 	if again, _ := tl.Latest(100); again.Seq != s.Seq {
 		t.Errorf("an empty window replaced the last: %+v", again)
 	}
-	feed(tracetest.Request(lc, 1, time.Millisecond, clock))
-	tl.Roll(4*time.Second, nil)
+	clock.Now = uint64(11 * time.Second)
+	spaced(tl, lc, 1, time.Millisecond, 0, clock)
+	tl.Roll(12*time.Second, nil)
 	if next, _ := tl.Latest(100); next.Seq == s.Seq || next.Requests != 1 {
 		t.Errorf("next window %+v", next)
 	}
@@ -81,8 +102,8 @@ func TestTracedLatencyWindows(t *testing.T) {
 	if _, ok := tl.Latest(200); !ok {
 		t.Fatal("pid 200's window gone early")
 	}
-	last := 2 * time.Second // its window's end; windows of 1 s
-	for now := 5 * time.Second; now <= last+lastKept*time.Second; now += time.Second {
+	last := 10 * time.Second // its window's end; windows of 1 s
+	for now := 13 * time.Second; now <= last+lastKept*time.Second; now += time.Second {
 		tl.Roll(now, nil)
 	}
 	if _, ok := tl.Latest(200); !ok {
@@ -107,11 +128,10 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 	for i := range 40 {
 		r, _ := slo.EagerPyTorchH100.At(s.beTimeslice())
 		lat := time.Duration(float64(slo.EagerPyTorchH100.Baseline) * r)
-		for range 50 {
-			for _, ev := range tracetest.Request(lc, 3, lat, clock) {
-				tl.Apply(ev)
-			}
-		}
+		// 50 requests a window, 19 ms apart (the LC's learnt gap
+		// delimits them: they are closer together than the ceiling).
+		clock.Now = max(clock.Now, uint64(s.now))
+		spaced(tl, lc, 50, lat, 19*time.Millisecond, clock)
 		s.now += time.Second
 		s.loop.Step(s.now)
 		s.tick(s.now)
@@ -131,11 +151,8 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 	// pushed in UntraceAfter windows in a row; until then by what is
 	// traced, not by both.
 	for i := 1; i <= slomode.UntraceAfter; i++ {
-		for range 50 {
-			for _, ev := range tracetest.Request(lc, 3, slo.EagerPyTorchH100.Baseline, clock) {
-				tl.Apply(ev)
-			}
-		}
+		clock.Now = max(clock.Now, uint64(s.now))
+		spaced(tl, lc, 50, slo.EagerPyTorchH100.Baseline, 19*time.Millisecond, clock)
 		s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}})
 		s.now += time.Second
 		s.loop.Step(s.now)
@@ -399,7 +416,9 @@ func TestTracedLatencyFollow(t *testing.T) {
 	}
 	feed(late[1:])
 	feed(late) // all of it after the attach, begun before
-	clock.Now = uint64(62*time.Second + time.Millisecond)
+	// The busy period those began is not counted; the next, after a
+	// quiet gap, is.
+	clock.Now = uint64(62*time.Second + 100*time.Millisecond)
 	feed(tracetest.Request(lc, 2, 2*time.Millisecond, clock))
 	tl.Roll(at(63*time.Second), []policy.ProcRef{a, b})
 	s, ok := tl.Latest(100)
@@ -534,11 +553,8 @@ func TestTracedWindowNotCarriedThroughOff(t *testing.T) {
 	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-server"}
 	clock := &tracetest.Clock{}
 	window := func(n int, lat time.Duration) {
-		for range n {
-			for _, ev := range tracetest.Request(lc, 3, lat, clock) {
-				tl.Apply(ev)
-			}
-		}
+		clock.Now = max(clock.Now, uint64(s.now))
+		spaced(tl, lc, n, lat, 19*time.Millisecond, clock)
 		s.now += time.Second
 		s.loop.Step(s.now)
 		s.tick(s.now)
