@@ -588,3 +588,91 @@ func TestTracedWindowNotCarriedThroughOff(t *testing.T) {
 		}
 	}
 }
+
+// An LC never quiet (a decode loop that always has a next step) is
+// measured per step once it has been busy for the Delimiter's StepAfter:
+// its windows are traced-step, with its steps as tpot_ samples (Tokens)
+// and no request latency, so a request objective finds none; the status
+// says so. A request still open when a window closes is counted in the
+// window it ends in.
+func TestTracedLatencyStepsAndSpans(t *testing.T) {
+	tl := NewTracedLatency()
+	lc := tracetest.Process{PID: 100, TID: 100, Comm: "decode-loop"}
+	clock := &tracetest.Clock{Now: uint64(time.Second)}
+	tl.Roll(time.Second, nil)
+	// 12 s of 15 ms steps with 100 us between.
+	for clock.Now < uint64(13*time.Second) {
+		for _, ev := range tracetest.Request(lc, 20, 15*time.Millisecond, clock) {
+			tl.Apply(ev)
+		}
+		clock.Now += uint64(100 * time.Microsecond)
+	}
+	tl.Roll(13*time.Second, nil)
+	s, ok := tl.Latest(100)
+	if !ok || s.Source != slomode.SourceTracedStep || s.Requests != 0 || s.Tokens < 100 || len(s.Samples[slomode.MetricRequest]) != 0 ||
+		len(s.Samples[slomode.MetricTPOT]) != s.Tokens {
+		t.Fatalf("never quiet: %+v %v; want steps only", s, ok)
+	}
+	if _, ok := s.Quantiles["p50"]; ok {
+		t.Errorf("a request quantile for an LC measured per step: %v", s.Quantiles)
+	}
+	if p := s.Quantiles["tpot_p50"]; p < 15*time.Millisecond || p > 16*time.Millisecond {
+		t.Errorf("tpot_p50 %v, want a step (15 ms and the gap)", p)
+	}
+	if st := tl.Status(); len(st) != 1 || st[0].Mode != "step" || st[0].Source != slomode.SourceTracedStep || st[0].Samples != s.Tokens {
+		t.Errorf("status %+v", st)
+	}
+
+	// The loop stops; a request begins before a window's end and ends
+	// after it.
+	clock.Now = uint64(14 * time.Second)
+	tl.Roll(14*time.Second, nil)
+	clock.Now = uint64(15*time.Second - 5*time.Millisecond)
+	for _, ev := range tracetest.Request(lc, 3, 10*time.Millisecond, clock) {
+		tl.Apply(ev)
+	}
+	tl.Roll(15*time.Second, nil)
+	if s, ok := tl.Latest(100); ok && s.Seq != 0 && s.At == 15*time.Second {
+		t.Fatalf("the request was cut at the window's end: %+v", s)
+	}
+	tl.Roll(16*time.Second, nil)
+	s, ok = tl.Latest(100)
+	if !ok || s.At != 16*time.Second || s.Source != slomode.SourceTracedRequest || s.Requests != 1 || s.Quantiles["p50"] != 10*time.Millisecond {
+		t.Errorf("the request over the window's end: %+v %v; want it whole in the window it ended in", s, ok)
+	}
+	if st := tl.Status(); st[0].Mode != "request" || st[0].Samples != 1 || st[0].P50Us != 10000 {
+		t.Errorf("status %+v", st)
+	}
+}
+
+// An eager resnet50 every 20 ms (14 ms between requests, under the 25 ms
+// ceiling) is delimited once its gap is learnt: each window holds its
+// requests, each its own latency.
+func TestTracedLatencyLearnsTheGap(t *testing.T) {
+	tl := NewTracedLatency()
+	lc := tracetest.Process{PID: 100, TID: 100, Comm: "resnet"}
+	clock := &tracetest.Clock{Now: uint64(time.Second)}
+	tl.Roll(time.Second, nil)
+	for w := range 3 {
+		for range 50 {
+			start := clock.Now
+			for i := range 50 {
+				ev := tracetest.Call(lc, trace.RoleLaunch, "cuLaunchKernel", 0, false, 0, clock, time.Duration(20+(i*37)%180)*time.Microsecond)
+				tl.Apply(ev)
+			}
+			tl.Apply(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, false, 0, clock, 50*time.Microsecond))
+			clock.Now = start + uint64(6*time.Millisecond)
+			tl.Apply(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, true, 0, clock, 0))
+			clock.Now = start + uint64(20*time.Millisecond)
+		}
+		tl.Roll(time.Duration(w+2)*time.Second, nil)
+	}
+	s, ok := tl.Latest(100)
+	want := 6*time.Millisecond - 20*time.Microsecond // from its first launch
+	if !ok || s.Requests != 50 || s.Quantiles["max"] != want || s.Quantiles["p50"] != want {
+		t.Fatalf("third window %+v %v; want its 50 requests of 6 ms", s, ok)
+	}
+	if st := tl.Status(); !st[0].Learnt || st[0].QuietGapUs >= 14000 || st[0].QuietGapUs < 1000 {
+		t.Errorf("status %+v: want a learnt gap between 1 and 14 ms", st)
+	}
+}

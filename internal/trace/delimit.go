@@ -32,7 +32,7 @@ func (k RequestKind) MarshalText() ([]byte, error) { return []byte(k.String()), 
 // Defaults of DelimiterConfig.
 const (
 	DefaultQuietCeiling = 25 * time.Millisecond
-	DefaultQuietFloor   = 200 * time.Microsecond
+	DefaultQuietFloor   = time.Millisecond
 	DefaultStepAfter    = 10 * time.Second
 )
 
@@ -41,7 +41,9 @@ type DelimiterConfig struct {
 	// Ceiling is the quiet gap until one is learnt, and the most a learnt
 	// one may be (the policy's gate idle; default DefaultQuietCeiling).
 	Ceiling time.Duration
-	// Floor is the least a learnt gap may be (default DefaultQuietFloor).
+	// Floor is the least a learnt gap may be (default DefaultQuietFloor:
+	// a decode's sampling between two tokens, sub-millisecond, is no
+	// quiet, or a decode loop would be cut per token).
 	Floor time.Duration
 	// StepAfter is how long a busy period lasts without a quiet gap before
 	// the process counts as never quiet and is measured per step (default
