@@ -111,9 +111,10 @@ type Delimiter struct {
 	// syncing holds the threads inside a synchronize, each with its entry.
 	syncing map[uint32]uint64
 	// last is the last busy moment (a launch, a synchronize's entry or
-	// return), lastTID its thread; 0: none yet.
+	// return), lastTID its thread; seen: there was one.
 	last    uint64
 	lastTID uint32
+	seen    bool
 	// sawBusy: Tick found the process busy by Busy since last.
 	sawBusy bool
 
@@ -178,7 +179,7 @@ func (d *Delimiter) Learnt() bool { return d.gap != 0 }
 // it is never quiet.
 func (d *Delimiter) Mode() RequestKind { return d.mode }
 
-// Last is the last busy moment seen and its thread (0: none).
+// Last is the last busy moment seen and its thread (zero: none).
 func (d *Delimiter) Last() (uint64, uint32) { return d.last, d.lastTID }
 
 // Syncing reports whether a thread is inside a synchronize at now
@@ -207,7 +208,7 @@ func (d *Delimiter) expire(now uint64) {
 // thread in a synchronize, nothing for the gap since the last busy moment.
 func (d *Delimiter) quietBy(now uint64) bool {
 	d.expire(now)
-	return len(d.syncing) == 0 && d.last != 0 && now >= d.last && time.Duration(now-d.last) >= d.Gap()
+	return len(d.syncing) == 0 && d.seen && now >= d.last && time.Duration(now-d.last) >= d.Gap()
 }
 
 // Quiet reports whether the process is quiet at now as a request ends:
@@ -217,7 +218,7 @@ func (d *Delimiter) Quiet(now uint64) bool {
 	if !d.quietBy(now) {
 		return false
 	}
-	if d.cfg.Busy != nil && d.lastTID != 0 && now-d.last < d.syncLimit() && d.cfg.Busy(d.lastTID) {
+	if d.cfg.Busy != nil && now-d.last < d.syncLimit() && d.cfg.Busy(d.lastTID) {
 		d.sawBusy = true
 		return false
 	}
@@ -280,7 +281,7 @@ func (d *Delimiter) Apply(ev Event) (Request, bool) {
 			d.open, d.launches, d.end = false, 0, 0
 			clear(d.syncing)
 			clear(d.steps)
-			d.last, d.lastTID = 0, 0
+			d.last, d.lastTID, d.seen = 0, 0, false
 		}
 		return Request{}, false
 	case *Call:
@@ -305,7 +306,7 @@ func (d *Delimiter) call(e *Call) (Request, bool) {
 		out, emitted = d.close()
 	}
 	d.expire(t)
-	if len(d.syncing) == 0 && d.last != 0 && t > d.last && !d.sawBusy && (!d.blind || e.Role == RoleLaunch && e.Kind == CallEnter) {
+	if len(d.syncing) == 0 && d.seen && t > d.last && !d.sawBusy && (!d.blind || e.Role == RoleLaunch && e.Kind == CallEnter) {
 		d.learn(time.Duration(t - d.last))
 	}
 	d.sawBusy = false
@@ -329,7 +330,7 @@ func (d *Delimiter) call(e *Call) (Request, bool) {
 			out, emitted = s, true
 		}
 	}
-	d.last, d.lastTID = t, e.TID
+	d.last, d.lastTID, d.seen = t, e.TID, true
 	return out, emitted
 }
 
