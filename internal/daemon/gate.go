@@ -289,8 +289,8 @@ func (g *RequestGate) beginLocked(lc *gateLC) bool {
 // follow is called with the LC processes to trace, when they change
 // (attach the new, detach the gone).
 func (g *RequestGate) Run(ctx context.Context, follow func(lcs []policy.ProcRef)) {
-	pol := g.Procs.Policy().Gate
-	tick := time.NewTicker(max(pol.Idle/2, 500*time.Microsecond))
+	period := g.tickPeriod()
+	tick := time.NewTicker(period)
 	defer tick.Stop()
 	resync := time.NewTicker(100 * time.Millisecond)
 	defer resync.Stop()
@@ -318,13 +318,26 @@ func (g *RequestGate) Run(ctx context.Context, follow func(lcs []policy.ProcRef)
 		case <-tick.C:
 			g.Tick()
 		case <-resync.C:
-			if p := g.Procs.Policy().Gate; p.Idle != pol.Idle {
-				pol = p
-				tick.Reset(max(pol.Idle/2, 500*time.Microsecond))
+			if p := g.tickPeriod(); p != period {
+				period = p
+				tick.Reset(period)
 			}
 			g.followLCs(follow)
 		}
 	}
+}
+
+// tickPeriod is how often Tick runs: half the shortest quiet gap of the
+// LCs followed (learnt, or the policy's idle), so a hold ends at most half
+// a gap late, and at most every 500 us.
+func (g *RequestGate) tickPeriod() time.Duration {
+	gap := g.Procs.Policy().Gate.Idle
+	g.mu.Lock()
+	for _, lc := range g.lcs {
+		gap = min(gap, lc.delim.Gap())
+	}
+	g.mu.Unlock()
+	return max(gap/2, 500*time.Microsecond)
 }
 
 // command stops the BE processes on the GPUs of c's LC for the request
