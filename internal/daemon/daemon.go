@@ -110,8 +110,9 @@ type Daemon struct {
 	// lost reads how many events the ring buffer dropped (nil in scan
 	// mode); a rise triggers a resync at once.
 	lost func() uint64
-	// untrace detaches request tracing (nil: off).
+	// untrace detaches request tracing (nil: off); traced is it.
 	untrace func() error
+	traced  *TracedLatency
 	// counter counts BE launches (nil: off).
 	counter *trace.LaunchCounter
 	modeV   atomic.Value
@@ -200,7 +201,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		case err != nil:
 			return nil, fmt.Errorf("--trace-requests: %w", err)
 		}
-		d.slo.Traced, d.untrace = t, untrace
+		d.slo.Traced, d.untrace, d.traced = t, untrace, t
+		t.Ceiling = d.rec.Policy().Gate.Idle
 		lib := cfg.LibCUDA
 		if lib == "" {
 			lib = "each LC process's own, that process alone"
@@ -339,13 +341,19 @@ func (d *Daemon) listen() error {
 
 func (d *Daemon) status() map[string]any {
 	pol := d.rec.Policy()
-	return map[string]any{
+	st := map[string]any{
 		"pid": os.Getpid(), "version": d.cfg.Version, "mode": d.Mode(), "policy": pol.Source,
 		"started": d.started.UTC().Format(time.RFC3339), "uptime_s": int(time.Since(d.started).Seconds()),
 		"socket": d.cfg.Socket, "metrics": d.cfg.MetricsAddr, "leave_settings": d.cfg.LeaveSettings,
 		"debounce": d.rec.opts.Debounce.String(), "max_wait": d.rec.opts.MaxWait.String(),
 		"slo": d.slo.Status(), "classes": d.rec.Classes(), "gate": d.gate.Stats(),
 	}
+	if d.traced != nil {
+		// Each traced LC's request definition: per request or per step, its
+		// quiet gap, its last window.
+		st["traced"] = d.traced.Status()
+	}
+	return st
 }
 
 // Reconciler is the daemon's reconciler.

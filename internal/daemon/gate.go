@@ -21,8 +21,10 @@ import (
 // their work one kernel at a time and hold no gate of their own: each
 // launch gap of such a request lets a BE channel group in, and every
 // kernel after it pays a switch. From uprobes on the LC's libcuda it sees a
-// request begin (the first launch after the LC was idle) and end (no launch
-// for policy.Gate.Idle after a synchronize returned), and holds the BE
+// request begin (the first launch after the LC was idle) and end (the
+// LC's quiet gap after its last synchronize returned: trace.Delimiter,
+// the request definition `--trace-requests` and SLO mode share, with the
+// gap learnt per LC and policy.Gate.Idle its ceiling), and holds the BE
 // processes on the LC's GPUs stopped in between (SIGSTOP through the
 // Pauser: two signals a request, sent by the daemon, never on the LC's
 // path). What BE had queued drains at the request's start.
@@ -41,7 +43,7 @@ type RequestGate struct {
 		Policy() *policy.Policy
 	}
 	Pause gatePauser
-	// Now is the clock (default: monotonic since the gate was made).
+	// Now is the clock (default: CLOCK_MONOTONIC, the events' own).
 	Now func() time.Duration
 	Log *slog.Logger
 	// Arm, when set, turns a followed LC's launch probes on (between its
@@ -97,15 +99,15 @@ type gatePauser interface {
 // gateLC is one LC process the gate follows.
 type gateLC struct {
 	ref policy.ProcRef
-	// last is the last event seen of the process: a launch, or a
-	// synchronize's entry or return. syncing holds the threads inside a
-	// synchronize (the host waits for the GPU: a token that takes longer
-	// than Idle under contention is not the request's end), each with
-	// its entry, so that a lost return holds BE at most syncBound.
-	last    time.Duration
-	lastTID uint32 // the thread of last
-	syncing map[uint32]time.Duration
-	spans   []time.Duration // recent requests' spans (GateAuto)
+	// delim delimits the process's requests from its calls: a request
+	// ends its quiet gap after its last synchronize returned, with no
+	// thread inside a synchronize (a token that takes longer than the gap
+	// under contention is not the request's end; a lost return holds BE
+	// at most syncBound idles) and, while its launches are not traced
+	// (held, or steered off), the thread of its last call not running
+	// (it is launching the request's next step).
+	delim *trace.Delimiter
+	spans []time.Duration // recent requests' spans (GateAuto)
 	// overran counts holds in a row that ran to MaxHold: requests closer
 	// together than Idle leave no idle to end one, and each hold is then
 	// BE stopped for MaxHold (Delimits). begins counts the calls seen
@@ -141,8 +143,7 @@ func NewRequestGate(procs interface {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	t0 := time.Now()
-	g := &RequestGate{Procs: procs, Pause: pause, Log: log, Now: func() time.Duration { return time.Since(t0) },
+	g := &RequestGate{Procs: procs, Pause: pause, Log: log, Now: monotonic,
 		lcs: map[int]*gateLC{}, open: map[int]*gateHold{}, cmds: make(chan gateCmd, 64), metrics: newGateMetrics(),
 		arming: map[int]bool{}, armKick: make(chan struct{}, 1), selfGated: map[int]bool{}, Running: threadRunning}
 	g.tokens = g.capacity(procs.Policy().Gate)
@@ -231,7 +232,7 @@ func (g *RequestGate) Observe(ev trace.Event) {
 	case *trace.TaskExit:
 		if lc := g.lcs[int(e.PID)]; lc != nil {
 			g.closeLocked(int(e.PID), "exit")
-			clear(lc.syncing)
+			lc.delim.Apply(e)
 		}
 	case *trace.Call:
 		lc := g.lcs[int(e.PID)]
@@ -246,7 +247,17 @@ func (g *RequestGate) Observe(ev trace.Event) {
 				g.Log.Info("request gate: an LC's requests begin after an idle again", "pid", lc.ref.PID, "requests", lc.begins)
 			}
 		}
-		lc.last, lc.lastTID, lc.quiet = g.Now(), e.TID, false
+		lc.quiet = false
+		// An event's own time; one without (0) is taken as it arrives.
+		if e.At == 0 {
+			c := *e
+			c.At = uint64(g.Now())
+			e = &c
+		}
+		// Launches are not traced while it holds or is steered off the
+		// gate: gaps that end at a synchronize then teach nothing.
+		lc.delim.Blind(!g.launchesWantedLocked(lc.ref.PID))
+		lc.delim.Apply(e)
 		switch {
 		case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
 			if g.beginLocked(lc) {
@@ -257,9 +268,6 @@ func (g *RequestGate) Observe(ev trace.Event) {
 			// first launches were not traced (its launch probes were still
 			// coming back on).
 			g.beginLocked(lc)
-			lc.syncing[e.TID] = lc.last
-		case e.Role == trace.RoleSync && e.Kind == trace.CallReturn:
-			delete(lc.syncing, e.TID)
 		}
 	}
 }
@@ -281,8 +289,8 @@ func (g *RequestGate) beginLocked(lc *gateLC) bool {
 // follow is called with the LC processes to trace, when they change
 // (attach the new, detach the gone).
 func (g *RequestGate) Run(ctx context.Context, follow func(lcs []policy.ProcRef)) {
-	pol := g.Procs.Policy().Gate
-	tick := time.NewTicker(max(pol.Idle/2, 500*time.Microsecond))
+	period := g.tickPeriod()
+	tick := time.NewTicker(period)
 	defer tick.Stop()
 	resync := time.NewTicker(100 * time.Millisecond)
 	defer resync.Stop()
@@ -310,13 +318,26 @@ func (g *RequestGate) Run(ctx context.Context, follow func(lcs []policy.ProcRef)
 		case <-tick.C:
 			g.Tick()
 		case <-resync.C:
-			if p := g.Procs.Policy().Gate; p.Idle != pol.Idle {
-				pol = p
-				tick.Reset(max(pol.Idle/2, 500*time.Microsecond))
+			if p := g.tickPeriod(); p != period {
+				period = p
+				tick.Reset(period)
 			}
 			g.followLCs(follow)
 		}
 	}
+}
+
+// tickPeriod is how often Tick runs: half the shortest quiet gap of the
+// LCs followed (learnt, or the policy's idle), so a hold ends at most half
+// a gap late, and at most every 500 us.
+func (g *RequestGate) tickPeriod() time.Duration {
+	gap := g.Procs.Policy().Gate.Idle
+	g.mu.Lock()
+	for _, lc := range g.lcs {
+		gap = min(gap, lc.delim.Gap())
+	}
+	g.mu.Unlock()
+	return max(gap/2, 500*time.Microsecond)
 }
 
 // command stops the BE processes on the GPUs of c's LC for the request
@@ -366,7 +387,8 @@ func (g *RequestGate) command(c gateCmd) bool {
 	n, err := g.Pause.Stop(h.be, pol.MaxHold+gateMargin)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.Log.Debug("request gate: BE stopped", "lc_pid", pid, "be", n, "since_call", g.Now()-lc.last, "stop", g.Now()-now)
+	last, _ := lc.delim.Last()
+	g.Log.Debug("request gate: BE stopped", "lc_pid", pid, "be", n, "since_call", g.Now()-time.Duration(last), "stop", g.Now()-now)
 	g.stats.BEStopped += uint64(n)
 	if err != nil {
 		g.stats.Failures++
@@ -389,10 +411,13 @@ func (g *RequestGate) Tick() {
 	defer g.mu.Unlock()
 	now := g.Now()
 	// An LC the gate does not delimit is seen idle as a hold would end:
-	// quiet for Idle, no thread in a synchronize, none launching (with
+	// quiet for its gap, no thread in a synchronize, none launching (with
 	// its launch probes off, a gap between synchronizes may be launches).
 	for pid, lc := range g.lcs {
-		if !lc.quiet && lc.undelimited() && g.open[pid] == nil && g.idleSince(lc, lc.last, now, pol.Idle) {
+		lc.delim.SetCeiling(pol.Idle)
+		lc.delim.Blind(!g.launchesWantedLocked(pid))
+		lc.delim.Tick(uint64(now)) // its request over, as the hold's below
+		if !lc.quiet && lc.undelimited() && g.open[pid] == nil && g.idleSince(lc, 0, now) {
 			lc.quiet = true
 		}
 	}
@@ -401,7 +426,7 @@ func (g *RequestGate) Tick() {
 		switch {
 		case lc == nil:
 			g.closeLocked(pid, "off")
-		case g.idleSince(lc, max(lc.last, h.since), now, pol.Idle):
+		case g.idleSince(lc, h.since, now):
 			g.closeLocked(pid, "idle")
 		case now-h.since >= pol.MaxHold:
 			g.closeLocked(pid, "max_hold")
@@ -442,7 +467,8 @@ func (g *RequestGate) closeLocked(pid int, cause string) {
 	case lc != nil && cause == "idle":
 		lc.overran = 0
 		// The request's own span, without the idle time that ended it.
-		lc.spans = append(lc.spans, max(0, lc.last-h.since))
+		last, _ := lc.delim.Last()
+		lc.spans = append(lc.spans, max(0, time.Duration(last)-h.since))
 		if len(lc.spans) > 16 {
 			lc.spans = lc.spans[1:]
 		}
@@ -493,21 +519,11 @@ func (g *RequestGate) Stats() GateStats {
 	return s
 }
 
-// idleSince reports whether lc is idle as a hold ends: quiet for idle
-// since, no thread in a synchronize, none launching.
-func (g *RequestGate) idleSince(lc *gateLC, since, now, idle time.Duration) bool {
-	return now-since >= idle && !lc.waiting(now, idle) && !g.launching(lc, now, idle)
-}
-
-// launching reports whether lc's request goes on though it has been
-// quiet for idle: the thread of its last traced call still runs (a step's
-// launches, which are not traced while it holds BE), for at most
-// syncBound idles after that call.
-func (g *RequestGate) launching(lc *gateLC, now, idle time.Duration) bool {
-	if now-lc.last >= syncBound*idle || lc.lastTID == 0 {
-		return false
-	}
-	return g.Running(lc.ref.PID, int(lc.lastTID))
+// idleSince reports whether lc is idle as a hold ends: its request over
+// by the Delimiter (quiet for its gap, no thread in a synchronize, none
+// launching) and since at least its gap ago.
+func (g *RequestGate) idleSince(lc *gateLC, since, now time.Duration) bool {
+	return now-since >= lc.delim.Gap() && lc.delim.Quiet(uint64(now))
 }
 
 // threadRunning reads a thread's state: R (running or runnable).
@@ -517,18 +533,8 @@ func threadRunning(pid, tid int) bool {
 	return err == nil && ok && state == 'R'
 }
 
-// syncBound is how long, in Idles, a thread inside a synchronize keeps a
-// request open without a further event: bounds what a lost return costs.
+// syncBound is how long, in Idles, a thread inside a synchronize, or the
+// running thread of the last call while launches are not traced, keeps a
+// request open without a further event (trace.Delimiter's bound): it
+// bounds what a lost return or a busy-polling thread costs BE.
 const syncBound = 40
-
-// waiting reports whether a thread of lc waits in a synchronize (entered
-// less than syncBound Idles ago).
-func (lc *gateLC) waiting(now, idle time.Duration) bool {
-	for tid, at := range lc.syncing {
-		if now-at < syncBound*idle {
-			return true
-		}
-		delete(lc.syncing, tid)
-	}
-	return false
-}

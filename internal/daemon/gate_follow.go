@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/trace"
 )
 
 // The gate's following of LC processes: which it traces, the GPUs it
@@ -123,7 +124,11 @@ func (g *RequestGate) followLCs(follow func([]policy.ProcRef)) {
 		keep[r.PID] = true
 		if lc := g.lcs[r.PID]; lc == nil || lc.ref.Start != r.Start {
 			changed = true
-			g.lcs[r.PID] = &gateLC{ref: r, last: g.Now(), syncing: map[uint32]time.Duration{}}
+			pid := r.PID
+			g.lcs[pid] = &gateLC{ref: r, delim: trace.NewDelimiter(uint32(pid), trace.DelimiterConfig{Ceiling: g.Procs.Policy().Gate.Idle,
+				// While its launches are not traced, its last call's thread
+				// running is it launching the request's next step.
+				Busy: func(tid uint32) bool { return g.Running(pid, int(tid)) }})}
 		} else {
 			lc.ref.GPUs = r.GPUs // learnt since it was followed
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,21 +16,30 @@ import (
 )
 
 // TracedLatency measures LC request latency from uprobes on libcuda, for
-// apps that do not push their own: on each thread a request is the kernel
-// launches until a synchronize call returns (trace.RequestTracker, what
-// `gpreemptctl trace requests` shows), its latency first launch to that
-// return. That is the GPU part of a request as the app's thread waits for
-// it, not arrival to result: CPU-side preparation before the first launch
-// is not in it. The SLO loop closes a window once per its own window
-// (Roll) and reads each process's last closed window (Latest). Safe for
-// concurrent use: Apply runs on the tracer's reader, the rest on the loop.
+// apps that do not push their own. A request is what trace.Delimiter
+// delimits, the definition the request gate and `gpreemptctl trace
+// requests` share: a busy period of the process, from the first launch
+// after a quiet gap (learnt per process) to the return of the last
+// synchronize before the next one. That is the GPU part of a request as
+// the app's threads wait for it, not arrival to result: CPU-side
+// preparation before the first launch is not in it. A process never quiet
+// (a continuous-batching decode loop) is measured per step instead
+// (synchronize return to synchronize return), and its windows say so
+// (slomode.SourceTracedStep): their steps are tpot_ samples, and they
+// carry no request latency. The SLO loop closes a window once per its own
+// window (Roll) and reads each process's last closed window (Latest).
+// Safe for concurrent use: Apply runs on the tracer's reader, the rest on
+// the loop.
 type TracedLatency struct {
-	mu      sync.Mutex
-	tracker *trace.RequestTracker
-	cur     map[int][]time.Duration       // this window's latencies by pid
-	last    map[int]slomode.LatencySample // the last closed window's
-	start   time.Duration                 // when this window began (the loop's clock; -1: not yet)
-	seq     uint64
+	mu     sync.Mutex
+	delims map[int]*trace.Delimiter
+	cur    map[int]*tracedWindow         // this window's requests and steps by pid
+	last   map[int]slomode.LatencySample // the last closed window's
+	start  time.Duration                 // when this window began (the loop's clock; -1: not yet)
+	seq    uint64
+	// Ceiling is the quiet gap until a process's own is learnt, and the
+	// most it may be (default: the policy's default gate idle).
+	Ceiling time.Duration
 
 	// Per process (OpenTracedLatency without a library): the processes
 	// traced, by ProcRef.Key, through the libcuda each has mapped (Library;
@@ -43,6 +54,13 @@ type TracedLatency struct {
 	// still on their way when it was detached). Under mu.
 	since  map[int]time.Duration
 	strays uint64
+}
+
+// tracedWindow is one process's requests and steps in the open window:
+// at most slomode.MaxSamples values of each, and how many there were.
+type tracedWindow struct {
+	requests, steps   []time.Duration
+	nRequests, nSteps int
 }
 
 // processTracer attaches request tracing to one process
@@ -62,32 +80,45 @@ type tracedProc struct {
 
 // NewTracedLatency returns a source with no window yet.
 func NewTracedLatency() *TracedLatency {
-	return &TracedLatency{tracker: trace.NewRequestTracker(), cur: map[int][]time.Duration{},
-		last: map[int]slomode.LatencySample{}, start: -1}
+	return &TracedLatency{delims: map[int]*trace.Delimiter{}, cur: map[int]*tracedWindow{},
+		last: map[int]slomode.LatencySample{}, start: -1, Ceiling: policy.DefaultGateIdle}
 }
-
-// maxTracedPerWindow bounds what one process keeps per window (a
-// launch-bound app can complete thousands of requests a second; its
-// quantiles are taken over the first ones).
-const maxTracedPerWindow = 1 << 16
 
 // Apply folds one tracer event in.
 func (t *TracedLatency) Apply(ev trace.Event) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if x, ok := ev.(*trace.TaskExit); ok {
+		delete(t.delims, int(x.PID))
 		delete(t.cur, int(x.PID))
 		delete(t.last, int(x.PID))
+		return
 	}
-	if c, ok := ev.(*trace.Call); ok && t.since != nil {
-		if _, ok := t.since[int(c.PID)]; !ok {
+	c, ok := ev.(*trace.Call)
+	if !ok {
+		return
+	}
+	pid := int(c.PID)
+	if t.since != nil {
+		if _, ok := t.since[pid]; !ok {
 			t.strays++
 			return
 		}
 	}
-	r, ok := t.tracker.Apply(ev)
-	if !ok || r.Result != 0 || r.Latency() <= 0 {
-		return // a failed synchronization is not a served request
+	d := t.delims[pid]
+	if d == nil {
+		d = trace.NewDelimiter(c.PID, trace.DelimiterConfig{Ceiling: t.Ceiling})
+		t.delims[pid] = d
+	}
+	if r, ok := d.Apply(ev); ok {
+		t.takeLocked(r)
+	}
+}
+
+// takeLocked counts a request or step that ended in the open window.
+func (t *TracedLatency) takeLocked(r trace.Request) {
+	if r.Result != 0 || r.Launches == 0 || r.Latency() <= 0 {
+		return // a failed synchronization, or one with nothing launched, served nothing
 	}
 	pid := int(r.PID)
 	// Per process (a call of a pid not attached went above): a request
@@ -96,28 +127,46 @@ func (t *TracedLatency) Apply(ev trace.Event) {
 	if at, ok := t.since[pid]; ok && time.Duration(r.Start) < at {
 		return
 	}
-	if len(t.cur[pid]) < maxTracedPerWindow {
-		t.cur[pid] = append(t.cur[pid], r.Latency())
+	w := t.cur[pid]
+	if w == nil {
+		w = &tracedWindow{}
+		t.cur[pid] = w
+	}
+	if r.Kind == trace.KindStep {
+		if w.nSteps++; len(w.steps) < slomode.MaxSamples {
+			w.steps = append(w.steps, r.Latency())
+		}
+		return
+	}
+	if w.nRequests++; len(w.requests) < slomode.MaxSamples {
+		w.requests = append(w.requests, r.Latency())
 	}
 }
 
-// Roll closes the window that ends at now: each process with requests in
-// it gets a sample of their quantiles. Traced per process, the processes
-// of lcs are traced from now on and the others no longer.
+// Roll closes the window that ends at now: each process with requests or
+// steps in it gets a sample of them. A request that has not ended by now
+// (its quiet gap has not passed) is in the window it ends in. Traced per
+// process, the processes of lcs are traced from now on and the others no
+// longer.
 func (t *TracedLatency) Roll(now time.Duration, lcs []policy.ProcRef) {
 	if t.tracer != nil {
 		t.follow(now, lcs)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	for _, d := range t.delims {
+		if r, ok := d.Tick(uint64(max(now, 0))); ok {
+			t.takeLocked(r)
+		}
+	}
 	if t.start < 0 || now <= t.start {
 		t.start = now
 		clear(t.cur) // requests before the first window began are not in any
 		return
 	}
-	for pid, lat := range t.cur {
+	for pid, w := range t.cur {
 		t.seq++
-		t.last[pid] = slomode.LatencySample{At: now, Window: now - t.start, Requests: len(lat), Quantiles: latencyQuantiles(lat), Seq: t.seq}
+		t.last[pid] = t.sampleLocked(pid, w, now)
 	}
 	// The loop reads a window up to two windows old; older ones are of
 	// processes that stopped or went (the uprobes report no exits).
@@ -128,6 +177,28 @@ func (t *TracedLatency) Roll(now time.Duration, lcs []policy.ProcRef) {
 	}
 	clear(t.cur)
 	t.start = now
+}
+
+// sampleLocked is pid's window w ending at now. A process measured per
+// step has its steps as tpot_ samples (Tokens) and no request latency:
+// an objective on its requests cannot be judged from its trace.
+func (t *TracedLatency) sampleLocked(pid int, w *tracedWindow, now time.Duration) slomode.LatencySample {
+	s := slomode.LatencySample{At: now, Window: now - t.start, Source: slomode.SourceTracedRequest, Seq: t.seq,
+		Quantiles: map[string]time.Duration{}, Samples: map[string][]time.Duration{}}
+	if d := t.delims[pid]; d != nil && d.Mode() == trace.KindStep || w.nRequests == 0 {
+		s.Source = slomode.SourceTracedStep
+	}
+	if len(w.requests) > 0 && s.Source == slomode.SourceTracedRequest {
+		s.Requests = w.nRequests
+		s.Samples[slomode.MetricRequest] = w.requests
+		maps.Copy(s.Quantiles, latencyQuantiles(w.requests, ""))
+	}
+	if len(w.steps) > 0 {
+		s.Tokens = w.nSteps
+		s.Samples[slomode.MetricTPOT] = w.steps
+		maps.Copy(s.Quantiles, latencyQuantiles(w.steps, slomode.MetricTPOT+"_"))
+	}
+	return s
 }
 
 // lastKept is how many windows a process's last closed window is kept
@@ -179,7 +250,7 @@ func (t *TracedLatency) follow(now time.Duration, lcs []policy.ProcRef) {
 func (t *TracedLatency) track(pid int, at time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.tracker.Apply(&trace.TaskExit{PID: uint32(pid)}) // drops its open requests
+	delete(t.delims, pid) // drops its open request, and what it learnt
 	delete(t.cur, pid)
 	if at < 0 {
 		delete(t.since, pid)
@@ -198,15 +269,55 @@ func (t *TracedLatency) Latest(pid int) (slomode.LatencySample, bool) {
 }
 
 // latencyQuantiles are the quantiles the SLO loop reads (slomode's
-// quantileName), nearest-rank over lat as stats.Summarize takes them.
-func latencyQuantiles(lat []time.Duration) map[string]time.Duration {
+// quantileName), each named with prefix ("tpot_" for steps),
+// nearest-rank over lat as stats.Summarize takes them.
+func latencyQuantiles(lat []time.Duration, prefix string) map[string]time.Duration {
 	ns := make([]float64, len(lat))
 	for i, d := range lat {
 		ns[i] = float64(d)
 	}
 	s := stats.Summarize(ns)
-	return map[string]time.Duration{"p50": time.Duration(s.P50), "p90": time.Duration(s.P90),
-		"p99": time.Duration(s.P99), "p999": time.Duration(s.P999), "max": time.Duration(s.Max)}
+	return map[string]time.Duration{prefix + "p50": time.Duration(s.P50), prefix + "p90": time.Duration(s.P90),
+		prefix + "p99": time.Duration(s.P99), prefix + "p999": time.Duration(s.P999), prefix + "max": time.Duration(s.Max)}
+}
+
+// TracedLC is what request tracing sees of one LC process (the daemon's
+// status, "traced").
+type TracedLC struct {
+	PID int `json:"pid"`
+	// Source is its last window's (slomode.SourceTracedRequest, or
+	// SourceTracedStep for a process never quiet); Mode is how it is
+	// measured now ("request" or "step").
+	Source string `json:"source,omitempty"`
+	Mode   string `json:"mode"`
+	// QuietGapUs is the gap that ends its requests; Learnt, whether it
+	// was learnt from its own gaps (else the ceiling, the policy's idle).
+	QuietGapUs float64 `json:"quiet_gap_us"`
+	Learnt     bool    `json:"learnt"`
+	// Samples is how many requests (or steps) its last window held, P50Us
+	// their median.
+	Samples int     `json:"samples"`
+	P50Us   float64 `json:"p50_us"`
+}
+
+// Status is each traced process as request tracing sees it, by pid.
+func (t *TracedLatency) Status() []TracedLC {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]TracedLC, 0, len(t.delims))
+	for pid, d := range t.delims {
+		lc := TracedLC{PID: pid, Mode: d.Mode().String(), QuietGapUs: float64(d.Gap()) / 1e3, Learnt: d.Learnt()}
+		if s, ok := t.last[pid]; ok {
+			lc.Source = s.Source
+			lc.Samples, lc.P50Us = s.Requests, float64(s.Quantiles["p50"])/1e3
+			if s.Source == slomode.SourceTracedStep {
+				lc.Samples, lc.P50Us = s.Tokens, float64(s.Quantiles[slomode.MetricTPOT+"_p50"])/1e3
+			}
+		}
+		out = append(out, lc)
+	}
+	slices.SortFunc(out, func(a, b TracedLC) int { return a.PID - b.PID })
+	return out
 }
 
 // OpenTracedLatency loads uprobes on libcuda's launch and synchronize

@@ -23,6 +23,22 @@ import (
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
 )
 
+// spaced feeds tl n requests of p of latency lat, one a period (at least
+// the request and a quiet gap past the 25 ms ceiling when period is 0):
+// a request ends once its process has been quiet for its gap.
+func spaced(tl *TracedLatency, p tracetest.Process, n int, lat, period time.Duration, clock *tracetest.Clock) {
+	for range n {
+		start := clock.Now
+		for _, ev := range tracetest.Request(p, 3, lat, clock) {
+			tl.Apply(ev)
+		}
+		if period == 0 {
+			period = lat + 30*time.Millisecond
+		}
+		clock.Now = max(clock.Now, start+uint64(period))
+	}
+}
+
 func TestTracedLatencyWindows(t *testing.T) {
 	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-server"}
 	other := tracetest.Process{PID: 200, TID: 201, Comm: "bulk"}
@@ -33,24 +49,28 @@ func TestTracedLatencyWindows(t *testing.T) {
 			tl.Apply(ev)
 		}
 	}
+	clock.Now = uint64(500 * time.Millisecond)
 	feed(tracetest.Request(lc, 2, 9*time.Millisecond, clock)) // before the first window: in none
 	tl.Roll(time.Second, nil)
 	if _, ok := tl.Latest(100); ok {
 		t.Fatal("a window before any closed")
 	}
 	for i := range 100 {
-		feed(tracetest.Request(lc, 3, time.Duration(i+1)*time.Millisecond, clock))
+		spaced(tl, lc, 1, time.Duration(i+1)*time.Millisecond, 0, clock)
 	}
-	feed(tracetest.Request(other, 1, 5*time.Millisecond, clock))
+	spaced(tl, other, 1, 5*time.Millisecond, 0, clock)
 	// A failed synchronization is not a served request.
 	failed := tracetest.Request(lc, 1, time.Second, clock)
 	failed[len(failed)-1].(*trace.Call).Ret = 700
 	feed(failed)
-	tl.Roll(2*time.Second, nil)
+	tl.Roll(10*time.Second, nil) // its quiet gap passed: the last request is in
 
 	s, ok := tl.Latest(100)
-	if !ok || s.Requests != 100 || s.Window != time.Second || s.At != 2*time.Second || s.Seq == 0 {
+	if !ok || s.Requests != 100 || s.Window != 9*time.Second || s.At != 10*time.Second || s.Seq == 0 || s.Source != slomode.SourceTracedRequest {
 		t.Fatalf("pid 100 window %+v %v", s, ok)
+	}
+	if len(s.Samples[slomode.MetricRequest]) != 100 || s.Tokens != 0 {
+		t.Errorf("samples %v, tokens %d", s.Samples, s.Tokens)
 	}
 	for q, want := range map[string]time.Duration{"p50": 50 * time.Millisecond, "p90": 90 * time.Millisecond,
 		"p99": 99 * time.Millisecond, "p999": 100 * time.Millisecond, "max": 100 * time.Millisecond} {
@@ -63,12 +83,13 @@ func TestTracedLatencyWindows(t *testing.T) {
 	}
 	// A window without requests keeps the last one (the loop's staleness
 	// check ages it out); a new one numbers itself apart.
-	tl.Roll(3*time.Second, nil)
+	tl.Roll(11*time.Second, nil)
 	if again, _ := tl.Latest(100); again.Seq != s.Seq {
 		t.Errorf("an empty window replaced the last: %+v", again)
 	}
-	feed(tracetest.Request(lc, 1, time.Millisecond, clock))
-	tl.Roll(4*time.Second, nil)
+	clock.Now = uint64(11 * time.Second)
+	spaced(tl, lc, 1, time.Millisecond, 0, clock)
+	tl.Roll(12*time.Second, nil)
 	if next, _ := tl.Latest(100); next.Seq == s.Seq || next.Requests != 1 {
 		t.Errorf("next window %+v", next)
 	}
@@ -81,8 +102,8 @@ func TestTracedLatencyWindows(t *testing.T) {
 	if _, ok := tl.Latest(200); !ok {
 		t.Fatal("pid 200's window gone early")
 	}
-	last := 2 * time.Second // its window's end; windows of 1 s
-	for now := 5 * time.Second; now <= last+lastKept*time.Second; now += time.Second {
+	last := 10 * time.Second // its window's end; windows of 1 s
+	for now := 13 * time.Second; now <= last+lastKept*time.Second; now += time.Second {
 		tl.Roll(now, nil)
 	}
 	if _, ok := tl.Latest(200); !ok {
@@ -107,11 +128,10 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 	for i := range 40 {
 		r, _ := slo.EagerPyTorchH100.At(s.beTimeslice())
 		lat := time.Duration(float64(slo.EagerPyTorchH100.Baseline) * r)
-		for range 50 {
-			for _, ev := range tracetest.Request(lc, 3, lat, clock) {
-				tl.Apply(ev)
-			}
-		}
+		// 50 requests a window, 19 ms apart (the LC's learnt gap
+		// delimits them: they are closer together than the ceiling).
+		clock.Now = max(clock.Now, uint64(s.now))
+		spaced(tl, lc, 50, lat, 19*time.Millisecond, clock)
 		s.now += time.Second
 		s.loop.Step(s.now)
 		s.tick(s.now)
@@ -131,11 +151,8 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 	// pushed in UntraceAfter windows in a row; until then by what is
 	// traced, not by both.
 	for i := 1; i <= slomode.UntraceAfter; i++ {
-		for range 50 {
-			for _, ev := range tracetest.Request(lc, 3, slo.EagerPyTorchH100.Baseline, clock) {
-				tl.Apply(ev)
-			}
-		}
+		clock.Now = max(clock.Now, uint64(s.now))
+		spaced(tl, lc, 50, slo.EagerPyTorchH100.Baseline, 19*time.Millisecond, clock)
 		s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}})
 		s.now += time.Second
 		s.loop.Step(s.now)
@@ -399,7 +416,9 @@ func TestTracedLatencyFollow(t *testing.T) {
 	}
 	feed(late[1:])
 	feed(late) // all of it after the attach, begun before
-	clock.Now = uint64(62*time.Second + time.Millisecond)
+	// The busy period those began is not counted; the next, after a
+	// quiet gap, is.
+	clock.Now = uint64(62*time.Second + 100*time.Millisecond)
 	feed(tracetest.Request(lc, 2, 2*time.Millisecond, clock))
 	tl.Roll(at(63*time.Second), []policy.ProcRef{a, b})
 	s, ok := tl.Latest(100)
@@ -534,11 +553,8 @@ func TestTracedWindowNotCarriedThroughOff(t *testing.T) {
 	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-server"}
 	clock := &tracetest.Clock{}
 	window := func(n int, lat time.Duration) {
-		for range n {
-			for _, ev := range tracetest.Request(lc, 3, lat, clock) {
-				tl.Apply(ev)
-			}
-		}
+		clock.Now = max(clock.Now, uint64(s.now))
+		spaced(tl, lc, n, lat, 19*time.Millisecond, clock)
 		s.now += time.Second
 		s.loop.Step(s.now)
 		s.tick(s.now)
@@ -570,5 +586,93 @@ func TestTracedWindowNotCarriedThroughOff(t *testing.T) {
 				t.Errorf("idle window %d after the mode came back on: %+v, requests of the time it was off", i, l)
 			}
 		}
+	}
+}
+
+// An LC never quiet (a decode loop that always has a next step) is
+// measured per step once it has been busy for the Delimiter's StepAfter:
+// its windows are traced-step, with its steps as tpot_ samples (Tokens)
+// and no request latency, so a request objective finds none; the status
+// says so. A request still open when a window closes is counted in the
+// window it ends in.
+func TestTracedLatencyStepsAndSpans(t *testing.T) {
+	tl := NewTracedLatency()
+	lc := tracetest.Process{PID: 100, TID: 100, Comm: "decode-loop"}
+	clock := &tracetest.Clock{Now: uint64(time.Second)}
+	tl.Roll(time.Second, nil)
+	// 12 s of 15 ms steps with 100 us between.
+	for clock.Now < uint64(13*time.Second) {
+		for _, ev := range tracetest.Request(lc, 20, 15*time.Millisecond, clock) {
+			tl.Apply(ev)
+		}
+		clock.Now += uint64(100 * time.Microsecond)
+	}
+	tl.Roll(13*time.Second, nil)
+	s, ok := tl.Latest(100)
+	if !ok || s.Source != slomode.SourceTracedStep || s.Requests != 0 || s.Tokens < 100 || len(s.Samples[slomode.MetricRequest]) != 0 ||
+		len(s.Samples[slomode.MetricTPOT]) != s.Tokens {
+		t.Fatalf("never quiet: %+v %v; want steps only", s, ok)
+	}
+	if _, ok := s.Quantiles["p50"]; ok {
+		t.Errorf("a request quantile for an LC measured per step: %v", s.Quantiles)
+	}
+	if p := s.Quantiles["tpot_p50"]; p < 15*time.Millisecond || p > 16*time.Millisecond {
+		t.Errorf("tpot_p50 %v, want a step (15 ms and the gap)", p)
+	}
+	if st := tl.Status(); len(st) != 1 || st[0].Mode != "step" || st[0].Source != slomode.SourceTracedStep || st[0].Samples != s.Tokens {
+		t.Errorf("status %+v", st)
+	}
+
+	// The loop stops; a request begins before a window's end and ends
+	// after it.
+	clock.Now = uint64(14 * time.Second)
+	tl.Roll(14*time.Second, nil)
+	clock.Now = uint64(15*time.Second - 5*time.Millisecond)
+	for _, ev := range tracetest.Request(lc, 3, 10*time.Millisecond, clock) {
+		tl.Apply(ev)
+	}
+	tl.Roll(15*time.Second, nil)
+	if s, ok := tl.Latest(100); ok && s.Seq != 0 && s.At == 15*time.Second {
+		t.Fatalf("the request was cut at the window's end: %+v", s)
+	}
+	tl.Roll(16*time.Second, nil)
+	s, ok = tl.Latest(100)
+	if !ok || s.At != 16*time.Second || s.Source != slomode.SourceTracedRequest || s.Requests != 1 || s.Quantiles["p50"] != 10*time.Millisecond {
+		t.Errorf("the request over the window's end: %+v %v; want it whole in the window it ended in", s, ok)
+	}
+	if st := tl.Status(); st[0].Mode != "request" || st[0].Samples != 1 || st[0].P50Us != 10000 {
+		t.Errorf("status %+v", st)
+	}
+}
+
+// An eager resnet50 every 20 ms (14 ms between requests, under the 25 ms
+// ceiling) is delimited once its gap is learnt: each window holds its
+// requests, each its own latency.
+func TestTracedLatencyLearnsTheGap(t *testing.T) {
+	tl := NewTracedLatency()
+	lc := tracetest.Process{PID: 100, TID: 100, Comm: "resnet"}
+	clock := &tracetest.Clock{Now: uint64(time.Second)}
+	tl.Roll(time.Second, nil)
+	for w := range 3 {
+		for range 50 {
+			start := clock.Now
+			for i := range 50 {
+				ev := tracetest.Call(lc, trace.RoleLaunch, "cuLaunchKernel", 0, false, 0, clock, time.Duration(20+(i*37)%180)*time.Microsecond)
+				tl.Apply(ev)
+			}
+			tl.Apply(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, false, 0, clock, 50*time.Microsecond))
+			clock.Now = start + uint64(6*time.Millisecond)
+			tl.Apply(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, true, 0, clock, 0))
+			clock.Now = start + uint64(20*time.Millisecond)
+		}
+		tl.Roll(time.Duration(w+2)*time.Second, nil)
+	}
+	s, ok := tl.Latest(100)
+	want := 6*time.Millisecond - 20*time.Microsecond // from its first launch
+	if !ok || s.Requests != 50 || s.Quantiles["max"] != want || s.Quantiles["p50"] != want {
+		t.Fatalf("third window %+v %v; want its 50 requests of 6 ms", s, ok)
+	}
+	if st := tl.Status(); !st[0].Learnt || st[0].QuietGapUs >= 14000 || st[0].QuietGapUs < 1000 {
+		t.Errorf("status %+v: want a learnt gap between 1 and 14 ms", st)
 	}
 }

@@ -54,16 +54,20 @@ func cookie(role Role, index int) uint64 {
 
 func threadKey(pid, tid uint32) uint64 { return uint64(pid)<<32 | uint64(tid) }
 
-// Request is one request of a process as its thread's calls show it:
-// launches, then a synchronization. Its latency, first launch to the
-// synchronization's return, is what an LC client sees of the GPU.
+// Request is one request of a process (Delimiter: a busy period, or a
+// step of a process never quiet; RequestTracker: one thread's launches
+// and the synchronize after them). Its latency, first launch to the last
+// synchronize's return, is what an LC client sees of the GPU.
 type Request struct {
-	PID      uint32 `json:"pid"`
-	TID      uint32 `json:"tid"`
-	Comm     string `json:"comm"`
-	Start    uint64 `json:"start_ns"` // the first launch's entry
+	PID  uint32      `json:"pid"`
+	TID  uint32      `json:"tid"` // the thread of the synchronize that ended it
+	Comm string      `json:"comm"`
+	Kind RequestKind `json:"kind"`
+	// Start is the first launch's entry (a step: the thread's previous
+	// synchronize return).
+	Start    uint64 `json:"start_ns"`
 	Launches int    `json:"launches"`
-	// SyncEnter is when the synchronize call began (0 if the tracer
+	// SyncEnter is when the last synchronize call began (0 if the tracer
 	// attached during it); End when it returned.
 	SyncEnter uint64 `json:"sync_enter_ns"`
 	End       uint64 `json:"end_ns"`
@@ -82,9 +86,11 @@ func span(from, to uint64) time.Duration {
 	return time.Duration(to - from)
 }
 
-// RequestTracker turns launch and synchronize calls into Requests, per
-// thread: a request is the launches a thread makes until one of its
-// synchronize calls returns. Not safe for concurrent use.
+// RequestTracker turns launch and synchronize calls into per-thread
+// pieces: the launches a thread makes until one of its synchronize calls
+// returns. That is a call-level view for the tracer's own tests, not an
+// LC request: an eager decode synchronizes once a token, and a request is
+// what Delimiter delimits. Not safe for concurrent use.
 type RequestTracker struct {
 	open map[uint64]*Request
 }

@@ -68,6 +68,7 @@ func UseFakeTrace(tb testing.TB, f *FakeTrace) {
 		return f, nil
 	}
 	traceHooks.ticker = func(time.Duration) (<-chan time.Time, func()) { return f.ticks, func() {} }
+	traceHooks.now = func() uint64 { return 0 } // the events' own times
 	traceHooks.findLibrary = func(name, explicit string, pid int) (string, error) {
 		if f.LibErr != nil {
 			return "", f.LibErr

@@ -23,10 +23,13 @@ var (
 
 var requestsCommand = &cli.Command{
 	Name:  "requests",
-	Usage: "per-request latency of a process: first kernel launch to the synchronization's return",
-	Description: "Uprobes on libcuda's launch and synchronize functions: on each thread, a request is the\n" +
-		"launches until a synchronize call returns. Latency histogram in microseconds, with p50 and\n" +
-		"p99. Functions missing from the library are skipped, with a message.",
+	Usage: "per-request latency of a process: first kernel launch to the last synchronization's return",
+	Description: "Uprobes on libcuda's launch and synchronize functions. A request is a busy period of the\n" +
+		"process (all its threads), from the first launch after a quiet gap to the return of the last\n" +
+		"synchronize before the next one: the definition gpreemptd's gate and SLO mode use. The quiet\n" +
+		"gap is learnt from the process's own gaps (25 ms until then); a process never quiet is\n" +
+		"measured per step (synchronize return to synchronize return). Latency histogram in\n" +
+		"microseconds, with p50 and p99. Functions missing from the library are skipped, with a message.",
 	Flags: append([]cli.Flag{
 		&cli.IntFlag{Name: "pid", Usage: "the process (required)"},
 		libcudaFlag, launchFlag, syncFlag,
@@ -43,17 +46,20 @@ var requestsCommand = &cli.Command{
 		}
 		ps := append(probes(lib, trace.RoleLaunch, c.StringSlice("launch-symbols")), probes(lib, trace.RoleSync, c.StringSlice("sync-symbols"))...)
 		return runTrace(c, trace.Options{Probes: ps, PID: pid}, func(o *traceOut) traceHandler {
-			return &requestsTrace{out: o, pid: uint32(pid), each: c.Bool("each"), tracker: trace.NewRequestTracker()}
+			return &requestsTrace{out: o, pid: uint32(pid), each: c.Bool("each"), delim: trace.NewDelimiter(uint32(pid), trace.DelimiterConfig{})}
 		})
 	},
 }
 
 type requestsTrace struct {
-	out     *traceOut
-	pid     uint32
-	each    bool
-	tracker *trace.RequestTracker
-	comm    string
+	out   *traceOut
+	pid   uint32
+	each  bool
+	delim *trace.Delimiter
+	// now is the latest event time seen: an interval closes what has
+	// been quiet for its gap by then.
+	now  uint64
+	comm string
 	// cur is the interval's requests (reset by --interval), all the
 	// session's (the summary).
 	cur, all requestAgg
@@ -93,13 +99,24 @@ type requestSummary struct {
 	Latency  stats.Summary `json:"latency_us"`
 	Hist     histView      `json:"histogram"`
 	Lost     *uint64       `json:"lost,omitempty"`
+	// Mode is how the process is measured ("request", or "step" while
+	// never quiet); QuietGapUs the gap that ends its requests, Learnt
+	// whether from its own gaps.
+	Mode       string  `json:"mode"`
+	QuietGapUs float64 `json:"quiet_gap_us"`
+	Learnt     bool    `json:"learnt"`
 }
 
 func (t *requestsTrace) Event(ev trace.Event) error {
-	r, ok := t.tracker.Apply(ev)
+	t.now = max(t.now, ev.Time())
+	r, ok := t.delim.Apply(ev)
 	if !ok {
 		return nil
 	}
+	return t.request(r)
+}
+
+func (t *requestsTrace) request(r trace.Request) error {
 	t.comm = r.Comm
 	us := usecs(r.Latency())
 	t.cur.add(us, r)
@@ -117,13 +134,19 @@ func (t *requestsTrace) Event(ev trace.Event) error {
 	}
 	if !t.header {
 		t.header = true
-		fmt.Fprintf(t.out.w, "%-10s %-7s %-8s %-11s %-24s %s\n", "TIME(s)", "TID", "LAUNCHES", "LATENCY(us)", "SYNC", "RESULT")
+		fmt.Fprintf(t.out.w, "%-10s %-7s %-8s %-8s %-11s %-24s %s\n", "TIME(s)", "KIND", "TID", "LAUNCHES", "LATENCY(us)", "SYNC", "RESULT")
 	}
-	_, err := fmt.Fprintf(t.out.w, "%-10.6f %-7d %-8d %-11d %-24s %d\n", t.out.seconds(r.End), r.TID, r.Launches, us, r.Sync, r.Result)
+	_, err := fmt.Fprintf(t.out.w, "%-10.6f %-7s %-8d %-8d %-11d %-24s %d\n", t.out.seconds(r.End), r.Kind, r.TID, r.Launches, us, r.Sync, r.Result)
 	return err
 }
 
 func (t *requestsTrace) Interval() error {
+	// What ended by the latest event is in this interval.
+	if r, ok := t.delim.Tick(max(t.now, traceHooks.now())); ok {
+		if err := t.request(r); err != nil {
+			return err
+		}
+	}
 	t.interval++
 	if err := t.print(fmt.Sprintf("interval %d", t.interval), &t.cur, nil); err != nil {
 		return err
@@ -132,14 +155,23 @@ func (t *requestsTrace) Interval() error {
 	return nil
 }
 
-// End prints the whole session's requests, --interval or not.
-func (t *requestsTrace) End(lost uint64) error { return t.print("summary", &t.all, &lost) }
+// End prints the whole session's requests, --interval or not: the last
+// one ends at its last synchronize's return.
+func (t *requestsTrace) End(lost uint64) error {
+	if r, ok := t.delim.Flush(); ok {
+		if err := t.request(r); err != nil {
+			return err
+		}
+	}
+	return t.print("summary", &t.all, &lost)
+}
 
 func (t *requestsTrace) print(title string, a *requestAgg, lost *uint64) error {
 	sum := stats.Summarize(a.samples)
 	if t.out.json {
 		return t.out.jsonLine(requestSummary{Type: "requests", Title: title, PID: t.pid, Comm: t.comm, Requests: a.hist.N,
-			Failed: a.failed, Launches: a.launches, Latency: sum, Hist: viewHist(&a.hist, "usecs"), Lost: lost})
+			Failed: a.failed, Launches: a.launches, Latency: sum, Hist: viewHist(&a.hist, "usecs"), Lost: lost,
+			Mode: t.delim.Mode().String(), QuietGapUs: float64(t.delim.Gap()) / 1e3, Learnt: t.delim.Learnt()})
 	}
 	w := t.out.w
 	t.out.separate()
@@ -148,7 +180,11 @@ func (t *requestsTrace) print(title string, a *requestAgg, lost *uint64) error {
 		fmt.Fprintf(w, ", latency p50 %.0fus p90 %.0fus p99 %.0fus max %.0fus, %.1f launches/request, %d failed",
 			sum.P50, sum.P90, sum.P99, sum.Max, float64(a.launches)/float64(a.hist.N), a.failed)
 	}
-	fmt.Fprintln(w)
+	learnt := "learnt"
+	if !t.delim.Learnt() {
+		learnt = "not learnt yet"
+	}
+	fmt.Fprintf(w, "; quiet gap %v (%s), measured per %s\n", t.delim.Gap(), learnt, t.delim.Mode())
 	if a.hist.N > 0 {
 		if err := writeHist(w, &a.hist, "usecs"); err != nil {
 			return err

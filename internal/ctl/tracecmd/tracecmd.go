@@ -67,6 +67,8 @@ var traceHooks = struct {
 	open        func(ctx context.Context, opts trace.Options) (traceSource, error)
 	ticker      func(d time.Duration) (<-chan time.Time, func())
 	findLibrary func(name, explicit string, pid int) (string, error)
+	// now is the events' clock (CLOCK_MONOTONIC).
+	now func() uint64
 }{
 	open: func(ctx context.Context, opts trace.Options) (traceSource, error) {
 		t, err := trace.Open(ctx, opts)
@@ -80,6 +82,7 @@ var traceHooks = struct {
 		return t.C, t.Stop
 	},
 	findLibrary: trace.FindLibrary,
+	now:         trace.Now,
 }
 
 // traceHandler is one trace subcommand's view of the event stream.

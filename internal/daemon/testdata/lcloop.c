@@ -2,8 +2,9 @@
 // test. It waits for a line on stdin (so the test can attach first), then
 // makes N requests (argv[1]) the way an inference server does: two kernel
 // launches and a cuStreamSynchronize (the fake libcuda's sleeps 2 ms), and
-// one request whose synchronization fails (not a served request). It
-// prints its pid when done.
+// one request whose synchronization fails (not a served request), each
+// after 30 ms of quiet (more than the 25 ms quiet gap a process has until
+// it learns its own). It prints its pid when done.
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -20,10 +21,12 @@ int main(int argc, char **argv)
 	if (!fgets(line, sizeof line, stdin))
 		return 1;
 	for (int i = 0; i < n; i++) {
+		usleep(30000);
 		cuLaunchKernel((void *)0x1234, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
 		cuLaunchKernel((void *)0x1234, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
 		cuStreamSynchronize((void *)0x5678);
 	}
+	usleep(30000);
 	cuLaunchKernel((void *)0x1234, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
 	cuEventSynchronize(0); /* the fake fails it with 700 */
 	printf("%d\n", getpid());

@@ -1,0 +1,475 @@
+package trace
+
+import (
+	"math"
+	"time"
+)
+
+// RequestKind says how a Request was delimited.
+type RequestKind uint8
+
+const (
+	// KindRequest is a busy period of the process: from the first call
+	// after a quiet gap to the return of the last synchronize before the
+	// next one.
+	KindRequest RequestKind = iota
+	// KindStep is one step of a process that is never quiet (a
+	// continuous-batching decode loop): a thread's synchronize return to
+	// its next one.
+	KindStep
+)
+
+func (k RequestKind) String() string {
+	if k == KindStep {
+		return "step"
+	}
+	return "request"
+}
+
+// MarshalText names the kind in JSON.
+func (k RequestKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// Defaults of DelimiterConfig.
+const (
+	DefaultQuietCeiling = 25 * time.Millisecond
+	DefaultQuietFloor   = time.Millisecond
+	DefaultStepAfter    = 10 * time.Second
+)
+
+// DelimiterConfig bounds what a Delimiter learns.
+type DelimiterConfig struct {
+	// Ceiling is the quiet gap until one is learnt, and the most a learnt
+	// one may be (the policy's gate idle; default DefaultQuietCeiling).
+	Ceiling time.Duration
+	// Floor is the least a learnt gap may be (default DefaultQuietFloor:
+	// a decode's sampling between two tokens, sub-millisecond, is no
+	// quiet, or a decode loop would be cut per token).
+	Floor time.Duration
+	// StepAfter is how long a busy period lasts without a quiet gap before
+	// the process counts as never quiet and is measured per step (default
+	// DefaultStepAfter).
+	StepAfter time.Duration
+	// Busy, when set, reports whether a thread of the process is busy in
+	// ways the events do not show now: a consumer that turns the launch
+	// probes off (the daemon's gate, while it holds) says so with Blind,
+	// and a quiet gap then also needs the thread of the last call not
+	// to be running. Asked by Tick only.
+	Busy func(tid uint32) bool
+}
+
+func (c DelimiterConfig) withDefaults() DelimiterConfig {
+	if c.Ceiling <= 0 {
+		c.Ceiling = DefaultQuietCeiling
+	}
+	if c.Floor <= 0 {
+		c.Floor = DefaultQuietFloor
+	}
+	c.Floor = min(c.Floor, c.Ceiling)
+	if c.StepAfter <= 0 {
+		c.StepAfter = DefaultStepAfter
+	}
+	return c
+}
+
+// syncBound is how long, in ceilings, a thread inside a synchronize keeps
+// its process busy without a further event: a return lost (the probes
+// went off during the call) costs at most this.
+const syncBound = 40
+
+// Delimiter is the one definition of an LC request (docs/TRACING.md,
+// "Requests"), for one process, from its launch and synchronize calls on
+// all its threads: a request is a busy period, from the first launch (or
+// synchronize) after the process was quiet for its quiet gap (no thread
+// launching, none inside a synchronize) to the return of the last
+// synchronize before the next quiet gap. Its latency is the GPU part of
+// the request as the app's threads wait for it: CPU work before the first
+// launch is not in it.
+//
+// The quiet gap is learnt from the process's own gaps between busy
+// moments, which form two clusters: launch gaps inside a request
+// (microseconds to about a millisecond) and gaps between requests
+// (milliseconds and more); see gapHist.threshold. Until it is learnt the
+// gap is the ceiling (the policy's gate idle).
+//
+// A request ends only once its quiet gap has passed: the next event, or
+// Tick with the present time, closes it. A process that stays busy for
+// StepAfter without a quiet gap is never quiet: from then on it is
+// measured per step (KindStep: a thread's synchronize return to its next
+// one, with launches between) and that busy period is no request; the
+// next quiet gap ends step mode.
+//
+// Memory is bounded: a fixed histogram, and a few words per thread that
+// is inside a synchronize or has synchronized in the current busy period.
+// Not safe for concurrent use.
+type Delimiter struct {
+	cfg  DelimiterConfig
+	pid  uint32
+	comm string
+	// blind: the consumer does not see launches now (Blind).
+	blind bool
+
+	// syncing holds the threads inside a synchronize, each with its entry.
+	syncing map[uint32]uint64
+	// last is the last busy moment (a launch, a synchronize's entry or
+	// return), lastTID its thread; seen: there was one.
+	last    uint64
+	lastTID uint32
+	seen    bool
+	// sawBusy: Tick found the process busy by Busy since last.
+	sawBusy bool
+
+	// The busy period: open since start, launches in it, and its last
+	// synchronize return (end, 0: none yet).
+	open      bool
+	start     uint64
+	launches  int
+	end       uint64
+	endTID    uint32
+	syncEnter uint64
+	sync      string
+	result    uint32
+	// steps: per thread, its last synchronize return in this busy period
+	// and the period's launches then.
+	steps map[uint32]stepMark
+
+	mode RequestKind
+	gaps gapHist
+	gap  time.Duration // the learnt gap; 0: not learnt
+	// sinceLearn counts gaps recorded since the gap was last worked out.
+	sinceLearn int
+}
+
+type stepMark struct {
+	at       uint64
+	launches int
+}
+
+// NewDelimiter returns a Delimiter for process pid.
+func NewDelimiter(pid uint32, cfg DelimiterConfig) *Delimiter {
+	return &Delimiter{cfg: cfg.withDefaults(), pid: pid, syncing: map[uint32]uint64{}, steps: map[uint32]stepMark{}}
+}
+
+// SetCeiling changes the ceiling (the policy's gate idle was reloaded).
+func (d *Delimiter) SetCeiling(c time.Duration) {
+	cfg := d.cfg
+	cfg.Ceiling, cfg.Floor = c, 0
+	if d.cfg.Floor != DefaultQuietFloor {
+		cfg.Floor = d.cfg.Floor
+	}
+	d.cfg = cfg.withDefaults()
+}
+
+// Blind says whether the consumer sees the process's launches now. While
+// blind, a gap that ends at a synchronize is not learnt from (launches may
+// have filled it), and a quiet gap needs Busy's word at Tick.
+func (d *Delimiter) Blind(on bool) { d.blind = on }
+
+// Gap is the quiet gap in force: the learnt one, else the ceiling.
+func (d *Delimiter) Gap() time.Duration {
+	if d.gap == 0 {
+		return d.cfg.Ceiling
+	}
+	return min(max(d.gap, d.cfg.Floor), d.cfg.Ceiling)
+}
+
+// Learnt reports whether the gap is learnt (else Gap is the ceiling).
+func (d *Delimiter) Learnt() bool { return d.gap != 0 }
+
+// Mode is how the process is measured now: KindRequest, or KindStep while
+// it is never quiet.
+func (d *Delimiter) Mode() RequestKind { return d.mode }
+
+// Last is the last busy moment seen and its thread (zero: none).
+func (d *Delimiter) Last() (uint64, uint32) { return d.last, d.lastTID }
+
+// Syncing reports whether a thread is inside a synchronize at now
+// (entered less than the sync bound before).
+func (d *Delimiter) Syncing(now uint64) bool {
+	d.expire(now)
+	return len(d.syncing) > 0
+}
+
+// Open reports whether a busy period is open (not yet seen to end).
+func (d *Delimiter) Open() bool { return d.open }
+
+func (d *Delimiter) syncLimit() uint64 { return uint64(syncBound * d.cfg.Ceiling) }
+
+// expire forgets the threads inside a synchronize for longer than the
+// bound: their return was lost.
+func (d *Delimiter) expire(now uint64) {
+	for tid, at := range d.syncing {
+		if now > at && now-at >= d.syncLimit() {
+			delete(d.syncing, tid)
+		}
+	}
+}
+
+// quietBy reports whether the events say the process is quiet at now: no
+// thread in a synchronize, nothing for the gap since the last busy moment.
+func (d *Delimiter) quietBy(now uint64) bool {
+	d.expire(now)
+	return len(d.syncing) == 0 && d.seen && now >= d.last && time.Duration(now-d.last) >= d.Gap()
+}
+
+// Quiet reports whether the process is quiet at now as a request ends:
+// quiet by the events and, where Busy is set, its last call's thread not
+// busy (for at most the sync bound past that call). It asks Busy.
+func (d *Delimiter) Quiet(now uint64) bool {
+	if !d.quietBy(now) {
+		return false
+	}
+	if d.cfg.Busy != nil && now-d.last < d.syncLimit() && d.cfg.Busy(d.lastTID) {
+		d.sawBusy = true
+		return false
+	}
+	return true
+}
+
+// Tick closes the busy period if the process has been quiet for its gap
+// at now, and returns the request that ended, if any.
+func (d *Delimiter) Tick(now uint64) (Request, bool) {
+	if !d.open {
+		return Request{}, false
+	}
+	d.stepCheck(now)
+	if !d.Quiet(now) {
+		return Request{}, false
+	}
+	return d.close()
+}
+
+// Flush ends the busy period as the trace ends: what was served up to the
+// last synchronize return is a request (a thread still inside a
+// synchronize is not).
+func (d *Delimiter) Flush() (Request, bool) {
+	if !d.open || len(d.syncing) > 0 {
+		return Request{}, false
+	}
+	return d.close()
+}
+
+// close ends the busy period and returns it as a request, unless it was
+// measured per step or served nothing.
+func (d *Delimiter) close() (Request, bool) {
+	r := Request{PID: d.pid, TID: d.endTID, Comm: d.comm, Kind: KindRequest, Start: d.start, Launches: d.launches,
+		SyncEnter: d.syncEnter, End: d.end, Sync: d.sync, Result: d.result}
+	wasStep := d.mode == KindStep
+	d.open, d.launches, d.end, d.endTID, d.syncEnter, d.sync, d.result = false, 0, 0, 0, 0, "", 0
+	clear(d.steps)
+	d.mode = KindRequest // quiet again: the next busy period is a request until it outlasts StepAfter
+	if wasStep || r.End == 0 {
+		return Request{}, false // measured per step, or served nothing
+	}
+	return r, true
+}
+
+// stepCheck turns the process never quiet once its busy period outlasts
+// StepAfter.
+func (d *Delimiter) stepCheck(now uint64) {
+	if d.open && d.mode == KindRequest && now > d.start && time.Duration(now-d.start) >= d.cfg.StepAfter {
+		d.mode = KindStep
+	}
+}
+
+// Apply folds one event in and returns the request (or step) it ended, if
+// any. Events of other processes are ignored; a TaskExit of the process
+// drops what is open.
+func (d *Delimiter) Apply(ev Event) (Request, bool) {
+	switch e := ev.(type) {
+	case *TaskExit:
+		if e.PID == d.pid {
+			d.open, d.launches, d.end = false, 0, 0
+			clear(d.syncing)
+			clear(d.steps)
+			d.last, d.lastTID, d.seen = 0, 0, false
+		}
+		return Request{}, false
+	case *Call:
+		if e.PID != d.pid || (e.Role != RoleLaunch && e.Role != RoleSync) {
+			return Request{}, false
+		}
+		return d.call(e)
+	}
+	return Request{}, false
+}
+
+func (d *Delimiter) call(e *Call) (Request, bool) {
+	t := e.At
+	if d.comm == "" {
+		d.comm = e.Comm
+	}
+	var out Request
+	var emitted bool
+	d.stepCheck(t)
+	// The gap that this event ends, if the process was quiet before it.
+	if d.quietBy(t) && d.open && !d.sawBusy {
+		out, emitted = d.close()
+	}
+	d.expire(t)
+	if len(d.syncing) == 0 && d.seen && t > d.last && !d.sawBusy && (!d.blind || e.Role == RoleLaunch && e.Kind == CallEnter) {
+		d.learn(time.Duration(t - d.last))
+	}
+	d.sawBusy = false
+	opens := e.Kind == CallEnter // a launch, or a synchronize of work whose launches were not seen
+	if !d.open && opens {
+		d.open, d.start = true, t
+	}
+	switch {
+	case e.Role == RoleLaunch && e.Kind == CallEnter:
+		d.launches++
+	case e.Role == RoleSync && e.Kind == CallEnter:
+		d.syncing[e.TID] = t
+	case e.Role == RoleSync && e.Kind == CallReturn:
+		enter := d.syncing[e.TID]
+		delete(d.syncing, e.TID)
+		if !d.open {
+			break // a return whose call began before tracing did
+		}
+		d.end, d.endTID, d.syncEnter, d.sync, d.result = t, e.TID, enter, e.Symbol, uint32(e.Ret)
+		if s, ok := d.step(e, t); ok {
+			out, emitted = s, true
+		}
+	}
+	d.last, d.lastTID, d.seen = t, e.TID, true
+	return out, emitted
+}
+
+// step records a synchronize return of thread e.TID and returns the step
+// it ends, in step mode: from the thread's previous return in this busy
+// period (or the period's start) to this one, if launches came between.
+func (d *Delimiter) step(e *Call, t uint64) (Request, bool) {
+	prev, ok := d.steps[e.TID]
+	if !ok {
+		prev = stepMark{at: d.start}
+	}
+	d.steps[e.TID] = stepMark{at: t, launches: d.launches}
+	if d.mode != KindStep || d.launches == prev.launches || t < prev.at {
+		return Request{}, false
+	}
+	return Request{PID: d.pid, TID: e.TID, Comm: d.comm, Kind: KindStep, Start: prev.at, Launches: d.launches - prev.launches,
+		SyncEnter: d.syncEnter, End: t, Sync: e.Symbol, Result: uint32(e.Ret)}, true
+}
+
+// learn records one gap between busy moments and works the quiet gap out
+// again: at each gap until one is learnt, then after every relearnEvery
+// gaps, and at once after a gap at least the one in force (one between
+// requests).
+func (d *Delimiter) learn(g time.Duration) {
+	d.gaps.add(g)
+	d.sinceLearn++
+	if d.gap == 0 || d.sinceLearn >= relearnEvery || g >= d.Gap() {
+		d.sinceLearn = 0
+		d.gap = d.gaps.threshold()
+	}
+}
+
+const relearnEvery = 32
+
+// gapHist is a log-bucketed histogram of recent gaps between busy moments,
+// weighted by their time: gaps inside a request are many and short, gaps
+// between requests few and long, and by time both weigh. It decays by
+// halving whenever recordedDecay of gap time (or decayCount gaps) was
+// added since the last halving.
+type gapHist struct {
+	w, n   [gapBuckets]float64 // time (ns) and count per bucket
+	sinceT float64
+	sinceN int
+}
+
+const (
+	// Buckets of a factor √2 from 1 us: the last starts at 2^23.5 us (~12 s).
+	gapBuckets = 48
+	gapBase    = float64(time.Microsecond)
+	decayTime  = float64(10 * time.Second)
+	decayCount = 1 << 20
+	heavyShare = 0.01 // a bucket holding less of the gap time is noise
+	minSplit   = 16.0 // the least ratio between the clusters' edges
+	minQuiet   = 0.2  // the least share of the gap time in the cluster above the split
+	minBetween = 3    // gaps above the split: requests seen to end
+	minWithin  = 8    // gaps below it
+)
+
+func gapBucket(g time.Duration) int {
+	if float64(g) < gapBase {
+		return 0
+	}
+	b := int(2 * math.Log2(float64(g)/gapBase))
+	return min(max(b, 0), gapBuckets-1)
+}
+
+// bucketLow is the lower edge of bucket b (0 for the first).
+func bucketLow(b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return gapBase * math.Pow(2, float64(b)/2)
+}
+
+func (h *gapHist) add(g time.Duration) {
+	b := gapBucket(g)
+	h.w[b] += float64(g)
+	h.n[b]++
+	h.sinceT += float64(g)
+	h.sinceN++
+	if h.sinceT >= decayTime || h.sinceN >= decayCount {
+		for i := range h.w {
+			h.w[i] /= 2
+			h.n[i] /= 2
+		}
+		h.sinceT, h.sinceN = 0, 0
+	}
+}
+
+// threshold splits the gaps in two clusters and returns a gap between
+// them (0: no split yet). A bucket counts if it holds at least heavyShare
+// of the gaps or of the gap time (the many short gaps inside requests,
+// the few long ones between them); a stray gap is noise. Counted buckets
+// whose edges are at least minSplit apart are in different clusters (a
+// clear split). A split between two clusters needs at least minWithin
+// gaps below it and minBetween above, and the cluster just above it must
+// hold at least minQuiet of the gap time: the time between requests is
+// most of the time an LC is not busy, while a decode's sampling between
+// tokens, though it may be a cluster of its own, is a few percent of it.
+// The lowest such split wins: a rare long pause (traffic that stops for
+// seconds) above the gaps that end every request does not hide them. The
+// threshold is the geometric mean of its edges: the top of the cluster
+// below and the bottom of the one above. Without such a split the gap
+// stays the ceiling, as safe as before: a request with a pause of its
+// own (CPU work between two GPU phases) is not cut there.
+func (h *gapHist) threshold() time.Duration {
+	var totalW, totalN float64
+	for b := range h.w {
+		totalW, totalN = totalW+h.w[b], totalN+h.n[b]
+	}
+	if totalW <= 0 {
+		return 0
+	}
+	// Clusters: runs of counted buckets, [first, last].
+	type cluster struct{ first, last int }
+	var cs []cluster
+	for b := range h.w {
+		if h.w[b] < heavyShare*totalW && h.n[b] < heavyShare*totalN {
+			continue
+		}
+		if n := len(cs); n > 0 && bucketLow(b) < minSplit*bucketLow(cs[n-1].last+1) {
+			cs[n-1].last = b
+			continue
+		}
+		cs = append(cs, cluster{b, b})
+	}
+	var below float64
+	j := 0
+	for i := 0; i+1 < len(cs); i++ {
+		for ; j <= cs[i].last; j++ {
+			below += h.n[j]
+		}
+		var upW float64
+		for b := cs[i+1].first; b <= cs[i+1].last; b++ {
+			upW += h.w[b]
+		}
+		if below >= minWithin && totalN-below >= minBetween && upW >= minQuiet*totalW {
+			return time.Duration(math.Sqrt(bucketLow(cs[i].last+1) * bucketLow(cs[i+1].first)))
+		}
+	}
+	return 0
+}
