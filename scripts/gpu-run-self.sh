@@ -45,6 +45,8 @@
 # BE idle) with its bootstrap CI, and for slo scenarios the daemon's
 # latency source and p50 beside the app's (within ±10%).
 #
+# SETTINGS="static slo" runs those settings alone, NO_STANDALONE=1 drops the
+# standalone run (the ratios are within each process; abs needs it).
 # DRY_RUN=1 prints the plan (policies, bench commands); PIN_ARGS pins the
 # workers (--lc-cpus 2-3 --be-cpus 4-5). Results: $W (default
 # /tmp/gpreempt-self-out); $OUT gets summary.md, summary.txt,
@@ -96,6 +98,7 @@ settings() {
     eager|graph) s="static gate 1us slo abs";;
     pushed|scraped) s="static slo";;
   esac
+  s=${SETTINGS:-$s} # SETTINGS="static slo" runs those alone (a shorter call)
   local a=($s) n i out=""
   n=${#a[@]}
   for ((i = 0; i < n; i++)); do out="$out ${a[$(( (i + REP - 1) % n ))]}"; done
@@ -111,7 +114,7 @@ scenario() {
 }
 scenarios() {
   local p=$1 list=() s
-  case $p in pushed|scraped) ;; *) list+=("$(scenario $p standalone)");; esac
+  case $p in pushed|scraped) ;; *) [ -n "${NO_STANDALONE:-}" ] || list+=("$(scenario $p standalone)");; esac
   for s in $(settings $p); do list+=("$(scenario $p $s)"); done
   case $p in *-slo) ;; *) list+=("$(scenario $p beonly)");; esac
   local IFS=,; echo "${list[*]}"
