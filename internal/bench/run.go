@@ -140,7 +140,7 @@ func runAll(ctx context.Context, o runOptions, env runEnv) error {
 	if slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.SLO }) && len(o.DaemonPolicies) == 0 {
 		// LC workers push one latency window per observation. (Under
 		// --daemon-policy the window is read after each policy is in.)
-		if r.o.SLOWindow, err = sloWindow(ctx, fetchStatus(o.DaemonSocket)); err != nil {
+		if r.o.SLOWindow, err = sloWindow(ctx, fetchStatus(o.DaemonSocket), sloPatience); err != nil {
 			return err
 		}
 	}

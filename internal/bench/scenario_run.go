@@ -48,7 +48,7 @@ func (r *runner) runScenario(ctx context.Context, s slot, prior []*ScenarioResul
 		return sr, err
 	}
 	if sc.SLO && len(r.o.DaemonPolicies) > 0 {
-		if r.o.SLOWindow, err = sloWindow(ctx, fetchStatus(r.o.DaemonSocket)); err != nil {
+		if r.o.SLOWindow, err = sloWindow(ctx, fetchStatus(r.o.DaemonSocket), sloPatience); err != nil {
 			return sr, err
 		}
 	}

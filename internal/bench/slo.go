@@ -106,14 +106,27 @@ func parseSLOStatus(b []byte) (SLOSample, error) {
 
 // sloWindow asks gpreemptd for its SLO window, the period LC workers push
 // their latency at: one push per observation.
-func sloWindow(ctx context.Context, fetch func(context.Context) ([]byte, error)) (time.Duration, error) {
-	b, err := fetch(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("slo: scenarios need gpreemptd in SLO mode: %w", err)
-	}
-	st, err := sloStatus(b)
-	if err != nil {
-		return 0, fmt.Errorf("slo: scenarios: %w", err)
+// A policy that turns SLO mode on takes effect at the daemon's next step
+// (a window after the reload at most): it is asked again every
+// sloRetry for up to patience.
+func sloWindow(ctx context.Context, fetch func(context.Context) ([]byte, error), patience time.Duration) (time.Duration, error) {
+	deadline := time.Now().Add(patience)
+	var st *client.SLO
+	for {
+		b, err := fetch(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("slo: scenarios need gpreemptd in SLO mode: %w", err)
+		}
+		if st, err = sloStatus(b); err == nil {
+			break
+		} else if !time.Now().Before(deadline) {
+			return 0, fmt.Errorf("slo: scenarios: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(sloRetry):
+		}
 	}
 	w, err := time.ParseDuration(st.Window)
 	if err != nil || w <= 0 {
@@ -121,6 +134,13 @@ func sloWindow(ctx context.Context, fetch func(context.Context) ([]byte, error))
 	}
 	return w, nil
 }
+
+// sloRetry and sloPatience: how often and how long the bench asks for
+// SLO mode after a reload that turns it on.
+const (
+	sloRetry    = 250 * time.Millisecond
+	sloPatience = 10 * time.Second
+)
 
 // sloPoller records the daemon's SLO status every interval until its
 // context ends. Its fetch, clock and sleep are injected for tests.
@@ -224,7 +244,7 @@ const beAloneWindows = 10
 // logged and the run goes on (BE share unknown for that process).
 func (run *scenarioRun) waitBEAlone(ctx context.Context) error {
 	fetch := fetchStatus(run.r.o.DaemonSocket)
-	window, err := sloWindow(ctx, fetch)
+	window, err := sloWindow(ctx, fetch, sloPatience)
 	if err != nil {
 		return err
 	}

@@ -715,7 +715,7 @@ func TestSLOWindow(t *testing.T) {
 		{"no daemon", ``, os.ErrNotExist, 0, "need gpreemptd in SLO mode"},
 		{"not JSON", `<html>`, nil, 0, "gpreemptd status"},
 	} {
-		got, err := sloWindow(context.Background(), fetch(c.body, c.err))
+		got, err := sloWindow(context.Background(), fetch(c.body, c.err), 0)
 		if got != c.want || (c.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.wantErr)) {
 			t.Errorf("%s: %v, %v; want %v, error with %q", c.name, got, err, c.want, c.wantErr)
 		}
