@@ -76,6 +76,9 @@ type Config struct {
 	// PeerKey names whose share of the socket's connections and requests
 	// a connection counts against (API.PeerKey); nil: its uid.
 	PeerKey func(net.Conn) (string, error)
+	// Tenant names whose part of the gate's share an LC's holds count
+	// against (RequestGate.Tenant); nil: its uid.
+	Tenant func(pid int) string
 	// Scan bounds discovery (tsg.ScanOptions).
 	Scan tsg.ScanOptions
 	Log  *slog.Logger
@@ -190,7 +193,15 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	// runs again once both released it.
 	d.slo.Pause = d.pause.Holder("slo")
 	d.gate = NewRequestGate(d.rec, d.pause.Holder("gate"), d.log)
+	if cfg.Tenant != nil {
+		d.gate.Tenant = cfg.Tenant
+	}
 	d.slo.Gate = d.gate // SLO mode chooses, per GPU, whether the gate holds
+	// The node's own libcuda is read whoever owns it (a process's
+	// library is read only if root's, or this very file).
+	if lib, err := trace.FindLibrary(trace.LibCUDA, cfg.LibCUDA, 0); err == nil {
+		trace.TrustLibrary(lib)
+	}
 	if err := d.gate.Register(d.metrics.Registry); err != nil {
 		return nil, err
 	}

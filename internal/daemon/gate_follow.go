@@ -117,13 +117,16 @@ func (g *RequestGate) followLCs(follow func([]policy.ProcRef)) {
 			delete(g.selfGated, pid) // gone, or no longer lc
 		}
 	}
+	// The share's parts are refilled at the rate of the tenants so far.
+	pol := g.Procs.Policy().Gate
+	g.refillLocked(g.Now(), pol)
 	changed := len(want) != len(g.lcs)
 	keep := map[int]bool{}
 	for _, r := range want {
 		keep[r.PID] = true
 		if lc := g.lcs[r.PID]; lc == nil || lc.ref.Start != r.Start {
 			changed = true
-			g.lcs[r.PID] = &gateLC{ref: r, last: g.Now(), syncing: map[uint32]time.Duration{}}
+			g.lcs[r.PID] = &gateLC{ref: r, last: g.Now(), syncing: map[uint32]time.Duration{}, tenant: g.Tenant(r.PID)}
 		} else {
 			lc.ref.GPUs = r.GPUs // learnt since it was followed
 		}
@@ -134,6 +137,7 @@ func (g *RequestGate) followLCs(follow func([]policy.ProcRef)) {
 			delete(g.lcs, pid)
 		}
 	}
+	g.pruneBucketsLocked(pol)
 	g.mu.Unlock()
 	if changed && follow != nil {
 		follow(want)
