@@ -71,10 +71,6 @@ type RequestGate struct {
 	open    map[int]*gateHold
 	tokens  time.Duration // the share's budget left
 	refill  time.Duration // when tokens were last refilled
-	// buckets are each tenant's part of the share (Share over the
-	// tenants of the LCs followed), refilled with tokens: one tenant's
-	// LCs keep another's BE stopped no more than its part.
-	buckets map[string]*time.Duration
 	stats   GateStats
 	metrics *gateMetrics
 	cmds    chan gateCmd // requests that began, for the loop to hold BE
@@ -88,6 +84,10 @@ type RequestGate struct {
 	// steered: LC processes whose holding SLO mode decides (Steer), by
 	// pid: held only where true; the others as the policy's mode says.
 	steered map[int]bool
+	// buckets are each tenant's part of the share (Share over the
+	// tenants of the LCs followed), refilled with tokens: one tenant's
+	// LCs keep another's BE stopped no more than its part.
+	buckets map[string]*time.Duration
 }
 
 // gateCmd is a request that began: a launch of pid seen while it held
@@ -136,9 +136,10 @@ func (lc *gateLC) undelimited() bool { return lc.overran >= overrunLimit }
 
 // gateHold is one open hold: an LC request and the BE it stopped.
 type gateHold struct {
-	since  time.Duration
-	be     []policy.ProcRef
-	tenant string // whose part of the share it counts against
+	since time.Duration
+	be    []policy.ProcRef
+	// tenant is whose part of the share it counts against.
+	tenant string
 }
 
 // gateMargin is added to MaxHold for the watchdog's deadline: the daemon
