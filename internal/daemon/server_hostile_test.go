@@ -135,4 +135,3 @@ func (l *lockedBuffer) count(s string) int {
 	defer l.mu.Unlock()
 	return strings.Count(l.b.String(), s)
 }
-

@@ -55,22 +55,33 @@ func statID(st *unix.Stat_t) fileID {
 	return fileID{dev: st.Dev, ino: st.Ino, mtime: st.Mtim.Nano(), size: st.Size}
 }
 
-// known holds the (dev, inode) of libraries the daemon trusts whoever owns
-// them (TrustLibrary).
+// known holds the libraries the daemon trusts whoever owns them
+// (TrustLibrary), by device, inode, change time and size: an inode number
+// is reused once its file is gone (a driver upgrade replaces libcuda), and
+// its change time is the kernel's to set, not the new owner's.
 var known = struct {
 	sync.Mutex
-	m map[[2]uint64]bool
-}{m: map[[2]uint64]bool{}}
+	m map[knownID]bool
+}{m: map[knownID]bool{}}
+
+type knownID struct {
+	dev, ino    uint64
+	ctime, size int64
+}
+
+func knownOf(st *unix.Stat_t) knownID {
+	return knownID{dev: st.Dev, ino: st.Ino, ctime: st.Ctim.Nano(), size: st.Size}
+}
 
 // TrustLibrary marks the file at path as a known libcuda: a process that
-// maps that same file (device and inode) has it read whoever owns it.
+// maps that same file has it read whoever owns it.
 func TrustLibrary(path string) error {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrNoLibrary, path, err)
 	}
 	known.Lock()
-	known.m[[2]uint64{st.Dev, st.Ino}] = true
+	known.m[knownOf(&st)] = true
 	known.Unlock()
 	return nil
 }
@@ -79,7 +90,7 @@ func TrustLibrary(path string) error {
 // writable by no one else, or known.
 func trusted(st *unix.Stat_t) error {
 	known.Lock()
-	ok := known.m[[2]uint64{st.Dev, st.Ino}]
+	ok := known.m[knownOf(st)]
 	known.Unlock()
 	switch {
 	case ok:

@@ -115,8 +115,17 @@ func TestLibraryRefusesHostileFiles(t *testing.T) {
 	if err := TrustLibrary(others); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { known.Lock(); clear(known.m); known.Unlock() })
 	if _, _, err := ResolveProbes([]Probe{{Library: others, Symbol: "cuLaunchKernel", Role: RoleLaunch}}); err != nil {
 		t.Errorf("a known library of another owner: %v", err)
+	}
+	// Changed since (its change time moves; an inode reused by another
+	// file has another): no longer the file known.
+	if err := os.Chmod(others, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ResolveProbes([]Probe{{Library: others, Symbol: "cuLaunchKernel", Role: RoleLaunch}}); !errors.Is(err, ErrUntrustedLibrary) {
+		t.Errorf("a known library changed since: %v; want ErrUntrustedLibrary", err)
 	}
 }
 
