@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -243,5 +244,55 @@ func TestDocsPodMountsTheSocketReadOnly(t *testing.T) {
 	}
 	if found == 0 {
 		t.Fatal("docs/KUBERNETES.md: no pod example mounting /run/gpreempt")
+	}
+}
+
+// TestLivenessProbeOverTheSocket (issue 52, finding 7): the liveness probe
+// scraped /metrics, whose server admits 4 connections per remote address:
+// a local user holding loopback slots made 20 of 20 probes fail (a
+// restart loop where probes come from the node's address). The probe now
+// asks the daemon over its socket, as root in its own container, whose
+// share of the socket no other user or pod can fill.
+func TestLivenessProbeOverTheSocket(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", "gpreempt.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var ds struct {
+			Kind string `json:"kind"`
+			Spec struct {
+				Template struct {
+					Spec struct {
+						Containers []struct {
+							Name          string `json:"name"`
+							LivenessProbe *struct {
+								HTTPGet any `json:"httpGet"`
+								Exec    *struct {
+									Command []string `json:"command"`
+								} `json:"exec"`
+							} `json:"livenessProbe"`
+						} `json:"containers"`
+					} `json:"spec"`
+				} `json:"template"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &ds); err != nil || ds.Kind != "DaemonSet" {
+			continue
+		}
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			p := c.LivenessProbe
+			if p == nil {
+				continue
+			}
+			found = true
+			if p.HTTPGet != nil || p.Exec == nil || !slices.Contains(p.Exec.Command, "status") || !strings.Contains(strings.Join(p.Exec.Command, " "), "--socket=") {
+				t.Errorf("container %s: liveness probe %+v; want gpreemptctl daemon status over the socket", c.Name, p)
+			}
+		}
+	}
+	if !found {
+		t.Error("no liveness probe in the rendered DaemonSet")
 	}
 }

@@ -82,6 +82,9 @@ type Config struct {
 	// PeerKey names whose share of the socket's connections and requests
 	// a connection counts against (API.PeerKey); nil: its uid.
 	PeerKey func(net.Conn) (string, error)
+	// Tenant names whose part of the gate's share an LC's holds count
+	// against (RequestGate.Tenant); nil: its uid.
+	Tenant func(pid int) string
 	// Scan bounds discovery (tsg.ScanOptions).
 	Scan tsg.ScanOptions
 	Log  *slog.Logger
@@ -102,6 +105,7 @@ type Daemon struct {
 	rec     *Reconciler
 	slo     *slomode.Loop
 	gate    *RequestGate
+	pause   *Pauser
 	metrics *Metrics
 	ctl     Controller
 	lister  Lister
@@ -175,6 +179,12 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.takeLock(); err != nil {
 		return nil, err
 	}
+	// First, what a previous daemon left stopped and no watchdog resumed
+	// (its whole cgroup killed with its watchdog, say).
+	d.pause = &Pauser{StateDir: LockDir(cfg.Socket), Log: d.log}
+	if n, err := d.pause.ResumeRecorded(); n > 0 || err != nil {
+		d.log.Warn("resumed BE processes a previous gpreemptd left stopped", "processes", n, "err", err)
+	}
 	if d.inspect = cfg.Inspect; d.inspect == nil {
 		d.inspect = &ProcInspector{GPU: cfg.GPU, FDs: fds}
 	}
@@ -186,13 +196,25 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.rec = NewReconciler(pol, d.ctl, d.inspect, d.metrics, cfg.Reconcile, d.log)
 	d.metrics.SetGroups(d.rec.GroupsByClass)
 	d.slo = NewSLOLoop(d.rec, d.metrics, d.log)
-	d.slo.Pause = &Pauser{}
-	// The gate's own pauser: what it stops, it alone resumes.
-	d.gate = NewRequestGate(d.rec, &Pauser{}, d.log)
+	// One pauser, two holders: a BE the gate and calibration both stop
+	// runs again once both released it.
+	d.slo.Pause = d.pause.Holder("slo")
+	d.gate = NewRequestGate(d.rec, d.pause.Holder("gate"), d.log)
+	if cfg.Tenant != nil {
+		d.gate.Tenant = cfg.Tenant
+	}
 	d.slo.Gate = d.gate // SLO mode chooses, per GPU, whether the gate holds
+	// The node's own libcuda is read whoever owns it (a process's
+	// library is read only if root's, or this very file).
+	if lib, err := trace.FindLibrary(trace.LibCUDA, cfg.LibCUDA, 0); err == nil {
+		trace.TrustLibrary(lib)
+	}
 	if err := d.gate.Register(d.metrics.Registry); err != nil {
 		return nil, err
 	}
+	d.metrics.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpreemptd_pause_self_resumed_total",
+		Help: "BE processes found running while held stopped (resumed by their owner), and stopped again."},
+		func() float64 { return float64(d.pause.SelfResumed()) }))
 	if cfg.TraceRequests {
 		t, untrace, err := OpenTracedLatency(ctx, cfg.LibCUDA, d.log)
 		switch {
@@ -474,8 +496,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.mserver != nil {
 		d.mserver.Shutdown(shut)
 	}
-	wg.Wait()
-	d.slo.Close()
+	// Every loop ends at ctx's end, unless one waits in the kernel for
+	// good (a process's file it reads: attach bounds that, this is the
+	// backstop). BE is resumed and the groups restored whether or not.
+	if !waitBounded(&wg, shutdownWait) {
+		d.log.Error("stopping: a loop did not end; resuming BE and restoring the groups without it", "waited", shutdownWait)
+		d.resumeAll()
+	} else {
+		d.slo.Close()
+	}
 	if d.cfg.LeaveSettings {
 		d.log.Info("leaving the groups' settings as they are (--leave-settings)")
 	} else {
@@ -487,7 +516,39 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return err
 }
 
+// shutdownWait bounds how long a stopping daemon waits for its loops
+// before it restores (SIGTERM to exit within 5 s: the restore itself is
+// a few calls per group).
+const shutdownWait = 2 * time.Second
+
+// waitBounded waits for wg until d has passed; it reports whether wg
+// ended.
+func waitBounded(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// resumeAll resumes every BE the daemon holds stopped.
+func (d *Daemon) resumeAll() {
+	if err := d.pause.ResumeAll(); err != nil {
+		d.log.Error("resuming BE processes", "err", err)
+	}
+}
+
 func (d *Daemon) close() {
+	if d.pause != nil {
+		if err := d.pause.Close(); err != nil {
+			d.log.Error("resuming BE processes", "err", err)
+		}
+	}
 	if d.hup != nil {
 		signal.Stop(d.hup)
 	}

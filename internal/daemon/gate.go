@@ -3,9 +3,11 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,6 +64,9 @@ type RequestGate struct {
 	// idle time is launching the request's next step, one that sleeps
 	// waits for the next request.
 	Running func(pid, tid int) bool
+	// Tenant names whose share an LC's holds count against: its pod
+	// under Kubernetes, else its uid (default: the uid in /proc).
+	Tenant func(pid int) string
 
 	mu      sync.Mutex
 	lcs     map[int]*gateLC // LC processes the gate follows, by pid
@@ -81,6 +86,10 @@ type RequestGate struct {
 	// steered: LC processes whose holding SLO mode decides (Steer), by
 	// pid: held only where true; the others as the policy's mode says.
 	steered map[int]bool
+	// buckets are each tenant's part of the share (Share over the
+	// tenants of the LCs followed), refilled with tokens: one tenant's
+	// LCs keep another's BE stopped no more than its part.
+	buckets map[string]*time.Duration
 }
 
 // gateCmd is a request that began: a launch of pid seen while it held
@@ -119,6 +128,8 @@ type gateLC struct {
 	// a hold's end (queued for the loop while the hold opened) is no new
 	// request once it ended.
 	epoch uint64
+	// tenant is whose share its holds count against (Tenant).
+	tenant string
 }
 
 // undelimited: lc's holds ran to MaxHold overrunLimit times in a row
@@ -129,6 +140,8 @@ func (lc *gateLC) undelimited() bool { return lc.overran >= overrunLimit }
 type gateHold struct {
 	since time.Duration
 	be    []policy.ProcRef
+	// tenant is whose part of the share it counts against.
+	tenant string
 }
 
 // gateMargin is added to MaxHold for the watchdog's deadline: the daemon
@@ -145,7 +158,8 @@ func NewRequestGate(procs interface {
 	}
 	g := &RequestGate{Procs: procs, Pause: pause, Log: log, Now: monotonic,
 		lcs: map[int]*gateLC{}, open: map[int]*gateHold{}, cmds: make(chan gateCmd, 64), metrics: newGateMetrics(),
-		arming: map[int]bool{}, armKick: make(chan struct{}, 1), selfGated: map[int]bool{}, Running: threadRunning}
+		arming: map[int]bool{}, armKick: make(chan struct{}, 1), selfGated: map[int]bool{}, Running: threadRunning,
+		Tenant: UIDTenant, buckets: map[string]*time.Duration{}}
 	g.tokens = g.capacity(procs.Policy().Gate)
 	return g
 }
@@ -318,6 +332,11 @@ func (g *RequestGate) Run(ctx context.Context, follow func(lcs []policy.ProcRef)
 		case <-tick.C:
 			g.Tick()
 		case <-resync.C:
+			// A BE its owner resumed while a hold is open is stopped
+			// again (the pauser checks each held process's state).
+			if e, ok := g.Pause.(interface{ Enforce() int }); ok && g.holdsOpen() {
+				e.Enforce()
+			}
 			if p := g.tickPeriod(); p != period {
 				period = p
 				tick.Reset(period)
@@ -368,14 +387,18 @@ func (g *RequestGate) command(c gateCmd) bool {
 		g.mu.Unlock()
 		return false
 	}
-	if g.tokens < pol.MaxHold {
+	// The tenant's part, inside the share: a part smaller than MaxHold
+	// (many tenants) holds once it is full, and pays it back.
+	bucket := g.bucketLocked(lc.tenant, pol)
+	if g.tokens < pol.MaxHold || *bucket < min(pol.MaxHold, g.tenantCapacity(pol)) {
 		g.stats.Refused++
 		g.metrics.refused.Inc()
 		g.mu.Unlock()
 		return false
 	}
 	g.tokens -= pol.MaxHold
-	h := &gateHold{since: now, be: sharingGPU(g.Procs.InClass(class.BE), lc.ref)}
+	*bucket -= pol.MaxHold
+	h := &gateHold{since: now, be: sharingGPU(g.Procs.InClass(class.BE), lc.ref), tenant: lc.tenant}
 	g.open[pid] = h
 	g.armLocked(pid)
 	g.stats.Held++
@@ -449,7 +472,10 @@ func (g *RequestGate) closeLocked(pid int, cause string) {
 	span := now - h.since
 	pol := g.Procs.Policy().Gate
 	g.refillLocked(now, pol)
-	g.tokens = min(g.capacity(pol), g.tokens+max(0, pol.MaxHold-span))
+	back := max(0, pol.MaxHold-span)
+	g.tokens = min(g.capacity(pol), g.tokens+back)
+	b := g.bucketLocked(h.tenant, pol)
+	*b = min(g.tenantCapacity(pol), *b+back)
 	if g.stats.Closed == nil {
 		g.stats.Closed = map[string]uint64{}
 	}
@@ -494,8 +520,75 @@ func (g *RequestGate) resumeLocked(pid int) {
 func (g *RequestGate) refillLocked(now time.Duration, pol policy.Gate) {
 	if now > g.refill {
 		g.tokens = min(g.capacity(pol), g.tokens+time.Duration(float64(now-g.refill)*pol.Share))
+		part, capacity := pol.Share/float64(g.tenantsLocked()), g.tenantCapacity(pol)
+		for _, b := range g.buckets {
+			*b = min(capacity, *b+time.Duration(float64(now-g.refill)*part))
+		}
 		g.refill = now
 	}
+}
+
+// tenantsLocked is how many tenants the LCs followed belong to (at least
+// one).
+func (g *RequestGate) tenantsLocked() int {
+	seen := map[string]bool{}
+	for _, lc := range g.lcs {
+		seen[lc.tenant] = true
+	}
+	return max(1, len(seen))
+}
+
+// tenantCapacity is one tenant's part of the share's budget.
+func (g *RequestGate) tenantCapacity(pol policy.Gate) time.Duration {
+	return time.Duration(pol.Share / float64(g.tenantsLocked()) * float64(policy.GateWindow))
+}
+
+// bucketLocked is tenant's part of the budget, made full at its first
+// LC. A tenant's part is kept while it is in debt, so that a tenant whose
+// LCs come and go pays for its holds.
+func (g *RequestGate) bucketLocked(tenant string, pol policy.Gate) *time.Duration {
+	b := g.buckets[tenant]
+	if b == nil {
+		full := g.tenantCapacity(pol)
+		b = &full
+		g.buckets[tenant] = b
+	}
+	return b
+}
+
+// pruneBucketsLocked forgets the parts of tenants with no LC followed
+// and no debt (a new part would be as full).
+func (g *RequestGate) pruneBucketsLocked(pol policy.Gate) {
+	capacity := g.tenantCapacity(pol)
+	for t, b := range g.buckets {
+		if *b >= capacity && !slices.ContainsFunc(slices.Collect(maps.Values(g.lcs)), func(lc *gateLC) bool { return lc.tenant == t }) {
+			delete(g.buckets, t)
+		}
+	}
+}
+
+// UIDTenant is a process's tenant by its real uid (/proc/PID/status);
+// "" where it cannot be read.
+func UIDTenant(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+			if f := strings.Fields(v); len(f) > 0 {
+				return "uid " + f[0]
+			}
+		}
+	}
+	return ""
+}
+
+// holdsOpen reports whether a hold is open.
+func (g *RequestGate) holdsOpen() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.open) > 0
 }
 
 // Stats returns what the gate did.

@@ -118,6 +118,9 @@ func (g *RequestGate) followLCs(follow func([]policy.ProcRef)) {
 			delete(g.selfGated, pid) // gone, or no longer lc
 		}
 	}
+	// The share's parts are refilled at the rate of the tenants so far.
+	pol := g.Procs.Policy().Gate
+	g.refillLocked(g.Now(), pol)
 	changed := len(want) != len(g.lcs)
 	keep := map[int]bool{}
 	for _, r := range want {
@@ -128,7 +131,7 @@ func (g *RequestGate) followLCs(follow func([]policy.ProcRef)) {
 			g.lcs[pid] = &gateLC{ref: r, delim: trace.NewDelimiter(uint32(pid), trace.DelimiterConfig{Ceiling: g.Procs.Policy().Gate.Idle,
 				// While its launches are not traced, its last call's thread
 				// running is it launching the request's next step.
-				Busy: func(tid uint32) bool { return g.Running(pid, int(tid)) }})}
+				Busy: func(tid uint32) bool { return g.Running(pid, int(tid)) }}), tenant: g.Tenant(pid)}
 		} else {
 			lc.ref.GPUs = r.GPUs // learnt since it was followed
 		}
@@ -139,6 +142,7 @@ func (g *RequestGate) followLCs(follow func([]policy.ProcRef)) {
 			delete(g.lcs, pid)
 		}
 	}
+	g.pruneBucketsLocked(pol)
 	g.mu.Unlock()
 	if changed && follow != nil {
 		follow(want)

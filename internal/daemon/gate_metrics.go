@@ -54,15 +54,20 @@ func longRequests(spans []time.Duration) bool {
 	return s[len(s)/2] > 4*class.SwitchTime
 }
 
-// sharingGPU returns the processes of bes on a GPU lc uses; a process
-// whose GPUs are not known shares with everyone.
+// sharingGPU returns the processes of bes on a GPU lc uses; a BE whose
+// GPUs are not known may be on lc's. An LC whose GPUs are not known
+// shares with none: it stops nothing until its GPUs are known (one on
+// no known GPU stopped BE on every GPU).
 func sharingGPU(bes []policy.ProcRef, lc policy.ProcRef) []policy.ProcRef {
+	if len(lc.GPUs) == 0 {
+		return nil
+	}
 	var out []policy.ProcRef
 	for _, b := range bes {
 		if b.PID == lc.PID {
 			continue
 		}
-		if len(b.GPUs) == 0 || len(lc.GPUs) == 0 || slices.ContainsFunc(b.GPUs, func(i int) bool { return slices.Contains(lc.GPUs, i) }) {
+		if len(b.GPUs) == 0 || slices.ContainsFunc(b.GPUs, func(i int) bool { return slices.Contains(lc.GPUs, i) }) {
 			out = append(out, b)
 		}
 	}

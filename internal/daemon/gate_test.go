@@ -545,7 +545,7 @@ func TestGateRealPauser(t *testing.T) {
 // Run's loop holds BE for a request that began, turns the LC's launch
 // probes off for the request and back on once it ended.
 func TestGateRunArmsLaunchProbes(t *testing.T) {
-	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []policy.ProcRef{{PID: 10, Start: 1}}, be: []policy.ProcRef{{PID: 20, Start: 1}}}
+	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []policy.ProcRef{{PID: 10, Start: 1, GPUs: []int{0}}}, be: []policy.ProcRef{{PID: 20, Start: 1}}}
 	pause := &fakePause{stopped: map[int]bool{}}
 	g := NewRequestGate(procs, pause, nil)
 	var now atomic.Int64
@@ -578,7 +578,7 @@ func TestGateRunArmsLaunchProbes(t *testing.T) {
 // the H100 an eager LC under SLO mode's timeslice arms trapped 970,000
 // launches in 3 runs). Steered back on, or handed back, they come on.
 func TestGateSteeredOffDisarms(t *testing.T) {
-	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []policy.ProcRef{{PID: 10, Start: 1}}, be: []policy.ProcRef{{PID: 20, Start: 1}}}
+	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []policy.ProcRef{{PID: 10, Start: 1, GPUs: []int{0}}}, be: []policy.ProcRef{{PID: 20, Start: 1}}}
 	g := NewRequestGate(procs, &fakePause{stopped: map[int]bool{}}, nil)
 	var armed atomic.Int32 // 0: never asked, 1: off, 2: on
 	g.Arm = func(pid int, on bool) {
@@ -665,7 +665,7 @@ func TestGatePushedSelfGated(t *testing.T) {
 // itself, so that no Tick could end the hold before it returned: holds of
 // about 0.9 s for requests of 0.2-0.3 s on an H100.
 func TestGateEndsWhileArming(t *testing.T) {
-	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []policy.ProcRef{{PID: 10, Start: 1}}, be: []policy.ProcRef{{PID: 20, Start: 1}}}
+	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []policy.ProcRef{{PID: 10, Start: 1, GPUs: []int{0}}}, be: []policy.ProcRef{{PID: 20, Start: 1}}}
 	pause := &fakePause{stopped: map[int]bool{}}
 	g := NewRequestGate(procs, pause, nil)
 	var now atomic.Int64

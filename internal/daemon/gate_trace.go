@@ -36,6 +36,11 @@ type gateTracer struct {
 	libs     map[int]string            // pid -> its libcuda
 	armed    map[int]bool
 	failed   error // opening the tracers failed: not retried
+	// guard bounds what one process's library costs the gate's loop;
+	// refused holds when each process whose attach failed is tried
+	// again (attachRetry on).
+	guard   attachGuard
+	refused map[string]time.Time
 }
 
 func newGateTracer(ctx context.Context, g *RequestGate, log *slog.Logger) *gateTracer {
@@ -75,23 +80,44 @@ func (t *gateTracer) follow(lcs []policy.ProcRef) {
 	if find == nil {
 		find = mappedLibCUDA
 	}
+	if t.refused == nil {
+		t.refused = map[string]time.Time{}
+	}
+	for k := range t.refused {
+		if _, ok := want[k]; !ok {
+			delete(t.refused, k)
+		}
+	}
+	deadline := time.Now().Add(attachBudget)
 	for k, p := range want {
 		if _, ok := t.attached[k]; ok {
 			continue
 		}
-		lib, err := find(p.PID)
-		if err == nil {
-			err = t.syncs.AttachProcess(p.PID, lib)
+		if at, ok := t.refused[k]; ok && time.Since(at) < attachRetry {
+			continue
 		}
 		// Launch probes only where a hold may open (not steered off).
 		launches := t.gate == nil || t.gate.launchesWanted(p.PID)
-		if err == nil && launches {
-			if err = t.launches.AttachProcess(p.PID, lib); err != nil {
-				t.syncs.DetachProcess(p.PID)
+		var lib string
+		err := t.guard.run(p.PID, deadline, func() error {
+			l, err := find(p.PID)
+			if err == nil {
+				err = t.syncs.AttachProcess(p.PID, l)
 			}
-		}
+			if err == nil && launches {
+				if err = t.launches.AttachProcess(p.PID, l); err != nil {
+					t.syncs.DetachProcess(p.PID)
+				}
+			}
+			lib = l
+			return err
+		}, func() {
+			t.syncs.DetachProcess(p.PID)
+			t.launches.DetachProcess(p.PID)
+		})
 		if err != nil {
-			t.log.Warn("request gate: not tracing an LC process", "pid", p.PID, "comm", p.Comm, "err", err)
+			t.refused[k] = time.Now()
+			t.log.Warn("request gate: not tracing an LC process", "pid", p.PID, "comm", p.Comm, "err", err, "retry_in", attachRetry)
 			continue
 		}
 		t.attached[k], t.libs[p.PID], t.armed[p.PID] = p, lib, launches
@@ -116,7 +142,10 @@ func (t *gateTracer) arm(pid int, on bool) {
 		t.log.Debug("request gate: launch probes off", "pid", pid, "took", time.Since(start))
 		return
 	}
-	if err := t.launches.AttachProcess(pid, lib); err != nil {
+	// The library is opened again: bounded as follow's attach is.
+	launches := t.launches
+	if err := t.guard.run(pid, time.Now().Add(attachBudget), func() error { return launches.AttachProcess(pid, lib) },
+		func() { launches.DetachProcess(pid) }); err != nil {
 		t.log.Warn("request gate: re-arming an LC's launch probes", "pid", pid, "err", err)
 		return
 	}

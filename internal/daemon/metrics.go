@@ -28,29 +28,30 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	applies       *prometheus.CounterVec
-	failures      *prometheus.CounterVec
-	drift         *prometheus.CounterVec
-	classed       prometheus.Histogram
-	control       *prometheus.HistogramVec
-	requests      *prometheus.CounterVec
-	refusedConns  *prometheus.CounterVec
-	reloads       *prometheus.CounterVec
-	hintLatency   *prometheus.GaugeVec
-	hintHold      *prometheus.GaugeVec
-	hintExpired   *prometheus.GaugeVec
-	hintRequests  *prometheus.GaugeVec
-	groupsByClass func() map[[2]string]int
-	mode          *prometheus.GaugeVec
-	sloEnabled    prometheus.Gauge
-	sloTimeslice  *prometheus.GaugeVec
-	sloWorst      *prometheus.GaugeVec
-	sloShare      *prometheus.GaugeVec
-	sloLC         *prometheus.GaugeVec
-	sloSamples    *prometheus.GaugeVec
-	sloP50        *prometheus.GaugeVec
-	sloChanges    *prometheus.CounterVec
-	sloStopped    prometheus.Gauge
+	applies         *prometheus.CounterVec
+	failures        *prometheus.CounterVec
+	drift           *prometheus.CounterVec
+	classed         prometheus.Histogram
+	control         *prometheus.HistogramVec
+	requests        *prometheus.CounterVec
+	refusedConns    *prometheus.CounterVec
+	refusedRequests *prometheus.CounterVec
+	reloads         *prometheus.CounterVec
+	hintLatency     *prometheus.GaugeVec
+	hintHold        *prometheus.GaugeVec
+	hintExpired     *prometheus.GaugeVec
+	hintRequests    *prometheus.GaugeVec
+	groupsByClass   func() map[[2]string]int
+	mode            *prometheus.GaugeVec
+	sloEnabled      prometheus.Gauge
+	sloTimeslice    *prometheus.GaugeVec
+	sloWorst        *prometheus.GaugeVec
+	sloShare        *prometheus.GaugeVec
+	sloLC           *prometheus.GaugeVec
+	sloSamples      *prometheus.GaugeVec
+	sloP50          *prometheus.GaugeVec
+	sloChanges      *prometheus.CounterVec
+	sloStopped      prometheus.Gauge
 
 	mu     sync.Mutex
 	pushed map[int]string // pid: the comm its series carry
@@ -118,6 +119,8 @@ func NewMetrics(groups func() map[[2]string]int) *Metrics {
 			Help: "Socket API requests by endpoint (the route: other for none) and status code."}, []string{"endpoint", "code"}),
 		refusedConns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_refused_connections_total",
 			Help: "Connections closed as accepted, by server (socket, metrics) and the cap they were past (total, peer; unknown peer: no SO_PEERCRED)."}, []string{"server", "cap"}),
+		refusedRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_socket_refused_total",
+			Help: "Socket API requests refused (403) by the request: class, stats, reload, or the route."}, []string{"request"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_reloads_total",
 			Help: "Policy reloads by outcome."}, []string{"outcome"}),
 		hintLatency: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_hint_request_latency_seconds",
@@ -151,7 +154,7 @@ func NewMetrics(groups func() map[[2]string]int) *Metrics {
 		groupsByClass: groups,
 	}
 	rand.Read(m.idKey[:])
-	m.Registry.MustRegister(m.applies, m.failures, m.drift, m.classed, m.control, m.requests, m.refusedConns, m.reloads,
+	m.Registry.MustRegister(m.applies, m.failures, m.drift, m.classed, m.control, m.requests, m.refusedConns, m.refusedRequests, m.reloads,
 		m.hintLatency, m.hintHold, m.hintExpired, m.hintRequests, m.mode, groupsCollector{m},
 		m.sloEnabled, m.sloTimeslice, m.sloWorst, m.sloShare, m.sloLC, m.sloSamples, m.sloP50, m.sloChanges, m.sloStopped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -1,17 +1,17 @@
 package daemon
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,60 +19,92 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Pauser stops BE processes' CPU side (SIGSTOP) while SLO mode learns an
-// LC process alone, and resumes them (SIGCONT). With its CPU side stopped
-// a BE process queues no more GPU work; what it had queued drains (a
-// training step or three, ~100 ms for resnet50 training on an H100) and
-// the LC then has the GPU to itself. The driver sees nothing: its channel
-// groups stay as they were (unlike disabling their scheduling, which left
-// a BE unable to finish on this driver; docs/SLO.md).
+// Pauser stops BE processes' CPU side (SIGSTOP) while an LC request runs
+// (the request gate) or while SLO mode learns an LC process alone, and
+// resumes them (SIGCONT). With its CPU side stopped a BE process queues
+// no more GPU work; what it had queued drains (a training step or three,
+// ~100 ms for resnet50 training on an H100) and the LC then has the GPU
+// to itself. The driver sees nothing: its channel groups stay as they
+// were (unlike disabling their scheduling, which left a BE unable to
+// finish on this driver; docs/SLO.md).
+//
+// One Pauser serves the daemon; each user is a holder (Holder: the gate,
+// SLO mode's calibration). A BE stays stopped until every holder that
+// stopped it has released it: neither resumes what the other holds.
 //
 // Processes are held through pidfds, so a reused pid is never signalled,
 // and a process that was already stopped (by its owner's shell, a
-// debugger) is left alone, neither stopped nor resumed. Each stop starts a
-// watchdog process (this binary, WatchdogArg) that holds the same pidfds
-// and resumes them at a deadline, or as soon as the daemon goes away
-// without saying it resumed them itself (its end of a pipe closes): a
-// daemon that crashes, or is killed, never leaves BE stopped for longer
-// than the deadline.
+// debugger) is left alone, neither stopped nor resumed. A hold is checked
+// against the process's real state (/proc/PID/stat) before it is
+// trusted: a BE its owner resumed (SIGCONT) is counted, stopped again and
+// reported not held for that check.
+//
+// Stops outlive the daemon in two ways. A watchdog process (this binary,
+// WatchdogArg), started once and moved out of the daemon's cgroup
+// (WatchdogCgroup), holds a copy of each pidfd with its deadline (an
+// absolute CLOCK_MONOTONIC time) and resumes each process at it, or all
+// of them as soon as the daemon is gone (its end of the socket closes):
+// a daemon that crashes, is killed, or has its whole cgroup killed never
+// leaves BE stopped past the deadline. And every process held is
+// recorded (pid and start time) in StateDir before it is stopped, so that
+// the next daemon resumes what no watchdog did (ResumeRecorded).
 type Pauser struct {
 	// Exe is the binary started as the watchdog (default: this one).
 	Exe string
-	// Proc is the proc file system (default /proc).
+	// Proc is where processes' start times are read (default /proc; the
+	// tests' rigs give processes start times of their own). Their states
+	// are always the kernel's, from /proc.
 	Proc string
+	// StateDir is the daemon's private directory, where the processes
+	// held are recorded ("": not recorded).
+	StateDir string
+	// WatchdogCgroup is the cgroup v2 directory the watchdog is moved
+	// into, outside the daemon's ("": gpreempt-watchdog at the root of
+	// the cgroup v2 hierarchy, made if missing; "none": left where it
+	// starts, in the daemon's).
+	WatchdogCgroup string
+	Log            *slog.Logger
 
 	mu   sync.Mutex
-	held map[int]heldProc
-	dogs []*watchdog
+	held map[int]*heldProc
+	dog  *watchdog
+	// selfResumed counts held processes found running (their owner
+	// resumed them).
+	selfResumed atomic.Uint64
+	warned      bool // the watchdog could not leave the daemon's cgroup (said once)
 }
 
+// heldProc is one process held stopped, and by whom.
 type heldProc struct {
-	start uint64
-	fd    int
+	ref policy.ProcRef
+	fd  int
+	// by holds each holder's deadline: past it, the holder no longer
+	// counts on the stop (the watchdog resumes at the latest).
+	by map[string]time.Time
+	// told is the deadline the watchdog has for it.
+	told time.Time
 }
 
-type watchdog struct {
-	cmd *exec.Cmd
-	in  *os.File
-	// procs are the processes it resumes at deadline.
-	procs []policy.ProcRef
-	// owed are those of procs whose SIGCONT from the daemon failed, by
-	// pid: it resumes them itself when released (it tries itself), and
-	// their pidfds stay open here until then, for a watchdog that
-	// replaces it.
-	owed     map[int]heldProc
-	deadline time.Time
-	// reaped is closed once a released watchdog has exited.
-	reaped chan struct{}
+func (h *heldProc) deadline() time.Time {
+	var d time.Time
+	for _, t := range h.by {
+		if t.After(d) {
+			d = t
+		}
+	}
+	return d
 }
 
-// WatchdogArg, as a binary's first argument, makes it the watchdog of a
-// pause (RunWatchdog). gpreemptd's main and the daemon package's tests
+// WatchdogArg, as a binary's first argument, makes it the pause watchdog
+// (RunWatchdog). gpreemptd's main and the daemon package's tests
 // dispatch on it.
 const WatchdogArg = "__gpreemptd-pause-watchdog"
 
 // ErrPause is the error class of stopping and resuming BE processes.
 var ErrPause = errors.New("pausing BE processes")
+
+// anonymous is the holder of the Pauser's own methods.
+const anonymous = ""
 
 func (p *Pauser) proc() string {
 	if p.Proc == "" {
@@ -81,32 +113,102 @@ func (p *Pauser) proc() string {
 	return p.Proc
 }
 
-// Stop stops procs that are not held yet, and starts a watchdog that
-// resumes them after max. It returns how many it stopped now. A process
-// that has exited, is not the one named (its start time differs), or was
-// already stopped is skipped; an error stops nothing (what it had stopped
-// of this call is resumed).
+func (p *Pauser) log() *slog.Logger {
+	if p.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return p.Log
+}
+
+// PauseHolder is one holder's view of a Pauser: what it stops, it alone
+// releases; a process another holder holds too stays stopped.
+// It satisfies slomode.Pauser and the gate's gatePauser.
+type PauseHolder struct {
+	p    *Pauser
+	name string
+}
+
+// Holder returns the holder named name.
+func (p *Pauser) Holder(name string) *PauseHolder { return &PauseHolder{p: p, name: name} }
+
+// Stop holds procs stopped for h until max at the latest.
+func (h *PauseHolder) Stop(procs []policy.ProcRef, max time.Duration) (int, error) {
+	return h.p.stop(h.name, procs, max)
+}
+
+// ResumeExcept releases h's holds but keep's; a process no holder holds
+// any more is resumed.
+func (h *PauseHolder) ResumeExcept(keep []policy.ProcRef) (int, error) {
+	return h.p.release(h.name, keep)
+}
+
+// Resume releases every hold of h.
+func (h *PauseHolder) Resume() error { _, err := h.p.release(h.name, nil); return err }
+
+// Holding reports whether h holds processes, none past its deadline.
+func (h *PauseHolder) Holding() bool { return h.p.holding(h.name) }
+
+// Holds reports whether h holds r and r is stopped.
+func (h *PauseHolder) Holds(r policy.ProcRef) bool { return h.p.holds(h.name, r) }
+
+// Still reports whether r makes no progress now (Pauser.Still).
+func (h *PauseHolder) Still(r policy.ProcRef) bool { return h.p.Still(r) }
+
+// Enforce stops again the processes h holds that run (Pauser.Enforce).
+func (h *PauseHolder) Enforce() int { return h.p.Enforce() }
+
+// Stop stops procs that are not held yet, and holds them until max at the
+// latest (the Pauser's own holder). It returns how many it took. A
+// process that has exited, is not the one named (its start time
+// differs), or was already stopped by someone else is skipped; an error
+// stops nothing (what it had stopped of this call is resumed).
 func (p *Pauser) Stop(procs []policy.ProcRef, max time.Duration) (int, error) {
+	return p.stop(anonymous, procs, max)
+}
+
+// ResumeExcept releases the Pauser's own holds but those in keep; a
+// process no holder holds any more is resumed. It returns how many holds
+// it released.
+func (p *Pauser) ResumeExcept(keep []policy.ProcRef) (int, error) {
+	return p.release(anonymous, keep)
+}
+
+// Resume releases every hold of the Pauser's own.
+func (p *Pauser) Resume() error { _, err := p.release(anonymous, nil); return err }
+
+// Holding reports whether the Pauser's own holder holds processes.
+func (p *Pauser) Holding() bool { return p.holding(anonymous) }
+
+// Holds reports whether the Pauser's own holder holds r, stopped.
+func (p *Pauser) Holds(r policy.ProcRef) bool { return p.holds(anonymous, r) }
+
+// SelfResumed counts the held processes found running since the start:
+// resumed by their owner, and stopped again.
+func (p *Pauser) SelfResumed() uint64 { return p.selfResumed.Load() }
+
+func (p *Pauser) stop(holder string, procs []policy.ProcRef, max time.Duration) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.held == nil {
-		p.held = map[int]heldProc{}
+		p.held = map[int]*heldProc{}
 	}
-	var fds []int
-	var refs []policy.ProcRef
-	closeAll := func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-	}
+	deadline := time.Now().Add(max)
+	n := 0
+	var fresh []*heldProc
 	for _, r := range procs {
 		if h, ok := p.held[r.PID]; ok {
-			if h.start == r.Start {
+			if h.ref.Start == r.Start {
+				if _, mine := h.by[holder]; !mine {
+					n++
+				}
+				if h.by[holder].Before(deadline) {
+					h.by[holder] = deadline
+				}
+				p.checkLocked(h) // stopped again if its owner resumed it
 				continue
 			}
 			// The held one exited and its pid was reused.
-			unix.Close(h.fd)
-			delete(p.held, r.PID)
+			p.forgetLocked(h)
 		}
 		fd, err := unix.PidfdOpen(r.PID, 0)
 		if err != nil {
@@ -115,191 +217,255 @@ func (p *Pauser) Stop(procs []policy.ProcRef, max time.Duration) (int, error) {
 		// The pidfd names the process that had this pid when it was
 		// opened: check it is the one we were given, and running.
 		start, state, err := p.stat(r.PID)
-		if err != nil || start != r.Start || state == 'T' || state == 't' || state == 'Z' || state == 'X' {
+		if err != nil || start != r.Start || stoppedOrGone(state) {
 			unix.Close(fd)
 			continue
 		}
-		fds, refs = append(fds, fd), append(refs, r)
+		fresh = append(fresh, &heldProc{ref: r, fd: fd, by: map[string]time.Time{holder: deadline}})
 	}
-	if len(fds) == 0 {
-		return 0, nil
-	}
-	// The watchdog first: from the first SIGSTOP on, something outside
-	// this process will resume them.
-	dog, err := p.startWatchdog(refs, fds, time.Now().Add(max))
-	if err != nil {
-		closeAll()
-		return 0, fmt.Errorf("%w: starting the watchdog: %v", ErrPause, err)
-	}
-	for i, fd := range fds {
-		if err := unix.PidfdSendSignal(fd, unix.SIGSTOP, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-			for _, done := range fds[:i] {
-				unix.PidfdSendSignal(done, unix.SIGCONT, nil, 0)
+	var errs []error
+	// Deadlines that grew go to the watchdog.
+	for _, h := range p.held {
+		if d := h.deadline(); d.After(h.told) {
+			if err := p.tellLocked(h, d); err != nil {
+				errs = append(errs, err)
 			}
-			dog.release(true)
-			closeAll()
-			return 0, fmt.Errorf("%w: SIGSTOP to pid %d: %v", ErrPause, refs[i].PID, err)
 		}
 	}
-	for i, fd := range fds {
-		p.held[refs[i].PID] = heldProc{start: refs[i].Start, fd: fd}
+	if len(fresh) == 0 {
+		return n, errors.Join(errs...)
 	}
-	p.dogs = append(p.dogs, dog)
-	return len(fds), nil
-}
-
-// Holding reports whether processes are held stopped, before the earliest
-// watchdog's deadline (past it they may have been resumed).
-func (p *Pauser) Holding() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.held) == 0 {
-		return false
+	// Recorded, and the watchdog told, before the first SIGSTOP: from it
+	// on, something outside this process resumes them.
+	for _, h := range fresh {
+		p.held[h.ref.PID] = h
 	}
-	now := time.Now()
-	return !slices.ContainsFunc(p.dogs, func(d *watchdog) bool { return !now.Before(d.deadline) })
-}
-
-// Holds reports whether r is held stopped.
-func (p *Pauser) Holds(r policy.ProcRef) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	h, ok := p.held[r.PID]
-	return ok && h.start == r.Start
-}
-
-// Still reports whether r makes no progress now: held stopped, or stopped
-// by someone else, or exited.
-func (p *Pauser) Still(r policy.ProcRef) bool {
-	if p.Holds(r) {
-		return true
+	fail := func(err error) (int, error) {
+		for _, h := range fresh {
+			delete(p.held, h.ref.PID)
+			p.dropLocked(h)
+			unix.Close(h.fd)
+		}
+		p.recordLocked()
+		return n, fmt.Errorf("%w: %w", ErrPause, err)
 	}
-	start, state, err := p.stat(r.PID)
-	return err != nil || start != r.Start || state == 'T' || state == 't' || state == 'Z' || state == 'X'
+	if err := p.recordLocked(); err != nil {
+		return fail(err)
+	}
+	for _, h := range fresh {
+		if err := p.tellLocked(h, deadline); err != nil {
+			return fail(err)
+		}
+	}
+	for i, h := range fresh {
+		if err := unix.PidfdSendSignal(h.fd, unix.SIGSTOP, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+			for _, done := range fresh[:i] {
+				unix.PidfdSendSignal(done.fd, unix.SIGCONT, nil, 0)
+			}
+			return fail(fmt.Errorf("SIGSTOP to pid %d: %v", h.ref.PID, err))
+		}
+	}
+	return n + len(fresh), errors.Join(errs...)
 }
 
-// Resume resumes every held process and dismisses the watchdogs. A
-// process that exited meanwhile is no error.
-func (p *Pauser) Resume() error {
-	_, err := p.ResumeExcept(nil)
-	return err
+func stoppedOrGone(state byte) bool {
+	return state == 'T' || state == 't' || state == 'Z' || state == 'X'
 }
 
-// ResumeExcept resumes every held process but those in keep (one search
-// of the SLO mode ends its calibration while another goes on), and
-// dismisses the watchdogs of the ones resumed. A watchdog that held both
-// is replaced by one for those still stopped, with what was left of its
-// deadline, so that it never resumes at its deadline a process stopped
-// again since. A process that exited meanwhile is no error. It returns
-// how many it resumed.
-func (p *Pauser) ResumeExcept(keep []policy.ProcRef) (int, error) {
+// release ends holder's holds but keep's, and resumes the processes no
+// holder holds any more. It returns how many holds it ended.
+func (p *Pauser) release(holder string, keep []policy.ProcRef) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs []error
 	n := 0
-	// Where a SIGCONT failed, the process's watchdog is left in charge of
-	// it (it tries itself when released): failed keeps its pidfd open
-	// for the watchdog's owed.
-	failed := map[int]heldProc{}
+	changed := false
 	for pid, h := range p.held {
-		if slices.ContainsFunc(keep, func(r policy.ProcRef) bool { return r.PID == pid && r.Start == h.start }) {
+		if _, mine := h.by[holder]; !mine {
 			continue
+		}
+		if slices.ContainsFunc(keep, func(r policy.ProcRef) bool { return r.PID == pid && r.Start == h.ref.Start }) {
+			continue
+		}
+		delete(h.by, holder)
+		n++
+		if len(h.by) > 0 {
+			continue // another holder holds it
 		}
 		if err := unix.PidfdSendSignal(h.fd, unix.SIGCONT, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-			errs = append(errs, fmt.Errorf("%w: SIGCONT to pid %d: %v", ErrPause, pid, err))
-			failed[pid] = h
+			// The watchdog, not told, resumes it at its deadline.
+			errs = append(errs, fmt.Errorf("%w: SIGCONT to pid %d: %v; its watchdog resumes it", ErrPause, pid, err))
 		} else {
-			unix.Close(h.fd)
+			p.dropLocked(h)
 		}
+		unix.Close(h.fd)
 		delete(p.held, pid)
-		n++
+		changed = true
 	}
-	of := func(set map[int]heldProc, r policy.ProcRef) (heldProc, bool) {
-		h, ok := set[r.PID]
-		return h, ok && h.start == r.Start
+	if changed {
+		if err := p.recordLocked(); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	var dogs []*watchdog
-	for _, d := range p.dogs {
-		var still, retry []policy.ProcRef
-		var fds []int
-		owed := map[int]heldProc{}
-		for _, r := range d.procs {
-			if h, ok := of(d.owed, r); ok { // since an earlier call
-				if _, ok := of(p.held, r); ok {
-					// Stopped again since, by a later Stop, whose
-					// watchdog has it: no longer this one's.
-					unix.Close(h.fd)
-				} else {
-					retry, owed[r.PID] = append(retry, r), h
-				}
-				continue
-			}
-			if h, ok := of(p.held, r); ok {
-				still, fds = append(still, r), append(fds, h.fd)
-			} else if h, ok := of(failed, r); ok {
-				delete(failed, r.PID)
-				retry, owed[r.PID] = append(retry, r), h
-			}
-		}
-		switch {
-		case len(still) == len(d.procs):
-			dogs = append(dogs, d)
-			continue
-		case len(still) == 0:
-			d.release(len(retry) == 0)
-			closeFDs(owed)
-			continue
-		}
-		// Its processes still stopped, and those it is to resume for a
-		// failed SIGCONT, go to a new watchdog; the old one is told they
-		// are resumed, so it never resumes the kept ones.
-		for _, r := range retry {
-			fds = append(fds, owed[r.PID].fd)
-		}
-		nd, err := p.startWatchdog(slices.Concat(still, retry), fds, d.deadline)
-		if err != nil {
-			// None in charge of them: resume them now, and let the old
-			// watchdog try too (every process it holds is resumed in
-			// this call, owed, or gone).
-			for _, r := range still {
-				h := p.held[r.PID]
-				if err := unix.PidfdSendSignal(h.fd, unix.SIGCONT, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-					errs = append(errs, fmt.Errorf("%w: SIGCONT to pid %d: %v", ErrPause, r.PID, err))
-				}
-				unix.Close(h.fd)
-				delete(p.held, r.PID)
-				n++
-			}
-			errs = append(errs, fmt.Errorf("%w: replacing a watchdog: %v; resumed what it held", ErrPause, err))
-			d.release(false)
-			closeFDs(owed)
-			continue
-		}
-		d.release(true)
-		nd.owed = owed
-		dogs = append(dogs, nd)
-	}
-	closeFDs(failed) // none: every held process has a watchdog
-	p.dogs = dogs
 	return n, errors.Join(errs...)
 }
 
-// closeFDs closes the pidfds of hs.
-func closeFDs(hs map[int]heldProc) {
-	for _, h := range hs {
-		unix.Close(h.fd)
+// ResumeAll releases every holder's holds and resumes what they held: the
+// daemon's way out, whatever its loops are doing.
+func (p *Pauser) ResumeAll() error {
+	p.mu.Lock()
+	holders := map[string]bool{}
+	for _, h := range p.held {
+		for name := range h.by {
+			holders[name] = true
+		}
 	}
+	p.mu.Unlock()
+	var errs []error
+	for name := range holders {
+		_, err := p.release(name, nil)
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
-// stat reads a process's start time and state.
+// Close resumes everything held and lets the watchdog go (it exits once
+// it sees the daemon's end close).
+func (p *Pauser) Close() error {
+	err := p.ResumeAll()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dog != nil {
+		p.dog.close()
+		p.dog = nil
+	}
+	return err
+}
+
+func (p *Pauser) holding(holder string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now, any := time.Now(), false
+	for _, h := range p.held {
+		if d, mine := h.by[holder]; mine {
+			if !now.Before(d) {
+				return false
+			}
+			any = true
+		}
+	}
+	return any
+}
+
+func (p *Pauser) holds(holder string, r policy.ProcRef) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h, ok := p.held[r.PID]
+	if !ok || h.ref.Start != r.Start {
+		return false
+	}
+	d, mine := h.by[holder]
+	return mine && time.Now().Before(d) && p.checkLocked(h)
+}
+
+// Still reports whether r makes no progress now, from its real state:
+// stopped (held, or by someone else), or exited. A held process found
+// running is stopped again, and is not still now.
+func (p *Pauser) Still(r policy.ProcRef) bool {
+	p.mu.Lock()
+	if h, ok := p.held[r.PID]; ok && h.ref.Start == r.Start {
+		defer p.mu.Unlock()
+		if p.checkLocked(h) {
+			return true
+		}
+		start, state, err := p.stat(r.PID)
+		return err != nil || start != r.Start || state == 'Z' || state == 'X'
+	}
+	p.mu.Unlock()
+	start, state, err := p.stat(r.PID)
+	return err != nil || start != r.Start || stoppedOrGone(state)
+}
+
+// Enforce checks every held process's real state and stops again those
+// that run (their owner resumed them); it returns how many.
+func (p *Pauser) Enforce() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, h := range p.held {
+		if !p.checkLocked(h) {
+			n++
+		}
+	}
+	return n
+}
+
+// checkLocked reports whether h is stopped now. One that runs while a
+// holder's deadline is ahead was resumed by its owner: it is counted,
+// logged and stopped again (it ran until now: not held). Past every
+// deadline the watchdog may have resumed it: it is left running.
+func (p *Pauser) checkLocked(h *heldProc) bool {
+	start, state, err := p.stat(h.ref.PID)
+	if err != nil || start != h.ref.Start {
+		return false // gone
+	}
+	if state == 'T' || state == 't' {
+		return true
+	}
+	if stoppedOrGone(state) || !time.Now().Before(h.deadline()) {
+		return false
+	}
+	// A SIGSTOP sent but not yet acted on (the process is not on a CPU
+	// yet) is pending: a SIGCONT would have discarded it.
+	if stopPending(h.ref.PID) {
+		return true
+	}
+	p.selfResumed.Add(1)
+	p.log().Warn("pause: a held BE process runs (resumed by its owner); stopped again", "pid", h.ref.PID, "comm", h.ref.Comm)
+	unix.PidfdSendSignal(h.fd, unix.SIGSTOP, nil, 0)
+	return false
+}
+
+// stopPending reports whether a SIGSTOP waits to be acted on by pid
+// (/proc/PID/status: ShdPnd for the process, SigPnd for a thread).
+func stopPending(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || k != "ShdPnd" && k != "SigPnd" {
+			continue
+		}
+		if mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && mask&(1<<(unix.SIGSTOP-1)) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// forgetLocked drops h (its process is gone) without signalling it.
+func (p *Pauser) forgetLocked(h *heldProc) {
+	p.dropLocked(h)
+	unix.Close(h.fd)
+	delete(p.held, h.ref.PID)
+}
+
+// stat reads a process's start time (from Proc) and state (the
+// kernel's).
 func (p *Pauser) stat(pid int) (start uint64, state byte, err error) {
 	b, err := os.ReadFile(p.proc() + "/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, 0, err
 	}
-	start, err = StartTime(b)
-	if err != nil {
+	if start, err = StartTime(b); err != nil {
 		return 0, 0, err
+	}
+	if p.proc() != "/proc" {
+		if b, err = os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err != nil {
+			return 0, 0, err
+		}
 	}
 	state, ok := StatState(b)
 	if !ok {
@@ -308,107 +474,125 @@ func (p *Pauser) stat(pid int) (start uint64, state byte, err error) {
 	return start, state, nil
 }
 
-// startWatchdog starts the watchdog of procs, whose pidfds are fds: it
-// resumes them at deadline unless released.
-func (p *Pauser) startWatchdog(procs []policy.ProcRef, fds []int, deadline time.Time) (*watchdog, error) {
+// watchdog is the running watchdog process and the daemon's end of its
+// socket.
+type watchdog struct {
+	cmd    *exec.Cmd
+	sock   int
+	exited chan struct{}
+}
+
+func (d *watchdog) close() {
+	unix.Close(d.sock)
+	go func() { d.cmd.Wait(); close(d.exited) }()
+}
+
+// tellLocked hands the watchdog h's pidfd and its deadline, starting a
+// watchdog (and handing it every held process) if none runs.
+func (p *Pauser) tellLocked(h *heldProc, deadline time.Time) error {
+	for attempt := 0; ; attempt++ {
+		if p.dog == nil {
+			if err := p.startWatchdogLocked(); err != nil {
+				return fmt.Errorf("starting the watchdog: %w", err)
+			}
+			// A new watchdog knows nothing: every held process but h.
+			for _, o := range p.held {
+				if o != h {
+					if err := p.sendHold(o, o.deadline()); err != nil {
+						break
+					}
+				}
+			}
+		}
+		err := p.sendHold(h, deadline)
+		if err == nil {
+			h.told = deadline
+			return nil
+		}
+		p.dog.close()
+		p.dog = nil
+		if attempt > 0 {
+			return fmt.Errorf("telling the watchdog: %w", err)
+		}
+	}
+}
+
+// dropLocked tells the watchdog h is no longer its to resume.
+func (p *Pauser) dropLocked(h *heldProc) {
+	if p.dog == nil || h.told.IsZero() {
+		return
+	}
+	msg := fmt.Sprintf("drop %d %d", h.ref.PID, h.ref.Start)
+	if err := unix.Sendmsg(p.dog.sock, []byte(msg), nil, nil, unix.MSG_NOSIGNAL); err != nil {
+		p.dog.close()
+		p.dog = nil
+	}
+}
+
+func (p *Pauser) sendHold(h *heldProc, deadline time.Time) error {
+	msg := fmt.Sprintf("hold %d %d %d", h.ref.PID, h.ref.Start, monotonicAt(deadline))
+	return unix.Sendmsg(p.dog.sock, []byte(msg), unix.UnixRights(h.fd), nil, unix.MSG_NOSIGNAL)
+}
+
+// monotonicNow is CLOCK_MONOTONIC in nanoseconds: one clock for every
+// process of the machine, which no one can set.
+func monotonicNow() int64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// monotonicAt is t as a CLOCK_MONOTONIC time.
+func monotonicAt(t time.Time) int64 { return monotonicNow() + int64(time.Until(t)) }
+
+func (p *Pauser) startWatchdogLocked() error {
 	exe := p.Exe
 	if exe == "" {
 		var err error
 		if exe, err = os.Executable(); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	r, w, err := os.Pipe()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer r.Close()
-	files := make([]*os.File, len(fds))
-	for i, fd := range fds {
-		// Dup'd: the watchdog's copies close with its own files here.
-		d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-		if err != nil {
-			for _, f := range files[:i] {
-				f.Close()
-			}
-			w.Close()
-			return nil, err
-		}
-		files[i] = os.NewFile(uintptr(d), "pidfd")
-	}
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
-	cmd := exec.Command(exe, WatchdogArg, time.Until(deadline).String(), strconv.Itoa(len(fds)))
-	cmd.Stdin, cmd.ExtraFiles = r, files
+	theirs := os.NewFile(uintptr(fds[1]), "watchdog")
+	defer theirs.Close()
+	cmd := exec.Command(exe, WatchdogArg, "3")
+	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.Stderr = os.Stderr
 	// Its own session: a terminal's ^C to the daemon's process group does
 	// not take it down before it has resumed BE.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		w.Close()
-		return nil, err
+		unix.Close(fds[0])
+		return err
 	}
-	// No handshake: the child holds the pidfds from its exec on, and a
-	// daemon gone before it reads its stdin is an EOF there.
-	return &watchdog{cmd: cmd, in: w, procs: procs, deadline: deadline}, nil
+	p.dog = &watchdog{cmd: cmd, sock: fds[0], exited: make(chan struct{})}
+	if err := p.moveWatchdog(cmd.Process.Pid); err != nil && !p.warned {
+		p.warned = true
+		p.log().Warn("pause: the watchdog stays in gpreemptd's cgroup: a kill of that whole cgroup leaves BE stopped until the next gpreemptd starts",
+			"err", err)
+	}
+	return nil
 }
 
-// release tells the watchdog BE was resumed (or, if not resumed, lets
-// it resume BE itself), and reaps it in the background: a watchdog still
-// starting up (tens of milliseconds for this binary) must not hold up its
-// caller, the request gate's loop among them.
-func (d *watchdog) release(resumed bool) {
-	if resumed {
-		io.WriteString(d.in, "resumed\n")
-	}
-	d.in.Close()
-	d.reaped = make(chan struct{})
-	go func() { d.cmd.Wait(); close(d.reaped) }()
-}
-
-// RunWatchdog is the watchdog of one pause: args are its deadline and the
-// number of pidfds it was given (from fd 3 on). It resumes them when the
-// deadline passes, when its stdin closes without "resumed" (the daemon is
-// gone), or on SIGTERM, SIGINT or SIGHUP; on "resumed" it leaves them as
-// they are. It returns the exit code.
-func RunWatchdog(args []string, stdin io.Reader, stderr io.Writer) int {
-	if len(args) != 2 {
-		fmt.Fprintln(stderr, "gpreemptd pause watchdog: want DEADLINE N")
+// RunWatchdog is the pause watchdog: args name the descriptor of its
+// socket to the daemon. The daemon sends "hold PID START DEADLINE" with
+// the process's pidfd (DEADLINE: CLOCK_MONOTONIC nanoseconds) and "drop
+// PID START" once it resumed it itself. The watchdog resumes each process
+// at its deadline, and every one it holds when the daemon's end closes or
+// on SIGTERM, SIGINT or SIGHUP. It returns the exit code.
+func RunWatchdog(args []string, _ io.Reader, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "gpreemptd pause watchdog: want the socket's descriptor")
 		return 2
 	}
-	max, err1 := time.ParseDuration(args[0])
-	n, err2 := strconv.Atoi(args[1])
-	if err1 != nil || err2 != nil || n <= 0 {
+	sock, err := strconv.Atoi(args[0])
+	if err != nil || sock < 3 {
 		fmt.Fprintf(stderr, "gpreemptd pause watchdog: bad arguments %q\n", args)
 		return 2
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
-	told := make(chan bool, 1)
-	go func() {
-		line, _ := bufio.NewReader(stdin).ReadString('\n')
-		told <- strings.TrimSpace(line) == "resumed"
-	}()
-	t := time.NewTimer(max)
-	select {
-	case ok := <-told:
-		if ok {
-			return 0
-		}
-	case <-t.C:
-	case <-sigs:
-	}
-	failed := 0
-	for i := range n {
-		if err := unix.PidfdSendSignal(3+i, unix.SIGCONT, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-			fmt.Fprintf(stderr, "gpreemptd pause watchdog: SIGCONT: %v\n", err)
-			failed++
-		}
-	}
-	if failed > 0 {
-		return 1
-	}
-	return 0
+	return runWatchdog(sock, stderr)
 }

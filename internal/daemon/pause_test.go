@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,9 +36,15 @@ func TestMain(m *testing.M) {
 			// Until killed (stdin is the test's pipe, never written).
 			os.Stdin.Read(make([]byte, 1))
 			os.Exit(1)
+		case testStandInArg:
+			os.Exit(runStandIn(os.Args[2:]))
+		case testMapArg:
+			os.Exit(runMapper(os.Args[2:]))
 		}
 	}
-	os.Exit(m.Run())
+	rc := m.Run()
+	cleanupTestExe()
+	os.Exit(rc)
 }
 
 func errString(err error) string {
@@ -116,37 +121,6 @@ func TestPauserStopsAndResumes(t *testing.T) {
 	}
 }
 
-// TestPauserResumesSome: ResumeExcept resumes the held processes but
-// those kept. A watchdog that held only resumed ones is dismissed; one
-// that held both is replaced by one for those still stopped, so it never
-// resumes at its deadline a process stopped again since, and a daemon
-// gone now (its end of the pipe closed unsaid) still has them resumed.
-func TestPauserResumesSome(t *testing.T) {
-	a, b, c := sleeper(t), sleeper(t), sleeper(t)
-	var p Pauser
-	stopAll(t, &p, time.Hour, a, b) // one watchdog for both
-	deadline := p.dogs[0].deadline
-	stopAll(t, &p, 2*time.Hour, c)
-	if n, err := p.ResumeExcept([]policy.ProcRef{b}); n != 2 || err != nil {
-		t.Fatalf("ResumeExcept = %d, %v; want 2, nil", n, err)
-	}
-	waitState(t, a.PID, false)
-	waitState(t, c.PID, false)
-	if !p.Holds(b) || p.Holds(a) || p.Holds(c) || state(t, b.PID) != 'T' || !p.Holding() {
-		t.Fatalf("after ResumeExcept(b): holds a %v, b %v, c %v; b's state %c", p.Holds(a), p.Holds(b), p.Holds(c), state(t, b.PID))
-	}
-	if len(p.dogs) != 1 || len(p.dogs[0].procs) != 1 || p.dogs[0].procs[0].Key() != b.Key() {
-		t.Fatalf("watchdogs %+v, want one for b alone", p.dogs)
-	}
-	// b's new watchdog resumes it when a and b's would have: what was left
-	// of that deadline, not a new one.
-	if !p.dogs[0].deadline.Equal(deadline) {
-		t.Errorf("b's watchdog deadline %v, want the one it was stopped under, %v", p.dogs[0].deadline, deadline)
-	}
-	p.dogs[0].release(false)
-	waitState(t, b.PID, false)
-}
-
 // stopAll stops procs, each of them, under one watchdog.
 func stopAll(t *testing.T, p *Pauser, max time.Duration, procs ...policy.ProcRef) {
 	t.Helper()
@@ -164,126 +138,12 @@ func failSIGCONT(t *testing.T, p *Pauser, r policy.ProcRef) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	h := p.held[r.PID]
 	unix.Close(h.fd)
 	h.fd = bad
-	p.held[r.PID] = h
 	return bad
-}
-
-// TestPauserRetriesFailedResume: a process whose SIGCONT from the daemon
-// fails is left to a watchdog, which tries itself when released, however
-// many calls later and through however many watchdogs replacing it (one
-// did not: the next Resume told the watchdog holding it "resumed", and
-// nothing resumed it).
-func TestPauserRetriesFailedResume(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		// keeps: b is kept by this many ResumeExcept calls before the
-		// last Resume (0: Resume alone, which fails a's SIGCONT).
-		keeps int
-	}{
-		{"resumed at once", 0},
-		{"kept once", 1},
-		{"kept twice", 2},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			a, b := sleeper(t), sleeper(t)
-			var p Pauser
-			stopAll(t, &p, time.Hour, a, b)
-			failSIGCONT(t, &p, a)
-			for i := range c.keeps {
-				_, err := p.ResumeExcept([]policy.ProcRef{b})
-				if (i == 0) != (err != nil) {
-					t.Fatalf("ResumeExcept %d: %v", i, err)
-				}
-				if len(p.dogs) != 1 || len(p.dogs[0].procs) != 2 || p.dogs[0].owed[a.PID].fd == 0 {
-					t.Fatalf("after ResumeExcept %d: watchdogs %+v, want one for b and a, a owed", i, p.dogs)
-				}
-			}
-			dog := p.dogs[0]
-			if err := p.Resume(); (c.keeps == 0) != (err != nil) {
-				t.Fatalf("Resume: %v", err)
-			}
-			waitState(t, b.PID, false)
-			if c.keeps == 0 {
-				// The watchdog Stop started holds a's own pidfd: it
-				// resumes a.
-				waitState(t, a.PID, false)
-			} else if <-dog.reaped; dog.cmd.ProcessState.ExitCode() != 1 {
-				code := dog.cmd.ProcessState.ExitCode()
-				// Told "resumed", a watchdog exits 0; one left in charge
-				// of a tries a's SIGCONT itself, fails on /dev/null and
-				// exits 1.
-				t.Errorf("the watchdog in charge of a exited %d, want 1 (it tried a's SIGCONT)", code)
-			}
-			if len(p.dogs) != 0 || len(p.held) != 0 {
-				t.Errorf("after Resume: %d watchdogs, %d held", len(p.dogs), len(p.held))
-			}
-		})
-	}
-}
-
-// TestPauserOwedStoppedAgain: a process its watchdog owes a resume (the
-// daemon's SIGCONT failed) that someone else resumed, and that a later
-// Stop stopped again, is the later watchdog's alone: the first, when
-// replaced, neither carries it (it would resume it at its own, earlier,
-// deadline) nor keeps its old pidfd open.
-func TestPauserOwedStoppedAgain(t *testing.T) {
-	a, b, c := sleeper(t), sleeper(t), sleeper(t)
-	var p Pauser
-	stopAll(t, &p, time.Hour, a, b, c)
-	bad := failSIGCONT(t, &p, a)
-	if _, err := p.ResumeExcept([]policy.ProcRef{b, c}); err == nil {
-		t.Fatal("ResumeExcept: no error for a's failed SIGCONT")
-	}
-	if len(p.dogs) != 1 || p.dogs[0].owed[a.PID].fd != bad {
-		t.Fatalf("watchdogs %+v: want one owing a", p.dogs)
-	}
-	// Resumed by someone else, stopped again by the daemon.
-	if err := syscall.Kill(a.PID, syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, a.PID, false)
-	stopAll(t, &p, 2*time.Hour, a)
-	if _, err := p.ResumeExcept([]policy.ProcRef{b, a}); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, c.PID, false)
-	for _, d := range p.dogs {
-		if len(d.owed) > 0 || (d.deadline.Before(time.Now().Add(90*time.Minute)) && slices.ContainsFunc(d.procs, func(r policy.ProcRef) bool { return r.Key() == a.Key() })) {
-			t.Errorf("watchdog (deadline in %v) holds a %v, owes %v: a is the later Stop's watchdog's alone", time.Until(d.deadline).Round(time.Minute), d.procs, d.owed)
-		}
-	}
-	if l, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(bad)); l == "/dev/null" {
-		t.Errorf("a's old pidfd (fd %d) still open", bad)
-	}
-	if err := p.Resume(); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, a.PID, false)
-	waitState(t, b.PID, false)
-}
-
-// TestPauserReplacingFails: when the watchdog for the processes kept
-// stopped cannot be started, they are resumed at once; one whose SIGCONT
-// then fails is resumed by the old watchdog, left in charge, and the
-// error says so.
-func TestPauserReplacingFails(t *testing.T) {
-	a, b := sleeper(t), sleeper(t)
-	var p Pauser
-	stopAll(t, &p, time.Hour, a, b)
-	failSIGCONT(t, &p, b)
-	p.Exe = "/nonexistent/gpreemptd"
-	_, err := p.ResumeExcept([]policy.ProcRef{b})
-	if err == nil || !strings.Contains(err.Error(), "replacing a watchdog") || !strings.Contains(err.Error(), "SIGCONT to pid "+strconv.Itoa(b.PID)) {
-		t.Fatalf("ResumeExcept = %v; want the watchdog's start and b's SIGCONT failed", err)
-	}
-	waitState(t, a.PID, false)
-	waitState(t, b.PID, false) // by the old watchdog
-	if len(p.dogs) != 0 || len(p.held) != 0 {
-		t.Errorf("after: %d watchdogs, %d held", len(p.dogs), len(p.held))
-	}
 }
 
 func TestPauserLeavesOthersAlone(t *testing.T) {
@@ -320,24 +180,6 @@ func TestPauserLeavesOthersAlone(t *testing.T) {
 	syscall.Kill(stopped.PID, syscall.SIGCONT)
 }
 
-func TestWatchdogResumesAtItsDeadline(t *testing.T) {
-	a := sleeper(t)
-	var p Pauser
-	stopAll(t, &p, 50*time.Millisecond, a)
-	// The watchdog, never told BE was resumed, exits at its deadline
-	// having resumed it.
-	if err := p.dogs[0].cmd.Wait(); err != nil {
-		t.Fatalf("watchdog: %v", err)
-	}
-	waitState(t, a.PID, false)
-	for p.Holding() {
-		time.Sleep(time.Millisecond) // past the deadline Holding is false
-	}
-	if err := p.Resume(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestWatchdogResumesWhenTheDaemonDies(t *testing.T) {
 	a := sleeper(t)
 	d := exec.Command(os.Args[0], testStopAndWaitArg, strconv.Itoa(a.PID), strconv.FormatUint(a.Start, 10))
@@ -365,15 +207,6 @@ func TestWatchdogResumesWhenTheDaemonDies(t *testing.T) {
 	d.Process.Kill()
 	d.Wait()
 	waitState(t, a.PID, false)
-}
-
-func TestRunWatchdogRefusesBadArguments(t *testing.T) {
-	for _, args := range [][]string{nil, {"1s"}, {"soon", "1"}, {"1s", "0"}, {"1s", "x"}} {
-		var errb strings.Builder
-		if rc := RunWatchdog(args, strings.NewReader(""), &errb); rc != 2 || !strings.Contains(errb.String(), "watchdog") {
-			t.Errorf("RunWatchdog(%q) = %d, %q; want 2 and a message", args, rc, errb.String())
-		}
-	}
 }
 
 // sleeperRef is r as it is (its real start time), for a test that bent it.

@@ -44,6 +44,8 @@ type BEProgress struct {
 	Log     *slog.Logger
 
 	procs map[string]*beProc // by ProcRef.Key
+	// guard bounds what one process's library costs a window (attach).
+	guard attachGuard
 
 	mu     sync.Mutex
 	status []client.SLOBE
@@ -99,6 +101,7 @@ func (b *BEProgress) Roll(now time.Duration, bes []slomode.BEWindow) map[string]
 	dropGone(b.procs, refs, func(p *beProc) { b.Counter.Detach(p.pid) })
 	rates := map[string]slomode.BERate{}
 	var st []client.SLOBE
+	deadline := time.Now().Add(attachBudget)
 	for _, w := range bes {
 		p, alone, paused := w.ProcRef, w.Alone, w.Stopped
 		k := p.Key()
@@ -108,7 +111,7 @@ func (b *BEProgress) Roll(now time.Duration, bes []slomode.BEWindow) map[string]
 			b.Counter.Detach(bp.pid) // try again: a process may map libcuda late
 		}
 		if bp == nil || retry {
-			bp = b.attach(p, now, retry)
+			bp = b.attach(p, now, retry, deadline)
 			b.procs[k] = bp
 		}
 		s := client.SLOBE{PID: p.PID, Comm: p.Comm}
@@ -171,17 +174,23 @@ func beLibrary(explicit string) func(pid int) (string, error) {
 // mappedLibCUDA is the libcuda pid has mapped, through /proc/PID/root.
 func mappedLibCUDA(pid int) (string, error) { return trace.FindLibrary(trace.LibCUDA, "", pid) }
 
-// attach starts counting p's launches.
-func (b *BEProgress) attach(p policy.ProcRef, now time.Duration, retry bool) *beProc {
+// attach starts counting p's launches, waiting for its library until
+// deadline at most (attachGuard).
+func (b *BEProgress) attach(p policy.ProcRef, now time.Duration, retry bool, deadline time.Time) *beProc {
 	bp := &beProc{pid: p.PID, at: now, rate: math.NaN()}
 	find := b.Library
 	if find == nil {
 		find = mappedLibCUDA
 	}
-	lib, err := find(p.PID)
-	if err == nil {
-		err = b.Counter.Attach(p.PID, lib)
-	}
+	var lib string
+	err := b.guard.run(p.PID, deadline, func() error {
+		l, err := find(p.PID)
+		if err == nil {
+			err = b.Counter.Attach(p.PID, l)
+		}
+		lib = l
+		return err
+	}, func() { b.Counter.Detach(p.PID) })
 	if err != nil {
 		bp.err = err.Error()
 		attachFailed(b.Log, retry, "BE progress: not counting a BE process's launches; BE share leaves it out", p, err)

@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
@@ -46,6 +47,15 @@ type API struct {
 	Rec     *Reconciler
 	Metrics *Metrics
 	Log     *slog.Logger
+	// Now is the clock of the refusals' log rate (default time.Now).
+	Now func() time.Time
+	// refusals: refusals logged in the second since since, and those
+	// not logged since the last line.
+	refusals struct {
+		sync.Mutex
+		since            time.Time
+		logged, unlogged int
+	}
 	// Inspect reads a peer process (its uid, cgroup) for the policy's
 	// request limits.
 	Inspect Inspector
@@ -181,8 +191,61 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
+// processes lists the processes the daemon holds: every one to root and
+// the policy's admin, a caller's own (its uid's) to anyone else. Each
+// entry names a pid, its uid, comm and cgroup (under Kubernetes, pod
+// UIDs): the opaque metric labels would be undone by a full list.
 func (a *API) processes(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, a.Rec.Snapshot())
+	peer, err := a.peer(r)
+	if err != nil {
+		writeErr(w, http.StatusForbidden, "cannot identify the peer: %v", err)
+		return
+	}
+	all := a.Rec.Snapshot()
+	// Admin rights are the peer's now, not at connect.
+	if a.currentPeer(r, peer) == nil && a.Rec.Policy().IsAdmin(peer.UID, a.groupsOf(peer), groupName) {
+		writeJSON(w, http.StatusOK, all)
+		return
+	}
+	own := []ProcStatus{}
+	for _, p := range all {
+		if p.UID == peer.UID {
+			own = append(own, p)
+		}
+	}
+	writeJSON(w, http.StatusOK, own)
+}
+
+// refusalLogBurst is how many refusals are logged a second at most; the
+// others are counted (gpreemptd_socket_refused_total) and their number
+// said in the next line logged. One line per refused request let one
+// client write 3,000 lines in 2.9 s, past journald's rate limit, which
+// then dropped the daemon's own messages.
+const refusalLogBurst = 10
+
+// logRefused counts a refused request and logs it within the rate.
+func (a *API) logRefused(request string, args ...any) {
+	if a.Metrics != nil {
+		a.Metrics.refusedRequests.WithLabelValues(request).Inc()
+	}
+	now := time.Now()
+	if a.Now != nil {
+		now = a.Now()
+	}
+	a.refusals.Lock()
+	if now.Sub(a.refusals.since) >= time.Second {
+		a.refusals.since, a.refusals.logged = now, 0
+	}
+	if a.refusals.logged >= refusalLogBurst {
+		a.refusals.unlogged++
+		a.refusals.Unlock()
+		return
+	}
+	a.refusals.logged++
+	unlogged := a.refusals.unlogged
+	a.refusals.unlogged = 0
+	a.refusals.Unlock()
+	a.Log.Warn("refused", append([]any{"request", request, "not_logged_before", unlogged}, args...)...)
 }
 
 // ClassesBody is GET /v1/classes.
@@ -239,12 +302,12 @@ func (a *API) reload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := a.currentPeer(r, peer); err != nil {
-		a.Log.Warn("refused", "request", "reload", "peer_pid", peer.PID, "peer_uid", peer.UID, "why", err)
+		a.logRefused("reload", "peer_pid", peer.PID, "peer_uid", peer.UID, "why", err)
 		writeErr(w, http.StatusForbidden, "pid %d: %v", peer.PID, err)
 		return
 	}
 	if !a.Rec.Policy().IsAdmin(peer.UID, a.groupsOf(peer), groupName) {
-		a.Log.Warn("refused", "request", "reload", "peer_pid", peer.PID, "peer_uid", peer.UID, "why", "not root nor in the policy's admin")
+		a.logRefused("reload", "peer_pid", peer.PID, "peer_uid", peer.UID, "why", "not root nor in the policy's admin")
 		writeErr(w, http.StatusForbidden, "reload needs root or the policy's admin uid/group")
 		return
 	}
@@ -336,7 +399,7 @@ func (a *API) peerAndBody(w http.ResponseWriter, r *http.Request) (Peer, []byte,
 		return peer, nil, false
 	}
 	if err := a.currentPeer(r, peer); err != nil {
-		a.Log.Warn("refused", "request", r.URL.Path, "peer_pid", peer.PID, "peer_uid", peer.UID, "why", err)
+		a.logRefused(endpointLabel(r.Pattern), "peer_pid", peer.PID, "peer_uid", peer.UID, "why", err)
 		writeErr(w, http.StatusForbidden, "pid %d: %v", peer.PID, err)
 		return peer, nil, false
 	}
@@ -357,7 +420,7 @@ func (a *API) class(w http.ResponseWriter, r *http.Request) {
 		req.PID = peer.PID
 	}
 	refuse := func(why string) {
-		a.Log.Warn("refused", "request", "class", "peer_pid", peer.PID, "peer_uid", peer.UID, "pid", req.PID, "class", sp.String(), "why", why)
+		a.logRefused("class", "peer_pid", peer.PID, "peer_uid", peer.UID, "pid", req.PID, "class", sp.String(), "why", why)
 		writeErr(w, http.StatusForbidden, "%s", why)
 	}
 	// The peer as /proc has it now, and whether that is still the process
@@ -418,7 +481,7 @@ func (a *API) class(w http.ResponseWriter, r *http.Request) {
 		var tooMany *ErrTooMany
 		switch {
 		case errors.As(err, &tooMany):
-			a.Log.Warn("refused", "request", "class", "peer_pid", peer.PID, "peer_uid", peer.UID, "class", sp.String(), "why", err)
+			a.logRefused("class", "peer_pid", peer.PID, "peer_uid", peer.UID, "class", sp.String(), "why", err)
 			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(tooMany.Retry.Seconds()))))
 			writeErr(w, http.StatusTooManyRequests, "%v", err)
 		case isGone(err):
@@ -512,12 +575,12 @@ func (a *API) stats(w http.ResponseWriter, r *http.Request) {
 		s.PID = peer.PID
 	}
 	if s.PID != peer.PID {
-		a.Log.Warn("refused", "request", "stats", "peer_pid", peer.PID, "pid", s.PID, "why", "not its own pid")
+		a.logRefused("stats", "peer_pid", peer.PID, "pid", s.PID, "why", "not its own pid")
 		writeErr(w, http.StatusForbidden, "pid %d may push its own statistics only", peer.PID)
 		return
 	}
 	info, _, ok := a.peerProcess(w, r, peer, func(why string) {
-		a.Log.Warn("refused", "request", "stats", "peer_pid", peer.PID, "why", why)
+		a.logRefused("stats", "peer_pid", peer.PID, "why", why)
 		writeErr(w, http.StatusForbidden, "%s", why)
 	})
 	if !ok {

@@ -821,8 +821,8 @@ func TestSLOLoopPausesPerGPU(t *testing.T) {
 		}
 	}
 	waitState(t, far.PID, false)
-	if len(loop.Pause.(*Pauser).dogs) != 0 {
-		t.Errorf("%d watchdogs left with nothing stopped", len(loop.Pause.(*Pauser).dogs))
+	if p := loop.Pause.(*Pauser); len(p.held) != 0 || p.Holding() {
+		t.Errorf("%d processes left held with nothing stopped", len(p.held))
 	}
 }
 

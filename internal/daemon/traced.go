@@ -54,6 +54,8 @@ type TracedLatency struct {
 	// still on their way when it was detached). Under mu.
 	since  map[int]time.Duration
 	strays uint64
+	// guard bounds what one process's library costs a window.
+	guard attachGuard
 }
 
 // tracedWindow is one process's requests and steps in the open window:
@@ -220,6 +222,7 @@ func (t *TracedLatency) follow(now time.Duration, lcs []policy.ProcRef) {
 	if find == nil {
 		find = mappedLibCUDA
 	}
+	deadline := time.Now().Add(attachBudget)
 	for _, p := range lcs {
 		k := p.Key()
 		tp := t.procs[k]
@@ -228,13 +231,18 @@ func (t *TracedLatency) follow(now time.Duration, lcs []policy.ProcRef) {
 			continue
 		}
 		tp = &tracedProc{pid: p.PID, at: now}
-		lib, err := find(p.PID)
-		if err == nil {
-			t.track(p.PID, now) // before the first event can come
-			if err = t.tracer.AttachProcess(p.PID, lib); err != nil {
-				t.track(p.PID, -1)
+		var lib string
+		err := t.guard.run(p.PID, deadline, func() error {
+			l, err := find(p.PID)
+			if err == nil {
+				t.track(p.PID, now) // before the first event can come
+				if err = t.tracer.AttachProcess(p.PID, l); err != nil {
+					t.track(p.PID, -1)
+				}
 			}
-		}
+			lib = l
+			return err
+		}, func() { t.tracer.DetachProcess(p.PID); t.track(p.PID, -1) })
 		if err != nil {
 			tp.err = err.Error()
 			attachFailed(t.log, retry, "request tracing: not tracing an LC process that pushes no latency", p, err)

@@ -22,8 +22,8 @@ type LaunchCounter struct {
 
 	mu    sync.Mutex
 	procs map[int]counted
-	// libs are the libraries attached processes use, by path (a path
-	// through /proc/PID/root is one process's): dropped with the last.
+	// libs are the libraries attached processes use, by file (device
+	// and inode): dropped with the last.
 	libs map[string]*counterLibrary
 }
 
@@ -35,9 +35,18 @@ type counted struct {
 
 // counterLibrary is what one library file's launch functions resolved to.
 type counterLibrary struct {
-	ex      *link.Executable
-	symbols []string // the launch functions it has, one name per address
+	ex *link.Executable
+	// file is what ex reads through (openLibrary.Executable), open while
+	// a process is attached through it.
+	file    *openLibrary
+	symbols []Probe // the launch functions it has, one name per address
 	users   int
+}
+
+func (l *counterLibrary) close() {
+	if l.file != nil {
+		l.file.Close()
+	}
 }
 
 // maxCounted is the table's capacity (launches.c).
@@ -71,71 +80,78 @@ func (c *LaunchCounter) Attach(pid int, library string) error {
 	if pid <= 0 {
 		return fmt.Errorf("launch counter: pid %d", pid)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.detach(pid)
-	lib, err := c.library(library)
+	// The file is opened and read before the lock: a library that takes
+	// long to open (a FUSE file) holds up no count and no other attach.
+	opened, keep, err := resolveLaunches(library)
 	if err != nil {
 		return err
 	}
-	if len(c.procs) >= maxCounted {
-		return fmt.Errorf("launch counter: %d processes counted already", len(c.procs))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.detach(pid)
+	key := opened.key()
+	lib := c.libs[key]
+	if lib == nil {
+		ex, err := opened.Executable()
+		if err != nil {
+			opened.Close()
+			return fmt.Errorf("%w: %s: %w", ErrNoLibrary, library, err)
+		}
+		lib = &counterLibrary{ex: ex, file: opened, symbols: keep}
+		c.libs[key] = lib
+	} else {
+		opened.Close()
 	}
 	// fail drops a library opened for pid alone.
 	fail := func(err error) error {
 		if lib.users == 0 {
-			delete(c.libs, library)
+			delete(c.libs, key)
+			lib.close()
 		}
 		return err
 	}
-	key, zero := uint32(pid), uint64(0)
-	if err := c.objs.LaunchCounts.Update(key, zero, ebpf.UpdateAny); err != nil {
+	if len(c.procs) >= maxCounted {
+		return fail(fmt.Errorf("launch counter: %d processes counted already", len(c.procs)))
+	}
+	k, zero := uint32(pid), uint64(0)
+	if err := c.objs.LaunchCounts.Update(k, zero, ebpf.UpdateAny); err != nil {
 		return fail(fmt.Errorf("launch counter: %w", err))
 	}
 	var links []link.Link
-	for _, sym := range lib.symbols {
-		l, err := lib.ex.Uprobe(sym, c.objs.CountLaunch, &link.UprobeOptions{PID: pid})
+	for _, p := range lib.symbols {
+		l, err := lib.ex.Uprobe(p.Symbol, c.objs.CountLaunch, &link.UprobeOptions{PID: pid, Address: p.Offset})
 		if err != nil {
 			closeLinks(links)
-			c.objs.LaunchCounts.Delete(key)
-			return fail(attachError(fmt.Sprintf("uprobe %s for process %d", sym, pid), err))
+			c.objs.LaunchCounts.Delete(k)
+			return fail(attachError(fmt.Sprintf("uprobe %s for process %d", p.Symbol, pid), err))
 		}
 		links = append(links, l)
 	}
-	c.procs[pid] = counted{links: links, lib: library}
+	c.procs[pid] = counted{links: links, lib: key}
 	lib.users++
 	c.log.Debug("counting launches", "pid", pid, "library", library, "functions", len(links))
 	return nil
 }
 
-// library opens path's launch functions once.
-func (c *LaunchCounter) library(path string) (*counterLibrary, error) {
-	if l := c.libs[path]; l != nil {
-		return l, nil
-	}
+// resolveLaunches opens path and resolves its launch functions, one name
+// per address (aliases would count a launch twice).
+func resolveLaunches(path string) (*openLibrary, []Probe, error) {
 	var probes []Probe
 	for _, s := range DefaultLaunchSymbols {
 		probes = append(probes, Probe{Library: path, Symbol: s, Role: RoleLaunch})
 	}
-	// Aliases of one address would count a launch twice: ResolveProbes
-	// keeps one name per address.
-	keep, _, err := ResolveProbes(probes)
-	if err != nil {
-		return nil, err
+	keep, _, libs, err := resolveOpen(probes)
+	opened := libs[path]
+	if err != nil || len(keep) == 0 {
+		if opened != nil {
+			opened.Close()
+		}
+		if err == nil {
+			err = fmt.Errorf("%w: none of %v in %s", ErrNoSymbols, DefaultLaunchSymbols, path)
+		}
+		return nil, nil, err
 	}
-	if len(keep) == 0 {
-		return nil, fmt.Errorf("%w: none of %v in %s", ErrNoSymbols, DefaultLaunchSymbols, path)
-	}
-	ex, err := link.OpenExecutable(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrNoLibrary, path, err)
-	}
-	l := &counterLibrary{ex: ex}
-	for _, p := range keep {
-		l.symbols = append(l.symbols, p.Symbol)
-	}
-	c.libs[path] = l
-	return l, nil
+	return opened, keep, nil
 }
 
 // Count is pid's launches since it was attached.
@@ -192,6 +208,7 @@ func (p counted) release(libs map[string]*counterLibrary) {
 	if l := libs[p.lib]; l != nil {
 		if l.users--; l.users <= 0 {
 			delete(libs, p.lib)
+			l.close()
 		}
 	}
 }
@@ -202,6 +219,9 @@ func (c *LaunchCounter) Close() error {
 	defer c.mu.Unlock()
 	for pid := range c.procs {
 		c.detach(pid)
+	}
+	for _, l := range c.libs {
+		l.close()
 	}
 	c.libs = map[string]*counterLibrary{}
 	return c.objs.Close()

@@ -3,15 +3,18 @@ package trace
 import (
 	"bufio"
 	"bytes"
-	"debug/elf"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Default names of what the uprobes go on.
@@ -91,24 +94,74 @@ func libraryStem(name string) string {
 	return name
 }
 
-// mappedLibrary finds name among the files pid has mapped.
+// mappedLibrary finds name among the files pid has mapped, and returns
+// the path to open it by: the mapping itself (/proc/PID/map_files/RANGE,
+// which names the very file mapped, even deleted or renamed since), or,
+// where the caller may not open those (without CAP_SYS_ADMIN or
+// CAP_CHECKPOINT_RESTORE), the mapped path under /proc/PID/root, only if
+// it is still the inode mapped.
 func mappedLibrary(pid int, name string) (string, error) {
 	root := "/proc/" + strconv.Itoa(pid)
-	b, err := os.ReadFile(root + "/maps")
+	b, err := readBounded(root+"/maps", maxMapsRead)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", fmt.Errorf("%w: process %d: %w", ErrNoLibrary, pid, err)
 	}
 	if err != nil {
 		return "", fmt.Errorf("read %s/maps: %w", root, err)
 	}
-	return matchMaps(b, name, root+"/root"), nil
+	m, ok := matchMapping(b, name)
+	if !ok {
+		return "", nil
+	}
+	mf := fmt.Sprintf("%s/map_files/%x-%x", root, m.start, m.end)
+	if fd, err := unix.Open(mf, unix.O_PATH|unix.O_CLOEXEC, 0); err == nil {
+		unix.Close(fd)
+		return mf, nil
+	}
+	path := root + "/root" + m.path
+	var st unix.Stat_t
+	// O_PATH opens no file (no FIFO waits, no device is opened); a path
+	// that is no longer the inode mapped is not the library.
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %w", ErrNoLibrary, path, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "", fmt.Errorf("%w: %s: %w", ErrNoLibrary, path, err)
+	}
+	if st.Ino != m.inode {
+		return "", fmt.Errorf("%w: %s is no longer the file process %d mapped (inode %d, mapped %d)", ErrUntrustedLibrary, path, pid, st.Ino, m.inode)
+	}
+	return path, nil
 }
 
-// matchMaps returns the first mapped file of /proc/pid/maps content b whose
-// base name is name or another version of it, prefixed with root.
-func matchMaps(b []byte, name, root string) string {
+// maxMapsRead bounds what is read of a process's maps: a process with a
+// million mappings costs no more than this.
+const maxMapsRead = 16 << 20
+
+// readBounded reads at most limit bytes of a file.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, limit))
+}
+
+// mapping is one line of /proc/PID/maps that maps a file.
+type mapping struct {
+	start, end, inode uint64
+	path              string
+}
+
+// matchMapping returns the first mapping of /proc/pid/maps content b of a
+// file whose base name is name or another version of it.
+func matchMapping(b []byte, name string) (mapping, bool) {
 	stem := libraryStem(name)
 	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, 1<<16)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		// address perms offset dev inode path
@@ -117,9 +170,26 @@ func matchMaps(b []byte, name, root string) string {
 		}
 		path := strings.Join(f[5:], " ")
 		base := filepath.Base(path)
-		if base == name || base == stem || strings.HasPrefix(base, stem+".") {
-			return root + path
+		if base != name && base != stem && !strings.HasPrefix(base, stem+".") {
+			continue
 		}
+		lo, hi, ok := strings.Cut(f[0], "-")
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		inode, err3 := strconv.ParseUint(f[4], 10, 64)
+		if !ok || err1 != nil || err2 != nil || err3 != nil {
+			continue
+		}
+		return mapping{start: start, end: end, inode: inode, path: strings.TrimSuffix(path, " (deleted)")}, true
+	}
+	return mapping{}, false
+}
+
+// matchMaps returns the first mapped file of /proc/pid/maps content b whose
+// base name is name or another version of it, prefixed with root.
+func matchMaps(b []byte, name, root string) string {
+	if m, ok := matchMapping(b, name); ok {
+		return root + m.path
 	}
 	return ""
 }
@@ -161,6 +231,9 @@ type Probe struct {
 	Library string `json:"library"`
 	Symbol  string `json:"symbol"`
 	Role    Role   `json:"role"`
+	// Offset is the function's place in the file, set by ResolveProbes:
+	// what the uprobe is attached at.
+	Offset uint64 `json:"-"`
 }
 
 // Skipped is a requested probe the tracer could not place, and why.
@@ -176,61 +249,54 @@ func (s Skipped) String() string {
 // ResolveProbes keeps the probes whose function the library defines and
 // says why each other one is skipped. A symbol at the same address as one
 // already kept (an alias) is skipped too: two uprobes there would count
-// every call twice.
+// every call twice. Each kept probe carries its function's file offset.
+// Libraries are opened as openLibrary does: a file that is not a regular
+// one, not trusted, or too large to be a libcuda is ErrUntrustedLibrary.
 func ResolveProbes(probes []Probe) (keep []Probe, skipped []Skipped, err error) {
+	keep, skipped, libs, err := resolveOpen(probes)
+	for _, l := range libs {
+		l.Close()
+	}
+	return keep, skipped, err
+}
+
+// resolveOpen is ResolveProbes that leaves the libraries open, by the
+// probes' Library: probes are attached through them (Executable), so the
+// uprobes go on the very file whose symbols were read. The caller closes
+// them, also on error.
+func resolveOpen(probes []Probe) (keep []Probe, skipped []Skipped, libs map[string]*openLibrary, err error) {
 	type place struct {
 		lib  string
 		addr uint64
 	}
-	tables := map[string]map[string]uint64{}
+	wanted := map[string][]string{}
+	for _, p := range probes {
+		if !slices.Contains(wanted[p.Library], p.Symbol) {
+			wanted[p.Library] = append(wanted[p.Library], p.Symbol)
+		}
+	}
+	libs = map[string]*openLibrary{}
 	at := map[place]string{}
 	for _, p := range probes {
-		syms, ok := tables[p.Library]
+		l, ok := libs[p.Library]
 		if !ok {
-			if syms, err = functionSymbols(p.Library); err != nil {
-				return nil, nil, err
+			if l, err = openResolved(p.Library, wanted[p.Library]); err != nil {
+				return nil, nil, libs, err
 			}
-			tables[p.Library] = syms
+			libs[p.Library] = l
 		}
-		addr, ok := syms[p.Symbol]
+		off, ok := l.offsets[p.Symbol]
 		if !ok {
 			skipped = append(skipped, Skipped{p, "no such function in the library"})
 			continue
 		}
-		if other, dup := at[place{p.Library, addr}]; dup {
+		if other, dup := at[place{p.Library, off}]; dup {
 			skipped = append(skipped, Skipped{p, "alias of " + other})
 			continue
 		}
-		at[place{p.Library, addr}] = p.Symbol
+		at[place{p.Library, off}] = p.Symbol
+		p.Offset = off
 		keep = append(keep, p)
 	}
-	return keep, skipped, nil
-}
-
-// functionSymbols reads the defined function symbols of an ELF file, from
-// its dynamic table and, if present, its full one.
-func functionSymbols(path string) (map[string]uint64, error) {
-	f, err := elf.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrNoLibrary, path, err)
-	}
-	defer f.Close()
-	out := map[string]uint64{}
-	for _, read := range []func() ([]elf.Symbol, error){f.DynamicSymbols, f.Symbols} {
-		syms, err := read()
-		if err != nil {
-			continue // a stripped file has no .symtab; no .dynsym is fine too
-		}
-		for _, s := range syms {
-			if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Section == elf.SHN_UNDEF || s.Value == 0 {
-				continue
-			}
-			// Versioned names ("cuLaunchKernel@@libcuda.so.1") are
-			// reported without the version by debug/elf.
-			if _, seen := out[s.Name]; !seen {
-				out[s.Name] = s.Value
-			}
-		}
-	}
-	return out, nil
+	return keep, skipped, libs, nil
 }

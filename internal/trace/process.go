@@ -77,29 +77,39 @@ func (t *Tracer) AttachProcess(pid int, library string) error {
 		p.Library = library
 		probes = append(probes, p)
 	}
-	keep, _, err := ResolveProbes(probes)
+	// The file is opened and read before the lock: a library that takes
+	// long to open (a FUSE file) holds up no other process's attach.
+	keep, _, libs, err := resolveOpen(probes)
+	defer func() {
+		for _, l := range libs {
+			l.Close()
+		}
+	}()
 	if err != nil {
 		return err
 	}
 	if len(keep) == 0 {
 		return fmt.Errorf("%w: none of %d functions in %s", ErrNoSymbols, len(probes), library)
 	}
+	opened := libs[library]
 	t.pmu.Lock()
 	defer t.pmu.Unlock()
 	if t.procLinks == nil {
 		return errors.New("trace: AttachProcess on a stopped tracer")
 	}
 	t.detachLocked(pid)
-	// The path is under /proc/PID/root: one library per process, mostly,
-	// dropped with its last process.
-	lib := t.exes[library]
+	// One Executable per file (by device and inode), open while a process
+	// is attached through it, dropped with its last process.
+	key := opened.key()
+	lib := t.exes[key]
 	if lib == nil {
-		ex, err := link.OpenExecutable(library)
+		ex, err := opened.Executable()
 		if err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrNoLibrary, library, err)
 		}
-		lib = &counterLibrary{ex: ex}
-		t.exes[library] = lib
+		lib = &counterLibrary{ex: ex, file: opened}
+		delete(libs, library) // lib owns it now
+		t.exes[key] = lib
 	}
 	var links []link.Link
 	if t.multi {
@@ -114,12 +124,13 @@ func (t *Tracer) AttachProcess(pid int, library string) error {
 	}
 	if err != nil {
 		if lib.users == 0 {
-			delete(t.exes, library)
+			delete(t.exes, key)
+			lib.close()
 		}
 		return err
 	}
 	lib.users++
-	t.procLinks[pid] = counted{links: links, lib: library}
+	t.procLinks[pid] = counted{links: links, lib: key}
 	t.log.Debug("attached", "pid", pid, "library", library, "uprobes", len(keep), "links", len(links))
 	return nil
 }
@@ -134,7 +145,7 @@ func (t *Tracer) attachPerFunction(ex *link.Executable, pid int, keep []Probe) (
 		return nil, err
 	}
 	for _, p := range keep {
-		uo := &link.UprobeOptions{PID: pid, Cookie: cookie(p.Role, t.index(p))}
+		uo := &link.UprobeOptions{PID: pid, Cookie: cookie(p.Role, t.index(p)), Address: p.Offset}
 		enter := t.calls.CallEnter
 		if p.Role == RoleHint {
 			enter = t.calls.CallEnterHint
@@ -167,6 +178,7 @@ func (t *Tracer) attachMulti(ex *link.Executable, pid int, keep []Probe) ([]link
 		ret     bool
 		symbols []string
 		cookies []uint64
+		offsets []uint64
 	}{
 		{what: "uprobe_multi", prog: t.calls.CallEnterMulti},
 		{what: "uprobe_multi (hint)", prog: t.calls.CallEnterHintMulti},
@@ -178,9 +190,10 @@ func (t *Tracer) attachMulti(ex *link.Executable, pid int, keep []Probe) ([]link
 		if p.Role == RoleHint {
 			g = &groups[1]
 		}
-		g.symbols, g.cookies = append(g.symbols, p.Symbol), append(g.cookies, c)
+		g.symbols, g.cookies, g.offsets = append(g.symbols, p.Symbol), append(g.cookies, c), append(g.offsets, p.Offset)
 		if hasReturn(p.Role) {
-			groups[2].symbols, groups[2].cookies = append(groups[2].symbols, p.Symbol), append(groups[2].cookies, c)
+			r := &groups[2]
+			r.symbols, r.cookies, r.offsets = append(r.symbols, p.Symbol), append(r.cookies, c), append(r.offsets, p.Offset)
 		}
 	}
 	var links []link.Link
@@ -188,7 +201,7 @@ func (t *Tracer) attachMulti(ex *link.Executable, pid int, keep []Probe) ([]link
 		if len(g.symbols) == 0 {
 			continue
 		}
-		l, err := t.uprobeMulti(ex, g.ret, g.symbols, g.prog, &link.UprobeMultiOptions{PID: uint32(pid), Cookies: g.cookies})
+		l, err := t.uprobeMulti(ex, g.ret, g.symbols, g.prog, &link.UprobeMultiOptions{PID: uint32(pid), Cookies: g.cookies, Addresses: g.offsets})
 		if err != nil {
 			closeLinks(links)
 			return nil, attachError(fmt.Sprintf("%s %v for process %d", g.what, g.symbols, pid), err)

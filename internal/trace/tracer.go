@@ -76,7 +76,7 @@ type Tracer struct {
 	perProcess []Probe
 	pmu        sync.Mutex
 	procLinks  map[int]counted            // by pid: its links and the library they are in
-	exes       map[string]*counterLibrary // by path, while a process is attached through it
+	exes       map[string]*counterLibrary // by file (device and inode), while a process is attached through it
 	table      atomic.Pointer[[]Probe]
 	// multi: a process's functions are attached as one uprobe_multi link
 	// per program, not one perf-event uprobe per function (chosen at
@@ -263,7 +263,13 @@ func (t *Tracer) openRM(pid, ignore uint32) error {
 }
 
 func (t *Tracer) openCalls(ctx context.Context, probes []Probe, pid int) error {
-	keep, skipped, err := ResolveProbes(probes)
+	keep, skipped, libs, err := resolveOpen(probes)
+	// Attached through the files read; the uprobes outlive them.
+	defer func() {
+		for _, l := range libs {
+			l.Close()
+		}
+	}()
 	if err != nil {
 		return err
 	}
@@ -291,12 +297,12 @@ func (t *Tracer) openCalls(ctx context.Context, probes []Probe, pid int) error {
 		}
 		ex := exes[p.Library]
 		if ex == nil {
-			if ex, err = link.OpenExecutable(p.Library); err != nil {
+			if ex, err = libs[p.Library].Executable(); err != nil {
 				return fmt.Errorf("%w: %s: %w", ErrNoLibrary, p.Library, err)
 			}
 			exes[p.Library] = ex
 		}
-		uo := &link.UprobeOptions{PID: pid, Cookie: cookie(p.Role, i)}
+		uo := &link.UprobeOptions{PID: pid, Cookie: cookie(p.Role, i), Address: p.Offset}
 		enter := t.calls.CallEnter
 		if p.Role == RoleHint {
 			enter = t.calls.CallEnterHint

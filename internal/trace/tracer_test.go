@@ -567,7 +567,7 @@ func testPerProcessUprobes(t *testing.T, lib, app string, probes []Probe, perFun
 	}
 	a.run(t) // untraced; once it has run, a is in main and has its library mapped
 	mapped, err := FindLibrary("libfakecuda.so", "", pa)
-	if err != nil || !strings.HasSuffix(mapped, lib) {
+	if err != nil || !sameFile(t, mapped, lib) {
 		t.Fatalf("library a maps: %q, %v", mapped, err)
 	}
 	if err := tr.AttachProcess(pa, mapped); err != nil {

@@ -143,6 +143,13 @@ func KubeHook(ctx context.Context, agent *kube.Agent, cfg *daemon.Config, log *s
 	// connections and requests in flight: a node's pods may all run as
 	// root, and one must not starve the others.
 	cfg.PeerKey = podPeerKey(agent.PodOfPID)
+	// Likewise an LC's part of the request gate's share: a pod's.
+	cfg.Tenant = func(pid int) string {
+		if ref, err := agent.PodOfPID(pid); err == nil {
+			return "pod " + ref.Namespace + "/" + ref.Name
+		}
+		return daemon.UIDTenant(pid)
+	}
 	return func(d *daemon.Daemon) {
 		d.Metrics().Registry.MustRegister(kube.NewPodInfoCollector(agent, d.Reconciler().Known, d.Metrics().ProcessLabel))
 		go func() {
