@@ -416,15 +416,29 @@ func (p *Pauser) checkLocked(h *heldProc) bool {
 		return false
 	}
 	// A SIGSTOP sent but not yet acted on (the process is not on a CPU
-	// yet) is pending: a SIGCONT would have discarded it.
-	if stopPending(h.ref.PID) {
-		return true
+	// yet) is pending: a SIGCONT would have discarded it. One taken off
+	// the queue is neither pending nor shown stopped until the process
+	// stops: looked at again a few times before it counts as resumed.
+	for i := 0; i < stopSettle; i++ {
+		if stopPending(h.ref.PID) {
+			return true
+		}
+		time.Sleep(time.Millisecond)
+		if _, st, err := p.stat(h.ref.PID); err == nil && (st == 'T' || st == 't') {
+			return true
+		}
 	}
 	p.selfResumed.Add(1)
 	p.log().Warn("pause: a held BE process runs (resumed by its owner); stopped again", "pid", h.ref.PID, "comm", h.ref.Comm)
 	unix.PidfdSendSignal(h.fd, unix.SIGSTOP, nil, 0)
 	return false
 }
+
+// stopSettle is how many times, a millisecond apart, a held process not
+// shown stopped is looked at again before it counts as resumed by its
+// owner (between taking SIGSTOP off its queue and stopping, it is
+// neither pending nor stopped).
+const stopSettle = 20
 
 // stopPending reports whether a SIGSTOP waits to be acted on by pid
 // (/proc/PID/status: ShdPnd for the process, SigPnd for a thread).
