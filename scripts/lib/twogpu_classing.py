@@ -95,6 +95,15 @@ def cmd_classing(a):
         workers.append(w)
         by_pid[p.pid] = w
 
+    def add_group(w, g):
+        """Adds a group gpreemptctl or the trace named to w's reader; the
+        caller holds lock."""
+        try:
+            if w["reader"]:
+                w["reader"].add(g["fd"], handle(g["client"]), handle(g["handle"]), g.get("engine", ""))
+        except OSError as e:
+            w["errors"].append(str(e))
+
     def discover(w):
         """Fallback without the trace: gpreemptctl ps until groups show."""
         end = w["spawn_ns"] + int(a.give_up * 1e9)
@@ -105,20 +114,12 @@ def cmd_classing(a):
                     if w["first_group_ns"] is None:
                         w["first_group_ns"], w["method"] = mono_ns(), w["method"] or "ps+ioctl"
                     for g in gs:
-                        try:
-                            if w["reader"]:
-                                w["reader"].add(g["fd"], handle(g["client"]), handle(g["handle"]), g.get("engine", ""))
-                        except OSError as e:
-                            w["errors"].append(str(e))
+                        add_group(w, g)
                 # Groups made after this discovery: once more, later.
                 time.sleep(0.3)
                 for g in ps_groups(ctl, w["pid"]) or []:
                     with lock:
-                        try:
-                            if w["reader"]:
-                                w["reader"].add(g["fd"], handle(g["client"]), handle(g["handle"]), g.get("engine", ""))
-                        except OSError as e:
-                            w["errors"].append(str(e))
+                        add_group(w, g)
                 return
             time.sleep(0.05)
 
@@ -167,11 +168,7 @@ def cmd_classing(a):
                     c, now = g.get("created_ns") or 0, mono_ns()
                     w["first_group_ns"] = c if w["spawn_ns"] <= c <= now else now
                     w["method"], w["first_alloc_created_ns"] = "trace+ioctl", c
-                try:
-                    if w["reader"]:
-                        w["reader"].add(g["fd"], handle(g["client"]), handle(g["handle"]), g.get("engine", ""))
-                except OSError as e:
-                    w["errors"].append(str(e))
+                add_group(w, g)
 
     # One loop a tick: start the next worker when due (a.stagger apart),
     # take new groups from the trace, read every group in its window.
