@@ -50,7 +50,10 @@
 # (gpu-run-kube.sh's) and 2gpu-all.tar.gz (logs, policies, the daemon's
 # status over time, results.md of each bench run), rewritten after every
 # part. Carried: .carry (gpreemptd, gpreemptctl, gpreempt-bench) and, for
-# kube, .k8s (docs/DAEMON.md, "Two GPUs", says how both fit one call).
+# kube, .k8s: the two together pass the 64 MiB a GPU call carries, so
+# two calls, PARTS=classing,slo,gate carrying .carry (~6.5 min) and
+# PARTS=kube carrying .k8s (~1 min). A run's write-up:
+# docs/results/2026-11-26-daemon-2gpu-h200.md.
 # shellcheck source-path=SCRIPTDIR
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
