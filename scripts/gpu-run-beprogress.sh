@@ -8,6 +8,7 @@
 # times. The BE rates are in $OUT/beprogress.txt, with the daemon's status
 # (launches per second, rate alone) of each counted run.
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/daemon.sh"
 OUT=${OUT:-/tmp/gpreempt-out}
 W=${W:-/tmp/gpreempt-beprogress}
 C=${C:-.carry}
@@ -32,7 +33,7 @@ for rep in $(seq "$REPS"); do
   for prog in true false; do
     $C/gpreemptd --config "$W/policy.yaml" --socket "$SOCK" --be-progress=$prog > "$W/d-$prog-$rep.log" 2>&1 &
     dpid=$!
-    for i in $(seq 40); do [ -S "$SOCK" ] && break; sleep 0.25; done
+    wait_sock "$SOCK" $dpid
     ( sleep 25; curl -s --unix-socket "$SOCK" http://d/v1/status > "$W/status-$prog-$rep.json" ) &
     GPREEMPT_BEPROGRESS_RUN=1 $C/gpreempt-bench run --scenarios pytorch-be-only,be-only --duration 10s --repeat 1 \
       --out "$W/run-$prog-$rep" > "$W/bench-$prog-$rep.log" 2>&1

@@ -40,6 +40,8 @@
 # part runs.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/parts.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/daemon.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/policy.sh"
 OUT=${OUT:-/tmp/gpreempt-out}
 W=${W:-/tmp/gpreempt-daemon-out}
 C=${C:-.carry}
@@ -83,23 +85,9 @@ bench_cmd() {
 
 # must-show 2: the daemon classes only what says GPREEMPT_CLASS (the bench's
 # daemon:* workers); the gpreemptctl scenarios' workers carry no such
-# variable and are left alone (default: none). be at 1us, as the bench's
-# be-1us gives gpreemptctl; lc 5s. requests.default_max: lc, for
-# class_from_env is capped at the request limit (none by default).
-bench_policy() {
-  cat <<'YAML'
-version: 1
-classes:
-  be: {timeslice: 1us, interleave: low}
-  lc: {timeslice: 5s, interleave: high}
-default: none
-rules:
-  - name: from-env
-    class_from_env: GPREEMPT_CLASS
-requests:
-  default_max: lc
-YAML
-}
+# variable and are left alone. be at 1us, as the bench's be-1us gives
+# gpreemptctl.
+bench_policy() { env_policy 1us; }
 
 if [ -n "$DRY" ]; then
   echo "W=$W OUT=$OUT C=$C CHURN=$CHURN"
@@ -191,6 +179,35 @@ show() { # pid: the daemon's view and gpreemptctl's read-back
 }
 dstat() { echo "fds=$(ls /proc/$DPID/fd | wc -l) rss_kb=$(awk '/VmRSS/{print $2}' /proc/$DPID/status) threads=$(awk '/Threads/{print $2}' /proc/$DPID/status)"; }
 
+# classed_summary LOG latency|bench: from gpreemptd's debug LOG, the time
+# from a context's last setup call to its classing (after_setup= of each
+# "msg=classed" line). latency: new contexts only, p50, p99 and max
+# against the goal; bench: every line, counted by class, p50 and max.
+classed_summary() {
+  python3 - "$1" "$2" <<'PY'
+import re, sys
+log, mode = open(sys.argv[1]).read(), sys.argv[2]
+v, classes = [], {}
+if mode == "latency":
+    pattern = r'msg=classed .*after_setup=(\S+) new_context=true'
+else:
+    pattern = r'msg=classed .*?class=(\S+).*?after_setup=(\S+)'
+for m in re.finditer(pattern, log):
+    if mode != "latency":
+        classes[m.group(1)] = classes.get(m.group(1), 0) + 1
+    s = m.group(m.lastindex)
+    for unit, f in (("ms", 1e-3), ("µs", 1e-6), ("us", 1e-6), ("ns", 1e-9), ("s", 1)):
+        if s.endswith(unit):
+            v.append(float(s[:-len(unit)]) * f * 1e3); break
+v.sort()
+q = lambda p: v[min(len(v) - 1, int(p * len(v)))]
+if mode == "latency":
+    print(f"classed contexts: {len(v)}; last setup call -> classed: p50 {q(.5):.1f} ms, p99 {q(.99):.1f} ms, max {v[-1]:.1f} ms (goal p99 <= 100 ms)" if v else "no classed contexts")
+else:
+    print(f"classed: {classes}; after last setup call p50 {q(.5):.1f} ms, max {v[-1]:.1f} ms" if v else "no classed lines in the daemon's log")
+PY
+}
+
 # --- the daemon of the must-show parts ------------------------------------
 DPID=
 start_main_daemon() {
@@ -198,9 +215,7 @@ start_main_daemon() {
   printf 'rules:\n  - class: be\n    clas: lc\n' > "$RUN/bad.yaml"
   $C/gpreemptd --check-config "$RUN/bad.yaml" >> "$W/check-config.txt" 2>&1; echo "rc=$?" >> "$W/check-config.txt"
   cat "$W/check-config.txt"
-  $C/gpreemptd --config "$W/policy.yaml" --socket "$SOCK" --metrics-addr $MADDR --log-level debug > "$W/gpreemptd.log" 2>&1 &
-  DPID=$!
-  for i in $(seq 40); do [ -S "$SOCK" ] && break; sleep 0.25; done
+  start_gpreemptd "$W/gpreemptd.log" "$W/policy.yaml" "$SOCK" $MADDR
   {
     echo '$ second daemon on the same socket'; $C/gpreemptd --config "$W/policy.yaml" --socket "$SOCK" --metrics-addr 127.0.0.1:19478; echo "rc=$?"
     echo '$ gpreemptctl daemon status'; $C/gpreemptctl daemon status --socket "$SOCK"
@@ -304,18 +319,7 @@ PY
 # --- latency: last setup call to classed -------------------------------------
 part_latency() {
   curl -s http://$MADDR/metrics > "$W/metrics.txt"
-  python3 - "$W/gpreemptd.log" > "$W/latency.txt" <<'PY'
-import re, sys
-v = []
-for m in re.finditer(r'msg=classed .*after_setup=(\S+) new_context=true', open(sys.argv[1]).read()):
-    s = m.group(1)
-    for unit, f in (("ms", 1e-3), ("µs", 1e-6), ("us", 1e-6), ("ns", 1e-9), ("s", 1)):
-        if s.endswith(unit):
-            v.append(float(s[:-len(unit)]) * f * 1e3); break
-v.sort()
-q = lambda p: v[min(len(v) - 1, int(p * len(v)))]
-print(f"classed contexts: {len(v)}; last setup call -> classed: p50 {q(.5):.1f} ms, p99 {q(.99):.1f} ms, max {v[-1]:.1f} ms (goal p99 <= 100 ms)" if v else "no classed contexts")
-PY
+  classed_summary "$W/gpreemptd.log" latency > "$W/latency.txt"
   grep -E '^gpreemptd_(classed_latency_seconds_(sum|count)|applies_total|apply_failures_total|drift_total|control_seconds_(sum|count))' "$W/metrics.txt" >> "$W/latency.txt"
   cat "$W/latency.txt"
 }
@@ -343,9 +347,8 @@ part_bench() {
     echo '$ gpreemptd --check-config bench-policy.yaml'
     $C/gpreemptd --check-config "$W/bench-policy.yaml"; echo "rc=$?"
   } > "$W/bench.txt" 2>&1
-  $C/gpreemptd --config "$W/bench-policy.yaml" --socket "$BSOCK" --metrics-addr $BMADDR --log-level debug > "$W/gpreemptd-bench.log" 2>&1 &
-  local bpid=$!
-  for i in $(seq 40); do [ -S "$BSOCK" ] && break; sleep 0.25; done
+  start_gpreemptd "$W/gpreemptd-bench.log" "$W/bench-policy.yaml" "$BSOCK" $BMADDR
+  local bpid=$DPID
   {
     echo '$ gpreemptctl daemon status'; $C/gpreemptctl daemon status --socket "$BSOCK"
     echo "\$ $(bench_cmd)"
@@ -358,20 +361,7 @@ part_bench() {
   kill -TERM $bpid; wait $bpid; echo "bench daemon exit rc=$?" >> "$W/bench.txt"
   {
     echo "== the daemon's side: contexts classed (last setup call -> classed), drift"
-    python3 - "$W/gpreemptd-bench.log" <<'PY'
-import re, sys
-log = open(sys.argv[1]).read()
-v, classes = [], {}
-for m in re.finditer(r'msg=classed .*?class=(\S+).*?after_setup=(\S+)', log):
-    classes[m.group(1)] = classes.get(m.group(1), 0) + 1
-    s = m.group(2)
-    for unit, f in (("ms", 1e-3), ("µs", 1e-6), ("us", 1e-6), ("ns", 1e-9), ("s", 1)):
-        if s.endswith(unit):
-            v.append(float(s[:-len(unit)]) * f * 1e3); break
-v.sort()
-q = lambda p: v[min(len(v) - 1, int(p * len(v)))]
-print(f"classed: {classes}; after last setup call p50 {q(.5):.1f} ms, max {v[-1]:.1f} ms" if v else "no classed lines in the daemon's log")
-PY
+    classed_summary "$W/gpreemptd-bench.log" bench
     grep -E '^gpreemptd_(applies_total|apply_failures_total|drift_total)' "$W/bench-metrics.txt"
     echo "== bench summary and the daemon's classing (results.md)"
     bench_digest "$W/bench" "$W/bench-run.log" "Classed by gpreemptd"

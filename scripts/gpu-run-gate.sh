@@ -18,6 +18,8 @@
 # (taskset's list).
 # Results under $OUT/<part>/.
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/daemon.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/policy.sh"
 OUT=${OUT:-/tmp/gate-out}; RUNS=${RUNS:-/tmp/gate-runs}; mkdir -p "$OUT" "$RUNS"
 C=$PWD/.carry
 export GPREEMPT_LIB=$C/libgpreempt.so PYTHONUNBUFFERED=1
@@ -56,26 +58,10 @@ except Exception: print(t[-3000:])' | tee -a "$OUT/summary.md"
              --lc-calibrate-us 0 --lc-iters 2000 --duration 10s --repeat "${SYNTH_REPEAT:-3}" ;;
     dgate)
       D=/tmp/gpreemptd-gate; mkdir -p $D
-      cat > $D/policy.yaml <<'YAML'
-version: 1
-classes:
-  be: {timeslice: 2ms, interleave: low}
-  lc: {timeslice: 5s, interleave: high}
-default: none
-rules:
-  - name: from-env
-    class_from_env: GPREEMPT_CLASS
-requests:
-  default_max: lc
-gate:
-  mode: on
-  idle: ${GATE_IDLE:-25ms}
-YAML
-      sed -i "s/\${GATE_IDLE:-25ms}/${GATE_IDLE:-25ms}/" $D/policy.yaml
+      gate_policy plain "${GATE_IDLE:-25ms}" > $D/policy.yaml
       $C/gpreemptd --check-config $D/policy.yaml 2>&1 | tee -a "$OUT/summary.md"
-      ${DAEMON_CPUS:+taskset -c "$DAEMON_CPUS"} $C/gpreemptd --config $D/policy.yaml --socket $D/d.sock --metrics-addr 127.0.0.1:19480 --log-level debug > $D/gpreemptd.log 2>&1 &
-      DPID=$!
-      for i in $(seq 40); do [ -S $D/d.sock ] && break; sleep 0.25; done
+      GPREEMPTD_CPUS=${DAEMON_CPUS:-}
+      start_gpreemptd $D/gpreemptd.log $D/policy.yaml $D/d.sock 127.0.0.1:19480
       # shellcheck disable=SC2086 # DGATE_ARGS: flags, split on purpose
       run dgate --daemon-socket $D/d.sock --scenarios "${DGATE_SCENARIOS:-llm-standalone,daemon:llm-standalone,daemon:llm-be-2ms,llm-be-only}" \
         --duration "${LLM_DURATION:-8s}" --repeat "${DGATE_REPEAT:-3}" ${DGATE_ARGS:-}

@@ -50,6 +50,7 @@
 # Results: $W (default /tmp/gpreempt-kube-out) holds everything; $OUT gets
 # summary.txt and kube-all.tar.gz (logs, policies, ps, events, worker JSONs).
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/daemon.sh"
 OUT=${OUT:-/tmp/gpreempt-out}
 W=${W:-/tmp/gpreempt-kube-out}
 K=${K:-.k8s}
@@ -163,7 +164,7 @@ $C/gpreemptd --mode "$MODE" --kubernetes --node-name "$NODE" --kubelet-cgroup-ro
   --kubernetes-policy "$RUN/kubernetes.yaml" --config "$RUN/gpreemptd.yaml" \
   --socket "$SOCK" --metrics-addr $MADDR --log-level debug > "$RUN/gpreemptd.log" 2>&1 &
 DPID=$!
-for i in $(seq 80); do [ -S "$SOCK" ] && break; kill -0 $DPID 2>/dev/null || break; sleep 0.25; done
+wait_sock "$SOCK" $DPID 20
 [ -S "$SOCK" ] || { say "FAIL gpreemptd did not start"; tail -20 "$RUN/gpreemptd.log" | tee -a "$SUMMARY"; exit 1; }
 say "gpreemptd up (pid $DPID, mode $MODE): $($C/gpreemptctl daemon status --socket "$SOCK" 2>&1 | tr '\n' ' ')"
 

@@ -54,6 +54,7 @@
 # rewritten as each part ends.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/parts.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/daemon.sh"
 OUT=${OUT:-/tmp/gpreempt-out}
 W=${W:-/tmp/gpreempt-self-out}
 C=${C:-.carry}
@@ -190,13 +191,9 @@ run_self_part() {
   { echo "\$ gpreemptd --check-config (each policy; abs with its placeholder filled)"
     for k in plain gate slo abs; do sed 's/@ALONE_P50[^@]*@/900ms/' "$W/$p-$k.yaml" > "$W/$p-$k.check.yaml"
       $C/gpreemptd --check-config "$W/$p-$k.check.yaml" > /dev/null; echo "$k rc=$?"; done; } > "$f" 2>&1
-  $C/gpreemptd --config "$BCONF" --socket "$BSOCK" --metrics-addr $BMADDR --log-level debug $(daemon_args $p) > "$W/$p-gpreemptd.log" 2>&1 &
-  local dpid=$!
-  for i in $(seq 40); do [ -S "$BSOCK" ] && break; sleep 0.25; done
-  ( while kill -0 $dpid 2>/dev/null; do
-      echo "{\"t\": $(date +%s.%N), \"status\": $(curl -s --unix-socket "$BSOCK" http://d/v1/status || echo null)}"
-      sleep 1
-    done ) > "$W/$p-status.jsonl" 2>/dev/null &
+  start_gpreemptd "$W/$p-gpreemptd.log" "$BCONF" "$BSOCK" $BMADDR $(daemon_args $p)
+  local dpid=$DPID
+  poll_status "$BSOCK" $dpid > "$W/$p-status.jsonl" 2>/dev/null &
   local spid=$! t0=$SECONDS
   echo "\$ $(bench_cmd $p)" >> "$f"
   timeout --signal=INT --kill-after=30 "$(part_timeout $p BENCH_TIMEOUT)" $(bench_cmd $p) > "$W/$p-bench-run.log" 2>&1

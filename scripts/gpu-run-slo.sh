@@ -91,6 +91,7 @@
 # TIMEOUT_<PART> seconds (default: its bench timeout + 40).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/parts.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/daemon.sh"
 OUT=${OUT:-/tmp/gpreempt-out}
 W=${W:-/tmp/gpreempt-slo-out}
 C=${C:-.carry}
@@ -127,6 +128,7 @@ MODEL_REPEAT=${MODEL_REPEAT:-2}
 # DAEMON_CPUS: taskset's list for gpreemptd. An eager LC is CPU-bound.
 PIN_ARGS=${PIN_ARGS:-}
 DAEMON_CPUS=${DAEMON_CPUS:-}
+GPREEMPTD_CPUS=$DAEMON_CPUS
 # GATE: the request gate's mode for the parts that are not the model's (off
 # by default; must3 with GATE=auto: the eager half may take the gate).
 GATE=${GATE:-}
@@ -285,16 +287,12 @@ run_bench_part() {
   rm -rf "$BRUN"; mkdir -p "$BRUN"; chmod 0755 "$BRUN"
   policy $p > "$W/$p-policy.yaml"
   { echo "\$ gpreemptd --check-config $p-policy.yaml"; $C/gpreemptd --check-config "$W/$p-policy.yaml"; echo "rc=$?"; } > "$f" 2>&1
-  ${DAEMON_CPUS:+taskset -c "$DAEMON_CPUS"} $C/gpreemptd --config "$W/$p-policy.yaml" --socket "$BSOCK" --metrics-addr $BMADDR --log-level debug $(daemon_args $p) > "$W/$p-gpreemptd.log" 2>&1 &
-  local dpid=$!
-  for i in $(seq 40); do [ -S "$BSOCK" ] && break; sleep 0.25; done
+  start_gpreemptd "$W/$p-gpreemptd.log" "$W/$p-policy.yaml" "$BSOCK" $BMADDR $(daemon_args $p)
+  local dpid=$DPID
   { echo '$ gpreemptctl daemon status'; $C/gpreemptctl daemon status --socket "$BSOCK"; echo "\$ $(bench_cmd $p)"; } >> "$f" 2>&1
   # The daemon's status once a second over the whole part (the bench
   # records it only during measurements).
-  ( while kill -0 $dpid 2>/dev/null; do
-      echo "{\"t\": $(date +%s.%N), \"status\": $(curl -s --unix-socket "$BSOCK" http://d/v1/status || echo null)}"
-      sleep 1
-    done ) > "$W/$p-status.jsonl" 2>/dev/null &
+  poll_status "$BSOCK" $dpid > "$W/$p-status.jsonl" 2>/dev/null &
   local spid=$!
   local t0=$SECONDS
   timeout --signal=INT --kill-after=30 "$(bench_timeout $p)" $(bench_cmd $p) > "$W/$p-bench-run.log" 2>&1

@@ -1,8 +1,8 @@
 # shellcheck shell=bash
 # Part selection and running, shared by the GPU scripts that run in parts
-# (gpu-run-daemon.sh, gpu-run-slo.sh). Sourced, not run. The sourcing
-# script sets $W (its work folder) and defines pack (what goes to $OUT) and
-# TIMEOUT_<PART> for each part.
+# (gpu-run-daemon.sh, gpu-run-slo.sh, gpu-run-self.sh, gpu-run-2gpu.sh).
+# Sourced, not run. The sourcing script sets $W (its work folder) and
+# defines pack (what goes to $OUT) and TIMEOUT_<PART> for each part.
 
 # select_parts SCRIPT DEFAULT ALL [PART...] sets sel to " p1 p2 ... ": the
 # parts named as arguments, else in $PARTS (space- or comma-separated),
