@@ -260,12 +260,7 @@ func (c *Controller) Observe(o Observation) Decision {
 	c.measure(&d, o)
 	c.step(&d, o)
 	if d.PauseBE {
-		var owners []string
-		for _, r := range c.refs {
-			if r.wanted(c) {
-				owners = append(owners, r.owner)
-			}
-		}
+		owners, _ := c.toLearn(false)
 		c.stops, c.paused = append(c.stops, stopped{c.tick + 1, owners}), c.paused+1
 	}
 	if c.phase.Kind == Calibrating {
@@ -280,123 +275,100 @@ func (c *Controller) Observe(o Observation) Decision {
 // step is the one transition function: from the phase in force and what was measured, the next
 // phase and arm.
 func (c *Controller) step(d *Decision, o Observation) {
-	if to := c.set.clamp(c.cur); to != c.cur || c.tick == 1 && c.safe() != c.cur {
-		if c.tick == 1 {
-			to = c.safe() // the arms offered are known from the first window
+	k := c.phase.Kind
+	switch to := c.set.clamp(c.cur); {
+	case c.tick == 1 && c.safe() != c.cur: // the arms offered are known from the first window
+		c.moveFor(d, CauseUnavailable, c.safe(), fmt.Sprintf("the arms allowed now put the search at %v", c.safe()))
+	case to != c.cur:
+		cause := map[bool]string{true: CauseFloor, false: CauseUnavailable}[c.set.rung(c.cur) < c.set.lo]
+		if c.set.rung(c.cur) > c.set.hi {
+			cause = CauseCeiling
 		}
-		d.Cause = CauseUnavailable
-		if c.set.rung(c.cur) < c.set.lo {
-			d.Cause = CauseFloor
-		} else if c.set.rung(c.cur) > c.set.hi {
-			d.Cause = CauseCeiling
-		}
-		c.move(d, to, fmt.Sprintf("the arms allowed now put the search at %v", to))
-		return
-	}
-	if c.quiet >= idleAfter && c.phase.Kind != Fallback {
-		d.Cause = CauseNoSignal
+		c.moveFor(d, cause, to, fmt.Sprintf("the arms allowed now put the search at %v", to))
+	case c.quiet >= idleAfter && k != Fallback:
 		c.enter(Phase{Kind: Fallback})
-		c.move(d, c.safe(), fmt.Sprintf("no LC latency for %d windows: the safe arm", c.quiet))
-		return
-	}
-	if c.quiet > 0 && c.phase.Kind != Calibrating && c.phase.Kind != Fallback {
-		d.Cause = CauseNoSignal // nothing new to decide on (a slow LC's windows between requests)
-		c.stay(d, "no LC latency this window")
-		return
-	}
-	if c.phase.Kind != Calibrating && c.phase.Kind != Fallback && c.calibrationDue() {
-		c.enter(Phase{Kind: Calibrating, From: c.cur})
-	}
-	switch c.phase.Kind {
-	case Fallback:
-		d.Cause = CauseNoSignal
-		if c.quiet == 0 {
-			c.enter(Phase{Kind: Settled})
-			c.stay(d, "LC latency again: measuring the arm in force")
-			return
+		c.moveFor(d, CauseNoSignal, c.safe(), fmt.Sprintf("no LC latency for %d windows: the safe arm", c.quiet))
+	case k == Fallback && c.quiet == 0:
+		c.enter(Phase{Kind: Settled})
+		c.say(d, CauseNoSignal, "LC latency again: measuring the arm in force")
+	case c.quiet > 0 && k != Calibrating: // nothing new to decide on (a slow LC's windows between requests)
+		c.say(d, CauseNoSignal, "no LC latency this window")
+	case k == Calibrating || c.calibrationDue():
+		if k != Calibrating {
+			c.enter(Phase{Kind: Calibrating, From: c.cur})
 		}
-		c.stay(d, "no LC latency this window")
-	case Calibrating:
 		c.calibrate(d, o)
-	case Settled:
-		c.settled(d, o)
-	case Exploring:
-		switch f := c.feasibility(c.cur); {
-		case f == infeasible:
-			d.Cause = CauseViolation
-			c.backOff(c.cur)
-			why := fmt.Sprintf("LC at %.2fx", c.worstMean(c.cur))
-			if c.short(c.cur) {
-				why = fmt.Sprintf("BE at %.0f%%, under its minimum", 100*c.share(c.cur))
-			}
-			c.endExplore(d, fmt.Sprintf("%v misses an objective (%s): back to %v", c.cur, why, c.phase.From))
-		case f == feasible && c.evidence(c.cur) >= minEvidence:
-			d.Cause = CauseWithin
-			c.endExplore(d, fmt.Sprintf("%v meets every objective with %s", c.cur, c.shareText(c.cur)))
-		case c.tick-c.phase.Since >= 2*maxAccumulate:
-			d.Cause = CauseWithin
-			c.backOff(c.cur)
-			c.endExplore(d, fmt.Sprintf("%v left undecided after %d windows: back to %v", c.cur, c.tick-c.phase.Since, c.phase.From))
-		default:
-			d.Cause = CauseExplore
-			c.stay(d, fmt.Sprintf("measuring %v: LC at %.2fx its objective so far", c.cur, c.worstMean(c.cur)))
-		}
-	case Recovering:
-		switch f := c.feasibility(c.cur); {
-		case f == feasible:
-			d.Cause = CauseWithin
+	case k == Settled:
+		c.settled(d)
+	case k == Exploring:
+		c.exploring(d)
+	default: // Recovering
+		switch c.feasibility(c.cur) {
+		case feasible:
 			c.enter(Phase{Kind: Settled})
-			c.stay(d, fmt.Sprintf("%v meets every objective", c.cur))
-		case f == infeasible:
+			c.say(d, CauseWithin, fmt.Sprintf("%v meets every objective", c.cur))
+		case infeasible:
 			c.rescue(d)
 		default:
-			d.Cause = CauseWithin
-			c.stay(d, fmt.Sprintf("measuring %v after a miss", c.cur))
+			c.say(d, CauseWithin, fmt.Sprintf("measuring %v after a miss", c.cur))
 		}
+	}
+}
+
+// exploring measures the arm explored until it meets the objectives, misses them, or stays
+// undecided for two measurements' span; then back to settled.
+func (c *Controller) exploring(d *Decision) {
+	switch f := c.feasibility(c.cur); {
+	case f == infeasible:
+		c.backOff(c.cur)
+		why := fmt.Sprintf("LC at %.2fx", c.worstMean(c.cur))
+		if c.short(c.cur) {
+			why = fmt.Sprintf("BE at %.0f%%, under its minimum", 100*c.share(c.cur))
+		}
+		c.endExplore(d, CauseViolation, fmt.Sprintf("%v misses an objective (%s): back to %v", c.cur, why, c.phase.From))
+	case f == feasible && c.evidence(c.cur) >= minEvidence:
+		c.endExplore(d, CauseWithin, fmt.Sprintf("%v meets every objective with %s", c.cur, c.shareText(c.cur)))
+	case c.tick-c.phase.Since >= 2*maxAccumulate:
+		c.backOff(c.cur)
+		c.endExplore(d, CauseWithin, fmt.Sprintf("%v left undecided after %d windows: back to %v", c.cur, c.tick-c.phase.Since, c.phase.From))
+	default:
+		c.say(d, CauseExplore, fmt.Sprintf("measuring %v: LC at %.2fx its objective so far", c.cur, c.worstMean(c.cur)))
 	}
 }
 
 // settled keeps the arm in force while it meets the objectives; leaves it when it misses or a
 // measured arm gives BE more; explores within the budget.
-func (c *Controller) settled(d *Decision, o Observation) {
+func (c *Controller) settled(d *Decision) {
 	f := c.feasibility(c.cur)
-	if f == feasible {
-		c.phase.Limit = false
-	}
-	if f == infeasible && !c.phase.Limit {
+	if c.phase.Limit = c.phase.Limit && f != feasible; f == infeasible && !c.phase.Limit {
 		c.rescue(d)
 		return
 	}
 	if best, ok := c.best(); ok && best != c.cur && (f != feasible || c.share(best) > c.share(c.cur)+c.opts.Margin) {
-		d.Cause = CauseKnownBetter
-		c.move(d, best, fmt.Sprintf("%v meets every objective with %s", best, c.shareText(best)))
+		c.moveFor(d, CauseKnownBetter, best, fmt.Sprintf("%v meets every objective with %s", best, c.shareText(best)))
 		return
 	}
 	if f == possible && !(c.worstMean(c.cur) <= 1) && !c.phase.Limit {
-		d.Cause = CauseWithin
-		c.stay(d, fmt.Sprintf("measuring %v", c.cur))
+		c.say(d, CauseWithin, fmt.Sprintf("measuring %v", c.cur))
 		return
 	}
-	a, ok := c.candidate()
-	if ok && c.tick >= c.nextExplore {
-		d.Cause = CauseExplore
+	switch a, ok := c.candidate(); {
+	case ok && c.tick >= c.nextExplore:
 		c.enter(Phase{Kind: Exploring, From: c.cur, Limit: c.phase.Limit})
-		c.move(d, a, fmt.Sprintf("LC at %.2fx its objective under %v: trying %v, which might meet it with %s", c.worstMean(c.cur), c.cur, a, c.shareText(a)))
+		c.moveFor(d, CauseExplore, a, fmt.Sprintf("LC at %.2fx its objective under %v: trying %v, which might meet it with %s", c.worstMean(c.cur), c.cur, a, c.shareText(a)))
 		return
-	}
-	if !ok && c.nextExplore == 0 {
+	case !ok && c.nextExplore == 0:
 		c.nextExplore = c.tick // converged: explorations from now on are budgeted
 	}
 	if _, any := c.best(); f != feasible && !any && (c.phase.Limit || f == infeasible) {
 		c.atLimit(d)
 		return
 	}
-	d.Cause = CauseWithin
-	c.stay(d, "within objectives")
+	c.say(d, CauseWithin, "within objectives")
 }
 
 // endExplore goes back to settled: to the arm explored if it is the best known, else where it came from.
-func (c *Controller) endExplore(d *Decision, why string) {
+func (c *Controller) endExplore(d *Decision, cause, why string) {
 	from, n := c.phase.From, c.tick-c.phase.Since
 	c.enter(Phase{Kind: Settled, Limit: c.phase.Limit && c.feasibility(c.cur) != feasible})
 	if c.nextExplore > 0 { // the budget: what it took, nine times over, and stableGap at least
@@ -406,7 +378,7 @@ func (c *Controller) endExplore(d *Decision, why string) {
 	if c.feasibility(c.cur) != feasible || c.feasibility(from) == feasible && c.share(from) >= c.share(c.cur) {
 		to = c.set.clamp(from)
 	}
-	c.move(d, to, why)
+	c.moveFor(d, cause, to, why)
 }
 
 // rescue leaves an arm that misses: for the best known to meet every objective, else the most BE
@@ -426,14 +398,9 @@ func (c *Controller) rescue(d *Decision) {
 	}
 	// An arm that meets the LC objectives but gives BE less than its minimum is left for more BE.
 	toBE := c.short(c.cur) && c.lcFeasibility(c.cur) != infeasible
-	var to Arm
-	found := false
+	to, found := Arm{}, false
 	for _, a := range c.set.all() {
-		dir := protects(c.set, c.cur, a)
-		if toBE {
-			dir = c.better(a, c.cur)
-		}
-		if dir && c.feasibility(a) == possible && (!found || c.share(a) > c.share(to)) {
+		if (toBE && c.better(a, c.cur) || !toBE && protects(c.set, c.cur, a)) && c.feasibility(a) == possible && (!found || c.share(a) > c.share(to)) {
 			to, found = a, true
 		}
 	}
@@ -470,12 +437,21 @@ func (c *Controller) enter(p Phase) { p.Since = c.tick; c.phase = p }
 func (c *Controller) move(d *Decision, to Arm, why string) {
 	if d.Changed = d.Changed || to != c.cur; to != c.cur {
 		c.cur, c.moved = to, c.tick
-		clear(c.acc) // a measurement is of one arm
+		for _, a := range c.acc { // a measurement is of one arm
+			a.Reset()
+		}
 	}
 	c.stay(d, why)
 }
 
 func (c *Controller) stay(d *Decision, why string) { d.Reason += why }
+
+// say keeps the arm for cause; moveFor moves to it for cause.
+func (c *Controller) say(d *Decision, cause, why string) { d.Cause = cause; c.stay(d, why) }
+func (c *Controller) moveFor(d *Decision, cause string, to Arm, why string) {
+	d.Cause = cause
+	c.move(d, to, why)
+}
 
 // backoff: times left, and when it may be explored again.
 type backoff struct{ n, until int }
@@ -548,10 +524,8 @@ func (c *Controller) closest() Arm {
 // better reports whether a is expected to give BE more than b: by Margin where both are measured,
 // else in the prior order.
 func (c *Controller) better(a, b Arm) bool {
-	if known(&c.est(a).share) && known(&c.est(b).share) {
-		return c.share(a) > c.share(b)+c.opts.Margin
-	}
-	return c.share(a) > c.share(b)
+	margin := map[bool]float64{true: c.opts.Margin}[known(&c.est(a).share) && known(&c.est(b).share)]
+	return c.share(a) > c.share(b)+margin
 }
 
 func (c *Controller) shareText(a Arm) string {

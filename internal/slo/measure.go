@@ -2,6 +2,7 @@ package slo
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -45,70 +46,32 @@ func (c *Controller) decay(f float64) {
 	}
 }
 
-// point is one value with its weight: a request (1), or a window's quantile over its count.
-type point struct {
-	v time.Duration
-	w int
-}
-
-// accum gathers one objective's samples over consecutive windows until they are enough to count,
-// window by window so that windows past maxAccumulate drop out.
+// accum gathers one objective's samples under one arm (stats.Accum over maxAccumulate windows),
+// and keeps its last measurement and reference for the status.
 type accum struct {
-	windows [][]point
-	// last measurement's value and latency/target (NaN: none), kept across arms for the status.
-	last  time.Duration
-	ratio float64
+	stats.Accum
+	last  time.Duration // the last measurement (0: none)
+	ratio float64       // its latency/target (NaN: none)
 	ref   time.Duration // the LC alone, where a relative objective knows it (0: not)
 }
 
 // pointsOf is a sample's values, or its quantile over its count.
-func pointsOf(s LCSample) (w []point) {
+func pointsOf(s LCSample) (w []stats.Weighted) {
 	for _, v := range s.Values {
-		w = append(w, point{v, 1})
+		w = append(w, stats.Weighted{V: v, W: 1})
 	}
 	if len(s.Values) == 0 && s.Count > 0 && s.Latency > 0 {
-		w = append(w, point{s.Latency, s.Count})
+		w = append(w, stats.Weighted{V: s.Latency, W: s.Count})
 	}
 	return w
 }
-
-func (a *accum) add(s LCSample) {
-	if a.windows = append(a.windows, pointsOf(s)); len(a.windows) > maxAccumulate {
-		a.windows = a.windows[1:]
-	}
-}
-
-func (a *accum) count() (n int) {
-	for _, w := range a.windows {
-		for _, p := range w {
-			n += p.w
-		}
-	}
-	return n
-}
-
-// quantile is the weighted nearest-rank quantile q of what it holds (a pushed window's quantile
-// stands for its count: exact for one window, an approximation across several).
-func (a *accum) quantile(q float64) time.Duration {
-	ps := slices.Concat(a.windows...)
-	slices.SortFunc(ps, func(x, y point) int { return int(x.v - y.v) })
-	rank, n := int(math.Ceil(q*float64(a.count()))), 0
-	for _, p := range ps {
-		if n += p.w; n >= rank {
-			return p.v
-		}
-	}
-	return ps[len(ps)-1].v
-}
-
-func (a *accum) reset() { a.windows = nil }
 
 // reference is what a relative objective is measured against: a process's latency alone (BE
 // stopped or idle), or beside BE under the shortest arm (how).
 type reference struct {
 	how   string
 	owner string
-	acc   accum
+	acc   stats.Accum
 	value time.Duration // 0 while not learnt
 	tries int           // pauses it learnt nothing in
 	got   int           // samples it took in the pause in force
@@ -124,13 +87,10 @@ func (r *reference) wanted(c *Controller) bool {
 func (r *reference) String(c *Controller) string {
 	what := "standalone (BE stopped or idle)"
 	if r.how == objective.Shortest {
-		what = fmt.Sprintf("beside BE under %v", c.shortest().BETimeslice)
-		if r.tries >= calTries {
-			what += fmt.Sprintf(" (no sample in %d pauses)", calTries)
-		}
+		what = fmt.Sprintf("beside BE under %v%s", c.shortest().BETimeslice, map[bool]string{true: fmt.Sprintf(" (no sample in %d pauses)", calTries)}[r.tries >= calTries])
 	}
 	if r.value == 0 {
-		return fmt.Sprintf("%s: learning (%d of %d samples)", what, r.acc.count(), c.opts.MinSamples)
+		return fmt.Sprintf("%s: learning (%d of %d samples)", what, r.acc.Count(), c.opts.MinSamples)
 	}
 	return fmt.Sprintf("%s %v", what, r.value.Round(time.Microsecond))
 }
@@ -168,10 +128,9 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		if n > 0 {
 			c.active[k], c.quiet = c.tick, 0
 		}
-		res := LCResult{Key: s.Key, Source: s.Source, Objective: s.Objective.String(), Samples: n, Ratio: math.NaN()}
-		if n > 0 {
-			res.P50 = (&accum{windows: [][]point{pointsOf(s)}}).quantile(0.5)
-		}
+		one := stats.Accum{}
+		one.Add(pointsOf(s))
+		res := LCResult{Key: s.Key, Source: s.Source, Objective: s.Objective.String(), Samples: n, Ratio: math.NaN(), P50: one.Quantile(0.5)}
 		ref := s.Standalone
 		var r *reference
 		if s.Objective.Relative() && ref <= 0 {
@@ -180,52 +139,42 @@ func (c *Controller) measure(d *Decision, o Observation) {
 				r.last = c.tick
 			}
 			if r.value == 0 && (alone && r.how == objective.Standalone || r.how == objective.Shortest && !mixed && !asked && c.cur == c.shortest()) {
-				r.acc.add(s)
+				r.acc.Add(pointsOf(s))
 				r.got += n
-				if r.acc.count() >= c.opts.MinSamples {
-					r.value = r.acc.quantile(s.Objective.Quantile)
-					r.acc.reset()
+				if r.acc.Count() >= c.opts.MinSamples {
+					r.value = r.acc.Quantile(s.Objective.Quantile)
+					r.acc.Reset()
 				}
 			}
 			ref, res.Reference = r.value, r.String(c)
 		}
 		a := c.acc[k]
 		if a == nil {
-			a = &accum{ratio: math.NaN()}
+			a = &accum{Accum: stats.Accum{Max: maxAccumulate}, ratio: math.NaN()}
 			c.acc[k] = a
 		}
 		if !alone && !mixed && !asked {
-			a.add(s)
+			a.Add(pointsOf(s))
 		}
 		if s.Objective.Reference != objective.Shortest && (r == nil || r.how == objective.Standalone) {
 			a.ref = ref
 		}
-		if target := s.Objective.Target(ref); target > 0 && a.count() >= c.opts.MinSamples {
-			a.last = a.quantile(s.Objective.Quantile)
+		if target := s.Objective.Target(ref); target > 0 && a.Count() >= c.opts.MinSamples {
+			a.last = a.Quantile(s.Objective.Quantile)
 			a.ratio = float64(a.last) / float64(target)
-			e := c.est(c.cur)
-			if e.lc[k] == nil {
+			if e := c.est(c.cur); e.lc[k] == nil {
 				e.lc[k] = &est{}
 			}
-			e.lc[k].Add(a.ratio)
-			a.reset()
+			c.est(c.cur).lc[k].Add(a.ratio)
+			a.Reset()
 			res.Counted = true
 		}
-		res.Latency, res.Ratio, res.Pending = a.last, a.ratio, a.count()
-		res.Target = s.Objective.Target(ref)
+		res.Latency, res.Ratio, res.Pending, res.Target = a.last, a.ratio, a.Count(), s.Objective.Target(ref)
 		d.LC = append(d.LC, res)
 	}
-	for k, t := range c.active {
-		if c.tick-t >= idleAfter+maxAccumulate { // a process gone, or an objective changed
-			delete(c.active, k)
-			delete(c.acc, k)
-		}
-	}
-	for k, r := range c.refs {
-		if c.tick-r.last > 2*c.opts.HalfLife {
-			delete(c.refs, k)
-		}
-	}
+	maps.DeleteFunc(c.active, func(_ string, t int) bool { return c.tick-t >= idleAfter+maxAccumulate }) // a process gone, or an objective changed
+	maps.DeleteFunc(c.acc, func(k string, _ *accum) bool { _, ok := c.active[k]; return !ok })
+	maps.DeleteFunc(c.refs, func(_ string, r *reference) bool { return c.tick-r.last > 2*c.opts.HalfLife })
 	if !alone && !mixed && !asked && !math.IsNaN(o.BEShare) {
 		c.est(c.cur).share.Add(o.BEShare)
 	}
@@ -247,12 +196,7 @@ func (c *Controller) refFor(s LCSample) *reference {
 
 // needsRef reports whether an LC in force has a reference still to learn.
 func (c *Controller) needsRef() bool {
-	for _, r := range c.refs {
-		if r.value == 0 && c.tick-r.last < idleAfter {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(slices.Collect(maps.Values(c.refs)), func(r *reference) bool { return r.value == 0 && c.tick-r.last < idleAfter })
 }
 
 // pauseAllowed reports whether BE may be stopped through the next window: under budget of the
@@ -262,22 +206,11 @@ func (c *Controller) pauseAllowed(owners []string) bool {
 	minute := c.minuteWindows()
 	c.stops = slices.DeleteFunc(c.stops, func(s stopped) bool { return s.tick <= c.tick+1-minute })
 	limit := int(budget * float64(minute))
-	if len(c.stops) >= limit {
-		return false
-	}
 	distinct := slices.Compact(slices.Sorted(slices.Values(owners)))
-	for _, o := range distinct {
-		used := 0
-		for _, s := range c.stops {
-			if slices.Contains(s.owners, o) {
-				used++
-			}
-		}
-		if used < max(1, limit/len(distinct)) {
-			return true
-		}
-	}
-	return false
+	return len(c.stops) < limit && slices.ContainsFunc(distinct, func(o string) bool {
+		used := len(slices.DeleteFunc(slices.Clone(c.stops), func(s stopped) bool { return !slices.Contains(s.owners, o) }))
+		return used < max(1, limit/len(distinct))
+	})
 }
 
 // calibrate runs one window of calibration: references are learnt while BE idles of its own
@@ -288,12 +221,7 @@ func (c *Controller) calibrate(d *Decision, o Observation) {
 	if p.Pause > 0 && !o.BEPaused && !c.stoppedAt(c.tick-1) {
 		p.Pause = c.opts.PauseMax // BE was not kept stopped: this pause is over
 	}
-	var owners []string
-	for _, r := range c.refs {
-		if r.wanted(c) && r.tries < calTries {
-			owners = append(owners, r.owner)
-		}
-	}
+	owners, _ := c.toLearn(true)
 	if p.Pause > 0 && (len(owners) == 0 || p.Pause >= c.opts.PauseMax || !c.pauseAllowed(owners)) {
 		for _, r := range c.refs { // a pause that taught a reference nothing counts against it
 			if r.wanted(c) && r.got == 0 {
@@ -303,12 +231,7 @@ func (c *Controller) calibrate(d *Decision, o Observation) {
 			}
 		}
 		p.Pause = 0
-		owners = nil
-		for _, r := range c.refs {
-			if r.wanted(c) {
-				owners = append(owners, r.owner)
-			}
-		}
+		owners, _ = c.toLearn(false)
 	}
 	if !c.needsRef() {
 		from := c.set.clamp(p.From)
@@ -316,49 +239,49 @@ func (c *Controller) calibrate(d *Decision, o Observation) {
 		c.move(d, from, fmt.Sprintf("references learnt: back to %v", from))
 		return
 	}
-	idle := c.idleAt > 0 && c.tick-c.idleAt < c.minuteWindows()
+	idle := c.idleLately()
 	if len(owners) > 0 && !c.opts.NoPause && !idle && (p.Pause > 0 || c.pauseAllowed(owners)) {
-		if p.Pause == 0 {
-			for _, r := range c.refs {
-				r.got = 0
-			}
+		for _, r := range c.refs {
+			r.got *= min(p.Pause, 1) // a new pause counts what it teaches from zero
 		}
-		p.Pause++
-		d.PauseBE = true
+		p.Pause, d.PauseBE = p.Pause+1, true
 		c.stay(d, fmt.Sprintf("learning an LC's standalone latency with BE stopped (window %d of at most %d)", p.Pause, c.opts.PauseMax))
 		return
 	}
-	for _, r := range c.refs {
-		if r.value == 0 && r.how == objective.Shortest && c.tick-r.last < idleAfter {
-			c.move(d, c.shortest(), fmt.Sprintf("learning an LC's latency beside BE under the shortest arm, %v", c.shortest()))
-			return
-		}
+	if _, shortest := c.toLearn(false); shortest {
+		c.move(d, c.shortest(), fmt.Sprintf("learning an LC's latency beside BE under the shortest arm, %v", c.shortest()))
+		return
 	}
 	// Nothing to learn by now: the search goes on, and the references come as BE idles or the
 	// budget allows.
+	why := map[bool]string{false: "a reference waits for the pause budget (BE stopped at most 10% of any minute); searching meanwhile",
+		true: "a reference is learnt while BE idles of its own accord; searching meanwhile"}[idle]
 	from := c.set.clamp(p.From)
 	c.enter(Phase{Kind: Settled})
-	why := "a reference waits for the pause budget (BE stopped at most 10% of any minute); searching meanwhile"
-	if idle {
-		why = "a reference is learnt while BE idles of its own accord; searching meanwhile"
-	}
 	c.move(d, from, why)
 }
 
 // calibrationDue reports whether a calibration would learn something now: a reference to learn
 // with BE stopped, the budget allowing, or at the shortest arm.
 func (c *Controller) calibrationDue() bool {
-	var owners []string
-	shortest := false
+	owners, shortest := c.toLearn(true)
+	return shortest || len(owners) > 0 && !c.opts.NoPause && !c.idleLately() && c.pauseAllowed(owners)
+}
+
+// toLearn lists the owners of the references a pause would teach (tried: not yet calTries
+// times), and whether one is learnt at the shortest arm.
+func (c *Controller) toLearn(tried bool) (owners []string, shortest bool) {
 	for _, r := range c.refs {
-		if r.wanted(c) && r.tries < calTries {
+		if r.wanted(c) && (!tried || r.tries < calTries) {
 			owners = append(owners, r.owner)
 		}
 		shortest = shortest || r.value == 0 && r.how == objective.Shortest && c.tick-r.last < idleAfter
 	}
-	idle := c.idleAt > 0 && c.tick-c.idleAt < c.minuteWindows()
-	return shortest || len(owners) > 0 && !c.opts.NoPause && !idle && c.pauseAllowed(owners)
+	return owners, shortest
 }
+
+// idleLately reports whether BE idled of its own accord within the last minute.
+func (c *Controller) idleLately() bool { return c.idleAt > 0 && c.tick-c.idleAt < c.minuteWindows() }
 
 // Feasibility of an arm against every objective in force.
 type feasibility int
