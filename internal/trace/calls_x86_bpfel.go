@@ -14,18 +14,19 @@ import (
 )
 
 type callsCallEvent struct {
-	_      structs.HostLayout
-	Kind   uint32
-	Pid    uint32
-	Tid    uint32
-	Pad    uint32
-	Ns     uint64
-	Cookie uint64
-	Arg0   uint64
-	Arg1   uint64
-	Ret    uint64
-	Comm   [16]uint8
-	Str    [16]uint8
+	_       structs.HostLayout
+	Kind    uint32
+	Pid     uint32
+	Tid     uint32
+	Pad     uint32
+	Ns      uint64
+	OnCpuNs uint64
+	Cookie  uint64
+	Arg0    uint64
+	Arg1    uint64
+	Ret     uint64
+	Comm    [16]uint8
+	Str     [16]uint8
 }
 
 type callsRole uint32

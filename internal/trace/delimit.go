@@ -85,6 +85,15 @@ const syncBound = 40
 // the request as the app's threads wait for it: CPU work before the first
 // launch is not in it.
 //
+// A gap its thread spent mostly on a CPU is no quiet: between two calls of
+// one thread (its synchronize's return or last launch, and its next call),
+// if the thread ran for more than half of the gap by the calls' CPU times
+// (Call.OnCPU), it was working on the request (an eager decode's sampling
+// between tokens, in Python) and the gap is busy: it does not end the
+// request, and it is learnt as a gap inside one. Where the CPU time is
+// unknown (0, or the next call is another thread's) a gap is judged by its
+// length alone.
+//
 // The quiet gap is learnt from the process's own gaps between busy
 // moments, which form two clusters: launch gaps inside a request
 // (microseconds to about a millisecond) and gaps between requests
@@ -115,6 +124,8 @@ type Delimiter struct {
 	last    uint64
 	lastTID uint32
 	seen    bool
+	// lastCPU is the CPU time of lastTID at last (0: unknown).
+	lastCPU time.Duration
 	// sawBusy: Tick found the process busy by Busy since last.
 	sawBusy bool
 
@@ -281,7 +292,7 @@ func (d *Delimiter) Apply(ev Event) (Request, bool) {
 			d.open, d.launches, d.end = false, 0, 0
 			clear(d.syncing)
 			clear(d.steps)
-			d.last, d.lastTID, d.seen = 0, 0, false
+			d.last, d.lastTID, d.seen, d.lastCPU = 0, 0, false, 0
 		}
 		return Request{}, false
 	case *Call:
@@ -302,12 +313,15 @@ func (d *Delimiter) call(e *Call) (Request, bool) {
 	var emitted bool
 	d.stepCheck(t)
 	// The gap that this event ends, if the process was quiet before it.
-	if d.quietBy(t) && d.open && !d.sawBusy {
+	// A gap of CPU work ends nothing, and is learnt as a gap inside a
+	// request: the quiet gap is learnt above it.
+	busy := d.onCPU(e)
+	if d.quietBy(t) && d.open && !d.sawBusy && !busy {
 		out, emitted = d.close()
 	}
 	d.expire(t)
 	if len(d.syncing) == 0 && d.seen && t > d.last && !d.sawBusy && (!d.blind || e.Role == RoleLaunch && e.Kind == CallEnter) {
-		d.learn(time.Duration(t - d.last))
+		d.learn(time.Duration(t-d.last), busy)
 	}
 	d.sawBusy = false
 	opens := e.Kind == CallEnter // a launch, or a synchronize of work whose launches were not seen
@@ -330,8 +344,18 @@ func (d *Delimiter) call(e *Call) (Request, bool) {
 			out, emitted = s, true
 		}
 	}
-	d.last, d.lastTID, d.seen = t, e.TID, true
+	d.last, d.lastTID, d.seen, d.lastCPU = t, e.TID, true, e.OnCPU
 	return out, emitted
+}
+
+// onCPU reports whether the gap from the last busy moment to e was mostly
+// CPU work of e's thread: the thread of the last busy moment, with its CPU
+// time known at both ends and grown by more than half the gap.
+func (d *Delimiter) onCPU(e *Call) bool {
+	if !d.seen || e.TID != d.lastTID || d.lastCPU == 0 || e.OnCPU < d.lastCPU || e.At <= d.last {
+		return false
+	}
+	return 2*(e.OnCPU-d.lastCPU) > time.Duration(e.At-d.last)
 }
 
 // step records a synchronize return of thread e.TID and returns the step
@@ -350,12 +374,13 @@ func (d *Delimiter) step(e *Call, t uint64) (Request, bool) {
 		SyncEnter: d.syncEnter, End: t, Sync: e.Symbol, Result: uint32(e.Ret)}, true
 }
 
-// learn records one gap between busy moments and works the quiet gap out
-// again: at each gap until one is learnt, then after every relearnEvery
-// gaps, and at once after a gap at least the one in force (one between
-// requests).
-func (d *Delimiter) learn(g time.Duration) {
-	d.gaps.add(g)
+// learn records one gap between busy moments (inside: one of CPU work,
+// known to be inside a request) and works the quiet gap out again: at each
+// gap until one is learnt, then after every relearnEvery gaps, and at once
+// after a gap at least the one in force (one between requests, or CPU work
+// the gap in force would have cut).
+func (d *Delimiter) learn(g time.Duration, inside bool) {
+	d.gaps.add(g, inside)
 	d.sinceLearn++
 	if d.gap == 0 || d.sinceLearn >= relearnEvery || g >= d.Gap() {
 		d.sinceLearn = 0
@@ -372,6 +397,7 @@ const relearnEvery = 32
 // added since the last halving.
 type gapHist struct {
 	w, n   [gapBuckets]float64 // time (ns) and count per bucket
+	inside [gapBuckets]float64 // count per bucket of gaps of CPU work
 	sinceT float64
 	sinceN int
 }
@@ -405,16 +431,20 @@ func bucketLow(b int) float64 {
 	return gapBase * math.Pow(2, float64(b)/2)
 }
 
-func (h *gapHist) add(g time.Duration) {
+func (h *gapHist) add(g time.Duration, inside bool) {
 	b := gapBucket(g)
 	h.w[b] += float64(g)
 	h.n[b]++
+	if inside {
+		h.inside[b]++
+	}
 	h.sinceT += float64(g)
 	h.sinceN++
 	if h.sinceT >= decayTime || h.sinceN >= decayCount {
 		for i := range h.w {
 			h.w[i] /= 2
 			h.n[i] /= 2
+			h.inside[i] /= 2
 		}
 		h.sinceT, h.sinceN = 0, 0
 	}
@@ -433,8 +463,9 @@ func (h *gapHist) add(g time.Duration) {
 // The lowest such split wins: a rare long pause (traffic that stops for
 // seconds) above the gaps that end every request does not hide them. The
 // threshold is the geometric mean of its edges: the top of the cluster
-// below and the bottom of the one above. Without such a split the gap
-// stays the ceiling, as safe as before: a request with a pause of its
+// below and the bottom of the one above. No split lies below a gap of CPU
+// work (one not yet halved away): it is inside a request, whatever its
+// length. Without such a split the gap stays the ceiling, as safe as before: a request with a pause of its
 // own (CPU work between two GPU phases) is not cut there.
 func (h *gapHist) threshold() time.Duration {
 	var totalW, totalN float64
@@ -457,11 +488,20 @@ func (h *gapHist) threshold() time.Duration {
 		}
 		cs = append(cs, cluster{b, b})
 	}
+	top := -1 // the bucket of the longest gap of CPU work
+	for b := range h.inside {
+		if h.inside[b] >= 1 {
+			top = b
+		}
+	}
 	var below float64
 	j := 0
 	for i := 0; i+1 < len(cs); i++ {
 		for ; j <= cs[i].last; j++ {
 			below += h.n[j]
+		}
+		if cs[i].last < top {
+			continue
 		}
 		var upW float64
 		for b := cs[i+1].first; b <= cs[i+1].last; b++ {

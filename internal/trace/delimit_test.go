@@ -356,7 +356,8 @@ func TestDelimiterBlind(t *testing.T) {
 }
 
 // FuzzDelimiter: any sequence of calls and ticks of one process's three
-// threads: no negative latency, requests ordered and apart, steps within
+// threads, each on a CPU or asleep between its calls (its CPU time
+// carried by them): no negative latency, requests ordered and apart, steps within
 // their busy period, a gap within its bounds, memory bounded by the
 // threads.
 func FuzzDelimiter(f *testing.F) {
@@ -365,21 +366,29 @@ func FuzzDelimiter(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d := trace.NewDelimiter(lcProc.PID, trace.DelimiterConfig{StepAfter: 50 * time.Millisecond})
 		now := uint64(1e9)
+		cpu := map[uint32]time.Duration{}
 		var reqs []trace.Request
 		for i := 0; i+1 < len(b); i += 2 {
 			op, arg := b[i], b[i+1]
-			now += uint64(arg) * uint64(arg) * 2 * us // up to ~130 ms
+			step := uint64(arg) * uint64(arg) * 2 * us // up to ~130 ms
+			now += step
 			p := lcProc
 			p.TID = 11 + uint32(op>>4)%3
+			if op&8 != 0 {
+				cpu[p.TID] += time.Duration(step)
+			}
+			call := func(role trace.Role, ret bool) trace.Event {
+				return tracetest.WithCPU(at(p, role, ret, now).(*trace.Call), cpu[p.TID])
+			}
 			var r trace.Request
 			var ok bool
 			switch op % 5 {
 			case 0:
-				r, ok = d.Apply(at(p, trace.RoleLaunch, false, now))
+				r, ok = d.Apply(call(trace.RoleLaunch, false))
 			case 1:
-				r, ok = d.Apply(at(p, trace.RoleSync, false, now))
+				r, ok = d.Apply(call(trace.RoleSync, false))
 			case 2:
-				r, ok = d.Apply(at(p, trace.RoleSync, true, now))
+				r, ok = d.Apply(call(trace.RoleSync, true))
 			case 3:
 				r, ok = d.Tick(now)
 			case 4:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -137,6 +138,11 @@ type Call struct {
 	Arg0, Arg1, Ret uint64
 	// Str is, for a hint's entry, the class string Arg0 points to.
 	Str string
+	// OnCPU is the calling thread's CPU time so far, as the scheduler
+	// had it accounted (it lags by up to a scheduler tick while the
+	// thread runs); 0: unknown. The difference between two of a thread's
+	// calls is how much of the time between them it ran.
+	OnCPU time.Duration
 }
 
 func (e *RMCall) Time() uint64   { return e.Exit }
@@ -195,6 +201,7 @@ func Decode(b []byte) (Event, error) {
 			Kind: CallEnter, PID: raw.Pid, TID: raw.Tid, Comm: cString(raw.Comm[:]), At: raw.Ns,
 			Role: Role(raw.Cookie >> cookieRoleShift), Index: uint32(raw.Cookie & cookieIndexMask),
 			Arg0: raw.Arg0, Arg1: raw.Arg1, Ret: raw.Ret, Str: cString(raw.Str[:]),
+			OnCPU: time.Duration(min(raw.OnCpuNs, math.MaxInt64)),
 		}
 		if kind == kindCallReturn {
 			c.Kind = CallReturn

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/gpreempt/gpreempt/ioctl"
 )
@@ -33,7 +34,7 @@ func sampleEvents() []Event {
 		&RMCall{PID: 7, TID: 8, Comm: "x", FD: 9, Request: ioctl.IOWR(ioctl.NV_ESC_RM_CONTROL, 32), Enter: 1, Exit: 3, Ret: -14},
 		&TaskExit{PID: 4242, Comm: "python3", At: 77},
 		&Call{Kind: CallEnter, PID: 5, TID: 6, Comm: "lc-server", At: 10, Role: RoleLaunch, Index: 3, Arg0: 0x1234, Arg1: 1},
-		&Call{Kind: CallReturn, PID: 5, TID: 6, Comm: "lc-server", At: 20, Role: RoleSync, Index: 4, Ret: 700},
+		&Call{Kind: CallReturn, PID: 5, TID: 6, Comm: "lc-server", At: 20, Role: RoleSync, Index: 4, Ret: 700, OnCPU: 3 * time.Millisecond},
 		&Call{Kind: CallEnter, PID: 5, TID: 6, Comm: "lc-server", At: 30, Role: RoleHint, Index: 5, Arg0: 0x7fff0000, Arg1: 500, Str: "infer"},
 	}
 }
@@ -62,7 +63,7 @@ func TestRecordSizes(t *testing.T) {
 	if n := binary.Size(rmTaskExitEvent{}); n != 32 {
 		t.Errorf("task_exit_event is %d bytes", n)
 	}
-	if n := binary.Size(callsCallEvent{}); n != 88 {
+	if n := binary.Size(callsCallEvent{}); n != 96 {
 		t.Errorf("call_event is %d bytes", n)
 	}
 }

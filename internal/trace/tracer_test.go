@@ -383,6 +383,8 @@ func checkLCAppCalls(t *testing.T, calls []*Call, pid, otherTID int) {
 		t.Errorf("calls by symbol (role, entries, returns, on the second thread, on the first):\n got %v\nwant %v", got, want)
 	}
 
+	checkOnCPU(t, calls, otherTID)
+
 	rt, ht := NewRequestTracker(), NewHintTracker()
 	var reqs []Request
 	var hints []HintTimeline
@@ -429,6 +431,45 @@ func checkLCAppCalls(t *testing.T, calls []*Call, pid, otherTID int) {
 	}
 	if h := hints[1]; h.Class != "warmup" || h.ExpectedPrepUs != 7 || h.Handle != 2 || !h.Canceled {
 		t.Errorf("hint 1 = %+v", h)
+	}
+}
+
+// checkOnCPU checks the CPU time lcapp's second thread's calls carry: it
+// grows by the 20 ms of CPU work between its last launch and its
+// synchronize, and hardly at all while the synchronize sleeps. The sleep's
+// bound has room for the scheduler's accounting of the synchronize's own
+// few microseconds, not for a tick: the work's last clock read left the
+// account up to date.
+func checkOnCPU(t *testing.T, calls []*Call, otherTID int) {
+	t.Helper()
+	var launch, enter, ret *Call
+	for _, c := range calls {
+		if c.TID != uint32(otherTID) {
+			continue
+		}
+		switch {
+		case c.Role == RoleLaunch:
+			launch = c
+		case c.Role == RoleSync && c.Kind == CallEnter:
+			enter = c
+		case c.Role == RoleSync && c.Kind == CallReturn:
+			ret = c
+		}
+	}
+	if launch == nil || enter == nil || ret == nil {
+		t.Fatalf("second thread: launch %v, synchronize %v, return %v", launch, enter, ret)
+	}
+	// The thread is new: the scheduler may not have accounted any of its
+	// time by its last launch (0, unknown), but has by the synchronize.
+	if enter.OnCPU == 0 || enter.OnCPU < launch.OnCPU || ret.OnCPU < enter.OnCPU {
+		t.Fatalf("CPU time at the last launch %v, the synchronize %v, its return %v: want it known at the synchronize and never falling",
+			launch.OnCPU, enter.OnCPU, ret.OnCPU)
+	}
+	if work := enter.OnCPU - launch.OnCPU; work < 20*time.Millisecond {
+		t.Errorf("CPU time across 20 ms of CPU work: %v", work)
+	}
+	if slept := ret.OnCPU - enter.OnCPU; slept > time.Millisecond {
+		t.Errorf("CPU time across a 2 ms sleep: %v", slept)
 	}
 }
 

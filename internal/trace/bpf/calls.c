@@ -6,6 +6,7 @@
 // which one fired (role << 24 | index into the Go side's symbol table).
 
 #include "common.h"
+#include <bpf/bpf_core_read.h>
 
 char __license[] SEC("license") = "Dual MIT/GPL";
 
@@ -31,6 +32,17 @@ struct pt_regs {
 #error "calls.c: no pt_regs layout for this target (bpf2go -target amd64 or arm64)"
 #endif
 
+// The calling thread's scheduler accounting, as much of it as is read:
+// relocated by CO-RE against the running kernel's BTF, so no offset is
+// assumed.
+struct sched_entity {
+	__u64 sum_exec_runtime;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	struct sched_entity se;
+} __attribute__((preserve_access_index));
+
 // The roles of package trace (type Role) that the programs treat apart.
 enum role {
 	ROLE_HINT = 3, // gpreempt_hint(char *class, uint64_t expected_prep_us)
@@ -47,6 +59,11 @@ struct call_event {
 	__u32 tid;
 	__u32 _pad;
 	__u64 ns;
+	// The thread's CPU time so far (task->se.sum_exec_runtime), 0 when
+	// it could not be read. The scheduler brings it up to date when the
+	// thread is switched out and at each tick, so while the thread runs
+	// it lags by at most a tick.
+	__u64 on_cpu_ns;
 	__u64 cookie;
 	__u64 arg0;
 	__u64 arg1;
@@ -69,6 +86,17 @@ struct {
 
 DECLARE_DROP_COUNTER(call_dropped);
 
+// on_cpu_ns is the current thread's CPU time so far, or 0.
+static __always_inline __u64 on_cpu_ns(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u64 ns = 0;
+
+	if (bpf_core_field_exists(task->se.sum_exec_runtime))
+		ns = BPF_CORE_READ(task, se.sum_exec_runtime);
+	return ns;
+}
+
 // reserve filters by process and fills a ring-buffer record for the call
 // at ctx (arguments at entry, the return value at return; str zeroed), or
 // returns NULL (filtered out, or the ring is full: counted).
@@ -90,6 +118,7 @@ static __always_inline struct call_event *reserve(struct pt_regs *ctx, __u32 kin
 	e->tid = (__u32)pid_tgid;
 	e->_pad = 0;
 	e->ns = now;
+	e->on_cpu_ns = on_cpu_ns();
 	e->cookie = bpf_get_attach_cookie(ctx);
 	__builtin_memset(e->str, 0, sizeof(e->str));
 	if (kind == KIND_CALL_ENTER) {

@@ -4,13 +4,15 @@
 //   1. h = hint("infer", 500); launch; launch; ready(h); cuStreamSynchronize
 //   2. launch (Ex); cuEventSynchronize (which fails with 700)
 //   3. h = hint("warmup", 7); cancel(h)
-//   4. on a second thread: launch x3; cuCtxSynchronize
+//   4. on a second thread: launch x3; 20 ms of CPU work; cuCtxSynchronize
+//      (which sleeps)
 // and prints its pid and the second thread's tid; it exits at the end of
 // its input.
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -25,12 +27,26 @@ int gpreempt_cancel(uint64_t);
 
 static long other_tid;
 
+// spin runs on a CPU until the thread has used ns more CPU time. Reading
+// the thread's CPU clock also brings the scheduler's account of it up to
+// date, so the next traced call sees all of it.
+static void spin(long long ns)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	long long until = ts.tv_sec * 1000000000LL + ts.tv_nsec + ns;
+	do
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	while (ts.tv_sec * 1000000000LL + ts.tv_nsec < until);
+}
+
 static void *worker(void *arg)
 {
 	(void)arg;
 	other_tid = syscall(SYS_gettid);
 	for (int i = 0; i < 3; i++)
 		cuLaunchKernel(0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
+	spin(20000000);
 	cuCtxSynchronize();
 	return 0;
 }

@@ -163,6 +163,13 @@ func Call(p Process, role trace.Role, symbol string, index uint32, ret bool, arg
 	return c
 }
 
+// WithCPU sets the calling thread's CPU time so far on c (Call.OnCPU, as
+// the uprobe programs read it; 0: unknown) and returns c.
+func WithCPU(c *trace.Call, cpu time.Duration) *trace.Call {
+	c.OnCPU = cpu
+	return c
+}
+
 // Request is one LC request: launches kernel launches, then
 // cuStreamSynchronize returning latency after the first launch.
 func Request(p Process, launches int, latency time.Duration, clock *Clock) []trace.Event {
