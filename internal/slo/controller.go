@@ -332,7 +332,7 @@ func (c *Controller) exploring(d *Decision) {
 		c.backOff(c.cur)
 		c.endExplore(d, CauseWithin, fmt.Sprintf("%v left undecided after %d windows: back to %v", c.cur, c.tick-c.phase.Since, c.phase.From))
 	default:
-		c.say(d, CauseExplore, fmt.Sprintf("measuring %v: LC at %.2fx its objective so far", c.cur, c.worstMean(c.cur)))
+		c.say(d, CauseExplore, fmt.Sprintf("measuring %v: LC at %.2fx its objective so far (NaN: no measurement yet)", c.cur, c.worstMean(c.cur)))
 	}
 }
 
