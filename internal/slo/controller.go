@@ -53,7 +53,7 @@ func (o Options) withDefaults() Options {
 
 // The model's fixed numbers, each with why this value.
 const (
-	maxAccumulate = 30                     // windows a measurement accumulates over at most: older ones drop out (a request a second counts in 20)
+	maxAccumulate = 30                     // windows one measurement is expected within (a request a second counts in 20): undecided for two, an arm is left
 	idleAfter     = 10                     // windows with no LC sample before the safe arm (a slow LC is quiet a few)
 	budget        = 0.1                    // of any minute BE may be stopped to learn LCs alone; of windows a settled search explores
 	stableGap     = 30 * time.Second       // least time between a settled search's explorations: a steady LC sees an arm change at most this often
@@ -177,25 +177,21 @@ type Decision struct {
 
 // Controller chooses an arm per window. Not safe for concurrent use.
 type Controller struct {
-	opts   Options
-	set    arms
-	tick   int
-	phase  Phase
-	cur    Arm
-	moved  int // the window of the last decision that changed the arm or stopped or resumed BE
-	arms   map[Arm]*armEst
-	acc    map[string]*accum // measurements accumulating under cur, by objective key
-	active map[string]int    // objective keys by the window they last gave a sample
-	refs   map[string]*reference
-	left   map[Arm]backoff
-	quiet  int // windows in a row without an LC sample
-	idleAt int // the last window BE idled through of its own accord
-	// minShare is the BE share no arm chosen may be known to fall short of (Observation.MinBEShare).
-	minShare float64
-	stops    []stopped // the pauses of the last minute, window by window
-	// nextExplore is the first window a settled search may explore in (0: not yet settled once:
-	// the first search is not held back).
-	nextExplore        int
+	opts               Options
+	set                arms
+	tick               int
+	phase              Phase
+	cur                Arm
+	moved              int // the window of the last decision that changed the arm or stopped or resumed BE
+	arms               map[Arm]*armEst
+	acc                map[string]*accum // measurements accumulating under cur, by objective key
+	active             map[string]int    // objective keys by the window they last gave a sample
+	refs               map[string]*reference
+	left               map[Arm]backoff
+	quiet, idleAt      int       // windows in a row without an LC sample; the last BE idled through of its own accord
+	minShare           float64   // no arm chosen may be known to give BE less (Observation.MinBEShare)
+	stops              []stopped // the pauses of the last minute, window by window
+	nextExplore        int       // the first window a settled search may explore in (0: not converged yet: not held back)
 	paused, calibrated int
 }
 
@@ -224,10 +220,8 @@ func New(opts Options) (*Controller, error) {
 	return c, nil
 }
 
-// Current is the BE timeslice in force; Arm the arm; Phase the phase.
-func (c *Controller) Current() time.Duration { return c.cur.BETimeslice }
-func (c *Controller) Arm() Arm               { return c.cur }
-func (c *Controller) Phase() Phase           { return c.phase }
+// Arm is the arm in force.
+func (c *Controller) Arm() Arm { return c.cur }
 
 // safe is the arm while LC latency is unknown: the rung nearest Safe, without the gate, and where
 // an LC has a hint engine the longest rung that pre-preempts, pre-preempting.
@@ -294,8 +288,8 @@ func (c *Controller) step(d *Decision, o Observation) {
 	case c.quiet > 0 && k != Calibrating: // nothing new to decide on (a slow LC's windows between requests)
 		c.say(d, CauseNoSignal, "no LC latency this window")
 	case k == Calibrating || c.calibrationDue():
-		if k != Calibrating {
-			c.enter(Phase{Kind: Calibrating, From: c.cur})
+		if from := map[bool]Arm{true: c.phase.From, false: c.cur}[k == Exploring]; k != Calibrating {
+			c.enter(Phase{Kind: Calibrating, From: from}) // an exploration cut short goes back where it came from
 		}
 		c.calibrate(d, o)
 	case k == Settled:
@@ -310,7 +304,7 @@ func (c *Controller) step(d *Decision, o Observation) {
 		case infeasible:
 			c.rescue(d)
 		default:
-			c.say(d, CauseWithin, fmt.Sprintf("measuring %v after a miss", c.cur))
+			c.undecided(d)
 		}
 	}
 }
@@ -349,7 +343,7 @@ func (c *Controller) settled(d *Decision) {
 		return
 	}
 	if f == possible && !(c.worstMean(c.cur) <= 1) && !c.phase.Limit {
-		c.say(d, CauseWithin, fmt.Sprintf("measuring %v", c.cur))
+		c.undecided(d)
 		return
 	}
 	switch a, ok := c.candidate(); {
@@ -365,6 +359,16 @@ func (c *Controller) settled(d *Decision) {
 		return
 	}
 	c.say(d, CauseWithin, "within objectives")
+}
+
+// undecided keeps measuring an arm that may miss, and leaves it toward the LC once it has missed
+// on average for two measurements' span.
+func (c *Controller) undecided(d *Decision) {
+	if c.tick-c.moved >= 2*maxAccumulate && c.worstMean(c.cur) > 1 {
+		c.rescue(d)
+		return
+	}
+	c.say(d, CauseWithin, fmt.Sprintf("measuring %v: LC at %.2fx its objective so far (NaN: no measurement yet)", c.cur, c.worstMean(c.cur)))
 }
 
 // endExplore goes back to settled: to the arm explored if it is the best known, else where it came from.

@@ -269,3 +269,34 @@ func TestPauseBudgetSharedByOwners(t *testing.T) {
 		t.Fatalf("tenant B's LC has no reference after 300 windows: %+v", last.LC)
 	}
 }
+
+func TestLongWindowLearnsBesideBE(t *testing.T) {
+	// A 10 s window leaves the pause budget (10% of a minute) no room for a drain window and one
+	// to learn in: references are learnt beside BE, never with BE stopped.
+	c := newController(t, Options{Window: 10 * time.Second})
+	g := NewSimGPU(10)
+	ds := play(c, g, frontier, mustObjective(t, "p50<=1.10x"), 30, nil)
+	for _, d := range ds {
+		if d.PauseBE {
+			t.Fatalf("window %d: BE stopped with no budget for a pause", d.Windows)
+		}
+	}
+	if last := ds[len(ds)-1].LC[0]; last.Target == 0 || !strings.Contains(last.Reference, "beside BE") {
+		t.Fatalf("reference %q target %v: want it learnt beside BE", last.Reference, last.Target)
+	}
+}
+
+func TestUndecidedMissIsLeft(t *testing.T) {
+	// The static arm misses by 3% on average, never by its lower bound: it is left toward the LC
+	// within two measurements' span of windows, not held for good.
+	w := frontier
+	w.Noise = 0.15
+	w.Points = []Point{{time.Microsecond, 0.95, 0.5, false}, {200 * time.Microsecond, 1.13, 0.7, false}, {3 * time.Millisecond, 1.6, 0.9, false}}
+	c := newController(t, Options{NoPause: true})
+	g := NewSimGPU(11)
+	g.Standalone = true
+	ds := play(c, g, w, mustObjective(t, "p50<=1.10x"), 3*maxAccumulate, nil)
+	if !slices.ContainsFunc(ds, func(d Decision) bool { return d.Changed && d.Arm.BETimeslice < 200*time.Microsecond }) {
+		t.Fatalf("held %v for %d windows at 1.03x its objective", c.Arm(), len(ds))
+	}
+}

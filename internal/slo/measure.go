@@ -35,11 +35,7 @@ func (c *Controller) est(a Arm) *armEst {
 // per process).
 func (c *Controller) decay(f float64) {
 	for a, e := range c.arms {
-		for k, x := range e.lc {
-			if x.Decay(f); x.W < minEvidence/100 {
-				delete(e.lc, k)
-			}
-		}
+		maps.DeleteFunc(e.lc, func(_ string, x *est) bool { x.Decay(f); return x.W < minEvidence/100 })
 		if e.share.Decay(f); len(e.lc) == 0 && e.share.W < minEvidence/100 {
 			delete(c.arms, a)
 		}
@@ -95,8 +91,7 @@ func (r *reference) String(c *Controller) string {
 	return fmt.Sprintf("%s %v", what, r.value.Round(time.Microsecond))
 }
 
-// shortest is the arm references are learnt under beside BE: the shortest rung allowed, no gate,
-// pre-preemption where allowed.
+// shortest is the arm references are learnt under beside BE: the shortest rung, no gate, hinted.
 func (c *Controller) shortest() Arm {
 	return c.set.clamp(Arm{BETimeslice: c.set.ladder[c.set.lo], Prepreempt: true})
 }
@@ -121,16 +116,12 @@ func (c *Controller) measure(d *Decision, o Observation) {
 	}
 	c.quiet++
 	for _, s := range o.LC {
-		k, n := objKey(s), len(s.Values)
-		if n == 0 && s.Latency > 0 {
-			n = s.Count
-		}
+		k, pts := objKey(s), pointsOf(s)
+		n := stats.Weight(pts)
 		if n > 0 {
 			c.active[k], c.quiet = c.tick, 0
 		}
-		one := stats.Accum{}
-		one.Add(pointsOf(s))
-		res := LCResult{Key: s.Key, Source: s.Source, Objective: s.Objective.String(), Samples: n, Ratio: math.NaN(), P50: one.Quantile(0.5)}
+		res := LCResult{Key: s.Key, Source: s.Source, Objective: s.Objective.String(), Samples: n, Ratio: math.NaN(), P50: stats.WeightedQuantile(pts, 0.5)}
 		ref := s.Standalone
 		var r *reference
 		if s.Objective.Relative() && ref <= 0 {
@@ -139,7 +130,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 				r.last = c.tick
 			}
 			if r.value == 0 && (alone && r.how == objective.Standalone || r.how == objective.Shortest && !mixed && !asked && c.cur == c.shortest()) {
-				r.acc.Add(pointsOf(s))
+				r.acc.Add(pts)
 				r.got += n
 				if r.acc.Count() >= c.opts.MinSamples {
 					r.value = r.acc.Quantile(s.Objective.Quantile)
@@ -150,11 +141,11 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		}
 		a := c.acc[k]
 		if a == nil {
-			a = &accum{Accum: stats.Accum{Max: maxAccumulate}, ratio: math.NaN()}
+			a = &accum{ratio: math.NaN()} // the arm in force bounds it: a slow LC's windows never drop out
 			c.acc[k] = a
 		}
 		if !alone && !mixed && !asked {
-			a.Add(pointsOf(s))
+			a.Add(pts)
 		}
 		if s.Objective.Reference != objective.Shortest && (r == nil || r.how == objective.Standalone) {
 			a.ref = ref
@@ -186,12 +177,18 @@ func (c *Controller) refFor(s LCSample) *reference {
 	k := s.Key + " " + s.Objective.Name() + "@" + s.Objective.Reference
 	if c.refs[k] == nil {
 		how := objective.Standalone
-		if s.Objective.Reference == objective.Shortest || c.opts.NoPause {
+		if s.Objective.Reference == objective.Shortest || !c.canPause() {
 			how = objective.Shortest
 		}
 		c.refs[k] = &reference{how: how, owner: s.Owner, last: c.tick}
 	}
 	return c.refs[k]
+}
+
+// canPause reports whether references may be learnt with BE stopped: allowed, and the budget
+// holds a pause of a drain window and one to learn in (a window over 3 s leaves it none).
+func (c *Controller) canPause() bool {
+	return !c.opts.NoPause && int(budget*float64(c.minuteWindows())) >= 2
 }
 
 // needsRef reports whether an LC in force has a reference still to learn.
@@ -218,7 +215,7 @@ func (c *Controller) pauseAllowed(owners []string) bool {
 func (c *Controller) calibrate(d *Decision, o Observation) {
 	d.Cause = CauseCalibrate
 	p := &c.phase
-	if p.Pause > 0 && !o.BEPaused && !c.stoppedAt(c.tick-1) {
+	if p.Pause > 0 && !o.BEPaused && c.stoppedAt(c.tick) {
 		p.Pause = c.opts.PauseMax // BE was not kept stopped: this pause is over
 	}
 	owners, _ := c.toLearn(true)
@@ -240,7 +237,7 @@ func (c *Controller) calibrate(d *Decision, o Observation) {
 		return
 	}
 	idle := c.idleLately()
-	if len(owners) > 0 && !c.opts.NoPause && !idle && (p.Pause > 0 || c.pauseAllowed(owners)) {
+	if len(owners) > 0 && c.canPause() && !idle && (p.Pause > 0 || c.pauseAllowed(owners)) {
 		for _, r := range c.refs {
 			r.got *= min(p.Pause, 1) // a new pause counts what it teaches from zero
 		}
@@ -265,7 +262,7 @@ func (c *Controller) calibrate(d *Decision, o Observation) {
 // with BE stopped, the budget allowing, or at the shortest arm.
 func (c *Controller) calibrationDue() bool {
 	owners, shortest := c.toLearn(true)
-	return shortest || len(owners) > 0 && !c.opts.NoPause && !c.idleLately() && c.pauseAllowed(owners)
+	return shortest || len(owners) > 0 && c.canPause() && !c.idleLately() && c.pauseAllowed(owners)
 }
 
 // toLearn lists the owners of the references a pause would teach (tried: not yet calTries

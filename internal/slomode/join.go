@@ -104,7 +104,7 @@ func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 			s = &search{key: k, gpus: gs, ctl: c, started: true}
 			l.searches[k] = s
 			if l.windows > 0 || len(l.searches) > 1 {
-				l.log.Info("slo: an LC on GPUs without a search: their BE at the safe timeslice until LC latency is known", "gpus", k, "be_timeslice", c.Current())
+				l.log.Info("slo: an LC on GPUs without a search: their BE at the safe timeslice until LC latency is known", "gpus", k, "be_timeslice", c.Arm().BETimeslice)
 			}
 		}
 		s.lcs = append(s.lcs, p)
@@ -139,7 +139,7 @@ func (l *Loop) sorted() []*search {
 func (l *Loop) assign(all []policy.ProcRef) map[string]time.Duration {
 	var def time.Duration
 	for _, s := range l.searches {
-		if c := s.ctl.Current(); s.live() && (def == 0 || c < def) {
+		if c := s.ctl.Arm().BETimeslice; s.live() && (def == 0 || c < def) {
 			def = c
 		}
 	}
@@ -147,7 +147,7 @@ func (l *Loop) assign(all []policy.ProcRef) map[string]time.Duration {
 	for _, b := range all {
 		switch s := l.beSearch[b.Key()]; {
 		case s != nil:
-			per[b.Key()] = s.ctl.Current()
+			per[b.Key()] = s.ctl.Arm().BETimeslice
 		case len(b.GPUs) > 0:
 			per[b.Key()] = 0 // in no live search: the policy's
 		case def > 0:

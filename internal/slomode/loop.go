@@ -206,7 +206,7 @@ func (l *Loop) SearchTimeslice(gpus string) (time.Duration, bool) {
 	if s == nil {
 		return 0, false
 	}
-	return s.ctl.Current(), true
+	return s.ctl.Arm().BETimeslice, true
 }
 
 // Pushers lists the pids with pushed state (windows or engine state).
@@ -407,7 +407,8 @@ func (l *Loop) Step(now time.Duration) {
 				obs.BEShare, _ = BEShare(rates, keys)
 				// BE idle of its own accord: every BE measured launched nothing (a BE in
 				// one kernel longer than a window would pass for idle).
-				obs.BEIdle = !s.pausing && len(keys) > 0 && !slices.ContainsFunc(keys, func(k string) bool { r, ok := rates[k]; return !ok || r.Rate > 0 })
+				// A BE the gate held is not idle of its own accord.
+				obs.BEIdle = !s.pausing && !s.ctl.Arm().Gate && len(keys) > 0 && !slices.ContainsFunc(keys, func(k string) bool { r, ok := rates[k]; return !ok || r.Rate > 0 })
 			}
 			obs.Aligned = prev > 0 && len(s.lcs) > 0 && !s.lagged
 			for _, p := range s.lcs {

@@ -192,7 +192,7 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 				worst = d.Worst
 			}
 		} else {
-			metrics[s.key] = slo.Decision{BETimeslice: s.ctl.Current(), Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()}
+			metrics[s.key] = slo.Decision{BETimeslice: s.ctl.Arm().BETimeslice, Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()}
 		}
 		lcRows = append(lcRows, searchRows(s, d, samples)...)
 	}

@@ -22,13 +22,32 @@ type Accum struct {
 	n       []int
 }
 
-// Add adds one window's values.
-func (a *Accum) Add(w []Weighted) {
-	n := 0
-	for _, x := range w {
+// Weight is what ws weigh together.
+func Weight(ws []Weighted) (n int) {
+	for _, x := range ws {
 		n += x.W
 	}
-	a.windows, a.n = append(a.windows, w), append(a.n, n)
+	return n
+}
+
+// WeightedQuantile is the weighted nearest-rank quantile q of ws (0: none).
+func WeightedQuantile(ws []Weighted, q float64) time.Duration {
+	if len(ws) == 0 {
+		return 0
+	}
+	ps := slices.SortedFunc(slices.Values(ws), func(x, y Weighted) int { return int(x.V - y.V) })
+	rank, n := int(math.Ceil(q*float64(Weight(ps)))), 0
+	for _, p := range ps {
+		if n += p.W; n >= rank {
+			return p.V
+		}
+	}
+	return ps[len(ps)-1].V
+}
+
+// Add adds one window's values.
+func (a *Accum) Add(w []Weighted) {
+	a.windows, a.n = append(a.windows, w), append(a.n, Weight(w))
 	if a.Max > 0 && len(a.windows) > a.Max {
 		a.windows, a.n = a.windows[1:], a.n[1:]
 	}
@@ -46,18 +65,7 @@ func (a *Accum) Count() (n int) {
 // nothing): exact over samples, an approximation where a value stands
 // for a window's quantile.
 func (a *Accum) Quantile(q float64) time.Duration {
-	ps := slices.Concat(a.windows...)
-	if len(ps) == 0 {
-		return 0
-	}
-	slices.SortFunc(ps, func(x, y Weighted) int { return int(x.V - y.V) })
-	rank, n := int(math.Ceil(q*float64(a.Count()))), 0
-	for _, p := range ps {
-		if n += p.W; n >= rank {
-			return p.V
-		}
-	}
-	return ps[len(ps)-1].V
+	return WeightedQuantile(slices.Concat(a.windows...), q)
 }
 
 // Reset empties it.
