@@ -70,7 +70,7 @@ type reference struct {
 	acc   stats.Accum
 	value time.Duration // 0 while not learnt
 	tries int           // pauses it learnt nothing in
-	got   int           // samples it took in the pause in force
+	gotAt int           // the last window it took samples in
 	last  int           // the window its process last gave a sample
 }
 
@@ -131,7 +131,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 			}
 			if r.value == 0 && (alone && r.how == objective.Standalone || r.how == objective.Shortest && !mixed && !asked && c.cur == c.shortest()) {
 				r.acc.Add(pts)
-				r.got += n
+				r.gotAt = c.tick
 				if r.acc.Count() >= c.opts.MinSamples {
 					r.value = r.acc.Quantile(s.Objective.Quantile)
 					r.acc.Reset()
@@ -221,7 +221,7 @@ func (c *Controller) calibrate(d *Decision, o Observation) {
 	owners, _ := c.toLearn(true)
 	if p.Pause > 0 && (len(owners) == 0 || p.Pause >= c.opts.PauseMax || !c.pauseAllowed(owners)) {
 		for _, r := range c.refs { // a pause that taught a reference nothing counts against it
-			if r.wanted(c) && r.got == 0 {
+			if r.wanted(c) && r.gotAt <= c.tick-p.Pause { // nothing since the pause began
 				if r.tries++; r.tries >= calTries {
 					r.how = objective.Shortest
 				}
@@ -238,9 +238,6 @@ func (c *Controller) calibrate(d *Decision, o Observation) {
 	}
 	idle := c.idleLately()
 	if len(owners) > 0 && c.canPause() && !idle && (p.Pause > 0 || c.pauseAllowed(owners)) {
-		for _, r := range c.refs {
-			r.got *= min(p.Pause, 1) // a new pause counts what it teaches from zero
-		}
 		p.Pause, d.PauseBE = p.Pause+1, true
 		c.stay(d, fmt.Sprintf("learning an LC's standalone latency with BE stopped (window %d of at most %d)", p.Pause, c.opts.PauseMax))
 		return
