@@ -11,10 +11,9 @@ import (
 	"testing"
 )
 
-// Results written by gpreempt-bench before repetitions existed: the same
-// pre-preemption matrix with the two hint launchers, on the H100 (the runs of
-// docs/results/prepreempt-A-*-20s.md; of each scenario's LC samples every
-// 20th by latency rank, so that its quantiles stay the run's).
+// Results in the schema gpreempt-bench wrote before repetitions existed: a
+// pre-preemption matrix with two hint launchers, each scenario's LC samples
+// thinned to every 20th by latency rank so that its quantiles stay the run's.
 var oldResults = []string{
 	filepath.Join("testdata", "schema1-prepreempt-poller.json"),
 	filepath.Join("testdata", "schema1-prepreempt-goroutine.json"),

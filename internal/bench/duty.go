@@ -25,17 +25,15 @@ const dutyGuard = 100 * time.Millisecond
 // minBEDuty leaves each half a second past its guard.
 const minBEDuty = 2 * (time.Second + dutyGuard)
 
-// DefaultBEDuty is --be-duty's default: the period of the 2026-11-29
-// H200 runs (GPU-FACTS.md), long enough that each half holds several
-// requests of a one-a-second LC past its guard.
+// DefaultBEDuty is --be-duty's default: long enough that each half holds
+// several requests of a one-a-second LC past its guard.
 const DefaultBEDuty = 8 * time.Second
 
 // minDutyRequests is the fewest requests each half of one run needs for
-// its ratio to be reported as a repetition's: with ~12-16 a half, one
-// setting's ratio moved 0.89x to 1.54x between two repetitions on the
-// H200 (GPU-FACTS.md, 2026-11-29). Runs are made long enough for it
-// (dutyLength); a run that still falls short is marked too short and left
-// out of the median.
+// its ratio to be reported as a repetition's: an eager LC's speed modes
+// move a ratio of a dozen requests a half by tens of percent (GPU-FACTS.md).
+// Runs are made long enough for it (dutyLength); a run that still falls
+// short is marked too short and left out of the median.
 const minDutyRequests = 30
 
 // minDutyMedian is the fewest requests a half needs for a median at all.

@@ -50,7 +50,7 @@ func (c *cpuThread) step(n int, gapLo, gapHi, tail uint64) uint64 {
 }
 
 // generate is an eager HuggingFace generate() of 16 tokens every 800 ms
-// (as measured on the H200): per token 200 launches 25-40 us apart and a
+// (the shape of GPU-FACTS.md's): per token 200 launches 25-40 us apart and a
 // synchronize that sleeps 5-8 ms, and between tokens 2-8 ms of Python
 // (sampling, stopping criteria) on a CPU, launching nothing; between
 // requests, ~460 ms asleep.
