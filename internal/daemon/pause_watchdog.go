@@ -9,10 +9,12 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -285,4 +287,127 @@ func readBounded(path string, limit int64) ([]byte, error) {
 	}
 	defer f.Close()
 	return io.ReadAll(io.LimitReader(f, limit))
+}
+
+// watchdog is the running watchdog process and the daemon's end of its
+// socket.
+type watchdog struct {
+	cmd    *exec.Cmd
+	sock   int
+	exited chan struct{}
+}
+
+func (d *watchdog) close() {
+	unix.Close(d.sock)
+	go func() { d.cmd.Wait(); close(d.exited) }()
+}
+
+// tellLocked hands the watchdog h's pidfd and its deadline, starting a
+// watchdog (and handing it every held process) if none runs.
+func (p *Pauser) tellLocked(h *heldProc, deadline time.Time) error {
+	for attempt := 0; ; attempt++ {
+		if p.dog == nil {
+			if err := p.startWatchdogLocked(); err != nil {
+				return fmt.Errorf("starting the watchdog: %w", err)
+			}
+			// A new watchdog knows nothing: every held process but h.
+			for _, o := range p.held {
+				if o != h {
+					if err := p.sendHold(o, o.deadline()); err != nil {
+						break
+					}
+				}
+			}
+		}
+		err := p.sendHold(h, deadline)
+		if err == nil {
+			h.told = deadline
+			return nil
+		}
+		p.dog.close()
+		p.dog = nil
+		if attempt > 0 {
+			return fmt.Errorf("telling the watchdog: %w", err)
+		}
+	}
+}
+
+// dropLocked tells the watchdog h is no longer its to resume.
+func (p *Pauser) dropLocked(h *heldProc) {
+	if p.dog == nil || h.told.IsZero() {
+		return
+	}
+	msg := fmt.Sprintf("drop %d %d", h.ref.PID, h.ref.Start)
+	if err := unix.Sendmsg(p.dog.sock, []byte(msg), nil, nil, unix.MSG_NOSIGNAL); err != nil {
+		p.dog.close()
+		p.dog = nil
+	}
+}
+
+func (p *Pauser) sendHold(h *heldProc, deadline time.Time) error {
+	msg := fmt.Sprintf("hold %d %d %d", h.ref.PID, h.ref.Start, monotonicAt(deadline))
+	return unix.Sendmsg(p.dog.sock, []byte(msg), unix.UnixRights(h.fd), nil, unix.MSG_NOSIGNAL)
+}
+
+// monotonicNow is CLOCK_MONOTONIC in nanoseconds: one clock for every
+// process of the machine, which no one can set.
+func monotonicNow() int64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// monotonicAt is t as a CLOCK_MONOTONIC time.
+func monotonicAt(t time.Time) int64 { return monotonicNow() + int64(time.Until(t)) }
+
+func (p *Pauser) startWatchdogLocked() error {
+	exe := p.Exe
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return err
+		}
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	theirs := os.NewFile(uintptr(fds[1]), "watchdog")
+	defer theirs.Close()
+	cmd := exec.Command(exe, WatchdogArg, "3")
+	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.Stderr = os.Stderr
+	// Its own session: a terminal's ^C to the daemon's process group does
+	// not take it down before it has resumed BE.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		unix.Close(fds[0])
+		return err
+	}
+	p.dog = &watchdog{cmd: cmd, sock: fds[0], exited: make(chan struct{})}
+	if err := p.moveWatchdog(cmd.Process.Pid); err != nil && !p.warned {
+		p.warned = true
+		p.log().Warn("pause: the watchdog stays in gpreemptd's cgroup: a kill of that whole cgroup leaves BE stopped until the next gpreemptd starts",
+			"err", err)
+	}
+	return nil
+}
+
+// RunWatchdog is the pause watchdog: args name the descriptor of its
+// socket to the daemon. The daemon sends "hold PID START DEADLINE" with
+// the process's pidfd (DEADLINE: CLOCK_MONOTONIC nanoseconds) and "drop
+// PID START" once it resumed it itself. The watchdog resumes each process
+// at its deadline, and every one it holds when the daemon's end closes or
+// on SIGTERM, SIGINT or SIGHUP. It returns the exit code.
+func RunWatchdog(args []string, _ io.Reader, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "gpreemptd pause watchdog: want the socket's descriptor")
+		return 2
+	}
+	sock, err := strconv.Atoi(args[0])
+	if err != nil || sock < 3 {
+		fmt.Fprintf(stderr, "gpreemptd pause watchdog: bad arguments %q\n", args)
+		return 2
+	}
+	return runWatchdog(sock, stderr)
 }
