@@ -40,7 +40,7 @@ type ProcRef struct {
 	Decision Decision
 	// GPUs are the indices of the GPUs NVML lists it on (nil: not known).
 	GPUs []int
-	// Owner is the tenant it is of, whose budgets it draws on: "uid:N"
+	// Owner is the tenant it is of, whose budgets it draws on: "uid N"
 	// ("": not known).
 	Owner string
 }

@@ -80,6 +80,7 @@ type LCSample struct {
 	Latency    time.Duration
 	Count      int
 	Standalone time.Duration // the reference, if known; else it is learnt
+	P50        time.Duration // the window's median of the metric (status and metrics; 0: none)
 }
 
 // Observation is one window under the arm in force, and what may be

@@ -90,15 +90,7 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 					break
 				}
 				ls.Samples, ls.Requests = max(len(sample.Values), sample.Count), s.Requests
-				if len(sample.Values) > 0 {
-					ls.P50Us = float64(slices.Sorted(slices.Values(sample.Values))[(len(sample.Values)-1)/2]) / 1e3
-				} else {
-					name := "p50"
-					if o.Metric != "" {
-						name = o.Metric + "_p50"
-					}
-					ls.P50Us = float64(s.Quantiles[name]) / 1e3
-				}
+				ls.P50Us = float64(sample.P50) / 1e3
 				w.tokens = w.tokens || o.Metric == MetricTPOT
 				w.samples = append(w.samples, *sample)
 			}
@@ -114,12 +106,14 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 func lcSample(s LatencySample, o objective.Objective, p policy.ProcRef, key string) (*slo.LCSample, string) {
 	out := &slo.LCSample{Key: key, Source: s.Source, Owner: p.Owner, Objective: o, Values: s.Samples[o.Metric]}
 	if len(out.Values) > 0 {
+		out.P50 = slices.Sorted(slices.Values(out.Values))[(len(out.Values)-1)/2]
 		return out, s.Source
 	}
-	name := quantileName(o.Quantile)
+	name, median := quantileName(o.Quantile), "p50"
 	if o.Metric != "" {
-		name = o.Metric + "_" + name
+		name, median = o.Metric+"_"+name, o.Metric+"_p50"
 	}
+	out.P50 = s.Quantiles[median]
 	lat, ok := s.Quantiles[name]
 	if !ok {
 		return nil, s.Source + " without " + name
