@@ -59,11 +59,16 @@ OUT=${OUT:-/tmp/gpreempt-out}
 W=${W:-/tmp/gpreempt-self-out}
 C=${C:-.carry}
 REP=${REP:-1}
-BRUN=/tmp/gpreemptd-self
+# DEVICE=N runs the part on GPU N with its own gpreemptd (run directory,
+# socket, ports), whose policy classes only that device's workers: two
+# parts can run at once, one on each GPU of a two-GPU machine.
+DEVICE=${DEVICE:-0}
+export GPREEMPT_BENCH_DEVICE=$DEVICE # the bench's --device; its workers inherit it
+BRUN=/tmp/gpreemptd-self$DEVICE
 BSOCK=$BRUN/gpreemptd.sock
 BCONF=$BRUN/policy.yaml
-BMADDR=127.0.0.1:19482
-METRICS_PORT=${METRICS_PORT:-18080}
+BMADDR=127.0.0.1:$((19482 + DEVICE))
+METRICS_PORT=${METRICS_PORT:-$((18080 + DEVICE))}
 PIN_ARGS=${PIN_ARGS:-}
 LEAD_IN=${LEAD_IN:-16s}
 ALL_PARTS="gpt2-fixed gpt2-slo llama-fixed llama-slo eager graph pushed scraped"
@@ -90,7 +95,7 @@ workload() {
 }
 # settings P: the part's settings, rotated by REP so that repetitions made
 # by separate calls alternate their order; the standalone run stays first
-# (the abs objective is taken from it) and be-only last.
+# (the abs objective is taken from it) and be-only next.
 settings() {
   local s
   case $1 in
@@ -116,8 +121,10 @@ scenario() {
 scenarios() {
   local p=$1 list=() s
   case $p in pushed|scraped) ;; *) [ -n "${NO_STANDALONE:-}" ] || list+=("$(scenario $p standalone)");; esac
-  for s in $(settings $p); do list+=("$(scenario $p $s)"); done
-  case $p in *-slo) ;; *) list+=("$(scenario $p beonly)");; esac
+  # be-only (BE's rate alone, every share's baseline) before the settings,
+  # so that a part cut short by its time limit loses a setting, not it.
+  case " $(settings $p) " in *" beonly "*) list+=("$(scenario $p beonly)");; *) case $p in *-slo) ;; *) list+=("$(scenario $p beonly)");; esac;; esac
+  for s in $(settings $p); do [ "$s" = beonly ] || list+=("$(scenario $p $s)"); done
   local IFS=,; echo "${list[*]}"
 }
 
@@ -129,7 +136,7 @@ policy() { # policy PART KIND (plain, gate, slo, abs)
   [ "$2" = abs ] && obj="p50<=@ALONE_P50*1.15@"
   if [ "$1" = scraped ]; then
     rules="  - name: scraped
-    match: {env: {GPREEMPT_BENCH_WORKER: lc}}
+    match: {env: {GPREEMPT_BENCH_WORKER: lc, GPREEMPT_BENCH_DEVICE: \"$DEVICE\"}}
     class: lc
     latency: {metrics: \"http://127.0.0.1:$METRICS_PORT/metrics\", preset: vllm}
 "
@@ -142,7 +149,7 @@ classes:
 default: none
 rules:
 $rules  - name: from-env
-    match: {env: {GPREEMPT_CLASS: "*"}}
+    match: {env: {GPREEMPT_CLASS: "*", GPREEMPT_BENCH_DEVICE: "$DEVICE"}}
     class_from_env: GPREEMPT_CLASS
 requests:
   default_max: lc

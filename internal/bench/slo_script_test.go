@@ -88,8 +88,8 @@ func TestGPURunSLODryRun(t *testing.T) {
 // TestGPURunSelfDryRun checks scripts/gpu-run-self.sh's plan without a
 // GPU: every part's bench command is one the bench takes (its scenarios,
 // flags and --daemon-policy files), its policies parse (the scraped
-// part's latency rule, and the abs placeholder filled, aside), and REP
-// rotates the settings.
+// abs placeholder filled), REP rotates the settings, and DEVICE=1's
+// policies class only that device's workers.
 func TestGPURunSelfDryRun(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
@@ -99,7 +99,8 @@ func TestGPURunSelfDryRun(t *testing.T) {
 		for _, part := range parts {
 			w := t.TempDir()
 			cmd := exec.Command("bash", "../../scripts/gpu-run-self.sh")
-			cmd.Env = append(os.Environ(), "DRY_RUN=1", "PARTS="+part, "REP="+rep, "W="+w)
+			dev := map[string]string{"1": "0", "2": "1"}[rep]
+			cmd.Env = append(os.Environ(), "DRY_RUN=1", "PARTS="+part, "REP="+rep, "W="+w, "DEVICE="+dev)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("%s: %v: %s", part, err, out)
@@ -127,8 +128,8 @@ func TestGPURunSelfDryRun(t *testing.T) {
 					t.Fatal(err)
 				}
 				text := strings.ReplaceAll(string(b), "@ALONE_P50*1.15@", "900ms")
-				if part == "scraped" && strings.Contains(text, "latency:") {
-					continue // the scrape source's rule field comes with its own change
+				if want := `GPREEMPT_BENCH_DEVICE: "` + dev + `"`; strings.Count(text, want) != strings.Count(text, "match:") {
+					t.Errorf("%s: %s's rules do not all match %s:\n%s", part, name, want, text)
 				}
 				p, err := policy.Parse([]byte(text))
 				if err != nil {
