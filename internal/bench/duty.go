@@ -45,9 +45,12 @@ type DutySplit struct {
 	// WithBE and Alone are the two halves' latency summaries (us).
 	WithBE *stats.Summary `json:"with_be_us,omitempty"`
 	Alone  *stats.Summary `json:"alone_us,omitempty"`
-	// P50Ratio is WithBE's p50 over Alone's (0: a half had fewer than
-	// minDutyMedian requests).
-	P50Ratio float64 `json:"p50_ratio,omitempty"`
+	// MedianWithBE and MedianAlone are the halves' medians (us,
+	// interpolated: stats.Median), P50Ratio their ratio (0: a half had
+	// fewer than minDutyMedian requests).
+	MedianWithBE float64 `json:"median_with_be_us,omitempty"`
+	MedianAlone  float64 `json:"median_alone_us,omitempty"`
+	P50Ratio     float64 `json:"p50_ratio,omitempty"`
 	// P50CI is the bootstrap 95% interval of P50Ratio: the run's two
 	// halves resampled (set when the results are finalized, seeded by
 	// --seed).
@@ -105,7 +108,8 @@ func splitByDuty(lc *LCResult, period time.Duration) *DutySplit {
 	}
 	d.TooShort = len(lat[0]) < minDutyRequests || len(lat[1]) < minDutyRequests
 	if len(lat[0]) >= minDutyMedian && len(lat[1]) >= minDutyMedian {
-		d.P50Ratio = stats.Median(lat[0]) / stats.Median(lat[1])
+		d.MedianWithBE, d.MedianAlone = stats.Median(lat[0]), stats.Median(lat[1])
+		d.P50Ratio = d.MedianWithBE / d.MedianAlone
 		if len(tpot[0]) >= minDutyMedian && len(tpot[1]) >= minDutyMedian {
 			d.TPOTRatio = stats.Median(tpot[0]) / stats.Median(tpot[1])
 		}

@@ -228,7 +228,7 @@ func writeDuty(b *strings.Builder, res *Results) {
 		}
 		fmt.Fprintf(b, "| %s | %d | %s | %s | %d |\n", s.Name, n, spreadCell(s.Duty, "x"), spreadCell(s.DutyTPOT, "x"), s.DutyTooShort)
 	}
-	b.WriteString("\n| scenario | rep | requests with BE / alone | p50 with BE / alone (us) | ratio | 95% CI | |\n")
+	b.WriteString("\n| scenario | rep | requests with BE / alone | median with BE / alone (us) | ratio | 95% CI | |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---|\n")
 	for _, sr := range res.Scenarios {
 		d := sr.LCDuty
@@ -237,14 +237,14 @@ func writeDuty(b *strings.Builder, res *Results) {
 		}
 		nw, na, pw, pa := 0, 0, "–", "–"
 		if d.WithBE != nil {
-			nw, pw = d.WithBE.N, fmt.Sprintf("%.1f", d.WithBE.P50)
+			nw = d.WithBE.N
 		}
 		if d.Alone != nil {
-			na, pa = d.Alone.N, fmt.Sprintf("%.1f", d.Alone.P50)
+			na = d.Alone.N
 		}
 		ratio, ci := "–", "–"
-		if d.P50Ratio > 0 {
-			ratio = fmt.Sprintf("%.2fx", d.P50Ratio)
+		if d.P50Ratio > 0 { // the medians the ratio divides, so that the row adds up
+			pw, pa, ratio = fmt.Sprintf("%.1f", d.MedianWithBE), fmt.Sprintf("%.1f", d.MedianAlone), fmt.Sprintf("%.3fx", d.P50Ratio)
 		}
 		if d.P50CI != nil {
 			ci = fmt.Sprintf("[%.2f, %.2f]", d.P50CI.Lo, d.P50CI.Hi)
