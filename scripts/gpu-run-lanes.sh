@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# gpu-run-self.sh's parts on a machine of several GPUs, one lane per GPU at
+# once: lane N runs on GPU N, with its own gpreemptd (DEVICE=N) and its
+# own CPUs. Each lane's specs are "PART:SETTINGS:TIMEOUT", separated by ';'
+# (SETTINGS as gpu-run-self.sh's SETTINGS; TIMEOUT in seconds). The
+# binaries come from .carry/ (make gpu-binaries) or, xz'd, from $XZ_DIR.
+#
+#   REP=1 LANE0="gpt2-slo:static gate 1us slo beonly:570" \
+#     LANE1="llama-slo:static gate 1us slo beonly:575" scripts/gpu-run-lanes.sh
+#
+# A lane's LC workers get two CPUs and its BE workers two, near its GPU
+# (its local_cpulist) and apart from every other lane's; the daemons are
+# not pinned. $OUT gets gpu<N>-<part>-rep<REP>.md per part and
+# raw-rep<REP>.tgz (logs, status, summaries; no JSON).
+set -u
+OUT=${OUT:-/tmp/gpreempt-out}
+REP=${REP:-1}
+mkdir -p .carry "$OUT"
+if [ -n "${XZ_DIR:-}" ]; then
+  for b in gpreemptd gpreempt-bench gpreemptctl; do xz -dc "$XZ_DIR/$b.xz" > .carry/$b && chmod +x .carry/$b; done
+fi
+export PYTHONUNBUFFERED=1 CUDA_DEVICE_ORDER=PCI_BUS_ID # CUDA's ordinals as NVML's
+nvidia-smi --query-gpu=index,name,pci.bus_id,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
+
+# local_cpus N: GPU N's local CPUs, one per line (every CPU if unknown).
+local_cpus() {
+  local bus f
+  bus=$(nvidia-smi -i "$1" --query-gpu=pci.bus_id --format=csv,noheader 2>/dev/null | tr 'A-Z' 'a-z' | sed 's/^0000//')
+  f=/sys/bus/pci/devices/0000$bus/local_cpulist
+  [ -n "$bus" ] && [ -r "$f" ] || f=/sys/devices/system/cpu/online
+  tr ',' '\n' < "$f" | while IFS=- read -r a b; do seq "$a" "${b:-$a}"; done
+}
+
+lanes=()
+for ((d = 0; ; d++)); do v=LANE$d; [ -n "${!v:-}" ] || break; lanes+=("${!v}"); done
+[ ${#lanes[@]} -gt 0 ] || { echo "gpu-run-lanes.sh: no LANE0 given" >&2; exit 2; }
+
+declare -A used=([0]=1 [1]=1) # CPUs 0-1 stay for the daemons and the shell
+pins=()
+for ((d = 0; d < ${#lanes[@]}; d++)); do
+  free=()
+  for c in $(local_cpus $d); do [ -n "${used[$c]:-}" ] || free+=("$c"); done
+  if [ ${#free[@]} -lt 4 ]; then # too few near it: any free CPUs, else none pinned
+    free=()
+    for c in $(tr ',' '\n' < /sys/devices/system/cpu/online | while IFS=- read -r a b; do seq "$a" "${b:-$a}"; done); do
+      [ -n "${used[$c]:-}" ] || free+=("$c")
+    done
+  fi
+  if [ ${#free[@]} -lt 4 ]; then echo "lane $d: fewer than 4 free CPUs: not pinned"; pins+=(""); continue; fi
+  pins+=("--lc-cpus ${free[0]},${free[1]} --be-cpus ${free[2]},${free[3]}")
+  for c in "${free[@]:0:4}"; do used[$c]=1; done
+done
+
+lane() { # lane N SPEC...
+  local d=$1 spec part settings tmo
+  shift
+  for spec in "$@"; do
+    IFS=: read -r part settings tmo <<<"$spec"
+    echo "=== gpu$d $part [$settings] rep $REP ${pins[$d]} $(date +%T)"
+    DEVICE=$d PIN_ARGS="${pins[$d]}" SETTINGS="$settings" NO_STANDALONE=${NO_STANDALONE-1} PARTS=$part REP=$REP \
+      OUT=/tmp/o$d-$part W=/tmp/w$d-$part \
+      timeout --kill-after=10 "$tmo" bash "$(dirname "${BASH_SOURCE[0]}")/gpu-run-self.sh" > /tmp/o$d-$part.log 2>&1
+    echo "gpu$d $part rc=$? $(date +%T)"
+    cp /tmp/o$d-$part/summary.md "$OUT/gpu$d-$part-rep$REP.md" 2>/dev/null || tail -30 /tmp/o$d-$part.log
+  done
+}
+for ((d = 0; d < ${#lanes[@]}; d++)); do
+  IFS=';' read -ra specs <<<"${lanes[$d]}"
+  lane $d "${specs[@]}" > /tmp/lane$d.log 2>&1 &
+done
+wait
+cat /tmp/lane*.log
+nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
+tar -C /tmp -czf "$OUT/raw-rep$REP.tgz" --exclude='*.json' --exclude='*.json.gz' $(cd /tmp && ls -d o[0-9]-* w[0-9]-* lane*.log 2>/dev/null) 2>/dev/null
+for f in "$OUT"/gpu*-rep$REP.md; do echo "##### $f"; grep -v '^$' "$f" | head -70; done
