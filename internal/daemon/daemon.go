@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/gpu"
+	"github.com/gpreempt/gpreempt/internal/libfile"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/scrape"
 	"github.com/gpreempt/gpreempt/internal/scrape/endpoint"
@@ -207,7 +208,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	// The node's own libcuda is read whoever owns it (a process's
 	// library is read only if root's, or this very file).
 	if lib, err := trace.FindLibrary(trace.LibCUDA, cfg.LibCUDA, 0); err == nil {
-		trace.TrustLibrary(lib)
+		libfile.Trust(lib)
 	}
 	if err := d.gate.Register(d.metrics.Registry); err != nil {
 		return nil, err

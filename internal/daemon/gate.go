@@ -15,6 +15,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/trace/request"
 )
 
 // RequestGate is the daemon's request gate, for LC processes that launch
@@ -22,7 +23,7 @@ import (
 // launch gap of such a request lets a BE channel group in, and every
 // kernel after it pays a switch. From uprobes on the LC's libcuda it sees a
 // request begin (the first launch after the LC was idle) and end (the
-// LC's quiet gap after its last synchronize returned: trace.Delimiter,
+// LC's quiet gap after its last synchronize returned: request.Delimiter,
 // the request definition `--trace-requests` and SLO mode share, with the
 // gap learnt per LC and policy.Gate.Idle its ceiling), and holds the BE
 // processes on the LC's GPUs stopped in between (SIGSTOP through the
@@ -113,7 +114,7 @@ type gateLC struct {
 	// at most syncBound idles) and, while its launches are not traced
 	// (held, or steered off), the thread of its last call not running
 	// (it is launching the request's next step).
-	delim *trace.Delimiter
+	delim *request.Delimiter
 	spans []time.Duration // recent requests' spans (GateAuto)
 	// overran counts holds in a row that ran to MaxHold: requests closer
 	// together than Idle leave no idle to end one, and each hold is then
@@ -570,6 +571,6 @@ func threadRunning(pid, tid int) bool {
 
 // syncBound is how long, in Idles, a thread inside a synchronize, or the
 // running thread of the last call while launches are not traced, keeps a
-// request open without a further event (trace.Delimiter's bound): it
+// request open without a further event (request.Delimiter's bound): it
 // bounds what a lost return or a busy-polling thread costs BE.
 const syncBound = 40

@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/policy"
-	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/trace/request"
 )
 
 // The gate's following of LC processes: which it traces, the GPUs it
@@ -128,7 +128,7 @@ func (g *RequestGate) followLCs(follow func([]policy.ProcRef)) {
 		if lc := g.lcs[r.PID]; lc == nil || lc.ref.Start != r.Start {
 			changed = true
 			pid := r.PID
-			g.lcs[pid] = &gateLC{ref: r, delim: trace.NewDelimiter(uint32(pid), trace.DelimiterConfig{Ceiling: g.Procs.Policy().Gate.Idle,
+			g.lcs[pid] = &gateLC{ref: r, delim: request.NewDelimiter(uint32(pid), request.DelimiterConfig{Ceiling: g.Procs.Policy().Gate.Idle,
 				// While its launches are not traced, its last call's thread
 				// running is it launching the request's next step.
 				Busy: func(tid uint32) bool { return g.Running(pid, int(tid)) }}), tenant: g.Tenant(pid)}

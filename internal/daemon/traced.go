@@ -13,10 +13,11 @@ import (
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/stats"
 	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/trace/request"
 )
 
 // TracedLatency measures LC request latency from uprobes on libcuda, for
-// apps that do not push their own. A request is what trace.Delimiter
+// apps that do not push their own. A request is what request.Delimiter
 // delimits, the definition the request gate and `gpreemptctl trace
 // requests` share: a busy period of the process, from the first launch
 // after a quiet gap (learnt per process) to the return of the last
@@ -32,7 +33,7 @@ import (
 // the loop.
 type TracedLatency struct {
 	mu     sync.Mutex
-	delims map[int]*trace.Delimiter
+	delims map[int]*request.Delimiter
 	cur    map[int]*tracedWindow         // this window's requests and steps by pid
 	last   map[int]slomode.LatencySample // the last closed window's
 	start  time.Duration                 // when this window began (the loop's clock; -1: not yet)
@@ -82,7 +83,7 @@ type tracedProc struct {
 
 // NewTracedLatency returns a source with no window yet.
 func NewTracedLatency() *TracedLatency {
-	return &TracedLatency{delims: map[int]*trace.Delimiter{}, cur: map[int]*tracedWindow{},
+	return &TracedLatency{delims: map[int]*request.Delimiter{}, cur: map[int]*tracedWindow{},
 		last: map[int]slomode.LatencySample{}, start: -1, Ceiling: policy.DefaultGateIdle}
 }
 
@@ -109,7 +110,7 @@ func (t *TracedLatency) Apply(ev trace.Event) {
 	}
 	d := t.delims[pid]
 	if d == nil {
-		d = trace.NewDelimiter(c.PID, trace.DelimiterConfig{Ceiling: t.Ceiling})
+		d = request.NewDelimiter(c.PID, request.DelimiterConfig{Ceiling: t.Ceiling})
 		t.delims[pid] = d
 	}
 	if r, ok := d.Apply(ev); ok {
@@ -118,7 +119,7 @@ func (t *TracedLatency) Apply(ev trace.Event) {
 }
 
 // takeLocked counts a request or step that ended in the open window.
-func (t *TracedLatency) takeLocked(r trace.Request) {
+func (t *TracedLatency) takeLocked(r request.Request) {
 	if r.Result != 0 || r.Launches == 0 || r.Latency() <= 0 {
 		return // a failed synchronization, or one with nothing launched, served nothing
 	}
@@ -134,7 +135,7 @@ func (t *TracedLatency) takeLocked(r trace.Request) {
 		w = &tracedWindow{}
 		t.cur[pid] = w
 	}
-	if r.Kind == trace.KindStep {
+	if r.Kind == request.KindStep {
 		if w.nSteps++; len(w.steps) < slomode.MaxSamples {
 			w.steps = append(w.steps, r.Latency())
 		}
@@ -187,7 +188,7 @@ func (t *TracedLatency) Roll(now time.Duration, lcs []policy.ProcRef) {
 func (t *TracedLatency) sampleLocked(pid int, w *tracedWindow, now time.Duration) slomode.LatencySample {
 	s := slomode.LatencySample{At: now, Window: now - t.start, Source: slomode.SourceTracedRequest, Seq: t.seq,
 		Quantiles: map[string]time.Duration{}, Samples: map[string][]time.Duration{}}
-	if d := t.delims[pid]; d != nil && d.Mode() == trace.KindStep || w.nRequests == 0 {
+	if d := t.delims[pid]; d != nil && d.Mode() == request.KindStep || w.nRequests == 0 {
 		s.Source = slomode.SourceTracedStep
 	}
 	if len(w.requests) > 0 && s.Source == slomode.SourceTracedRequest {

@@ -12,7 +12,7 @@ import (
 // Where an LC's latency comes from (status and metrics show it per LC).
 const (
 	SourcePushed        = "pushed"         // the app's own windows over the socket
-	SourceTracedRequest = "traced-request" // uprobes on libcuda: busy periods between quiet gaps (trace.Delimiter)
+	SourceTracedRequest = "traced-request" // uprobes on libcuda: busy periods between quiet gaps (request.Delimiter)
 	SourceTracedStep    = "traced-step"    // the same for an LC never quiet: synchronize to synchronize
 	SourceScraped       = "scraped"        // the server's own Prometheus histograms
 )

@@ -6,11 +6,12 @@
 // synchronizations and hints.
 //
 // The BPF side only copies raw bytes; every layout is decoded here, with the
-// structs of package ioctl, and the decoders are fuzzed. On top of the
-// events sit per-request timelines (RequestTracker, HintTracker) and log2
-// histograms (Hist); the live channel-group registry they feed (what a
-// daemon needs to apply policy from the moment a process creates its TSGs,
-// and to see libcuda's own SET_TIMESLICE) is package internal/registry.
+// structs of package ioctl, and the decoders are fuzzed. What is built on
+// the events lives with its consumers: requests and hint timelines
+// (package internal/trace/request), and the live channel-group registry
+// (what a daemon needs to apply policy from the moment a process creates
+// its TSGs, and to see libcuda's own SET_TIMESLICE; package
+// internal/registry).
 //
 // The kernels this runs on have syscall tracepoints and uprobes but neither
 // kprobes nor fentry/fexit (kernel lockdown), so nothing here uses those.

@@ -9,7 +9,7 @@ import (
 
 // Encode renders an event as the BPF programs would have sent it, so that
 // Decode(Encode(e)) is e. Recorded or synthetic traces (tests, replays) go
-// through the same decoder as live ones. A Residency has no record form.
+// through the same decoder as live ones. A request.Residency has no record form.
 func Encode(ev Event) ([]byte, error) {
 	switch e := ev.(type) {
 	case *RMCall:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpreempt/gpreempt/internal/libfile"
 	"github.com/gpreempt/gpreempt/ioctl"
 )
 
@@ -20,8 +21,13 @@ var (
 	// ErrNoTracefs: tracefs is not mounted (and was not to be, or could
 	// not be, mounted): the syscall tracepoints' ids are only found there.
 	ErrNoTracefs = errors.New("tracefs not mounted")
-	// ErrNoLibrary: the library to put uprobes on was not found.
-	ErrNoLibrary = errors.New("library not found")
+	// ErrNoLibrary: the library to put uprobes on was not found (nor
+	// readable as one: libfile.ErrNotFound).
+	ErrNoLibrary = libfile.ErrNotFound
+	// ErrUntrustedLibrary: the file named as a library is not one the
+	// daemon reads (libfile.ErrUntrusted), or no longer the file the
+	// process mapped.
+	ErrUntrustedLibrary = libfile.ErrUntrusted
 	// ErrNoSymbols: none of the requested functions is in the library.
 	ErrNoSymbols = errors.New("no traceable function in library")
 	// ErrDecode: a ring-buffer record does not have the layout of any

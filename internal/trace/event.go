@@ -30,7 +30,8 @@ const (
 )
 
 // Event is one decoded trace record: *RMCall, *TaskExit or *Call (and, once
-// the spinner stamps them, *Residency).
+// the spinner stamps them, request.Residency of package
+// internal/trace/request).
 type Event interface {
 	// Time is when the event ended, in CLOCK_MONOTONIC nanoseconds (the
 	// clock of bpf_ktime_get_ns).

@@ -8,6 +8,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/gpreempt/gpreempt/internal/libfile"
 )
 
 // LaunchCounter counts the kernel launches of chosen processes in the
@@ -36,9 +38,9 @@ type counted struct {
 // counterLibrary is what one library file's launch functions resolved to.
 type counterLibrary struct {
 	ex *link.Executable
-	// file is what ex reads through (openLibrary.Executable), open while
+	// file is what ex reads through (libfile.File.Executable), open while
 	// a process is attached through it.
-	file    *openLibrary
+	file    *libfile.File
 	symbols []Probe // the launch functions it has, one name per address
 	users   int
 }
@@ -89,7 +91,7 @@ func (c *LaunchCounter) Attach(pid int, library string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.detach(pid)
-	key := opened.key()
+	key := opened.Key()
 	lib := c.libs[key]
 	if lib == nil {
 		ex, err := opened.Executable()
@@ -135,7 +137,7 @@ func (c *LaunchCounter) Attach(pid int, library string) error {
 
 // resolveLaunches opens path and resolves its launch functions, one name
 // per address (aliases would count a launch twice).
-func resolveLaunches(path string) (*openLibrary, []Probe, error) {
+func resolveLaunches(path string) (*libfile.File, []Probe, error) {
 	var probes []Probe
 	for _, s := range DefaultLaunchSymbols {
 		probes = append(probes, Probe{Library: path, Symbol: s, Role: RoleLaunch})

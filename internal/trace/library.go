@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpreempt/gpreempt/internal/libfile"
 )
 
 // Default names of what the uprobes go on.
@@ -250,7 +252,7 @@ func (s Skipped) String() string {
 // says why each other one is skipped. A symbol at the same address as one
 // already kept (an alias) is skipped too: two uprobes there would count
 // every call twice. Each kept probe carries its function's file offset.
-// Libraries are opened as openLibrary does: a file that is not a regular
+// Libraries are opened as libfile.Open does: a file that is not a regular
 // one, not trusted, or too large to be a libcuda is ErrUntrustedLibrary.
 func ResolveProbes(probes []Probe) (keep []Probe, skipped []Skipped, err error) {
 	keep, skipped, libs, err := resolveOpen(probes)
@@ -264,7 +266,7 @@ func ResolveProbes(probes []Probe) (keep []Probe, skipped []Skipped, err error) 
 // probes' Library: probes are attached through them (Executable), so the
 // uprobes go on the very file whose symbols were read. The caller closes
 // them, also on error.
-func resolveOpen(probes []Probe) (keep []Probe, skipped []Skipped, libs map[string]*openLibrary, err error) {
+func resolveOpen(probes []Probe) (keep []Probe, skipped []Skipped, libs map[string]*libfile.File, err error) {
 	type place struct {
 		lib  string
 		addr uint64
@@ -275,17 +277,17 @@ func resolveOpen(probes []Probe) (keep []Probe, skipped []Skipped, libs map[stri
 			wanted[p.Library] = append(wanted[p.Library], p.Symbol)
 		}
 	}
-	libs = map[string]*openLibrary{}
+	libs = map[string]*libfile.File{}
 	at := map[place]string{}
 	for _, p := range probes {
 		l, ok := libs[p.Library]
 		if !ok {
-			if l, err = openResolved(p.Library, wanted[p.Library]); err != nil {
+			if l, err = libfile.Open(p.Library, wanted[p.Library]); err != nil {
 				return nil, nil, libs, err
 			}
 			libs[p.Library] = l
 		}
-		off, ok := l.offsets[p.Symbol]
+		off, ok := l.Offset(p.Symbol)
 		if !ok {
 			skipped = append(skipped, Skipped{p, "no such function in the library"})
 			continue

@@ -100,7 +100,7 @@ func (t *Tracer) AttachProcess(pid int, library string) error {
 	t.detachLocked(pid)
 	// One Executable per file (by device and inode), open while a process
 	// is attached through it, dropped with its last process.
-	key := opened.key()
+	key := opened.Key()
 	lib := t.exes[key]
 	if lib == nil {
 		ex, err := opened.Executable()

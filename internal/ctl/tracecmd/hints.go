@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/stats"
 	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/trace/request"
 )
 
 var hintsCommand = &cli.Command{
@@ -45,7 +46,7 @@ var hintsCommand = &cli.Command{
 		// process mapping it (tens of microseconds in a VM); the hint
 		// API's functions start with a NOP the kernel can probe without a
 		// trap. So libcuda is probed only for one process.
-		tracker := trace.NewHintTracker()
+		tracker := request.NewHintTracker()
 		if pid > 0 {
 			cuda, err := findLibrary(trace.LibCUDA, c.String("libcuda"), pid, "libcuda")
 			if err != nil {
@@ -65,7 +66,7 @@ var hintsCommand = &cli.Command{
 
 type hintsTrace struct {
 	out      *traceOut
-	tracker  *trace.HintTracker
+	tracker  *request.HintTracker
 	header   bool
 	interval int
 	// Histograms in microseconds of the completed hints.
@@ -77,7 +78,7 @@ type hintsTrace struct {
 type hintLine struct {
 	Type string  `json:"type"`
 	Time float64 `json:"time_s"`
-	trace.HintTimeline
+	request.HintTimeline
 	HintToResidentUs    *uint64 `json:"hint_to_resident_us"`
 	PreparationUs       *uint64 `json:"preparation_us"`
 	ReleaseToCompleteUs *uint64 `json:"release_to_complete_us"`

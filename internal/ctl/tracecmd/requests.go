@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/stats"
 	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/trace/request"
 )
 
 // maxSamples bounds the samples kept per interval for exact percentiles;
@@ -46,7 +47,7 @@ var requestsCommand = &cli.Command{
 		}
 		ps := append(probes(lib, trace.RoleLaunch, c.StringSlice("launch-symbols")), probes(lib, trace.RoleSync, c.StringSlice("sync-symbols"))...)
 		return runTrace(c, trace.Options{Probes: ps, PID: pid}, func(o *traceOut) traceHandler {
-			return &requestsTrace{out: o, pid: uint32(pid), each: c.Bool("each"), delim: trace.NewDelimiter(uint32(pid), trace.DelimiterConfig{})}
+			return &requestsTrace{out: o, pid: uint32(pid), each: c.Bool("each"), delim: request.NewDelimiter(uint32(pid), request.DelimiterConfig{})}
 		})
 	},
 }
@@ -55,7 +56,7 @@ type requestsTrace struct {
 	out   *traceOut
 	pid   uint32
 	each  bool
-	delim *trace.Delimiter
+	delim *request.Delimiter
 	// now is the latest event time seen: an interval closes what has
 	// been quiet for its gap by then.
 	now  uint64
@@ -76,7 +77,7 @@ type requestAgg struct {
 	failed   int
 }
 
-func (a *requestAgg) add(us uint64, r trace.Request) {
+func (a *requestAgg) add(us uint64, r request.Request) {
 	a.hist.Add(float64(us))
 	if len(a.samples) < maxSamples {
 		a.samples = append(a.samples, float64(us))
@@ -116,7 +117,7 @@ func (t *requestsTrace) Event(ev trace.Event) error {
 	return t.request(r)
 }
 
-func (t *requestsTrace) request(r trace.Request) error {
+func (t *requestsTrace) request(r request.Request) error {
 	t.comm = r.Comm
 	us := usecs(r.Latency())
 	t.cur.add(us, r)
@@ -128,7 +129,7 @@ func (t *requestsTrace) request(r trace.Request) error {
 		return t.out.jsonLine(struct {
 			Type string  `json:"type"`
 			Time float64 `json:"time_s"`
-			trace.Request
+			request.Request
 			LatencyUs uint64 `json:"latency_us"`
 		}{"request", t.out.seconds(r.End), r, us})
 	}

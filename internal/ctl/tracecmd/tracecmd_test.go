@@ -15,6 +15,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/golden"
 	"github.com/gpreempt/gpreempt/internal/rmfake"
 	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/trace/request"
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
 	"github.com/gpreempt/gpreempt/ioctl"
 )
@@ -104,7 +105,7 @@ func hintSession() []trace.Event {
 		hintAt := clock.Now
 		evs = append(evs, tracetest.Hint(p, "infer", 500, h, &clock, 0)...)
 		if i == 1 {
-			evs = append(evs, &trace.Residency{PID: p.PID, Handle: h, At: hintAt + uint64(190*us)})
+			evs = append(evs, &request.Residency{PID: p.PID, Handle: h, At: hintAt + uint64(190*us)})
 		}
 		evs = append(evs,
 			tracetest.Call(p, trace.RoleLaunch, "cuLaunchKernel", 0, false, 0, &clock, prep-21*us),

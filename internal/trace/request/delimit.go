@@ -1,25 +1,27 @@
-package trace
+package request
 
 import (
 	"math"
 	"time"
+
+	"github.com/gpreempt/gpreempt/internal/trace"
 )
 
-// RequestKind says how a Request was delimited.
-type RequestKind uint8
+// Kind says how a Request was delimited.
+type Kind uint8
 
 const (
 	// KindRequest is a busy period of the process: from the first call
 	// after a quiet gap to the return of the last synchronize before the
 	// next one.
-	KindRequest RequestKind = iota
+	KindRequest Kind = iota
 	// KindStep is one step of a process that is never quiet (a
 	// continuous-batching decode loop): a thread's synchronize return to
 	// its next one.
 	KindStep
 )
 
-func (k RequestKind) String() string {
+func (k Kind) String() string {
 	if k == KindStep {
 		return "step"
 	}
@@ -27,7 +29,7 @@ func (k RequestKind) String() string {
 }
 
 // MarshalText names the kind in JSON.
-func (k RequestKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
 // Defaults of DelimiterConfig.
 const (
@@ -88,7 +90,7 @@ const syncBound = 40
 // A gap its thread spent mostly on a CPU is no quiet: between two calls of
 // one thread (its synchronize's return or last launch, and its next call),
 // if the thread ran for more than half of the gap by the calls' CPU times
-// (Call.OnCPU), it was working on the request (an eager decode's sampling
+// (trace.Call.OnCPU), it was working on the request (an eager decode's sampling
 // between tokens, in Python) and the gap is busy: it does not end the
 // request, and it is learnt as a gap inside one. Where the CPU time is
 // unknown (0, or the next call is another thread's) a gap is judged by its
@@ -143,7 +145,7 @@ type Delimiter struct {
 	// and the period's launches then.
 	steps map[uint32]stepMark
 
-	mode RequestKind
+	mode Kind
 	gaps gapHist
 	gap  time.Duration // the learnt gap; 0: not learnt
 	// sinceLearn counts gaps recorded since the gap was last worked out.
@@ -188,7 +190,7 @@ func (d *Delimiter) Learnt() bool { return d.gap != 0 }
 
 // Mode is how the process is measured now: KindRequest, or KindStep while
 // it is never quiet.
-func (d *Delimiter) Mode() RequestKind { return d.mode }
+func (d *Delimiter) Mode() Kind { return d.mode }
 
 // Last is the last busy moment seen and its thread (zero: none).
 func (d *Delimiter) Last() (uint64, uint32) { return d.last, d.lastTID }
@@ -285,9 +287,9 @@ func (d *Delimiter) stepCheck(now uint64) {
 // Apply folds one event in and returns the request (or step) it ended, if
 // any. Events of other processes are ignored; a TaskExit of the process
 // drops what is open.
-func (d *Delimiter) Apply(ev Event) (Request, bool) {
+func (d *Delimiter) Apply(ev trace.Event) (Request, bool) {
 	switch e := ev.(type) {
-	case *TaskExit:
+	case *trace.TaskExit:
 		if e.PID == d.pid {
 			d.open, d.launches, d.end = false, 0, 0
 			clear(d.syncing)
@@ -295,8 +297,8 @@ func (d *Delimiter) Apply(ev Event) (Request, bool) {
 			d.last, d.lastTID, d.seen, d.lastCPU = 0, 0, false, 0
 		}
 		return Request{}, false
-	case *Call:
-		if e.PID != d.pid || (e.Role != RoleLaunch && e.Role != RoleSync) {
+	case *trace.Call:
+		if e.PID != d.pid || (e.Role != trace.RoleLaunch && e.Role != trace.RoleSync) {
 			return Request{}, false
 		}
 		return d.call(e)
@@ -304,7 +306,7 @@ func (d *Delimiter) Apply(ev Event) (Request, bool) {
 	return Request{}, false
 }
 
-func (d *Delimiter) call(e *Call) (Request, bool) {
+func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 	t := e.At
 	if d.comm == "" {
 		d.comm = e.Comm
@@ -320,20 +322,20 @@ func (d *Delimiter) call(e *Call) (Request, bool) {
 		out, emitted = d.close()
 	}
 	d.expire(t)
-	if len(d.syncing) == 0 && d.seen && t > d.last && !d.sawBusy && (!d.blind || e.Role == RoleLaunch && e.Kind == CallEnter) {
+	if len(d.syncing) == 0 && d.seen && t > d.last && !d.sawBusy && (!d.blind || e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter) {
 		d.learn(time.Duration(t-d.last), busy)
 	}
 	d.sawBusy = false
-	opens := e.Kind == CallEnter // a launch, or a synchronize of work whose launches were not seen
+	opens := e.Kind == trace.CallEnter // a launch, or a synchronize of work whose launches were not seen
 	if !d.open && opens {
 		d.open, d.start = true, t
 	}
 	switch {
-	case e.Role == RoleLaunch && e.Kind == CallEnter:
+	case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
 		d.launches++
-	case e.Role == RoleSync && e.Kind == CallEnter:
+	case e.Role == trace.RoleSync && e.Kind == trace.CallEnter:
 		d.syncing[e.TID] = t
-	case e.Role == RoleSync && e.Kind == CallReturn:
+	case e.Role == trace.RoleSync && e.Kind == trace.CallReturn:
 		enter := d.syncing[e.TID]
 		delete(d.syncing, e.TID)
 		if !d.open {
@@ -351,7 +353,7 @@ func (d *Delimiter) call(e *Call) (Request, bool) {
 // onCPU reports whether the gap from the last busy moment to e was mostly
 // CPU work of e's thread: the thread of the last busy moment, with its CPU
 // time known at both ends and grown by more than half the gap.
-func (d *Delimiter) onCPU(e *Call) bool {
+func (d *Delimiter) onCPU(e *trace.Call) bool {
 	if !d.seen || e.TID != d.lastTID || d.lastCPU == 0 || e.OnCPU < d.lastCPU || e.At <= d.last {
 		return false
 	}
@@ -361,7 +363,7 @@ func (d *Delimiter) onCPU(e *Call) bool {
 // step records a synchronize return of thread e.TID and returns the step
 // it ends, in step mode: from the thread's previous return in this busy
 // period (or the period's start) to this one, if launches came between.
-func (d *Delimiter) step(e *Call, t uint64) (Request, bool) {
+func (d *Delimiter) step(e *trace.Call, t uint64) (Request, bool) {
 	prev, ok := d.steps[e.TID]
 	if !ok {
 		prev = stepMark{at: d.start}

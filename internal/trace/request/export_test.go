@@ -1,4 +1,4 @@
-package trace
+package request
 
 // DelimiterThreads is how many threads d remembers (inside a synchronize,
 // or with a step mark): bounded by the process's threads.

@@ -1,4 +1,4 @@
-package trace_test
+package request_test
 
 import (
 	"math/rand/v2"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/trace/request"
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
 )
 
@@ -26,7 +27,7 @@ func at(p tracetest.Process, role trace.Role, ret bool, t uint64) trace.Event {
 // workload builds a process's calls and the requests it served.
 type workload struct {
 	evs  []trace.Event
-	want []trace.Request // what each request (or step) is, by construction
+	want []request.Request // what each request (or step) is, by construction
 	rng  *rand.Rand
 	// maxInner is the longest gap inside a request; minOuter the shortest
 	// between two.
@@ -60,13 +61,13 @@ func (w *workload) step(p tracetest.Process, t uint64, n int, gapLo, gapHi, tail
 
 // request records a request of p from start to end with launches.
 func (w *workload) request(p tracetest.Process, start, end uint64, launches int) {
-	w.want = append(w.want, trace.Request{PID: p.PID, Kind: trace.KindRequest, Start: start, End: end, Launches: launches})
+	w.want = append(w.want, request.Request{PID: p.PID, Kind: request.KindRequest, Start: start, End: end, Launches: launches})
 }
 
 // run feeds evs to d, ticking every tick of event time (as the gate and
 // the SLO window do), and ticks on until until; it returns what d emitted.
-func run(d *trace.Delimiter, evs []trace.Event, tick, until uint64) []trace.Request {
-	var out []trace.Request
+func run(d *request.Delimiter, evs []trace.Event, tick, until uint64) []request.Request {
+	var out []request.Request
 	next := uint64(0)
 	tickTo := func(t uint64) {
 		if next == 0 {
@@ -161,7 +162,7 @@ func TestDelimiterRequests(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := trace.NewDelimiter(lcProc.PID, trace.DelimiterConfig{})
+			d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
 			last := tt.w.want[len(tt.w.want)-1].End
 			got := run(d, tt.w.evs, ms, last+time2ns(time.Second))
 			if !d.Learnt() {
@@ -171,9 +172,9 @@ func TestDelimiterRequests(t *testing.T) {
 				t.Errorf("learnt gap %v, want between the longest gap inside a request (%v) and the shortest between (%v)",
 					d.Gap(), time.Duration(tt.w.maxInner), time.Duration(tt.w.minOuter))
 			}
-			byStart := map[uint64]trace.Request{}
+			byStart := map[uint64]request.Request{}
 			for i, r := range got {
-				if r.Kind != trace.KindRequest || r.End < r.Start {
+				if r.Kind != request.KindRequest || r.End < r.Start {
 					t.Errorf("request %d: %+v", i, r)
 				}
 				if i > 0 && r.Start < got[i-1].End {
@@ -188,7 +189,7 @@ func TestDelimiterRequests(t *testing.T) {
 						tt.learnFrom+i, r, ok, want.Start, want.End, want.Launches, len(got))
 				}
 			}
-			if d.Mode() != trace.KindRequest {
+			if d.Mode() != request.KindRequest {
 				t.Errorf("mode %v", d.Mode())
 			}
 		})
@@ -201,9 +202,9 @@ func time2ns(d time.Duration) uint64 { return uint64(d) }
 // requests come closer together than that run into one busy period.
 func TestDelimiterCeilingUntilLearnt(t *testing.T) {
 	w := resnet(3)
-	d := trace.NewDelimiter(lcProc.PID, trace.DelimiterConfig{})
+	d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
 	got := run(d, w.evs, ms, w.want[len(w.want)-1].End+100*ms)
-	if d.Learnt() || d.Gap() != trace.DefaultQuietCeiling {
+	if d.Learnt() || d.Gap() != request.DefaultQuietCeiling {
 		t.Fatalf("learnt %v from 3 requests (2 gaps between): gap %v", d.Learnt(), d.Gap())
 	}
 	if len(got) != 1 || got[0].Start != w.want[0].Start || got[0].End != w.want[2].End {
@@ -225,9 +226,9 @@ func TestDelimiterNeverQuiet(t *testing.T) {
 		ends = append(ends, end)
 		tp = end + w.between(100*us, 300*us)
 	}
-	d := trace.NewDelimiter(lcProc.PID, trace.DelimiterConfig{})
+	d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
 	got := run(d, w.evs, ms, ends[len(ends)-1])
-	if d.Mode() != trace.KindStep {
+	if d.Mode() != request.KindStep {
 		t.Fatalf("mode %v after 15 s busy", d.Mode())
 	}
 	if len(got) == 0 {
@@ -239,10 +240,10 @@ func TestDelimiterNeverQuiet(t *testing.T) {
 	}
 	for _, r := range got {
 		i, ok := endSet[r.End]
-		if r.Kind != trace.KindStep || !ok || i == 0 || r.Start != ends[i-1] || r.Launches != 400 {
+		if r.Kind != request.KindStep || !ok || i == 0 || r.Start != ends[i-1] || r.Launches != 400 {
 			t.Fatalf("step %+v: want a step from one synchronize return to the next with 400 launches", r)
 		}
-		if r.Start < 1e9+uint64(trace.DefaultStepAfter)-20*ms {
+		if r.Start < 1e9+uint64(request.DefaultStepAfter)-20*ms {
 			t.Fatalf("step %+v before the process was seen never quiet", r)
 		}
 	}
@@ -251,7 +252,7 @@ func TestDelimiterNeverQuiet(t *testing.T) {
 	w2 := newWorkload(5)
 	_, end := w2.step(lcProc, after, 10, 100*us, 100*us, 10*ms)
 	more := run(d, w2.evs, ms, end+100*ms)
-	if len(more) != 1 || more[0].Kind != trace.KindRequest || more[0].Start != after || more[0].End != end || d.Mode() != trace.KindRequest {
+	if len(more) != 1 || more[0].Kind != request.KindRequest || more[0].Start != after || more[0].End != end || d.Mode() != request.KindRequest {
 		t.Errorf("after the loop stopped: %+v, mode %v; want the request", more, d.Mode())
 	}
 }
@@ -274,7 +275,7 @@ func TestDelimiterThreads(t *testing.T) {
 		at(a, trace.RoleSync, false, t0+41*ms),
 		at(a, trace.RoleSync, true, t0+45*ms),
 	)
-	d := trace.NewDelimiter(lcProc.PID, trace.DelimiterConfig{})
+	d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
 	got := run(d, evs, ms, t0+200*ms)
 	if len(got) != 1 || got[0].Start != t0 || got[0].End != t0+45*ms || got[0].Launches != 6 || got[0].TID != a.TID {
 		t.Fatalf("got %+v, want one request over both threads, 0-45 ms, 6 launches", got)
@@ -288,8 +289,8 @@ func TestDelimiterTickSpansWindows(t *testing.T) {
 	t0 := uint64(1e9)
 	w := newWorkload(6)
 	_, end := w.step(lcProc, t0, 20, 100*us, 100*us, 30*ms)
-	d := trace.NewDelimiter(lcProc.PID, trace.DelimiterConfig{})
-	var got []trace.Request
+	d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
+	var got []request.Request
 	for _, ev := range w.evs {
 		if r, ok := d.Apply(ev); ok {
 			got = append(got, r)
@@ -318,7 +319,7 @@ func TestDelimiterTickSpansWindows(t *testing.T) {
 		t.Error("closed twice")
 	}
 	// The next event finds the gap out too, without a Tick.
-	d2 := trace.NewDelimiter(lcProc.PID, trace.DelimiterConfig{})
+	d2 := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
 	for _, ev := range w.evs {
 		d2.Apply(ev)
 	}
@@ -332,7 +333,7 @@ func TestDelimiterTickSpansWindows(t *testing.T) {
 // teach nothing, and a quiet gap needs the last thread not busy.
 func TestDelimiterBlind(t *testing.T) {
 	busy := true
-	d := trace.NewDelimiter(lcProc.PID, trace.DelimiterConfig{Busy: func(uint32) bool { return busy }})
+	d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{Busy: func(uint32) bool { return busy }})
 	d.Blind(true)
 	t0 := uint64(1e9)
 	var evs []trace.Event
@@ -364,10 +365,10 @@ func FuzzDelimiter(f *testing.F) {
 	f.Add([]byte{0, 10, 1, 20, 2, 200, 3, 255, 0, 1})
 	f.Add([]byte{1, 5, 2, 250, 0, 3, 0, 3, 1, 3, 2, 255, 3, 255, 3, 255})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		d := trace.NewDelimiter(lcProc.PID, trace.DelimiterConfig{StepAfter: 50 * time.Millisecond})
+		d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{StepAfter: 50 * time.Millisecond})
 		now := uint64(1e9)
 		cpu := map[uint32]time.Duration{}
-		var reqs []trace.Request
+		var reqs []request.Request
 		for i := 0; i+1 < len(b); i += 2 {
 			op, arg := b[i], b[i+1]
 			step := uint64(arg) * uint64(arg) * 2 * us // up to ~130 ms
@@ -380,7 +381,7 @@ func FuzzDelimiter(f *testing.F) {
 			call := func(role trace.Role, ret bool) trace.Event {
 				return tracetest.WithCPU(at(p, role, ret, now).(*trace.Call), cpu[p.TID])
 			}
-			var r trace.Request
+			var r request.Request
 			var ok bool
 			switch op % 5 {
 			case 0:
@@ -400,20 +401,20 @@ func FuzzDelimiter(f *testing.F) {
 			if r.End < r.Start || r.Start == 0 || r.End > now || r.Launches < 0 || r.PID != lcProc.PID {
 				t.Fatalf("bad %+v at %d", r, now)
 			}
-			if r.Kind == trace.KindStep && r.Launches == 0 {
+			if r.Kind == request.KindStep && r.Launches == 0 {
 				t.Fatalf("a step with no launch: %+v", r)
 			}
-			if r.Kind == trace.KindRequest {
+			if r.Kind == request.KindRequest {
 				if n := len(reqs); n > 0 && r.Start < reqs[n-1].End {
 					t.Fatalf("request %+v overlaps %+v", r, reqs[n-1])
 				}
 				reqs = append(reqs, r)
 			}
-			if g := d.Gap(); g < trace.DefaultQuietFloor || g > trace.DefaultQuietCeiling {
+			if g := d.Gap(); g < request.DefaultQuietFloor || g > request.DefaultQuietCeiling {
 				t.Fatalf("gap %v out of bounds", g)
 			}
 		}
-		if n := trace.DelimiterThreads(d); n > 3 {
+		if n := request.DelimiterThreads(d); n > 3 {
 			t.Fatalf("%d threads remembered of 3", n)
 		}
 	})

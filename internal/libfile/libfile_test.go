@@ -1,4 +1,4 @@
-package trace
+package libfile
 
 import (
 	"bytes"
@@ -64,6 +64,22 @@ func writeSparse(tb testing.TB, path string, head []byte, size int64) {
 	}
 }
 
+// openClosed opens path for cuLaunchKernel as the tracer does, closes it,
+// and returns the function's offset (0: not defined).
+func openClosed(path string) (uint64, error) {
+	l, err := Open(path, []string{"cuLaunchKernel"})
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	off, _ := l.Offset("cuLaunchKernel")
+	return off, nil
+}
+
+// launchSymbols are the names the tracer asks a libcuda for
+// (trace.DefaultLaunchSymbols).
+var launchSymbols = []string{"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz", "cuGraphLaunch", "cuGraphLaunch_ptsz"}
+
 // TestLibraryRefusesHostileFiles (issue 52, finding 1): what a process
 // maps under libcuda's name is opened and read as untrusted: a FIFO is
 // never opened (it blocked the daemon for good), a file of another user
@@ -101,10 +117,10 @@ func TestLibraryRefusesHostileFiles(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
-			_, _, err := ResolveProbes([]Probe{{Library: tt.path, Symbol: "cuLaunchKernel", Role: RoleLaunch}})
+			_, err := openClosed(tt.path)
 			runtime.ReadMemStats(&after)
-			if !errors.Is(err, ErrUntrustedLibrary) {
-				t.Errorf("ResolveProbes(%s) = %v; want ErrUntrustedLibrary", tt.path, err)
+			if !errors.Is(err, ErrUntrusted) {
+				t.Errorf("Open(%s) = %v; want ErrUntrusted", tt.path, err)
 			}
 			if n := after.TotalAlloc - before.TotalAlloc; n > 8<<20 {
 				t.Errorf("allocated %d bytes refusing it", n)
@@ -112,11 +128,11 @@ func TestLibraryRefusesHostileFiles(t *testing.T) {
 		})
 	}
 	// A known libcuda is read whoever owns it.
-	if err := TrustLibrary(others); err != nil {
+	if err := Trust(others); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { known.Lock(); clear(known.m); known.Unlock() })
-	if _, _, err := ResolveProbes([]Probe{{Library: others, Symbol: "cuLaunchKernel", Role: RoleLaunch}}); err != nil {
+	if _, err := openClosed(others); err != nil {
 		t.Errorf("a known library of another owner: %v", err)
 	}
 	// Changed since (its change time moves; an inode reused by another
@@ -124,8 +140,8 @@ func TestLibraryRefusesHostileFiles(t *testing.T) {
 	if err := os.Chmod(others, 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := ResolveProbes([]Probe{{Library: others, Symbol: "cuLaunchKernel", Role: RoleLaunch}}); !errors.Is(err, ErrUntrustedLibrary) {
-		t.Errorf("a known library changed since: %v; want ErrUntrustedLibrary", err)
+	if _, err := openClosed(others); !errors.Is(err, ErrUntrusted) {
+		t.Errorf("a known library changed since: %v; want ErrUntrusted", err)
 	}
 }
 
@@ -139,8 +155,8 @@ func TestFunctionOffsetsBounded(t *testing.T) {
 		f := bytes.NewReader(append(head, make([]byte, 1<<20-len(head))...))
 		br := &countingReader{r: f}
 		_, err := functionOffsets(br, 1<<20+int64(size), []string{"cuLaunchKernel"})
-		if size > maxDynsym && !errors.Is(err, ErrUntrustedLibrary) {
-			t.Errorf("dynsym %d: %v; want ErrUntrustedLibrary", size, err)
+		if size > maxDynsym && !errors.Is(err, ErrUntrusted) {
+			t.Errorf("dynsym %d: %v; want ErrUntrusted", size, err)
 		}
 		if br.n > maxLibraryRead {
 			t.Errorf("dynsym %d: read %d bytes", size, br.n)
@@ -168,7 +184,7 @@ func FuzzFunctionOffsets(f *testing.F) {
 	f.Add([]byte("\x7fELF"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := &countingReader{r: bytes.NewReader(b)}
-		functionOffsets(r, int64(len(b)), DefaultLaunchSymbols)
+		functionOffsets(r, int64(len(b)), launchSymbols)
 		if r.n > maxLibraryRead {
 			t.Errorf("read %d bytes", r.n)
 		}

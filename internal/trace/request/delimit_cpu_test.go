@@ -1,10 +1,11 @@
-package trace_test
+package request_test
 
 import (
 	"testing"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/trace/request"
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
 )
 
@@ -103,7 +104,7 @@ func twoThreads(n int) *workload {
 		start := 1e9 + uint64(i)*100*ms
 		c.wait(start - c.now)
 		end := c.step(20, 50*us, 100*us, 2*ms)
-		r := trace.Request{PID: lcProc.PID, Kind: trace.KindRequest, Start: start, End: end, Launches: 20}
+		r := request.Request{PID: lcProc.PID, Kind: request.KindRequest, Start: start, End: end, Launches: 20}
 		w.want = append(w.want, r)
 		w.minOuter = min(w.minOuter, 1e9+uint64(i+1)*100*ms-end)
 	}
@@ -141,10 +142,10 @@ func TestDelimiterOnCPU(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := trace.NewDelimiter(lcProc.PID, trace.DelimiterConfig{})
+			d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
 			last := tt.w.want[len(tt.w.want)-1].End
 			got := run(d, tt.w.evs, ms, last+time2ns(time.Second))
-			byStart := map[uint64]trace.Request{}
+			byStart := map[uint64]request.Request{}
 			for _, r := range got {
 				byStart[r.Start] = r
 			}
@@ -197,13 +198,13 @@ func TestDelimiterOnCPUNeverQuiet(t *testing.T) {
 		ends = append(ends, c.step(400, 20*us, 40*us, 2*ms))
 		c.run(w.between(3*ms, 6*ms))
 	}
-	d := trace.NewDelimiter(lcProc.PID, trace.DelimiterConfig{})
+	d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
 	got := run(d, w.evs, ms, ends[len(ends)-1])
-	if d.Mode() != trace.KindStep || len(got) == 0 {
+	if d.Mode() != request.KindStep || len(got) == 0 {
 		t.Fatalf("mode %v, %d steps after 15 s busy", d.Mode(), len(got))
 	}
 	for _, r := range got {
-		if r.Kind != trace.KindStep || r.Launches != 400 {
+		if r.Kind != request.KindStep || r.Launches != 400 {
 			t.Fatalf("%+v: want steps of 400 launches", r)
 		}
 	}

@@ -1,138 +1,10 @@
-package trace
+package request
 
 import (
-	"fmt"
 	"time"
+
+	"github.com/gpreempt/gpreempt/internal/trace"
 )
-
-// Role is what a traced function means for a request's timeline. It travels
-// in the top byte of the uprobe's attach cookie.
-type Role uint8
-
-const (
-	// RoleLaunch: a kernel launch (cuLaunchKernel, cuLaunchKernelEx). The
-	// first one opens a request on its thread.
-	RoleLaunch Role = iota + 1
-	// RoleSync: a synchronization (cuStreamSynchronize,
-	// cuEventSynchronize, cuCtxSynchronize). Its return closes the
-	// thread's request.
-	RoleSync
-	// RoleHint: gpreempt_hint, a request announced before its CPU-side
-	// preparation (the spinner is launched).
-	RoleHint
-	// RoleReady: gpreempt_ready, preparation done (the spinner released).
-	RoleReady
-	// RoleCancel: gpreempt_cancel, the announced request will not come.
-	RoleCancel
-)
-
-func (r Role) String() string {
-	switch r {
-	case RoleLaunch:
-		return "launch"
-	case RoleSync:
-		return "sync"
-	case RoleHint:
-		return "hint"
-	case RoleReady:
-		return "ready"
-	case RoleCancel:
-		return "cancel"
-	}
-	return fmt.Sprintf("role(%d)", uint8(r))
-}
-
-// The attach cookie: role << 24 | index of the symbol in the tracer's table.
-const (
-	cookieRoleShift = 24
-	cookieIndexMask = 1<<cookieRoleShift - 1
-)
-
-func cookie(role Role, index int) uint64 {
-	return uint64(role)<<cookieRoleShift | uint64(index)&cookieIndexMask
-}
-
-func threadKey(pid, tid uint32) uint64 { return uint64(pid)<<32 | uint64(tid) }
-
-// Request is one request of a process (Delimiter: a busy period, or a
-// step of a process never quiet; RequestTracker: one thread's launches
-// and the synchronize after them). Its latency, first launch to the last
-// synchronize's return, is what an LC client sees of the GPU.
-type Request struct {
-	PID  uint32      `json:"pid"`
-	TID  uint32      `json:"tid"` // the thread of the synchronize that ended it
-	Comm string      `json:"comm"`
-	Kind RequestKind `json:"kind"`
-	// Start is the first launch's entry (a step: the thread's previous
-	// synchronize return).
-	Start    uint64 `json:"start_ns"`
-	Launches int    `json:"launches"`
-	// SyncEnter is when the last synchronize call began (0 if the tracer
-	// attached during it); End when it returned.
-	SyncEnter uint64 `json:"sync_enter_ns"`
-	End       uint64 `json:"end_ns"`
-	Sync      string `json:"sync"`
-	// Result is the synchronize call's CUresult (0 = CUDA_SUCCESS).
-	Result uint32 `json:"result"`
-}
-
-// Latency is first launch to the synchronization's return.
-func (r Request) Latency() time.Duration { return span(r.Start, r.End) }
-
-func span(from, to uint64) time.Duration {
-	if from == 0 || to < from {
-		return 0
-	}
-	return time.Duration(to - from)
-}
-
-// RequestTracker turns launch and synchronize calls into per-thread
-// pieces: the launches a thread makes until one of its synchronize calls
-// returns. That is a call-level view for the tracer's own tests, not an
-// LC request: an eager decode synchronizes once a token, and a request is
-// what Delimiter delimits. Not safe for concurrent use.
-type RequestTracker struct {
-	open map[uint64]*Request
-}
-
-// NewRequestTracker returns a tracker with no open request.
-func NewRequestTracker() *RequestTracker {
-	return &RequestTracker{open: map[uint64]*Request{}}
-}
-
-// Apply folds one event in and returns the request it completed, if any.
-func (t *RequestTracker) Apply(ev Event) (Request, bool) {
-	switch e := ev.(type) {
-	case *TaskExit:
-		t.forget(e.PID)
-	case *Call:
-		key := threadKey(e.PID, e.TID)
-		r := t.open[key]
-		switch {
-		case e.Role == RoleLaunch && e.Kind == CallEnter:
-			if r == nil {
-				r = &Request{PID: e.PID, TID: e.TID, Comm: e.Comm, Start: e.At}
-				t.open[key] = r
-			}
-			r.Launches++
-		case e.Role == RoleSync && e.Kind == CallEnter && r != nil && r.SyncEnter == 0:
-			r.SyncEnter = e.At
-		case e.Role == RoleSync && e.Kind == CallReturn && r != nil:
-			delete(t.open, key)
-			r.End, r.Sync, r.Result = e.At, e.Symbol, uint32(e.Ret)
-			return *r, true
-		}
-	}
-	return Request{}, false
-}
-
-func (t *RequestTracker) forget(pid uint32) {
-	for k := range t.open {
-		if uint32(k>>32) == pid {
-			delete(t.open, k)
-		}
-	}
-}
 
 // Residency is the moment a hinted request's spinner kernel found its
 // channel group resident on the GPU. The spinner stamps it (in GPU-written
@@ -145,6 +17,8 @@ type Residency struct {
 }
 
 func (e *Residency) Time() uint64 { return e.At }
+
+var _ trace.Event = (*Residency)(nil)
 
 // HintTimeline is one hinted request of the hint API (include/gpreempt.h):
 // gpreempt_hint, the spinner's GPU residency, gpreempt_ready (release),
@@ -225,26 +99,26 @@ func NewHintTracker() *HintTracker {
 
 // Apply folds one event in and returns the timeline it ended (completed or
 // cancelled), if any.
-func (t *HintTracker) Apply(ev Event) (HintTimeline, bool) {
+func (t *HintTracker) Apply(ev trace.Event) (HintTimeline, bool) {
 	switch e := ev.(type) {
-	case *TaskExit:
+	case *trace.TaskExit:
 		t.forget(e.PID)
 	case *Residency:
 		if h := t.open[handleKey{e.PID, e.Handle}]; h != nil && h.Resident == 0 {
 			h.Resident = e.At
 		}
-	case *Call:
+	case *trace.Call:
 		return t.call(e)
 	}
 	return HintTimeline{}, false
 }
 
-func (t *HintTracker) call(e *Call) (HintTimeline, bool) {
+func (t *HintTracker) call(e *trace.Call) (HintTimeline, bool) {
 	thread := threadKey(e.PID, e.TID)
 	switch {
-	case e.Role == RoleHint && e.Kind == CallEnter:
+	case e.Role == trace.RoleHint && e.Kind == trace.CallEnter:
 		t.pending[thread] = &HintTimeline{PID: e.PID, TID: e.TID, Comm: e.Comm, Class: e.Str, ExpectedPrepUs: e.Arg1, Hint: e.At}
-	case e.Role == RoleHint && e.Kind == CallReturn:
+	case e.Role == trace.RoleHint && e.Kind == trace.CallReturn:
 		h := t.pending[thread]
 		if h == nil {
 			break
@@ -257,11 +131,11 @@ func (t *HintTracker) call(e *Call) (HintTimeline, bool) {
 		h.Handle = e.Ret
 		t.open[handleKey{e.PID, e.Ret}] = h
 		t.preparing[thread] = h
-	case e.Role == RoleLaunch && e.Kind == CallEnter:
+	case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
 		if h := t.preparing[thread]; h != nil && h.FirstLaunch == 0 {
 			h.FirstLaunch = e.At
 		}
-	case (e.Role == RoleReady || e.Role == RoleCancel) && e.Kind == CallEnter:
+	case (e.Role == trace.RoleReady || e.Role == trace.RoleCancel) && e.Kind == trace.CallEnter:
 		key := handleKey{e.PID, e.Arg0}
 		h := t.open[key]
 		if h == nil {
@@ -269,7 +143,7 @@ func (t *HintTracker) call(e *Call) (HintTimeline, bool) {
 		}
 		delete(t.open, key)
 		t.unprepare(h)
-		if e.Role == RoleCancel {
+		if e.Role == trace.RoleCancel {
 			h.Canceled, h.Complete = true, e.At
 			return *h, true
 		}
@@ -281,7 +155,7 @@ func (t *HintTracker) call(e *Call) (HintTimeline, bool) {
 			t.Superseded++
 		}
 		t.released[thread] = h
-	case e.Role == RoleSync && e.Kind == CallReturn:
+	case e.Role == trace.RoleSync && e.Kind == trace.CallReturn:
 		h := t.released[thread]
 		if h == nil {
 			break

@@ -1,4 +1,14 @@
-package trace
+// Package libfile reads a shared library that a process chose, its own
+// libcuda or anything it mapped under that name, as untrusted input (issue
+// 52): never a FIFO or device (it would block or act on open), only a
+// regular file that root owns and no one else may write, or one the daemon
+// knows as libcuda (Trust); of it only the headers, the dynamic symbol
+// table and its strings are read, at most 64 MiB in all;
+// what was read is cached by the file's identity, so a hostile file costs
+// one bounded read, not one a window. The uprobes are attached through the
+// descriptor that was read (File.Executable), so they go on the very file
+// resolved.
+package libfile
 
 import (
 	"debug/elf"
@@ -16,21 +26,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A library to probe is a file a process chose: its own libcuda, or
-// anything it mapped under that name. It is opened and read as untrusted
-// input (issue 52): never a FIFO or device (it would block or act on
-// open), only a regular file that root owns and no one else may write, or
-// one the daemon knows as libcuda (TrustLibrary); of it only the headers,
-// the dynamic symbol table and its strings are read, at most
-// maxLibraryRead bytes in all; what was read is cached by the file's
-// identity, so a hostile file costs one bounded read, not one a window.
-// The uprobes are attached through the descriptor that was read
-// (Executable), so they go on the very file resolved.
-
-// ErrUntrustedLibrary: the file named as a library is not one the daemon
-// reads (not a regular file, not root's or known, too large, or its
-// tables past the bounds).
-var ErrUntrustedLibrary = errors.New("library refused")
+// Sentinel errors; trace.ErrNoLibrary and trace.ErrUntrustedLibrary are
+// these.
+var (
+	// ErrNotFound: the file is not there, cannot be opened, or is not a
+	// shared library (not a 64-bit little-endian ELF file).
+	ErrNotFound = errors.New("library not found")
+	// ErrUntrusted: the file named as a library is not one the daemon
+	// reads (not a regular file, not root's or known, too large, or its
+	// tables past the bounds).
+	ErrUntrusted = errors.New("library refused")
+)
 
 // Bounds on what is read of one library file. A real libcuda (580) is
 // ~100 MiB with a .dynsym of a few thousand entries (~100 KiB).
@@ -56,7 +62,7 @@ func statID(st *unix.Stat_t) fileID {
 }
 
 // known holds the libraries the daemon trusts whoever owns them
-// (TrustLibrary), by device, inode, change time and size: an inode number
+// (Trust), by device, inode, change time and size: an inode number
 // is reused once its file is gone (a driver upgrade replaces libcuda), and
 // its change time is the kernel's to set, not the new owner's.
 var known = struct {
@@ -73,12 +79,12 @@ func knownOf(st *unix.Stat_t) knownID {
 	return knownID{dev: st.Dev, ino: st.Ino, ctime: st.Ctim.Nano(), size: st.Size}
 }
 
-// TrustLibrary marks the file at path as a known libcuda: a process that
-// maps that same file has it read whoever owns it.
-func TrustLibrary(path string) error {
+// Trust marks the file at path as a known libcuda: a process that maps
+// that same file has it read whoever owns it.
+func Trust(path string) error {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrNoLibrary, path, err)
+		return fmt.Errorf("%w: %s: %w", ErrNotFound, path, err)
 	}
 	known.Lock()
 	known.m[knownOf(&st)] = true
@@ -122,31 +128,39 @@ type symbolResult struct {
 
 const maxCachedLibraries = 256
 
-// openLibrary is one library file, open and resolved: the file offsets
-// of the functions asked that it defines.
-type openLibrary struct {
+// File is one library file, open and resolved: the file offsets of the
+// functions asked that it defines.
+type File struct {
 	f       *os.File
 	id      fileID
 	offsets map[string]uint64
 }
 
 // Close closes the file (the uprobes attached through it stay).
-func (l *openLibrary) Close() error { return l.f.Close() }
+func (l *File) Close() error { return l.f.Close() }
 
-// key is the file's identity, for sharing one Executable among the
+// Key is the file's identity, for sharing one Executable among the
 // processes that map it.
-func (l *openLibrary) key() string { return fmt.Sprintf("%d:%d", l.id.dev, l.id.ino) }
+func (l *File) Key() string { return fmt.Sprintf("%d:%d", l.id.dev, l.id.ino) }
 
 // Executable is the file for cilium's uprobe calls: by the descriptor's
 // /proc path, which the kernel resolves to the open file itself. Probes
 // must carry their Offset (UprobeOptions.Address): the library never
 // reads the file's symbols itself. Valid while l is open.
-func (l *openLibrary) Executable() (*link.Executable, error) {
+func (l *File) Executable() (*link.Executable, error) {
 	return link.OpenExecutable("/proc/self/fd/" + strconv.Itoa(int(l.f.Fd())))
 }
 
-// openResolved opens path as a library and resolves names in it.
-func openResolved(path string, names []string) (*openLibrary, error) {
+// Offset is where the function name lies in the file, if the file defines
+// it and it was asked for at Open: what a uprobe is attached at.
+func (l *File) Offset(name string) (uint64, bool) {
+	off, ok := l.offsets[name]
+	return off, ok
+}
+
+// Open opens path as a library and resolves names in it. Errors:
+// ErrNotFound, ErrUntrusted.
+func Open(path string, names []string) (*File, error) {
 	f, id, err := openUntrusted(path)
 	if err != nil {
 		return nil, err
@@ -170,7 +184,7 @@ func openResolved(path string, names []string) (*openLibrary, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, r.err)
 	}
-	return &openLibrary{f: f, id: id, offsets: r.offsets}, nil
+	return &File{f: f, id: id, offsets: r.offsets}, nil
 }
 
 // openUntrusted opens path for reading only if it is a regular file,
@@ -180,30 +194,30 @@ func openResolved(path string, names []string) (*openLibrary, error) {
 func openUntrusted(path string) (*os.File, fileID, error) {
 	pfd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fileID{}, fmt.Errorf("%w: %s: %w", ErrNoLibrary, path, err)
+		return nil, fileID{}, fmt.Errorf("%w: %s: %w", ErrNotFound, path, err)
 	}
 	defer unix.Close(pfd)
 	var st unix.Stat_t
 	if err := unix.Fstat(pfd, &st); err != nil {
-		return nil, fileID{}, fmt.Errorf("%w: %s: %w", ErrNoLibrary, path, err)
+		return nil, fileID{}, fmt.Errorf("%w: %s: %w", ErrNotFound, path, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fileID{}, fmt.Errorf("%w: %s: not a regular file (mode %o)", ErrUntrustedLibrary, path, st.Mode)
+		return nil, fileID{}, fmt.Errorf("%w: %s: not a regular file (mode %o)", ErrUntrusted, path, st.Mode)
 	}
 	if err := trusted(&st); err != nil {
-		return nil, fileID{}, fmt.Errorf("%w: %s: %v", ErrUntrustedLibrary, path, err)
+		return nil, fileID{}, fmt.Errorf("%w: %s: %v", ErrUntrusted, path, err)
 	}
 	if st.Size > maxLibrarySize {
-		return nil, fileID{}, fmt.Errorf("%w: %s: %d bytes, more than %d", ErrUntrustedLibrary, path, st.Size, maxLibrarySize)
+		return nil, fileID{}, fmt.Errorf("%w: %s: %d bytes, more than %d", ErrUntrusted, path, st.Size, maxLibrarySize)
 	}
 	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	if err != nil {
-		return nil, fileID{}, fmt.Errorf("%w: %s: %w", ErrNoLibrary, path, err)
+		return nil, fileID{}, fmt.Errorf("%w: %s: %w", ErrNotFound, path, err)
 	}
 	var again unix.Stat_t
 	if err := unix.Fstat(fd, &again); err != nil || again.Dev != st.Dev || again.Ino != st.Ino {
 		unix.Close(fd)
-		return nil, fileID{}, fmt.Errorf("%w: %s changed while opened", ErrUntrustedLibrary, path)
+		return nil, fileID{}, fmt.Errorf("%w: %s changed while opened", ErrUntrusted, path)
 	}
 	return os.NewFile(uintptr(fd), path), statID(&again), nil
 }
@@ -214,7 +228,7 @@ type budgetReader struct {
 	n int64
 }
 
-var errReadBudget = fmt.Errorf("%w: more than %d bytes to read", ErrUntrustedLibrary, maxLibraryRead)
+var errReadBudget = fmt.Errorf("%w: more than %d bytes to read", ErrUntrusted, maxLibraryRead)
 
 func (b *budgetReader) ReadAt(p []byte, off int64) (int, error) {
 	if int64(len(p)) > b.n {
@@ -234,29 +248,29 @@ func functionOffsets(r io.ReaderAt, size int64, names []string) (map[string]uint
 	// the section names before it can be asked anything.
 	var hdr [64]byte
 	if _, err := br.ReadAt(hdr[:], 0); err != nil {
-		return nil, fmt.Errorf("%w: not an ELF file: %w", ErrNoLibrary, err)
+		return nil, fmt.Errorf("%w: not an ELF file: %w", ErrNotFound, err)
 	}
 	if string(hdr[:4]) != elf.ELFMAG || elf.Class(hdr[elf.EI_CLASS]) != elf.ELFCLASS64 || elf.Data(hdr[elf.EI_DATA]) != elf.ELFDATA2LSB {
-		return nil, fmt.Errorf("%w: not a 64-bit little-endian ELF file", ErrNoLibrary)
+		return nil, fmt.Errorf("%w: not a 64-bit little-endian ELF file", ErrNotFound)
 	}
 	le := binary.LittleEndian
 	shoff, phnum, shnum, shstrndx := le.Uint64(hdr[40:]), le.Uint16(hdr[56:]), le.Uint16(hdr[60:]), le.Uint16(hdr[62:])
 	if phnum > maxSegments || shnum == 0 || shnum > maxSections || shstrndx >= shnum {
-		return nil, fmt.Errorf("%w: %d segments, %d sections", ErrUntrustedLibrary, phnum, shnum)
+		return nil, fmt.Errorf("%w: %d segments, %d sections", ErrUntrusted, phnum, shnum)
 	}
 	var sh [64]byte
 	if _, err := br.ReadAt(sh[:], int64(shoff)+int64(shstrndx)*64); err != nil {
-		return nil, fmt.Errorf("%w: section headers: %w", ErrNoLibrary, err)
+		return nil, fmt.Errorf("%w: section headers: %w", ErrNotFound, err)
 	}
 	if n := le.Uint64(sh[32:]); n > maxShstrtab {
-		return nil, fmt.Errorf("%w: section names of %d bytes", ErrUntrustedLibrary, n)
+		return nil, fmt.Errorf("%w: section names of %d bytes", ErrUntrusted, n)
 	}
 	f, err := elf.NewFile(io.NewSectionReader(br, 0, size))
 	if err != nil {
 		if errors.Is(err, errReadBudget) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("%w: %w", ErrNoLibrary, err)
+		return nil, fmt.Errorf("%w: %w", ErrNotFound, err)
 	}
 	dynsym := f.SectionByType(elf.SHT_DYNSYM)
 	if dynsym == nil || dynsym.Link == 0 || int(dynsym.Link) >= len(f.Sections) {
@@ -264,14 +278,14 @@ func functionOffsets(r io.ReaderAt, size int64, names []string) (map[string]uint
 	}
 	dynstr := f.Sections[dynsym.Link]
 	if dynsym.Size > maxDynsym || dynstr.Size > maxDynstr || dynsym.Entsize != 24 && dynsym.Entsize != 0 {
-		return nil, fmt.Errorf("%w: dynamic symbols of %d bytes, strings of %d", ErrUntrustedLibrary, dynsym.Size, dynstr.Size)
+		return nil, fmt.Errorf("%w: dynamic symbols of %d bytes, strings of %d", ErrUntrusted, dynsym.Size, dynstr.Size)
 	}
 	strs := make([]byte, dynstr.Size)
 	if _, err := br.ReadAt(strs, int64(dynstr.Offset)); err != nil {
 		if errors.Is(err, errReadBudget) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("%w: .dynstr: %w", ErrNoLibrary, err)
+		return nil, fmt.Errorf("%w: .dynstr: %w", ErrNotFound, err)
 	}
 	want := map[string]bool{}
 	for _, n := range names {
@@ -289,7 +303,7 @@ func functionOffsets(r io.ReaderAt, size int64, names []string) (map[string]uint
 			if errors.Is(err, errReadBudget) {
 				return nil, err
 			}
-			return nil, fmt.Errorf("%w: .dynsym: %w", ErrNoLibrary, err)
+			return nil, fmt.Errorf("%w: .dynsym: %w", ErrNotFound, err)
 		}
 		for e := buf[:n]; len(e) >= 24; e = e[24:] {
 			// Elf64_Sym: name u32, info u8, other u8, shndx u16, value u64, size u64.

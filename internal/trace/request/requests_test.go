@@ -1,20 +1,21 @@
-package trace_test
+package request_test
 
 import (
 	"testing"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/trace/request"
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
 )
 
-func TestRequestTracker(t *testing.T) {
+func TestThreadTracker(t *testing.T) {
 	clock := tracetest.Clock{Now: 1e9}
 	lc := tracetest.Process{PID: 10, TID: 11, Comm: "lc"}
 	lc2 := tracetest.Process{PID: 10, TID: 12, Comm: "lc"}
-	rt := trace.NewRequestTracker()
-	apply := func(evs ...trace.Event) []trace.Request {
-		var out []trace.Request
+	rt := request.NewThreadTracker()
+	apply := func(evs ...trace.Event) []request.Request {
+		var out []request.Request
 		for _, ev := range evs {
 			if r, ok := rt.Apply(ev); ok {
 				out = append(out, r)
@@ -48,9 +49,9 @@ func TestHintTracker(t *testing.T) {
 	clock := tracetest.Clock{Now: 1e9}
 	lc := tracetest.Process{PID: 10, TID: 11, Comm: "lc"}
 	worker := tracetest.Process{PID: 10, TID: 12, Comm: "lc"}
-	ht := trace.NewHintTracker()
-	apply := func(evs ...trace.Event) []trace.HintTimeline {
-		var out []trace.HintTimeline
+	ht := request.NewHintTracker()
+	apply := func(evs ...trace.Event) []request.HintTimeline {
+		var out []request.HintTimeline
 		for _, ev := range evs {
 			if h, ok := ht.Apply(ev); ok {
 				out = append(out, h)
@@ -68,7 +69,7 @@ func TestHintTracker(t *testing.T) {
 	var evs []trace.Event
 	hintAt := clock.Now
 	evs = append(evs, tracetest.Hint(lc, "infer", 500, 7, &clock, 0)...)
-	evs = append(evs, &trace.Residency{PID: 10, Handle: 7, At: hintAt + uint64(180*us)}) // stamped by the spinner
+	evs = append(evs, &request.Residency{PID: 10, Handle: 7, At: hintAt + uint64(180*us)}) // stamped by the spinner
 	evs = append(evs, tracetest.Call(lc, trace.RoleLaunch, "cuLaunchKernel", 0, false, 0, &clock, 399*us))
 	evs = append(evs, tracetest.Ready(lc, 7, &clock, 100*us))
 	// A synchronize that returns after the release ends it.
