@@ -12,7 +12,7 @@ import (
 )
 
 // est is a forgetting estimate of one quantity under one arm, each window's weight halved every
-// HalfLife windows.
+// halfLife windows.
 type est = stats.Forgetting
 
 func known(e *est) bool { return e != nil && e.W >= minEvidence }
@@ -42,36 +42,24 @@ func (c *Controller) decay(f float64) {
 	}
 }
 
-// accum gathers one objective's samples under one arm (stats.Accum over maxAccumulate windows),
-// and keeps its last measurement and reference for the status.
+// accum gathers one objective's samples under the arm in force (which bounds it: a slow LC's
+// windows never drop out), and keeps its last measurement and reference for the status.
 type accum struct {
-	stats.Accum
+	pts   []stats.Weighted
 	last  time.Duration // the last measurement (0: none)
 	ratio float64       // its latency/target (NaN: none)
 	ref   time.Duration // the LC alone, where a relative objective knows it (0: not)
 }
 
-// pointsOf is a sample's values, or its quantile over its count.
-func pointsOf(s LCSample) (w []stats.Weighted) {
-	for _, v := range s.Values {
-		w = append(w, stats.Weighted{V: v, W: 1})
-	}
-	if len(s.Values) == 0 && s.Count > 0 && s.Latency > 0 {
-		w = append(w, stats.Weighted{V: s.Latency, W: s.Count})
-	}
-	return w
-}
-
 // reference is what a relative objective is measured against: a process's latency alone (BE
 // stopped or idle), or beside BE under the shortest arm (how).
 type reference struct {
-	how   string
-	owner string
-	acc   stats.Accum
-	value time.Duration // 0 while not learnt
-	tries int           // pauses it learnt nothing in
-	gotAt int           // the last window it took samples in
-	last  int           // the window its process last gave a sample
+	how, owner string
+	pts        []stats.Weighted
+	value      time.Duration // 0 while not learnt
+	tries      int           // pauses it learnt nothing in
+	gotAt      int           // the last window it took samples in
+	last       int           // the window its process last gave a sample
 }
 
 // wanted reports whether a pause would teach it.
@@ -86,7 +74,7 @@ func (r *reference) String(c *Controller) string {
 		what = fmt.Sprintf("beside BE under %v%s", c.shortest().BETimeslice, map[bool]string{true: fmt.Sprintf(" (no sample in %d pauses)", calTries)}[r.tries >= calTries])
 	}
 	if r.value == 0 {
-		return fmt.Sprintf("%s: learning (%d of %d samples)", what, r.acc.Count(), c.opts.MinSamples)
+		return fmt.Sprintf("%s: learning (%d of %d samples)", what, stats.Weight(r.pts), minSamples)
 	}
 	return fmt.Sprintf("%s %v", what, r.value.Round(time.Microsecond))
 }
@@ -96,8 +84,6 @@ func (c *Controller) shortest() Arm {
 	return c.set.clamp(Arm{BETimeslice: c.set.ladder[c.set.lo], Prepreempt: true})
 }
 
-func objKey(s LCSample) string { return s.Key + " " + s.Objective.String() }
-
 // stoppedAt reports whether BE was asked to stop through window t.
 func (c *Controller) stoppedAt(t int) bool {
 	return slices.ContainsFunc(c.stops, func(s stopped) bool { return s.tick == t })
@@ -105,19 +91,19 @@ func (c *Controller) stoppedAt(t int) bool {
 
 // measure folds the window in: each sample into its reference (the LC alone, or at the shortest
 // arm while one is learnt there) or into the arm in force's measurement; a measurement that holds
-// MinSamples counts; BE share where BE ran.
+// minSamples counts; BE share where BE ran.
 func (c *Controller) measure(d *Decision, o Observation) {
 	asked := c.stoppedAt(c.tick)
 	drain := asked != c.stoppedAt(c.tick-1) // BE's queued work runs on, or it starts again
 	mixed := drain || c.moved == c.tick-1 && !o.Aligned
 	alone := asked && o.BEPaused && !drain || o.BEIdle && !asked
+	underArm := !alone && !mixed && !asked
 	if o.BEIdle {
 		c.idleAt = c.tick
 	}
 	c.quiet++
 	for _, s := range o.LC {
-		k, pts := objKey(s), pointsOf(s)
-		n := stats.Weight(pts)
+		k, n := s.Key+" "+s.Objective.String(), stats.Weight(s.Points)
 		if n > 0 {
 			c.active[k], c.quiet = c.tick, 0
 		}
@@ -125,48 +111,44 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		ref := s.Standalone
 		var r *reference
 		if s.Objective.Relative() && ref <= 0 {
-			r = c.refFor(s)
-			if n > 0 {
+			if r = c.refFor(s); n > 0 {
 				r.last = c.tick
 			}
 			if r.value == 0 && (alone && r.how == objective.Standalone || r.how == objective.Shortest && !mixed && !asked && c.cur == c.shortest()) {
-				r.acc.Add(pts)
-				r.gotAt = c.tick
-				if r.acc.Count() >= c.opts.MinSamples {
-					r.value = r.acc.Quantile(s.Objective.Quantile)
-					r.acc.Reset()
+				r.pts, r.gotAt = append(r.pts, s.Points...), c.tick
+				if stats.Weight(r.pts) >= minSamples {
+					r.value, r.pts = stats.WeightedQuantile(r.pts, s.Objective.Quantile), nil
 				}
 			}
 			ref, res.Reference = r.value, r.String(c)
 		}
 		a := c.acc[k]
 		if a == nil {
-			a = &accum{ratio: math.NaN()} // the arm in force bounds it: a slow LC's windows never drop out
+			a = &accum{ratio: math.NaN()}
 			c.acc[k] = a
 		}
-		if !alone && !mixed && !asked {
-			a.Add(pts)
+		if underArm {
+			a.pts = append(a.pts, s.Points...)
 		}
 		if s.Objective.Reference != objective.Shortest && (r == nil || r.how == objective.Standalone) {
 			a.ref = ref
 		}
-		if target := s.Objective.Target(ref); target > 0 && a.Count() >= c.opts.MinSamples {
-			a.last = a.Quantile(s.Objective.Quantile)
-			a.ratio = float64(a.last) / float64(target)
+		target := s.Objective.Target(ref)
+		if target > 0 && stats.Weight(a.pts) >= minSamples {
+			a.last = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
+			a.ratio, a.pts, res.Counted = float64(a.last)/float64(target), nil, true
 			if e := c.est(c.cur); e.lc[k] == nil {
 				e.lc[k] = &est{}
 			}
 			c.est(c.cur).lc[k].Add(a.ratio)
-			a.Reset()
-			res.Counted = true
 		}
-		res.Latency, res.Ratio, res.Pending, res.Target = a.last, a.ratio, a.Count(), s.Objective.Target(ref)
+		res.Latency, res.Ratio, res.Pending, res.Target = a.last, a.ratio, stats.Weight(a.pts), target
 		d.LC = append(d.LC, res)
 	}
 	maps.DeleteFunc(c.active, func(_ string, t int) bool { return c.tick-t >= idleAfter+maxAccumulate }) // a process gone, or an objective changed
 	maps.DeleteFunc(c.acc, func(k string, _ *accum) bool { _, ok := c.active[k]; return !ok })
-	maps.DeleteFunc(c.refs, func(_ string, r *reference) bool { return c.tick-r.last > 2*c.opts.HalfLife })
-	if !alone && !mixed && !asked && !math.IsNaN(o.BEShare) {
+	maps.DeleteFunc(c.refs, func(_ string, r *reference) bool { return c.tick-r.last > 2*halfLife })
+	if underArm && !math.IsNaN(o.BEShare) {
 		c.est(c.cur).share.Add(o.BEShare)
 	}
 	d.Worst = c.worstMean(c.cur)
@@ -191,11 +173,6 @@ func (c *Controller) canPause() bool {
 	return !c.opts.NoPause && int(budget*float64(c.minuteWindows())) >= 2
 }
 
-// needsRef reports whether an LC in force has a reference still to learn.
-func (c *Controller) needsRef() bool {
-	return slices.ContainsFunc(slices.Collect(maps.Values(c.refs)), func(r *reference) bool { return r.value == 0 && c.tick-r.last < idleAfter })
-}
-
 // pauseAllowed reports whether BE may be stopped through the next window: under budget of the
 // last minute, and each owner of an LC it is for under its share of that (a tenant churning LCs
 // does not spend the others').
@@ -213,60 +190,52 @@ func (c *Controller) pauseAllowed(owners []string) bool {
 // calibrate runs one window of calibration: references are learnt while BE idles of its own
 // accord, else with BE stopped within the budget, else beside BE under the shortest arm.
 func (c *Controller) calibrate(d *Decision, o Observation) {
-	d.Cause = CauseCalibrate
 	p := &c.phase
 	if p.Pause > 0 && !o.BEPaused && c.stoppedAt(c.tick) {
 		p.Pause = c.opts.PauseMax // BE was not kept stopped: this pause is over
 	}
-	owners, _ := c.toLearn(true)
+	owners, shortest := c.toLearn()
 	if p.Pause > 0 && (len(owners) == 0 || p.Pause >= c.opts.PauseMax || !c.pauseAllowed(owners)) {
 		for _, r := range c.refs { // a pause that taught a reference nothing counts against it
-			if r.wanted(c) && r.gotAt <= c.tick-p.Pause { // nothing since the pause began
+			if r.wanted(c) && r.gotAt <= c.tick-p.Pause {
 				if r.tries++; r.tries >= calTries {
 					r.how = objective.Shortest
 				}
 			}
 		}
 		p.Pause = 0
-		owners, _ = c.toLearn(false)
+		owners, shortest = c.toLearn()
 	}
-	if !c.needsRef() {
-		from := c.set.clamp(p.From)
+	from, idle := c.set.clamp(p.From), c.idleLately()
+	switch {
+	case len(owners) == 0 && !shortest:
 		c.enter(Phase{Kind: Settled})
-		c.move(d, from, fmt.Sprintf("references learnt: back to %v", from))
-		return
-	}
-	idle := c.idleLately()
-	if len(owners) > 0 && c.canPause() && !idle && (p.Pause > 0 || c.pauseAllowed(owners)) {
+		c.to(d, CauseCalibrate, from, fmt.Sprintf("references learnt: back to %v", from))
+	case len(owners) > 0 && c.canPause() && !idle && (p.Pause > 0 || c.pauseAllowed(owners)):
 		p.Pause, d.PauseBE = p.Pause+1, true
-		c.stay(d, fmt.Sprintf("learning an LC's standalone latency with BE stopped (window %d of at most %d)", p.Pause, c.opts.PauseMax))
-		return
+		c.keep(d, CauseCalibrate, fmt.Sprintf("learning an LC's standalone latency with BE stopped (window %d of at most %d)", p.Pause, c.opts.PauseMax))
+	case shortest:
+		c.to(d, CauseCalibrate, c.shortest(), fmt.Sprintf("learning an LC's latency beside BE under the shortest arm, %v", c.shortest()))
+	default: // nothing to learn by now: the references come as BE idles or the budget allows
+		why := map[bool]string{false: "a reference waits for the pause budget (BE stopped at most 10% of any minute); searching meanwhile",
+			true: "a reference is learnt while BE idles of its own accord; searching meanwhile"}[idle]
+		c.enter(Phase{Kind: Settled})
+		c.to(d, CauseCalibrate, from, why)
 	}
-	if _, shortest := c.toLearn(false); shortest {
-		c.move(d, c.shortest(), fmt.Sprintf("learning an LC's latency beside BE under the shortest arm, %v", c.shortest()))
-		return
-	}
-	// Nothing to learn by now: the search goes on, and the references come as BE idles or the
-	// budget allows.
-	why := map[bool]string{false: "a reference waits for the pause budget (BE stopped at most 10% of any minute); searching meanwhile",
-		true: "a reference is learnt while BE idles of its own accord; searching meanwhile"}[idle]
-	from := c.set.clamp(p.From)
-	c.enter(Phase{Kind: Settled})
-	c.move(d, from, why)
 }
 
 // calibrationDue reports whether a calibration would learn something now: a reference to learn
 // with BE stopped, the budget allowing, or at the shortest arm.
 func (c *Controller) calibrationDue() bool {
-	owners, shortest := c.toLearn(true)
+	owners, shortest := c.toLearn()
 	return shortest || len(owners) > 0 && c.canPause() && !c.idleLately() && c.pauseAllowed(owners)
 }
 
-// toLearn lists the owners of the references a pause would teach (tried: not yet calTries
-// times), and whether one is learnt at the shortest arm.
-func (c *Controller) toLearn(tried bool) (owners []string, shortest bool) {
+// toLearn lists the owners of the references a pause would teach, and whether one is learnt at
+// the shortest arm.
+func (c *Controller) toLearn() (owners []string, shortest bool) {
 	for _, r := range c.refs {
-		if r.wanted(c) && (!tried || r.tries < calTries) {
+		if r.wanted(c) {
 			owners = append(owners, r.owner)
 		}
 		shortest = shortest || r.value == 0 && r.how == objective.Shortest && c.tick-r.last < idleAfter
@@ -317,12 +286,12 @@ func (c *Controller) lcFeasibility(a Arm) feasibility {
 // gives BE more is no better than priorScatter (at Z) under its neighbour.
 func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
 	if e := c.est(a).lc[k]; known(e) {
-		return e.Bounds(c.opts.Z, priorScatter, priorWeight)
+		return e.Bounds(z, priorScatter, priorWeight)
 	}
 	lo = math.Inf(-1)
 	for _, n := range c.set.neighbours(a) {
 		if e := c.est(n).lc[k]; known(e) && !protects(c.set, n, a) {
-			lo = max(lo, e.Mean()*(1-c.opts.Z*priorScatter))
+			lo = max(lo, e.Mean()*(1-z*priorScatter))
 		}
 	}
 	return lo, math.Inf(1)

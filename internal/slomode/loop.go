@@ -428,9 +428,9 @@ func (l *Loop) Step(now time.Duration) {
 		}
 		if d.Changed {
 			l.log.Log(context.Background(), level, "slo: arm changed", "gpus", s.key, "from", from, "to", d.Arm, "cause", d.Cause, "reason", d.Reason,
-				"worst_lc_vs_objective", d.Worst, "be_share", d.BEShare, "fallback", d.Fallback)
+				"worst_lc_vs_objective", d.Worst, "be_share", d.BEShare, "phase", d.Phase)
 		} else {
-			l.log.Debug("slo: kept", "gpus", s.key, "be_timeslice", d.BETimeslice, "cause", d.Cause, "reason", d.Reason, "worst_lc_vs_objective", d.Worst)
+			l.log.Debug("slo: kept", "gpus", s.key, "be_timeslice", d.Arm.BETimeslice, "cause", d.Cause, "reason", d.Reason, "worst_lc_vs_objective", d.Worst)
 		}
 		if d.Bound != "" && d.Changed {
 			l.log.Info("slo: at the limit", "gpus", s.key, "bound", d.Bound)

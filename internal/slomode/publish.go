@@ -12,6 +12,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
+	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
 // lcWindow is one LC process's window: its status rows (one per
@@ -89,7 +90,7 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 				if sample == nil {
 					break
 				}
-				ls.Samples, ls.Requests = max(len(sample.Values), sample.Count), s.Requests
+				ls.Samples, ls.Requests = stats.Weight(sample.Points), s.Requests
 				ls.P50Us = float64(sample.P50) / 1e3
 				w.tokens = w.tokens || o.Metric == MetricTPOT
 				w.samples = append(w.samples, *sample)
@@ -104,25 +105,28 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 // lcSample is s against objective o as the controllers take it: the window's own values of o's
 // metric, else its quantile over its count; nil, and why, where s has neither.
 func lcSample(s LatencySample, o objective.Objective, p policy.ProcRef, key string) (*slo.LCSample, string) {
-	out := &slo.LCSample{Key: key, Source: s.Source, Owner: p.Owner, Objective: o, Values: s.Samples[o.Metric]}
-	if len(out.Values) > 0 {
-		out.P50 = slices.Sorted(slices.Values(out.Values))[(len(out.Values)-1)/2]
+	out := &slo.LCSample{Key: key, Source: s.Source, Owner: p.Owner, Objective: o}
+	for _, v := range s.Samples[o.Metric] {
+		out.Points = append(out.Points, stats.Weighted{V: v, W: 1})
+	}
+	if len(out.Points) > 0 {
+		out.P50 = stats.WeightedQuantile(out.Points, 0.5)
 		return out, s.Source
 	}
 	name, median := quantileName(o.Quantile), "p50"
 	if o.Metric != "" {
 		name, median = o.Metric+"_"+name, o.Metric+"_p50"
 	}
-	out.P50 = s.Quantiles[median]
 	lat, ok := s.Quantiles[name]
 	if !ok {
 		return nil, s.Source + " without " + name
 	}
-	// A time per output token is a quantile of the window's tokens: an LLM server finishes a
-	// request or two a second.
-	out.Latency, out.Count = lat, s.Requests
-	if o.Metric == MetricTPOT && s.Tokens > 0 {
-		out.Count = s.Tokens
+	n := s.Requests
+	if o.Metric == MetricTPOT && s.Tokens > 0 { // an LLM server finishes a request or two a second
+		n = s.Tokens
+	}
+	if out.P50 = s.Quantiles[median]; lat > 0 && n > 0 {
+		out.Points = []stats.Weighted{{V: lat, W: n}}
 	}
 	return out, s.Source
 }
@@ -162,8 +166,8 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 		// What an idle search decides applies to no BE: neither shown nor
 		// counted.
 		if d != nil && s.live() {
-			sd := &client.SLODecision{Window: l.windows, BETimeslice: d.BETimeslice.String(), Arm: d.Arm.String(), Phase: d.Phase, Changed: d.Changed,
-				Cause: d.Cause, Reason: d.Reason, Fallback: d.Fallback, BEBelowMinimum: d.BEBelowMinimum, Aligned: d.Aligned, Bound: d.Bound}
+			sd := &client.SLODecision{Window: l.windows, BETimeslice: d.Arm.BETimeslice.String(), Arm: d.Arm.String(), Phase: d.Phase, Changed: d.Changed,
+				Cause: d.Cause, Reason: d.Reason, Fallback: d.Phase == slo.Fallback.String(), BEBelowMinimum: d.BEBelowMinimum, Aligned: d.Aligned, Bound: d.Bound}
 			ss.Last, ss.BEShare, ss.WorstLC, ss.Phase = sd, finite(d.BEShare), finite(d.Worst), d.Phase
 			ss.Calibration = &client.SLOCalibration{Paused: d.PausedWindows, Windows: d.CalibrationWindows, Of: d.Windows}
 			if d.Changed {
@@ -186,7 +190,7 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 				worst = d.Worst
 			}
 		} else {
-			metrics[s.key] = slo.Decision{BETimeslice: s.ctl.Arm().BETimeslice, Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()}
+			metrics[s.key] = slo.Decision{Arm: s.ctl.Arm(), Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()}
 		}
 		lcRows = append(lcRows, searchRows(s, d, samples)...)
 	}
