@@ -17,8 +17,8 @@ import (
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
-// DefaultLadder: the fastest yield (1 us), the class default (200 us), and
-// the longer BE timeslices a launch-bound LC may need.
+// DefaultLadder: the fastest yield, the class default, and the longer BE timeslices a
+// launch-bound LC may need.
 var DefaultLadder = []time.Duration{
 	time.Microsecond, 50 * time.Microsecond, 200 * time.Microsecond, 500 * time.Microsecond,
 	time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond,
@@ -63,8 +63,7 @@ const (
 	spinShare     = 0.99                   // the same with pre-preemption: a spinner takes a little
 )
 
-// LCSample is one LC process's latency over one window against one of its
-// objectives (two objectives: two samples with one Key).
+// LCSample is one LC process's latency over one window against one of its objectives.
 type LCSample struct {
 	Key        string // the process ("pid/start"): a new key, a new process
 	Source     string // where its latency comes from (status and metrics)
@@ -75,22 +74,17 @@ type LCSample struct {
 	P50        time.Duration    // the window's median of the metric (status and metrics; 0: none)
 }
 
-// Observation is one window under the arm in force, and what may be
-// chosen next.
+// Observation is one window under the arm in force, and what may be chosen next.
 type Observation struct {
-	LC         []LCSample
-	BEShare    float64 // BE progress over BE alone; NaN: not measured
-	MinBEShare float64 // no arm known to give BE less is chosen; 0: none
-	// The BE timeslice's bounds (0: the ladder's ends): below a floor two BE spend the GPU
-	// switching.
-	MinBETimeslice, MaxBETimeslice time.Duration
-	Gate                           bool          // the gate may hold BE for these LCs
-	Prepreempt                     time.Duration // an LC's engine may pre-preempt up to this BE timeslice; 0: no
-	BEPaused                       bool          // every BE was stopped through the window, as asked
-	BEIdle                         bool          // no BE launched work through the window of its own accord: the LC ran alone
-	// Aligned: every LC window began as the last decision took effect for its LC (reporters push just
-	// before the daemon reads): the window after a move is the new arm's.
-	Aligned bool
+	LC             []LCSample
+	BEShare        float64       // BE progress over BE alone; NaN: not measured
+	MinBEShare     float64       // no arm known to give BE less is chosen; 0: none
+	MinBETimeslice time.Duration // below it two BE on a GPU spend it switching; 0: the ladder's first
+	Gate           bool          // the gate may hold BE for these LCs
+	Prepreempt     time.Duration // an LC's engine may pre-preempt up to this BE timeslice; 0: no
+	BEPaused       bool          // every BE was stopped through the window, as asked
+	BEIdle         bool          // no BE launched work through the window of its own accord: the LC ran alone
+	Aligned        bool          // every LC window began as the last decision took effect: the one after a move is the new arm's
 }
 
 // Causes of a decision (metric label values); Reason says the rest.
@@ -103,7 +97,6 @@ const (
 	CauseAtLimit     = "at_limit"     // no arm known to meet them: the closest
 	CauseCalibrate   = "calibrate"    // a reference learnt
 	CauseFloor       = "floor"        // raised to the shortest BE timeslice allowed
-	CauseCeiling     = "ceiling"      // lowered to the longest allowed
 	CauseUnavailable = "unavailable"  // the gate or pre-preemption no longer offered
 )
 
@@ -125,12 +118,10 @@ func (k PhaseKind) String() string {
 // Phase is where a controller is, with the data of that phase.
 type Phase struct {
 	Kind  PhaseKind
-	Since int // the window it began in
-	From  Arm // Calibrating, Exploring: the arm it goes back to
-	Pause int // Calibrating: windows of the pause in force (0: BE runs)
-	// Limit (Settled, and Exploring from there): no arm is known to meet every objective, and the
-	// closest is held rather than searched from again.
-	Limit bool
+	Since int  // the window it began in
+	From  Arm  // Calibrating, Exploring: the arm it goes back to
+	Pause int  // Calibrating: windows of the pause in force (0: BE runs)
+	Limit bool // Settled, Exploring from there: no arm is known to meet every objective; the closest is held
 }
 
 // LCResult is a sample against its objective.
@@ -206,21 +197,17 @@ func New(opts Options) (*Controller, error) {
 // Arm is the arm in force.
 func (c *Controller) Arm() Arm { return c.cur }
 
-// offer takes what o allows: the ladder's rungs within its bounds, the gate, pre-preemption, BE's
-// minimum share.
+// offer takes what o allows: the rungs from its floor, the gate, pre-preemption, BE's minimum share.
 func (c *Controller) offer(o Observation) {
-	c.set = arms{ladder: c.opts.Ladder, hi: len(c.opts.Ladder) - 1, gate: o.Gate, prepreempt: o.Prepreempt, static: Arm{BETimeslice: c.opts.Static}}
-	for c.set.lo < c.set.hi && c.set.ladder[c.set.lo] < o.MinBETimeslice {
+	c.set = arms{ladder: c.opts.Ladder, gate: o.Gate, prepreempt: o.Prepreempt, static: Arm{BETimeslice: c.opts.Static}}
+	for c.set.lo < len(c.set.ladder)-1 && c.set.ladder[c.set.lo] < o.MinBETimeslice {
 		c.set.lo++
-	}
-	for o.MaxBETimeslice > 0 && c.set.hi > c.set.lo && c.set.ladder[c.set.hi] > o.MaxBETimeslice {
-		c.set.hi--
 	}
 	c.minShare = o.MinBEShare
 }
 
-// safe is the arm while LC latency is unknown: the rung nearest Safe, without the gate, and where
-// an LC has a hint engine the longest rung that pre-preempts, pre-preempting.
+// safe is the arm while LC latency is unknown: the rung nearest Safe, no gate; where an LC has a
+// hint engine, the longest rung that pre-preempts.
 func (c *Controller) safe() Arm {
 	near := slices.MinFunc(c.set.ladder, func(x, y time.Duration) int { return cmp.Compare((x - c.opts.Safe).Abs(), (y - c.opts.Safe).Abs()) })
 	a := c.set.clamp(Arm{BETimeslice: near})
@@ -254,19 +241,14 @@ func (c *Controller) Observe(o Observation) Decision {
 	return d
 }
 
-// step is the one transition function: from the phase in force and what was measured, the next
-// phase and arm.
+// step is the one transition function: from the phase in force and the window, the next phase and arm.
 func (c *Controller) step(d *Decision, o Observation) {
 	k := c.phase.Kind
 	switch to := c.set.clamp(c.cur); {
 	case c.tick == 1 && c.safe() != c.cur: // the arms offered are known from the first window
 		c.to(d, CauseUnavailable, c.safe(), fmt.Sprintf("the arms allowed now put the search at %v", c.safe()))
 	case to != c.cur:
-		cause := map[bool]string{true: CauseFloor, false: CauseUnavailable}[c.set.rung(c.cur) < c.set.lo]
-		if c.set.rung(c.cur) > c.set.hi {
-			cause = CauseCeiling
-		}
-		c.to(d, cause, to, fmt.Sprintf("the arms allowed now put the search at %v", to))
+		c.to(d, map[bool]string{true: CauseFloor, false: CauseUnavailable}[c.set.rung(c.cur) < c.set.lo], to, fmt.Sprintf("the arms allowed now put the search at %v", to))
 	case c.quiet >= idleAfter && k != Fallback:
 		c.enter(Phase{Kind: Fallback})
 		c.to(d, CauseNoSignal, c.safe(), fmt.Sprintf("no LC latency for %d windows: the safe arm", c.quiet))
@@ -297,8 +279,8 @@ func (c *Controller) step(d *Decision, o Observation) {
 	}
 }
 
-// exploring measures the arm explored until it meets the objectives, misses them, or stays
-// undecided for two measurements' span; then back to settled.
+// exploring measures the arm explored until it meets, misses, or stays undecided for two
+// measurements' span.
 func (c *Controller) exploring(d *Decision) {
 	switch f := c.feasibility(c.cur); {
 	case f == infeasible:
@@ -318,8 +300,8 @@ func (c *Controller) exploring(d *Decision) {
 	}
 }
 
-// settled keeps the arm in force while it meets the objectives; leaves it when it misses or a
-// measured arm gives BE more; explores within the budget.
+// settled keeps the arm in force while it meets; leaves it when it misses or a measured arm gives
+// BE more; explores within the budget.
 func (c *Controller) settled(d *Decision) {
 	f := c.feasibility(c.cur)
 	if c.phase.Limit = c.phase.Limit && f != feasible; f == infeasible && !c.phase.Limit {
@@ -349,8 +331,8 @@ func (c *Controller) settled(d *Decision) {
 	c.keep(d, CauseWithin, "within objectives")
 }
 
-// undecided keeps measuring an arm that may miss, and leaves it toward the LC once it has missed
-// on average for two measurements' span.
+// undecided keeps measuring an arm that may miss, and leaves it once it has missed on average for
+// two measurements' span.
 func (c *Controller) undecided(d *Decision) {
 	if c.tick-c.moved >= 2*maxAccumulate && c.worstMean(c.cur) > 1 {
 		c.rescue(d)
@@ -363,7 +345,7 @@ func (c *Controller) measuring() string {
 	return fmt.Sprintf("measuring %v: LC at %.2fx its objective so far (NaN: no measurement yet)", c.cur, c.worstMean(c.cur))
 }
 
-// endExplore goes back to settled: to the arm explored if it is the best known, else where it came from.
+// endExplore settles on the arm explored if it is the better, else where it came from.
 func (c *Controller) endExplore(d *Decision, cause, why string) {
 	from, n := c.phase.From, c.tick-c.phase.Since
 	c.enter(Phase{Kind: Settled, Limit: c.phase.Limit && c.feasibility(c.cur) != feasible})
@@ -377,9 +359,8 @@ func (c *Controller) endExplore(d *Decision, cause, why string) {
 	c.to(d, cause, to, why)
 }
 
-// rescue leaves an arm that misses: for the best known to meet every objective, else the most BE
-// among those that might and protect the LC more (give BE more, where it is BE's minimum that is
-// missed), else the closest.
+// rescue leaves an arm that misses: for the best known to meet, else the most BE of those that
+// might and protect the LC more (give BE more, where BE's minimum is missed), else the closest.
 func (c *Controller) rescue(d *Decision) {
 	miss := fmt.Sprintf("LC at %.2fx its objective under %v: ", c.worstMean(c.cur), c.cur)
 	if c.short(c.cur) {
@@ -449,8 +430,7 @@ func (c *Controller) backOff(a Arm) {
 	c.left[a] = backoff{n, c.tick + halfLife<<(n-1)}
 }
 
-// best is the arm known to meet every objective that gives BE the most (the one in force on a
-// tie).
+// best is the arm known to meet every objective that gives BE the most (the one in force on a tie).
 func (c *Controller) best() (best Arm, ok bool) {
 	best = c.cur
 	for _, a := range c.set.all() {
@@ -487,9 +467,8 @@ func (c *Controller) candidate() (best Arm, ok bool) {
 	return best, ok
 }
 
-// closest is the measured arm missing the objectives by least, the most BE among those within a
-// quarter of the prior scatter of it, none short of BE's minimum where one is not; the arm in
-// force while none is measured.
+// closest is the measured arm missing by least (the most BE within a quarter of the prior scatter
+// of it), none short of BE's minimum where one is not; the arm in force while none is measured.
 func (c *Controller) closest() Arm {
 	best, m := c.cur, c.worstMean(c.cur)
 	for _, a := range c.set.all() {
@@ -507,8 +486,7 @@ func (c *Controller) closest() Arm {
 	return best
 }
 
-// better reports whether a is expected to give BE more than b: by margin where both are measured,
-// else in the prior order.
+// better reports whether a is expected to give BE more than b: by margin where both are measured.
 func (c *Controller) better(a, b Arm) bool {
 	m := map[bool]float64{true: margin}[known(&c.est(a).share) && known(&c.est(b).share)]
 	return c.share(a) > c.share(b)+m

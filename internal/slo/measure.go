@@ -1,6 +1,7 @@
 package slo
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -11,14 +12,12 @@ import (
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
-// est is a forgetting estimate of one quantity under one arm, each window's weight halved every
-// halfLife windows.
+// est is a forgetting estimate of one quantity under one arm.
 type est = stats.Forgetting
 
 func known(e *est) bool { return e != nil && e.W >= minEvidence }
 
-// armEst is what one arm showed: each objective's measured latency/target (by objective key) and
-// BE share per window.
+// armEst is what one arm showed: each objective's latency/target (by objective key), BE's share.
 type armEst struct {
 	lc    map[string]*est
 	share est
@@ -31,8 +30,7 @@ func (c *Controller) est(a Arm) *armEst {
 	return c.arms[a]
 }
 
-// decay fades every estimate by f, and drops those faded to nothing (of processes gone: keys are
-// per process).
+// decay fades every estimate by f, and drops those faded to nothing (of processes gone).
 func (c *Controller) decay(f float64) {
 	for a, e := range c.arms {
 		maps.DeleteFunc(e.lc, func(_ string, x *est) bool { x.Decay(f); return x.W < minEvidence/100 })
@@ -42,8 +40,8 @@ func (c *Controller) decay(f float64) {
 	}
 }
 
-// accum gathers one objective's samples under the arm in force (which bounds it: a slow LC's
-// windows never drop out), and keeps its last measurement and reference for the status.
+// accum gathers one objective's samples under the arm in force, however many windows a slow LC
+// takes, and keeps its last measurement and reference for the status.
 type accum struct {
 	pts   []stats.Weighted
 	last  time.Duration // the last measurement (0: none)
@@ -51,8 +49,7 @@ type accum struct {
 	ref   time.Duration // the LC alone, where a relative objective knows it (0: not)
 }
 
-// reference is what a relative objective is measured against: a process's latency alone (BE
-// stopped or idle), or beside BE under the shortest arm (how).
+// reference is what a relative objective is measured against, learnt how: alone, or beside BE.
 type reference struct {
 	how, owner string
 	pts        []stats.Weighted
@@ -122,11 +119,8 @@ func (c *Controller) measure(d *Decision, o Observation) {
 			}
 			ref, res.Reference = r.value, r.String(c)
 		}
-		a := c.acc[k]
-		if a == nil {
-			a = &accum{ratio: math.NaN()}
-			c.acc[k] = a
-		}
+		a := cmp.Or(c.acc[k], &accum{ratio: math.NaN()})
+		c.acc[k] = a
 		if underArm {
 			a.pts = append(a.pts, s.Points...)
 		}
@@ -137,10 +131,9 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		if target > 0 && stats.Weight(a.pts) >= minSamples {
 			a.last = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
 			a.ratio, a.pts, res.Counted = float64(a.last)/float64(target), nil, true
-			if e := c.est(c.cur); e.lc[k] == nil {
-				e.lc[k] = &est{}
-			}
-			c.est(c.cur).lc[k].Add(a.ratio)
+			e := c.est(c.cur)
+			e.lc[k] = cmp.Or(e.lc[k], &est{})
+			e.lc[k].Add(a.ratio)
 		}
 		res.Latency, res.Ratio, res.Pending, res.Target = a.last, a.ratio, stats.Weight(a.pts), target
 		d.LC = append(d.LC, res)
@@ -167,15 +160,14 @@ func (c *Controller) refFor(s LCSample) *reference {
 	return c.refs[k]
 }
 
-// canPause reports whether references may be learnt with BE stopped: allowed, and the budget
-// holds a pause of a drain window and one to learn in (a window over 3 s leaves it none).
+// canPause reports whether BE may be stopped at all: allowed, and the budget holds a drain window
+// and one to learn in (a window over 3 s leaves it none).
 func (c *Controller) canPause() bool {
 	return !c.opts.NoPause && int(budget*float64(c.minuteWindows())) >= 2
 }
 
-// pauseAllowed reports whether BE may be stopped through the next window: under budget of the
-// last minute, and each owner of an LC it is for under its share of that (a tenant churning LCs
-// does not spend the others').
+// pauseAllowed reports whether BE may be stopped through the next window: under the last minute's
+// budget, and an owner it is for under its share (a tenant churning LCs spends no other's).
 func (c *Controller) pauseAllowed(owners []string) bool {
 	minute := c.minuteWindows()
 	c.stops = slices.DeleteFunc(c.stops, func(s stopped) bool { return s.tick <= c.tick+1-minute })
@@ -224,15 +216,13 @@ func (c *Controller) calibrate(d *Decision, o Observation) {
 	}
 }
 
-// calibrationDue reports whether a calibration would learn something now: a reference to learn
-// with BE stopped, the budget allowing, or at the shortest arm.
+// calibrationDue reports whether a calibration would learn something now.
 func (c *Controller) calibrationDue() bool {
 	owners, shortest := c.toLearn()
 	return shortest || len(owners) > 0 && c.canPause() && !c.idleLately() && c.pauseAllowed(owners)
 }
 
-// toLearn lists the owners of the references a pause would teach, and whether one is learnt at
-// the shortest arm.
+// toLearn lists the owners of the references a pause would teach; shortest: one is learnt there.
 func (c *Controller) toLearn() (owners []string, shortest bool) {
 	for _, r := range c.refs {
 		if r.wanted(c) {
@@ -246,7 +236,7 @@ func (c *Controller) toLearn() (owners []string, shortest bool) {
 // idleLately reports whether BE idled of its own accord within the last minute.
 func (c *Controller) idleLately() bool { return c.idleAt > 0 && c.tick-c.idleAt < c.minuteWindows() }
 
-// Feasibility of an arm against every objective in force.
+// feasibility of an arm against every objective in force.
 type feasibility int
 
 const (
@@ -255,8 +245,8 @@ const (
 	infeasible                    // a lower bound misses one
 )
 
-// An arm known to give BE less than its minimum share is infeasible: the policy bounds what an
-// LC's objective may cost BE.
+// feasibility is infeasible for an arm known to give BE less than its minimum: the policy bounds
+// what an LC's objective may cost BE.
 func (c *Controller) feasibility(a Arm) feasibility {
 	if c.short(a) {
 		return infeasible
@@ -266,10 +256,7 @@ func (c *Controller) feasibility(a Arm) feasibility {
 
 // lcFeasibility is a's feasibility against the LC objectives alone.
 func (c *Controller) lcFeasibility(a Arm) feasibility {
-	out := feasible
-	if len(c.active) == 0 {
-		out = possible
-	}
+	out := map[bool]feasibility{true: possible, false: feasible}[len(c.active) == 0]
 	for k := range c.active {
 		switch lo, hi := c.lcBounds(a, k); {
 		case lo > 1:
@@ -281,9 +268,8 @@ func (c *Controller) lcFeasibility(a Arm) feasibility {
 	return out
 }
 
-// lcBounds are the bounds of objective k's latency/target under a: its own, else its neighbours'.
-// An arm that gives BE less than a measured neighbour might meet what that one missed; one that
-// gives BE more is no better than priorScatter (at Z) under its neighbour.
+// lcBounds are the bounds of objective k's latency/target under a: its own, else its neighbours':
+// giving BE more than one, a is no better than priorScatter (at z) under it.
 func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
 	if e := c.est(a).lc[k]; known(e) {
 		return e.Bounds(z, priorScatter, priorWeight)
@@ -297,8 +283,8 @@ func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
 	return lo, math.Inf(1)
 }
 
-// evidence is the least weight a's estimates rest on, over the objectives in force; worstMean
-// their highest mean (NaN: not known for every objective).
+// evidence is the least weight a's estimates of the objectives in force rest on; worstMean their
+// highest mean (NaN: not known for every objective).
 func (c *Controller) evidence(a Arm) float64  { w, _ := c.measured(a); return w }
 func (c *Controller) worstMean(a Arm) float64 { _, m := c.measured(a); return m }
 func (c *Controller) measured(a Arm) (w, worst float64) {
@@ -316,21 +302,15 @@ func (c *Controller) measured(a Arm) (w, worst float64) {
 	return w, worst
 }
 
-// share is what a is expected to leave BE: measured, else the nearest measured arm's scaled by the
-// prior order, else the prior order.
+// share is what a is expected to leave BE: measured, else the nearest measured arm's scaled by
+// the prior order, else the prior order.
 func (c *Controller) share(a Arm) float64 {
 	if e := &c.est(a).share; known(e) {
 		return e.Mean()
 	}
 	near, dist := Arm{}, math.MaxInt
 	for _, b := range c.set.all() { // in order: a tie goes the same way every time
-		d := max(c.set.rung(a)-c.set.rung(b), c.set.rung(b)-c.set.rung(a))
-		if a.Gate != b.Gate {
-			d++
-		}
-		if a.Prepreempt != b.Prepreempt {
-			d++
-		}
+		d := max(c.set.rung(a)-c.set.rung(b), c.set.rung(b)-c.set.rung(a)) + map[bool]int{true: 1}[a.Gate != b.Gate] + map[bool]int{true: 1}[a.Prepreempt != b.Prepreempt]
 		if e := c.arms[b]; e != nil && known(&e.share) && d < dist {
 			near, dist = b, d
 		}

@@ -17,7 +17,7 @@ import (
 // BE processes. A process NVML lists on no GPU is in no search in its
 // first window so (NVML lists a context ~80 ms after its channel groups
 // appear, after it was classed; at once where NVML lists none at all), then
-// there is one search for the node (allGPUs), of every process: it may
+// there is one search for the node ("all"), of every process: it may
 // share a GPU with any, and no BE is set by two searches. A search that
 // had no LC and has again starts anew.
 func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
@@ -96,7 +96,7 @@ func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 	}
 }
 
-// sorted lists the searches by their GPUs (allGPUs first).
+// sorted lists the searches by their GPUs (the node's first).
 func (l *Loop) sorted() []*search {
 	out := slices.Collect(maps.Values(l.searches))
 	slices.SortFunc(out, func(a, b *search) int { return slices.Compare(a.gpus, b.gpus) })

@@ -58,10 +58,6 @@ type Loop struct {
 // decision still shows the arm after it (a reporter pushes a little ahead).
 const alignSlack = 20
 
-// allGPUs keys the node's search, of every process while one is on no
-// GPU NVML lists (client.GPUList of none).
-const allGPUs = "all"
-
 // search is the SLO mode on one set of GPUs, those that processes join.
 type search struct {
 	key  string
