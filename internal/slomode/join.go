@@ -11,15 +11,11 @@ import (
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
 
-// join puts each process of lcs and all in the search of its set of GPUs
-// (GPUs one process is listed on are one set), starting one at the safe
-// arm for a set with an LC that has none, and gives each search its LC and
-// BE processes. A process NVML lists on no GPU is in no search in its
-// first window so (NVML lists a context ~80 ms after its channel groups
-// appear, after it was classed; at once where NVML lists none at all), then
-// there is one search for the node ("all"), of every process: it may
-// share a GPU with any, and no BE is set by two searches. A search that
-// had no LC and has again starts anew.
+// join gives each search of a set of GPUs (those one process is listed on are one set) its LC and
+// BE processes, starting one for a set with an LC. A process NVML lists on no GPU is in no search
+// in its first window so (NVML lists a context ~80 ms after its channel groups appear; no wait
+// where it lists none at all), then the node has one search ("all") of every process, which may
+// share a GPU with any: no BE is set by two searches.
 func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 	procs := slices.Concat(lcs, all)
 	listing := slices.ContainsFunc(procs, func(p policy.ProcRef) bool { return len(p.GPUs) > 0 })
@@ -103,11 +99,8 @@ func (l *Loop) sorted() []*search {
 	return out
 }
 
-// assign gives each BE process of all the BE timeslice of the live search
-// it is in, the policy's where it is in none, and the shortest of every
-// live search to one that starts before the next window or is in its first
-// window unlisted (it may share a GPU with any LC). It returns what each is
-// given, by ProcRef.Key (0: the policy's).
+// assign gives each BE process its live search's BE timeslice (the policy's, 0, in none), and the
+// shortest of them to one unlisted in its first window or new (it may share a GPU with any LC).
 func (l *Loop) assign(all []policy.ProcRef) map[string]time.Duration {
 	var def time.Duration
 	for _, s := range l.searches {
@@ -130,8 +123,8 @@ func (l *Loop) assign(all []policy.ProcRef) map[string]time.Duration {
 	return per
 }
 
-// sharedFloor is the shortest BE timeslice search s may choose: below it
-// two BE processes on one GPU spend it restoring each other's contexts.
+// sharedFloor is the shortest BE timeslice search s may choose: below it two BE processes on one
+// GPU spend it restoring each other's contexts.
 func (l *Loop) sharedFloor(s *search) time.Duration {
 	if slices.ContainsFunc(s.bes, func(b policy.ProcRef) bool {
 		return slices.ContainsFunc(s.bes, func(o policy.ProcRef) bool { return o.Key() != b.Key() && shareGPU(b, o) })
@@ -141,16 +134,13 @@ func (l *Loop) sharedFloor(s *search) time.Duration {
 	return 0
 }
 
-// shareGPU says whether a and b may share a GPU: one is listed on none
-// yet, or both on one.
+// shareGPU says whether a and b may share a GPU: one is listed on none yet, or both on one.
 func shareGPU(a, b policy.ProcRef) bool {
 	return a.GPUs == nil || b.GPUs == nil || slices.ContainsFunc(a.GPUs, func(g int) bool { return slices.Contains(b.GPUs, g) })
 }
 
-// isMPSServer says whether p is an MPS server, whose channel groups run its
-// clients' work: by its executable, else by its command name, which the
-// kernel cuts to 15 characters (the control daemon's too, but it holds no
-// channel group).
+// isMPSServer says whether p is an MPS server, whose channel groups run its clients' work: by its
+// executable, else by its command name (cut to 15 characters; the control daemon holds no group).
 func isMPSServer(p policy.ProcRef) bool {
 	if p.Exe != "" {
 		return filepath.Base(p.Exe) == "nvidia-cuda-mps-server"

@@ -1,9 +1,6 @@
-// Package slomode is gpreemptd's SLO mode over time. Once a window it reads
-// each LC process's latency and the BE processes' share, keeps a search (an
-// internal/slo controller) for each set of GPUs with an LC, stops a search's
-// BE while its LC is learnt alone, has the daemon apply what each search
-// chose, and publishes status and metrics. Of the daemon it needs only the
-// interfaces of wiring.go.
+// Package slomode is gpreemptd's SLO mode over time: once a window, a search (an internal/slo
+// controller) per set of GPUs with an LC decides on the LCs' latency and BE's share, and the
+// daemon applies what it chose through the interfaces of wiring.go.
 package slomode
 
 import (
@@ -23,8 +20,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
 
-// Loop is the daemon's SLO mode. Step is called from one goroutine;
-// Status, Reply and Push are safe from others.
+// Loop is the daemon's SLO mode. Step and SearchTimeslice run on one goroutine; the rest are safe.
 type Loop struct {
 	rec     Reconciler
 	metrics Metrics
@@ -54,26 +50,21 @@ type Loop struct {
 	told           map[int]bool  // whether each LC's hint engine is told to pre-preempt, by pid
 }
 
-// alignSlack: a window that began up to window/alignSlack before the last
-// decision still shows the arm after it (a reporter pushes a little ahead).
+// alignSlack: a window that began up to window/alignSlack before the last decision still shows the
+// arm after it (a reporter pushes a little ahead).
 const alignSlack = 20
 
 // search is the SLO mode on one set of GPUs, those that processes join.
 type search struct {
-	key  string
-	gpus []int // nil: every GPU
-	ctl  *slo.Controller
-	// started in this window (an LC came): its BE ran under another arm,
-	// so nothing is judged until the next.
-	started bool
-	pausing bool // its last decision stopped its BE
-	// lcs are the LC processes on its GPUs this window; bes the BE
-	// processes there (none while lcs is empty).
-	lcs, bes   []policy.ProcRef
-	prepreempt time.Duration // its pre-preemption arms go up to this BE timeslice (0: none)
-	// lagged: an LC's engine takes a changed word (pre-preemption; the
-	// gate, gateLag) at its next push, so the window now running ran the
-	// word before.
+	key        string
+	gpus       []int // nil: every GPU
+	ctl        *slo.Controller
+	started    bool             // in this window (an LC came): its BE ran under another arm, so nothing is judged
+	pausing    bool             // its last decision stopped its BE
+	lcs, bes   []policy.ProcRef // the LC and BE processes on its GPUs this window (no BE without an LC)
+	prepreempt time.Duration    // its pre-preemption arms go up to this BE timeslice (0: none)
+	// lagged: an LC's engine takes a changed word (pre-preemption; the gate, gateLag) at its next
+	// push, so the window now running ran the word before.
 	lagged, gateLag bool
 	status          client.SLOSearch
 }
@@ -87,8 +78,7 @@ type sloConf struct {
 	pause       int           // slo.pause_windows (0: calibrate beside BE)
 }
 
-// New returns the SLO mode over rec, publishing to m. now is rec's clock,
-// which stamps a pushed window as it comes.
+// New returns the SLO mode over rec, publishing to m; now, rec's clock, stamps each pushed window.
 func New(rec Reconciler, now func() time.Duration, m Metrics, log *slog.Logger) *Loop {
 	p := &pushed{now: now, by: map[int]LatencySample{}}
 	return &Loop{rec: rec, metrics: m, log: cmp.Or(log, slog.New(slog.DiscardHandler)), push: p, Latency: p,
@@ -110,10 +100,9 @@ func (l *Loop) Push(pid int, s client.Stats) {
 	}
 }
 
-// PrepreemptUpTo is the longest BE timeslice at which the search over lcs
-// may have hint engines pre-preempt; 0 where none of lcs has pushed engine
-// state. Not past slo.spinner_ceiling (a longer BE timeslice spares BE no
-// switch), nor at or past slo.prepreempt_below (a spinner launched one
+// PrepreemptUpTo is the longest BE timeslice at which the search over lcs may have hint engines
+// pre-preempt; 0 where none of lcs has pushed engine state. Not past slo.spinner_ceiling (a longer
+// BE timeslice spares BE no switch), nor at or past slo.prepreempt_below (a spinner launched one
 // switch ahead cannot shorten a wait that long).
 func (l *Loop) PrepreemptUpTo(pol *policy.Policy, lcs []policy.ProcRef) time.Duration {
 	l.mu.Lock()
@@ -131,8 +120,7 @@ func (l *Loop) PrepreemptUpTo(pol *policy.Policy, lcs []policy.ProcRef) time.Dur
 	return up
 }
 
-// SearchTimeslice is the BE timeslice the search on gpus (client.GPUList)
-// holds, live or idle; false where there is none. Called from Step's goroutine.
+// SearchTimeslice is the BE timeslice the search on gpus (client.GPUList) holds, live or idle.
 func (l *Loop) SearchTimeslice(gpus string) (time.Duration, bool) {
 	if s := l.searches[gpus]; s != nil {
 		return s.ctl.Arm().BETimeslice, true
@@ -163,8 +151,7 @@ func (l *Loop) Forget(pid int) {
 	l.mu.Unlock()
 }
 
-// Reply is the answer to process pid's stats push: whether its engine
-// pre-preempts, and when the next window is read.
+// Reply is the answer to pid's stats push: whether its engine pre-preempts, when the next read is.
 func (l *Loop) Reply(pid int) client.StatsReply {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -177,8 +164,8 @@ func (l *Loop) Reply(pid int) client.StatsReply {
 	return r
 }
 
-// toldLocked is whether pid's engine is told to pre-preempt (l.mu held):
-// as its search says, else as every search does; always with the mode off.
+// toldLocked is whether pid's engine is told to pre-preempt (l.mu held): as its search says, else
+// as every search does; always with the mode off.
 func (l *Loop) toldLocked(pid int) bool {
 	pre, ok := l.told[pid]
 	return pre && ok || !ok && l.status.Prepreempt || !l.status.Enabled
@@ -199,8 +186,7 @@ func windowOf(pol *policy.Policy) time.Duration {
 	return cmp.Or(max(pol.SLO.Window, 0), policy.DefaultSLOWindow)
 }
 
-// Status is the SLO mode's state in the client's wire type; nothing of it
-// is shared with the loop, which pushes write while the caller encodes it.
+// Status is the SLO mode's state, sharing nothing that pushes write while the caller encodes it.
 func (l *Loop) Status() client.SLO {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -267,8 +253,7 @@ func (l *Loop) Step(now time.Duration) {
 	l.publish(pol, decided, samples, all, per)
 }
 
-// off ends the mode: BE resumed and back to the policy's timeslice, and
-// nothing measured.
+// off ends the mode: BE resumed, at the policy's timeslice, and nothing measured.
 func (l *Loop) off(pol *policy.Policy, now time.Duration) {
 	l.resume("SLO mode off")
 	if l.Share != nil {
@@ -295,17 +280,15 @@ func (l *Loop) off(pol *policy.Policy, now time.Duration) {
 	l.metrics.SetSLO(false, nil)
 }
 
-// decide has each search's controller decide on the window ending at now
-// (prev: when the last one ended). Only BE beside an LC is searched for:
-// the others keep the policy's timeslice, are not stopped, and are left out
-// of every share and shared floor.
+// decide has each search's controller decide on the window ending at now (prev: when the last one
+// ended). Only BE beside an LC is searched for: the others keep the policy's timeslice, are not
+// stopped, and are left out of every share and shared floor.
 func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]lcWindow, now, prev time.Duration) map[*search]*slo.Decision {
 	pausing := l.pausing()
 	var rates map[string]BERate
 	if l.Share != nil {
-		// BE alone: no GPU process outside BE on its GPUs when the window
-		// began nor now, but MPS servers (a server runs its clients' work,
-		// and each client is a GPU process of its own).
+		// BE alone: no GPU process outside BE on its GPUs when the window began nor now, but MPS
+		// servers (a server runs its clients' work, and each client is a GPU process of its own).
 		others := slices.DeleteFunc(l.rec.Outside(class.BE), isMPSServer)
 		aloneNow := map[string]bool{}
 		var ws []BEWindow
@@ -327,11 +310,11 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 		gate := l.Gate != nil && pol.Gate.Mode != policy.GateOff &&
 			!slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool { return !l.Gate.Delimits(p.PID) })
 		obs := slo.Observation{BEShare: math.NaN(), MinBETimeslice: floor, MinBEShare: pol.SLO.MinBEShare, Gate: gate, Prepreempt: s.prepreempt}
-		// A search started in this window has its arms applied and nothing
-		// judged; an idle one is told there was no LC (and falls back).
+		// A search started in this window has its arms applied and nothing judged; an idle one is
+		// told there was no LC (and falls back).
 		if !s.started {
-			// Without BE: every BE of the search held stopped through the
-			// window (or stopped by someone else, or gone; or none).
+			// Without BE: every BE of the search held stopped through the window (or stopped by
+			// someone else, or gone; or none).
 			obs.BEPaused = s.pausing && (len(s.bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(s.bes, func(p policy.ProcRef) bool { return !l.Pause.Still(p) }))
 			if rates != nil {
 				keys := make([]string, len(s.bes))
@@ -366,9 +349,9 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 	return decided
 }
 
-// steer tells the request gate, for each LC of a search, whether its
-// search's arm holds BE through its requests; a search whose LC gates its
-// own requests and was answered otherwise at its last push lags.
+// steer tells the request gate, for each LC of a search, whether its search's arm holds BE through
+// its requests; a search whose LC gates its own requests and was answered otherwise at its last
+// push lags.
 func (l *Loop) steer(pol *policy.Policy) {
 	if l.Gate == nil {
 		return
@@ -387,8 +370,8 @@ func (l *Loop) steer(pol *policy.Policy) {
 	l.Gate.Steer(holds)
 }
 
-// options are a search's controller options: references learnt with BE
-// stopped (slo.calibrate: pause) where the daemon can, else beside BE.
+// options are a search's controller options: references learnt with BE stopped (slo.calibrate:
+// pause) where the daemon can, else beside BE.
 func (l *Loop) options(pol *policy.Policy, conf sloConf) slo.Options {
 	return slo.Options{Ladder: pol.SLO.Ladder, Static: pol.Classes[class.BE].Timeslice, Safe: conf.safe, Window: windowOf(pol),
 		PauseMax: cmp.Or(conf.pause, policy.DefaultPauseWindows) + 1, NoPause: conf.pause <= 0 || l.Pause == nil}

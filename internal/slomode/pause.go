@@ -13,10 +13,8 @@ func (l *Loop) pausing() bool {
 	return slices.ContainsFunc(l.sorted(), func(s *search) bool { return s.pausing })
 }
 
-// pauseFor keeps stopped the BE processes of each live search that decided
-// to learn an LC alone (past max at the latest, if nothing else resumes
-// them), and resumes the others; a search whose BE cannot be stopped
-// calibrates beside them.
+// pauseFor keeps stopped (max at most) the BE of each live search that decided to learn an LC
+// alone, and resumes the others; a search whose BE cannot be stopped calibrates beside them.
 func (l *Loop) pauseFor(decided map[*search]*slo.Decision, max time.Duration) {
 	wants := func(s *search) bool { d := decided[s]; return l.Pause != nil && d != nil && d.PauseBE && s.live() }
 	why := ""
@@ -78,6 +76,6 @@ func (l *Loop) resume(why string) {
 	l.log.Info("slo: BE processes resumed", "reason", why)
 }
 
-// Close resumes what SLO mode stopped, on the daemon's way out (a daemon
-// that dies leaves it to the Pauser's watchdog).
+// Close resumes what SLO mode stopped, on the daemon's way out (a daemon that dies leaves it to the
+// Pauser's watchdog).
 func (l *Loop) Close() { l.resume("gpreemptd stopping") }

@@ -16,19 +16,17 @@ import (
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
-// lcWindow is one LC process's window: its status rows (one per
-// objective) and its samples to the controllers.
+// lcWindow is one LC process's window: its status rows (one per objective), samples and key.
 type lcWindow struct {
 	rows    []client.SLOLC
 	samples []slo.LCSample
-	key     string        // its key to the controllers
-	began   time.Duration // when the window began (the reconciler's clock)
+	key     string
+	began   time.Duration // the reconciler's clock
 }
 
-// lcSamples reads each LC process's latest window, by pid. One source at a
-// time, each its own key to the controllers: a traced request is not what
-// the app measures (no CPU work before its first launch), and the two
-// share no baseline.
+// lcSamples reads each LC process's latest window, by pid. One source at a time, each its own key
+// to the controllers: a traced request is not what the app measures (no CPU work before its first
+// launch), and the two share no baseline.
 func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Duration) map[int]lcWindow {
 	window := pol.SLO.Window
 	out := map[int]lcWindow{}
@@ -50,8 +48,8 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 		}
 		s.Source = cmp.Or(s.Source, src.kind)
 		w := lcWindow{key: key}
-		// A traced or scraped window is one the loop closed: the one closed
-		// when the mode came on spans the time it was off.
+		// A traced or scraped window is one the loop closed: the one closed when the mode came on
+		// spans the time it was off.
 		fresh := ok && s.Seq != l.used[src] && now-s.At <= 2*window && (src.kind == SourcePushed || s.Window <= 2*window)
 		if fresh {
 			l.used[src], w.began = s.Seq, s.At-s.Window
@@ -113,10 +111,8 @@ func lcSample(s LatencySample, o objective.Objective, p policy.ProcRef, key stri
 	return out, s.Source
 }
 
-// publish sets the status, what hint engines are told, and the metrics,
-// after a window whose decisions are decided over the LC windows samples
-// (none when the mode came on), which gave each BE process of all the
-// timeslice per names.
+// publish sets the status, what hint engines are told, and the metrics after a window (decided
+// and samples are nil as the mode comes on); per is each BE process's timeslice.
 func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, samples map[int]lcWindow, all []policy.ProcRef, per map[string]time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -126,7 +122,8 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 	told, metrics, worst := map[int]bool{}, map[string]slo.Decision{}, math.NaN()
 	for _, s := range l.sorted() {
 		d, ss, arm := decided[s], &s.status, s.ctl.Arm()
-		// Engines pre-preempt as the arm says where it is an arm; elsewhere below slo.prepreempt_below.
+		// Engines pre-preempt as the arm says where it is an arm; elsewhere below
+		// slo.prepreempt_below.
 		pre := arm.Prepreempt || s.prepreempt == 0 && (pol.SLO.PrepreemptBelow <= 0 || arm.BETimeslice < pol.SLO.PrepreemptBelow)
 		// An engine takes a word other than its last push's answer (l.told's) at its next push.
 		s.lagged = s.gateLag || slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool {
@@ -195,8 +192,7 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 	l.status, l.told = st, told
 }
 
-// searchRows are the status rows of search s's LC processes in their
-// windows samples, against its decision d (nil: none this window).
+// searchRows are the status rows of search s's LCs against its decision d (nil: none this window).
 func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) (out []client.SLOLC) {
 	for _, p := range s.lcs {
 		w := samples[p.PID]

@@ -17,8 +17,8 @@ const (
 	SourceScraped       = "scraped"        // the server's own Prometheus histograms
 )
 
-// Metrics of LatencySample.Samples (objective.Metrics): request latency, an
-// LLM server's time to first token and time per output token.
+// Metrics of LatencySample.Samples (objective.Metrics): request latency, an LLM server's time to
+// first token and time per output token.
 const (
 	MetricRequest = ""
 	MetricTTFT    = "ttft"
@@ -32,34 +32,32 @@ type LatencySample struct {
 	Source   string // one of the Source constants
 	Requests int
 	Tokens   int // the samples of the tpot_ quantiles (0: Requests)
-	// Quantiles by name ("p50", "tpot_p99", ...), for a source without
-	// Samples: the window's own values by metric, at most MaxSamples each.
+	// Quantiles by name ("p50", "tpot_p99", ...), for a source without Samples: the window's own
+	// values by metric, at most MaxSamples each.
 	Quantiles map[string]time.Duration
 	Samples   map[string][]time.Duration
 	Seq       uint64 // numbers a process's samples, so one is used once
 }
 
-// MaxSamples bounds the values one window keeps per metric (a launch-bound
-// LC completes thousands of requests a second).
+// MaxSamples bounds the values one window keeps per metric (a launch-bound LC completes thousands
+// of requests a second).
 const MaxSamples = 4096
 
-// LatencySource gives an LC process's latest latency window: the pushed
-// windows, request tracing (the daemon's TracedLatency), scraping.
+// LatencySource gives an LC process's latest latency window: the pushed windows, request tracing
+// (the daemon's TracedLatency), scraping.
 type LatencySource interface {
 	Latest(pid int) (LatencySample, bool)
 }
 
-// WindowedSource is a LatencySource whose windows the loop closes, once a
-// window, naming the LC processes it is wanted for.
+// WindowedSource is a LatencySource whose windows the loop closes, once a window, naming the LC
+// processes it is wanted for.
 type WindowedSource interface {
 	LatencySource
 	Roll(now time.Duration, lcs []policy.ProcRef)
 }
 
-// ShareSource measures BE progress relative to BE alone (the daemon's
-// BEProgress: kernel launches counted by uprobes). Roll closes the window
-// ending at now over bes and gives their rates; Close ends the measuring
-// when SLO mode is turned off.
+// ShareSource measures BE progress by kernel launches (the daemon's BEProgress): Roll closes the
+// window ending at now over bes; Close ends the measuring as SLO mode goes off.
 type ShareSource interface {
 	Roll(now time.Duration, bes []BEWindow) map[string]BERate
 	Status() []client.SLOBE
@@ -69,17 +67,16 @@ type ShareSource interface {
 // BEWindow is one BE process over the window a ShareSource closes.
 type BEWindow struct {
 	policy.ProcRef
-	// Alone: no GPU process outside BE (but MPS servers) shared a GPU with
-	// it at the window's start and end. Stopped: held stopped through it.
+	// Alone: no GPU process outside BE (but MPS servers) shared a GPU with it at the window's start
+	// and end. Stopped: held stopped through it.
 	Alone, Stopped bool
 }
 
-// BERate is one BE process's kernel launches per second over a window,
-// and alone.
+// BERate is one BE process's kernel launches per second over a window, and alone.
 type BERate struct{ Rate, Alone float64 }
 
-// BEShare is what the processes keys name launched over what they launch
-// alone, in [0, 1]; false where none of them has a rate.
+// BEShare is what the processes keys name launched over what they launch alone, in [0, 1]; false
+// where none of them has a rate.
 func BEShare(rates map[string]BERate, keys []string) (float64, bool) {
 	var rate, ref float64
 	for _, k := range keys {
@@ -132,8 +129,8 @@ func (p *pushed) forget(pid int) {
 	p.mu.Unlock()
 }
 
-// quantileName is the pushed quantile that stands for q: the named one at
-// or above it (p99 for 0.95), never a lower one than it names.
+// quantileName is the pushed quantile that stands for q: the named one at or above it (p99 for
+// 0.95), never a lower one than it names.
 func quantileName(q float64) string {
 	for i, c := range []float64{0.5, 0.9, 0.99, 0.999} {
 		if q <= c+1e-9 {

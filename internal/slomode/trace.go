@@ -7,34 +7,31 @@ import (
 	"github.com/gpreempt/gpreempt/internal/policy"
 )
 
-// sampleSource is where an LC process's windows come from (a Source
-// constant): each numbers its own, and a window is used once.
+// sampleSource is where an LC process's windows come from (a Source constant): each numbers its
+// own, and a window is used once.
 type sampleSource struct {
 	pid  int
 	kind string
 }
 
-// traceWant is one LC process as request tracing sees it: when the loop
-// first saw it, whether it is traced, and the windows in a row it pushed since.
+// traceWant is one LC process as request tracing sees it: when the loop first saw it, whether it is
+// traced, and the windows in a row it pushed since.
 type traceWant struct {
 	seen   time.Duration
 	traced bool
 	pushed int
 }
 
-// Request tracing waits TraceAfter windows for a new LC process to push,
-// and traces one that starts pushing until it has pushed in UntraceAfter
-// windows in a row: one pushing every other window is not attached and
-// detached in turn.
+// Request tracing waits TraceAfter windows for a new LC to push, and traces one until it has pushed
+// UntraceAfter windows in a row: one pushing every other window is not attached and detached in turn.
 const (
 	TraceAfter   = 2
 	UntraceAfter = 4
 )
 
-// toTrace lists the processes of lcs request tracing is to measure: those
-// with an objective whose app pushed no window in the last two, until it
-// pushes steadily; not an MPS server (its clients launch from their own
-// libcuda), nor one whose server's histograms are scraped.
+// toTrace lists the processes of lcs request tracing is to measure: those with an objective whose
+// app pushed no window in the last two, until it pushes steadily; not an MPS server (its clients
+// launch from their own libcuda), nor one whose server's histograms are scraped.
 func (l *Loop) toTrace(pol *policy.Policy, lcs []policy.ProcRef, now time.Duration) []policy.ProcRef {
 	judged := map[string]policy.ProcRef{}
 	for _, p := range lcs {

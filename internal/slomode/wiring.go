@@ -8,23 +8,23 @@ import (
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
 
-// What SLO mode needs of the daemon that wires it: its Reconciler, Pauser,
-// RequestGate and Metrics satisfy these, and this package imports none of it.
+// What SLO mode needs of the daemon that wires it: its Reconciler, Pauser, RequestGate and Metrics
+// satisfy these, and this package imports none of it.
 
-// Reconciler is the policy in force, the classed processes (by pid) and the
-// GPUs they are on, and the BE timeslices chosen, applied.
+// Reconciler is the policy in force, the classed processes (by pid) and the GPUs they are on, and
+// the BE timeslices chosen, applied.
 type Reconciler interface {
 	Policy() *policy.Policy
 	LearnGPUs() // reads again which GPUs each process is on
 	InClass(n class.Name) []policy.ProcRef
 	Outside(n class.Name) []policy.ProcRef
-	// SetBETimeslices gives the BE processes per names (by ProcRef.Key)
-	// their timeslice, def every other; 0: the policy's.
+	// SetBETimeslices gives the BE processes per names (by ProcRef.Key) their timeslice, def every
+	// other; 0: the policy's.
 	SetBETimeslices(def time.Duration, per map[string]time.Duration)
 }
 
-// Pauser stops BE processes while an LC is learnt alone (SIGSTOP through
-// pidfds, with a watchdog that resumes them past max if nothing else does).
+// Pauser stops BE processes while an LC is learnt alone (SIGSTOP through pidfds, with a watchdog
+// that resumes them past max if nothing else does).
 type Pauser interface {
 	Stop(procs []policy.ProcRef, max time.Duration) (int, error) // how many it stopped now
 	ResumeExcept(keep []policy.ProcRef) (int, error)             // how many it resumed
@@ -34,18 +34,17 @@ type Pauser interface {
 	Still(r policy.ProcRef) bool // r makes no progress: held, stopped by someone else, or exited
 }
 
-// Steerer is the request gate: whether to hold BE for each LC, by pid (nil:
-// as the policy says); whether it sees an LC's requests end (a hold that
-// runs to its limit each time is BE stopped, not a request held); whether
-// an LC's engine gates itself, taking the arm's gate at its next push.
+// Steerer is the request gate: whether to hold BE for each LC, by pid (nil: as the policy says);
+// whether it sees an LC's requests end (a hold that runs to its limit each time is BE stopped, not
+// a request held); whether an LC's engine gates itself, taking the arm's gate at its next push.
 type Steerer interface {
 	Steer(holds map[int]bool)
 	Delimits(pid int) bool
 	SelfGated(pid int) bool
 }
 
-// Metrics publishes a window's decisions by the gpu label of their search
-// (on false: the mode is off), and how many BE processes are held stopped.
+// Metrics publishes a window's decisions by the gpu label of their search (on false: the mode is
+// off), and how many BE processes are held stopped.
 type Metrics interface {
 	SetSLO(on bool, byGPU map[string]slo.Decision)
 	SetBEStopped(n int)
