@@ -289,7 +289,7 @@ func (m *Metrics) SetSLO(on bool, byGPU map[string]slo.Decision) {
 	}
 	m.sloEnabled.Set(1)
 	for gpu, d := range byGPU {
-		m.sloTimeslice.WithLabelValues(gpu).Set(d.BETimeslice.Seconds())
+		m.sloTimeslice.WithLabelValues(gpu).Set(d.Arm.BETimeslice.Seconds())
 		m.sloWorst.WithLabelValues(gpu).Set(d.Worst)
 		m.sloShare.WithLabelValues(gpu).Set(d.BEShare)
 		for _, r := range d.LC {

@@ -8,21 +8,21 @@ import (
 // Arm is one thing the controller may choose for a GPU: the BE timeslice (a rung of the ladder),
 // whether the request gate holds BE through each LC request, and whether hint engines pre-preempt.
 type Arm struct {
-	BETimeslice time.Duration `json:"be_timeslice"`
-	Gate        bool          `json:"gate,omitempty"`
-	Prepreempt  bool          `json:"prepreempt,omitempty"`
+	BETimeslice time.Duration
+	Gate        bool
+	Prepreempt  bool
 }
 
 func (a Arm) String() string {
 	return a.BETimeslice.String() + map[bool]string{true: "+gate"}[a.Gate] + map[bool]string{true: "+prepreempt"}[a.Prepreempt]
 }
 
-// arms is what may be chosen now: rungs lo..hi of the ladder, the gate where the daemon has one for
-// these LCs, pre-preemption up to a timeslice where an LC has a hint engine (0: none), and the
-// static arm (the policy's own classes), which is always offered.
+// arms is what may be chosen now: rungs from lo of the ladder, the gate where the daemon has one
+// for these LCs, pre-preemption up to a timeslice where an LC has a hint engine (0: none), and
+// the static arm (the policy's own classes), always offered.
 type arms struct {
 	ladder     []time.Duration
-	lo, hi     int
+	lo         int
 	gate       bool
 	prepreempt time.Duration
 	static     Arm
@@ -31,7 +31,7 @@ type arms struct {
 func (s arms) rung(a Arm) int { return slices.Index(s.ladder, a.BETimeslice) }
 
 func (s arms) allowed(a Arm) bool {
-	return a == s.static || slices.Contains(s.ladder[s.lo:s.hi+1], a.BETimeslice) && (!a.Gate || s.gate) && (!a.Prepreempt || a.BETimeslice <= s.prepreempt)
+	return a == s.static || s.rung(a) >= s.lo && (!a.Gate || s.gate) && (!a.Prepreempt || a.BETimeslice <= s.prepreempt)
 }
 
 // all lists the arms allowed now, in a fixed order.
@@ -42,12 +42,12 @@ func (s arms) all() (out []Arm) {
 	return slices.DeleteFunc(out, func(a Arm) bool { return !s.allowed(a) })
 }
 
-// clamp is the allowed arm nearest a: its rung within lo..hi, the gate and pre-preemption where allowed.
+// clamp is the allowed arm nearest a: its rung lo at least, the gate and pre-preemption where allowed.
 func (s arms) clamp(a Arm) Arm {
 	if s.allowed(a) {
 		return a
 	}
-	t := s.ladder[min(max(s.rung(a), s.lo), s.hi)]
+	t := s.ladder[max(s.rung(a), s.lo)]
 	return Arm{t, a.Gate && s.gate, a.Prepreempt && t <= s.prepreempt}
 }
 
@@ -60,18 +60,11 @@ func (s arms) neighbours(a Arm) []Arm {
 	}, func(b Arm) bool { return b == a || !s.allowed(b) })
 }
 
-// priorShare is what an arm is expected to leave BE before it is measured, only its order
-// mattering: a longer BE timeslice costs BE fewer switches; the gate holds BE through every LC
-// request; a spinner takes a little.
+// priorShare is what an arm is expected to leave BE until measured, only its order mattering: a
+// longer BE timeslice costs BE fewer switches; the gate holds BE through every LC request; a
+// spinner takes a little.
 func (s arms) priorShare(a Arm) float64 {
-	x := float64(s.rung(a)+1) / float64(len(s.ladder)+1)
-	if a.Gate {
-		x *= gateShare
-	}
-	if a.Prepreempt {
-		x *= spinShare
-	}
-	return x
+	return float64(s.rung(a)+1) / float64(len(s.ladder)+1) * map[bool]float64{true: gateShare, false: 1}[a.Gate] * map[bool]float64{true: spinShare, false: 1}[a.Prepreempt]
 }
 
 // protects reports whether b gives BE less than a (a shorter timeslice, the gate on,

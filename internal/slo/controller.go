@@ -14,10 +14,11 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
+	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
-// DefaultLadder: the fastest yield (1 us), the class default (200 us), and
-// the longer BE timeslices a launch-bound LC may need.
+// DefaultLadder: the fastest yield, the class default, and the longer BE timeslices a
+// launch-bound LC may need.
 var DefaultLadder = []time.Duration{
 	time.Microsecond, 50 * time.Microsecond, 200 * time.Microsecond, 500 * time.Microsecond,
 	time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond,
@@ -25,40 +26,35 @@ var DefaultLadder = []time.Duration{
 
 // Options tune a Controller; zero fields take the defaults in brackets.
 type Options struct {
-	Ladder     []time.Duration // ascending BE timeslices [DefaultLadder]
-	Static     time.Duration   // the policy's own BE timeslice: the static arm, always offered [200us]
-	Safe       time.Duration   // the BE timeslice while LC latency is unknown [Static]
-	Window     time.Duration   // one observation's length: the budgets are in time [1s]
-	NoPause    bool            // BE cannot be stopped: references are learnt beside it
-	PauseMax   int             // windows one pause lasts at most, the first draining BE's queued work, its budget allowing [6]
-	MinSamples int             // requests (tokens for tpot_) a measurement needs; windows accumulate until it has them [20]
-	HalfLife   int             // windows that halve what an arm showed (workloads drift) [120]
-	Z          float64         // bounds' width in standard errors [2]
-	Margin     float64         // BE share a move for BE's sake must add (a training BE scatters by a few points) [0.02]
+	Ladder   []time.Duration // ascending BE timeslices [DefaultLadder]
+	Static   time.Duration   // the policy's own BE timeslice: the static arm, always offered [200us]
+	Safe     time.Duration   // the BE timeslice while LC latency is unknown [Static]
+	Window   time.Duration   // one observation's length: the budgets are in time [1s]
+	NoPause  bool            // BE cannot be stopped: references are learnt beside it
+	PauseMax int             // windows one pause lasts at most, the first draining BE's queued work [6]
 }
-
-// DefaultMinSamples is Options.MinSamples's default.
-const DefaultMinSamples = 20
 
 func (o Options) withDefaults() Options {
 	if len(o.Ladder) == 0 {
 		o.Ladder = DefaultLadder
 	}
 	o.Static = cmp.Or(o.Static, 200*time.Microsecond)
-	o.Safe, o.Window = cmp.Or(o.Safe, o.Static), cmp.Or(o.Window, time.Second)
-	o.PauseMax, o.MinSamples, o.HalfLife = cmp.Or(o.PauseMax, 6), cmp.Or(o.MinSamples, DefaultMinSamples), cmp.Or(o.HalfLife, 120)
-	o.Z, o.Margin = cmp.Or(o.Z, 2), cmp.Or(o.Margin, 0.02)
+	o.Safe, o.Window, o.PauseMax = cmp.Or(o.Safe, o.Static), cmp.Or(o.Window, time.Second), cmp.Or(o.PauseMax, 6)
 	return o
 }
 
 // The model's fixed numbers, each with why this value.
 const (
+	minSamples    = 20                     // requests (tokens for tpot_) one measurement needs: windows accumulate until it has them
+	halfLife      = 120                    // windows that halve what an arm showed (workloads drift)
+	z             = 2                      // bounds' width in standard errors
+	margin        = 0.02                   // BE share a move for BE's sake must add (a training BE scatters by a few points)
 	maxAccumulate = 30                     // windows one measurement is expected within (a request a second counts in 20): undecided for two, an arm is left
 	idleAfter     = 10                     // windows with no LC sample before the safe arm (a slow LC is quiet a few)
 	budget        = 0.1                    // of any minute BE may be stopped to learn LCs alone; of windows a settled search explores
 	stableGap     = 30 * time.Second       // least time between a settled search's explorations: a steady LC sees an arm change at most this often
 	calTries      = 3                      // pauses an LC may give nothing in before its reference is learnt beside BE
-	minEvidence   = 0.5                    // weight an estimate needs before it decides: one measurement up to a HalfLife old, its interval widened by the prior
+	minEvidence   = 0.5                    // weight an estimate needs before it decides: one measurement up to a halfLife old, its interval widened by the prior
 	priorWeight   = 2                      // measurements the prior scatter weighs as: two that happen to agree do not make a noisy LC steady
 	priorScatter  = 0.1                    // a measurement's relative scatter until learnt; how much better than a measured neighbour an unmeasured arm may be
 	maxBackoff    = 4                      // back-offs from exploring an arm, each twice the last
@@ -67,38 +63,28 @@ const (
 	spinShare     = 0.99                   // the same with pre-preemption: a spinner takes a little
 )
 
-// LCSample is one LC process's latency over one window against one of its
-// objectives (two objectives: two samples with one Key).
+// LCSample is one LC process's latency over one window against one of its objectives.
 type LCSample struct {
-	Key       string // the process ("pid/start"): a new key, a new process
-	Source    string // where its latency comes from (status and metrics)
-	Owner     string // whose budget its calibration draws on (uid, or pod)
-	Objective objective.Objective
-	// Values are the window's own values of the objective's metric; without them Latency is the
-	// window's quantile over Count samples (a push of quantiles alone).
-	Values     []time.Duration
-	Latency    time.Duration
-	Count      int
-	Standalone time.Duration // the reference, if known; else it is learnt
-	P50        time.Duration // the window's median of the metric (status and metrics; 0: none)
+	Key        string // the process ("pid/start"): a new key, a new process
+	Source     string // where its latency comes from (status and metrics)
+	Owner      string // whose budget its calibration draws on (uid, or pod)
+	Objective  objective.Objective
+	Points     []stats.Weighted // the window's own values of the objective's metric, or its quantile over its count
+	Standalone time.Duration    // the reference, if known; else it is learnt
+	P50        time.Duration    // the window's median of the metric (status and metrics; 0: none)
 }
 
-// Observation is one window under the arm in force, and what may be
-// chosen next.
+// Observation is one window under the arm in force, and what may be chosen next.
 type Observation struct {
-	LC         []LCSample
-	BEShare    float64 // BE progress over BE alone; NaN: not measured
-	MinBEShare float64 // no arm known to give BE less is chosen; 0: none
-	// The BE timeslice's bounds (0: the ladder's ends): below a floor two BE spend the GPU
-	// switching.
-	MinBETimeslice, MaxBETimeslice time.Duration
-	Gate                           bool          // the gate may hold BE for these LCs
-	Prepreempt                     time.Duration // an LC's engine may pre-preempt up to this BE timeslice; 0: no
-	BEPaused                       bool          // every BE was stopped through the window, as asked
-	BEIdle                         bool          // no BE launched work through the window of its own accord: the LC ran alone
-	// Aligned: every LC window began as the last decision took effect for its LC (reporters push just
-	// before the daemon reads): the window after a move is the new arm's.
-	Aligned bool
+	LC             []LCSample
+	BEShare        float64       // BE progress over BE alone; NaN: not measured
+	MinBEShare     float64       // no arm known to give BE less is chosen; 0: none
+	MinBETimeslice time.Duration // below it two BE on a GPU spend it switching; 0: the ladder's first
+	Gate           bool          // the gate may hold BE for these LCs
+	Prepreempt     time.Duration // an LC's engine may pre-preempt up to this BE timeslice; 0: no
+	BEPaused       bool          // every BE was stopped through the window, as asked
+	BEIdle         bool          // no BE launched work through the window of its own accord: the LC ran alone
+	Aligned        bool          // every LC window began as the last decision took effect: the one after a move is the new arm's
 }
 
 // Causes of a decision (metric label values); Reason says the rest.
@@ -111,7 +97,6 @@ const (
 	CauseAtLimit     = "at_limit"     // no arm known to meet them: the closest
 	CauseCalibrate   = "calibrate"    // a reference learnt
 	CauseFloor       = "floor"        // raised to the shortest BE timeslice allowed
-	CauseCeiling     = "ceiling"      // lowered to the longest allowed
 	CauseUnavailable = "unavailable"  // the gate or pre-preemption no longer offered
 )
 
@@ -133,47 +118,35 @@ func (k PhaseKind) String() string {
 // Phase is where a controller is, with the data of that phase.
 type Phase struct {
 	Kind  PhaseKind
-	Since int // the window it began in
-	From  Arm // Calibrating, Exploring: the arm it goes back to
-	Pause int // Calibrating: windows of the pause in force (0: BE runs)
-	// Limit (Settled, and Exploring from there): no arm is known to meet every objective, and the
-	// closest is held rather than searched from again.
-	Limit bool
+	Since int  // the window it began in
+	From  Arm  // Calibrating, Exploring: the arm it goes back to
+	Pause int  // Calibrating: windows of the pause in force (0: BE runs)
+	Limit bool // Settled, Exploring from there: no arm is known to meet every objective; the closest is held
 }
 
 // LCResult is a sample against its objective.
 type LCResult struct {
-	Key       string        `json:"key"`
-	Objective string        `json:"objective"`
-	Latency   time.Duration `json:"latency"`             // the last measurement's (0: none yet)
-	Target    time.Duration `json:"target"`              // 0: reference not known yet
-	Reference string        `json:"reference,omitempty"` // what a relative objective is measured against
-	Ratio     float64       `json:"ratio"`               // Latency/Target; NaN: none
-	Source    string        `json:"source,omitempty"`    // LCSample.Source
-	Samples   int           `json:"samples"`             // this window's
-	P50       time.Duration `json:"p50,omitempty"`       // this window's median as seen (0: none)
-	Pending   int           `json:"pending"`             // accumulated toward the next measurement
-	Counted   bool          `json:"counted,omitempty"`   // a measurement completed this window
+	Key, Objective, Source string        // Source: LCSample.Source
+	Latency                time.Duration // the last measurement's (0: none yet)
+	Target                 time.Duration // 0: reference not known yet
+	Reference              string        // what a relative objective is measured against
+	Ratio                  float64       // Latency/Target; NaN: none
+	Samples, Pending       int           // this window's; accumulated toward the next measurement
+	P50                    time.Duration // this window's median as seen (0: none)
+	Counted                bool          // a measurement completed this window
 }
 
 // Decision is the answer to one observation.
 type Decision struct {
-	Arm            Arm           `json:"arm"`
-	BETimeslice    time.Duration `json:"be_timeslice"`
-	Changed        bool          `json:"changed"`
-	Phase          string        `json:"phase"`
-	Cause          string        `json:"cause"`
-	Reason         string        `json:"reason"`
-	Bound          string        `json:"bound,omitempty"` // at the limit: what stands in the way
-	LC             []LCResult    `json:"lc,omitempty"`
-	Worst          float64       `json:"worst_lc_vs_objective"` // highest latency/target measured; NaN: none
-	BEShare        float64       `json:"be_share"`
-	BEBelowMinimum bool          `json:"be_below_minimum,omitempty"` // the arm held gives BE less than its minimum
-	Fallback       bool          `json:"fallback,omitempty"`
-	PauseBE        bool          `json:"pause_be,omitempty"` // stop every BE through the next window
-	Aligned        bool          `json:"aligned,omitempty"`  // Observation.Aligned
-	// What references cost: windows BE was stopped, of calibration, of all.
-	PausedWindows, CalibrationWindows, Windows int
+	Arm                                        Arm
+	Changed                                    bool
+	Phase, Cause, Reason                       string
+	Bound                                      string // at the limit: what stands in the way
+	LC                                         []LCResult
+	Worst, BEShare                             float64 // Worst: the highest latency/target measured; NaN: none
+	BEBelowMinimum                             bool    // the arm held gives BE less than its minimum
+	PauseBE, Aligned                           bool    // PauseBE: stop every BE through the next window; Aligned: Observation.Aligned
+	PausedWindows, CalibrationWindows, Windows int     // what references cost: windows BE was stopped, of calibration, of all
 }
 
 // Controller chooses an arm per window. Not safe for concurrent use.
@@ -216,7 +189,7 @@ func New(opts Options) (*Controller, error) {
 	}
 	c := &Controller{opts: opts, arms: map[Arm]*armEst{}, acc: map[string]*accum{}, active: map[string]int{},
 		refs: map[string]*reference{}, left: map[Arm]backoff{}}
-	c.set = arms{ladder: opts.Ladder, hi: len(opts.Ladder) - 1, static: Arm{BETimeslice: opts.Static}}
+	c.offer(Observation{})
 	c.cur, c.phase = c.safe(), Phase{Kind: Settled}
 	return c, nil
 }
@@ -224,8 +197,17 @@ func New(opts Options) (*Controller, error) {
 // Arm is the arm in force.
 func (c *Controller) Arm() Arm { return c.cur }
 
-// safe is the arm while LC latency is unknown: the rung nearest Safe, without the gate, and where
-// an LC has a hint engine the longest rung that pre-preempts, pre-preempting.
+// offer takes what o allows: the rungs from its floor, the gate, pre-preemption, BE's minimum share.
+func (c *Controller) offer(o Observation) {
+	c.set = arms{ladder: c.opts.Ladder, gate: o.Gate, prepreempt: o.Prepreempt, static: Arm{BETimeslice: c.opts.Static}}
+	for c.set.lo < len(c.set.ladder)-1 && c.set.ladder[c.set.lo] < o.MinBETimeslice {
+		c.set.lo++
+	}
+	c.minShare = o.MinBEShare
+}
+
+// safe is the arm while LC latency is unknown: the rung nearest Safe, no gate; where an LC has a
+// hint engine, the longest rung that pre-preempts.
 func (c *Controller) safe() Arm {
 	near := slices.MinFunc(c.set.ladder, func(x, y time.Duration) int { return cmp.Compare((x - c.opts.Safe).Abs(), (y - c.opts.Safe).Abs()) })
 	a := c.set.clamp(Arm{BETimeslice: near})
@@ -242,52 +224,39 @@ func (c *Controller) minuteWindows() int { return max(1, int(time.Minute/c.opts.
 // Observe takes one window's measurements, made under Arm, and decides the next arm.
 func (c *Controller) Observe(o Observation) Decision {
 	c.tick++
-	c.decay(math.Exp2(-1 / float64(c.opts.HalfLife)))
-	c.set = arms{ladder: c.opts.Ladder, hi: len(c.opts.Ladder) - 1, gate: o.Gate, prepreempt: o.Prepreempt, static: Arm{BETimeslice: c.opts.Static}}
-	for c.set.lo < c.set.hi && c.set.ladder[c.set.lo] < o.MinBETimeslice {
-		c.set.lo++
-	}
-	for o.MaxBETimeslice > 0 && c.set.hi > c.set.lo && c.set.ladder[c.set.hi] > o.MaxBETimeslice {
-		c.set.hi--
-	}
-	c.minShare = o.MinBEShare
+	c.decay(math.Exp2(-1.0 / halfLife))
+	c.offer(o)
 	d := Decision{Worst: math.NaN(), BEShare: o.BEShare, Aligned: o.Aligned}
 	c.measure(&d, o)
 	c.step(&d, o)
 	if d.PauseBE {
-		owners, _ := c.toLearn(false)
+		owners, _ := c.toLearn()
 		c.stops, c.paused = append(c.stops, stopped{c.tick + 1, owners}), c.paused+1
 	}
 	if c.phase.Kind == Calibrating {
 		c.calibrated++
 	}
-	d.Arm, d.BETimeslice, d.Phase, d.Fallback = c.cur, c.cur.BETimeslice, c.phase.Kind.String(), c.phase.Kind == Fallback
+	d.Arm, d.Phase, d.BEBelowMinimum = c.cur, c.phase.Kind.String(), c.short(c.cur)
 	d.PausedWindows, d.CalibrationWindows, d.Windows = c.paused, c.calibrated, c.tick
-	d.BEBelowMinimum = c.short(c.cur)
 	return d
 }
 
-// step is the one transition function: from the phase in force and what was measured, the next
-// phase and arm.
+// step is the one transition function: from the phase in force and the window, the next phase and arm.
 func (c *Controller) step(d *Decision, o Observation) {
 	k := c.phase.Kind
 	switch to := c.set.clamp(c.cur); {
 	case c.tick == 1 && c.safe() != c.cur: // the arms offered are known from the first window
-		c.moveFor(d, CauseUnavailable, c.safe(), fmt.Sprintf("the arms allowed now put the search at %v", c.safe()))
+		c.to(d, CauseUnavailable, c.safe(), fmt.Sprintf("the arms allowed now put the search at %v", c.safe()))
 	case to != c.cur:
-		cause := map[bool]string{true: CauseFloor, false: CauseUnavailable}[c.set.rung(c.cur) < c.set.lo]
-		if c.set.rung(c.cur) > c.set.hi {
-			cause = CauseCeiling
-		}
-		c.moveFor(d, cause, to, fmt.Sprintf("the arms allowed now put the search at %v", to))
+		c.to(d, map[bool]string{true: CauseFloor, false: CauseUnavailable}[c.set.rung(c.cur) < c.set.lo], to, fmt.Sprintf("the arms allowed now put the search at %v", to))
 	case c.quiet >= idleAfter && k != Fallback:
 		c.enter(Phase{Kind: Fallback})
-		c.moveFor(d, CauseNoSignal, c.safe(), fmt.Sprintf("no LC latency for %d windows: the safe arm", c.quiet))
+		c.to(d, CauseNoSignal, c.safe(), fmt.Sprintf("no LC latency for %d windows: the safe arm", c.quiet))
 	case k == Fallback && c.quiet == 0:
 		c.enter(Phase{Kind: Settled})
-		c.say(d, CauseNoSignal, "LC latency again: measuring the arm in force")
+		c.keep(d, CauseNoSignal, "LC latency again: measuring the arm in force")
 	case c.quiet > 0 && k != Calibrating: // nothing new to decide on (a slow LC's windows between requests)
-		c.say(d, CauseNoSignal, "no LC latency this window")
+		c.keep(d, CauseNoSignal, "no LC latency this window")
 	case k == Calibrating || c.calibrationDue():
 		if from := map[bool]Arm{true: c.phase.From, false: c.cur}[k == Exploring]; k != Calibrating {
 			c.enter(Phase{Kind: Calibrating, From: from}) // an exploration cut short goes back where it came from
@@ -301,7 +270,7 @@ func (c *Controller) step(d *Decision, o Observation) {
 		switch c.feasibility(c.cur) {
 		case feasible:
 			c.enter(Phase{Kind: Settled})
-			c.say(d, CauseWithin, fmt.Sprintf("%v meets every objective", c.cur))
+			c.keep(d, CauseWithin, fmt.Sprintf("%v meets every objective", c.cur))
 		case infeasible:
 			c.rescue(d)
 		default:
@@ -310,8 +279,8 @@ func (c *Controller) step(d *Decision, o Observation) {
 	}
 }
 
-// exploring measures the arm explored until it meets the objectives, misses them, or stays
-// undecided for two measurements' span; then back to settled.
+// exploring measures the arm explored until it meets, misses, or stays undecided for two
+// measurements' span.
 func (c *Controller) exploring(d *Decision) {
 	switch f := c.feasibility(c.cur); {
 	case f == infeasible:
@@ -327,20 +296,20 @@ func (c *Controller) exploring(d *Decision) {
 		c.backOff(c.cur)
 		c.endExplore(d, CauseWithin, fmt.Sprintf("%v left undecided after %d windows: back to %v", c.cur, c.tick-c.phase.Since, c.phase.From))
 	default:
-		c.say(d, CauseExplore, fmt.Sprintf("measuring %v: LC at %.2fx its objective so far (NaN: no measurement yet)", c.cur, c.worstMean(c.cur)))
+		c.keep(d, CauseExplore, c.measuring())
 	}
 }
 
-// settled keeps the arm in force while it meets the objectives; leaves it when it misses or a
-// measured arm gives BE more; explores within the budget.
+// settled keeps the arm in force while it meets; leaves it when it misses or a measured arm gives
+// BE more; explores within the budget.
 func (c *Controller) settled(d *Decision) {
 	f := c.feasibility(c.cur)
 	if c.phase.Limit = c.phase.Limit && f != feasible; f == infeasible && !c.phase.Limit {
 		c.rescue(d)
 		return
 	}
-	if best, ok := c.best(); ok && best != c.cur && (f != feasible || c.share(best) > c.share(c.cur)+c.opts.Margin) {
-		c.moveFor(d, CauseKnownBetter, best, fmt.Sprintf("%v meets every objective with %s", best, c.shareText(best)))
+	if best, ok := c.best(); ok && best != c.cur && (f != feasible || c.share(best) > c.share(c.cur)+margin) {
+		c.to(d, CauseKnownBetter, best, fmt.Sprintf("%v meets every objective with %s", best, c.shareText(best)))
 		return
 	}
 	if f == possible && !(c.worstMean(c.cur) <= 1) && !c.phase.Limit {
@@ -350,7 +319,7 @@ func (c *Controller) settled(d *Decision) {
 	switch a, ok := c.candidate(); {
 	case ok && c.tick >= c.nextExplore:
 		c.enter(Phase{Kind: Exploring, From: c.cur, Limit: c.phase.Limit})
-		c.moveFor(d, CauseExplore, a, fmt.Sprintf("LC at %.2fx its objective under %v: trying %v, which might meet it with %s", c.worstMean(c.cur), c.cur, a, c.shareText(a)))
+		c.to(d, CauseExplore, a, fmt.Sprintf("LC at %.2fx its objective under %v: trying %v, which might meet it with %s", c.worstMean(c.cur), c.cur, a, c.shareText(a)))
 		return
 	case !ok && c.nextExplore == 0:
 		c.nextExplore = c.tick // converged: explorations from now on are budgeted
@@ -359,20 +328,24 @@ func (c *Controller) settled(d *Decision) {
 		c.atLimit(d)
 		return
 	}
-	c.say(d, CauseWithin, "within objectives")
+	c.keep(d, CauseWithin, "within objectives")
 }
 
-// undecided keeps measuring an arm that may miss, and leaves it toward the LC once it has missed
-// on average for two measurements' span.
+// undecided keeps measuring an arm that may miss, and leaves it once it has missed on average for
+// two measurements' span.
 func (c *Controller) undecided(d *Decision) {
 	if c.tick-c.moved >= 2*maxAccumulate && c.worstMean(c.cur) > 1 {
 		c.rescue(d)
 		return
 	}
-	c.say(d, CauseWithin, fmt.Sprintf("measuring %v: LC at %.2fx its objective so far (NaN: no measurement yet)", c.cur, c.worstMean(c.cur)))
+	c.keep(d, CauseWithin, c.measuring())
 }
 
-// endExplore goes back to settled: to the arm explored if it is the best known, else where it came from.
+func (c *Controller) measuring() string {
+	return fmt.Sprintf("measuring %v: LC at %.2fx its objective so far (NaN: no measurement yet)", c.cur, c.worstMean(c.cur))
+}
+
+// endExplore settles on the arm explored if it is the better, else where it came from.
 func (c *Controller) endExplore(d *Decision, cause, why string) {
 	from, n := c.phase.From, c.tick-c.phase.Since
 	c.enter(Phase{Kind: Settled, Limit: c.phase.Limit && c.feasibility(c.cur) != feasible})
@@ -383,14 +356,12 @@ func (c *Controller) endExplore(d *Decision, cause, why string) {
 	if c.feasibility(c.cur) != feasible || c.feasibility(from) == feasible && c.share(from) >= c.share(c.cur) {
 		to = c.set.clamp(from)
 	}
-	c.moveFor(d, cause, to, why)
+	c.to(d, cause, to, why)
 }
 
-// rescue leaves an arm that misses: for the best known to meet every objective, else the most BE
-// among those that might and protect the LC more (give BE more, where it is BE's minimum that is
-// missed), else the closest.
+// rescue leaves an arm that misses: for the best known to meet, else the most BE of those that
+// might and protect the LC more (give BE more, where BE's minimum is missed), else the closest.
 func (c *Controller) rescue(d *Decision) {
-	d.Cause = CauseViolation
 	miss := fmt.Sprintf("LC at %.2fx its objective under %v: ", c.worstMean(c.cur), c.cur)
 	if c.short(c.cur) {
 		miss = fmt.Sprintf("BE at %.0f%% under %v, below its minimum: ", 100*c.share(c.cur), c.cur)
@@ -398,10 +369,9 @@ func (c *Controller) rescue(d *Decision) {
 	c.backOff(c.cur)
 	if best, ok := c.best(); ok {
 		c.enter(Phase{Kind: Settled})
-		c.move(d, best, miss+fmt.Sprintf("to %v, which meets every objective", best))
+		c.to(d, CauseViolation, best, miss+fmt.Sprintf("to %v, which meets every objective", best))
 		return
 	}
-	// An arm that meets the LC objectives but gives BE less than its minimum is left for more BE.
 	toBE := c.short(c.cur) && c.lcFeasibility(c.cur) != infeasible
 	to, found := Arm{}, false
 	for _, a := range c.set.all() {
@@ -411,7 +381,7 @@ func (c *Controller) rescue(d *Decision) {
 	}
 	if found {
 		c.enter(Phase{Kind: Recovering})
-		c.move(d, to, miss+fmt.Sprintf("trying %v, which might meet them", to))
+		c.to(d, CauseViolation, to, miss+fmt.Sprintf("trying %v, which might meet them", to))
 		return
 	}
 	c.enter(Phase{Kind: Settled, Limit: true})
@@ -420,7 +390,6 @@ func (c *Controller) rescue(d *Decision) {
 
 // atLimit holds the closest arm with the most BE and names what stands in the way.
 func (c *Controller) atLimit(d *Decision) {
-	d.Cause = CauseAtLimit
 	a := c.closest()
 	d.Bound = fmt.Sprintf("no arm meets every objective: %v comes closest (LC at %.2fx)", a, c.worstMean(a))
 	if slices.ContainsFunc(c.set.all(), func(b Arm) bool { return c.short(b) && c.lcFeasibility(b) == feasible }) {
@@ -433,30 +402,24 @@ func (c *Controller) atLimit(d *Decision) {
 			break
 		}
 	}
-	c.move(d, a, d.Bound)
+	c.to(d, CauseAtLimit, a, d.Bound)
 }
 
 // enter begins phase p now.
 func (c *Controller) enter(p Phase) { p.Since = c.tick; c.phase = p }
 
-func (c *Controller) move(d *Decision, to Arm, why string) {
-	if d.Changed = d.Changed || to != c.cur; to != c.cur {
-		c.cur, c.moved = to, c.tick
-		for _, a := range c.acc { // a measurement is of one arm
-			a.Reset()
+// to decides arm a for cause; keep the arm in force.
+func (c *Controller) to(d *Decision, cause string, a Arm, why string) {
+	d.Cause, d.Reason = cause, why
+	if a != c.cur {
+		d.Changed, c.cur, c.moved = true, a, c.tick
+		for _, m := range c.acc { // a measurement is of one arm
+			m.pts = nil
 		}
 	}
-	c.stay(d, why)
 }
 
-func (c *Controller) stay(d *Decision, why string) { d.Reason += why }
-
-// say keeps the arm for cause; moveFor moves to it for cause.
-func (c *Controller) say(d *Decision, cause, why string) { d.Cause = cause; c.stay(d, why) }
-func (c *Controller) moveFor(d *Decision, cause string, to Arm, why string) {
-	d.Cause = cause
-	c.move(d, to, why)
-}
+func (c *Controller) keep(d *Decision, cause, why string) { c.to(d, cause, c.cur, why) }
 
 // backoff: times left, and when it may be explored again.
 type backoff struct{ n, until int }
@@ -464,11 +427,10 @@ type backoff struct{ n, until int }
 // backOff holds arm a back from exploring: each time again twice as long, maxBackoff times.
 func (c *Controller) backOff(a Arm) {
 	n := min(c.left[a].n+1, maxBackoff)
-	c.left[a] = backoff{n, c.tick + c.opts.HalfLife<<(n-1)}
+	c.left[a] = backoff{n, c.tick + halfLife<<(n-1)}
 }
 
-// best is the arm known to meet every objective that gives BE the most (the one in force on a
-// tie).
+// best is the arm known to meet every objective that gives BE the most (the one in force on a tie).
 func (c *Controller) best() (best Arm, ok bool) {
 	best = c.cur
 	for _, a := range c.set.all() {
@@ -485,16 +447,15 @@ func (c *Controller) short(a Arm) bool {
 	return c.minShare > 0 && known(&c.est(a).share) && c.share(a) < c.minShare
 }
 
-// candidate is the arm to explore expected to give BE more than the one in force by Margin (at
-// the limit: to protect the LC more): one that might meet the objectives, not backed off, next to
-// the arm in force or to one measured.
+// candidate is the arm to explore expected to give BE more than the one in force by margin (at
+// the limit: to protect the LC more, the workload may have eased): one that might meet the
+// objectives, not backed off, next to the arm in force or to one measured.
 func (c *Controller) candidate() (best Arm, ok bool) {
 	for _, a := range c.set.all() {
 		frontier := c.evidence(a) > 0
 		for _, n := range c.set.neighbours(a) {
 			frontier = frontier || n == c.cur || c.evidence(n) >= minEvidence
 		}
-		// At the limit only an arm that protects the LC more is worth a try (the workload may have eased).
 		gain := c.better(a, c.cur)
 		if c.phase.Limit {
 			gain = protects(c.set, c.cur, a)
@@ -506,9 +467,8 @@ func (c *Controller) candidate() (best Arm, ok bool) {
 	return best, ok
 }
 
-// closest is the measured arm missing the objectives by least, the most BE among those within a
-// quarter of the prior scatter of it, none short of BE's minimum where one is not; the arm in force while none is
-// measured.
+// closest is the measured arm missing by least (the most BE within a quarter of the prior scatter
+// of it), none short of BE's minimum where one is not; the arm in force while none is measured.
 func (c *Controller) closest() Arm {
 	best, m := c.cur, c.worstMean(c.cur)
 	for _, a := range c.set.all() {
@@ -526,11 +486,10 @@ func (c *Controller) closest() Arm {
 	return best
 }
 
-// better reports whether a is expected to give BE more than b: by Margin where both are measured,
-// else in the prior order.
+// better reports whether a is expected to give BE more than b: by margin where both are measured.
 func (c *Controller) better(a, b Arm) bool {
-	margin := map[bool]float64{true: c.opts.Margin}[known(&c.est(a).share) && known(&c.est(b).share)]
-	return c.share(a) > c.share(b)+margin
+	m := map[bool]float64{true: margin}[known(&c.est(a).share) && known(&c.est(b).share)]
+	return c.share(a) > c.share(b)+m
 }
 
 func (c *Controller) shareText(a Arm) string {

@@ -76,8 +76,8 @@ func TestSlowLCWindowsAccumulate(t *testing.T) {
 	first := slices.IndexFunc(ds, func(d Decision) bool { return slices.ContainsFunc(d.LC, func(r LCResult) bool { return r.Counted }) })
 	// One request a window: the 20th window's request completes the first measurement (the
 	// first window is the mode's own, mixing what ran before).
-	if first < DefaultMinSamples-1 || first > DefaultMinSamples+1 {
-		t.Fatalf("first measurement counted in window %d, want about %d", first+1, DefaultMinSamples)
+	if first < minSamples-1 || first > minSamples+1 {
+		t.Fatalf("first measurement counted in window %d, want about %d", first+1, minSamples)
 	}
 	if got := ds[first-1].LC[0].Pending; got != first-1 && got != first {
 		t.Errorf("window %d: %d samples pending, want them accumulated", first, got)

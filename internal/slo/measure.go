@@ -1,6 +1,7 @@
 package slo
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -11,14 +12,12 @@ import (
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
-// est is a forgetting estimate of one quantity under one arm, each window's weight halved every
-// HalfLife windows.
+// est is a forgetting estimate of one quantity under one arm.
 type est = stats.Forgetting
 
 func known(e *est) bool { return e != nil && e.W >= minEvidence }
 
-// armEst is what one arm showed: each objective's measured latency/target (by objective key) and
-// BE share per window.
+// armEst is what one arm showed: each objective's latency/target (by objective key), BE's share.
 type armEst struct {
 	lc    map[string]*est
 	share est
@@ -31,8 +30,7 @@ func (c *Controller) est(a Arm) *armEst {
 	return c.arms[a]
 }
 
-// decay fades every estimate by f, and drops those faded to nothing (of processes gone: keys are
-// per process).
+// decay fades every estimate by f, and drops those faded to nothing (of processes gone).
 func (c *Controller) decay(f float64) {
 	for a, e := range c.arms {
 		maps.DeleteFunc(e.lc, func(_ string, x *est) bool { x.Decay(f); return x.W < minEvidence/100 })
@@ -42,36 +40,23 @@ func (c *Controller) decay(f float64) {
 	}
 }
 
-// accum gathers one objective's samples under one arm (stats.Accum over maxAccumulate windows),
-// and keeps its last measurement and reference for the status.
+// accum gathers one objective's samples under the arm in force, however many windows a slow LC
+// takes, and keeps its last measurement and reference for the status.
 type accum struct {
-	stats.Accum
+	pts   []stats.Weighted
 	last  time.Duration // the last measurement (0: none)
 	ratio float64       // its latency/target (NaN: none)
 	ref   time.Duration // the LC alone, where a relative objective knows it (0: not)
 }
 
-// pointsOf is a sample's values, or its quantile over its count.
-func pointsOf(s LCSample) (w []stats.Weighted) {
-	for _, v := range s.Values {
-		w = append(w, stats.Weighted{V: v, W: 1})
-	}
-	if len(s.Values) == 0 && s.Count > 0 && s.Latency > 0 {
-		w = append(w, stats.Weighted{V: s.Latency, W: s.Count})
-	}
-	return w
-}
-
-// reference is what a relative objective is measured against: a process's latency alone (BE
-// stopped or idle), or beside BE under the shortest arm (how).
+// reference is what a relative objective is measured against, learnt how: alone, or beside BE.
 type reference struct {
-	how   string
-	owner string
-	acc   stats.Accum
-	value time.Duration // 0 while not learnt
-	tries int           // pauses it learnt nothing in
-	gotAt int           // the last window it took samples in
-	last  int           // the window its process last gave a sample
+	how, owner string
+	pts        []stats.Weighted
+	value      time.Duration // 0 while not learnt
+	tries      int           // pauses it learnt nothing in
+	gotAt      int           // the last window it took samples in
+	last       int           // the window its process last gave a sample
 }
 
 // wanted reports whether a pause would teach it.
@@ -86,7 +71,7 @@ func (r *reference) String(c *Controller) string {
 		what = fmt.Sprintf("beside BE under %v%s", c.shortest().BETimeslice, map[bool]string{true: fmt.Sprintf(" (no sample in %d pauses)", calTries)}[r.tries >= calTries])
 	}
 	if r.value == 0 {
-		return fmt.Sprintf("%s: learning (%d of %d samples)", what, r.acc.Count(), c.opts.MinSamples)
+		return fmt.Sprintf("%s: learning (%d of %d samples)", what, stats.Weight(r.pts), minSamples)
 	}
 	return fmt.Sprintf("%s %v", what, r.value.Round(time.Microsecond))
 }
@@ -96,8 +81,6 @@ func (c *Controller) shortest() Arm {
 	return c.set.clamp(Arm{BETimeslice: c.set.ladder[c.set.lo], Prepreempt: true})
 }
 
-func objKey(s LCSample) string { return s.Key + " " + s.Objective.String() }
-
 // stoppedAt reports whether BE was asked to stop through window t.
 func (c *Controller) stoppedAt(t int) bool {
 	return slices.ContainsFunc(c.stops, func(s stopped) bool { return s.tick == t })
@@ -105,19 +88,19 @@ func (c *Controller) stoppedAt(t int) bool {
 
 // measure folds the window in: each sample into its reference (the LC alone, or at the shortest
 // arm while one is learnt there) or into the arm in force's measurement; a measurement that holds
-// MinSamples counts; BE share where BE ran.
+// minSamples counts; BE share where BE ran.
 func (c *Controller) measure(d *Decision, o Observation) {
 	asked := c.stoppedAt(c.tick)
 	drain := asked != c.stoppedAt(c.tick-1) // BE's queued work runs on, or it starts again
 	mixed := drain || c.moved == c.tick-1 && !o.Aligned
 	alone := asked && o.BEPaused && !drain || o.BEIdle && !asked
+	underArm := !alone && !mixed && !asked
 	if o.BEIdle {
 		c.idleAt = c.tick
 	}
 	c.quiet++
 	for _, s := range o.LC {
-		k, pts := objKey(s), pointsOf(s)
-		n := stats.Weight(pts)
+		k, n := s.Key+" "+s.Objective.String(), stats.Weight(s.Points)
 		if n > 0 {
 			c.active[k], c.quiet = c.tick, 0
 		}
@@ -125,48 +108,40 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		ref := s.Standalone
 		var r *reference
 		if s.Objective.Relative() && ref <= 0 {
-			r = c.refFor(s)
-			if n > 0 {
+			if r = c.refFor(s); n > 0 {
 				r.last = c.tick
 			}
 			if r.value == 0 && (alone && r.how == objective.Standalone || r.how == objective.Shortest && !mixed && !asked && c.cur == c.shortest()) {
-				r.acc.Add(pts)
-				r.gotAt = c.tick
-				if r.acc.Count() >= c.opts.MinSamples {
-					r.value = r.acc.Quantile(s.Objective.Quantile)
-					r.acc.Reset()
+				r.pts, r.gotAt = append(r.pts, s.Points...), c.tick
+				if stats.Weight(r.pts) >= minSamples {
+					r.value, r.pts = stats.WeightedQuantile(r.pts, s.Objective.Quantile), nil
 				}
 			}
 			ref, res.Reference = r.value, r.String(c)
 		}
-		a := c.acc[k]
-		if a == nil {
-			a = &accum{ratio: math.NaN()} // the arm in force bounds it: a slow LC's windows never drop out
-			c.acc[k] = a
-		}
-		if !alone && !mixed && !asked {
-			a.Add(pts)
+		a := cmp.Or(c.acc[k], &accum{ratio: math.NaN()})
+		c.acc[k] = a
+		if underArm {
+			a.pts = append(a.pts, s.Points...)
 		}
 		if s.Objective.Reference != objective.Shortest && (r == nil || r.how == objective.Standalone) {
 			a.ref = ref
 		}
-		if target := s.Objective.Target(ref); target > 0 && a.Count() >= c.opts.MinSamples {
-			a.last = a.Quantile(s.Objective.Quantile)
-			a.ratio = float64(a.last) / float64(target)
-			if e := c.est(c.cur); e.lc[k] == nil {
-				e.lc[k] = &est{}
-			}
-			c.est(c.cur).lc[k].Add(a.ratio)
-			a.Reset()
-			res.Counted = true
+		target := s.Objective.Target(ref)
+		if target > 0 && stats.Weight(a.pts) >= minSamples {
+			a.last = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
+			a.ratio, a.pts, res.Counted = float64(a.last)/float64(target), nil, true
+			e := c.est(c.cur)
+			e.lc[k] = cmp.Or(e.lc[k], &est{})
+			e.lc[k].Add(a.ratio)
 		}
-		res.Latency, res.Ratio, res.Pending, res.Target = a.last, a.ratio, a.Count(), s.Objective.Target(ref)
+		res.Latency, res.Ratio, res.Pending, res.Target = a.last, a.ratio, stats.Weight(a.pts), target
 		d.LC = append(d.LC, res)
 	}
 	maps.DeleteFunc(c.active, func(_ string, t int) bool { return c.tick-t >= idleAfter+maxAccumulate }) // a process gone, or an objective changed
 	maps.DeleteFunc(c.acc, func(k string, _ *accum) bool { _, ok := c.active[k]; return !ok })
-	maps.DeleteFunc(c.refs, func(_ string, r *reference) bool { return c.tick-r.last > 2*c.opts.HalfLife })
-	if !alone && !mixed && !asked && !math.IsNaN(o.BEShare) {
+	maps.DeleteFunc(c.refs, func(_ string, r *reference) bool { return c.tick-r.last > 2*halfLife })
+	if underArm && !math.IsNaN(o.BEShare) {
 		c.est(c.cur).share.Add(o.BEShare)
 	}
 	d.Worst = c.worstMean(c.cur)
@@ -185,20 +160,14 @@ func (c *Controller) refFor(s LCSample) *reference {
 	return c.refs[k]
 }
 
-// canPause reports whether references may be learnt with BE stopped: allowed, and the budget
-// holds a pause of a drain window and one to learn in (a window over 3 s leaves it none).
+// canPause reports whether BE may be stopped at all: allowed, and the budget holds a drain window
+// and one to learn in (a window over 3 s leaves it none).
 func (c *Controller) canPause() bool {
 	return !c.opts.NoPause && int(budget*float64(c.minuteWindows())) >= 2
 }
 
-// needsRef reports whether an LC in force has a reference still to learn.
-func (c *Controller) needsRef() bool {
-	return slices.ContainsFunc(slices.Collect(maps.Values(c.refs)), func(r *reference) bool { return r.value == 0 && c.tick-r.last < idleAfter })
-}
-
-// pauseAllowed reports whether BE may be stopped through the next window: under budget of the
-// last minute, and each owner of an LC it is for under its share of that (a tenant churning LCs
-// does not spend the others').
+// pauseAllowed reports whether BE may be stopped through the next window: under the last minute's
+// budget, and an owner it is for under its share (a tenant churning LCs spends no other's).
 func (c *Controller) pauseAllowed(owners []string) bool {
 	minute := c.minuteWindows()
 	c.stops = slices.DeleteFunc(c.stops, func(s stopped) bool { return s.tick <= c.tick+1-minute })
@@ -213,60 +182,50 @@ func (c *Controller) pauseAllowed(owners []string) bool {
 // calibrate runs one window of calibration: references are learnt while BE idles of its own
 // accord, else with BE stopped within the budget, else beside BE under the shortest arm.
 func (c *Controller) calibrate(d *Decision, o Observation) {
-	d.Cause = CauseCalibrate
 	p := &c.phase
 	if p.Pause > 0 && !o.BEPaused && c.stoppedAt(c.tick) {
 		p.Pause = c.opts.PauseMax // BE was not kept stopped: this pause is over
 	}
-	owners, _ := c.toLearn(true)
+	owners, shortest := c.toLearn()
 	if p.Pause > 0 && (len(owners) == 0 || p.Pause >= c.opts.PauseMax || !c.pauseAllowed(owners)) {
 		for _, r := range c.refs { // a pause that taught a reference nothing counts against it
-			if r.wanted(c) && r.gotAt <= c.tick-p.Pause { // nothing since the pause began
+			if r.wanted(c) && r.gotAt <= c.tick-p.Pause {
 				if r.tries++; r.tries >= calTries {
 					r.how = objective.Shortest
 				}
 			}
 		}
 		p.Pause = 0
-		owners, _ = c.toLearn(false)
+		owners, shortest = c.toLearn()
 	}
-	if !c.needsRef() {
-		from := c.set.clamp(p.From)
+	from, idle := c.set.clamp(p.From), c.idleLately()
+	switch {
+	case len(owners) == 0 && !shortest:
 		c.enter(Phase{Kind: Settled})
-		c.move(d, from, fmt.Sprintf("references learnt: back to %v", from))
-		return
-	}
-	idle := c.idleLately()
-	if len(owners) > 0 && c.canPause() && !idle && (p.Pause > 0 || c.pauseAllowed(owners)) {
+		c.to(d, CauseCalibrate, from, fmt.Sprintf("references learnt: back to %v", from))
+	case len(owners) > 0 && c.canPause() && !idle && (p.Pause > 0 || c.pauseAllowed(owners)):
 		p.Pause, d.PauseBE = p.Pause+1, true
-		c.stay(d, fmt.Sprintf("learning an LC's standalone latency with BE stopped (window %d of at most %d)", p.Pause, c.opts.PauseMax))
-		return
+		c.keep(d, CauseCalibrate, fmt.Sprintf("learning an LC's standalone latency with BE stopped (window %d of at most %d)", p.Pause, c.opts.PauseMax))
+	case shortest:
+		c.to(d, CauseCalibrate, c.shortest(), fmt.Sprintf("learning an LC's latency beside BE under the shortest arm, %v", c.shortest()))
+	default: // nothing to learn by now: the references come as BE idles or the budget allows
+		why := map[bool]string{false: "a reference waits for the pause budget (BE stopped at most 10% of any minute); searching meanwhile",
+			true: "a reference is learnt while BE idles of its own accord; searching meanwhile"}[idle]
+		c.enter(Phase{Kind: Settled})
+		c.to(d, CauseCalibrate, from, why)
 	}
-	if _, shortest := c.toLearn(false); shortest {
-		c.move(d, c.shortest(), fmt.Sprintf("learning an LC's latency beside BE under the shortest arm, %v", c.shortest()))
-		return
-	}
-	// Nothing to learn by now: the search goes on, and the references come as BE idles or the
-	// budget allows.
-	why := map[bool]string{false: "a reference waits for the pause budget (BE stopped at most 10% of any minute); searching meanwhile",
-		true: "a reference is learnt while BE idles of its own accord; searching meanwhile"}[idle]
-	from := c.set.clamp(p.From)
-	c.enter(Phase{Kind: Settled})
-	c.move(d, from, why)
 }
 
-// calibrationDue reports whether a calibration would learn something now: a reference to learn
-// with BE stopped, the budget allowing, or at the shortest arm.
+// calibrationDue reports whether a calibration would learn something now.
 func (c *Controller) calibrationDue() bool {
-	owners, shortest := c.toLearn(true)
+	owners, shortest := c.toLearn()
 	return shortest || len(owners) > 0 && c.canPause() && !c.idleLately() && c.pauseAllowed(owners)
 }
 
-// toLearn lists the owners of the references a pause would teach (tried: not yet calTries
-// times), and whether one is learnt at the shortest arm.
-func (c *Controller) toLearn(tried bool) (owners []string, shortest bool) {
+// toLearn lists the owners of the references a pause would teach; shortest: one is learnt there.
+func (c *Controller) toLearn() (owners []string, shortest bool) {
 	for _, r := range c.refs {
-		if r.wanted(c) && (!tried || r.tries < calTries) {
+		if r.wanted(c) {
 			owners = append(owners, r.owner)
 		}
 		shortest = shortest || r.value == 0 && r.how == objective.Shortest && c.tick-r.last < idleAfter
@@ -277,7 +236,7 @@ func (c *Controller) toLearn(tried bool) (owners []string, shortest bool) {
 // idleLately reports whether BE idled of its own accord within the last minute.
 func (c *Controller) idleLately() bool { return c.idleAt > 0 && c.tick-c.idleAt < c.minuteWindows() }
 
-// Feasibility of an arm against every objective in force.
+// feasibility of an arm against every objective in force.
 type feasibility int
 
 const (
@@ -286,8 +245,8 @@ const (
 	infeasible                    // a lower bound misses one
 )
 
-// An arm known to give BE less than its minimum share is infeasible: the policy bounds what an
-// LC's objective may cost BE.
+// feasibility is infeasible for an arm known to give BE less than its minimum: the policy bounds
+// what an LC's objective may cost BE.
 func (c *Controller) feasibility(a Arm) feasibility {
 	if c.short(a) {
 		return infeasible
@@ -297,10 +256,7 @@ func (c *Controller) feasibility(a Arm) feasibility {
 
 // lcFeasibility is a's feasibility against the LC objectives alone.
 func (c *Controller) lcFeasibility(a Arm) feasibility {
-	out := feasible
-	if len(c.active) == 0 {
-		out = possible
-	}
+	out := map[bool]feasibility{true: possible, false: feasible}[len(c.active) == 0]
 	for k := range c.active {
 		switch lo, hi := c.lcBounds(a, k); {
 		case lo > 1:
@@ -312,24 +268,23 @@ func (c *Controller) lcFeasibility(a Arm) feasibility {
 	return out
 }
 
-// lcBounds are the bounds of objective k's latency/target under a: its own, else its neighbours'.
-// An arm that gives BE less than a measured neighbour might meet what that one missed; one that
-// gives BE more is no better than priorScatter (at Z) under its neighbour.
+// lcBounds are the bounds of objective k's latency/target under a: its own, else its neighbours':
+// giving BE more than one, a is no better than priorScatter (at z) under it.
 func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
 	if e := c.est(a).lc[k]; known(e) {
-		return e.Bounds(c.opts.Z, priorScatter, priorWeight)
+		return e.Bounds(z, priorScatter, priorWeight)
 	}
 	lo = math.Inf(-1)
 	for _, n := range c.set.neighbours(a) {
 		if e := c.est(n).lc[k]; known(e) && !protects(c.set, n, a) {
-			lo = max(lo, e.Mean()*(1-c.opts.Z*priorScatter))
+			lo = max(lo, e.Mean()*(1-z*priorScatter))
 		}
 	}
 	return lo, math.Inf(1)
 }
 
-// evidence is the least weight a's estimates rest on, over the objectives in force; worstMean
-// their highest mean (NaN: not known for every objective).
+// evidence is the least weight a's estimates of the objectives in force rest on; worstMean their
+// highest mean (NaN: not known for every objective).
 func (c *Controller) evidence(a Arm) float64  { w, _ := c.measured(a); return w }
 func (c *Controller) worstMean(a Arm) float64 { _, m := c.measured(a); return m }
 func (c *Controller) measured(a Arm) (w, worst float64) {
@@ -347,21 +302,15 @@ func (c *Controller) measured(a Arm) (w, worst float64) {
 	return w, worst
 }
 
-// share is what a is expected to leave BE: measured, else the nearest measured arm's scaled by the
-// prior order, else the prior order.
+// share is what a is expected to leave BE: measured, else the nearest measured arm's scaled by
+// the prior order, else the prior order.
 func (c *Controller) share(a Arm) float64 {
 	if e := &c.est(a).share; known(e) {
 		return e.Mean()
 	}
 	near, dist := Arm{}, math.MaxInt
 	for _, b := range c.set.all() { // in order: a tie goes the same way every time
-		d := max(c.set.rung(a)-c.set.rung(b), c.set.rung(b)-c.set.rung(a))
-		if a.Gate != b.Gate {
-			d++
-		}
-		if a.Prepreempt != b.Prepreempt {
-			d++
-		}
+		d := max(c.set.rung(a)-c.set.rung(b), c.set.rung(b)-c.set.rung(a)) + map[bool]int{true: 1}[a.Gate != b.Gate] + map[bool]int{true: 1}[a.Prepreempt != b.Prepreempt]
 		if e := c.arms[b]; e != nil && known(&e.share) && d < dist {
 			near, dist = b, d
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
+	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
 // Point is a workload's response at one BE timeslice: LC latency over its
@@ -189,11 +190,12 @@ func (g *SimGPU) WindowArm(w Workload, obj objective.Objective, a, prev Arm) Obs
 	for i := range vals {
 		vals[i] = time.Duration(scale * math.Exp(cmp.Or(w.Spread, 0.02)*g.rng.NormFloat64()))
 	}
-	s := LCSample{Key: cmp.Or(g.Key, "lc"), Owner: g.Owner, Objective: obj, Values: vals}
+	s := LCSample{Key: cmp.Or(g.Key, "lc"), Owner: g.Owner, Objective: obj}
+	for _, v := range vals {
+		s.Points = append(s.Points, stats.Weighted{V: v, W: 1})
+	}
 	if g.Summary {
-		sorted := slices.Sorted(slices.Values(vals))
-		s.Values, s.Count = nil, len(vals)
-		s.Latency = sorted[min(max(int(math.Ceil(obj.Quantile*float64(len(vals))))-1, 0), len(vals)-1)]
+		s.Points = []stats.Weighted{{V: stats.WeightedQuantile(s.Points, obj.Quantile), W: len(vals)}}
 	}
 	if g.Standalone {
 		s.Standalone = w.Baseline

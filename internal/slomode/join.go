@@ -11,69 +11,42 @@ import (
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
 
-// join puts each process of lcs and all in the search of the set of GPUs
-// it is on (GPUs are in one set when a process is listed on both),
-// starting one at the safe setting for a set with an LC that has none,
-// and gives each search its LC and BE processes. While a process is on no
-// GPU NVML lists, past the first window it was seen so (NVML lists a
-// context ~80 ms after its channel groups appear, after it was classed;
-// at once where NVML lists no process at all),
-// there is one search for the node (allGPUs), of every process: it may
-// share a GPU with any, and no BE is then set by two searches, each
-// judging it by a setting not in force. A process in its first window
-// unlisted is in no search (a BE gets the shortest timeslice of all:
-// assign). A search that had no LC and has again starts its window anew,
-// as a new one.
+// join gives each search of a set of GPUs (those one process is listed on are one set) its LC and
+// BE processes, starting one for a set with an LC. A process NVML lists on no GPU is in no search
+// in its first window so (NVML lists a context ~80 ms after its channel groups appear; no wait
+// where it lists none at all), then the node has one search ("all") of every process, which may
+// share a GPU with any: no BE is set by two searches.
 func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 	procs := slices.Concat(lcs, all)
-	// Where NVML lists no process at all (no NVML), there is nothing to
-	// wait for.
 	listing := slices.ContainsFunc(procs, func(p policy.ProcRef) bool { return len(p.GPUs) > 0 })
-	seen := map[string]int{}
-	node := false
+	seen, node := map[string]int{}, false
 	for _, p := range procs {
 		if len(p.GPUs) > 0 {
 			continue
 		}
-		k := p.Key()
-		first, ok := l.unlisted[k]
-		if !ok && listing {
-			first = l.windows
-		} else if !ok {
-			first = -1
+		first, ok := l.unlisted[p.Key()]
+		if !ok {
+			first = map[bool]int{true: l.windows, false: -1}[listing]
 		}
-		seen[k] = first
-		node = node || first < l.windows
+		seen[p.Key()], node = first, node || first < l.windows
 	}
 	l.unlisted = seen
-	// The sets: GPUs joined by the processes listed on them.
-	root := map[int]int{}
-	var find func(int) int
-	find = func(g int) int {
-		if r, ok := root[g]; ok && r != g {
-			r = find(r)
-			root[g] = r
-			return r
-		}
-		root[g] = g
-		return g
-	}
+	var sets [][]int // disjoint, each sorted
 	for _, p := range procs {
-		for _, g := range p.GPUs {
-			if a, b := find(p.GPUs[0]), find(g); a != b {
-				root[max(a, b)] = min(a, b)
+		set := slices.Clone(p.GPUs)
+		sets = slices.DeleteFunc(sets, func(s []int) bool {
+			joined := slices.ContainsFunc(s, func(g int) bool { return slices.Contains(p.GPUs, g) })
+			if joined {
+				set = append(set, s...)
 			}
+			return joined
+		})
+		if len(set) > 0 {
+			slices.Sort(set)
+			sets = append(sets, slices.Compact(set))
 		}
 	}
-	sets := map[int][]int{} // by their smallest GPU, the root
-	for g := range root {
-		sets[find(g)] = append(sets[find(g)], g)
-	}
-	for _, gs := range sets {
-		slices.Sort(gs)
-	}
-	// setOf names the search of p: by the GPUs of its set, nil for the
-	// node's; false for a process in its first window unlisted, in none.
+	// setOf is p's search by its GPUs, nil for the node's; false: in none.
 	setOf := func(p policy.ProcRef) ([]int, bool) {
 		switch {
 		case node && (len(p.GPUs) > 0 || seen[p.Key()] < l.windows):
@@ -81,7 +54,7 @@ func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 		case len(p.GPUs) == 0:
 			return nil, false
 		}
-		return sets[find(p.GPUs[0])], true
+		return sets[slices.IndexFunc(sets, func(s []int) bool { return slices.Contains(s, p.GPUs[0]) })], true
 	}
 	for _, s := range l.searches {
 		s.started = !s.live() // it had no LC last window
@@ -96,11 +69,7 @@ func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 		k := client.GPUList(gs)
 		s := l.searches[k]
 		if s == nil {
-			c, err := slo.New(l.options(pol, l.conf))
-			if err != nil { // New took these options when the mode came on
-				l.log.Error("slo: controller refused the policy's settings", "err", err)
-				continue
-			}
+			c, _ := slo.New(l.options(pol, l.conf)) // Step took these options when the mode came on
 			s = &search{key: k, gpus: gs, ctl: c, started: true}
 			l.searches[k] = s
 			if l.windows > 0 || len(l.searches) > 1 {
@@ -123,19 +92,15 @@ func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 	}
 }
 
-// sorted lists the searches by their GPUs (allGPUs first).
+// sorted lists the searches by their GPUs (the node's first).
 func (l *Loop) sorted() []*search {
 	out := slices.Collect(maps.Values(l.searches))
 	slices.SortFunc(out, func(a, b *search) int { return slices.Compare(a.gpus, b.gpus) })
 	return out
 }
 
-// assign gives each BE process of all the BE timeslice chosen by the
-// live search it is in (the policy's where it is in none), and one that
-// starts before the next window, or is in its first window on no GPU NVML
-// lists, the shortest of every live search: until NVML lists it, it may
-// share a GPU with any LC. It returns the timeslice each one is given, by
-// ProcRef.Key (0: the policy's).
+// assign gives each BE process its live search's BE timeslice (the policy's, 0, in none), and the
+// shortest of them to one unlisted in its first window or new (it may share a GPU with any LC).
 func (l *Loop) assign(all []policy.ProcRef) map[string]time.Duration {
 	var def time.Duration
 	for _, s := range l.searches {
@@ -158,11 +123,8 @@ func (l *Loop) assign(all []policy.ProcRef) map[string]time.Duration {
 	return per
 }
 
-// sharedFloor is the shortest BE timeslice search s may choose: two BE
-// processes on one GPU switch between each other at the BE timeslice,
-// and below the shared floor they spend the GPU on restoring each other's
-// contexts and their weights stop splitting their progress
-// (slo.Observation.MinBETimeslice).
+// sharedFloor is the shortest BE timeslice search s may choose: below it two BE processes on one
+// GPU spend it restoring each other's contexts.
 func (l *Loop) sharedFloor(s *search) time.Duration {
 	if slices.ContainsFunc(s.bes, func(b policy.ProcRef) bool {
 		return slices.ContainsFunc(s.bes, func(o policy.ProcRef) bool { return o.Key() != b.Key() && shareGPU(b, o) })
@@ -172,27 +134,16 @@ func (l *Loop) sharedFloor(s *search) time.Duration {
 	return 0
 }
 
-// shareGPU says whether a and b may share a GPU: one of them is listed on
-// no GPU (NVML did not list it yet, or does not list it at all) or they
-// are listed on one GPU.
+// shareGPU says whether a and b may share a GPU: one is listed on none yet, or both on one.
 func shareGPU(a, b policy.ProcRef) bool {
 	return a.GPUs == nil || b.GPUs == nil || slices.ContainsFunc(a.GPUs, func(g int) bool { return slices.Contains(b.GPUs, g) })
 }
 
-// An MPS server is the executable nvidia-cuda-mps-server; where its path
-// could not be read, the command name, which the kernel cuts to 15
-// characters (the control daemon shares it, but holds no channel group, so
-// it is not a GPU process the daemon knows).
-const (
-	mpsServerExe  = "nvidia-cuda-mps-server"
-	mpsServerComm = "nvidia-cuda-mps"
-)
-
-// isMPSServer says whether p is an MPS server: every channel group it
-// holds runs its clients' work.
+// isMPSServer says whether p is an MPS server, whose channel groups run its clients' work: by its
+// executable, else by its command name (cut to 15 characters; the control daemon holds no group).
 func isMPSServer(p policy.ProcRef) bool {
 	if p.Exe != "" {
-		return filepath.Base(p.Exe) == mpsServerExe
+		return filepath.Base(p.Exe) == "nvidia-cuda-mps-server"
 	}
-	return p.Comm == mpsServerComm
+	return p.Comm == "nvidia-cuda-mps"
 }

@@ -55,11 +55,11 @@ func TestJoinPlacesBE(t *testing.T) {
 		{name: "an LC on two GPUs joins them", bes: []policy.ProcRef{on(1, 0), on(2, 1), on(3, 2)}, lcs: []policy.ProcRef{on(9, 0, 1)}, wantBeside: []int{1, 2}, wantSearches: []string{"0,1"}},
 		{name: "two LCs, two sets", bes: []policy.ProcRef{on(1, 0), on(2, 1), on(3, 2)}, lcs: []policy.ProcRef{on(9, 0), on(8, 2)}, wantBeside: []int{1, 3}, wantSearches: []string{"0", "2"}},
 		{name: "an LC on no GPU known: none its first window, then one search", bes: []policy.ProcRef{on(1, 0), on(2, 1)}, lcs: []policy.ProcRef{on(9, 0), on(8)},
-			wantBeside: []int{1}, wantSearches: []string{"0"}, laterBeside: []int{1, 2}, laterSearches: []string{allGPUs}},
+			wantBeside: []int{1}, wantSearches: []string{"0"}, laterBeside: []int{1, 2}, laterSearches: []string{"all"}},
 		{name: "a BE on no GPU known", bes: []policy.ProcRef{on(1), on(2, 1)}, lcs: []policy.ProcRef{on(9, 1)},
-			wantBeside: []int{2}, wantSearches: []string{"1"}, laterBeside: []int{1, 2}, laterSearches: []string{allGPUs}},
+			wantBeside: []int{2}, wantSearches: []string{"1"}, laterBeside: []int{1, 2}, laterSearches: []string{"all"}},
 		{name: "no GPU known at all (no NVML): one search at once", bes: []policy.ProcRef{on(1), on(2)}, lcs: []policy.ProcRef{on(9), on(8)},
-			wantBeside: []int{1, 2}, wantSearches: []string{allGPUs}},
+			wantBeside: []int{1, 2}, wantSearches: []string{"all"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := &Loop{log: testLog(t), searches: map[string]*search{}, conf: sloConf{safe: 200 * time.Microsecond}}

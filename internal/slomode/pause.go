@@ -1,7 +1,6 @@
 package slomode
 
 import (
-	"maps"
 	"slices"
 	"time"
 
@@ -11,19 +10,11 @@ import (
 
 // pausing says whether a search's last decision stopped BE.
 func (l *Loop) pausing() bool {
-	for s := range maps.Values(l.searches) {
-		if s.pausing {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(l.sorted(), func(s *search) bool { return s.pausing })
 }
 
-// pauseFor keeps stopped the BE processes of each live search whose
-// decision was to learn an LC alone, each search its own (with a watchdog
-// of its own, resuming them past the longest a calibration stops them
-// for, max, if nothing else does), and resumes the others the mode holds.
-// A search whose BE could not be stopped calibrates beside them.
+// pauseFor keeps stopped (max at most) the BE of each live search that decided to learn an LC
+// alone, and resumes the others; a search whose BE cannot be stopped calibrates beside them.
 func (l *Loop) pauseFor(decided map[*search]*slo.Decision, max time.Duration) {
 	wants := func(s *search) bool { d := decided[s]; return l.Pause != nil && d != nil && d.PauseBE && s.live() }
 	why := ""
@@ -65,7 +56,7 @@ func (l *Loop) pauseFor(decided map[*search]*slo.Decision, max time.Duration) {
 	}
 }
 
-// resume resumes the BE processes the SLO mode stopped, if any.
+// resume resumes the BE processes SLO mode stopped, if any.
 func (l *Loop) resume(why string) {
 	was := l.pausing()
 	for _, s := range l.searches {
@@ -85,6 +76,6 @@ func (l *Loop) resume(why string) {
 	l.log.Info("slo: BE processes resumed", "reason", why)
 }
 
-// Close resumes what the SLO mode stopped: the daemon calls it on its
-// way out (a daemon that dies leaves that to the Pauser's watchdog).
+// Close resumes what SLO mode stopped, on the daemon's way out (a daemon that dies leaves it to the
+// Pauser's watchdog).
 func (l *Loop) Close() { l.resume("gpreemptd stopping") }

@@ -1,6 +1,7 @@
 package slomode
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -12,89 +13,69 @@ import (
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
+	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
-// lcWindow is one LC process's window: its status rows (one per
-// objective) and its samples to the controllers.
+// lcWindow is one LC process's window: its status rows (one per objective), samples and key.
 type lcWindow struct {
 	rows    []client.SLOLC
 	samples []slo.LCSample
-	key     string        // its key to the controllers
-	tokens  bool          // its tpot_ objectives count tokens
-	began   time.Duration // when the window began (the reconciler's clock)
+	key     string
+	began   time.Duration // the reconciler's clock
 }
 
-// lcSamples reads each LC process's latest window, by pid.
+// lcSamples reads each LC process's latest window, by pid. One source at a time, each its own key
+// to the controllers: a traced request is not what the app measures (no CPU work before its first
+// launch), and the two share no baseline.
 func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Duration) map[int]lcWindow {
 	window := pol.SLO.Window
 	out := map[int]lcWindow{}
 	for _, p := range lcs {
-		o, ok := pol.Objective(p.Decision)
-		ls := client.SLOLC{PID: p.PID, Comm: p.Comm}
+		objs, ok := pol.Objective(p.Decision)
 		if !ok {
-			ls.Signal = "no objective"
-			out[p.PID] = lcWindow{rows: []client.SLOLC{ls}}
+			out[p.PID] = lcWindow{rows: []client.SLOLC{{PID: p.PID, Comm: p.Comm, Signal: "no objective"}}}
 			continue
 		}
-		// What the app pushes, or what request tracing sees of it while
-		// the loop has it traced (toTrace): one source at a time, and
-		// each its own key to the controller, for a traced request is
-		// not what the app measures (no CPU-side work before its first
-		// launch) and the two do not share a baseline.
 		s, ok := l.Latency.Latest(p.PID)
 		src, key := sampleSource{p.PID, SourcePushed}, p.Key()
 		if w := l.tracing[key]; l.Traced != nil && w != nil && w.traced {
 			s, ok = l.Traced.Latest(p.PID)
-			src.kind, key = "traced", key+"/traced"
-		}
-		// Its server's histograms, where it pushed no fresh window.
-		if src.kind == SourcePushed && l.Scraped != nil && !(ok && now-s.At <= 2*window) {
+			src.kind, key = SourceTracedRequest, key+"/traced"
+		} else if l.Scraped != nil && !(ok && now-s.At <= 2*window) { // its server's, where it pushed no fresh window
 			if ss, sok := l.Scraped.Latest(p.PID); sok {
-				s, ok = ss, true
-				src.kind, key = SourceScraped, key+"/scraped"
+				s, ok, src.kind, key = ss, true, SourceScraped, key+"/scraped"
 			}
 		}
-		if ok && s.Source == "" { // a source that does not name itself is what it was read from
-			s.Source = map[string]string{SourcePushed: SourcePushed, "traced": SourceTracedRequest, SourceScraped: SourceScraped}[src.kind]
-		}
+		s.Source = cmp.Or(s.Source, src.kind)
 		w := lcWindow{key: key}
-		// A traced or scraped window is one of the loop's: the one closed
-		// when the mode came on spans the time it was off.
-		fresh := ok && s.Seq != l.used[src] && now-s.At <= 2*window && (src.kind == "pushed" || s.Window <= 2*window)
+		// A traced or scraped window is one the loop closed: the one closed when the mode came on
+		// spans the time it was off.
+		fresh := ok && s.Seq != l.used[src] && now-s.At <= 2*window && (src.kind == SourcePushed || s.Window <= 2*window)
 		if fresh {
 			l.used[src], w.began = s.Seq, s.At-s.Window
 		}
-		// One row, and one sample, per objective: a process may bound
-		// its median and its tail.
-		for _, o := range o {
-			ls := ls
-			ls.Objective = o.String()
+		for _, o := range objs {
+			row := client.SLOLC{PID: p.PID, Comm: p.Comm, Objective: o.String()}
 			if ok {
-				ls.Source = s.Source
+				row.Source = s.Source
 			}
 			switch {
+			case !ok && l.Traced != nil:
+				row.Signal = "none pushed or traced"
 			case !ok:
-				ls.Signal = "none pushed"
-				if l.Traced != nil {
-					ls.Signal = "none pushed or traced"
-				}
+				row.Signal = "none pushed"
 			case !fresh:
-				ls.Signal = "stale"
-			case s.Source == SourceTracedStep && o.Metric == "":
-				// Its traced latency is per step: a request objective would judge a step.
-				ls.Signal = "refused: this LC is never quiet, so its traced latency is per step; use a tpot_ objective, or push or scrape its requests"
+				row.Signal = "stale"
+			case s.Source == SourceTracedStep && o.Metric == MetricRequest: // it would judge a step
+				row.Signal = "refused: this LC is never quiet, so its traced latency is per step; use a tpot_ objective, or push or scrape its requests"
 			default:
 				sample, signal := lcSample(s, o, p, key)
-				ls.Signal = signal
-				if sample == nil {
-					break
+				if row.Signal = signal; sample != nil {
+					row.Samples, row.Requests, row.P50Us = stats.Weight(sample.Points), s.Requests, float64(sample.P50)/1e3
+					w.samples = append(w.samples, *sample)
 				}
-				ls.Samples, ls.Requests = max(len(sample.Values), sample.Count), s.Requests
-				ls.P50Us = float64(sample.P50) / 1e3
-				w.tokens = w.tokens || o.Metric == MetricTPOT
-				w.samples = append(w.samples, *sample)
 			}
-			w.rows = append(w.rows, ls)
+			w.rows = append(w.rows, row)
 		}
 		out[p.PID] = w
 	}
@@ -104,66 +85,55 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 // lcSample is s against objective o as the controllers take it: the window's own values of o's
 // metric, else its quantile over its count; nil, and why, where s has neither.
 func lcSample(s LatencySample, o objective.Objective, p policy.ProcRef, key string) (*slo.LCSample, string) {
-	out := &slo.LCSample{Key: key, Source: s.Source, Owner: p.Owner, Objective: o, Values: s.Samples[o.Metric]}
-	if len(out.Values) > 0 {
-		out.P50 = slices.Sorted(slices.Values(out.Values))[(len(out.Values)-1)/2]
+	out := &slo.LCSample{Key: key, Source: s.Source, Owner: p.Owner, Objective: o}
+	for _, v := range s.Samples[o.Metric] {
+		out.Points = append(out.Points, stats.Weighted{V: v, W: 1})
+	}
+	if len(out.Points) > 0 {
+		out.P50 = stats.WeightedQuantile(out.Points, 0.5)
 		return out, s.Source
 	}
 	name, median := quantileName(o.Quantile), "p50"
 	if o.Metric != "" {
 		name, median = o.Metric+"_"+name, o.Metric+"_p50"
 	}
-	out.P50 = s.Quantiles[median]
 	lat, ok := s.Quantiles[name]
 	if !ok {
 		return nil, s.Source + " without " + name
 	}
-	// A time per output token is a quantile of the window's tokens: an LLM server finishes a
-	// request or two a second.
-	out.Latency, out.Count = lat, s.Requests
-	if o.Metric == MetricTPOT && s.Tokens > 0 {
-		out.Count = s.Tokens
+	n := s.Requests
+	if o.Metric == MetricTPOT && s.Tokens > 0 { // an LLM server finishes a request or two a second
+		n = s.Tokens
+	}
+	if out.P50 = s.Quantiles[median]; lat > 0 && n > 0 {
+		out.Points = []stats.Weighted{{V: lat, W: n}}
 	}
 	return out, s.Source
 }
 
-// publish sets the status, what hint engines are told, and the metrics,
-// after a window whose decisions are decided, over the LC windows
-// samples (none when the mode came on), which gave each BE process of all
-// the timeslice per names.
+// publish sets the status, what hint engines are told, and the metrics after a window (decided
+// and samples are nil as the mode comes on); per is each BE process's timeslice.
 func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, samples map[int]lcWindow, all []policy.ProcRef, per map[string]time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	prevPre := l.status.Prepreempt
 	st := client.SLO{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
-		Ladder: ladderOrDefault(pol.SLO.Ladder), MinBEShare: pol.SLO.MinBEShare, Calibrate: calibrateName(l.conf.pause),
+		Ladder: fmtLadder(ladderOf(pol)), MinBEShare: pol.SLO.MinBEShare, Calibrate: map[bool]string{true: "pause", false: "shortest"}[l.conf.pause > 0],
 		Engines: l.status.Engines, Prepreempt: true}
-	told := map[int]bool{}
-	metrics := map[string]slo.Decision{}
-	var worst float64 = math.NaN()
-	var lcRows []client.SLOLC
+	told, metrics, worst := map[int]bool{}, map[string]slo.Decision{}, math.NaN()
 	for _, s := range l.sorted() {
-		d := decided[s]
-		ss := &s.status
-		arm := s.ctl.Arm()
-		ss.GPUs, ss.BETimeslice, ss.Arm, ss.LCs = s.gpus, arm.BETimeslice.String(), arm.String(), len(s.lcs)
-		// Engines pre-preempt as the arm says where pre-preemption is an
-		// arm; elsewhere below slo.prepreempt_below.
+		d, ss, arm := decided[s], &s.status, s.ctl.Arm()
+		// Engines pre-preempt as the arm says where it is an arm; elsewhere below
+		// slo.prepreempt_below.
 		pre := arm.Prepreempt || s.prepreempt == 0 && (pol.SLO.PrepreemptBelow <= 0 || arm.BETimeslice < pol.SLO.PrepreemptBelow)
-		// An engine takes a word other than the one its last push was
-		// answered with (l.status and l.told are still that publish's) at
-		// its next push: the window now running.
-		lags := func(p policy.ProcRef) bool {
+		// An engine takes a word other than its last push's answer (l.told's) at its next push.
+		s.lagged = s.gateLag || slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool {
 			_, engine := st.Engines[strconv.Itoa(p.PID)]
 			return engine && pre != l.toldLocked(p.PID)
-		}
-		s.lagged = slices.ContainsFunc(s.lcs, lags) || s.gateLag
-		ss.Prepreempt = pre
-		// What an idle search decides applies to no BE: neither shown nor
-		// counted.
-		if d != nil && s.live() {
-			sd := &client.SLODecision{Window: l.windows, BETimeslice: d.BETimeslice.String(), Arm: d.Arm.String(), Phase: d.Phase, Changed: d.Changed,
-				Cause: d.Cause, Reason: d.Reason, Fallback: d.Fallback, BEBelowMinimum: d.BEBelowMinimum, Aligned: d.Aligned, Bound: d.Bound}
+		})
+		ss.GPUs, ss.BETimeslice, ss.Arm, ss.LCs, ss.Prepreempt = s.gpus, arm.BETimeslice.String(), arm.String(), len(s.lcs), pre
+		if d != nil && s.live() { // what an idle search decides applies to no BE: neither shown nor counted
+			sd := &client.SLODecision{Window: l.windows, BETimeslice: d.Arm.BETimeslice.String(), Arm: d.Arm.String(), Phase: d.Phase, Changed: d.Changed,
+				Cause: d.Cause, Reason: d.Reason, Fallback: d.Phase == slo.Fallback.String(), BEBelowMinimum: d.BEBelowMinimum, Aligned: d.Aligned, Bound: d.Bound}
 			ss.Last, ss.BEShare, ss.WorstLC, ss.Phase = sd, finite(d.BEShare), finite(d.Worst), d.Phase
 			ss.Calibration = &client.SLOCalibration{Paused: d.PausedWindows, Windows: d.CalibrationWindows, Of: d.Windows}
 			if d.Changed {
@@ -180,17 +150,16 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 		for _, p := range s.lcs {
 			told[p.PID] = pre // an LC process is in one search
 		}
+		metrics[s.key] = slo.Decision{Arm: arm, Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()}
 		if d != nil {
 			metrics[s.key] = *d
-			if !math.IsNaN(d.Worst) && (math.IsNaN(worst) || d.Worst > worst) {
+			if !math.IsNaN(d.Worst) && !(d.Worst <= worst) {
 				worst = d.Worst
 			}
-		} else {
-			metrics[s.key] = slo.Decision{BETimeslice: s.ctl.Arm().BETimeslice, Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()}
 		}
-		lcRows = append(lcRows, searchRows(s, d, samples)...)
+		st.LC = append(st.LC, searchRows(s, d, samples)...)
 	}
-	st.WorstLC, st.LC = finite(worst), lcRows
+	st.WorstLC = finite(worst)
 	if len(st.Searches) == 1 {
 		ss := st.Searches[0]
 		st.BETimeslice, st.BEShare, st.Last, st.LastChange = ss.BETimeslice, ss.BEShare, ss.Last, ss.LastChange
@@ -198,13 +167,12 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 	}
 	if l.Share != nil && l.windows > 0 {
 		st.BE = l.Share.Status()
-		for i := range st.BE {
-			b := &st.BE[i]
+		for i, b := range st.BE {
 			if j := slices.IndexFunc(all, func(p policy.ProcRef) bool { return p.PID == b.PID }); j >= 0 {
 				ts, named := per[all[j].Key()]
-				b.Apart = named && ts == 0
+				st.BE[i].Apart = named && ts == 0
 				if ts > 0 {
-					b.Timeslice = ts.String()
+					st.BE[i].Timeslice = ts.String()
 				}
 			}
 		}
@@ -218,33 +186,25 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 	}
 	l.metrics.SetBEStopped(len(st.BEStopped))
 	l.metrics.SetSLO(true, metrics)
-	if l.windows > 0 && st.Prepreempt != prevPre {
+	if l.windows > 0 && st.Prepreempt != l.status.Prepreempt {
 		l.log.Info("slo: hint engines told", "prepreempt", st.Prepreempt, "prepreempt_below", pol.SLO.PrepreemptBelow)
 	}
 	l.status, l.told = st, told
 }
 
-// searchRows are the status rows of search s's LC processes in their
-// windows samples, against its decision d (nil: none this window).
-func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) []client.SLOLC {
-	var out []client.SLOLC
-	var res []slo.LCResult
-	if d != nil {
-		res = d.LC
-	}
+// searchRows are the status rows of search s's LCs against its decision d (nil: none this window).
+func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) (out []client.SLOLC) {
 	for _, p := range s.lcs {
 		w := samples[p.PID]
 		for _, row := range w.rows {
 			row.GPUs = s.gpus
-			for _, r := range res {
-				if r.Key == w.key && r.Objective == row.Objective {
+			if d != nil {
+				if i := slices.IndexFunc(d.LC, func(r slo.LCResult) bool { return r.Key == w.key && r.Objective == row.Objective }); i >= 0 {
+					r := d.LC[i]
 					row.TargetUs, row.Ratio, row.Reference, row.Pending = float64(r.Target)/1e3, finite(r.Ratio), r.Reference, r.Pending
 					row.LatencyUs = float64(r.Latency) / 1e3
 					if !r.Counted && r.Pending > 0 && r.Target > 0 {
-						what := "requests"
-						if w.tokens && strings.HasPrefix(row.Objective, "tpot_") {
-							what = "tokens"
-						}
+						what := map[bool]string{true: "tokens", false: "requests"}[strings.HasPrefix(row.Objective, "tpot_")]
 						row.Signal = fmt.Sprintf("%s (%d %s accumulated toward a measurement)", row.Signal, r.Pending, what)
 					}
 				}
@@ -262,28 +222,6 @@ func finite(f float64) *float64 {
 	return &f
 }
 
-// ladderOrDefault is the ladder in force, as the status shows it.
-func ladderOrDefault(l []time.Duration) string {
-	if len(l) == 0 {
-		l = slo.DefaultLadder
-	}
-	return fmtLadder(l)
-}
-
 func fmtLadder(l []time.Duration) string {
-	s := ""
-	for i, d := range l {
-		if i > 0 {
-			s += ","
-		}
-		s += d.String()
-	}
-	return s
-}
-
-func calibrateName(pause int) string {
-	if pause > 0 {
-		return "pause"
-	}
-	return "shortest"
+	return strings.ReplaceAll(strings.Trim(fmt.Sprint(l), "[]"), " ", ",")
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
 type fixedLatency map[int]LatencySample
@@ -65,8 +66,15 @@ func TestSampleOfTheMetric(t *testing.T) {
 			if len(w.samples) != 1 {
 				t.Fatalf("samples %+v, rows %+v", w.samples, w.rows)
 			}
-			if s := w.samples[0]; !slices.Equal(s.Values, tc.values) || s.Latency != tc.latency || s.Count != tc.count {
-				t.Errorf("values %v latency %v count %d, want %v, %v, %d", s.Values, s.Latency, s.Count, tc.values, tc.latency, tc.count)
+			want := []stats.Weighted{{V: tc.latency, W: tc.count}}
+			if tc.values != nil {
+				want = nil
+				for _, v := range tc.values {
+					want = append(want, stats.Weighted{V: v, W: 1})
+				}
+			}
+			if s := w.samples[0]; !slices.Equal(s.Points, want) {
+				t.Errorf("points %v, want %v", s.Points, want)
 			}
 			if want := cmp.Or(tc.sample.Source, SourcePushed); w.rows[0].Source != want {
 				t.Errorf("source %q, want %q", w.rows[0].Source, want)

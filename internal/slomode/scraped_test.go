@@ -64,7 +64,7 @@ func TestScrapedSource(t *testing.T) {
 				}
 				return
 			}
-			if len(w.samples) != 1 || w.samples[0].Latency != tc.wantP50 || w.key != tc.wantKey {
+			if len(w.samples) != 1 || w.samples[0].Points[0].V != tc.wantP50 || w.key != tc.wantKey {
 				t.Fatalf("samples %+v key %q, want p50 %v key %q", w.samples, w.key, tc.wantP50, tc.wantKey)
 			}
 			// A window is used once.

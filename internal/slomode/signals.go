@@ -17,9 +17,8 @@ const (
 	SourceScraped       = "scraped"        // the server's own Prometheus histograms
 )
 
-// Metric names of LatencySample.Samples: request latency, an LLM
-// server's time to first token and time per output token
-// (objective.Metrics).
+// Metrics of LatencySample.Samples (objective.Metrics): request latency, an LLM server's time to
+// first token and time per output token.
 const (
 	MetricRequest = ""
 	MetricTTFT    = "ttft"
@@ -28,53 +27,37 @@ const (
 
 // LatencySample is one LC process's latency over one window of its source.
 type LatencySample struct {
-	// At is when the daemon received it (the reconciler's clock).
-	At     time.Duration
-	Window time.Duration
-	// Source is one of the Source constants.
-	Source   string
+	At       time.Duration // when the daemon received it (the reconciler's clock)
+	Window   time.Duration
+	Source   string // one of the Source constants
 	Requests int
-	// Tokens are the samples of the tpot_ quantiles (0: Requests).
-	Tokens int
-	// Quantiles by name ("p50", "p99", "tpot_p50", ...): what a source
-	// gives that has no Samples (a push of quantiles alone).
+	Tokens   int // the samples of the tpot_ quantiles (0: Requests)
+	// Quantiles by name ("p50", "tpot_p99", ...), for a source without Samples: the window's own
+	// values by metric, at most MaxSamples each.
 	Quantiles map[string]time.Duration
-	// Samples are the window's own values by metric (MetricRequest,
-	// MetricTTFT, MetricTPOT), at most MaxSamples each: windows with
-	// them accumulate until they hold enough to count.
-	Samples map[string][]time.Duration
-	// Seq numbers a process's samples, so one is used once.
-	Seq uint64
+	Samples   map[string][]time.Duration
+	Seq       uint64 // numbers a process's samples, so one is used once
 }
 
-// MaxSamples bounds the values one window keeps per metric (a
-// launch-bound LC completes thousands of requests a second).
+// MaxSamples bounds the values one window keeps per metric (a launch-bound LC completes thousands
+// of requests a second).
 const MaxSamples = 4096
 
-// LatencySource gives an LC process's latest latency window. The pushed
-// windows of POST /v1/stats are one; request tracing (the daemon's
-// TracedLatency: uprobes on libcuda) is another, for apps that do not
-// push.
+// LatencySource gives an LC process's latest latency window: the pushed windows, request tracing
+// (the daemon's TracedLatency), scraping.
 type LatencySource interface {
 	Latest(pid int) (LatencySample, bool)
 }
 
-// WindowedSource is a LatencySource whose windows the loop closes, once
-// per its own window (the daemon's TracedLatency), naming the LC processes it is
-// wanted for: those that pushed no recent window.
+// WindowedSource is a LatencySource whose windows the loop closes, once a window, naming the LC
+// processes it is wanted for.
 type WindowedSource interface {
 	LatencySource
 	Roll(now time.Duration, lcs []policy.ProcRef)
 }
 
-// ShareSource measures BE progress relative to BE alone, in [0, 1]
-// (the daemon's BEProgress: kernel launches counted by uprobes on the BE
-// processes' libcuda). Roll closes the window ending at now over the BE processes
-// bes, each with what the window was to it (BEWindow), and gives the
-// share of those beside an LC. Without a source, BE share is unknown
-// (NaN) and the controller keeps the longest BE timeslice that meets
-// every LC objective (docs/SLO.md). Close ends the measuring when SLO
-// mode is turned off.
+// ShareSource measures BE progress by kernel launches (the daemon's BEProgress): Roll closes the
+// window ending at now over bes; Close ends the measuring as SLO mode goes off.
 type ShareSource interface {
 	Roll(now time.Duration, bes []BEWindow) map[string]BERate
 	Status() []client.SLOBE
@@ -84,21 +67,16 @@ type ShareSource interface {
 // BEWindow is one BE process over the window a ShareSource closes.
 type BEWindow struct {
 	policy.ProcRef
-	// Alone: no GPU process outside class BE (but MPS servers) shared a
-	// GPU with it at the window's start and its end: its rate alone.
-	Alone bool
-	// Stopped: it was held stopped through the window (an LC learnt
-	// alone): its rate is not progress under any setting.
-	Stopped bool
+	// Alone: no GPU process outside BE (but MPS servers) shared a GPU with it at the window's start
+	// and end. Stopped: held stopped through it.
+	Alone, Stopped bool
 }
 
-// BERate is one BE process's progress over a window: its kernel launches
-// per second, and its rate alone.
+// BERate is one BE process's kernel launches per second over a window, and alone.
 type BERate struct{ Rate, Alone float64 }
 
-// BEShare is the BE share of the processes keys name: what they launched
-// over what they launch alone, in [0, 1]; false where none of them has a
-// rate.
+// BEShare is what the processes keys name launched over what they launch alone, in [0, 1]; false
+// where none of them has a rate.
 func BEShare(rates map[string]BERate, keys []string) (float64, bool) {
 	var rate, ref float64
 	for _, k := range keys {
@@ -120,24 +98,21 @@ type pushed struct {
 }
 
 func (p *pushed) push(pid int, w client.Window) {
+	us := func(x float64) time.Duration { return time.Duration(x * float64(time.Microsecond)) }
 	s := LatencySample{Source: SourcePushed, Window: time.Duration(w.DurationMs * float64(time.Millisecond)), Requests: int(min(w.Requests, math.MaxInt32)),
-		Tokens: int(min(w.Tokens, math.MaxInt32)), Quantiles: map[string]time.Duration{}}
-	for q, us := range w.LatencyUs {
-		s.Quantiles[q] = time.Duration(us * float64(time.Microsecond))
+		Tokens: int(min(w.Tokens, math.MaxInt32)), Quantiles: map[string]time.Duration{}, Samples: map[string][]time.Duration{}}
+	for q, x := range w.LatencyUs {
+		s.Quantiles[q] = us(x)
 	}
-	for m, vs := range w.SamplesUs { // the daemon checked the names and values
+	for m, xs := range w.SamplesUs { // the daemon checked the names and values
 		metric := map[string]string{"request": MetricRequest, "ttft": MetricTTFT, "tpot": MetricTPOT}[m]
-		if s.Samples == nil {
-			s.Samples = map[string][]time.Duration{}
-		}
-		for _, us := range vs[:min(len(vs), MaxSamples)] {
-			s.Samples[metric] = append(s.Samples[metric], time.Duration(us*float64(time.Microsecond)))
+		for _, x := range xs[:min(len(xs), MaxSamples)] {
+			s.Samples[metric] = append(s.Samples[metric], us(x))
 		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s.At = p.now()
-	s.Seq = p.by[pid].Seq + 1
+	s.At, s.Seq = p.now(), p.by[pid].Seq+1
 	p.by[pid] = s
 }
 
@@ -154,16 +129,12 @@ func (p *pushed) forget(pid int) {
 	p.mu.Unlock()
 }
 
-// quantileName is the pushed quantile that stands for q: the named one at
-// or above it (p99 for 0.95), so an objective is never checked against a
-// lower quantile than it names.
+// quantileName is the pushed quantile that stands for q: the named one at or above it (p99 for
+// 0.95), never a lower one than it names.
 func quantileName(q float64) string {
-	for _, c := range []struct {
-		q    float64
-		name string
-	}{{0.5, "p50"}, {0.9, "p90"}, {0.99, "p99"}, {0.999, "p999"}} {
-		if q <= c.q+1e-9 {
-			return c.name
+	for i, c := range []float64{0.5, 0.9, 0.99, 0.999} {
+		if q <= c+1e-9 {
+			return []string{"p50", "p90", "p99", "p999"}[i]
 		}
 	}
 	return "max"
