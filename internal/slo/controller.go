@@ -342,7 +342,10 @@ func (c *Controller) undecided(d *Decision) {
 }
 
 func (c *Controller) measuring() string {
-	return fmt.Sprintf("measuring %v: LC at %.2fx its objective so far (NaN: no measurement yet)", c.cur, c.worstMean(c.cur))
+	if m := c.worstMean(c.cur); !math.IsNaN(m) {
+		return fmt.Sprintf("measuring %v: LC at %.2fx its objective so far", c.cur, m)
+	}
+	return fmt.Sprintf("measuring %v: no measurement of it yet", c.cur)
 }
 
 // endExplore settles on the arm explored if it is the better, else where it came from.
