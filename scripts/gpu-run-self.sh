@@ -36,6 +36,9 @@
 #                (--llm-metrics-port); gpreemptd scrapes them (a rule's
 #                latency: {metrics: ..., preset: vllm}); no push, no trace:
 #                static, slo, be-only (~3.5 min)
+#   steady       the GPT-2 LC under SLO mode alone for 200 s after the
+#                lead-in: the report's arm line gives the most changes in
+#                any 30 s (~4.5 min)
 #
 #   PARTS=gpt2-fixed REP=1 scripts/gpu-run-self.sh
 #   PARTS=gpt2-slo REP=1 scripts/gpu-run-self.sh
@@ -71,7 +74,7 @@ BMADDR=127.0.0.1:$((19482 + DEVICE))
 METRICS_PORT=${METRICS_PORT:-$((18080 + DEVICE))}
 PIN_ARGS=${PIN_ARGS:-}
 LEAD_IN=${LEAD_IN:-16s}
-ALL_PARTS="gpt2-fixed gpt2-slo llama-fixed llama-slo eager graph pushed scraped"
+ALL_PARTS="gpt2-fixed gpt2-slo llama-fixed llama-slo eager graph pushed scraped steady"
 # Bench limits under one 10-minute call; a part's own is 40 s more.
 for p in $ALL_PARTS; do
   v=$(part_var "$p" BENCH_TIMEOUT); printf -v "$v" %s "${!v:-520}"
@@ -81,17 +84,18 @@ select_parts gpu-run-self.sh gpt2-fixed "$ALL_PARTS" "$@"
 echo "parts:$sel rep $REP"
 
 # runtime P: the scenarios' runtime prefix; workload P: its bench flags.
-runtime() { case $1 in gpt2-*|llama-*|pushed|scraped) echo llm;; eager) echo pytorch-eager;; graph) echo pytorch;; esac; }
+runtime() { case $1 in gpt2-*|llama-*|pushed|scraped|steady) echo llm;; eager) echo pytorch-eager;; graph) echo pytorch;; esac; }
 workload() {
   case $1 in
     gpt2-*) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms;;
+    steady) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms --duration 200s;;
     llama-*) echo --llm-family llama-330m --llm-batch 2 --llm-prompt 128 --llm-new-tokens 32 --llm-period 1s;;
     pushed) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 1s;;
     scraped) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms --llm-metrics-port $METRICS_PORT --slo-push=false;;
     eager) echo --pytorch-period 20ms;;
     graph) echo --pytorch-period 20ms --be-duty 8s;;
   esac
-  case $1 in gpt2-*|llama-*|eager|graph) echo --slo-push=false;; esac
+  case $1 in gpt2-*|llama-*|eager|graph|steady) echo --slo-push=false;; esac
 }
 # settings P: the part's settings, rotated by REP so that repetitions made
 # by separate calls alternate their order; the standalone run stays first
@@ -103,6 +107,7 @@ settings() {
     *-slo) s="slo abs";;
     eager|graph) s="static gate 1us slo abs";;
     pushed|scraped) s="static slo";;
+    steady) s="slo";;
   esac
   s=${SETTINGS:-$s} # SETTINGS="static slo" runs those alone (a shorter call)
   local a=($s) n i out=""
@@ -120,10 +125,10 @@ scenario() {
 }
 scenarios() {
   local p=$1 list=() s
-  case $p in pushed|scraped) ;; *) [ -n "${NO_STANDALONE:-}" ] || list+=("$(scenario $p standalone)");; esac
+  case $p in pushed|scraped|steady) ;; *) [ -n "${NO_STANDALONE:-}" ] || list+=("$(scenario $p standalone)");; esac
   # be-only (BE's rate alone, every share's baseline) before the settings,
   # so that a part cut short by its time limit loses a setting, not it.
-  case " $(settings $p) " in *" beonly "*) list+=("$(scenario $p beonly)");; *) case $p in *-slo) ;; *) list+=("$(scenario $p beonly)");; esac;; esac
+  case " $(settings $p) " in *" beonly "*) list+=("$(scenario $p beonly)");; *) case $p in *-slo|steady) ;; *) list+=("$(scenario $p beonly)");; esac;; esac
   for s in $(settings $p); do [ "$s" = beonly ] || list+=("$(scenario $p $s)"); done
   local IFS=,; echo "${list[*]}"
 }
@@ -223,6 +228,7 @@ self_summary() {
   if [ -f "$md" ]; then
     awk '/^\| scenario \| reps/{f=1} f&&/^$/{exit} f' "$md"; echo
     awk '/^Within each LC process|^gpreemptd.s view/{f=1} /^GPU during|^Host CPUs|^Every run/{f=0} f' "$md"
+    awk '/^gpreemptd SLO mode/{f=1} f&&/^$/&&n++{exit} f' "$md" # each run's arms and changes
   else
     echo "no results.md:"; echo; tail -5 "$W/$1-bench-run.log" | sed 's/^/    /'
   fi

@@ -353,6 +353,9 @@ func sloLine(ss []SLOSample, measureStartNs, changeNs int64) string {
 		if decided > 0 {
 			line += fmt.Sprintf(", LC windows aligned in %d of %d", aligned, decided)
 		}
+		if span := time.Duration(last.MonoNs - measured[0].MonoNs); span >= 2*steadySpan {
+			line += fmt.Sprintf(", at most %d in any %v of %v", mostChanges(measured, steadySpan), steadySpan, span.Round(time.Second))
+		}
 		parts = append(parts, line)
 	}
 	if changeNs > 0 {
@@ -361,6 +364,23 @@ func sloLine(ss []SLOSample, measureStartNs, changeNs int64) string {
 		}
 	}
 	return "arm " + strings.Join(parts, "; ")
+}
+
+// steadySpan is the span over which a settled search may change its arm
+// at most once (issue 51, must-show 5).
+const steadySpan = 30 * time.Second
+
+// mostChanges is the most arm changes ss shows within any span: the
+// largest rise of the change count between two reads at most span apart.
+func mostChanges(ss []SLOSample, span time.Duration) int {
+	most, j := 0, 0
+	for i := range ss {
+		for j < len(ss)-1 && ss[j+1].MonoNs-ss[i].MonoNs <= int64(span) {
+			j++
+		}
+		most = max(most, ss[j].Changes-ss[i].Changes)
+	}
+	return most
 }
 
 // afterChange is the settings in ss from changeNs on, each with the time

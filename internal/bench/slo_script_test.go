@@ -94,7 +94,7 @@ func TestGPURunSelfDryRun(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
 	}
-	parts := []string{"gpt2-fixed", "gpt2-slo", "llama-fixed", "llama-slo", "eager", "graph", "pushed", "scraped"}
+	parts := []string{"gpt2-fixed", "gpt2-slo", "llama-fixed", "llama-slo", "eager", "graph", "pushed", "scraped", "steady"}
 	for _, rep := range []string{"1", "2"} {
 		for _, part := range parts {
 			w := t.TempDir()

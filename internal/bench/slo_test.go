@@ -823,3 +823,34 @@ print(e.gate)
 		t.Fatalf("python: %v: %q, want the engine told gate on", err, out)
 	}
 }
+
+// TestMostChanges checks the steady-state count of arm changes: the most
+// within any 30 s, read from the daemon's cumulative change count.
+func TestMostChanges(t *testing.T) {
+	read := func(s float64, changes int) SLOSample {
+		return SLOSample{MonoNs: int64(s * 1e9), Changes: changes}
+	}
+	for _, c := range []struct {
+		name string
+		ss   []SLOSample
+		want int
+	}{
+		{"none", []SLOSample{read(0, 3), read(40, 3), read(80, 3)}, 0},
+		{"one a minute", []SLOSample{read(0, 0), read(29, 0), read(31, 1), read(60, 1), read(91, 2)}, 1},
+		{"two within 30 s", []SLOSample{read(0, 0), read(10, 1), read(39, 1), read(40, 2), read(100, 2)}, 1},
+		{"two within 30 s, read close", []SLOSample{read(0, 0), read(10, 1), read(20, 2), read(100, 2)}, 2},
+		{"a burst", []SLOSample{read(0, 5), read(1, 9), read(50, 9)}, 4},
+		{"one read", []SLOSample{read(0, 7)}, 0},
+	} {
+		if got := mostChanges(c.ss, steadySpan); got != c.want {
+			t.Errorf("%s: %d changes, want %d", c.name, got, c.want)
+		}
+	}
+	var ss []SLOSample
+	for i := range 181 {
+		ss = append(ss, read(float64(i), i/45)) // a change every 45 s
+	}
+	if line := sloLine(ss, 0, 0); !strings.Contains(line, "4 changes, at most 1 in any 30s of 3m0s") {
+		t.Errorf("line %q", line)
+	}
+}
