@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/daemon"
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/tsg"
 	"gonum.org/v1/plot/plotter"
 )
@@ -292,7 +292,7 @@ print(json.dumps(m.window_body([2_000_000], 1_000_000_000, 1, ttft_ns=[30_000_00
 		t.Errorf("pushed %+v window %+v", s, w)
 	}
 	// The same body decodes into the client's types, field for field.
-	var c client.Stats
+	var c api.Stats
 	if err := json.Unmarshal([]byte(lines[1]), &c); err != nil || c.Window == nil || c.Window.DurationMs != 500 || c.Window.Requests != 0 {
 		t.Errorf("empty window %s: %+v %v", lines[1], c.Window, err)
 	}
@@ -728,24 +728,24 @@ func TestSLOWindow(t *testing.T) {
 }
 
 func TestBEAloneLearnt(t *testing.T) {
-	row := func(pid int, alone float64, signal string) client.SLOBE {
-		return client.SLOBE{PID: pid, AlonePerS: alone, Signal: signal}
+	row := func(pid int, alone float64, signal string) api.SLOBE {
+		return api.SLOBE{PID: pid, AlonePerS: alone, Signal: signal}
 	}
 	for _, c := range []struct {
 		name           string
 		pids           []int
-		be             []client.SLOBE
+		be             []api.SLOBE
 		done, measured bool
 	}{
 		{"no BE rows: not measured", []int{10}, nil, false, false},
-		{"learnt", []int{10}, []client.SLOBE{row(10, 9000, "counted")}, true, true},
-		{"still learning", []int{10}, []client.SLOBE{row(10, 0, "learning its rate alone (2 of 3 windows without LC)")}, false, true},
-		{"not counted is not waited for", []int{10, 11}, []client.SLOBE{row(10, 9000, "counted"), row(11, 0, "not counted: uprobe refused")}, true, true},
-		{"one of two learnt", []int{10, 11}, []client.SLOBE{row(10, 9000, "counted"), row(11, 0, "counting from this window")}, false, true},
-		{"a BE of the run not listed yet", []int{10, 11}, []client.SLOBE{row(11, 9000, "counted")}, false, true},
+		{"learnt", []int{10}, []api.SLOBE{row(10, 9000, "counted")}, true, true},
+		{"still learning", []int{10}, []api.SLOBE{row(10, 0, "learning its rate alone (2 of 3 windows without LC)")}, false, true},
+		{"not counted is not waited for", []int{10, 11}, []api.SLOBE{row(10, 9000, "counted"), row(11, 0, "not counted: uprobe refused")}, true, true},
+		{"one of two learnt", []int{10, 11}, []api.SLOBE{row(10, 9000, "counted"), row(11, 0, "counting from this window")}, false, true},
+		{"a BE of the run not listed yet", []int{10, 11}, []api.SLOBE{row(11, 9000, "counted")}, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			done, measured := beAloneLearnt(&client.SLO{Enabled: true, BE: c.be}, c.pids)
+			done, measured := beAloneLearnt(&api.SLO{Enabled: true, BE: c.be}, c.pids)
 			if done != c.done || measured != c.measured {
 				t.Errorf("done %v measured %v, want %v %v", done, measured, c.done, c.measured)
 			}

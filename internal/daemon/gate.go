@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpreempt/gpreempt/class"
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
@@ -173,7 +173,7 @@ func (g *RequestGate) capacity(p policy.Gate) time.Duration {
 // returns the gate mode the engine is to take: the policy's, for a process
 // of class lc (the engine then gates its own requests, and the daemon
 // leaves it out), "" for others.
-func (g *RequestGate) Pushed(pid int, e *client.Engine) string {
+func (g *RequestGate) Pushed(pid int, e *api.Engine) string {
 	mode := g.Procs.Policy().Gate.Mode
 	if !slices.ContainsFunc(g.Procs.InClass(class.LC), func(r policy.ProcRef) bool { return r.PID == pid }) {
 		return ""

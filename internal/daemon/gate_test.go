@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
@@ -636,17 +636,17 @@ func TestGateSteeredOffDisarms(t *testing.T) {
 // left out of the daemon's gate; other processes are told nothing.
 func TestGatePushedSelfGated(t *testing.T) {
 	r := newGateRig(t, gatePolicy(policy.GateAuto))
-	if got := r.g.Pushed(20, &client.Engine{Gate: "off"}); got != "" {
+	if got := r.g.Pushed(20, &api.Engine{Gate: "off"}); got != "" {
 		t.Errorf("a BE was told gate %q", got)
 	}
-	if got := r.g.Pushed(10, &client.Engine{}); got != policy.GateAuto {
+	if got := r.g.Pushed(10, &api.Engine{}); got != policy.GateAuto {
 		t.Errorf("the LC was told %q, want auto", got)
 	}
 	r.g.followLCs(nil)
 	if s := r.g.Stats(); s.LCs != 1 {
 		t.Fatalf("an engine without a gate of its own was left out: %+v", s)
 	}
-	if got := r.g.Pushed(10, &client.Engine{Gate: "off"}); got != policy.GateAuto {
+	if got := r.g.Pushed(10, &api.Engine{Gate: "off"}); got != policy.GateAuto {
 		t.Errorf("the LC was told %q, want auto", got)
 	}
 	r.g.followLCs(nil)

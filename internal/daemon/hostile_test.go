@@ -19,7 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
@@ -349,7 +349,7 @@ func TestMetricsLabelsCarryNoPIDs(t *testing.T) {
 	} {
 		m := NewMetrics(nil)
 		m.SetPIDLabels(tc.pids)
-		m.pushStats(HintStats{PID: pid, Stats: client.Stats{Requests: 1, RequestLatencyUs: map[string]float64{"p50": 1}}}, "infer")
+		m.pushStats(HintStats{PID: pid, Stats: api.Stats{Requests: 1, RequestLatencyUs: map[string]float64{"p50": 1}}}, "infer")
 		m.SetSLO(true, map[string]slo.Decision{"0": {LC: []slo.LCResult{{Key: policy.ProcRef{PID: pid, Start: 77}.Key(), Objective: "p99", Ratio: 1}}}})
 		mfs, err := m.Registry.Gather()
 		if err != nil {

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
 )
@@ -177,19 +177,19 @@ func (c groupsCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // HintStats is what an LC process's hint engine pushes (POST /v1/stats):
-// client.Stats, the wire type client.PushStats encodes, and the pusher's
+// api.Stats, the wire type api.PushStats encodes, and the pusher's
 // pid (0: the caller).
 type HintStats struct {
 	PID int `json:"pid"`
-	client.Stats
+	api.Stats
 }
 
 // The pushed window, engine state and reply are the client's wire types:
-// the daemon decodes what client.PushStats encodes.
+// the daemon decodes what api.PushStats encodes.
 type (
-	LatencyWindow = client.Window
-	EngineState   = client.Engine
-	StatsReply    = client.StatsReply
+	LatencyWindow = api.Window
+	EngineState   = api.Engine
+	StatsReply    = api.StatsReply
 )
 
 // quantileNames bounds the label values a pusher can create.

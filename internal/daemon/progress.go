@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/stats"
@@ -48,7 +48,7 @@ type BEProgress struct {
 	guard attachGuard
 
 	mu     sync.Mutex
-	status []client.SLOBE
+	status []api.SLOBE
 }
 
 type beProc struct {
@@ -100,7 +100,7 @@ func (b *BEProgress) Roll(now time.Duration, bes []slomode.BEWindow) map[string]
 	}
 	dropGone(b.procs, refs, func(p *beProc) { b.Counter.Detach(p.pid) })
 	rates := map[string]slomode.BERate{}
-	var st []client.SLOBE
+	var st []api.SLOBE
 	deadline := time.Now().Add(attachBudget)
 	for _, w := range bes {
 		p, alone, paused := w.ProcRef, w.Alone, w.Stopped
@@ -114,7 +114,7 @@ func (b *BEProgress) Roll(now time.Duration, bes []slomode.BEWindow) map[string]
 			bp = b.attach(p, now, retry, deadline)
 			b.procs[k] = bp
 		}
-		s := client.SLOBE{PID: p.PID, Comm: p.Comm}
+		s := api.SLOBE{PID: p.PID, Comm: p.Comm}
 		switch {
 		case bp.err != "":
 			s.Signal = "not counted: " + bp.err
@@ -220,7 +220,7 @@ func (b *BEProgress) read(bp *beProc, now time.Duration) {
 }
 
 // Status is each BE process's progress as of the last window.
-func (b *BEProgress) Status() []client.SLOBE {
+func (b *BEProgress) Status() []api.SLOBE {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return slices.Clone(b.status)

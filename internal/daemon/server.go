@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 )
 
@@ -484,8 +484,8 @@ func ParseStats(b []byte) (HintStats, int, error) {
 			if m != "request" && m != "ttft" && m != "tpot" {
 				return s, http.StatusBadRequest, fmt.Errorf("window.samples_us: metric %q: want request, ttft or tpot", m)
 			}
-			if len(vs) > client.MaxWindowSamples {
-				return s, http.StatusBadRequest, fmt.Errorf("window.samples_us.%s: %d values, at most %d", m, len(vs), client.MaxWindowSamples)
+			if len(vs) > api.MaxWindowSamples {
+				return s, http.StatusBadRequest, fmt.Errorf("window.samples_us.%s: %d values, at most %d", m, len(vs), api.MaxWindowSamples)
 			}
 			for _, v := range vs {
 				if !(v > 0 && v <= 1e12) {

@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/rmfake"
 	"github.com/gpreempt/gpreempt/internal/slomode"
@@ -142,18 +142,18 @@ func TestAPIClassOwnPidOnlyWithinLimit(t *testing.T) {
 
 	// The client package, as prepreempt/libgpreempt use it.
 	ctx := context.Background()
-	if err := client.RequestClass(ctx, a.sock, "lc"); !errors.Is(err, client.ErrForbidden) {
+	if err := api.RequestClass(ctx, a.sock, "lc"); !errors.Is(err, api.ErrForbidden) {
 		t.Errorf("client lc over the limit: %v, want ErrForbidden", err)
 	}
-	if err := client.RequestClass(ctx, a.sock, "be:2"); err != nil {
+	if err := api.RequestClass(ctx, a.sock, "be:2"); err != nil {
 		t.Errorf("client be:2: %v", err)
 	}
 	a.wantAll(me, 380, 0) // 20 us + 2 x 180 us
-	if r, err := client.PushStats(ctx, a.sock, client.Stats{Requests: 1, RequestLatencyUs: map[string]float64{"p99": 70},
-		Window: &client.Window{DurationMs: 1000, Requests: 1, LatencyUs: map[string]float64{"p99": 70}}}); err != nil || !r.Prepreempt || r.SLO {
+	if r, err := api.PushStats(ctx, a.sock, api.Stats{Requests: 1, RequestLatencyUs: map[string]float64{"p99": 70},
+		Window: &api.Window{DurationMs: 1000, Requests: 1, LatencyUs: map[string]float64{"p99": 70}}}); err != nil || !r.Prepreempt || r.SLO {
 		t.Errorf("client stats: %+v, %v; want prepreempt, no SLO", r, err)
 	}
-	if err := client.RequestClass(ctx, filepath.Join(t.TempDir(), "none"), "be"); !errors.Is(err, client.ErrUnavailable) {
+	if err := api.RequestClass(ctx, filepath.Join(t.TempDir(), "none"), "be"); !errors.Is(err, api.ErrUnavailable) {
 		t.Errorf("no daemon: %v, want ErrUnavailable", err)
 	}
 }
@@ -346,12 +346,12 @@ func FuzzDecoders(f *testing.F) {
 					}
 				}
 				for m, vs := range w.SamplesUs {
-					if m != "request" && m != "ttft" && m != "tpot" || len(vs) > client.MaxWindowSamples ||
+					if m != "request" && m != "ttft" && m != "tpot" || len(vs) > api.MaxWindowSamples ||
 						slices.ContainsFunc(vs, func(v float64) bool { return !(v > 0 && v <= 1e12) }) {
 						t.Fatalf("accepted window samples %q = %v", m, vs)
 					}
 				}
-				slomode.New(nil, func() time.Duration { return 0 }, nil, nil).Push(1, client.Stats{Window: w})
+				slomode.New(nil, func() time.Duration { return 0 }, nil, nil).Push(1, api.Stats{Window: w})
 			}
 		}
 	})
@@ -390,9 +390,9 @@ func TestSLOStatusSharesNothing(t *testing.T) {
 	}
 	rec := NewReconciler(pol, nopController{}, fakeInspector{}, NewMetrics(nil), Options{}, nil)
 	l := NewSLOLoop(rec, NewMetrics(nil), nil)
-	l.Push(1, client.Stats{Engine: &EngineState{Prepreempt: true}})
+	l.Push(1, api.Stats{Engine: &EngineState{Prepreempt: true}})
 	snap := l.Status()
-	l.Push(2, client.Stats{Engine: &EngineState{Prepreempt: true}})
+	l.Push(2, api.Stats{Engine: &EngineState{Prepreempt: true}})
 	if len(snap.Engines) != 1 {
 		t.Errorf("a status read before a push holds %d engines after it, want 1: the copy shares the loop's map", len(snap.Engines))
 	}
@@ -793,9 +793,9 @@ func TestAPIChangeLimit(t *testing.T) {
 		return x.GetCounter().GetValue()
 	}
 	before := refused()
-	_, err = client.New(a.sock).RequestClass(context.Background(), "lc")
-	var ce *client.Error
-	if !errors.Is(err, client.ErrTooMany) || !errors.As(err, &ce) || ce.RetryAfter != time.Second {
+	_, err = api.New(a.sock).RequestClass(context.Background(), "lc")
+	var ce *api.Error
+	if !errors.Is(err, api.ErrTooMany) || !errors.As(err, &ce) || ce.RetryAfter != time.Second {
 		t.Errorf("client past the limit: %v, want ErrTooMany retrying after 1s", err)
 	}
 	if n := refused() - before; n != 2 {
@@ -865,7 +865,7 @@ func TestChangeLimiterBound(t *testing.T) {
 // TestWindowSamples: a window's own values are taken per metric within
 // bounds, and refused with 400 naming what was wrong past them.
 func TestWindowSamples(t *testing.T) {
-	many := strings.TrimSuffix(strings.Repeat("1,", client.MaxWindowSamples+1), ",")
+	many := strings.TrimSuffix(strings.Repeat("1,", api.MaxWindowSamples+1), ",")
 	for _, tc := range []struct {
 		name, samples string
 		want          string // "": accepted

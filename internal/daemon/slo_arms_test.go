@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
@@ -23,7 +23,7 @@ func TestGateSteered(t *testing.T) {
 	if r.pause.isStopped(20) || r.g.Stats().Steered != 1 {
 		t.Fatalf("held for an LC steered off: stopped %v, stats %+v", r.pause.stopped, r.g.Stats())
 	}
-	if got := r.g.Pushed(10, &client.Engine{Gate: "on"}); got != policy.GateOff {
+	if got := r.g.Pushed(10, &api.Engine{Gate: "on"}); got != policy.GateOff {
 		t.Errorf("an engine of an LC steered off told %q", got)
 	}
 	r.advance(10 * time.Millisecond)
@@ -32,11 +32,11 @@ func TestGateSteered(t *testing.T) {
 	if !r.pause.isStopped(20) {
 		t.Fatal("not held for an LC steered on")
 	}
-	if got := r.g.Pushed(10, &client.Engine{Gate: "on"}); got != policy.GateOn {
+	if got := r.g.Pushed(10, &api.Engine{Gate: "on"}); got != policy.GateOn {
 		t.Errorf("an engine of an LC steered on told %q", got)
 	}
 	r.g.Steer(nil)
-	if got := r.g.Pushed(10, &client.Engine{Gate: "on"}); got != policy.GateOn {
+	if got := r.g.Pushed(10, &api.Engine{Gate: "on"}); got != policy.GateOn {
 		t.Errorf("unsteered: told %q", got)
 	}
 }
@@ -131,7 +131,7 @@ func TestSLOLoopTPOT(t *testing.T) {
 	s.loop.Step(s.now)
 	for range 3 {
 		s.now += time.Second
-		s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 60,
+		s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 60,
 			LatencyUs: map[string]float64{"p50": 400e3, "tpot_p50": 9000}}})
 		s.loop.Step(s.now)
 		s.tick(s.now)
@@ -169,7 +169,7 @@ func TestSLOLoopTPOTTokens(t *testing.T) {
 			s := newSLORig(t, strings.Replace(sloPolicy, `lc: {objective: "p50<=1.05x"}`, `lc: {objective: "tpot_p50<=12ms"}`, 1))
 			s.loop.Step(s.now)
 			s.now += time.Second
-			s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: tc.requests, Tokens: tc.tokens,
+			s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: tc.requests, Tokens: tc.tokens,
 				LatencyUs: map[string]float64{"p50": 400e3, "tpot_p50": 9000}}})
 			s.loop.Step(s.now)
 			st := s.loop.Status()
@@ -232,7 +232,7 @@ func TestSLOLoopSelfGatedLags(t *testing.T) {
 func TestSLOLoopLagFromWhatWasTold(t *testing.T) {
 	t.Run("pre-preemption", func(t *testing.T) {
 		s := newSLORig(t, strings.Replace(sloPolicy, "window: 1s}", "window: 1s, prepreempt_below: 100us}", 1))
-		s.loop.Push(100, client.Stats{Engine: &EngineState{Prepreempt: true}})
+		s.loop.Push(100, api.Stats{Engine: &EngineState{Prepreempt: true}})
 		if !s.loop.Reply(100).Prepreempt {
 			t.Fatal("an engine not told to pre-preempt with the mode off")
 		}

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slomode"
@@ -153,7 +153,7 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 	for i := 1; i <= slomode.UntraceAfter; i++ {
 		clock.Now = max(clock.Now, uint64(s.now))
 		spaced(tl, lc, 50, slo.EagerPyTorchH100.Baseline, 19*time.Millisecond, clock)
-		s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}})
+		s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}})
 		s.now += time.Second
 		s.loop.Step(s.now)
 		want := "traced-request"
@@ -461,7 +461,7 @@ func TestSLOLoopTracesWhatDoesNotPush(t *testing.T) {
 	rt := &recordingTraced{}
 	s.loop.Traced = rt
 	push := func(pid int) {
-		s.loop.Push(pid, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}})
+		s.loop.Push(pid, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}})
 	}
 	step := func(pushes ...int) []int {
 		t.Helper()

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
@@ -61,7 +61,7 @@ type Loop struct {
 	// on: the mode runs under conf.
 	on bool
 	// searches is the mode per set of GPUs an LC process has run on, by
-	// the set (client.GPUList; allGPUs: the node, while a process is on no GPU
+	// the set (api.GPUList; allGPUs: the node, while a process is on no GPU
 	// NVML lists). A search whose set has no LC now is idle: its BE keep
 	// the policy's timeslice. A change of the SLO settings starts every
 	// search again.
@@ -78,7 +78,7 @@ type Loop struct {
 	alone map[string]bool
 
 	conf    sloConf
-	windows int // windows the loop observed (client.SLODecision.Window)
+	windows int // windows the loop observed (api.SLODecision.Window)
 	used    map[sampleSource]uint64
 	// tracing: the LC processes request tracing is or may be asked to
 	// measure, by ProcRef.Key (toTrace).
@@ -88,7 +88,7 @@ type Loop struct {
 	held map[int]bool
 
 	mu     sync.Mutex
-	status client.SLO
+	status api.SLO
 	// stepAt: when Step last ran (the reconciler's clock), window the
 	// policy's then; 0: not yet (Reply's next_window_ms).
 	stepAt, window time.Duration
@@ -104,7 +104,7 @@ const alignSlack = 20
 
 // allGPUs keys the search for the node: of every process while one NVML
 // lists on no GPU (past its first window: an MPS client, a node without
-// NVML); client.GPUList names no GPUs so.
+// NVML); api.GPUList names no GPUs so.
 const allGPUs = "all"
 
 // search is the SLO mode on one set of GPUs: those that GPU processes
@@ -131,7 +131,7 @@ type search struct {
 	// decision; it takes that at its next push, which ends the window now
 	// running, so that window ran the word before, aligned or not.
 	lagged, gateLag bool
-	status          client.SLOSearch
+	status          api.SLOSearch
 }
 
 // live says whether the search has an LC on its GPUs this window.
@@ -157,14 +157,14 @@ func New(rec Reconciler, now func() time.Duration, m Metrics, log *slog.Logger) 
 }
 
 // Push takes a stats push's latency window and engine state.
-func (l *Loop) Push(pid int, s client.Stats) {
+func (l *Loop) Push(pid int, s api.Stats) {
 	if s.Window != nil {
 		l.push.push(pid, *s.Window)
 	}
 	if s.Engine != nil {
 		l.mu.Lock()
 		if l.status.Engines == nil {
-			l.status.Engines = map[string]client.Engine{}
+			l.status.Engines = map[string]api.Engine{}
 		}
 		l.status.Engines[strconv.Itoa(pid)] = *s.Engine
 		l.mu.Unlock()
@@ -199,7 +199,7 @@ func (l *Loop) PrepreemptUpTo(pol *policy.Policy, lcs []policy.ProcRef) time.Dur
 }
 
 // SearchTimeslice is the BE timeslice the search on the set of GPUs gpus
-// (client.GPUList) holds now, live or idle; false where there is none.
+// (api.GPUList) holds now, live or idle; false where there is none.
 // Called from Step's goroutine.
 func (l *Loop) SearchTimeslice(gpus string) (time.Duration, bool) {
 	s := l.searches[gpus]
@@ -236,10 +236,10 @@ func (l *Loop) Forget(pid int) {
 // stops pre-preempting where a search it is in chose a BE timeslice of
 // slo.prepreempt_below or longer; another process's engine where any
 // search did.
-func (l *Loop) Reply(pid int) client.StatsReply {
+func (l *Loop) Reply(pid int) api.StatsReply {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := client.StatsReply{Prepreempt: l.toldLocked(pid), SLO: l.status.Enabled}
+	r := api.StatsReply{Prepreempt: l.toldLocked(pid), SLO: l.status.Enabled}
 	if r.SLO && l.window > 0 && l.stepAt > 0 {
 		// Past due, the read runs now: a reporter pushes ahead of the one after.
 		next := max(l.stepAt+l.window-l.push.now(), time.Microsecond)
@@ -266,7 +266,7 @@ func windowOf(pol *policy.Policy) time.Duration {
 
 // Status is the SLO mode's state, in the client's wire type: the daemon
 // encodes what `gpreemptctl daemon status` and the benchmarks decode.
-func (l *Loop) Status() client.SLO {
+func (l *Loop) Status() api.SLO {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.status
@@ -306,7 +306,7 @@ func (l *Loop) Step(now time.Duration) {
 			l.log.Info("slo: mode off; BE back to the policy's timeslice", "be_timeslice", pol.Classes[class.BE].Timeslice)
 		}
 		l.mu.Lock()
-		l.status, l.told = client.SLO{Engines: l.status.Engines, Prepreempt: true}, nil
+		l.status, l.told = api.SLO{Engines: l.status.Engines, Prepreempt: true}, nil
 		l.mu.Unlock()
 		l.metrics.SetSLO(false, nil)
 		return

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
@@ -17,7 +17,7 @@ import (
 // lcWindow is one LC process's window: its status rows (one per
 // objective) and its samples to the controllers.
 type lcWindow struct {
-	rows    []client.SLOLC
+	rows    []api.SLOLC
 	samples []slo.LCSample
 	key     string        // its key to the controllers
 	tokens  bool          // its tpot_ objectives count tokens
@@ -30,10 +30,10 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 	out := map[int]lcWindow{}
 	for _, p := range lcs {
 		o, ok := pol.Objective(p.Decision)
-		ls := client.SLOLC{PID: p.PID, Comm: p.Comm}
+		ls := api.SLOLC{PID: p.PID, Comm: p.Comm}
 		if !ok {
 			ls.Signal = "no objective"
-			out[p.PID] = lcWindow{rows: []client.SLOLC{ls}}
+			out[p.PID] = lcWindow{rows: []api.SLOLC{ls}}
 			continue
 		}
 		// What the app pushes, or what request tracing sees of it while
@@ -135,13 +135,13 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	prevPre := l.status.Prepreempt
-	st := client.SLO{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
+	st := api.SLO{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
 		Ladder: ladderOrDefault(pol.SLO.Ladder), MinBEShare: pol.SLO.MinBEShare, Calibrate: calibrateName(l.conf.pause),
 		Engines: l.status.Engines, Prepreempt: true}
 	told := map[int]bool{}
 	metrics := map[string]slo.Decision{}
 	var worst float64 = math.NaN()
-	var lcRows []client.SLOLC
+	var lcRows []api.SLOLC
 	for _, s := range l.sorted() {
 		d := decided[s]
 		ss := &s.status
@@ -162,10 +162,10 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 		// What an idle search decides applies to no BE: neither shown nor
 		// counted.
 		if d != nil && s.live() {
-			sd := &client.SLODecision{Window: l.windows, BETimeslice: d.BETimeslice.String(), Arm: d.Arm.String(), Phase: d.Phase, Changed: d.Changed,
+			sd := &api.SLODecision{Window: l.windows, BETimeslice: d.BETimeslice.String(), Arm: d.Arm.String(), Phase: d.Phase, Changed: d.Changed,
 				Cause: d.Cause, Reason: d.Reason, Fallback: d.Fallback, BEBelowMinimum: d.BEBelowMinimum, Aligned: d.Aligned, Bound: d.Bound}
 			ss.Last, ss.BEShare, ss.WorstLC, ss.Phase = sd, finite(d.BEShare), finite(d.Worst), d.Phase
-			ss.Calibration = &client.SLOCalibration{Paused: d.PausedWindows, Windows: d.CalibrationWindows, Of: d.Windows}
+			ss.Calibration = &api.SLOCalibration{Paused: d.PausedWindows, Windows: d.CalibrationWindows, Of: d.Windows}
 			if d.Changed {
 				ss.LastChange = sd
 				ss.Changes++
@@ -226,8 +226,8 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 
 // searchRows are the status rows of search s's LC processes in their
 // windows samples, against its decision d (nil: none this window).
-func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) []client.SLOLC {
-	var out []client.SLOLC
+func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) []api.SLOLC {
+	var out []api.SLOLC
 	var res []slo.LCResult
 	if d != nil {
 		res = d.LC

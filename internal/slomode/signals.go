@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 )
 
@@ -77,7 +77,7 @@ type WindowedSource interface {
 // mode is turned off.
 type ShareSource interface {
 	Roll(now time.Duration, bes []BEWindow) map[string]BERate
-	Status() []client.SLOBE
+	Status() []api.SLOBE
 	Close()
 }
 
@@ -119,7 +119,7 @@ type pushed struct {
 	by  map[int]LatencySample
 }
 
-func (p *pushed) push(pid int, w client.Window) {
+func (p *pushed) push(pid int, w api.Window) {
 	s := LatencySample{Source: SourcePushed, Window: time.Duration(w.DurationMs * float64(time.Millisecond)), Requests: int(min(w.Requests, math.MaxInt32)),
 		Tokens: int(min(w.Tokens, math.MaxInt32)), Quantiles: map[string]time.Duration{}}
 	for q, us := range w.LatencyUs {

@@ -1,8 +1,10 @@
-// Package client talks to gpreemptd's unix-socket API. It imports nothing
-// of the daemon (no BPF, no Prometheus), so prepreempt and libgpreempt can
-// use it to ask for their class when they lack the rights to class
+// Package api is gpreemptd's unix-socket API as its clients see it: the
+// wire types of each request and answer, and the Go client that sends
+// them; gpreemptd's server and SLO mode use the same types. It imports no
+// gpreempt package (no BPF, no Prometheus), so prepreempt and libgpreempt
+// can use it to ask for their class when they lack the rights to class
 // themselves.
-package client
+package api
 
 import (
 	"bytes"
