@@ -14,6 +14,7 @@ import (
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/procfs"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
 
@@ -564,7 +565,7 @@ func (g *RequestGate) idleSince(lc *gateLC, since, now time.Duration) bool {
 // threadRunning reads a thread's state: R (running or runnable).
 func threadRunning(pid, tid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid) + "/stat")
-	state, ok := StatState(b)
+	state, ok := procfs.StatState(b)
 	return err == nil && ok && state == 'R'
 }
 

@@ -12,8 +12,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/policy"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/procfs"
+	"github.com/gpreempt/gpreempt/tsg"
 )
 
 // Pauser stops BE processes' CPU side (SIGSTOP) while an LC request runs
@@ -470,7 +473,7 @@ func (p *Pauser) stat(pid int) (start uint64, state byte, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	if start, err = StartTime(b); err != nil {
+	if start, err = tsg.StartTime(b); err != nil {
 		return 0, 0, err
 	}
 	if p.proc() != "/proc" {
@@ -478,7 +481,7 @@ func (p *Pauser) stat(pid int) (start uint64, state byte, err error) {
 			return 0, 0, err
 		}
 	}
-	state, ok := StatState(b)
+	state, ok := procfs.StatState(b)
 	if !ok {
 		return 0, 0, errors.New("stat: no state")
 	}

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/policy"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/tsg"
 )
 
 // testStopAndWaitArg makes the test binary a daemon that stops one process
@@ -66,7 +68,7 @@ func sleeper(t *testing.T) policy.ProcRef {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start, err := StartTime(b)
+	start, err := tsg.StartTime(b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/procfs"
+	"github.com/gpreempt/gpreempt/tsg"
 )
 
 // DefaultPeerQueueWait is how long a request waits for a place among
@@ -209,7 +211,7 @@ func (a *API) currentPeer(r *http.Request, peer Peer) error {
 	if err != nil {
 		return fmt.Errorf("%w (%v)", ErrPeerGone, err)
 	}
-	start, err := StartTime(stat)
+	start, err := tsg.StartTime(stat)
 	if err != nil {
 		return err
 	}
@@ -234,7 +236,7 @@ func procCreds(pid int) (uint32, []uint32, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return StatusIDs(b)
+	return procfs.StatusIDs(b)
 }
 
 func sameGroups(a, b []uint32) bool {

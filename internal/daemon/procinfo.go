@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/procfs"
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
@@ -74,7 +74,7 @@ func (pi *ProcInspector) Process(pid int) (policy.Process, uint64, error) {
 		}
 		return policy.Process{}, 0, err
 	}
-	start, err := StartTime(stat)
+	start, err := tsg.StartTime(stat)
 	if err != nil {
 		return policy.Process{}, 0, fmt.Errorf("pid %d: %w", pid, err)
 	}
@@ -89,16 +89,16 @@ func (pi *ProcInspector) Process(pid int) (policy.Process, uint64, error) {
 		p.Cmdline = strings.Join(strings.FieldsFunc(string(b), func(r rune) bool { return r == 0 }), " ")
 	}
 	if b, err := os.ReadFile(pi.path(pid, "status")); err == nil {
-		p.UID, _, _ = StatusIDs(b)
+		p.UID, _, _ = procfs.StatusIDs(b)
 	}
 	p.User = pi.userName(p.UID)
 	if b, err := os.ReadFile(pi.path(pid, "cgroup")); err == nil {
-		p.Cgroup = CgroupPath(b)
+		p.Cgroup = procfs.CgroupPath(b)
 	}
 	if f, err := os.Open(pi.path(pid, "environ")); err == nil {
 		b, _ := io.ReadAll(io.LimitReader(f, maxEnviron))
 		f.Close()
-		p.Env = Environ(b)
+		p.Env = procfs.Environ(b)
 	}
 	p.GPUs = pi.gpus(pid)
 	return p, start, nil
@@ -127,88 +127,6 @@ func (pi *ProcInspector) userName(uid uint32) string {
 	}
 	pi.users[uid] = n
 	return n
-}
-
-// StartTime is field 22 of /proc/PID/stat (tsg.StartTime).
-func StartTime(stat []byte) (uint64, error) { return tsg.StartTime(stat) }
-
-// StatState is the state letter of /proc/PID/stat (R, S, T, ...): the
-// field after the command, which may itself hold ')'.
-func StatState(stat []byte) (byte, bool) {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 || i+2 >= len(stat) {
-		return 0, false
-	}
-	return stat[i+2], true
-}
-
-// StatusIDs reads the effective uid and the supplementary groups (with
-// the effective gid) from /proc/PID/status.
-func StatusIDs(status []byte) (euid uint32, gids []uint32, err error) {
-	found := false
-	for _, line := range strings.Split(string(status), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(v)
-		switch k {
-		case "Uid":
-			if len(f) >= 2 {
-				u, err := strconv.ParseUint(f[1], 10, 32)
-				if err == nil {
-					euid, found = uint32(u), true
-				}
-			}
-		case "Gid":
-			if len(f) >= 2 {
-				if g, err := strconv.ParseUint(f[1], 10, 32); err == nil {
-					gids = append(gids, uint32(g))
-				}
-			}
-		case "Groups":
-			for _, s := range f {
-				if g, err := strconv.ParseUint(s, 10, 32); err == nil {
-					gids = append(gids, uint32(g))
-				}
-			}
-		}
-	}
-	if !found {
-		return 0, gids, errors.New("status: no Uid line")
-	}
-	return euid, gids, nil
-}
-
-// CgroupPath is the cgroup v2 path from /proc/PID/cgroup ("0::/path"),
-// else the first hierarchy's.
-func CgroupPath(b []byte) string {
-	first := ""
-	for _, line := range strings.Split(string(b), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		if parts[0] == "0" && parts[1] == "" {
-			return parts[2]
-		}
-		if first == "" {
-			first = parts[2]
-		}
-	}
-	return first
-}
-
-// Environ splits /proc/PID/environ.
-func Environ(b []byte) map[string]string {
-	env := map[string]string{}
-	for _, kv := range bytes.Split(b, []byte{0}) {
-		k, v, ok := strings.Cut(string(kv), "=")
-		if ok && k != "" {
-			env[k] = v
-		}
-	}
-	return env
 }
 
 // NVML's process lists are re-read at most every nvmlMaxAge, and at most
