@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/daemon/pause"
 	"github.com/gpreempt/gpreempt/internal/endpoint"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/policy"
@@ -105,7 +106,7 @@ type Daemon struct {
 	rec     *Reconciler
 	slo     *slomode.Loop
 	gate    *RequestGate
-	pause   *Pauser
+	pause   *pause.Pauser
 	metrics *Metrics
 	ctl     Controller
 	lister  Lister
@@ -181,7 +182,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	// First, what a previous daemon left stopped and no watchdog resumed
 	// (its whole cgroup killed with its watchdog, say).
-	d.pause = &Pauser{StateDir: LockDir(cfg.Socket), Log: d.log}
+	d.pause = &pause.Pauser{StateDir: LockDir(cfg.Socket), Log: d.log}
 	if n, err := d.pause.ResumeRecorded(); n > 0 || err != nil {
 		d.log.Warn("resumed BE processes a previous gpreemptd left stopped", "processes", n, "err", err)
 	}

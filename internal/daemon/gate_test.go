@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/daemon/pause"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
@@ -533,7 +534,7 @@ func TestGateRealPauser(t *testing.T) {
 	be := sleeper(t)
 	be.GPUs = []int{0}
 	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []policy.ProcRef{{PID: 10, Start: 1, GPUs: []int{0}}}, be: []policy.ProcRef{be}}
-	g := NewRequestGate(procs, &Pauser{}, nil)
+	g := NewRequestGate(procs, &pause.Pauser{}, nil)
 	g.followLCs(nil)
 	g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleLaunch, PID: 10, TID: 1})
 	g.command(<-g.cmds)

@@ -12,14 +12,16 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/daemon/pause"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/tsg"
-	dto "github.com/prometheus/client_model/go"
 )
 
 const sloPolicy = `
@@ -386,7 +388,7 @@ func pausingLoop(t *testing.T, g *rig, n int) ([]policy.ProcRef, *slomode.Loop) 
 		bes = append(bes, be)
 	}
 	loop := NewSLOLoop(g.rec, g.m, testLog(t))
-	loop.Pause = &Pauser{Proc: proc}
+	loop.Pause = &pause.Pauser{Proc: proc}
 	t.Cleanup(loop.Close)
 	return bes, loop
 }
@@ -466,7 +468,7 @@ func TestSLOLoopPausesBE(t *testing.T) {
 	waitState(t, be.PID, true)
 	loop.Close()
 	waitState(t, be.PID, false)
-	if loop.Pause.Holding() || len(loop.Pause.(*Pauser).held) != 0 {
+	if loop.Pause.Holding() || loop.Pause.(*pause.Pauser).Held() != 0 {
 		t.Error("still holding BE after Close")
 	}
 }
@@ -821,8 +823,8 @@ func TestSLOLoopPausesPerGPU(t *testing.T) {
 		}
 	}
 	waitState(t, far.PID, false)
-	if p := loop.Pause.(*Pauser); len(p.held) != 0 || p.Holding() {
-		t.Errorf("%d processes left held with nothing stopped", len(p.held))
+	if p := loop.Pause.(*pause.Pauser); p.Held() != 0 || p.Holding() {
+		t.Errorf("%d processes left held with nothing stopped", p.Held())
 	}
 }
 

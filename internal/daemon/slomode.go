@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/daemon/pause"
 	"github.com/gpreempt/gpreempt/internal/scrape"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 )
@@ -12,7 +13,7 @@ import (
 var (
 	_ slomode.Reconciler     = (*Reconciler)(nil)
 	_ slomode.Metrics        = (*Metrics)(nil)
-	_ slomode.Pauser         = (*Pauser)(nil)
+	_ slomode.Pauser         = (*pause.Pauser)(nil)
 	_ slomode.Steerer        = (*RequestGate)(nil)
 	_ slomode.WindowedSource = (*TracedLatency)(nil)
 	_ slomode.WindowedSource = (*scrape.Scraped)(nil)

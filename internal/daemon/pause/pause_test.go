@@ -1,4 +1,4 @@
-package daemon
+package pause
 
 import (
 	"bufio"
@@ -40,13 +40,9 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		case testStandInArg:
 			os.Exit(runStandIn(os.Args[2:]))
-		case testMapArg:
-			os.Exit(runMapper(os.Args[2:]))
 		}
 	}
-	rc := m.Run()
-	cleanupTestExe()
-	os.Exit(rc)
+	os.Exit(m.Run())
 }
 
 func errString(err error) string {

@@ -1,4 +1,8 @@
-package daemon
+// Package pause stops and resumes BE processes' CPU side for gpreemptd:
+// one Pauser per daemon, whose holders (the request gate, SLO mode's
+// calibration) each release only their own stops, with a watchdog process
+// outside the daemon's cgroup that resumes them if the daemon dies.
+package pause
 
 import (
 	"errors"
@@ -120,42 +124,42 @@ func (p *Pauser) log() *slog.Logger {
 	return p.Log
 }
 
-// PauseHolder is one holder's view of a Pauser: what it stops, it alone
+// Holder is one holder's view of a Pauser: what it stops, it alone
 // releases; a process another holder holds too stays stopped.
 // It satisfies slomode.Pauser and the gate's gatePauser.
-type PauseHolder struct {
+type Holder struct {
 	p    *Pauser
 	name string
 }
 
 // Holder returns the holder named name.
-func (p *Pauser) Holder(name string) *PauseHolder { return &PauseHolder{p: p, name: name} }
+func (p *Pauser) Holder(name string) *Holder { return &Holder{p: p, name: name} }
 
 // Stop holds procs stopped for h until max at the latest.
-func (h *PauseHolder) Stop(procs []policy.ProcRef, max time.Duration) (int, error) {
+func (h *Holder) Stop(procs []policy.ProcRef, max time.Duration) (int, error) {
 	return h.p.stop(h.name, procs, max)
 }
 
 // ResumeExcept releases h's holds but keep's; a process no holder holds
 // any more is resumed.
-func (h *PauseHolder) ResumeExcept(keep []policy.ProcRef) (int, error) {
+func (h *Holder) ResumeExcept(keep []policy.ProcRef) (int, error) {
 	return h.p.release(h.name, keep)
 }
 
 // Resume releases every hold of h.
-func (h *PauseHolder) Resume() error { _, err := h.p.release(h.name, nil); return err }
+func (h *Holder) Resume() error { _, err := h.p.release(h.name, nil); return err }
 
 // Holding reports whether h holds processes, none past its deadline.
-func (h *PauseHolder) Holding() bool { return h.p.holding(h.name) }
+func (h *Holder) Holding() bool { return h.p.holding(h.name) }
 
 // Holds reports whether h holds r and r is stopped.
-func (h *PauseHolder) Holds(r policy.ProcRef) bool { return h.p.holds(h.name, r) }
+func (h *Holder) Holds(r policy.ProcRef) bool { return h.p.holds(h.name, r) }
 
 // Still reports whether r makes no progress now (Pauser.Still).
-func (h *PauseHolder) Still(r policy.ProcRef) bool { return h.p.Still(r) }
+func (h *Holder) Still(r policy.ProcRef) bool { return h.p.Still(r) }
 
 // Enforce stops again the processes h holds that run (Pauser.Enforce).
-func (h *PauseHolder) Enforce() int { return h.p.Enforce() }
+func (h *Holder) Enforce() int { return h.p.Enforce() }
 
 // Stop stops procs that are not held yet, and holds them until max at the
 // latest (the Pauser's own holder). It returns how many it took. A
@@ -181,6 +185,13 @@ func (p *Pauser) Holding() bool { return p.holding(anonymous) }
 
 // Holds reports whether the Pauser's own holder holds r, stopped.
 func (p *Pauser) Holds(r policy.ProcRef) bool { return p.holds(anonymous, r) }
+
+// Held counts the processes held stopped, by any holder.
+func (p *Pauser) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.held)
+}
 
 // SelfResumed counts the held processes found running since the start:
 // resumed by their owner, and stopped again.

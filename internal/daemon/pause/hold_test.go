@@ -1,4 +1,4 @@
-package daemon
+package pause
 
 import (
 	"bufio"
@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -297,41 +296,5 @@ func TestRunWatchdogRefusesBadArguments(t *testing.T) {
 		if rc := RunWatchdog(args, strings.NewReader(""), &errb); rc != 2 || !strings.Contains(errb.String(), "watchdog") {
 			t.Errorf("RunWatchdog(%q) = %d, %q; want 2 and a message", args, rc, errb.String())
 		}
-	}
-}
-
-// testExe is a copy of the test binary that other users may run (the
-// build directory is the building user's alone).
-var testExe struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
-
-func otherUsersExe(t *testing.T) string {
-	t.Helper()
-	testExe.once.Do(func() {
-		if testExe.dir, testExe.err = os.MkdirTemp("", "gpreempt-test-exe-"); testExe.err != nil {
-			return
-		}
-		os.Chmod(testExe.dir, 0o755)
-		b, err := os.ReadFile(os.Args[0])
-		if err != nil {
-			testExe.err = err
-			return
-		}
-		testExe.path = filepath.Join(testExe.dir, "daemon.test")
-		testExe.err = os.WriteFile(testExe.path, b, 0o755)
-	})
-	if testExe.err != nil {
-		t.Fatal(testExe.err)
-	}
-	return testExe.path
-}
-
-func cleanupTestExe() {
-	if testExe.dir != "" {
-		os.RemoveAll(testExe.dir)
 	}
 }
