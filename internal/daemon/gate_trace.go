@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/daemon/attach"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
@@ -25,7 +26,7 @@ type gateTracer struct {
 	gate *RequestGate
 	log  *slog.Logger
 	// Library finds the libcuda a process has mapped (default
-	// mappedLibCUDA).
+	// attach.MappedLibCUDA).
 	Library func(pid int) (string, error)
 
 	mu       sync.Mutex
@@ -38,8 +39,8 @@ type gateTracer struct {
 	failed   error // opening the tracers failed: not retried
 	// guard bounds what one process's library costs the gate's loop;
 	// refused holds when each process whose attach failed is tried
-	// again (attachRetry on).
-	guard   attachGuard
+	// again (attach.Retry on).
+	guard   attach.Guard
 	refused map[string]time.Time
 }
 
@@ -78,7 +79,7 @@ func (t *gateTracer) follow(lcs []policy.ProcRef) {
 	}
 	find := t.Library
 	if find == nil {
-		find = mappedLibCUDA
+		find = attach.MappedLibCUDA
 	}
 	if t.refused == nil {
 		t.refused = map[string]time.Time{}
@@ -88,18 +89,18 @@ func (t *gateTracer) follow(lcs []policy.ProcRef) {
 			delete(t.refused, k)
 		}
 	}
-	deadline := time.Now().Add(attachBudget)
+	deadline := time.Now().Add(attach.Budget)
 	for k, p := range want {
 		if _, ok := t.attached[k]; ok {
 			continue
 		}
-		if at, ok := t.refused[k]; ok && time.Since(at) < attachRetry {
+		if at, ok := t.refused[k]; ok && time.Since(at) < attach.Retry {
 			continue
 		}
 		// Launch probes only where a hold may open (not steered off).
 		launches := t.gate == nil || t.gate.launchesWanted(p.PID)
 		var lib string
-		err := t.guard.run(p.PID, deadline, func() error {
+		err := t.guard.Run(p.PID, deadline, func() error {
 			l, err := find(p.PID)
 			if err == nil {
 				err = t.syncs.AttachProcess(p.PID, l)
@@ -117,7 +118,7 @@ func (t *gateTracer) follow(lcs []policy.ProcRef) {
 		})
 		if err != nil {
 			t.refused[k] = time.Now()
-			t.log.Warn("request gate: not tracing an LC process", "pid", p.PID, "comm", p.Comm, "err", err, "retry_in", attachRetry)
+			t.log.Warn("request gate: not tracing an LC process", "pid", p.PID, "comm", p.Comm, "err", err, "retry_in", attach.Retry)
 			continue
 		}
 		t.attached[k], t.libs[p.PID], t.armed[p.PID] = p, lib, launches
@@ -144,7 +145,7 @@ func (t *gateTracer) arm(pid int, on bool) {
 	}
 	// The library is opened again: bounded as follow's attach is.
 	launches := t.launches
-	if err := t.guard.run(pid, time.Now().Add(attachBudget), func() error { return launches.AttachProcess(pid, lib) },
+	if err := t.guard.Run(pid, time.Now().Add(attach.Budget), func() error { return launches.AttachProcess(pid, lib) },
 		func() { launches.DetachProcess(pid) }); err != nil {
 		t.log.Warn("request gate: re-arming an LC's launch probes", "pid", pid, "err", err)
 		return

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/daemon/attach"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/stats"
-	"github.com/gpreempt/gpreempt/internal/trace"
 )
 
 // LaunchCounter counts a process's kernel launches (trace.LaunchCounter:
@@ -45,7 +45,7 @@ type BEProgress struct {
 
 	procs map[string]*beProc // by ProcRef.Key
 	// guard bounds what one process's library costs a window (attach).
-	guard attachGuard
+	guard attach.Guard
 
 	mu     sync.Mutex
 	status []api.SLOBE
@@ -68,10 +68,6 @@ const (
 	aloneMin  = 3
 )
 
-// attachRetry is how long a process that could not be counted (or
-// traced) waits before the next try.
-const attachRetry = 30 * time.Second
-
 // attachFailed logs that p could not be attached: a warning the first
 // time, and at debug level on each retry (said once already).
 func attachFailed(log *slog.Logger, retry bool, msg string, p policy.ProcRef, err error) {
@@ -79,7 +75,7 @@ func attachFailed(log *slog.Logger, retry bool, msg string, p policy.ProcRef, er
 	if retry {
 		level = slog.LevelDebug
 	}
-	log.Log(context.Background(), level, msg, "pid", p.PID, "comm", p.Comm, "err", err, "retry_in", attachRetry)
+	log.Log(context.Background(), level, msg, "pid", p.PID, "comm", p.Comm, "err", err, "retry_in", attach.Retry)
 }
 
 // NewBEProgress counts launches with c.
@@ -101,12 +97,12 @@ func (b *BEProgress) Roll(now time.Duration, bes []slomode.BEWindow) map[string]
 	dropGone(b.procs, refs, func(p *beProc) { b.Counter.Detach(p.pid) })
 	rates := map[string]slomode.BERate{}
 	var st []api.SLOBE
-	deadline := time.Now().Add(attachBudget)
+	deadline := time.Now().Add(attach.Budget)
 	for _, w := range bes {
 		p, alone, paused := w.ProcRef, w.Alone, w.Stopped
 		k := p.Key()
 		bp := b.procs[k]
-		retry := bp != nil && bp.err != "" && now-bp.at >= attachRetry
+		retry := bp != nil && bp.err != "" && now-bp.at >= attach.Retry
 		if retry {
 			b.Counter.Detach(bp.pid) // try again: a process may map libcuda late
 		}
@@ -164,26 +160,23 @@ func (b *BEProgress) Roll(now time.Duration, bes []slomode.BEWindow) map[string]
 // count on the host's file would never see.
 func beLibrary(explicit string) func(pid int) (string, error) {
 	return func(pid int) (string, error) {
-		if lib, err := mappedLibCUDA(pid); err == nil {
+		if lib, err := attach.MappedLibCUDA(pid); err == nil {
 			return lib, nil
 		}
 		return explicit, nil
 	}
 }
 
-// mappedLibCUDA is the libcuda pid has mapped, through /proc/PID/root.
-func mappedLibCUDA(pid int) (string, error) { return trace.FindLibrary(trace.LibCUDA, "", pid) }
-
 // attach starts counting p's launches, waiting for its library until
-// deadline at most (attachGuard).
+// deadline at most (attach.Guard).
 func (b *BEProgress) attach(p policy.ProcRef, now time.Duration, retry bool, deadline time.Time) *beProc {
 	bp := &beProc{pid: p.PID, at: now, rate: math.NaN()}
 	find := b.Library
 	if find == nil {
-		find = mappedLibCUDA
+		find = attach.MappedLibCUDA
 	}
 	var lib string
-	err := b.guard.run(p.PID, deadline, func() error {
+	err := b.guard.Run(p.PID, deadline, func() error {
 		l, err := find(p.PID)
 		if err == nil {
 			err = b.Counter.Attach(p.PID, l)
@@ -202,7 +195,7 @@ func (b *BEProgress) attach(p policy.ProcRef, now time.Duration, retry bool, dea
 
 // read takes bp's count at now and its rate since the last reading. A
 // count that cannot be read marks bp not counted, to be attached again
-// after attachRetry; one that went back starts a new baseline.
+// after attach.Retry; one that went back starts a new baseline.
 func (b *BEProgress) read(bp *beProc, now time.Duration) {
 	n, ok := b.Counter.Count(bp.pid)
 	switch {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/daemon/attach"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 )
@@ -208,7 +209,7 @@ func containsPID(ps []policy.ProcRef, pid int) bool {
 }
 
 // TestBEProgressStatus checks what each BE process's row says, and that a
-// process that could not be counted is tried again after attachRetry.
+// process that could not be counted is tried again after attach.Retry.
 func TestBEProgressStatus(t *testing.T) {
 	f := newFakeCounter()
 	f.fail[11] = errors.New("uprobe refused")
@@ -237,10 +238,10 @@ func TestBEProgressStatus(t *testing.T) {
 		t.Errorf("%d attaches before the retry time, want 2", f.attaches)
 	}
 	delete(f.fail, 11)
-	now += attachRetry
+	now += attach.Retry
 	b.Roll(now, windows(two, false, false))
 	if st := b.Status(); st[1].Signal != "counting from this window" || f.attaches != 3 {
-		t.Errorf("after %v: %+v (%d attaches)", attachRetry, st[1], f.attaches)
+		t.Errorf("after %v: %+v (%d attaches)", attach.Retry, st[1], f.attaches)
 	}
 	now += time.Second
 	b.Roll(now, windows(two, false, false))
@@ -250,7 +251,7 @@ func TestBEProgressStatus(t *testing.T) {
 }
 
 // TestBEProgressRecovers checks a count that cannot be read (the process
-// is attached again after attachRetry) and one that went back (a new
+// is attached again after attach.Retry) and one that went back (a new
 // baseline, no rate for that window), and that the status of a BE idle
 // through its windows alone encodes (no NaN in it).
 func TestBEProgressRecovers(t *testing.T) {
@@ -290,9 +291,9 @@ func TestBEProgressRecovers(t *testing.T) {
 	}
 	attaches := f.attaches
 	f.unreadable[10] = false
-	now += attachRetry
+	now += attach.Retry
 	roll(0, false)
 	if f.attaches != attaches+1 || b.Status()[0].Signal != "counting from this window" {
-		t.Fatalf("after %v: %d attaches, %+v", attachRetry, f.attaches-attaches, b.Status())
+		t.Fatalf("after %v: %d attaches, %+v", attach.Retry, f.attaches-attaches, b.Status())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/daemon/attach"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/stats"
@@ -55,7 +56,7 @@ type TracedLatency struct {
 	since  map[int]time.Duration
 	strays uint64
 	// guard bounds what one process's library costs a window.
-	guard attachGuard
+	guard attach.Guard
 }
 
 // tracedWindow is one process's requests and steps in the open window:
@@ -208,7 +209,7 @@ func (t *TracedLatency) sampleLocked(pid int, w *tracedWindow, now time.Duration
 const lastKept = 4
 
 // follow attaches the processes of lcs not traced yet (again after
-// attachRetry when it failed: a process may map libcuda late) and detaches
+// attach.Retry when it failed: a process may map libcuda late) and detaches
 // the others.
 func (t *TracedLatency) follow(now time.Duration, lcs []policy.ProcRef) {
 	dropGone(t.procs, lcs, func(tp *tracedProc) {
@@ -220,19 +221,19 @@ func (t *TracedLatency) follow(now time.Duration, lcs []policy.ProcRef) {
 	})
 	find := t.Library
 	if find == nil {
-		find = mappedLibCUDA
+		find = attach.MappedLibCUDA
 	}
-	deadline := time.Now().Add(attachBudget)
+	deadline := time.Now().Add(attach.Budget)
 	for _, p := range lcs {
 		k := p.Key()
 		tp := t.procs[k]
-		retry := tp != nil && tp.err != "" && now-tp.at >= attachRetry
+		retry := tp != nil && tp.err != "" && now-tp.at >= attach.Retry
 		if tp != nil && !retry {
 			continue
 		}
 		tp = &tracedProc{pid: p.PID, at: now}
 		var lib string
-		err := t.guard.run(p.PID, deadline, func() error {
+		err := t.guard.Run(p.PID, deadline, func() error {
 			l, err := find(p.PID)
 			if err == nil {
 				t.track(p.PID, now) // before the first event can come

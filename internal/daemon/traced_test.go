@@ -294,7 +294,7 @@ func TestRequestTracingPerProcess(t *testing.T) {
 	other, otherIn, otherOut := start()
 	ref := policy.ProcRef{PID: lc.Process.Pid, Start: 1, Comm: "lcloop"}
 	// The loader maps libcuda before main: the attach is retried only
-	// after attachRetry, so wait for the mapping first.
+	// after attach.Retry, so wait for the mapping first.
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		if _, err := trace.FindLibrary(trace.LibCUDA, "", lc.Process.Pid); err == nil {
 			break
@@ -374,7 +374,7 @@ func (f *fakeProcessTracer) DetachProcess(pid int) {
 
 // TestTracedLatencyFollow: per process, Roll attaches the processes named
 // and detaches the others; a failed attach is tried again after
-// attachRetry; a reused pid is a new process; a request that began before
+// attach.Retry; a reused pid is a new process; a request that began before
 // its process was attached, or was open when it was detached, is not
 // counted (it would span the time between).
 func TestTracedLatencyFollow(t *testing.T) {
@@ -405,7 +405,7 @@ func TestTracedLatencyFollow(t *testing.T) {
 		t.Errorf("a detached process keeps a window: %+v", s)
 	}
 	if !slices.Equal(f.detaches, []int{100}) || f.attaches != 2 {
-		t.Errorf("b tried again before attachRetry, or a not detached: detaches %v, %d tries", f.detaches, f.attaches)
+		t.Errorf("b tried again before attach.Retry, or a not detached: detaches %v, %d tries", f.detaches, f.attaches)
 	}
 	// Events still on their way when it was detached, and a launch just
 	// before the next attach, arrive after it.
@@ -414,7 +414,7 @@ func TestTracedLatencyFollow(t *testing.T) {
 	feed(late[:1])
 	tl.Roll(at(62*time.Second), []policy.ProcRef{a, b})
 	if !f.attached[100] || !f.attached[300] || f.attaches != 4 {
-		t.Fatalf("after attachRetry: attached %v after %d tries", f.attached, f.attaches)
+		t.Fatalf("after attach.Retry: attached %v after %d tries", f.attached, f.attaches)
 	}
 	feed(late[1:])
 	feed(late) // all of it after the attach, begun before
