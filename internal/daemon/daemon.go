@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/daemon/pause"
+	"github.com/gpreempt/gpreempt/internal/daemon/signals"
 	"github.com/gpreempt/gpreempt/internal/endpoint"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/policy"
@@ -117,7 +118,7 @@ type Daemon struct {
 	lost func() uint64
 	// untrace detaches request tracing (nil: off); traced is it.
 	untrace func() error
-	traced  *TracedLatency
+	traced  *signals.TracedLatency
 	// counter counts BE launches (nil: off).
 	counter *trace.LaunchCounter
 	modeV   atomic.Value
@@ -217,7 +218,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Help: "BE processes found running while held stopped (resumed by their owner), and stopped again."},
 		func() float64 { return float64(d.pause.SelfResumed()) }))
 	if cfg.TraceRequests {
-		t, untrace, err := OpenTracedLatency(ctx, cfg.LibCUDA, d.log)
+		t, untrace, err := signals.OpenTracedLatency(ctx, cfg.LibCUDA, d.log)
 		switch {
 		case err != nil && cfg.LibCUDA != "" && errors.Is(err, trace.ErrNoLibrary):
 			return nil, fmt.Errorf("%w: --libcuda: %w", tsg.ErrInvalidArgument, err)
@@ -245,9 +246,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		if err != nil {
 			d.log.Warn("BE progress: not measured, BE share unknown in SLO mode", "err", err)
 		} else {
-			p := NewBEProgress(c, d.log)
+			p := signals.NewBEProgress(c, d.log)
 			if cfg.LibCUDA != "" {
-				p.Library = beLibrary(cfg.LibCUDA)
+				p.Library = signals.BELibrary(cfg.LibCUDA)
 			}
 			d.counter, d.slo.Share = c, p
 		}

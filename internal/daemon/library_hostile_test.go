@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpreempt/gpreempt/internal/daemon/signals"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/trace"
@@ -150,7 +151,7 @@ func TestHostileLibCUDA(t *testing.T) {
 	sparseELF(t, rooted, 240<<20)
 	bes := []policy.ProcRef{mapper(t, uid, gid, sparse, ""), mapper(t, uid, gid, fifo, "fifo"), mapper(t, uid, gid, rooted, "")}
 
-	p := NewBEProgress(counter, nil)
+	p := signals.NewBEProgress(counter, nil)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	done := make(chan struct{})

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/daemon/pause"
+	"github.com/gpreempt/gpreempt/internal/daemon/signals"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slomode"
@@ -518,13 +520,47 @@ slo: {enabled: true, window: 1s%s}
 	}
 }
 
+// fakeCounter is a LaunchCounter whose counts the test sets.
+type fakeCounter struct {
+	n          map[int]uint64
+	attached   map[int]bool
+	fail       map[int]error
+	unreadable map[int]bool
+	attaches   int
+}
+
+func newFakeCounter() *fakeCounter {
+	return &fakeCounter{n: map[int]uint64{}, attached: map[int]bool{}, fail: map[int]error{}, unreadable: map[int]bool{}}
+}
+
+func (f *fakeCounter) Attach(pid int, lib string) error {
+	f.attaches++
+	if err := f.fail[pid]; err != nil {
+		return err
+	}
+	if lib != "/lib/libcuda.so.1" {
+		return errors.New("wrong library " + lib)
+	}
+	f.attached[pid], f.n[pid] = true, 0
+	return nil
+}
+
+func (f *fakeCounter) Count(pid int) (uint64, bool) {
+	if !f.attached[pid] || f.unreadable[pid] {
+		return 0, false
+	}
+	return f.n[pid], true
+}
+
+func (f *fakeCounter) Detach(pid int) { delete(f.attached, pid) }
+
 // newShareRig is an SLO loop over sloPolicy with no process yet, whose BE
 // share comes from launches counted by the fake counter it returns.
 func newShareRig(t *testing.T) (*sloRig, *fakeCounter) {
 	g := newRig(t, sloPolicy)
 	s := &sloRig{rig: g, loop: NewSLOLoop(g.rec, g.m, testLog(t))}
 	f := newFakeCounter()
-	p := NewBEProgress(f, testLog(t))
+	p := signals.NewBEProgress(f, testLog(t))
 	p.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
 	s.loop.Share = p
 	return s, f

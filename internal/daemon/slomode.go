@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/daemon/pause"
+	"github.com/gpreempt/gpreempt/internal/daemon/signals"
 	"github.com/gpreempt/gpreempt/internal/scrape"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 )
@@ -15,9 +16,9 @@ var (
 	_ slomode.Metrics        = (*Metrics)(nil)
 	_ slomode.Pauser         = (*pause.Pauser)(nil)
 	_ slomode.Steerer        = (*RequestGate)(nil)
-	_ slomode.WindowedSource = (*TracedLatency)(nil)
+	_ slomode.WindowedSource = (*signals.TracedLatency)(nil)
 	_ slomode.WindowedSource = (*scrape.Scraped)(nil)
-	_ slomode.ShareSource    = (*BEProgress)(nil)
+	_ slomode.ShareSource    = (*signals.BEProgress)(nil)
 )
 
 // NewSLOLoop returns SLO mode over the reconciler rec, on its clock,

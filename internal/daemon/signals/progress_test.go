@@ -1,4 +1,4 @@
-package daemon
+package signals
 
 import (
 	"encoding/json"

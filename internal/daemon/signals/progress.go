@@ -1,4 +1,9 @@
-package daemon
+// Package signals measures what SLO mode steers by where an app pushes
+// nothing: the latency of LC requests traced with uprobes on libcuda
+// (TracedLatency) and the progress of BE processes as their kernel
+// launches per second (BEProgress). Each is a source slomode reads once a
+// window.
+package signals
 
 import (
 	"context"
@@ -153,12 +158,12 @@ func (b *BEProgress) Roll(now time.Duration, bes []slomode.BEWindow) map[string]
 	return rates
 }
 
-// beLibrary finds a BE process's libcuda when --libcuda names one: the
+// BELibrary finds a BE process's libcuda when --libcuda names one: the
 // file the process has mapped, else that one. With the chart's request
 // tracing --libcuda is the host's file, and a pod that brings its own
 // libcuda (CUDA forward compatibility) maps another, whose launches a
 // count on the host's file would never see.
-func beLibrary(explicit string) func(pid int) (string, error) {
+func BELibrary(explicit string) func(pid int) (string, error) {
 	return func(pid int) (string, error) {
 		if lib, err := attach.MappedLibCUDA(pid); err == nil {
 			return lib, nil
