@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/daemon/gate"
 	"github.com/gpreempt/gpreempt/internal/daemon/pause"
 	"github.com/gpreempt/gpreempt/internal/daemon/signals"
 	"github.com/gpreempt/gpreempt/internal/endpoint"
@@ -85,7 +86,7 @@ type Config struct {
 	// a connection counts against (API.PeerKey); nil: its uid.
 	PeerKey func(net.Conn) (string, error)
 	// Tenant names whose part of the gate's share an LC's holds count
-	// against (RequestGate.Tenant); nil: its uid.
+	// against (gate.Gate.Tenant); nil: its uid.
 	Tenant func(pid int) string
 	// Scan bounds discovery (tsg.ScanOptions).
 	Scan tsg.ScanOptions
@@ -106,7 +107,7 @@ type Daemon struct {
 	log     *slog.Logger
 	rec     *Reconciler
 	slo     *slomode.Loop
-	gate    *RequestGate
+	gate    *gate.Gate
 	pause   *pause.Pauser
 	metrics *Metrics
 	ctl     Controller
@@ -201,7 +202,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	// One pauser, two holders: a BE the gate and calibration both stop
 	// runs again once both released it.
 	d.slo.Pause = d.pause.Holder("slo")
-	d.gate = NewRequestGate(d.rec, d.pause.Holder("gate"), d.log)
+	d.gate = gate.New(d.rec, d.pause.Holder("gate"), d.log)
 	if cfg.Tenant != nil {
 		d.gate.Tenant = cfg.Tenant
 	}
@@ -476,10 +477,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	goRun(func() { d.tickLoop(ctx) })
 	goRun(func() { d.sloLoop(ctx) })
 	goRun(func() {
-		gt := newGateTracer(ctx, d.gate, d.log)
-		d.gate.Arm = gt.arm
-		d.gate.Run(ctx, gt.follow)
-		if err := gt.close(); err != nil {
+		gt := gate.NewTracer(ctx, d.gate, d.log)
+		d.gate.Arm = gt.Arm
+		d.gate.Run(ctx, gt.Follow)
+		if err := gt.Close(); err != nil {
 			d.log.Warn("request gate: detaching", "err", err)
 		}
 	})

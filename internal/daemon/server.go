@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/daemon/gate"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 )
 
@@ -69,7 +70,7 @@ type API struct {
 	SLO *slomode.Loop
 	// Gate is the daemon's request gate, told which LCs gate their own
 	// requests; nil: none.
-	Gate *RequestGate
+	Gate *gate.Gate
 	// PeerOf identifies the peer of a request (tests replace it).
 	PeerOf func(*http.Request) (Peer, error)
 	// PeerKey names whose share of the connections and requests in flight

@@ -12,35 +12,6 @@ import (
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
 
-// TestGateSteered: SLO mode decides, per LC, whether the gate holds: an
-// LC steered off is not held, and its self-gating engine is told off; one
-// steered on is held as the policy's mode says; Steer(nil) hands every LC
-// back to the policy.
-func TestGateSteered(t *testing.T) {
-	r := newGateRig(t, gatePolicy(policy.GateOn))
-	r.g.Steer(map[int]bool{10: false})
-	r.launch(10, 1)
-	if r.pause.isStopped(20) || r.g.Stats().Steered != 1 {
-		t.Fatalf("held for an LC steered off: stopped %v, stats %+v", r.pause.stopped, r.g.Stats())
-	}
-	if got := r.g.Pushed(10, &api.Engine{Gate: "on"}); got != policy.GateOff {
-		t.Errorf("an engine of an LC steered off told %q", got)
-	}
-	r.advance(10 * time.Millisecond)
-	r.g.Steer(map[int]bool{10: true})
-	r.launch(10, 1)
-	if !r.pause.isStopped(20) {
-		t.Fatal("not held for an LC steered on")
-	}
-	if got := r.g.Pushed(10, &api.Engine{Gate: "on"}); got != policy.GateOn {
-		t.Errorf("an engine of an LC steered on told %q", got)
-	}
-	r.g.Steer(nil)
-	if got := r.g.Pushed(10, &api.Engine{Gate: "on"}); got != policy.GateOn {
-		t.Errorf("unsteered: told %q", got)
-	}
-}
-
 // fakeSteerer records what SLO mode tells the gate.
 type fakeSteerer struct{ holds, undelimited, selfGated map[int]bool }
 

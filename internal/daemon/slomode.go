@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/daemon/gate"
 	"github.com/gpreempt/gpreempt/internal/daemon/pause"
 	"github.com/gpreempt/gpreempt/internal/daemon/signals"
 	"github.com/gpreempt/gpreempt/internal/scrape"
@@ -15,7 +16,7 @@ var (
 	_ slomode.Reconciler     = (*Reconciler)(nil)
 	_ slomode.Metrics        = (*Metrics)(nil)
 	_ slomode.Pauser         = (*pause.Pauser)(nil)
-	_ slomode.Steerer        = (*RequestGate)(nil)
+	_ slomode.Steerer        = (*gate.Gate)(nil)
 	_ slomode.WindowedSource = (*signals.TracedLatency)(nil)
 	_ slomode.WindowedSource = (*scrape.Scraped)(nil)
 	_ slomode.ShareSource    = (*signals.BEProgress)(nil)

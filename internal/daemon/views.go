@@ -50,7 +50,7 @@ func (r *Reconciler) refs(keep func(policy.Decision) bool) []policy.ProcRef {
 	for _, pid := range slices.Sorted(maps.Keys(r.procs)) {
 		if p := r.procs[pid]; keep(p.decision) {
 			ref := policy.ProcRef{PID: pid, Start: p.start, Comm: p.info.Comm, Exe: p.info.Exe, Decision: p.decision,
-				Owner: "uid " + strconv.FormatUint(uint64(p.info.UID), 10)} // named as the gate names tenants (UIDTenant)
+				Owner: "uid " + strconv.FormatUint(uint64(p.info.UID), 10)} // named as the gate names tenants (gate.UIDTenant)
 			for _, g := range p.info.GPUs {
 				ref.GPUs = append(ref.GPUs, g.Index)
 			}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/daemon"
+	"github.com/gpreempt/gpreempt/internal/daemon/gate"
 	"github.com/gpreempt/gpreempt/internal/kube"
 	"github.com/gpreempt/gpreempt/internal/policy"
 )
@@ -148,7 +149,7 @@ func KubeHook(ctx context.Context, agent *kube.Agent, cfg *daemon.Config, log *s
 		if ref, err := agent.PodOfPID(pid); err == nil {
 			return "pod " + ref.Namespace + "/" + ref.Name
 		}
-		return daemon.UIDTenant(pid)
+		return gate.UIDTenant(pid)
 	}
 	return func(d *daemon.Daemon) {
 		d.Metrics().Registry.MustRegister(kube.NewPodInfoCollector(agent, d.Reconciler().Known, d.Metrics().ProcessLabel))

@@ -1,4 +1,4 @@
-package daemon
+package gate
 
 import (
 	"maps"
@@ -13,7 +13,7 @@ import (
 
 // tenantsLocked is how many tenants the LCs followed belong to (at least
 // one).
-func (g *RequestGate) tenantsLocked() int {
+func (g *Gate) tenantsLocked() int {
 	seen := map[string]bool{}
 	for _, lc := range g.lcs {
 		seen[lc.tenant] = true
@@ -22,14 +22,14 @@ func (g *RequestGate) tenantsLocked() int {
 }
 
 // tenantCapacity is one tenant's part of the share's budget.
-func (g *RequestGate) tenantCapacity(pol policy.Gate) time.Duration {
+func (g *Gate) tenantCapacity(pol policy.Gate) time.Duration {
 	return time.Duration(pol.Share / float64(g.tenantsLocked()) * float64(policy.GateWindow))
 }
 
 // bucketLocked is tenant's part of the budget, made full at its first
 // LC. A tenant's part is kept while it is in debt, so that a tenant whose
 // LCs come and go pays for its holds.
-func (g *RequestGate) bucketLocked(tenant string, pol policy.Gate) *time.Duration {
+func (g *Gate) bucketLocked(tenant string, pol policy.Gate) *time.Duration {
 	b := g.buckets[tenant]
 	if b == nil {
 		full := g.tenantCapacity(pol)
@@ -41,7 +41,7 @@ func (g *RequestGate) bucketLocked(tenant string, pol policy.Gate) *time.Duratio
 
 // pruneBucketsLocked forgets the parts of tenants with no LC followed
 // and no debt (a new part would be as full).
-func (g *RequestGate) pruneBucketsLocked(pol policy.Gate) {
+func (g *Gate) pruneBucketsLocked(pol policy.Gate) {
 	capacity := g.tenantCapacity(pol)
 	for t, b := range g.buckets {
 		if *b >= capacity && !slices.ContainsFunc(slices.Collect(maps.Values(g.lcs)), func(lc *gateLC) bool { return lc.tenant == t }) {

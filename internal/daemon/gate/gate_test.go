@@ -1,4 +1,4 @@
-package daemon
+package gate
 
 import (
 	"context"
@@ -109,7 +109,7 @@ func (f *fakePause) isStopped(pid int) bool {
 }
 
 type gateRig struct {
-	g     *RequestGate
+	g     *Gate
 	procs *gateProcs
 	pause *fakePause
 	now   time.Duration
@@ -131,7 +131,7 @@ func newGateRig(t *testing.T, pol *policy.Policy) *gateRig {
 		lc: []policy.ProcRef{{PID: 10, Start: 1, GPUs: []int{0}}},
 		be: []policy.ProcRef{{PID: 20, Start: 1, GPUs: []int{0}}, {PID: 21, Start: 1, GPUs: []int{1}}, {PID: 22, Start: 1}}},
 		pause: &fakePause{stopped: map[int]bool{}}}
-	r.g = NewRequestGate(r.procs, r.pause, nil)
+	r.g = New(r.procs, r.pause, nil)
 	r.g.Now = func() time.Duration { return r.now }
 	r.g.Running = func(pid, tid int) bool { return r.running.Load() }
 	r.g.followLCs(nil)
@@ -534,7 +534,7 @@ func TestGateRealPauser(t *testing.T) {
 	be := sleeper(t)
 	be.GPUs = []int{0}
 	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []policy.ProcRef{{PID: 10, Start: 1, GPUs: []int{0}}}, be: []policy.ProcRef{be}}
-	g := NewRequestGate(procs, &pause.Pauser{}, nil)
+	g := New(procs, &pause.Pauser{}, nil)
 	g.followLCs(nil)
 	g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleLaunch, PID: 10, TID: 1})
 	g.command(<-g.cmds)
@@ -548,7 +548,7 @@ func TestGateRealPauser(t *testing.T) {
 func TestGateRunArmsLaunchProbes(t *testing.T) {
 	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []policy.ProcRef{{PID: 10, Start: 1, GPUs: []int{0}}}, be: []policy.ProcRef{{PID: 20, Start: 1}}}
 	pause := &fakePause{stopped: map[int]bool{}}
-	g := NewRequestGate(procs, pause, nil)
+	g := New(procs, pause, nil)
 	var now atomic.Int64
 	g.Now = func() time.Duration { return time.Duration(now.Load()) }
 	arms := make(chan bool, 16)
@@ -580,7 +580,7 @@ func TestGateRunArmsLaunchProbes(t *testing.T) {
 // launches in 3 runs). Steered back on, or handed back, they come on.
 func TestGateSteeredOffDisarms(t *testing.T) {
 	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []policy.ProcRef{{PID: 10, Start: 1, GPUs: []int{0}}}, be: []policy.ProcRef{{PID: 20, Start: 1}}}
-	g := NewRequestGate(procs, &fakePause{stopped: map[int]bool{}}, nil)
+	g := New(procs, &fakePause{stopped: map[int]bool{}}, nil)
 	var armed atomic.Int32 // 0: never asked, 1: off, 2: on
 	g.Arm = func(pid int, on bool) {
 		if pid == 10 {
@@ -668,7 +668,7 @@ func TestGatePushedSelfGated(t *testing.T) {
 func TestGateEndsWhileArming(t *testing.T) {
 	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []policy.ProcRef{{PID: 10, Start: 1, GPUs: []int{0}}}, be: []policy.ProcRef{{PID: 20, Start: 1}}}
 	pause := &fakePause{stopped: map[int]bool{}}
-	g := NewRequestGate(procs, pause, nil)
+	g := New(procs, pause, nil)
 	var now atomic.Int64
 	g.Now = func() time.Duration { return time.Duration(now.Load()) }
 	arms, release := make(chan bool, 16), make(chan struct{})
@@ -757,7 +757,7 @@ func TestGateLearnsGPUs(t *testing.T) {
 		be: []policy.ProcRef{{PID: 20, Start: 1, GPUs: []int{0}}, {PID: 21, Start: 1}}}
 	lp := &learningProcs{gateProcs: procs, learnt: make(chan struct{}, 1)}
 	pause := &fakePause{stopped: map[int]bool{}}
-	g := NewRequestGate(lp, pause, nil)
+	g := New(lp, pause, nil)
 	runGate(t, g)
 	<-lp.learnt
 	// The loop's next resync takes the LC's GPUs; until then the hold
@@ -784,7 +784,7 @@ func TestGateLearnsGPUs(t *testing.T) {
 
 // runGate runs g's loop until stop is called, or the test ends; stop
 // waits for the loop to return.
-func runGate(t *testing.T, g *RequestGate) (stop func()) {
+func runGate(t *testing.T, g *Gate) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); g.Run(ctx, nil) }()
@@ -824,5 +824,34 @@ func TestGateLearnsTheQuietGap(t *testing.T) {
 	r.g.mu.Unlock()
 	if gap >= 14*time.Millisecond || gap < time.Millisecond {
 		t.Errorf("learnt gap %v", gap)
+	}
+}
+
+// TestGateSteered: SLO mode decides, per LC, whether the gate holds: an
+// LC steered off is not held, and its self-gating engine is told off; one
+// steered on is held as the policy's mode says; Steer(nil) hands every LC
+// back to the policy.
+func TestGateSteered(t *testing.T) {
+	r := newGateRig(t, gatePolicy(policy.GateOn))
+	r.g.Steer(map[int]bool{10: false})
+	r.launch(10, 1)
+	if r.pause.isStopped(20) || r.g.Stats().Steered != 1 {
+		t.Fatalf("held for an LC steered off: stopped %v, stats %+v", r.pause.stopped, r.g.Stats())
+	}
+	if got := r.g.Pushed(10, &api.Engine{Gate: "on"}); got != policy.GateOff {
+		t.Errorf("an engine of an LC steered off told %q", got)
+	}
+	r.advance(10 * time.Millisecond)
+	r.g.Steer(map[int]bool{10: true})
+	r.launch(10, 1)
+	if !r.pause.isStopped(20) {
+		t.Fatal("not held for an LC steered on")
+	}
+	if got := r.g.Pushed(10, &api.Engine{Gate: "on"}); got != policy.GateOn {
+		t.Errorf("an engine of an LC steered on told %q", got)
+	}
+	r.g.Steer(nil)
+	if got := r.g.Pushed(10, &api.Engine{Gate: "on"}); got != policy.GateOn {
+		t.Errorf("unsteered: told %q", got)
 	}
 }

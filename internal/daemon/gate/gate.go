@@ -1,4 +1,9 @@
-package daemon
+// Package gate is gpreemptd's request gate, which needs no app change:
+// BE processes are stopped through the pauser for each traced LC request,
+// within each tenant's part of the share (gate.go the holds, follow.go the
+// LCs followed and their launch probes, tracer.go the uprobes that see
+// the requests; docs/GATE.md).
+package gate
 
 import (
 	"context"
@@ -18,7 +23,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
 
-// RequestGate is the daemon's request gate, for LC processes that launch
+// Gate is the daemon's request gate, for LC processes that launch
 // their work one kernel at a time and hold no gate of their own: each
 // launch gap of such a request lets a BE channel group in, and every
 // kernel after it pays a switch. From uprobes on the LC's libcuda it sees a
@@ -37,7 +42,7 @@ import (
 // The driver is never asked to take a channel group off the runlist
 // (GPFIFO_SCHEDULE), which left BE processes hung on this driver
 // (docs/GATE.md).
-type RequestGate struct {
+type Gate struct {
 	// Procs lists the classed processes; Pause stops and resumes BE.
 	Procs interface {
 		InClass(n class.Name) []policy.ProcRef
@@ -72,7 +77,7 @@ type RequestGate struct {
 	open    map[int]*gateHold
 	tokens  time.Duration // the share's budget left
 	refill  time.Duration // when tokens were last refilled
-	stats   GateStats
+	stats   Stats
 	metrics *gateMetrics
 	cmds    chan gateCmd // requests that began, for the loop to hold BE
 	// arming: LCs whose launch probes may need turning on or off, for
@@ -147,15 +152,15 @@ type gateHold struct {
 // resumes BE at MaxHold itself, the watchdog only if it cannot.
 const gateMargin = 100 * time.Millisecond
 
-// NewRequestGate returns a gate over procs, stopping BE through pause.
-func NewRequestGate(procs interface {
+// New returns a gate over procs, stopping BE through pause.
+func New(procs interface {
 	InClass(n class.Name) []policy.ProcRef
 	Policy() *policy.Policy
-}, pause gatePauser, log *slog.Logger) *RequestGate {
+}, pause gatePauser, log *slog.Logger) *Gate {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	g := &RequestGate{Procs: procs, Pause: pause, Log: log, Now: monotonic,
+	g := &Gate{Procs: procs, Pause: pause, Log: log, Now: monotonic,
 		lcs: map[int]*gateLC{}, open: map[int]*gateHold{}, cmds: make(chan gateCmd, 64), metrics: newGateMetrics(),
 		arming: map[int]bool{}, armKick: make(chan struct{}, 1), selfGated: map[int]bool{}, Running: threadRunning,
 		Tenant: UIDTenant, buckets: map[string]*time.Duration{}}
@@ -163,7 +168,7 @@ func NewRequestGate(procs interface {
 	return g
 }
 
-func (g *RequestGate) capacity(p policy.Gate) time.Duration {
+func (g *Gate) capacity(p policy.Gate) time.Duration {
 	if p.Share >= 1 {
 		return time.Duration(1<<62 - 1)
 	}
@@ -174,7 +179,7 @@ func (g *RequestGate) capacity(p policy.Gate) time.Duration {
 // returns the gate mode the engine is to take: the policy's, for a process
 // of class lc (the engine then gates its own requests, and the daemon
 // leaves it out), "" for others.
-func (g *RequestGate) Pushed(pid int, e *api.Engine) string {
+func (g *Gate) Pushed(pid int, e *api.Engine) string {
 	mode := g.Procs.Policy().Gate.Mode
 	if !slices.ContainsFunc(g.Procs.InClass(class.LC), func(r policy.ProcRef) bool { return r.PID == pid }) {
 		return ""
@@ -197,7 +202,7 @@ func (g *RequestGate) Pushed(pid int, e *api.Engine) string {
 // on (an open hold ends as it would); nil hands every one back to the
 // policy's mode. Its engine, if it gates its own requests, is told the
 // same in its next push reply (Pushed).
-func (g *RequestGate) Steer(holds map[int]bool) {
+func (g *Gate) Steer(holds map[int]bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for pid := range g.lcs {
@@ -214,7 +219,7 @@ func (g *RequestGate) Steer(holds map[int]bool) {
 // (requests closer together than Idle, or one long stream), until a hold
 // ends idle or delimitedAfter requests began after Tick saw the LC idle as
 // a hold would end. SLO mode offers the gate only for LCs it delimits.
-func (g *RequestGate) Delimits(pid int) bool {
+func (g *Gate) Delimits(pid int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	lc := g.lcs[pid]
@@ -223,7 +228,7 @@ func (g *RequestGate) Delimits(pid int) bool {
 
 // SelfGated reports whether LC pid's engine gates its own requests (its
 // pushes said so): it learns SLO mode's arm in its next push reply.
-func (g *RequestGate) SelfGated(pid int) bool {
+func (g *Gate) SelfGated(pid int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.selfGated[pid]
@@ -235,10 +240,10 @@ const (
 )
 
 // Register adds the gate's metrics to reg.
-func (g *RequestGate) Register(reg prometheus.Registerer) error { return g.metrics.register(reg) }
+func (g *Gate) Register(reg prometheus.Registerer) error { return g.metrics.register(reg) }
 
 // Observe folds in one tracer event (from the tracer's reader).
-func (g *RequestGate) Observe(ev trace.Event) {
+func (g *Gate) Observe(ev trace.Event) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch e := ev.(type) {
@@ -287,7 +292,7 @@ func (g *RequestGate) Observe(ev trace.Event) {
 
 // beginLocked asks the loop to hold BE for lc's request, unless it holds
 // already; it reports whether it does.
-func (g *RequestGate) beginLocked(lc *gateLC) bool {
+func (g *Gate) beginLocked(lc *gateLC) bool {
 	if _, held := g.open[lc.ref.PID]; held {
 		return true
 	}
@@ -299,9 +304,9 @@ func (g *RequestGate) beginLocked(lc *gateLC) bool {
 }
 
 // Run holds and releases BE until ctx is done, then releases every hold.
-// follow is called with the LC processes to trace, when they change
+// Follow is called with the LC processes to trace, when they change
 // (attach the new, detach the gone).
-func (g *RequestGate) Run(ctx context.Context, follow func(lcs []policy.ProcRef)) {
+func (g *Gate) Run(ctx context.Context, follow func(lcs []policy.ProcRef)) {
 	period := g.tickPeriod()
 	tick := time.NewTicker(period)
 	defer tick.Stop()
@@ -348,7 +353,7 @@ func (g *RequestGate) Run(ctx context.Context, follow func(lcs []policy.ProcRef)
 // tickPeriod is how often Tick runs: half the shortest quiet gap of the
 // LCs followed (learnt, or the policy's idle), so a hold ends at most half
 // a gap late, and at most every 500 us.
-func (g *RequestGate) tickPeriod() time.Duration {
+func (g *Gate) tickPeriod() time.Duration {
 	gap := g.Procs.Policy().Gate.Idle
 	g.mu.Lock()
 	for _, lc := range g.lcs {
@@ -362,7 +367,7 @@ func (g *RequestGate) tickPeriod() time.Duration {
 // c reports, unless that request was held already (c was queued before its
 // hold ended), it holds already, the share is spent, or auto mode finds
 // its requests too short. It reports whether a hold opened.
-func (g *RequestGate) command(c gateCmd) bool {
+func (g *Gate) command(c gateCmd) bool {
 	pid := c.pid
 	pol := g.Procs.Policy().Gate
 	g.mu.Lock()
@@ -427,7 +432,7 @@ func (g *RequestGate) command(c gateCmd) bool {
 
 // Tick ends the holds whose request is over (idle), or that reached
 // MaxHold or the share's end.
-func (g *RequestGate) Tick() {
+func (g *Gate) Tick() {
 	pol := g.Procs.Policy().Gate
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -457,7 +462,7 @@ func (g *RequestGate) Tick() {
 }
 
 // closeLocked ends pid's hold: BE held by no other hold is resumed.
-func (g *RequestGate) closeLocked(pid int, cause string) {
+func (g *Gate) closeLocked(pid int, cause string) {
 	h := g.open[pid]
 	if h == nil {
 		return
@@ -504,7 +509,7 @@ func (g *RequestGate) closeLocked(pid int, cause string) {
 }
 
 // resumeLocked resumes the BE no open hold keeps stopped.
-func (g *RequestGate) resumeLocked(pid int) {
+func (g *Gate) resumeLocked(pid int) {
 	var keep []policy.ProcRef
 	for _, o := range g.open {
 		keep = append(keep, o.be...)
@@ -516,7 +521,7 @@ func (g *RequestGate) resumeLocked(pid int) {
 	}
 }
 
-func (g *RequestGate) refillLocked(now time.Duration, pol policy.Gate) {
+func (g *Gate) refillLocked(now time.Duration, pol policy.Gate) {
 	if now > g.refill {
 		g.tokens = min(g.capacity(pol), g.tokens+time.Duration(float64(now-g.refill)*pol.Share))
 		part, capacity := pol.Share/float64(g.tenantsLocked()), g.tenantCapacity(pol)
@@ -528,14 +533,14 @@ func (g *RequestGate) refillLocked(now time.Duration, pol policy.Gate) {
 }
 
 // holdsOpen reports whether a hold is open.
-func (g *RequestGate) holdsOpen() bool {
+func (g *Gate) holdsOpen() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.open) > 0
 }
 
 // Stats returns what the gate did.
-func (g *RequestGate) Stats() GateStats {
+func (g *Gate) Stats() Stats {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s := g.stats
@@ -558,7 +563,7 @@ func (g *RequestGate) Stats() GateStats {
 // idleSince reports whether lc is idle as a hold ends: its request over
 // by the Delimiter (quiet for its gap, no thread in a synchronize, none
 // launching) and since at least its gap ago.
-func (g *RequestGate) idleSince(lc *gateLC, since, now time.Duration) bool {
+func (g *Gate) idleSince(lc *gateLC, since, now time.Duration) bool {
 	return now-since >= lc.delim.Gap() && lc.delim.Quiet(uint64(now))
 }
 

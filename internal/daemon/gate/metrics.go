@@ -1,4 +1,4 @@
-package daemon
+package gate
 
 import (
 	"errors"
@@ -13,8 +13,8 @@ import (
 	"github.com/gpreempt/gpreempt/internal/policy"
 )
 
-// GateStats is what the gate did, for the status and metrics.
-type GateStats struct {
+// Stats is what the gate did, for the status and metrics.
+type Stats struct {
 	Mode string `json:"mode"`
 	// Open is how many LC requests hold BE now.
 	Open int `json:"open"`

@@ -1,4 +1,4 @@
-package daemon
+package gate
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
 
-// gateTracer attaches uprobes on libcuda's launch and synchronize
+// Tracer attaches uprobes on libcuda's launch and synchronize
 // functions to the LC processes the request gate follows, one process at
 // a time (a BE launching 20,000 kernels a second is never traced), and
 // feeds what they report to the gate. Launches and synchronizations are
@@ -21,9 +21,9 @@ import (
 // its requests (arm), where the first launch is the one that matters. The
 // tracers are opened at the first LC to follow, so a policy with the gate
 // off costs nothing.
-type gateTracer struct {
+type Tracer struct {
 	ctx  context.Context
-	gate *RequestGate
+	gate *Gate
 	log  *slog.Logger
 	// Library finds the libcuda a process has mapped (default
 	// attach.MappedLibCUDA).
@@ -44,13 +44,13 @@ type gateTracer struct {
 	refused map[string]time.Time
 }
 
-func newGateTracer(ctx context.Context, g *RequestGate, log *slog.Logger) *gateTracer {
-	return &gateTracer{ctx: ctx, gate: g, log: log, attached: map[string]policy.ProcRef{}, libs: map[int]string{}, armed: map[int]bool{}}
+func NewTracer(ctx context.Context, g *Gate, log *slog.Logger) *Tracer {
+	return &Tracer{ctx: ctx, gate: g, log: log, attached: map[string]policy.ProcRef{}, libs: map[int]string{}, armed: map[int]bool{}}
 }
 
-// follow attaches the processes of lcs not traced yet and detaches the
+// Follow attaches the processes of lcs not traced yet and detaches the
 // others.
-func (t *gateTracer) follow(lcs []policy.ProcRef) {
+func (t *Tracer) Follow(lcs []policy.ProcRef) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.syncs == nil && len(lcs) > 0 && t.failed == nil {
@@ -126,8 +126,8 @@ func (t *gateTracer) follow(lcs []policy.ProcRef) {
 	}
 }
 
-// arm attaches pid's launch probes (on) or detaches them.
-func (t *gateTracer) arm(pid int, on bool) {
+// Arm attaches pid's launch probes (on) or detaches them.
+func (t *Tracer) Arm(pid int, on bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	lib, ok := t.libs[pid]
@@ -154,7 +154,7 @@ func (t *gateTracer) arm(pid int, on bool) {
 	t.log.Debug("request gate: launch probes on", "pid", pid, "took", time.Since(start))
 }
 
-func (t *gateTracer) open() error {
+func (t *Tracer) open() error {
 	openOne := func(role trace.Role, syms []string) (*trace.Tracer, error) {
 		var probes []trace.Probe
 		for _, s := range syms {
@@ -188,8 +188,8 @@ func (t *gateTracer) open() error {
 	return nil
 }
 
-// close detaches everything.
-func (t *gateTracer) close() error {
+// Close detaches everything.
+func (t *Tracer) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.syncs == nil {

@@ -1,4 +1,4 @@
-package daemon
+package gate
 
 import (
 	"context"
@@ -26,7 +26,7 @@ const gpuRelearn = 250 * time.Millisecond
 // learnLoop asks l for the GPUs of the followed LCs and of BE while one of
 // them is on no known GPU, off the gate's loop (NVML calls), until ctx is
 // done.
-func (g *RequestGate) learnLoop(ctx context.Context, l gpuLearner) {
+func (g *Gate) learnLoop(ctx context.Context, l gpuLearner) {
 	t := time.NewTicker(gpuRelearn)
 	defer t.Stop()
 	for {
@@ -52,7 +52,7 @@ func (g *RequestGate) learnLoop(ctx context.Context, l gpuLearner) {
 // and on between their requests, until ctx is done: what each LC asked
 // for last, as the gate stands when it gets to it (a hold that opened and
 // ended meanwhile costs no detach and attach).
-func (g *RequestGate) armLoop(ctx context.Context) {
+func (g *Gate) armLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -82,20 +82,20 @@ func (g *RequestGate) armLoop(ctx context.Context) {
 // launchesWanted reports whether pid's launch probes are to be on: between
 // its requests, unless SLO mode steered it off the gate (no hold opens for
 // it, and a uprobe on every launch costs an eager LC microseconds each).
-func (g *RequestGate) launchesWanted(pid int) bool {
+func (g *Gate) launchesWanted(pid int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.launchesWantedLocked(pid)
 }
 
-func (g *RequestGate) launchesWantedLocked(pid int) bool {
+func (g *Gate) launchesWantedLocked(pid int) bool {
 	_, held := g.open[pid]
 	hold, steered := g.steered[pid]
 	return !held && (!steered || hold)
 }
 
 // armLocked asks armLoop to bring pid's launch probes up to its state.
-func (g *RequestGate) armLocked(pid int) {
+func (g *Gate) armLocked(pid int) {
 	g.arming[pid] = true
 	select {
 	case g.armKick <- struct{}{}:
@@ -105,7 +105,7 @@ func (g *RequestGate) armLocked(pid int) {
 
 // followLCs brings the followed LC processes up to the policy: the lc
 // class's processes while the gate is on or auto, none while it is off.
-func (g *RequestGate) followLCs(follow func([]policy.ProcRef)) {
+func (g *Gate) followLCs(follow func([]policy.ProcRef)) {
 	lcs := g.Procs.InClass(class.LC)
 	var want []policy.ProcRef
 	if g.Procs.Policy().Gate.Mode != policy.GateOff {
