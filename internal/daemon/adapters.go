@@ -14,11 +14,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/procfs"
 	"github.com/gpreempt/gpreempt/internal/registry"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
-	"golang.org/x/sys/unix"
 )
 
 // TraceEvents turns the eBPF tracer's RM events into daemon events
@@ -67,19 +67,9 @@ func OpenTraceEvents(ctx context.Context, log *slog.Logger) (*TraceEvents, *trac
 	}
 	te := NewTraceEvents(tr, log)
 	te.closer = tr.Close
-	te.lost, te.ticks = tr.Lost, bootTicks
-	te.fastAfter = bootTicks() + 1
+	te.lost, te.ticks = tr.Lost, procfs.BootTicks
+	te.fastAfter = procfs.BootTicks() + 1
 	return te, tr, nil
-}
-
-// bootTicks is now in /proc/PID/stat's start-time unit: USER_HZ (100 on
-// every Linux ABI) ticks of CLOCK_BOOTTIME.
-func bootTicks() uint64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
-		return 0
-	}
-	return uint64(ts.Nano()) / uint64(time.Second/100)
 }
 
 // Known returns pid's groups as the registry knows them from events, and

@@ -142,12 +142,12 @@ func (a *API) Server() *http.Server {
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(a.Log.Handler(), slog.LevelDebug),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(context.WithValue(ctx, connKey{}, c), acceptedKey{}, bootTicks())
+			return context.WithValue(context.WithValue(ctx, connKey{}, c), acceptedKey{}, procfs.BootTicks())
 		},
 	}
 }
 
-// acceptedKey holds when the connection was accepted, in bootTicks.
+// acceptedKey holds when the connection was accepted, in procfs.BootTicks.
 type acceptedKey struct{}
 
 // samePeer says whether the peer's pid still names the process that

@@ -22,14 +22,16 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/procfs"
 	"github.com/gpreempt/gpreempt/internal/rmfake"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // apiRig serves the API over a real unix socket; the peer is this test
@@ -575,7 +577,7 @@ os._exit(0)  # the connector exits at once
 	cmd.Wait() // the connector has exited and is reaped: its pid is free
 	// Another user's LC process gets the number (uid 1000 may hold lc),
 	// after the connection was accepted.
-	insp := startsInspector{a.insp, map[int]uint64{dead: bootTicks() + 100}}
+	insp := startsInspector{a.insp, map[int]uint64{dead: procfs.BootTicks() + 100}}
 	a.api.Inspect, a.rec.inspect = insp, insp
 	last := a.start(dead, policy.Process{Comm: "victim", UID: 1000, Env: map[string]string{"GPREEMPT_CLASS": "lc"}})
 	a.tick(last + 30*time.Millisecond)

@@ -1,7 +1,8 @@
 // Package procfs reads the /proc files gpreemptd's parts share: a
 // process's state letter, its credentials, its cgroup and its
-// environment (a process's start time is tsg.StartTime). It makes no
-// syscall: callers read the files and hand the bytes in.
+// environment (a process's start time is tsg.StartTime), and the clock
+// start times count in (BootTicks). Callers read the files and hand the
+// bytes in.
 package procfs
 
 import (
@@ -9,6 +10,9 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // StatState is the state letter of /proc/PID/stat (R, S, T, ...): the
@@ -88,4 +92,14 @@ func Environ(b []byte) map[string]string {
 		}
 	}
 	return env
+}
+
+// BootTicks is now in /proc/PID/stat's start-time unit: USER_HZ (100 on
+// every Linux ABI) ticks of CLOCK_BOOTTIME.
+func BootTicks() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0
+	}
+	return uint64(ts.Nano()) / uint64(time.Second/100)
 }
