@@ -1,3 +1,13 @@
+// Package daemon is gpreemptd: it wires its parts into one daemon that
+// holds a policy over every GPU process of the node. The reconciler
+// (internal/reconcile) classes contexts from the events of an eBPF source
+// or a /proc scan; the socket API (internal/api/server, over the wire
+// types of internal/api) lets processes ask for their class and push their
+// latency; SLO mode (internal/slomode) steers by its signals
+// (internal/daemon/signals), through the request gate (internal/daemon/gate)
+// and the pauser (internal/daemon/pause); Prometheus metrics say how it
+// went. This package holds the wiring: configuration, the lock, the loops,
+// reload and shutdown, and the metrics.
 package daemon
 
 import (
@@ -25,6 +35,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/endpoint"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/reconcile"
 	"github.com/gpreempt/gpreempt/internal/scrape"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/trace"
@@ -74,7 +85,7 @@ type Config struct {
 	PolicyPoll time.Duration
 	// LeaveSettings skips restoring the groups on shutdown.
 	LeaveSettings bool
-	Reconcile     Options
+	Reconcile     reconcile.Options
 	// PodCheck decides socket requests from processes in pods
 	// (API.PodCheck); nil outside Kubernetes.
 	PodCheck func(peerPID, targetPID int, want class.Name) (handled bool, err error)
@@ -95,9 +106,9 @@ type Config struct {
 	// For tests: the host, an event source to use instead of BPF, GPU
 	// info and the inspector. Nil: the real ones.
 	Host    tsg.Host
-	Events  Events
+	Events  reconcile.Events
 	GPU     gpu.Info
-	Inspect Inspector
+	Inspect reconcile.Inspector
 	Version string
 }
 
@@ -105,15 +116,15 @@ type Config struct {
 type Daemon struct {
 	cfg     Config
 	log     *slog.Logger
-	rec     *Reconciler
+	rec     *reconcile.Reconciler
 	slo     *slomode.Loop
 	gate    *gate.Gate
 	pause   *pause.Pauser
 	metrics *Metrics
-	ctl     Controller
-	lister  Lister
-	inspect Inspector
-	events  Events
+	ctl     reconcile.Controller
+	lister  reconcile.Lister
+	inspect reconcile.Inspector
+	events  reconcile.Events
 	// lost reads how many events the ring buffer dropped (nil in scan
 	// mode); a rise triggers a resync at once.
 	lost func() uint64
@@ -189,14 +200,14 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.log.Warn("resumed BE processes a previous gpreemptd left stopped", "processes", n, "err", err)
 	}
 	if d.inspect = cfg.Inspect; d.inspect == nil {
-		d.inspect = &ProcInspector{GPU: cfg.GPU, FDs: fds}
+		d.inspect = &reconcile.ProcInspector{GPU: cfg.GPU, FDs: fds}
 	}
 	scan := cfg.Scan
 	scan.Logger = d.log
-	d.ctl = &TSGController{Source: tsg.NewAttachSource(cfg.Host, scan)}
+	d.ctl = &reconcile.TSGController{Source: tsg.NewAttachSource(cfg.Host, scan)}
 	d.metrics = NewMetrics(nil)
 	d.metrics.SetPIDLabels(cfg.MetricsPIDs)
-	d.rec = NewReconciler(pol, d.ctl, d.inspect, d.metrics, cfg.Reconcile, d.log)
+	d.rec = reconcile.New(pol, d.ctl, d.inspect, d.metrics.Reconcile, cfg.Reconcile, d.log)
 	d.metrics.SetGroups(d.rec.GroupsByClass)
 	d.slo = NewSLOLoop(d.rec, d.metrics, d.log)
 	// One pauser, two holders: a BE the gate and calibration both stop
@@ -275,7 +286,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 // latencyEndpoints says where SLO mode scrapes an LC process's latency:
 // its pod's endpoint (pod: nil outside Kubernetes), else its rule's in
 // rec's policy.
-func latencyEndpoints(rec *Reconciler, pod func(pid int) (endpoint.Spec, bool)) scrape.Resolver {
+func latencyEndpoints(rec *reconcile.Reconciler, pod func(pid int) (endpoint.Spec, bool)) scrape.Resolver {
 	return func(p policy.ProcRef) (endpoint.Spec, bool) {
 		if p.Decision.Exempt || p.Decision.Spec.Name != class.LC {
 			return endpoint.Spec{}, false
@@ -305,10 +316,10 @@ func (d *Daemon) openEvents(ctx context.Context) error {
 	}
 	switch d.cfg.Mode {
 	case "", "auto", "bpf":
-		ev, tr, err := OpenTraceEvents(ctx, d.log)
+		ev, tr, err := reconcile.OpenTraceEvents(ctx, d.log)
 		if err == nil {
 			d.events, d.mode, d.lost = ev, "bpf", tr.Lost
-			if c, ok := d.ctl.(*TSGController); ok {
+			if c, ok := d.ctl.(*reconcile.TSGController); ok {
 				c.Known, c.Log = ev.Known, d.log // classing opens traced groups without a scan
 			}
 			d.log.Info("mode", "mode", "bpf", "why", "RM ioctl tracepoints attached")
@@ -370,7 +381,7 @@ func (d *Daemon) status() map[string]any {
 		"pid": os.Getpid(), "version": d.cfg.Version, "mode": d.Mode(), "policy": pol.Source,
 		"started": d.started.UTC().Format(time.RFC3339), "uptime_s": int(time.Since(d.started).Seconds()),
 		"socket": d.cfg.Socket, "metrics": d.cfg.MetricsAddr, "leave_settings": d.cfg.LeaveSettings,
-		"debounce": d.rec.opts.Debounce.String(), "max_wait": d.rec.opts.MaxWait.String(),
+		"debounce": d.rec.Options().Debounce.String(), "max_wait": d.rec.Options().MaxWait.String(),
 		"slo": d.slo.Status(), "classes": d.rec.Classes(), "gate": d.gate.Stats(),
 	}
 	if d.traced != nil {
@@ -382,7 +393,7 @@ func (d *Daemon) status() map[string]any {
 }
 
 // Reconciler is the daemon's reconciler.
-func (d *Daemon) Reconciler() *Reconciler { return d.rec }
+func (d *Daemon) Reconciler() *reconcile.Reconciler { return d.rec }
 
 // SLO is the daemon's SLO mode.
 func (d *Daemon) SLO() *slomode.Loop { return d.slo }

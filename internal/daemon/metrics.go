@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/reconcile"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
 )
@@ -27,12 +28,9 @@ import (
 // (nothing global, so tests make as many as they like).
 type Metrics struct {
 	Registry *prometheus.Registry
+	// Reconcile are the reconciler's, on the same registry.
+	Reconcile *reconcile.Metrics
 
-	applies         *prometheus.CounterVec
-	failures        *prometheus.CounterVec
-	drift           *prometheus.CounterVec
-	classed         prometheus.Histogram
-	control         *prometheus.HistogramVec
 	requests        *prometheus.CounterVec
 	refusedConns    *prometheus.CounterVec
 	refusedRequests *prometheus.CounterVec
@@ -97,24 +95,11 @@ func (m *Metrics) sloProcessLabel(key string) string {
 // SetGroups sets what reports the live groups at scrape time.
 func (m *Metrics) SetGroups(f func() map[[2]string]int) { m.groupsByClass = f }
 
-// latencyBuckets span a debounce (tens of ms) to a stuck second.
-var latencyBuckets = []float64{.005, .01, .02, .03, .04, .05, .075, .1, .15, .2, .3, .5, 1, 2}
-
 // NewMetrics registers the metrics; groups reports the live groups per
 // (class, gpu) at scrape time.
 func NewMetrics(groups func() map[[2]string]int) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
-		applies: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_applies_total",
-			Help: "Groups given their class's settings (and read back), by class."}, []string{"class"}),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_apply_failures_total",
-			Help: "Failed applies, by reason (control, readback, gone)."}, []string{"reason"}),
-		drift: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_drift_total",
-			Help: "Changes by others to classed groups: reapplied, or deferred by the per-group rate limit."}, []string{"outcome"}),
-		classed: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpreemptd_classed_latency_seconds",
-			Help: "Time from a context's last setup call to its groups classed.", Buckets: latencyBuckets}),
-		control: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gpreemptd_control_seconds",
-			Help: "Time of one attach-apply-read-back operation on a process.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)}, []string{"op"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_socket_requests_total",
 			Help: "Socket API requests by endpoint (the route: other for none) and status code."}, []string{"endpoint", "code"}),
 		refusedConns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_refused_connections_total",
@@ -154,7 +139,9 @@ func NewMetrics(groups func() map[[2]string]int) *Metrics {
 		groupsByClass: groups,
 	}
 	rand.Read(m.idKey[:])
-	m.Registry.MustRegister(m.applies, m.failures, m.drift, m.classed, m.control, m.requests, m.refusedConns, m.refusedRequests, m.reloads,
+	m.Reconcile = reconcile.NewMetrics(m.Registry)
+	m.Reconcile.Forget = m.forget
+	m.Registry.MustRegister(m.requests, m.refusedConns, m.refusedRequests, m.reloads,
 		m.hintLatency, m.hintHold, m.hintExpired, m.hintRequests, m.mode, groupsCollector{m},
 		m.sloEnabled, m.sloTimeslice, m.sloWorst, m.sloShare, m.sloLC, m.sloSamples, m.sloP50, m.sloChanges, m.sloStopped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -18,6 +18,7 @@ import (
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/daemon/gate"
+	"github.com/gpreempt/gpreempt/internal/reconcile"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 )
 
@@ -43,7 +44,7 @@ const (
 
 // API serves the daemon's unix-socket API (docs/DAEMON.md).
 type API struct {
-	Rec     *Reconciler
+	Rec     *reconcile.Reconciler
 	Metrics *Metrics
 	Log     *slog.Logger
 	// Now is the clock of the refusals' log rate (default time.Now).
@@ -57,7 +58,7 @@ type API struct {
 	}
 	// Inspect reads a peer process (its uid, cgroup) for the policy's
 	// request limits.
-	Inspect Inspector
+	Inspect reconcile.Inspector
 	// Groups lists a peer's groups (gids) for the admin check; default
 	// /proc/PID/status.
 	Groups func(pid int) []uint32
@@ -206,7 +207,7 @@ func (a *API) processes(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, all)
 		return
 	}
-	own := []ProcStatus{}
+	own := []reconcile.ProcStatus{}
 	for _, p := range all {
 		if p.UID == peer.UID {
 			own = append(own, p)
@@ -424,7 +425,7 @@ func (a *API) class(w http.ResponseWriter, r *http.Request) {
 			a.logRefused("class", "peer_pid", peer.PID, "peer_uid", peer.UID, "class", sp.String(), "why", err)
 			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(tooMany.Retry.Seconds()))))
 			writeErr(w, http.StatusTooManyRequests, "%v", err)
-		case isGone(err):
+		case reconcile.IsGone(err):
 			writeErr(w, http.StatusNotFound, "%v", err)
 		case errors.Is(err, class.ErrInvalid):
 			writeErr(w, http.StatusBadRequest, "%v", err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/reconcile"
 )
 
 // TestAPIProcessesAreTheCallersOwn (issue 52, finding 8): GET
@@ -26,14 +27,14 @@ func TestAPIProcessesAreTheCallersOwn(t *testing.T) {
 	last := a.start(me, policy.Process{Comm: "mine", UID: 1000})
 	last = max(last, a.start(4242, policy.Process{Comm: "theirs", UID: 2000, Cgroup: "/kubepods/pod-secret"}))
 	a.tick(last + 30*time.Millisecond)
-	list := func(uid uint32) []ProcStatus {
+	list := func(uid uint32) []reconcile.ProcStatus {
 		t.Helper()
 		a.peer = &Peer{PID: me, UID: uid}
 		code, body := a.do("GET", "/v1/processes", "")
 		if code != 200 {
 			t.Fatalf("uid %d: %d %s", uid, code, body)
 		}
-		var ps []ProcStatus
+		var ps []reconcile.ProcStatus
 		if err := json.Unmarshal([]byte(body), &ps); err != nil {
 			t.Fatal(err)
 		}

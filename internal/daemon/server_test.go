@@ -27,6 +27,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/procfs"
+	"github.com/gpreempt/gpreempt/internal/reconcile"
 	"github.com/gpreempt/gpreempt/internal/rmfake"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/trace"
@@ -59,7 +60,11 @@ func (a *apiRig) asServer(uid uint32) int {
 // newAPIRig serves the API; each of opts may change it and its server
 // before it serves.
 func newAPIRig(t *testing.T, opts ...func(*API, *http.Server)) *apiRig {
-	g := newRig(t, testPolicy)
+	return newAPIRigOn(t, newRig(t, testPolicy), opts...)
+}
+
+// newAPIRigOn is newAPIRig over the rig g.
+func newAPIRigOn(t *testing.T, g *rig, opts ...func(*API, *http.Server)) *apiRig {
 	a := &apiRig{rig: g}
 	a.api = &API{Rec: g.rec, Metrics: g.m, Log: testLog(t), Inspect: g.insp,
 		Groups: func(int) []uint32 { return nil },
@@ -299,7 +304,7 @@ func FuzzAPI(f *testing.F) {
 		f.Fatal(err)
 	}
 	insp := fakeInspector{1: {Comm: "x"}}
-	rec := NewReconciler(pol, nopController{}, insp, NewMetrics(nil), Options{}, nil)
+	rec := reconcile.New(pol, nopController{}, insp, NewMetrics(nil).Reconcile, reconcile.Options{}, nil)
 	m := NewMetrics(nil)
 	a := &API{Rec: rec, Metrics: m, Inspect: insp, SLO: NewSLOLoop(rec, m, nil), PeerOf: func(*http.Request) (Peer, error) { return Peer{PID: 1, UID: 1000}, nil }}
 	h := a.Handler()
@@ -361,8 +366,8 @@ func FuzzDecoders(f *testing.F) {
 
 type nopController struct{}
 
-func (nopController) Groups(context.Context, int) ([]GroupState, error) { return nil, nil }
-func (nopController) Apply(context.Context, int, func(GroupState) (tsg.Settings, bool)) ([]GroupState, error) {
+func (nopController) Groups(context.Context, int) ([]reconcile.GroupState, error) { return nil, nil }
+func (nopController) Apply(context.Context, int, func(reconcile.GroupState) (tsg.Settings, bool)) ([]reconcile.GroupState, error) {
 	return nil, nil
 }
 
@@ -390,7 +395,7 @@ func TestSLOStatusSharesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := NewReconciler(pol, nopController{}, fakeInspector{}, NewMetrics(nil), Options{}, nil)
+	rec := reconcile.New(pol, nopController{}, fakeInspector{}, NewMetrics(nil).Reconcile, reconcile.Options{}, nil)
 	l := NewSLOLoop(rec, NewMetrics(nil), nil)
 	l.Push(1, api.Stats{Engine: &EngineState{Prepreempt: true}})
 	snap := l.Status()
@@ -524,7 +529,11 @@ func TestAPIPeerGoneIsRefused(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 to connect, fork and exit")
 	}
-	a := newAPIRig(t)
+	// The inspector gives the pid a start time of its own once it is
+	// another's (starts is filled then).
+	starts := map[int]uint64{}
+	g := newRigInspecting(t, testPolicy, func(f fakeInspector) reconcile.Inspector { return startsInspector{f, starts} })
+	a := newAPIRigOn(t, g, func(api *API, _ *http.Server) { api.Inspect = startsInspector{g.insp, starts} })
 	a.api.PeerOf = nil // the kernel's SO_PEERCRED
 	script := `
 import os, socket, sys
@@ -577,8 +586,7 @@ os._exit(0)  # the connector exits at once
 	cmd.Wait() // the connector has exited and is reaped: its pid is free
 	// Another user's LC process gets the number (uid 1000 may hold lc),
 	// after the connection was accepted.
-	insp := startsInspector{a.insp, map[int]uint64{dead: procfs.BootTicks() + 100}}
-	a.api.Inspect, a.rec.inspect = insp, insp
+	starts[dead] = procfs.BootTicks() + 100
 	last := a.start(dead, policy.Process{Comm: "victim", UID: 1000, Env: map[string]string{"GPREEMPT_CLASS": "lc"}})
 	a.tick(last + 30*time.Millisecond)
 	a.wantAll(dead, 5000000, tsg.LevelHigh)

@@ -20,6 +20,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/daemon/pause"
 	"github.com/gpreempt/gpreempt/internal/daemon/signals"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/reconcile"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/trace"
@@ -691,7 +692,7 @@ func TestExitedPusherForgotten(t *testing.T) {
 	s.m.pushStats(st, "lc-server") // as the socket's stats handler does
 	s.loop.Push(100, st.Stats)
 	delete(s.insp, 100)
-	s.rec.Handle(Event{Kind: ProcessExited, PID: 100, At: s.now})
+	s.rec.Handle(reconcile.Event{Kind: reconcile.ProcessExited, PID: 100, At: s.now})
 	if slices.Contains(s.m.Pushers(), 100) {
 		t.Fatal("premise: the exit left pid 100 among the metrics' pushers")
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/daemon/gate"
 	"github.com/gpreempt/gpreempt/internal/kube"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/reconcile"
 )
 
 // kubeFlags are node agent mode's flags (docs/KUBERNETES.md).
@@ -108,7 +109,7 @@ func KubeHook(ctx context.Context, agent *kube.Agent, cfg *daemon.Config, log *s
 	// one Event per process and class is enough.
 	var mu sync.Mutex
 	recorded := map[int]string{}
-	cfg.Reconcile.OnClassed = func(pid int, d policy.Decision, groups []daemon.GroupState) {
+	cfg.Reconcile.OnClassed = func(pid int, d policy.Decision, groups []reconcile.GroupState) {
 		ref, err := agent.PodOfPID(pid)
 		if err != nil {
 			return // not in a pod of this node
@@ -202,7 +203,7 @@ func watchKubePolicy(ctx context.Context, agent *kube.Agent, file string, last [
 const maxRecorded = 4096
 
 // classedMessage is the Event's text: "classed be: 4 channel groups on GPU 0".
-func classedMessage(d policy.Decision, groups []daemon.GroupState) string {
+func classedMessage(d policy.Decision, groups []reconcile.GroupState) string {
 	gpus := map[string]bool{}
 	for _, g := range groups {
 		if g.GPU != "" {

@@ -1,15 +1,14 @@
-// Package daemon is gpreemptd: it holds a policy over every GPU process of
-// the node. An event source (eBPF on RM ioctls, or a /proc scan when BPF is
-// not available) says when channel groups appear, are set up, drift and go;
-// the reconciler classes each context shortly after its last setup call,
+// Package reconcile holds gpreemptd's policy over every GPU process of the
+// node. An event source (eBPF on RM ioctls, or a /proc scan when BPF is not
+// available) says when channel groups appear, are set up, drift and go;
+// the Reconciler classes each context shortly after its last setup call,
 // re-applies what others change, and restores the driver's defaults on
-// shutdown; a unix-socket API lets processes ask for their own class; and
-// Prometheus metrics say how it went.
+// shutdown.
 //
-// What the daemon consumes is declared here as small interfaces (Events,
+// What it consumes is declared here as small interfaces (Events,
 // Controller, Inspector), so that the registry and discovery it runs on
 // can be swapped in one adapter file (adapters.go).
-package daemon
+package reconcile
 
 import (
 	"context"
@@ -105,8 +104,8 @@ type Controller interface {
 // worth one debug line, nothing more.
 var ErrGone = errors.New("target gone")
 
-// isGone says whether err means the target or its context went away.
-func isGone(err error) bool {
+// IsGone says whether err means the target or its context went away.
+func IsGone(err error) bool {
 	return errors.Is(err, ErrGone) ||
 		errors.Is(err, ioctl.ErrNoSuchProcess) ||
 		errors.Is(err, tsg.ErrNoGPUContext) ||

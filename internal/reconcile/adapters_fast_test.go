@@ -1,9 +1,11 @@
-package daemon
+package reconcile
 
 import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/registry"
@@ -32,8 +34,9 @@ func newFastRig(t *testing.T, start uint64, known func(te *TraceEvents) func(int
 		t.Fatal(err)
 	}
 	ctl := &TSGController{Source: tsg.NewAttachSource(g.drv.Host(), tsg.ScanOptions{}), Known: known(te), Log: testLog(t)}
-	g.m = NewMetrics(nil)
-	g.rec = NewReconciler(pol, ctl, g.insp, g.m, Options{SelfPID: 1, Debounce: 30 * time.Millisecond, MaxWait: 200 * time.Millisecond}, testLog(t))
+	g.prom = prometheus.NewRegistry()
+	g.m = NewMetrics(g.prom)
+	g.rec = New(pol, ctl, g.insp, g.m, Options{SelfPID: 1, Debounce: 30 * time.Millisecond, MaxWait: 200 * time.Millisecond}, testLog(t))
 	g.rec.Now = func() time.Duration { return g.now }
 	return g
 }

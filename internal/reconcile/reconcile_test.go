@@ -1,15 +1,15 @@
-package daemon
+package reconcile
 
 import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
 	"os"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpreempt/gpreempt/class"
@@ -95,6 +95,7 @@ type rig struct {
 	insp   fakeInspector
 	rec    *Reconciler
 	m      *Metrics
+	prom   *prometheus.Registry
 	reg    *registry.Registry
 	clock  tracetest.Clock
 	now    time.Duration
@@ -113,8 +114,9 @@ func newRig(t *testing.T, policyText string) *rig {
 	g := &rig{t: t, drv: rmfake.New(), allocs: allocs, insp: fakeInspector{}, reg: registry.New(registry.Options{})}
 	g.clock.Now = uint64(time.Second)
 	ctl := &TSGController{Source: tsg.NewAttachSource(g.drv.Host(), tsg.ScanOptions{})}
-	g.m = NewMetrics(nil)
-	g.rec = NewReconciler(pol, ctl, g.insp, g.m, Options{SelfPID: 1, Debounce: 30 * time.Millisecond, MaxWait: 200 * time.Millisecond}, testLog(t))
+	g.prom = prometheus.NewRegistry()
+	g.m = NewMetrics(g.prom)
+	g.rec = New(pol, ctl, g.insp, g.m, Options{SelfPID: 1, Debounce: 30 * time.Millisecond, MaxWait: 200 * time.Millisecond}, testLog(t))
 	g.rec.Now = func() time.Duration { return g.now }
 	return g
 }
@@ -198,7 +200,7 @@ func TestClassedAfterLastSetupCall(t *testing.T) {
 	}
 	g.tick(last + 30*time.Millisecond)
 	g.wantAll(100, 200, tsg.LevelLow)
-	if n := histCount(t, g.m, "gpreemptd_classed_latency_seconds"); n != 1 {
+	if n := histCount(t, g.prom, "gpreemptd_classed_latency_seconds"); n != 1 {
 		t.Errorf("classed latency observed %d times, want 1", n)
 	}
 	if next := g.tick(last + time.Second); next != 0 {
@@ -291,7 +293,7 @@ func TestDriftReappliedRateLimited(t *testing.T) {
 	if got := uint64(g.groups(100)[0].Timeslice); got != 200 {
 		t.Fatalf("deferred drift not re-applied: %dus", got)
 	}
-	if got := counter(t, g.m, "gpreemptd_drift_total", "reapplied"); got != 5 {
+	if got := counter(t, g.prom, "gpreemptd_drift_total", "reapplied"); got != 5 {
 		t.Errorf("drift reapplied %v, want 5", got)
 	}
 	// Our own SET (by the daemon's pid) is not drift.
@@ -309,10 +311,10 @@ func TestExitMidApplyLeavesNothing(t *testing.T) {
 	if k := g.rec.Known(); len(k) != 0 {
 		t.Fatalf("state left for %v", k)
 	}
-	if got := counter(t, g.m, "gpreemptd_apply_failures_total", "gone"); got != 1 {
+	if got := counter(t, g.prom, "gpreemptd_apply_failures_total", "gone"); got != 1 {
 		t.Errorf("gone failures %v, want 1", got)
 	}
-	if got := counter(t, g.m, "gpreemptd_apply_failures_total", "control"); got != 0 {
+	if got := counter(t, g.prom, "gpreemptd_apply_failures_total", "control"); got != 0 {
 		t.Errorf("control failures %v, want 0", got)
 	}
 	g.feed(&trace.TaskExit{PID: 100, At: uint64(last + 40*time.Millisecond)})
@@ -394,14 +396,14 @@ func TestChurnLeavesNoState(t *testing.T) {
 	if k := g.rec.Known(); len(k) != 0 {
 		t.Fatalf("state left for %v", k)
 	}
-	if n := histCount(t, g.m, "gpreemptd_classed_latency_seconds"); n != 50 {
+	if n := histCount(t, g.prom, "gpreemptd_classed_latency_seconds"); n != 50 {
 		t.Errorf("classed %d, want 50", n)
 	}
 }
 
-func histCount(t testing.TB, m *Metrics, name string) uint64 {
+func histCount(t testing.TB, reg prometheus.Gatherer, name string) uint64 {
 	t.Helper()
-	mfs, err := m.Registry.Gather()
+	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,9 +415,9 @@ func histCount(t testing.TB, m *Metrics, name string) uint64 {
 	return 0
 }
 
-func counter(t testing.TB, m *Metrics, name, label string) float64 {
+func counter(t testing.TB, reg prometheus.Gatherer, name, label string) float64 {
 	t.Helper()
-	x := series(t, m, name, func(x *dto.Metric) bool {
+	x := series(t, reg, name, func(x *dto.Metric) bool {
 		return slices.ContainsFunc(x.GetLabel(), func(l *dto.LabelPair) bool { return l.GetValue() == label })
 	})
 	return x.GetCounter().GetValue() // 0 for none
@@ -423,9 +425,9 @@ func counter(t testing.TB, m *Metrics, name, label string) float64 {
 
 // series is the first series of metric name that keep accepts (nil:
 // none).
-func series(t testing.TB, m *Metrics, name string, keep func(*dto.Metric) bool) *dto.Metric {
+func series(t testing.TB, reg prometheus.Gatherer, name string, keep func(*dto.Metric) bool) *dto.Metric {
 	t.Helper()
-	mfs, err := m.Registry.Gather()
+	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,7 +459,7 @@ func TestFailedClassingRetriedBounded(t *testing.T) {
 		t.Fatalf("more work after the retry succeeded: %v", next)
 	}
 	g.wantAll(100, 200, tsg.LevelLow)
-	if got := counter(t, g.m, "gpreemptd_apply_failures_total", "control"); got != 1 {
+	if got := counter(t, g.prom, "gpreemptd_apply_failures_total", "control"); got != 1 {
 		t.Errorf("control failures %v, want 1", got)
 	}
 	// A fault that never clears: retried maxRetries times, then left.
@@ -558,35 +560,13 @@ slo: {enabled: true, ladder: [200us, 10ms], safe: 200us}
 func TestRestoreCountedAsRestore(t *testing.T) {
 	g := newRig(t, testPolicy)
 	g.tick(g.start(100, policy.Process{Comm: "trainer"}) + time.Second)
-	before := counter(t, g.m, "gpreemptd_applies_total", "be")
+	before := counter(t, g.prom, "gpreemptd_applies_total", "be")
 	if n, err := g.rec.RestoreAll(context.Background()); err != nil || n != 4 {
 		t.Fatalf("restored %d, %v", n, err)
 	}
-	if r, b := counter(t, g.m, "gpreemptd_applies_total", "restore"), counter(t, g.m, "gpreemptd_applies_total", "be"); r != 4 || b != before {
+	if r, b := counter(t, g.prom, "gpreemptd_applies_total", "restore"), counter(t, g.prom, "gpreemptd_applies_total", "be"); r != 4 || b != before {
 		t.Errorf("after restoring 4 groups: applies{restore}=%v, applies{be} %v -> %v", r, before, b)
 	}
-}
-
-// gaugeValue is the gauge name's value in the series whose labels include
-// every one of labels (NaN when there is none).
-func gaugeValue(t testing.TB, m *Metrics, name string, labels map[string]string) float64 {
-	t.Helper()
-	x := series(t, m, name, func(x *dto.Metric) bool {
-		have := map[string]string{}
-		for _, l := range x.GetLabel() {
-			have[l.GetName()] = l.GetValue()
-		}
-		for k, v := range labels {
-			if have[k] != v {
-				return false
-			}
-		}
-		return true
-	})
-	if x == nil {
-		return math.NaN()
-	}
-	return x.GetGauge().GetValue()
 }
 
 // TestBETimeslicesPerProcess: a process SetBETimeslices names with 0

@@ -1,4 +1,4 @@
-package daemon
+package reconcile
 
 import (
 	"context"
@@ -78,7 +78,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 		return s, ok
 	})
 	if err != nil {
-		if r.procs[p.pid] == p && !isGone(err) && p.failures < maxRetries {
+		if r.procs[p.pid] == p && !IsGone(err) && p.failures < maxRetries {
 			// Caught mid-setup, or RM busy: try again, a bounded number
 			// of times.
 			p.failures++
@@ -155,7 +155,7 @@ func (r *Reconciler) apply(ctx context.Context, p *proc, op string, pick func(Gr
 	})
 	r.metrics.control.WithLabelValues(op).Observe(time.Since(t0).Seconds())
 	if err != nil {
-		if isGone(err) {
+		if IsGone(err) {
 			r.metrics.failures.WithLabelValues("gone").Inc()
 			r.log.Debug("target went away mid-apply", "pid", p.pid, "op", op, "err", err)
 			r.drop(p.pid)
@@ -292,7 +292,7 @@ func (r *Reconciler) RestoreAll(ctx context.Context) (restored int, errs error) 
 			restored++
 			return restoreSettings(o), true
 		}
-		if _, err := r.apply(ctx, p, "restore", pick); err != nil && !isGone(err) {
+		if _, err := r.apply(ctx, p, "restore", pick); err != nil && !IsGone(err) {
 			all = append(all, fmt.Errorf("pid %d: %w", pid, err))
 		}
 	}

@@ -1,14 +1,15 @@
-package daemon
+package reconcile
 
 import (
 	"log/slog"
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/tsg"
-	"golang.org/x/time/rate"
 )
 
 // Inspector reads what the policy matches on from the OS.
@@ -181,8 +182,8 @@ func (g *group) appliedIs(want tsg.Settings) bool {
 	return g.applied != nil && sameSettings(*g.applied, want)
 }
 
-// NewReconciler returns a reconciler with policy pol.
-func NewReconciler(pol *policy.Policy, ctl Controller, inspect Inspector, m *Metrics, opts Options, log *slog.Logger) *Reconciler {
+// New returns a reconciler with policy pol.
+func New(pol *policy.Policy, ctl Controller, inspect Inspector, m *Metrics, opts Options, log *slog.Logger) *Reconciler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -191,6 +192,9 @@ func NewReconciler(pol *policy.Policy, ctl Controller, inspect Inspector, m *Met
 		procs: map[int]*proc{}, wake: make(chan struct{}, 1), Now: monotonic,
 	}
 }
+
+// Options are the reconciler's options, defaults filled in.
+func (r *Reconciler) Options() Options { return r.opts }
 
 func (r *Reconciler) ensure(pid int) *proc {
 	p := r.procs[pid]
@@ -212,8 +216,8 @@ func (r *Reconciler) ensureGroup(p *proc, id tsg.GroupID) *group {
 
 func (r *Reconciler) drop(pid int) {
 	delete(r.procs, pid)
-	if r.metrics != nil {
-		r.metrics.forget(pid)
+	if r.metrics != nil && r.metrics.Forget != nil {
+		r.metrics.Forget(pid)
 	}
 }
 

@@ -1,12 +1,14 @@
 package daemon
 
 import (
+	"net/http"
 	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/reconcile"
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
@@ -35,10 +37,9 @@ func TestRequestCostIndependentOfCallersFiles(t *testing.T) {
 				}
 				t.Cleanup(func() { f.Close() })
 			}
-			a := newAPIRig(t)
 			frozen := time.Unix(1e9, 0)
 			var scans, examined atomic.Int64
-			pi := &ProcInspector{FDs: &tsg.FDCache{Now: func() time.Time { return frozen }}}
+			pi := &reconcile.ProcInspector{FDs: &tsg.FDCache{Now: func() time.Time { return frozen }}}
 			pi.FDs.OnWalk = func(pid, _, n int) {
 				if pid == os.Getpid() {
 					scans.Add(1)
@@ -46,7 +47,8 @@ func TestRequestCostIndependentOfCallersFiles(t *testing.T) {
 					}
 				}
 			}
-			a.rec.inspect, a.api.Inspect = pi, pi
+			g := newRigInspecting(t, testPolicy, func(fakeInspector) reconcile.Inspector { return pi })
+			a := newAPIRigOn(t, g, func(api *API, _ *http.Server) { api.Inspect = pi })
 			me := a.asServer(1000)
 			pid := strconv.Itoa(me)
 			codes := map[int]int{}

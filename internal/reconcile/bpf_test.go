@@ -1,4 +1,4 @@
-package daemon
+package reconcile
 
 import (
 	"context"

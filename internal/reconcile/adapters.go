@@ -1,4 +1,4 @@
-package daemon
+package reconcile
 
 // The adapters from the eBPF tracer and internal/registry (which knows
 // each group's owner) and from tsg discovery to the interfaces the daemon

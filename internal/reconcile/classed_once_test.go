@@ -1,4 +1,4 @@
-package daemon
+package reconcile
 
 import (
 	"testing"
@@ -39,13 +39,13 @@ func TestClassedOnceWhenSetupArrivesLate(t *testing.T) {
 		t.Errorf("late setup events scheduled work at %v", next)
 	}
 	g.wantAll(100, 200, tsg.LevelLow)
-	if n := histCount(t, g.m, "gpreemptd_classed_latency_seconds"); n != 1 {
+	if n := histCount(t, g.prom, "gpreemptd_classed_latency_seconds"); n != 1 {
 		t.Errorf("classed %d times, want 1", n)
 	}
-	if got := counter(t, g.m, "gpreemptd_drift_total", "reapplied"); got != 0 {
+	if got := counter(t, g.prom, "gpreemptd_drift_total", "reapplied"); got != 0 {
 		t.Errorf("libcuda's own SET before classing counted as drift: %v re-applies", got)
 	}
-	if got := counter(t, g.m, "gpreemptd_applies_total", "be"); got != 4 {
+	if got := counter(t, g.prom, "gpreemptd_applies_total", "be"); got != 4 {
 		t.Errorf("%v group applies, want 4", got)
 	}
 }
@@ -64,7 +64,7 @@ func TestSetAfterClassingIsDrift(t *testing.T) {
 	if next := g.tick(at + 2*time.Millisecond); next != 0 {
 		t.Fatalf("next %v", next)
 	}
-	if got := counter(t, g.m, "gpreemptd_drift_total", "reapplied"); got != 1 {
+	if got := counter(t, g.prom, "gpreemptd_drift_total", "reapplied"); got != 1 {
 		t.Errorf("drift re-applied %v times, want 1", got)
 	}
 }
