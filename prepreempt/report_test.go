@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/api"
-	"github.com/gpreempt/gpreempt/internal/daemon"
+	"github.com/gpreempt/gpreempt/internal/api/server"
 )
 
 // fakeDaemon takes stats pushes on a unix socket and answers with reply.
@@ -251,7 +251,7 @@ func TestReporterPushesLLMWindows(t *testing.T) {
 		t.Errorf("samples %v: want each request's, token's and first token's own", w.SamplesUs)
 	}
 	b, _ := json.Marshal(d.pushes[0])
-	if _, _, err := daemon.ParseStats(b); err != nil {
+	if _, _, err := server.ParseStats(b); err != nil {
 		t.Errorf("the daemon refuses %s: %v", b, err)
 	}
 }

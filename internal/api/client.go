@@ -129,13 +129,25 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	return nil
 }
 
+// ClassRequest is POST /v1/class. PID 0 means the caller.
+type ClassRequest struct {
+	PID   int    `json:"pid"`
+	Class string `json:"class"`
+}
+
 // ClassReply is the daemon's answer to a class request.
 type ClassReply struct {
 	PID    int    `json:"pid"`
 	Class  string `json:"class"`
 	Groups int    `json:"groups"`
-	// Pending: no channel group yet; classed when the context appears.
+	// Pending: the process has no channel group yet; it is classed when
+	// its context appears.
 	Pending bool `json:"pending,omitempty"`
+}
+
+// ErrorBody is every error's answer.
+type ErrorBody struct {
+	Error string `json:"error"`
 }
 
 // RequestClass asks for class ("lc", "be:3") for the calling process's
@@ -261,16 +273,24 @@ type StatsReply struct {
 	WindowMs     float64 `json:"window_ms,omitempty"`
 }
 
+// HintStats is POST /v1/stats: what an LC process's hint engine pushes,
+// and the pusher's pid (0: the caller).
+type HintStats struct {
+	PID int `json:"pid"`
+	Stats
+}
+
+// Quantiles are the quantiles a push's request latency and spinner hold
+// may carry; a window's latency also carries an LLM server's ttft_ and
+// tpot_ p50 .. p999.
+var Quantiles = []string{"p50", "p90", "p99", "p999", "max", "mean"}
+
 // PushStats sends the calling process's statistics to the daemon, which
 // exports them as metrics until the process exits and, in SLO mode,
 // steers the BE timeslice by their window.
 func (c *Client) PushStats(ctx context.Context, s Stats) (StatsReply, error) {
-	type body struct {
-		PID int `json:"pid"`
-		Stats
-	}
 	r := StatsReply{Prepreempt: true}
-	err := c.do(ctx, http.MethodPost, "/v1/stats", body{0, s}, &r)
+	err := c.do(ctx, http.MethodPost, "/v1/stats", HintStats{0, s}, &r)
 	return r, err
 }
 

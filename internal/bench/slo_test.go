@@ -18,11 +18,12 @@ import (
 	"testing"
 	"time"
 
+	"gonum.org/v1/plot/plotter"
+
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/api"
-	"github.com/gpreempt/gpreempt/internal/daemon"
+	"github.com/gpreempt/gpreempt/internal/api/server"
 	"github.com/gpreempt/gpreempt/tsg"
-	"gonum.org/v1/plot/plotter"
 )
 
 func TestParseSLOScenarios(t *testing.T) {
@@ -273,7 +274,7 @@ print(json.dumps(m.window_body([2_000_000], 1_000_000_000, 1, ttft_ns=[30_000_00
 	if len(lines) != 4 || lines[0] != `{"prepreempt": false, "slo": true}` || lines[2] != "false" {
 		t.Fatalf("python output %q; want the reply, an empty window, the engine told false and an LLM window", out)
 	}
-	llm, _, err := daemon.ParseStats([]byte(lines[3]))
+	llm, _, err := server.ParseStats([]byte(lines[3]))
 	if err != nil || llm.Window == nil {
 		t.Fatalf("LLM window %s refused: %v", lines[3], err)
 	}
@@ -281,9 +282,9 @@ print(json.dumps(m.window_body([2_000_000], 1_000_000_000, 1, ttft_ns=[30_000_00
 	if q := llm.Window.LatencyUs; q["p50"] != 2000 || q["tpot_p50"] != 12000 || q["tpot_p999"] != 12000 || q["ttft_p50"] != 30000 || q["ttft_p90"] != 30000 || llm.Window.Tokens != 2 {
 		t.Errorf("LLM window quantiles %v, %d tokens", q, llm.Window.Tokens)
 	}
-	s, _, err := daemon.ParseStats(<-bodies)
+	s, _, err := server.ParseStats(<-bodies)
 	if err != nil {
-		t.Fatalf("daemon.ParseStats: %v", err)
+		t.Fatalf("server.ParseStats: %v", err)
 	}
 	w := s.Window
 	if s.PID != 0 || s.Requests != 42 || w == nil || w.DurationMs != 1000 || w.Requests != 4 ||
@@ -296,10 +297,10 @@ print(json.dumps(m.window_body([2_000_000], 1_000_000_000, 1, ttft_ns=[30_000_00
 	if err := json.Unmarshal([]byte(lines[1]), &c); err != nil || c.Window == nil || c.Window.DurationMs != 500 || c.Window.Requests != 0 {
 		t.Errorf("empty window %s: %+v %v", lines[1], c.Window, err)
 	}
-	if _, _, err := daemon.ParseStats([]byte(lines[1])); err != nil {
+	if _, _, err := server.ParseStats([]byte(lines[1])); err != nil {
 		t.Errorf("empty window refused: %v", err)
 	}
-	e, _, err := daemon.ParseStats(<-bodies)
+	e, _, err := server.ParseStats(<-bodies)
 	if err != nil || e.Engine == nil || !e.Engine.Prepreempt || e.Engine.SkippedNoBenefit != 3 || e.Window == nil || e.Window.Requests != 1 ||
 		e.ExpiredHolds != 1 || e.SpinnerHoldUs["p50"] != 120 || e.SpinnerHoldUs["max"] != 310 {
 		t.Errorf("push with an engine: %+v engine %+v, %v", e, e.Engine, err)
@@ -581,7 +582,7 @@ func TestPythonDecodePushes(t *testing.T) {
 	close(bodies)
 	n, tokens := 0, 0
 	for body := range bodies {
-		s, _, err := daemon.ParseStats(body)
+		s, _, err := server.ParseStats(body)
 		if err != nil {
 			t.Fatalf("push %s refused: %v", body, err)
 		}

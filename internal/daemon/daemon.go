@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/api/server"
 	"github.com/gpreempt/gpreempt/internal/daemon/gate"
 	"github.com/gpreempt/gpreempt/internal/daemon/pause"
 	"github.com/gpreempt/gpreempt/internal/daemon/signals"
@@ -67,14 +68,14 @@ type Config struct {
 	// ScanInterval is the /proc scan's period in scan mode.
 	ScanInterval time.Duration
 	// TraceRequests measures the request latency of LC processes that
-	// push none with uprobes on libcuda (TracedLatency), for SLO mode.
+	// push none with uprobes on libcuda (signals.TracedLatency), for SLO mode.
 	// LibCUDA is the library probed for every process that maps it ("":
 	// each LC process that pushes none, through the libcuda it has
 	// mapped).
 	TraceRequests bool
 	LibCUDA       string
 	// BEProgress counts the BE processes' kernel launches (uprobes on
-	// their libcuda, BEProgress) for the SLO mode's BE share. Where the
+	// their libcuda, signals.BEProgress) for the SLO mode's BE share. Where the
 	// kernel refuses, BE share stays unknown and the daemon runs on.
 	BEProgress bool
 	// ResyncInterval is the period of the same scan in bpf mode, a safety
@@ -87,14 +88,14 @@ type Config struct {
 	LeaveSettings bool
 	Reconcile     reconcile.Options
 	// PodCheck decides socket requests from processes in pods
-	// (API.PodCheck); nil outside Kubernetes.
+	// (server.API.PodCheck); nil outside Kubernetes.
 	PodCheck func(peerPID, targetPID int, want class.Name) (handled bool, err error)
 	// MetricsEndpoint gives the latency endpoint of a process in a pod
 	// (its annotations, at its pod's own address; kube.Agent.MetricsEndpoint),
 	// before the policy's rules; nil outside Kubernetes.
 	MetricsEndpoint func(pid int) (endpoint.Spec, bool)
 	// PeerKey names whose share of the socket's connections and requests
-	// a connection counts against (API.PeerKey); nil: its uid.
+	// a connection counts against (server.API.PeerKey); nil: its uid.
 	PeerKey func(net.Conn) (string, error)
 	// Tenant names whose part of the gate's share an LC's holds count
 	// against (gate.Gate.Tenant); nil: its uid.
@@ -349,7 +350,7 @@ func (d *Daemon) listen() error {
 	if err != nil {
 		return fmt.Errorf("socket: %w", err)
 	}
-	api := &API{Rec: d.rec, Metrics: d.metrics, Log: d.log, Inspect: d.inspect, Reload: d.Reload, Status: d.status, PodCheck: d.cfg.PodCheck, PeerKey: d.cfg.PeerKey, SLO: d.slo, Gate: d.gate}
+	api := &server.API{Rec: d.rec, Metrics: d.metrics, Log: d.log, Inspect: d.inspect, Reload: d.Reload, Status: d.status, PodCheck: d.cfg.PodCheck, PeerKey: d.cfg.PeerKey, SLO: d.slo, Gate: d.gate}
 	d.sock = api.Listener(l)
 	// Any local process may connect: what it may do is decided per
 	// request from SO_PEERCRED.

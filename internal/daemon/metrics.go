@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"strconv"
@@ -19,9 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/api/server"
 	"github.com/gpreempt/gpreempt/internal/reconcile"
 	"github.com/gpreempt/gpreempt/internal/slo"
-	"github.com/gpreempt/gpreempt/internal/slo/objective"
 )
 
 // Metrics are gpreemptd's Prometheus metrics, on a registry of their own
@@ -163,14 +162,6 @@ func (c groupsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// HintStats is what an LC process's hint engine pushes (POST /v1/stats):
-// api.Stats, the wire type api.PushStats encodes, and the pusher's
-// pid (0: the caller).
-type HintStats struct {
-	PID int `json:"pid"`
-	api.Stats
-}
-
 // The pushed window, engine state and reply are the client's wire types:
 // the daemon decodes what api.PushStats encodes.
 type (
@@ -179,23 +170,21 @@ type (
 	StatsReply    = api.StatsReply
 )
 
-// quantileNames bounds the label values a pusher can create.
-var quantileNames = map[string]bool{"p50": true, "p90": true, "p99": true, "p999": true, "max": true, "mean": true}
+// The socket API's metrics (server.Metrics).
+var _ server.Metrics = (*Metrics)(nil)
 
-// windowQuantiles are those a latency window may carry: the request's,
-// and an LLM server's time to first token and per output token (what
-// objectives such as tpot_p50<=12ms bound).
-var windowQuantiles = func() map[string]bool {
-	m := maps.Clone(quantileNames)
-	for _, metric := range objective.Metrics {
-		for _, q := range []string{"p50", "p90", "p99", "p999"} {
-			m[metric+"_"+q] = true
-		}
-	}
-	return m
-}()
+// Request counts a socket API request by route and status code.
+func (m *Metrics) Request(route, code string) { m.requests.WithLabelValues(route, code).Inc() }
 
-func (m *Metrics) pushStats(s HintStats, comm string) {
+// Refused counts a socket API request refused (403), by what it asked.
+func (m *Metrics) Refused(request string) { m.refusedRequests.WithLabelValues(request).Inc() }
+
+// RefusedConn counts a connection closed as accepted, by server (socket,
+// metrics) and the cap it was past.
+func (m *Metrics) RefusedConn(server, cap string) { m.refusedConns.WithLabelValues(server, cap).Inc() }
+
+// Pushed exports what a process's hint engine pushed, under its comm.
+func (m *Metrics) Pushed(s api.HintStats, comm string) {
 	// Under the lock, so that a forget of the same pid comes wholly
 	// before or after.
 	m.mu.Lock()
@@ -217,7 +206,7 @@ func (m *Metrics) pushStats(s HintStats, comm string) {
 		vec *prometheus.GaugeVec
 		us  map[string]float64
 	}{{m.hintLatency, s.RequestLatencyUs}, {m.hintHold, s.SpinnerHoldUs}} {
-		for q := range quantileNames {
+		for _, q := range api.Quantiles {
 			if v, ok := g.us[q]; ok {
 				g.vec.WithLabelValues(pid, comm, q).Set(v / 1e6)
 			} else {
@@ -323,16 +312,16 @@ func metricsServer(reg *prometheus.Registry, log *slog.Logger) *http.Server {
 		ReadTimeout:       5 * time.Second,
 		WriteTimeout:      10 * time.Second,
 		IdleTimeout:       30 * time.Second,
-		MaxHeaderBytes:    maxHeaderBytes,
+		MaxHeaderBytes:    server.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 }
 
 // metricsListener caps the metrics server's connections
 // (MaxMetricsConns, MaxMetricsConnsPerAddr by remote address).
-func (m *Metrics) metricsListener(l net.Listener) *capListener {
-	return newCapListener(l, MaxMetricsConns, MaxMetricsConnsPerAddr, remoteHost, func(_, why string) {
-		m.refusedConns.WithLabelValues("metrics", why).Inc()
+func (m *Metrics) metricsListener(l net.Listener) *server.CapListener {
+	return server.NewCapListener(l, MaxMetricsConns, MaxMetricsConnsPerAddr, remoteHost, func(_, why string) {
+		m.RefusedConn("metrics", why)
 	})
 }
 

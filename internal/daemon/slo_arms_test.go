@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/api/server"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
@@ -111,13 +112,13 @@ func TestSLOLoopTPOT(t *testing.T) {
 	if len(st.LC) != 1 || st.LC[0].Objective != "tpot_p50<=12ms" || st.LC[0].LatencyUs != 9000 || st.LC[0].Ratio == nil || *st.LC[0].Ratio != 0.75 {
 		t.Errorf("LC %+v", st.LC)
 	}
-	if _, _, err := ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":60,"latency_us":{"p50":400000,"tpot_p50":9000,"ttft_p99":90000}}}`)); err != nil {
+	if _, _, err := server.ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":60,"latency_us":{"p50":400000,"tpot_p50":9000,"ttft_p99":90000}}}`)); err != nil {
 		t.Errorf("a window with tpot_ and ttft_ quantiles refused: %v", err)
 	}
-	if _, _, err := ParseStats([]byte(`{"request_latency_us":{"tpot_p50":9000}}`)); err == nil {
+	if _, _, err := server.ParseStats([]byte(`{"request_latency_us":{"tpot_p50":9000}}`)); err == nil {
 		t.Error("request_latency_us took a tpot_ quantile")
 	}
-	if _, _, err := ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":6,"latency_us":{"tbt_p50":9000}}}`)); err == nil {
+	if _, _, err := server.ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":6,"latency_us":{"tbt_p50":9000}}}`)); err == nil {
 		t.Error("a window took an unknown metric")
 	}
 }
@@ -152,7 +153,7 @@ func TestSLOLoopTPOTTokens(t *testing.T) {
 			}
 		})
 	}
-	if _, code, err := ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":2,"tokens":30,"latency_us":{"p50":400000}}}`)); err == nil || code != http.StatusBadRequest {
+	if _, code, err := server.ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":2,"tokens":30,"latency_us":{"p50":400000}}}`)); err == nil || code != http.StatusBadRequest {
 		t.Errorf("tokens without tpot_p50: %d %v, want 400", code, err)
 	}
 }

@@ -688,8 +688,8 @@ func TestBEAloneBesideAnMPSServer(t *testing.T) {
 func TestExitedPusherForgotten(t *testing.T) {
 	s := newSLORig(t, sloPolicy)
 	d := &Daemon{log: testLog(t), rec: s.rec, slo: s.loop, metrics: s.m, inspect: s.insp}
-	st := HintStats{PID: 100, Stats: api.Stats{Engine: &EngineState{Prepreempt: true}}}
-	s.m.pushStats(st, "lc-server") // as the socket's stats handler does
+	st := api.HintStats{PID: 100, Stats: api.Stats{Engine: &EngineState{Prepreempt: true}}}
+	s.m.Pushed(st, "lc-server") // as the socket's stats handler does
 	s.loop.Push(100, st.Stats)
 	delete(s.insp, 100)
 	s.rec.Handle(reconcile.Event{Kind: reconcile.ProcessExited, PID: 100, At: s.now})

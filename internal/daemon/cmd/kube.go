@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/api/server"
 	"github.com/gpreempt/gpreempt/internal/daemon"
 	"github.com/gpreempt/gpreempt/internal/daemon/gate"
 	"github.com/gpreempt/gpreempt/internal/kube"
@@ -226,7 +227,7 @@ func classedMessage(d policy.Decision, groups []reconcile.GroupState) string {
 // the peer is in one (podOf answers), else by its uid.
 func podPeerKey(podOf func(pid int) (kube.PodRef, error)) func(net.Conn) (string, error) {
 	return func(c net.Conn) (string, error) {
-		p, err := daemon.PeerOf(c)
+		p, err := server.PeerOf(c)
 		if err != nil {
 			return "", err
 		}

@@ -1,4 +1,4 @@
-package daemon
+package server
 
 import (
 	"context"
@@ -100,9 +100,9 @@ func (a *API) Listener(l net.Listener) net.Listener {
 	if key == nil {
 		key = uidKey
 	}
-	return newCapListener(l, MaxConns, MaxConnsPerPeer, key, func(key, why string) {
+	return NewCapListener(l, MaxConns, MaxConnsPerPeer, key, func(key, why string) {
 		if a.Metrics != nil {
-			a.Metrics.refusedConns.WithLabelValues("socket", why).Inc()
+			a.Metrics.RefusedConn("socket", why)
 		}
 		if a.Log != nil {
 			a.Log.Debug("connection refused", "peer", key, "cap", why)
@@ -139,7 +139,7 @@ func (a *API) Server() *http.Server {
 		ReadTimeout:       5 * time.Second,
 		WriteTimeout:      10 * time.Second,
 		IdleTimeout:       30 * time.Second,
-		MaxHeaderBytes:    maxHeaderBytes,
+		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(a.Log.Handler(), slog.LevelDebug),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(context.WithValue(ctx, connKey{}, c), acceptedKey{}, procfs.BootTicks())
@@ -250,6 +250,13 @@ func (a *API) peer(r *http.Request) (Peer, error) {
 	if a.PeerOf != nil {
 		return a.PeerOf(r)
 	}
+	return RequestPeer(r)
+}
+
+// RequestPeer is the peer of a request the API's Server accepted, as the
+// kernel gives it (PeerOf its connection): who asks, where API.PeerOf is
+// not set.
+func RequestPeer(r *http.Request) (Peer, error) {
 	c, ok := r.Context().Value(connKey{}).(net.Conn)
 	if !ok {
 		return Peer{}, errors.New("no connection")

@@ -1,4 +1,10 @@
-package daemon
+// Package server is gpreemptd's unix-socket API: its routes, each
+// request's peer checked from SO_PEERCRED against the policy's limits,
+// each peer's share of connections and requests capped, class changes
+// rate-limited, bodies decoded as strict JSON (docs/DAEMON.md). The wire
+// types are internal/api's; what the API serves it reaches through the
+// reconciler and small interfaces of its own (Metrics, SLO, Gate).
+package server
 
 import (
 	"encoding/json"
@@ -6,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -17,15 +24,16 @@ import (
 
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/api"
-	"github.com/gpreempt/gpreempt/internal/daemon/gate"
 	"github.com/gpreempt/gpreempt/internal/reconcile"
-	"github.com/gpreempt/gpreempt/internal/slomode"
+	"github.com/gpreempt/gpreempt/internal/slo/objective"
 )
 
 // Bounds of the socket API: a request is a few hundred bytes.
 const (
-	MaxBody        = 64 << 10
-	maxHeaderBytes = 16 << 10
+	MaxBody = 64 << 10
+	// MaxHeaderBytes bounds a request's header, here and on the
+	// daemon's metrics server.
+	MaxHeaderBytes = 16 << 10
 	// MaxInFlight bounds the requests served at once (503 beyond), and
 	// MaxInFlightPerPeer those of one peer (a uid; a pod with
 	// --kubernetes): a peer's further requests wait for one of its own
@@ -45,7 +53,7 @@ const (
 // API serves the daemon's unix-socket API (docs/DAEMON.md).
 type API struct {
 	Rec     *reconcile.Reconciler
-	Metrics *Metrics
+	Metrics Metrics // nil: none
 	Log     *slog.Logger
 	// Now is the clock of the refusals' log rate (default time.Now).
 	Now func() time.Time
@@ -68,10 +76,10 @@ type API struct {
 	Status func() map[string]any
 	// SLO takes the pushed latency windows and says whether engines
 	// should pre-preempt; nil: no SLO loop.
-	SLO *slomode.Loop
+	SLO SLO
 	// Gate is the daemon's request gate, told which LCs gate their own
 	// requests; nil: none.
-	Gate *gate.Gate
+	Gate Gate
 	// PeerOf identifies the peer of a request (tests replace it).
 	PeerOf func(*http.Request) (Peer, error)
 	// PeerKey names whose share of the connections and requests in flight
@@ -95,6 +103,33 @@ type API struct {
 
 	inflight inflight
 	changes  changeLimiter
+}
+
+// Metrics counts what the API serves and refuses, and exports what LC
+// processes push: the daemon's Prometheus metrics.
+type Metrics interface {
+	// Request counts a request served, by route and status code.
+	Request(route, code string)
+	// Refused counts a request refused (403), by what it asked.
+	Refused(request string)
+	// RefusedConn counts a connection closed as accepted, by server and
+	// the cap it was past.
+	RefusedConn(server, cap string)
+	// Pushed exports what a process pushed, under its comm.
+	Pushed(s api.HintStats, comm string)
+}
+
+// SLO is SLO mode as the API meets it (slomode.Loop): it takes the pushed
+// windows and says what each pushing engine should do.
+type SLO interface {
+	Push(pid int, s api.Stats)
+	Reply(pid int) api.StatsReply
+}
+
+// Gate is the daemon's request gate as the API meets it (gate.Gate): told
+// each pushing engine's own gate, it says which mode the engine takes.
+type Gate interface {
+	Pushed(pid int, e *api.Engine) string
 }
 
 // Handler routes the API.
@@ -129,7 +164,7 @@ func (a *API) Handler() http.Handler {
 		if a.Metrics != nil {
 			// The mux set the pattern it routed by: the label is one of
 			// the routes, never the path the client sent.
-			a.Metrics.requests.WithLabelValues(endpointLabel(r.Pattern), strconv.Itoa(rec.code)).Inc()
+			a.Metrics.Request(endpointLabel(r.Pattern), strconv.Itoa(rec.code))
 		}
 	})
 }
@@ -168,13 +203,8 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Write(append(b, '\n'))
 }
 
-// ErrorBody is every error's answer.
-type ErrorBody struct {
-	Error string `json:"error"`
-}
-
 func writeErr(w http.ResponseWriter, code int, format string, args ...any) {
-	writeJSON(w, code, ErrorBody{Error: fmt.Sprintf(format, args...)})
+	writeJSON(w, code, api.ErrorBody{Error: fmt.Sprintf(format, args...)})
 }
 
 func (a *API) status(w http.ResponseWriter, r *http.Request) {
@@ -216,17 +246,17 @@ func (a *API) processes(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, own)
 }
 
-// refusalLogBurst is how many refusals are logged a second at most; the
+// RefusalLogBurst is how many refusals are logged a second at most; the
 // others are counted (gpreemptd_socket_refused_total) and their number
 // said in the next line logged. One line per refused request let one
 // client write 3,000 lines in 2.9 s, past journald's rate limit, which
 // then dropped the daemon's own messages.
-const refusalLogBurst = 10
+const RefusalLogBurst = 10
 
 // logRefused counts a refused request and logs it within the rate.
 func (a *API) logRefused(request string, args ...any) {
 	if a.Metrics != nil {
-		a.Metrics.refusedRequests.WithLabelValues(request).Inc()
+		a.Metrics.Refused(request)
 	}
 	now := time.Now()
 	if a.Now != nil {
@@ -236,7 +266,7 @@ func (a *API) logRefused(request string, args ...any) {
 	if now.Sub(a.refusals.since) >= time.Second {
 		a.refusals.since, a.refusals.logged = now, 0
 	}
-	if a.refusals.logged >= refusalLogBurst {
+	if a.refusals.logged >= RefusalLogBurst {
 		a.refusals.unlogged++
 		a.refusals.Unlock()
 		return
@@ -435,12 +465,34 @@ func (a *API) class(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.Log.Info("request", "pid", req.PID, "uid", peer.UID, "class", sp.String(), "groups", n)
-	writeJSON(w, http.StatusOK, ClassReply{PID: req.PID, Class: sp.String(), Groups: n, Pending: n == 0})
+	writeJSON(w, http.StatusOK, api.ClassReply{PID: req.PID, Class: sp.String(), Groups: n, Pending: n == 0})
 }
 
+// quantileNames bounds the label values a pusher can create.
+var quantileNames = func() map[string]bool {
+	m := map[string]bool{}
+	for _, q := range api.Quantiles {
+		m[q] = true
+	}
+	return m
+}()
+
+// windowQuantiles are those a latency window may carry: the request's,
+// and an LLM server's time to first token and per output token (what
+// objectives such as tpot_p50<=12ms bound).
+var windowQuantiles = func() map[string]bool {
+	m := maps.Clone(quantileNames)
+	for _, metric := range objective.Metrics {
+		for _, q := range []string{"p50", "p90", "p99", "p999"} {
+			m[metric+"_"+q] = true
+		}
+	}
+	return m
+}()
+
 // ParseStats checks a decoded stats push.
-func ParseStats(b []byte) (HintStats, int, error) {
-	var s HintStats
+func ParseStats(b []byte) (api.HintStats, int, error) {
+	var s api.HintStats
 	if code, err := DecodeJSON(b, &s); err != nil {
 		return s, code, err
 	}
@@ -528,9 +580,9 @@ func (a *API) stats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if a.Metrics != nil {
-		a.Metrics.pushStats(s, info.Comm)
+		a.Metrics.Pushed(s, info.Comm)
 	}
-	reply := StatsReply{Prepreempt: true}
+	reply := api.StatsReply{Prepreempt: true}
 	if a.SLO != nil {
 		a.SLO.Push(peer.PID, s.Stats)
 		reply = a.SLO.Reply(peer.PID)

@@ -1,4 +1,4 @@
-package daemon
+package server
 
 import (
 	"bytes"
@@ -10,23 +10,8 @@ import (
 	"reflect"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/api"
 )
-
-// ClassRequest is POST /v1/class. PID 0 means the caller.
-type ClassRequest struct {
-	PID   int    `json:"pid"`
-	Class string `json:"class"`
-}
-
-// ClassReply answers it.
-type ClassReply struct {
-	PID    int    `json:"pid"`
-	Class  string `json:"class"`
-	Groups int    `json:"groups"`
-	// Pending: the process has no channel group yet; it is classed when
-	// its context appears.
-	Pending bool `json:"pending,omitempty"`
-}
 
 // DecodeJSON decodes one strict JSON object from b into v: no key twice,
 // field names as written (case-sensitive), no unknown field, nothing
@@ -56,8 +41,8 @@ func DecodeJSON(b []byte, v any) (int, error) {
 
 // ParseClassRequest checks a decoded request: a class spec, a pid that
 // is not negative.
-func ParseClassRequest(b []byte) (ClassRequest, class.Spec, int, error) {
-	var req ClassRequest
+func ParseClassRequest(b []byte) (api.ClassRequest, class.Spec, int, error) {
+	var req api.ClassRequest
 	if code, err := DecodeJSON(b, &req); err != nil {
 		return req, class.Spec{}, code, err
 	}

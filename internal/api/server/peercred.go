@@ -1,4 +1,4 @@
-package daemon
+package server
 
 import (
 	"errors"
@@ -96,13 +96,13 @@ func samePeer(c net.Conn, accepted, start uint64) error {
 	return nil
 }
 
-// capListener caps the connections held open: at most total in all and
+// CapListener caps the connections held open: at most total in all and
 // perKey per peer key (key names the peer: its uid, its pod). A
 // connection past either cap is closed at once, never left to wait in the
 // listen backlog, where one peer's idle connections would keep every
 // other peer's from being accepted. Its connections keep the socket they
 // are (PeerOf reads it through SyscallConn).
-type capListener struct {
+type CapListener struct {
 	net.Listener
 	key           func(net.Conn) (string, error)
 	total, perKey int
@@ -115,16 +115,18 @@ type capListener struct {
 	open map[string]int
 }
 
-func newCapListener(l net.Listener, total, perKey int, key func(net.Conn) (string, error), refused func(key, why string)) *capListener {
+// NewCapListener caps l's connections (CapListener); refused, when set,
+// is told of each one closed as accepted.
+func NewCapListener(l net.Listener, total, perKey int, key func(net.Conn) (string, error), refused func(key, why string)) *CapListener {
 	if refused == nil {
 		refused = func(string, string) {}
 	}
-	return &capListener{Listener: l, key: key, total: total, perKey: perKey, refused: refused, open: map[string]int{}}
+	return &CapListener{Listener: l, key: key, total: total, perKey: perKey, refused: refused, open: map[string]int{}}
 }
 
 // Accept returns the next connection within the caps, closing those past
 // them on the way.
-func (l *capListener) Accept() (net.Conn, error) {
+func (l *CapListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
@@ -146,7 +148,7 @@ func (l *capListener) Accept() (net.Conn, error) {
 }
 
 // take counts a connection of key in, or says which cap it is past.
-func (l *capListener) take(key string) string {
+func (l *CapListener) take(key string) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -160,7 +162,7 @@ func (l *capListener) take(key string) string {
 	return ""
 }
 
-func (l *capListener) release(key string) {
+func (l *CapListener) release(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.n--
@@ -169,8 +171,8 @@ func (l *capListener) release(key string) {
 	}
 }
 
-// held is how many connections are open, in all and of key.
-func (l *capListener) held(key string) (all, ofKey int) {
+// Held is how many connections are open, in all and of key.
+func (l *CapListener) Held(key string) (all, ofKey int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.n, l.open[key]
