@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 )
 
 // TestMaxHoldWithinTheBudget: a spinner reserves MaxHold from the hold
@@ -36,7 +36,7 @@ func TestMaxHoldWithinTheBudget(t *testing.T) {
 // spinner ceiling for it.
 func TestPushSaysNoSpinnersWhenEveryClassIsSkipped(t *testing.T) {
 	e, clk, _ := simEngine(t, Options{InitialSwitch: 200 * time.Microsecond}, 0, 50*time.Microsecond, 0)
-	d := &fakeDaemon{reply: client.StatsReply{Prepreempt: true, SLO: true}}
+	d := &fakeDaemon{reply: api.StatsReply{Prepreempt: true, SLO: true}}
 	rep := NewReporter(e, ReporterOptions{Socket: startFakeDaemon(t, d)})
 	if _, err := rep.Push(context.Background()); err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 )
 
 // TestClassLC: a process that is not root asks gpreemptd for the LC class
@@ -24,9 +24,9 @@ func TestClassLC(t *testing.T) {
 		// Root or not, the daemon first: a class set by hand under it is drift.
 		{"daemon sets the class", 1000, nil, true, false},
 		{"root: the daemon sets the class", 0, nil, true, false},
-		{"no daemon: the timeslice by hand", 1000, fmt.Errorf("dial: %w", client.ErrUnavailable), true, true},
-		{"refused: the policy decides", 1000, fmt.Errorf("403: %w", client.ErrForbidden), true, false},
-		{"refused, root: by hand", 0, fmt.Errorf("403: %w", client.ErrForbidden), true, true},
+		{"no daemon: the timeslice by hand", 1000, fmt.Errorf("dial: %w", api.ErrUnavailable), true, true},
+		{"refused: the policy decides", 1000, fmt.Errorf("403: %w", api.ErrForbidden), true, false},
+		{"refused, root: by hand", 0, fmt.Errorf("403: %w", api.ErrForbidden), true, true},
 		{"other daemon error: the timeslice by hand", 1000, errors.New("bad reply"), true, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -29,8 +29,8 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/cuda"
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
 	"github.com/gpreempt/gpreempt/internal/kernels"
 	"github.com/gpreempt/gpreempt/tsg"
 )
@@ -249,17 +249,17 @@ func classLC(ctx context.Context, opts Options, log *slog.Logger) error {
 	case err == nil:
 		log.Debug("LC class set by gpreemptd")
 		return nil
-	case errors.Is(err, client.ErrForbidden) && geteuid() != 0:
+	case errors.Is(err, api.ErrForbidden) && geteuid() != 0:
 		// The node's policy decides this process's class; one set by
 		// hand would be drift the daemon reverts.
 		log.Warn("gpreemptd refused the LC class; the node's policy decides this process's class", "err", err)
 		return nil
-	case errors.Is(err, client.ErrForbidden):
+	case errors.Is(err, api.ErrForbidden):
 		// Root, as before there was a daemon: where the daemon classes
 		// this process it reverts this as drift; where its policy leaves
 		// the process alone, this holds.
 		log.Warn("gpreemptd refused the LC class; setting it here as root", "err", err)
-	case !errors.Is(err, client.ErrUnavailable):
+	case !errors.Is(err, api.ErrUnavailable):
 		log.Warn("asking gpreemptd for the LC class failed; setting the timeslice here", "err", err)
 	}
 	return selfClassLC(ctx, opts.LCTimeslice, log)
@@ -271,7 +271,7 @@ const daemonTimeout = 2 * time.Second
 // Seams for tests: who we are, the daemon, and classing ourselves.
 var (
 	geteuid      = os.Geteuid
-	requestClass = client.RequestClass
+	requestClass = api.RequestClass
 	selfClassLC  = applyLCClass
 )
 

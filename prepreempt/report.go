@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 )
 
 // ReporterOptions tune a Reporter. The zero value gives the defaults.
@@ -68,7 +68,7 @@ func (r *reservoir) take() ([]time.Duration, int) {
 // Safe for concurrent use.
 type Reporter struct {
 	engine *Engine
-	client *client.Client
+	client *api.Client
 	period time.Duration
 	log    *slog.Logger
 	// now is the wall clock (tests set it).
@@ -91,7 +91,7 @@ func NewReporter(engine *Engine, o ReporterOptions) *Reporter {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Reporter{engine: engine, client: client.New(o.Socket), period: o.Period, log: o.Logger, now: time.Now,
+	r := &Reporter{engine: engine, client: api.New(o.Socket), period: o.Period, log: o.Logger, now: time.Now,
 		lat: newReservoir(maxWindowSamples), ttft: newReservoir(maxWindowSamples), tpot: newReservoir(maxWindowSamples)}
 	r.since = r.now()
 	return r
@@ -124,13 +124,13 @@ func (r *Reporter) RecordLLM(latency, ttft time.Duration, perToken []time.Durati
 // window takes the window so far and starts the next: the window, the
 // request's own quantiles and the requests since the reporter began. The
 // samples are taken under the lock, sorted outside it (Record waits on it).
-func (r *Reporter) window() (client.Window, map[string]float64, uint64) {
+func (r *Reporter) window() (api.Window, map[string]float64, uint64) {
 	r.mu.Lock()
 	now := r.now()
 	lat, seen := r.lat.take()
 	ttft, _ := r.ttft.take()
 	tpot, tokens := r.tpot.take()
-	w := client.Window{DurationMs: max(float64(now.Sub(r.since))/float64(time.Millisecond), 1e-3), Requests: uint64(seen)}
+	w := api.Window{DurationMs: max(float64(now.Sub(r.since))/float64(time.Millisecond), 1e-3), Requests: uint64(seen)}
 	r.since = now
 	total := r.total
 	r.mu.Unlock()
@@ -139,7 +139,7 @@ func (r *Reporter) window() (client.Window, map[string]float64, uint64) {
 	}
 	own := quantilesUs(lat) // sorts lat
 	w.LatencyUs = maps.Clone(own)
-	w.SamplesUs = map[string][]float64{"request": client.ThinSamples(lat)}
+	w.SamplesUs = map[string][]float64{"request": api.ThinSamples(lat)}
 	for name, vals := range map[string][]time.Duration{"ttft": ttft, "tpot": tpot} {
 		if len(vals) == 0 {
 			continue
@@ -149,7 +149,7 @@ func (r *Reporter) window() (client.Window, map[string]float64, uint64) {
 				w.LatencyUs[name+"_"+q] = v
 			}
 		}
-		w.SamplesUs[name] = client.ThinSamples(vals)
+		w.SamplesUs[name] = api.ThinSamples(vals)
 	}
 	if len(tpot) > 0 {
 		w.Tokens = uint64(tokens)
@@ -174,7 +174,7 @@ func quantilesUs(lat []time.Duration) map[string]float64 {
 
 // ErrDaemonUnavailable: no gpreemptd answers on the socket (Push wraps
 // it).
-var ErrDaemonUnavailable = client.ErrUnavailable
+var ErrDaemonUnavailable = api.ErrUnavailable
 
 // DaemonReply is gpreemptd's answer to a push.
 type DaemonReply struct {
@@ -193,18 +193,18 @@ func (r *Reporter) Push(ctx context.Context) (DaemonReply, error) {
 	return DaemonReply{Prepreempt: reply.Prepreempt, SLO: reply.SLO}, err
 }
 
-func (r *Reporter) push(ctx context.Context) (client.StatsReply, error) {
+func (r *Reporter) push(ctx context.Context) (api.StatsReply, error) {
 	w, own, total := r.window()
-	s := client.Stats{Requests: total, Window: &w, RequestLatencyUs: own}
+	s := api.Stats{Requests: total, Window: &w, RequestLatencyUs: own}
 	if r.engine != nil {
 		ew := r.engine.TakeWindow()
 		s.ExpiredHolds = ew.Expired
 		s.SpinnerHoldUs = ew.HoldUs
-		s.Engine = &client.Engine{Prepreempt: ew.Spinning, SkippedNoBenefit: ew.SkippedNoBenefit, Gate: r.engine.Gate().String()}
+		s.Engine = &api.Engine{Prepreempt: ew.Spinning, SkippedNoBenefit: ew.SkippedNoBenefit, Gate: r.engine.Gate().String()}
 	}
 	reply, err := r.client.PushStats(ctx, s)
 	if err != nil {
-		return client.StatsReply{}, err
+		return api.StatsReply{}, err
 	}
 	if r.engine != nil {
 		r.engine.SetPrepreempt(reply.Prepreempt)
@@ -222,7 +222,7 @@ func (r *Reporter) push(ctx context.Context) (client.StatsReply, error) {
 // from the push's start (took is the push's round trip), so that the
 // cadence does not drift by each round trip. Aligned, never under half a
 // period: a window is not cut short for it.
-func nextPush(period, took time.Duration, reply client.StatsReply) time.Duration {
+func nextPush(period, took time.Duration, reply api.StatsReply) time.Duration {
 	ms := func(x float64) time.Duration { return time.Duration(x * float64(time.Millisecond)) }
 	if !reply.SLO || reply.NextWindowMs <= 0 || (ms(reply.WindowMs)-period).Abs() > period/20 {
 		return max(period-took, 0)
@@ -255,7 +255,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 		case err != nil && !r.failed:
 			r.failed = true
 			level := slog.LevelWarn
-			if errors.Is(err, client.ErrUnavailable) {
+			if errors.Is(err, api.ErrUnavailable) {
 				level = slog.LevelInfo
 			}
 			r.log.Log(ctx, level, "request latency not pushed to gpreemptd", "err", err)

@@ -15,15 +15,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/daemon"
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/api/server"
 )
 
 // fakeDaemon takes stats pushes on a unix socket and answers with reply.
 type fakeDaemon struct {
 	mu     sync.Mutex
-	pushes []client.Stats
-	reply  client.StatsReply
+	pushes []api.Stats
+	reply  api.StatsReply
 	delay  time.Duration // before each reply
 }
 
@@ -37,7 +37,7 @@ func startFakeDaemon(t *testing.T, d *fakeDaemon) string {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/stats", func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		var s client.Stats
+		var s api.Stats
 		if err := json.Unmarshal(b, &s); err != nil {
 			w.WriteHeader(http.StatusBadRequest)
 			return
@@ -56,7 +56,7 @@ func startFakeDaemon(t *testing.T, d *fakeDaemon) string {
 }
 
 func TestReporterPushesWindows(t *testing.T) {
-	d := &fakeDaemon{reply: client.StatsReply{Prepreempt: false, SLO: true}}
+	d := &fakeDaemon{reply: api.StatsReply{Prepreempt: false, SLO: true}}
 	sock := startFakeDaemon(t, d)
 	e, _, _ := simEngine(t, Options{}, 0, 0, 0)
 	r := NewReporter(e, ReporterOptions{Socket: sock})
@@ -102,7 +102,7 @@ func TestReporterPushesWindows(t *testing.T) {
 func TestReporterWithoutDaemon(t *testing.T) {
 	r := NewReporter(nil, ReporterOptions{Socket: filepath.Join(t.TempDir(), "none")})
 	r.Record(time.Millisecond)
-	if _, err := r.Push(context.Background()); !errors.Is(err, client.ErrUnavailable) {
+	if _, err := r.Push(context.Background()); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("push without a daemon: %v, want ErrUnavailable", err)
 	}
 }
@@ -127,7 +127,7 @@ func TestReporterBoundsAWindow(t *testing.T) {
 // ran in a window.
 func TestPushCarriesTheWindowsHolds(t *testing.T) {
 	e, clk, _ := simEngine(t, Options{InitialSwitch: 100 * time.Microsecond}, 0, 50*time.Microsecond, 0)
-	d := &fakeDaemon{reply: client.StatsReply{Prepreempt: true, SLO: true}}
+	d := &fakeDaemon{reply: api.StatsReply{Prepreempt: true, SLO: true}}
 	rep := NewReporter(e, ReporterOptions{Socket: startFakeDaemon(t, d)})
 	hold := func(n int, d time.Duration) {
 		t.Helper()
@@ -144,7 +144,7 @@ func TestPushCarriesTheWindowsHolds(t *testing.T) {
 			waitStats(t, e, func(s Stats) bool { return len(s.HeldSamples) == before+1 })
 		}
 	}
-	push := func() client.Stats {
+	push := func() api.Stats {
 		t.Helper()
 		if _, err := rep.Push(context.Background()); err != nil {
 			t.Fatal(err)
@@ -188,7 +188,7 @@ func TestHoldWindowBounded(t *testing.T) {
 
 // The daemon's gate mode reaches the engine; a push says the engine's.
 func TestReporterPassesTheGate(t *testing.T) {
-	d := &fakeDaemon{reply: client.StatsReply{Prepreempt: true, Gate: "auto"}}
+	d := &fakeDaemon{reply: api.StatsReply{Prepreempt: true, Gate: "auto"}}
 	sock := startFakeDaemon(t, d)
 	e, _, _ := simEngine(t, Options{}, 0, 0, 0)
 	r := NewReporter(e, ReporterOptions{Socket: sock})
@@ -221,7 +221,7 @@ func TestReporterPassesTheGate(t *testing.T) {
 // tpot_ quantiles and the tokens the tpot_ ones are over, in a form the
 // daemon takes.
 func TestReporterPushesLLMWindows(t *testing.T) {
-	d := &fakeDaemon{reply: client.StatsReply{SLO: true}}
+	d := &fakeDaemon{reply: api.StatsReply{SLO: true}}
 	r := NewReporter(nil, ReporterOptions{Socket: startFakeDaemon(t, d)})
 	now := time.Unix(1000, 0)
 	r.now = func() time.Time { return now }
@@ -251,7 +251,7 @@ func TestReporterPushesLLMWindows(t *testing.T) {
 		t.Errorf("samples %v: want each request's, token's and first token's own", w.SamplesUs)
 	}
 	b, _ := json.Marshal(d.pushes[0])
-	if _, _, err := daemon.ParseStats(b); err != nil {
+	if _, _, err := server.ParseStats(b); err != nil {
 		t.Errorf("the daemon refuses %s: %v", b, err)
 	}
 }
@@ -264,17 +264,17 @@ func TestNextPush(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		period, took time.Duration
-		reply        client.StatsReply
+		reply        api.StatsReply
 		want         time.Duration
 	}{
-		{"not in SLO mode", 500 * ms, 0, client.StatsReply{NextWindowMs: 300, WindowMs: 500}, 500 * ms},
-		{"no read time: a period from the push's start", 500 * ms, 30 * ms, client.StatsReply{SLO: true, WindowMs: 500}, 470 * ms},
-		{"a push longer than the period", 500 * ms, 600 * ms, client.StatsReply{}, 0},
-		{"another period", time.Second, 0, client.StatsReply{SLO: true, NextWindowMs: 300, WindowMs: 500}, time.Second},
-		{"read far ahead", 500 * ms, 30 * ms, client.StatsReply{SLO: true, NextWindowMs: 480, WindowMs: 500}, 467500 * time.Microsecond},
-		{"read just ahead: the next one", 500 * ms, 0, client.StatsReply{SLO: true, NextWindowMs: 5, WindowMs: 500}, 492500 * time.Microsecond},
-		{"read mid-window", 500 * ms, 0, client.StatsReply{SLO: true, NextWindowMs: 240, WindowMs: 500}, 727500 * time.Microsecond},
-		{"the lead is at most 20 ms", 2 * time.Second, 0, client.StatsReply{SLO: true, NextWindowMs: 1500, WindowMs: 2010}, 1480 * ms},
+		{"not in SLO mode", 500 * ms, 0, api.StatsReply{NextWindowMs: 300, WindowMs: 500}, 500 * ms},
+		{"no read time: a period from the push's start", 500 * ms, 30 * ms, api.StatsReply{SLO: true, WindowMs: 500}, 470 * ms},
+		{"a push longer than the period", 500 * ms, 600 * ms, api.StatsReply{}, 0},
+		{"another period", time.Second, 0, api.StatsReply{SLO: true, NextWindowMs: 300, WindowMs: 500}, time.Second},
+		{"read far ahead", 500 * ms, 30 * ms, api.StatsReply{SLO: true, NextWindowMs: 480, WindowMs: 500}, 467500 * time.Microsecond},
+		{"read just ahead: the next one", 500 * ms, 0, api.StatsReply{SLO: true, NextWindowMs: 5, WindowMs: 500}, 492500 * time.Microsecond},
+		{"read mid-window", 500 * ms, 0, api.StatsReply{SLO: true, NextWindowMs: 240, WindowMs: 500}, 727500 * time.Microsecond},
+		{"the lead is at most 20 ms", 2 * time.Second, 0, api.StatsReply{SLO: true, NextWindowMs: 1500, WindowMs: 2010}, 1480 * ms},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := nextPush(tc.period, tc.took, tc.reply); got != tc.want {
@@ -310,11 +310,11 @@ func TestPythonReporterAligns(t *testing.T) {
 	// (and over 0 unless a push took the whole period).
 	for _, tc := range []struct {
 		name     string
-		reply    client.StatsReply
+		reply    api.StatsReply
 		min, max float64
 	}{
-		{"aligned", client.StatsReply{SLO: true, NextWindowMs: 7000, WindowMs: 10000}, 6.98, 6.98},
-		{"no read time", client.StatsReply{SLO: true}, 1e-6, 9.9},
+		{"aligned", api.StatsReply{SLO: true, NextWindowMs: 7000, WindowMs: 10000}, 6.98, 6.98},
+		{"no read time", api.StatsReply{SLO: true}, 1e-6, 9.9},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sock := startFakeDaemon(t, &fakeDaemon{reply: tc.reply, delay: 100 * time.Millisecond})

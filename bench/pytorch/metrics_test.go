@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/endpoint"
 	"github.com/gpreempt/gpreempt/internal/scrape"
-	"github.com/gpreempt/gpreempt/internal/scrape/endpoint"
 )
 
 // vLLM's bucket boundaries, as its server exports them (vllm/v1/metrics).

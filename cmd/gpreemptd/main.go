@@ -8,15 +8,15 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/gpreempt/gpreempt/internal/daemon"
 	"github.com/gpreempt/gpreempt/internal/daemon/cmd"
+	"github.com/gpreempt/gpreempt/internal/daemon/pause"
 )
 
 func main() {
 	// The watchdog of BE processes the SLO mode stopped: it resumes them
-	// if this daemon dies with them stopped (daemon.Pauser).
-	if len(os.Args) > 1 && os.Args[1] == daemon.WatchdogArg {
-		os.Exit(daemon.RunWatchdog(os.Args[2:], os.Stdin, os.Stderr))
+	// if this daemon dies with them stopped (pause.Pauser).
+	if len(os.Args) > 1 && os.Args[1] == pause.WatchdogArg {
+		os.Exit(pause.RunWatchdog(os.Args[2:], os.Stdin, os.Stderr))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/version"
 	"github.com/gpreempt/gpreempt/prepreempt"
 )
@@ -310,13 +310,13 @@ with eng:
 			t.Errorf("wrapper output lacks %q:\n%s", want, text)
 		}
 	}
-	for i, want := range []client.Stats{
-		{ExpiredHolds: 1, SpinnerHoldUs: map[string]float64{"p50": 180, "p99": 260, "max": 270}, Engine: &client.Engine{Prepreempt: true, SkippedNoBenefit: 2, Gate: "on"}},
-		{Engine: &client.Engine{SkippedNoBenefit: 9, Gate: "off"}},
+	for i, want := range []api.Stats{
+		{ExpiredHolds: 1, SpinnerHoldUs: map[string]float64{"p50": 180, "p99": 260, "max": 270}, Engine: &api.Engine{Prepreempt: true, SkippedNoBenefit: 2, Gate: "on"}},
+		{Engine: &api.Engine{SkippedNoBenefit: 9, Gate: "off"}},
 	} {
 		_, line, ok := strings.Cut(text, fmt.Sprintf("push-fields-%d: ", i))
 		line, _, _ = strings.Cut(line, "\n")
-		var got client.Stats
+		var got api.Stats
 		if err := json.Unmarshal([]byte(line), &got); !ok || err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("window %s: push fields %q (%v), want %+v", windows[i], line, err, want)
 		}

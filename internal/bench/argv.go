@@ -10,7 +10,7 @@ import (
 	"time"
 
 	pyscripts "github.com/gpreempt/gpreempt/bench/pytorch"
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	gpreemptpy "github.com/gpreempt/gpreempt/python/gpreempt"
 )
 
@@ -149,7 +149,7 @@ func (r *runner) pushArgs(sc Scenario) []string {
 	if r.o.SLONoPush {
 		return argv
 	}
-	argv = append(argv, "--push-latency", client.SocketPath(r.o.DaemonSocket))
+	argv = append(argv, "--push-latency", api.SocketPath(r.o.DaemonSocket))
 	if r.o.SLOWindow > 0 {
 		argv = append(argv, "--push-period", fmtDuration(r.o.SLOWindow))
 	}

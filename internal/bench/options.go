@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/utils/cpuset"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/prepreempt"
 )
 
@@ -300,7 +300,7 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		Duration: c.Duration("duration"), Settle: c.Duration("settle"), ReadyTimeout: c.Duration("ready-timeout"),
 		Seed: c.Uint64("seed"), NVMLInterval: c.Duration("nvml-interval"),
 		DaemonPoll: c.Duration("daemon-poll"), DaemonTimeout: c.Duration("daemon-timeout"),
-		DaemonSocket: client.SocketPath(c.String("daemon-socket")), SLOPoll: c.Duration("slo-poll"), SLOLeadIn: c.Duration("slo-lead-in"),
+		DaemonSocket: api.SocketPath(c.String("daemon-socket")), SLOPoll: c.Duration("slo-poll"), SLOLeadIn: c.Duration("slo-lead-in"),
 		SLONoPush: !c.Bool("slo-push"), Period: c.Duration("period"), Prep: prep, Requests: c.Int("requests"), Warmup: c.Int("warmup"),
 		LCIters: c.Uint64("lc-iters"), LCBlocks: c.Int("lc-blocks"), LCThreads: c.Int("lc-threads"), LCCalibrateUs: c.Float64("lc-calibrate-us"),
 		BEIters: c.Uint64("be-iters"), BEBlocks: c.Int("be-blocks"), BEThreads: c.Int("be-threads"), BEQueue: c.Int("be-queue"), BECalibrateMs: c.Float64("be-calibrate-ms"),

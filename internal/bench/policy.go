@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 )
 
 // With --daemon-policy NAME=FILE, gpreemptd runs each scenario under the
@@ -142,5 +142,5 @@ func (r *runner) applyPolicy(ctx context.Context, sc Scenario, runs []*ScenarioR
 
 // reloadDaemon is POST /v1/reload on the daemon's socket.
 func reloadDaemon(socket string) func(context.Context) error {
-	return func(ctx context.Context) error { return client.New(socket).Reload(ctx) }
+	return func(ctx context.Context) error { return api.New(socket).Reload(ctx) }
 }

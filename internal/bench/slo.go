@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 )
 
 // switchSuffix marks an slo: scenario whose LC changes half-way.
@@ -75,9 +75,9 @@ type SLOLCSample struct {
 
 // sloStatus reads the slo section of GET /v1/status's JSON; an error if
 // SLO mode is off.
-func sloStatus(b []byte) (*client.SLO, error) {
+func sloStatus(b []byte) (*api.SLO, error) {
 	var st struct {
-		SLO *client.SLO `json:"slo"`
+		SLO *api.SLO `json:"slo"`
 	}
 	if err := json.Unmarshal(b, &st); err != nil {
 		return nil, fmt.Errorf("gpreemptd status: %w", err)
@@ -111,7 +111,7 @@ func parseSLOStatus(b []byte) (SLOSample, error) {
 // sloRetry for up to patience.
 func sloWindow(ctx context.Context, fetch func(context.Context) ([]byte, error), patience time.Duration) (time.Duration, error) {
 	deadline := time.Now().Add(patience)
-	var st *client.SLO
+	var st *api.SLO
 	for {
 		b, err := fetch(ctx)
 		if err != nil {
@@ -175,7 +175,7 @@ func (p sloPoller) poll(ctx context.Context) ([]SLOSample, error) {
 
 // fetchStatus is GET /v1/status on the daemon's socket, raw.
 func fetchStatus(socket string) func(ctx context.Context) ([]byte, error) {
-	c := client.New(socket)
+	c := api.New(socket)
 	return func(ctx context.Context) ([]byte, error) {
 		m, err := c.Status(ctx)
 		if err != nil {
@@ -218,12 +218,12 @@ func (run *scenarioRun) startSLOPoll(ctx context.Context) func() {
 // process in pids either with its rate alone learnt or not counted, so
 // that the LC may start; measured is false when the daemon counts no BE
 // process at all (it runs without --be-progress, or BPF was refused).
-func beAloneLearnt(st *client.SLO, pids []int) (done, measured bool) {
+func beAloneLearnt(st *api.SLO, pids []int) (done, measured bool) {
 	if len(st.BE) == 0 {
 		return false, false
 	}
 	for _, pid := range pids {
-		i := slices.IndexFunc(st.BE, func(b client.SLOBE) bool { return b.PID == pid })
+		i := slices.IndexFunc(st.BE, func(b api.SLOBE) bool { return b.PID == pid })
 		if i < 0 || st.BE[i].AlonePerS <= 0 && !strings.HasPrefix(st.BE[i].Signal, "not counted") {
 			return false, true
 		}

@@ -18,11 +18,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpreempt/gpreempt/class"
-	"github.com/gpreempt/gpreempt/internal/daemon"
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
-	"github.com/gpreempt/gpreempt/tsg"
 	"gonum.org/v1/plot/plotter"
+
+	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/api/server"
+	"github.com/gpreempt/gpreempt/tsg"
 )
 
 func TestParseSLOScenarios(t *testing.T) {
@@ -273,7 +274,7 @@ print(json.dumps(m.window_body([2_000_000], 1_000_000_000, 1, ttft_ns=[30_000_00
 	if len(lines) != 4 || lines[0] != `{"prepreempt": false, "slo": true}` || lines[2] != "false" {
 		t.Fatalf("python output %q; want the reply, an empty window, the engine told false and an LLM window", out)
 	}
-	llm, _, err := daemon.ParseStats([]byte(lines[3]))
+	llm, _, err := server.ParseStats([]byte(lines[3]))
 	if err != nil || llm.Window == nil {
 		t.Fatalf("LLM window %s refused: %v", lines[3], err)
 	}
@@ -281,9 +282,9 @@ print(json.dumps(m.window_body([2_000_000], 1_000_000_000, 1, ttft_ns=[30_000_00
 	if q := llm.Window.LatencyUs; q["p50"] != 2000 || q["tpot_p50"] != 12000 || q["tpot_p999"] != 12000 || q["ttft_p50"] != 30000 || q["ttft_p90"] != 30000 || llm.Window.Tokens != 2 {
 		t.Errorf("LLM window quantiles %v, %d tokens", q, llm.Window.Tokens)
 	}
-	s, _, err := daemon.ParseStats(<-bodies)
+	s, _, err := server.ParseStats(<-bodies)
 	if err != nil {
-		t.Fatalf("daemon.ParseStats: %v", err)
+		t.Fatalf("server.ParseStats: %v", err)
 	}
 	w := s.Window
 	if s.PID != 0 || s.Requests != 42 || w == nil || w.DurationMs != 1000 || w.Requests != 4 ||
@@ -292,14 +293,14 @@ print(json.dumps(m.window_body([2_000_000], 1_000_000_000, 1, ttft_ns=[30_000_00
 		t.Errorf("pushed %+v window %+v", s, w)
 	}
 	// The same body decodes into the client's types, field for field.
-	var c client.Stats
+	var c api.Stats
 	if err := json.Unmarshal([]byte(lines[1]), &c); err != nil || c.Window == nil || c.Window.DurationMs != 500 || c.Window.Requests != 0 {
 		t.Errorf("empty window %s: %+v %v", lines[1], c.Window, err)
 	}
-	if _, _, err := daemon.ParseStats([]byte(lines[1])); err != nil {
+	if _, _, err := server.ParseStats([]byte(lines[1])); err != nil {
 		t.Errorf("empty window refused: %v", err)
 	}
-	e, _, err := daemon.ParseStats(<-bodies)
+	e, _, err := server.ParseStats(<-bodies)
 	if err != nil || e.Engine == nil || !e.Engine.Prepreempt || e.Engine.SkippedNoBenefit != 3 || e.Window == nil || e.Window.Requests != 1 ||
 		e.ExpiredHolds != 1 || e.SpinnerHoldUs["p50"] != 120 || e.SpinnerHoldUs["max"] != 310 {
 		t.Errorf("push with an engine: %+v engine %+v, %v", e, e.Engine, err)
@@ -581,7 +582,7 @@ func TestPythonDecodePushes(t *testing.T) {
 	close(bodies)
 	n, tokens := 0, 0
 	for body := range bodies {
-		s, _, err := daemon.ParseStats(body)
+		s, _, err := server.ParseStats(body)
 		if err != nil {
 			t.Fatalf("push %s refused: %v", body, err)
 		}
@@ -728,24 +729,24 @@ func TestSLOWindow(t *testing.T) {
 }
 
 func TestBEAloneLearnt(t *testing.T) {
-	row := func(pid int, alone float64, signal string) client.SLOBE {
-		return client.SLOBE{PID: pid, AlonePerS: alone, Signal: signal}
+	row := func(pid int, alone float64, signal string) api.SLOBE {
+		return api.SLOBE{PID: pid, AlonePerS: alone, Signal: signal}
 	}
 	for _, c := range []struct {
 		name           string
 		pids           []int
-		be             []client.SLOBE
+		be             []api.SLOBE
 		done, measured bool
 	}{
 		{"no BE rows: not measured", []int{10}, nil, false, false},
-		{"learnt", []int{10}, []client.SLOBE{row(10, 9000, "counted")}, true, true},
-		{"still learning", []int{10}, []client.SLOBE{row(10, 0, "learning its rate alone (2 of 3 windows without LC)")}, false, true},
-		{"not counted is not waited for", []int{10, 11}, []client.SLOBE{row(10, 9000, "counted"), row(11, 0, "not counted: uprobe refused")}, true, true},
-		{"one of two learnt", []int{10, 11}, []client.SLOBE{row(10, 9000, "counted"), row(11, 0, "counting from this window")}, false, true},
-		{"a BE of the run not listed yet", []int{10, 11}, []client.SLOBE{row(11, 9000, "counted")}, false, true},
+		{"learnt", []int{10}, []api.SLOBE{row(10, 9000, "counted")}, true, true},
+		{"still learning", []int{10}, []api.SLOBE{row(10, 0, "learning its rate alone (2 of 3 windows without LC)")}, false, true},
+		{"not counted is not waited for", []int{10, 11}, []api.SLOBE{row(10, 9000, "counted"), row(11, 0, "not counted: uprobe refused")}, true, true},
+		{"one of two learnt", []int{10, 11}, []api.SLOBE{row(10, 9000, "counted"), row(11, 0, "counting from this window")}, false, true},
+		{"a BE of the run not listed yet", []int{10, 11}, []api.SLOBE{row(11, 9000, "counted")}, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			done, measured := beAloneLearnt(&client.SLO{Enabled: true, BE: c.be}, c.pids)
+			done, measured := beAloneLearnt(&api.SLO{Enabled: true, BE: c.be}, c.pids)
 			if done != c.done || measured != c.measured {
 				t.Errorf("done %v measured %v, want %v %v", done, measured, c.done, c.measured)
 			}

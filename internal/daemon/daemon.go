@@ -1,3 +1,13 @@
+// Package daemon is gpreemptd: it wires its parts into one daemon that
+// holds a policy over every GPU process of the node. The reconciler
+// (internal/reconcile) classes contexts from the events of an eBPF source
+// or a /proc scan; the socket API (internal/api/server, over the wire
+// types of internal/api) lets processes ask for their class and push their
+// latency; SLO mode (internal/slomode) steers by its signals
+// (internal/daemon/signals), through the request gate (internal/daemon/gate)
+// and the pauser (internal/daemon/pause); Prometheus metrics say how it
+// went. This package holds the wiring: configuration, the lock, the loops,
+// reload and shutdown, and the metrics.
 package daemon
 
 import (
@@ -19,11 +29,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/api/server"
+	"github.com/gpreempt/gpreempt/internal/daemon/gate"
+	"github.com/gpreempt/gpreempt/internal/daemon/pause"
+	"github.com/gpreempt/gpreempt/internal/daemon/signals"
+	"github.com/gpreempt/gpreempt/internal/endpoint"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/libfile"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/reconcile"
 	"github.com/gpreempt/gpreempt/internal/scrape"
-	"github.com/gpreempt/gpreempt/internal/scrape/endpoint"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/tsg"
@@ -54,14 +69,14 @@ type Config struct {
 	// ScanInterval is the /proc scan's period in scan mode.
 	ScanInterval time.Duration
 	// TraceRequests measures the request latency of LC processes that
-	// push none with uprobes on libcuda (TracedLatency), for SLO mode.
+	// push none with uprobes on libcuda (signals.TracedLatency), for SLO mode.
 	// LibCUDA is the library probed for every process that maps it ("":
 	// each LC process that pushes none, through the libcuda it has
 	// mapped).
 	TraceRequests bool
 	LibCUDA       string
 	// BEProgress counts the BE processes' kernel launches (uprobes on
-	// their libcuda, BEProgress) for the SLO mode's BE share. Where the
+	// their libcuda, signals.BEProgress) for the SLO mode's BE share. Where the
 	// kernel refuses, BE share stays unknown and the daemon runs on.
 	BEProgress bool
 	// ResyncInterval is the period of the same scan in bpf mode, a safety
@@ -72,19 +87,19 @@ type Config struct {
 	PolicyPoll time.Duration
 	// LeaveSettings skips restoring the groups on shutdown.
 	LeaveSettings bool
-	Reconcile     Options
+	Reconcile     reconcile.Options
 	// PodCheck decides socket requests from processes in pods
-	// (API.PodCheck); nil outside Kubernetes.
+	// (server.API.PodCheck); nil outside Kubernetes.
 	PodCheck func(peerPID, targetPID int, want class.Name) (handled bool, err error)
 	// MetricsEndpoint gives the latency endpoint of a process in a pod
 	// (its annotations, at its pod's own address; kube.Agent.MetricsEndpoint),
 	// before the policy's rules; nil outside Kubernetes.
 	MetricsEndpoint func(pid int) (endpoint.Spec, bool)
 	// PeerKey names whose share of the socket's connections and requests
-	// a connection counts against (API.PeerKey); nil: its uid.
+	// a connection counts against (server.API.PeerKey); nil: its uid.
 	PeerKey func(net.Conn) (string, error)
 	// Tenant names whose part of the gate's share an LC's holds count
-	// against (RequestGate.Tenant); nil: its uid.
+	// against (gate.Gate.Tenant); nil: its uid.
 	Tenant func(pid int) string
 	// Scan bounds discovery (tsg.ScanOptions).
 	Scan tsg.ScanOptions
@@ -93,9 +108,9 @@ type Config struct {
 	// For tests: the host, an event source to use instead of BPF, GPU
 	// info and the inspector. Nil: the real ones.
 	Host    tsg.Host
-	Events  Events
+	Events  reconcile.Events
 	GPU     gpu.Info
-	Inspect Inspector
+	Inspect reconcile.Inspector
 	Version string
 }
 
@@ -103,21 +118,21 @@ type Config struct {
 type Daemon struct {
 	cfg     Config
 	log     *slog.Logger
-	rec     *Reconciler
+	rec     *reconcile.Reconciler
 	slo     *slomode.Loop
-	gate    *RequestGate
-	pause   *Pauser
+	gate    *gate.Gate
+	pause   *pause.Pauser
 	metrics *Metrics
-	ctl     Controller
-	lister  Lister
-	inspect Inspector
-	events  Events
+	ctl     reconcile.Controller
+	lister  reconcile.Lister
+	inspect reconcile.Inspector
+	events  reconcile.Events
 	// lost reads how many events the ring buffer dropped (nil in scan
 	// mode); a rise triggers a resync at once.
 	lost func() uint64
 	// untrace detaches request tracing (nil: off); traced is it.
 	untrace func() error
-	traced  *TracedLatency
+	traced  *signals.TracedLatency
 	// counter counts BE launches (nil: off).
 	counter *trace.LaunchCounter
 	modeV   atomic.Value
@@ -182,25 +197,25 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	// First, what a previous daemon left stopped and no watchdog resumed
 	// (its whole cgroup killed with its watchdog, say).
-	d.pause = &Pauser{StateDir: LockDir(cfg.Socket), Log: d.log}
+	d.pause = &pause.Pauser{StateDir: LockDir(cfg.Socket), Log: d.log}
 	if n, err := d.pause.ResumeRecorded(); n > 0 || err != nil {
 		d.log.Warn("resumed BE processes a previous gpreemptd left stopped", "processes", n, "err", err)
 	}
 	if d.inspect = cfg.Inspect; d.inspect == nil {
-		d.inspect = &ProcInspector{GPU: cfg.GPU, FDs: fds}
+		d.inspect = &reconcile.ProcInspector{GPU: cfg.GPU, FDs: fds}
 	}
 	scan := cfg.Scan
 	scan.Logger = d.log
-	d.ctl = &TSGController{Source: tsg.NewAttachSource(cfg.Host, scan)}
+	d.ctl = &reconcile.TSGController{Source: tsg.NewAttachSource(cfg.Host, scan)}
 	d.metrics = NewMetrics(nil)
 	d.metrics.SetPIDLabels(cfg.MetricsPIDs)
-	d.rec = NewReconciler(pol, d.ctl, d.inspect, d.metrics, cfg.Reconcile, d.log)
+	d.rec = reconcile.New(pol, d.ctl, d.inspect, d.metrics.Reconcile, cfg.Reconcile, d.log)
 	d.metrics.SetGroups(d.rec.GroupsByClass)
 	d.slo = NewSLOLoop(d.rec, d.metrics, d.log)
 	// One pauser, two holders: a BE the gate and calibration both stop
 	// runs again once both released it.
 	d.slo.Pause = d.pause.Holder("slo")
-	d.gate = NewRequestGate(d.rec, d.pause.Holder("gate"), d.log)
+	d.gate = gate.New(d.rec, d.pause.Holder("gate"), d.log)
 	if cfg.Tenant != nil {
 		d.gate.Tenant = cfg.Tenant
 	}
@@ -217,7 +232,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Help: "BE processes found running while held stopped (resumed by their owner), and stopped again."},
 		func() float64 { return float64(d.pause.SelfResumed()) }))
 	if cfg.TraceRequests {
-		t, untrace, err := OpenTracedLatency(ctx, cfg.LibCUDA, d.log)
+		t, untrace, err := signals.OpenTracedLatency(ctx, cfg.LibCUDA, d.log)
 		switch {
 		case err != nil && cfg.LibCUDA != "" && errors.Is(err, trace.ErrNoLibrary):
 			return nil, fmt.Errorf("%w: --libcuda: %w", tsg.ErrInvalidArgument, err)
@@ -245,9 +260,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		if err != nil {
 			d.log.Warn("BE progress: not measured, BE share unknown in SLO mode", "err", err)
 		} else {
-			p := NewBEProgress(c, d.log)
+			p := signals.NewBEProgress(c, d.log)
 			if cfg.LibCUDA != "" {
-				p.Library = beLibrary(cfg.LibCUDA)
+				p.Library = signals.BELibrary(cfg.LibCUDA)
 			}
 			d.counter, d.slo.Share = c, p
 		}
@@ -273,7 +288,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 // latencyEndpoints says where SLO mode scrapes an LC process's latency:
 // its pod's endpoint (pod: nil outside Kubernetes), else its rule's in
 // rec's policy.
-func latencyEndpoints(rec *Reconciler, pod func(pid int) (endpoint.Spec, bool)) scrape.Resolver {
+func latencyEndpoints(rec *reconcile.Reconciler, pod func(pid int) (endpoint.Spec, bool)) scrape.Resolver {
 	return func(p policy.ProcRef) (endpoint.Spec, bool) {
 		if p.Decision.Exempt || p.Decision.Spec.Name != class.LC {
 			return endpoint.Spec{}, false
@@ -303,10 +318,10 @@ func (d *Daemon) openEvents(ctx context.Context) error {
 	}
 	switch d.cfg.Mode {
 	case "", "auto", "bpf":
-		ev, tr, err := OpenTraceEvents(ctx, d.log)
+		ev, tr, err := reconcile.OpenTraceEvents(ctx, d.log)
 		if err == nil {
 			d.events, d.mode, d.lost = ev, "bpf", tr.Lost
-			if c, ok := d.ctl.(*TSGController); ok {
+			if c, ok := d.ctl.(*reconcile.TSGController); ok {
 				c.Known, c.Log = ev.Known, d.log // classing opens traced groups without a scan
 			}
 			d.log.Info("mode", "mode", "bpf", "why", "RM ioctl tracepoints attached")
@@ -336,7 +351,7 @@ func (d *Daemon) listen() error {
 	if err != nil {
 		return fmt.Errorf("socket: %w", err)
 	}
-	api := &API{Rec: d.rec, Metrics: d.metrics, Log: d.log, Inspect: d.inspect, Reload: d.Reload, Status: d.status, PodCheck: d.cfg.PodCheck, PeerKey: d.cfg.PeerKey, SLO: d.slo, Gate: d.gate}
+	api := &server.API{Rec: d.rec, Metrics: d.metrics, Log: d.log, Inspect: d.inspect, Reload: d.Reload, Status: d.status, PodCheck: d.cfg.PodCheck, PeerKey: d.cfg.PeerKey, SLO: d.slo, Gate: d.gate}
 	d.sock = api.Listener(l)
 	// Any local process may connect: what it may do is decided per
 	// request from SO_PEERCRED.
@@ -368,7 +383,7 @@ func (d *Daemon) status() map[string]any {
 		"pid": os.Getpid(), "version": d.cfg.Version, "mode": d.Mode(), "policy": pol.Source,
 		"started": d.started.UTC().Format(time.RFC3339), "uptime_s": int(time.Since(d.started).Seconds()),
 		"socket": d.cfg.Socket, "metrics": d.cfg.MetricsAddr, "leave_settings": d.cfg.LeaveSettings,
-		"debounce": d.rec.opts.Debounce.String(), "max_wait": d.rec.opts.MaxWait.String(),
+		"debounce": d.rec.Options().Debounce.String(), "max_wait": d.rec.Options().MaxWait.String(),
 		"slo": d.slo.Status(), "classes": d.rec.Classes(), "gate": d.gate.Stats(),
 	}
 	if d.traced != nil {
@@ -380,7 +395,7 @@ func (d *Daemon) status() map[string]any {
 }
 
 // Reconciler is the daemon's reconciler.
-func (d *Daemon) Reconciler() *Reconciler { return d.rec }
+func (d *Daemon) Reconciler() *reconcile.Reconciler { return d.rec }
 
 // SLO is the daemon's SLO mode.
 func (d *Daemon) SLO() *slomode.Loop { return d.slo }
@@ -475,10 +490,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	goRun(func() { d.tickLoop(ctx) })
 	goRun(func() { d.sloLoop(ctx) })
 	goRun(func() {
-		gt := newGateTracer(ctx, d.gate, d.log)
-		d.gate.Arm = gt.arm
-		d.gate.Run(ctx, gt.follow)
-		if err := gt.close(); err != nil {
+		gt := gate.NewTracer(ctx, d.gate, d.log)
+		d.gate.Arm = gt.Arm
+		d.gate.Run(ctx, gt.Follow)
+		if err := gt.Close(); err != nil {
 			d.log.Warn("request gate: detaching", "err", err)
 		}
 	})

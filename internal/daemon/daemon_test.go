@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/rmfake"
 	"github.com/gpreempt/gpreempt/tsg"
@@ -70,7 +70,7 @@ func TestDaemonScanModeLockReloadRestore(t *testing.T) {
 		return len(ts) == 4 && ts[0] == 200 && ts[3] == 200
 	})
 
-	cl := client.New(cfg.Socket)
+	cl := api.New(cfg.Socket)
 	st, err := cl.Status(ctx)
 	if err != nil || st["mode"] != "scan" {
 		t.Fatalf("status %v, %v", st, err)

@@ -19,7 +19,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/api/server"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
@@ -162,7 +163,7 @@ func TestAPIPeerCannotStarveAnother(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			a := newAPIRig(t, func(api *API, srv *http.Server) {
+			a := newAPIRig(t, func(api *server.API, srv *http.Server) {
 				api.PeerKey = func(c net.Conn) (string, error) {
 					who, _, _ := strings.Cut(filepath.Base(c.RemoteAddr().String()), "-")
 					return who, nil
@@ -215,7 +216,7 @@ func TestAPIRightsFollowCurrentCredentials(t *testing.T) {
 		t.Skip("needs root: the client changes its uid")
 	}
 	// The kernel's and /proc's, set before the server serves.
-	a := newAPIRig(t, func(api *API, _ *http.Server) { api.PeerOf, api.Creds = nil, nil })
+	a := newAPIRig(t, func(api *server.API, _ *http.Server) { api.PeerOf, api.Creds = nil, nil })
 	for _, tc := range []struct {
 		change string
 		code   int
@@ -231,44 +232,6 @@ func TestAPIRightsFollowCurrentCredentials(t *testing.T) {
 		}
 		if got := strings.TrimSpace(string(out)); got != strconv.Itoa(tc.code) {
 			t.Errorf("reload after %s: %s, want %d", tc.change, got, tc.code)
-		}
-	}
-}
-
-// TestDecodeJSONStrict (issue 40, finding 9): a body means one thing:
-// a key given twice, a field named in another case, or an unknown field
-// is refused, at any depth.
-func TestDecodeJSONStrict(t *testing.T) {
-	for _, tc := range []struct {
-		body  string
-		class bool // a class request, else a stats push
-		ok    bool
-	}{
-		{`{"class":"be"}`, true, true},
-		{`{"pid":0,"class":"be"}`, true, true},
-		{`{"class":"lc","class":"be"}`, true, false},
-		{`{"CLASS":"lc"}`, true, false},
-		{`{"Class":"lc"}`, true, false},
-		{`{"class":"be","PID":0}`, true, false},
-		{`{"class":"be","x":1}`, true, false},
-		{`{"requests":1,"request_latency_us":{"p50":1}}`, false, true},
-		{`{"requests":1,"requests":2}`, false, false},
-		{`{"Requests":1}`, false, false},
-		{`{"request_latency_us":{"p50":1,"p50":2}}`, false, false},
-		{`{"window":{"duration_ms":1000,"Duration_ms":5}}`, false, false},
-		{`{"window":{"duration_ms":1000,"duration_ms":5}}`, false, false},
-		{`{"engine":{"prepreempt":true,"PREPREEMPT":false}}`, false, false},
-		{`{"pid":0,"requests":1,"engine":{"prepreempt":true}}`, false, true},
-		{`{"window":` + strings.Repeat(`{"a":`, 40) + `1` + strings.Repeat(`}`, 41), false, false},
-	} {
-		var err error
-		if tc.class {
-			_, _, _, err = ParseClassRequest([]byte(tc.body))
-		} else {
-			_, _, err = ParseStats([]byte(tc.body))
-		}
-		if (err == nil) != tc.ok {
-			t.Errorf("%s: %v, want ok %v", tc.body, err, tc.ok)
 		}
 	}
 }
@@ -319,7 +282,7 @@ func TestMetricsConnCap(t *testing.T) {
 	}
 	refused := func() float64 { return testutil.ToFloat64(m.refusedConns.WithLabelValues("metrics", "peer")) }
 	waitFor(t, "the connections past the cap closed", func() bool { return refused() >= extra })
-	if all, _ := capped.held("127.0.0.1"); all != MaxMetricsConnsPerAddr {
+	if all, _ := capped.Held("127.0.0.1"); all != MaxMetricsConnsPerAddr {
 		t.Errorf("%d connections held, want %d", all, MaxMetricsConnsPerAddr)
 	}
 	scraper := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -349,7 +312,7 @@ func TestMetricsLabelsCarryNoPIDs(t *testing.T) {
 	} {
 		m := NewMetrics(nil)
 		m.SetPIDLabels(tc.pids)
-		m.pushStats(HintStats{PID: pid, Stats: client.Stats{Requests: 1, RequestLatencyUs: map[string]float64{"p50": 1}}}, "infer")
+		m.Pushed(api.HintStats{PID: pid, Stats: api.Stats{Requests: 1, RequestLatencyUs: map[string]float64{"p50": 1}}}, "infer")
 		m.SetSLO(true, map[string]slo.Decision{"0": {LC: []slo.LCResult{{Key: policy.ProcRef{PID: pid, Start: 77}.Key(), Objective: "p99", Ratio: 1}}}})
 		mfs, err := m.Registry.Gather()
 		if err != nil {
@@ -380,81 +343,5 @@ func TestMetricsLabelsCarryNoPIDs(t *testing.T) {
 		if n := testutil.CollectAndCount(m.hintRequests); n != 0 {
 			t.Errorf("pids %v: %d series left after the exit", tc.pids, n)
 		}
-	}
-}
-
-// selfDecoding decodes its JSON itself: its Go fields do not name its keys.
-type selfDecoding struct{ X int }
-
-func (s *selfDecoding) UnmarshalJSON([]byte) error { return nil }
-
-// TestCheckStrictTypes: the strict walk follows the target's types: a
-// map's keys are free but each once; a type that decodes itself keeps its
-// keys, each once; an embedded struct's fields are the outer one's.
-func TestCheckStrictTypes(t *testing.T) {
-	type inner struct {
-		A int `json:"a"`
-	}
-	type target struct {
-		inner
-		M map[string]int `json:"m"`
-		S *selfDecoding  `json:"s"`
-		L []inner        `json:"l"`
-		B int            `json:"b,omitempty"`
-	}
-	for _, tc := range []struct {
-		body string
-		ok   bool
-	}{
-		{`{"a":1,"b":2,"m":{"x":1,"X":2},"s":{"Any":1},"l":[{"a":1},{"a":2}]}`, true},
-		{`{"A":1}`, false},
-		{`{"m":{"x":1,"x":2}}`, false},
-		{`{"s":{"k":1,"k":2}}`, false},
-		{`{"l":[{"a":1,"a":2}]}`, false},
-		{`{"l":[{"A":1}]}`, false},
-		{`{"inner":{"a":1}}`, false},
-	} {
-		var v target
-		_, err := DecodeJSON([]byte(tc.body), &v)
-		if (err == nil) != tc.ok {
-			t.Errorf("%s: %v, want ok %v", tc.body, err, tc.ok)
-		}
-	}
-}
-
-// TestInflightQueuesPerPeer: a peer's requests past its share wait for
-// its own to end, never for another peer's, and are served when one does.
-func TestInflightQueuesPerPeer(t *testing.T) {
-	var f inflight
-	ctx := context.Background()
-	for range MaxInFlightPerPeer {
-		if !f.take(ctx, "a", 0) {
-			t.Fatal("a's share refused")
-		}
-	}
-	if f.take(ctx, "a", 0) {
-		t.Fatal("a served past its share")
-	}
-	queued := make(chan bool, 1)
-	go func() { queued <- f.take(ctx, "a", time.Hour) }()
-	for range MaxInFlightPerPeer {
-		if !f.take(ctx, "b", 0) { // no wait: b's places are free
-			t.Fatal("b refused while a's requests fill a's share")
-		}
-	}
-	f.done("a")
-	if !<-queued {
-		t.Fatal("a's queued request not served when one of a's ended")
-	}
-	canceled, cancel := context.WithCancel(ctx)
-	cancel()
-	if f.take(canceled, "a", time.Hour) {
-		t.Fatal("a request whose client left was served")
-	}
-	for _, p := range []string{"a", "a", "b", "b"} {
-		f.done(p)
-	}
-	if f.n != 0 || len(f.peers) != 0 {
-		t.Errorf("after all ended: %d in flight, %d peers kept", f.n, len(f.peers))
 	}
 }

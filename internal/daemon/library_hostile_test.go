@@ -3,7 +3,6 @@ package daemon
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/gpreempt/gpreempt/internal/daemon/signals"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/trace"
-	"golang.org/x/sys/unix"
 )
 
 // testMapArg makes the test binary a process that maps a file (args: the
@@ -150,7 +151,7 @@ func TestHostileLibCUDA(t *testing.T) {
 	sparseELF(t, rooted, 240<<20)
 	bes := []policy.ProcRef{mapper(t, uid, gid, sparse, ""), mapper(t, uid, gid, fifo, "fifo"), mapper(t, uid, gid, rooted, "")}
 
-	p := NewBEProgress(counter, nil)
+	p := signals.NewBEProgress(counter, nil)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	done := make(chan struct{})
@@ -184,30 +185,5 @@ func TestHostileLibCUDA(t *testing.T) {
 	}
 	if !strings.Contains(st[0].Signal, "not root") || !strings.Contains(st[2].Signal, "dynamic symbols") {
 		t.Errorf("reasons: %q, %q", st[0].Signal, st[2].Signal)
-	}
-}
-
-// TestAttachGuardBoundsAHang: library work that never ends (an open on a
-// FUSE file its owner never answers) costs its caller the deadline once;
-// while it runs on, the process is refused at once; and an attach that
-// ends after its deadline is undone.
-func TestAttachGuardBoundsAHang(t *testing.T) {
-	var g attachGuard
-	release := make(chan struct{})
-	undone := make(chan struct{})
-	err := g.run(7, time.Now(), func() error { <-release; return nil }, func() { close(undone) })
-	if !errors.Is(err, errAttachTimeout) {
-		t.Fatalf("run = %v; want errAttachTimeout", err)
-	}
-	if err := g.run(7, time.Now().Add(time.Hour), func() error { t.Error("ran twice"); return nil }, nil); !errors.Is(err, errAttachHung) {
-		t.Fatalf("while the first runs: %v; want errAttachHung", err)
-	}
-	close(release)
-	<-undone // what the late attach did is undone
-	for g.running(7) {
-		runtime.Gosched()
-	}
-	if err := g.run(7, time.Now().Add(time.Hour), func() error { return nil }, nil); err != nil {
-		t.Errorf("after it ended: %v", err)
 	}
 }

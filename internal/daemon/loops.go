@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/reconcile"
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
@@ -73,7 +74,7 @@ func (d *Daemon) scan(ctx context.Context) {
 		}
 		states, err := d.ctl.Groups(ctx, pid)
 		if err != nil {
-			if !isGone(err) {
+			if !reconcile.IsGone(err) {
 				d.log.Debug("scan: cannot read groups", "pid", pid, "err", err)
 			}
 			continue

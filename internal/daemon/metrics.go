@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"strconv"
@@ -18,21 +17,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/api/server"
+	"github.com/gpreempt/gpreempt/internal/reconcile"
 	"github.com/gpreempt/gpreempt/internal/slo"
-	"github.com/gpreempt/gpreempt/internal/slo/objective"
 )
 
 // Metrics are gpreemptd's Prometheus metrics, on a registry of their own
 // (nothing global, so tests make as many as they like).
 type Metrics struct {
 	Registry *prometheus.Registry
+	// Reconcile are the reconciler's, on the same registry.
+	Reconcile *reconcile.Metrics
 
-	applies         *prometheus.CounterVec
-	failures        *prometheus.CounterVec
-	drift           *prometheus.CounterVec
-	classed         prometheus.Histogram
-	control         *prometheus.HistogramVec
 	requests        *prometheus.CounterVec
 	refusedConns    *prometheus.CounterVec
 	refusedRequests *prometheus.CounterVec
@@ -97,24 +94,11 @@ func (m *Metrics) sloProcessLabel(key string) string {
 // SetGroups sets what reports the live groups at scrape time.
 func (m *Metrics) SetGroups(f func() map[[2]string]int) { m.groupsByClass = f }
 
-// latencyBuckets span a debounce (tens of ms) to a stuck second.
-var latencyBuckets = []float64{.005, .01, .02, .03, .04, .05, .075, .1, .15, .2, .3, .5, 1, 2}
-
 // NewMetrics registers the metrics; groups reports the live groups per
 // (class, gpu) at scrape time.
 func NewMetrics(groups func() map[[2]string]int) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
-		applies: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_applies_total",
-			Help: "Groups given their class's settings (and read back), by class."}, []string{"class"}),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_apply_failures_total",
-			Help: "Failed applies, by reason (control, readback, gone)."}, []string{"reason"}),
-		drift: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_drift_total",
-			Help: "Changes by others to classed groups: reapplied, or deferred by the per-group rate limit."}, []string{"outcome"}),
-		classed: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpreemptd_classed_latency_seconds",
-			Help: "Time from a context's last setup call to its groups classed.", Buckets: latencyBuckets}),
-		control: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gpreemptd_control_seconds",
-			Help: "Time of one attach-apply-read-back operation on a process.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)}, []string{"op"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_socket_requests_total",
 			Help: "Socket API requests by endpoint (the route: other for none) and status code."}, []string{"endpoint", "code"}),
 		refusedConns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpreemptd_refused_connections_total",
@@ -154,7 +138,9 @@ func NewMetrics(groups func() map[[2]string]int) *Metrics {
 		groupsByClass: groups,
 	}
 	rand.Read(m.idKey[:])
-	m.Registry.MustRegister(m.applies, m.failures, m.drift, m.classed, m.control, m.requests, m.refusedConns, m.refusedRequests, m.reloads,
+	m.Reconcile = reconcile.NewMetrics(m.Registry)
+	m.Reconcile.Forget = m.forget
+	m.Registry.MustRegister(m.requests, m.refusedConns, m.refusedRequests, m.reloads,
 		m.hintLatency, m.hintHold, m.hintExpired, m.hintRequests, m.mode, groupsCollector{m},
 		m.sloEnabled, m.sloTimeslice, m.sloWorst, m.sloShare, m.sloLC, m.sloSamples, m.sloP50, m.sloChanges, m.sloStopped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -176,39 +162,29 @@ func (c groupsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// HintStats is what an LC process's hint engine pushes (POST /v1/stats):
-// client.Stats, the wire type client.PushStats encodes, and the pusher's
-// pid (0: the caller).
-type HintStats struct {
-	PID int `json:"pid"`
-	client.Stats
-}
-
 // The pushed window, engine state and reply are the client's wire types:
-// the daemon decodes what client.PushStats encodes.
+// the daemon decodes what api.PushStats encodes.
 type (
-	LatencyWindow = client.Window
-	EngineState   = client.Engine
-	StatsReply    = client.StatsReply
+	LatencyWindow = api.Window
+	EngineState   = api.Engine
+	StatsReply    = api.StatsReply
 )
 
-// quantileNames bounds the label values a pusher can create.
-var quantileNames = map[string]bool{"p50": true, "p90": true, "p99": true, "p999": true, "max": true, "mean": true}
+// The socket API's metrics (server.Metrics).
+var _ server.Metrics = (*Metrics)(nil)
 
-// windowQuantiles are those a latency window may carry: the request's,
-// and an LLM server's time to first token and per output token (what
-// objectives such as tpot_p50<=12ms bound).
-var windowQuantiles = func() map[string]bool {
-	m := maps.Clone(quantileNames)
-	for _, metric := range objective.Metrics {
-		for _, q := range []string{"p50", "p90", "p99", "p999"} {
-			m[metric+"_"+q] = true
-		}
-	}
-	return m
-}()
+// Request counts a socket API request by route and status code.
+func (m *Metrics) Request(route, code string) { m.requests.WithLabelValues(route, code).Inc() }
 
-func (m *Metrics) pushStats(s HintStats, comm string) {
+// Refused counts a socket API request refused (403), by what it asked.
+func (m *Metrics) Refused(request string) { m.refusedRequests.WithLabelValues(request).Inc() }
+
+// RefusedConn counts a connection closed as accepted, by server (socket,
+// metrics) and the cap it was past.
+func (m *Metrics) RefusedConn(server, cap string) { m.refusedConns.WithLabelValues(server, cap).Inc() }
+
+// Pushed exports what a process's hint engine pushed, under its comm.
+func (m *Metrics) Pushed(s api.HintStats, comm string) {
 	// Under the lock, so that a forget of the same pid comes wholly
 	// before or after.
 	m.mu.Lock()
@@ -230,7 +206,7 @@ func (m *Metrics) pushStats(s HintStats, comm string) {
 		vec *prometheus.GaugeVec
 		us  map[string]float64
 	}{{m.hintLatency, s.RequestLatencyUs}, {m.hintHold, s.SpinnerHoldUs}} {
-		for q := range quantileNames {
+		for _, q := range api.Quantiles {
 			if v, ok := g.us[q]; ok {
 				g.vec.WithLabelValues(pid, comm, q).Set(v / 1e6)
 			} else {
@@ -336,16 +312,16 @@ func metricsServer(reg *prometheus.Registry, log *slog.Logger) *http.Server {
 		ReadTimeout:       5 * time.Second,
 		WriteTimeout:      10 * time.Second,
 		IdleTimeout:       30 * time.Second,
-		MaxHeaderBytes:    maxHeaderBytes,
+		MaxHeaderBytes:    server.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 }
 
 // metricsListener caps the metrics server's connections
 // (MaxMetricsConns, MaxMetricsConnsPerAddr by remote address).
-func (m *Metrics) metricsListener(l net.Listener) *capListener {
-	return newCapListener(l, MaxMetricsConns, MaxMetricsConnsPerAddr, remoteHost, func(_, why string) {
-		m.refusedConns.WithLabelValues("metrics", why).Inc()
+func (m *Metrics) metricsListener(l net.Listener) *server.CapListener {
+	return server.NewCapListener(l, MaxMetricsConns, MaxMetricsConnsPerAddr, remoteHost, func(_, why string) {
+		m.RefusedConn("metrics", why)
 	})
 }
 

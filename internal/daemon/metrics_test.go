@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 )
 
 // TestPushReplacesQuantiles: each push replaces the process's pushed
@@ -15,7 +15,7 @@ import (
 func TestPushReplacesQuantiles(t *testing.T) {
 	m := NewMetrics(nil)
 	push := func(lat, hold map[string]float64) {
-		m.pushStats(HintStats{PID: 7, Stats: client.Stats{Requests: 1, RequestLatencyUs: lat, SpinnerHoldUs: hold}}, "infer")
+		m.Pushed(api.HintStats{PID: 7, Stats: api.Stats{Requests: 1, RequestLatencyUs: lat, SpinnerHoldUs: hold}}, "infer")
 	}
 	for _, tc := range []struct {
 		name      string
@@ -45,7 +45,7 @@ func TestPushReplacesQuantiles(t *testing.T) {
 	}
 	// A process that renames itself (exec, prctl) keeps no series under
 	// its old name.
-	m.pushStats(HintStats{PID: 7, Stats: client.Stats{Requests: 2, RequestLatencyUs: map[string]float64{"p50": 44}}}, "infer-v2")
+	m.Pushed(api.HintStats{PID: 7, Stats: api.Stats{Requests: 2, RequestLatencyUs: map[string]float64{"p50": 44}}}, "infer-v2")
 	for _, c := range []prometheus.Collector{m.hintLatency, m.hintHold, m.hintExpired, m.hintRequests} {
 		if n := testutil.CollectAndCount(c); n > 1 {
 			t.Errorf("after a rename: %d series of a collector, want at most the new one", n)

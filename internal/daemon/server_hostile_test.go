@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/api/server"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/reconcile"
 )
 
 // TestAPIProcessesAreTheCallersOwn (issue 52, finding 8): GET
@@ -26,14 +28,14 @@ func TestAPIProcessesAreTheCallersOwn(t *testing.T) {
 	last := a.start(me, policy.Process{Comm: "mine", UID: 1000})
 	last = max(last, a.start(4242, policy.Process{Comm: "theirs", UID: 2000, Cgroup: "/kubepods/pod-secret"}))
 	a.tick(last + 30*time.Millisecond)
-	list := func(uid uint32) []ProcStatus {
+	list := func(uid uint32) []reconcile.ProcStatus {
 		t.Helper()
-		a.peer = &Peer{PID: me, UID: uid}
+		a.peer = &server.Peer{PID: me, UID: uid}
 		code, body := a.do("GET", "/v1/processes", "")
 		if code != 200 {
 			t.Fatalf("uid %d: %d %s", uid, code, body)
 		}
-		var ps []ProcStatus
+		var ps []reconcile.ProcStatus
 		if err := json.Unmarshal([]byte(body), &ps); err != nil {
 			t.Fatal(err)
 		}
@@ -53,18 +55,18 @@ func TestAPIProcessesAreTheCallersOwn(t *testing.T) {
 // TestAPIRefusalsLoggedWithinARate (issue 52, finding 9): one WARN line a
 // refused request let one client write 3,000 lines in 2.9 s, past
 // journald's rate limit, which then dropped the daemon's own messages.
-// Refusals are counted in a metric, and logged refusalLogBurst a second at
+// Refusals are counted in a metric, and logged server.RefusalLogBurst a second at
 // most, the next line saying how many were not (the API's clock, frozen
 // here: no wall-clock time).
 func TestAPIRefusalsLoggedWithinARate(t *testing.T) {
 	var logs lockedBuffer
 	var mu sync.Mutex
 	now := time.Unix(1000, 0)
-	a := newAPIRig(t, func(api *API, _ *http.Server) {
+	a := newAPIRig(t, func(api *server.API, _ *http.Server) {
 		api.Log = slog.New(slog.NewTextHandler(&logs, nil))
 		api.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	})
-	a.peer = &Peer{PID: os.Getpid(), UID: 1000}
+	a.peer = &server.Peer{PID: os.Getpid(), UID: 1000}
 	refuse := func() {
 		t.Helper()
 		// Statistics for another process than the caller: refused.
@@ -76,18 +78,18 @@ func TestAPIRefusalsLoggedWithinARate(t *testing.T) {
 	for range n {
 		refuse()
 	}
-	if got := logs.count("msg=refused"); got != refusalLogBurst {
-		t.Errorf("%d refusals in a second logged %d lines; want %d", n, got, refusalLogBurst)
+	if got := logs.count("msg=refused"); got != server.RefusalLogBurst {
+		t.Errorf("%d refusals in a second logged %d lines; want %d", n, got, server.RefusalLogBurst)
 	}
-	if got := counterValue(t, a.api.Metrics, "gpreemptd_socket_refused_total", "stats"); got != n {
+	if got := counterValue(t, a.m, "gpreemptd_socket_refused_total", "stats"); got != n {
 		t.Errorf("gpreemptd_socket_refused_total{request=stats} = %v; want %d", got, n)
 	}
 	mu.Lock()
 	now = now.Add(time.Second)
 	mu.Unlock()
 	refuse()
-	if !strings.Contains(logs.String(), "not_logged_before="+strconv.Itoa(n-refusalLogBurst)) {
-		t.Errorf("the next second's line does not say %d were not logged:\n%s", n-refusalLogBurst, logs.String())
+	if !strings.Contains(logs.String(), "not_logged_before="+strconv.Itoa(n-server.RefusalLogBurst)) {
+		t.Errorf("the next second's line does not say %d were not logged:\n%s", n-server.RefusalLogBurst, logs.String())
 	}
 }
 

@@ -18,28 +18,30 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/api/server"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/procfs"
+	"github.com/gpreempt/gpreempt/internal/reconcile"
 	"github.com/gpreempt/gpreempt/internal/rmfake"
-	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // apiRig serves the API over a real unix socket; the peer is this test
 // process (SO_PEERCRED), seen through fakeInspector as uid.
 type apiRig struct {
 	*rig
-	api    *API
+	api    *server.API
 	client *http.Client
 	sock   string
-	peer   *Peer // nil: the kernel's answer
+	peer   *server.Peer // nil: the kernel's answer
 }
 
 // asServer starts this test process as a GPU process "server" of uid,
@@ -50,20 +52,24 @@ func (a *apiRig) asServer(uid uint32) int {
 	me := os.Getpid()
 	last := a.start(me, policy.Process{Comm: "server", UID: uid})
 	a.tick(last + 30*time.Millisecond)
-	a.peer = &Peer{PID: me, UID: uid}
+	a.peer = &server.Peer{PID: me, UID: uid}
 	return me
 }
 
 // newAPIRig serves the API; each of opts may change it and its server
 // before it serves.
-func newAPIRig(t *testing.T, opts ...func(*API, *http.Server)) *apiRig {
-	g := newRig(t, testPolicy)
+func newAPIRig(t *testing.T, opts ...func(*server.API, *http.Server)) *apiRig {
+	return newAPIRigOn(t, newRig(t, testPolicy), opts...)
+}
+
+// newAPIRigOn is newAPIRig over the rig g.
+func newAPIRigOn(t *testing.T, g *rig, opts ...func(*server.API, *http.Server)) *apiRig {
 	a := &apiRig{rig: g}
-	a.api = &API{Rec: g.rec, Metrics: g.m, Log: testLog(t), Inspect: g.insp,
+	a.api = &server.API{Rec: g.rec, Metrics: g.m, Log: testLog(t), Inspect: g.insp,
 		Groups: func(int) []uint32 { return nil },
 		Reload: func() error { return errors.New("line 3: rules: nope") }}
-	a.api.PeerOf = func(r *http.Request) (Peer, error) {
-		p, err := PeerOf(r.Context().Value(connKey{}).(net.Conn))
+	a.api.PeerOf = func(r *http.Request) (server.Peer, error) {
+		p, err := server.RequestPeer(r)
 		if a.peer != nil {
 			return *a.peer, nil
 		}
@@ -74,7 +80,11 @@ func newAPIRig(t *testing.T, opts ...func(*API, *http.Server)) *apiRig {
 		if a.peer != nil {
 			return a.peer.UID, append([]uint32{a.peer.GID}, a.peer.Groups...), nil
 		}
-		return procCreds(pid)
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+		if err != nil {
+			return 0, nil, err
+		}
+		return procfs.StatusIDs(b)
 	}
 	a.sock = filepath.Join(t.TempDir(), "d.sock")
 	l, err := net.Listen("unix", a.sock)
@@ -116,7 +126,7 @@ func TestAPIClassOwnPidOnlyWithinLimit(t *testing.T) {
 
 	// Peer identified by the kernel: this process, as uid 1000 through
 	// the inspector (the kernel's uid wins: see below).
-	a.peer = &Peer{PID: me, UID: 1000}
+	a.peer = &server.Peer{PID: me, UID: 1000}
 	code, body := a.do("POST", "/v1/class", `{"pid":`+strconv.Itoa(me)+`,"class":"lc"}`)
 	if code != 200 || !strings.Contains(body, `"groups": 4`) {
 		t.Fatalf("own lc: %d %s", code, body)
@@ -129,7 +139,7 @@ func TestAPIClassOwnPidOnlyWithinLimit(t *testing.T) {
 		t.Errorf("other pid: %d %s", code, body)
 	}
 	// Above the limit for uid 2000 (default_max be): 403.
-	a.peer = &Peer{PID: me, UID: 2000}
+	a.peer = &server.Peer{PID: me, UID: 2000}
 	code, body = a.do("POST", "/v1/class", `{"class":"lc"}`)
 	if code != 403 || !strings.Contains(body, "above what the policy allows") {
 		t.Errorf("over limit: %d %s", code, body)
@@ -142,18 +152,18 @@ func TestAPIClassOwnPidOnlyWithinLimit(t *testing.T) {
 
 	// The client package, as prepreempt/libgpreempt use it.
 	ctx := context.Background()
-	if err := client.RequestClass(ctx, a.sock, "lc"); !errors.Is(err, client.ErrForbidden) {
+	if err := api.RequestClass(ctx, a.sock, "lc"); !errors.Is(err, api.ErrForbidden) {
 		t.Errorf("client lc over the limit: %v, want ErrForbidden", err)
 	}
-	if err := client.RequestClass(ctx, a.sock, "be:2"); err != nil {
+	if err := api.RequestClass(ctx, a.sock, "be:2"); err != nil {
 		t.Errorf("client be:2: %v", err)
 	}
 	a.wantAll(me, 380, 0) // 20 us + 2 x 180 us
-	if r, err := client.PushStats(ctx, a.sock, client.Stats{Requests: 1, RequestLatencyUs: map[string]float64{"p99": 70},
-		Window: &client.Window{DurationMs: 1000, Requests: 1, LatencyUs: map[string]float64{"p99": 70}}}); err != nil || !r.Prepreempt || r.SLO {
+	if r, err := api.PushStats(ctx, a.sock, api.Stats{Requests: 1, RequestLatencyUs: map[string]float64{"p99": 70},
+		Window: &api.Window{DurationMs: 1000, Requests: 1, LatencyUs: map[string]float64{"p99": 70}}}); err != nil || !r.Prepreempt || r.SLO {
 		t.Errorf("client stats: %+v, %v; want prepreempt, no SLO", r, err)
 	}
-	if err := client.RequestClass(ctx, filepath.Join(t.TempDir(), "none"), "be"); !errors.Is(err, client.ErrUnavailable) {
+	if err := api.RequestClass(ctx, filepath.Join(t.TempDir(), "none"), "be"); !errors.Is(err, api.ErrUnavailable) {
 		t.Errorf("no daemon: %v, want ErrUnavailable", err)
 	}
 }
@@ -181,7 +191,7 @@ func TestAPIBadInput(t *testing.T) {
 		{"POST", "/v1/class", `{"class":"be:0"}`, 400},
 		{"POST", "/v1/class", `{"pid":-4,"class":"be"}`, 400},
 		{"POST", "/v1/class", `[]`, 400},
-		{"POST", "/v1/class", `{"class":"be","pad":"` + strings.Repeat("x", MaxBody) + `"}`, 413},
+		{"POST", "/v1/class", `{"class":"be","pad":"` + strings.Repeat("x", server.MaxBody) + `"}`, 413},
 		{"POST", "/v1/stats", `{"request_latency_us":{"p42":1}}`, 400},
 		{"POST", "/v1/stats", `{"request_latency_us":{"p99":-1}}`, 400},
 		{"POST", "/v1/stats", `{"pid":1}`, 403},
@@ -201,7 +211,7 @@ func TestAPIBadInput(t *testing.T) {
 			t.Errorf("%s %s %.40q: %d %s, want %d", tc.method, tc.path, tc.body, code, body, tc.code)
 		}
 	}
-	a.peer = &Peer{PID: os.Getpid(), UID: 1234}
+	a.peer = &server.Peer{PID: os.Getpid(), UID: 1234}
 	if code, body := a.do("POST", "/v1/reload", ``); code != 403 {
 		t.Errorf("reload by uid 1234: %d %s", code, body)
 	}
@@ -297,9 +307,9 @@ func FuzzAPI(f *testing.F) {
 		f.Fatal(err)
 	}
 	insp := fakeInspector{1: {Comm: "x"}}
-	rec := NewReconciler(pol, nopController{}, insp, NewMetrics(nil), Options{}, nil)
+	rec := reconcile.New(pol, nopController{}, insp, NewMetrics(nil).Reconcile, reconcile.Options{}, nil)
 	m := NewMetrics(nil)
-	a := &API{Rec: rec, Metrics: m, Inspect: insp, SLO: NewSLOLoop(rec, m, nil), PeerOf: func(*http.Request) (Peer, error) { return Peer{PID: 1, UID: 1000}, nil }}
+	a := &server.API{Rec: rec, Metrics: m, Inspect: insp, SLO: NewSLOLoop(rec, m, nil), PeerOf: func(*http.Request) (server.Peer, error) { return server.Peer{PID: 1, UID: 1000}, nil }}
 	h := a.Handler()
 	f.Fuzz(func(t *testing.T, method, path string, body []byte) {
 		// The request as the server reads it off the wire; one it cannot
@@ -322,62 +332,11 @@ func FuzzAPI(f *testing.F) {
 	})
 }
 
-func FuzzDecoders(f *testing.F) {
-	f.Add([]byte(`{"pid":3,"class":"lc"}`))
-	f.Add([]byte(`{"requests":1,"spinner_hold_us":{"max":1}}`))
-	f.Add([]byte(`{"window":{"duration_ms":1000,"requests":30,"latency_us":{"p50":36,"p99":70}}}`))
-	f.Add([]byte(`{"window":{"duration_ms":1000,"requests":30,"latency_us":{"p50":400000,"tpot_p50":9000,"ttft_p99":90000}}}`))
-	f.Add([]byte(`{"window":{"duration_ms":1000,"requests":2,"tokens":30,"latency_us":{"p50":400000,"tpot_p50":9000}}}`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if req, sp, _, err := ParseClassRequest(b); err == nil && (req.PID < 0 || sp.Name.Rank() < 0) {
-			t.Fatalf("accepted %+v %+v", req, sp)
-		}
-		if s, _, err := ParseStats(b); err == nil {
-			if s.PID < 0 {
-				t.Fatalf("accepted %+v", s)
-			}
-			if w := s.Window; w != nil {
-				if _, tpot := w.LatencyUs["tpot_p50"]; !(w.DurationMs > 0 && w.DurationMs <= 600e3) || (w.Requests > 0 && len(w.LatencyUs) == 0) || w.Tokens > 0 && !tpot {
-					t.Fatalf("accepted window %+v", *w)
-				}
-				for q, v := range w.LatencyUs {
-					if !windowQuantiles[q] || !(v >= 0 && v <= 1e12) {
-						t.Fatalf("accepted window quantile %q = %v", q, v)
-					}
-				}
-				for m, vs := range w.SamplesUs {
-					if m != "request" && m != "ttft" && m != "tpot" || len(vs) > client.MaxWindowSamples ||
-						slices.ContainsFunc(vs, func(v float64) bool { return !(v > 0 && v <= 1e12) }) {
-						t.Fatalf("accepted window samples %q = %v", m, vs)
-					}
-				}
-				slomode.New(nil, func() time.Duration { return 0 }, nil, nil).Push(1, client.Stats{Window: w})
-			}
-		}
-	})
-}
-
 type nopController struct{}
 
-func (nopController) Groups(context.Context, int) ([]GroupState, error) { return nil, nil }
-func (nopController) Apply(context.Context, int, func(GroupState) (tsg.Settings, bool)) ([]GroupState, error) {
+func (nopController) Groups(context.Context, int) ([]reconcile.GroupState, error) { return nil, nil }
+func (nopController) Apply(context.Context, int, func(reconcile.GroupState) (tsg.Settings, bool)) ([]reconcile.GroupState, error) {
 	return nil, nil
-}
-
-// TestBodyIsOneObject: a request body is one JSON object; null (which
-// decodes into nothing), a list or a scalar is refused with 400.
-func TestBodyIsOneObject(t *testing.T) {
-	for _, b := range []string{"null", " null ", "[]", "1", `"x"`, "", "  "} {
-		if _, code, err := ParseStats([]byte(b)); err == nil || code != http.StatusBadRequest {
-			t.Errorf("stats %q: %d %v, want 400", b, code, err)
-		}
-		if _, _, code, err := ParseClassRequest([]byte(b)); err == nil || code != http.StatusBadRequest {
-			t.Errorf("class %q: %d %v, want 400", b, code, err)
-		}
-	}
-	if _, _, err := ParseStats([]byte(" {} ")); err != nil {
-		t.Errorf("stats {}: %v", err)
-	}
 }
 
 // TestSLOStatusSharesNothing: GET /v1/status encodes a Status copy without
@@ -388,11 +347,11 @@ func TestSLOStatusSharesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := NewReconciler(pol, nopController{}, fakeInspector{}, NewMetrics(nil), Options{}, nil)
+	rec := reconcile.New(pol, nopController{}, fakeInspector{}, NewMetrics(nil).Reconcile, reconcile.Options{}, nil)
 	l := NewSLOLoop(rec, NewMetrics(nil), nil)
-	l.Push(1, client.Stats{Engine: &EngineState{Prepreempt: true}})
+	l.Push(1, api.Stats{Engine: &EngineState{Prepreempt: true}})
 	snap := l.Status()
-	l.Push(2, client.Stats{Engine: &EngineState{Prepreempt: true}})
+	l.Push(2, api.Stats{Engine: &EngineState{Prepreempt: true}})
 	if len(snap.Engines) != 1 {
 		t.Errorf("a status read before a push holds %d engines after it, want 1: the copy shares the loop's map", len(snap.Engines))
 	}
@@ -402,8 +361,8 @@ func TestSLOStatusSharesNothing(t *testing.T) {
 // otherwise (broken chunked encoding) is a 400 saying why.
 func TestAPIBodyErrors(t *testing.T) {
 	a := newAPIRig(t)
-	a.peer = &Peer{PID: os.Getpid(), UID: 1000}
-	if code, body := a.do("POST", "/v1/stats", `{"requests":1,"x":"`+strings.Repeat("a", MaxBody)+`"}`); code != http.StatusRequestEntityTooLarge {
+	a.peer = &server.Peer{PID: os.Getpid(), UID: 1000}
+	if code, body := a.do("POST", "/v1/stats", `{"requests":1,"x":"`+strings.Repeat("a", server.MaxBody)+`"}`); code != http.StatusRequestEntityTooLarge {
 		t.Errorf("oversized body: %d %s", code, body)
 	}
 	c, err := net.Dial("unix", a.sock)
@@ -431,7 +390,7 @@ func TestAPIPushFromAnyName(t *testing.T) {
 	a := newAPIRig(t)
 	me := os.Getpid()
 	a.insp[me] = policy.Process{Comm: "srv\xff\xfe", UID: 1000}
-	a.peer = &Peer{PID: me, UID: 1000}
+	a.peer = &server.Peer{PID: me, UID: 1000}
 	if code, body := a.do("POST", "/v1/stats", `{"requests":3,"request_latency_us":{"p50":40}}`); code != 200 {
 		t.Fatalf("push: %d %s", code, body)
 	}
@@ -522,7 +481,11 @@ func TestAPIPeerGoneIsRefused(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 to connect, fork and exit")
 	}
-	a := newAPIRig(t)
+	// The inspector gives the pid a start time of its own once it is
+	// another's (starts is filled then).
+	starts := map[int]uint64{}
+	g := newRigInspecting(t, testPolicy, func(f fakeInspector) reconcile.Inspector { return startsInspector{f, starts} })
+	a := newAPIRigOn(t, g, func(api *server.API, _ *http.Server) { api.Inspect = startsInspector{g.insp, starts} })
 	a.api.PeerOf = nil // the kernel's SO_PEERCRED
 	script := `
 import os, socket, sys
@@ -575,8 +538,7 @@ os._exit(0)  # the connector exits at once
 	cmd.Wait() // the connector has exited and is reaped: its pid is free
 	// Another user's LC process gets the number (uid 1000 may hold lc),
 	// after the connection was accepted.
-	insp := startsInspector{a.insp, map[int]uint64{dead: bootTicks() + 100}}
-	a.api.Inspect, a.rec.inspect = insp, insp
+	starts[dead] = procfs.BootTicks() + 100
 	last := a.start(dead, policy.Process{Comm: "victim", UID: 1000, Env: map[string]string{"GPREEMPT_CLASS": "lc"}})
 	a.tick(last + 30*time.Millisecond)
 	a.wantAll(dead, 5000000, tsg.LevelHigh)
@@ -592,124 +554,6 @@ os._exit(0)  # the connector exits at once
 	a.wantAll(dead, 5000000, tsg.LevelHigh)
 	if v := gaugeValue(t, a.m, "gpreemptd_hint_requests", map[string]string{"process": a.m.ProcessLabel(dead)}); !math.IsNaN(v) {
 		t.Errorf("the child's push was taken as pid %d's: hint requests %v", dead, v)
-	}
-}
-
-// TestPeerOfGivesTheGroups: the peer's groups come from the kernel at
-// connect (SO_PEERGROUPS), as the admin check of a reload takes them.
-func TestPeerOfGivesTheGroups(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "p.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	p, err := PeerOf(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := os.Getgroups()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []int
-	for _, g := range p.Groups {
-		got = append(got, int(g))
-	}
-	slices.Sort(got)
-	slices.Sort(want)
-	if p.PID != os.Getpid() || int(p.UID) != os.Geteuid() || !slices.Equal(got, want) {
-		t.Errorf("PeerOf = %+v, want pid %d uid %d groups %v", p, os.Getpid(), os.Geteuid(), want)
-	}
-}
-
-// TestCapListener: a connection past the total cap or its peer's is
-// closed as accepted, never left in the backlog; closing one (twice counts
-// once) frees its place; the connections are still unix sockets to
-// PeerOf.
-func TestCapListener(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "l.sock")
-	inner, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var refused []string
-	refusals := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(refused) }
-	byName := func(c net.Conn) (string, error) { return filepath.Base(c.RemoteAddr().String())[:1], nil }
-	l := newCapListener(inner, 3, 2, byName, func(key, why string) {
-		mu.Lock()
-		defer mu.Unlock()
-		refused = append(refused, key+" "+why)
-	})
-	defer l.Close()
-	dir := t.TempDir()
-	n := 0
-	dial := func(peer rune) {
-		t.Helper()
-		n++
-		c, err := net.DialUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, string(peer)+strconv.Itoa(n)), Net: "unix"}, &net.UnixAddr{Name: sock, Net: "unix"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-	}
-	var held []net.Conn
-	for _, tc := range []struct {
-		refusedFirst string // peers connecting first, refused
-		close        int    // then this held connection is closed (-1: none)
-		peer         string // the peer then accepted
-		wantRefused  []string
-	}{
-		{"", -1, "a", nil},
-		{"", -1, "a", nil},
-		{"a", -1, "b", []string{"a peer"}},             // a's third: past its cap
-		{"bc", 0, "c", []string{"b total", "c total"}}, // past the total of 3, until one is closed
-	} {
-		mu.Lock()
-		refused = nil
-		mu.Unlock()
-		for _, p := range tc.refusedFirst {
-			dial(p)
-		}
-		accepted := make(chan net.Conn, 1)
-		go func() {
-			c, err := l.Accept()
-			if err != nil {
-				t.Error(err)
-			}
-			accepted <- c
-		}()
-		waitFor(t, "the refusals", func() bool { return len(refusals()) == len(tc.refusedFirst) })
-		if tc.close >= 0 {
-			held[tc.close].Close()
-			held[tc.close].Close() // twice: one place freed
-		}
-		dial(rune(tc.peer[0]))
-		c := <-accepted
-		held = append(held, c)
-		if got := c.(*capConn).key; got != tc.peer {
-			t.Errorf("accepted %s's connection, want %s's", got, tc.peer)
-		}
-		if got := refusals(); !slices.Equal(got, tc.wantRefused) {
-			t.Errorf("before %s's: refused %q, want %q", tc.peer, got, tc.wantRefused)
-		}
-	}
-	if all, ofA := l.held("a"); all != 3 || ofA != 1 {
-		t.Errorf("held %d in all, %d of a; want 3 and 1", all, ofA)
-	}
-	if p, err := PeerOf(held[1]); err != nil || p.PID != os.Getpid() {
-		t.Errorf("PeerOf through the cap: %+v, %v", p, err)
 	}
 }
 
@@ -793,22 +637,22 @@ func TestAPIChangeLimit(t *testing.T) {
 		return x.GetCounter().GetValue()
 	}
 	before := refused()
-	_, err = client.New(a.sock).RequestClass(context.Background(), "lc")
-	var ce *client.Error
-	if !errors.Is(err, client.ErrTooMany) || !errors.As(err, &ce) || ce.RetryAfter != time.Second {
-		t.Errorf("client past the limit: %v, want ErrTooMany retrying after 1s", err)
+	_, err = api.New(a.sock).RequestClass(context.Background(), "lc")
+	var ce *api.Error
+	if !errors.Is(err, api.ErrTooMany) || !errors.As(err, &ce) || ce.RetryAfter != time.Second {
+		t.Errorf("client past the limit: %v, want server.ErrTooMany retrying after 1s", err)
 	}
 	if n := refused() - before; n != 2 {
 		t.Errorf("the client asked %v times, want 2 (once more after Retry-After)", n)
 	}
 	// Another uid: a bucket of its own.
-	a.peer = &Peer{PID: me, UID: 2000}
+	a.peer = &server.Peer{PID: me, UID: 2000}
 	if code, body := a.do("POST", "/v1/class", `{"class":"be:2"}`); code != 200 {
 		t.Errorf("uid 2000's first change: %d %s", code, body)
 	}
 	// A quarter of a second later, one change is due to uid 1000 again,
 	// not two.
-	a.peer = &Peer{PID: me, UID: 1000}
+	a.peer = &server.Peer{PID: me, UID: 1000}
 	a.tick(a.now + 250*time.Millisecond)
 	if code, body := a.do("POST", "/v1/class", `{"class":"lc"}`); code != 200 {
 		t.Errorf("a change due: %d %s", code, body)
@@ -816,75 +660,5 @@ func TestAPIChangeLimit(t *testing.T) {
 	a.wantAll(me, 5000000, tsg.LevelHigh)
 	if code, _ := a.do("POST", "/v1/class", `{"class":"be"}`); code != http.StatusTooManyRequests {
 		t.Errorf("the next change: %d, want 429", code)
-	}
-}
-
-// TestChangeLimiterBound: the buckets kept stay bounded: past maxBuckets
-// the full ones are dropped, and an asker that still owes changes is kept.
-func TestChangeLimiterBound(t *testing.T) {
-	var l changeLimiter
-	t0 := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
-	for range 3 {
-		if err := l.admit("busy", t0, 0.1, 3); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var tooMany *ErrTooMany
-	if err := l.admit("busy", t0, 0.1, 3); !errors.As(err, &tooMany) || tooMany.Retry.Round(time.Millisecond) != 10*time.Second {
-		t.Fatalf("fourth at once: %v, want ErrTooMany in 10s", err)
-	}
-	for i := range maxBuckets {
-		if err := l.admit(strconv.Itoa(i), t0, 1, 3); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := len(l.buckets); n != maxBuckets+1 {
-		t.Fatalf("%d buckets, want %d (none full yet)", n, maxBuckets+1)
-	}
-	// Five seconds on the others are full again; busy owes half a change.
-	t5 := t0.Add(5 * time.Second)
-	if err := l.admit("new", t5, 1, 3); err != nil {
-		t.Fatal(err)
-	}
-	if _, kept := l.buckets["busy"]; !kept || len(l.buckets) != 2 {
-		t.Errorf("after pruning: %d buckets, busy kept %v; want busy and new", len(l.buckets), kept)
-	}
-	if err := l.admit("busy", t5, 0.1, 3); !errors.As(err, &tooMany) || tooMany.Retry.Round(time.Millisecond) != 5*time.Second {
-		t.Errorf("busy five seconds on: %v, want still limited, for 5s", err)
-	}
-	// A reload that raises the rate to 1/s at t5 + 0.6 s: the bucket holds
-	// 0.56 changes by then, and fills at the new rate from there.
-	if err := l.admit("busy", t5.Add(600*time.Millisecond), 1, 3); !errors.As(err, &tooMany) || tooMany.Retry.Round(time.Millisecond) != 440*time.Millisecond {
-		t.Errorf("the rate gone to 1/s: %v, want limited for 440ms", err)
-	}
-	if err := l.admit("busy", t5.Add(1040*time.Millisecond), 1, 3); err != nil {
-		t.Errorf("440 ms later: %v", err)
-	}
-}
-
-// TestWindowSamples: a window's own values are taken per metric within
-// bounds, and refused with 400 naming what was wrong past them.
-func TestWindowSamples(t *testing.T) {
-	many := strings.TrimSuffix(strings.Repeat("1,", client.MaxWindowSamples+1), ",")
-	for _, tc := range []struct {
-		name, samples string
-		want          string // "": accepted
-	}{
-		{"request and tpot", `{"request":[700000,710000],"tpot":[9000,11000]}`, ""},
-		{"unknown metric", `{"queue":[1]}`, `metric "queue"`},
-		{"zero", `{"request":[0]}`, "out of range"},
-		{"negative", `{"ttft":[-5]}`, "out of range"},
-		{"too many", `{"request":[` + many + `]}`, "at most"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b := `{"window":{"duration_ms":1000,"requests":2,"latency_us":{"p50":700000},"samples_us":` + tc.samples + `}}`
-			_, code, err := ParseStats([]byte(b))
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("refused: %v", err)
-			case tc.want != "" && (err == nil || code != http.StatusBadRequest || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("%d %v, want 400 naming %q", code, err, tc.want)
-			}
-		})
 	}
 }

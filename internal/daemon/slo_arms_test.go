@@ -7,39 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/api/server"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
-
-// TestGateSteered: SLO mode decides, per LC, whether the gate holds: an
-// LC steered off is not held, and its self-gating engine is told off; one
-// steered on is held as the policy's mode says; Steer(nil) hands every LC
-// back to the policy.
-func TestGateSteered(t *testing.T) {
-	r := newGateRig(t, gatePolicy(policy.GateOn))
-	r.g.Steer(map[int]bool{10: false})
-	r.launch(10, 1)
-	if r.pause.isStopped(20) || r.g.Stats().Steered != 1 {
-		t.Fatalf("held for an LC steered off: stopped %v, stats %+v", r.pause.stopped, r.g.Stats())
-	}
-	if got := r.g.Pushed(10, &client.Engine{Gate: "on"}); got != policy.GateOff {
-		t.Errorf("an engine of an LC steered off told %q", got)
-	}
-	r.advance(10 * time.Millisecond)
-	r.g.Steer(map[int]bool{10: true})
-	r.launch(10, 1)
-	if !r.pause.isStopped(20) {
-		t.Fatal("not held for an LC steered on")
-	}
-	if got := r.g.Pushed(10, &client.Engine{Gate: "on"}); got != policy.GateOn {
-		t.Errorf("an engine of an LC steered on told %q", got)
-	}
-	r.g.Steer(nil)
-	if got := r.g.Pushed(10, &client.Engine{Gate: "on"}); got != policy.GateOn {
-		t.Errorf("unsteered: told %q", got)
-	}
-}
 
 // fakeSteerer records what SLO mode tells the gate.
 type fakeSteerer struct{ holds, undelimited, selfGated map[int]bool }
@@ -131,7 +103,7 @@ func TestSLOLoopTPOT(t *testing.T) {
 	s.loop.Step(s.now)
 	for range 3 {
 		s.now += time.Second
-		s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 60,
+		s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 60,
 			LatencyUs: map[string]float64{"p50": 400e3, "tpot_p50": 9000}}})
 		s.loop.Step(s.now)
 		s.tick(s.now)
@@ -140,13 +112,13 @@ func TestSLOLoopTPOT(t *testing.T) {
 	if len(st.LC) != 1 || st.LC[0].Objective != "tpot_p50<=12ms" || st.LC[0].LatencyUs != 9000 || st.LC[0].Ratio == nil || *st.LC[0].Ratio != 0.75 {
 		t.Errorf("LC %+v", st.LC)
 	}
-	if _, _, err := ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":60,"latency_us":{"p50":400000,"tpot_p50":9000,"ttft_p99":90000}}}`)); err != nil {
+	if _, _, err := server.ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":60,"latency_us":{"p50":400000,"tpot_p50":9000,"ttft_p99":90000}}}`)); err != nil {
 		t.Errorf("a window with tpot_ and ttft_ quantiles refused: %v", err)
 	}
-	if _, _, err := ParseStats([]byte(`{"request_latency_us":{"tpot_p50":9000}}`)); err == nil {
+	if _, _, err := server.ParseStats([]byte(`{"request_latency_us":{"tpot_p50":9000}}`)); err == nil {
 		t.Error("request_latency_us took a tpot_ quantile")
 	}
-	if _, _, err := ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":6,"latency_us":{"tbt_p50":9000}}}`)); err == nil {
+	if _, _, err := server.ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":6,"latency_us":{"tbt_p50":9000}}}`)); err == nil {
 		t.Error("a window took an unknown metric")
 	}
 }
@@ -169,7 +141,7 @@ func TestSLOLoopTPOTTokens(t *testing.T) {
 			s := newSLORig(t, strings.Replace(sloPolicy, `lc: {objective: "p50<=1.05x"}`, `lc: {objective: "tpot_p50<=12ms"}`, 1))
 			s.loop.Step(s.now)
 			s.now += time.Second
-			s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: tc.requests, Tokens: tc.tokens,
+			s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: tc.requests, Tokens: tc.tokens,
 				LatencyUs: map[string]float64{"p50": 400e3, "tpot_p50": 9000}}})
 			s.loop.Step(s.now)
 			st := s.loop.Status()
@@ -181,7 +153,7 @@ func TestSLOLoopTPOTTokens(t *testing.T) {
 			}
 		})
 	}
-	if _, code, err := ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":2,"tokens":30,"latency_us":{"p50":400000}}}`)); err == nil || code != http.StatusBadRequest {
+	if _, code, err := server.ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":2,"tokens":30,"latency_us":{"p50":400000}}}`)); err == nil || code != http.StatusBadRequest {
 		t.Errorf("tokens without tpot_p50: %d %v, want 400", code, err)
 	}
 }
@@ -232,7 +204,7 @@ func TestSLOLoopSelfGatedLags(t *testing.T) {
 func TestSLOLoopLagFromWhatWasTold(t *testing.T) {
 	t.Run("pre-preemption", func(t *testing.T) {
 		s := newSLORig(t, strings.Replace(sloPolicy, "window: 1s}", "window: 1s, prepreempt_below: 100us}", 1))
-		s.loop.Push(100, client.Stats{Engine: &EngineState{Prepreempt: true}})
+		s.loop.Push(100, api.Stats{Engine: &EngineState{Prepreempt: true}})
 		if !s.loop.Reply(100).Prepreempt {
 			t.Fatal("an engine not told to pre-preempt with the mode off")
 		}

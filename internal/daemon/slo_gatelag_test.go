@@ -13,7 +13,7 @@ import (
 // gate runs the gate it had, and is not counted as aligned; one whose word
 // did not change is (TestSLOLoopSelfGatedLags has the arm's own moves).
 
-// toldGate is what RequestGate.Pushed tells a self-gated engine with the
+// toldGate is what gate.Gate.Pushed tells a self-gated engine with the
 // policy's gate on: the steered hold, else the policy's mode (on).
 func toldGate(f *fakeSteerer, pid int) bool {
 	if h, ok := f.holds[pid]; ok {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slomode"
@@ -23,7 +23,7 @@ slo: {enabled: true, window: 1s}
 
 // pushP50 pushes one 1 s window of 50 requests at a p50 of us for pid.
 func pushP50(l *slomode.Loop, pid int, us float64) {
-	l.Push(pid, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
+	l.Push(pid, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
 		LatencyUs: map[string]float64{"p50": us}}})
 }
 

@@ -9,9 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/endpoint"
 	"github.com/gpreempt/gpreempt/internal/scrape"
-	"github.com/gpreempt/gpreempt/internal/scrape/endpoint"
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
 
@@ -33,7 +33,7 @@ func TestSLOLoopScraped(t *testing.T) {
 		podAsked = append(podAsked, pid)
 		return endpoint.Spec{}, false // in no pod: the rule's
 	}), Fetch: scrape.Fetcher{Timeout: time.Minute}, Log: testLog(t)}
-	status := func() client.SLOLC {
+	status := func() api.SLOLC {
 		t.Helper()
 		st := s.loop.Status()
 		if len(st.LC) != 1 {

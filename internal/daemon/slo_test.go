@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -12,14 +13,18 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/gpreempt/gpreempt/class"
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/daemon/pause"
+	"github.com/gpreempt/gpreempt/internal/daemon/signals"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/reconcile"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/tsg"
-	dto "github.com/prometheus/client_model/go"
 )
 
 const sloPolicy = `
@@ -64,7 +69,7 @@ func (s *sloRig) window(w slo.Workload, silent bool) {
 	if !silent {
 		r, _ := w.At(s.beTimeslice())
 		p50 := float64(w.Baseline) * r / 1e3
-		s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: uint64(w.Requests),
+		s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: uint64(w.Requests),
 			LatencyUs: map[string]float64{"p50": p50, "p99": 1.3 * p50}}})
 	}
 	s.loop.Step(s.now)
@@ -137,8 +142,8 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 	// What gpreemptctl reads. (At 1 ms the engine was told to stop
 	// launching spinners: an engine that launches them keeps BE under
 	// slo.spinner_ceiling, TestSLOLoopSpinnerCeiling.)
-	s.loop.Push(100, client.Stats{Engine: &EngineState{Prepreempt: false, SkippedNoBenefit: 7}})
-	var cs client.SLO
+	s.loop.Push(100, api.Stats{Engine: &EngineState{Prepreempt: false, SkippedNoBenefit: 7}})
+	var cs api.SLO
 	if b, err := json.Marshal(s.loop.Status()); err != nil || json.Unmarshal(b, &cs) != nil ||
 		cs.BETimeslice != "1ms" || len(cs.LC) != 1 || cs.LC[0].Ratio == nil || cs.Engines["100"].SkippedNoBenefit != 7 || cs.Last == nil {
 		t.Errorf("status as the client reads it: %+v, %v", cs, err)
@@ -212,7 +217,7 @@ func TestSLOLoopSignals(t *testing.T) {
 			s.window(slo.EagerPyTorchH100, true) // the controller starts
 			s.now += time.Second
 			if tc.push != nil {
-				s.loop.Push(100, client.Stats{Window: tc.push})
+				s.loop.Push(100, api.Stats{Window: tc.push})
 			}
 			if tc.twice {
 				s.loop.Step(s.now)
@@ -243,7 +248,7 @@ slo: {enabled: true, window: 1s}
 `)
 	s.window(slo.EagerPyTorchH100, true) // the controller starts
 	s.now += time.Second
-	s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}})
+	s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}})
 	s.loop.Step(s.now)
 	st := s.loop.Status()
 	if len(st.LC) != 2 || st.LC[0].Objective != "p50<=1.05x" || st.LC[0].Signal != "pushed" ||
@@ -300,7 +305,7 @@ slo: {enabled: true, window: 1s, spinner_ceiling: off}
 		highest := time.Duration(0)
 		for range 80 {
 			if hints {
-				s.loop.Push(100, client.Stats{Engine: &EngineState{Prepreempt: s.loop.Reply(100).Prepreempt}})
+				s.loop.Push(100, api.Stats{Engine: &EngineState{Prepreempt: s.loop.Reply(100).Prepreempt}})
 			}
 			s.window(slo.EagerPyTorchH100, false)
 			highest = max(highest, s.beTimeslice())
@@ -386,7 +391,7 @@ func pausingLoop(t *testing.T, g *rig, n int) ([]policy.ProcRef, *slomode.Loop) 
 		bes = append(bes, be)
 	}
 	loop := NewSLOLoop(g.rec, g.m, testLog(t))
-	loop.Pause = &Pauser{Proc: proc}
+	loop.Pause = &pause.Pauser{Proc: proc}
 	t.Cleanup(loop.Close)
 	return bes, loop
 }
@@ -408,7 +413,7 @@ func TestSLOLoopPausesBE(t *testing.T) {
 			r = 1 // alone
 		}
 		for _, pid := range lcs {
-			loop.Push(pid, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
+			loop.Push(pid, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
 				LatencyUs: map[string]float64{"p50": float64(slowBeside.Baseline) * r / 1e3}}})
 		}
 		loop.Step(g.now)
@@ -466,7 +471,7 @@ func TestSLOLoopPausesBE(t *testing.T) {
 	waitState(t, be.PID, true)
 	loop.Close()
 	waitState(t, be.PID, false)
-	if loop.Pause.Holding() || len(loop.Pause.(*Pauser).held) != 0 {
+	if loop.Pause.Holding() || loop.Pause.(*pause.Pauser).Held() != 0 {
 		t.Error("still holding BE after Close")
 	}
 }
@@ -500,7 +505,7 @@ slo: {enabled: true, window: 1s%s}
 		highest, told := time.Duration(0), 0
 		for range 80 {
 			spin := s.loop.Reply(100).Prepreempt
-			s.loop.Push(100, client.Stats{Engine: &EngineState{Prepreempt: spin}})
+			s.loop.Push(100, api.Stats{Engine: &EngineState{Prepreempt: spin}})
 			s.window(slo.EagerPyTorchH100, false)
 			highest = max(highest, s.beTimeslice())
 			if s.loop.Reply(100).Prepreempt {
@@ -516,13 +521,47 @@ slo: {enabled: true, window: 1s%s}
 	}
 }
 
+// fakeCounter is a LaunchCounter whose counts the test sets.
+type fakeCounter struct {
+	n          map[int]uint64
+	attached   map[int]bool
+	fail       map[int]error
+	unreadable map[int]bool
+	attaches   int
+}
+
+func newFakeCounter() *fakeCounter {
+	return &fakeCounter{n: map[int]uint64{}, attached: map[int]bool{}, fail: map[int]error{}, unreadable: map[int]bool{}}
+}
+
+func (f *fakeCounter) Attach(pid int, lib string) error {
+	f.attaches++
+	if err := f.fail[pid]; err != nil {
+		return err
+	}
+	if lib != "/lib/libcuda.so.1" {
+		return errors.New("wrong library " + lib)
+	}
+	f.attached[pid], f.n[pid] = true, 0
+	return nil
+}
+
+func (f *fakeCounter) Count(pid int) (uint64, bool) {
+	if !f.attached[pid] || f.unreadable[pid] {
+		return 0, false
+	}
+	return f.n[pid], true
+}
+
+func (f *fakeCounter) Detach(pid int) { delete(f.attached, pid) }
+
 // newShareRig is an SLO loop over sloPolicy with no process yet, whose BE
 // share comes from launches counted by the fake counter it returns.
 func newShareRig(t *testing.T) (*sloRig, *fakeCounter) {
 	g := newRig(t, sloPolicy)
 	s := &sloRig{rig: g, loop: NewSLOLoop(g.rec, g.m, testLog(t))}
 	f := newFakeCounter()
-	p := NewBEProgress(f, testLog(t))
+	p := signals.NewBEProgress(f, testLog(t))
 	p.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
 	s.loop.Share = p
 	return s, f
@@ -649,11 +688,11 @@ func TestBEAloneBesideAnMPSServer(t *testing.T) {
 func TestExitedPusherForgotten(t *testing.T) {
 	s := newSLORig(t, sloPolicy)
 	d := &Daemon{log: testLog(t), rec: s.rec, slo: s.loop, metrics: s.m, inspect: s.insp}
-	st := HintStats{PID: 100, Stats: client.Stats{Engine: &EngineState{Prepreempt: true}}}
-	s.m.pushStats(st, "lc-server") // as the socket's stats handler does
+	st := api.HintStats{PID: 100, Stats: api.Stats{Engine: &EngineState{Prepreempt: true}}}
+	s.m.Pushed(st, "lc-server") // as the socket's stats handler does
 	s.loop.Push(100, st.Stats)
 	delete(s.insp, 100)
-	s.rec.Handle(Event{Kind: ProcessExited, PID: 100, At: s.now})
+	s.rec.Handle(reconcile.Event{Kind: reconcile.ProcessExited, PID: 100, At: s.now})
 	if slices.Contains(s.m.Pushers(), 100) {
 		t.Fatal("premise: the exit left pid 100 among the metrics' pushers")
 	}
@@ -726,8 +765,8 @@ func TestSLOLoopBEApartFromLC(t *testing.T) {
 			t.Errorf("bulk's rate alone %v, want %d: learnt beside the LC on GPU 0", b.AlonePerS, alone/2)
 		}
 	}
-	var cs client.SLO
-	if b, err := json.Marshal(st); err != nil || json.Unmarshal(b, &cs) != nil || !slices.ContainsFunc(cs.BE, func(b client.SLOBE) bool { return b.Apart }) {
+	var cs api.SLO
+	if b, err := json.Marshal(st); err != nil || json.Unmarshal(b, &cs) != nil || !slices.ContainsFunc(cs.BE, func(b api.SLOBE) bool { return b.Apart }) {
 		t.Errorf("the status on the wire lost which BE is apart: %+v", cs.BE)
 	}
 
@@ -773,7 +812,7 @@ func TestSLOLoopPausesPerGPU(t *testing.T) {
 			if held(be) {
 				r = 1 // alone
 			}
-			loop.Push(pid, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
+			loop.Push(pid, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
 				LatencyUs: map[string]float64{"p50": float64(slowBeside.Baseline) * r / 1e3}}})
 		}
 		loop.Step(g.now)
@@ -821,8 +860,8 @@ func TestSLOLoopPausesPerGPU(t *testing.T) {
 		}
 	}
 	waitState(t, far.PID, false)
-	if p := loop.Pause.(*Pauser); len(p.held) != 0 || p.Holding() {
-		t.Errorf("%d processes left held with nothing stopped", len(p.held))
+	if p := loop.Pause.(*pause.Pauser); p.Held() != 0 || p.Holding() {
+		t.Errorf("%d processes left held with nothing stopped", p.Held())
 	}
 }
 
@@ -862,7 +901,7 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 			r, share := x.w.At(ts(x.be))
 			f.n[x.be] += uint64(share * alone)
 			p50 := float64(x.w.Baseline) * r / 1e3
-			s.loop.Push(x.lc, client.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: uint64(x.w.Requests),
+			s.loop.Push(x.lc, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: uint64(x.w.Requests),
 				LatencyUs: map[string]float64{"p50": p50, "p99": 1.3 * p50}}})
 		}
 		s.now += time.Second
@@ -1064,7 +1103,7 @@ func TestSLOLoopUnlistedBEShown(t *testing.T) {
 		t.Fatalf("searches %+v, want GPU 0's alone", st.Searches)
 	}
 	want := st.Searches[0].BETimeslice
-	i := slices.IndexFunc(st.BE, func(b client.SLOBE) bool { return b.PID == 201 })
+	i := slices.IndexFunc(st.BE, func(b api.SLOBE) bool { return b.PID == 201 })
 	if i < 0 || st.BE[i].Timeslice != want || st.BE[i].Apart {
 		t.Errorf("BE rows %+v: want pid 201 at %s", st.BE, want)
 	}
@@ -1114,7 +1153,7 @@ func TestSLOLoopAlignedWindows(t *testing.T) {
 			p50 := float64(slo.EagerPyTorchH100.Baseline) * r / 1e3
 			d := time.Second + tc.early
 			s.now += time.Second
-			s.loop.Push(100, client.Stats{Window: &LatencyWindow{DurationMs: float64(d) / 1e6, Requests: 50, LatencyUs: map[string]float64{"p50": p50}}})
+			s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: float64(d) / 1e6, Requests: 50, LatencyUs: map[string]float64{"p50": p50}}})
 			s.loop.Step(s.now)
 			if last := s.loop.Status().Last; last.Aligned == tc.wantMixed {
 				t.Errorf("the window after a move, begun %v before it: aligned %v (%s); want it mixed (not learnt) %v", tc.early, last.Aligned, last.Reason, tc.wantMixed)
@@ -1138,7 +1177,7 @@ func TestSLOLoopEngineToldLate(t *testing.T) {
 		s.now += time.Second
 		r, _ := slo.EagerPyTorchH100.At(s.beTimeslice())
 		p50 := float64(slo.EagerPyTorchH100.Baseline) * r / 1e3
-		s.loop.Push(100, client.Stats{Engine: &EngineState{Prepreempt: told[max(i-1, 0)]}, Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
+		s.loop.Push(100, api.Stats{Engine: &EngineState{Prepreempt: told[max(i-1, 0)]}, Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
 			LatencyUs: map[string]float64{"p50": p50}}})
 		s.loop.Step(s.now)
 		s.tick(s.now)

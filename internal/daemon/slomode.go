@@ -4,23 +4,27 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/daemon/gate"
+	"github.com/gpreempt/gpreempt/internal/daemon/pause"
+	"github.com/gpreempt/gpreempt/internal/daemon/signals"
+	"github.com/gpreempt/gpreempt/internal/reconcile"
 	"github.com/gpreempt/gpreempt/internal/scrape"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 )
 
 // What SLO mode needs of the daemon, the daemon's parts give.
 var (
-	_ slomode.Reconciler     = (*Reconciler)(nil)
+	_ slomode.Reconciler     = (*reconcile.Reconciler)(nil)
 	_ slomode.Metrics        = (*Metrics)(nil)
-	_ slomode.Pauser         = (*Pauser)(nil)
-	_ slomode.Steerer        = (*RequestGate)(nil)
-	_ slomode.WindowedSource = (*TracedLatency)(nil)
+	_ slomode.Pauser         = (*pause.Pauser)(nil)
+	_ slomode.Steerer        = (*gate.Gate)(nil)
+	_ slomode.WindowedSource = (*signals.TracedLatency)(nil)
 	_ slomode.WindowedSource = (*scrape.Scraped)(nil)
-	_ slomode.ShareSource    = (*BEProgress)(nil)
+	_ slomode.ShareSource    = (*signals.BEProgress)(nil)
 )
 
 // NewSLOLoop returns SLO mode over the reconciler rec, on its clock,
 // publishing to m; the daemon sets the loop's Pause, Gate and sources.
-func NewSLOLoop(rec *Reconciler, m *Metrics, log *slog.Logger) *slomode.Loop {
+func NewSLOLoop(rec *reconcile.Reconciler, m *Metrics, log *slog.Logger) *slomode.Loop {
 	return slomode.New(rec, func() time.Duration { return rec.Now() }, m, log)
 }

@@ -5,7 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/gpreempt/gpreempt/internal/scrape/endpoint"
+	"github.com/gpreempt/gpreempt/internal/endpoint"
 )
 
 // The pod annotations that name an LC pod's latency endpoint: its server's

@@ -5,7 +5,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/gpreempt/gpreempt/internal/scrape/endpoint"
+	"github.com/gpreempt/gpreempt/internal/endpoint"
 )
 
 // parseLatency reads a rule's latency endpoint: the metrics URL of a

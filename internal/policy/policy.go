@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
-	"github.com/gpreempt/gpreempt/internal/scrape/endpoint"
+	"github.com/gpreempt/gpreempt/internal/endpoint"
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/gpreempt/gpreempt/internal/scrape/endpoint"
+	"github.com/gpreempt/gpreempt/internal/endpoint"
 )
 
 // ErrFormat marks an exposition that does not decode, or a histogram

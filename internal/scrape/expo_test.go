@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpreempt/gpreempt/internal/scrape/endpoint"
+	"github.com/gpreempt/gpreempt/internal/endpoint"
 )
 
 func vllmMetrics(t testing.TB) endpoint.Metrics {

@@ -2,7 +2,7 @@
 // LLM server's own Prometheus histograms (end-to-end request latency,
 // time to first token, time per output token), fetched once a window,
 // each window's values taken from the buckets' growth since the last
-// fetch. Presets name each server's metrics (internal/scrape/endpoint);
+// fetch. Presets name each server's metrics (internal/endpoint);
 // a fetch goes to the one address its endpoint names (checked again when
 // the connection is made), follows no redirect, and reads a bounded body
 // within a bounded time. Scraped is SLO mode's WindowedSource of these
@@ -23,8 +23,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/endpoint"
 	"github.com/gpreempt/gpreempt/internal/policy"
-	"github.com/gpreempt/gpreempt/internal/scrape/endpoint"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 )
 

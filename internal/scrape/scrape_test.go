@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/gpreempt/gpreempt/internal/endpoint"
 	"github.com/gpreempt/gpreempt/internal/policy"
-	"github.com/gpreempt/gpreempt/internal/scrape/endpoint"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 )
 

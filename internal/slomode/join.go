@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
@@ -66,7 +66,7 @@ func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 		if !ok {
 			continue
 		}
-		k := client.GPUList(gs)
+		k := api.GPUList(gs)
 		s := l.searches[k]
 		if s == nil {
 			c, _ := slo.New(l.options(pol, l.conf)) // Step took these options when the mode came on
@@ -80,7 +80,7 @@ func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 	}
 	for _, b := range all {
 		gs, ok := setOf(b)
-		if s := l.searches[client.GPUList(gs)]; ok && s != nil && s.live() {
+		if s := l.searches[api.GPUList(gs)]; ok && s != nil && s.live() {
 			s.bes = append(s.bes, b)
 			l.beSearch[b.Key()] = s
 		}

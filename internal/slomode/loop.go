@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
@@ -35,17 +35,17 @@ type Loop struct {
 
 	on       bool
 	conf     sloConf
-	searches map[string]*search // by their GPUs (client.GPUList); a change of conf starts them again
+	searches map[string]*search // by their GPUs (api.GPUList); a change of conf starts them again
 	unlisted map[string]int     // when each process on no GPU NVML lists was first seen so, by ProcRef.Key
 	beSearch map[string]*search // the live search each BE process is in, by ProcRef.Key
 	alone    map[string]bool    // BE processes beside no process outside BE (but MPS servers) as the window began
-	windows  int                // windows observed (client.SLODecision.Window)
+	windows  int                // windows observed (api.SLODecision.Window)
 	used     map[sampleSource]uint64
 	tracing  map[string]*traceWant // the LC processes request tracing may measure, by ProcRef.Key
 	held     map[int]bool          // what steer last gave each LC, by pid: a self-gating engine's last answer
 
 	mu             sync.Mutex
-	status         client.SLO
+	status         api.SLO
 	stepAt, window time.Duration // when Step last ran (0: not yet) and the window then: Reply's next_window_ms
 	told           map[int]bool  // whether each LC's hint engine is told to pre-preempt, by pid
 }
@@ -66,7 +66,7 @@ type search struct {
 	// lagged: an LC's engine takes a changed word (pre-preemption; the gate, gateLag) at its next
 	// push, so the window now running ran the word before.
 	lagged, gateLag bool
-	status          client.SLOSearch
+	status          api.SLOSearch
 }
 
 func (s *search) live() bool { return len(s.lcs) > 0 }
@@ -86,14 +86,14 @@ func New(rec Reconciler, now func() time.Duration, m Metrics, log *slog.Logger) 
 }
 
 // Push takes a stats push's latency window and engine state.
-func (l *Loop) Push(pid int, s client.Stats) {
+func (l *Loop) Push(pid int, s api.Stats) {
 	if s.Window != nil {
 		l.push.push(pid, *s.Window)
 	}
 	if s.Engine != nil {
 		l.mu.Lock()
 		if l.status.Engines == nil {
-			l.status.Engines = map[string]client.Engine{}
+			l.status.Engines = map[string]api.Engine{}
 		}
 		l.status.Engines[strconv.Itoa(pid)] = *s.Engine
 		l.mu.Unlock()
@@ -120,7 +120,7 @@ func (l *Loop) PrepreemptUpTo(pol *policy.Policy, lcs []policy.ProcRef) time.Dur
 	return up
 }
 
-// SearchTimeslice is the BE timeslice the search on gpus (client.GPUList) holds, live or idle.
+// SearchTimeslice is the BE timeslice the search on gpus (api.GPUList) holds, live or idle.
 func (l *Loop) SearchTimeslice(gpus string) (time.Duration, bool) {
 	if s := l.searches[gpus]; s != nil {
 		return s.ctl.Arm().BETimeslice, true
@@ -152,10 +152,10 @@ func (l *Loop) Forget(pid int) {
 }
 
 // Reply is the answer to pid's stats push: whether its engine pre-preempts, when the next read is.
-func (l *Loop) Reply(pid int) client.StatsReply {
+func (l *Loop) Reply(pid int) api.StatsReply {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := client.StatsReply{Prepreempt: l.toldLocked(pid), SLO: l.status.Enabled}
+	r := api.StatsReply{Prepreempt: l.toldLocked(pid), SLO: l.status.Enabled}
 	if r.SLO && l.window > 0 && l.stepAt > 0 {
 		// Past due, the read runs now: a reporter pushes ahead of the one after.
 		next := max(l.stepAt+l.window-l.push.now(), time.Microsecond)
@@ -187,7 +187,7 @@ func windowOf(pol *policy.Policy) time.Duration {
 }
 
 // Status is the SLO mode's state, sharing nothing that pushes write while the caller encodes it.
-func (l *Loop) Status() client.SLO {
+func (l *Loop) Status() api.SLO {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.status
@@ -275,7 +275,7 @@ func (l *Loop) off(pol *policy.Policy, now time.Duration) {
 		l.log.Info("slo: mode off; BE back to the policy's timeslice", "be_timeslice", pol.Classes[class.BE].Timeslice)
 	}
 	l.mu.Lock()
-	l.status, l.told = client.SLO{Engines: l.status.Engines, Prepreempt: true}, nil
+	l.status, l.told = api.SLO{Engines: l.status.Engines, Prepreempt: true}, nil
 	l.mu.Unlock()
 	l.metrics.SetSLO(false, nil)
 }

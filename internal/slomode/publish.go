@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
@@ -18,7 +18,7 @@ import (
 
 // lcWindow is one LC process's window: its status rows (one per objective), samples and key.
 type lcWindow struct {
-	rows    []client.SLOLC
+	rows    []api.SLOLC
 	samples []slo.LCSample
 	key     string
 	began   time.Duration // the reconciler's clock
@@ -33,7 +33,7 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 	for _, p := range lcs {
 		objs, ok := pol.Objective(p.Decision)
 		if !ok {
-			out[p.PID] = lcWindow{rows: []client.SLOLC{{PID: p.PID, Comm: p.Comm, Signal: "no objective"}}}
+			out[p.PID] = lcWindow{rows: []api.SLOLC{{PID: p.PID, Comm: p.Comm, Signal: "no objective"}}}
 			continue
 		}
 		s, ok := l.Latency.Latest(p.PID)
@@ -55,7 +55,7 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 			l.used[src], w.began = s.Seq, s.At-s.Window
 		}
 		for _, o := range objs {
-			row := client.SLOLC{PID: p.PID, Comm: p.Comm, Objective: o.String()}
+			row := api.SLOLC{PID: p.PID, Comm: p.Comm, Objective: o.String()}
 			if ok {
 				row.Source = s.Source
 			}
@@ -116,7 +116,7 @@ func lcSample(s LatencySample, o objective.Objective, p policy.ProcRef, key stri
 func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, samples map[int]lcWindow, all []policy.ProcRef, per map[string]time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	st := client.SLO{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
+	st := api.SLO{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
 		Ladder: fmtLadder(ladderOf(pol)), MinBEShare: pol.SLO.MinBEShare, Calibrate: map[bool]string{true: "pause", false: "shortest"}[l.conf.pause > 0],
 		Engines: l.status.Engines, Prepreempt: true}
 	told, metrics, worst := map[int]bool{}, map[string]slo.Decision{}, math.NaN()
@@ -132,10 +132,10 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 		})
 		ss.GPUs, ss.BETimeslice, ss.Arm, ss.LCs, ss.Prepreempt = s.gpus, arm.BETimeslice.String(), arm.String(), len(s.lcs), pre
 		if d != nil && s.live() { // what an idle search decides applies to no BE: neither shown nor counted
-			sd := &client.SLODecision{Window: l.windows, BETimeslice: d.Arm.BETimeslice.String(), Arm: d.Arm.String(), Phase: d.Phase, Changed: d.Changed,
+			sd := &api.SLODecision{Window: l.windows, BETimeslice: d.Arm.BETimeslice.String(), Arm: d.Arm.String(), Phase: d.Phase, Changed: d.Changed,
 				Cause: d.Cause, Reason: d.Reason, Fallback: d.Phase == slo.Fallback.String(), BEBelowMinimum: d.BEBelowMinimum, Aligned: d.Aligned, Bound: d.Bound}
 			ss.Last, ss.BEShare, ss.WorstLC, ss.Phase = sd, finite(d.BEShare), finite(d.Worst), d.Phase
-			ss.Calibration = &client.SLOCalibration{Paused: d.PausedWindows, Windows: d.CalibrationWindows, Of: d.Windows}
+			ss.Calibration = &api.SLOCalibration{Paused: d.PausedWindows, Windows: d.CalibrationWindows, Of: d.Windows}
 			if d.Changed {
 				ss.LastChange = sd
 				ss.Changes++
@@ -193,7 +193,7 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 }
 
 // searchRows are the status rows of search s's LCs against its decision d (nil: none this window).
-func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) (out []client.SLOLC) {
+func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) (out []api.SLOLC) {
 	for _, p := range s.lcs {
 		w := samples[p.PID]
 		for _, row := range w.rows {

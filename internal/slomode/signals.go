@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 )
 
@@ -60,7 +60,7 @@ type WindowedSource interface {
 // window ending at now over bes; Close ends the measuring as SLO mode goes off.
 type ShareSource interface {
 	Roll(now time.Duration, bes []BEWindow) map[string]BERate
-	Status() []client.SLOBE
+	Status() []api.SLOBE
 	Close()
 }
 
@@ -97,7 +97,7 @@ type pushed struct {
 	by  map[int]LatencySample
 }
 
-func (p *pushed) push(pid int, w client.Window) {
+func (p *pushed) push(pid int, w api.Window) {
 	us := func(x float64) time.Duration { return time.Duration(x * float64(time.Microsecond)) }
 	s := LatencySample{Source: SourcePushed, Window: time.Duration(w.DurationMs * float64(time.Millisecond)), Requests: int(min(w.Requests, math.MaxInt32)),
 		Tokens: int(min(w.Tokens, math.MaxInt32)), Quantiles: map[string]time.Duration{}, Samples: map[string][]time.Duration{}}

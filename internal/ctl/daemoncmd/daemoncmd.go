@@ -15,11 +15,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/ctl/cmdutil"
-	"github.com/gpreempt/gpreempt/internal/daemon/client"
 )
 
-var socketFlag = &cli.StringFlag{Name: "socket", Usage: "gpreemptd's socket (default " + client.DefaultSocket + ")", EnvVars: []string{client.SocketEnv}}
+var socketFlag = &cli.StringFlag{Name: "socket", Usage: "gpreemptd's socket (default " + api.DefaultSocket + ")", EnvVars: []string{api.SocketEnv}}
 
 // Command is `gpreemptctl daemon`.
 var Command = &cli.Command{
@@ -43,7 +43,7 @@ var Command = &cli.Command{
 func jsonOut(c *cli.Context) bool { return c.String("output") == "json" }
 
 func status(c *cli.Context) error {
-	cl := client.New(c.String("socket"))
+	cl := api.New(c.String("socket"))
 	st, err := cl.Status(c.Context)
 	if err != nil {
 		return err
@@ -127,13 +127,13 @@ func reshape(v any, out any) error {
 // classTable prints per class the settings in force, the processes in it
 // and, in SLO mode, each LC process's latency against its objective, BE's
 // share, and the last decision with its reason.
-func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
+func classTable(w io.Writer, st map[string]any, procs []api.Process) error {
 	var cls []struct {
 		Name       string `json:"name"`
 		Timeslice  string `json:"timeslice"`
 		Interleave string `json:"interleave"`
 	}
-	var s client.SLO
+	var s api.SLO
 	if v, ok := st["classes"]; ok {
 		if err := reshape(v, &cls); err != nil {
 			return fmt.Errorf("status: classes: %w", err)
@@ -195,7 +195,7 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 				share = percent(x.BEShare)
 			}
 			fmt.Fprintf(w, "%s:\tarm %s%s, BE share %s, worst LC at %s of its objective, %d changes, hint engines: prepreempt %v\n",
-				client.GPUName(x.GPUs), cmp.Or(x.Arm, x.BETimeslice), phase(x.Phase), share, ratio(x.WorstLC), x.Changes, x.Prepreempt)
+				api.GPUName(x.GPUs), cmp.Or(x.Arm, x.BETimeslice), phase(x.Phase), share, ratio(x.WorstLC), x.Changes, x.Prepreempt)
 			decisions(w, "  ", x.Last, x.LastChange)
 			references(w, "  ", x.Calibration)
 		}
@@ -220,7 +220,7 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 	if len(s.LC) > 0 {
 		fmt.Fprintln(w, "\nLC PID\tCOMM\t"+gpuColumn(perGPU, "GPU\t")+"OBJECTIVE\tLATENCY\tTARGET\tVS OBJECTIVE\tREQUESTS\tSIGNAL\tREFERENCE")
 		for _, l := range s.LC {
-			fmt.Fprintf(w, "%d\t%s\t%s%s\t%s\t%s\t%s\t%d\t%s\t%s\n", l.PID, l.Comm, gpuColumn(perGPU, client.GPUList(l.GPUs)+"\t"), cmdutil.OrDash(l.Objective),
+			fmt.Fprintf(w, "%d\t%s\t%s%s\t%s\t%s\t%s\t%d\t%s\t%s\n", l.PID, l.Comm, gpuColumn(perGPU, api.GPUList(l.GPUs)+"\t"), cmdutil.OrDash(l.Objective),
 				us(l.LatencyUs), us(l.TargetUs), ratio(l.Ratio), l.Requests, l.Signal, cmdutil.OrDash(l.Reference))
 		}
 	}
@@ -239,7 +239,7 @@ func classTable(w io.Writer, st map[string]any, procs []client.Process) error {
 
 // decisions prints a search's last decision and last change, each line
 // after indent.
-func decisions(w io.Writer, indent string, last, change *client.SLODecision) {
+func decisions(w io.Writer, indent string, last, change *api.SLODecision) {
 	if d := last; d != nil {
 		aligned := ""
 		if d.Aligned {
@@ -253,7 +253,7 @@ func decisions(w io.Writer, indent string, last, change *client.SLODecision) {
 }
 
 // references prints what learning LC references has cost a search.
-func references(w io.Writer, indent string, c *client.SLOCalibration) {
+func references(w io.Writer, indent string, c *api.SLOCalibration) {
 	if c != nil && c.Windows > 0 {
 		fmt.Fprintf(w, "%sreferences:\tlearnt in %d of %d windows, %d of them with BE stopped\n", indent, c.Windows, c.Of, c.Paused)
 	}
@@ -275,7 +275,7 @@ func gpuColumn(perGPU bool, col string) string {
 	return ""
 }
 
-func keptOrChanged(d *client.SLODecision) string {
+func keptOrChanged(d *api.SLODecision) string {
 	if d.Changed {
 		return "changed to " + cmp.Or(d.Arm, d.BETimeslice)
 	}
@@ -311,7 +311,7 @@ func us(v float64) string {
 }
 
 func classes(c *cli.Context) error {
-	cl, err := client.New(c.String("socket")).Classes(c.Context)
+	cl, err := api.New(c.String("socket")).Classes(c.Context)
 	if err != nil {
 		return err
 	}
@@ -340,7 +340,7 @@ func classes(c *cli.Context) error {
 }
 
 func reload(c *cli.Context) error {
-	if err := client.New(c.String("socket")).Reload(c.Context); err != nil {
+	if err := api.New(c.String("socket")).Reload(c.Context); err != nil {
 		return err
 	}
 	if jsonOut(c) {

@@ -19,6 +19,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/daemon"
 	"github.com/gpreempt/gpreempt/internal/gpu"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/reconcile"
 	"github.com/gpreempt/gpreempt/internal/version"
 	"github.com/gpreempt/gpreempt/tsg"
 )
@@ -135,7 +136,7 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 				Mode: c.String("mode"), ScanInterval: c.Duration("scan-interval"), TraceRequests: c.Bool("trace-requests"), LibCUDA: c.String("libcuda"), BEProgress: c.Bool("be-progress"), ResyncInterval: c.Duration("resync-interval"), PolicyPoll: c.Duration("policy-poll"),
 				LeaveSettings: c.Bool("leave-settings"), Log: log, GPU: info, Version: Version,
 				Scan: tsg.ScanOptions{HandleGap: c.Int("handle-gap"), AllowUnsupportedDriver: c.Bool("allow-unsupported-driver")},
-				Reconcile: daemon.Options{Debounce: c.Duration("debounce"), MaxWait: c.Duration("max-wait"),
+				Reconcile: reconcile.Options{Debounce: c.Duration("debounce"), MaxWait: c.Duration("max-wait"),
 					DriftBurst: c.Int("drift-burst"), DriftRefill: c.Duration("drift-refill")},
 			}
 			kubeStarted, err := startKube(c.Context, c, &cfg, log)

@@ -20,9 +20,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/api/server"
 	"github.com/gpreempt/gpreempt/internal/daemon"
+	"github.com/gpreempt/gpreempt/internal/daemon/gate"
 	"github.com/gpreempt/gpreempt/internal/kube"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/reconcile"
 )
 
 // kubeFlags are node agent mode's flags (docs/KUBERNETES.md).
@@ -107,7 +110,7 @@ func KubeHook(ctx context.Context, agent *kube.Agent, cfg *daemon.Config, log *s
 	// one Event per process and class is enough.
 	var mu sync.Mutex
 	recorded := map[int]string{}
-	cfg.Reconcile.OnClassed = func(pid int, d policy.Decision, groups []daemon.GroupState) {
+	cfg.Reconcile.OnClassed = func(pid int, d policy.Decision, groups []reconcile.GroupState) {
 		ref, err := agent.PodOfPID(pid)
 		if err != nil {
 			return // not in a pod of this node
@@ -148,7 +151,7 @@ func KubeHook(ctx context.Context, agent *kube.Agent, cfg *daemon.Config, log *s
 		if ref, err := agent.PodOfPID(pid); err == nil {
 			return "pod " + ref.Namespace + "/" + ref.Name
 		}
-		return daemon.UIDTenant(pid)
+		return gate.UIDTenant(pid)
 	}
 	return func(d *daemon.Daemon) {
 		d.Metrics().Registry.MustRegister(kube.NewPodInfoCollector(agent, d.Reconciler().Known, d.Metrics().ProcessLabel))
@@ -201,7 +204,7 @@ func watchKubePolicy(ctx context.Context, agent *kube.Agent, file string, last [
 const maxRecorded = 4096
 
 // classedMessage is the Event's text: "classed be: 4 channel groups on GPU 0".
-func classedMessage(d policy.Decision, groups []daemon.GroupState) string {
+func classedMessage(d policy.Decision, groups []reconcile.GroupState) string {
 	gpus := map[string]bool{}
 	for _, g := range groups {
 		if g.GPU != "" {
@@ -224,7 +227,7 @@ func classedMessage(d policy.Decision, groups []daemon.GroupState) string {
 // the peer is in one (podOf answers), else by its uid.
 func podPeerKey(podOf func(pid int) (kube.PodRef, error)) func(net.Conn) (string, error) {
 	return func(c net.Conn) (string, error) {
-		p, err := daemon.PeerOf(c)
+		p, err := server.PeerOf(c)
 		if err != nil {
 			return "", err
 		}

@@ -16,23 +16,23 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpreempt/gpreempt/class"
-	"github.com/gpreempt/gpreempt/internal/daemon"
 	"github.com/gpreempt/gpreempt/internal/kube"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/reconcile"
 )
 
 func TestClassedMessage(t *testing.T) {
 	be := policy.Decision{Spec: class.Spec{Name: class.BE, Weight: 1}}
-	gs := func(gpus ...string) []daemon.GroupState {
-		var out []daemon.GroupState
+	gs := func(gpus ...string) []reconcile.GroupState {
+		var out []reconcile.GroupState
 		for _, g := range gpus {
-			out = append(out, daemon.GroupState{GPU: g})
+			out = append(out, reconcile.GroupState{GPU: g})
 		}
 		return out
 	}
 	for _, tt := range []struct {
 		d      policy.Decision
-		groups []daemon.GroupState
+		groups []reconcile.GroupState
 		want   string
 	}{
 		{be, gs("0", "0", "0", "0"), "classed be: 4 channel groups on GPU 0"},

@@ -1,0 +1,477 @@
+package signals
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/slomode"
+	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
+)
+
+// spaced feeds tl n requests of p of latency lat, one a period (at least
+// the request and a quiet gap past the 25 ms ceiling when period is 0):
+// a request ends once its process has been quiet for its gap.
+func spaced(tl *TracedLatency, p tracetest.Process, n int, lat, period time.Duration, clock *tracetest.Clock) {
+	for range n {
+		start := clock.Now
+		for _, ev := range tracetest.Request(p, 3, lat, clock) {
+			tl.Apply(ev)
+		}
+		if period == 0 {
+			period = lat + 30*time.Millisecond
+		}
+		clock.Now = max(clock.Now, start+uint64(period))
+	}
+}
+
+func TestTracedLatencyWindows(t *testing.T) {
+	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-server"}
+	other := tracetest.Process{PID: 200, TID: 201, Comm: "bulk"}
+	clock := &tracetest.Clock{}
+	tl := NewTracedLatency()
+	feed := func(evs []trace.Event) {
+		for _, ev := range evs {
+			tl.Apply(ev)
+		}
+	}
+	clock.Now = uint64(500 * time.Millisecond)
+	feed(tracetest.Request(lc, 2, 9*time.Millisecond, clock)) // before the first window: in none
+	tl.Roll(time.Second, nil)
+	if _, ok := tl.Latest(100); ok {
+		t.Fatal("a window before any closed")
+	}
+	for i := range 100 {
+		spaced(tl, lc, 1, time.Duration(i+1)*time.Millisecond, 0, clock)
+	}
+	spaced(tl, other, 1, 5*time.Millisecond, 0, clock)
+	// A failed synchronization is not a served request.
+	failed := tracetest.Request(lc, 1, time.Second, clock)
+	failed[len(failed)-1].(*trace.Call).Ret = 700
+	feed(failed)
+	tl.Roll(10*time.Second, nil) // its quiet gap passed: the last request is in
+
+	s, ok := tl.Latest(100)
+	if !ok || s.Requests != 100 || s.Window != 9*time.Second || s.At != 10*time.Second || s.Seq == 0 || s.Source != slomode.SourceTracedRequest {
+		t.Fatalf("pid 100 window %+v %v", s, ok)
+	}
+	if len(s.Samples[slomode.MetricRequest]) != 100 || s.Tokens != 0 {
+		t.Errorf("samples %v, tokens %d", s.Samples, s.Tokens)
+	}
+	for q, want := range map[string]time.Duration{"p50": 50 * time.Millisecond, "p90": 90 * time.Millisecond,
+		"p99": 99 * time.Millisecond, "p999": 100 * time.Millisecond, "max": 100 * time.Millisecond} {
+		if got := s.Quantiles[q]; got != want {
+			t.Errorf("%s = %v, want %v", q, got, want)
+		}
+	}
+	if o, ok := tl.Latest(200); !ok || o.Requests != 1 || o.Quantiles["p50"] != 5*time.Millisecond {
+		t.Errorf("pid 200 window %+v %v", o, ok)
+	}
+	// A window without requests keeps the last one (the loop's staleness
+	// check ages it out); a new one numbers itself apart.
+	tl.Roll(11*time.Second, nil)
+	if again, _ := tl.Latest(100); again.Seq != s.Seq {
+		t.Errorf("an empty window replaced the last: %+v", again)
+	}
+	clock.Now = uint64(11 * time.Second)
+	spaced(tl, lc, 1, time.Millisecond, 0, clock)
+	tl.Roll(12*time.Second, nil)
+	if next, _ := tl.Latest(100); next.Seq == s.Seq || next.Requests != 1 {
+		t.Errorf("next window %+v", next)
+	}
+	tl.Apply(&trace.TaskExit{PID: 100})
+	if _, ok := tl.Latest(100); ok {
+		t.Error("an exited process's window kept")
+	}
+	// Without exits (uprobes report none), a process's last window goes
+	// lastKept windows after it.
+	if _, ok := tl.Latest(200); !ok {
+		t.Fatal("pid 200's window gone early")
+	}
+	last := 10 * time.Second // its window's end; windows of 1 s
+	for now := 13 * time.Second; now <= last+lastKept*time.Second; now += time.Second {
+		tl.Roll(now, nil)
+	}
+	if _, ok := tl.Latest(200); !ok {
+		t.Errorf("pid 200's window gone before %d windows", lastKept)
+	}
+	tl.Roll(last+(lastKept+1)*time.Second, nil)
+	if s, ok := tl.Latest(200); ok {
+		t.Errorf("pid 200's window kept %d windows on: %+v", lastKept, s)
+	}
+}
+
+// buildLCLoop builds, in dir, a library exporting libcuda's names
+// (libcuda.so.1) and lcloop, a program linked against it that waits for a
+// line on stdin, prints its pid and makes the requests its argument says.
+func buildLCLoop(t *testing.T, dir string) (lib, app string) {
+	t.Helper()
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Fatalf("gcc is needed for the uprobe tests (README: Set up): %v", err)
+	}
+	lib, app = filepath.Join(dir, "libcuda.so.1"), filepath.Join(dir, "lcloop")
+	for _, args := range [][]string{
+		{"-shared", "-fPIC", "-O2", "-Wl,-soname,libcuda.so.1", "-o", lib, "../../trace/testdata/fakecuda.c"},
+		{"-O2", "-o", app, "testdata/lcloop.c", lib, "-Wl,-rpath," + dir},
+	} {
+		if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+			t.Fatalf("gcc %v: %v\n%s", args, err, out)
+		}
+	}
+	return lib, app
+}
+
+// TestBELibraryPrefersTheMapped: with --libcuda, BE progress counts in the
+// libcuda a process has mapped, and in the named one for a process that
+// maps none.
+func TestBELibraryPrefersTheMapped(t *testing.T) {
+	dir := t.TempDir()
+	lib, app := buildLCLoop(t, dir)
+	cmd := exec.Command(app, "0")
+	stdin, _ := cmd.StdinPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	find := BELibrary("/host/libcuda/libcuda.so.1")
+	// The loader maps the library before main, which then blocks reading
+	// stdin: poll for the mapping (a deadline far past any loader's).
+	var got string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if got, _ = find(cmd.Process.Pid); strings.HasPrefix(got, fmt.Sprintf("/proc/%d/", cmd.Process.Pid)) {
+			break
+		}
+	}
+	// The mapping itself (map_files), or its path under the process's
+	// root: the file it mapped either way.
+	if st, err := os.Stat(got); err != nil || !sameInode(t, st, lib) {
+		t.Errorf("a process mapping %s: %q (%v); want that file", lib, got, err)
+	}
+	if got, err := find(os.Getpid()); err != nil || got != "/host/libcuda/libcuda.so.1" {
+		t.Errorf("a process mapping no libcuda: %q, %v; want the named file", got, err)
+	}
+}
+
+// TestRequestTracingUprobes attaches the real uprobe programs, as
+// gpreemptd --trace-requests does, to a library exporting libcuda's names,
+// and reads the latency of a process that makes 30 requests whose
+// synchronization sleeps 2 ms.
+func TestRequestTracingUprobes(t *testing.T) {
+	dir := t.TempDir()
+	lib, app := buildLCLoop(t, dir)
+	if _, _, err := OpenTracedLatency(context.Background(), filepath.Join(dir, "missing.so"), nil); !errors.Is(err, trace.ErrNoLibrary) {
+		t.Errorf("a missing libcuda: %v, want ErrNoLibrary", err)
+	}
+	tl, untrace, err := OpenTracedLatency(context.Background(), lib, testLog(t))
+	if errors.Is(err, trace.ErrNotRoot) {
+		t.Skipf("the kernel refuses to trace for this user: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl.Roll(time.Second, nil)
+	cmd := exec.Command(app, "30")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(stdin, "go")
+	var pid int
+	if _, err := fmt.Fscan(bufio.NewReader(stdout), &pid); err != nil || pid != cmd.Process.Pid {
+		t.Fatalf("lcloop said %d (%v)", pid, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := untrace(); err != nil { // drains what was recorded
+		t.Fatal(err)
+	}
+	tl.Roll(2*time.Second, nil)
+	s, ok := tl.Latest(pid)
+	if !ok || s.Requests != 30 {
+		t.Fatalf("window %+v %v; want 30 requests (the failed one left out)", s, ok)
+	}
+	if p50 := s.Quantiles["p50"]; p50 < 2*time.Millisecond || p50 > time.Second {
+		t.Errorf("p50 %v; the synchronization sleeps 2 ms", p50)
+	}
+}
+
+// TestRequestTracingPerProcess: without a library named, request tracing
+// attaches to the LC processes the loop names, each through the libcuda it
+// has mapped; a process it was not asked for is not traced, and one it is
+// no longer asked for is detached.
+func TestRequestTracingPerProcess(t *testing.T) {
+	dir := t.TempDir()
+	_, app := buildLCLoop(t, dir)
+	tl, untrace, err := OpenTracedLatency(context.Background(), "", testLog(t))
+	if errors.Is(err, trace.ErrNotRoot) {
+		t.Skipf("the kernel refuses to trace for this user: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func() (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
+		cmd := exec.Command(app, "30")
+		stdin, _ := cmd.StdinPipe()
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd, stdin, bufio.NewReader(stdout)
+	}
+	lc, lcIn, lcOut := start()
+	other, otherIn, otherOut := start()
+	ref := policy.ProcRef{PID: lc.Process.Pid, Start: 1, Comm: "lcloop"}
+	// The loader maps libcuda before main: the attach is retried only
+	// after attach.Retry, so wait for the mapping first.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if _, err := trace.FindLibrary(trace.LibCUDA, "", lc.Process.Pid); err == nil {
+			break
+		}
+	}
+	// The loop's clock is the events' (CLOCK_MONOTONIC): a request that
+	// began before the attach would not count.
+	tl.Roll(time.Duration(trace.Now()), []policy.ProcRef{ref})
+	if tp := tl.procs[ref.Key()]; tp == nil || tp.err != "" {
+		t.Fatalf("lcloop not attached: %+v", tp)
+	}
+	for _, p := range []struct {
+		cmd *exec.Cmd
+		in  io.WriteCloser
+		out *bufio.Reader
+	}{{lc, lcIn, lcOut}, {other, otherIn, otherOut}} {
+		fmt.Fprintln(p.in, "go")
+		var pid int
+		if _, err := fmt.Fscan(p.out, &pid); err != nil || pid != p.cmd.Process.Pid {
+			t.Fatalf("lcloop said %d (%v)", pid, err)
+		}
+		if err := p.cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := untrace(); err != nil { // drains what was recorded
+		t.Fatal(err)
+	}
+	end := time.Duration(trace.Now())
+	tl.Roll(end, []policy.ProcRef{ref})
+	if s, ok := tl.Latest(lc.Process.Pid); !ok || s.Requests != 30 {
+		t.Errorf("the traced process: %+v %v; want 30 requests", s, ok)
+	}
+	if s, ok := tl.Latest(other.Process.Pid); ok {
+		t.Errorf("a process not asked for was traced: %+v", s)
+	}
+	tl.mu.Lock()
+	strays := tl.strays
+	tl.mu.Unlock()
+	if strays != 0 {
+		t.Errorf("%d calls of processes not attached reached the programs", strays)
+	}
+	// No LC asked for: detached (TestPerProcessUprobes: its calls no
+	// longer reach the programs), and what was measured of it forgotten.
+	tl.Roll(end+time.Second, nil)
+	if len(tl.procs) != 0 || len(tl.since) != 0 {
+		t.Errorf("still traced: %+v, %v", tl.procs, tl.since)
+	}
+	if s, ok := tl.Latest(lc.Process.Pid); ok {
+		t.Errorf("a detached process keeps its window: %+v", s)
+	}
+}
+
+// fakeProcessTracer records attaches and detaches; an error in fail is
+// returned once.
+type fakeProcessTracer struct {
+	attached map[int]bool
+	attaches int
+	detaches []int
+	fail     map[int]error
+}
+
+func (f *fakeProcessTracer) AttachProcess(pid int, lib string) error {
+	f.attaches++
+	if err := f.fail[pid]; err != nil {
+		delete(f.fail, pid)
+		return err
+	}
+	f.attached[pid] = true
+	return nil
+}
+
+func (f *fakeProcessTracer) DetachProcess(pid int) {
+	f.detaches = append(f.detaches, pid)
+	delete(f.attached, pid)
+}
+
+// TestTracedLatencyFollow: per process, Roll attaches the processes named
+// and detaches the others; a failed attach is tried again after
+// attach.Retry; a reused pid is a new process; a request that began before
+// its process was attached, or was open when it was detached, is not
+// counted (it would span the time between).
+func TestTracedLatencyFollow(t *testing.T) {
+	f := &fakeProcessTracer{attached: map[int]bool{}, fail: map[int]error{300: trace.ErrNoLibrary}}
+	tl := NewTracedLatency()
+	tl.tracer, tl.procs, tl.since, tl.log = f, map[string]*tracedProc{}, map[int]time.Duration{}, testLog(t)
+	tl.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
+	a, b := policy.ProcRef{PID: 100, Start: 1, Comm: "lc-a"}, policy.ProcRef{PID: 300, Start: 1, Comm: "lc-b"}
+	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-a"}
+	clock := &tracetest.Clock{Now: uint64(time.Second)}
+	feed := func(evs []trace.Event) {
+		for _, ev := range evs {
+			tl.Apply(ev)
+		}
+	}
+	at := func(d time.Duration) time.Duration { clock.Now = uint64(d); return d }
+
+	tl.Roll(at(time.Second), []policy.ProcRef{a, b})
+	if !f.attached[100] || f.attached[300] || f.attaches != 2 {
+		t.Fatalf("after the first roll: attached %v after %d tries", f.attached, f.attaches)
+	}
+	feed(tracetest.Request(lc, 2, 3*time.Millisecond, clock))
+	// A request open when a is detached (it started pushing, say).
+	open := tracetest.Request(lc, 2, 3*time.Millisecond, clock)
+	feed(open[:2])
+	tl.Roll(at(2*time.Second), []policy.ProcRef{b})
+	if s, ok := tl.Latest(100); ok {
+		t.Errorf("a detached process keeps a window: %+v", s)
+	}
+	if !slices.Equal(f.detaches, []int{100}) || f.attaches != 2 {
+		t.Errorf("b tried again before attach.Retry, or a not detached: detaches %v, %d tries", f.detaches, f.attaches)
+	}
+	// Events still on their way when it was detached, and a launch just
+	// before the next attach, arrive after it.
+	feed(open[2:])
+	late := tracetest.Request(lc, 1, 2*time.Millisecond, &tracetest.Clock{Now: uint64(62*time.Second - time.Millisecond)})
+	feed(late[:1])
+	tl.Roll(at(62*time.Second), []policy.ProcRef{a, b})
+	if !f.attached[100] || !f.attached[300] || f.attaches != 4 {
+		t.Fatalf("after attach.Retry: attached %v after %d tries", f.attached, f.attaches)
+	}
+	feed(late[1:])
+	feed(late) // all of it after the attach, begun before
+	// The busy period those began is not counted; the next, after a
+	// quiet gap, is.
+	clock.Now = uint64(62*time.Second + 100*time.Millisecond)
+	feed(tracetest.Request(lc, 2, 2*time.Millisecond, clock))
+	tl.Roll(at(63*time.Second), []policy.ProcRef{a, b})
+	s, ok := tl.Latest(100)
+	if !ok || s.Requests != 1 || s.Quantiles["max"] > 3*time.Millisecond {
+		t.Errorf("after the attach: %+v %v; want the one request that began after it (2 ms)", s, ok)
+	}
+	// A new process under a's pid: a's probes go, the new one's come.
+	reused := policy.ProcRef{PID: 100, Start: 2, Comm: "lc-c"}
+	tl.Roll(at(64*time.Second), []policy.ProcRef{reused, b})
+	if !slices.Equal(f.detaches, []int{100, 100}) || !f.attached[100] || f.attaches != 5 {
+		t.Errorf("pid reused: detaches %v, %d tries", f.detaches, f.attaches)
+	}
+}
+
+// An LC never quiet (a decode loop that always has a next step) is
+// measured per step once it has been busy for the Delimiter's StepAfter:
+// its windows are traced-step, with its steps as tpot_ samples (Tokens)
+// and no request latency, so a request objective finds none; the status
+// says so. A request still open when a window closes is counted in the
+// window it ends in.
+func TestTracedLatencyStepsAndSpans(t *testing.T) {
+	tl := NewTracedLatency()
+	lc := tracetest.Process{PID: 100, TID: 100, Comm: "decode-loop"}
+	clock := &tracetest.Clock{Now: uint64(time.Second)}
+	tl.Roll(time.Second, nil)
+	// 12 s of 15 ms steps with 100 us between.
+	for clock.Now < uint64(13*time.Second) {
+		for _, ev := range tracetest.Request(lc, 20, 15*time.Millisecond, clock) {
+			tl.Apply(ev)
+		}
+		clock.Now += uint64(100 * time.Microsecond)
+	}
+	tl.Roll(13*time.Second, nil)
+	s, ok := tl.Latest(100)
+	if !ok || s.Source != slomode.SourceTracedStep || s.Requests != 0 || s.Tokens < 100 || len(s.Samples[slomode.MetricRequest]) != 0 ||
+		len(s.Samples[slomode.MetricTPOT]) != s.Tokens {
+		t.Fatalf("never quiet: %+v %v; want steps only", s, ok)
+	}
+	if _, ok := s.Quantiles["p50"]; ok {
+		t.Errorf("a request quantile for an LC measured per step: %v", s.Quantiles)
+	}
+	if p := s.Quantiles["tpot_p50"]; p < 15*time.Millisecond || p > 16*time.Millisecond {
+		t.Errorf("tpot_p50 %v, want a step (15 ms and the gap)", p)
+	}
+	if st := tl.Status(); len(st) != 1 || st[0].Mode != "step" || st[0].Source != slomode.SourceTracedStep || st[0].Samples != s.Tokens {
+		t.Errorf("status %+v", st)
+	}
+
+	// The loop stops; a request begins before a window's end and ends
+	// after it.
+	clock.Now = uint64(14 * time.Second)
+	tl.Roll(14*time.Second, nil)
+	clock.Now = uint64(15*time.Second - 5*time.Millisecond)
+	for _, ev := range tracetest.Request(lc, 3, 10*time.Millisecond, clock) {
+		tl.Apply(ev)
+	}
+	tl.Roll(15*time.Second, nil)
+	if s, ok := tl.Latest(100); ok && s.Seq != 0 && s.At == 15*time.Second {
+		t.Fatalf("the request was cut at the window's end: %+v", s)
+	}
+	tl.Roll(16*time.Second, nil)
+	s, ok = tl.Latest(100)
+	if !ok || s.At != 16*time.Second || s.Source != slomode.SourceTracedRequest || s.Requests != 1 || s.Quantiles["p50"] != 10*time.Millisecond {
+		t.Errorf("the request over the window's end: %+v %v; want it whole in the window it ended in", s, ok)
+	}
+	if st := tl.Status(); st[0].Mode != "request" || st[0].Samples != 1 || st[0].P50Us != 10000 {
+		t.Errorf("status %+v", st)
+	}
+}
+
+// An eager resnet50 every 20 ms (14 ms between requests, under the 25 ms
+// ceiling) is delimited once its gap is learnt: each window holds its
+// requests, each its own latency.
+func TestTracedLatencyLearnsTheGap(t *testing.T) {
+	tl := NewTracedLatency()
+	lc := tracetest.Process{PID: 100, TID: 100, Comm: "resnet"}
+	clock := &tracetest.Clock{Now: uint64(time.Second)}
+	tl.Roll(time.Second, nil)
+	for w := range 3 {
+		for range 50 {
+			start := clock.Now
+			for i := range 50 {
+				ev := tracetest.Call(lc, trace.RoleLaunch, "cuLaunchKernel", 0, false, 0, clock, time.Duration(20+(i*37)%180)*time.Microsecond)
+				tl.Apply(ev)
+			}
+			tl.Apply(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, false, 0, clock, 50*time.Microsecond))
+			clock.Now = start + uint64(6*time.Millisecond)
+			tl.Apply(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, true, 0, clock, 0))
+			clock.Now = start + uint64(20*time.Millisecond)
+		}
+		tl.Roll(time.Duration(w+2)*time.Second, nil)
+	}
+	s, ok := tl.Latest(100)
+	want := 6*time.Millisecond - 20*time.Microsecond // from its first launch
+	if !ok || s.Requests != 50 || s.Quantiles["max"] != want || s.Quantiles["p50"] != want {
+		t.Fatalf("third window %+v %v; want its 50 requests of 6 ms", s, ok)
+	}
+	if st := tl.Status(); !st[0].Learnt || st[0].QuietGapUs >= 14000 || st[0].QuietGapUs < 1000 {
+		t.Errorf("status %+v: want a learnt gap between 1 and 14 ms", st)
+	}
+}
+
+// sameInode says whether st is the file at path.
+func sameInode(t *testing.T, st os.FileInfo, path string) bool {
+	t.Helper()
+	o, err := os.Stat(path)
+	return err == nil && os.SameFile(st, o)
+}
