@@ -31,6 +31,7 @@ local_cpus() {
   tr ',' '\n' < "$f" | while IFS=- read -r a b; do seq "$a" "${b:-$a}"; done
 }
 
+rm -f /tmp/lane[0-9]*.log
 lanes=()
 for ((d = 0; ; d++)); do v=LANE$d; [ -n "${!v:-}" ] || break; lanes+=("${!v}"); done
 [ ${#lanes[@]} -gt 0 ] || { echo "gpu-run-lanes.sh: no LANE0 given" >&2; exit 2; }
@@ -57,7 +58,10 @@ lane() { # lane N SPEC...
   for spec in "$@"; do
     IFS=: read -r part settings tmo <<<"$spec"
     echo "=== gpu$d $part [$settings] rep $REP ${pins[$d]} $(date +%T)"
-    DEVICE=$d PIN_ARGS="${pins[$d]}" SETTINGS="$settings" NO_STANDALONE=${NO_STANDALONE-1} PARTS=$part REP=$REP \
+    # the part's own limits inside TIMEOUT, so that it stops its bench and daemon itself
+    local v=${part^^}; v=${v//-/_}
+    env "TIMEOUT_$v=$((tmo - 10))" "BENCH_TIMEOUT_$v=$((tmo - 50))" \
+      DEVICE=$d PIN_ARGS="${pins[$d]}" SETTINGS="$settings" NO_STANDALONE=${NO_STANDALONE-1} PARTS=$part REP=$REP \
       OUT=/tmp/o$d-$part W=/tmp/w$d-$part \
       timeout --kill-after=10 "$tmo" bash "$(dirname "${BASH_SOURCE[0]}")/gpu-run-self.sh" > /tmp/o$d-$part.log 2>&1
     echo "gpu$d $part rc=$? $(date +%T)"
