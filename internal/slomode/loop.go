@@ -276,8 +276,8 @@ func (l *Loop) off(pol *policy.Policy, now time.Duration) {
 	}
 	l.mu.Lock()
 	l.status, l.told = api.SLO{Engines: l.status.Engines, Prepreempt: true}, nil
+	l.metrics.SetSLO(l.status)
 	l.mu.Unlock()
-	l.metrics.SetSLO(false, nil)
 }
 
 // decide has each search's controller decide on the window ending at now (prev: when the last one
