@@ -118,7 +118,7 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 	st := api.SLO{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
 		Ladder: fmtLadder(ladderOf(pol)), MinBEShare: pol.SLO.MinBEShare, Calibrate: map[bool]string{true: "pause", false: "shortest"}[l.conf.pause > 0],
 		Engines: l.status.Engines, Prepreempt: true}
-	told, worst := map[int]bool{}, math.NaN()
+	told := map[int]bool{}
 	for _, s := range l.sorted() {
 		d, ss, arm := decided[s], &s.status, s.ctl.Arm()
 		// Engines pre-preempt as the arm says where it is an arm; elsewhere below
@@ -149,12 +149,11 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 		for _, p := range s.lcs {
 			told[p.PID] = pre // an LC process is in one search
 		}
-		if d != nil && !math.IsNaN(d.Worst) && !(d.Worst <= worst) {
-			worst = d.Worst
+		if w := ss.WorstLC; w != nil && (st.WorstLC == nil || *w > *st.WorstLC) { // this window's: a live search decided
+			st.WorstLC = w
 		}
 		st.LC = append(st.LC, searchRows(s, d, samples)...)
 	}
-	st.WorstLC = finite(worst)
 	if len(st.Searches) == 1 {
 		ss := st.Searches[0]
 		st.BETimeslice, st.BEShare, st.Last, st.LastChange = ss.BETimeslice, ss.BEShare, ss.Last, ss.LastChange
