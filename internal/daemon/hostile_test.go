@@ -21,8 +21,6 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/api/server"
-	"github.com/gpreempt/gpreempt/internal/policy"
-	"github.com/gpreempt/gpreempt/internal/slo"
 )
 
 // Tests of the attacks of issue 40 on the socket API and the metrics
@@ -300,12 +298,13 @@ func TestMetricsConnCap(t *testing.T) {
 
 // TestMetricsLabelsCarryNoPIDs (issue 40, finding 6): the per-process
 // series name a process by an opaque label, not its pid, unless asked
-// (--metrics-pids): a scrape does not map host pids to GPU work.
+// (--metrics-pids): a scrape does not map host pids to GPU work. The
+// label is one value in every series of a process, the SLO mode's too.
 func TestMetricsLabelsCarryNoPIDs(t *testing.T) {
 	const pid = 43210
 	for _, tc := range []struct {
 		pids bool
-		want string // the hint series' process label; "": not the pid
+		want string // the process label; "": not the pid
 	}{
 		{false, ""},
 		{true, strconv.Itoa(pid)},
@@ -313,7 +312,8 @@ func TestMetricsLabelsCarryNoPIDs(t *testing.T) {
 		m := NewMetrics(nil)
 		m.SetPIDLabels(tc.pids)
 		m.Pushed(api.HintStats{PID: pid, Stats: api.Stats{Requests: 1, RequestLatencyUs: map[string]float64{"p50": 1}}}, "infer")
-		m.SetSLO(true, map[string]slo.Decision{"0": {LC: []slo.LCResult{{Key: policy.ProcRef{PID: pid, Start: 77}.Key(), Objective: "p99", Ratio: 1}}}})
+		one := 1.0
+		m.SetSLO(api.SLO{Enabled: true, LC: []api.SLOLC{{PID: pid, Objective: "p99", Source: "pushed", Samples: 50, P50Us: 900, Ratio: &one, GPUs: []int{0}}}})
 		mfs, err := m.Registry.Gather()
 		if err != nil {
 			t.Fatal(err)
@@ -325,14 +325,14 @@ func TestMetricsLabelsCarryNoPIDs(t *testing.T) {
 					if strings.Contains(l.GetValue(), strconv.Itoa(pid)) && !tc.pids {
 						t.Errorf("%s{%s=%q}: the pid in a label", mf.GetName(), l.GetName(), l.GetValue())
 					}
-					if l.GetName() == "process" && strings.HasPrefix(mf.GetName(), "gpreemptd_hint_") {
+					if l.GetName() == "process" {
 						process = append(process, l.GetValue())
 					}
 				}
 			}
 		}
-		if len(process) == 0 {
-			t.Fatalf("pids %v: no hint series", tc.pids)
+		if len(process) != 6 { // 3 hint series (latency p50, expired holds, requests), 3 SLO
+			t.Fatalf("pids %v: process labels %q, want 6", tc.pids, process)
 		}
 		for _, p := range process {
 			if p != process[0] || (tc.want != "" && p != tc.want) {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -20,7 +21,6 @@ import (
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/api/server"
 	"github.com/gpreempt/gpreempt/internal/reconcile"
-	"github.com/gpreempt/gpreempt/internal/slo"
 )
 
 // Metrics are gpreemptd's Prometheus metrics, on a registry of their own
@@ -82,15 +82,6 @@ func (m *Metrics) opaque(s string) string {
 	return "p" + hex.EncodeToString(h.Sum(nil)[:6])
 }
 
-// sloProcessLabel is the process label of an LC process in the SLO
-// series, from its key (ProcRef.Key: pid/start time).
-func (m *Metrics) sloProcessLabel(key string) string {
-	if m.pidLabels {
-		return key
-	}
-	return m.opaque(key)
-}
-
 // SetGroups sets what reports the live groups at scrape time.
 func (m *Metrics) SetGroups(f func() map[[2]string]int) { m.groupsByClass = f }
 
@@ -126,7 +117,7 @@ func NewMetrics(groups func() map[[2]string]int) *Metrics {
 		sloShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_be_share",
 			Help: "Progress of the BE beside the LCs on a GPU relative to BE alone over the last window (NaN: not measured)."}, []string{"gpu"}),
 		sloLC: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_lc_vs_objective",
-			Help: "Each LC process's latency / objective over the last window, per GPU and objective."}, []string{"gpu", "process", "objective"}),
+			Help: "Each LC process's latency / objective over the last window, per GPU and objective (NaN: not measured yet)."}, []string{"gpu", "process", "objective"}),
 		sloSamples: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_lc_samples",
 			Help: "Each LC process's samples over the last window (requests, or tokens for a tpot_ objective), per GPU, objective and latency source (pushed, traced-request, traced-step, scraped)."}, []string{"gpu", "process", "objective", "source"}),
 		sloP50: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_lc_p50_seconds",
@@ -249,37 +240,42 @@ func (m *Metrics) Pushers() []int {
 // SetBEStopped sets how many BE processes SLO mode holds stopped.
 func (m *Metrics) SetBEStopped(n int) { m.sloStopped.Set(float64(n)) }
 
-// SetSLO publishes the SLO decisions of a window, by the gpu label of
-// their search (its set of GPUs, "0" or "0,1"; "all": the node's, while a
-// process is on no GPU NVML lists); on false: the mode is off.
-func (m *Metrics) SetSLO(on bool, byGPU map[string]slo.Decision) {
-	m.sloTimeslice.Reset()
-	m.sloWorst.Reset()
-	m.sloShare.Reset()
-	m.sloLC.Reset()
-	m.sloSamples.Reset()
-	m.sloP50.Reset()
-	if !on {
-		m.sloEnabled.Set(0)
-		return
+// SetSLO publishes the SLO mode's status after a window, each search by
+// its gpu label (api.GPUList), each LC row with a latency source by its
+// process; st.Enabled false: the mode is off. A search's Last is this
+// window's decision (none in the window the mode comes on), so a change
+// is counted once.
+func (m *Metrics) SetSLO(st api.SLO) {
+	for _, v := range []*prometheus.GaugeVec{m.sloTimeslice, m.sloWorst, m.sloShare, m.sloLC, m.sloSamples, m.sloP50} {
+		v.Reset()
 	}
-	m.sloEnabled.Set(1)
-	for gpu, d := range byGPU {
-		m.sloTimeslice.WithLabelValues(gpu).Set(d.Arm.BETimeslice.Seconds())
-		m.sloWorst.WithLabelValues(gpu).Set(d.Worst)
-		m.sloShare.WithLabelValues(gpu).Set(d.BEShare)
-		for _, r := range d.LC {
-			proc := m.sloProcessLabel(r.Key)
-			m.sloLC.WithLabelValues(gpu, proc, r.Objective).Set(r.Ratio)
-			if r.Source != "" {
-				m.sloSamples.WithLabelValues(gpu, proc, r.Objective, r.Source).Set(float64(r.Samples))
-				if r.P50 > 0 {
-					m.sloP50.WithLabelValues(gpu, proc, r.Objective, r.Source).Set(r.P50.Seconds())
-				}
-			}
+	m.sloEnabled.Set(map[bool]float64{true: 1}[st.Enabled])
+	m.SetBEStopped(len(st.BEStopped))
+	nan := func(f *float64) float64 {
+		if f == nil {
+			return math.NaN()
 		}
-		if d.Changed {
-			m.sloChanges.WithLabelValues(gpu, d.Cause).Inc()
+		return *f
+	}
+	for _, s := range st.Searches {
+		gpu := api.GPUList(s.GPUs)
+		ts, _ := time.ParseDuration(s.BETimeslice)
+		m.sloTimeslice.WithLabelValues(gpu).Set(ts.Seconds())
+		m.sloWorst.WithLabelValues(gpu).Set(nan(s.WorstLC))
+		m.sloShare.WithLabelValues(gpu).Set(nan(s.BEShare))
+		if s.Last != nil && s.Last.Changed {
+			m.sloChanges.WithLabelValues(gpu, s.Last.Cause).Inc()
+		}
+	}
+	for _, r := range st.LC {
+		if r.Source == "" { // no latency of it at all
+			continue
+		}
+		labels := []string{api.GPUList(r.GPUs), m.ProcessLabel(r.PID), r.Objective}
+		m.sloLC.WithLabelValues(labels...).Set(nan(r.Ratio))
+		m.sloSamples.WithLabelValues(append(labels, r.Source)...).Set(float64(r.Samples))
+		if r.P50Us > 0 {
+			m.sloP50.WithLabelValues(append(labels, r.Source)...).Set(r.P50Us / 1e6)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"math"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,5 +57,58 @@ func TestPushReplacesQuantiles(t *testing.T) {
 		if n := testutil.CollectAndCount(c); n != 0 {
 			t.Errorf("after the exit: %d series left", n)
 		}
+	}
+}
+
+// TestSLOMetricsFromStatus: the SLO series are the status's figures, a
+// search's change is counted from its last decision, and the mode off
+// leaves no series of a search or LC.
+func TestSLOMetricsFromStatus(t *testing.T) {
+	m := NewMetrics(nil)
+	worst, ratio := 1.25, 0.9
+	st := api.SLO{Enabled: true, BEStopped: []int{9},
+		Searches: []api.SLOSearch{
+			{GPUs: []int{0, 1}, BETimeslice: "500µs", WorstLC: &worst, Last: &api.SLODecision{Changed: true, Cause: "explore"}},
+			{BETimeslice: "1µs", Last: &api.SLODecision{Cause: "within"}},
+		},
+		LC: []api.SLOLC{
+			{PID: 5, Objective: "p99<=10ms", Source: "pushed", Ratio: &ratio, Samples: 40, P50Us: 2500, GPUs: []int{0, 1}},
+			{PID: 6, Objective: "p50<=1.1x", Source: "scraped", Signal: "stale"},
+			{PID: 7, Signal: "no objective"},
+		}}
+	m.SetSLO(st)
+	lc := func(pid int, obj string) float64 {
+		return testutil.ToFloat64(m.sloLC.WithLabelValues("0,1", m.ProcessLabel(pid), obj))
+	}
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"timeslice 0,1", testutil.ToFloat64(m.sloTimeslice.WithLabelValues("0,1")), 500e-6},
+		{"timeslice all", testutil.ToFloat64(m.sloTimeslice.WithLabelValues("all")), 1e-6},
+		{"worst 0,1", testutil.ToFloat64(m.sloWorst.WithLabelValues("0,1")), 1.25},
+		{"changes explore", testutil.ToFloat64(m.sloChanges.WithLabelValues("0,1", "explore")), 1},
+		{"lc 5", lc(5, "p99<=10ms"), 0.9},
+		{"samples 5", testutil.ToFloat64(m.sloSamples.WithLabelValues("0,1", m.ProcessLabel(5), "p99<=10ms", "pushed")), 40},
+		{"p50 5", testutil.ToFloat64(m.sloP50.WithLabelValues("0,1", m.ProcessLabel(5), "p99<=10ms", "pushed")), 2.5e-3},
+		{"stopped", testutil.ToFloat64(m.sloStopped), 1},
+		{"lc series", float64(testutil.CollectAndCount(m.sloLC)), 2}, // 5, and the stale 6; 7 has no source
+		{"changes series", float64(testutil.CollectAndCount(m.sloChanges)), 1},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if v := testutil.ToFloat64(m.sloLC.WithLabelValues("all", m.ProcessLabel(6), "p50<=1.1x")); !math.IsNaN(v) {
+		t.Errorf("stale LC: %v, want NaN", v)
+	}
+	m.SetSLO(api.SLO{})
+	for _, v := range []prometheus.Collector{m.sloTimeslice, m.sloWorst, m.sloShare, m.sloLC, m.sloSamples, m.sloP50} {
+		if n := testutil.CollectAndCount(v); n != 0 {
+			t.Errorf("mode off: %d series left", n)
+		}
+	}
+	if testutil.ToFloat64(m.sloEnabled) != 0 || testutil.ToFloat64(m.sloStopped) != 0 {
+		t.Error("mode off: enabled or stopped left set")
 	}
 }

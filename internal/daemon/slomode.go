@@ -16,7 +16,7 @@ import (
 var (
 	_ slomode.Reconciler     = (*reconcile.Reconciler)(nil)
 	_ slomode.Metrics        = (*Metrics)(nil)
-	_ slomode.Pauser         = (*pause.Pauser)(nil)
+	_ slomode.Pauser         = (*pause.Holder)(nil)
 	_ slomode.Steerer        = (*gate.Gate)(nil)
 	_ slomode.WindowedSource = (*signals.TracedLatency)(nil)
 	_ slomode.WindowedSource = (*scrape.Scraped)(nil)

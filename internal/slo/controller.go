@@ -66,12 +66,10 @@ const (
 // LCSample is one LC process's latency over one window against one of its objectives.
 type LCSample struct {
 	Key        string // the process ("pid/start"): a new key, a new process
-	Source     string // where its latency comes from (status and metrics)
 	Owner      string // whose budget its calibration draws on (uid, or pod)
 	Objective  objective.Objective
 	Points     []stats.Weighted // the window's own values of the objective's metric, or its quantile over its count
 	Standalone time.Duration    // the reference, if known; else it is learnt
-	P50        time.Duration    // the window's median of the metric (status and metrics; 0: none)
 }
 
 // Observation is one window under the arm in force, and what may be chosen next.
@@ -126,14 +124,13 @@ type Phase struct {
 
 // LCResult is a sample against its objective.
 type LCResult struct {
-	Key, Objective, Source string        // Source: LCSample.Source
-	Latency                time.Duration // the last measurement's (0: none yet)
-	Target                 time.Duration // 0: reference not known yet
-	Reference              string        // what a relative objective is measured against
-	Ratio                  float64       // Latency/Target; NaN: none
-	Samples, Pending       int           // this window's; accumulated toward the next measurement
-	P50                    time.Duration // this window's median as seen (0: none)
-	Counted                bool          // a measurement completed this window
+	Key, Objective string
+	Latency        time.Duration // the last measurement's (0: none yet)
+	Target         time.Duration // 0: reference not known yet
+	Reference      string        // what a relative objective is measured against
+	Ratio          float64       // Latency/Target; NaN: none
+	Pending        int           // samples accumulated toward the next measurement
+	Counted        bool          // a measurement completed this window
 }
 
 // Decision is the answer to one observation.

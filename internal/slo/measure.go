@@ -104,7 +104,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		if n > 0 {
 			c.active[k], c.quiet = c.tick, 0
 		}
-		res := LCResult{Key: s.Key, Source: s.Source, Objective: s.Objective.String(), Samples: n, Ratio: math.NaN(), P50: s.P50}
+		res := LCResult{Key: s.Key, Objective: s.Objective.String(), Ratio: math.NaN()}
 		ref := s.Standalone
 		var r *reference
 		if s.Objective.Relative() && ref <= 0 {

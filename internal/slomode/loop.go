@@ -206,13 +206,8 @@ func (l *Loop) Step(now time.Duration) {
 		l.off(pol, now)
 		return
 	}
-	conf := sloConf{ladder: fmtLadder(pol.SLO.Ladder), safe: pol.SLO.Safe, floor: pol.SLO.SharedFloor, pause: pol.SLO.PauseWindows}
-	if conf.safe <= 0 {
-		conf.safe = pol.Classes[class.BE].Timeslice
-	}
-	if conf.floor <= 0 {
-		conf.floor = conf.safe
-	}
+	safe := cmp.Or(max(pol.SLO.Safe, 0), pol.Classes[class.BE].Timeslice)
+	conf := sloConf{ladder: fmtLadder(pol.SLO.Ladder), safe: safe, floor: cmp.Or(max(pol.SLO.SharedFloor, 0), safe), pause: pol.SLO.PauseWindows}
 	starting := !l.on || conf != l.conf
 	if starting {
 		l.resume("SLO settings changed")
@@ -276,8 +271,8 @@ func (l *Loop) off(pol *policy.Policy, now time.Duration) {
 	}
 	l.mu.Lock()
 	l.status, l.told = api.SLO{Engines: l.status.Engines, Prepreempt: true}, nil
+	l.metrics.SetSLO(l.status)
 	l.mu.Unlock()
-	l.metrics.SetSLO(false, nil)
 }
 
 // decide has each search's controller decide on the window ending at now (prev: when the last one
@@ -317,13 +312,10 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 			// someone else, or gone; or none).
 			obs.BEPaused = s.pausing && (len(s.bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(s.bes, func(p policy.ProcRef) bool { return !l.Pause.Still(p) }))
 			if rates != nil {
-				keys := make([]string, len(s.bes))
-				for i, b := range s.bes {
-					keys[i] = b.Key()
-				}
-				obs.BEShare, _ = BEShare(rates, keys)
+				obs.BEShare = BEShare(rates, s.bes)
 				// Idle of its own accord: no BE launched anything, none held by the gate.
-				obs.BEIdle = !s.pausing && !s.ctl.Arm().Gate && len(keys) > 0 && !slices.ContainsFunc(keys, func(k string) bool { r, ok := rates[k]; return !ok || r.Rate > 0 })
+				obs.BEIdle = !s.pausing && !s.ctl.Arm().Gate && len(s.bes) > 0 &&
+					!slices.ContainsFunc(s.bes, func(b policy.ProcRef) bool { r, ok := rates[b.Key()]; return !ok || r.Rate > 0 })
 			}
 			obs.Aligned = prev > 0 && s.live() && !s.lagged
 			for _, p := range s.lcs {

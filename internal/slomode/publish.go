@@ -69,9 +69,7 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 			case s.Source == SourceTracedStep && o.Metric == MetricRequest: // it would judge a step
 				row.Signal = "refused: this LC is never quiet, so its traced latency is per step; use a tpot_ objective, or push or scrape its requests"
 			default:
-				sample, signal := lcSample(s, o, p, key)
-				if row.Signal = signal; sample != nil {
-					row.Samples, row.Requests, row.P50Us = stats.Weight(sample.Points), s.Requests, float64(sample.P50)/1e3
+				if sample := lcSample(s, o, p, key, &row); sample != nil {
 					w.samples = append(w.samples, *sample)
 				}
 			}
@@ -83,32 +81,33 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 }
 
 // lcSample is s against objective o as the controllers take it: the window's own values of o's
-// metric, else its quantile over its count; nil, and why, where s has neither.
-func lcSample(s LatencySample, o objective.Objective, p policy.ProcRef, key string) (*slo.LCSample, string) {
-	out := &slo.LCSample{Key: key, Source: s.Source, Owner: p.Owner, Objective: o}
+// metric, else its quantile over its count; nil where s has neither. row shows it, or why not.
+func lcSample(s LatencySample, o objective.Objective, p policy.ProcRef, key string, row *api.SLOLC) *slo.LCSample {
+	out := &slo.LCSample{Key: key, Owner: p.Owner, Objective: o}
 	for _, v := range s.Samples[o.Metric] {
 		out.Points = append(out.Points, stats.Weighted{V: v, W: 1})
 	}
-	if len(out.Points) > 0 {
-		out.P50 = stats.WeightedQuantile(out.Points, 0.5)
-		return out, s.Source
+	p50 := stats.WeightedQuantile(out.Points, 0.5)
+	if len(out.Points) == 0 {
+		name, median := quantileName(o.Quantile), "p50"
+		if o.Metric != "" {
+			name, median = o.Metric+"_"+name, o.Metric+"_p50"
+		}
+		lat, ok := s.Quantiles[name]
+		if !ok {
+			row.Signal = s.Source + " without " + name
+			return nil
+		}
+		n := s.Requests
+		if o.Metric == MetricTPOT && s.Tokens > 0 { // an LLM server finishes a request or two a second
+			n = s.Tokens
+		}
+		if p50 = s.Quantiles[median]; lat > 0 && n > 0 {
+			out.Points = []stats.Weighted{{V: lat, W: n}}
+		}
 	}
-	name, median := quantileName(o.Quantile), "p50"
-	if o.Metric != "" {
-		name, median = o.Metric+"_"+name, o.Metric+"_p50"
-	}
-	lat, ok := s.Quantiles[name]
-	if !ok {
-		return nil, s.Source + " without " + name
-	}
-	n := s.Requests
-	if o.Metric == MetricTPOT && s.Tokens > 0 { // an LLM server finishes a request or two a second
-		n = s.Tokens
-	}
-	if out.P50 = s.Quantiles[median]; lat > 0 && n > 0 {
-		out.Points = []stats.Weighted{{V: lat, W: n}}
-	}
-	return out, s.Source
+	row.Signal, row.Samples, row.Requests, row.P50Us = s.Source, stats.Weight(out.Points), s.Requests, float64(p50)/1e3
+	return out
 }
 
 // publish sets the status, what hint engines are told, and the metrics after a window (decided
@@ -119,7 +118,7 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 	st := api.SLO{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
 		Ladder: fmtLadder(ladderOf(pol)), MinBEShare: pol.SLO.MinBEShare, Calibrate: map[bool]string{true: "pause", false: "shortest"}[l.conf.pause > 0],
 		Engines: l.status.Engines, Prepreempt: true}
-	told, metrics, worst := map[int]bool{}, map[string]slo.Decision{}, math.NaN()
+	told := map[int]bool{}
 	for _, s := range l.sorted() {
 		d, ss, arm := decided[s], &s.status, s.ctl.Arm()
 		// Engines pre-preempt as the arm says where it is an arm; elsewhere below
@@ -150,16 +149,11 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 		for _, p := range s.lcs {
 			told[p.PID] = pre // an LC process is in one search
 		}
-		metrics[s.key] = slo.Decision{Arm: arm, Cause: slo.CauseNoSignal, Worst: math.NaN(), BEShare: math.NaN()}
-		if d != nil {
-			metrics[s.key] = *d
-			if !math.IsNaN(d.Worst) && !(d.Worst <= worst) {
-				worst = d.Worst
-			}
+		if w := ss.WorstLC; w != nil && (st.WorstLC == nil || *w > *st.WorstLC) { // this window's: a live search decided
+			st.WorstLC = w
 		}
 		st.LC = append(st.LC, searchRows(s, d, samples)...)
 	}
-	st.WorstLC = finite(worst)
 	if len(st.Searches) == 1 {
 		ss := st.Searches[0]
 		st.BETimeslice, st.BEShare, st.Last, st.LastChange = ss.BETimeslice, ss.BEShare, ss.Last, ss.LastChange
@@ -184,8 +178,7 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 			}
 		}
 	}
-	l.metrics.SetBEStopped(len(st.BEStopped))
-	l.metrics.SetSLO(true, metrics)
+	l.metrics.SetSLO(st)
 	if l.windows > 0 && st.Prepreempt != l.status.Prepreempt {
 		l.log.Info("slo: hint engines told", "prepreempt", st.Prepreempt, "prepreempt_below", pol.SLO.PrepreemptBelow)
 	}

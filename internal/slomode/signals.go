@@ -75,19 +75,19 @@ type BEWindow struct {
 // BERate is one BE process's kernel launches per second over a window, and alone.
 type BERate struct{ Rate, Alone float64 }
 
-// BEShare is what the processes keys name launched over what they launch alone, in [0, 1]; false
-// where none of them has a rate.
-func BEShare(rates map[string]BERate, keys []string) (float64, bool) {
+// BEShare is what bes launched over what they launch alone, in [0, 1]; NaN where none of them has
+// a rate.
+func BEShare(rates map[string]BERate, bes []policy.ProcRef) float64 {
 	var rate, ref float64
-	for _, k := range keys {
-		if r, ok := rates[k]; ok {
+	for _, b := range bes {
+		if r, ok := rates[b.Key()]; ok {
 			rate, ref = rate+r.Rate, ref+r.Alone
 		}
 	}
 	if ref <= 0 {
-		return math.NaN(), false
+		return math.NaN()
 	}
-	return math.Min(1, rate/ref), true
+	return math.Min(1, rate/ref)
 }
 
 // pushed holds the windows apps pushed over the socket.

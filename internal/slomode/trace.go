@@ -33,24 +33,19 @@ const (
 // app pushed no window in the last two, until it pushes steadily; not an MPS server (its clients
 // launch from their own libcuda), nor one whose server's histograms are scraped.
 func (l *Loop) toTrace(pol *policy.Policy, lcs []policy.ProcRef, now time.Duration) []policy.ProcRef {
-	judged := map[string]policy.ProcRef{}
+	judged := map[string]bool{}
+	var out []policy.ProcRef
 	for _, p := range lcs {
 		_, ok := pol.Objective(p.Decision)
 		if ok && l.Scraped != nil {
 			_, scraped := l.Scraped.Latest(p.PID)
 			ok = !scraped
 		}
-		if ok && !isMPSServer(p) {
-			judged[p.Key()] = p
-		}
-	}
-	maps.DeleteFunc(l.tracing, func(k string, _ *traceWant) bool { _, ok := judged[k]; return !ok })
-	var out []policy.ProcRef
-	for _, p := range lcs {
-		k := p.Key()
-		if _, ok := judged[k]; !ok {
+		if !ok || isMPSServer(p) {
 			continue
 		}
+		k := p.Key()
+		judged[k] = true
 		w := l.tracing[k]
 		if w == nil {
 			w = &traceWant{seen: now}
@@ -70,5 +65,6 @@ func (l *Loop) toTrace(pol *policy.Policy, lcs []policy.ProcRef, now time.Durati
 			out = append(out, p)
 		}
 	}
+	maps.DeleteFunc(l.tracing, func(k string, _ *traceWant) bool { return !judged[k] })
 	return out
 }

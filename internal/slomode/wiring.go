@@ -4,12 +4,13 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
-	"github.com/gpreempt/gpreempt/internal/slo"
 )
 
-// What SLO mode needs of the daemon that wires it: its Reconciler, Pauser, RequestGate and Metrics
-// satisfy these, and this package imports none of it.
+// What SLO mode needs of the daemon that wires it: reconcile.Reconciler, pause.Holder, gate.Gate and
+// the daemon's Metrics satisfy these (internal/daemon/slomode.go checks), and this package imports
+// none of them.
 
 // Reconciler is the policy in force, the classed processes (by pid) and the GPUs they are on, and
 // the BE timeslices chosen, applied.
@@ -43,9 +44,9 @@ type Steerer interface {
 	SelfGated(pid int) bool
 }
 
-// Metrics publishes a window's decisions by the gpu label of their search (on false: the mode is
-// off), and how many BE processes are held stopped.
+// Metrics publishes the status after each window (its searches' Last: this window's decisions), and
+// how many BE processes are held stopped as that changes within one.
 type Metrics interface {
-	SetSLO(on bool, byGPU map[string]slo.Decision)
+	SetSLO(st api.SLO)
 	SetBEStopped(n int)
 }

@@ -192,11 +192,12 @@ func TestBEProgress(t *testing.T) {
 // rollShare rolls b's window and gives the share of its BE processes,
 // as the SLO loop does for a search.
 func rollShare(b *BEProgress, now time.Duration, ws []slomode.BEWindow) (float64, bool) {
-	keys := make([]string, len(ws))
-	for i, w := range ws {
-		keys[i] = w.Key()
+	var bes []policy.ProcRef
+	for _, w := range ws {
+		bes = append(bes, w.ProcRef)
 	}
-	return slomode.BEShare(b.Roll(now, ws), keys)
+	share := slomode.BEShare(b.Roll(now, ws), bes)
+	return share, !math.IsNaN(share)
 }
 
 func containsPID(ps []policy.ProcRef, pid int) bool {
