@@ -16,15 +16,16 @@ import (
 // classify decides p's class and applies it to every group that does not
 // hold it yet.
 func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, force bool) error {
-	measure, lastSetup := p.measure, p.lastSetup
-	p.pending, p.measure = false, false
+	st := &p.status
+	measure, lastSetup := st.Measure, st.Setup
+	st.Kind, st.Measure = Done, false
 	if !r.refresh(p) {
-		return fmt.Errorf("pid %d: %w", p.pid, ErrGone)
+		st.Kind, st.Err = Failed, fmt.Errorf("pid %d: %w", p.pid, ErrGone)
+		return st.Err
 	}
-	if len(p.info.GPUs) == 0 && p.override == nil && r.pol.NeedsGPU(p.info) && p.gpuWaits < maxGPUWaits {
-		p.gpuWaits++
-		p.pending, p.measure, p.lastSetup = true, measure, lastSetup
-		p.deadline = now + gpuWait
+	if len(p.info.GPUs) == 0 && p.override == nil && r.pol.NeedsGPU(p.info) && st.GPUWaits < maxGPUWaits {
+		st.GPUWaits++
+		st.retry(now+gpuWait, measure, lastSetup)
 		r.poke()
 		return nil
 	}
@@ -35,6 +36,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 		s, err := r.settingsFor(p, d.Spec)
 		if err != nil { // the policy checked this; a request was checked too
 			r.log.Error("no settings for class", "pid", p.pid, "class", d.Spec, "err", err)
+			st.Kind, st.Err = Failed, err
 			return err
 		}
 		want = s
@@ -78,18 +80,18 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 		return s, ok
 	})
 	if err != nil {
-		if r.procs[p.pid] == p && !IsGone(err) && p.failures < maxRetries {
+		st.Kind, st.Err = Failed, err
+		if r.procs[p.pid] == p && !IsGone(err) && st.Attempts < maxRetries {
 			// Caught mid-setup, or RM busy: try again, a bounded number
 			// of times.
-			p.failures++
-			p.pending, p.measure, p.lastSetup = true, measure, lastSetup
-			p.firstPending = now
-			p.deadline = now + (50*time.Millisecond)<<(p.failures-1)
+			st.Attempts++
+			st.Since = now
+			st.retry(now+(50*time.Millisecond)<<(st.Attempts-1), measure, lastSetup)
 			r.poke()
 		}
 		return err
 	}
-	p.failures = 0
+	st.Attempts, st.Err = 0, nil
 	n := 0
 	for _, gs := range states {
 		g := p.groups[gs.ID]

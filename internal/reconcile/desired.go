@@ -189,8 +189,8 @@ func (r *Reconciler) reclassLocked() {
 		}
 	}
 	for _, p := range r.procs {
-		if len(p.groups) > 0 && !p.pending {
-			p.pending, p.firstPending, p.lastSetup, p.deadline = true, now, now, now
+		if len(p.groups) > 0 {
+			p.status.pend(now)
 		}
 	}
 	r.poke()
@@ -281,8 +281,8 @@ func (r *Reconciler) SetBETimeslices(def time.Duration, per map[string]time.Dura
 	r.beSlice, r.beSliceOf = max(def, 0), maps.Clone(per)
 	now := r.Now()
 	for pid, p := range r.procs {
-		if len(p.groups) > 0 && !p.pending && !p.decision.Exempt && p.decision.Spec.Name == class.BE && r.beSliceFor(p) != before[pid] {
-			p.pending, p.firstPending, p.lastSetup, p.deadline = true, now, now, now
+		if len(p.groups) > 0 && !p.decision.Exempt && p.decision.Spec.Name == class.BE && r.beSliceFor(p) != before[pid] {
+			p.status.pend(now)
 		}
 	}
 	r.poke()

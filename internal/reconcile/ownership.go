@@ -24,9 +24,8 @@ func (r *Reconciler) Adopt(pid int, groups []tsg.GroupID) {
 		delete(r.procs, pid) // a fork's worker: no group of its own
 		return
 	}
-	if fresh && !p.pending {
-		now := r.Now()
-		p.pending, p.firstPending, p.lastSetup, p.deadline = true, now, now, now
+	if fresh && p.status.Kind != Pending {
+		p.status.pend(r.Now())
 		r.poke()
 	}
 }

@@ -38,12 +38,7 @@ func (r *Reconciler) poke() {
 // setupSeen pushes p's classing to Debounce after now, within MaxWait of
 // its first pending event.
 func (r *Reconciler) setupSeen(p *proc, now time.Duration, measure bool) {
-	if !p.pending {
-		p.pending, p.firstPending = true, now
-	}
-	p.measure = p.measure || measure
-	p.lastSetup = now
-	p.deadline = min(now+r.opts.Debounce, p.firstPending+r.opts.MaxWait)
+	p.status.setup(now, measure, r.opts.Debounce, r.opts.MaxWait)
 	r.poke()
 }
 
@@ -71,13 +66,13 @@ func (r *Reconciler) Handle(ev Event) {
 	case GroupSetup:
 		p := r.ensure(ev.PID)
 		g := r.ensureGroup(p, ev.Group)
-		if !g.classed || p.pending {
+		if !g.classed || p.status.Kind == Pending {
 			r.setupSeen(p, ev.At, true)
 		}
 	case GroupSet:
 		p := r.ensure(ev.PID)
 		g := r.ensureGroup(p, ev.Group)
-		if !g.classed || p.pending {
+		if !g.classed || p.status.Kind == Pending {
 			// libcuda's own SET after channel setup, or one before we
 			// classed: part of setup.
 			r.setupSeen(p, ev.At, true)
@@ -140,7 +135,7 @@ func (r *Reconciler) Tick(ctx context.Context, now time.Duration) time.Duration 
 	defer r.mu.Unlock()
 	for _, pid := range slices.Sorted(maps.Keys(r.procs)) {
 		p := r.procs[pid]
-		if p.pending && now >= p.deadline {
+		if p.status.Kind == Pending && now >= p.status.Due {
 			r.classify(ctx, p, now, false)
 		}
 		if p = r.procs[pid]; p != nil && p.driftAt != 0 && now >= p.driftAt {
@@ -149,7 +144,7 @@ func (r *Reconciler) Tick(ctx context.Context, now time.Duration) time.Duration 
 	}
 	var next time.Duration
 	for _, p := range r.procs {
-		for _, t := range []time.Duration{p.deadline * b2d(p.pending), p.driftAt} {
+		for _, t := range []time.Duration{p.status.Due * b2d(p.status.Kind == Pending), p.driftAt} {
 			if t != 0 && (next == 0 || t < next) {
 				next = t
 			}

@@ -133,23 +133,11 @@ type proc struct {
 	// override is a class the process asked for over the socket.
 	override *class.Spec
 	groups   map[tsg.GroupID]*group
-	// pending: classing is due at deadline.
-	pending      bool
-	firstPending time.Duration
-	lastSetup    time.Duration
-	deadline     time.Duration
-	// measure: the pending classing follows a context's setup (observe
-	// its latency), not a reload or request.
-	measure bool
+	// status: where its classing stands (due, failed, done).
+	status Status
 	// driftAt is when the next rate-limited drift re-apply is due (0:
 	// none).
 	driftAt time.Duration
-	// failures counts classings that failed in a row (retried with
-	// backoff, up to maxRetries, then left until the next event).
-	failures int
-	// gpuWaits counts the classings put off because a per-GPU rule needs
-	// the process's GPU and NVML did not list it yet.
-	gpuWaits int
 	// lookedAt is when a request last looked for the groups of a
 	// process that had none known (0: never).
 	lookedAt time.Duration

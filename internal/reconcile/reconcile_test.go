@@ -455,8 +455,14 @@ func TestFailedClassingRetriedBounded(t *testing.T) {
 	if next != at+50*time.Millisecond {
 		t.Fatalf("retry at %v, want %v", next, at+50*time.Millisecond)
 	}
+	if st, _ := g.rec.Status(100); st.Kind != Pending || st.Attempts != 1 || st.Due != next || st.Err == nil {
+		t.Fatalf("after a failure: %+v, want pending with 1 attempt and the error", st)
+	}
 	if next := g.tick(next); next != 0 {
 		t.Fatalf("more work after the retry succeeded: %v", next)
+	}
+	if st, _ := g.rec.Status(100); st.Kind != Done || st.Attempts != 0 || st.Err != nil {
+		t.Fatalf("after the retry succeeded: %+v, want done", st)
 	}
 	g.wantAll(100, 200, tsg.LevelLow)
 	if got := counter(t, g.prom, "gpreemptd_apply_failures_total", "control"); got != 1 {
@@ -472,6 +478,17 @@ func TestFailedClassingRetriedBounded(t *testing.T) {
 	}
 	if tries != 1+maxRetries {
 		t.Errorf("%d tries, want %d", tries, 1+maxRetries)
+	}
+	st, _ := g2.rec.Status(100)
+	if st.Kind != Failed || st.Attempts != maxRetries || st.Err == nil {
+		t.Fatalf("after every retry failed: %+v, want failed", st)
+	}
+	if v := g2.rec.Snapshot()[0]; v.Status != "failed" || v.Attempts != maxRetries || v.Error == "" || v.Pending {
+		t.Errorf("the view: %+v", v)
+	}
+	g2.rec.Reclass() // a reload tries again
+	if st, _ := g2.rec.Status(100); st.Kind != Pending || st.Err == nil {
+		t.Errorf("after a reload: %+v, want pending, the last error kept", st)
 	}
 }
 

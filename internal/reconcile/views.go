@@ -69,15 +69,20 @@ func (r *Reconciler) Policy() *policy.Policy {
 
 // ProcStatus is one process as the daemon holds it.
 type ProcStatus struct {
-	PID     int          `json:"pid"`
-	Comm    string       `json:"comm"`
-	UID     uint32       `json:"uid"`
-	Cgroup  string       `json:"cgroup,omitempty"`
-	GPUs    string       `json:"gpus,omitempty"`
-	Class   string       `json:"class"`
-	Rule    string       `json:"rule,omitempty"`
-	Pending bool         `json:"pending,omitempty"`
-	Groups  []GroupState `json:"groups"`
+	PID     int    `json:"pid"`
+	Comm    string `json:"comm"`
+	UID     uint32 `json:"uid"`
+	Cgroup  string `json:"cgroup,omitempty"`
+	GPUs    string `json:"gpus,omitempty"`
+	Class   string `json:"class"`
+	Rule    string `json:"rule,omitempty"`
+	Pending bool   `json:"pending,omitempty"`
+	// Status is its classing's state ("done", "pending", "failed"),
+	// Attempts the failures in a row and Error the last one.
+	Status   string       `json:"status"`
+	Attempts int          `json:"attempts,omitempty"`
+	Error    string       `json:"error,omitempty"`
+	Groups   []GroupState `json:"groups"`
 }
 
 // Snapshot lists every process the daemon holds, by pid.
@@ -88,7 +93,11 @@ func (r *Reconciler) Snapshot() []ProcStatus {
 	for _, pid := range slices.Sorted(maps.Keys(r.procs)) {
 		p := r.procs[pid]
 		ps := ProcStatus{PID: pid, Comm: p.info.Comm, UID: p.info.UID, Cgroup: p.info.Cgroup, GPUs: gpuLabel(p.info.GPUs),
-			Class: p.decision.String(), Rule: p.decision.Rule, Pending: p.pending, Groups: []GroupState{}}
+			Class: p.decision.String(), Rule: p.decision.Rule, Pending: p.status.Kind == Pending, Groups: []GroupState{},
+			Status: p.status.Kind.String(), Attempts: p.status.Attempts}
+		if p.status.Err != nil {
+			ps.Error = p.status.Err.Error()
+		}
 		if p.decision.Rule == "" {
 			ps.Class = ""
 		}
