@@ -49,7 +49,7 @@ func (r *Reconciler) holds(p *proc, spec class.Spec) (int, bool) {
 		return 0, false
 	}
 	for _, g := range p.groups {
-		if !g.classed || !g.appliedIs(want) || g.drifted {
+		if !g.classed || g.applied != tsg.Some(want) || g.drifted {
 			return 0, false
 		}
 	}
@@ -152,7 +152,7 @@ func (r *Reconciler) Request(ctx context.Context, pid int, start uint64, spec cl
 	}
 	n := 0
 	for _, g := range p.groups {
-		if g.applied != nil {
+		if g.applied.Set {
 			n++
 		}
 	}
@@ -231,8 +231,7 @@ func (r *Reconciler) settingsAt(sp class.Spec, ts time.Duration) (tsg.Settings, 
 	if _, perr := own.Settings(sp.Weight); perr != nil {
 		return s, err
 	}
-	longest, level := tsg.MaxTimeslice, c.Interleave
-	return tsg.Settings{Timeslice: &longest, Interleave: &level}, nil
+	return tsg.Settings{Timeslice: tsg.Some(tsg.MaxTimeslice), Interleave: tsg.Some(c.Interleave)}, nil
 }
 
 // settingsFor is what p's groups get in class sp: for BE, at the

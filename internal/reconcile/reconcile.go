@@ -162,8 +162,8 @@ type group struct {
 	state GroupState
 	// original is the group as first read, before any change of ours.
 	original *GroupState
-	// applied is what we set (nil: not changed by us).
-	applied *tsg.Settings
+	// applied is what we set (unset: not changed by us).
+	applied tsg.Opt[tsg.Settings]
 	classed bool
 	// classedAt is when (events' clock) the apply that classed the group
 	// began: an event from before it reached RM before our SET, and is
@@ -175,11 +175,6 @@ type group struct {
 	// created: the group's allocation was traced from this process, so
 	// it is the owner, whoever else holds its file.
 	created bool
-}
-
-// appliedIs says whether what the daemon last set on g is want.
-func (g *group) appliedIs(want tsg.Settings) bool {
-	return g.applied != nil && sameSettings(*g.applied, want)
 }
 
 // New returns a reconciler with policy pol.
