@@ -112,12 +112,12 @@ type Reconciler struct {
 	metrics *Metrics
 	pol     *policy.Policy
 	// beSlice is the SLO mode's BE timeslice (of one unit of weight) for
-	// the BE processes beSliceOf does not name; 0: the policy's.
-	beSlice time.Duration
+	// the BE processes beSliceOf does not name; unset: the policy's.
+	beSlice tsg.Opt[time.Duration]
 	// beSliceOf is the SLO mode's BE timeslice per process (by ProcRef.Key):
-	// the one chosen for the GPUs it shares with an LC, or 0 (the policy's)
-	// for one that shares none (SetBETimeslices).
-	beSliceOf map[string]time.Duration
+	// the one chosen for the GPUs it shares with an LC, or unset (the
+	// policy's) for one that shares none (SetBETimeslices).
+	beSliceOf map[string]tsg.Opt[time.Duration]
 	procs     map[int]*proc
 	// wake is signalled when a deadline may have moved earlier.
 	wake chan struct{}
