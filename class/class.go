@@ -158,13 +158,18 @@ func (c Class) Check() error {
 // slice overhead plus w times what one unit's timeslice leaves after it,
 // within tsg's range. A class timeslice at or under the overhead leaves
 // no work to split; it is then multiplied whole.
-func (c Class) TimesliceFor(w int) (time.Duration, error) {
+func (c Class) TimesliceFor(w int) (time.Duration, error) { return c.TimesliceAt(c.Timeslice, w) }
+
+// TimesliceAt is TimesliceFor with one unit's timeslice at unit instead of
+// c.Timeslice (a timeslice chosen at run time: SLO mode's for BE,
+// prepreempt's for its own LC), the slice overhead still c's.
+func (c Class) TimesliceAt(unit time.Duration, w int) (time.Duration, error) {
 	if err := CheckWeight(w); err != nil {
 		return 0, fmt.Errorf("class %s: %w", c.Name, err)
 	}
-	base, work := time.Duration(0), c.Timeslice
-	if c.SliceOverhead > 0 && c.Timeslice > c.SliceOverhead {
-		base, work = c.SliceOverhead, c.Timeslice-c.SliceOverhead
+	base, work := time.Duration(0), unit
+	if c.SliceOverhead > 0 && unit > c.SliceOverhead {
+		base, work = c.SliceOverhead, unit-c.SliceOverhead
 	}
 	ts := base + work*time.Duration(w)
 	if (ts-base)/time.Duration(w) != work { // overflow
@@ -177,13 +182,16 @@ func (c Class) TimesliceFor(w int) (time.Duration, error) {
 }
 
 // Settings is what a group of class c with weight w is given.
-func (c Class) Settings(w int) (tsg.Settings, error) {
-	ts, err := c.TimesliceFor(w)
+func (c Class) Settings(w int) (tsg.Settings, error) { return c.SettingsAt(c.Timeslice, w) }
+
+// SettingsAt is what a group of class c with weight w is given with one
+// unit's timeslice at unit (TimesliceAt).
+func (c Class) SettingsAt(unit time.Duration, w int) (tsg.Settings, error) {
+	ts, err := c.TimesliceAt(unit, w)
 	if err != nil {
 		return tsg.Settings{}, err
 	}
-	level := c.Interleave
-	return tsg.Settings{Timeslice: &ts, Interleave: &level}, nil
+	return tsg.Settings{Timeslice: tsg.Some(ts), Interleave: tsg.Some(c.Interleave)}, nil
 }
 
 // The defaults. LC: 5 s, so that once resident LC work is not switched out

@@ -104,12 +104,48 @@ func TestSettings(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		if *s.Timeslice != tc.ts || *s.Interleave != tc.level {
-			t.Errorf("Settings(%s, %d) = %v %v, want %v %v", tc.n, tc.w, *s.Timeslice, *s.Interleave, tc.ts, tc.level)
+		if want := (tsg.Settings{Timeslice: tsg.Some(tc.ts), Interleave: tsg.Some(tc.level)}); s != want {
+			t.Errorf("Settings(%s, %d) = %+v, want %+v", tc.n, tc.w, s, want)
 		}
 	}
 	if _, err := (Table{}).Settings(BE, 1); err == nil {
 		t.Error("an empty table gave settings for be")
+	}
+}
+
+// SettingsAt takes one unit's timeslice from its argument, everything
+// else (overhead, level) from the class; Settings is SettingsAt at the
+// class's own.
+func TestSettingsAt(t *testing.T) {
+	be := Defaults()[BE]
+	for _, tc := range []struct {
+		unit time.Duration
+		w    int
+		ts   time.Duration
+		err  bool
+	}{
+		{be.Timeslice, 1, 200 * time.Microsecond, false},
+		{be.Timeslice, 3, 560 * time.Microsecond, false},
+		{time.Millisecond, 1, time.Millisecond, false},
+		{time.Millisecond, 3, 20*time.Microsecond + 3*980*time.Microsecond, false},
+		{10 * time.Microsecond, 3, 30 * time.Microsecond, false}, // at or under the overhead: multiplied whole
+		{10 * time.Millisecond, 1000, 0, true},                   // past tsg.MaxTimeslice
+		{0, 1, 0, true},
+		{time.Millisecond, 0, 0, true},
+	} {
+		s, err := be.SettingsAt(tc.unit, tc.w)
+		if (err != nil) != tc.err {
+			t.Errorf("SettingsAt(%v, %d): err %v, want err %v", tc.unit, tc.w, err, tc.err)
+			continue
+		}
+		if want := (tsg.Settings{Timeslice: tsg.Some(tc.ts), Interleave: tsg.Some(tsg.LevelLow)}); err == nil && s != want {
+			t.Errorf("SettingsAt(%v, %d) = %+v, want %+v", tc.unit, tc.w, s, want)
+		}
+		if tc.unit == be.Timeslice {
+			if own, err := be.Settings(tc.w); err != nil || own != s {
+				t.Errorf("Settings(%d) = %+v, %v; want SettingsAt's %+v", tc.w, own, err, s)
+			}
+		}
 	}
 }
 

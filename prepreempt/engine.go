@@ -280,9 +280,7 @@ var (
 // interleave level needs root, and without it the timeslice alone is
 // applied.
 func applyLCClass(ctx context.Context, ts time.Duration, log *slog.Logger) error {
-	lc := lcClass()
-	lc.Timeslice = ts
-	settings, err := lc.Settings(class.DefaultWeight)
+	settings, err := lcClass().SettingsAt(ts, class.DefaultWeight)
 	if err != nil {
 		return err
 	}

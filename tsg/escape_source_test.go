@@ -374,7 +374,7 @@ func TestEscapeTargetExitsDuringChange(t *testing.T) {
 			t.Fatal(err)
 		}
 		ts := 100 * time.Microsecond
-		err = p.Apply(context.Background(), p.Groups, tsg.Settings{Timeslice: &ts})
+		err = p.Apply(context.Background(), p.Groups, tsg.Settings{Timeslice: tsg.Some(ts)})
 		if after == len(p.Groups) {
 			// The last SET went through before the exit: the change
 			// succeeded.

@@ -111,10 +111,42 @@ func (p *Process) Select(sel Selector) ([]Group, error) {
 	return out, nil
 }
 
-// Settings is a change to apply to groups; nil fields are left alone.
+// Settings is a change to apply to groups; unset fields are left alone.
+// It is comparable: groups given equal Settings are changed in one Apply
+// (a Settings is a map key).
 type Settings struct {
-	Timeslice  *time.Duration
-	Interleave *Level
+	Timeslice  Opt[time.Duration]
+	Interleave Opt[Level]
+}
+
+// Opt is a value that may be unset, where a zero value would be a value
+// (a Settings field left alone, a timeslice no one chose). It is
+// comparable when T is.
+type Opt[T comparable] struct {
+	V   T
+	Set bool
+}
+
+// Some is v, set.
+func Some[T comparable](v T) Opt[T] { return Opt[T]{V: v, Set: true} }
+
+// Get is o's value and whether it is set.
+func (o Opt[T]) Get() (T, bool) { return o.V, o.Set }
+
+// Or is o's value, or def when it is unset.
+func (o Opt[T]) Or(def T) T {
+	if o.Set {
+		return o.V
+	}
+	return def
+}
+
+// String is the value, or "unset".
+func (o Opt[T]) String() string {
+	if !o.Set {
+		return "unset"
+	}
+	return fmt.Sprint(o.V)
 }
 
 // Apply changes every group in gs, all or nothing where the driver allows:
@@ -126,13 +158,13 @@ type Settings struct {
 // meanwhile the error is ioctl.ErrNoSuchProcess and nothing is restored:
 // its groups are gone.
 func (p *Process) Apply(ctx context.Context, gs []Group, s Settings) error {
-	if s.Timeslice != nil {
-		if err := CheckTimeslice(*s.Timeslice); err != nil {
+	if ts, ok := s.Timeslice.Get(); ok {
+		if err := CheckTimeslice(ts); err != nil {
 			return err
 		}
 	}
-	if s.Interleave != nil && *s.Interleave > LevelHigh {
-		return fmt.Errorf("%w: interleave level %v", ErrInvalidArgument, *s.Interleave)
+	if l, ok := s.Interleave.Get(); ok && l > LevelHigh {
+		return fmt.Errorf("%w: interleave level %v", ErrInvalidArgument, l)
 	}
 	end, err := p.begin()
 	if err != nil {
@@ -145,17 +177,17 @@ func (p *Process) Apply(ctx context.Context, gs []Group, s Settings) error {
 			return rollback(err, done, levelOf(s))
 		}
 		u := undo{g: g}
-		if s.Timeslice != nil {
+		if ts, ok := s.Timeslice.Get(); ok {
 			prev, err := g.ctl.Timeslice(g)
 			if err != nil {
 				return rollback(fmt.Errorf("group %v: read timeslice: %w", g.Handle, err), done, levelOf(s))
 			}
-			if err := g.ctl.SetTimeslice(g, Micros(*s.Timeslice/time.Microsecond)); err != nil {
+			if err := g.ctl.SetTimeslice(g, Micros(ts/time.Microsecond)); err != nil {
 				return rollback(fmt.Errorf("group %v: set timeslice: %w", g.Handle, err), done, levelOf(s))
 			}
-			u.prevT = &prev
+			u.prevT = Some(prev)
 		}
-		if s.Interleave != nil {
+		if l, ok := s.Interleave.Get(); ok {
 			prev, err := g.ctl.Interleave(g)
 			if errors.Is(err, ioctl.NV_ERR_NOT_SUPPORTED) {
 				// GSP-RM on the H100 (580.159.04) does not implement
@@ -167,11 +199,11 @@ func (p *Process) Apply(ctx context.Context, gs []Group, s Settings) error {
 				done = append(done, u) // its timeslice changed already
 				return rollback(fmt.Errorf("group %v: read interleave level: %w", g.Handle, err), done, levelOf(s))
 			}
-			if err := g.ctl.SetInterleave(g, *s.Interleave); err != nil {
+			if err := g.ctl.SetInterleave(g, l); err != nil {
 				done = append(done, u)
 				return rollback(fmt.Errorf("group %v: set interleave level: %w", g.Handle, err), done, levelOf(s))
 			}
-			u.prevL = &prev
+			u.prevL = Some(prev)
 		}
 		done = append(done, u)
 	}
@@ -182,16 +214,11 @@ func (p *Process) Apply(ctx context.Context, gs []Group, s Settings) error {
 // undo is what Apply changed in one group, and what was there before.
 type undo struct {
 	g     Group
-	prevT *Micros
-	prevL *Level // LevelUnknown: the driver did not report it
+	prevT Opt[Micros]
+	prevL Opt[Level] // LevelUnknown: the driver did not report it
 }
 
-func levelOf(s Settings) Level {
-	if s.Interleave == nil {
-		return LevelUnknown
-	}
-	return *s.Interleave
-}
+func levelOf(s Settings) Level { return s.Interleave.Or(LevelUnknown) }
 
 // rollback restores, in reverse, what done changed, and returns cause with
 // an account of exactly what was restored and what was not.
@@ -206,21 +233,21 @@ func rollback(cause error, done []undo, newLevel Level) error {
 	restoredT, restoredL, leftL := 0, 0, 0
 	for i := len(done) - 1; i >= 0; i-- {
 		u := done[i]
-		if u.prevL != nil {
+		if prevL, ok := u.prevL.Get(); ok {
 			switch {
-			case *u.prevL == LevelUnknown:
+			case prevL == LevelUnknown:
 				leftL++
 			default:
-				if err := u.g.ctl.SetInterleave(u.g, *u.prevL); err != nil {
-					errs = append(errs, fmt.Errorf("group %v: restore interleave level %v: %w", u.g.Handle, *u.prevL, err))
+				if err := u.g.ctl.SetInterleave(u.g, prevL); err != nil {
+					errs = append(errs, fmt.Errorf("group %v: restore interleave level %v: %w", u.g.Handle, prevL, err))
 				} else {
 					restoredL++
 				}
 			}
 		}
-		if u.prevT != nil {
-			if err := u.g.ctl.SetTimeslice(u.g, *u.prevT); err != nil {
-				errs = append(errs, fmt.Errorf("group %v: restore timeslice %v: %w", u.g.Handle, *u.prevT, err))
+		if prevT, ok := u.prevT.Get(); ok {
+			if err := u.g.ctl.SetTimeslice(u.g, prevT); err != nil {
+				errs = append(errs, fmt.Errorf("group %v: restore timeslice %v: %w", u.g.Handle, prevT, err))
 			} else {
 				restoredT++
 			}
@@ -266,13 +293,13 @@ func orNothing(s string) string {
 
 // SetTimeslice sets the timeslice of gs, all or nothing.
 func (p *Process) SetTimeslice(ctx context.Context, gs []Group, d time.Duration) error {
-	return p.Apply(ctx, gs, Settings{Timeslice: &d})
+	return p.Apply(ctx, gs, Settings{Timeslice: Some(d)})
 }
 
 // SetInterleave sets the interleave level of gs, all or nothing where the
 // driver reports the previous level (see Apply).
 func (p *Process) SetInterleave(ctx context.Context, gs []Group, l Level) error {
-	return p.Apply(ctx, gs, Settings{Interleave: &l})
+	return p.Apply(ctx, gs, Settings{Interleave: Some(l)})
 }
 
 // Preempt preempts each group in turn. wait makes RM wait for each
@@ -367,11 +394,11 @@ func (p *Process) update(gs []Group, s Settings) {
 			if p.Groups[i].Key() != g.Key() {
 				continue
 			}
-			if s.Timeslice != nil {
-				p.Groups[i].Timeslice = Micros(*s.Timeslice / time.Microsecond)
+			if ts, ok := s.Timeslice.Get(); ok {
+				p.Groups[i].Timeslice = Micros(ts / time.Microsecond)
 			}
-			if s.Interleave != nil {
-				p.Groups[i].Interleave = *s.Interleave
+			if l, ok := s.Interleave.Get(); ok {
+				p.Groups[i].Interleave = l
 			}
 		}
 	}

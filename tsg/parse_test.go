@@ -88,6 +88,44 @@ func TestMicrosString(t *testing.T) {
 	}
 }
 
+// Opt says whether it is set apart from its value, and Settings built of
+// Opts compare by value: equal settings are one batch key.
+func TestOpt(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		o      Opt[time.Duration]
+		or     time.Duration
+		set    bool
+		String string
+	}{
+		{"unset", Opt[time.Duration]{}, time.Second, false, "unset"},
+		{"zero set", Some(time.Duration(0)), 0, true, "0s"},
+		{"set", Some(200 * time.Microsecond), 200 * time.Microsecond, true, "200µs"},
+		{"value without set", Opt[time.Duration]{V: time.Millisecond}, time.Second, false, "unset"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.o.Or(time.Second); got != tc.or {
+				t.Errorf("Or = %v, want %v", got, tc.or)
+			}
+			if _, set := tc.o.Get(); set != tc.set {
+				t.Errorf("Get set = %v, want %v", set, tc.set)
+			}
+			if got := tc.o.String(); got != tc.String {
+				t.Errorf("String = %q, want %q", got, tc.String)
+			}
+		})
+	}
+	a := Settings{Timeslice: Some(200 * time.Microsecond), Interleave: Some(LevelLow)}
+	b := Settings{Timeslice: Some(200 * time.Microsecond), Interleave: Some(LevelLow)}
+	c := Settings{Timeslice: Some(200 * time.Microsecond)}
+	batches := map[Settings]int{a: 1}
+	batches[b]++
+	batches[c]++
+	if len(batches) != 2 || batches[a] != 2 || batches[c] != 1 {
+		t.Errorf("batches %v: want a and b as one key, c another", batches)
+	}
+}
+
 // A group's id prints and encodes as the daemon's status and logs always
 // showed it, and orders by client, then handle.
 func TestGroupID(t *testing.T) {

@@ -228,14 +228,14 @@ func TestApplyAllOrNothing(t *testing.T) {
 	}{
 		{"third SET_TIMESLICE fails", nil, nil,
 			&rmfake.Fault{Cmd: ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, Nth: 3, Status: ioctl.NV_ERR_INVALID_STATE},
-			tsg.Settings{Timeslice: &ts}, ioctl.NV_ERR_INVALID_STATE, "(timeslice of 2 groups restored)", nil},
+			tsg.Settings{Timeslice: tsg.Some(ts)}, ioctl.NV_ERR_INVALID_STATE, "(timeslice of 2 groups restored)", nil},
 		{"interleave refused after timeslice set", []rmfake.Option{rmfake.WithUnprivilegedCaller()}, nil, nil,
-			tsg.Settings{Timeslice: &ts, Interleave: &high}, ioctl.NV_ERR_INSUFFICIENT_PERMISSIONS, "(timeslice of 1 groups restored)", nil},
+			tsg.Settings{Timeslice: tsg.Some(ts), Interleave: tsg.Some(high)}, ioctl.NV_ERR_INSUFFICIENT_PERMISSIONS, "(timeslice of 1 groups restored)", nil},
 		{"last group's interleave fails, level readable", []rmfake.Option{rmfake.WithReadableInterleave()}, nil, lastLevel,
-			tsg.Settings{Timeslice: &ts, Interleave: &high}, ioctl.NV_ERR_INVALID_STATE,
+			tsg.Settings{Timeslice: tsg.Some(ts), Interleave: tsg.Some(high)}, ioctl.NV_ERR_INVALID_STATE,
 			"(timeslice of 4 groups restored; interleave level of 3 groups restored)", nil},
 		{"last group's interleave fails, level not reported (GSP)", nil, nil, lastLevel,
-			tsg.Settings{Timeslice: &ts, Interleave: &high}, ioctl.NV_ERR_INVALID_STATE,
+			tsg.Settings{Timeslice: tsg.Some(ts), Interleave: tsg.Some(high)}, ioctl.NV_ERR_INVALID_STATE,
 			"(timeslice of 4 groups restored; interleave level of 3 groups left at high: the driver does not report the previous level)",
 			[]ioctl.Handle{0x5c000015, 0x5c00003e, 0x5c00004c}},
 		{"level set low before, readable: restored to low, not medium", []rmfake.Option{rmfake.WithReadableInterleave()},
@@ -244,7 +244,7 @@ func TestApplyAllOrNothing(t *testing.T) {
 					t.Fatal(err)
 				}
 			}, lastLevel,
-			tsg.Settings{Interleave: &high}, ioctl.NV_ERR_INVALID_STATE, "(interleave level of 3 groups restored)", nil},
+			tsg.Settings{Interleave: tsg.Some(high)}, ioctl.NV_ERR_INVALID_STATE, "(interleave level of 3 groups restored)", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -288,7 +288,7 @@ func TestApplyClassChangesEveryGroup(t *testing.T) {
 	d := newTraced(t, 100)
 	p := discover(t, d, 100, tsg.ScanOptions{})
 	ts, low := time.Microsecond, tsg.LevelLow
-	if err := p.Apply(context.Background(), p.Groups, tsg.Settings{Timeslice: &ts, Interleave: &low}); err != nil {
+	if err := p.Apply(context.Background(), p.Groups, tsg.Settings{Timeslice: tsg.Some(ts), Interleave: tsg.Some(low)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, g := range d.Groups(100, 8) {

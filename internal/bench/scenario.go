@@ -346,7 +346,7 @@ func (sc *Scenario) parseWeights(parts []string) error {
 		if err != nil {
 			return err
 		}
-		sc.Weights[i], sc.Ratio[i] = spec, *st.Timeslice
+		sc.Weights[i], sc.Ratio[i] = spec, st.Timeslice.V
 	}
 	return nil
 }

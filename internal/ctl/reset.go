@@ -123,7 +123,7 @@ func resetProcess(ctx context.Context, p *tsg.Process) error {
 	var done []tsg.Group
 	for _, ts := range order {
 		gs := byTimeslice[ts]
-		if err := p.Apply(ctx, gs, tsg.Settings{Timeslice: &ts, Interleave: &level}); err != nil {
+		if err := p.Apply(ctx, gs, tsg.Settings{Timeslice: tsg.Some(ts), Interleave: tsg.Some(level)}); err != nil {
 			if len(done) == 0 {
 				return fmt.Errorf("pid %d: %w", p.PID, err)
 			}
@@ -142,12 +142,9 @@ func resetProcess(ctx context.Context, p *tsg.Process) error {
 func restore(ctx context.Context, p *tsg.Process, gs []tsg.Group) error {
 	var errs []error
 	for _, g := range gs {
-		s := tsg.Settings{}
-		ts := g.Timeslice.Duration()
-		s.Timeslice = &ts
+		s := tsg.Settings{Timeslice: tsg.Some(g.Timeslice.Duration())}
 		if g.Interleave != tsg.LevelUnknown {
-			level := g.Interleave
-			s.Interleave = &level
+			s.Interleave = tsg.Some(g.Interleave)
 		}
 		if err := p.Apply(ctx, []tsg.Group{g}, s); err != nil {
 			errs = append(errs, fmt.Errorf("group %v: %w", g.Handle, err))

@@ -254,7 +254,7 @@ requests: {default_max: lc}
 	if got := p.Classes[class.Burstable].SliceOverhead; got != 0 {
 		t.Errorf("burstable slice overhead %v, want 0", got)
 	}
-	if st, err := p.Classes.Settings(class.BE, 3); err != nil || *st.Timeslice != 570*time.Microsecond {
+	if st, err := p.Classes.Settings(class.BE, 3); err != nil || st.Timeslice != tsg.Some(570*time.Microsecond) {
 		t.Errorf("be:3 settings %v %v, want 570us", st, err)
 	}
 	for _, tc := range []struct {

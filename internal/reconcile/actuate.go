@@ -44,7 +44,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 	if d.Exempt {
 		held := false
 		for _, g := range p.groups {
-			held = held || g.applied != nil
+			held = held || g.applied.Set
 		}
 		if !held {
 			// Nothing of ours to undo: no need to attach at all.
@@ -62,12 +62,12 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 			g.original = &o
 		}
 		if d.Exempt {
-			if g.applied == nil {
+			if !g.applied.Set {
 				return tsg.Settings{}, false
 			}
 			return restoreSettings(*g.original), true
 		}
-		if !force && g.appliedIs(want) && gs.Timeslice == tsg.Micros(*want.Timeslice/time.Microsecond) {
+		if !force && g.applied == tsg.Some(want) && gs.Timeslice.Duration() == want.Timeslice.V {
 			return tsg.Settings{}, false // holds it already
 		}
 		return want, true
@@ -99,11 +99,10 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 		g.classedAt = max(g.classedAt, began)
 		g.drifted = false
 		if d.Exempt {
-			g.applied = nil
+			g.applied = tsg.Opt[tsg.Settings]{}
 			continue
 		}
-		s := want
-		g.applied = &s
+		g.applied = tsg.Some(want)
 		if changed[gs.ID] {
 			n++
 		}
@@ -140,7 +139,7 @@ func (r *Reconciler) apply(ctx context.Context, p *proc, op string, pick func(Gr
 	ctx, cancel := context.WithTimeout(ctx, r.opts.OpTimeout)
 	defer cancel()
 	var changed []tsg.GroupID
-	var wantTS = map[tsg.GroupID]tsg.Micros{}
+	var wantTS = map[tsg.GroupID]time.Duration{}
 	t0 := time.Now()
 	states, err := r.ctl.Apply(ctx, p.pid, func(gs GroupState) (tsg.Settings, bool) {
 		if !r.claim(p, gs.ID) {
@@ -149,8 +148,8 @@ func (r *Reconciler) apply(ctx context.Context, p *proc, op string, pick func(Gr
 		s, ok := pick(gs)
 		if ok {
 			changed = append(changed, gs.ID)
-			if s.Timeslice != nil {
-				wantTS[gs.ID] = tsg.Micros(*s.Timeslice / time.Microsecond)
+			if ts, ok := s.Timeslice.Get(); ok {
+				wantTS[gs.ID] = ts
 			}
 		}
 		return s, ok
@@ -191,8 +190,8 @@ func (r *Reconciler) apply(ctx context.Context, p *proc, op string, pick func(Gr
 		if g == nil {
 			continue
 		}
-		if want, ok := wantTS[id]; ok && g.state.Timeslice != want {
-			bad = append(bad, fmt.Sprintf("%v reads %dus, want %dus", id, g.state.Timeslice, want))
+		if want, ok := wantTS[id]; ok && g.state.Timeslice.Duration() != want {
+			bad = append(bad, fmt.Sprintf("%v reads %dus, want %dus", id, g.state.Timeslice, want/time.Microsecond))
 		}
 	}
 	if len(bad) > 0 {
@@ -209,12 +208,6 @@ func (r *Reconciler) apply(ctx context.Context, p *proc, op string, pick func(Gr
 		r.metrics.applies.WithLabelValues(name).Add(float64(len(changed)))
 	}
 	return owned, nil
-}
-
-func sameSettings(a, b tsg.Settings) bool {
-	eqT := (a.Timeslice == nil) == (b.Timeslice == nil) && (a.Timeslice == nil || *a.Timeslice == *b.Timeslice)
-	eqL := (a.Interleave == nil) == (b.Interleave == nil) && (a.Interleave == nil || *a.Interleave == *b.Interleave)
-	return eqT && eqL
 }
 
 // restoreSettings puts a group back as it was before us, or at the
@@ -235,14 +228,14 @@ func restoreSettings(orig GroupState) tsg.Settings {
 		// Not reported (GSP-RM): RM gives every new group MEDIUM.
 		l = tsg.LevelMedium
 	}
-	return tsg.Settings{Timeslice: &ts, Interleave: &l}
+	return tsg.Settings{Timeslice: tsg.Some(ts), Interleave: tsg.Some(l)}
 }
 
 func (r *Reconciler) reapplyDrift(ctx context.Context, p *proc, now time.Duration) {
 	p.driftAt = 0
 	var due []*group
 	for _, g := range p.groups {
-		if !g.drifted || g.applied == nil {
+		if !g.drifted || !g.applied.Set {
 			continue
 		}
 		if at := r.driftDue(g, now); at > now {
@@ -258,10 +251,10 @@ func (r *Reconciler) reapplyDrift(ctx context.Context, p *proc, now time.Duratio
 	}
 	pick := func(gs GroupState) (tsg.Settings, bool) {
 		g := p.groups[gs.ID]
-		if g == nil || !g.drifted || g.applied == nil || r.driftDue(g, now) > now {
+		if g == nil || !g.drifted || !g.applied.Set || r.driftDue(g, now) > now {
 			return tsg.Settings{}, false
 		}
-		return *g.applied, true
+		return g.applied.V, true
 	}
 	if _, err := r.apply(ctx, p, "drift", pick); err != nil {
 		return
@@ -284,7 +277,7 @@ func (r *Reconciler) RestoreAll(ctx context.Context) (restored int, errs error) 
 		p := r.procs[pid]
 		pick := func(gs GroupState) (tsg.Settings, bool) {
 			g := p.groups[gs.ID]
-			if g == nil || g.applied == nil {
+			if g == nil || !g.applied.Set {
 				return tsg.Settings{}, false
 			}
 			o := gs

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sort"
 	"sync"
 	"time"
 
@@ -245,7 +244,8 @@ func (c *TSGController) Groups(ctx context.Context, pid int) ([]GroupState, erro
 }
 
 // Apply changes the groups pick chooses (groups with the same settings
-// in one all-or-nothing tsg Apply), then reads every group back.
+// in one all-or-nothing tsg Apply, in the order of their first group),
+// then reads every group back.
 func (c *TSGController) Apply(ctx context.Context, pid int, pick func(GroupState) (tsg.Settings, bool)) ([]GroupState, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -254,30 +254,22 @@ func (c *TSGController) Apply(ctx context.Context, pid int, pick func(GroupState
 		return nil, err
 	}
 	defer p.Close()
-	type batch struct {
-		s  tsg.Settings
-		gs []tsg.Group
-	}
-	batches := map[string]*batch{}
-	var keys []string
+	batches := map[tsg.Settings][]tsg.Group{}
+	var order []tsg.Settings
 	before := states(p)
 	for i, g := range p.Groups {
 		s, ok := pick(before[i])
 		if !ok {
 			continue
 		}
-		k := settingsKey(s)
-		if batches[k] == nil {
-			batches[k] = &batch{s: s}
-			keys = append(keys, k)
+		if batches[s] == nil {
+			order = append(order, s)
 		}
-		batches[k].gs = append(batches[k].gs, g)
+		batches[s] = append(batches[s], g)
 	}
-	sort.Strings(keys)
 	var errs []error
-	for _, k := range keys {
-		b := batches[k]
-		if err := p.Apply(ctx, b.gs, b.s); err != nil {
+	for _, s := range order {
+		if err := p.Apply(ctx, batches[s], s); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -288,17 +280,6 @@ func (c *TSGController) Apply(ctx context.Context, pid int, pick func(GroupState
 		return nil, fmt.Errorf("pid %d: read back: %w", pid, err)
 	}
 	return states(p), nil
-}
-
-func settingsKey(s tsg.Settings) string {
-	k := "-"
-	if s.Timeslice != nil {
-		k = s.Timeslice.String()
-	}
-	if s.Interleave != nil {
-		k += "/" + s.Interleave.String()
-	}
-	return k
 }
 
 // Lister lists the pids that have a GPU control file open (tsg.Host).

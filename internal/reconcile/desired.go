@@ -49,7 +49,7 @@ func (r *Reconciler) holds(p *proc, spec class.Spec) (int, bool) {
 		return 0, false
 	}
 	for _, g := range p.groups {
-		if !g.classed || !g.appliedIs(want) || g.drifted {
+		if !g.classed || g.applied != tsg.Some(want) || g.drifted {
 			return 0, false
 		}
 	}
@@ -152,7 +152,7 @@ func (r *Reconciler) Request(ctx context.Context, pid int, start uint64, spec cl
 	}
 	n := 0
 	for _, g := range p.groups {
-		if g.applied != nil {
+		if g.applied.Set {
 			n++
 		}
 	}
@@ -196,58 +196,56 @@ func (r *Reconciler) reclassLocked() {
 	r.poke()
 }
 
-// tableAt is the policy's class table with BE's timeslice at ts (0: the
-// policy's).
-func (r *Reconciler) tableAt(ts time.Duration) class.Table {
-	if ts <= 0 {
+// tableAt is the policy's class table with BE's timeslice at ts (unset:
+// the policy's table itself): the table in force, as the socket API
+// shows it.
+func (r *Reconciler) tableAt(ts tsg.Opt[time.Duration]) class.Table {
+	if !ts.Set {
 		return r.pol.Classes
 	}
 	t := maps.Clone(r.pol.Classes)
 	c := t[class.BE]
-	c.Timeslice = ts
+	c.Timeslice = ts.V
 	t[class.BE] = c
 	return t
 }
 
 // settingsAt is what a group of class sp gets with BE's timeslice at ts
-// (0: the policy's). A weight the policy allows at its own timeslice (an
-// environment's or a request's) may pass tsg.MaxTimeslice at one the SLO
-// mode chose: the group then gets the longest timeslice there is, rather
-// than keep one from before.
-func (r *Reconciler) settingsAt(sp class.Spec, ts time.Duration) (tsg.Settings, error) {
-	own, err := r.pol.Classes.Get(sp.Name)
+// (unset: the policy's). A weight the policy allows at its own timeslice
+// (an environment's or a request's) may pass tsg.MaxTimeslice at one the
+// SLO mode chose: the group then gets the longest timeslice there is,
+// rather than keep one from before.
+func (r *Reconciler) settingsAt(sp class.Spec, ts tsg.Opt[time.Duration]) (tsg.Settings, error) {
+	c, err := r.pol.Classes.Get(sp.Name)
 	if err != nil {
 		return tsg.Settings{}, err
 	}
-	if sp.Name != class.BE || ts <= 0 {
-		return own.Settings(sp.Weight)
+	if sp.Name != class.BE || !ts.Set {
+		return c.Settings(sp.Weight)
 	}
-	c := own
-	c.Timeslice = ts
-	s, err := c.Settings(sp.Weight)
+	s, err := c.SettingsAt(ts.V, sp.Weight)
 	if err == nil {
 		return s, nil
 	}
-	if _, perr := own.Settings(sp.Weight); perr != nil {
+	if _, perr := c.Settings(sp.Weight); perr != nil {
 		return s, err
 	}
-	longest, level := tsg.MaxTimeslice, c.Interleave
-	return tsg.Settings{Timeslice: &longest, Interleave: &level}, nil
+	return tsg.Settings{Timeslice: tsg.Some(tsg.MaxTimeslice), Interleave: tsg.Some(c.Interleave)}, nil
 }
 
 // settingsFor is what p's groups get in class sp: for BE, at the
 // timeslice the SLO mode chose for p (SetBETimeslices).
 func (r *Reconciler) settingsFor(p *proc, sp class.Spec) (tsg.Settings, error) {
-	var ts time.Duration
+	var ts tsg.Opt[time.Duration]
 	if sp.Name == class.BE {
 		ts = r.beSliceFor(p)
 	}
 	return r.settingsAt(sp, ts)
 }
 
-// beSliceFor is the BE timeslice the SLO mode chose for p (0: the
+// beSliceFor is the BE timeslice the SLO mode chose for p (unset: the
 // policy's).
-func (r *Reconciler) beSliceFor(p *proc) time.Duration {
+func (r *Reconciler) beSliceFor(p *proc) tsg.Opt[time.Duration] {
 	if ts, ok := r.beSliceOf[p.key()]; ok {
 		return ts
 	}
@@ -263,22 +261,23 @@ func (r *Reconciler) Classes() class.Table {
 }
 
 // SetBETimeslices sets the BE timeslice (of one unit of weight) the SLO
-// mode chose: per[ProcRef.Key] for the processes per names (0: the policy's),
-// def for the others (0: the policy's), a BE process that starts before
-// the mode names it included. The BE processes whose timeslice changes
+// mode chose: per[ProcRef.Key] for the processes per names (unset: the
+// policy's), def for the others (unset: the policy's), a BE process that
+// starts before the mode names it included. A set value is a timeslice
+// tsg accepts (the SLO ladder's). The BE processes whose timeslice changes
 // are re-classed: one all-or-nothing apply per process at the next Tick,
 // with the usual read-back and retries. Weights keep their ratio of work
 // (class.Class.TimesliceFor: be:3 gets the slice overhead plus 3 x the
-// rest). SetBETimeslices(0, nil) gives every BE process the policy's
-// timeslice again.
-func (r *Reconciler) SetBETimeslices(def time.Duration, per map[string]time.Duration) {
+// rest). SetBETimeslices(tsg.Opt[time.Duration]{}, nil) gives every BE
+// process the policy's timeslice again.
+func (r *Reconciler) SetBETimeslices(def tsg.Opt[time.Duration], per map[string]tsg.Opt[time.Duration]) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	before := map[int]time.Duration{}
+	before := map[int]tsg.Opt[time.Duration]{}
 	for pid, p := range r.procs {
 		before[pid] = r.beSliceFor(p)
 	}
-	r.beSlice, r.beSliceOf = max(def, 0), maps.Clone(per)
+	r.beSlice, r.beSliceOf = def, maps.Clone(per)
 	now := r.Now()
 	for pid, p := range r.procs {
 		if len(p.groups) > 0 && !p.decision.Exempt && p.decision.Spec.Name == class.BE && r.beSliceFor(p) != before[pid] {

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-
-	"github.com/gpreempt/gpreempt/tsg"
 )
 
 // A new context is listed by NVML a little after its channel groups
@@ -78,10 +76,10 @@ func (r *Reconciler) Handle(ev Event) {
 			r.setupSeen(p, ev.At, true)
 			return
 		}
-		if g.applied == nil {
+		if !g.applied.Set {
 			return // exempt, or nothing of ours to hold
 		}
-		if ev.Timeslice != 0 && g.applied.Timeslice != nil && ev.Timeslice == tsg.Micros(*g.applied.Timeslice/time.Microsecond) {
+		if ts, ok := g.applied.V.Timeslice.Get(); ev.Timeslice != 0 && ok && ev.Timeslice.Duration() == ts {
 			return // set to what we hold: no drift
 		}
 		g.drifted = true
@@ -172,10 +170,10 @@ func (r *Reconciler) CheckDrift(states []GroupState, pid int) {
 	now := r.Now()
 	for _, gs := range states {
 		g := p.groups[gs.ID]
-		if g == nil || !g.classed || g.applied == nil || g.applied.Timeslice == nil {
+		if g == nil || !g.classed || !g.applied.Set || !g.applied.V.Timeslice.Set {
 			continue
 		}
-		if gs.Timeslice != tsg.Micros(*g.applied.Timeslice/time.Microsecond) {
+		if gs.Timeslice.Duration() != g.applied.V.Timeslice.V {
 			g.drifted = true
 			r.scheduleDrift(p, g, now)
 		}

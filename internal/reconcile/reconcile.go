@@ -112,12 +112,12 @@ type Reconciler struct {
 	metrics *Metrics
 	pol     *policy.Policy
 	// beSlice is the SLO mode's BE timeslice (of one unit of weight) for
-	// the BE processes beSliceOf does not name; 0: the policy's.
-	beSlice time.Duration
+	// the BE processes beSliceOf does not name; unset: the policy's.
+	beSlice tsg.Opt[time.Duration]
 	// beSliceOf is the SLO mode's BE timeslice per process (by ProcRef.Key):
-	// the one chosen for the GPUs it shares with an LC, or 0 (the policy's)
-	// for one that shares none (SetBETimeslices).
-	beSliceOf map[string]time.Duration
+	// the one chosen for the GPUs it shares with an LC, or unset (the
+	// policy's) for one that shares none (SetBETimeslices).
+	beSliceOf map[string]tsg.Opt[time.Duration]
 	procs     map[int]*proc
 	// wake is signalled when a deadline may have moved earlier.
 	wake chan struct{}
@@ -150,8 +150,8 @@ type group struct {
 	state GroupState
 	// original is the group as first read, before any change of ours.
 	original *GroupState
-	// applied is what we set (nil: not changed by us).
-	applied *tsg.Settings
+	// applied is what we set (unset: not changed by us).
+	applied tsg.Opt[tsg.Settings]
 	classed bool
 	// classedAt is when (events' clock) the apply that classed the group
 	// began: an event from before it reached RM before our SET, and is
@@ -163,11 +163,6 @@ type group struct {
 	// created: the group's allocation was traced from this process, so
 	// it is the owner, whoever else holds its file.
 	created bool
-}
-
-// appliedIs says whether what the daemon last set on g is want.
-func (g *group) appliedIs(want tsg.Settings) bool {
-	return g.applied != nil && sameSettings(*g.applied, want)
 }
 
 // New returns a reconciler with policy pol.

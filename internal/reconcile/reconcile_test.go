@@ -567,7 +567,7 @@ slo: {enabled: true, ladder: [200us, 10ms], safe: 200us}
 		t.Fatal(err)
 	}
 	g.tick(g.now + time.Second)
-	g.rec.SetBETimeslices(10*time.Millisecond, nil) // 9.98 s for weight 1000
+	g.rec.SetBETimeslices(tsg.Some(10*time.Millisecond), nil) // 9.98 s for weight 1000
 	g.tick(g.now + time.Second)
 	g.wantAll(300, uint64(tsg.MaxTimeslice/time.Microsecond), tsg.LevelLow)
 }
@@ -586,7 +586,7 @@ func TestRestoreCountedAsRestore(t *testing.T) {
 	}
 }
 
-// TestBETimeslicesPerProcess: a process SetBETimeslices names with 0
+// TestBETimeslicesPerProcess: a process SetBETimeslices names unset
 // keeps the policy's timeslice under the SLO mode's choice, a request for
 // the class it holds is answered without a change (nor its admission
 // asked), one named with a timeslice gets that one, and one no longer
@@ -597,7 +597,8 @@ func TestBETimeslicesPerProcess(t *testing.T) {
 	g.tick(g.start(200, policy.Process{Comm: "trainer"}) + time.Second)
 	g.tick(g.start(300, policy.Process{Comm: "trainer"}) + time.Second)
 	key := func(pid int) string { return policy.ProcRef{PID: pid, Start: uint64(pid)}.Key() }
-	g.rec.SetBETimeslices(time.Millisecond, map[string]time.Duration{key(100): 0, key(300): 50 * time.Microsecond})
+	type opt = tsg.Opt[time.Duration]
+	g.rec.SetBETimeslices(tsg.Some(time.Millisecond), map[string]opt{key(100): {}, key(300): tsg.Some(50 * time.Microsecond)})
 	g.tick(g.now + time.Second)
 	g.wantAll(200, 1000, tsg.LevelLow)
 	g.wantAll(300, 50, tsg.LevelLow)
@@ -620,16 +621,16 @@ func TestBETimeslicesPerProcess(t *testing.T) {
 	// One process's timeslice alone changes, the default staying: it is
 	// set again, the others are left as they are.
 	for _, us := range []int{1000, 500} {
-		g.rec.SetBETimeslices(time.Millisecond, map[string]time.Duration{key(100): 0, key(300): time.Duration(us) * time.Microsecond})
+		g.rec.SetBETimeslices(tsg.Some(time.Millisecond), map[string]opt{key(100): {}, key(300): tsg.Some(time.Duration(us) * time.Microsecond)})
 		g.tick(g.now + time.Second)
 		g.wantAll(300, uint64(us), tsg.LevelLow)
 		g.wantAll(200, 1000, tsg.LevelLow)
 	}
-	g.rec.SetBETimeslices(2*time.Millisecond, nil)
+	g.rec.SetBETimeslices(tsg.Some(2*time.Millisecond), nil)
 	g.tick(g.now + time.Second)
 	g.wantAll(100, 2000, tsg.LevelLow)
 	g.wantAll(300, 2000, tsg.LevelLow)
-	g.rec.SetBETimeslices(0, nil)
+	g.rec.SetBETimeslices(opt{}, nil)
 	g.tick(g.now + time.Second)
 	g.wantAll(100, 200, tsg.LevelLow)
 	g.wantAll(200, 200, tsg.LevelLow)

@@ -9,6 +9,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
+	"github.com/gpreempt/gpreempt/tsg"
 )
 
 // join gives each search of a set of GPUs (those one process is listed on are one set) its LC and
@@ -99,23 +100,30 @@ func (l *Loop) sorted() []*search {
 	return out
 }
 
-// assign gives each BE process its live search's BE timeslice (the policy's, 0, in none), and the
-// shortest of them to one unlisted in its first window or new (it may share a GPU with any LC).
-func (l *Loop) assign(all []policy.ProcRef) map[string]time.Duration {
-	var def time.Duration
+// beTimeslices is each BE process's timeslice (of one unit of weight) by ProcRef.Key, as SLO mode
+// chose it; a process named with policyTimeslice keeps the policy's.
+type beTimeslices = map[string]tsg.Opt[time.Duration]
+
+// policyTimeslice is no timeslice chosen: the BE processes given it keep the policy's.
+var policyTimeslice tsg.Opt[time.Duration]
+
+// assign gives each BE process its live search's BE timeslice (the policy's in none), and
+// the shortest of them to one unlisted in its first window or new (it may share a GPU with any LC).
+func (l *Loop) assign(all []policy.ProcRef) beTimeslices {
+	var def tsg.Opt[time.Duration]
 	for _, s := range l.searches {
-		if c := s.ctl.Arm().BETimeslice; s.live() && (def == 0 || c < def) {
-			def = c
+		if c := s.ctl.Arm().BETimeslice; s.live() && (!def.Set || c < def.V) {
+			def = tsg.Some(c)
 		}
 	}
-	per := make(map[string]time.Duration, len(all))
+	per := make(beTimeslices, len(all))
 	for _, b := range all {
 		switch s := l.beSearch[b.Key()]; {
 		case s != nil:
-			per[b.Key()] = s.ctl.Arm().BETimeslice
+			per[b.Key()] = tsg.Some(s.ctl.Arm().BETimeslice)
 		case len(b.GPUs) > 0:
-			per[b.Key()] = 0 // in no live search: the policy's
-		case def > 0:
+			per[b.Key()] = policyTimeslice // in no live search
+		case def.Set:
 			per[b.Key()] = def // unlisted, in its first window
 		}
 	}

@@ -263,7 +263,7 @@ func (l *Loop) off(pol *policy.Policy, now time.Duration) {
 	clear(l.tracing)
 	if l.on {
 		l.on, l.searches, l.beSearch, l.held = false, nil, nil, nil
-		l.rec.SetBETimeslices(0, nil)
+		l.rec.SetBETimeslices(policyTimeslice, nil)
 		if l.Gate != nil {
 			l.Gate.Steer(nil) // the gate holds as the policy says
 		}

@@ -112,7 +112,7 @@ func lcSample(s LatencySample, o objective.Objective, p policy.ProcRef, key stri
 
 // publish sets the status, what hint engines are told, and the metrics after a window (decided
 // and samples are nil as the mode comes on); per is each BE process's timeslice.
-func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, samples map[int]lcWindow, all []policy.ProcRef, per map[string]time.Duration) {
+func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, samples map[int]lcWindow, all []policy.ProcRef, per beTimeslices) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := api.SLO{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
@@ -164,9 +164,9 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 		for i, b := range st.BE {
 			if j := slices.IndexFunc(all, func(p policy.ProcRef) bool { return p.PID == b.PID }); j >= 0 {
 				ts, named := per[all[j].Key()]
-				st.BE[i].Apart = named && ts == 0
-				if ts > 0 {
-					st.BE[i].Timeslice = ts.String()
+				st.BE[i].Apart = named && !ts.Set
+				if ts.Set {
+					st.BE[i].Timeslice = ts.V.String()
 				}
 			}
 		}

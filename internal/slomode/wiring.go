@@ -6,6 +6,7 @@ import (
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/tsg"
 )
 
 // What SLO mode needs of the daemon that wires it: reconcile.Reconciler, pause.Holder, gate.Gate and
@@ -20,8 +21,8 @@ type Reconciler interface {
 	InClass(n class.Name) []policy.ProcRef
 	Outside(n class.Name) []policy.ProcRef
 	// SetBETimeslices gives the BE processes per names (by ProcRef.Key) their timeslice, def every
-	// other; 0: the policy's.
-	SetBETimeslices(def time.Duration, per map[string]time.Duration)
+	// other; unset: the policy's.
+	SetBETimeslices(def tsg.Opt[time.Duration], per map[string]tsg.Opt[time.Duration])
 }
 
 // Pauser stops BE processes while an LC is learnt alone (SIGSTOP through pidfds, with a watchdog

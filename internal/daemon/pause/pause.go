@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -82,19 +83,18 @@ type Pauser struct {
 type heldProc struct {
 	ref policy.ProcRef
 	fd  int
-	// by holds each holder's deadline: past it, the holder no longer
-	// counts on the stop (the watchdog resumes at the latest).
-	by map[string]time.Time
-	// told is the deadline the watchdog has for it.
-	told time.Time
+	// by holds each holder's deadline (CLOCK_MONOTONIC, monotonic()):
+	// past it, the holder no longer counts on the stop (the watchdog
+	// resumes at the latest).
+	by map[string]time.Duration
+	// told is the deadline the watchdog has for it (0: none).
+	told time.Duration
 }
 
-func (h *heldProc) deadline() time.Time {
-	var d time.Time
+func (h *heldProc) deadline() time.Duration {
+	var d time.Duration
 	for _, t := range h.by {
-		if t.After(d) {
-			d = t
-		}
+		d = max(d, t)
 	}
 	return d
 }
@@ -203,7 +203,8 @@ func (p *Pauser) stop(holder string, procs []policy.ProcRef, max time.Duration) 
 	if p.held == nil {
 		p.held = map[int]*heldProc{}
 	}
-	deadline := time.Now().Add(max)
+	now := monotonic()
+	deadline := now + min(max, math.MaxInt64-now)
 	n := 0
 	var fresh []*heldProc
 	for _, r := range procs {
@@ -212,7 +213,7 @@ func (p *Pauser) stop(holder string, procs []policy.ProcRef, max time.Duration) 
 				if _, mine := h.by[holder]; !mine {
 					n++
 				}
-				if h.by[holder].Before(deadline) {
+				if h.by[holder] < deadline {
 					h.by[holder] = deadline
 				}
 				p.checkLocked(h) // stopped again if its owner resumed it
@@ -232,12 +233,12 @@ func (p *Pauser) stop(holder string, procs []policy.ProcRef, max time.Duration) 
 			unix.Close(fd)
 			continue
 		}
-		fresh = append(fresh, &heldProc{ref: r, fd: fd, by: map[string]time.Time{holder: deadline}})
+		fresh = append(fresh, &heldProc{ref: r, fd: fd, by: map[string]time.Duration{holder: deadline}})
 	}
 	var errs []error
 	// Deadlines that grew go to the watchdog.
 	for _, h := range p.held {
-		if d := h.deadline(); d.After(h.told) {
+		if d := h.deadline(); d > h.told {
 			if err := p.tellLocked(h, d); err != nil {
 				errs = append(errs, err)
 			}
@@ -356,10 +357,10 @@ func (p *Pauser) Close() error {
 func (p *Pauser) holding(holder string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now, any := time.Now(), false
+	now, any := monotonic(), false
 	for _, h := range p.held {
 		if d, mine := h.by[holder]; mine {
-			if !now.Before(d) {
+			if now >= d {
 				return false
 			}
 			any = true
@@ -376,7 +377,7 @@ func (p *Pauser) holds(holder string, r policy.ProcRef) bool {
 		return false
 	}
 	d, mine := h.by[holder]
-	return mine && time.Now().Before(d) && p.checkLocked(h)
+	return mine && monotonic() < d && p.checkLocked(h)
 }
 
 // Still reports whether r makes no progress now, from its real state:
@@ -423,7 +424,7 @@ func (p *Pauser) checkLocked(h *heldProc) bool {
 	if state == 'T' || state == 't' {
 		return true
 	}
-	if stoppedOrGone(state) || !time.Now().Before(h.deadline()) {
+	if stoppedOrGone(state) || monotonic() >= h.deadline() {
 		return false
 	}
 	// A SIGSTOP sent but not yet acted on (the process is not on a CPU

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -33,7 +34,7 @@ func runWatchdog(sock int, stderr io.Writer) int {
 	type entry struct {
 		fd       int
 		start    uint64
-		deadline int64 // CLOCK_MONOTONIC ns
+		deadline time.Duration // CLOCK_MONOTONIC
 	}
 	held := map[int]entry{}
 	failed := 0
@@ -83,11 +84,11 @@ func runWatchdog(sock int, stderr io.Writer) int {
 		var due <-chan time.Time
 		var timer *time.Timer
 		if len(held) > 0 {
-			first := int64(1<<63 - 1)
+			first := time.Duration(math.MaxInt64)
 			for _, e := range held {
 				first = min(first, e.deadline)
 			}
-			timer = time.NewTimer(time.Duration(max(0, first-monotonicNow())))
+			timer = time.NewTimer(max(0, first-monotonic()))
 			due = timer.C
 		}
 		select {
@@ -95,39 +96,29 @@ func runWatchdog(sock int, stderr io.Writer) int {
 			if !ok {
 				return resumeAll()
 			}
-			f := strings.Fields(m.text)
-			var pid int
-			var start uint64
-			var err error
-			if len(f) >= 3 {
-				pid, err = strconv.Atoi(f[1])
-				if err == nil {
-					start, err = strconv.ParseUint(f[2], 10, 64)
-				}
-			}
+			c, err := parseWatchdogMsg(m.text, len(m.fds))
 			switch {
-			case err != nil || len(f) < 3:
-			case f[0] == "hold" && len(f) == 4 && len(m.fds) == 1:
-				deadline, err := strconv.ParseInt(f[3], 10, 64)
-				if err != nil {
-					break
-				}
-				if old, ok := held[pid]; ok {
+			case err != nil:
+				// Only the daemon holds the other end: a message it
+				// cannot have meant is a bug, said and not acted on.
+				fmt.Fprintf(stderr, "gpreemptd pause watchdog: refused: %v\n", err)
+			case c.hold:
+				if old, ok := held[c.pid]; ok {
 					unix.Close(old.fd)
 				}
-				held[pid] = entry{fd: m.fds[0], start: start, deadline: deadline}
+				held[c.pid] = entry{fd: m.fds[0], start: c.start, deadline: c.deadline}
 				m.fds = nil
-			case f[0] == "drop":
-				if e, ok := held[pid]; ok && e.start == start {
+			default:
+				if e, ok := held[c.pid]; ok && e.start == c.start {
 					unix.Close(e.fd)
-					delete(held, pid)
+					delete(held, c.pid)
 				}
 			}
 			for _, fd := range m.fds {
 				unix.Close(fd)
 			}
 		case <-due:
-			now := monotonicNow()
+			now := monotonic()
 			for pid, e := range held {
 				if e.deadline <= now {
 					resume(pid, e)
@@ -302,9 +293,9 @@ func (d *watchdog) close() {
 	go func() { d.cmd.Wait(); close(d.exited) }()
 }
 
-// tellLocked hands the watchdog h's pidfd and its deadline, starting a
-// watchdog (and handing it every held process) if none runs.
-func (p *Pauser) tellLocked(h *heldProc, deadline time.Time) error {
+// tellLocked hands the watchdog h's pidfd and its deadline (CLOCK_MONOTONIC),
+// starting a watchdog (and handing it every held process) if none runs.
+func (p *Pauser) tellLocked(h *heldProc, deadline time.Duration) error {
 	for attempt := 0; ; attempt++ {
 		if p.dog == nil {
 			if err := p.startWatchdogLocked(); err != nil {
@@ -334,31 +325,87 @@ func (p *Pauser) tellLocked(h *heldProc, deadline time.Time) error {
 
 // dropLocked tells the watchdog h is no longer its to resume.
 func (p *Pauser) dropLocked(h *heldProc) {
-	if p.dog == nil || h.told.IsZero() {
+	if p.dog == nil || h.told == 0 {
 		return
 	}
-	msg := fmt.Sprintf("drop %d %d", h.ref.PID, h.ref.Start)
+	msg := watchdogCmd{pid: h.ref.PID, start: h.ref.Start}.String()
 	if err := unix.Sendmsg(p.dog.sock, []byte(msg), nil, nil, unix.MSG_NOSIGNAL); err != nil {
 		p.dog.close()
 		p.dog = nil
 	}
 }
 
-func (p *Pauser) sendHold(h *heldProc, deadline time.Time) error {
-	msg := fmt.Sprintf("hold %d %d %d", h.ref.PID, h.ref.Start, monotonicAt(deadline))
+func (p *Pauser) sendHold(h *heldProc, deadline time.Duration) error {
+	msg := watchdogCmd{hold: true, pid: h.ref.PID, start: h.ref.Start, deadline: deadline}.String()
 	return unix.Sendmsg(p.dog.sock, []byte(msg), unix.UnixRights(h.fd), nil, unix.MSG_NOSIGNAL)
 }
 
-// monotonicNow is CLOCK_MONOTONIC in nanoseconds: one clock for every
-// process of the machine, which no one can set.
-func monotonicNow() int64 {
+// monotonic reads CLOCK_MONOTONIC: the one clock of the Pauser's
+// deadlines and its watchdog's, the same in every process of the machine,
+// which no one can set (the gate's and the reconciler's clock too).
+func monotonic() time.Duration {
 	var ts unix.Timespec
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return ts.Nano()
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(err) // cannot fail on Linux
+	}
+	return time.Duration(ts.Nano())
 }
 
-// monotonicAt is t as a CLOCK_MONOTONIC time.
-func monotonicAt(t time.Time) int64 { return monotonicNow() + int64(time.Until(t)) }
+// watchdogCmd is one message from the daemon to its watchdog: hold pid
+// (started at start; its pidfd comes with the message) until deadline,
+// or drop it (the daemon resumed it itself).
+type watchdogCmd struct {
+	hold     bool
+	pid      int
+	start    uint64
+	deadline time.Duration // CLOCK_MONOTONIC; hold only
+}
+
+// String is the message as the daemon sends it: "hold PID START DEADLINE"
+// (DEADLINE: CLOCK_MONOTONIC nanoseconds) or "drop PID START".
+func (c watchdogCmd) String() string {
+	if c.hold {
+		return fmt.Sprintf("hold %d %d %d", c.pid, c.start, int64(c.deadline))
+	}
+	return fmt.Sprintf("drop %d %d", c.pid, c.start)
+}
+
+// parseWatchdogMsg reads a message String wrote, which came with fds
+// descriptors: a hold carries exactly one (the pidfd), a drop none. A
+// deadline is an absolute CLOCK_MONOTONIC time in nanoseconds, a
+// positive integer: a duration ("2s") or a wall-clock time is refused.
+func parseWatchdogMsg(text string, fds int) (watchdogCmd, error) {
+	f := strings.Split(text, " ")
+	var c watchdogCmd
+	switch {
+	case len(f) == 4 && f[0] == "hold":
+		c.hold = true
+		d, err := strconv.ParseInt(f[3], 10, 64)
+		if err != nil || d <= 0 {
+			return c, fmt.Errorf("message %.80q: deadline %.32q: want CLOCK_MONOTONIC nanoseconds, a positive integer", text, f[3])
+		}
+		c.deadline = time.Duration(d)
+		if fds != 1 {
+			return c, fmt.Errorf("message %.80q: a hold carries one pidfd, got %d descriptors", text, fds)
+		}
+	case len(f) == 3 && f[0] == "drop":
+		if fds != 0 {
+			return c, fmt.Errorf("message %.80q: a drop carries no descriptor, got %d", text, fds)
+		}
+	default:
+		return c, fmt.Errorf("message %.80q: want \"hold PID START DEADLINE\" or \"drop PID START\"", text)
+	}
+	pid, err := strconv.Atoi(f[1])
+	if err != nil || pid <= 0 || strconv.Itoa(pid) != f[1] {
+		return c, fmt.Errorf("message %.80q: pid %.32q: want a positive integer", text, f[1])
+	}
+	start, err := strconv.ParseUint(f[2], 10, 64)
+	if err != nil {
+		return c, fmt.Errorf("message %.80q: start time %.32q: want clock ticks, a whole number", text, f[2])
+	}
+	c.pid, c.start = pid, start
+	return c, nil
+}
 
 func (p *Pauser) startWatchdogLocked() error {
 	exe := p.Exe
@@ -395,8 +442,10 @@ func (p *Pauser) startWatchdogLocked() error {
 
 // RunWatchdog is the pause watchdog: args name the descriptor of its
 // socket to the daemon. The daemon sends "hold PID START DEADLINE" with
-// the process's pidfd (DEADLINE: CLOCK_MONOTONIC nanoseconds) and "drop
-// PID START" once it resumed it itself. The watchdog resumes each process
+// the process's pidfd (DEADLINE: an absolute CLOCK_MONOTONIC time in
+// nanoseconds, the clock the watchdog compares it with) and "drop PID
+// START" once it resumed it itself; a message of another form is
+// refused, said on stderr, and its descriptors closed. The watchdog resumes each process
 // at its deadline, and every one it holds when the daemon's end closes or
 // on SIGTERM, SIGINT or SIGHUP. It returns the exit code.
 func RunWatchdog(args []string, _ io.Reader, stderr io.Writer) int {
