@@ -49,7 +49,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 		if !held {
 			// Nothing of ours to undo: no need to attach at all.
 			for _, g := range p.groups {
-				g.classed = true
+				g.held = classed
 			}
 			r.log.Debug("left alone", "pid", p.pid, "comm", p.info.Comm, "rule", d.Rule)
 			return nil
@@ -95,9 +95,8 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 	n := 0
 	for _, gs := range states {
 		g := p.groups[gs.ID]
-		g.classed = true
+		g.held = classed
 		g.classedAt = max(g.classedAt, began)
-		g.drifted = false
 		if d.Exempt {
 			g.applied = tsg.Opt[tsg.Settings]{}
 			continue
@@ -235,7 +234,7 @@ func (r *Reconciler) reapplyDrift(ctx context.Context, p *proc, now time.Duratio
 	p.driftAt = 0
 	var due []*group
 	for _, g := range p.groups {
-		if !g.drifted || !g.applied.Set {
+		if g.held != drifted || !g.applied.Set {
 			continue
 		}
 		if at := r.driftDue(g, now); at > now {
@@ -251,7 +250,7 @@ func (r *Reconciler) reapplyDrift(ctx context.Context, p *proc, now time.Duratio
 	}
 	pick := func(gs GroupState) (tsg.Settings, bool) {
 		g := p.groups[gs.ID]
-		if g == nil || !g.drifted || !g.applied.Set || r.driftDue(g, now) > now {
+		if g == nil || g.held != drifted || !g.applied.Set || r.driftDue(g, now) > now {
 			return tsg.Settings{}, false
 		}
 		return g.applied.V, true
@@ -261,7 +260,7 @@ func (r *Reconciler) reapplyDrift(ctx context.Context, p *proc, now time.Duratio
 	}
 	for _, g := range due {
 		g.drift.AllowN(clockTime(now), 1)
-		g.drifted = false
+		g.held = classed
 		r.metrics.drift.WithLabelValues("reapplied").Inc()
 	}
 	r.log.Info("drift re-applied", "pid", p.pid, "comm", p.info.Comm, "groups", len(due))

@@ -49,7 +49,7 @@ func (r *Reconciler) holds(p *proc, spec class.Spec) (int, bool) {
 		return 0, false
 	}
 	for _, g := range p.groups {
-		if !g.classed || g.applied != tsg.Some(want) || g.drifted {
+		if g.held == unclassed || g.applied != tsg.Some(want) || g.held == drifted {
 			return 0, false
 		}
 	}

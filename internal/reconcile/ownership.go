@@ -18,7 +18,7 @@ func (r *Reconciler) Adopt(pid int, groups []tsg.GroupID) {
 		if !r.claim(p, id) {
 			continue
 		}
-		fresh = fresh || !had || !p.groups[id].classed
+		fresh = fresh || !had || p.groups[id].held == unclassed
 	}
 	if len(p.groups) == 0 && p.override == nil && p.decision.Rule == "" {
 		delete(r.procs, pid) // a fork's worker: no group of its own
@@ -74,7 +74,7 @@ func (r *Reconciler) claim(p *proc, id tsg.GroupID) bool {
 		return false
 	}
 	if g := r.takeOver(p, id); g != nil && p.groups[id] == nil {
-		g.classed = false
+		g.held = unclassed
 		p.groups[id] = g
 	}
 	r.ensureGroup(p, id)

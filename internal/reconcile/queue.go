@@ -48,7 +48,7 @@ func (r *Reconciler) Handle(ev Event) {
 		return
 	}
 	if p := r.procs[ev.PID]; p != nil && ev.Kind != GroupFreed && ev.Kind != ProcessExited {
-		if g := p.groups[ev.Group]; g != nil && g.classed && ev.At < g.classedAt {
+		if g := p.groups[ev.Group]; g != nil && g.held != unclassed && ev.At < g.classedAt {
 			return // happened before our apply, which overrode it: stale
 		}
 	}
@@ -56,7 +56,7 @@ func (r *Reconciler) Handle(ev Event) {
 	case GroupCreated:
 		p := r.ensure(ev.PID)
 		if g := r.takeOver(p, ev.Group); g != nil && p.groups[ev.Group] == nil {
-			g.classed = false // a scan got to it first, through another's file
+			g.held = unclassed // a scan got to it first, through another's file
 			p.groups[ev.Group] = g
 		}
 		r.ensureGroup(p, ev.Group).created = true
@@ -64,13 +64,13 @@ func (r *Reconciler) Handle(ev Event) {
 	case GroupSetup:
 		p := r.ensure(ev.PID)
 		g := r.ensureGroup(p, ev.Group)
-		if !g.classed || p.status.Kind == Pending {
+		if g.held == unclassed || p.status.Kind == Pending {
 			r.setupSeen(p, ev.At, true)
 		}
 	case GroupSet:
 		p := r.ensure(ev.PID)
 		g := r.ensureGroup(p, ev.Group)
-		if !g.classed || p.status.Kind == Pending {
+		if g.held == unclassed || p.status.Kind == Pending {
 			// libcuda's own SET after channel setup, or one before we
 			// classed: part of setup.
 			r.setupSeen(p, ev.At, true)
@@ -82,7 +82,7 @@ func (r *Reconciler) Handle(ev Event) {
 		if ts, ok := g.applied.V.Timeslice.Get(); ev.Timeslice != 0 && ok && ev.Timeslice.Duration() == ts {
 			return // set to what we hold: no drift
 		}
-		g.drifted = true
+		g.held = drifted
 		r.scheduleDrift(p, g, ev.At)
 	case GroupFreed:
 		if p := r.procs[ev.PID]; p != nil {
@@ -170,11 +170,11 @@ func (r *Reconciler) CheckDrift(states []GroupState, pid int) {
 	now := r.Now()
 	for _, gs := range states {
 		g := p.groups[gs.ID]
-		if g == nil || !g.classed || !g.applied.Set || !g.applied.V.Timeslice.Set {
+		if g == nil || g.held == unclassed || !g.applied.Set || !g.applied.V.Timeslice.Set {
 			continue
 		}
 		if gs.Timeslice.Duration() != g.applied.V.Timeslice.V {
-			g.drifted = true
+			g.held = drifted
 			r.scheduleDrift(p, g, now)
 		}
 	}

@@ -152,18 +152,29 @@ type group struct {
 	original *GroupState
 	// applied is what we set (unset: not changed by us).
 	applied tsg.Opt[tsg.Settings]
-	classed bool
+	// held is where the group stands against what the process's class wants.
+	held groupHeld
 	// classedAt is when (events' clock) the apply that classed the group
 	// began: an event from before it reached RM before our SET, and is
 	// no news (setup delivered late, or libcuda's own SET(2048)).
 	classedAt time.Duration
-	drifted   bool
 	// drift bounds re-applies of drift (Options.DriftBurst, DriftRefill).
 	drift *rate.Limiter
 	// created: the group's allocation was traced from this process, so
 	// it is the owner, whoever else holds its file.
 	created bool
 }
+
+// groupHeld is where one group stands: not classed yet (or taken over),
+// classed (holding what its process's class wants, or left alone), or
+// drifted (someone else set it since; a re-apply is due).
+type groupHeld uint8
+
+const (
+	unclassed groupHeld = iota
+	classed
+	drifted
+)
 
 // New returns a reconciler with policy pol.
 func New(pol *policy.Policy, ctl Controller, inspect Inspector, m *Metrics, opts Options, log *slog.Logger) *Reconciler {
