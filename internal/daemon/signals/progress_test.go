@@ -11,6 +11,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/daemon/attach"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slomode"
+	"github.com/gpreempt/gpreempt/internal/testlog"
 )
 
 // fakeCounter is a LaunchCounter whose counts the test sets.
@@ -158,7 +159,7 @@ func TestBEProgress(t *testing.T) {
 			for pid, err := range tc.fail {
 				f.fail[pid] = err
 			}
-			b := NewBEProgress(f, testLog(t))
+			b := NewBEProgress(f, testlog.New(t))
 			b.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
 			var now time.Duration
 			for i, s := range tc.steps {
@@ -214,7 +215,7 @@ func containsPID(ps []policy.ProcRef, pid int) bool {
 func TestBEProgressStatus(t *testing.T) {
 	f := newFakeCounter()
 	f.fail[11] = errors.New("uprobe refused")
-	b := NewBEProgress(f, testLog(t))
+	b := NewBEProgress(f, testlog.New(t))
 	b.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
 	two := []policy.ProcRef{beA, beB}
 	now := time.Second
@@ -257,7 +258,7 @@ func TestBEProgressStatus(t *testing.T) {
 // through its windows alone encodes (no NaN in it).
 func TestBEProgressRecovers(t *testing.T) {
 	f := newFakeCounter()
-	b := NewBEProgress(f, testLog(t))
+	b := NewBEProgress(f, testlog.New(t))
 	b.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
 	one := []policy.ProcRef{beA}
 	now := time.Second

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slomode"
+	"github.com/gpreempt/gpreempt/internal/testlog"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
 )
@@ -178,7 +179,7 @@ func TestRequestTracingUprobes(t *testing.T) {
 	if _, _, err := OpenTracedLatency(context.Background(), filepath.Join(dir, "missing.so"), nil); !errors.Is(err, trace.ErrNoLibrary) {
 		t.Errorf("a missing libcuda: %v, want ErrNoLibrary", err)
 	}
-	tl, untrace, err := OpenTracedLatency(context.Background(), lib, testLog(t))
+	tl, untrace, err := OpenTracedLatency(context.Background(), lib, testlog.New(t))
 	if errors.Is(err, trace.ErrNotRoot) {
 		t.Skipf("the kernel refuses to trace for this user: %v", err)
 	}
@@ -220,7 +221,7 @@ func TestRequestTracingUprobes(t *testing.T) {
 func TestRequestTracingPerProcess(t *testing.T) {
 	dir := t.TempDir()
 	_, app := buildLCLoop(t, dir)
-	tl, untrace, err := OpenTracedLatency(context.Background(), "", testLog(t))
+	tl, untrace, err := OpenTracedLatency(context.Background(), "", testlog.New(t))
 	if errors.Is(err, trace.ErrNotRoot) {
 		t.Skipf("the kernel refuses to trace for this user: %v", err)
 	}
@@ -326,7 +327,7 @@ func (f *fakeProcessTracer) DetachProcess(pid int) {
 func TestTracedLatencyFollow(t *testing.T) {
 	f := &fakeProcessTracer{attached: map[int]bool{}, fail: map[int]error{300: trace.ErrNoLibrary}}
 	tl := NewTracedLatency()
-	tl.tracer, tl.procs, tl.since, tl.log = f, map[string]*tracedProc{}, map[int]time.Duration{}, testLog(t)
+	tl.tracer, tl.procs, tl.since, tl.log = f, map[string]*tracedProc{}, map[int]time.Duration{}, testlog.New(t)
 	tl.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
 	a, b := policy.ProcRef{PID: 100, Start: 1, Comm: "lc-a"}, policy.ProcRef{PID: 300, Start: 1, Comm: "lc-b"}
 	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-a"}
