@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -26,6 +25,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/testlog"
 	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
@@ -523,46 +523,12 @@ slo: {enabled: true, window: 1s%s}
 	}
 }
 
-// fakeCounter is a LaunchCounter whose counts the test sets.
-type fakeCounter struct {
-	n          map[int]uint64
-	attached   map[int]bool
-	fail       map[int]error
-	unreadable map[int]bool
-	attaches   int
-}
-
-func newFakeCounter() *fakeCounter {
-	return &fakeCounter{n: map[int]uint64{}, attached: map[int]bool{}, fail: map[int]error{}, unreadable: map[int]bool{}}
-}
-
-func (f *fakeCounter) Attach(pid int, lib string) error {
-	f.attaches++
-	if err := f.fail[pid]; err != nil {
-		return err
-	}
-	if lib != "/lib/libcuda.so.1" {
-		return errors.New("wrong library " + lib)
-	}
-	f.attached[pid], f.n[pid] = true, 0
-	return nil
-}
-
-func (f *fakeCounter) Count(pid int) (uint64, bool) {
-	if !f.attached[pid] || f.unreadable[pid] {
-		return 0, false
-	}
-	return f.n[pid], true
-}
-
-func (f *fakeCounter) Detach(pid int) { delete(f.attached, pid) }
-
 // newShareRig is an SLO loop over sloPolicy with no process yet, whose BE
 // share comes from launches counted by the fake counter it returns.
-func newShareRig(t *testing.T) (*sloRig, *fakeCounter) {
+func newShareRig(t *testing.T) (*sloRig, *tracetest.Launches) {
 	g := newRig(t, sloPolicy)
 	s := &sloRig{rig: g, loop: NewSLOLoop(g.Rec, g.m, testlog.New(t))}
-	f := newFakeCounter()
+	f := tracetest.NewLaunches()
 	p := signals.NewBEProgress(f, testlog.New(t))
 	p.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
 	s.loop.Share = p
@@ -580,7 +546,7 @@ func TestSLOLoopMeasuresBEShare(t *testing.T) {
 	s.loop.Step(s.Now)   // the mode starts
 	const alone = 10_000 // launches a second
 	for range 4 {
-		f.n[200] += alone
+		f.N[200] += alone
 		s.window(slo.EagerPyTorchH100, true)
 	}
 	st := s.loop.Status()
@@ -593,7 +559,7 @@ func TestSLOLoopMeasuresBEShare(t *testing.T) {
 	var share float64
 	for i := range 40 {
 		_, share = slo.EagerPyTorchH100.At(s.beTimeslice())
-		f.n[200] += uint64(share * alone)
+		f.N[200] += uint64(share * alone)
 		s.window(slo.EagerPyTorchH100, false)
 		st = s.loop.Status()
 		if i > 0 && (st.BEShare == nil || math.Abs(*st.BEShare-share) > 1e-3) {
@@ -614,7 +580,7 @@ func TestSLOLoopMeasuresBEShare(t *testing.T) {
 	s.Tick(s.Now)
 	bulkSays := func(want string) {
 		t.Helper()
-		f.n[200], f.n[300] = f.n[200]+alone, f.n[300]+alone
+		f.N[200], f.N[300] = f.N[200]+alone, f.N[300]+alone
 		s.window(slo.EagerPyTorchH100, true)
 		for _, b := range s.loop.Status().BE {
 			if b.PID == 300 && !strings.HasPrefix(b.Signal, want) {
@@ -652,7 +618,7 @@ func TestBEAloneBesideAnMPSServer(t *testing.T) {
 			s.loop.Step(s.Now) // the mode starts
 			const alone = 10_000
 			for range 4 {
-				f.n[200] += alone
+				f.N[200] += alone
 				s.window(slo.EagerPyTorchH100, true)
 			}
 			st := s.loop.Status()
@@ -672,7 +638,7 @@ func TestBEAloneBesideAnMPSServer(t *testing.T) {
 			s.Start(100, policy.Process{Comm: "lc-server"})
 			s.Tick(s.Now)
 			for range 4 {
-				f.n[200] += alone / 2
+				f.N[200] += alone / 2
 				s.window(slo.EagerPyTorchH100, false)
 			}
 			st = s.loop.Status()
@@ -724,7 +690,7 @@ func TestSLOLoopBEApartFromLC(t *testing.T) {
 	s.loop.Step(s.Now) // the mode starts
 	const alone = 10_000
 	for range 4 {
-		f.n[200] += alone
+		f.N[200] += alone
 		s.window(slo.EagerPyTorchH100, true)
 	}
 	// The LC, then the bulk, are classed before NVML lists them, and
@@ -740,7 +706,7 @@ func TestSLOLoopBEApartFromLC(t *testing.T) {
 	}
 	for i := 0; i < 60 || (i < 80 && !at1ms()); i++ {
 		_, share := slo.EagerPyTorchH100.At(s.beTimeslice())
-		f.n[200], f.n[300] = f.n[200]+uint64(share*alone), f.n[300]+alone/2
+		f.N[200], f.N[300] = f.N[200]+uint64(share*alone), f.N[300]+alone/2
 		s.window(slo.EagerPyTorchH100, false)
 		lowest = min(lowest, s.beTimeslice())
 		if i > 0 {
@@ -776,7 +742,7 @@ func TestSLOLoopBEApartFromLC(t *testing.T) {
 	// whose search starts at its safe setting with both BE beside the LC.
 	s.Procs[100] = policy.Process{Comm: "lc-server", GPUs: []policy.GPU{{Index: 0}, {Index: 1}}}
 	_, share := slo.EagerPyTorchH100.At(s.beTimeslice())
-	f.n[200], f.n[300] = f.n[200]+uint64(share*alone), f.n[300]+alone/2
+	f.N[200], f.N[300] = f.N[200]+uint64(share*alone), f.N[300]+alone/2
 	s.window(slo.EagerPyTorchH100, false)
 	s.Tick(s.Now + time.Second)
 	st = s.loop.Status()
@@ -883,7 +849,7 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 	s.loop.Step(s.Now) // the mode starts
 	const alone = 10_000
 	for range 4 {
-		f.n[200], f.n[201] = f.n[200]+alone, f.n[201]+alone
+		f.N[200], f.N[201] = f.N[200]+alone, f.N[201]+alone
 		s.window(slo.EagerPyTorchH100, true)
 	}
 	s.Tick(s.Start(100, on("lc-server", 0)) + time.Second)
@@ -901,7 +867,7 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 	step := func() {
 		for _, x := range sides {
 			r, share := x.w.At(ts(x.be))
-			f.n[x.be] += uint64(share * alone)
+			f.N[x.be] += uint64(share * alone)
 			p50 := float64(x.w.Baseline) * r / 1e3
 			s.loop.Push(x.lc, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: uint64(x.w.Requests),
 				LatencyUs: map[string]float64{"p50": p50, "p99": 1.3 * p50}}})

@@ -16,22 +16,6 @@ import (
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
 )
 
-// spaced feeds tl n requests of p of latency lat, one a period (at least
-// the request and a quiet gap past the 25 ms ceiling when period is 0):
-// a request ends once its process has been quiet for its gap.
-func spaced(tl *signals.TracedLatency, p tracetest.Process, n int, lat, period time.Duration, clock *tracetest.Clock) {
-	for range n {
-		start := clock.Now
-		for _, ev := range tracetest.Request(p, 3, lat, clock) {
-			tl.Apply(ev)
-		}
-		if period == 0 {
-			period = lat + 30*time.Millisecond
-		}
-		clock.Now = max(clock.Now, start+uint64(period))
-	}
-}
-
 func TestSLOLoopTracedLatency(t *testing.T) {
 	// The LC (pid 100) pushes nothing; request tracing measures it. The
 	// windows follow the eager curve of the BE timeslice the fake driver
@@ -48,7 +32,7 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 		// 50 requests a window, 19 ms apart (the LC's learnt gap
 		// delimits them: they are closer together than the ceiling).
 		clock.Now = max(clock.Now, uint64(s.Now))
-		spaced(tl, lc, 50, lat, 19*time.Millisecond, clock)
+		tracetest.Spaced(tl.Apply, lc, 50, lat, 19*time.Millisecond, clock)
 		s.Now += time.Second
 		s.loop.Step(s.Now)
 		s.Tick(s.Now)
@@ -69,7 +53,7 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 	// traced, not by both.
 	for i := 1; i <= slomode.UntraceAfter; i++ {
 		clock.Now = max(clock.Now, uint64(s.Now))
-		spaced(tl, lc, 50, slo.EagerPyTorchH100.Baseline, 19*time.Millisecond, clock)
+		tracetest.Spaced(tl.Apply, lc, 50, slo.EagerPyTorchH100.Baseline, 19*time.Millisecond, clock)
 		s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}})
 		s.Now += time.Second
 		s.loop.Step(s.Now)
@@ -205,7 +189,7 @@ func TestTracedWindowNotCarriedThroughOff(t *testing.T) {
 	clock := &tracetest.Clock{}
 	window := func(n int, lat time.Duration) {
 		clock.Now = max(clock.Now, uint64(s.Now))
-		spaced(tl, lc, n, lat, 19*time.Millisecond, clock)
+		tracetest.Spaced(tl.Apply, lc, n, lat, 19*time.Millisecond, clock)
 		s.Now += time.Second
 		s.loop.Step(s.Now)
 		s.Tick(s.Now)

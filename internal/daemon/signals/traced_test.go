@@ -21,22 +21,6 @@ import (
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
 )
 
-// spaced feeds tl n requests of p of latency lat, one a period (at least
-// the request and a quiet gap past the 25 ms ceiling when period is 0):
-// a request ends once its process has been quiet for its gap.
-func spaced(tl *TracedLatency, p tracetest.Process, n int, lat, period time.Duration, clock *tracetest.Clock) {
-	for range n {
-		start := clock.Now
-		for _, ev := range tracetest.Request(p, 3, lat, clock) {
-			tl.Apply(ev)
-		}
-		if period == 0 {
-			period = lat + 30*time.Millisecond
-		}
-		clock.Now = max(clock.Now, start+uint64(period))
-	}
-}
-
 func TestTracedLatencyWindows(t *testing.T) {
 	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-server"}
 	other := tracetest.Process{PID: 200, TID: 201, Comm: "bulk"}
@@ -54,9 +38,9 @@ func TestTracedLatencyWindows(t *testing.T) {
 		t.Fatal("a window before any closed")
 	}
 	for i := range 100 {
-		spaced(tl, lc, 1, time.Duration(i+1)*time.Millisecond, 0, clock)
+		tracetest.Spaced(tl.Apply, lc, 1, time.Duration(i+1)*time.Millisecond, 0, clock)
 	}
-	spaced(tl, other, 1, 5*time.Millisecond, 0, clock)
+	tracetest.Spaced(tl.Apply, other, 1, 5*time.Millisecond, 0, clock)
 	// A failed synchronization is not a served request.
 	failed := tracetest.Request(lc, 1, time.Second, clock)
 	failed[len(failed)-1].(*trace.Call).Ret = 700
@@ -86,7 +70,7 @@ func TestTracedLatencyWindows(t *testing.T) {
 		t.Errorf("an empty window replaced the last: %+v", again)
 	}
 	clock.Now = uint64(11 * time.Second)
-	spaced(tl, lc, 1, time.Millisecond, 0, clock)
+	tracetest.Spaced(tl.Apply, lc, 1, time.Millisecond, 0, clock)
 	tl.Roll(12*time.Second, nil)
 	if next, _ := tl.Latest(100); next.Seq == s.Seq || next.Requests != 1 {
 		t.Errorf("next window %+v", next)
