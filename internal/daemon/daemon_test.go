@@ -12,21 +12,12 @@ import (
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/proctest"
+	"github.com/gpreempt/gpreempt/internal/reconcile/reconciletest"
 	"github.com/gpreempt/gpreempt/internal/rmfake"
+	"github.com/gpreempt/gpreempt/internal/testlog"
 	"github.com/gpreempt/gpreempt/tsg"
 )
-
-// waitFor polls cond until it holds; the bound is generous, only a hang
-// fails.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
 
 // TestDaemonScanModeLockReloadRestore runs the whole daemon in scan mode
 // over rmfake: a process that exists at start is adopted and classed; a
@@ -40,12 +31,12 @@ func TestDaemonScanModeLockReloadRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	drv := rmfake.New()
-	if _, _, err := drv.ReplayFile(100, allocTrace); err != nil {
+	if _, _, err := drv.ReplayFile(100, reconciletest.AllocTrace); err != nil {
 		t.Fatal(err)
 	}
 	cfg := Config{PolicyFile: polFile, Socket: filepath.Join(dir, "run", "d.sock"), Mode: "scan",
 		ScanInterval: 10 * time.Millisecond, PolicyPoll: -1, Host: drv.Host(),
-		Inspect: fakeInspector{100: {Comm: "trainer"}}, Log: testLog(t)}
+		Inspect: reconciletest.Procs{100: {Comm: "trainer"}}, Log: testlog.New(t)}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	d, err := New(ctx, cfg)
@@ -65,7 +56,7 @@ func TestDaemonScanModeLockReloadRestore(t *testing.T) {
 		}
 		return out
 	}
-	waitFor(t, "the existing process classed be", func() bool {
+	proctest.WaitFor(t, "the existing process classed be", func() bool {
 		ts := timeslices()
 		return len(ts) == 4 && ts[0] == 200 && ts[3] == 200
 	})
@@ -86,19 +77,19 @@ func TestDaemonScanModeLockReloadRestore(t *testing.T) {
 	if err := cl.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "re-classed burstable after reload", func() bool {
+	proctest.WaitFor(t, "re-classed burstable after reload", func() bool {
 		ts := timeslices()
 		return len(ts) == 4 && ts[0] == 2000 && ts[3] == 2000
 	})
 	// SIGHUP reloads too.
 	os.WriteFile(polFile, []byte("default: be:2\n"), 0o644)
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
-	waitFor(t, "SIGHUP reload", func() bool { return d.Reconciler().Policy().Default.Spec.Weight == 2 })
+	proctest.WaitFor(t, "SIGHUP reload", func() bool { return d.Reconciler().Policy().Default.Spec.Weight == 2 })
 	os.WriteFile(polFile, []byte("default: burstable\n"), 0o644)
 	if err := cl.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "re-classed burstable again", func() bool {
+	proctest.WaitFor(t, "re-classed burstable again", func() bool {
 		ts := timeslices()
 		return len(ts) == 4 && ts[0] == 2000 && ts[3] == 2000
 	})

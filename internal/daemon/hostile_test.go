@@ -21,6 +21,8 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/api/server"
+	"github.com/gpreempt/gpreempt/internal/proctest"
+	"github.com/gpreempt/gpreempt/internal/testlog"
 )
 
 // Tests of the attacks of issue 40 on the socket API and the metrics
@@ -237,7 +239,7 @@ func TestAPIRightsFollowCurrentCredentials(t *testing.T) {
 // TestMetricsServerBounds (issue 40, finding 6): the metrics server bounds
 // every phase of a connection in time.
 func TestMetricsServerBounds(t *testing.T) {
-	srv := metricsServer(NewMetrics(nil).Registry, testLog(t))
+	srv := metricsServer(NewMetrics(nil).Registry, testlog.New(t))
 	for _, tc := range []struct {
 		name string
 		v    time.Duration
@@ -266,7 +268,7 @@ func TestMetricsConnCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	capped := m.metricsListener(l)
-	srv := metricsServer(m.Registry, testLog(t))
+	srv := metricsServer(m.Registry, testlog.New(t))
 	srv.ReadHeaderTimeout, srv.IdleTimeout = time.Hour, time.Hour // only the caps here
 	go srv.Serve(capped)
 	defer srv.Close()
@@ -279,7 +281,7 @@ func TestMetricsConnCap(t *testing.T) {
 		defer c.Close()
 	}
 	refused := func() float64 { return testutil.ToFloat64(m.refusedConns.WithLabelValues("metrics", "peer")) }
-	waitFor(t, "the connections past the cap closed", func() bool { return refused() >= extra })
+	proctest.WaitFor(t, "the connections past the cap closed", func() bool { return refused() >= extra })
 	if all, _ := capped.Held("127.0.0.1"); all != MaxMetricsConnsPerAddr {
 		t.Errorf("%d connections held, want %d", all, MaxMetricsConnsPerAddr)
 	}

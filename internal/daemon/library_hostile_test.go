@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/daemon/signals"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/proctest"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
@@ -95,7 +96,7 @@ func sparseELF(t *testing.T, path string, dynsym uint64) {
 // mapper starts a process of uid that maps path (mode: "" or "fifo").
 func mapper(t *testing.T, uid, gid uint32, path, mode string) policy.ProcRef {
 	t.Helper()
-	cmd := exec.Command(otherUsersExe(t), testMapArg, path, mode)
+	cmd := exec.Command(proctest.OtherUsersExe(t), testMapArg, path, mode)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -113,7 +114,7 @@ func mapper(t *testing.T, uid, gid uint32, path, mode string) policy.ProcRef {
 	if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "mapped" {
 		t.Fatalf("mapper said %q", line)
 	}
-	return sleeperRef(t, policy.ProcRef{PID: cmd.Process.Pid, Comm: "mapper"})
+	return proctest.Current(t, policy.ProcRef{PID: cmd.Process.Pid, Comm: "mapper"})
 }
 
 // TestHostileLibCUDA (issue 52, finding 1): a user's processes map their
@@ -124,13 +125,13 @@ func mapper(t *testing.T, uid, gid uint32, path, mode string) policy.ProcRef {
 // the SLO loop). A window's BE progress over them, with the real launch
 // counter, refuses all three at once, within a bounded allocation.
 func TestHostileLibCUDA(t *testing.T) {
-	uid, gid := newTestUser(t)
+	uid, gid := proctest.NewUser(t)
 	counter, err := trace.OpenLaunchCounter(nil)
 	if err != nil {
 		t.Skipf("launch counter: %v", err)
 	}
 	defer counter.Close()
-	dir := reachableDir(t)
+	dir := proctest.ReachableDir(t)
 	own := filepath.Join(dir, "own")
 	rootOwned := filepath.Join(dir, "root")
 	for _, d := range []string{own, rootOwned} {

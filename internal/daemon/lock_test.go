@@ -3,70 +3,25 @@ package daemon
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
-	"sync/atomic"
 	"syscall"
 	"testing"
+
+	"github.com/gpreempt/gpreempt/internal/proctest"
 )
-
-var testUsers atomic.Int32
-
-// newTestUser adds a system user without a home for the test and removes
-// it at cleanup. It needs root and useradd.
-func newTestUser(t *testing.T) (uid, gid uint32) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("adding a user needs root")
-	}
-	if _, err := exec.LookPath("useradd"); err != nil {
-		t.Skipf("adding a user needs useradd: %v", err)
-	}
-	name := fmt.Sprintf("gpt%dx%d", os.Getpid(), testUsers.Add(1))
-	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd %s: %v: %s", name, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v: %s", name, err, out)
-		}
-	})
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, _ := strconv.ParseUint(u.Uid, 10, 32)
-	g, _ := strconv.ParseUint(u.Gid, 10, 32)
-	return uint32(id), uint32(g)
-}
-
-// reachableDir is a temporary directory every user may reach (as
-// /run/gpreempt is): t.TempDir and its parent are 0700.
-func reachableDir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
 
 // TestLockNotTakenByAnotherUser: an unprivileged user who could open the
 // lock file could flock it and keep the next gpreemptd from starting
 // (exit 3). flock(1) is run as that user on the lock file the daemon made.
 func TestLockNotTakenByAnotherUser(t *testing.T) {
-	uid, gid := newTestUser(t)
+	uid, gid := proctest.NewUser(t)
 	flock, err := exec.LookPath("flock")
 	if err != nil {
 		t.Skipf("taking the lock as another user needs flock(1): %v", err)
 	}
-	socket := filepath.Join(reachableDir(t), "run", "gpreemptd.sock")
+	socket := filepath.Join(proctest.ReachableDir(t), "run", "gpreemptd.sock")
 	f, err := takeLock(socket)
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +64,7 @@ func TestLockNotTakenByAnotherUser(t *testing.T) {
 // the planter's choosing), nor in a directory another user owns or may
 // write in.
 func TestLockRefusesWhatOthersControl(t *testing.T) {
-	uid, _ := newTestUser(t)
+	uid, _ := proctest.NewUser(t)
 	tests := []struct {
 		name  string
 		plant func(t *testing.T, socket, victim string)
@@ -141,7 +96,7 @@ func TestLockRefusesWhatOthersControl(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := reachableDir(t)
+			dir := proctest.ReachableDir(t)
 			socket := filepath.Join(dir, "run", "gpreemptd.sock")
 			victim := filepath.Join(dir, "elsewhere", "victim")
 			mkdir(t, filepath.Dir(victim), 0o755)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/api/server"
 	"github.com/gpreempt/gpreempt/internal/reconcile"
+	"github.com/gpreempt/gpreempt/internal/reconcile/reconciletest"
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
@@ -48,7 +49,7 @@ func TestRequestCostIndependentOfCallersFiles(t *testing.T) {
 					}
 				}
 			}
-			g := newRigInspecting(t, testPolicy, func(fakeInspector) reconcile.Inspector { return pi })
+			g := newRigInspecting(t, reconciletest.Policy, func(reconciletest.Procs) reconcile.Inspector { return pi })
 			a := newAPIRigOn(t, g, func(api *server.API, _ *http.Server) { api.Inspect = pi })
 			me := a.asServer(1000)
 			pid := strconv.Itoa(me)

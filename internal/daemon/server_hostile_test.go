@@ -25,9 +25,9 @@ import (
 func TestAPIProcessesAreTheCallersOwn(t *testing.T) {
 	a := newAPIRig(t)
 	me := os.Getpid()
-	last := a.start(me, policy.Process{Comm: "mine", UID: 1000})
-	last = max(last, a.start(4242, policy.Process{Comm: "theirs", UID: 2000, Cgroup: "/kubepods/pod-secret"}))
-	a.tick(last + 30*time.Millisecond)
+	last := a.Start(me, policy.Process{Comm: "mine", UID: 1000})
+	last = max(last, a.Start(4242, policy.Process{Comm: "theirs", UID: 2000, Cgroup: "/kubepods/pod-secret"}))
+	a.Tick(last + 30*time.Millisecond)
 	list := func(uid uint32) []reconcile.ProcStatus {
 		t.Helper()
 		a.peer = &server.Peer{PID: me, UID: uid}
@@ -81,7 +81,7 @@ func TestAPIRefusalsLoggedWithinARate(t *testing.T) {
 	if got := logs.count("msg=refused"); got != server.RefusalLogBurst {
 		t.Errorf("%d refusals in a second logged %d lines; want %d", n, got, server.RefusalLogBurst)
 	}
-	if got := counterValue(t, a.m, "gpreemptd_socket_refused_total", "stats"); got != n {
+	if got := counter(t, a.m, "gpreemptd_socket_refused_total", "stats"); got != n {
 		t.Errorf("gpreemptd_socket_refused_total{request=stats} = %v; want %d", got, n)
 	}
 	mu.Lock()
@@ -91,28 +91,6 @@ func TestAPIRefusalsLoggedWithinARate(t *testing.T) {
 	if !strings.Contains(logs.String(), "not_logged_before="+strconv.Itoa(n-server.RefusalLogBurst)) {
 		t.Errorf("the next second's line does not say %d were not logged:\n%s", n-server.RefusalLogBurst, logs.String())
 	}
-}
-
-// counterValue reads one series of a counter vector from m's registry.
-func counterValue(t *testing.T, m *Metrics, name, label string) float64 {
-	t.Helper()
-	mfs, err := m.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, s := range mf.GetMetric() {
-			for _, l := range s.GetLabel() {
-				if l.GetValue() == label {
-					return s.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }
 
 type lockedBuffer struct {

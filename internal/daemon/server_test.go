@@ -28,14 +28,16 @@ import (
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/procfs"
 	"github.com/gpreempt/gpreempt/internal/reconcile"
+	"github.com/gpreempt/gpreempt/internal/reconcile/reconciletest"
 	"github.com/gpreempt/gpreempt/internal/rmfake"
+	"github.com/gpreempt/gpreempt/internal/testlog"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/ioctl"
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
 // apiRig serves the API over a real unix socket; the peer is this test
-// process (SO_PEERCRED), seen through fakeInspector as uid.
+// process (SO_PEERCRED), seen through reconciletest.Procs as uid.
 type apiRig struct {
 	*rig
 	api    *server.API
@@ -48,10 +50,10 @@ type apiRig struct {
 // classed, and makes it the peer of the requests that follow; it returns
 // its pid.
 func (a *apiRig) asServer(uid uint32) int {
-	a.t.Helper()
+	a.T.Helper()
 	me := os.Getpid()
-	last := a.start(me, policy.Process{Comm: "server", UID: uid})
-	a.tick(last + 30*time.Millisecond)
+	last := a.Start(me, policy.Process{Comm: "server", UID: uid})
+	a.Tick(last + 30*time.Millisecond)
 	a.peer = &server.Peer{PID: me, UID: uid}
 	return me
 }
@@ -59,13 +61,13 @@ func (a *apiRig) asServer(uid uint32) int {
 // newAPIRig serves the API; each of opts may change it and its server
 // before it serves.
 func newAPIRig(t *testing.T, opts ...func(*server.API, *http.Server)) *apiRig {
-	return newAPIRigOn(t, newRig(t, testPolicy), opts...)
+	return newAPIRigOn(t, newRig(t, reconciletest.Policy), opts...)
 }
 
 // newAPIRigOn is newAPIRig over the rig g.
 func newAPIRigOn(t *testing.T, g *rig, opts ...func(*server.API, *http.Server)) *apiRig {
 	a := &apiRig{rig: g}
-	a.api = &server.API{Rec: g.rec, Metrics: g.m, Log: testLog(t), Inspect: g.insp,
+	a.api = &server.API{Rec: g.Rec, Metrics: g.m, Log: testlog.New(t), Inspect: g.Procs,
 		Groups: func(int) []uint32 { return nil },
 		Reload: func() error { return errors.New("line 3: rules: nope") }}
 	a.api.PeerOf = func(r *http.Request) (server.Peer, error) {
@@ -104,14 +106,14 @@ func newAPIRigOn(t *testing.T, g *rig, opts ...func(*server.API, *http.Server)) 
 }
 
 func (a *apiRig) do(method, path, body string) (int, string) {
-	a.t.Helper()
+	a.T.Helper()
 	req, err := http.NewRequest(method, "http://gpreemptd"+path, strings.NewReader(body))
 	if err != nil {
-		a.t.Fatal(err)
+		a.T.Fatal(err)
 	}
 	resp, err := a.client.Do(req)
 	if err != nil {
-		a.t.Fatal(err)
+		a.T.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -121,8 +123,8 @@ func (a *apiRig) do(method, path, body string) (int, string) {
 func TestAPIClassOwnPidOnlyWithinLimit(t *testing.T) {
 	a := newAPIRig(t)
 	me := os.Getpid()
-	last := a.start(me, policy.Process{Comm: "server", UID: 1000})
-	a.tick(last + 30*time.Millisecond) // default none: left alone
+	last := a.Start(me, policy.Process{Comm: "server", UID: 1000})
+	a.Tick(last + 30*time.Millisecond) // default none: left alone
 
 	// Peer identified by the kernel: this process, as uid 1000 through
 	// the inspector (the kernel's uid wins: see below).
@@ -131,7 +133,7 @@ func TestAPIClassOwnPidOnlyWithinLimit(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `"groups": 4`) {
 		t.Fatalf("own lc: %d %s", code, body)
 	}
-	a.wantAll(me, 5000000, 2)
+	a.WantAll(me, 5000000, 2)
 
 	// Another's pid: 403.
 	code, body = a.do("POST", "/v1/class", `{"pid":1,"class":"be"}`)
@@ -148,7 +150,7 @@ func TestAPIClassOwnPidOnlyWithinLimit(t *testing.T) {
 	if code != 200 {
 		t.Errorf("be within limit: %d", code)
 	}
-	a.wantAll(me, 200, 0)
+	a.WantAll(me, 200, 0)
 
 	// The client package, as prepreempt/libgpreempt use it.
 	ctx := context.Background()
@@ -158,7 +160,7 @@ func TestAPIClassOwnPidOnlyWithinLimit(t *testing.T) {
 	if err := api.RequestClass(ctx, a.sock, "be:2"); err != nil {
 		t.Errorf("client be:2: %v", err)
 	}
-	a.wantAll(me, 380, 0) // 20 us + 2 x 180 us
+	a.WantAll(me, 380, 0) // 20 us + 2 x 180 us
 	if r, err := api.PushStats(ctx, a.sock, api.Stats{Requests: 1, RequestLatencyUs: map[string]float64{"p99": 70},
 		Window: &api.Window{DurationMs: 1000, Requests: 1, LatencyUs: map[string]float64{"p99": 70}}}); err != nil || !r.Prepreempt || r.SLO {
 		t.Errorf("client stats: %+v, %v; want prepreempt, no SLO", r, err)
@@ -170,7 +172,7 @@ func TestAPIClassOwnPidOnlyWithinLimit(t *testing.T) {
 
 func TestAPIPeerCredFromKernel(t *testing.T) {
 	a := newAPIRig(t)
-	a.insp[os.Getpid()] = policy.Process{Comm: "t"}
+	a.Procs[os.Getpid()] = policy.Process{Comm: "t"}
 	code, body := a.do("POST", "/v1/class", `{"pid":1,"class":"be"}`)
 	if code != 403 || !strings.Contains(body, "pid "+strconv.Itoa(os.Getpid())+" may ask") {
 		t.Fatalf("%d %s", code, body)
@@ -179,7 +181,7 @@ func TestAPIPeerCredFromKernel(t *testing.T) {
 
 func TestAPIBadInput(t *testing.T) {
 	a := newAPIRig(t)
-	a.insp[os.Getpid()] = policy.Process{Comm: "t"}
+	a.Procs[os.Getpid()] = policy.Process{Comm: "t"}
 	for _, tc := range []struct {
 		method, path, body string
 		code               int
@@ -243,8 +245,8 @@ func TestAPISlowClientDoesNotBlock(t *testing.T) {
 func TestAPIStatsAndProcesses(t *testing.T) {
 	a := newAPIRig(t)
 	me := os.Getpid()
-	last := a.start(me, policy.Process{Comm: "trainer"})
-	a.tick(last + 30*time.Millisecond)
+	last := a.Start(me, policy.Process{Comm: "trainer"})
+	a.Tick(last + 30*time.Millisecond)
 	code, _ := a.do("POST", "/v1/stats", `{"requests":10,"request_latency_us":{"p50":36,"p99":74},"spinner_hold_us":{"p99":200},"expired_holds":2}`)
 	if code != 200 {
 		t.Fatalf("stats: %d", code)
@@ -275,7 +277,7 @@ func TestAPIStatsAndProcesses(t *testing.T) {
 	if !found {
 		t.Error("pushed stats not in the metrics")
 	}
-	a.feed(&trace.TaskExit{PID: uint32(me), At: uint64(last + time.Second)})
+	a.Feed(&trace.TaskExit{PID: uint32(me), At: uint64(last + time.Second)})
 	mfs, _ = a.m.Registry.Gather()
 	for _, mf := range mfs {
 		if mf.GetName() == "gpreemptd_hint_request_latency_seconds" && len(mf.GetMetric()) > 0 {
@@ -302,11 +304,11 @@ func FuzzAPI(f *testing.F) {
 	f.Add("CONNECT", "/v1/status", []byte(nil))
 	f.Add("GET", "*", []byte(nil))
 	f.Add("GET", "http://other/v1/processes", []byte(nil))
-	pol, err := policy.Parse([]byte(testPolicy))
+	pol, err := policy.Parse([]byte(reconciletest.Policy))
 	if err != nil {
 		f.Fatal(err)
 	}
-	insp := fakeInspector{1: {Comm: "x"}}
+	insp := reconciletest.Procs{1: {Comm: "x"}}
 	rec := reconcile.New(pol, nopController{}, insp, NewMetrics(nil).Reconcile, reconcile.Options{}, nil)
 	m := NewMetrics(nil)
 	a := &server.API{Rec: rec, Metrics: m, Inspect: insp, SLO: NewSLOLoop(rec, m, nil), PeerOf: func(*http.Request) (server.Peer, error) { return server.Peer{PID: 1, UID: 1000}, nil }}
@@ -343,11 +345,11 @@ func (nopController) Apply(context.Context, int, func(reconcile.GroupState) (tsg
 // the loop's lock while pushes write engine states; a map shared between
 // the two killed the daemon ("concurrent map iteration and map write").
 func TestSLOStatusSharesNothing(t *testing.T) {
-	pol, err := policy.Parse([]byte(testPolicy))
+	pol, err := policy.Parse([]byte(reconciletest.Policy))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := reconcile.New(pol, nopController{}, fakeInspector{}, NewMetrics(nil).Reconcile, reconcile.Options{}, nil)
+	rec := reconcile.New(pol, nopController{}, reconciletest.Procs{}, NewMetrics(nil).Reconcile, reconcile.Options{}, nil)
 	l := NewSLOLoop(rec, NewMetrics(nil), nil)
 	l.Push(1, api.Stats{Engine: &EngineState{Prepreempt: true}})
 	snap := l.Status()
@@ -389,7 +391,7 @@ func TestAPIBodyErrors(t *testing.T) {
 func TestAPIPushFromAnyName(t *testing.T) {
 	a := newAPIRig(t)
 	me := os.Getpid()
-	a.insp[me] = policy.Process{Comm: "srv\xff\xfe", UID: 1000}
+	a.Procs[me] = policy.Process{Comm: "srv\xff\xfe", UID: 1000}
 	a.peer = &server.Peer{PID: me, UID: 1000}
 	if code, body := a.do("POST", "/v1/stats", `{"requests":3,"request_latency_us":{"p50":40}}`); code != 200 {
 		t.Fatalf("push: %d %s", code, body)
@@ -409,23 +411,23 @@ func TestAPIClassFailedApplyChangesNothing(t *testing.T) {
 	if code, body := a.do("POST", "/v1/class", `{"class":"be"}`); code != 200 {
 		t.Fatalf("be: %d %s", code, body)
 	}
-	a.wantAll(me, 200, tsg.LevelLow)
-	compute := a.groups(me)[0]
-	a.drv.AddFault(&rmfake.Fault{Cmd: ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, Object: compute.Handle, Nth: 1, Status: ioctl.NV_ERR_INVALID_STATE})
+	a.WantAll(me, 200, tsg.LevelLow)
+	compute := a.Groups(me)[0]
+	a.Driver.AddFault(&rmfake.Fault{Cmd: ioctl.NVA06C_CTRL_CMD_SET_TIMESLICE, Object: compute.Handle, Nth: 1, Status: ioctl.NV_ERR_INVALID_STATE})
 	code, body := a.do("POST", "/v1/class", `{"class":"lc"}`)
 	if code != http.StatusInternalServerError || !strings.Contains(body, "NV_ERR_INVALID_STATE") {
 		t.Errorf("lc with RM refusing a SET: %d %s, want 500 naming the refusal", code, body)
 	}
 	check := func(when string) {
 		t.Helper()
-		a.wantAll(me, 200, tsg.LevelLow)
+		a.WantAll(me, 200, tsg.LevelLow)
 		if _, procs := a.do("GET", "/v1/processes", ""); !strings.Contains(procs, `"class": "be"`) || strings.Contains(procs, `"class": "lc"`) {
 			t.Errorf("%s: /v1/processes %s, want the process still be", when, procs)
 		}
 	}
 	check("after the failed request")
 	for range 6 { // the bounded retries of the failed classing
-		a.tick(a.now + time.Second)
+		a.Tick(a.Now + time.Second)
 	}
 	check("after the retries")
 }
@@ -437,7 +439,7 @@ func TestAPIClassFailedApplyChangesNothing(t *testing.T) {
 // class_from_env is capped the same way.
 func TestAPIWeightWithinLimit(t *testing.T) {
 	a := newAPIRig(t)
-	me := a.asServer(2000) // testPolicy's default_max: be
+	me := a.asServer(2000) // reconciletest.Policy's default_max: be
 	tests := []struct {
 		class  string
 		code   int
@@ -453,18 +455,18 @@ func TestAPIWeightWithinLimit(t *testing.T) {
 		if code != tt.code || (code == 403 && !strings.Contains(body, "weight 10 at most")) {
 			t.Errorf("%s: %d %s, want %d", tt.class, code, body, tt.code)
 		}
-		a.wantAll(me, tt.wantUs, tsg.LevelLow)
+		a.WantAll(me, tt.wantUs, tsg.LevelLow)
 	}
 }
 
 // startsInspector gives chosen pids a start time of their own.
 type startsInspector struct {
-	fakeInspector
+	reconciletest.Procs
 	starts map[int]uint64
 }
 
 func (s startsInspector) Process(pid int) (policy.Process, uint64, error) {
-	p, start, err := s.fakeInspector.Process(pid)
+	p, start, err := s.Procs.Process(pid)
 	if v, ok := s.starts[pid]; ok && err == nil {
 		start = v
 	}
@@ -484,8 +486,8 @@ func TestAPIPeerGoneIsRefused(t *testing.T) {
 	// The inspector gives the pid a start time of its own once it is
 	// another's (starts is filled then).
 	starts := map[int]uint64{}
-	g := newRigInspecting(t, testPolicy, func(f fakeInspector) reconcile.Inspector { return startsInspector{f, starts} })
-	a := newAPIRigOn(t, g, func(api *server.API, _ *http.Server) { api.Inspect = startsInspector{g.insp, starts} })
+	g := newRigInspecting(t, reconciletest.Policy, func(f reconciletest.Procs) reconcile.Inspector { return startsInspector{f, starts} })
+	a := newAPIRigOn(t, g, func(api *server.API, _ *http.Server) { api.Inspect = startsInspector{g.Procs, starts} })
 	a.api.PeerOf = nil // the kernel's SO_PEERCRED
 	script := `
 import os, socket, sys
@@ -539,9 +541,9 @@ os._exit(0)  # the connector exits at once
 	// Another user's LC process gets the number (uid 1000 may hold lc),
 	// after the connection was accepted.
 	starts[dead] = procfs.BootTicks() + 100
-	last := a.start(dead, policy.Process{Comm: "victim", UID: 1000, Env: map[string]string{"GPREEMPT_CLASS": "lc"}})
-	a.tick(last + 30*time.Millisecond)
-	a.wantAll(dead, 5000000, tsg.LevelHigh)
+	last := a.Start(dead, policy.Process{Comm: "victim", UID: 1000, Env: map[string]string{"GPREEMPT_CLASS": "lc"}})
+	a.Tick(last + 30*time.Millisecond)
+	a.WantAll(dead, 5000000, tsg.LevelHigh)
 	for _, what := range []string{"class request", "stats push"} {
 		io.WriteString(stdin, "go\n")
 		if !lines.Scan() {
@@ -551,7 +553,7 @@ os._exit(0)  # the connector exits at once
 			t.Errorf("%s from the exited connector's child: %s %s, want 403", what, code, body)
 		}
 	}
-	a.wantAll(dead, 5000000, tsg.LevelHigh)
+	a.WantAll(dead, 5000000, tsg.LevelHigh)
 	if v := gaugeValue(t, a.m, "gpreemptd_hint_requests", map[string]string{"process": a.m.ProcessLabel(dead)}); !math.IsNaN(v) {
 		t.Errorf("the child's push was taken as pid %d's: hint requests %v", dead, v)
 	}
@@ -564,7 +566,7 @@ os._exit(0)  # the connector exits at once
 func TestAPIRepeatedRequestCostsNothing(t *testing.T) {
 	a := newAPIRig(t)
 	me := a.asServer(1000)
-	reads := func() int { return a.drv.Controls(ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE) }
+	reads := func() int { return a.Driver.Controls(ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE) }
 	if code, body := a.do("POST", "/v1/class", `{"class":"lc"}`); code != 200 {
 		t.Fatalf("lc: %d %s", code, body)
 	}
@@ -580,7 +582,7 @@ func TestAPIRepeatedRequestCostsNothing(t *testing.T) {
 	if code, _ := a.do("POST", "/v1/class", `{"class":"be"}`); code != 200 || reads() == before {
 		t.Errorf("a changed request: %d, %d reads; want 200 and the apply's read-back", code, reads()-before)
 	}
-	a.wantAll(me, 200, tsg.LevelLow)
+	a.WantAll(me, 200, tsg.LevelLow)
 }
 
 // TestAPIChangeLimit: class changes are bounded per uid by a token bucket
@@ -601,8 +603,8 @@ func TestAPIChangeLimit(t *testing.T) {
 			t.Fatalf("change %d of the burst: %d %s", i+1, code, body)
 		}
 	}
-	a.wantAll(me, 200, tsg.LevelLow) // the last: be
-	reads := a.drv.Controls(ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE)
+	a.WantAll(me, 200, tsg.LevelLow) // the last: be
+	reads := a.Driver.Controls(ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE)
 	req, _ := http.NewRequest("POST", "http://gpreemptd/v1/class", strings.NewReader(`{"class":"lc"}`))
 	resp, err := a.client.Do(req)
 	if err != nil {
@@ -613,8 +615,8 @@ func TestAPIChangeLimit(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" || !strings.Contains(string(body), "uid 1000 asked for more class changes") {
 		t.Errorf("change past the burst: %d, Retry-After %q, %s; want 429, 1, naming the uid", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
-	a.wantAll(me, 200, tsg.LevelLow)
-	if n := a.drv.Controls(ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE) - reads; n != 0 {
+	a.WantAll(me, 200, tsg.LevelLow)
+	if n := a.Driver.Controls(ioctl.NVA06C_CTRL_CMD_GET_TIMESLICE) - reads; n != 0 {
 		t.Errorf("the refused change made %d control calls", n)
 	}
 	if _, procs := a.do("GET", "/v1/processes", ""); !strings.Contains(procs, `"class": "be"`) {
@@ -653,11 +655,11 @@ func TestAPIChangeLimit(t *testing.T) {
 	// A quarter of a second later, one change is due to uid 1000 again,
 	// not two.
 	a.peer = &server.Peer{PID: me, UID: 1000}
-	a.tick(a.now + 250*time.Millisecond)
+	a.Tick(a.Now + 250*time.Millisecond)
 	if code, body := a.do("POST", "/v1/class", `{"class":"lc"}`); code != 200 {
 		t.Errorf("a change due: %d %s", code, body)
 	}
-	a.wantAll(me, 5000000, tsg.LevelHigh)
+	a.WantAll(me, 5000000, tsg.LevelHigh)
 	if code, _ := a.do("POST", "/v1/class", `{"class":"be"}`); code != http.StatusTooManyRequests {
 		t.Errorf("the next change: %d, want 429", code)
 	}

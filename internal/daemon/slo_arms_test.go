@@ -53,14 +53,14 @@ func TestSLOLoopGateArm(t *testing.T) {
 		s := newSLORig(t, strings.Replace(gateArmPolicy, "%s", mode, 1))
 		f := &fakeSteerer{undelimited: map[int]bool{100: tt.undelimited}}
 		s.loop.Gate = f
-		s.loop.Step(s.now)
+		s.loop.Step(s.Now)
 		gated := 0
 		for i := range 60 {
-			s.now += time.Second
+			s.Now += time.Second
 			r, _ := llmDecodeLC.AtArm(slo.Arm{BETimeslice: s.beTimeslice(), Gate: f.holds[100]})
 			pushP50(s.loop, 100, float64(llmDecodeLC.Baseline)*r/1e3)
-			s.loop.Step(s.now)
-			s.tick(s.now)
+			s.loop.Step(s.Now)
+			s.Tick(s.Now)
 			if i >= 30 && f.holds[100] {
 				gated++
 			}
@@ -81,7 +81,7 @@ func TestSLOLoopGateArm(t *testing.T) {
 // metrics), and what learning it cost is in the status.
 func TestSLOLoopReferenceNamed(t *testing.T) {
 	s := newSLORig(t, sloPolicy)
-	s.loop.Step(s.now)
+	s.loop.Step(s.Now)
 	for range 20 {
 		s.window(slo.EagerPyTorchH100, false)
 	}
@@ -100,13 +100,13 @@ func TestSLOLoopReferenceNamed(t *testing.T) {
 // may carry ttft_ and tpot_ quantiles where request_latency_us may not.
 func TestSLOLoopTPOT(t *testing.T) {
 	s := newSLORig(t, strings.Replace(sloPolicy, `lc: {objective: "p50<=1.05x"}`, `lc: {objective: "tpot_p50<=12ms"}`, 1))
-	s.loop.Step(s.now)
+	s.loop.Step(s.Now)
 	for range 3 {
-		s.now += time.Second
+		s.Now += time.Second
 		s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 60,
 			LatencyUs: map[string]float64{"p50": 400e3, "tpot_p50": 9000}}})
-		s.loop.Step(s.now)
-		s.tick(s.now)
+		s.loop.Step(s.Now)
+		s.Tick(s.Now)
 	}
 	st := s.loop.Status()
 	if len(st.LC) != 1 || st.LC[0].Objective != "tpot_p50<=12ms" || st.LC[0].LatencyUs != 9000 || st.LC[0].Ratio == nil || *st.LC[0].Ratio != 0.75 {
@@ -139,11 +139,11 @@ func TestSLOLoopTPOTTokens(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSLORig(t, strings.Replace(sloPolicy, `lc: {objective: "p50<=1.05x"}`, `lc: {objective: "tpot_p50<=12ms"}`, 1))
-			s.loop.Step(s.now)
-			s.now += time.Second
+			s.loop.Step(s.Now)
+			s.Now += time.Second
 			s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: tc.requests, Tokens: tc.tokens,
 				LatencyUs: map[string]float64{"p50": 400e3, "tpot_p50": 9000}}})
-			s.loop.Step(s.now)
+			s.loop.Step(s.Now)
 			st := s.loop.Status()
 			if len(st.LC) != 1 || st.LC[0].Signal != tc.signal || st.LC[0].Requests != int(tc.requests) {
 				t.Fatalf("LC %+v, want signal %q", st.LC, tc.signal)
@@ -167,24 +167,24 @@ func TestSLOLoopSelfGatedLags(t *testing.T) {
 		s := newSLORig(t, strings.Replace(gateArmPolicy, "%s", policy.GateOn, 1))
 		f := &fakeSteerer{selfGated: map[int]bool{100: self}}
 		s.loop.Gate = f
-		s.loop.Step(s.now)
+		s.loop.Step(s.Now)
 		moves, aligned := 0, 0
 		for range 60 {
 			held := f.holds[100]
-			s.now += time.Second
+			s.Now += time.Second
 			r, _ := llmDecodeLC.AtArm(slo.Arm{BETimeslice: s.beTimeslice(), Gate: f.holds[100]})
 			pushP50(s.loop, 100, float64(llmDecodeLC.Baseline)*r/1e3)
-			s.loop.Step(s.now)
-			s.tick(s.now)
+			s.loop.Step(s.Now)
+			s.Tick(s.Now)
 			if f.holds[100] == held {
 				continue
 			}
 			// The gate moved at this step: judge the next window.
-			s.now += time.Second
+			s.Now += time.Second
 			r, _ = llmDecodeLC.AtArm(slo.Arm{BETimeslice: s.beTimeslice(), Gate: f.holds[100]})
 			pushP50(s.loop, 100, float64(llmDecodeLC.Baseline)*r/1e3)
-			s.loop.Step(s.now)
-			s.tick(s.now)
+			s.loop.Step(s.Now)
+			s.Tick(s.Now)
 			if moves++; s.loop.Status().Last.Aligned {
 				aligned++
 			}
@@ -208,8 +208,8 @@ func TestSLOLoopLagFromWhatWasTold(t *testing.T) {
 		if !s.loop.Reply(100).Prepreempt {
 			t.Fatal("an engine not told to pre-preempt with the mode off")
 		}
-		s.loop.Step(s.now)
-		s.tick(s.now)
+		s.loop.Step(s.Now)
+		s.Tick(s.Now)
 		if s.loop.Reply(100).Prepreempt {
 			t.Fatal("the mode's first word is to pre-preempt: nothing to test")
 		}
@@ -222,8 +222,8 @@ func TestSLOLoopLagFromWhatWasTold(t *testing.T) {
 		s := newSLORig(t, strings.Replace(gateArmPolicy, "%s", policy.GateOn, 1))
 		f := &fakeSteerer{selfGated: map[int]bool{100: true}}
 		s.loop.Gate = f
-		s.loop.Step(s.now)
-		s.tick(s.now)
+		s.loop.Step(s.Now)
+		s.Tick(s.Now)
 		if hold, steered := f.holds[100]; !steered || hold {
 			t.Fatalf("the mode's first word is not the gate off (steered %v, hold %v): nothing to test", steered, hold)
 		}

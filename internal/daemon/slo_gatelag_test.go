@@ -28,8 +28,8 @@ func gateLagRig(t *testing.T) (*sloRig, *fakeSteerer) {
 	s := newSLORig(t, strings.Replace(gateArmPolicy, "%s", policy.GateOn, 1))
 	f := &fakeSteerer{selfGated: map[int]bool{100: true, 101: true}}
 	s.loop.Gate = f
-	s.loop.Step(s.now)
-	s.tick(s.now)
+	s.loop.Step(s.Now)
+	s.Tick(s.Now)
 	for range 3 {
 		s.pushWindow(100)
 	}
@@ -42,12 +42,12 @@ func gateLagRig(t *testing.T) (*sloRig, *fakeSteerer) {
 // pushWindow plays one window of the LCs pids, each pushing just before
 // the step.
 func (s *sloRig) pushWindow(pids ...int) {
-	s.now += time.Second
+	s.Now += time.Second
 	for _, pid := range pids {
 		pushP50(s.loop, pid, 6000)
 	}
-	s.loop.Step(s.now)
-	s.tick(s.now)
+	s.loop.Step(s.Now)
+	s.Tick(s.Now)
 }
 
 // lagAfter plays the window in which LC pid is first steered and the
@@ -56,7 +56,7 @@ func (s *sloRig) pushWindow(pids ...int) {
 // after (the arm's).
 func lagAfter(t *testing.T, s *sloRig, f *fakeSteerer, pid int, pids ...int) {
 	t.Helper()
-	s.now = s.now.Truncate(time.Second)
+	s.Now = s.Now.Truncate(time.Second)
 	before := toldGate(f, pid)
 	s.pushWindow(pids...)
 	after := toldGate(f, pid)
@@ -73,8 +73,8 @@ func lagAfter(t *testing.T, s *sloRig, f *fakeSteerer, pid int, pids ...int) {
 // was told the policy's gate (on); it is told off at its next push.
 func TestSLOLoopGateLagLCJoins(t *testing.T) {
 	s, f := gateLagRig(t)
-	s.clock.Now = uint64(s.now)
-	s.tick(s.start(101, policy.Process{Comm: "lc-two"}) + 500*time.Millisecond)
+	s.Clock.Now = uint64(s.Now)
+	s.Tick(s.Start(101, policy.Process{Comm: "lc-two"}) + 500*time.Millisecond)
 	lagAfter(t, s, f, 101, 100, 101)
 }
 
@@ -82,13 +82,13 @@ func TestSLOLoopGateLagLCJoins(t *testing.T) {
 // new LC, told the policy's gate (on) until a search has it, revives it.
 func TestSLOLoopGateLagSearchRevived(t *testing.T) {
 	s, f := gateLagRig(t)
-	s.feed(&trace.TaskExit{PID: 100, At: uint64(s.now)})
-	s.tick(s.now)
+	s.Feed(&trace.TaskExit{PID: 100, At: uint64(s.Now)})
+	s.Tick(s.Now)
 	for range 5 {
 		s.pushWindow()
 	}
-	s.clock.Now = uint64(s.now)
-	s.tick(s.start(101, policy.Process{Comm: "lc-two"}) + 500*time.Millisecond)
+	s.Clock.Now = uint64(s.Now)
+	s.Tick(s.Start(101, policy.Process{Comm: "lc-two"}) + 500*time.Millisecond)
 	lagAfter(t, s, f, 101, 101)
 }
 
@@ -100,7 +100,7 @@ func TestSLOLoopGateLagReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.rec.SetPolicy(pol)
+	s.Rec.SetPolicy(pol)
 	before := toldGate(f, 100)
 	s.pushWindow(100)
 	after := toldGate(f, 100)

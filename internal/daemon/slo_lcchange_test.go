@@ -9,6 +9,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slomode"
+	"github.com/gpreempt/gpreempt/internal/testlog"
 )
 
 const twoLCPolicy = `
@@ -33,26 +34,26 @@ func pushP50(l *slomode.Loop, pid int, us float64) {
 // does not flip between 1 us and 200 us at every window.
 func TestSLOLoopSlowPusherLearnt(t *testing.T) {
 	g := newRig(t, twoLCPolicy)
-	s := &sloRig{rig: g, loop: NewSLOLoop(g.rec, g.m, testLog(t))}
+	s := &sloRig{rig: g, loop: NewSLOLoop(g.Rec, g.m, testlog.New(t))}
 	loop := s.loop
-	g.tick(g.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
-	g.tick(g.start(200, policy.Process{Comm: "trainer"}) + time.Second)
+	g.Tick(g.Start(100, policy.Process{Comm: "lc-server"}) + time.Second)
+	g.Tick(g.Start(200, policy.Process{Comm: "trainer"}) + time.Second)
 	bets := s.beTimeslice
 	window := func(i int, two bool) {
-		g.now += time.Second
+		g.Now += time.Second
 		r, _ := slo.EagerPyTorchH100.At(bets())
 		pushP50(loop, 100, 6000*r)
 		if two && i%2 == 0 {
 			pushP50(loop, 101, 3000*r)
 		}
-		loop.Step(g.now)
-		g.tick(g.now)
+		loop.Step(g.Now)
+		g.Tick(g.Now)
 	}
-	loop.Step(g.now)
+	loop.Step(g.Now)
 	for i := range 40 {
 		window(i, false)
 	}
-	g.tick(g.start(101, policy.Process{Comm: "lc-two"}) + g.now - g.now%time.Second + 500*time.Millisecond)
+	g.Tick(g.Start(101, policy.Process{Comm: "lc-two"}) + g.Now - g.Now%time.Second + 500*time.Millisecond)
 	before := loop.Status().Changes
 	var seen []time.Duration
 	for i := range 30 {
@@ -73,23 +74,23 @@ func TestSLOLoopSlowPusherPausesBounded(t *testing.T) {
 	g := newRig(t, sloPausePolicy)
 	bes, loop := pausingLoop(t, g, 1)
 	be := bes[0]
-	g.tick(g.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
-	g.tick(g.start(be.PID, policy.Process{Comm: "trainer"}) + time.Second)
+	g.Tick(g.Start(100, policy.Process{Comm: "lc-server"}) + time.Second)
+	g.Tick(g.Start(be.PID, policy.Process{Comm: "trainer"}) + time.Second)
 	window := func(i int, two bool) bool {
-		g.now += time.Second
+		g.Now += time.Second
 		pushP50(loop, 100, 6000)
 		if two && i%2 == 0 {
 			pushP50(loop, 101, 3000)
 		}
-		loop.Step(g.now)
-		g.tick(g.now)
+		loop.Step(g.Now)
+		g.Tick(g.Now)
 		return loop.Pause.Holding()
 	}
-	loop.Step(g.now)
+	loop.Step(g.Now)
 	for i := range 30 {
 		window(i, false)
 	}
-	g.tick(g.start(101, policy.Process{Comm: "lc-two"}) + g.now - g.now%time.Second + 500*time.Millisecond)
+	g.Tick(g.Start(101, policy.Process{Comm: "lc-two"}) + g.Now - g.Now%time.Second + 500*time.Millisecond)
 	stopped := 0
 	for i := range 80 {
 		if window(i, true) {
@@ -111,7 +112,7 @@ func TestSLOLoopSlowPusherPausesBounded(t *testing.T) {
 // not change.
 func TestSLOLoopObjectiveReloadKeepsBaseline(t *testing.T) {
 	s := newSLORig(t, sloPolicy)
-	s.loop.Step(s.now)
+	s.loop.Step(s.Now)
 	for range 60 {
 		s.window(slo.EagerPyTorchH100, false)
 	}
@@ -120,7 +121,7 @@ func TestSLOLoopObjectiveReloadKeepsBaseline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.rec.SetPolicy(pol)
+	s.Rec.SetPolicy(pol)
 	s.window(slo.EagerPyTorchH100, false)
 	st := s.loop.Status()
 	t.Logf("before the reload at %v; after: %s %v: %s", before, st.Last.Cause, st.BETimeslice, st.Last.Reason)

@@ -13,6 +13,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/endpoint"
 	"github.com/gpreempt/gpreempt/internal/scrape"
 	"github.com/gpreempt/gpreempt/internal/slo"
+	"github.com/gpreempt/gpreempt/internal/testlog"
 )
 
 // TestSLOLoopScraped: an LC whose rule names its server's metrics is
@@ -29,10 +30,10 @@ func TestSLOLoopScraped(t *testing.T) {
 		`{name: lc, match: {comm: "lc*"}, class: lc, trust_self_set: true, objective: "p50<=2s", latency: {metrics: "`+srv.URL+`/metrics", preset: vllm}}`, 1)
 	s := newSLORig(t, pol)
 	var podAsked []int
-	s.loop.Scraped = &scrape.Scraped{Resolve: latencyEndpoints(s.rec, func(pid int) (endpoint.Spec, bool) {
+	s.loop.Scraped = &scrape.Scraped{Resolve: latencyEndpoints(s.Rec, func(pid int) (endpoint.Spec, bool) {
 		podAsked = append(podAsked, pid)
 		return endpoint.Spec{}, false // in no pod: the rule's
-	}), Fetch: scrape.Fetcher{Timeout: time.Minute}, Log: testLog(t)}
+	}), Fetch: scrape.Fetcher{Timeout: time.Minute}, Log: testlog.New(t)}
 	status := func() api.SLOLC {
 		t.Helper()
 		st := s.loop.Status()

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -20,10 +19,13 @@ import (
 	"github.com/gpreempt/gpreempt/internal/daemon/pause"
 	"github.com/gpreempt/gpreempt/internal/daemon/signals"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/proctest"
 	"github.com/gpreempt/gpreempt/internal/reconcile"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slomode"
+	"github.com/gpreempt/gpreempt/internal/testlog"
 	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
@@ -50,30 +52,30 @@ type sloRig struct {
 
 func newSLORig(t *testing.T, pol string) *sloRig {
 	g := newRig(t, pol)
-	s := &sloRig{rig: g, loop: NewSLOLoop(g.rec, g.m, testLog(t))}
-	g.tick(g.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
-	g.tick(g.start(200, policy.Process{Comm: "trainer"}) + time.Second)
-	g.tick(g.start(300, policy.Process{Comm: "bulk"}) + time.Second)
+	s := &sloRig{rig: g, loop: NewSLOLoop(g.Rec, g.m, testlog.New(t))}
+	g.Tick(g.Start(100, policy.Process{Comm: "lc-server"}) + time.Second)
+	g.Tick(g.Start(200, policy.Process{Comm: "trainer"}) + time.Second)
+	g.Tick(g.Start(300, policy.Process{Comm: "bulk"}) + time.Second)
 	return s
 }
 
 // beTimeslice is what pid 200's compute group (BE, weight 1) holds.
 func (s *sloRig) beTimeslice() time.Duration {
-	return time.Duration(s.groups(200)[0].Timeslice) * time.Microsecond
+	return time.Duration(s.Groups(200)[0].Timeslice) * time.Microsecond
 }
 
 // window plays one window: the LC pushes (unless silent) its p50 under the
 // BE timeslice in force, the loop steps, the reconciler applies.
 func (s *sloRig) window(w slo.Workload, silent bool) {
-	s.now += time.Second
+	s.Now += time.Second
 	if !silent {
 		r, _ := w.At(s.beTimeslice())
 		p50 := float64(w.Baseline) * r / 1e3
 		s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: uint64(w.Requests),
 			LatencyUs: map[string]float64{"p50": p50, "p99": 1.3 * p50}}})
 	}
-	s.loop.Step(s.now)
-	s.tick(s.now)
+	s.loop.Step(s.Now)
+	s.Tick(s.Now)
 }
 
 func gauge(t testing.TB, m *Metrics, name string) float64 {
@@ -92,15 +94,15 @@ func gauge(t testing.TB, m *Metrics, name string) float64 {
 
 func TestSLOLoopEndToEnd(t *testing.T) {
 	s := newSLORig(t, sloPolicy)
-	s.wantAll(100, 5_000_000, tsg.LevelHigh)
-	s.wantAll(200, 200, tsg.LevelLow)
+	s.WantAll(100, 5_000_000, tsg.LevelHigh)
+	s.WantAll(200, 200, tsg.LevelLow)
 	// The first step only starts the controller; from then on the status
 	// and metrics say the mode is on, at the safe setting (a client that
 	// checks for SLO mode right after the daemon starts finds it).
 	if st := s.loop.Status(); st.Enabled {
 		t.Fatalf("enabled before the first step: %+v", st)
 	}
-	s.loop.Step(s.now)
+	s.loop.Step(s.Now)
 	if st := s.loop.Status(); !st.Enabled || st.Window != "1s" || st.BETimeslice != "200µs" || st.Safe != "200µs" || st.Ladder == "" || st.Last != nil {
 		t.Fatalf("status after the first step: %+v", st)
 	}
@@ -128,9 +130,9 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 			t.Fatalf("window %d: BE at %v with two BE processes", i, ts)
 		}
 	}
-	s.wantAll(200, 1000, tsg.LevelLow)
-	s.wantAll(300, 2960, tsg.LevelLow) // weight 3: 20 us + 3 x 980 us
-	s.wantAll(100, 5_000_000, tsg.LevelHigh)
+	s.WantAll(200, 1000, tsg.LevelLow)
+	s.WantAll(300, 2960, tsg.LevelLow) // weight 3: 20 us + 3 x 980 us
+	s.WantAll(100, 5_000_000, tsg.LevelHigh)
 	st := s.loop.Status()
 	if !st.Enabled || st.BETimeslice != "1ms" || st.Last == nil || st.LastChange == nil || st.Changes < 3 {
 		t.Fatalf("status %+v", st)
@@ -169,8 +171,8 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 	for range 10 {
 		s.window(slo.EagerPyTorchH100, true)
 	}
-	s.wantAll(200, 200, tsg.LevelLow)
-	s.wantAll(300, 560, tsg.LevelLow)
+	s.WantAll(200, 200, tsg.LevelLow)
+	s.WantAll(300, 560, tsg.LevelLow)
 	st = s.loop.Status()
 	if st.Last.Cause != slo.CauseNoSignal || !st.Last.Fallback || st.LC[0].Signal != "stale" {
 		t.Errorf("after signal loss: %+v %+v", st.Last, st.LC)
@@ -187,10 +189,10 @@ func TestSLOLoopEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.rec.SetPolicy(pol)
+	s.Rec.SetPolicy(pol)
 	s.window(slo.EagerPyTorchH100, false)
-	s.wantAll(200, 300, tsg.LevelLow)
-	s.wantAll(300, 860, tsg.LevelLow)
+	s.WantAll(200, 300, tsg.LevelLow)
+	s.WantAll(300, 860, tsg.LevelLow)
 	if st := s.loop.Status(); st.Enabled || !s.loop.Reply(100).Prepreempt {
 		t.Errorf("after reload without slo: %+v", st)
 	}
@@ -215,15 +217,15 @@ func TestSLOLoopSignals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSLORig(t, sloPolicy)
 			s.window(slo.EagerPyTorchH100, true) // the controller starts
-			s.now += time.Second
+			s.Now += time.Second
 			if tc.push != nil {
 				s.loop.Push(100, api.Stats{Window: tc.push})
 			}
 			if tc.twice {
-				s.loop.Step(s.now)
-				s.now += time.Second
+				s.loop.Step(s.Now)
+				s.Now += time.Second
 			}
-			s.loop.Step(s.now)
+			s.loop.Step(s.Now)
 			st := s.loop.Status()
 			if len(st.LC) != 1 || st.LC[0].Signal != tc.signal {
 				t.Fatalf("LC status %+v, want signal %q", st.LC, tc.signal)
@@ -247,9 +249,9 @@ rules:
 slo: {enabled: true, window: 1s}
 `)
 	s.window(slo.EagerPyTorchH100, true) // the controller starts
-	s.now += time.Second
+	s.Now += time.Second
 	s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}})
-	s.loop.Step(s.now)
+	s.loop.Step(s.Now)
 	st := s.loop.Status()
 	if len(st.LC) != 2 || st.LC[0].Objective != "p50<=1.05x" || st.LC[0].Signal != "pushed" ||
 		st.LC[1].Objective != "p99<=1.15x" || st.LC[1].Signal != "pushed without p99" {
@@ -301,7 +303,7 @@ slo: {enabled: true, window: 1s, spinner_ceiling: off}
 `
 	for _, hints := range []bool{true, false} {
 		s := newSLORig(t, pol)
-		s.loop.Step(s.now)
+		s.loop.Step(s.Now)
 		highest := time.Duration(0)
 		for range 80 {
 			if hints {
@@ -334,7 +336,7 @@ rules:
   - {name: bulk, match: {comm: "bulk*"}, class: be:3, trust_self_set: true}
 slo: {enabled: true, window: 1s, shared_floor: 50us}
 `)
-	s.loop.Step(s.now)
+	s.loop.Step(s.Now)
 	if st := s.loop.Status(); st.SharedFloor != "50µs" || st.Safe != "200µs" {
 		t.Fatalf("status %+v, want shared floor 50µs, safe 200µs", st)
 	}
@@ -346,7 +348,7 @@ slo: {enabled: true, window: 1s, shared_floor: 50us}
 		lowest = min(lowest, ts)
 		if ts == 50*time.Microsecond {
 			sawFloor = true
-			s.wantAll(300, 110, tsg.LevelLow)
+			s.WantAll(300, 110, tsg.LevelLow)
 		}
 	}
 	if lowest != 50*time.Microsecond || !sawFloor {
@@ -380,7 +382,7 @@ func pausingLoop(t *testing.T, g *rig, n int) ([]policy.ProcRef, *slomode.Loop) 
 	proc := t.TempDir()
 	var bes []policy.ProcRef
 	for range n {
-		be := sleeper(t)
+		be := proctest.Sleeper(t)
 		if err := os.MkdirAll(filepath.Join(proc, strconv.Itoa(be.PID)), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -390,7 +392,7 @@ func pausingLoop(t *testing.T, g *rig, n int) ([]policy.ProcRef, *slomode.Loop) 
 		}
 		bes = append(bes, be)
 	}
-	loop := NewSLOLoop(g.rec, g.m, testLog(t))
+	loop := NewSLOLoop(g.Rec, g.m, testlog.New(t))
 	loop.Pause = &pause.Pauser{Proc: proc}
 	t.Cleanup(loop.Close)
 	return bes, loop
@@ -403,11 +405,11 @@ func TestSLOLoopPausesBE(t *testing.T) {
 	g := newRig(t, sloPausePolicy)
 	bes, loop := pausingLoop(t, g, 1)
 	be := bes[0]
-	g.tick(g.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
-	g.tick(g.start(be.PID, policy.Process{Comm: "trainer"}) + time.Second)
-	bets := func() time.Duration { return time.Duration(g.groups(be.PID)[0].Timeslice) * time.Microsecond }
+	g.Tick(g.Start(100, policy.Process{Comm: "lc-server"}) + time.Second)
+	g.Tick(g.Start(be.PID, policy.Process{Comm: "trainer"}) + time.Second)
+	bets := func() time.Duration { return time.Duration(g.Groups(be.PID)[0].Timeslice) * time.Microsecond }
 	window := func(lcs ...int) {
-		g.now += time.Second
+		g.Now += time.Second
 		r, _ := slowBeside.At(bets())
 		if loop.Pause.Holds(policy.ProcRef{PID: be.PID, Start: uint64(be.PID)}) {
 			r = 1 // alone
@@ -416,10 +418,10 @@ func TestSLOLoopPausesBE(t *testing.T) {
 			loop.Push(pid, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
 				LatencyUs: map[string]float64{"p50": float64(slowBeside.Baseline) * r / 1e3}}})
 		}
-		loop.Step(g.now)
-		g.tick(g.now)
+		loop.Step(g.Now)
+		g.Tick(g.Now)
 	}
-	loop.Step(g.now)
+	loop.Step(g.Now)
 	if st := loop.Status(); st.Calibrate != "pause" {
 		t.Fatalf("calibrate %q, want pause", st.Calibrate)
 	}
@@ -428,7 +430,7 @@ func TestSLOLoopPausesBE(t *testing.T) {
 	// queued work and one of the LC alone (50 requests: enough), its
 	// timeslice kept, then resumed; the baseline is the LC alone (6 ms).
 	window(100)
-	waitState(t, be.PID, true)
+	proctest.WaitState(t, be.PID, true)
 	if st := loop.Status(); len(st.BEStopped) != 1 || st.BEStopped[0] != be.PID || st.Last.Cause != slo.CauseCalibrate {
 		t.Fatalf("status while learning the LC alone: stopped %v, last %+v", st.BEStopped, st.Last)
 	}
@@ -437,12 +439,12 @@ func TestSLOLoopPausesBE(t *testing.T) {
 	}
 	for i := range 1 {
 		window(100)
-		if state(t, be.PID) != 'T' || bets() != 200*time.Microsecond {
-			t.Fatalf("paused window %d: BE state %c at %v; want stopped at 200us", i+2, state(t, be.PID), bets())
+		if proctest.State(t, be.PID) != 'T' || bets() != 200*time.Microsecond {
+			t.Fatalf("paused window %d: BE state %c at %v; want stopped at 200us", i+2, proctest.State(t, be.PID), bets())
 		}
 	}
 	window(100)
-	waitState(t, be.PID, false)
+	proctest.WaitState(t, be.PID, false)
 	st := loop.Status()
 	if len(st.BEStopped) != 0 || len(st.LC) != 1 || st.LC[0].TargetUs != 6300 || gauge(t, g.m, "gpreemptd_slo_be_stopped") != 0 {
 		t.Fatalf("after the pause: stopped %v, LC %+v; want none stopped, target 1.05 x 6 ms", st.BEStopped, st.LC)
@@ -466,11 +468,11 @@ func TestSLOLoopPausesBE(t *testing.T) {
 	}
 
 	// A new LC is learnt alone too; the daemon stopping mid-pause resumes BE.
-	g.tick(g.start(101, policy.Process{Comm: "lc-two"}) + g.now - g.now%time.Second + 500*time.Millisecond)
+	g.Tick(g.Start(101, policy.Process{Comm: "lc-two"}) + g.Now - g.Now%time.Second + 500*time.Millisecond)
 	window(100, 101)
-	waitState(t, be.PID, true)
+	proctest.WaitState(t, be.PID, true)
 	loop.Close()
-	waitState(t, be.PID, false)
+	proctest.WaitState(t, be.PID, false)
 	if loop.Pause.Holding() || loop.Pause.(*pause.Pauser).Held() != 0 {
 		t.Error("still holding BE after Close")
 	}
@@ -501,7 +503,7 @@ slo: {enabled: true, window: 1s%s}
 		{"ceiling 200us", ", spinner_ceiling: 200us", 200 * time.Microsecond},
 	} {
 		s := newSLORig(t, fmt.Sprintf(pol, tc.extra))
-		s.loop.Step(s.now)
+		s.loop.Step(s.Now)
 		highest, told := time.Duration(0), 0
 		for range 80 {
 			spin := s.loop.Reply(100).Prepreempt
@@ -521,47 +523,13 @@ slo: {enabled: true, window: 1s%s}
 	}
 }
 
-// fakeCounter is a LaunchCounter whose counts the test sets.
-type fakeCounter struct {
-	n          map[int]uint64
-	attached   map[int]bool
-	fail       map[int]error
-	unreadable map[int]bool
-	attaches   int
-}
-
-func newFakeCounter() *fakeCounter {
-	return &fakeCounter{n: map[int]uint64{}, attached: map[int]bool{}, fail: map[int]error{}, unreadable: map[int]bool{}}
-}
-
-func (f *fakeCounter) Attach(pid int, lib string) error {
-	f.attaches++
-	if err := f.fail[pid]; err != nil {
-		return err
-	}
-	if lib != "/lib/libcuda.so.1" {
-		return errors.New("wrong library " + lib)
-	}
-	f.attached[pid], f.n[pid] = true, 0
-	return nil
-}
-
-func (f *fakeCounter) Count(pid int) (uint64, bool) {
-	if !f.attached[pid] || f.unreadable[pid] {
-		return 0, false
-	}
-	return f.n[pid], true
-}
-
-func (f *fakeCounter) Detach(pid int) { delete(f.attached, pid) }
-
 // newShareRig is an SLO loop over sloPolicy with no process yet, whose BE
 // share comes from launches counted by the fake counter it returns.
-func newShareRig(t *testing.T) (*sloRig, *fakeCounter) {
+func newShareRig(t *testing.T) (*sloRig, *tracetest.Launches) {
 	g := newRig(t, sloPolicy)
-	s := &sloRig{rig: g, loop: NewSLOLoop(g.rec, g.m, testLog(t))}
-	f := newFakeCounter()
-	p := signals.NewBEProgress(f, testLog(t))
+	s := &sloRig{rig: g, loop: NewSLOLoop(g.Rec, g.m, testlog.New(t))}
+	f := tracetest.NewLaunches()
+	p := signals.NewBEProgress(f, testlog.New(t))
 	p.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
 	s.loop.Share = p
 	return s, f
@@ -574,11 +542,11 @@ func newShareRig(t *testing.T) (*sloRig, *fakeCounter) {
 // here following the eager-PyTorch BE share of the timeslice applied.
 func TestSLOLoopMeasuresBEShare(t *testing.T) {
 	s, f := newShareRig(t)
-	s.tick(s.start(200, policy.Process{Comm: "trainer"}) + time.Second)
-	s.loop.Step(s.now)   // the mode starts
+	s.Tick(s.Start(200, policy.Process{Comm: "trainer"}) + time.Second)
+	s.loop.Step(s.Now)   // the mode starts
 	const alone = 10_000 // launches a second
 	for range 4 {
-		f.n[200] += alone
+		f.N[200] += alone
 		s.window(slo.EagerPyTorchH100, true)
 	}
 	st := s.loop.Status()
@@ -586,12 +554,12 @@ func TestSLOLoopMeasuresBEShare(t *testing.T) {
 		t.Fatalf("after 3 windows alone: %+v", st.BE)
 	}
 
-	s.start(100, policy.Process{Comm: "lc-server"})
-	s.tick(s.now) // classed now, at the loop's clock
+	s.Start(100, policy.Process{Comm: "lc-server"})
+	s.Tick(s.Now) // classed now, at the loop's clock
 	var share float64
 	for i := range 40 {
 		_, share = slo.EagerPyTorchH100.At(s.beTimeslice())
-		f.n[200] += uint64(share * alone)
+		f.N[200] += uint64(share * alone)
 		s.window(slo.EagerPyTorchH100, false)
 		st = s.loop.Status()
 		if i > 0 && (st.BEShare == nil || math.Abs(*st.BEShare-share) > 1e-3) {
@@ -608,11 +576,11 @@ func TestSLOLoopMeasuresBEShare(t *testing.T) {
 	// A BE that came while the LC ran learns its rate alone once the LC
 	// has gone, from the first window that began without it: the window
 	// the LC left in is not alone.
-	s.start(300, policy.Process{Comm: "bulk"})
-	s.tick(s.now)
+	s.Start(300, policy.Process{Comm: "bulk"})
+	s.Tick(s.Now)
 	bulkSays := func(want string) {
 		t.Helper()
-		f.n[200], f.n[300] = f.n[200]+alone, f.n[300]+alone
+		f.N[200], f.N[300] = f.N[200]+alone, f.N[300]+alone
 		s.window(slo.EagerPyTorchH100, true)
 		for _, b := range s.loop.Status().BE {
 			if b.PID == 300 && !strings.HasPrefix(b.Signal, want) {
@@ -622,8 +590,8 @@ func TestSLOLoopMeasuresBEShare(t *testing.T) {
 	}
 	bulkSays("counting from this window")
 	bulkSays("learning its rate alone (0 of 3")
-	s.feed(&trace.TaskExit{PID: 100, At: uint64(s.now)})
-	s.tick(s.now)
+	s.Feed(&trace.TaskExit{PID: 100, At: uint64(s.Now)})
+	s.Tick(s.Now)
 	bulkSays("learning its rate alone (0 of 3") // the LC ran in part of it
 	bulkSays("learning its rate alone (1 of 3")
 }
@@ -645,12 +613,12 @@ func TestBEAloneBesideAnMPSServer(t *testing.T) {
 	} {
 		t.Run(tc.comm+tc.exe, func(t *testing.T) {
 			s, f := newShareRig(t)
-			s.tick(s.start(150, policy.Process{Comm: tc.comm, Exe: tc.exe}) + time.Second)
-			s.tick(s.start(200, policy.Process{Comm: "trainer"}) + time.Second)
-			s.loop.Step(s.now) // the mode starts
+			s.Tick(s.Start(150, policy.Process{Comm: tc.comm, Exe: tc.exe}) + time.Second)
+			s.Tick(s.Start(200, policy.Process{Comm: "trainer"}) + time.Second)
+			s.loop.Step(s.Now) // the mode starts
 			const alone = 10_000
 			for range 4 {
-				f.n[200] += alone
+				f.N[200] += alone
 				s.window(slo.EagerPyTorchH100, true)
 			}
 			st := s.loop.Status()
@@ -667,10 +635,10 @@ func TestBEAloneBesideAnMPSServer(t *testing.T) {
 			// A client (an LC process of its own) comes: from the window
 			// it came in, BE is no longer alone, and its rate alone is
 			// kept, not lowered.
-			s.start(100, policy.Process{Comm: "lc-server"})
-			s.tick(s.now)
+			s.Start(100, policy.Process{Comm: "lc-server"})
+			s.Tick(s.Now)
 			for range 4 {
-				f.n[200] += alone / 2
+				f.N[200] += alone / 2
 				s.window(slo.EagerPyTorchH100, false)
 			}
 			st = s.loop.Status()
@@ -687,12 +655,12 @@ func TestBEAloneBesideAnMPSServer(t *testing.T) {
 // the spinner ceiling for a later LC under the same pid.
 func TestExitedPusherForgotten(t *testing.T) {
 	s := newSLORig(t, sloPolicy)
-	d := &Daemon{log: testLog(t), rec: s.rec, slo: s.loop, metrics: s.m, inspect: s.insp}
+	d := &Daemon{log: testlog.New(t), rec: s.Rec, slo: s.loop, metrics: s.m, inspect: s.Procs}
 	st := api.HintStats{PID: 100, Stats: api.Stats{Engine: &EngineState{Prepreempt: true}}}
 	s.m.Pushed(st, "lc-server") // as the socket's stats handler does
 	s.loop.Push(100, st.Stats)
-	delete(s.insp, 100)
-	s.rec.Handle(reconcile.Event{Kind: reconcile.ProcessExited, PID: 100, At: s.now})
+	delete(s.Procs, 100)
+	s.Rec.Handle(reconcile.Event{Kind: reconcile.ProcessExited, PID: 100, At: s.Now})
 	if slices.Contains(s.m.Pushers(), 100) {
 		t.Fatal("premise: the exit left pid 100 among the metrics' pushers")
 	}
@@ -718,19 +686,19 @@ func TestExitedPusherForgotten(t *testing.T) {
 // that comes to GPU 1 brings the bulk into the search at the next window.
 func TestSLOLoopBEApartFromLC(t *testing.T) {
 	s, f := newShareRig(t)
-	s.tick(s.start(200, policy.Process{Comm: "trainer", GPUs: []policy.GPU{{Index: 0}}}) + time.Second)
-	s.loop.Step(s.now) // the mode starts
+	s.Tick(s.Start(200, policy.Process{Comm: "trainer", GPUs: []policy.GPU{{Index: 0}}}) + time.Second)
+	s.loop.Step(s.Now) // the mode starts
 	const alone = 10_000
 	for range 4 {
-		f.n[200] += alone
+		f.N[200] += alone
 		s.window(slo.EagerPyTorchH100, true)
 	}
 	// The LC, then the bulk, are classed before NVML lists them, and
 	// placed at the next window. The bulk comes while the LC runs.
-	s.tick(s.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
-	s.insp[100] = policy.Process{Comm: "lc-server", GPUs: []policy.GPU{{Index: 0}}}
-	s.tick(s.start(300, policy.Process{Comm: "bulk"}) + time.Second)
-	s.insp[300] = policy.Process{Comm: "bulk", GPUs: []policy.GPU{{Index: 1}}}
+	s.Tick(s.Start(100, policy.Process{Comm: "lc-server"}) + time.Second)
+	s.Procs[100] = policy.Process{Comm: "lc-server", GPUs: []policy.GPU{{Index: 0}}}
+	s.Tick(s.Start(300, policy.Process{Comm: "bulk"}) + time.Second)
+	s.Procs[300] = policy.Process{Comm: "bulk", GPUs: []policy.GPU{{Index: 1}}}
 	lowest := time.Hour
 	at1ms := func() bool {
 		st := s.loop.Status()
@@ -738,11 +706,11 @@ func TestSLOLoopBEApartFromLC(t *testing.T) {
 	}
 	for i := 0; i < 60 || (i < 80 && !at1ms()); i++ {
 		_, share := slo.EagerPyTorchH100.At(s.beTimeslice())
-		f.n[200], f.n[300] = f.n[200]+uint64(share*alone), f.n[300]+alone/2
+		f.N[200], f.N[300] = f.N[200]+uint64(share*alone), f.N[300]+alone/2
 		s.window(slo.EagerPyTorchH100, false)
 		lowest = min(lowest, s.beTimeslice())
 		if i > 0 {
-			s.wantAll(300, 560, tsg.LevelLow) // the policy's 200us at weight 3
+			s.WantAll(300, 560, tsg.LevelLow) // the policy's 200us at weight 3
 		}
 		st := s.loop.Status()
 		if i > 1 && (st.BEShare == nil || math.Abs(*st.BEShare-share) > 1e-3) {
@@ -756,7 +724,7 @@ func TestSLOLoopBEApartFromLC(t *testing.T) {
 	if st.BETimeslice != "1ms" {
 		t.Errorf("BE timeslice %s, want the eager knee 1ms", st.BETimeslice)
 	}
-	s.wantAll(200, 1000, tsg.LevelLow)
+	s.WantAll(200, 1000, tsg.LevelLow)
 	for _, b := range st.BE {
 		if b.Apart != (b.PID == 300) || b.Signal != "counted" || b.Share == nil {
 			t.Errorf("BE row %+v: want counted, apart only for the bulk on GPU 1", b)
@@ -772,17 +740,17 @@ func TestSLOLoopBEApartFromLC(t *testing.T) {
 
 	// The LC opens a context on GPU 1 too: it joins the two GPUs in one set,
 	// whose search starts at its safe setting with both BE beside the LC.
-	s.insp[100] = policy.Process{Comm: "lc-server", GPUs: []policy.GPU{{Index: 0}, {Index: 1}}}
+	s.Procs[100] = policy.Process{Comm: "lc-server", GPUs: []policy.GPU{{Index: 0}, {Index: 1}}}
 	_, share := slo.EagerPyTorchH100.At(s.beTimeslice())
-	f.n[200], f.n[300] = f.n[200]+uint64(share*alone), f.n[300]+alone/2
+	f.N[200], f.N[300] = f.N[200]+uint64(share*alone), f.N[300]+alone/2
 	s.window(slo.EagerPyTorchH100, false)
-	s.tick(s.now + time.Second)
+	s.Tick(s.Now + time.Second)
 	st = s.loop.Status()
 	if len(st.Searches) != 1 || !slices.Equal(st.Searches[0].GPUs, []int{0, 1}) || st.BETimeslice != "200µs" {
 		t.Fatalf("after the LC came to GPU 1: %+v, searches %+v", st, st.Searches)
 	}
-	s.wantAll(200, 200, tsg.LevelLow)
-	s.wantAll(300, 560, tsg.LevelLow)
+	s.WantAll(200, 200, tsg.LevelLow)
+	s.WantAll(300, 560, tsg.LevelLow)
 	for _, b := range st.BE {
 		if b.Apart || b.Timeslice != "200µs" {
 			t.Errorf("BE row %+v: want beside the LC, at the new search's 200µs", b)
@@ -801,44 +769,44 @@ func TestSLOLoopPausesPerGPU(t *testing.T) {
 	on := func(comm string, gpu int) policy.Process {
 		return policy.Process{Comm: comm, GPUs: []policy.GPU{{Index: gpu}}}
 	}
-	g.tick(g.start(100, on("lc-server", 0)) + time.Second)
-	g.tick(g.start(near.PID, on("trainer", 0)) + time.Second)
-	g.tick(g.start(far.PID, on("trainer", 1)) + time.Second)
+	g.Tick(g.Start(100, on("lc-server", 0)) + time.Second)
+	g.Tick(g.Start(near.PID, on("trainer", 0)) + time.Second)
+	g.Tick(g.Start(far.PID, on("trainer", 1)) + time.Second)
 	held := func(p policy.ProcRef) bool { return loop.Pause.Holds(policy.ProcRef{PID: p.PID, Start: uint64(p.PID)}) }
 	window := func(lcs map[int]policy.ProcRef) {
-		g.now += time.Second
+		g.Now += time.Second
 		for pid, be := range lcs {
-			r, _ := slowBeside.At(time.Duration(g.groups(be.PID)[0].Timeslice) * time.Microsecond)
+			r, _ := slowBeside.At(time.Duration(g.Groups(be.PID)[0].Timeslice) * time.Microsecond)
 			if held(be) {
 				r = 1 // alone
 			}
 			loop.Push(pid, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
 				LatencyUs: map[string]float64{"p50": float64(slowBeside.Baseline) * r / 1e3}}})
 		}
-		loop.Step(g.now)
-		g.tick(g.now)
+		loop.Step(g.Now)
+		g.Tick(g.Now)
 	}
-	loop.Step(g.now)
+	loop.Step(g.Now)
 	window(map[int]policy.ProcRef{100: near})
 	if !held(near) || held(far) {
 		t.Fatalf("GPU 0's new LC: near held %v, far held %v; want near only", held(near), held(far))
 	}
-	waitState(t, near.PID, true)
-	if st := state(t, far.PID); st == 'T' {
+	proctest.WaitState(t, near.PID, true)
+	if st := proctest.State(t, far.PID); st == 'T' {
 		t.Error("the BE on GPU 1 was stopped to learn the LC on GPU 0 alone")
 	}
 	if st := loop.Status(); !slices.Equal(st.BEStopped, []int{near.PID}) {
 		t.Errorf("stopped %v, want only %d", st.BEStopped, near.PID)
 	}
 	// A second LC comes to GPU 1 while GPU 0's is learnt alone.
-	g.tick(g.start(101, on("lc-two", 1)) + g.now - g.now%time.Second + 500*time.Millisecond)
+	g.Tick(g.Start(101, on("lc-two", 1)) + g.Now - g.Now%time.Second + 500*time.Millisecond)
 	both := map[int]policy.ProcRef{100: near, 101: far}
 	window(both) // GPU 1's search starts
 	window(both)
 	if !held(far) {
 		t.Fatalf("GPU 1's new LC: far held %v, want it learnt alone", held(far))
 	}
-	waitState(t, far.PID, true)
+	proctest.WaitState(t, far.PID, true)
 	i := 0
 	for ; held(near) && i < 10; i++ {
 		window(both)
@@ -846,8 +814,8 @@ func TestSLOLoopPausesPerGPU(t *testing.T) {
 	if held(near) || !held(far) {
 		t.Fatalf("after %d windows: near held %v, far held %v; want GPU 0 done first", i, held(near), held(far))
 	}
-	waitState(t, near.PID, false)
-	if state(t, far.PID) != 'T' {
+	proctest.WaitState(t, near.PID, false)
+	if proctest.State(t, far.PID) != 'T' {
 		t.Fatal("resuming GPU 0's BE resumed GPU 1's")
 	}
 	if st := loop.Status(); !slices.Equal(st.BEStopped, []int{far.PID}) {
@@ -859,7 +827,7 @@ func TestSLOLoopPausesPerGPU(t *testing.T) {
 			t.Fatal("GPU 0's BE stopped again")
 		}
 	}
-	waitState(t, far.PID, false)
+	proctest.WaitState(t, far.PID, false)
 	if p := loop.Pause.(*pause.Pauser); p.Held() != 0 || p.Holding() {
 		t.Errorf("%d processes left held with nothing stopped", p.Held())
 	}
@@ -876,17 +844,17 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 	on := func(comm string, gpu int) policy.Process {
 		return policy.Process{Comm: comm, GPUs: []policy.GPU{{Index: gpu}}}
 	}
-	s.tick(s.start(200, on("trainer", 0)) + time.Second)
-	s.tick(s.start(201, on("trainer", 1)) + time.Second)
-	s.loop.Step(s.now) // the mode starts
+	s.Tick(s.Start(200, on("trainer", 0)) + time.Second)
+	s.Tick(s.Start(201, on("trainer", 1)) + time.Second)
+	s.loop.Step(s.Now) // the mode starts
 	const alone = 10_000
 	for range 4 {
-		f.n[200], f.n[201] = f.n[200]+alone, f.n[201]+alone
+		f.N[200], f.N[201] = f.N[200]+alone, f.N[201]+alone
 		s.window(slo.EagerPyTorchH100, true)
 	}
-	s.tick(s.start(100, on("lc-server", 0)) + time.Second)
-	s.tick(s.start(101, on("lc-graph", 1)) + time.Second)
-	ts := func(pid int) time.Duration { return time.Duration(s.groups(pid)[0].Timeslice) * time.Microsecond }
+	s.Tick(s.Start(100, on("lc-server", 0)) + time.Second)
+	s.Tick(s.Start(101, on("lc-graph", 1)) + time.Second)
+	ts := func(pid int) time.Duration { return time.Duration(s.Groups(pid)[0].Timeslice) * time.Microsecond }
 	sides := []struct {
 		lc, be int
 		w      slo.Workload
@@ -899,14 +867,14 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 	step := func() {
 		for _, x := range sides {
 			r, share := x.w.At(ts(x.be))
-			f.n[x.be] += uint64(share * alone)
+			f.N[x.be] += uint64(share * alone)
 			p50 := float64(x.w.Baseline) * r / 1e3
 			s.loop.Push(x.lc, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: uint64(x.w.Requests),
 				LatencyUs: map[string]float64{"p50": p50, "p99": 1.3 * p50}}})
 		}
-		s.now += time.Second
-		s.loop.Step(s.now)
-		s.tick(s.now)
+		s.Now += time.Second
+		s.loop.Step(s.Now)
+		s.Tick(s.Now)
 	}
 	for i := 0; i < 60 || (i < 100 && !settled()); i++ {
 		step()
@@ -948,7 +916,7 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 	// first leaves it out, the second makes one search for the node that
 	// sets both trainers (at its safe setting) while the searches per GPU
 	// wait; listed, it is in GPU 1's, and they take over where they were.
-	s.tick(s.start(102, policy.Process{Comm: "lc-new"}) + time.Second)
+	s.Tick(s.Start(102, policy.Process{Comm: "lc-new"}) + time.Second)
 	step()
 	st = s.loop.Status()
 	gpu0 := st.Searches[0]
@@ -960,7 +928,7 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 	if len(st.Searches) != 1 || st.Searches[0].GPUs != nil || st.BETimeslice != "200µs" || ts(200) != 200*time.Microsecond || ts(201) != 200*time.Microsecond {
 		t.Fatalf("with an LC on no GPU known: %+v, searches %+v; trainers at %v, %v", st, st.Searches, ts(200), ts(201))
 	}
-	s.insp[102] = on("lc-new", 1)
+	s.Procs[102] = on("lc-new", 1)
 	step()
 	st = s.loop.Status()
 	if len(st.Searches) != 2 || st.Searches[0].BETimeslice != gpu0.BETimeslice || ts(200).String() != gpu0.BETimeslice {
@@ -975,12 +943,12 @@ func TestSLOLoopSearchPerGPU(t *testing.T) {
 	// The eager LC exits: GPU 0's search is idle, its trainer back at the
 	// policy's 200us, and the status is GPU 1's search alone.
 	others, counted := st.Changes-st.Searches[1].Changes, changesOn(t, s.m, "0")
-	s.feed(&trace.TaskExit{PID: 100, At: uint64(s.now)})
-	s.tick(s.now)
-	s.now += time.Second
-	s.loop.Step(s.now)
-	s.tick(s.now)
-	s.wantAll(200, 200, tsg.LevelLow)
+	s.Feed(&trace.TaskExit{PID: 100, At: uint64(s.Now)})
+	s.Tick(s.Now)
+	s.Now += time.Second
+	s.loop.Step(s.Now)
+	s.Tick(s.Now)
+	s.WantAll(200, 200, tsg.LevelLow)
 	st = s.loop.Status()
 	if len(st.Searches) != 1 || st.BETimeslice != ts(201).String() || !slices.Equal(st.Searches[0].GPUs, []int{1}) {
 		t.Errorf("after the eager LC left: %+v, searches %+v", st, st.Searches)
@@ -1056,12 +1024,12 @@ func TestSLOLoopUnlistedAfterRestart(t *testing.T) {
 	} {
 		t.Run(restart.name, func(t *testing.T) {
 			s, _ := newShareRig(t)
-			s.tick(s.start(200, policy.Process{Comm: "trainer", GPUs: []policy.GPU{{Index: 0}}}) + time.Second)
-			s.loop.Step(s.now)
+			s.Tick(s.Start(200, policy.Process{Comm: "trainer", GPUs: []policy.GPU{{Index: 0}}}) + time.Second)
+			s.loop.Step(s.Now)
 			for range 8 {
 				s.window(slo.EagerPyTorchH100, true)
 			}
-			s.tick(s.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
+			s.Tick(s.Start(100, policy.Process{Comm: "lc-server"}) + time.Second)
 			node := func() bool {
 				st := s.loop.Status()
 				return len(st.Searches) == 1 && st.Searches[0].GPUs == nil && st.Searches[0].LCs == 1
@@ -1073,7 +1041,7 @@ func TestSLOLoopUnlistedAfterRestart(t *testing.T) {
 				t.Fatalf("an LC on no GPU after its first window: searches %+v, want the node's", s.loop.Status().Searches)
 			}
 			for _, pol := range restart.pols {
-				s.rec.SetPolicy(pol)
+				s.Rec.SetPolicy(pol)
 				s.window(slo.EagerPyTorchH100, true)
 			}
 			s.window(slo.EagerPyTorchH100, true)
@@ -1090,13 +1058,13 @@ func TestSLOLoopUnlistedAfterRestart(t *testing.T) {
 func TestSLOLoopUnlistedBEShown(t *testing.T) {
 	s, _ := newShareRig(t)
 	on0 := []policy.GPU{{Index: 0}}
-	s.tick(s.start(200, policy.Process{Comm: "trainer", GPUs: on0}) + time.Second)
-	s.tick(s.start(100, policy.Process{Comm: "lc-server", GPUs: on0}) + time.Second)
-	s.loop.Step(s.now)
+	s.Tick(s.Start(200, policy.Process{Comm: "trainer", GPUs: on0}) + time.Second)
+	s.Tick(s.Start(100, policy.Process{Comm: "lc-server", GPUs: on0}) + time.Second)
+	s.loop.Step(s.Now)
 	for range 3 {
 		s.window(slo.EagerPyTorchH100, false)
 	}
-	s.tick(s.start(201, policy.Process{Comm: "trainer"}) + time.Second)
+	s.Tick(s.Start(201, policy.Process{Comm: "trainer"}) + time.Second)
 	s.window(slo.EagerPyTorchH100, false)
 	st := s.loop.Status()
 	if len(st.Searches) != 1 || !slices.Equal(st.Searches[0].GPUs, []int{0}) {
@@ -1107,7 +1075,7 @@ func TestSLOLoopUnlistedBEShown(t *testing.T) {
 	if i < 0 || st.BE[i].Timeslice != want || st.BE[i].Apart {
 		t.Errorf("BE rows %+v: want pid 201 at %s", st.BE, want)
 	}
-	if got := time.Duration(s.groups(201)[0].Timeslice) * time.Microsecond; got.String() != want {
+	if got := time.Duration(s.Groups(201)[0].Timeslice) * time.Microsecond; got.String() != want {
 		t.Errorf("pid 201 at %v, want %s", got, want)
 	}
 }
@@ -1128,16 +1096,16 @@ func TestSLOLoopAlignedWindows(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSLORig(t, sloPolicy)
-			s.loop.Step(s.now)
-			s.now += 300 * time.Millisecond
+			s.loop.Step(s.Now)
+			s.Now += 300 * time.Millisecond
 			if r := s.loop.Reply(100); r.NextWindowMs != 700 || r.WindowMs != 1000 {
 				t.Errorf("reply 300 ms into a 1 s window: next %v ms, window %v ms; want 700, 1000", r.NextWindowMs, r.WindowMs)
 			}
-			s.now += 2 * time.Second // past due: the read runs now
+			s.Now += 2 * time.Second // past due: the read runs now
 			if r := s.loop.Reply(100); r.NextWindowMs != 0.001 {
 				t.Errorf("reply with the step 1.3 s late: next %v ms, want 0.001", r.NextWindowMs)
 			}
-			s.now -= 2300 * time.Millisecond
+			s.Now -= 2300 * time.Millisecond
 			// Windows of the eager LC, each pushed as the next step reads
 			// it, until the search moves.
 			moved := false
@@ -1152,9 +1120,9 @@ func TestSLOLoopAlignedWindows(t *testing.T) {
 			r, _ := slo.EagerPyTorchH100.At(s.beTimeslice())
 			p50 := float64(slo.EagerPyTorchH100.Baseline) * r / 1e3
 			d := time.Second + tc.early
-			s.now += time.Second
+			s.Now += time.Second
 			s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: float64(d) / 1e6, Requests: 50, LatencyUs: map[string]float64{"p50": p50}}})
-			s.loop.Step(s.now)
+			s.loop.Step(s.Now)
 			if last := s.loop.Status().Last; last.Aligned == tc.wantMixed {
 				t.Errorf("the window after a move, begun %v before it: aligned %v (%s); want it mixed (not learnt) %v", tc.early, last.Aligned, last.Reason, tc.wantMixed)
 			}
@@ -1170,17 +1138,17 @@ func TestSLOLoopAlignedWindows(t *testing.T) {
 // pushed as the daemon reads, are.
 func TestSLOLoopEngineToldLate(t *testing.T) {
 	s := newSLORig(t, sloPolicy)
-	s.loop.Step(s.now)
+	s.loop.Step(s.Now)
 	told := []bool{s.loop.Reply(100).Prepreempt} // after each step
 	crossed, kept := 0, 0
 	for i := range 60 {
-		s.now += time.Second
+		s.Now += time.Second
 		r, _ := slo.EagerPyTorchH100.At(s.beTimeslice())
 		p50 := float64(slo.EagerPyTorchH100.Baseline) * r / 1e3
 		s.loop.Push(100, api.Stats{Engine: &EngineState{Prepreempt: told[max(i-1, 0)]}, Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
 			LatencyUs: map[string]float64{"p50": p50}}})
-		s.loop.Step(s.now)
-		s.tick(s.now)
+		s.loop.Step(s.Now)
+		s.Tick(s.Now)
 		told = append(told, s.loop.Reply(100).Prepreempt)
 		if i < 1 {
 			continue

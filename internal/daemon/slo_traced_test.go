@@ -12,24 +12,9 @@ import (
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slomode"
+	"github.com/gpreempt/gpreempt/internal/testlog"
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
 )
-
-// spaced feeds tl n requests of p of latency lat, one a period (at least
-// the request and a quiet gap past the 25 ms ceiling when period is 0):
-// a request ends once its process has been quiet for its gap.
-func spaced(tl *signals.TracedLatency, p tracetest.Process, n int, lat, period time.Duration, clock *tracetest.Clock) {
-	for range n {
-		start := clock.Now
-		for _, ev := range tracetest.Request(p, 3, lat, clock) {
-			tl.Apply(ev)
-		}
-		if period == 0 {
-			period = lat + 30*time.Millisecond
-		}
-		clock.Now = max(clock.Now, start+uint64(period))
-	}
-}
 
 func TestSLOLoopTracedLatency(t *testing.T) {
 	// The LC (pid 100) pushes nothing; request tracing measures it. The
@@ -38,7 +23,7 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 	s := newSLORig(t, sloPolicy)
 	tl := signals.NewTracedLatency()
 	s.loop.Traced = tl
-	s.loop.Step(s.now) // the controller starts, and the first traced window
+	s.loop.Step(s.Now) // the controller starts, and the first traced window
 	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-server"}
 	clock := &tracetest.Clock{}
 	for i := range 40 {
@@ -46,11 +31,11 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 		lat := time.Duration(float64(slo.EagerPyTorchH100.Baseline) * r)
 		// 50 requests a window, 19 ms apart (the LC's learnt gap
 		// delimits them: they are closer together than the ceiling).
-		clock.Now = max(clock.Now, uint64(s.now))
-		spaced(tl, lc, 50, lat, 19*time.Millisecond, clock)
-		s.now += time.Second
-		s.loop.Step(s.now)
-		s.tick(s.now)
+		clock.Now = max(clock.Now, uint64(s.Now))
+		tracetest.Spaced(tl.Apply, lc, 50, lat, 19*time.Millisecond, clock)
+		s.Now += time.Second
+		s.loop.Step(s.Now)
+		s.Tick(s.Now)
 		st := s.loop.Status()
 		want := "traced-request"
 		if i < slomode.TraceAfter-1 { // a new LC is given two windows to push
@@ -67,11 +52,11 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 	// pushed in UntraceAfter windows in a row; until then by what is
 	// traced, not by both.
 	for i := 1; i <= slomode.UntraceAfter; i++ {
-		clock.Now = max(clock.Now, uint64(s.now))
-		spaced(tl, lc, 50, slo.EagerPyTorchH100.Baseline, 19*time.Millisecond, clock)
+		clock.Now = max(clock.Now, uint64(s.Now))
+		tracetest.Spaced(tl.Apply, lc, 50, slo.EagerPyTorchH100.Baseline, 19*time.Millisecond, clock)
 		s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50, LatencyUs: map[string]float64{"p50": 6000}}})
-		s.now += time.Second
-		s.loop.Step(s.now)
+		s.Now += time.Second
+		s.loop.Step(s.Now)
 		want := "traced-request"
 		if i == slomode.UntraceAfter {
 			want = "pushed"
@@ -105,7 +90,7 @@ func (r *recordingTraced) Roll(_ time.Duration, lcs []policy.ProcRef) {
 // mode turned off detaches all.
 func TestSLOLoopTracesWhatDoesNotPush(t *testing.T) {
 	s := newSLORig(t, sloPolicy)
-	s.tick(s.start(400, policy.Process{Comm: "lc-pusher"}) + time.Second)
+	s.Tick(s.Start(400, policy.Process{Comm: "lc-pusher"}) + time.Second)
 	rt := &recordingTraced{}
 	s.loop.Traced = rt
 	push := func(pid int) {
@@ -116,12 +101,12 @@ func TestSLOLoopTracesWhatDoesNotPush(t *testing.T) {
 		for _, pid := range pushes {
 			push(pid)
 		}
-		s.now += time.Second
-		s.loop.Step(s.now)
-		s.tick(s.now)
+		s.Now += time.Second
+		s.loop.Step(s.Now)
+		s.Tick(s.Now)
 		return rt.asked[len(rt.asked)-1]
 	}
-	s.loop.Step(s.now) // the mode starts: both seen now
+	s.loop.Step(s.Now) // the mode starts: both seen now
 	want := func(i int, got, want []int) {
 		t.Helper()
 		if !slices.Equal(got, want) {
@@ -147,7 +132,7 @@ func TestSLOLoopTracesWhatDoesNotPush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.rec.SetPolicy(pol)
+	s.Rec.SetPolicy(pol)
 	want(22, step(), nil) // SLO mode off: every process detached
 	n := len(rt.asked)
 	step()
@@ -170,21 +155,21 @@ rules:
   - {name: trainer, match: {comm: "train*"}, class: be}
 slo: {enabled: true, window: 1s}
 `)
-	s := &sloRig{rig: g, loop: NewSLOLoop(g.rec, g.m, testLog(t))}
-	s.tick(s.start(100, policy.Process{Comm: "lc-server"}) + time.Second)
-	s.tick(s.start(110, policy.Process{Comm: "lc-free"}) + time.Second)
-	s.tick(s.start(120, policy.Process{Comm: "nvidia-cuda-mps", Exe: "/usr/bin/nvidia-cuda-mps-server"}) + time.Second)
-	s.tick(s.start(200, policy.Process{Comm: "trainer"}) + time.Second)
-	if n := len(s.rec.InClass(class.LC)); n != 3 {
+	s := &sloRig{rig: g, loop: NewSLOLoop(g.Rec, g.m, testlog.New(t))}
+	s.Tick(s.Start(100, policy.Process{Comm: "lc-server"}) + time.Second)
+	s.Tick(s.Start(110, policy.Process{Comm: "lc-free"}) + time.Second)
+	s.Tick(s.Start(120, policy.Process{Comm: "nvidia-cuda-mps", Exe: "/usr/bin/nvidia-cuda-mps-server"}) + time.Second)
+	s.Tick(s.Start(200, policy.Process{Comm: "trainer"}) + time.Second)
+	if n := len(s.Rec.InClass(class.LC)); n != 3 {
 		t.Fatalf("%d LC processes, want 3", n)
 	}
 	rt := &recordingTraced{}
 	s.loop.Traced = rt
-	s.loop.Step(s.now)
+	s.loop.Step(s.Now)
 	for i := range 6 {
-		s.now += time.Second
-		s.loop.Step(s.now)
-		s.tick(s.now)
+		s.Now += time.Second
+		s.loop.Step(s.Now)
+		s.Tick(s.Now)
 		if got := rt.asked[len(rt.asked)-1]; i >= slomode.TraceAfter-1 && !slices.Equal(got, []int{100}) {
 			t.Fatalf("window %d: traced %v, want [100]", i, got)
 		}
@@ -203,20 +188,20 @@ func TestTracedWindowNotCarriedThroughOff(t *testing.T) {
 	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-server"}
 	clock := &tracetest.Clock{}
 	window := func(n int, lat time.Duration) {
-		clock.Now = max(clock.Now, uint64(s.now))
-		spaced(tl, lc, n, lat, 19*time.Millisecond, clock)
-		s.now += time.Second
-		s.loop.Step(s.now)
-		s.tick(s.now)
+		clock.Now = max(clock.Now, uint64(s.Now))
+		tracetest.Spaced(tl.Apply, lc, n, lat, 19*time.Millisecond, clock)
+		s.Now += time.Second
+		s.loop.Step(s.Now)
+		s.Tick(s.Now)
 	}
 	setPolicy := func(text string) {
 		pol, err := policy.Parse([]byte(text))
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.rec.SetPolicy(pol)
+		s.Rec.SetPolicy(pol)
 	}
-	s.loop.Step(s.now)
+	s.loop.Step(s.Now)
 	for range 4 {
 		window(50, 6*time.Millisecond)
 	}

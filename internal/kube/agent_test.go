@@ -17,24 +17,12 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/proctest"
 )
 
 // The tests here use client-go's fake clientset (which ignores field
 // selectors) and a fake /proc; test/e2e/k8s runs the same agent against a
 // real API server and real cgroups.
-
-// waitFor polls cond until it holds, failing after a generous deadline:
-// informers deliver asynchronously.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 type fakeProc struct {
 	t    *testing.T
@@ -131,7 +119,7 @@ func TestAgentFake(t *testing.T) {
 	}
 
 	// The refusal is an Event on the trainer pod.
-	waitFor(t, "the refusal Event", func() bool {
+	proctest.WaitFor(t, "the refusal Event", func() bool {
 		evs, _ := client.CoreV1().Events("training").List(context.Background(), metav1.ListOptions{})
 		for _, e := range evs.Items {
 			if e.Reason == ReasonClassRefused && e.InvolvedObject.Name == "trainer" && strings.Contains(e.Message, "at most burstable") {

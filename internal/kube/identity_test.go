@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/proctest"
 )
 
 // TestPodIdentityNeedsThePodsContainer: a process is a pod's only when its
@@ -115,7 +115,7 @@ func TestDelegatedSubtreeIsNotAPod(t *testing.T) {
 	if err != nil {
 		t.Skipf("no cgroup v2 hierarchy: %v", err)
 	}
-	uid, gid := newTestUser(t)
+	uid, gid := proctest.NewUser(t)
 	name := fmt.Sprintf("gpreempt-delegated-%d-%d", os.Getpid(), testSeq.Add(1))
 	parent := filepath.Join(mount, name)
 	if err := os.Mkdir(parent, 0o755); err != nil {
@@ -228,31 +228,4 @@ func removeTree(t *testing.T, root string) {
 			}
 		}
 	}
-}
-
-var testUsers atomic.Int32
-
-// newTestUser adds a system user without a home for the test and removes
-// it at cleanup. It needs root and useradd.
-func newTestUser(t *testing.T) (uid, gid uint32) {
-	t.Helper()
-	if _, err := exec.LookPath("useradd"); err != nil {
-		t.Skipf("adding a user needs useradd: %v", err)
-	}
-	name := fmt.Sprintf("gpk%dx%d", os.Getpid(), testUsers.Add(1))
-	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd %s: %v: %s", name, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v: %s", name, err, out)
-		}
-	})
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, _ := strconv.ParseUint(u.Uid, 10, 32)
-	g, _ := strconv.ParseUint(u.Gid, 10, 32)
-	return uint32(id), uint32(g)
 }

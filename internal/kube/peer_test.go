@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/proctest"
 )
 
 // TestRecheckFollowsThePod: a class a pod's process was granted over the
@@ -38,7 +39,7 @@ func TestRecheckFollowsThePod(t *testing.T) {
 			if _, err := client.CoreV1().Pods(p.Namespace).Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the annotation", func() bool {
+			proctest.WaitFor(t, "the annotation", func() bool {
 				d, ok := a.Decision(uidA)
 				return ok && string(d.Spec.Name) == tt.annotation
 			})

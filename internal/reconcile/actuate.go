@@ -259,7 +259,7 @@ func (r *Reconciler) reapplyDrift(ctx context.Context, p *proc, now time.Duratio
 		return
 	}
 	for _, g := range due {
-		g.drift.AllowN(clockTime(now), 1)
+		g.drift.AllowN(ClockTime(now), 1)
 		g.held = classed
 		r.metrics.drift.WithLabelValues("reapplied").Inc()
 	}

@@ -1,13 +1,13 @@
-package reconcile
+package reconcile_test
 
 import (
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/gpreempt/gpreempt/internal/policy"
+	. "github.com/gpreempt/gpreempt/internal/reconcile"
+	"github.com/gpreempt/gpreempt/internal/reconcile/reconciletest"
 	"github.com/gpreempt/gpreempt/internal/registry"
 	"github.com/gpreempt/gpreempt/internal/rmfake"
 	"github.com/gpreempt/gpreempt/ioctl"
@@ -24,21 +24,14 @@ func (s startedAt) Stat(pid int) (registry.ProcInfo, error) {
 // newFastRig is newRig whose controller opens the groups the rig's
 // registry knows (TraceEvents.Known), as the daemon does in bpf mode:
 // processes start at tick start, tracing (fastAfter) began at tick 100.
-func newFastRig(t *testing.T, start uint64, known func(te *TraceEvents) func(int) (int, []tsg.Group, bool)) *rig {
+func newFastRig(t *testing.T, start uint64, known func(te *TraceEvents) func(int) (int, []tsg.Group, bool)) *reconciletest.Rig {
 	t.Helper()
-	g := newRig(t, testPolicy)
-	g.reg = registry.New(registry.Options{Procs: startedAt(start)})
-	te := &TraceEvents{reg: g.reg, fastAfter: 100}
-	pol, err := policy.Parse([]byte(testPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl := &TSGController{Source: tsg.NewAttachSource(g.drv.Host(), tsg.ScanOptions{}), Known: known(te), Log: testLog(t)}
-	g.prom = prometheus.NewRegistry()
-	g.m = NewMetrics(g.prom)
-	g.rec = New(pol, ctl, g.insp, g.m, Options{SelfPID: 1, Debounce: 30 * time.Millisecond, MaxWait: 200 * time.Millisecond}, testLog(t))
-	g.rec.Now = func() time.Duration { return g.now }
-	return g
+	return reconciletest.New(t, reconciletest.Policy, reconciletest.Options{
+		Procs: startedAt(start),
+		Known: func(reg *registry.Registry) func(int) (int, []tsg.Group, bool) {
+			return known(TraceEventsFastAfter(reg, 100))
+		},
+	})
 }
 
 func probes(d *rmfake.Driver) int { return d.Controls(ioctl.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO) }
@@ -47,11 +40,11 @@ func probes(d *rmfake.Driver) int { return d.Controls(ioctl.NV0000_CTRL_CMD_CLIE
 // is classed with one client probe, not a scan of every handle.
 func TestFastPathClassesWithoutScan(t *testing.T) {
 	g := newFastRig(t, 500, func(te *TraceEvents) func(int) (int, []tsg.Group, bool) { return te.Known })
-	last := g.start(100, policy.Process{Comm: "trainer"})
-	before := probes(g.drv)
-	g.tick(last + 30*time.Millisecond)
-	g.wantAll(100, 200, tsg.LevelLow)
-	if n := probes(g.drv) - before; n != 1 {
+	last := g.Start(100, policy.Process{Comm: "trainer"})
+	before := probes(g.Driver)
+	g.Tick(last + 30*time.Millisecond)
+	g.WantAll(100, 200, tsg.LevelLow)
+	if n := probes(g.Driver) - before; n != 1 {
 		t.Errorf("classing made %d GET_HANDLE_INFO probes, want 1 (no scan)", n)
 	}
 }
@@ -74,11 +67,11 @@ func TestFastPathFallsBack(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			g := newFastRig(t, tt.start, tt.known)
-			last := g.start(100, policy.Process{Comm: "trainer"})
-			before := probes(g.drv)
-			g.tick(last + 30*time.Millisecond)
-			g.wantAll(100, 200, tsg.LevelLow)
-			if n := probes(g.drv) - before; n < 100 {
+			last := g.Start(100, policy.Process{Comm: "trainer"})
+			before := probes(g.Driver)
+			g.Tick(last + 30*time.Millisecond)
+			g.WantAll(100, 200, tsg.LevelLow)
+			if n := probes(g.Driver) - before; n < 100 {
 				t.Errorf("classing made %d probes: discovery did not run", n)
 			}
 		})

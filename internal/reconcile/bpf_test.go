@@ -1,4 +1,4 @@
-package reconcile
+package reconcile_test
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
+	. "github.com/gpreempt/gpreempt/internal/reconcile"
+	"github.com/gpreempt/gpreempt/internal/reconcile/reconciletest"
 	"github.com/gpreempt/gpreempt/internal/registry"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/ioctl"
@@ -62,10 +64,10 @@ func TestBPFEndToEnd(t *testing.T) {
 	}
 	defer tr.Close()
 
-	g := newRig(t, testPolicy)
-	g.insp[me] = policy.Process{Comm: "trainer"}
-	p := g.drv.NewProc(me)
-	if _, err := g.drv.Replay(p, g.allocs); err != nil {
+	g := newRig(t, reconciletest.Policy)
+	g.Procs[me] = policy.Process{Comm: "trainer"}
+	p := g.Driver.NewProc(me)
+	if _, err := g.Driver.Replay(p, g.Allocs); err != nil {
 		t.Fatal(err)
 	}
 	raw := newAsRM(t, tr).Events()
@@ -82,7 +84,7 @@ func TestBPFEndToEnd(t *testing.T) {
 				if e.PID != me {
 					t.Fatalf("event for pid %d, want %d: %+v", e.PID, me, e)
 				}
-				g.rec.Handle(e)
+				g.Rec.Handle(e)
 			}
 			return evs
 		case <-timeout:
@@ -102,7 +104,7 @@ func TestBPFEndToEnd(t *testing.T) {
 	compute := map[ioctl.Handle]bool{}
 	var groups []ioctl.Handle
 	var client ioctl.Handle
-	for _, a := range g.allocs {
+	for _, a := range g.Allocs {
 		params := ioctl.NVOS64_PARAMETERS{HRoot: a.Client, HObjectParent: a.Parent, HObjectNew: a.Handle, HClass: a.Class}
 		if errno := rmIoctl(fd, ioctl.NV_ESC_RM_ALLOC, &params); errno != unix.ENOTTY {
 			t.Fatalf("alloc on /dev/null: %v", errno)
@@ -128,7 +130,7 @@ func TestBPFEndToEnd(t *testing.T) {
 	// Every call made is one event; wait for them all (not for time).
 	var created int
 	var libcudaSet, last time.Duration
-	for range len(g.allocs) + len(groups) + 1 {
+	for range len(g.Allocs) + len(groups) + 1 {
 		for _, e := range next() {
 			last = max(last, e.At)
 			switch {
@@ -142,14 +144,14 @@ func TestBPFEndToEnd(t *testing.T) {
 	if created != 4 || libcudaSet == 0 {
 		t.Fatalf("%d groups created, libcuda's SET seen: %v", created, libcudaSet != 0)
 	}
-	g.tick(last + 29*time.Millisecond)
-	for _, x := range g.groups(me) {
+	g.Tick(last + 29*time.Millisecond)
+	for _, x := range g.Groups(me) {
 		if uint64(x.Timeslice) == 200 {
 			t.Fatal("classed before the debounce after libcuda's SET")
 		}
 	}
-	g.tick(last + 30*time.Millisecond)
-	g.wantAll(me, 200, tsg.LevelLow)
+	g.Tick(last + 30*time.Millisecond)
+	g.WantAll(me, 200, tsg.LevelLow)
 
 	// Free the client: its groups go, and so does the process's state.
 	free := ioctl.NVOS00_PARAMETERS{HRoot: client, HObjectParent: client, HObjectOld: client}
@@ -163,7 +165,7 @@ func TestBPFEndToEnd(t *testing.T) {
 	if freed != 4 {
 		t.Fatalf("%d groups freed with the client, want 4", freed)
 	}
-	if k := g.rec.Known(); len(k) != 0 {
+	if k := g.Rec.Known(); len(k) != 0 {
 		t.Fatalf("state left after the client was freed: %v", k)
 	}
 }

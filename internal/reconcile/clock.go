@@ -3,15 +3,13 @@ package reconcile
 import (
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/gpreempt/gpreempt/internal/trace"
 )
 
-// monotonic reads CLOCK_MONOTONIC, the clock of the BPF programs'
-// timestamps (bpf_ktime_get_ns), so event times and the daemon's compare.
-func monotonic() time.Duration {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		panic(err) // cannot fail on Linux
-	}
-	return time.Duration(ts.Nano())
-}
+// eventsClock is the reconciler's Now: the events' clock (trace.Now,
+// CLOCK_MONOTONIC), so event times and the daemon's compare.
+func eventsClock() time.Duration { return time.Duration(trace.Now()) }
+
+// ClockTime is a time of the events' clock as token buckets take it (the
+// drift buckets here, the socket API's change limit).
+func ClockTime(d time.Duration) time.Time { return time.Unix(0, int64(d)) }

@@ -1,4 +1,4 @@
-package reconcile
+package reconcile_test
 
 import (
 	"context"
@@ -20,15 +20,15 @@ import (
 func TestForkedChildDoesNotTakeItsParentsGroups(t *testing.T) {
 	for _, childFirst := range []bool{false, true} {
 		g := newRig(t, "default: be\nrequests: {default_max: lc}\n")
-		g.insp[100] = policy.Process{Comm: "server", UID: 1000}
-		g.insp[101] = policy.Process{Comm: "server", UID: 1000}
-		// The worker, pid 101, started later (fakeInspector).
-		g.drv.NewProc(100)
-		if _, err := g.drv.Replay(g.drv.Proc(100), g.allocs); err != nil {
+		g.Procs[100] = policy.Process{Comm: "server", UID: 1000}
+		g.Procs[101] = policy.Process{Comm: "server", UID: 1000}
+		// The worker, pid 101, started later (reconciletest.Procs).
+		g.Driver.NewProc(100)
+		if _, err := g.Driver.Replay(g.Driver.Proc(100), g.Allocs); err != nil {
 			t.Fatal(err)
 		}
-		g.drv.Fork(100, 101)
-		scan := g.scan
+		g.Driver.Fork(100, 101)
+		scan := g.Scan
 		if childFirst {
 			scan(101)
 			scan(100)
@@ -36,33 +36,33 @@ func TestForkedChildDoesNotTakeItsParentsGroups(t *testing.T) {
 			scan(100)
 			scan(101)
 		}
-		g.tick(g.now + time.Second)
+		g.Tick(g.Now + time.Second)
 		// Never asked for anything, the parent is classed (be, the
 		// default), and its groups are its own.
-		g.wantAll(100, 200, tsg.LevelLow)
-		if refs := g.rec.InClass(class.BE); len(refs) != 1 || refs[0].PID != 100 {
+		g.WantAll(100, 200, tsg.LevelLow)
+		if refs := g.Rec.InClass(class.BE); len(refs) != 1 || refs[0].PID != 100 {
 			t.Fatalf("child first %v: be processes %+v, want the parent alone", childFirst, refs)
 		}
-		if _, err := g.rec.Request(context.Background(), 100, 0, class.Spec{Name: class.LC, Weight: 1}, nil); err != nil {
+		if _, err := g.Rec.Request(context.Background(), 100, 0, class.Spec{Name: class.LC, Weight: 1}, nil); err != nil {
 			t.Fatal(err)
 		}
 		scan(100) // the next resync
 		scan(101)
 		for range 5 {
-			g.tick(g.now + time.Second)
+			g.Tick(g.Now + time.Second)
 		}
-		g.wantAll(100, 5000000, tsg.LevelHigh)
-		if n := len(g.rec.InClass(class.BE)); n != 0 {
+		g.WantAll(100, 5000000, tsg.LevelHigh)
+		if n := len(g.Rec.InClass(class.BE)); n != 0 {
 			t.Errorf("child first %v: %d processes classed be, want none (the worker holds no group)", childFirst, n)
 		}
-		if known := g.rec.Known(); !slices.Equal(known, []int{100}) {
+		if known := g.Rec.Known(); !slices.Equal(known, []int{100}) {
 			t.Errorf("child first %v: known %v, want the parent alone", childFirst, known)
 		}
 		// Shutdown puts back what libcuda set, not a class's value.
-		if _, err := g.rec.RestoreAll(context.Background()); err != nil {
+		if _, err := g.Rec.RestoreAll(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		for _, x := range g.groups(100) {
+		for _, x := range g.Groups(100) {
 			if us := uint64(x.Timeslice); us != 2048 && us != 1024 {
 				t.Errorf("child first %v: group %v restored to %dus, want libcuda's 2048/1024", childFirst, x.Handle, us)
 			}
@@ -97,49 +97,49 @@ func TestUntracedGroupsBelongToTheirMaker(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := newRig(t, pol)
-			insp := driverInspector{g.insp, g.drv, map[int]bool{}}
+			insp := driverInspector{g.Procs, g.Driver, map[int]bool{}}
 			if tt.nvml {
-				g.rec.inspect = insp
+				g.Rec.SetInspector(insp)
 			}
-			// The agent, pid 50, started before the app (fakeInspector).
-			g.insp[50] = policy.Process{Comm: "agent", UID: 0}
-			g.insp[100] = policy.Process{Comm: "server", UID: 1000}
-			if _, err := g.drv.Replay(g.drv.NewProc(100), g.allocs); err != nil {
+			// The agent, pid 50, started before the app (reconciletest.Procs).
+			g.Procs[50] = policy.Process{Comm: "agent", UID: 0}
+			g.Procs[100] = policy.Process{Comm: "server", UID: 1000}
+			if _, err := g.Driver.Replay(g.Driver.NewProc(100), g.Allocs); err != nil {
 				t.Fatal(err)
 			}
-			g.drv.GetFDs(100, 50)
+			g.Driver.GetFDs(100, 50)
 			insp.notYet[100] = tt.listedLate
 			order := []int{100, 50}
 			if tt.agentFirst {
 				order = []int{50, 100}
 			}
 			for _, pid := range order {
-				g.scan(pid)
+				g.Scan(pid)
 			}
-			g.tick(g.now + time.Second)
+			g.Tick(g.Now + time.Second)
 			delete(insp.notYet, 100)
 			for range 2 { // the next resyncs
 				for _, pid := range order {
-					g.scan(pid)
+					g.Scan(pid)
 				}
-				g.tick(g.now + time.Second)
+				g.Tick(g.Now + time.Second)
 			}
 			want := map[int]class.Name{100: class.LC, 50: class.BE}[tt.wantOwner]
 			level := map[class.Name]tsg.Level{class.LC: tsg.LevelHigh, class.BE: tsg.LevelLow}[want]
 			us := map[class.Name]uint64{class.LC: 5000000, class.BE: 200}[want]
-			g.wantAll(100, us, level)
-			if refs := g.rec.InClass(want); len(refs) != 1 || refs[0].PID != tt.wantOwner {
+			g.WantAll(100, us, level)
+			if refs := g.Rec.InClass(want); len(refs) != 1 || refs[0].PID != tt.wantOwner {
 				t.Errorf("%s processes %+v, want pid %d alone", want, refs, tt.wantOwner)
 			}
-			if known := g.rec.Known(); !slices.Equal(known, []int{tt.wantOwner}) {
+			if known := g.Rec.Known(); !slices.Equal(known, []int{tt.wantOwner}) {
 				t.Errorf("known %v, want the owner alone", known)
 			}
 			// Shutdown puts back what libcuda set, whoever held the
 			// groups first.
-			if _, err := g.rec.RestoreAll(context.Background()); err != nil {
+			if _, err := g.Rec.RestoreAll(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			for _, x := range g.groups(100) {
+			for _, x := range g.Groups(100) {
 				if us := uint64(x.Timeslice); us != 2048 && us != 1024 {
 					t.Errorf("group %v restored to %dus, want libcuda's 2048/1024", x.Handle, us)
 				}
@@ -156,11 +156,11 @@ func TestUntracedGroupsBelongToTheirMaker(t *testing.T) {
 func TestHandedFileDoesNotTakeTheGroups(t *testing.T) {
 	for _, agentFirst := range []bool{false, true} {
 		g := newRig(t, "default: none\nrules:\n  - {name: agent, match: {comm: agent}, class: be}\n  - {name: server, match: {comm: server}, class: lc, trust_self_set: true}\n")
-		// The agent, pid 50, started before the app (fakeInspector).
-		g.insp[50] = policy.Process{Comm: "agent", UID: 0}
-		last := g.start(100, policy.Process{Comm: "server", UID: 1000})
-		g.drv.GetFDs(100, 50)
-		scan := g.scan
+		// The agent, pid 50, started before the app (reconciletest.Procs).
+		g.Procs[50] = policy.Process{Comm: "agent", UID: 0}
+		last := g.Start(100, policy.Process{Comm: "server", UID: 1000})
+		g.Driver.GetFDs(100, 50)
+		scan := g.Scan
 		order := []int{100, 50}
 		if agentFirst {
 			order = []int{50, 100}
@@ -168,18 +168,18 @@ func TestHandedFileDoesNotTakeTheGroups(t *testing.T) {
 		for _, pid := range order {
 			scan(pid)
 		}
-		g.tick(last + time.Second)
+		g.Tick(last + time.Second)
 		for _, pid := range order { // the next resync
 			scan(pid)
 		}
 		for range 3 {
-			g.tick(g.now + time.Second)
+			g.Tick(g.Now + time.Second)
 		}
-		g.wantAll(100, 5000000, tsg.LevelHigh)
-		if refs := g.rec.InClass(class.BE); len(refs) != 0 {
+		g.WantAll(100, 5000000, tsg.LevelHigh)
+		if refs := g.Rec.InClass(class.BE); len(refs) != 0 {
 			t.Errorf("agent first %v: be processes %+v, want none (the agent holds no group of its own)", agentFirst, refs)
 		}
-		if refs := g.rec.InClass(class.LC); len(refs) != 1 || refs[0].PID != 100 {
+		if refs := g.Rec.InClass(class.LC); len(refs) != 1 || refs[0].PID != 100 {
 			t.Errorf("agent first %v: lc processes %+v, want the app", agentFirst, refs)
 		}
 	}

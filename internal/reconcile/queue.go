@@ -116,15 +116,12 @@ func (r *Reconciler) driftBucket() *rate.Limiter {
 // driftDue is when g may next re-apply drift: now, or when its bucket
 // holds a whole token again.
 func (r *Reconciler) driftDue(g *group, now time.Duration) time.Duration {
-	tokens := g.drift.TokensAt(clockTime(now))
+	tokens := g.drift.TokensAt(ClockTime(now))
 	if tokens >= 1 {
 		return now
 	}
 	return now + time.Duration(math.Ceil((1-tokens)*float64(r.opts.DriftRefill)))
 }
-
-// clockTime is a time of the events' clock as the token buckets take it.
-func clockTime(d time.Duration) time.Time { return time.Unix(0, int64(d)) }
 
 // Tick does the classing and re-applying that is due at now, and returns
 // when it should be called next (0: nothing scheduled).

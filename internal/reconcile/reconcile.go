@@ -183,7 +183,7 @@ func New(pol *policy.Policy, ctl Controller, inspect Inspector, m *Metrics, opts
 	}
 	return &Reconciler{
 		opts: opts.withDefaults(), ctl: ctl, inspect: inspect, log: log, metrics: m, pol: pol,
-		procs: map[int]*proc{}, wake: make(chan struct{}, 1), Now: monotonic,
+		procs: map[int]*proc{}, wake: make(chan struct{}, 1), Now: eventsClock,
 	}
 }
 

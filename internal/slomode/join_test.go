@@ -1,12 +1,12 @@
 package slomode
 
 import (
-	"log/slog"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/testlog"
 )
 
 // sloPolicy is the policy of internal/daemon's SLO mode tests.
@@ -21,14 +21,6 @@ rules:
   - {name: bulk, match: {comm: "bulk*"}, class: be:3, trust_self_set: true}
 slo: {enabled: true, window: 1s}
 `
-
-func testLog(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
 
 // TestJoinPlacesBE: GPUs a process is listed on together are one set,
 // with a search where an LC is; a BE is beside an LC where its set has
@@ -62,7 +54,7 @@ func TestJoinPlacesBE(t *testing.T) {
 			wantBeside: []int{1, 2}, wantSearches: []string{"all"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := &Loop{log: testLog(t), searches: map[string]*search{}, conf: sloConf{safe: 200 * time.Microsecond}}
+			l := &Loop{log: testlog.New(t), searches: map[string]*search{}, conf: sloConf{safe: 200 * time.Microsecond}}
 			check := func(when string, beside []int, searches []string) {
 				t.Helper()
 				var got []int

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/stats"
+	"github.com/gpreempt/gpreempt/internal/testlog"
 )
 
 type fixedLatency map[int]LatencySample
@@ -55,7 +56,7 @@ func TestSampleOfTheMetric(t *testing.T) {
 			lc := policy.ProcRef{PID: 100, Start: 1, Comm: "lc-server"}
 			lc.Decision = pol.Decide(policy.Process{PID: 100, Comm: "lc-server"})
 			tc.sample.At, tc.sample.Window, tc.sample.Seq = time.Second, time.Second, 1
-			l := &Loop{log: testLog(t), used: map[sampleSource]uint64{}, tracing: map[string]*traceWant{}, Latency: fixedLatency{100: tc.sample}}
+			l := &Loop{log: testlog.New(t), used: map[sampleSource]uint64{}, tracing: map[string]*traceWant{}, Latency: fixedLatency{100: tc.sample}}
 			w := l.lcSamples(pol, []policy.ProcRef{lc}, time.Second)[100]
 			if tc.refused {
 				if len(w.samples) != 0 || !strings.HasPrefix(w.rows[0].Signal, "refused") {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/testlog"
 )
 
 // fixedWindows is a WindowedSource whose windows the test sets.
@@ -48,7 +49,7 @@ func TestScrapedSource(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sc := &fixedWindows{fixedLatency: tc.scraped}
 			traced := &fixedWindows{fixedLatency: fixedLatency{}}
-			l := &Loop{log: testLog(t), used: map[sampleSource]uint64{}, tracing: map[string]*traceWant{},
+			l := &Loop{log: testlog.New(t), used: map[sampleSource]uint64{}, tracing: map[string]*traceWant{},
 				Latency: tc.pushed, Scraped: sc, Traced: traced}
 			l.toTrace(pol, []policy.ProcRef{lc}, now-TraceAfter*window)
 			if got := l.toTrace(pol, []policy.ProcRef{lc}, now); (len(got) == 1) != tc.traced {

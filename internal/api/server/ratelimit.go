@@ -76,7 +76,3 @@ func (l *changeLimiter) prune(now time.Time) {
 		}
 	}
 }
-
-// clockTime is a time of the events' clock (the reconciler's Now) as the
-// token buckets take it.
-func clockTime(d time.Duration) time.Time { return time.Unix(0, int64(d)) }

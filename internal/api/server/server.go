@@ -446,7 +446,7 @@ func (a *API) class(w http.ResponseWriter, r *http.Request) {
 		who = fmt.Sprintf("uid %d in cgroup %s", peer.UID, info.Cgroup)
 	}
 	per, burst := pol.Requests.ChangeRate()
-	admit := func() error { return a.changes.admit(who, clockTime(a.Rec.Now()), per, burst) }
+	admit := func() error { return a.changes.admit(who, reconcile.ClockTime(a.Rec.Now()), per, burst) }
 	n, err := a.Rec.Request(r.Context(), req.PID, start, sp, admit)
 	if err != nil {
 		var tooMany *ErrTooMany

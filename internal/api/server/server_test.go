@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/proctest"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 )
 
@@ -163,7 +164,7 @@ func TestCapListener(t *testing.T) {
 			}
 			accepted <- c
 		}()
-		waitFor(t, "the refusals", func() bool { return len(refusals()) == len(tc.refusedFirst) })
+		proctest.WaitFor(t, "the refusals", func() bool { return len(refusals()) == len(tc.refusedFirst) })
 		if tc.close >= 0 {
 			held[tc.close].Close()
 			held[tc.close].Close() // twice: one place freed

@@ -161,7 +161,7 @@ func New(procs interface {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	g := &Gate{Procs: procs, Pause: pause, Log: log, Now: monotonic,
+	g := &Gate{Procs: procs, Pause: pause, Log: log, Now: func() time.Duration { return time.Duration(trace.Now()) },
 		lcs: map[int]*gateLC{}, open: map[int]*gateHold{}, cmds: make(chan gateCmd, 64), metrics: newGateMetrics(),
 		arming: map[int]bool{}, armKick: make(chan struct{}, 1), selfGated: map[int]bool{}, Running: threadRunning,
 		Tenant: UIDTenant, buckets: map[string]*time.Duration{}}

@@ -16,6 +16,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/daemon/pause"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/proctest"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
 
@@ -531,16 +532,16 @@ func TestGateDelimits(t *testing.T) {
 // With the real pauser and a real process: the BE is stopped for the
 // request and running again when the LC is killed mid-request.
 func TestGateRealPauser(t *testing.T) {
-	be := sleeper(t)
+	be := proctest.Sleeper(t)
 	be.GPUs = []int{0}
 	procs := &gateProcs{pol: gatePolicy(policy.GateOn), lc: []policy.ProcRef{{PID: 10, Start: 1, GPUs: []int{0}}}, be: []policy.ProcRef{be}}
 	g := New(procs, &pause.Pauser{}, nil)
 	g.followLCs(nil)
 	g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleLaunch, PID: 10, TID: 1})
 	g.command(<-g.cmds)
-	waitState(t, be.PID, true)
+	proctest.WaitState(t, be.PID, true)
 	g.Observe(&trace.TaskExit{PID: 10})
-	waitState(t, be.PID, false)
+	proctest.WaitState(t, be.PID, false)
 }
 
 // Run's loop holds BE for a request that began, turns the LC's launch
@@ -564,13 +565,13 @@ func TestGateRunArmsLaunchProbes(t *testing.T) {
 		t.Fatal("launch probes turned on at a request's start")
 	}
 	// The probes are turned off beside the stop, not after it.
-	waitFor(t, "BE held", func() bool { return pause.isStopped(20) })
+	proctest.WaitFor(t, "BE held", func() bool { return pause.isStopped(20) })
 	g.Observe(&trace.Call{Kind: trace.CallReturn, Role: trace.RoleSync, PID: 10, TID: 1})
 	now.Add(int64(time.Second))
 	if on := <-arms; !on {
 		t.Fatal("launch probes not turned back on at the request's end")
 	}
-	waitFor(t, "BE resumed", func() bool { return !pause.isStopped(20) })
+	proctest.WaitFor(t, "BE resumed", func() bool { return !pause.isStopped(20) })
 	stop()
 }
 
@@ -601,7 +602,7 @@ func TestGateSteeredOffDisarms(t *testing.T) {
 			t.Fatalf("steered %v: launch probes wanted %v", tt.holds, !tt.want)
 		}
 		want := map[bool]int32{false: 1, true: 2}[tt.want]
-		waitFor(t, fmt.Sprintf("launch probes on=%v once steered %v", tt.want, tt.holds), func() bool { return armed.Load() == want })
+		proctest.WaitFor(t, fmt.Sprintf("launch probes on=%v once steered %v", tt.want, tt.holds), func() bool { return armed.Load() == want })
 	}
 	stop()
 	// Steered off, a synchronize after Idle of quiet still shows a
@@ -685,11 +686,11 @@ func TestGateEndsWhileArming(t *testing.T) {
 		t.Fatal("launch probes turned on at a request's start")
 	}
 	// The probes are turned off beside the stop, not after it.
-	waitFor(t, "BE held", func() bool { return pause.isStopped(20) })
+	proctest.WaitFor(t, "BE held", func() bool { return pause.isStopped(20) })
 	// The request ends while the probes are still being detached.
 	g.Observe(&trace.Call{Kind: trace.CallReturn, Role: trace.RoleSync, PID: 10, TID: 1})
 	now.Add(int64(time.Second))
-	waitFor(t, "BE resumed while the launch probes were being detached", func() bool { return !pause.isStopped(20) })
+	proctest.WaitFor(t, "BE resumed while the launch probes were being detached", func() bool { return !pause.isStopped(20) })
 	if s := g.Stats(); s.Open != 0 || s.Closed["idle"] != 1 {
 		t.Errorf("stats %+v: want the hold closed idle", s)
 	}

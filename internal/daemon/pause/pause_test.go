@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
-	"github.com/gpreempt/gpreempt/tsg"
+	"github.com/gpreempt/gpreempt/internal/proctest"
 )
 
 // testStopAndWaitArg makes the test binary a daemon that stops one process
@@ -52,46 +52,14 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// sleeper starts a process that sleeps for a minute, killed at the test's end.
-func sleeper(t *testing.T) policy.ProcRef {
-	t.Helper()
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/stat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	start, err := tsg.StartTime(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return policy.ProcRef{PID: cmd.Process.Pid, Start: start, Comm: "sleep"}
-}
-
-// state is a process's state letter ('S' sleeping, 'T' stopped).
-func state(t *testing.T, pid int) byte {
-	t.Helper()
-	_, st, err := (&Pauser{}).stat(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
-// waitState waits (without a bound that a slow machine could miss: a
-// minute) until pid is stopped (want 'T') or not.
-func waitState(t *testing.T, pid int, stopped bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if (state(t, pid) == 'T') == stopped {
-			return
-		}
-	}
-	t.Fatalf("pid %d: state %c, want stopped=%v", pid, state(t, pid), stopped)
-}
+// The process helpers under the names these tests call them by.
+var (
+	sleeper     = proctest.Sleeper
+	sleeperRef  = proctest.Current
+	state       = proctest.State
+	waitState   = proctest.WaitState
+	newTestUser = proctest.NewUser
+)
 
 func TestPauserStopsAndResumes(t *testing.T) {
 	a, b := sleeper(t), sleeper(t)
@@ -205,15 +173,4 @@ func TestWatchdogResumesWhenTheDaemonDies(t *testing.T) {
 	d.Process.Kill()
 	d.Wait()
 	waitState(t, a.PID, false)
-}
-
-// sleeperRef is r as it is (its real start time), for a test that bent it.
-func sleeperRef(t *testing.T, r policy.ProcRef) policy.ProcRef {
-	t.Helper()
-	start, _, err := (&Pauser{}).stat(r.PID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Start = start
-	return r
 }

@@ -11,41 +11,9 @@ import (
 	"github.com/gpreempt/gpreempt/internal/daemon/attach"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slomode"
+	"github.com/gpreempt/gpreempt/internal/testlog"
+	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
 )
-
-// fakeCounter is a LaunchCounter whose counts the test sets.
-type fakeCounter struct {
-	n          map[int]uint64
-	attached   map[int]bool
-	fail       map[int]error
-	unreadable map[int]bool
-	attaches   int
-}
-
-func newFakeCounter() *fakeCounter {
-	return &fakeCounter{n: map[int]uint64{}, attached: map[int]bool{}, fail: map[int]error{}, unreadable: map[int]bool{}}
-}
-
-func (f *fakeCounter) Attach(pid int, lib string) error {
-	f.attaches++
-	if err := f.fail[pid]; err != nil {
-		return err
-	}
-	if lib != "/lib/libcuda.so.1" {
-		return errors.New("wrong library " + lib)
-	}
-	f.attached[pid], f.n[pid] = true, 0
-	return nil
-}
-
-func (f *fakeCounter) Count(pid int) (uint64, bool) {
-	if !f.attached[pid] || f.unreadable[pid] {
-		return 0, false
-	}
-	return f.n[pid], true
-}
-
-func (f *fakeCounter) Detach(pid int) { delete(f.attached, pid) }
 
 // progressStep is one 1 s window: the processes in class BE, the launches
 // each made in it, whether BE ran alone or stopped, and the share wanted
@@ -154,18 +122,18 @@ func TestBEProgress(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeCounter()
+			f := tracetest.NewLaunches()
 			for pid, err := range tc.fail {
-				f.fail[pid] = err
+				f.Fail[pid] = err
 			}
-			b := NewBEProgress(f, testLog(t))
+			b := NewBEProgress(f, testlog.New(t))
 			b.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
 			var now time.Duration
 			for i, s := range tc.steps {
 				now += time.Second
 				for pid, n := range s.launches {
-					if f.attached[pid] {
-						f.n[pid] += n
+					if f.Attached[pid] {
+						f.N[pid] += n
 					}
 				}
 				got, ok := rollShare(b, now, windows(s.bes, s.alone, s.paused))
@@ -176,14 +144,14 @@ func TestBEProgress(t *testing.T) {
 					t.Fatalf("window %d: status of %d processes, want %d", i+1, len(st), len(s.bes))
 				}
 			}
-			for pid := range f.attached {
+			for pid := range f.Attached {
 				if !containsPID(tc.steps[len(tc.steps)-1].bes, pid) {
 					t.Errorf("pid %d still counted after it left class BE", pid)
 				}
 			}
 			b.Close()
-			if len(f.attached) != 0 {
-				t.Errorf("Close left %v attached", f.attached)
+			if len(f.Attached) != 0 {
+				t.Errorf("Close left %v attached", f.Attached)
 			}
 		})
 	}
@@ -212,9 +180,9 @@ func containsPID(ps []policy.ProcRef, pid int) bool {
 // TestBEProgressStatus checks what each BE process's row says, and that a
 // process that could not be counted is tried again after attach.Retry.
 func TestBEProgressStatus(t *testing.T) {
-	f := newFakeCounter()
-	f.fail[11] = errors.New("uprobe refused")
-	b := NewBEProgress(f, testLog(t))
+	f := tracetest.NewLaunches()
+	f.Fail[11] = errors.New("uprobe refused")
+	b := NewBEProgress(f, testlog.New(t))
 	b.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
 	two := []policy.ProcRef{beA, beB}
 	now := time.Second
@@ -225,24 +193,24 @@ func TestBEProgressStatus(t *testing.T) {
 	}
 	for range 3 {
 		now += time.Second
-		f.n[10] += 2000
+		f.N[10] += 2000
 		b.Roll(now, windows(two, true, false))
 	}
 	now += time.Second
-	f.n[10] += 1000
+	f.N[10] += 1000
 	b.Roll(now, windows(two, false, false))
 	st = b.Status()
 	if a := st[0]; a.LaunchesPerS != 1000 || a.AlonePerS != 2000 || a.Share == nil || *a.Share != 0.5 || a.Signal != "counted" {
 		t.Errorf("counted BE: %+v", a)
 	}
-	if f.attaches != 2 {
-		t.Errorf("%d attaches before the retry time, want 2", f.attaches)
+	if f.Attaches != 2 {
+		t.Errorf("%d attaches before the retry time, want 2", f.Attaches)
 	}
-	delete(f.fail, 11)
+	delete(f.Fail, 11)
 	now += attach.Retry
 	b.Roll(now, windows(two, false, false))
-	if st := b.Status(); st[1].Signal != "counting from this window" || f.attaches != 3 {
-		t.Errorf("after %v: %+v (%d attaches)", attach.Retry, st[1], f.attaches)
+	if st := b.Status(); st[1].Signal != "counting from this window" || f.Attaches != 3 {
+		t.Errorf("after %v: %+v (%d attaches)", attach.Retry, st[1], f.Attaches)
 	}
 	now += time.Second
 	b.Roll(now, windows(two, false, false))
@@ -256,14 +224,14 @@ func TestBEProgressStatus(t *testing.T) {
 // baseline, no rate for that window), and that the status of a BE idle
 // through its windows alone encodes (no NaN in it).
 func TestBEProgressRecovers(t *testing.T) {
-	f := newFakeCounter()
-	b := NewBEProgress(f, testLog(t))
+	f := tracetest.NewLaunches()
+	b := NewBEProgress(f, testlog.New(t))
 	b.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
 	one := []policy.ProcRef{beA}
 	now := time.Second
 	roll := func(launches uint64, alone bool) (float64, bool) {
 		now += time.Second
-		f.n[10] += launches
+		f.N[10] += launches
 		return rollShare(b, now, windows(one, alone, false))
 	}
 	b.Roll(now, windows(one, true, false))
@@ -279,22 +247,22 @@ func TestBEProgressRecovers(t *testing.T) {
 	if sh, ok := roll(250, false); !ok || sh != 0.25 {
 		t.Fatalf("share %v %v, want 0.25", sh, ok)
 	}
-	f.n[10] = 10 // counted again from zero by someone
+	f.N[10] = 10 // counted again from zero by someone
 	if _, ok := roll(0, false); ok {
 		t.Fatal("a count that went back gave a share")
 	}
 	if sh, ok := roll(500, false); !ok || sh != 0.5 {
 		t.Fatalf("after a new baseline: share %v %v, want 0.5", sh, ok)
 	}
-	f.unreadable[10] = true
+	f.Unreadable[10] = true
 	if _, ok := roll(500, false); ok || !strings.HasPrefix(b.Status()[0].Signal, "not counted: its count could not be read") {
 		t.Fatalf("unreadable count: %+v", b.Status())
 	}
-	attaches := f.attaches
-	f.unreadable[10] = false
+	attaches := f.Attaches
+	f.Unreadable[10] = false
 	now += attach.Retry
 	roll(0, false)
-	if f.attaches != attaches+1 || b.Status()[0].Signal != "counting from this window" {
-		t.Fatalf("after %v: %d attaches, %+v", attach.Retry, f.attaches-attaches, b.Status())
+	if f.Attaches != attaches+1 || b.Status()[0].Signal != "counting from this window" {
+		t.Fatalf("after %v: %d attaches, %+v", attach.Retry, f.Attaches-attaches, b.Status())
 	}
 }

@@ -16,25 +16,10 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slomode"
+	"github.com/gpreempt/gpreempt/internal/testlog"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
 )
-
-// spaced feeds tl n requests of p of latency lat, one a period (at least
-// the request and a quiet gap past the 25 ms ceiling when period is 0):
-// a request ends once its process has been quiet for its gap.
-func spaced(tl *TracedLatency, p tracetest.Process, n int, lat, period time.Duration, clock *tracetest.Clock) {
-	for range n {
-		start := clock.Now
-		for _, ev := range tracetest.Request(p, 3, lat, clock) {
-			tl.Apply(ev)
-		}
-		if period == 0 {
-			period = lat + 30*time.Millisecond
-		}
-		clock.Now = max(clock.Now, start+uint64(period))
-	}
-}
 
 func TestTracedLatencyWindows(t *testing.T) {
 	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-server"}
@@ -53,9 +38,9 @@ func TestTracedLatencyWindows(t *testing.T) {
 		t.Fatal("a window before any closed")
 	}
 	for i := range 100 {
-		spaced(tl, lc, 1, time.Duration(i+1)*time.Millisecond, 0, clock)
+		tracetest.Spaced(tl.Apply, lc, 1, time.Duration(i+1)*time.Millisecond, 0, clock)
 	}
-	spaced(tl, other, 1, 5*time.Millisecond, 0, clock)
+	tracetest.Spaced(tl.Apply, other, 1, 5*time.Millisecond, 0, clock)
 	// A failed synchronization is not a served request.
 	failed := tracetest.Request(lc, 1, time.Second, clock)
 	failed[len(failed)-1].(*trace.Call).Ret = 700
@@ -85,7 +70,7 @@ func TestTracedLatencyWindows(t *testing.T) {
 		t.Errorf("an empty window replaced the last: %+v", again)
 	}
 	clock.Now = uint64(11 * time.Second)
-	spaced(tl, lc, 1, time.Millisecond, 0, clock)
+	tracetest.Spaced(tl.Apply, lc, 1, time.Millisecond, 0, clock)
 	tl.Roll(12*time.Second, nil)
 	if next, _ := tl.Latest(100); next.Seq == s.Seq || next.Requests != 1 {
 		t.Errorf("next window %+v", next)
@@ -178,7 +163,7 @@ func TestRequestTracingUprobes(t *testing.T) {
 	if _, _, err := OpenTracedLatency(context.Background(), filepath.Join(dir, "missing.so"), nil); !errors.Is(err, trace.ErrNoLibrary) {
 		t.Errorf("a missing libcuda: %v, want ErrNoLibrary", err)
 	}
-	tl, untrace, err := OpenTracedLatency(context.Background(), lib, testLog(t))
+	tl, untrace, err := OpenTracedLatency(context.Background(), lib, testlog.New(t))
 	if errors.Is(err, trace.ErrNotRoot) {
 		t.Skipf("the kernel refuses to trace for this user: %v", err)
 	}
@@ -220,7 +205,7 @@ func TestRequestTracingUprobes(t *testing.T) {
 func TestRequestTracingPerProcess(t *testing.T) {
 	dir := t.TempDir()
 	_, app := buildLCLoop(t, dir)
-	tl, untrace, err := OpenTracedLatency(context.Background(), "", testLog(t))
+	tl, untrace, err := OpenTracedLatency(context.Background(), "", testlog.New(t))
 	if errors.Is(err, trace.ErrNotRoot) {
 		t.Skipf("the kernel refuses to trace for this user: %v", err)
 	}
@@ -326,7 +311,7 @@ func (f *fakeProcessTracer) DetachProcess(pid int) {
 func TestTracedLatencyFollow(t *testing.T) {
 	f := &fakeProcessTracer{attached: map[int]bool{}, fail: map[int]error{300: trace.ErrNoLibrary}}
 	tl := NewTracedLatency()
-	tl.tracer, tl.procs, tl.since, tl.log = f, map[string]*tracedProc{}, map[int]time.Duration{}, testLog(t)
+	tl.tracer, tl.procs, tl.since, tl.log = f, map[string]*tracedProc{}, map[int]time.Duration{}, testlog.New(t)
 	tl.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
 	a, b := policy.ProcRef{PID: 100, Start: 1, Comm: "lc-a"}, policy.ProcRef{PID: 300, Start: 1, Comm: "lc-b"}
 	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-a"}

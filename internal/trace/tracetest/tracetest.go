@@ -6,6 +6,7 @@ package tracetest
 
 import (
 	"encoding/binary"
+	"errors"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/rmfake"
@@ -207,3 +208,58 @@ func Ready(p Process, handle uint64, clock *Clock, d time.Duration) *trace.Call 
 func Cancel(p Process, handle uint64, clock *Clock, d time.Duration) *trace.Call {
 	return Call(p, trace.RoleCancel, "gpreempt_cancel", 7, false, handle, clock, d)
 }
+
+// Spaced hands apply n requests of p of latency lat, one a period (when
+// period is 0, the request and a quiet gap past the request delimiter's
+// 25 ms ceiling): a request ends once its process has been quiet for its
+// gap.
+func Spaced(apply func(trace.Event), p Process, n int, lat, period time.Duration, clock *Clock) {
+	for range n {
+		start := clock.Now
+		for _, ev := range Request(p, 3, lat, clock) {
+			apply(ev)
+		}
+		if period == 0 {
+			period = lat + 30*time.Millisecond
+		}
+		clock.Now = max(clock.Now, start+uint64(period))
+	}
+}
+
+// Launches stands in for trace.LaunchCounter: the test sets the counts,
+// the failures and what cannot be read.
+type Launches struct {
+	N          map[int]uint64
+	Attached   map[int]bool
+	Fail       map[int]error
+	Unreadable map[int]bool
+	// Attaches counts the calls of Attach.
+	Attaches int
+}
+
+func NewLaunches() *Launches {
+	return &Launches{N: map[int]uint64{}, Attached: map[int]bool{}, Fail: map[int]error{}, Unreadable: map[int]bool{}}
+}
+
+// Attach counts pid from 0, unless Fail holds an error for it or lib is
+// not /lib/libcuda.so.1.
+func (f *Launches) Attach(pid int, lib string) error {
+	f.Attaches++
+	if err := f.Fail[pid]; err != nil {
+		return err
+	}
+	if lib != "/lib/libcuda.so.1" {
+		return errors.New("wrong library " + lib)
+	}
+	f.Attached[pid], f.N[pid] = true, 0
+	return nil
+}
+
+func (f *Launches) Count(pid int) (uint64, bool) {
+	if !f.Attached[pid] || f.Unreadable[pid] {
+		return 0, false
+	}
+	return f.N[pid], true
+}
+
+func (f *Launches) Detach(pid int) { delete(f.Attached, pid) }
