@@ -8,6 +8,9 @@
 #   REP=1 LANE0="gpt2-slo:static gate 1us slo beonly:570" \
 #     LANE1="llama-slo:static gate 1us slo beonly:575" scripts/gpu-run-lanes.sh
 #
+# REP<N> (REP1=2) gives lane N its own repetition number, so that one call
+# can run two repetitions of the same part, one on each GPU.
+#
 # A lane's LC workers get two CPUs and its BE workers two, near its GPU
 # (its local_cpulist) and apart from every other lane's; the daemons are
 # not pinned. $OUT gets gpu<N>-<part>-rep<REP>.md per part and
@@ -53,7 +56,8 @@ for ((d = 0; d < ${#lanes[@]}; d++)); do
 done
 
 lane() { # lane N SPEC...
-  local d=$1 spec part settings tmo
+  local d=$1 spec part settings tmo rv=REP$1
+  local REP=${!rv:-$REP}
   shift
   for spec in "$@"; do
     IFS=: read -r part settings tmo <<<"$spec"
@@ -75,5 +79,5 @@ done
 wait
 cat /tmp/lane*.log
 nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
-tar -C /tmp -czf "$OUT/raw-rep$REP.tgz" --exclude='*.json' --exclude='*.json.gz' $(cd /tmp && ls -d o[0-9]-* w[0-9]-* lane*.log 2>/dev/null) 2>/dev/null
-for f in "$OUT"/gpu*-rep$REP.md; do echo "##### $f"; grep -v '^$' "$f" | head -70; done
+tar -C /tmp -czf "$OUT/raw-rep$REP${REP1:+-$REP1}.tgz" --exclude='*.json' --exclude='*.json.gz' $(cd /tmp && ls -d o[0-9]-* w[0-9]-* lane*.log 2>/dev/null) 2>/dev/null
+for f in "$OUT"/gpu*-rep*.md; do echo "##### $f"; grep -v '^$' "$f" | head -70; done

@@ -125,7 +125,8 @@ scenario() {
 }
 scenarios() {
   local p=$1 list=() s
-  case $p in pushed|scraped|steady) ;; *) [ -n "${NO_STANDALONE:-}" ] || list+=("$(scenario $p standalone)");; esac
+  # the standalone run: wanted unless NO_STANDALONE, and always for abs (its objective comes from it)
+  case $p in pushed|scraped|steady) ;; *) if [ -z "${NO_STANDALONE:-}" ] || [[ " $(settings $p) " == *" abs "* ]]; then list+=("$(scenario $p standalone)"); fi;; esac
   # be-only (BE's rate alone, every share's baseline) before the settings,
   # so that a part cut short by its time limit loses a setting, not it.
   case " $(settings $p) " in *" beonly "*) list+=("$(scenario $p beonly)");; *) case $p in *-slo|steady) ;; *) list+=("$(scenario $p beonly)");; esac;; esac
