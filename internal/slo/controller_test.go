@@ -300,3 +300,37 @@ func TestUndecidedMissIsLeft(t *testing.T) {
 		t.Fatalf("held %v for %d windows at 1.03x its objective", c.Arm(), len(ds))
 	}
 }
+
+func TestShortestArmKeepsMinShare(t *testing.T) {
+	// References learnt beside BE (10 s windows leave no pause budget) are learnt under the
+	// shortest arm BE's minimum allows: once 1us is known to give BE 30% under a min_share of 50%,
+	// a new LC's reference is learnt at a longer rung, not there.
+	w := frontier
+	w.Points = []Point{{time.Microsecond, 1.0, 0.3, false}, {50 * time.Microsecond, 1.01, 0.6, false}, {3 * time.Millisecond, 1.6, 0.9, false}}
+	c := newController(t, Options{Window: 10 * time.Second})
+	g := NewSimGPU(12)
+	obj := mustObjective(t, "p50<=1.10x")
+	prev := c.Arm()
+	short := 0
+	for i := range 60 {
+		if i == 20 {
+			g.Key = "second" // a new LC process, whose reference is to learn
+		}
+		o := g.WindowArm(w, obj, c.Arm(), prev)
+		o.MinBEShare = 0.5
+		prev = c.Arm()
+		d := c.Observe(o)
+		if i < 20 {
+			continue
+		}
+		if d.Cause == CauseCalibrate && d.Arm.BETimeslice == time.Microsecond {
+			short++
+		}
+	}
+	if !c.short(Arm{BETimeslice: time.Microsecond, Prepreempt: true}) && !c.short(Arm{BETimeslice: time.Microsecond}) {
+		t.Fatal("1us was never measured short: the test shows nothing")
+	}
+	if short > 0 {
+		t.Errorf("%d windows learnt the new LC's reference under 1us, which gives BE under its minimum", short)
+	}
+}

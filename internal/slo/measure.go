@@ -76,9 +76,14 @@ func (r *reference) String(c *Controller) string {
 	return fmt.Sprintf("%s %v", what, r.value.Round(time.Microsecond))
 }
 
-// shortest is the arm references are learnt under beside BE: the shortest rung, no gate, hinted.
+// shortest is the arm references are learnt under beside BE: the shortest rung BE's minimum
+// allows (one not known to give BE less), no gate, hinted.
 func (c *Controller) shortest() Arm {
-	return c.set.clamp(Arm{BETimeslice: c.set.ladder[c.set.lo], Prepreempt: true})
+	for r := c.set.lo; ; r++ {
+		if a := c.set.clamp(Arm{BETimeslice: c.set.ladder[r], Prepreempt: true}); !c.short(a) || r == len(c.set.ladder)-1 {
+			return a
+		}
+	}
 }
 
 // stoppedAt reports whether BE was asked to stop through window t.
