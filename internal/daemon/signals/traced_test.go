@@ -191,7 +191,8 @@ func TestRequestTracingUprobes(t *testing.T) {
 	tl.Roll(2*time.Second, nil)
 	s, ok := tl.Latest(pid)
 	if !ok || s.Requests != 30 {
-		t.Fatalf("window %+v %v; want 30 requests (the failed one left out)", s, ok)
+		// What the delimiter had learnt says which rule lost a request (seen once under load).
+		t.Fatalf("window %+v %v; want 30 requests (the failed one left out); traced %+v", s, ok, tl.Status())
 	}
 	if p50 := s.Quantiles["p50"]; p50 < 2*time.Millisecond || p50 > time.Second {
 		t.Errorf("p50 %v; the synchronization sleeps 2 ms", p50)
