@@ -320,15 +320,20 @@ type Group struct {
 
 // Process is a process as the daemon holds it.
 type Process struct {
-	PID     int     `json:"pid"`
-	Comm    string  `json:"comm"`
-	UID     uint32  `json:"uid"`
-	Cgroup  string  `json:"cgroup,omitempty"`
-	GPUs    string  `json:"gpus,omitempty"`
-	Class   string  `json:"class"`
-	Rule    string  `json:"rule,omitempty"`
-	Pending bool    `json:"pending,omitempty"`
-	Groups  []Group `json:"groups"`
+	PID     int    `json:"pid"`
+	Comm    string `json:"comm"`
+	UID     uint32 `json:"uid"`
+	Cgroup  string `json:"cgroup,omitempty"`
+	GPUs    string `json:"gpus,omitempty"`
+	Class   string `json:"class"`
+	Rule    string `json:"rule,omitempty"`
+	Pending bool   `json:"pending,omitempty"`
+	// Status is its classing's state ("done", "pending", "failed"),
+	// Attempts the failures in a row and Error the last one.
+	Status   string  `json:"status"`
+	Attempts int     `json:"attempts,omitempty"`
+	Error    string  `json:"error,omitempty"`
+	Groups   []Group `json:"groups"`
 }
 
 // Processes is GET /v1/processes.

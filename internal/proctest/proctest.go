@@ -1,8 +1,8 @@
 // Package proctest is what the tests of gpreemptd's parts do with real
 // processes: start one to act on (a sleeper), read and wait for its
 // state, add a user to run one as, run the test binary itself in another
-// role or as another user, and wait for anything else to hold. Only tests
-// import it.
+// role or as another user, connect to itself as a socket peer, and wait
+// for anything else to hold. Only tests import it.
 //
 // Waits are bounded only against a hang, never against a slow machine:
 // a minute, polling.
@@ -10,6 +10,7 @@ package proctest
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -191,4 +192,28 @@ func OtherUsersExe(t *testing.T) string {
 		t.Fatal(testExe.err)
 	}
 	return testExe.path
+}
+
+// SelfPeer is the accepted end of a unix socket this process connected to:
+// a connection whose peer (SO_PEERCRED) is the test itself. Both ends
+// close at the test's end.
+func SelfPeer(t *testing.T) net.Conn {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "peer.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

@@ -72,22 +72,7 @@ func TestBodyIsOneObject(t *testing.T) {
 // TestPeerOfGivesTheGroups: the peer's groups come from the kernel at
 // connect (SO_PEERGROUPS), as the admin check of a reload takes them.
 func TestPeerOfGivesTheGroups(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "p.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := proctest.SelfPeer(t)
 	p, err := PeerOf(s)
 	if err != nil {
 		t.Fatal(err)

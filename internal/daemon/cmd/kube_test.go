@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/kube"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/proctest"
 	"github.com/gpreempt/gpreempt/internal/reconcile"
 )
 
@@ -95,22 +95,7 @@ func TestWatchKubePolicy(t *testing.T) {
 // pod's share where its peer is in a pod (a node's pods may all run as
 // root), else against its uid's.
 func TestPodPeerKey(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "k.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := proctest.SelfPeer(t)
 	for _, tc := range []struct {
 		name  string
 		podOf func(int) (kube.PodRef, error)
