@@ -25,13 +25,15 @@ fi
 export PYTHONUNBUFFERED=1 CUDA_DEVICE_ORDER=PCI_BUS_ID # CUDA's ordinals as NVML's
 nvidia-smi --query-gpu=index,name,pci.bus_id,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 
-# local_cpus N: GPU N's local CPUs, one per line (every CPU if unknown).
+# cpus FILE: the CPU list in FILE (as sysfs writes it: 0-3,8), one per line.
+cpus() { tr ',' '\n' < "$1" | while IFS=- read -r a b; do seq "$a" "${b:-$a}"; done; }
+
+# local_cpus N: GPU N's local CPUs (every online CPU if unknown).
 local_cpus() {
-  local bus f
+  local bus f=/sys/devices/system/cpu/online
   bus=$(nvidia-smi -i "$1" --query-gpu=pci.bus_id --format=csv,noheader 2>/dev/null | tr 'A-Z' 'a-z' | sed 's/^0000//')
-  f=/sys/bus/pci/devices/0000$bus/local_cpulist
-  [ -n "$bus" ] && [ -r "$f" ] || f=/sys/devices/system/cpu/online
-  tr ',' '\n' < "$f" | while IFS=- read -r a b; do seq "$a" "${b:-$a}"; done
+  [ -n "$bus" ] && [ -r "/sys/bus/pci/devices/0000$bus/local_cpulist" ] && f=/sys/bus/pci/devices/0000$bus/local_cpulist
+  cpus "$f"
 }
 
 rm -f /tmp/lane[0-9]*.log
@@ -46,9 +48,7 @@ for ((d = 0; d < ${#lanes[@]}; d++)); do
   for c in $(local_cpus $d); do [ -n "${used[$c]:-}" ] || free+=("$c"); done
   if [ ${#free[@]} -lt 4 ]; then # too few near it: any free CPUs, else none pinned
     free=()
-    for c in $(tr ',' '\n' < /sys/devices/system/cpu/online | while IFS=- read -r a b; do seq "$a" "${b:-$a}"; done); do
-      [ -n "${used[$c]:-}" ] || free+=("$c")
-    done
+    for c in $(cpus /sys/devices/system/cpu/online); do [ -n "${used[$c]:-}" ] || free+=("$c"); done
   fi
   if [ ${#free[@]} -lt 4 ]; then echo "lane $d: fewer than 4 free CPUs: not pinned"; pins+=(""); continue; fi
   pins+=("--lc-cpus ${free[0]},${free[1]} --be-cpus ${free[2]},${free[3]}")

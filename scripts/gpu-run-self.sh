@@ -124,13 +124,16 @@ scenario() {
   esac
 }
 scenarios() {
-  local p=$1 list=() s
+  local p=$1 list=() s set=" $(settings $1) "
   # the standalone run: wanted unless NO_STANDALONE, and always for abs (its objective comes from it)
-  case $p in pushed|scraped|steady) ;; *) if [ -z "${NO_STANDALONE:-}" ] || [[ " $(settings $p) " == *" abs "* ]]; then list+=("$(scenario $p standalone)"); fi;; esac
+  case $p in pushed|scraped|steady) ;; *)
+    if [ -z "${NO_STANDALONE:-}" ] || [[ $set == *" abs "* ]]; then list+=("$(scenario $p standalone)"); fi;;
+  esac
   # be-only (BE's rate alone, every share's baseline) before the settings,
-  # so that a part cut short by its time limit loses a setting, not it.
-  case " $(settings $p) " in *" beonly "*) list+=("$(scenario $p beonly)");; *) case $p in *-slo|steady) ;; *) list+=("$(scenario $p beonly)");; esac;; esac
-  for s in $(settings $p); do [ "$s" = beonly ] || list+=("$(scenario $p $s)"); done
+  # so that a part cut short by its time limit loses a setting, not it;
+  # the slo and steady parts run it only when SETTINGS names it.
+  if [[ $set == *" beonly "* ]] || [[ $p != *-slo && $p != steady ]]; then list+=("$(scenario $p beonly)"); fi
+  for s in $set; do [ "$s" = beonly ] || list+=("$(scenario $p $s)"); done
   local IFS=,; echo "${list[*]}"
 }
 
