@@ -36,9 +36,11 @@
 #                (--llm-metrics-port); gpreemptd scrapes them (a rule's
 #                latency: {metrics: ..., preset: vllm}); no push, no trace:
 #                static, slo, be-only (~3.5 min)
-#   steady       the GPT-2 LC under SLO mode alone for 200 s after the
+#   steady       the pushed LC (one request a second, 16 tokens,
+#                tpot_p50<=1.10x) under SLO mode alone for 180 s after the
 #                lead-in: the report's arm line gives the most changes in
-#                any 30 s (~4.5 min)
+#                any 30 s, its daemon table when the first window counted
+#                and the most BE was stopped in a minute (~4 min)
 #
 #   PARTS=gpt2-fixed REP=1 scripts/gpu-run-self.sh
 #   PARTS=gpt2-slo REP=1 scripts/gpu-run-self.sh
@@ -88,14 +90,14 @@ runtime() { case $1 in gpt2-*|llama-*|pushed|scraped|steady) echo llm;; eager) e
 workload() {
   case $1 in
     gpt2-*) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms;;
-    steady) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms --duration 200s;;
     llama-*) echo --llm-family llama-330m --llm-batch 2 --llm-prompt 128 --llm-new-tokens 32 --llm-period 1s;;
     pushed) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 1s;;
+    steady) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 1s --duration 180s;;
     scraped) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms --llm-metrics-port $METRICS_PORT --slo-push=false;;
     eager) echo --pytorch-period 20ms;;
     graph) echo --pytorch-period 20ms --be-duty 8s;;
   esac
-  case $1 in gpt2-*|llama-*|eager|graph|steady) echo --slo-push=false;; esac
+  case $1 in gpt2-*|llama-*|eager|graph) echo --slo-push=false;; esac
 }
 # settings P: the part's settings, rotated by REP so that repetitions made
 # by separate calls alternate their order; the standalone run stays first
@@ -141,7 +143,7 @@ scenarios() {
 # GPREEMPT_CLASS; those of the others carry nothing and are left alone.
 policy() { # policy PART KIND (plain, gate, slo, abs)
   local obj="p50<=1.10x" rules=""
-  [ "$1" = pushed ] && obj="tpot_p50<=1.10x"
+  case $1 in pushed|steady) obj="tpot_p50<=1.10x";; esac
   [ "$2" = abs ] && obj="p50<=@ALONE_P50*1.15@"
   if [ "$1" = scraped ]; then
     rules="  - name: scraped
@@ -177,7 +179,7 @@ bench_cmd() {
     --daemon-policy default=$W/$p-plain.yaml$pol --scenarios "$(scenarios $p)" $(workload $p) $PIN_ARGS \
     --slo-lead-in $LEAD_IN --repeat 1 --out $W/$p
 }
-daemon_args() { echo --be-progress=true; case $1 in pushed|scraped) ;; *) echo --trace-requests;; esac; }
+daemon_args() { echo --be-progress=true; case $1 in pushed|scraped|steady) ;; *) echo --trace-requests;; esac; }
 
 write_policies() {
   local k
