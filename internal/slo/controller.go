@@ -46,6 +46,7 @@ func (o Options) withDefaults() Options {
 // The model's fixed numbers, each with why this value.
 const (
 	minSamples    = 20                     // requests (tokens for tpot_) one measurement needs: windows accumulate until it has them
+	minRequests   = 10                     // requests one measurement spans at least: a request's token intervals move together
 	halfLife      = 120                    // windows that halve what an arm showed (workloads drift)
 	z             = 2                      // bounds' width in standard errors
 	margin        = 0.02                   // BE share a move for BE's sake must add (a training BE scatters by a few points)
@@ -69,6 +70,7 @@ type LCSample struct {
 	Owner      string // whose budget its calibration draws on (uid, or pod)
 	Objective  objective.Objective
 	Points     []stats.Weighted // the window's own values of the objective's metric, or its quantile over its count
+	Requests   int              // the requests Points come from, where one gives several (tokens); 0: each weight is one
 	Standalone time.Duration    // the reference, if known; else it is learnt
 }
 
@@ -315,6 +317,9 @@ func (c *Controller) settled(d *Decision) {
 	}
 	switch a, ok := c.candidate(); {
 	case ok && c.tick >= c.nextExplore:
+		if c.left[a].n > 0 && c.nextExplore == 0 {
+			c.nextExplore = c.tick // an arm explored again: the search has converged, explorations from now on budgeted
+		}
 		c.enter(Phase{Kind: Exploring, From: c.cur, Limit: c.phase.Limit})
 		c.to(d, CauseExplore, a, fmt.Sprintf("LC at %.2fx its objective under %v: trying %v, which might meet it with %s", c.worstMean(c.cur), c.cur, a, c.shareText(a)))
 		return
@@ -388,9 +393,13 @@ func (c *Controller) rescue(d *Decision) {
 	c.atLimit(d)
 }
 
-// atLimit holds the closest arm with the most BE and names what stands in the way.
+// atLimit holds the closest arm with the most BE and names what stands in the way. It leaves the
+// arm in force only for one closer beyond both intervals: noise reorders arms that miss alike.
 func (c *Controller) atLimit(d *Decision) {
 	a := c.closest()
+	if c.short(a) == c.short(c.cur) && !c.clearlyCloser(a, c.cur) {
+		a = c.cur
+	}
 	d.Bound = fmt.Sprintf("no arm meets every objective: %v comes closest (LC at %.2fx)", a, c.worstMean(a))
 	if slices.ContainsFunc(c.set.all(), func(b Arm) bool { return c.short(b) && c.lcFeasibility(b) == feasible }) {
 		d.Bound += fmt.Sprintf("; the arms that meet them give BE less than its minimum share, %.0f%%", 100*c.minShare)
@@ -414,7 +423,7 @@ func (c *Controller) to(d *Decision, cause string, a Arm, why string) {
 	if a != c.cur {
 		d.Changed, c.cur, c.moved = true, a, c.tick
 		for _, m := range c.acc { // a measurement is of one arm
-			m.pts = nil
+			m.pts, m.reqs = nil, 0
 		}
 	}
 }
@@ -484,6 +493,21 @@ func (c *Controller) closest() Arm {
 		}
 	}
 	return best
+}
+
+// clearlyCloser reports whether every objective's upper bound under a is below the worst lower
+// bound under b, or b is not measured.
+func (c *Controller) clearlyCloser(a, b Arm) bool {
+	if math.IsNaN(c.worstMean(b)) {
+		return true
+	}
+	hi, lo := math.Inf(-1), math.Inf(-1)
+	for k := range c.active {
+		_, h := c.lcBounds(a, k)
+		l, _ := c.lcBounds(b, k)
+		hi, lo = max(hi, h), max(lo, l)
+	}
+	return hi < lo
 }
 
 // better reports whether a is expected to give BE more than b: by margin where both are measured.

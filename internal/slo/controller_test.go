@@ -88,16 +88,61 @@ func TestSlowLCWindowsAccumulate(t *testing.T) {
 }
 
 func TestTokensCountWithin20Windows(t *testing.T) {
-	// A request a second of 16 tokens, a tpot_ objective: counts within ~2 windows.
+	// A request a second of 16 tokens, a tpot_ objective: counts within 20 windows, but not
+	// before minRequests requests (a request's tokens move together).
 	w := slowLLM
-	w.Requests = 16
+	w.Requests, w.PerRequest = 16, true
 	w.Baseline = 12 * time.Millisecond
 	c := newController(t, Options{NoPause: true})
 	g := NewSimGPU(2)
 	g.Standalone = true
 	ds := play(c, g, w, mustObjective(t, "tpot_p50<=1.10x"), 20, nil)
-	if !slices.ContainsFunc(ds, func(d Decision) bool { return d.LC[0].Counted }) {
+	first := slices.IndexFunc(ds, func(d Decision) bool { return d.LC[0].Counted })
+	if first < 0 {
 		t.Fatal("no window counted in 20 windows of 16 tokens")
+	}
+	if first < minRequests-1 {
+		t.Errorf("counted in window %d, from fewer than %d requests", first+1, minRequests)
+	}
+}
+
+// perRequestLLM is the pushed GPT-2 LC on an H200 (2026-11-29): a request a second, 15 token
+// intervals each, whose per-request TPOT p50 spread from 9 to 24 ms (mostly 10-11 and 16-18 ms)
+// whatever BE did, while BE moved it by ~10%; BE idled half of every 8 s.
+var perRequestLLM = Workload{
+	Name: "per-request-llm", Baseline: 13 * time.Millisecond, Noise: 0.3, ShareNoise: 0.03,
+	Requests: 15, PerRequest: true, Spread: 0.05,
+	Points: []Point{
+		{time.Microsecond, 1.02, 0.45, false},
+		{200 * time.Microsecond, 1.05, 0.75, false},
+		{time.Millisecond, 1.09, 0.85, false},
+		{3 * time.Millisecond, 1.25, 0.92, false},
+	},
+}
+
+// dutyIdle idles BE the second half of every 8 windows, as --be-duty 8s does.
+func dutyIdle(i int, g *SimGPU) { g.Idle = i%8 >= 4 }
+
+func TestNoisyRequestsReferenceAndSettle(t *testing.T) {
+	// Each request's speed varies by 30%: a reference from one or two requests is off by as
+	// much, every ratio with it, and the search chases it. The reference spans minRequests
+	// requests and goes on learning; the search settles.
+	for seed := uint64(1); seed <= 4; seed++ {
+		c := newController(t, Options{})
+		ds := play(c, NewSimGPU(seed), perRequestLLM, mustObjective(t, "tpot_p50<=1.10x"), 360, dutyIdle)
+		var ref *reference
+		for _, r := range c.refs {
+			ref = r
+		}
+		if len(c.refs) != 1 || ref.value == 0 {
+			t.Fatalf("seed %d: %d references, none learnt", seed, len(c.refs))
+		}
+		if e := float64(ref.value)/float64(perRequestLLM.Baseline) - 1; math.Abs(e) > 0.1 {
+			t.Errorf("seed %d: reference %v, %.0f%% off the LC's %v alone", seed, ref.value, 100*e, perRequestLLM.Baseline)
+		}
+		if n := changes(ds[len(ds)-180:]); n > 6 {
+			t.Errorf("seed %d: %d arm changes in the last 180 windows, want at most one per 30", seed, n)
+		}
 	}
 }
 
@@ -207,6 +252,26 @@ func TestBoundNamedWhenNothingMeets(t *testing.T) {
 	}
 	if c.Arm().BETimeslice != time.Microsecond {
 		t.Errorf("held %v, want the closest, 1µs", c.Arm())
+	}
+}
+
+func TestAtLimitHoldsThroughNoise(t *testing.T) {
+	// Every arm misses by about as much: one window's noise reorders them, and the closest by
+	// mean flips from window to window; the held arm moves only for one closer beyond both
+	// intervals.
+	w := Workload{Name: "misses-alike", Baseline: time.Millisecond, Noise: 0.15, Requests: 50,
+		Points: []Point{{time.Microsecond, 1.3, 0.6, false}, {3 * time.Millisecond, 1.3, 0.9, false}}}
+	for seed := uint64(1); seed <= 8; seed++ {
+		c := newController(t, Options{NoPause: true})
+		g := NewSimGPU(seed)
+		g.Standalone = true
+		ds := play(c, g, w, mustObjective(t, "p50<=1.10x"), 360, nil)
+		if last := ds[len(ds)-1]; last.Cause != CauseAtLimit {
+			t.Fatalf("seed %d: cause %q, want at_limit", seed, last.Cause)
+		}
+		if n := changes(ds[len(ds)-180:]); n > 6 {
+			t.Errorf("seed %d: %d arm changes in the last 180 windows at the limit, want at most one per 30", seed, n)
+		}
 	}
 }
 

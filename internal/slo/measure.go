@@ -32,6 +32,9 @@ func (c *Controller) est(a Arm) *armEst {
 
 // decay fades every estimate by f, and drops those faded to nothing (of processes gone).
 func (c *Controller) decay(f float64) {
+	for _, r := range c.refs {
+		r.est.Decay(f)
+	}
 	for a, e := range c.arms {
 		maps.DeleteFunc(e.lc, func(_ string, x *est) bool { x.Decay(f); return x.W < minEvidence/100 })
 		if e.share.Decay(f); len(e.lc) == 0 && e.share.W < minEvidence/100 {
@@ -44,16 +47,21 @@ func (c *Controller) decay(f float64) {
 // takes, and keeps its last measurement and reference for the status.
 type accum struct {
 	pts   []stats.Weighted
+	reqs  int           // the requests pts come from
 	last  time.Duration // the last measurement (0: none)
 	ratio float64       // its latency/target (NaN: none)
 	ref   time.Duration // the LC alone, where a relative objective knows it (0: not)
 }
 
 // reference is what a relative objective is measured against, learnt how: alone, or beside BE.
+// It goes on learning whenever the LC runs so, as an arm's estimate does: one early measurement
+// of a noisy LC is no reference.
 type reference struct {
 	how, owner string
 	pts        []stats.Weighted
-	value      time.Duration // 0 while not learnt
+	reqs       int
+	est        est           // the measurements made so, in ns
+	value      time.Duration // their mean; 0 while none
 	tries      int           // pauses it learnt nothing in
 	gotAt      int           // the last window it took samples in
 	last       int           // the window its process last gave a sample
@@ -71,7 +79,7 @@ func (r *reference) String(c *Controller) string {
 		what = fmt.Sprintf("beside BE under %v%s", c.shortest().BETimeslice, map[bool]string{true: fmt.Sprintf(" (no sample in %d pauses)", calTries)}[r.tries >= calTries])
 	}
 	if r.value == 0 {
-		return fmt.Sprintf("%s: learning (%d of %d samples)", what, stats.Weight(r.pts), minSamples)
+		return fmt.Sprintf("%s: learning (%d of %d samples, %d of %d requests)", what, stats.Weight(r.pts), minSamples, r.reqs, minRequests)
 	}
 	return fmt.Sprintf("%s %v", what, r.value.Round(time.Microsecond))
 }
@@ -91,9 +99,17 @@ func (c *Controller) stoppedAt(t int) bool {
 	return slices.ContainsFunc(c.stops, func(s stopped) bool { return s.tick == t })
 }
 
+// requests is how many requests s's points come from.
+func requests(s LCSample) int { return cmp.Or(s.Requests, stats.Weight(s.Points)) }
+
+// enough reports whether pts, from reqs requests, make one measurement.
+func enough(pts []stats.Weighted, reqs int) bool {
+	return stats.Weight(pts) >= minSamples && reqs >= minRequests
+}
+
 // measure folds the window in: each sample into its reference (the LC alone, or at the shortest
-// arm while one is learnt there) or into the arm in force's measurement; a measurement that holds
-// minSamples counts; BE share where BE ran.
+// arm, whenever it runs so) or into the arm in force's measurement; one that is enough counts;
+// BE share where BE ran.
 func (c *Controller) measure(d *Decision, o Observation) {
 	asked := c.stoppedAt(c.tick)
 	drain := asked != c.stoppedAt(c.tick-1) // BE's queued work runs on, or it starts again
@@ -116,10 +132,11 @@ func (c *Controller) measure(d *Decision, o Observation) {
 			if r = c.refFor(s); n > 0 {
 				r.last = c.tick
 			}
-			if r.value == 0 && (alone && r.how == objective.Standalone || r.how == objective.Shortest && !mixed && !asked && c.cur == c.shortest()) {
-				r.pts, r.gotAt = append(r.pts, s.Points...), c.tick
-				if stats.Weight(r.pts) >= minSamples {
-					r.value, r.pts = stats.WeightedQuantile(r.pts, s.Objective.Quantile), nil
+			if alone && r.how == objective.Standalone || r.how == objective.Shortest && !mixed && !asked && c.cur == c.shortest() {
+				r.pts, r.reqs, r.gotAt = append(r.pts, s.Points...), r.reqs+requests(s), c.tick
+				if enough(r.pts, r.reqs) {
+					r.est.Add(float64(stats.WeightedQuantile(r.pts, s.Objective.Quantile)))
+					r.value, r.pts, r.reqs = time.Duration(r.est.Mean()), nil, 0
 				}
 			}
 			ref, res.Reference = r.value, r.String(c)
@@ -127,15 +144,15 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		a := cmp.Or(c.acc[k], &accum{ratio: math.NaN()})
 		c.acc[k] = a
 		if underArm {
-			a.pts = append(a.pts, s.Points...)
+			a.pts, a.reqs = append(a.pts, s.Points...), a.reqs+requests(s)
 		}
 		if s.Objective.Reference != objective.Shortest && (r == nil || r.how == objective.Standalone) {
 			a.ref = ref
 		}
 		target := s.Objective.Target(ref)
-		if target > 0 && stats.Weight(a.pts) >= minSamples {
+		if target > 0 && enough(a.pts, a.reqs) {
 			a.last = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
-			a.ratio, a.pts, res.Counted = float64(a.last)/float64(target), nil, true
+			a.ratio, a.pts, a.reqs, res.Counted = float64(a.last)/float64(target), nil, 0, true
 			e := c.est(c.cur)
 			e.lc[k] = cmp.Or(e.lc[k], &est{})
 			e.lc[k].Add(a.ratio)

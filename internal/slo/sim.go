@@ -31,8 +31,10 @@ type Workload struct {
 	// Noise is the relative standard deviation of one window's latency
 	// quantile; ShareNoise that of its BE share (0: Noise).
 	Noise, ShareNoise float64
-	// Requests per window.
-	Requests int
+	// Requests per window; with PerRequest, the tokens of the window's one request, whose speed
+	// is the window's (Noise).
+	Requests   int
+	PerRequest bool
 	// Spread is the deviation of a request's log latency around its
 	// window's (0: 0.02).
 	Spread float64
@@ -191,6 +193,9 @@ func (g *SimGPU) WindowArm(w Workload, obj objective.Objective, a, prev Arm) Obs
 		vals[i] = time.Duration(scale * math.Exp(cmp.Or(w.Spread, 0.02)*g.rng.NormFloat64()))
 	}
 	s := LCSample{Key: cmp.Or(g.Key, "lc"), Owner: g.Owner, Objective: obj}
+	if w.PerRequest {
+		s.Requests = 1
+	}
 	for _, v := range vals {
 		s.Points = append(s.Points, stats.Weighted{V: v, W: 1})
 	}

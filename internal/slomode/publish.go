@@ -106,6 +106,9 @@ func lcSample(s LatencySample, o objective.Objective, p policy.ProcRef, key stri
 			out.Points = []stats.Weighted{{V: lat, W: n}}
 		}
 	}
+	if o.Metric == MetricTPOT { // a request's tokens move together: it is one request, not many samples
+		out.Requests = s.Requests
+	}
 	row.Signal, row.Samples, row.Requests, row.P50Us = s.Source, stats.Weight(out.Points), s.Requests, float64(p50)/1e3
 	return out
 }
