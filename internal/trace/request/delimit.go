@@ -465,10 +465,14 @@ func (h *gapHist) add(g time.Duration, inside bool) {
 // The lowest such split wins: a rare long pause (traffic that stops for
 // seconds) above the gaps that end every request does not hide them. The
 // threshold is the geometric mean of its edges: the top of the cluster
-// below and the bottom of the one above. No split lies below a gap of CPU
-// work (one not yet halved away): it is inside a request, whatever its
-// length. Without such a split the gap stays the ceiling, as safe as before: a request with a pause of its
-// own (CPU work between two GPU phases) is not cut there.
+// below and the bottom of the one above. A gap of CPU work (one not yet
+// halved away) is inside a request, whatever its length: the threshold
+// lies above the longest, and no cluster above the split may hold one. A
+// stray one too rare to count (a thread preempted, or Python's collector,
+// in one request of many) raises the threshold; it does not forbid the
+// split. Without such a split the gap stays the ceiling, as safe as
+// before: a request with a pause of its own (CPU work between two GPU
+// phases) is not cut there.
 func (h *gapHist) threshold() time.Duration {
 	var totalW, totalN float64
 	for b := range h.w {
@@ -502,7 +506,7 @@ func (h *gapHist) threshold() time.Duration {
 		for ; j <= cs[i].last; j++ {
 			below += h.n[j]
 		}
-		if cs[i].last < top {
+		if cs[i+1].first <= top {
 			continue
 		}
 		var upW float64
@@ -510,7 +514,7 @@ func (h *gapHist) threshold() time.Duration {
 			upW += h.w[b]
 		}
 		if below >= minWithin && totalN-below >= minBetween && upW >= minQuiet*totalW {
-			return time.Duration(math.Sqrt(bucketLow(cs[i].last+1) * bucketLow(cs[i+1].first)))
+			return time.Duration(math.Sqrt(bucketLow(max(cs[i].last, top)+1) * bucketLow(cs[i+1].first)))
 		}
 	}
 	return 0

@@ -89,6 +89,34 @@ func resnetCPU(n int) *workload {
 	return w
 }
 
+// resnetStray is resnetCPU with, in one request of ten, one gap of 1.5 ms
+// between launches spent on a CPU (a thread preempted, Python's
+// collector): too rare a gap to form a cluster, it is inside a request.
+func resnetStray(n int) *workload {
+	w := newWorkload(11)
+	c := newCPUThread(w, true)
+	for i := range n {
+		start := 1e9 + uint64(i)*20*ms
+		c.wait(start - c.now)
+		for k := range 50 {
+			if g := w.between(20*us, 200*us); k > 0 {
+				if k == 25 && i%10 == 3 {
+					g = 1500 * us
+				}
+				c.run(w.inner(g))
+			}
+			c.call(trace.RoleLaunch, false)
+		}
+		c.run(w.inner(w.between(20*us, 200*us)))
+		c.call(trace.RoleSync, false)
+		c.wait(500 * us)
+		c.call(trace.RoleSync, true)
+		w.request(lcProc, start, c.now, 50)
+		w.minOuter = min(w.minOuter, 1e9+uint64(i+1)*20*ms-c.now)
+	}
+	return w
+}
+
 // twoThreads is requests every 100 ms served by two threads in turn, each
 // of 20 launches on a CPU and a synchronize, asleep between; the second
 // thread has run for far longer than the first.
@@ -136,6 +164,10 @@ func TestDelimiterOnCPU(t *testing.T) {
 		{"eager generate(), CPU time unknown", generate(8, false), false},
 		// The ~14 ms between requests are asleep: still quiet.
 		{"eager resnet50 every 20 ms, CPU time known", resnetCPU(60), true},
+		// A stray long gap of CPU work puts the gap above it, and the
+		// requests are still delimited (on an H200 and on a replica here
+		// one such gap kept the gap from being learnt at all).
+		{"eager resnet50 every 20 ms, a stray long gap of CPU work", resnetStray(60), true},
 		// A gap from one thread's call to another's: the CPU times of
 		// two threads say nothing of it.
 		{"two threads in turn, CPU time known", twoThreads(10), true},
