@@ -412,9 +412,12 @@ const (
 	decayCount = 1 << 20
 	heavyShare = 0.01 // a bucket holding less of the gap time is noise
 	minSplit   = 16.0 // the least ratio between the clusters' edges
-	minQuiet   = 0.2  // the least share of the gap time in the cluster above the split
-	minBetween = 3    // gaps above the split: requests seen to end
-	minWithin  = 8    // gaps below it
+	// The least ratio from the longest gap of CPU work to the shortest
+	// asleep gap above it: √minSplit, the margin of the side judged by length.
+	minSplitCPU = 4.0
+	minQuiet    = 0.2 // the least share of the gap time in the cluster above the split
+	minBetween  = 3   // gaps above the split: requests seen to end
+	minWithin   = 8   // gaps below it
 )
 
 func gapBucket(g time.Duration) int {
@@ -470,9 +473,23 @@ func (h *gapHist) add(g time.Duration, inside bool) {
 // lies above the longest, and no cluster above the split may hold one. A
 // stray one too rare to count (a thread preempted, or Python's collector,
 // in one request of many) raises the threshold; it does not forbid the
-// split. Without such a split the gap stays the ceiling, as safe as
-// before: a request with a pause of its own (CPU work between two GPU
-// phases) is not cut there.
+// split. Gaps of CPU work are kept inside by their CPU time, not their
+// length, so the first counted bucket above the longest of them (asleep
+// gaps only) is a cluster of its own once it starts at least minSplitCPU
+// (4x, √minSplit) above it: only the asleep side needs a margin by length,
+// and strays frequent enough to count, which would merge the launch gaps'
+// cluster into the gaps between requests, do not hide the split. Above
+// that boundary, and where no gap of CPU work is known (the CPU time
+// unknown), clusters are as minSplit makes them. Tick-quantized CPU time
+// misflags a gap shorter than two ticks now and then: a CPU-work bucket
+// with none of its gaps flagged is judged by length (a gap's chance of
+// showing a tick grows with its length, so one 4x above flagged ones
+// rarely shows none), and an asleep gap flagged raises the longest, which
+// only makes the split harder, until halved away. The price: a request's
+// own asleep pause 4-16x above its CPU work (waiting on another thread)
+// may now be split from it, as one 16x above always was. Without such a
+// split the gap stays the ceiling, as safe as before: a request with a
+// pause of its own (CPU work between two GPU phases) is not cut there.
 func (h *gapHist) threshold() time.Duration {
 	var totalW, totalN float64
 	for b := range h.w {
@@ -481,6 +498,12 @@ func (h *gapHist) threshold() time.Duration {
 	if totalW <= 0 {
 		return 0
 	}
+	top := -1 // the bucket of the longest gap of CPU work
+	for b := range h.inside {
+		if h.inside[b] >= 1 {
+			top = b
+		}
+	}
 	// Clusters: runs of counted buckets, [first, last].
 	type cluster struct{ first, last int }
 	var cs []cluster
@@ -488,17 +511,15 @@ func (h *gapHist) threshold() time.Duration {
 		if h.w[b] < heavyShare*totalW && h.n[b] < heavyShare*totalN {
 			continue
 		}
-		if n := len(cs); n > 0 && bucketLow(b) < minSplit*bucketLow(cs[n-1].last+1) {
+		n := len(cs)
+		// Apart by length alone, or b is the first asleep bucket clear of the CPU work.
+		apart := n == 0 || bucketLow(b) >= minSplit*bucketLow(cs[n-1].last+1) ||
+			cs[n-1].last <= top && top < b && bucketLow(b) >= minSplitCPU*bucketLow(top+1)
+		if !apart {
 			cs[n-1].last = b
 			continue
 		}
 		cs = append(cs, cluster{b, b})
-	}
-	top := -1 // the bucket of the longest gap of CPU work
-	for b := range h.inside {
-		if h.inside[b] >= 1 {
-			top = b
-		}
 	}
 	var below float64
 	j := 0

@@ -17,19 +17,31 @@ type cpuThread struct {
 	now   uint64
 	cpu   time.Duration
 	known bool // the calls carry the CPU time (else 0: unknown)
+	// tick, if set, is the scheduler tick: a running thread's CPU time is
+	// read as of its last tick or wake-up (the kernel's sum_exec_runtime).
+	tick, woke uint64
 }
 
 func newCPUThread(w *workload, known bool) *cpuThread {
-	return &cpuThread{w: w, p: lcProc, now: 1e9, cpu: time.Second, known: known}
+	return &cpuThread{w: w, p: lcProc, now: 1e9, cpu: time.Second, known: known, woke: 1e9}
 }
 
 func (c *cpuThread) run(d uint64)  { c.now += d; c.cpu += time.Duration(d) }
-func (c *cpuThread) wait(d uint64) { c.now += d }
+func (c *cpuThread) wait(d uint64) { c.now += d; c.woke = c.now }
+
+// read is the CPU time a call carries: behind by the time run since the
+// last tick or wake-up, when there is a tick.
+func (c *cpuThread) read() time.Duration {
+	if c.tick == 0 {
+		return c.cpu
+	}
+	return c.cpu - time.Duration(c.now-max(c.now-c.now%c.tick, c.woke))
+}
 
 func (c *cpuThread) call(role trace.Role, ret bool) {
 	ev := at(c.p, role, ret, c.now).(*trace.Call)
 	if c.known {
-		tracetest.WithCPU(ev, c.cpu)
+		tracetest.WithCPU(ev, c.read())
 	}
 	c.w.evs = append(c.w.evs, ev)
 }
@@ -89,19 +101,26 @@ func resnetCPU(n int) *workload {
 	return w
 }
 
-// resnetStray is resnetCPU with, in one request of ten, one gap of 1.5 ms
-// between launches spent on a CPU (a thread preempted, Python's
-// collector): too rare a gap to form a cluster, it is inside a request.
-func resnetStray(n int) *workload {
-	w := newWorkload(11)
-	c := newCPUThread(w, true)
+// stray is a long gap between two launches spent on a CPU (a thread
+// preempted, Python's collector), lo to hi long, in one request of every.
+type stray struct {
+	every  int
+	lo, hi uint64
+}
+
+// resnetStray is resnetCPU with strays (seeded by seed), the calls
+// carrying CPU times (if known) read at ticks of tick (0: exact).
+func resnetStray(n int, s stray, seed uint64, known bool, tick uint64) *workload {
+	w := newWorkload(seed)
+	c := newCPUThread(w, known)
+	c.tick = tick
 	for i := range n {
 		start := 1e9 + uint64(i)*20*ms
 		c.wait(start - c.now)
 		for k := range 50 {
 			if g := w.between(20*us, 200*us); k > 0 {
-				if k == 25 && i%10 == 3 {
-					g = 1500 * us
+				if k == 25 && i%s.every == 3%s.every {
+					g = w.between(s.lo, s.hi)
 				}
 				c.run(w.inner(g))
 			}
@@ -113,6 +132,40 @@ func resnetStray(n int) *workload {
 		c.call(trace.RoleSync, true)
 		w.request(lcProc, start, c.now, 50)
 		w.minOuter = min(w.minOuter, 1e9+uint64(i+1)*20*ms-c.now)
+	}
+	return w
+}
+
+// resnetPause is an LC every 40 ms whose requests are two phases of 25
+// launches, each with a stray of 1.2-1.4 ms of CPU work, the first
+// phase's synchronize followed by a pause of 4.2-5.5 ms asleep (waiting on
+// another thread): ~27 ms asleep between requests.
+func resnetPause(n int) *workload {
+	w := newWorkload(12)
+	c := newCPUThread(w, true)
+	for i := range n {
+		start := 1e9 + uint64(i)*40*ms
+		c.wait(start - c.now)
+		for phase := range 2 {
+			if phase > 0 {
+				c.wait(w.inner(w.between(4200*us, 5500*us)))
+			}
+			for k := range 25 {
+				if g := w.between(20*us, 200*us); k > 0 {
+					if k == 12 {
+						g = w.between(1200*us, 1400*us)
+					}
+					c.run(w.inner(g))
+				}
+				c.call(trace.RoleLaunch, false)
+			}
+			c.run(w.inner(w.between(20*us, 200*us)))
+			c.call(trace.RoleSync, false)
+			c.wait(500 * us)
+			c.call(trace.RoleSync, true)
+		}
+		w.request(lcProc, start, c.now, 50)
+		w.minOuter = min(w.minOuter, 1e9+uint64(i+1)*40*ms-c.now)
 	}
 	return w
 }
@@ -139,20 +192,36 @@ func twoThreads(n int) *workload {
 	return w
 }
 
+// outcome is what a workload's requests come out as.
+type outcome uint8
+
+const (
+	// learntExact: the gap is learnt above every gap inside a request and
+	// below every gap between two, and each request comes out exact.
+	learntExact outcome = iota
+	// ceilingWhole: no clear split, the gap stays the ceiling, and the
+	// requests, more than the ceiling apart, come out exact.
+	ceilingWhole
+	// firstCut: the first request comes out cut where its thread ran.
+	firstCut
+	// runTogether: no clear split, and the requests, less than the
+	// ceiling apart, run into fewer.
+	runTogether
+)
+
 // TestDelimiterOnCPU: a gap the thread spent on a CPU is inside a
 // request, one it slept through may end one.
 func TestDelimiterOnCPU(t *testing.T) {
+	rare := stray{every: 10, lo: 1500 * us, hi: 1500 * us}
+	often := stray{every: 2, lo: 500 * us, hi: 2 * ms}
 	tests := []struct {
 		name string
 		w    *workload
-		// whole: each generate() (or request) comes out exact, and the
-		// gap is learnt above every gap inside one; else (CPU time
-		// unknown) the requests come out cut where the thread ran.
-		whole bool
+		want outcome
 	}{
 		// The Python between tokens is on a CPU: no quiet, though the
 		// gaps are as long as the learnt gap would be without it.
-		{"eager generate(), CPU time known", generate(8, true), true},
+		{"eager generate(), CPU time known", generate(8, true), learntExact},
 		// The behaviour where the CPU time is unknown (kernels and
 		// traces without it), as before it was read: until requests have
 		// ended, the between-token gaps and the launch gaps are the two
@@ -161,16 +230,32 @@ func TestDelimiterOnCPU(t *testing.T) {
 		// per token. Here the gaps between requests outweigh them later
 		// and the gap is learnt again above them; with the noisier gaps
 		// of a real app (measured on an H200) it stayed at 1.7-8 ms.
-		{"eager generate(), CPU time unknown", generate(8, false), false},
+		{"eager generate(), CPU time unknown", generate(8, false), firstCut},
 		// The ~14 ms between requests are asleep: still quiet.
-		{"eager resnet50 every 20 ms, CPU time known", resnetCPU(60), true},
+		{"eager resnet50 every 20 ms, CPU time known", resnetCPU(60), learntExact},
 		// A stray long gap of CPU work puts the gap above it, and the
 		// requests are still delimited (on an H200 and on a replica here
-		// one such gap kept the gap from being learnt at all).
-		{"eager resnet50 every 20 ms, a stray long gap of CPU work", resnetStray(60), true},
+		// one such gap kept the gap from being learnt at all). Once
+		// counted, its bucket joins the launch gaps' cluster, ~2 ms, less
+		// than 16x below the gaps between requests: the asleep gaps are
+		// split from the CPU work by 4x.
+		{"eager resnet50 every 20 ms, a stray long gap of CPU work", resnetStray(60, rare, 11, true, 0), learntExact},
+		// As on the H200: strays of 0.5-2 ms in every other request, and
+		// CPU times read at 4 ms ticks, so most strays look asleep and a
+		// few launch gaps look like CPU work; the gaps between requests,
+		// after a wake-up, do not.
+		{"eager resnet50 every 20 ms, strays, CPU time by ticks", resnetStray(60, often, 13, true, 4*ms), learntExact},
+		// As before the CPU time was read: the strays join the launch
+		// gaps' cluster, which then joins the gaps between requests: no
+		// split.
+		{"eager resnet50 every 20 ms, strays, CPU time unknown", resnetStray(60, often, 13, false, 0), runTogether},
+		// An asleep pause inside a request, less than 4x above its CPU
+		// work: judged by length, and no clear split from the gaps
+		// between requests.
+		{"two phases with an asleep pause near the CPU work", resnetPause(30), ceilingWhole},
 		// A gap from one thread's call to another's: the CPU times of
 		// two threads say nothing of it.
-		{"two threads in turn, CPU time known", twoThreads(10), true},
+		{"two threads in turn, CPU time known", twoThreads(10), learntExact},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -181,7 +266,8 @@ func TestDelimiterOnCPU(t *testing.T) {
 			for _, r := range got {
 				byStart[r.Start] = r
 			}
-			if !tt.whole {
+			switch tt.want {
+			case firstCut:
 				first := tt.w.want[0]
 				var pieces int
 				for _, r := range got {
@@ -193,10 +279,22 @@ func TestDelimiterOnCPU(t *testing.T) {
 					t.Errorf("the first generate() in %d pieces (%d requests in all): want it cut", pieces, len(got))
 				}
 				return
-			}
-			if !d.Learnt() || uint64(d.Gap()) <= tt.w.maxInner || uint64(d.Gap()) >= tt.w.minOuter {
-				t.Errorf("learnt %v gap %v: want one between the longest gap inside a request (%v) and the shortest between (%v)",
-					d.Learnt(), d.Gap(), time.Duration(tt.w.maxInner), time.Duration(tt.w.minOuter))
+			case runTogether:
+				if d.Learnt() || len(got) >= len(tt.w.want) {
+					t.Errorf("learnt %v gap %v, %d requests of %d: want the ceiling and requests run together",
+						d.Learnt(), d.Gap(), len(got), len(tt.w.want))
+				}
+				return
+			case ceilingWhole:
+				if d.Learnt() {
+					t.Errorf("learnt gap %v: want none (the longest gap inside a request %v, the shortest between %v)",
+						d.Gap(), time.Duration(tt.w.maxInner), time.Duration(tt.w.minOuter))
+				}
+			case learntExact:
+				if !d.Learnt() || uint64(d.Gap()) <= tt.w.maxInner || uint64(d.Gap()) >= tt.w.minOuter {
+					t.Errorf("learnt %v gap %v: want one between the longest gap inside a request (%v) and the shortest between (%v)",
+						d.Learnt(), d.Gap(), time.Duration(tt.w.maxInner), time.Duration(tt.w.minOuter))
+				}
 			}
 			// resnet's first requests come before a gap is learnt
 			// (TestDelimiterRequests): they run into one.
