@@ -125,15 +125,17 @@ func TestSLOLoopTPOT(t *testing.T) {
 
 // TestSLOLoopTPOTTokens: an LLM server finishes a request or two a
 // window; its tpot_ quantiles are over the window's tokens, which a
-// tpot_ objective counts as its samples. Without tokens the requests
-// count; a window of too few accumulates toward the next measurement.
+// tpot_ objective counts as its samples, from at least 10 requests (a
+// request's tokens move together). Without tokens the requests count; a
+// window of too few accumulates toward the next measurement.
 func TestSLOLoopTPOTTokens(t *testing.T) {
 	for _, tc := range []struct {
 		name             string
 		requests, tokens uint64
 		signal           string
 	}{
-		{"tokens", 2, 30, "pushed"},
+		{"tokens", 10, 150, "pushed"},
+		{"tokens of too few requests", 2, 30, "pushed (30 tokens accumulated toward a measurement)"},
 		{"few tokens", 1, 15, "pushed (15 tokens accumulated toward a measurement)"},
 		{"requests only", 2, 0, "pushed (2 tokens accumulated toward a measurement)"},
 	} {
