@@ -29,12 +29,21 @@ const (
 // calls for the per-thread default stream.
 var (
 	DefaultLaunchSymbols = []string{"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz", "cuGraphLaunch", "cuGraphLaunch_ptsz"}
-	DefaultSyncSymbols   = []string{"cuStreamSynchronize", "cuStreamSynchronize_ptsz", "cuEventSynchronize", "cuCtxSynchronize", "cuCtxSynchronize_v2"}
+	// DefaultQueueSymbols queue a request's other GPU work, its input copies and event records,
+	// often before its first kernel: a request begins at the first of them or of the launches.
+	// BE progress counts kernel launches alone.
+	DefaultQueueSymbols = []string{"cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz", "cuMemcpyAsync", "cuMemcpyAsync_ptsz",
+		"cuEventRecord", "cuEventRecord_ptsz", "cuEventRecordWithFlags", "cuEventRecordWithFlags_ptsz"}
+	DefaultSyncSymbols = []string{"cuStreamSynchronize", "cuStreamSynchronize_ptsz", "cuEventSynchronize", "cuCtxSynchronize", "cuCtxSynchronize_v2"}
 	// The hint API's C ABI (libgpreempt.so).
 	DefaultHintSymbol   = "gpreempt_hint"
 	DefaultReadySymbol  = "gpreempt_ready"
 	DefaultCancelSymbol = "gpreempt_cancel"
 )
+
+// RequestLaunchSymbols are the functions a request begins at (RoleLaunch): its launches and its
+// queued copies and event records.
+func RequestLaunchSymbols() []string { return slices.Concat(DefaultLaunchSymbols, DefaultQueueSymbols) }
 
 // libraryDirs are searched when the dynamic linker's cache does not know a
 // library (or ldconfig is missing).

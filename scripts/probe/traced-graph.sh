@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where the graph LC's request begins: the app's own span against traced requests that start at
-# the first kernel/graph launch, and at the first launch, copy or event record.
+# the first kernel/graph launch, and at the defaults (the first launch, input copy or event record).
 set -u # as root on the GPU machine, from the repo root, with .carry/gpreemptctl (make gpu-binaries); results in $OUT
 OUT=${OUT:-/tmp/gpreempt-out}; mkdir -p "$OUT"
 C=.carry
@@ -8,9 +8,9 @@ python3 -u bench/pytorch/lc_infer.py --cuda-graph --period 20ms --requests 1200 
 P=$!
 for i in $(seq 90); do grep -q READY /tmp/lcg.out && break; sleep 1; done
 sleep 1
-$C/gpreemptctl trace requests --pid $P --duration 7s > $OUT/probe-graph.txt 2>&1
-echo "===== with copies and event records as launches" >> $OUT/probe-graph.txt
-$C/gpreemptctl trace requests --pid $P --duration 7s --launch-symbols cuGraphLaunch,cuGraphLaunch_ptsz,cuLaunchKernel,cuLaunchKernel_ptsz,cuMemcpyHtoDAsync_v2,cuMemcpyHtoDAsync_v2_ptsz,cuMemcpyAsync,cuMemcpyAsync_ptsz,cuEventRecord,cuEventRecord_ptsz,cuEventRecordWithFlags,cuEventRecordWithFlags_ptsz >> $OUT/probe-graph.txt 2>&1
+$C/gpreemptctl trace requests --pid $P --duration 7s --launch-symbols cuGraphLaunch,cuGraphLaunch_ptsz,cuLaunchKernel,cuLaunchKernel_ptsz > $OUT/probe-graph.txt 2>&1
+echo "===== the default symbols: launches, input copies and event records" >> $OUT/probe-graph.txt
+$C/gpreemptctl trace requests --pid $P --duration 7s >> $OUT/probe-graph.txt 2>&1
 wait $P
 python3 - >> $OUT/probe-graph.txt <<'PY'
 import json,statistics as st

@@ -18,16 +18,17 @@ const maxSamples = 1 << 20
 
 var (
 	libcudaFlag = &cli.StringFlag{Name: "libcuda", Usage: "the libcuda to probe (default: the one the process has mapped, else from the linker's cache)"}
-	launchFlag  = &cli.StringSliceFlag{Name: "launch-symbols", Value: cli.NewStringSlice(trace.DefaultLaunchSymbols...), Usage: "functions that launch a request's kernels"}
+	launchFlag  = &cli.StringSliceFlag{Name: "launch-symbols", Value: cli.NewStringSlice(trace.RequestLaunchSymbols()...), Usage: "functions a request begins at: kernel launches, input copies, event records"}
 	syncFlag    = &cli.StringSliceFlag{Name: "sync-symbols", Value: cli.NewStringSlice(trace.DefaultSyncSymbols...), Usage: "functions whose return ends a request"}
 )
 
 var requestsCommand = &cli.Command{
 	Name:  "requests",
-	Usage: "per-request latency of a process: first kernel launch to the last synchronization's return",
+	Usage: "per-request latency of a process: first launch (or queued copy, event record) to the last synchronization's return",
 	Description: "Uprobes on libcuda's launch and synchronize functions. A request is a busy period of the\n" +
-		"process (all its threads), from the first launch after a quiet gap to the return of the last\n" +
-		"synchronize before the next one: the definition gpreemptd's gate and SLO mode use. The quiet\n" +
+		"process (all its threads), from the first launch, input copy or event record after a quiet gap\n" +
+		"to the return of the last synchronize before the next one: the definition gpreemptd's gate and\n" +
+		"SLO mode use. The quiet\n" +
 		"gap is learnt from the process's own gaps (25 ms until then); a process never quiet is\n" +
 		"measured per step (synchronize return to synchronize return). Latency histogram in\n" +
 		"microseconds, with p50 and p99. Functions missing from the library are skipped, with a message.",

@@ -178,7 +178,7 @@ func (t *Tracer) open() error {
 	if t.syncs, err = openOne(trace.RoleSync, trace.DefaultSyncSymbols); err != nil {
 		return err
 	}
-	if t.launches, err = openOne(trace.RoleLaunch, trace.DefaultLaunchSymbols); err != nil {
+	if t.launches, err = openOne(trace.RoleLaunch, trace.RequestLaunchSymbols()); err != nil {
 		t.syncs.Stop()
 		t.done.Wait()
 		t.syncs.Close()

@@ -331,7 +331,7 @@ func (t *TracedLatency) Status() []TracedLC {
 }
 
 // OpenTracedLatency loads uprobes on libcuda's launch and synchronize
-// functions (trace.DefaultLaunchSymbols, trace.DefaultSyncSymbols) and
+// functions (trace.RequestLaunchSymbols, trace.DefaultSyncSymbols) and
 // feeds what they report into a TracedLatency until ctx is done. lib "":
 // per process, each LC process the loop names (Roll) through the libcuda
 // it has mapped, so that no other process takes the breakpoints (a BE
@@ -352,7 +352,7 @@ func OpenTracedLatency(ctx context.Context, lib string, log *slog.Logger) (*Trac
 		}
 	}
 	var probes []trace.Probe
-	for _, s := range trace.DefaultLaunchSymbols {
+	for _, s := range trace.RequestLaunchSymbols() {
 		probes = append(probes, trace.Probe{Library: path, Symbol: s, Role: trace.RoleLaunch})
 	}
 	for _, s := range trace.DefaultSyncSymbols {

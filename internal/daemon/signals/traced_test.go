@@ -155,8 +155,9 @@ func TestBELibraryPrefersTheMapped(t *testing.T) {
 
 // TestRequestTracingUprobes attaches the real uprobe programs, as
 // gpreemptd --trace-requests does, to a library exporting libcuda's names,
-// and reads the latency of a process that makes 30 requests whose
-// synchronization sleeps 2 ms.
+// and reads the latency of a process that makes 30 requests, each from an
+// input copy through 3 ms of CPU work to a synchronization that sleeps
+// 2 ms: a request begins at its copy, not its first launch.
 func TestRequestTracingUprobes(t *testing.T) {
 	dir := t.TempDir()
 	lib, app := buildLCLoop(t, dir)
@@ -194,8 +195,8 @@ func TestRequestTracingUprobes(t *testing.T) {
 		// What the delimiter had learnt says which rule lost a request (seen once under load).
 		t.Fatalf("window %+v %v; want 30 requests (the failed one left out); traced %+v", s, ok, tl.Status())
 	}
-	if p50 := s.Quantiles["p50"]; p50 < 2*time.Millisecond || p50 > time.Second {
-		t.Errorf("p50 %v; the synchronization sleeps 2 ms", p50)
+	if p50 := s.Quantiles["p50"]; p50 < 5*time.Millisecond || p50 > time.Second {
+		t.Errorf("p50 %v; a request runs from its input copy through 3 ms of CPU work and a 2 ms synchronization", p50)
 	}
 }
 

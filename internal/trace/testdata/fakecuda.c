@@ -61,6 +61,19 @@ EXPORT CUresult cuCtxSynchronize(void)
 	return 0;
 }
 
+// A request's input copy and event record, queued before its first kernel.
+EXPORT CUresult cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, void *stream)
+{
+	(void)dst; (void)src; (void)n; (void)stream;
+	return 0;
+}
+
+EXPORT CUresult cuEventRecord(void *event, void *stream)
+{
+	(void)event; (void)stream;
+	return 0;
+}
+
 // The hint API's functions start with a 5-byte NOP, as libgpreempt's should:
 // on x86-64 kernels 6.18+ a uprobe on it is optimized into a call (no
 // trap), about 100 times cheaper than on any other instruction
