@@ -550,4 +550,7 @@ type SLODecision struct {
 	// Aligned: every LC window it judged began as the decision before
 	// took effect (StatsReply.NextWindowMs).
 	Aligned bool `json:"aligned,omitempty"`
+	// Converged: the search has converged; explorations are budgeted from
+	// now on (docs/SLO.md).
+	Converged bool `json:"converged,omitempty"`
 }

@@ -58,6 +58,8 @@ type SLOSample struct {
 	Window int `json:"window,omitempty"`
 	// BEStopped: a BE process was stopped to learn an LC alone.
 	BEStopped bool `json:"be_stopped,omitempty"`
+	// Converged: the daemon's search had converged (its explorations budgeted).
+	Converged bool `json:"converged,omitempty"`
 	// LC is each LC process as the status showed it.
 	LC []SLOLCSample `json:"lc,omitempty"`
 }
@@ -96,7 +98,7 @@ func parseSLOStatus(b []byte) (SLOSample, error) {
 	}
 	s := SLOSample{BETimeslice: st.BETimeslice, Arm: st.Arm, BEShare: st.BEShare, WorstLC: st.WorstLC, Changes: st.Changes, BEStopped: len(st.BEStopped) > 0}
 	if st.Last != nil {
-		s.Aligned, s.Window = &st.Last.Aligned, st.Last.Window
+		s.Aligned, s.Window, s.Converged = &st.Last.Aligned, st.Last.Window, st.Last.Converged
 	}
 	for _, l := range st.LC {
 		s.LC = append(s.LC, SLOLCSample{PID: l.PID, Objective: l.Objective, Source: l.Source, Samples: l.Samples, P50Us: l.P50Us, LatencyUs: l.LatencyUs})
@@ -355,6 +357,14 @@ func sloLine(ss []SLOSample, measureStartNs, changeNs int64) string {
 		}
 		if span := time.Duration(last.MonoNs - measured[0].MonoNs); span >= 2*steadySpan {
 			line += fmt.Sprintf(", at most %d in any %v of %v", mostChanges(measured, steadySpan), steadySpan, span.Round(time.Second))
+		}
+		if c := slices.IndexFunc(measured, func(s SLOSample) bool { return s.Converged }); c >= 0 {
+			after := measured[c:]
+			line += fmt.Sprintf("; converged %.0fs in: %d changes over the %v after", float64(after[0].MonoNs-measured[0].MonoNs)/1e9,
+				last.Changes-after[0].Changes, time.Duration(last.MonoNs-after[0].MonoNs).Round(time.Second))
+			if time.Duration(last.MonoNs-after[0].MonoNs) >= 2*steadySpan {
+				line += fmt.Sprintf(", at most %d in any %v", mostChanges(after, steadySpan), steadySpan)
+			}
 		}
 		parts = append(parts, line)
 	}

@@ -144,7 +144,7 @@ type Decision struct {
 	LC                                         []LCResult
 	Worst, BEShare                             float64 // Worst: the highest latency/target measured; NaN: none
 	BEBelowMinimum                             bool    // the arm held gives BE less than its minimum
-	PauseBE, Aligned                           bool    // PauseBE: stop every BE through the next window; Aligned: Observation.Aligned
+	PauseBE, Aligned, Converged                bool    // PauseBE: stop every BE through the next window; Aligned: Observation.Aligned; Converged: explorations budgeted
 	PausedWindows, CalibrationWindows, Windows int     // what references cost: windows BE was stopped, of calibration, of all
 }
 
@@ -235,7 +235,7 @@ func (c *Controller) Observe(o Observation) Decision {
 	if c.phase.Kind == Calibrating {
 		c.calibrated++
 	}
-	d.Arm, d.Phase, d.BEBelowMinimum = c.cur, c.phase.Kind.String(), c.short(c.cur)
+	d.Arm, d.Phase, d.BEBelowMinimum, d.Converged = c.cur, c.phase.Kind.String(), c.short(c.cur), c.nextExplore > 0
 	d.PausedWindows, d.CalibrationWindows, d.Windows = c.paused, c.calibrated, c.tick
 	return d
 }

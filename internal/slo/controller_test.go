@@ -237,6 +237,9 @@ func TestChoosesStaticWhenBEBest(t *testing.T) {
 	if n := changes(ds[len(ds)-180:]); n > 6 {
 		t.Fatalf("%d arm changes in the last 180 windows, want at most 6", n)
 	}
+	if c := slices.IndexFunc(ds, func(d Decision) bool { return d.Converged }); c < 0 || c > len(ds)-180 || !ds[len(ds)-1].Converged {
+		t.Errorf("converged from window %d of %d: want it said before the last 180 and kept", c+1, len(ds))
+	}
 }
 
 func TestBoundNamedWhenNothingMeets(t *testing.T) {
