@@ -18,7 +18,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/daemon/signals"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/proctest"
-	"github.com/gpreempt/gpreempt/internal/slomode"
+	"github.com/gpreempt/gpreempt/internal/signal"
 	"github.com/gpreempt/gpreempt/internal/trace"
 )
 
@@ -158,9 +158,9 @@ func TestHostileLibCUDA(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		var ws []slomode.BEWindow
+		var ws []signal.BEWindow
 		for _, b := range bes {
-			ws = append(ws, slomode.BEWindow{ProcRef: b})
+			ws = append(ws, signal.BEWindow{ProcRef: b})
 		}
 		p.Roll(time.Second, ws)
 	}()

@@ -10,6 +10,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/daemon/signals"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/signal"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/testlog"
@@ -71,8 +72,8 @@ func TestSLOLoopTracedLatency(t *testing.T) {
 // each Roll asks it to trace.
 type recordingTraced struct{ asked [][]int }
 
-func (r *recordingTraced) Latest(int) (slomode.LatencySample, bool) {
-	return slomode.LatencySample{}, false
+func (r *recordingTraced) Latest(int) (signal.Latency, bool) {
+	return signal.Latency{}, false
 }
 
 func (r *recordingTraced) Roll(_ time.Duration, lcs []policy.ProcRef) {

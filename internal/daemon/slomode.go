@@ -9,18 +9,19 @@ import (
 	"github.com/gpreempt/gpreempt/internal/daemon/signals"
 	"github.com/gpreempt/gpreempt/internal/reconcile"
 	"github.com/gpreempt/gpreempt/internal/scrape"
+	"github.com/gpreempt/gpreempt/internal/signal"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 )
 
 // What SLO mode needs of the daemon, the daemon's parts give.
 var (
-	_ slomode.Reconciler     = (*reconcile.Reconciler)(nil)
-	_ slomode.Metrics        = (*Metrics)(nil)
-	_ slomode.Pauser         = (*pause.Holder)(nil)
-	_ slomode.Steerer        = (*gate.Gate)(nil)
-	_ slomode.WindowedSource = (*signals.TracedLatency)(nil)
-	_ slomode.WindowedSource = (*scrape.Scraped)(nil)
-	_ slomode.ShareSource    = (*signals.BEProgress)(nil)
+	_ slomode.Reconciler    = (*reconcile.Reconciler)(nil)
+	_ slomode.Metrics       = (*Metrics)(nil)
+	_ slomode.Pauser        = (*pause.Holder)(nil)
+	_ slomode.Steerer       = (*gate.Gate)(nil)
+	_ signal.WindowedSource = (*signals.TracedLatency)(nil)
+	_ signal.WindowedSource = (*scrape.Scraped)(nil)
+	_ signal.ShareSource    = (*signals.BEProgress)(nil)
 )
 
 // NewSLOLoop returns SLO mode over the reconciler rec, on its clock,

@@ -38,7 +38,7 @@ func (h Hist) Count() float64 {
 
 // Decode reads a text exposition (Prometheus text 0.0.4, or OpenMetrics
 // text when openMetrics) and returns the histograms m names, by the
-// LatencySample metric they stand for (a metric none of whose names is
+// signal.Latency metric they stand for (a metric none of whose names is
 // exposed is left out). Series of one name are summed by bucket; where
 // model is set, only those whose m.ModelLabel is model.
 func Decode(body []byte, openMetrics bool, m endpoint.Metrics, model string) (map[string]Hist, error) {
@@ -80,7 +80,7 @@ type want struct {
 	metric endpoint.Metric
 }
 
-// wanted pairs m's histograms with the LatencySample metric each is.
+// wanted pairs m's histograms with the signal.Latency metric each is.
 func wanted(m endpoint.Metrics) []want {
 	return []want{{metricRequest, m.Request}, {metricTTFT, m.TTFT}, {metricTPOT, m.TPOT}}
 }

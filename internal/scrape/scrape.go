@@ -25,7 +25,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/endpoint"
 	"github.com/gpreempt/gpreempt/internal/policy"
-	"github.com/gpreempt/gpreempt/internal/slomode"
+	"github.com/gpreempt/gpreempt/internal/signal"
 )
 
 // Bounds of one fetch.
@@ -132,7 +132,7 @@ func client(addr netip.AddrPort, timeout time.Duration) *http.Client {
 // pod's; false for one that has none.
 type Resolver func(p policy.ProcRef) (endpoint.Spec, bool)
 
-// Scraped is SLO mode's source of scraped windows (slomode.WindowedSource).
+// Scraped is SLO mode's source of scraped windows (signal.WindowedSource).
 // Roll fetches the endpoint of each LC process that has one, once per
 // endpoint however many processes share it, at most Parallel at a time,
 // and returns within the fetch timeout; Latest gives a process its
@@ -155,13 +155,13 @@ type state struct {
 	spec   endpoint.Spec
 	at     time.Duration // the last fetch that decoded (the reconciler's clock)
 	prev   map[string]Hist
-	sample slomode.LatencySample
+	sample signal.Latency
 	ok     bool // sample is this window's
 	seq    uint64
 	err    error // the last fetch's (a change is logged)
 }
 
-var _ slomode.WindowedSource = (*Scraped)(nil)
+var _ signal.WindowedSource = (*Scraped)(nil)
 
 // Roll closes the window ending at now for the LC processes lcs: each
 // endpoint is fetched, and its window is what its histograms grew by
@@ -259,7 +259,7 @@ func (s *Scraped) take(st *state, body []byte, om bool, err error, now time.Dura
 	if prev == nil {
 		return // the first fetch: a window starts here
 	}
-	smp := slomode.LatencySample{At: now, Window: now - at, Source: slomode.SourceScraped,
+	smp := signal.Latency{At: now, Window: now - at, Source: signal.Scraped,
 		Quantiles: map[string]time.Duration{}, Samples: map[string][]time.Duration{}}
 	counts := map[string]int{}
 	for key, h := range cur {
@@ -279,7 +279,7 @@ func (s *Scraped) take(st *state, body []byte, om bool, err error, now time.Dura
 		if counts[key] = n; n == 0 {
 			continue
 		}
-		smp.Samples[key] = d.Values(unit, slomode.MaxSamples)
+		smp.Samples[key] = d.Values(unit, signal.MaxSamples)
 		prefix := ""
 		if key != metricRequest {
 			prefix = key + "_"
@@ -301,12 +301,12 @@ func (s *Scraped) take(st *state, body []byte, om bool, err error, now time.Dura
 // Latest is process pid's endpoint's window, the one the last Roll took;
 // false where it has no endpoint, or the last fetch gave no window (the
 // first one, a failure, a server restart).
-func (s *Scraped) Latest(pid int) (slomode.LatencySample, bool) {
+func (s *Scraped) Latest(pid int) (signal.Latency, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.states[s.byPID[pid]]
 	if st == nil || !st.ok {
-		return slomode.LatencySample{}, false
+		return signal.Latency{}, false
 	}
 	return st.sample, true
 }

@@ -18,7 +18,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/endpoint"
 	"github.com/gpreempt/gpreempt/internal/policy"
-	"github.com/gpreempt/gpreempt/internal/slomode"
+	"github.com/gpreempt/gpreempt/internal/signal"
 )
 
 // vLLM's bucket boundaries (vllm/v1/metrics: request latency, time to
@@ -171,7 +171,7 @@ func TestScrapedWindows(t *testing.T) {
 		}},
 		{"an idle window", "", []window{{}, {e2e: []float64{0.9, 1.1}, ttft: []float64{0.05, 0.06}, itl: []float64{0.02, 0.03}}}},
 		{"the rule's model", "m", []window{{e2e: spread(30, 0.3, 0.9), ttft: spread(30, 0.002, 0.02), itl: spread(100, 0.011, 0.02)}}},
-		{"past MaxSamples", "", []window{{e2e: spread(10, 1, 2), ttft: spread(10, 0.1, 0.2), itl: spread(2*slomode.MaxSamples+3, 0.01, 0.5)}}},
+		{"past MaxSamples", "", []window{{e2e: spread(10, 1, 2), ttft: spread(10, 0.1, 0.2), itl: spread(2*signal.MaxSamples+3, 0.01, 0.5)}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -201,7 +201,7 @@ func TestScrapedWindows(t *testing.T) {
 				if tc.model == "" {
 					wantReq++
 				}
-				if s.Source != slomode.SourceScraped || s.Window != time.Second || s.At != now || s.Seq != uint64(i+1) {
+				if s.Source != signal.Scraped || s.Window != time.Second || s.At != now || s.Seq != uint64(i+1) {
 					t.Errorf("window %d: source %q window %v at %v seq %d", i, s.Source, s.Window, s.At, s.Seq)
 				}
 				if s.Requests != wantReq || s.Tokens != len(w.itl) {
@@ -216,11 +216,11 @@ func TestScrapedWindows(t *testing.T) {
 						}
 						return
 					}
-					if len(got) != min(len(vs), slomode.MaxSamples) {
-						t.Errorf("window %d %q: %d values, want %d", i, metric, len(got), min(len(vs), slomode.MaxSamples))
+					if len(got) != min(len(vs), signal.MaxSamples) {
+						t.Errorf("window %d %q: %d values, want %d", i, metric, len(got), min(len(vs), signal.MaxSamples))
 					}
 					prefix := ""
-					if metric != slomode.MetricRequest {
+					if metric != signal.MetricRequest {
 						prefix = metric + "_"
 					}
 					for _, q := range []struct {
@@ -247,9 +247,9 @@ func TestScrapedWindows(t *testing.T) {
 				if tc.model == "" {
 					e2e = append(slices.Clone(e2e), 100)
 				}
-				check(slomode.MetricRequest, e2e, vllmRequestBuckets)
-				check(slomode.MetricTTFT, w.ttft, vllmTTFTBuckets)
-				check(slomode.MetricTPOT, w.itl, vllmITLBuckets)
+				check(signal.MetricRequest, e2e, vllmRequestBuckets)
+				check(signal.MetricTTFT, w.ttft, vllmTTFTBuckets)
+				check(signal.MetricTPOT, w.itl, vllmITLBuckets)
 			}
 			src.Roll(now+time.Second, nil)
 			if _, ok := src.Latest(7); ok {
@@ -302,16 +302,16 @@ func TestScrapedPresets(t *testing.T) {
 	}{
 		{preset: "vllm", label: "model_name", defs: []histDef{{"vllm:e2e_request_latency_seconds", vllmRequestBuckets}, {"vllm:time_per_output_token_seconds", vllmITLBuckets}},
 			obs:      map[string][]float64{"vllm:e2e_request_latency_seconds": {0.9, 0.9}, "vllm:time_per_output_token_seconds": {0.03, 0.03, 0.03}},
-			requests: 2, tokens: 3, quantile: "tpot_p50", within: [2]time.Duration{25 * time.Millisecond, 50 * time.Millisecond}, missingMetric: slomode.MetricTTFT},
+			requests: 2, tokens: 3, quantile: "tpot_p50", within: [2]time.Duration{25 * time.Millisecond, 50 * time.Millisecond}, missingMetric: signal.MetricTTFT},
 		{preset: "sglang", label: "model_name", defs: []histDef{{"sglang:e2e_request_latency_seconds", []float64{0.1, 0.5, 1, 2}}, {"sglang:time_to_first_token_seconds", []float64{0.1, 0.2, 0.4}}, {"sglang:inter_token_latency_seconds", []float64{0.01, 0.02, 0.04}}},
 			obs:      map[string][]float64{"sglang:e2e_request_latency_seconds": {0.7}, "sglang:time_to_first_token_seconds": {0.15}, "sglang:inter_token_latency_seconds": {0.015, 0.015}},
 			requests: 1, tokens: 2, quantile: "ttft_p50", within: [2]time.Duration{100 * time.Millisecond, 200 * time.Millisecond}},
 		{preset: "tgi", defs: []histDef{{"tgi_request_duration", prometheus.ExponentialBuckets(0.00015, 1.5, 35)}, {"tgi_request_mean_time_per_token_duration", prometheus.ExponentialBuckets(0.00015, 1.5, 35)}},
 			obs:      map[string][]float64{"tgi_request_duration": {0.5, 0.6, 0.7}, "tgi_request_mean_time_per_token_duration": {0.02, 0.02, 0.02}},
-			requests: 3, tokens: 3, quantile: "p50", within: [2]time.Duration{400 * time.Millisecond, 700 * time.Millisecond}, missingMetric: slomode.MetricTTFT},
+			requests: 3, tokens: 3, quantile: "p50", within: [2]time.Duration{400 * time.Millisecond, 700 * time.Millisecond}, missingMetric: signal.MetricTTFT},
 		{preset: "triton", label: "model", defs: []histDef{{"nv_inference_first_response_histogram_ms", []float64{10, 50, 100, 500}}},
 			obs:      map[string][]float64{"nv_inference_first_response_histogram_ms": {20, 30, 40, 45}},
-			requests: 4, quantile: "ttft_p50", within: [2]time.Duration{10 * time.Millisecond, 50 * time.Millisecond}, missingMetric: slomode.MetricRequest},
+			requests: 4, quantile: "ttft_p50", within: [2]time.Duration{10 * time.Millisecond, 50 * time.Millisecond}, missingMetric: signal.MetricRequest},
 	}
 	for _, tc := range cases {
 		t.Run(tc.preset, func(t *testing.T) {

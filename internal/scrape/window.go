@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// The LatencySample metric each histogram stands for (slomode.MetricRequest,
+// The signal.Latency metric each histogram stands for (signal.MetricRequest,
 // MetricTTFT, MetricTPOT: the same strings, kept here as the keys Decode
 // returns).
 const (

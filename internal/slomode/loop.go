@@ -17,6 +17,7 @@ import (
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/signal"
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
 
@@ -26,12 +27,12 @@ type Loop struct {
 	metrics Metrics
 	log     *slog.Logger
 	push    *pushed
-	Latency LatencySource  // LC windows (default: the pushed ones)
-	Traced  WindowedSource // request tracing, for LCs that push none; the loop closes its windows
-	Scraped WindowedSource // the servers' own histograms, for LCs that push none (then untraced)
-	Share   ShareSource    // BE progress; nil: unknown
-	Pause   Pauser         // stops BE while an LC is learnt alone; nil: LCs are learnt beside BE
-	Gate    Steerer        // the request gate, which holds BE for a search whose arm has it
+	Latency signal.LatencySource  // LC windows (default: the pushed ones)
+	Traced  signal.WindowedSource // request tracing, for LCs that push none; the loop closes its windows
+	Scraped signal.WindowedSource // the servers' own histograms, for LCs that push none (then untraced)
+	Share   signal.ShareSource    // BE progress; nil: unknown
+	Pause   Pauser                // stops BE while an LC is learnt alone; nil: LCs are learnt beside BE
+	Gate    Steerer               // the request gate, which holds BE for a search whose arm has it
 
 	on       bool
 	conf     sloConf
@@ -80,7 +81,7 @@ type sloConf struct {
 
 // New returns the SLO mode over rec, publishing to m; now, rec's clock, stamps each pushed window.
 func New(rec Reconciler, now func() time.Duration, m Metrics, log *slog.Logger) *Loop {
-	p := &pushed{now: now, by: map[int]LatencySample{}}
+	p := &pushed{now: now, by: map[int]signal.Latency{}}
 	return &Loop{rec: rec, metrics: m, log: cmp.Or(log, slog.New(slog.DiscardHandler)), push: p, Latency: p,
 		used: map[sampleSource]uint64{}, tracing: map[string]*traceWant{}}
 }
@@ -280,17 +281,17 @@ func (l *Loop) off(pol *policy.Policy, now time.Duration) {
 // stopped, and are left out of every share and shared floor.
 func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]lcWindow, now, prev time.Duration) map[*search]*slo.Decision {
 	pausing := l.pausing()
-	var rates map[string]BERate
+	var rates map[string]signal.BERate
 	if l.Share != nil {
 		// BE alone: no GPU process outside BE on its GPUs when the window began nor now, but MPS
 		// servers (a server runs its clients' work, and each client is a GPU process of its own).
 		others := slices.DeleteFunc(l.rec.Outside(class.BE), isMPSServer)
 		aloneNow := map[string]bool{}
-		var ws []BEWindow
+		var ws []signal.BEWindow
 		for _, p := range all {
 			k := p.Key()
 			aloneNow[k] = !slices.ContainsFunc(others, func(o policy.ProcRef) bool { return shareGPU(p, o) })
-			ws = append(ws, BEWindow{ProcRef: p, Alone: aloneNow[k] && l.alone[k], Stopped: pausing && l.Pause.Holds(p)})
+			ws = append(ws, signal.BEWindow{ProcRef: p, Alone: aloneNow[k] && l.alone[k], Stopped: pausing && l.Pause.Holds(p)})
 		}
 		l.alone, rates = aloneNow, l.Share.Roll(now, ws)
 	}
@@ -312,7 +313,7 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 			// someone else, or gone; or none).
 			obs.BEPaused = s.pausing && (len(s.bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(s.bes, func(p policy.ProcRef) bool { return !l.Pause.Still(p) }))
 			if rates != nil {
-				obs.BEShare = BEShare(rates, s.bes)
+				obs.BEShare = signal.BEShare(rates, s.bes)
 				// Idle of its own accord: no BE launched anything, none held by the gate.
 				obs.BEIdle = !s.pausing && !s.ctl.Arm().Gate && len(s.bes) > 0 &&
 					!slices.ContainsFunc(s.bes, func(b policy.ProcRef) bool { r, ok := rates[b.Key()]; return !ok || r.Rate > 0 })

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/signal"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
 	"github.com/gpreempt/gpreempt/internal/stats"
@@ -37,20 +38,20 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 			continue
 		}
 		s, ok := l.Latency.Latest(p.PID)
-		src, key := sampleSource{p.PID, SourcePushed}, p.Key()
+		src, key := sampleSource{p.PID, signal.Pushed}, p.Key()
 		if w := l.tracing[key]; l.Traced != nil && w != nil && w.traced {
 			s, ok = l.Traced.Latest(p.PID)
-			src.kind, key = SourceTracedRequest, key+"/traced"
+			src.kind, key = signal.TracedRequest, key+"/traced"
 		} else if l.Scraped != nil && !(ok && now-s.At <= 2*window) { // its server's, where it pushed no fresh window
 			if ss, sok := l.Scraped.Latest(p.PID); sok {
-				s, ok, src.kind, key = ss, true, SourceScraped, key+"/scraped"
+				s, ok, src.kind, key = ss, true, signal.Scraped, key+"/scraped"
 			}
 		}
 		s.Source = cmp.Or(s.Source, src.kind)
 		w := lcWindow{key: key}
 		// A traced or scraped window is one the loop closed: the one closed when the mode came on
 		// spans the time it was off.
-		fresh := ok && s.Seq != l.used[src] && now-s.At <= 2*window && (src.kind == SourcePushed || s.Window <= 2*window)
+		fresh := ok && s.Seq != l.used[src] && now-s.At <= 2*window && (src.kind == signal.Pushed || s.Window <= 2*window)
 		if fresh {
 			l.used[src], w.began = s.Seq, s.At-s.Window
 		}
@@ -66,7 +67,7 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 				row.Signal = "none pushed"
 			case !fresh:
 				row.Signal = "stale"
-			case s.Source == SourceTracedStep && o.Metric == MetricRequest: // it would judge a step
+			case s.Source == signal.TracedStep && o.Metric == signal.MetricRequest: // it would judge a step
 				row.Signal = "refused: this LC is never quiet, so its traced latency is per step; use a tpot_ objective, or push or scrape its requests"
 			default:
 				if sample := lcSample(s, o, p, key, &row); sample != nil {
@@ -82,7 +83,7 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 
 // lcSample is s against objective o as the controllers take it: the window's own values of o's
 // metric, else its quantile over its count; nil where s has neither. row shows it, or why not.
-func lcSample(s LatencySample, o objective.Objective, p policy.ProcRef, key string, row *api.SLOLC) *slo.LCSample {
+func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key string, row *api.SLOLC) *slo.LCSample {
 	out := &slo.LCSample{Key: key, Owner: p.Owner, Objective: o}
 	for _, v := range s.Samples[o.Metric] {
 		out.Points = append(out.Points, stats.Weighted{V: v, W: 1})
@@ -99,14 +100,14 @@ func lcSample(s LatencySample, o objective.Objective, p policy.ProcRef, key stri
 			return nil
 		}
 		n := s.Requests
-		if o.Metric == MetricTPOT && s.Tokens > 0 { // an LLM server finishes a request or two a second
+		if o.Metric == signal.MetricTPOT && s.Tokens > 0 { // an LLM server finishes a request or two a second
 			n = s.Tokens
 		}
 		if p50 = s.Quantiles[median]; lat > 0 && n > 0 {
 			out.Points = []stats.Weighted{{V: lat, W: n}}
 		}
 	}
-	if o.Metric == MetricTPOT { // a request's tokens move together: it is one request, not many samples
+	if o.Metric == signal.MetricTPOT { // a request's tokens move together: it is one request, not many samples
 		out.Requests = s.Requests
 	}
 	row.Signal, row.Samples, row.Requests, row.P50Us = s.Source, stats.Weight(out.Points), s.Requests, float64(p50)/1e3

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/signal"
 	"github.com/gpreempt/gpreempt/internal/stats"
 	"github.com/gpreempt/gpreempt/internal/testlog"
 )
 
-type fixedLatency map[int]LatencySample
+type fixedLatency map[int]signal.Latency
 
-func (f fixedLatency) Latest(pid int) (LatencySample, bool) { s, ok := f[pid]; return s, ok }
+func (f fixedLatency) Latest(pid int) (signal.Latency, bool) { s, ok := f[pid]; return s, ok }
 
 // TestSampleOfTheMetric: an objective is judged on its own metric's values
 // where the source gives them, else on the quantile it names over its
@@ -30,25 +31,25 @@ func TestSampleOfTheMetric(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, objective string
-		sample          LatencySample
+		sample          signal.Latency
 		values          []time.Duration
 		latency         time.Duration
 		count           int
 		requests        int // the requests the points come from (0: each weight is one)
 		refused         bool
 	}{
-		{"request values", "p50<=1.10x", LatencySample{Source: SourceTracedRequest, Requests: 3, Samples: map[string][]time.Duration{MetricRequest: ms(700, 710, 690)}},
+		{"request values", "p50<=1.10x", signal.Latency{Source: signal.TracedRequest, Requests: 3, Samples: map[string][]time.Duration{signal.MetricRequest: ms(700, 710, 690)}},
 			ms(700, 710, 690), 0, 0, 0, false},
-		{"tpot values, not the requests'", "tpot_p50<=12ms", LatencySample{Source: SourceScraped, Requests: 1,
-			Samples: map[string][]time.Duration{MetricRequest: ms(400), MetricTPOT: ms(9, 10, 11)}}, ms(9, 10, 11), 0, 0, 1, false},
-		{"pushed quantile over tokens", "tpot_p99<=15ms", LatencySample{Requests: 2, Tokens: 30,
+		{"tpot values, not the requests'", "tpot_p50<=12ms", signal.Latency{Source: signal.Scraped, Requests: 1,
+			Samples: map[string][]time.Duration{signal.MetricRequest: ms(400), signal.MetricTPOT: ms(9, 10, 11)}}, ms(9, 10, 11), 0, 0, 1, false},
+		{"pushed quantile over tokens", "tpot_p99<=15ms", signal.Latency{Requests: 2, Tokens: 30,
 			Quantiles: map[string]time.Duration{"p50": 400 * time.Millisecond, "tpot_p99": 12 * time.Millisecond}}, nil, 12 * time.Millisecond, 30, 2, false},
-		{"pushed quantile over requests", "p99<=50ms", LatencySample{Requests: 60,
+		{"pushed quantile over requests", "p99<=50ms", signal.Latency{Requests: 60,
 			Quantiles: map[string]time.Duration{"p99": 40 * time.Millisecond}}, nil, 40 * time.Millisecond, 60, 0, false},
-		{"steps refuse a request objective", "p50<=1.10x", LatencySample{Source: SourceTracedStep, Tokens: 50,
-			Samples: map[string][]time.Duration{MetricTPOT: ms(10, 11)}}, nil, 0, 0, 0, true},
-		{"steps serve a tpot objective", "tpot_p50<=1.10x", LatencySample{Source: SourceTracedStep, Tokens: 2,
-			Samples: map[string][]time.Duration{MetricTPOT: ms(10, 11)}}, ms(10, 11), 0, 0, 0, false},
+		{"steps refuse a request objective", "p50<=1.10x", signal.Latency{Source: signal.TracedStep, Tokens: 50,
+			Samples: map[string][]time.Duration{signal.MetricTPOT: ms(10, 11)}}, nil, 0, 0, 0, true},
+		{"steps serve a tpot objective", "tpot_p50<=1.10x", signal.Latency{Source: signal.TracedStep, Tokens: 2,
+			Samples: map[string][]time.Duration{signal.MetricTPOT: ms(10, 11)}}, ms(10, 11), 0, 0, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pol, err := policy.Parse([]byte(strings.Replace(sloPolicy, `lc: {objective: "p50<=1.05x"}`, `lc: {objective: "`+tc.objective+`"}`, 1)))
@@ -79,7 +80,7 @@ func TestSampleOfTheMetric(t *testing.T) {
 			if s := w.samples[0]; !slices.Equal(s.Points, want) || s.Requests != tc.requests {
 				t.Errorf("points %v from %d requests, want %v from %d", s.Points, s.Requests, want, tc.requests)
 			}
-			if want := cmp.Or(tc.sample.Source, SourcePushed); w.rows[0].Source != want {
+			if want := cmp.Or(tc.sample.Source, signal.Pushed); w.rows[0].Source != want {
 				t.Errorf("source %q, want %q", w.rows[0].Source, want)
 			}
 		})

@@ -6,10 +6,11 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/signal"
 	"github.com/gpreempt/gpreempt/internal/testlog"
 )
 
-// fixedWindows is a WindowedSource whose windows the test sets.
+// fixedWindows is a signal.WindowedSource whose windows the test sets.
 type fixedWindows struct {
 	fixedLatency
 	rolled [][]policy.ProcRef
@@ -29,9 +30,9 @@ func TestScrapedSource(t *testing.T) {
 	lc.Decision = pol.Decide(policy.Process{PID: 100, Comm: "lc-server"})
 	window := pol.SLO.Window
 	now := 10 * window
-	scrapedWin := LatencySample{At: now, Window: window, Source: SourceScraped, Requests: 30, Seq: 4,
+	scrapedWin := signal.Latency{At: now, Window: window, Source: signal.Scraped, Requests: 30, Seq: 4,
 		Quantiles: map[string]time.Duration{"p50": 300 * time.Millisecond}}
-	pushedWin := LatencySample{At: now, Window: window, Requests: 30, Seq: 9, Quantiles: map[string]time.Duration{"p50": 200 * time.Millisecond}}
+	pushedWin := signal.Latency{At: now, Window: window, Requests: 30, Seq: 9, Quantiles: map[string]time.Duration{"p50": 200 * time.Millisecond}}
 	for _, tc := range []struct {
 		name       string
 		pushed     fixedLatency
@@ -43,7 +44,7 @@ func TestScrapedSource(t *testing.T) {
 	}{
 		{"scraped, no push", fixedLatency{}, fixedLatency{100: scrapedWin}, "scraped", 300 * time.Millisecond, lc.Key() + "/scraped", false},
 		{"a fresh push wins", fixedLatency{100: pushedWin}, fixedLatency{100: scrapedWin}, "pushed", 200 * time.Millisecond, lc.Key(), false},
-		{"a stale push: scraped", fixedLatency{100: func() LatencySample { s := pushedWin; s.At = now - 3*window; return s }()}, fixedLatency{100: scrapedWin}, "scraped", 300 * time.Millisecond, lc.Key() + "/scraped", false},
+		{"a stale push: scraped", fixedLatency{100: func() signal.Latency { s := pushedWin; s.At = now - 3*window; return s }()}, fixedLatency{100: scrapedWin}, "scraped", 300 * time.Millisecond, lc.Key() + "/scraped", false},
 		{"no scraped window: traced", fixedLatency{}, fixedLatency{}, "none pushed or traced", 0, lc.Key(), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,8 +1,8 @@
 // Package signals measures what SLO mode steers by where an app pushes
 // nothing: the latency of LC requests traced with uprobes on libcuda
 // (TracedLatency) and the progress of BE processes as their kernel
-// launches per second (BEProgress). Each is a source slomode reads once a
-// window.
+// launches per second (BEProgress), as internal/signal's sources, which
+// SLO mode reads once a window.
 package signals
 
 import (
@@ -17,7 +17,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/daemon/attach"
 	"github.com/gpreempt/gpreempt/internal/policy"
-	"github.com/gpreempt/gpreempt/internal/slomode"
+	"github.com/gpreempt/gpreempt/internal/signal"
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
@@ -34,13 +34,13 @@ type LaunchCounter interface {
 // rate in windows when every GPU process the daemon knows on its GPUs was
 // BE (or an MPS server, which runs only its clients' work) at the
 // window's start and its end (BE alone: before an LC came, after the last
-// one went, or on a GPU no LC uses; slomode.BEWindow.Alone). A training
+// one went, or on a GPU no LC uses; signal.BEWindow.Alone). A training
 // step launches the same kernels each time, and a launch blocks once the
 // queue is full, so over a window of many steps the launch rate follows
 // the completion rate. Only the BE processes are probed: the LC pays
 // nothing. A process whose rate alone is not known yet adds nothing to
 // the share; with none known the share is unknown (NaN), as without a
-// slomode.ShareSource. Roll runs on the SLO loop; Status is safe from others.
+// signal.ShareSource. Roll runs on the SLO loop; Status is safe from others.
 type BEProgress struct {
 	Counter LaunchCounter
 	// Library finds the libcuda a process has mapped (default:
@@ -93,14 +93,14 @@ func NewBEProgress(c LaunchCounter, log *slog.Logger) *BEProgress {
 
 // Roll closes the window that ends at now over the BE processes bes. It
 // returns, by ProcRef.Key, the rate of each one counted, not stopped, whose
-// rate alone is known (slomode.BEShare sums them over a set).
-func (b *BEProgress) Roll(now time.Duration, bes []slomode.BEWindow) map[string]slomode.BERate {
+// rate alone is known (signal.BEShare sums them over a set).
+func (b *BEProgress) Roll(now time.Duration, bes []signal.BEWindow) map[string]signal.BERate {
 	refs := make([]policy.ProcRef, len(bes))
 	for i, w := range bes {
 		refs[i] = w.ProcRef
 	}
 	dropGone(b.procs, refs, func(p *beProc) { b.Counter.Detach(p.pid) })
-	rates := map[string]slomode.BERate{}
+	rates := map[string]signal.BERate{}
 	var st []api.SLOBE
 	deadline := time.Now().Add(attach.Budget)
 	for _, w := range bes {
@@ -148,7 +148,7 @@ func (b *BEProgress) Roll(now time.Duration, bes []slomode.BEWindow) map[string]
 			}
 			share := math.Min(1, bp.rate/s.AlonePerS)
 			s.Share = &share
-			rates[k] = slomode.BERate{Rate: bp.rate, Alone: s.AlonePerS}
+			rates[k] = signal.BERate{Rate: bp.rate, Alone: s.AlonePerS}
 		}
 		st = append(st, s)
 	}

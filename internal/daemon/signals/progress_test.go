@@ -10,7 +10,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/daemon/attach"
 	"github.com/gpreempt/gpreempt/internal/policy"
-	"github.com/gpreempt/gpreempt/internal/slomode"
+	"github.com/gpreempt/gpreempt/internal/signal"
 	"github.com/gpreempt/gpreempt/internal/testlog"
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
 )
@@ -43,10 +43,10 @@ func learnt(bes []policy.ProcRef, launches map[int]uint64) []progressStep {
 }
 
 // windows is the window of bes, each alone and stopped as said.
-func windows(bes []policy.ProcRef, alone, stopped bool) []slomode.BEWindow {
-	var ws []slomode.BEWindow
+func windows(bes []policy.ProcRef, alone, stopped bool) []signal.BEWindow {
+	var ws []signal.BEWindow
 	for _, p := range bes {
-		ws = append(ws, slomode.BEWindow{ProcRef: p, Alone: alone, Stopped: stopped})
+		ws = append(ws, signal.BEWindow{ProcRef: p, Alone: alone, Stopped: stopped})
 	}
 	return ws
 }
@@ -159,12 +159,12 @@ func TestBEProgress(t *testing.T) {
 
 // rollShare rolls b's window and gives the share of its BE processes,
 // as the SLO loop does for a search.
-func rollShare(b *BEProgress, now time.Duration, ws []slomode.BEWindow) (float64, bool) {
+func rollShare(b *BEProgress, now time.Duration, ws []signal.BEWindow) (float64, bool) {
 	var bes []policy.ProcRef
 	for _, w := range ws {
 		bes = append(bes, w.ProcRef)
 	}
-	share := slomode.BEShare(b.Roll(now, ws), bes)
+	share := signal.BEShare(b.Roll(now, ws), bes)
 	return share, !math.IsNaN(share)
 }
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/daemon/attach"
 	"github.com/gpreempt/gpreempt/internal/policy"
-	"github.com/gpreempt/gpreempt/internal/slomode"
+	"github.com/gpreempt/gpreempt/internal/signal"
 	"github.com/gpreempt/gpreempt/internal/stats"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/internal/trace/request"
@@ -27,7 +27,7 @@ import (
 // preparation before the first launch is not in it. A process never quiet
 // (a continuous-batching decode loop) is measured per step instead
 // (synchronize return to synchronize return), and its windows say so
-// (slomode.SourceTracedStep): their steps are tpot_ samples, and they
+// (signal.TracedStep): their steps are tpot_ samples, and they
 // carry no request latency. The SLO loop closes a window once per its own
 // window (Roll) and reads each process's last closed window (Latest).
 // Safe for concurrent use: Apply runs on the tracer's reader, the rest on
@@ -35,9 +35,9 @@ import (
 type TracedLatency struct {
 	mu     sync.Mutex
 	delims map[int]*request.Delimiter
-	cur    map[int]*tracedWindow         // this window's requests and steps by pid
-	last   map[int]slomode.LatencySample // the last closed window's
-	start  time.Duration                 // when this window began (the loop's clock; -1: not yet)
+	cur    map[int]*tracedWindow  // this window's requests and steps by pid
+	last   map[int]signal.Latency // the last closed window's
+	start  time.Duration          // when this window began (the loop's clock; -1: not yet)
 	seq    uint64
 	// Ceiling is the quiet gap until a process's own is learnt, and the
 	// most it may be (default: the policy's default gate idle).
@@ -61,7 +61,7 @@ type TracedLatency struct {
 }
 
 // tracedWindow is one process's requests and steps in the open window:
-// at most slomode.MaxSamples values of each, and how many there were.
+// at most signal.MaxSamples values of each, and how many there were.
 type tracedWindow struct {
 	requests, steps   []time.Duration
 	nRequests, nSteps int
@@ -85,7 +85,7 @@ type tracedProc struct {
 // NewTracedLatency returns a source with no window yet.
 func NewTracedLatency() *TracedLatency {
 	return &TracedLatency{delims: map[int]*request.Delimiter{}, cur: map[int]*tracedWindow{},
-		last: map[int]slomode.LatencySample{}, start: -1, Ceiling: policy.DefaultGateIdle}
+		last: map[int]signal.Latency{}, start: -1, Ceiling: policy.DefaultGateIdle}
 }
 
 // Apply folds one tracer event in.
@@ -137,12 +137,12 @@ func (t *TracedLatency) takeLocked(r request.Request) {
 		t.cur[pid] = w
 	}
 	if r.Kind == request.KindStep {
-		if w.nSteps++; len(w.steps) < slomode.MaxSamples {
+		if w.nSteps++; len(w.steps) < signal.MaxSamples {
 			w.steps = append(w.steps, r.Latency())
 		}
 		return
 	}
-	if w.nRequests++; len(w.requests) < slomode.MaxSamples {
+	if w.nRequests++; len(w.requests) < signal.MaxSamples {
 		w.requests = append(w.requests, r.Latency())
 	}
 }
@@ -186,21 +186,21 @@ func (t *TracedLatency) Roll(now time.Duration, lcs []policy.ProcRef) {
 // sampleLocked is pid's window w ending at now. A process measured per
 // step has its steps as tpot_ samples (Tokens) and no request latency:
 // an objective on its requests cannot be judged from its trace.
-func (t *TracedLatency) sampleLocked(pid int, w *tracedWindow, now time.Duration) slomode.LatencySample {
-	s := slomode.LatencySample{At: now, Window: now - t.start, Source: slomode.SourceTracedRequest, Seq: t.seq,
+func (t *TracedLatency) sampleLocked(pid int, w *tracedWindow, now time.Duration) signal.Latency {
+	s := signal.Latency{At: now, Window: now - t.start, Source: signal.TracedRequest, Seq: t.seq,
 		Quantiles: map[string]time.Duration{}, Samples: map[string][]time.Duration{}}
 	if d := t.delims[pid]; d != nil && d.Mode() == request.KindStep || w.nRequests == 0 {
-		s.Source = slomode.SourceTracedStep
+		s.Source = signal.TracedStep
 	}
-	if len(w.requests) > 0 && s.Source == slomode.SourceTracedRequest {
+	if len(w.requests) > 0 && s.Source == signal.TracedRequest {
 		s.Requests = w.nRequests
-		s.Samples[slomode.MetricRequest] = w.requests
+		s.Samples[signal.MetricRequest] = w.requests
 		maps.Copy(s.Quantiles, latencyQuantiles(w.requests, ""))
 	}
 	if len(w.steps) > 0 {
 		s.Tokens = w.nSteps
-		s.Samples[slomode.MetricTPOT] = w.steps
-		maps.Copy(s.Quantiles, latencyQuantiles(w.steps, slomode.MetricTPOT+"_"))
+		s.Samples[signal.MetricTPOT] = w.steps
+		maps.Copy(s.Quantiles, latencyQuantiles(w.steps, signal.MetricTPOT+"_"))
 	}
 	return s
 }
@@ -271,7 +271,7 @@ func (t *TracedLatency) track(pid int, at time.Duration) {
 }
 
 // Latest is pid's last closed window.
-func (t *TracedLatency) Latest(pid int) (slomode.LatencySample, bool) {
+func (t *TracedLatency) Latest(pid int) (signal.Latency, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s, ok := t.last[pid]
@@ -295,8 +295,8 @@ func latencyQuantiles(lat []time.Duration, prefix string) map[string]time.Durati
 // status, "traced").
 type TracedLC struct {
 	PID int `json:"pid"`
-	// Source is its last window's (slomode.SourceTracedRequest, or
-	// SourceTracedStep for a process never quiet); Mode is how it is
+	// Source is its last window's (signal.TracedRequest, or
+	// signal.TracedStep for a process never quiet); Mode is how it is
 	// measured now ("request" or "step").
 	Source string `json:"source,omitempty"`
 	Mode   string `json:"mode"`
@@ -320,8 +320,8 @@ func (t *TracedLatency) Status() []TracedLC {
 		if s, ok := t.last[pid]; ok {
 			lc.Source = s.Source
 			lc.Samples, lc.P50Us = s.Requests, float64(s.Quantiles["p50"])/1e3
-			if s.Source == slomode.SourceTracedStep {
-				lc.Samples, lc.P50Us = s.Tokens, float64(s.Quantiles[slomode.MetricTPOT+"_p50"])/1e3
+			if s.Source == signal.TracedStep {
+				lc.Samples, lc.P50Us = s.Tokens, float64(s.Quantiles[signal.MetricTPOT+"_p50"])/1e3
 			}
 		}
 		out = append(out, lc)

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
-	"github.com/gpreempt/gpreempt/internal/slomode"
+	"github.com/gpreempt/gpreempt/internal/signal"
 	"github.com/gpreempt/gpreempt/internal/testlog"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
@@ -48,10 +48,10 @@ func TestTracedLatencyWindows(t *testing.T) {
 	tl.Roll(10*time.Second, nil) // its quiet gap passed: the last request is in
 
 	s, ok := tl.Latest(100)
-	if !ok || s.Requests != 100 || s.Window != 9*time.Second || s.At != 10*time.Second || s.Seq == 0 || s.Source != slomode.SourceTracedRequest {
+	if !ok || s.Requests != 100 || s.Window != 9*time.Second || s.At != 10*time.Second || s.Seq == 0 || s.Source != signal.TracedRequest {
 		t.Fatalf("pid 100 window %+v %v", s, ok)
 	}
-	if len(s.Samples[slomode.MetricRequest]) != 100 || s.Tokens != 0 {
+	if len(s.Samples[signal.MetricRequest]) != 100 || s.Tokens != 0 {
 		t.Errorf("samples %v, tokens %d", s.Samples, s.Tokens)
 	}
 	for q, want := range map[string]time.Duration{"p50": 50 * time.Millisecond, "p90": 90 * time.Millisecond,
@@ -388,8 +388,8 @@ func TestTracedLatencyStepsAndSpans(t *testing.T) {
 	}
 	tl.Roll(13*time.Second, nil)
 	s, ok := tl.Latest(100)
-	if !ok || s.Source != slomode.SourceTracedStep || s.Requests != 0 || s.Tokens < 100 || len(s.Samples[slomode.MetricRequest]) != 0 ||
-		len(s.Samples[slomode.MetricTPOT]) != s.Tokens {
+	if !ok || s.Source != signal.TracedStep || s.Requests != 0 || s.Tokens < 100 || len(s.Samples[signal.MetricRequest]) != 0 ||
+		len(s.Samples[signal.MetricTPOT]) != s.Tokens {
 		t.Fatalf("never quiet: %+v %v; want steps only", s, ok)
 	}
 	if _, ok := s.Quantiles["p50"]; ok {
@@ -398,7 +398,7 @@ func TestTracedLatencyStepsAndSpans(t *testing.T) {
 	if p := s.Quantiles["tpot_p50"]; p < 15*time.Millisecond || p > 16*time.Millisecond {
 		t.Errorf("tpot_p50 %v, want a step (15 ms and the gap)", p)
 	}
-	if st := tl.Status(); len(st) != 1 || st[0].Mode != "step" || st[0].Source != slomode.SourceTracedStep || st[0].Samples != s.Tokens {
+	if st := tl.Status(); len(st) != 1 || st[0].Mode != "step" || st[0].Source != signal.TracedStep || st[0].Samples != s.Tokens {
 		t.Errorf("status %+v", st)
 	}
 
@@ -416,7 +416,7 @@ func TestTracedLatencyStepsAndSpans(t *testing.T) {
 	}
 	tl.Roll(16*time.Second, nil)
 	s, ok = tl.Latest(100)
-	if !ok || s.At != 16*time.Second || s.Source != slomode.SourceTracedRequest || s.Requests != 1 || s.Quantiles["p50"] != 10*time.Millisecond {
+	if !ok || s.At != 16*time.Second || s.Source != signal.TracedRequest || s.Requests != 1 || s.Quantiles["p50"] != 10*time.Millisecond {
 		t.Errorf("the request over the window's end: %+v %v; want it whole in the window it ended in", s, ok)
 	}
 	if st := tl.Status(); st[0].Mode != "request" || st[0].Samples != 1 || st[0].P50Us != 10000 {

@@ -1,8 +1,10 @@
-package slomode
+// Package signal is the signals SLO mode steers by: an LC's latency over a window and where it
+// came from, BE progress by launches. Producers (internal/scrape, internal/daemon/signals) and SLO
+// mode (internal/slomode) both import it, so that no producer imports its consumer.
+package signal
 
 import (
 	"math"
-	"sync"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/api"
@@ -11,13 +13,13 @@ import (
 
 // Where an LC's latency comes from (status and metrics show it per LC).
 const (
-	SourcePushed        = "pushed"         // the app's own windows over the socket
-	SourceTracedRequest = "traced-request" // uprobes on libcuda: busy periods between quiet gaps (request.Delimiter)
-	SourceTracedStep    = "traced-step"    // the same for an LC never quiet: synchronize to synchronize
-	SourceScraped       = "scraped"        // the server's own Prometheus histograms
+	Pushed        = "pushed"         // the app's own windows over the socket
+	TracedRequest = "traced-request" // uprobes on libcuda: busy periods between quiet gaps (request.Delimiter)
+	TracedStep    = "traced-step"    // the same for an LC never quiet: synchronize to synchronize
+	Scraped       = "scraped"        // the server's own Prometheus histograms
 )
 
-// Metrics of LatencySample.Samples (objective.Metrics): request latency, an LLM server's time to
+// Metrics of Latency.Samples (objective.Metrics): request latency, an LLM server's time to
 // first token and time per output token.
 const (
 	MetricRequest = ""
@@ -25,11 +27,11 @@ const (
 	MetricTPOT    = "tpot"
 )
 
-// LatencySample is one LC process's latency over one window of its source.
-type LatencySample struct {
+// Latency is one LC process's latency over one window of its source.
+type Latency struct {
 	At       time.Duration // when the daemon received it (the reconciler's clock)
 	Window   time.Duration
-	Source   string // one of the Source constants
+	Source   string // one of the source constants (Pushed, ...)
 	Requests int
 	Tokens   int // the samples of the tpot_ quantiles (0: Requests)
 	// Quantiles by name ("p50", "tpot_p99", ...), for a source without Samples: the window's own
@@ -46,7 +48,7 @@ const MaxSamples = 4096
 // LatencySource gives an LC process's latest latency window: the pushed windows, request tracing
 // (the daemon's TracedLatency), scraping.
 type LatencySource interface {
-	Latest(pid int) (LatencySample, bool)
+	Latest(pid int) (Latency, bool)
 }
 
 // WindowedSource is a LatencySource whose windows the loop closes, once a window, naming the LC
@@ -88,54 +90,4 @@ func BEShare(rates map[string]BERate, bes []policy.ProcRef) float64 {
 		return math.NaN()
 	}
 	return math.Min(1, rate/ref)
-}
-
-// pushed holds the windows apps pushed over the socket.
-type pushed struct {
-	mu  sync.Mutex
-	now func() time.Duration
-	by  map[int]LatencySample
-}
-
-func (p *pushed) push(pid int, w api.Window) {
-	us := func(x float64) time.Duration { return time.Duration(x * float64(time.Microsecond)) }
-	s := LatencySample{Source: SourcePushed, Window: time.Duration(w.DurationMs * float64(time.Millisecond)), Requests: int(min(w.Requests, math.MaxInt32)),
-		Tokens: int(min(w.Tokens, math.MaxInt32)), Quantiles: map[string]time.Duration{}, Samples: map[string][]time.Duration{}}
-	for q, x := range w.LatencyUs {
-		s.Quantiles[q] = us(x)
-	}
-	for m, xs := range w.SamplesUs { // the daemon checked the names and values
-		metric := map[string]string{"request": MetricRequest, "ttft": MetricTTFT, "tpot": MetricTPOT}[m]
-		for _, x := range xs[:min(len(xs), MaxSamples)] {
-			s.Samples[metric] = append(s.Samples[metric], us(x))
-		}
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	s.At, s.Seq = p.now(), p.by[pid].Seq+1
-	p.by[pid] = s
-}
-
-func (p *pushed) Latest(pid int) (LatencySample, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	s, ok := p.by[pid]
-	return s, ok
-}
-
-func (p *pushed) forget(pid int) {
-	p.mu.Lock()
-	delete(p.by, pid)
-	p.mu.Unlock()
-}
-
-// quantileName is the pushed quantile that stands for q: the named one at or above it (p99 for
-// 0.95), never a lower one than it names.
-func quantileName(q float64) string {
-	for i, c := range []float64{0.5, 0.9, 0.99, 0.999} {
-		if q <= c+1e-9 {
-			return []string{"p50", "p90", "p99", "p999"}[i]
-		}
-	}
-	return "max"
 }
