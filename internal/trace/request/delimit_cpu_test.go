@@ -62,6 +62,26 @@ func (c *cpuThread) step(n int, gapLo, gapHi, tail uint64) uint64 {
 	return c.now
 }
 
+// strayStep is n launches 20-200 us apart, the gap before launch at (0:
+// none) a stray of CPU work in [lo, hi], then a synchronize that sleeps
+// 500 us; it returns the return's time.
+func (c *cpuThread) strayStep(n, at int, lo, hi uint64) uint64 {
+	for k := range n {
+		if g := c.w.between(20*us, 200*us); k > 0 {
+			if k == at {
+				g = c.w.between(lo, hi)
+			}
+			c.run(c.w.inner(g))
+		}
+		c.call(trace.RoleLaunch, false)
+	}
+	c.run(c.w.inner(c.w.between(20*us, 200*us)))
+	c.call(trace.RoleSync, false)
+	c.wait(500 * us)
+	c.call(trace.RoleSync, true)
+	return c.now
+}
+
 // generate is an eager HuggingFace generate() of 16 tokens every 800 ms
 // (the shape of GPU-FACTS.md's): per token 200 launches 25-40 us apart and a
 // synchronize that sleeps 5-8 ms, and between tokens 2-8 ms of Python
@@ -117,19 +137,11 @@ func resnetStray(n int, s stray, seed uint64, known bool, tick uint64) *workload
 	for i := range n {
 		start := 1e9 + uint64(i)*20*ms
 		c.wait(start - c.now)
-		for k := range 50 {
-			if g := w.between(20*us, 200*us); k > 0 {
-				if k == 25 && i%s.every == 3%s.every {
-					g = w.between(s.lo, s.hi)
-				}
-				c.run(w.inner(g))
-			}
-			c.call(trace.RoleLaunch, false)
+		at := 0
+		if i%s.every == 3%s.every {
+			at = 25
 		}
-		c.run(w.inner(w.between(20*us, 200*us)))
-		c.call(trace.RoleSync, false)
-		c.wait(500 * us)
-		c.call(trace.RoleSync, true)
+		c.strayStep(50, at, s.lo, s.hi)
 		w.request(lcProc, start, c.now, 50)
 		w.minOuter = min(w.minOuter, 1e9+uint64(i+1)*20*ms-c.now)
 	}
@@ -150,19 +162,7 @@ func resnetPause(n int) *workload {
 			if phase > 0 {
 				c.wait(w.inner(w.between(4200*us, 5500*us)))
 			}
-			for k := range 25 {
-				if g := w.between(20*us, 200*us); k > 0 {
-					if k == 12 {
-						g = w.between(1200*us, 1400*us)
-					}
-					c.run(w.inner(g))
-				}
-				c.call(trace.RoleLaunch, false)
-			}
-			c.run(w.inner(w.between(20*us, 200*us)))
-			c.call(trace.RoleSync, false)
-			c.wait(500 * us)
-			c.call(trace.RoleSync, true)
+			c.strayStep(25, 12, 1200*us, 1400*us)
 		}
 		w.request(lcProc, start, c.now, 50)
 		w.minOuter = min(w.minOuter, 1e9+uint64(i+1)*40*ms-c.now)
