@@ -29,9 +29,9 @@ const (
 // calls for the per-thread default stream.
 var (
 	DefaultLaunchSymbols = []string{"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz", "cuGraphLaunch", "cuGraphLaunch_ptsz"}
-	// DefaultQueueSymbols queue a request's other GPU work, its input copies and event records,
-	// often before its first kernel: a request begins at the first of them or of the launches.
-	// BE progress counts kernel launches alone.
+	// DefaultQueueSymbols queue a request's other GPU work (RoleQueue), its input copies and
+	// event records, often before its first kernel: a request begins at the first of them or of
+	// the launches.
 	DefaultQueueSymbols = []string{"cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz", "cuMemcpyAsync", "cuMemcpyAsync_ptsz",
 		"cuEventRecord", "cuEventRecord_ptsz", "cuEventRecordWithFlags", "cuEventRecordWithFlags_ptsz"}
 	DefaultSyncSymbols = []string{"cuStreamSynchronize", "cuStreamSynchronize_ptsz", "cuEventSynchronize", "cuCtxSynchronize", "cuCtxSynchronize_v2"}
@@ -41,9 +41,20 @@ var (
 	DefaultCancelSymbol = "gpreempt_cancel"
 )
 
-// RequestLaunchSymbols are the functions a request begins at (RoleLaunch): its launches and its
-// queued copies and event records.
-func RequestLaunchSymbols() []string { return slices.Concat(DefaultLaunchSymbols, DefaultQueueSymbols) }
+// RequestProbes are the probes of the request definition on the library at path ("": each
+// process's own): launches, queued work, synchronizes.
+func RequestProbes(path string) []Probe {
+	var out []Probe
+	for _, r := range []struct {
+		role Role
+		syms []string
+	}{{RoleLaunch, DefaultLaunchSymbols}, {RoleQueue, DefaultQueueSymbols}, {RoleSync, DefaultSyncSymbols}} {
+		for _, s := range r.syms {
+			out = append(out, Probe{Library: path, Symbol: s, Role: r.role})
+		}
+	}
+	return out
+}
 
 // libraryDirs are searched when the dynamic linker's cache does not know a
 // library (or ldconfig is missing).

@@ -21,6 +21,10 @@ const (
 	RoleReady
 	// RoleCancel: gpreempt_cancel, the announced request will not come.
 	RoleCancel
+	// RoleQueue: other work queued on a stream (an input copy, an event
+	// record), often before a request's first kernel: it may begin a
+	// request, but launches nothing.
+	RoleQueue
 )
 
 func (r Role) String() string {
@@ -35,6 +39,8 @@ func (r Role) String() string {
 		return "ready"
 	case RoleCancel:
 		return "cancel"
+	case RoleQueue:
+		return "queue"
 	}
 	return fmt.Sprintf("role(%d)", uint8(r))
 }

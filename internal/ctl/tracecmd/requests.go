@@ -2,6 +2,7 @@ package tracecmd
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/urfave/cli/v2"
 
@@ -18,7 +19,8 @@ const maxSamples = 1 << 20
 
 var (
 	libcudaFlag = &cli.StringFlag{Name: "libcuda", Usage: "the libcuda to probe (default: the one the process has mapped, else from the linker's cache)"}
-	launchFlag  = &cli.StringSliceFlag{Name: "launch-symbols", Value: cli.NewStringSlice(trace.RequestLaunchSymbols()...), Usage: "functions a request begins at: kernel launches, input copies, event records"}
+	launchFlag  = &cli.StringSliceFlag{Name: "launch-symbols", Value: cli.NewStringSlice(trace.DefaultLaunchSymbols...), Usage: "functions that launch a request's kernels"}
+	queueFlag   = &cli.StringSliceFlag{Name: "queue-symbols", Value: cli.NewStringSlice(trace.DefaultQueueSymbols...), Usage: "functions that queue a request's other work (input copies, event records): they may begin one"}
 	syncFlag    = &cli.StringSliceFlag{Name: "sync-symbols", Value: cli.NewStringSlice(trace.DefaultSyncSymbols...), Usage: "functions whose return ends a request"}
 )
 
@@ -34,7 +36,7 @@ var requestsCommand = &cli.Command{
 		"microseconds, with p50 and p99. Functions missing from the library are skipped, with a message.",
 	Flags: append([]cli.Flag{
 		&cli.IntFlag{Name: "pid", Usage: "the process (required)"},
-		libcudaFlag, launchFlag, syncFlag,
+		libcudaFlag, launchFlag, queueFlag, syncFlag,
 		&cli.BoolFlag{Name: "each", Usage: "also print every request as it completes"},
 	}, traceCommonFlags...),
 	Action: func(c *cli.Context) error {
@@ -46,7 +48,8 @@ var requestsCommand = &cli.Command{
 		if err != nil {
 			return err
 		}
-		ps := append(probes(lib, trace.RoleLaunch, c.StringSlice("launch-symbols")), probes(lib, trace.RoleSync, c.StringSlice("sync-symbols"))...)
+		ps := slices.Concat(probes(lib, trace.RoleLaunch, c.StringSlice("launch-symbols")), probes(lib, trace.RoleQueue, c.StringSlice("queue-symbols")),
+			probes(lib, trace.RoleSync, c.StringSlice("sync-symbols")))
 		return runTrace(c, trace.Options{Probes: ps, PID: pid}, func(o *traceOut) traceHandler {
 			return &requestsTrace{out: o, pid: uint32(pid), each: c.Bool("each"), delim: request.NewDelimiter(uint32(pid), request.DelimiterConfig{})}
 		})

@@ -207,8 +207,9 @@ func TestTraceOptions(t *testing.T) {
 	}{
 		{[]string{"tsg", "--pid", "4242"}, 0, true, nil},
 		{[]string{"rpc", "--pid", "4242"}, 4242, true, nil},
-		{[]string{"requests", "--pid", "4343", "--launch-symbols", "cuLaunchKernel", "--sync-symbols", "cuStreamSynchronize,cuCtxSynchronize"}, 4343, false,
-			[]string{"launch cuLaunchKernel /usr/lib/x86_64-linux-gnu/libcuda.so.1", "sync cuStreamSynchronize /usr/lib/x86_64-linux-gnu/libcuda.so.1", "sync cuCtxSynchronize /usr/lib/x86_64-linux-gnu/libcuda.so.1"}},
+		{[]string{"requests", "--pid", "4343", "--launch-symbols", "cuLaunchKernel", "--queue-symbols", "cuMemcpyHtoDAsync_v2", "--sync-symbols", "cuStreamSynchronize,cuCtxSynchronize"}, 4343, false,
+			[]string{"launch cuLaunchKernel /usr/lib/x86_64-linux-gnu/libcuda.so.1", "queue cuMemcpyHtoDAsync_v2 /usr/lib/x86_64-linux-gnu/libcuda.so.1",
+				"sync cuStreamSynchronize /usr/lib/x86_64-linux-gnu/libcuda.so.1", "sync cuCtxSynchronize /usr/lib/x86_64-linux-gnu/libcuda.so.1"}},
 		{[]string{"hints", "--pid", "77", "--lib", "/opt/libgpreempt.so", "--libcuda", "/x/libcuda.so.1", "--hint-symbol", "hint", "--launch-symbols", "", "--sync-symbols", "cuCtxSynchronize"}, 77, false,
 			[]string{"hint hint /opt/libgpreempt.so", "ready gpreempt_ready /opt/libgpreempt.so", "cancel gpreempt_cancel /opt/libgpreempt.so", "sync cuCtxSynchronize /x/libcuda.so.1"}},
 		{[]string{"hints"}, 0, false,

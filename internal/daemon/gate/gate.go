@@ -278,8 +278,8 @@ func (g *Gate) Observe(ev trace.Event) {
 		lc.delim.Blind(!g.launchesWantedLocked(lc.ref.PID))
 		lc.delim.Apply(e)
 		switch {
-		case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
-			if g.beginLocked(lc) {
+		case (e.Role == trace.RoleLaunch || e.Role == trace.RoleQueue) && e.Kind == trace.CallEnter:
+			if g.beginLocked(lc) && e.Role == trace.RoleLaunch {
 				g.stats.LaunchesHeld++
 			}
 		case e.Role == trace.RoleSync && e.Kind == trace.CallEnter:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -155,17 +156,17 @@ func (t *Tracer) Arm(pid int, on bool) {
 }
 
 func (t *Tracer) open() error {
-	openOne := func(role trace.Role, syms []string) (*trace.Tracer, error) {
-		var probes []trace.Probe
-		for _, s := range syms {
-			probes = append(probes, trace.Probe{Symbol: s, Role: role})
-		}
+	// The synchronizes stay on; the launches and queued work go off while a hold is open.
+	all := trace.RequestProbes("")
+	syncs := slices.DeleteFunc(slices.Clone(all), func(p trace.Probe) bool { return p.Role != trace.RoleSync })
+	launches := slices.DeleteFunc(all, func(p trace.Probe) bool { return p.Role == trace.RoleSync })
+	openOne := func(what string, probes []trace.Probe) (*trace.Tracer, error) {
 		// Read every 2 ms (a shorter deadline rounds to 0 in the ring buffer
 		// reader's epoll wait, which would spin): a request's first launch reaches the gate
 		// a poll late, and BE runs beside the request until then.
 		tr, err := trace.Open(t.ctx, trace.Options{Probes: probes, PerProcess: true, MountTracefs: true, Buffer: 1 << 14, Poll: 2 * time.Millisecond, Logger: t.log})
 		if err != nil {
-			return nil, fmt.Errorf("request gate tracing (%v): %w", role, err)
+			return nil, fmt.Errorf("request gate tracing (%s): %w", what, err)
 		}
 		t.done.Go(func() {
 			for ev := range tr.Events() {
@@ -175,10 +176,10 @@ func (t *Tracer) open() error {
 		return tr, nil
 	}
 	var err error
-	if t.syncs, err = openOne(trace.RoleSync, trace.DefaultSyncSymbols); err != nil {
+	if t.syncs, err = openOne("sync", syncs); err != nil {
 		return err
 	}
-	if t.launches, err = openOne(trace.RoleLaunch, trace.RequestLaunchSymbols()); err != nil {
+	if t.launches, err = openOne("launch", launches); err != nil {
 		t.syncs.Stop()
 		t.done.Wait()
 		t.syncs.Close()

@@ -331,7 +331,7 @@ func (t *TracedLatency) Status() []TracedLC {
 }
 
 // OpenTracedLatency loads uprobes on libcuda's launch and synchronize
-// functions (trace.RequestLaunchSymbols, trace.DefaultSyncSymbols) and
+// functions (trace.RequestProbes) and
 // feeds what they report into a TracedLatency until ctx is done. lib "":
 // per process, each LC process the loop names (Roll) through the libcuda
 // it has mapped, so that no other process takes the breakpoints (a BE
@@ -351,14 +351,7 @@ func OpenTracedLatency(ctx context.Context, lib string, log *slog.Logger) (*Trac
 			return nil, nil, err
 		}
 	}
-	var probes []trace.Probe
-	for _, s := range trace.RequestLaunchSymbols() {
-		probes = append(probes, trace.Probe{Library: path, Symbol: s, Role: trace.RoleLaunch})
-	}
-	for _, s := range trace.DefaultSyncSymbols {
-		probes = append(probes, trace.Probe{Library: path, Symbol: s, Role: trace.RoleSync})
-	}
-	tr, err := trace.Open(ctx, trace.Options{Probes: probes, PerProcess: perProcess, MountTracefs: true, Buffer: 1 << 14, Logger: log})
+	tr, err := trace.Open(ctx, trace.Options{Probes: trace.RequestProbes(path), PerProcess: perProcess, MountTracefs: true, Buffer: 1 << 14, Logger: log})
 	if err != nil {
 		if perProcess {
 			return nil, nil, fmt.Errorf("request tracing: %w", err)

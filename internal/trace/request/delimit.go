@@ -81,6 +81,7 @@ const syncBound = 40
 // Delimiter is the one definition of an LC request (docs/TRACING.md,
 // "Requests"), for one process, from its launch and synchronize calls on
 // all its threads: a request is a busy period, from the first launch (or
+// queued copy or event record, trace.RoleQueue, which launch nothing; or
 // synchronize) after the process was quiet for its quiet gap (no thread
 // launching, none inside a synchronize) to the return of the last
 // synchronize before the next quiet gap. Its latency is the GPU part of
@@ -298,7 +299,7 @@ func (d *Delimiter) Apply(ev trace.Event) (Request, bool) {
 		}
 		return Request{}, false
 	case *trace.Call:
-		if e.PID != d.pid || (e.Role != trace.RoleLaunch && e.Role != trace.RoleSync) {
+		if e.PID != d.pid || (e.Role != trace.RoleLaunch && e.Role != trace.RoleQueue && e.Role != trace.RoleSync) {
 			return Request{}, false
 		}
 		return d.call(e)
@@ -322,11 +323,11 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 		out, emitted = d.close()
 	}
 	d.expire(t)
-	if len(d.syncing) == 0 && d.seen && t > d.last && !d.sawBusy && (!d.blind || e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter) {
+	if len(d.syncing) == 0 && d.seen && t > d.last && !d.sawBusy && (!d.blind || e.Role != trace.RoleSync && e.Kind == trace.CallEnter) {
 		d.learn(time.Duration(t-d.last), busy)
 	}
 	d.sawBusy = false
-	opens := e.Kind == trace.CallEnter // a launch, or a synchronize of work whose launches were not seen
+	opens := e.Kind == trace.CallEnter // a launch, queued work, or a synchronize of work whose launches were not seen
 	if !d.open && opens {
 		d.open, d.start = true, t
 	}

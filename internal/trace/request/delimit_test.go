@@ -419,3 +419,29 @@ func FuzzDelimiter(f *testing.F) {
 		}
 	})
 }
+
+// TestDelimiterQueuedWork: a request begins at the input copy queued before
+// its first kernel, and counts kernel launches alone; a copy and a
+// synchronize launch nothing (request tracing leaves such a period out).
+func TestDelimiterQueuedWork(t *testing.T) {
+	queue := func(t uint64) trace.Event {
+		return tracetest.Call(lcProc, trace.RoleQueue, "cuMemcpyHtoDAsync_v2", 7, false, 0, &tracetest.Clock{Now: t}, 0)
+	}
+	base := uint64(time.Second)
+	evs := []trace.Event{
+		queue(base), at(lcProc, trace.RoleLaunch, false, base+300*us), at(lcProc, trace.RoleLaunch, false, base+310*us),
+		at(lcProc, trace.RoleSync, false, base+320*us), at(lcProc, trace.RoleSync, true, base+2*ms),
+		queue(base + 20*ms), at(lcProc, trace.RoleSync, false, base+20*ms+100*us), at(lcProc, trace.RoleSync, true, base+21*ms),
+	}
+	d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{Ceiling: 5 * time.Millisecond})
+	got := run(d, evs, ms, base+40*ms)
+	if len(got) != 2 {
+		t.Fatalf("%d requests %+v, want 2", len(got), got)
+	}
+	if r := got[0]; r.Start != base || r.End != base+2*ms || r.Launches != 2 {
+		t.Errorf("first %+v: want it from the copy (%d) to the synchronize's return, 2 launches", r, base)
+	}
+	if r := got[1]; r.Launches != 0 {
+		t.Errorf("second %+v: a copy launches nothing", r)
+	}
+}
