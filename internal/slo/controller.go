@@ -394,10 +394,11 @@ func (c *Controller) rescue(d *Decision) {
 }
 
 // atLimit holds the closest arm with the most BE and names what stands in the way. It leaves the
-// arm in force only for one closer beyond both intervals: noise reorders arms that miss alike.
+// arm in force only for one closer beyond both intervals, or as close and giving BE more by
+// margin: noise reorders arms that miss alike.
 func (c *Controller) atLimit(d *Decision) {
 	a := c.closest()
-	if c.short(a) == c.short(c.cur) && !c.clearlyCloser(a, c.cur) {
+	if c.short(a) == c.short(c.cur) && !c.clearlyCloser(a, c.cur) && !c.better(a, c.cur) {
 		a = c.cur
 	}
 	d.Bound = fmt.Sprintf("no arm meets every objective: %v comes closest (LC at %.2fx)", a, c.worstMean(a))

@@ -275,6 +275,9 @@ func TestAtLimitHoldsThroughNoise(t *testing.T) {
 		if n := changes(ds[len(ds)-180:]); n > 6 {
 			t.Errorf("seed %d: %d arm changes in the last 180 windows at the limit, want at most one per 30", seed, n)
 		}
+		if share := c.share(c.Arm()); share < 0.7 {
+			t.Errorf("seed %d: held %v with BE at %.0f%%, where 3ms misses as little with 90%%", seed, c.Arm(), 100*share)
+		}
 	}
 }
 
