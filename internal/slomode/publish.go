@@ -107,8 +107,10 @@ func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key str
 			out.Points = []stats.Weighted{{V: lat, W: n}}
 		}
 	}
-	if o.Metric == signal.MetricTPOT { // a request's tokens move together: it is one request, not many samples
-		out.Requests = s.Requests
+	// A request's tokens move together: they are one request, not many samples; tokens of none
+	// finished yet (a long generation) are one's at least. An LC never quiet has steps, no requests.
+	if o.Metric == signal.MetricTPOT && s.Source != signal.TracedStep && len(out.Points) > 0 {
+		out.Requests = max(s.Requests, 1)
 	}
 	row.Signal, row.Samples, row.Requests, row.P50Us = s.Source, stats.Weight(out.Points), s.Requests, float64(p50)/1e3
 	return out

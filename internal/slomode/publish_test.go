@@ -42,6 +42,8 @@ func TestSampleOfTheMetric(t *testing.T) {
 			ms(700, 710, 690), 0, 0, 0, false},
 		{"tpot values, not the requests'", "tpot_p50<=12ms", signal.Latency{Source: signal.Scraped, Requests: 1,
 			Samples: map[string][]time.Duration{signal.MetricRequest: ms(400), signal.MetricTPOT: ms(9, 10, 11)}}, ms(9, 10, 11), 0, 0, 1, false},
+		{"tpot values of no finished request", "tpot_p50<=12ms", signal.Latency{Source: signal.Scraped,
+			Samples: map[string][]time.Duration{signal.MetricTPOT: ms(9, 10, 11)}}, ms(9, 10, 11), 0, 0, 1, false},
 		{"pushed quantile over tokens", "tpot_p99<=15ms", signal.Latency{Requests: 2, Tokens: 30,
 			Quantiles: map[string]time.Duration{"p50": 400 * time.Millisecond, "tpot_p99": 12 * time.Millisecond}}, nil, 12 * time.Millisecond, 30, 2, false},
 		{"pushed quantile over requests", "p99<=50ms", signal.Latency{Requests: 60,
