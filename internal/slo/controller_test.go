@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
+	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
 func mustObjective(tb testing.TB, s string) objective.Objective {
@@ -255,6 +256,26 @@ func TestBoundNamedWhenNothingMeets(t *testing.T) {
 	}
 	if c.Arm().BETimeslice != time.Microsecond {
 		t.Errorf("held %v, want the closest, 1µs", c.Arm())
+	}
+}
+
+func TestReferenceMovesTheEstimates(t *testing.T) {
+	// The LC alone at 10 ms, then at 11 ms under the arm (1.00x of p50<=1.10x), then alone at
+	// 12 ms: the reference becomes 11 ms, and the arm's estimate, a ratio to it, 0.91x.
+	obj := mustObjective(t, "p50<=1.10x")
+	window := func(v time.Duration, idle bool) Observation {
+		s := LCSample{Key: "lc", Objective: obj}
+		for range minSamples {
+			s.Points = append(s.Points, stats.Weighted{V: v, W: 1})
+		}
+		return Observation{LC: []LCSample{s}, BEIdle: idle, BEShare: map[bool]float64{true: math.NaN(), false: 0.8}[idle], Aligned: true}
+	}
+	c := newController(t, Options{})
+	for _, o := range []Observation{window(10*time.Millisecond, true), window(11*time.Millisecond, false), window(12*time.Millisecond, true)} {
+		c.Observe(o)
+	}
+	if got, want := c.worstMean(Arm{BETimeslice: 200 * time.Microsecond}), 11.0/(1.1*11); !(math.Abs(got-want) <= 0.01) {
+		t.Errorf("the arm's estimate %.3f after the reference moved to 11ms, want %.3f", got, want)
 	}
 }
 

@@ -134,9 +134,10 @@ func (c *Controller) measure(d *Decision, o Observation) {
 			}
 			if alone && r.how == objective.Standalone || r.how == objective.Shortest && !mixed && !asked && c.cur == c.shortest() {
 				r.pts, r.reqs, r.gotAt = append(r.pts, s.Points...), r.reqs+requests(s), c.tick
-				if enough(r.pts, r.reqs) {
+				if old := r.value; enough(r.pts, r.reqs) {
 					r.est.Add(float64(stats.WeightedQuantile(r.pts, s.Objective.Quantile)))
 					r.value, r.pts, r.reqs = time.Duration(r.est.Mean()), nil, 0
+					c.rescale(k, float64(old)/float64(r.value))
 				}
 			}
 			ref, res.Reference = r.value, r.String(c)
@@ -167,6 +168,16 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		c.est(c.cur).share.Add(o.BEShare)
 	}
 	d.Worst = c.worstMean(c.cur)
+}
+
+// rescale moves objective k's estimates, ratios to its reference, to one that changed by f (the
+// old over the new; 0: none before).
+func (c *Controller) rescale(k string, f float64) {
+	for _, e := range c.arms {
+		if x := e.lc[k]; x != nil && f > 0 {
+			x.Sx, x.Sxx = x.Sx*f, x.Sxx*f*f
+		}
+	}
 }
 
 // refFor is the reference of sample s, made if new.
