@@ -359,9 +359,11 @@ func sloLine(ss []SLOSample, measureStartNs, changeNs int64) string {
 			line += fmt.Sprintf(", at most %d in any %v of %v", mostChanges(measured, steadySpan), steadySpan, span.Round(time.Second))
 		}
 		if c := slices.IndexFunc(measured, func(s SLOSample) bool { return s.Converged }); c >= 0 {
-			after := measured[c:]
-			line += fmt.Sprintf("; converged %.0fs in: %d changes over the %v after", float64(after[0].MonoNs-measured[0].MonoNs)/1e9,
-				last.Changes-after[0].Changes, time.Duration(last.MonoNs-after[0].MonoNs).Round(time.Second))
+			after, when := measured[c:], fmt.Sprintf("converged %.0fs in", float64(measured[c].MonoNs-measured[0].MonoNs)/1e9)
+			if c == 0 && len(lead) > 0 && lead[len(lead)-1].Converged {
+				when = "converged in the lead-in"
+			}
+			line += fmt.Sprintf("; %s: %d changes over the %v after", when, last.Changes-after[0].Changes, time.Duration(last.MonoNs-after[0].MonoNs).Round(time.Second))
 			if time.Duration(last.MonoNs-after[0].MonoNs) >= 2*steadySpan {
 				line += fmt.Sprintf(", at most %d in any %v", mostChanges(after, steadySpan), steadySpan)
 			}

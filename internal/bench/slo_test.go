@@ -861,4 +861,10 @@ func TestMostChanges(t *testing.T) {
 	if line := sloLine(ss, 0, 0); !strings.Contains(line, "; converged 100s in: 2 changes over the 1m20s after, at most 1 in any 30s") {
 		t.Errorf("line %q", line)
 	}
+	for i := range ss {
+		ss[i].Converged = true
+	}
+	if line := sloLine(ss, 10e9, 0); !strings.Contains(line, "; converged in the lead-in: 4 changes over the 2m50s after") {
+		t.Errorf("line %q", line)
+	}
 }

@@ -241,10 +241,7 @@ func classTable(w io.Writer, st map[string]any, procs []api.Process) error {
 // after indent.
 func decisions(w io.Writer, indent string, last, change *api.SLODecision) {
 	if d := last; d != nil {
-		aligned := ""
-		if d.Aligned {
-			aligned = " (LC windows aligned)"
-		}
+		aligned := map[bool]string{true: " (LC windows aligned)"}[d.Aligned] + map[bool]string{true: " (converged)"}[d.Converged]
 		fmt.Fprintf(w, "%slast decision:\twindow %d%s: %s, %s: %s\n", indent, d.Window, aligned, keptOrChanged(d), d.Cause, d.Reason)
 	}
 	if d := change; d != nil {
