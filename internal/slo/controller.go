@@ -34,15 +34,6 @@ type Options struct {
 	PauseMax int             // windows one pause lasts at most, the first draining BE's queued work [6]
 }
 
-func (o Options) withDefaults() Options {
-	if len(o.Ladder) == 0 {
-		o.Ladder = DefaultLadder
-	}
-	o.Static = cmp.Or(o.Static, 200*time.Microsecond)
-	o.Safe, o.Window, o.PauseMax = cmp.Or(o.Safe, o.Static), cmp.Or(o.Window, time.Second), cmp.Or(o.PauseMax, 6)
-	return o
-}
-
 // The model's fixed numbers, each with why this value.
 const (
 	minSamples    = 20                     // requests (tokens for tpot_) one measurement needs: windows accumulate until it has them
@@ -176,7 +167,11 @@ type stopped struct {
 
 // New returns a controller at the safe arm.
 func New(opts Options) (*Controller, error) {
-	opts = opts.withDefaults()
+	if len(opts.Ladder) == 0 {
+		opts.Ladder = DefaultLadder
+	}
+	opts.Static = cmp.Or(opts.Static, 200*time.Microsecond)
+	opts.Safe, opts.Window, opts.PauseMax = cmp.Or(opts.Safe, opts.Static), cmp.Or(opts.Window, time.Second), cmp.Or(opts.PauseMax, 6)
 	for i, ts := range opts.Ladder {
 		if ts < time.Microsecond || ts%time.Microsecond != 0 || i > 0 && ts <= opts.Ladder[i-1] {
 			return nil, fmt.Errorf("%w: ladder %v: want ascending whole microseconds >= 1us", objective.ErrInvalid, opts.Ladder)
@@ -315,16 +310,14 @@ func (c *Controller) settled(d *Decision) {
 		c.undecided(d)
 		return
 	}
-	switch a, ok := c.candidate(); {
-	case ok && c.tick >= c.nextExplore:
-		if c.left[a].n > 0 && c.nextExplore == 0 {
-			c.nextExplore = c.tick // an arm explored again: the search has converged, explorations from now on budgeted
-		}
+	a, ok := c.candidate()
+	if c.nextExplore == 0 && (!ok || c.left[a].n > 0) {
+		c.nextExplore = c.tick // converged (nothing to explore, or an arm explored again): explorations from now on budgeted
+	}
+	if ok && c.tick >= c.nextExplore {
 		c.enter(Phase{Kind: Exploring, From: c.cur, Limit: c.phase.Limit})
 		c.to(d, CauseExplore, a, fmt.Sprintf("LC at %.2fx its objective under %v: trying %v, which might meet it with %s", c.worstMean(c.cur), c.cur, a, c.shareText(a)))
 		return
-	case !ok && c.nextExplore == 0:
-		c.nextExplore = c.tick // converged: explorations from now on are budgeted
 	}
 	if _, any := c.best(); f != feasible && !any && (c.phase.Limit || f == infeasible) {
 		c.atLimit(d)
@@ -378,13 +371,9 @@ func (c *Controller) rescue(d *Decision) {
 		return
 	}
 	toBE := c.short(c.cur) && c.lcFeasibility(c.cur) != infeasible
-	to, found := Arm{}, false
-	for _, a := range c.set.all() {
-		if (toBE && c.better(a, c.cur) || !toBE && protects(c.set, c.cur, a)) && c.feasibility(a) == possible && (!found || c.share(a) > c.share(to)) {
-			to, found = a, true
-		}
-	}
-	if found {
+	if to, found := c.most(func(a Arm) bool {
+		return (toBE && c.better(a, c.cur) || !toBE && protects(c.set, c.cur, a)) && c.feasibility(a) == possible
+	}); found {
 		c.enter(Phase{Kind: Recovering})
 		c.to(d, CauseViolation, to, miss+fmt.Sprintf("trying %v, which might meet them", to))
 		return
@@ -441,15 +430,23 @@ func (c *Controller) backOff(a Arm) {
 }
 
 // best is the arm known to meet every objective that gives BE the most (the one in force on a tie).
-func (c *Controller) best() (best Arm, ok bool) {
-	best = c.cur
-	for _, a := range c.set.all() {
-		if c.feasibility(a) == feasible && c.evidence(a) >= minEvidence &&
-			(!ok || c.share(a) > c.share(best) || a == c.cur && c.share(a) == c.share(best)) {
-			best, ok = a, true
-		}
+func (c *Controller) best() (Arm, bool) {
+	meets := func(a Arm) bool { return c.feasibility(a) == feasible && c.evidence(a) >= minEvidence }
+	best, ok := c.most(meets)
+	if ok && meets(c.cur) && c.share(c.cur) == c.share(best) {
+		return c.cur, true
 	}
 	return best, ok
+}
+
+// most is the allowed arm for which ok holds that gives BE the most (the first on a tie).
+func (c *Controller) most(ok func(Arm) bool) (best Arm, found bool) {
+	for _, a := range c.set.all() {
+		if ok(a) && (!found || c.share(a) > c.share(best)) {
+			best, found = a, true
+		}
+	}
+	return best, found
 }
 
 // short reports whether a is known to give BE less than its minimum share.
@@ -460,8 +457,8 @@ func (c *Controller) short(a Arm) bool {
 // candidate is the arm to explore expected to give BE more than the one in force by margin (at
 // the limit: to protect the LC more, the workload may have eased): one that might meet the
 // objectives, not backed off, next to the arm in force or to one measured.
-func (c *Controller) candidate() (best Arm, ok bool) {
-	for _, a := range c.set.all() {
+func (c *Controller) candidate() (Arm, bool) {
+	return c.most(func(a Arm) bool {
 		frontier := c.evidence(a) > 0
 		for _, n := range c.set.neighbours(a) {
 			frontier = frontier || n == c.cur || c.evidence(n) >= minEvidence
@@ -470,11 +467,8 @@ func (c *Controller) candidate() (best Arm, ok bool) {
 		if c.phase.Limit {
 			gain = protects(c.set, c.cur, a)
 		}
-		if a != c.cur && c.tick >= c.left[a].until && frontier && c.feasibility(a) == possible && gain && (!ok || c.share(a) > c.share(best)) {
-			best, ok = a, true
-		}
-	}
-	return best, ok
+		return a != c.cur && c.tick >= c.left[a].until && frontier && c.feasibility(a) == possible && gain
+	})
 }
 
 // closest is the measured arm missing by least (the most BE within a quarter of the prior scatter
