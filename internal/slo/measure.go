@@ -53,9 +53,8 @@ type accum struct {
 	ref   time.Duration // the LC alone, where a relative objective knows it (0: not)
 }
 
-// reference is what a relative objective is measured against, learnt how: alone, or beside BE.
-// It goes on learning whenever the LC runs so, as an arm's estimate does: one early measurement
-// of a noisy LC is no reference.
+// reference is what a relative objective is measured against, learnt how: alone, or beside BE; it
+// goes on learning whenever the LC runs so: one early measurement of a noisy LC is no reference.
 type reference struct {
 	how, owner string
 	pts        []stats.Weighted
@@ -67,9 +66,9 @@ type reference struct {
 	last       int           // the window its process last gave a sample
 }
 
-// wanted reports whether a pause would teach it.
-func (r *reference) wanted(c *Controller) bool {
-	return r.value == 0 && r.how == objective.Standalone && c.tick-r.last < idleAfter
+// learning reports whether it is yet to be learnt how (objective.Standalone: a pause would teach it).
+func (r *reference) learning(c *Controller, how string) bool {
+	return r.value == 0 && r.how == how && c.tick-r.last < idleAfter
 }
 
 // String names the reference as the status shows it.
@@ -107,9 +106,8 @@ func enough(pts []stats.Weighted, reqs int) bool {
 	return stats.Weight(pts) >= minSamples && reqs >= minRequests
 }
 
-// measure folds the window in: each sample into its reference (the LC alone, or at the shortest
-// arm, whenever it runs so) or into the arm in force's measurement; one that is enough counts;
-// BE share where BE ran.
+// measure folds the window in: each sample into its reference (the LC alone, or at the shortest arm,
+// whenever it runs so) or the arm in force's measurement, which counts once enough; BE share where BE ran.
 func (c *Controller) measure(d *Decision, o Observation) {
 	asked := c.stoppedAt(c.tick)
 	drain := asked != c.stoppedAt(c.tick-1) // BE's queued work runs on, or it starts again
@@ -125,7 +123,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		if n > 0 {
 			c.active[k], c.quiet = c.tick, 0
 		}
-		res := LCResult{Key: s.Key, Objective: s.Objective.String(), Ratio: math.NaN()}
+		res := LCResult{Key: s.Key, Objective: s.Objective.String()}
 		ref := s.Standalone
 		var r *reference
 		if s.Objective.Relative() && ref <= 0 {
@@ -170,8 +168,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 	d.Worst = c.worstMean(c.cur)
 }
 
-// rescale moves objective k's estimates, ratios to its reference, to one that changed by f (the
-// old over the new; 0: none before).
+// rescale moves objective k's estimates, ratios to its reference, by f: the old one over the new (0: none).
 func (c *Controller) rescale(k string, f float64) {
 	for _, e := range c.arms {
 		if x := e.lc[k]; x != nil && f > 0 {
@@ -222,7 +219,7 @@ func (c *Controller) calibrate(d *Decision, o Observation) {
 	owners, shortest := c.toLearn()
 	if p.Pause > 0 && (len(owners) == 0 || p.Pause >= c.opts.PauseMax || !c.pauseAllowed(owners)) {
 		for _, r := range c.refs { // a pause that taught a reference nothing counts against it
-			if r.wanted(c) && r.gotAt <= c.tick-p.Pause {
+			if r.learning(c, objective.Standalone) && r.gotAt <= c.tick-p.Pause {
 				if r.tries++; r.tries >= calTries {
 					r.how = objective.Shortest
 				}
@@ -258,10 +255,10 @@ func (c *Controller) calibrationDue() bool {
 // toLearn lists the owners of the references a pause would teach; shortest: one is learnt there.
 func (c *Controller) toLearn() (owners []string, shortest bool) {
 	for _, r := range c.refs {
-		if r.wanted(c) {
+		if r.learning(c, objective.Standalone) {
 			owners = append(owners, r.owner)
 		}
-		shortest = shortest || r.value == 0 && r.how == objective.Shortest && c.tick-r.last < idleAfter
+		shortest = shortest || r.learning(c, objective.Shortest)
 	}
 	return owners, shortest
 }
@@ -316,8 +313,8 @@ func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
 	return lo, math.Inf(1)
 }
 
-// evidence is the least weight a's estimates of the objectives in force rest on; worstMean their
-// highest mean (NaN: not known for every objective).
+// evidence is the least weight a's estimates of the objectives in force rest on; worstMean their highest
+// mean (NaN: not known for every objective).
 func (c *Controller) evidence(a Arm) float64  { w, _ := c.measured(a); return w }
 func (c *Controller) worstMean(a Arm) float64 { _, m := c.measured(a); return m }
 func (c *Controller) measured(a Arm) (w, worst float64) {
