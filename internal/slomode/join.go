@@ -58,8 +58,7 @@ func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 		return sets[slices.IndexFunc(sets, func(s []int) bool { return slices.Contains(s, p.GPUs[0]) })], true
 	}
 	for _, s := range l.searches {
-		s.started = !s.live() // it had no LC last window
-		s.lcs, s.bes = nil, nil
+		s.started, s.lcs, s.bes = !s.live(), nil, nil // started: it had no LC last window
 	}
 	l.beSearch = map[string]*search{}
 	for _, p := range lcs {
@@ -87,9 +86,7 @@ func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 		}
 	}
 	for _, s := range l.searches {
-		if !s.live() {
-			s.started = false
-		}
+		s.started = s.started && s.live() // an idle search starts nothing
 	}
 }
 

@@ -295,7 +295,6 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 		}
 		l.alone, rates = aloneNow, l.Share.Roll(now, ws)
 	}
-	window := pol.SLO.Window
 	decided := map[*search]*slo.Decision{}
 	for _, s := range l.sorted() {
 		floor := l.sharedFloor(s)
@@ -322,7 +321,7 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 			for _, p := range s.lcs {
 				w := samples[p.PID]
 				obs.LC = append(obs.LC, w.samples...)
-				obs.Aligned = obs.Aligned && len(w.samples) > 0 && w.began >= prev-window/alignSlack
+				obs.Aligned = obs.Aligned && len(w.samples) > 0 && w.began >= prev-pol.SLO.Window/alignSlack
 			}
 		}
 		from := s.ctl.Arm()

@@ -47,7 +47,9 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 				s, ok, src.kind, key = ss, true, signal.Scraped, key+"/scraped"
 			}
 		}
-		s.Source = cmp.Or(s.Source, src.kind)
+		if ok {
+			s.Source = cmp.Or(s.Source, src.kind)
+		}
 		w := lcWindow{key: key}
 		// A traced or scraped window is one the loop closed: the one closed when the mode came on
 		// spans the time it was off.
@@ -56,10 +58,7 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 			l.used[src], w.began = s.Seq, s.At-s.Window
 		}
 		for _, o := range objs {
-			row := api.SLOLC{PID: p.PID, Comm: p.Comm, Objective: o.String()}
-			if ok {
-				row.Source = s.Source
-			}
+			row := api.SLOLC{PID: p.PID, Comm: p.Comm, Objective: o.String(), Source: s.Source}
 			switch {
 			case !ok && l.Traced != nil:
 				row.Signal = "none pushed or traced"
