@@ -1,7 +1,6 @@
-// Package slo chooses, per GPU, what gives best-effort (BE) work the most
-// GPU that every latency-critical (LC) process's objective allows: a BE
-// timeslice, the request gate, pre-preemption (an Arm), from measured LC
-// latency and BE progress. The controller is a state machine over Phase
+// Package slo chooses, per GPU, what gives best-effort (BE) work the most GPU that every
+// latency-critical (LC) process's objective allows: a BE timeslice, the request gate, pre-preemption
+// (an Arm), from measured LC latency and BE progress. The controller is a state machine over Phase
 // (docs/SLO.md holds its transition table).
 package slo
 
@@ -273,8 +272,7 @@ func (c *Controller) step(d *Decision, o Observation) {
 	}
 }
 
-// exploring measures the arm explored until it meets, misses, or stays undecided for two
-// measurements' span.
+// exploring measures the arm explored until it meets, misses, or is undecided for two measurements.
 func (c *Controller) exploring(d *Decision) {
 	switch f := c.feasibility(c.cur); {
 	case f == infeasible:
@@ -490,8 +488,7 @@ func (c *Controller) closest() Arm {
 	return best
 }
 
-// clearlyCloser reports whether every objective's upper bound under a is below the worst lower
-// bound under b, or b is not measured.
+// clearlyCloser: b is unmeasured, or every objective's upper bound under a is below b's worst lower one.
 func (c *Controller) clearlyCloser(a, b Arm) bool {
 	if math.IsNaN(c.worstMean(b)) {
 		return true

@@ -341,9 +341,8 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 	return decided
 }
 
-// steer tells the request gate, for each LC of a search, whether its search's arm holds BE through
-// its requests; a search whose LC gates its own requests and was answered otherwise at its last
-// push lags.
+// steer tells the request gate whether each LC's search's arm holds BE through its requests; a
+// search whose LC gates its own requests and was answered otherwise at its last push lags.
 func (l *Loop) steer(pol *policy.Policy) {
 	if l.Gate == nil {
 		return

@@ -76,6 +76,5 @@ func (l *Loop) resume(why string) {
 	l.log.Info("slo: BE processes resumed", "reason", why)
 }
 
-// Close resumes what SLO mode stopped, on the daemon's way out (a daemon that dies leaves it to the
-// Pauser's watchdog).
+// Close resumes what SLO mode stopped as the daemon exits (a dying one leaves it to the Pauser's watchdog).
 func (l *Loop) Close() { l.resume("gpreemptd stopping") }

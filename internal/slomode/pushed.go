@@ -48,8 +48,7 @@ func (p *pushed) forget(pid int) {
 	p.mu.Unlock()
 }
 
-// quantileName is the pushed quantile that stands for q: the named one at or above it (p99 for
-// 0.95), never a lower one than it names.
+// quantileName is the pushed quantile that stands for q: the named one at or above it (p99 for 0.95).
 func quantileName(q float64) string {
 	for i, c := range []float64{0.5, 0.9, 0.99, 0.999} {
 		if q <= c+1e-9 {

@@ -7,8 +7,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/policy"
 )
 
-// sampleSource is where an LC process's windows come from (a Source constant): each numbers its
-// own, and a window is used once.
+// sampleSource is where an LC's windows come from (a Source constant): each numbers its own, used once.
 type sampleSource struct {
 	pid  int
 	kind string
