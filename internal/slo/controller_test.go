@@ -107,9 +107,9 @@ func TestTokensCountWithin20Windows(t *testing.T) {
 	}
 }
 
-// perRequestLLM is the pushed GPT-2 LC on an H200 (2026-11-29): a request a second, 15 token
-// intervals each, whose per-request TPOT p50 spread from 9 to 24 ms (mostly 10-11 and 16-18 ms)
-// whatever BE did, while BE moved it by ~10%; BE idled half of every 8 s.
+// perRequestLLM is an eager decode LC pushing its windows: a request a second, 15 token
+// intervals each, whose requests differ in speed by ~30% whatever BE does (docs/GPU-FACTS.md),
+// while BE moves it by ~10%.
 var perRequestLLM = Workload{
 	Name: "per-request-llm", Baseline: 13 * time.Millisecond, Noise: 0.3, ShareNoise: 0.03,
 	Requests: 15, PerRequest: true, Spread: 0.05,

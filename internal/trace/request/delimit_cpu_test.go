@@ -90,19 +90,16 @@ func (c *cpuThread) strayStep(n, at int, lo, hi uint64) uint64 {
 func generate(n int, known bool) *workload {
 	w := newWorkload(7)
 	c := newCPUThread(w, known)
-	for i := range n {
-		start := 1e9 + uint64(i)*800*ms
+	w.periodic(n, 800*ms, func(_ int, start uint64) (end uint64, launches int) {
 		c.wait(start - c.now)
-		var end uint64
 		for tok := range 16 {
 			if tok > 0 {
 				c.run(w.inner(w.between(2*ms, 8*ms)))
 			}
 			end = c.step(200, 25*us, 40*us, w.between(5*ms, 8*ms))
 		}
-		w.request(lcProc, start, end, 16*200)
-		w.minOuter = min(w.minOuter, 1e9+uint64(i+1)*800*ms-end)
-	}
+		return end, 16 * 200
+	})
 	return w
 }
 
@@ -111,13 +108,10 @@ func generate(n int, known bool) *workload {
 func resnetCPU(n int) *workload {
 	w := newWorkload(8)
 	c := newCPUThread(w, true)
-	for i := range n {
-		start := 1e9 + uint64(i)*20*ms
+	w.periodic(n, 20*ms, func(_ int, start uint64) (uint64, int) {
 		c.wait(start - c.now)
-		end := c.step(50, 20*us, 200*us, 500*us)
-		w.request(lcProc, start, end, 50)
-		w.minOuter = min(w.minOuter, 1e9+uint64(i+1)*20*ms-end)
-	}
+		return c.step(50, 20*us, 200*us, 500*us), 50
+	})
 	return w
 }
 
@@ -134,17 +128,14 @@ func resnetStray(n int, s stray, seed uint64, known bool, tick uint64) *workload
 	w := newWorkload(seed)
 	c := newCPUThread(w, known)
 	c.tick = tick
-	for i := range n {
-		start := 1e9 + uint64(i)*20*ms
+	w.periodic(n, 20*ms, func(i int, start uint64) (uint64, int) {
 		c.wait(start - c.now)
 		at := 0
 		if i%s.every == 3%s.every {
 			at = 25
 		}
-		c.strayStep(50, at, s.lo, s.hi)
-		w.request(lcProc, start, c.now, 50)
-		w.minOuter = min(w.minOuter, 1e9+uint64(i+1)*20*ms-c.now)
-	}
+		return c.strayStep(50, at, s.lo, s.hi), 50
+	})
 	return w
 }
 
@@ -155,8 +146,7 @@ func resnetStray(n int, s stray, seed uint64, known bool, tick uint64) *workload
 func resnetPause(n int) *workload {
 	w := newWorkload(12)
 	c := newCPUThread(w, true)
-	for i := range n {
-		start := 1e9 + uint64(i)*40*ms
+	w.periodic(n, 40*ms, func(_ int, start uint64) (uint64, int) {
 		c.wait(start - c.now)
 		for phase := range 2 {
 			if phase > 0 {
@@ -164,9 +154,8 @@ func resnetPause(n int) *workload {
 			}
 			c.strayStep(25, 12, 1200*us, 1400*us)
 		}
-		w.request(lcProc, start, c.now, 50)
-		w.minOuter = min(w.minOuter, 1e9+uint64(i+1)*40*ms-c.now)
-	}
+		return c.now, 50
+	})
 	return w
 }
 
@@ -240,8 +229,8 @@ func TestDelimiterOnCPU(t *testing.T) {
 		// than 16x below the gaps between requests: the asleep gaps are
 		// split from the CPU work by 4x.
 		{"eager resnet50 every 20 ms, a stray long gap of CPU work", resnetStray(60, rare, 11, true, 0), learntExact},
-		// As on the H200: strays of 0.5-2 ms in every other request, and
-		// CPU times read at 4 ms ticks, so most strays look asleep and a
+		// Strays of 0.5-2 ms in every other request, and CPU times read
+		// at 4 ms scheduler ticks (docs/TRACING.md), so most strays look asleep and a
 		// few launch gaps look like CPU work; the gaps between requests,
 		// after a wake-up, do not.
 		{"eager resnet50 every 20 ms, strays, CPU time by ticks", resnetStray(60, often, 13, true, 4*ms), learntExact},

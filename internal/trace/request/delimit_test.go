@@ -64,6 +64,17 @@ func (w *workload) request(p tracetest.Process, start, end uint64, launches int)
 	w.want = append(w.want, request.Request{PID: p.PID, Kind: request.KindRequest, Start: start, End: end, Launches: launches})
 }
 
+// periodic makes n requests of lcProc, one every period from 1 s: serve
+// makes request i's calls from start and returns its end and launches.
+func (w *workload) periodic(n int, period uint64, serve func(i int, start uint64) (end uint64, launches int)) {
+	for i := range n {
+		start := 1e9 + uint64(i)*period
+		end, launches := serve(i, start)
+		w.request(lcProc, start, end, launches)
+		w.minOuter = min(w.minOuter, start+period-end)
+	}
+}
+
 // run feeds evs to d, ticking every tick of event time (as the gate and
 // the SLO window do), and ticks on until until; it returns what d emitted.
 func run(d *request.Delimiter, evs []trace.Event, tick, until uint64) []request.Request {
@@ -95,12 +106,10 @@ var lcProc = tracetest.Process{PID: 10, TID: 11, Comm: "lc"}
 // a synchronize, ~14 ms between requests (under the 25 ms ceiling).
 func resnet(n int) *workload {
 	w := newWorkload(1)
-	for i := range n {
-		start := 1e9 + uint64(i)*20*ms
+	w.periodic(n, 20*ms, func(_ int, start uint64) (uint64, int) {
 		_, end := w.step(lcProc, start, 50, 20*us, 200*us, 500*us)
-		w.request(lcProc, start, end, 50)
-		w.minOuter = min(w.minOuter, 1e9+uint64(i+1)*20*ms-end)
-	}
+		return end, 50
+	})
 	return w
 }
 
@@ -110,19 +119,16 @@ func resnet(n int) *workload {
 // next token's first launch (sampLo to sampHi).
 func decode(n int, sampLo, sampHi uint64) *workload {
 	w := newWorkload(2)
-	for i := range n {
-		start := 1e9 + uint64(i)*1000*ms
+	w.periodic(n, 1000*ms, func(_ int, start uint64) (end uint64, launches int) {
 		t := start
-		var end uint64
 		for tok := range 32 {
 			if tok > 0 {
 				t = end + w.inner(w.between(sampLo, sampHi))
 			}
 			_, end = w.step(lcProc, t, 400, 25*us, 40*us, w.between(1*ms, 3*ms))
 		}
-		w.request(lcProc, start, end, 32*400)
-		w.minOuter = min(w.minOuter, 1e9+uint64(i+1)*1000*ms-end)
-	}
+		return end, 32 * 400
+	})
 	return w
 }
 
@@ -130,12 +136,10 @@ func decode(n int, sampLo, sampHi uint64) *workload {
 // request, 1.3 ms each, every 20 ms.
 func graph(n int) *workload {
 	w := newWorkload(3)
-	for i := range n {
-		start := 1e9 + uint64(i)*20*ms
+	w.periodic(n, 20*ms, func(_ int, start uint64) (uint64, int) {
 		_, end := w.step(lcProc, start, 1, 5*us, 5*us, 1300*us)
-		w.request(lcProc, start, end, 1)
-		w.minOuter = min(w.minOuter, 1e9+uint64(i+1)*20*ms-end)
-	}
+		return end, 1
+	})
 	return w
 }
 
