@@ -218,13 +218,13 @@ func TestDelimiterOnCPU(t *testing.T) {
 		// learnt between them (~1 ms) and the first generate() is cut
 		// per token. Here the gaps between requests outweigh them later
 		// and the gap is learnt again above them; with the noisier gaps
-		// of a real app (measured on an H200) it stayed at 1.7-8 ms.
+		// of a real app it stays at 1.7-8 ms (docs/GPU-FACTS.md).
 		{"eager generate(), CPU time unknown", generate(8, false), firstCut},
 		// The ~14 ms between requests are asleep: still quiet.
 		{"eager resnet50 every 20 ms, CPU time known", resnetCPU(60), learntExact},
 		// A stray long gap of CPU work puts the gap above it, and the
-		// requests are still delimited (on an H200 and on a replica here
-		// one such gap kept the gap from being learnt at all). Once
+		// requests are still delimited (without it one such gap kept the
+		// gap from being learnt at all: docs/TRACING.md). Once
 		// counted, its bucket joins the launch gaps' cluster, ~2 ms, less
 		// than 16x below the gaps between requests: the asleep gaps are
 		// split from the CPU work by 4x.
