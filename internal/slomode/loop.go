@@ -111,14 +111,8 @@ func (l *Loop) PrepreemptUpTo(pol *policy.Policy, lcs []policy.ProcRef) time.Dur
 	if !slices.ContainsFunc(lcs, func(p policy.ProcRef) bool { _, ok := l.status.Engines[strconv.Itoa(p.PID)]; return ok }) {
 		return 0
 	}
-	up := slices.Max(ladderOf(pol))
-	if c := pol.SLO.SpinnerCeiling; c > 0 {
-		up = min(up, c)
-	}
-	if b := pol.SLO.PrepreemptBelow; b > 0 {
-		up = min(up, b-1)
-	}
-	return up
+	up := slices.Max(pol.SLO.Rungs()) // either bound 0: none
+	return min(up, cmp.Or(pol.SLO.SpinnerCeiling, up), cmp.Or(pol.SLO.PrepreemptBelow, up+1)-1)
 }
 
 // SearchTimeslice is the BE timeslice the search on gpus (api.GPUList) holds, live or idle.
@@ -174,14 +168,6 @@ func (l *Loop) toldLocked(pid int) bool {
 
 // Window is the policy's observation window (for the daemon's ticker).
 func (l *Loop) Window() time.Duration { return windowOf(l.rec.Policy()) }
-
-// ladderOf is the policy's ladder, its default where none is set.
-func ladderOf(pol *policy.Policy) []time.Duration {
-	if len(pol.SLO.Ladder) == 0 {
-		return slo.DefaultLadder
-	}
-	return pol.SLO.Ladder
-}
 
 func windowOf(pol *policy.Policy) time.Duration {
 	return cmp.Or(max(pol.SLO.Window, 0), policy.DefaultSLOWindow)

@@ -121,7 +121,7 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := api.SLO{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
-		Ladder: fmtLadder(ladderOf(pol)), MinBEShare: pol.SLO.MinBEShare, Calibrate: map[bool]string{true: "pause", false: "shortest"}[l.conf.pause > 0],
+		Ladder: fmtLadder(pol.SLO.Rungs()), MinBEShare: pol.SLO.MinBEShare, Calibrate: map[bool]string{true: "pause", false: "shortest"}[l.conf.pause > 0],
 		Engines: l.status.Engines, Prepreempt: true}
 	told := map[int]bool{}
 	for _, s := range l.sorted() {
