@@ -83,7 +83,7 @@ type sloConf struct {
 func New(rec Reconciler, now func() time.Duration, m Metrics, log *slog.Logger) *Loop {
 	p := &pushed{now: now, by: map[int]signal.Latency{}}
 	return &Loop{rec: rec, metrics: m, log: cmp.Or(log, slog.New(slog.DiscardHandler)), push: p, Latency: p,
-		used: map[sampleSource]uint64{}, tracing: map[string]*traceWant{}}
+		used: map[sampleSource]uint64{}, tracing: map[string]*traceWant{}, status: api.SLO{Engines: map[string]api.Engine{}}}
 }
 
 // Push takes a stats push's latency window and engine state.
@@ -93,9 +93,6 @@ func (l *Loop) Push(pid int, s api.Stats) {
 	}
 	if s.Engine != nil {
 		l.mu.Lock()
-		if l.status.Engines == nil {
-			l.status.Engines = map[string]api.Engine{}
-		}
 		l.status.Engines[strconv.Itoa(pid)] = *s.Engine
 		l.mu.Unlock()
 	}
@@ -218,9 +215,6 @@ func (l *Loop) Step(now time.Duration) {
 	var decided map[*search]*slo.Decision
 	var samples map[int]lcWindow
 	if starting { // the first window starts now, and the status says what is in force
-		for _, s := range l.searches {
-			s.started = false
-		}
 		l.log.Info("slo: mode on; BE beside an LC at the safe timeslice until LC latency is known", "be_timeslice", conf.safe, "window", pol.SLO.Window)
 	} else {
 		samples = l.lcSamples(pol, lcs, now)
