@@ -43,7 +43,7 @@ type Loop struct {
 	windows  int                // windows observed (api.SLODecision.Window)
 	used     map[sampleSource]uint64
 	tracing  map[string]*traceWant // the LC processes request tracing may measure, by ProcRef.Key
-	held     map[int]bool          // what steer last gave each LC, by pid: a self-gating engine's last answer
+	held     map[int]bool          // whether the gate holds BE for each LC, by pid: a self-gating engine's last answer
 
 	mu             sync.Mutex
 	status         api.SLO
@@ -64,10 +64,10 @@ type search struct {
 	pausing    bool             // its last decision stopped its BE
 	lcs, bes   []policy.ProcRef // the LC and BE processes on its GPUs this window (no BE without an LC)
 	prepreempt time.Duration    // its pre-preemption arms go up to this BE timeslice (0: none)
-	// lagged: an LC's engine takes a changed word (pre-preemption; the gate, gateLag) at its next
-	// push, so the window now running ran the word before.
-	lagged, gateLag bool
-	status          api.SLOSearch
+	// lagged: an LC's engine takes a changed word (pre-preemption, the gate) at its next push, so
+	// the window now running ran the word before.
+	lagged bool
+	status api.SLOSearch
 }
 
 func (s *search) live() bool { return len(s.lcs) > 0 }
@@ -225,8 +225,10 @@ func (l *Loop) Step(now time.Duration) {
 		})
 	}
 	per := l.assign(all)
-	l.steer(pol)
 	l.publish(pol, decided, samples, all, per)
+	if l.Gate != nil { // whether each LC's search's arm holds BE through its requests
+		l.Gate.Steer(l.held)
+	}
 }
 
 // off ends the mode: BE resumed, at the policy's timeslice, and nothing measured.
@@ -319,26 +321,6 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 		}
 	}
 	return decided
-}
-
-// steer tells the request gate whether each LC's search's arm holds BE through its requests; a
-// search whose LC gates its own requests and was answered otherwise at its last push lags.
-func (l *Loop) steer(pol *policy.Policy) {
-	if l.Gate == nil {
-		return
-	}
-	holds, on := map[int]bool{}, pol.Gate.Mode != policy.GateOff
-	for _, s := range l.searches {
-		s.gateLag = false
-		for _, p := range s.lcs {
-			h := s.ctl.Arm().Gate
-			was, steered := l.held[p.PID] // unsteered, it was told the policy's mode
-			s.gateLag = s.gateLag || on && h != (was || !steered) && l.Gate.SelfGated(p.PID)
-			holds[p.PID] = h
-		}
-	}
-	l.held = holds
-	l.Gate.Steer(holds)
 }
 
 // options are a search's controller options: references learnt with BE stopped (slo.calibrate:
