@@ -89,20 +89,16 @@ func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key str
 	}
 	p50 := stats.WeightedQuantile(out.Points, 0.5)
 	if len(out.Points) == 0 {
-		name, median := quantileName(o.Quantile), "p50"
-		if o.Metric != "" {
-			name, median = o.Metric+"_"+name, o.Metric+"_p50"
-		}
+		prefix := map[bool]string{true: o.Metric + "_"}[o.Metric != ""]
+		name := prefix + quantileName(o.Quantile)
 		lat, ok := s.Quantiles[name]
 		if !ok {
 			row.Signal = s.Source + " without " + name
 			return nil
 		}
-		n := s.Requests
-		if o.Metric == signal.MetricTPOT && s.Tokens > 0 { // an LLM server finishes a request or two a second
-			n = s.Tokens
-		}
-		if p50 = s.Quantiles[median]; lat > 0 && n > 0 {
+		// tpot_ over tokens, where counted: an LLM server finishes a request or two a second.
+		n := cmp.Or(map[bool]int{true: s.Tokens}[o.Metric == signal.MetricTPOT], s.Requests)
+		if p50 = s.Quantiles[prefix+"p50"]; lat > 0 && n > 0 {
 			out.Points = []stats.Weighted{{V: lat, W: n}}
 		}
 	}
