@@ -222,10 +222,6 @@ func (c *Controller) Observe(o Observation) Decision {
 	d := Decision{Worst: math.NaN(), BEShare: o.BEShare, Aligned: o.Aligned}
 	c.measure(&d, o)
 	c.step(&d, o)
-	if d.PauseBE {
-		owners, _ := c.toLearn()
-		c.stops, c.paused = append(c.stops, stopped{c.tick + 1, owners}), c.paused+1
-	}
 	if c.phase.Kind == Calibrating {
 		c.calibrated++
 	}
@@ -317,7 +313,7 @@ func (c *Controller) settled(d *Decision) {
 		c.to(d, CauseExplore, a, fmt.Sprintf("LC at %.2fx its objective under %v: trying %v, which might meet it with %s", c.worstMean(c.cur), c.cur, a, c.shareText(a)))
 		return
 	}
-	if _, any := c.best(); f != feasible && !any && (c.phase.Limit || f == infeasible) {
+	if c.phase.Limit { // an arm missing is rescued above, and one known to meet is taken
 		c.atLimit(d)
 		return
 	}
