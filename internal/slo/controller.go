@@ -233,11 +233,9 @@ func (c *Controller) Observe(o Observation) Decision {
 // step is the one transition function: from the phase in force and the window, the next phase and arm.
 func (c *Controller) step(d *Decision, o Observation) {
 	k := c.phase.Kind
-	switch to := c.set.clamp(c.cur); {
-	case c.tick == 1 && c.safe() != c.cur: // the arms offered are known from the first window
-		c.to(d, CauseUnavailable, c.safe(), fmt.Sprintf("the arms allowed now put the search at %v", c.safe()))
+	switch to := map[bool]Arm{true: c.safe(), false: c.set.clamp(c.cur)}[c.tick == 1]; { // the arms offered are known from the first window
 	case to != c.cur:
-		c.to(d, map[bool]string{true: CauseFloor, false: CauseUnavailable}[c.set.rung(c.cur) < c.set.lo], to, fmt.Sprintf("the arms allowed now put the search at %v", to))
+		c.to(d, map[bool]string{true: CauseFloor, false: CauseUnavailable}[c.tick > 1 && c.set.rung(c.cur) < c.set.lo], to, fmt.Sprintf("the arms allowed now put the search at %v", to))
 	case c.quiet >= idleAfter && k != Fallback:
 		c.enter(Phase{Kind: Fallback})
 		c.to(d, CauseNoSignal, c.safe(), fmt.Sprintf("no LC latency for %d windows: the safe arm", c.quiet))
