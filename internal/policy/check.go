@@ -10,7 +10,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpreempt/gpreempt/class"
-	"github.com/gpreempt/gpreempt/internal/slo"
 )
 
 // checkSettings refuses a default or a rule whose class and weight give
@@ -22,11 +21,7 @@ func checkSettings(p *Policy, def *yaml.Node) error {
 	if _, ok := p.Classes[class.BE]; ok && p.SLO.Enabled {
 		t := maps.Clone(p.Classes)
 		be := t[class.BE]
-		ladder := p.SLO.Ladder
-		if len(ladder) == 0 {
-			ladder = slo.DefaultLadder
-		}
-		be.Timeslice = max(be.Timeslice, slices.Max(ladder), p.SLO.Safe, p.SLO.SharedFloor)
+		be.Timeslice = max(be.Timeslice, slices.Max(p.SLO.Rungs()), p.SLO.Safe, p.SLO.SharedFloor)
 		t[class.BE] = be
 		classes = append(classes, t)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/endpoint"
+	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
 )
 
@@ -161,6 +162,14 @@ const (
 	DefaultSpinnerCeiling  = 50 * time.Microsecond
 	DefaultPauseWindows    = 5
 )
+
+// Rungs is the ladder SLO mode chooses among: Ladder, slo.DefaultLadder where none is set.
+func (s SLO) Rungs() []time.Duration {
+	if len(s.Ladder) == 0 {
+		return slo.DefaultLadder
+	}
+	return s.Ladder
+}
 
 // Objective is the latency objectives of a process given decision d: its
 // rule's, else the lc class's; none for other classes.

@@ -222,10 +222,6 @@ func (c *Controller) Observe(o Observation) Decision {
 	d := Decision{Worst: math.NaN(), BEShare: o.BEShare, Aligned: o.Aligned}
 	c.measure(&d, o)
 	c.step(&d, o)
-	if d.PauseBE {
-		owners, _ := c.toLearn()
-		c.stops, c.paused = append(c.stops, stopped{c.tick + 1, owners}), c.paused+1
-	}
 	if c.phase.Kind == Calibrating {
 		c.calibrated++
 	}
@@ -237,11 +233,9 @@ func (c *Controller) Observe(o Observation) Decision {
 // step is the one transition function: from the phase in force and the window, the next phase and arm.
 func (c *Controller) step(d *Decision, o Observation) {
 	k := c.phase.Kind
-	switch to := c.set.clamp(c.cur); {
-	case c.tick == 1 && c.safe() != c.cur: // the arms offered are known from the first window
-		c.to(d, CauseUnavailable, c.safe(), fmt.Sprintf("the arms allowed now put the search at %v", c.safe()))
+	switch to := map[bool]Arm{true: c.safe(), false: c.set.clamp(c.cur)}[c.tick == 1]; { // the arms offered are known from the first window
 	case to != c.cur:
-		c.to(d, map[bool]string{true: CauseFloor, false: CauseUnavailable}[c.set.rung(c.cur) < c.set.lo], to, fmt.Sprintf("the arms allowed now put the search at %v", to))
+		c.to(d, map[bool]string{true: CauseFloor, false: CauseUnavailable}[c.tick > 1 && c.set.rung(c.cur) < c.set.lo], to, fmt.Sprintf("the arms allowed now put the search at %v", to))
 	case c.quiet >= idleAfter && k != Fallback:
 		c.enter(Phase{Kind: Fallback})
 		c.to(d, CauseNoSignal, c.safe(), fmt.Sprintf("no LC latency for %d windows: the safe arm", c.quiet))
@@ -317,7 +311,7 @@ func (c *Controller) settled(d *Decision) {
 		c.to(d, CauseExplore, a, fmt.Sprintf("LC at %.2fx its objective under %v: trying %v, which might meet it with %s", c.worstMean(c.cur), c.cur, a, c.shareText(a)))
 		return
 	}
-	if _, any := c.best(); f != feasible && !any && (c.phase.Limit || f == infeasible) {
+	if c.phase.Limit { // an arm missing is rescued above, and one known to meet is taken
 		c.atLimit(d)
 		return
 	}

@@ -234,7 +234,8 @@ func (c *Controller) calibrate(d *Decision, o Observation) {
 		c.enter(Phase{Kind: Settled})
 		c.to(d, CauseCalibrate, from, fmt.Sprintf("references learnt: back to %v", from))
 	case len(owners) > 0 && c.canPause() && !idle && (p.Pause > 0 || c.pauseAllowed(owners)):
-		p.Pause, d.PauseBE = p.Pause+1, true
+		p.Pause, d.PauseBE, c.paused = p.Pause+1, true, c.paused+1
+		c.stops = append(c.stops, stopped{c.tick + 1, owners})
 		c.keep(d, CauseCalibrate, fmt.Sprintf("learning an LC's standalone latency with BE stopped (window %d of at most %d)", p.Pause, c.opts.PauseMax))
 	case shortest:
 		c.to(d, CauseCalibrate, c.shortest(), fmt.Sprintf("learning an LC's latency beside BE under the shortest arm, %v", c.shortest()))

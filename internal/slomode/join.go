@@ -21,19 +21,16 @@ func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 	procs := slices.Concat(lcs, all)
 	listing := slices.ContainsFunc(procs, func(p policy.ProcRef) bool { return len(p.GPUs) > 0 })
 	seen, node := map[string]int{}, false
-	for _, p := range procs {
-		if len(p.GPUs) > 0 {
-			continue
-		}
-		first, ok := l.unlisted[p.Key()]
-		if !ok {
-			first = map[bool]int{true: l.windows, false: -1}[listing]
-		}
-		seen[p.Key()], node = first, node || first < l.windows
-	}
-	l.unlisted = seen
 	var sets [][]int // disjoint, each sorted
 	for _, p := range procs {
+		if len(p.GPUs) == 0 {
+			first, ok := l.unlisted[p.Key()]
+			if !ok {
+				first = map[bool]int{true: l.windows, false: -1}[listing]
+			}
+			seen[p.Key()], node = first, node || first < l.windows
+			continue
+		}
 		set := slices.Clone(p.GPUs)
 		sets = slices.DeleteFunc(sets, func(s []int) bool {
 			joined := slices.ContainsFunc(s, func(g int) bool { return slices.Contains(p.GPUs, g) })
@@ -42,11 +39,10 @@ func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 			}
 			return joined
 		})
-		if len(set) > 0 {
-			slices.Sort(set)
-			sets = append(sets, slices.Compact(set))
-		}
+		slices.Sort(set)
+		sets = append(sets, slices.Compact(set))
 	}
+	l.unlisted = seen
 	// setOf is p's search by its GPUs, nil for the node's; false: in none.
 	setOf := func(p policy.ProcRef) ([]int, bool) {
 		switch {

@@ -43,7 +43,7 @@ type Loop struct {
 	windows  int                // windows observed (api.SLODecision.Window)
 	used     map[sampleSource]uint64
 	tracing  map[string]*traceWant // the LC processes request tracing may measure, by ProcRef.Key
-	held     map[int]bool          // what steer last gave each LC, by pid: a self-gating engine's last answer
+	held     map[int]bool          // whether the gate holds BE for each LC, by pid: a self-gating engine's last answer
 
 	mu             sync.Mutex
 	status         api.SLO
@@ -64,10 +64,10 @@ type search struct {
 	pausing    bool             // its last decision stopped its BE
 	lcs, bes   []policy.ProcRef // the LC and BE processes on its GPUs this window (no BE without an LC)
 	prepreempt time.Duration    // its pre-preemption arms go up to this BE timeslice (0: none)
-	// lagged: an LC's engine takes a changed word (pre-preemption; the gate, gateLag) at its next
-	// push, so the window now running ran the word before.
-	lagged, gateLag bool
-	status          api.SLOSearch
+	// lagged: an LC's engine takes a changed word (pre-preemption, the gate) at its next push, so
+	// the window now running ran the word before.
+	lagged bool
+	status api.SLOSearch
 }
 
 func (s *search) live() bool { return len(s.lcs) > 0 }
@@ -83,7 +83,7 @@ type sloConf struct {
 func New(rec Reconciler, now func() time.Duration, m Metrics, log *slog.Logger) *Loop {
 	p := &pushed{now: now, by: map[int]signal.Latency{}}
 	return &Loop{rec: rec, metrics: m, log: cmp.Or(log, slog.New(slog.DiscardHandler)), push: p, Latency: p,
-		used: map[sampleSource]uint64{}, tracing: map[string]*traceWant{}}
+		used: map[sampleSource]uint64{}, tracing: map[string]*traceWant{}, status: api.SLO{Engines: map[string]api.Engine{}}}
 }
 
 // Push takes a stats push's latency window and engine state.
@@ -93,9 +93,6 @@ func (l *Loop) Push(pid int, s api.Stats) {
 	}
 	if s.Engine != nil {
 		l.mu.Lock()
-		if l.status.Engines == nil {
-			l.status.Engines = map[string]api.Engine{}
-		}
 		l.status.Engines[strconv.Itoa(pid)] = *s.Engine
 		l.mu.Unlock()
 	}
@@ -111,14 +108,8 @@ func (l *Loop) PrepreemptUpTo(pol *policy.Policy, lcs []policy.ProcRef) time.Dur
 	if !slices.ContainsFunc(lcs, func(p policy.ProcRef) bool { _, ok := l.status.Engines[strconv.Itoa(p.PID)]; return ok }) {
 		return 0
 	}
-	up := slices.Max(ladderOf(pol))
-	if c := pol.SLO.SpinnerCeiling; c > 0 {
-		up = min(up, c)
-	}
-	if b := pol.SLO.PrepreemptBelow; b > 0 {
-		up = min(up, b-1)
-	}
-	return up
+	up := slices.Max(pol.SLO.Rungs()) // either bound 0: none
+	return min(up, cmp.Or(pol.SLO.SpinnerCeiling, up), cmp.Or(pol.SLO.PrepreemptBelow, up+1)-1)
 }
 
 // SearchTimeslice is the BE timeslice the search on gpus (api.GPUList) holds, live or idle.
@@ -175,14 +166,6 @@ func (l *Loop) toldLocked(pid int) bool {
 // Window is the policy's observation window (for the daemon's ticker).
 func (l *Loop) Window() time.Duration { return windowOf(l.rec.Policy()) }
 
-// ladderOf is the policy's ladder, its default where none is set.
-func ladderOf(pol *policy.Policy) []time.Duration {
-	if len(pol.SLO.Ladder) == 0 {
-		return slo.DefaultLadder
-	}
-	return pol.SLO.Ladder
-}
-
 func windowOf(pol *policy.Policy) time.Duration {
 	return cmp.Or(max(pol.SLO.Window, 0), policy.DefaultSLOWindow)
 }
@@ -232,9 +215,6 @@ func (l *Loop) Step(now time.Duration) {
 	var decided map[*search]*slo.Decision
 	var samples map[int]lcWindow
 	if starting { // the first window starts now, and the status says what is in force
-		for _, s := range l.searches {
-			s.started = false
-		}
 		l.log.Info("slo: mode on; BE beside an LC at the safe timeslice until LC latency is known", "be_timeslice", conf.safe, "window", pol.SLO.Window)
 	} else {
 		samples = l.lcSamples(pol, lcs, now)
@@ -245,8 +225,10 @@ func (l *Loop) Step(now time.Duration) {
 		})
 	}
 	per := l.assign(all)
-	l.steer(pol)
 	l.publish(pol, decided, samples, all, per)
+	if l.Gate != nil { // whether each LC's search's arm holds BE through its requests
+		l.Gate.Steer(l.held)
+	}
 }
 
 // off ends the mode: BE resumed, at the policy's timeslice, and nothing measured.
@@ -339,26 +321,6 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 		}
 	}
 	return decided
-}
-
-// steer tells the request gate whether each LC's search's arm holds BE through its requests; a
-// search whose LC gates its own requests and was answered otherwise at its last push lags.
-func (l *Loop) steer(pol *policy.Policy) {
-	if l.Gate == nil {
-		return
-	}
-	holds, on := map[int]bool{}, pol.Gate.Mode != policy.GateOff
-	for _, s := range l.searches {
-		s.gateLag = false
-		for _, p := range s.lcs {
-			h := s.ctl.Arm().Gate
-			was, steered := l.held[p.PID] // unsteered, it was told the policy's mode
-			s.gateLag = s.gateLag || on && h != (was || !steered) && l.Gate.SelfGated(p.PID)
-			holds[p.PID] = h
-		}
-	}
-	l.held = holds
-	l.Gate.Steer(holds)
 }
 
 // options are a search's controller options: references learnt with BE stopped (slo.calibrate:

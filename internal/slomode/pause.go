@@ -44,9 +44,7 @@ func (l *Loop) pauseFor(decided map[*search]*slo.Decision, max time.Duration) {
 		case err != nil:
 			l.log.Error("slo: could not stop BE processes to learn an LC alone; calibrating beside them", "gpus", s.key, "err", err)
 			s.pausing = false
-			keep = slices.DeleteFunc(keep, func(b policy.ProcRef) bool {
-				return slices.ContainsFunc(s.bes, func(o policy.ProcRef) bool { return o.Key() == b.Key() })
-			})
+			keep = slices.DeleteFunc(keep, func(b policy.ProcRef) bool { return l.beSearch[b.Key()] == s })
 			if _, err := l.Pause.ResumeExcept(keep); err != nil {
 				l.log.Error("slo: resuming BE processes", "err", err)
 			}

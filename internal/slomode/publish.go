@@ -89,20 +89,16 @@ func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key str
 	}
 	p50 := stats.WeightedQuantile(out.Points, 0.5)
 	if len(out.Points) == 0 {
-		name, median := quantileName(o.Quantile), "p50"
-		if o.Metric != "" {
-			name, median = o.Metric+"_"+name, o.Metric+"_p50"
-		}
+		prefix := map[bool]string{true: o.Metric + "_"}[o.Metric != ""]
+		name := prefix + quantileName(o.Quantile)
 		lat, ok := s.Quantiles[name]
 		if !ok {
 			row.Signal = s.Source + " without " + name
 			return nil
 		}
-		n := s.Requests
-		if o.Metric == signal.MetricTPOT && s.Tokens > 0 { // an LLM server finishes a request or two a second
-			n = s.Tokens
-		}
-		if p50 = s.Quantiles[median]; lat > 0 && n > 0 {
+		// tpot_ over tokens, where counted: an LLM server finishes a request or two a second.
+		n := cmp.Or(map[bool]int{true: s.Tokens}[o.Metric == signal.MetricTPOT], s.Requests)
+		if p50 = s.Quantiles[prefix+"p50"]; lat > 0 && n > 0 {
 			out.Points = []stats.Weighted{{V: lat, W: n}}
 		}
 	}
@@ -115,25 +111,30 @@ func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key str
 	return out
 }
 
-// publish sets the status, what hint engines are told, and the metrics after a window (decided
-// and samples are nil as the mode comes on); per is each BE process's timeslice.
+// publish sets the status, what hint engines and the gate are told, and the metrics after a
+// window (decided and samples are nil as the mode comes on); per is each BE process's timeslice.
 func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, samples map[int]lcWindow, all []policy.ProcRef, per beTimeslices) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := api.SLO{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
-		Ladder: fmtLadder(ladderOf(pol)), MinBEShare: pol.SLO.MinBEShare, Calibrate: map[bool]string{true: "pause", false: "shortest"}[l.conf.pause > 0],
+		Ladder: fmtLadder(pol.SLO.Rungs()), MinBEShare: pol.SLO.MinBEShare, Calibrate: map[bool]string{true: "pause", false: "shortest"}[l.conf.pause > 0],
 		Engines: l.status.Engines, Prepreempt: true}
-	told := map[int]bool{}
+	told, holds, gateOn := map[int]bool{}, map[int]bool{}, l.Gate != nil && pol.Gate.Mode != policy.GateOff
 	for _, s := range l.sorted() {
 		d, ss, arm := decided[s], &s.status, s.ctl.Arm()
 		// Engines pre-preempt as the arm says where it is an arm; elsewhere below
 		// slo.prepreempt_below.
 		pre := arm.Prepreempt || s.prepreempt == 0 && (pol.SLO.PrepreemptBelow <= 0 || arm.BETimeslice < pol.SLO.PrepreemptBelow)
-		// An engine takes a word other than its last push's answer (l.told's) at its next push.
-		s.lagged = s.gateLag || slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool {
+		// An engine takes a word other than its last push's answer at its next push: pre-preemption
+		// (l.told's), or the gate where it gates its own requests (l.held's; unsteered, the policy's).
+		s.lagged = slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool {
 			_, engine := st.Engines[strconv.Itoa(p.PID)]
-			return engine && pre != l.toldLocked(p.PID)
+			held, steered := l.held[p.PID]
+			return engine && pre != l.toldLocked(p.PID) || gateOn && arm.Gate != (held || !steered) && l.Gate.SelfGated(p.PID)
 		})
+		for _, p := range s.lcs {
+			told[p.PID], holds[p.PID] = pre, arm.Gate // an LC process is in one search
+		}
 		ss.GPUs, ss.BETimeslice, ss.Arm, ss.LCs, ss.Prepreempt = s.gpus, arm.BETimeslice.String(), arm.String(), len(s.lcs), pre
 		if d != nil && s.live() { // what an idle search decides applies to no BE: neither shown nor counted
 			sd := &api.SLODecision{Window: l.windows, BETimeslice: d.Arm.BETimeslice.String(), Arm: d.Arm.String(), Phase: d.Phase, Changed: d.Changed,
@@ -151,9 +152,6 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 		}
 		st.Searches = append(st.Searches, *ss)
 		st.Prepreempt = st.Prepreempt && pre
-		for _, p := range s.lcs {
-			told[p.PID] = pre // an LC process is in one search
-		}
 		if w := ss.WorstLC; w != nil && (st.WorstLC == nil || *w > *st.WorstLC) { // this window's: a live search decided
 			st.WorstLC = w
 		}
@@ -187,7 +185,7 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 	if l.windows > 0 && st.Prepreempt != l.status.Prepreempt {
 		l.log.Info("slo: hint engines told", "prepreempt", st.Prepreempt, "prepreempt_below", pol.SLO.PrepreemptBelow)
 	}
-	l.status, l.told = st, told
+	l.status, l.told, l.held = st, told, holds
 }
 
 // searchRows are the status rows of search s's LCs against its decision d (nil: none this window).

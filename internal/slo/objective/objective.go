@@ -100,21 +100,14 @@ func (o Objective) String() string {
 	return s
 }
 
-// Check validates o.
+// Check validates o, built in code or decoded rather than parsed: it refuses what Parse would, and
+// what String leaves out (an inflation or a reference beside an absolute bound, a metric's case).
 func (o Objective) Check() error {
-	switch {
-	case !(o.Quantile > 0 && o.Quantile < 1): // NaN too
-		return fmt.Errorf("%w: objective quantile %v not in (0, 1)", ErrInvalid, o.Quantile)
-	case (o.Inflation > 0) == (o.Absolute > 0):
-		return fmt.Errorf("%w: objective %v: give exactly one of an inflation or an absolute bound", ErrInvalid, o)
-	case o.Inflation > 0 && o.Inflation < 1:
-		return fmt.Errorf("%w: objective inflation %v below 1", ErrInvalid, o.Inflation)
-	case o.Metric != "" && !slices.Contains(Metrics, o.Metric):
-		return fmt.Errorf("%w: objective metric %q", ErrInvalid, o.Metric)
-	case o.Reference != "" && (o.Absolute > 0 || o.Reference != Standalone && o.Reference != Shortest):
-		return fmt.Errorf("%w: objective %v: reference %q", ErrInvalid, o, o.Reference)
+	back, err := Parse(o.String())
+	if err == nil && (back.Metric != o.Metric || back.Inflation != o.Inflation || back.Reference != o.Reference) {
+		err = fmt.Errorf("%w: objective %+v: not as written", ErrInvalid, o)
 	}
-	return nil
+	return err
 }
 
 // Relative reports whether o is bounded relative to a reference latency.
@@ -126,10 +119,7 @@ func (o Objective) Target(reference time.Duration) time.Duration {
 	if o.Absolute > 0 {
 		return o.Absolute
 	}
-	if reference <= 0 {
-		return 0
-	}
-	return time.Duration(float64(reference) * o.Inflation)
+	return time.Duration(float64(max(reference, 0)) * o.Inflation)
 }
 
 // Name names o's quantile as an app pushes it: "p50", "p99"; with a
