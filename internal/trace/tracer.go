@@ -62,6 +62,7 @@ type Tracer struct {
 	log     *slog.Logger
 	poll    time.Duration
 	start   uint64
+	stopAt  atomic.Uint64 // when Stop began detaching (0: not yet)
 	rm      *rmObjects
 	calls   *callsObjects
 	links   []link.Link
@@ -119,8 +120,6 @@ func Open(ctx context.Context, opts Options) (_ *Tracer, err error) {
 	if err := checkPrivileges(); err != nil {
 		return nil, err
 	}
-	// Before attaching, so that every event is at or after Start.
-	t.start = Now()
 	// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK.
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("%w: remove memlock limit: %w", ErrBPFUnavailable, err)
@@ -148,6 +147,8 @@ func Open(ctx context.Context, opts Options) (_ *Tracer, err error) {
 			return nil, err
 		}
 	}
+	// Once every probe is attached: before, a trace sees some functions and not others.
+	t.start = Now()
 	buffer := opts.Buffer
 	if buffer <= 0 {
 		buffer = 4096
@@ -367,6 +368,9 @@ func (t *Tracer) read(rd *ringbuf.Reader) {
 			t.log.Debug("bad record", "err", err)
 			continue
 		}
+		if !t.within(ev) {
+			continue
+		}
 		if c, ok := ev.(*Call); ok {
 			if table := t.table.Load(); table != nil && int(c.Index) < len(*table) {
 				c.Symbol = (*table)[c.Index].Symbol
@@ -395,8 +399,20 @@ func (t *Tracer) setErr(err error) {
 // It is closed once tracing has stopped and the buffers are drained.
 func (t *Tracer) Events() <-chan Event { return t.events }
 
-// Start is when tracing began, in the events' clock.
+// Start is when tracing began, in the events' clock: every probe attached.
 func (t *Tracer) Start() uint64 { return t.start }
+
+// within reports whether ev lies inside the span every probe was attached for, from Start to
+// when Stop began detaching: outside it some functions are seen and others not (a request's
+// synchronizes without its launches), which would cut requests where none ended.
+func (t *Tracer) within(ev Event) bool {
+	first := ev.Time()
+	if r, ok := ev.(*RMCall); ok {
+		first = r.Enter
+	}
+	stop := t.stopAt.Load()
+	return first >= t.start && (stop == 0 || ev.Time() <= stop)
+}
 
 // Probes are the functions traced.
 func (t *Tracer) Probes() []Probe { return t.probes }
@@ -444,10 +460,11 @@ func (t *Tracer) callDropped() *ebpf.Map {
 	return t.calls.CallDropped
 }
 
-// Stop detaches the programs; what they already recorded is still
-// delivered, then Events is closed.
+// Stop detaches the programs; what they recorded before it began is
+// still delivered, then Events is closed.
 func (t *Tracer) Stop() {
 	t.stopOnce.Do(func() {
+		t.stopAt.Store(Now())
 		closeLinks(t.links)
 		t.links = nil
 		t.detachAll()

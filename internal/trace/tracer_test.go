@@ -711,3 +711,33 @@ func TestAttachProcessGone(t *testing.T) {
 		})
 	}
 }
+
+// TestWithinAttachedSpan: only events wholly inside the span every probe was attached for are
+// delivered; a detach in progress sees synchronizes without their launches.
+func TestWithinAttachedSpan(t *testing.T) {
+	tests := []struct {
+		name string
+		ev   Event
+		stop uint64
+		want bool
+	}{
+		{"before every probe was attached", &Call{At: 99}, 0, false},
+		{"at the start", &Call{At: 100}, 0, true},
+		{"running", &Call{At: 5000}, 0, true},
+		{"at the stop", &Call{At: 400}, 400, true},
+		{"after the stop, while detaching", &Call{At: 401}, 400, false},
+		{"an ioctl entered before the start", &RMCall{Enter: 90, Exit: 150}, 0, false},
+		{"an ioctl within", &RMCall{Enter: 110, Exit: 390}, 400, true},
+		{"an ioctl returned after the stop", &RMCall{Enter: 110, Exit: 450}, 400, false},
+		{"a task exit within", &TaskExit{At: 200}, 400, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := &Tracer{start: 100}
+			tr.stopAt.Store(tt.stop)
+			if got := tr.within(tt.ev); got != tt.want {
+				t.Errorf("within = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
