@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"mime"
 	"net"
 	"net/http"
@@ -260,7 +261,7 @@ func (s *Scraped) take(st *state, body []byte, om bool, err error, now time.Dura
 		return // the first fetch: a window starts here
 	}
 	smp := signal.Latency{At: now, Window: now - at, Source: signal.Scraped,
-		Quantiles: map[string]time.Duration{}, Samples: map[string][]time.Duration{}}
+		Quantiles: map[string]time.Duration{}, Samples: map[string][]time.Duration{}, Buckets: map[string][]time.Duration{}}
 	counts := map[string]int{}
 	for key, h := range cur {
 		p, ok := prev[key]
@@ -280,6 +281,11 @@ func (s *Scraped) take(st *state, body []byte, om bool, err error, now time.Dura
 			continue
 		}
 		smp.Samples[key] = d.Values(unit, signal.MaxSamples)
+		for _, b := range d.Bounds {
+			if !math.IsInf(b, 1) {
+				smp.Buckets[key] = append(smp.Buckets[key], toDuration(b, unit))
+			}
+		}
 		prefix := ""
 		if key != metricRequest {
 			prefix = key + "_"

@@ -242,6 +242,14 @@ func TestScrapedWindows(t *testing.T) {
 					if !slices.IsSorted(got) {
 						t.Errorf("window %d %q: values not in rank order", i, metric)
 					}
+					// The bounds come with the values: a value is known only within its bucket.
+					var want []time.Duration
+					for _, b := range bounds {
+						want = append(want, time.Duration(b*float64(time.Second)))
+					}
+					if !slices.Equal(s.Buckets[metric], want) {
+						t.Errorf("window %d %q: buckets %v, want %v", i, metric, s.Buckets[metric], want)
+					}
 				}
 				e2e := w.e2e
 				if tc.model == "" {

@@ -4,11 +4,14 @@
 package signal
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/slo/objective"
 )
 
 // Where an LC's latency comes from (status and metrics show it per LC).
@@ -38,7 +41,39 @@ type Latency struct {
 	// values by metric, at most MaxSamples each.
 	Quantiles map[string]time.Duration
 	Samples   map[string][]time.Duration
-	Seq       uint64 // numbers a process's samples, so one is used once
+	// Buckets, for a histogram's window (scraped), are its finite bucket bounds by metric,
+	// ascending: a value is known only to lie in its bucket.
+	Buckets map[string][]time.Duration
+	Seq     uint64 // numbers a process's samples, so one is used once
+}
+
+// Unresolved says why l cannot judge objective o at its quantile v ("" where it can): v lies
+// somewhere in its bucket, so an absolute bound inside that bucket, or a relative objective whose
+// slack is narrower than the bucket, may be met or missed alike.
+func (l Latency) Unresolved(o objective.Objective, v time.Duration) string {
+	bounds := l.Buckets[o.Metric]
+	if len(bounds) == 0 {
+		return ""
+	}
+	i, _ := slices.BinarySearch(bounds, v)
+	lo, hi := time.Duration(0), time.Duration(math.MaxInt64)
+	if i > 0 {
+		lo = bounds[i-1]
+	}
+	if i < len(bounds) {
+		hi = bounds[i]
+	}
+	why := fmt.Sprintf("the bound %v lies inside it", o.Absolute)
+	switch {
+	case !o.Relative() && (o.Absolute <= lo || o.Absolute >= hi):
+		return ""
+	case o.Relative() && hi < math.MaxInt64 && float64(hi-lo) <= (o.Inflation-1)*float64(hi):
+		return ""
+	case o.Relative():
+		why = fmt.Sprintf("%.0f%% of its top wide, more than the objective's %.0f%%", 100*float64(hi-lo)/float64(hi), 100*(o.Inflation-1))
+	}
+	return fmt.Sprintf("%s %v lies in the histogram's bucket (%v, %v], %s: use an absolute bound at a bucket's edge, finer buckets, or push or trace",
+		o.Name(), v, lo, hi, why)
 }
 
 // MaxSamples bounds the values one window keeps per metric (a launch-bound LC completes thousands

@@ -102,6 +102,10 @@ func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key str
 			out.Points = []stats.Weighted{{V: lat, W: n}}
 		}
 	}
+	if why := s.Unresolved(o, stats.WeightedQuantile(out.Points, o.Quantile)); why != "" && len(out.Points) > 0 {
+		row.Signal = "refused: " + why
+		return nil
+	}
 	// A request's tokens move together: they are one request, not many samples; tokens of none
 	// finished yet (a long generation) are one's at least. An LC never quiet has steps, no requests.
 	if o.Metric == signal.MetricTPOT && s.Source != signal.TracedStep && len(out.Points) > 0 {

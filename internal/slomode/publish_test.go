@@ -29,6 +29,10 @@ func TestSampleOfTheMetric(t *testing.T) {
 		}
 		return out
 	}
+	scraped := func(requests []time.Duration) signal.Latency {
+		return signal.Latency{Source: signal.Scraped, Requests: len(requests), Samples: map[string][]time.Duration{signal.MetricRequest: requests},
+			Buckets: map[string][]time.Duration{signal.MetricRequest: ms(300, 500, 800, 1000)}}
+	}
 	for _, tc := range []struct {
 		name, objective string
 		sample          signal.Latency
@@ -52,6 +56,13 @@ func TestSampleOfTheMetric(t *testing.T) {
 			Samples: map[string][]time.Duration{signal.MetricTPOT: ms(10, 11)}}, nil, 0, 0, 0, true},
 		{"steps serve a tpot objective", "tpot_p50<=1.10x", signal.Latency{Source: signal.TracedStep, Tokens: 2,
 			Samples: map[string][]time.Duration{signal.MetricTPOT: ms(10, 11)}}, ms(10, 11), 0, 0, 0, false},
+		// vLLM's request buckets (docs/SLO.md, "Scraped latency"): a value is known only within its bucket.
+		{"scraped: a relative objective narrower than its bucket", "p50<=1.10x", scraped(ms(100, 150, 200)), nil, 0, 0, 0, true},
+		{"scraped: a relative objective wider than its bucket", "p50<=1.50x", scraped(ms(350, 400, 450)), ms(350, 400, 450), 0, 0, 0, false},
+		{"scraped: an absolute bound at a bucket's edge", "p50<=300ms", scraped(ms(100, 150, 200)), ms(100, 150, 200), 0, 0, 0, false},
+		{"scraped: an absolute bound below the bucket", "p50<=250ms", scraped(ms(350, 400, 450)), ms(350, 400, 450), 0, 0, 0, false},
+		{"scraped: an absolute bound inside the bucket", "p50<=250ms", scraped(ms(100, 150, 200)), nil, 0, 0, 0, true},
+		{"scraped: above the last finite bound", "p50<=2x", scraped(ms(1100, 1200, 1300)), nil, 0, 0, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pol, err := policy.Parse([]byte(strings.Replace(sloPolicy, `lc: {objective: "p50<=1.05x"}`, `lc: {objective: "`+tc.objective+`"}`, 1)))
