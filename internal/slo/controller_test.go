@@ -259,6 +259,24 @@ func TestBoundNamedWhenNothingMeets(t *testing.T) {
 	}
 }
 
+// TestBoundNamesAnAbsoluteMissedAlone: an LC that runs over its absolute bound even alone (seen
+// while BE idles of its own accord) is at the limit, and the bound says so; BE is never stopped
+// to learn it.
+func TestBoundNamesAnAbsoluteMissedAlone(t *testing.T) {
+	w := Workload{Name: "slow-alone", Baseline: 290 * time.Millisecond, Noise: 0.03, Requests: 20,
+		Points: []Point{{time.Microsecond, 1.05, 0.3, false}, {3 * time.Millisecond, 1.3, 0.9, false}}}
+	c := newController(t, Options{})
+	g := NewSimGPU(3)
+	ds := play(c, g, w, mustObjective(t, "p50<=200ms"), 240, func(i int, g *SimGPU) { g.Idle = i%8 >= 4 })
+	last := ds[len(ds)-1]
+	if last.Cause != CauseAtLimit || !strings.Contains(last.Bound, "this LC alone runs at 2") || !strings.Contains(last.Bound, "over its objective's 200ms") || strings.Contains(last.Bound, "switch") {
+		t.Fatalf("cause %q bound %q: want at_limit naming the LC alone over its bound", last.Cause, last.Bound)
+	}
+	if last.PausedWindows != 0 {
+		t.Errorf("BE stopped for %d windows to learn what only names a bound", last.PausedWindows)
+	}
+}
+
 func TestReferenceMovesTheEstimates(t *testing.T) {
 	// The LC alone at 10 ms, then at 11 ms under the arm (1.00x of p50<=1.10x), then alone at
 	// 12 ms: the reference becomes 11 ms, and the arm's estimate, a ratio to it, 0.91x.

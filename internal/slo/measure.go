@@ -46,17 +46,19 @@ func (c *Controller) decay(f float64) {
 // accum gathers one objective's samples under the arm in force, however many windows a slow LC
 // takes, and keeps its last measurement and reference for the status.
 type accum struct {
-	pts   []stats.Weighted
-	reqs  int           // the requests pts come from
-	last  time.Duration // the last measurement (0: none)
-	ratio float64       // its latency/target (NaN: none)
-	ref   time.Duration // the LC alone, where a relative objective knows it (0: not)
+	pts    []stats.Weighted
+	reqs   int           // the requests pts come from
+	last   time.Duration // the last measurement (0: none)
+	ratio  float64       // its latency/target (NaN: none)
+	ref    time.Duration // the LC alone, where known (0: not)
+	target time.Duration
 }
 
 // reference is what a relative objective is measured against, learnt how: alone, or beside BE; it
 // goes on learning whenever the LC runs so: one early measurement of a noisy LC is no reference.
 type reference struct {
 	how, owner string
+	passive    bool // an absolute objective's: learnt while BE idles anyway, never paused for (it only names a bound)
 	pts        []stats.Weighted
 	reqs       int
 	est        est           // the measurements made so, in ns
@@ -68,7 +70,7 @@ type reference struct {
 
 // learning reports whether it is yet to be learnt how (objective.Standalone: a pause would teach it).
 func (r *reference) learning(c *Controller, how string) bool {
-	return r.value == 0 && r.how == how && c.tick-r.last < idleAfter
+	return r.value == 0 && r.how == how && !r.passive && c.tick-r.last < idleAfter
 }
 
 // String names the reference as the status shows it.
@@ -126,7 +128,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		res := LCResult{Key: s.Key, Objective: s.Objective.String()}
 		ref := s.Standalone
 		var r *reference
-		if s.Objective.Relative() && ref <= 0 {
+		if ref <= 0 {
 			if r = c.refFor(s); n > 0 {
 				r.last = c.tick
 			}
@@ -135,10 +137,13 @@ func (c *Controller) measure(d *Decision, o Observation) {
 				if old := r.value; enough(r.pts, r.reqs) {
 					r.est.Add(float64(stats.WeightedQuantile(r.pts, s.Objective.Quantile)))
 					r.value, r.pts, r.reqs = time.Duration(r.est.Mean()), nil, 0
-					c.rescale(k, float64(old)/float64(r.value))
+					c.rescale(k, map[bool]float64{true: float64(old) / float64(r.value)}[s.Objective.Relative()])
 				}
 			}
-			ref, res.Reference = r.value, r.String(c)
+			ref = r.value
+			if s.Objective.Relative() {
+				res.Reference = r.String(c)
+			}
 		}
 		a := cmp.Or(c.acc[k], &accum{ratio: math.NaN()})
 		c.acc[k] = a
@@ -149,6 +154,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 			a.ref = ref
 		}
 		target := s.Objective.Target(ref)
+		a.target = target
 		if target > 0 && enough(a.pts, a.reqs) {
 			a.last = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
 			a.ratio, a.pts, a.reqs, res.Counted = float64(a.last)/float64(target), nil, 0, true
@@ -182,10 +188,10 @@ func (c *Controller) refFor(s LCSample) *reference {
 	k := s.Key + " " + s.Objective.Name() + "@" + s.Objective.Reference
 	if c.refs[k] == nil {
 		how := objective.Standalone
-		if s.Objective.Reference == objective.Shortest || !c.canPause() {
+		if s.Objective.Relative() && (s.Objective.Reference == objective.Shortest || !c.canPause()) {
 			how = objective.Shortest
 		}
-		c.refs[k] = &reference{how: how, owner: s.Owner, last: c.tick}
+		c.refs[k] = &reference{how: how, owner: s.Owner, last: c.tick, passive: !s.Objective.Relative()}
 	}
 	return c.refs[k]
 }
