@@ -49,13 +49,16 @@ type Latency struct {
 
 // Unresolved says why l cannot judge objective o at its quantile v ("" where it can): v lies
 // somewhere in its bucket, so an absolute bound inside that bucket, or a relative objective whose
-// slack is narrower than the bucket, may be met or missed alike.
+// factor is smaller than the bucket's top over its bottom, may be met or missed alike.
 func (l Latency) Unresolved(o objective.Objective, v time.Duration) string {
 	bounds := l.Buckets[o.Metric]
 	if len(bounds) == 0 {
 		return ""
 	}
-	i, _ := slices.BinarySearch(bounds, v)
+	i, found := slices.BinarySearch(bounds, v)
+	if found && i == len(bounds)-1 {
+		i++ // the last finite bound is where the +Inf bucket's values are placed: maybe above it
+	}
 	lo, hi := time.Duration(0), time.Duration(math.MaxInt64)
 	if i > 0 {
 		lo = bounds[i-1]
@@ -65,12 +68,12 @@ func (l Latency) Unresolved(o objective.Objective, v time.Duration) string {
 	}
 	why := fmt.Sprintf("the bound %v lies inside it", o.Absolute)
 	switch {
-	case !o.Relative() && (o.Absolute <= lo || o.Absolute >= hi):
-		return ""
-	case o.Relative() && hi < math.MaxInt64 && float64(hi-lo) <= (o.Inflation-1)*float64(hi):
+	case !o.Relative() && (o.Absolute >= hi || o.Absolute < lo || o.Absolute == lo && hi < math.MaxInt64):
+		return "" // wholly on one side (v sits at lo in +Inf's bucket: there only a bound below it)
+	case o.Relative() && hi < math.MaxInt64 && float64(hi) <= o.Inflation*float64(lo):
 		return ""
 	case o.Relative():
-		why = fmt.Sprintf("%.0f%% of its top wide, more than the objective's %.0f%%", 100*float64(hi-lo)/float64(hi), 100*(o.Inflation-1))
+		why = fmt.Sprintf("its top more than %vx its bottom", o.Inflation)
 	}
 	return fmt.Sprintf("%s %v lies in the histogram's bucket (%v, %v], %s: use an absolute bound at a bucket's edge, finer buckets, or push or trace",
 		o.Name(), v, lo, hi, why)

@@ -444,3 +444,29 @@ func TestShortestArmKeepsMinShare(t *testing.T) {
 		t.Errorf("%d windows learnt the new LC's reference under 1us, which gives BE under its minimum", short)
 	}
 }
+
+// TestObjectiveChangedOnALiveLC: an LC's objective turned from an absolute bound to a relative
+// one on the same quantile, or back, is learnt as the new one asks: the relative one's reference
+// with BE stopped, the absolute one's never.
+func TestObjectiveChangedOnALiveLC(t *testing.T) {
+	pauses := func(ds []Decision) (n int) {
+		for _, d := range ds {
+			n += map[bool]int{true: 1}[d.PauseBE]
+		}
+		return n
+	}
+	c := newController(t, Options{})
+	g := NewSimGPU(5)
+	play(c, g, frontier, mustObjective(t, "p50<=20ms"), 30, nil)
+	if ds := play(c, g, frontier, mustObjective(t, "p50<=1.10x"), 200, nil); ds[len(ds)-1].LC[0].Target == 0 || pauses(ds) == 0 {
+		t.Errorf("absolute then relative: target %v after 200 windows, %d paused: want the reference learnt with BE stopped", ds[len(ds)-1].LC[0].Target, pauses(ds))
+	}
+	w := slowLLM
+	w.Requests = 1
+	c = newController(t, Options{})
+	g = NewSimGPU(5)
+	play(c, g, w, mustObjective(t, "p50<=1.10x"), 3, nil)
+	if ds := play(c, g, w, mustObjective(t, "p50<=800ms"), 300, nil); pauses(ds[20:]) > 0 {
+		t.Errorf("relative then absolute: BE stopped %d windows for the absolute objective", pauses(ds[20:]))
+	}
+}

@@ -185,7 +185,7 @@ func (c *Controller) rescale(k string, f float64) {
 
 // refFor is the reference of sample s, made if new.
 func (c *Controller) refFor(s LCSample) *reference {
-	k := s.Key + " " + s.Objective.Name() + "@" + s.Objective.Reference
+	k := s.Key + " " + s.Objective.Name() + "@" + cmp.Or(map[bool]string{false: "alone, passive"}[s.Objective.Relative()], s.Objective.Reference)
 	if c.refs[k] == nil {
 		how := objective.Standalone
 		if s.Objective.Relative() && (s.Objective.Reference == objective.Shortest || !c.canPause()) {

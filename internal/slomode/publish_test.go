@@ -58,11 +58,16 @@ func TestSampleOfTheMetric(t *testing.T) {
 			Samples: map[string][]time.Duration{signal.MetricTPOT: ms(10, 11)}}, ms(10, 11), 0, 0, 0, false},
 		// vLLM's request buckets (docs/SLO.md, "Scraped latency"): a value is known only within its bucket.
 		{"scraped: a relative objective narrower than its bucket", "p50<=1.10x", scraped(ms(100, 150, 200)), nil, 0, 0, 0, true},
-		{"scraped: a relative objective wider than its bucket", "p50<=1.50x", scraped(ms(350, 400, 450)), ms(350, 400, 450), 0, 0, 0, false},
+		{"scraped: a relative objective wider than its bucket", "p50<=1.70x", scraped(ms(350, 400, 450)), ms(350, 400, 450), 0, 0, 0, false},
+		{"scraped: a relative objective narrower than its bucket's top over its bottom", "p50<=1.50x", scraped(ms(350, 400, 450)), nil, 0, 0, 0, true},
+		{"scraped: no relative objective in the first bucket", "p50<=3x", scraped(ms(100, 150, 200)), nil, 0, 0, 0, true},
 		{"scraped: an absolute bound at a bucket's edge", "p50<=300ms", scraped(ms(100, 150, 200)), ms(100, 150, 200), 0, 0, 0, false},
 		{"scraped: an absolute bound below the bucket", "p50<=250ms", scraped(ms(350, 400, 450)), ms(350, 400, 450), 0, 0, 0, false},
 		{"scraped: an absolute bound inside the bucket", "p50<=250ms", scraped(ms(100, 150, 200)), nil, 0, 0, 0, true},
-		{"scraped: above the last finite bound", "p50<=2x", scraped(ms(1100, 1200, 1300)), nil, 0, 0, 0, true},
+		// Values in the +Inf bucket are placed at the last finite bound (as histogram_quantile does).
+		{"scraped: in the +Inf bucket, a relative objective", "p50<=2x", scraped(ms(1000, 1000, 1000)), nil, 0, 0, 0, true},
+		{"scraped: in the +Inf bucket, the last bound", "p50<=1s", scraped(ms(1000, 1000, 1000)), nil, 0, 0, 0, true},
+		{"scraped: in the +Inf bucket, a bound below it", "p50<=900ms", scraped(ms(1000, 1000, 1000)), ms(1000, 1000, 1000), 0, 0, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pol, err := policy.Parse([]byte(strings.Replace(sloPolicy, `lc: {objective: "p50<=1.05x"}`, `lc: {objective: "`+tc.objective+`"}`, 1)))
