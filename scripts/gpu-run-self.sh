@@ -35,7 +35,11 @@
 #   scraped      GPT-2 shape every 800 ms serving vLLM-named histograms
 #                (--llm-metrics-port); gpreemptd scrapes them (a rule's
 #                latency: {metrics: ..., preset: vllm}); no push, no trace:
-#                static, slo, be-only (~3.5 min)
+#                static, slo, be-only (~3.5 min). vLLM's request buckets are
+#                too coarse for p50<=1.10x: SLO mode refuses it (docs/SLO.md)
+#   scraped-fine the same, from the LC's own request histogram in buckets 5%
+#                apart (latency: {metrics: ..., request:
+#                app_request_latency_seconds}) (~3.5 min)
 #   steady       the pushed LC (one request a second, 16 tokens,
 #                tpot_p50<=1.10x) under SLO mode alone for 480 s after the
 #                lead-in (its search converges in 4-5 minutes in the
@@ -78,7 +82,7 @@ BMADDR=127.0.0.1:$((19482 + DEVICE))
 METRICS_PORT=${METRICS_PORT:-$((18080 + DEVICE))}
 PIN_ARGS=${PIN_ARGS:-}
 LEAD_IN=${LEAD_IN:-16s}
-ALL_PARTS="gpt2-fixed gpt2-slo llama-fixed llama-slo eager graph pushed scraped steady"
+ALL_PARTS="gpt2-fixed gpt2-slo llama-fixed llama-slo eager graph pushed scraped scraped-fine steady"
 # Bench limits under one 10-minute call; a part's own is 40 s more.
 for p in $ALL_PARTS; do
   v=$(part_var "$p" BENCH_TIMEOUT); printf -v "$v" %s "${!v:-520}"
@@ -88,14 +92,14 @@ select_parts gpu-run-self.sh gpt2-fixed "$ALL_PARTS" "$@"
 echo "parts:$sel rep $REP"
 
 # runtime P: the scenarios' runtime prefix; workload P: its bench flags.
-runtime() { case $1 in gpt2-*|llama-*|pushed|scraped|steady) echo llm;; eager) echo pytorch-eager;; graph) echo pytorch;; esac; }
+runtime() { case $1 in gpt2-*|llama-*|pushed|scraped*|steady) echo llm;; eager) echo pytorch-eager;; graph) echo pytorch;; esac; }
 workload() {
   case $1 in
     gpt2-*) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms;;
     llama-*) echo --llm-family llama-330m --llm-batch 2 --llm-prompt 128 --llm-new-tokens 32 --llm-period 1s;;
     pushed) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 1s;;
     steady) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 1s --duration 480s;;
-    scraped) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms --llm-metrics-port $METRICS_PORT --slo-push=false;;
+    scraped*) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms --llm-metrics-port $METRICS_PORT --slo-push=false;;
     eager) echo --pytorch-period 20ms;;
     graph) echo --pytorch-period 20ms --be-duty 8s;;
   esac
@@ -110,7 +114,7 @@ settings() {
     *-fixed) s="static gate 1us";;
     *-slo) s="slo abs";;
     eager|graph) s="static gate 1us slo abs";;
-    pushed|scraped) s="static slo";;
+    pushed|scraped*) s="static slo";;
     steady) s="slo";;
   esac
   s=${SETTINGS:-$s} # SETTINGS="static slo" runs those alone (a shorter call)
@@ -130,7 +134,7 @@ scenario() {
 scenarios() {
   local p=$1 list=() s set=" $(settings $1) "
   # the standalone run: wanted unless NO_STANDALONE, and always for abs (its objective comes from it)
-  case $p in pushed|scraped|steady) ;; *)
+  case $p in pushed|scraped*|steady) ;; *)
     if [ -z "${NO_STANDALONE:-}" ] || [[ $set == *" abs "* ]]; then list+=("$(scenario $p standalone)"); fi;;
   esac
   # be-only (BE's rate alone, every share's baseline) before the settings,
@@ -147,13 +151,15 @@ policy() { # policy PART KIND (plain, gate, slo, abs)
   local obj="p50<=1.10x" rules=""
   case $1 in pushed|steady) obj="tpot_p50<=1.10x";; esac
   [ "$2" = abs ] && obj="p50<=@ALONE_P50*1.15@"
-  if [ "$1" = scraped ]; then
+  local latency="preset: vllm"
+  [ "$1" = scraped-fine ] && latency="request: app_request_latency_seconds"
+  case $1 in scraped*)
     rules="  - name: scraped
     match: {env: {GPREEMPT_BENCH_WORKER: lc, GPREEMPT_BENCH_DEVICE: \"$DEVICE\"}}
     class: lc
-    latency: {metrics: \"http://127.0.0.1:$METRICS_PORT/metrics\", preset: vllm}
-"
-  fi
+    latency: {metrics: \"http://127.0.0.1:$METRICS_PORT/metrics\", $latency}
+";;
+  esac
   cat <<YAML
 version: 1
 classes:
@@ -181,7 +187,7 @@ bench_cmd() {
     --daemon-policy default=$W/$p-plain.yaml$pol --scenarios "$(scenarios $p)" $(workload $p) $PIN_ARGS \
     --slo-lead-in $LEAD_IN --repeat 1 --out $W/$p
 }
-daemon_args() { echo --be-progress=true; case $1 in pushed|scraped|steady) ;; *) echo --trace-requests;; esac; }
+daemon_args() { echo --be-progress=true; case $1 in pushed|scraped*|steady) ;; *) echo --trace-requests;; esac; }
 
 write_policies() {
   local k

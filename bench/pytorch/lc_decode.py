@@ -19,7 +19,10 @@ Forms:
 --metrics-port N serves the requests' latency on 127.0.0.1:N/metrics as vLLM
 names and buckets it (end-to-end latency, time to first token, inter-token
 latency histograms, in the Prometheus text format), so that gpreemptd can
-scrape it as it would a vLLM server (its latency preset vllm).
+scrape it as it would a vLLM server (its latency preset vllm). It serves
+app_request_latency_seconds too: the same requests in buckets 5% apart (1 ms
+to ~60 s), as an app that chose its own buckets would, for objectives finer
+than vLLM's buckets can judge.
 
 --gate wraps each whole request in the request gate of libgpreempt
 (python/gpreempt): the request holds the GPU from BE work until its last
@@ -111,6 +114,11 @@ VLLM_HISTOGRAMS = (
 )
 
 
+# The app's own request histogram: buckets 5% apart, from 1 ms to ~60 s.
+FINE_HISTOGRAM = ("app_request_latency_seconds", "Request latency in seconds, in buckets 5% apart.",
+                  tuple(round(0.001 * 1.05 ** i, 9) for i in range(226)))
+
+
 def _float(v):
     """A value as the Prometheus text format writes it."""
     if v == float("inf"):
@@ -125,11 +133,12 @@ class VLLMMetrics:
     def __init__(self, model_name):
         self.labels = 'engine="0",model_name="%s"' % model_name.replace("\\", "\\\\").replace('"', '\\"')
         self.lock = threading.Lock()
-        self.hist = {name: ([0] * (len(bounds) + 1), [0.0]) for name, _, bounds in VLLM_HISTOGRAMS}
+        self.histograms = VLLM_HISTOGRAMS + (FINE_HISTOGRAM,)
+        self.hist = {name: ([0] * (len(bounds) + 1), [0.0]) for name, _, bounds in self.histograms}
 
     def _observe(self, name, seconds):
         counts, total = self.hist[name]
-        bounds = next(b for n, _, b in VLLM_HISTOGRAMS if n == name)
+        bounds = next(b for n, _, b in self.histograms if n == name)
         i = next((i for i, b in enumerate(bounds) if seconds <= b), len(bounds))
         counts[i] += 1
         total[0] += seconds
@@ -138,6 +147,7 @@ class VLLMMetrics:
         """One request: its latency, time to first token, each later token's interval."""
         with self.lock:
             self._observe("vllm:e2e_request_latency_seconds", latency_ns / 1e9)
+            self._observe(FINE_HISTOGRAM[0], latency_ns / 1e9)
             self._observe("vllm:time_to_first_token_seconds", ttft_ns / 1e9)
             for t in tpot_ns:
                 self._observe("vllm:inter_token_latency_seconds", t / 1e9)
@@ -145,7 +155,7 @@ class VLLMMetrics:
     def text(self):
         out = []
         with self.lock:
-            for name, help_text, bounds in VLLM_HISTOGRAMS:
+            for name, help_text, bounds in self.histograms:
                 counts, total = self.hist[name]
                 out.append("# HELP %s %s" % (name, help_text))
                 out.append("# TYPE %s histogram" % name)

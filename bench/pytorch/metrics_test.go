@@ -130,6 +130,25 @@ func TestVLLMMetrics(t *testing.T) {
 	if e := hs[""]; e.Counts[1] != 0 || e.Counts[2] != 1 || e.Counts[4] != 2 {
 		t.Errorf("e2e buckets %v", e.Counts)
 	}
+	// The app's own histogram, buckets 5% apart: the same requests, each in a bucket no wider
+	// than 5% of its bottom (what a relative objective of 1.05x or more needs).
+	fine := endpoint.Metrics{Request: endpoint.Metric{Names: []string{"app_request_latency_seconds"}}, ModelLabel: "model_name"}
+	fh, err := scrape.Decode(body, false, fine, spec.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fh[""]
+	if f.Count() != 2 || len(f.Bounds) != 227 || f.Bounds[0] != 0.001 {
+		t.Fatalf("app_request_latency_seconds: %v values, %d bounds from %v", f.Count(), len(f.Bounds), f.Bounds[0])
+	}
+	for i := 1; i < len(f.Bounds)-1; i++ {
+		if r := f.Bounds[i] / f.Bounds[i-1]; r < 1.049 || r > 1.051 {
+			t.Fatalf("bucket %d: (%v, %v], %.4fx", i, f.Bounds[i-1], f.Bounds[i], r)
+		}
+	}
+	if p50 := f.Quantile(0.25); p50 < 0.7/1.05 || p50 > 0.7*1.05 {
+		t.Errorf("the 700 ms request read %v s, more than a bucket away", p50)
+	}
 	// Another model's series: none.
 	if other, err := scrape.Decode(body, false, spec.Metrics, "llama"); err != nil || len(other) != 0 {
 		t.Errorf("another model: %v %v", other, err)
