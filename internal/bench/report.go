@@ -271,7 +271,7 @@ func writeDaemonView(b *strings.Builder, res *Results) {
 			fmt.Fprintf(b, "| %s | %d | %s | %d of %d |\n", s.Name, len(s.DaemonP50.PerRep), spreadCell(s.DaemonP50, "x"), s.DaemonAgrees, s.Reps-s.Failed)
 		}
 	}
-	b.WriteString("\n| scenario | rep | LC | source | metric | windows | daemon p50 (us) | app p50 (us, requests) | daemon / app | first latency counted | BE stopped, most of a minute |\n")
+	b.WriteString("\n| scenario | rep | LC | source | metric | windows | daemon p50 (us) | app p50 (us, requests) | daemon / app | first sample / measurement | BE stopped, most of a minute |\n")
 	b.WriteString("|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, sr := range res.Scenarios {
 		for _, v := range sr.Daemon {
@@ -296,10 +296,8 @@ func writeDaemonView(b *strings.Builder, res *Results) {
 					ratio += " (outside ±10%)"
 				}
 			}
-			first := "never"
-			if v.FirstCountedS >= 0 {
-				first = fmt.Sprintf("+%.1f s", v.FirstCountedS)
-			}
+			at := func(s float64) string { return map[bool]string{true: fmt.Sprintf("+%.1f s", s), false: "never"}[s >= 0] }
+			first := at(v.FirstSampleS) + " / " + at(v.FirstMeasuredS)
 			fmt.Fprintf(b, "| %s | %d | %s (pid %d) | %s | %s | %d | %s | %s | %s | %s | %.1f%% |\n",
 				sr.Name, repOf(sr), v.Label, v.PID, src, v.Metric, v.Windows, dp, ap, ratio, first, 100*sr.BEStoppedMost)
 		}

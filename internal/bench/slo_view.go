@@ -48,9 +48,12 @@ type DaemonView struct {
 	Ratio       float64 `json:"ratio,omitempty"`
 	// Agrees: Ratio within ±daemonAgreement.
 	Agrees bool `json:"agrees"`
-	// FirstCountedS is from the first status read (the LC's start) to the
-	// first that showed latency for it (-1: none did).
-	FirstCountedS float64 `json:"first_counted_s"`
+	// FirstSampleS is from the first status read (the LC's start) to the
+	// first that showed a sample of it, FirstMeasuredS to the first that
+	// showed a measurement counted (its latency_us: enough samples
+	// accumulated, and a relative objective's reference known); -1: none.
+	FirstSampleS   float64 `json:"first_sample_s"`
+	FirstMeasuredS float64 `json:"first_measured_s"`
 }
 
 // daemonWindow is one of the daemon's windows of one LC: its estimated
@@ -69,8 +72,8 @@ type daemonWindow struct {
 // its end is taken half way between the two (the error is half a poll).
 // Windows with no p50 are left out. first is the index of the first read
 // that showed latency for the LC (-1: none).
-func lcWindows(ss []SLOSample, pid int, length time.Duration) (ws []daemonWindow, metric string, first int) {
-	first = -1
+func lcWindows(ss []SLOSample, pid int, length time.Duration) (ws []daemonWindow, metric string, first, measured int) {
+	first, measured = -1, -1
 	var prev *SLOLCSample
 	prevWindow := 0
 	for i, s := range ss {
@@ -81,11 +84,14 @@ func lcWindows(ss []SLOSample, pid int, length time.Duration) (ws []daemonWindow
 		l := &s.LC[j]
 		metric = cmp.Or(metric, objectiveMetric(l.Objective))
 		v := l.P50Us
-		if v == 0 && metric == "latency" && strings.HasPrefix(l.Objective, "p50") {
-			v = l.LatencyUs // a daemon without p50_us: the objective's quantile is the p50
+		if v == 0 && l.Samples > 0 && metric == "latency" && strings.HasPrefix(l.Objective, "p50") {
+			v = l.LatencyUs // a daemon without p50_us: the objective's quantile is the p50 (not a window's without samples: the last measurement's)
 		}
 		if first < 0 && (v > 0 || l.Samples > 0) {
 			first = i
+		}
+		if measured < 0 && l.LatencyUs > 0 {
+			measured = i
 		}
 		isNew := prev == nil || s.Window != prevWindow
 		if s.Window == 0 && prev != nil {
@@ -98,7 +104,7 @@ func lcWindows(ss []SLOSample, pid int, length time.Duration) (ws []daemonWindow
 		end := (ss[i-1].MonoNs + s.MonoNs) / 2
 		ws = append(ws, daemonWindow{start: end - int64(length), end: end, p50: v, samples: l.Samples, source: l.Source})
 	}
-	return ws, cmp.Or(metric, "latency"), first
+	return ws, cmp.Or(metric, "latency"), first, measured
 }
 
 // objectiveMetric is the metric an objective ("p50<=1.10x",
@@ -148,11 +154,14 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 		if l.lc == nil {
 			continue
 		}
-		ws, metric, first := lcWindows(sr.SLO, l.lc.PID, window)
-		v := DaemonView{Label: l.label, PID: l.lc.PID, Metric: metric, FirstCountedS: -1}
-		if first >= 0 {
-			v.FirstCountedS = float64(sr.SLO[first].MonoNs-sr.SLO[0].MonoNs) / 1e9
+		ws, metric, first, measured := lcWindows(sr.SLO, l.lc.PID, window)
+		since := func(i int) float64 {
+			if i < 0 {
+				return -1
+			}
+			return float64(sr.SLO[i].MonoNs-sr.SLO[0].MonoNs) / 1e9
 		}
+		v := DaemonView{Label: l.label, PID: l.lc.PID, Metric: metric, FirstSampleS: since(first), FirstMeasuredS: since(measured)}
 		var kept []daemonWindow
 		for _, w := range ws {
 			if w.start >= sr.WindowStartMonoNs && w.end <= sr.WindowEndMonoNs && inWorkingHalf(w.start, w.end, sr.BEDuty) {

@@ -20,7 +20,7 @@ func simDaemon(lc *LCResult, from, to, poll, length, phase int64, source string,
 	for t := from; t <= to; t += poll {
 		k := (t - phase) / length
 		end := phase + k*length
-		var lat []float64
+		var lat, ended []float64
 		prevEnd := int64(math.MinInt64)
 		for _, s := range lc.Samples {
 			e := max(s.ArrivalMonoNs, prevEnd) + s.PrepNs + s.LatencyNs
@@ -28,10 +28,16 @@ func simDaemon(lc *LCResult, from, to, poll, length, phase int64, source string,
 			if e > end-length && e <= end {
 				lat = append(lat, float64(s.LatencyNs)/1e3)
 			}
+			if e <= end {
+				ended = append(ended, float64(s.LatencyNs)/1e3)
+			}
 		}
 		row := SLOLCSample{PID: lc.PID, Objective: "p50<=1.10x", Source: source}
 		if len(lat) > 0 {
 			row.Samples, row.P50Us = len(lat), seen(stats.Median(lat), inWorkingHalf(end-length, end, duty))
+		}
+		if len(ended) >= 10 { // a measurement counts once 10 requests have ended
+			row.LatencyUs = stats.Median(ended)
 		}
 		ss = append(ss, SLOSample{MonoNs: t, Window: int(k), LC: []SLOLCSample{row}})
 	}
@@ -103,8 +109,10 @@ func TestDaemonViews(t *testing.T) {
 		// Latency from the first window with a request: the reads began
 		// 20 s before the first request, which ended 21.3 s in; its window
 		// ends 22.1 s in, the next read is 22.25 s in.
-		if v.FirstCountedS != 22.25 {
-			t.Errorf("%s: first counted +%v s", c.name, v.FirstCountedS)
+		// The first measurement: once the tenth request ended, a request a
+		// second, the read 9 s after the first sample's.
+		if v.FirstSampleS != 22.25 || v.FirstMeasuredS != 31.25 {
+			t.Errorf("%s: first sample +%v s, measurement +%v s", c.name, v.FirstSampleS, v.FirstMeasuredS)
 		}
 	}
 	// Without a duty every window of the measurement counts: both kinds
