@@ -296,7 +296,9 @@ func writeDaemonView(b *strings.Builder, res *Results) {
 					ratio += " (outside ±10%)"
 				}
 			}
-			at := func(s float64) string { return map[bool]string{true: fmt.Sprintf("+%.1f s", s), false: "never"}[s >= 0] }
+			at := func(s float64) string {
+				return map[bool]string{true: fmt.Sprintf("+%.1f s", s), false: "never"}[s >= 0]
+			}
 			first := at(v.FirstSampleS) + " / " + at(v.FirstMeasuredS)
 			fmt.Fprintf(b, "| %s | %d | %s (pid %d) | %s | %s | %d | %s | %s | %s | %s | %.1f%% |\n",
 				sr.Name, repOf(sr), v.Label, v.PID, src, v.Metric, v.Windows, dp, ap, ratio, first, 100*sr.BEStoppedMost)
