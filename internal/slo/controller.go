@@ -45,7 +45,6 @@ const (
 	budget        = 0.1                    // of any minute BE may be stopped to learn LCs alone; of windows a settled search explores
 	stableGap     = 30 * time.Second       // least time between a settled search's explorations: a steady LC sees an arm change at most this often
 	calTries      = 3                      // pauses an LC may give nothing in before its reference is learnt beside BE
-	minEvidence   = 0.5                    // weight an estimate needs before it decides: one measurement up to a halfLife old, its interval widened by the prior
 	priorWeight   = 2                      // measurements the prior scatter weighs as: two that happen to agree do not make a noisy LC steady
 	priorScatter  = 0.1                    // a measurement's relative scatter until learnt; how much better than a measured neighbour an unmeasured arm may be
 	maxBackoff    = 4                      // back-offs from exploring an arm, each twice the last
@@ -217,7 +216,7 @@ func (c *Controller) minuteWindows() int { return max(1, int(time.Minute/c.opts.
 // Observe takes one window's measurements, made under Arm, and decides the next arm.
 func (c *Controller) Observe(o Observation) Decision {
 	c.tick++
-	c.decay(math.Exp2(-1.0 / halfLife))
+	c.decay(aged(1))
 	c.offer(o)
 	d := Decision{Worst: math.NaN(), BEShare: o.BEShare, Aligned: o.Aligned}
 	c.measure(&d, o)
@@ -276,7 +275,7 @@ func (c *Controller) exploring(d *Decision) {
 			why = fmt.Sprintf("BE at %.0f%%, under its minimum", 100*c.share(c.cur))
 		}
 		c.endExplore(d, CauseViolation, fmt.Sprintf("%v misses an objective (%s): back to %v", c.cur, why, c.phase.From))
-	case f == feasible && c.evidence(c.cur) >= minEvidence:
+	case f == feasible && decides(c.evidence(c.cur)):
 		c.endExplore(d, CauseWithin, fmt.Sprintf("%v meets every objective with %s", c.cur, c.shareText(c.cur)))
 	case c.tick-c.phase.Since >= 2*maxAccumulate:
 		c.backOff(c.cur)
@@ -430,7 +429,7 @@ func (c *Controller) backOff(a Arm) {
 
 // best is the arm known to meet every objective that gives BE the most (the one in force on a tie).
 func (c *Controller) best() (Arm, bool) {
-	meets := func(a Arm) bool { return c.feasibility(a) == feasible && c.evidence(a) >= minEvidence }
+	meets := func(a Arm) bool { return c.feasibility(a) == feasible && decides(c.evidence(a)) }
 	best, ok := c.most(meets)
 	if ok && meets(c.cur) && c.share(c.cur) == c.share(best) {
 		return c.cur, true
@@ -460,7 +459,7 @@ func (c *Controller) candidate() (Arm, bool) {
 	return c.most(func(a Arm) bool {
 		frontier := c.evidence(a) > 0
 		for _, n := range c.set.neighbours(a) {
-			frontier = frontier || n == c.cur || c.evidence(n) >= minEvidence
+			frontier = frontier || n == c.cur || decides(c.evidence(n))
 		}
 		gain := c.better(a, c.cur)
 		if c.phase.Limit {

@@ -15,7 +15,15 @@ import (
 // est is a forgetting estimate of one quantity under one arm.
 type est = stats.Forgetting
 
-func known(e *est) bool { return e != nil && e.W >= minEvidence }
+// aged is the weight of one measurement n windows old: halfLife halves it.
+func aged(n float64) float64 { return math.Exp2(-n / halfLife) }
+
+// decides reports whether an estimate of weight w may decide: it rests on one measurement a
+// halfLife old at least (its interval widened by the prior). Not a number of its own: halfLife
+// says when a measurement has faded to half.
+func decides(w float64) bool { return w >= aged(halfLife) }
+
+func known(e *est) bool { return e != nil && decides(e.W) }
 
 // armEst is what one arm showed: each objective's latency/target (by objective key), BE's share.
 type armEst struct {
@@ -30,14 +38,15 @@ func (c *Controller) est(a Arm) *armEst {
 	return c.arms[a]
 }
 
-// decay fades every estimate by f, and drops those faded to nothing (of processes gone).
+// decay fades every estimate by f, and drops those faded to nothing, a hundredth of what decides
+// (of processes gone).
 func (c *Controller) decay(f float64) {
 	for _, r := range c.refs {
 		r.est.Decay(f)
 	}
 	for a, e := range c.arms {
-		maps.DeleteFunc(e.lc, func(_ string, x *est) bool { x.Decay(f); return x.W < minEvidence/100 })
-		if e.share.Decay(f); len(e.lc) == 0 && e.share.W < minEvidence/100 {
+		maps.DeleteFunc(e.lc, func(_ string, x *est) bool { x.Decay(f); return x.W < aged(halfLife)/100 })
+		if e.share.Decay(f); len(e.lc) == 0 && e.share.W < aged(halfLife)/100 {
 			delete(c.arms, a)
 		}
 	}
