@@ -41,10 +41,9 @@ const (
 	z             = 2                      // bounds' width in standard errors
 	margin        = 0.02                   // BE share a move for BE's sake must add (a training BE scatters by a few points)
 	maxAccumulate = 30                     // windows one measurement is expected within (a request a second counts in 20): undecided for two, an arm is left
-	idleAfter     = 10                     // windows with no LC sample before the safe arm (a slow LC is quiet a few)
+	idleAfter     = 10                     // windows with no LC sample before the safe arm (a slow LC is quiet a few); of pauses, before its reference is learnt beside BE
 	budget        = 0.1                    // of any minute BE may be stopped to learn LCs alone; of windows a settled search explores
 	stableGap     = 30 * time.Second       // least time between a settled search's explorations: a steady LC sees an arm change at most this often
-	calTries      = 3                      // pauses an LC may give nothing in before its reference is learnt beside BE
 	priorWeight   = 2                      // measurements the prior scatter weighs as: two that happen to agree do not make a noisy LC steady
 	priorScatter  = 0.1                    // a measurement's relative scatter until learnt; how much better than a measured neighbour an unmeasured arm may be
 	maxBackoff    = 4                      // back-offs from exploring an arm, each twice the last

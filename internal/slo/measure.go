@@ -72,7 +72,7 @@ type reference struct {
 	reqs       int
 	est        est           // the measurements made so, in ns
 	value      time.Duration // their mean; 0 while none
-	tries      int           // pauses it learnt nothing in
+	silent     int           // windows alone, of pauses that taught it nothing
 	gotAt      int           // the last window it took samples in
 	last       int           // the window its process last gave a sample
 }
@@ -86,7 +86,7 @@ func (r *reference) learning(c *Controller, how string) bool {
 func (r *reference) String(c *Controller) string {
 	what := "standalone (BE stopped or idle)"
 	if r.how == objective.Shortest {
-		what = fmt.Sprintf("beside BE under %v%s", c.shortest().BETimeslice, map[bool]string{true: fmt.Sprintf(" (no sample in %d pauses)", calTries)}[r.tries >= calTries])
+		what = fmt.Sprintf("beside BE under %v%s", c.shortest().BETimeslice, map[bool]string{true: fmt.Sprintf(" (no sample in %d windows alone)", r.silent)}[r.silent >= idleAfter])
 	}
 	if r.value == 0 {
 		return fmt.Sprintf("%s: learning (%d of %d samples, %d of %d requests)", what, stats.Weight(r.pts), minSamples, r.reqs, minRequests)
@@ -228,14 +228,15 @@ func (c *Controller) pauseAllowed(owners []string) bool {
 // accord, else with BE stopped within the budget, else beside BE under the shortest arm.
 func (c *Controller) calibrate(d *Decision, o Observation) {
 	p := &c.phase
+	alone := p.Pause - 1 // windows of the pause the LCs ran alone in: all but the first, which drains BE's work
 	if p.Pause > 0 && !o.BEPaused && c.stoppedAt(c.tick) {
-		p.Pause = c.opts.PauseMax // BE was not kept stopped: this pause is over
+		p.Pause, alone = c.opts.PauseMax, alone-1 // BE was not kept stopped: this pause is over, and this window was not alone
 	}
 	owners, shortest := c.toLearn()
 	if p.Pause > 0 && (len(owners) == 0 || p.Pause >= c.opts.PauseMax || !c.pauseAllowed(owners)) {
-		for _, r := range c.refs { // a pause that taught a reference nothing counts against it
+		for _, r := range c.refs { // a pause that taught a reference nothing counts its windows alone against it
 			if r.learning(c, objective.Standalone) && r.gotAt <= c.tick-p.Pause {
-				if r.tries++; r.tries >= calTries {
+				if r.silent += max(0, alone); r.silent >= idleAfter { // as long as an LC is quiet before the safe arm
 					r.how = objective.Shortest
 				}
 			}
