@@ -61,10 +61,10 @@ func (s arms) neighbours(a Arm) []Arm {
 }
 
 // priorShare is what an arm is expected to leave BE until measured, only its order mattering: a
-// longer BE timeslice costs BE fewer switches; the gate holds BE through every LC request; a
-// spinner takes a little.
+// longer BE timeslice costs BE fewer switches; the gate holds BE through every LC request. A
+// spinner takes a little: it has no share of its own, only its place in the order (better).
 func (s arms) priorShare(a Arm) float64 {
-	return float64(s.rung(a)+1) / float64(len(s.ladder)+1) * map[bool]float64{true: gateShare, false: 1}[a.Gate] * map[bool]float64{true: spinShare, false: 1}[a.Prepreempt]
+	return float64(s.rung(a)+1) / float64(len(s.ladder)+1) * map[bool]float64{true: gateShare, false: 1}[a.Gate]
 }
 
 // protects reports whether b gives BE less than a (a shorter timeslice, the gate on,

@@ -49,7 +49,6 @@ const (
 	maxBackoff    = 4                      // back-offs from exploring an arm, each twice the last
 	switchCost    = 190 * time.Microsecond // one BE-to-LC switch measured on H100 and H200: what no timeslice removes
 	gateShare     = 0.75                   // BE's share with the gate over without, until measured (only the order counts)
-	spinShare     = 0.99                   // the same with pre-preemption: a spinner takes a little
 )
 
 // LCSample is one LC process's latency over one window against one of its objectives.
@@ -502,9 +501,13 @@ func (c *Controller) clearlyCloser(a, b Arm) bool {
 }
 
 // better reports whether a is expected to give BE more than b: by margin where both are measured.
+// Else by the order: an arm that holds BE more than b (protects) is not, and of two that nothing
+// else tells apart, the one that holds BE less is (a spinner takes a little).
 func (c *Controller) better(a, b Arm) bool {
-	m := map[bool]float64{true: margin}[known(&c.est(a).share) && known(&c.est(b).share)]
-	return c.share(a) > c.share(b)+m
+	if known(&c.est(a).share) && known(&c.est(b).share) {
+		return c.share(a) > c.share(b)+margin
+	}
+	return !protects(c.set, b, a) && (c.share(a) > c.share(b) || c.share(a) == c.share(b) && protects(c.set, a, b))
 }
 
 func (c *Controller) shareText(a Arm) string {
