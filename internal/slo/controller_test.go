@@ -472,3 +472,28 @@ func TestObjectiveChangedOnALiveLC(t *testing.T) {
 		t.Errorf("relative then absolute: BE stopped %d windows for the absolute objective", pauses(ds[20:]))
 	}
 }
+
+// TestUnmeasuredArmsInOrder: until measured, a spinner takes BE a little and the gate more: an arm
+// with either is not expected to give BE more than the arm without it, which is expected to give
+// more; so too where only the spinner's arm is measured, and nothing else tells the two apart.
+func TestUnmeasuredArmsInOrder(t *testing.T) {
+	c := newController(t, Options{})
+	c.offer(Observation{Gate: true, Prepreempt: time.Millisecond})
+	bare := Arm{BETimeslice: 200 * time.Microsecond}
+	spin, gate := bare, bare
+	spin.Prepreempt, gate.Gate = true, true
+	check := func(when string) {
+		t.Helper()
+		for _, tt := range []struct {
+			a, b Arm
+			want bool
+		}{{bare, spin, true}, {spin, bare, false}, {spin, gate, true}, {gate, spin, false}, {bare, gate, true}, {gate, bare, false}} {
+			if got := c.better(tt.a, tt.b); got != tt.want {
+				t.Errorf("%s: better(%v, %v) = %v, want %v", when, tt.a, tt.b, got, tt.want)
+			}
+		}
+	}
+	check("none measured")
+	c.est(spin).share.Add(0.8)
+	check(fmt.Sprintf("%v measured", spin))
+}
