@@ -33,23 +33,26 @@ type Options struct {
 	PauseMax int             // windows one pause lasts at most, the first draining BE's queued work [6]
 }
 
-// The model's fixed numbers, each with why this value.
+// The model's tunable numbers, each with why this value.
 const (
-	minSamples    = 20                     // requests (tokens for tpot_) one measurement needs: windows accumulate until it has them
-	minRequests   = 10                     // requests one measurement spans at least: a request's token intervals move together
-	halfLife      = 120                    // windows that halve what an arm showed (workloads drift)
-	z             = 2                      // bounds' width in standard errors
-	margin        = 0.02                   // BE share a move for BE's sake must add (a training BE scatters by a few points)
-	maxAccumulate = 30                     // windows one measurement is expected within (a request a second counts in 20): undecided for two, an arm is left
-	idleAfter     = 10                     // windows with no LC sample before the safe arm (a slow LC is quiet a few); of pauses, before its reference is learnt beside BE
-	budget        = 0.1                    // of any minute BE may be stopped to learn LCs alone; of windows a settled search explores
-	stableGap     = 30 * time.Second       // least time between a settled search's explorations: a steady LC sees an arm change at most this often
-	priorWeight   = 2                      // measurements the prior scatter weighs as: two that happen to agree do not make a noisy LC steady
-	priorScatter  = 0.1                    // a measurement's relative scatter until learnt; how much better than a measured neighbour an unmeasured arm may be
-	maxBackoff    = 4                      // back-offs from exploring an arm, each twice the last
-	switchCost    = 190 * time.Microsecond // one BE-to-LC switch measured on H100 and H200: what no timeslice removes
-	gateShare     = 0.75                   // BE's share with the gate over without, until measured (only the order counts)
+	minSamples    = 20               // requests (tokens for tpot_) one measurement needs: windows accumulate until it has them
+	minRequests   = 10               // requests one measurement spans at least: a request's token intervals move together
+	halfLife      = 120              // windows that halve what an arm showed (workloads drift)
+	z             = 2                // bounds' width in standard errors
+	margin        = 0.02             // BE share a move for BE's sake must add (a training BE scatters by a few points)
+	maxAccumulate = 30               // windows one measurement is expected within (a request a second counts in 20): undecided for two, an arm is left
+	idleAfter     = 10               // windows with no LC sample before the safe arm (a slow LC is quiet a few); of pauses, before its reference is learnt beside BE
+	budget        = 0.1              // of any minute BE may be stopped to learn LCs alone; of windows a settled search explores
+	stableGap     = 30 * time.Second // least time between a settled search's explorations: a steady LC sees an arm change at most this often
+	priorWeight   = 2                // measurements the prior scatter weighs as: two that happen to agree do not make a noisy LC steady
+	priorScatter  = 0.1              // a measurement's relative scatter until learnt; how much better than a measured neighbour an unmeasured arm may be
+	maxBackoff    = 4                // back-offs from exploring an arm, each twice the last
+	gateShare     = 0.75             // BE's share with the gate over without, until measured (only the order counts)
 )
+
+// switchCost is a measured fact, not a tuning: one BE-to-LC switch on H100 and H200, what no
+// timeslice removes. It decides nothing; it only names the bound at the limit.
+const switchCost = 190 * time.Microsecond
 
 // LCSample is one LC process's latency over one window against one of its objectives.
 type LCSample struct {
