@@ -109,7 +109,7 @@ func buildLCLoop(t *testing.T, dir string) (lib, app string) {
 	lib, app = filepath.Join(dir, "libcuda.so.1"), filepath.Join(dir, "lcloop")
 	for _, args := range [][]string{
 		{"-shared", "-fPIC", "-O2", "-Wl,-soname,libcuda.so.1", "-o", lib, "../../trace/testdata/fakecuda.c"},
-		{"-O2", "-o", app, "testdata/lcloop.c", lib, "-Wl,-rpath," + dir},
+		{"-O2", "-I../../trace/testdata", "-o", app, "testdata/lcloop.c", lib, "-Wl,-rpath," + dir},
 	} {
 		if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
 			t.Fatalf("gcc %v: %v\n%s", args, err, out)

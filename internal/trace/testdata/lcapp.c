@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "spin.h"
+
 int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                    void *, void **, void **);
 int cuLaunchKernelEx(const void *, void *, void **, void **);
@@ -26,19 +28,6 @@ int gpreempt_ready(uint64_t);
 int gpreempt_cancel(uint64_t);
 
 static long other_tid;
-
-// spin runs on a CPU until the thread has used ns more CPU time. Reading
-// the thread's CPU clock also brings the scheduler's account of it up to
-// date, so the next traced call sees all of it.
-static void spin(long long ns)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	long long until = ts.tv_sec * 1000000000LL + ts.tv_nsec + ns;
-	do
-		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	while (ts.tv_sec * 1000000000LL + ts.tv_nsec < until);
-}
 
 static void *worker(void *arg)
 {

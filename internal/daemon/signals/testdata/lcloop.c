@@ -12,24 +12,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "spin.h"
+
 int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                    void *, void **, void **);
 int cuStreamSynchronize(void *);
 int cuEventSynchronize(void *);
 int cuEventRecord(void *, void *);
 int cuMemcpyHtoDAsync_v2(uint64_t, const void *, size_t, void *);
-
-// spin runs on a CPU for ns of its own CPU time (reading that clock brings
-// the scheduler's account up to date, so the next traced call sees it).
-static void spin(long long ns)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	long long until = ts.tv_sec * 1000000000LL + ts.tv_nsec + ns;
-	do
-		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	while (ts.tv_sec * 1000000000LL + ts.tv_nsec < until);
-}
 
 int main(int argc, char **argv)
 {
