@@ -146,7 +146,9 @@ func (c *Controller) measure(d *Decision, o Observation) {
 				if old := r.value; enough(r.pts, r.reqs) {
 					r.est.Add(float64(stats.WeightedQuantile(r.pts, s.Objective.Quantile)))
 					r.value, r.pts, r.reqs = time.Duration(r.est.Mean()), nil, 0
-					c.rescale(k, map[bool]float64{true: float64(old) / float64(r.value)}[s.Objective.Relative()])
+					if s.Objective.Relative() { // an absolute objective's estimates are ratios to its bound, not to this
+						c.rescale(k, float64(old)/float64(r.value))
+					}
 				}
 			}
 			ref = r.value
@@ -194,7 +196,11 @@ func (c *Controller) rescale(k string, f float64) {
 
 // refFor is the reference of sample s, made if new.
 func (c *Controller) refFor(s LCSample) *reference {
-	k := s.Key + " " + s.Objective.Name() + "@" + cmp.Or(map[bool]string{false: "alone, passive"}[s.Objective.Relative()], s.Objective.Reference)
+	of := s.Objective.Reference
+	if !s.Objective.Relative() {
+		of = "passive" // an absolute objective's, apart from a relative one's on the same quantile
+	}
+	k := s.Key + " " + s.Objective.Name() + "@" + of
 	if c.refs[k] == nil {
 		how := objective.Standalone
 		if s.Objective.Relative() && (s.Objective.Reference == objective.Shortest || !c.canPause()) {
