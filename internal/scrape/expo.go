@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/gpreempt/gpreempt/internal/endpoint"
+	"github.com/gpreempt/gpreempt/internal/signal"
 )
 
 // ErrFormat marks an exposition that does not decode, or a histogram
@@ -82,7 +83,7 @@ type want struct {
 
 // wanted pairs m's histograms with the signal.Latency metric each is.
 func wanted(m endpoint.Metrics) []want {
-	return []want{{metricRequest, m.Request}, {metricTTFT, m.TTFT}, {metricTPOT, m.TPOT}}
+	return []want{{signal.MetricRequest, m.Request}, {signal.MetricTTFT, m.TTFT}, {signal.MetricTPOT, m.TPOT}}
 }
 
 // sum adds mf's series (those whose label is model, where model is set)

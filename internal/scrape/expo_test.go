@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpreempt/gpreempt/internal/endpoint"
+	"github.com/gpreempt/gpreempt/internal/signal"
 )
 
 func vllmMetrics(t testing.TB) endpoint.Metrics {
@@ -50,19 +51,19 @@ vllm:inter_token_latency_seconds_sum{model_name="a"} 0.03
 		err         string
 	}{
 		{name: "every model, summed", body: text, want: map[string]Hist{
-			metricRequest: {Name: "vllm:e2e_request_latency_seconds", Bounds: []float64{0.5, 1, inf}, Counts: []float64{1, 5, 6}},
+			signal.MetricRequest: {Name: "vllm:e2e_request_latency_seconds", Bounds: []float64{0.5, 1, inf}, Counts: []float64{1, 5, 6}},
 			// The newer name first: the older one is the same values.
-			metricTPOT: {Name: "vllm:inter_token_latency_seconds", Bounds: []float64{0.01, inf}, Counts: []float64{7, 7}}}},
+			signal.MetricTPOT: {Name: "vllm:inter_token_latency_seconds", Bounds: []float64{0.01, inf}, Counts: []float64{7, 7}}}},
 		{name: "one model", model: "b", body: text, want: map[string]Hist{
-			metricRequest: {Name: "vllm:e2e_request_latency_seconds", Bounds: []float64{0.5, 1, inf}, Counts: []float64{0, 2, 2}}}},
+			signal.MetricRequest: {Name: "vllm:e2e_request_latency_seconds", Bounds: []float64{0.5, 1, inf}, Counts: []float64{0, 2, 2}}}},
 		{name: "a model not served", model: "c", body: text, want: map[string]Hist{}},
 		{name: "no +Inf bucket: the count is", body: "# TYPE vllm:e2e_request_latency_seconds histogram\nvllm:e2e_request_latency_seconds_bucket{le=\"1\"} 2\nvllm:e2e_request_latency_seconds_count 3\n",
-			want: map[string]Hist{metricRequest: {Name: "vllm:e2e_request_latency_seconds", Bounds: []float64{1, inf}, Counts: []float64{2, 3}}}},
+			want: map[string]Hist{signal.MetricRequest: {Name: "vllm:e2e_request_latency_seconds", Bounds: []float64{1, inf}, Counts: []float64{2, 3}}}},
 		{name: "OpenMetrics", om: true, body: "# TYPE vllm:e2e_request_latency_seconds histogram\n# UNIT vllm:e2e_request_latency_seconds seconds\n" +
 			"vllm:e2e_request_latency_seconds_bucket{le=\"1.0\",model_name=\"x # {y}\"} 2 # {trace_id=\"q r\"} 0.5 1.7e9\n" +
 			"vllm:e2e_request_latency_seconds_bucket{le=\"+Inf\",model_name=\"x # {y}\"} 3 1.7e9\nvllm:e2e_request_latency_seconds_count{model_name=\"x # {y}\"} 3\n" +
 			"vllm:e2e_request_latency_seconds_created{model_name=\"x # {y}\"} 1.7e9\n# TYPE info_thing info\ninfo_thing_info{a=\"b\"} 1\n# EOF\n",
-			want: map[string]Hist{metricRequest: {Name: "vllm:e2e_request_latency_seconds", Bounds: []float64{1, inf}, Counts: []float64{2, 3}}}},
+			want: map[string]Hist{signal.MetricRequest: {Name: "vllm:e2e_request_latency_seconds", Bounds: []float64{1, inf}, Counts: []float64{2, 3}}}},
 		{name: "not a histogram", body: "# TYPE vllm:e2e_request_latency_seconds counter\nvllm:e2e_request_latency_seconds 3\n", err: "not a histogram"},
 		{name: "different buckets across series", body: "# TYPE vllm:e2e_request_latency_seconds histogram\n" +
 			"vllm:e2e_request_latency_seconds_bucket{a=\"1\",le=\"1\"} 1\nvllm:e2e_request_latency_seconds_count{a=\"1\"} 1\n" +

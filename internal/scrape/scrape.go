@@ -287,17 +287,17 @@ func (s *Scraped) take(st *state, body []byte, om bool, err error, now time.Dura
 			}
 		}
 		prefix := ""
-		if key != metricRequest {
+		if key != signal.MetricRequest {
 			prefix = key + "_"
 		}
 		for _, q := range quantiles {
 			smp.Quantiles[prefix+q.name] = toDuration(d.Quantile(q.q), unit)
 		}
 	}
-	smp.Requests, smp.Tokens = counts[metricRequest], counts[metricTPOT]
-	if _, ok := cur[metricRequest]; !ok {
+	smp.Requests, smp.Tokens = counts[signal.MetricRequest], counts[signal.MetricTPOT]
+	if _, ok := cur[signal.MetricRequest]; !ok {
 		// No request histogram (Triton): each request has one first response.
-		smp.Requests = counts[metricTTFT]
+		smp.Requests = counts[signal.MetricTTFT]
 	}
 	st.seq++
 	smp.Seq = st.seq

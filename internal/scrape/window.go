@@ -6,15 +6,6 @@ import (
 	"time"
 )
 
-// The signal.Latency metric each histogram stands for (signal.MetricRequest,
-// MetricTTFT, MetricTPOT: the same strings, kept here as the keys Decode
-// returns).
-const (
-	metricRequest = ""
-	metricTTFT    = "ttft"
-	metricTPOT    = "tpot"
-)
-
 // Delta is this window's histogram: cur's counts less prev's, by bucket.
 // ok is false where the two do not follow one another (a counter reset:
 // the server restarted, so the count or a bucket went down; or the
