@@ -69,7 +69,7 @@ func Sleeper(t *testing.T) policy.ProcRef {
 // it.
 func Current(t *testing.T, r policy.ProcRef) policy.ProcRef {
 	t.Helper()
-	start, err := tsg.StartTime(stat(t, r.PID))
+	start, err := tsg.ProcessStart("/proc", r.PID)
 	if err != nil {
 		t.Fatal(err)
 	}

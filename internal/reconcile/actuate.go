@@ -17,7 +17,7 @@ import (
 // hold it yet.
 func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, force bool) error {
 	st := &p.status
-	measure, lastSetup := st.Measure, st.Setup
+	measure := st.Measure
 	st.Kind, st.Measure = Done, false
 	if !r.refresh(p) {
 		st.Kind, st.Err = Failed, fmt.Errorf("pid %d: %w", p.pid, ErrGone)
@@ -25,7 +25,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 	}
 	if len(p.info.GPUs) == 0 && p.override == nil && r.pol.NeedsGPU(p.info) && st.GPUWaits < maxGPUWaits {
 		st.GPUWaits++
-		st.retry(now+gpuWait, measure, lastSetup)
+		st.retry(now+gpuWait, measure)
 		r.poke()
 		return nil
 	}
@@ -86,7 +86,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 			// of times.
 			st.Attempts++
 			st.Since = now
-			st.retry(now+(50*time.Millisecond)<<(st.Attempts-1), measure, lastSetup)
+			st.retry(now+(50*time.Millisecond)<<(st.Attempts-1), measure)
 			r.poke()
 		}
 		return err
@@ -112,7 +112,7 @@ func (r *Reconciler) classify(ctx context.Context, p *proc, now time.Duration, f
 	}
 	// Time to classed: from the last setup event to the end of the
 	// apply, on the events' clock (CLOCK_MONOTONIC).
-	took := max(r.Now(), now) - lastSetup
+	took := max(r.Now(), now) - st.Setup
 	if n == 0 {
 		// Every group held its class already (a late setup event):
 		// nothing was classed now.

@@ -49,7 +49,7 @@ func (r *Reconciler) holds(p *proc, spec class.Spec) (int, bool) {
 		return 0, false
 	}
 	for _, g := range p.groups {
-		if g.held == unclassed || g.applied != tsg.Some(want) || g.held == drifted {
+		if g.held != classed || g.applied != tsg.Some(want) {
 			return 0, false
 		}
 	}

@@ -70,10 +70,10 @@ func (s *Status) setup(now time.Duration, measure bool, debounce, maxWait time.D
 	s.Due = min(now+debounce, s.Since+maxWait)
 }
 
-// retry makes the classing due again at due, as it was (its setup and
-// whether it is measured), after a wait or a failure.
-func (s *Status) retry(due time.Duration, measure bool, setup time.Duration) {
-	s.Kind, s.Due, s.Measure, s.Setup = Pending, due, measure, setup
+// retry makes the classing due again at due, as it was (whether it is
+// measured; its setup is untouched), after a wait or a failure.
+func (s *Status) retry(due time.Duration, measure bool) {
+	s.Kind, s.Due, s.Measure = Pending, due, measure
 }
 
 // Status is pid's classing state (false: the daemon holds no such process).

@@ -386,14 +386,14 @@ func (c *Controller) atLimit(d *Decision) {
 	if slices.ContainsFunc(c.set.all(), func(b Arm) bool { return c.short(b) && c.lcFeasibility(b) == feasible }) {
 		d.Bound += fmt.Sprintf("; the arms that meet them give BE less than its minimum share, %.0f%%", 100*c.minShare)
 	}
-	missedAlone := false
-	for _, k := range slices.Sorted(maps.Keys(c.acc)) {
+	keys, missedAlone := slices.Sorted(maps.Keys(c.acc)), false
+	for _, k := range keys {
 		if m := c.acc[k]; m.target > 0 && m.ref > m.target { // an absolute bound the LC misses alone
 			d.Bound += fmt.Sprintf("; this LC alone runs at %v, over its objective's %v: no arm meets it however BE is held", m.ref.Round(time.Microsecond), m.target)
 			missedAlone = true
 		}
 	}
-	for _, k := range slices.Sorted(maps.Keys(c.acc)) { // else what one switch per request costs an LC alone
+	for _, k := range keys { // else what one switch per request costs an LC alone
 		if ref := c.acc[k].ref; ref > 0 && !missedAlone {
 			d.Bound += fmt.Sprintf("; one BE-to-LC switch (~%v) per request is %.0f%% of this LC's %v alone, which no timeslice removes (pre-preemption hints would)",
 				switchCost, 100*float64(switchCost)/float64(ref), ref.Round(time.Microsecond))

@@ -102,9 +102,11 @@ func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key str
 			out.Points = []stats.Weighted{{V: lat, W: n}}
 		}
 	}
-	if why := s.Unresolved(o, stats.WeightedQuantile(out.Points, o.Quantile)); why != "" && len(out.Points) > 0 {
-		row.Signal = "refused: " + why
-		return nil
+	if len(out.Points) > 0 && len(s.Buckets[o.Metric]) > 0 { // a histogram's window (no other sorts its points again)
+		if why := s.Unresolved(o, stats.WeightedQuantile(out.Points, o.Quantile)); why != "" {
+			row.Signal = "refused: " + why
+			return nil
+		}
 	}
 	// A request's tokens move together: they are one request, not many samples; tokens of none
 	// finished yet (a long generation) are one's at least. An LC never quiet has steps, no requests.
