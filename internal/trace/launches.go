@@ -138,11 +138,7 @@ func (c *LaunchCounter) Attach(pid int, library string) error {
 // resolveLaunches opens path and resolves its launch functions, one name
 // per address (aliases would count a launch twice).
 func resolveLaunches(path string) (*libfile.File, []Probe, error) {
-	var probes []Probe
-	for _, s := range DefaultLaunchSymbols {
-		probes = append(probes, Probe{Library: path, Symbol: s, Role: RoleLaunch})
-	}
-	keep, _, libs, err := resolveOpen(probes)
+	keep, _, libs, err := resolveOpen(ProbesOf(path, RoleLaunch, DefaultLaunchSymbols))
 	opened := libs[path]
 	if err != nil || len(keep) == 0 {
 		if opened != nil {

@@ -44,14 +44,15 @@ var (
 // RequestProbes are the probes of the request definition on the library at path ("": each
 // process's own): launches, queued work, synchronizes.
 func RequestProbes(path string) []Probe {
-	var out []Probe
-	for _, r := range []struct {
-		role Role
-		syms []string
-	}{{RoleLaunch, DefaultLaunchSymbols}, {RoleQueue, DefaultQueueSymbols}, {RoleSync, DefaultSyncSymbols}} {
-		for _, s := range r.syms {
-			out = append(out, Probe{Library: path, Symbol: s, Role: r.role})
-		}
+	return slices.Concat(ProbesOf(path, RoleLaunch, DefaultLaunchSymbols), ProbesOf(path, RoleQueue, DefaultQueueSymbols),
+		ProbesOf(path, RoleSync, DefaultSyncSymbols))
+}
+
+// ProbesOf are probes of role on the functions syms of the library at path ("": each process's own).
+func ProbesOf(path string, role Role, syms []string) []Probe {
+	out := make([]Probe, 0, len(syms))
+	for _, s := range syms {
+		out = append(out, Probe{Library: path, Symbol: s, Role: role})
 	}
 	return out
 }

@@ -214,15 +214,15 @@ func findLibrary(name, explicit string, pid int, flag string) (string, error) {
 // probes makes the probe list for one library and role from a flag's
 // comma-separated symbols.
 func probes(lib string, role trace.Role, symbols []string) []trace.Probe {
-	var out []trace.Probe
+	var names []string
 	for _, s := range symbols {
 		for _, name := range strings.Split(s, ",") {
 			if name = strings.TrimSpace(name); name != "" {
-				out = append(out, trace.Probe{Library: lib, Symbol: name, Role: role})
+				names = append(names, name)
 			}
 		}
 	}
-	return out
+	return trace.ProbesOf(lib, role, names)
 }
 
 // shortControl strips the class prefix from a control's name:
