@@ -110,6 +110,8 @@ type requestSummary struct {
 	Mode       string  `json:"mode"`
 	QuietGapUs float64 `json:"quiet_gap_us"`
 	Learnt     bool    `json:"learnt"`
+	// Gaps is what the quiet gap is learnt from (request.Delimiter.Gaps).
+	Gaps []request.GapBucket `json:"gaps,omitempty"`
 }
 
 func (t *requestsTrace) Event(ev trace.Event) error {
@@ -176,7 +178,7 @@ func (t *requestsTrace) print(title string, a *requestAgg, lost *uint64) error {
 	if t.out.json {
 		return t.out.jsonLine(requestSummary{Type: "requests", Title: title, PID: t.pid, Comm: t.comm, Requests: a.hist.N,
 			Failed: a.failed, Launches: a.launches, Latency: sum, Hist: viewHist(&a.hist, "usecs"), Lost: lost,
-			Mode: t.delim.Mode().String(), QuietGapUs: float64(t.delim.Gap()) / 1e3, Learnt: t.delim.Learnt()})
+			Mode: t.delim.Mode().String(), QuietGapUs: float64(t.delim.Gap()) / 1e3, Learnt: t.delim.Learnt(), Gaps: t.delim.Gaps()})
 	}
 	w := t.out.w
 	t.out.separate()

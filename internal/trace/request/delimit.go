@@ -393,6 +393,29 @@ func (d *Delimiter) learn(g time.Duration, inside bool) {
 
 const relearnEvery = 32
 
+// GapBucket is one bucket of the gaps a Delimiter learns its quiet gap
+// from (Gaps): its lower edge, the gaps in it (halved as they age), those of
+// CPU work among them, and their time.
+type GapBucket struct {
+	LowUs  float64 `json:"low_us"`
+	Count  float64 `json:"count"`
+	Inside float64 `json:"cpu_work"`
+	TimeMs float64 `json:"time_ms"`
+}
+
+// Gaps is the histogram the quiet gap is learnt from, its empty buckets
+// left out: what `trace requests -o json` shows of why a gap is or is not
+// learnt.
+func (d *Delimiter) Gaps() []GapBucket {
+	var out []GapBucket
+	for b := range d.gaps.n {
+		if d.gaps.n[b] > 0 {
+			out = append(out, GapBucket{LowUs: bucketLow(b) / 1e3, Count: d.gaps.n[b], Inside: d.gaps.inside[b], TimeMs: d.gaps.w[b] / 1e6})
+		}
+	}
+	return out
+}
+
 // gapHist is a log-bucketed histogram of recent gaps between busy moments,
 // weighted by their time: gaps inside a request are many and short, gaps
 // between requests few and long, and by time both weigh. It decays by
@@ -419,6 +442,9 @@ const (
 	minQuiet    = 0.2 // the least share of the gap time in the cluster above the split
 	minBetween  = 3   // gaps above the split: requests seen to end
 	minWithin   = 8   // gaps below it
+	// Gaps of CPU work above a split, fewer than this share of those slept through there, are
+	// strays (a hiccup), not a decode's sampling between tokens (some of it read as asleep).
+	strayShare = 0.1
 )
 
 func gapBucket(g time.Duration) int {
@@ -471,10 +497,15 @@ func (h *gapHist) add(g time.Duration, inside bool) {
 // threshold is the geometric mean of its edges: the top of the cluster
 // below and the bottom of the one above. A gap of CPU work (one not yet
 // halved away) is inside a request, whatever its length: the threshold
-// lies above the longest, and no cluster above the split may hold one. A
+// lies above the longest below the split, and a split with gaps of CPU
+// work above it (a decode's sampling between tokens) is no split. A
 // stray one too rare to count (a thread preempted, or Python's collector,
-// in one request of many) raises the threshold; it does not forbid the
-// split. Gaps of CPU work are kept inside by their CPU time, not their
+// in one request of many) raises the threshold if below the split; above
+// it, fewer than strayShare of the gaps slept through there (a hiccup of
+// tens of milliseconds), it does not forbid the split, and its own request
+// is cut there: else it would
+// hold the gap at the ceiling until halved away (~20 s), running an LC's
+// requests together. Gaps of CPU work are kept inside by their CPU time, not their
 // length, so the first counted bucket above the longest of them (asleep
 // gaps only) is a cluster of its own once it starts at least minSplitCPU
 // (4x, √minSplit) above it: only the asleep side needs a margin by length,
@@ -528,15 +559,25 @@ func (h *gapHist) threshold() time.Duration {
 		for ; j <= cs[i].last; j++ {
 			below += h.n[j]
 		}
-		if cs[i+1].first <= top {
-			continue
+		// The CPU work above the split, and the longest below it.
+		var cpuAbove float64
+		under := -1
+		for b := range h.inside {
+			if b >= cs[i+1].first {
+				cpuAbove += h.inside[b]
+			} else if h.inside[b] >= 1 {
+				under = b
+			}
+		}
+		if cpuAbove >= 1 && cpuAbove >= strayShare*(totalN-below-cpuAbove) {
+			continue // CPU work above, not strays among the gaps slept through: pauses inside requests
 		}
 		var upW float64
 		for b := cs[i+1].first; b <= cs[i+1].last; b++ {
 			upW += h.w[b]
 		}
 		if below >= minWithin && totalN-below >= minBetween && upW >= minQuiet*totalW {
-			return time.Duration(math.Sqrt(bucketLow(max(cs[i].last, top)+1) * bucketLow(cs[i+1].first)))
+			return time.Duration(math.Sqrt(bucketLow(max(cs[i].last, under)+1) * bucketLow(cs[i+1].first)))
 		}
 	}
 	return 0

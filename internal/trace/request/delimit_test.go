@@ -1,6 +1,7 @@
 package request_test
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -447,5 +448,36 @@ func TestDelimiterQueuedWork(t *testing.T) {
 	}
 	if r := got[1]; r.Launches != 0 {
 		t.Errorf("second %+v: a copy launches nothing", r)
+	}
+}
+
+// Gaps shows what the gap is learnt from: every gap between busy moments
+// once, in its bucket, with the learnt gap between the launch gaps'
+// cluster and the gaps between requests.
+func TestDelimiterGaps(t *testing.T) {
+	w := resnet(20)
+	d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
+	run(d, w.evs, ms, w.want[len(w.want)-1].End+100*ms)
+	gs := d.Gaps()
+	var n float64
+	var between float64
+	gap := float64(d.Gap()) / 1e3
+	for i, g := range gs {
+		if i > 0 && g.LowUs <= gs[i-1].LowUs {
+			t.Fatalf("buckets out of order: %+v", gs)
+		}
+		if g.Count <= 0 || g.Inside != 0 {
+			t.Errorf("bucket %+v: want gaps, none of CPU work (no CPU times given)", g)
+		}
+		n += g.Count
+		if g.LowUs > gap {
+			between += g.Count
+		} else if g.LowUs*math.Sqrt2 > gap {
+			t.Errorf("bucket %+v straddles the learnt gap %vus", g, gap)
+		}
+	}
+	// 50 launches and a synchronize a request: 50 gaps inside, 1 after it (none while it waits).
+	if !d.Learnt() || n != 20*51-1 || between != 19 {
+		t.Errorf("learnt %v: %v gaps, %v above the gap %v; want 1019 and 19\n%+v", d.Learnt(), n, between, d.Gap(), gs)
 	}
 }
