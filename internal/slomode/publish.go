@@ -90,7 +90,7 @@ func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key str
 	p50 := stats.WeightedQuantile(out.Points, 0.5)
 	if len(out.Points) == 0 {
 		prefix := map[bool]string{true: o.Metric + "_"}[o.Metric != ""]
-		name := prefix + quantileName(o.Quantile)
+		name := prefix + signal.QuantileName(o.Quantile)
 		lat, ok := s.Quantiles[name]
 		if !ok {
 			row.Signal = s.Source + " without " + name

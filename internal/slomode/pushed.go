@@ -47,13 +47,3 @@ func (p *pushed) forget(pid int) {
 	delete(p.by, pid)
 	p.mu.Unlock()
 }
-
-// quantileName is the pushed quantile that stands for q: the named one at or above it (p99 for 0.95).
-func quantileName(q float64) string {
-	for i, c := range []float64{0.5, 0.9, 0.99, 0.999} {
-		if q <= c+1e-9 {
-			return []string{"p50", "p90", "p99", "p999"}[i]
-		}
-	}
-	return "max"
-}
