@@ -388,8 +388,8 @@ func (c *Controller) atLimit(d *Decision) {
 	}
 	keys, missedAlone := slices.Sorted(maps.Keys(c.acc)), false
 	for _, k := range keys {
-		if m := c.acc[k]; m.target > 0 && m.ref > m.target { // an absolute bound the LC misses alone
-			d.Bound += fmt.Sprintf("; this LC alone runs at %v, over its objective's %v: no arm meets it however BE is held", m.ref.Round(time.Microsecond), m.target)
+		if m := c.acc[k]; m.Target > 0 && m.ref > m.Target { // an absolute bound the LC misses alone
+			d.Bound += fmt.Sprintf("; this LC alone runs at %v, over its objective's %v: no arm meets it however BE is held", m.ref.Round(time.Microsecond), m.Target)
 			missedAlone = true
 		}
 	}
