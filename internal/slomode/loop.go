@@ -24,10 +24,10 @@ import (
 // Loop is the daemon's SLO mode. Step and SearchTimeslice run on one goroutine; the rest are safe.
 type Loop struct {
 	rec     Reconciler
+	now     func() time.Duration // rec's clock
 	metrics Metrics
 	log     *slog.Logger
-	push    *pushed
-	Latency signal.LatencySource  // LC windows (default: the pushed ones)
+	Latency signal.LatencySource  // LC windows (default: the pushed ones, Loop.Latest)
 	Traced  signal.WindowedSource // request tracing, for LCs that push none; the loop closes its windows
 	Scraped signal.WindowedSource // the servers' own histograms, for LCs that push none (then untraced)
 	Share   signal.ShareSource    // BE progress; nil: unknown
@@ -47,8 +47,10 @@ type Loop struct {
 
 	mu             sync.Mutex
 	status         api.SLO
-	stepAt, window time.Duration // when Step last ran (0: not yet) and the window then: Reply's next_window_ms
-	told           map[int]bool  // whether each LC's hint engine is told to pre-preempt, by pid
+	stepAt, window time.Duration          // when Step last ran (0: not yet) and the window then: Reply's next_window_ms
+	told           map[int]bool           // whether each LC's hint engine is told to pre-preempt, by pid
+	pushed         map[int]signal.Latency // each process's last pushed window, by pid
+	engines        map[int]api.Engine     // each pushing process's engine state, by pid
 }
 
 // alignSlack: a window that began up to window/alignSlack before the last decision still shows the
@@ -81,21 +83,10 @@ type sloConf struct {
 
 // New returns the SLO mode over rec, publishing to m; now, rec's clock, stamps each pushed window.
 func New(rec Reconciler, now func() time.Duration, m Metrics, log *slog.Logger) *Loop {
-	p := &pushed{now: now, by: map[int]signal.Latency{}}
-	return &Loop{rec: rec, metrics: m, log: cmp.Or(log, slog.New(slog.DiscardHandler)), push: p, Latency: p,
-		used: map[sampleSource]uint64{}, tracing: map[string]*traceWant{}, status: api.SLO{Engines: map[string]api.Engine{}}}
-}
-
-// Push takes a stats push's latency window and engine state.
-func (l *Loop) Push(pid int, s api.Stats) {
-	if s.Window != nil {
-		l.push.push(pid, *s.Window)
-	}
-	if s.Engine != nil {
-		l.mu.Lock()
-		l.status.Engines[strconv.Itoa(pid)] = *s.Engine
-		l.mu.Unlock()
-	}
+	l := &Loop{rec: rec, now: now, metrics: m, log: cmp.Or(log, slog.New(slog.DiscardHandler)), used: map[sampleSource]uint64{},
+		tracing: map[string]*traceWant{}, pushed: map[int]signal.Latency{}, engines: map[int]api.Engine{}}
+	l.Latency = l
+	return l
 }
 
 // PrepreemptUpTo is the longest BE timeslice at which the search over lcs may have hint engines
@@ -105,7 +96,7 @@ func (l *Loop) Push(pid int, s api.Stats) {
 func (l *Loop) PrepreemptUpTo(pol *policy.Policy, lcs []policy.ProcRef) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !slices.ContainsFunc(lcs, func(p policy.ProcRef) bool { _, ok := l.status.Engines[strconv.Itoa(p.PID)]; return ok }) {
+	if !slices.ContainsFunc(lcs, func(p policy.ProcRef) bool { _, ok := l.engines[p.PID]; return ok }) {
 		return 0
 	}
 	up := slices.Max(pol.SLO.Rungs()) // either bound 0: none
@@ -120,29 +111,6 @@ func (l *Loop) SearchTimeslice(gpus string) (time.Duration, bool) {
 	return 0, false
 }
 
-// Pushers lists the pids with pushed state (windows or engine state).
-func (l *Loop) Pushers() []int {
-	l.push.mu.Lock()
-	out := slices.Collect(maps.Keys(l.push.by))
-	l.push.mu.Unlock()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for k := range l.status.Engines {
-		if pid, err := strconv.Atoi(k); err == nil {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-// Forget drops an exited process's pushed state.
-func (l *Loop) Forget(pid int) {
-	l.push.forget(pid)
-	l.mu.Lock()
-	delete(l.status.Engines, strconv.Itoa(pid))
-	l.mu.Unlock()
-}
-
 // Reply is the answer to pid's stats push: whether its engine pre-preempts, when the next read is.
 func (l *Loop) Reply(pid int) api.StatsReply {
 	l.mu.Lock()
@@ -150,7 +118,7 @@ func (l *Loop) Reply(pid int) api.StatsReply {
 	r := api.StatsReply{Prepreempt: l.toldLocked(pid), SLO: l.status.Enabled}
 	if r.SLO && l.window > 0 && l.stepAt > 0 {
 		// Past due, the read runs now: a reporter pushes ahead of the one after.
-		next := max(l.stepAt+l.window-l.push.now(), time.Microsecond)
+		next := max(l.stepAt+l.window-l.now(), time.Microsecond)
 		r.NextWindowMs, r.WindowMs = float64(next)/1e6, float64(l.window)/1e6
 	}
 	return r
@@ -175,7 +143,10 @@ func (l *Loop) Status() api.SLO {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.status
-	s.LC, s.Engines = slices.Clone(s.LC), maps.Clone(s.Engines)
+	s.LC, s.Engines = slices.Clone(s.LC), map[string]api.Engine{}
+	for pid, e := range l.engines {
+		s.Engines[strconv.Itoa(pid)] = e
+	}
 	return s
 }
 
@@ -253,7 +224,7 @@ func (l *Loop) off(pol *policy.Policy, now time.Duration) {
 		l.log.Info("slo: mode off; BE back to the policy's timeslice", "be_timeslice", pol.Classes[class.BE].Timeslice)
 	}
 	l.mu.Lock()
-	l.status, l.told = api.SLO{Engines: l.status.Engines, Prepreempt: true}, nil
+	l.status, l.told = api.SLO{Prepreempt: true}, nil
 	l.metrics.SetSLO(l.status)
 	l.mu.Unlock()
 }

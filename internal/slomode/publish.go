@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -124,7 +123,7 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 	defer l.mu.Unlock()
 	st := api.SLO{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
 		Ladder: fmtLadder(pol.SLO.Rungs()), MinBEShare: pol.SLO.MinBEShare, Calibrate: map[bool]string{true: "pause", false: "shortest"}[l.conf.pause > 0],
-		Engines: l.status.Engines, Prepreempt: true}
+		Prepreempt: true}
 	told, holds, gateOn := map[int]bool{}, map[int]bool{}, l.Gate != nil && pol.Gate.Mode != policy.GateOff
 	for _, s := range l.sorted() {
 		d, ss, arm := decided[s], &s.status, s.ctl.Arm()
@@ -134,7 +133,7 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 		// An engine takes a word other than its last push's answer at its next push: pre-preemption
 		// (l.told's), or the gate where it gates its own requests (l.held's; unsteered, the policy's).
 		s.lagged = slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool {
-			_, engine := st.Engines[strconv.Itoa(p.PID)]
+			_, engine := l.engines[p.PID]
 			held, steered := l.held[p.PID]
 			return engine && pre != l.toldLocked(p.PID) || gateOn && arm.Gate != (held || !steered) && l.Gate.SelfGated(p.PID)
 		})
