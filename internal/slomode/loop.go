@@ -34,9 +34,8 @@ type Loop struct {
 	Pause   Pauser                // stops BE while an LC is learnt alone; nil: LCs are learnt beside BE
 	Gate    Steerer               // the request gate, which holds BE for a search whose arm has it
 
-	on       bool
 	conf     sloConf
-	searches map[string]*search // by their GPUs (api.GPUList); a change of conf starts them again
+	searches map[string]*search // by their GPUs (api.GPUList); a change of conf starts them again; nil: the mode is off
 	unlisted map[string]int     // when each process on no GPU NVML lists was first seen so, by ProcRef.Key
 	beSearch map[string]*search // the live search each BE process is in, by ProcRef.Key
 	alone    map[string]bool    // BE processes beside no process outside BE (but MPS servers) as the window began
@@ -163,7 +162,7 @@ func (l *Loop) Step(now time.Duration) {
 	}
 	safe := cmp.Or(max(pol.SLO.Safe, 0), pol.Classes[class.BE].Timeslice)
 	conf := sloConf{ladder: fmtLadder(pol.SLO.Ladder), safe: safe, floor: cmp.Or(max(pol.SLO.SharedFloor, 0), safe), pause: pol.SLO.PauseWindows}
-	starting := !l.on || conf != l.conf
+	starting := l.searches == nil || conf != l.conf
 	if starting {
 		l.resume("SLO settings changed")
 		if _, err := slo.New(l.options(pol, conf)); err != nil { // the policy checked the ladder
@@ -171,7 +170,7 @@ func (l *Loop) Step(now time.Duration) {
 			return
 		}
 		// Windows count from here, an unlisted process's first window too.
-		l.on, l.conf, l.searches, l.windows, l.unlisted = true, conf, map[string]*search{}, -1, nil
+		l.conf, l.searches, l.windows, l.unlisted = conf, map[string]*search{}, -1, nil
 	}
 	l.windows++
 	l.rec.LearnGPUs()
@@ -215,8 +214,8 @@ func (l *Loop) off(pol *policy.Policy, now time.Duration) {
 		l.Scraped.Roll(now, nil)
 	}
 	clear(l.tracing)
-	if l.on {
-		l.on, l.searches, l.beSearch, l.held = false, nil, nil, nil
+	if l.searches != nil {
+		l.searches, l.beSearch, l.held = nil, nil, nil
 		l.rec.SetBETimeslices(policyTimeslice, nil)
 		if l.Gate != nil {
 			l.Gate.Steer(nil) // the gate holds as the policy says
