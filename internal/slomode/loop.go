@@ -61,6 +61,7 @@ type search struct {
 	key        string
 	gpus       []int // nil: every GPU
 	ctl        *slo.Controller
+	decided    *slo.Decision    // in this window (none as the mode comes on)
 	started    bool             // in this window (an LC came): its BE ran under another arm, so nothing is judged
 	pausing    bool             // its last decision stopped its BE
 	lcs, bes   []policy.ProcRef // the LC and BE processes on its GPUs this window (no BE without an LC)
@@ -182,20 +183,19 @@ func (l *Loop) Step(now time.Duration) {
 		l.Traced.Roll(now, l.toTrace(pol, lcs, now))
 	}
 	l.join(pol, lcs, all)
-	var decided map[*search]*slo.Decision
 	var samples map[int]lcWindow
 	if starting { // the first window starts now, and the status says what is in force
 		l.log.Info("slo: mode on; BE beside an LC at the safe timeslice until LC latency is known", "be_timeslice", conf.safe, "window", pol.SLO.Window)
 	} else {
 		samples = l.lcSamples(pol, lcs, now)
-		decided = l.decide(pol, all, samples, now, prev)
-		l.pauseFor(decided, time.Duration(l.conf.pause+5)*pol.SLO.Window)
+		l.decide(pol, all, samples, now, prev)
+		l.pauseFor(time.Duration(l.conf.pause+5) * pol.SLO.Window)
 		maps.DeleteFunc(l.used, func(src sampleSource, _ uint64) bool {
 			return !slices.ContainsFunc(lcs, func(p policy.ProcRef) bool { return p.PID == src.pid })
 		})
 	}
 	per := l.assign(all)
-	l.publish(pol, decided, samples, all, per)
+	l.publish(pol, samples, all, per)
 	if l.Gate != nil { // whether each LC's search's arm holds BE through its requests
 		l.Gate.Steer(l.held)
 	}
@@ -231,7 +231,7 @@ func (l *Loop) off(pol *policy.Policy, now time.Duration) {
 // decide has each search's controller decide on the window ending at now (prev: when the last one
 // ended). Only BE beside an LC is searched for: the others keep the policy's timeslice, are not
 // stopped, and are left out of every share and shared floor.
-func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]lcWindow, now, prev time.Duration) map[*search]*slo.Decision {
+func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]lcWindow, now, prev time.Duration) {
 	pausing := l.pausing()
 	var rates map[string]signal.BERate
 	if l.Share != nil {
@@ -247,7 +247,6 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 		}
 		l.alone, rates = aloneNow, l.Share.Roll(now, ws)
 	}
-	decided := map[*search]*slo.Decision{}
 	for _, s := range l.sorted() {
 		floor := l.sharedFloor(s)
 		if s.prepreempt = l.PrepreemptUpTo(pol, s.lcs); s.prepreempt < floor {
@@ -278,7 +277,7 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 		}
 		from := s.ctl.Arm()
 		d := s.ctl.Observe(obs)
-		decided[s] = &d
+		s.decided = &d
 		if !d.Changed {
 			l.log.Debug("slo: kept", "gpus", s.key, "be_timeslice", d.Arm.BETimeslice, "cause", d.Cause, "reason", d.Reason, "worst_lc_vs_objective", d.Worst)
 			continue
@@ -290,7 +289,6 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 			l.log.Info("slo: at the limit", "gpus", s.key, "bound", d.Bound)
 		}
 	}
-	return decided
 }
 
 // options are a search's controller options: references learnt with BE stopped (slo.calibrate:

@@ -117,8 +117,8 @@ func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key str
 }
 
 // publish sets the status, what hint engines and the gate are told, and the metrics after a
-// window (decided and samples are nil as the mode comes on); per is each BE process's timeslice.
-func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, samples map[int]lcWindow, all []policy.ProcRef, per beTimeslices) {
+// window (samples are nil as the mode comes on); per is each BE process's timeslice.
+func (l *Loop) publish(pol *policy.Policy, samples map[int]lcWindow, all []policy.ProcRef, per beTimeslices) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := api.SLO{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
@@ -126,7 +126,7 @@ func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, sa
 		Prepreempt: true}
 	told, holds, gateOn := map[int]bool{}, map[int]bool{}, l.Gate != nil && pol.Gate.Mode != policy.GateOff
 	for _, s := range l.sorted() {
-		d, ss, arm := decided[s], &s.status, s.ctl.Arm()
+		d, ss, arm := s.decided, &s.status, s.ctl.Arm()
 		// Engines pre-preempt as the arm says where it is an arm; elsewhere below
 		// slo.prepreempt_below.
 		pre := arm.Prepreempt || s.prepreempt == 0 && (pol.SLO.PrepreemptBelow <= 0 || arm.BETimeslice < pol.SLO.PrepreemptBelow)
