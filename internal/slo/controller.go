@@ -191,10 +191,8 @@ func (c *Controller) Arm() Arm { return c.cur }
 
 // offer takes what o allows: the rungs from its floor, the gate, pre-preemption, BE's minimum share.
 func (c *Controller) offer(o Observation) {
-	c.set = arms{ladder: c.opts.Ladder, gate: o.Gate, prepreempt: o.Prepreempt, static: Arm{BETimeslice: c.opts.Static}}
-	for c.set.lo < len(c.set.ladder)-1 && c.set.ladder[c.set.lo] < o.MinBETimeslice {
-		c.set.lo++
-	}
+	lo, _ := slices.BinarySearch(c.opts.Ladder, o.MinBETimeslice) // the first rung at the floor or above, else the last
+	c.set = arms{ladder: c.opts.Ladder, lo: min(lo, len(c.opts.Ladder)-1), gate: o.Gate, prepreempt: o.Prepreempt, static: Arm{BETimeslice: c.opts.Static}}
 	c.minShare = o.MinBEShare
 }
 
