@@ -12,7 +12,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
@@ -126,14 +125,16 @@ type LCResult struct {
 	Counted        bool          // a measurement completed this window
 }
 
-// Decision is the answer to one observation: what the status shows of it (the loop names its
-// window and arm there), and the rest.
+// Decision is the answer to one observation.
 type Decision struct {
-	api.SLODecision
 	Arm                                        Arm
+	Changed                                    bool
+	Phase, Cause, Reason                       string
+	Bound                                      string // at the limit: what stands in the way
 	LC                                         []LCResult
 	Worst, BEShare                             float64 // Worst: the highest latency/target measured; NaN: none
-	PauseBE                                    bool    // stop every BE through the next window
+	BEBelowMinimum                             bool    // the arm held gives BE less than its minimum
+	PauseBE, Aligned, Converged                bool    // PauseBE: stop every BE through the next window; Aligned: Observation.Aligned; Converged: explorations budgeted
 	PausedWindows, CalibrationWindows, Windows int     // what references cost: windows BE was stopped, of calibration, of all
 }
 
@@ -216,13 +217,13 @@ func (c *Controller) Observe(o Observation) Decision {
 	c.tick++
 	c.decay(aged(1))
 	c.offer(o)
-	d := Decision{Worst: math.NaN(), BEShare: o.BEShare, SLODecision: api.SLODecision{Aligned: o.Aligned}}
+	d := Decision{Worst: math.NaN(), BEShare: o.BEShare, Aligned: o.Aligned}
 	c.measure(&d, o)
 	c.step(&d, o)
 	if c.phase.Kind == Calibrating {
 		c.calibrated++
 	}
-	d.Arm, d.Phase, d.Fallback, d.BEBelowMinimum, d.Converged = c.cur, c.phase.Kind.String(), c.phase.Kind == Fallback, c.short(c.cur), c.nextExplore > 0
+	d.Arm, d.Phase, d.BEBelowMinimum, d.Converged = c.cur, c.phase.Kind.String(), c.short(c.cur), c.nextExplore > 0
 	d.PausedWindows, d.CalibrationWindows, d.Windows = c.paused, c.calibrated, c.tick
 	return d
 }

@@ -284,7 +284,7 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 		}
 		level := map[bool]slog.Level{true: slog.LevelInfo, false: slog.LevelDebug}[s.live()] // an idle search's applies to no BE
 		l.log.Log(context.Background(), level, "slo: arm changed", "gpus", s.key, "from", from, "to", d.Arm, "cause", d.Cause, "reason", d.Reason,
-			"worst_lc_vs_objective", d.Worst, "be_share", d.BEShare, "fallback", d.Fallback)
+			"worst_lc_vs_objective", d.Worst, "be_share", d.BEShare, "fallback", d.Phase == slo.Fallback.String())
 		if d.Bound != "" {
 			l.log.Info("slo: at the limit", "gpus", s.key, "bound", d.Bound)
 		}

@@ -142,12 +142,12 @@ func (l *Loop) publish(pol *policy.Policy, samples map[int]lcWindow, all []polic
 		}
 		ss.GPUs, ss.BETimeslice, ss.Arm, ss.LCs, ss.Prepreempt = s.gpus, arm.BETimeslice.String(), arm.String(), len(s.lcs), pre
 		if d != nil && s.live() { // what an idle search decides applies to no BE: neither shown nor counted
-			sd := d.SLODecision
-			sd.Window, sd.BETimeslice, sd.Arm = l.windows, ss.BETimeslice, ss.Arm
-			ss.Last, ss.BEShare, ss.WorstLC, ss.Phase = &sd, finite(d.BEShare), finite(d.Worst), d.Phase
+			sd := &api.SLODecision{Window: l.windows, BETimeslice: d.Arm.BETimeslice.String(), Arm: d.Arm.String(), Phase: d.Phase, Changed: d.Changed,
+				Cause: d.Cause, Reason: d.Reason, Fallback: d.Phase == slo.Fallback.String(), BEBelowMinimum: d.BEBelowMinimum, Aligned: d.Aligned, Bound: d.Bound, Converged: d.Converged}
+			ss.Last, ss.BEShare, ss.WorstLC, ss.Phase = sd, finite(d.BEShare), finite(d.Worst), d.Phase
 			ss.Calibration = &api.SLOCalibration{Paused: d.PausedWindows, Windows: d.CalibrationWindows, Of: d.Windows}
 			if d.Changed {
-				ss.LastChange = &sd
+				ss.LastChange = sd
 				ss.Changes++
 			}
 		}
