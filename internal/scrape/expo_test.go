@@ -126,9 +126,9 @@ func FuzzDecode(f *testing.F) {
 			if len(vs) > 64 || !slices.IsSorted(vs) {
 				t.Fatalf("%q: values %v", k, vs)
 			}
-			for _, q := range quantiles {
-				if v := d.Quantile(q.q); d.Count() > 0 && math.IsNaN(v) {
-					t.Fatalf("%q: q%v NaN of %+v", k, q.q, d)
+			for _, q := range signal.Quantiles {
+				if v := d.Quantile(q.Q); d.Count() > 0 && math.IsNaN(v) {
+					t.Fatalf("%q: q%v NaN of %+v", k, q.Q, d)
 				}
 			}
 		}

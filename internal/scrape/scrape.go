@@ -290,8 +290,8 @@ func (s *Scraped) take(st *state, body []byte, om bool, err error, now time.Dura
 		if key != signal.MetricRequest {
 			prefix = key + "_"
 		}
-		for _, q := range quantiles {
-			smp.Quantiles[prefix+q.name] = toDuration(d.Quantile(q.q), unit)
+		for _, q := range signal.Quantiles {
+			smp.Quantiles[prefix+q.Name] = toDuration(d.Quantile(q.Q), unit)
 		}
 	}
 	smp.Requests, smp.Tokens = counts[signal.MetricRequest], counts[signal.MetricTPOT]

@@ -106,11 +106,3 @@ func toDuration(v float64, unit time.Duration) time.Duration {
 	}
 	return time.Duration(d)
 }
-
-// quantiles names the quantiles a scraped window gives, as pushed windows
-// name them (slomode reads an objective's quantile from the one at or
-// above it).
-var quantiles = []struct {
-	name string
-	q    float64
-}{{"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}, {"p999", 0.999}, {"max", 1}}

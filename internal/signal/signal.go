@@ -79,6 +79,23 @@ func (l Latency) Unresolved(o objective.Objective, v time.Duration) string {
 		o.Name(), v, lo, hi, why)
 }
 
+// Quantiles name Latency.Quantiles, ascending, as an app pushes them, a scrape gives them and an
+// objective is read from them (QuantileName).
+var Quantiles = []struct {
+	Name string
+	Q    float64
+}{{"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}, {"p999", 0.999}, {"max", 1}}
+
+// QuantileName is the named quantile that stands for q: the one at or above it (p99 for 0.95).
+func QuantileName(q float64) string {
+	for _, n := range Quantiles {
+		if q <= n.Q+1e-9 {
+			return n.Name
+		}
+	}
+	return "max"
+}
+
 // MaxSamples bounds the values one window keeps per metric (a launch-bound LC completes thousands
 // of requests a second).
 const MaxSamples = 4096

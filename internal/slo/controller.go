@@ -192,10 +192,8 @@ func (c *Controller) Arm() Arm { return c.cur }
 
 // offer takes what o allows: the rungs from its floor, the gate, pre-preemption, BE's minimum share.
 func (c *Controller) offer(o Observation) {
-	c.set = arms{ladder: c.opts.Ladder, gate: o.Gate, prepreempt: o.Prepreempt, static: Arm{BETimeslice: c.opts.Static}}
-	for c.set.lo < len(c.set.ladder)-1 && c.set.ladder[c.set.lo] < o.MinBETimeslice {
-		c.set.lo++
-	}
+	lo, _ := slices.BinarySearch(c.opts.Ladder, o.MinBETimeslice) // the first rung at the floor or above, else the last
+	c.set = arms{ladder: c.opts.Ladder, lo: min(lo, len(c.opts.Ladder)-1), gate: o.Gate, prepreempt: o.Prepreempt, static: Arm{BETimeslice: c.opts.Static}}
 	c.minShare = o.MinBEShare
 }
 
@@ -388,8 +386,8 @@ func (c *Controller) atLimit(d *Decision) {
 	}
 	keys, missedAlone := slices.Sorted(maps.Keys(c.acc)), false
 	for _, k := range keys {
-		if m := c.acc[k]; m.target > 0 && m.ref > m.target { // an absolute bound the LC misses alone
-			d.Bound += fmt.Sprintf("; this LC alone runs at %v, over its objective's %v: no arm meets it however BE is held", m.ref.Round(time.Microsecond), m.target)
+		if m := c.acc[k]; m.Target > 0 && m.ref > m.Target { // an absolute bound the LC misses alone
+			d.Bound += fmt.Sprintf("; this LC alone runs at %v, over its objective's %v: no arm meets it however BE is held", m.ref.Round(time.Microsecond), m.Target)
 			missedAlone = true
 		}
 	}

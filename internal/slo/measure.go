@@ -53,14 +53,12 @@ func (c *Controller) decay(f float64) {
 }
 
 // accum gathers one objective's samples under the arm in force, however many windows a slow LC
-// takes, and keeps its last measurement and reference for the status.
+// takes, and keeps its last measurement (the status's) and reference.
 type accum struct {
-	pts    []stats.Weighted
-	reqs   int           // the requests pts come from
-	last   time.Duration // the last measurement (0: none)
-	ratio  float64       // its latency/target (NaN: none)
-	ref    time.Duration // the LC alone, where known (0: not)
-	target time.Duration
+	LCResult
+	pts  []stats.Weighted
+	reqs int           // the requests pts come from
+	ref  time.Duration // the LC alone, where known (0: not)
 }
 
 // reference is what a relative objective is measured against, learnt how: alone, or beside BE; it
@@ -134,7 +132,8 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		if n > 0 {
 			c.active[k], c.quiet = c.tick, 0
 		}
-		res := LCResult{Key: s.Key, Objective: s.Objective.String()}
+		a := cmp.Or(c.acc[k], &accum{LCResult: LCResult{Key: s.Key, Objective: s.Objective.String(), Ratio: math.NaN()}})
+		c.acc[k], a.Reference, a.Counted = a, "", false
 		ref := s.Standalone
 		var r *reference
 		if ref <= 0 {
@@ -153,28 +152,24 @@ func (c *Controller) measure(d *Decision, o Observation) {
 			}
 			ref = r.value
 			if s.Objective.Relative() {
-				res.Reference = r.String(c)
+				a.Reference = r.String(c)
 			}
 		}
-		a := cmp.Or(c.acc[k], &accum{ratio: math.NaN()})
-		c.acc[k] = a
 		if underArm {
 			a.pts, a.reqs = append(a.pts, s.Points...), a.reqs+requests(s)
 		}
 		if s.Objective.Reference != objective.Shortest && (r == nil || r.how == objective.Standalone) {
 			a.ref = ref
 		}
-		target := s.Objective.Target(ref)
-		a.target = target
-		if target > 0 && enough(a.pts, a.reqs) {
-			a.last = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
-			a.ratio, a.pts, a.reqs, res.Counted = float64(a.last)/float64(target), nil, 0, true
+		if a.Target = s.Objective.Target(ref); a.Target > 0 && enough(a.pts, a.reqs) {
+			a.Latency = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
+			a.Ratio, a.pts, a.reqs, a.Counted = float64(a.Latency)/float64(a.Target), nil, 0, true
 			e := c.est(c.cur)
 			e.lc[k] = cmp.Or(e.lc[k], &est{})
-			e.lc[k].Add(a.ratio)
+			e.lc[k].Add(a.Ratio)
 		}
-		res.Latency, res.Ratio, res.Pending, res.Target = a.last, a.ratio, stats.Weight(a.pts), target
-		d.LC = append(d.LC, res)
+		a.Pending = stats.Weight(a.pts)
+		d.LC = append(d.LC, a.LCResult)
 	}
 	maps.DeleteFunc(c.active, func(_ string, t int) bool { return c.tick-t >= idleAfter+maxAccumulate }) // a process gone, or an objective changed
 	maps.DeleteFunc(c.acc, func(k string, _ *accum) bool { _, ok := c.active[k]; return !ok })

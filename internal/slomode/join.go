@@ -54,7 +54,7 @@ func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 		return sets[slices.IndexFunc(sets, func(s []int) bool { return slices.Contains(s, p.GPUs[0]) })], true
 	}
 	for _, s := range l.searches {
-		s.started, s.lcs, s.bes = !s.live(), nil, nil // started: it had no LC last window
+		s.started, s.lcs, s.bes, s.decided = !s.live(), nil, nil, nil // started: it had no LC last window
 	}
 	l.beSearch = map[string]*search{}
 	for _, p := range lcs {

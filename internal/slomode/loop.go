@@ -24,19 +24,18 @@ import (
 // Loop is the daemon's SLO mode. Step and SearchTimeslice run on one goroutine; the rest are safe.
 type Loop struct {
 	rec     Reconciler
+	now     func() time.Duration // rec's clock
 	metrics Metrics
 	log     *slog.Logger
-	push    *pushed
-	Latency signal.LatencySource  // LC windows (default: the pushed ones)
+	Latency signal.LatencySource  // LC windows (default: the pushed ones, Loop.Latest)
 	Traced  signal.WindowedSource // request tracing, for LCs that push none; the loop closes its windows
 	Scraped signal.WindowedSource // the servers' own histograms, for LCs that push none (then untraced)
 	Share   signal.ShareSource    // BE progress; nil: unknown
 	Pause   Pauser                // stops BE while an LC is learnt alone; nil: LCs are learnt beside BE
 	Gate    Steerer               // the request gate, which holds BE for a search whose arm has it
 
-	on       bool
 	conf     sloConf
-	searches map[string]*search // by their GPUs (api.GPUList); a change of conf starts them again
+	searches map[string]*search // by their GPUs (api.GPUList); a change of conf starts them again; nil: the mode is off
 	unlisted map[string]int     // when each process on no GPU NVML lists was first seen so, by ProcRef.Key
 	beSearch map[string]*search // the live search each BE process is in, by ProcRef.Key
 	alone    map[string]bool    // BE processes beside no process outside BE (but MPS servers) as the window began
@@ -47,8 +46,10 @@ type Loop struct {
 
 	mu             sync.Mutex
 	status         api.SLO
-	stepAt, window time.Duration // when Step last ran (0: not yet) and the window then: Reply's next_window_ms
-	told           map[int]bool  // whether each LC's hint engine is told to pre-preempt, by pid
+	stepAt, window time.Duration          // when Step last ran (0: not yet) and the window then: Reply's next_window_ms
+	told           map[int]bool           // whether each LC's hint engine is told to pre-preempt, by pid
+	pushed         map[int]signal.Latency // each process's last pushed window, by pid
+	engines        map[int]api.Engine     // each pushing process's engine state, by pid
 }
 
 // alignSlack: a window that began up to window/alignSlack before the last decision still shows the
@@ -60,6 +61,7 @@ type search struct {
 	key        string
 	gpus       []int // nil: every GPU
 	ctl        *slo.Controller
+	decided    *slo.Decision    // in this window (none as the mode comes on)
 	started    bool             // in this window (an LC came): its BE ran under another arm, so nothing is judged
 	pausing    bool             // its last decision stopped its BE
 	lcs, bes   []policy.ProcRef // the LC and BE processes on its GPUs this window (no BE without an LC)
@@ -81,21 +83,10 @@ type sloConf struct {
 
 // New returns the SLO mode over rec, publishing to m; now, rec's clock, stamps each pushed window.
 func New(rec Reconciler, now func() time.Duration, m Metrics, log *slog.Logger) *Loop {
-	p := &pushed{now: now, by: map[int]signal.Latency{}}
-	return &Loop{rec: rec, metrics: m, log: cmp.Or(log, slog.New(slog.DiscardHandler)), push: p, Latency: p,
-		used: map[sampleSource]uint64{}, tracing: map[string]*traceWant{}, status: api.SLO{Engines: map[string]api.Engine{}}}
-}
-
-// Push takes a stats push's latency window and engine state.
-func (l *Loop) Push(pid int, s api.Stats) {
-	if s.Window != nil {
-		l.push.push(pid, *s.Window)
-	}
-	if s.Engine != nil {
-		l.mu.Lock()
-		l.status.Engines[strconv.Itoa(pid)] = *s.Engine
-		l.mu.Unlock()
-	}
+	l := &Loop{rec: rec, now: now, metrics: m, log: cmp.Or(log, slog.New(slog.DiscardHandler)), used: map[sampleSource]uint64{},
+		tracing: map[string]*traceWant{}, pushed: map[int]signal.Latency{}, engines: map[int]api.Engine{}}
+	l.Latency = l
+	return l
 }
 
 // PrepreemptUpTo is the longest BE timeslice at which the search over lcs may have hint engines
@@ -105,7 +96,7 @@ func (l *Loop) Push(pid int, s api.Stats) {
 func (l *Loop) PrepreemptUpTo(pol *policy.Policy, lcs []policy.ProcRef) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !slices.ContainsFunc(lcs, func(p policy.ProcRef) bool { _, ok := l.status.Engines[strconv.Itoa(p.PID)]; return ok }) {
+	if !slices.ContainsFunc(lcs, func(p policy.ProcRef) bool { _, ok := l.engines[p.PID]; return ok }) {
 		return 0
 	}
 	up := slices.Max(pol.SLO.Rungs()) // either bound 0: none
@@ -120,29 +111,6 @@ func (l *Loop) SearchTimeslice(gpus string) (time.Duration, bool) {
 	return 0, false
 }
 
-// Pushers lists the pids with pushed state (windows or engine state).
-func (l *Loop) Pushers() []int {
-	l.push.mu.Lock()
-	out := slices.Collect(maps.Keys(l.push.by))
-	l.push.mu.Unlock()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for k := range l.status.Engines {
-		if pid, err := strconv.Atoi(k); err == nil {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-// Forget drops an exited process's pushed state.
-func (l *Loop) Forget(pid int) {
-	l.push.forget(pid)
-	l.mu.Lock()
-	delete(l.status.Engines, strconv.Itoa(pid))
-	l.mu.Unlock()
-}
-
 // Reply is the answer to pid's stats push: whether its engine pre-preempts, when the next read is.
 func (l *Loop) Reply(pid int) api.StatsReply {
 	l.mu.Lock()
@@ -150,7 +118,7 @@ func (l *Loop) Reply(pid int) api.StatsReply {
 	r := api.StatsReply{Prepreempt: l.toldLocked(pid), SLO: l.status.Enabled}
 	if r.SLO && l.window > 0 && l.stepAt > 0 {
 		// Past due, the read runs now: a reporter pushes ahead of the one after.
-		next := max(l.stepAt+l.window-l.push.now(), time.Microsecond)
+		next := max(l.stepAt+l.window-l.now(), time.Microsecond)
 		r.NextWindowMs, r.WindowMs = float64(next)/1e6, float64(l.window)/1e6
 	}
 	return r
@@ -175,7 +143,10 @@ func (l *Loop) Status() api.SLO {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.status
-	s.LC, s.Engines = slices.Clone(s.LC), maps.Clone(s.Engines)
+	s.LC, s.Engines = slices.Clone(s.LC), map[string]api.Engine{}
+	for pid, e := range l.engines {
+		s.Engines[strconv.Itoa(pid)] = e
+	}
 	return s
 }
 
@@ -192,7 +163,7 @@ func (l *Loop) Step(now time.Duration) {
 	}
 	safe := cmp.Or(max(pol.SLO.Safe, 0), pol.Classes[class.BE].Timeslice)
 	conf := sloConf{ladder: fmtLadder(pol.SLO.Ladder), safe: safe, floor: cmp.Or(max(pol.SLO.SharedFloor, 0), safe), pause: pol.SLO.PauseWindows}
-	starting := !l.on || conf != l.conf
+	starting := l.searches == nil || conf != l.conf
 	if starting {
 		l.resume("SLO settings changed")
 		if _, err := slo.New(l.options(pol, conf)); err != nil { // the policy checked the ladder
@@ -200,7 +171,7 @@ func (l *Loop) Step(now time.Duration) {
 			return
 		}
 		// Windows count from here, an unlisted process's first window too.
-		l.on, l.conf, l.searches, l.windows, l.unlisted = true, conf, map[string]*search{}, -1, nil
+		l.conf, l.searches, l.windows, l.unlisted = conf, map[string]*search{}, -1, nil
 	}
 	l.windows++
 	l.rec.LearnGPUs()
@@ -212,20 +183,19 @@ func (l *Loop) Step(now time.Duration) {
 		l.Traced.Roll(now, l.toTrace(pol, lcs, now))
 	}
 	l.join(pol, lcs, all)
-	var decided map[*search]*slo.Decision
 	var samples map[int]lcWindow
 	if starting { // the first window starts now, and the status says what is in force
 		l.log.Info("slo: mode on; BE beside an LC at the safe timeslice until LC latency is known", "be_timeslice", conf.safe, "window", pol.SLO.Window)
 	} else {
 		samples = l.lcSamples(pol, lcs, now)
-		decided = l.decide(pol, all, samples, now, prev)
-		l.pauseFor(decided, time.Duration(l.conf.pause+5)*pol.SLO.Window)
+		l.decide(pol, all, samples, now, prev)
+		l.pauseFor(time.Duration(l.conf.pause+5) * pol.SLO.Window)
 		maps.DeleteFunc(l.used, func(src sampleSource, _ uint64) bool {
 			return !slices.ContainsFunc(lcs, func(p policy.ProcRef) bool { return p.PID == src.pid })
 		})
 	}
 	per := l.assign(all)
-	l.publish(pol, decided, samples, all, per)
+	l.publish(pol, samples, all, per)
 	if l.Gate != nil { // whether each LC's search's arm holds BE through its requests
 		l.Gate.Steer(l.held)
 	}
@@ -244,8 +214,8 @@ func (l *Loop) off(pol *policy.Policy, now time.Duration) {
 		l.Scraped.Roll(now, nil)
 	}
 	clear(l.tracing)
-	if l.on {
-		l.on, l.searches, l.beSearch, l.held = false, nil, nil, nil
+	if l.searches != nil {
+		l.searches, l.beSearch, l.held = nil, nil, nil
 		l.rec.SetBETimeslices(policyTimeslice, nil)
 		if l.Gate != nil {
 			l.Gate.Steer(nil) // the gate holds as the policy says
@@ -253,7 +223,7 @@ func (l *Loop) off(pol *policy.Policy, now time.Duration) {
 		l.log.Info("slo: mode off; BE back to the policy's timeslice", "be_timeslice", pol.Classes[class.BE].Timeslice)
 	}
 	l.mu.Lock()
-	l.status, l.told = api.SLO{Engines: l.status.Engines, Prepreempt: true}, nil
+	l.status, l.told = api.SLO{Prepreempt: true}, nil
 	l.metrics.SetSLO(l.status)
 	l.mu.Unlock()
 }
@@ -261,7 +231,7 @@ func (l *Loop) off(pol *policy.Policy, now time.Duration) {
 // decide has each search's controller decide on the window ending at now (prev: when the last one
 // ended). Only BE beside an LC is searched for: the others keep the policy's timeslice, are not
 // stopped, and are left out of every share and shared floor.
-func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]lcWindow, now, prev time.Duration) map[*search]*slo.Decision {
+func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]lcWindow, now, prev time.Duration) {
 	pausing := l.pausing()
 	var rates map[string]signal.BERate
 	if l.Share != nil {
@@ -277,7 +247,6 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 		}
 		l.alone, rates = aloneNow, l.Share.Roll(now, ws)
 	}
-	decided := map[*search]*slo.Decision{}
 	for _, s := range l.sorted() {
 		floor := l.sharedFloor(s)
 		if s.prepreempt = l.PrepreemptUpTo(pol, s.lcs); s.prepreempt < floor {
@@ -308,7 +277,7 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 		}
 		from := s.ctl.Arm()
 		d := s.ctl.Observe(obs)
-		decided[s] = &d
+		s.decided = &d
 		if !d.Changed {
 			l.log.Debug("slo: kept", "gpus", s.key, "be_timeslice", d.Arm.BETimeslice, "cause", d.Cause, "reason", d.Reason, "worst_lc_vs_objective", d.Worst)
 			continue
@@ -320,7 +289,6 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 			l.log.Info("slo: at the limit", "gpus", s.key, "bound", d.Bound)
 		}
 	}
-	return decided
 }
 
 // options are a search's controller options: references learnt with BE stopped (slo.calibrate:

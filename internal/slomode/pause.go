@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
-	"github.com/gpreempt/gpreempt/internal/slo"
 )
 
 // pausing says whether a search's last decision stopped BE.
@@ -15,15 +14,15 @@ func (l *Loop) pausing() bool {
 
 // pauseFor keeps stopped (max at most) the BE of each live search that decided to learn an LC
 // alone, and resumes the others; a search whose BE cannot be stopped calibrates beside them.
-func (l *Loop) pauseFor(decided map[*search]*slo.Decision, max time.Duration) {
-	wants := func(s *search) bool { d := decided[s]; return l.Pause != nil && d != nil && d.PauseBE && s.live() }
+func (l *Loop) pauseFor(max time.Duration) {
+	wants := func(s *search) bool { return l.Pause != nil && s.decided != nil && s.decided.PauseBE && s.live() }
 	why := ""
 	var keep []policy.ProcRef
 	for _, s := range l.sorted() {
 		if wants(s) {
 			keep = append(keep, s.bes...)
-		} else if d := decided[s]; s.pausing && d != nil && why == "" {
-			why = d.Reason
+		} else if s.pausing && s.decided != nil && why == "" {
+			why = s.decided.Reason
 		}
 	}
 	if len(keep) == 0 {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -90,7 +89,7 @@ func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key str
 	p50 := stats.WeightedQuantile(out.Points, 0.5)
 	if len(out.Points) == 0 {
 		prefix := map[bool]string{true: o.Metric + "_"}[o.Metric != ""]
-		name := prefix + quantileName(o.Quantile)
+		name := prefix + signal.QuantileName(o.Quantile)
 		lat, ok := s.Quantiles[name]
 		if !ok {
 			row.Signal = s.Source + " without " + name
@@ -118,23 +117,23 @@ func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key str
 }
 
 // publish sets the status, what hint engines and the gate are told, and the metrics after a
-// window (decided and samples are nil as the mode comes on); per is each BE process's timeslice.
-func (l *Loop) publish(pol *policy.Policy, decided map[*search]*slo.Decision, samples map[int]lcWindow, all []policy.ProcRef, per beTimeslices) {
+// window (samples are nil as the mode comes on); per is each BE process's timeslice.
+func (l *Loop) publish(pol *policy.Policy, samples map[int]lcWindow, all []policy.ProcRef, per beTimeslices) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := api.SLO{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
 		Ladder: fmtLadder(pol.SLO.Rungs()), MinBEShare: pol.SLO.MinBEShare, Calibrate: map[bool]string{true: "pause", false: "shortest"}[l.conf.pause > 0],
-		Engines: l.status.Engines, Prepreempt: true}
+		Prepreempt: true}
 	told, holds, gateOn := map[int]bool{}, map[int]bool{}, l.Gate != nil && pol.Gate.Mode != policy.GateOff
 	for _, s := range l.sorted() {
-		d, ss, arm := decided[s], &s.status, s.ctl.Arm()
+		d, ss, arm := s.decided, &s.status, s.ctl.Arm()
 		// Engines pre-preempt as the arm says where it is an arm; elsewhere below
 		// slo.prepreempt_below.
 		pre := arm.Prepreempt || s.prepreempt == 0 && (pol.SLO.PrepreemptBelow <= 0 || arm.BETimeslice < pol.SLO.PrepreemptBelow)
 		// An engine takes a word other than its last push's answer at its next push: pre-preemption
 		// (l.told's), or the gate where it gates its own requests (l.held's; unsteered, the policy's).
 		s.lagged = slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool {
-			_, engine := st.Engines[strconv.Itoa(p.PID)]
+			_, engine := l.engines[p.PID]
 			held, steered := l.held[p.PID]
 			return engine && pre != l.toldLocked(p.PID) || gateOn && arm.Gate != (held || !steered) && l.Gate.SelfGated(p.PID)
 		})

@@ -1,22 +1,26 @@
 package slomode
 
 import (
+	"maps"
 	"math"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/signal"
 )
 
-// pushed holds the windows apps pushed over the socket.
-type pushed struct {
-	mu  sync.Mutex
-	now func() time.Duration
-	by  map[int]signal.Latency
-}
-
-func (p *pushed) push(pid int, w api.Window) {
+// Push takes a stats push's latency window and engine state.
+func (l *Loop) Push(pid int, st api.Stats) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if st.Engine != nil {
+		l.engines[pid] = *st.Engine
+	}
+	w := st.Window
+	if w == nil {
+		return
+	}
 	us := func(x float64) time.Duration { return time.Duration(x * float64(time.Microsecond)) }
 	s := signal.Latency{Source: signal.Pushed, Window: time.Duration(w.DurationMs * float64(time.Millisecond)), Requests: int(min(w.Requests, math.MaxInt32)),
 		Tokens: int(min(w.Tokens, math.MaxInt32)), Quantiles: map[string]time.Duration{}, Samples: map[string][]time.Duration{}}
@@ -29,31 +33,29 @@ func (p *pushed) push(pid int, w api.Window) {
 			s.Samples[metric] = append(s.Samples[metric], us(x))
 		}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	s.At, s.Seq = p.now(), p.by[pid].Seq+1
-	p.by[pid] = s
+	s.At, s.Seq = l.now(), l.pushed[pid].Seq+1
+	l.pushed[pid] = s
 }
 
-func (p *pushed) Latest(pid int) (signal.Latency, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	s, ok := p.by[pid]
+// Latest is pid's last pushed window.
+func (l *Loop) Latest(pid int) (signal.Latency, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.pushed[pid]
 	return s, ok
 }
 
-func (p *pushed) forget(pid int) {
-	p.mu.Lock()
-	delete(p.by, pid)
-	p.mu.Unlock()
+// Pushers lists the pids with pushed state (windows or engine state).
+func (l *Loop) Pushers() []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Concat(slices.Collect(maps.Keys(l.pushed)), slices.Collect(maps.Keys(l.engines)))
 }
 
-// quantileName is the pushed quantile that stands for q: the named one at or above it (p99 for 0.95).
-func quantileName(q float64) string {
-	for i, c := range []float64{0.5, 0.9, 0.99, 0.999} {
-		if q <= c+1e-9 {
-			return []string{"p50", "p90", "p99", "p999"}[i]
-		}
-	}
-	return "max"
+// Forget drops an exited process's pushed state.
+func (l *Loop) Forget(pid int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.pushed, pid)
+	delete(l.engines, pid)
 }

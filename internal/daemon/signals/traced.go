@@ -278,8 +278,8 @@ func (t *TracedLatency) Latest(pid int) (signal.Latency, bool) {
 	return s, ok
 }
 
-// latencyQuantiles are the quantiles the SLO loop reads (slomode's
-// quantileName), each named with prefix ("tpot_" for steps),
+// latencyQuantiles are the quantiles the SLO loop reads
+// (signal.Quantiles), each named with prefix ("tpot_" for steps),
 // nearest-rank over lat as stats.Summarize takes them.
 func latencyQuantiles(lat []time.Duration, prefix string) map[string]time.Duration {
 	ns := make([]float64, len(lat))

@@ -1,4 +1,4 @@
-package slomode
+package signal
 
 import "testing"
 
@@ -7,8 +7,8 @@ func TestQuantileName(t *testing.T) {
 		q    float64
 		want string
 	}{{0.5, "p50"}, {0.3, "p50"}, {0.9, "p90"}, {0.95, "p99"}, {0.99, "p99"}, {0.999, "p999"}, {0.9999, "max"}} {
-		if got := quantileName(tc.q); got != tc.want {
-			t.Errorf("quantileName(%v) = %q, want %q", tc.q, got, tc.want)
+		if got := QuantileName(tc.q); got != tc.want {
+			t.Errorf("QuantileName(%v) = %q, want %q", tc.q, got, tc.want)
 		}
 	}
 }
