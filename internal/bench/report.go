@@ -264,7 +264,7 @@ func writeDaemonView(b *strings.Builder, res *Results) {
 	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return len(sr.Daemon) > 0 }) {
 		return
 	}
-	fmt.Fprintf(b, "\ngpreemptd's view of each LC (GET /v1/status every --slo-poll): its latency source and the p50 of its windows that lie inside the measurement (and inside BE's working halves under a duty), each weighted by its samples, beside the p50 the app measured of its requests that ended in those windows; they agree within ±%.0f%%:\n\n", 100*daemonAgreement)
+	fmt.Fprintf(b, "\ngpreemptd's view of each LC (GET /v1/status every --slo-poll): its latency source and the p50 of its windows that lie inside the measurement (and inside BE's working halves under a duty), each weighted by its samples, beside the same taken of the app's own latencies of its requests that ended in those windows (each window's p50 as the daemon takes one: the lower of two middle values); they agree within ±%.0f%%:\n\n", 100*daemonAgreement)
 	b.WriteString("| scenario | repetitions | daemon p50 / app p50: median [min–max] | repetitions that agree |\n|---|---:|---:|---:|\n")
 	for _, s := range res.Summaries {
 		if s.DaemonP50 != nil {
