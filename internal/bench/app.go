@@ -35,7 +35,7 @@ var deviceFlag = &cli.IntFlag{Name: "device", Usage: "CUDA device ordinal", EnvV
 
 // NewApp builds the gpreempt-bench application.
 func NewApp() *cli.App {
-	return newApp([]*cli.Command{runCommand, compareCommand, plotCommand, beCommand, lcCommand, versionCommand})
+	return newApp([]*cli.Command{runCommand, compareCommand, plotCommand, reportCommand, beCommand, lcCommand, versionCommand})
 }
 
 // newApp is gpreempt-bench over cmds. Usage errors are gpreemptctl's: the

@@ -76,14 +76,20 @@ func DecodeResults(r io.Reader) (*Results, error) {
 		return nil, err
 	}
 	if res.Summaries == nil {
-		for _, sr := range res.Scenarios {
-			if sr.LC != nil && len(sr.LC.Samples) > 0 {
-				summarizeLC(sr)
-			}
-		}
-		finalize(&res, max(res.Config.Seed, 1))
+		reanalyze(&res)
 	}
 	return &res, nil
+}
+
+// reanalyze derives what the reports show from the runs' own samples again, with this binary's
+// analysis.
+func reanalyze(res *Results) {
+	for _, sr := range res.Scenarios {
+		if sr.LC != nil && len(sr.LC.Samples) > 0 {
+			summarizeLC(sr)
+		}
+	}
+	finalize(res, max(res.Config.Seed, 1))
 }
 
 // check refuses what no run writes.

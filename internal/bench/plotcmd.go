@@ -44,3 +44,39 @@ var plotCommand = &cli.Command{
 		return errors.Join(errs...)
 	},
 }
+
+var reportCommand = &cli.Command{
+	Name:      "report",
+	Usage:     "write a results.json's results.md again, analysed by this binary",
+	ArgsUsage: "RESULTS.json[.gz]",
+	Description: "Derives the reports' figures (ratios, summaries, gpreemptd's view) again from the\n" +
+		"runs' own samples, as this binary's analysis takes them, and writes results.md to\n" +
+		"stdout, or into --out.\n" +
+		"Exit codes: 0 written, 2 usage, 5 unreadable file.",
+	Flags: []cli.Flag{
+		&cli.StringFlag{Name: "out", Usage: "directory to write results.md into (default: stdout)"},
+	},
+	Action: func(c *cli.Context) error {
+		if c.NArg() != 1 {
+			return fmt.Errorf("%w: report takes one results file, got %d arguments", ErrInvalidArgument, c.NArg())
+		}
+		res, err := LoadResults(c.Args().First())
+		if err != nil {
+			return err
+		}
+		reanalyze(res)
+		w := c.App.Writer
+		if dir := c.String("out"); dir != "" {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+			f, err := os.Create(filepath.Join(dir, "results.md"))
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			w = f
+		}
+		return WriteMarkdown(w, res)
+	},
+}

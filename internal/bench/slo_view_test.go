@@ -2,7 +2,10 @@ package bench
 
 import (
 	"bytes"
+	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -215,10 +218,74 @@ func TestBEStoppedMost(t *testing.T) {
 	}
 }
 
-// TestSelfComparisonReportGolden renders an LLM run under a BE duty: a
-// static setting and an slo: scenario whose daemon saw its requests 4%
-// long, two repetitions, the second too short for the duty's rule.
+// TestSelfComparisonReportGolden renders selfComparisonRun.
 func TestSelfComparisonReportGolden(t *testing.T) {
+	res := selfComparisonRun()
+	finalize(res, 1)
+	var b bytes.Buffer
+	if err := WriteMarkdown(&b, res); err != nil {
+		t.Fatal(err)
+	}
+	golden.Check(t, "results-self.md", b.Bytes())
+}
+
+// TestReportCommand: `report` on the saved run writes the run's own report again (its derived
+// figures cleared first, so they come from the samples alone); bad input has its exit code.
+func TestReportCommand(t *testing.T) {
+	dir := t.TempDir()
+	res := selfComparisonRun()
+	finalize(res, 1)
+	for _, sr := range res.Scenarios {
+		sr.Daemon, sr.LCP50VsStandalone = nil, 0 // what report must derive again
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := filepath.Join(dir, "results.json")
+	if err := os.WriteFile(saved, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join("testdata", "results-self.md.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args     []string
+		wantExit int
+		file     string // where the report is written ("": stdout)
+	}{
+		{[]string{saved}, 0, ""},
+		{[]string{"--out", filepath.Join(dir, "again"), saved}, 0, filepath.Join(dir, "again", "results.md")},
+		{[]string{}, ExitUsage, ""},
+		{[]string{saved, saved}, ExitUsage, ""},
+		{[]string{filepath.Join(dir, "missing.json")}, ExitBadResults, ""},
+	} {
+		app := NewApp()
+		var out bytes.Buffer
+		app.Writer, app.ErrWriter = &out, &out
+		err := app.Run(append([]string{"gpreempt-bench", "report"}, tt.args...))
+		if ExitCode(err) != tt.wantExit {
+			t.Fatalf("%v: exit %d (%v), want %d", tt.args, ExitCode(err), err, tt.wantExit)
+		}
+		if tt.wantExit != 0 {
+			continue
+		}
+		got := out.Bytes()
+		if tt.file != "" {
+			if got, err = os.ReadFile(tt.file); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%v: report differs from the run's own:\n%s", tt.args, got)
+		}
+	}
+}
+
+// selfComparisonRun is an LLM run under a BE duty: a static setting and an slo: scenario whose
+// daemon saw its requests 4% long, two repetitions, the second too short for the duty's rule.
+func selfComparisonRun() *Results {
 	const s = int64(time.Second)
 	const duty = 8 * time.Second
 	res := &Results{Schema: ResultsSchemaVersion, Tool: "gpreempt-bench", Host: "gpu-host",
@@ -243,10 +310,5 @@ func TestSelfComparisonReportGolden(t *testing.T) {
 			res.Scenarios = append(res.Scenarios, sr)
 		}
 	}
-	finalize(res, 1)
-	var b bytes.Buffer
-	if err := WriteMarkdown(&b, res); err != nil {
-		t.Fatal(err)
-	}
-	golden.Check(t, "results-self.md", b.Bytes())
+	return res
 }
