@@ -4,7 +4,9 @@
 # (each request's start and end, each second's gap histogram) on a resnet50 LC every
 # 20 ms, CUDA graph alone, then eager alone and beside resnet50 training (held
 # stopped with SIGSTOP until then). Output: $OUT/gaps-{graph,eager}.jsonl and the
-# app's own requests, $OUT/lc-{graph,eager}.json.
+# app's own requests, $OUT/lc-{graph,eager}.json; RESULT lines match each traced request
+# with the app's that ended within 2 ms of it: where the traced one starts and ends against
+# the app's (its t0 before its first call, t1 after its synchronize returns).
 #   bash scripts/probe/traced-gaps.sh
 set -u # as root on the GPU machine, from the repo root, with .carry/gpreemptctl
 OUT=${OUT:-/tmp/gpreempt-out}; mkdir -p "$OUT"
@@ -36,3 +38,33 @@ import json, sys
 for l in sys.stdin:
     d = json.loads(l)
     print(d["title"], d["requests"], "p50", d["latency_us"].get("p50"), "gap", d["quiet_gap_us"], d["learnt"], [(round(g["low_us"]), round(g["count"], 1), round(g["cpu_work"], 1)) for g in d.get("gaps", [])])'
+for mode in graph eager; do
+  python3 - $OUT/gaps-$mode.jsonl $OUT/lc-$mode.json $mode <<'PY'
+import bisect, json, statistics as st, sys
+trace, app, mode = sys.argv[1:]
+reqs, phase = [], None
+for line in open(trace):
+    if line.startswith("{"):
+        d = json.loads(line)
+        phase = d.get("phase", phase)
+        if d["type"] == "request":
+            reqs.append((phase, d))
+spans, prev = [], -1
+for s in json.load(open(app))["samples"]:
+    end = max(s["arrival_mono_ns"], prev) + s["prep_ns"] + s["latency_ns"]
+    prev = end
+    spans.append((end - s["latency_ns"], end))
+ends = [e for _, e in spans]
+by = {}
+for ph, r in reqs:
+    i = bisect.bisect_left(ends, r["end_ns"])
+    j = min((k for k in (i - 1, i) if 0 <= k < len(ends)), key=lambda k: abs(ends[k] - r["end_ns"]))
+    t0, t1 = spans[j]
+    if abs(t1 - r["end_ns"]) <= 2e6:
+        by.setdefault(ph, []).append(((r["start_ns"] - t0) / 1e3, (r["end_ns"] - t1) / 1e3, r["latency_us"], (t1 - t0) / 1e3))
+for ph, v in by.items():
+    med = lambda k: st.median(x[k] for x in v)
+    print(f"RESULT {mode} {ph}: {len(v)} requests, traced start {med(0):+.0f}us and end {med(1):+.0f}us from the app's (p50), "
+          f"traced p50 {med(2):.0f}us, app p50 {med(3):.0f}us ({med(2) / med(3):.2f}x)")
+PY
+done

@@ -468,6 +468,37 @@ func checkServiceAccountRights(ctx context.Context, t *testing.T, admin kubernet
 		{"list", "", "nodes", "", false},
 	}
 	user := "system:serviceaccount:" + agentNamespace + ":" + agentServiceAccount
+	review := func(verb, group, resource, namespace string) (*authorizationv1.SubjectAccessReview, error) {
+		return admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:   user,
+				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + agentNamespace, "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Verb: verb, Group: group, Resource: resource, Namespace: namespace,
+				},
+			},
+		}, metav1.CreateOptions{})
+	}
+	// The RBAC authorizer reads the role and its binding from caches that follow the writes a
+	// moment later: wait until every right granted shows before judging any.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		pending := ""
+		for _, tt := range tests {
+			if !tt.allowed {
+				continue
+			}
+			if r, err := review(tt.verb, tt.group, tt.resource, tt.namespace); err != nil || !r.Status.Allowed {
+				pending = fmt.Sprintf("%s %s %s (%v)", tt.verb, tt.resource, tt.namespace, err)
+				break
+			}
+		}
+		if pending == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a minute the API server still refuses the service account %s", pending)
+		}
+	}
 	for _, tt := range tests {
 		name := tt.verb + " " + tt.resource
 		if tt.group != "" {
@@ -477,15 +508,7 @@ func checkServiceAccountRights(ctx context.Context, t *testing.T, admin kubernet
 			name += " in " + tt.namespace
 		}
 		t.Run(name, func(t *testing.T) {
-			r, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
-				Spec: authorizationv1.SubjectAccessReviewSpec{
-					User:   user,
-					Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + agentNamespace, "system:authenticated"},
-					ResourceAttributes: &authorizationv1.ResourceAttributes{
-						Verb: tt.verb, Group: tt.group, Resource: tt.resource, Namespace: tt.namespace,
-					},
-				},
-			}, metav1.CreateOptions{})
+			r, err := review(tt.verb, tt.group, tt.resource, tt.namespace)
 			if err != nil {
 				t.Fatal(err)
 			}
