@@ -35,11 +35,13 @@
 #   scraped      GPT-2 shape every 800 ms serving vLLM-named histograms
 #                (--llm-metrics-port); gpreemptd scrapes them (a rule's
 #                latency: {metrics: ..., preset: vllm}); no push, no trace:
-#                static, slo, be-only (~3.5 min). vLLM's request buckets are
+#                static, slo, be-only. vLLM's request buckets are
 #                too coarse for p50<=1.10x: SLO mode refuses it (docs/SLO.md)
+#                (~4.5 min)
 #   scraped-fine the same, from the LC's own request histogram in buckets 5%
 #                apart (latency: {metrics: ..., request:
-#                app_request_latency_seconds}) (~3.5 min)
+#                app_request_latency_seconds}) (~4.5 min; both scraped parts
+#                lead in for 60 s)
 #   steady       the pushed LC (one request a second, 16 tokens,
 #                tpot_p50<=1.10x) under SLO mode alone for 480 s after the
 #                lead-in (its search converges in 4-5 minutes in the
@@ -81,7 +83,10 @@ BCONF=$BRUN/policy.yaml
 BMADDR=127.0.0.1:$((19482 + DEVICE))
 METRICS_PORT=${METRICS_PORT:-$((18080 + DEVICE))}
 PIN_ARGS=${PIN_ARGS:-}
-LEAD_IN=${LEAD_IN:-16s}
+# lead_in P: how long SLO mode runs before the measurement. A scraped LC's requests are its
+# samples: its reference needs 20 of them while BE idles, ~40 s at 1.25 a second under the duty,
+# and with 16 s SLO mode spent half the measurement on its first arm (docs/SLO.md).
+lead_in() { case $1 in scraped*) echo "${LEAD_IN:-60s}";; *) echo "${LEAD_IN:-16s}";; esac; }
 ALL_PARTS="gpt2-fixed gpt2-slo llama-fixed llama-slo eager graph pushed scraped scraped-fine steady"
 # Bench limits under one 10-minute call; a part's own is 40 s more.
 for p in $ALL_PARTS; do
@@ -185,7 +190,7 @@ bench_cmd() {
   done
   echo $C/gpreempt-bench run --gpreemptctl $C/gpreemptctl --daemon-socket $BSOCK --daemon-config $BCONF \
     --daemon-policy default=$W/$p-plain.yaml$pol --scenarios "$(scenarios $p)" $(workload $p) $PIN_ARGS \
-    --slo-lead-in $LEAD_IN --repeat 1 --out $W/$p
+    --slo-lead-in $(lead_in $p) --repeat 1 --out $W/$p
 }
 daemon_args() { echo --be-progress=true; case $1 in pushed|scraped*|steady) ;; *) echo --trace-requests;; esac; }
 

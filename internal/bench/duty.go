@@ -3,6 +3,7 @@ package bench
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/stats"
@@ -120,6 +121,18 @@ func splitByDuty(lc *LCResult, period time.Duration) *DutySplit {
 // dutyHalves is lc's request latencies and TPOTs (us) of BE's working
 // half ([0]) and its idle half ([1]), as splitByDuty counts them.
 func dutyHalves(lc *LCResult, period time.Duration) (lat, tpot [2][]float64) {
+	eachHalf(lc, period, func(s LCSample, _ int64, i int) {
+		lat[i] = append(lat[i], float64(s.LatencyNs)/1e3)
+		if s.TPOTNs > 0 {
+			tpot[i] = append(tpot[i], float64(s.TPOTNs)/1e3)
+		}
+	})
+	return lat, tpot
+}
+
+// eachHalf calls f with each of lc's requests that lies in one half of the duty, past its guard,
+// with its start and the half (0: BE working, 1: idle).
+func eachHalf(lc *LCResult, period time.Duration, f func(s LCSample, start int64, half int)) {
 	half := int64(period / 2)
 	prevEnd := int64(math.MinInt64)
 	for _, s := range lc.Samples {
@@ -130,13 +143,59 @@ func dutyHalves(lc *LCResult, period time.Duration) (lat, tpot [2][]float64) {
 		if start < 0 || start-k*half < int64(dutyGuard) || end >= (k+1)*half {
 			continue
 		}
-		i := k % 2 // 0: BE working
-		lat[i] = append(lat[i], float64(s.LatencyNs)/1e3)
-		if s.TPOTNs > 0 {
-			tpot[i] = append(tpot[i], float64(s.TPOTNs)/1e3)
+		f(s, start, int(k%2))
+	}
+}
+
+// ArmDuty is the LC's duty split under one arm SLO mode held, over the part of the measurement it
+// held it: a run's ratio blends its arms, the first of them held before SLO mode had measured.
+type ArmDuty struct {
+	Arm string `json:"arm"`
+	// FromS is when the arm came into force, in seconds into the measurement (0: before it), as
+	// the first status read that showed it.
+	FromS  float64 `json:"from_s"`
+	WithBE int     `json:"with_be"`
+	Alone  int     `json:"alone"`
+	// P50Ratio is the p50 of the requests with BE over those alone, with at least minDutyMedian
+	// of each (0: fewer).
+	P50Ratio float64 `json:"p50_ratio,omitempty"`
+}
+
+// armDuty splits sr's duty comparison by the arm in force as each request started (the last
+// status read at or before it). Nil without a duty or without arms in the reads.
+func armDuty(sr *ScenarioResult) []ArmDuty {
+	if sr.LC == nil || sr.BEDuty/2 <= 0 || !slices.ContainsFunc(sr.SLO, func(s SLOSample) bool { return s.Arm != "" }) {
+		return nil
+	}
+	var out []ArmDuty
+	var lat [][2][]float64
+	for _, s := range sr.SLO {
+		if s.Arm != "" && (len(out) == 0 || out[len(out)-1].Arm != s.Arm) {
+			out = append(out, ArmDuty{Arm: s.Arm, FromS: max(0, float64(s.MonoNs-sr.WindowStartMonoNs)/1e9)})
+			lat = append(lat, [2][]float64{})
 		}
 	}
-	return lat, tpot
+	eachHalf(sr.LC, sr.BEDuty, func(s LCSample, start int64, half int) {
+		i := -1
+		for _, r := range sr.SLO {
+			if r.MonoNs > start {
+				break
+			}
+			if r.Arm != "" && (i < 0 || out[i].Arm != r.Arm) {
+				i++
+			}
+		}
+		i = max(i, 0) // before the first read: the first arm
+		lat[i][half] = append(lat[i][half], float64(s.LatencyNs)/1e3)
+	})
+	for i := range out {
+		out[i].WithBE, out[i].Alone = len(lat[i][0]), len(lat[i][1])
+		if out[i].WithBE >= minDutyMedian && out[i].Alone >= minDutyMedian {
+			out[i].P50Ratio = stats.Median(lat[i][0]) / stats.Median(lat[i][1])
+		}
+	}
+	// Arms held only before the measurement, or so briefly that no request started under them, say nothing.
+	return slices.DeleteFunc(out, func(a ArmDuty) bool { return a.WithBE+a.Alone == 0 })
 }
 
 // dutyIntervals sets the bootstrap interval of every run's duty ratio:

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -299,5 +300,44 @@ func TestBETrainArgvDuty(t *testing.T) {
 	}
 	if be, _ := r.beArgv(o.Scenarios[1], "/tmp/be.json"); slices.Contains(be, "--duty-period") {
 		t.Errorf("CUDA graph, --be-duty not given: %v", be)
+	}
+}
+
+// armDuty splits an slo: run's duty ratio at SLO mode's arm change: 1.24x under the first arm,
+// 1.00x under the second, where the whole run blends them; without arms in the reads, nothing.
+func TestArmDuty(t *testing.T) {
+	const s = int64(time.Second)
+	const duty = 8 * time.Second
+	start := 1000 * s
+	change := start + 40*s
+	lc := &LCResult{PID: 1}
+	for i := range 80 {
+		a := start + s/2 + int64(i)*s
+		lat := 600 * time.Millisecond
+		if (a/int64(duty/2))%2 == 0 && a < change {
+			lat = 744 * time.Millisecond
+		}
+		lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: a, LatencyNs: int64(lat)})
+	}
+	sr := &ScenarioResult{Name: "slo:llm-defaults", LC: lc, BEDuty: duty, WindowStartMonoNs: start, WindowEndMonoNs: start + 81*s}
+	for t := start - 10*s; t <= start+81*s; t += s / 4 {
+		arm := "200µs"
+		if t >= change+s/8 { // the change shows at the read after it
+			arm = "200µs+gate"
+		}
+		sr.SLO = append(sr.SLO, SLOSample{MonoNs: t, Arm: arm})
+	}
+	got := armDuty(sr)
+	if len(got) != 2 || got[0].Arm != "200µs" || got[1].Arm != "200µs+gate" || got[0].FromS != 0 || got[1].FromS != 40.25 {
+		t.Fatalf("arms %+v", got)
+	}
+	if math.Abs(got[0].P50Ratio-1.24) > 1e-9 || got[1].P50Ratio != 1 || got[0].WithBE+got[1].WithBE < 30 || got[0].Alone+got[1].Alone < 30 {
+		t.Errorf("ratios %+v: want 1.24x then 1.00x", got)
+	}
+	for i := range sr.SLO {
+		sr.SLO[i].Arm = ""
+	}
+	if got := armDuty(sr); got != nil {
+		t.Errorf("no arms read: %+v", got)
 	}
 }

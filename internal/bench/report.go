@@ -255,6 +255,21 @@ func writeDuty(b *strings.Builder, res *Results) {
 		}
 		fmt.Fprintf(b, "| %s | %d | %d / %d | %s / %s | %s | %s | %s |\n", sr.Name, repOf(sr), nw, na, pw, pa, ratio, ci, note)
 	}
+	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return len(sr.LCDutyByArm) > 1 }) {
+		return
+	}
+	b.WriteString("\nThe same by the arm SLO mode held as each request started (from the status read that first showed it): a run's ratio blends its arms, the first held before SLO mode had measured:\n\n")
+	b.WriteString("| scenario | rep | arm | from (s into the measurement) | requests with BE / alone | ratio |\n")
+	b.WriteString("|---|---:|---|---:|---:|---:|\n")
+	for _, sr := range res.Scenarios {
+		for _, a := range sr.LCDutyByArm {
+			ratio := "–"
+			if a.P50Ratio > 0 {
+				ratio = fmt.Sprintf("%.3fx", a.P50Ratio)
+			}
+			fmt.Fprintf(b, "| %s | %d | %s | %.1f | %d / %d | %s |\n", sr.Name, repOf(sr), a.Arm, a.FromS, a.WithBE, a.Alone, ratio)
+		}
+	}
 }
 
 // writeDaemonView adds, for slo: scenarios, each LC's latency as

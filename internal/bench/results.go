@@ -177,6 +177,8 @@ type ScenarioResult struct {
 	// halves.
 	BEDuty time.Duration `json:"be_duty,omitempty"`
 	LCDuty *DutySplit    `json:"lc_duty,omitempty"`
+	// LCDutyByArm splits LCDuty of an slo: run by the arm SLO mode held.
+	LCDutyByArm []ArmDuty `json:"lc_duty_by_arm,omitempty"`
 	// Host is what the host's CPUs gave while the LC ran; LCOnCPU is the
 	// share of its requests' time the LC's thread spent on a CPU (workers
 	// that report it).

@@ -305,6 +305,9 @@ func selfComparisonRun() *Results {
 				for i := 80; i < 84; i++ { // calibration stopped BE for a second
 					sr.SLO[i].BEStopped = true
 				}
+				for i := range sr.SLO { // the gate from 40 s into the measurement
+					sr.SLO[i].Arm = map[bool]string{false: "200µs", true: "200µs+gate"}[sr.SLO[i].MonoNs >= lc.MeasureStartMonoNs+40*s]
+				}
 			}
 			summarizeLC(sr)
 			res.Scenarios = append(res.Scenarios, sr)
