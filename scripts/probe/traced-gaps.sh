@@ -61,10 +61,12 @@ for ph, r in reqs:
     j = min((k for k in (i - 1, i) if 0 <= k < len(ends)), key=lambda k: abs(ends[k] - r["end_ns"]))
     t0, t1 = spans[j]
     if abs(t1 - r["end_ns"]) <= 2e6:
-        by.setdefault(ph, []).append(((r["start_ns"] - t0) / 1e3, (r["end_ns"] - t1) / 1e3, r["latency_us"], (t1 - t0) / 1e3))
+        by.setdefault(ph, []).append(((r["start_ns"] - t0) / 1e3, (r["end_ns"] - t1) / 1e3, r["latency_us"], (t1 - t0) / 1e3, r.get("first", "?")))
 for ph, v in by.items():
     med = lambda k: st.median(x[k] for x in v)
+    firsts = sorted({x[4] for x in v}, key=lambda f: -sum(x[4] == f for x in v))
     print(f"RESULT {mode} {ph}: {len(v)} requests, traced start {med(0):+.0f}us and end {med(1):+.0f}us from the app's (p50), "
-          f"traced p50 {med(2):.0f}us, app p50 {med(3):.0f}us ({med(2) / med(3):.2f}x)")
+          f"traced p50 {med(2):.0f}us, app p50 {med(3):.0f}us ({med(2) / med(3):.2f}x); first call " +
+          ", ".join(f"{f} {sum(x[4] == f for x in v)}" for f in firsts))
 PY
 done

@@ -136,6 +136,7 @@ type Delimiter struct {
 	// synchronize return (end, 0: none yet).
 	open      bool
 	start     uint64
+	first     string // the function that opened it
 	launches  int
 	end       uint64
 	endTID    uint32
@@ -265,7 +266,7 @@ func (d *Delimiter) Flush() (Request, bool) {
 // close ends the busy period and returns it as a request, unless it was
 // measured per step or served nothing.
 func (d *Delimiter) close() (Request, bool) {
-	r := Request{PID: d.pid, TID: d.endTID, Comm: d.comm, Kind: KindRequest, Start: d.start, Launches: d.launches,
+	r := Request{PID: d.pid, TID: d.endTID, Comm: d.comm, Kind: KindRequest, Start: d.start, First: d.first, Launches: d.launches,
 		SyncEnter: d.syncEnter, End: d.end, Sync: d.sync, Result: d.result}
 	wasStep := d.mode == KindStep
 	d.open, d.launches, d.end, d.endTID, d.syncEnter, d.sync, d.result = false, 0, 0, 0, 0, "", 0
@@ -329,7 +330,7 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 	d.sawBusy = false
 	opens := e.Kind == trace.CallEnter // a launch, queued work, or a synchronize of work whose launches were not seen
 	if !d.open && opens {
-		d.open, d.start = true, t
+		d.open, d.start, d.first = true, t, e.Symbol
 	}
 	switch {
 	case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:

@@ -443,7 +443,7 @@ func TestDelimiterQueuedWork(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("%d requests %+v, want 2", len(got), got)
 	}
-	if r := got[0]; r.Start != base || r.End != base+2*ms || r.Launches != 2 {
+	if r := got[0]; r.Start != base || r.First != "cuMemcpyHtoDAsync_v2" || r.End != base+2*ms || r.Launches != 2 {
 		t.Errorf("first %+v: want it from the copy (%d) to the synchronize's return, 2 launches", r, base)
 	}
 	if r := got[1]; r.Launches != 0 {

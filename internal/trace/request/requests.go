@@ -19,8 +19,9 @@ type Request struct {
 	Comm string `json:"comm"`
 	Kind Kind   `json:"kind"`
 	// Start is the first launch's entry (a step: the thread's previous
-	// synchronize return).
+	// synchronize return); First the function it was (a Delimiter's request).
 	Start    uint64 `json:"start_ns"`
+	First    string `json:"first,omitempty"`
 	Launches int    `json:"launches"`
 	// SyncEnter is when the last synchronize call began (0 if the tracer
 	// attached during it); End when it returned.
