@@ -65,18 +65,21 @@ var reportCommand = &cli.Command{
 			return err
 		}
 		reanalyze(res)
-		w := c.App.Writer
-		if dir := c.String("out"); dir != "" {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return err
-			}
-			f, err := os.Create(filepath.Join(dir, "results.md"))
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			w = f
+		dir := c.String("out")
+		if dir == "" {
+			return WriteMarkdown(c.App.Writer, res)
 		}
-		return WriteMarkdown(w, res)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		f, err := os.Create(filepath.Join(dir, "results.md"))
+		if err != nil {
+			return err
+		}
+		if err := WriteMarkdown(f, res); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close() // a write the file system refused shows here
 	},
 }

@@ -279,14 +279,14 @@ func writeDaemonView(b *strings.Builder, res *Results) {
 	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return len(sr.Daemon) > 0 }) {
 		return
 	}
-	fmt.Fprintf(b, "\ngpreemptd's view of each LC (GET /v1/status every --slo-poll): its latency source and the p50 of its windows that lie inside the measurement (and inside BE's working halves under a duty), each weighted by its samples, beside the same taken of the app's own latencies of its requests that ended in those windows (each window's p50 as the daemon takes one: the lower of two middle values); they agree within ±%.0f%%:\n\n", 100*daemonAgreement)
+	fmt.Fprintf(b, "\ngpreemptd's view of each LC (GET /v1/status every --slo-poll): its latency source and the p50 of its windows that lie inside the measurement (and inside BE's working halves under a duty), each weighted by its samples, beside the same taken of the app's own latencies of its requests that ended in those windows (each window's p50 as the daemon takes one: the lower of two middle values), over the windows in which the app ended a request; they agree within ±%.0f%%:\n\n", 100*daemonAgreement)
 	b.WriteString("| scenario | repetitions | daemon p50 / app p50: median [min–max] | repetitions that agree |\n|---|---:|---:|---:|\n")
 	for _, s := range res.Summaries {
 		if s.DaemonP50 != nil {
 			fmt.Fprintf(b, "| %s | %d | %s | %d of %d |\n", s.Name, len(s.DaemonP50.PerRep), spreadCell(s.DaemonP50, "x"), s.DaemonAgrees, s.Reps-s.Failed)
 		}
 	}
-	b.WriteString("\n| scenario | rep | LC | source | metric | windows | daemon p50 (us) | app p50 (us, requests) | daemon / app | first sample / measurement | BE stopped, most of a minute |\n")
+	b.WriteString("\n| scenario | rep | LC | source | metric | windows | daemon p50 (us, samples) | app p50 (us, requests) | daemon / app | first sample / measurement | BE stopped, most of a minute |\n")
 	b.WriteString("|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, sr := range res.Scenarios {
 		for _, v := range sr.Daemon {
@@ -300,7 +300,7 @@ func writeDaemonView(b *strings.Builder, res *Results) {
 			}
 			dp, ap, ratio := "–", "–", "–"
 			if v.DaemonP50Us > 0 {
-				dp = fmt.Sprintf("%.1f", v.DaemonP50Us)
+				dp = fmt.Sprintf("%.1f (%d)", v.DaemonP50Us, v.DaemonSamples)
 			}
 			if v.AppP50Us > 0 {
 				ap = fmt.Sprintf("%.1f (%d)", v.AppP50Us, v.AppRequests)

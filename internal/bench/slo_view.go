@@ -39,14 +39,16 @@ type DaemonView struct {
 	// wholly inside the measurement and, under a BE duty, inside one of
 	// BE's working halves past its guard.
 	Windows int `json:"windows"`
-	// DaemonP50Us is the median of those windows' p50s, each weighted by
-	// its samples; AppP50Us the same of the app's requests that ended in
-	// them (AppRequests of them), each window's p50 taken as the daemon
-	// takes one; Ratio the first over the second.
-	DaemonP50Us float64 `json:"daemon_p50_us,omitempty"`
-	AppP50Us    float64 `json:"app_p50_us,omitempty"`
-	AppRequests int     `json:"app_requests"`
-	Ratio       float64 `json:"ratio,omitempty"`
+	// DaemonP50Us is the median of the p50s of those windows in which the
+	// app ended a request, each weighted by its samples; AppP50Us the same
+	// of the app's requests that ended in them, each window's p50 taken as
+	// the daemon takes one; Ratio the first over the second. DaemonSamples
+	// and AppRequests are what all the windows held, by each.
+	DaemonP50Us   float64 `json:"daemon_p50_us,omitempty"`
+	AppP50Us      float64 `json:"app_p50_us,omitempty"`
+	DaemonSamples int     `json:"daemon_samples"`
+	AppRequests   int     `json:"app_requests"`
+	Ratio         float64 `json:"ratio,omitempty"`
 	// Agrees: Ratio within ±daemonAgreement.
 	Agrees bool `json:"agrees"`
 	// FirstSampleS is from the first status read (the LC's start) to the
@@ -172,30 +174,28 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 		v.Windows = len(kept)
 		if len(kept) > 0 {
 			v.Sources = map[string]int{}
-			vals, weights := make([]float64, len(kept)), make([]float64, len(kept))
-			for i, w := range kept {
+			// Window by window, paired: the daemon's p50 and the app's by the same rule, each
+			// window's p50 as the daemon takes one (stats.WeightedQuantile), their medians
+			// weighted by samples and by requests. A pooled median of the app's requests is
+			// another statistic: with a request or two a window, 0.84x on the same requests.
+			var dv, dw, av, aw []float64
+			for i, app := range appOver(l.lc, kept, metric) {
+				w := kept[i]
 				v.Sources[cmp.Or(w.source, "unnamed")]++
-				vals[i], weights[i] = w.p50, float64(max(w.samples, 1))
+				v.DaemonSamples += w.samples
+				v.AppRequests += len(app)
+				if len(app) > 0 { // else the app ended nothing there: no pair
+					dv, dw = append(dv, w.p50), append(dw, float64(max(w.samples, 1)))
+					av, aw = append(av, float64(stats.WeightedQuantile(app, 0.5))/1e3), append(aw, float64(len(app)))
+				}
 			}
 			for src, n := range v.Sources {
 				if n > v.Sources[v.Source] || n == v.Sources[v.Source] && src < v.Source {
 					v.Source = src
 				}
 			}
-			v.DaemonP50Us = weightedMedian(vals, weights)
-			// The app's side by the same rule: each window's p50 as the daemon takes one
-			// (stats.WeightedQuantile), their median weighted by requests. A pooled median is
-			// another statistic: with a request or two a window, 0.84x on the same requests.
-			vals, weights = vals[:0], weights[:0]
-			for _, app := range appOver(l.lc, kept, metric) {
-				if len(app) > 0 {
-					vals = append(vals, float64(stats.WeightedQuantile(app, 0.5))/1e3)
-					weights = append(weights, float64(len(app)))
-					v.AppRequests += len(app)
-				}
-			}
-			if len(vals) > 0 {
-				v.AppP50Us = weightedMedian(vals, weights)
+			if len(dv) > 0 {
+				v.DaemonP50Us, v.AppP50Us = weightedMedian(dv, dw), weightedMedian(av, aw)
 				v.Ratio = v.DaemonP50Us / v.AppP50Us
 				v.Agrees = math.Abs(v.Ratio-1) <= daemonAgreement+1e-9
 			}

@@ -180,6 +180,17 @@ func TestDaemonViewsTwoAWindow(t *testing.T) {
 	if v.Windows < 35 || v.DaemonP50Us != 400e3 || v.AppP50Us != 400e3 || v.Ratio != 1 || !v.Agrees {
 		t.Errorf("%+v: want the daemon's 400 ms against the app's 400 ms", v)
 	}
+	// A window in which the app ended nothing is no pair: it counts its samples, not its p50
+	// (weighing more than all the others, it would move the median).
+	sr.WindowEndMonoNs = 200 * s
+	v = daemonViews(sr, time.Second)[0]
+	last := sr.SLO[len(sr.SLO)-1]
+	sr.SLO = append(sr.SLO, SLOSample{MonoNs: last.MonoNs + 50*s, Window: last.Window + 1, // its window ends 25 s after the app's last request
+		LC: []SLOLCSample{{PID: 4242, Objective: "p50<=1.10x", Source: "scraped", Samples: 100, P50Us: 9e6}}})
+	w := daemonViews(sr, time.Second)[0]
+	if w.Windows != v.Windows+1 || w.DaemonSamples != v.DaemonSamples+100 || w.AppRequests != v.AppRequests || w.Ratio != 1 {
+		t.Errorf("%+v after %+v: want one window and 100 samples more, the ratio as it was", w, v)
+	}
 }
 
 func TestWeightedMedian(t *testing.T) {

@@ -140,9 +140,7 @@ func computeRatios(res *Results) {
 		}
 		sr.Warnings = scenarioWarnings(sr, runs[runKey{standalone, repOf(sr)}])
 		sr.Daemon = daemonViews(sr, cmp.Or(sr.SLOWindow, res.Config.SLOWindow))
-		if sr.LCDuty != nil {
-			sr.LCDutyByArm = armDuty(sr)
-		}
+		sr.LCDutyByArm = armDuty(sr)
 		sr.BEStoppedMost = beStoppedMost(sr.SLO)
 	}
 }

@@ -501,13 +501,16 @@ func (h *gapHist) add(g time.Duration, inside bool) {
 // lies above the longest below the split, and a split with gaps of CPU
 // work above it (a decode's sampling between tokens) is no split. A
 // stray one too rare to count (a thread preempted, or Python's collector,
-// in one request of many) raises the threshold if below the split; above
-// it, fewer than strayShare of the gaps slept through there (a hiccup of
-// tens of milliseconds), it does not forbid the split, and its own request
-// is cut there: else it would
-// hold the gap at the ceiling until halved away (~20 s), running an LC's
-// requests together. Gaps of CPU work are kept inside by their CPU time, not their
-// length, so the first counted bucket above the longest of them (asleep
+// in one request of many) raises the threshold if below the split. Above
+// it, strays (a hiccup of tens of milliseconds on a CPU) do not forbid the
+// split, and their own requests are cut there; else they would hold the
+// gap at the ceiling until halved away (~20 s), running an LC's requests
+// together. Strays are fewer than strayShare of the gaps slept through
+// above the split, and none shares its bucket with more gaps read as
+// asleep: those are CPU work a coarse tick misread (a busy decode's
+// sampling, a fraction of it flagged), not strays. Gaps of CPU work are
+// kept inside by their CPU time, not their
+// length, so the first counted bucket above the longest of them below it (asleep
 // gaps only) is a cluster of its own once it starts at least minSplitCPU
 // (4x, √minSplit) above it: only the asleep side needs a margin by length,
 // and strays frequent enough to count, which would merge the launch gaps'
@@ -531,23 +534,21 @@ func (h *gapHist) threshold() time.Duration {
 	if totalW <= 0 {
 		return 0
 	}
-	top := -1 // the bucket of the longest gap of CPU work
-	for b := range h.inside {
-		if h.inside[b] >= 1 {
-			top = b
-		}
-	}
 	// Clusters: runs of counted buckets, [first, last].
 	type cluster struct{ first, last int }
 	var cs []cluster
+	cpuTop := -1 // the longest gap of CPU work below b
 	for b := range h.w {
+		if b > 0 && h.inside[b-1] >= 1 {
+			cpuTop = b - 1
+		}
 		if h.w[b] < heavyShare*totalW && h.n[b] < heavyShare*totalN {
 			continue
 		}
 		n := len(cs)
 		// Apart by length alone, or b is the first asleep bucket clear of the CPU work.
 		apart := n == 0 || bucketLow(b) >= minSplit*bucketLow(cs[n-1].last+1) ||
-			cs[n-1].last <= top && top < b && bucketLow(b) >= minSplitCPU*bucketLow(top+1)
+			cs[n-1].last <= cpuTop && bucketLow(b) >= minSplitCPU*bucketLow(cpuTop+1)
 		if !apart {
 			cs[n-1].last = b
 			continue
@@ -560,17 +561,24 @@ func (h *gapHist) threshold() time.Duration {
 		for ; j <= cs[i].last; j++ {
 			below += h.n[j]
 		}
-		// The CPU work above the split, and the longest below it.
-		var cpuAbove float64
+		// The CPU work above the split and the gaps slept through there, and the longest CPU work below it.
+		var cpuAbove, asleepAbove float64
 		under := -1
 		for b := range h.inside {
-			if b >= cs[i+1].first {
-				cpuAbove += h.inside[b]
-			} else if h.inside[b] >= 1 {
-				under = b
+			switch {
+			case b < cs[i+1].first:
+				if h.inside[b] >= 1 {
+					under = b
+				}
+			case h.inside[b] >= 1 && h.n[b]-h.inside[b] > h.inside[b]:
+				// CPU work among more gaps of its length read as asleep: CPU work a tick misread
+				// (a decode's sampling), no stray.
+				cpuAbove = math.Inf(1)
+			default:
+				cpuAbove, asleepAbove = cpuAbove+h.inside[b], asleepAbove+h.n[b]-h.inside[b]
 			}
 		}
-		if cpuAbove >= 1 && cpuAbove >= strayShare*(totalN-below-cpuAbove) {
+		if cpuAbove >= 1 && cpuAbove >= strayShare*asleepAbove {
 			continue // CPU work above, not strays among the gaps slept through: pauses inside requests
 		}
 		var upW float64

@@ -487,15 +487,20 @@ func checkServiceAccountRights(ctx context.Context, t *testing.T, admin kubernet
 			if !tt.allowed {
 				continue
 			}
-			if r, err := review(tt.verb, tt.group, tt.resource, tt.namespace); err != nil || !r.Status.Allowed {
-				pending = fmt.Sprintf("%s %s %s (%v)", tt.verb, tt.resource, tt.namespace, err)
+			r, err := review(tt.verb, tt.group, tt.resource, tt.namespace)
+			if err != nil {
+				pending = fmt.Sprintf("%s %s %s: %v", tt.verb, tt.resource, tt.namespace, err)
+				break
+			}
+			if !r.Status.Allowed {
+				pending = fmt.Sprintf("%s %s %s: %q", tt.verb, tt.resource, tt.namespace, r.Status.Reason)
 				break
 			}
 		}
 		if pending == "" {
 			break
 		}
-		if time.Now().After(deadline) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
 			t.Fatalf("after a minute the API server still refuses the service account %s", pending)
 		}
 	}
