@@ -4,7 +4,8 @@
 # (each request's start and end, each second's gap histogram) on a resnet50 LC every
 # 20 ms, CUDA graph alone, then eager alone and beside resnet50 training (held
 # stopped with SIGSTOP until then). Output: $OUT/gaps-{graph,eager}.jsonl and the
-# app's own requests, $OUT/lc-{graph,eager}.json; RESULT lines match each traced request
+# app's own requests, $OUT/lc-{graph,eager}.json, and the LC's calls as gpreemptctl saw them,
+# $OUT/calls-{graph-alone,eager-alone,eager-beside}.jsonl.gz (--record); RESULT lines match each traced request
 # with the app's that ended within 2 ms of it: where the traced one starts and ends against
 # the app's (its t0 before its first call, t1 after its synchronize returns).
 #   bash scripts/probe/traced-gaps.sh
@@ -12,7 +13,8 @@ set -u # as root on the GPU machine, from the repo root, with .carry/gpreemptctl
 OUT=${OUT:-/tmp/gpreempt-out}; mkdir -p "$OUT"
 C=.carry
 ready() { for i in $(seq 90); do grep -q READY "$1" && return; sleep 1; done; }
-trace() { $C/gpreemptctl trace requests --pid $1 --duration $2 --interval 1s --each --json; }
+# trace PID DURATION NAME: its calls recorded too, to replay the request definition on in tests.
+trace() { $C/gpreemptctl trace requests --pid $1 --duration $2 --interval 1s --each --json --record $OUT/calls-$3.jsonl.gz; }
 python3 -u bench/pytorch/be_train.py --duration 120s --device 0 --out /tmp/be.json > /tmp/be.out 2>&1 &
 B=$!
 ready /tmp/be.out
@@ -24,11 +26,11 @@ for mode in graph eager; do
   P=$!
   ready /tmp/lc-$mode.out
   echo '{"type":"phase","phase":"alone"}' > $OUT/gaps-$mode.jsonl
-  trace $P 5s >> $OUT/gaps-$mode.jsonl 2>&1
+  trace $P 5s $mode-alone >> $OUT/gaps-$mode.jsonl 2>&1
   if [ $mode = eager ]; then
     kill -CONT $B; sleep 1
     echo '{"type":"phase","phase":"beside"}' >> $OUT/gaps-$mode.jsonl
-    trace $P 8s >> $OUT/gaps-$mode.jsonl 2>&1
+    trace $P 8s $mode-beside >> $OUT/gaps-$mode.jsonl 2>&1
   fi
   wait $P
 done

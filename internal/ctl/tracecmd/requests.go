@@ -1,8 +1,15 @@
 package tracecmd
 
 import (
+	"bufio"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"os"
 	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -38,6 +45,7 @@ var requestsCommand = &cli.Command{
 		&cli.IntFlag{Name: "pid", Usage: "the process (required)"},
 		libcudaFlag, launchFlag, queueFlag, syncFlag,
 		&cli.BoolFlag{Name: "each", Usage: "also print every request as it completes"},
+		&cli.StringFlag{Name: "record", Usage: "also write the process's launches, queued calls and synchronizes to `FILE`, a JSON line each (gzip'd if it ends in .gz): a recording to replay the request definition on"},
 	}, traceCommonFlags...),
 	Action: func(c *cli.Context) error {
 		pid, err := cmdutil.PIDArg(c)
@@ -50,16 +58,68 @@ var requestsCommand = &cli.Command{
 		}
 		ps := slices.Concat(probes(lib, trace.RoleLaunch, c.StringSlice("launch-symbols")), probes(lib, trace.RoleQueue, c.StringSlice("queue-symbols")),
 			probes(lib, trace.RoleSync, c.StringSlice("sync-symbols")))
-		return runTrace(c, trace.Options{Probes: ps, PID: pid}, func(o *traceOut) traceHandler {
-			return &requestsTrace{out: o, pid: uint32(pid), each: c.Bool("each"), delim: request.NewDelimiter(uint32(pid), request.DelimiterConfig{})}
+		rec, err := newRecorder(c.String("record"))
+		if err != nil {
+			return err
+		}
+		err = runTrace(c, trace.Options{Probes: ps, PID: pid}, func(o *traceOut) traceHandler {
+			return &requestsTrace{out: o, pid: uint32(pid), each: c.Bool("each"), rec: rec, delim: request.NewDelimiter(uint32(pid), request.DelimiterConfig{})}
 		})
+		return errors.Join(err, rec.Close())
 	},
+}
+
+// recorder writes a process's calls as trace.CallRecords (--record); a nil one writes nothing.
+type recorder struct {
+	f   *os.File
+	z   *gzip.Writer
+	w   *bufio.Writer
+	enc *json.Encoder
+}
+
+func newRecorder(path string) (*recorder, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --record: %w", cmdutil.ErrInvalidArgument, err)
+	}
+	r := &recorder{f: f}
+	var out io.Writer = f
+	if strings.HasSuffix(path, ".gz") {
+		r.z = gzip.NewWriter(f)
+		out = r.z
+	}
+	r.w = bufio.NewWriter(out)
+	r.enc = json.NewEncoder(r.w)
+	return r, nil
+}
+
+func (r *recorder) call(c *trace.Call) error {
+	if r == nil {
+		return nil
+	}
+	return r.enc.Encode(trace.RecordOf(c))
+}
+
+// Close flushes the recording: a write the file system refused shows here.
+func (r *recorder) Close() error {
+	if r == nil {
+		return nil
+	}
+	err := r.w.Flush()
+	if r.z != nil {
+		err = errors.Join(err, r.z.Close())
+	}
+	return errors.Join(err, r.f.Close())
 }
 
 type requestsTrace struct {
 	out   *traceOut
 	pid   uint32
 	each  bool
+	rec   *recorder
 	delim *request.Delimiter
 	// now is the latest event time seen: an interval closes what has
 	// been quiet for its gap by then.
@@ -116,6 +176,11 @@ type requestSummary struct {
 
 func (t *requestsTrace) Event(ev trace.Event) error {
 	t.now = max(t.now, ev.Time())
+	if c, ok := ev.(*trace.Call); ok && c.PID == t.pid {
+		if err := t.rec.call(c); err != nil {
+			return fmt.Errorf("--record: %w", err)
+		}
+	}
 	r, ok := t.delim.Apply(ev)
 	if !ok {
 		return nil

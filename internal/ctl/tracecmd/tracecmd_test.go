@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -247,6 +248,7 @@ func TestTraceErrors(t *testing.T) {
 		{"no libcuda", &tracecmd.FakeTrace{LibErr: fmt.Errorf("%w: process 4343 has no libcuda.so.1 mapped", trace.ErrNoLibrary)}, []string{"requests", "--pid", "4343"}, ctl.ExitNoLibrary, "library not found: process 4343 has no libcuda.so.1 mapped (set it with --libcuda)"},
 		{"no symbols", &tracecmd.FakeTrace{OpenErr: fmt.Errorf("%w: none of 7 functions found", trace.ErrNoSymbols)}, []string{"requests", "--pid", "4343"}, ctl.ExitNoLibrary, "no traceable function"},
 		{"requests without pid", &tracecmd.FakeTrace{}, []string{"requests"}, ctl.ExitUsage, "requests needs --pid"},
+		{"record where none can be", &tracecmd.FakeTrace{}, []string{"requests", "--pid", "4343", "--record", "/nonexistent/dir/calls.jsonl"}, ctl.ExitUsage, "--record: open /nonexistent/dir/calls.jsonl"},
 		{"bad cmd", &tracecmd.FakeTrace{}, []string{"rpc", "--cmd", "SET_EVERYTHING"}, ctl.ExitUsage, "--cmd"},
 		{"bad by", &tracecmd.FakeTrace{}, []string{"rpc", "--by", "tid"}, ctl.ExitUsage, `--by "tid": want pid, comm or control`},
 		{"negative duration", &tracecmd.FakeTrace{}, []string{"tsg", "--duration", "-1s"}, ctl.ExitUsage, "--duration"},
@@ -271,5 +273,45 @@ func TestTraceSkippedSymbols(t *testing.T) {
 	want := "gpreemptctl: trace: not tracing cuLaunchKernelEx_ptsz (launch) in /usr/lib/x86_64-linux-gnu/libcuda.so.1: no such function in the library\n"
 	if code != 0 || stderr != want {
 		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestTraceRecord: --record writes the traced process's calls, which trace.ReadCalls gives back
+// as they came, gzip'd or not; other processes' calls are not in it.
+func TestTraceRecord(t *testing.T) {
+	evs := requestSession()
+	other := lcServer
+	other.PID++
+	evs = append(evs, tracetest.Request(other, 2, time.Millisecond, &tracetest.Clock{Now: traceStart})...)
+	var want []*trace.Call
+	for _, ev := range evs {
+		if c, ok := ev.(*trace.Call); ok && c.PID == lcServer.PID {
+			want = append(want, c)
+		}
+	}
+	for _, name := range []string{"calls.jsonl", "calls.jsonl.gz"} {
+		path := filepath.Join(t.TempDir(), name)
+		if code, _, stderr := runTrace(t, &tracecmd.FakeTrace{Record: evs}, "requests", "--pid", "4343", "--record", path); code != 0 {
+			t.Fatalf("%s: exit %d: %s", name, code, stderr)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := trace.ReadCalls(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(got) != len(want) || len(want) < 20 {
+			t.Fatalf("%s: %d calls back, want %d", name, len(got), len(want))
+		}
+		for i, c := range got {
+			w := *want[i]
+			w.Comm, w.Index, w.Arg0, w.Arg1, w.Str = "", 0, 0, 0, "" // what a recording leaves out
+			if *c != w {
+				t.Fatalf("%s: call %d: %+v, want %+v", name, i, *c, w)
+			}
+		}
 	}
 }

@@ -1,0 +1,91 @@
+package trace
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+)
+
+// CallRecord is one Call as a recording holds it (`gpreemptctl trace requests --record`), a JSON
+// line each: what replaying a process's launches and synchronizes through request.Delimiter
+// needs, so that its tests run on what a real LC did.
+type CallRecord struct {
+	At     uint64 `json:"at_ns"`
+	PID    uint32 `json:"pid"`
+	TID    uint32 `json:"tid"`
+	Role   string `json:"role"` // Role's name: launch, queue, sync, ...
+	Kind   string `json:"kind"` // enter or return
+	Symbol string `json:"symbol"`
+	OnCPU  int64  `json:"on_cpu_ns,omitempty"`
+	Ret    uint64 `json:"ret,omitempty"`
+}
+
+// RecordOf is c as a recording holds it.
+func RecordOf(c *Call) CallRecord {
+	return CallRecord{At: c.At, PID: c.PID, TID: c.TID, Role: c.Role.String(), Kind: c.Kind.String(), Symbol: c.Symbol,
+		OnCPU: int64(c.OnCPU), Ret: c.Ret}
+}
+
+// Limits of a recording read back: a line, and the calls in all.
+const (
+	maxRecordLine  = 1 << 12
+	maxRecordCalls = 1 << 21
+)
+
+// ReadCalls reads a recording (gzip'd or not) back as Calls, in its order. A line that is no
+// record is an error that names it.
+func ReadCalls(r io.Reader) ([]*Call, error) {
+	br := bufio.NewReader(r)
+	if magic, _ := br.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("recording: gzip: %w", err)
+		}
+		defer zr.Close()
+		br = bufio.NewReader(zr)
+	}
+	roles, kinds := map[string]Role{}, map[string]CallKind{}
+	for r := RoleLaunch; r <= RoleQueue; r++ {
+		roles[r.String()] = r
+	}
+	for _, k := range []CallKind{CallEnter, CallReturn} {
+		kinds[k.String()] = k
+	}
+	sc := bufio.NewScanner(br)
+	sc.Buffer(make([]byte, 0, maxRecordLine), maxRecordLine)
+	var out []*Call
+	for n := 1; sc.Scan(); n++ {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		if len(out) == maxRecordCalls {
+			return nil, fmt.Errorf("recording: more than %d calls", maxRecordCalls)
+		}
+		var rec CallRecord
+		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&rec); err != nil {
+			return nil, fmt.Errorf("recording line %d: %w", n, err)
+		}
+		role, okRole := roles[rec.Role]
+		kind, okKind := kinds[rec.Kind]
+		switch {
+		case !okRole:
+			return nil, fmt.Errorf("recording line %d: role %q: want launch, sync, hint, ready, cancel or queue", n, rec.Role)
+		case !okKind:
+			return nil, fmt.Errorf("recording line %d: kind %q: want enter or return", n, rec.Kind)
+		case rec.OnCPU < 0:
+			return nil, fmt.Errorf("recording line %d: on_cpu_ns %d: a CPU time is never negative", n, rec.OnCPU)
+		}
+		out = append(out, &Call{Kind: kind, PID: rec.PID, TID: rec.TID, At: rec.At, Role: role, Symbol: rec.Symbol,
+			OnCPU: time.Duration(rec.OnCPU), Ret: rec.Ret})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("recording: %w", err)
+	}
+	return out, nil
+}
