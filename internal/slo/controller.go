@@ -304,7 +304,7 @@ func (c *Controller) settled(d *Decision) {
 	if c.nextExplore == 0 && (!ok || c.left[a].n > 0) {
 		c.nextExplore = c.tick // converged (nothing to explore, or an arm explored again): explorations from now on budgeted
 	}
-	if ok && c.tick >= c.nextExplore {
+	if ok && c.tick >= c.nextExplore && (c.nextExplore == 0 || c.tick-c.moved >= int(stableGap/c.opts.Window)) { // converged: stableGap after any change
 		c.enter(Phase{Kind: Exploring, From: c.cur, Limit: c.phase.Limit})
 		c.to(d, CauseExplore, a, fmt.Sprintf("LC at %.2fx its objective under %v: trying %v, which might meet it with %s", c.worstMean(c.cur), c.cur, a, c.shareText(a)))
 		return
@@ -377,7 +377,9 @@ func (c *Controller) rescue(d *Decision) {
 // margin: noise reorders arms that miss alike.
 func (c *Controller) atLimit(d *Decision) {
 	a := c.closest()
-	if c.short(a) == c.short(c.cur) && !c.clearlyCloser(a, c.cur) && !c.better(a, c.cur) {
+	// An arm in force whose estimate aged out is measured anew: leaving it now wastes that.
+	measuring := !c.short(c.cur) && math.IsNaN(c.worstMean(c.cur)) && c.tick-c.moved < 2*maxAccumulate
+	if measuring || c.short(a) == c.short(c.cur) && !c.clearlyCloser(a, c.cur) && !c.better(a, c.cur) {
 		a = c.cur
 	}
 	d.Bound = fmt.Sprintf("no arm meets every objective: %v comes closest (LC at %.2fx)", a, c.worstMean(a))
