@@ -43,7 +43,7 @@ const (
 	maxAccumulate = 30               // windows one measurement is expected within (a request a second counts in 20): undecided for two, an arm is left
 	idleAfter     = 10               // windows with no LC sample before the safe arm (a slow LC is quiet a few); of pauses, before its reference is learnt beside BE
 	budget        = 0.1              // of any minute BE may be stopped to learn LCs alone; of windows a settled search explores
-	stableGap     = 30 * time.Second // least time between a settled search's explorations: a steady LC sees an arm change at most this often
+	stableGap     = 30 * time.Second // least time between a settled search's explorations, and from its convergence's last change to its first: a steady LC sees an arm change at most this often
 	priorWeight   = 2                // measurements the prior scatter weighs as: two that happen to agree do not make a noisy LC steady
 	priorScatter  = 0.1              // a measurement's relative scatter until learnt; how much better than a measured neighbour an unmeasured arm may be
 	maxBackoff    = 4                // back-offs from exploring an arm, each twice the last
@@ -145,7 +145,7 @@ type Controller struct {
 	tick               int
 	phase              Phase
 	cur                Arm
-	moved              int // the window of the last decision that changed the arm or stopped or resumed BE
+	moved              int // the window of the last decision that changed the arm
 	arms               map[Arm]*armEst
 	acc                map[string]*accum // measurements accumulating under cur, by objective key
 	active             map[string]int    // objective keys by the window they last gave a sample
@@ -302,9 +302,9 @@ func (c *Controller) settled(d *Decision) {
 	}
 	a, ok := c.candidate()
 	if c.nextExplore == 0 && (!ok || c.left[a].n > 0) {
-		c.nextExplore = c.tick // converged (nothing to explore, or an arm explored again): explorations from now on budgeted
+		c.nextExplore = max(c.tick, c.moved+int(stableGap/c.opts.Window)) // converged (nothing to explore, or an arm explored again): explorations budgeted, the first stableGap after the last change
 	}
-	if ok && c.tick >= c.nextExplore && (c.nextExplore == 0 || c.tick-c.moved >= int(stableGap/c.opts.Window)) { // converged: stableGap after any change
+	if ok && c.tick >= c.nextExplore {
 		c.enter(Phase{Kind: Exploring, From: c.cur, Limit: c.phase.Limit})
 		c.to(d, CauseExplore, a, fmt.Sprintf("LC at %.2fx its objective under %v: trying %v, which might meet it with %s", c.worstMean(c.cur), c.cur, a, c.shareText(a)))
 		return
@@ -374,15 +374,20 @@ func (c *Controller) rescue(d *Decision) {
 
 // atLimit holds the closest arm with the most BE and names what stands in the way. It leaves the
 // arm in force only for one closer beyond both intervals, or as close and giving BE more by
-// margin: noise reorders arms that miss alike.
+// margin: noise reorders arms that miss alike; and not while its aged estimate is measured anew.
 func (c *Controller) atLimit(d *Decision) {
 	a := c.closest()
-	// An arm in force whose estimate aged out is measured anew: leaving it now wastes that.
-	measuring := !c.short(c.cur) && math.IsNaN(c.worstMean(c.cur)) && c.tick-c.moved < 2*maxAccumulate
+	// An arm in force whose estimate aged out is measured anew: leaving it now wastes that (an arm
+	// never measured is not held: its estimate is a neighbour's guess).
+	aged := slices.ContainsFunc(slices.Collect(maps.Keys(c.active)), func(k string) bool { e := c.est(c.cur).lc[k]; return e != nil && !known(e) })
+	measuring := aged && !c.short(c.cur) && math.IsNaN(c.worstMean(c.cur)) && c.tick-c.moved < 2*maxAccumulate
 	if measuring || c.short(a) == c.short(c.cur) && !c.clearlyCloser(a, c.cur) && !c.better(a, c.cur) {
 		a = c.cur
 	}
 	d.Bound = fmt.Sprintf("no arm meets every objective: %v comes closest (LC at %.2fx)", a, c.worstMean(a))
+	if measuring {
+		d.Bound = fmt.Sprintf("no arm meets every objective: %v, the closest when last measured, is measured anew", a)
+	}
 	if slices.ContainsFunc(c.set.all(), func(b Arm) bool { return c.short(b) && c.lcFeasibility(b) == feasible }) {
 		d.Bound += fmt.Sprintf("; the arms that meet them give BE less than its minimum share, %.0f%%", 100*c.minShare)
 	}

@@ -499,25 +499,40 @@ func TestUnmeasuredArmsInOrder(t *testing.T) {
 }
 
 func TestAtLimitKeepsAnArmMeasuredAnew(t *testing.T) {
-	// At the limit, an arm in force whose estimate aged out while it was held is being measured
-	// anew: it is kept for that measurement's span, not left at once for the closest by an
-	// older estimate (in the simulator such a move came three windows after the one to it).
-	c := newController(t, Options{})
+	// At the limit, an arm in force whose estimate aged out is being measured anew: it is kept for
+	// that measurement's span, not left at once for the closest by an older estimate (in the
+	// simulator such a move came three windows after the one to it).
 	held, closer := Arm{BETimeslice: time.Millisecond}, Arm{BETimeslice: 50 * time.Microsecond}
 	const k = "lc p50<=1.1x"
-	c.active[k] = 0
-	c.est(closer).lc[k] = &est{}
-	c.est(closer).lc[k].Add(0.98)
-	c.est(closer).lc[k].Add(1.02)
-	c.phase, c.cur, c.moved, c.tick = Phase{Kind: Settled, Limit: true}, held, 3, 6
+	setup := func(measured bool) *Controller {
+		c := newController(t, Options{})
+		c.active[k] = 0
+		c.est(closer).lc[k] = &est{}
+		c.est(closer).lc[k].Add(0.98)
+		c.est(closer).lc[k].Add(1.02)
+		if measured { // once at 0.91x, a little over a half-life ago
+			c.est(held).lc[k] = &est{}
+			c.est(held).lc[k].Add(0.91)
+			c.est(held).lc[k].Decay(aged(halfLife + 3))
+		}
+		c.phase, c.cur, c.moved, c.tick = Phase{Kind: Settled, Limit: true}, held, 3, 6
+		return c
+	}
+	c := setup(true)
 	var d Decision
-	if c.atLimit(&d); d.Changed || c.cur != held {
-		t.Fatalf("left %v for %v 3 windows after moving to it: %s", held, c.cur, d.Reason)
+	if c.atLimit(&d); d.Changed || c.cur != held || !strings.Contains(d.Bound, "measured anew") {
+		t.Fatalf("left %v for %v 3 windows after moving to it: %s", held, c.cur, d.Bound)
 	}
 	c.tick = c.moved + 2*maxAccumulate // its measurement never came in two spans
 	var again Decision
 	if c.atLimit(&again); !again.Changed || c.cur != closer {
 		t.Errorf("held %v with no estimate after two measurements' span, want %v", c.cur, closer)
+	}
+	// An arm never measured (reached by a clamp) is no arm measured anew: the closer one at once.
+	c = setup(false)
+	var never Decision
+	if c.atLimit(&never); !never.Changed || c.cur != closer {
+		t.Errorf("held the never-measured %v, want %v: %s", c.cur, closer, never.Bound)
 	}
 }
 

@@ -30,14 +30,17 @@ func RecordOf(c *Call) CallRecord {
 		OnCPU: int64(c.OnCPU), Ret: c.Ret}
 }
 
-// Limits of a recording read back: a line, and the calls in all.
+// Limits of a recording read back: a line, a symbol's name, and the calls in all (a minute of an
+// eager LC is ~700k; ~150 MB read back at most).
 const (
-	maxRecordLine  = 1 << 12
-	maxRecordCalls = 1 << 21
+	maxRecordLine   = 1 << 12
+	maxRecordSymbol = 128
+	maxRecordCalls  = 1 << 20
 )
 
 // ReadCalls reads a recording (gzip'd or not) back as Calls, in its order. A line that is no
-// record is an error that names it.
+// record is an error that names it; the calls before it come back with the error (a recording
+// cut off by a kill is read up to its cut).
 func ReadCalls(r io.Reader) ([]*Call, error) {
 	br := bufio.NewReader(r)
 	if magic, _ := br.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
@@ -58,34 +61,46 @@ func ReadCalls(r io.Reader) ([]*Call, error) {
 	sc := bufio.NewScanner(br)
 	sc.Buffer(make([]byte, 0, maxRecordLine), maxRecordLine)
 	var out []*Call
-	for n := 1; sc.Scan(); n++ {
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+	symbols := map[string]string{} // one string per name: a recording repeats a few
+	n := 0
+	for sc.Scan() {
+		n++
+		line := sc.Bytes()
+		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
 		if len(out) == maxRecordCalls {
-			return nil, fmt.Errorf("recording: more than %d calls", maxRecordCalls)
+			return out, fmt.Errorf("recording line %d: more than %d calls", n, maxRecordCalls)
 		}
 		var rec CallRecord
-		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&rec); err != nil {
-			return nil, fmt.Errorf("recording line %d: %w", n, err)
+			return out, fmt.Errorf("recording line %d: %w", n, err)
 		}
 		role, okRole := roles[rec.Role]
 		kind, okKind := kinds[rec.Kind]
 		switch {
+		case len(bytes.TrimSpace(line[dec.InputOffset():])) > 0:
+			return out, fmt.Errorf("recording line %d: more after the record", n)
 		case !okRole:
-			return nil, fmt.Errorf("recording line %d: role %q: want launch, sync, hint, ready, cancel or queue", n, rec.Role)
+			return out, fmt.Errorf("recording line %d: role %q: want launch, sync, hint, ready, cancel or queue", n, rec.Role)
 		case !okKind:
-			return nil, fmt.Errorf("recording line %d: kind %q: want enter or return", n, rec.Kind)
+			return out, fmt.Errorf("recording line %d: kind %q: want enter or return", n, rec.Kind)
 		case rec.OnCPU < 0:
-			return nil, fmt.Errorf("recording line %d: on_cpu_ns %d: a CPU time is never negative", n, rec.OnCPU)
+			return out, fmt.Errorf("recording line %d: on_cpu_ns %d: a CPU time is never negative", n, rec.OnCPU)
+		case len(rec.Symbol) > maxRecordSymbol:
+			return out, fmt.Errorf("recording line %d: a symbol of %d bytes: want at most %d", n, len(rec.Symbol), maxRecordSymbol)
 		}
-		out = append(out, &Call{Kind: kind, PID: rec.PID, TID: rec.TID, At: rec.At, Role: role, Symbol: rec.Symbol,
+		sym, ok := symbols[rec.Symbol]
+		if !ok {
+			sym, symbols[rec.Symbol] = rec.Symbol, rec.Symbol
+		}
+		out = append(out, &Call{Kind: kind, PID: rec.PID, TID: rec.TID, At: rec.At, Role: role, Symbol: sym,
 			OnCPU: time.Duration(rec.OnCPU), Ret: rec.Ret})
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("recording: %w", err)
+		return out, fmt.Errorf("recording after line %d: %w", n, err)
 	}
 	return out, nil
 }

@@ -26,7 +26,9 @@ func TestReadCalls(t *testing.T) {
 		{"unknown field", strings.Replace(launch, `"pid"`, `"pidd"`, 1), 0, `recording line 1: json: unknown field "pidd"`},
 		{"negative CPU time", strings.Replace(launch, `5000`, `-5`, 1), 0, "recording line 1: on_cpu_ns -5"},
 		{"not JSON", launch + "\nlaunch at 3000\n", 0, "recording line 2"},
-		{"line too long", strings.Repeat(" ", 5000) + launch, 0, "token too long"},
+		{"line too long", strings.Repeat(" ", 5000) + launch, 0, "recording after line 0: bufio.Scanner: token too long"},
+		{"more after the record", launch + ` {"at_ns":3}`, 0, "recording line 1: more after the record"},
+		{"symbol too long", strings.Replace(launch, `"cuLaunchKernel"`, `"`+strings.Repeat("x", 129)+`"`, 1), 0, "a symbol of 129 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,6 +59,17 @@ func TestReadCalls(t *testing.T) {
 	}
 	if _, err := trace.ReadCalls(bytes.NewReader([]byte{0x1f, 0x8b, 0})); err == nil || !strings.Contains(err.Error(), "gzip") {
 		t.Errorf("a broken gzip: %v", err)
+	}
+	// Cut off (a trace killed before it closed its file): the calls before the cut come back.
+	if got, err := trace.ReadCalls(strings.NewReader(launch + "\n" + ret[:40])); err == nil || len(got) != 1 {
+		t.Errorf("cut off: %d calls, %v; want the first and an error", len(got), err)
+	}
+	b.Reset()
+	z = gzip.NewWriter(&b)
+	z.Write([]byte(strings.Repeat(launch+"\n", 100)))
+	z.Flush() // as a trace flushes at each interval, then killed before its trailer
+	if got, err := trace.ReadCalls(&b); err == nil || len(got) != 100 {
+		t.Errorf("gzip without its trailer: %d calls, %v; want 100 and an error", len(got), err)
 	}
 }
 

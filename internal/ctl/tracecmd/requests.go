@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -65,27 +66,29 @@ var requestsCommand = &cli.Command{
 		err = runTrace(c, trace.Options{Probes: ps, PID: pid}, func(o *traceOut) traceHandler {
 			return &requestsTrace{out: o, pid: uint32(pid), each: c.Bool("each"), rec: rec, delim: request.NewDelimiter(uint32(pid), request.DelimiterConfig{})}
 		})
-		return errors.Join(err, rec.Close())
+		return errors.Join(err, rec.finish(err))
 	},
 }
 
-// recorder writes a process's calls as trace.CallRecords (--record); a nil one writes nothing.
+// recorder writes a process's calls as trace.CallRecords (--record) into a file beside the one
+// named, which replaces it only once the trace ends well; a nil one writes nothing.
 type recorder struct {
-	f   *os.File
-	z   *gzip.Writer
-	w   *bufio.Writer
-	enc *json.Encoder
+	path string
+	f    *os.File
+	z    *gzip.Writer
+	w    *bufio.Writer
+	enc  *json.Encoder
 }
 
 func newRecorder(path string) (*recorder, error) {
 	if path == "" {
 		return nil, nil
 	}
-	f, err := os.Create(path)
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
-		return nil, fmt.Errorf("%w: --record: %w", cmdutil.ErrInvalidArgument, err)
+		return nil, fmt.Errorf("%w: --record %s: %w", cmdutil.ErrInvalidArgument, path, err)
 	}
-	r := &recorder{f: f}
+	r := &recorder{path: path, f: f}
 	var out io.Writer = f
 	if strings.HasSuffix(path, ".gz") {
 		r.z = gzip.NewWriter(f)
@@ -103,8 +106,22 @@ func (r *recorder) call(c *trace.Call) error {
 	return r.enc.Encode(trace.RecordOf(c))
 }
 
-// Close flushes the recording: a write the file system refused shows here.
-func (r *recorder) Close() error {
+// flush writes out what is recorded so far (each --interval): a trace killed later leaves a
+// recording that trace.ReadCalls reads up to the cut.
+func (r *recorder) flush() error {
+	if r == nil {
+		return nil
+	}
+	err := r.w.Flush()
+	if r.z != nil && err == nil {
+		err = r.z.Flush()
+	}
+	return err
+}
+
+// finish ends the recording: in place of the file named if the trace ended well (traceErr nil),
+// else removed, the file named left as it was.
+func (r *recorder) finish(traceErr error) error {
 	if r == nil {
 		return nil
 	}
@@ -112,7 +129,10 @@ func (r *recorder) Close() error {
 	if r.z != nil {
 		err = errors.Join(err, r.z.Close())
 	}
-	return errors.Join(err, r.f.Close())
+	if err = errors.Join(err, r.f.Close()); err != nil || traceErr != nil {
+		return errors.Join(err, os.Remove(r.f.Name()))
+	}
+	return os.Rename(r.f.Name(), r.path)
 }
 
 type requestsTrace struct {
@@ -213,6 +233,9 @@ func (t *requestsTrace) request(r request.Request) error {
 }
 
 func (t *requestsTrace) Interval() error {
+	if err := t.rec.flush(); err != nil {
+		return fmt.Errorf("--record: %w", err)
+	}
 	// What ended by the latest event is in this interval.
 	if r, ok := t.delim.Tick(max(t.now, traceHooks.now())); ok {
 		if err := t.request(r); err != nil {

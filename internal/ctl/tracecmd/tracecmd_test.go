@@ -248,7 +248,7 @@ func TestTraceErrors(t *testing.T) {
 		{"no libcuda", &tracecmd.FakeTrace{LibErr: fmt.Errorf("%w: process 4343 has no libcuda.so.1 mapped", trace.ErrNoLibrary)}, []string{"requests", "--pid", "4343"}, ctl.ExitNoLibrary, "library not found: process 4343 has no libcuda.so.1 mapped (set it with --libcuda)"},
 		{"no symbols", &tracecmd.FakeTrace{OpenErr: fmt.Errorf("%w: none of 7 functions found", trace.ErrNoSymbols)}, []string{"requests", "--pid", "4343"}, ctl.ExitNoLibrary, "no traceable function"},
 		{"requests without pid", &tracecmd.FakeTrace{}, []string{"requests"}, ctl.ExitUsage, "requests needs --pid"},
-		{"record where none can be", &tracecmd.FakeTrace{}, []string{"requests", "--pid", "4343", "--record", "/nonexistent/dir/calls.jsonl"}, ctl.ExitUsage, "--record: open /nonexistent/dir/calls.jsonl"},
+		{"record where none can be", &tracecmd.FakeTrace{}, []string{"requests", "--pid", "4343", "--record", "/nonexistent/dir/calls.jsonl"}, ctl.ExitUsage, "--record /nonexistent/dir/calls.jsonl: open /nonexistent/dir/"},
 		{"bad cmd", &tracecmd.FakeTrace{}, []string{"rpc", "--cmd", "SET_EVERYTHING"}, ctl.ExitUsage, "--cmd"},
 		{"bad by", &tracecmd.FakeTrace{}, []string{"rpc", "--by", "tid"}, ctl.ExitUsage, `--by "tid": want pid, comm or control`},
 		{"negative duration", &tracecmd.FakeTrace{}, []string{"tsg", "--duration", "-1s"}, ctl.ExitUsage, "--duration"},
@@ -290,7 +290,21 @@ func TestTraceRecord(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"calls.jsonl", "calls.jsonl.gz"} {
-		path := filepath.Join(t.TempDir(), name)
+		dir := t.TempDir()
+		path := filepath.Join(dir, name)
+		// A trace that fails leaves a file of that name as it was, and nothing beside it.
+		if err := os.WriteFile(path, []byte("an earlier recording\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, _ := runTrace(t, &tracecmd.FakeTrace{Record: evs}, "requests", "--pid", "4343", "--record", path, "--duration", "-1s"); code != ctl.ExitUsage {
+			t.Fatalf("%s: --duration -1s: exit %d", name, code)
+		}
+		if b, err := os.ReadFile(path); err != nil || string(b) != "an earlier recording\n" {
+			t.Fatalf("%s: after a failed trace: %q, %v", name, b, err)
+		}
+		if es, _ := os.ReadDir(dir); len(es) != 1 {
+			t.Fatalf("%s: %d files left beside it", name, len(es)-1)
+		}
 		if code, _, stderr := runTrace(t, &tracecmd.FakeTrace{Record: evs}, "requests", "--pid", "4343", "--record", path); code != 0 {
 			t.Fatalf("%s: exit %d: %s", name, code, stderr)
 		}
