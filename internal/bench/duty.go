@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/stats"
@@ -164,28 +165,23 @@ type ArmDuty struct {
 // armDuty splits sr's duty comparison by the arm in force as each request started (the last
 // status read at or before it). Nil without a duty or without arms in the reads.
 func armDuty(sr *ScenarioResult) []ArmDuty {
-	if sr.LC == nil || sr.BEDuty/2 <= 0 || !slices.ContainsFunc(sr.SLO, func(s SLOSample) bool { return s.Arm != "" }) {
+	if sr.LC == nil || sr.BEDuty/2 <= 0 {
 		return nil
 	}
 	var out []ArmDuty
-	var lat [][2][]float64
+	var since []int64 // when each came into force
 	for _, s := range sr.SLO {
 		if s.Arm != "" && (len(out) == 0 || out[len(out)-1].Arm != s.Arm) {
 			out = append(out, ArmDuty{Arm: s.Arm, FromS: max(0, float64(s.MonoNs-sr.WindowStartMonoNs)/1e9)})
-			lat = append(lat, [2][]float64{})
+			since = append(since, s.MonoNs)
 		}
 	}
+	if len(out) == 0 {
+		return nil
+	}
+	lat := make([][2][]float64, len(out))
 	eachHalf(sr.LC, sr.BEDuty, func(s LCSample, start int64, half int) {
-		i := -1
-		for _, r := range sr.SLO {
-			if r.MonoNs > start {
-				break
-			}
-			if r.Arm != "" && (i < 0 || out[i].Arm != r.Arm) {
-				i++
-			}
-		}
-		i = max(i, 0) // before the first read: the first arm
+		i := max(sort.Search(len(since), func(j int) bool { return since[j] > start })-1, 0) // before the first read: the first arm
 		lat[i][half] = append(lat[i][half], float64(s.LatencyNs)/1e3)
 	})
 	for i := range out {

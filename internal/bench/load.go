@@ -22,13 +22,16 @@ const maxResultsBytes = 2 << 30
 // gpreempt-bench run: files from before repetitions existed read as one
 // repetition. The per-scenario summaries are rebuilt when the file has
 // none, with intervals only where request samples are present.
-func LoadResults(path string) (*Results, error) {
+func LoadResults(path string) (*Results, error) { return loadResults(path, false) }
+
+// loadResults is LoadResults, its figures derived afresh from the runs' samples where fresh.
+func loadResults(path string, fresh bool) (*Results, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadResults, err)
 	}
 	defer f.Close()
-	res, err := DecodeResults(f)
+	res, err := decodeResults(f, fresh)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -36,7 +39,9 @@ func LoadResults(path string) (*Results, error) {
 }
 
 // DecodeResults is LoadResults on a reader.
-func DecodeResults(r io.Reader) (*Results, error) {
+func DecodeResults(r io.Reader) (*Results, error) { return decodeResults(r, false) }
+
+func decodeResults(r io.Reader, fresh bool) (*Results, error) {
 	b, err := io.ReadAll(io.LimitReader(r, maxResultsBytes+1))
 	if err != nil {
 		return nil, err
@@ -75,7 +80,7 @@ func DecodeResults(r io.Reader) (*Results, error) {
 	if err := res.check(); err != nil {
 		return nil, err
 	}
-	if res.Summaries == nil {
+	if fresh || res.Summaries == nil {
 		reanalyze(&res)
 	}
 	return &res, nil

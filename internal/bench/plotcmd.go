@@ -21,10 +21,7 @@ var plotCommand = &cli.Command{
 		&cli.StringFlag{Name: "out", Value: ".", Usage: "directory to write the charts into"},
 	},
 	Action: func(c *cli.Context) error {
-		if c.NArg() != 1 {
-			return fmt.Errorf("%w: plot takes one results file, got %d arguments", ErrInvalidArgument, c.NArg())
-		}
-		res, err := LoadResults(c.Args().First())
+		res, err := resultsArg(c, false)
 		if err != nil {
 			return err
 		}
@@ -57,14 +54,10 @@ var reportCommand = &cli.Command{
 		&cli.StringFlag{Name: "out", Usage: "directory to write results.md into (default: stdout)"},
 	},
 	Action: func(c *cli.Context) error {
-		if c.NArg() != 1 {
-			return fmt.Errorf("%w: report takes one results file, got %d arguments", ErrInvalidArgument, c.NArg())
-		}
-		res, err := LoadResults(c.Args().First())
+		res, err := resultsArg(c, true)
 		if err != nil {
 			return err
 		}
-		reanalyze(res)
 		dir := c.String("out")
 		if dir == "" {
 			return WriteMarkdown(c.App.Writer, res)
@@ -82,4 +75,12 @@ var reportCommand = &cli.Command{
 		}
 		return f.Close() // a write the file system refused shows here
 	},
+}
+
+// resultsArg loads the one results file a command takes, analysed afresh where fresh.
+func resultsArg(c *cli.Context, fresh bool) (*Results, error) {
+	if c.NArg() != 1 {
+		return nil, fmt.Errorf("%w: %s takes one results file, got %d arguments", ErrInvalidArgument, c.Command.Name, c.NArg())
+	}
+	return loadResults(c.Args().First(), fresh)
 }
