@@ -177,7 +177,7 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 			// Window by window, paired: the daemon's p50 and the app's by the same rule, each
 			// window's p50 as the daemon takes one (stats.WeightedQuantile), their medians
 			// weighted by samples and by requests. A pooled median of the app's requests is
-			// another statistic: with a request or two a window, 0.84x on the same requests.
+			// another statistic, far off where a window holds a request or two.
 			var dv, dw, av, aw []float64
 			for i, app := range appOver(l.lc, kept, metric) {
 				w := kept[i]

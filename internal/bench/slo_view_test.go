@@ -161,8 +161,7 @@ func TestDaemonViewsTPOT(t *testing.T) {
 
 // Two requests a window, one slow and one fast: the daemon's window p50 is the faster (the
 // lower middle value, as gpreemptd takes it), and the app's side is taken the same way. The
-// pooled median of the app's requests lies between the two, 0.67x off on the same requests
-// (the H200's scraped GPT-2 read 0.84x so).
+// pooled median of the app's requests lies between the two, 0.67x off on the same requests.
 func TestDaemonViewsTwoAWindow(t *testing.T) {
 	const s = int64(time.Second)
 	lc := &LCResult{PID: 4242, MeasureStartMonoNs: 100 * s}

@@ -500,8 +500,7 @@ func TestUnmeasuredArmsInOrder(t *testing.T) {
 
 func TestAtLimitKeepsAnArmMeasuredAnew(t *testing.T) {
 	// At the limit, an arm in force whose estimate aged out is being measured anew: it is kept for
-	// that measurement's span, not left at once for the closest by an older estimate (in the
-	// simulator such a move came three windows after the one to it).
+	// that measurement's span, not left at once for the closest by an older estimate.
 	held, closer := Arm{BETimeslice: time.Millisecond}, Arm{BETimeslice: 50 * time.Microsecond}
 	const k = "lc p50<=1.1x"
 	setup := func(measured bool) *Controller {

@@ -483,48 +483,47 @@ func (h *gapHist) add(g time.Duration, inside bool) {
 	}
 }
 
-// threshold splits the gaps in two clusters and returns a gap between
-// them (0: no split yet). A bucket counts if it holds at least heavyShare
-// of the gaps or of the gap time (the many short gaps inside requests,
-// the few long ones between them); a stray gap is noise. Counted buckets
-// whose edges are at least minSplit apart are in different clusters (a
-// clear split). A split between two clusters needs at least minWithin
-// gaps below it and minBetween above, and the cluster just above it must
-// hold at least minQuiet of the gap time: the time between requests is
-// most of the time an LC is not busy, while a decode's sampling between
-// tokens, though it may be a cluster of its own, is a few percent of it.
-// The lowest such split wins: a rare long pause (traffic that stops for
-// seconds) above the gaps that end every request does not hide them. The
-// threshold is the geometric mean of its edges: the top of the cluster
-// below and the bottom of the one above. A gap of CPU work (one not yet
-// halved away) is inside a request, whatever its length: the threshold
-// lies above the longest below the split, and a split with gaps of CPU
-// work above it (a decode's sampling between tokens) is no split. A
-// stray one too rare to count (a thread preempted, or Python's collector,
-// in one request of many) raises the threshold if below the split. Above
-// it, strays (a hiccup of tens of milliseconds on a CPU) do not forbid the
-// split, and their own requests are cut there; else they would hold the
-// gap at the ceiling until halved away (~20 s), running an LC's requests
-// together. Strays are fewer than strayShare of the gaps slept through
-// above the split, and none shares its bucket with more gaps read as
-// asleep: those are CPU work a coarse tick misread (a busy decode's
-// sampling, a fraction of it flagged), not strays. Gaps of CPU work are
-// kept inside by their CPU time, not their
-// length, so the first counted bucket above the longest of them below it (asleep
-// gaps only) is a cluster of its own once it starts at least minSplitCPU
-// (4x, √minSplit) above it: only the asleep side needs a margin by length,
-// and strays frequent enough to count, which would merge the launch gaps'
-// cluster into the gaps between requests, do not hide the split. Above
-// that boundary, and where no gap of CPU work is known (the CPU time
-// unknown), clusters are as minSplit makes them. Tick-quantized CPU time
-// misflags a gap shorter than two ticks now and then: a CPU-work bucket
-// with none of its gaps flagged is judged by length (a gap's chance of
-// showing a tick grows with its length, so one 4x above flagged ones
+// threshold splits the gaps in two clusters and returns a gap between them
+// (0: no split yet). A bucket counts if it holds at least heavyShare of
+// the gaps or of the gap time (the many short gaps inside requests, the
+// few long ones between them); a stray gap is noise. Counted buckets whose
+// edges are at least minSplit apart are in different clusters (a clear
+// split). A split between two clusters needs at least minWithin gaps below
+// it and minBetween above, and the cluster just above it must hold at
+// least minQuiet of the gap time: the time between requests is most of the
+// time an LC is not busy, while a decode's sampling between tokens, though
+// it may be a cluster of its own, is a few percent of it. The lowest such
+// split wins: a rare long pause (traffic that stops for seconds) above the
+// gaps that end every request does not hide them. The threshold is the
+// geometric mean of its edges: the top of the cluster below and the bottom
+// of the one above. A gap of CPU work (one not yet halved away) is inside
+// a request, whatever its length: the threshold lies above the longest
+// below the split, and a split with gaps of CPU work above it (a decode's
+// sampling between tokens) is no split. A stray one too rare to count (a
+// thread preempted, or Python's collector, in one request of many) raises
+// the threshold if below the split. Above it, strays (a hiccup of tens of
+// milliseconds on a CPU) do not forbid the split, and their own requests
+// are cut there; else they would hold the gap at the ceiling until halved
+// away (~20 s), running an LC's requests together. Strays are fewer than
+// strayShare of the gaps slept through above the split, and none shares
+// its bucket with more gaps read as asleep: those are CPU work a coarse
+// tick misread (a busy decode's sampling, a fraction of it flagged), not
+// strays. Gaps of CPU work are kept inside by their CPU time, not their
+// length, so the first counted bucket above the longest of them below it
+// (asleep gaps only) is a cluster of its own once it starts at least
+// minSplitCPU (4x, √minSplit) above it: only the asleep side needs a
+// margin by length, and strays frequent enough to count, which would merge
+// the launch gaps' cluster into the gaps between requests, do not hide the
+// split. Above that boundary, and where no gap of CPU work is known (the
+// CPU time unknown), clusters are as minSplit makes them. Tick-quantized
+// CPU time misflags a gap shorter than two ticks now and then: a CPU-work
+// bucket with none of its gaps flagged is judged by length (a gap's chance
+// of showing a tick grows with its length, so one 4x above flagged ones
 // rarely shows none), and an asleep gap flagged raises the longest, which
 // only makes the split harder, until halved away. The price: a request's
 // own asleep pause 4-16x above its CPU work (waiting on another thread)
-// may now be split from it, as one 16x above always was. Without such a
-// split the gap stays the ceiling, as safe as before: a request with a
+// may be split from it, as one 16x above is. Without such a split the
+// gap stays the ceiling, the safe default: a request with a
 // pause of its own (CPU work between two GPU phases) is not cut there.
 func (h *gapHist) threshold() time.Duration {
 	var totalW, totalN float64

@@ -364,9 +364,9 @@ func TestDelimiterOnCPUNeverQuiet(t *testing.T) {
 
 // A one-off long gap of CPU work (a hiccup: the thread ran 60 ms between two launches) is a
 // stray among the gaps slept through between requests: the learnt gap stays, and only the
-// request holding it comes out cut there. It used to forbid every split for ~20 s (until the
-// histogram halved it away), the gap fell back to the ceiling, and an LC every 20 ms ran
-// together into one request (an eager resnet50 on the H200, docs/TRACING.md).
+// request holding it comes out cut there. Were it to forbid every split until the histogram
+// halved it away (~20 s), the gap would fall back to the ceiling and an LC every 20 ms run
+// together into one request.
 func TestDelimiterOnCPUHiccup(t *testing.T) {
 	for _, tc := range []struct {
 		tick   uint64
