@@ -21,6 +21,7 @@ type callsCallEvent struct {
 	Pad     uint32
 	Ns      uint64
 	OnCpuNs uint64
+	Blocked uint64
 	Cookie  uint64
 	Arg0    uint64
 	Arg1    uint64

@@ -19,7 +19,7 @@ func Encode(ev Event) ([]byte, error) {
 		copy(raw.Comm[:], e.Comm)
 		return binary.Append(nil, binary.NativeEndian, &raw)
 	case *Call:
-		raw := callsCallEvent{Kind: kindCallEnter, Pid: e.PID, Tid: e.TID, Ns: e.At, OnCpuNs: uint64(max(e.OnCPU, 0)),
+		raw := callsCallEvent{Kind: kindCallEnter, Pid: e.PID, Tid: e.TID, Ns: e.At, OnCpuNs: uint64(max(e.OnCPU, 0)), Blocked: e.Blocked,
 			Cookie: cookie(e.Role, int(e.Index)), Arg0: e.Arg0, Arg1: e.Arg1, Ret: e.Ret}
 		if e.Kind == CallReturn {
 			raw.Kind = kindCallReturn

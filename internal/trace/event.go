@@ -144,6 +144,11 @@ type Call struct {
 	// thread runs); 0: unknown. The difference between two of a thread's
 	// calls is how much of the time between them it ran.
 	OnCPU time.Duration
+	// Blocked is how often the calling thread has blocked so far (its
+	// voluntary context switches), plus one; 0: unknown. Unlike OnCPU it
+	// is exact: two of a thread's calls with the same count had it never
+	// sleep between them.
+	Blocked uint64
 }
 
 func (e *RMCall) Time() uint64   { return e.Exit }
@@ -202,7 +207,7 @@ func Decode(b []byte) (Event, error) {
 			Kind: CallEnter, PID: raw.Pid, TID: raw.Tid, Comm: cString(raw.Comm[:]), At: raw.Ns,
 			Role: Role(raw.Cookie >> cookieRoleShift), Index: uint32(raw.Cookie & cookieIndexMask),
 			Arg0: raw.Arg0, Arg1: raw.Arg1, Ret: raw.Ret, Str: cString(raw.Str[:]),
-			OnCPU: time.Duration(min(raw.OnCpuNs, math.MaxInt64)),
+			OnCPU: time.Duration(min(raw.OnCpuNs, math.MaxInt64)), Blocked: raw.Blocked,
 		}
 		if kind == kindCallReturn {
 			c.Kind = CallReturn

@@ -63,7 +63,7 @@ func TestRecordSizes(t *testing.T) {
 	if n := binary.Size(rmTaskExitEvent{}); n != 32 {
 		t.Errorf("task_exit_event is %d bytes", n)
 	}
-	if n := binary.Size(callsCallEvent{}); n != 96 {
+	if n := binary.Size(callsCallEvent{}); n != 104 {
 		t.Errorf("call_event is %d bytes", n)
 	}
 }

@@ -14,20 +14,21 @@ import (
 // line each: what replaying a process's launches and synchronizes through request.Delimiter
 // needs, so that its tests run on what a real LC did.
 type CallRecord struct {
-	At     uint64 `json:"at_ns"`
-	PID    uint32 `json:"pid"`
-	TID    uint32 `json:"tid"`
-	Role   string `json:"role"` // Role's name: launch, queue, sync, ...
-	Kind   string `json:"kind"` // enter or return
-	Symbol string `json:"symbol"`
-	OnCPU  int64  `json:"on_cpu_ns,omitempty"`
-	Ret    uint64 `json:"ret,omitempty"`
+	At      uint64 `json:"at_ns"`
+	PID     uint32 `json:"pid"`
+	TID     uint32 `json:"tid"`
+	Role    string `json:"role"` // Role's name: launch, queue, sync, ...
+	Kind    string `json:"kind"` // enter or return
+	Symbol  string `json:"symbol"`
+	OnCPU   int64  `json:"on_cpu_ns,omitempty"`
+	Blocked uint64 `json:"blocked,omitempty"`
+	Ret     uint64 `json:"ret,omitempty"`
 }
 
 // RecordOf is c as a recording holds it.
 func RecordOf(c *Call) CallRecord {
 	return CallRecord{At: c.At, PID: c.PID, TID: c.TID, Role: c.Role.String(), Kind: c.Kind.String(), Symbol: c.Symbol,
-		OnCPU: int64(c.OnCPU), Ret: c.Ret}
+		OnCPU: int64(c.OnCPU), Blocked: c.Blocked, Ret: c.Ret}
 }
 
 // Limits of a recording read back: a line, a symbol's name, and the calls in all (a minute of an
@@ -97,7 +98,7 @@ func ReadCalls(r io.Reader) ([]*Call, error) {
 			sym, symbols[rec.Symbol] = rec.Symbol, rec.Symbol
 		}
 		out = append(out, &Call{Kind: kind, PID: rec.PID, TID: rec.TID, At: rec.At, Role: role, Symbol: sym,
-			OnCPU: time.Duration(rec.OnCPU), Ret: rec.Ret})
+			OnCPU: time.Duration(rec.OnCPU), Blocked: rec.Blocked, Ret: rec.Ret})
 	}
 	if err := sc.Err(); err != nil {
 		return out, fmt.Errorf("recording after line %d: %w", n, err)

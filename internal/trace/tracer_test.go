@@ -461,7 +461,7 @@ func checkLCAppOrder(t *testing.T, calls []*Call, otherTID int, hints bool) {
 	}
 }
 
-// checkOnCPU checks the CPU time lcapp's second thread's calls carry: it
+// checkOnCPU checks the CPU time and blocks lcapp's second thread's calls carry: it
 // grows by the 20 ms of CPU work between its last launch and its
 // synchronize, and hardly at all while the synchronize sleeps. The sleep's
 // bound has room for the scheduler's accounting of the synchronize's own
@@ -497,6 +497,11 @@ func checkOnCPU(t *testing.T, calls []*Call, otherTID int) {
 	}
 	if slept := ret.OnCPU - enter.OnCPU; slept > time.Millisecond {
 		t.Errorf("CPU time across a 2 ms sleep: %v", slept)
+	}
+	// How often it blocked: known, the same across the CPU work, grown across the sleep.
+	if launch.Blocked == 0 || enter.Blocked != launch.Blocked || ret.Blocked <= enter.Blocked {
+		t.Errorf("blocks at the last launch %d, the synchronize %d, its return %d: want the same across CPU work and more after a sleep",
+			launch.Blocked, enter.Blocked, ret.Blocked)
 	}
 }
 

@@ -41,6 +41,7 @@ struct sched_entity {
 
 struct task_struct {
 	struct sched_entity se;
+	unsigned long nvcsw;
 } __attribute__((preserve_access_index));
 
 // The roles of package trace (type Role) that the programs treat apart.
@@ -64,6 +65,11 @@ struct call_event {
 	// thread is switched out and at each tick, so while the thread runs
 	// it lags by at most a tick.
 	__u64 on_cpu_ns;
+	// How often the thread has blocked so far (task->nvcsw, its
+	// voluntary context switches), plus one; 0 when it could not be read.
+	// Exact at any moment, unlike the CPU time: two of a thread's calls
+	// with the same count had it never sleep between them.
+	__u64 blocked;
 	__u64 cookie;
 	__u64 arg0;
 	__u64 arg1;
@@ -97,6 +103,16 @@ static __always_inline __u64 on_cpu_ns(void)
 	return ns;
 }
 
+// blocked is the current thread's voluntary context switches plus one, or 0.
+static __always_inline __u64 blocked(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+
+	if (!bpf_core_field_exists(task->nvcsw))
+		return 0;
+	return BPF_CORE_READ(task, nvcsw) + 1;
+}
+
 // reserve filters by process and fills a ring-buffer record for the call
 // at ctx (arguments at entry, the return value at return; str zeroed), or
 // returns NULL (filtered out, or the ring is full: counted).
@@ -119,6 +135,7 @@ static __always_inline struct call_event *reserve(struct pt_regs *ctx, __u32 kin
 	e->_pad = 0;
 	e->ns = now;
 	e->on_cpu_ns = on_cpu_ns();
+	e->blocked = blocked();
 	e->cookie = bpf_get_attach_cookie(ctx);
 	__builtin_memset(e->str, 0, sizeof(e->str));
 	if (kind == KIND_CALL_ENTER) {

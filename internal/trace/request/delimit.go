@@ -88,14 +88,16 @@ const syncBound = 40
 // the request as the app's threads wait for it: CPU work before the first
 // launch is not in it.
 //
-// A gap its thread spent mostly on a CPU is no quiet: between two calls of
-// one thread (its synchronize's return or last launch, and its next call),
-// if the thread ran for more than half of the gap by the calls' CPU times
-// (trace.Call.OnCPU), it was working on the request (an eager decode's sampling
-// between tokens, in Python) and the gap is busy: it does not end the
-// request, and it is learnt as a gap inside one. Where the CPU time is
-// unknown (0, or the next call is another thread's) a gap is judged by its
-// length alone.
+// A gap its thread spent working is no quiet: between two calls of one
+// thread (its synchronize's return or last launch, and its next call), if
+// the thread never blocked (trace.Call.Blocked: its voluntary context
+// switches did not grow), it was working on the request, on a CPU or
+// waiting for one (an eager decode's sampling between tokens, in Python),
+// and the gap is busy: it does not end the request, and it is learnt as a
+// gap inside one. Where that count is unknown, if the thread ran for more
+// than half of the gap by the calls' CPU times (trace.Call.OnCPU, which lags
+// by up to a scheduler tick). Where neither is known (0, or the next call
+// is another thread's) a gap is judged by its length alone.
 //
 // The quiet gap is learnt from the process's own gaps between busy
 // moments, which form two clusters: launch gaps inside a request
@@ -127,8 +129,9 @@ type Delimiter struct {
 	last    uint64
 	lastTID uint32
 	seen    bool
-	// lastCPU is the CPU time of lastTID at last (0: unknown).
-	lastCPU time.Duration
+	// lastCPU and lastBlocked are lastTID's CPU time and blocks at last (0: unknown).
+	lastCPU     time.Duration
+	lastBlocked uint64
 	// sawBusy: Tick found the process busy by Busy since last.
 	sawBusy bool
 
@@ -296,7 +299,7 @@ func (d *Delimiter) Apply(ev trace.Event) (Request, bool) {
 			d.open, d.launches, d.end = false, 0, 0
 			clear(d.syncing)
 			clear(d.steps)
-			d.last, d.lastTID, d.seen, d.lastCPU = 0, 0, false, 0
+			d.last, d.lastTID, d.seen, d.lastCPU, d.lastBlocked = 0, 0, false, 0, 0
 		}
 		return Request{}, false
 	case *trace.Call:
@@ -319,13 +322,13 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 	// The gap that this event ends, if the process was quiet before it.
 	// A gap of CPU work ends nothing, and is learnt as a gap inside a
 	// request: the quiet gap is learnt above it.
-	busy := d.onCPU(e)
+	busy, byTime := d.onCPU(e)
 	if d.quietBy(t) && d.open && !d.sawBusy && !busy {
 		out, emitted = d.close()
 	}
 	d.expire(t)
 	if len(d.syncing) == 0 && d.seen && t > d.last && !d.sawBusy && (!d.blind || e.Role != trace.RoleSync && e.Kind == trace.CallEnter) {
-		d.learn(time.Duration(t-d.last), busy)
+		d.learn(time.Duration(t-d.last), busy, byTime)
 	}
 	d.sawBusy = false
 	opens := e.Kind == trace.CallEnter // a launch, queued work, or a synchronize of work whose launches were not seen
@@ -348,18 +351,26 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 			out, emitted = s, true
 		}
 	}
-	d.last, d.lastTID, d.seen, d.lastCPU = t, e.TID, true, e.OnCPU
+	d.last, d.lastTID, d.seen, d.lastCPU, d.lastBlocked = t, e.TID, true, e.OnCPU, e.Blocked
 	return out, emitted
 }
 
-// onCPU reports whether the gap from the last busy moment to e was mostly
-// CPU work of e's thread: the thread of the last busy moment, with its CPU
-// time known at both ends and grown by more than half the gap.
-func (d *Delimiter) onCPU(e *trace.Call) bool {
-	if !d.seen || e.TID != d.lastTID || d.lastCPU == 0 || e.OnCPU < d.lastCPU || e.At <= d.last {
-		return false
+// onCPU reports whether the gap from the last busy moment to e was work of
+// e's thread (the thread of the last busy moment): it never blocked in it,
+// or, where that is unknown, its CPU time grew by more than half the gap
+// (byTime: judged so, and open to a tick's lag).
+func (d *Delimiter) onCPU(e *trace.Call) (work, byTime bool) {
+	if !d.seen || e.TID != d.lastTID || e.At <= d.last {
+		return false, false
 	}
-	return 2*(e.OnCPU-d.lastCPU) > time.Duration(e.At-d.last)
+	if d.lastBlocked != 0 && e.Blocked != 0 {
+		return e.Blocked == d.lastBlocked, false
+	}
+	if d.lastCPU == 0 || e.OnCPU < d.lastCPU {
+		return false, false
+	}
+	work = 2*(e.OnCPU-d.lastCPU) > time.Duration(e.At-d.last)
+	return work, work
 }
 
 // step records a synchronize return of thread e.TID and returns the step
@@ -379,12 +390,12 @@ func (d *Delimiter) step(e *trace.Call, t uint64) (Request, bool) {
 }
 
 // learn records one gap between busy moments (inside: one of CPU work,
-// known to be inside a request) and works the quiet gap out again: at each
+// known to be inside a request; byTime: judged so by CPU time) and works the quiet gap out again: at each
 // gap until one is learnt, then after every relearnEvery gaps, and at once
 // after a gap at least the one in force (one between requests, or CPU work
 // the gap in force would have cut).
-func (d *Delimiter) learn(g time.Duration, inside bool) {
-	d.gaps.add(g, inside)
+func (d *Delimiter) learn(g time.Duration, inside, byTime bool) {
+	d.gaps.add(g, inside, byTime)
 	d.sinceLearn++
 	if d.gap == 0 || d.sinceLearn >= relearnEvery || g >= d.Gap() {
 		d.sinceLearn = 0
@@ -425,6 +436,7 @@ func (d *Delimiter) Gaps() []GapBucket {
 type gapHist struct {
 	w, n   [gapBuckets]float64 // time (ns) and count per bucket
 	inside [gapBuckets]float64 // count per bucket of gaps of CPU work
+	byTime [gapBuckets]float64 // of those, judged by CPU time (open to a tick's lag)
 	sinceT float64
 	sinceN int
 }
@@ -464,12 +476,15 @@ func bucketLow(b int) float64 {
 	return gapBase * math.Pow(2, float64(b)/2)
 }
 
-func (h *gapHist) add(g time.Duration, inside bool) {
+func (h *gapHist) add(g time.Duration, inside, byTime bool) {
 	b := gapBucket(g)
 	h.w[b] += float64(g)
 	h.n[b]++
 	if inside {
 		h.inside[b]++
+	}
+	if byTime {
+		h.byTime[b]++
 	}
 	h.sinceT += float64(g)
 	h.sinceN++
@@ -478,6 +493,7 @@ func (h *gapHist) add(g time.Duration, inside bool) {
 			h.w[i] /= 2
 			h.n[i] /= 2
 			h.inside[i] /= 2
+			h.byTime[i] /= 2
 		}
 		h.sinceT, h.sinceN = 0, 0
 	}
@@ -505,10 +521,10 @@ func (h *gapHist) add(g time.Duration, inside bool) {
 // milliseconds on a CPU) do not forbid the split, and their own requests
 // are cut there; else they would hold the gap at the ceiling until halved
 // away (~20 s), running an LC's requests together. Strays are fewer than
-// strayShare of the gaps slept through above the split, and none shares
-// its bucket with more gaps read as asleep: those are CPU work a coarse
-// tick misread (a busy decode's sampling, a fraction of it flagged), not
-// strays. Gaps of CPU work are kept inside by their CPU time, not their
+// strayShare of the gaps slept through above the split, and none judged by
+// CPU time shares its bucket with more gaps read as asleep: those are CPU
+// work a coarse tick misread (a busy decode's sampling, a fraction of it
+// flagged), not strays. Gaps of CPU work are kept inside by their CPU time, not their
 // length, so the first counted bucket above the longest of them below it
 // (asleep gaps only) is a cluster of its own once it starts at least
 // minSplitCPU (4x, √minSplit) above it: only the asleep side needs a
@@ -516,7 +532,7 @@ func (h *gapHist) add(g time.Duration, inside bool) {
 // the launch gaps' cluster into the gaps between requests, do not hide the
 // split. Above that boundary, and where no gap of CPU work is known (the
 // CPU time unknown), clusters are as minSplit makes them. Tick-quantized
-// CPU time misflags a gap shorter than two ticks now and then: a CPU-work
+// CPU time (where blocks are unknown) misflags a gap shorter than two ticks now and then: a CPU-work
 // bucket with none of its gaps flagged is judged by length (a gap's chance
 // of showing a tick grows with its length, so one 4x above flagged ones
 // rarely shows none), and an asleep gap flagged raises the longest, which
@@ -569,9 +585,9 @@ func (h *gapHist) threshold() time.Duration {
 				if h.inside[b] >= 1 {
 					under = b
 				}
-			case h.inside[b] >= 1 && h.n[b]-h.inside[b] > h.inside[b]:
-				// CPU work among more gaps of its length read as asleep: CPU work a tick misread
-				// (a decode's sampling), no stray.
+			case h.byTime[b] >= 1 && h.n[b]-h.inside[b] > h.inside[b]:
+				// CPU work by CPU time among more gaps of its length read as asleep: CPU work a
+				// tick misread (a decode's sampling), no stray.
 				cpuAbove = math.Inf(1)
 			default:
 				cpuAbove, asleepAbove = cpuAbove+h.inside[b], asleepAbove+h.n[b]-h.inside[b]

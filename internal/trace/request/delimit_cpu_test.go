@@ -20,6 +20,10 @@ type cpuThread struct {
 	// tick, if set, is the scheduler tick: a running thread's CPU time is
 	// read as of its last tick or wake-up (the kernel's sum_exec_runtime).
 	tick, woke uint64
+	// blocked counts the thread's sleeps; the calls carry it if knowBlocked
+	// (trace.Call.Blocked, the kernel's nvcsw).
+	blocked     uint64
+	knowBlocked bool
 }
 
 func newCPUThread(w *workload, known bool) *cpuThread {
@@ -27,7 +31,12 @@ func newCPUThread(w *workload, known bool) *cpuThread {
 }
 
 func (c *cpuThread) run(d uint64)  { c.now += d; c.cpu += time.Duration(d) }
-func (c *cpuThread) wait(d uint64) { c.now += d; c.woke = c.now }
+func (c *cpuThread) wait(d uint64) {
+	if d > 0 {
+		c.now, c.woke = c.now+d, c.now+d
+		c.blocked++
+	}
+}
 
 // read is the CPU time a call carries: behind by the time run since the
 // last tick or wake-up, when there is a tick.
@@ -42,6 +51,9 @@ func (c *cpuThread) call(role trace.Role, ret bool) {
 	ev := at(c.p, role, ret, c.now).(*trace.Call)
 	if c.known {
 		tracetest.WithCPU(ev, c.read())
+	}
+	if c.knowBlocked {
+		tracetest.WithBlocked(ev, c.blocked+1)
 	}
 	c.w.evs = append(c.w.evs, ev)
 }
@@ -411,6 +423,90 @@ func TestDelimiterOnCPUHiccup(t *testing.T) {
 			if r, ok := byStart[want.Start]; !ok || r.End != want.End || r.Launches != want.Launches {
 				t.Fatalf("%+v: request %d: got %+v (found %v), want %+v", tc, i+12, r, ok, want)
 			}
+		}
+	}
+}
+
+// pythonAfter is an eager resnet50 every 20 ms whose app runs post to post+1 ms of Python on a
+// CPU after each request before it sleeps to the next arrival: per request 50 launches 20-200 us
+// apart on a CPU and a synchronize that sleeps 500 us. The CPU times are read at 4 ms ticks; the
+// calls carry the thread's blocks if knowBlocked.
+func pythonAfter(n int, knowBlocked bool, post uint64) *workload {
+	w := newWorkload(15)
+	c := newCPUThread(w, true)
+	c.tick, c.knowBlocked = 4*ms, knowBlocked
+	w.periodic(n, 20*ms, func(_ int, start uint64) (uint64, int) {
+		c.wait(start - c.now)
+		end := c.strayStep(50, 0, 0, 0)
+		c.run(w.between(post, post+ms))
+		return end, 50
+	})
+	return w
+}
+
+// TestDelimiterBlocked: where the calls say how often the thread blocked, a gap it slept in is
+// asleep and one it never slept in is work, whatever its CPU time reads. The CPU time lags by up
+// to a scheduler tick: an app with about as much Python after a request as it then sleeps reads,
+// with a tick's lag, as more than half CPU work in many of its gaps between requests, which
+// forbids every split, and its requests run together. A thread preempted in a request (it waits
+// for a CPU, never blocked) is inside it: once such a gap is learnt, the quiet gap lies above it
+// (the first is cut as the tick finds the process quiet for the gap in force); by CPU time the
+// gap reads asleep and cuts every such request.
+func TestDelimiterBlocked(t *testing.T) {
+	for _, knowBlocked := range []bool{false, true} {
+		w := pythonAfter(100, knowBlocked, 6*ms)
+		d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
+		got := run(d, w.evs, ms, w.want[len(w.want)-1].End+time2ns(time.Second))
+		if !knowBlocked {
+			if d.Learnt() || len(got) >= len(w.want)/2 {
+				t.Errorf("by CPU time: learnt %v, %d requests of %d: want the gap lost and the requests run together", d.Learnt(), len(got), len(w.want))
+			}
+			continue
+		}
+		if !d.Learnt() || uint64(d.Gap()) <= w.maxInner || uint64(d.Gap()) >= w.minOuter {
+			t.Fatalf("by blocks: learnt %v gap %v: want one between %v and %v; gaps %+v", d.Learnt(), d.Gap(),
+				time.Duration(w.maxInner), time.Duration(w.minOuter), d.Gaps())
+		}
+		byStart := map[uint64]request.Request{}
+		for _, r := range got {
+			byStart[r.Start] = r
+		}
+		for i, want := range w.want[12:] {
+			if r, ok := byStart[want.Start]; !ok || r.End != want.End || r.Launches != want.Launches {
+				t.Fatalf("by blocks: request %d: got %+v (found %v), want %+v", i+12, r, ok, want)
+			}
+		}
+	}
+	for _, knowBlocked := range []bool{false, true} {
+		w := newWorkload(16)
+		c := newCPUThread(w, true)
+		c.knowBlocked = knowBlocked
+		w.periodic(40, 20*ms, func(i int, start uint64) (uint64, int) {
+			c.wait(start - c.now)
+			for k := range 50 {
+				switch {
+				case k == 25 && (i == 25 || i == 30):
+					c.now += 5 * ms // preempted: no CPU time, no block
+				case k > 0:
+					c.run(w.between(20*us, 200*us))
+				}
+				c.call(trace.RoleLaunch, false)
+			}
+			c.run(100 * us)
+			c.call(trace.RoleSync, false)
+			c.wait(500 * us)
+			c.call(trace.RoleSync, true)
+			return c.now, 50
+		})
+		d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
+		got := run(d, w.evs, ms, w.want[len(w.want)-1].End+time2ns(time.Second))
+		want := w.want[30]
+		var whole bool
+		for _, r := range got {
+			whole = whole || r.Start == want.Start && r.End == want.End && r.Launches == 50
+		}
+		if !d.Learnt() || whole != knowBlocked {
+			t.Errorf("blocks known %v: learnt %v gap %v, the preempted request whole %v: want it whole only by blocks", knowBlocked, d.Learnt(), d.Gap(), whole)
 		}
 	}
 }

@@ -171,6 +171,14 @@ func WithCPU(c *trace.Call, cpu time.Duration) *trace.Call {
 	return c
 }
 
+// WithBlocked sets how often the calling thread has blocked so far on c
+// (Call.Blocked: voluntary context switches plus one; 0: unknown) and
+// returns c.
+func WithBlocked(c *trace.Call, blocked uint64) *trace.Call {
+	c.Blocked = blocked
+	return c
+}
+
 // Request is one LC request: launches kernel launches, then
 // cuStreamSynchronize returning latency after the first launch.
 func Request(p Process, launches int, latency time.Duration, clock *Clock) []trace.Event {
