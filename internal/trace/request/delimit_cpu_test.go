@@ -30,7 +30,7 @@ func newCPUThread(w *workload, known bool) *cpuThread {
 	return &cpuThread{w: w, p: lcProc, now: 1e9, cpu: time.Second, known: known, woke: 1e9}
 }
 
-func (c *cpuThread) run(d uint64)  { c.now += d; c.cpu += time.Duration(d) }
+func (c *cpuThread) run(d uint64) { c.now += d; c.cpu += time.Duration(d) }
 func (c *cpuThread) wait(d uint64) {
 	if d > 0 {
 		c.now, c.woke = c.now+d, c.now+d
