@@ -13,12 +13,19 @@ import (
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
 
-// fakeSteerer records what SLO mode tells the gate.
-type fakeSteerer struct{ holds, undelimited, selfGated map[int]bool }
+// fakeSteerer records what SLO mode tells the gate; heldSince: a hold of each LC open since then.
+type fakeSteerer struct {
+	holds, undelimited, selfGated map[int]bool
+	heldSince                     map[int]time.Duration
+}
 
 func (f *fakeSteerer) Steer(h map[int]bool)   { f.holds = maps.Clone(h) }
 func (f *fakeSteerer) Delimits(pid int) bool  { return !f.undelimited[pid] }
 func (f *fakeSteerer) SelfGated(pid int) bool { return f.selfGated[pid] }
+func (f *fakeSteerer) HeldSince(pid int, t time.Duration) bool {
+	at, ok := f.heldSince[pid]
+	return ok && at <= t
+}
 
 // llmDecodeLC is a launch-bound LC: ~1.4x its standalone latency beside BE
 // whatever the BE timeslice, at standalone with the gate.
@@ -234,4 +241,56 @@ func TestSLOLoopLagFromWhatWasTold(t *testing.T) {
 			t.Errorf("the first window, gated as the policy says, counted as aligned: %+v", last)
 		}
 	})
+}
+
+// TestSLOLoopBEIdleUnderTheGate: under the gate's arm, a window in which BE launched nothing
+// though the gate left it free to is BE idle of its own accord: the LC ran alone, and the window
+// is not the arm's (a BE that works half the time would halve the arm's BE share and the LC's
+// latency under it). A window the gate held BE through all along is the arm's.
+func TestSLOLoopBEIdleUnderTheGate(t *testing.T) {
+	for _, held := range []bool{false, true} {
+		s, f := newShareRigOf(t, strings.Replace(gateArmPolicy, "%s", policy.GateOn, 1))
+		g := &fakeSteerer{heldSince: map[int]time.Duration{}}
+		s.loop.Gate = g
+		s.Tick(s.Start(200, policy.Process{Comm: "trainer"}) + time.Second)
+		s.loop.Step(s.Now)
+		const alone = 10_000 // BE's launches a second
+		for range 4 {
+			f.N[200] += alone
+			s.window(llmDecodeLC, true)
+		}
+		s.Start(100, policy.Process{Comm: "lc-server"})
+		s.Tick(s.Now)
+		step := func(requests uint64, beWorks bool) {
+			s.Now += time.Second
+			r, share := llmDecodeLC.AtArm(slo.Arm{BETimeslice: s.beTimeslice(), Gate: g.holds[100]})
+			if beWorks {
+				f.N[200] += uint64(share * alone)
+			}
+			s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: requests,
+				LatencyUs: map[string]float64{"p50": float64(llmDecodeLC.Baseline) * r / 1e3}}})
+			s.loop.Step(s.Now)
+			s.Tick(s.Now)
+		}
+		for i := 0; i < 60 && !g.holds[100]; i++ {
+			step(50, true)
+		}
+		if !g.holds[100] {
+			t.Fatalf("held %v: no gate arm in 60 windows: %+v", held, s.loop.Status().Last)
+		}
+		if held {
+			g.heldSince[100] = s.Now
+		}
+		// Windows of 5 requests: a measurement needs 4 of them under the arm.
+		step(5, true)
+		before := s.loop.Status().LC[0].Pending
+		for range 2 {
+			step(5, false)
+		}
+		st := s.loop.Status()
+		if grew := st.LC[0].Pending - before; grew != map[bool]int{false: 0, true: 10}[held] || !g.holds[100] {
+			t.Errorf("held through %v: BE idle for 2 windows under %s added %d requests toward the arm's measurement (pending %d): want %d",
+				held, st.Arm, grew, st.LC[0].Pending, map[bool]int{false: 0, true: 10}[held])
+		}
+	}
 }

@@ -525,8 +525,11 @@ slo: {enabled: true, window: 1s%s}
 
 // newShareRig is an SLO loop over sloPolicy with no process yet, whose BE
 // share comes from launches counted by the fake counter it returns.
-func newShareRig(t *testing.T) (*sloRig, *tracetest.Launches) {
-	g := newRig(t, sloPolicy)
+func newShareRig(t *testing.T) (*sloRig, *tracetest.Launches) { return newShareRigOf(t, sloPolicy) }
+
+// newShareRigOf is newShareRig over policy pol.
+func newShareRigOf(t *testing.T, pol string) (*sloRig, *tracetest.Launches) {
+	g := newRig(t, pol)
 	s := &sloRig{rig: g, loop: NewSLOLoop(g.Rec, g.m, testlog.New(t))}
 	f := tracetest.NewLaunches()
 	p := signals.NewBEProgress(f, testlog.New(t))

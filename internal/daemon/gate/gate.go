@@ -534,6 +534,15 @@ func (g *Gate) refillLocked(now time.Duration, pol policy.Gate) {
 }
 
 // holdsOpen reports whether a hold is open.
+// HeldSince reports whether a hold of LC pid has been open since t or earlier: BE beside it has
+// had no moment to run since t, so its launching nothing says nothing of its own work.
+func (g *Gate) HeldSince(pid int, t time.Duration) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := g.open[pid]
+	return h != nil && h.since <= t
+}
+
 func (g *Gate) holdsOpen() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
