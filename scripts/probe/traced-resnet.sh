@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # A resnet50 LC every 20 ms, eager or CUDA graph (MODE): gpreemptctl's traced requests against
 # the app's own requests over the same spans, alone and beside resnet50 training, with each
-# second's quiet gap (learnt or not). TAG names the output: $OUT/probe-MODE[TAG].txt. BE starts
+# second's quiet gap (learnt or not). TAG names the output: $OUT/probe-MODE[TAG].jsonl (the traced
+# requests and intervals), .txt (the RESULT lines) and the LC's calls in each phase,
+# $OUT/calls-MODE[TAG]-{alone,beside}.jsonl.gz (--record). BE starts
 # first and is held stopped (SIGSTOP) through the trace alone: a BE that came up after the LC
 # (its first start on a machine takes longer) left no LC to trace beside it.
 #   bash scripts/probe/traced-resnet.sh eager -rep1
 set -u # as root on the GPU machine, from the repo root, with .carry/gpreemptctl (make gpu-binaries)
 MODE=${1:-eager} TAG=${2:-}
 OUT=${OUT:-/tmp/gpreempt-out}; mkdir -p "$OUT"
-f=$OUT/probe-$MODE$TAG.txt
+f=$OUT/probe-$MODE$TAG.jsonl
 C=.carry
 args=(); [ "$MODE" = graph ] && args=(--cuda-graph)
-mono() { python3 -c 'import time; print(time.monotonic_ns())'; }
-trace() { $C/gpreemptctl trace requests --pid $P --duration 8s --interval 1s; }
+trace() { $C/gpreemptctl trace requests --pid $P --duration 8s --interval 1s --each --json --record $OUT/calls-$MODE$TAG-$1.jsonl.gz; }
 python3 -u bench/pytorch/be_train.py --duration 120s --device 0 --out /tmp/be.json > /tmp/be.out 2>&1 &
 B=$!
 for i in $(seq 90); do grep -q READY /tmp/be.out && break; sleep 1; done
@@ -20,26 +21,43 @@ kill -STOP $B; sleep 1 # its queued iterations drain
 python3 -u bench/pytorch/lc_infer.py "${args[@]}" --period 20ms --requests 1800 --warmup 50 --out /tmp/lc-$MODE.json > /tmp/lc-$MODE.out 2>&1 &
 P=$!
 for i in $(seq 90); do grep -q READY /tmp/lc-$MODE.out && break; sleep 1; done
-echo "===== $MODE alone" > "$f"
-a0=$(mono); trace >> "$f" 2>&1; a1=$(mono)
+echo '{"type":"phase","phase":"alone"}' > "$f"
+trace alone >> "$f" 2>&1
 kill -CONT $B; sleep 1
-echo "===== $MODE beside resnet50 training" >> "$f"
-b0=$(mono); trace >> "$f" 2>&1; b1=$(mono)
+echo '{"type":"phase","phase":"beside BE"}' >> "$f"
+trace beside >> "$f" 2>&1
 wait $P
 kill -CONT $B 2>/dev/null; kill $B 2>/dev/null; wait $B 2>/dev/null
-python3 - "$f" /tmp/lc-$MODE.json $a0 $a1 $b0 $b1 <<'PY' | tee -a "$f"
-import json, re, sys, statistics as st
-f, res = sys.argv[1], sys.argv[2]
-a0, a1, b0, b1 = map(int, sys.argv[3:])
-text = open(f).read()
-traced = [float(m) for m in re.findall(r"^summary: .*?latency p50 (\d+)us", text, re.M)]
-gaps = [re.findall(r"^interval \d+: .*quiet gap (\S+) \((learnt|not learnt yet)\)", part, re.M) for part in text.split("=====")[1:]]
-ss = json.load(open(res))["samples"]
-for i, (name, lo, hi) in enumerate((("alone", a0, a1), ("beside BE", b0, b1))):
-    v = [s["latency_ns"] / 1e3 for s in ss if lo <= s["arrival_mono_ns"] and s["arrival_mono_ns"] + s["latency_ns"] <= hi]
-    learnt = sum(1 for _, l in gaps[i] if l == "learnt") if i < len(gaps) else 0
-    t = traced[i] if i < len(traced) else float("nan")
-    app = st.median(v) if v else float("nan")
-    print(f"RESULT {f.rsplit('/', 1)[-1]} {name}: traced p50 {t:.0f}us, app p50 {app:.0f}us ({len(v)} requests), "
-          f"traced/app {t / app:.2f}x; gap learnt in {learnt} of {len(gaps[i]) if i < len(gaps) else 0} intervals")
-PY
+# Over each phase's traced span (its first traced request's start to its last's end; attaching
+# and detaching the probes take seconds the app runs on through): the traced p50 against the
+# app's p50 of its own requests that ended in that span.
+python3 - "$f" /tmp/lc-$MODE.json <<'PY2' | tee -a "${f%.jsonl}.txt"
+import json, sys, statistics as st
+f, res = sys.argv[1:]
+phases, phase = {}, None
+for line in open(f):
+    if not line.startswith("{"):
+        continue
+    d = json.loads(line)
+    phase = d.get("phase", phase)
+    p = phases.setdefault(phase, {"reqs": [], "learnt": []})
+    if d.get("type") == "request":
+        p["reqs"].append(d)
+    elif d.get("title", "").startswith("interval") and d.get("requests"):
+        p["learnt"].append(d.get("learnt"))
+ends, prev = [], -1
+for s in json.load(open(res))["samples"]:
+    end = max(s["arrival_mono_ns"], prev) + s["prep_ns"] + s["latency_ns"]
+    prev = end
+    ends.append((end, s["latency_ns"] / 1e3))
+for name, p in phases.items():
+    r = p["reqs"]
+    if not r:
+        print(f"RESULT {f.rsplit('/', 1)[-1]} {name}: no traced request")
+        continue
+    lo, hi = min(x["start_ns"] for x in r), max(x["end_ns"] for x in r)
+    app = [l for e, l in ends if lo <= e <= hi]
+    t, a = st.median(x["latency_us"] for x in r), st.median(app)
+    print(f"RESULT {f.rsplit('/', 1)[-1]} {name}: traced p50 {t:.0f}us ({len(r)} requests), app p50 {a:.0f}us ({len(app)} requests ending in the traced span), "
+          f"traced/app {t / a:.2f}x; gap learnt in {sum(1 for x in p['learnt'] if x)} of {len(p['learnt'])} intervals with requests")
+PY2
