@@ -503,6 +503,17 @@ type SLOLC struct {
 	// P50Us is the median of this window's samples as the daemon sees
 	// them (0: none).
 	P50Us float64 `json:"p50_us,omitempty"`
+	// FromMonoNs and ToMonoNs bound, on CLOCK_MONOTONIC, the span
+	// (from, to] in which this window's samples ended (0: no window
+	// shown). Pushed: the app's own window, ending as its push came in.
+	// Scraped: from the scrape before to this one, each begun as a window
+	// ended (the server reads its histograms as it answers, a fetch's
+	// time later). Traced-step: the window. Traced-request: the window
+	// less the process's quiet gap at each end, as a request ends at its
+	// last synchronize's return and is counted once the process has been
+	// quiet that long.
+	FromMonoNs int64 `json:"from_mono_ns,omitempty"`
+	ToMonoNs   int64 `json:"to_mono_ns,omitempty"`
 	// Signal says where the latency came from, or why there is none.
 	Signal string `json:"signal"`
 	// GPUs are the search the row is of (SLOSearch.GPUs).

@@ -73,6 +73,10 @@ type SLOLCSample struct {
 	Samples   int     `json:"samples,omitempty"`
 	P50Us     float64 `json:"p50_us,omitempty"`
 	LatencyUs float64 `json:"latency_us,omitempty"`
+	// FromMonoNs and ToMonoNs are the span (from, to] the window's samples
+	// ended in (api.SLOLC's; 0: a daemon that does not say).
+	FromMonoNs int64 `json:"from_mono_ns,omitempty"`
+	ToMonoNs   int64 `json:"to_mono_ns,omitempty"`
 }
 
 // sloStatus reads the slo section of GET /v1/status's JSON; an error if
@@ -101,7 +105,8 @@ func parseSLOStatus(b []byte) (SLOSample, error) {
 		s.Aligned, s.Window, s.Converged = &st.Last.Aligned, st.Last.Window, st.Last.Converged
 	}
 	for _, l := range st.LC {
-		s.LC = append(s.LC, SLOLCSample{PID: l.PID, Objective: l.Objective, Source: l.Source, Samples: l.Samples, P50Us: l.P50Us, LatencyUs: l.LatencyUs})
+		s.LC = append(s.LC, SLOLCSample{PID: l.PID, Objective: l.Objective, Source: l.Source, Samples: l.Samples, P50Us: l.P50Us, LatencyUs: l.LatencyUs,
+			FromMonoNs: l.FromMonoNs, ToMonoNs: l.ToMonoNs})
 	}
 	return s, nil
 }

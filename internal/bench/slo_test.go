@@ -308,9 +308,13 @@ print(json.dumps(m.window_body([2_000_000], 1_000_000_000, 1, ttft_ns=[30_000_00
 }
 
 func TestParseSLOStatus(t *testing.T) {
-	s, err := parseSLOStatus([]byte(`{"slo":{"enabled":true,"be_timeslice":"1ms","be_share":0.9,"worst_lc_vs_objective":0.97,"changes":3},"classes":{}}`))
+	s, err := parseSLOStatus([]byte(`{"slo":{"enabled":true,"be_timeslice":"1ms","be_share":0.9,"worst_lc_vs_objective":0.97,"changes":3,` +
+		`"lc":[{"pid":7,"objective":"p50<=2s","samples":2,"p50_us":400000,"from_mono_ns":9000000000,"to_mono_ns":10000000000}]},"classes":{}}`))
 	if err != nil || s.BETimeslice != "1ms" || *s.BEShare != 0.9 || *s.WorstLC != 0.97 || s.Changes != 3 {
 		t.Errorf("%+v %v", s, err)
+	}
+	if want := (SLOLCSample{PID: 7, Objective: "p50<=2s", Samples: 2, P50Us: 400e3, FromMonoNs: 9e9, ToMonoNs: 10e9}); len(s.LC) != 1 || s.LC[0] != want {
+		t.Errorf("LC rows %+v, want %+v: the window's span with them", s.LC, want)
 	}
 	for _, bad := range []string{`{"slo":{"enabled":false}}`, `{}`, `not json`} {
 		if _, err := parseSLOStatus([]byte(bad)); err == nil {

@@ -59,8 +59,9 @@ type DaemonView struct {
 	FirstMeasuredS float64 `json:"first_measured_s"`
 }
 
-// daemonWindow is one of the daemon's windows of one LC: its estimated
-// span (CLOCK_MONOTONIC ns) and what the daemon saw in it.
+// daemonWindow is one of the daemon's windows of one LC: its span
+// (start, end] (CLOCK_MONOTONIC ns; the daemon's, else estimated) and what
+// the daemon saw in it.
 type daemonWindow struct {
 	start, end int64
 	p50        float64
@@ -68,13 +69,15 @@ type daemonWindow struct {
 	source     string
 }
 
-// lcWindows finds, in status reads ss, the windows of the LC process pid,
-// each window length long. A window is new when the daemon's window count
-// moves (or, from a daemon without one, when the LC's row changes); it
-// ended between the read before and the read that first showed it, so
-// its end is taken half way between the two (the error is half a poll).
-// Windows with no p50 are left out. first is the index of the first read
-// that showed latency for the LC (-1: none).
+// lcWindows finds, in status reads ss, the windows of the LC process pid.
+// A window is new when the daemon's window count moves (or, from a daemon
+// without one, when the LC's row changes). Its span is the one the row
+// gives; from a daemon that gives none, it is length long and ended
+// between the read before and the read that first showed it, so its end
+// is taken half way between the two (the error is half a poll, enough to
+// pair a request at a window's edge with the wrong window). Windows with
+// no p50 are left out. first is the index of the first read that showed
+// latency for the LC (-1: none).
 func lcWindows(ss []SLOSample, pid int, length time.Duration) (ws []daemonWindow, metric string, first, measured int) {
 	first, measured = -1, -1
 	var prev *SLOLCSample
@@ -101,11 +104,15 @@ func lcWindows(ss []SLOSample, pid int, length time.Duration) (ws []daemonWindow
 			isNew = l.P50Us != prev.P50Us || l.Samples != prev.Samples || l.LatencyUs != prev.LatencyUs
 		}
 		prev, prevWindow = l, s.Window
-		if !isNew || v <= 0 || i == 0 {
-			continue // the first read's window began before the reads did
+		if !isNew || v <= 0 || i == 0 && l.ToMonoNs == 0 {
+			continue // the first read's window: when it ended is not known without its span
 		}
-		end := (ss[i-1].MonoNs + s.MonoNs) / 2
-		ws = append(ws, daemonWindow{start: end - int64(length), end: end, p50: v, samples: l.Samples, source: l.Source})
+		w := daemonWindow{start: l.FromMonoNs, end: l.ToMonoNs, p50: v, samples: l.Samples, source: l.Source}
+		if w.end == 0 {
+			w.end = (ss[i-1].MonoNs + s.MonoNs) / 2
+			w.start = w.end - int64(length)
+		}
+		ws = append(ws, w)
 	}
 	return ws, cmp.Or(metric, "latency"), first, measured
 }
@@ -205,9 +212,9 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 	return out
 }
 
-// appOver is the app's metric of lc's requests that ended inside each of ws: its request
-// latency, or its TTFT or mean TPOT. A request ends at its start (when due, or when the one
-// before ended) plus its preparation and latency.
+// appOver is the app's metric of lc's requests that ended inside each of ws (start, end]: its
+// request latency, or its TTFT or mean TPOT. A request ends at its start (when due, or when the
+// one before ended) plus its preparation and latency.
 func appOver(lc *LCResult, ws []daemonWindow, metric string) [][]stats.Weighted {
 	out := make([][]stats.Weighted, len(ws))
 	prevEnd := int64(math.MinInt64)

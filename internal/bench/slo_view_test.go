@@ -192,6 +192,46 @@ func TestDaemonViewsTwoAWindow(t *testing.T) {
 	}
 }
 
+// TestDaemonViewsSpans: an LLM request every 800 ms, 1 s windows that end 10 ms past each second,
+// a read every 250 ms on the second. Half way between the reads around a window's end is 115 ms
+// after it: a request that ends in those 115 ms is paired with the window before the one the
+// daemon counted it in. The spans the daemon gives pair each window with its own requests.
+func TestDaemonViewsSpans(t *testing.T) {
+	const s = int64(time.Second)
+	const phase = s / 100
+	lc := &LCResult{PID: 4242, MeasureStartMonoNs: 100 * s, MeasureEndMonoNs: 140 * s}
+	for i := range 50 {
+		lat := time.Duration(200+(i*7)%10*50) * time.Millisecond // 200 to 650 ms, no two neighbours alike
+		lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: 100*s + int64(i)*s*8/10, LatencyNs: int64(lat)})
+	}
+	reads := simDaemon(lc, 90*s, 145*s, s/4, s, phase, "scraped", func(p float64, _ bool) float64 { return p }, 0)
+	for _, tc := range []struct {
+		name  string
+		spans bool
+	}{
+		{"spans", true},
+		{"midpoint of the reads (a daemon without spans)", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sr := &ScenarioResult{Name: "slo:llm-defaults", LC: lc, WindowStartMonoNs: 100 * s, WindowEndMonoNs: 141 * s}
+			for _, r := range reads {
+				r.LC = slices.Clone(r.LC)
+				if l := &r.LC[0]; tc.spans && l.Samples > 0 {
+					l.ToMonoNs = phase + int64(r.Window)*s
+					l.FromMonoNs = l.ToMonoNs - s
+				}
+				sr.SLO = append(sr.SLO, r)
+			}
+			v := daemonViews(sr, time.Second)[0]
+			exact := v.Ratio == 1 && v.AppRequests == v.DaemonSamples
+			if v.Windows < 30 || exact != tc.spans {
+				t.Errorf("%d windows: daemon %v us over %d samples, app %v us over %d requests, %.2fx; want it exact: %v",
+					v.Windows, v.DaemonP50Us, v.DaemonSamples, v.AppP50Us, v.AppRequests, v.Ratio, tc.spans)
+			}
+		})
+	}
+}
+
 func TestWeightedMedian(t *testing.T) {
 	for _, c := range []struct {
 		vals, weights []float64

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpreempt/gpreempt/class"
@@ -21,6 +24,8 @@ import (
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/proctest"
 	"github.com/gpreempt/gpreempt/internal/reconcile"
+	"github.com/gpreempt/gpreempt/internal/scrape"
+	"github.com/gpreempt/gpreempt/internal/signal"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/testlog"
@@ -229,6 +234,114 @@ func TestSLOLoopSignals(t *testing.T) {
 			st := s.loop.Status()
 			if len(st.LC) != 1 || st.LC[0].Signal != tc.signal {
 				t.Fatalf("LC status %+v, want signal %q", st.LC, tc.signal)
+			}
+		})
+	}
+}
+
+// TestSLOLCSpan: an LC's status row says when the requests its window counted ended, whatever
+// the source: each request lies in the span of the one window that counted it. A traced request
+// that ends just before a window's end is counted in the next, once its process has been quiet
+// for its gap, and that window's span reaches back for it.
+func TestSLOLCSpan(t *testing.T) {
+	const ms = time.Millisecond
+	// When each window's requests end, after its start: the counts differ window to window, so a
+	// span that misses or takes one request counts another number. late is less than any quiet
+	// gap (1 ms at least) before the window's end.
+	late := time.Second - 500*time.Microsecond
+	pattern := [][]time.Duration{{200 * ms, late}, {500 * ms}, {100 * ms, 400 * ms, late}, {600 * ms}}
+	reg := prometheus.NewRegistry()
+	e2e := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vllm:e2e_request_latency_seconds", Help: "e2e",
+		Buckets: []float64{0.03, 0.06, 0.1}})
+	reg.MustRegister(e2e)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(srv.Close)
+	// Its server's metrics are scraped only where the case sets the loop's Scraped.
+	pol := strings.Replace(sloPolicy, `{name: lc, match: {comm: "lc*"}, class: lc, trust_self_set: true}`,
+		`{name: lc, match: {comm: "lc*"}, class: lc, trust_self_set: true, objective: "p50<=2s", latency: {metrics: "`+srv.URL+`/metrics", preset: vllm}}`, 1)
+	for _, tc := range []struct {
+		source string
+		// deliver hands the source the requests that end at ends, before the window that ends at end.
+		deliver func(t *testing.T, s *sloRig) func(ends []time.Duration, end time.Duration)
+	}{
+		{signal.Pushed, func(t *testing.T, s *sloRig) func([]time.Duration, time.Duration) {
+			var pending []time.Duration
+			last := s.Now
+			return func(ends []time.Duration, end time.Duration) {
+				s.Now = end - 50*ms // the app's own window closes before the daemon's
+				pending = append(pending, ends...)
+				n := 0
+				for n < len(pending) && pending[n] <= s.Now {
+					n++
+				}
+				s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: float64(s.Now-last) / 1e6, Requests: uint64(n),
+					LatencyUs: map[string]float64{"p50": 50e3}}})
+				pending, last = pending[n:], s.Now
+			}
+		}},
+		{signal.Scraped, func(t *testing.T, s *sloRig) func([]time.Duration, time.Duration) {
+			s.loop.Scraped = &scrape.Scraped{Resolve: latencyEndpoints(s.Rec, nil), Fetch: scrape.Fetcher{Timeout: time.Minute}, Log: testlog.New(t)}
+			return func(ends []time.Duration, _ time.Duration) {
+				for range ends {
+					e2e.Observe(0.05)
+				}
+			}
+		}},
+		{signal.TracedRequest, func(t *testing.T, s *sloRig) func([]time.Duration, time.Duration) {
+			tl := signals.NewTracedLatency()
+			s.loop.Traced = tl
+			lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-server"}
+			return func(ends []time.Duration, _ time.Duration) {
+				for _, e := range ends { // 50 ms from its first launch to its synchronize's return at e
+					for _, ev := range tracetest.Request(lc, 3, 50*ms, &tracetest.Clock{Now: uint64(e - 50*ms - 10*time.Microsecond)}) {
+						tl.Apply(ev)
+					}
+				}
+			}
+		}},
+	} {
+		t.Run(tc.source, func(t *testing.T) {
+			s := newSLORig(t, pol)
+			deliver := tc.deliver(t, s)
+			s.loop.Step(s.Now) // the controller starts; the sources' first windows begin
+			var all []time.Duration
+			read, prevTo := 0, int64(0)
+			for i := range 3 * len(pattern) {
+				start, ends := s.Now, []time.Duration(nil)
+				for _, e := range pattern[i%len(pattern)] {
+					ends = append(ends, start+e)
+				}
+				all = append(all, ends...)
+				deliver(ends, start+time.Second)
+				s.Now = start + time.Second
+				s.loop.Step(s.Now)
+				s.Tick(s.Now)
+				st := s.loop.Status()
+				if len(st.LC) != 1 {
+					t.Fatalf("window %d: LC status %+v", i, st.LC)
+				}
+				row := st.LC[0]
+				if !strings.HasPrefix(row.Signal, tc.source) {
+					continue // traced only after TraceAfter windows without a push
+				}
+				if prevTo != 0 && row.FromMonoNs != prevTo {
+					t.Errorf("window %d: span (%v, %v] after one to %v: want them to abut", i,
+						time.Duration(row.FromMonoNs), time.Duration(row.ToMonoNs), time.Duration(prevTo))
+				}
+				read, prevTo = read+1, row.ToMonoNs
+				in := 0
+				for _, e := range all {
+					if int64(e) > row.FromMonoNs && int64(e) <= row.ToMonoNs {
+						in++
+					}
+				}
+				if row.FromMonoNs <= 0 || row.ToMonoNs > int64(s.Now) || row.Requests != in {
+					t.Errorf("window %d: span (%v, %v] holds %d requests, the row counted %d: %+v", i,
+						time.Duration(row.FromMonoNs), time.Duration(row.ToMonoNs), in, row.Requests, row)
+				}
+			}
+			if read < 2*len(pattern) {
+				t.Errorf("%d windows read from the source, want %d at least", read, 2*len(pattern))
 			}
 		})
 	}

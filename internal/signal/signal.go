@@ -45,7 +45,14 @@ type Latency struct {
 	// ascending: a value is known only to lie in its bucket.
 	Buckets map[string][]time.Duration
 	Seq     uint64 // numbers a process's samples, so one is used once
+	// Lag is how long after its end a sample is counted as the window ended, LagBefore as it began:
+	// a traced request's, its process's quiet gap then (its end is known once the process has been
+	// quiet that long); 0 for the others.
+	Lag, LagBefore time.Duration
 }
+
+// Span is the interval (from, to] in which the window's samples ended (the reconciler's clock).
+func (l Latency) Span() (from, to time.Duration) { return l.At - l.Window - l.LagBefore, l.At - l.Lag }
 
 // Unresolved says why l cannot judge objective o at its quantile v ("" where it can): v lies
 // somewhere in its bucket, so an absolute bound inside that bucket, or a relative objective whose

@@ -113,6 +113,8 @@ func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key str
 		out.Requests = max(s.Requests, 1)
 	}
 	row.Signal, row.Samples, row.Requests, row.P50Us = s.Source, stats.Weight(out.Points), s.Requests, float64(p50)/1e3
+	from, to := s.Span()
+	row.FromMonoNs, row.ToMonoNs = int64(from), int64(to)
 	return out
 }
 

@@ -38,6 +38,7 @@ type TracedLatency struct {
 	cur    map[int]*tracedWindow  // this window's requests and steps by pid
 	last   map[int]signal.Latency // the last closed window's
 	start  time.Duration          // when this window began (the loop's clock; -1: not yet)
+	gaps   map[int]time.Duration  // each process's quiet gap as this window began
 	seq    uint64
 	// Ceiling is the quiet gap until a process's own is learnt, and the
 	// most it may be (default: the policy's default gate idle).
@@ -85,7 +86,7 @@ type tracedProc struct {
 // NewTracedLatency returns a source with no window yet.
 func NewTracedLatency() *TracedLatency {
 	return &TracedLatency{delims: map[int]*request.Delimiter{}, cur: map[int]*tracedWindow{},
-		last: map[int]signal.Latency{}, start: -1, Ceiling: policy.DefaultGateIdle}
+		last: map[int]signal.Latency{}, start: -1, gaps: map[int]time.Duration{}, Ceiling: policy.DefaultGateIdle}
 }
 
 // Apply folds one tracer event in.
@@ -163,6 +164,12 @@ func (t *TracedLatency) Roll(now time.Duration, lcs []policy.ProcRef) {
 			t.takeLocked(r)
 		}
 	}
+	defer func() { // the next window's LagBefore: one that ended less than its gap ago is counted there
+		clear(t.gaps)
+		for pid, d := range t.delims {
+			t.gaps[pid] = d.Gap()
+		}
+	}()
 	if t.start < 0 || now <= t.start {
 		t.start = now
 		clear(t.cur) // requests before the first window began are not in any
@@ -189,8 +196,11 @@ func (t *TracedLatency) Roll(now time.Duration, lcs []policy.ProcRef) {
 func (t *TracedLatency) sampleLocked(pid int, w *tracedWindow, now time.Duration) signal.Latency {
 	s := signal.Latency{At: now, Window: now - t.start, Source: signal.TracedRequest, Seq: t.seq,
 		Quantiles: map[string]time.Duration{}, Samples: map[string][]time.Duration{}}
-	if d := t.delims[pid]; d != nil && d.Mode() == request.KindStep || w.nRequests == 0 {
-		s.Source = signal.TracedStep
+	d := t.delims[pid]
+	if d != nil && d.Mode() == request.KindStep || w.nRequests == 0 {
+		s.Source = signal.TracedStep // a step is counted as it ends: no lag
+	} else if d != nil {
+		s.Lag, s.LagBefore = d.Gap(), t.gaps[pid]
 	}
 	if len(w.requests) > 0 && s.Source == signal.TracedRequest {
 		s.Requests = w.nRequests

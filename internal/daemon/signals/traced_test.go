@@ -398,6 +398,9 @@ func TestTracedLatencyStepsAndSpans(t *testing.T) {
 	if p := s.Quantiles["tpot_p50"]; p < 15*time.Millisecond || p > 16*time.Millisecond {
 		t.Errorf("tpot_p50 %v, want a step (15 ms and the gap)", p)
 	}
+	if from, to := s.Span(); from != time.Second || to != 13*time.Second {
+		t.Errorf("steps' span (%v, %v], want the window's: a step is counted as it ends", from, to)
+	}
 	if st := tl.Status(); len(st) != 1 || st[0].Mode != "step" || st[0].Source != signal.TracedStep || st[0].Samples != s.Tokens {
 		t.Errorf("status %+v", st)
 	}
@@ -419,8 +422,13 @@ func TestTracedLatencyStepsAndSpans(t *testing.T) {
 	if !ok || s.At != 16*time.Second || s.Source != signal.TracedRequest || s.Requests != 1 || s.Quantiles["p50"] != 10*time.Millisecond {
 		t.Errorf("the request over the window's end: %+v %v; want it whole in the window it ended in", s, ok)
 	}
-	if st := tl.Status(); st[0].Mode != "request" || st[0].Samples != 1 || st[0].P50Us != 10000 {
+	st := tl.Status()
+	if st[0].Mode != "request" || st[0].Samples != 1 || st[0].P50Us != 10000 {
 		t.Errorf("status %+v", st)
+	}
+	// A request is counted once its process has been quiet for its gap: its span lags by it.
+	if gap := time.Duration(st[0].QuietGapUs * 1e3); s.Lag != gap || s.LagBefore != gap {
+		t.Errorf("lags %v, %v before; want the quiet gap, %v", s.Lag, s.LagBefore, gap)
 	}
 }
 
