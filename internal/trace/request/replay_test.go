@@ -1,0 +1,82 @@
+package request_test
+
+import (
+	"encoding/json"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/trace/request"
+)
+
+// TestDelimiterReplay replays a real LC's calls through the Delimiter: an eager resnet50 every
+// 20 ms beside resnet50 training on an H200, its first 2 s as `gpreemptctl trace requests --record`
+// saw them from the moment it attached (scripts/probe/traced-gaps.sh), with the app's own requests
+// over the same time. The first traced request is the ~670 ms the app took as the probes went in
+// and BE came back; after it the quiet gap is learnt, each traced request ends within 2 ms of an
+// app's (the traced one ends as its synchronize returns, the app's a few microseconds later), and
+// the traced p50 is within 10% of the app's over the traced span (it leaves out the app's Python
+// before its first call, ~0.1 ms).
+func TestDelimiterReplay(t *testing.T) {
+	f, err := os.Open("testdata/resnet50-eager-beside.jsonl.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	calls, err := trace.ReadCalls(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("testdata/resnet50-eager-beside-app.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var app struct{ Requests [][2]uint64 }
+	if err := json.Unmarshal(b, &app); err != nil {
+		t.Fatal(err)
+	}
+	d := request.NewDelimiter(calls[0].PID, request.DelimiterConfig{})
+	var evs []trace.Event
+	for _, c := range calls {
+		evs = append(evs, c)
+	}
+	got := run(d, evs, ms, calls[len(calls)-1].At+uint64(100*ms))
+	if len(got) < 2 || !d.Learnt() {
+		t.Fatalf("%d requests, gap learnt %v (%v): want the LC's requests, every 20 ms", len(got), d.Learnt(), d.Gap())
+	}
+	var ends []uint64
+	for _, r := range app.Requests {
+		ends = append(ends, r[1])
+	}
+	var traced, own []float64
+	lo, hi := got[1].Start, got[len(got)-1].End
+	for _, r := range got[1:] {
+		i, _ := slices.BinarySearch(ends, r.End)
+		near := slices.ContainsFunc(ends[max(i-1, 0):min(i+1, len(ends))], func(e uint64) bool { return max(e, r.End)-min(e, r.End) <= 2e6 })
+		if !near {
+			t.Errorf("traced request %d-%d (%d launches) ends no app request", r.Start, r.End, r.Launches)
+		}
+		traced = append(traced, float64(r.End-r.Start))
+	}
+	for _, r := range app.Requests {
+		if lo <= r[1] && r[1] <= hi {
+			own = append(own, float64(r[1]-r[0]))
+		}
+	}
+	tp, ap := median(traced), median(own)
+	if len(traced) < len(own)-2 || tp < 0.9*ap || tp > 1.1*ap {
+		t.Errorf("%d traced requests, p50 %.0f us; the app's %d ending in their span, p50 %.0f us: want as many, within 10%%",
+			len(traced), tp/1e3, len(own), ap/1e3)
+	}
+	t.Logf("%d traced requests after the first (%d us), p50 %.0f us; the app's %d, p50 %.0f us (%.3fx); gap %v",
+		len(traced), (got[0].End-got[0].Start)/1e3, tp/1e3, len(own), ap/1e3, tp/ap, d.Gap())
+}
+
+func median(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
