@@ -65,6 +65,10 @@ func TestCheck(t *testing.T) {
 		"docs/results/gate-h100/d.log.xz":    {Data: []byte("xz")},
 		"docs/results/gate-h100/results.md":  {Data: []byte("summary")},
 		"docs/results/gate-h100/results.txt": {Data: []byte("summary")},
+		// A recording a test replays is its input; one too large, or not in testdata/, is not.
+		"internal/trace/request/testdata/lc.jsonl.gz": {Data: []byte("calls")},
+		"internal/trace/testdata/big.jsonl.gz":        {Data: make([]byte, maxRecording+1)},
+		"docs/results/gate-h100/calls.jsonl.gz":       {Data: []byte("calls")},
 	}
 	files := []string{"deleted-in-the-work-tree.go"}
 	for name := range fsys {
@@ -82,9 +86,11 @@ func TestCheck(t *testing.T) {
 	want := []string{
 		"docs/GATE.md:1: cites commit b1e3c08",
 		"docs/results/gate-h100/all.tgz: a tracked .tgz file",
+		"docs/results/gate-h100/calls.jsonl.gz: a tracked .gz file",
 		"docs/results/gate-h100/d.log.xz: a tracked .xz file",
 		"docs/results/gate-h100/r.json.gz: a tracked .gz file",
 		"docs/results/gate-h100/run.log: a tracked .log file",
+		"internal/trace/testdata/big.jsonl.gz: a tracked .gz file",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("problems:\n%s\nwant %d", strings.Join(got, "\n"), len(want))
