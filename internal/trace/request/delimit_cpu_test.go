@@ -99,13 +99,14 @@ func (c *cpuThread) strayStep(n, at int, lo, hi uint64) uint64 {
 // synchronize that sleeps 5-8 ms, and between tokens 2-8 ms of Python
 // (sampling, stopping criteria) on a CPU, launching nothing; between
 // requests, ~460 ms asleep.
-func generate(n int, known bool) *workload { return generateTicks(n, known, 0) }
+func generate(n int, known bool) *workload { return generateTicks(n, known, 0, false) }
 
-// generateTicks is generate with CPU times read at ticks of tick (0: exact).
-func generateTicks(n int, known bool, tick uint64) *workload {
+// generateTicks is generate with CPU times read at ticks of tick (0: exact), and the thread's
+// blocks if knowBlocked.
+func generateTicks(n int, known bool, tick uint64, knowBlocked bool) *workload {
 	w := newWorkload(7)
 	c := newCPUThread(w, known)
-	c.tick = tick
+	c.tick, c.knowBlocked = tick, knowBlocked
 	w.periodic(n, 800*ms, func(_ int, start uint64) (end uint64, launches int) {
 		c.wait(start - c.now)
 		for tok := range 16 {
@@ -122,10 +123,10 @@ func generateTicks(n int, known bool, tick uint64) *workload {
 // busyDecode is an eager decode of k tokens every period, per token 60 launches 10-20 us apart
 // and a synchronize that sleeps 3-5 ms, with 1.2-2 ms of sampling on a CPU between tokens, the
 // CPU times read at ticks of tick: a loaded server, its gaps between requests short.
-func busyDecode(n, k int, period, tick uint64) *workload {
+func busyDecode(n, k int, period, tick uint64, knowBlocked bool) *workload {
 	w := newWorkload(7)
 	c := newCPUThread(w, true)
-	c.tick = tick
+	c.tick, c.knowBlocked = tick, knowBlocked
 	w.periodic(n, period, func(_ int, start uint64) (end uint64, launches int) {
 		c.wait(start - c.now)
 		for tok := range k {
@@ -250,12 +251,15 @@ func TestDelimiterOnCPU(t *testing.T) {
 		// CPU times read at 4 ms ticks: some of the Python between tokens
 		// reads as asleep, but the gaps of CPU work above a split between
 		// the launch gaps and it are no strays (strayShare): still no quiet.
-		{"eager generate(), CPU time by ticks", generateTicks(12, true, 4*ms), learntExact},
+		{"eager generate(), CPU time by ticks", generateTicks(12, true, 4*ms, false), learntExact},
+		// The thread's blocks say what the ticks misread: the sampling never blocks.
+		{"eager generate(), CPU time by ticks, blocks known", generateTicks(12, true, 4*ms, true), learntExact},
 		// A loaded server at 10 ms ticks: most of the sampling reads as asleep, and the
 		// sampling holds a fifth of the gap time; the few gaps of it flagged share their
 		// buckets with more read asleep, so they are CPU work misread, no strays.
-		{"busy eager decode of 16 tokens every 120 ms, CPU time by 10 ms ticks", busyDecode(60, 16, 120*ms, 10*ms), learntExact},
-		{"busy eager decode of 8 tokens every 70 ms, CPU time by 10 ms ticks", busyDecode(60, 8, 70*ms, 10*ms), learntExact},
+		{"busy eager decode of 16 tokens every 120 ms, CPU time by 10 ms ticks", busyDecode(60, 16, 120*ms, 10*ms, false), learntExact},
+		{"busy eager decode of 8 tokens every 70 ms, CPU time by 10 ms ticks", busyDecode(60, 8, 70*ms, 10*ms, false), learntExact},
+		{"busy eager decode of 8 tokens every 70 ms, blocks known", busyDecode(60, 8, 70*ms, 10*ms, true), learntExact},
 		// The behaviour where the CPU time is unknown (kernels and
 		// traces without it), as before it was read: until requests have
 		// ended, the between-token gaps and the launch gaps are the two
@@ -351,25 +355,28 @@ func TestDelimiterOnCPU(t *testing.T) {
 }
 
 // A process that is never quiet is measured per step when its calls carry
-// CPU times, though between steps it works 3-6 ms on a CPU (a decode
-// server's scheduling in Python): without them, those gaps would be learnt
-// as quiet and end requests.
+// CPU times or blocks, though between steps it works 3-6 ms on a CPU (a
+// decode server's scheduling in Python): without them, those gaps would be
+// learnt as quiet and end requests. Its synchronizes sleep.
 func TestDelimiterOnCPUNeverQuiet(t *testing.T) {
-	w := newWorkload(9)
-	c := newCPUThread(w, true)
-	var ends []uint64
-	for c.now < 1e9+15_000*ms {
-		ends = append(ends, c.step(400, 20*us, 40*us, 2*ms))
-		c.run(w.between(3*ms, 6*ms))
-	}
-	d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
-	got := run(d, w.evs, ms, ends[len(ends)-1])
-	if d.Mode() != request.KindStep || len(got) == 0 {
-		t.Fatalf("mode %v, %d steps after 15 s busy", d.Mode(), len(got))
-	}
-	for _, r := range got {
-		if r.Kind != request.KindStep || r.Launches != 400 {
-			t.Fatalf("%+v: want steps of 400 launches", r)
+	for _, knowBlocked := range []bool{false, true} {
+		w := newWorkload(9)
+		c := newCPUThread(w, true)
+		c.knowBlocked = knowBlocked
+		var ends []uint64
+		for c.now < 1e9+15_000*ms {
+			ends = append(ends, c.step(400, 20*us, 40*us, 2*ms))
+			c.run(w.between(3*ms, 6*ms))
+		}
+		d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
+		got := run(d, w.evs, ms, ends[len(ends)-1])
+		if d.Mode() != request.KindStep || len(got) == 0 {
+			t.Fatalf("blocks known %v: mode %v, %d steps after 15 s busy", knowBlocked, d.Mode(), len(got))
+		}
+		for _, r := range got {
+			if r.Kind != request.KindStep || r.Launches != 400 {
+				t.Fatalf("blocks known %v: %+v: want steps of 400 launches", knowBlocked, r)
+			}
 		}
 	}
 }
