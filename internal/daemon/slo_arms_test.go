@@ -13,7 +13,8 @@ import (
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
 
-// fakeSteerer records what SLO mode tells the gate; heldSince: a hold of each LC open since then.
+// fakeSteerer records what SLO mode tells the gate; heldSince: each BE (by pid) held without a
+// break since then.
 type fakeSteerer struct {
 	holds, undelimited, selfGated map[int]bool
 	heldSince                     map[int]time.Duration
@@ -22,8 +23,8 @@ type fakeSteerer struct {
 func (f *fakeSteerer) Steer(h map[int]bool)   { f.holds = maps.Clone(h) }
 func (f *fakeSteerer) Delimits(pid int) bool  { return !f.undelimited[pid] }
 func (f *fakeSteerer) SelfGated(pid int) bool { return f.selfGated[pid] }
-func (f *fakeSteerer) HeldSince(pid int, t time.Duration) bool {
-	at, ok := f.heldSince[pid]
+func (f *fakeSteerer) HeldSince(be policy.ProcRef, t time.Duration) bool {
+	at, ok := f.heldSince[be.PID]
 	return ok && at <= t
 }
 
@@ -246,9 +247,10 @@ func TestSLOLoopLagFromWhatWasTold(t *testing.T) {
 // TestSLOLoopBEIdleUnderTheGate: under the gate's arm, a window in which BE launched nothing
 // though the gate left it free to is BE idle of its own accord: the LC ran alone, and the window
 // is not the arm's (a BE that works half the time would halve the arm's BE share and the LC's
-// latency under it). A window the gate held BE through all along is the arm's.
+// latency under it). A window the gate held BE through all along is the arm's; one in which a
+// hold began only after the window did is not (BE had a moment).
 func TestSLOLoopBEIdleUnderTheGate(t *testing.T) {
-	for _, held := range []bool{false, true} {
+	for _, held := range []time.Duration{-1, 0, 500 * time.Millisecond} { // none, from before the window, from half way
 		s, f := newShareRigOf(t, strings.Replace(gateArmPolicy, "%s", policy.GateOn, 1))
 		g := &fakeSteerer{heldSince: map[int]time.Duration{}}
 		s.loop.Gate = g
@@ -278,19 +280,18 @@ func TestSLOLoopBEIdleUnderTheGate(t *testing.T) {
 		if !g.holds[100] {
 			t.Fatalf("held %v: no gate arm in 60 windows: %+v", held, s.loop.Status().Last)
 		}
-		if held {
-			g.heldSince[100] = s.Now
-		}
 		// Windows of 5 requests: a measurement needs 4 of them under the arm.
 		step(5, true)
-		before := s.loop.Status().LC[0].Pending
-		for range 2 {
-			step(5, false)
+		if held >= 0 {
+			g.heldSince[200] = s.Now + held // the window after this one began at s.Now
 		}
+		before := s.loop.Status().LC[0].Pending
+		step(5, false)
 		st := s.loop.Status()
-		if grew := st.LC[0].Pending - before; grew != map[bool]int{false: 0, true: 10}[held] || !g.holds[100] {
-			t.Errorf("held through %v: BE idle for 2 windows under %s added %d requests toward the arm's measurement (pending %d): want %d",
-				held, st.Arm, grew, st.LC[0].Pending, map[bool]int{false: 0, true: 10}[held])
+		want := map[bool]int{false: 0, true: 5}[held == 0]
+		if grew := st.LC[0].Pending - before; grew != want || !g.holds[100] {
+			t.Errorf("held from %v into the window: BE idle under %s added %d requests toward the arm's measurement (pending %d): want %d",
+				held, st.Arm, grew, st.LC[0].Pending, want)
 		}
 	}
 }

@@ -267,7 +267,7 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 				// Idle of its own accord: no BE launched anything, none held by the gate all the window.
 				obs.BEIdle = !s.pausing && len(s.bes) > 0 &&
 					!slices.ContainsFunc(s.bes, func(b policy.ProcRef) bool { r, ok := rates[b.Key()]; return !ok || r.Rate > 0 }) &&
-					!(s.ctl.Arm().Gate && l.Gate != nil && slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool { return l.Gate.HeldSince(p.PID, prev) }))
+					!(s.ctl.Arm().Gate && l.Gate != nil && slices.ContainsFunc(s.bes, func(b policy.ProcRef) bool { return l.Gate.HeldSince(b, prev) }))
 			}
 			obs.Aligned = prev > 0 && s.live() && !s.lagged
 			for _, p := range s.lcs {

@@ -39,12 +39,12 @@ type Pauser interface {
 // Steerer is the request gate: whether to hold BE for each LC, by pid (nil: as the policy says);
 // whether it sees an LC's requests end (a hold that runs to its limit each time is BE stopped, not
 // a request held); whether an LC's engine gates itself, taking the arm's gate at its next push;
-// whether an LC's hold has been open since a time.
+// whether a BE has been held without a break since a time.
 type Steerer interface {
 	Steer(holds map[int]bool)
 	Delimits(pid int) bool
 	SelfGated(pid int) bool
-	HeldSince(pid int, t time.Duration) bool
+	HeldSince(be policy.ProcRef, t time.Duration) bool
 }
 
 // Metrics publishes the status after each window (its searches' Last: this window's decisions), and

@@ -8,6 +8,7 @@ package gate
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -95,6 +96,9 @@ type Gate struct {
 	// tenants of the LCs followed), refilled with tokens: one tenant's
 	// LCs keep another's BE stopped no more than its part.
 	buckets map[string]*time.Duration
+	// heldFrom: when each BE held now (by ProcRef.Key) was last stopped from free: its holds
+	// may overlap and end one by one.
+	heldFrom map[string]time.Duration
 }
 
 // gateCmd is a request that began: a launch of pid seen while it held
@@ -164,7 +168,7 @@ func New(procs interface {
 	g := &Gate{Procs: procs, Pause: pause, Log: log, Now: func() time.Duration { return time.Duration(trace.Now()) },
 		lcs: map[int]*gateLC{}, open: map[int]*gateHold{}, cmds: make(chan gateCmd, 64), metrics: newGateMetrics(),
 		arming: map[int]bool{}, armKick: make(chan struct{}, 1), selfGated: map[int]bool{}, Running: threadRunning,
-		Tenant: UIDTenant, buckets: map[string]*time.Duration{}}
+		Tenant: UIDTenant, buckets: map[string]*time.Duration{}, heldFrom: map[string]time.Duration{}}
 	g.tokens = g.capacity(procs.Policy().Gate)
 	return g
 }
@@ -405,6 +409,11 @@ func (g *Gate) command(c gateCmd) bool {
 	*bucket -= pol.MaxHold
 	h := &gateHold{since: now, be: sharingGPU(g.Procs.InClass(class.BE), lc.ref), tenant: lc.tenant}
 	g.open[pid] = h
+	for _, b := range h.be {
+		if _, ok := g.heldFrom[b.Key()]; !ok {
+			g.heldFrom[b.Key()] = now
+		}
+	}
 	g.armLocked(pid)
 	g.stats.Held++
 	g.metrics.held.Inc()
@@ -515,6 +524,9 @@ func (g *Gate) resumeLocked(pid int) {
 	for _, o := range g.open {
 		keep = append(keep, o.be...)
 	}
+	maps.DeleteFunc(g.heldFrom, func(k string, _ time.Duration) bool {
+		return !slices.ContainsFunc(keep, func(b policy.ProcRef) bool { return b.Key() == k })
+	})
 	if _, err := g.Pause.ResumeExcept(keep); err != nil {
 		g.stats.Failures++
 		g.metrics.failures.Inc()
@@ -533,16 +545,17 @@ func (g *Gate) refillLocked(now time.Duration, pol policy.Gate) {
 	}
 }
 
-// holdsOpen reports whether a hold is open.
-// HeldSince reports whether a hold of LC pid has been open since t or earlier: BE beside it has
-// had no moment to run since t, so its launching nothing says nothing of its own work.
-func (g *Gate) HeldSince(pid int, t time.Duration) bool {
+// HeldSince reports whether BE process be has been held, by one hold or overlapping ones,
+// without a break since t or earlier: it has had no moment to run since t, so its launching
+// nothing says nothing of its own work.
+func (g *Gate) HeldSince(be policy.ProcRef, t time.Duration) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	h := g.open[pid]
-	return h != nil && h.since <= t
+	from, ok := g.heldFrom[be.Key()]
+	return ok && from <= t
 }
 
+// holdsOpen reports whether a hold is open.
 func (g *Gate) holdsOpen() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -856,3 +856,43 @@ func TestGateSteered(t *testing.T) {
 		t.Errorf("unsteered: told %q", got)
 	}
 }
+
+// HeldSince: a BE held by overlapping holds of two LCs is held without a break from the first
+// hold's start until the last ends, though neither hold spans that time; once resumed it has had
+// a moment to run, and a later hold holds it from its own start.
+func TestGateHeldSince(t *testing.T) {
+	r := newGateRig(t, gatePolicy(policy.GateOn))
+	r.procs.lc = append(r.procs.lc, policy.ProcRef{PID: 11, Start: 1, GPUs: []int{0}})
+	r.g.followLCs(nil)
+	be := r.procs.be[0] // on GPU 0, beside both
+	at := func(since time.Duration, want bool) {
+		t.Helper()
+		if got := r.g.HeldSince(be, since); got != want {
+			t.Errorf("at %v: held since %v = %v, want %v", r.now, since, got, want)
+		}
+	}
+	r.advance(time.Second)
+	start := r.now
+	r.launch(10, 1)
+	r.advance(time.Millisecond)
+	r.launch(11, 2) // the second LC's hold opens inside the first's
+	r.syncEnter(11, 2)
+	r.syncReturn(10, 1)
+	r.advance(3 * time.Millisecond) // the first's ends (idle 2 ms); the second's goes on
+	if s := r.g.Stats(); s.Closed["idle"] != 1 || !r.pause.isStopped(20) {
+		t.Fatalf("stats %+v, stopped %v: want the first hold ended, BE still stopped", s, r.pause.stopped)
+	}
+	at(start, true)
+	at(start-time.Millisecond, false) // it ran before the first hold
+	r.syncReturn(11, 2)
+	r.advance(3 * time.Millisecond) // the second's ends: BE resumed
+	if r.pause.isStopped(20) {
+		t.Fatal("BE still stopped after both holds ended")
+	}
+	at(start, false)
+	r.advance(time.Millisecond)
+	again := r.now
+	r.launch(10, 1)
+	at(again-time.Millisecond, false) // it ran between the holds
+	at(again, true)
+}
