@@ -363,13 +363,20 @@ func (d *Delimiter) onCPU(e *trace.Call) (work, byTime bool) {
 	if !d.seen || e.TID != d.lastTID || e.At <= d.last {
 		return false, false
 	}
-	if d.lastBlocked != 0 && e.Blocked != 0 {
-		return e.Blocked == d.lastBlocked, false
+	blocked := d.lastBlocked != 0 && e.Blocked != 0
+	if blocked && e.Blocked == d.lastBlocked {
+		return true, false
 	}
 	if d.lastCPU == 0 || e.OnCPU < d.lastCPU {
 		return false, false
 	}
-	work = 2*(e.OnCPU-d.lastCPU) > time.Duration(e.At-d.last)
+	cpu, gap := e.OnCPU-d.lastCPU, time.Duration(e.At-d.last)
+	work = 2*cpu > gap
+	if blocked {
+		// A brief wait in work (the GIL, a lock) is no quiet; the CPU time may carry a tick of the
+		// work before the gap, so a gap it slept in is work only if it ran most of it.
+		work = 4*cpu > 3*gap
+	}
 	return work, work
 }
 

@@ -1,6 +1,7 @@
 package request_test
 
 import (
+	"cmp"
 	"testing"
 	"time"
 
@@ -122,15 +123,23 @@ func generateTicks(n int, known bool, tick uint64, knowBlocked bool) *workload {
 
 // busyDecode is an eager decode of k tokens every period, per token 60 launches 10-20 us apart
 // and a synchronize that sleeps 3-5 ms, with 1.2-2 ms of sampling on a CPU between tokens, the
-// CPU times read at ticks of tick: a loaded server, its gaps between requests short.
-func busyDecode(n, k int, period, tick uint64, knowBlocked bool) *workload {
+// CPU times read at ticks of tick: a loaded server, its gaps between requests short. With gil, the
+// sampling waits 30 us for another thread midway (the GIL: the thread blocks in work).
+func busyDecode(n, k int, period, tick uint64, knowBlocked, gil bool) *workload {
 	w := newWorkload(7)
 	c := newCPUThread(w, true)
 	c.tick, c.knowBlocked = tick, knowBlocked
 	w.periodic(n, period, func(_ int, start uint64) (end uint64, launches int) {
 		c.wait(start - c.now)
 		for tok := range k {
-			if tok > 0 {
+			switch {
+			case tok > 0 && gil:
+				g := w.between(1200*us, 2*ms)
+				c.run(g / 2)
+				c.wait(30 * us)
+				c.run(g - g/2)
+				w.inner(g + 30*us)
+			case tok > 0:
 				c.run(w.inner(w.between(1200*us, 2*ms)))
 			}
 			end = c.step(60, 10*us, 20*us, w.between(3*ms, 5*ms))
@@ -257,9 +266,11 @@ func TestDelimiterOnCPU(t *testing.T) {
 		// A loaded server at 10 ms ticks: most of the sampling reads as asleep, and the
 		// sampling holds a fifth of the gap time; the few gaps of it flagged share their
 		// buckets with more read asleep, so they are CPU work misread, no strays.
-		{"busy eager decode of 16 tokens every 120 ms, CPU time by 10 ms ticks", busyDecode(60, 16, 120*ms, 10*ms, false), learntExact},
-		{"busy eager decode of 8 tokens every 70 ms, CPU time by 10 ms ticks", busyDecode(60, 8, 70*ms, 10*ms, false), learntExact},
-		{"busy eager decode of 8 tokens every 70 ms, blocks known", busyDecode(60, 8, 70*ms, 10*ms, true), learntExact},
+		{"busy eager decode of 16 tokens every 120 ms, CPU time by 10 ms ticks", busyDecode(60, 16, 120*ms, 10*ms, false, false), learntExact},
+		{"busy eager decode of 8 tokens every 70 ms, CPU time by 10 ms ticks", busyDecode(60, 8, 70*ms, 10*ms, false, false), learntExact},
+		{"busy eager decode of 8 tokens every 70 ms, blocks known", busyDecode(60, 8, 70*ms, 10*ms, true, false), learntExact},
+		// Every gap of sampling has the thread block once: by its CPU time, most of it is work.
+		{"busy eager decode of 8 tokens every 70 ms, blocks known, a wait for the GIL in each sampling", busyDecode(60, 8, 70*ms, 4*ms, true, true), learntExact},
 		// The behaviour where the CPU time is unknown (kernels and
 		// traces without it), as before it was read: until requests have
 		// ended, the between-token gaps and the launch gaps are the two
@@ -385,16 +396,19 @@ func TestDelimiterOnCPUNeverQuiet(t *testing.T) {
 // stray among the gaps slept through between requests: the learnt gap stays, and only the
 // request holding it comes out cut there. Were it to forbid every split until the histogram
 // halved it away (~20 s), the gap would fall back to the ceiling and an LC every 20 ms run
-// together into one request.
+// together into one request. A hiccup as long as the gaps between requests, known to be work by
+// the thread's blocks, is a stray too: only one judged by CPU time may be a tick's misreading.
 func TestDelimiterOnCPUHiccup(t *testing.T) {
 	for _, tc := range []struct {
-		tick   uint64
-		strays bool // 1.5 ms of CPU work in every other request besides, kept inside by the 4x rule
-	}{{0, false}, {4 * ms, false}, {0, true}} {
+		tick    uint64
+		strays  bool   // 1.5 ms of CPU work in every other request besides, kept inside by the 4x rule
+		hiccup  uint64 // its length (0: 60 ms)
+		blocked bool   // the calls carry the thread's blocks
+	}{{0, false, 0, false}, {4 * ms, false, 0, false}, {0, true, 0, false}, {4 * ms, false, 13 * ms, true}} {
 		tick := tc.tick
 		w := newWorkload(14)
 		c := newCPUThread(w, true)
-		c.tick = tick
+		c.tick, c.knowBlocked = tick, tc.blocked
 		skip := map[int]bool{} // the hiccups' requests, cut at them, and those run late after them
 		for i := range 120 {
 			start := 1e9 + uint64(i)*20*ms
@@ -404,10 +418,10 @@ func TestDelimiterOnCPUHiccup(t *testing.T) {
 				c.run(100 * us) // late: the next one at once, after the app's loop on a CPU
 				start, skip[i] = c.now, true
 			}
-			at, g := 0, 60*ms
+			at, g := 0, cmp.Or(tc.hiccup, 60*ms)
 			switch {
 			case i%50 == 30:
-				at, skip[i] = 25, true
+				at, skip[i], skip[i+1] = 25, true, true // the next one comes soon after it
 			case tc.strays && i%2 == 1:
 				at, g = 25, 1500*us
 			}

@@ -11,7 +11,7 @@ import (
 )
 
 // TestDelimiterReplay replays a real LC's calls through the Delimiter: an eager resnet50 every
-// 20 ms beside resnet50 training on an H200, its first 2 s as `gpreemptctl trace requests --record`
+// 20 ms beside resnet50 training on an H200, its first 1.6 s as `gpreemptctl trace requests --record`
 // saw them from the moment it attached (scripts/probe/traced-gaps.sh), with the app's own requests
 // over the same time. The first traced request is the ~670 ms the app took as the probes went in
 // and BE came back; after it the quiet gap is learnt, each traced request ends within 2 ms of an
@@ -43,7 +43,7 @@ func TestDelimiterReplay(t *testing.T) {
 	}
 	got := run(d, evs, ms, calls[len(calls)-1].At+uint64(100*ms))
 	if len(got) < 2 || !d.Learnt() {
-		t.Fatalf("%d requests, gap learnt %v (%v): want the LC's requests, every 20 ms", len(got), d.Learnt(), d.Gap())
+		t.Fatalf("%d requests, gap learnt %v (%v): want the LC's requests, every 20 ms; gaps %+v", len(got), d.Learnt(), d.Gap(), d.Gaps())
 	}
 	var ends []uint64
 	for _, r := range app.Requests {
