@@ -433,20 +433,16 @@ func (c *Controller) backOff(a Arm) {
 	c.left[a] = backoff{n, c.tick + halfLife<<(n-1)}
 }
 
-// best is the arm known to meet every objective that gives BE the most (the one in force on a tie).
+// best is the arm known to meet every objective that gives BE the most.
 func (c *Controller) best() (Arm, bool) {
-	meets := func(a Arm) bool { return c.feasibility(a) == feasible && decides(c.evidence(a)) }
-	best, ok := c.most(meets)
-	if ok && meets(c.cur) && c.share(c.cur) == c.share(best) {
-		return c.cur, true
-	}
-	return best, ok
+	return c.most(func(a Arm) bool { return c.feasibility(a) == feasible && decides(c.evidence(a)) })
 }
 
-// most is the allowed arm for which ok holds that gives BE the most (the first on a tie).
+// most is the allowed arm for which ok holds that gives BE the most (on a tie the one in force,
+// else the first).
 func (c *Controller) most(ok func(Arm) bool) (best Arm, found bool) {
 	for _, a := range c.set.all() {
-		if ok(a) && (!found || c.share(a) > c.share(best)) {
+		if ok(a) && (!found || c.share(a) > c.share(best) || a == c.cur && c.share(a) == c.share(best)) {
 			best, found = a, true
 		}
 	}
