@@ -398,12 +398,10 @@ func (c *Controller) atLimit(d *Decision) {
 			missedAlone = true
 		}
 	}
-	for _, k := range keys { // else what one switch per request costs an LC alone
-		if ref := c.acc[k].ref; ref > 0 && !missedAlone {
-			d.Bound += fmt.Sprintf("; one BE-to-LC switch (~%v) per request is %.0f%% of this LC's %v alone, which no timeslice removes (pre-preemption hints would)",
-				switchCost, 100*float64(switchCost)/float64(ref), ref.Round(time.Microsecond))
-			break
-		}
+	if i := slices.IndexFunc(keys, func(k string) bool { return c.acc[k].ref > 0 }); i >= 0 && !missedAlone { // else what one switch per request costs an LC alone
+		ref := c.acc[keys[i]].ref
+		d.Bound += fmt.Sprintf("; one BE-to-LC switch (~%v) per request is %.0f%% of this LC's %v alone, which no timeslice removes (pre-preemption hints would)",
+			switchCost, 100*float64(switchCost)/float64(ref), ref.Round(time.Microsecond))
 	}
 	c.to(d, CauseAtLimit, a, d.Bound)
 }
