@@ -74,18 +74,14 @@ func Parse(s string) (Objective, error) {
 		if o.Reference = strings.ToLower(ref); found && o.Reference != Standalone && o.Reference != Shortest {
 			return bad("reference %q: want %s or %s", ref, Standalone, Shortest)
 		}
-		f, err := strconv.ParseFloat(strings.TrimSuffix(x, "x"), 64)
-		if err != nil || !strings.HasSuffix(x, "x") || !(f >= 1 && f <= 100) { // NaN too
+		if o.Inflation, err = strconv.ParseFloat(strings.TrimSuffix(x, "x"), 64); err != nil || !strings.HasSuffix(x, "x") || !(o.Inflation >= 1 && o.Inflation <= 100) { // NaN too
 			return bad("inflation %q: want a factor in [1, 100] such as 1.05x", x)
 		}
-		o.Inflation = f
 		return o, nil
 	}
-	d, err := time.ParseDuration(bound)
-	if err != nil || d <= 0 {
+	if o.Absolute, err = time.ParseDuration(bound); err != nil || o.Absolute <= 0 {
 		return bad("bound %q: want a positive duration (40ms) or a factor (1.05x)", bound)
 	}
-	o.Absolute = d
 	return o, nil
 }
 
