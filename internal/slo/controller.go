@@ -129,8 +129,7 @@ type LCResult struct {
 type Decision struct {
 	Arm                                        Arm
 	Changed                                    bool
-	Phase, Cause, Reason                       string
-	Bound                                      string // at the limit: what stands in the way
+	Phase, Cause, Reason, Bound                string // Bound: at the limit, what stands in the way
 	LC                                         []LCResult
 	Worst, BEShare                             float64 // Worst: the highest latency/target measured; NaN: none
 	BEBelowMinimum                             bool    // the arm held gives BE less than its minimum
