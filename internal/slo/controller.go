@@ -175,10 +175,7 @@ func New(opts Options) (*Controller, error) {
 			return nil, fmt.Errorf("%w: ladder %v: want ascending whole microseconds >= 1us", objective.ErrInvalid, opts.Ladder)
 		}
 	}
-	if !slices.Contains(opts.Ladder, opts.Static) { // the static arm is a rung of its own
-		opts.Ladder = append(slices.Clone(opts.Ladder), opts.Static)
-		slices.Sort(opts.Ladder)
-	}
+	opts.Ladder = slices.Compact(slices.Sorted(slices.Values(append(slices.Clip(opts.Ladder), opts.Static)))) // the static arm is a rung of its own
 	c := &Controller{opts: opts, arms: map[Arm]*armEst{}, acc: map[string]*accum{}, active: map[string]int{},
 		refs: map[string]*reference{}, left: map[Arm]backoff{}}
 	c.offer(Observation{})
