@@ -402,7 +402,6 @@ func (c *Controller) atLimit(d *Decision) {
 	c.to(d, CauseAtLimit, a, d.Bound)
 }
 
-// enter begins phase p now.
 func (c *Controller) enter(p Phase) { p.Since = c.tick; c.phase = p }
 
 // to decides arm a for cause; keep the arm in force.
@@ -443,7 +442,6 @@ func (c *Controller) most(ok func(Arm) bool) (best Arm, found bool) {
 	return best, found
 }
 
-// short reports whether a is known to give BE less than its minimum share.
 func (c *Controller) short(a Arm) bool {
 	return c.minShare > 0 && known(&c.est(a).share) && c.share(a) < c.minShare
 }

@@ -189,7 +189,6 @@ func (c *Controller) rescale(k string, f float64) {
 	}
 }
 
-// refFor is the reference of sample s, made if new.
 func (c *Controller) refFor(s LCSample) *reference {
 	of := s.Objective.Reference
 	if !s.Objective.Relative() {
@@ -281,7 +280,6 @@ func (c *Controller) toLearn() (owners []string, shortest bool) {
 	return owners, shortest
 }
 
-// idleLately reports whether BE idled of its own accord within the last minute.
 func (c *Controller) idleLately() bool { return c.idleAt > 0 && c.tick-c.idleAt < c.minuteWindows() }
 
 // feasibility of an arm against every objective in force.
