@@ -451,14 +451,8 @@ func (c *Controller) short(a Arm) bool {
 // objectives, not backed off, next to the arm in force or to one measured.
 func (c *Controller) candidate() (Arm, bool) {
 	return c.most(func(a Arm) bool {
-		frontier := c.evidence(a) > 0
-		for _, n := range c.set.neighbours(a) {
-			frontier = frontier || n == c.cur || decides(c.evidence(n))
-		}
-		gain := c.better(a, c.cur)
-		if c.phase.Limit {
-			gain = protects(c.set, c.cur, a)
-		}
+		frontier := c.evidence(a) > 0 || slices.ContainsFunc(c.set.neighbours(a), func(n Arm) bool { return n == c.cur || decides(c.evidence(n)) })
+		gain := c.phase.Limit && protects(c.set, c.cur, a) || !c.phase.Limit && c.better(a, c.cur)
 		return a != c.cur && c.tick >= c.left[a].until && frontier && c.feasibility(a) == possible && gain
 	})
 }
