@@ -150,17 +150,11 @@ type Controller struct {
 	active             map[string]int    // objective keys by the window they last gave a sample
 	refs               map[string]*reference
 	left               map[Arm]backoff
-	quiet, idleAt      int       // windows in a row without an LC sample; the last BE idled through of its own accord
-	minShare           float64   // no arm chosen may be known to give BE less (Observation.MinBEShare)
-	stops              []stopped // the pauses of the last minute, window by window
-	nextExplore        int       // the first window a settled search may explore in (0: not converged yet: not held back)
+	quiet, idleAt      int              // windows in a row without an LC sample; the last BE idled through of its own accord
+	minShare           float64          // no arm chosen may be known to give BE less (Observation.MinBEShare)
+	stops              map[int][]string // the windows of the last minute BE was stopped through, and the owners of the LCs it was for
+	nextExplore        int              // the first window a settled search may explore in (0: not converged yet: not held back)
 	paused, calibrated int
-}
-
-// stopped is one window BE was stopped in, and the owners of the LCs it was stopped for.
-type stopped struct {
-	tick   int
-	owners []string
 }
 
 // New returns a controller at the safe arm.
@@ -177,7 +171,7 @@ func New(opts Options) (*Controller, error) {
 	}
 	opts.Ladder = slices.Compact(slices.Sorted(slices.Values(append(slices.Clip(opts.Ladder), opts.Static)))) // the static arm is a rung of its own
 	c := &Controller{opts: opts, arms: map[Arm]*armEst{}, acc: map[string]*accum{}, active: map[string]int{},
-		refs: map[string]*reference{}, left: map[Arm]backoff{}}
+		refs: map[string]*reference{}, left: map[Arm]backoff{}, stops: map[int][]string{}}
 	c.offer(Observation{})
 	c.cur, c.phase = c.safe(), Phase{Kind: Settled}
 	return c, nil
