@@ -19,6 +19,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/signal"
 	"github.com/gpreempt/gpreempt/internal/slo"
+	"github.com/gpreempt/gpreempt/tsg"
 )
 
 // Loop is the daemon's SLO mode. Step and SearchTimeslice run on one goroutine; the rest are safe.
@@ -216,7 +217,7 @@ func (l *Loop) off(pol *policy.Policy, now time.Duration) {
 	clear(l.tracing)
 	if l.searches != nil {
 		l.searches, l.beSearch, l.held = nil, nil, nil
-		l.rec.SetBETimeslices(policyTimeslice, nil)
+		l.rec.SetBETimeslices(tsg.Opt[time.Duration]{}, nil) // the policy's
 		if l.Gate != nil {
 			l.Gate.Steer(nil) // the gate holds as the policy says
 		}
