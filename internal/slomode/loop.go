@@ -67,10 +67,8 @@ type search struct {
 	pausing    bool             // its last decision stopped its BE
 	lcs, bes   []policy.ProcRef // the LC and BE processes on its GPUs this window (no BE without an LC)
 	prepreempt time.Duration    // its pre-preemption arms go up to this BE timeslice (0: none)
-	// lagged: an LC's engine takes a changed word (pre-preemption, the gate) at its next push, so
-	// the window now running ran the word before.
-	lagged bool
-	status api.SLOSearch
+	lagged     bool             // an LC's engine takes a changed word (pre-preemption, the gate) at its next push: the window now running ran the one before
+	status     api.SLOSearch
 }
 
 func (s *search) live() bool { return len(s.lcs) > 0 }
