@@ -128,12 +128,11 @@ type LCResult struct {
 // Decision is the answer to one observation.
 type Decision struct {
 	Arm                                        Arm
-	Changed                                    bool
 	Phase, Cause, Reason, Bound                string // Bound: at the limit, what stands in the way
 	LC                                         []LCResult
 	Worst, BEShare                             float64 // Worst: the highest latency/target measured; NaN: none
 	BEBelowMinimum                             bool    // the arm held gives BE less than its minimum
-	PauseBE, Aligned, Converged                bool    // PauseBE: stop every BE through the next window; Aligned: Observation.Aligned; Converged: explorations budgeted
+	Changed, PauseBE, Aligned, Converged       bool    // PauseBE: stop every BE through the next window; Aligned: Observation.Aligned; Converged: explorations budgeted
 	PausedWindows, CalibrationWindows, Windows int     // what references cost: windows BE was stopped, of calibration, of all
 }
 
