@@ -128,13 +128,11 @@ type LCResult struct {
 // Decision is the answer to one observation.
 type Decision struct {
 	Arm                                        Arm
-	Changed                                    bool
-	Phase, Cause, Reason                       string
-	Bound                                      string // at the limit: what stands in the way
+	Phase, Cause, Reason, Bound                string // Bound: at the limit, what stands in the way
 	LC                                         []LCResult
 	Worst, BEShare                             float64 // Worst: the highest latency/target measured; NaN: none
 	BEBelowMinimum                             bool    // the arm held gives BE less than its minimum
-	PauseBE, Aligned, Converged                bool    // PauseBE: stop every BE through the next window; Aligned: Observation.Aligned; Converged: explorations budgeted
+	Changed, PauseBE, Aligned, Converged       bool    // PauseBE: stop every BE through the next window; Aligned: Observation.Aligned; Converged: explorations budgeted
 	PausedWindows, CalibrationWindows, Windows int     // what references cost: windows BE was stopped, of calibration, of all
 }
 
@@ -151,17 +149,11 @@ type Controller struct {
 	active             map[string]int    // objective keys by the window they last gave a sample
 	refs               map[string]*reference
 	left               map[Arm]backoff
-	quiet, idleAt      int       // windows in a row without an LC sample; the last BE idled through of its own accord
-	minShare           float64   // no arm chosen may be known to give BE less (Observation.MinBEShare)
-	stops              []stopped // the pauses of the last minute, window by window
-	nextExplore        int       // the first window a settled search may explore in (0: not converged yet: not held back)
+	quiet, idleAt      int              // windows in a row without an LC sample; the last BE idled through of its own accord
+	minShare           float64          // no arm chosen may be known to give BE less (Observation.MinBEShare)
+	stops              map[int][]string // the windows of the last minute BE was stopped through, and the owners of the LCs it was for
+	nextExplore        int              // the first window a settled search may explore in (0: not converged yet: not held back)
 	paused, calibrated int
-}
-
-// stopped is one window BE was stopped in, and the owners of the LCs it was stopped for.
-type stopped struct {
-	tick   int
-	owners []string
 }
 
 // New returns a controller at the safe arm.
@@ -176,12 +168,9 @@ func New(opts Options) (*Controller, error) {
 			return nil, fmt.Errorf("%w: ladder %v: want ascending whole microseconds >= 1us", objective.ErrInvalid, opts.Ladder)
 		}
 	}
-	if !slices.Contains(opts.Ladder, opts.Static) { // the static arm is a rung of its own
-		opts.Ladder = append(slices.Clone(opts.Ladder), opts.Static)
-		slices.Sort(opts.Ladder)
-	}
+	opts.Ladder = slices.Compact(slices.Sorted(slices.Values(append(slices.Clip(opts.Ladder), opts.Static)))) // the static arm is a rung of its own
 	c := &Controller{opts: opts, arms: map[Arm]*armEst{}, acc: map[string]*accum{}, active: map[string]int{},
-		refs: map[string]*reference{}, left: map[Arm]backoff{}}
+		refs: map[string]*reference{}, left: map[Arm]backoff{}, stops: map[int][]string{}}
 	c.offer(Observation{})
 	c.cur, c.phase = c.safe(), Phase{Kind: Settled}
 	return c, nil
@@ -398,17 +387,14 @@ func (c *Controller) atLimit(d *Decision) {
 			missedAlone = true
 		}
 	}
-	for _, k := range keys { // else what one switch per request costs an LC alone
-		if ref := c.acc[k].ref; ref > 0 && !missedAlone {
-			d.Bound += fmt.Sprintf("; one BE-to-LC switch (~%v) per request is %.0f%% of this LC's %v alone, which no timeslice removes (pre-preemption hints would)",
-				switchCost, 100*float64(switchCost)/float64(ref), ref.Round(time.Microsecond))
-			break
-		}
+	if i := slices.IndexFunc(keys, func(k string) bool { return c.acc[k].ref > 0 }); i >= 0 && !missedAlone { // else what one switch per request costs an LC alone
+		ref := c.acc[keys[i]].ref
+		d.Bound += fmt.Sprintf("; one BE-to-LC switch (~%v) per request is %.0f%% of this LC's %v alone, which no timeslice removes (pre-preemption hints would)",
+			switchCost, 100*float64(switchCost)/float64(ref), ref.Round(time.Microsecond))
 	}
 	c.to(d, CauseAtLimit, a, d.Bound)
 }
 
-// enter begins phase p now.
 func (c *Controller) enter(p Phase) { p.Since = c.tick; c.phase = p }
 
 // to decides arm a for cause; keep the arm in force.
@@ -433,27 +419,22 @@ func (c *Controller) backOff(a Arm) {
 	c.left[a] = backoff{n, c.tick + halfLife<<(n-1)}
 }
 
-// best is the arm known to meet every objective that gives BE the most (the one in force on a tie).
+// best is the arm known to meet every objective that gives BE the most.
 func (c *Controller) best() (Arm, bool) {
-	meets := func(a Arm) bool { return c.feasibility(a) == feasible && decides(c.evidence(a)) }
-	best, ok := c.most(meets)
-	if ok && meets(c.cur) && c.share(c.cur) == c.share(best) {
-		return c.cur, true
-	}
-	return best, ok
+	return c.most(func(a Arm) bool { return c.feasibility(a) == feasible && decides(c.evidence(a)) })
 }
 
-// most is the allowed arm for which ok holds that gives BE the most (the first on a tie).
+// most is the allowed arm for which ok holds that gives BE the most (on a tie the one in force,
+// else the first).
 func (c *Controller) most(ok func(Arm) bool) (best Arm, found bool) {
 	for _, a := range c.set.all() {
-		if ok(a) && (!found || c.share(a) > c.share(best)) {
+		if ok(a) && (!found || c.share(a) > c.share(best) || a == c.cur && c.share(a) == c.share(best)) {
 			best, found = a, true
 		}
 	}
 	return best, found
 }
 
-// short reports whether a is known to give BE less than its minimum share.
 func (c *Controller) short(a Arm) bool {
 	return c.minShare > 0 && known(&c.est(a).share) && c.share(a) < c.minShare
 }
@@ -463,14 +444,8 @@ func (c *Controller) short(a Arm) bool {
 // objectives, not backed off, next to the arm in force or to one measured.
 func (c *Controller) candidate() (Arm, bool) {
 	return c.most(func(a Arm) bool {
-		frontier := c.evidence(a) > 0
-		for _, n := range c.set.neighbours(a) {
-			frontier = frontier || n == c.cur || decides(c.evidence(n))
-		}
-		gain := c.better(a, c.cur)
-		if c.phase.Limit {
-			gain = protects(c.set, c.cur, a)
-		}
+		frontier := c.evidence(a) > 0 || slices.ContainsFunc(c.set.neighbours(a), func(n Arm) bool { return n == c.cur || decides(c.evidence(n)) })
+		gain := c.phase.Limit && protects(c.set, c.cur, a) || !c.phase.Limit && c.better(a, c.cur)
 		return a != c.cur && c.tick >= c.left[a].until && frontier && c.feasibility(a) == possible && gain
 	})
 }

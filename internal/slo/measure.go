@@ -102,11 +102,6 @@ func (c *Controller) shortest() Arm {
 	}
 }
 
-// stoppedAt reports whether BE was asked to stop through window t.
-func (c *Controller) stoppedAt(t int) bool {
-	return slices.ContainsFunc(c.stops, func(s stopped) bool { return s.tick == t })
-}
-
 // requests is how many requests s's points come from.
 func requests(s LCSample) int { return cmp.Or(s.Requests, stats.Weight(s.Points)) }
 
@@ -118,8 +113,8 @@ func enough(pts []stats.Weighted, reqs int) bool {
 // measure folds the window in: each sample into its reference (the LC alone, or at the shortest arm,
 // whenever it runs so) or the arm in force's measurement, which counts once enough; BE share where BE ran.
 func (c *Controller) measure(d *Decision, o Observation) {
-	asked := c.stoppedAt(c.tick)
-	drain := asked != c.stoppedAt(c.tick-1) // BE's queued work runs on, or it starts again
+	asked := c.stops[c.tick] != nil
+	drain := asked != (c.stops[c.tick-1] != nil) // BE's queued work runs on, or it starts again
 	mixed := drain || c.moved == c.tick-1 && !o.Aligned
 	alone := asked && o.BEPaused && !drain || o.BEIdle && !asked
 	underArm := !alone && !mixed && !asked
@@ -189,7 +184,6 @@ func (c *Controller) rescale(k string, f float64) {
 	}
 }
 
-// refFor is the reference of sample s, made if new.
 func (c *Controller) refFor(s LCSample) *reference {
 	of := s.Objective.Reference
 	if !s.Objective.Relative() {
@@ -216,11 +210,11 @@ func (c *Controller) canPause() bool {
 // budget, and an owner it is for under its share (a tenant churning LCs spends no other's).
 func (c *Controller) pauseAllowed(owners []string) bool {
 	minute := c.minuteWindows()
-	c.stops = slices.DeleteFunc(c.stops, func(s stopped) bool { return s.tick <= c.tick+1-minute })
+	maps.DeleteFunc(c.stops, func(t int, _ []string) bool { return t <= c.tick+1-minute })
 	limit := int(budget * float64(minute))
 	distinct := slices.Compact(slices.Sorted(slices.Values(owners)))
 	return len(c.stops) < limit && slices.ContainsFunc(distinct, func(o string) bool {
-		used := len(slices.DeleteFunc(slices.Clone(c.stops), func(s stopped) bool { return !slices.Contains(s.owners, o) }))
+		used := len(slices.DeleteFunc(slices.Collect(maps.Values(c.stops)), func(os []string) bool { return !slices.Contains(os, o) }))
 		return used < max(1, limit/len(distinct))
 	})
 }
@@ -230,7 +224,7 @@ func (c *Controller) pauseAllowed(owners []string) bool {
 func (c *Controller) calibrate(d *Decision, o Observation) {
 	p := &c.phase
 	alone := p.Pause - 1 // windows of the pause the LCs ran alone in: all but the first, which drains BE's work
-	if p.Pause > 0 && !o.BEPaused && c.stoppedAt(c.tick) {
+	if p.Pause > 0 && !o.BEPaused && c.stops[c.tick] != nil {
 		p.Pause, alone = c.opts.PauseMax, alone-1 // BE was not kept stopped: this pause is over, and this window was not alone
 	}
 	owners, shortest := c.toLearn()
@@ -252,7 +246,7 @@ func (c *Controller) calibrate(d *Decision, o Observation) {
 		c.to(d, CauseCalibrate, from, fmt.Sprintf("references learnt: back to %v", from))
 	case len(owners) > 0 && c.canPause() && !idle && (p.Pause > 0 || c.pauseAllowed(owners)):
 		p.Pause, d.PauseBE, c.paused = p.Pause+1, true, c.paused+1
-		c.stops = append(c.stops, stopped{c.tick + 1, owners})
+		c.stops[c.tick+1] = owners
 		c.keep(d, CauseCalibrate, fmt.Sprintf("learning an LC's standalone latency with BE stopped (window %d of at most %d)", p.Pause, c.opts.PauseMax))
 	case shortest:
 		c.to(d, CauseCalibrate, c.shortest(), fmt.Sprintf("learning an LC's latency beside BE under the shortest arm, %v", c.shortest()))
@@ -281,7 +275,6 @@ func (c *Controller) toLearn() (owners []string, shortest bool) {
 	return owners, shortest
 }
 
-// idleLately reports whether BE idled of its own accord within the last minute.
 func (c *Controller) idleLately() bool { return c.idleAt > 0 && c.tick-c.idleAt < c.minuteWindows() }
 
 // feasibility of an arm against every objective in force.

@@ -93,29 +93,22 @@ func (l *Loop) sorted() []*search {
 	return out
 }
 
-// beTimeslices is each BE process's timeslice (of one unit of weight) by ProcRef.Key, as SLO mode
-// chose it; a process named with policyTimeslice keeps the policy's.
-type beTimeslices = map[string]tsg.Opt[time.Duration]
-
-// policyTimeslice is no timeslice chosen: the BE processes given it keep the policy's.
-var policyTimeslice tsg.Opt[time.Duration]
-
 // assign gives each BE process its live search's BE timeslice (the policy's in none), and
 // the shortest of them to one unlisted in its first window or new (it may share a GPU with any LC).
-func (l *Loop) assign(all []policy.ProcRef) beTimeslices {
+func (l *Loop) assign(all []policy.ProcRef) map[string]tsg.Opt[time.Duration] {
 	var def tsg.Opt[time.Duration]
 	for _, s := range l.searches {
 		if c := s.ctl.Arm().BETimeslice; s.live() && (!def.Set || c < def.V) {
 			def = tsg.Some(c)
 		}
 	}
-	per := make(beTimeslices, len(all))
+	per := make(map[string]tsg.Opt[time.Duration], len(all))
 	for _, b := range all {
 		switch s := l.beSearch[b.Key()]; {
 		case s != nil:
 			per[b.Key()] = tsg.Some(s.ctl.Arm().BETimeslice)
 		case len(b.GPUs) > 0:
-			per[b.Key()] = policyTimeslice // in no live search
+			per[b.Key()] = tsg.Opt[time.Duration]{} // in no live search: the policy's
 		case def.Set:
 			per[b.Key()] = def // unlisted, in its first window
 		}

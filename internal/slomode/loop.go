@@ -19,6 +19,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/signal"
 	"github.com/gpreempt/gpreempt/internal/slo"
+	"github.com/gpreempt/gpreempt/tsg"
 )
 
 // Loop is the daemon's SLO mode. Step and SearchTimeslice run on one goroutine; the rest are safe.
@@ -66,10 +67,8 @@ type search struct {
 	pausing    bool             // its last decision stopped its BE
 	lcs, bes   []policy.ProcRef // the LC and BE processes on its GPUs this window (no BE without an LC)
 	prepreempt time.Duration    // its pre-preemption arms go up to this BE timeslice (0: none)
-	// lagged: an LC's engine takes a changed word (pre-preemption, the gate) at its next push, so
-	// the window now running ran the word before.
-	lagged bool
-	status api.SLOSearch
+	lagged     bool             // an LC's engine takes a changed word (pre-preemption, the gate) at its next push: the window now running ran the one before
+	status     api.SLOSearch
 }
 
 func (s *search) live() bool { return len(s.lcs) > 0 }
@@ -216,7 +215,7 @@ func (l *Loop) off(pol *policy.Policy, now time.Duration) {
 	clear(l.tracing)
 	if l.searches != nil {
 		l.searches, l.beSearch, l.held = nil, nil, nil
-		l.rec.SetBETimeslices(policyTimeslice, nil)
+		l.rec.SetBETimeslices(tsg.Opt[time.Duration]{}, nil) // the policy's
 		if l.Gate != nil {
 			l.Gate.Steer(nil) // the gate holds as the policy says
 		}

@@ -7,7 +7,6 @@ import (
 	"github.com/gpreempt/gpreempt/internal/policy"
 )
 
-// pausing says whether a search's last decision stopped BE.
 func (l *Loop) pausing() bool {
 	return slices.ContainsFunc(l.sorted(), func(s *search) bool { return s.pausing })
 }
@@ -53,7 +52,6 @@ func (l *Loop) pauseFor(max time.Duration) {
 	}
 }
 
-// resume resumes the BE processes SLO mode stopped, if any.
 func (l *Loop) resume(why string) {
 	was := l.pausing()
 	for _, s := range l.searches {

@@ -14,6 +14,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
 	"github.com/gpreempt/gpreempt/internal/stats"
+	"github.com/gpreempt/gpreempt/tsg"
 )
 
 // lcWindow is one LC process's window: its status rows (one per objective), samples and key.
@@ -120,7 +121,7 @@ func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key str
 
 // publish sets the status, what hint engines and the gate are told, and the metrics after a
 // window (samples are nil as the mode comes on); per is each BE process's timeslice.
-func (l *Loop) publish(pol *policy.Policy, samples map[int]lcWindow, all []policy.ProcRef, per beTimeslices) {
+func (l *Loop) publish(pol *policy.Policy, samples map[int]lcWindow, all []policy.ProcRef, per map[string]tsg.Opt[time.Duration]) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := api.SLO{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),

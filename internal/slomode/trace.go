@@ -1,6 +1,7 @@
 package slomode
 
 import (
+	"cmp"
 	"maps"
 	"time"
 
@@ -45,11 +46,8 @@ func (l *Loop) toTrace(pol *policy.Policy, lcs []policy.ProcRef, now time.Durati
 		}
 		k := p.Key()
 		judged[k] = true
-		w := l.tracing[k]
-		if w == nil {
-			w = &traceWant{seen: now}
-			l.tracing[k] = w
-		}
+		w := cmp.Or(l.tracing[k], &traceWant{seen: now})
+		l.tracing[k] = w
 		s, ok := l.Latency.Latest(p.PID)
 		switch fresh := ok && now-s.At <= 2*pol.SLO.Window; { // the loop uses no older push
 		case !w.traced:

@@ -20,8 +20,8 @@ type Reconciler interface {
 	LearnGPUs() // reads again which GPUs each process is on
 	InClass(n class.Name) []policy.ProcRef
 	Outside(n class.Name) []policy.ProcRef
-	// SetBETimeslices gives the BE processes per names (by ProcRef.Key) their timeslice, def every
-	// other; unset: the policy's.
+	// SetBETimeslices gives the BE processes per names (by ProcRef.Key) their timeslice (of one
+	// unit of weight), def every other; unset: the policy's.
 	SetBETimeslices(def tsg.Opt[time.Duration], per map[string]tsg.Opt[time.Duration])
 }
 

@@ -15,15 +15,13 @@ import (
 // ErrInvalid marks a malformed objective or option.
 var ErrInvalid = errors.New("invalid SLO setting")
 
-// Metrics an objective may bound besides request latency: an LLM server's
-// time to first token and time per output token, pushed as "ttft_p50",
-// "tpot_p99" beside the request quantiles.
+// Metrics an objective may bound besides request latency: an LLM server's time to first token and
+// time per output token, pushed as "ttft_p50", "tpot_p99" beside the request quantiles.
 var Metrics = []string{"ttft", "tpot"}
 
 // References a relative objective is measured against.
 const (
-	// Standalone: the LC's latency with BE stopped (paused) for a few
-	// windows; the default.
+	// Standalone: the LC's latency with BE stopped (paused) for a few windows; the default.
 	Standalone = "standalone"
 	// Shortest: the LC's latency beside BE under the shortest BE
 	// timeslice; costs BE no pause, and is not the LC alone.
@@ -42,14 +40,12 @@ type Objective struct {
 	Inflation float64 `json:"inflation,omitempty"`
 	// Absolute bounds latency itself; 0 when Inflation is used.
 	Absolute time.Duration `json:"absolute,omitempty"`
-	// Reference names what Inflation is relative to: Standalone,
-	// Shortest, or "" (standalone where BE may be paused, else
-	// shortest).
+	// Reference names what Inflation is relative to: Standalone, Shortest, or "" (standalone where
+	// BE may be paused, else shortest).
 	Reference string `json:"reference,omitempty"`
 }
 
-// Parse reads "p99<=40ms", "tpot_p50<=12ms", "p50<=1.05x" or
-// "p50<=1.05x@shortest".
+// Parse reads "p99<=40ms", "tpot_p50<=12ms", "p50<=1.05x" or "p50<=1.05x@shortest".
 func Parse(s string) (Objective, error) {
 	bad := func(what string, args ...any) (Objective, error) {
 		return Objective{}, fmt.Errorf("%w: objective %q: %s", ErrInvalid, s, fmt.Sprintf(what, args...))
@@ -74,18 +70,14 @@ func Parse(s string) (Objective, error) {
 		if o.Reference = strings.ToLower(ref); found && o.Reference != Standalone && o.Reference != Shortest {
 			return bad("reference %q: want %s or %s", ref, Standalone, Shortest)
 		}
-		f, err := strconv.ParseFloat(strings.TrimSuffix(x, "x"), 64)
-		if err != nil || !strings.HasSuffix(x, "x") || !(f >= 1 && f <= 100) { // NaN too
+		if o.Inflation, err = strconv.ParseFloat(strings.TrimSuffix(x, "x"), 64); err != nil || !strings.HasSuffix(x, "x") || !(o.Inflation >= 1 && o.Inflation <= 100) { // NaN too
 			return bad("inflation %q: want a factor in [1, 100] such as 1.05x", x)
 		}
-		o.Inflation = f
 		return o, nil
 	}
-	d, err := time.ParseDuration(bound)
-	if err != nil || d <= 0 {
+	if o.Absolute, err = time.ParseDuration(bound); err != nil || o.Absolute <= 0 {
 		return bad("bound %q: want a positive duration (40ms) or a factor (1.05x)", bound)
 	}
-	o.Absolute = d
 	return o, nil
 }
 
@@ -122,8 +114,7 @@ func (o Objective) Target(reference time.Duration) time.Duration {
 	return time.Duration(float64(max(reference, 0)) * o.Inflation)
 }
 
-// Name names o's quantile as an app pushes it: "p50", "p99"; with a
-// metric, "tpot_p50".
+// Name names o's quantile as an app pushes it: "p50", "p99"; with a metric, "tpot_p50".
 func (o Objective) Name() string {
 	// To 12 digits: 0.57*100 is 56.99999999999999, which no one wrote.
 	p := "p" + strconv.FormatFloat(o.Quantile*100, 'g', 12, 64)
@@ -133,9 +124,8 @@ func (o Objective) Name() string {
 	return p
 }
 
-// Objectives are an LC process's objectives, all of which it must meet,
-// in ascending metric and quantile: "p50<=1.05x, p99<=40ms" bounds its
-// median and its tail. Nil: none.
+// Objectives are an LC process's objectives, all of which it must meet, in ascending metric and
+// quantile: "p50<=1.05x, p99<=40ms" bounds its median and its tail. Nil: none.
 type Objectives []Objective
 
 // ParseList reads one objective or several separated by commas, at most
