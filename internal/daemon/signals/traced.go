@@ -164,10 +164,12 @@ func (t *TracedLatency) Roll(now time.Duration, lcs []policy.ProcRef) {
 			t.takeLocked(r)
 		}
 	}
-	defer func() { // the next window's LagBefore: one that ended less than its gap ago is counted there
+	defer func() { // the next window's LagBefore: a request that ended less than its gap ago is counted there
 		clear(t.gaps)
 		for pid, d := range t.delims {
-			t.gaps[pid] = d.Gap()
+			if d.Mode() == request.KindRequest {
+				t.gaps[pid] = d.Gap()
+			}
 		}
 	}()
 	if t.start < 0 || now <= t.start {
@@ -197,10 +199,12 @@ func (t *TracedLatency) sampleLocked(pid int, w *tracedWindow, now time.Duration
 	s := signal.Latency{At: now, Window: now - t.start, Source: signal.TracedRequest, Seq: t.seq,
 		Quantiles: map[string]time.Duration{}, Samples: map[string][]time.Duration{}}
 	d := t.delims[pid]
+	s.LagBefore = t.gaps[pid] // where the last window's span ended, so that spans abut
+	if d != nil && d.Mode() == request.KindRequest {
+		s.Lag = d.Gap() // a request is counted once quiet for its gap; a step as it ends
+	}
 	if d != nil && d.Mode() == request.KindStep || w.nRequests == 0 {
-		s.Source = signal.TracedStep // a step is counted as it ends: no lag
-	} else if d != nil {
-		s.Lag, s.LagBefore = d.Gap(), t.gaps[pid]
+		s.Source = signal.TracedStep
 	}
 	if len(w.requests) > 0 && s.Source == signal.TracedRequest {
 		s.Requests = w.nRequests

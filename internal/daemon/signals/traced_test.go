@@ -430,6 +430,21 @@ func TestTracedLatencyStepsAndSpans(t *testing.T) {
 	if gap := time.Duration(st[0].QuietGapUs * 1e3); s.Lag != gap || s.LagBefore != gap {
 		t.Errorf("lags %v, %v before; want the quiet gap, %v", s.Lag, s.LagBefore, gap)
 	}
+	// Busy again for good: the first window measured per step begins where the last request
+	// window's span ended, and its own ends at its end (steps lag nothing).
+	prev := s
+	for clock.Now < uint64(27*time.Second) {
+		for _, ev := range tracetest.Request(lc, 20, 15*time.Millisecond, clock) {
+			tl.Apply(ev)
+		}
+		clock.Now += uint64(100 * time.Microsecond)
+	}
+	tl.Roll(27*time.Second, nil)
+	s, _ = tl.Latest(100)
+	_, prevTo := prev.Span()
+	if from, to := s.Span(); s.Source != signal.TracedStep || from != prevTo || to != 27*time.Second {
+		t.Errorf("%s window after a request window: span (%v, %v], want (%v, %v]", s.Source, from, to, prevTo, 27*time.Second)
+	}
 }
 
 // An eager resnet50 every 20 ms (14 ms between requests, under the 25 ms
