@@ -168,6 +168,34 @@ type stray struct {
 	lo, hi uint64
 }
 
+// spinSync is an LC every 18 ms whose synchronize spins (CUDA's default with a CPU to spare: it
+// never blocks), 50 launches 20-200 us apart and 8-10 ms of spinning, then 0.5-1 ms of Python and
+// a sleep of ~2-4 ms to the next arrival; the CPU times read at 4 ms ticks, the blocks known. Each
+// gap between requests has the thread block, and its CPU time at the synchronize's return lags by
+// up to a tick.
+func spinSync(n int) *workload {
+	w := newWorkload(17)
+	c := newCPUThread(w, true)
+	c.tick, c.knowBlocked = 4*ms, true
+	w.periodic(n, 18*ms, func(_ int, start uint64) (uint64, int) {
+		c.wait(start - c.now)
+		for k := range 50 {
+			if k > 0 {
+				c.run(w.inner(w.between(20*us, 200*us)))
+			}
+			c.call(trace.RoleLaunch, false)
+		}
+		c.run(w.inner(w.between(20*us, 200*us)))
+		c.call(trace.RoleSync, false)
+		c.run(w.between(8*ms, 10*ms))
+		c.call(trace.RoleSync, true)
+		end := c.now
+		c.run(w.between(500*us, ms))
+		return end, 50
+	})
+	return w
+}
+
 // resnetStray is resnetCPU with strays (seeded by seed), the calls
 // carrying CPU times (if known) read at ticks of tick (0: exact).
 func resnetStray(n int, s stray, seed uint64, known bool, tick uint64) *workload {
@@ -280,6 +308,10 @@ func TestDelimiterOnCPU(t *testing.T) {
 		// and the gap is learnt again above them; with the noisier gaps
 		// of a real app it stays at 1.7-8 ms (docs/GPU-FACTS.md).
 		{"eager generate(), CPU time unknown", generate(8, false), firstCut},
+		// A synchronize that spins leaves the CPU time at its return up to a tick behind; the
+		// block in the gap after it syncs it: judged by that CPU time, some gaps between requests
+		// would read as work, so a blocked gap is judged by it only from a synced start.
+		{"an LC whose synchronize spins, short sleeps between requests, blocks known", spinSync(60), learntExact},
 		// The ~14 ms between requests are asleep: still quiet.
 		{"eager resnet50 every 20 ms, CPU time known", resnetCPU(60), learntExact},
 		// A stray long gap of CPU work puts the gap above it, and the
