@@ -11,7 +11,7 @@ import (
 )
 
 // TestDelimiterReplay replays a real LC's calls through the Delimiter: an eager resnet50 every
-// 20 ms beside resnet50 training on an H200, its first 1.6 s as `gpreemptctl trace requests --record`
+// 20 ms beside resnet50 training on an H200, its first 1.4 s as `gpreemptctl trace requests --record`
 // saw them from the moment it attached (scripts/probe/traced-gaps.sh), with the app's own requests
 // over the same time. The first traced request is the ~670 ms the app took as the probes went in
 // and BE came back; after it the quiet gap is learnt, each traced request ends within 2 ms of an
@@ -79,4 +79,43 @@ func median(v []float64) float64 {
 		return 0
 	}
 	return s[len(s)/2]
+}
+
+// TestDelimiterReplayBlocks replays 400 ms of another recorded span of the same LC beside
+// training, in which gaps the thread slept in between requests read as CPU work by its CPU
+// time (which lags by up to a tick): judged by the thread's blocks, each request after the
+// first (learning the gap) is one forward pass of 225 launches; by the CPU time alone, several
+// run into one.
+func TestDelimiterReplayBlocks(t *testing.T) {
+	for _, blocks := range []bool{true, false} {
+		f, err := os.Open("testdata/resnet50-eager-misread.jsonl.gz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls, err := trace.ReadCalls(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var evs []trace.Event
+		for _, c := range calls {
+			if !blocks {
+				c.Blocked = 0
+			}
+			evs = append(evs, c)
+		}
+		d := request.NewDelimiter(calls[0].PID, request.DelimiterConfig{})
+		got := run(d, evs, ms, calls[len(calls)-1].At+uint64(100*ms))
+		if len(got) < 2 {
+			t.Fatalf("blocks %v: %d requests", blocks, len(got))
+		}
+		merged := slices.ContainsFunc(got[1:], func(r request.Request) bool { return r.Launches != 225 })
+		if merged == blocks || blocks && len(got) < 15 {
+			var ls []int
+			for _, r := range got {
+				ls = append(ls, r.Launches)
+			}
+			t.Errorf("by blocks %v: %d requests of %v launches: want one forward (225) each after the first only by blocks", blocks, len(got), ls)
+		}
+	}
 }
