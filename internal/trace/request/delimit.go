@@ -96,13 +96,12 @@ const syncBound = 40
 // and the gap is busy: it does not end the request, and it is learnt as a
 // gap inside one. If it blocked, the gap is work only if it ran for most
 // of it by the calls' CPU times (trace.Call.OnCPU: a brief wait for the
-// GIL in work), and only if the CPU time at the gap's start is fresh (the
-// thread had blocked, so the scheduler had synced it, since its call
-// before): the CPU time lags by up to a scheduler tick while a thread
-// runs, and a gap that a block syncs would be credited that lag. Where the
-// count is unknown, if the thread ran for more than half of the gap by its
-// CPU time. Where neither is known (0, or the next call is another
-// thread's) a gap is judged by its length alone.
+// GIL in work). That CPU time lags by up to a scheduler tick while a thread
+// runs, and a block in the gap syncs it: a gap may be credited a tick of
+// the work before it, which errs toward work, so toward requests run
+// together, not cut. Where the count is unknown, if the thread ran for more
+// than half of the gap by its CPU time. Where neither is known (0, or the
+// next call is another thread's) a gap is judged by its length alone.
 //
 // The quiet gap is learnt from the process's own gaps between busy
 // moments, which form two clusters: launch gaps inside a request
@@ -134,11 +133,9 @@ type Delimiter struct {
 	last    uint64
 	lastTID uint32
 	seen    bool
-	// lastCPU and lastBlocked are lastTID's CPU time and blocks at last (0: unknown); lastFresh:
-	// it had blocked since its call before, so that CPU time was synced.
+	// lastCPU and lastBlocked are lastTID's CPU time and blocks at last (0: unknown).
 	lastCPU     time.Duration
 	lastBlocked uint64
-	lastFresh   bool
 	// sawBusy: Tick found the process busy by Busy since last.
 	sawBusy bool
 
@@ -306,7 +303,7 @@ func (d *Delimiter) Apply(ev trace.Event) (Request, bool) {
 			d.open, d.launches, d.end = false, 0, 0
 			clear(d.syncing)
 			clear(d.steps)
-			d.last, d.lastTID, d.seen, d.lastCPU, d.lastBlocked, d.lastFresh = 0, 0, false, 0, 0, false
+			d.last, d.lastTID, d.seen, d.lastCPU, d.lastBlocked = 0, 0, false, 0, 0
 		}
 		return Request{}, false
 	case *trace.Call:
@@ -358,16 +355,15 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 			out, emitted = s, true
 		}
 	}
-	d.lastFresh = d.seen && e.TID == d.lastTID && d.lastBlocked != 0 && e.Blocked != 0 && e.Blocked != d.lastBlocked
 	d.last, d.lastTID, d.seen, d.lastCPU, d.lastBlocked = t, e.TID, true, e.OnCPU, e.Blocked
 	return out, emitted
 }
 
 // onCPU reports whether the gap from the last busy moment to e was work of
 // e's thread (the thread of the last busy moment): it never blocked in it;
-// or it blocked, its CPU time at the gap's start was fresh, and it grew by
-// most of the gap; or, where blocks are unknown, its CPU time grew by more
-// than half the gap (byTime: judged by CPU time, and open to a tick's lag).
+// or it blocked and its CPU time grew by most of the gap; or, where blocks
+// are unknown, its CPU time grew by more than half the gap (byTime: judged
+// by CPU time, and open to a tick's lag).
 func (d *Delimiter) onCPU(e *trace.Call) (work, byTime bool) {
 	if !d.seen || e.TID != d.lastTID || e.At <= d.last {
 		return false, false
@@ -376,7 +372,7 @@ func (d *Delimiter) onCPU(e *trace.Call) (work, byTime bool) {
 	if blocked && e.Blocked == d.lastBlocked {
 		return true, false
 	}
-	if d.lastCPU == 0 || e.OnCPU < d.lastCPU || blocked && !d.lastFresh {
+	if d.lastCPU == 0 || e.OnCPU < d.lastCPU {
 		return false, false
 	}
 	cpu, gap := e.OnCPU-d.lastCPU, time.Duration(e.At-d.last)

@@ -168,6 +168,39 @@ type stray struct {
 	lo, hi uint64
 }
 
+// busyDecodeSpin is busyDecode of 8 tokens every 70 ms at 4 ms ticks, the blocks known, whose
+// synchronize spins for 3-5 ms and whose sampling waits 30 us for the GIL midway.
+func busyDecodeSpin(n int) *workload {
+	w := newWorkload(7)
+	c := newCPUThread(w, true)
+	c.tick, c.knowBlocked = 4*ms, true
+	w.periodic(n, 70*ms, func(_ int, start uint64) (end uint64, launches int) {
+		c.wait(start - c.now)
+		for tok := range 8 {
+			if tok > 0 {
+				g := w.between(1200*us, 2*ms)
+				c.run(g / 2)
+				c.wait(30 * us)
+				c.run(g - g/2)
+				w.inner(g + 30*us)
+			}
+			for i := range 60 {
+				if i > 0 {
+					c.run(w.inner(w.between(10*us, 20*us)))
+				}
+				c.call(trace.RoleLaunch, false)
+			}
+			c.run(w.inner(w.between(10*us, 20*us)))
+			c.call(trace.RoleSync, false)
+			c.run(w.between(3*ms, 5*ms))
+			c.call(trace.RoleSync, true)
+			end = c.now
+		}
+		return end, 8 * 60
+	})
+	return w
+}
+
 // spinSync is an LC every 18 ms whose synchronize spins (CUDA's default with a CPU to spare: it
 // never blocks), 50 launches 20-200 us apart and 8-10 ms of spinning, then 0.5-1 ms of Python and
 // a sleep of ~2-4 ms to the next arrival; the CPU times read at 4 ms ticks, the blocks known. Each
@@ -308,10 +341,13 @@ func TestDelimiterOnCPU(t *testing.T) {
 		// and the gap is learnt again above them; with the noisier gaps
 		// of a real app it stays at 1.7-8 ms (docs/GPU-FACTS.md).
 		{"eager generate(), CPU time unknown", generate(8, false), firstCut},
-		// A synchronize that spins leaves the CPU time at its return up to a tick behind; the
-		// block in the gap after it syncs it: judged by that CPU time, some gaps between requests
-		// would read as work, so a blocked gap is judged by it only from a synced start.
-		{"an LC whose synchronize spins, short sleeps between requests, blocks known", spinSync(60), learntExact},
+		// A synchronize that spins leaves the CPU time at its return up to a tick behind, and the
+		// block in the gap after it syncs it: some gaps between requests of a few milliseconds
+		// read as work, and the requests run together. The error is on the side of requests too
+		// long: judged as asleep from such a start, a decode whose synchronize spins and whose
+		// sampling waits for the GIL is cut per token (the row below).
+		{"an LC whose synchronize spins, short sleeps between requests, blocks known", spinSync(60), runTogether},
+		{"busy eager decode of 8 tokens every 70 ms, its synchronize spinning, a wait for the GIL in each sampling", busyDecodeSpin(60), learntExact},
 		// The ~14 ms between requests are asleep: still quiet.
 		{"eager resnet50 every 20 ms, CPU time known", resnetCPU(60), learntExact},
 		// A stray long gap of CPU work puts the gap above it, and the
