@@ -173,13 +173,6 @@ func New(procs interface {
 	return g
 }
 
-func (g *Gate) capacity(p policy.Gate) time.Duration {
-	if p.Share >= 1 {
-		return time.Duration(1<<62 - 1)
-	}
-	return time.Duration(p.Share * float64(policy.GateWindow))
-}
-
 // Pushed takes what an LC's statistics push says of its engine, and
 // returns the gate mode the engine is to take: the policy's, for a process
 // of class lc (the engine then gates its own requests, and the daemon
@@ -531,17 +524,6 @@ func (g *Gate) resumeLocked(pid int) {
 		g.stats.Failures++
 		g.metrics.failures.Inc()
 		g.Log.Warn("request gate: resuming BE failed; its watchdog resumes it", "lc_pid", pid, "err", err)
-	}
-}
-
-func (g *Gate) refillLocked(now time.Duration, pol policy.Gate) {
-	if now > g.refill {
-		g.tokens = min(g.capacity(pol), g.tokens+time.Duration(float64(now-g.refill)*pol.Share))
-		part, capacity := pol.Share/float64(g.tenantsLocked()), g.tenantCapacity(pol)
-		for _, b := range g.buckets {
-			*b = min(capacity, *b+time.Duration(float64(now-g.refill)*part))
-		}
-		g.refill = now
 	}
 }
 

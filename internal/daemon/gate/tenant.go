@@ -66,3 +66,24 @@ func UIDTenant(pid int) string {
 	}
 	return ""
 }
+
+// capacity is the share's budget: what the gate may hold BE for within a GateWindow.
+func (g *Gate) capacity(p policy.Gate) time.Duration {
+	if p.Share >= 1 {
+		return time.Duration(1<<62 - 1)
+	}
+	return time.Duration(p.Share * float64(policy.GateWindow))
+}
+
+// refillLocked adds to the share's budget and to each tenant's part what the time since the last
+// refill earns them.
+func (g *Gate) refillLocked(now time.Duration, pol policy.Gate) {
+	if now > g.refill {
+		g.tokens = min(g.capacity(pol), g.tokens+time.Duration(float64(now-g.refill)*pol.Share))
+		part, capacity := pol.Share/float64(g.tenantsLocked()), g.tenantCapacity(pol)
+		for _, b := range g.buckets {
+			*b = min(capacity, *b+time.Duration(float64(now-g.refill)*part))
+		}
+		g.refill = now
+	}
+}
