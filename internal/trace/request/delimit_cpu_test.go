@@ -25,6 +25,8 @@ type cpuThread struct {
 	// (trace.Call.Blocked, the kernel's nvcsw).
 	blocked     uint64
 	knowBlocked bool
+	// spin: its synchronizes spin on a CPU (CUDA's default with a CPU to spare), never blocking.
+	spin bool
 }
 
 func newCPUThread(w *workload, known bool) *cpuThread {
@@ -60,7 +62,7 @@ func (c *cpuThread) call(role trace.Role, ret bool) {
 }
 
 // step is n launches gapLo-gapHi apart, the thread running between them,
-// then a synchronize that sleeps for tail; it returns the return's time.
+// then a synchronize that sleeps (or spins) for tail; it returns the return's time.
 func (c *cpuThread) step(n int, gapLo, gapHi, tail uint64) uint64 {
 	for i := range n {
 		if i > 0 {
@@ -70,7 +72,11 @@ func (c *cpuThread) step(n int, gapLo, gapHi, tail uint64) uint64 {
 	}
 	c.run(c.w.inner(c.w.between(gapLo, gapHi)))
 	c.call(trace.RoleSync, false)
-	c.wait(tail)
+	if c.spin {
+		c.run(tail)
+	} else {
+		c.wait(tail)
+	}
 	c.call(trace.RoleSync, true)
 	return c.now
 }
@@ -121,14 +127,22 @@ func generateTicks(n int, known bool, tick uint64, knowBlocked bool) *workload {
 	return w
 }
 
+// decodeOpts are how busyDecode's thread reads: the CPU times at ticks of tick, its blocks if
+// knowBlocked; with gil, its sampling waits 30 us for another thread midway (the GIL: the thread
+// blocks in work); with spin, its synchronizes spin.
+type decodeOpts struct {
+	tick                   uint64
+	knowBlocked, gil, spin bool
+}
+
 // busyDecode is an eager decode of k tokens every period, per token 60 launches 10-20 us apart
-// and a synchronize that sleeps 3-5 ms, with 1.2-2 ms of sampling on a CPU between tokens, the
-// CPU times read at ticks of tick: a loaded server, its gaps between requests short. With gil, the
-// sampling waits 30 us for another thread midway (the GIL: the thread blocks in work).
-func busyDecode(n, k int, period, tick uint64, knowBlocked, gil bool) *workload {
+// and a synchronize that sleeps 3-5 ms, with 1.2-2 ms of sampling on a CPU between tokens: a
+// loaded server, its gaps between requests short.
+func busyDecode(n, k int, period uint64, o decodeOpts) *workload {
 	w := newWorkload(7)
 	c := newCPUThread(w, true)
-	c.tick, c.knowBlocked = tick, knowBlocked
+	c.tick, c.knowBlocked, c.spin = o.tick, o.knowBlocked, o.spin
+	gil := o.gil
 	w.periodic(n, period, func(_ int, start uint64) (end uint64, launches int) {
 		c.wait(start - c.now)
 		for tok := range k {
@@ -168,39 +182,6 @@ type stray struct {
 	lo, hi uint64
 }
 
-// busyDecodeSpin is busyDecode of 8 tokens every 70 ms at 4 ms ticks, the blocks known, whose
-// synchronize spins for 3-5 ms and whose sampling waits 30 us for the GIL midway.
-func busyDecodeSpin(n int) *workload {
-	w := newWorkload(7)
-	c := newCPUThread(w, true)
-	c.tick, c.knowBlocked = 4*ms, true
-	w.periodic(n, 70*ms, func(_ int, start uint64) (end uint64, launches int) {
-		c.wait(start - c.now)
-		for tok := range 8 {
-			if tok > 0 {
-				g := w.between(1200*us, 2*ms)
-				c.run(g / 2)
-				c.wait(30 * us)
-				c.run(g - g/2)
-				w.inner(g + 30*us)
-			}
-			for i := range 60 {
-				if i > 0 {
-					c.run(w.inner(w.between(10*us, 20*us)))
-				}
-				c.call(trace.RoleLaunch, false)
-			}
-			c.run(w.inner(w.between(10*us, 20*us)))
-			c.call(trace.RoleSync, false)
-			c.run(w.between(3*ms, 5*ms))
-			c.call(trace.RoleSync, true)
-			end = c.now
-		}
-		return end, 8 * 60
-	})
-	return w
-}
-
 // spinSync is an LC every 18 ms whose synchronize spins (CUDA's default with a CPU to spare: it
 // never blocks), 50 launches 20-200 us apart and 8-10 ms of spinning, then 0.5-1 ms of Python and
 // a sleep of ~2-4 ms to the next arrival; the CPU times read at 4 ms ticks, the blocks known. Each
@@ -209,20 +190,10 @@ func busyDecodeSpin(n int) *workload {
 func spinSync(n int) *workload {
 	w := newWorkload(17)
 	c := newCPUThread(w, true)
-	c.tick, c.knowBlocked = 4*ms, true
+	c.tick, c.knowBlocked, c.spin = 4*ms, true, true
 	w.periodic(n, 18*ms, func(_ int, start uint64) (uint64, int) {
 		c.wait(start - c.now)
-		for k := range 50 {
-			if k > 0 {
-				c.run(w.inner(w.between(20*us, 200*us)))
-			}
-			c.call(trace.RoleLaunch, false)
-		}
-		c.run(w.inner(w.between(20*us, 200*us)))
-		c.call(trace.RoleSync, false)
-		c.run(w.between(8*ms, 10*ms))
-		c.call(trace.RoleSync, true)
-		end := c.now
+		end := c.step(50, 20*us, 200*us, w.between(8*ms, 10*ms))
 		c.run(w.between(500*us, ms))
 		return end, 50
 	})
@@ -327,11 +298,11 @@ func TestDelimiterOnCPU(t *testing.T) {
 		// A loaded server at 10 ms ticks: most of the sampling reads as asleep, and the
 		// sampling holds a fifth of the gap time; the few gaps of it flagged share their
 		// buckets with more read asleep, so they are CPU work misread, no strays.
-		{"busy eager decode of 16 tokens every 120 ms, CPU time by 10 ms ticks", busyDecode(60, 16, 120*ms, 10*ms, false, false), learntExact},
-		{"busy eager decode of 8 tokens every 70 ms, CPU time by 10 ms ticks", busyDecode(60, 8, 70*ms, 10*ms, false, false), learntExact},
-		{"busy eager decode of 8 tokens every 70 ms, blocks known", busyDecode(60, 8, 70*ms, 10*ms, true, false), learntExact},
+		{"busy eager decode of 16 tokens every 120 ms, CPU time by 10 ms ticks", busyDecode(60, 16, 120*ms, decodeOpts{tick: 10 * ms}), learntExact},
+		{"busy eager decode of 8 tokens every 70 ms, CPU time by 10 ms ticks", busyDecode(60, 8, 70*ms, decodeOpts{tick: 10 * ms}), learntExact},
+		{"busy eager decode of 8 tokens every 70 ms, blocks known", busyDecode(60, 8, 70*ms, decodeOpts{tick: 10 * ms, knowBlocked: true}), learntExact},
 		// Every gap of sampling has the thread block once: by its CPU time, most of it is work.
-		{"busy eager decode of 8 tokens every 70 ms, blocks known, a wait for the GIL in each sampling", busyDecode(60, 8, 70*ms, 4*ms, true, true), learntExact},
+		{"busy eager decode of 8 tokens every 70 ms, blocks known, a wait for the GIL in each sampling", busyDecode(60, 8, 70*ms, decodeOpts{tick: 4 * ms, knowBlocked: true, gil: true}), learntExact},
 		// The behaviour where the CPU time is unknown (kernels and
 		// traces without it), as before it was read: until requests have
 		// ended, the between-token gaps and the launch gaps are the two
@@ -347,7 +318,7 @@ func TestDelimiterOnCPU(t *testing.T) {
 		// long: judged as asleep from such a start, a decode whose synchronize spins and whose
 		// sampling waits for the GIL is cut per token (the row below).
 		{"an LC whose synchronize spins, short sleeps between requests, blocks known", spinSync(60), runTogether},
-		{"busy eager decode of 8 tokens every 70 ms, its synchronize spinning, a wait for the GIL in each sampling", busyDecodeSpin(60), learntExact},
+		{"busy eager decode of 8 tokens every 70 ms, its synchronize spinning, a wait for the GIL in each sampling", busyDecode(60, 8, 70*ms, decodeOpts{tick: 4 * ms, knowBlocked: true, gil: true, spin: true}), learntExact},
 		// The ~14 ms between requests are asleep: still quiet.
 		{"eager resnet50 every 20 ms, CPU time known", resnetCPU(60), learntExact},
 		// A stray long gap of CPU work puts the gap above it, and the
