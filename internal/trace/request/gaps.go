@@ -149,8 +149,8 @@ func (h *gapHist) threshold() time.Duration {
 	if totalW <= 0 {
 		return 0
 	}
-	// Clusters: runs of counted buckets, [first, last].
-	type cluster struct{ first, last int }
+	// Clusters: runs of counted buckets, [first, last], and the longest gap of CPU work below first.
+	type cluster struct{ first, last, cpuBelow int }
 	var cs []cluster
 	cpuTop := -1 // the longest gap of CPU work below b
 	for b := range h.w {
@@ -168,7 +168,7 @@ func (h *gapHist) threshold() time.Duration {
 			cs[n-1].last = b
 			continue
 		}
-		cs = append(cs, cluster{b, b})
+		cs = append(cs, cluster{b, b, cpuTop})
 	}
 	var below float64
 	j := 0
@@ -176,15 +176,10 @@ func (h *gapHist) threshold() time.Duration {
 		for ; j <= cs[i].last; j++ {
 			below += h.n[j]
 		}
-		// The CPU work above the split and the gaps slept through there, and the longest CPU work below it.
+		// The CPU work above the split and the gaps slept through there.
 		var cpuAbove, asleepAbove float64
-		under := -1
-		for b := range h.inside {
+		for b := cs[i+1].first; b < gapBuckets; b++ {
 			switch {
-			case b < cs[i+1].first:
-				if h.inside[b] >= 1 {
-					under = b
-				}
 			case h.byTime[b] >= 1 && h.n[b]-h.inside[b] > h.inside[b]:
 				// CPU work by CPU time among more gaps of its length read as asleep: CPU work a
 				// tick misread (a decode's sampling), no stray.
@@ -201,7 +196,7 @@ func (h *gapHist) threshold() time.Duration {
 			upW += h.w[b]
 		}
 		if below >= minWithin && totalN-below >= minBetween && upW >= minQuiet*totalW {
-			return time.Duration(math.Sqrt(bucketLow(max(cs[i].last, under)+1) * bucketLow(cs[i+1].first)))
+			return time.Duration(math.Sqrt(bucketLow(max(cs[i].last, cs[i+1].cpuBelow)+1) * bucketLow(cs[i+1].first)))
 		}
 	}
 	return 0
