@@ -403,8 +403,9 @@ func (g *Gate) command(c gateCmd) bool {
 	h := &gateHold{since: now, be: sharingGPU(g.Procs.InClass(class.BE), lc.ref), tenant: lc.tenant}
 	g.open[pid] = h
 	for _, b := range h.be {
-		if _, ok := g.heldFrom[b.Key()]; !ok {
-			g.heldFrom[b.Key()] = now
+		k := b.Key()
+		if _, ok := g.heldFrom[k]; !ok {
+			g.heldFrom[k] = now
 		}
 	}
 	g.armLocked(pid)
@@ -514,12 +515,14 @@ func (g *Gate) closeLocked(pid int, cause string) {
 // resumeLocked resumes the BE no open hold keeps stopped.
 func (g *Gate) resumeLocked(pid int) {
 	var keep []policy.ProcRef
+	kept := map[string]bool{}
 	for _, o := range g.open {
 		keep = append(keep, o.be...)
+		for _, b := range o.be {
+			kept[b.Key()] = true
+		}
 	}
-	maps.DeleteFunc(g.heldFrom, func(k string, _ time.Duration) bool {
-		return !slices.ContainsFunc(keep, func(b policy.ProcRef) bool { return b.Key() == k })
-	})
+	maps.DeleteFunc(g.heldFrom, func(k string, _ time.Duration) bool { return !kept[k] })
 	if _, err := g.Pause.ResumeExcept(keep); err != nil {
 		g.stats.Failures++
 		g.metrics.failures.Inc()
