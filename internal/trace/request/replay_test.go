@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gpreempt/gpreempt/internal/stats"
 	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/internal/trace/request"
 )
@@ -19,15 +20,7 @@ import (
 // the traced p50 is within 10% of the app's over the traced span (it leaves out the app's Python
 // before its first call, ~0.1 ms).
 func TestDelimiterReplay(t *testing.T) {
-	f, err := os.Open("testdata/resnet50-eager-beside.jsonl.gz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	calls, err := trace.ReadCalls(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, got := replay(t, "testdata/resnet50-eager-beside.jsonl.gz", true)
 	b, err := os.ReadFile("testdata/resnet50-eager-beside-app.json")
 	if err != nil {
 		t.Fatal(err)
@@ -36,12 +29,6 @@ func TestDelimiterReplay(t *testing.T) {
 	if err := json.Unmarshal(b, &app); err != nil {
 		t.Fatal(err)
 	}
-	d := request.NewDelimiter(calls[0].PID, request.DelimiterConfig{})
-	var evs []trace.Event
-	for _, c := range calls {
-		evs = append(evs, c)
-	}
-	got := run(d, evs, ms, calls[len(calls)-1].At+uint64(100*ms))
 	if len(got) < 2 || !d.Learnt() {
 		t.Fatalf("%d requests, gap learnt %v (%v): want the LC's requests, every 20 ms; gaps %+v", len(got), d.Learnt(), d.Gap(), d.Gaps())
 	}
@@ -64,7 +51,7 @@ func TestDelimiterReplay(t *testing.T) {
 			own = append(own, float64(r[1]-r[0]))
 		}
 	}
-	tp, ap := median(traced), median(own)
+	tp, ap := stats.Median(traced), stats.Median(own)
 	if len(traced) < len(own)-2 || tp < 0.9*ap || tp > 1.1*ap {
 		t.Errorf("%d traced requests, p50 %.0f us; the app's %d ending in their span, p50 %.0f us: want as many, within 10%%",
 			len(traced), tp/1e3, len(own), ap/1e3)
@@ -73,12 +60,28 @@ func TestDelimiterReplay(t *testing.T) {
 		len(traced), (got[0].End-got[0].Start)/1e3, tp/1e3, len(own), ap/1e3, tp/ap, d.Gap())
 }
 
-func median(v []float64) float64 {
-	s := slices.Sorted(slices.Values(v))
-	if len(s) == 0 {
-		return 0
+// replay feeds a recording's calls to a fresh Delimiter (their blocks, or none), ticking every
+// millisecond, and returns the Delimiter and what it emitted.
+func replay(t *testing.T, path string, blocks bool) (*request.Delimiter, []request.Request) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return s[len(s)/2]
+	defer f.Close()
+	calls, err := trace.ReadCalls(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []trace.Event
+	for _, c := range calls {
+		if !blocks {
+			c.Blocked = 0
+		}
+		evs = append(evs, c)
+	}
+	d := request.NewDelimiter(calls[0].PID, request.DelimiterConfig{})
+	return d, run(d, evs, ms, calls[len(calls)-1].At+uint64(100*ms))
 }
 
 // TestDelimiterReplayBlocks replays 400 ms of another recorded span of the same LC beside
@@ -88,24 +91,7 @@ func median(v []float64) float64 {
 // run into one.
 func TestDelimiterReplayBlocks(t *testing.T) {
 	for _, blocks := range []bool{true, false} {
-		f, err := os.Open("testdata/resnet50-eager-misread.jsonl.gz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		calls, err := trace.ReadCalls(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var evs []trace.Event
-		for _, c := range calls {
-			if !blocks {
-				c.Blocked = 0
-			}
-			evs = append(evs, c)
-		}
-		d := request.NewDelimiter(calls[0].PID, request.DelimiterConfig{})
-		got := run(d, evs, ms, calls[len(calls)-1].At+uint64(100*ms))
+		_, got := replay(t, "testdata/resnet50-eager-misread.jsonl.gz", blocks)
 		if len(got) < 2 {
 			t.Fatalf("blocks %v: %d requests", blocks, len(got))
 		}
