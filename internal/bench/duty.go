@@ -112,9 +112,7 @@ func splitByDuty(lc *LCResult, period time.Duration) *DutySplit {
 	if len(lat[0]) >= minDutyMedian && len(lat[1]) >= minDutyMedian {
 		d.MedianWithBE, d.MedianAlone = stats.Median(lat[0]), stats.Median(lat[1])
 		d.P50Ratio = d.MedianWithBE / d.MedianAlone
-		if len(tpot[0]) >= minDutyMedian && len(tpot[1]) >= minDutyMedian {
-			d.TPOTRatio = stats.Median(tpot[0]) / stats.Median(tpot[1])
-		}
+		d.TPOTRatio = dutyRatio(tpot[0], tpot[1])
 	}
 	return d
 }
@@ -185,13 +183,18 @@ func armDuty(sr *ScenarioResult) []ArmDuty {
 		lat[i][half] = append(lat[i][half], float64(s.LatencyNs)/1e3)
 	})
 	for i := range out {
-		out[i].WithBE, out[i].Alone = len(lat[i][0]), len(lat[i][1])
-		if out[i].WithBE >= minDutyMedian && out[i].Alone >= minDutyMedian {
-			out[i].P50Ratio = stats.Median(lat[i][0]) / stats.Median(lat[i][1])
-		}
+		out[i].WithBE, out[i].Alone, out[i].P50Ratio = len(lat[i][0]), len(lat[i][1]), dutyRatio(lat[i][0], lat[i][1])
 	}
 	// Arms held only before the measurement, or so briefly that no request started under them, say nothing.
 	return slices.DeleteFunc(out, func(a ArmDuty) bool { return a.WithBE+a.Alone == 0 })
+}
+
+// dutyRatio is the median of with over the median of alone; 0 unless each holds minDutyMedian.
+func dutyRatio(with, alone []float64) float64 {
+	if len(with) < minDutyMedian || len(alone) < minDutyMedian {
+		return 0
+	}
+	return stats.Median(with) / stats.Median(alone)
 }
 
 // dutyIntervals sets the bootstrap interval of every run's duty ratio:

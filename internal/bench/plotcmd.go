@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -58,22 +59,19 @@ var reportCommand = &cli.Command{
 		if err != nil {
 			return err
 		}
+		var md bytes.Buffer
+		if err := WriteMarkdown(&md, res); err != nil {
+			return err
+		}
 		dir := c.String("out")
 		if dir == "" {
-			return WriteMarkdown(c.App.Writer, res)
+			_, err := c.App.Writer.Write(md.Bytes())
+			return err
 		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		f, err := os.Create(filepath.Join(dir, "results.md"))
-		if err != nil {
-			return err
-		}
-		if err := WriteMarkdown(f, res); err != nil {
-			f.Close()
-			return err
-		}
-		return f.Close() // a write the file system refused shows here
+		return os.WriteFile(filepath.Join(dir, "results.md"), md.Bytes(), 0o644)
 	},
 }
 
