@@ -481,29 +481,21 @@ func checkServiceAccountRights(ctx context.Context, t *testing.T, admin kubernet
 	}
 	// The RBAC authorizer reads the role and its binding from caches that follow the writes a
 	// moment later: wait until every right granted shows before judging any.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		pending := ""
+	waitFor(t, "every right granted to the service account", func() (bool, string) {
 		for _, tt := range tests {
 			if !tt.allowed {
 				continue
 			}
 			r, err := review(tt.verb, tt.group, tt.resource, tt.namespace)
 			if err != nil {
-				pending = fmt.Sprintf("%s %s %s: %v", tt.verb, tt.resource, tt.namespace, err)
-				break
+				return false, fmt.Sprintf("%s %s %s: %v", tt.verb, tt.resource, tt.namespace, err)
 			}
 			if !r.Status.Allowed {
-				pending = fmt.Sprintf("%s %s %s: %q", tt.verb, tt.resource, tt.namespace, r.Status.Reason)
-				break
+				return false, fmt.Sprintf("%s %s %s: %q", tt.verb, tt.resource, tt.namespace, r.Status.Reason)
 			}
 		}
-		if pending == "" {
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("after a minute the API server still refuses the service account %s", pending)
-		}
-	}
+		return true, ""
+	})
 	for _, tt := range tests {
 		name := tt.verb + " " + tt.resource
 		if tt.group != "" {
