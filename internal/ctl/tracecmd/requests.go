@@ -161,10 +161,14 @@ type requestAgg struct {
 	failed   int
 }
 
-func (a *requestAgg) add(us uint64, r request.Request) {
+// add counts one request of r, its launches and result once (first).
+func (a *requestAgg) add(us uint64, r request.Request, first bool) {
 	a.hist.Add(float64(us))
 	if len(a.samples) < maxSamples {
 		a.samples = append(a.samples, float64(us))
+	}
+	if !first {
+		return
 	}
 	a.launches += r.Launches
 	if r.Result != 0 {
@@ -210,9 +214,11 @@ func (t *requestsTrace) Event(ev trace.Event) error {
 
 func (t *requestsTrace) request(r request.Request) error {
 	t.comm = r.Comm
+	for i := range r.Count() { // requests that ran back to back, each at their mean
+		t.cur.add(usecs(r.Each()), r, i == 0)
+		t.all.add(usecs(r.Each()), r, i == 0)
+	}
 	us := usecs(r.Latency())
-	t.cur.add(us, r)
-	t.all.add(us, r)
 	if !t.each {
 		return nil
 	}
@@ -228,7 +234,11 @@ func (t *requestsTrace) request(r request.Request) error {
 		t.header = true
 		fmt.Fprintf(t.out.w, "%-10s %-7s %-8s %-8s %-11s %-24s %s\n", "TIME(s)", "KIND", "TID", "LAUNCHES", "LATENCY(us)", "SYNC", "RESULT")
 	}
-	_, err := fmt.Fprintf(t.out.w, "%-10.6f %-7s %-8d %-8d %-11d %-24s %d\n", t.out.seconds(r.End), r.Kind, r.TID, r.Launches, us, r.Sync, r.Result)
+	kind := r.Kind.String()
+	if r.Count() > 1 {
+		kind = fmt.Sprintf("req×%d", r.Count()) // requests run back to back, LATENCY their whole busy period
+	}
+	_, err := fmt.Fprintf(t.out.w, "%-10.6f %-7s %-8d %-8d %-11d %-24s %d\n", t.out.seconds(r.End), kind, r.TID, r.Launches, us, r.Sync, r.Result)
 	return err
 }
 

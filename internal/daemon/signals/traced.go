@@ -143,8 +143,10 @@ func (t *TracedLatency) takeLocked(r request.Request) {
 		}
 		return
 	}
-	if w.nRequests++; len(w.requests) < signal.MaxSamples {
-		w.requests = append(w.requests, r.Latency())
+	for range r.Count() { // requests that ran back to back, each at their mean
+		if w.nRequests++; len(w.requests) < signal.MaxSamples {
+			w.requests = append(w.requests, r.Each())
+		}
 	}
 }
 

@@ -485,3 +485,38 @@ func sameInode(t *testing.T, st os.FileInfo, path string) bool {
 	o, err := os.Stat(path)
 	return err == nil && os.SameFile(st, o)
 }
+
+// TestTracedLatencyBackToBack: requests an LC ran back to back with no
+// quiet gap between them (it fell behind its arrivals) are one busy period;
+// where its requests are one program, the window counts each of them, at
+// their mean, as the app measures each from its start.
+func TestTracedLatencyBackToBack(t *testing.T) {
+	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc"}
+	clock := &tracetest.Clock{Now: uint64(time.Second)}
+	tl := NewTracedLatency()
+	tl.Roll(time.Second, nil) // the window opens
+	tracetest.Spaced(tl.Apply, lc, 8, 10*time.Millisecond, 40*time.Millisecond, clock) // 8 told apart, 3 launches each
+	for _, lat := range []time.Duration{30, 20, 10} {
+		for _, ev := range tracetest.Request(lc, 3, lat*time.Millisecond, clock) { // 10 us after the last: no quiet gap
+			tl.Apply(ev)
+		}
+	}
+	tl.Roll(10*time.Second, nil)
+	s, ok := tl.Latest(100)
+	if !ok || s.Requests != 11 {
+		t.Fatalf("window %+v %v: want 11 requests", s, ok)
+	}
+	got := s.Samples[signal.MetricRequest]
+	slices.Sort(got)
+	// The three: 30+20+10 ms and the 10 us before the second's and the third's first launch, a third each.
+	each := (60*time.Millisecond + 2*10*time.Microsecond) / 3
+	if len(got) != 11 || got[0] != 10*time.Millisecond || got[7] != 10*time.Millisecond {
+		t.Fatalf("samples %v", got)
+	}
+	for _, x := range got[8:] {
+		if x != each {
+			t.Errorf("samples %v: want the last three at %v", got, each)
+			break
+		}
+	}
+}

@@ -153,9 +153,10 @@ type Delimiter struct {
 	// and the period's launches then.
 	steps map[uint32]stepMark
 
-	mode Kind
-	gaps gapHist
-	gap  time.Duration // the learnt gap; 0: not learnt
+	mode  Kind
+	sizes sizes
+	gaps  gapHist
+	gap   time.Duration // the learnt gap; 0: not learnt
 	// sinceLearn counts gaps recorded since the gap was last worked out.
 	sinceLearn int
 }
@@ -281,6 +282,11 @@ func (d *Delimiter) close() (Request, bool) {
 	if wasStep || r.End == 0 {
 		return Request{}, false // measured per step, or served nothing
 	}
+	if r.Requests = d.sizes.count(r.Launches); r.Requests > 1 {
+		return r, true
+	}
+	r.Requests = 0
+	d.sizes.add(r.Launches)
 	return r, true
 }
 

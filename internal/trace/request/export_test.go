@@ -3,3 +3,13 @@ package request
 // DelimiterThreads is how many threads d remembers (inside a synchronize,
 // or with a step mark): bounded by the process's threads.
 func DelimiterThreads(d *Delimiter) int { return max(len(d.syncing), len(d.steps)) }
+
+// SizesCount is how many requests a busy period of launches holds after
+// requests of last launches, each told apart by quiet gaps.
+func SizesCount(last []int, launches int) int {
+	var s sizes
+	for _, l := range last {
+		s.add(l)
+	}
+	return s.count(launches)
+}

@@ -23,6 +23,10 @@ type Request struct {
 	Start    uint64 `json:"start_ns"`
 	First    string `json:"first,omitempty"`
 	Launches int    `json:"launches"`
+	// Requests is how many requests a busy period held, where requests
+	// ran back to back with no quiet gap between them and its launches
+	// are that many of the process's requests (Delimiter); 0: one.
+	Requests int `json:"requests,omitempty"`
 	// SyncEnter is when the last synchronize call began (0 if the tracer
 	// attached during it); End when it returned.
 	SyncEnter uint64 `json:"sync_enter_ns"`

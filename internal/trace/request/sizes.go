@@ -1,0 +1,64 @@
+package request
+
+import (
+	"slices"
+	"time"
+)
+
+// sizeWindow is how many of a process's last requests, each told apart by
+// quiet gaps, show how many launches one request is.
+const sizeWindow = 8
+
+// sizes keeps the launches of a process's last requests that quiet gaps
+// told apart. Requests that arrive while the process is still serving the
+// last run back to back with no quiet gap between them: one busy period.
+// Where the process serves one program (its requests' launches scatter
+// little), such a busy period is as many requests as its launches are
+// multiples of one, and each is counted at the busy period's mean.
+type sizes struct {
+	last [sizeWindow]int
+	n    int // filled
+	next int
+}
+
+func (s *sizes) add(launches int) {
+	s.last[s.next] = launches
+	s.next = (s.next + 1) % sizeWindow
+	s.n = min(s.n+1, sizeWindow)
+}
+
+// count is how many requests a busy period of launches holds: k >= 2
+// where launches lie within k interquartile ranges of k times the median
+// request and k such ranges leave k unambiguous (under half a request);
+// else 1, as for LCs whose requests differ in size (a decode of varying
+// lengths), whose busy periods are never divided.
+func (s *sizes) count(launches int) int {
+	if s.n < sizeWindow {
+		return 1
+	}
+	v := s.last
+	slices.Sort(v[:])
+	m, iqr := v[sizeWindow/2], v[sizeWindow-1-sizeWindow/4]-v[sizeWindow/4]
+	if m <= 0 {
+		return 1
+	}
+	k := (launches + m/2) / m
+	if k < 2 || 2*k*iqr >= m || abs(launches-k*m) > k*iqr {
+		return 1
+	}
+	return k
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// Count is how many of the process's requests r is: 1, or the requests a
+// busy period held that ran back to back (Requests).
+func (r Request) Count() int { return max(r.Requests, 1) }
+
+// Each is the latency of each request r holds: its latency over Count.
+func (r Request) Each() time.Duration { return r.Latency() / time.Duration(r.Count()) }

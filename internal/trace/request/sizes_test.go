@@ -1,0 +1,118 @@
+package request_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/trace/request"
+)
+
+func TestSizesCount(t *testing.T) {
+	llama := []int{33488, 33488, 33488, 33488, 33488, 33488, 33488, 33488}
+	resnet := []int{225, 229, 226, 225, 227, 228, 226, 225}
+	tests := []struct {
+		name     string
+		last     []int
+		launches int
+		want     int
+	}{
+		{"one request", llama, 33488, 1},
+		// Measured (H200): a Llama LC behind its arrivals ran three requests back to back.
+		{"three of one program", llama, 100464, 3},
+		{"a piece of one more (a trace detaching)", llama, 82829, 1},
+		{"fewer requests seen than the window", llama[:7], 100464, 1},
+		{"two requests that scatter by a few launches", resnet, 226 + 228, 2},
+		{"ten of them", resnet, 2265, 10},
+		// 2*k*IQR >= median: the multiple is no longer unambiguous.
+		{"too many to tell from their scatter", resnet, 226 * 60, 1},
+		{"between two multiples", resnet, 226*2 + 100, 1},
+		// A decode of 6-12 steps: its requests' sizes say nothing of a longer busy period.
+		{"requests of varying size", []int{600, 1200, 800, 1000, 700, 1100, 900, 650}, 1800, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := request.SizesCount(tt.last, tt.launches); got != tt.want {
+				t.Errorf("SizesCount(%v, %d) = %d, want %d", tt.last, tt.launches, got, tt.want)
+			}
+		})
+	}
+}
+
+// behind is an LC of one program (steps of 50 launches, a synchronize
+// each) with arrivals every second; requests i in slow take 1.2 s, so the
+// ones after them start as soon as the last is done, 200 us later, with no
+// quiet gap. steps gives request i's steps.
+func behind(n int, slow map[int]bool, steps func(i int) int) *workload {
+	w := newWorkload(21)
+	prev := uint64(0)
+	for i := range n {
+		start := max(1e9+uint64(i)*1000*ms, prev+200*us)
+		t, k := start, steps(i)
+		dur := w.between(600*ms, 900*ms)
+		if slow[i] {
+			dur = 1200 * ms
+		}
+		for s := range k {
+			if s > 0 {
+				t += w.inner(w.between(100*us, 800*us))
+			}
+			_, t = w.step(lcProc, t, 50, 20*us, 40*us, dur/uint64(k)-50*30*us)
+		}
+		w.request(lcProc, start, t, 50*k)
+		prev = t
+	}
+	return w
+}
+
+// TestDelimiterBehind: requests that run back to back for want of a quiet
+// gap are one busy period, counted as the requests its launches make
+// (each at the busy period's mean) where the LC serves one program, and as
+// one where its requests differ in size.
+func TestDelimiterBehind(t *testing.T) {
+	slow := map[int]bool{12: true, 13: true, 20: true, 21: true, 22: true}
+	tests := []struct {
+		name    string
+		steps   func(int) int
+		counted bool
+	}{
+		{"one program", func(int) int { return 8 }, true},
+		{"requests of 6-12 steps", func(i int) int { return 6 + i*5%7 }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := behind(30, slow, tt.steps)
+			d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
+			got := run(d, w.evs, ms, w.want[len(w.want)-1].End+time2ns(time.Second))
+			var together, counted int
+			for _, r := range got {
+				var in []request.Request
+				for _, x := range w.want {
+					if x.Start >= r.Start && x.End <= r.End {
+						in = append(in, x)
+					}
+				}
+				if len(in) == 0 || in[0].Start != r.Start || in[len(in)-1].End != r.End {
+					t.Fatalf("busy period %d-%d holds requests %v: want whole requests", r.Start, r.End, in)
+				}
+				if len(in) > 1 {
+					together++
+				}
+				want := 1
+				if tt.counted {
+					want = len(in)
+				}
+				if r.Count() != want || r.Each() != r.Latency()/time.Duration(want) {
+					t.Errorf("busy period of %d requests (%d launches): count %d, each %v; want %d, each %v",
+						len(in), r.Launches, r.Count(), r.Each(), want, r.Latency()/time.Duration(want))
+				}
+				counted += r.Count()
+			}
+			if together < 2 {
+				t.Fatalf("%d busy periods of several requests: the workload should make 2", together)
+			}
+			if tt.counted && counted != len(w.want) {
+				t.Errorf("%d requests counted, want %d", counted, len(w.want))
+			}
+		})
+	}
+}
