@@ -66,6 +66,9 @@ type TracedLatency struct {
 type tracedWindow struct {
 	requests, steps   []time.Duration
 	nRequests, nSteps int
+	// together is the start of the earliest busy period of requests run
+	// back to back in it (0: none): each of them ended somewhere since.
+	together time.Duration
 }
 
 // processTracer attaches request tracing to one process
@@ -143,6 +146,9 @@ func (t *TracedLatency) takeLocked(r request.Request) {
 		}
 		return
 	}
+	if r.Count() > 1 && (w.together == 0 || time.Duration(r.Start) < w.together) {
+		w.together = time.Duration(r.Start)
+	}
 	for range r.Count() { // requests that ran back to back, each at their mean
 		if w.nRequests++; len(w.requests) < signal.MaxSamples {
 			w.requests = append(w.requests, r.Each())
@@ -202,6 +208,9 @@ func (t *TracedLatency) sampleLocked(pid int, w *tracedWindow, now time.Duration
 		Quantiles: map[string]time.Duration{}, Samples: map[string][]time.Duration{}}
 	d := t.delims[pid]
 	s.LagBefore = t.gaps[pid] // where the last window's span ended, so that spans abut
+	if w.together > 0 {
+		s.LagBefore = max(s.LagBefore, t.start-w.together) // requests run back to back ended anywhere in their busy period
+	}
 	if d != nil && d.Mode() == request.KindRequest {
 		s.Lag = d.Gap() // a request is counted once quiet for its gap; a step as it ends
 	}
