@@ -494,9 +494,9 @@ func TestTracedLatencyBackToBack(t *testing.T) {
 	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc"}
 	clock := &tracetest.Clock{Now: uint64(time.Second)}
 	tl := NewTracedLatency()
-	tl.Roll(time.Second, nil) // the window opens
+	tl.Roll(time.Second, nil)                                                          // the window opens
 	tracetest.Spaced(tl.Apply, lc, 8, 10*time.Millisecond, 40*time.Millisecond, clock) // 8 told apart, 3 launches each
-	begun := time.Duration(clock.Now) + 10*time.Microsecond // the busy period's first launch
+	begun := time.Duration(clock.Now) + 10*time.Microsecond                            // the busy period's first launch
 	for i, lat := range []time.Duration{30, 20, 10} {
 		if i == 2 {
 			tl.Roll(time.Duration(clock.Now), nil) // a window ends inside the busy period
