@@ -387,7 +387,8 @@ func (c *Controller) atLimit(d *Decision) {
 			missedAlone = true
 		}
 	}
-	if i := slices.IndexFunc(keys, func(k string) bool { return c.acc[k].ref > 0 }); i >= 0 && !missedAlone { // else what one switch per request costs an LC alone
+	// Else what one switch per request costs an LC alone, where it fills the room its objective leaves.
+	if i := slices.IndexFunc(keys, func(k string) bool { m := c.acc[k]; return m.ref > 0 && m.Target-m.ref <= switchCost }); i >= 0 && !missedAlone {
 		ref := c.acc[keys[i]].ref
 		d.Bound += fmt.Sprintf("; one BE-to-LC switch (~%v) per request is %.0f%% of this LC's %v alone, which no timeslice removes (pre-preemption hints would)",
 			switchCost, 100*float64(switchCost)/float64(ref), ref.Round(time.Microsecond))

@@ -261,6 +261,22 @@ func TestBoundNamedWhenNothingMeets(t *testing.T) {
 	}
 }
 
+// TestBoundLeavesOutASwitchThatFits: where one switch per request is far less than the room the
+// objective leaves above the LC alone (a 200 ms request, 10% of it), the switch is not named as
+// what stands in the way.
+func TestBoundLeavesOutASwitchThatFits(t *testing.T) {
+	w := Workload{Name: "slow", Baseline: 200 * time.Millisecond, Noise: 0.02, Requests: 20,
+		Points: []Point{{time.Microsecond, 1.2, 0.7, false}, {3 * time.Millisecond, 2, 0.95, false}}}
+	c := newController(t, Options{NoPause: true})
+	g := NewSimGPU(6)
+	g.Standalone = true
+	ds := play(c, g, w, mustObjective(t, "p50<=1.10x"), 200, nil)
+	last := ds[len(ds)-1]
+	if last.Cause != CauseAtLimit || strings.Contains(last.Bound, "switch") {
+		t.Fatalf("cause %q bound %q: want at_limit, no switch named", last.Cause, last.Bound)
+	}
+}
+
 // TestBoundNamesAnAbsoluteMissedAlone: an LC that runs over its absolute bound even alone (seen
 // while BE idles of its own accord) is at the limit, and the bound says so; BE is never stopped
 // to learn it.
