@@ -279,15 +279,15 @@ func writeDaemonView(b *strings.Builder, res *Results) {
 	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return len(sr.Daemon) > 0 }) {
 		return
 	}
-	fmt.Fprintf(b, "\ngpreemptd's view of each LC (GET /v1/status every --slo-poll): its latency source and the p50 of its windows that lie inside the measurement (and inside BE's working halves under a duty), each weighted by its samples, beside the same taken of the app's own latencies of its requests that ended in those windows (each window's p50 as the daemon takes one: the lower of two middle values), over the windows in which the app ended a request; they agree within ±%.0f%%:\n\n", 100*daemonAgreement)
+	fmt.Fprintf(b, "\ngpreemptd's view of each LC (GET /v1/status every --slo-poll): its latency source and the p50 of its windows that lie inside the measurement (and inside BE's working halves under a duty), each weighted by its samples, beside the same taken of the app's own latencies of its requests that ended in those windows (each window's p50 as the daemon takes one: the lower of two middle values), over the windows in which the app ended a request; they agree within ±%.0f%%. For a relative objective, the reference gpreemptd judged the LC against (its target over the factor, the median of the measurement's reads) beside the app's own p50 while BE idled over the measurement:\n\n", 100*daemonAgreement)
 	b.WriteString("| scenario | repetitions | daemon p50 / app p50: median [min–max] | repetitions that agree |\n|---|---:|---:|---:|\n")
 	for _, s := range res.Summaries {
 		if s.DaemonP50 != nil {
 			fmt.Fprintf(b, "| %s | %d | %s | %d of %d |\n", s.Name, len(s.DaemonP50.PerRep), spreadCell(s.DaemonP50, "x"), s.DaemonAgrees, s.Reps-s.Failed)
 		}
 	}
-	b.WriteString("\n| scenario | rep | LC | source | metric | windows | daemon p50 (us, samples) | app p50 (us, requests) | daemon / app | first sample / measurement | BE stopped, most of a minute |\n")
-	b.WriteString("|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\n| scenario | rep | LC | source | metric | windows | daemon p50 (us, samples) | app p50 (us, requests) | daemon / app | reference / app alone (us) | first sample / measurement | BE stopped, most of a minute |\n")
+	b.WriteString("|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, sr := range res.Scenarios {
 		for _, v := range sr.Daemon {
 			src := cmp.Or(v.Source, "–")
@@ -315,8 +315,12 @@ func writeDaemonView(b *strings.Builder, res *Results) {
 				return map[bool]string{true: fmt.Sprintf("+%.1f s", s), false: "never"}[s >= 0]
 			}
 			first := at(v.FirstSampleS) + " / " + at(v.FirstMeasuredS)
-			fmt.Fprintf(b, "| %s | %d | %s (pid %d) | %s | %s | %d | %s | %s | %s | %s | %.1f%% |\n",
-				sr.Name, repOf(sr), v.Label, v.PID, src, v.Metric, v.Windows, dp, ap, ratio, first, 100*sr.BEStoppedMost)
+			ref := "–" // gpreemptd's reference against the app's own p50 while BE idled
+			if v.ReferenceRatio > 0 {
+				ref = fmt.Sprintf("%.0f / %.0f = %.2fx", v.ReferenceUs, v.AppAloneUs, v.ReferenceRatio)
+			}
+			fmt.Fprintf(b, "| %s | %d | %s (pid %d) | %s | %s | %d | %s | %s | %s | %s | %s | %.1f%% |\n",
+				sr.Name, repOf(sr), v.Label, v.PID, src, v.Metric, v.Windows, dp, ap, ratio, ref, first, 100*sr.BEStoppedMost)
 		}
 	}
 }

@@ -73,6 +73,9 @@ type SLOLCSample struct {
 	Samples   int     `json:"samples,omitempty"`
 	P50Us     float64 `json:"p50_us,omitempty"`
 	LatencyUs float64 `json:"latency_us,omitempty"`
+	// TargetUs is what the objective allows (api.SLOLC's: a relative
+	// objective's reference times its factor; 0: not known yet).
+	TargetUs float64 `json:"target_us,omitempty"`
 	// FromMonoNs and ToMonoNs are the span (from, to] the window's samples
 	// ended in (api.SLOLC's; 0: a daemon that does not say).
 	FromMonoNs int64 `json:"from_mono_ns,omitempty"`
@@ -106,7 +109,7 @@ func parseSLOStatus(b []byte) (SLOSample, error) {
 	}
 	for _, l := range st.LC {
 		s.LC = append(s.LC, SLOLCSample{PID: l.PID, Objective: l.Objective, Source: l.Source, Samples: l.Samples, P50Us: l.P50Us, LatencyUs: l.LatencyUs,
-			FromMonoNs: l.FromMonoNs, ToMonoNs: l.ToMonoNs})
+			TargetUs: l.TargetUs, FromMonoNs: l.FromMonoNs, ToMonoNs: l.ToMonoNs})
 	}
 	return s, nil
 }

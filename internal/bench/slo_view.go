@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/slo/objective"
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
@@ -57,6 +58,15 @@ type DaemonView struct {
 	// accumulated, and a relative objective's reference known); -1: none.
 	FirstSampleS   float64 `json:"first_sample_s"`
 	FirstMeasuredS float64 `json:"first_measured_s"`
+	// ReferenceUs is, for a relative objective, the median over the
+	// measurement's status reads of the LC alone as gpreemptd judged it
+	// (its target over the objective's factor); AppAloneUs the app's p50
+	// of its requests while BE idled (a duty's idle halves) over the same
+	// span; ReferenceRatio the first over the second: the other number
+	// gpreemptd steers by, against the truth.
+	ReferenceUs    float64 `json:"reference_us,omitempty"`
+	AppAloneUs     float64 `json:"app_alone_us,omitempty"`
+	ReferenceRatio float64 `json:"reference_ratio,omitempty"`
 }
 
 // daemonWindow is one of the daemon's windows of one LC: its span
@@ -178,6 +188,10 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 				kept = append(kept, w)
 			}
 		}
+		v.ReferenceUs, v.AppAloneUs = referenceOver(sr, l.lc, metric)
+		if v.ReferenceUs > 0 && v.AppAloneUs > 0 {
+			v.ReferenceRatio = v.ReferenceUs / v.AppAloneUs
+		}
 		v.Windows = len(kept)
 		if len(kept) > 0 {
 			v.Sources = map[string]int{}
@@ -210,6 +224,38 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 		out = append(out, v)
 	}
 	return out
+}
+
+// referenceOver is the LC alone as gpreemptd judged it over sr's measurement (the median of its
+// status reads' target over the objective's factor; 0: an absolute objective, or none known), and
+// the app's p50 of the metric over its requests in BE's idle halves of the measurement (0: no
+// duty, or none).
+func referenceOver(sr *ScenarioResult, lc *LCResult, metric string) (ref, alone float64) {
+	var refs, own []float64
+	for _, s := range sr.SLO {
+		i := slices.IndexFunc(s.LC, func(l SLOLCSample) bool { return l.PID == lc.PID })
+		if i < 0 || s.MonoNs < sr.WindowStartMonoNs || s.MonoNs > sr.WindowEndMonoNs || s.LC[i].TargetUs <= 0 {
+			continue
+		}
+		if o, err := objective.Parse(s.LC[i].Objective); err == nil && o.Relative() && o.Inflation > 0 {
+			refs = append(refs, s.LC[i].TargetUs/o.Inflation)
+		}
+	}
+	if sr.BEDuty > 0 {
+		eachHalf(lc, sr.BEDuty, func(s LCSample, start int64, half int) {
+			v := map[string]int64{"latency": s.LatencyNs, "tpot": s.TPOTNs, "ttft": s.TTFTNs}[metric]
+			if half == 1 && v > 0 && start >= sr.WindowStartMonoNs && start <= sr.WindowEndMonoNs {
+				own = append(own, float64(v)/1e3)
+			}
+		})
+	}
+	if len(refs) > 0 {
+		ref = stats.Median(refs)
+	}
+	if len(own) > 0 {
+		alone = stats.Median(own)
+	}
+	return ref, alone
 }
 
 // appOver is the app's metric of lc's requests that ended inside each of ws (start, end]: its

@@ -365,3 +365,36 @@ func selfComparisonRun() *Results {
 	}
 	return res
 }
+
+// TestDaemonViewsReference: gpreemptd's reference (its target over the objective's factor, over
+// the measurement's reads) beside the app's own p50 while BE idled: the LC slowed from 200 to 230
+// ms alone while gpreemptd's reference stayed at 200 ms.
+func TestDaemonViewsReference(t *testing.T) {
+	const s = int64(time.Second)
+	lc := &LCResult{PID: 7}
+	for i := range 80 { // one a second from 100 s; BE idles in [4, 8) s of every 8 s
+		lat := 200 * time.Millisecond
+		if i >= 40 {
+			lat = 230 * time.Millisecond
+		}
+		lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: 100*s + int64(i)*s + s/2, LatencyNs: int64(lat)})
+	}
+	sr := &ScenarioResult{Name: "slo:x", LC: lc, BEDuty: 8 * time.Second, WindowStartMonoNs: 140 * s, WindowEndMonoNs: 180 * s}
+	for i := int64(90); i < 185; i++ {
+		target := 220_000.0 // 200 ms alone, p50<=1.10x
+		if i < 140 {
+			target = 0 // before the measurement: not counted
+		}
+		sr.SLO = append(sr.SLO, SLOSample{MonoNs: i * s, LC: []SLOLCSample{{PID: 7, Objective: "p50<=1.10x", TargetUs: target}}})
+	}
+	v := daemonViews(sr, time.Second)[0]
+	if math.Abs(v.ReferenceUs-200_000) > 1e-6 || v.AppAloneUs != 230_000 || math.Abs(v.ReferenceRatio-200.0/230) > 1e-9 {
+		t.Errorf("reference %v us, app alone %v us, %.3fx: want 200000, 230000, 0.870x", v.ReferenceUs, v.AppAloneUs, v.ReferenceRatio)
+	}
+	for i := range sr.SLO { // an absolute objective has no reference
+		sr.SLO[i].LC[0].Objective = "p50<=300ms"
+	}
+	if v := daemonViews(sr, time.Second)[0]; v.ReferenceUs != 0 || v.ReferenceRatio != 0 {
+		t.Errorf("an absolute objective: reference %v us, ratio %v", v.ReferenceUs, v.ReferenceRatio)
+	}
+}
