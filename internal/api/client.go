@@ -511,7 +511,8 @@ type SLOLC struct {
 	// time later). Traced-step: the window. Traced-request: the window
 	// less the process's quiet gap at each end, as a request ends at its
 	// last synchronize's return and is counted once the process has been
-	// quiet that long.
+	// quiet that long; from the busy period's start where the window holds
+	// requests run back to back, which ended anywhere in it.
 	FromMonoNs int64 `json:"from_mono_ns,omitempty"`
 	ToMonoNs   int64 `json:"to_mono_ns,omitempty"`
 	// Signal says where the latency came from, or why there is none.
