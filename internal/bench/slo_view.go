@@ -184,7 +184,9 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 		v := DaemonView{Label: l.label, PID: l.lc.PID, Metric: metric, FirstSampleS: since(first), FirstMeasuredS: since(measured)}
 		var kept []daemonWindow
 		for _, w := range ws {
-			if w.start >= sr.WindowStartMonoNs && w.end <= sr.WindowEndMonoNs && inWorkingHalf(w.start, w.end, sr.BEDuty) {
+			// By its own window: a traced one spans from a busy period's start where it holds requests run back to back.
+			own := max(w.start, w.end-int64(window))
+			if own >= sr.WindowStartMonoNs && w.end <= sr.WindowEndMonoNs && inWorkingHalf(own, w.end, sr.BEDuty) {
 				kept = append(kept, w)
 			}
 		}
@@ -260,14 +262,16 @@ func referenceOver(sr *ScenarioResult, lc *LCResult, metric string) (ref, alone 
 
 // appOver is the app's metric of lc's requests that ended inside each of ws (start, end]: its
 // request latency, or its TTFT or mean TPOT. A request ends at its start (when due, or when the
-// one before ended) plus its preparation and latency.
+// one before ended) plus its preparation and latency. Where spans overlap (a traced window
+// holding requests run back to back reaches back to their busy period's start), a request is the
+// later window's: the earlier did not count it.
 func appOver(lc *LCResult, ws []daemonWindow, metric string) [][]stats.Weighted {
 	out := make([][]stats.Weighted, len(ws))
 	prevEnd := int64(math.MinInt64)
 	for _, s := range lc.Samples {
 		end := max(s.ArrivalMonoNs, prevEnd) + s.PrepNs + s.LatencyNs
 		prevEnd = end
-		i := slices.IndexFunc(ws, func(w daemonWindow) bool { return end > w.start && end <= w.end })
+		i := lastIndexFunc(ws, func(w daemonWindow) bool { return end > w.start && end <= w.end })
 		v := s.LatencyNs
 		switch metric {
 		case "tpot":
@@ -334,4 +338,14 @@ func beStoppedMost(ss []SLOSample) float64 {
 		most = max(most, float64(stopped)/float64(span))
 	}
 	return most
+}
+
+// lastIndexFunc is the last i with f(ws[i]); -1: none.
+func lastIndexFunc(ws []daemonWindow, f func(daemonWindow) bool) int {
+	for i := len(ws) - 1; i >= 0; i-- {
+		if f(ws[i]) {
+			return i
+		}
+	}
+	return -1
 }

@@ -398,3 +398,18 @@ func TestDaemonViewsReference(t *testing.T) {
 		t.Errorf("an absolute objective: reference %v us, ratio %v", v.ReferenceUs, v.ReferenceRatio)
 	}
 }
+
+// TestAppOverOverlappingSpans: a traced window holding requests run back to back spans from their
+// busy period's start, over the window before; the app's requests that ended there are the later
+// window's, which counted them.
+func TestAppOverOverlappingSpans(t *testing.T) {
+	ws := []daemonWindow{{start: 0, end: 1000}, {start: 500, end: 2000}}
+	lc := &LCResult{}
+	for _, end := range []int64{300, 600, 900, 1900} {
+		lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: end - 100, LatencyNs: 100})
+	}
+	got := appOver(lc, ws, "latency")
+	if len(got[0]) != 1 || len(got[1]) != 3 {
+		t.Errorf("requests per window %d, %d: want 1, 3", len(got[0]), len(got[1]))
+	}
+}

@@ -47,7 +47,8 @@ type Latency struct {
 	Seq     uint64 // numbers a process's samples, so one is used once
 	// Lag is how long after its end a sample is counted as the window ended, LagBefore as it began:
 	// a traced request's, its process's quiet gap then (its end is known once the process has been
-	// quiet that long); a traced window's LagBefore is the window before's Lag; 0 for the others.
+	// quiet that long); a traced window's LagBefore is the window before's Lag, or more where it
+	// holds requests run back to back (back to their busy period's start); 0 for the others.
 	Lag, LagBefore time.Duration
 }
 

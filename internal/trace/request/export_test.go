@@ -5,7 +5,7 @@ package request
 func DelimiterThreads(d *Delimiter) int { return max(len(d.syncing), len(d.steps)) }
 
 // SizesCount is how many requests a busy period of launches holds after
-// requests of last launches, each told apart by quiet gaps.
+// requests of last launches, each told apart by quiet gaps (in order).
 func SizesCount(last []int, launches int) int {
 	var s sizes
 	for _, l := range last {

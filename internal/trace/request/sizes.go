@@ -12,38 +12,52 @@ const sizeWindow = 8
 // sizes keeps the launches of a process's last requests that quiet gaps
 // told apart. Requests that arrive while the process is still serving the
 // last run back to back with no quiet gap between them: one busy period.
-// Where the process serves one program (its requests' launches scatter
-// little), such a busy period is as many requests as its launches are
-// multiples of one, and each is counted at the busy period's mean.
+// Where the process serves one program (every request told apart is of one
+// size, give or take its scatter), such a busy period is as many requests
+// as its launches are multiples of one, and each is counted at the busy
+// period's mean.
 type sizes struct {
 	last [sizeWindow]int
 	n    int // filled
 	next int
+	// varies: a request told apart was half a request or more off the
+	// median: its requests differ in size, and a busy period of k times the
+	// median may be one request; none is divided from then on.
+	varies bool
 }
 
 func (s *sizes) add(launches int) {
+	if m, _, ok := s.program(); ok && 2*abs(launches-m) >= m {
+		s.varies = true
+	}
 	s.last[s.next] = launches
 	s.next = (s.next + 1) % sizeWindow
 	s.n = min(s.n+1, sizeWindow)
 }
 
-// count is how many requests a busy period of launches holds: k >= 2
-// where launches lie within k interquartile ranges of k times the median
-// request and k such ranges leave k unambiguous (under half a request);
-// else 1, as for LCs whose requests differ in size (a decode of varying
-// lengths), whose busy periods are never divided.
-func (s *sizes) count(launches int) int {
+// program is the median request of the window and the range of all of
+// them; ok once the window is full.
+func (s *sizes) program() (m, spread int, ok bool) {
 	if s.n < sizeWindow {
-		return 1
+		return 0, 0, false
 	}
 	v := s.last
 	slices.Sort(v[:])
-	m, iqr := v[sizeWindow/2], v[sizeWindow-1-sizeWindow/4]-v[sizeWindow/4]
-	if m <= 0 {
+	return v[sizeWindow/2], v[sizeWindow-1] - v[0], v[sizeWindow/2] > 0
+}
+
+// count is how many requests a busy period of launches holds: k >= 2
+// where launches lie within k ranges of the last requests of k times their
+// median, and k ranges leave k unambiguous (under half a request); else 1,
+// as for a process whose requests differ in size (a decode of varying
+// lengths), whose busy periods are never divided.
+func (s *sizes) count(launches int) int {
+	m, spread, ok := s.program()
+	if !ok || s.varies {
 		return 1
 	}
 	k := (launches + m/2) / m
-	if k < 2 || 2*k*iqr >= m || abs(launches-k*m) > k*iqr {
+	if k < 2 || 2*k*spread >= m || abs(launches-k*m) > k*spread {
 		return 1
 	}
 	return k

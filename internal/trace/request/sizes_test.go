@@ -1,6 +1,7 @@
 package request_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -28,6 +29,13 @@ func TestSizesCount(t *testing.T) {
 		{"between two multiples", resnet, 226*2 + 100, 1},
 		// A decode of 6-12 steps: its requests' sizes say nothing of a longer busy period.
 		{"requests of varying size", []int{600, 1200, 800, 1000, 700, 1100, 900, 650}, 1800, 1},
+		{"two sizes in the window", []int{100, 200, 100, 100, 200, 100, 100, 100}, 200, 1},
+		// One request told apart at twice the others: the process's requests differ in size,
+		// and none is divided from then on, though the window holds one size again.
+		{"a double request seen once", append(slices.Repeat([]int{100}, 8), append([]int{200}, slices.Repeat([]int{100}, 8)...)...), 200, 1},
+		// What launches cannot tell: a request twice the size of the 8 before it, never seen
+		// told apart, reads as two (docs/TRACING.md).
+		{"a double request never seen", slices.Repeat([]int{100}, 8), 200, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
