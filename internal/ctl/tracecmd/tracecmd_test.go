@@ -94,6 +94,22 @@ func requestSession() []trace.Event {
 	return evs
 }
 
+// behindSession is requestSession's LC told apart eight times, then
+// behind its arrivals: three requests back to back, one busy period of
+// three requests' launches, counted as three (req×3).
+func behindSession() []trace.Event {
+	clock := tracetest.Clock{Now: traceStart}
+	var evs []trace.Event
+	for range 8 {
+		evs = append(evs, tracetest.Request(lcServer, 3, 40*time.Microsecond, &clock)...)
+		clock.Now += uint64(30 * time.Millisecond)
+	}
+	for _, us := range []int{90, 60, 30} {
+		evs = append(evs, tracetest.Request(lcServer, 3, time.Duration(us)*time.Microsecond, &clock)...)
+	}
+	return evs
+}
+
 // hintSession is `trace hints`: hinted requests (one with a residency
 // stamp), one cancelled.
 func hintSession() []trace.Event {
@@ -172,6 +188,7 @@ func TestTraceGolden(t *testing.T) {
 		{"requests", requestSession(), []string{"requests", "--pid", "4343", "--each"}},
 		{"requests-interval", withTicks(requestSession(), 20), []string{"requests", "--pid", "4343", "--interval", "1s"}},
 		{"requests-json", requestSession(), []string{"requests", "--pid", "4343", "--json"}},
+		{"requests-behind", behindSession(), []string{"requests", "--pid", "4343", "--each"}},
 		{"hints", hintSession(), []string{"hints", "--pid", "4343"}},
 		{"hints-json", hintSession(), []string{"hints", "--pid", "4343", "--json"}},
 		{"hints-nopid", hintSession(), []string{"hints"}},
