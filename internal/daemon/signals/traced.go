@@ -37,9 +37,11 @@ type TracedLatency struct {
 	delims map[int]*request.Delimiter
 	cur    map[int]*tracedWindow  // this window's requests and steps by pid
 	last   map[int]signal.Latency // the last closed window's
-	start  time.Duration          // when this window began (the loop's clock; -1: not yet)
-	gaps   map[int]time.Duration  // each process's quiet gap as this window began
-	seq    uint64
+	// together is, per process, how many of its last window's requests ran back to back.
+	together map[int]int
+	start    time.Duration         // when this window began (the loop's clock; -1: not yet)
+	gaps     map[int]time.Duration // each process's quiet gap as this window began
+	seq      uint64
 	// Ceiling is the quiet gap until a process's own is learnt, and the
 	// most it may be (default: the policy's default gate idle).
 	Ceiling time.Duration
@@ -67,8 +69,10 @@ type tracedWindow struct {
 	requests, steps   []time.Duration
 	nRequests, nSteps int
 	// together is the start of the earliest busy period of requests run
-	// back to back in it (0: none): each of them ended somewhere since.
-	together time.Duration
+	// back to back in it (0: none): each of them ended somewhere since;
+	// nTogether how many requests such busy periods held.
+	together  time.Duration
+	nTogether int
 }
 
 // processTracer attaches request tracing to one process
@@ -89,7 +93,7 @@ type tracedProc struct {
 // NewTracedLatency returns a source with no window yet.
 func NewTracedLatency() *TracedLatency {
 	return &TracedLatency{delims: map[int]*request.Delimiter{}, cur: map[int]*tracedWindow{},
-		last: map[int]signal.Latency{}, start: -1, gaps: map[int]time.Duration{}, Ceiling: policy.DefaultGateIdle}
+		last: map[int]signal.Latency{}, together: map[int]int{}, start: -1, gaps: map[int]time.Duration{}, Ceiling: policy.DefaultGateIdle}
 }
 
 // Apply folds one tracer event in.
@@ -100,6 +104,7 @@ func (t *TracedLatency) Apply(ev trace.Event) {
 		delete(t.delims, int(x.PID))
 		delete(t.cur, int(x.PID))
 		delete(t.last, int(x.PID))
+		delete(t.together, int(x.PID))
 		return
 	}
 	c, ok := ev.(*trace.Call)
@@ -146,8 +151,11 @@ func (t *TracedLatency) takeLocked(r request.Request) {
 		}
 		return
 	}
-	if r.Count() > 1 && (w.together == 0 || time.Duration(r.Start) < w.together) {
-		w.together = time.Duration(r.Start)
+	if r.Count() > 1 {
+		w.nTogether += r.Count()
+		if w.together == 0 || time.Duration(r.Start) < w.together {
+			w.together = time.Duration(r.Start)
+		}
 	}
 	for range r.Count() { // requests that ran back to back, each at their mean
 		if w.nRequests++; len(w.requests) < signal.MaxSamples {
@@ -187,13 +195,14 @@ func (t *TracedLatency) Roll(now time.Duration, lcs []policy.ProcRef) {
 	}
 	for pid, w := range t.cur {
 		t.seq++
-		t.last[pid] = t.sampleLocked(pid, w, now)
+		t.last[pid], t.together[pid] = t.sampleLocked(pid, w, now), w.nTogether
 	}
 	// The loop reads a window up to two windows old; older ones are of
 	// processes that stopped or went (the uprobes report no exits).
 	for pid, s := range t.last {
 		if now-s.At > lastKept*(now-t.start) {
 			delete(t.last, pid)
+			delete(t.together, pid)
 		}
 	}
 	clear(t.cur)
@@ -290,6 +299,7 @@ func (t *TracedLatency) track(pid int, at time.Duration) {
 	if at < 0 {
 		delete(t.since, pid)
 		delete(t.last, pid)
+		delete(t.together, pid)
 		return
 	}
 	t.since[pid] = at
@@ -333,6 +343,9 @@ type TracedLC struct {
 	// their median.
 	Samples int     `json:"samples"`
 	P50Us   float64 `json:"p50_us"`
+	// Together is how many of those requests ran back to back, with no
+	// quiet gap between them, each counted at its busy period's mean.
+	Together int `json:"together,omitempty"`
 }
 
 // Status is each traced process as request tracing sees it, by pid.
@@ -344,7 +357,7 @@ func (t *TracedLatency) Status() []TracedLC {
 		lc := TracedLC{PID: pid, Mode: d.Mode().String(), QuietGapUs: float64(d.Gap()) / 1e3, Learnt: d.Learnt()}
 		if s, ok := t.last[pid]; ok {
 			lc.Source = s.Source
-			lc.Samples, lc.P50Us = s.Requests, float64(s.Quantiles["p50"])/1e3
+			lc.Samples, lc.P50Us, lc.Together = s.Requests, float64(s.Quantiles["p50"])/1e3, t.together[pid]
 			if s.Source == signal.TracedStep {
 				lc.Samples, lc.P50Us = s.Tokens, float64(s.Quantiles[signal.MetricTPOT+"_p50"])/1e3
 			}
