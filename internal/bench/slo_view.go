@@ -182,15 +182,15 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 			return float64(sr.SLO[i].MonoNs-sr.SLO[0].MonoNs) / 1e9
 		}
 		v := DaemonView{Label: l.label, PID: l.lc.PID, Metric: metric, FirstSampleS: since(first), FirstMeasuredS: since(measured)}
-		var kept []daemonWindow
-		for _, w := range ws {
+		var kept []int
+		for i, w := range ws {
 			// By its own window: a traced one spans from a busy period's start where it holds requests run back to back.
 			own := max(w.start, w.end-int64(window))
 			if own >= sr.WindowStartMonoNs && w.end <= sr.WindowEndMonoNs && inWorkingHalf(own, w.end, sr.BEDuty) {
-				kept = append(kept, w)
+				kept = append(kept, i)
 			}
 		}
-		v.ReferenceUs, v.AppAloneUs = referenceOver(sr, l.lc, metric)
+		v.ReferenceUs, v.AppAloneUs = referenceOver(sr, l.lc)
 		if v.ReferenceUs > 0 && v.AppAloneUs > 0 {
 			v.ReferenceRatio = v.ReferenceUs / v.AppAloneUs
 		}
@@ -202,8 +202,9 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 			// weighted by samples and by requests. A pooled median of the app's requests is
 			// another statistic, far off where a window holds a request or two.
 			var dv, dw, av, aw []float64
-			for i, app := range appOver(l.lc, kept, metric) {
-				w := kept[i]
+			apps := appOver(l.lc, ws, metric) // over every window: where spans overlap, a request is the later one's, kept or not
+			for _, i := range kept {
+				w, app := ws[i], apps[i]
 				v.Sources[cmp.Or(w.source, "unnamed")]++
 				v.DaemonSamples += w.samples
 				v.AppRequests += len(app)
@@ -228,36 +229,45 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 	return out
 }
 
-// referenceOver is the LC alone as gpreemptd judged it over sr's measurement (the median of its
-// status reads' target over the objective's factor; 0: an absolute objective, or none known), and
-// the app's p50 of the metric over its requests in BE's idle halves of the measurement (0: no
-// duty, or none).
-func referenceOver(sr *ScenarioResult, lc *LCResult, metric string) (ref, alone float64) {
+// referenceOver is, for lc's first relative objective, the LC alone as gpreemptd judged it over
+// sr's measurement (the median of its status reads' target over the objective's factor; 0: no
+// relative objective, or none known), and the app's own value at the objective's quantile of its
+// metric over its requests in BE's idle halves of the measurement (0: no duty, or none).
+func referenceOver(sr *ScenarioResult, lc *LCResult) (ref, alone float64) {
 	var refs, own []float64
+	var obj *objective.Objective
 	for _, s := range sr.SLO {
-		i := slices.IndexFunc(s.LC, func(l SLOLCSample) bool { return l.PID == lc.PID })
-		if i < 0 || s.MonoNs < sr.WindowStartMonoNs || s.MonoNs > sr.WindowEndMonoNs || s.LC[i].TargetUs <= 0 {
+		if s.MonoNs < sr.WindowStartMonoNs || s.MonoNs > sr.WindowEndMonoNs {
 			continue
 		}
-		if o, err := objective.Parse(s.LC[i].Objective); err == nil && o.Relative() && o.Inflation > 0 {
-			refs = append(refs, s.LC[i].TargetUs/o.Inflation)
+		for _, l := range s.LC {
+			o, err := objective.Parse(l.Objective)
+			if l.PID != lc.PID || err != nil || !o.Relative() || o.Inflation <= 0 || obj != nil && o != *obj {
+				continue
+			}
+			if obj == nil {
+				obj = &o
+			}
+			if l.TargetUs > 0 {
+				refs = append(refs, l.TargetUs/o.Inflation)
+			}
 		}
+	}
+	if obj == nil || len(refs) == 0 {
+		return 0, 0
 	}
 	if sr.BEDuty > 0 {
 		eachHalf(lc, sr.BEDuty, func(s LCSample, start int64, half int) {
-			v := map[string]int64{"latency": s.LatencyNs, "tpot": s.TPOTNs, "ttft": s.TTFTNs}[metric]
+			v := map[string]int64{"": s.LatencyNs, "tpot": s.TPOTNs, "ttft": s.TTFTNs}[obj.Metric]
 			if half == 1 && v > 0 && start >= sr.WindowStartMonoNs && start <= sr.WindowEndMonoNs {
 				own = append(own, float64(v)/1e3)
 			}
 		})
 	}
-	if len(refs) > 0 {
-		ref = stats.Median(refs)
-	}
 	if len(own) > 0 {
-		alone = stats.Median(own)
+		alone = stats.Percentile(own, 100*obj.Quantile)
 	}
-	return ref, alone
+	return stats.Median(refs), alone
 }
 
 // appOver is the app's metric of lc's requests that ended inside each of ws (start, end]: its

@@ -367,8 +367,9 @@ func selfComparisonRun() *Results {
 }
 
 // TestDaemonViewsReference: gpreemptd's reference (its target over the objective's factor, over
-// the measurement's reads) beside the app's own p50 while BE idled: the LC slowed from 200 to 230
-// ms alone while gpreemptd's reference stayed at 200 ms.
+// the measurement's reads) beside the app's own value while BE idled: the LC slowed from 200 to
+// 230 ms alone while gpreemptd's reference stayed at 200 ms. Reads before the measurement (a
+// reference of 176 ms) are not counted; of an LC's rows, its first relative objective's.
 func TestDaemonViewsReference(t *testing.T) {
 	const s = int64(time.Second)
 	lc := &LCResult{PID: 7}
@@ -383,19 +384,36 @@ func TestDaemonViewsReference(t *testing.T) {
 	for i := int64(90); i < 185; i++ {
 		target := 220_000.0 // 200 ms alone, p50<=1.10x
 		if i < 140 {
-			target = 0 // before the measurement: not counted
+			target = 193_600 // 176 ms alone, before the measurement
 		}
-		sr.SLO = append(sr.SLO, SLOSample{MonoNs: i * s, LC: []SLOLCSample{{PID: 7, Objective: "p50<=1.10x", TargetUs: target}}})
+		sr.SLO = append(sr.SLO, SLOSample{MonoNs: i * s, LC: []SLOLCSample{
+			{PID: 7, Objective: "p50<=300ms", TargetUs: 300_000}, {PID: 7, Objective: "p50<=1.10x", TargetUs: target}}})
 	}
 	v := daemonViews(sr, time.Second)[0]
 	if math.Abs(v.ReferenceUs-200_000) > 1e-6 || v.AppAloneUs != 230_000 || math.Abs(v.ReferenceRatio-200.0/230) > 1e-9 {
 		t.Errorf("reference %v us, app alone %v us, %.3fx: want 200000, 230000, 0.870x", v.ReferenceUs, v.AppAloneUs, v.ReferenceRatio)
 	}
-	for i := range sr.SLO { // an absolute objective has no reference
-		sr.SLO[i].LC[0].Objective = "p50<=300ms"
+	for i := range sr.SLO { // absolute objectives only: no reference
+		sr.SLO[i].LC = sr.SLO[i].LC[:1]
 	}
 	if v := daemonViews(sr, time.Second)[0]; v.ReferenceUs != 0 || v.ReferenceRatio != 0 {
 		t.Errorf("an absolute objective: reference %v us, ratio %v", v.ReferenceUs, v.ReferenceRatio)
+	}
+}
+
+// TestDaemonViewsOwnSecond: a traced window holding requests run back to back spans from their
+// busy period's start, here in BE's idle half; it is kept by its own second, in the working half,
+// and paired with every request that ended in its span.
+func TestDaemonViewsOwnSecond(t *testing.T) {
+	const s = int64(time.Second)
+	lc := &LCResult{PID: 7, Samples: []LCSample{{ArrivalMonoNs: 6*s + s/2, LatencyNs: s / 2}, {ArrivalMonoNs: 8*s + s/2, LatencyNs: s / 2}}}
+	sr := &ScenarioResult{Name: "slo:x", LC: lc, BEDuty: 8 * time.Second, WindowStartMonoNs: 0, WindowEndMonoNs: 20 * s}
+	for i, span := range [][2]int64{{5 * s, 6 * s}, {6*s + s/2, 9*s + s/2}} {
+		sr.SLO = append(sr.SLO, SLOSample{MonoNs: span[1] + s/10, Window: i + 1, LC: []SLOLCSample{
+			{PID: 7, Objective: "p50<=1.10x", Samples: 2, P50Us: 500_000, FromMonoNs: span[0], ToMonoNs: span[1]}}})
+	}
+	if v := daemonViews(sr, time.Second)[0]; v.Windows != 1 || v.AppRequests != 2 {
+		t.Errorf("%d windows, %d requests paired: want the second window, both requests", v.Windows, v.AppRequests)
 	}
 }
 

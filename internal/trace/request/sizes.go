@@ -20,19 +20,29 @@ type sizes struct {
 	last [sizeWindow]int
 	n    int // filled
 	next int
-	// varies: a request told apart was half a request or more off the
-	// median: its requests differ in size, and a busy period of k times the
-	// median may be one request; none is divided from then on.
+	// varies: the window held requests half a request or more apart (a
+	// busy period not divided, off every multiple of the median, counts as
+	// one): the process's requests differ in size (or launches were lost),
+	// and a busy period of k times the median may be one request; none is
+	// divided from then on.
 	varies bool
 }
 
+// add records a busy period that was not divided: one request, or the
+// evidence that requests differ in size; a multiple too long to divide is
+// neither.
 func (s *sizes) add(launches int) {
-	if m, _, ok := s.program(); ok && 2*abs(launches-m) >= m {
-		s.varies = true
+	if m, spread, ok := s.program(); ok {
+		if k := (launches + m/2) / m; k >= 2 && abs(launches-k*m) <= k*spread {
+			return
+		}
 	}
 	s.last[s.next] = launches
 	s.next = (s.next + 1) % sizeWindow
 	s.n = min(s.n+1, sizeWindow)
+	if m, spread, ok := s.program(); ok && 2*spread >= m {
+		s.varies = true // the window itself holds requests half a request apart
+	}
 }
 
 // program is the median request of the window and the range of all of

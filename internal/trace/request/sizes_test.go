@@ -24,7 +24,7 @@ func TestSizesCount(t *testing.T) {
 		{"fewer requests seen than the window", llama[:7], 100464, 1},
 		{"two requests that scatter by a few launches", resnet, 226 + 228, 2},
 		{"ten of them", resnet, 2265, 10},
-		// 2*k*IQR >= median: the multiple is no longer unambiguous.
+		// 2*k*range >= median: the multiple is no longer unambiguous.
 		{"too many to tell from their scatter", resnet, 226 * 60, 1},
 		{"between two multiples", resnet, 226*2 + 100, 1},
 		// A decode of 6-12 steps: its requests' sizes say nothing of a longer busy period.
@@ -32,7 +32,11 @@ func TestSizesCount(t *testing.T) {
 		{"two sizes in the window", []int{100, 200, 100, 100, 200, 100, 100, 100}, 200, 1},
 		// One request told apart at twice the others: the process's requests differ in size,
 		// and none is divided from then on, though the window holds one size again.
-		{"a double request seen once", append(slices.Repeat([]int{100}, 8), append([]int{200}, slices.Repeat([]int{100}, 8)...)...), 200, 1},
+		{"a double request seen once", append([]int{100, 100, 200, 100, 100, 100, 100, 100}, slices.Repeat([]int{100}, 8)...), 200, 1},
+		// A run too long to divide is no evidence that requests differ: two, later, are still two.
+		{"after a run too long to divide", append(append(slices.Clone(resnet), 226*60), resnet...), 226 + 228, 2},
+		// Off every multiple (a piece of one more: launches lost, or a trace detaching): none after.
+		{"after a busy period off every multiple", append(append(slices.Clone(llama), 82829), llama...), 100464, 1},
 		// What launches cannot tell: a request twice the size of the 8 before it, never seen
 		// told apart, reads as two (docs/TRACING.md).
 		{"a double request never seen", slices.Repeat([]int{100}, 8), 200, 2},
