@@ -14,7 +14,8 @@
 # A lane's LC workers get two CPUs and its BE workers two, near its GPU
 # (its local_cpulist) and apart from every other lane's; the daemons are
 # not pinned. $OUT gets gpu<N>-<part>-rep<REP>.md per part and
-# raw-rep<REP>.tgz (logs, status, summaries; no JSON).
+# raw-rep<REP>.tgz (logs, status, summaries, each part's results.json.gz
+# while the archive stays under 40 MiB).
 set -u
 OUT=${OUT:-/tmp/gpreempt-out}
 REP=${REP:-1}
@@ -79,5 +80,11 @@ done
 wait
 cat /tmp/lane*.log
 nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
-tar -C /tmp -czf "$OUT/raw-rep$REP${REP1:+-$REP1}.tgz" --exclude='*.json' --exclude='*.json.gz' $(cd /tmp && ls -d o[0-9]-* w[0-9]-* lane*.log 2>/dev/null) 2>/dev/null
+# Each part's results.json.gz (the app's own requests, the daemon's status) comes back for request-by-request
+# analysis, unless that makes the archive too large to carry back.
+raw="$OUT/raw-rep$REP${REP1:+-$REP1}.tgz"
+tar -C /tmp -czf "$raw" --exclude='*.json' $(cd /tmp && ls -d o[0-9]-* w[0-9]-* lane*.log 2>/dev/null) 2>/dev/null
+if [ "$(stat -c %s "$raw")" -gt $((40 << 20)) ]; then
+  tar -C /tmp -czf "$raw" --exclude='*.json' --exclude='*.json.gz' $(cd /tmp && ls -d o[0-9]-* w[0-9]-* lane*.log 2>/dev/null) 2>/dev/null
+fi
 for f in "$OUT"/gpu*-rep*.md; do echo "##### $f"; grep -v '^$' "$f" | head -70; done
