@@ -425,6 +425,11 @@ func (g *Gate) command(c gateCmd) bool {
 		g.stats.Failures++
 		g.metrics.failures.Inc()
 		g.Log.Warn("request gate: could not stop BE", "lc_pid", pid, "err", err)
+		for _, b := range h.be { // not known to be held: its launching nothing is its own idling
+			if from, ok := g.heldFrom[b.Key()]; ok && from == now {
+				delete(g.heldFrom, b.Key())
+			}
+		}
 	}
 	if g.open[pid] != h {
 		// The hold ended (the LC went idle or exited) while BE was being

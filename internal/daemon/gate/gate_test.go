@@ -895,4 +895,14 @@ func TestGateHeldSince(t *testing.T) {
 	r.launch(10, 1)
 	at(again-time.Millisecond, false) // it ran between the holds
 	at(again, true)
+	r.syncReturn(10, 1)
+	r.advance(3 * time.Millisecond)
+	// A stop that fails leaves BE running: it is not held.
+	r.pause.mu.Lock()
+	r.pause.stopErr = errors.New("kill: operation not permitted")
+	r.pause.mu.Unlock()
+	r.advance(time.Millisecond)
+	failed := r.now
+	r.launch(10, 1)
+	at(failed, false)
 }
