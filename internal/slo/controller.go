@@ -46,7 +46,6 @@ const (
 	stableGap     = 30 * time.Second // least time between a settled search's explorations, and from its convergence's last change to its first: a steady LC sees an arm change at most this often
 	priorWeight   = 2                // measurements the prior scatter weighs as: two that happen to agree do not make a noisy LC steady
 	priorScatter  = 0.1              // a measurement's relative scatter until learnt; how much better than a measured neighbour an unmeasured arm may be
-	maxBackoff    = 4                // back-offs from exploring an arm, each twice the last
 	gateShare     = 0.75             // BE's share with the gate over without, until measured (only the order counts)
 )
 
@@ -414,9 +413,13 @@ func (c *Controller) keep(d *Decision, cause, why string) { c.to(d, cause, c.cur
 // backoff: times left, and when it may be explored again.
 type backoff struct{ n, until int }
 
-// backOff holds arm a back from exploring: each time again twice as long, maxBackoff times.
+// backOff holds arm a back from exploring: each time again twice as long, until a back-off
+// outlasts one measurement of the arm (forgotten): longer, nothing would remember why.
 func (c *Controller) backOff(a Arm) {
-	n := min(c.left[a].n+1, maxBackoff)
+	n := c.left[a].n + 1
+	if n > 1 && forgotten(aged(float64(int(halfLife)<<(n-2)))) {
+		n--
+	}
 	c.left[a] = backoff{n, c.tick + halfLife<<(n-1)}
 }
 

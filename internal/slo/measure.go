@@ -25,6 +25,9 @@ func decides(w float64) bool { return w >= aged(halfLife) }
 
 func known(e *est) bool { return e != nil && decides(e.W) }
 
+// forgotten is an estimate faded to nothing, a hundredth of what decides: it is dropped.
+func forgotten(w float64) bool { return w < aged(halfLife)/100 }
+
 // armEst is what one arm showed: each objective's latency/target (by objective key), BE's share.
 type armEst struct {
 	lc    map[string]*est
@@ -45,8 +48,8 @@ func (c *Controller) decay(f float64) {
 		r.est.Decay(f)
 	}
 	for a, e := range c.arms {
-		maps.DeleteFunc(e.lc, func(_ string, x *est) bool { x.Decay(f); return x.W < aged(halfLife)/100 })
-		if e.share.Decay(f); len(e.lc) == 0 && e.share.W < aged(halfLife)/100 {
+		maps.DeleteFunc(e.lc, func(_ string, x *est) bool { x.Decay(f); return forgotten(x.W) })
+		if e.share.Decay(f); len(e.lc) == 0 && forgotten(e.share.W) {
 			delete(c.arms, a)
 		}
 	}
