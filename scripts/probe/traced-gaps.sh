@@ -11,7 +11,7 @@
 #   bash scripts/probe/traced-gaps.sh
 set -u # as root on the GPU machine, from the repo root, with .carry/gpreemptctl
 OUT=${OUT:-/tmp/gpreempt-out}; mkdir -p "$OUT"
-C=.carry
+C=${C:-.carry} # another build: C=.carry-b
 ready() { for i in $(seq 90); do grep -q READY "$1" && return; sleep 1; done; }
 # trace PID DURATION NAME: its calls recorded too, to replay the request definition on in tests.
 trace() { $C/gpreemptctl trace requests --pid $1 --duration $2 --interval 1s --each --json --record $OUT/calls-$3.jsonl.gz; }

@@ -14,7 +14,7 @@ set -u # as root on the GPU machine, from the repo root, with .carry/gpreemptctl
 MODE=${1:-eager} TAG=${2:-}
 OUT=${OUT:-/tmp/gpreempt-out}; mkdir -p "$OUT"
 f=$OUT/probe-$MODE$TAG.jsonl
-C=.carry
+C=${C:-.carry} # another build: C=.carry-b
 span=8s
 case $MODE in
   eager) lc=(bench/pytorch/lc_infer.py --period 20ms --requests 1800 --warmup 50);;
