@@ -4,9 +4,9 @@
 //   - The tracked files together are at most 6 MB (maxTreeBytes).
 //   - No GPU run's raw output is tracked: no .gz, .xz, .tgz or .log file.
 //     The GPU scripts still write them beside their summaries in
-//     docs/results/, where .gitignore keeps them out. A test's input is no
-//     raw output: a recording of calls (.jsonl.gz, `gpreemptctl trace
-//     requests --record`) in a testdata/ folder, up to maxRecording.
+//     docs/results/, where .gitignore keeps them out; a run's recording of
+//     calls (`gpreemptctl trace requests --record`) is such output too, in
+//     testdata/ or not: a markdown summary stands for it.
 //   - docs/*.md, the manual, cites no commit hash: a run keyed by a commit is
 //     a dated report under docs/results/, which the manual links to.
 //
@@ -29,14 +29,6 @@ const maxTreeBytes = 6_000_000
 
 // rawExts are the extensions of raw results and archives, never tracked.
 var rawExts = []string{".gz", ".xz", ".tgz", ".log"}
-
-// maxRecording bounds a recording a test replays: a few seconds of an eager LC's calls.
-const maxRecording = 256 << 10
-
-// isRecording says whether name, of size bytes, is a recording of calls a test replays.
-func isRecording(name string, size int64) bool {
-	return strings.HasSuffix(name, ".jsonl.gz") && strings.Contains("/"+name, "/testdata/") && size <= maxRecording
-}
 
 // pendingDocs are manual pages that still cite commits while being
 // rewritten: reported, not failed. Remove an entry once its page is clean.
@@ -105,7 +97,7 @@ func check(fsys fs.FS, files []string) ([]problem, error) {
 			return nil, err
 		}
 		total += st.Size()
-		if ext := rawExt(name); ext != "" && !isRecording(name, st.Size()) {
+		if ext := rawExt(name); ext != "" {
 			problems = append(problems, problem{file: name, msg: fmt.Sprintf("a tracked %s file (raw results and archives stay out of the tree): git rm --cached it; .gitignore keeps docs/results' raw files out", ext)})
 		}
 		if isManual(name) && st.Mode().IsRegular() {

@@ -65,9 +65,8 @@ func TestCheck(t *testing.T) {
 		"docs/results/gate-h100/d.log.xz":    {Data: []byte("xz")},
 		"docs/results/gate-h100/results.md":  {Data: []byte("summary")},
 		"docs/results/gate-h100/results.txt": {Data: []byte("summary")},
-		// A recording a test replays is its input; one too large, or not in testdata/, is not.
+		// A run's recording of calls is raw output, in testdata/ or not.
 		"internal/trace/request/testdata/lc.jsonl.gz": {Data: []byte("calls")},
-		"internal/trace/testdata/big.jsonl.gz":        {Data: make([]byte, maxRecording+1)},
 		"docs/results/gate-h100/calls.jsonl.gz":       {Data: []byte("calls")},
 	}
 	files := []string{"deleted-in-the-work-tree.go"}
@@ -90,7 +89,7 @@ func TestCheck(t *testing.T) {
 		"docs/results/gate-h100/d.log.xz: a tracked .xz file",
 		"docs/results/gate-h100/r.json.gz: a tracked .gz file",
 		"docs/results/gate-h100/run.log: a tracked .log file",
-		"internal/trace/testdata/big.jsonl.gz: a tracked .gz file",
+		"internal/trace/request/testdata/lc.jsonl.gz: a tracked .gz file",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("problems:\n%s\nwant %d", strings.Join(got, "\n"), len(want))
