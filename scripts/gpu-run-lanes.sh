@@ -83,8 +83,9 @@ nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv,n
 # Each part's results.json.gz (the app's own requests, the daemon's status) comes back for request-by-request
 # analysis, unless that makes the archive too large to carry back.
 raw="$OUT/raw-rep$REP${REP1:+-$REP1}.tgz"
-tar -C /tmp -czf "$raw" --exclude='*.json' $(cd /tmp && ls -d o[0-9]-* w[0-9]-* lane*.log 2>/dev/null) 2>/dev/null
+mapfile -t kept < <(cd /tmp && ls -d o[0-9]-* w[0-9]-* lane*.log 2>/dev/null)
+tar -C /tmp -czf "$raw" --exclude='*.json' "${kept[@]}" 2>/dev/null
 if [ "$(stat -c %s "$raw")" -gt $((40 << 20)) ]; then
-  tar -C /tmp -czf "$raw" --exclude='*.json' --exclude='*.json.gz' $(cd /tmp && ls -d o[0-9]-* w[0-9]-* lane*.log 2>/dev/null) 2>/dev/null
+  tar -C /tmp -czf "$raw" --exclude='*.json' --exclude='*.json.gz' "${kept[@]}" 2>/dev/null
 fi
 for f in "$OUT"/gpu*-rep*.md; do echo "##### $f"; grep -v '^$' "$f" | head -70; done

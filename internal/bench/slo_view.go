@@ -258,7 +258,7 @@ func referenceOver(sr *ScenarioResult, lc *LCResult) (ref, alone float64) {
 	}
 	if sr.BEDuty > 0 {
 		eachHalf(lc, sr.BEDuty, func(s LCSample, start int64, half int) {
-			v := map[string]int64{"": s.LatencyNs, "tpot": s.TPOTNs, "ttft": s.TTFTNs}[obj.Metric]
+			v := metricOf(s, obj.Metric)
 			if half == 1 && v > 0 && start >= sr.WindowStartMonoNs && start <= sr.WindowEndMonoNs {
 				own = append(own, float64(v)/1e3)
 			}
@@ -282,18 +282,23 @@ func appOver(lc *LCResult, ws []daemonWindow, metric string) [][]stats.Weighted 
 		end := max(s.ArrivalMonoNs, prevEnd) + s.PrepNs + s.LatencyNs
 		prevEnd = end
 		i := lastIndexFunc(ws, func(w daemonWindow) bool { return end > w.start && end <= w.end })
-		v := s.LatencyNs
-		switch metric {
-		case "tpot":
-			v = s.TPOTNs
-		case "ttft":
-			v = s.TTFTNs
-		}
+		v := metricOf(s, metric)
 		if i >= 0 && v > 0 {
 			out[i] = append(out[i], stats.Weighted{V: time.Duration(v), W: 1})
 		}
 	}
 	return out
+}
+
+// metricOf is s's value of metric: its TPOT, TTFT, else ("latency", "") its latency.
+func metricOf(s LCSample, metric string) int64 {
+	switch metric {
+	case "tpot":
+		return s.TPOTNs
+	case "ttft":
+		return s.TTFTNs
+	}
+	return s.LatencyNs
 }
 
 // weightedMedian is the value at which the cumulative weight of the sorted

@@ -11,6 +11,7 @@
 # longer) left no LC to trace beside it.
 #   bash scripts/probe/traced-lc.sh eager -rep1
 set -u # as root on the GPU machine, from the repo root, with .carry/gpreemptctl (make gpu-binaries)
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/daemon.sh" # wait_ready
 MODE=${1:-eager} TAG=${2:-}
 OUT=${OUT:-/tmp/gpreempt-out}; mkdir -p "$OUT"
 f=$OUT/probe-$MODE$TAG.jsonl
@@ -26,11 +27,11 @@ esac
 trace() { $C/gpreemptctl trace requests --pid $P --duration $span --interval 1s --each --json --record $OUT/calls-$MODE$TAG-$1.jsonl.gz; }
 python3 -u bench/pytorch/be_train.py --duration 120s --device 0 --out /tmp/be.json > /tmp/be.out 2>&1 &
 B=$!
-for i in $(seq 90); do grep -q READY /tmp/be.out && break; sleep 1; done
+wait_ready /tmp/be.out $B 90
 kill -STOP $B; sleep 1 # its queued iterations drain
 python3 -u "${lc[@]}" --out $OUT/lc-$MODE$TAG.json > /tmp/lc-$MODE.out 2>&1 &
 P=$!
-for i in $(seq 90); do grep -q READY /tmp/lc-$MODE.out && break; sleep 1; done
+wait_ready /tmp/lc-$MODE.out $P 90
 echo '{"type":"phase","phase":"alone"}' > "$f"
 trace alone >> "$f" 2>&1
 kill -CONT $B; sleep 1

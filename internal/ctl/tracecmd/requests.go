@@ -161,14 +161,14 @@ type requestAgg struct {
 	failed   int
 }
 
-// add counts one request of r, its launches and result once (first).
-func (a *requestAgg) add(us uint64, r request.Request, first bool) {
-	a.hist.Add(float64(us))
-	if len(a.samples) < maxSamples {
-		a.samples = append(a.samples, float64(us))
-	}
-	if !first {
-		return
+// add counts each request r holds at their mean (requests run back to back), its launches and result once.
+func (a *requestAgg) add(r request.Request) {
+	us := float64(usecs(r.Each()))
+	for range r.Count() {
+		a.hist.Add(us)
+		if len(a.samples) < maxSamples {
+			a.samples = append(a.samples, us)
+		}
 	}
 	a.launches += r.Launches
 	if r.Result != 0 {
@@ -214,10 +214,8 @@ func (t *requestsTrace) Event(ev trace.Event) error {
 
 func (t *requestsTrace) request(r request.Request) error {
 	t.comm = r.Comm
-	for i := range r.Count() { // requests that ran back to back, each at their mean
-		t.cur.add(usecs(r.Each()), r, i == 0)
-		t.all.add(usecs(r.Each()), r, i == 0)
-	}
+	t.cur.add(r)
+	t.all.add(r)
 	us := usecs(r.Latency())
 	if !t.each {
 		return nil

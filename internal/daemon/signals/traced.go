@@ -35,13 +35,11 @@ import (
 type TracedLatency struct {
 	mu     sync.Mutex
 	delims map[int]*request.Delimiter
-	cur    map[int]*tracedWindow  // this window's requests and steps by pid
-	last   map[int]signal.Latency // the last closed window's
-	// together is, per process, how many of its last window's requests ran back to back.
-	together map[int]int
-	start    time.Duration         // when this window began (the loop's clock; -1: not yet)
-	gaps     map[int]time.Duration // each process's quiet gap as this window began
-	seq      uint64
+	cur    map[int]*tracedWindow // this window's requests and steps by pid
+	last   map[int]lastWindow    // the last closed window's
+	start  time.Duration         // when this window began (the loop's clock; -1: not yet)
+	gaps   map[int]time.Duration // each process's quiet gap as this window began
+	seq    uint64
 	// Ceiling is the quiet gap until a process's own is learnt, and the
 	// most it may be (default: the policy's default gate idle).
 	Ceiling time.Duration
@@ -75,6 +73,12 @@ type tracedWindow struct {
 	nTogether int
 }
 
+// lastWindow is a process's last closed window, and how many of its requests ran back to back.
+type lastWindow struct {
+	signal.Latency
+	together int
+}
+
 // processTracer attaches request tracing to one process
 // (trace.Tracer with Options.PerProcess).
 type processTracer interface {
@@ -93,7 +97,7 @@ type tracedProc struct {
 // NewTracedLatency returns a source with no window yet.
 func NewTracedLatency() *TracedLatency {
 	return &TracedLatency{delims: map[int]*request.Delimiter{}, cur: map[int]*tracedWindow{},
-		last: map[int]signal.Latency{}, together: map[int]int{}, start: -1, gaps: map[int]time.Duration{}, Ceiling: policy.DefaultGateIdle}
+		last: map[int]lastWindow{}, start: -1, gaps: map[int]time.Duration{}, Ceiling: policy.DefaultGateIdle}
 }
 
 // Apply folds one tracer event in.
@@ -104,7 +108,6 @@ func (t *TracedLatency) Apply(ev trace.Event) {
 		delete(t.delims, int(x.PID))
 		delete(t.cur, int(x.PID))
 		delete(t.last, int(x.PID))
-		delete(t.together, int(x.PID))
 		return
 	}
 	c, ok := ev.(*trace.Call)
@@ -195,14 +198,13 @@ func (t *TracedLatency) Roll(now time.Duration, lcs []policy.ProcRef) {
 	}
 	for pid, w := range t.cur {
 		t.seq++
-		t.last[pid], t.together[pid] = t.sampleLocked(pid, w, now), w.nTogether
+		t.last[pid] = lastWindow{t.sampleLocked(pid, w, now), w.nTogether}
 	}
 	// The loop reads a window up to two windows old; older ones are of
 	// processes that stopped or went (the uprobes report no exits).
 	for pid, s := range t.last {
 		if now-s.At > lastKept*(now-t.start) {
 			delete(t.last, pid)
-			delete(t.together, pid)
 		}
 	}
 	clear(t.cur)
@@ -299,7 +301,6 @@ func (t *TracedLatency) track(pid int, at time.Duration) {
 	if at < 0 {
 		delete(t.since, pid)
 		delete(t.last, pid)
-		delete(t.together, pid)
 		return
 	}
 	t.since[pid] = at
@@ -310,7 +311,7 @@ func (t *TracedLatency) Latest(pid int) (signal.Latency, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s, ok := t.last[pid]
-	return s, ok
+	return s.Latency, ok
 }
 
 // latencyQuantiles are the quantiles the SLO loop reads
@@ -357,7 +358,7 @@ func (t *TracedLatency) Status() []TracedLC {
 		lc := TracedLC{PID: pid, Mode: d.Mode().String(), QuietGapUs: float64(d.Gap()) / 1e3, Learnt: d.Learnt()}
 		if s, ok := t.last[pid]; ok {
 			lc.Source = s.Source
-			lc.Samples, lc.P50Us, lc.Together = s.Requests, float64(s.Quantiles["p50"])/1e3, t.together[pid]
+			lc.Samples, lc.P50Us, lc.Together = s.Requests, float64(s.Quantiles["p50"])/1e3, s.together
 			if s.Source == signal.TracedStep {
 				lc.Samples, lc.P50Us = s.Tokens, float64(s.Quantiles[signal.MetricTPOT+"_p50"])/1e3
 			}

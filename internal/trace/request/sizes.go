@@ -26,6 +26,8 @@ type sizes struct {
 	// and a busy period of k times the median may be one request; none is
 	// divided from then on.
 	varies bool
+	// m and spread are program()'s, worked out as the window changes.
+	m, spread int
 }
 
 // add records a busy period that was not divided: one request, or the
@@ -40,6 +42,11 @@ func (s *sizes) add(launches int) {
 	s.last[s.next] = launches
 	s.next = (s.next + 1) % sizeWindow
 	s.n = min(s.n+1, sizeWindow)
+	if s.n == sizeWindow {
+		v := s.last
+		slices.Sort(v[:])
+		s.m, s.spread = v[sizeWindow/2], v[sizeWindow-1]-v[0]
+	}
 	if m, spread, ok := s.program(); ok && 2*spread >= m {
 		s.varies = true // the window itself holds requests half a request apart
 	}
@@ -48,12 +55,7 @@ func (s *sizes) add(launches int) {
 // program is the median request of the window and the range of all of
 // them; ok once the window is full.
 func (s *sizes) program() (m, spread int, ok bool) {
-	if s.n < sizeWindow {
-		return 0, 0, false
-	}
-	v := s.last
-	slices.Sort(v[:])
-	return v[sizeWindow/2], v[sizeWindow-1] - v[0], v[sizeWindow/2] > 0
+	return s.m, s.spread, s.n == sizeWindow && s.m > 0
 }
 
 // count is how many requests a busy period of launches holds: k >= 2
