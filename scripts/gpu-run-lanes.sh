@@ -37,7 +37,15 @@ local_cpus() {
   cpus "$f"
 }
 
-rm -f /tmp/lane[0-9]*.log
+rm -f /tmp/lane[0-9]*.log /tmp/lane-clocks.log
+# The GPUs' SM clock, power and temperature each second, on the clock the app's requests are
+# stamped with (CLOCK_BOOTTIME, CLOCK_MONOTONIC's but for suspend): an LC's speed alone follows them.
+while :; do
+  nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits |
+    sed "s/^/$(cut -d' ' -f1 /proc/uptime), /"
+  sleep 1
+done > /tmp/lane-clocks.log 2>&1 &
+clocks=$!
 lanes=()
 for ((d = 0; ; d++)); do v=LANE$d; [ -n "${!v:-}" ] || break; lanes+=("${!v}"); done
 [ ${#lanes[@]} -gt 0 ] || { echo "gpu-run-lanes.sh: no LANE0 given" >&2; exit 2; }
@@ -77,8 +85,9 @@ for ((d = 0; d < ${#lanes[@]}; d++)); do
   IFS=';' read -ra specs <<<"${lanes[$d]}"
   lane $d "${specs[@]}" > /tmp/lane$d.log 2>&1 &
 done
-wait
-cat /tmp/lane*.log
+wait $(jobs -p | grep -vx "$clocks")
+kill "$clocks"
+cat /tmp/lane[0-9]*.log
 nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 # Each part's results.json.gz (the app's own requests, the daemon's status) comes back for request-by-request
 # analysis, unless that makes the archive too large to carry back.
