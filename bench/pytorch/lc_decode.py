@@ -271,6 +271,14 @@ def main():
 
     request_cpu = [0]  # the last request's CPU time, t0 to its last token
 
+    def cpu_meter():
+        # A fixed loop of pure Python on this thread, timed: this CPU's own speed now. On a shared
+        # host a core's speed changes 2x for seconds at a time, and an eager LC's latency with it.
+        t, x = time.monotonic_ns(), 0
+        for i in range(50000):
+            x += i
+        return time.monotonic_ns() - t
+
     def request():
         t0, c0 = time.monotonic_ns(), time.thread_time_ns()
         if gp is not None:
@@ -308,12 +316,14 @@ def main():
     start = time.monotonic_ns()
     for i in range(a.requests):
         arrival = start + i * a.period
+        before = cpu_meter()  # while it waits for its arrival
         now = time.monotonic_ns()
         if now < arrival:
             time.sleep((arrival - now) / 1e9)
         elif now - arrival > a.period:
             late += 1
         lat, ttft, tpot = timed(*request())
+        after = cpu_meter()
         samples.append({
             "arrival_mono_ns": arrival,
             "prep_ns": 0,
@@ -325,6 +335,8 @@ def main():
             # This thread's CPU time in the request: a slow request whose
             # thread was off its CPU was slowed by the host, not by Python.
             "cpu_ns": request_cpu[0],
+            # The CPU's speed around the request (the loop's time before and after it, mean).
+            "cpu_meter_ns": (before + after) // 2,
         })
         if pusher:
             pusher.record_llm(lat, ttft, tpot)

@@ -44,6 +44,9 @@ type LCSample struct {
 	// CPUNs is the LC's thread's CPU time during the request (Python
 	// workers; 0 where not measured).
 	CPUNs int64 `json:"cpu_ns,omitempty"`
+	// CPUMeterNs is a fixed loop's time on the LC's thread around the
+	// request (lc_decode.py): its CPU's own speed then (0: not measured).
+	CPUMeterNs int64 `json:"cpu_meter_ns,omitempty"`
 	// TTFTNs and TPOTNs, for the LLM decode worker: time to the first
 	// token on the host, and the mean time per output token after it.
 	TTFTNs int64 `json:"ttft_ns,omitempty"`
