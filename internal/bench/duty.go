@@ -62,6 +62,12 @@ type DutySplit struct {
 	TooShort bool `json:"too_short,omitempty"`
 	// TPOTRatio is the same for an LLM LC's time per output token.
 	TPOTRatio float64 `json:"tpot_p50_ratio,omitempty"`
+	// Where every request carries its CPU loop's time (CPUMeterNs): CPURatio is that time's
+	// median with BE over alone (the LC's own core slowed by the host), PerCPURatio the same
+	// ratio as P50Ratio of each request's latency over its loop time (what its core does not
+	// explain). 0: not measured, or a half too short.
+	CPURatio    float64 `json:"cpu_meter_p50_ratio,omitempty"`
+	PerCPURatio float64 `json:"p50_per_cpu_ratio,omitempty"`
 }
 
 // dutyLength is how long a run must measure for each half of duty to hold
@@ -113,8 +119,24 @@ func splitByDuty(lc *LCResult, period time.Duration) *DutySplit {
 		d.MedianWithBE, d.MedianAlone = stats.Median(lat[0]), stats.Median(lat[1])
 		d.P50Ratio = d.MedianWithBE / d.MedianAlone
 		d.TPOTRatio = dutyRatio(tpot[0], tpot[1])
+		if meter, per, ok := cpuHalves(lc, period); ok {
+			d.CPURatio, d.PerCPURatio = dutyRatio(meter[0], meter[1]), dutyRatio(per[0], per[1])
+		}
 	}
 	return d
+}
+
+// cpuHalves is, per half as dutyHalves counts them, each request's CPU loop time and its latency
+// over it; not ok unless every request of the run carries one (ratios of a part are no ratio).
+func cpuHalves(lc *LCResult, period time.Duration) (meter, per [2][]float64, ok bool) {
+	if slices.ContainsFunc(lc.Samples, func(s LCSample) bool { return s.CPUMeterNs <= 0 }) {
+		return meter, per, false
+	}
+	eachHalf(lc, period, func(s LCSample, _ int64, i int) {
+		meter[i] = append(meter[i], float64(s.CPUMeterNs))
+		per[i] = append(per[i], float64(s.LatencyNs)/float64(s.CPUMeterNs))
+	})
+	return meter, per, true
 }
 
 // dutyHalves is lc's request latencies and TPOTs (us) of BE's working

@@ -59,6 +59,49 @@ func TestSplitByDuty(t *testing.T) {
 	}
 }
 
+// TestDutyPerCPU: a request's CPU loop time says how fast its core ran; the LC's ratio per its
+// core's speed is what the core does not explain, and a run with a request unmeasured has none.
+func TestDutyPerCPU(t *testing.T) {
+	const s, ms = int64(time.Second), int64(time.Millisecond)
+	// A 4 s period; four requests a half. With BE its core runs 1.2x slower and the LC 1.5x.
+	var samples []LCSample
+	for i, start := range []int64{200 * ms, 600 * ms, 1000 * ms, 1400 * ms, 2200 * ms, 2600 * ms, 3000 * ms, 3400 * ms} {
+		lat, meter := 100*ms+int64(i%4)*ms, 2*ms+int64(i%4)*ms/50
+		if start < 2*s {
+			lat, meter = lat*3/2, meter*6/5
+		}
+		samples = append(samples, LCSample{ArrivalMonoNs: start, LatencyNs: lat, CPUMeterNs: meter})
+	}
+	tests := []struct {
+		name        string
+		unmeasured  int // this request carries no loop time (-1: none)
+		cpu, perCPU float64
+	}{
+		{"every request measured", -1, 1.2, 1.25},
+		{"one request unmeasured", 5, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ss := slices.Clone(samples)
+			if tt.unmeasured >= 0 {
+				ss[tt.unmeasured].CPUMeterNs = 0
+			}
+			d := splitByDuty(&LCResult{Samples: ss}, 4*time.Second)
+			if math.Abs(d.P50Ratio-1.5) > 1e-3 {
+				t.Fatalf("p50 ratio %v, want 1.5", d.P50Ratio)
+			}
+			if math.Abs(d.CPURatio-tt.cpu) > 1e-3 || math.Abs(d.PerCPURatio-tt.perCPU) > 1e-3 {
+				t.Errorf("CPU ratio %v, per CPU %v; want %v, %v", d.CPURatio, d.PerCPURatio, tt.cpu, tt.perCPU)
+			}
+			var b strings.Builder
+			writeDutyPerCPU(&b, &Results{Scenarios: []*ScenarioResult{{Name: "llm-be-1us", Rep: 1, LCDuty: d}}})
+			if row := "| llm-be-1us | 1 | 1.200x | 1.250x |"; strings.Contains(b.String(), row) != (tt.perCPU > 0) {
+				t.Errorf("report:\n%s\nwant the row %q iff measured", b.String(), row)
+			}
+		})
+	}
+}
+
 func TestDutyCount(t *testing.T) {
 	const s = int64(time.Second)
 	// A 4 s period; completions at 0.5, 1.5 (working), 2.5 (idle), 4.5

@@ -255,6 +255,7 @@ func writeDuty(b *strings.Builder, res *Results) {
 		}
 		fmt.Fprintf(b, "| %s | %d | %d / %d | %s / %s | %s | %s | %s |\n", sr.Name, repOf(sr), nw, na, pw, pa, ratio, ci, note)
 	}
+	writeDutyPerCPU(b, res)
 	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return len(sr.LCDutyByArm) > 1 }) {
 		return
 	}
@@ -268,6 +269,23 @@ func writeDuty(b *strings.Builder, res *Results) {
 				ratio = fmt.Sprintf("%.3fx", a.P50Ratio)
 			}
 			fmt.Fprintf(b, "| %s | %d | %s | %.1f | %d / %d | %s |\n", sr.Name, repOf(sr), a.Arm, a.FromS, a.WithBE, a.Alone, ratio)
+		}
+	}
+}
+
+// writeDutyPerCPU adds, where the LC timed its own CPU around each request, how much slower its
+// core ran while BE worked, and its ratio per its core's speed: on a shared host a core's speed
+// moves by itself, and an eager LC's latency with it.
+func writeDutyPerCPU(b *strings.Builder, res *Results) {
+	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return sr.LCDuty != nil && sr.LCDuty.PerCPURatio > 0 }) {
+		return
+	}
+	b.WriteString("\nThe LC timed a fixed loop on its own thread around each request (its core's speed then): the loop's median with BE over alone, and the ratio of each request's latency over its loop time, what its core does not explain:\n\n")
+	b.WriteString("| scenario | rep | the LC's CPU loop, with BE / alone | LC p50 per its CPU's speed, with BE / alone |\n")
+	b.WriteString("|---|---:|---:|---:|\n")
+	for _, sr := range res.Scenarios {
+		if d := sr.LCDuty; d != nil && d.PerCPURatio > 0 && sr.Error == "" {
+			fmt.Fprintf(b, "| %s | %d | %.3fx | %.3fx |\n", sr.Name, repOf(sr), d.CPURatio, d.PerCPURatio)
 		}
 	}
 }
