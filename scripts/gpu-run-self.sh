@@ -40,8 +40,12 @@
 #                (~4.5 min)
 #   scraped-fine the same, from the LC's own request histogram in buckets 5%
 #                apart (latency: {metrics: ..., request:
-#                app_request_latency_seconds}) (~4.5 min; both scraped parts
+#                app_request_latency_seconds}) (~4.5 min; the scraped parts
 #                lead in for 60 s)
+#   scraped-graph the same LC decoding by a CUDA graph over a static KV
+#                cache, as LLM servers decode (the llm-graph- scenarios): its
+#                CPU's speed, which moves an eager LC's, hardly moves it
+#                (~4.5 min)
 #   steady       the pushed LC (one request a second, 16 tokens,
 #                tpot_p50<=1.10x) under SLO mode alone for 480 s after the
 #                lead-in (its search converges in 4-5 minutes in the
@@ -87,7 +91,7 @@ PIN_ARGS=${PIN_ARGS:-}
 # samples: its reference needs 20 of them while BE idles, ~40 s at 1.25 a second under the duty,
 # and with 16 s SLO mode spent half the measurement on its first arm (docs/SLO.md).
 lead_in() { case $1 in scraped*) echo "${LEAD_IN:-60s}";; *) echo "${LEAD_IN:-16s}";; esac; }
-ALL_PARTS="gpt2-fixed gpt2-slo llama-fixed llama-slo eager graph pushed scraped scraped-fine steady"
+ALL_PARTS="gpt2-fixed gpt2-slo llama-fixed llama-slo eager graph pushed scraped scraped-fine scraped-graph steady"
 # Bench limits under one 10-minute call; a part's own is 40 s more.
 for p in $ALL_PARTS; do
   v=$(part_var "$p" BENCH_TIMEOUT); printf -v "$v" %s "${!v:-520}"
@@ -97,7 +101,7 @@ select_parts gpu-run-self.sh gpt2-fixed "$ALL_PARTS" "$@"
 echo "parts:$sel rep $REP"
 
 # runtime P: the scenarios' runtime prefix; workload P: its bench flags.
-runtime() { case $1 in gpt2-*|llama-*|pushed|scraped*|steady) echo llm;; eager) echo pytorch-eager;; graph) echo pytorch;; esac; }
+runtime() { case $1 in scraped-graph) echo llm-graph;; gpt2-*|llama-*|pushed|scraped*|steady) echo llm;; eager) echo pytorch-eager;; graph) echo pytorch;; esac; }
 workload() {
   case $1 in
     gpt2-*) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms;;
@@ -157,7 +161,7 @@ policy() { # policy PART KIND (plain, gate, slo, abs)
   case $1 in pushed|steady) obj="tpot_p50<=1.10x";; esac
   [ "$2" = abs ] && obj="p50<=@ALONE_P50*1.15@"
   local latency="preset: vllm"
-  [ "$1" = scraped-fine ] && latency="request: app_request_latency_seconds"
+  case $1 in scraped-fine|scraped-graph) latency="request: app_request_latency_seconds";; esac
   case $1 in scraped*)
     rules="  - name: scraped
     match: {env: {GPREEMPT_BENCH_WORKER: lc, GPREEMPT_BENCH_DEVICE: \"$DEVICE\"}}
