@@ -43,9 +43,9 @@
 #                app_request_latency_seconds}) (~4.5 min; the scraped parts
 #                lead in for 60 s)
 #   scraped-graph the same LC decoding by a CUDA graph over a static KV
-#                cache, as LLM servers decode (the llm-graph- scenarios): its
-#                CPU's speed, which moves an eager LC's, hardly moves it
-#                (~4.5 min)
+#                cache, as LLM servers decode (the llm-graph- scenarios): one
+#                launch a token, so that its CPU core's speed, which moves
+#                an eager LC's, should move it less (~4.5 min)
 #   steady       the pushed LC (one request a second, 16 tokens,
 #                tpot_p50<=1.10x) under SLO mode alone for 480 s after the
 #                lead-in (its search converges in 4-5 minutes in the
