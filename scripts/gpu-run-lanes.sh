@@ -38,17 +38,19 @@ local_cpus() {
 }
 
 rm -f /tmp/lane[0-9]*.log /tmp/lane-clocks.log
-# The GPUs' SM clock, power and temperature each second, on the clock the app's requests are
-# stamped with (CLOCK_BOOTTIME, CLOCK_MONOTONIC's but for suspend): an LC's speed alone follows them.
-while :; do
-  nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits |
-    sed "s/^/$(cut -d' ' -f1 /proc/uptime), /"
-  sleep 1
-done > /tmp/lane-clocks.log 2>&1 &
-clocks=$!
 lanes=()
 for ((d = 0; ; d++)); do v=LANE$d; [ -n "${!v:-}" ] || break; lanes+=("${!v}"); done
 [ ${#lanes[@]} -gt 0 ] || { echo "gpu-run-lanes.sh: no LANE0 given" >&2; exit 2; }
+
+# The GPUs' SM clock, power and temperature each second, on the clock the app's requests are
+# stamped with (CLOCK_BOOTTIME, CLOCK_MONOTONIC's but for suspend), on CPUs 0,1 (the daemons').
+taskset -c 0,1 bash -c 'while :; do
+  nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits |
+    sed "s/^/$(cut -d" " -f1 /proc/uptime), /"
+  sleep 1
+done' > /tmp/lane-clocks.log 2>&1 &
+clocks=$!
+trap 'kill $clocks 2>/dev/null' EXIT
 
 declare -A used=([0]=1 [1]=1) # CPUs 0-1 stay for the daemons and the shell
 pins=()
@@ -81,12 +83,14 @@ lane() { # lane N SPEC...
     cp /tmp/o$d-$part/summary.md "$OUT/gpu$d-$part-rep$REP.md" 2>/dev/null || tail -30 /tmp/o$d-$part.log
   done
 }
+pids=()
 for ((d = 0; d < ${#lanes[@]}; d++)); do
   IFS=';' read -ra specs <<<"${lanes[$d]}"
   lane $d "${specs[@]}" > /tmp/lane$d.log 2>&1 &
+  pids+=($!)
 done
-wait $(jobs -p | grep -vx "$clocks")
-kill "$clocks"
+wait "${pids[@]}"
+kill $clocks
 cat /tmp/lane[0-9]*.log
 nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 # Each part's results.json.gz (the app's own requests, the daemon's status) comes back for request-by-request

@@ -47,6 +47,8 @@ import time
 from lc_infer import add_push_flags, import_gpreempt, parse_duration, run_lead_in, write_json
 
 SCHEMA = 1
+# Additions a CPU-speed loop makes (~2 ms of CPython; scripts/probe/lc-speed.sh runs the same loop).
+CPU_METER_LOOP = 50000
 
 # Shapes by family: GPT-2 medium's, and a small Llama (grouped-query
 # attention, RoPE, SwiGLU): two architecture families, two sizes.
@@ -272,12 +274,13 @@ def main():
     request_cpu = [0]  # the last request's CPU time, t0 to its last token
 
     def cpu_meter():
-        # A fixed loop of pure Python on this thread, timed: this CPU's own speed now. On a shared
-        # host a core's speed changes 2x for seconds at a time, and an eager LC's latency with it.
-        t, x = time.monotonic_ns(), 0
-        for i in range(50000):
+        # A fixed loop of pure Python, in this thread's CPU time (no GIL wait in it): its CPU's
+        # speed now. On the GPU machine a CPU's speed moved ~1.8x for seconds at a time, and an
+        # eager LC's latency with it.
+        t, x = time.thread_time_ns(), 0
+        for i in range(CPU_METER_LOOP):
             x += i
-        return time.monotonic_ns() - t
+        return time.thread_time_ns() - t
 
     def request():
         t0, c0 = time.monotonic_ns(), time.thread_time_ns()
@@ -313,11 +316,15 @@ def main():
             metrics.observe(lat, ttft, tpot)
 
     lead_in = run_lead_in(a.period, a.lead_in, lead_one)
-    start = time.monotonic_ns()
+    start, meter_wall = time.monotonic_ns(), 5_000_000  # the loop's wall time, last measured
     for i in range(a.requests):
         arrival = start + i * a.period
-        before = cpu_meter()  # while it waits for its arrival
-        now = time.monotonic_ns()
+        now, before = time.monotonic_ns(), 0
+        if now + 2 * meter_wall < arrival:  # just before it arrives; an LC behind its arrivals waits for none
+            time.sleep((arrival - 2 * meter_wall - now) / 1e9)
+            t = time.monotonic_ns()
+            before = cpu_meter()
+            meter_wall, now = time.monotonic_ns() - t, time.monotonic_ns()
         if now < arrival:
             time.sleep((arrival - now) / 1e9)
         elif now - arrival > a.period:
@@ -335,8 +342,8 @@ def main():
             # This thread's CPU time in the request: a slow request whose
             # thread was off its CPU was slowed by the host, not by Python.
             "cpu_ns": request_cpu[0],
-            # The CPU's speed around the request (the loop's time before and after it, mean).
-            "cpu_meter_ns": (before + after) // 2,
+            # Its CPU's speed around the request: the loop's CPU time just before and after it, mean.
+            "cpu_meter_ns": (before + after) // 2 if before else after,
         })
         if pusher:
             pusher.record_llm(lat, ttft, tpot)

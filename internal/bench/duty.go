@@ -68,6 +68,9 @@ type DutySplit struct {
 	// explain). 0: not measured, or a half too short.
 	CPURatio    float64 `json:"cpu_meter_p50_ratio,omitempty"`
 	PerCPURatio float64 `json:"p50_per_cpu_ratio,omitempty"`
+	// CPUCI and PerCPUCI are their bootstrap 95% intervals, as P50CI's.
+	CPUCI    *stats.Interval `json:"cpu_meter_p50_ratio_ci95,omitempty"`
+	PerCPUCI *stats.Interval `json:"p50_per_cpu_ratio_ci95,omitempty"`
 }
 
 // dutyLength is how long a run must measure for each half of duty to hold
@@ -231,11 +234,20 @@ func dutyIntervals(res *Results, rng *rand.Rand) {
 			continue
 		}
 		lat, _ := dutyHalves(sr.LC, sr.BEDuty)
-		ivs := stats.QuantileRatioCI(lat[0], lat[1], []float64{50}, stats.Bootstrap{Iters: bootstrapIters, Rand: rng})
-		if len(ivs) == 1 && !math.IsNaN(ivs[0].Lo) {
-			d.P50CI = &ivs[0]
+		d.P50CI = p50CI(lat, rng)
+		if meter, per, ok := cpuHalves(sr.LC, sr.BEDuty); ok && d.PerCPURatio > 0 {
+			d.CPUCI, d.PerCPUCI = p50CI(meter, rng), p50CI(per, rng)
 		}
 	}
+}
+
+// p50CI is the bootstrap 95% interval of the ratio of halves' p50s (nil: none).
+func p50CI(h [2][]float64, rng *rand.Rand) *stats.Interval {
+	ivs := stats.QuantileRatioCI(h[0], h[1], []float64{50}, stats.Bootstrap{Iters: bootstrapIters, Rand: rng})
+	if len(ivs) != 1 || math.IsNaN(ivs[0].Lo) {
+		return nil
+	}
+	return &ivs[0]
 }
 
 // dutyCount is what a duty-cycled BE completed in the working halves of

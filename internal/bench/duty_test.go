@@ -59,26 +59,29 @@ func TestSplitByDuty(t *testing.T) {
 	}
 }
 
-// TestDutyPerCPU: a request's CPU loop time says how fast its core ran; the LC's ratio per its
-// core's speed is what the core does not explain, and a run with a request unmeasured has none.
+// TestDutyPerCPU: a request's CPU loop time says how fast its CPU ran; the LC's ratio per its
+// CPU's speed is the ratio of the halves' medians of latency over loop time, of the requests the
+// halves count, and a run with a request unmeasured has none.
 func TestDutyPerCPU(t *testing.T) {
-	const s, ms = int64(time.Second), int64(time.Millisecond)
-	// A 4 s period; four requests a half. With BE its core runs 1.2x slower and the LC 1.5x.
-	var samples []LCSample
-	for i, start := range []int64{200 * ms, 600 * ms, 1000 * ms, 1400 * ms, 2200 * ms, 2600 * ms, 3000 * ms, 3400 * ms} {
-		lat, meter := 100*ms+int64(i%4)*ms, 2*ms+int64(i%4)*ms/50
-		if start < 2*s {
-			lat, meter = lat*3/2, meter*6/5
-		}
-		samples = append(samples, LCSample{ArrivalMonoNs: start, LatencyNs: lat, CPUMeterNs: meter})
+	const ms = int64(time.Millisecond)
+	req := func(start, lat, meterUs int64) LCSample {
+		return LCSample{ArrivalMonoNs: start * ms, LatencyNs: lat * ms, CPUMeterNs: meterUs * 1000}
+	}
+	// A 4 s period: BE works in [0, 2 s) and idles in [2 s, 4 s).
+	samples := []LCSample{
+		req(200, 150, 2500), req(600, 180, 3000), req(1000, 160, 2000), req(1400, 170, 2500), // with BE: latency/loop 60, 60, 80, 68
+		req(2050, 100, 100000),                                                                 // inside the idle half's guard: not counted
+		req(2200, 100, 2000), req(2600, 110, 2400), req(3000, 120, 2000), req(3400, 130, 2600), // alone: 50, 45.8, 60, 50
+		req(3900, 200, 100000), // runs past the half's end: not counted
 	}
 	tests := []struct {
 		name        string
 		unmeasured  int // this request carries no loop time (-1: none)
 		cpu, perCPU float64
 	}{
-		{"every request measured", -1, 1.2, 1.25},
-		{"one request unmeasured", 5, 0, 0},
+		// Loop medians 2.5 and 2.2 ms; latency over loop, medians 64 and 50 (not 165/2.5 over 115/2.2).
+		{"every request measured", -1, 2.5 / 2.2, 64.0 / 50},
+		{"one request unmeasured", 6, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -86,16 +89,22 @@ func TestDutyPerCPU(t *testing.T) {
 			if tt.unmeasured >= 0 {
 				ss[tt.unmeasured].CPUMeterNs = 0
 			}
-			d := splitByDuty(&LCResult{Samples: ss}, 4*time.Second)
-			if math.Abs(d.P50Ratio-1.5) > 1e-3 {
-				t.Fatalf("p50 ratio %v, want 1.5", d.P50Ratio)
+			sr := &ScenarioResult{Name: "llm-be-1us", Kind: KindShared, Runtime: RuntimeLLM, Rep: 1, BEDuty: 4 * time.Second, LC: &LCResult{Samples: ss}}
+			summarizeLC(sr)
+			finalize(&Results{Scenarios: []*ScenarioResult{sr}}, 1)
+			d := sr.LCDuty
+			if math.Abs(d.P50Ratio-165.0/115) > 1e-6 {
+				t.Fatalf("p50 ratio %v, want 165/115", d.P50Ratio)
 			}
-			if math.Abs(d.CPURatio-tt.cpu) > 1e-3 || math.Abs(d.PerCPURatio-tt.perCPU) > 1e-3 {
+			if math.Abs(d.CPURatio-tt.cpu) > 1e-6 || math.Abs(d.PerCPURatio-tt.perCPU) > 1e-6 {
 				t.Errorf("CPU ratio %v, per CPU %v; want %v, %v", d.CPURatio, d.PerCPURatio, tt.cpu, tt.perCPU)
 			}
+			if (d.CPUCI != nil && d.PerCPUCI != nil) != (tt.perCPU > 0) {
+				t.Errorf("intervals %+v %+v: want them iff measured", d.CPUCI, d.PerCPUCI)
+			}
 			var b strings.Builder
-			writeDutyPerCPU(&b, &Results{Scenarios: []*ScenarioResult{{Name: "llm-be-1us", Rep: 1, LCDuty: d}}})
-			if row := "| llm-be-1us | 1 | 1.200x | 1.250x |"; strings.Contains(b.String(), row) != (tt.perCPU > 0) {
+			writeDutyPerCPU(&b, &Results{Scenarios: []*ScenarioResult{sr}})
+			if row := "| llm-be-1us | 1 | 1.136x | ["; strings.Contains(b.String(), row) != (tt.perCPU > 0) {
 				t.Errorf("report:\n%s\nwant the row %q iff measured", b.String(), row)
 			}
 		})

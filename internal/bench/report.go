@@ -277,16 +277,22 @@ func writeDuty(b *strings.Builder, res *Results) {
 // core ran while BE worked, and its ratio per its core's speed: on a shared host a core's speed
 // moves by itself, and an eager LC's latency with it.
 func writeDutyPerCPU(b *strings.Builder, res *Results) {
-	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return sr.LCDuty != nil && sr.LCDuty.PerCPURatio > 0 }) {
+	measured := func(sr *ScenarioResult) bool { return sr.LCDuty != nil && sr.LCDuty.PerCPURatio > 0 && sr.Error == "" }
+	if !slices.ContainsFunc(res.Scenarios, measured) {
 		return
 	}
-	b.WriteString("\nThe LC timed a fixed loop on its own thread around each request (its core's speed then): the loop's median with BE over alone, and the ratio of each request's latency over its loop time, what its core does not explain:\n\n")
-	b.WriteString("| scenario | rep | the LC's CPU loop, with BE / alone | LC p50 per its CPU's speed, with BE / alone |\n")
-	b.WriteString("|---|---:|---:|---:|\n")
-	for _, sr := range res.Scenarios {
-		if d := sr.LCDuty; d != nil && d.PerCPURatio > 0 && sr.Error == "" {
-			fmt.Fprintf(b, "| %s | %d | %.3fx | %.3fx |\n", sr.Name, repOf(sr), d.CPURatio, d.PerCPURatio)
+	b.WriteString("\nThe LC timed a fixed loop on its own thread between requests (its CPU's speed then, in the thread's CPU time): the loop's median with BE over alone, and the ratio of each request's latency over its loop time, a rough normalisation (a request's GPU time does not scale with its CPU); 95% bootstrap intervals:\n\n")
+	b.WriteString("| scenario | rep | the LC's CPU loop, with BE / alone | 95% CI | LC p50 per its CPU's speed, with BE / alone | 95% CI |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|\n")
+	ci := func(iv *stats.Interval) string {
+		if iv == nil {
+			return "–"
 		}
+		return fmt.Sprintf("[%.2f, %.2f]", iv.Lo, iv.Hi)
+	}
+	for _, sr := range slices.DeleteFunc(slices.Clone(res.Scenarios), func(sr *ScenarioResult) bool { return !measured(sr) }) {
+		d := sr.LCDuty
+		fmt.Fprintf(b, "| %s | %d | %.3fx | %s | %.3fx | %s |\n", sr.Name, repOf(sr), d.CPURatio, ci(d.CPUCI), d.PerCPURatio, ci(d.PerCPUCI))
 	}
 }
 
