@@ -15,17 +15,13 @@ import (
 // est is a forgetting estimate of one quantity under one arm.
 type est = stats.Forgetting
 
-// aged is the weight of one measurement n windows old: halfLife halves it.
-func aged(n float64) float64 { return math.Exp2(-n / halfLife) }
-
-// decides reports whether an estimate of weight w may decide: it rests on one measurement a
-// halfLife old at least (its interval widened by the prior). Not a number of its own: halfLife
-// says when a measurement has faded to half.
-func decides(w float64) bool { return w >= aged(halfLife) }
-
-func known(e *est) bool { return e != nil && decides(e.W) }
-
-// forgotten is an estimate faded to nothing, a hundredth of what decides: it is dropped.
+// An estimate's weight: aged is one measurement's n windows old (halfLife halves it). It decides
+// once it rests on one measurement a halfLife old at least (its interval widened by the prior; not
+// a number of its own: halfLife says when a measurement has faded to half), and is forgotten
+// (dropped) at a hundredth of that.
+func aged(n float64) float64   { return math.Exp2(-n / halfLife) }
+func decides(w float64) bool   { return w >= aged(halfLife) }
+func known(e *est) bool        { return e != nil && decides(e.W) }
 func forgotten(w float64) bool { return w < aged(halfLife)/100 }
 
 // armEst is what one arm showed: each objective's latency/target (by objective key), BE's share.
@@ -41,8 +37,7 @@ func (c *Controller) est(a Arm) *armEst {
 	return c.arms[a]
 }
 
-// decay fades every estimate by f, and drops those faded to nothing, a hundredth of what decides
-// (of processes gone).
+// decay fades every estimate by f, and drops the forgotten (of processes gone).
 func (c *Controller) decay(f float64) {
 	for _, r := range c.refs {
 		r.est.Decay(f)
