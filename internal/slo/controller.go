@@ -395,6 +395,7 @@ func (c *Controller) atLimit(d *Decision) {
 func (c *Controller) enter(p Phase) { p.Since = c.tick; c.phase = p }
 
 // to decides arm a for cause; keep the arm in force.
+func (c *Controller) keep(d *Decision, cause, why string) { c.to(d, cause, c.cur, why) }
 func (c *Controller) to(d *Decision, cause string, a Arm, why string) {
 	d.Cause, d.Reason = cause, why
 	if a != c.cur {
@@ -405,10 +406,7 @@ func (c *Controller) to(d *Decision, cause string, a Arm, why string) {
 	}
 }
 
-func (c *Controller) keep(d *Decision, cause, why string) { c.to(d, cause, c.cur, why) }
-
-// backoff: times left, and when it may be explored again.
-type backoff struct{ n, until int }
+type backoff struct{ n, until int } // times left, and when it may be explored again
 
 // backOff holds arm a back from exploring: each time again twice as long, until a back-off
 // outlasts one measurement of the arm (forgotten): longer, nothing would remember why.

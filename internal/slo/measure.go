@@ -100,13 +100,9 @@ func (c *Controller) shortest() Arm {
 	}
 }
 
-// requests is how many requests s's points come from.
-func requests(s LCSample) int { return cmp.Or(s.Requests, stats.Weight(s.Points)) }
-
-// enough reports whether pts, from reqs requests, make one measurement.
-func enough(pts []stats.Weighted, reqs int) bool {
-	return stats.Weight(pts) >= minSamples && reqs >= minRequests
-}
+// requests: how many requests s's points come from; enough: whether p from n requests is a measurement.
+func requests(s LCSample) int               { return cmp.Or(s.Requests, stats.Weight(s.Points)) }
+func enough(p []stats.Weighted, n int) bool { return stats.Weight(p) >= minSamples && n >= minRequests }
 
 // measure folds the window in: each sample into its reference (the LC alone, or at the shortest arm,
 // whenever it runs so) or the arm in force's measurement, which counts once enough; BE share where BE ran.
