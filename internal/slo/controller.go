@@ -16,8 +16,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
-// DefaultLadder: the fastest yield, the class default, and the longer BE timeslices a
-// launch-bound LC may need.
+// DefaultLadder: the fastest yield, the class default, and longer ones a launch-bound LC may need.
 var DefaultLadder = []time.Duration{
 	time.Microsecond, 50 * time.Microsecond, 200 * time.Microsecond, 500 * time.Microsecond,
 	time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond,
@@ -49,8 +48,7 @@ const (
 	gateShare     = 0.75             // BE's share with the gate over without, until measured (only the order counts)
 )
 
-// switchCost is a measured fact, not a tuning: one BE-to-LC switch on H100 and H200, what no
-// timeslice removes. It decides nothing; it only names the bound at the limit.
+// switchCost (measured on H100 and H200, not tuned) is what no timeslice removes; it only names a bound.
 const switchCost = 190 * time.Microsecond
 
 // LCSample is one LC process's latency over one window against one of its objectives.
@@ -362,11 +360,10 @@ func (c *Controller) rescue(d *Decision) {
 
 // atLimit holds the closest arm with the most BE and names what stands in the way. It leaves the
 // arm in force only for one closer beyond both intervals, or as close and giving BE more by
-// margin: noise reorders arms that miss alike; and not while its aged estimate is measured anew.
+// margin (noise reorders arms that miss alike), and not while its aged estimate is measured anew
+// (leaving would waste that; an arm never measured is not held: its estimate is a guess).
 func (c *Controller) atLimit(d *Decision) {
 	a := c.closest()
-	// An arm in force whose estimate aged out is measured anew: leaving it now wastes that (an arm
-	// never measured is not held: its estimate is a neighbour's guess).
 	aged := slices.ContainsFunc(slices.Collect(maps.Keys(c.active)), func(k string) bool { e := c.est(c.cur).lc[k]; return e != nil && !known(e) })
 	measuring := aged && !c.short(c.cur) && math.IsNaN(c.worstMean(c.cur)) && c.tick-c.moved < 2*maxAccumulate
 	if measuring || c.short(a) == c.short(c.cur) && !c.clearlyCloser(a, c.cur) && !c.better(a, c.cur) {
@@ -398,6 +395,7 @@ func (c *Controller) atLimit(d *Decision) {
 func (c *Controller) enter(p Phase) { p.Since = c.tick; c.phase = p }
 
 // to decides arm a for cause; keep the arm in force.
+func (c *Controller) keep(d *Decision, cause, why string) { c.to(d, cause, c.cur, why) }
 func (c *Controller) to(d *Decision, cause string, a Arm, why string) {
 	d.Cause, d.Reason = cause, why
 	if a != c.cur {
@@ -408,10 +406,7 @@ func (c *Controller) to(d *Decision, cause string, a Arm, why string) {
 	}
 }
 
-func (c *Controller) keep(d *Decision, cause, why string) { c.to(d, cause, c.cur, why) }
-
-// backoff: times left, and when it may be explored again.
-type backoff struct{ n, until int }
+type backoff struct{ n, until int } // times left, and when it may be explored again
 
 // backOff holds arm a back from exploring: each time again twice as long, until a back-off
 // outlasts one measurement of the arm (forgotten): longer, nothing would remember why.
@@ -428,8 +423,7 @@ func (c *Controller) best() (Arm, bool) {
 	return c.most(func(a Arm) bool { return c.feasibility(a) == feasible && decides(c.evidence(a)) })
 }
 
-// most is the allowed arm for which ok holds that gives BE the most (on a tie the one in force,
-// else the first).
+// most is the allowed arm where ok holds with the most BE (on a tie the one in force, else the first).
 func (c *Controller) most(ok func(Arm) bool) (best Arm, found bool) {
 	for _, a := range c.set.all() {
 		if ok(a) && (!found || c.share(a) > c.share(best) || a == c.cur && c.share(a) == c.share(best)) {
@@ -459,14 +453,9 @@ func (c *Controller) candidate() (Arm, bool) {
 func (c *Controller) closest() Arm {
 	best, m := c.cur, c.worstMean(c.cur)
 	for _, a := range c.set.all() {
-		x := c.worstMean(a)
-		if c.short(a) != c.short(best) {
-			if !c.short(a) && !math.IsNaN(x) {
-				best, m = a, x
-			}
-			continue
-		}
-		if !math.IsNaN(x) && (math.IsNaN(m) || x < m || x <= m*(1+priorScatter/4) && c.share(a) > c.share(best)) {
+		x, short := c.worstMean(a), c.short(a)
+		closer := math.IsNaN(m) || x < m || x <= m*(1+priorScatter/4) && c.share(a) > c.share(best)
+		if !math.IsNaN(x) && (short == c.short(best) && closer || c.short(best) && !short) {
 			best, m = a, x
 		}
 	}

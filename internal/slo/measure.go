@@ -15,17 +15,13 @@ import (
 // est is a forgetting estimate of one quantity under one arm.
 type est = stats.Forgetting
 
-// aged is the weight of one measurement n windows old: halfLife halves it.
-func aged(n float64) float64 { return math.Exp2(-n / halfLife) }
-
-// decides reports whether an estimate of weight w may decide: it rests on one measurement a
-// halfLife old at least (its interval widened by the prior). Not a number of its own: halfLife
-// says when a measurement has faded to half.
-func decides(w float64) bool { return w >= aged(halfLife) }
-
-func known(e *est) bool { return e != nil && decides(e.W) }
-
-// forgotten is an estimate faded to nothing, a hundredth of what decides: it is dropped.
+// An estimate's weight: aged is one measurement's n windows old (halfLife halves it). It decides
+// once it rests on one measurement a halfLife old at least (its interval widened by the prior; not
+// a number of its own: halfLife says when a measurement has faded to half), and is forgotten
+// (dropped) at a hundredth of that.
+func aged(n float64) float64   { return math.Exp2(-n / halfLife) }
+func decides(w float64) bool   { return w >= aged(halfLife) }
+func known(e *est) bool        { return e != nil && decides(e.W) }
 func forgotten(w float64) bool { return w < aged(halfLife)/100 }
 
 // armEst is what one arm showed: each objective's latency/target (by objective key), BE's share.
@@ -41,8 +37,7 @@ func (c *Controller) est(a Arm) *armEst {
 	return c.arms[a]
 }
 
-// decay fades every estimate by f, and drops those faded to nothing, a hundredth of what decides
-// (of processes gone).
+// decay fades every estimate by f, and drops the forgotten (of processes gone).
 func (c *Controller) decay(f float64) {
 	for _, r := range c.refs {
 		r.est.Decay(f)
@@ -105,13 +100,9 @@ func (c *Controller) shortest() Arm {
 	}
 }
 
-// requests is how many requests s's points come from.
-func requests(s LCSample) int { return cmp.Or(s.Requests, stats.Weight(s.Points)) }
-
-// enough reports whether pts, from reqs requests, make one measurement.
-func enough(pts []stats.Weighted, reqs int) bool {
-	return stats.Weight(pts) >= minSamples && reqs >= minRequests
-}
+// requests: how many requests s's points come from; enough: whether p from n requests is a measurement.
+func requests(s LCSample) int               { return cmp.Or(s.Requests, stats.Weight(s.Points)) }
+func enough(p []stats.Weighted, n int) bool { return stats.Weight(p) >= minSamples && n >= minRequests }
 
 // measure folds the window in: each sample into its reference (the LC alone, or at the shortest arm,
 // whenever it runs so) or the arm in force's measurement, which counts once enough; BE share where BE ran.

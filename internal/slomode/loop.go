@@ -88,10 +88,8 @@ func New(rec Reconciler, now func() time.Duration, m Metrics, log *slog.Logger) 
 	return l
 }
 
-// PrepreemptUpTo is the longest BE timeslice at which the search over lcs may have hint engines
-// pre-preempt; 0 where none of lcs has pushed engine state. Not past slo.spinner_ceiling (a longer
-// BE timeslice spares BE no switch), nor at or past slo.prepreempt_below (a spinner launched one
-// switch ahead cannot shorten a wait that long).
+// PrepreemptUpTo is the longest BE timeslice at which lcs' hint engines may pre-preempt (within
+// slo.spinner_ceiling, below slo.prepreempt_below); 0 where none of lcs has pushed engine state.
 func (l *Loop) PrepreemptUpTo(pol *policy.Policy, lcs []policy.ProcRef) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -261,13 +259,11 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 			// Without BE: every BE of the search held stopped through the window (or stopped by
 			// someone else, or gone; or none).
 			obs.BEPaused = s.pausing && (len(s.bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(s.bes, func(p policy.ProcRef) bool { return !l.Pause.Still(p) }))
-			if rates != nil {
-				obs.BEShare = signal.BEShare(rates, s.bes)
-				// Idle of its own accord: no BE launched anything, none held by the gate all the window.
-				obs.BEIdle = !s.pausing && len(s.bes) > 0 &&
-					!slices.ContainsFunc(s.bes, func(b policy.ProcRef) bool { r, ok := rates[b.Key()]; return !ok || r.Rate > 0 }) &&
-					!(s.ctl.Arm().Gate && l.Gate != nil && slices.ContainsFunc(s.bes, func(b policy.ProcRef) bool { return l.Gate.HeldSince(b, prev) }))
-			}
+			obs.BEShare = signal.BEShare(rates, s.bes) // NaN without rates
+			// Idle of its own accord: every BE has a rate, of 0, and none was held by the gate all window.
+			obs.BEIdle = !s.pausing && len(s.bes) > 0 &&
+				!slices.ContainsFunc(s.bes, func(b policy.ProcRef) bool { r, ok := rates[b.Key()]; return !ok || r.Rate > 0 }) &&
+				!(s.ctl.Arm().Gate && l.Gate != nil && slices.ContainsFunc(s.bes, func(b policy.ProcRef) bool { return l.Gate.HeldSince(b, prev) }))
 			obs.Aligned = prev > 0 && s.live() && !s.lagged
 			for _, p := range s.lcs {
 				w := samples[p.PID]

@@ -9,9 +9,8 @@ import (
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
-// What SLO mode needs of the daemon that wires it: reconcile.Reconciler, pause.Holder, gate.Gate and
-// the daemon's Metrics satisfy these (internal/daemon/slomode.go checks), and this package imports
-// none of them.
+// What SLO mode needs of the daemon: reconcile.Reconciler, pause.Holder, gate.Gate and the daemon's
+// Metrics satisfy these (internal/daemon/slomode.go checks), none of them imported here.
 
 // Reconciler is the policy in force, the classed processes (by pid) and the GPUs they are on, and
 // the BE timeslices chosen, applied.

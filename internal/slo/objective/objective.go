@@ -21,27 +21,20 @@ var Metrics = []string{"ttft", "tpot"}
 
 // References a relative objective is measured against.
 const (
-	// Standalone: the LC's latency with BE stopped (paused) for a few windows; the default.
-	Standalone = "standalone"
-	// Shortest: the LC's latency beside BE under the shortest BE
-	// timeslice; costs BE no pause, and is not the LC alone.
-	Shortest = "shortest"
+	Standalone = "standalone" // the LC with BE stopped (paused) for a few windows; the default
+	Shortest   = "shortest"   // beside BE under the shortest BE timeslice: no pause, not the LC alone
 )
 
-// Objective is an LC process's latency objective: a quantile of its
-// request latency (or of Metric), bounded absolutely (Absolute) or
-// relative to a reference latency at the same quantile (Inflation).
+// Objective is an LC process's latency objective: a quantile of its request latency (or of
+// Metric), bounded absolutely (Absolute) or relative to a reference latency at the same quantile
+// (Inflation).
 type Objective struct {
-	// Metric is "" (request latency) or one of Metrics.
-	Metric string `json:"metric,omitempty"`
-	// Quantile is in (0, 1): 0.5, 0.99.
-	Quantile float64 `json:"quantile"`
-	// Inflation bounds latency / reference; 0 when Absolute is used.
-	Inflation float64 `json:"inflation,omitempty"`
-	// Absolute bounds latency itself; 0 when Inflation is used.
-	Absolute time.Duration `json:"absolute,omitempty"`
-	// Reference names what Inflation is relative to: Standalone, Shortest, or "" (standalone where
-	// BE may be paused, else shortest).
+	Metric    string        `json:"metric,omitempty"`    // "" (request latency) or one of Metrics
+	Quantile  float64       `json:"quantile"`            // in (0, 1): 0.5, 0.99
+	Inflation float64       `json:"inflation,omitempty"` // bounds latency / reference; 0 with Absolute
+	Absolute  time.Duration `json:"absolute,omitempty"`  // bounds latency itself; 0 with Inflation
+	// Reference is what Inflation is relative to: Standalone, Shortest, or "" (standalone where BE
+	// may be paused, else shortest).
 	Reference string `json:"reference,omitempty"`
 }
 
@@ -105,8 +98,8 @@ func (o Objective) Check() error {
 // Relative reports whether o is bounded relative to a reference latency.
 func (o Objective) Relative() bool { return o.Absolute <= 0 }
 
-// Target is the latency o allows given the reference latency at its
-// quantile (unused for absolute objectives); 0 while it is not known.
+// Target is the latency o allows given the reference latency at its quantile (unused for
+// absolute objectives); 0 while it is not known.
 func (o Objective) Target(reference time.Duration) time.Duration {
 	if o.Absolute > 0 {
 		return o.Absolute
@@ -128,8 +121,7 @@ func (o Objective) Name() string {
 // quantile: "p50<=1.05x, p99<=40ms" bounds its median and its tail. Nil: none.
 type Objectives []Objective
 
-// ParseList reads one objective or several separated by commas, at most
-// one per metric and quantile.
+// ParseList reads objectives separated by commas, at most one per metric and quantile.
 func ParseList(s string) (Objectives, error) {
 	var os Objectives
 	for part := range strings.SplitSeq(s, ",") {
