@@ -37,7 +37,8 @@ local_cpus() {
   cpus "$f"
 }
 
-rm -f /tmp/lane[0-9]*.log /tmp/lane-clocks.log
+# An earlier call on the same machine left its parts here: the archive holds this call's alone.
+rm -rf /tmp/lane[0-9]*.log /tmp/lane-clocks.log /tmp/o[0-9]-* /tmp/w[0-9]-*
 lanes=()
 for ((d = 0; ; d++)); do v=LANE$d; [ -n "${!v:-}" ] || break; lanes+=("${!v}"); done
 [ ${#lanes[@]} -gt 0 ] || { echo "gpu-run-lanes.sh: no LANE0 given" >&2; exit 2; }
