@@ -250,7 +250,9 @@ func (c *Controller) step(d *Decision, o Observation) {
 	}
 }
 
-// exploring measures the arm explored until it meets, misses, or is undecided for two measurements.
+// exploring measures the arm explored until it meets, misses, or is undecided for two measurements;
+// one that misses on average once measured is left then: adopting an arm takes an interval, but the
+// LC is not kept under one its first measurement says misses (where nothing meets, all may).
 func (c *Controller) exploring(d *Decision) {
 	switch f := c.feasibility(c.cur); {
 	case f == infeasible:
@@ -262,6 +264,9 @@ func (c *Controller) exploring(d *Decision) {
 		c.endExplore(d, CauseViolation, fmt.Sprintf("%v misses an objective (%s): back to %v", c.cur, why, c.phase.From))
 	case f == feasible && decides(c.evidence(c.cur)):
 		c.endExplore(d, CauseWithin, fmt.Sprintf("%v meets every objective with %s", c.cur, c.shareText(c.cur)))
+	case !c.phase.Limit && decides(c.evidence(c.cur)) && c.worstMean(c.cur) > 1:
+		c.backOff(c.cur)
+		c.endExplore(d, CauseViolation, fmt.Sprintf("%v misses on average (LC at %.2fx): back to %v", c.cur, c.worstMean(c.cur), c.phase.From))
 	case c.tick-c.phase.Since >= 2*maxAccumulate:
 		c.backOff(c.cur)
 		c.endExplore(d, CauseWithin, fmt.Sprintf("%v left undecided after %d windows: back to %v", c.cur, c.tick-c.phase.Since, c.phase.From))
@@ -302,10 +307,11 @@ func (c *Controller) settled(d *Decision) {
 	c.keep(d, CauseWithin, "within objectives")
 }
 
-// undecided keeps measuring an arm that may miss, and leaves it once it has missed on average for
-// two measurements' span.
+// undecided keeps measuring an arm that may miss, and leaves it once, after two measurements' span,
+// it misses by half the bounds' width: a move needs an interval, and a noisy LC's mean alone over 1
+// moved the search off an arm that meets about a third of the time.
 func (c *Controller) undecided(d *Decision) {
-	if c.tick-c.moved >= 2*maxAccumulate && c.worstMean(c.cur) > 1 {
+	if c.tick-c.moved >= 2*maxAccumulate && c.missesBy(c.cur, z/2) {
 		c.rescue(d)
 		return
 	}
@@ -442,7 +448,8 @@ func (c *Controller) short(a Arm) bool {
 // objectives, not backed off, next to the arm in force or to one measured.
 func (c *Controller) candidate() (Arm, bool) {
 	return c.most(func(a Arm) bool {
-		frontier := c.evidence(a) > 0 || slices.ContainsFunc(c.set.neighbours(a), func(n Arm) bool { return n == c.cur || decides(c.evidence(n)) })
+		// the search widens through arms shown to meet: one undecided or missing is no step to one beyond it
+		frontier := c.evidence(a) > 0 || slices.ContainsFunc(c.set.neighbours(a), func(n Arm) bool { return n == c.cur || c.feasibility(n) == feasible })
 		gain := c.phase.Limit && protects(c.set, c.cur, a) || !c.phase.Limit && c.better(a, c.cur)
 		return a != c.cur && c.tick >= c.left[a].until && frontier && c.feasibility(a) == possible && gain
 	})

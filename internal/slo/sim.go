@@ -38,6 +38,11 @@ type Workload struct {
 	// Spread is the deviation of a request's log latency around its
 	// window's (0: 0.02).
 	Spread float64
+	// HostSlow is how much slower a request runs while the LC's CPU is in its slow mode (0: no
+	// modes), HostToSlow and HostToFast the chances, request to request, that the mode changes:
+	// an eager LC's latency follows its vCPU's speed, alone and beside BE alike (on an H200
+	// machine: ~1.6x, 0.15-0.32 and 0.43-0.47, docs/results/2026-11-29-slo-h200-host.md).
+	HostSlow, HostToSlow, HostToFast float64
 	// Gated is the response with the request gate holding BE through each
 	// LC request (nil: as Points); Unhinted with hint engines told not to
 	// pre-preempt (nil: as Points, which then need no hints).
@@ -134,6 +139,7 @@ type SimGPU struct {
 	// whatever Paused says (a daemon that cannot stop it).
 	Paused, IgnorePause bool
 	wasPaused           bool
+	hostSlow            bool // the LC's CPU in its slow mode (Workload.HostSlow)
 	// Idle: BE idles of its own accord through the window (the LC alone).
 	Idle bool
 	// Summary reports the window's quantile and count, not its values (a
@@ -148,6 +154,17 @@ type SimGPU struct {
 	// after a move shows the new arm alone, but the one after BE was
 	// stopped still drains BE's queued work.
 	Aligned bool
+}
+
+// host moves the LC's CPU mode on by one request and returns the request's slowing by it.
+func (g *SimGPU) host(w Workload) float64 {
+	if w.HostSlow == 0 {
+		return 1
+	}
+	if p := map[bool]float64{false: w.HostToSlow, true: w.HostToFast}[g.hostSlow]; g.rng.Float64() < p {
+		g.hostSlow = !g.hostSlow
+	}
+	return map[bool]float64{false: 1, true: w.HostSlow}[g.hostSlow]
 }
 
 // NewSimGPU returns a simulator seeded with seed.
@@ -190,7 +207,7 @@ func (g *SimGPU) WindowArm(w Workload, obj objective.Objective, a, prev Arm) Obs
 	scale := float64(w.Baseline) * r * noise(w.Noise)
 	vals := make([]time.Duration, w.Requests)
 	for i := range vals {
-		vals[i] = time.Duration(scale * math.Exp(cmp.Or(w.Spread, 0.02)*g.rng.NormFloat64()))
+		vals[i] = time.Duration(scale * g.host(w) * math.Exp(cmp.Or(w.Spread, 0.02)*g.rng.NormFloat64()))
 	}
 	s := LCSample{Key: cmp.Or(g.Key, "lc"), Owner: g.Owner, Objective: obj}
 	if w.PerRequest {
