@@ -109,6 +109,8 @@ type Phase struct {
 	From  Arm  // Calibrating, Exploring: the arm it goes back to
 	Pause int  // Calibrating: windows of the pause in force (0: BE runs)
 	Limit bool // Settled, Exploring from there: no arm is known to meet every objective; the closest is held
+	// Exploring: a measurement has counted under the arm explored (its estimate may predate it)
+	Measured bool
 }
 
 // LCResult is a sample against its objective.
@@ -141,6 +143,7 @@ type Controller struct {
 	phase              Phase
 	cur                Arm
 	moved              int // the window of the last decision that changed the arm
+	missed             int // the last such window that left an arm missing (a violation, or at the limit)
 	arms               map[Arm]*armEst
 	acc                map[string]*accum // measurements accumulating under cur, by objective key
 	active             map[string]int    // objective keys by the window they last gave a sample
@@ -251,9 +254,10 @@ func (c *Controller) step(d *Decision, o Observation) {
 }
 
 // exploring measures the arm explored until it meets, misses, or is undecided for two measurements;
-// one that misses on average once measured is left then: adopting an arm takes an interval, but the
-// LC is not kept under one its first measurement says misses (where nothing meets, all may).
+// one that misses on average once measured anew is left then: adopting an arm takes an interval,
+// but the LC is not kept under one its new measurement says misses (where nothing meets, all may).
 func (c *Controller) exploring(d *Decision) {
+	c.phase.Measured = c.phase.Measured || slices.ContainsFunc(d.LC, func(r LCResult) bool { return r.Counted })
 	switch f := c.feasibility(c.cur); {
 	case f == infeasible:
 		c.backOff(c.cur)
@@ -264,7 +268,7 @@ func (c *Controller) exploring(d *Decision) {
 		c.endExplore(d, CauseViolation, fmt.Sprintf("%v misses an objective (%s): back to %v", c.cur, why, c.phase.From))
 	case f == feasible && decides(c.evidence(c.cur)):
 		c.endExplore(d, CauseWithin, fmt.Sprintf("%v meets every objective with %s", c.cur, c.shareText(c.cur)))
-	case !c.phase.Limit && decides(c.evidence(c.cur)) && c.worstMean(c.cur) > 1:
+	case c.phase.Measured && !c.phase.Limit && c.worstMean(c.cur) > 1:
 		c.backOff(c.cur)
 		c.endExplore(d, CauseViolation, fmt.Sprintf("%v misses on average (LC at %.2fx): back to %v", c.cur, c.worstMean(c.cur), c.phase.From))
 	case c.tick-c.phase.Since >= 2*maxAccumulate:
@@ -295,7 +299,7 @@ func (c *Controller) settled(d *Decision) {
 	if c.nextExplore == 0 && (!ok || c.left[a].n > 0) {
 		c.nextExplore = max(c.tick, c.moved+int(stableGap/c.opts.Window)) // converged (nothing to explore, or an arm explored again): explorations budgeted, the first stableGap after the last change
 	}
-	if ok && c.tick >= c.nextExplore {
+	if ok && c.tick >= c.nextExplore && (c.missed == 0 || c.tick-c.missed >= int(stableGap/c.opts.Window)) { // after a miss the search holds stableGap before it explores again (two more changes)
 		c.enter(Phase{Kind: Exploring, From: c.cur, Limit: c.phase.Limit})
 		c.to(d, CauseExplore, a, fmt.Sprintf("LC at %.2fx its objective under %v: trying %v, which might meet it with %s", c.worstMean(c.cur), c.cur, a, c.shareText(a)))
 		return
@@ -307,11 +311,10 @@ func (c *Controller) settled(d *Decision) {
 	c.keep(d, CauseWithin, "within objectives")
 }
 
-// undecided keeps measuring an arm that may miss, and leaves it once, after two measurements' span,
-// it misses by half the bounds' width: a move needs an interval, and a noisy LC's mean alone over 1
-// moved the search off an arm that meets about a third of the time.
+// undecided keeps measuring an arm that may miss, and leaves it once it has missed on average for
+// two measurements' span.
 func (c *Controller) undecided(d *Decision) {
-	if c.tick-c.moved >= 2*maxAccumulate && c.missesBy(c.cur, z/2) {
+	if c.tick-c.moved >= 2*maxAccumulate && c.worstMean(c.cur) > 1 {
 		c.rescue(d)
 		return
 	}
@@ -406,6 +409,9 @@ func (c *Controller) to(d *Decision, cause string, a Arm, why string) {
 	d.Cause, d.Reason = cause, why
 	if a != c.cur {
 		d.Changed, c.cur, c.moved = true, a, c.tick
+		if cause == CauseViolation || cause == CauseAtLimit {
+			c.missed = c.tick
+		}
 		for _, m := range c.acc { // a measurement is of one arm
 			m.pts, m.reqs = nil, 0
 		}
@@ -445,7 +451,7 @@ func (c *Controller) short(a Arm) bool {
 
 // candidate is the arm to explore expected to give BE more than the one in force by margin (at
 // the limit: to protect the LC more, the workload may have eased): one that might meet the
-// objectives, not backed off, next to the arm in force or to one measured.
+// objectives, not backed off, measured or next to the arm in force or to one shown to meet.
 func (c *Controller) candidate() (Arm, bool) {
 	return c.most(func(a Arm) bool {
 		// the search widens through arms shown to meet: one undecided or missing is no step to one beyond it

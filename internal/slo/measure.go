@@ -303,19 +303,6 @@ func (c *Controller) lcFeasibility(a Arm) feasibility {
 	return out
 }
 
-// missesBy reports whether some objective's estimate under a lies over its target by z standard
-// errors at least.
-func (c *Controller) missesBy(a Arm, z float64) bool {
-	return slices.ContainsFunc(slices.Collect(maps.Keys(c.active)), func(k string) bool {
-		e := c.est(a).lc[k]
-		if !known(e) {
-			return false
-		}
-		lo, _ := e.Bounds(z, priorScatter, priorWeight)
-		return lo > 1
-	})
-}
-
 // lcBounds are the bounds of objective k's latency/target under a: its own, else its neighbours':
 // giving BE more than one, a is no better than priorScatter (at z) under it.
 func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
