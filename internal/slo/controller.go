@@ -78,7 +78,7 @@ type Observation struct {
 const (
 	CauseWithin      = "within"       // kept: it meets the objectives, or is being measured
 	CauseNoSignal    = "no_signal"    // no LC latency: kept, or the safe arm
-	CauseViolation   = "violation"    // its lower bound misses an objective: left
+	CauseViolation   = "violation"    // it misses an objective (its lower bound; or its mean, on a measurement made exploring it or over 60 windows held): left
 	CauseExplore     = "explore"      // an arm that might meet them with more BE tried
 	CauseKnownBetter = "known_better" // an arm known to meet them gives BE more
 	CauseAtLimit     = "at_limit"     // no arm known to meet them: the closest
