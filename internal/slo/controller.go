@@ -222,6 +222,7 @@ func (c *Controller) step(d *Decision, o Observation) {
 	k := c.phase.Kind
 	switch to := map[bool]Arm{true: c.safe(), false: c.set.clamp(c.cur)}[c.tick == 1]; { // the arms offered are known from the first window
 	case to != c.cur:
+		c.phase.Measured = false // an arm explored, replaced: its measurements are yet to be made
 		c.to(d, map[bool]string{true: CauseFloor, false: CauseUnavailable}[c.tick > 1 && c.set.rung(c.cur) < c.set.lo], to, fmt.Sprintf("the arms allowed now put the search at %v", to))
 	case c.quiet >= idleAfter && k != Fallback:
 		c.enter(Phase{Kind: Fallback})
@@ -451,11 +452,15 @@ func (c *Controller) short(a Arm) bool {
 
 // candidate is the arm to explore expected to give BE more than the one in force by margin (at
 // the limit: to protect the LC more, the workload may have eased): one that might meet the
-// objectives, not backed off, measured or next to the arm in force or to one shown to meet.
+// objectives, not backed off, measured or next to the arm in force or to one shown to meet (at the
+// limit, to one measured).
 func (c *Controller) candidate() (Arm, bool) {
 	return c.most(func(a Arm) bool {
-		// the search widens through arms shown to meet: one undecided or missing is no step to one beyond it
-		frontier := c.evidence(a) > 0 || slices.ContainsFunc(c.set.neighbours(a), func(n Arm) bool { return n == c.cur || c.feasibility(n) == feasible })
+		// the search for more BE widens through arms shown to meet (one undecided or missing is no step to
+		// one beyond it); at the limit, where none does, through every arm measured, toward a closer one
+		frontier := c.evidence(a) > 0 || slices.ContainsFunc(c.set.neighbours(a), func(n Arm) bool {
+			return n == c.cur || c.feasibility(n) == feasible || c.phase.Limit && decides(c.evidence(n))
+		})
 		gain := c.phase.Limit && protects(c.set, c.cur, a) || !c.phase.Limit && c.better(a, c.cur)
 		return a != c.cur && c.tick >= c.left[a].until && frontier && c.feasibility(a) == possible && gain
 	})

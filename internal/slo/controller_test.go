@@ -202,6 +202,50 @@ func TestTimeInMissingArms(t *testing.T) {
 	}
 }
 
+// TestAtLimitWalksToACloserArm: where no arm meets, the search still walks through arms that miss
+// toward the closest: here it lies two rungs from the arm held once the LC's response changes.
+// It fails with the frontier widened only through arms shown to meet, at the limit too.
+func TestAtLimitWalksToACloserArm(t *testing.T) {
+	before := Workload{Name: "closest-200us", Baseline: 10 * time.Millisecond, Noise: 0.03, ShareNoise: 0.02, Requests: 50,
+		Points: []Point{{time.Microsecond, 1.40, 0.5, false}, {50 * time.Microsecond, 1.30, 0.6, false}, {200 * time.Microsecond, 1.15, 0.75, false},
+			{time.Millisecond, 1.5, 0.87, false}, {3 * time.Millisecond, 1.7, 0.92, false}}}
+	after := before
+	after.Points = []Point{{time.Microsecond, 1.15, 0.5, false}, {50 * time.Microsecond, 1.30, 0.6, false}, {200 * time.Microsecond, 1.35, 0.75, false},
+		{time.Millisecond, 1.5, 0.87, false}, {3 * time.Millisecond, 1.7, 0.92, false}}
+	reached := 0
+	for seed := uint64(1); seed <= 24; seed++ {
+		c, g, obj := newController(t, Options{}), NewSimGPU(seed), mustObjective(t, "p50<=1.10x")
+		play(c, g, before, obj, 240, nil)
+		if slices.ContainsFunc(play(c, g, after, obj, 480, nil), func(d Decision) bool { return d.Arm.BETimeslice == time.Microsecond }) {
+			reached++
+		}
+	}
+	if reached < 18 {
+		t.Errorf("1µs, the closest arm after the change, reached in %d of 24 runs, want most", reached)
+	}
+}
+
+// TestExplorationReplacedArmMeasuredAnew: an arm explored that stops being offered (the gate
+// withdrawn) is replaced in the exploration, which then ends for missing on average only on a
+// measurement of the replacement.
+func TestExplorationReplacedArmMeasuredAnew(t *testing.T) {
+	w := EagerPyTorchH100
+	w.Gated = w.Points
+	obj := mustObjective(t, "p50<=1.05x")
+	for seed := uint64(1); seed <= 24; seed++ {
+		g := NewSimGPU(seed)
+		ds := play(newController(t, Options{}), g, w, obj, 300, func(i int, g *SimGPU) { g.Gate = i < 125 })
+		measured := false
+		for _, d := range ds {
+			counted := slices.ContainsFunc(d.LC, func(r LCResult) bool { return r.Counted })
+			measured = !(d.Changed && (d.Cause == CauseExplore || d.Cause == CauseUnavailable)) && (measured || counted)
+			if strings.Contains(d.Reason, "misses on average") && !measured {
+				t.Fatalf("seed %d, window %d: %s, with no measurement of the arm since it was replaced", seed, d.Windows, d.Reason)
+			}
+		}
+	}
+}
+
 func TestNoisyRequestsReferenceAndSettle(t *testing.T) {
 	// Each request's speed varies by 30%: a reference from one or two requests is off by as
 	// much, every ratio with it, and the search chases it. The reference spans minRequests
