@@ -63,9 +63,9 @@ type DutySplit struct {
 	// TPOTRatio is the same for an LLM LC's time per output token.
 	TPOTRatio float64 `json:"tpot_p50_ratio,omitempty"`
 	// Where every request carries its CPU loop's time (CPUMeterNs): CPURatio is that time's
-	// median with BE over alone (the LC's own core slowed by the host), PerCPURatio the same
-	// ratio as P50Ratio of each request's latency over its loop time (what its core does not
-	// explain). 0: not measured, or a half too short.
+	// median with BE over alone (the LC's own CPU slowed by the host), PerCPURatio the same
+	// ratio as P50Ratio of each request's latency over its loop time (what its CPU's speed does
+	// not explain). 0: not measured, or a half too short.
 	CPURatio    float64 `json:"cpu_meter_p50_ratio,omitempty"`
 	PerCPURatio float64 `json:"p50_per_cpu_ratio,omitempty"`
 	// CPUCI and PerCPUCI are their bootstrap 95% intervals, as P50CI's.

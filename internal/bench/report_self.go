@@ -1,0 +1,150 @@
+package bench
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// The report's sections that compare each LC process with itself: its requests while a duty-cycled
+// BE works against its own while BE idles, and gpreemptd's view of the same requests.
+
+// writeDuty adds, for runs with a BE duty, each LC process's requests
+// while BE worked against its requests while BE idled: a ratio free of the
+// process-to-process spread of an eager LC. Per scenario the median over
+// repetitions [range]; per run the ratio with its bootstrap interval.
+func writeDuty(b *strings.Builder, res *Results) {
+	var rows []*ScenarioSummary
+	for _, s := range res.Summaries {
+		if slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return sr.Name == s.Name && sr.Error == "" && sr.LCDuty != nil }) {
+			rows = append(rows, s)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nWithin each LC process: BE worked the first half of every %s and idled the second; the p50 of the requests that ran while it worked over the p50 of those that ran while it idled (a request counts for a half it starts %s or more into and ends within). A run with fewer than %d requests in a half is too short: shown, but left out of the median over repetitions [range]:\n\n",
+		fmtDuration(res.Config.BEDuty), fmtDuration(dutyGuard), minDutyRequests)
+	b.WriteString("| scenario | repetitions | LC p50 with BE / alone | TPOT p50 with BE / alone | too short |\n")
+	b.WriteString("|---|---:|---:|---:|---:|\n")
+	for _, s := range rows {
+		n := 0
+		if s.Duty != nil {
+			n = len(s.Duty.PerRep)
+		}
+		fmt.Fprintf(b, "| %s | %d | %s | %s | %d |\n", s.Name, n, spreadCell(s.Duty, "x"), spreadCell(s.DutyTPOT, "x"), s.DutyTooShort)
+	}
+	b.WriteString("\n| scenario | rep | requests with BE / alone | median with BE / alone (us) | ratio | 95% CI | |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---|\n")
+	for _, sr := range res.Scenarios {
+		d := sr.LCDuty
+		if d == nil || sr.Error != "" {
+			continue
+		}
+		nw, na, pw, pa := 0, 0, "–", "–"
+		if d.WithBE != nil {
+			nw = d.WithBE.N
+		}
+		if d.Alone != nil {
+			na = d.Alone.N
+		}
+		ratio, ci := "–", intervalCell(d.P50CI)
+		if d.P50Ratio > 0 { // the medians the ratio divides, so that the row adds up
+			pw, pa, ratio = fmt.Sprintf("%.1f", d.MedianWithBE), fmt.Sprintf("%.1f", d.MedianAlone), fmt.Sprintf("%.3fx", d.P50Ratio)
+		}
+		note := ""
+		if d.TooShort {
+			note = fmt.Sprintf("too short (< %d a half)", minDutyRequests)
+		}
+		fmt.Fprintf(b, "| %s | %d | %d / %d | %s / %s | %s | %s | %s |\n", sr.Name, repOf(sr), nw, na, pw, pa, ratio, ci, note)
+	}
+	writeDutyPerCPU(b, res)
+	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return len(sr.LCDutyByArm) > 1 }) {
+		return
+	}
+	b.WriteString("\nThe same by the arm SLO mode held as each request started (from the status read that first showed it): a run's ratio blends its arms, the first held before SLO mode had measured:\n\n")
+	b.WriteString("| scenario | rep | arm | from (s into the measurement) | requests with BE / alone | ratio |\n")
+	b.WriteString("|---|---:|---|---:|---:|---:|\n")
+	for _, sr := range res.Scenarios {
+		for _, a := range sr.LCDutyByArm {
+			ratio := "–"
+			if a.P50Ratio > 0 {
+				ratio = fmt.Sprintf("%.3fx", a.P50Ratio)
+			}
+			fmt.Fprintf(b, "| %s | %d | %s | %.1f | %d / %d | %s |\n", sr.Name, repOf(sr), a.Arm, a.FromS, a.WithBE, a.Alone, ratio)
+		}
+	}
+}
+
+// writeDutyPerCPU adds, where the LC timed its own CPU around each request, how much slower its
+// CPU ran while BE worked, and its ratio per its CPU's speed: on a shared host a vCPU's speed
+// moves by itself, and an eager LC's latency with it.
+func writeDutyPerCPU(b *strings.Builder, res *Results) {
+	measured := func(sr *ScenarioResult) bool { return sr.LCDuty != nil && sr.LCDuty.PerCPURatio > 0 && sr.Error == "" }
+	if !slices.ContainsFunc(res.Scenarios, measured) {
+		return
+	}
+	b.WriteString("\nThe LC timed a fixed loop on its own thread between requests (its CPU's speed then, in the thread's CPU time): the loop's median with BE over alone, and the ratio of each request's latency over its loop time, a rough normalisation (a request's GPU time does not scale with its CPU); 95% bootstrap intervals:\n\n")
+	b.WriteString("| scenario | rep | the LC's CPU loop, with BE / alone | 95% CI | LC p50 per its CPU's speed, with BE / alone | 95% CI |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|\n")
+	for _, sr := range res.Scenarios {
+		if d := sr.LCDuty; measured(sr) {
+			fmt.Fprintf(b, "| %s | %d | %.3fx | %s | %.3fx | %s |\n", sr.Name, repOf(sr), d.CPURatio, intervalCell(d.CPUCI), d.PerCPURatio, intervalCell(d.PerCPUCI))
+		}
+	}
+}
+
+// writeDaemonView adds, for slo: scenarios, each LC's latency as
+// gpreemptd saw it (its source and p50) beside the app's own p50 over the
+// same windows, and what calibration cost BE.
+func writeDaemonView(b *strings.Builder, res *Results) {
+	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return len(sr.Daemon) > 0 }) {
+		return
+	}
+	fmt.Fprintf(b, "\ngpreemptd's view of each LC (GET /v1/status every --slo-poll): its latency source and the p50 of its windows that end inside the measurement (and whose own second lies inside one of BE's working halves under a duty), each weighted by its samples, beside the same taken of the app's own latencies of its requests that ended in those windows (each window's p50 as the daemon takes one: the lower of two middle values), over the windows in which the app ended a request; they agree within ±%.0f%%. For a relative objective, the reference gpreemptd judged the LC against (its target over the factor, the median of the measurement's reads) beside the app's own p50 while BE idled over the measurement:\n\n", 100*daemonAgreement)
+	b.WriteString("| scenario | repetitions | daemon p50 / app p50: median [min–max] | repetitions that agree |\n|---|---:|---:|---:|\n")
+	for _, s := range res.Summaries {
+		if s.DaemonP50 != nil {
+			fmt.Fprintf(b, "| %s | %d | %s | %d of %d |\n", s.Name, len(s.DaemonP50.PerRep), spreadCell(s.DaemonP50, "x"), s.DaemonAgrees, s.Reps-s.Failed)
+		}
+	}
+	b.WriteString("\n| scenario | rep | LC | source | metric | windows | daemon p50 (us, samples) | app p50 (us, requests) | daemon / app | reference / app alone (us) | first sample / measurement | BE stopped, most of a minute |\n")
+	b.WriteString("|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, sr := range res.Scenarios {
+		for _, v := range sr.Daemon {
+			src := cmp.Or(v.Source, "–")
+			if len(v.Sources) > 1 {
+				var all []string
+				for _, k := range slices.Sorted(maps.Keys(v.Sources)) {
+					all = append(all, fmt.Sprintf("%s %d", k, v.Sources[k]))
+				}
+				src += " (" + strings.Join(all, ", ") + ")"
+			}
+			dp, ap, ratio := "–", "–", "–"
+			if v.DaemonP50Us > 0 {
+				dp = fmt.Sprintf("%.1f (%d)", v.DaemonP50Us, v.DaemonSamples)
+			}
+			if v.AppP50Us > 0 {
+				ap = fmt.Sprintf("%.1f (%d)", v.AppP50Us, v.AppRequests)
+			}
+			if v.Ratio > 0 {
+				ratio = fmt.Sprintf("%.2fx", v.Ratio)
+				if !v.Agrees {
+					ratio += " (outside ±10%)"
+				}
+			}
+			at := func(s float64) string {
+				return map[bool]string{true: fmt.Sprintf("+%.1f s", s), false: "never"}[s >= 0]
+			}
+			first := at(v.FirstSampleS) + " / " + at(v.FirstMeasuredS)
+			ref := "–" // gpreemptd's reference against the app's own p50 while BE idled
+			if v.ReferenceRatio > 0 {
+				ref = fmt.Sprintf("%.0f / %.0f = %.2fx", v.ReferenceUs, v.AppAloneUs, v.ReferenceRatio)
+			}
+			fmt.Fprintf(b, "| %s | %d | %s (pid %d) | %s | %s | %d | %s | %s | %s | %s | %s | %.1f%% |\n",
+				sr.Name, repOf(sr), v.Label, v.PID, src, v.Metric, v.Windows, dp, ap, ratio, ref, first, 100*sr.BEStoppedMost)
+		}
+	}
+}
