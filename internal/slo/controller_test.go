@@ -126,9 +126,8 @@ func dutyIdle(i int, g *SimGPU) { g.Idle = i%8 >= 4 }
 
 // hostModesLLM is an eager decode LC of one request a second whose latency follows its vCPU's
 // speed: requests ~12% apart within a mode, 1.6x slower in the slow mode, the mode changing request
-// to request with chances 0.25 and 0.45, as the GPT-2 LC's alone on an H200 machine
-// (docs/results/2026-11-29-slo-h200-host.md); BE's effect is modelled, the static classes' 200 us
-// meeting a 1.10x objective.
+// to request with chances 0.25 and 0.45, as a GPT-2 LC's alone was measured (docs/GPU-FACTS.md);
+// BE's effect is modelled, the static classes' 200 us meeting a 1.10x objective.
 var hostModesLLM = Workload{
 	Name: "host-modes-llm", Baseline: 170 * time.Millisecond, ShareNoise: 0.03, Requests: 1, Spread: 0.12,
 	HostSlow: 1.6, HostToSlow: 0.25, HostToFast: 0.45,
@@ -172,13 +171,8 @@ func TestTimeInMissingArms(t *testing.T) {
 					each = dutyIdle
 				}
 				ds := play(newController(t, Options{}), NewSimGPU(seed), tt.w, obj, 360, each)
-				measured := false // since the exploration in force began
-				for _, d := range ds {
-					counted := slices.ContainsFunc(d.LC, func(r LCResult) bool { return r.Counted })
-					measured = !(d.Changed && d.Cause == CauseExplore) && (measured || counted) // a start's measurement is the arm it left
-					if strings.Contains(d.Reason, "misses on average") && !measured {
-						t.Fatalf("seed %d, window %d: %s, with no measurement since the exploration began", seed, d.Windows, d.Reason)
-					}
+				if d, ok := unmeasuredEnd(ds); ok {
+					t.Fatalf("seed %d, window %d: %s, with no measurement since the exploration began", seed, d.Windows, d.Reason)
 				}
 				for i, d := range ds[60:] { // after the first minute, while BE works
 					if tt.duty && (i+60)%8 >= 4 {
@@ -235,15 +229,24 @@ func TestExplorationReplacedArmMeasuredAnew(t *testing.T) {
 	for seed := uint64(1); seed <= 24; seed++ {
 		g := NewSimGPU(seed)
 		ds := play(newController(t, Options{}), g, w, obj, 300, func(i int, g *SimGPU) { g.Gate = i < 125 })
-		measured := false
-		for _, d := range ds {
-			counted := slices.ContainsFunc(d.LC, func(r LCResult) bool { return r.Counted })
-			measured = !(d.Changed && (d.Cause == CauseExplore || d.Cause == CauseUnavailable)) && (measured || counted)
-			if strings.Contains(d.Reason, "misses on average") && !measured {
-				t.Fatalf("seed %d, window %d: %s, with no measurement of the arm since it was replaced", seed, d.Windows, d.Reason)
-			}
+		if d, ok := unmeasuredEnd(ds); ok {
+			t.Fatalf("seed %d, window %d: %s, with no measurement of the arm since it was replaced", seed, d.Windows, d.Reason)
 		}
 	}
+}
+
+// unmeasuredEnd is the first exploration in ds left for missing on average with no measurement
+// counted since it began or its arm was replaced (a start's own measurement is the arm it left).
+func unmeasuredEnd(ds []Decision) (Decision, bool) {
+	measured := false
+	for _, d := range ds {
+		counted := slices.ContainsFunc(d.LC, func(r LCResult) bool { return r.Counted })
+		measured = !(d.Changed && (d.Cause == CauseExplore || d.Cause == CauseUnavailable)) && (measured || counted)
+		if strings.Contains(d.Reason, "misses on average") && !measured {
+			return d, true
+		}
+	}
+	return Decision{}, false
 }
 
 func TestNoisyRequestsReferenceAndSettle(t *testing.T) {

@@ -40,8 +40,7 @@ type Workload struct {
 	Spread float64
 	// HostSlow is how much slower a request runs while the LC's CPU is in its slow mode (0: no
 	// modes), HostToSlow and HostToFast the chances, request to request, that the mode changes:
-	// an eager LC's latency follows its vCPU's speed, alone and beside BE alike (on an H200
-	// machine: ~1.6x, 0.15-0.32 and 0.43-0.47, docs/results/2026-11-29-slo-h200-host.md).
+	// an eager LC's latency follows its vCPU's speed, alone and beside BE alike (docs/GPU-FACTS.md).
 	HostSlow, HostToSlow, HostToFast float64
 	// Gated is the response with the request gate holding BE through each
 	// LC request (nil: as Points); Unhinted with hint engines told not to
