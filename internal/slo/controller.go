@@ -222,7 +222,6 @@ func (c *Controller) step(d *Decision, o Observation) {
 	k := c.phase.Kind
 	switch to := map[bool]Arm{true: c.safe(), false: c.set.clamp(c.cur)}[c.tick == 1]; { // the arms offered are known from the first window
 	case to != c.cur:
-		c.phase.Measured = false // an arm explored, replaced: its measurements are yet to be made
 		c.to(d, map[bool]string{true: CauseFloor, false: CauseUnavailable}[c.tick > 1 && c.set.rung(c.cur) < c.set.lo], to, fmt.Sprintf("the arms allowed now put the search at %v", to))
 	case c.quiet >= idleAfter && k != Fallback:
 		c.enter(Phase{Kind: Fallback})
@@ -409,11 +408,11 @@ func (c *Controller) keep(d *Decision, cause, why string) { c.to(d, cause, c.cur
 func (c *Controller) to(d *Decision, cause string, a Arm, why string) {
 	d.Cause, d.Reason = cause, why
 	if a != c.cur {
-		d.Changed, c.cur, c.moved = true, a, c.tick
+		d.Changed, c.cur, c.moved, c.phase.Measured = true, a, c.tick, false
 		if cause == CauseViolation || cause == CauseAtLimit {
 			c.missed = c.tick
 		}
-		for _, m := range c.acc { // a measurement is of one arm
+		for _, m := range c.acc { // a measurement is of one arm (an arm replaced mid-exploration too)
 			m.pts, m.reqs = nil, 0
 		}
 	}
