@@ -31,6 +31,11 @@ type Gate struct {
 	// Share caps the fraction of the GPU's time BE may be held off over a
 	// 20 s window; opens past it are refused and counted. Default 0.5.
 	Share float64
+	// LaunchProbes: LaunchProbesBetween (default) attaches the LC's launch
+	// probes between its requests and detaches them for each request;
+	// LaunchProbesAlways keeps them attached: a trap a launch instead of a
+	// detach and an attach a request (docs/GATE.md weighs the two).
+	LaunchProbes string
 }
 
 // Gate modes.
@@ -38,6 +43,12 @@ const (
 	GateOff  = "off"
 	GateOn   = "on"
 	GateAuto = "auto"
+)
+
+// Gate launch probe modes.
+const (
+	LaunchProbesBetween = "between"
+	LaunchProbesAlways  = "always"
 )
 
 // Gate defaults and bounds.
@@ -52,12 +63,12 @@ const (
 
 // DefaultGate is the gate when the policy has no gate section: off.
 func DefaultGate() Gate {
-	return Gate{Mode: GateOff, Idle: DefaultGateIdle, MaxHold: DefaultGateMaxHold, Share: DefaultGateShare}
+	return Gate{Mode: GateOff, Idle: DefaultGateIdle, MaxHold: DefaultGateMaxHold, Share: DefaultGateShare, LaunchProbes: LaunchProbesBetween}
 }
 
 func parseGate(n *yaml.Node) (Gate, error) {
 	g := DefaultGate()
-	fs, err := fields(n, "gate", "mode", "idle", "max_hold", "share")
+	fs, err := fields(n, "gate", "mode", "idle", "max_hold", "share", "launch_probes")
 	if err != nil {
 		return g, err
 	}
@@ -72,6 +83,16 @@ func parseGate(n *yaml.Node) (Gate, error) {
 		default:
 			return g, fieldErr(v, "gate.mode", "%q: want off, on or auto", v.Value)
 		}
+	}
+	if v := fs["launch_probes"]; v != nil {
+		m, err := keyword(v, "gate.launch_probes")
+		if err != nil {
+			return g, err
+		}
+		if m != LaunchProbesBetween && m != LaunchProbesAlways {
+			return g, fieldErr(v, "gate.launch_probes", "%q: want between or always", v.Value)
+		}
+		g.LaunchProbes = m
 	}
 	dur := func(key string, lo, hi time.Duration, d *time.Duration) error {
 		v := fs[key]

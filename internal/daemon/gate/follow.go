@@ -80,8 +80,9 @@ func (g *Gate) armLoop(ctx context.Context) {
 }
 
 // launchesWanted reports whether pid's launch probes are to be on: between
-// its requests, unless SLO mode steered it off the gate (no hold opens for
-// it, and a uprobe on every launch costs an eager LC microseconds each).
+// its requests (through them too with launch_probes: always), unless SLO
+// mode steered it off the gate (no hold opens for it, and a uprobe on every
+// launch costs an eager LC microseconds each).
 func (g *Gate) launchesWanted(pid int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -91,7 +92,8 @@ func (g *Gate) launchesWanted(pid int) bool {
 func (g *Gate) launchesWantedLocked(pid int) bool {
 	_, held := g.open[pid]
 	hold, steered := g.steered[pid]
-	return !held && (!steered || hold)
+	always := g.Procs.Policy().Gate.LaunchProbes == policy.LaunchProbesAlways
+	return (always || !held) && (!steered || hold)
 }
 
 // armLocked asks armLoop to bring pid's launch probes up to its state.
@@ -121,6 +123,12 @@ func (g *Gate) followLCs(follow func([]policy.ProcRef)) {
 	// The share's parts are refilled at the rate of the tenants so far.
 	pol := g.Procs.Policy().Gate
 	g.refillLocked(g.Now(), pol)
+	if pol.LaunchProbes != g.launchProbes { // every followed LC's probes to the new mode
+		g.launchProbes = pol.LaunchProbes
+		for pid := range g.lcs {
+			g.armLocked(pid)
+		}
+	}
 	changed := len(want) != len(g.lcs)
 	keep := map[int]bool{}
 	for _, r := range want {

@@ -74,14 +74,16 @@ type Gate struct {
 	// under Kubernetes, else its uid (default: the uid in /proc).
 	Tenant func(pid int) string
 
-	mu      sync.Mutex
-	lcs     map[int]*gateLC // LC processes the gate follows, by pid
-	open    map[int]*gateHold
-	tokens  time.Duration // the share's budget left
-	refill  time.Duration // when tokens were last refilled
-	stats   Stats
-	metrics *gateMetrics
-	cmds    chan gateCmd // requests that began, for the loop to hold BE
+	mu     sync.Mutex
+	lcs    map[int]*gateLC // LC processes the gate follows, by pid
+	open   map[int]*gateHold
+	tokens time.Duration // the share's budget left
+	// launchProbes is the policy's gate.launch_probes as followLCs last saw it.
+	launchProbes string
+	refill       time.Duration // when tokens were last refilled
+	stats        Stats
+	metrics      *gateMetrics
+	cmds         chan gateCmd // requests that began, for the loop to hold BE
 	// arming: LCs whose launch probes may need turning on or off, for
 	// Run's arming goroutine (armKick wakes it).
 	arming  map[int]bool

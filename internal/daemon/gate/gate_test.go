@@ -575,6 +575,42 @@ func TestGateRunArmsLaunchProbes(t *testing.T) {
 	stop()
 }
 
+// With launch_probes: always a request's hold leaves the launch probes on
+// (a trap a launch instead of a detach and an attach a request); the
+// policy turned back to between, they come off for the hold still open.
+func TestGateLaunchProbesAlways(t *testing.T) {
+	pol := gatePolicy(policy.GateOn)
+	pol.Gate.LaunchProbes = policy.LaunchProbesAlways
+	procs := &gateProcs{pol: pol, lc: []policy.ProcRef{{PID: 10, Start: 1, GPUs: []int{0}}}, be: []policy.ProcRef{{PID: 20, Start: 1}}}
+	pause := &fakePause{stopped: map[int]bool{}}
+	g := New(procs, pause, nil)
+	g.Now = func() time.Duration { return time.Second } // the hold stays open
+	arms := make(chan bool, 16)
+	g.Arm = func(pid int, on bool) {
+		if pid == 10 {
+			arms <- on
+		}
+	}
+	g.followLCs(nil)
+	stop := runGate(t, g)
+	g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleLaunch, PID: 10, TID: 1})
+	proctest.WaitFor(t, "BE held", func() bool { return pause.isStopped(20) })
+	if !g.launchesWanted(10) {
+		t.Fatal("launch probes to come off for a hold with launch_probes: always")
+	}
+	between := gatePolicy(policy.GateOn)
+	procs.mu.Lock()
+	procs.pol = between
+	procs.mu.Unlock()
+	g.followLCs(nil)
+	for on := range arms { // an ask made at the hold's start comes first, if any
+		if !on {
+			break
+		}
+	}
+	stop()
+}
+
 // An LC that SLO mode steers off the gate has its launch probes off: no
 // hold opens for it, and each probe costs an eager LC a trap a launch (on
 // the H100 an eager LC under SLO mode's timeslice arms trapped 970,000
