@@ -393,3 +393,46 @@ func TestArmDuty(t *testing.T) {
 		t.Errorf("no arms read: %+v", got)
 	}
 }
+
+// A setting that costs the LC in both halves (its thread blocked 40 ms a request) keeps its ratio
+// and shows against the static classes' requests while BE idled, with the time off its CPU.
+func TestDutyAlone(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	run := func(name, ts string, rep int, extra int64) *ScenarioResult {
+		var ss []LCSample
+		for i := range int64(8) { // a 4 s period: BE works in [0, 2 s), idles in [2 s, 4 s)
+			lat := 100 + 10*(i%4) + 30*(1-i/4) // with BE 130-160, alone 100-130 ms
+			ss = append(ss, LCSample{ArrivalMonoNs: (200 + 400*i + 400*(i/4)) * ms, LatencyNs: (lat + extra) * ms, CPUNs: lat * ms})
+		}
+		sr := &ScenarioResult{Name: name, Kind: KindShared, Runtime: RuntimeLLM, Rep: rep, BETimeslice: ts, BEDuty: 4 * time.Second, LC: &LCResult{Samples: ss}}
+		summarizeLC(sr)
+		return sr
+	}
+	tests := []struct {
+		name string
+		runs []*ScenarioResult
+		rows []string // each wanted in the report; none: no section
+	}{
+		{"slo blocked 40 ms a request", []*ScenarioResult{run("slo:llm-defaults", "", 1, 40), run("llm-be-200us", "200us", 1, 0)},
+			[]string{"| slo:llm-defaults | 1 | 155000.0 | 1.35x | 40.0 / 40.0 |", "| llm-be-200us | 1 | 115000.0 | 1.00x | 0.0 / 0.0 |"}},
+		{"each repetition against its own", []*ScenarioResult{run("llm-be-200us", "200us", 1, 0), run("slo:llm-defaults", "", 2, 0), run("llm-be-200us", "200us", 2, 40)},
+			[]string{"| slo:llm-defaults | 2 | 115000.0 | 0.74x |"}},
+		{"no static classes", []*ScenarioResult{run("slo:llm-defaults", "", 1, 40)}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := &Results{Scenarios: tt.runs}
+			finalize(res, 1)
+			var b strings.Builder
+			writeDutyAlone(&b, res)
+			if (b.Len() > 0) != (len(tt.rows) > 0) {
+				t.Fatalf("report:\n%s\nwant a section: %v", b.String(), len(tt.rows) > 0)
+			}
+			for _, row := range tt.rows {
+				if !strings.Contains(b.String(), row) {
+					t.Errorf("report:\n%s\nwant the row %q", b.String(), row)
+				}
+			}
+		})
+	}
+}

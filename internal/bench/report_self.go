@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
 // The report's sections that compare each LC process with itself: its requests while a duty-cycled
@@ -61,6 +63,7 @@ func writeDuty(b *strings.Builder, res *Results) {
 		fmt.Fprintf(b, "| %s | %d | %d / %d | %s / %s | %s | %s | %s |\n", sr.Name, repOf(sr), nw, na, pw, pa, ratio, ci, note)
 	}
 	writeDutyPerCPU(b, res)
+	writeDutyAlone(b, res)
 	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return len(sr.LCDutyByArm) > 1 }) {
 		return
 	}
@@ -93,6 +96,45 @@ func writeDutyPerCPU(b *strings.Builder, res *Results) {
 		if d := sr.LCDuty; measured(sr) {
 			fmt.Fprintf(b, "| %s | %d | %.3fx | %s | %.3fx | %s |\n", sr.Name, repOf(sr), d.CPURatio, intervalCell(d.CPUCI), d.PerCPURatio, intervalCell(d.PerCPUCI))
 		}
+	}
+}
+
+// writeDutyAlone adds, per run, the LC's requests while BE idled against those of its repetition's
+// static classes (the first scenario without a daemon policy of its own that sets BE's timeslice),
+// and its thread's time off its CPU per request: what a setting costs the LC in both halves, which
+// the ratios above cannot see.
+func writeDutyAlone(b *strings.Builder, res *Results) {
+	ref := map[int]*ScenarioResult{} // repetition -> its static classes
+	for _, sr := range res.Scenarios {
+		if _, ok := ref[repOf(sr)]; !ok && sr.Error == "" && sr.BETimeslice != "" && !strings.Contains(sr.Name, ":") && sr.LCDuty != nil && sr.LCDuty.MedianAlone > 0 {
+			ref[repOf(sr)] = sr
+		}
+	}
+	other := func(sr *ScenarioResult) bool { // a run of its repetition not its static classes
+		r := ref[repOf(sr)]
+		return r != nil && r != sr && sr.Error == "" && sr.LCDuty != nil && sr.LCDuty.MedianAlone > 0
+	}
+	if !slices.ContainsFunc(res.Scenarios, other) {
+		return
+	}
+	b.WriteString("\nThe LC while BE idled, against the same of its repetition's static classes (across processes: an eager LC's own speed moves 20-80% from one to the next, a graph LC's a few percent), and its thread's time off its CPU per request (its latency less its CPU time: blocked or preempted), p50 / mean; a cost paid in both halves is in neither ratio above:\n\n")
+	b.WriteString("| scenario | rep | median alone (us) | over the static classes' | LC thread off its CPU per request (ms) |\n|---|---:|---:|---:|---:|\n")
+	for _, sr := range res.Scenarios {
+		r := ref[repOf(sr)]
+		if !other(sr) && r != sr {
+			continue
+		}
+		var ms []float64 // off its CPU: blocked or preempted, not Python's work
+		for _, s := range sr.LC.Samples {
+			if s.CPUNs > 0 {
+				ms = append(ms, float64(max(0, s.LatencyNs-s.CPUNs))/1e6)
+			}
+		}
+		cell := "–"
+		if o := stats.Summarize(ms); o.N > 0 {
+			cell = fmt.Sprintf("%.1f / %.1f", o.P50, o.Mean)
+		}
+		fmt.Fprintf(b, "| %s | %d | %.1f | %.2fx | %s |\n", sr.Name, repOf(sr), sr.LCDuty.MedianAlone, sr.LCDuty.MedianAlone/r.LCDuty.MedianAlone, cell)
 	}
 }
 
