@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -228,4 +229,86 @@ func BenchmarkProcessToggle(b *testing.B) {
 func medianMs(ds []time.Duration) float64 {
 	slices.Sort(ds)
 	return float64(ds[len(ds)/2]) / float64(time.Millisecond)
+}
+
+// BenchmarkProbeToggleCost measures what the request gate's launch probes cost a process's
+// requests (testdata/toggleapp.c: 300 launches with 50 µs of CPU work after each, 15 ms a
+// request, 100 ms apart), as the gate handles them: "none" (no probes), "always" (attached
+// throughout: a trap a launch) and "between" (detached at a request's first launch, attached
+// again after its end, one uprobe_multi link: docs/GATE.md). It reports per request the
+// process's thread's time off its CPU (off-ms: blocked or preempted) and its CPU time (cpu-ms).
+//
+//	go test -run '^$' -bench ProbeToggleCost -benchtime 40x -count 3 ./internal/trace
+func BenchmarkProbeToggleCost(b *testing.B) {
+	lib, progs := buildWithFakeCUDA(b, "toggleapp")
+	for _, mode := range []string{"none", "always", "between"} {
+		b.Run(mode, func(b *testing.B) {
+			cmd := exec.Command(progs[0], strconv.Itoa(b.N), "300", "50", "100")
+			cmd.Env = append(os.Environ(), "FAKECUDA_SYNC_US=0")
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				b.Fatal(err)
+			}
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			defer cmd.Wait()
+			pid := cmd.Process.Pid
+			var tr *Tracer
+			var armed atomic.Bool // the launch probes are attached
+			var detaching atomic.Bool
+			if mode != "none" {
+				tr = openTracer(b, Options{Probes: []Probe{{Symbol: "cuLaunchKernel", Role: RoleLaunch}}, PerProcess: true})
+				if err := tr.AttachProcess(pid, lib); err != nil {
+					b.Fatal(err)
+				}
+				armed.Store(true)
+				go func() {
+					for range tr.Events() { // a request's first launch: its probes off, as the gate's arm loop
+						if mode == "between" && armed.Load() && detaching.CompareAndSwap(false, true) {
+							go func() { tr.DetachProcess(pid); armed.Store(false); detaching.Store(false) }()
+						}
+					}
+				}()
+			}
+			fmt.Fprintln(stdin, "go")
+			var off, cpu []time.Duration
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				var wall, c int64
+				if _, err := fmt.Sscan(sc.Text(), &wall, &c); err != nil {
+					b.Fatalf("toggleapp said %q: %v", sc.Text(), err)
+				}
+				off, cpu = append(off, time.Duration(max(0, wall-c))), append(cpu, time.Duration(c))
+				if mode == "between" { // its end: the probes back on before the next request
+					for detaching.Load() {
+						time.Sleep(time.Millisecond)
+					}
+					if !armed.Load() {
+						if err := tr.AttachProcess(pid, lib); err != nil {
+							b.Fatal(err)
+						}
+						armed.Store(true)
+					}
+				}
+			}
+			if len(off) != b.N {
+				b.Fatalf("%d requests reported, want %d", len(off), b.N)
+			}
+			b.ReportMetric(meanMs(off), "off-ms")
+			b.ReportMetric(meanMs(cpu), "cpu-ms")
+		})
+	}
+}
+
+func meanMs(ds []time.Duration) float64 {
+	var s time.Duration
+	for _, d := range ds {
+		s += d
+	}
+	return float64(s) / float64(len(ds)) / float64(time.Millisecond)
 }
