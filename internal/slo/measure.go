@@ -174,17 +174,12 @@ func (c *Controller) rescale(k string, f float64) {
 }
 
 func (c *Controller) refFor(s LCSample) *reference {
-	of := s.Objective.Reference
-	if !s.Objective.Relative() {
-		of = "passive" // an absolute objective's, apart from a relative one's on the same quantile
-	}
-	k := s.Key + " " + s.Objective.Name() + "@" + of
+	rel := s.Objective.Relative() // an absolute objective's reference is apart from a relative one's on the same quantile
+	k := s.Key + " " + s.Objective.Name() + "@" + map[bool]string{true: s.Objective.Reference, false: "passive"}[rel]
 	if c.refs[k] == nil {
-		how := objective.Standalone
-		if s.Objective.Relative() && (s.Objective.Reference == objective.Shortest || !c.canPause()) {
-			how = objective.Shortest
-		}
-		c.refs[k] = &reference{how: how, owner: s.Owner, last: c.tick, passive: !s.Objective.Relative()}
+		shortest := rel && (s.Objective.Reference == objective.Shortest || !c.canPause())
+		how := map[bool]string{true: objective.Shortest, false: objective.Standalone}[shortest]
+		c.refs[k] = &reference{how: how, owner: s.Owner, last: c.tick, passive: !rel}
 	}
 	return c.refs[k]
 }
