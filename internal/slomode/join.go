@@ -41,8 +41,7 @@ func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 		sets = append(sets, slices.Compact(set))
 	}
 	l.unlisted = seen
-	// setOf is p's search by its GPUs, nil for the node's; false: in none.
-	setOf := func(p policy.ProcRef) ([]int, bool) {
+	setOf := func(p policy.ProcRef) ([]int, bool) { // p's search by its GPUs, nil for the node's; false: in none
 		switch {
 		case node && (len(p.GPUs) > 0 || seen[p.Key()] < l.windows):
 			return nil, true

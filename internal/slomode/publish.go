@@ -94,8 +94,7 @@ func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key str
 			row.Signal = s.Source + " without " + name
 			return nil
 		}
-		// tpot_ over tokens, where counted: an LLM server finishes a request or two a second.
-		n := cmp.Or(map[bool]int{true: s.Tokens}[o.Metric == signal.MetricTPOT], s.Requests)
+		n := cmp.Or(map[bool]int{true: s.Tokens}[o.Metric == signal.MetricTPOT], s.Requests) // tpot_ over tokens: an LLM server ends a request or two a second
 		if p50 = s.Quantiles[prefix+"p50"]; lat > 0 && n > 0 {
 			out.Points = []stats.Weighted{{V: lat, W: n}}
 		}

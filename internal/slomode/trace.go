@@ -22,10 +22,7 @@ type traceWant struct {
 }
 
 // Tracing waits TraceAfter windows for a new LC to push, and traces one until it pushed UntraceAfter in a row (no attach-detach churn).
-const (
-	TraceAfter   = 2
-	UntraceAfter = 4
-)
+const TraceAfter, UntraceAfter = 2, 4
 
 // toTrace lists the lcs request tracing is to measure: with an objective and no push in the last two windows, until it pushes steadily;
 // not an MPS server (its clients launch from their own libcuda), nor one whose server's histograms are scraped.
