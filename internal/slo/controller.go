@@ -331,8 +331,7 @@ func (c *Controller) endExplore(d *Decision, cause, why string) {
 	c.to(d, cause, to, why)
 }
 
-// rescue leaves an arm that misses: for the best known to meet, else the most BE of those that
-// might and protect the LC more (give BE more, where BE's minimum is missed), else the closest.
+// rescue leaves a missing arm for the best known to meet, else the most BE that might meet and protects the LC (BE, below its minimum), else the closest.
 func (c *Controller) rescue(d *Decision) {
 	miss := fmt.Sprintf("LC at %.2fx its objective under %v: ", c.worstMean(c.cur), c.cur)
 	if c.short(c.cur) {
@@ -356,9 +355,8 @@ func (c *Controller) rescue(d *Decision) {
 	c.atLimit(d)
 }
 
-// atLimit holds the closest arm with the most BE and names what stands in the way. It leaves the arm in force only for one closer
-// beyond both intervals or as close giving BE more by margin (noise reorders arms that miss alike), never while its aged estimate is
-// measured anew (that would be wasted; an arm never measured is not held: its estimate is a guess).
+// atLimit holds the closest arm (most BE) and names what stands in the way; it leaves the arm in force only for one closer beyond both intervals, or as
+// close with BE more by margin (noise reorders arms that miss alike), and not while its aged estimate is measured anew (one never measured is a guess).
 func (c *Controller) atLimit(d *Decision) {
 	a := c.closest()
 	aged := slices.ContainsFunc(slices.Collect(maps.Keys(c.active)), func(k string) bool { e := c.est(c.cur).lc[k]; return e != nil && !known(e) })
@@ -449,8 +447,7 @@ func (c *Controller) candidate() (Arm, bool) {
 	})
 }
 
-// closest is the measured arm missing by least (the most BE within a quarter of the prior scatter
-// of it), none short of BE's minimum where one is not; the arm in force while none is measured.
+// closest is the measured arm missing by least (most BE within a quarter of the prior scatter), none short of BE's minimum if one isn't; else the arm in force.
 func (c *Controller) closest() Arm {
 	best, m := c.cur, c.worstMean(c.cur)
 	for _, a := range c.set.all() {

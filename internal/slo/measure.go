@@ -56,8 +56,7 @@ type accum struct {
 	ref  time.Duration // the LC alone, where known (0: not)
 }
 
-// reference is what a relative objective is measured against, learnt alone or beside BE, whenever the LC runs so
-// (one early measurement of a noisy LC is no reference).
+// reference is what a relative objective is measured against, learnt alone or beside BE whenever the LC runs so (one early measurement is no reference).
 type reference struct {
 	how, owner string
 	passive    bool // an absolute objective's: learnt while BE idles anyway, never paused for (it only names a bound)
@@ -232,10 +231,9 @@ func (c *Controller) calibrate(d *Decision, o Observation) {
 	case shortest:
 		c.to(d, CauseCalibrate, c.shortest(), fmt.Sprintf("learning an LC's latency beside BE under the shortest arm, %v", c.shortest()))
 	default: // nothing to learn by now: the references come as BE idles or the budget allows
-		why := map[bool]string{false: "a reference waits for the pause budget (BE stopped at most 10% of any minute); searching meanwhile",
-			true: "a reference is learnt while BE idles of its own accord; searching meanwhile"}[idle]
 		c.enter(Phase{Kind: Settled})
-		c.to(d, CauseCalibrate, from, why)
+		c.to(d, CauseCalibrate, from, map[bool]string{false: "a reference waits for the pause budget (BE stopped at most 10% of any minute); searching meanwhile",
+			true: "a reference is learnt while BE idles of its own accord; searching meanwhile"}[idle])
 	}
 }
 

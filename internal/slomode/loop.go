@@ -185,8 +185,7 @@ func (l *Loop) Step(now time.Duration) {
 			return !slices.ContainsFunc(lcs, func(p policy.ProcRef) bool { return p.PID == src.pid })
 		})
 	}
-	per := l.assign(all)
-	l.publish(pol, samples, all, per)
+	l.publish(pol, samples, all, l.assign(all))
 	if l.Gate != nil { // whether each LC's search's arm holds BE through its requests
 		l.Gate.Steer(l.held)
 	}

@@ -78,8 +78,7 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 	return out
 }
 
-// lcSample is s against o as the controllers take it: the window's values of o's metric, else its quantile over its count;
-// nil where s has neither. row shows it, or why not.
+// lcSample is s against o as the controllers take it: the window's values of o's metric, else its quantile over its count, nil with neither; row shows it or why not.
 func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key string, row *api.SLOLC) *slo.LCSample {
 	out := &slo.LCSample{Key: key, Owner: p.Owner, Objective: o}
 	for _, v := range s.Samples[o.Metric] {
