@@ -65,7 +65,6 @@ func (s arms) priorShare(a Arm) float64 {
 }
 
 // protects: b gives BE less than a (a shorter timeslice, the gate on, pre-preemption on, none the other way), expected to help the LC.
-
 func protects(s arms, a, b Arm) bool {
 	more := s.rung(b) < s.rung(a) || b.Gate && !a.Gate || b.Prepreempt && !a.Prepreempt
 	less := s.rung(b) > s.rung(a) || !b.Gate && a.Gate || !b.Prepreempt && a.Prepreempt

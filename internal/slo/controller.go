@@ -476,7 +476,6 @@ func (c *Controller) clearlyCloser(a, b Arm) bool {
 
 // better reports whether a is expected to give BE more than b: by margin where both are measured; else by the order,
 // and of two it does not tell apart, the one that holds BE less (a spinner takes a little).
-
 func (c *Controller) better(a, b Arm) bool {
 	if known(&c.est(a).share) && known(&c.est(b).share) {
 		return c.share(a) > c.share(b)+margin

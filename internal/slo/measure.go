@@ -320,7 +320,6 @@ func (c *Controller) measured(a Arm) (w, worst float64) {
 }
 
 // share is what a is expected to leave BE: measured, else the nearest measured arm's scaled by the prior order, else the prior order.
-
 func (c *Controller) share(a Arm) float64 {
 	if e := &c.est(a).share; known(e) {
 		return e.Mean()

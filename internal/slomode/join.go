@@ -129,7 +129,6 @@ func shareGPU(a, b policy.ProcRef) bool {
 }
 
 // isMPSServer: p's channel groups run its clients' work, by its executable, else its comm (15 characters; the control daemon holds none).
-
 func isMPSServer(p policy.ProcRef) bool {
 	if p.Exe != "" {
 		return filepath.Base(p.Exe) == "nvidia-cuda-mps-server"

@@ -275,7 +275,6 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 }
 
 // options are a search's controller options: references learnt with BE stopped (slo.calibrate: pause) where the daemon can, else beside BE.
-
 func (l *Loop) options(pol *policy.Policy, conf sloConf) slo.Options {
 	return slo.Options{Ladder: pol.SLO.Ladder, Static: pol.Classes[class.BE].Timeslice, Safe: conf.safe, Window: windowOf(pol),
 		PauseMax: cmp.Or(conf.pause, policy.DefaultPauseWindows) + 1, NoPause: conf.pause <= 0 || l.Pause == nil}

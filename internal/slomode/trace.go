@@ -26,7 +26,6 @@ const TraceAfter, UntraceAfter = 2, 4
 
 // toTrace lists the lcs request tracing is to measure: with an objective and no push in the last two windows, until it pushes steadily;
 // not an MPS server (its clients launch from their own libcuda), nor one whose server's histograms are scraped.
-
 func (l *Loop) toTrace(pol *policy.Policy, lcs []policy.ProcRef, now time.Duration) []policy.ProcRef {
 	judged := map[string]bool{}
 	var out []policy.ProcRef

@@ -40,7 +40,6 @@ type Steerer interface {
 }
 
 // Metrics publishes the status after each window (searches' Last: this window's), and how many BE are held stopped as that changes.
-
 type Metrics interface {
 	SetSLO(st api.SLO)
 	SetBEStopped(n int)

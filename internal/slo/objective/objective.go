@@ -102,7 +102,6 @@ func (o Objective) Name() string { // to 12 digits: 0.57*100 is 56.9999999999999
 }
 
 // Objectives are an LC process's objectives, all to be met, in ascending metric and quantile ("p50<=1.05x, p99<=40ms"); nil: none.
-
 type Objectives []Objective
 
 // ParseList reads objectives separated by commas, at most one per metric and quantile.
