@@ -128,7 +128,7 @@ func shareGPU(a, b policy.ProcRef) bool {
 	return a.GPUs == nil || b.GPUs == nil || slices.ContainsFunc(a.GPUs, func(g int) bool { return slices.Contains(b.GPUs, g) })
 }
 
-// isMPSServer: p's channel groups run its clients' work, by its executable, else its comm (15 characters; the control daemon holds none).
+// isMPSServer: p is an MPS server (its groups run its clients' work), by its executable, else its comm (15 characters; the control daemon holds none).
 func isMPSServer(p policy.ProcRef) bool {
 	if p.Exe != "" {
 		return filepath.Base(p.Exe) == "nvidia-cuda-mps-server"

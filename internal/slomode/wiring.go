@@ -9,7 +9,7 @@ import (
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
-// What SLO mode needs of the daemon, satisfied by reconcile.Reconciler, pause.Holder, gate.Gate, the daemon's Metrics (internal/daemon/slomode.go checks).
+// What SLO mode needs of the daemon: reconcile.Reconciler, pause.Holder, gate.Gate, its Metrics satisfy these, none imported here (internal/daemon/slomode.go checks).
 
 // Reconciler is the policy in force, the classed processes (by pid) and their GPUs, and the BE timeslices chosen, applied.
 type Reconciler interface {
