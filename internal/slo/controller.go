@@ -108,13 +108,12 @@ type Phase struct {
 
 // LCResult is a sample against its objective.
 type LCResult struct {
-	Key, Objective string
-	Latency        time.Duration // the last measurement's (0: none yet)
-	Target         time.Duration // 0: reference not known yet
-	Reference      string        // what a relative objective is measured against
-	Ratio          float64       // Latency/Target; NaN: none
-	Pending        int           // samples accumulated toward the next measurement
-	Counted        bool          // a measurement completed this window
+	Key, Objective  string
+	Latency, Target time.Duration // the last measurement's (0: none yet); Target 0: reference not known yet
+	Reference       string        // what a relative objective is measured against
+	Ratio           float64       // Latency/Target; NaN: none
+	Pending         int           // samples accumulated toward the next measurement
+	Counted         bool          // a measurement completed this window
 }
 
 // Decision is the answer to one observation.
@@ -135,8 +134,7 @@ type Controller struct {
 	tick               int
 	phase              Phase
 	cur                Arm
-	moved              int // the window of the last decision that changed the arm
-	missed             int // the last such window that left an arm missing (a violation, or at the limit)
+	moved, missed      int // the window of the last decision that changed the arm; the last such that left one missing (a violation, at the limit)
 	arms               map[Arm]*armEst
 	acc                map[string]*accum // measurements accumulating under cur, by objective key
 	active             map[string]int    // objective keys by the window they last gave a sample
