@@ -5,8 +5,7 @@ import (
 	"time"
 )
 
-// Arm is one thing the controller may choose for a GPU: the BE timeslice (a rung of the ladder),
-// whether the request gate holds BE through each LC request, and whether hint engines pre-preempt.
+// Arm is what the controller chooses for a GPU: a BE timeslice (a rung of the ladder), the request gate, pre-preemption by hint engines.
 type Arm struct {
 	BETimeslice time.Duration
 	Gate        bool
@@ -17,9 +16,8 @@ func (a Arm) String() string {
 	return a.BETimeslice.String() + map[bool]string{true: "+gate"}[a.Gate] + map[bool]string{true: "+prepreempt"}[a.Prepreempt]
 }
 
-// arms is what may be chosen now: rungs from lo of the ladder, the gate where the daemon has one
-// for these LCs, pre-preemption up to a timeslice where an LC has a hint engine (0: none), and
-// the static arm (the policy's own classes), always offered.
+// arms is what may be chosen now: rungs from lo of the ladder, the gate where the daemon has one for these LCs, pre-preemption
+// up to a timeslice where an LC has a hint engine (0: none), and the static arm (the policy's own classes), always offered.
 type arms struct {
 	ladder     []time.Duration
 	lo         int
@@ -60,15 +58,13 @@ func (s arms) neighbours(a Arm) []Arm {
 	}, func(b Arm) bool { return b == a || !s.allowed(b) })
 }
 
-// priorShare is what an arm is expected to leave BE until measured, only its order mattering: a
-// longer BE timeslice costs BE fewer switches; the gate holds BE through every LC request. A
-// spinner takes a little: it has no share of its own, only its place in the order (better).
+// priorShare is what an arm is expected to leave BE until measured, only its order mattering: a longer BE timeslice costs BE
+// fewer switches; the gate holds BE through every LC request; a spinner takes a little (no share of its own, only its place: better).
 func (s arms) priorShare(a Arm) float64 {
 	return float64(s.rung(a)+1) / float64(len(s.ladder)+1) * map[bool]float64{true: gateShare, false: 1}[a.Gate]
 }
 
-// protects reports whether b gives BE less than a (a shorter timeslice, the gate on,
-// pre-preemption on, none the other way): the side expected to help the LC.
+// protects: b gives BE less than a (a shorter timeslice, the gate on, pre-preemption on, none the other way), expected to help the LC.
 func protects(s arms, a, b Arm) bool {
 	more := s.rung(b) < s.rung(a) || b.Gate && !a.Gate || b.Prepreempt && !a.Prepreempt
 	less := s.rung(b) > s.rung(a) || !b.Gate && a.Gate || !b.Prepreempt && a.Prepreempt

@@ -1,7 +1,6 @@
-// Package slo chooses, per GPU, what gives best-effort (BE) work the most GPU that every
-// latency-critical (LC) process's objective allows: a BE timeslice, the request gate, pre-preemption
-// (an Arm), from measured LC latency and BE progress. The controller is a state machine over Phase
-// (docs/SLO.md holds its transition table).
+// Package slo chooses, per GPU, the Arm (a BE timeslice, the request gate, pre-preemption) that gives best-effort
+// (BE) work the most GPU every latency-critical (LC) objective allows, from measured LC latency and BE progress;
+// the controller is a state machine over Phase (docs/SLO.md holds its transition table).
 package slo
 
 import (
@@ -17,10 +16,7 @@ import (
 )
 
 // DefaultLadder: the fastest yield, the class default, and longer ones a launch-bound LC may need.
-var DefaultLadder = []time.Duration{
-	time.Microsecond, 50 * time.Microsecond, 200 * time.Microsecond, 500 * time.Microsecond,
-	time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond,
-}
+var DefaultLadder = []time.Duration{time.Microsecond, 50 * time.Microsecond, 200 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond}
 
 // Options tune a Controller; zero fields take the defaults in brackets.
 type Options struct {
@@ -32,24 +28,22 @@ type Options struct {
 	PauseMax int             // windows one pause lasts at most, the first draining BE's queued work [6]
 }
 
-// The model's tunable numbers, each with why this value.
+// The model's numbers, each with why this value.
 const (
-	minSamples    = 20               // requests (tokens for tpot_) one measurement needs: windows accumulate until it has them
-	minRequests   = 10               // requests one measurement spans at least: a request's token intervals move together
-	halfLife      = 120              // windows that halve what an arm showed (workloads drift)
-	z             = 2                // bounds' width in standard errors
-	margin        = 0.02             // BE share a move for BE's sake must add (a training BE scatters by a few points)
-	maxAccumulate = 30               // windows one measurement is expected within (a request a second counts in 20): undecided for two, an arm is left
-	idleAfter     = 10               // windows with no LC sample before the safe arm (a slow LC is quiet a few); of pauses, before its reference is learnt beside BE
-	budget        = 0.1              // of any minute BE may be stopped to learn LCs alone; of windows a settled search explores
-	stableGap     = 30 * time.Second // least time between a settled search's explorations, and from its convergence's last change to its first: a steady LC sees an arm change at most this often
-	priorWeight   = 2                // measurements the prior scatter weighs as: two that happen to agree do not make a noisy LC steady
-	priorScatter  = 0.1              // a measurement's relative scatter until learnt; how much better than a measured neighbour an unmeasured arm may be
-	gateShare     = 0.75             // BE's share with the gate over without, until measured (only the order counts)
+	minSamples    = 20                     // requests (tokens for tpot_) one measurement needs: windows accumulate until it has them
+	minRequests   = 10                     // requests one measurement spans at least: a request's token intervals move together
+	halfLife      = 120                    // windows that halve what an arm showed (workloads drift)
+	z             = 2                      // bounds' width in standard errors
+	margin        = 0.02                   // BE share a move for BE's sake must add (a training BE scatters by a few points)
+	maxAccumulate = 30                     // windows one measurement is expected within (a request a second counts in 20): undecided for two, an arm is left
+	idleAfter     = 10                     // windows with no LC sample before the safe arm (a slow LC is quiet a few); of pauses, before its reference is learnt beside BE
+	budget        = 0.1                    // of any minute BE may be stopped to learn LCs alone; of windows a settled search explores
+	stableGap     = 30 * time.Second       // least time between a settled search's explorations, and from its convergence's last change to its first: a steady LC sees an arm change at most this often
+	priorWeight   = 2                      // measurements the prior scatter weighs as: two that happen to agree do not make a noisy LC steady
+	priorScatter  = 0.1                    // a measurement's relative scatter until learnt; how much better than a measured neighbour an unmeasured arm may be
+	gateShare     = 0.75                   // BE's share with the gate over without, until measured (only the order counts)
+	switchCost    = 190 * time.Microsecond // measured on H100 and H200, not tuned: what no timeslice removes; it only names a bound
 )
-
-// switchCost (measured on H100 and H200, not tuned) is what no timeslice removes; it only names a bound.
-const switchCost = 190 * time.Microsecond
 
 // LCSample is one LC process's latency over one window against one of its objectives.
 type LCSample struct {
@@ -104,24 +98,22 @@ func (k PhaseKind) String() string {
 
 // Phase is where a controller is, with the data of that phase.
 type Phase struct {
-	Kind  PhaseKind
-	Since int  // the window it began in
-	From  Arm  // Calibrating, Exploring: the arm it goes back to
-	Pause int  // Calibrating: windows of the pause in force (0: BE runs)
-	Limit bool // Settled, Exploring from there: no arm is known to meet every objective; the closest is held
-	// Exploring: a measurement has counted under the arm explored (its estimate may predate it)
-	Measured bool
+	Kind     PhaseKind
+	Since    int  // the window it began in
+	From     Arm  // Calibrating, Exploring: the arm it goes back to
+	Pause    int  // Calibrating: windows of the pause in force (0: BE runs)
+	Limit    bool // Settled, Exploring from there: no arm is known to meet every objective; the closest is held
+	Measured bool // Exploring: a measurement has counted under the arm explored (its estimate may predate it)
 }
 
 // LCResult is a sample against its objective.
 type LCResult struct {
-	Key, Objective string
-	Latency        time.Duration // the last measurement's (0: none yet)
-	Target         time.Duration // 0: reference not known yet
-	Reference      string        // what a relative objective is measured against
-	Ratio          float64       // Latency/Target; NaN: none
-	Pending        int           // samples accumulated toward the next measurement
-	Counted        bool          // a measurement completed this window
+	Key, Objective  string
+	Latency, Target time.Duration // the last measurement's (0: none yet); Target 0: reference not known yet
+	Reference       string        // what a relative objective is measured against
+	Ratio           float64       // Latency/Target; NaN: none
+	Pending         int           // samples accumulated toward the next measurement
+	Counted         bool          // a measurement completed this window
 }
 
 // Decision is the answer to one observation.
@@ -142,8 +134,7 @@ type Controller struct {
 	tick               int
 	phase              Phase
 	cur                Arm
-	moved              int // the window of the last decision that changed the arm
-	missed             int // the last such window that left an arm missing (a violation, or at the limit)
+	moved, missed      int // the window of the last decision that changed the arm; the last such that left one missing (a violation, at the limit)
 	arms               map[Arm]*armEst
 	acc                map[string]*accum // measurements accumulating under cur, by objective key
 	active             map[string]int    // objective keys by the window they last gave a sample
@@ -186,8 +177,7 @@ func (c *Controller) offer(o Observation) {
 	c.minShare = o.MinBEShare
 }
 
-// safe is the arm while LC latency is unknown: the rung nearest Safe, no gate; where an LC has a
-// hint engine, the longest rung that pre-preempts.
+// safe is the arm while LC latency is unknown: the rung nearest Safe, no gate; with a hint engine, the longest rung that pre-preempts.
 func (c *Controller) safe() Arm {
 	near := slices.MinFunc(c.set.ladder, func(x, y time.Duration) int { return cmp.Compare((x - c.opts.Safe).Abs(), (y - c.opts.Safe).Abs()) })
 	a := c.set.clamp(Arm{BETimeslice: near})
@@ -253,9 +243,8 @@ func (c *Controller) step(d *Decision, o Observation) {
 	}
 }
 
-// exploring measures the arm explored until it meets, misses, or is undecided for two measurements;
-// one that misses on average once measured anew is left then: adopting an arm takes an interval,
-// but the LC is not kept under one its new measurement says misses (where nothing meets, all may).
+// exploring measures the arm explored until it meets, misses, or is undecided for two measurements; one missing on
+// average once measured anew is left then: adopting takes an interval, leaving does not (where nothing meets, all may).
 func (c *Controller) exploring(d *Decision) {
 	c.phase.Measured = c.phase.Measured || slices.ContainsFunc(d.LC, func(r LCResult) bool { return r.Counted })
 	switch f := c.feasibility(c.cur); {
@@ -279,8 +268,7 @@ func (c *Controller) exploring(d *Decision) {
 	}
 }
 
-// settled keeps the arm in force while it meets; leaves it when it misses or a measured arm gives
-// BE more; explores within the budget.
+// settled keeps the arm in force while it meets, leaves it when it misses or a measured arm gives BE more, explores within the budget.
 func (c *Controller) settled(d *Decision) {
 	f := c.feasibility(c.cur)
 	if c.phase.Limit = c.phase.Limit && f != feasible; f == infeasible && !c.phase.Limit {
@@ -311,8 +299,7 @@ func (c *Controller) settled(d *Decision) {
 	c.keep(d, CauseWithin, "within objectives")
 }
 
-// undecided keeps measuring an arm that may miss, and leaves it once it has missed on average for
-// two measurements' span.
+// undecided keeps measuring an arm that may miss, and leaves it once it has missed on average for two measurements' span.
 func (c *Controller) undecided(d *Decision) {
 	if c.tick-c.moved >= 2*maxAccumulate && c.worstMean(c.cur) > 1 {
 		c.rescue(d)
@@ -342,8 +329,7 @@ func (c *Controller) endExplore(d *Decision, cause, why string) {
 	c.to(d, cause, to, why)
 }
 
-// rescue leaves an arm that misses: for the best known to meet, else the most BE of those that
-// might and protect the LC more (give BE more, where BE's minimum is missed), else the closest.
+// rescue leaves a missing arm for the best known to meet, else the most BE that might meet and protects the LC (BE, below its minimum), else the closest.
 func (c *Controller) rescue(d *Decision) {
 	miss := fmt.Sprintf("LC at %.2fx its objective under %v: ", c.worstMean(c.cur), c.cur)
 	if c.short(c.cur) {
@@ -367,10 +353,8 @@ func (c *Controller) rescue(d *Decision) {
 	c.atLimit(d)
 }
 
-// atLimit holds the closest arm with the most BE and names what stands in the way. It leaves the
-// arm in force only for one closer beyond both intervals, or as close and giving BE more by
-// margin (noise reorders arms that miss alike), and not while its aged estimate is measured anew
-// (leaving would waste that; an arm never measured is not held: its estimate is a guess).
+// atLimit holds the closest arm (most BE) and names what stands in the way; it leaves the arm in force only for one closer beyond both intervals, or as
+// close with BE more by margin (noise reorders arms that miss alike), and not while its aged estimate is measured anew (one never measured is a guess).
 func (c *Controller) atLimit(d *Decision) {
 	a := c.closest()
 	aged := slices.ContainsFunc(slices.Collect(maps.Keys(c.active)), func(k string) bool { e := c.est(c.cur).lc[k]; return e != nil && !known(e) })
@@ -420,8 +404,7 @@ func (c *Controller) to(d *Decision, cause string, a Arm, why string) {
 
 type backoff struct{ n, until int } // times left, and when it may be explored again
 
-// backOff holds arm a back from exploring: each time again twice as long, until a back-off
-// outlasts one measurement of the arm (forgotten): longer, nothing would remember why.
+// backOff holds arm a back from exploring, each time twice as long until that outlasts a measurement of it (nothing would remember why).
 func (c *Controller) backOff(a Arm) {
 	n := c.left[a].n + 1
 	if n > 1 && forgotten(aged(float64(int(halfLife)<<(n-2)))) {
@@ -449,14 +432,11 @@ func (c *Controller) short(a Arm) bool {
 	return c.minShare > 0 && known(&c.est(a).share) && c.share(a) < c.minShare
 }
 
-// candidate is the arm to explore expected to give BE more than the one in force by margin (at
-// the limit: to protect the LC more, the workload may have eased): one that might meet the
-// objectives, not backed off, measured or next to the arm in force or to one shown to meet (at the
-// limit, to one measured).
+// candidate is the arm to explore expected to give BE more than the one in force by margin (at the limit: protecting the LC more,
+// the workload may have eased): one that might meet, not backed off, measured or next to the arm in force or one shown to meet.
 func (c *Controller) candidate() (Arm, bool) {
 	return c.most(func(a Arm) bool {
-		// the search for more BE widens through arms shown to meet (one undecided or missing is no step to
-		// one beyond it); at the limit, where none does, through every arm measured, toward a closer one
+		// the search widens through arms shown to meet (not past one undecided or missing); at the limit, through every arm measured
 		frontier := c.evidence(a) > 0 || slices.ContainsFunc(c.set.neighbours(a), func(n Arm) bool {
 			return n == c.cur || c.feasibility(n) == feasible || c.phase.Limit && decides(c.evidence(n))
 		})
@@ -465,8 +445,7 @@ func (c *Controller) candidate() (Arm, bool) {
 	})
 }
 
-// closest is the measured arm missing by least (the most BE within a quarter of the prior scatter
-// of it), none short of BE's minimum where one is not; the arm in force while none is measured.
+// closest is the measured arm missing by least (most BE within a quarter of the prior scatter), none short of BE's minimum if one isn't; else the arm in force.
 func (c *Controller) closest() Arm {
 	best, m := c.cur, c.worstMean(c.cur)
 	for _, a := range c.set.all() {
@@ -493,9 +472,8 @@ func (c *Controller) clearlyCloser(a, b Arm) bool {
 	return hi < lo
 }
 
-// better reports whether a is expected to give BE more than b: by margin where both are measured.
-// Else by the order: an arm that holds BE more than b (protects) is not, and of two that nothing
-// else tells apart, the one that holds BE less is (a spinner takes a little).
+// better reports whether a is expected to give BE more than b: by margin where both are measured; else by the order,
+// and of two it does not tell apart, the one that holds BE less (a spinner takes a little).
 func (c *Controller) better(a, b Arm) bool {
 	if known(&c.est(a).share) && known(&c.est(b).share) {
 		return c.share(a) > c.share(b)+margin

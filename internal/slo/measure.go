@@ -15,10 +15,8 @@ import (
 // est is a forgetting estimate of one quantity under one arm.
 type est = stats.Forgetting
 
-// An estimate's weight: aged is one measurement's n windows old (halfLife halves it). It decides
-// once it rests on one measurement a halfLife old at least (its interval widened by the prior; not
-// a number of its own: halfLife says when a measurement has faded to half), and is forgotten
-// (dropped) at a hundredth of that.
+// An estimate's weight: aged is one measurement's n windows old. It decides once it rests on one measurement a halfLife old
+// at least (its interval widened by the prior; halfLife says when a measurement has faded to half), forgotten at a hundredth.
 func aged(n float64) float64   { return math.Exp2(-n / halfLife) }
 func decides(w float64) bool   { return w >= aged(halfLife) }
 func known(e *est) bool        { return e != nil && decides(e.W) }
@@ -50,8 +48,7 @@ func (c *Controller) decay(f float64) {
 	}
 }
 
-// accum gathers one objective's samples under the arm in force, however many windows a slow LC
-// takes, and keeps its last measurement (the status's) and reference.
+// accum gathers one objective's samples under the arm in force, however many windows a slow LC takes, and keeps its last measurement.
 type accum struct {
 	LCResult
 	pts  []stats.Weighted
@@ -59,8 +56,7 @@ type accum struct {
 	ref  time.Duration // the LC alone, where known (0: not)
 }
 
-// reference is what a relative objective is measured against, learnt how: alone, or beside BE; it
-// goes on learning whenever the LC runs so: one early measurement of a noisy LC is no reference.
+// reference is what a relative objective is measured against, learnt alone or beside BE whenever the LC runs so (one early measurement is no reference).
 type reference struct {
 	how, owner string
 	passive    bool // an absolute objective's: learnt while BE idles anyway, never paused for (it only names a bound)
@@ -90,8 +86,7 @@ func (r *reference) String(c *Controller) string {
 	return fmt.Sprintf("%s %v", what, r.value.Round(time.Microsecond))
 }
 
-// shortest is the arm references are learnt under beside BE: the shortest rung BE's minimum
-// allows (one not known to give BE less), no gate, hinted.
+// shortest is the arm references are learnt under beside BE: the shortest rung BE's minimum allows, no gate, hinted.
 func (c *Controller) shortest() Arm {
 	for r := c.set.lo; ; r++ {
 		if a := c.set.clamp(Arm{BETimeslice: c.set.ladder[r], Prepreempt: true}); !c.short(a) || r == len(c.set.ladder)-1 {
@@ -104,8 +99,7 @@ func (c *Controller) shortest() Arm {
 func requests(s LCSample) int               { return cmp.Or(s.Requests, stats.Weight(s.Points)) }
 func enough(p []stats.Weighted, n int) bool { return stats.Weight(p) >= minSamples && n >= minRequests }
 
-// measure folds the window in: each sample into its reference (the LC alone, or at the shortest arm,
-// whenever it runs so) or the arm in force's measurement, which counts once enough; BE share where BE ran.
+// measure folds each sample into its reference (whenever the LC runs so) or the arm in force's measurement; BE share where BE ran.
 func (c *Controller) measure(d *Decision, o Observation) {
 	asked := c.stops[c.tick] != nil
 	drain := asked != (c.stops[c.tick-1] != nil) // BE's queued work runs on, or it starts again
@@ -179,29 +173,22 @@ func (c *Controller) rescale(k string, f float64) {
 }
 
 func (c *Controller) refFor(s LCSample) *reference {
-	of := s.Objective.Reference
-	if !s.Objective.Relative() {
-		of = "passive" // an absolute objective's, apart from a relative one's on the same quantile
-	}
-	k := s.Key + " " + s.Objective.Name() + "@" + of
+	rel := s.Objective.Relative() // an absolute objective's reference is apart from a relative one's on the same quantile
+	k := s.Key + " " + s.Objective.Name() + "@" + map[bool]string{true: s.Objective.Reference, false: "passive"}[rel]
 	if c.refs[k] == nil {
-		how := objective.Standalone
-		if s.Objective.Relative() && (s.Objective.Reference == objective.Shortest || !c.canPause()) {
-			how = objective.Shortest
-		}
-		c.refs[k] = &reference{how: how, owner: s.Owner, last: c.tick, passive: !s.Objective.Relative()}
+		shortest := rel && (s.Objective.Reference == objective.Shortest || !c.canPause())
+		how := map[bool]string{true: objective.Shortest, false: objective.Standalone}[shortest]
+		c.refs[k] = &reference{how: how, owner: s.Owner, last: c.tick, passive: !rel}
 	}
 	return c.refs[k]
 }
 
-// canPause reports whether BE may be stopped at all: allowed, and the budget holds a drain window
-// and one to learn in (a window over 3 s leaves it none).
+// canPause: BE may be stopped, and the budget holds a drain window and one to learn in (a window over 3 s leaves it none).
 func (c *Controller) canPause() bool {
 	return !c.opts.NoPause && int(budget*float64(c.minuteWindows())) >= 2
 }
 
-// pauseAllowed reports whether BE may be stopped through the next window: under the last minute's
-// budget, and an owner it is for under its share (a tenant churning LCs spends no other's).
+// pauseAllowed: BE may be stopped through the next window, under the minute's budget and an owner's share (a tenant churning LCs spends no other's).
 func (c *Controller) pauseAllowed(owners []string) bool {
 	minute := c.minuteWindows()
 	maps.DeleteFunc(c.stops, func(t int, _ []string) bool { return t <= c.tick+1-minute })
@@ -213,8 +200,7 @@ func (c *Controller) pauseAllowed(owners []string) bool {
 	})
 }
 
-// calibrate runs one window of calibration: references are learnt while BE idles of its own
-// accord, else with BE stopped within the budget, else beside BE under the shortest arm.
+// calibrate runs one window of calibration: references are learnt while BE idles, else with BE stopped within budget, else beside it.
 func (c *Controller) calibrate(d *Decision, o Observation) {
 	p := &c.phase
 	alone := p.Pause - 1 // windows of the pause the LCs ran alone in: all but the first, which drains BE's work
@@ -245,10 +231,9 @@ func (c *Controller) calibrate(d *Decision, o Observation) {
 	case shortest:
 		c.to(d, CauseCalibrate, c.shortest(), fmt.Sprintf("learning an LC's latency beside BE under the shortest arm, %v", c.shortest()))
 	default: // nothing to learn by now: the references come as BE idles or the budget allows
-		why := map[bool]string{false: "a reference waits for the pause budget (BE stopped at most 10% of any minute); searching meanwhile",
-			true: "a reference is learnt while BE idles of its own accord; searching meanwhile"}[idle]
 		c.enter(Phase{Kind: Settled})
-		c.to(d, CauseCalibrate, from, why)
+		c.to(d, CauseCalibrate, from, map[bool]string{false: "a reference waits for the pause budget (BE stopped at most 10% of any minute); searching meanwhile",
+			true: "a reference is learnt while BE idles of its own accord; searching meanwhile"}[idle])
 	}
 }
 
@@ -280,8 +265,7 @@ const (
 	infeasible                    // a lower bound misses one
 )
 
-// feasibility is infeasible for an arm known to give BE less than its minimum: the policy bounds
-// what an LC's objective may cost BE.
+// feasibility is infeasible for an arm known to give BE less than its minimum: the policy bounds what an LC's objective may cost BE.
 func (c *Controller) feasibility(a Arm) feasibility {
 	if c.short(a) {
 		return infeasible
@@ -303,8 +287,7 @@ func (c *Controller) lcFeasibility(a Arm) feasibility {
 	return out
 }
 
-// lcBounds are the bounds of objective k's latency/target under a: its own, else its neighbours':
-// giving BE more than one, a is no better than priorScatter (at z) under it.
+// lcBounds are objective k's latency/target bounds under a: its own, else giving BE more than a neighbour, no better than priorScatter under it.
 func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
 	if e := c.est(a).lc[k]; known(e) {
 		return e.Bounds(z, priorScatter, priorWeight)
@@ -318,8 +301,7 @@ func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
 	return lo, math.Inf(1)
 }
 
-// evidence is the least weight a's estimates of the objectives in force rest on; worstMean their highest
-// mean (NaN: not known for every objective).
+// evidence is the least weight a's estimates of the objectives in force rest on; worstMean their highest mean (NaN: not all known).
 func (c *Controller) evidence(a Arm) float64  { w, _ := c.measured(a); return w }
 func (c *Controller) worstMean(a Arm) float64 { _, m := c.measured(a); return m }
 func (c *Controller) measured(a Arm) (w, worst float64) {
@@ -337,8 +319,7 @@ func (c *Controller) measured(a Arm) (w, worst float64) {
 	return w, worst
 }
 
-// share is what a is expected to leave BE: measured, else the nearest measured arm's scaled by
-// the prior order, else the prior order.
+// share is what a is expected to leave BE: measured, else the nearest measured arm's scaled by the prior order, else the prior order.
 func (c *Controller) share(a Arm) float64 {
 	if e := &c.est(a).share; known(e) {
 		return e.Mean()

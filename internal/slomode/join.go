@@ -12,11 +12,9 @@ import (
 	"github.com/gpreempt/gpreempt/tsg"
 )
 
-// join gives each search of a set of GPUs (those one process is listed on are one set) its LC and
-// BE processes, starting one for a set with an LC. A process NVML lists on no GPU is in no search
-// in its first window so (NVML lists a context ~80 ms after its channel groups appear; no wait
-// where it lists none at all), then the node has one search ("all") of every process, which may
-// share a GPU with any: no BE is set by two searches.
+// join gives each search of a set of GPUs (those one process is on are one set) its LC and BE processes, starting one for a set
+// with an LC. A process NVML lists on no GPU is in no search its first window so (NVML lists a context ~80 ms after its channel
+// groups appear; no wait where it lists none), then the node has one search ("all") of every process: no BE is set by two.
 func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 	procs := slices.Concat(lcs, all)
 	listing := slices.ContainsFunc(procs, func(p policy.ProcRef) bool { return len(p.GPUs) > 0 })
@@ -43,8 +41,7 @@ func (l *Loop) join(pol *policy.Policy, lcs, all []policy.ProcRef) {
 		sets = append(sets, slices.Compact(set))
 	}
 	l.unlisted = seen
-	// setOf is p's search by its GPUs, nil for the node's; false: in none.
-	setOf := func(p policy.ProcRef) ([]int, bool) {
+	setOf := func(p policy.ProcRef) ([]int, bool) { // p's search by its GPUs, nil for the node's; false: in none
 		switch {
 		case node && (len(p.GPUs) > 0 || seen[p.Key()] < l.windows):
 			return nil, true
@@ -93,8 +90,7 @@ func (l *Loop) sorted() []*search {
 	return out
 }
 
-// assign gives each BE process its live search's BE timeslice (the policy's in none), and
-// the shortest of them to one unlisted in its first window or new (it may share a GPU with any LC).
+// assign gives each BE its live search's BE timeslice (in none, the policy's), the shortest to one new or unlisted (it may be beside any LC).
 func (l *Loop) assign(all []policy.ProcRef) map[string]tsg.Opt[time.Duration] {
 	var def tsg.Opt[time.Duration]
 	for _, s := range l.searches {
@@ -117,8 +113,7 @@ func (l *Loop) assign(all []policy.ProcRef) map[string]tsg.Opt[time.Duration] {
 	return per
 }
 
-// sharedFloor is the shortest BE timeslice search s may choose: below it two BE processes on one
-// GPU spend it restoring each other's contexts.
+// sharedFloor is the shortest BE timeslice s may choose: below it two BE on one GPU spend it restoring each other's contexts.
 func (l *Loop) sharedFloor(s *search) time.Duration {
 	if slices.ContainsFunc(s.bes, func(b policy.ProcRef) bool {
 		return slices.ContainsFunc(s.bes, func(o policy.ProcRef) bool { return o.Key() != b.Key() && shareGPU(b, o) })
@@ -133,8 +128,7 @@ func shareGPU(a, b policy.ProcRef) bool {
 	return a.GPUs == nil || b.GPUs == nil || slices.ContainsFunc(a.GPUs, func(g int) bool { return slices.Contains(b.GPUs, g) })
 }
 
-// isMPSServer says whether p is an MPS server, whose channel groups run its clients' work: by its
-// executable, else by its command name (cut to 15 characters; the control daemon holds no group).
+// isMPSServer: p is an MPS server (its groups run its clients' work), by its executable, else its comm (15 characters; the control daemon holds none).
 func isMPSServer(p policy.ProcRef) bool {
 	if p.Exe != "" {
 		return filepath.Base(p.Exe) == "nvidia-cuda-mps-server"

@@ -1,6 +1,5 @@
-// Package slomode is gpreemptd's SLO mode over time: once a window, a search (an internal/slo
-// controller) per set of GPUs with an LC decides on the LCs' latency and BE's share, and the
-// daemon applies what it chose through the interfaces of wiring.go.
+// Package slomode is gpreemptd's SLO mode over time: once a window, a search (an internal/slo controller) per set of GPUs
+// with an LC decides on the LCs' latency and BE's share, and the daemon applies it through the interfaces of wiring.go.
 package slomode
 
 import (
@@ -53,8 +52,7 @@ type Loop struct {
 	engines        map[int]api.Engine     // each pushing process's engine state, by pid
 }
 
-// alignSlack: a window that began up to window/alignSlack before the last decision still shows the
-// arm after it (a reporter pushes a little ahead).
+// alignSlack: a window that began up to window/alignSlack before the last decision shows the arm after it (a reporter pushes ahead).
 const alignSlack = 20
 
 // search is the SLO mode on one set of GPUs, those that processes join.
@@ -88,8 +86,7 @@ func New(rec Reconciler, now func() time.Duration, m Metrics, log *slog.Logger) 
 	return l
 }
 
-// PrepreemptUpTo is the longest BE timeslice at which lcs' hint engines may pre-preempt (within
-// slo.spinner_ceiling, below slo.prepreempt_below); 0 where none of lcs has pushed engine state.
+// PrepreemptUpTo is the longest BE timeslice lcs' hint engines may pre-preempt at (slo.spinner_ceiling, slo.prepreempt_below); 0: no engine state.
 func (l *Loop) PrepreemptUpTo(pol *policy.Policy, lcs []policy.ProcRef) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -114,15 +111,13 @@ func (l *Loop) Reply(pid int) api.StatsReply {
 	defer l.mu.Unlock()
 	r := api.StatsReply{Prepreempt: l.toldLocked(pid), SLO: l.status.Enabled}
 	if r.SLO && l.window > 0 && l.stepAt > 0 {
-		// Past due, the read runs now: a reporter pushes ahead of the one after.
-		next := max(l.stepAt+l.window-l.now(), time.Microsecond)
+		next := max(l.stepAt+l.window-l.now(), time.Microsecond) // past due, the read runs now: a reporter pushes ahead of the one after
 		r.NextWindowMs, r.WindowMs = float64(next)/1e6, float64(l.window)/1e6
 	}
 	return r
 }
 
-// toldLocked is whether pid's engine is told to pre-preempt (l.mu held): as its search says, else
-// as every search does; always with the mode off.
+// toldLocked is whether pid's engine is told to pre-preempt (l.mu held): as its search says, else as all do; always with the mode off.
 func (l *Loop) toldLocked(pid int) bool {
 	pre, ok := l.told[pid]
 	return pre && ok || !ok && l.status.Prepreempt || !l.status.Enabled
@@ -167,8 +162,7 @@ func (l *Loop) Step(now time.Duration) {
 			l.log.Error("slo: controller refused the policy's settings", "err", err)
 			return
 		}
-		// Windows count from here, an unlisted process's first window too.
-		l.conf, l.searches, l.windows, l.unlisted = conf, map[string]*search{}, -1, nil
+		l.conf, l.searches, l.windows, l.unlisted = conf, map[string]*search{}, -1, nil // windows count from here, an unlisted process's too
 	}
 	l.windows++
 	l.rec.LearnGPUs()
@@ -191,8 +185,7 @@ func (l *Loop) Step(now time.Duration) {
 			return !slices.ContainsFunc(lcs, func(p policy.ProcRef) bool { return p.PID == src.pid })
 		})
 	}
-	per := l.assign(all)
-	l.publish(pol, samples, all, per)
+	l.publish(pol, samples, all, l.assign(all))
 	if l.Gate != nil { // whether each LC's search's arm holds BE through its requests
 		l.Gate.Steer(l.held)
 	}
@@ -225,15 +218,13 @@ func (l *Loop) off(pol *policy.Policy, now time.Duration) {
 	l.mu.Unlock()
 }
 
-// decide has each search's controller decide on the window ending at now (prev: when the last one
-// ended). Only BE beside an LC is searched for: the others keep the policy's timeslice, are not
-// stopped, and are left out of every share and shared floor.
+// decide has each search decide on the window ending at now (prev: the last one's end). Only BE beside an LC is
+// searched for: the others keep the policy's timeslice, are not stopped, and are left out of every share and floor.
 func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]lcWindow, now, prev time.Duration) {
 	pausing := l.pausing()
 	var rates map[string]signal.BERate
 	if l.Share != nil {
-		// BE alone: no GPU process outside BE on its GPUs when the window began nor now, but MPS
-		// servers (a server runs its clients' work, and each client is a GPU process of its own).
+		// BE alone: no GPU process outside BE on its GPUs as the window began nor now, but MPS servers (which run their clients' work)
 		others := slices.DeleteFunc(l.rec.Outside(class.BE), isMPSServer)
 		aloneNow := map[string]bool{}
 		var ws []signal.BEWindow
@@ -249,15 +240,11 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 		if s.prepreempt = l.PrepreemptUpTo(pol, s.lcs); s.prepreempt < floor {
 			s.prepreempt = 0 // no BE timeslice allowed pre-preempts
 		}
-		// The gate where the policy allows it and it sees every LC's requests end.
-		gate := l.Gate != nil && pol.Gate.Mode != policy.GateOff &&
+		gate := l.Gate != nil && pol.Gate.Mode != policy.GateOff && // where the policy allows it and it sees every LC's requests end
 			!slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool { return !l.Gate.Delimits(p.PID) })
 		obs := slo.Observation{BEShare: math.NaN(), MinBETimeslice: floor, MinBEShare: pol.SLO.MinBEShare, Gate: gate, Prepreempt: s.prepreempt}
-		// A search started in this window has its arms applied and nothing judged; an idle one is
-		// told there was no LC (and falls back).
-		if !s.started {
-			// Without BE: every BE of the search held stopped through the window (or stopped by
-			// someone else, or gone; or none).
+		if !s.started { // one started in this window has its arms applied and nothing judged; an idle one is told there was no LC (and falls back)
+			// Without BE: every BE of the search held stopped through the window (or by someone else, or gone; or none).
 			obs.BEPaused = s.pausing && (len(s.bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(s.bes, func(p policy.ProcRef) bool { return !l.Pause.Still(p) }))
 			obs.BEShare = signal.BEShare(rates, s.bes) // NaN without rates
 			// Idle of its own accord: every BE has a rate, of 0, and none was held by the gate all window.
@@ -287,8 +274,7 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 	}
 }
 
-// options are a search's controller options: references learnt with BE stopped (slo.calibrate:
-// pause) where the daemon can, else beside BE.
+// options are a search's controller options: references learnt with BE stopped (slo.calibrate: pause) where the daemon can, else beside BE.
 func (l *Loop) options(pol *policy.Policy, conf sloConf) slo.Options {
 	return slo.Options{Ladder: pol.SLO.Ladder, Static: pol.Classes[class.BE].Timeslice, Safe: conf.safe, Window: windowOf(pol),
 		PauseMax: cmp.Or(conf.pause, policy.DefaultPauseWindows) + 1, NoPause: conf.pause <= 0 || l.Pause == nil}

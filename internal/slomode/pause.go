@@ -11,8 +11,7 @@ func (l *Loop) pausing() bool {
 	return slices.ContainsFunc(l.sorted(), func(s *search) bool { return s.pausing })
 }
 
-// pauseFor keeps stopped (max at most) the BE of each live search that decided to learn an LC
-// alone, and resumes the others; a search whose BE cannot be stopped calibrates beside them.
+// pauseFor keeps stopped (max at most) the BE of live searches learning an LC alone, resumes the rest; one whose BE won't stop calibrates beside.
 func (l *Loop) pauseFor(max time.Duration) {
 	wants := func(s *search) bool { return l.Pause != nil && s.decided != nil && s.decided.PauseBE && s.live() }
 	why := ""

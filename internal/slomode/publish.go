@@ -25,9 +25,8 @@ type lcWindow struct {
 	began   time.Duration // the reconciler's clock
 }
 
-// lcSamples reads each LC process's latest window, by pid. One source at a time, each its own key
-// to the controllers: a traced request is not what the app measures (no CPU work before its first
-// launch), and the two share no baseline.
+// lcSamples reads each LC process's latest window, by pid: one source at a time, each its own key to the controllers
+// (a traced request is not what the app measures, no CPU work before its first launch: the two share no baseline).
 func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Duration) map[int]lcWindow {
 	window := pol.SLO.Window
 	out := map[int]lcWindow{}
@@ -51,8 +50,7 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 			s.Source = cmp.Or(s.Source, src.kind)
 		}
 		w := lcWindow{key: key}
-		// A traced or scraped window is one the loop closed: the one closed when the mode came on
-		// spans the time it was off.
+		// A traced or scraped window is one the loop closed: the one closed as the mode came on spans the time it was off.
 		fresh := ok && s.Seq != l.used[src] && now-s.At <= 2*window && (src.kind == signal.Pushed || s.Window <= 2*window)
 		if fresh {
 			l.used[src], w.began = s.Seq, s.At-s.Window
@@ -80,8 +78,7 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 	return out
 }
 
-// lcSample is s against objective o as the controllers take it: the window's own values of o's
-// metric, else its quantile over its count; nil where s has neither. row shows it, or why not.
+// lcSample is s against o as the controllers take it: the window's values of o's metric, else its quantile over its count, nil with neither; row shows it or why not.
 func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key string, row *api.SLOLC) *slo.LCSample {
 	out := &slo.LCSample{Key: key, Owner: p.Owner, Objective: o}
 	for _, v := range s.Samples[o.Metric] {
@@ -96,8 +93,7 @@ func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key str
 			row.Signal = s.Source + " without " + name
 			return nil
 		}
-		// tpot_ over tokens, where counted: an LLM server finishes a request or two a second.
-		n := cmp.Or(map[bool]int{true: s.Tokens}[o.Metric == signal.MetricTPOT], s.Requests)
+		n := cmp.Or(map[bool]int{true: s.Tokens}[o.Metric == signal.MetricTPOT], s.Requests) // tpot_ over tokens: an LLM server ends a request or two a second
 		if p50 = s.Quantiles[prefix+"p50"]; lat > 0 && n > 0 {
 			out.Points = []stats.Weighted{{V: lat, W: n}}
 		}
@@ -108,8 +104,7 @@ func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key str
 			return nil
 		}
 	}
-	// A request's tokens move together: they are one request, not many samples; tokens of none
-	// finished yet (a long generation) are one's at least. An LC never quiet has steps, no requests.
+	// A request's tokens move together: one request, not many samples (one at least: a long generation); an LC never quiet has steps, no requests.
 	if o.Metric == signal.MetricTPOT && s.Source != signal.TracedStep && len(out.Points) > 0 {
 		out.Requests = max(s.Requests, 1)
 	}
@@ -119,8 +114,7 @@ func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key str
 	return out
 }
 
-// publish sets the status, what hint engines and the gate are told, and the metrics after a
-// window (samples are nil as the mode comes on); per is each BE process's timeslice.
+// publish sets the status, what hint engines and the gate are told, and the metrics (samples: nil as the mode comes on; per: each BE's timeslice).
 func (l *Loop) publish(pol *policy.Policy, samples map[int]lcWindow, all []policy.ProcRef, per map[string]tsg.Opt[time.Duration]) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -130,11 +124,9 @@ func (l *Loop) publish(pol *policy.Policy, samples map[int]lcWindow, all []polic
 	told, holds, gateOn := map[int]bool{}, map[int]bool{}, l.Gate != nil && pol.Gate.Mode != policy.GateOff
 	for _, s := range l.sorted() {
 		d, ss, arm := s.decided, &s.status, s.ctl.Arm()
-		// Engines pre-preempt as the arm says where it is an arm; elsewhere below
-		// slo.prepreempt_below.
+		// Engines pre-preempt as the arm says where it is an arm; elsewhere below slo.prepreempt_below.
 		pre := arm.Prepreempt || s.prepreempt == 0 && (pol.SLO.PrepreemptBelow <= 0 || arm.BETimeslice < pol.SLO.PrepreemptBelow)
-		// An engine takes a word other than its last push's answer at its next push: pre-preemption
-		// (l.told's), or the gate where it gates its own requests (l.held's; unsteered, the policy's).
+		// An engine takes a word other than its last answer at its next push: pre-preemption (l.told), the gate where it gates itself (l.held).
 		s.lagged = slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool {
 			_, engine := l.engines[p.PID]
 			held, steered := l.held[p.PID]
@@ -205,8 +197,7 @@ func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) (out []api
 			if d != nil {
 				if i := slices.IndexFunc(d.LC, func(r slo.LCResult) bool { return r.Key == w.key && r.Objective == row.Objective }); i >= 0 {
 					r := d.LC[i]
-					row.TargetUs, row.Ratio, row.Reference, row.Pending = float64(r.Target)/1e3, finite(r.Ratio), r.Reference, r.Pending
-					row.LatencyUs = float64(r.Latency) / 1e3
+					row.TargetUs, row.LatencyUs, row.Ratio, row.Reference, row.Pending = float64(r.Target)/1e3, float64(r.Latency)/1e3, finite(r.Ratio), r.Reference, r.Pending
 					if !r.Counted && r.Pending > 0 && r.Target > 0 {
 						what := map[bool]string{true: "tokens", false: "requests"}[strings.HasPrefix(row.Objective, "tpot_")]
 						row.Signal = fmt.Sprintf("%s (%d %s accumulated toward a measurement)", row.Signal, r.Pending, what)

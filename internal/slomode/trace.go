@@ -14,24 +14,18 @@ type sampleSource struct {
 	kind string
 }
 
-// traceWant is one LC process as request tracing sees it: when the loop first saw it, whether it is
-// traced, and the windows in a row it pushed since.
+// traceWant is one LC as request tracing sees it: when first seen, whether traced, and the windows in a row it pushed since.
 type traceWant struct {
 	seen   time.Duration
 	traced bool
 	pushed int
 }
 
-// Request tracing waits TraceAfter windows for a new LC to push, and traces one until it has pushed
-// UntraceAfter windows in a row: one pushing every other window is not attached and detached in turn.
-const (
-	TraceAfter   = 2
-	UntraceAfter = 4
-)
+// Tracing waits TraceAfter windows for a new LC to push, and traces one until it pushed UntraceAfter in a row (no attach-detach churn).
+const TraceAfter, UntraceAfter = 2, 4
 
-// toTrace lists the processes of lcs request tracing is to measure: those with an objective whose
-// app pushed no window in the last two, until it pushes steadily; not an MPS server (its clients
-// launch from their own libcuda), nor one whose server's histograms are scraped.
+// toTrace lists the lcs request tracing is to measure: with an objective and no push in the last two windows, until it pushes steadily;
+// not an MPS server (its clients launch from their own libcuda), nor one whose server's histograms are scraped.
 func (l *Loop) toTrace(pol *policy.Policy, lcs []policy.ProcRef, now time.Duration) []policy.ProcRef {
 	judged := map[string]bool{}
 	var out []policy.ProcRef

@@ -1,5 +1,4 @@
-// Package objective reads and checks an LC process's latency objectives:
-// "p99<=40ms", "tpot_p50<=12ms", "p50<=1.05x@standalone" (docs/SLO.md).
+// Package objective reads and checks an LC process's latency objectives: "p99<=40ms", "tpot_p50<=12ms", "p50<=1.05x@standalone" (docs/SLO.md).
 package objective
 
 import (
@@ -15,8 +14,7 @@ import (
 // ErrInvalid marks a malformed objective or option.
 var ErrInvalid = errors.New("invalid SLO setting")
 
-// Metrics an objective may bound besides request latency: an LLM server's time to first token and
-// time per output token, pushed as "ttft_p50", "tpot_p99" beside the request quantiles.
+// Metrics an objective may bound besides request latency: an LLM server's time to first token and per output token ("ttft_p50", "tpot_p99").
 var Metrics = []string{"ttft", "tpot"}
 
 // References a relative objective is measured against.
@@ -25,17 +23,14 @@ const (
 	Shortest   = "shortest"   // beside BE under the shortest BE timeslice: no pause, not the LC alone
 )
 
-// Objective is an LC process's latency objective: a quantile of its request latency (or of
-// Metric), bounded absolutely (Absolute) or relative to a reference latency at the same quantile
-// (Inflation).
+// Objective is an LC process's latency objective: a quantile of its request latency (or of Metric), bounded
+// absolutely (Absolute) or relative to a reference latency at the same quantile (Inflation).
 type Objective struct {
 	Metric    string        `json:"metric,omitempty"`    // "" (request latency) or one of Metrics
 	Quantile  float64       `json:"quantile"`            // in (0, 1): 0.5, 0.99
 	Inflation float64       `json:"inflation,omitempty"` // bounds latency / reference; 0 with Absolute
 	Absolute  time.Duration `json:"absolute,omitempty"`  // bounds latency itself; 0 with Inflation
-	// Reference is what Inflation is relative to: Standalone, Shortest, or "" (standalone where BE
-	// may be paused, else shortest).
-	Reference string `json:"reference,omitempty"`
+	Reference string        `json:"reference,omitempty"` // what Inflation is relative to: Standalone, Shortest, or "" (standalone where BE may be paused)
 }
 
 // Parse reads "p99<=40ms", "tpot_p50<=12ms", "p50<=1.05x" or "p50<=1.05x@shortest".
@@ -78,15 +73,10 @@ func (o Objective) String() string {
 	if o.Absolute > 0 {
 		return fmt.Sprintf("%s<=%v", o.Name(), o.Absolute)
 	}
-	s := fmt.Sprintf("%s<=%sx", o.Name(), strconv.FormatFloat(o.Inflation, 'f', -1, 64))
-	if o.Reference != "" {
-		s += "@" + o.Reference
-	}
-	return s
+	return fmt.Sprintf("%s<=%sx", o.Name(), strconv.FormatFloat(o.Inflation, 'f', -1, 64)) + map[bool]string{true: "@" + o.Reference}[o.Reference != ""]
 }
 
-// Check validates o, built in code or decoded rather than parsed: it refuses what Parse would, and
-// what String leaves out (an inflation or a reference beside an absolute bound, a metric's case).
+// Check validates o built in code or decoded: what Parse refuses, and what String drops (a metric's case, an inflation or reference beside a bound).
 func (o Objective) Check() error {
 	back, err := Parse(o.String())
 	if err == nil && (back.Metric != o.Metric || back.Inflation != o.Inflation || back.Reference != o.Reference) {
@@ -98,8 +88,7 @@ func (o Objective) Check() error {
 // Relative reports whether o is bounded relative to a reference latency.
 func (o Objective) Relative() bool { return o.Absolute <= 0 }
 
-// Target is the latency o allows given the reference latency at its quantile (unused for
-// absolute objectives); 0 while it is not known.
+// Target is the latency o allows given the reference latency at its quantile (unused if absolute); 0 while it is not known.
 func (o Objective) Target(reference time.Duration) time.Duration {
 	if o.Absolute > 0 {
 		return o.Absolute
@@ -108,17 +97,11 @@ func (o Objective) Target(reference time.Duration) time.Duration {
 }
 
 // Name names o's quantile as an app pushes it: "p50", "p99"; with a metric, "tpot_p50".
-func (o Objective) Name() string {
-	// To 12 digits: 0.57*100 is 56.99999999999999, which no one wrote.
-	p := "p" + strconv.FormatFloat(o.Quantile*100, 'g', 12, 64)
-	if o.Metric != "" {
-		return o.Metric + "_" + p
-	}
-	return p
+func (o Objective) Name() string { // to 12 digits: 0.57*100 is 56.99999999999999, which no one wrote
+	return map[bool]string{true: o.Metric + "_"}[o.Metric != ""] + "p" + strconv.FormatFloat(o.Quantile*100, 'g', 12, 64)
 }
 
-// Objectives are an LC process's objectives, all of which it must meet, in ascending metric and
-// quantile: "p50<=1.05x, p99<=40ms" bounds its median and its tail. Nil: none.
+// Objectives are an LC process's objectives, all to be met, in ascending metric and quantile ("p50<=1.05x, p99<=40ms"); nil: none.
 type Objectives []Objective
 
 // ParseList reads objectives separated by commas, at most one per metric and quantile.
