@@ -16,7 +16,10 @@ import (
 )
 
 // DefaultLadder: the fastest yield, the class default, and longer ones a launch-bound LC may need.
-var DefaultLadder = []time.Duration{time.Microsecond, 50 * time.Microsecond, 200 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond}
+var DefaultLadder = []time.Duration{
+	time.Microsecond, 50 * time.Microsecond, 200 * time.Microsecond, 500 * time.Microsecond,
+	time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond,
+}
 
 // Options tune a Controller; zero fields take the defaults in brackets.
 type Options struct {
