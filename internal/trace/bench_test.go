@@ -2,6 +2,7 @@ package trace
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -238,12 +239,15 @@ func medianMs(ds []time.Duration) float64 {
 // again after its end, one uprobe_multi link: docs/GATE.md). It reports per request the
 // process's thread's time off its CPU (off-ms: blocked or preempted) and its CPU time (cpu-ms).
 //
-//	go test -run '^$' -bench ProbeToggleCost -benchtime 40x -count 3 ./internal/trace
+//	go test -run '^$' -bench ProbeToggleCost -benchtime 40x -count 3 ./internal/trace [-args -toggle-app-cpus 1]
 func BenchmarkProbeToggleCost(b *testing.B) {
 	lib, progs := buildWithFakeCUDA(b, "toggleapp")
 	for _, mode := range []string{"none", "always", "between"} {
 		b.Run(mode, func(b *testing.B) {
 			cmd := exec.Command(progs[0], strconv.Itoa(b.N), "300", "50", "100")
+			if *toggleAppCPUs != "" { // the process on its own CPUs, as a pinned LC
+				cmd = exec.Command("taskset", "-c", *toggleAppCPUs, progs[0], strconv.Itoa(b.N), "300", "50", "100")
+			}
 			cmd.Env = append(os.Environ(), "FAKECUDA_SYNC_US=0")
 			stdin, err := cmd.StdinPipe()
 			if err != nil {
@@ -304,6 +308,9 @@ func BenchmarkProbeToggleCost(b *testing.B) {
 		})
 	}
 }
+
+// toggleAppCPUs pins BenchmarkProbeToggleCost's process (taskset's list): a pinned LC's CPUs.
+var toggleAppCPUs = flag.String("toggle-app-cpus", "", "CPUs for BenchmarkProbeToggleCost's process (taskset -c)")
 
 func meanMs(ds []time.Duration) float64 {
 	var s time.Duration
