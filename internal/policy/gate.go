@@ -31,10 +31,11 @@ type Gate struct {
 	// Share caps the fraction of the GPU's time BE may be held off over a
 	// 20 s window; opens past it are refused and counted. Default 0.5.
 	Share float64
-	// LaunchProbes: LaunchProbesBetween (default) attaches the LC's launch
-	// probes between its requests and detaches them for each request;
+	// LaunchProbes: LaunchProbesBetween attaches the LC's launch probes
+	// between its requests and detaches them for each request;
 	// LaunchProbesAlways keeps them attached: a trap a launch instead of a
-	// detach and an attach a request (docs/GATE.md weighs the two).
+	// detach and an attach a request; LaunchProbesAuto (default) keeps them
+	// for an LC whose requests end before a detach would (docs/GATE.md).
 	LaunchProbes string
 }
 
@@ -49,6 +50,7 @@ const (
 const (
 	LaunchProbesBetween = "between"
 	LaunchProbesAlways  = "always"
+	LaunchProbesAuto    = "auto"
 )
 
 // Gate defaults and bounds.
@@ -63,7 +65,7 @@ const (
 
 // DefaultGate is the gate when the policy has no gate section: off.
 func DefaultGate() Gate {
-	return Gate{Mode: GateOff, Idle: DefaultGateIdle, MaxHold: DefaultGateMaxHold, Share: DefaultGateShare, LaunchProbes: LaunchProbesBetween}
+	return Gate{Mode: GateOff, Idle: DefaultGateIdle, MaxHold: DefaultGateMaxHold, Share: DefaultGateShare, LaunchProbes: LaunchProbesAuto}
 }
 
 func parseGate(n *yaml.Node) (Gate, error) {
@@ -89,8 +91,8 @@ func parseGate(n *yaml.Node) (Gate, error) {
 		if err != nil {
 			return g, err
 		}
-		if m != LaunchProbesBetween && m != LaunchProbesAlways {
-			return g, fieldErr(v, "gate.launch_probes", "%q: want between or always", v.Value)
+		if m != LaunchProbesBetween && m != LaunchProbesAlways && m != LaunchProbesAuto {
+			return g, fieldErr(v, "gate.launch_probes", "%q: want auto, between or always", v.Value)
 		}
 		g.LaunchProbes = m
 	}

@@ -13,11 +13,11 @@ func TestParseGate(t *testing.T) {
 		err        string // a part of the error; "" for none
 	}{
 		{name: "absent", yaml: "version: 1\n", want: DefaultGate()},
-		{name: "on", yaml: "gate:\n  mode: on\n", want: Gate{Mode: GateOn, Idle: DefaultGateIdle, MaxHold: DefaultGateMaxHold, Share: DefaultGateShare, LaunchProbes: LaunchProbesBetween}},
+		{name: "on", yaml: "gate:\n  mode: on\n", want: Gate{Mode: GateOn, Idle: DefaultGateIdle, MaxHold: DefaultGateMaxHold, Share: DefaultGateShare, LaunchProbes: LaunchProbesAuto}},
 		{name: "all fields", yaml: "gate:\n  mode: auto\n  idle: 5ms\n  max_hold: 500ms\n  share: 0.25\n",
-			want: Gate{Mode: GateAuto, Idle: 5 * time.Millisecond, MaxHold: 500 * time.Millisecond, Share: 0.25, LaunchProbes: LaunchProbesBetween}},
+			want: Gate{Mode: GateAuto, Idle: 5 * time.Millisecond, MaxHold: 500 * time.Millisecond, Share: 0.25, LaunchProbes: LaunchProbesAuto}},
 		{name: "probes always", yaml: "gate:\n  mode: on\n  launch_probes: always\n", want: Gate{Mode: GateOn, Idle: DefaultGateIdle, MaxHold: DefaultGateMaxHold, Share: DefaultGateShare, LaunchProbes: LaunchProbesAlways}},
-		{name: "bad probes", yaml: "gate:\n  launch_probes: never\n", err: `line 2: gate.launch_probes: "never": want between or always`},
+		{name: "bad probes", yaml: "gate:\n  launch_probes: never\n", err: `line 2: gate.launch_probes: "never": want auto, between or always`},
 		{name: "bad mode", yaml: "gate:\n  mode: always\n", err: `line 2: gate.mode: "always": want off, on or auto`},
 		{name: "idle too short", yaml: "gate:\n  idle: 10us\n", err: "line 2: gate.idle"},
 		{name: "hold too long", yaml: "gate:\n  max_hold: 1m\n", err: "line 2: gate.max_hold"},

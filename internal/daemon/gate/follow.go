@@ -92,8 +92,37 @@ func (g *Gate) launchesWanted(pid int) bool {
 func (g *Gate) launchesWantedLocked(pid int) bool {
 	_, held := g.open[pid]
 	hold, steered := g.steered[pid]
-	always := g.Procs.Policy().Gate.LaunchProbes == policy.LaunchProbesAlways
-	return (always || !held) && (!steered || hold)
+	return (g.keepsProbesLocked(pid) || !held) && (!steered || hold)
+}
+
+// keepsProbesLocked is whether pid's launch probes stay on through its requests (launch_probes).
+func (g *Gate) keepsProbesLocked(pid int) bool {
+	switch g.Procs.Policy().Gate.LaunchProbes {
+	case policy.LaunchProbesAlways:
+		return true
+	case policy.LaunchProbesAuto:
+		return g.lcs[pid] != nil && shorterThanDetach(g.lcs[pid])
+	}
+	return false
+}
+
+// NoteDetach records how long pid's launch probes took to come off (LaunchProbesAuto weighs it).
+func (g *Gate) NoteDetach(pid int, took time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	lc := g.lcs[pid]
+	if lc == nil {
+		return
+	}
+	was := shorterThanDetach(lc)
+	if lc.detaches = append(lc.detaches, took); len(lc.detaches) > 16 {
+		lc.detaches = lc.detaches[1:]
+	}
+	if now := shorterThanDetach(lc); now != was {
+		g.Log.Info("request gate: an LC's launch probes "+map[bool]string{true: "kept on: its requests end before a detach would", false: "off for its requests again"}[now],
+			"pid", pid, "request_p50", median(lc.spans), "detach_p50", median(lc.detaches))
+		g.armLocked(pid)
+	}
 }
 
 // armLocked asks armLoop to bring pid's launch probes up to its state.

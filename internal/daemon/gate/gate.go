@@ -126,8 +126,9 @@ type gateLC struct {
 	// at most syncBound idles) and, while its launches are not traced
 	// (held, or steered off), the thread of its last call not running
 	// (it is launching the request's next step).
-	delim *request.Delimiter
-	spans []time.Duration // recent requests' spans (GateAuto)
+	delim    *request.Delimiter
+	spans    []time.Duration // recent requests' spans (GateAuto)
+	detaches []time.Duration // how long its launch probes took to come off, recent ones (LaunchProbesAuto)
 	// overran counts holds in a row that ran to MaxHold: requests closer
 	// together than Idle leave no idle to end one, and each hold is then
 	// BE stopped for MaxHold (Delimits). begins counts the calls seen
@@ -561,9 +562,12 @@ func (g *Gate) Stats() Stats {
 	s := g.stats
 	s.Mode = g.Procs.Policy().Gate.Mode
 	s.Open, s.LCs = len(g.open), len(g.lcs)
-	for _, lc := range g.lcs {
+	for pid, lc := range g.lcs {
 		if lc.undelimited() {
 			s.Undelimited++
+		}
+		if g.keepsProbesLocked(pid) && g.launchesWantedLocked(pid) {
+			s.ProbesKept++
 		}
 	}
 	if s.Closed != nil {

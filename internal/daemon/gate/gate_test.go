@@ -611,6 +611,55 @@ func TestGateLaunchProbesAlways(t *testing.T) {
 	stop()
 }
 
+// launch_probes: auto keeps an LC's launch probes on through its requests once they end before a
+// detach would (its launches would trap until then anyway), and takes them off for longer ones.
+func TestGateLaunchProbesAuto(t *testing.T) {
+	tests := []struct {
+		name          string
+		span, detach  time.Duration // the LC's requests; its detaches timed
+		requests      int
+		keptWhileHeld bool
+	}{
+		{"graph decode, 40 ms against a 70 ms detach", 40 * time.Millisecond, 70 * time.Millisecond, 4, true},
+		{"eager decode, 250 ms against 70 ms", 250 * time.Millisecond, 70 * time.Millisecond, 4, false},
+		{"three requests: not yet judged", 40 * time.Millisecond, 70 * time.Millisecond, 3, false},
+		{"no detach timed", 40 * time.Millisecond, 0, 4, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pol := gatePolicy(policy.GateOn)
+			pol.Gate.Idle = policy.DefaultGateIdle // a synchronize keeps a request 40 idles at most
+			r := newGateRig(t, pol)
+			if tt.detach > 0 {
+				r.g.NoteDetach(10, tt.detach)
+			}
+			call := func(k trace.CallKind, role trace.Role) { // stamped, as the tracer's are
+				r.g.Observe(&trace.Call{Kind: k, Role: role, PID: 10, TID: 1, At: uint64(r.now)})
+				for len(r.g.cmds) > 0 {
+					r.g.command(<-r.g.cmds)
+				}
+			}
+			for range tt.requests { // a request: in a synchronize for its span
+				call(trace.CallEnter, trace.RoleLaunch)
+				call(trace.CallEnter, trace.RoleSync)
+				r.advance(tt.span)
+				call(trace.CallReturn, trace.RoleSync)
+				r.advance(30 * time.Millisecond) // idle ends the hold
+			}
+			r.launch(10, 1)
+			if r.g.open[10] == nil {
+				t.Fatal("no hold open for a request")
+			}
+			if got := r.g.launchesWanted(10); got != tt.keptWhileHeld {
+				t.Errorf("launch probes on while held: %v, want %v", got, tt.keptWhileHeld)
+			}
+			if kept := r.g.Stats().ProbesKept; kept != map[bool]int{true: 1}[tt.keptWhileHeld] {
+				t.Errorf("status: %d LCs keep their launch probes, want it iff kept", kept)
+			}
+		})
+	}
+}
+
 // An LC that SLO mode steers off the gate has its launch probes off: no
 // hold opens for it, and each probe costs an eager LC a trap a launch (on
 // the H100 an eager LC under SLO mode's timeslice arms trapped 970,000

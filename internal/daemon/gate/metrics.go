@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,18 +39,29 @@ type Stats struct {
 	// many of them it does not see requests end for (Delimits).
 	LCs         int `json:"lcs"`
 	Undelimited int `json:"undelimited,omitempty"`
+	// ProbesKept is how many keep their launch probes on through their requests (launch_probes).
+	ProbesKept int `json:"launch_probes_kept,omitempty"`
 }
 
 // longRequests says whether spans (an LC's recent holds) are long enough
 // for launch gaps to cost switches: their median over four switches. With
 // fewer than four, yes: the first requests teach it.
 func longRequests(spans []time.Duration) bool {
-	if len(spans) < 4 {
-		return true
-	}
-	s := slices.Clone(spans)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2] > 4*class.SwitchTime
+	return len(spans) < 4 || median(spans) > 4*class.SwitchTime
+}
+
+// shorterThanDetach says whether an LC's recent requests end before its launch probes would come
+// off: its launches trap until a detach ends, so detaching such an LC's probes saves no trap and
+// rewrites its text twice a request (docs/GATE.md). It needs four spans and a detach timed.
+func shorterThanDetach(lc *gateLC) bool {
+	return len(lc.spans) >= 4 && len(lc.detaches) > 0 && median(lc.spans) < median(lc.detaches)
+}
+
+// median is the middle of ds (the upper of two).
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // sharingGPU returns the processes of bes on a GPU lc uses; a BE whose

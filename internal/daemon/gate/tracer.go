@@ -141,7 +141,11 @@ func (t *Tracer) Arm(pid int, on bool) {
 	if !on {
 		t.launches.DetachProcess(pid)
 		t.armed[pid] = false
-		t.log.Debug("request gate: launch probes off", "pid", pid, "took", time.Since(start))
+		took := time.Since(start)
+		t.log.Debug("request gate: launch probes off", "pid", pid, "took", took)
+		if t.gate != nil {
+			t.gate.NoteDetach(pid, took)
+		}
 		return
 	}
 	// The library is opened again: bounded as follow's attach is.
