@@ -3,8 +3,10 @@
 # decode LC (16 new tokens every 800 ms, on CPUs 2,3 as the bench pins it), by a CUDA graph and
 # eager, each in a process of its own under gpreemptd (not pinned, as the lanes run it) with
 #   none     the gate off (no probes)
-#   between  gate: {mode: on} (launch probes detached for each request, attached after it)
+#   between  gate: {mode: on, launch_probes: between} (launch probes detached for each request,
+#            attached after it)
 #   always   gate: {mode: on, launch_probes: always} (a trap a launch)
+#   auto     gate: {mode: on} (the default: always for an LC whose requests end before a detach)
 # For each: the LC's p50 latency and time to first token, and per request its main thread's time
 # off its CPU (the request's wall time less the thread's CPU time) and its CPU time. In the graph
 # LC's 'between' run, every switch of the LC's main thread off its CPU with the kernel stack it
@@ -30,8 +32,9 @@ policy() { # policy MODE
   echo "rules: [{name: lc, match: {env: {GPREEMPT_CLASS: lc}}, class: lc}]"
   echo "requests: {default_max: lc}" # a rule may class lc only under this cap
   case $1 in
-    between) echo "gate: {mode: on}";;
+    between) echo "gate: {mode: on, launch_probes: between}";;
     always) echo "gate: {mode: on, launch_probes: always}";;
+    auto) echo "gate: {mode: on}";;
   esac
 }
 stacks() { # stacks on|off PID
@@ -48,7 +51,7 @@ stacks() { # stacks on|off PID
   fi
 }
 for lc in graph eager; do
-  for mode in none between always; do
+  for mode in none between always auto; do
     policy $mode > $W/policy.yaml
     start_gpreemptd $W/$lc-$mode-gpreemptd.log $W/policy.yaml $W/gpreemptd.sock 127.0.0.1:19490
     flag=; [ $lc = graph ] && flag=--graph
@@ -70,7 +73,7 @@ python3 - $W <<'PY' | tee "$OUT/gate-cost.txt"
 import json, sys, statistics as st, collections, re
 w = sys.argv[1]
 for lc in ("graph", "eager"):
-    for mode in ("none", "between", "always"):
+    for mode in ("none", "between", "always", "auto"):
         try:
             s = json.load(open(f"{w}/{lc}-{mode}.json"))["samples"]
         except Exception as e:
@@ -113,6 +116,6 @@ print(f"RESULT stacks switches={len(offs)} off_total_ms={sum(d for d, _, _ in of
 print(open(f"{w}/stacks.txt").read())
 PY
 cp $W/stacks.txt "$OUT/gate-cost-stacks.txt" 2>/dev/null
-for m in none between always; do for lc in graph eager; do
+for m in none between always auto; do for lc in graph eager; do
   echo "== $lc $m: probes off $(grep -c 'launch probes off' $W/$lc-$m-gpreemptd.log), on $(grep -c 'launch probes on' $W/$lc-$m-gpreemptd.log); $(grep -o '"launches_held": *[0-9]*' $W/$lc-$m-status.json)"
   grep -o 'launch probes off.*took=[0-9.]*[mµ]*s' $W/$lc-$m-gpreemptd.log | head -3; done; done
