@@ -84,8 +84,11 @@ for lc in ("graph", "eager"):
               f"tpot_p50={ms('tpot_ns'):.2f}ms off_cpu_mean={st.mean(off):.1f}ms off_cpu_p50={st.median(off):.1f}ms "
               f"cpu_p50={ms('cpu_ns'):.1f}ms meter_p50={ms('cpu_meter_ns'):.2f}ms")
 # the graph LC's main thread under 'between': each time off its CPU, how it left (state) and the stack
-raw = open(f"{w}/stacks.raw").read().split("\n")
-pid = open(f"{w}/stacks.pid").read().strip()
+try:
+    raw = open(f"{w}/stacks.raw").read().split("\n")
+    pid = open(f"{w}/stacks.pid").read().strip()
+except OSError as e:
+    print(f"RESULT stacks missing: {e}"); sys.exit(0)
 offs, stacks, cur, left = [], collections.Counter(), None, {}
 for i, line in enumerate(raw):
     m = re.search(r"\s(\d+\.\d+): sched_switch: prev_comm=.* prev_pid=(\d+) .*prev_state=(\S+) ==> next_comm=(\S+)", line)
