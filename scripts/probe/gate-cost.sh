@@ -120,5 +120,5 @@ print(open(f"{w}/stacks.txt").read())
 PY
 cp $W/stacks.txt "$OUT/gate-cost-stacks.txt" 2>/dev/null
 for m in none between always auto; do for lc in graph eager; do
-  echo "== $lc $m: probes off $(grep -c 'launch probes off' $W/$lc-$m-gpreemptd.log), on $(grep -c 'launch probes on' $W/$lc-$m-gpreemptd.log); $(grep -o '"launches_held": *[0-9]*' $W/$lc-$m-status.json)"
+  echo "== $lc $m: probes off $(grep -c 'launch probes off' $W/$lc-$m-gpreemptd.log), on $(grep -c 'launch probes on' $W/$lc-$m-gpreemptd.log), kept $(grep -c 'launch probes kept on' $W/$lc-$m-gpreemptd.log), off again $(grep -c 'off for its requests again' $W/$lc-$m-gpreemptd.log); $(grep -o '"launches_held": *[0-9]*' $W/$lc-$m-status.json)"
   grep -o 'launch probes off.*took=[0-9.]*[mµ]*s' $W/$lc-$m-gpreemptd.log | head -3; done; done

@@ -97,30 +97,52 @@ func (g *Gate) launchesWantedLocked(pid int) bool {
 
 // keepsProbesLocked is whether pid's launch probes stay on through its requests (launch_probes).
 func (g *Gate) keepsProbesLocked(pid int) bool {
-	switch g.Procs.Policy().Gate.LaunchProbes {
+	switch g.launchProbes {
 	case policy.LaunchProbesAlways:
 		return true
 	case policy.LaunchProbesAuto:
-		return g.lcs[pid] != nil && shorterThanDetach(g.lcs[pid])
+		return g.lcs[pid] != nil && g.lcs[pid].kept
 	}
 	return false
 }
 
-// NoteDetach records how long pid's launch probes took to come off (LaunchProbesAuto weighs it).
-func (g *Gate) NoteDetach(pid int, took time.Duration) {
+// NoteRewrite records how long pid's launch probes took to come off (detach) or on again
+// (LaunchProbesAuto weighs them).
+func (g *Gate) NoteRewrite(pid int, took time.Duration, detach bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	lc := g.lcs[pid]
 	if lc == nil {
 		return
 	}
-	was := shorterThanDetach(lc)
-	if lc.detaches = append(lc.detaches, took); len(lc.detaches) > 16 {
-		lc.detaches = lc.detaches[1:]
+	d := &lc.attaches
+	if detach {
+		d = &lc.detaches
 	}
-	if now := shorterThanDetach(lc); now != was {
-		g.Log.Info("request gate: an LC's launch probes "+map[bool]string{true: "kept on: its requests end before a detach would", false: "off for its requests again"}[now],
-			"pid", pid, "request_p50", median(lc.spans), "detach_p50", median(lc.detaches))
+	if *d = append(*d, took); len(*d) > 16 {
+		*d = (*d)[1:]
+	}
+	g.judgeProbesLocked(pid, lc)
+}
+
+// judgeProbesLocked decides again whether lc keeps its launch probes on through its requests
+// (LaunchProbesAuto), and brings them to it. A request shorter than a detach gains nothing from
+// one: its launches trap until the detach ends. Spans measured while detaching are lengthened by
+// the rewrites themselves (a 40 ms graph decode measured 61-68 ms on the H200), so an LC that
+// detaches is judged against its detach and attach together, one that keeps against its detach,
+// each on four or more spans measured since it last changed.
+func (g *Gate) judgeProbesLocked(pid int, lc *gateLC) {
+	if len(lc.probeSpans) < 4 || len(lc.detaches) == 0 {
+		return
+	}
+	bound := median(lc.detaches)
+	if !lc.kept && len(lc.attaches) > 0 {
+		bound += median(lc.attaches)
+	}
+	if keep := median(lc.probeSpans) < bound; keep != lc.kept {
+		g.Log.Info("request gate: an LC's launch probes "+map[bool]string{true: "kept on: its requests end before a detach would", false: "off for its requests again"}[keep],
+			"pid", pid, "request_p50", median(lc.probeSpans), "bound", bound)
+		lc.kept, lc.probeSpans = keep, nil
 		g.armLocked(pid)
 	}
 }

@@ -55,7 +55,8 @@ type Gate struct {
 	Now func() time.Duration
 	Log *slog.Logger
 	// Arm, when set, turns a followed LC's launch probes on (between its
-	// requests) or off (while its request holds BE): only the first
+	// requests) or off (while its request holds BE, unless launch_probes
+	// keeps them): only the first
 	// launch of a request matters, and a uprobe on every launch of an
 	// eager LC would cost it several microseconds a launch. Called from a
 	// goroutine of Run's own, never from its loop: detaching uprobes
@@ -66,9 +67,9 @@ type Gate struct {
 	Arm func(pid int, on bool)
 	// Running reports whether a thread of a process is on a CPU or
 	// runnable (default: its state in /proc). While a hold is open the
-	// LC's launches are not traced: a thread that is running past the
-	// idle time is launching the request's next step, one that sleeps
-	// waits for the next request.
+	// LC's launches are not traced (unless its probes are kept): a thread
+	// that is running past the idle time is launching the request's next
+	// step, one that sleeps waits for the next request.
 	Running func(pid, tid int) bool
 	// Tenant names whose share an LC's holds count against: its pod
 	// under Kubernetes, else its uid (default: the uid in /proc).
@@ -126,9 +127,13 @@ type gateLC struct {
 	// at most syncBound idles) and, while its launches are not traced
 	// (held, or steered off), the thread of its last call not running
 	// (it is launching the request's next step).
-	delim    *request.Delimiter
-	spans    []time.Duration // recent requests' spans (GateAuto)
-	detaches []time.Duration // how long its launch probes took to come off, recent ones (LaunchProbesAuto)
+	delim *request.Delimiter
+	spans []time.Duration // recent requests' spans (GateAuto)
+	// detaches and attaches: how long its launch probes took to come off and on, recent ones;
+	// kept: they stay on through its requests; probeSpans: its requests' spans since kept last
+	// changed (LaunchProbesAuto: judgeProbesLocked).
+	detaches, attaches, probeSpans []time.Duration
+	kept                           bool
 	// overran counts holds in a row that ran to MaxHold: requests closer
 	// together than Idle leave no idle to end one, and each hold is then
 	// BE stopped for MaxHold (Delimits). begins counts the calls seen
@@ -514,6 +519,10 @@ func (g *Gate) closeLocked(pid int, cause string) {
 		if len(lc.spans) > 16 {
 			lc.spans = lc.spans[1:]
 		}
+		if lc.probeSpans = append(lc.probeSpans, lc.spans[len(lc.spans)-1]); len(lc.probeSpans) > 16 {
+			lc.probeSpans = lc.probeSpans[1:]
+		}
+		g.judgeProbesLocked(pid, lc)
 	}
 	if len(h.be) > 0 {
 		g.resumeLocked(pid)

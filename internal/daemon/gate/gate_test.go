@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -578,6 +580,7 @@ func TestGateRunArmsLaunchProbes(t *testing.T) {
 // With launch_probes: always a request's hold leaves the launch probes on
 // (a trap a launch instead of a detach and an attach a request); the
 // policy turned back to between, they come off for the hold still open.
+// SLO mode steering the LC off the gate takes them off whatever the mode.
 func TestGateLaunchProbesAlways(t *testing.T) {
 	pol := gatePolicy(policy.GateOn)
 	pol.Gate.LaunchProbes = policy.LaunchProbesAlways
@@ -593,45 +596,66 @@ func TestGateLaunchProbesAlways(t *testing.T) {
 	}
 	g.followLCs(nil)
 	stop := runGate(t, g)
+	defer stop()
 	g.Observe(&trace.Call{Kind: trace.CallEnter, Role: trace.RoleLaunch, PID: 10, TID: 1})
 	proctest.WaitFor(t, "BE held", func() bool { return pause.isStopped(20) })
 	if !g.launchesWanted(10) {
-		t.Fatal("launch probes to come off for a hold with launch_probes: always")
+		t.Fatal("launch probes wanted off for a hold with launch_probes: always")
 	}
+	g.Steer(map[int]bool{10: false})
+	if g.launchesWanted(10) {
+		t.Fatal("launch probes wanted on for an LC SLO mode steered off the gate")
+	}
+	g.Steer(nil)
 	between := gatePolicy(policy.GateOn)
+	between.Gate.LaunchProbes = policy.LaunchProbesBetween
 	procs.mu.Lock()
 	procs.pol = between
 	procs.mu.Unlock()
 	g.followLCs(nil)
-	for on := range arms { // an ask made at the hold's start comes first, if any
-		if !on {
-			break
+	if g.launchesWanted(10) {
+		t.Fatal("launch probes wanted on for a hold with launch_probes: between")
+	}
+	for { // asks made before come first; a missing one fails at the test's deadline
+		if on := <-arms; !on {
+			return
 		}
 	}
-	stop()
 }
 
 // launch_probes: auto keeps an LC's launch probes on through its requests once they end before a
 // detach would (its launches would trap until then anyway), and takes them off for longer ones.
+// Spans measured while detaching are judged against the detach and the attach together.
 func TestGateLaunchProbesAuto(t *testing.T) {
+	const ms = time.Millisecond
 	tests := []struct {
-		name          string
-		span, detach  time.Duration // the LC's requests; its detaches timed
-		requests      int
-		keptWhileHeld bool
+		name                string
+		spans               []time.Duration // the LC's requests, in order
+		detach, attach      time.Duration   // its detaches and attaches timed (0: none)
+		keptWhileHeld, logs bool            // kept at the end; a line said they were kept
+		offAgain            bool            // a line said they came off again
 	}{
-		{"graph decode, 40 ms against a 70 ms detach", 40 * time.Millisecond, 70 * time.Millisecond, 4, true},
-		{"eager decode, 250 ms against 70 ms", 250 * time.Millisecond, 70 * time.Millisecond, 4, false},
-		{"three requests: not yet judged", 40 * time.Millisecond, 70 * time.Millisecond, 3, false},
-		{"no detach timed", 40 * time.Millisecond, 0, 4, false},
+		{"graph decode, 40 ms against a 70 ms detach", []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms}, 70 * ms, 20 * ms, true, true, false},
+		{"eager decode, 250 ms against 70 + 20 ms", []time.Duration{250 * ms, 250 * ms, 250 * ms, 250 * ms}, 70 * ms, 20 * ms, false, false, false},
+		{"lengthened by the rewrites: 80 ms against 70 + 20 ms", []time.Duration{80 * ms, 80 * ms, 80 * ms, 80 * ms}, 70 * ms, 20 * ms, true, true, false},
+		{"80 ms, no attach timed yet: against the detach alone", []time.Duration{80 * ms, 80 * ms, 80 * ms, 80 * ms}, 70 * ms, 0, false, false, false},
+		{"three requests: not yet judged", []time.Duration{40 * ms, 40 * ms, 40 * ms}, 70 * ms, 20 * ms, false, false, false},
+		{"no detach timed", []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms}, 0, 0, false, false, false},
+		{"kept, then its requests grow past the detach", []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms, 75 * ms, 75 * ms, 75 * ms, 75 * ms}, 70 * ms, 20 * ms, false, true, true},
+		{"kept on lengthened spans, then judged on its own: shorter", []time.Duration{80 * ms, 80 * ms, 80 * ms, 80 * ms, 45 * ms, 45 * ms, 45 * ms, 45 * ms}, 70 * ms, 20 * ms, true, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pol := gatePolicy(policy.GateOn)
 			pol.Gate.Idle = policy.DefaultGateIdle // a synchronize keeps a request 40 idles at most
 			r := newGateRig(t, pol)
+			var log strings.Builder
+			r.g.Log = slog.New(slog.NewTextHandler(&log, nil))
 			if tt.detach > 0 {
-				r.g.NoteDetach(10, tt.detach)
+				r.g.NoteRewrite(10, tt.detach, true)
+			}
+			if tt.attach > 0 {
+				r.g.NoteRewrite(10, tt.attach, false)
 			}
 			call := func(k trace.CallKind, role trace.Role) { // stamped, as the tracer's are
 				r.g.Observe(&trace.Call{Kind: k, Role: role, PID: 10, TID: 1, At: uint64(r.now)})
@@ -639,14 +663,14 @@ func TestGateLaunchProbesAuto(t *testing.T) {
 					r.g.command(<-r.g.cmds)
 				}
 			}
-			for range tt.requests { // a request: in a synchronize for its span
+			for _, span := range tt.spans { // a request: in a synchronize for its span
 				call(trace.CallEnter, trace.RoleLaunch)
 				call(trace.CallEnter, trace.RoleSync)
-				r.advance(tt.span)
+				r.advance(span)
 				call(trace.CallReturn, trace.RoleSync)
-				r.advance(30 * time.Millisecond) // idle ends the hold
+				r.advance(30 * ms) // idle ends the hold
 			}
-			r.launch(10, 1)
+			call(trace.CallEnter, trace.RoleLaunch)
 			if r.g.open[10] == nil {
 				t.Fatal("no hold open for a request")
 			}
@@ -655,6 +679,12 @@ func TestGateLaunchProbesAuto(t *testing.T) {
 			}
 			if kept := r.g.Stats().ProbesKept; kept != map[bool]int{true: 1}[tt.keptWhileHeld] {
 				t.Errorf("status: %d LCs keep their launch probes, want it iff kept", kept)
+			}
+			if got := strings.Contains(log.String(), "kept on"); got != tt.logs {
+				t.Errorf("log %q: a line on keeping them %v, want %v", log.String(), got, tt.logs)
+			}
+			if got := strings.Contains(log.String(), "off for its requests again"); got != tt.offAgain {
+				t.Errorf("log %q: a line on their coming off again %v, want %v", log.String(), got, tt.offAgain)
 			}
 		})
 	}

@@ -33,7 +33,8 @@ type Stats struct {
 	BEStopped uint64 `json:"be_stopped"`
 	Failures  uint64 `json:"failures"`
 	// LaunchesHeld counts launches traced while their LC held BE: each a
-	// uprobe trap its request paid before its launch probes came off.
+	// uprobe trap its request paid before its launch probes came off, or
+	// with them kept on.
 	LaunchesHeld uint64 `json:"launches_held"`
 	// LCs is how many LC processes the gate follows; Undelimited, how
 	// many of them it does not see requests end for (Delimits).
@@ -48,13 +49,6 @@ type Stats struct {
 // fewer than four, yes: the first requests teach it.
 func longRequests(spans []time.Duration) bool {
 	return len(spans) < 4 || median(spans) > 4*class.SwitchTime
-}
-
-// shorterThanDetach says whether an LC's recent requests end before its launch probes would come
-// off: its launches trap until a detach ends, so detaching such an LC's probes saves no trap and
-// rewrites its text twice a request (docs/GATE.md). It needs four spans and a detach timed.
-func shorterThanDetach(lc *gateLC) bool {
-	return len(lc.spans) >= 4 && len(lc.detaches) > 0 && median(lc.spans) < median(lc.detaches)
 }
 
 // median is the middle of ds (the upper of two).

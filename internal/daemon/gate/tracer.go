@@ -18,8 +18,9 @@ import (
 // functions to the LC processes the request gate follows, one process at
 // a time (a BE launching 20,000 kernels a second is never traced), and
 // feeds what they report to the gate. Launches and synchronizations are
-// two tracers: a followed LC's launch probes are attached only between
-// its requests (arm), where the first launch is the one that matters. The
+// two tracers: a followed LC's launch probes are attached between its
+// requests (arm), where the first launch is the one that matters, and
+// through them where launch_probes keeps them. The
 // tracers are opened at the first LC to follow, so a policy with the gate
 // off costs nothing.
 type Tracer struct {
@@ -144,7 +145,7 @@ func (t *Tracer) Arm(pid int, on bool) {
 		took := time.Since(start)
 		t.log.Debug("request gate: launch probes off", "pid", pid, "took", took)
 		if t.gate != nil {
-			t.gate.NoteDetach(pid, took)
+			t.gate.NoteRewrite(pid, took, true)
 		}
 		return
 	}
@@ -156,7 +157,11 @@ func (t *Tracer) Arm(pid int, on bool) {
 		return
 	}
 	t.armed[pid] = true
-	t.log.Debug("request gate: launch probes on", "pid", pid, "took", time.Since(start))
+	took := time.Since(start)
+	t.log.Debug("request gate: launch probes on", "pid", pid, "took", took)
+	if t.gate != nil {
+		t.gate.NoteRewrite(pid, took, false)
+	}
 }
 
 func (t *Tracer) open() error {
