@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What the request gate's tracing costs an LC alone (no BE, nothing to hold back): the GPT-2-medium
-# decode LC (16 new tokens every 800 ms, on CPUs 2,3 as the bench pins it), by a CUDA graph and
-# eager, each in a process of its own under gpreemptd (not pinned, as the lanes run it) with
+# decode LC (16 new tokens every 800 ms, on CPUs 2,3 as the bench pins it), by a CUDA graph
+# (graph) and eager (eager), and with LCS="resnet" an eager resnet50 every 20 ms (~229 launches
+# a 6 ms request), each in a process of its own under gpreemptd (not pinned, as the lanes run it) with
 #   none     the gate off (no probes)
 #   between  gate: {mode: on, launch_probes: between} (launch probes detached for each request,
 #            attached after it)
@@ -14,9 +15,11 @@
 # Output under $OUT: gate-cost.txt (RESULT lines), gate-cost-<lc>-<mode>.json (the app's requests),
 # gate-cost-<lc>-<mode>-gpreemptd.log, gate-cost-stacks.txt.
 #   bash scripts/probe/gate-cost.sh [REQUESTS]      (binaries in .carry/, or xz'd in $XZ_DIR)
+#   LCS="resnet" bash scripts/probe/gate-cost.sh 40 (REQUESTS x 40 for resnet50: 1,600 in 32 s)
 set -u # as root on the GPU machine, from the repo root
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/daemon.sh" # start_gpreemptd, wait_ready, stop_pids
 N=${1:-40}
+LCS=${LCS:-graph eager}
 OUT=${OUT:-/tmp/gpreempt-out}; mkdir -p "$OUT" .carry
 C=.carry
 if [ -n "${XZ_DIR:-}" ]; then
@@ -50,13 +53,16 @@ stacks() { # stacks on|off PID
     cp $T/trace $W/stacks.raw; echo > $T/trace
   fi
 }
-for lc in graph eager; do
+for lc in $LCS; do
   for mode in none between always auto; do
     policy $mode > $W/policy.yaml
     start_gpreemptd $W/$lc-$mode-gpreemptd.log $W/policy.yaml $W/gpreemptd.sock 127.0.0.1:19490
-    flag=; [ $lc = graph ] && flag=--graph
-    GPREEMPT_CLASS=lc taskset -c 2,3 python3 -u bench/pytorch/lc_decode.py --family gpt2 --prompt 64 --new-tokens 16 \
-      --period 800ms --requests "$N" $flag --out $W/$lc-$mode.json > $W/$lc-$mode.out 2>&1 &
+    case $lc in
+      resnet) lcmd="bench/pytorch/lc_infer.py --period 20ms --requests $((N * 40))";;
+      graph) lcmd="bench/pytorch/lc_decode.py --family gpt2 --prompt 64 --new-tokens 16 --period 800ms --requests $N --graph";;
+      *) lcmd="bench/pytorch/lc_decode.py --family gpt2 --prompt 64 --new-tokens 16 --period 800ms --requests $N";;
+    esac
+    GPREEMPT_CLASS=lc taskset -c 2,3 python3 -u $lcmd --out $W/$lc-$mode.json > $W/$lc-$mode.out 2>&1 &
     P=$!
     wait_ready $W/$lc-$mode.out $P 120
     [ "$lc-$mode" = graph-between ] && { echo $P > $W/stacks.pid; stacks on $P; }
@@ -72,13 +78,13 @@ done
 python3 - $W <<'PY' | tee "$OUT/gate-cost.txt"
 import json, sys, statistics as st, collections, re
 w = sys.argv[1]
-for lc in ("graph", "eager"):
+for lc in ("graph", "eager", "resnet"):
     for mode in ("none", "between", "always", "auto"):
         try:
             s = json.load(open(f"{w}/{lc}-{mode}.json"))["samples"]
         except Exception as e:
             print(f"RESULT {lc} {mode} missing: {e}"); continue
-        ms = lambda k: st.median(x[k] for x in s) / 1e6
+        ms = lambda k: st.median(x.get(k, 0) for x in s) / 1e6  # resnet50's have no tokens, no loop
         off = [(x["latency_ns"] - x["cpu_ns"]) / 1e6 for x in s]
         print(f"RESULT {lc:5s} {mode:7s} n={len(s)} p50={ms('latency_ns'):.1f}ms ttft_p50={ms('ttft_ns'):.1f}ms "
               f"tpot_p50={ms('tpot_ns'):.2f}ms off_cpu_mean={st.mean(off):.1f}ms off_cpu_p50={st.median(off):.1f}ms "
@@ -119,6 +125,6 @@ print(f"RESULT stacks switches={len(offs)} off_total_ms={sum(d for d, _, _ in of
 print(open(f"{w}/stacks.txt").read())
 PY
 cp $W/stacks.txt "$OUT/gate-cost-stacks.txt" 2>/dev/null
-for m in none between always auto; do for lc in graph eager; do
+for m in none between always auto; do for lc in $LCS; do
   echo "== $lc $m: probes off $(grep -c 'launch probes off' $W/$lc-$m-gpreemptd.log), on $(grep -c 'launch probes on' $W/$lc-$m-gpreemptd.log), kept $(grep -c 'launch probes kept on' $W/$lc-$m-gpreemptd.log), off again $(grep -c 'off for its requests again' $W/$lc-$m-gpreemptd.log); $(grep -o '"launches_held": *[0-9]*' $W/$lc-$m-status.json)"
   grep -o 'launch probes off.*took=[0-9.]*[mµ]*s' $W/$lc-$m-gpreemptd.log | head -3; done; done
