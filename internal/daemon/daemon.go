@@ -191,6 +191,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, w := range pol.Warnings() {
+		d.log.Warn("policy: "+w, "file", cfg.PolicyFile)
+	}
 	d.polStat, _ = os.Stat(cfg.PolicyFile)
 	if err := d.takeLock(); err != nil {
 		return nil, err
@@ -421,6 +424,9 @@ func (d *Daemon) Reload() error {
 	d.rec.SetPolicy(pol)
 	d.metrics.reloads.WithLabelValues("ok").Inc()
 	d.log.Info("policy reloaded", "file", d.cfg.PolicyFile, "rules", len(pol.Rules))
+	for _, w := range pol.Warnings() {
+		d.log.Warn("policy: "+w, "file", d.cfg.PolicyFile)
+	}
 	return nil
 }
 

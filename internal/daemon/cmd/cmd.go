@@ -61,6 +61,9 @@ func checkConfig(c *cli.Context, files []string, code *int) error {
 			continue
 		}
 		fmt.Fprintf(c.App.Writer, "%s: ok (%d rules, default %s)\n", f, len(p.Rules), p.Default)
+		for _, w := range p.Warnings() {
+			fmt.Fprintf(c.App.ErrWriter, "gpreemptd: %s: warning: %s\n", f, w)
+		}
 	}
 	if len(bad) > 0 {
 		*code = ExitBadConfig

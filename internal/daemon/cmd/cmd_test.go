@@ -14,6 +14,8 @@ import (
 func TestCheckConfig(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, []byte("rules:\n  - class: be\n    clas: lc\n"), 0o644)
+	capped := filepath.Join(t.TempDir(), "capped.yaml") // valid, but its rule gives no process lc
+	os.WriteFile(capped, []byte("classes: {lc: {timeslice: 5s}}\nrules: [{name: lc, match: {env: {GPREEMPT_CLASS: lc}}, class: lc}]\n"), 0o644)
 	for _, tc := range []struct {
 		file string
 		code int
@@ -21,6 +23,7 @@ func TestCheckConfig(t *testing.T) {
 	}{
 		{"../../../deploy/gpreemptd.yaml", ExitOK, "ok (4 rules, default burstable)"},
 		{bad, ExitBadConfig, "line 3: rules[0].clas: unknown field"},
+		{capped, ExitOK, `warning: line 2: rule "lc" matches what a process sets itself (env), so its class lc is capped`},
 		{filepath.Join(t.TempDir(), "missing.yaml"), ExitBadConfig, "no such file"},
 	} {
 		var out, errb bytes.Buffer
