@@ -336,6 +336,11 @@ func FuzzParse(f *testing.F) {
 				}
 			}
 		}
+		for _, w := range p.Warnings() { // each names the line of the rule it is about
+			if !strings.HasPrefix(w, "line ") {
+				t.Fatalf("warning %q names no line", w)
+			}
+		}
 		d := p.Decide(Process{Env: map[string]string{"GPREEMPT_CLASS": "lc"}})
 		if os, ok := p.Objective(d); ok {
 			if len(os) == 0 {
