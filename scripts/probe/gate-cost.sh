@@ -56,6 +56,8 @@ stacks() { # stacks on|off PID
 for lc in $LCS; do
   for mode in none between always auto; do
     policy $mode > $W/policy.yaml
+    # a policy that warns (its LC capped below lc, say) would measure nothing of the gate
+    if "$C/gpreemptd" --check-config $W/policy.yaml 2>&1 | grep warning; then exit 2; fi
     start_gpreemptd $W/$lc-$mode-gpreemptd.log $W/policy.yaml $W/gpreemptd.sock 127.0.0.1:19490
     case $lc in
       resnet) lcmd="bench/pytorch/lc_infer.py --period 20ms --requests $((N * 40))";;
