@@ -104,24 +104,21 @@ func writeDutyPerCPU(b *strings.Builder, res *Results) {
 // and its thread's time off its CPU per request: what a setting costs the LC in both halves, which
 // the ratios above cannot see.
 func writeDutyAlone(b *strings.Builder, res *Results) {
+	measured := func(sr *ScenarioResult) bool { return sr.Error == "" && sr.LCDuty != nil && sr.LCDuty.MedianAlone > 0 }
 	ref := map[int]*ScenarioResult{} // repetition -> its static classes
 	for _, sr := range res.Scenarios {
-		if _, ok := ref[repOf(sr)]; !ok && sr.Error == "" && sr.BETimeslice != "" && !strings.Contains(sr.Name, ":") && sr.LCDuty != nil && sr.LCDuty.MedianAlone > 0 {
+		if _, ok := ref[repOf(sr)]; !ok && measured(sr) && sr.BETimeslice != "" && !strings.Contains(sr.Name, ":") {
 			ref[repOf(sr)] = sr
 		}
 	}
-	other := func(sr *ScenarioResult) bool { // a run of its repetition not its static classes
-		r := ref[repOf(sr)]
-		return r != nil && r != sr && sr.Error == "" && sr.LCDuty != nil && sr.LCDuty.MedianAlone > 0
-	}
-	if !slices.ContainsFunc(res.Scenarios, other) {
+	shown := func(sr *ScenarioResult) bool { return ref[repOf(sr)] != nil && measured(sr) } // its repetition has static classes
+	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return shown(sr) && ref[repOf(sr)] != sr }) {
 		return
 	}
 	b.WriteString("\nThe LC while BE idled, against the same of its repetition's static classes (across processes: an eager LC's own speed moves 20-80% from one to the next, a graph LC's a few percent), and its thread's time off its CPU per request (its latency less its CPU time: blocked or preempted), p50 / mean; a cost paid in both halves is in neither ratio above:\n\n")
 	b.WriteString("| scenario | rep | median alone (us) | over the static classes' | LC thread off its CPU per request (ms) |\n|---|---:|---:|---:|---:|\n")
 	for _, sr := range res.Scenarios {
-		r := ref[repOf(sr)]
-		if !other(sr) && r != sr {
+		if !shown(sr) {
 			continue
 		}
 		var ms []float64 // off its CPU: blocked or preempted, not Python's work
@@ -134,7 +131,7 @@ func writeDutyAlone(b *strings.Builder, res *Results) {
 		if o := stats.Summarize(ms); o.N > 0 {
 			cell = fmt.Sprintf("%.1f / %.1f", o.P50, o.Mean)
 		}
-		fmt.Fprintf(b, "| %s | %d | %.1f | %.2fx | %s |\n", sr.Name, repOf(sr), sr.LCDuty.MedianAlone, sr.LCDuty.MedianAlone/r.LCDuty.MedianAlone, cell)
+		fmt.Fprintf(b, "| %s | %d | %.1f | %.2fx | %s |\n", sr.Name, repOf(sr), sr.LCDuty.MedianAlone, sr.LCDuty.MedianAlone/ref[repOf(sr)].LCDuty.MedianAlone, cell)
 	}
 }
 

@@ -191,9 +191,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, w := range pol.Warnings() {
-		d.log.Warn("policy: "+w, "file", cfg.PolicyFile)
-	}
+	d.warnPolicy(pol)
 	d.polStat, _ = os.Stat(cfg.PolicyFile)
 	if err := d.takeLock(); err != nil {
 		return nil, err
@@ -424,10 +422,15 @@ func (d *Daemon) Reload() error {
 	d.rec.SetPolicy(pol)
 	d.metrics.reloads.WithLabelValues("ok").Inc()
 	d.log.Info("policy reloaded", "file", d.cfg.PolicyFile, "rules", len(pol.Rules))
+	d.warnPolicy(pol)
+	return nil
+}
+
+// warnPolicy logs what in pol is valid but does not do what it reads as (policy.Warnings).
+func (d *Daemon) warnPolicy(pol *policy.Policy) {
 	for _, w := range pol.Warnings() {
 		d.log.Warn("policy: "+w, "file", d.cfg.PolicyFile)
 	}
-	return nil
 }
 
 func (d *Daemon) policyChanged() bool {

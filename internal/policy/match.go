@@ -277,14 +277,14 @@ func (pol *Policy) IsAdmin(uid uint32, gids []uint32, groupName func(gid uint32)
 func (pol *Policy) Warnings() []string {
 	var w []string
 	for _, r := range pol.Rules {
-		n, max := r.Decision.Spec.Name, pol.Requests.DefaultMax
+		n, limit := r.Decision.Spec.Name, pol.Requests.DefaultMax
 		if r.Decision.Exempt || r.TrustSelfSet || r.EnvOnly || len(r.Match.SelfSet()) == 0 ||
 			!pol.capAtRequest(r.Decision, Process{}).Capped || // as a process no limit names gets it
 			slices.ContainsFunc(pol.Requests.Limits, func(l Limit) bool { return n.AtMost(l.Max) }) {
 			continue
 		}
 		w = append(w, fmt.Sprintf("line %d: rule %q matches what a process sets itself (%s), so its class %s is capped at the request limit (requests.default_max: %s) for every process it matches; give requests a limit of %s, or the rule trust_self_set: true",
-			r.Line, r.Name, strings.Join(r.Match.SelfSet(), ", "), n, cmp.Or(string(max), "none, be:1"), n))
+			r.Line, r.Name, strings.Join(r.Match.SelfSet(), ", "), n, cmp.Or(string(limit), "none, be:1"), n))
 	}
 	return w
 }

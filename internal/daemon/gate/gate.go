@@ -1,8 +1,8 @@
 // Package gate is gpreemptd's request gate, which needs no app change:
 // BE processes are stopped through the pauser for each traced LC request,
 // within each tenant's part of the share (gate.go the holds, follow.go the
-// LCs followed and their launch probes, tracer.go the uprobes that see
-// the requests; docs/GATE.md).
+// LCs followed, probes.go their launch probes, tracer.go the uprobes that
+// see the requests; docs/GATE.md).
 package gate
 
 import (
@@ -515,13 +515,9 @@ func (g *Gate) closeLocked(pid int, cause string) {
 		lc.overran = 0
 		// The request's own span, without the idle time that ended it.
 		last, _ := lc.delim.Last()
-		lc.spans = append(lc.spans, max(0, time.Duration(last)-h.since))
-		if len(lc.spans) > 16 {
-			lc.spans = lc.spans[1:]
-		}
-		if lc.probeSpans = append(lc.probeSpans, lc.spans[len(lc.spans)-1]); len(lc.probeSpans) > 16 {
-			lc.probeSpans = lc.probeSpans[1:]
-		}
+		span := max(0, time.Duration(last)-h.since)
+		pushRecent(&lc.spans, span)
+		pushRecent(&lc.probeSpans, span)
 		g.judgeProbesLocked(pid, lc)
 	}
 	if len(h.be) > 0 {
@@ -562,30 +558,6 @@ func (g *Gate) holdsOpen() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.open) > 0
-}
-
-// Stats returns what the gate did.
-func (g *Gate) Stats() Stats {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	s := g.stats
-	s.Mode = g.Procs.Policy().Gate.Mode
-	s.Open, s.LCs = len(g.open), len(g.lcs)
-	for pid, lc := range g.lcs {
-		if lc.undelimited() {
-			s.Undelimited++
-		}
-		if g.keepsProbesLocked(pid) && g.launchesWantedLocked(pid) {
-			s.ProbesKept++
-		}
-	}
-	if s.Closed != nil {
-		s.Closed = make(map[string]uint64, len(g.stats.Closed))
-		for k, v := range g.stats.Closed {
-			s.Closed[k] = v
-		}
-	}
-	return s
 }
 
 // idleSince reports whether lc is idle as a hold ends: its request over

@@ -44,6 +44,30 @@ type Stats struct {
 	ProbesKept int `json:"launch_probes_kept,omitempty"`
 }
 
+// Stats returns what the gate did.
+func (g *Gate) Stats() Stats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.stats
+	s.Mode = g.Procs.Policy().Gate.Mode
+	s.Open, s.LCs = len(g.open), len(g.lcs)
+	for pid, lc := range g.lcs {
+		if lc.undelimited() {
+			s.Undelimited++
+		}
+		if g.keepsProbesLocked(pid) && g.launchesWantedLocked(pid) {
+			s.ProbesKept++
+		}
+	}
+	if s.Closed != nil {
+		s.Closed = make(map[string]uint64, len(g.stats.Closed))
+		for k, v := range g.stats.Closed {
+			s.Closed[k] = v
+		}
+	}
+	return s
+}
+
 // longRequests says whether spans (an LC's recent holds) are long enough
 // for launch gaps to cost switches: their median over four switches. With
 // fewer than four, yes: the first requests teach it.
