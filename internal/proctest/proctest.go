@@ -217,3 +217,26 @@ func SelfPeer(t *testing.T) net.Conn {
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+// BuildLCLoop builds, in dir, a library exporting libcuda's names (libcuda.so.1, from
+// internal/trace/testdata/fakecuda.c) and lcloop (internal/daemon/signals/testdata/lcloop.c), a
+// program linked against it that waits for a line on stdin, makes the requests its argument says
+// and prints its pid. internal is the path to internal/ from the test's package.
+func BuildLCLoop(t *testing.T, dir, internal string) (lib, app string) {
+	t.Helper()
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Fatalf("gcc is needed for the uprobe tests (README: Set up): %v", err)
+	}
+	lib, app = filepath.Join(dir, "libcuda.so.1"), filepath.Join(dir, "lcloop")
+	td := filepath.Join(internal, "trace", "testdata")
+	for _, args := range [][]string{
+		{"-shared", "-fPIC", "-O2", "-Wl,-soname,libcuda.so.1", "-o", lib, filepath.Join(td, "fakecuda.c")},
+		{"-O2", "-I" + td, "-o", app, filepath.Join(internal, "daemon", "signals", "testdata", "lcloop.c"), lib, "-Wl,-rpath," + dir},
+	} {
+		if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+			t.Fatalf("gcc %v: %v\n%s", args, err, out)
+		}
+	}
+	return lib, app
+}

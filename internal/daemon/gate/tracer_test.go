@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -24,20 +23,7 @@ func TestTracerTimesRewrites(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("uprobes need root")
 	}
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Fatalf("gcc is needed for the uprobe tests (README: Set up): %v", err)
-	}
-	dir := t.TempDir()
-	lib, app := filepath.Join(dir, "libcuda.so.1"), filepath.Join(dir, "lcloop")
-	for _, args := range [][]string{
-		{"-shared", "-fPIC", "-O2", "-Wl,-soname,libcuda.so.1", "-o", lib, "../../trace/testdata/fakecuda.c"},
-		{"-O2", "-I../../trace/testdata", "-o", app, "../signals/testdata/lcloop.c", lib, "-Wl,-rpath," + dir},
-	} {
-		if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
-			t.Fatalf("gcc %v: %v\n%s", args, err, out)
-		}
-	}
+	_, app := proctest.BuildLCLoop(t, t.TempDir(), "../..")
 	cmd := exec.Command(app, "5")
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/proctest"
 	"github.com/gpreempt/gpreempt/internal/signal"
 	"github.com/gpreempt/gpreempt/internal/testlog"
 	"github.com/gpreempt/gpreempt/internal/trace"
@@ -97,33 +98,12 @@ func TestTracedLatencyWindows(t *testing.T) {
 	}
 }
 
-// buildLCLoop builds, in dir, a library exporting libcuda's names
-// (libcuda.so.1) and lcloop, a program linked against it that waits for a
-// line on stdin, prints its pid and makes the requests its argument says.
-func buildLCLoop(t *testing.T, dir string) (lib, app string) {
-	t.Helper()
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Fatalf("gcc is needed for the uprobe tests (README: Set up): %v", err)
-	}
-	lib, app = filepath.Join(dir, "libcuda.so.1"), filepath.Join(dir, "lcloop")
-	for _, args := range [][]string{
-		{"-shared", "-fPIC", "-O2", "-Wl,-soname,libcuda.so.1", "-o", lib, "../../trace/testdata/fakecuda.c"},
-		{"-O2", "-I../../trace/testdata", "-o", app, "testdata/lcloop.c", lib, "-Wl,-rpath," + dir},
-	} {
-		if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
-			t.Fatalf("gcc %v: %v\n%s", args, err, out)
-		}
-	}
-	return lib, app
-}
-
 // TestBELibraryPrefersTheMapped: with --libcuda, BE progress counts in the
 // libcuda a process has mapped, and in the named one for a process that
 // maps none.
 func TestBELibraryPrefersTheMapped(t *testing.T) {
 	dir := t.TempDir()
-	lib, app := buildLCLoop(t, dir)
+	lib, app := proctest.BuildLCLoop(t, dir, "../..")
 	cmd := exec.Command(app, "0")
 	stdin, _ := cmd.StdinPipe()
 	if err := cmd.Start(); err != nil {
@@ -160,7 +140,7 @@ func TestBELibraryPrefersTheMapped(t *testing.T) {
 // 2 ms: a request begins at its copy, not its first launch.
 func TestRequestTracingUprobes(t *testing.T) {
 	dir := t.TempDir()
-	lib, app := buildLCLoop(t, dir)
+	lib, app := proctest.BuildLCLoop(t, dir, "../..")
 	if _, _, err := OpenTracedLatency(context.Background(), filepath.Join(dir, "missing.so"), nil); !errors.Is(err, trace.ErrNoLibrary) {
 		t.Errorf("a missing libcuda: %v, want ErrNoLibrary", err)
 	}
@@ -206,7 +186,7 @@ func TestRequestTracingUprobes(t *testing.T) {
 // no longer asked for is detached.
 func TestRequestTracingPerProcess(t *testing.T) {
 	dir := t.TempDir()
-	_, app := buildLCLoop(t, dir)
+	_, app := proctest.BuildLCLoop(t, dir, "../..")
 	tl, untrace, err := OpenTracedLatency(context.Background(), "", testlog.New(t))
 	if errors.Is(err, trace.ErrNotRoot) {
 		t.Skipf("the kernel refuses to trace for this user: %v", err)
