@@ -15,7 +15,9 @@
 # (its local_cpulist) and apart from every other lane's; the daemons are
 # not pinned. $OUT gets gpu<N>-<part>-rep<REP>.md per part and
 # raw-rep<REP>.tgz (logs, status, summaries, each part's results.json.gz
-# while the archive stays under 40 MiB).
+# while the archive stays under 40 MiB). OFFCPU=1 adds offcpu.trace.xz to
+# it: each python3 thread's switches off its CPU and back, with the kernel
+# stack of each sleep (scripts/probe/offcpu.py TRACE TID sums them).
 set -u
 OUT=${OUT:-/tmp/gpreempt-out}
 REP=${REP:-1}
@@ -52,6 +54,10 @@ taskset -c 0,1 bash -c 'while :; do
 done' > /tmp/lane-clocks.log 2>&1 &
 clocks=$!
 trap 'kill $clocks 2>/dev/null' EXIT
+if [ "${OFFCPU:-0}" = 1 ]; then
+  source "$(dirname "${BASH_SOURCE[0]}")/lib/offcpu.sh"
+  rm -f /tmp/offcpu.trace.xz; offcpu_start python3
+fi
 
 declare -A used=([0]=1 [1]=1) # CPUs 0-1 stay for the daemons and the shell
 pins=()
@@ -92,12 +98,13 @@ for ((d = 0; d < ${#lanes[@]}; d++)); do
 done
 wait "${pids[@]}"
 kill $clocks
+[ "${OFFCPU:-0}" = 1 ] && offcpu_stop /tmp/offcpu.trace.xz
 cat /tmp/lane[0-9]*.log
 nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 # Each part's results.json.gz (the app's own requests, the daemon's status) comes back for request-by-request
 # analysis, unless that makes the archive too large to carry back.
 raw="$OUT/raw-rep$REP${REP1:+-$REP1}.tgz"
-mapfile -t kept < <(cd /tmp && ls -d o[0-9]-* w[0-9]-* lane*.log 2>/dev/null)
+mapfile -t kept < <(cd /tmp && ls -d o[0-9]-* w[0-9]-* lane*.log offcpu.trace.xz 2>/dev/null)
 tar -C /tmp -czf "$raw" --exclude='*.json' "${kept[@]}" 2>/dev/null
 if [ "$(stat -c %s "$raw")" -gt $((40 << 20)) ]; then
   tar -C /tmp -czf "$raw" --exclude='*.json' --exclude='*.json.gz' "${kept[@]}" 2>/dev/null

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -630,24 +631,27 @@ func TestGateLaunchProbesAuto(t *testing.T) {
 	const ms = time.Millisecond
 	tests := []struct {
 		name                string
+		probes              string          // launch_probes ("": auto, the default)
 		spans               []time.Duration // the LC's requests, in order
 		detach, attach      time.Duration   // its detaches and attaches timed (0: none)
 		keptWhileHeld, logs bool            // kept at the end; a line said they were kept
 		offAgain            bool            // a line said they came off again
 	}{
-		{"graph decode, 40 ms against a 70 ms detach", []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms}, 70 * ms, 20 * ms, true, true, false},
-		{"eager decode, 250 ms against 70 + 20 ms", []time.Duration{250 * ms, 250 * ms, 250 * ms, 250 * ms}, 70 * ms, 20 * ms, false, false, false},
-		{"lengthened by the rewrites: 80 ms against 70 + 20 ms", []time.Duration{80 * ms, 80 * ms, 80 * ms, 80 * ms}, 70 * ms, 20 * ms, true, true, false},
-		{"80 ms, no attach timed yet: against the detach alone", []time.Duration{80 * ms, 80 * ms, 80 * ms, 80 * ms}, 70 * ms, 0, false, false, false},
-		{"three requests: not yet judged", []time.Duration{40 * ms, 40 * ms, 40 * ms}, 70 * ms, 20 * ms, false, false, false},
-		{"no detach timed", []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms}, 0, 0, false, false, false},
-		{"kept, then its requests grow past the detach", []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms, 75 * ms, 75 * ms, 75 * ms, 75 * ms}, 70 * ms, 20 * ms, false, true, true},
-		{"kept on lengthened spans, then judged on its own: shorter", []time.Duration{80 * ms, 80 * ms, 80 * ms, 80 * ms, 45 * ms, 45 * ms, 45 * ms, 45 * ms}, 70 * ms, 20 * ms, true, true, false},
+		{"graph decode, 40 ms against a 70 ms detach", "", []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms}, 70 * ms, 20 * ms, true, true, false},
+		{"eager decode, 250 ms against 70 + 20 ms", "", []time.Duration{250 * ms, 250 * ms, 250 * ms, 250 * ms}, 70 * ms, 20 * ms, false, false, false},
+		{"lengthened by the rewrites: 80 ms against 70 + 20 ms", "", []time.Duration{80 * ms, 80 * ms, 80 * ms, 80 * ms}, 70 * ms, 20 * ms, true, true, false},
+		{"80 ms, no attach timed yet: against the detach alone", "", []time.Duration{80 * ms, 80 * ms, 80 * ms, 80 * ms}, 70 * ms, 0, false, false, false},
+		{"three requests: not yet judged", "", []time.Duration{40 * ms, 40 * ms, 40 * ms}, 70 * ms, 20 * ms, false, false, false},
+		{"no detach timed", "", []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms}, 0, 0, false, false, false},
+		{"kept, then its requests grow past the detach", "", []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms, 75 * ms, 75 * ms, 75 * ms, 75 * ms}, 70 * ms, 20 * ms, false, true, true},
+		{"kept on lengthened spans, then judged on its own: shorter", "", []time.Duration{80 * ms, 80 * ms, 80 * ms, 80 * ms, 45 * ms, 45 * ms, 45 * ms, 45 * ms}, 70 * ms, 20 * ms, true, true, false},
+		{"between: a 40 ms LC is judged by no one, its probes off for each request", policy.LaunchProbesBetween, []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms}, 70 * ms, 20 * ms, false, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pol := gatePolicy(policy.GateOn)
 			pol.Gate.Idle = policy.DefaultGateIdle // a synchronize keeps a request 40 idles at most
+			pol.Gate.LaunchProbes = cmp.Or(tt.probes, policy.LaunchProbesAuto)
 			r := newGateRig(t, pol)
 			var log strings.Builder
 			r.g.Log = slog.New(slog.NewTextHandler(&log, nil))

@@ -93,7 +93,7 @@ func (g *Gate) NoteRewrite(pid int, took time.Duration, detach bool) {
 // attach together, one that keeps against its detach, each on four or more spans measured since
 // it last changed.
 func (g *Gate) judgeProbesLocked(pid int, lc *gateLC) {
-	if len(lc.probeSpans) < 4 || len(lc.detaches) == 0 {
+	if g.launchProbes != policy.LaunchProbesAuto || len(lc.probeSpans) < 4 || len(lc.detaches) == 0 {
 		return
 	}
 	bound := median(lc.detaches)
