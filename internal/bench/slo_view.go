@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -232,11 +233,17 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 // referenceOver is, for lc's first relative objective, the LC alone as gpreemptd judged it over
 // sr's measurement (the median of its status reads' target over the objective's factor; 0: no
 // relative objective, or none known), and the app's own value at the objective's quantile of its
-// metric over its requests in BE's idle halves of the measurement (0: no duty, or none).
+// metric over its requests in BE's idle halves of the measurement (0: no duty, or none), those
+// under an arm with the gate left out: its launch probes' traps are a cost of sharing, not the LC
+// alone, as gpreemptd learns it.
 func referenceOver(sr *ScenarioResult, lc *LCResult) (ref, alone float64) {
 	var refs, own []float64
 	var obj *objective.Objective
+	var gated []int64 // [since, until) pairs of the reads' gate arms
 	for _, s := range sr.SLO {
+		if g := strings.Contains(s.Arm, "+gate"); g != (len(gated)%2 == 1) {
+			gated = append(gated, s.MonoNs)
+		}
 		if s.MonoNs < sr.WindowStartMonoNs || s.MonoNs > sr.WindowEndMonoNs {
 			continue
 		}
@@ -259,7 +266,8 @@ func referenceOver(sr *ScenarioResult, lc *LCResult) (ref, alone float64) {
 	if sr.BEDuty > 0 {
 		eachHalf(lc, sr.BEDuty, func(s LCSample, start int64, half int) {
 			v := metricOf(s, obj.Metric)
-			if half == 1 && v > 0 && start >= sr.WindowStartMonoNs && start <= sr.WindowEndMonoNs {
+			underGate := sort.Search(len(gated), func(i int) bool { return gated[i] > start })%2 == 1
+			if half == 1 && v > 0 && !underGate && start >= sr.WindowStartMonoNs && start <= sr.WindowEndMonoNs {
 				own = append(own, float64(v)/1e3)
 			}
 		})

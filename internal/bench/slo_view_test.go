@@ -369,13 +369,16 @@ func selfComparisonRun() *Results {
 // TestDaemonViewsReference: gpreemptd's reference (its target over the objective's factor, over
 // the measurement's reads) beside the app's own value while BE idled: the LC slowed from 200 to
 // 230 ms alone while gpreemptd's reference stayed at 200 ms. Reads before the measurement (a
-// reference of 176 ms) are not counted; of an LC's rows, its first relative objective's.
+// reference of 176 ms) are not counted; of an LC's rows, its first relative objective's. From
+// 150 s the gate's arm held, the LC 260 ms alone under its probes' traps: not the LC alone.
 func TestDaemonViewsReference(t *testing.T) {
 	const s = int64(time.Second)
 	lc := &LCResult{PID: 7}
 	for i := range 80 { // one a second from 100 s; BE idles in [4, 8) s of every 8 s
 		lat := 200 * time.Millisecond
-		if i >= 40 {
+		if i >= 50 {
+			lat = 260 * time.Millisecond
+		} else if i >= 40 {
 			lat = 230 * time.Millisecond
 		}
 		lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: 100*s + int64(i)*s + s/2, LatencyNs: int64(lat)})
@@ -386,7 +389,7 @@ func TestDaemonViewsReference(t *testing.T) {
 		if i < 140 {
 			target = 193_600 // 176 ms alone, before the measurement
 		}
-		sr.SLO = append(sr.SLO, SLOSample{MonoNs: i * s, LC: []SLOLCSample{
+		sr.SLO = append(sr.SLO, SLOSample{MonoNs: i * s, Arm: map[bool]string{false: "200µs", true: "200µs+gate"}[i >= 150], LC: []SLOLCSample{
 			{PID: 7, Objective: "p50<=300ms", TargetUs: 300_000}, {PID: 7, Objective: "p50<=1.10x", TargetUs: target}}})
 	}
 	v := daemonViews(sr, time.Second)[0]

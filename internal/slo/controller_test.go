@@ -1,6 +1,7 @@
 package slo
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -719,4 +720,63 @@ func TestSteadyChangesApartButForViolations(t *testing.T) {
 		}
 	}
 	t.Logf("%d of 48 converged runs have two changes within 30 windows, each an exploration finding a violation", pairs)
+}
+
+// gatedDecode is a CUDA-graph decode LC whose hundreds of launches a request each trap under
+// the gate's launch probes: alone under the gate it runs 1.15x its alone, and beside BE under
+// the gate 1.16x. No arm meets 1.10x; an alone learnt under the gate would have the gate arms meet.
+var gatedDecode = Workload{
+	Name: "gated-decode", Baseline: 40 * time.Millisecond, Noise: 0.02, ShareNoise: 0.01, Requests: 20,
+	Points: []Point{
+		{time.Microsecond, 1.22, 0.8, false},
+		{200 * time.Microsecond, 1.3, 0.96, false},
+		{3 * time.Millisecond, 1.6, 0.98, false},
+	},
+	Gated:      []Point{{time.Microsecond, 1.16, 0.85, false}, {3 * time.Millisecond, 1.16, 0.94, false}},
+	GatedAlone: 1.15,
+}
+
+// TestGateCostNotInReference: an LC's alone is learnt without the gate's launch probes, whose
+// traps are a cost of sharing: from BE's idle windows under arms without the gate, and through a
+// pause taken under a gate arm (for an LC that appears then) with the gate off.
+func TestGateCostNotInReference(t *testing.T) {
+	tests := []struct {
+		name string
+		each func(i int, g *SimGPU)
+		key  string // the LC whose reference is checked
+	}{
+		{"BE idles half of every 8 windows", func(i int, g *SimGPU) { g.Idle = i%8 >= 4 }, "lc"},
+		{"a new LC paused for under a gate arm", func(i int, g *SimGPU) {
+			if i == 150 {
+				g.Key = "lc2"
+			}
+		}, "lc2"},
+	}
+	obj := mustObjective(t, "p50<=1.10x")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newController(t, Options{})
+			g := NewSimGPU(11)
+			g.Gate = true
+			var gated, pausedGated int
+			ds := play(c, g, gatedDecode, obj, 300, func(i int, g *SimGPU) {
+				if c.Arm().Gate {
+					gated++
+					pausedGated += map[bool]int{true: 1}[g.Paused]
+				}
+				tt.each(i, g)
+			})
+			if gated < 50 {
+				t.Fatalf("%d windows under a gate arm: the test needs the gate tried", gated)
+			}
+			if pausedGated > 0 {
+				t.Errorf("BE stopped to learn an alone through %d windows under a gate arm", pausedGated)
+			}
+			want := time.Duration(1.1 * float64(gatedDecode.Baseline))
+			last := ds[len(ds)-1].LC[0]
+			if cmp.Or(g.Key, "lc") != tt.key || last.Target < want*95/100 || last.Target > want*105/100 {
+				t.Fatalf("LC %s: target %v (%s), want %v within 5%%: 1.10x the LC alone without the gate", g.Key, last.Target, last.Reference, want)
+			}
+		})
+	}
 }

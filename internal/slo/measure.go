@@ -123,7 +123,8 @@ func (c *Controller) measure(d *Decision, o Observation) {
 			if r = c.refFor(s); n > 0 {
 				r.last = c.tick
 			}
-			if alone && r.how == objective.Standalone || r.how == objective.Shortest && !mixed && !asked && c.cur == c.shortest() {
+			// Not under the gate: its probes trap each launch, a cost of sharing the LC's users do not have alone.
+			if alone && r.how == objective.Standalone && !c.cur.Gate || r.how == objective.Shortest && !mixed && !asked && c.cur == c.shortest() {
 				r.pts, r.reqs, r.gotAt = append(r.pts, s.Points...), r.reqs+requests(s), c.tick
 				if old := r.value; enough(r.pts, r.reqs) {
 					r.est.Add(float64(stats.WeightedQuantile(r.pts, s.Objective.Quantile)))
@@ -227,7 +228,8 @@ func (c *Controller) calibrate(d *Decision, o Observation) {
 	case len(owners) > 0 && c.canPause() && !idle && (p.Pause > 0 || c.pauseAllowed(owners)):
 		p.Pause, d.PauseBE, c.paused = p.Pause+1, true, c.paused+1
 		c.stops[c.tick+1] = owners
-		c.keep(d, CauseCalibrate, fmt.Sprintf("learning an LC's standalone latency with BE stopped (window %d of at most %d)", p.Pause, c.opts.PauseMax))
+		c.to(d, CauseCalibrate, c.set.clamp(Arm{BETimeslice: c.cur.BETimeslice, Prepreempt: c.cur.Prepreempt}), // the gate's probes off, as alone
+			fmt.Sprintf("learning an LC's standalone latency with BE stopped (window %d of at most %d)", p.Pause, c.opts.PauseMax))
 	case shortest:
 		c.to(d, CauseCalibrate, c.shortest(), fmt.Sprintf("learning an LC's latency beside BE under the shortest arm, %v", c.shortest()))
 	default: // nothing to learn by now: the references come as BE idles or the budget allows

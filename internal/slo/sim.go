@@ -46,6 +46,8 @@ type Workload struct {
 	// LC request (nil: as Points); Unhinted with hint engines told not to
 	// pre-preempt (nil: as Points, which then need no hints).
 	Gated, Unhinted []Point
+	// GatedAlone is the LC alone under the gate over alone without it (0: 1): its launch probes' traps.
+	GatedAlone float64
 }
 
 // EagerPyTorchH100 is resnet50 eager inference (each request ~6 ms of
@@ -183,7 +185,7 @@ func (g *SimGPU) WindowArm(w Workload, obj objective.Objective, a, prev Arm) Obs
 	paused := g.Paused && !g.IgnorePause
 	at := func(a Arm, paused bool) (float64, float64) {
 		if paused || g.Idle {
-			return 1, 0
+			return map[bool]float64{true: cmp.Or(w.GatedAlone, 1), false: 1}[a.Gate], 0
 		}
 		return w.AtArm(a)
 	}
