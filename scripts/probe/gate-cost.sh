@@ -11,13 +11,14 @@
 # For each: the LC's p50 latency and time to first token, and per request its main thread's time
 # off its CPU (the request's wall time less the thread's CPU time) and its CPU time. In the graph
 # LC's 'between' run, every switch of the LC's main thread off its CPU with the kernel stack it
-# left from (sched_switch, a stacktrace trigger), and who ran next.
+# left from and who ran next (scripts/lib/offcpu.sh, summed by scripts/probe/offcpu.py).
 # Output under $OUT: gate-cost.txt (RESULT lines), gate-cost-<lc>-<mode>.json (the app's requests),
 # gate-cost-<lc>-<mode>-gpreemptd.log, gate-cost-stacks.txt.
 #   bash scripts/probe/gate-cost.sh [REQUESTS]      (binaries in .carry/, or xz'd in $XZ_DIR)
 #   LCS="resnet" bash scripts/probe/gate-cost.sh 40 (REQUESTS x 40 for resnet50: 1,600 in 32 s)
 set -u # as root on the GPU machine, from the repo root
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/daemon.sh" # start_gpreemptd, wait_ready, stop_pids
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/offcpu.sh"  # offcpu_start, offcpu_stop
 N=${1:-40}
 LCS=${LCS:-graph eager}
 OUT=${OUT:-/tmp/gpreempt-out}; mkdir -p "$OUT" .carry
@@ -25,8 +26,6 @@ C=.carry
 if [ -n "${XZ_DIR:-}" ]; then
   for b in gpreemptd gpreemptctl; do xz -dc "$XZ_DIR/$b.xz" > $C/$b && chmod +x $C/$b; done
 fi
-T=/sys/kernel/tracing
-[ -e $T/trace ] || mount -t tracefs nodev $T
 W=/tmp/gate-cost; rm -rf $W; mkdir -p $W
 policy() { # policy MODE
   echo "version: 1"
@@ -39,19 +38,6 @@ policy() { # policy MODE
     always) echo "gate: {mode: on, launch_probes: always}";;
     auto) echo "gate: {mode: on}";;
   esac
-}
-stacks() { # stacks on|off PID
-  if [ "$1" = on ]; then
-    echo 0 > $T/tracing_on; echo > $T/trace; echo 16384 > $T/buffer_size_kb
-    echo "prev_pid==$2 || next_pid==$2" > $T/events/sched/sched_switch/filter
-    echo "stacktrace if prev_pid==$2" > $T/events/sched/sched_switch/trigger
-    echo 1 > $T/events/sched/sched_switch/enable; echo 1 > $T/tracing_on
-  else
-    echo 0 > $T/tracing_on; echo 0 > $T/events/sched/sched_switch/enable
-    echo "!stacktrace if prev_pid==$2" > $T/events/sched/sched_switch/trigger
-    echo 0 > $T/events/sched/sched_switch/filter
-    cp $T/trace $W/stacks.raw; echo > $T/trace
-  fi
 }
 for lc in $LCS; do
   for mode in none between always auto; do
@@ -67,9 +53,9 @@ for lc in $LCS; do
     GPREEMPT_CLASS=lc taskset -c 2,3 python3 -u $lcmd --out $W/$lc-$mode.json > $W/$lc-$mode.out 2>&1 &
     P=$!
     wait_ready $W/$lc-$mode.out $P 120
-    [ "$lc-$mode" = graph-between ] && { echo $P > $W/stacks.pid; stacks on $P; }
+    [ "$lc-$mode" = graph-between ] && { echo $P > $W/stacks.pid; offcpu_start python3; }
     wait $P
-    [ "$lc-$mode" = graph-between ] && stacks off $P
+    [ "$lc-$mode" = graph-between ] && offcpu_stop $W/stacks.trace.xz
     # a run whose LC gpreemptd did not class lc measured nothing of the gate
     grep -q "classed pid=$P .*class=lc " $W/$lc-$mode-gpreemptd.log || echo "RESULT $lc $mode: the LC was not classed lc"
     "$C/gpreemptctl" -o json daemon status --socket $W/gpreemptd.sock > $W/$lc-$mode-status.json 2>/dev/null
@@ -78,7 +64,7 @@ for lc in $LCS; do
   done
 done
 python3 - $W <<'PY' | tee "$OUT/gate-cost.txt"
-import json, sys, statistics as st, collections, re
+import json, sys, statistics as st
 w = sys.argv[1]
 for lc in ("graph", "eager", "resnet"):
     for mode in ("none", "between", "always", "auto"):
@@ -91,42 +77,10 @@ for lc in ("graph", "eager", "resnet"):
         print(f"RESULT {lc:5s} {mode:7s} n={len(s)} p50={ms('latency_ns'):.1f}ms ttft_p50={ms('ttft_ns'):.1f}ms "
               f"tpot_p50={ms('tpot_ns'):.2f}ms off_cpu_mean={st.mean(off):.1f}ms off_cpu_p50={st.median(off):.1f}ms "
               f"cpu_p50={ms('cpu_ns'):.1f}ms meter_p50={ms('cpu_meter_ns'):.2f}ms")
-# the graph LC's main thread under 'between': each time off its CPU, how it left (state) and the stack
-try:
-    raw = open(f"{w}/stacks.raw").read().split("\n")
-    pid = open(f"{w}/stacks.pid").read().strip()
-except OSError as e:
-    print(f"RESULT stacks missing: {e}"); sys.exit(0)
-offs, stacks, cur, left = [], collections.Counter(), None, {}
-for i, line in enumerate(raw):
-    m = re.search(r"\s(\d+\.\d+): sched_switch: prev_comm=.* prev_pid=(\d+) .*prev_state=(\S+) ==> next_comm=(\S+)", line)
-    if m and m.group(2) == pid:
-        left = {"t": float(m.group(1)), "state": m.group(3), "next": m.group(4)}
-        stack = []
-        for l in raw[i + 1:i + 40]:
-            if l.startswith(" => "):
-                stack.append(l[4:].strip())
-            elif "<stack trace>" in l:
-                continue
-            else:
-                break
-        cur = (left["state"], tuple(stack[:12]))
-        continue
-    m = re.search(r"\s(\d+\.\d+): sched_switch: .* ==> next_comm=.* next_pid=(\d+)", line)
-    if m and m.group(2) == pid and cur:
-        offs.append((float(m.group(1)) - left["t"], cur, left["next"]))
-        cur = None
-tot = collections.defaultdict(float); cnt = collections.Counter(); nxt = collections.defaultdict(collections.Counter)
-for d, key, n in offs:
-    tot[key] += d; cnt[key] += 1; nxt[key][n] += 1
-with open(f"{w}/stacks.txt", "w") as f:
-    for key in sorted(tot, key=tot.get, reverse=True)[:15]:
-        f.write(f"off {tot[key]*1e3:.1f} ms in {cnt[key]} switches, state {key[0]}, next {dict(nxt[key].most_common(3))}\n")
-        f.write("".join(f"    {s}\n" for s in key[1]))
-print(f"RESULT stacks switches={len(offs)} off_total_ms={sum(d for d, _, _ in offs)*1e3:.1f}")
-print(open(f"{w}/stacks.txt").read())
 PY
-cp $W/stacks.txt "$OUT/gate-cost-stacks.txt" 2>/dev/null
+# the graph LC's main thread under 'between': its time off its CPU by the kernel stack it left from
+[ -s $W/stacks.pid ] && python3 "$(dirname "${BASH_SOURCE[0]}")/offcpu.py" $W/stacks.trace.xz "$(cat $W/stacks.pid)" |
+  tee "$OUT/gate-cost-stacks.txt"
 for m in none between always auto; do for lc in $LCS; do
   echo "== $lc $m: probes off $(grep -c 'launch probes off' $W/$lc-$m-gpreemptd.log), on $(grep -c 'launch probes on' $W/$lc-$m-gpreemptd.log), kept $(grep -c 'launch probes kept on' $W/$lc-$m-gpreemptd.log), off again $(grep -c 'off for its requests again' $W/$lc-$m-gpreemptd.log); $(grep -o '"launches_held": *[0-9]*' $W/$lc-$m-status.json)"
   grep -o 'launch probes off.*took=[0-9.]*[mµ]*s' $W/$lc-$m-gpreemptd.log | head -3; done; done
