@@ -143,7 +143,7 @@ type Controller struct {
 	active             map[string]int    // objective keys by the window they last gave a sample
 	refs               map[string]*reference
 	left               map[Arm]backoff
-	quiet, idleAt      int              // windows in a row without an LC sample; the last BE idled through of its own accord
+	quiet, idleAt      int              // windows in a row without an LC sample; the last BE idled through of its own accord, without the gate
 	minShare           float64          // no arm chosen may be known to give BE less (Observation.MinBEShare)
 	stops              map[int][]string // the windows of the last minute BE was stopped through, and the owners of the LCs it was for
 	nextExplore        int              // the first window a settled search may explore in (0: not converged yet: not held back)

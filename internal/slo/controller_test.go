@@ -738,7 +738,8 @@ var gatedDecode = Workload{
 
 // TestGateCostNotInReference: an LC's alone is learnt without the gate's launch probes, whose
 // traps are a cost of sharing: from BE's idle windows under arms without the gate, and through a
-// pause taken under a gate arm (for an LC that appears then) with the gate off.
+// pause taken under a gate arm (for an LC that appears then) with the gate off, also where BE's
+// idling under the gate arm would otherwise have held every pause back.
 func TestGateCostNotInReference(t *testing.T) {
 	tests := []struct {
 		name string
@@ -747,6 +748,12 @@ func TestGateCostNotInReference(t *testing.T) {
 	}{
 		{"BE idles half of every 8 windows", func(i int, g *SimGPU) { g.Idle = i%8 >= 4 }, "lc"},
 		{"a new LC paused for under a gate arm", func(i int, g *SimGPU) {
+			if i == 150 {
+				g.Key = "lc2"
+			}
+		}, "lc2"},
+		{"a new LC under a gate arm while BE idles half of every 8 windows", func(i int, g *SimGPU) {
+			g.Idle = i%8 >= 4
 			if i == 150 {
 				g.Key = "lc2"
 			}

@@ -106,7 +106,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 	mixed := drain || c.moved == c.tick-1 && !o.Aligned
 	alone := asked && o.BEPaused && !drain || o.BEIdle && !asked
 	underArm := !alone && !mixed && !asked
-	if o.BEIdle {
+	if o.BEIdle && !c.cur.Gate { // where it teaches a reference
 		c.idleAt = c.tick
 	}
 	c.quiet++
