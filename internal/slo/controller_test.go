@@ -650,11 +650,11 @@ func TestAtLimitKeepsAnArmMeasuredAnew(t *testing.T) {
 	setup := func(measured bool) *Controller {
 		c := newController(t, Options{})
 		c.active[k] = 0
-		c.est(closer).lc[k] = &est{}
+		c.est(closer).lc[k] = &stats.Forgetting{}
 		c.est(closer).lc[k].Add(0.98)
 		c.est(closer).lc[k].Add(1.02)
 		if measured { // once at 0.91x, a little over a half-life ago
-			c.est(held).lc[k] = &est{}
+			c.est(held).lc[k] = &stats.Forgetting{}
 			c.est(held).lc[k].Add(0.91)
 			c.est(held).lc[k].Decay(aged(halfLife + 3))
 		}

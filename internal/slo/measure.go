@@ -12,25 +12,22 @@ import (
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
-// est is a forgetting estimate of one quantity under one arm.
-type est = stats.Forgetting
-
 // An estimate's weight: aged is one measurement's n windows old. It decides once it rests on one measurement a halfLife old
 // at least (its interval widened by the prior; halfLife says when a measurement has faded to half), forgotten at a hundredth.
-func aged(n float64) float64   { return math.Exp2(-n / halfLife) }
-func decides(w float64) bool   { return w >= aged(halfLife) }
-func known(e *est) bool        { return e != nil && decides(e.W) }
-func forgotten(w float64) bool { return w < aged(halfLife)/100 }
+func aged(n float64) float64         { return math.Exp2(-n / halfLife) }
+func decides(w float64) bool         { return w >= aged(halfLife) }
+func known(e *stats.Forgetting) bool { return e != nil && decides(e.W) }
+func forgotten(w float64) bool       { return w < aged(halfLife)/100 }
 
 // armEst is what one arm showed: each objective's latency/target (by objective key), BE's share.
 type armEst struct {
-	lc    map[string]*est
-	share est
+	lc    map[string]*stats.Forgetting
+	share stats.Forgetting
 }
 
 func (c *Controller) est(a Arm) *armEst {
 	if c.arms[a] == nil {
-		c.arms[a] = &armEst{lc: map[string]*est{}}
+		c.arms[a] = &armEst{lc: map[string]*stats.Forgetting{}}
 	}
 	return c.arms[a]
 }
@@ -41,7 +38,7 @@ func (c *Controller) decay(f float64) {
 		r.est.Decay(f)
 	}
 	for a, e := range c.arms {
-		maps.DeleteFunc(e.lc, func(_ string, x *est) bool { x.Decay(f); return forgotten(x.W) })
+		maps.DeleteFunc(e.lc, func(_ string, x *stats.Forgetting) bool { x.Decay(f); return forgotten(x.W) })
 		if e.share.Decay(f); len(e.lc) == 0 && forgotten(e.share.W) {
 			delete(c.arms, a)
 		}
@@ -62,11 +59,11 @@ type reference struct {
 	passive    bool // an absolute objective's: learnt while BE idles anyway, never paused for (it only names a bound)
 	pts        []stats.Weighted
 	reqs       int
-	est        est           // the measurements made so, in ns
-	value      time.Duration // their mean; 0 while none
-	silent     int           // windows alone, of pauses that taught it nothing
-	gotAt      int           // the last window it took samples in
-	last       int           // the window its process last gave a sample
+	est        stats.Forgetting // the measurements made so, in ns
+	value      time.Duration    // their mean; 0 while none
+	silent     int              // windows alone, of pauses that taught it nothing
+	gotAt      int              // the last window it took samples in
+	last       int              // the window its process last gave a sample
 }
 
 // learning reports whether it is yet to be learnt how (objective.Standalone: a pause would teach it).
@@ -149,7 +146,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 			a.Latency = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
 			a.Ratio, a.pts, a.reqs, a.Counted = float64(a.Latency)/float64(a.Target), nil, 0, true
 			e := c.est(c.cur)
-			e.lc[k] = cmp.Or(e.lc[k], &est{})
+			e.lc[k] = cmp.Or(e.lc[k], &stats.Forgetting{})
 			e.lc[k].Add(a.Ratio)
 		}
 		a.Pending = stats.Weight(a.pts)
