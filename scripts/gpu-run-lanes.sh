@@ -16,8 +16,8 @@
 # not pinned. $OUT gets gpu<N>-<part>-rep<REP>.md per part and
 # raw-rep<REP>.tgz (logs, status, summaries, each part's results.json.gz
 # while the archive stays under 40 MiB). OFFCPU=1 adds offcpu.trace.xz to
-# it: each python3 thread's switches off its CPU and back, with the kernel
-# stack of each sleep (scripts/probe/offcpu.py TRACE TID sums them).
+# it: each python3 thread's switches off its CPU, wakeups and switches back,
+# with the kernel stack of each sleep (scripts/probe/offcpu.py TRACE TID sums them).
 set -u
 OUT=${OUT:-/tmp/gpreempt-out}
 REP=${REP:-1}
@@ -40,7 +40,7 @@ local_cpus() {
 }
 
 # An earlier call on the same machine left its parts here: the archive holds this call's alone.
-rm -rf /tmp/lane[0-9]*.log /tmp/lane-clocks.log /tmp/o[0-9]-* /tmp/w[0-9]-*
+rm -rf /tmp/lane[0-9]*.log /tmp/lane-clocks.log /tmp/o[0-9]-* /tmp/w[0-9]-* /tmp/offcpu.trace.xz
 lanes=()
 for ((d = 0; ; d++)); do v=LANE$d; [ -n "${!v:-}" ] || break; lanes+=("${!v}"); done
 [ ${#lanes[@]} -gt 0 ] || { echo "gpu-run-lanes.sh: no LANE0 given" >&2; exit 2; }
@@ -56,7 +56,7 @@ clocks=$!
 trap 'kill $clocks 2>/dev/null' EXIT
 if [ "${OFFCPU:-0}" = 1 ]; then
   source "$(dirname "${BASH_SOURCE[0]}")/lib/offcpu.sh"
-  rm -f /tmp/offcpu.trace.xz; offcpu_start python3
+  offcpu_start python3
 fi
 
 declare -A used=([0]=1 [1]=1) # CPUs 0-1 stay for the daemons and the shell

@@ -396,6 +396,16 @@ func TestDaemonViewsReference(t *testing.T) {
 	if math.Abs(v.ReferenceUs-200_000) > 1e-6 || v.AppAloneUs != 230_000 || math.Abs(v.ReferenceRatio-200.0/230) > 1e-9 {
 		t.Errorf("reference %v us, app alone %v us, %.3fx: want 200000, 230000, 0.870x", v.ReferenceUs, v.AppAloneUs, v.ReferenceRatio)
 	}
+	// The gate's arm ends at 165 s, the LC 240 ms alone after it: alone again.
+	for i := range sr.SLO {
+		sr.SLO[i].Arm = map[bool]string{false: "200µs", true: "200µs+gate"}[sr.SLO[i].MonoNs >= 150*s && sr.SLO[i].MonoNs < 165*s]
+	}
+	for i := 65; i < 80; i++ {
+		lc.Samples[i].LatencyNs = int64(240 * time.Millisecond)
+	}
+	if v := daemonViews(sr, time.Second)[0]; v.AppAloneUs != 240_000 {
+		t.Errorf("the gate's arm ended at 165 s: app alone %v us, want 240000 (6 requests at 230 ms before it, 7 at 240 ms after)", v.AppAloneUs)
+	}
 	for i := range sr.SLO { // absolute objectives only: no reference
 		sr.SLO[i].LC = sr.SLO[i].LC[:1]
 	}

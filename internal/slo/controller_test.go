@@ -275,18 +275,21 @@ func TestNoisyRequestsReferenceAndSettle(t *testing.T) {
 
 func TestCalibrationBudget(t *testing.T) {
 	tests := []struct {
-		name  string
-		churn int // a new LC process every this many windows (0: one)
-		deaf  bool
+		name    string
+		churn   int  // a new LC process every this many windows (0: one)
+		deaf    bool // the LC gives no sample while BE is stopped
+		escapes bool // BE is never kept stopped
 	}{
-		{"one LC", 0, false},
-		{"a new LC every 7 windows", 7, false},
-		{"an LC silent in every pause", 0, true},
+		{"one LC", 0, false, false},
+		{"a new LC every 7 windows", 7, false, false},
+		{"an LC silent in every pause", 0, true, false},
+		{"BE escapes every pause", 0, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newController(t, Options{})
 			g := NewSimGPU(3)
+			g.IgnorePause = tt.escapes
 			w := slowLLM
 			w.Requests = 5
 			ds := play(c, g, w, mustObjective(t, "p50<=1.10x"), 600, func(i int, g *SimGPU) {
@@ -305,6 +308,12 @@ func TestCalibrationBudget(t *testing.T) {
 				}
 				if n > 6 {
 					t.Fatalf("windows %d-%d: BE stopped %d windows of 60", i+1, i+60, n)
+				}
+			}
+			if tt.escapes {
+				last := ds[len(ds)-1]
+				if last.PausedWindows > 2 || !strings.Contains(last.LC[0].Reference, "beside BE") {
+					t.Errorf("BE asked to stop %d windows, reference %q: want two pauses that BE escapes, then the reference learnt beside BE", last.PausedWindows, last.LC[0].Reference)
 				}
 			}
 			if tt.deaf {

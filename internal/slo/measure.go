@@ -201,14 +201,14 @@ func (c *Controller) pauseAllowed(owners []string) bool {
 // calibrate runs one window of calibration: references are learnt while BE idles, else with BE stopped within budget, else beside it.
 func (c *Controller) calibrate(d *Decision, o Observation) {
 	p := &c.phase
-	alone := p.Pause - 1 // windows of the pause the LCs ran alone in: all but the first, which drains BE's work
+	alone, ran := p.Pause-1, p.Pause // windows of the pause the LCs ran alone in: all but the first, which drains BE's work
 	if p.Pause > 0 && !o.BEPaused && c.stops[c.tick] != nil {
-		p.Pause, alone = c.opts.PauseMax, alone-1 // BE was not kept stopped: this pause is over, and this window was not alone
+		p.Pause, alone = c.opts.PauseMax, c.opts.PauseMax-1 // BE was not kept stopped: over, and it counts as a pause that taught nothing
 	}
 	owners, shortest := c.toLearn()
 	if p.Pause > 0 && (len(owners) == 0 || p.Pause >= c.opts.PauseMax || !c.pauseAllowed(owners)) {
 		for _, r := range c.refs { // a pause that taught a reference nothing counts its windows alone against it
-			if r.learning(c, objective.Standalone) && r.gotAt <= c.tick-p.Pause {
+			if r.learning(c, objective.Standalone) && r.gotAt <= c.tick-ran {
 				if r.silent += max(0, alone); r.silent >= idleAfter { // as long as an LC is quiet before the safe arm
 					r.how = objective.Shortest
 				}

@@ -5,12 +5,16 @@
 
 For each thread: its time off its CPU, by the state it left in (S sleep,
 D wait, R+ preempted) and by kernel stack (the 12 innermost frames), with
-who ran next; --from/--to keep switches in that span of the trace's clock
-(seconds, CLOCK_MONOTONIC as the trace stamps them)."""
+who ran next. A sleep or wait ends at the thread's wakeup (a switch in from
+an idle CPU is not always recorded), a preemption at its switch back in; one
+with neither before the thread's next switch out is counted apart.
+--from/--to keep switches in that span of the trace's clock (seconds,
+CLOCK_MONOTONIC as offcpu.sh has the trace stamp them)."""
 import argparse, collections, lzma, re
 
 SWITCH = re.compile(r"\s(\d+\.\d+): sched_switch: prev_comm=.* prev_pid=(\d+) .*prev_state=(\S+) ==> "
                     r"next_comm=(.*) next_pid=(\d+)")
+WAKEUP = re.compile(r"\s(\d+\.\d+): sched_wakeup: comm=.* pid=(\d+) ")
 
 
 def main():
@@ -25,12 +29,25 @@ def main():
         lines = f.read().split("\n")
     want = set(a.tids)
     left = {}  # tid -> (t, state, next, stack)
-    offs = collections.defaultdict(list)
+    offs, unpaired = collections.defaultdict(list), collections.Counter()
+
+    def back(tid, t):
+        t0, st, by, stack = left.pop(tid)
+        if a.t0 <= t0 <= a.t1:
+            offs[tid].append((t - t0, st, by, stack))
+
     for i, line in enumerate(lines):
+        w = WAKEUP.search(line)
+        if w and w[2] in left and left[w[2]][1][0] in "SD":
+            back(w[2], float(w[1]))
+            continue
         m = SWITCH.search(line)
         if not m:
             continue
         t, prev, state, nxt, nxt_pid = float(m[1]), m[2], m[3], m[4].strip(), m[5]
+        if prev in left:  # out again: its return went unrecorded
+            unpaired[prev] += 1
+            del left[prev]
         if prev in want:
             stack = []
             for l in lines[i + 1:i + 60]:
@@ -41,12 +58,11 @@ def main():
             left[prev] = (t, state, nxt, tuple(f for f in stack if "sched_switch" not in f and
                                                  f not in ("__schedule", "schedule"))[:12])
         if nxt_pid in want and nxt_pid in left:
-            t0, st, by, stack = left.pop(nxt_pid)
-            if a.t0 <= t0 <= a.t1:
-                offs[nxt_pid].append((t - t0, st, by, stack))
+            back(nxt_pid, t)
     for tid in a.tids:
         o = offs.get(tid, [])
-        print(f"thread {tid}: off its CPU {sum(d for d, *_ in o) * 1e3:.1f} ms in {len(o)} switches")
+        print(f"thread {tid}: off its CPU {sum(d for d, *_ in o) * 1e3:.1f} ms in {len(o)} switches"
+              f" ({unpaired[tid]} more with no wakeup or return recorded)")
         by_state = collections.defaultdict(float)
         for d, st, _, _ in o:
             by_state[st] += d

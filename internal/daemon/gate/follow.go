@@ -67,7 +67,8 @@ func (g *Gate) followLCs(follow func([]policy.ProcRef)) {
 	g.refillLocked(g.Now(), pol)
 	if pol.LaunchProbes != g.launchProbes { // every followed LC's probes to the new mode
 		g.launchProbes = pol.LaunchProbes
-		for pid := range g.lcs {
+		for pid, lc := range g.lcs {
+			lc.kept, lc.probeSpans = false, nil // auto judges anew, not on spans another mode shaped
 			g.armLocked(pid)
 		}
 	}

@@ -636,16 +636,18 @@ func TestGateLaunchProbesAuto(t *testing.T) {
 		detach, attach      time.Duration   // its detaches and attaches timed (0: none)
 		keptWhileHeld, logs bool            // kept at the end; a line said they were kept
 		offAgain            bool            // a line said they came off again
+		remode              bool            // the policy to between and back to auto after the spans
 	}{
-		{"graph decode, 40 ms against a 70 ms detach", "", []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms}, 70 * ms, 20 * ms, true, true, false},
-		{"eager decode, 250 ms against 70 + 20 ms", "", []time.Duration{250 * ms, 250 * ms, 250 * ms, 250 * ms}, 70 * ms, 20 * ms, false, false, false},
-		{"lengthened by the rewrites: 80 ms against 70 + 20 ms", "", []time.Duration{80 * ms, 80 * ms, 80 * ms, 80 * ms}, 70 * ms, 20 * ms, true, true, false},
-		{"80 ms, no attach timed yet: against the detach alone", "", []time.Duration{80 * ms, 80 * ms, 80 * ms, 80 * ms}, 70 * ms, 0, false, false, false},
-		{"three requests: not yet judged", "", []time.Duration{40 * ms, 40 * ms, 40 * ms}, 70 * ms, 20 * ms, false, false, false},
-		{"no detach timed", "", []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms}, 0, 0, false, false, false},
-		{"kept, then its requests grow past the detach", "", []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms, 75 * ms, 75 * ms, 75 * ms, 75 * ms}, 70 * ms, 20 * ms, false, true, true},
-		{"kept on lengthened spans, then judged on its own: shorter", "", []time.Duration{80 * ms, 80 * ms, 80 * ms, 80 * ms, 45 * ms, 45 * ms, 45 * ms, 45 * ms}, 70 * ms, 20 * ms, true, true, false},
-		{"between: a 40 ms LC is judged by no one, its probes off for each request", policy.LaunchProbesBetween, []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms}, 70 * ms, 20 * ms, false, false, false},
+		{"graph decode, 40 ms against a 70 ms detach", "", []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms}, 70 * ms, 20 * ms, true, true, false, false},
+		{"eager decode, 250 ms against 70 + 20 ms", "", []time.Duration{250 * ms, 250 * ms, 250 * ms, 250 * ms}, 70 * ms, 20 * ms, false, false, false, false},
+		{"lengthened by the rewrites: 80 ms against 70 + 20 ms", "", []time.Duration{80 * ms, 80 * ms, 80 * ms, 80 * ms}, 70 * ms, 20 * ms, true, true, false, false},
+		{"80 ms, no attach timed yet: against the detach alone", "", []time.Duration{80 * ms, 80 * ms, 80 * ms, 80 * ms}, 70 * ms, 0, false, false, false, false},
+		{"three requests: not yet judged", "", []time.Duration{40 * ms, 40 * ms, 40 * ms}, 70 * ms, 20 * ms, false, false, false, false},
+		{"no detach timed", "", []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms}, 0, 0, false, false, false, false},
+		{"kept, then its requests grow past the detach", "", []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms, 75 * ms, 75 * ms, 75 * ms, 75 * ms}, 70 * ms, 20 * ms, false, true, true, false},
+		{"kept on lengthened spans, then judged on its own: shorter", "", []time.Duration{80 * ms, 80 * ms, 80 * ms, 80 * ms, 45 * ms, 45 * ms, 45 * ms, 45 * ms}, 70 * ms, 20 * ms, true, true, false, false},
+		{"between: a 40 ms LC is judged by no one, its probes off for each request", policy.LaunchProbesBetween, []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms}, 70 * ms, 20 * ms, false, false, false, false},
+		{"kept, then to between and back: judged anew", "", []time.Duration{40 * ms, 40 * ms, 40 * ms, 40 * ms}, 70 * ms, 20 * ms, false, true, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -673,6 +675,12 @@ func TestGateLaunchProbesAuto(t *testing.T) {
 				r.advance(span)
 				call(trace.CallReturn, trace.RoleSync)
 				r.advance(30 * ms) // idle ends the hold
+			}
+			if tt.remode {
+				for _, m := range []string{policy.LaunchProbesBetween, policy.LaunchProbesAuto} {
+					pol.Gate.LaunchProbes = m
+					r.g.followLCs(nil)
+				}
 			}
 			call(trace.CallEnter, trace.RoleLaunch)
 			if r.g.open[10] == nil {
