@@ -103,7 +103,8 @@ func (c *Controller) measure(d *Decision, o Observation) {
 	mixed := drain || c.moved == c.tick-1 && !o.Aligned
 	alone := asked && o.BEPaused && !drain || o.BEIdle && !asked
 	underArm := !alone && !mixed && !asked
-	if o.BEIdle && !c.cur.Gate { // where it teaches a reference
+	bare := !c.cur.Gate // the LC as its users run it alone: the gate's probes trap each launch, a cost of sharing
+	if o.BEIdle && bare {
 		c.idleAt = c.tick
 	}
 	c.quiet++
@@ -120,8 +121,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 			if r = c.refFor(s); n > 0 {
 				r.last = c.tick
 			}
-			// Not under the gate: its probes trap each launch, a cost of sharing the LC's users do not have alone.
-			if alone && r.how == objective.Standalone && !c.cur.Gate || r.how == objective.Shortest && !mixed && !asked && c.cur == c.shortest() {
+			if alone && bare && r.how == objective.Standalone || r.how == objective.Shortest && !mixed && !asked && c.cur == c.shortest() {
 				r.pts, r.reqs, r.gotAt = append(r.pts, s.Points...), r.reqs+requests(s), c.tick
 				if old := r.value; enough(r.pts, r.reqs) {
 					r.est.Add(float64(stats.WeightedQuantile(r.pts, s.Objective.Quantile)))

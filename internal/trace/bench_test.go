@@ -244,10 +244,11 @@ func BenchmarkProbeToggleCost(b *testing.B) {
 	lib, progs := buildWithFakeCUDA(b, "toggleapp")
 	for _, mode := range []string{"none", "always", "between"} {
 		b.Run(mode, func(b *testing.B) {
-			cmd := exec.Command(progs[0], strconv.Itoa(b.N), "300", "50", "100")
+			args := []string{progs[0], strconv.Itoa(b.N), "300", "50", "100"}
 			if *toggleAppCPUs != "" { // the process on its own CPUs, as a pinned LC
-				cmd = exec.Command("taskset", "-c", *toggleAppCPUs, progs[0], strconv.Itoa(b.N), "300", "50", "100")
+				args = append([]string{"taskset", "-c", *toggleAppCPUs}, args...)
 			}
+			cmd := exec.Command(args[0], args[1:]...)
 			cmd.Env = append(os.Environ(), "FAKECUDA_SYNC_US=0")
 			stdin, err := cmd.StdinPipe()
 			if err != nil {

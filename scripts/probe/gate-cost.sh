@@ -19,6 +19,7 @@
 set -u # as root on the GPU machine, from the repo root
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/daemon.sh" # start_gpreemptd, wait_ready, stop_pids
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/offcpu.sh"  # offcpu_start, offcpu_stop
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/policy.sh"  # env_policy
 N=${1:-40}
 LCS=${LCS:-graph eager}
 OUT=${OUT:-/tmp/gpreempt-out}; mkdir -p "$OUT" .carry
@@ -27,15 +28,10 @@ if [ -n "${XZ_DIR:-}" ]; then
   for b in gpreemptd gpreemptctl; do xz -dc "$XZ_DIR/$b.xz" > $C/$b && chmod +x $C/$b; done
 fi
 W=/tmp/gate-cost; rm -rf $W; mkdir -p $W
-policy() { # policy MODE
-  echo "version: 1"
-  echo "classes: {lc: {timeslice: 5s, interleave: high}}"
-  echo "default: none"
-  echo "rules: [{name: lc, match: {env: {GPREEMPT_CLASS: lc}}, class: lc}]"
-  echo "requests: {default_max: lc}" # a rule may class lc only under this cap
+policy() { # policy MODE: env_policy's (lc by GPREEMPT_CLASS, under requests.default_max: lc), the gate as MODE says
+  env_policy 2ms
   case $1 in
-    between) echo "gate: {mode: on, launch_probes: between}";;
-    always) echo "gate: {mode: on, launch_probes: always}";;
+    between|always) echo "gate: {mode: on, launch_probes: $1}";;
     auto) echo "gate: {mode: on}";;
   esac
 }

@@ -2,7 +2,8 @@ package gate
 
 import (
 	"context"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
@@ -23,13 +24,9 @@ func (g *Gate) armLoop(ctx context.Context) {
 		case <-g.armKick:
 		}
 		g.mu.Lock()
-		pids := make([]int, 0, len(g.arming))
-		for pid := range g.arming {
-			pids = append(pids, pid)
-		}
+		pids := slices.Sorted(maps.Keys(g.arming))
 		clear(g.arming)
 		g.mu.Unlock()
-		sort.Ints(pids)
 		for _, pid := range pids {
 			g.mu.Lock()
 			on := g.launchesWantedLocked(pid)

@@ -137,30 +137,20 @@ func (t *Tracer) Arm(pid int, on bool) {
 		return
 	}
 	// Until the probes are off, every launch of the held request traps:
-	// how long that takes is logged for the runs that weigh it.
-	start := time.Now()
+	// how long each change takes is logged, and weighed by the gate (launch_probes).
+	start, launches := time.Now(), t.launches // the guard's calls may outlive this one
 	if !on {
-		t.launches.DetachProcess(pid)
-		t.armed[pid] = false
-		took := time.Since(start)
-		t.log.Debug("request gate: launch probes off", "pid", pid, "took", took)
-		if t.gate != nil {
-			t.gate.NoteRewrite(pid, took, true)
-		}
-		return
-	}
-	// The library is opened again: bounded as follow's attach is.
-	launches := t.launches
-	if err := t.guard.Run(pid, time.Now().Add(attach.Budget), func() error { return launches.AttachProcess(pid, lib) },
-		func() { launches.DetachProcess(pid) }); err != nil {
+		launches.DetachProcess(pid)
+	} else if err := t.guard.Run(pid, time.Now().Add(attach.Budget), func() error { return launches.AttachProcess(pid, lib) },
+		func() { launches.DetachProcess(pid) }); err != nil { // the library is opened again: bounded as follow's attach is
 		t.log.Warn("request gate: re-arming an LC's launch probes", "pid", pid, "err", err)
 		return
 	}
-	t.armed[pid] = true
+	t.armed[pid] = on
 	took := time.Since(start)
-	t.log.Debug("request gate: launch probes on", "pid", pid, "took", took)
+	t.log.Debug("request gate: launch probes "+map[bool]string{true: "on", false: "off"}[on], "pid", pid, "took", took)
 	if t.gate != nil {
-		t.gate.NoteRewrite(pid, took, false)
+		t.gate.NoteRewrite(pid, took, !on)
 	}
 }
 
