@@ -62,6 +62,8 @@
 # BE idle) with its bootstrap CI, and for slo scenarios the daemon's
 # latency source and p50 beside the app's (within ±10%).
 #
+# DURATION=100s measures the scraped parts' runs that long (more requests a
+# half, a narrower interval; the bench's floor is 30 a half).
 # SETTINGS="static slo" runs those settings alone, NO_STANDALONE=1 drops the
 # standalone run (the ratios are within each process; abs needs it).
 # DRY_RUN=1 prints the plan (policies, bench commands); PIN_ARGS pins the
@@ -108,7 +110,7 @@ workload() {
     llama-*) echo --llm-family llama-330m --llm-batch 2 --llm-prompt 128 --llm-new-tokens 32 --llm-period 1s;;
     pushed) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 1s;;
     steady) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 1s --duration 480s;;
-    scraped*) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms --llm-metrics-port $METRICS_PORT --slo-push=false;;
+    scraped*) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms --llm-metrics-port $METRICS_PORT --slo-push=false ${DURATION:+--duration $DURATION};;
     eager) echo --pytorch-period 20ms;;
     graph) echo --pytorch-period 20ms --be-duty 8s;;
   esac

@@ -75,9 +75,11 @@ func (h Hist) Quantile(q float64) float64 {
 	return h.At(max(q*n, math.SmallestNonzeroFloat64))
 }
 
-// Values spreads h's values evenly inside their buckets (At for each
-// rank), in unit, at most limit of them: past it, ranks evenly spaced
-// across all of them, so that the values keep the distribution.
+// Values spreads h's values evenly inside their buckets, in unit, each at
+// the middle of its share of its bucket (At of rank j+½: a lone value at
+// its bucket's middle, not its top, which would read every window's values
+// high by half a bucket); at most limit of them: past it, ranks evenly
+// spaced across all of them, so that the values keep the distribution.
 func (h Hist) Values(unit time.Duration, limit int) []time.Duration {
 	n := h.N()
 	if n <= 0 || limit <= 0 {
@@ -86,11 +88,7 @@ func (h Hist) Values(unit time.Duration, limit int) []time.Duration {
 	k := min(n, limit)
 	out := make([]time.Duration, k)
 	for j := range out {
-		r := float64(j + 1)
-		if k < n {
-			r = math.Ceil((float64(j) + 0.5) * float64(n) / float64(k))
-		}
-		out[j] = toDuration(h.At(r), unit)
+		out[j] = toDuration(h.At((float64(j)+0.5)*float64(n)/float64(k)), unit)
 	}
 	return out
 }

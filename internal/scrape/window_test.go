@@ -36,10 +36,12 @@ func TestHist(t *testing.T) {
 		t.Errorf("an empty histogram's median %v, want NaN", q)
 	}
 
-	// Values: c values spread evenly inside each bucket, the +Inf bucket's at the last bound.
+	// Values: c values spread evenly inside each bucket, each at the middle of its share of it (a
+	// value at its share's top reads high by half a share: a lone value by half a bucket), the
+	// +Inf bucket's at the last bound.
 	got := h.Values(time.Second, 100)
-	want := []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond,
-		400 * time.Millisecond, 500 * time.Millisecond, time.Second, time.Second}
+	want := []time.Duration{25 * time.Millisecond, 75 * time.Millisecond, 150 * time.Millisecond, 250 * time.Millisecond,
+		350 * time.Millisecond, 450 * time.Millisecond, time.Second, time.Second}
 	if len(got) != len(want) {
 		t.Fatalf("values %v, want %v", got, want)
 	}
