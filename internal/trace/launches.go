@@ -18,9 +18,14 @@ import (
 // process's count. No event crosses to user space; a count is read when
 // wanted. The breakpoints are installed in the attached processes only,
 // so no other process pays for them. Safe for concurrent use.
+// A process's functions are one uprobe_multi link where those filter by
+// process (Linux 6.10+): a perf uprobe asks removal at another process's
+// hit of its function, which then waits on the probe's registration lock
+// through any attach or detach of it (the gate's, each request; docs/GATE.md).
 type LaunchCounter struct {
-	log  *slog.Logger
-	objs *launchesObjects
+	log   *slog.Logger
+	objs  *launchesObjects
+	multi bool // one uprobe_multi link per process, not a perf uprobe per function
 
 	mu    sync.Mutex
 	procs map[int]counted
@@ -66,11 +71,33 @@ func OpenLaunchCounter(log *slog.Logger) (*LaunchCounter, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("%w: remove memlock limit: %w", ErrBPFUnavailable, err)
 	}
-	objs := &launchesObjects{}
-	if err := loadLaunchesObjects(objs, nil); err != nil {
+	objs, multi, err := loadLaunchPrograms()
+	if err != nil {
 		return nil, loadError("launch counter", err)
 	}
-	return &LaunchCounter{log: log, objs: objs, procs: map[int]counted{}, libs: map[string]*counterLibrary{}}, nil
+	log.Debug("launch counter loaded", "uprobe_multi", multi)
+	return &LaunchCounter{log: log, objs: objs, multi: multi, procs: map[int]counted{}, libs: map[string]*counterLibrary{}}, nil
+}
+
+// loadLaunchPrograms loads the counting programs: both where uprobe_multi links serve (multi), else the perf uprobe's alone.
+func loadLaunchPrograms() (*launchesObjects, bool, error) {
+	spec, err := loadLaunches()
+	if err != nil {
+		return nil, false, err
+	}
+	objs := &launchesObjects{}
+	if uprobeMultiSupport() == nil && spec.LoadAndAssign(objs, nil) == nil {
+		return objs, true, nil
+	}
+	var single struct { // LoadAndAssign loads only what the struct names
+		launchesMaps
+		CountLaunch *ebpf.Program `ebpf:"count_launch"`
+	}
+	if err := spec.LoadAndAssign(&single, nil); err != nil {
+		return nil, false, err
+	}
+	objs.launchesMaps, objs.CountLaunch = single.launchesMaps, single.CountLaunch
+	return objs, false, nil
 }
 
 // Attach starts counting pid's launches through library, the libcuda
@@ -119,20 +146,42 @@ func (c *LaunchCounter) Attach(pid int, library string) error {
 	if err := c.objs.LaunchCounts.Update(k, zero, ebpf.UpdateAny); err != nil {
 		return fail(fmt.Errorf("launch counter: %w", err))
 	}
+	links, err := c.attachProbes(lib, pid)
+	if err != nil {
+		c.objs.LaunchCounts.Delete(k)
+		return fail(err)
+	}
+	c.procs[pid] = counted{links: links, lib: key}
+	lib.users++
+	c.log.Debug("counting launches", "pid", pid, "library", library, "functions", len(lib.symbols), "links", len(links))
+	return nil
+}
+
+// attachProbes puts the counting program on lib's launch functions in pid's memory: one uprobe_multi link, else a perf
+// uprobe each. On error nothing is left attached.
+func (c *LaunchCounter) attachProbes(lib *counterLibrary, pid int) ([]link.Link, error) {
+	if c.multi {
+		var symbols []string
+		var offsets []uint64
+		for _, p := range lib.symbols {
+			symbols, offsets = append(symbols, p.Symbol), append(offsets, p.Offset)
+		}
+		l, err := lib.ex.UprobeMulti(symbols, c.objs.CountLaunchMulti, &link.UprobeMultiOptions{PID: uint32(pid), Addresses: offsets})
+		if err != nil {
+			return nil, attachError(fmt.Sprintf("uprobe_multi %v for process %d", symbols, pid), err)
+		}
+		return []link.Link{l}, nil
+	}
 	var links []link.Link
 	for _, p := range lib.symbols {
 		l, err := lib.ex.Uprobe(p.Symbol, c.objs.CountLaunch, &link.UprobeOptions{PID: pid, Address: p.Offset})
 		if err != nil {
 			closeLinks(links)
-			c.objs.LaunchCounts.Delete(k)
-			return fail(attachError(fmt.Sprintf("uprobe %s for process %d", p.Symbol, pid), err))
+			return nil, attachError(fmt.Sprintf("uprobe %s for process %d", p.Symbol, pid), err)
 		}
 		links = append(links, l)
 	}
-	c.procs[pid] = counted{links: links, lib: key}
-	lib.users++
-	c.log.Debug("counting launches", "pid", pid, "library", library, "functions", len(links))
-	return nil
+	return links, nil
 }
 
 // resolveLaunches opens path and resolves its launch functions, one name

@@ -16,8 +16,9 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	launchesMapLaunchCounts = "launch_counts"
-	launchesProgCountLaunch = "count_launch"
+	launchesMapLaunchCounts      = "launch_counts"
+	launchesProgCountLaunch      = "count_launch"
+	launchesProgCountLaunchMulti = "count_launch_multi"
 )
 
 // loadLaunches returns the embedded CollectionSpec for launches.
@@ -62,7 +63,8 @@ type launchesSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type launchesProgramSpecs struct {
-	CountLaunch *ebpf.ProgramSpec `ebpf:"count_launch"`
+	CountLaunch      *ebpf.ProgramSpec `ebpf:"count_launch"`
+	CountLaunchMulti *ebpf.ProgramSpec `ebpf:"count_launch_multi"`
 }
 
 // launchesMapSpecs contains maps before they are loaded into the kernel.
@@ -117,12 +119,14 @@ type launchesVariables struct {
 //
 // It can be passed to loadLaunchesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type launchesPrograms struct {
-	CountLaunch *ebpf.Program `ebpf:"count_launch"`
+	CountLaunch      *ebpf.Program `ebpf:"count_launch"`
+	CountLaunchMulti *ebpf.Program `ebpf:"count_launch_multi"`
 }
 
 func (p *launchesPrograms) Close() error {
 	return _LaunchesClose(
 		p.CountLaunch,
+		p.CountLaunchMulti,
 	)
 }
 

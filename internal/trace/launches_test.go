@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/cilium/ebpf/link"
 )
 
 // waitingApp is a started lcapp (testdata/lcapp.c): it makes its 6 launches
@@ -76,6 +78,24 @@ func TestLaunchCounter(t *testing.T) {
 	for _, pid := range []int{pa, pb} {
 		if err := c.Attach(pid, lib); err != nil {
 			t.Fatalf("attach %d: %v", pid, err)
+		}
+	}
+	// Where the kernel has uprobe_multi links by process, one such link a process: a perf uprobe
+	// would have other processes' hits take the probe's registration lock (LaunchCounter).
+	multi := uprobeMultiSupport() == nil
+	for _, pid := range []int{pa, pb} {
+		links := c.procs[pid].links
+		for _, l := range links {
+			info, err := l.Info()
+			if err != nil {
+				t.Fatalf("link info: %v", err)
+			}
+			if want := map[bool]link.Type{true: link.UprobeMultiType, false: link.PerfEventType}[multi]; info.Type != want {
+				t.Errorf("process %d: a link of type %v, want %v (uprobe_multi by process: %v)", pid, info.Type, want, multi)
+			}
+		}
+		if multi && len(links) != 1 {
+			t.Errorf("process %d: %d links, want one uprobe_multi link", pid, len(links))
 		}
 	}
 	counts := func() (uint64, uint64) {

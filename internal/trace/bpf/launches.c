@@ -18,8 +18,7 @@ struct {
 	__type(value, __u64); // launches since attach
 } launch_counts SEC(".maps");
 
-SEC("uprobe")
-int count_launch(void *ctx)
+static __always_inline int count(void)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u64 *n = bpf_map_lookup_elem(&launch_counts, &tgid);
@@ -27,4 +26,20 @@ int count_launch(void *ctx)
 	if (n)
 		__sync_fetch_and_add(n, 1);
 	return 0;
+}
+
+SEC("uprobe")
+int count_launch(void *ctx)
+{
+	return count();
+}
+
+// One link for all of a process's launch functions (Linux 6.10+). Unlike a
+// perf uprobe it asks no removal when another process hits the function:
+// such a hit would take the probe's registration lock and wait out anyone
+// attaching or detaching another probe on that function (the gate's).
+SEC("uprobe.multi")
+int count_launch_multi(void *ctx)
+{
+	return count();
 }
