@@ -236,14 +236,37 @@ func medianMs(ds []time.Duration) float64 {
 // requests (testdata/toggleapp.c: 300 launches with 50 µs of CPU work after each, 15 ms a
 // request, 100 ms apart), as the gate handles them: "none" (no probes), "always" (attached
 // throughout: a trap a launch) and "between" (detached at a request's first launch, attached
-// again after its end, one uprobe_multi link: docs/GATE.md). It reports per request the
-// process's thread's time off its CPU (off-ms: blocked or preempted) and its CPU time (cpu-ms).
+// again after its end, one uprobe_multi link: docs/GATE.md), and "between" beside a second
+// process of the library whose launches a LaunchCounter counts, as SLO mode counts BE's, by a
+// perf-event uprobe a function ("between,perf-counter") or one uprobe_multi link
+// ("between,multi-counter"). It reports per request the process's thread's time off its CPU
+// (off-ms: blocked or preempted) and its CPU time (cpu-ms), and a detach's time (detach-ms).
 //
 //	go test -run '^$' -bench ProbeToggleCost -benchtime 40x -count 3 ./internal/trace [-args -toggle-app-cpus 1]
 func BenchmarkProbeToggleCost(b *testing.B) {
 	lib, progs := buildWithFakeCUDA(b, "toggleapp")
-	for _, mode := range []string{"none", "always", "between"} {
+	for _, mode := range []string{"none", "always", "between", "between,perf-counter", "between,multi-counter"} {
 		b.Run(mode, func(b *testing.B) {
+			if counter, ok := strings.CutPrefix(mode, "between,"); ok {
+				mode = "between"
+				be := exec.Command(progs[0], "1", "1", "0", "0") // the second process, the library mapped
+				hold, err := be.StdinPipe()                      // open and unwritten: it waits
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer hold.Close()
+				if err := be.Start(); err != nil {
+					b.Fatal(err)
+				}
+				defer func() { be.Process.Kill(); be.Wait() }()
+				c := openLaunchCounter(b)
+				if c.multi = counter == "multi-counter"; c.multi && uprobeMultiSupport() != nil {
+					b.Skip("no uprobe_multi links by process here")
+				}
+				if err := c.Attach(be.Process.Pid, lib); err != nil {
+					b.Fatal(err)
+				}
+			}
 			args := []string{progs[0], strconv.Itoa(b.N), "300", "50", "100"}
 			if *toggleAppCPUs != "" { // the process on its own CPUs, as a pinned LC
 				args = append([]string{"taskset", "-c", *toggleAppCPUs}, args...)
@@ -266,6 +289,7 @@ func BenchmarkProbeToggleCost(b *testing.B) {
 			var tr *Tracer
 			var armed atomic.Bool // the launch probes are attached
 			var detaching atomic.Bool
+			var detachNs, detaches atomic.Int64
 			if mode != "none" {
 				tr = openTracer(b, Options{Probes: []Probe{{Symbol: "cuLaunchKernel", Role: RoleLaunch}}, PerProcess: true})
 				if err := tr.AttachProcess(pid, lib); err != nil {
@@ -275,7 +299,14 @@ func BenchmarkProbeToggleCost(b *testing.B) {
 				go func() {
 					for range tr.Events() { // a request's first launch: its probes off, as the gate's arm loop
 						if mode == "between" && armed.Load() && detaching.CompareAndSwap(false, true) {
-							go func() { tr.DetachProcess(pid); armed.Store(false); detaching.Store(false) }()
+							go func() {
+								t0 := time.Now()
+								tr.DetachProcess(pid)
+								detachNs.Add(int64(time.Since(t0)))
+								detaches.Add(1)
+								armed.Store(false)
+								detaching.Store(false)
+							}()
 						}
 					}
 				}()
@@ -303,6 +334,9 @@ func BenchmarkProbeToggleCost(b *testing.B) {
 			}
 			if len(off) != b.N {
 				b.Fatalf("%d requests reported, want %d", len(off), b.N)
+			}
+			if n := detaches.Load(); n > 0 {
+				b.ReportMetric(float64(detachNs.Load())/float64(n)/1e6, "detach-ms")
 			}
 			b.ReportMetric(meanMs(off), "off-ms")
 			b.ReportMetric(meanMs(cpu), "cpu-ms")

@@ -50,7 +50,7 @@ func (a *waitingApp) run(t *testing.T) int {
 	return tid
 }
 
-func openLaunchCounter(t *testing.T) *LaunchCounter {
+func openLaunchCounter(t testing.TB) *LaunchCounter {
 	t.Helper()
 	c, err := OpenLaunchCounter(nil)
 	if errors.Is(err, ErrNotRoot) {
