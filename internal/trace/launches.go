@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -75,7 +76,6 @@ func OpenLaunchCounter(log *slog.Logger) (*LaunchCounter, error) {
 	if err != nil {
 		return nil, loadError("launch counter", err)
 	}
-	log.Debug("launch counter loaded", "uprobe_multi", multi)
 	return &LaunchCounter{log: log, objs: objs, multi: multi, procs: map[int]counted{}, libs: map[string]*counterLibrary{}}, nil
 }
 
@@ -93,11 +93,9 @@ func loadLaunchPrograms() (*launchesObjects, bool, error) {
 		launchesMaps
 		CountLaunch *ebpf.Program `ebpf:"count_launch"`
 	}
-	if err := spec.LoadAndAssign(&single, nil); err != nil {
-		return nil, false, err
-	}
+	err = spec.LoadAndAssign(&single, nil)
 	objs.launchesMaps, objs.CountLaunch = single.launchesMaps, single.CountLaunch
-	return objs, false, nil
+	return objs, false, err
 }
 
 // Attach starts counting pid's launches through library, the libcuda
@@ -153,7 +151,7 @@ func (c *LaunchCounter) Attach(pid int, library string) error {
 	}
 	c.procs[pid] = counted{links: links, lib: key}
 	lib.users++
-	c.log.Debug("counting launches", "pid", pid, "library", library, "functions", len(lib.symbols), "links", len(links))
+	c.log.Debug("counting launches", "pid", pid, "library", library, "functions", len(lib.symbols), "links", len(links), "uprobe_multi", c.multi)
 	return nil
 }
 
@@ -161,16 +159,19 @@ func (c *LaunchCounter) Attach(pid int, library string) error {
 // uprobe each. On error nothing is left attached.
 func (c *LaunchCounter) attachProbes(lib *counterLibrary, pid int) ([]link.Link, error) {
 	if c.multi {
-		var symbols []string
-		var offsets []uint64
+		symbols, offsets := []string{}, []uint64{}
 		for _, p := range lib.symbols {
 			symbols, offsets = append(symbols, p.Symbol), append(offsets, p.Offset)
 		}
 		l, err := lib.ex.UprobeMulti(symbols, c.objs.CountLaunchMulti, &link.UprobeMultiOptions{PID: uint32(pid), Addresses: offsets})
-		if err != nil {
+		if err == nil {
+			return []link.Link{l}, nil
+		}
+		if !errors.Is(err, ebpf.ErrNotSupported) {
 			return nil, attachError(fmt.Sprintf("uprobe_multi %v for process %d", symbols, pid), err)
 		}
-		return []link.Link{l}, nil
+		c.multi = false // as the tracer: a kernel that refuses the links gets perf-event uprobes from now on
+		c.log.Debug("launch counter: uprobes per function from now on", "reason", err)
 	}
 	var links []link.Link
 	for _, p := range lib.symbols {
