@@ -247,6 +247,7 @@ func BenchmarkProbeToggleCost(b *testing.B) {
 	lib, progs := buildWithFakeCUDA(b, "toggleapp")
 	for _, mode := range []string{"none", "always", "between", "between,perf-counter", "between,multi-counter"} {
 		b.Run(mode, func(b *testing.B) {
+			mode := mode // b.Run calls this more than once: the loop's own stays as named
 			if counter, ok := strings.CutPrefix(mode, "between,"); ok {
 				mode = "between"
 				be := exec.Command(progs[0], "1", "1", "0", "0") // the second process, the library mapped
@@ -260,9 +261,10 @@ func BenchmarkProbeToggleCost(b *testing.B) {
 				}
 				defer func() { be.Process.Kill(); be.Wait() }()
 				c := openLaunchCounter(b)
-				if c.multi = counter == "multi-counter"; c.multi && uprobeMultiSupport() != nil {
+				if counter == "multi-counter" && !c.multi {
 					b.Skip("no uprobe_multi links by process here")
 				}
+				c.multi = counter == "multi-counter"
 				if err := c.Attach(be.Process.Pid, lib); err != nil {
 					b.Fatal(err)
 				}
@@ -284,7 +286,12 @@ func BenchmarkProbeToggleCost(b *testing.B) {
 			if err := cmd.Start(); err != nil {
 				b.Fatal(err)
 			}
-			defer cmd.Wait()
+			defer func() {
+				if b.Failed() { // it may wait for its go
+					cmd.Process.Kill()
+				}
+				cmd.Wait()
+			}()
 			pid := cmd.Process.Pid
 			var tr *Tracer
 			var armed atomic.Bool // the launch probes are attached

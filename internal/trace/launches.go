@@ -19,10 +19,8 @@ import (
 // process's count. No event crosses to user space; a count is read when
 // wanted. The breakpoints are installed in the attached processes only,
 // so no other process pays for them. Safe for concurrent use.
-// A process's functions are one uprobe_multi link where those filter by
-// process (Linux 6.10+): a perf uprobe asks removal at another process's
-// hit of its function, which then waits on the probe's registration lock
-// through any attach or detach of it (the gate's, each request; docs/GATE.md).
+// One uprobe_multi link a process where the kernel has them: with perf uprobes, other processes'
+// hits of its functions wait out each attach and detach there (docs/TRACING.md).
 type LaunchCounter struct {
 	log   *slog.Logger
 	objs  *launchesObjects
@@ -72,7 +70,7 @@ func OpenLaunchCounter(log *slog.Logger) (*LaunchCounter, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("%w: remove memlock limit: %w", ErrBPFUnavailable, err)
 	}
-	objs, multi, err := loadLaunchPrograms()
+	objs, multi, err := loadLaunchPrograms(log)
 	if err != nil {
 		return nil, loadError("launch counter", err)
 	}
@@ -80,22 +78,24 @@ func OpenLaunchCounter(log *slog.Logger) (*LaunchCounter, error) {
 }
 
 // loadLaunchPrograms loads the counting programs: both where uprobe_multi links serve (multi), else the perf uprobe's alone.
-func loadLaunchPrograms() (*launchesObjects, bool, error) {
+func loadLaunchPrograms(log *slog.Logger) (*launchesObjects, bool, error) {
 	spec, err := loadLaunches()
 	if err != nil {
 		return nil, false, err
 	}
-	objs := &launchesObjects{}
-	if uprobeMultiSupport() == nil && spec.LoadAndAssign(objs, nil) == nil {
-		return objs, true, nil
+	objs, why := &launchesObjects{}, uprobeMultiSupport()
+	if why == nil {
+		if why = spec.LoadAndAssign(objs, nil); why == nil {
+			return objs, true, nil
+		}
 	}
+	log.Info("launch counter: a perf-event uprobe a function; other processes' launches may wait out their detaches (docs/TRACING.md)", "reason", why)
 	var single struct { // LoadAndAssign loads only what the struct names
 		launchesMaps
 		CountLaunch *ebpf.Program `ebpf:"count_launch"`
 	}
 	err = spec.LoadAndAssign(&single, nil)
-	objs.launchesMaps, objs.CountLaunch = single.launchesMaps, single.CountLaunch
-	return objs, false, err
+	return &launchesObjects{launchesMaps: single.launchesMaps, launchesPrograms: launchesPrograms{CountLaunch: single.CountLaunch}}, false, err
 }
 
 // Attach starts counting pid's launches through library, the libcuda
