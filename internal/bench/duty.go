@@ -183,6 +183,9 @@ type ArmDuty struct {
 	// P50Ratio is the p50 of the requests with BE over those alone, with at least minDutyMedian
 	// of each (0: fewer).
 	P50Ratio float64 `json:"p50_ratio,omitempty"`
+	// OffCPUMs is the p50 of those requests' time off the LC thread's CPU (latency less its CPU
+	// time), both halves: what an arm costs in both, which its ratio cannot see (nil: no CPU times).
+	OffCPUMs *float64 `json:"off_cpu_p50_ms,omitempty"`
 }
 
 // armDuty splits sr's duty comparison by the arm in force as each request started (the last
@@ -202,13 +205,20 @@ func armDuty(sr *ScenarioResult) []ArmDuty {
 	if len(out) == 0 {
 		return nil
 	}
-	lat := make([][2][]float64, len(out))
+	lat, off := make([][2][]float64, len(out)), make([][]float64, len(out))
 	eachHalf(sr.LC, sr.BEDuty, func(s LCSample, start int64, half int) {
 		i := max(sort.Search(len(since), func(j int) bool { return since[j] > start })-1, 0) // before the first read: the first arm
 		lat[i][half] = append(lat[i][half], float64(s.LatencyNs)/1e3)
+		if s.CPUNs > 0 {
+			off[i] = append(off[i], float64(max(0, s.LatencyNs-s.CPUNs))/1e6)
+		}
 	})
 	for i := range out {
 		out[i].WithBE, out[i].Alone, out[i].P50Ratio = len(lat[i][0]), len(lat[i][1]), dutyRatio(lat[i][0], lat[i][1])
+		if len(off[i]) > 0 {
+			m := stats.Median(off[i])
+			out[i].OffCPUMs = &m
+		}
 	}
 	// Arms held only before the measurement, or so briefly that no request started under them, say nothing.
 	return slices.DeleteFunc(out, func(a ArmDuty) bool { return a.WithBE+a.Alone == 0 })

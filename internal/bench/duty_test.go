@@ -356,7 +356,9 @@ func TestBETrainArgvDuty(t *testing.T) {
 }
 
 // armDuty splits an slo: run's duty ratio at SLO mode's arm change: 1.24x under the first arm,
-// 1.00x under the second, where the whole run blends them; without arms in the reads, nothing.
+// 1.00x under the second, where the whole run blends them; the second arm's requests were off
+// their CPU 20 ms each in both halves, which its ratio cannot show and armDuty does; without
+// arms in the reads, nothing.
 func TestArmDuty(t *testing.T) {
 	const s = int64(time.Second)
 	const duty = 8 * time.Second
@@ -369,7 +371,11 @@ func TestArmDuty(t *testing.T) {
 		if (a/int64(duty/2))%2 == 0 && a < change {
 			lat = 744 * time.Millisecond
 		}
-		lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: a, LatencyNs: int64(lat)})
+		cpu := lat // on its CPU throughout, but under the second arm: 20 ms off it in both halves
+		if a >= change {
+			lat, cpu = lat+18*time.Millisecond, lat-2*time.Millisecond
+		}
+		lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: a, LatencyNs: int64(lat), CPUNs: int64(cpu)})
 	}
 	sr := &ScenarioResult{Name: "slo:llm-defaults", LC: lc, BEDuty: duty, WindowStartMonoNs: start, WindowEndMonoNs: start + 81*s}
 	for t := start - 10*s; t <= start+81*s; t += s / 4 {
@@ -385,6 +391,9 @@ func TestArmDuty(t *testing.T) {
 	}
 	if math.Abs(got[0].P50Ratio-1.24) > 1e-9 || got[1].P50Ratio != 1 || got[0].WithBE+got[1].WithBE < 30 || got[0].Alone+got[1].Alone < 30 {
 		t.Errorf("ratios %+v: want 1.24x then 1.00x", got)
+	}
+	if o0, o1 := got[0].OffCPUMs, got[1].OffCPUMs; o0 == nil || o1 == nil || *o0 != 0 || math.Abs(*o1-20) > 1e-9 {
+		t.Errorf("off its CPU %v, %v: want 0 then 20 ms", o0, o1)
 	}
 	for i := range sr.SLO {
 		sr.SLO[i].Arm = ""

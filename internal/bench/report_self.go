@@ -67,16 +67,19 @@ func writeDuty(b *strings.Builder, res *Results) {
 	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return len(sr.LCDutyByArm) > 1 }) {
 		return
 	}
-	b.WriteString("\nThe same by the arm SLO mode held as each request started (from the status read that first showed it): a run's ratio blends its arms, the first held before SLO mode had measured:\n\n")
-	b.WriteString("| scenario | rep | arm | from (s into the measurement) | requests with BE / alone | ratio |\n")
-	b.WriteString("|---|---:|---|---:|---:|---:|\n")
+	b.WriteString("\nThe same by the arm SLO mode held as each request started (from the status read that first showed it): a run's ratio blends its arms, the first held before SLO mode had measured; and the p50 of those requests' time off the LC thread's CPU, both halves (a cost an arm adds to both, which its ratio cannot see):\n\n")
+	b.WriteString("| scenario | rep | arm | from (s into the measurement) | requests with BE / alone | ratio | LC off its CPU a request, p50 (ms) |\n")
+	b.WriteString("|---|---:|---|---:|---:|---:|---:|\n")
 	for _, sr := range res.Scenarios {
 		for _, a := range sr.LCDutyByArm {
-			ratio := "–"
+			ratio, off := "–", "–"
 			if a.P50Ratio > 0 {
 				ratio = fmt.Sprintf("%.3fx", a.P50Ratio)
 			}
-			fmt.Fprintf(b, "| %s | %d | %s | %.1f | %d / %d | %s |\n", sr.Name, repOf(sr), a.Arm, a.FromS, a.WithBE, a.Alone, ratio)
+			if a.OffCPUMs != nil {
+				off = fmt.Sprintf("%.1f", *a.OffCPUMs)
+			}
+			fmt.Fprintf(b, "| %s | %d | %s | %.1f | %d / %d | %s | %s |\n", sr.Name, repOf(sr), a.Arm, a.FromS, a.WithBE, a.Alone, ratio, off)
 		}
 	}
 }
