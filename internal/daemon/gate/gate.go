@@ -65,11 +65,12 @@ type Gate struct {
 	// as one uprobe each where the kernel has no such links: see
 	// trace.Tracer), and a loop blocked there could end no hold.
 	Arm func(pid int, on bool)
-	// Running reports whether a thread of a process is on a CPU or
-	// runnable (default: its state in /proc). While a hold is open the
-	// LC's launches are not traced (unless its probes are kept): a thread
-	// that is running past the idle time is launching the request's next
-	// step, one that sleeps waits for the next request.
+	// Running reports whether a thread of a process is on a CPU, runnable
+	// or in an uninterruptible wait (default: its state in /proc). While a
+	// hold is open the LC's launches are not traced (unless its probes are
+	// kept): a thread that is running past the idle time is launching the
+	// request's next step, one held up in the kernel (a lock, a fault) is
+	// within it, one that sleeps waits for the next request.
 	Running func(pid, tid int) bool
 	// Tenant names whose share an LC's holds count against: its pod
 	// under Kubernetes, else its uid (default: the uid in /proc).
@@ -567,12 +568,16 @@ func (g *Gate) idleSince(lc *gateLC, since, now time.Duration) bool {
 	return now-since >= lc.delim.Gap() && lc.delim.Quiet(uint64(now))
 }
 
-// threadRunning reads a thread's state: R (running or runnable).
+// threadRunning reads a thread's state: busy (busyState) or not.
 func threadRunning(pid, tid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid) + "/stat")
 	state, ok := procfs.StatState(b)
-	return err == nil && ok && state == 'R'
+	return err == nil && ok && busyState(state)
 }
+
+// busyState: R (running or runnable) or D (an uninterruptible wait: held up in the kernel mid-call,
+// as an LC is while a probe it hits is being detached) is within a request; S, T and the rest wait.
+func busyState(state byte) bool { return state == 'R' || state == 'D' }
 
 // syncBound is how long, in Idles, a thread inside a synchronize, or the
 // running thread of the last call while launches are not traced, keeps a

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -305,6 +307,48 @@ func TestGateFollowsARunningThread(t *testing.T) {
 	}
 	if s := r.g.Stats(); s.Held != 2 || s.Closed["idle"] != 2 {
 		t.Errorf("stats %+v: want two holds ended by idle", s)
+	}
+}
+
+// busyState: a thread running, runnable or held up in the kernel is within a request (a quiet gap
+// needs it not busy); one asleep, stopped or gone is not.
+func TestBusyState(t *testing.T) {
+	for _, tc := range []struct {
+		state byte
+		busy  bool
+	}{{'R', true}, {'D', true}, {'S', false}, {'I', false}, {'T', false}, {'t', false}, {'Z', false}, {'X', false}} {
+		if got := busyState(tc.state); got != tc.busy {
+			t.Errorf("state %c: busy %v, want %v", tc.state, got, tc.busy)
+		}
+	}
+}
+
+// threadRunning reads a real thread held up in the kernel as busy: a parent of vfork waits there
+// (state D) until its child, which pauses, is killed.
+func TestThreadRunningHeldUp(t *testing.T) {
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Fatalf("gcc is needed for this test (README: Set up): %v", err)
+	}
+	dir := t.TempDir()
+	src, bin := filepath.Join(dir, "vf.c"), filepath.Join(dir, "vf")
+	code := "#include <unistd.h>\nint main(void) { if (vfork() == 0) { pause(); _exit(0); } return 0; }\n"
+	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(gcc, "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its child with it
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	defer func() { syscall.Kill(-pid, syscall.SIGKILL); cmd.Wait() }()
+	proctest.WaitFor(t, "the vfork parent held up (D)", func() bool { return proctest.State(t, pid) == 'D' })
+	if !threadRunning(pid, pid) {
+		t.Error("a thread held up in the kernel (D) read as not busy")
 	}
 }
 
