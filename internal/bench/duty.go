@@ -209,8 +209,8 @@ func armDuty(sr *ScenarioResult) []ArmDuty {
 	eachHalf(sr.LC, sr.BEDuty, func(s LCSample, start int64, half int) {
 		i := max(sort.Search(len(since), func(j int) bool { return since[j] > start })-1, 0) // before the first read: the first arm
 		lat[i][half] = append(lat[i][half], float64(s.LatencyNs)/1e3)
-		if s.CPUNs > 0 {
-			off[i] = append(off[i], float64(max(0, s.LatencyNs-s.CPUNs))/1e6)
+		if ms, ok := s.offCPUMs(); ok {
+			off[i] = append(off[i], ms)
 		}
 	})
 	for i := range out {

@@ -124,10 +124,10 @@ func writeDutyAlone(b *strings.Builder, res *Results) {
 		if !shown(sr) {
 			continue
 		}
-		var ms []float64 // off its CPU: blocked or preempted, not Python's work
+		var ms []float64
 		for _, s := range sr.LC.Samples {
-			if s.CPUNs > 0 {
-				ms = append(ms, float64(max(0, s.LatencyNs-s.CPUNs))/1e6)
+			if m, ok := s.offCPUMs(); ok {
+				ms = append(ms, m)
 			}
 		}
 		cell := "–"

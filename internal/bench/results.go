@@ -53,6 +53,12 @@ type LCSample struct {
 	TPOTNs int64 `json:"tpot_ns,omitempty"`
 }
 
+// offCPUMs is s's time off its thread's CPU in ms: its latency less its CPU time (blocked or
+// preempted, not the app's own work); false where the worker timed no CPU.
+func (s LCSample) offCPUMs() (float64, bool) {
+	return float64(max(0, s.LatencyNs-s.CPUNs)) / 1e6, s.CPUNs > 0
+}
+
 // LCResult is what an LC worker writes.
 type LCResult struct {
 	Schema int    `json:"schema"`

@@ -244,28 +244,19 @@ func medianMs(ds []time.Duration) float64 {
 //
 //	go test -run '^$' -bench ProbeToggleCost -benchtime 40x -count 3 ./internal/trace [-args -toggle-app-cpus 1]
 func BenchmarkProbeToggleCost(b *testing.B) {
-	lib, progs := buildWithFakeCUDA(b, "toggleapp")
+	lib, progs := buildWithFakeCUDA(b, "toggleapp", "lcapp")
 	for _, mode := range []string{"none", "always", "between", "between,perf-counter", "between,multi-counter"} {
 		b.Run(mode, func(b *testing.B) {
 			mode := mode // b.Run calls this more than once: the loop's own stays as named
 			if counter, ok := strings.CutPrefix(mode, "between,"); ok {
 				mode = "between"
-				be := exec.Command(progs[0], "1", "1", "0", "0") // the second process, the library mapped
-				hold, err := be.StdinPipe()                      // open and unwritten: it waits
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer hold.Close()
-				if err := be.Start(); err != nil {
-					b.Fatal(err)
-				}
-				defer func() { be.Process.Kill(); be.Wait() }()
+				be := startLCApp(b, progs[1]) // the second process, the library mapped, waiting for its go
 				c := openLaunchCounter(b)
 				if counter == "multi-counter" && !c.multi {
 					b.Skip("no uprobe_multi links by process here")
 				}
 				c.multi = counter == "multi-counter"
-				if err := c.Attach(be.Process.Pid, lib); err != nil {
+				if err := c.Attach(be.cmd.Process.Pid, lib); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -20,7 +20,7 @@ type waitingApp struct {
 	out   *bufio.Reader
 }
 
-func startLCApp(t *testing.T, app string) *waitingApp {
+func startLCApp(t testing.TB, app string) *waitingApp {
 	t.Helper()
 	cmd := exec.Command(app)
 	stdin, err := cmd.StdinPipe()
