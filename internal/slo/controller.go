@@ -41,7 +41,7 @@ const (
 	maxAccumulate = 30                     // windows one measurement is expected within (a request a second counts in 20): undecided for two, an arm is left
 	idleAfter     = 10                     // windows with no LC sample before the safe arm (a slow LC is quiet a few); of pauses, before its reference is learnt beside BE
 	budget        = 0.1                    // of any minute BE may be stopped to learn LCs alone; of windows a settled search explores
-	stableGap     = 30 * time.Second       // least time between a settled search's explorations, and from its convergence's last change to its first: a steady LC sees an arm change at most this often
+	stableGap     = 30 * time.Second       // least time between a settled search's explorations, from its convergence's last change to its first, and in one unless its arm misses by its interval: a steady LC sees an arm change at most this often
 	priorWeight   = 2                      // measurements the prior scatter weighs as: two that happen to agree do not make a noisy LC steady
 	priorScatter  = 0.1                    // a measurement's relative scatter until learnt; how much better than a measured neighbour an unmeasured arm may be
 	gateShare     = 0.75                   // BE's share with the gate over without, until measured (only the order counts)
@@ -247,7 +247,8 @@ func (c *Controller) step(d *Decision, o Observation) {
 }
 
 // exploring measures the arm explored until it meets, misses, or is undecided for two measurements; one missing on
-// average once measured anew is left then: adopting takes an interval, leaving does not (where nothing meets, all may).
+// average once measured anew is left then (once converged, stableGap in at the soonest: an exploration is two changes):
+// adopting takes an interval, leaving does not (where nothing meets, all may).
 func (c *Controller) exploring(d *Decision) {
 	c.phase.Measured = c.phase.Measured || slices.ContainsFunc(d.LC, func(r LCResult) bool { return r.Counted })
 	switch f := c.feasibility(c.cur); {
@@ -260,7 +261,7 @@ func (c *Controller) exploring(d *Decision) {
 		c.endExplore(d, CauseViolation, fmt.Sprintf("%v misses an objective (%s): back to %v", c.cur, why, c.phase.From))
 	case f == feasible && decides(c.evidence(c.cur)):
 		c.endExplore(d, CauseWithin, fmt.Sprintf("%v meets every objective with %s", c.cur, c.shareText(c.cur)))
-	case c.phase.Measured && !c.phase.Limit && c.worstMean(c.cur) > 1:
+	case c.phase.Measured && !c.phase.Limit && c.worstMean(c.cur) > 1 && (c.nextExplore == 0 || c.tick-c.phase.Since >= int(stableGap/c.opts.Window)):
 		c.backOff(c.cur)
 		c.endExplore(d, CauseViolation, fmt.Sprintf("%v misses on average (LC at %.2fx): back to %v", c.cur, c.worstMean(c.cur), c.phase.From))
 	case c.tick-c.phase.Since >= 2*maxAccumulate:

@@ -690,8 +690,8 @@ func TestAtLimitKeepsAnArmMeasuredAnew(t *testing.T) {
 
 func TestSteadyChangesApartButForViolations(t *testing.T) {
 	// Must-show 5 in the simulator: once converged (the last 180 of 600 windows), two arm changes
-	// within 30 windows come only from an exploration that found its arm missing and came
-	// straight back: a violation is left at once. Over 24 seeds of two workloads.
+	// within 30 windows come only from an exploration whose arm misses by its interval, which is
+	// left at once; one that misses on its mean alone is held stableGap. Over 24 seeds of two workloads.
 	ladder := []time.Duration{time.Microsecond, 50 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 3 * time.Millisecond}
 	runs := map[string]func(seed uint64) []Decision{
 		"per-request LLM under a duty": func(seed uint64) []Decision {
@@ -718,7 +718,7 @@ func TestSteadyChangesApartButForViolations(t *testing.T) {
 			for j := 1; j < len(at); j++ {
 				first, second := tail[at[j-1]], tail[at[j]]
 				paired = paired || at[j]-at[j-1] < 30
-				if at[j]-at[j-1] < 30 && (first.Cause != CauseExplore || second.Cause != CauseViolation) {
+				if at[j]-at[j-1] < 30 && (first.Cause != CauseExplore || second.Cause != CauseViolation || strings.Contains(second.Reason, "on average")) {
 					t.Errorf("%s, seed %d: changes %d windows apart: %s (%s), then %s (%s)", name, seed, at[j]-at[j-1],
 						first.Cause, first.Reason, second.Cause, second.Reason)
 				}
@@ -728,7 +728,7 @@ func TestSteadyChangesApartButForViolations(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d of 48 converged runs have two changes within 30 windows, each an exploration finding a violation", pairs)
+	t.Logf("%d of 48 converged runs have two changes within 30 windows, each an exploration finding its arm missing by its interval", pairs)
 }
 
 // gatedDecode is a CUDA-graph decode LC whose hundreds of launches a request each trap under
