@@ -75,7 +75,7 @@ type Observation struct {
 const (
 	CauseWithin      = "within"       // kept: it meets the objectives, or is being measured
 	CauseNoSignal    = "no_signal"    // no LC latency: kept, or the safe arm
-	CauseViolation   = "violation"    // it misses an objective (its lower bound; or its mean, on a measurement made exploring it or over 60 windows held): left
+	CauseViolation   = "violation"    // it misses an objective (its lower bound; or its mean, on a measurement made exploring it or over 60 windows and two measurements held): left
 	CauseExplore     = "explore"      // an arm that might meet them with more BE tried
 	CauseKnownBetter = "known_better" // an arm known to meet them gives BE more
 	CauseAtLimit     = "at_limit"     // no arm known to meet them: the closest
@@ -101,12 +101,11 @@ func (k PhaseKind) String() string {
 
 // Phase is where a controller is, with the data of that phase.
 type Phase struct {
-	Kind     PhaseKind
-	Since    int  // the window it began in
-	From     Arm  // Calibrating, Exploring: the arm it goes back to
-	Pause    int  // Calibrating: windows of the pause in force (0: BE runs)
-	Limit    bool // Settled, Exploring from there: no arm is known to meet every objective; the closest is held
-	Measured bool // Exploring: a measurement has counted under the arm explored (its estimate may predate it)
+	Kind  PhaseKind
+	Since int  // the window it began in
+	From  Arm  // Calibrating, Exploring: the arm it goes back to
+	Pause int  // Calibrating: windows of the pause in force (0: BE runs)
+	Limit bool // Settled, Exploring from there: no arm is known to meet every objective; the closest is held
 }
 
 // LCResult is a sample against its objective.
@@ -138,6 +137,7 @@ type Controller struct {
 	phase              Phase
 	cur                Arm
 	moved, missed      int // the window of the last decision that changed the arm; the last such that left one missing (a violation, at the limit)
+	counted            int // measurements made under the arm in force since it was taken (its estimate may predate them)
 	arms               map[Arm]*armEst
 	acc                map[string]*accum // measurements accumulating under cur, by objective key
 	active             map[string]int    // objective keys by the window they last gave a sample
@@ -250,7 +250,6 @@ func (c *Controller) step(d *Decision, o Observation) {
 // average once measured anew is left then (once converged, stableGap in at the soonest: an exploration is two changes):
 // adopting takes an interval, leaving does not (where nothing meets, all may).
 func (c *Controller) exploring(d *Decision) {
-	c.phase.Measured = c.phase.Measured || slices.ContainsFunc(d.LC, func(r LCResult) bool { return r.Counted })
 	switch f := c.feasibility(c.cur); {
 	case f == infeasible:
 		c.backOff(c.cur)
@@ -261,7 +260,7 @@ func (c *Controller) exploring(d *Decision) {
 		c.endExplore(d, CauseViolation, fmt.Sprintf("%v misses an objective (%s): back to %v", c.cur, why, c.phase.From))
 	case f == feasible && decides(c.evidence(c.cur)):
 		c.endExplore(d, CauseWithin, fmt.Sprintf("%v meets every objective with %s", c.cur, c.shareText(c.cur)))
-	case c.phase.Measured && !c.phase.Limit && c.worstMean(c.cur) > 1 && (c.nextExplore == 0 || c.tick-c.phase.Since >= int(stableGap/c.opts.Window)):
+	case c.counted > 0 && !c.phase.Limit && c.worstMean(c.cur) > 1 && (c.nextExplore == 0 || c.tick-c.phase.Since >= int(stableGap/c.opts.Window)):
 		c.backOff(c.cur)
 		c.endExplore(d, CauseViolation, fmt.Sprintf("%v misses on average (LC at %.2fx): back to %v", c.cur, c.worstMean(c.cur), c.phase.From))
 	case c.tick-c.phase.Since >= 2*maxAccumulate:
@@ -303,9 +302,10 @@ func (c *Controller) settled(d *Decision) {
 	c.keep(d, CauseWithin, "within objectives")
 }
 
-// undecided keeps measuring an arm that may miss, and leaves it once it has missed on average for two measurements' span.
+// undecided keeps measuring an arm that may miss, and leaves it once it has missed on average over two measurements made
+// under it and two measurements' span of windows (a slow LC's first may take all of that span: one is no average).
 func (c *Controller) undecided(d *Decision) {
-	if c.tick-c.moved >= 2*maxAccumulate && c.worstMean(c.cur) > 1 {
+	if c.tick-c.moved >= 2*maxAccumulate && c.counted >= 2 && c.worstMean(c.cur) > 1 {
 		c.rescue(d)
 		return
 	}
@@ -396,7 +396,7 @@ func (c *Controller) keep(d *Decision, cause, why string) { c.to(d, cause, c.cur
 func (c *Controller) to(d *Decision, cause string, a Arm, why string) {
 	d.Cause, d.Reason = cause, why
 	if a != c.cur {
-		d.Changed, c.cur, c.moved, c.phase.Measured = true, a, c.tick, false
+		d.Changed, c.cur, c.moved, c.counted = true, a, c.tick, 0
 		if cause == CauseViolation || cause == CauseAtLimit {
 			c.missed = c.tick
 		}

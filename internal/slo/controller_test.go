@@ -566,6 +566,43 @@ func TestUndecidedMissIsLeft(t *testing.T) {
 	}
 }
 
+func TestUndecidedMissWaitsForTwoMeasurements(t *testing.T) {
+	// A slow LC: a request every 4 windows, so one measurement of 20 takes 80 windows, longer
+	// than the 60 an undecided arm is held. Its first reads 1.01x its objective: one measurement
+	// is no average, and the arm is kept for a second, then left only if the two miss on average.
+	obj := mustObjective(t, "p50<=1.10x")
+	at := func(ratio float64) float64 { return ratio * 1.1 * float64(100*time.Millisecond) }
+	for _, tt := range []struct {
+		name   string
+		second float64 // the second measurement, of the objective
+		leftAt int     // the window the arm is left in for a violation; 0: never
+	}{
+		{"second under", 0.95, 0},
+		{"second over", 1.03, 160},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newController(t, Options{NoPause: true})
+			static := c.Arm()
+			left := 0
+			for w := 1; w <= 170 && left == 0; w++ {
+				o := Observation{BEShare: 0.7, Aligned: true}
+				if w%4 == 0 {
+					v := at(map[bool]float64{true: 1.01, false: tt.second}[w <= 80])
+					o.LC = []LCSample{{Key: "1/1", Owner: "0", Objective: obj, Points: []stats.Weighted{{V: time.Duration(v), W: 1}}, Standalone: 100 * time.Millisecond}}
+				}
+				if d := c.Observe(o); d.Changed && d.Cause == CauseViolation {
+					left = w
+				} else if w <= 80 && d.Arm != static {
+					t.Fatalf("window %d: %v, %s (%s), before a measurement of %v", w, d.Arm, d.Cause, d.Reason, static)
+				}
+			}
+			if left != tt.leftAt {
+				t.Errorf("left %v for a violation in window %d, want %d", static, left, tt.leftAt)
+			}
+		})
+	}
+}
+
 func TestShortestArmKeepsMinShare(t *testing.T) {
 	// References learnt beside BE (10 s windows leave no pause budget) are learnt under the
 	// shortest arm BE's minimum allows: once 1us is known to give BE 30% under a min_share of 50%,
