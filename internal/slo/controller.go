@@ -41,7 +41,7 @@ const (
 	maxAccumulate = 30                     // windows one measurement is expected within (a request a second counts in 20): undecided for two, an arm is left
 	idleAfter     = 10                     // windows with no LC sample before the safe arm (a slow LC is quiet a few); of pauses, before its reference is learnt beside BE
 	budget        = 0.1                    // of any minute BE may be stopped to learn LCs alone; of windows a settled search explores
-	stableGap     = 30 * time.Second       // least time between a settled search's explorations, from its convergence's last change to its first, and in one unless its arm misses by its interval: a steady LC sees an arm change at most this often
+	stableGap     = 30 * time.Second       // once converged, least time after a change before another for BE's sake or an exploration's end but for a miss by its interval: a steady LC that meets sees an arm change at most this often
 	priorWeight   = 2                      // measurements the prior scatter weighs as: two that happen to agree do not make a noisy LC steady
 	priorScatter  = 0.1                    // a measurement's relative scatter until learnt; how much better than a measured neighbour an unmeasured arm may be
 	gateShare     = 0.75                   // BE's share with the gate over without, until measured (only the order counts)
@@ -247,8 +247,8 @@ func (c *Controller) step(d *Decision, o Observation) {
 }
 
 // exploring measures the arm explored until it meets, misses, or is undecided for two measurements; one missing on
-// average once measured anew is left then (once converged, stableGap in at the soonest: an exploration is two changes):
-// adopting takes an interval, leaving does not (where nothing meets, all may).
+// average once measured anew is left then: adopting takes an interval, leaving does not (where nothing meets, all may).
+// Once converged it is left sooner than stableGap only for a miss by its interval: going back is a second change.
 func (c *Controller) exploring(d *Decision) {
 	switch f := c.feasibility(c.cur); {
 	case f == infeasible:
@@ -258,9 +258,11 @@ func (c *Controller) exploring(d *Decision) {
 			why = fmt.Sprintf("BE at %.0f%%, under its minimum", 100*c.share(c.cur))
 		}
 		c.endExplore(d, CauseViolation, fmt.Sprintf("%v misses an objective (%s): back to %v", c.cur, why, c.phase.From))
+	case c.steadying():
+		c.keep(d, CauseExplore, c.measuring())
 	case f == feasible && decides(c.evidence(c.cur)):
 		c.endExplore(d, CauseWithin, fmt.Sprintf("%v meets every objective with %s", c.cur, c.shareText(c.cur)))
-	case c.counted > 0 && !c.phase.Limit && c.worstMean(c.cur) > 1 && (c.nextExplore == 0 || c.tick-c.phase.Since >= int(stableGap/c.opts.Window)):
+	case c.counted > 0 && !c.phase.Limit && c.worstMean(c.cur) > 1:
 		c.backOff(c.cur)
 		c.endExplore(d, CauseViolation, fmt.Sprintf("%v misses on average (LC at %.2fx): back to %v", c.cur, c.worstMean(c.cur), c.phase.From))
 	case c.tick-c.phase.Since >= 2*maxAccumulate:
@@ -278,8 +280,9 @@ func (c *Controller) settled(d *Decision) {
 		c.rescue(d)
 		return
 	}
-	if best, ok := c.best(); ok && best != c.cur && (f != feasible || c.share(best) > c.share(c.cur)+margin) {
-		c.to(d, CauseKnownBetter, best, fmt.Sprintf("%v meets every objective with %s", best, c.shareText(best)))
+	if best, ok := c.best(); ok && best != c.cur && (f != feasible || c.share(best) > c.share(c.cur)+margin && !c.steadying()) {
+		why := map[bool]string{true: fmt.Sprintf("%v is not known to meet every objective: ", c.cur)}[f != feasible]
+		c.to(d, CauseKnownBetter, best, why+fmt.Sprintf("%v meets every objective with %s", best, c.shareText(best)))
 		return
 	}
 	if f == possible && !(c.worstMean(c.cur) <= 1) && !c.phase.Limit {
@@ -290,7 +293,7 @@ func (c *Controller) settled(d *Decision) {
 	if c.nextExplore == 0 && (!ok || c.left[a].n > 0) {
 		c.nextExplore = max(c.tick, c.moved+int(stableGap/c.opts.Window)) // converged (nothing to explore, or an arm explored again): explorations budgeted, the first stableGap after the last change
 	}
-	if ok && c.tick >= c.nextExplore && (c.missed == 0 || c.tick-c.missed >= int(stableGap/c.opts.Window)) { // after a miss the search holds stableGap before it explores again (two more changes)
+	if ok && c.tick >= c.nextExplore && !c.steadying() && (c.missed == 0 || c.tick-c.missed >= int(stableGap/c.opts.Window)) { // after a miss the search holds stableGap before it explores again (two more changes)
 		c.enter(Phase{Kind: Exploring, From: c.cur, Limit: c.phase.Limit})
 		c.to(d, CauseExplore, a, fmt.Sprintf("LC at %.2fx its objective under %v: trying %v, which might meet it with %s", c.worstMean(c.cur), c.cur, a, c.shareText(a)))
 		return
@@ -300,6 +303,11 @@ func (c *Controller) settled(d *Decision) {
 		return
 	}
 	c.keep(d, CauseWithin, "within objectives")
+}
+
+// steadying: converged, and within stableGap of the last change, when only the LC's protection changes the arm again.
+func (c *Controller) steadying() bool {
+	return c.nextExplore > 0 && c.tick-c.moved < int(stableGap/c.opts.Window)
 }
 
 // undecided keeps measuring an arm that may miss, and leaves it once it has missed on average over two measurements made
