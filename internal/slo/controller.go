@@ -136,8 +136,8 @@ type Controller struct {
 	tick               int
 	phase              Phase
 	cur                Arm
-	moved, missed      int // the window of the last decision that changed the arm; the last such that left one missing (a violation, at the limit)
-	counted            int // measurements made under the arm in force since it was taken (its estimate may predate them)
+	moved, missed      int            // the window of the last decision that changed the arm; the last such that left one missing (a violation, at the limit)
+	counted            map[string]int // measurements made under the arm in force since it was taken, by objective key (its estimate may predate them)
 	arms               map[Arm]*armEst
 	acc                map[string]*accum // measurements accumulating under cur, by objective key
 	active             map[string]int    // objective keys by the window they last gave a sample
@@ -164,7 +164,7 @@ func New(opts Options) (*Controller, error) {
 	}
 	opts.Ladder = slices.Compact(slices.Sorted(slices.Values(append(slices.Clip(opts.Ladder), opts.Static)))) // the static arm is a rung of its own
 	c := &Controller{opts: opts, arms: map[Arm]*armEst{}, acc: map[string]*accum{}, active: map[string]int{},
-		refs: map[string]*reference{}, left: map[Arm]backoff{}, stops: map[int][]string{}}
+		refs: map[string]*reference{}, left: map[Arm]backoff{}, stops: map[int][]string{}, counted: map[string]int{}}
 	c.offer(Observation{})
 	c.cur, c.phase = c.safe(), Phase{Kind: Settled}
 	return c, nil
@@ -262,7 +262,7 @@ func (c *Controller) exploring(d *Decision) {
 		c.keep(d, CauseExplore, c.measuring())
 	case f == feasible && decides(c.evidence(c.cur)):
 		c.endExplore(d, CauseWithin, fmt.Sprintf("%v meets every objective with %s", c.cur, c.shareText(c.cur)))
-	case c.counted > 0 && !c.phase.Limit && c.worstMean(c.cur) > 1:
+	case c.missesOn(1) && !c.phase.Limit:
 		c.backOff(c.cur)
 		c.endExplore(d, CauseViolation, fmt.Sprintf("%v misses on average (LC at %.2fx): back to %v", c.cur, c.worstMean(c.cur), c.phase.From))
 	case c.tick-c.phase.Since >= 2*maxAccumulate:
@@ -305,6 +305,15 @@ func (c *Controller) settled(d *Decision) {
 	c.keep(d, CauseWithin, "within objectives")
 }
 
+// missesOn: every objective is measured under the arm in force, and one that misses on its mean has n measurements made there
+// (another LC's, or another objective's of the same requests, are not this one's).
+func (c *Controller) missesOn(n int) bool {
+	return c.worstMean(c.cur) > 1 && slices.ContainsFunc(slices.Collect(maps.Keys(c.active)), func(k string) bool {
+		e := c.est(c.cur).lc[k]
+		return c.counted[k] >= n && e.Mean() > 1
+	})
+}
+
 // steadying: converged, and within stableGap of the last change, when only the LC's protection changes the arm again.
 func (c *Controller) steadying() bool {
 	return c.nextExplore > 0 && c.tick-c.moved < int(stableGap/c.opts.Window)
@@ -313,7 +322,7 @@ func (c *Controller) steadying() bool {
 // undecided keeps measuring an arm that may miss, and leaves it once it has missed on average over two measurements made
 // under it and two measurements' span of windows (a slow LC's first may take all of that span: one is no average).
 func (c *Controller) undecided(d *Decision) {
-	if c.tick-c.moved >= 2*maxAccumulate && c.counted >= 2 && c.worstMean(c.cur) > 1 {
+	if c.tick-c.moved >= 2*maxAccumulate && c.missesOn(2) {
 		c.rescue(d)
 		return
 	}
@@ -404,7 +413,8 @@ func (c *Controller) keep(d *Decision, cause, why string) { c.to(d, cause, c.cur
 func (c *Controller) to(d *Decision, cause string, a Arm, why string) {
 	d.Cause, d.Reason = cause, why
 	if a != c.cur {
-		d.Changed, c.cur, c.moved, c.counted = true, a, c.tick, 0
+		d.Changed, c.cur, c.moved = true, a, c.tick
+		clear(c.counted)
 		if cause == CauseViolation || cause == CauseAtLimit {
 			c.missed = c.tick
 		}

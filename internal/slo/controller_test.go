@@ -570,18 +570,23 @@ func TestUndecidedMissIsLeft(t *testing.T) {
 }
 
 func TestUndecidedMissWaitsForTwoMeasurements(t *testing.T) {
-	// A slow LC: a request every 4 windows, so one measurement of 20 takes 80 windows, longer
+	// A slow LC: a request every 4 windows, so one measurement of 20 takes 77 windows, longer
 	// than the 60 an undecided arm is held. Its first reads 1.01x its objective: one measurement
 	// is no average, and the arm is kept for a second, then left only if the two miss on average.
-	obj := mustObjective(t, "p50<=1.10x")
-	at := func(ratio float64) float64 { return ratio * 1.1 * float64(100*time.Millisecond) }
+	// Its second objective's measurements of the same requests, or another LC's, are not its own.
+	obj, p90 := mustObjective(t, "p50<=1.10x"), mustObjective(t, "p90<=3.00x")
+	at := func(ratio float64) time.Duration { return time.Duration(ratio * 1.1 * float64(100*time.Millisecond)) }
 	for _, tt := range []struct {
 		name   string
 		second float64 // the second measurement, of the objective
 		leftAt int     // the window the arm is left in for a violation; 0: never
+		p90    bool    // the LC has a second objective, met
+		fast   bool    // a second LC, of many requests a window, meets it
 	}{
-		{"second under", 0.95, 0},
-		{"second over", 1.03, 160},
+		{"second under", 0.95, 0, false, false},
+		{"second over", 1.03, 157, false, false},
+		{"second objective", 0.95, 0, true, false},
+		{"a fast LC beside", 0.95, 0, false, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newController(t, Options{NoPause: true})
@@ -589,9 +594,17 @@ func TestUndecidedMissWaitsForTwoMeasurements(t *testing.T) {
 			left := 0
 			for w := 1; w <= 170 && left == 0; w++ {
 				o := Observation{BEShare: 0.7, Aligned: true}
-				if w%4 == 0 {
+				slow := func(o objective.Objective, v time.Duration) LCSample {
+					return LCSample{Key: "1/1", Owner: "0", Objective: o, Points: []stats.Weighted{{V: v, W: 1}}, Standalone: 100 * time.Millisecond}
+				}
+				if w%4 == 1 { // from the first window: the slow LC is known to be there
 					v := at(map[bool]float64{true: 1.01, false: tt.second}[w <= 80])
-					o.LC = []LCSample{{Key: "1/1", Owner: "0", Objective: obj, Points: []stats.Weighted{{V: time.Duration(v), W: 1}}, Standalone: 100 * time.Millisecond}}
+					if o.LC = []LCSample{slow(obj, v)}; tt.p90 {
+						o.LC = append(o.LC, slow(p90, v))
+					}
+				}
+				if tt.fast {
+					o.LC = append(o.LC, LCSample{Key: "2/1", Owner: "0", Objective: obj, Points: []stats.Weighted{{V: at(0.9), W: 25}}, Standalone: 100 * time.Millisecond})
 				}
 				if d := c.Observe(o); d.Changed && d.Cause == CauseViolation {
 					left = w
@@ -732,9 +745,9 @@ func TestSteadyChangesApartButForViolations(t *testing.T) {
 	// Must-show 5 in the simulator: once converged (from the first decision that says so), an arm
 	// change within 30 windows of the last comes only to protect the LC: an exploration whose arm
 	// misses by its interval is left at once, one that misses on its mean alone, meets with less
-	// BE, or is undecided is held stableGap, and no move for BE's sake (an exploration, a known
-	// better arm, at the limit one as close with more BE) comes sooner. Over 48 seeds of 1200 windows of each
-	// workload of TestTimeInMissingArms and the frontier.
+	// BE, or is undecided is held stableGap, and no exploration or move to a known better arm comes
+	// sooner. At the limit, where every arm misses, its moves are outside this. Over 48 seeds of
+	// 1200 windows of each workload of TestTimeInMissingArms, the frontier and every arm missing alike.
 	ladder := []time.Duration{time.Microsecond, 50 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 3 * time.Millisecond}
 	runs := map[string]func(seed uint64) []Decision{
 		"every arm missing alike": func(seed uint64) []Decision {

@@ -145,7 +145,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		if a.Target = s.Objective.Target(ref); a.Target > 0 && enough(a.pts, a.reqs) {
 			a.Latency = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
 			a.Ratio, a.pts, a.reqs, a.Counted = float64(a.Latency)/float64(a.Target), nil, 0, true
-			c.counted++
+			c.counted[k]++
 			e := c.est(c.cur)
 			e.lc[k] = cmp.Or(e.lc[k], &stats.Forgetting{})
 			e.lc[k].Add(a.Ratio)
