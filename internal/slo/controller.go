@@ -41,7 +41,7 @@ const (
 	maxAccumulate = 30                     // windows one measurement is expected within (a request a second counts in 20): undecided for two, an arm is left
 	idleAfter     = 10                     // windows with no LC sample before the safe arm (a slow LC is quiet a few); of pauses, before its reference is learnt beside BE
 	budget        = 0.1                    // of any minute BE may be stopped to learn LCs alone; of windows a settled search explores
-	stableGap     = 30 * time.Second       // once converged, least time after a change before another for BE's sake or an exploration's end but for a miss by its interval: a steady LC that meets sees an arm change at most this often
+	stableGap     = 30 * time.Second       // once converged, least time from a change to another but to protect the LC: a steady LC that meets sees a change at most this often
 	priorWeight   = 2                      // measurements the prior scatter weighs as: two that happen to agree do not make a noisy LC steady
 	priorScatter  = 0.1                    // a measurement's relative scatter until learnt; how much better than a measured neighbour an unmeasured arm may be
 	gateShare     = 0.75                   // BE's share with the gate over without, until measured (only the order counts)
@@ -246,9 +246,8 @@ func (c *Controller) step(d *Decision, o Observation) {
 	}
 }
 
-// exploring measures the arm explored until it meets, misses, or is undecided for two measurements; one missing on
-// average once measured anew is left then: adopting takes an interval, leaving does not (where nothing meets, all may).
-// Once converged it is left sooner than stableGap only for a miss by its interval: going back is a second change.
+// exploring measures the arm explored until it meets, misses, or is undecided for two measurements; one missing on average once measured
+// anew is left then: adopting takes an interval, leaving does not (where nothing meets, all may); once converged, within stableGap only by its interval.
 func (c *Controller) exploring(d *Decision) {
 	switch f := c.feasibility(c.cur); {
 	case f == infeasible:
@@ -293,7 +292,7 @@ func (c *Controller) settled(d *Decision) {
 	if c.nextExplore == 0 && (!ok || c.left[a].n > 0) {
 		c.nextExplore = max(c.tick, c.moved+int(stableGap/c.opts.Window)) // converged (nothing to explore, or an arm explored again): explorations budgeted, the first stableGap after the last change
 	}
-	if ok && c.tick >= c.nextExplore && !c.steadying() && (c.missed == 0 || c.tick-c.missed >= int(stableGap/c.opts.Window)) { // after a miss the search holds stableGap before it explores again (two more changes)
+	if ok && c.tick >= c.nextExplore && !c.steadying() && (c.missed == 0 || c.tick-c.missed >= int(stableGap/c.opts.Window)) { // after a miss, stableGap before the next exploration (two more changes)
 		c.enter(Phase{Kind: Exploring, From: c.cur, Limit: c.phase.Limit})
 		c.to(d, CauseExplore, a, fmt.Sprintf("LC at %.2fx its objective under %v: trying %v, which might meet it with %s", c.worstMean(c.cur), c.cur, a, c.shareText(a)))
 		return
@@ -305,12 +304,10 @@ func (c *Controller) settled(d *Decision) {
 	c.keep(d, CauseWithin, "within objectives")
 }
 
-// missesOn: every objective is measured under the arm in force, and one that misses on its mean has n measurements made there
-// (another LC's, or another objective's of the same requests, are not this one's).
+// missesOn: every objective is measured under the arm in force, and one missing on its mean has n measurements of its own there.
 func (c *Controller) missesOn(n int) bool {
 	return c.worstMean(c.cur) > 1 && slices.ContainsFunc(slices.Collect(maps.Keys(c.active)), func(k string) bool {
-		e := c.est(c.cur).lc[k]
-		return c.counted[k] >= n && e.Mean() > 1
+		return c.counted[k] >= n && c.est(c.cur).lc[k].Mean() > 1
 	})
 }
 
@@ -319,8 +316,7 @@ func (c *Controller) steadying() bool {
 	return c.nextExplore > 0 && c.tick-c.moved < int(stableGap/c.opts.Window)
 }
 
-// undecided keeps measuring an arm that may miss, and leaves it once it has missed on average over two measurements made
-// under it and two measurements' span of windows (a slow LC's first may take all of that span: one is no average).
+// undecided keeps measuring an arm that may miss, and leaves it once it has missed on average over two measurements' span and two of its own.
 func (c *Controller) undecided(d *Decision) {
 	if c.tick-c.moved >= 2*maxAccumulate && c.missesOn(2) {
 		c.rescue(d)
