@@ -50,8 +50,8 @@
 #                tpot_p50<=1.10x) under SLO mode alone for 480 s after the
 #                lead-in (its search converges in 4-5 minutes in the
 #                simulator, then three to count): the report's arm line
-#                gives the changes after the search converged and the most
-#                in any 30 s, its daemon table when the first window counted
+#                gives the changes after the search converged, each by its
+#                cause, and the most in any 30 s, its daemon table when the first window counted
 #                and the most BE was stopped in a minute (~9 min: STEADY:575)
 #
 #   PARTS=gpt2-fixed REP=1 scripts/gpu-run-self.sh

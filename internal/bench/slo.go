@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -60,6 +61,9 @@ type SLOSample struct {
 	BEStopped bool `json:"be_stopped,omitempty"`
 	// Converged: the daemon's search had converged (its explorations budgeted).
 	Converged bool `json:"converged,omitempty"`
+	// Cause is the cause of the daemon's last arm change (violation,
+	// explore, ...): whether a change protected the LC or sought BE.
+	Cause string `json:"change_cause,omitempty"`
 	// LC is each LC process as the status showed it.
 	LC []SLOLCSample `json:"lc,omitempty"`
 }
@@ -106,6 +110,9 @@ func parseSLOStatus(b []byte) (SLOSample, error) {
 	s := SLOSample{BETimeslice: st.BETimeslice, Arm: st.Arm, BEShare: st.BEShare, WorstLC: st.WorstLC, Changes: st.Changes, BEStopped: len(st.BEStopped) > 0}
 	if st.Last != nil {
 		s.Aligned, s.Window, s.Converged = &st.Last.Aligned, st.Last.Window, st.Last.Converged
+	}
+	if st.LastChange != nil {
+		s.Cause = st.LastChange.Cause
 	}
 	for _, l := range st.LC {
 		s.LC = append(s.LC, SLOLCSample{PID: l.PID, Objective: l.Objective, Source: l.Source, Samples: l.Samples, P50Us: l.P50Us, LatencyUs: l.LatencyUs,
@@ -372,6 +379,9 @@ func sloLine(ss []SLOSample, measureStartNs, changeNs int64) string {
 				when = "converged in the lead-in"
 			}
 			line += fmt.Sprintf("; %s: %d changes over the %v after", when, last.Changes-after[0].Changes, time.Duration(last.MonoNs-after[0].MonoNs).Round(time.Second))
+			if cs := causes(after); cs != "" {
+				line += " (" + cs + ")"
+			}
 			if time.Duration(last.MonoNs-after[0].MonoNs) >= 2*steadySpan {
 				line += fmt.Sprintf(", at most %d in any %v", mostChanges(after, steadySpan), steadySpan)
 			}
@@ -401,6 +411,18 @@ func mostChanges(ss []SLOSample, span time.Duration) int {
 		most = max(most, ss[j].Changes-ss[i].Changes)
 	}
 	return most
+}
+
+// causes lists the causes of the changes ss shows, in order; of changes
+// between two reads only the last one's is known.
+func causes(ss []SLOSample) string {
+	var out []string
+	for i := 1; i < len(ss); i++ {
+		if n := ss[i].Changes - ss[i-1].Changes; n > 0 {
+			out = append(out, cmp.Or(ss[i].Cause, "?")+map[bool]string{true: fmt.Sprintf(" (+%d before it, unread)", n-1)}[n > 1])
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // afterChange is the settings in ss from changeNs on, each with the time

@@ -858,12 +858,19 @@ func TestMostChanges(t *testing.T) {
 	if line := sloLine(ss, 0, 0); !strings.Contains(line, "4 changes, at most 1 in any 30s of 3m0s") || strings.Contains(line, "converged") {
 		t.Errorf("line %q", line)
 	}
-	// The daemon's search converges 100 s in: what follows is counted apart (must-show 5).
+	// The daemon's search converges 100 s in: what follows is counted apart (must-show 5), each
+	// change named by its cause, as the last read after it shows it.
 	for i := range ss {
 		ss[i].Converged = i >= 100
+		ss[i].Cause = map[bool]string{true: "explore", false: "violation"}[i/45%2 == 0]
 	}
-	if line := sloLine(ss, 0, 0); !strings.Contains(line, "; converged 100s in: 2 changes over the 1m20s after, at most 1 in any 30s") {
+	if line := sloLine(ss, 0, 0); !strings.Contains(line, "; converged 100s in: 2 changes over the 1m20s after (violation, explore), at most 1 in any 30s") {
 		t.Errorf("line %q", line)
+	}
+	// Two changes between reads: the first's cause is not known; nor one a daemon did not say.
+	two := []SLOSample{{Changes: 0}, {Changes: 2, Cause: "violation"}, {Changes: 2, Cause: "violation"}, {Changes: 3, Cause: "explore"}, {Changes: 4}}
+	if got := causes(two); got != "violation (+1 before it, unread), explore, ?" {
+		t.Errorf("causes %q", got)
 	}
 	for i := range ss {
 		ss[i].Converged = true
