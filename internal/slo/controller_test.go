@@ -875,3 +875,29 @@ func TestGateCostNotInReference(t *testing.T) {
 		})
 	}
 }
+
+// TestReferenceSaysItsAge: the status gives how long ago a reference last learnt, since under a gate
+// arm, or beside a BE that never idles once it is learnt, it learns nothing (an H200 run read the LC's
+// own drift against one 124 s old). It fails with the age left out or counted from another window.
+func TestReferenceSaysItsAge(t *testing.T) {
+	tests := []struct {
+		name     string
+		each     func(i int, g *SimGPU)
+		min, max time.Duration
+	}{
+		{"BE idles half of every 8 windows", dutyIdle, 4 * time.Second, 4 * time.Second}, // the last window, 299, is 4 past the last idle one
+		{"BE never idles", nil, time.Minute, 4 * time.Minute},                            // learnt in pauses (20 requests, 5 a pause, a pause a minute), then never
+	}
+	obj := mustObjective(t, "p50<=1.10x")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ds := play(newController(t, Options{}), NewSimGPU(3), slowLLM, obj, 300, tt.each)
+			ref := ds[len(ds)-1].LC[0].Reference
+			_, after, ok := strings.Cut(ref, "its last sample ")
+			age, err := time.ParseDuration(strings.TrimSuffix(after, " ago"))
+			if !ok || err != nil || age < tt.min || age > tt.max {
+				t.Fatalf("reference %q: want its last sample %v-%v ago", ref, tt.min, tt.max)
+			}
+		})
+	}
+}

@@ -80,7 +80,7 @@ func (r *reference) String(c *Controller) string {
 	if r.value == 0 {
 		return fmt.Sprintf("%s: learning (%d of %d samples, %d of %d requests)", what, stats.Weight(r.pts), minSamples, r.reqs, minRequests)
 	}
-	return fmt.Sprintf("%s %v", what, r.value.Round(time.Microsecond))
+	return fmt.Sprintf("%s %v, its last sample %v ago", what, r.value.Round(time.Microsecond), time.Duration(c.tick-r.gotAt)*c.opts.Window) // a gate arm teaches it nothing: how stale it is
 }
 
 // shortest is the arm references are learnt under beside BE: the shortest rung BE's minimum allows, no gate, hinted.
