@@ -877,8 +877,8 @@ func TestGateCostNotInReference(t *testing.T) {
 }
 
 // TestReferenceSaysItsAge: the status gives how long ago a reference last learnt, since under a gate
-// arm, or beside a BE that never idles once it is learnt, it learns nothing (an H200 run read the LC's
-// own drift against one 124 s old). It fails with the age left out or counted from another window.
+// arm, or beside a BE that never idles once it is learnt, it learns nothing and an LC that drifts is
+// judged against an older self. It fails with the age left out or counted from another window.
 func TestReferenceSaysItsAge(t *testing.T) {
 	tests := []struct {
 		name     string

@@ -247,9 +247,8 @@ func BenchmarkProbeToggleCost(b *testing.B) {
 	lib, progs := buildWithFakeCUDA(b, "toggleapp", "lcapp")
 	for _, mode := range []string{"none", "always", "between", "between,perf-counter", "between,multi-counter"} {
 		b.Run(mode, func(b *testing.B) {
-			mode := mode // b.Run calls this more than once: the loop's own stays as named
-			if counter, ok := strings.CutPrefix(mode, "between,"); ok {
-				mode = "between"
+			toggle, counter, beside := strings.Cut(mode, ",") // "between,perf-counter": toggled between, a counter beside
+			if beside {
 				be := startLCApp(b, progs[1]) // the second process, the library mapped, waiting for its go
 				c := openLaunchCounter(b)
 				if counter == "multi-counter" && !c.multi {
@@ -288,7 +287,7 @@ func BenchmarkProbeToggleCost(b *testing.B) {
 			var armed atomic.Bool // the launch probes are attached
 			var detaching atomic.Bool
 			var detachNs, detaches atomic.Int64
-			if mode != "none" {
+			if toggle != "none" {
 				tr = openTracer(b, Options{Probes: []Probe{{Symbol: "cuLaunchKernel", Role: RoleLaunch}}, PerProcess: true})
 				if err := tr.AttachProcess(pid, lib); err != nil {
 					b.Fatal(err)
@@ -296,7 +295,7 @@ func BenchmarkProbeToggleCost(b *testing.B) {
 				armed.Store(true)
 				go func() {
 					for range tr.Events() { // a request's first launch: its probes off, as the gate's arm loop
-						if mode == "between" && armed.Load() && detaching.CompareAndSwap(false, true) {
+						if toggle == "between" && armed.Load() && detaching.CompareAndSwap(false, true) {
 							go func() {
 								t0 := time.Now()
 								tr.DetachProcess(pid)
@@ -318,7 +317,7 @@ func BenchmarkProbeToggleCost(b *testing.B) {
 					b.Fatalf("toggleapp said %q: %v", sc.Text(), err)
 				}
 				off, cpu = append(off, time.Duration(max(0, wall-c))), append(cpu, time.Duration(c))
-				if mode == "between" { // its end: the probes back on before the next request
+				if toggle == "between" { // its end: the probes back on before the next request
 					for detaching.Load() {
 						time.Sleep(time.Millisecond)
 					}
