@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/api/server"
+	"github.com/gpreempt/gpreempt/internal/daemon/pause"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo"
 )
@@ -16,13 +17,14 @@ import (
 // fakeSteerer records what SLO mode tells the gate; heldSince: each BE (by pid) held without a
 // break since then.
 type fakeSteerer struct {
-	holds, undelimited, selfGated map[int]bool
-	heldSince                     map[int]time.Duration
+	holds, undelimited, selfGated, traps map[int]bool
+	heldSince                            map[int]time.Duration
 }
 
 func (f *fakeSteerer) Steer(h map[int]bool)   { f.holds = maps.Clone(h) }
 func (f *fakeSteerer) Delimits(pid int) bool  { return !f.undelimited[pid] }
 func (f *fakeSteerer) SelfGated(pid int) bool { return f.selfGated[pid] }
+func (f *fakeSteerer) Traps(pid int) bool     { return f.traps[pid] }
 func (f *fakeSteerer) HeldSince(be policy.ProcRef, t time.Duration) bool {
 	at, ok := f.heldSince[be.PID]
 	return ok && at <= t
@@ -292,6 +294,54 @@ func TestSLOLoopBEIdleUnderTheGate(t *testing.T) {
 		if grew := st.LC[0].Pending - before; grew != want || !g.holds[100] {
 			t.Errorf("held from %v into the window: BE idle under %s added %d requests toward the arm's measurement (pending %d): want %d",
 				held, st.Arm, grew, st.LC[0].Pending, want)
+		}
+	}
+}
+
+// TestSLOLoopGateTrapsKeepReferences: under the gate's arm, a window in which BE idled teaches an
+// LC's reference only where the gate says its launches do not trap through its requests (its
+// probes come off for each): where they trap, the LC under the gate is not the LC alone.
+func TestSLOLoopGateTrapsKeepReferences(t *testing.T) {
+	pol := strings.NewReplacer("%s", policy.GateOn, "p50<=12ms", "p50<=1.10x", "window: 1s", "window: 1s, calibrate: pause").Replace(gateArmPolicy)
+	for _, traps := range []bool{false, true} {
+		s, f := newShareRigOf(t, pol)
+		g := &fakeSteerer{traps: map[int]bool{100: traps}}
+		s.loop.Gate, s.loop.Pause = g, &pause.Pauser{Proc: t.TempDir()} // references learnt alone; BE idles, so none is stopped
+		s.Tick(s.Start(200, policy.Process{Comm: "trainer"}) + time.Second)
+		s.loop.Step(s.Now)
+		const alone = 10_000 // BE's launches a second
+		for range 4 {
+			f.N[200] += alone
+			s.window(llmDecodeLC, true)
+		}
+		s.Start(100, policy.Process{Comm: "lc-server"})
+		s.Tick(s.Now)
+		step := func(i int) string { // BE idles the first half of every 8 windows, works the second, as --be-duty 8s
+			s.Now += time.Second
+			r, share := llmDecodeLC.AtArm(slo.Arm{BETimeslice: s.beTimeslice(), Gate: g.holds[100]})
+			if i%8 < 4 {
+				r = 1
+			} else {
+				f.N[200] += uint64(share * alone)
+			}
+			s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
+				LatencyUs: map[string]float64{"p50": float64(llmDecodeLC.Baseline) * r / 1e3}}})
+			s.loop.Step(s.Now)
+			s.Tick(s.Now)
+			return s.loop.Status().LC[0].Reference
+		}
+		i := 0
+		for ; i < 60 && !g.holds[100]; i++ {
+			step(i)
+		}
+		if !g.holds[100] {
+			t.Fatalf("traps %v: no gate arm in 60 windows: %+v", traps, s.loop.Status().Last)
+		}
+		for ; i%8 != 2; i++ { // into BE's idle half, a window past the move
+			step(i)
+		}
+		if ref := step(i); strings.Contains(ref, "its last sample 0s ago") == traps || !g.holds[100] {
+			t.Errorf("traps %v: BE idle under %s: reference %q, want it learnt there: %v", traps, s.loop.Status().Arm, ref, !traps)
 		}
 	}
 }

@@ -56,6 +56,7 @@ type LCSample struct {
 	Points     []stats.Weighted // the window's own values of the objective's metric, or its quantile over its count
 	Requests   int              // the requests Points come from, where one gives several (tokens); 0: each weight is one
 	Standalone time.Duration    // the reference, if known; else it is learnt
+	GateTraps  bool             // under the gate it does not run as alone: its launch probes stay on through its requests, or its engine gates itself
 }
 
 // Observation is one window under the arm in force, and what may be chosen next.

@@ -91,20 +91,34 @@ func TestSlowLCWindowsAccumulate(t *testing.T) {
 
 func TestTokensCountWithin20Windows(t *testing.T) {
 	// A request a second of 16 tokens, a tpot_ objective: counts within 20 windows, but not
-	// before minRequests requests (a request's tokens move together).
+	// before minRequests requests (a request's tokens move together). Where its reference is
+	// learnt while BE idles, as under --be-duty 8s on the GPU (3 whole windows of every 8 idle:
+	// the idle half is not aligned to the windows; BE seen idling in a lead-in before the LC
+	// came), it counts within 20 windows too, whatever the duty's phase: an arm's 10 requests
+	// come at 5 a cycle, and a reference of 10 at 3 a cycle would take 27 windows.
 	w := slowLLM
 	w.Requests, w.PerRequest = 16, true
 	w.Baseline = 12 * time.Millisecond
-	c := newController(t, Options{NoPause: true})
-	g := NewSimGPU(2)
-	g.Standalone = true
-	ds := play(c, g, w, mustObjective(t, "tpot_p50<=1.10x"), 20, nil)
-	first := slices.IndexFunc(ds, func(d Decision) bool { return d.LC[0].Counted })
-	if first < 0 {
-		t.Fatal("no window counted in 20 windows of 16 tokens")
-	}
-	if first < minRequests-1 {
-		t.Errorf("counted in window %d, from fewer than %d requests", first+1, minRequests)
+	const leadIn = 16
+	for phase := range 9 {
+		given := phase == 8
+		t.Run(map[bool]string{true: "reference given", false: fmt.Sprintf("duty phase %d", phase)}[given], func(t *testing.T) {
+			g := NewSimGPU(2)
+			g.Standalone = given
+			ds := play(newController(t, Options{}), g, w, mustObjective(t, "tpot_p50<=1.10x"), leadIn+20, func(i int, g *SimGPU) {
+				g.Idle, g.Missing = !given && (i+phase)%8 >= 5, i < leadIn
+			})[leadIn:]
+			first := slices.IndexFunc(ds, func(d Decision) bool { return len(d.LC) > 0 && d.LC[0].Counted })
+			if first < 0 {
+				t.Fatalf("no window counted in 20 windows of 16 tokens (%s)", ds[len(ds)-1].LC[0].Reference)
+			}
+			if first < minRequests-1 {
+				t.Errorf("counted in window %d, from fewer than %d requests", first+1, minRequests)
+			}
+			if stopped := slices.ContainsFunc(ds, func(d Decision) bool { return d.PauseBE }); stopped && !given {
+				t.Errorf("BE stopped to learn a reference while it idles of its own accord")
+			}
+		})
 	}
 }
 
@@ -899,5 +913,39 @@ func TestReferenceSaysItsAge(t *testing.T) {
 				t.Fatalf("reference %q: want its last sample %v-%v ago", ref, tt.min, tt.max)
 			}
 		})
+	}
+}
+
+// TestReferenceLearntUnderGateWhereProbesComeOff: an LC whose launch probes come off for each of
+// its requests runs as alone under a gate arm, so its reference learns there from BE's idle
+// windows and follows the LC's own drift (15% slower alone from window 150), where one frozen
+// since the last arm without the gate would read the drift as BE's doing. It fails with the
+// reference learnt under arms without the gate only (frozen minutes old, 13% under the LC alone).
+func TestReferenceLearntUnderGateWhereProbesComeOff(t *testing.T) {
+	w := Workload{
+		Name: "probes-off-decode", Baseline: 40 * time.Millisecond, Noise: 0.05, ShareNoise: 0.01, Requests: 20,
+		Points: []Point{{time.Microsecond, 1.22, 0.8, false}, {200 * time.Microsecond, 1.3, 0.96, false}, {3 * time.Millisecond, 1.6, 0.98, false}},
+		Gated:  []Point{{time.Microsecond, 1.04, 0.85, false}, {3 * time.Millisecond, 1.06, 0.94, false}},
+	}
+	for seed := uint64(1); seed <= 4; seed++ {
+		c := newController(t, Options{})
+		g := NewSimGPU(seed)
+		g.Gate = true
+		var gated int
+		each := func(i int, g *SimGPU) { dutyIdle(i, g); gated += map[bool]int{true: 1}[c.Arm().Gate] }
+		obj := mustObjective(t, "p50<=1.10x")
+		play(c, g, w, obj, 150, each)
+		slow := w
+		slow.Baseline = w.Baseline * 115 / 100
+		ds := play(c, g, slow, obj, 250, each)
+		if gated < 300 {
+			t.Fatalf("seed %d: %d windows of 400 under a gate arm: the test needs the search there", seed, gated)
+		}
+		ref := ds[len(ds)-1].LC[0].Reference
+		v, _, _ := strings.Cut(strings.TrimPrefix(ref, "standalone (BE stopped or idle) "), ",")
+		got, err := time.ParseDuration(v)
+		if err != nil || !strings.HasSuffix(ref, "its last sample 2s ago") || math.Abs(float64(got)/float64(slow.Baseline)-1) > 0.05 {
+			t.Errorf("seed %d: reference %q, want the LC alone, %v within 5%%, learnt 2 s ago (the duty's last idle window)", seed, ref, slow.Baseline)
+		}
 	}
 }

@@ -92,9 +92,9 @@ func (c *Controller) shortest() Arm {
 	}
 }
 
-// requests: how many requests s's points come from; enough: whether p from n requests is a measurement.
-func requests(s LCSample) int               { return cmp.Or(s.Requests, stats.Weight(s.Points)) }
-func enough(p []stats.Weighted, n int) bool { return stats.Weight(p) >= minSamples && n >= minRequests }
+// requests: how many requests s's points come from; enough: whether p from n requests, m at least, is a measurement.
+func requests(s LCSample) int                  { return cmp.Or(s.Requests, stats.Weight(s.Points)) }
+func enough(p []stats.Weighted, n, m int) bool { return stats.Weight(p) >= minSamples && n >= m }
 
 // measure folds each sample into its reference (whenever the LC runs so) or the arm in force's measurement; BE share where BE ran.
 func (c *Controller) measure(d *Decision, o Observation) {
@@ -103,8 +103,8 @@ func (c *Controller) measure(d *Decision, o Observation) {
 	mixed := drain || c.moved == c.tick-1 && !o.Aligned
 	alone := asked && o.BEPaused && !drain || o.BEIdle && !asked
 	underArm := !alone && !mixed && !asked
-	bare := !c.cur.Gate // the LC as its users run it alone: the gate's probes trap each launch, a cost of sharing
-	if o.BEIdle && bare {
+	bare := func(s LCSample) bool { return !c.cur.Gate || !s.GateTraps } // the LC as its users run it alone: a gate's traps are a cost of sharing
+	if o.BEIdle && !slices.ContainsFunc(o.LC, func(s LCSample) bool { return !bare(s) }) {
 		c.idleAt = c.tick
 	}
 	c.quiet++
@@ -121,9 +121,9 @@ func (c *Controller) measure(d *Decision, o Observation) {
 			if r = c.refFor(s); n > 0 {
 				r.last = c.tick
 			}
-			if alone && bare && r.how == objective.Standalone || r.how == objective.Shortest && !mixed && !asked && c.cur == c.shortest() {
+			if alone && bare(s) && r.how == objective.Standalone || r.how == objective.Shortest && !mixed && !asked && c.cur == c.shortest() {
 				r.pts, r.reqs, r.gotAt = append(r.pts, s.Points...), r.reqs+requests(s), c.tick
-				if old := r.value; enough(r.pts, r.reqs) {
+				if old := r.value; enough(r.pts, r.reqs, minRequests/2) { // one of many its mean takes, where an arm's is judged alone
 					r.est.Add(float64(stats.WeightedQuantile(r.pts, s.Objective.Quantile)))
 					r.value, r.pts, r.reqs = time.Duration(r.est.Mean()), nil, 0
 					if s.Objective.Relative() { // an absolute objective's estimates are ratios to its bound, not to this
@@ -142,7 +142,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		if s.Objective.Reference != objective.Shortest && (r == nil || r.how == objective.Standalone) {
 			a.ref = ref
 		}
-		if a.Target = s.Objective.Target(ref); a.Target > 0 && enough(a.pts, a.reqs) {
+		if a.Target = s.Objective.Target(ref); a.Target > 0 && enough(a.pts, a.reqs, minRequests) {
 			a.Latency = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
 			a.Ratio, a.pts, a.reqs, a.Counted = float64(a.Latency)/float64(a.Target), nil, 0, true
 			c.counted[k]++

@@ -46,7 +46,8 @@ type Workload struct {
 	// LC request (nil: as Points); Unhinted with hint engines told not to
 	// pre-preempt (nil: as Points, which then need no hints).
 	Gated, Unhinted []Point
-	// GatedAlone is the LC alone under the gate over alone without it (0: 1): its launch probes' traps.
+	// GatedAlone is the LC alone under the gate over alone without it: its launch probes' traps through
+	// its requests (0: 1, they come off for each, as the gate reports).
 	GatedAlone float64
 }
 
@@ -210,7 +211,7 @@ func (g *SimGPU) WindowArm(w Workload, obj objective.Objective, a, prev Arm) Obs
 	for i := range vals {
 		vals[i] = time.Duration(scale * g.host(w) * math.Exp(cmp.Or(w.Spread, 0.02)*g.rng.NormFloat64()))
 	}
-	s := LCSample{Key: cmp.Or(g.Key, "lc"), Owner: g.Owner, Objective: obj}
+	s := LCSample{Key: cmp.Or(g.Key, "lc"), Owner: g.Owner, Objective: obj, GateTraps: w.GatedAlone != 0}
 	if w.PerRequest {
 		s.Requests = 1
 	}

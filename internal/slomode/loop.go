@@ -246,9 +246,8 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 		if !s.started { // one started in this window has its arms applied and nothing judged; an idle one is told there was no LC (and falls back)
 			// Without BE: every BE of the search held stopped through the window (or by someone else, or gone; or none).
 			obs.BEPaused = s.pausing && (len(s.bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(s.bes, func(p policy.ProcRef) bool { return !l.Pause.Still(p) }))
-			obs.BEShare = signal.BEShare(rates, s.bes) // NaN without rates
-			// Idle of its own accord: every BE has a rate, of 0, and none was held by the gate all window.
-			obs.BEIdle = !s.pausing && len(s.bes) > 0 &&
+			obs.BEShare = signal.BEShare(rates, s.bes)   // NaN without rates
+			obs.BEIdle = !s.pausing && len(s.bes) > 0 && // of its own accord: every BE has a rate, of 0, and none was held by the gate all window
 				!slices.ContainsFunc(s.bes, func(b policy.ProcRef) bool { r, ok := rates[b.Key()]; return !ok || r.Rate > 0 }) &&
 				!(s.ctl.Arm().Gate && l.Gate != nil && slices.ContainsFunc(s.bes, func(b policy.ProcRef) bool { return l.Gate.HeldSince(b, prev) }))
 			obs.Aligned = prev > 0 && s.live() && !s.lagged

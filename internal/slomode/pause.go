@@ -14,8 +14,7 @@ func (l *Loop) pausing() bool {
 // pauseFor keeps stopped (max at most) the BE of live searches learning an LC alone, resumes the rest; one whose BE won't stop calibrates beside.
 func (l *Loop) pauseFor(max time.Duration) {
 	wants := func(s *search) bool { return l.Pause != nil && s.decided != nil && s.decided.PauseBE && s.live() }
-	why := ""
-	var keep []policy.ProcRef
+	why, keep := "", []policy.ProcRef(nil)
 	for _, s := range l.sorted() {
 		if wants(s) {
 			keep = append(keep, s.bes...)

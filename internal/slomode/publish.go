@@ -68,6 +68,7 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 				row.Signal = "refused: this LC is never quiet, so its traced latency is per step; use a tpot_ objective, or push or scrape its requests"
 			default:
 				if sample := lcSample(s, o, p, key, &row); sample != nil {
+					sample.GateTraps = l.Gate == nil || l.Gate.Traps(p.PID) // under a hold, not as alone
 					w.samples = append(w.samples, *sample)
 				}
 			}
@@ -124,8 +125,7 @@ func (l *Loop) publish(pol *policy.Policy, samples map[int]lcWindow, all []polic
 	told, holds, gateOn := map[int]bool{}, map[int]bool{}, l.Gate != nil && pol.Gate.Mode != policy.GateOff
 	for _, s := range l.sorted() {
 		d, ss, arm := s.decided, &s.status, s.ctl.Arm()
-		// Engines pre-preempt as the arm says where it is an arm; elsewhere below slo.prepreempt_below.
-		pre := arm.Prepreempt || s.prepreempt == 0 && (pol.SLO.PrepreemptBelow <= 0 || arm.BETimeslice < pol.SLO.PrepreemptBelow)
+		pre := arm.Prepreempt || s.prepreempt == 0 && (pol.SLO.PrepreemptBelow <= 0 || arm.BETimeslice < pol.SLO.PrepreemptBelow) // as the arm says, else below prepreempt_below
 		// An engine takes a word other than its last answer at its next push: pre-preemption (l.told), the gate where it gates itself (l.held).
 		s.lagged = slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool {
 			_, engine := l.engines[p.PID]

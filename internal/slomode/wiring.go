@@ -17,8 +17,7 @@ type Reconciler interface {
 	LearnGPUs() // reads again which GPUs each process is on
 	InClass(n class.Name) []policy.ProcRef
 	Outside(n class.Name) []policy.ProcRef
-	// SetBETimeslices gives the BE processes per names (by ProcRef.Key) their timeslice (of one weight), def every other; unset: the policy's.
-	SetBETimeslices(def tsg.Opt[time.Duration], per map[string]tsg.Opt[time.Duration])
+	SetBETimeslices(def tsg.Opt[time.Duration], per map[string]tsg.Opt[time.Duration]) // the BE per names (by ProcRef.Key) theirs, def every other; unset: the policy's
 }
 
 // Pauser stops BE processes while an LC is learnt alone (SIGSTOP through pidfds; a watchdog resumes them past max).
@@ -37,6 +36,7 @@ type Steerer interface {
 	Delimits(pid int) bool                             // it sees the LC's requests end (else a hold runs to its limit: BE stopped, no request held)
 	SelfGated(pid int) bool                            // the LC's engine gates itself, taking the arm's gate at its next push
 	HeldSince(be policy.ProcRef, t time.Duration) bool // be held without a break since t
+	Traps(pid int) bool                                // under a hold the LC's launches trap through its requests (launch probes kept), or its engine gates itself
 }
 
 // Metrics publishes the status after each window (searches' Last: this window's), and how many BE are held stopped as that changes.

@@ -736,6 +736,9 @@ func TestGateLaunchProbesAuto(t *testing.T) {
 			if kept := r.g.Stats().ProbesKept; kept != map[bool]int{true: 1}[tt.keptWhileHeld] {
 				t.Errorf("status: %d LCs keep their launch probes, want it iff kept", kept)
 			}
+			if got := r.g.Traps(10); got != tt.keptWhileHeld { // SLO mode learns no reference under the gate for an LC whose launches trap
+				t.Errorf("the LC's launches trap through its requests: %v, want %v", got, tt.keptWhileHeld)
+			}
 			if got := strings.Contains(log.String(), "kept on"); got != tt.logs {
 				t.Errorf("log %q: a line on keeping them %v, want %v", log.String(), got, tt.logs)
 			}
@@ -825,6 +828,9 @@ func TestGatePushedSelfGated(t *testing.T) {
 	r.g.followLCs(nil)
 	if s := r.g.Stats(); s.LCs != 0 {
 		t.Errorf("an LC that gates itself is still followed: %+v", s)
+	}
+	if !r.g.Traps(10) { // its spinner holds the GPU under the gate: not the LC alone
+		t.Error("an LC that gates itself runs as alone under the gate")
 	}
 	r.launch(10, 1)
 	if r.pause.isStopped(20) {
