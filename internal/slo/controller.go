@@ -280,8 +280,9 @@ func (c *Controller) settled(d *Decision) {
 		c.rescue(d)
 		return
 	}
-	if best, ok := c.best(); ok && best != c.cur && (f != feasible || c.share(best) > c.share(c.cur)+margin && !c.steadying()) {
-		why := map[bool]string{true: fmt.Sprintf("%v is not known to meet every objective: ", c.cur)}[f != feasible]
+	held := c.steadying() && c.worstMean(c.cur) <= 1 // meeting on its mean: an interval that straddles is no miss to protect from
+	if best, ok := c.best(); ok && best != c.cur && !held && (f != feasible || c.share(best) > c.share(c.cur)+margin) {
+		why := map[bool]string{true: fmt.Sprintf("%v is not known to meet every objective (LC at %.2fx): ", c.cur, c.worstMean(c.cur))}[f != feasible]
 		c.to(d, CauseKnownBetter, best, why+fmt.Sprintf("%v meets every objective with %s", best, c.shareText(best)))
 		return
 	}

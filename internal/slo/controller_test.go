@@ -173,7 +173,7 @@ func TestTimeInMissingArms(t *testing.T) {
 		{perRequestLLM, "tpot_p50<=1.10x", true, 0.10, 0.70},
 		{slowLLM, "p50<=1.10x", true, 0.30, 0.62},
 		{slowLLM, "p50<=1.10x", false, 0.20, 0.62},
-		{EagerPyTorchH100, "p50<=1.05x", false, 0.15, 0.80},
+		{EagerPyTorchH100, "p50<=1.05x", false, 0.17, 0.80}, // measured each window: the hold keeps an arm that meets on its mean 30 s (13% without)
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s %s duty %v", tt.w.Name, tt.obj, tt.duty), func(t *testing.T) {
@@ -818,10 +818,16 @@ func TestSteadyChangesApartButForViolations(t *testing.T) {
 }
 
 // protective: d changed the arm to protect the LC, not for BE: off an arm that misses (by its interval, or on average
-// once held and measured: not an exploration's mean) or is not known to meet; or at the limit, where every arm misses.
+// once held and measured: not an exploration's mean) or is not known to meet and misses on its mean (or has none); or at
+// the limit, where every arm misses.
 func protective(d Decision) bool {
+	var mean float64
+	_, after, unknown := strings.Cut(d.Reason, "not known to meet every objective (LC at ")
+	if n, _ := fmt.Sscanf(after, "%fx)", &mean); n == 1 {
+		unknown = mean > 1
+	}
 	return d.Cause == CauseViolation && !strings.Contains(d.Reason, "misses on average") || d.Cause == CauseAtLimit ||
-		d.Cause == CauseKnownBetter && strings.Contains(d.Reason, "not known to meet")
+		d.Cause == CauseKnownBetter && unknown
 }
 
 // gatedDecode is a CUDA-graph decode LC whose hundreds of launches a request each trap under
