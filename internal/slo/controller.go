@@ -144,7 +144,7 @@ type Controller struct {
 	active             map[string]int    // objective keys by the window they last gave a sample
 	refs               map[string]*reference
 	left               map[Arm]backoff
-	quiet, idleAt      int              // windows in a row without an LC sample; the last BE idled through of its own accord, without the gate
+	quiet, idleAt      int              // windows in a row without an LC sample; the last BE idled through of its own accord, its LCs as alone
 	minShare           float64          // no arm chosen may be known to give BE less (Observation.MinBEShare)
 	stops              map[int][]string // the windows of the last minute BE was stopped through, and the owners of the LCs it was for
 	nextExplore        int              // the first window a settled search may explore in (0: not converged yet: not held back)
@@ -280,9 +280,9 @@ func (c *Controller) settled(d *Decision) {
 		c.rescue(d)
 		return
 	}
-	held := c.steadying() && c.worstMean(c.cur) <= 1 // meeting on its mean: an interval that straddles is no miss to protect from
+	held := c.steadying() && !c.phase.Limit && c.worstMean(c.cur) <= 1 // meeting on its mean: an interval that straddles is no miss to protect from
 	if best, ok := c.best(); ok && best != c.cur && !held && (f != feasible || c.share(best) > c.share(c.cur)+margin) {
-		why := map[bool]string{true: fmt.Sprintf("%v is not known to meet every objective (LC at %.2fx): ", c.cur, c.worstMean(c.cur))}[f != feasible]
+		why := map[bool]string{true: fmt.Sprintf("%s%v is not known to meet every objective (LC at %.2fx): ", map[bool]string{true: "at the limit, "}[c.phase.Limit], c.cur, c.worstMean(c.cur))}[f != feasible]
 		c.to(d, CauseKnownBetter, best, why+fmt.Sprintf("%v meets every objective with %s", best, c.shareText(best)))
 		return
 	}

@@ -78,9 +78,9 @@ func (r *reference) String(c *Controller) string {
 		what = fmt.Sprintf("beside BE under %v%s", c.shortest().BETimeslice, map[bool]string{true: fmt.Sprintf(" (no sample in %d windows alone)", r.silent)}[r.silent >= idleAfter])
 	}
 	if r.value == 0 {
-		return fmt.Sprintf("%s: learning (%d of %d samples, %d of %d requests)", what, stats.Weight(r.pts), minSamples, r.reqs, minRequests)
+		return fmt.Sprintf("%s: learning (%d of %d samples, %d of %d requests)", what, stats.Weight(r.pts), minSamples, r.reqs, minRequests/2)
 	}
-	return fmt.Sprintf("%s %v, its last sample %v ago", what, r.value.Round(time.Microsecond), time.Duration(c.tick-r.gotAt)*c.opts.Window) // a gate arm teaches it nothing: how stale it is
+	return fmt.Sprintf("%s %v, its last sample %v ago", what, r.value.Round(time.Microsecond), time.Duration(c.tick-r.gotAt)*c.opts.Window) // a gate arm with probes kept teaches it nothing: how stale it is
 }
 
 // shortest is the arm references are learnt under beside BE: the shortest rung BE's minimum allows, no gate, hinted.
@@ -104,7 +104,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 	alone := asked && o.BEPaused && !drain || o.BEIdle && !asked
 	underArm := !alone && !mixed && !asked
 	bare := func(s LCSample) bool { return !c.cur.Gate || !s.GateTraps } // the LC as its users run it alone: a gate's traps are a cost of sharing
-	if o.BEIdle && !slices.ContainsFunc(o.LC, func(s LCSample) bool { return !bare(s) }) {
+	if o.BEIdle && (!c.cur.Gate || len(o.LC) > 0 && !slices.ContainsFunc(o.LC, func(s LCSample) bool { return !bare(s) })) {
 		c.idleAt = c.tick
 	}
 	c.quiet++

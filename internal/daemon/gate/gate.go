@@ -238,12 +238,12 @@ func (g *Gate) Delimits(pid int) bool {
 func (g *Gate) SelfGated(pid int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.keepsProbesLocked(pid) || g.selfGated[pid]
+	return g.selfGated[pid]
 }
 
 // Traps reports whether LC pid, held, does not run as it would alone: its launches trap through its
 // requests (launch probes kept), or its engine gates itself. Probes that come off for each request
-// cost it only the launches until the detach ends (~200 of a 250 ms eager decode on the H200).
+// cost it only the launches until the detach ends (~170 of a 250 ms eager decode on the H200).
 func (g *Gate) Traps(pid int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -739,6 +739,9 @@ func TestGateLaunchProbesAuto(t *testing.T) {
 			if got := r.g.Traps(10); got != tt.keptWhileHeld { // SLO mode learns no reference under the gate for an LC whose launches trap
 				t.Errorf("the LC's launches trap through its requests: %v, want %v", got, tt.keptWhileHeld)
 			}
+			if r.g.SelfGated(10) { // kept probes are no engine's gate: its windows do not lag a change of arm
+				t.Error("an LC that keeps its launch probes counted as gating itself")
+			}
 			if got := strings.Contains(log.String(), "kept on"); got != tt.logs {
 				t.Errorf("log %q: a line on keeping them %v, want %v", log.String(), got, tt.logs)
 			}
