@@ -253,42 +253,21 @@ func TestSLOLoopLagFromWhatWasTold(t *testing.T) {
 // hold began only after the window did is not (BE had a moment).
 func TestSLOLoopBEIdleUnderTheGate(t *testing.T) {
 	for _, held := range []time.Duration{-1, 0, 500 * time.Millisecond} { // none, from before the window, from half way
-		s, f := newShareRigOf(t, strings.Replace(gateArmPolicy, "%s", policy.GateOn, 1))
 		g := &fakeSteerer{heldSince: map[int]time.Duration{}}
-		s.loop.Gate = g
-		s.Tick(s.Start(200, policy.Process{Comm: "trainer"}) + time.Second)
-		s.loop.Step(s.Now)
-		const alone = 10_000 // BE's launches a second
-		for range 4 {
-			f.N[200] += alone
-			s.window(llmDecodeLC, true)
-		}
-		s.Start(100, policy.Process{Comm: "lc-server"})
-		s.Tick(s.Now)
-		step := func(requests uint64, beWorks bool) {
-			s.Now += time.Second
-			r, share := llmDecodeLC.AtArm(slo.Arm{BETimeslice: s.beTimeslice(), Gate: g.holds[100]})
-			if beWorks {
-				f.N[200] += uint64(share * alone)
-			}
-			s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: requests,
-				LatencyUs: map[string]float64{"p50": float64(llmDecodeLC.Baseline) * r / 1e3}}})
-			s.loop.Step(s.Now)
-			s.Tick(s.Now)
-		}
+		s, step := gateDutyRig(t, strings.Replace(gateArmPolicy, "%s", policy.GateOn, 1), g, false)
 		for i := 0; i < 60 && !g.holds[100]; i++ {
-			step(50, true)
+			step(50, true, false)
 		}
 		if !g.holds[100] {
 			t.Fatalf("held %v: no gate arm in 60 windows: %+v", held, s.loop.Status().Last)
 		}
 		// Windows of 5 requests: a measurement needs 4 of them under the arm.
-		step(5, true)
+		step(5, true, false)
 		if held >= 0 {
 			g.heldSince[200] = s.Now + held // the window after this one began at s.Now
 		}
 		before := s.loop.Status().LC[0].Pending
-		step(5, false)
+		step(5, false, false)
 		st := s.loop.Status()
 		want := map[bool]int{false: 0, true: 5}[held == 0]
 		if grew := st.LC[0].Pending - before; grew != want || !g.holds[100] {
@@ -298,49 +277,64 @@ func TestSLOLoopBEIdleUnderTheGate(t *testing.T) {
 	}
 }
 
+// gateDutyRig is the share rig with the gate g (and a Pauser where pauses), a trainer (pid 200)
+// learnt alone over 4 windows and an LC (pid 100) just started; step plays one window of the LC's
+// requests under the arm in force (at its baseline where alone) and BE's launches where it works.
+func gateDutyRig(t *testing.T, pol string, g *fakeSteerer, pauses bool) (*sloRig, func(requests uint64, beWorks, alone bool)) {
+	s, f := newShareRigOf(t, pol)
+	s.loop.Gate = g
+	if pauses {
+		s.loop.Pause = &pause.Pauser{Proc: t.TempDir()}
+	}
+	s.Tick(s.Start(200, policy.Process{Comm: "trainer"}) + time.Second)
+	s.loop.Step(s.Now)
+	const rate = 10_000 // BE's launches a second, alone
+	for range 4 {
+		f.N[200] += rate
+		s.window(llmDecodeLC, true)
+	}
+	s.Start(100, policy.Process{Comm: "lc-server"})
+	s.Tick(s.Now)
+	return s, func(requests uint64, beWorks, alone bool) {
+		s.Now += time.Second
+		r, share := llmDecodeLC.AtArm(slo.Arm{BETimeslice: s.beTimeslice(), Gate: g.holds[100]})
+		if beWorks {
+			f.N[200] += uint64(share * rate)
+		}
+		if alone {
+			r = 1
+		}
+		s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: requests,
+			LatencyUs: map[string]float64{"p50": float64(llmDecodeLC.Baseline) * r / 1e3}}})
+		s.loop.Step(s.Now)
+		s.Tick(s.Now)
+	}
+}
+
 // TestSLOLoopGateTrapsKeepReferences: under the gate's arm, a window in which BE idled teaches an
 // LC's reference only where the gate says its launches do not trap through its requests (its
 // probes come off for each): where they trap, the LC under the gate is not the LC alone.
 func TestSLOLoopGateTrapsKeepReferences(t *testing.T) {
 	pol := strings.NewReplacer("%s", policy.GateOn, "p50<=12ms", "p50<=1.10x", "window: 1s", "window: 1s, calibrate: pause").Replace(gateArmPolicy)
 	for _, traps := range []bool{false, true} {
-		s, f := newShareRigOf(t, pol)
 		g := &fakeSteerer{traps: map[int]bool{100: traps}}
-		s.loop.Gate, s.loop.Pause = g, &pause.Pauser{Proc: t.TempDir()} // references learnt alone; BE idles, so none is stopped
-		s.Tick(s.Start(200, policy.Process{Comm: "trainer"}) + time.Second)
-		s.loop.Step(s.Now)
-		const alone = 10_000 // BE's launches a second
-		for range 4 {
-			f.N[200] += alone
-			s.window(llmDecodeLC, true)
-		}
-		s.Start(100, policy.Process{Comm: "lc-server"})
-		s.Tick(s.Now)
-		step := func(i int) string { // BE idles the first half of every 8 windows, works the second, as --be-duty 8s
-			s.Now += time.Second
-			r, share := llmDecodeLC.AtArm(slo.Arm{BETimeslice: s.beTimeslice(), Gate: g.holds[100]})
-			if i%8 < 4 {
-				r = 1
-			} else {
-				f.N[200] += uint64(share * alone)
-			}
-			s.loop.Push(100, api.Stats{Window: &LatencyWindow{DurationMs: 1000, Requests: 50,
-				LatencyUs: map[string]float64{"p50": float64(llmDecodeLC.Baseline) * r / 1e3}}})
-			s.loop.Step(s.Now)
-			s.Tick(s.Now)
+		s, step := gateDutyRig(t, pol, g, true) // references learnt alone; BE idles, so none is stopped
+		// BE idles the first half of every 8 windows and works the second, as --be-duty 8s.
+		duty := func(i int) string {
+			step(50, i%8 >= 4, i%8 < 4)
 			return s.loop.Status().LC[0].Reference
 		}
 		i := 0
 		for ; i < 60 && !g.holds[100]; i++ {
-			step(i)
+			duty(i)
 		}
 		if !g.holds[100] {
 			t.Fatalf("traps %v: no gate arm in 60 windows: %+v", traps, s.loop.Status().Last)
 		}
 		for ; i%8 != 2; i++ { // into BE's idle half, a window past the move
-			step(i)
+			duty(i)
 		}
-		if ref := step(i); strings.Contains(ref, "its last sample 0s ago") == traps || !g.holds[100] {
+		if ref := duty(i); strings.Contains(ref, "its last sample 0s ago") == traps || !g.holds[100] {
 			t.Errorf("traps %v: BE idle under %s: reference %q, want it learnt there: %v", traps, s.loop.Status().Arm, ref, !traps)
 		}
 	}
