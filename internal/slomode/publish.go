@@ -119,9 +119,8 @@ func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key str
 func (l *Loop) publish(pol *policy.Policy, samples map[int]lcWindow, all []policy.ProcRef, per map[string]tsg.Opt[time.Duration]) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	st := api.SLO{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(),
-		Ladder: fmtLadder(pol.SLO.Rungs()), MinBEShare: pol.SLO.MinBEShare, Calibrate: map[bool]string{true: "pause", false: "shortest"}[l.conf.pause > 0],
-		Prepreempt: true}
+	st := api.SLO{Enabled: true, Window: pol.SLO.Window.String(), Safe: l.conf.safe.String(), SharedFloor: l.conf.floor.String(), Prepreempt: true,
+		Ladder: fmtLadder(pol.SLO.Rungs()), MinBEShare: pol.SLO.MinBEShare, Calibrate: map[bool]string{true: "pause", false: "shortest"}[l.conf.pause > 0]}
 	told, holds, gateOn := map[int]bool{}, map[int]bool{}, l.Gate != nil && pol.Gate.Mode != policy.GateOff
 	for _, s := range l.sorted() {
 		d, ss, arm := s.decided, &s.status, s.ctl.Arm()
