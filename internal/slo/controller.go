@@ -280,10 +280,9 @@ func (c *Controller) settled(d *Decision) {
 		c.rescue(d)
 		return
 	}
-	// Once converged, an arm that meets on its mean is left within stableGap only on two measurements of its own, as an undecided one.
-	held := c.steadying() && !c.phase.Limit && c.worstMean(c.cur) <= 1 && slices.ContainsFunc(slices.Collect(maps.Keys(c.active)), func(k string) bool { return c.counted[k] < 2 })
+	held := c.steadying() && c.worstMean(c.cur) <= 1 // meeting on its mean (at the limit, atLimit moves): an interval that straddles is no miss to protect from
 	if best, ok := c.best(); ok && best != c.cur && !held && (f != feasible || c.share(best) > c.share(c.cur)+margin) {
-		why := map[bool]string{true: fmt.Sprintf("%s%v is not known to meet every objective (LC at %.2fx): ", map[bool]string{true: "at the limit, "}[c.phase.Limit], c.cur, c.worstMean(c.cur))}[f != feasible]
+		why := map[bool]string{true: fmt.Sprintf("%v is not known to meet every objective (LC at %.2fx): ", c.cur, c.worstMean(c.cur))}[f != feasible]
 		c.to(d, CauseKnownBetter, best, why+fmt.Sprintf("%v meets every objective with %s", best, c.shareText(best)))
 		return
 	}

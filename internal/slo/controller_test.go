@@ -173,7 +173,7 @@ func TestTimeInMissingArms(t *testing.T) {
 		{perRequestLLM, "tpot_p50<=1.10x", true, 0.10, 0.70},
 		{slowLLM, "p50<=1.10x", true, 0.30, 0.62},
 		{slowLLM, "p50<=1.10x", false, 0.20, 0.62},
-		{EagerPyTorchH100, "p50<=1.05x", false, 0.15, 0.80},
+		{EagerPyTorchH100, "p50<=1.05x", false, 0.17, 0.80}, // 12.7% without the hold on an arm meeting on its mean: seed 7 then stays on 2 ms, as seeds 14 and 24 do either way
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s %s duty %v", tt.w.Name, tt.obj, tt.duty), func(t *testing.T) {
@@ -755,6 +755,49 @@ func TestAtLimitKeepsAnArmMeasuredAnew(t *testing.T) {
 	}
 }
 
+// TestHoldKeepsAnArmMeetingOnItsMean: once converged, within stableGap of a change, an arm whose
+// interval straddles the objective while its mean meets is kept, where a known better arm would
+// have taken the LC off it (on the H200 two gate arms swapped so, 16 s apart); it is left where
+// its mean misses, past stableGap, or at the limit, for the closest arm (here the one known to
+// meet). It fails without the hold, with it on a mean that misses, or past stableGap.
+func TestHoldKeepsAnArmMeetingOnItsMean(t *testing.T) {
+	cur, known := Arm{BETimeslice: 200 * time.Microsecond}, Arm{BETimeslice: 500 * time.Microsecond}
+	const k = "lc p50<=1.1x"
+	tests := []struct {
+		name     string
+		measured []float64 // the arm in force's measurements, ratios to the target
+		limit    bool
+		since    int // windows since the last change
+		leaves   bool
+	}{
+		{"meets on its mean, within 30 s", []float64{0.78, 1.12}, false, 10, false},
+		{"misses on its mean", []float64{0.90, 1.20}, false, 10, true},
+		{"meets on its mean, at the limit", []float64{0.78, 1.12}, true, 10, true},
+		{"meets on its mean, past 30 s", []float64{0.78, 1.12}, false, 30, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newController(t, Options{})
+			c.active[k] = 0
+			for a, ms := range map[Arm][]float64{cur: tt.measured, known: {0.8, 0.8, 0.8, 0.8}} {
+				c.est(a).lc[k] = &stats.Forgetting{}
+				for _, m := range ms {
+					c.est(a).lc[k].Add(m)
+				}
+			}
+			if f := c.feasibility(cur); f != possible || c.feasibility(known) != feasible {
+				t.Fatalf("feasibility %v of the arm in force, want it undecided, the other known to meet", f)
+			}
+			c.phase, c.cur, c.tick, c.nextExplore = Phase{Kind: Settled, Limit: tt.limit}, cur, 100, 1000 // converged
+			c.moved = c.tick - tt.since
+			var d Decision
+			if c.settled(&d); d.Changed != tt.leaves || tt.leaves && c.cur != known {
+				t.Errorf("in force %v (changed %v: %s), want it left for %v: %v", c.cur, d.Changed, d.Reason, known, tt.leaves)
+			}
+		})
+	}
+}
+
 func TestSteadyChangesApartButForViolations(t *testing.T) {
 	// Must-show 5 in the simulator: once converged (from the first decision that says so), an arm
 	// change within 30 windows of the last comes only to protect the LC: an exploration whose arm
@@ -819,7 +862,7 @@ func TestSteadyChangesApartButForViolations(t *testing.T) {
 
 // protective: d changed the arm to protect the LC, not for BE: off an arm that misses (by its interval, or on average
 // once held and measured: not an exploration's mean) or is not known to meet and misses on its mean (or has none); or at
-// the limit, where every arm misses, to the closest or to one become known to meet.
+// the limit, where every arm misses.
 func protective(d Decision) bool {
 	var mean float64
 	_, after, unknown := strings.Cut(d.Reason, "not known to meet every objective (LC at ")
@@ -827,7 +870,7 @@ func protective(d Decision) bool {
 		unknown = !(mean <= 1) // NaN: no mean
 	}
 	return d.Cause == CauseViolation && !strings.Contains(d.Reason, "misses on average") || d.Cause == CauseAtLimit ||
-		d.Cause == CauseKnownBetter && (unknown || strings.HasPrefix(d.Reason, "at the limit, "))
+		d.Cause == CauseKnownBetter && unknown
 }
 
 // gatedDecode is a CUDA-graph decode LC whose hundreds of launches a request each trap under
@@ -868,6 +911,12 @@ func TestGateCostNotInReference(t *testing.T) {
 		}, "lc2"},
 		{"the same, the LC giving no sample in the first idle window of each", func(i int, g *SimGPU) {
 			g.Idle, g.Missing = i%8 >= 4, i%8 == 4 // a window without its sample says nothing of how it runs under the gate
+			if i == 150 {
+				g.Key = "lc2"
+			}
+		}, "lc2"},
+		{"the same, its sample there empty", func(i int, g *SimGPU) {
+			g.Idle, g.Empty = i%8 >= 4, i%8 == 4
 			if i == 150 {
 				g.Key = "lc2"
 			}

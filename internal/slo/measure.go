@@ -104,7 +104,8 @@ func (c *Controller) measure(d *Decision, o Observation) {
 	alone := asked && o.BEPaused && !drain || o.BEIdle && !asked
 	underArm := !alone && !mixed && !asked
 	bare := func(s LCSample) bool { return !c.cur.Gate || !s.GateTraps } // the LC as its users run it alone: a gate's traps are a cost of sharing
-	if o.BEIdle && (!c.cur.Gate || len(o.LC) > 0 && !slices.ContainsFunc(o.LC, func(s LCSample) bool { return !bare(s) })) {
+	given := func(s LCSample) bool { return stats.Weight(s.Points) > 0 } // a window without its sample says nothing of how it runs
+	if o.BEIdle && (!c.cur.Gate || slices.ContainsFunc(o.LC, given) && !slices.ContainsFunc(o.LC, func(s LCSample) bool { return given(s) && !bare(s) })) {
 		c.idleAt = c.tick
 	}
 	c.quiet++

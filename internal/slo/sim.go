@@ -126,8 +126,9 @@ func at(ps []Point, ts time.Duration) (lcRatio, beShare float64) {
 // by request. Deterministic for a seed.
 type SimGPU struct {
 	rng *rand.Rand
-	// Missing drops the LC signal (no requests reported) while true.
-	Missing bool
+	// Missing drops the LC signal (no requests reported) while true; Empty
+	// reports the LC's sample with no values (a window it ended no request in).
+	Missing, Empty bool
 	// Key names the simulated LC process ("lc" when empty): a new key is
 	// a new process; Owner its tenant.
 	Key, Owner string
@@ -223,6 +224,9 @@ func (g *SimGPU) WindowArm(w Workload, obj objective.Objective, a, prev Arm) Obs
 	}
 	if g.Standalone {
 		s.Standalone = w.Baseline
+	}
+	if g.Empty {
+		s.Points, s.Requests = nil, 0
 	}
 	o.LC = []LCSample{s}
 	return o
