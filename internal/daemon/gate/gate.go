@@ -243,7 +243,7 @@ func (g *Gate) SelfGated(pid int) bool {
 
 // Traps reports whether LC pid, held, does not run as it would alone: its launches trap through its
 // requests (launch probes kept), or its engine gates itself. Probes that come off for each request
-// cost it only the launches until the detach ends (~170 of a 250 ms eager decode on the H200).
+// cost it only the launches until the detach ends, a small part of a request longer than a detach.
 func (g *Gate) Traps(pid int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
