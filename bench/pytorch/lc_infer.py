@@ -174,6 +174,8 @@ def main():
     def request_body(hint):
         t0, c0 = time.monotonic_ns(), time.thread_time_ns()
         ev_start.record()
+        # Its first CUDA call has returned: a traced request starts inside it, after the dispatch before it.
+        t_first = time.monotonic_ns()
         x.copy_(x_host, non_blocking=True)
         forward()
         ev_end.record()
@@ -187,7 +189,7 @@ def main():
         t1 = time.monotonic_ns()
         gpu_ns = int(ev_start.elapsed_time(ev_end) * 1e6)
         # c1 - c0: this thread's CPU time over the request's own span.
-        return t0, t_issued, t1, gpu_ns, c1 - c0
+        return t0, t_first, t_issued, t1, gpu_ns, c1 - c0
 
     for _ in range(max(args.warmup, 1)):
         request(gp.request("infer", expected_prep_us) if gp else None)
@@ -208,7 +210,7 @@ def main():
     def lead_one():
         prep = lo if hi <= lo else lead_rng.randint(lo, hi)
         spin_until(time.monotonic_ns() + prep)
-        t0, _, t1, _, _ = request(gp.request("infer", expected_prep_us) if gp else None)
+        t0, _, _, t1, _, _ = request(gp.request("infer", expected_prep_us) if gp else None)
         if pusher:
             pusher.record(t1 - t0)
 
@@ -229,11 +231,12 @@ def main():
         prep = lo if hi <= lo else rng.randint(lo, hi)
         hint = gp.request("infer", expected_prep_us) if gp else None
         spin_until(now + prep)
-        t0, t_issued, t1, gpu_ns, cpu_ns = request(hint)
+        t0, t_first, t_issued, t1, gpu_ns, cpu_ns = request(hint)
         samples.append({
             "arrival_mono_ns": arrival,
             "prep_ns": prep,
             "launch_call_ns": t_issued - t0,
+            "first_call_ns": t_first - t0,
             "latency_ns": t1 - t0,
             "gpu_ns": gpu_ns,
             "cpu_ns": cpu_ns,  # this thread's CPU time in the request

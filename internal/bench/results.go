@@ -31,6 +31,9 @@ type LCSample struct {
 	PrepNs int64 `json:"prep_ns"`
 	// LaunchCallNs is the time spent inside the launch call itself.
 	LaunchCallNs int64 `json:"launch_call_ns"`
+	// FirstCallNs is when the request's first CUDA call returned, after its start
+	// (lc_infer.py; 0: not stamped): a traced request starts inside that call.
+	FirstCallNs int64 `json:"first_call_ns,omitempty"`
 	// LatencyNs is the request's latency: from just before the launch call
 	// to the return of the stream synchronization.
 	LatencyNs int64 `json:"latency_ns"`

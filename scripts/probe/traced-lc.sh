@@ -41,7 +41,8 @@ wait $P
 kill -CONT $B 2>/dev/null; kill $B 2>/dev/null; wait $B 2>/dev/null
 # Over each phase's traced span (its first traced request's start to its last's end; attaching
 # and detaching the probes take seconds the app runs on through): the traced p50 against the
-# app's p50 of its own requests that ended in that span.
+# app's p50 of its own requests that ended in that span, whole and, where the app stamps it, from
+# its first CUDA call's return (the app's dispatch before that call is no part of a traced request).
 python3 - "$f" $OUT/lc-$MODE$TAG.json <<'PY2' | tee -a "${f%.jsonl}.txt"
 import json, sys, statistics as st
 f, res = sys.argv[1:]
@@ -62,18 +63,21 @@ ends, prev = [], -1
 for s in json.load(open(res))["samples"]:
     end = max(s["arrival_mono_ns"], prev) + s["prep_ns"] + s["latency_ns"]
     prev = end
-    ends.append((end, s["latency_ns"] / 1e3))
+    # from its first CUDA call's return (lc_infer.py stamps it): a traced request starts inside that call
+    ends.append((end, s["latency_ns"] / 1e3, (s["latency_ns"] - s["first_call_ns"]) / 1e3 if s.get("first_call_ns") else None))
 for name, p in phases.items():
     r = p["reqs"]
     if not r:
         print(f"RESULT {f.rsplit('/', 1)[-1]} {name}: no traced request")
         continue
     lo, hi = min(x["start_ns"] for x in r), max(x["end_ns"] for x in r)
-    app = [l for e, l in ends if lo <= e <= hi]
+    app = [l for e, l, _ in ends if lo <= e <= hi]
+    first = [l for e, _, l in ends if lo <= e <= hi and l is not None]
     # a busy period of requests run back to back counts as each of them, at their mean
     n = sum(x.get("requests", 1) for x in r)
     t = st.median(x["latency_us"] / x.get("requests", 1) for x in r for _ in range(x.get("requests", 1)))
     a = st.median(app)
     print(f"RESULT {f.rsplit('/', 1)[-1]} {name}: traced p50 {t:.0f}us ({n} requests, {len(r)} busy periods, {p.get('steps', 0)} steps while never quiet), app p50 {a:.0f}us ({len(app)} requests ending in the traced span), "
-          f"traced/app {t / a:.2f}x; gap learnt in {sum(1 for x in p['learnt'] if x)} of {len(p['learnt'])} intervals with requests")
+          f"traced/app {t / a:.2f}x" + (f", app p50 from its first CUDA call's return {st.median(first):.0f}us, traced/that {t / st.median(first):.2f}x" if first else "") +
+          f"; gap learnt in {sum(1 for x in p['learnt'] if x)} of {len(p['learnt'])} intervals with requests")
 PY2
