@@ -124,12 +124,9 @@ func (c *Controller) measure(d *Decision, o Observation) {
 			}
 			if alone && bare(s) && r.how == objective.Standalone || r.how == objective.Shortest && !mixed && !asked && c.cur == c.shortest() {
 				r.pts, r.reqs, r.gotAt = append(r.pts, s.Points...), r.reqs+requests(s), c.tick
-				if old := r.value; enough(r.pts, r.reqs, minRequests/2) { // one of many its mean takes, where an arm's is judged alone
+				if enough(r.pts, r.reqs, minRequests/2) { // one of many its mean takes, where an arm's is judged alone
 					r.est.Add(float64(stats.WeightedQuantile(r.pts, s.Objective.Quantile)))
-					r.value, r.pts, r.reqs = time.Duration(r.est.Mean()), nil, 0
-					if s.Objective.Relative() { // an absolute objective's estimates are ratios to its bound, not to this
-						c.rescale(k, float64(old)/float64(r.value))
-					}
+					r.value, r.pts, r.reqs = time.Duration(r.est.Mean()), nil, 0 // arms measured before stay judged by the reference of their time: the LC drifts
 				}
 			}
 			ref = r.value
@@ -161,15 +158,6 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		c.est(c.cur).share.Add(o.BEShare)
 	}
 	d.Worst = c.worstMean(c.cur)
-}
-
-// rescale moves objective k's estimates, ratios to its reference, by f: the old one over the new (0: none).
-func (c *Controller) rescale(k string, f float64) {
-	for _, e := range c.arms {
-		if x := e.lc[k]; x != nil && f > 0 {
-			x.Sx, x.Sxx = x.Sx*f, x.Sxx*f*f
-		}
-	}
 }
 
 func (c *Controller) refFor(s LCSample) *reference {
