@@ -190,7 +190,7 @@ func TestTimeInMissingArms(t *testing.T) {
 					t.Fatalf("seed %d, window %d: %s, with no measurement since the exploration began", seed, d.Windows, d.Reason)
 				}
 				for i, d := range ds[60:] { // after the first minute, while BE works
-					if tt.duty && (i+60)%8 >= 4 {
+					if tt.duty && (i+61)%8 >= 4 { // d.Arm is in force the window after i
 						continue
 					}
 					r, s := tt.w.AtArm(d.Arm)
@@ -449,7 +449,8 @@ func TestBoundNamesAnAbsoluteMissedAlone(t *testing.T) {
 func TestArmJudgedByTheReferenceOfItsTime(t *testing.T) {
 	// The LC alone at 10 ms, then at 11 ms under the arm (1.00x of p50<=1.10x), then alone at
 	// 12 ms: the reference becomes 11 ms, and the arm's measurement stays 1.00x, a ratio to the
-	// LC alone as it ran then (its speed drifts); the next measurement, at 11 ms, is judged by 11 ms.
+	// reference as it stood when the measurement completed (the LC's speed drifts); the next
+	// measurement, at 11 ms, is judged by 11 ms.
 	// It fails with every estimate re-judged by the latest reference.
 	obj := mustObjective(t, "p50<=1.10x")
 	window := func(v time.Duration, idle bool) Observation {
@@ -467,15 +468,38 @@ func TestArmJudgedByTheReferenceOfItsTime(t *testing.T) {
 	if got := c.worstMean(arm); !(math.Abs(got-1) <= 0.01) {
 		t.Errorf("the arm's estimate %.3f after the reference moved to 11ms, want 1.000, its measurement's own", got)
 	}
-	d := c.Observe(window(11*time.Millisecond, false)) // under the arm the search moved to
-	if got, want := c.worstMean(d.Arm), 11/(1.1*11.0); d.Arm == arm || !(math.Abs(got-want) <= 0.01) || !(math.Abs(c.worstMean(arm)-1) <= 0.01) {
-		t.Errorf("%v measured at 11ms: %.3f, want %.3f; %v still %.3f, want 1.000", d.Arm, got, want, arm, c.worstMean(arm))
+	under := c.Arm() // the search moved on from arm
+	c.Observe(window(11*time.Millisecond, false))
+	if got, want := c.worstMean(under), 11/(1.1*11.0); under == arm || !(math.Abs(got-want) <= 0.01) || !(math.Abs(c.worstMean(arm)-1) <= 0.01) {
+		t.Errorf("%v measured at 11ms: %.3f, want %.3f; %v still %.3f, want 1.000", under, got, want, arm, c.worstMean(arm))
+	}
+}
+
+func TestReferenceBesideBEUnderAnotherArm(t *testing.T) {
+	// A reference learnt beside BE under the shortest arm, 1us (10 ms), then under 3ms once the
+	// floor rises there (10.5 ms): another reference, not the LC's drift, so it starts anew, and
+	// the arms judged by the last move once to it. It fails with the two blended and no move.
+	obj := mustObjective(t, "p50<=1.10x")
+	c := newController(t, Options{NoPause: true, Static: 3 * time.Millisecond})
+	var d Decision
+	for i := range 20 {
+		s := LCSample{Key: "lc", Objective: obj}
+		for range minSamples {
+			s.Points = append(s.Points, stats.Weighted{V: map[bool]time.Duration{true: 10 * time.Millisecond, false: 10500 * time.Microsecond}[c.Arm().BETimeslice == time.Microsecond], W: 1})
+		}
+		d = c.Observe(Observation{LC: []LCSample{s}, BEShare: 0.5, Aligned: true, MinBETimeslice: map[bool]time.Duration{true: 3 * time.Millisecond}[i >= 10]})
+	}
+	if got := d.LC[0].Reference; !strings.HasPrefix(got, "beside BE under 3ms 10.5ms") {
+		t.Errorf("reference %q, want beside BE under 3ms, 10.5ms", got)
+	}
+	if got, want := c.worstMean(Arm{BETimeslice: time.Microsecond}), 10/(1.1*10.5); !(math.Abs(got-want) <= 0.005) {
+		t.Errorf("1us, measured at 10ms by the reference under 1us: %.3f, want %.3f by the one under 3ms", got, want)
 	}
 }
 
 // TestArmsJudgedInTheirTimeThroughDrift: an eager decode LC whose CPU's speed, and so its
 // latency alone and beside BE alike, moves 1.5x in modes of about a minute (docs/GPU-FACTS.md),
-// under a BE that idles half the time: each arm is judged by the LC alone of its own time, and the
+// under a BE that idles half the time: each arm is judged by the reference of its own time, and the
 // search holds arms that miss little of BE's working time. Re-judged against the latest reference,
 // an arm measured in one mode read the LC's drift since (12.8% of BE's working windows).
 func TestArmsJudgedInTheirTimeThroughDrift(t *testing.T) {
@@ -485,7 +509,7 @@ func TestArmsJudgedInTheirTimeThroughDrift(t *testing.T) {
 	var missing, n float64
 	for seed := uint64(1); seed <= 24; seed++ {
 		for i, d := range play(newController(t, Options{}), NewSimGPU(seed), w, obj, 600, dutyIdle)[120:] {
-			if (i+120)%8 < 4 { // BE's working windows
+			if (i+121)%8 < 4 { // d.Arm is in force the window after i: BE's working ones
 				if r, _ := w.AtArm(d.Arm); r > obj.Inflation {
 					missing++
 				}

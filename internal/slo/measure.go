@@ -61,6 +61,8 @@ type reference struct {
 	reqs       int
 	est        stats.Forgetting // the measurements made so, in ns
 	value      time.Duration    // their mean; 0 while none
+	under      Arm              // beside BE: the shortest arm it is learnt under
+	was        time.Duration    // its value under the arm before: the arms' estimates move once from it to the first value under this
 	silent     int              // windows alone, of pauses that taught it nothing
 	gotAt      int              // the last window it took samples in
 	last       int              // the window its process last gave a sample
@@ -75,7 +77,7 @@ func (r *reference) learning(c *Controller, how string) bool {
 func (r *reference) String(c *Controller) string {
 	what := "standalone (BE stopped or idle)"
 	if r.how == objective.Shortest {
-		what = fmt.Sprintf("beside BE under %v%s", c.shortest().BETimeslice, map[bool]string{true: fmt.Sprintf(" (no sample in %d windows alone)", r.silent)}[r.silent >= idleAfter])
+		what = fmt.Sprintf("beside BE under %v%s", cmp.Or(r.under, c.shortest()).BETimeslice, map[bool]string{true: fmt.Sprintf(" (no sample in %d windows alone)", r.silent)}[r.silent >= idleAfter])
 	}
 	if r.value == 0 {
 		return fmt.Sprintf("%s: learning (%d of %d samples, %d of %d requests)", what, stats.Weight(r.pts), minSamples, r.reqs, minRequests/2)
@@ -123,10 +125,20 @@ func (c *Controller) measure(d *Decision, o Observation) {
 				r.last = c.tick
 			}
 			if alone && bare(s) && r.how == objective.Standalone || r.how == objective.Shortest && !mixed && !asked && c.cur == c.shortest() {
+				if r.how == objective.Shortest && r.under != c.cur { // beside BE under another arm: another reference, not the LC's drift
+					r.under, r.pts, r.reqs, r.est, r.was = c.cur, nil, 0, stats.Forgetting{}, r.value
+				}
 				r.pts, r.reqs, r.gotAt = append(r.pts, s.Points...), r.reqs+requests(s), c.tick
 				if enough(r.pts, r.reqs, minRequests/2) { // one of many its mean takes, where an arm's is judged alone
 					r.est.Add(float64(stats.WeightedQuantile(r.pts, s.Objective.Quantile)))
 					r.value, r.pts, r.reqs = time.Duration(r.est.Mean()), nil, 0 // arms measured before stay judged by the reference of their time: the LC drifts
+					// the arms judged by its value under the arm before move once to this one
+					for _, e := range c.arms {
+						if x := e.lc[k]; x != nil && r.was > 0 && s.Objective.Relative() {
+							x.Scale(float64(r.was) / float64(r.value))
+						}
+					}
+					r.was = 0
 				}
 			}
 			ref = r.value

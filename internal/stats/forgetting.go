@@ -17,6 +17,9 @@ func (e *Forgetting) Add(x float64) {
 // Decay multiplies every weight by f.
 func (e *Forgetting) Decay(f float64) { e.W, e.Sx, e.Sxx = e.W*f, e.Sx*f, e.Sxx*f }
 
+// Scale multiplies every observation by f.
+func (e *Forgetting) Scale(f float64) { e.Sx, e.Sxx = e.Sx*f, e.Sxx*f*f }
+
 // Mean is the weighted mean (NaN with no weight).
 func (e *Forgetting) Mean() float64 { return e.Sx / e.W }
 

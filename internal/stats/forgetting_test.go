@@ -29,6 +29,11 @@ func TestForgetting(t *testing.T) {
 	if e.W != 1.5 || e.Mean() != 2 {
 		t.Errorf("decay: %+v", e)
 	}
+	sd := e.SD(0, 0)
+	e.Scale(2) // every observation doubled: the mean and the scatter, not the weight
+	if e.W != 1.5 || e.Mean() != 4 || math.Abs(e.SD(0, 0)-2*sd) > 1e-12 {
+		t.Errorf("scale: %+v, SD %v, want %v", e, e.SD(0, 0), 2*sd)
+	}
 }
 
 func TestMostDeviant(t *testing.T) {
