@@ -889,6 +889,7 @@ func TestSteadyChangesApartButForViolations(t *testing.T) {
 			return play(newController(t, Options{}), NewSimGPU(seed), x.w, mustObjective(t, x.obj), 1200, each)
 		}
 	}
+	swaps := 0 // moves back to a known better arm left within 60 windows, as if nothing new were known of it
 	for name, run := range runs {
 		pairs := 0 // runs with two changes within 30 windows (docs/SLO.md quotes it: go test -v)
 		for seed := uint64(1); seed <= 48; seed++ {
@@ -904,6 +905,9 @@ func TestSteadyChangesApartButForViolations(t *testing.T) {
 			for j := 1; j < len(at); j++ {
 				first, second := tail[at[j-1]], tail[at[j]]
 				paired = paired || at[j]-at[j-1] < 30
+				if back := j >= 2 && second.Arm == tail[at[j-1]-1].Arm; back && second.Cause == CauseKnownBetter && at[j]-at[j-1] <= 60 {
+					swaps++
+				}
 				if at[j]-at[j-1] < 30 && !protective(second) {
 					t.Errorf("%s, seed %d: changes %d windows apart: %s (%s), then %s (%s)", name, seed, at[j]-at[j-1],
 						first.Cause, first.Reason, second.Cause, second.Reason)
@@ -915,6 +919,7 @@ func TestSteadyChangesApartButForViolations(t *testing.T) {
 		}
 		t.Logf("%s: %d of 48 converged runs have two changes within 30 windows, the second protecting the LC", name, pairs)
 	}
+	t.Logf("%d moves back to a known better arm left within 60 windows", swaps)
 }
 
 // protective: d changed the arm to protect the LC, not for BE: off an arm that misses (by its interval, or on average
