@@ -64,7 +64,7 @@ var requestsCommand = &cli.Command{
 			return err
 		}
 		err = runTrace(c, trace.Options{Probes: ps, PID: pid}, func(o *traceOut) traceHandler {
-			return &requestsTrace{out: o, pid: uint32(pid), each: c.Bool("each"), rec: rec, delim: request.NewDelimiter(uint32(pid), request.DelimiterConfig{})}
+			return &requestsTrace{out: o, pid: uint32(pid), each: c.Bool("each"), rec: rec, delim: request.NewDelimiter(uint32(pid), request.DelimiterConfig{Since: o.start})}
 		})
 		return errors.Join(err, rec.finish(err))
 	},

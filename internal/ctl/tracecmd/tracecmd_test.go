@@ -85,7 +85,7 @@ func rmSession(tb testing.TB) []trace.Event {
 // launches whose latencies spread from tens of microseconds (alone) to
 // hundreds (behind BE work).
 func requestSession() []trace.Event {
-	clock := tracetest.Clock{Now: traceStart}
+	clock := tracetest.Clock{Now: traceStart + uint64(30*time.Millisecond)} // quiet as the trace begins: its first request whole
 	var evs []trace.Event
 	for i, us := range []int{36, 38, 41, 35, 52, 61, 240, 420, 37, 39} {
 		evs = append(evs, tracetest.Request(lcServer, 1+i%3, time.Duration(us)*time.Microsecond, &clock)...)
@@ -98,7 +98,7 @@ func requestSession() []trace.Event {
 // behind its arrivals: three requests back to back, one busy period of
 // three requests' launches, counted as three (req×3).
 func behindSession() []trace.Event {
-	clock := tracetest.Clock{Now: traceStart}
+	clock := tracetest.Clock{Now: traceStart + uint64(30*time.Millisecond)} // quiet as the trace begins: its first request whole
 	var evs []trace.Event
 	for range 8 {
 		evs = append(evs, tracetest.Request(lcServer, 3, 40*time.Microsecond, &clock)...)

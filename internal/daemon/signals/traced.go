@@ -123,7 +123,8 @@ func (t *TracedLatency) Apply(ev trace.Event) {
 	}
 	d := t.delims[pid]
 	if d == nil {
-		d = request.NewDelimiter(c.PID, request.DelimiterConfig{Ceiling: t.Ceiling})
+		// Attached per process: a busy period under way as the probes went in is no request.
+		d = request.NewDelimiter(c.PID, request.DelimiterConfig{Ceiling: t.Ceiling, Since: uint64(max(t.since[pid], 0))})
 		t.delims[pid] = d
 	}
 	if r, ok := d.Apply(ev); ok {

@@ -340,10 +340,22 @@ func TestTracedLatencyFollow(t *testing.T) {
 	if !ok || s.Requests != 1 || s.Quantiles["max"] > 3*time.Millisecond {
 		t.Errorf("after the attach: %+v %v; want the one request that began after it (2 ms)", s, ok)
 	}
+	// Attached inside a busy period (its first call seen 1 ms after the attach, within its
+	// quiet gap): a piece of a request, not counted; the next, after a quiet gap, is.
+	tl.Roll(at(70*time.Second), []policy.ProcRef{b})
+	tl.Roll(at(131*time.Second), []policy.ProcRef{a, b})
+	clock.Now = uint64(131*time.Second + time.Millisecond)
+	feed(tracetest.Request(lc, 2, 40*time.Millisecond, clock))
+	clock.Now += uint64(100 * time.Millisecond)
+	feed(tracetest.Request(lc, 2, 2*time.Millisecond, clock))
+	tl.Roll(at(132*time.Second), []policy.ProcRef{a, b})
+	if s, ok := tl.Latest(100); !ok || s.Requests != 1 || s.Quantiles["max"] > 3*time.Millisecond {
+		t.Errorf("attached inside a busy period: %+v %v; want the one request after a quiet gap (2 ms)", s, ok)
+	}
 	// A new process under a's pid: a's probes go, the new one's come.
 	reused := policy.ProcRef{PID: 100, Start: 2, Comm: "lc-c"}
-	tl.Roll(at(64*time.Second), []policy.ProcRef{reused, b})
-	if !slices.Equal(f.detaches, []int{100, 100}) || !f.attached[100] || f.attaches != 5 {
+	tl.Roll(at(133*time.Second), []policy.ProcRef{reused, b})
+	if !slices.Equal(f.detaches, []int{100, 100, 100}) || !f.attached[100] || f.attaches != 6 {
 		t.Errorf("pid reused: detaches %v, %d tries", f.detaches, f.attaches)
 	}
 }

@@ -46,6 +46,12 @@ type DelimiterConfig struct {
 	// a decode's sampling between two tokens, sub-millisecond, is no
 	// quiet, or a decode loop would be cut per token).
 	Floor time.Duration
+	// Since, when set, is when the trace of the process began (the events'
+	// clock): its first busy period is a request only if its first call came
+	// a quiet gap after it; else the trace began inside it (a warmup, a
+	// backlog), and it is neither a request nor a size of one. Unset, the
+	// process is taken to be quiet as the trace begins.
+	Since uint64
 	// StepAfter is how long a busy period lasts without a quiet gap before
 	// the process counts as never quiet and is measured per step (default
 	// DefaultStepAfter).
@@ -139,8 +145,11 @@ type Delimiter struct {
 	sawBusy bool
 
 	// The busy period: open since start, launches in it, and its last
-	// synchronize return (end, 0: none yet).
+	// synchronize return (end, 0: none yet). partial: no quiet gap was
+	// seen before it (the trace began inside it, or inside a synchronize).
 	open      bool
+	partial   bool
+	opened    bool // a busy period opened since the trace began
 	start     uint64
 	first     string // the function that opened it
 	launches  int
@@ -275,12 +284,12 @@ func (d *Delimiter) Flush() (Request, bool) {
 func (d *Delimiter) close() (Request, bool) {
 	r := Request{PID: d.pid, TID: d.endTID, Comm: d.comm, Kind: KindRequest, Start: d.start, First: d.first, Launches: d.launches,
 		SyncEnter: d.syncEnter, End: d.end, Sync: d.sync, Result: d.result}
-	wasStep := d.mode == KindStep
-	d.open, d.launches, d.end, d.endTID, d.syncEnter, d.sync, d.result = false, 0, 0, 0, 0, "", 0
+	wasStep, partial := d.mode == KindStep, d.partial
+	d.open, d.partial, d.launches, d.end, d.endTID, d.syncEnter, d.sync, d.result = false, false, 0, 0, 0, 0, "", 0
 	clear(d.steps)
 	d.mode = KindRequest // quiet again: the next busy period is a request until it outlasts StepAfter
-	if wasStep || r.End == 0 {
-		return Request{}, false // measured per step, or served nothing
+	if wasStep || r.End == 0 || partial {
+		return Request{}, false // measured per step, served nothing, or begun before the trace saw it
 	}
 	if r.Requests = d.sizes.count(r.Launches); r.Requests > 1 {
 		return r, true
@@ -305,7 +314,7 @@ func (d *Delimiter) Apply(ev trace.Event) (Request, bool) {
 	switch e := ev.(type) {
 	case *trace.TaskExit:
 		if e.PID == d.pid {
-			d.open, d.launches, d.end = false, 0, 0
+			d.open, d.opened, d.launches, d.end = false, false, 0, 0
 			clear(d.syncing)
 			clear(d.steps)
 			d.last, d.lastTID, d.seen, d.lastCPU, d.lastBlocked = 0, 0, false, 0, 0
@@ -332,7 +341,8 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 	// A gap of CPU work ends nothing, and is learnt as a gap inside a
 	// request: the quiet gap is learnt above it.
 	busy, byTime := d.onCPU(e)
-	if d.quietBy(t) && d.open && !d.sawBusy && !busy {
+	quiet := d.quietBy(t)
+	if quiet && d.open && !d.sawBusy && !busy {
 		out, emitted = d.close()
 	}
 	d.expire(t)
@@ -342,7 +352,9 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 	d.sawBusy = false
 	opens := e.Kind == trace.CallEnter // a launch, queued work, or a synchronize of work whose launches were not seen
 	if !d.open && opens {
-		d.open, d.start, d.first = true, t, e.Symbol
+		// The first busy period is whole if the process was quiet for its gap since the trace began.
+		d.partial = !d.opened && d.cfg.Since != 0 && (t < d.cfg.Since || time.Duration(t-d.cfg.Since) < d.Gap() || d.seen && !quiet)
+		d.open, d.opened, d.start, d.first = true, true, t, e.Symbol
 	}
 	switch {
 	case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:

@@ -20,11 +20,10 @@ type sizes struct {
 	last [sizeWindow]int
 	n    int // filled
 	next int
-	// varies: the window held requests half a request or more apart (a
-	// busy period not divided, off every multiple of the median, counts as
-	// one): the process's requests differ in size (or launches were lost),
-	// and a busy period of k times the median may be one request; none is
-	// divided from then on.
+	// varies: the window held a request off every multiple of the median,
+	// or requests half a request apart: the process's requests differ in
+	// size (or launches were lost), and a busy period of k times the median
+	// may be one request; none is divided from then on.
 	varies bool
 	// m and spread are program()'s, worked out as the window changes.
 	m, spread int
@@ -43,17 +42,43 @@ func (s *sizes) add(launches int) {
 	s.next = (s.next + 1) % sizeWindow
 	s.n = min(s.n+1, sizeWindow)
 	if s.n == sizeWindow {
-		v := s.last
-		slices.Sort(v[:])
-		s.m, s.spread = v[sizeWindow/2], v[sizeWindow-1]-v[0]
-	}
-	if m, spread, ok := s.program(); ok && 2*spread >= m {
-		s.varies = true // the window itself holds requests half a request apart
+		var odd bool
+		s.m, s.spread, odd = judge(s.last)
+		s.varies = s.varies || odd
 	}
 }
 
-// program is the median request of the window and the range of all of
-// them; ok once the window is full.
+// judge works the program out from a full window: its median m, and the
+// range of the requests of about one m (spread). Busy periods of k
+// requests told apart before the median was known (a backlog as the
+// process starts) are multiples, as add treats them once it is known, not
+// evidence; odd: a request off every multiple, or requests half a request
+// apart.
+func judge(w [sizeWindow]int) (m, spread int, odd bool) {
+	v := w
+	slices.Sort(v[:])
+	m = v[sizeWindow/2]
+	if m <= 0 {
+		return 0, 0, false
+	}
+	lo, hi := m, m
+	for _, l := range v {
+		if (l+m/2)/m == 1 {
+			lo, hi = min(lo, l), max(hi, l)
+		}
+	}
+	spread = hi - lo
+	for _, l := range v {
+		k := (l + m/2) / m
+		if k == 0 || k >= 2 && (abs(l-k*m) > k*spread || 2*k*spread >= m) {
+			odd = true
+		}
+	}
+	return m, spread, odd || 2*spread >= m
+}
+
+// program is the median request of the window and the range of the
+// requests of about one median; ok once the window is full.
 func (s *sizes) program() (m, spread int, ok bool) {
 	return s.m, s.spread, s.n == sizeWindow && s.m > 0
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/trace"
 	"github.com/gpreempt/gpreempt/internal/trace/request"
 )
 
@@ -29,10 +30,15 @@ func TestSizesCount(t *testing.T) {
 		{"between two multiples", resnet, 226*2 + 100, 1},
 		// A decode of 6-12 steps: its requests' sizes say nothing of a longer busy period.
 		{"requests of varying size", []int{600, 1200, 800, 1000, 700, 1100, 900, 650}, 1800, 1},
-		{"two sizes in the window", []int{100, 200, 100, 100, 200, 100, 100, 100}, 200, 1},
-		// One request told apart at twice the others: the process's requests differ in size,
-		// and none is divided from then on, though the window holds one size again.
-		{"a double request seen once", append([]int{100, 100, 200, 100, 100, 100, 100, 100}, slices.Repeat([]int{100}, 8)...), 200, 1},
+		// A request of twice the steps has its fixed part (a prefill) once: off the multiple.
+		{"two sizes in the window", []int{100, 190, 100, 100, 190, 100, 100, 100}, 200, 1},
+		// One request told apart at about twice the others: the process's requests differ in
+		// size, and none is divided from then on, though the window holds one size again.
+		{"a double request seen once", append([]int{100, 100, 190, 100, 100, 100, 100, 100}, slices.Repeat([]int{100}, 8)...), 200, 1},
+		// Measured (H200): a Llama LC's first busy period traced was requests run back to back,
+		// told apart before 8 requests showed its program; exact multiples are a backlog then too.
+		{"a backlog told apart before the program was known", append([]int{3 * 33488}, llama[:7]...), 5 * 33488, 5},
+		{"two backlogs in the window", []int{100, 200, 100, 100, 300, 100, 100, 100}, 200, 2},
 		// A run too long to divide is no evidence that requests differ: two, later, are still two.
 		{"after a run too long to divide", append(append(slices.Clone(resnet), 226*60), resnet...), 226 + 228, 2},
 		// Off every multiple (a piece of one more: launches lost, or a trace detaching): none after.
@@ -82,20 +88,24 @@ func behind(n int, slow map[int]bool, steps func(i int) int) *workload {
 // one where its requests differ in size.
 func TestDelimiterBehind(t *testing.T) {
 	slow := map[int]bool{12: true, 13: true, 20: true, 21: true, 22: true}
+	// Behind at its start too: its first busy period, two requests, comes before 8 told apart.
+	early := map[int]bool{0: true, 12: true, 13: true, 20: true, 21: true, 22: true}
 	tests := []struct {
 		name    string
+		slow    map[int]bool
 		steps   func(int) int
 		counted bool
 	}{
-		{"one program", func(int) int { return 8 }, true},
-		{"requests of 6-12 steps", func(i int) int { return 6 + i*5%7 }, false},
+		{"one program", slow, func(int) int { return 8 }, true},
+		{"one program, behind at its start", early, func(int) int { return 8 }, true},
+		{"requests of 6-12 steps", slow, func(i int) int { return 6 + i*5%7 }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w := behind(30, slow, tt.steps)
+			w := behind(30, tt.slow, tt.steps)
 			d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
 			got := run(d, w.evs, ms, w.want[len(w.want)-1].End+time2ns(time.Second))
-			var together, counted int
+			var together, counted, apart, first int
 			for _, r := range got {
 				var in []request.Request
 				for _, x := range w.want {
@@ -110,8 +120,13 @@ func TestDelimiterBehind(t *testing.T) {
 					together++
 				}
 				want := 1
-				if tt.counted {
+				if tt.counted && apart >= 8 { // the program is known from 8 requests told apart
 					want = len(in)
+				} else if tt.counted {
+					first += len(in) - 1
+				}
+				if len(in) == 1 {
+					apart++
 				}
 				if r.Count() != want || r.Each() != r.Latency()/time.Duration(want) {
 					t.Errorf("busy period of %d requests (%d launches): count %d, each %v; want %d, each %v",
@@ -122,8 +137,56 @@ func TestDelimiterBehind(t *testing.T) {
 			if together < 2 {
 				t.Fatalf("%d busy periods of several requests: the workload should make 2", together)
 			}
-			if tt.counted && counted != len(w.want) {
+			if tt.counted && counted+first != len(w.want) {
 				t.Errorf("%d requests counted, want %d", counted, len(w.want))
+			}
+		})
+	}
+}
+
+// TestDelimiterTraceBeginsInside: a trace that begins inside a busy period
+// (the probes go in during a warmup or a backlog) sees a piece of it: no
+// request, and no size of one (a piece is off every multiple, and would
+// stop every later backlog from being divided). A trace that begins a quiet
+// gap before the first request sees it whole.
+func TestDelimiterTraceBeginsInside(t *testing.T) {
+	slow := map[int]bool{12: true, 13: true, 20: true, 21: true, 22: true}
+	w := behind(30, slow, func(int) int { return 8 })
+	first := w.want[0]
+	tests := []struct {
+		name  string
+		since uint64
+		whole bool // the first request is emitted
+	}{
+		{"inside the first request", first.Start + (first.End-first.Start)/3, false},
+		{"a quiet gap before it", first.Start - 100*ms, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var evs []trace.Event
+			for _, ev := range w.evs {
+				if ev.Time() >= tt.since {
+					evs = append(evs, ev)
+				}
+			}
+			d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{Since: tt.since})
+			got := run(d, evs, ms, w.want[len(w.want)-1].End+time2ns(time.Second))
+			if len(got) == 0 {
+				t.Fatal("no request")
+			}
+			if whole := got[0].Start == first.Start && got[0].End == first.End; whole != tt.whole || !tt.whole && got[0].End <= first.End {
+				t.Fatalf("first request %d-%d; request 0 is %d-%d: want it whole %v, else not at all", got[0].Start, got[0].End, first.Start, first.End, tt.whole)
+			}
+			counted := 0
+			for _, r := range got {
+				counted += r.Count()
+			}
+			want := len(w.want)
+			if !tt.whole {
+				want-- // the piece
+			}
+			if counted != want {
+				t.Errorf("%d requests counted, want %d: every later backlog divided", counted, want)
 			}
 		})
 	}
