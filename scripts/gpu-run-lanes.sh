@@ -34,8 +34,9 @@ cpus() { tr ',' '\n' < "$1" | while IFS=- read -r a b; do seq "$a" "${b:-$a}"; d
 # local_cpus N: GPU N's local CPUs (every online CPU if unknown).
 local_cpus() {
   local bus f=/sys/devices/system/cpu/online
-  bus=$(nvidia-smi -i "$1" --query-gpu=pci.bus_id --format=csv,noheader 2>/dev/null | tr 'A-Z' 'a-z' | sed 's/^0000//')
-  [ -n "$bus" ] && [ -r "/sys/bus/pci/devices/0000$bus/local_cpulist" ] && f=/sys/bus/pci/devices/0000$bus/local_cpulist
+  bus=$(nvidia-smi -i "$1" --query-gpu=pci.bus_id --format=csv,noheader 2>/dev/null | tr 'A-Z' 'a-z')
+  bus=${bus: -12} # sysfs names a device DDDD:BB:DD.F; nvidia-smi pads the domain to 8 digits
+  [ -n "$bus" ] && [ -r "/sys/bus/pci/devices/$bus/local_cpulist" ] && f=/sys/bus/pci/devices/$bus/local_cpulist
   cpus "$f"
 }
 
