@@ -206,6 +206,17 @@ func (d *Delimiter) Gap() time.Duration {
 // Learnt reports whether the gap is learnt (else Gap is the ceiling).
 func (d *Delimiter) Learnt() bool { return d.gap != 0 }
 
+// Program is the launches of one of the process's requests, once 8 told
+// apart show it (0 before), and whether its requests vary in size, so
+// that a busy period of several is never divided.
+func (d *Delimiter) Program() (launches int, varies bool) {
+	m, _, ok := d.sizes.program()
+	if !ok {
+		m = 0
+	}
+	return m, d.sizes.varies
+}
+
 // Mode is how the process is measured now: KindRequest, or KindStep while
 // it is never quiet.
 func (d *Delimiter) Mode() Kind { return d.mode }
