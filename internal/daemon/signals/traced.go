@@ -57,6 +57,11 @@ type TracedLatency struct {
 	// still on their way when it was detached). Under mu.
 	since  map[int]time.Duration
 	strays uint64
+	// begun: per process, when its attach returned (the events' clock,
+	// clock()): its probes all in, so that a busy period under way as they
+	// went in is a piece, no request. Under mu.
+	begun map[int]time.Duration
+	clock func() time.Duration // default trace.Now
 	// guard bounds what one process's library costs a window.
 	guard attach.Guard
 }
@@ -123,8 +128,9 @@ func (t *TracedLatency) Apply(ev trace.Event) {
 	}
 	d := t.delims[pid]
 	if d == nil {
-		// Attached per process: a busy period under way as the probes went in is no request.
-		d = request.NewDelimiter(c.PID, request.DelimiterConfig{Ceiling: t.Ceiling, Since: uint64(max(t.since[pid], 0))})
+		// Attached per process: a busy period under way as the probes went in is no request
+		// (Since 0 while the attach is under way: begin tells it).
+		d = request.NewDelimiter(c.PID, request.DelimiterConfig{Ceiling: t.Ceiling, Since: uint64(max(t.begun[pid], 0))})
 		t.delims[pid] = d
 	}
 	if r, ok := d.Apply(ev); ok {
@@ -277,6 +283,8 @@ func (t *TracedLatency) follow(now time.Duration, lcs []policy.ProcRef) {
 				t.track(p.PID, now) // before the first event can come
 				if err = t.tracer.AttachProcess(p.PID, l); err != nil {
 					t.track(p.PID, -1)
+				} else {
+					t.begin(p.PID)
 				}
 			}
 			lib = l
@@ -299,12 +307,28 @@ func (t *TracedLatency) track(pid int, at time.Duration) {
 	defer t.mu.Unlock()
 	delete(t.delims, pid) // drops its open request, and what it learnt
 	delete(t.cur, pid)
+	delete(t.begun, pid)
 	if at < 0 {
 		delete(t.since, pid)
 		delete(t.last, pid)
 		return
 	}
 	t.since[pid] = at
+}
+
+// begin records that pid's probes are all in now: an attach takes tens of
+// milliseconds after track, and a busy period under way through it is a piece.
+func (t *TracedLatency) begin(pid int) {
+	now := time.Duration(trace.Now())
+	if t.clock != nil {
+		now = t.clock()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.begun[pid] = now
+	if d := t.delims[pid]; d != nil {
+		d.Begin(uint64(now))
+	}
 }
 
 // Latest is pid's last closed window.
@@ -408,7 +432,7 @@ func OpenTracedLatency(ctx context.Context, lib string, log *slog.Logger) (*Trac
 	t := NewTracedLatency()
 	t.log = log
 	if perProcess {
-		t.tracer, t.procs, t.since = tr, map[string]*tracedProc{}, map[int]time.Duration{}
+		t.tracer, t.procs, t.since, t.begun = tr, map[string]*tracedProc{}, map[int]time.Duration{}, map[int]time.Duration{}
 	}
 	done := make(chan struct{})
 	go func() {

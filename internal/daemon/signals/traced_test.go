@@ -268,6 +268,7 @@ type fakeProcessTracer struct {
 	attaches int
 	detaches []int
 	fail     map[int]error
+	during   func(pid int) // what happens while an attach is under way
 }
 
 func (f *fakeProcessTracer) AttachProcess(pid int, lib string) error {
@@ -275,6 +276,9 @@ func (f *fakeProcessTracer) AttachProcess(pid int, lib string) error {
 	if err := f.fail[pid]; err != nil {
 		delete(f.fail, pid)
 		return err
+	}
+	if f.during != nil {
+		f.during(pid)
 	}
 	f.attached[pid] = true
 	return nil
@@ -293,11 +297,12 @@ func (f *fakeProcessTracer) DetachProcess(pid int) {
 func TestTracedLatencyFollow(t *testing.T) {
 	f := &fakeProcessTracer{attached: map[int]bool{}, fail: map[int]error{300: trace.ErrNoLibrary}}
 	tl := NewTracedLatency()
-	tl.tracer, tl.procs, tl.since, tl.log = f, map[string]*tracedProc{}, map[int]time.Duration{}, testlog.New(t)
+	tl.tracer, tl.procs, tl.since, tl.begun, tl.log = f, map[string]*tracedProc{}, map[int]time.Duration{}, map[int]time.Duration{}, testlog.New(t)
 	tl.Library = func(int) (string, error) { return "/lib/libcuda.so.1", nil }
 	a, b := policy.ProcRef{PID: 100, Start: 1, Comm: "lc-a"}, policy.ProcRef{PID: 300, Start: 1, Comm: "lc-b"}
 	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc-a"}
 	clock := &tracetest.Clock{Now: uint64(time.Second)}
+	tl.clock = func() time.Duration { return time.Duration(clock.Now) }
 	feed := func(evs []trace.Event) {
 		for _, ev := range evs {
 			tl.Apply(ev)
@@ -340,12 +345,21 @@ func TestTracedLatencyFollow(t *testing.T) {
 	if !ok || s.Requests != 1 || s.Quantiles["max"] > 3*time.Millisecond {
 		t.Errorf("after the attach: %+v %v; want the one request that began after it (2 ms)", s, ok)
 	}
-	// Attached inside a busy period (its first call seen 1 ms after the attach, within its
-	// quiet gap): a piece of a request, not counted; the next, after a quiet gap, is.
+	// Attached inside a busy period: the attach takes 40 ms, its first probes in after 28 ms
+	// (more than the 25 ms gap after the loop's moment), and the LC's busy period under way
+	// shows its first call then. A piece of a request, not counted; the next, after a quiet gap, is.
 	tl.Roll(at(70*time.Second), []policy.ProcRef{b})
+	var rest []trace.Event
+	f.during = func(int) {
+		clock.Now = uint64(131*time.Second + 28*time.Millisecond)
+		piece := tracetest.Request(lc, 2, 40*time.Millisecond, clock)
+		feed(piece[:1])
+		rest = piece[1:]
+		clock.Now = uint64(131*time.Second + 40*time.Millisecond)
+	}
 	tl.Roll(at(131*time.Second), []policy.ProcRef{a, b})
-	clock.Now = uint64(131*time.Second + time.Millisecond)
-	feed(tracetest.Request(lc, 2, 40*time.Millisecond, clock))
+	f.during = nil
+	feed(rest)
 	clock.Now += uint64(100 * time.Millisecond)
 	feed(tracetest.Request(lc, 2, 2*time.Millisecond, clock))
 	tl.Roll(at(132*time.Second), []policy.ProcRef{a, b})

@@ -47,10 +47,11 @@ type DelimiterConfig struct {
 	// quiet, or a decode loop would be cut per token).
 	Floor time.Duration
 	// Since, when set, is when the trace of the process began (the events'
-	// clock): its first busy period is a request only if its first call came
-	// a quiet gap after it; else the trace began inside it (a warmup, a
-	// backlog), and it is neither a request nor a size of one. Unset, the
-	// process is taken to be quiet as the trace begins.
+	// clock; or Begin, later): its first busy period is a request only if
+	// its first call came a quiet gap after it, and no call it saw before
+	// came within a quiet gap of it; else the trace began inside it (a
+	// warmup, a backlog, a synchronize), and it is neither a request nor a
+	// size of one. Unset, the process is taken to be quiet as the trace begins.
 	Since uint64
 	// StepAfter is how long a busy period lasts without a quiet gap before
 	// the process counts as never quiet and is measured per step (default
@@ -145,11 +146,12 @@ type Delimiter struct {
 	sawBusy bool
 
 	// The busy period: open since start, launches in it, and its last
-	// synchronize return (end, 0: none yet). partial: no quiet gap was
-	// seen before it (the trace began inside it, or inside a synchronize).
+	// synchronize return (end, 0: none yet). partial: the first busy
+	// period, with no quiet gap seen before it (the trace began inside it,
+	// or inside a synchronize); periods: how many opened since the trace began.
 	open      bool
 	partial   bool
-	opened    bool // a busy period opened since the trace began
+	periods   int
 	start     uint64
 	first     string // the function that opened it
 	launches  int
@@ -215,6 +217,22 @@ func (d *Delimiter) Program() (launches int, varies bool) {
 		m = 0
 	}
 	return m, d.sizes.varies
+}
+
+// Begin says the trace of the process is whole from t (the events'
+// clock: its probes all in), where that was not known as it was made
+// (DelimiterConfig.Since): a first busy period open that began before t, or
+// within a quiet gap after it, is a piece.
+func (d *Delimiter) Begin(t uint64) {
+	d.cfg.Since = t
+	if d.open && d.periods == 1 && d.within(d.start) {
+		d.partial = true
+	}
+}
+
+// within reports whether t comes before the trace began (Since) or within a quiet gap after.
+func (d *Delimiter) within(t uint64) bool {
+	return t < d.cfg.Since || time.Duration(t-d.cfg.Since) < d.Gap()
 }
 
 // Mode is how the process is measured now: KindRequest, or KindStep while
@@ -291,7 +309,7 @@ func (d *Delimiter) Flush() (Request, bool) {
 }
 
 // close ends the busy period and returns it as a request, unless it was
-// measured per step or served nothing.
+// measured per step, served nothing, or is a piece (partial).
 func (d *Delimiter) close() (Request, bool) {
 	r := Request{PID: d.pid, TID: d.endTID, Comm: d.comm, Kind: KindRequest, Start: d.start, First: d.first, Launches: d.launches,
 		SyncEnter: d.syncEnter, End: d.end, Sync: d.sync, Result: d.result}
@@ -325,7 +343,7 @@ func (d *Delimiter) Apply(ev trace.Event) (Request, bool) {
 	switch e := ev.(type) {
 	case *trace.TaskExit:
 		if e.PID == d.pid {
-			d.open, d.opened, d.launches, d.end = false, false, 0, 0
+			d.open, d.periods, d.launches, d.end = false, 0, 0, 0
 			clear(d.syncing)
 			clear(d.steps)
 			d.last, d.lastTID, d.seen, d.lastCPU, d.lastBlocked = 0, 0, false, 0, 0
@@ -364,8 +382,9 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 	opens := e.Kind == trace.CallEnter // a launch, queued work, or a synchronize of work whose launches were not seen
 	if !d.open && opens {
 		// The first busy period is whole if the process was quiet for its gap since the trace began.
-		d.partial = !d.opened && d.cfg.Since != 0 && (t < d.cfg.Since || time.Duration(t-d.cfg.Since) < d.Gap() || d.seen && !quiet)
-		d.open, d.opened, d.start, d.first = true, true, t, e.Symbol
+		d.partial = d.periods == 0 && d.cfg.Since != 0 && (d.within(t) || d.seen && !quiet)
+		d.open, d.start, d.first = true, t, e.Symbol
+		d.periods++
 	}
 	switch {
 	case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:

@@ -43,21 +43,23 @@ func (s *sizes) add(launches int) {
 	s.n = min(s.n+1, sizeWindow)
 	if s.n == sizeWindow {
 		var odd bool
-		s.m, s.spread, odd = judge(s.last)
+		// in the order told apart: the oldest is at next
+		s.m, s.spread, odd = judge(slices.Concat(s.last[s.next:], s.last[:s.next]))
 		s.varies = s.varies || odd
 	}
 }
 
-// judge works the program out from a full window: its median m, and the
-// range of the requests of about one m (spread). Busy periods of k
-// requests told apart before the median was known (a backlog as the
-// process starts) are multiples, as add treats them once it is known, not
-// evidence; odd: a request off every multiple, or requests half a request
-// apart.
-func judge(w [sizeWindow]int) (m, spread int, odd bool) {
-	v := w
-	slices.Sort(v[:])
-	m = v[sizeWindow/2]
+// judge works the program out from a full window w, in the order its
+// busy periods were told apart: its median m, and the range of the
+// requests of about one m (spread). Multiples of m that came before the
+// first request of about one (a backlog as the process starts, before its
+// program was known) are a backlog, as add treats a multiple once it is
+// known; one after it is a request of k times the work, the evidence that
+// requests differ in size. odd: such a request, a request off every
+// multiple, or requests half a request apart.
+func judge(w []int) (m, spread int, odd bool) {
+	v := slices.Sorted(slices.Values(w))
+	m = v[len(v)/2]
 	if m <= 0 {
 		return 0, 0, false
 	}
@@ -68,9 +70,12 @@ func judge(w [sizeWindow]int) (m, spread int, odd bool) {
 		}
 	}
 	spread = hi - lo
-	for _, l := range v {
-		k := (l + m/2) / m
-		if k == 0 || k >= 2 && (abs(l-k*m) > k*spread || 2*k*spread >= m) {
+	one := false // a request of about one m came before
+	for _, l := range w {
+		switch k := (l + m/2) / m; {
+		case k == 1:
+			one = true
+		case k == 0, one, abs(l-k*m) > k*spread:
 			odd = true
 		}
 	}
@@ -84,8 +89,8 @@ func (s *sizes) program() (m, spread int, ok bool) {
 }
 
 // count is how many requests a busy period of launches holds: k >= 2
-// where launches lie within k ranges of the last requests of k times their
-// median, and k ranges leave k unambiguous (under half a request); else 1,
+// where launches lie within k ranges (of the last requests of about one
+// median) of k times their median, and k ranges leave k unambiguous (under half a request); else 1,
 // as for a process whose requests differ in size (a decode of varying
 // lengths), whose busy periods are never divided.
 func (s *sizes) count(launches int) int {

@@ -30,15 +30,16 @@ func TestSizesCount(t *testing.T) {
 		{"between two multiples", resnet, 226*2 + 100, 1},
 		// A decode of 6-12 steps: its requests' sizes say nothing of a longer busy period.
 		{"requests of varying size", []int{600, 1200, 800, 1000, 700, 1100, 900, 650}, 1800, 1},
-		// A request of twice the steps has its fixed part (a prefill) once: off the multiple.
-		{"two sizes in the window", []int{100, 190, 100, 100, 190, 100, 100, 100}, 200, 1},
-		// One request told apart at about twice the others: the process's requests differ in
-		// size, and none is divided from then on, though the window holds one size again.
-		{"a double request seen once", append([]int{100, 100, 190, 100, 100, 100, 100, 100}, slices.Repeat([]int{100}, 8)...), 200, 1},
-		// Measured (H200): a Llama LC's first busy period traced was requests run back to back,
-		// told apart before 8 requests showed its program; exact multiples are a backlog then too.
-		{"a backlog told apart before the program was known", append([]int{3 * 33488}, llama[:7]...), 5 * 33488, 5},
-		{"two backlogs in the window", []int{100, 200, 100, 100, 300, 100, 100, 100}, 200, 2},
+		{"two sizes in the window", []int{100, 200, 100, 100, 200, 100, 100, 100}, 200, 1},
+		// One request told apart at twice the others: the process's requests differ in size,
+		// and none is divided from then on, though the window holds one size again.
+		{"a double request seen once", append([]int{100, 100, 200, 100, 100, 100, 100, 100}, slices.Repeat([]int{100}, 8)...), 200, 1},
+		// Multiples before the first single request are a backlog as the process starts (measured
+		// on the H200: a Llama LC's first busy periods traced), as a multiple is once the program
+		// is known, and no evidence that requests differ.
+		{"a backlog as the process starts", append([]int{3 * 33488}, llama[:7]...), 5 * 33488, 5},
+		{"two backlogs as the process starts", []int{300, 200, 100, 100, 100, 100, 100, 100}, 200, 2},
+		{"a long backlog as the process starts", append([]int{226 * 30}, resnet[:7]...), 226 + 228, 2},
 		// A run too long to divide is no evidence that requests differ: two, later, are still two.
 		{"after a run too long to divide", append(append(slices.Clone(resnet), 226*60), resnet...), 226 + 228, 2},
 		// Off every multiple (a piece of one more: launches lost, or a trace detaching): none after.
@@ -187,6 +188,59 @@ func TestDelimiterTraceBeginsInside(t *testing.T) {
 			}
 			if counted != want {
 				t.Errorf("%d requests counted, want %d: every later backlog divided", counted, want)
+			}
+		})
+	}
+}
+
+// TestDelimiterFirstBusyPeriod: the ways a trace's first busy period is a
+// piece, and one where it is whole. Each LC serves a request of two
+// launches and a synchronize (10 ms), then after 100 ms of quiet another.
+func TestDelimiterFirstBusyPeriod(t *testing.T) {
+	const since = 1_000 * ms
+	launch := func(t uint64) trace.Event { return at(lcProc, trace.RoleLaunch, false, t) }
+	enter := func(t uint64) trace.Event { return at(lcProc, trace.RoleSync, false, t) }
+	ret := func(t uint64) trace.Event { return at(lcProc, trace.RoleSync, true, t) }
+	second := []trace.Event{launch(since + 200*ms), launch(since + 201*ms), enter(since + 202*ms), ret(since + 210*ms)}
+	tests := []struct {
+		name  string
+		first []trace.Event
+		begin uint64 // Begin's moment (0: Since given as made)
+		whole bool
+	}{
+		{"its first call a quiet gap after the trace began", []trace.Event{launch(since + 50*ms), enter(since + 52*ms), ret(since + 60*ms)}, 0, true},
+		{"its first call 5 ms after", []trace.Event{launch(since + 5*ms), enter(since + 7*ms), ret(since + 15*ms)}, 0, false},
+		// The trace began inside a synchronize: its return, then the request's next launch 30 ms
+		// after the trace began but 2 ms after that return.
+		{"after a synchronize's return", []trace.Event{ret(since + 28*ms), launch(since + 30*ms), enter(since + 32*ms), ret(since + 40*ms)}, 0, false},
+		// The attach took 40 ms: its first call 28 ms after the loop's moment, 12 before the probes were all in.
+		{"told by Begin, as the attach returns", []trace.Event{launch(since + 28*ms), enter(since + 50*ms), ret(since + 60*ms)}, since + 40*ms, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := request.DelimiterConfig{Since: since}
+			if tt.begin != 0 {
+				cfg.Since = 0
+			}
+			d := request.NewDelimiter(lcProc.PID, cfg)
+			var got []request.Request
+			for i, ev := range slices.Concat(tt.first, second) {
+				if i == 1 && tt.begin != 0 {
+					d.Begin(tt.begin)
+				}
+				if r, ok := d.Apply(ev); ok {
+					got = append(got, r)
+				}
+			}
+			if r, ok := d.Tick(since + 400*ms); ok {
+				got = append(got, r)
+			}
+			want := 1
+			if tt.whole {
+				want = 2
+			}
+			if len(got) != want || got[len(got)-1].Start != since+200*ms {
+				t.Errorf("got %+v: want %d requests, the last from %v", got, want, since+200*ms)
 			}
 		})
 	}
