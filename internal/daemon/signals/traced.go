@@ -62,6 +62,9 @@ type TracedLatency struct {
 	// went in is a piece, no request. Under mu.
 	begun map[int]time.Duration
 	clock func() time.Duration // default trace.Now
+	// probed is when the probes on a library (not per process) were all
+	// in: a busy period under way then, in a process running before, is a piece.
+	probed time.Duration
 	// guard bounds what one process's library costs a window.
 	guard attach.Guard
 }
@@ -128,9 +131,13 @@ func (t *TracedLatency) Apply(ev trace.Event) {
 	}
 	d := t.delims[pid]
 	if d == nil {
-		// Attached per process: a busy period under way as the probes went in is no request
-		// (Since 0 while the attach is under way: begin tells it).
-		d = request.NewDelimiter(c.PID, request.DelimiterConfig{Ceiling: t.Ceiling, Since: uint64(max(t.begun[pid], 0))})
+		// A busy period under way as the probes went in is no request (per process, Since is 0
+		// while the attach is under way: begin tells it).
+		since := t.probed
+		if t.since != nil {
+			since = t.begun[pid]
+		}
+		d = request.NewDelimiter(c.PID, request.DelimiterConfig{Ceiling: t.Ceiling, Since: uint64(max(since, 0))})
 		t.delims[pid] = d
 	}
 	if r, ok := d.Apply(ev); ok {
@@ -433,6 +440,8 @@ func OpenTracedLatency(ctx context.Context, lib string, log *slog.Logger) (*Trac
 	t.log = log
 	if perProcess {
 		t.tracer, t.procs, t.since, t.begun = tr, map[string]*tracedProc{}, map[int]time.Duration{}, map[int]time.Duration{}
+	} else {
+		t.probed = time.Duration(tr.Start())
 	}
 	done := make(chan struct{})
 	go func() {

@@ -374,6 +374,36 @@ func TestTracedLatencyFollow(t *testing.T) {
 	}
 }
 
+// TestTracedLatencyProbedInside: probes on a library catch a process
+// running before them inside a busy period: a piece, not counted; the
+// next request, after a quiet gap, is, as is a later process's first.
+func TestTracedLatencyProbedInside(t *testing.T) {
+	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc"}
+	late := tracetest.Process{PID: 300, TID: 300, Comm: "lc-late"}
+	tl := NewTracedLatency()
+	tl.probed = time.Second
+	tl.Roll(time.Second, nil)
+	clock := &tracetest.Clock{Now: uint64(time.Second + time.Millisecond)}
+	for _, ev := range tracetest.Request(lc, 2, 40*time.Millisecond, clock) {
+		tl.Apply(ev)
+	}
+	clock.Now += uint64(100 * time.Millisecond)
+	for _, ev := range tracetest.Request(lc, 2, 2*time.Millisecond, clock) {
+		tl.Apply(ev)
+	}
+	clock.Now += uint64(100 * time.Millisecond)
+	for _, ev := range tracetest.Request(late, 2, 3*time.Millisecond, clock) {
+		tl.Apply(ev)
+	}
+	tl.Roll(2*time.Second, nil)
+	if s, ok := tl.Latest(100); !ok || s.Requests != 1 || s.Quantiles["max"] > 3*time.Millisecond {
+		t.Errorf("caught inside a busy period: %+v %v; want the one request after a quiet gap (2 ms)", s, ok)
+	}
+	if s, ok := tl.Latest(300); !ok || s.Requests != 1 {
+		t.Errorf("a process that began after the probes: %+v %v; want its first request", s, ok)
+	}
+}
+
 // An LC never quiet (a decode loop that always has a next step) is
 // measured per step once it has been busy for the Delimiter's StepAfter:
 // its windows are traced-step, with its steps as tpot_ samples (Tokens)
