@@ -20,14 +20,18 @@ func (TraceTick) Time() uint64 { return 0 }
 type FakeTrace struct {
 	Record  []trace.Event
 	StartNs uint64
-	LostN   uint64
-	Skip    []trace.Skipped
+	// EndNs is the clock as tracing ends (a live trace's end): 0, unknown, as
+	// a recording replayed; until the last event is delivered the clock is 0.
+	EndNs uint64
+	LostN uint64
+	Skip  []trace.Skipped
 	// OpenErr fails the open; LibErr the library lookup.
 	OpenErr, LibErr error
 	// Opts is what the command asked the tracer for.
 	Opts trace.Options
 
 	mu     sync.Mutex
+	ended  bool
 	events chan trace.Event
 	ticks  chan time.Time
 }
@@ -64,11 +68,21 @@ func UseFakeTrace(tb testing.TB, f *FakeTrace) {
 				}
 				f.events <- ev
 			}
+			f.mu.Lock()
+			f.ended = true
+			f.mu.Unlock()
 		}()
 		return f, nil
 	}
 	traceHooks.ticker = func(time.Duration) (<-chan time.Time, func()) { return f.ticks, func() {} }
-	traceHooks.now = func() uint64 { return 0 } // the events' own times
+	traceHooks.now = func() uint64 { // the events' own times, and EndNs as tracing ends
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.ended {
+			return f.EndNs
+		}
+		return 0
+	}
 	traceHooks.findLibrary = func(name, explicit string, pid int) (string, error) {
 		if f.LibErr != nil {
 			return "", f.LibErr

@@ -258,10 +258,18 @@ func (t *requestsTrace) Interval() error {
 	return nil
 }
 
-// End prints the whole session's requests, --interval or not: the last
-// one ends at its last synchronize's return.
+// End prints the whole session's requests, --interval or not. A busy
+// period open as the trace ends is a request if quiet for its gap by then;
+// if not, where the end is known (a live trace), the trace cut it: a
+// piece, no request. A recording replayed ends at its last synchronize's
+// return.
 func (t *requestsTrace) End(lost uint64) error {
-	if r, ok := t.delim.Flush(); ok {
+	now := traceHooks.now()
+	r, ok := t.delim.Tick(max(t.now, now))
+	if !ok && now == 0 {
+		r, ok = t.delim.Flush()
+	}
+	if ok {
 		if err := t.request(r); err != nil {
 			return err
 		}

@@ -204,6 +204,36 @@ func TestTraceGolden(t *testing.T) {
 	}
 }
 
+// TestTraceRequestsEnd: a live trace ends (its end on the events' clock
+// known) inside the last busy period, or a quiet gap after it; a recording
+// replayed ends at its last synchronize's return.
+func TestTraceRequestsEnd(t *testing.T) {
+	evs := requestSession()
+	last := evs[len(evs)-1].Time()
+	tests := []struct {
+		name string
+		end  uint64
+		want string
+	}{
+		{"within a quiet gap of the last call: its busy period may go on", last + uint64(100*time.Microsecond), `"requests":9,`},
+		{"a quiet gap after it", last + uint64(100*time.Millisecond), `"requests":10,`},
+		{"a recording replayed", 0, `"requests":10,`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env, stdout, stderr := world(t)
+			tracecmd.UseFakeTrace(t, &tracecmd.FakeTrace{Record: requestSession(), StartNs: traceStart, EndNs: tt.end})
+			if code := ctl.Run(context.Background(), env, []string{"gpreemptctl", "trace", "requests", "--pid", "4343", "--json"}); code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			lines := bytes.Split(bytes.TrimSpace(stdout.Bytes()), []byte("\n"))
+			if summary := lines[len(lines)-1]; !bytes.Contains(summary, []byte(tt.want)) {
+				t.Errorf("summary %s: want %s", summary, tt.want)
+			}
+		})
+	}
+}
+
 // TestTraceGlobalJSON: the global -o json selects JSON lines too.
 func TestTraceGlobalJSON(t *testing.T) {
 	env, stdout, stderr := world(t)
