@@ -13,7 +13,7 @@ import (
 
 // Results in the schema gpreempt-bench wrote before repetitions existed: a
 // pre-preemption matrix with two hint launchers, each scenario's LC samples
-// thinned to every 20th by latency rank so that its quantiles stay the run's.
+// thinned to every 40th by latency rank so that its quantiles stay the run's.
 var oldResults = []string{
 	filepath.Join("testdata", "schema1-prepreempt-poller.json"),
 	filepath.Join("testdata", "schema1-prepreempt-goroutine.json"),

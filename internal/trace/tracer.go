@@ -399,8 +399,9 @@ func (t *Tracer) setErr(err error) {
 // It is closed once tracing has stopped and the buffers are drained.
 func (t *Tracer) Events() <-chan Event { return t.events }
 
-// Start is when tracing began, in the events' clock: every probe attached.
+// Start is when tracing began (all probes in), End when Stop began detaching (0: not yet).
 func (t *Tracer) Start() uint64 { return t.start }
+func (t *Tracer) End() uint64   { return t.stopAt.Load() }
 
 // within reports whether ev lies inside the span every probe was attached for, from Start to
 // when Stop began detaching: outside it some functions are seen and others not (a request's
@@ -410,8 +411,7 @@ func (t *Tracer) within(ev Event) bool {
 	if r, ok := ev.(*RMCall); ok {
 		first = r.Enter
 	}
-	stop := t.stopAt.Load()
-	return first >= t.start && (stop == 0 || ev.Time() <= stop)
+	return first >= t.start && (t.End() == 0 || ev.Time() <= t.End())
 }
 
 // Probes are the functions traced.

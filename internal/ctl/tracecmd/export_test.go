@@ -20,8 +20,8 @@ func (TraceTick) Time() uint64 { return 0 }
 type FakeTrace struct {
 	Record  []trace.Event
 	StartNs uint64
-	// EndNs is the clock as tracing ends (a live trace's end): 0, unknown, as
-	// a recording replayed; until the last event is delivered the clock is 0.
+	// EndNs is when tracing stopped (a live trace's): 0, unknown, as a
+	// recording replayed.
 	EndNs uint64
 	LostN uint64
 	Skip  []trace.Skipped
@@ -31,12 +31,12 @@ type FakeTrace struct {
 	Opts trace.Options
 
 	mu     sync.Mutex
-	ended  bool
 	events chan trace.Event
 	ticks  chan time.Time
 }
 
 func (f *FakeTrace) Start() uint64              { return f.StartNs }
+func (f *FakeTrace) End() uint64                { return f.EndNs }
 func (f *FakeTrace) Lost() uint64               { return f.LostN }
 func (f *FakeTrace) Err() error                 { return nil }
 func (f *FakeTrace) Skipped() []trace.Skipped   { return f.Skip }
@@ -68,21 +68,11 @@ func UseFakeTrace(tb testing.TB, f *FakeTrace) {
 				}
 				f.events <- ev
 			}
-			f.mu.Lock()
-			f.ended = true
-			f.mu.Unlock()
 		}()
 		return f, nil
 	}
 	traceHooks.ticker = func(time.Duration) (<-chan time.Time, func()) { return f.ticks, func() {} }
-	traceHooks.now = func() uint64 { // the events' own times, and EndNs as tracing ends
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if f.ended {
-			return f.EndNs
-		}
-		return 0
-	}
+	traceHooks.now = func() uint64 { return 0 } // the events' own times
 	traceHooks.findLibrary = func(name, explicit string, pid int) (string, error) {
 		if f.LibErr != nil {
 			return "", f.LibErr

@@ -259,14 +259,12 @@ func (t *requestsTrace) Interval() error {
 }
 
 // End prints the whole session's requests, --interval or not. A busy
-// period open as the trace ends is a request if quiet for its gap by then;
-// if not, where the end is known (a live trace), the trace cut it: a
-// piece, no request. A recording replayed ends at its last synchronize's
-// return.
+// period open as the trace stopped is a request if quiet for its gap by
+// then; if not, the stop cut it: a piece, no request. A recording
+// replayed (its stop unknown) ends at its last synchronize's return.
 func (t *requestsTrace) End(lost uint64) error {
-	now := traceHooks.now()
-	r, ok := t.delim.Tick(max(t.now, now))
-	if !ok && now == 0 {
+	r, ok := t.delim.Tick(max(t.now, t.out.end))
+	if !ok && t.out.end == 0 {
 		r, ok = t.delim.Flush()
 	}
 	if ok {

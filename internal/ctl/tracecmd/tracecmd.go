@@ -51,8 +51,10 @@ var (
 type traceSource interface {
 	// Events delivers events until tracing ends, then is closed.
 	Events() <-chan trace.Event
-	// Start is when tracing began, in the events' clock.
+	// Start is when tracing began, in the events' clock; End when it
+	// stopped (0: unknown, as a recording replayed).
 	Start() uint64
+	End() uint64
 	// Lost counts events the tracer could not deliver.
 	Lost() uint64
 	// Err is what ended tracing early, if anything.
@@ -98,9 +100,9 @@ type traceHandler interface {
 // traceOut formats what the trace commands print: text lines, or JSON
 // lines (one object per line, so a stream can be read as it comes).
 type traceOut struct {
-	w     *countingWriter
-	json  bool
-	start uint64
+	w          *countingWriter
+	json       bool
+	start, end uint64 // end: set as tracing ends (0: unknown)
 }
 
 // countingWriter remembers whether anything was written, so that blocks of
@@ -188,6 +190,7 @@ func runTrace(c *cli.Context, opts trace.Options, newHandler func(*traceOut) tra
 				if err := src.Err(); err != nil {
 					return fmt.Errorf("trace: %w", err)
 				}
+				out.end = src.End()
 				return h.End(src.Lost())
 			}
 			if err := h.Event(ev); err != nil {

@@ -131,13 +131,14 @@ func (t *TracedLatency) Apply(ev trace.Event) {
 	}
 	d := t.delims[pid]
 	if d == nil {
-		// A busy period under way as the probes went in is no request (per process, Since is 0
-		// while the attach is under way: begin tells it).
-		since := t.probed
+		// A busy period under way as the probes went in is no request; per process, one
+		// while the attach is under way is a piece (begin tells when it returned).
+		since, pending := t.probed, false
 		if t.since != nil {
-			since = t.begun[pid]
+			b, ok := t.begun[pid]
+			since, pending = b, !ok
 		}
-		d = request.NewDelimiter(c.PID, request.DelimiterConfig{Ceiling: t.Ceiling, Since: uint64(max(since, 0))})
+		d = request.NewDelimiter(c.PID, request.DelimiterConfig{Ceiling: t.Ceiling, Since: uint64(max(since, 0)), Pending: pending})
 		t.delims[pid] = d
 	}
 	if r, ok := d.Apply(ev); ok {

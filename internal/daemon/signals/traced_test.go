@@ -345,17 +345,20 @@ func TestTracedLatencyFollow(t *testing.T) {
 	if !ok || s.Requests != 1 || s.Quantiles["max"] > 3*time.Millisecond {
 		t.Errorf("after the attach: %+v %v; want the one request that began after it (2 ms)", s, ok)
 	}
-	// Attached inside a busy period: the attach takes 40 ms, its first probes in after 28 ms
-	// (more than the 25 ms gap after the loop's moment), and the LC's busy period under way
-	// shows its first call then. A piece of a request, not counted; the next, after a quiet gap, is.
+	// Attached inside busy periods: the attach takes 80 ms; while it is under way, with some
+	// probes in, a busy period seen whole (2-6 ms, perhaps without its first launches) and the
+	// first call of one under way as it returns. Pieces, not counted; the next request, after
+	// a quiet gap, is.
 	tl.Roll(at(70*time.Second), []policy.ProcRef{b})
 	var rest []trace.Event
 	f.during = func(int) {
-		clock.Now = uint64(131*time.Second + 28*time.Millisecond)
+		clock.Now = uint64(131*time.Second + 2*time.Millisecond)
+		feed(tracetest.Request(lc, 1, 4*time.Millisecond, clock))
+		clock.Now = uint64(131*time.Second + 60*time.Millisecond)
 		piece := tracetest.Request(lc, 2, 40*time.Millisecond, clock)
 		feed(piece[:1])
 		rest = piece[1:]
-		clock.Now = uint64(131*time.Second + 40*time.Millisecond)
+		clock.Now = uint64(131*time.Second + 80*time.Millisecond)
 	}
 	tl.Roll(at(131*time.Second), []policy.ProcRef{a, b})
 	f.during = nil

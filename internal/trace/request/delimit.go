@@ -53,6 +53,9 @@ type DelimiterConfig struct {
 	// warmup, a backlog, a synchronize), and it is neither a request nor a
 	// size of one. Unset, the process is taken to be quiet as the trace begins.
 	Since uint64
+	// Pending: when the trace began is not known yet (an attach under
+	// way); every busy period until Begin is a piece.
+	Pending bool
 	// StepAfter is how long a busy period lasts without a quiet gap before
 	// the process counts as never quiet and is measured per step (default
 	// DefaultStepAfter).
@@ -146,12 +149,12 @@ type Delimiter struct {
 	sawBusy bool
 
 	// The busy period: open since start, launches in it, and its last
-	// synchronize return (end, 0: none yet). partial: the first busy
-	// period, with no quiet gap seen before it (the trace began inside it,
-	// or inside a synchronize); periods: how many opened since the trace began.
+	// synchronize return (end, 0: none yet). partial: a piece (the trace
+	// began inside it, or inside a synchronize, or had not yet begun);
+	// judged: the first busy period since the trace began has opened.
 	open      bool
 	partial   bool
-	periods   int
+	judged    bool
 	start     uint64
 	first     string // the function that opened it
 	launches  int
@@ -221,13 +224,11 @@ func (d *Delimiter) Program() (launches int, varies bool) {
 
 // Begin says the trace of the process is whole from t (the events'
 // clock: its probes all in), where that was not known as it was made
-// (DelimiterConfig.Since): a first busy period open that began before t, or
-// within a quiet gap after it, is a piece.
+// (DelimiterConfig.Pending): a busy period open now is a piece (it opened
+// while pending); if none is, the next is judged as a trace's first.
 func (d *Delimiter) Begin(t uint64) {
-	d.cfg.Since = t
-	if d.open && d.periods == 1 && d.within(d.start) {
-		d.partial = true
-	}
+	d.cfg.Since, d.cfg.Pending = t, false
+	d.judged = d.open
 }
 
 // within reports whether t comes before the trace began (Since) or within a quiet gap after.
@@ -331,6 +332,9 @@ func (d *Delimiter) close() (Request, bool) {
 // stepCheck turns the process never quiet once its busy period outlasts
 // StepAfter.
 func (d *Delimiter) stepCheck(now uint64) {
+	if d.quietBy(now) {
+		now = d.last // quiet since: the busy period ended there
+	}
 	if d.open && d.mode == KindRequest && now > d.start && time.Duration(now-d.start) >= d.cfg.StepAfter {
 		d.mode = KindStep
 	}
@@ -343,7 +347,7 @@ func (d *Delimiter) Apply(ev trace.Event) (Request, bool) {
 	switch e := ev.(type) {
 	case *trace.TaskExit:
 		if e.PID == d.pid {
-			d.open, d.periods, d.launches, d.end = false, 0, 0, 0
+			d.open, d.judged, d.launches, d.end = false, false, 0, 0
 			clear(d.syncing)
 			clear(d.steps)
 			d.last, d.lastTID, d.seen, d.lastCPU, d.lastBlocked = 0, 0, false, 0, 0
@@ -382,9 +386,9 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 	opens := e.Kind == trace.CallEnter // a launch, queued work, or a synchronize of work whose launches were not seen
 	if !d.open && opens {
 		// The first busy period is whole if the process was quiet for its gap since the trace began.
-		d.partial = d.periods == 0 && d.cfg.Since != 0 && (d.within(t) || d.seen && !quiet)
+		first := !d.judged && d.cfg.Since != 0 && (d.within(t) || d.seen && !quiet)
+		d.partial, d.judged = d.cfg.Pending || first, true
 		d.open, d.start, d.first = true, t, e.Symbol
-		d.periods++
 	}
 	switch {
 	case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:

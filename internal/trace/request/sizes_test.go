@@ -205,42 +205,78 @@ func TestDelimiterFirstBusyPeriod(t *testing.T) {
 	tests := []struct {
 		name  string
 		first []trace.Event
-		begin uint64 // Begin's moment (0: Since given as made)
-		whole bool
+		// pending: made before the trace's start is known; tick, then Begin at begin, after
+		// the first's events (0: Since given as made, no tick)
+		pending     bool
+		tick, begin uint64
+		want        int // requests, the last the second
 	}{
-		{"its first call a quiet gap after the trace began", []trace.Event{launch(since + 50*ms), enter(since + 52*ms), ret(since + 60*ms)}, 0, true},
-		{"its first call 5 ms after", []trace.Event{launch(since + 5*ms), enter(since + 7*ms), ret(since + 15*ms)}, 0, false},
+		{"its first call a quiet gap after the trace began", []trace.Event{launch(since + 50*ms), enter(since + 52*ms), ret(since + 60*ms)}, false, 0, 0, 2},
+		{"its first call 5 ms after", []trace.Event{launch(since + 5*ms), enter(since + 7*ms), ret(since + 15*ms)}, false, 0, 0, 1},
 		// The trace began inside a synchronize: its return, then the request's next launch 30 ms
 		// after the trace began but 2 ms after that return.
-		{"after a synchronize's return", []trace.Event{ret(since + 28*ms), launch(since + 30*ms), enter(since + 32*ms), ret(since + 40*ms)}, 0, false},
+		{"after a synchronize's return", []trace.Event{ret(since + 28*ms), launch(since + 30*ms), enter(since + 32*ms), ret(since + 40*ms)}, false, 0, 0, 1},
 		// The attach took 40 ms: its first call 28 ms after the loop's moment, 12 before the probes were all in.
-		{"told by Begin, as the attach returns", []trace.Event{launch(since + 28*ms), enter(since + 50*ms), ret(since + 60*ms)}, since + 40*ms, false},
+		{"told by Begin, as the attach returns", []trace.Event{launch(since + 28*ms), enter(since + 50*ms), ret(since + 60*ms)}, true, 0, since + 40*ms, 1},
+		// A whole busy period while the attach is under way, closed by a tick before it returns.
+		{"closed while the attach is under way", []trace.Event{launch(since + 5*ms), enter(since + 7*ms), ret(since + 15*ms)}, true, since + 45*ms, since + 50*ms, 1},
+		// Nothing while the attach is under way; it returns 10 ms before the next request's first call.
+		{"its first call within a gap of the attach's return", nil, true, 0, since + 190*ms, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := request.DelimiterConfig{Since: since}
-			if tt.begin != 0 {
+			cfg := request.DelimiterConfig{Since: since, Pending: tt.pending}
+			if tt.pending {
 				cfg.Since = 0
 			}
 			d := request.NewDelimiter(lcProc.PID, cfg)
 			var got []request.Request
-			for i, ev := range slices.Concat(tt.first, second) {
-				if i == 1 && tt.begin != 0 {
-					d.Begin(tt.begin)
-				}
-				if r, ok := d.Apply(ev); ok {
+			take := func(r request.Request, ok bool) {
+				if ok {
 					got = append(got, r)
 				}
 			}
-			if r, ok := d.Tick(since + 400*ms); ok {
-				got = append(got, r)
+			for _, ev := range tt.first {
+				take(d.Apply(ev))
 			}
-			want := 1
-			if tt.whole {
-				want = 2
+			if tt.tick != 0 {
+				take(d.Tick(tt.tick))
 			}
-			if len(got) != want || got[len(got)-1].Start != since+200*ms {
-				t.Errorf("got %+v: want %d requests, the last from %v", got, want, since+200*ms)
+			if tt.begin != 0 {
+				d.Begin(tt.begin)
+			}
+			for _, ev := range second {
+				take(d.Apply(ev))
+			}
+			take(d.Tick(since + 400*ms))
+			if len(got) != tt.want || tt.want > 0 && got[len(got)-1].Start != since+200*ms {
+				t.Errorf("got %+v: want %d requests, the last from %v", got, tt.want, since+200*ms)
+			}
+		})
+	}
+}
+
+// TestDelimiterQuietLong: a request, then quiet for longer than StepAfter
+// before the next event or tick: a request, not a period of steps.
+func TestDelimiterQuietLong(t *testing.T) {
+	launch := at(lcProc, trace.RoleLaunch, false, 1_000*ms)
+	enter, ret := at(lcProc, trace.RoleSync, false, 1_001*ms), at(lcProc, trace.RoleSync, true, 1_010*ms)
+	later := at(lcProc, trace.RoleLaunch, false, 13_000*ms)
+	for _, by := range []string{"tick", "call"} {
+		t.Run(by, func(t *testing.T) {
+			d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
+			for _, ev := range []trace.Event{launch, enter, ret} {
+				d.Apply(ev)
+			}
+			var r request.Request
+			var ok bool
+			if by == "tick" {
+				r, ok = d.Tick(13_000 * ms)
+			} else {
+				r, ok = d.Apply(later)
+			}
+			if !ok || r.Kind != request.KindRequest || r.End != 1_010*ms {
+				t.Errorf("got %+v %v: want the request, 1.0-1.01 s", r, ok)
 			}
 		})
 	}
