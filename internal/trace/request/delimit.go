@@ -386,8 +386,8 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 	opens := e.Kind == trace.CallEnter // a launch, queued work, or a synchronize of work whose launches were not seen
 	if !d.open && opens {
 		// The first busy period is whole if the process was quiet for its gap since the trace began.
-		first := !d.judged && d.cfg.Since != 0 && (d.within(t) || d.seen && !quiet)
-		d.partial, d.judged = d.cfg.Pending || first, true
+		piece := !d.judged && d.cfg.Since != 0 && (d.within(t) || d.seen && !quiet)
+		d.partial, d.judged = d.cfg.Pending || piece, true
 		d.open, d.start, d.first = true, t, e.Symbol
 	}
 	switch {
