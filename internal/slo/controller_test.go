@@ -500,8 +500,8 @@ func TestReferenceBesideBEUnderAnotherArm(t *testing.T) {
 // TestArmsJudgedInTheirTimeThroughDrift: an eager decode LC whose CPU's speed, and so its
 // latency alone and beside BE alike, moves 1.5x in modes of about a minute (docs/GPU-FACTS.md),
 // under a BE that idles half the time: each arm is judged by the reference of its own time, and the
-// search holds arms that miss little of BE's working time. Re-judged against the latest reference,
-// an arm measured in one mode read the LC's drift since (12.8% of BE's working windows).
+// search holds arms that miss little of BE's working time. It fails with every arm re-judged by the
+// latest reference: an arm measured in one mode then reads the LC's drift since.
 func TestArmsJudgedInTheirTimeThroughDrift(t *testing.T) {
 	w := hostModesLLM
 	w.Name, w.HostSlow, w.HostToSlow, w.HostToFast = "drifting-llm", 1.5, 1.0/60, 1.0/60

@@ -131,11 +131,9 @@ func (c *Controller) measure(d *Decision, o Observation) {
 				r.pts, r.reqs, r.gotAt = append(r.pts, s.Points...), r.reqs+requests(s), c.tick
 				if enough(r.pts, r.reqs, minRequests/2) { // one of many its mean takes, where an arm's is judged alone
 					r.est.Add(float64(stats.WeightedQuantile(r.pts, s.Objective.Quantile)))
-					if r.was > 0 && s.Objective.Relative() { // the arms judged by its value under the arm before move once to this one
-						for _, e := range c.arms {
-							if x := e.lc[k]; x != nil {
-								x.Scale(float64(r.was) / r.est.Mean())
-							}
+					for _, e := range c.arms { // the arms judged by its value under the arm before move once to this one
+						if x := e.lc[k]; x != nil && r.was > 0 && s.Objective.Relative() {
+							x.Scale(float64(r.was) / r.est.Mean())
 						}
 					}
 					r.value, r.pts, r.reqs, r.was = time.Duration(r.est.Mean()), nil, 0, 0 // arms measured before stay judged by the reference of their time: the LC drifts

@@ -61,7 +61,7 @@ type TracedLatency struct {
 	// clock()): its probes all in, so that a busy period under way as they
 	// went in is a piece, no request. Under mu.
 	begun map[int]time.Duration
-	clock func() time.Duration // default trace.Now
+	clock func() time.Duration // the events' clock
 	// probed is when the probes on a library (not per process) were all
 	// in: a busy period under way then, in a process running before, is a piece.
 	probed time.Duration
@@ -105,7 +105,8 @@ type tracedProc struct {
 // NewTracedLatency returns a source with no window yet.
 func NewTracedLatency() *TracedLatency {
 	return &TracedLatency{delims: map[int]*request.Delimiter{}, cur: map[int]*tracedWindow{},
-		last: map[int]lastWindow{}, start: -1, gaps: map[int]time.Duration{}, Ceiling: policy.DefaultGateIdle}
+		last: map[int]lastWindow{}, start: -1, gaps: map[int]time.Duration{}, Ceiling: policy.DefaultGateIdle,
+		clock: func() time.Duration { return time.Duration(trace.Now()) }}
 }
 
 // Apply folds one tracer event in.
@@ -327,10 +328,7 @@ func (t *TracedLatency) track(pid int, at time.Duration) {
 // begin records that pid's probes are all in now: an attach takes tens of
 // milliseconds after track, and a busy period under way through it is a piece.
 func (t *TracedLatency) begin(pid int) {
-	now := time.Duration(trace.Now())
-	if t.clock != nil {
-		now = t.clock()
-	}
+	now := t.clock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.begun[pid] = now

@@ -33,10 +33,8 @@ type sizes struct {
 // evidence that requests differ in size; a multiple too long to divide is
 // neither.
 func (s *sizes) add(launches int) {
-	if m, spread, ok := s.program(); ok {
-		if k := (launches + m/2) / m; k >= 2 && abs(launches-k*m) <= k*spread {
-			return
-		}
+	if m, spread, ok := s.program(); ok && multiple(launches, m, spread) > 0 {
+		return
 	}
 	s.last[s.next] = launches
 	s.next = (s.next + 1) % sizeWindow
@@ -72,10 +70,10 @@ func judge(w []int) (m, spread int, odd bool) {
 	spread = hi - lo
 	one := false // a request of about one m came before
 	for _, l := range w {
-		switch k := (l + m/2) / m; {
-		case k == 1:
+		switch {
+		case (l+m/2)/m == 1:
 			one = true
-		case k == 0, one, abs(l-k*m) > k*spread:
+		case one || multiple(l, m, spread) == 0:
 			odd = true
 		}
 	}
@@ -98,11 +96,19 @@ func (s *sizes) count(launches int) int {
 	if !ok || s.varies {
 		return 1
 	}
-	k := (launches + m/2) / m
-	if k < 2 || 2*k*spread >= m || abs(launches-k*m) > k*spread {
-		return 1
+	if k := multiple(launches, m, spread); k > 0 && 2*k*spread < m {
+		return k
 	}
-	return k
+	return 1
+}
+
+// multiple is k >= 2 where launches lie within k ranges of k times m (a busy period of k
+// requests of the program), else 0.
+func multiple(launches, m, spread int) int {
+	if k := (launches + m/2) / m; k >= 2 && abs(launches-k*m) <= k*spread {
+		return k
+	}
+	return 0
 }
 
 func abs(x int) int {

@@ -34,9 +34,8 @@ func TestSizesCount(t *testing.T) {
 		// One request told apart at twice the others: the process's requests differ in size,
 		// and none is divided from then on, though the window holds one size again.
 		{"a double request seen once", append([]int{100, 100, 200, 100, 100, 100, 100, 100}, slices.Repeat([]int{100}, 8)...), 200, 1},
-		// Multiples before the first single request are a backlog as the process starts (measured
-		// on the H200: a Llama LC's first busy periods traced), as a multiple is once the program
-		// is known, and no evidence that requests differ.
+		// Multiples before the first single request are a backlog as the process starts, as a
+		// multiple is once the program is known, and no evidence that requests differ.
 		{"a backlog as the process starts", append([]int{3 * 33488}, llama[:7]...), 5 * 33488, 5},
 		{"two backlogs as the process starts", []int{300, 200, 100, 100, 100, 100, 100, 100}, 200, 2},
 		{"a long backlog as the process starts", append([]int{226 * 30}, resnet[:7]...), 226 + 228, 2},
