@@ -49,12 +49,12 @@ func (s *sizes) add(launches int) {
 
 // judge works the program out from a full window w, in the order its
 // busy periods were told apart: its median m, and the range of the
-// requests of about one m (spread). Multiples of m that came before the
-// first request of about one (a backlog as the process starts, before its
-// program was known) are a backlog, as add treats a multiple once it is
-// known; one after it is a request of k times the work, the evidence that
-// requests differ in size. odd: such a request, a request off every
-// multiple, or requests half a request apart.
+// requests of about one m (spread). Busy periods before the first request
+// of about one are the process's start: its warm-up (work no later request
+// repeats) and any backlog behind it, no evidence of its requests. After it, a
+// multiple of m is a request of k times the work and a busy period off
+// every multiple a request of another size: odd, as are requests half a
+// request apart.
 func judge(w []int) (m, spread int, odd bool) {
 	v := slices.Sorted(slices.Values(w))
 	m = v[len(v)/2]
@@ -73,7 +73,7 @@ func judge(w []int) (m, spread int, odd bool) {
 		switch {
 		case (l+m/2)/m == 1:
 			one = true
-		case one || multiple(l, m, spread) == 0:
+		case one:
 			odd = true
 		}
 	}

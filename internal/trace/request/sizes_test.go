@@ -39,6 +39,10 @@ func TestSizesCount(t *testing.T) {
 		{"a backlog as the process starts", append([]int{3 * 33488}, llama[:7]...), 5 * 33488, 5},
 		{"two backlogs as the process starts", []int{300, 200, 100, 100, 100, 100, 100, 100}, 200, 2},
 		{"a long backlog as the process starts", append([]int{226 * 30}, resnet[:7]...), 226 + 228, 2},
+		// Its warm-up, three requests back to back and work no later request repeats: off every
+		// multiple, and no evidence that its requests differ.
+		{"a warm-up as the process starts", append([]int{3*33488 + 57}, llama[:7]...), 4 * 33488, 4},
+		{"a warm-up and a backlog as the process starts", append([]int{3*33488 + 57, 2 * 33488}, llama[:6]...), 2 * 33488, 2},
 		// A run too long to divide is no evidence that requests differ: two, later, are still two.
 		{"after a run too long to divide", append(append(slices.Clone(resnet), 226*60), resnet...), 226 + 228, 2},
 		// Off every multiple (a piece of one more: launches lost, or a trace detaching): none after.
@@ -98,6 +102,13 @@ func TestDelimiterBehind(t *testing.T) {
 	}{
 		{"one program", slow, func(int) int { return 8 }, true},
 		{"one program, behind at its start", early, func(int) int { return 8 }, true},
+		// Its first request, a warm-up, does a step no later one repeats: off every multiple.
+		{"one program, behind its warm-up", early, func(i int) int {
+			if i == 0 {
+				return 9
+			}
+			return 8
+		}, true},
 		{"requests of 6-12 steps", slow, func(i int) int { return 6 + i*5%7 }, false},
 	}
 	for _, tt := range tests {
