@@ -381,9 +381,11 @@ type TracedLC struct {
 	// RequestLaunches is one request's launches once 8 told apart show the
 	// program (0 before); RequestsVary: its requests differ in size (or a
 	// busy period was off every multiple), so back-to-back ones are never
-	// divided.
-	RequestLaunches int  `json:"request_launches,omitempty"`
-	RequestsVary    bool `json:"requests_vary,omitempty"`
+	// divided. RequestSizes: the launches of the last requests told apart,
+	// oldest first, that both are judged from.
+	RequestLaunches int   `json:"request_launches,omitempty"`
+	RequestsVary    bool  `json:"requests_vary,omitempty"`
+	RequestSizes    []int `json:"request_sizes,omitempty"`
 }
 
 // Status is each traced process as request tracing sees it, by pid.
@@ -393,7 +395,7 @@ func (t *TracedLatency) Status() []TracedLC {
 	out := make([]TracedLC, 0, len(t.delims))
 	for pid, d := range t.delims {
 		lc := TracedLC{PID: pid, Mode: d.Mode().String(), QuietGapUs: float64(d.Gap()) / 1e3, Learnt: d.Learnt()}
-		lc.RequestLaunches, lc.RequestsVary = d.Program()
+		lc.RequestLaunches, lc.RequestsVary, lc.RequestSizes = d.Program()
 		if s, ok := t.last[pid]; ok {
 			lc.Source = s.Source
 			lc.Samples, lc.P50Us, lc.Together = s.Requests, float64(s.Quantiles["p50"])/1e3, s.together

@@ -550,8 +550,9 @@ func TestTracedLatencyBackToBack(t *testing.T) {
 	if !ok || first.Requests != 8 || s.Requests != 3 {
 		t.Fatalf("windows %+v, %+v %v: want 8 requests, then 3", first, s, ok)
 	}
-	if st := tl.Status(); len(st) != 1 || st[0].Samples != 3 || st[0].Together != 3 || st[0].RequestLaunches != 3 || st[0].RequestsVary {
-		t.Errorf("status %+v: want 3 samples, 3 of them run back to back, requests of 3 launches", st)
+	if st := tl.Status(); len(st) != 1 || st[0].Samples != 3 || st[0].Together != 3 || st[0].RequestLaunches != 3 || st[0].RequestsVary ||
+		!slices.Equal(st[0].RequestSizes, slices.Repeat([]int{3}, 8)) {
+		t.Errorf("status %+v: want 3 samples, 3 of them run back to back, requests of 3 launches judged from 8 of 3", st)
 	}
 	// The three ended anywhere in their busy period: the window's span reaches back to its start.
 	if from, _ := s.Span(); from > begun {

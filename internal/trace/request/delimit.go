@@ -212,14 +212,15 @@ func (d *Delimiter) Gap() time.Duration {
 func (d *Delimiter) Learnt() bool { return d.gap != 0 }
 
 // Program is the launches of one of the process's requests, once 8 told
-// apart show it (0 before), and whether its requests vary in size, so
-// that a busy period of several is never divided.
-func (d *Delimiter) Program() (launches int, varies bool) {
+// apart show it (0 before), whether its requests vary in size, so that a
+// busy period of several is never divided, and the launches of the last
+// requests told apart (at most 8, oldest first) that it is judged from.
+func (d *Delimiter) Program() (launches int, varies bool, window []int) {
 	m, _, ok := d.sizes.program()
 	if !ok {
 		m = 0
 	}
-	return m, d.sizes.varies
+	return m, d.sizes.varies, d.sizes.window()
 }
 
 // Begin says the trace of the process is whole from t (the events'

@@ -41,10 +41,17 @@ func (s *sizes) add(launches int) {
 	s.n = min(s.n+1, sizeWindow)
 	if s.n == sizeWindow {
 		var odd bool
-		// in the order told apart: the oldest is at next
-		s.m, s.spread, odd = judge(slices.Concat(s.last[s.next:], s.last[:s.next]))
+		s.m, s.spread, odd = judge(s.window())
 		s.varies = s.varies || odd
 	}
+}
+
+// window is the launches of the window's requests in the order told apart.
+func (s *sizes) window() []int {
+	if s.n < sizeWindow {
+		return slices.Clone(s.last[:s.n])
+	}
+	return slices.Concat(s.last[s.next:], s.last[:s.next])
 }
 
 // judge works the program out from a full window w, in the order its
