@@ -20,10 +20,16 @@ type sizes struct {
 	last [sizeWindow]int
 	n    int // filled
 	next int
-	// varies: the window held a request off every multiple of the median,
-	// or requests half a request apart: the process's requests differ in
-	// size (or launches were lost), and a busy period of k times the median
-	// may be one request; none is divided from then on.
+	told int // added in all
+	// start: how many of the first busy periods told apart came before the
+	// first full window's first request of about its median: the process's
+	// start where the trace began with it (its warm-up, work no later
+	// request repeats, and any backlog behind it), no evidence of its
+	// requests.
+	start int
+	// varies: judge found the requests differ in size (or launches were
+	// lost), and a busy period of k times the median may be one request;
+	// none is divided from then on.
 	varies bool
 	// m and spread are program()'s, worked out as the window changes.
 	m, spread int
@@ -39,9 +45,12 @@ func (s *sizes) add(launches int) {
 	s.last[s.next] = launches
 	s.next = (s.next + 1) % sizeWindow
 	s.n = min(s.n+1, sizeWindow)
-	if s.n == sizeWindow {
+	if s.told++; s.n == sizeWindow {
+		if s.told == sizeWindow {
+			s.start = lead(s.window())
+		}
 		var odd bool
-		s.m, s.spread, odd = judge(s.window())
+		s.m, s.spread, odd = judge(s.window(), s.start-(s.told-sizeWindow))
 		s.varies = s.varies || odd
 	}
 }
@@ -55,17 +64,17 @@ func (s *sizes) window() []int {
 }
 
 // judge works the program out from a full window w, in the order its
-// busy periods were told apart: its median m, and the range of the
-// requests of about one m (spread). Busy periods before the first request
-// of about one are the process's start: its warm-up (work no later request
-// repeats) and any backlog behind it, no evidence of its requests. After it, a
-// multiple of m is a request of k times the work and a busy period off
-// every multiple a request of another size: odd, as are requests half a
-// request apart.
-func judge(w []int) (m, spread int, odd bool) {
+// busy periods were told apart, less its first start (the process's start
+// still in it): the median m of the rest, and the range of their requests
+// of about one m (spread). Multiples of m before the first request of one
+// are a backlog, as add treats a multiple once the program is known; one
+// after it is a request of k times the work. odd: such a request, a
+// request off every multiple, or requests half a request apart: the
+// process's requests differ in size.
+func judge(w []int, start int) (m, spread int, odd bool) {
+	w = w[min(max(start, 0), len(w)-1):]
 	v := slices.Sorted(slices.Values(w))
-	m = v[len(v)/2]
-	if m <= 0 {
+	if m = v[len(v)/2]; m <= 0 {
 		return 0, 0, false
 	}
 	lo, hi := m, m
@@ -80,11 +89,18 @@ func judge(w []int) (m, spread int, odd bool) {
 		switch {
 		case (l+m/2)/m == 1:
 			one = true
-		case one:
+		case one || multiple(l, m, spread) == 0:
 			odd = true
 		}
 	}
 	return m, spread, odd || 2*spread >= m
+}
+
+// lead is how many of w's busy periods came before its first request of
+// about its median.
+func lead(w []int) int {
+	m := slices.Sorted(slices.Values(w))[len(w)/2]
+	return max(0, slices.IndexFunc(w, func(l int) bool { return m > 0 && (l+m/2)/m == 1 }))
 }
 
 // program is the median request of the window and the range of the

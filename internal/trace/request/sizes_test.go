@@ -43,6 +43,10 @@ func TestSizesCount(t *testing.T) {
 		// multiple, and no evidence that its requests differ.
 		{"a warm-up as the process starts", append([]int{3*33488 + 57}, llama[:7]...), 4 * 33488, 4},
 		{"a warm-up and a backlog as the process starts", append([]int{3*33488 + 57, 2 * 33488}, llama[:6]...), 2 * 33488, 2},
+		{"a warm-up and a backlog off every multiple", append([]int{3*33488 + 57, 2*33488 + 31}, llama[:6]...), 2 * 33488, 2},
+		// Only the process's start: requests that shrink later differ in size, the old ones
+		// before the first request of the new median notwithstanding.
+		{"sizes that change after the start", append(slices.Repeat([]int{100}, 8), 60, 60, 60, 60, 60), 120, 1},
 		// A run too long to divide is no evidence that requests differ: two, later, are still two.
 		{"after a run too long to divide", append(append(slices.Clone(resnet), 226*60), resnet...), 226 + 228, 2},
 		// Off every multiple (a piece of one more: launches lost, or a trace detaching): none after.
