@@ -148,6 +148,7 @@ type Controller struct {
 	minShare           float64          // no arm chosen may be known to give BE less (Observation.MinBEShare)
 	stops              map[int][]string // the windows of the last minute BE was stopped through, and the owners of the LCs it was for
 	nextExplore        int              // the first window a settled search may explore in (0: not converged yet: not held back)
+	budgeted           int              // the first window the budget allows an exploration in after the last (before convergence too)
 	paused, calibrated int
 }
 
@@ -292,7 +293,7 @@ func (c *Controller) settled(d *Decision) {
 	}
 	a, ok := c.candidate()
 	if c.nextExplore == 0 && (!ok || c.left[a].n > 0) {
-		c.nextExplore = max(c.tick, c.moved+int(stableGap/c.opts.Window)) // converged (nothing to explore, or an arm explored again): explorations budgeted, the first stableGap after the last change
+		c.nextExplore = max(c.tick, c.moved+int(stableGap/c.opts.Window), c.budgeted) // converged (nothing to explore, or an arm explored again): explorations budgeted, the last one's counted, the first stableGap after the last change
 	}
 	if ok && c.tick >= c.nextExplore && !c.steadying() && (c.missed == 0 || c.tick-c.missed >= int(stableGap/c.opts.Window)) { // after a miss, stableGap before the next exploration (two more changes)
 		c.enter(Phase{Kind: Exploring, From: c.cur, Limit: c.phase.Limit})
@@ -338,8 +339,9 @@ func (c *Controller) measuring() string {
 func (c *Controller) endExplore(d *Decision, cause, why string) {
 	from, n := c.phase.From, c.tick-c.phase.Since
 	c.enter(Phase{Kind: Settled, Limit: c.phase.Limit && c.feasibility(c.cur) != feasible})
-	if c.nextExplore > 0 { // the budget: what it took, nine times over, and stableGap at least
-		c.nextExplore = c.tick + max(int(math.Ceil(float64(n)*(1-budget)/budget)), int(stableGap/c.opts.Window))
+	c.budgeted = c.tick + max(int(math.Ceil(float64(n)*(1-budget)/budget)), int(stableGap/c.opts.Window)) // what it took, nine times over, and stableGap at least
+	if c.nextExplore > 0 {
+		c.nextExplore = c.budgeted
 	}
 	to := c.cur
 	if c.feasibility(c.cur) != feasible || c.feasibility(from) == feasible && c.share(from) >= c.share(c.cur) {

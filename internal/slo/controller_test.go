@@ -161,7 +161,9 @@ var hostModesLLM = Workload{
 // that meet allow; an exploration is left for missing on average only on a measurement made in
 // it. It fails with the frontier widened through arms not shown to meet (the search walks 500 us,
 // 1 ms, 2 ms, 3 ms in turn, each undecided for 60 windows), with an exploration kept after its
-// first measurement misses, or left on what its arm showed before it.
+// first measurement misses, left on what its arm showed before it, or with an exploration before
+// the search converged left out of the budget (a slow LC's, 40 windows, repeated as its back-off
+// of 120 ends).
 func TestTimeInMissingArms(t *testing.T) {
 	tests := []struct {
 		w              Workload
@@ -169,10 +171,10 @@ func TestTimeInMissingArms(t *testing.T) {
 		duty           bool
 		missing, share float64 // the most time in missing arms, the least BE share, over 24 seeds
 	}{
-		{hostModesLLM, "p50<=1.10x", true, 0.30, 0.68},
+		{hostModesLLM, "p50<=1.10x", true, 0.16, 0.68},
 		{perRequestLLM, "tpot_p50<=1.10x", true, 0.10, 0.70},
-		{slowLLM, "p50<=1.10x", true, 0.30, 0.62},
-		{slowLLM, "p50<=1.10x", false, 0.20, 0.62},
+		{slowLLM, "p50<=1.10x", true, 0.12, 0.62},
+		{slowLLM, "p50<=1.10x", false, 0.10, 0.62},
 		{EagerPyTorchH100, "p50<=1.05x", false, 0.17, 0.80}, // the hold on an arm meeting on its mean sends one seed down a path two others take anyway: 2 ms, reading as meeting
 	}
 	for _, tt := range tests {
