@@ -1074,3 +1074,37 @@ func TestReferenceLearntUnderGateWhereProbesComeOff(t *testing.T) {
 		}
 	}
 }
+
+// TestExploresAfterTheLCSpeedsUp: an LC that turns fast just after the search converged (the
+// 700 ms LC under the duty, then 20 requests a window, every arm meeting) is explored toward
+// more BE within the budget: the last exploration before convergence counts, so the first
+// after it waits up to nine times that one (docs/SLO.md quotes the figures: go test -v). It
+// fails with explorations held back for good once converged.
+func TestExploresAfterTheLCSpeedsUp(t *testing.T) {
+	fast := slowLLM
+	fast.Requests, fast.Baseline = 20, 20*time.Millisecond
+	fast.Points = []Point{{time.Microsecond, 1.0, 0.45, false}, {200 * time.Microsecond, 1.01, 0.64, false},
+		{time.Millisecond, 1.03, 0.85, false}, {3 * time.Millisecond, 1.05, 0.92, false}}
+	obj := mustObjective(t, "p50<=1.10x")
+	var reached []int
+	var share float64
+	var n int
+	for seed := uint64(1); seed <= 24; seed++ {
+		c, g := newController(t, Options{}), NewSimGPU(seed)
+		play(c, g, slowLLM, obj, 100, dutyIdle)
+		ds := play(c, g, fast, obj, 900, func(i int, g *SimGPU) { dutyIdle(i+100, g) })
+		at := slices.IndexFunc(ds, func(d Decision) bool { return d.Arm.BETimeslice >= time.Millisecond && d.Phase == Settled.String() })
+		if at < 0 {
+			t.Fatalf("seed %d: never settled on 1 ms or more in 900 windows after the LC sped up", seed)
+		}
+		reached = append(reached, at)
+		for i, d := range ds {
+			if (i+101)%8 < 4 { // d.Arm is in force the window after i, while BE works
+				_, s := fast.AtArm(d.Arm)
+				share, n = share+s, n+1
+			}
+		}
+	}
+	slices.Sort(reached)
+	t.Logf("settled on 1 ms or more %d windows after the LC sped up (median; %d-%d), BE share %.3f over the 900", reached[12], reached[0], reached[23], share/float64(n))
+}
