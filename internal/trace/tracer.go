@@ -407,11 +407,11 @@ func (t *Tracer) End() uint64   { return t.stopAt.Load() }
 // when Stop began detaching: outside it some functions are seen and others not (a request's
 // synchronizes without its launches), which would cut requests where none ended.
 func (t *Tracer) within(ev Event) bool {
-	first := ev.Time()
+	first, stop := ev.Time(), t.End() // stop: one load an event
 	if r, ok := ev.(*RMCall); ok {
 		first = r.Enter
 	}
-	return first >= t.start && (t.End() == 0 || ev.Time() <= t.End())
+	return first >= t.start && (stop == 0 || ev.Time() <= stop)
 }
 
 // Probes are the functions traced.

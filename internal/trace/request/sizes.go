@@ -46,11 +46,12 @@ func (s *sizes) add(launches int) {
 	s.next = (s.next + 1) % sizeWindow
 	s.n = min(s.n+1, sizeWindow)
 	if s.told++; s.n == sizeWindow {
+		w := s.window()
 		if s.told == sizeWindow {
-			s.start = lead(s.window())
+			s.start = lead(w)
 		}
 		var odd bool
-		s.m, s.spread, odd = judge(s.window(), s.start-(s.told-sizeWindow))
+		s.m, s.spread, odd = judge(w, s.start-(s.told-sizeWindow))
 		s.varies = s.varies || odd
 	}
 }
