@@ -139,6 +139,23 @@ var perRequestLLM = Workload{
 // dutyIdle idles BE the second half of every 8 windows, as --be-duty 8s does.
 func dutyIdle(i int, g *SimGPU) { g.Idle = i%8 >= 4 }
 
+// whileBEWorks counts the windows after decisions ds (the first decided in window from) whose
+// arm, in force the window after each, misses obj by w's truth, and sums BE's share in them, over
+// n windows: every one, or under dutyIdle only those BE works in.
+func whileBEWorks(ds []Decision, from int, duty bool, w Workload, obj objective.Objective) (missing, share, n float64) {
+	for i, d := range ds {
+		if duty && (from+i+1)%8 >= 4 {
+			continue
+		}
+		r, s := w.AtArm(d.Arm)
+		if r > obj.Inflation {
+			missing++
+		}
+		share, n = share+s, n+1
+	}
+	return missing, share, n
+}
+
 // hostModesLLM is an eager decode LC of one request a second whose latency follows its vCPU's
 // speed: requests ~12% apart within a mode, 1.6x slower in the slow mode, the mode changing request
 // to request with chances 0.25 and 0.45, as a GPT-2 LC's alone was measured (docs/GPU-FACTS.md);
@@ -180,8 +197,7 @@ func TestTimeInMissingArms(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s %s duty %v", tt.w.Name, tt.obj, tt.duty), func(t *testing.T) {
 			obj := mustObjective(t, tt.obj)
-			var missing, share float64
-			var n int
+			var missing, share, n float64
 			for seed := uint64(1); seed <= 24; seed++ {
 				each := func(int, *SimGPU) {}
 				if tt.duty {
@@ -191,21 +207,13 @@ func TestTimeInMissingArms(t *testing.T) {
 				if d, ok := unmeasuredEnd(ds); ok {
 					t.Fatalf("seed %d, window %d: %s, with no measurement since the exploration began", seed, d.Windows, d.Reason)
 				}
-				for i, d := range ds[60:] { // after the first minute, while BE works
-					if tt.duty && (i+61)%8 >= 4 { // d.Arm is in force the window after i
-						continue
-					}
-					r, s := tt.w.AtArm(d.Arm)
-					if r > obj.Inflation {
-						missing++
-					}
-					share, n = share+s, n+1
-				}
+				m, s, k := whileBEWorks(ds[60:], 60, tt.duty, tt.w, obj) // after the first minute
+				missing, share, n = missing+m, share+s, n+k
 			}
-			if missing /= float64(n); missing > tt.missing {
+			if missing /= n; missing > tt.missing {
 				t.Errorf("arms that miss held %.0f%% of BE's working windows, want at most %.0f%%", 100*missing, 100*tt.missing)
 			}
-			if share /= float64(n); share < tt.share {
+			if share /= n; share < tt.share {
 				t.Errorf("BE share %.3f, want at least %.2f", share, tt.share)
 			}
 			t.Logf("arms that miss %.1f%% of the time, BE share %.3f", 100*missing, share)
@@ -352,7 +360,7 @@ func TestIdleBETeachesReferencesWithoutStopping(t *testing.T) {
 	g := NewSimGPU(4)
 	w := slowLLM // a request a window: a pause's few windows cannot teach its reference
 	// BE works 4 windows and idles 4, as the bench's --be-duty.
-	ds := play(c, g, w, mustObjective(t, "p50<=1.10x"), 80, func(i int, g *SimGPU) { g.Idle = i%8 >= 4 })
+	ds := play(c, g, w, mustObjective(t, "p50<=1.10x"), 80, dutyIdle)
 	for _, d := range ds[6:] { // BE first idles in window 5, in the first pause (6 windows at most)
 		if d.PauseBE {
 			t.Fatalf("window %d: BE stopped though it idles of its own accord", d.Windows)
@@ -438,7 +446,7 @@ func TestBoundNamesAnAbsoluteMissedAlone(t *testing.T) {
 		Points: []Point{{time.Microsecond, 1.05, 0.3, false}, {3 * time.Millisecond, 1.3, 0.9, false}}}
 	c := newController(t, Options{})
 	g := NewSimGPU(3)
-	ds := play(c, g, w, mustObjective(t, "p50<=200ms"), 240, func(i int, g *SimGPU) { g.Idle = i%8 >= 4 })
+	ds := play(c, g, w, mustObjective(t, "p50<=200ms"), 240, dutyIdle)
 	last := ds[len(ds)-1]
 	if last.Cause != CauseAtLimit || !strings.Contains(last.Bound, "this LC alone runs at 2") || !strings.Contains(last.Bound, "over its objective's 200ms") || strings.Contains(last.Bound, "switch") {
 		t.Fatalf("cause %q bound %q: want at_limit naming the LC alone over its bound", last.Cause, last.Bound)
@@ -510,14 +518,8 @@ func TestArmsJudgedInTheirTimeThroughDrift(t *testing.T) {
 	obj := mustObjective(t, "p50<=1.10x")
 	var missing, n float64
 	for seed := uint64(1); seed <= 24; seed++ {
-		for i, d := range play(newController(t, Options{}), NewSimGPU(seed), w, obj, 600, dutyIdle)[120:] {
-			if (i+121)%8 < 4 { // d.Arm is in force the window after i: BE's working ones
-				if r, _ := w.AtArm(d.Arm); r > obj.Inflation {
-					missing++
-				}
-				n++
-			}
-		}
+		m, _, k := whileBEWorks(play(newController(t, Options{}), NewSimGPU(seed), w, obj, 600, dutyIdle)[120:], 120, true, w, obj)
+		missing, n = missing+m, n+k
 	}
 	if missing /= n; missing > 0.09 {
 		t.Errorf("arms that miss held %.1f%% of BE's working windows, want at most 9%%", 100*missing)
@@ -961,7 +963,7 @@ func TestGateCostNotInReference(t *testing.T) {
 		each func(i int, g *SimGPU)
 		key  string // the LC whose reference is checked
 	}{
-		{"BE idles half of every 8 windows", func(i int, g *SimGPU) { g.Idle = i%8 >= 4 }, "lc"},
+		{"BE idles half of every 8 windows", dutyIdle, "lc"},
 		{"a new LC paused for under a gate arm", func(i int, g *SimGPU) {
 			if i == 150 {
 				g.Key = "lc2"
@@ -1087,8 +1089,7 @@ func TestExploresAfterTheLCSpeedsUp(t *testing.T) {
 		{time.Millisecond, 1.03, 0.85, false}, {3 * time.Millisecond, 1.05, 0.92, false}}
 	obj := mustObjective(t, "p50<=1.10x")
 	var reached []int
-	var share float64
-	var n int
+	var share, n float64
 	for seed := uint64(1); seed <= 24; seed++ {
 		c, g := newController(t, Options{}), NewSimGPU(seed)
 		play(c, g, slowLLM, obj, 100, dutyIdle)
@@ -1098,13 +1099,9 @@ func TestExploresAfterTheLCSpeedsUp(t *testing.T) {
 			t.Fatalf("seed %d: never settled on 1 ms or more in 900 windows after the LC sped up", seed)
 		}
 		reached = append(reached, at)
-		for i, d := range ds {
-			if (i+101)%8 < 4 { // d.Arm is in force the window after i, while BE works
-				_, s := fast.AtArm(d.Arm)
-				share, n = share+s, n+1
-			}
-		}
+		_, s, k := whileBEWorks(ds, 100, true, fast, obj)
+		share, n = share+s, n+k
 	}
 	slices.Sort(reached)
-	t.Logf("settled on 1 ms or more %d windows after the LC sped up (median; %d-%d), BE share %.3f over the 900", reached[12], reached[0], reached[23], share/float64(n))
+	t.Logf("settled on 1 ms or more %d windows after the LC sped up (median; %d-%d), BE share %.3f over the 900", reached[12], reached[0], reached[23], share/n)
 }
