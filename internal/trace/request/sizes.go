@@ -67,10 +67,10 @@ func (s *sizes) window() []int {
 // judge works the program out from a full window w, in the order its
 // busy periods were told apart, less its first start (the process's start
 // still in it): the median m of the rest, and the range of their requests
-// of about one m (spread). Multiples of m before the first request of one
-// are a backlog, as add treats a multiple once the program is known; one
-// after it is a request of k times the work. odd: such a request, a
-// request off every multiple, or requests half a request apart: the
+// of about one m (spread). A whole multiple of m is a backlog wherever it
+// comes, as add treats one once the program is known: an LC behind its
+// arrivals runs them so at any time, not only as it starts. odd: a busy
+// period off every multiple, or requests half a request apart: the
 // process's requests differ in size.
 func judge(w []int, start int) (m, spread int, odd bool) {
 	w = w[min(max(start, 0), len(w)-1):]
@@ -85,14 +85,8 @@ func judge(w []int, start int) (m, spread int, odd bool) {
 		}
 	}
 	spread = hi - lo
-	one := false // a request of about one m came before
 	for _, l := range w {
-		switch {
-		case (l+m/2)/m == 1:
-			one = true
-		case one || multiple(l, m, spread) == 0:
-			odd = true
-		}
+		odd = odd || (l+m/2)/m != 1 && multiple(l, m, spread) == 0
 	}
 	return m, spread, odd || 2*spread >= m
 }

@@ -30,10 +30,15 @@ func TestSizesCount(t *testing.T) {
 		{"between two multiples", resnet, 226*2 + 100, 1},
 		// A decode of 6-12 steps: its requests' sizes say nothing of a longer busy period.
 		{"requests of varying size", []int{600, 1200, 800, 1000, 700, 1100, 900, 650}, 1800, 1},
-		{"two sizes in the window", []int{100, 200, 100, 100, 200, 100, 100, 100}, 200, 1},
-		// One request told apart at twice the others: the process's requests differ in size,
-		// and none is divided from then on, though the window holds one size again.
-		{"a double request seen once", append([]int{100, 100, 200, 100, 100, 100, 100, 100}, slices.Repeat([]int{100}, 8)...), 200, 1},
+		{"two sizes in the window", []int{100, 150, 100, 100, 150, 100, 100, 100}, 200, 1},
+		// One request told apart off every multiple of the others: the process's requests
+		// differ in size, and none is divided from then on, though the window holds one size again.
+		{"an odd request seen once", append([]int{100, 100, 170, 100, 100, 100, 100, 100}, slices.Repeat([]int{100}, 8)...), 200, 1},
+		// Recorded (H200, gpreemptd attached at the LC's first CUDA call): the first busy periods
+		// of an eager GPT-2 and of a Llama-shaped decode, then backlogs of two after requests of
+		// one as BE slowed them: whole multiples, so backlogs, as they are once the program is known.
+		{"GPT-2: warm-up, backlog, then its program", []int{8808, 17299, 8393, 8393, 8393, 8393, 8393, 8393}, 2 * 8393, 2},
+		{"Llama: backlogs after requests of one", []int{101137, 167440, 33488, 33488, 33488, 66976, 66976, 33488}, 3 * 33488, 3},
 		// Multiples before the first single request are a backlog as the process starts, as a
 		// multiple is once the program is known, and no evidence that requests differ.
 		{"a backlog as the process starts", append([]int{3 * 33488}, llama[:7]...), 5 * 33488, 5},
@@ -51,9 +56,10 @@ func TestSizesCount(t *testing.T) {
 		{"after a run too long to divide", append(append(slices.Clone(resnet), 226*60), resnet...), 226 + 228, 2},
 		// Off every multiple (a piece of one more: launches lost, or a trace detaching): none after.
 		{"after a busy period off every multiple", append(append(slices.Clone(llama), 82829), llama...), 100464, 1},
-		// What launches cannot tell: a request twice the size of the 8 before it, never seen
-		// told apart, reads as two (docs/TRACING.md).
+		// What launches cannot tell: a request of twice the program's work reads as two
+		// (docs/TRACING.md), told apart or not.
 		{"a double request never seen", slices.Repeat([]int{100}, 8), 200, 2},
+		{"a double request told apart", []int{100, 100, 200, 100, 100, 100, 100, 100}, 200, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
