@@ -9,7 +9,9 @@
 #     LANE1="llama-slo:static gate 1us slo beonly:575" scripts/gpu-run-lanes.sh
 #
 # REP<N> (REP1=2) gives lane N its own repetition number, so that one call
-# can run two repetitions of the same part, one on each GPU.
+# can run two repetitions of the same part, one on each GPU. XZ_DIR<N>
+# gives lane N its own binaries (xz'd, as XZ_DIR's), unpacked into
+# .carry<N>/: an A/B of two builds on one part, one on each GPU.
 #
 # A lane's LC workers get two CPUs and its BE workers two, near its GPU
 # (its local_cpulist) and apart from every other lane's; the daemons are
@@ -22,9 +24,11 @@ set -u
 OUT=${OUT:-/tmp/gpreempt-out}
 REP=${REP:-1}
 mkdir -p .carry "$OUT"
-if [ -n "${XZ_DIR:-}" ]; then
-  for b in gpreemptd gpreempt-bench gpreemptctl; do xz -dc "$XZ_DIR/$b.xz" > .carry/$b && chmod +x .carry/$b; done
-fi
+unxz_to() { # unxz_to DIR CARRY: the binaries xz'd in DIR into CARRY/
+  mkdir -p "$2"
+  for b in gpreemptd gpreempt-bench gpreemptctl; do xz -dc "$1/$b.xz" > "$2/$b" && chmod +x "$2/$b"; done
+}
+[ -z "${XZ_DIR:-}" ] || unxz_to "$XZ_DIR" .carry
 export PYTHONUNBUFFERED=1 CUDA_DEVICE_ORDER=PCI_BUS_ID # CUDA's ordinals as NVML's
 nvidia-smi --query-gpu=index,name,pci.bus_id,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 
@@ -75,16 +79,17 @@ for ((d = 0; d < ${#lanes[@]}; d++)); do
 done
 
 lane() { # lane N SPEC...
-  local d=$1 spec part settings tmo rv=REP$1
+  local d=$1 spec part settings tmo rv=REP$1 xv=XZ_DIR$1 carry=.carry
   local REP=${!rv:-$REP}
   shift
+  if [ -n "${!xv:-}" ]; then carry=.carry$d && unxz_to "${!xv}" $carry; fi
   for spec in "$@"; do
     IFS=: read -r part settings tmo <<<"$spec"
     echo "=== gpu$d $part [$settings] rep $REP ${pins[$d]} $(date +%T)"
     # the part's own limits inside TIMEOUT, so that it stops its bench and daemon itself
     local v=${part^^}; v=${v//-/_}
     env "TIMEOUT_$v=$((tmo - 10))" "BENCH_TIMEOUT_$v=$((tmo - 50))" \
-      DEVICE=$d PIN_ARGS="${pins[$d]}" SETTINGS="$settings" NO_STANDALONE=${NO_STANDALONE-1} PARTS=$part REP=$REP \
+      C=$carry DEVICE=$d PIN_ARGS="${pins[$d]}" SETTINGS="$settings" NO_STANDALONE=${NO_STANDALONE-1} PARTS=$part REP=$REP \
       OUT=/tmp/o$d-$part W=/tmp/w$d-$part \
       timeout --kill-after=10 "$tmo" bash "$(dirname "${BASH_SOURCE[0]}")/gpu-run-self.sh" > /tmp/o$d-$part.log 2>&1
     echo "gpu$d $part rc=$? $(date +%T)"
