@@ -1,12 +1,14 @@
 package bench
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/slo/objective"
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
@@ -186,6 +188,12 @@ type ArmDuty struct {
 	// OffCPUMs is the p50 of those requests' time off the LC thread's CPU (latency less its CPU
 	// time), both halves: what an arm costs in both, which its ratio cannot see (nil: no CPU times).
 	OffCPUMs *float64 `json:"off_cpu_p50_ms,omitempty"`
+	// DaemonRatio is the median of SLO mode's own measurements of the arm counted over the
+	// measurement, each its latency over the LC alone it was judged by (its target over a
+	// relative objective's factor), DaemonMeasurements how many: the number SLO mode steered by,
+	// beside P50Ratio, the app's (0: none, or an absolute objective).
+	DaemonRatio        float64 `json:"daemon_ratio,omitempty"`
+	DaemonMeasurements int     `json:"daemon_measurements,omitempty"`
 }
 
 // armDuty splits sr's duty comparison by the arm in force as each request started (the last
@@ -220,8 +228,49 @@ func armDuty(sr *ScenarioResult) []ArmDuty {
 			out[i].OffCPUMs = &m
 		}
 	}
+	readings := make([][]float64, len(out))
+	for _, r := range daemonReadings(sr) {
+		if i := max(sort.Search(len(since), func(j int) bool { return since[j] > r.at })-1, 0); out[i].Arm == r.arm {
+			readings[i] = append(readings[i], r.v)
+		}
+	}
+	for i, r := range readings {
+		if len(r) > 0 {
+			out[i].DaemonRatio, out[i].DaemonMeasurements = stats.Median(r), len(r)
+		}
+	}
 	// Arms held only before the measurement, or so briefly that no request started under them, say nothing.
 	return slices.DeleteFunc(out, func(a ArmDuty) bool { return a.WithBE+a.Alone == 0 })
+}
+
+// reading is one of SLO mode's measurements: of arm, in force at the read at (CLOCK_MONOTONIC ns).
+type reading struct {
+	at  int64
+	arm string
+	v   float64
+}
+
+// daemonReadings is SLO mode's measurements of sr's LC counted over the measurement under a
+// relative objective, each its latency over its target divided by the objective's factor. A
+// measurement is new where a read's latency_us moves from the last one shown (a read after a move
+// may show none, and the next the last measurement again); it is of the arm the read before showed
+// (the decision it fed may have moved the arm).
+func daemonReadings(sr *ScenarioResult) (out []reading) {
+	last, seen := 0.0, false // the first read of the LC cannot tell a new measurement from an old one
+	for i, s := range sr.SLO {
+		j := slices.IndexFunc(s.LC, func(l SLOLCSample) bool { return l.PID == sr.LC.PID })
+		if j < 0 {
+			continue
+		}
+		l := &s.LC[j]
+		o, err := objective.Parse(l.Objective)
+		if i > 0 && seen && l.LatencyUs > 0 && l.TargetUs > 0 && l.LatencyUs != last && err == nil && o.Relative() &&
+			s.MonoNs >= sr.WindowStartMonoNs && s.MonoNs <= sr.WindowEndMonoNs {
+			out = append(out, reading{sr.SLO[i-1].MonoNs, sr.SLO[i-1].Arm, l.LatencyUs / (l.TargetUs / o.Inflation)})
+		}
+		last, seen = cmp.Or(l.LatencyUs, last), true
+	}
+	return out
 }
 
 // dutyRatio is the median of with over the median of alone; 0 unless each holds minDutyMedian.

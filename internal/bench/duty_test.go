@@ -445,3 +445,73 @@ func TestDutyAlone(t *testing.T) {
 		})
 	}
 }
+
+// daemonReadings takes SLO mode's own measurements of each arm over the measurement: a new
+// latency_us is one, of the arm the read before showed (the read that first shows it may show the
+// arm its decision moved to), its latency over its target divided by the factor; a target that
+// moves alone (the reference) is none, nor is one before the measurement or of an absolute
+// objective.
+func TestDaemonReadings(t *testing.T) {
+	const s = int64(time.Second)
+	start := 1000 * s
+	sr := &ScenarioResult{LC: &LCResult{PID: 7}, WindowStartMonoNs: start, WindowEndMonoNs: start + 60*s}
+	read := func(at int64, arm, obj string, lat, target float64) {
+		sr.SLO = append(sr.SLO, SLOSample{MonoNs: at, Arm: arm, LC: []SLOLCSample{
+			{PID: 3, Objective: "p50<=1.1x", LatencyUs: 1, TargetUs: 1e9}, // another LC's
+			{PID: 7, Objective: obj, LatencyUs: lat, TargetUs: target}}})
+	}
+	read(start-2*s, "200µs", "p50<=1.1x", 700, 660)            // before the measurement
+	read(start-s, "200µs", "p50<=1.1x", 680, 660)              // before the measurement
+	read(start+s, "200µs", "p50<=1.1x", 744, 660)              // 1.24
+	read(start+2*s, "200µs", "p50<=1.1x", 744, 704)            // the reference moved: no measurement
+	read(start+3*s, "200µs+gate", "p50<=1.1x", 800, 704)       // 1.25, of 200µs: the move came with it
+	read(start+4*s, "200µs+gate", "p50<=1.1x", 640, 704)       // 1.00
+	read(start+4*s+s/2, "200µs+gate", "p50<=1.1x", 0, 704)     // none shown
+	read(start+4*s+s*3/4, "200µs+gate", "p50<=1.1x", 640, 704) // the last again: no measurement
+	read(start+5*s, "200µs+gate", "p50<=700ms", 600, 700)
+	read(start+61*s, "200µs+gate", "p50<=1.1x", 900, 704) // after the measurement
+	got := daemonReadings(sr)
+	want := []reading{{start - s, "200µs", 744 / 600.0}, {start + 2*s, "200µs", 800 / 640.0}, {start + 3*s, "200µs+gate", 640 / 640.0}}
+	if len(got) != len(want) {
+		t.Fatalf("readings %+v, want %+v", got, want)
+	}
+	for i, w := range want {
+		if g := got[i]; g.arm != w.arm || g.at != w.at || math.Abs(g.v-w.v) > 1e-9 {
+			t.Errorf("reading %d: %+v, want %+v", i, g, w)
+		}
+	}
+}
+
+// An arm held twice (500µs, then 1ms, then 500µs again) has each span's own measurements.
+func TestArmDutyReadingsBySpan(t *testing.T) {
+	const s = int64(time.Second)
+	const duty = 8 * time.Second
+	start := 1000 * s
+	lc := &LCResult{PID: 1}
+	for i := range 90 {
+		lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: start + s/2 + int64(i)*s, LatencyNs: int64(600 * time.Millisecond)})
+	}
+	sr := &ScenarioResult{Name: "slo:llm-defaults", LC: lc, BEDuty: duty, WindowStartMonoNs: start, WindowEndMonoNs: start + 91*s}
+	lat := 0.0
+	for k := range 90 {
+		arm := map[bool]string{true: "1ms", false: "500µs"}[k >= 30 && k < 60]
+		if k%10 == 5 { // a measurement: about 1.0x, then 1.2x under 1ms, then 1.1x (the LC alone 600 us)
+			lat = 600 * ([]float64{1.0, 1.2, 1.1}[k/30] + []float64{0, 0.01, -0.01}[k%30/10])
+		}
+		sr.SLO = append(sr.SLO, SLOSample{MonoNs: start + int64(k)*s, Arm: arm, LC: []SLOLCSample{{PID: 1, Objective: "p50<=1.1x", LatencyUs: lat, TargetUs: 660}}})
+	}
+	got := armDuty(sr)
+	want := []struct {
+		arm string
+		v   float64
+		n   int
+	}{{"500µs", 1.0, 3}, {"1ms", 1.2, 3}, {"500µs", 1.1, 3}}
+	if len(got) != len(want) {
+		t.Fatalf("arms %+v", got)
+	}
+	for i, w := range want {
+		if got[i].Arm != w.arm || math.Abs(got[i].DaemonRatio-w.v) > 1e-9 || got[i].DaemonMeasurements != w.n {
+			t.Errorf("span %d: %s %.3f (%d), want %s %.3f (%d)", i, got[i].Arm, got[i].DaemonRatio, got[i].DaemonMeasurements, w.arm, w.v, w.n)
+		}
+	}
+}

@@ -67,19 +67,22 @@ func writeDuty(b *strings.Builder, res *Results) {
 	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return len(sr.LCDutyByArm) > 1 }) {
 		return
 	}
-	b.WriteString("\nThe same by the arm SLO mode held as each request started (from the status read that first showed it): a run's ratio blends its arms, the first held before SLO mode had measured; and the p50 of those requests' time off the LC thread's CPU, both halves (a cost an arm adds to both, which its ratio cannot see):\n\n")
-	b.WriteString("| scenario | rep | arm | from (s into the measurement) | requests with BE / alone | ratio | LC off its CPU a request, p50 (ms) |\n")
-	b.WriteString("|---|---:|---|---:|---:|---:|---:|\n")
+	b.WriteString("\nThe same by the arm SLO mode held as each request started (from the status read that first showed it): a run's ratio blends its arms, the first held before SLO mode had measured; beside it the same ratio as SLO mode read it, the median of its measurements of the arm over the measurement (each its latency over the LC alone it judged it by), the number it steered by; and the p50 of those requests' time off the LC thread's CPU, both halves (a cost an arm adds to both, which its ratio cannot see):\n\n")
+	b.WriteString("| scenario | rep | arm | from (s into the measurement) | requests with BE / alone | ratio | SLO mode's reading (measurements) | LC off its CPU a request, p50 (ms) |\n")
+	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|\n")
 	for _, sr := range res.Scenarios {
 		for _, a := range sr.LCDutyByArm {
-			ratio, off := "–", "–"
+			ratio, daemon, off := "–", "–", "–"
 			if a.P50Ratio > 0 {
 				ratio = fmt.Sprintf("%.3fx", a.P50Ratio)
+			}
+			if a.DaemonMeasurements > 0 {
+				daemon = fmt.Sprintf("%.3fx (%d)", a.DaemonRatio, a.DaemonMeasurements)
 			}
 			if a.OffCPUMs != nil {
 				off = fmt.Sprintf("%.1f", *a.OffCPUMs)
 			}
-			fmt.Fprintf(b, "| %s | %d | %s | %.1f | %d / %d | %s | %s |\n", sr.Name, repOf(sr), a.Arm, a.FromS, a.WithBE, a.Alone, ratio, off)
+			fmt.Fprintf(b, "| %s | %d | %s | %.1f | %d / %d | %s | %s | %s |\n", sr.Name, repOf(sr), a.Arm, a.FromS, a.WithBE, a.Alone, ratio, daemon, off)
 		}
 	}
 }
