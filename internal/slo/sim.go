@@ -145,6 +145,14 @@ type SimGPU struct {
 	hostSlow            bool // the LC's CPU in its slow mode (Workload.HostSlow)
 	// Idle: BE idles of its own accord through the window (the LC alone).
 	Idle bool
+	// Spans places each request by when it ended, at random in the window,
+	// and slows it by the part of its span, Baseline long in a window of a
+	// second, that BE worked in; BE works in [BEFrom, BETo) of the window
+	// (all of it where both are 0, none where Idle), as a duty's edges fall
+	// inside the daemon's windows.
+	Spans        bool
+	BEFrom, BETo float64
+	was          [2]float64 // the part of the window before that BE worked in
 	// Summary reports the window's quantile and count, not its values (a
 	// push of quantiles alone).
 	Summary bool
@@ -157,6 +165,17 @@ type SimGPU struct {
 	// after a move shows the new arm alone, but the one after BE was
 	// stopped still drains BE's queued work.
 	Aligned bool
+}
+
+// spans is the part of the window BE works in.
+func (g *SimGPU) spans(paused bool) [2]float64 {
+	switch {
+	case paused || g.Idle:
+		return [2]float64{}
+	case g.BEFrom == 0 && g.BETo == 0:
+		return [2]float64{0, 1}
+	}
+	return [2]float64{g.BEFrom, g.BETo}
 }
 
 // host moves the LC's CPU mode on by one request and returns the request's slowing by it.
@@ -211,6 +230,16 @@ func (g *SimGPU) WindowArm(w Workload, obj objective.Objective, a, prev Arm) Obs
 	vals := make([]time.Duration, w.Requests)
 	for i := range vals {
 		vals[i] = time.Duration(scale * g.host(w) * math.Exp(cmp.Or(w.Spread, 0.02)*g.rng.NormFloat64()))
+	}
+	if g.Spans {
+		cur := g.spans(paused)
+		for i := range vals {
+			end, d := g.rng.Float64(), float64(w.Baseline)/float64(time.Second)
+			over := func(from, to float64) float64 { return max(0, min(end, to)-max(end-d, from)) }
+			worked := (over(g.was[0]-1, g.was[1]-1) + over(cur[0], cur[1])) / d
+			vals[i] = time.Duration(float64(vals[i]) * (1 + worked*(r-1)) / r)
+		}
+		o.BEShare, g.was = o.BEShare*(cur[1]-cur[0]), cur
 	}
 	s := LCSample{Key: cmp.Or(g.Key, "lc"), Owner: g.Owner, Objective: obj, GateTraps: w.GatedAlone != 0}
 	if w.PerRequest {
