@@ -189,9 +189,10 @@ type ArmDuty struct {
 	// time), both halves: what an arm costs in both, which its ratio cannot see (nil: no CPU times).
 	OffCPUMs *float64 `json:"off_cpu_p50_ms,omitempty"`
 	// DaemonRatio is the median of SLO mode's own measurements of the arm counted over the
-	// measurement, each its latency over the LC alone it was judged by (its target over a
-	// relative objective's factor), DaemonMeasurements how many: the number SLO mode steered by,
-	// beside P50Ratio, the app's (0: none, or an absolute objective).
+	// measurement under a `p50<=Nx` objective, each its latency over the LC alone it was judged
+	// by (its target over the factor), DaemonMeasurements how many: the number SLO mode steered
+	// by, beside P50Ratio, the app's (0: none, or another objective). Where gpreemptd could not
+	// stop BE (calibrate: shortest) its reference is the LC beside BE under the shortest arm.
 	DaemonRatio        float64 `json:"daemon_ratio,omitempty"`
 	DaemonMeasurements int     `json:"daemon_measurements,omitempty"`
 }
@@ -251,24 +252,38 @@ type reading struct {
 }
 
 // daemonReadings is SLO mode's measurements of sr's LC counted over the measurement under a
-// relative objective, each its latency over its target divided by the objective's factor. A
-// measurement is new where a read's latency_us moves from the last one shown (a read after a move
-// may show none, and the next the last measurement again); it is of the arm the read before showed
-// (the decision it fed may have moved the arm).
+// `p50<=Nx` objective against the LC alone (the ratio the app's duty ratio is), each its latency
+// over its target divided by the factor. The status shows a window's decision from its first read
+// to the next window's; a measurement is new where that window's latency_us moves from the last
+// one shown, or where what accumulated toward it falls to 0 under an arm held (one may repeat
+// the last's value: a scraped p50 sits on a bucket's middle). It is of the arm the window before
+// showed (the decision it fed may have moved the arm). One that repeats the last value as the
+// arm moves is not told apart.
 func daemonReadings(sr *ScenarioResult) (out []reading) {
-	last, seen := 0.0, false // the first read of the LC cannot tell a new measurement from an old one
+	type window struct {
+		at  int64
+		arm string
+		row SLOLCSample
+	}
+	var ws []window
 	for i, s := range sr.SLO {
 		j := slices.IndexFunc(s.LC, func(l SLOLCSample) bool { return l.PID == sr.LC.PID })
-		if j < 0 {
+		if j >= 0 && (i == 0 || s.Window == 0 || s.Window != sr.SLO[i-1].Window) {
+			ws = append(ws, window{s.MonoNs, s.Arm, s.LC[j]})
+		}
+	}
+	last := 0.0
+	for i := 1; i < len(ws); i++ {
+		prev, w := ws[i-1], ws[i]
+		last = cmp.Or(prev.row.LatencyUs, last)
+		o, err := objective.Parse(w.row.Objective)
+		if err != nil || o.Metric != "" || o.Quantile != 0.5 || !o.Relative() || o.Reference == objective.Shortest ||
+			w.row.LatencyUs <= 0 || w.row.TargetUs <= 0 || w.at < sr.WindowStartMonoNs || w.at > sr.WindowEndMonoNs {
 			continue
 		}
-		l := &s.LC[j]
-		o, err := objective.Parse(l.Objective)
-		if i > 0 && seen && l.LatencyUs > 0 && l.TargetUs > 0 && l.LatencyUs != last && err == nil && o.Relative() &&
-			s.MonoNs >= sr.WindowStartMonoNs && s.MonoNs <= sr.WindowEndMonoNs {
-			out = append(out, reading{sr.SLO[i-1].MonoNs, sr.SLO[i-1].Arm, l.LatencyUs / (l.TargetUs / o.Inflation)})
+		if w.row.LatencyUs != last || w.row.Pending == 0 && prev.row.Pending > 0 && w.arm == prev.arm {
+			out = append(out, reading{prev.at, prev.arm, w.row.LatencyUs / (w.row.TargetUs / o.Inflation)})
 		}
-		last, seen = cmp.Or(l.LatencyUs, last), true
 	}
 	return out
 }

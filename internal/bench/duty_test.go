@@ -446,32 +446,42 @@ func TestDutyAlone(t *testing.T) {
 	}
 }
 
-// daemonReadings takes SLO mode's own measurements of each arm over the measurement: a new
-// latency_us is one, of the arm the read before showed (the read that first shows it may show the
-// arm its decision moved to), its latency over its target divided by the factor; a target that
-// moves alone (the reference) is none, nor is one before the measurement or of an absolute
-// objective.
+// daemonReadings takes SLO mode's own measurements of each arm over the measurement, a window at
+// a time (however many reads show it): a new latency_us is one, and so is the same value again
+// where what accumulated toward it fell to 0 under the arm held (a bucket's middle repeats); each
+// of the arm the window before showed (the window that first shows it may show the arm its
+// decision moved to), its latency over its target divided by the factor. A target that moves
+// alone (the reference) is none, nor is a fall to 0 as the arm moves, one before the
+// measurement, or one of another objective than `p50<=Nx` against the LC alone.
 func TestDaemonReadings(t *testing.T) {
 	const s = int64(time.Second)
 	start := 1000 * s
 	sr := &ScenarioResult{LC: &LCResult{PID: 7}, WindowStartMonoNs: start, WindowEndMonoNs: start + 60*s}
-	read := func(at int64, arm, obj string, lat, target float64) {
-		sr.SLO = append(sr.SLO, SLOSample{MonoNs: at, Arm: arm, LC: []SLOLCSample{
-			{PID: 3, Objective: "p50<=1.1x", LatencyUs: 1, TargetUs: 1e9}, // another LC's
-			{PID: 7, Objective: obj, LatencyUs: lat, TargetUs: target}}})
+	window := 0
+	read := func(at int64, arm, obj string, lat, target float64, pending int) {
+		window++
+		for k := range 3 { // three reads a window
+			sr.SLO = append(sr.SLO, SLOSample{MonoNs: at + int64(k)*s/4, Window: window, Arm: arm, LC: []SLOLCSample{
+				{PID: 3, Objective: "p50<=1.1x", LatencyUs: float64(window), TargetUs: 1e9}, // another LC's
+				{PID: 7, Objective: obj, LatencyUs: lat, TargetUs: target, Pending: pending}}})
+		}
 	}
-	read(start-2*s, "200µs", "p50<=1.1x", 700, 660)            // before the measurement
-	read(start-s, "200µs", "p50<=1.1x", 680, 660)              // before the measurement
-	read(start+s, "200µs", "p50<=1.1x", 744, 660)              // 1.24
-	read(start+2*s, "200µs", "p50<=1.1x", 744, 704)            // the reference moved: no measurement
-	read(start+3*s, "200µs+gate", "p50<=1.1x", 800, 704)       // 1.25, of 200µs: the move came with it
-	read(start+4*s, "200µs+gate", "p50<=1.1x", 640, 704)       // 1.00
-	read(start+4*s+s/2, "200µs+gate", "p50<=1.1x", 0, 704)     // none shown
-	read(start+4*s+s*3/4, "200µs+gate", "p50<=1.1x", 640, 704) // the last again: no measurement
-	read(start+5*s, "200µs+gate", "p50<=700ms", 600, 700)
-	read(start+61*s, "200µs+gate", "p50<=1.1x", 900, 704) // after the measurement
+	read(start-2*s, "200µs", "p50<=1.1x", 700, 660, 3)      // before the measurement
+	read(start-s, "200µs", "p50<=1.1x", 680, 660, 9)        // before the measurement
+	read(start+s, "200µs", "p50<=1.1x", 744, 660, 0)        // 1.24
+	read(start+2*s, "200µs", "p50<=1.1x", 744, 704, 4)      // the reference moved: no measurement
+	read(start+3*s, "200µs", "p50<=1.1x", 744, 704, 0)      // 1.1625, the same value again
+	read(start+4*s, "200µs", "p50<=1.1x", 744, 704, 6)      // accumulating
+	read(start+5*s, "200µs+gate", "p50<=1.1x", 800, 704, 0) // 1.25, of 200µs: the move came with it
+	read(start+6*s, "200µs+gate", "p50<=1.1x", 800, 704, 5) // accumulating
+	read(start+7*s, "1ms", "p50<=1.1x", 800, 704, 0)        // a move: nothing counted
+	read(start+8*s, "1ms", "p50<=1.1x", 640, 704, 0)        // 1.00
+	for _, obj := range []string{"tpot_p50<=1.1x", "p99<=1.1x", "p50<=1.1x@shortest", "p50<=700ms"} {
+		read(start+9*s, "1ms", obj, 600+float64(window), 700, 0)
+	}
+	read(start+61*s, "1ms", "p50<=1.1x", 900, 704, 0) // after the measurement
 	got := daemonReadings(sr)
-	want := []reading{{start - s, "200µs", 744 / 600.0}, {start + 2*s, "200µs", 800 / 640.0}, {start + 3*s, "200µs+gate", 640 / 640.0}}
+	want := []reading{{start - s, "200µs", 744 / 600.0}, {start + 2*s, "200µs", 744 / 640.0}, {start + 4*s, "200µs", 800 / 640.0}, {start + 7*s, "1ms", 640 / 640.0}}
 	if len(got) != len(want) {
 		t.Fatalf("readings %+v, want %+v", got, want)
 	}

@@ -84,6 +84,9 @@ type SLOLCSample struct {
 	// ended in (api.SLOLC's; 0: a daemon that does not say).
 	FromMonoNs int64 `json:"from_mono_ns,omitempty"`
 	ToMonoNs   int64 `json:"to_mono_ns,omitempty"`
+	// Pending is what accumulated toward the next measurement (api.SLOLC's):
+	// it falls to 0 as one counts, or as the arm moves.
+	Pending int `json:"pending,omitempty"`
 }
 
 // sloStatus reads the slo section of GET /v1/status's JSON; an error if
@@ -116,7 +119,7 @@ func parseSLOStatus(b []byte) (SLOSample, error) {
 	}
 	for _, l := range st.LC {
 		s.LC = append(s.LC, SLOLCSample{PID: l.PID, Objective: l.Objective, Source: l.Source, Samples: l.Samples, P50Us: l.P50Us, LatencyUs: l.LatencyUs,
-			TargetUs: l.TargetUs, FromMonoNs: l.FromMonoNs, ToMonoNs: l.ToMonoNs})
+			TargetUs: l.TargetUs, FromMonoNs: l.FromMonoNs, ToMonoNs: l.ToMonoNs, Pending: l.Pending})
 	}
 	return s, nil
 }
