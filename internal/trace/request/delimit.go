@@ -216,7 +216,7 @@ func (d *Delimiter) Learnt() bool { return d.gap != 0 }
 // busy period of several is never divided, and the launches of the last
 // requests told apart (at most 8, oldest first) that it is judged from.
 func (d *Delimiter) Program() (launches int, varies bool, window []int) {
-	m, _, ok := d.sizes.program()
+	m, _, _, ok := d.sizes.program()
 	if !ok {
 		m = 0
 	}

@@ -31,15 +31,15 @@ type sizes struct {
 	// lost), and a busy period of k times the median may be one request;
 	// none is divided from then on.
 	varies bool
-	// m and spread are program()'s, worked out as the window changes.
-	m, spread int
+	// m, lo and hi are program()'s, worked out as the window changes.
+	m, lo, hi int
 }
 
 // add records a busy period that was not divided: one request, or the
 // evidence that requests differ in size; a multiple too long to divide is
 // neither.
 func (s *sizes) add(launches int) {
-	if m, spread, ok := s.program(); ok && multiple(launches, m, spread) > 0 {
+	if m, lo, hi, ok := s.program(); ok && multiple(launches, m, lo, hi) > 0 {
 		return
 	}
 	s.last[s.next] = launches
@@ -51,7 +51,7 @@ func (s *sizes) add(launches int) {
 			s.start = lead(w)
 		}
 		var odd bool
-		s.m, s.spread, odd = judge(w, s.start-(s.told-sizeWindow))
+		s.m, s.lo, s.hi, odd = judge(w, s.start-(s.told-sizeWindow))
 		s.varies = s.varies || odd
 	}
 }
@@ -66,74 +66,73 @@ func (s *sizes) window() []int {
 
 // judge works the program out from a full window w, in the order its
 // busy periods were told apart, less its first start (the process's start
-// still in it): the median m of the rest, and the range of their requests
-// of about one m (spread). A whole multiple of m is a backlog wherever it
-// comes, as add treats one once the program is known: an LC behind its
-// arrivals runs them so at any time, not only as it starts. odd: a busy
-// period off every multiple, or requests half a request apart: the
-// process's requests differ in size.
-func judge(w []int, start int) (m, spread int, odd bool) {
+// still in it): the lower median m of the rest (a backlog or a warm-up only
+// adds launches: it holds against up to half the window of them), and the
+// range [lo, hi] of their requests of about one m. A whole multiple of m is
+// a backlog wherever it comes, as add treats one once the program is known:
+// an LC behind its arrivals runs them so at any time, not only as it starts.
+// odd: a busy period off every multiple, or requests half a request apart:
+// the process's requests differ in size.
+func judge(w []int, start int) (m, lo, hi int, odd bool) {
 	w = w[min(max(start, 0), len(w)-1):]
 	v := slices.Sorted(slices.Values(w))
-	if m = v[len(v)/2]; m <= 0 {
-		return 0, 0, false
+	if m = v[(len(v)-1)/2]; m <= 0 {
+		return 0, 0, 0, false
 	}
-	lo, hi := m, m
+	lo, hi = m, m
 	for _, l := range v {
 		if (l+m/2)/m == 1 {
 			lo, hi = min(lo, l), max(hi, l)
 		}
 	}
-	spread = hi - lo
 	for _, l := range w {
-		odd = odd || (l+m/2)/m != 1 && multiple(l, m, spread) == 0
+		odd = odd || (l+m/2)/m != 1 && multiple(l, m, lo, hi) == 0
 	}
-	return m, spread, odd || 2*spread >= m
+	return m, lo, hi, odd || 2*(hi-lo) >= m
 }
 
-// lead is how many of w's busy periods came before its first request of
-// about its median.
+// lead is how many of w's first busy periods, two at most (a warm-up and
+// the backlog behind it), came before the first that the rest of w
+// repeats: one within the range of the rest's requests of about one median.
 func lead(w []int) int {
-	m := slices.Sorted(slices.Values(w))[len(w)/2]
-	return max(0, slices.IndexFunc(w, func(l int) bool { return m > 0 && (l+m/2)/m == 1 }))
+	for i := range min(2, len(w)-1) {
+		if _, lo, hi, _ := judge(w[i+1:], 0); w[i] >= lo && w[i] <= hi {
+			return i
+		}
+	}
+	return min(2, len(w)-1)
 }
 
 // program is the median request of the window and the range of the
 // requests of about one median; ok once the window is full.
-func (s *sizes) program() (m, spread int, ok bool) {
-	return s.m, s.spread, s.n == sizeWindow && s.m > 0
+func (s *sizes) program() (m, lo, hi int, ok bool) {
+	return s.m, s.lo, s.hi, s.n == sizeWindow && s.m > 0
 }
 
 // count is how many requests a busy period of launches holds: k >= 2
-// where launches lie within k ranges (of the last requests of about one
-// median) of k times their median, and k ranges leave k unambiguous (under half a request); else 1,
-// as for a process whose requests differ in size (a decode of varying
-// lengths), whose busy periods are never divided.
+// where launches lie between k times the smallest and k times the largest
+// of the last requests of about one median, and k ranges leave k
+// unambiguous (under half a request); else 1, as for a process whose
+// requests differ in size (a decode of varying lengths), whose busy
+// periods are never divided.
 func (s *sizes) count(launches int) int {
-	m, spread, ok := s.program()
+	m, lo, hi, ok := s.program()
 	if !ok || s.varies {
 		return 1
 	}
-	if k := multiple(launches, m, spread); k > 0 && 2*k*spread < m {
+	if k := multiple(launches, m, lo, hi); k > 0 && 2*k*(hi-lo) < m {
 		return k
 	}
 	return 1
 }
 
-// multiple is k >= 2 where launches lie within k ranges of k times m (a busy period of k
-// requests of the program), else 0.
-func multiple(launches, m, spread int) int {
-	if k := (launches + m/2) / m; k >= 2 && abs(launches-k*m) <= k*spread {
+// multiple is k >= 2 where launches lie in [k*lo, k*hi], k the nearest
+// multiple of m (a busy period of k requests of the program), else 0.
+func multiple(launches, m, lo, hi int) int {
+	if k := (launches + m/2) / m; k >= 2 && k*lo <= launches && launches <= k*hi {
 		return k
 	}
 	return 0
-}
-
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
 }
 
 // Count is how many of the process's requests r is: 1, or the requests a

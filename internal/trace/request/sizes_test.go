@@ -39,6 +39,13 @@ func TestSizesCount(t *testing.T) {
 		// one as BE slowed them: whole multiples, so backlogs, as they are once the program is known.
 		{"GPT-2: warm-up, backlog, then its program", []int{8808, 17299, 8393, 8393, 8393, 8393, 8393, 8393}, 2 * 8393, 2},
 		{"Llama: backlogs after requests of one", []int{101137, 167440, 33488, 33488, 33488, 66976, 66976, 33488}, 3 * 33488, 3},
+		// The same GPT-2 LC's next requests: its warm-up leaves the window and the backlog after
+		// it, 513 over twice its program, is still its start.
+		{"GPT-2: after its warm-up left the window", []int{8808, 17299, 8393, 8393, 8393, 8393, 8393, 8393, 8393, 8393, 8393}, 2 * 8393, 2},
+		// Backlogs in half the window: the median is one request's, not two's.
+		{"a window half backlogs", []int{33488, 33488, 33488, 66976, 66976, 66976, 66976, 33488}, 3 * 33488, 3},
+		// k requests lie between k times the smallest and k times the largest.
+		{"just past twice the largest", resnet, 2*229 + 1, 1},
 		// Multiples before the first single request are a backlog as the process starts, as a
 		// multiple is once the program is known, and no evidence that requests differ.
 		{"a backlog as the process starts", append([]int{3 * 33488}, llama[:7]...), 5 * 33488, 5},
