@@ -147,9 +147,9 @@ type SimGPU struct {
 	Idle bool
 	// Spans places each request by when it ended, at random in the window,
 	// and slows it by the part of its span, Baseline long in a window of a
-	// second, that BE worked in; BE works in [BEFrom, BETo) of the window
-	// (all of it where both are 0, none where Idle), as a duty's edges fall
-	// inside the daemon's windows.
+	// second, that BE worked in (the LC alone the rest); BE works in
+	// [BEFrom, BETo) of the window (BETo 0: to its end; none where Idle or
+	// paused), as a duty's edges fall inside the daemon's windows.
 	Spans        bool
 	BEFrom, BETo float64
 	was          [2]float64 // the part of the window before that BE worked in
@@ -172,10 +172,8 @@ func (g *SimGPU) spans(paused bool) [2]float64 {
 	switch {
 	case paused || g.Idle:
 		return [2]float64{}
-	case g.BEFrom == 0 && g.BETo == 0:
-		return [2]float64{0, 1}
 	}
-	return [2]float64{g.BEFrom, g.BETo}
+	return [2]float64{g.BEFrom, cmp.Or(g.BETo, 1)}
 }
 
 // host moves the LC's CPU mode on by one request and returns the request's slowing by it.
@@ -222,6 +220,10 @@ func (g *SimGPU) WindowArm(w Workload, obj objective.Objective, a, prev Arm) Obs
 	if g.ShareUnknown || g.Idle {
 		o.BEShare = math.NaN()
 	}
+	cur, before := g.spans(paused), g.was
+	if g.Spans {
+		o.BEShare, g.was = o.BEShare*(cur[1]-cur[0]), cur
+	}
 	if g.Missing || w.Requests == 0 {
 		return o
 	}
@@ -232,14 +234,13 @@ func (g *SimGPU) WindowArm(w Workload, obj objective.Objective, a, prev Arm) Obs
 		vals[i] = time.Duration(scale * g.host(w) * math.Exp(cmp.Or(w.Spread, 0.02)*g.rng.NormFloat64()))
 	}
 	if g.Spans {
-		cur := g.spans(paused)
+		alone := map[bool]float64{true: cmp.Or(w.GatedAlone, 1), false: 1}[a.Gate]
 		for i := range vals {
 			end, d := g.rng.Float64(), float64(w.Baseline)/float64(time.Second)
 			over := func(from, to float64) float64 { return max(0, min(end, to)-max(end-d, from)) }
-			worked := (over(g.was[0]-1, g.was[1]-1) + over(cur[0], cur[1])) / d
-			vals[i] = time.Duration(float64(vals[i]) * (1 + worked*(r-1)) / r)
+			worked := (over(before[0]-1, before[1]-1) + over(cur[0], cur[1])) / d
+			vals[i] = time.Duration(float64(vals[i]) * (alone + worked*(r-alone)) / r)
 		}
-		o.BEShare, g.was = o.BEShare*(cur[1]-cur[0]), cur
 	}
 	s := LCSample{Key: cmp.Or(g.Key, "lc"), Owner: g.Owner, Objective: obj, GateTraps: w.GatedAlone != 0}
 	if w.PerRequest {
