@@ -9,6 +9,12 @@ import (
 // quiet gaps, show how many launches one request is.
 const sizeWindow = 8
 
+// minProgram is the fewest launches a request of a program whose busy
+// periods are divided may have: under it (a CUDA graph a request) every
+// size lies at or near a multiple, and none tells a backlog from a larger
+// request.
+const minProgram = 4
+
 // sizes keeps the launches of a process's last requests that quiet gaps
 // told apart. Requests that arrive while the process is still serving the
 // last run back to back with no quiet gap between them: one busy period.
@@ -21,11 +27,11 @@ type sizes struct {
 	n    int // filled
 	next int
 	told int // added in all
-	// start: how many of the first busy periods told apart came before the
-	// first full window's first request of about its median: the process's
-	// start where the trace began with it (its warm-up, work no later
-	// request repeats, and any backlog behind it), no evidence of its
-	// requests.
+	// start: how many of the first full window's busy periods, two at most,
+	// came before the first no larger than the rest's requests (lead): the
+	// process's start where the trace began with it (its warm-up, work no
+	// later request repeats, and the backlog behind it), no evidence of its
+	// requests while it stays in the window.
 	start int
 	// varies: judge found the requests differ in size (or launches were
 	// lost), and a busy period of k times the median may be one request;
@@ -39,7 +45,7 @@ type sizes struct {
 // evidence that requests differ in size; a multiple too long to divide is
 // neither.
 func (s *sizes) add(launches int) {
-	if m, lo, hi, ok := s.program(); ok && multiple(launches, m, lo, hi) > 0 {
+	if _, lo, hi, ok := s.program(); ok && multiple(launches, lo, hi) > 0 {
 		return
 	}
 	s.last[s.next] = launches
@@ -86,25 +92,26 @@ func judge(w []int, start int) (m, lo, hi int, odd bool) {
 		}
 	}
 	for _, l := range w {
-		odd = odd || (l+m/2)/m != 1 && multiple(l, m, lo, hi) == 0
+		odd = odd || (l+m/2)/m != 1 && multiple(l, lo, hi) == 0
 	}
 	return m, lo, hi, odd || 2*(hi-lo) >= m
 }
 
 // lead is how many of w's first busy periods, two at most (a warm-up and
-// the backlog behind it), came before the first that the rest of w
-// repeats: one within the range of the rest's requests of about one median.
+// the backlog behind it), came before the first no larger than the largest
+// of the rest's requests of about one median: a warm-up and a backlog only
+// add launches, and a smaller request is one to judge.
 func lead(w []int) int {
 	for i := range min(2, len(w)-1) {
-		if _, lo, hi, _ := judge(w[i+1:], 0); w[i] >= lo && w[i] <= hi {
+		if _, _, hi, _ := judge(w[i+1:], 0); w[i] <= hi {
 			return i
 		}
 	}
 	return min(2, len(w)-1)
 }
 
-// program is the median request of the window and the range of the
-// requests of about one median; ok once the window is full.
+// program is the window's lower middle request and the range of its
+// requests of about one of it; ok once the window is full.
 func (s *sizes) program() (m, lo, hi int, ok bool) {
 	return s.m, s.lo, s.hi, s.n == sizeWindow && s.m > 0
 }
@@ -117,19 +124,20 @@ func (s *sizes) program() (m, lo, hi int, ok bool) {
 // periods are never divided.
 func (s *sizes) count(launches int) int {
 	m, lo, hi, ok := s.program()
-	if !ok || s.varies {
+	if !ok || s.varies || m < minProgram {
 		return 1
 	}
-	if k := multiple(launches, m, lo, hi); k > 0 && 2*k*(hi-lo) < m {
+	if k := multiple(launches, lo, hi); k > 0 && 2*k*(hi-lo) < m {
 		return k
 	}
 	return 1
 }
 
-// multiple is k >= 2 where launches lie in [k*lo, k*hi], k the nearest
-// multiple of m (a busy period of k requests of the program), else 0.
-func multiple(launches, m, lo, hi int) int {
-	if k := (launches + m/2) / m; k >= 2 && k*lo <= launches && launches <= k*hi {
+// multiple is k >= 2 where launches lie in [k*lo, k*hi], k the fewest
+// requests of the program that reach them (a busy period of k requests),
+// else 0.
+func multiple(launches, lo, hi int) int {
+	if k := (launches + hi - 1) / hi; k >= 2 && k*lo <= launches {
 		return k
 	}
 	return 0

@@ -46,6 +46,14 @@ func TestSizesCount(t *testing.T) {
 		{"a window half backlogs", []int{33488, 33488, 33488, 66976, 66976, 66976, 66976, 33488}, 3 * 33488, 3},
 		// k requests lie between k times the smallest and k times the largest.
 		{"just past twice the largest", resnet, 2*229 + 1, 1},
+		// A long backlog near the largest: 60 requests, not 61 of the lower middle.
+		{"after a long backlog of the largest requests", append(append([]int{225, 225, 225, 225, 229, 229, 229, 229}, 13620), 225, 229), 454, 2},
+		// A first request smaller than the program is a request: judged, not the start.
+		{"a first request smaller than the rest", append([]int{50}, slices.Repeat([]int{100}, 7)...), 200, 1},
+		{"a warm-up, then a smaller request", append([]int{300, 50}, slices.Repeat([]int{100}, 6)...), 200, 1},
+		// Too few launches a request to tell a backlog from a larger request.
+		{"a program of one launch", slices.Repeat([]int{1}, 8), 5, 1},
+		{"requests of 1-7 launches", []int{1, 1, 1, 1, 5, 3, 7, 2}, 6, 1},
 		// Multiples before the first single request are a backlog as the process starts, as a
 		// multiple is once the program is known, and no evidence that requests differ.
 		{"a backlog as the process starts", append([]int{3 * 33488}, llama[:7]...), 5 * 33488, 5},
