@@ -188,13 +188,17 @@ type ArmDuty struct {
 	// OffCPUMs is the p50 of those requests' time off the LC thread's CPU (latency less its CPU
 	// time), both halves: what an arm costs in both, which its ratio cannot see (nil: no CPU times).
 	OffCPUMs *float64 `json:"off_cpu_p50_ms,omitempty"`
+	// TPOTRatio is the same of an LLM LC's time per output token (0: none, or too few).
+	TPOTRatio float64 `json:"tpot_p50_ratio,omitempty"`
 	// DaemonRatio is the median of SLO mode's own measurements of the arm counted over the
-	// measurement under a `p50<=Nx` objective, each its latency over the LC alone it was judged
-	// by (its target over the factor), DaemonMeasurements how many: the number SLO mode steered
-	// by, beside P50Ratio, the app's (0: none, or another objective). Where gpreemptd could not
-	// stop BE (calibrate: shortest) its reference is the LC beside BE under the shortest arm.
+	// measurement under a `p50<=Nx` or `tpot_p50<=Nx` objective (DaemonMetric "" or "tpot"),
+	// each its latency over the LC alone it was judged by (its target over the factor),
+	// DaemonMeasurements how many: the number SLO mode steered by, beside P50Ratio or
+	// TPOTRatio, the app's (0: none, or another objective). Where gpreemptd could not stop BE
+	// (calibrate: shortest) its reference is the LC beside BE under the shortest arm.
 	DaemonRatio        float64 `json:"daemon_ratio,omitempty"`
 	DaemonMeasurements int     `json:"daemon_measurements,omitempty"`
+	DaemonMetric       string  `json:"daemon_metric,omitempty"`
 }
 
 // armDuty splits sr's duty comparison by the arm in force as each request started (the last
@@ -214,16 +218,20 @@ func armDuty(sr *ScenarioResult) []ArmDuty {
 	if len(out) == 0 {
 		return nil
 	}
-	lat, off := make([][2][]float64, len(out)), make([][]float64, len(out))
+	lat, tpot, off := make([][2][]float64, len(out)), make([][2][]float64, len(out)), make([][]float64, len(out))
 	eachHalf(sr.LC, sr.BEDuty, func(s LCSample, start int64, half int) {
 		i := max(sort.Search(len(since), func(j int) bool { return since[j] > start })-1, 0) // before the first read: the first arm
 		lat[i][half] = append(lat[i][half], float64(s.LatencyNs)/1e3)
+		if s.TPOTNs > 0 {
+			tpot[i][half] = append(tpot[i][half], float64(s.TPOTNs)/1e3)
+		}
 		if ms, ok := s.offCPUMs(); ok {
 			off[i] = append(off[i], ms)
 		}
 	})
 	for i := range out {
 		out[i].WithBE, out[i].Alone, out[i].P50Ratio = len(lat[i][0]), len(lat[i][1]), dutyRatio(lat[i][0], lat[i][1])
+		out[i].TPOTRatio = dutyRatio(tpot[i][0], tpot[i][1])
 		if len(off[i]) > 0 {
 			m := stats.Median(off[i])
 			out[i].OffCPUMs = &m
@@ -232,7 +240,7 @@ func armDuty(sr *ScenarioResult) []ArmDuty {
 	readings := make([][]float64, len(out))
 	for _, r := range daemonReadings(sr) {
 		if i := max(sort.Search(len(since), func(j int) bool { return since[j] > r.at })-1, 0); out[i].Arm == r.arm {
-			readings[i] = append(readings[i], r.v)
+			readings[i], out[i].DaemonMetric = append(readings[i], r.v), r.metric
 		}
 	}
 	for i, r := range readings {
@@ -244,16 +252,16 @@ func armDuty(sr *ScenarioResult) []ArmDuty {
 	return slices.DeleteFunc(out, func(a ArmDuty) bool { return a.WithBE+a.Alone == 0 })
 }
 
-// reading is one of SLO mode's measurements: of arm, in force at the read at (CLOCK_MONOTONIC ns).
+// reading is one of SLO mode's measurements of metric: of arm, in force at the read at (CLOCK_MONOTONIC ns).
 type reading struct {
-	at  int64
-	arm string
-	v   float64
+	at          int64
+	arm, metric string
+	v           float64
 }
 
 // daemonReadings is SLO mode's measurements of sr's LC counted over the measurement under a
-// `p50<=Nx` objective against the LC alone (the ratio the app's duty ratio is), each its latency
-// over its target divided by the factor. The status shows a window's decision from its first read
+// `p50<=Nx` or `tpot_p50<=Nx` objective against the LC alone (the ratios the app's duty ratios
+// are), each its latency over its target divided by the factor. The status shows a window's decision from its first read
 // to the next window's; a measurement is new where that window's latency_us moves from the last
 // one shown, or where what accumulated toward it falls to 0 under an arm held (one may repeat
 // the last's value: a scraped p50 sits on a bucket's middle). It is of the arm the window before
@@ -277,12 +285,12 @@ func daemonReadings(sr *ScenarioResult) (out []reading) {
 		prev, w := ws[i-1], ws[i]
 		last = cmp.Or(prev.row.LatencyUs, last)
 		o, err := objective.Parse(w.row.Objective)
-		if err != nil || o.Metric != "" || o.Quantile != 0.5 || !o.Relative() || o.Reference == objective.Shortest ||
+		if err != nil || o.Metric != "" && o.Metric != "tpot" || o.Quantile != 0.5 || !o.Relative() || o.Reference == objective.Shortest ||
 			w.row.LatencyUs <= 0 || w.row.TargetUs <= 0 || w.at < sr.WindowStartMonoNs || w.at > sr.WindowEndMonoNs {
 			continue
 		}
 		if w.row.LatencyUs != last || w.row.Pending == 0 && prev.row.Pending > 0 && w.arm == prev.arm {
-			out = append(out, reading{prev.at, prev.arm, w.row.LatencyUs / (w.row.TargetUs / o.Inflation)})
+			out = append(out, reading{prev.at, prev.arm, o.Metric, w.row.LatencyUs / (w.row.TargetUs / o.Inflation)})
 		}
 	}
 	return out

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -450,9 +451,10 @@ func TestDutyAlone(t *testing.T) {
 // a time (however many reads show it): a new latency_us is one, and so is the same value again
 // where what accumulated toward it fell to 0 under the arm held (a bucket's middle repeats); each
 // of the arm the window before showed (the window that first shows it may show the arm its
-// decision moved to), its latency over its target divided by the factor. A target that moves
-// alone (the reference) is none, nor is a fall to 0 as the arm moves, one before the
-// measurement, or one of another objective than `p50<=Nx` against the LC alone.
+// decision moved to), its latency over its target divided by the factor, a `tpot_` one's marked
+// so. A target that moves alone (the reference) is none, nor is a fall to 0 as the arm moves,
+// one before the measurement, or one of another objective than `p50<=Nx` or `tpot_p50<=Nx`
+// against the LC alone.
 func TestDaemonReadings(t *testing.T) {
 	const s = int64(time.Second)
 	start := 1000 * s
@@ -481,12 +483,13 @@ func TestDaemonReadings(t *testing.T) {
 	}
 	read(start+61*s, "1ms", "p50<=1.1x", 900, 704, 0) // after the measurement
 	got := daemonReadings(sr)
-	want := []reading{{start - s, "200µs", 744 / 600.0}, {start + 2*s, "200µs", 744 / 640.0}, {start + 4*s, "200µs", 800 / 640.0}, {start + 7*s, "1ms", 640 / 640.0}}
+	want := []reading{{start - s, "200µs", "", 744 / 600.0}, {start + 2*s, "200µs", "", 744 / 640.0}, {start + 4*s, "200µs", "", 800 / 640.0},
+		{start + 7*s, "1ms", "", 640 / 640.0}, {start + 8*s, "1ms", "tpot", 610 / (700 / 1.1)}}
 	if len(got) != len(want) {
 		t.Fatalf("readings %+v, want %+v", got, want)
 	}
 	for i, w := range want {
-		if g := got[i]; g.arm != w.arm || g.at != w.at || math.Abs(g.v-w.v) > 1e-9 {
+		if g := got[i]; g.arm != w.arm || g.at != w.at || g.metric != w.metric || math.Abs(g.v-w.v) > 1e-9 {
 			t.Errorf("reading %d: %+v, want %+v", i, g, w)
 		}
 	}
@@ -523,5 +526,41 @@ func TestArmDutyReadingsBySpan(t *testing.T) {
 		if got[i].Arm != w.arm || math.Abs(got[i].DaemonRatio-w.v) > 1e-9 || got[i].DaemonMeasurements != w.n {
 			t.Errorf("span %d: %s %.3f (%d), want %s %.3f (%d)", i, got[i].Arm, got[i].DaemonRatio, got[i].DaemonMeasurements, w.arm, w.v, w.n)
 		}
+	}
+}
+
+// Under a tpot_ objective an arm's reading is of TPOT, beside the app's TPOT ratio under the arm
+// (its request latency's ratio, the row's, is another): both show in the per-arm table.
+func TestArmDutyTPOTReading(t *testing.T) {
+	const s = int64(time.Second)
+	const duty = 8 * time.Second
+	start := 1000 * s
+	lc := &LCResult{PID: 1}
+	for i := range 80 {
+		a := start + s/2 + int64(i)*s
+		tpot := 10 * time.Millisecond
+		if (a/int64(duty/2))%2 == 0 {
+			tpot = 12 * time.Millisecond // 1.2x while BE works; the request's latency 1.0x
+		}
+		lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: a, LatencyNs: int64(300 * time.Millisecond), TPOTNs: int64(tpot)})
+	}
+	sr := &ScenarioResult{Name: "slo:llm-defaults", LC: lc, BEDuty: duty, WindowStartMonoNs: start, WindowEndMonoNs: start + 81*s}
+	for k := range 80 {
+		lat := 0.0
+		if k >= 10 {
+			lat = 11000 + float64(k/10) // a measurement every 10 windows, the LC alone 10 ms: about 1.1x
+		}
+		sr.SLO = append(sr.SLO, SLOSample{MonoNs: start + int64(k)*s, Window: k + 1, Arm: "500µs", LC: []SLOLCSample{{PID: 1, Objective: "tpot_p50<=1.1x", LatencyUs: lat, TargetUs: 11000}}})
+	}
+	sr.SLO = append(sr.SLO, SLOSample{MonoNs: start + 80*s, Window: 81, Arm: "1ms"}) // a second arm, so that the table is written
+	got := armDuty(sr)
+	if len(got) == 0 || got[0].DaemonMetric != "tpot" || got[0].DaemonMeasurements != 7 || math.Abs(got[0].TPOTRatio-1.2) > 1e-9 || got[0].P50Ratio != 1 {
+		t.Fatalf("arms %+v: want a TPOT reading of 7 measurements beside the app's TPOT 1.2x, latency 1.0x", got)
+	}
+	sr.LCDutyByArm = append(got, ArmDuty{Arm: "1ms", WithBE: 1, Alone: 1})
+	var b strings.Builder
+	writeDutyByArm(&b, &Results{Scenarios: []*ScenarioResult{sr}})
+	if want := fmt.Sprintf("| TPOT %.3fx (7), the app's 1.200x |", got[0].DaemonRatio); !strings.Contains(b.String(), want) {
+		t.Errorf("per-arm table lacks %q:\n%s", want, b.String())
 	}
 }

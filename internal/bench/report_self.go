@@ -64,6 +64,12 @@ func writeDuty(b *strings.Builder, res *Results) {
 	}
 	writeDutyPerCPU(b, res)
 	writeDutyAlone(b, res)
+	writeDutyByArm(b, res)
+}
+
+// writeDutyByArm adds, where SLO mode moved, each run's duty ratio by the arm it held, beside
+// SLO mode's own reading of the arm.
+func writeDutyByArm(b *strings.Builder, res *Results) {
 	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return len(sr.LCDutyByArm) > 1 }) {
 		return
 	}
@@ -76,7 +82,10 @@ func writeDuty(b *strings.Builder, res *Results) {
 			if a.P50Ratio > 0 {
 				ratio = fmt.Sprintf("%.3fx", a.P50Ratio)
 			}
-			if a.DaemonMeasurements > 0 {
+			switch {
+			case a.DaemonMeasurements > 0 && a.DaemonMetric == "tpot": // another ratio than the row's: the app's TPOT beside it
+				daemon = fmt.Sprintf("TPOT %.3fx (%d), the app's %s", a.DaemonRatio, a.DaemonMeasurements, map[bool]string{true: fmt.Sprintf("%.3fx", a.TPOTRatio), false: "–"}[a.TPOTRatio > 0])
+			case a.DaemonMeasurements > 0:
 				daemon = fmt.Sprintf("%.3fx (%d)", a.DaemonRatio, a.DaemonMeasurements)
 			}
 			if a.OffCPUMs != nil {
