@@ -10,10 +10,9 @@ import (
 const sizeWindow = 8
 
 // minProgram is the fewest launches a request of a program whose busy
-// periods are divided may have: under it (a CUDA graph a request) every
-// size lies at or near a multiple, and none tells a backlog from a larger
-// request.
-const minProgram = 4
+// periods are divided may have: of one (a CUDA graph a request) every size
+// is a multiple, and none tells a backlog from a larger request.
+const minProgram = 2
 
 // sizes keeps the launches of a process's last requests that quiet gaps
 // told apart. Requests that arrive while the process is still serving the

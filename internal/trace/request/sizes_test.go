@@ -51,7 +51,7 @@ func TestSizesCount(t *testing.T) {
 		// A first request smaller than the program is a request: judged, not the start.
 		{"a first request smaller than the rest", append([]int{50}, slices.Repeat([]int{100}, 7)...), 200, 1},
 		{"a warm-up, then a smaller request", append([]int{300, 50}, slices.Repeat([]int{100}, 6)...), 200, 1},
-		// Too few launches a request to tell a backlog from a larger request.
+		// One launch a request: every size is a multiple, and none tells a backlog from a larger request.
 		{"a program of one launch", slices.Repeat([]int{1}, 8), 5, 1},
 		{"requests of 1-7 launches", []int{1, 1, 1, 1, 5, 3, 7, 2}, 6, 1},
 		// Multiples before the first single request are a backlog as the process starts, as a
