@@ -495,15 +495,25 @@ func TestDaemonReadings(t *testing.T) {
 	}
 }
 
+// eachSecond is an LC (pid 1) of n requests, one a second from half a second past start, each
+// as sample makes it of its arrival.
+func eachSecond(start int64, n int, sample func(arrival int64) LCSample) *LCResult {
+	lc := &LCResult{PID: 1}
+	for i := range n {
+		a := start + int64(time.Second)/2 + int64(i)*int64(time.Second)
+		s := sample(a)
+		s.ArrivalMonoNs = a
+		lc.Samples = append(lc.Samples, s)
+	}
+	return lc
+}
+
 // An arm held twice (500µs, then 1ms, then 500µs again) has each span's own measurements.
 func TestArmDutyReadingsBySpan(t *testing.T) {
 	const s = int64(time.Second)
 	const duty = 8 * time.Second
 	start := 1000 * s
-	lc := &LCResult{PID: 1}
-	for i := range 90 {
-		lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: start + s/2 + int64(i)*s, LatencyNs: int64(600 * time.Millisecond)})
-	}
+	lc := eachSecond(start, 90, func(int64) LCSample { return LCSample{LatencyNs: int64(600 * time.Millisecond)} })
 	sr := &ScenarioResult{Name: "slo:llm-defaults", LC: lc, BEDuty: duty, WindowStartMonoNs: start, WindowEndMonoNs: start + 91*s}
 	lat := 0.0
 	for k := range 90 {
@@ -535,15 +545,13 @@ func TestArmDutyTPOTReading(t *testing.T) {
 	const s = int64(time.Second)
 	const duty = 8 * time.Second
 	start := 1000 * s
-	lc := &LCResult{PID: 1}
-	for i := range 80 {
-		a := start + s/2 + int64(i)*s
+	lc := eachSecond(start, 80, func(a int64) LCSample {
 		tpot := 10 * time.Millisecond
 		if (a/int64(duty/2))%2 == 0 {
 			tpot = 12 * time.Millisecond // 1.2x while BE works; the request's latency 1.0x
 		}
-		lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: a, LatencyNs: int64(300 * time.Millisecond), TPOTNs: int64(tpot)})
-	}
+		return LCSample{LatencyNs: int64(300 * time.Millisecond), TPOTNs: int64(tpot)}
+	})
 	sr := &ScenarioResult{Name: "slo:llm-defaults", LC: lc, BEDuty: duty, WindowStartMonoNs: start, WindowEndMonoNs: start + 81*s}
 	for k := range 80 {
 		lat := 0.0
