@@ -10,8 +10,9 @@
 #
 # REP<N> (REP1=2) gives lane N its own repetition number, so that one call
 # can run two repetitions of the same part, one on each GPU. XZ_DIR<N>
-# gives lane N its own binaries (xz'd, as XZ_DIR's), unpacked into
-# .carry<N>/: an A/B of two builds on one part, one on each GPU.
+# gives lane N its own binaries (xz'd, as XZ_DIR's; scripts/ab-binaries.sh
+# makes them of another commit), unpacked into .carry<N>/: an A/B of two
+# builds on one part, one on each GPU.
 #
 # A lane's LC workers get two CPUs and its BE workers two, near its GPU
 # (its local_cpulist) and apart from every other lane's; the daemons are
