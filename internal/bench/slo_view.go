@@ -68,6 +68,14 @@ type DaemonView struct {
 	ReferenceUs    float64 `json:"reference_us,omitempty"`
 	AppAloneUs     float64 `json:"app_alone_us,omitempty"`
 	ReferenceRatio float64 `json:"reference_ratio,omitempty"`
+	// AloneWindows, AloneDaemonP50Us, AloneAppP50Us and AloneRatio are the same comparison as
+	// Windows' over the windows that lie inside one of BE's idle halves past the guard: what
+	// gpreemptd's reference is learnt from, against the app over the same windows (none without
+	// a duty).
+	AloneWindows     int     `json:"alone_windows,omitempty"`
+	AloneDaemonP50Us float64 `json:"alone_daemon_p50_us,omitempty"`
+	AloneAppP50Us    float64 `json:"alone_app_p50_us,omitempty"`
+	AloneRatio       float64 `json:"alone_ratio,omitempty"`
 }
 
 // daemonWindow is one of the daemon's windows of one LC: its span
@@ -145,12 +153,18 @@ func objectiveMetric(obj string) string {
 // inWorkingHalf reports whether [start, end] lies inside one of BE's
 // working halves of duty, past the guard (any span, with no duty).
 func inWorkingHalf(start, end int64, duty time.Duration) bool {
+	return duty/2 <= 0 || inHalf(start, end, duty, 0)
+}
+
+// inHalf reports whether [start, end] lies inside one of duty's halves
+// of parity (0: BE works, 1: it idles), past the guard.
+func inHalf(start, end int64, duty time.Duration, parity int64) bool {
 	half := int64(duty / 2)
 	if half <= 0 {
-		return true
+		return false
 	}
 	k := start / half
-	return start >= 0 && k%2 == 0 && start-k*half >= int64(dutyGuard) && end <= (k+1)*half
+	return start >= 0 && k%2 == parity && start-k*half >= int64(dutyGuard) && end <= (k+1)*half
 }
 
 // daemonViews compares, for each LC process of sr, the daemon's p50 of
@@ -183,51 +197,67 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 			return float64(sr.SLO[i].MonoNs-sr.SLO[0].MonoNs) / 1e9
 		}
 		v := DaemonView{Label: l.label, PID: l.lc.PID, Metric: metric, FirstSampleS: since(first), FirstMeasuredS: since(measured)}
-		var kept []int
+		var kept, alone []int
 		for i, w := range ws {
 			// By its own window: a traced one spans from a busy period's start where it holds requests run back to back.
 			own := max(w.start, w.end-int64(window))
-			if own >= sr.WindowStartMonoNs && w.end <= sr.WindowEndMonoNs && inWorkingHalf(own, w.end, sr.BEDuty) {
+			if own < sr.WindowStartMonoNs || w.end > sr.WindowEndMonoNs {
+				continue
+			}
+			if inWorkingHalf(own, w.end, sr.BEDuty) {
 				kept = append(kept, i)
+			} else if inHalf(own, w.end, sr.BEDuty, 1) {
+				alone = append(alone, i)
 			}
 		}
 		v.ReferenceUs, v.AppAloneUs = referenceOver(sr, l.lc)
 		if v.ReferenceUs > 0 && v.AppAloneUs > 0 {
 			v.ReferenceRatio = v.ReferenceUs / v.AppAloneUs
 		}
-		v.Windows = len(kept)
+		apps := appOver(l.lc, ws, metric) // over every window: where spans overlap, a request is the later one's, kept or not
+		v.Windows, v.AloneWindows = len(kept), len(alone)
 		if len(kept) > 0 {
 			v.Sources = map[string]int{}
-			// Window by window, paired: the daemon's p50 and the app's by the same rule, each
-			// window's p50 as the daemon takes one (stats.WeightedQuantile), their medians
-			// weighted by samples and by requests. A pooled median of the app's requests is
-			// another statistic, far off where a window holds a request or two.
-			var dv, dw, av, aw []float64
-			apps := appOver(l.lc, ws, metric) // over every window: where spans overlap, a request is the later one's, kept or not
 			for _, i := range kept {
-				w, app := ws[i], apps[i]
-				v.Sources[cmp.Or(w.source, "unnamed")]++
-				v.DaemonSamples += w.samples
-				v.AppRequests += len(app)
-				if len(app) > 0 { // else the app ended nothing there: no pair
-					dv, dw = append(dv, w.p50), append(dw, float64(max(w.samples, 1)))
-					av, aw = append(av, float64(stats.WeightedQuantile(app, 0.5))/1e3), append(aw, float64(len(app)))
-				}
+				v.Sources[cmp.Or(ws[i].source, "unnamed")]++
+				v.DaemonSamples += ws[i].samples
+				v.AppRequests += len(apps[i])
 			}
 			for src, n := range v.Sources {
 				if n > v.Sources[v.Source] || n == v.Sources[v.Source] && src < v.Source {
 					v.Source = src
 				}
 			}
-			if len(dv) > 0 {
-				v.DaemonP50Us, v.AppP50Us = weightedMedian(dv, dw), weightedMedian(av, aw)
+			if v.DaemonP50Us, v.AppP50Us = pairedP50s(ws, apps, kept); v.AppP50Us > 0 {
 				v.Ratio = v.DaemonP50Us / v.AppP50Us
 				v.Agrees = math.Abs(v.Ratio-1) <= daemonAgreement+1e-9
 			}
 		}
+		if v.AloneDaemonP50Us, v.AloneAppP50Us = pairedP50s(ws, apps, alone); v.AloneAppP50Us > 0 {
+			v.AloneRatio = v.AloneDaemonP50Us / v.AloneAppP50Us
+		}
 		out = append(out, v)
 	}
 	return out
+}
+
+// pairedP50s compares windows ws[kept] window by window, paired: the daemon's p50 and the app's
+// (apps) by the same rule, each window's p50 as the daemon takes one (stats.WeightedQuantile),
+// their medians weighted by samples and by requests, over the windows in which the app ended a
+// request (0: none). A pooled median of the app's requests is another statistic, far off where a
+// window holds a request or two.
+func pairedP50s(ws []daemonWindow, apps [][]stats.Weighted, kept []int) (daemon, app float64) {
+	var dv, dw, av, aw []float64
+	for _, i := range kept {
+		if w, a := ws[i], apps[i]; len(a) > 0 {
+			dv, dw = append(dv, w.p50), append(dw, float64(max(w.samples, 1)))
+			av, aw = append(av, float64(stats.WeightedQuantile(a, 0.5))/1e3), append(aw, float64(len(a)))
+		}
+	}
+	if len(dv) == 0 {
+		return 0, 0
+	}
+	return weightedMedian(dv, dw), weightedMedian(av, aw)
 }
 
 // referenceOver is, for lc's first relative objective, the LC alone as gpreemptd judged it over

@@ -78,19 +78,20 @@ func TestDaemonViews(t *testing.T) {
 		seen   func(p50 float64, inBE bool) float64
 		ratio  float64
 		agrees bool
+		alone  float64 // the same ratio over the windows BE idled through
 	}{
 		// Traced requests 5% long of the app's; what it sees while BE idles
-		// is not compared (a wild number there changes nothing).
+		// is compared apart (a wild number there moves only that).
 		{"traced", func(p float64, inBE bool) float64 {
 			if !inBE {
 				return 1e9
 			}
 			return 1.05 * p
-		}, 1.05, true},
+		}, 1.05, true, 1e9 / 600e3},
 		// A traced "request" that is a piece of a decode step (the H200's
 		// 0.001x).
-		{"pieces", func(p float64, _ bool) float64 { return p / 800 }, 1.0 / 800, false},
-		{"12% over", func(p float64, _ bool) float64 { return 1.12 * p }, 1.12, false},
+		{"pieces", func(p float64, _ bool) float64 { return p / 800 }, 1.0 / 800, false, 1.0 / 800},
+		{"12% over", func(p float64, _ bool) float64 { return 1.12 * p }, 1.12, false, 1.12},
 	} {
 		// Reads from 20 s before the measurement (the lead-in), every
 		// 250 ms; windows of 1 s ending 0.1 s past each second.
@@ -111,6 +112,9 @@ func TestDaemonViews(t *testing.T) {
 		if v.AppP50Us != 800e3 || math.Abs(v.Ratio-c.ratio) > 1e-9 || v.Agrees != c.agrees {
 			t.Errorf("%s: app p50 %v, ratio %v (agrees %v), want 800 ms, %v (%v)", c.name, v.AppP50Us, v.Ratio, v.Agrees, c.ratio, c.agrees)
 		}
+		if v.AloneWindows < 20 || v.AloneAppP50Us != 600e3 || math.Abs(v.AloneRatio-c.alone) > 1e-9 {
+			t.Errorf("%s: BE idle: %d windows, app p50 %v, ratio %v, want 600 ms, %v", c.name, v.AloneWindows, v.AloneAppP50Us, v.AloneRatio, c.alone)
+		}
 		// Latency from the first window with a request: the reads began
 		// 20 s before the first request, which ended 21.3 s in; its window
 		// ends 22.1 s in, the next read is 22.25 s in.
@@ -125,7 +129,7 @@ func TestDaemonViews(t *testing.T) {
 	sr.BEDuty = 0
 	sr.SLO = simDaemon(lc, start-20*s, lc.MeasureEndMonoNs+2*s, s/4, s, s/10, "pushed", func(p float64, _ bool) float64 { return p }, 0)
 	v := daemonViews(sr, time.Second)[0]
-	if v.Windows < 70 || v.Ratio != 1 || !v.Agrees {
+	if v.Windows < 70 || v.Ratio != 1 || !v.Agrees || v.AloneWindows != 0 || v.AloneRatio != 0 {
 		t.Errorf("no duty: %+v", v)
 	}
 }
