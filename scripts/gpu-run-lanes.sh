@@ -25,11 +25,13 @@ set -u
 OUT=${OUT:-/tmp/gpreempt-out}
 REP=${REP:-1}
 mkdir -p .carry "$OUT"
-unxz_to() { # unxz_to DIR CARRY: the binaries xz'd in DIR into CARRY/
-  mkdir -p "$2"
-  for b in gpreemptd gpreempt-bench gpreemptctl; do xz -dc "$1/$b.xz" > "$2/$b" && chmod +x "$2/$b"; done
+unxz_to() { # unxz_to DIR CARRY: the binaries xz'd in DIR into CARRY/; 1 if one is missing or bad
+  mkdir -p "$2" || return 1
+  for b in gpreemptd gpreempt-bench gpreemptctl; do # each whole or not at all: a failure leaves the one there
+    xz -dc "$1/$b.xz" > "$2/$b.new" && chmod +x "$2/$b.new" && mv -f "$2/$b.new" "$2/$b" || { rm -f "$2/$b.new"; return 1; }
+  done
 }
-[ -z "${XZ_DIR:-}" ] || unxz_to "$XZ_DIR" .carry
+if [ -n "${XZ_DIR:-}" ] && ! unxz_to "$XZ_DIR" .carry; then echo "gpu-run-lanes.sh: XZ_DIR=$XZ_DIR: no binaries to unpack" >&2; exit 2; fi
 export PYTHONUNBUFFERED=1 CUDA_DEVICE_ORDER=PCI_BUS_ID # CUDA's ordinals as NVML's
 nvidia-smi --query-gpu=index,name,pci.bus_id,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 
@@ -83,14 +85,17 @@ lane() { # lane N SPEC...
   local d=$1 spec part settings tmo rv=REP$1 xv=XZ_DIR$1 carry=.carry
   local REP=${!rv:-$REP}
   shift
-  if [ -n "${!xv:-}" ]; then carry=.carry$d && unxz_to "${!xv}" $carry; fi
+  if [ -n "${!xv:-}" ]; then
+    carry=.carry$d
+    unxz_to "${!xv}" "$carry" || { echo "gpu$d: $xv=${!xv}: no binaries to unpack"; return 1; }
+  fi
   for spec in "$@"; do
     IFS=: read -r part settings tmo <<<"$spec"
     echo "=== gpu$d $part [$settings] rep $REP ${pins[$d]} $(date +%T)"
     # the part's own limits inside TIMEOUT, so that it stops its bench and daemon itself
     local v=${part^^}; v=${v//-/_}
     env "TIMEOUT_$v=$((tmo - 10))" "BENCH_TIMEOUT_$v=$((tmo - 50))" \
-      C=$carry DEVICE=$d PIN_ARGS="${pins[$d]}" SETTINGS="$settings" NO_STANDALONE=${NO_STANDALONE-1} PARTS=$part REP=$REP \
+      C="$carry" DEVICE=$d PIN_ARGS="${pins[$d]}" SETTINGS="$settings" NO_STANDALONE=${NO_STANDALONE-1} PARTS=$part REP=$REP \
       OUT=/tmp/o$d-$part W=/tmp/w$d-$part \
       timeout --kill-after=10 "$tmo" bash "$(dirname "${BASH_SOURCE[0]}")/gpu-run-self.sh" > /tmp/o$d-$part.log 2>&1
     echo "gpu$d $part rc=$? $(date +%T)"

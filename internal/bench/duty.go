@@ -239,7 +239,8 @@ func armDuty(sr *ScenarioResult) []ArmDuty {
 	}
 	readings := make([][]float64, len(out))
 	for _, r := range daemonReadings(sr) {
-		if i := max(sort.Search(len(since), func(j int) bool { return since[j] > r.at })-1, 0); out[i].Arm == r.arm {
+		i := max(sort.Search(len(since), func(j int) bool { return since[j] > r.at })-1, 0)
+		if out[i].Arm == r.arm && (len(readings[i]) == 0 || out[i].DaemonMetric == r.metric) { // one metric a span: an objective changed mid-run keeps its first
 			readings[i], out[i].DaemonMetric = append(readings[i], r.v), r.metric
 		}
 	}
@@ -268,6 +269,9 @@ type reading struct {
 // showed (the decision it fed may have moved the arm). One that repeats the last value as the
 // arm moves is not told apart.
 func daemonReadings(sr *ScenarioResult) (out []reading) {
+	if sr.LC == nil {
+		return nil
+	}
 	type window struct {
 		at  int64
 		arm string

@@ -147,9 +147,11 @@ type SimGPU struct {
 	Idle bool
 	// Spans places each request by when it ended, at random in the window,
 	// and slows it by the part of its span, Baseline long in a window of a
-	// second, that BE worked in (the LC alone the rest); BE works in
-	// [BEFrom, BETo) of the window (BETo 0: to its end; none where Idle or
-	// paused), as a duty's edges fall inside the daemon's windows.
+	// second, that BE worked in (the LC alone the rest; the window before's
+	// part at this window's arm); BE works in [BEFrom, BETo) of the window
+	// (BETo 0: to its end; none where Idle or paused), and its share is
+	// that part of the arm's, as a duty's edges fall inside the daemon's
+	// windows.
 	Spans        bool
 	BEFrom, BETo float64
 	was          [2]float64 // the part of the window before that BE worked in
@@ -169,8 +171,7 @@ type SimGPU struct {
 
 // spans is the part of the window BE works in.
 func (g *SimGPU) spans(paused bool) [2]float64 {
-	switch {
-	case paused || g.Idle:
+	if paused || g.Idle {
 		return [2]float64{}
 	}
 	return [2]float64{g.BEFrom, cmp.Or(g.BETo, 1)}

@@ -4,6 +4,16 @@ package request
 // or with a step mark): bounded by the process's threads.
 func DelimiterThreads(d *Delimiter) int { return max(len(d.syncing), len(d.steps)) }
 
+// SizesProgram is the program sizes works out from requests of last launches (in order), and
+// whether they vary.
+func SizesProgram(last []int) (launches int, varies bool) {
+	var s sizes
+	for _, l := range last {
+		s.add(l)
+	}
+	return s.m, s.varies
+}
+
 // SizesCount is how many requests a busy period of launches holds after
 // requests of last launches, each told apart by quiet gaps (in order).
 func SizesCount(last []int, launches int) int {

@@ -41,10 +41,10 @@ type sizes struct {
 }
 
 // add records a busy period that was not divided: one request, or the
-// evidence that requests differ in size; a multiple too long to divide is
-// neither.
+// evidence that requests differ in size; k requests of a program whose
+// busy periods are divided (one too long to divide too) are neither.
 func (s *sizes) add(launches int) {
-	if _, lo, hi, ok := s.program(); ok && multiple(launches, lo, hi) > 0 {
+	if m, lo, hi, ok := s.program(); ok && !s.varies && m >= minProgram && multiple(launches, lo, hi) > 0 {
 		return
 	}
 	s.last[s.next] = launches
@@ -73,9 +73,10 @@ func (s *sizes) window() []int {
 // busy periods were told apart, less its first start (the process's start
 // still in it): the lower median m of the rest (a backlog or a warm-up only
 // adds launches: it holds against up to half the window of them), and the
-// range [lo, hi] of their requests of about one m. A whole multiple of m is
-// a backlog wherever it comes, as add treats one once the program is known:
-// an LC behind its arrivals runs them so at any time, not only as it starts.
+// range [lo, hi] of their requests of about one m. A busy period within k
+// requests' range [k*lo, k*hi] is a backlog wherever it comes, as add treats
+// one once the program is known: an LC behind its arrivals runs them so at
+// any time, not only as it starts.
 // odd: a busy period off every multiple, or requests half a request apart:
 // the process's requests differ in size.
 func judge(w []int, start int) (m, lo, hi int, odd bool) {
@@ -109,8 +110,8 @@ func lead(w []int) int {
 	return min(2, len(w)-1)
 }
 
-// program is the window's lower middle request and the range of its
-// requests of about one of it; ok once the window is full.
+// program is the window's lower middle request, less its start, and the
+// range of its requests of about one of it; ok once the window is full.
 func (s *sizes) program() (m, lo, hi int, ok bool) {
 	return s.m, s.lo, s.hi, s.n == sizeWindow && s.m > 0
 }
@@ -119,8 +120,8 @@ func (s *sizes) program() (m, lo, hi int, ok bool) {
 // where launches lie between k times the smallest and k times the largest
 // of the last requests of about one median, and k ranges leave k
 // unambiguous (under half a request); else 1, as for a process whose
-// requests differ in size (a decode of varying lengths), whose busy
-// periods are never divided.
+// requests differ in size (a decode of varying lengths) or a program of
+// under minProgram launches, whose busy periods are never divided.
 func (s *sizes) count(launches int) int {
 	m, lo, hi, ok := s.program()
 	if !ok || s.varies || m < minProgram {

@@ -64,8 +64,8 @@ func TestSizesCount(t *testing.T) {
 		{"a warm-up as the process starts", append([]int{3*33488 + 57}, llama[:7]...), 4 * 33488, 4},
 		{"a warm-up and a backlog as the process starts", append([]int{3*33488 + 57, 2 * 33488}, llama[:6]...), 2 * 33488, 2},
 		{"a warm-up and a backlog off every multiple", append([]int{3*33488 + 57, 2*33488 + 31}, llama[:6]...), 2 * 33488, 2},
-		// Only the process's start: requests that shrink later differ in size, the old ones
-		// before the first request of the new median notwithstanding.
+		// The start is judged once, on the first full window: requests that shrink later are
+		// off every multiple of the old ones, and differ in size.
 		{"sizes that change after the start", append(slices.Repeat([]int{100}, 8), 60, 60, 60, 60, 60), 120, 1},
 		// A run too long to divide is no evidence that requests differ: two, later, are still two.
 		{"after a run too long to divide", append(append(slices.Clone(resnet), 226*60), resnet...), 226 + 228, 2},
@@ -312,6 +312,28 @@ func TestDelimiterQuietLong(t *testing.T) {
 			}
 			if !ok || r.Kind != request.KindRequest || r.End != 1_010*ms {
 				t.Errorf("got %+v %v: want the request, 1.0-1.01 s", r, ok)
+			}
+		})
+	}
+}
+
+// What sizes keeps goes on following the process where its busy periods are never divided: a
+// program of one launch a request that becomes one of 100, and a decode of varying lengths whose
+// longer requests come later, are told from the window as it now is.
+func TestSizesProgramFollows(t *testing.T) {
+	tests := []struct {
+		name   string
+		last   []int
+		want   int
+		varies bool
+	}{
+		{"one launch, then 100", append(slices.Repeat([]int{1}, 8), slices.Repeat([]int{100}, 8)...), 100, true},
+		{"varying, then longer", append([]int{600, 1200, 800, 1000, 700, 1100, 900, 650}, slices.Repeat([]int{2400}, 8)...), 2400, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, varies := request.SizesProgram(tt.last); got != tt.want || varies != tt.varies {
+				t.Errorf("SizesProgram(%v) = %d (varies %v), want %d (%v)", tt.last, got, varies, tt.want, tt.varies)
 			}
 		})
 	}
