@@ -19,7 +19,7 @@ func TestSizesCount(t *testing.T) {
 		want     int
 	}{
 		{"one request", llama, 33488, 1},
-		// Measured (H200): a Llama LC behind its arrivals ran three requests back to back.
+		// A Llama-shaped LC behind its arrivals runs three requests back to back.
 		{"three of one program", llama, 100464, 3},
 		{"a piece of one more (a trace detaching)", llama, 82829, 1},
 		{"fewer requests seen than the window", llama[:7], 100464, 1},
@@ -34,9 +34,9 @@ func TestSizesCount(t *testing.T) {
 		// One request told apart off every multiple of the others: the process's requests
 		// differ in size, and none is divided from then on, though the window holds one size again.
 		{"an odd request seen once", append([]int{100, 100, 170, 100, 100, 100, 100, 100}, slices.Repeat([]int{100}, 8)...), 200, 1},
-		// Recorded (H200, gpreemptd attached at the LC's first CUDA call): the first busy periods
-		// of an eager GPT-2 and of a Llama-shaped decode, then backlogs of two after requests of
-		// one as BE slowed them: whole multiples, so backlogs, as they are once the program is known.
+		// Traced from an LC's first CUDA call: an eager GPT-2's and a Llama-shaped decode's first
+		// busy periods (warm-up, backlog), then backlogs of two after requests of one as BE slows
+		// them: whole multiples, so backlogs, as they are once the program is known.
 		{"GPT-2: warm-up, backlog, then its program", []int{8808, 17299, 8393, 8393, 8393, 8393, 8393, 8393}, 2 * 8393, 2},
 		{"Llama: backlogs after requests of one", []int{101137, 167440, 33488, 33488, 33488, 66976, 66976, 33488}, 3 * 33488, 3},
 		// The same GPT-2 LC's next requests: its warm-up leaves the window and the backlog after
