@@ -262,12 +262,13 @@ type reading struct {
 
 // daemonReadings is SLO mode's measurements of sr's LC counted over the measurement under a
 // `p50<=Nx` or `tpot_p50<=Nx` objective against the LC alone (the ratios the app's duty ratios
-// are), each its latency over its target divided by the factor. The status shows a window's decision from its first read
-// to the next window's; a measurement is new where that window's latency_us moves from the last
-// one shown, or where what accumulated toward it falls to 0 under an arm held (one may repeat
-// the last's value: a scraped p50 sits on a bucket's middle). It is of the arm the window before
-// showed (the decision it fed may have moved the arm). One that repeats the last value as the
-// arm moves is not told apart.
+// are), each its latency over its target divided by the factor. The status shows a window's
+// decision from its first read to the next window's; a measurement is new where that window's
+// latency_us moves from the last one shown, or where what accumulated toward it falls to 0
+// under an arm held (one may repeat the last's value: a scraped p50 sits on a bucket's middle).
+// It is of the arm the window before showed (the decision it fed may have moved the arm). One
+// that repeats the last value as the arm moves is not told apart: the status has no count of
+// measurements.
 func daemonReadings(sr *ScenarioResult) (out []reading) {
 	if sr.LC == nil {
 		return nil
