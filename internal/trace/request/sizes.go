@@ -98,12 +98,14 @@ func judge(w []int, start int) (m, lo, hi int, odd bool) {
 }
 
 // lead is how many of w's first busy periods, two at most (a warm-up and
-// the backlog behind it), came before the first no larger than the largest
-// of the rest's requests of about one median: a warm-up and a backlog only
-// add launches, and a smaller request is one to judge.
+// the backlog behind it), came before the first within the range of the
+// rest's requests of about one median: a process's start runs off its
+// program either way (a backlog adds launches, a warm-up may run fewer:
+// a first request on another path, a trace begun inside it), and a
+// process whose requests differ shows it in the rest of the window too.
 func lead(w []int) int {
 	for i := range min(2, len(w)-1) {
-		if _, _, hi, _ := judge(w[i+1:], 0); w[i] <= hi {
+		if _, lo, hi, _ := judge(w[i+1:], 0); lo <= w[i] && w[i] <= hi {
 			return i
 		}
 	}

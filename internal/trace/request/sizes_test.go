@@ -48,9 +48,14 @@ func TestSizesCount(t *testing.T) {
 		{"just past twice the largest", resnet, 2*229 + 1, 1},
 		// A long backlog near the largest: 60 requests, not 61 of the lower middle.
 		{"after a long backlog of the largest requests", append(append([]int{225, 225, 225, 225, 229, 229, 229, 229}, 13620), 225, 229), 454, 2},
-		// A first request smaller than the program is a request: judged, not the start.
-		{"a first request smaller than the rest", append([]int{50}, slices.Repeat([]int{100}, 7)...), 200, 1},
-		{"a warm-up, then a smaller request", append([]int{300, 50}, slices.Repeat([]int{100}, 6)...), 200, 1},
+		// The same GPT-2 LC in another process: a first busy period smaller than its program, then
+		// one off every multiple; its start either way, and its requests are of one size.
+		{"GPT-2: a smaller warm-up, then a backlog", []int{7236, 18871, 8393, 8393, 8393, 8393, 8393, 8393}, 2 * 8393, 2},
+		// A first busy period smaller than the rest is the start too; a process whose requests
+		// differ shows it in the rest of the window.
+		{"a first request smaller than the rest", append([]int{50}, slices.Repeat([]int{100}, 7)...), 200, 2},
+		{"a warm-up, then a smaller request", append([]int{300, 50}, slices.Repeat([]int{100}, 6)...), 200, 2},
+		{"a smaller first request, then sizes that differ", []int{50, 100, 150, 100, 100, 150, 100, 100}, 200, 1},
 		// One launch a request: every size is a multiple, and none tells a backlog from a larger request.
 		{"a program of one launch", slices.Repeat([]int{1}, 8), 5, 1},
 		{"requests of 1-7 launches", []int{1, 1, 1, 1, 5, 3, 7, 2}, 6, 1},
