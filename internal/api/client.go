@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -451,6 +452,15 @@ type SLOCalibration struct {
 	Paused  int `json:"paused_windows"`
 	Windows int `json:"windows"`
 	Of      int `json:"of"`
+}
+
+// Finite is f as a status number: nil (left out) where it is NaN or
+// infinite, which JSON cannot carry.
+func Finite(f float64) *float64 {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return nil
+	}
+	return &f
 }
 
 // GPUList is a search's GPUs as its key: "0", "0,1"; "all" for the

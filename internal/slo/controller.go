@@ -419,7 +419,7 @@ func (c *Controller) to(d *Decision, cause string, a Arm, why string) {
 			c.missed = c.tick
 		}
 		for _, m := range c.acc { // a measurement is of one arm (an arm replaced mid-exploration too)
-			m.pts, m.reqs = nil, 0
+			m.pts, m.reqs, m.alone, m.lone, m.from = nil, 0, nil, 0, 0
 		}
 	}
 }

@@ -200,7 +200,7 @@ func TestTimeInMissingArms(t *testing.T) {
 		missing, share float64 // the most time in missing arms, the least BE share, over the seeds
 	}{
 		{hostModesLLM, "p50<=1.10x", "sharp", 0, 0.16, 0.68},
-		{perRequestLLM, "tpot_p50<=1.10x", "sharp", 0, 0.10, 0.70},
+		{perRequestLLM, "tpot_p50<=1.10x", "sharp", 0, 0.10, 0.69}, // judged by the LC alone through each span: 0.697, 0.728 by the reference
 		{slowLLM, "p50<=1.10x", "sharp", 0, 0.12, 0.62},
 		{slowLLM, "p50<=1.10x", "none", 0, 0.10, 0.62},
 		{EagerPyTorchH100, "p50<=1.05x", "none", 0, 0.17, 0.80}, // the hold on an arm meeting on its mean sends one seed down a path two others take anyway: 2 ms, reading as meeting
@@ -495,6 +495,63 @@ func TestArmJudgedByTheReferenceOfItsTime(t *testing.T) {
 	c.Observe(window(11*time.Millisecond, false))
 	if got, want := c.worstMean(under), 11/(1.1*11.0); under == arm || !(math.Abs(got-want) <= 0.01) || !(math.Abs(c.worstMean(arm)-1) <= 0.01) {
 		t.Errorf("%v measured at 11ms: %.3f, want %.3f; %v still %.3f, want 1.000", under, got, want, arm, c.worstMean(arm))
+	}
+}
+
+// TestArmJudgedByTheLCAloneThroughItsSpan: the LC alone at 13 ms twice, the reference, then at
+// 10 ms within an arm's measurement at 12.5 ms: the measurement is judged by the LC alone through
+// its own span, 12.5/(1.1*10) = 1.136, a miss, as the app compares the LC with itself; by the
+// reference, 12 ms, it would read 0.947, and by the LC alone since the last measurement 0.874.
+// It fails with the measurement judged by the reference, or by alone windows before its first.
+func TestArmJudgedByTheLCAloneThroughItsSpan(t *testing.T) {
+	obj := mustObjective(t, "p50<=1.10x")
+	window := func(v time.Duration, idle bool) Observation {
+		s := LCSample{Key: "lc", Objective: obj}
+		for range map[bool]int{true: minSamples, false: minSamples / 2}[idle] {
+			s.Points = append(s.Points, stats.Weighted{V: v, W: 1})
+		}
+		return Observation{LC: []LCSample{s}, BEIdle: idle, BEShare: map[bool]float64{true: math.NaN(), false: 0.8}[idle], Aligned: true}
+	}
+	c := newController(t, Options{})
+	var d Decision
+	for _, o := range []Observation{window(13*time.Millisecond, true), window(13*time.Millisecond, true), window(12500*time.Microsecond, false),
+		window(10*time.Millisecond, true), window(12500*time.Microsecond, false)} {
+		d = c.Observe(o)
+	}
+	if got, want := d.LC[0].Ratio, 12.5/(1.1*10); !d.LC[0].Counted || !(math.Abs(got-want) <= 0.001) {
+		t.Errorf("measurement at 12.5ms after the LC alone at 10ms: %.3f (counted %v), want %.3f", got, d.LC[0].Counted, want)
+	}
+}
+
+// TestMeasurementWaitsForItsSpanAlone: the LC alone at 13 ms, the reference; within an arm's
+// measurement at 12.5 ms BE idles of its own accord, the LC at 10 ms, but for 5 samples of the 10
+// a span's alone needs when the arm's 20 are in: the measurement waits for the next idle window,
+// then reads 12.5/(1.1*10) = 1.136, a miss, where the reference would read 0.874. It fails with
+// the measurement judged at once, by the reference.
+func TestMeasurementWaitsForItsSpanAlone(t *testing.T) {
+	obj := mustObjective(t, "p50<=1.10x")
+	window := func(v time.Duration, n int, idle bool) Observation {
+		s := LCSample{Key: "lc", Objective: obj}
+		for range n {
+			s.Points = append(s.Points, stats.Weighted{V: v, W: 1})
+		}
+		return Observation{LC: []LCSample{s}, BEIdle: idle, BEShare: map[bool]float64{true: math.NaN(), false: 0.8}[idle], Aligned: true}
+	}
+	c := newController(t, Options{})
+	var ds []Decision
+	for _, o := range []Observation{window(13*time.Millisecond, minSamples, true), window(13*time.Millisecond, minSamples, true),
+		window(12500*time.Microsecond, minSamples/2, false), window(10*time.Millisecond, minSamples/4, true),
+		window(12500*time.Microsecond, minSamples/2, false), window(10*time.Millisecond, minSamples/4, true)} {
+		ds = append(ds, c.Observe(o))
+	}
+	if d := ds[4]; d.LC[0].Counted {
+		t.Errorf("measured with 5 samples of the LC alone in its span: %.3f", d.LC[0].Ratio)
+	}
+	if d, want := ds[5], 12.5/(1.1*10); !d.LC[0].Counted || !(math.Abs(d.LC[0].Ratio-want) <= 0.001) {
+		t.Errorf("measurement once its span held the LC alone at 10ms: %.3f (counted %v), want %.3f", d.LC[0].Ratio, d.LC[0].Counted, want)
+	}
+	if got := ds[5].LC[0].Reference; !strings.Contains(got, "standalone through this measurement (BE idle) 10ms, 10 samples") {
+		t.Errorf("the status names the reference %q, not the LC alone through the measurement", got)
 	}
 }
 

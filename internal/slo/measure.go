@@ -48,9 +48,10 @@ func (c *Controller) decay(f float64) {
 // accum gathers one objective's samples under the arm in force, however many windows a slow LC takes, and keeps its last measurement.
 type accum struct {
 	LCResult
-	pts  []stats.Weighted
-	reqs int           // the requests pts come from
-	ref  time.Duration // the LC alone, where known (0: not)
+	pts, alone []stats.Weighted // alone: the LC alone from pts' first to the measurement
+	reqs, lone int              // the requests each comes from
+	from       int              // the window of pts' first (0: none yet)
+	ref        time.Duration    // the LC alone, where known (0: not)
 }
 
 // reference is what a relative objective is measured against, learnt alone or beside BE whenever the LC runs so (one early measurement is no reference).
@@ -144,15 +145,22 @@ func (c *Controller) measure(d *Decision, o Observation) {
 				a.Reference = r.String(c)
 			}
 		}
-		if underArm {
-			a.pts, a.reqs = append(a.pts, s.Points...), a.reqs+requests(s)
+		if underArm && n > 0 {
+			a.pts, a.reqs, a.from = append(a.pts, s.Points...), a.reqs+requests(s), cmp.Or(a.from, c.tick)
 		}
 		if s.Objective.Reference != objective.Shortest && (r == nil || r.how == objective.Standalone) {
-			a.ref = ref
+			if a.ref = ref; alone && bare(s) && s.Objective.Relative() && len(a.pts) > 0 {
+				a.alone, a.lone = append(a.alone, s.Points...), a.lone+requests(s)
+			}
 		}
-		if a.Target = s.Objective.Target(ref); a.Target > 0 && enough(a.pts, a.reqs, minRequests) {
+		waits := a.lone > 0 && c.tick-a.from < maxAccumulate // BE idled within the span: the LC alone there judges it, once enough (its speed drifts)
+		if ref > 0 && stats.Weight(a.alone) >= minSamples/2 && a.lone >= minRequests/2 {
+			ref, waits = stats.WeightedQuantile(a.alone, s.Objective.Quantile), false
+			a.Reference = fmt.Sprintf("standalone through this measurement (BE idle) %v, %d samples", ref.Round(time.Microsecond), stats.Weight(a.alone))
+		}
+		if a.Target = s.Objective.Target(ref); a.Target > 0 && enough(a.pts, a.reqs, minRequests) && !waits {
 			a.Latency = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
-			a.Ratio, a.pts, a.reqs, a.Counted = float64(a.Latency)/float64(a.Target), nil, 0, true
+			a.Ratio, a.pts, a.reqs, a.alone, a.lone, a.from, a.Counted = float64(a.Latency)/float64(a.Target), nil, 0, nil, 0, 0, true
 			c.counted[k]++
 			e := c.est(c.cur)
 			e.lc[k] = cmp.Or(e.lc[k], &stats.Forgetting{})

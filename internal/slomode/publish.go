@@ -3,7 +3,6 @@ package slomode
 import (
 	"cmp"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -138,7 +137,7 @@ func (l *Loop) publish(pol *policy.Policy, samples map[int]lcWindow, all []polic
 		if d != nil && s.live() { // what an idle search decides applies to no BE: neither shown nor counted
 			sd := &api.SLODecision{Window: l.windows, BETimeslice: d.Arm.BETimeslice.String(), Arm: d.Arm.String(), Phase: d.Phase, Changed: d.Changed,
 				Cause: d.Cause, Reason: d.Reason, Fallback: d.Phase == slo.Fallback.String(), BEBelowMinimum: d.BEBelowMinimum, Aligned: d.Aligned, Bound: d.Bound, Converged: d.Converged}
-			ss.Last, ss.BEShare, ss.WorstLC, ss.Phase = sd, finite(d.BEShare), finite(d.Worst), d.Phase
+			ss.Last, ss.BEShare, ss.WorstLC, ss.Phase = sd, api.Finite(d.BEShare), api.Finite(d.Worst), d.Phase
 			ss.Calibration = &api.SLOCalibration{Paused: d.PausedWindows, Windows: d.CalibrationWindows, Of: d.Windows}
 			if d.Changed {
 				ss.LastChange = sd
@@ -196,7 +195,7 @@ func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) (out []api
 			if d != nil {
 				if i := slices.IndexFunc(d.LC, func(r slo.LCResult) bool { return r.Key == w.key && r.Objective == row.Objective }); i >= 0 {
 					r := d.LC[i]
-					row.TargetUs, row.LatencyUs, row.Ratio, row.Reference, row.Pending = float64(r.Target)/1e3, float64(r.Latency)/1e3, finite(r.Ratio), r.Reference, r.Pending
+					row.TargetUs, row.LatencyUs, row.Ratio, row.Reference, row.Pending = float64(r.Target)/1e3, float64(r.Latency)/1e3, api.Finite(r.Ratio), r.Reference, r.Pending
 					if !r.Counted && r.Pending > 0 && r.Target > 0 {
 						what := map[bool]string{true: "tokens", false: "requests"}[strings.HasPrefix(row.Objective, "tpot_")]
 						row.Signal = fmt.Sprintf("%s (%d %s accumulated toward a measurement)", row.Signal, r.Pending, what)
@@ -207,13 +206,6 @@ func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) (out []api
 		}
 	}
 	return out
-}
-
-func finite(f float64) *float64 {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return nil
-	}
-	return &f
 }
 
 func fmtLadder(l []time.Duration) string {
