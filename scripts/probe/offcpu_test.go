@@ -1,6 +1,7 @@
-// Package probe holds the GPU machine's probe scripts; its test runs the
+// Package probe holds the GPU machine's probe scripts; its tests run the
 // off-CPU recorder (scripts/lib/offcpu.sh) and its summer (offcpu.py) on a
-// real process with the kernel's own scheduler events.
+// real process with the kernel's own scheduler events, and span_alone.py's
+// replay of SLO mode's measurements on a run made up to tell its rules apart.
 package probe
 
 import (

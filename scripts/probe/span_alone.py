@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""What SLO mode reads of each arm, judged by its reference or by the LC alone through its span.
+
+    python3 scripts/probe/span_alone.py RESULTS.json.gz[:STATUS.jsonl] [...]
+
+RESULTS is a bench run's results.json.gz with an SLO scenario (slo:*) under --be-duty and a
+source that gives one sample a request (scraped, traced-request): the app's requests, and
+gpreemptd's status reads (each window's number, arm, BE share and span on the LC's clock).
+Each request is placed in the window it ended in, as gpreemptd places its sample, and the
+measurements are replayed under the arms gpreemptd held (internal/slo's measure, for one LC):
+
+  reference  20 requests of windows BE worked through (not the first of an arm not aligned),
+             judged by the reference gpreemptd showed then: from STATUS (the daemon's status
+             reads, w<N>-<part>/<part>-status.jsonl in gpu-run-lanes.sh's archive) where given,
+             else its target over 1.10 (which a build that judges by the span moves too).
+  span       the same, judged by the LC alone through the measurement's span (the requests of
+             windows BE idled through from its first sample on) once that holds 10; it waits
+             for them up to 30 windows from its first sample, else takes the reference.
+
+For each arm: the app's own ratio over its spans (the bench's lc_duty_by_arm: requests by BE's
+duty halves), and the median of each rule's measurements of it. A measurement still waiting as
+gpreemptd left the arm is not made. Then, over the arms both rules measured, how far each read
+from the app. Only requests of the bench's measurement are recorded: the lead-in's are not."""
+import gzip, json, re, statistics, sys
+
+MIN_SAMPLES, MIN_ALONE, MAX_ACCUMULATE, FACTOR = 20, 10, 30, 1.10
+
+
+def lower_middle(xs):  # stats.WeightedQuantile(_, 0.5), unit weights
+    xs = sorted(xs)
+    return xs[(len(xs) - 1) // 2]
+
+
+def duration_us(s):  # a Go duration's String: 172.028ms, 1.5s, 950µs
+    m = re.fullmatch(r"([0-9.]+)(ns|µs|us|ms|s)", s)
+    return float(m[1]) * {"ns": 1e-3, "µs": 1, "us": 1, "ms": 1e3, "s": 1e6}[m[2]] if m else 0
+
+
+def references(path):
+    """The reference each status read showed, by the window it decided."""
+    out, text, dec, i = {}, open(path).read(), json.JSONDecoder(), 0
+    while (i := len(text) - len(text[i:].lstrip())) < len(text):  # reads written back to back
+        r, i = dec.raw_decode(text, i)
+        slo = (r.get("status") or {}).get("slo") or {}
+        m = re.match(r"standalone \(BE stopped or idle\) (\S+?),", ((slo.get("lc") or [{}])[0]).get("reference", ""))
+        if m and (slo.get("last") or {}).get("window") is not None:
+            out[slo["last"]["window"]] = duration_us(m[1])
+    return out
+
+
+def windows(sc, refs):
+    """The status reads by window: its LC span, BE share, arm, alignment and reference."""
+    out = {}
+    for r in sc.get("slo", []):
+        lc = (r.get("lc") or [{}])[0]
+        if r.get("window") is not None and "from_mono_ns" in lc:
+            out[r["window"]] = dict(lo=lc["from_mono_ns"], hi=lc["to_mono_ns"], idle=r.get("be_share", 0) <= 0,
+                                    arm=r["arm"], aligned=r.get("aligned", True),
+                                    ref=refs.get(r["window"], 0) if refs else lc.get("target_us", 0) / FACTOR)
+    return out
+
+
+def replay(sc, refs, span):
+    ws = windows(sc, refs)
+    order = sorted(ws)
+    placed = {w: [] for w in order}
+    for s in sc["lc"]["samples"]:
+        end = s["arrival_mono_ns"] + s["latency_ns"]
+        w = next((w for w in order if ws[w]["lo"] <= end < ws[w]["hi"]), None)
+        if w is not None:
+            placed[w].append(s["latency_ns"] / 1e3)
+    out, arm, pts, alone, first = [], None, [], [], 0
+    for i, w in enumerate(order):
+        x = ws[w]
+        moved = x["arm"] != arm
+        if moved:
+            arm, pts, alone = x["arm"], [], []
+        if x["idle"]:
+            alone += placed[w] if pts else []
+        elif not (moved and not x["aligned"]):
+            first = first if pts else i
+            pts += placed[w]
+        if len(pts) < MIN_SAMPLES or not x["ref"]:
+            continue
+        ref = x["ref"]
+        if span:
+            if alone and len(alone) < MIN_ALONE and i - first < MAX_ACCUMULATE:
+                continue
+            ref = lower_middle(alone) if len(alone) >= MIN_ALONE else ref
+        out.append((arm, lower_middle(pts) / ref))
+        pts, alone = [], []
+    return out
+
+
+def main(paths):
+    errs = {"reference": [], "span": []}
+    for arg in paths:
+        p, _, status = arg.partition(":")
+        refs = references(status) if status else None
+        d = json.load(gzip.open(p))
+        for sc in d["scenarios"]:
+            if not sc["name"].startswith("slo") or not sc.get("lc_duty_by_arm"):
+                continue
+            got = {"reference": replay(sc, refs, False), "span": replay(sc, refs, True)}
+            print(f"{p} {sc['name']}")
+            print("| arm | app: ratio (requests with BE / alone) | reference (measurements) | span (measurements) |")
+            print("|---|---|---|---|")
+            apps = {}
+            for a in sc["lc_duty_by_arm"]:
+                if a.get("p50_ratio"):
+                    apps.setdefault(a["arm"], []).append((a["p50_ratio"], a["with_be"], a["alone"]))
+            for arm, spans in apps.items():
+                cells, reads = [], {}
+                for rule, ms in got.items():
+                    v = [r for a, r in ms if a == arm]
+                    reads[rule] = statistics.median(v) if v else None
+                    cells.append(f"{reads[rule]:.3f} ({len(v)})" if v else "–")
+                app = sum(r * (n + m) for r, n, m in spans) / sum(n + m for _, n, m in spans)
+                print(f"| {arm} | " + ", ".join(f"{r:.3f} ({n} / {m})" for r, n, m in spans) + " | " + " | ".join(cells) + " |")
+                if all(v is not None for v in reads.values()):
+                    for rule, v in reads.items():
+                        errs[rule].append(abs(v - app))
+    for rule, e in errs.items():
+        if e:
+            print(f"{rule}: {len(e)} arms both rules measured, off the app's ratio by {min(e):.3f}-{max(e):.3f}, "
+                  f"median {statistics.median(e):.3f}; over 0.10 in {sum(x > 0.10 for x in e)}, over 0.15 in {sum(x > 0.15 for x in e)}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    main(sys.argv[1:])
