@@ -204,9 +204,7 @@ func (c *Controller) Observe(o Observation) Decision {
 	d := Decision{Worst: math.NaN(), BEShare: o.BEShare, Aligned: o.Aligned}
 	c.measure(&d, o)
 	c.step(&d, o)
-	if c.phase.Kind == Calibrating {
-		c.calibrated++
-	}
+	c.calibrated += map[bool]int{true: 1}[c.phase.Kind == Calibrating]
 	d.Arm, d.Phase, d.BEBelowMinimum, d.Converged = c.cur, c.phase.Kind.String(), c.short(c.cur), c.nextExplore > 0
 	d.PausedWindows, d.CalibrationWindows, d.Windows = c.paused, c.calibrated, c.tick
 	return d

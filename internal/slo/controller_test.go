@@ -555,6 +555,87 @@ func TestMeasurementWaitsForItsSpanAlone(t *testing.T) {
 	}
 }
 
+// TestSpanAloneBounds: what the LC alone through a measurement's span may judge it, and how long
+// it is waited for. The reference is learnt at 13 ms alone, the arm's samples are 12.5 ms, the LC
+// alone in the span 10 ms: judged by the span, 12.5/(1.1*10) = 1.136; by the reference, 0.874.
+// Each row fails with its rule removed: the wait's bound of maxAccumulate windows from the first
+// sample, the rate it needs, the arm change that starts a span anew, a gate's traps, an absolute
+// objective, a reference given.
+func TestSpanAloneBounds(t *testing.T) {
+	const byRef, bySpan = 12.5 / (1.1 * 13), 12.5 / (1.1 * 10)
+	win := func(obj objective.Objective, v time.Duration, n int, idle, traps bool) Observation {
+		s := LCSample{Key: "lc", Objective: obj, GateTraps: traps}
+		for range n {
+			s.Points = append(s.Points, stats.Weighted{V: v, W: 1})
+		}
+		return Observation{LC: []LCSample{s}, BEIdle: idle, BEShare: map[bool]float64{true: math.NaN(), false: 0.8}[idle], Aligned: true, Gate: true}
+	}
+	rel, abs := mustObjective(t, "p50<=1.10x"), mustObjective(t, "p50<=14.3ms")
+	arm := func(obj objective.Objective, n int) Observation {
+		return win(obj, 12500*time.Microsecond, n, false, false)
+	}
+	lead := []Observation{win(rel, 13*time.Millisecond, minSamples, true, false), win(rel, 13*time.Millisecond, minSamples, true, false)}
+	given := func(os []Observation) []Observation {
+		for _, o := range os {
+			o.LC[0].Standalone = 13 * time.Millisecond
+		}
+		return os
+	}
+	tests := []struct {
+		name    string
+		setup   func(c *Controller, i int) // before window i
+		windows []Observation
+		at      int     // the window the measurement completes in
+		ratio   float64 // its ratio
+	}{
+		// 8 alone samples, then none: their rate would reach 10 within two spans, so it waits,
+		// but no longer than maxAccumulate windows from its first sample, then takes the reference.
+		{"the wait ends maxAccumulate windows after the first sample", nil,
+			slices.Concat(lead, []Observation{arm(rel, 1), win(rel, 10*time.Millisecond, 8, true, false)}, slices.Repeat([]Observation{arm(rel, 1)}, 40)),
+			2 + maxAccumulate, byRef},
+		// One alone sample by the 20th window of the span: at that rate 10 would take 200.
+		{"no wait for alone samples too rare to come", nil,
+			slices.Concat(lead, []Observation{arm(rel, 1), win(rel, 10*time.Millisecond, 1, true, false)}, slices.Repeat([]Observation{arm(rel, 1)}, 19)),
+			2 + 20, byRef},
+		// The LC alone under one arm is no part of the next arm's span.
+		{"an arm's change starts the span anew", func(c *Controller, i int) {
+			if i == 4 {
+				c.to(&Decision{}, CauseExplore, c.set.clamp(Arm{BETimeslice: time.Millisecond}), "")
+			}
+		}, slices.Concat(lead, []Observation{arm(rel, 1), win(rel, 10*time.Millisecond, 8, true, false), arm(rel, minSamples)}), 4, byRef},
+		// Under the gate, a window whose launches trap is not the LC alone.
+		{"a gate's traps are not the LC alone", func(c *Controller, i int) {
+			if i == 2 {
+				c.cur = c.set.clamp(Arm{BETimeslice: 200 * time.Microsecond, Gate: true})
+			}
+		}, slices.Concat(lead, []Observation{arm(rel, minSamples/2), win(rel, 10*time.Millisecond, minSamples, true, true), arm(rel, minSamples/2)}), 4, byRef},
+		// A reference given (Standalone) is the LC alone: the span's does not replace it.
+		{"a reference given", nil, given(slices.Concat([]Observation{arm(rel, minSamples/2), win(rel, 10*time.Millisecond, minSamples, true, false)},
+			[]Observation{arm(rel, minSamples/2)})), 2, byRef},
+		// An absolute objective judges by its own bound: nothing to wait for.
+		{"an absolute objective", nil,
+			[]Observation{arm(abs, minSamples/2), win(abs, 10*time.Millisecond, 5, true, false), arm(abs, minSamples/2)}, 2, 12.5 / 14.3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newController(t, Options{})
+			for i, o := range tt.windows {
+				if tt.setup != nil {
+					tt.setup(c, i)
+				}
+				d := c.Observe(o)
+				if got := d.LC[0]; got.Counted != (i == tt.at) || got.Counted && !(math.Abs(got.Ratio-tt.ratio) <= 0.001) {
+					t.Fatalf("window %d: counted %v at %.3f, want a measurement at %.3f in window %d", i, got.Counted, got.Ratio, tt.ratio, tt.at)
+				}
+				if i == tt.at {
+					return
+				}
+			}
+			t.Fatalf("no measurement in %d windows", len(tt.windows))
+		})
+	}
+}
+
 func TestReferenceBesideBEUnderAnotherArm(t *testing.T) {
 	// A reference learnt beside BE under the shortest arm, 1us (10 ms), then under 3ms once the
 	// floor rises there (10.5 ms): another reference, not the LC's drift, so it starts anew, and

@@ -148,13 +148,15 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		if underArm && n > 0 {
 			a.pts, a.reqs, a.from = append(a.pts, s.Points...), a.reqs+requests(s), cmp.Or(a.from, c.tick)
 		}
+		span := r != nil && r.how == objective.Standalone && s.Objective.Relative() // the LC alone through the span judges it once enough: its speed drifts
 		if s.Objective.Reference != objective.Shortest && (r == nil || r.how == objective.Standalone) {
-			if a.ref = ref; alone && bare(s) && s.Objective.Relative() && len(a.pts) > 0 {
+			if a.ref = ref; span && alone && bare(s) && len(a.pts) > 0 {
 				a.alone, a.lone = append(a.alone, s.Points...), a.lone+requests(s)
 			}
 		}
-		waits := a.lone > 0 && c.tick-a.from < maxAccumulate // BE idled within the span: the LC alone there judges it, once enough (its speed drifts)
-		if ref > 0 && stats.Weight(a.alone) >= minSamples/2 && a.lone >= minRequests/2 {
+		w := c.tick - a.from + 1 // the span's windows so far: it waits, maxAccumulate at most, while BE idles often enough to give them within two (undecided that long, an arm is left)
+		waits := span && a.lone > 0 && w <= maxAccumulate && stats.Weight(a.alone)*2*maxAccumulate >= minSamples/2*w && a.lone*2*maxAccumulate >= minRequests/2*w
+		if span && ref > 0 && stats.Weight(a.alone) >= minSamples/2 && a.lone >= minRequests/2 {
 			ref, waits = stats.WeightedQuantile(a.alone, s.Objective.Quantile), false
 			a.Reference = fmt.Sprintf("standalone through this measurement (BE idle) %v, %d samples", ref.Round(time.Microsecond), stats.Weight(a.alone))
 		}
