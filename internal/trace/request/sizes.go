@@ -27,7 +27,7 @@ type sizes struct {
 	next int
 	told int // added in all
 	// start: how many of the first full window's busy periods, two at most,
-	// came before the first no larger than the rest's requests (lead): the
+	// came before the first request of the rest's range (lead): the
 	// process's start where the trace began with it (its warm-up, work no
 	// later request repeats, and the backlog behind it), no evidence of its
 	// requests while it stays in the window.
@@ -98,14 +98,16 @@ func judge(w []int, start int) (m, lo, hi int, odd bool) {
 }
 
 // lead is how many of w's first busy periods, two at most (a warm-up and
-// the backlog behind it), came before the first within the range of the
-// rest's requests of about one median: a process's start runs off its
-// program either way (a backlog adds launches, a warm-up may run fewer:
-// a first request on another path, a trace begun inside it), and a
-// process whose requests differ shows it in the rest of the window too.
+// the backlog behind it), came before the first request of the rest's
+// range of about one median: one over it (a warm-up or a backlog only add
+// launches), or under it with a backlog behind it (a warm-up that ran
+// fewer, a trace begun inside it: the process fell behind its arrivals as
+// it started); one under it before a request of the range is a request of
+// another size, evidence that the process's requests differ.
 func lead(w []int) int {
 	for i := range min(2, len(w)-1) {
-		if _, lo, hi, _ := judge(w[i+1:], 0); lo <= w[i] && w[i] <= hi {
+		in := func(l, lo, hi int) bool { return lo <= l && l <= hi }
+		if _, lo, hi, _ := judge(w[i+1:], 0); in(w[i], lo, hi) || w[i] < lo && in(w[i+1], lo, hi) {
 			return i
 		}
 	}

@@ -51,11 +51,17 @@ func TestSizesCount(t *testing.T) {
 		// The same GPT-2 LC in another process: a first busy period smaller than its program, then
 		// one off every multiple; its start either way, and its requests are of one size.
 		{"GPT-2: a smaller warm-up, then a backlog", []int{7236, 18871, 8393, 8393, 8393, 8393, 8393, 8393}, 2 * 8393, 2},
-		// A first busy period smaller than the rest is the start too; a process whose requests
-		// differ shows it in the rest of the window.
-		{"a first request smaller than the rest", append([]int{50}, slices.Repeat([]int{100}, 7)...), 200, 2},
-		{"a warm-up, then a smaller request", append([]int{300, 50}, slices.Repeat([]int{100}, 6)...), 200, 2},
+		// A first busy period under the program is the start only with a backlog behind it: before
+		// a request of the program it is a request of another size, and the sizes differ.
+		{"a first request smaller than the rest", append([]int{50}, slices.Repeat([]int{100}, 7)...), 200, 1},
+		{"a warm-up, then a smaller request", append([]int{300, 50}, slices.Repeat([]int{100}, 6)...), 200, 1},
 		{"a smaller first request, then sizes that differ", []int{50, 100, 150, 100, 100, 150, 100, 100}, 200, 1},
+		// Its scatter: the first request one launch under the rest's is one of them, and a backlog
+		// of two of it is two.
+		{"a first request at the bottom of the scatter", []int{224, 225, 229, 226, 225, 227, 228, 226}, 448, 2},
+		// Half the window backlogs after a start under the program: the median is still one request's.
+		{"backlogs in half the window after a smaller start", []int{33487, 33488, 33488, 66976, 66976, 66976, 66976, 33488}, 3 * 33488, 3},
+		{"GPT-2-shaped: a smaller first request, then backlogs of two", []int{7236, 8393, 8393, 16786, 16786, 16786, 8393, 16786}, 2 * 8393, 2},
 		// One launch a request: every size is a multiple, and none tells a backlog from a larger request.
 		{"a program of one launch", slices.Repeat([]int{1}, 8), 5, 1},
 		{"requests of 1-7 launches", []int{1, 1, 1, 1, 5, 3, 7, 2}, 6, 1},
