@@ -16,11 +16,14 @@ measurements are replayed under the arms gpreemptd held (internal/slo's measure,
   span       the same, judged by the LC alone through the measurement's span (the requests of
              windows BE idled through from its first sample on) once that holds 10; it waits
              for them up to 30 windows from its first sample, else takes the reference.
+  began      span, with the window BE began in after idling left out of both: its requests,
+             placed by when they ended, ran partly before BE.
 
 For each arm: the app's own ratio over its spans (the bench's lc_duty_by_arm: requests by BE's
 duty halves), and the median of each rule's measurements of it. A measurement still waiting as
-gpreemptd left the arm is not made. Then, over the arms both rules measured, how far each read
-from the app. Only requests of the bench's measurement are recorded: the lead-in's are not."""
+gpreemptd left the arm is not made. Then how far each rule read from the app, beside the
+reference over the arms both measured. Only requests of the
+bench's measurement are recorded: the lead-in's are not."""
 import gzip, json, re, statistics, sys
 
 MIN_SAMPLES, MIN_ALONE, MAX_ACCUMULATE, FACTOR = 20, 10, 30, 1.10
@@ -60,7 +63,7 @@ def windows(sc, refs):
     return out
 
 
-def replay(sc, refs, span):
+def replay(sc, refs, span, began=False):
     ws = windows(sc, refs)
     order = sorted(ws)
     placed = {w: [] for w in order}
@@ -69,15 +72,16 @@ def replay(sc, refs, span):
         w = next((w for w in order if ws[w]["lo"] <= end < ws[w]["hi"]), None)
         if w is not None:
             placed[w].append(s["latency_ns"] / 1e3)
-    out, arm, pts, alone, first = [], None, [], [], 0
+    out, arm, pts, alone, first, was_idle = [], None, [], [], 0, False
     for i, w in enumerate(order):
         x = ws[w]
         moved = x["arm"] != arm
         if moved:
             arm, pts, alone = x["arm"], [], []
+        skip, was_idle = began and was_idle and not x["idle"], x["idle"]
         if x["idle"]:
             alone += placed[w] if pts else []
-        elif not (moved and not x["aligned"]):
+        elif not (moved and not x["aligned"]) and not skip:
             first = first if pts else i
             pts += placed[w]
         if len(pts) < MIN_SAMPLES or not x["ref"]:
@@ -93,7 +97,7 @@ def replay(sc, refs, span):
 
 
 def main(paths):
-    errs = {"reference": [], "span": []}
+    errs = {"reference": [], "span": [], "began": []}
     for arg in paths:
         p, _, status = arg.partition(":")
         refs = references(status) if status else None
@@ -101,10 +105,10 @@ def main(paths):
         for sc in d["scenarios"]:
             if not sc["name"].startswith("slo") or not sc.get("lc_duty_by_arm"):
                 continue
-            got = {"reference": replay(sc, refs, False), "span": replay(sc, refs, True)}
+            got = {"reference": replay(sc, refs, False), "span": replay(sc, refs, True), "began": replay(sc, refs, True, True)}
             print(f"{p} {sc['name']}")
-            print("| arm | app: ratio (requests with BE / alone) | reference (measurements) | span (measurements) |")
-            print("|---|---|---|---|")
+            print("| arm | app: ratio (requests with BE / alone) | reference (measurements) | span (measurements) | began (measurements) |")
+            print("|---|---|---|---|---|")
             apps = {}
             for a in sc["lc_duty_by_arm"]:
                 if a.get("p50_ratio"):
@@ -117,13 +121,14 @@ def main(paths):
                     cells.append(f"{reads[rule]:.3f} ({len(v)})" if v else "–")
                 app = sum(r * (n + m) for r, n, m in spans) / sum(n + m for _, n, m in spans)
                 print(f"| {arm} | " + ", ".join(f"{r:.3f} ({n} / {m})" for r, n, m in spans) + " | " + " | ".join(cells) + " |")
-                if all(v is not None for v in reads.values()):
-                    for rule, v in reads.items():
-                        errs[rule].append(abs(v - app))
-    for rule, e in errs.items():
-        if e:
-            print(f"{rule}: {len(e)} arms both rules measured, off the app's ratio by {min(e):.3f}-{max(e):.3f}, "
-                  f"median {statistics.median(e):.3f}; over 0.10 in {sum(x > 0.10 for x in e)}, over 0.15 in {sum(x > 0.15 for x in e)}")
+                for rule, v in reads.items():  # each rule beside the reference, over the arms both measured
+                    if v is not None and reads["reference"] is not None:
+                        errs[rule].append((abs(v - app), abs(reads["reference"] - app)))
+    for rule, pairs in errs.items():
+        if pairs and rule != "reference":
+            for name, e in ((rule, [a for a, _ in pairs]), ("reference", [b for _, b in pairs])):
+                print(f"{name} over the {len(e)} arms {rule} and the reference measured: off the app's ratio by {min(e):.3f}-{max(e):.3f}, "
+                      f"median {statistics.median(e):.3f}; over 0.10 in {sum(x > 0.10 for x in e)}, over 0.15 in {sum(x > 0.15 for x in e)}")
 
 
 if __name__ == "__main__":
