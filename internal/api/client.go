@@ -492,12 +492,14 @@ type SLOLC struct {
 	PID       int    `json:"pid"`
 	Comm      string `json:"comm"`
 	Objective string `json:"objective"`
-	// LatencyUs is the window's latency at the objective's quantile; 0:
-	// none this window.
+	// LatencyUs is the last measurement's latency at the objective's
+	// quantile (0: none yet), Ratio that over the target it was judged by.
 	LatencyUs float64 `json:"latency_us"`
-	// TargetUs is what the objective allows (0: reference not known yet);
-	// Reference names what a relative objective is measured against
-	// ("standalone (BE paused) 6.1ms, ...", "beside BE under 1µs ...").
+	// TargetUs is what the objective allows now (0: reference not known
+	// yet); Reference names what a relative objective is measured against
+	// ("standalone (BE stopped or idle) 6.1ms, its last sample 2s ago",
+	// "standalone through this measurement (BE idle) 6.3ms, 12 samples",
+	// "beside BE under 1µs ...").
 	TargetUs  float64  `json:"target_us"`
 	Reference string   `json:"reference,omitempty"`
 	Ratio     *float64 `json:"ratio,omitempty"`

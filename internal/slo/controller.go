@@ -112,9 +112,9 @@ type Phase struct {
 // LCResult is a sample against its objective.
 type LCResult struct {
 	Key, Objective  string
-	Latency, Target time.Duration // the last measurement's (0: none yet); Target 0: reference not known yet
+	Latency, Target time.Duration // Latency: the last measurement's (0: none yet); Target: the objective's in force (0: reference not known yet)
 	Reference       string        // what a relative objective is measured against
-	Ratio           float64       // Latency/Target; NaN: none
+	Ratio           float64       // the last measurement's latency over the target it was judged by; NaN: none
 	Pending         int           // samples accumulated toward the next measurement
 	Counted         bool          // a measurement completed this window
 }

@@ -51,7 +51,7 @@ type accum struct {
 	pts, alone []stats.Weighted // alone: the LC alone from pts' first to the measurement
 	reqs, lone int              // the requests each comes from
 	from       int              // the window of pts' first (0: none yet)
-	ref        time.Duration    // the LC alone, where known (0: not)
+	ref        time.Duration    // the LC alone it is judged by, where known (0: not)
 }
 
 // reference is what a relative objective is measured against, learnt alone or beside BE whenever the LC runs so (one early measurement is no reference).
@@ -158,7 +158,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		waits := span && a.lone > 0 && w <= maxAccumulate && stats.Weight(a.alone)*2*maxAccumulate >= minSamples/2*w && a.lone*2*maxAccumulate >= minRequests/2*w
 		if span && ref > 0 && stats.Weight(a.alone) >= minSamples/2 && a.lone >= minRequests/2 {
 			ref, waits = stats.WeightedQuantile(a.alone, s.Objective.Quantile), false
-			a.Reference = fmt.Sprintf("standalone through this measurement (BE idle) %v, %d samples", ref.Round(time.Microsecond), stats.Weight(a.alone))
+			a.ref, a.Reference = ref, fmt.Sprintf("standalone through this measurement (BE idle) %v, %d samples", ref.Round(time.Microsecond), stats.Weight(a.alone))
 		}
 		if a.Target = s.Objective.Target(ref); a.Target > 0 && enough(a.pts, a.reqs, minRequests) && !waits {
 			a.Latency = stats.WeightedQuantile(a.pts, s.Objective.Quantile)

@@ -15,7 +15,8 @@ measurements are replayed under the arms gpreemptd held (internal/slo's measure,
              else its target over 1.10 (which a build that judges by the span moves too).
   span       the same, judged by the LC alone through the measurement's span (the requests of
              windows BE idled through from its first sample on) once that holds 10; it waits
-             for them up to 30 windows from its first sample, else takes the reference.
+             for them while they would come at their rate so far within 60 windows, 30 from
+             its first sample at most, else takes the reference.
   began      span, with the window BE began in after idling left out of both: its requests,
              placed by when they ended, ran partly before BE.
 
@@ -40,14 +41,16 @@ def duration_us(s):  # a Go duration's String: 172.028ms, 1.5s, 950µs
 
 
 def references(path):
-    """The reference each status read showed, by the window it decided."""
-    out, text, dec, i = {}, open(path).read(), json.JSONDecoder(), 0
+    """The learnt reference each status read showed, by the window it decided (the last one
+    where a read names the span's alone instead)."""
+    out, text, dec, i, last = {}, open(path).read(), json.JSONDecoder(), 0, 0
     while (i := len(text) - len(text[i:].lstrip())) < len(text):  # reads written back to back
         r, i = dec.raw_decode(text, i)
         slo = (r.get("status") or {}).get("slo") or {}
         m = re.match(r"standalone \(BE stopped or idle\) (\S+?),", ((slo.get("lc") or [{}])[0]).get("reference", ""))
-        if m and (slo.get("last") or {}).get("window") is not None:
-            out[slo["last"]["window"]] = duration_us(m[1])
+        last = duration_us(m[1]) if m else last
+        if last and (slo.get("last") or {}).get("window") is not None:
+            out[slo["last"]["window"]] = last
     return out
 
 
@@ -88,7 +91,8 @@ def replay(sc, refs, span, began=False):
             continue
         ref = x["ref"]
         if span:
-            if alone and len(alone) < MIN_ALONE and i - first < MAX_ACCUMULATE:
+            span_windows = i - first + 1
+            if alone and len(alone) < MIN_ALONE and span_windows <= MAX_ACCUMULATE and len(alone) * 2 * MAX_ACCUMULATE >= MIN_ALONE * span_windows:
                 continue
             ref = lower_middle(alone) if len(alone) >= MIN_ALONE else ref
         out.append((arm, lower_middle(pts) / ref))

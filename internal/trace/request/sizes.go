@@ -27,8 +27,7 @@ type sizes struct {
 	next int
 	told int // added in all
 	// start: how many of the first full window's busy periods, two at most,
-	// came before the first request of the rest's range (lead): the
-	// process's start where the trace began with it (its warm-up, work no
+	// lead took for the process's start where the trace began with it (its warm-up, work no
 	// later request repeats, and the backlog behind it), no evidence of its
 	// requests while it stays in the window.
 	start int
@@ -98,11 +97,12 @@ func judge(w []int, start int) (m, lo, hi int, odd bool) {
 }
 
 // lead is how many of w's first busy periods, two at most (a warm-up and
-// the backlog behind it), came before the first request of the rest's
-// range of about one median: one over it (a warm-up or a backlog only add
-// launches), or under it with a backlog behind it (a warm-up that ran
-// fewer, a trace begun inside it: the process fell behind its arrivals as
-// it started); one under it before a request of the range is a request of
+// the backlog behind it), are the process's start, each judged against the
+// range of the rest's requests of about one median: one over it (a warm-up
+// or a backlog only add launches), or under it with another off the range
+// behind it (a warm-up that ran fewer, or a trace begun inside it, and the
+// backlog the process fell into as it started, with work no later request
+// repeats); one under it before a request of the range is a request of
 // another size, evidence that the process's requests differ.
 func lead(w []int) int {
 	for i := range min(2, len(w)-1) {

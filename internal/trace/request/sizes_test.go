@@ -48,8 +48,8 @@ func TestSizesCount(t *testing.T) {
 		{"just past twice the largest", resnet, 2*229 + 1, 1},
 		// A long backlog near the largest: 60 requests, not 61 of the lower middle.
 		{"after a long backlog of the largest requests", append(append([]int{225, 225, 225, 225, 229, 229, 229, 229}, 13620), 225, 229), 454, 2},
-		// The same GPT-2 LC in another process: a first busy period smaller than its program, then
-		// one off every multiple; its start either way, and its requests are of one size.
+		// A first busy period under the program, then one off every multiple: a warm-up and the
+		// backlog behind it, and the requests are of one size.
 		{"GPT-2: a smaller warm-up, then a backlog", []int{7236, 18871, 8393, 8393, 8393, 8393, 8393, 8393}, 2 * 8393, 2},
 		// A first busy period under the program is the start only with a backlog behind it: before
 		// a request of the program it is a request of another size, and the sizes differ.
