@@ -509,9 +509,12 @@ type SLOLC struct {
 	Source string `json:"source,omitempty"`
 	// Samples are this window's (requests, or tokens for a tpot_
 	// objective); Pending those accumulated toward the next measurement,
-	// which counts once it holds enough.
-	Samples int `json:"samples"`
-	Pending int `json:"pending"`
+	// which counts once it holds enough; Measurements those made of this
+	// process against this objective: one more is the latency and ratio
+	// of a new one.
+	Samples      int `json:"samples"`
+	Pending      int `json:"pending"`
+	Measurements int `json:"measurements"`
 	// P50Us is the median of this window's samples as the daemon sees
 	// them (0: none).
 	P50Us float64 `json:"p50_us,omitempty"`

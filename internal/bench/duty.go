@@ -264,11 +264,11 @@ type reading struct {
 // `p50<=Nx` or `tpot_p50<=Nx` objective against the LC alone (the ratios the app's duty ratios
 // are), each its latency over its target divided by the factor. The status shows a window's
 // decision from its first read to the next window's; a measurement is new where that window's
-// latency_us moves from the last one shown, or where what accumulated toward it falls to 0
-// under an arm held (one may repeat the last's value: a scraped p50 sits on a bucket's middle).
-// It is of the arm the window before showed (the decision it fed may have moved the arm). One
-// that repeats the last value as the arm moves is not told apart: the status has no count of
-// measurements.
+// count of measurements grows, or, from a daemon that does not count them, where its
+// latency_us moves from the last one shown, or what accumulated toward it falls to 0 under an
+// arm held (one may repeat the last's value: a scraped p50 sits on a bucket's middle; one that
+// repeats it as the arm moves is not told apart so). It is of the arm the window before showed
+// (the decision it fed may have moved the arm).
 func daemonReadings(sr *ScenarioResult) (out []reading) {
 	if sr.LC == nil {
 		return nil
@@ -294,7 +294,11 @@ func daemonReadings(sr *ScenarioResult) (out []reading) {
 			w.row.LatencyUs <= 0 || w.row.TargetUs <= 0 || w.at < sr.WindowStartMonoNs || w.at > sr.WindowEndMonoNs {
 			continue
 		}
-		if w.row.LatencyUs != last || w.row.Pending == 0 && prev.row.Pending > 0 && w.arm == prev.arm {
+		counted := w.row.LatencyUs != last || w.row.Pending == 0 && prev.row.Pending > 0 && w.arm == prev.arm // a daemon that does not count them
+		if w.row.Measurements > 0 {
+			counted = w.row.Measurements > prev.row.Measurements
+		}
+		if counted {
 			out = append(out, reading{prev.at, prev.arm, o.Metric, w.row.LatencyUs / (w.row.TargetUs / o.Inflation)})
 		}
 	}

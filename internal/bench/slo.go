@@ -87,6 +87,10 @@ type SLOLCSample struct {
 	// Pending is what accumulated toward the next measurement (api.SLOLC's):
 	// it falls to 0 as one counts, or as the arm moves.
 	Pending int `json:"pending,omitempty"`
+	// Measurements is how many SLO mode made (api.SLOLC's; 0: a daemon
+	// that does not count them, whose new ones are told by latency and
+	// Pending).
+	Measurements int `json:"measurements,omitempty"`
 }
 
 // sloStatus reads the slo section of GET /v1/status's JSON; an error if
@@ -119,7 +123,7 @@ func parseSLOStatus(b []byte) (SLOSample, error) {
 	}
 	for _, l := range st.LC {
 		s.LC = append(s.LC, SLOLCSample{PID: l.PID, Objective: l.Objective, Source: l.Source, Samples: l.Samples, P50Us: l.P50Us, LatencyUs: l.LatencyUs,
-			TargetUs: l.TargetUs, FromMonoNs: l.FromMonoNs, ToMonoNs: l.ToMonoNs, Pending: l.Pending})
+			TargetUs: l.TargetUs, FromMonoNs: l.FromMonoNs, ToMonoNs: l.ToMonoNs, Pending: l.Pending, Measurements: l.Measurements})
 	}
 	return s, nil
 }

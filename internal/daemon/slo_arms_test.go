@@ -122,6 +122,9 @@ func TestSLOLoopTPOT(t *testing.T) {
 	if len(st.LC) != 1 || st.LC[0].Objective != "tpot_p50<=12ms" || st.LC[0].LatencyUs != 9000 || st.LC[0].Ratio == nil || *st.LC[0].Ratio != 0.75 {
 		t.Errorf("LC %+v", st.LC)
 	}
+	if got := st.LC[0].Measurements; got != 3 { // one a window: 60 tokens of 60 requests each
+		t.Errorf("status counts %d measurements, want 3", got)
+	}
 	if _, _, err := server.ParseStats([]byte(`{"window":{"duration_ms":1000,"requests":60,"latency_us":{"p50":400000,"tpot_p50":9000,"ttft_p99":90000}}}`)); err != nil {
 		t.Errorf("a window with tpot_ and ttft_ quantiles refused: %v", err)
 	}

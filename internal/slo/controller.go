@@ -115,7 +115,7 @@ type LCResult struct {
 	Latency, Target time.Duration // Latency: the last measurement's (0: none yet); Target: the objective's in force (0: reference not known yet)
 	Reference       string        // what a relative objective is measured against
 	Ratio           float64       // the last measurement's latency over the target it was judged by; NaN: none
-	Pending         int           // samples accumulated toward the next measurement
+	Pending, Made   int           // samples accumulated toward the next measurement; measurements made
 	Counted         bool          // a measurement completed this window
 }
 

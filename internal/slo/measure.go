@@ -162,7 +162,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		}
 		if a.Target = s.Objective.Target(ref); a.Target > 0 && enough(a.pts, a.reqs, minRequests) && !waits {
 			a.Latency = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
-			a.Ratio, a.pts, a.reqs, a.alone, a.lone, a.from, a.Counted = float64(a.Latency)/float64(a.Target), nil, 0, nil, 0, 0, true
+			a.Ratio, a.pts, a.reqs, a.alone, a.lone, a.from, a.Counted, a.Made = float64(a.Latency)/float64(a.Target), nil, 0, nil, 0, 0, true, a.Made+1
 			c.counted[k]++
 			e := c.est(c.cur)
 			e.lc[k] = cmp.Or(e.lc[k], &stats.Forgetting{})

@@ -195,7 +195,7 @@ func searchRows(s *search, d *slo.Decision, samples map[int]lcWindow) (out []api
 			if d != nil {
 				if i := slices.IndexFunc(d.LC, func(r slo.LCResult) bool { return r.Key == w.key && r.Objective == row.Objective }); i >= 0 {
 					r := d.LC[i]
-					row.TargetUs, row.LatencyUs, row.Ratio, row.Reference, row.Pending = float64(r.Target)/1e3, float64(r.Latency)/1e3, api.Finite(r.Ratio), r.Reference, r.Pending
+					row.TargetUs, row.LatencyUs, row.Ratio, row.Reference, row.Pending, row.Measurements = float64(r.Target)/1e3, float64(r.Latency)/1e3, api.Finite(r.Ratio), r.Reference, r.Pending, r.Made
 					if !r.Counted && r.Pending > 0 && r.Target > 0 {
 						what := map[bool]string{true: "tokens", false: "requests"}[strings.HasPrefix(row.Objective, "tpot_")]
 						row.Signal = fmt.Sprintf("%s (%d %s accumulated toward a measurement)", row.Signal, r.Pending, what)
