@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# What `gpreemptctl trace requests` (a uprobe on every launch) costs an LC alone, in one process:
+# the LC (MODE, as traced-lc.sh's: eager, graph, llama, gpt2) runs alone while its requests are
+# traced for SPAN and left untraced for SPAN in turn, CYCLES times; its own requests that began
+# and ended inside a phase, past SETTLE after its start (the probes go in and come out over
+# seconds), are compared: p50 traced over p50 untraced, with the launches a request the trace saw.
+# Eager LCs differ by 20-80% from process to process: this compares one process with itself.
+#   bash scripts/probe/trace-cost.sh gpt2
+set -u # as root on the GPU machine, from the repo root, with .carry/gpreemptctl (make gpu-binaries)
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/daemon.sh" # wait_ready
+MODE=${1:-gpt2} TAG=${2:-}
+OUT=${OUT:-/tmp/gpreempt-out}; mkdir -p "$OUT"
+C=${C:-.carry} SPAN=${SPAN:-20} SETTLE=${SETTLE:-4} CYCLES=${CYCLES:-3}
+case $MODE in
+  eager) lc=(bench/pytorch/lc_infer.py --period 20ms --warmup 50);;
+  graph) lc=(bench/pytorch/lc_infer.py --cuda-graph --period 20ms --warmup 50);;
+  llama) lc=(bench/pytorch/lc_decode.py --family llama-330m --batch 2 --prompt 128 --new-tokens 32 --period 1s);;
+  gpt2) lc=(bench/pytorch/lc_decode.py --family gpt2 --prompt 64 --new-tokens 16 --period 800ms);;
+  *) echo "trace-cost.sh: MODE must be eager, graph, llama or gpt2, not $MODE" >&2; exit 2;;
+esac
+period=$(printf '%s\n' "${lc[@]}" | sed -n '/--period/{n;p}')
+per_s=$(python3 -c "import sys;p=sys.argv[1];print(1/(float(p[:-2])/1000))" "$period")
+n=$(python3 -c "print(int(${per_s}*(2*${SPAN}*${CYCLES}+30)))") # every phase, and the start's slack
+now() { python3 -c 'import time; print(time.monotonic_ns())'; } # the clock the app stamps its requests on
+phases=$OUT/trace-cost-$MODE$TAG-phases.txt; : > "$phases"
+python3 -u "${lc[@]}" --requests "$n" --out "$OUT/lc-cost-$MODE$TAG.json" > "/tmp/lc-cost-$MODE.out" 2>&1 &
+P=$!
+wait_ready "/tmp/lc-cost-$MODE.out" $P 90
+for ((i = 0; i < CYCLES; i++)); do
+  echo "untraced $(now)" >> "$phases"; sleep "$SPAN"; echo "end $(now)" >> "$phases"
+  echo "traced $(now)" >> "$phases"
+  $C/gpreemptctl trace requests --pid $P --duration "${SPAN}s" --interval "${SPAN}s" --each --json > "$OUT/trace-cost-$MODE$TAG-$i.jsonl" 2>&1
+  echo "end $(now)" >> "$phases"
+done
+wait $P
+python3 - "$phases" "$OUT/lc-cost-$MODE$TAG.json" "$SETTLE" "$OUT"/trace-cost-$MODE$TAG-*.jsonl <<'PY' | tee "$OUT/trace-cost-$MODE$TAG.txt"
+import json, sys, statistics as st
+phases, res, settle, traces = sys.argv[1], sys.argv[2], float(sys.argv[3]) * 1e9, sys.argv[4:]
+spans, cur = [], None
+for line in open(phases):
+    what, t = line.split()
+    if what == "end":
+        spans.append((cur[0], cur[1] + settle, int(t)))
+    else:
+        cur = (what, int(t))
+lat = {"traced": [], "untraced": []}
+for s in json.load(open(res))["samples"]:
+    a, e = s["arrival_mono_ns"], s["arrival_mono_ns"] + s["latency_ns"]
+    for what, lo, hi in spans:
+        if lo <= a and e <= hi:
+            lat[what].append(s["latency_ns"] / 1e6)
+launches = []
+for f in traces:
+    for line in open(f):
+        if line.startswith("{"):
+            d = json.loads(line)
+            if d.get("type") == "request" and d.get("launches"):
+                launches.append(d["launches"] / max(d.get("requests", 1), 1))
+t, u = lat["traced"], lat["untraced"]
+if len(t) < 10 or len(u) < 10:
+    sys.exit(f"too few requests inside the phases: traced {len(t)}, untraced {len(u)}")
+print(f"RESULT traced p50 {st.median(t):.2f} ms ({len(t)} requests), untraced {st.median(u):.2f} ms ({len(u)}): "
+      f"{st.median(t) / st.median(u):.3f}x; +{st.median(t) - st.median(u):.2f} ms a request"
+      + (f", {st.median(launches):.0f} launches a request traced: {1e3 * (st.median(t) - st.median(u)) / st.median(launches):.2f} us a launch" if launches else ""))
+PY
