@@ -296,7 +296,7 @@ func daemonReadings(sr *ScenarioResult) (out []reading) {
 		}
 		counted := w.row.LatencyUs != last || w.row.Pending == 0 && prev.row.Pending > 0 && w.arm == prev.arm // a daemon that does not count them
 		if w.row.Measurements > 0 {
-			counted = w.row.Measurements > prev.row.Measurements
+			counted = w.row.Measurements != prev.row.Measurements // it starts again from 1 for an LC quiet long enough to be forgotten
 		}
 		if counted {
 			out = append(out, reading{prev.at, prev.arm, o.Metric, w.row.LatencyUs / (w.row.TargetUs / o.Inflation)})

@@ -496,9 +496,9 @@ func TestDaemonReadings(t *testing.T) {
 }
 
 // TestDaemonReadingsByCount: from a daemon that counts its measurements, each is told by the count
-// growing, also one that repeats the last's latency as the arm moves (which latency and pending
-// alone cannot tell), and none where the count stands though the latency moves (the target did
-// not: a window's latency is the last measurement's). It fails with the count left unread.
+// moving, also one that repeats the last's latency as the arm moves (which latency and pending
+// alone cannot tell) and the first of an LC forgotten and counted from 1 again, and none where
+// the count stands though the latency shown moves. It fails with the count left unread.
 func TestDaemonReadingsByCount(t *testing.T) {
 	const s = int64(time.Second)
 	start := 1000 * s
@@ -507,12 +507,14 @@ func TestDaemonReadingsByCount(t *testing.T) {
 		arm           string
 		lat           float64
 		pending, made int
-	}{{"200µs", 700, 5, 1}, {"200µs", 744, 0, 2}, {"500µs", 744, 0, 3}, {"500µs", 744, 3, 3}, {"500µs", 760, 0, 3}, {"500µs", 770, 0, 4}} {
+	}{{"200µs", 700, 5, 1}, {"200µs", 744, 0, 2}, {"500µs", 744, 0, 3}, {"500µs", 744, 3, 3}, {"500µs", 760, 0, 3}, {"500µs", 770, 0, 4},
+		{"500µs", 800, 0, 1}} {
 		sr.SLO = append(sr.SLO, SLOSample{MonoNs: start + int64(i+1)*s, Window: i + 1, Arm: w.arm, LC: []SLOLCSample{
 			{PID: 7, Objective: "p50<=1.1x", LatencyUs: w.lat, TargetUs: 660, Pending: w.pending, Measurements: w.made}}})
 	}
 	got := daemonReadings(sr)
-	want := []reading{{start + s, "200µs", "", 744 / 600.0}, {start + 2*s, "200µs", "", 744 / 600.0}, {start + 5*s, "500µs", "", 770 / 600.0}}
+	want := []reading{{start + s, "200µs", "", 744 / 600.0}, {start + 2*s, "200µs", "", 744 / 600.0}, {start + 5*s, "500µs", "", 770 / 600.0},
+		{start + 6*s, "500µs", "", 800 / 600.0}}
 	if len(got) != len(want) {
 		t.Fatalf("readings %+v, want %+v", got, want)
 	}
