@@ -97,21 +97,20 @@ func judge(w []int, start int) (m, lo, hi int, odd bool) {
 }
 
 // lead is how many of w's first busy periods, two at most (a warm-up and
-// the backlog behind it), are the process's start, each judged against the
-// range of the rest's requests of about one median: one over it (a warm-up
-// or a backlog only add launches), or under it with another off the range
-// behind it (a warm-up that ran fewer, or a trace begun inside it, and the
-// backlog the process fell into as it started, with work no later request
-// repeats); one under it before a request of the range is a request of
+// the backlog behind it), are the process's start: up to the last of them
+// over the range of the rest's requests of about one median (a warm-up or a
+// backlog only add launches), and whatever came before it (a warm-up that
+// ran fewer, or as many as a request, or a trace begun inside it: the
+// process fell behind its arrivals as it started). A first busy period
+// under the range with a request of the range behind it is a request of
 // another size, evidence that the process's requests differ.
 func lead(w []int) int {
-	for i := range min(2, len(w)-1) {
-		in := func(l, lo, hi int) bool { return lo <= l && l <= hi }
-		if _, lo, hi, _ := judge(w[i+1:], 0); in(w[i], lo, hi) || w[i] < lo && in(w[i+1], lo, hi) {
-			return i
+	for i := min(2, len(w)-1) - 1; i >= 0; i-- {
+		if _, _, hi, _ := judge(w[i+1:], 0); w[i] > hi {
+			return i + 1
 		}
 	}
-	return min(2, len(w)-1)
+	return 0
 }
 
 // program is the window's lower middle request, less its start, and the

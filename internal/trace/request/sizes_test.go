@@ -62,6 +62,9 @@ func TestSizesCount(t *testing.T) {
 		// Half the window backlogs after a start under the program: the median is still one request's.
 		{"backlogs in half the window after a smaller start", []int{33487, 33488, 33488, 66976, 66976, 66976, 66976, 33488}, 3 * 33488, 3},
 		{"GPT-2-shaped: a smaller first request, then backlogs of two", []int{7236, 8393, 8393, 16786, 16786, 16786, 8393, 16786}, 2 * 8393, 2},
+		// A warm-up of a request's launches, then a backlog off every multiple: the start too.
+		{"a warm-up of the program's size, then a backlog", []int{8393, 18871, 8393, 8393, 8393, 8393, 8393, 8393}, 2 * 8393, 2},
+		{"two smaller busy periods, then requests of one", []int{50, 30, 100, 100, 100, 100, 100, 100}, 200, 1},
 		// One launch a request: every size is a multiple, and none tells a backlog from a larger request.
 		{"a program of one launch", slices.Repeat([]int{1}, 8), 5, 1},
 		{"requests of 1-7 launches", []int{1, 1, 1, 1, 5, 3, 7, 2}, 6, 1},
