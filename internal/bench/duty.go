@@ -285,10 +285,11 @@ func daemonReadings(sr *ScenarioResult) (out []reading) {
 			ws = append(ws, window{s.MonoNs, s.Arm, s.LC[j]})
 		}
 	}
-	last := 0.0
+	last, made := 0.0, 0
 	for i := 1; i < len(ws); i++ {
 		prev, w := ws[i-1], ws[i]
-		last = cmp.Or(prev.row.LatencyUs, last)
+		last, made = cmp.Or(prev.row.LatencyUs, last), cmp.Or(prev.row.Measurements, made) // a window without a sample shows neither
+
 		o, err := objective.Parse(w.row.Objective)
 		if err != nil || o.Metric != "" && o.Metric != "tpot" || o.Quantile != 0.5 || !o.Relative() || o.Reference == objective.Shortest ||
 			w.row.LatencyUs <= 0 || w.row.TargetUs <= 0 || w.at < sr.WindowStartMonoNs || w.at > sr.WindowEndMonoNs {
@@ -296,7 +297,7 @@ func daemonReadings(sr *ScenarioResult) (out []reading) {
 		}
 		counted := w.row.LatencyUs != last || w.row.Pending == 0 && prev.row.Pending > 0 && w.arm == prev.arm // a daemon that does not count them
 		if w.row.Measurements > 0 {
-			counted = w.row.Measurements != prev.row.Measurements // it starts again from 1 for an LC quiet long enough to be forgotten
+			counted = w.row.Measurements != made // it starts again from 1 for an LC quiet long enough to be forgotten
 		}
 		if counted {
 			out = append(out, reading{prev.at, prev.arm, o.Metric, w.row.LatencyUs / (w.row.TargetUs / o.Inflation)})

@@ -498,7 +498,8 @@ func TestDaemonReadings(t *testing.T) {
 // TestDaemonReadingsByCount: from a daemon that counts its measurements, each is told by the count
 // moving, also one that repeats the last's latency as the arm moves (which latency and pending
 // alone cannot tell) and the first of an LC forgotten and counted from 1 again, and none where
-// the count stands though the latency shown moves. It fails with the count left unread.
+// the count stands though the latency shown moves, or after a window without a sample (which
+// shows no count). It fails with the count left unread, or read against the window before alone.
 func TestDaemonReadingsByCount(t *testing.T) {
 	const s = int64(time.Second)
 	start := 1000 * s
@@ -508,7 +509,7 @@ func TestDaemonReadingsByCount(t *testing.T) {
 		lat           float64
 		pending, made int
 	}{{"200µs", 700, 5, 1}, {"200µs", 744, 0, 2}, {"500µs", 744, 0, 3}, {"500µs", 744, 3, 3}, {"500µs", 760, 0, 3}, {"500µs", 770, 0, 4},
-		{"500µs", 800, 0, 1}} {
+		{"500µs", 800, 0, 1}, {"500µs", 0, 0, 0}, {"500µs", 800, 3, 1}} {
 		sr.SLO = append(sr.SLO, SLOSample{MonoNs: start + int64(i+1)*s, Window: i + 1, Arm: w.arm, LC: []SLOLCSample{
 			{PID: 7, Objective: "p50<=1.1x", LatencyUs: w.lat, TargetUs: 660, Pending: w.pending, Measurements: w.made}}})
 	}

@@ -19,21 +19,25 @@ case $MODE in
   *) echo "trace-cost.sh: MODE must be eager, graph, llama or gpt2, not $MODE" >&2; exit 2;;
 esac
 period=$(printf '%s\n' "${lc[@]}" | sed -n '/--period/{n;p}')
-per_s=$(python3 -c "import sys;p=sys.argv[1];print(1/(float(p[:-2])/1000))" "$period")
-n=$(python3 -c "print(int(${per_s}*(2*${SPAN}*${CYCLES}+30)))") # every phase, and the start's slack
+# requests enough for every phase and the start's slack, at one a period (800ms, 1s)
+n=$(python3 -c "import re,sys; v,u=re.fullmatch(r'([0-9.]+)(ms|s)',sys.argv[1]).groups(); print(int((2*$SPAN*$CYCLES+30)/(float(v)*{'ms':1e-3,'s':1}[u])))" "$period") || exit 1
 now() { python3 -c 'import time; print(time.monotonic_ns())'; } # the clock the app stamps its requests on
 phases=$OUT/trace-cost-$MODE$TAG-phases.txt; : > "$phases"
 python3 -u "${lc[@]}" --requests "$n" --out "$OUT/lc-cost-$MODE$TAG.json" > "/tmp/lc-cost-$MODE.out" 2>&1 &
 P=$!
-wait_ready "/tmp/lc-cost-$MODE.out" $P 90
+wait_ready "/tmp/lc-cost-$MODE.out" $P 90 || { echo "trace-cost.sh: the LC did not come up: /tmp/lc-cost-$MODE.out" >&2; kill $P 2>/dev/null; exit 1; }
+traces=()
 for ((i = 0; i < CYCLES; i++)); do
   echo "untraced $(now)" >> "$phases"; sleep "$SPAN"; echo "end $(now)" >> "$phases"
   echo "traced $(now)" >> "$phases"
-  $C/gpreemptctl trace requests --pid $P --duration "${SPAN}s" --interval "${SPAN}s" --each --json > "$OUT/trace-cost-$MODE$TAG-$i.jsonl" 2>&1
+  traces+=("$OUT/trace-cost-$MODE$TAG-$i.jsonl")
+  if ! $C/gpreemptctl trace requests --pid $P --duration "${SPAN}s" --interval "${SPAN}s" --each --json > "${traces[-1]}" 2>&1; then
+    echo "trace-cost.sh: the trace failed (${traces[-1]}): no traced phase to compare" >&2; kill $P 2>/dev/null; exit 1
+  fi
   echo "end $(now)" >> "$phases"
 done
 wait $P
-python3 - "$phases" "$OUT/lc-cost-$MODE$TAG.json" "$SETTLE" "$OUT"/trace-cost-$MODE$TAG-*.jsonl <<'PY' | tee "$OUT/trace-cost-$MODE$TAG.txt"
+python3 - "$phases" "$OUT/lc-cost-$MODE$TAG.json" "$SETTLE" "${traces[@]}" <<'PY' | tee "$OUT/trace-cost-$MODE$TAG.txt"
 import json, sys, statistics as st
 phases, res, settle, traces = sys.argv[1], sys.argv[2], float(sys.argv[3]) * 1e9, sys.argv[4:]
 spans, cur = [], None
@@ -57,9 +61,11 @@ for f in traces:
             if d.get("type") == "request" and d.get("launches"):
                 launches.append(d["launches"] / max(d.get("requests", 1), 1))
 t, u = lat["traced"], lat["untraced"]
+if not launches:
+    sys.exit("the trace saw no request: no traced phase to compare")
 if len(t) < 10 or len(u) < 10:
     sys.exit(f"too few requests inside the phases: traced {len(t)}, untraced {len(u)}")
 print(f"RESULT traced p50 {st.median(t):.2f} ms ({len(t)} requests), untraced {st.median(u):.2f} ms ({len(u)}): "
-      f"{st.median(t) / st.median(u):.3f}x; +{st.median(t) - st.median(u):.2f} ms a request"
-      + (f", {st.median(launches):.0f} launches a request traced: {1e3 * (st.median(t) - st.median(u)) / st.median(launches):.2f} us a launch" if launches else ""))
+      f"{st.median(t) / st.median(u):.3f}x; +{st.median(t) - st.median(u):.2f} ms a request, {st.median(launches):.0f} launches "
+      f"a request traced: {1e3 * (st.median(t) - st.median(u)) / st.median(launches):.2f} us a launch")
 PY

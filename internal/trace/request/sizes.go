@@ -98,15 +98,16 @@ func judge(w []int, start int) (m, lo, hi int, odd bool) {
 
 // lead is how many of w's first busy periods, two at most (a warm-up and
 // the backlog behind it), are the process's start: up to the last of them
-// over the range of the rest's requests of about one median (a warm-up or a
-// backlog only add launches), and whatever came before it (a warm-up that
+// over the range of the requests of about one median, it and those after it
+// (a warm-up or a backlog only add launches; a request at the top of the
+// scatter is in that range), and whatever came before it (a warm-up that
 // ran fewer, or as many as a request, or a trace begun inside it: the
 // process fell behind its arrivals as it started). A first busy period
 // under the range with a request of the range behind it is a request of
 // another size, evidence that the process's requests differ.
 func lead(w []int) int {
 	for i := min(2, len(w)-1) - 1; i >= 0; i-- {
-		if _, _, hi, _ := judge(w[i+1:], 0); w[i] > hi {
+		if _, _, hi, _ := judge(w[i:], 0); w[i] > hi {
 			return i + 1
 		}
 	}

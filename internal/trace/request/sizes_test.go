@@ -65,6 +65,9 @@ func TestSizesCount(t *testing.T) {
 		// A warm-up of a request's launches, then a backlog off every multiple: the start too.
 		{"a warm-up of the program's size, then a backlog", []int{8393, 18871, 8393, 8393, 8393, 8393, 8393, 8393}, 2 * 8393, 2},
 		{"two smaller busy periods, then requests of one", []int{50, 30, 100, 100, 100, 100, 100, 100}, 200, 1},
+		// A second request at the top of the scatter is a request, not the start.
+		{"two of the largest, the second request the largest", []int{226, 229, 225, 226, 227, 225, 226, 228}, 2 * 229, 2},
+		{"a smaller first request, then one a launch over the rest", []int{50, 101, 100, 100, 100, 100, 100, 100}, 200, 1},
 		// One launch a request: every size is a multiple, and none tells a backlog from a larger request.
 		{"a program of one launch", slices.Repeat([]int{1}, 8), 5, 1},
 		{"requests of 1-7 launches", []int{1, 1, 1, 1, 5, 3, 7, 2}, 6, 1},
