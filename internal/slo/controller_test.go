@@ -469,6 +469,16 @@ func TestBoundNamesAnAbsoluteMissedAlone(t *testing.T) {
 	}
 }
 
+// flat is one window of an LC ("lc") against obj: n samples at v, with BE idle through it or
+// working (at a share of 0.8).
+func flat(obj objective.Objective, v time.Duration, n int, idle bool) Observation {
+	s := LCSample{Key: "lc", Objective: obj}
+	for range n {
+		s.Points = append(s.Points, stats.Weighted{V: v, W: 1})
+	}
+	return Observation{LC: []LCSample{s}, BEIdle: idle, BEShare: map[bool]float64{true: math.NaN(), false: 0.8}[idle], Aligned: true}
+}
+
 func TestArmJudgedByTheReferenceOfItsTime(t *testing.T) {
 	// The LC alone at 10 ms, then at 11 ms under the arm (1.00x of p50<=1.10x), then alone at
 	// 12 ms: the reference becomes 11 ms, and the arm's measurement stays 1.00x, a ratio to the
@@ -476,13 +486,7 @@ func TestArmJudgedByTheReferenceOfItsTime(t *testing.T) {
 	// measurement, at 11 ms, is judged by 11 ms.
 	// It fails with every estimate re-judged by the latest reference.
 	obj := mustObjective(t, "p50<=1.10x")
-	window := func(v time.Duration, idle bool) Observation {
-		s := LCSample{Key: "lc", Objective: obj}
-		for range minSamples {
-			s.Points = append(s.Points, stats.Weighted{V: v, W: 1})
-		}
-		return Observation{LC: []LCSample{s}, BEIdle: idle, BEShare: map[bool]float64{true: math.NaN(), false: 0.8}[idle], Aligned: true}
-	}
+	window := func(v time.Duration, idle bool) Observation { return flat(obj, v, minSamples, idle) }
 	c := newController(t, Options{})
 	arm := Arm{BETimeslice: 200 * time.Microsecond}
 	for _, o := range []Observation{window(10*time.Millisecond, true), window(11*time.Millisecond, false), window(12*time.Millisecond, true)} {
@@ -506,11 +510,7 @@ func TestArmJudgedByTheReferenceOfItsTime(t *testing.T) {
 func TestArmJudgedByTheLCAloneThroughItsSpan(t *testing.T) {
 	obj := mustObjective(t, "p50<=1.10x")
 	window := func(v time.Duration, idle bool) Observation {
-		s := LCSample{Key: "lc", Objective: obj}
-		for range map[bool]int{true: minSamples, false: minSamples / 2}[idle] {
-			s.Points = append(s.Points, stats.Weighted{V: v, W: 1})
-		}
-		return Observation{LC: []LCSample{s}, BEIdle: idle, BEShare: map[bool]float64{true: math.NaN(), false: 0.8}[idle], Aligned: true}
+		return flat(obj, v, map[bool]int{true: minSamples, false: minSamples / 2}[idle], idle)
 	}
 	c := newController(t, Options{})
 	var d Decision
@@ -531,11 +531,7 @@ func TestArmJudgedByTheLCAloneThroughItsSpan(t *testing.T) {
 func TestBoundFromTheSpansAlone(t *testing.T) {
 	obj := mustObjective(t, "p50<=1.10x")
 	window := func(v time.Duration, idle bool) Observation {
-		s := LCSample{Key: "lc", Objective: obj}
-		for range map[bool]int{true: minSamples / 4, false: minSamples / 2}[idle] {
-			s.Points = append(s.Points, stats.Weighted{V: v, W: 1})
-		}
-		return Observation{LC: []LCSample{s}, BEIdle: idle, BEShare: map[bool]float64{true: math.NaN(), false: 0.8}[idle], Aligned: true}
+		return flat(obj, v, map[bool]int{true: minSamples / 4, false: minSamples / 2}[idle], idle)
 	}
 	c := newController(t, Options{})
 	os := slices.Repeat([]Observation{window(13*time.Millisecond, true)}, 8)
@@ -562,13 +558,7 @@ func TestBoundFromTheSpansAlone(t *testing.T) {
 // the measurement judged at once, by the reference.
 func TestMeasurementWaitsForItsSpanAlone(t *testing.T) {
 	obj := mustObjective(t, "p50<=1.10x")
-	window := func(v time.Duration, n int, idle bool) Observation {
-		s := LCSample{Key: "lc", Objective: obj}
-		for range n {
-			s.Points = append(s.Points, stats.Weighted{V: v, W: 1})
-		}
-		return Observation{LC: []LCSample{s}, BEIdle: idle, BEShare: map[bool]float64{true: math.NaN(), false: 0.8}[idle], Aligned: true}
-	}
+	window := func(v time.Duration, n int, idle bool) Observation { return flat(obj, v, n, idle) }
 	c := newController(t, Options{})
 	var ds []Decision
 	for _, o := range []Observation{window(13*time.Millisecond, minSamples, true), window(13*time.Millisecond, minSamples, true),
@@ -596,11 +586,9 @@ func TestMeasurementWaitsForItsSpanAlone(t *testing.T) {
 func TestSpanAloneBounds(t *testing.T) {
 	const byRef, bySpan = 12.5 / (1.1 * 13), 12.5 / (1.1 * 10)
 	win := func(obj objective.Objective, v time.Duration, n int, idle, traps bool) Observation {
-		s := LCSample{Key: "lc", Objective: obj, GateTraps: traps}
-		for range n {
-			s.Points = append(s.Points, stats.Weighted{V: v, W: 1})
-		}
-		return Observation{LC: []LCSample{s}, BEIdle: idle, BEShare: map[bool]float64{true: math.NaN(), false: 0.8}[idle], Aligned: true, Gate: true}
+		o := flat(obj, v, n, idle)
+		o.LC[0].GateTraps, o.Gate = traps, true // the gate offered: a gate arm may be held
+		return o
 	}
 	rel, abs := mustObjective(t, "p50<=1.10x"), mustObjective(t, "p50<=14.3ms")
 	arm := func(obj objective.Objective, n int) Observation {
