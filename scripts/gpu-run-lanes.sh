@@ -16,7 +16,8 @@
 #
 # A lane's LC workers get two CPUs and its BE workers two, near its GPU
 # (its local_cpulist) and apart from every other lane's; the daemons are
-# not pinned. $OUT gets gpu<N>-<part>-rep<REP>.md per part and
+# not pinned. $OUT gets gpu<N>-<part>-rep<REP>.md per part (with SLO mode's
+# measurements replayed by scripts/probe/span_alone.py where it ran) and
 # raw-rep<REP>.tgz (logs, status, summaries, each part's results.json.gz
 # while the archive stays under 40 MiB). OFFCPU=1 adds offcpu.trace.xz to
 # it: each python3 thread's switches off its CPU, wakeups and switches back,
@@ -100,6 +101,13 @@ lane() { # lane N SPEC...
       timeout --kill-after=10 "$tmo" bash "$(dirname "${BASH_SOURCE[0]}")/gpu-run-self.sh" > /tmp/o$d-$part.log 2>&1
     echo "gpu$d $part rc=$? $(date +%T)"
     cp /tmp/o$d-$part/summary.md "$OUT/gpu$d-$part-rep$REP.md" 2>/dev/null || tail -30 /tmp/o$d-$part.log
+    # SLO mode's measurements replayed on the app's own requests, beside the app's ratio per arm
+    local res st=/tmp/w$d-$part/$part-status.jsonl
+    res=$(ls /tmp/o$d-$part/*-results.json.gz 2>/dev/null | head -1)
+    if [ -n "$res" ] && [ -s "$st" ] && [ -f "$OUT/gpu$d-$part-rep$REP.md" ]; then
+      { echo; echo "SLO mode's measurements replayed (scripts/probe/span_alone.py):"
+        python3 "$(dirname "${BASH_SOURCE[0]}")/probe/span_alone.py" "$res:$st"; } >> "$OUT/gpu$d-$part-rep$REP.md" 2>&1
+    fi
   done
 }
 pids=()
