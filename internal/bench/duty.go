@@ -218,9 +218,10 @@ func armDuty(sr *ScenarioResult) []ArmDuty {
 	if len(out) == 0 {
 		return nil
 	}
+	at := func(t int64) int { return max(sort.Search(len(since), func(j int) bool { return since[j] > t })-1, 0) } // the arm in force at t; before the first read, the first
 	lat, tpot, off := make([][2][]float64, len(out)), make([][2][]float64, len(out)), make([][]float64, len(out))
 	eachHalf(sr.LC, sr.BEDuty, func(s LCSample, start int64, half int) {
-		i := max(sort.Search(len(since), func(j int) bool { return since[j] > start })-1, 0) // before the first read: the first arm
+		i := at(start)
 		lat[i][half] = append(lat[i][half], float64(s.LatencyNs)/1e3)
 		if s.TPOTNs > 0 {
 			tpot[i][half] = append(tpot[i][half], float64(s.TPOTNs)/1e3)
@@ -239,7 +240,7 @@ func armDuty(sr *ScenarioResult) []ArmDuty {
 	}
 	readings := make([][]float64, len(out))
 	for _, r := range daemonReadings(sr) {
-		i := max(sort.Search(len(since), func(j int) bool { return since[j] > r.at })-1, 0)
+		i := at(r.at)
 		if out[i].Arm == r.arm && (len(readings[i]) == 0 || out[i].DaemonMetric == r.metric) { // one metric a span: an objective changed mid-run keeps its first
 			readings[i], out[i].DaemonMetric = append(readings[i], r.v), r.metric
 		}
@@ -289,7 +290,6 @@ func daemonReadings(sr *ScenarioResult) (out []reading) {
 	for i := 1; i < len(ws); i++ {
 		prev, w := ws[i-1], ws[i]
 		last, made = cmp.Or(prev.row.LatencyUs, last), cmp.Or(prev.row.Measurements, made) // a window without a sample shows neither
-
 		o, err := objective.Parse(w.row.Objective)
 		if err != nil || o.Metric != "" && o.Metric != "tpot" || o.Quantile != 0.5 || !o.Relative() || o.Reference == objective.Shortest ||
 			w.row.LatencyUs <= 0 || w.row.TargetUs <= 0 || w.at < sr.WindowStartMonoNs || w.at > sr.WindowEndMonoNs {

@@ -23,16 +23,13 @@ measurements are replayed under the arms gpreemptd held (internal/slo's measure,
 For each arm: the app's own ratio over its spans (the bench's lc_duty_by_arm: requests by BE's
 duty halves), and the median of each rule's measurements of it. A measurement still waiting as
 gpreemptd left the arm is not made. Then how far each rule read from the app, beside the
-reference over the arms both measured. Only requests of the
-bench's measurement are recorded: the lead-in's are not."""
+reference over the arms both measured. Only requests of the bench's measurement are recorded:
+the lead-in's are not."""
 import gzip, json, re, statistics, sys
 
+from reference_error import wq50  # stats.WeightedQuantile(_, 0.5) of unit weights: the lower middle
+
 MIN_SAMPLES, MIN_ALONE, MAX_ACCUMULATE, FACTOR = 20, 10, 30, 1.10
-
-
-def lower_middle(xs):  # stats.WeightedQuantile(_, 0.5), unit weights
-    xs = sorted(xs)
-    return xs[(len(xs) - 1) // 2]
 
 
 def duration_us(s):  # a Go duration's String: 172.028ms, 1.5s, 950µs
@@ -94,8 +91,8 @@ def replay(sc, refs, span, began=False):
             span_windows = i - first + 1
             if alone and len(alone) < MIN_ALONE and span_windows <= MAX_ACCUMULATE and len(alone) * 2 * MAX_ACCUMULATE >= MIN_ALONE * span_windows:
                 continue
-            ref = lower_middle(alone) if len(alone) >= MIN_ALONE else ref
-        out.append((arm, lower_middle(pts) / ref))
+            ref = wq50(alone) if len(alone) >= MIN_ALONE else ref
+        out.append((arm, wq50(pts) / ref))
         pts, alone = [], []
     return out
 

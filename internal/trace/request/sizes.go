@@ -27,9 +27,9 @@ type sizes struct {
 	next int
 	told int // added in all
 	// start: how many of the first full window's busy periods, two at most,
-	// lead took for the process's start where the trace began with it (its warm-up, work no
-	// later request repeats, and the backlog behind it), no evidence of its
-	// requests while it stays in the window.
+	// lead took for the process's start where the trace began with it (its
+	// warm-up, work no later request repeats, and the backlog behind it), no
+	// evidence of its requests while it stays in the window.
 	start int
 	// varies: judge found the requests differ in size (or launches were
 	// lost), and a busy period of k times the median may be one request;
