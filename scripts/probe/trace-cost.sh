@@ -3,14 +3,15 @@
 # the LC (MODE, as traced-lc.sh's: eager, graph, llama, gpt2) runs alone while its requests are
 # traced for SPAN and left untraced for SPAN in turn, CYCLES times; its own requests that began
 # and ended inside a phase, past SETTLE after its start (the probes go in and come out over
-# seconds), are compared: p50 traced over p50 untraced, with the launches a request the trace saw.
+# seconds), are compared: p50 traced over p50 untraced (a 95% bootstrap interval; each phase's
+# own p50 beside it), with the launches a request the trace saw.
 # Eager LCs differ by 20-80% from process to process: this compares one process with itself.
 #   bash scripts/probe/trace-cost.sh gpt2
 set -u # as root on the GPU machine, from the repo root, with .carry/gpreemptctl (make gpu-binaries)
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/daemon.sh" # wait_ready
 MODE=${1:-gpt2} TAG=${2:-}
 OUT=${OUT:-/tmp/gpreempt-out}; mkdir -p "$OUT"
-C=${C:-.carry} SPAN=${SPAN:-20} SETTLE=${SETTLE:-4} CYCLES=${CYCLES:-3}
+C=${C:-.carry} SPAN=${SPAN:-20} SETTLE=${SETTLE:-4} CYCLES=${CYCLES:-5}
 case $MODE in
   eager) lc=(bench/pytorch/lc_infer.py --period 20ms --warmup 50);;
   graph) lc=(bench/pytorch/lc_infer.py --cuda-graph --period 20ms --warmup 50);;
@@ -38,7 +39,7 @@ for ((i = 0; i < CYCLES; i++)); do
 done
 wait $P
 python3 - "$phases" "$OUT/lc-cost-$MODE$TAG.json" "$SETTLE" "${traces[@]}" <<'PY' | tee "$OUT/trace-cost-$MODE$TAG.txt"
-import json, sys, statistics as st
+import json, random, sys, statistics as st
 phases, res, settle, traces = sys.argv[1], sys.argv[2], float(sys.argv[3]) * 1e9, sys.argv[4:]
 spans, cur = [], None
 for line in open(phases):
@@ -47,12 +48,15 @@ for line in open(phases):
         spans.append((cur[0], cur[1] + settle, int(t)))
     else:
         cur = (what, int(t))
-lat = {"traced": [], "untraced": []}
+lat, each = {"traced": [], "untraced": []}, [[] for _ in spans]
 for s in json.load(open(res))["samples"]:
     a, e = s["arrival_mono_ns"], s["arrival_mono_ns"] + s["latency_ns"]
-    for what, lo, hi in spans:
+    for i, (what, lo, hi) in enumerate(spans):
         if lo <= a and e <= hi:
             lat[what].append(s["latency_ns"] / 1e6)
+            each[i].append(s["latency_ns"] / 1e6)
+# Each phase's own p50: an eager LC's speed modes last tens of seconds, and show as phases of a kind that disagree.
+print("phases, in turn:", ", ".join(f"{w} {st.median(v):.1f} ms ({len(v)})" for (w, _, _), v in zip(spans, each) if v))
 launches = []
 for f in traces:
     for line in open(f):
@@ -65,7 +69,9 @@ if not launches:
     sys.exit("the trace saw no request: no traced phase to compare")
 if len(t) < 10 or len(u) < 10:
     sys.exit(f"too few requests inside the phases: traced {len(t)}, untraced {len(u)}")
+rng = random.Random(1) # a 95% bootstrap interval of the ratio, requests resampled within each kind
+boot = sorted(st.median(rng.choices(t, k=len(t))) / st.median(rng.choices(u, k=len(u))) for _ in range(4000))
 print(f"RESULT traced p50 {st.median(t):.2f} ms ({len(t)} requests), untraced {st.median(u):.2f} ms ({len(u)}): "
-      f"{st.median(t) / st.median(u):.3f}x; +{st.median(t) - st.median(u):.2f} ms a request, {st.median(launches):.0f} launches "
+      f"{st.median(t) / st.median(u):.3f}x [{boot[100]:.2f}, {boot[3899]:.2f}]; +{st.median(t) - st.median(u):.2f} ms a request, {st.median(launches):.0f} launches "
       f"a request traced: {1e3 * (st.median(t) - st.median(u)) / st.median(launches):.2f} us a launch")
 PY
