@@ -26,10 +26,11 @@ type sizes struct {
 	n    int // filled
 	next int
 	told int // added in all
-	// start: how many of the first full window's busy periods, two at most,
-	// lead took for the process's start where the trace began with it (its
-	// warm-up, work no later request repeats, and the backlog behind it), no
-	// evidence of its requests while it stays in the window.
+	// start: how many of the first full window's busy periods, half of them
+	// at most, lead took for the process's start where the trace began with
+	// it (its setup's pieces, its warm-up, work no later request repeats, and
+	// the backlogs behind it), no evidence of its requests while it stays in
+	// the window.
 	start int
 	// varies: judge found the requests differ in size (or launches were
 	// lost), and a busy period of k times the median may be one request;
@@ -96,18 +97,22 @@ func judge(w []int, start int) (m, lo, hi int, odd bool) {
 	return m, lo, hi, odd || 2*(hi-lo) >= m
 }
 
-// lead is how many of w's first busy periods, two at most (a warm-up and
-// the backlog behind it), are the process's start: up to the last of them
+// lead is how many of w's first busy periods, half of them at most (the
+// most the median of the rest holds against: setup's pieces, a warm-up and
+// the backlogs behind it), are the process's start: up to the last of them
 // over the range of the requests of about one median, it and those after it
 // (a warm-up or a backlog only add launches; a request at the top of the
-// scatter is in that range), and whatever came before it (a warm-up that
-// ran fewer, or as many as a request, or a trace begun inside it: the
-// process fell behind its arrivals as it started). A first busy period
-// under the range with a request of the range behind it is a request of
+// scatter is in that range), and whatever came before it (setup's pieces, a
+// warm-up that ran fewer, or as many as a request, or a trace begun inside
+// it: the process fell behind its arrivals as it started), one of them at
+// most in that range: two are requests the process served, and what came
+// after them is no start. A first busy period under the range with a
+// request of the range behind it and no start after is a request of
 // another size, evidence that the process's requests differ.
 func lead(w []int) int {
-	for i := min(2, len(w)-1) - 1; i >= 0; i-- {
-		if _, _, hi, _ := judge(w[i:], 0); w[i] > hi {
+	for i := min(len(w)/2, len(w)-1) - 1; i >= 0; i-- {
+		_, lo, hi, _ := judge(w[i:], 0)
+		if served := len(slices.DeleteFunc(slices.Clone(w[:i]), func(l int) bool { return l < lo || l > hi })); w[i] > hi && served <= 1 {
 			return i + 1
 		}
 	}

@@ -65,6 +65,16 @@ func TestSizesCount(t *testing.T) {
 		// A warm-up of a request's launches, then a backlog off every multiple: the start too.
 		{"a warm-up of the program's size, then a backlog", []int{8393, 18871, 8393, 8393, 8393, 8393, 8393, 8393}, 2 * 8393, 2},
 		{"two smaller busy periods, then requests of one", []int{50, 30, 100, 100, 100, 100, 100, 100}, 200, 1},
+		// Recorded (gpreemptd, a Llama-shaped LC): two of setup's pieces, a warm-up under the
+		// program, then backlogs of 2.1 and 6 of it: the start, and the requests are of one size.
+		{"Llama: a start of five busy periods", []int{222, 499, 29292, 71124, 200928, 33488, 33488, 33488}, 2 * 33488, 2},
+		{"a setup's piece, a warm-up and a backlog", []int{222, 29292, 71124, 33488, 33488, 33488, 33488, 33488}, 2 * 33488, 2},
+		// A start longer than half the window is past what the median holds against: its pieces
+		// read as requests of other sizes.
+		{"a start past half the window", []int{222, 499, 300, 29292, 71124, 33488, 33488, 33488}, 2 * 33488, 1},
+		// Two requests of the program before a busy period over it: the process served them, and
+		// it is no start (a request off every multiple: the sizes differ).
+		{"two requests before one over the program", []int{50, 100, 100, 250, 100, 100, 100, 100}, 200, 1},
 		// A second request at the top of the scatter is a request, not the start.
 		{"two of the largest, the second request the largest", []int{226, 229, 225, 226, 227, 225, 226, 228}, 2 * 229, 2},
 		{"a smaller first request, then one a launch over the rest", []int{50, 101, 100, 100, 100, 100, 100, 100}, 200, 1},
