@@ -4,7 +4,8 @@
 # traced for SPAN and left untraced for SPAN in turn, CYCLES times; its own requests that began
 # and ended inside a phase, past SETTLE after its start (the probes go in and come out over
 # seconds), are compared: p50 traced over p50 untraced (a 95% bootstrap interval; each phase's
-# own p50 beside it), with the launches a request the trace saw.
+# own p50 beside it), with the launches a request the trace saw; $OUT gets the result
+# (trace-cost-MODE.txt) and its files in one archive (trace-cost-MODE.tgz).
 # Eager LCs differ by 20-80% from process to process: this compares one process with itself.
 #   bash scripts/probe/trace-cost.sh gpt2
 set -u # as root on the GPU machine, from the repo root, with .carry/gpreemptctl (make gpu-binaries)
@@ -75,3 +76,9 @@ print(f"RESULT traced p50 {st.median(t):.2f} ms ({len(t)} requests), untraced {s
       f"{st.median(t) / st.median(u):.3f}x [{boot[100]:.2f}, {boot[3899]:.2f}]; +{st.median(t) - st.median(u):.2f} ms a request, {st.median(launches):.0f} launches "
       f"a request traced: {1e3 * (st.median(t) - st.median(u)) / st.median(launches):.2f} us a launch")
 PY
+rc=${PIPESTATUS[0]}
+# One archive of the phases, the app's requests and each trace's events (what each request's launches
+# were read as): the device machine returns a few files a call.
+tar czf "$OUT/trace-cost-$MODE$TAG.tgz" -C "$OUT" "${phases##*/}" "lc-cost-$MODE$TAG.json" "${traces[@]##*/}" &&
+  rm -f "$phases" "$OUT/lc-cost-$MODE$TAG.json" "${traces[@]}"
+exit "$rc"
