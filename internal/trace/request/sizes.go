@@ -85,34 +85,46 @@ func judge(w []int, start int) (m, lo, hi int, odd bool) {
 	if m = v[(len(v)-1)/2]; m <= 0 {
 		return 0, 0, 0, false
 	}
-	lo, hi = m, m
-	for _, l := range v {
-		if (l+m/2)/m == 1 {
-			lo, hi = min(lo, l), max(hi, l)
-		}
-	}
+	lo, hi = about(v, m)
 	for _, l := range w {
 		odd = odd || (l+m/2)/m != 1 && multiple(l, lo, hi) == 0
 	}
 	return m, lo, hi, odd || 2*(hi-lo) >= m
 }
 
-// lead is how many of w's first busy periods, half of them at most (the
-// most the median of the rest holds against: setup's pieces, a warm-up and
-// the backlogs behind it), are the process's start: up to the last of them
-// over the range of the requests of about one median, it and those after it
-// (a warm-up or a backlog only add launches; a request at the top of the
-// scatter is in that range), and whatever came before it (setup's pieces, a
-// warm-up that ran fewer, or as many as a request, or a trace begun inside
-// it: the process fell behind its arrivals as it started), one of them at
-// most in that range: two are requests the process served, and what came
-// after them is no start. A first busy period under the range with a
-// request of the range behind it and no start after is a request of
-// another size, evidence that the process's requests differ.
+// about is the range of w's busy periods of about one m (half a request
+// either side), m's own among them.
+func about(w []int, m int) (lo, hi int) {
+	lo, hi = m, m
+	for _, l := range w {
+		if (l+m/2)/m == 1 {
+			lo, hi = min(lo, l), max(hi, l)
+		}
+	}
+	return lo, hi
+}
+
+// lead is how many of w's first busy periods, half of them at most (what
+// the window's lower middle size, the program, holds against: setup's
+// pieces, a warm-up and the backlogs behind it), are the process's start:
+// up to the last of them over the range of the requests of about one
+// program from it on (a warm-up or a backlog only add launches; a request
+// at the top of the scatter is in that range), and whatever came before it
+// (setup's pieces under half a request, a warm-up that ran fewer, or as
+// many as a request, or a trace begun inside it: the process fell behind
+// its arrivals as it started), one of them at most of about one program:
+// two are requests the process served, and what came after them is no
+// start. A first busy period under the range with a request of the range
+// behind it and no start after is a request of another size, evidence that
+// the process's requests differ.
 func lead(w []int) int {
+	m, _, _, _ := judge(w, 0)
+	if m <= 0 {
+		return 0
+	}
 	for i := min(len(w)/2, len(w)-1) - 1; i >= 0; i-- {
-		_, lo, hi, _ := judge(w[i:], 0)
-		if served := len(slices.DeleteFunc(slices.Clone(w[:i]), func(l int) bool { return l < lo || l > hi })); w[i] > hi && served <= 1 {
+		_, hi := about(w[i:], m)
+		if served := len(slices.DeleteFunc(slices.Clone(w[:i]), func(l int) bool { return (l+m/2)/m != 1 })); w[i] > hi && served <= 1 {
 			return i + 1
 		}
 	}

@@ -69,6 +69,16 @@ func TestSizesCount(t *testing.T) {
 		// program, then backlogs of 2.1 and 6 of it: the start, and the requests are of one size.
 		{"Llama: a start of five busy periods", []int{222, 499, 29292, 71124, 200928, 33488, 33488, 33488}, 2 * 33488, 2},
 		{"a setup's piece, a warm-up and a backlog", []int{222, 29292, 71124, 33488, 33488, 33488, 33488, 33488}, 2 * 33488, 2},
+		// The recorded start, then a backlog of two: the program is the window's lower middle size,
+		// not that of the start's backlogs and the busy periods after them.
+		{"Llama: a start of five busy periods, then a backlog", []int{222, 499, 29292, 71124, 200928, 66976, 33488, 33488}, 2 * 33488, 2},
+		// Requests served before a busy period over the program, within half a request of it but
+		// off the tight range of the requests after it: served all the same, and no start.
+		{"requests of a scatter served before one over it", []int{228, 229, 224, 560, 226, 227, 225, 226}, 452, 1},
+		{"requests a launch apart served before one over it", []int{100, 101, 99, 250, 100, 100, 100, 100}, 200, 1},
+		{"a warm-up and a request served before one over it", []int{8393, 18871, 8390, 20000, 8393, 8393, 8393, 8393}, 2 * 8393, 1},
+		{"a decode of varying length", []int{600, 1200, 800, 2500, 1000, 1050, 950, 1000}, 2000, 1},
+		{"three smaller requests before one over the program", []int{50, 50, 50, 250, 100, 100, 100, 100}, 200, 1},
 		// A start longer than half the window is past what the median holds against: its pieces
 		// read as requests of other sizes.
 		{"a start past half the window", []int{222, 499, 300, 29292, 71124, 33488, 33488, 33488}, 2 * 33488, 1},
