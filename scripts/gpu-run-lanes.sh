@@ -9,7 +9,9 @@
 #     LANE1="llama-slo:static gate 1us slo beonly:575" scripts/gpu-run-lanes.sh
 #
 # REP<N> (REP1=2) gives lane N its own repetition number, so that one call
-# can run two repetitions of the same part, one on each GPU. XZ_DIR<N>
+# can run two repetitions of the same part, one on each GPU; DURATION<N>
+# its own DURATION (gpu-run-self.sh's): SLO mode a long measurement on one
+# GPU, the fixed settings beside it on the other. XZ_DIR<N>
 # gives lane N its own binaries (xz'd, as XZ_DIR's; scripts/ab-binaries.sh
 # makes them of another commit), unpacked into .carry<N>/: an A/B of two
 # builds on one part, one on each GPU.
@@ -83,8 +85,8 @@ for ((d = 0; d < ${#lanes[@]}; d++)); do
 done
 
 lane() { # lane N SPEC...
-  local d=$1 spec part settings tmo rv=REP$1 xv=XZ_DIR$1 carry=.carry
-  local REP=${!rv:-$REP}
+  local d=$1 spec part settings tmo rv=REP$1 xv=XZ_DIR$1 dv=DURATION$1 carry=.carry
+  local REP=${!rv:-$REP} DURATION=${!dv:-${DURATION:-}}
   shift
   if [ -n "${!xv:-}" ]; then
     carry=.carry$d
@@ -96,7 +98,7 @@ lane() { # lane N SPEC...
     # the part's own limits inside TIMEOUT, so that it stops its bench and daemon itself
     local v=${part^^}; v=${v//-/_}
     env "TIMEOUT_$v=$((tmo - 10))" "BENCH_TIMEOUT_$v=$((tmo - 50))" \
-      C="$carry" DEVICE=$d PIN_ARGS="${pins[$d]}" SETTINGS="$settings" NO_STANDALONE=${NO_STANDALONE-1} PARTS=$part REP=$REP \
+      C="$carry" DEVICE=$d PIN_ARGS="${pins[$d]}" SETTINGS="$settings" NO_STANDALONE=${NO_STANDALONE-1} PARTS=$part REP=$REP DURATION="$DURATION" \
       OUT=/tmp/o$d-$part W=/tmp/w$d-$part \
       timeout --kill-after=10 "$tmo" bash "$(dirname "${BASH_SOURCE[0]}")/gpu-run-self.sh" > /tmp/o$d-$part.log 2>&1
     echo "gpu$d $part rc=$? $(date +%T)"

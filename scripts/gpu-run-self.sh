@@ -64,8 +64,9 @@
 # BE idle) with its bootstrap CI, and for slo scenarios the daemon's
 # latency source and p50 beside the app's (within ±10%).
 #
-# DURATION=100s measures the scraped parts' runs that long (more requests a
-# half, a narrower interval; the bench's floor is 30 a half).
+# DURATION=100s measures the scraped and decode parts' runs that long (more
+# requests a half, a narrower interval, a longer measurement for SLO mode to
+# settle in; the bench's floor is 30 a half).
 # SETTINGS="static slo" runs those settings alone, NO_STANDALONE=1 drops the
 # standalone run (the ratios are within each process; abs needs it).
 # DRY_RUN=1 prints the plan (policies, bench commands); PIN_ARGS pins the
@@ -108,8 +109,8 @@ echo "parts:$sel rep $REP"
 runtime() { case $1 in scraped-graph) echo llm-graph;; gpt2-*|llama-*|pushed|scraped*|steady) echo llm;; eager) echo pytorch-eager;; graph) echo pytorch;; esac; }
 workload() {
   case $1 in
-    gpt2-*) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms;;
-    llama-*) echo --llm-family llama-330m --llm-batch 2 --llm-prompt 128 --llm-new-tokens 32 --llm-period 1s;;
+    gpt2-*) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms ${DURATION:+--duration $DURATION};;
+    llama-*) echo --llm-family llama-330m --llm-batch 2 --llm-prompt 128 --llm-new-tokens 32 --llm-period 1s ${DURATION:+--duration $DURATION};;
     pushed) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 1s;;
     steady) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 1s --duration 460s;;
     scraped*) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms --llm-metrics-port $METRICS_PORT --slo-push=false ${DURATION:+--duration $DURATION};;
