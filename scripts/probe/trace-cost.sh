@@ -58,14 +58,21 @@ for s in json.load(open(res))["samples"]:
             each[i].append(s["latency_ns"] / 1e6)
 # Each phase's own p50: an eager LC's speed modes last tens of seconds, and show as phases of a kind that disagree.
 print("phases, in turn:", ", ".join(f"{w} {st.median(v):.1f} ms ({len(v)})" for (w, _, _), v in zip(spans, each) if v))
-launches = []
+launches, steps = [], 0
 for f in traces:
     for line in open(f):
         if line.startswith("{"):
             d = json.loads(line)
-            if d.get("type") == "request" and d.get("launches"):
+            if d.get("type") != "request" or not d.get("launches"):
+                continue
+            if d.get("kind") == "step": # never quiet: an LC behind its arrivals runs its requests back to back
+                steps += 1
+            else:
                 launches.append(d["launches"] / max(d.get("requests", 1), 1))
 t, u = lat["traced"], lat["untraced"]
+late = json.load(open(res)).get("late", 0)
+if steps:
+    print(f"the trace measured {steps} steps (the LC never quiet for 10 s: {late} of its requests started late)")
 if not launches:
     sys.exit("the trace saw no request: no traced phase to compare")
 if len(t) < 10 or len(u) < 10:
