@@ -233,8 +233,11 @@ func (t *requestsTrace) request(r request.Request) error {
 		fmt.Fprintf(t.out.w, "%-10s %-7s %-8s %-8s %-11s %-24s %s\n", "TIME(s)", "KIND", "TID", "LAUNCHES", "LATENCY(us)", "SYNC", "RESULT")
 	}
 	kind := r.Kind.String()
-	if r.Count() > 1 {
+	switch {
+	case r.Count() > 1:
 		kind = fmt.Sprintf("req×%d", r.Count()) // requests run back to back, LATENCY their whole busy period
+	case r.Cut > 0:
+		kind = fmt.Sprintf("cut%d", r.Cut) // the Nth request cut from a busy period by its program, LATENCY its own
 	}
 	_, err := fmt.Fprintf(t.out.w, "%-10.6f %-7s %-8d %-8d %-11d %-24s %d\n", t.out.seconds(r.End), kind, r.TID, r.Launches, us, r.Sync, r.Result)
 	return err

@@ -526,48 +526,79 @@ func sameInode(t *testing.T, st os.FileInfo, path string) bool {
 }
 
 // TestTracedLatencyBackToBack: requests an LC ran back to back with no
-// quiet gap between them (it fell behind its arrivals) are one busy period;
-// where its requests are one program, the window counts each of them, at
-// their mean, as the app measures each from its start.
+// quiet gap between them (it fell behind its arrivals) are one busy period.
+// Where its requests are one exact program, each is cut from it as it runs,
+// at its own latency, into the window it ended in; where the program's
+// requests scatter by a launch, the window counts each of the busy
+// period's requests at their mean, as the app measures each from its start.
 func TestTracedLatencyBackToBack(t *testing.T) {
-	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc"}
-	clock := &tracetest.Clock{Now: uint64(time.Second)}
-	tl := NewTracedLatency()
-	tl.Roll(time.Second, nil)                                                          // the window opens
-	tracetest.Spaced(tl.Apply, lc, 8, 10*time.Millisecond, 40*time.Millisecond, clock) // 8 told apart, 3 launches each
-	begun := time.Duration(clock.Now) + 10*time.Microsecond                            // the busy period's first launch
-	for i, lat := range []time.Duration{30, 20, 10} {
-		if i == 2 {
-			tl.Roll(time.Duration(clock.Now), nil) // a window ends inside the busy period
-		}
-		for _, ev := range tracetest.Request(lc, 3, lat*time.Millisecond, clock) { // 10 us after the last: no quiet gap
-			tl.Apply(ev)
-		}
+	tests := []struct {
+		name  string
+		sizes []int // the launches of the 8 requests told apart, in turn
+	}{
+		{"one exact program", []int{3}},
+		{"a program that scatters by a launch", []int{100, 101}},
 	}
-	first, _ := tl.Latest(100)
-	tl.Roll(10*time.Second, nil)
-	s, ok := tl.Latest(100)
-	if !ok || first.Requests != 8 || s.Requests != 3 {
-		t.Fatalf("windows %+v, %+v %v: want 8 requests, then 3", first, s, ok)
-	}
-	if st := tl.Status(); len(st) != 1 || st[0].Samples != 3 || st[0].Together != 3 || st[0].RequestLaunches != 3 || st[0].RequestsVary ||
-		!slices.Equal(st[0].RequestSizes, slices.Repeat([]int{3}, 8)) {
-		t.Errorf("status %+v: want 3 samples, 3 of them run back to back, requests of 3 launches judged from 8 of 3", st)
-	}
-	// The three ended anywhere in their busy period: the window's span reaches back to its start.
-	if from, _ := s.Span(); from > begun {
-		t.Errorf("the window's span starts at %v, after the busy period's start %v", from, begun)
-	}
-	got := s.Samples[signal.MetricRequest]
-	// The three: 30+20+10 ms and the 10 us before the second's and the third's first launch, a third each.
-	each := (60*time.Millisecond + 2*10*time.Microsecond) / 3
-	if len(got) != 3 {
-		t.Fatalf("samples %v", got)
-	}
-	for _, x := range got {
-		if x != each {
-			t.Errorf("samples %v: want the last three at %v", got, each)
-			break
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc"}
+			clock := &tracetest.Clock{Now: uint64(time.Second)}
+			tl := NewTracedLatency()
+			tl.Roll(time.Second, nil) // the window opens
+			for i := range 8 {        // told apart, 40 ms apart
+				start := clock.Now
+				for _, ev := range tracetest.Request(lc, tt.sizes[i%len(tt.sizes)], 10*time.Millisecond, clock) {
+					tl.Apply(ev)
+				}
+				clock.Now = start + uint64(40*time.Millisecond)
+			}
+			m := tt.sizes[0]
+			begun := time.Duration(clock.Now) + 10*time.Microsecond // the busy period's first launch
+			for i, lat := range []time.Duration{30, 20, 10} {
+				if i == 2 {
+					tl.Roll(time.Duration(clock.Now), nil) // a window ends inside the busy period
+				}
+				for _, ev := range tracetest.Request(lc, m, lat*time.Millisecond, clock) { // 10 us after the last: no quiet gap
+					tl.Apply(ev)
+				}
+			}
+			first, _ := tl.Latest(100)
+			tl.Roll(10*time.Second, nil)
+			s, ok := tl.Latest(100)
+			st := tl.Status()
+			if len(st) != 1 || st[0].RequestLaunches != m || st[0].RequestsVary {
+				t.Fatalf("status %+v: want requests of %d launches, not varying", st, m)
+			}
+			got := s.Samples[signal.MetricRequest]
+			if len(tt.sizes) == 1 {
+				// Cut as they ran: the first ended before the window closed, the other two after,
+				// each from its own first launch, as the app measures it.
+				if !ok || first.Requests != 9 || first.Quantiles["max"] != 30*time.Millisecond || s.Requests != 2 || st[0].Samples != 2 || st[0].Together != 0 {
+					t.Fatalf("windows %+v, %+v %v, status %+v: want 8 requests and the first of the three, then the other two, none at a mean", first, s, ok, st[0])
+				}
+				if want := []time.Duration{20 * time.Millisecond, 10 * time.Millisecond}; !slices.Equal(got, want) {
+					t.Errorf("samples %v: want %v, each its own", got, want)
+				}
+				return
+			}
+			if !ok || first.Requests != 8 || s.Requests != 3 || st[0].Samples != 3 || st[0].Together != 3 {
+				t.Fatalf("windows %+v, %+v %v, status %+v: want 8 requests, then 3 run back to back", first, s, ok, st[0])
+			}
+			// The three ended anywhere in their busy period: the window's span reaches back to its start.
+			if from, _ := s.Span(); from > begun {
+				t.Errorf("the window's span starts at %v, after the busy period's start %v", from, begun)
+			}
+			// The three: 30+20+10 ms and the 10 us before the second's and the third's first launch, a third each.
+			each := (60*time.Millisecond + 2*10*time.Microsecond) / 3
+			if len(got) != 3 {
+				t.Fatalf("samples %v", got)
+			}
+			for _, x := range got {
+				if x != each {
+					t.Errorf("samples %v: want the last three at %v", got, each)
+					break
+				}
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package request
 
 import (
+	"math"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/trace"
@@ -166,11 +167,23 @@ type Delimiter struct {
 	// steps: per thread, its last synchronize return in this busy period
 	// and the period's launches then.
 	steps map[uint32]stepMark
+	// cut is the program's launches where this busy period is cut into
+	// its requests as they run (one exact program known, the period whole
+	// and every launch seen; 0: not cut); cuts how many it was cut into so
+	// far, the current one open since cutAt, opened by cutFirst.
+	cut      int
+	cuts     int
+	cutAt    uint64
+	cutFirst string
 
 	mode  Kind
 	sizes sizes
 	gaps  gapHist
 	gap   time.Duration // the learnt gap; 0: not learnt
+	// cutMin is the shortest gap that ended a request since sizes was
+	// last cleared, keptMax the longest inside one (CPU work aside): a
+	// gap in force outside them tells those requests apart otherwise.
+	cutMin, keptMax time.Duration
 	// sinceLearn counts gaps recorded since the gap was last worked out.
 	sinceLearn int
 }
@@ -182,7 +195,7 @@ type stepMark struct {
 
 // NewDelimiter returns a Delimiter for process pid.
 func NewDelimiter(pid uint32, cfg DelimiterConfig) *Delimiter {
-	return &Delimiter{cfg: cfg.withDefaults(), pid: pid, syncing: map[uint32]uint64{}, steps: map[uint32]stepMark{}}
+	return &Delimiter{cfg: cfg.withDefaults(), pid: pid, syncing: map[uint32]uint64{}, steps: map[uint32]stepMark{}, cutMin: math.MaxInt64}
 }
 
 // SetCeiling changes the ceiling (the policy's gate idle was reloaded).
@@ -310,16 +323,37 @@ func (d *Delimiter) Flush() (Request, bool) {
 	return d.close()
 }
 
-// close ends the busy period and returns it as a request, unless it was
-// measured per step, served nothing, or is a piece (partial).
+// cutOne ends the busy period's current request at the first launch of
+// the next, at t (its program's launches all run): from its own first
+// launch to the last synchronize return since, where one came; else the
+// program does not end at a synchronize, and the period is counted at its
+// close as before.
+func (d *Delimiter) cutOne(t uint64, first string) (Request, bool) {
+	if d.end < d.cutAt {
+		d.cut = 0
+		return Request{}, false
+	}
+	r := Request{PID: d.pid, TID: d.endTID, Comm: d.comm, Kind: KindRequest, Start: d.cutAt, First: d.cutFirst, Launches: d.cut,
+		SyncEnter: d.syncEnter, End: d.end, Sync: d.sync, Result: d.result, Cut: d.cuts + 1}
+	d.cuts, d.cutAt, d.cutFirst = d.cuts+1, t, first
+	return r, true
+}
+
+// close ends the busy period and returns it as a request (its last, where
+// it was cut into requests as they ran), unless it was measured per step,
+// served nothing, or is a piece (partial).
 func (d *Delimiter) close() (Request, bool) {
 	r := Request{PID: d.pid, TID: d.endTID, Comm: d.comm, Kind: KindRequest, Start: d.start, First: d.first, Launches: d.launches,
 		SyncEnter: d.syncEnter, End: d.end, Sync: d.sync, Result: d.result}
+	if d.cuts > 0 {
+		r.Start, r.First, r.Launches, r.Cut = d.cutAt, d.cutFirst, d.launches-d.cuts*d.cut, d.cuts+1
+	}
 	wasStep, partial := d.mode == KindStep, d.partial
 	d.open, d.partial, d.launches, d.end, d.endTID, d.syncEnter, d.sync, d.result = false, false, 0, 0, 0, 0, "", 0
+	d.cut, d.cuts = 0, 0
 	clear(d.steps)
 	d.mode = KindRequest // quiet again: the next busy period is a request until it outlasts StepAfter
-	if wasStep || r.End == 0 || partial {
+	if wasStep || r.End == 0 || r.End < r.Start || partial {
 		return Request{}, false // measured per step, served nothing, or begun before the trace saw it
 	}
 	if r.Requests = d.sizes.count(r.Launches); r.Requests > 1 {
@@ -336,7 +370,7 @@ func (d *Delimiter) stepCheck(now uint64) {
 	if d.quietBy(now) {
 		now = d.last // quiet since: the busy period ended there
 	}
-	if d.open && d.mode == KindRequest && now > d.start && time.Duration(now-d.start) >= d.cfg.StepAfter {
+	if d.open && d.mode == KindRequest && d.cut == 0 && now > d.start && time.Duration(now-d.start) >= d.cfg.StepAfter {
 		d.mode = KindStep
 	}
 }
@@ -390,9 +424,19 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 		piece := !d.judged && d.cfg.Since != 0 && (d.within(t) || d.seen && !quiet)
 		d.partial, d.judged = d.cfg.Pending || piece, true
 		d.open, d.start, d.first = true, t, e.Symbol
+		d.cut, d.cuts, d.cutAt, d.cutFirst = 0, 0, t, e.Symbol
+		if m, lo, hi, ok := d.sizes.program(); ok && lo == hi && !d.sizes.varies && m >= minProgram && !d.partial && !d.blind {
+			d.cut = m
+		}
+	}
+	if d.blind {
+		d.cut = 0 // launches unseen from here: the rest of the period is counted at its close
 	}
 	switch {
 	case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
+		if d.cut > 0 && d.launches == (d.cuts+1)*d.cut && !emitted {
+			out, emitted = d.cutOne(t, e.Symbol)
+		}
 		d.launches++
 	case e.Role == trace.RoleSync && e.Kind == trace.CallEnter:
 		d.syncing[e.TID] = t
@@ -460,10 +504,22 @@ func (d *Delimiter) step(e *trace.Call, t uint64) (Request, bool) {
 // the gap in force would have cut).
 func (d *Delimiter) learn(g time.Duration, inside, byTime bool) {
 	d.gaps.add(g, inside, byTime)
+	switch {
+	case inside: // CPU work: inside a request under any gap
+	case g >= d.Gap():
+		d.cutMin = min(d.cutMin, g)
+	default:
+		d.keptMax = max(d.keptMax, g)
+	}
 	d.sinceLearn++
 	if d.gap == 0 || d.sinceLearn >= relearnEvery || g >= d.Gap() {
 		d.sinceLearn = 0
 		d.gap = d.gaps.threshold()
+		if gap := d.Gap(); gap > d.cutMin || gap <= d.keptMax {
+			// The requests told apart so far the gap now would tell apart otherwise: no
+			// evidence of the program's size.
+			d.sizes, d.cutMin, d.keptMax = sizes{}, math.MaxInt64, 0
+		}
 	}
 }
 

@@ -27,6 +27,11 @@ type Request struct {
 	// ran back to back with no quiet gap between them and its launches
 	// are that many of the process's requests (Delimiter); 0: one.
 	Requests int `json:"requests,omitempty"`
+	// Cut is its place among the requests its busy period was cut into by
+	// the process's program as they ran (one exact program known: each from
+	// its first launch to the last synchronize return before the next's);
+	// 0: the busy period was not cut.
+	Cut int `json:"cut,omitempty"`
 	// SyncEnter is when the last synchronize call began (0 if the tracer
 	// attached during it); End when it returned.
 	SyncEnter uint64 `json:"sync_enter_ns"`

@@ -149,9 +149,12 @@ func behind(n int, slow map[int]bool, steps func(i int) int) *workload {
 }
 
 // TestDelimiterBehind: requests that run back to back for want of a quiet
-// gap are one busy period, counted as the requests its launches make
-// (each at the busy period's mean) where the LC serves one program, and as
-// one where its requests differ in size.
+// gap are one busy period: cut into its requests as they run where the LC
+// serves one exact program known from 8 told apart (each from its first
+// launch to the last synchronize return before the next's, the app's own
+// request); before that, counted as one (or, where a program were known
+// but not cut, as the requests its launches make, each at the mean); and
+// as one where its requests differ in size.
 func TestDelimiterBehind(t *testing.T) {
 	slow := map[int]bool{12: true, 13: true, 20: true, 21: true, 22: true}
 	// Behind at its start too: its first busy period, two requests, comes before 8 told apart.
@@ -178,7 +181,7 @@ func TestDelimiterBehind(t *testing.T) {
 			w := behind(30, tt.slow, tt.steps)
 			d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
 			got := run(d, w.evs, ms, w.want[len(w.want)-1].End+time2ns(time.Second))
-			var together, counted, apart, first int
+			var together, counted, apart, first, cut int
 			for _, r := range got {
 				var in []request.Request
 				for _, x := range w.want {
@@ -188,6 +191,17 @@ func TestDelimiterBehind(t *testing.T) {
 				}
 				if len(in) == 0 || in[0].Start != r.Start || in[len(in)-1].End != r.End {
 					t.Fatalf("busy period %d-%d holds requests %v: want whole requests", r.Start, r.End, in)
+				}
+				if r.Cut > 0 { // cut from its busy period by the program as it ran: the app's own request
+					if len(in) != 1 || r.Count() != 1 {
+						t.Errorf("request %d cut from its busy period, %d-%d, holds %d requests, counted %d: want one", r.Cut, r.Start, r.End, len(in), r.Count())
+					}
+					if r.Cut == 2 {
+						together++
+					}
+					cut++
+					counted++
+					continue
 				}
 				if len(in) > 1 {
 					together++
@@ -210,8 +224,70 @@ func TestDelimiterBehind(t *testing.T) {
 			if together < 2 {
 				t.Fatalf("%d busy periods of several requests: the workload should make 2", together)
 			}
+			if tt.counted != (cut > 0) {
+				t.Errorf("%d requests cut from busy periods as they ran: want them cut %v", cut, tt.counted)
+			}
 			if tt.counted && counted+first != len(w.want) {
 				t.Errorf("%d requests counted, want %d", counted, len(w.want))
+			}
+		})
+	}
+}
+
+// TestDelimiterNeverQuietCut: an LC of one exact program that falls behind
+// its arrivals for longer than StepAfter (20 requests of 1.2 s, one
+// arriving a second) is never quiet for 25 s: its requests are cut from
+// the busy period as they run, each the app's own, not measured per step;
+// one whose requests differ in size is measured per step there.
+func TestDelimiterNeverQuietCut(t *testing.T) {
+	slow := map[int]bool{}
+	for i := 10; i < 30; i++ {
+		slow[i] = true
+	}
+	tests := []struct {
+		name  string
+		steps func(int) int
+		cut   bool
+	}{
+		{"one program", func(int) int { return 8 }, true},
+		{"requests of 6-12 steps", func(i int) int { return 6 + i*5%7 }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := behind(40, slow, tt.steps)
+			d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
+			got := run(d, w.evs, ms, w.want[len(w.want)-1].End+time2ns(time.Second))
+			byStart := map[uint64]request.Request{}
+			var steps int
+			for _, r := range got {
+				if r.Kind == request.KindStep {
+					steps++
+					continue
+				}
+				byStart[r.Start] = r
+			}
+			var long uint64 // the longest run of requests back to back
+			for i, from := 1, w.want[0].Start; i <= len(w.want); i++ {
+				if i == len(w.want) || w.want[i].Start-w.want[i-1].End > 10*ms {
+					long, from = max(long, w.want[i-1].End-from), w.want[min(i, len(w.want)-1)].Start
+				}
+			}
+			if time.Duration(long) <= request.DefaultStepAfter {
+				t.Fatalf("the longest run back to back %v: the workload should outlast StepAfter", time.Duration(long))
+			}
+			if !tt.cut {
+				if steps == 0 {
+					t.Errorf("no step: want the run back to back measured per step")
+				}
+				return
+			}
+			if steps > 0 {
+				t.Errorf("%d steps: want every request cut as it ran", steps)
+			}
+			for i, want := range w.want[9:] { // the program is known from 8 told apart
+				if r, ok := byStart[want.Start]; !ok || r.End != want.End || r.Count() != 1 {
+					t.Fatalf("request %d (%d-%d): got %+v (found %v), want it whole, alone", 9+i, want.Start, want.End, r, ok)
+				}
 			}
 		})
 	}
