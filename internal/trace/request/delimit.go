@@ -167,10 +167,11 @@ type Delimiter struct {
 	// steps: per thread, its last synchronize return in this busy period
 	// and the period's launches then.
 	steps map[uint32]stepMark
-	// cut is the program's launches where this busy period is cut into
-	// its requests as they run (one exact program known, the period whole
-	// and every launch seen; 0: not cut); cuts how many it was cut into so
-	// far, the current one open since cutAt, opened by cutFirst.
+	// cutting: this busy period is being cut into its requests as they
+	// run, each of cut launches (one exact program known, the period whole
+	// and every launch seen); cuts how many it was cut into so far, the
+	// current one open since cutAt, opened by cutFirst.
+	cutting  bool
 	cut      int
 	cuts     int
 	cutAt    uint64
@@ -211,7 +212,12 @@ func (d *Delimiter) SetCeiling(c time.Duration) {
 // Blind says whether the consumer sees the process's launches now. While
 // blind, a gap that ends at a synchronize is not learnt from (launches may
 // have filled it), and a quiet gap needs Busy's word at Tick.
-func (d *Delimiter) Blind(on bool) { d.blind = on }
+func (d *Delimiter) Blind(on bool) {
+	d.blind = on
+	if on {
+		d.cutting = false // launches unseen from here: the rest of the busy period is counted at its close
+	}
+}
 
 // Gap is the quiet gap in force: the learnt one, else the ceiling.
 func (d *Delimiter) Gap() time.Duration {
@@ -325,12 +331,14 @@ func (d *Delimiter) Flush() (Request, bool) {
 
 // cutOne ends the busy period's current request at the first launch of
 // the next, at t (its program's launches all run): from its own first
-// launch to the last synchronize return since, where one came; else the
-// program does not end at a synchronize, and the period is counted at its
-// close as before.
+// launch to the last synchronize return since. Where none came since, a
+// synchronize is still under way (a pipeline: the request's last may
+// return after the next's first launch), or the launch is not the call
+// the program's requests begin with (a step of a longer request), t is no
+// request's start: the rest of the period is counted at its close.
 func (d *Delimiter) cutOne(t uint64, first string) (Request, bool) {
-	if d.end < d.cutAt {
-		d.cut = 0
+	if d.end < d.cutAt || len(d.syncing) > 0 || first != d.sizes.first {
+		d.cutting = false
 		return Request{}, false
 	}
 	r := Request{PID: d.pid, TID: d.endTID, Comm: d.comm, Kind: KindRequest, Start: d.cutAt, First: d.cutFirst, Launches: d.cut,
@@ -350,7 +358,7 @@ func (d *Delimiter) close() (Request, bool) {
 	}
 	wasStep, partial := d.mode == KindStep, d.partial
 	d.open, d.partial, d.launches, d.end, d.endTID, d.syncEnter, d.sync, d.result = false, false, 0, 0, 0, 0, "", 0
-	d.cut, d.cuts = 0, 0
+	d.cutting, d.cuts = false, 0
 	clear(d.steps)
 	d.mode = KindRequest // quiet again: the next busy period is a request until it outlasts StepAfter
 	if wasStep || r.End == 0 || r.End < r.Start || partial {
@@ -360,7 +368,7 @@ func (d *Delimiter) close() (Request, bool) {
 		return r, true
 	}
 	r.Requests = 0
-	d.sizes.add(r.Launches)
+	d.sizes.add(r.Launches, r.First)
 	return r, true
 }
 
@@ -370,7 +378,7 @@ func (d *Delimiter) stepCheck(now uint64) {
 	if d.quietBy(now) {
 		now = d.last // quiet since: the busy period ended there
 	}
-	if d.open && d.mode == KindRequest && d.cut == 0 && now > d.start && time.Duration(now-d.start) >= d.cfg.StepAfter {
+	if d.open && d.mode == KindRequest && !d.cutting && now > d.start && time.Duration(now-d.start) >= d.cfg.StepAfter {
 		d.mode = KindStep
 	}
 }
@@ -424,17 +432,13 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 		piece := !d.judged && d.cfg.Since != 0 && (d.within(t) || d.seen && !quiet)
 		d.partial, d.judged = d.cfg.Pending || piece, true
 		d.open, d.start, d.first = true, t, e.Symbol
-		d.cut, d.cuts, d.cutAt, d.cutFirst = 0, 0, t, e.Symbol
-		if m, lo, hi, ok := d.sizes.program(); ok && lo == hi && !d.sizes.varies && m >= minProgram && !d.partial && !d.blind {
-			d.cut = m
-		}
-	}
-	if d.blind {
-		d.cut = 0 // launches unseen from here: the rest of the period is counted at its close
+		d.cuts, d.cutAt, d.cutFirst = 0, t, e.Symbol
+		m, lo, hi, ok := d.sizes.program()
+		d.cut, d.cutting = m, ok && lo == hi && !d.sizes.varies && !d.sizes.firstVaries && m >= minProgram && !d.partial && !d.blind
 	}
 	switch {
 	case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
-		if d.cut > 0 && d.launches == (d.cuts+1)*d.cut && !emitted {
+		if d.cutting && d.launches == (d.cuts+1)*d.cut && !emitted {
 			out, emitted = d.cutOne(t, e.Symbol)
 		}
 		d.launches++

@@ -38,16 +38,22 @@ type sizes struct {
 	varies bool
 	// m, lo and hi are program()'s, worked out as the window changes.
 	m, lo, hi int
+	// firsts are the calls the window's requests began with; first the
+	// one those past its start all began with, firstVaries: they began with
+	// different ones (worked out as the window changes).
+	firsts      [sizeWindow]string
+	first       string
+	firstVaries bool
 }
 
 // add records a busy period that was not divided: one request, or the
 // evidence that requests differ in size; k requests of a program whose
 // busy periods are divided (one too long to divide too) are neither.
-func (s *sizes) add(launches int) {
+func (s *sizes) add(launches int, first string) {
 	if m, lo, hi, ok := s.program(); ok && !s.varies && m >= minProgram && multiple(launches, lo, hi) > 0 {
 		return
 	}
-	s.last[s.next] = launches
+	s.last[s.next], s.firsts[s.next] = launches, first
 	s.next = (s.next + 1) % sizeWindow
 	s.n = min(s.n+1, sizeWindow)
 	if s.told++; s.n == sizeWindow {
@@ -56,8 +62,11 @@ func (s *sizes) add(launches int) {
 			s.start = lead(w)
 		}
 		var odd bool
-		s.m, s.lo, s.hi, odd = judge(w, s.start-(s.told-sizeWindow))
+		from := s.start - (s.told - sizeWindow)
+		s.m, s.lo, s.hi, odd = judge(w, from)
 		s.varies = s.varies || odd
+		firsts := slices.Concat(s.firsts[s.next:], s.firsts[:s.next])[min(max(from, 0), sizeWindow-1):]
+		s.first, s.firstVaries = firsts[0], slices.ContainsFunc(firsts, func(f string) bool { return f != firsts[0] })
 	}
 }
 

@@ -1,0 +1,265 @@
+package request_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/trace/request"
+	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
+)
+
+// calls builds an LC's calls thread by thread; sorted gives them in time order.
+type calls struct{ evs []trace.Event }
+
+// launches is n launches of thread tid from t, 20 us apart, the first of them
+// first (cuLaunchKernel, or the input copy a request begins with); it returns the last's time.
+func (c *calls) launches(tid uint32, t uint64, n int, first string) uint64 {
+	p := lcProc
+	p.TID = tid
+	for i := range n {
+		sym := "cuLaunchKernel"
+		if i == 0 && first != "" {
+			sym = first
+		}
+		c.evs = append(c.evs, tracetest.Call(p, trace.RoleLaunch, sym, 0, false, 0, &tracetest.Clock{Now: t}, 0))
+		t += 20 * us
+	}
+	return t - 20*us
+}
+
+func (c *calls) sync(tid uint32, enter, ret uint64) {
+	p := lcProc
+	p.TID = tid
+	c.evs = append(c.evs, at(p, trace.RoleSync, false, enter), at(p, trace.RoleSync, true, ret))
+}
+
+func (c *calls) sorted() []trace.Event {
+	slices.SortStableFunc(c.evs, func(a, b trace.Event) int { return int(a.Time()) - int(b.Time()) })
+	return c.evs
+}
+
+// taught is 40 requests of 10 launches and a synchronize, 20 ms apart: an exact program.
+func taught(c *calls) uint64 {
+	t := uint64(1e9)
+	for range 40 {
+		e := c.launches(11, t, 10, "")
+		c.sync(11, e+20*us, e+520*us)
+		t += 20 * ms
+	}
+	return t
+}
+
+// counted is how many requests got holds from t on, and those cut.
+func counted(got []request.Request, t uint64) (n, cut int) {
+	for _, r := range got {
+		if r.Start >= t && r.Kind == request.KindRequest {
+			n += r.Count()
+			if r.Cut > 0 {
+				cut++
+			}
+		}
+	}
+	return n, cut
+}
+
+// TestDelimiterCutStops: where a request's start is not clear as the next
+// program's worth begins, a busy period is no longer cut there, and its
+// rest is counted at its close, its cut requests not again.
+func TestDelimiterCutStops(t *testing.T) {
+	t.Run("a synchronize under way at the next request's first launch", func(t *testing.T) {
+		// Three requests back to back; the second's synchronize (another thread) returns after
+		// the third's first launch: a pipeline.
+		var c calls
+		t0 := taught(&c)
+		e1 := c.launches(11, t0, 10, "")
+		c.sync(11, e1+20*us, e1+520*us)
+		e2 := c.launches(11, e1+720*us, 10, "")
+		c.sync(12, e2+10*us, e2+600*us)
+		e3 := c.launches(11, e2+100*us, 10, "")
+		c.sync(11, e3+20*us, e3+520*us)
+		got := run(request.NewDelimiter(lcProc.PID, request.DelimiterConfig{}), c.sorted(), ms, e3+time2ns(time.Second))
+		if n, cut := counted(got, t0); n != 3 || cut != 2 {
+			t.Errorf("%d requests counted, %d cut: want 3, the first cut and the two after counted at their close", n, cut)
+		}
+		// The second's own last synchronize is in what it is counted with.
+		for _, r := range got {
+			if r.Start > e1 && r.Start <= e2 && r.End < e2+600*us {
+				t.Errorf("request from %d ends at %d, before its synchronize's return %d", r.Start, r.End, e2+600*us)
+			}
+		}
+	})
+	t.Run("a request's last synchronize returning after the next's first launch", func(t *testing.T) {
+		// Requests of 4 steps, a synchronize each; behind, the first's last synchronize (another
+		// thread) returns after the second's first launch.
+		var c calls
+		req := func(from uint64, lastTID uint32) (end, next uint64) {
+			for k := range 4 {
+				e := c.launches(11, from, 10, "")
+				if k == 3 && lastTID != 11 {
+					c.sync(lastTID, e+20*us, e+5*ms)
+					return e + 5*ms, e + 100*us
+				}
+				c.sync(11, e+20*us, e+5*ms)
+				from = e + 5*ms + 100*us
+			}
+			return from - 100*us, from + 100*us
+		}
+		now := uint64(1e9)
+		for range 40 {
+			req(now, 11)
+			now += 100 * ms
+		}
+		t0 := now
+		end1, next := req(now, 12)
+		req(next, 11)
+		got := run(request.NewDelimiter(lcProc.PID, request.DelimiterConfig{}), c.sorted(), ms, next+time2ns(time.Second))
+		for _, r := range got {
+			if r.Start == t0 && r.End < end1 {
+				t.Errorf("the first request read %v (cut %d), ending %v before its last synchronize's return", r.Latency(), r.Cut, time.Duration(end1-r.End))
+			}
+		}
+		if n, cut := counted(got, t0); n != 2 || cut != 0 {
+			t.Errorf("%d requests counted, %d cut: want 2, at their close", n, cut)
+		}
+	})
+	t.Run("requests that begin with different calls", func(t *testing.T) {
+		// Told apart, every other request begins with its input's copy: its start is no call to cut at.
+		var c calls
+		now := uint64(1e9)
+		for i := range 40 {
+			first := ""
+			if i%2 == 0 {
+				first = "cuMemcpyHtoDAsync_v2"
+			}
+			e := c.launches(11, now, 10, first)
+			c.sync(11, e+20*us, e+520*us)
+			now += 20 * ms
+		}
+		t0 := now
+		for range 3 { // each begins with the call the window's first began with
+			e := c.launches(11, now, 10, "cuMemcpyHtoDAsync_v2")
+			c.sync(11, e+20*us, e+520*us)
+			now = e + 720*us
+		}
+		got := run(request.NewDelimiter(lcProc.PID, request.DelimiterConfig{}), c.sorted(), ms, now+time2ns(time.Second))
+		if n, cut := counted(got, t0); n != 3 || cut != 0 {
+			t.Errorf("%d requests counted, %d cut: want 3 at the busy period's close", n, cut)
+		}
+	})
+	t.Run("a request that does not synchronize", func(t *testing.T) {
+		// Three back to back; the second leaves its work to the third's synchronize.
+		var c calls
+		t0 := taught(&c)
+		e1 := c.launches(11, t0, 10, "")
+		c.sync(11, e1+20*us, e1+520*us)
+		e2 := c.launches(11, e1+720*us, 10, "")
+		e3 := c.launches(11, e2+100*us, 10, "")
+		c.sync(11, e3+20*us, e3+900*us)
+		got := run(request.NewDelimiter(lcProc.PID, request.DelimiterConfig{}), c.sorted(), ms, e3+time2ns(time.Second))
+		for _, r := range got {
+			if r.Start >= t0 && (r.End <= r.Start || r.Latency() <= 0) {
+				t.Errorf("a request from %d to %d (cut %d): want none that ends before it begins", r.Start, r.End, r.Cut)
+			}
+		}
+	})
+	t.Run("launches unseen in a request", func(t *testing.T) {
+		// Four requests back to back; the consumer is blind through half the second's launches
+		// (the gate's probes off): the program's worth counted on from there ends inside a request.
+		var c calls
+		t0 := taught(&c)
+		d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
+		got := run(d, c.sorted(), ms, t0-ms)
+		c.evs = nil
+		var starts []uint64
+		tt := t0
+		for k := range 4 {
+			starts = append(starts, tt)
+			e := c.launches(11, tt, 10, "")
+			c.sync(11, e+20*us, e+520*us)
+			tt = e + 720*us
+			for i, ev := range c.sorted() {
+				d.Blind(k == 1 && i < 5)
+				if k == 1 && i < 5 {
+					continue // unseen
+				}
+				if r, ok := d.Apply(ev); ok {
+					got = append(got, r)
+				}
+			}
+			c.evs = nil
+		}
+		if r, ok := d.Tick(tt + time2ns(time.Second)); ok {
+			got = append(got, r)
+		}
+		for _, r := range got {
+			if r.Cut > 0 && !slices.Contains(starts, r.Start) {
+				t.Errorf("a request cut from %d: no request began there", r.Start)
+			}
+		}
+	})
+	t.Run("blind after a cut", func(t *testing.T) {
+		var c calls
+		t0 := taught(&c)
+		d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
+		got := run(d, c.sorted(), ms, t0-ms)
+		c.evs = nil
+		tt := t0
+		for k := range 3 { // back to back; the consumer turns blind after the second begins
+			e := c.launches(11, tt, 10, "")
+			c.sync(11, e+20*us, e+520*us)
+			tt = e + 720*us
+			for _, ev := range c.sorted() {
+				if r, ok := d.Apply(ev); ok {
+					got = append(got, r)
+				}
+			}
+			c.evs = nil
+			d.Blind(k == 1)
+		}
+		if r, ok := d.Tick(tt + time2ns(time.Second)); ok {
+			got = append(got, r)
+		}
+		if n, _ := counted(got, t0); n != 3 {
+			t.Errorf("%d requests counted: want 3", n)
+		}
+	})
+	t.Run("a step of a longer request", func(t *testing.T) {
+		// Requests that begin with their input's copy, 8 steps of 10 launches and a synchronize
+		// each, told apart; then, never quiet for 20 s, requests of 16 steps: the program's
+		// worth ends inside a request, at a step's first launch, not a request's.
+		var c calls
+		req := func(from uint64, steps int) uint64 {
+			for k := range steps {
+				first := ""
+				if k == 0 {
+					first = "cuMemcpyHtoDAsync_v2"
+				}
+				e := c.launches(11, from, 10, first)
+				c.sync(11, e+20*us, e+5*ms)
+				from = e + 5*ms + 100*us
+			}
+			return from
+		}
+		now := uint64(1e9)
+		for range 40 {
+			req(now, 8)
+			now += 100 * ms
+		}
+		t0 := now
+		for now < t0+20*uint64(time.Second) {
+			now = req(now, 16) + 100*us
+		}
+		got := run(request.NewDelimiter(lcProc.PID, request.DelimiterConfig{}), c.sorted(), ms, now+time2ns(time.Second))
+		var steps int
+		for _, r := range got {
+			if r.Start >= t0 && r.Kind == request.KindStep {
+				steps++
+			}
+		}
+		if n, _ := counted(got, t0); n != 0 || steps == 0 {
+			t.Errorf("%d requests, %d steps from the run back to back: want it measured per step, no request", n, steps)
+		}
+	})
+}
