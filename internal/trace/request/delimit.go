@@ -329,15 +329,14 @@ func (d *Delimiter) Flush() (Request, bool) {
 	return d.close()
 }
 
-// cutOne ends the busy period's current request at the first launch of
-// the next, at t (its program's launches all run): from its own first
-// launch to the last synchronize return since. Where none came since, a
-// synchronize is still under way (a pipeline: the request's last may
-// return after the next's first launch), or the launch is not the call
-// the program's requests begin with (a step of a longer request), t is no
-// request's start: the rest of the period is counted at its close.
+// cutOne ends the busy period's current request at the first call of the
+// next, at t (its program's launches all run, and t the call the program's
+// requests begin with): from its own first call to the last synchronize
+// return since. Where none came since, or a synchronize is still under way
+// (a pipeline: the request's last may return after the next's first call),
+// t is no clear start: the rest of the period is counted at its close.
 func (d *Delimiter) cutOne(t uint64, first string) (Request, bool) {
-	if d.end < d.cutAt || len(d.syncing) > 0 || first != d.sizes.first {
+	if d.end < d.cutAt || len(d.syncing) > 0 {
 		d.cutting = false
 		return Request{}, false
 	}
@@ -436,11 +435,19 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 		m, lo, hi, ok := d.sizes.program()
 		d.cut, d.cutting = m, ok && lo == hi && !d.sizes.varies && !d.sizes.firstVaries && m >= minProgram && !d.partial && !d.blind
 	}
+	if d.cutting && !emitted && opens && e.Role != trace.RoleSync && d.launches == (d.cuts+1)*d.cut {
+		// The program's launches all run: the next request begins with the call its requests
+		// begin with (an input's copy, queued, or a launch); a launch before it is a step of a
+		// longer request, and a copy of another kind this request's own.
+		switch {
+		case e.Symbol == d.sizes.first:
+			out, emitted = d.cutOne(t, e.Symbol)
+		case e.Role == trace.RoleLaunch:
+			d.cutting = false
+		}
+	}
 	switch {
 	case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
-		if d.cutting && d.launches == (d.cuts+1)*d.cut && !emitted {
-			out, emitted = d.cutOne(t, e.Symbol)
-		}
 		d.launches++
 	case e.Role == trace.RoleSync && e.Kind == trace.CallEnter:
 		d.syncing[e.TID] = t

@@ -13,17 +13,17 @@ import (
 // calls builds an LC's calls thread by thread; sorted gives them in time order.
 type calls struct{ evs []trace.Event }
 
-// launches is n launches of thread tid from t, 20 us apart, the first of them
-// first (cuLaunchKernel, or the input copy a request begins with); it returns the last's time.
-func (c *calls) launches(tid uint32, t uint64, n int, first string) uint64 {
+// launches is n launches of thread tid from t, 20 us apart, after an input's copy queued
+// (copy, if not ""), as an HF decode's request begins; it returns the last's time.
+func (c *calls) launches(tid uint32, t uint64, n int, copy string) uint64 {
 	p := lcProc
 	p.TID = tid
-	for i := range n {
-		sym := "cuLaunchKernel"
-		if i == 0 && first != "" {
-			sym = first
-		}
-		c.evs = append(c.evs, tracetest.Call(p, trace.RoleLaunch, sym, 0, false, 0, &tracetest.Clock{Now: t}, 0))
+	if copy != "" {
+		c.evs = append(c.evs, tracetest.Call(p, trace.RoleQueue, copy, 0, false, 0, &tracetest.Clock{Now: t}, 0))
+		t += 20 * us
+	}
+	for range n {
+		c.evs = append(c.evs, tracetest.Call(p, trace.RoleLaunch, "cuLaunchKernel", 0, false, 0, &tracetest.Clock{Now: t}, 0))
 		t += 20 * us
 	}
 	return t - 20*us
@@ -262,4 +262,52 @@ func TestDelimiterCutStops(t *testing.T) {
 			t.Errorf("%d requests, %d steps from the run back to back: want it measured per step, no request", n, steps)
 		}
 	})
+}
+
+// TestDelimiterCutAtFirstCall: an HF decode's request begins with its
+// input's copy, queued, and ends with a copy of its result back and a
+// synchronize; behind its arrivals, each request is cut at its own input's
+// copy, from it to its result's synchronize, the copy back being its own.
+func TestDelimiterCutAtFirstCall(t *testing.T) {
+	var c calls
+	p := lcProc
+	req := func(from uint64) (end uint64) {
+		at := from
+		for k := range 4 { // 4 steps of 10 launches and a synchronize
+			copy := ""
+			if k == 0 {
+				copy = "cuMemcpyHtoDAsync_v2"
+			}
+			e := c.launches(11, at, 10, copy)
+			c.sync(11, e+20*us, e+2*ms)
+			at = e + 2*ms + 100*us
+		}
+		c.evs = append(c.evs, tracetest.Call(p, trace.RoleQueue, "cuMemcpyDtoHAsync_v2", 0, false, 0, &tracetest.Clock{Now: at}, 0))
+		c.sync(11, at+10*us, at+200*us)
+		return at + 200*us
+	}
+	now := uint64(1e9)
+	for range 40 {
+		req(now)
+		now += 100 * ms
+	}
+	var want [][2]uint64
+	for range 3 { // back to back
+		end := req(now)
+		want = append(want, [2]uint64{now, end})
+		now = end + 300*us
+	}
+	got := run(request.NewDelimiter(lcProc.PID, request.DelimiterConfig{}), c.sorted(), ms, now+time2ns(time.Second))
+	var cut [][2]uint64
+	for _, r := range got {
+		if r.Start >= want[0][0] {
+			if r.Count() != 1 {
+				t.Errorf("request %d-%d counted %d: want each cut", r.Start, r.End, r.Count())
+			}
+			cut = append(cut, [2]uint64{r.Start, r.End})
+		}
+	}
+	if !slices.Equal(cut, want) {
+		t.Errorf("requests %v: want %v, each from its input's copy to its result's synchronize", cut, want)
+	}
 }

@@ -29,7 +29,7 @@ type Request struct {
 	Requests int `json:"requests,omitempty"`
 	// Cut is its place among the requests its busy period was cut into by
 	// the process's program as they ran (one exact program known: each from
-	// its first launch to the last synchronize return before the next's);
+	// its first call to the last synchronize return before the next's);
 	// 0: the busy period was not cut.
 	Cut int `json:"cut,omitempty"`
 	// SyncEnter is when the last synchronize call began (0 if the tracer
