@@ -171,11 +171,19 @@ type Delimiter struct {
 	// run, each of cut launches (one exact program known, the period whole
 	// and every launch seen); cuts how many it was cut into so far, the
 	// current one open since cutAt, opened by cutFirst.
-	cutting  bool
-	cut      int
-	cuts     int
-	cutAt    uint64
-	cutFirst string
+	cutting bool
+	cut     int
+	// marked: the current request's program has run and a call the
+	// program's requests begin with came since, at markAt (markFirst): the
+	// next request's start if no other comes before the next launch, with
+	// the current one ended as marked then.
+	marked    bool
+	markAt    uint64
+	markFirst string
+	mark      Request
+	cuts      int
+	cutAt     uint64
+	cutFirst  string
 
 	mode  Kind
 	sizes sizes
@@ -329,21 +337,31 @@ func (d *Delimiter) Flush() (Request, bool) {
 	return d.close()
 }
 
-// cutOne ends the busy period's current request at the first call of the
-// next, at t (its program's launches all run, and t the call the program's
-// requests begin with): from its own first call to the last synchronize
-// return since. Where none came since, or a synchronize is still under way
-// (a pipeline: the request's last may return after the next's first call),
-// t is no clear start: the rest of the period is counted at its close.
-func (d *Delimiter) cutOne(t uint64, first string) (Request, bool) {
+// markCut marks the call at t, one the program's requests begin with, as
+// the next request's start: the current one ends at the last synchronize
+// return before it. Where none came since the current one began, or a
+// synchronize is still under way (a pipeline: the request's last may
+// return after the next's first call), t is no clear start: the rest of
+// the period is counted at its close.
+func (d *Delimiter) markCut(t uint64, first string) {
 	if d.end < d.cutAt || len(d.syncing) > 0 {
+		d.cutting = false
+		return
+	}
+	d.marked, d.markAt, d.markFirst = true, t, first
+	d.mark = Request{PID: d.pid, TID: d.endTID, Comm: d.comm, Kind: KindRequest, Start: d.cutAt, First: d.cutFirst, Launches: d.cut,
+		SyncEnter: d.syncEnter, End: d.end, Sync: d.sync, Result: d.result, Cut: d.cuts + 1}
+}
+
+// cutOne ends the current request as marked, at the next's first launch;
+// a launch past the program with no mark is a step of a longer request.
+func (d *Delimiter) cutOne() (Request, bool) {
+	if !d.marked || !d.cutting {
 		d.cutting = false
 		return Request{}, false
 	}
-	r := Request{PID: d.pid, TID: d.endTID, Comm: d.comm, Kind: KindRequest, Start: d.cutAt, First: d.cutFirst, Launches: d.cut,
-		SyncEnter: d.syncEnter, End: d.end, Sync: d.sync, Result: d.result, Cut: d.cuts + 1}
-	d.cuts, d.cutAt, d.cutFirst = d.cuts+1, t, first
-	return r, true
+	d.cuts, d.cutAt, d.cutFirst, d.marked = d.cuts+1, d.markAt, d.markFirst, false
+	return d.mark, true
 }
 
 // close ends the busy period and returns it as a request (its last, where
@@ -431,19 +449,19 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 		piece := !d.judged && d.cfg.Since != 0 && (d.within(t) || d.seen && !quiet)
 		d.partial, d.judged = d.cfg.Pending || piece, true
 		d.open, d.start, d.first = true, t, e.Symbol
-		d.cuts, d.cutAt, d.cutFirst = 0, t, e.Symbol
+		d.cuts, d.cutAt, d.cutFirst, d.marked = 0, t, e.Symbol, false
 		m, lo, hi, ok := d.sizes.program()
 		d.cut, d.cutting = m, ok && lo == hi && !d.sizes.varies && !d.sizes.firstVaries && m >= minProgram && !d.partial && !d.blind
 	}
 	if d.cutting && !emitted && opens && e.Role != trace.RoleSync && d.launches == (d.cuts+1)*d.cut {
-		// The program's launches all run: the next request begins with the call its requests
-		// begin with (an input's copy, queued, or a launch); a launch before it is a step of a
-		// longer request, and a copy of another kind this request's own.
-		switch {
-		case e.Symbol == d.sizes.first:
-			out, emitted = d.cutOne(t, e.Symbol)
-		case e.Role == trace.RoleLaunch:
-			d.cutting = false
+		// The program's launches all run: the last call its requests begin with (an input's
+		// copy, queued, or a launch) before the next launch begins the next request; one of its
+		// kind before that, or a copy of another, is this one's own (its result's back).
+		if e.Symbol == d.sizes.first {
+			d.markCut(t, e.Symbol)
+		}
+		if e.Role == trace.RoleLaunch {
+			out, emitted = d.cutOne()
 		}
 	}
 	switch {

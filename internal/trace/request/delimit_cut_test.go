@@ -267,8 +267,15 @@ func TestDelimiterCutStops(t *testing.T) {
 // TestDelimiterCutAtFirstCall: an HF decode's request begins with its
 // input's copy, queued, and ends with a copy of its result back and a
 // synchronize; behind its arrivals, each request is cut at its own input's
-// copy, from it to its result's synchronize, the copy back being its own.
+// copy, from it to its result's synchronize, the copy back being its own,
+// though it be the same call as the input's (cuMemcpyAsync both ways).
 func TestDelimiterCutAtFirstCall(t *testing.T) {
+	for _, calls := range [][2]string{{"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2"}, {"cuMemcpyAsync", "cuMemcpyAsync"}} {
+		t.Run(calls[0]+", "+calls[1], func(t *testing.T) { cutAtFirstCall(t, calls[0], calls[1]) })
+	}
+}
+
+func cutAtFirstCall(t *testing.T, in, back string) {
 	var c calls
 	p := lcProc
 	req := func(from uint64) (end uint64) {
@@ -276,13 +283,13 @@ func TestDelimiterCutAtFirstCall(t *testing.T) {
 		for k := range 4 { // 4 steps of 10 launches and a synchronize
 			copy := ""
 			if k == 0 {
-				copy = "cuMemcpyHtoDAsync_v2"
+				copy = in
 			}
 			e := c.launches(11, at, 10, copy)
 			c.sync(11, e+20*us, e+2*ms)
 			at = e + 2*ms + 100*us
 		}
-		c.evs = append(c.evs, tracetest.Call(p, trace.RoleQueue, "cuMemcpyDtoHAsync_v2", 0, false, 0, &tracetest.Clock{Now: at}, 0))
+		c.evs = append(c.evs, tracetest.Call(p, trace.RoleQueue, back, 0, false, 0, &tracetest.Clock{Now: at}, 0))
 		c.sync(11, at+10*us, at+200*us)
 		return at + 200*us
 	}
