@@ -1,7 +1,6 @@
 package request
 
 import (
-	"math"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/trace"
@@ -172,6 +171,8 @@ type Delimiter struct {
 	// and every launch seen); cuts how many it was cut into so far, the
 	// current one open since cutAt, opened by cutFirst.
 	cutting bool
+	cutTID  uint32        // the thread whose calls the period is cut by
+	cutGap  time.Duration // the quiet gap in force as it opened
 	cut     int
 	// marked: the current request's program has run and a call the
 	// program's requests begin with came since, at markAt (markFirst): the
@@ -189,10 +190,6 @@ type Delimiter struct {
 	sizes sizes
 	gaps  gapHist
 	gap   time.Duration // the learnt gap; 0: not learnt
-	// cutMin is the shortest gap that ended a request since sizes was
-	// last cleared, keptMax the longest inside one (CPU work aside): a
-	// gap in force outside them tells those requests apart otherwise.
-	cutMin, keptMax time.Duration
 	// sinceLearn counts gaps recorded since the gap was last worked out.
 	sinceLearn int
 }
@@ -204,7 +201,7 @@ type stepMark struct {
 
 // NewDelimiter returns a Delimiter for process pid.
 func NewDelimiter(pid uint32, cfg DelimiterConfig) *Delimiter {
-	return &Delimiter{cfg: cfg.withDefaults(), pid: pid, syncing: map[uint32]uint64{}, steps: map[uint32]stepMark{}, cutMin: math.MaxInt64}
+	return &Delimiter{cfg: cfg.withDefaults(), pid: pid, syncing: map[uint32]uint64{}, steps: map[uint32]stepMark{}}
 }
 
 // SetCeiling changes the ceiling (the policy's gate idle was reloaded).
@@ -385,7 +382,7 @@ func (d *Delimiter) close() (Request, bool) {
 		return r, true
 	}
 	r.Requests = 0
-	d.sizes.add(r.Launches, r.First)
+	d.sizes.add(r.Launches, r.First, d.Gap())
 	return r, true
 }
 
@@ -395,7 +392,8 @@ func (d *Delimiter) stepCheck(now uint64) {
 	if d.quietBy(now) {
 		now = d.last // quiet since: the busy period ended there
 	}
-	if d.open && d.mode == KindRequest && !d.cutting && now > d.start && time.Duration(now-d.start) >= d.cfg.StepAfter {
+	// A cut is a request's end: the period is never quiet only StepAfter past its last.
+	if from := max(d.start, d.cutAt); d.open && d.mode == KindRequest && !d.cutting && now > from && time.Duration(now-from) >= d.cfg.StepAfter {
 		d.mode = KindStep
 	}
 }
@@ -449,9 +447,13 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 		piece := !d.judged && d.cfg.Since != 0 && (d.within(t) || d.seen && !quiet)
 		d.partial, d.judged = d.cfg.Pending || piece, true
 		d.open, d.start, d.first = true, t, e.Symbol
-		d.cuts, d.cutAt, d.cutFirst, d.marked = 0, t, e.Symbol, false
+		d.cuts, d.cutAt, d.cutFirst, d.marked, d.cutTID, d.cutGap = 0, t, e.Symbol, false, e.TID, d.Gap()
 		m, lo, hi, ok := d.sizes.program()
-		d.cut, d.cutting = m, ok && lo == hi && !d.sizes.varies && !d.sizes.firstVaries && m >= minProgram && !d.partial && !d.blind
+		d.cut, d.cutting = m, ok && lo == hi && !d.sizes.varies && !d.sizes.firstVaries && m >= minProgram && !d.partial && !d.blind &&
+			d.sizes.apartUnder(d.cutGap)
+	}
+	if e.TID != d.cutTID {
+		d.cutting = false // another thread: requests served side by side are no program's worth in turn
 	}
 	if d.cutting && !emitted && opens && e.Role != trace.RoleSync && d.launches == (d.cuts+1)*d.cut {
 		// The program's launches all run: the last call its requests begin with (an input's
@@ -533,22 +535,18 @@ func (d *Delimiter) step(e *trace.Call, t uint64) (Request, bool) {
 // the gap in force would have cut).
 func (d *Delimiter) learn(g time.Duration, inside, byTime bool) {
 	d.gaps.add(g, inside, byTime)
-	switch {
-	case inside: // CPU work: inside a request under any gap
-	case g >= d.Gap():
-		d.cutMin = min(d.cutMin, g)
-	default:
-		d.keptMax = max(d.keptMax, g)
+	if !inside && !d.open {
+		d.sizes.ended(g) // the gap after the last busy period told apart, as long as it was
+	}
+	if d.open && g >= d.cutGap {
+		// A gap inside it as long as the one it opened under (CPU work, or read as such): the
+		// window's requests, told apart by such gaps, are no measure of it.
+		d.cutting = false
 	}
 	d.sinceLearn++
 	if d.gap == 0 || d.sinceLearn >= relearnEvery || g >= d.Gap() {
 		d.sinceLearn = 0
 		d.gap = d.gaps.threshold()
-		if gap := d.Gap(); gap > d.cutMin || gap <= d.keptMax {
-			// The requests told apart so far the gap now would tell apart otherwise: no
-			// evidence of the program's size.
-			d.sizes, d.cutMin, d.keptMax = sizes{}, math.MaxInt64, 0
-		}
 	}
 }
 

@@ -318,3 +318,93 @@ func cutAtFirstCall(t *testing.T, in, back string) {
 		t.Errorf("requests %v: want %v, each from its input's copy to its result's synchronize", cut, want)
 	}
 }
+
+// TestDelimiterCutLongBehind: an LC behind its arrivals for seconds, its
+// quiet gap's learning seeing only the gaps inside requests meanwhile,
+// still has every request cut, each its own, and none measured per step;
+// one that stops being cut 11 s in (a request that leaves its synchronize
+// to the next) has the rest counted, not measured per step.
+func TestDelimiterCutLongBehind(t *testing.T) {
+	tests := []struct {
+		name string
+		n    int // requests back to back
+		odd  int // the one with no synchronize of its own (-1: none)
+	}{
+		{"behind over a minute", 20000, -1},
+		{"a request with no synchronize 11 s in", 2700, 2300},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c calls
+			t0 := taught(&c)
+			now := t0
+			for i := range tt.n {
+				e := c.launches(11, now, 10, "")
+				if i == tt.odd {
+					now = e + 200*us
+					continue
+				}
+				c.sync(11, e+20*us, e+5*ms/10*9)
+				now = e + 5*ms/10*9 + 200*us
+			}
+			got := run(request.NewDelimiter(lcProc.PID, request.DelimiterConfig{}), c.sorted(), ms, now+time2ns(time.Second))
+			steps := 0
+			for _, r := range got {
+				if r.Start >= t0 && r.Kind == request.KindStep {
+					steps++
+				}
+			}
+			if time.Duration(now-t0) < 2*time.Duration(tt.n)*time.Millisecond {
+				t.Fatalf("behind %v: the workload should run its requests 2 ms or more each", time.Duration(now-t0))
+			}
+			if n, cut := counted(got, t0); n != tt.n || steps > 0 || tt.odd < 0 && cut != tt.n {
+				t.Errorf("%d requests counted (%d cut), %d steps: want %d, none per step", n, cut, steps, tt.n)
+			}
+		})
+	}
+}
+
+// TestDelimiterCutOneThread: requests served by two threads in turn, each
+// starting as the other's first half returns, are no program's worth in
+// turn: the busy period is not cut.
+func TestDelimiterCutOneThread(t *testing.T) {
+	var c calls
+	half := func(tid uint32, from uint64) uint64 {
+		e := c.launches(tid, from, 5, "")
+		c.sync(tid, e+20*us, e+520*us)
+		return e + 520*us
+	}
+	req := func(tid uint32, from uint64) uint64 { return half(tid, half(tid, from)+100*us) }
+	now := uint64(1e9)
+	for range 40 {
+		req(11, now)
+		now += 20 * ms
+	}
+	t0 := now
+	for i := range 6 {
+		req(uint32(11+i%2), now)
+		now += 650 * us
+	}
+	got := run(request.NewDelimiter(lcProc.PID, request.DelimiterConfig{}), c.sorted(), ms, now+time2ns(time.Second))
+	if n, cut := counted(got, t0); n != 6 || cut != 0 {
+		t.Errorf("%d requests counted, %d cut: want 6, none cut", n, cut)
+	}
+}
+
+// TestDelimiterCutUnderItsGap: a busy decode whose tokens were told apart
+// under a gap learnt from its sampling misread as asleep (1 ms), the gap
+// then unlearnt (25 ms): its whole requests, 16 tokens' launches, are not
+// cut into tokens, whose sizes the window still holds.
+func TestDelimiterCutUnderItsGap(t *testing.T) {
+	w := busyDecode(60, 16, 120*ms, decodeOpts{tick: 10 * ms})
+	d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
+	got := run(d, w.evs, ms, w.want[len(w.want)-1].End+time2ns(time.Second))
+	if m, _, _ := d.Program(); m != 60 {
+		t.Fatalf("program %d launches: the workload should leave its tokens' 60 in the window", m)
+	}
+	for _, r := range got {
+		if r.Cut > 0 {
+			t.Fatalf("a request cut from %d (%d launches): want none cut into tokens", r.Start, r.Launches)
+		}
+	}
+}

@@ -9,7 +9,7 @@ func DelimiterThreads(d *Delimiter) int { return max(len(d.syncing), len(d.steps
 func SizesProgram(last []int) (launches int, varies bool) {
 	var s sizes
 	for _, l := range last {
-		s.add(l, "cuLaunchKernel")
+		s.add(l, "cuLaunchKernel", 1<<62)
 	}
 	return s.m, s.varies
 }
@@ -19,7 +19,7 @@ func SizesProgram(last []int) (launches int, varies bool) {
 func SizesCount(last []int, launches int) int {
 	var s sizes
 	for _, l := range last {
-		s.add(l, "cuLaunchKernel")
+		s.add(l, "cuLaunchKernel", 1<<62)
 	}
 	return s.count(launches)
 }

@@ -44,16 +44,20 @@ type sizes struct {
 	firsts      [sizeWindow]string
 	first       string
 	firstVaries bool
+	// quiet is the gap that ended each of the window's requests (the gap
+	// in force as it closed, raised to the gap's length once the next call
+	// came): a quiet gap longer than it would not have told it apart.
+	quiet [sizeWindow]time.Duration
 }
 
 // add records a busy period that was not divided: one request, or the
 // evidence that requests differ in size; k requests of a program whose
 // busy periods are divided (one too long to divide too) are neither.
-func (s *sizes) add(launches int, first string) {
+func (s *sizes) add(launches int, first string, quiet time.Duration) {
 	if m, lo, hi, ok := s.program(); ok && !s.varies && m >= minProgram && multiple(launches, lo, hi) > 0 {
 		return
 	}
-	s.last[s.next], s.firsts[s.next] = launches, first
+	s.last[s.next], s.firsts[s.next], s.quiet[s.next] = launches, first, quiet
 	s.next = (s.next + 1) % sizeWindow
 	s.n = min(s.n+1, sizeWindow)
 	if s.told++; s.n == sizeWindow {
@@ -68,6 +72,28 @@ func (s *sizes) add(launches int, first string) {
 		firsts := slices.Concat(s.firsts[s.next:], s.firsts[:s.next])[min(max(from, 0), sizeWindow-1):]
 		s.first, s.firstVaries = firsts[0], slices.ContainsFunc(firsts, func(f string) bool { return f != firsts[0] })
 	}
+}
+
+// ended records the length of the gap after the last request told apart.
+func (s *sizes) ended(g time.Duration) {
+	if s.n > 0 {
+		i := (s.next + sizeWindow - 1) % sizeWindow
+		s.quiet[i] = max(s.quiet[i], g)
+	}
+}
+
+// apartUnder reports whether a quiet gap of gap would have told every one
+// of the window's requests apart: their launches are the program's under
+// it (a busy decode's tokens, told apart under a gap learnt from its
+// sampling misread as asleep, are not its requests under a longer one; a
+// shorter gap only makes busy periods shorter).
+func (s *sizes) apartUnder(gap time.Duration) bool {
+	for i := range s.n {
+		if gap > s.quiet[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // window is the launches of the window's requests in the order told apart.
