@@ -173,7 +173,9 @@ type Delimiter struct {
 	cutting bool
 	cutTID  uint32        // the thread whose calls the period is cut by
 	cutGap  time.Duration // the quiet gap in force as it opened
-	cut     int
+	// lastLaunch is the period's last launch.
+	lastLaunch uint64
+	cut        int
 	// marked: the current request's program has run and a call the
 	// program's requests begin with came since, at markAt (markFirst): the
 	// next request's start if no other comes before the next launch, with
@@ -336,12 +338,12 @@ func (d *Delimiter) Flush() (Request, bool) {
 
 // markCut marks the call at t, one the program's requests begin with, as
 // the next request's start: the current one ends at the last synchronize
-// return before it. Where none came since the current one began, or a
-// synchronize is still under way (a pipeline: the request's last may
-// return after the next's first call), t is no clear start: the rest of
-// the period is counted at its close.
+// return before it. Where none came after its last launch (its result not
+// yet waited for: the next input uploaded first, or waited for later or by
+// another thread), or a synchronize is still under way (a pipeline), t is
+// no clear start: the rest of the period is counted at its close.
 func (d *Delimiter) markCut(t uint64, first string) {
-	if d.end < d.cutAt || len(d.syncing) > 0 {
+	if d.end < d.cutAt || d.end < d.lastLaunch || len(d.syncing) > 0 {
 		d.cutting = false
 		return
 	}
@@ -468,7 +470,7 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 	}
 	switch {
 	case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
-		d.launches++
+		d.launches, d.lastLaunch = d.launches+1, t
 	case e.Role == trace.RoleSync && e.Kind == trace.CallEnter:
 		d.syncing[e.TID] = t
 	case e.Role == trace.RoleSync && e.Kind == trace.CallReturn:

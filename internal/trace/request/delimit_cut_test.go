@@ -148,6 +148,44 @@ func TestDelimiterCutStops(t *testing.T) {
 			t.Errorf("%d requests counted, %d cut: want 3 at the busy period's close", n, cut)
 		}
 	})
+	t.Run("the next input uploaded before the result is waited for", func(t *testing.T) {
+		// Requests of an input's copy, 10 launches, a synchronize (control flow), 10 launches
+		// and the result's; behind, the app queues the next input's copy before it waits for
+		// the result: the current request is not over at that copy.
+		const in = "cuMemcpyHtoDAsync_v2"
+		var c calls
+		body := func(from uint64) uint64 {
+			e := c.launches(11, from, 10, in)
+			c.sync(11, e+20*us, e+300*us)
+			return c.launches(11, e+400*us, 10, "")
+		}
+		now := uint64(1e9)
+		for range 40 {
+			e := body(now)
+			c.sync(11, e+20*us, e+5*ms)
+			now += 50 * ms
+		}
+		t0 := now
+		var ends []uint64
+		for i := range 4 {
+			e := body(now)
+			next := e + 100*us
+			c.sync(11, e+150*us, e+5*ms) // the next input's copy (the next body's first call) comes first
+			ends = append(ends, e+5*ms)
+			if i < 3 {
+				now = next
+			}
+		}
+		got := run(request.NewDelimiter(lcProc.PID, request.DelimiterConfig{}), c.sorted(), ms, ends[3]+time2ns(time.Second))
+		for _, r := range got {
+			if r.Start >= t0 && r.Cut > 0 && !slices.Contains(ends, r.End) {
+				t.Errorf("a request cut %d-%d: it ends at no request's result", r.Start, r.End)
+			}
+		}
+		if n, _ := counted(got, t0); n != 4 {
+			t.Errorf("%d requests counted: want 4", n)
+		}
+	})
 	t.Run("a request that does not synchronize", func(t *testing.T) {
 		// Three back to back; the second leaves its work to the third's synchronize.
 		var c calls
