@@ -64,6 +64,22 @@ func counted(got []request.Request, t uint64) (n, cut int) {
 	return n, cut
 }
 
+// threeBackToBack is taught's LC, then three requests back to back, the
+// second's synchronize as second makes it (its last launch at e2), the
+// third's 500 us; it returns what the Delimiter made, the first's start and
+// the first's and second's last launch.
+func threeBackToBack(second func(c *calls, e2 uint64)) (got []request.Request, t0, e1, e2 uint64) {
+	var c calls
+	t0 = taught(&c)
+	e1 = c.launches(11, t0, 10, "")
+	c.sync(11, e1+20*us, e1+520*us)
+	e2 = c.launches(11, e1+720*us, 10, "")
+	second(&c, e2)
+	e3 := c.launches(11, e2+100*us, 10, "")
+	c.sync(11, e3+20*us, e3+520*us)
+	return run(request.NewDelimiter(lcProc.PID, request.DelimiterConfig{}), c.sorted(), ms, e3+time2ns(time.Second)), t0, e1, e2
+}
+
 // TestDelimiterCutStops: where a request's start is not clear as the next
 // program's worth begins, a busy period is no longer cut there, and its
 // rest is counted at its close, its cut requests not again.
@@ -71,15 +87,7 @@ func TestDelimiterCutStops(t *testing.T) {
 	t.Run("a synchronize under way at the next request's first launch", func(t *testing.T) {
 		// Three requests back to back; the second's synchronize (another thread) returns after
 		// the third's first launch: a pipeline.
-		var c calls
-		t0 := taught(&c)
-		e1 := c.launches(11, t0, 10, "")
-		c.sync(11, e1+20*us, e1+520*us)
-		e2 := c.launches(11, e1+720*us, 10, "")
-		c.sync(12, e2+10*us, e2+600*us)
-		e3 := c.launches(11, e2+100*us, 10, "")
-		c.sync(11, e3+20*us, e3+520*us)
-		got := run(request.NewDelimiter(lcProc.PID, request.DelimiterConfig{}), c.sorted(), ms, e3+time2ns(time.Second))
+		got, t0, e1, e2 := threeBackToBack(func(c *calls, e2 uint64) { c.sync(12, e2+10*us, e2+600*us) })
 		if n, cut := counted(got, t0); n != 3 || cut != 2 {
 			t.Errorf("%d requests counted, %d cut: want 3, the first cut and the two after counted at their close", n, cut)
 		}
@@ -188,14 +196,7 @@ func TestDelimiterCutStops(t *testing.T) {
 	})
 	t.Run("a request that does not synchronize", func(t *testing.T) {
 		// Three back to back; the second leaves its work to the third's synchronize.
-		var c calls
-		t0 := taught(&c)
-		e1 := c.launches(11, t0, 10, "")
-		c.sync(11, e1+20*us, e1+520*us)
-		e2 := c.launches(11, e1+720*us, 10, "")
-		e3 := c.launches(11, e2+100*us, 10, "")
-		c.sync(11, e3+20*us, e3+900*us)
-		got := run(request.NewDelimiter(lcProc.PID, request.DelimiterConfig{}), c.sorted(), ms, e3+time2ns(time.Second))
+		got, t0, _, _ := threeBackToBack(func(*calls, uint64) {})
 		for _, r := range got {
 			if r.Start >= t0 && (r.End <= r.Start || r.Latency() <= 0) {
 				t.Errorf("a request from %d to %d (cut %d): want none that ends before it begins", r.Start, r.End, r.Cut)
