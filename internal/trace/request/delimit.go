@@ -169,24 +169,24 @@ type Delimiter struct {
 	// cutting: this busy period is being cut into its requests as they
 	// run, each of cut launches (one exact program known, the period whole
 	// and every launch seen); cuts how many it was cut into so far, the
-	// current one open since cutAt, opened by cutFirst.
-	cutting bool
-	cutTID  uint32        // the thread whose calls the period is cut by
-	cutGap  time.Duration // the quiet gap in force as it opened
+	// current one open since cutAt (the period's start before the first
+	// cut), opened by cutFirst.
+	cutting  bool
+	cut      int
+	cuts     int
+	cutAt    uint64
+	cutFirst string
+	cutTID   uint32        // the thread whose calls the period is cut by
+	cutGap   time.Duration // the quiet gap in force as it opened
 	// lastLaunch is the period's last launch.
 	lastLaunch uint64
-	cut        int
-	// marked: the current request's program has run and a call the
-	// program's requests begin with came since, at markAt (markFirst): the
-	// next request's start if no other comes before the next launch, with
-	// the current one ended as marked then.
-	marked    bool
+	// markAt (0: none): the current request's program has run and a call
+	// the program's requests begin with, markFirst, came then: the next
+	// request's start if no other comes before the next launch, with the
+	// current one ended as mark.
 	markAt    uint64
 	markFirst string
 	mark      Request
-	cuts      int
-	cutAt     uint64
-	cutFirst  string
 
 	mode  Kind
 	sizes sizes
@@ -347,7 +347,7 @@ func (d *Delimiter) markCut(t uint64, first string) {
 		d.cutting = false
 		return
 	}
-	d.marked, d.markAt, d.markFirst = true, t, first
+	d.markAt, d.markFirst = t, first
 	d.mark = Request{PID: d.pid, TID: d.endTID, Comm: d.comm, Kind: KindRequest, Start: d.cutAt, First: d.cutFirst, Launches: d.cut,
 		SyncEnter: d.syncEnter, End: d.end, Sync: d.sync, Result: d.result, Cut: d.cuts + 1}
 }
@@ -355,11 +355,11 @@ func (d *Delimiter) markCut(t uint64, first string) {
 // cutOne ends the current request as marked, at the next's first launch;
 // a launch past the program with no mark is a step of a longer request.
 func (d *Delimiter) cutOne() (Request, bool) {
-	if !d.marked || !d.cutting {
+	if d.markAt == 0 || !d.cutting {
 		d.cutting = false
 		return Request{}, false
 	}
-	d.cuts, d.cutAt, d.cutFirst, d.marked = d.cuts+1, d.markAt, d.markFirst, false
+	d.cuts, d.cutAt, d.cutFirst, d.markAt = d.cuts+1, d.markAt, d.markFirst, 0
 	return d.mark, true
 }
 
@@ -367,10 +367,10 @@ func (d *Delimiter) cutOne() (Request, bool) {
 // it was cut into requests as they ran), unless it was measured per step,
 // served nothing, or is a piece (partial).
 func (d *Delimiter) close() (Request, bool) {
-	r := Request{PID: d.pid, TID: d.endTID, Comm: d.comm, Kind: KindRequest, Start: d.start, First: d.first, Launches: d.launches,
+	r := Request{PID: d.pid, TID: d.endTID, Comm: d.comm, Kind: KindRequest, Start: d.cutAt, First: d.cutFirst, Launches: d.launches - d.cuts*d.cut,
 		SyncEnter: d.syncEnter, End: d.end, Sync: d.sync, Result: d.result}
 	if d.cuts > 0 {
-		r.Start, r.First, r.Launches, r.Cut = d.cutAt, d.cutFirst, d.launches-d.cuts*d.cut, d.cuts+1
+		r.Cut = d.cuts + 1
 	}
 	wasStep, partial := d.mode == KindStep, d.partial
 	d.open, d.partial, d.launches, d.end, d.endTID, d.syncEnter, d.sync, d.result = false, false, 0, 0, 0, 0, "", 0
@@ -394,8 +394,8 @@ func (d *Delimiter) stepCheck(now uint64) {
 	if d.quietBy(now) {
 		now = d.last // quiet since: the busy period ended there
 	}
-	// A cut is a request's end: the period is never quiet only StepAfter past its last.
-	if from := max(d.start, d.cutAt); d.open && d.mode == KindRequest && !d.cutting && now > from && time.Duration(now-from) >= d.cfg.StepAfter {
+	// A cut is a request's end: the period is never quiet only StepAfter past its last (cutAt).
+	if d.open && d.mode == KindRequest && !d.cutting && now > d.cutAt && time.Duration(now-d.cutAt) >= d.cfg.StepAfter {
 		d.mode = KindStep
 	}
 }
@@ -449,7 +449,7 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 		piece := !d.judged && d.cfg.Since != 0 && (d.within(t) || d.seen && !quiet)
 		d.partial, d.judged = d.cfg.Pending || piece, true
 		d.open, d.start, d.first = true, t, e.Symbol
-		d.cuts, d.cutAt, d.cutFirst, d.marked, d.cutTID, d.cutGap = 0, t, e.Symbol, false, e.TID, d.Gap()
+		d.cuts, d.cutAt, d.cutFirst, d.markAt, d.cutTID, d.cutGap = 0, t, e.Symbol, 0, e.TID, d.Gap()
 		m, lo, hi, ok := d.sizes.program()
 		d.cut, d.cutting = m, ok && lo == hi && !d.sizes.varies && !d.sizes.firstVaries && m >= minProgram && !d.partial && !d.blind &&
 			d.sizes.apartUnder(d.cutGap)

@@ -69,7 +69,7 @@ func (s *sizes) add(launches int, first string, quiet time.Duration) {
 		from := s.start - (s.told - sizeWindow)
 		s.m, s.lo, s.hi, odd = judge(w, from)
 		s.varies = s.varies || odd
-		firsts := slices.Concat(s.firsts[s.next:], s.firsts[:s.next])[min(max(from, 0), sizeWindow-1):]
+		firsts := ring(&s.firsts, s.n, s.next)[min(max(from, 0), sizeWindow-1):]
 		s.first, s.firstVaries = firsts[0], slices.ContainsFunc(firsts, func(f string) bool { return f != firsts[0] })
 	}
 }
@@ -97,11 +97,14 @@ func (s *sizes) apartUnder(gap time.Duration) bool {
 }
 
 // window is the launches of the window's requests in the order told apart.
-func (s *sizes) window() []int {
-	if s.n < sizeWindow {
-		return slices.Clone(s.last[:s.n])
+func (s *sizes) window() []int { return ring(&s.last, s.n, s.next) }
+
+// ring is a's n values filled in order, the next to be written at next.
+func ring[T any](a *[sizeWindow]T, n, next int) []T {
+	if n < sizeWindow {
+		return slices.Clone(a[:n])
 	}
-	return slices.Concat(s.last[s.next:], s.last[:s.next])
+	return slices.Concat(a[next:], a[:next])
 }
 
 // judge works the program out from a full window w, in the order its
@@ -158,8 +161,13 @@ func lead(w []int) int {
 		return 0
 	}
 	for i := min(len(w)/2, len(w)-1) - 1; i >= 0; i-- {
-		_, hi := about(w[i:], m)
-		if served := len(slices.DeleteFunc(slices.Clone(w[:i]), func(l int) bool { return (l+m/2)/m != 1 })); w[i] > hi && served <= 1 {
+		served := 0 // busy periods before it of about one program: requests the process served
+		for _, l := range w[:i] {
+			if (l+m/2)/m == 1 {
+				served++
+			}
+		}
+		if _, hi := about(w[i:], m); w[i] > hi && served <= 1 {
 			return i + 1
 		}
 	}
