@@ -76,6 +76,13 @@ type DaemonView struct {
 	AloneDaemonP50Us float64 `json:"alone_daemon_p50_us,omitempty"`
 	AloneAppP50Us    float64 `json:"alone_app_p50_us,omitempty"`
 	AloneRatio       float64 `json:"alone_ratio,omitempty"`
+	// BehindWindows, BehindDaemonP50Us, BehindAppP50Us and BehindRatio are the same comparison
+	// over the windows of either half holding a request the app began before the one ahead of it
+	// had ended: requests run back to back, which a trace must cut apart with no quiet gap.
+	BehindWindows     int     `json:"behind_windows,omitempty"`
+	BehindDaemonP50Us float64 `json:"behind_daemon_p50_us,omitempty"`
+	BehindAppP50Us    float64 `json:"behind_app_p50_us,omitempty"`
+	BehindRatio       float64 `json:"behind_ratio,omitempty"`
 }
 
 // daemonWindow is one of the daemon's windows of one LC: its span
@@ -197,7 +204,8 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 			return float64(sr.SLO[i].MonoNs-sr.SLO[0].MonoNs) / 1e9
 		}
 		v := DaemonView{Label: l.label, PID: l.lc.PID, Metric: metric, FirstSampleS: since(first), FirstMeasuredS: since(measured)}
-		var kept, alone []int
+		apps, behind := appOver(l.lc, ws, metric) // over every window: where spans overlap, a request is the later one's, kept or not
+		var kept, alone, backToBack []int
 		for i, w := range ws {
 			// By its own window: a traced one spans from a busy period's start where it holds requests run back to back.
 			own := max(w.start, w.end-int64(window))
@@ -209,13 +217,15 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 			} else if inHalf(own, w.end, sr.BEDuty, 1) {
 				alone = append(alone, i)
 			}
+			if behind[i] && (inWorkingHalf(own, w.end, sr.BEDuty) || inHalf(own, w.end, sr.BEDuty, 1)) {
+				backToBack = append(backToBack, i)
+			}
 		}
 		v.ReferenceUs, v.AppAloneUs = referenceOver(sr, l.lc)
 		if v.ReferenceUs > 0 && v.AppAloneUs > 0 {
 			v.ReferenceRatio = v.ReferenceUs / v.AppAloneUs
 		}
-		apps := appOver(l.lc, ws, metric) // over every window: where spans overlap, a request is the later one's, kept or not
-		v.Windows, v.AloneWindows = len(kept), len(alone)
+		v.Windows, v.AloneWindows, v.BehindWindows = len(kept), len(alone), len(backToBack)
 		if len(kept) > 0 {
 			v.Sources = map[string]int{}
 			for _, i := range kept {
@@ -235,6 +245,9 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 		}
 		if v.AloneDaemonP50Us, v.AloneAppP50Us = pairedP50s(ws, apps, alone); v.AloneAppP50Us > 0 {
 			v.AloneRatio = v.AloneDaemonP50Us / v.AloneAppP50Us
+		}
+		if v.BehindDaemonP50Us, v.BehindAppP50Us = pairedP50s(ws, apps, backToBack); v.BehindAppP50Us > 0 {
+			v.BehindRatio = v.BehindDaemonP50Us / v.BehindAppP50Us
 		}
 		out = append(out, v)
 	}
@@ -312,20 +325,23 @@ func referenceOver(sr *ScenarioResult, lc *LCResult) (ref, alone float64) {
 // request latency, or its TTFT or mean TPOT. A request ends at its start (when due, or when the
 // one before ended) plus its preparation and latency. Where spans overlap (a traced window
 // holding requests run back to back reaches back to their busy period's start), a request is the
-// later window's: the earlier did not count it.
-func appOver(lc *LCResult, ws []daemonWindow, metric string) [][]stats.Weighted {
-	out := make([][]stats.Weighted, len(ws))
+// later window's: the earlier did not count it. behind marks the windows holding a request begun
+// before the one ahead of it had ended.
+func appOver(lc *LCResult, ws []daemonWindow, metric string) (out [][]stats.Weighted, behind []bool) {
+	out, behind = make([][]stats.Weighted, len(ws)), make([]bool, len(ws))
 	prevEnd := int64(math.MinInt64)
 	for _, s := range lc.Samples {
 		end := max(s.ArrivalMonoNs, prevEnd) + s.PrepNs + s.LatencyNs
+		late := s.ArrivalMonoNs < prevEnd
 		prevEnd = end
 		i := lastIndexFunc(ws, func(w daemonWindow) bool { return end > w.start && end <= w.end })
 		v := metricOf(s, metric)
 		if i >= 0 && v > 0 {
 			out[i] = append(out[i], stats.Weighted{V: time.Duration(v), W: 1})
+			behind[i] = behind[i] || late
 		}
 	}
-	return out
+	return out, behind
 }
 
 // metricOf is s's value of metric: its TPOT, TTFT, else ("latency", "") its latency.

@@ -443,8 +443,47 @@ func TestAppOverOverlappingSpans(t *testing.T) {
 	for _, end := range []int64{300, 600, 900, 1900} {
 		lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: end - 100, LatencyNs: 100})
 	}
-	got := appOver(lc, ws, "latency")
+	got, _ := appOver(lc, ws, "latency")
 	if len(got[0]) != 1 || len(got[1]) != 3 {
 		t.Errorf("requests per window %d, %d: want 1, 3", len(got[0]), len(got[1]))
+	}
+}
+
+// TestDaemonViewsBehind: the windows holding a request begun before the one ahead of it ended are
+// compared apart; a trace that cuts them apart reads the app's p50 there, one that counts the busy
+// period at its mean reads it long.
+func TestDaemonViewsBehind(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	for _, c := range []struct {
+		name  string
+		pair  float64 // the daemon's p50 of a window holding 600 and 300 ms run back to back, then 100 ms
+		ratio float64
+	}{
+		{"cut", 300e3, 1},
+		{"at the mean", 450e3, 1.5},
+	} {
+		lc := &LCResult{PID: 9}
+		sr := &ScenarioResult{Name: "slo:x", LC: lc, WindowStartMonoNs: 0, WindowEndMonoNs: 100_000 * ms}
+		for k := range int64(10) {
+			base := 10_000*ms + k*3000*ms
+			lc.Samples = append(lc.Samples,
+				LCSample{ArrivalMonoNs: base + 100*ms, LatencyNs: 600 * ms},
+				LCSample{ArrivalMonoNs: base + 500*ms, LatencyNs: 300 * ms}, // due while the one ahead runs
+				LCSample{ArrivalMonoNs: base + 1050*ms, LatencyNs: 100 * ms},
+				LCSample{ArrivalMonoNs: base + 1500*ms, LatencyNs: 400 * ms})
+			for i, w := range []struct {
+				from, to int64
+				n        int
+				p50      float64
+			}{{base, base + 1200*ms, 3, c.pair}, {base + 1200*ms, base + 2200*ms, 1, 400e3}} {
+				sr.SLO = append(sr.SLO, SLOSample{MonoNs: w.to + 100*ms, Window: int(2*k) + i + 1, LC: []SLOLCSample{
+					{PID: 9, Objective: "p50<=1.10x", Source: "traced-request", Samples: w.n, P50Us: w.p50, FromMonoNs: w.from, ToMonoNs: w.to}}})
+			}
+		}
+		v := daemonViews(sr, time.Second)[0]
+		if v.Windows != 20 || v.BehindWindows != 10 || v.BehindAppP50Us != 300e3 || math.Abs(v.BehindRatio-c.ratio) > 1e-9 {
+			t.Errorf("%s: %d windows, %d behind, app p50 %v there, ratio %v; want 20, 10, 300 ms, %v",
+				c.name, v.Windows, v.BehindWindows, v.BehindAppP50Us, v.BehindRatio, c.ratio)
+		}
 	}
 }
