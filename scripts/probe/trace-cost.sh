@@ -7,12 +7,16 @@
 # own p50 beside it), with the launches a request the trace saw; $OUT gets the result
 # (trace-cost-MODE.txt) and its files in one archive (trace-cost-MODE.tgz).
 # Eager LCs differ by 20-80% from process to process: this compares one process with itself.
+# The LC runs on LC_CPUS and the tracer on TRACER_CPUS (2,3 and 4,5 where the machine has 8
+# CPUs or more; "" leaves either unpinned): a tracer on the LC's CPU would cost it the CPU.
 #   bash scripts/probe/trace-cost.sh gpt2
 set -u # as root on the GPU machine, from the repo root, with .carry/gpreemptctl (make gpu-binaries)
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/daemon.sh" # wait_ready
 MODE=${1:-gpt2} TAG=${2:-}
 OUT=${OUT:-/tmp/gpreempt-out}; mkdir -p "$OUT"
 C=${C:-.carry} SPAN=${SPAN:-20} SETTLE=${SETTLE:-4} CYCLES=${CYCLES:-5}
+if [ "$(nproc)" -ge 8 ]; then LC_CPUS=${LC_CPUS-2,3} TRACER_CPUS=${TRACER_CPUS-4,5}; else LC_CPUS=${LC_CPUS-} TRACER_CPUS=${TRACER_CPUS-}; fi
+pin() { if [ -n "$1" ]; then taskset -c "$1" "${@:2}"; else "${@:2}"; fi; }
 case $MODE in
   eager) lc=(bench/pytorch/lc_infer.py --period 20ms --warmup 50);;
   graph) lc=(bench/pytorch/lc_infer.py --cuda-graph --period 20ms --warmup 50);;
@@ -25,7 +29,7 @@ period=$(printf '%s\n' "${lc[@]}" | sed -n '/--period/{n;p}')
 n=$(python3 -c "import re,sys; v,u=re.fullmatch(r'([0-9.]+)(ms|s)',sys.argv[1]).groups(); print(int((2*$SPAN*$CYCLES+30)/(float(v)*{'ms':1e-3,'s':1}[u])))" "$period") || exit 1
 now() { python3 -c 'import time; print(time.monotonic_ns())'; } # the clock the app stamps its requests on
 phases=$OUT/trace-cost-$MODE$TAG-phases.txt; : > "$phases"
-python3 -u "${lc[@]}" --requests "$n" --out "$OUT/lc-cost-$MODE$TAG.json" > "/tmp/lc-cost-$MODE.out" 2>&1 &
+pin "$LC_CPUS" python3 -u "${lc[@]}" --requests "$n" --out "$OUT/lc-cost-$MODE$TAG.json" > "/tmp/lc-cost-$MODE.out" 2>&1 &
 P=$!
 wait_ready "/tmp/lc-cost-$MODE.out" $P 90 || { echo "trace-cost.sh: the LC did not come up: /tmp/lc-cost-$MODE.out" >&2; kill $P 2>/dev/null; exit 1; }
 traces=()
@@ -33,7 +37,7 @@ for ((i = 0; i < CYCLES; i++)); do
   echo "untraced $(now)" >> "$phases"; sleep "$SPAN"; echo "end $(now)" >> "$phases"
   echo "traced $(now)" >> "$phases"
   traces+=("$OUT/trace-cost-$MODE$TAG-$i.jsonl")
-  if ! $C/gpreemptctl trace requests --pid $P --duration "${SPAN}s" --interval "${SPAN}s" --each --json > "${traces[-1]}" 2>&1; then
+  if ! pin "$TRACER_CPUS" $C/gpreemptctl trace requests --pid $P --duration "${SPAN}s" --interval "${SPAN}s" --each --json > "${traces[-1]}" 2>&1; then
     echo "trace-cost.sh: the trace failed (${traces[-1]}): no traced phase to compare" >&2; kill $P 2>/dev/null; exit 1
   fi
   echo "end $(now)" >> "$phases"
@@ -56,19 +60,25 @@ for s in json.load(open(res))["samples"]:
         if lo <= a and e <= hi:
             lat[what].append(s["latency_ns"] / 1e6)
             each[i].append(s["latency_ns"] / 1e6)
-# Each phase's own p50: an eager LC's speed modes last tens of seconds, and show as phases of a kind that disagree.
-print("phases, in turn:", ", ".join(f"{w} {st.median(v):.1f} ms ({len(v)})" for (w, _, _), v in zip(spans, each) if v))
-launches, steps = [], 0
+launches, steps, read = [], 0, []
 for f in traces:
+    kinds = set()
     for line in open(f):
         if line.startswith("{"):
             d = json.loads(line)
             if d.get("type") != "request" or not d.get("launches"):
                 continue
+            kinds.add(d.get("kind"))
             if d.get("kind") == "step": # never quiet: an LC behind its arrivals runs its requests back to back
                 steps += 1
             else:
                 launches.append(d["launches"] / max(d.get("requests", 1), 1))
+    read.append("+".join(sorted(k.replace("request", "requests").replace("step", "steps") for k in kinds if k)) or "nothing")
+# Each phase's own p50 (and, traced, what the trace measured): an eager LC's speed modes last tens
+# of seconds, and show as phases of a kind that disagree; a trace begun inside a backlog reads steps.
+traced = [i for i, (w, _, _) in enumerate(spans) if w == "traced"] # the k-th traced phase is the k-th trace
+tag = {i: f" [{read[k]}]" for k, i in enumerate(traced) if k < len(read)}
+print("phases, in turn:", ", ".join(f"{w} {st.median(v):.1f} ms ({len(v)}){tag.get(i, '')}" for i, ((w, _, _), v) in enumerate(zip(spans, each)) if v))
 t, u = lat["traced"], lat["untraced"]
 late = json.load(open(res)).get("late", 0)
 if steps:
