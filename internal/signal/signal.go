@@ -87,6 +87,24 @@ func (l Latency) Unresolved(o objective.Objective, v time.Duration) string {
 		o.Name(), v, lo, hi, why)
 }
 
+// FromPush is a stats push's window as a Latency (the daemon checked its names and values), up to
+// MaxSamples values a metric.
+func FromPush(w *api.Window) Latency {
+	us := func(x float64) time.Duration { return time.Duration(x * float64(time.Microsecond)) }
+	s := Latency{Source: Pushed, Window: time.Duration(w.DurationMs * float64(time.Millisecond)), Requests: int(min(w.Requests, math.MaxInt32)),
+		Tokens: int(min(w.Tokens, math.MaxInt32)), Quantiles: map[string]time.Duration{}, Samples: map[string][]time.Duration{}}
+	for q, x := range w.LatencyUs {
+		s.Quantiles[q] = us(x)
+	}
+	for m, xs := range w.SamplesUs {
+		metric := map[string]string{"request": MetricRequest, "ttft": MetricTTFT, "tpot": MetricTPOT}[m]
+		for _, x := range xs[:min(len(xs), MaxSamples)] {
+			s.Samples[metric] = append(s.Samples[metric], us(x))
+		}
+	}
+	return s
+}
+
 // Quantiles name Latency.Quantiles, ascending, as an app pushes them, a scrape gives them and an
 // objective is read from them (QuantileName).
 var Quantiles = []struct {

@@ -1276,3 +1276,83 @@ func TestExploresAfterTheLCSpeedsUp(t *testing.T) {
 	slices.Sort(reached)
 	t.Logf("settled on 1 ms or more %d windows after the LC sped up (median; %d-%d), BE share %.3f over the 900", reached[12], reached[0], reached[23], share/n)
 }
+
+// TestGateAfterTimeslicesWhereItHoldsEveryRequest: the gate holds BE through every LC request,
+// while under any timeslice BE runs whenever the LC is idle; where the gate's budget covers the
+// LC's requests, an unmeasured gate arm is expected to leave BE no more than any timeslice, and
+// the search tries the shorter timeslices first. An LC busy a third of the time whose static arm
+// misses settles on 50µs (BE 75%), not on a gate arm (62-66%); one busy more than the budget
+// still tries the gate first. It fails without the rule, and with the rule regardless of the budget.
+func TestGateAfterTimeslicesWhereItHoldsEveryRequest(t *testing.T) {
+	pts := []Point{{time.Microsecond, 1.04, 0.70, false}, {50 * time.Microsecond, 1.06, 0.75, false}, {200 * time.Microsecond, 1.16, 0.78, false}, {3 * time.Millisecond, 1.5, 0.9, false}}
+	gated := []Point{{time.Microsecond, 1.01, 0.55, false}, {200 * time.Microsecond, 1.02, 0.62, false}, {3 * time.Millisecond, 1.03, 0.66, false}}
+	for _, tt := range []struct {
+		name      string
+		baseline  time.Duration // a request a window of a second: the LC's busy part
+		firstGate bool          // the first arm tried off the static one has the gate
+	}{
+		{"busy a third", 300 * time.Millisecond, false},
+		{"busy past the budget", 800 * time.Millisecond, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := Workload{Name: "decode", Baseline: tt.baseline, Noise: 0.03, ShareNoise: 0.01, Requests: 1, Points: pts, Gated: gated}
+			c := newController(t, Options{NoPause: true})
+			g := NewSimGPU(7)
+			g.Standalone, g.Gate = true, true // the gate's share 0.5, as the policy's default
+			ds := play(c, g, w, mustObjective(t, "p50<=1.10x"), 400, nil)
+			i := slices.IndexFunc(ds, func(d Decision) bool { return d.Changed })
+			if i < 0 || ds[i].Arm.Gate != tt.firstGate {
+				t.Fatalf("first change %d: want an arm with the gate %v", i, tt.firstGate)
+			}
+			if tt.firstGate {
+				return
+			}
+			var share float64
+			for _, d := range ds[len(ds)-100:] {
+				share += d.BEShare / 100
+			}
+			if got := c.Arm(); got != (Arm{BETimeslice: 50 * time.Microsecond}) || share < 0.73 {
+				t.Errorf("settled on %v with BE %.2f over the last 100 windows, want 50µs and 0.75 (reason %q)", got, share, ds[len(ds)-1].Reason)
+			}
+		})
+	}
+}
+
+// TestBusyIsTheLCsRequests: the LCs' busy part of a window is their request latencies that ended in
+// it, each process's once whatever its objectives, its tokens not counted again, at most the whole
+// window; unknown until a window holds one, then a mean that forgets over halfLife.
+func TestBusyIsTheLCsRequests(t *testing.T) {
+	p50, p99, tpot := mustObjective(t, "p50<=1.10x"), mustObjective(t, "p99<=1.30x"), mustObjective(t, "tpot_p50<=1.10x")
+	ms := func(v ...int) (out []stats.Weighted) {
+		for _, x := range v {
+			out = append(out, stats.Weighted{V: time.Duration(x) * time.Millisecond, W: 1})
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name string
+		lc   []LCSample
+		want float64
+	}{
+		{"one request", []LCSample{{Key: "a", Objective: p50, Points: ms(300)}}, 0.3},
+		{"two objectives of one process", []LCSample{{Key: "a", Objective: p50, Points: ms(300)}, {Key: "a", Objective: p99, Points: ms(300)}}, 0.3},
+		{"its tokens", []LCSample{{Key: "a", Objective: tpot, Points: ms(20, 20, 20)}, {Key: "a", Objective: p50, Points: ms(300)}}, 0.3},
+		{"two processes", []LCSample{{Key: "a", Objective: p50, Points: ms(300)}, {Key: "b", Objective: p50, Points: ms(100, 100)}}, 0.5},
+		{"a count", []LCSample{{Key: "a", Objective: p50, Points: []stats.Weighted{{V: 2 * time.Millisecond, W: 100}}}}, 0.2},
+		{"over the window", []LCSample{{Key: "a", Objective: p50, Points: ms(700, 600)}}, 1},
+	} {
+		c := newController(t, Options{NoPause: true})
+		c.Observe(Observation{BEShare: math.NaN()}) // no LC yet: unknown
+		if c.busy.W != 0 {
+			t.Fatalf("%s: busy %+v before any request, want unknown", tt.name, c.busy)
+		}
+		c.Observe(Observation{BEShare: math.NaN(), LC: tt.lc})
+		if got := c.busy.Mean(); math.Abs(got-tt.want) > 1e-9 {
+			t.Errorf("%s: busy %v, want %v", tt.name, got, tt.want)
+		}
+		c.Observe(Observation{BEShare: math.NaN()}) // a window with none ended counts as idle
+		if got, want := c.busy.Mean(), tt.want*aged(1)/(1+aged(1)); math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s: busy %v after an empty window, want %v", tt.name, got, want)
+		}
+	}
+}
