@@ -22,7 +22,6 @@ type arms struct {
 	ladder     []time.Duration
 	lo         int
 	gate       bool
-	gateShare  float64 // of the GPU's time the gate may hold BE (0: not known)
 	prepreempt time.Duration
 	static     Arm
 }

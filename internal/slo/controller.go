@@ -44,7 +44,7 @@ const (
 	stableGap     = 30 * time.Second       // once converged, least time from a change to another but to protect the LC: a steady LC that meets sees a change at most this often
 	priorWeight   = 2                      // measurements the prior scatter weighs as: two that happen to agree do not make a noisy LC steady
 	priorScatter  = 0.1                    // a measurement's relative scatter until learnt; how much better than a measured neighbour an unmeasured arm may be
-	gateShare     = 0.75                   // BE's share with the gate over without, until measured, where LCs are busier than it may hold (only the order counts)
+	gateShare     = 0.75                   // BE's share with the gate over without, until measured (only the order counts)
 	switchCost    = 190 * time.Microsecond // measured on H100 and H200, not tuned: what no timeslice removes; it only names a bound
 )
 
@@ -66,7 +66,6 @@ type Observation struct {
 	MinBEShare     float64       // no arm known to give BE less is chosen; 0: none
 	MinBETimeslice time.Duration // below it two BE on a GPU spend it switching; 0: the ladder's first
 	Gate           bool          // the gate may hold BE for these LCs
-	GateShare      float64       // of the GPU's time the gate may hold BE at most (its budget); 0: not known
 	Prepreempt     time.Duration // an LC's engine may pre-preempt up to this BE timeslice; 0: no
 	BEPaused       bool          // every BE was stopped through the window, as asked
 	BEIdle         bool          // no BE launched work through the window of its own accord: the LC ran alone
@@ -151,7 +150,6 @@ type Controller struct {
 	nextExplore        int              // the first window a settled search may explore in (0: not converged yet: not held back)
 	budgeted           int              // the first window the budget allows an exploration in after the last (before convergence too)
 	paused, calibrated int
-	busy               stats.Forgetting // the LCs' requests' part of a window, from the first window with one
 }
 
 // New returns a controller at the safe arm.
@@ -180,7 +178,7 @@ func (c *Controller) Arm() Arm { return c.cur }
 // offer takes what o allows: the rungs from its floor, the gate, pre-preemption, BE's minimum share.
 func (c *Controller) offer(o Observation) {
 	lo, _ := slices.BinarySearch(c.opts.Ladder, o.MinBETimeslice) // the first rung at the floor or above, else the last
-	c.set = arms{ladder: c.opts.Ladder, lo: min(lo, len(c.opts.Ladder)-1), gate: o.Gate, gateShare: o.GateShare, prepreempt: o.Prepreempt, static: Arm{BETimeslice: c.opts.Static}}
+	c.set = arms{ladder: c.opts.Ladder, lo: min(lo, len(c.opts.Ladder)-1), gate: o.Gate, prepreempt: o.Prepreempt, static: Arm{BETimeslice: c.opts.Static}}
 	c.minShare = o.MinBEShare
 }
 

@@ -37,7 +37,6 @@ func (c *Controller) decay(f float64) {
 	for _, r := range c.refs {
 		r.est.Decay(f)
 	}
-	c.busy.Decay(f)
 	for a, e := range c.arms {
 		maps.DeleteFunc(e.lc, func(_ string, x *stats.Forgetting) bool { x.Decay(f); return forgotten(x.W) })
 		if e.share.Decay(f); len(e.lc) == 0 && forgotten(e.share.W) {
@@ -113,11 +112,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		c.idleAt = c.tick
 	}
 	c.quiet++
-	busy := 0.0 // the LCs' requests that ended in the window, each process's once (it may have several objectives)
-	for i, s := range o.LC {
-		if s.Objective.Metric == "" && !slices.ContainsFunc(o.LC[:i], func(t LCSample) bool { return t.Key == s.Key && t.Objective.Metric == "" }) {
-			busy += float64(stats.Total(s.Points)) / float64(c.opts.Window)
-		}
+	for _, s := range o.LC {
 		k, n := s.Key+" "+s.Objective.String(), stats.Weight(s.Points)
 		if n > 0 {
 			c.active[k], c.quiet = c.tick, 0
@@ -181,9 +176,6 @@ func (c *Controller) measure(d *Decision, o Observation) {
 	maps.DeleteFunc(c.refs, func(_ string, r *reference) bool { return c.tick-r.last > 2*halfLife })
 	if underArm && !math.IsNaN(o.BEShare) {
 		c.est(c.cur).share.Add(o.BEShare)
-	}
-	if busy > 0 || c.busy.W > 0 {
-		c.busy.Add(min(busy, 1))
 	}
 	d.Worst = c.worstMean(c.cur)
 }
@@ -341,17 +333,15 @@ func (c *Controller) share(a Arm) float64 {
 	if e := &c.est(a).share; known(e) {
 		return e.Mean()
 	}
-	s, dist := c.set.priorShare(a), math.MaxInt
+	near, dist := Arm{}, math.MaxInt
 	for _, b := range c.set.all() { // in order: a tie goes the same way every time
 		d := max(c.set.rung(a)-c.set.rung(b), c.set.rung(b)-c.set.rung(a)) + map[bool]int{true: 1}[a.Gate != b.Gate] + map[bool]int{true: 1}[a.Prepreempt != b.Prepreempt]
 		if e := c.arms[b]; e != nil && known(&e.share) && d < dist {
-			s, dist = min(1, e.share.Mean()*c.set.priorShare(a)/c.set.priorShare(b)), d
+			near, dist = b, d
 		}
 	}
-	for _, b := range c.set.all() { // the gate holds BE through every LC request its budget covers; under any timeslice BE runs while the LC idles
-		if a.Gate && !b.Gate && known(&c.busy) && c.busy.Mean() <= c.set.gateShare {
-			s = min(s, c.share(b))
-		}
+	if dist == math.MaxInt {
+		return c.set.priorShare(a)
 	}
-	return s
+	return min(1, c.est(near).share.Mean()*c.set.priorShare(a)/c.set.priorShare(near))
 }

@@ -159,9 +159,8 @@ type SimGPU struct {
 	// push of quantiles alone).
 	Summary bool
 	// Gate and Prepreempt are the arms offered (Observation.Gate,
-	// Observation.Prepreempt); GateShare the gate's budget (Observation.GateShare; NewSimGPU: 0.5).
+	// Observation.Prepreempt).
 	Gate       bool
-	GateShare  float64
 	Prepreempt time.Duration
 	// Aligned windows begin as a decision takes effect, as an app's
 	// reporter pushing just before the daemon reads has them: the window
@@ -191,7 +190,7 @@ func (g *SimGPU) host(w Workload) float64 {
 
 // NewSimGPU returns a simulator seeded with seed.
 func NewSimGPU(seed uint64) *SimGPU {
-	return &SimGPU{GateShare: 0.5, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))} // the gate's budget as the policy's default gives it
+	return &SimGPU{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 }
 
 // Window is one observation of w under BE timeslice ts, for an LC with
@@ -218,7 +217,7 @@ func (g *SimGPU) WindowArm(w Workload, obj objective.Objective, a, prev Arm) Obs
 	g.wasPaused = paused
 	noise := func(n float64) float64 { return math.Max(0.5, 1+n*g.rng.NormFloat64()) }
 	sn := cmp.Or(w.ShareNoise, w.Noise)
-	o := Observation{BEShare: math.Min(1, share*noise(sn)), BEPaused: paused, BEIdle: g.Idle && !paused, Gate: g.Gate, GateShare: g.GateShare, Prepreempt: g.Prepreempt, Aligned: g.Aligned}
+	o := Observation{BEShare: math.Min(1, share*noise(sn)), BEPaused: paused, BEIdle: g.Idle && !paused, Gate: g.Gate, Prepreempt: g.Prepreempt, Aligned: g.Aligned}
 	if g.ShareUnknown || g.Idle {
 		o.BEShare = math.NaN()
 	}

@@ -242,7 +242,7 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 		}
 		gate := l.Gate != nil && pol.Gate.Mode != policy.GateOff && // where the policy allows it and it sees every LC's requests end
 			!slices.ContainsFunc(s.lcs, func(p policy.ProcRef) bool { return !l.Gate.Delimits(p.PID) })
-		obs := slo.Observation{BEShare: math.NaN(), MinBETimeslice: floor, MinBEShare: pol.SLO.MinBEShare, Gate: gate, GateShare: pol.Gate.Share, Prepreempt: s.prepreempt}
+		obs := slo.Observation{BEShare: math.NaN(), MinBETimeslice: floor, MinBEShare: pol.SLO.MinBEShare, Gate: gate, Prepreempt: s.prepreempt}
 		if !s.started { // one started in this window has its arms applied and nothing judged; an idle one is told there was no LC (and falls back)
 			// Without BE: every BE of the search held stopped through the window (or by someone else, or gone; or none).
 			obs.BEPaused = s.pausing && (len(s.bes) == 0 || l.Pause.Holding() && !slices.ContainsFunc(s.bes, func(p policy.ProcRef) bool { return !l.Pause.Still(p) }))

@@ -21,14 +21,6 @@ func Weight(ws []Weighted) (n int) {
 	return n
 }
 
-// Total is what ws sum to, each value its weight's times: the time of the requests they stand for.
-func Total(ws []Weighted) (t time.Duration) {
-	for _, x := range ws {
-		t += x.V * time.Duration(x.W)
-	}
-	return t
-}
-
 // WeightedQuantile is the weighted nearest-rank quantile q of ws (0:
 // none): exact over samples, an approximation where a value stands for a
 // window's quantile.
