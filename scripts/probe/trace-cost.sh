@@ -16,7 +16,7 @@ MODE=${1:-gpt2} TAG=${2:-}
 OUT=${OUT:-/tmp/gpreempt-out}; mkdir -p "$OUT"
 C=${C:-.carry} SPAN=${SPAN:-20} SETTLE=${SETTLE:-4} CYCLES=${CYCLES:-5}
 if [ "$(nproc)" -ge 8 ]; then LC_CPUS=${LC_CPUS-2,3} TRACER_CPUS=${TRACER_CPUS-4,5}; else LC_CPUS=${LC_CPUS-} TRACER_CPUS=${TRACER_CPUS-}; fi
-pin() { if [ -n "$1" ]; then taskset -c "$1" "${@:2}"; else "${@:2}"; fi; }
+lcpin=(${LC_CPUS:+taskset -c "$LC_CPUS"}) tracerpin=(${TRACER_CPUS:+taskset -c "$TRACER_CPUS"}) # taskset execs: $! is the LC's pid
 case $MODE in
   eager) lc=(bench/pytorch/lc_infer.py --period 20ms --warmup 50);;
   graph) lc=(bench/pytorch/lc_infer.py --cuda-graph --period 20ms --warmup 50);;
@@ -29,7 +29,7 @@ period=$(printf '%s\n' "${lc[@]}" | sed -n '/--period/{n;p}')
 n=$(python3 -c "import re,sys; v,u=re.fullmatch(r'([0-9.]+)(ms|s)',sys.argv[1]).groups(); print(int((2*$SPAN*$CYCLES+30)/(float(v)*{'ms':1e-3,'s':1}[u])))" "$period") || exit 1
 now() { python3 -c 'import time; print(time.monotonic_ns())'; } # the clock the app stamps its requests on
 phases=$OUT/trace-cost-$MODE$TAG-phases.txt; : > "$phases"
-pin "$LC_CPUS" python3 -u "${lc[@]}" --requests "$n" --out "$OUT/lc-cost-$MODE$TAG.json" > "/tmp/lc-cost-$MODE.out" 2>&1 &
+"${lcpin[@]}" python3 -u "${lc[@]}" --requests "$n" --out "$OUT/lc-cost-$MODE$TAG.json" > "/tmp/lc-cost-$MODE.out" 2>&1 &
 P=$!
 wait_ready "/tmp/lc-cost-$MODE.out" $P 90 || { echo "trace-cost.sh: the LC did not come up: /tmp/lc-cost-$MODE.out" >&2; kill $P 2>/dev/null; exit 1; }
 traces=()
@@ -37,7 +37,7 @@ for ((i = 0; i < CYCLES; i++)); do
   echo "untraced $(now)" >> "$phases"; sleep "$SPAN"; echo "end $(now)" >> "$phases"
   echo "traced $(now)" >> "$phases"
   traces+=("$OUT/trace-cost-$MODE$TAG-$i.jsonl")
-  if ! pin "$TRACER_CPUS" $C/gpreemptctl trace requests --pid $P --duration "${SPAN}s" --interval "${SPAN}s" --each --json > "${traces[-1]}" 2>&1; then
+  if ! "${tracerpin[@]}" $C/gpreemptctl trace requests --pid $P --duration "${SPAN}s" --interval "${SPAN}s" --each --json > "${traces[-1]}" 2>&1; then
     echo "trace-cost.sh: the trace failed (${traces[-1]}): no traced phase to compare" >&2; kill $P 2>/dev/null; exit 1
   fi
   echo "end $(now)" >> "$phases"
