@@ -204,7 +204,9 @@ func (c *Controller) Observe(o Observation) Decision {
 	d := Decision{Worst: math.NaN(), BEShare: o.BEShare, Aligned: o.Aligned}
 	c.measure(&d, o)
 	c.step(&d, o)
-	c.calibrated += map[bool]int{true: 1}[c.phase.Kind == Calibrating]
+	if c.phase.Kind == Calibrating {
+		c.calibrated++
+	}
 	d.Arm, d.Phase, d.BEBelowMinimum, d.Converged = c.cur, c.phase.Kind.String(), c.short(c.cur), c.nextExplore > 0
 	d.PausedWindows, d.CalibrationWindows, d.Windows = c.paused, c.calibrated, c.tick
 	return d
@@ -417,7 +419,7 @@ func (c *Controller) to(d *Decision, cause string, a Arm, why string) {
 			c.missed = c.tick
 		}
 		for _, m := range c.acc { // a measurement is of one arm (an arm replaced mid-exploration too)
-			m.pts, m.reqs, m.alone, m.lone, m.from = nil, 0, nil, 0, 0
+			m.restart()
 		}
 	}
 }

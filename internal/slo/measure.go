@@ -54,6 +54,9 @@ type accum struct {
 	ref        time.Duration    // the LC alone it is judged by, where known (0: not)
 }
 
+// restart drops what accumulated toward the next measurement: it counted, or the arm moved.
+func (a *accum) restart() { a.pts, a.reqs, a.alone, a.lone, a.from = nil, 0, nil, 0, 0 }
+
 // reference is what a relative objective is measured against, learnt alone or beside BE whenever the LC runs so (one early measurement is no reference).
 type reference struct {
 	how, owner string
@@ -162,7 +165,8 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		}
 		if a.Target = s.Objective.Target(ref); a.Target > 0 && enough(a.pts, a.reqs, minRequests) && !waits {
 			a.Latency = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
-			a.Ratio, a.pts, a.reqs, a.alone, a.lone, a.from, a.Counted, a.Made = float64(a.Latency)/float64(a.Target), nil, 0, nil, 0, 0, true, a.Made+1
+			a.Ratio, a.Counted, a.Made = float64(a.Latency)/float64(a.Target), true, a.Made+1
+			a.restart()
 			c.counted[k]++
 			e := c.est(c.cur)
 			e.lc[k] = cmp.Or(e.lc[k], &stats.Forgetting{})

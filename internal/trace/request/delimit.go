@@ -156,7 +156,6 @@ type Delimiter struct {
 	partial   bool
 	judged    bool
 	start     uint64
-	first     string // the function that opened it
 	launches  int
 	end       uint64
 	endTID    uint32
@@ -448,7 +447,7 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 		// The first busy period is whole if the process was quiet for its gap since the trace began.
 		piece := !d.judged && d.cfg.Since != 0 && (d.within(t) || d.seen && !quiet)
 		d.partial, d.judged = d.cfg.Pending || piece, true
-		d.open, d.start, d.first = true, t, e.Symbol
+		d.open, d.start = true, t
 		d.cuts, d.cutAt, d.cutFirst, d.markAt, d.cutTID, d.cutGap = 0, t, e.Symbol, 0, e.TID, d.Gap()
 		m, lo, hi, ok := d.sizes.program()
 		d.cut, d.cutting = m, ok && lo == hi && !d.sizes.varies && !d.sizes.firstVaries && m >= minProgram && !d.partial && !d.blind &&
