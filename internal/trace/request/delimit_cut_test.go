@@ -64,6 +64,40 @@ func counted(got []request.Request, t uint64) (n, cut int) {
 	return n, cut
 }
 
+// backToBackBlind is taught's LC, then n requests back to back, each 10 launches and a
+// synchronize; blind says, before request k's i-th call, whether the consumer is blind and
+// whether the call goes unseen; the consumer sees again before the last Tick. It returns what the
+// Delimiter made, the first request's start and every request's.
+func backToBackBlind(n int, blind func(k, i int) (on, unseen bool)) (got []request.Request, t0 uint64, starts []uint64) {
+	var c calls
+	t0 = taught(&c)
+	d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
+	got = run(d, c.sorted(), ms, t0-ms)
+	c.evs = nil
+	tt := t0
+	for k := range n {
+		starts = append(starts, tt)
+		e := c.launches(11, tt, 10, "")
+		c.sync(11, e+20*us, e+520*us)
+		tt = e + 720*us
+		for i, ev := range c.sorted() {
+			on, unseen := blind(k, i)
+			if d.Blind(on); unseen {
+				continue
+			}
+			if r, ok := d.Apply(ev); ok {
+				got = append(got, r)
+			}
+		}
+		c.evs = nil
+	}
+	d.Blind(false)
+	if r, ok := d.Tick(tt + time2ns(time.Second)); ok {
+		got = append(got, r)
+	}
+	return got, t0, starts
+}
+
 // threeBackToBack is taught's LC, then three requests back to back, the
 // second's synchronize as second makes it (its last launch at e2), the
 // third's 500 us; it returns what the Delimiter made, the first's start and
@@ -206,32 +240,7 @@ func TestDelimiterCutStops(t *testing.T) {
 	t.Run("launches unseen in a request", func(t *testing.T) {
 		// Four requests back to back; the consumer is blind through half the second's launches
 		// (the gate's probes off): the program's worth counted on from there ends inside a request.
-		var c calls
-		t0 := taught(&c)
-		d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
-		got := run(d, c.sorted(), ms, t0-ms)
-		c.evs = nil
-		var starts []uint64
-		tt := t0
-		for k := range 4 {
-			starts = append(starts, tt)
-			e := c.launches(11, tt, 10, "")
-			c.sync(11, e+20*us, e+520*us)
-			tt = e + 720*us
-			for i, ev := range c.sorted() {
-				d.Blind(k == 1 && i < 5)
-				if k == 1 && i < 5 {
-					continue // unseen
-				}
-				if r, ok := d.Apply(ev); ok {
-					got = append(got, r)
-				}
-			}
-			c.evs = nil
-		}
-		if r, ok := d.Tick(tt + time2ns(time.Second)); ok {
-			got = append(got, r)
-		}
+		got, _, starts := backToBackBlind(4, func(k, i int) (bool, bool) { return k == 1 && i < 5, k == 1 && i < 5 })
 		for _, r := range got {
 			if r.Cut > 0 && !slices.Contains(starts, r.Start) {
 				t.Errorf("a request cut from %d: no request began there", r.Start)
@@ -239,27 +248,8 @@ func TestDelimiterCutStops(t *testing.T) {
 		}
 	})
 	t.Run("blind after a cut", func(t *testing.T) {
-		var c calls
-		t0 := taught(&c)
-		d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
-		got := run(d, c.sorted(), ms, t0-ms)
-		c.evs = nil
-		tt := t0
-		for k := range 3 { // back to back; the consumer turns blind after the second begins
-			e := c.launches(11, tt, 10, "")
-			c.sync(11, e+20*us, e+520*us)
-			tt = e + 720*us
-			for _, ev := range c.sorted() {
-				if r, ok := d.Apply(ev); ok {
-					got = append(got, r)
-				}
-			}
-			c.evs = nil
-			d.Blind(k == 1)
-		}
-		if r, ok := d.Tick(tt + time2ns(time.Second)); ok {
-			got = append(got, r)
-		}
+		// Three back to back; the consumer turns blind after the second begins.
+		got, t0, _ := backToBackBlind(3, func(k, _ int) (bool, bool) { return k == 2, false })
 		if n, _ := counted(got, t0); n != 3 {
 			t.Errorf("%d requests counted: want 3", n)
 		}
