@@ -450,7 +450,7 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 		d.open, d.start = true, t
 		d.cuts, d.cutAt, d.cutFirst, d.markAt, d.cutTID, d.cutGap = 0, t, e.Symbol, 0, e.TID, d.Gap()
 		m, lo, hi, ok := d.sizes.program()
-		d.cut, d.cutting = m, ok && lo == hi && !d.sizes.varies && !d.sizes.firstVaries && m >= minProgram && !d.partial && !d.blind &&
+		d.cut, d.cutting = m, ok && lo == hi && !d.sizes.varied && !d.sizes.firstVaries && m >= minProgram && !d.partial && !d.blind &&
 			d.sizes.apartUnder(d.cutGap)
 	}
 	if e.TID != d.cutTID {

@@ -32,10 +32,13 @@ type sizes struct {
 	// the backlogs behind it), no evidence of its requests while it stays in
 	// the window.
 	start int
-	// varies: judge found the requests differ in size (or launches were
-	// lost), and a busy period of k times the median may be one request;
-	// none is divided from then on.
-	varies bool
+	// varies: judge found the window's requests differ in size (or
+	// launches were lost), and a busy period of k times the median may be
+	// one request; none is divided while the busy period that showed it is
+	// in the window. varied: some window did; a running busy period is not
+	// cut at the program's worth from then on (a longer request would be
+	// cut short, on less evidence than a whole multiple's).
+	varies, varied bool
 	// m, lo and hi are program()'s, worked out as the window changes.
 	m, lo, hi int
 	// firsts are the calls the window's requests began with; first the
@@ -54,7 +57,7 @@ type sizes struct {
 // evidence that requests differ in size; k requests of a program whose
 // busy periods are divided (one too long to divide too) are neither.
 func (s *sizes) add(launches int, first string, quiet time.Duration) {
-	if m, lo, hi, ok := s.program(); ok && !s.varies && m >= minProgram && multiple(launches, lo, hi) > 0 {
+	if s.count(launches) > 1 {
 		return
 	}
 	s.last[s.next], s.firsts[s.next], s.quiet[s.next] = launches, first, quiet
@@ -68,7 +71,7 @@ func (s *sizes) add(launches int, first string, quiet time.Duration) {
 		var odd bool
 		from := s.start - (s.told - sizeWindow)
 		s.m, s.lo, s.hi, odd = judge(w, from)
-		s.varies = s.varies || odd
+		s.varies, s.varied = odd, s.varied || odd
 		firsts := ring(&s.firsts, s.n, s.next)[min(max(from, 0), sizeWindow-1):]
 		s.first, s.firstVaries = firsts[0], slices.ContainsFunc(firsts, func(f string) bool { return f != firsts[0] })
 	}

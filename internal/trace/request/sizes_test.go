@@ -32,8 +32,14 @@ func TestSizesCount(t *testing.T) {
 		{"requests of varying size", []int{600, 1200, 800, 1000, 700, 1100, 900, 650}, 1800, 1},
 		{"two sizes in the window", []int{100, 150, 100, 100, 150, 100, 100, 100}, 200, 1},
 		// One request told apart off every multiple of the others: the process's requests
-		// differ in size, and none is divided from then on, though the window holds one size again.
-		{"an odd request seen once", append([]int{100, 100, 170, 100, 100, 100, 100, 100}, slices.Repeat([]int{100}, 8)...), 200, 1},
+		// differ in size, and none is divided while it is in the window; once it has left, the
+		// window is one size again and tells backlogs as it did.
+		{"an odd request in the window", append([]int{100, 100, 170, 100, 100, 100, 100, 100}, 100, 100), 200, 1},
+		{"an odd request that left the window", append([]int{100, 100, 170, 100, 100, 100, 100, 100}, 100, 100, 100), 200, 2},
+		// A first window mostly backlogs (simulated: an LC 0-2 ms behind its arrivals), its
+		// lower middle size two requests and its single requests half of it, reads as varying;
+		// the windows after it of one program, backlogs and all, are not.
+		{"a first window mostly backlogs", append([]int{420, 180, 120, 60, 120, 240, 60, 180}, 60, 120, 60, 60, 180, 60, 60, 60), 120, 2},
 		// Traced from an LC's first CUDA call: an eager GPT-2's and a Llama-shaped decode's first
 		// busy periods (warm-up, backlog), then backlogs of two after requests of one as BE slows
 		// them: whole multiples, so backlogs, as they are once the program is known.
@@ -106,8 +112,10 @@ func TestSizesCount(t *testing.T) {
 		{"sizes that change after the start", append(slices.Repeat([]int{100}, 8), 60, 60, 60, 60, 60), 120, 1},
 		// A run too long to divide is no evidence that requests differ: two, later, are still two.
 		{"after a run too long to divide", append(append(slices.Clone(resnet), 226*60), resnet...), 226 + 228, 2},
-		// Off every multiple (a piece of one more: launches lost, or a trace detaching): none after.
-		{"after a busy period off every multiple", append(append(slices.Clone(llama), 82829), llama...), 100464, 1},
+		// Off every multiple (a piece of one more: launches lost, or a trace detaching): none
+		// while it is in the window.
+		{"after a busy period off every multiple", append(append(slices.Clone(llama), 82829), llama[:7]...), 100464, 1},
+		{"a busy period off every multiple that left the window", append(append(slices.Clone(llama), 82829), llama...), 100464, 3},
 		// What launches cannot tell: a request of twice the program's work reads as two
 		// (docs/TRACING.md), told apart or not.
 		{"a double request never seen", slices.Repeat([]int{100}, 8), 200, 2},
@@ -432,7 +440,8 @@ func TestDelimiterQuietLong(t *testing.T) {
 
 // What sizes keeps goes on following the process where its busy periods are never divided: a
 // program of one launch a request that becomes one of 100, and a decode of varying lengths whose
-// longer requests come later, are told from the window as it now is.
+// longer requests come later, are told from the window as it now is, and so is whether the
+// requests vary.
 func TestSizesProgramFollows(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -440,8 +449,10 @@ func TestSizesProgramFollows(t *testing.T) {
 		want   int
 		varies bool
 	}{
-		{"one launch, then 100", append(slices.Repeat([]int{1}, 8), slices.Repeat([]int{100}, 8)...), 100, true},
-		{"varying, then longer", append([]int{600, 1200, 800, 1000, 700, 1100, 900, 650}, slices.Repeat([]int{2400}, 8)...), 2400, true},
+		{"one launch, then 100", append(slices.Repeat([]int{1}, 8), slices.Repeat([]int{100}, 8)...), 100, false},
+		{"one launch, then 100, the last 1 still in the window", append(slices.Repeat([]int{1}, 8), slices.Repeat([]int{100}, 7)...), 100, true},
+		{"varying, then longer", append([]int{600, 1200, 800, 1000, 700, 1100, 900, 650}, slices.Repeat([]int{2400}, 8)...), 2400, false},
+		{"varying, then longer, one of them still in the window", append([]int{600, 1200, 800, 1000, 700, 1100, 900, 650}, slices.Repeat([]int{2400}, 7)...), 2400, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
