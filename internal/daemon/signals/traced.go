@@ -380,8 +380,8 @@ type TracedLC struct {
 	Together int `json:"together,omitempty"`
 	// RequestLaunches is one request's launches once 8 told apart show the
 	// program (0 before); RequestsVary: its requests differ in size (or a
-	// busy period was off every multiple), so back-to-back ones are never
-	// divided. RequestSizes: the launches of the last requests told apart,
+	// busy period was off every multiple), so back-to-back ones are not
+	// divided now. RequestSizes: the launches of the last requests told apart,
 	// oldest first, that both are judged from.
 	RequestLaunches int   `json:"request_launches,omitempty"`
 	RequestsVary    bool  `json:"requests_vary,omitempty"`

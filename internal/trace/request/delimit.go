@@ -238,7 +238,7 @@ func (d *Delimiter) Learnt() bool { return d.gap != 0 }
 
 // Program is the launches of one of the process's requests, once 8 told
 // apart show it (0 before), whether its requests vary in size, so that a
-// busy period of several is never divided, and the launches of the last
+// busy period of several is not divided now, and the launches of the last
 // requests told apart (at most 8, oldest first) that it is judged from.
 func (d *Delimiter) Program() (launches int, varies bool, window []int) {
 	m, _, _, ok := d.sizes.program()
@@ -383,7 +383,13 @@ func (d *Delimiter) close() (Request, bool) {
 		return r, true
 	}
 	r.Requests = 0
-	d.sizes.add(r.Launches, r.First, d.Gap())
+	size := r.Launches
+	if _, lo, _, _ := d.sizes.program(); r.Cut > 0 && size < lo {
+		// The rest of a request longer than the program, cut at its worth: the size it was, and
+		// no more cutting (the next such would be cut short too).
+		size, d.sizes.varied = size+d.cut, true
+	}
+	d.sizes.add(size, r.First, d.Gap())
 	return r, true
 }
 

@@ -438,11 +438,11 @@ func TestDelimiterCutUnderItsGap(t *testing.T) {
 	}
 }
 
-// TestDelimiterCutOnceVaried: a request longer than the program seen once
-// (three steps where the program is two) says a running busy period may be
-// a longer request; once the window is one size again its backlogs are
-// divided at their close, but a longer request alone, its program's worth
-// run, is not cut short there.
+// TestDelimiterCutOnceVaried: a request of another size seen once (one step
+// where the program is two) says a running busy period may be a longer
+// request; once the window is one size again its backlogs are divided at
+// their close, but a longer request alone, its program's worth run, is not
+// cut short there.
 func TestDelimiterCutOnceVaried(t *testing.T) {
 	var c calls
 	req := func(from uint64, steps int) uint64 {
@@ -457,7 +457,7 @@ func TestDelimiterCutOnceVaried(t *testing.T) {
 	for i := range 40 {
 		steps := 2
 		if i == 10 {
-			steps = 3
+			steps = 1
 		}
 		req(now, steps)
 		now += 20 * ms
@@ -512,3 +512,49 @@ func TestDelimiterBehindAtRandom(t *testing.T) {
 }
 
 func abs(x int) int { return max(x, -x) }
+
+// TestDelimiterCutRest: a request longer than the program, cut at the
+// program's worth as it ran, leaves a rest under the program; the window
+// keeps the size it was, and nothing is cut from then on. Three steps where
+// the program is two: a later request of four steps alone, whole multiple
+// though it is, reads as one. Two steps and a launch: a later one, within
+// the program's scatter, is not cut short again.
+func TestDelimiterCutRest(t *testing.T) {
+	tests := []struct {
+		name          string
+		longer, later [3]int // launches of up to three steps
+	}{
+		{"three steps, then four", [3]int{10, 10, 10}, [3]int{10, 10, 20}},
+		{"two steps and a launch, twice", [3]int{10, 10, 1}, [3]int{10, 10, 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c calls
+			req := func(from uint64, steps [3]int) uint64 {
+				for _, n := range steps {
+					if n > 0 {
+						e := c.launches(11, from, n, "")
+						c.sync(11, e+20*us, e+520*us)
+						from = e + 620*us
+					}
+				}
+				return from - 100*us
+			}
+			now := uint64(1e9)
+			for i := range 30 {
+				steps := [3]int{10, 10}
+				if i == 20 {
+					steps = tt.longer
+				}
+				req(now, steps)
+				now += 20 * ms
+			}
+			t0 := now
+			end := req(now, tt.later)
+			got := run(request.NewDelimiter(lcProc.PID, request.DelimiterConfig{}), c.sorted(), ms, end+time2ns(time.Second))
+			if n, cut := counted(got, t0); n != 1 || cut != 0 {
+				t.Errorf("the later request read as %d, %d cut: want one, whole", n, cut)
+			}
+		})
+	}
+}

@@ -35,10 +35,13 @@ type sizes struct {
 	// varies: judge found the window's requests differ in size (or
 	// launches were lost), and a busy period of k times the median may be
 	// one request; none is divided while the busy period that showed it is
-	// in the window. varied: some window did; a running busy period is not
-	// cut at the program's worth from then on (a longer request would be
-	// cut short, on less evidence than a whole multiple's).
-	varies, varied bool
+	// in the window, or from the first that was longer than the program
+	// and off every multiple (longer: the process serves requests of more
+	// than one size, whole multiples among them perhaps). varied: some
+	// window did; a running busy period is not cut at the program's worth
+	// from then on (a longer request would be cut short, on less evidence
+	// than a whole multiple's).
+	varies, varied, longer bool
 	// m, lo and hi are program()'s, worked out as the window changes.
 	m, lo, hi int
 	// firsts are the calls the window's requests began with; first the
@@ -54,8 +57,9 @@ type sizes struct {
 }
 
 // add records a busy period that was not divided: one request, or the
-// evidence that requests differ in size; k requests of a program whose
-// busy periods are divided (one too long to divide too) are neither.
+// evidence that requests differ in size; k requests that count divides
+// are neither (a run too long to divide, a multiple, is kept: no evidence
+// that sizes differ, and what a window of a new size is made of).
 func (s *sizes) add(launches int, first string, quiet time.Duration) {
 	if s.count(launches) > 1 {
 		return
@@ -71,7 +75,9 @@ func (s *sizes) add(launches int, first string, quiet time.Duration) {
 		var odd bool
 		from := s.start - (s.told - sizeWindow)
 		s.m, s.lo, s.hi, odd = judge(w, from)
-		s.varies, s.varied = odd, s.varied || odd
+		past := w[min(max(from, 0), sizeWindow-1):]
+		s.longer = s.longer || slices.Min(past) >= s.lo && slices.ContainsFunc(past, func(l int) bool { return l > s.hi && multiple(l, s.lo, s.hi) == 0 })
+		s.varies, s.varied = odd || s.longer, s.varied || odd
 		firsts := ring(&s.firsts, s.n, s.next)[min(max(from, 0), sizeWindow-1):]
 		s.first, s.firstVaries = firsts[0], slices.ContainsFunc(firsts, func(f string) bool { return f != firsts[0] })
 	}
@@ -115,7 +121,7 @@ func ring[T any](a *[sizeWindow]T, n, next int) []T {
 // still in it): the lower median m of the rest (a backlog or a warm-up only
 // adds launches: it holds against up to half the window of them), and the
 // range [lo, hi] of their requests of about one m. A busy period within k
-// requests' range [k*lo, k*hi] is a backlog wherever it comes, as add treats
+// requests' range [k*lo, k*hi] is a backlog wherever it comes, as count treats
 // one once the program is known: an LC behind its arrivals runs them so at
 // any time, not only as it starts.
 // odd: a busy period off every multiple, or requests half a request apart:

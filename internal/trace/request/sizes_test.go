@@ -31,11 +31,14 @@ func TestSizesCount(t *testing.T) {
 		// A decode of 6-12 steps: its requests' sizes say nothing of a longer busy period.
 		{"requests of varying size", []int{600, 1200, 800, 1000, 700, 1100, 900, 650}, 1800, 1},
 		{"two sizes in the window", []int{100, 150, 100, 100, 150, 100, 100, 100}, 200, 1},
-		// One request told apart off every multiple of the others: the process's requests
-		// differ in size, and none is divided while it is in the window; once it has left, the
-		// window is one size again and tells backlogs as it did.
-		{"an odd request in the window", append([]int{100, 100, 170, 100, 100, 100, 100, 100}, 100, 100), 200, 1},
-		{"an odd request that left the window", append([]int{100, 100, 170, 100, 100, 100, 100, 100}, 100, 100, 100), 200, 2},
+		// One request told apart longer than the others and off every multiple of them: the
+		// process serves requests of more than one size, a whole multiple perhaps one of them,
+		// and none is divided from then on, though the window holds one size again.
+		{"a longer request seen once", append([]int{100, 100, 170, 100, 100, 100, 100, 100}, slices.Repeat([]int{100}, 8)...), 200, 1},
+		// One shorter, and off every multiple: none divided while it is in the window; once
+		// it has left, the window is one size again and tells backlogs as it did.
+		{"a shorter request in the window", append([]int{100, 100, 40, 100, 100, 100, 100, 100}, 100, 100), 200, 1},
+		{"a shorter request that left the window", append([]int{100, 100, 40, 100, 100, 100, 100, 100}, 100, 100, 100), 200, 2},
 		// A first window mostly backlogs (simulated: an LC 0-2 ms behind its arrivals), its
 		// lower middle size two requests and its single requests half of it, reads as varying;
 		// the windows after it of one program, backlogs and all, are not.
@@ -112,10 +115,13 @@ func TestSizesCount(t *testing.T) {
 		{"sizes that change after the start", append(slices.Repeat([]int{100}, 8), 60, 60, 60, 60, 60), 120, 1},
 		// A run too long to divide is no evidence that requests differ: two, later, are still two.
 		{"after a run too long to divide", append(append(slices.Clone(resnet), 226*60), resnet...), 226 + 228, 2},
-		// Off every multiple (a piece of one more: launches lost, or a trace detaching): none
-		// while it is in the window.
-		{"after a busy period off every multiple", append(append(slices.Clone(llama), 82829), llama[:7]...), 100464, 1},
-		{"a busy period off every multiple that left the window", append(append(slices.Clone(llama), 82829), llama...), 100464, 3},
+		// Longer and off every multiple (a piece of one more: launches lost, or a trace
+		// detaching; or a longer request): none after.
+		{"after a busy period off every multiple", append(append(slices.Clone(llama), 82829), llama...), 100464, 1},
+		// Where the window also holds busy periods under its program's range, its lower middle
+		// size is no program (a window mostly backlogs): one longer and off every multiple is
+		// evidence only while it is in the window.
+		{"a window of backlogs and a longer one", append([]int{240, 60, 180, 60, 180, 300, 360, 60}, 60, 120, 60, 60, 180, 60, 60, 60), 120, 2},
 		// What launches cannot tell: a request of twice the program's work reads as two
 		// (docs/TRACING.md), told apart or not.
 		{"a double request never seen", slices.Repeat([]int{100}, 8), 200, 2},
