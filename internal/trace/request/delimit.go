@@ -385,8 +385,8 @@ func (d *Delimiter) close() (Request, bool) {
 	r.Requests = 0
 	size := r.Launches
 	if _, lo, _, _ := d.sizes.program(); r.Cut > 0 && size < lo {
-		// The rest of a request longer than the program, cut at its worth: the size it was, and
-		// no more cutting (the next such would be cut short too).
+		// The rest of a request longer than the program, cut at its worth: the size it was at
+		// the least, and no more cutting (the next such would be cut short too).
 		size, d.sizes.varied = size+d.cut, true
 	}
 	d.sizes.add(size, r.First, d.Gap())

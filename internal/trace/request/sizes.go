@@ -36,8 +36,10 @@ type sizes struct {
 	// launches were lost), and a busy period of k times the median may be
 	// one request; none is divided while the busy period that showed it is
 	// in the window, or from the first that was longer than the program
-	// and off every multiple (longer: the process serves requests of more
-	// than one size, whole multiples among them perhaps). varied: some
+	// and off every multiple in a window with none under the program's
+	// range (longer: the process serves requests of more than one size,
+	// whole multiples among them perhaps; where some are under it, its
+	// lower middle size may be a backlog, no program). varied: some
 	// window did; a running busy period is not cut at the program's worth
 	// from then on (a longer request would be cut short, on less evidence
 	// than a whole multiple's).
@@ -76,7 +78,7 @@ func (s *sizes) add(launches int, first string, quiet time.Duration) {
 		from := s.start - (s.told - sizeWindow)
 		s.m, s.lo, s.hi, odd = judge(w, from)
 		past := w[min(max(from, 0), sizeWindow-1):]
-		s.longer = s.longer || slices.Min(past) >= s.lo && slices.ContainsFunc(past, func(l int) bool { return l > s.hi && multiple(l, s.lo, s.hi) == 0 })
+		s.longer = s.longer || s.m > 0 && slices.Min(past) >= s.lo && slices.ContainsFunc(past, func(l int) bool { return l > s.hi && multiple(l, s.lo, s.hi) == 0 })
 		s.varies, s.varied = odd || s.longer, s.varied || odd
 		firsts := ring(&s.firsts, s.n, s.next)[min(max(from, 0), sizeWindow-1):]
 		s.first, s.firstVaries = firsts[0], slices.ContainsFunc(firsts, func(f string) bool { return f != firsts[0] })

@@ -455,6 +455,9 @@ func TestSizesProgramFollows(t *testing.T) {
 		want   int
 		varies bool
 	}{
+		// Busy periods of no launches (a synchronize of work whose launches went unseen): no
+		// program, and nothing divided.
+		{"no launches, then 50", append(slices.Repeat([]int{0}, 4), 50, 50, 50, 50), 0, false},
 		{"one launch, then 100", append(slices.Repeat([]int{1}, 8), slices.Repeat([]int{100}, 8)...), 100, false},
 		{"one launch, then 100, the last 1 still in the window", append(slices.Repeat([]int{1}, 8), slices.Repeat([]int{100}, 7)...), 100, true},
 		{"varying, then longer", append([]int{600, 1200, 800, 1000, 700, 1100, 900, 650}, slices.Repeat([]int{2400}, 8)...), 2400, false},
@@ -467,4 +470,22 @@ func TestSizesProgramFollows(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzSizes: any launch counts told apart (zeros among them: a synchronize
+// of work whose launches went unseen) are judged without a panic, and any
+// busy period counts as one request or more.
+func FuzzSizes(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 50, 0, 50, 0, 50, 0, 50}, uint16(100))
+	f.Add([]byte{1, 64, 0, 240, 0, 60, 0, 180, 0, 60, 0, 180, 1, 44, 1, 104, 0, 60}, uint16(120))
+	f.Fuzz(func(t *testing.T, b []byte, launches uint16) {
+		last := make([]int, 0, len(b)/2)
+		for i := 0; i+1 < len(b) && len(last) < 64; i += 2 {
+			last = append(last, int(b[i])<<8|int(b[i+1]))
+		}
+		request.SizesProgram(last)
+		if n := request.SizesCount(last, int(launches)); n < 1 {
+			t.Errorf("SizesCount(%v, %d) = %d, want at least 1", last, launches, n)
+		}
+	})
 }
