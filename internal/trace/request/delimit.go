@@ -379,7 +379,7 @@ func (d *Delimiter) close() (Request, bool) {
 	if wasStep || r.End == 0 || r.End < r.Start || partial {
 		return Request{}, false // measured per step, served nothing, or begun before the trace saw it
 	}
-	if r.Requests = d.sizes.count(r.Launches); r.Requests > 1 {
+	if r.Requests = d.sizes.count(r.Launches, d.gap); r.Requests > 1 {
 		return r, true
 	}
 	r.Requests = 0

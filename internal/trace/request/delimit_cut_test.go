@@ -422,19 +422,52 @@ func TestDelimiterCutOneThread(t *testing.T) {
 
 // TestDelimiterCutUnderItsGap: a busy decode whose tokens were told apart
 // under a gap learnt from its sampling misread as asleep (1 ms), the gap
-// then unlearnt (25 ms): its whole requests, 16 tokens' launches, are not
-// cut into tokens, whose sizes the window still holds.
+// then learnt again (5-12 ms): its whole requests, 8 or 16 tokens'
+// launches, are neither cut nor counted as tokens, whose sizes the window
+// held; it comes to hold the requests' own.
 func TestDelimiterCutUnderItsGap(t *testing.T) {
-	w := busyDecode(60, 16, 120*ms, decodeOpts{tick: 10 * ms})
+	for _, k := range []int{8, 16} {
+		w := busyDecode(60, k, 120*ms, decodeOpts{tick: 10 * ms})
+		d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
+		got := run(d, w.evs, ms, w.want[len(w.want)-1].End+time2ns(time.Second))
+		if m, _, _ := d.Program(); m != 60*k {
+			t.Errorf("%d tokens: program %d launches, want the request's %d", k, m, 60*k)
+		}
+		for _, r := range got {
+			if r.Cut > 0 || r.Count() > 1 {
+				t.Fatalf("%d tokens: the busy period from %d (%d launches) read as %d (cut %d): want none read as its tokens", k, r.Start, r.Launches, r.Count(), r.Cut)
+			}
+		}
+	}
+}
+
+// TestDelimiterSlowsUnlearnt: an LC whose launches slow tenfold midway (a
+// CPU's slow mode: 10-20 us apart, then 100-200 us) with 0-3 ms between its
+// requests loses its learnt gap (the two clusters meet), and its requests
+// run as one busy period under the ceiling: they are still divided by the
+// program the window holds, since an unlearnt gap measures nothing about
+// it (judged by the ceiling, the last 300 were counted as 102).
+func TestDelimiterSlowsUnlearnt(t *testing.T) {
+	w := newWorkload(0)
+	c := newCPUThread(w, true)
+	for i := range 400 {
+		if g := w.between(0, 3*ms); g > 100*us {
+			c.wait(g)
+		}
+		lo, hi := uint64(10*us), uint64(20*us)
+		if i >= 200 {
+			lo, hi = 100*us, 200*us
+		}
+		start := c.now
+		w.request(lcProc, start, c.step(60, lo, hi, w.between(ms, 2*ms)), 60)
+	}
 	d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
 	got := run(d, w.evs, ms, w.want[len(w.want)-1].End+time2ns(time.Second))
-	if m, _, _ := d.Program(); m != 60 {
-		t.Fatalf("program %d launches: the workload should leave its tokens' 60 in the window", m)
+	if d.Learnt() {
+		t.Fatalf("gap %v learnt: the workload should leave it unlearnt", d.Gap())
 	}
-	for _, r := range got {
-		if r.Cut > 0 {
-			t.Fatalf("a request cut from %d (%d launches): want none cut into tokens", r.Start, r.Launches)
-		}
+	if n, _ := counted(got, w.want[100].Start); 100*abs(n-300) > 300 {
+		t.Errorf("%d requests counted: want 300 within 1%%", n)
 	}
 }
 

@@ -21,5 +21,5 @@ func SizesCount(last []int, launches int) int {
 	for _, l := range last {
 		s.add(l, "cuLaunchKernel", 1<<62)
 	}
-	return s.count(launches)
+	return s.count(launches, 0)
 }

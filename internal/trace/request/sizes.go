@@ -63,7 +63,7 @@ type sizes struct {
 // are neither (a run too long to divide, a multiple, is kept: no evidence
 // that sizes differ, and what a window of a new size is made of).
 func (s *sizes) add(launches int, first string, quiet time.Duration) {
-	if s.count(launches) > 1 {
+	if s.count(launches, quiet) > 1 {
 		return
 	}
 	s.last[s.next], s.firsts[s.next], s.quiet[s.next] = launches, first, quiet
@@ -196,10 +196,16 @@ func (s *sizes) program() (m, lo, hi int, ok bool) {
 // of the last requests of about one median, and k ranges leave k
 // unambiguous (under half a request); else 1, as for a process whose
 // requests differ in size (a decode of varying lengths) or a program of
-// under minProgram launches, whose busy periods are never divided.
-func (s *sizes) count(launches int) int {
+// under minProgram launches, whose busy periods are never divided, and
+// where the learnt quiet gap (0: none) would not have told the window's
+// requests apart: they are no requests under it (a busy decode's tokens,
+// told apart under a gap learnt from its sampling misread as asleep, and
+// its whole requests are then not divided into them, but recorded, until
+// the window is made of them). A gap unlearnt (the ceiling) is no such
+// measure: the window stands.
+func (s *sizes) count(launches int, gap time.Duration) int {
 	m, lo, hi, ok := s.program()
-	if !ok || s.varies || m < minProgram {
+	if !ok || s.varies || m < minProgram || !s.apartUnder(gap) {
 		return 1
 	}
 	if k := multiple(launches, lo, hi); k > 0 && 2*k*(hi-lo) < m {
