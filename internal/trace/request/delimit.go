@@ -379,7 +379,11 @@ func (d *Delimiter) close() (Request, bool) {
 	if wasStep || r.End == 0 || r.End < r.Start || partial {
 		return Request{}, false // measured per step, served nothing, or begun before the trace saw it
 	}
-	if r.Requests = d.sizes.count(r.Launches, d.gap); r.Requests > 1 {
+	gap := d.Gap()
+	if !d.Learnt() {
+		gap = 0 // the ceiling, learnt from nothing, says nothing of the window: it stands
+	}
+	if r.Requests = d.sizes.count(r.Launches, gap); r.Requests > 1 {
 		return r, true
 	}
 	r.Requests = 0

@@ -197,12 +197,11 @@ func (s *sizes) program() (m, lo, hi int, ok bool) {
 // unambiguous (under half a request); else 1, as for a process whose
 // requests differ in size (a decode of varying lengths) or a program of
 // under minProgram launches, whose busy periods are never divided, and
-// where the learnt quiet gap (0: none) would not have told the window's
+// where a quiet gap of gap (0: any) would not have told the window's
 // requests apart: they are no requests under it (a busy decode's tokens,
 // told apart under a gap learnt from its sampling misread as asleep, and
 // its whole requests are then not divided into them, but recorded, until
-// the window is made of them). A gap unlearnt (the ceiling) is no such
-// measure: the window stands.
+// the window is made of them).
 func (s *sizes) count(launches int, gap time.Duration) int {
 	m, lo, hi, ok := s.program()
 	if !ok || s.varies || m < minProgram || !s.apartUnder(gap) {
