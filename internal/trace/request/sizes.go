@@ -78,7 +78,7 @@ func (s *sizes) add(launches int, first string, quiet time.Duration) {
 		from := s.start - (s.told - sizeWindow)
 		s.m, s.lo, s.hi, odd = judge(w, from)
 		past := w[min(max(from, 0), sizeWindow-1):]
-		s.longer = s.longer || s.m > 0 && slices.Min(past) >= s.lo && slices.ContainsFunc(past, func(l int) bool { return l > s.hi && multiple(l, s.lo, s.hi) == 0 })
+		s.longer = s.longer || s.m > 0 && longerOff(past, s.lo, s.hi)
 		s.varies, s.varied = odd || s.longer, s.varied || odd
 		firsts := ring(&s.firsts, s.n, s.next)[min(max(from, 0), sizeWindow-1):]
 		s.first, s.firstVaries = firsts[0], slices.ContainsFunc(firsts, func(f string) bool { return f != firsts[0] })
@@ -139,6 +139,13 @@ func judge(w []int, start int) (m, lo, hi int, odd bool) {
 		odd = odd || (l+m/2)/m != 1 && multiple(l, lo, hi) == 0
 	}
 	return m, lo, hi, odd || 2*(hi-lo) >= m
+}
+
+// longerOff reports whether w, none of it under the range [lo, hi] of the
+// program's requests (else its lower middle size may be a backlog), holds
+// a busy period over the range and off every multiple: a longer request.
+func longerOff(w []int, lo, hi int) bool {
+	return slices.Min(w) >= lo && slices.ContainsFunc(w, func(l int) bool { return l > hi && multiple(l, lo, hi) == 0 })
 }
 
 // about is the range of w's busy periods of about one m (half a request
