@@ -157,15 +157,15 @@ func writeDaemonView(b *strings.Builder, res *Results) {
 	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return len(sr.Daemon) > 0 }) {
 		return
 	}
-	fmt.Fprintf(b, "\ngpreemptd's view of each LC (GET /v1/status every --slo-poll): its latency source and the p50 of its windows that end inside the measurement (and whose own second lies inside one of BE's working halves under a duty), each weighted by its samples, beside the same taken of the app's own latencies of its requests that ended in those windows (each window's p50 as the daemon takes one: the lower of two middle values), over the windows in which the app ended a request; they agree within ±%.0f%%. The same over the windows inside BE's idle halves, what gpreemptd learns the LC alone from. The same over the windows of either half that hold a request the app began before the one ahead of it had ended (run back to back: no quiet gap for a trace to divide them by). For a relative objective, the reference gpreemptd judged the LC against (its target over the factor, the median of the measurement's reads) beside the app's own p50 while BE idled over the measurement under arms without the gate (whose launch probes' traps are a cost of sharing, not the LC alone):\n\n", 100*daemonAgreement)
+	fmt.Fprintf(b, "\ngpreemptd's view of each LC (GET /v1/status every --slo-poll): its latency source and the p50 of its windows that end inside the measurement (and whose own second lies inside one of BE's working halves under a duty), each weighted by its samples, beside the same taken of the app's own latencies of its requests that ended in those windows (each window's p50 as the daemon takes one: the lower of two middle values), over the windows in which the app ended a request; they agree within ±%.0f%%. The same over the windows inside BE's idle halves, what gpreemptd learns the LC alone from. The same over the windows of either half that hold a request the app began before the one ahead of it had ended (run back to back: no quiet gap for a trace to divide them by). For a relative objective, the reference gpreemptd judged the LC against (its target over the factor, the median of the measurement's reads) beside the app's own p50 while BE idled over the measurement under arms without the gate (whose launch probes' traps are a cost of sharing, not the LC alone). For a traced LC, how many of the status reads through the measurement said its requests vary (requests run back to back then left undivided), and how often that changed:\n\n", 100*daemonAgreement)
 	b.WriteString("| scenario | repetitions | daemon p50 / app p50: median [min–max] | repetitions that agree |\n|---|---:|---:|---:|\n")
 	for _, s := range res.Summaries {
 		if s.DaemonP50 != nil {
 			fmt.Fprintf(b, "| %s | %d | %s | %d of %d |\n", s.Name, len(s.DaemonP50.PerRep), spreadCell(s.DaemonP50, "x"), s.DaemonAgrees, s.Reps-s.Failed)
 		}
 	}
-	b.WriteString("\n| scenario | rep | LC | source | metric | windows | daemon p50 (us, samples) | app p50 (us, requests) | daemon / app | BE idle: daemon / app (us, windows) | requests run back to back: daemon / app (us, windows) | reference / app alone (us) | first sample / measurement | BE stopped, most of a minute |\n")
-	b.WriteString("|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\n| scenario | rep | LC | source | metric | windows | daemon p50 (us, samples) | app p50 (us, requests) | daemon / app | BE idle: daemon / app (us, windows) | requests run back to back: daemon / app (us, windows) | reference / app alone (us) | first sample / measurement | BE stopped, most of a minute | requests vary: reads of those traced (changes) |\n")
+	b.WriteString("|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, sr := range res.Scenarios {
 		for _, v := range sr.Daemon {
 			src := cmp.Or(v.Source, "–")
@@ -203,8 +203,12 @@ func writeDaemonView(b *strings.Builder, res *Results) {
 			if v.BehindRatio > 0 {
 				behind = fmt.Sprintf("%.0f / %.0f = %.2fx (%d)", v.BehindDaemonP50Us, v.BehindAppP50Us, v.BehindRatio, v.BehindWindows)
 			}
-			fmt.Fprintf(b, "| %s | %d | %s (pid %d) | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %.1f%% |\n",
-				sr.Name, repOf(sr), v.Label, v.PID, src, v.Metric, v.Windows, dp, ap, ratio, idle, behind, ref, first, 100*sr.BEStoppedMost)
+			vary := "–"
+			if v.TracedReads > 0 {
+				vary = fmt.Sprintf("%d of %d (%d)", v.VaryReads, v.TracedReads, v.VaryFlips)
+			}
+			fmt.Fprintf(b, "| %s | %d | %s (pid %d) | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %.1f%% | %s |\n",
+				sr.Name, repOf(sr), v.Label, v.PID, src, v.Metric, v.Windows, dp, ap, ratio, idle, behind, ref, first, 100*sr.BEStoppedMost, vary)
 		}
 	}
 }

@@ -91,6 +91,10 @@ type SLOLCSample struct {
 	// that does not count them, whose new ones are told by latency and
 	// Pending).
 	Measurements int `json:"measurements,omitempty"`
+	// RequestsVary is the status's traced row's requests_vary for the
+	// process (nil: not traced): whether back-to-back requests were left
+	// undivided as the read was made.
+	RequestsVary *bool `json:"requests_vary,omitempty"`
 }
 
 // sloStatus reads the slo section of GET /v1/status's JSON; an error if
@@ -121,9 +125,22 @@ func parseSLOStatus(b []byte) (SLOSample, error) {
 	if st.LastChange != nil {
 		s.Cause = st.LastChange.Cause
 	}
+	var traced struct {
+		Traced []struct {
+			PID          int  `json:"pid"`
+			RequestsVary bool `json:"requests_vary"`
+		} `json:"traced"`
+	}
+	_ = json.Unmarshal(b, &traced) // sloStatus read it whole: a traced section of another shape reads as none
 	for _, l := range st.LC {
-		s.LC = append(s.LC, SLOLCSample{PID: l.PID, Objective: l.Objective, Source: l.Source, Samples: l.Samples, P50Us: l.P50Us, LatencyUs: l.LatencyUs,
-			TargetUs: l.TargetUs, FromMonoNs: l.FromMonoNs, ToMonoNs: l.ToMonoNs, Pending: l.Pending, Measurements: l.Measurements})
+		row := SLOLCSample{PID: l.PID, Objective: l.Objective, Source: l.Source, Samples: l.Samples, P50Us: l.P50Us, LatencyUs: l.LatencyUs,
+			TargetUs: l.TargetUs, FromMonoNs: l.FromMonoNs, ToMonoNs: l.ToMonoNs, Pending: l.Pending, Measurements: l.Measurements}
+		for _, t := range traced.Traced {
+			if t.PID == l.PID {
+				row.RequestsVary = &t.RequestsVary
+			}
+		}
+		s.LC = append(s.LC, row)
 	}
 	return s, nil
 }

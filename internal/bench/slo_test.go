@@ -316,6 +316,11 @@ func TestParseSLOStatus(t *testing.T) {
 	if want := (SLOLCSample{PID: 7, Objective: "p50<=2s", Samples: 2, P50Us: 400e3, FromMonoNs: 9e9, ToMonoNs: 10e9}); len(s.LC) != 1 || s.LC[0] != want {
 		t.Errorf("LC rows %+v, want %+v: the window's span with them", s.LC, want)
 	}
+	// A traced LC: its traced row's requests_vary beside its SLO row; an LC with none is not traced.
+	s, err = parseSLOStatus([]byte(`{"slo":{"enabled":true,"lc":[{"pid":7},{"pid":8}]},"traced":[{"pid":7,"requests_vary":true},{"pid":9}]}`))
+	if err != nil || len(s.LC) != 2 || s.LC[0].RequestsVary == nil || !*s.LC[0].RequestsVary || s.LC[1].RequestsVary != nil {
+		t.Errorf("traced rows: %+v %v: want pid 7 varying, pid 8 untraced", s.LC, err)
+	}
 	for _, bad := range []string{`{"slo":{"enabled":false}}`, `{}`, `not json`} {
 		if _, err := parseSLOStatus([]byte(bad)); err == nil {
 			t.Errorf("%s: no error", bad)

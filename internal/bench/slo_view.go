@@ -83,6 +83,13 @@ type DaemonView struct {
 	BehindDaemonP50Us float64 `json:"behind_daemon_p50_us,omitempty"`
 	BehindAppP50Us    float64 `json:"behind_app_p50_us,omitempty"`
 	BehindRatio       float64 `json:"behind_ratio,omitempty"`
+	// TracedReads is how many of the status reads through the measurement
+	// had the process traced, VaryReads how many of them said its requests
+	// vary (back-to-back ones left undivided), VaryFlips how often that
+	// changed from one read to the next.
+	TracedReads int `json:"traced_reads,omitempty"`
+	VaryReads   int `json:"vary_reads,omitempty"`
+	VaryFlips   int `json:"vary_flips,omitempty"`
 }
 
 // daemonWindow is one of the daemon's windows of one LC: its span
@@ -249,9 +256,35 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 		if v.BehindDaemonP50Us, v.BehindAppP50Us = pairedP50s(ws, apps, backToBack); v.BehindAppP50Us > 0 {
 			v.BehindRatio = v.BehindDaemonP50Us / v.BehindAppP50Us
 		}
+		v.TracedReads, v.VaryReads, v.VaryFlips = varyOver(sr, l.lc.PID)
 		out = append(out, v)
 	}
 	return out
+}
+
+// varyOver counts the status reads inside sr's measurement that had pid
+// traced, those that said its requests vary, and the changes between them.
+func varyOver(sr *ScenarioResult, pid int) (traced, vary, flips int) {
+	var last *bool
+	for _, s := range sr.SLO {
+		if s.MonoNs < sr.WindowStartMonoNs || s.MonoNs > sr.WindowEndMonoNs {
+			continue
+		}
+		for _, l := range s.LC {
+			if l.PID != pid || l.RequestsVary == nil {
+				continue
+			}
+			traced++
+			if *l.RequestsVary {
+				vary++
+			}
+			if last != nil && *last != *l.RequestsVary {
+				flips++
+			}
+			last = l.RequestsVary
+		}
+	}
+	return traced, vary, flips
 }
 
 // pairedP50s compares windows ws[kept] window by window, paired: the daemon's p50 and the app's

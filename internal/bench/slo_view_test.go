@@ -362,6 +362,10 @@ func selfComparisonRun() *Results {
 				for i := range sr.SLO { // the gate from 40 s into the measurement
 					sr.SLO[i].Arm = map[bool]string{false: "200µs", true: "200µs+gate"}[sr.SLO[i].MonoNs >= lc.MeasureStartMonoNs+40*s]
 				}
+				for i := range sr.SLO { // the trace's requests read as varying through the measurement's first 10 s
+					vary := sr.SLO[i].MonoNs < lc.MeasureStartMonoNs+10*s
+					sr.SLO[i].LC[0].RequestsVary = &vary
+				}
 			}
 			summarizeLC(sr)
 			res.Scenarios = append(res.Scenarios, sr)
@@ -485,5 +489,21 @@ func TestDaemonViewsBehind(t *testing.T) {
 			t.Errorf("%s: %d windows, %d behind, app p50 %v there, ratio %v; want 20, 10, 300 ms, %v",
 				c.name, v.Windows, v.BehindWindows, v.BehindAppP50Us, v.BehindRatio, c.ratio)
 		}
+	}
+}
+
+// TestDaemonViewsVary: the status reads inside the measurement that had the LC traced, those that
+// said its requests vary, and how often that changed; reads outside it, of another process, or
+// with the process untraced are none of them.
+func TestDaemonViewsVary(t *testing.T) {
+	const s = int64(time.Second)
+	yes, no := true, false
+	sr := &ScenarioResult{WindowStartMonoNs: 10 * s, WindowEndMonoNs: 20 * s}
+	for i, v := range []*bool{&yes, &no, nil, &no, &yes, &yes, &no, &yes} { // reads at 9-16 s
+		sr.SLO = append(sr.SLO, SLOSample{MonoNs: int64(9+i) * s, LC: []SLOLCSample{{PID: 7, RequestsVary: v}, {PID: 8, RequestsVary: &yes}}})
+	}
+	sr.SLO = append(sr.SLO, SLOSample{MonoNs: 21 * s, LC: []SLOLCSample{{PID: 7, RequestsVary: &no}}})
+	if traced, vary, flips := varyOver(sr, 7); traced != 6 || vary != 3 || flips != 3 {
+		t.Errorf("varyOver = %d traced, %d vary, %d changes: want 6, 3, 3 (no, no, yes, yes, no, yes)", traced, vary, flips)
 	}
 }
