@@ -189,3 +189,21 @@ func FuzzRunOptionsJSON(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseSLOStatus: any status body gpreemptd (or something posing as it) returns is read
+// without a panic, or refused with an error; its LC rows are the slo section's, traced rows adding none.
+func FuzzParseSLOStatus(f *testing.F) {
+	f.Add([]byte(`{"slo":{"enabled":true,"lc":[{"pid":7},{"pid":8}]},"traced":[{"pid":7,"requests_vary":true},{"pid":9}]}`))
+	f.Add([]byte(`{"slo":{"enabled":true,"lc":[{"pid":7}]},"traced":{"pid":7}}`))
+	f.Add([]byte(`{"slo":{"enabled":false}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := parseSLOStatus(b)
+		if err != nil {
+			return
+		}
+		st, _ := sloStatus(b)
+		if len(s.LC) != len(st.LC) {
+			t.Fatalf("%d LC rows from %d", len(s.LC), len(st.LC))
+		}
+	})
+}
