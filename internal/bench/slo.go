@@ -131,7 +131,9 @@ func parseSLOStatus(b []byte) (SLOSample, error) {
 			RequestsVary bool `json:"requests_vary"`
 		} `json:"traced"`
 	}
-	_ = json.Unmarshal(b, &traced) // sloStatus read it whole: a traced section of another shape reads as none
+	if json.Unmarshal(b, &traced) != nil {
+		traced.Traced = nil // a traced section of another shape reads as none, not as what decoded of it
+	}
 	for _, l := range st.LC {
 		row := SLOLCSample{PID: l.PID, Objective: l.Objective, Source: l.Source, Samples: l.Samples, P50Us: l.P50Us, LatencyUs: l.LatencyUs,
 			TargetUs: l.TargetUs, FromMonoNs: l.FromMonoNs, ToMonoNs: l.ToMonoNs, Pending: l.Pending, Measurements: l.Measurements}

@@ -321,6 +321,10 @@ func TestParseSLOStatus(t *testing.T) {
 	if err != nil || len(s.LC) != 2 || s.LC[0].RequestsVary == nil || !*s.LC[0].RequestsVary || s.LC[1].RequestsVary != nil {
 		t.Errorf("traced rows: %+v %v: want pid 7 varying, pid 8 untraced", s.LC, err)
 	}
+	s, err = parseSLOStatus([]byte(`{"slo":{"enabled":true,"lc":[{"pid":7}]},"traced":[{"pid":7,"requests_vary":"x"}]}`))
+	if err != nil || len(s.LC) != 1 || s.LC[0].RequestsVary != nil {
+		t.Errorf("a traced section of another shape: %+v %v: want pid 7 untraced", s.LC, err)
+	}
 	for _, bad := range []string{`{"slo":{"enabled":false}}`, `{}`, `not json`} {
 		if _, err := parseSLOStatus([]byte(bad)); err == nil {
 			t.Errorf("%s: no error", bad)

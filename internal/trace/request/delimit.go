@@ -132,8 +132,10 @@ type Delimiter struct {
 	cfg  DelimiterConfig
 	pid  uint32
 	comm string
-	// blind: the consumer does not see launches now (Blind).
-	blind bool
+	// blind: the consumer does not see launches now (Blind); blindSeen:
+	// it did not at some point of the open busy period (launches may be
+	// missing from it).
+	blind, blindSeen bool
 
 	// syncing holds the threads inside a synchronize, each with its entry.
 	syncing map[uint32]uint64
@@ -222,6 +224,7 @@ func (d *Delimiter) Blind(on bool) {
 	d.blind = on
 	if on {
 		d.cutting = false // launches unseen from here: the rest of the busy period is counted at its close
+		d.blindSeen = d.blindSeen || d.open
 	}
 }
 
@@ -388,9 +391,9 @@ func (d *Delimiter) close() (Request, bool) {
 	}
 	r.Requests = 0
 	size := r.Launches
-	if _, lo, _, _ := d.sizes.program(); r.Cut > 0 && size < lo {
-		// The rest of a request longer than the program, cut at its worth: the size it was at
-		// the least, and no more cutting (the next such would be cut short too).
+	if _, lo, _, _ := d.sizes.program(); r.Cut > 0 && size < lo && !d.blindSeen {
+		// The rest of a request longer than the program, cut at its worth (not launches unseen):
+		// the size it was at the least, and no more cutting (the next such would be cut short too).
 		size, d.sizes.varied = size+d.cut, true
 	}
 	d.sizes.add(size, r.First, d.Gap())
@@ -457,7 +460,7 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 		// The first busy period is whole if the process was quiet for its gap since the trace began.
 		piece := !d.judged && d.cfg.Since != 0 && (d.within(t) || d.seen && !quiet)
 		d.partial, d.judged = d.cfg.Pending || piece, true
-		d.open, d.start = true, t
+		d.open, d.start, d.blindSeen = true, t, d.blind
 		d.cuts, d.cutAt, d.cutFirst, d.markAt, d.cutTID, d.cutGap = 0, t, e.Symbol, 0, e.TID, d.Gap()
 		m, lo, hi, ok := d.sizes.program()
 		d.cut, d.cutting = m, ok && lo == hi && !d.sizes.varied && !d.sizes.firstVaries && m >= minProgram && !d.partial && !d.blind &&

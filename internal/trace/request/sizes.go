@@ -40,9 +40,10 @@ type sizes struct {
 	// range (longer: the process serves requests of more than one size,
 	// whole multiples among them perhaps; where some are under it, its
 	// lower middle size may be a backlog, no program). varied: some
-	// window did; a running busy period is not cut at the program's worth
-	// from then on (a longer request would be cut short, on less evidence
-	// than a whole multiple's).
+	// window did, or a cut left a rest under the program (Delimiter.close);
+	// a running busy period is not cut at the program's worth from then on
+	// (a longer request would be cut short, on less evidence than a whole
+	// multiple's).
 	varies, varied, longer bool
 	// m, lo and hi are program()'s, worked out as the window changes.
 	m, lo, hi int
@@ -63,7 +64,7 @@ type sizes struct {
 // are neither (a run too long to divide, a multiple, is kept: no evidence
 // that sizes differ, and what a window of a new size is made of).
 func (s *sizes) add(launches int, first string, quiet time.Duration) {
-	if s.count(launches, quiet) > 1 {
+	if s.count(launches, quiet) > 1 { // close asked first; this is for callers that come straight here
 		return
 	}
 	s.last[s.next], s.firsts[s.next], s.quiet[s.next] = launches, first, quiet
