@@ -59,14 +59,11 @@ type sizes struct {
 	quiet [sizeWindow]time.Duration
 }
 
-// add records a busy period that was not divided: one request, or the
-// evidence that requests differ in size; k requests that count divides
-// are neither (a run too long to divide, a multiple, is kept: no evidence
-// that sizes differ, and what a window of a new size is made of).
+// add records a busy period that count did not divide: one request, or the
+// evidence that requests differ in size (k requests it divides are neither;
+// a run too long to divide, a multiple, is kept: no evidence that sizes
+// differ, and what a window of a new size is made of).
 func (s *sizes) add(launches int, first string, quiet time.Duration) {
-	if s.count(launches, quiet) > 1 { // close asked first; this is for callers that come straight here
-		return
-	}
 	s.last[s.next], s.firsts[s.next], s.quiet[s.next] = launches, first, quiet
 	s.next = (s.next + 1) % sizeWindow
 	s.n = min(s.n+1, sizeWindow)
@@ -78,10 +75,10 @@ func (s *sizes) add(launches int, first string, quiet time.Duration) {
 		var odd bool
 		from := s.start - (s.told - sizeWindow)
 		s.m, s.lo, s.hi, odd = judge(w, from)
-		past := w[min(max(from, 0), sizeWindow-1):]
-		s.longer = s.longer || s.m > 0 && longerOff(past, s.lo, s.hi)
+		past := min(max(from, 0), sizeWindow-1) // the first past the start
+		s.longer = s.longer || s.m > 0 && longerOff(w[past:], s.lo, s.hi)
 		s.varies, s.varied = odd || s.longer, s.varied || odd
-		firsts := ring(&s.firsts, s.n, s.next)[min(max(from, 0), sizeWindow-1):]
+		firsts := ring(&s.firsts, s.n, s.next)[past:]
 		s.first, s.firstVaries = firsts[0], slices.ContainsFunc(firsts, func(f string) bool { return f != firsts[0] })
 	}
 }
