@@ -97,24 +97,25 @@ type SLOLCSample struct {
 	RequestsVary *bool `json:"requests_vary,omitempty"`
 }
 
-// sloStatus reads the slo section of GET /v1/status's JSON; an error if
-// SLO mode is off.
-func sloStatus(b []byte) (*api.SLO, error) {
+// sloStatus reads the slo section of GET /v1/status's JSON, and its traced
+// section undecoded; an error if SLO mode is off.
+func sloStatus(b []byte) (*api.SLO, json.RawMessage, error) {
 	var st struct {
-		SLO *api.SLO `json:"slo"`
+		SLO    *api.SLO        `json:"slo"`
+		Traced json.RawMessage `json:"traced"`
 	}
 	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("gpreemptd status: %w", err)
+		return nil, nil, fmt.Errorf("gpreemptd status: %w", err)
 	}
 	if st.SLO == nil || !st.SLO.Enabled {
-		return nil, fmt.Errorf("gpreemptd status: SLO mode not enabled (policy: slo: {enabled: true})")
+		return nil, nil, fmt.Errorf("gpreemptd status: SLO mode not enabled (policy: slo: {enabled: true})")
 	}
-	return st.SLO, nil
+	return st.SLO, st.Traced, nil
 }
 
 // parseSLOStatus reads one SLO sample from GET /v1/status's JSON.
 func parseSLOStatus(b []byte) (SLOSample, error) {
-	st, err := sloStatus(b)
+	st, tracedJSON, err := sloStatus(b)
 	if err != nil {
 		return SLOSample{}, err
 	}
@@ -125,24 +126,19 @@ func parseSLOStatus(b []byte) (SLOSample, error) {
 	if st.LastChange != nil {
 		s.Cause = st.LastChange.Cause
 	}
-	var traced struct {
-		Traced []struct {
-			PID          int  `json:"pid"`
-			RequestsVary bool `json:"requests_vary"`
-		} `json:"traced"`
+	var traced []struct {
+		PID          int  `json:"pid"`
+		RequestsVary bool `json:"requests_vary"`
 	}
-	if json.Unmarshal(b, &traced) != nil {
-		traced.Traced = nil // a traced section of another shape reads as none, not as what decoded of it
+	vary := map[int]*bool{}
+	if tracedJSON != nil && json.Unmarshal(tracedJSON, &traced) == nil { // a section of another shape reads as none
+		for _, t := range traced {
+			vary[t.PID] = &t.RequestsVary
+		}
 	}
 	for _, l := range st.LC {
-		row := SLOLCSample{PID: l.PID, Objective: l.Objective, Source: l.Source, Samples: l.Samples, P50Us: l.P50Us, LatencyUs: l.LatencyUs,
-			TargetUs: l.TargetUs, FromMonoNs: l.FromMonoNs, ToMonoNs: l.ToMonoNs, Pending: l.Pending, Measurements: l.Measurements}
-		for _, t := range traced.Traced {
-			if t.PID == l.PID {
-				row.RequestsVary = &t.RequestsVary
-			}
-		}
-		s.LC = append(s.LC, row)
+		s.LC = append(s.LC, SLOLCSample{PID: l.PID, Objective: l.Objective, Source: l.Source, Samples: l.Samples, P50Us: l.P50Us, LatencyUs: l.LatencyUs,
+			TargetUs: l.TargetUs, FromMonoNs: l.FromMonoNs, ToMonoNs: l.ToMonoNs, Pending: l.Pending, Measurements: l.Measurements, RequestsVary: vary[l.PID]})
 	}
 	return s, nil
 }
@@ -160,7 +156,7 @@ func sloWindow(ctx context.Context, fetch func(context.Context) ([]byte, error),
 		if err != nil {
 			return 0, fmt.Errorf("slo: scenarios need gpreemptd in SLO mode: %w", err)
 		}
-		if st, err = sloStatus(b); err == nil {
+		if st, _, err = sloStatus(b); err == nil {
 			break
 		} else if !time.Now().Before(deadline) {
 			return 0, fmt.Errorf("slo: scenarios: %w", err)
@@ -299,7 +295,7 @@ func (run *scenarioRun) waitBEAlone(ctx context.Context) error {
 	for {
 		b, err := fetch(ctx)
 		if err == nil {
-			st, err := sloStatus(b)
+			st, _, err := sloStatus(b)
 			if err != nil {
 				return err
 			}
