@@ -134,7 +134,7 @@ func judge(w []int, start int) (m, lo, hi int, odd bool) {
 	}
 	lo, hi = about(v, m)
 	for _, l := range w {
-		odd = odd || (l+m/2)/m != 1 && multiple(l, lo, hi) == 0
+		odd = odd || !aboutOne(l, m) && multiple(l, lo, hi) == 0
 	}
 	return m, lo, hi, odd || 2*(hi-lo) >= m
 }
@@ -146,12 +146,16 @@ func longerOff(w []int, lo, hi int) bool {
 	return slices.Min(w) >= lo && slices.ContainsFunc(w, func(l int) bool { return l > hi && multiple(l, lo, hi) == 0 })
 }
 
+// aboutOne reports whether a busy period of l launches is about one m:
+// within half a request of it.
+func aboutOne(l, m int) bool { return (l+m/2)/m == 1 }
+
 // about is the range of w's busy periods of about one m (half a request
 // either side), m's own among them.
 func about(w []int, m int) (lo, hi int) {
 	lo, hi = m, m
 	for _, l := range w {
-		if (l+m/2)/m == 1 {
+		if aboutOne(l, m) {
 			lo, hi = min(lo, l), max(hi, l)
 		}
 	}
@@ -179,7 +183,7 @@ func lead(w []int) int {
 	for i := min(len(w)/2, len(w)-1) - 1; i >= 0; i-- {
 		served := 0 // busy periods before it of about one program: requests the process served
 		for _, l := range w[:i] {
-			if (l+m/2)/m == 1 {
+			if aboutOne(l, m) {
 				served++
 			}
 		}
