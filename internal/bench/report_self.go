@@ -193,16 +193,18 @@ func writeDaemonView(b *strings.Builder, res *Results) {
 				return map[bool]string{true: fmt.Sprintf("+%.1f s", s), false: "never"}[s >= 0]
 			}
 			first := at(v.FirstSampleS) + " / " + at(v.FirstMeasuredS)
-			ref, idle, behind := "–", "–", "–" // gpreemptd's reference against the app's own p50 while BE idled
+			ref := "–" // gpreemptd's reference against the app's own p50 while BE idled
 			if v.ReferenceRatio > 0 {
 				ref = fmt.Sprintf("%.0f / %.0f = %.2fx", v.ReferenceUs, v.AppAloneUs, v.ReferenceRatio)
 			}
-			if v.AloneRatio > 0 {
-				idle = fmt.Sprintf("%.0f / %.0f = %.2fx (%d)", v.AloneDaemonP50Us, v.AloneAppP50Us, v.AloneRatio, v.AloneWindows)
+			paired := func(daemon, app, ratio float64, windows int) string { // over a subset of the windows
+				if ratio <= 0 {
+					return "–"
+				}
+				return fmt.Sprintf("%.0f / %.0f = %.2fx (%d)", daemon, app, ratio, windows)
 			}
-			if v.BehindRatio > 0 {
-				behind = fmt.Sprintf("%.0f / %.0f = %.2fx (%d)", v.BehindDaemonP50Us, v.BehindAppP50Us, v.BehindRatio, v.BehindWindows)
-			}
+			idle := paired(v.AloneDaemonP50Us, v.AloneAppP50Us, v.AloneRatio, v.AloneWindows)
+			behind := paired(v.BehindDaemonP50Us, v.BehindAppP50Us, v.BehindRatio, v.BehindWindows)
 			vary := "–"
 			if v.TracedReads > 0 {
 				vary = fmt.Sprintf("%d of %d (%d)", v.VaryReads, v.TracedReads, v.VaryFlips)

@@ -219,12 +219,14 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 			if own < sr.WindowStartMonoNs || w.end > sr.WindowEndMonoNs {
 				continue
 			}
-			if inWorkingHalf(own, w.end, sr.BEDuty) {
+			working := inWorkingHalf(own, w.end, sr.BEDuty)
+			idle := !working && inHalf(own, w.end, sr.BEDuty, 1)
+			if working {
 				kept = append(kept, i)
-			} else if inHalf(own, w.end, sr.BEDuty, 1) {
+			} else if idle {
 				alone = append(alone, i)
 			}
-			if behind[i] && (inWorkingHalf(own, w.end, sr.BEDuty) || inHalf(own, w.end, sr.BEDuty, 1)) {
+			if behind[i] && (working || idle) {
 				backToBack = append(backToBack, i)
 			}
 		}
