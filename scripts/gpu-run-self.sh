@@ -66,7 +66,9 @@
 #
 # DURATION=100s measures the scraped and decode parts' runs that long (more
 # requests a half, a narrower interval, a longer measurement for SLO mode to
-# settle in; the bench's floor is 30 a half).
+# settle in; the bench's floor is 30 a half). BEONLY_DURATION=60s measures the
+# be-only baseline (a rate) that long instead, so that DURATION=400s of SLO
+# mode and its baseline fit one call.
 # SETTINGS="static slo" runs those settings alone, NO_STANDALONE=1 drops the
 # standalone run (the ratios are within each process; abs needs it).
 # DRY_RUN=1 prints the plan (policies, bench commands); PIN_ARGS pins the
@@ -199,7 +201,7 @@ bench_cmd() {
   done
   echo $C/gpreempt-bench run --gpreemptctl $C/gpreemptctl --daemon-socket $BSOCK --daemon-config $BCONF \
     --daemon-policy default=$W/$p-plain.yaml$pol --scenarios "$(scenarios $p)" $(workload $p) $PIN_ARGS \
-    --slo-lead-in $(lead_in $p) --repeat 1 --out $W/$p
+    --slo-lead-in $(lead_in $p) ${BEONLY_DURATION:+--be-only-duration $BEONLY_DURATION} --repeat 1 --out $W/$p
 }
 daemon_args() { echo --be-progress=true; case $1 in pushed|scraped*|steady) ;; *) echo --trace-requests;; esac; }
 

@@ -334,6 +334,18 @@ func TestDutyOf(t *testing.T) {
 	if got := o.measureDuration(o.Scenarios[1]); got != 20*time.Second {
 		t.Errorf("llm-standalone (no BE): measures %v, want --duration", got)
 	}
+	for _, c := range []struct {
+		beOnly, want time.Duration
+	}{{0, 20 * time.Second}, {30 * time.Second, 30 * time.Second}, {120 * time.Second, 120 * time.Second}, {5 * time.Second, 12 * time.Second}} { // 5s: raised to three halves of the duty
+		o.BEOnlyDuration = c.beOnly
+		if got := o.measureDuration(o.Scenarios[5]); got != c.want {
+			t.Errorf("--be-only-duration %v: pytorch-eager-be-only measures %v, want %v", c.beOnly, got, c.want)
+		}
+		if got := o.measureDuration(o.Scenarios[0]); got != 92*time.Second {
+			t.Errorf("--be-only-duration %v: llm-be-1us measures %v, want 92s as without it", c.beOnly, got)
+		}
+	}
+	o.BEOnlyDuration = 0
 	o.BEDutyGraph = true // --be-duty given: the CUDA-graph LC's BE idles too
 	if got := o.dutyOf(o.Scenarios[3]); got != 8*time.Second {
 		t.Errorf("pytorch-be-1us with --be-duty given: %v", got)

@@ -23,13 +23,17 @@ type runOptions struct {
 	// Repeat runs the whole scenario list this many times, interleaved
 	// (ABCD ABCD ...), so that slow drifts (clocks, temperature, other
 	// tenants) touch every scenario alike.
-	Repeat       int           `json:"repeat"`
-	Out          string        `json:"out"`
-	Ctl          string        `json:"gpreemptctl,omitempty"`
-	Device       int           `json:"device"`
-	Duration     time.Duration `json:"-"`
-	Settle       time.Duration `json:"-"`
-	ReadyTimeout time.Duration `json:"-"`
+	Repeat   int           `json:"repeat"`
+	Out      string        `json:"out"`
+	Ctl      string        `json:"gpreemptctl,omitempty"`
+	Device   int           `json:"device"`
+	Duration time.Duration `json:"-"`
+	// BEOnlyDuration is how long a be-only scenario measures (0:
+	// Duration): a rate, which a shorter run gives too, so that shared
+	// runs can measure long within the same time.
+	BEOnlyDuration time.Duration `json:"-"`
+	Settle         time.Duration `json:"-"`
+	ReadyTimeout   time.Duration `json:"-"`
 	// Seed drives the bootstrap, so that a report regenerated from the same
 	// samples shows the same intervals.
 	Seed uint64 `json:"seed"`
@@ -135,7 +139,7 @@ type runOptions struct {
 // written as "3.5ms", as results.json always had them.
 func (o *runOptions) optionDurations() map[string]*time.Duration {
 	return map[string]*time.Duration{
-		"duration": &o.Duration, "settle": &o.Settle, "ready_timeout": &o.ReadyTimeout,
+		"duration": &o.Duration, "be_only_duration": &o.BEOnlyDuration, "settle": &o.Settle, "ready_timeout": &o.ReadyTimeout,
 		"nvml_interval": &o.NVMLInterval, "daemon_poll": &o.DaemonPoll, "daemon_timeout": &o.DaemonTimeout, "period": &o.Period, "pytorch_period": &o.PyPeriod, "llm_period": &o.LLMPeriod,
 	}
 }
@@ -227,6 +231,7 @@ var runFlags = []cli.Flag{
 	deviceFlag,
 	&cli.IntFlag{Name: "repeat", Value: 1, Usage: "run the scenario list this many times, interleaved (ABCD ABCD ...), and report the spread and a bootstrap 95% CI of every ratio"},
 	&cli.DurationFlag{Name: "duration", Value: 20 * time.Second, Usage: "measurement time per scenario run (the default gives >= 5000 LC requests at the default --period, so that p99 rests on >= 50 requests above it)"},
+	&cli.DurationFlag{Name: "be-only-duration", Usage: "measurement time of the be-only scenarios, the BE rate the others are compared with (default: --duration)"},
 	&cli.DurationFlag{Name: "soak", Usage: "long run: one repetition of every scenario for this long (overrides --duration, needs --repeat 1); latency over time goes to timeline.png"},
 	&cli.DurationFlag{Name: "settle", Value: time.Second, Usage: "BE running time after gpreemptctl before measuring"},
 	&cli.DurationFlag{Name: "ready-timeout", Value: 120 * time.Second, Usage: "how long a worker may take to print READY"},
@@ -297,7 +302,7 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 	}
 	o := runOptions{
 		Scenarios: scs, Repeat: c.Int("repeat"), Out: c.String("out"), Ctl: c.String("gpreemptctl"), Device: c.Int("device"),
-		Duration: c.Duration("duration"), Settle: c.Duration("settle"), ReadyTimeout: c.Duration("ready-timeout"),
+		Duration: c.Duration("duration"), BEOnlyDuration: c.Duration("be-only-duration"), Settle: c.Duration("settle"), ReadyTimeout: c.Duration("ready-timeout"),
 		Seed: c.Uint64("seed"), NVMLInterval: c.Duration("nvml-interval"),
 		DaemonPoll: c.Duration("daemon-poll"), DaemonTimeout: c.Duration("daemon-timeout"),
 		DaemonSocket: api.SocketPath(c.String("daemon-socket")), SLOPoll: c.Duration("slo-poll"), SLOLeadIn: c.Duration("slo-lead-in"),
@@ -339,6 +344,8 @@ func (o *runOptions) validate() error {
 		return fmt.Errorf("%w: --repeat %d: want at least 1", ErrInvalidArgument, o.Repeat)
 	case o.Duration <= 0, o.Period <= 0, o.PyPeriod <= 0, o.LLMPeriod <= 0 && o.usesLLM():
 		return fmt.Errorf("%w: --duration, --period, --pytorch-period and --llm-period must be positive", ErrInvalidArgument)
+	case o.BEOnlyDuration < 0:
+		return fmt.Errorf("%w: --be-only-duration %v: want a positive duration (or none: --duration)", ErrInvalidArgument, o.BEOnlyDuration)
 	case o.usesLLM() && !slices.Contains([]string{"gpt2", "gpt2-small", "llama", "llama-330m"}, o.LLMFamily):
 		return fmt.Errorf("%w: --llm-family %q: want gpt2, gpt2-small, llama or llama-330m", ErrInvalidArgument, o.LLMFamily)
 	case o.usesLLM() && (o.LLMBatch < 1 || o.LLMBatch > 256 || o.LLMMetricsPort < 0 || o.LLMMetricsPort > 65000):
@@ -467,15 +474,19 @@ func (o *runOptions) dutyOf(sc Scenario) time.Duration {
 	return 0
 }
 
-// measureDuration is how long one run of sc measures: --duration, raised
-// under a BE duty until each half holds minDutyRequests of the LC's
-// requests (dutyLength).
+// measureDuration is how long one run of sc measures: --duration (a
+// be-only one's --be-only-duration), raised under a BE duty until each half
+// holds minDutyRequests of the LC's requests (dutyLength).
 func (o *runOptions) measureDuration(sc Scenario) time.Duration {
+	base := o.Duration
+	if sc.Kind == KindBEOnly && o.BEOnlyDuration > 0 {
+		base = o.BEOnlyDuration
+	}
 	d := o.dutyOf(sc)
 	if d == 0 {
-		return o.Duration
+		return base
 	}
-	return max(o.Duration, dutyLength(d, o.period(sc), sc.HasLC()))
+	return max(base, dutyLength(d, o.period(sc), sc.HasLC()))
 }
 
 // maxCPUs is the most CPUs a mask holds (the kernel's CPU_SETSIZE).

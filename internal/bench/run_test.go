@@ -494,6 +494,7 @@ func TestCLI(t *testing.T) {
 		// In range, but no machine here has it online: the kernel refuses the pin.
 		{[]string{"run", "--out", t.TempDir(), "--be-cpus", "1023"}, ExitUsage, `--be-cpus "1023": pin to CPUs 1023: invalid argument`},
 		{[]string{"run", "--out", t.TempDir(), "--nvml-interval", "-1s"}, ExitUsage, "--nvml-interval"},
+		{[]string{"run", "--out", t.TempDir(), "--be-only-duration", "-1s"}, ExitUsage, "--be-only-duration -1s: want a positive duration"},
 		{[]string{"run", "--out", t.TempDir(), "--scenarios", "be-1us@x0.1", "--prep", "1ms"}, ExitUsage, "shorter than its period"},
 		{[]string{"be", "--calibrate-only"}, ExitUsage, "needs --calibrate-ms"},
 		{[]string{"lc", "--calibrate-only"}, ExitUsage, "needs --calibrate-us"},
