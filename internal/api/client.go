@@ -443,6 +443,26 @@ type SLOSearch struct {
 	LastChange  *SLODecision    `json:"last_change,omitempty"`
 	Changes     int             `json:"changes"`
 	Prepreempt  bool            `json:"prepreempt"`
+	// Arms is the search's frontier: the arm in force and each it has
+	// measured, in the ladder's order.
+	Arms []SLOArm `json:"arms,omitempty"`
+}
+
+// SLOArm is what a search knows of one arm: its worst LC objective's
+// latency over its target (the mean of its measurements and that mean's
+// bounds, nil where not known: a bound may come from a neighbour), the BE
+// share it leaves (measured, else expected from its neighbours), its
+// verdict against every objective ("meets", "misses", "might meet") and
+// the windows until the search may try it again (0: now).
+type SLOArm struct {
+	Arm           string   `json:"arm"`
+	LCVsObjective *float64 `json:"lc_vs_objective,omitempty"`
+	Lo            *float64 `json:"lo,omitempty"`
+	Hi            *float64 `json:"hi,omitempty"`
+	BEShare       *float64 `json:"be_share,omitempty"`
+	ShareMeasured bool     `json:"be_share_measured"`
+	Verdict       string   `json:"verdict"`
+	RetryIn       int      `json:"retry_in_windows,omitempty"`
 }
 
 // SLOCalibration is what learning LC references has cost a search:

@@ -44,6 +44,8 @@ type Metrics struct {
 	sloTimeslice    *prometheus.GaugeVec
 	sloWorst        *prometheus.GaugeVec
 	sloShare        *prometheus.GaugeVec
+	sloArmLC        *prometheus.GaugeVec
+	sloArmShare     *prometheus.GaugeVec
 	sloLC           *prometheus.GaugeVec
 	sloSamples      *prometheus.GaugeVec
 	sloP50          *prometheus.GaugeVec
@@ -116,6 +118,10 @@ func NewMetrics(groups func() map[[2]string]int) *Metrics {
 			Help: "Highest latency / objective of the LCs on a GPU over the last window (1 = at the objective; NaN: no LC latency)."}, []string{"gpu"}),
 		sloShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_be_share",
 			Help: "Progress of the BE beside the LCs on a GPU relative to BE alone over the last window (NaN: not measured)."}, []string{"gpu"}),
+		sloArmLC: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_arm_lc_vs_objective",
+			Help: "The frontier: the worst LC objective's latency / target under each arm a GPU's search holds or has measured, the mean of its measurements (NaN: not known)."}, []string{"gpu", "arm"}),
+		sloArmShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_arm_be_share",
+			Help: "The frontier: BE's share under each arm a GPU's search holds or has measured, measured or else expected from its neighbours."}, []string{"gpu", "arm"}),
 		sloLC: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_lc_vs_objective",
 			Help: "Each LC process's latency / objective over the last window, per GPU and objective (NaN: not measured yet)."}, []string{"gpu", "process", "objective"}),
 		sloSamples: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_lc_samples",
@@ -133,7 +139,7 @@ func NewMetrics(groups func() map[[2]string]int) *Metrics {
 	m.Reconcile.Forget = m.forget
 	m.Registry.MustRegister(m.requests, m.refusedConns, m.refusedRequests, m.reloads,
 		m.hintLatency, m.hintHold, m.hintExpired, m.hintRequests, m.mode, groupsCollector{m},
-		m.sloEnabled, m.sloTimeslice, m.sloWorst, m.sloShare, m.sloLC, m.sloSamples, m.sloP50, m.sloChanges, m.sloStopped,
+		m.sloEnabled, m.sloTimeslice, m.sloWorst, m.sloShare, m.sloArmLC, m.sloArmShare, m.sloLC, m.sloSamples, m.sloP50, m.sloChanges, m.sloStopped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -246,7 +252,7 @@ func (m *Metrics) SetBEStopped(n int) { m.sloStopped.Set(float64(n)) }
 // window's decision (none in the window the mode comes on), so a change
 // is counted once.
 func (m *Metrics) SetSLO(st api.SLO) {
-	for _, v := range []*prometheus.GaugeVec{m.sloTimeslice, m.sloWorst, m.sloShare, m.sloLC, m.sloSamples, m.sloP50} {
+	for _, v := range []*prometheus.GaugeVec{m.sloTimeslice, m.sloWorst, m.sloShare, m.sloArmLC, m.sloArmShare, m.sloLC, m.sloSamples, m.sloP50} {
 		v.Reset()
 	}
 	m.sloEnabled.Set(map[bool]float64{true: 1}[st.Enabled])
@@ -265,6 +271,10 @@ func (m *Metrics) SetSLO(st api.SLO) {
 		m.sloShare.WithLabelValues(gpu).Set(nan(s.BEShare))
 		if s.Last != nil && s.Last.Changed {
 			m.sloChanges.WithLabelValues(gpu, s.Last.Cause).Inc()
+		}
+		for _, a := range s.Arms {
+			m.sloArmLC.WithLabelValues(gpu, a.Arm).Set(nan(a.LCVsObjective))
+			m.sloArmShare.WithLabelValues(gpu, a.Arm).Set(nan(a.BEShare))
 		}
 	}
 	for _, r := range st.LC {

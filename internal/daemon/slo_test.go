@@ -685,6 +685,19 @@ func TestSLOLoopMeasuresBEShare(t *testing.T) {
 	if got := gauge(t, s.m, "gpreemptd_slo_be_share"); math.Abs(got-share) > 1e-3 {
 		t.Errorf("gpreemptd_slo_be_share %v, want %.3f", got, share)
 	}
+	// The frontier: the arm in force among those the search shows, each as the metrics say.
+	if len(st.Searches) != 1 || !slices.ContainsFunc(st.Searches[0].Arms, func(a api.SLOArm) bool { return a.Arm == st.Arm && a.ShareMeasured }) {
+		t.Fatalf("searches %+v: want one listing the arm in force, %s, with BE's share measured", st.Searches, st.Arm)
+	}
+	for _, a := range st.Searches[0].Arms {
+		labels := map[string]string{"gpu": api.GPUList(st.Searches[0].GPUs), "arm": a.Arm}
+		if got := gaugeValue(t, s.m, "gpreemptd_slo_arm_be_share", labels); a.BEShare == nil || got != *a.BEShare {
+			t.Errorf("gpreemptd_slo_arm_be_share%v %v, status %v", labels, got, a.BEShare)
+		}
+		if got := gaugeValue(t, s.m, "gpreemptd_slo_arm_lc_vs_objective", labels); a.LCVsObjective != nil && got != *a.LCVsObjective || a.LCVsObjective == nil && !math.IsNaN(got) {
+			t.Errorf("gpreemptd_slo_arm_lc_vs_objective%v %v, status %v", labels, got, a.LCVsObjective)
+		}
+	}
 	if st.BE[0].Signal != "counted" || st.BE[0].LaunchesPerS != math.Floor(share*alone) {
 		t.Errorf("BE row %+v", st.BE[0])
 	}

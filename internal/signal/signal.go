@@ -4,6 +4,7 @@
 package signal
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
+	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
 // Where an LC's latency comes from (status and metrics show it per LC).
@@ -85,6 +87,38 @@ func (l Latency) Unresolved(o objective.Objective, v time.Duration) string {
 	}
 	return fmt.Sprintf("%s %v lies in the histogram's bucket (%v, %v], %s: use an absolute bound at a bucket's edge, finer buckets, or push or trace",
 		o.Name(), v, lo, hi, why)
+}
+
+// Points are l's values of objective o's metric, else the quantile o names over its count (none where
+// l has neither), with the requests they come from where one gives several (a request's tokens move
+// together: one at least, a long generation; an LC never quiet has steps, no requests), the window's
+// p50, and why l cannot judge o ("": it can).
+func (l Latency) Points(o objective.Objective) (pts []stats.Weighted, requests int, p50 time.Duration, why string) {
+	for _, v := range l.Samples[o.Metric] {
+		pts = append(pts, stats.Weighted{V: v, W: 1})
+	}
+	p50 = stats.WeightedQuantile(pts, 0.5)
+	if len(pts) == 0 {
+		prefix := map[bool]string{true: o.Metric + "_"}[o.Metric != ""]
+		name := prefix + QuantileName(o.Quantile)
+		lat, ok := l.Quantiles[name]
+		if !ok {
+			return nil, 0, 0, l.Source + " without " + name
+		}
+		n := cmp.Or(map[bool]int{true: l.Tokens}[o.Metric == MetricTPOT], l.Requests) // tpot_ over tokens: an LLM server ends a request or two a second
+		if p50 = l.Quantiles[prefix+"p50"]; lat > 0 && n > 0 {
+			pts = []stats.Weighted{{V: lat, W: n}}
+		}
+	}
+	if len(pts) > 0 && len(l.Buckets[o.Metric]) > 0 { // a histogram's window (no other sorts its points again)
+		if why := l.Unresolved(o, stats.WeightedQuantile(pts, o.Quantile)); why != "" {
+			return nil, 0, 0, "refused: " + why
+		}
+	}
+	if o.Metric == MetricTPOT && l.Source != TracedStep && len(pts) > 0 {
+		requests = max(l.Requests, 1)
+	}
+	return pts, requests, p50, ""
 }
 
 // FromPush is a stats push's window as a Latency (the daemon checked its names and values), up to

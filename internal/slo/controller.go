@@ -124,10 +124,20 @@ type Decision struct {
 	Arm                                        Arm
 	Phase, Cause, Reason, Bound                string // Bound: at the limit, what stands in the way
 	LC                                         []LCResult
-	Worst, BEShare                             float64 // Worst: the highest latency/target measured; NaN: none
-	BEBelowMinimum                             bool    // the arm held gives BE less than its minimum
-	Changed, PauseBE, Aligned, Converged       bool    // PauseBE: stop every BE through the next window; Aligned: Observation.Aligned; Converged: explorations budgeted
-	PausedWindows, CalibrationWindows, Windows int     // what references cost: windows BE was stopped, of calibration, of all
+	Worst, BEShare                             float64   // Worst: the highest latency/target measured; NaN: none
+	BEBelowMinimum                             bool      // the arm held gives BE less than its minimum
+	Changed, PauseBE, Aligned, Converged       bool      // PauseBE: stop every BE through the next window; Aligned: Observation.Aligned; Converged: explorations budgeted
+	PausedWindows, CalibrationWindows, Windows int       // what references cost: windows BE was stopped, of calibration, of all
+	Arms                                       []ArmView // the frontier: the arm in force and each measured, in the ladder's order
+}
+
+// ArmView is what the search knows of one arm, against the worst of the objectives in force.
+type ArmView struct {
+	Arm                    Arm
+	Worst, Lo, Hi, BEShare float64 // latency/target: the mean (NaN: not known) and its bounds; BE's share, measured or else expected
+	ShareMeasured          bool
+	Verdict                string // "meets", "misses" or "might meet" every objective
+	RetryIn                int    // windows until it may be explored again
 }
 
 // Controller chooses an arm per window. Not safe for concurrent use.
@@ -208,8 +218,22 @@ func (c *Controller) Observe(o Observation) Decision {
 		c.calibrated++
 	}
 	d.Arm, d.Phase, d.BEBelowMinimum, d.Converged = c.cur, c.phase.Kind.String(), c.short(c.cur), c.nextExplore > 0
-	d.PausedWindows, d.CalibrationWindows, d.Windows = c.paused, c.calibrated, c.tick
+	d.PausedWindows, d.CalibrationWindows, d.Windows, d.Arms = c.paused, c.calibrated, c.tick, c.frontier()
 	return d
+}
+
+// frontier views the arm in force and each arm known by its measurements (of another, what the search guesses from its neighbours).
+func (c *Controller) frontier() (out []ArmView) {
+	for _, a := range c.set.all() {
+		v := ArmView{Arm: a, Worst: c.worstMean(a), Lo: math.Inf(-1), Hi: math.Inf(-1), BEShare: c.share(a), ShareMeasured: known(&c.est(a).share),
+			Verdict: [...]string{"might meet", "meets", "misses"}[c.feasibility(a)], RetryIn: max(0, c.left[a].until-c.tick)}
+		for k := range c.active {
+			lo, hi := c.lcBounds(a, k)
+			v.Lo, v.Hi = max(v.Lo, lo), max(v.Hi, hi)
+		}
+		out = append(out, v)
+	}
+	return slices.DeleteFunc(out, func(v ArmView) bool { return v.Arm != c.cur && math.IsNaN(v.Worst) && !v.ShareMeasured })
 }
 
 // step is the one transition function: from the phase in force and the window, the next phase and arm.

@@ -417,6 +417,55 @@ func TestChoosesStaticWhenBEBest(t *testing.T) {
 	}
 }
 
+// TestFrontierShowsWhatItKnows: each decision lists the arm in force and every arm known by its
+// measurements, in the ladder's order, with bounds around the mean, a verdict the workload's truth
+// bears out, and the back-off of an arm left for missing counting down window by window.
+func TestFrontierShowsWhatItKnows(t *testing.T) {
+	ladder := []time.Duration{time.Microsecond, 50 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 3 * time.Millisecond}
+	c := newController(t, Options{NoPause: true, Ladder: ladder, Static: 200 * time.Microsecond, Safe: time.Microsecond})
+	g := NewSimGPU(5)
+	g.Standalone, g.Gate = true, true
+	ds := play(c, g, frontier, mustObjective(t, "p50<=1.10x"), 300, nil)
+	order := func(a Arm) int { return slices.Index(c.set.all(), a) }
+	type seen struct{ at, in int }
+	backedOff, retry := 0, map[Arm]seen{}
+	for i, d := range ds {
+		if n := len(slices.DeleteFunc(slices.Clone(d.Arms), func(v ArmView) bool { return v.Arm != d.Arm })); n != 1 {
+			t.Fatalf("window %d: the arm in force %v listed %d times in %+v", i+1, d.Arm, n, d.Arms)
+		}
+		if !slices.IsSortedFunc(d.Arms, func(x, y ArmView) int { return order(x.Arm) - order(y.Arm) }) {
+			t.Fatalf("window %d: arms out of the ladder's order: %+v", i+1, d.Arms)
+		}
+		for _, v := range d.Arms {
+			truth, _ := frontier.AtArm(v.Arm)
+			switch {
+			case v.Arm != d.Arm && math.IsNaN(v.Worst) && !v.ShareMeasured:
+				t.Fatalf("window %d: %v listed with nothing measured", i+1, v.Arm)
+			case !math.IsNaN(v.Worst) && !(v.Lo <= v.Worst && v.Worst <= v.Hi):
+				t.Fatalf("window %d: %v's mean %.3f outside its bounds [%.3f, %.3f]", i+1, v.Arm, v.Worst, v.Lo, v.Hi)
+			case v.Verdict == "meets" && (v.Hi > 1 || truth > 1.10), v.Verdict == "misses" && (v.Lo <= 1 || truth <= 1.10):
+				t.Fatalf("window %d: %v %s, bounds [%.3f, %.3f], truly %.2fx", i+1, v.Arm, v.Verdict, v.Lo, v.Hi, truth)
+			}
+			switch r, ok := retry[v.Arm]; {
+			case ok && v.RetryIn < r.in && v.RetryIn != max(0, r.in-(i-r.at)):
+				t.Fatalf("window %d: %v's back-off went from %d to %d windows in %d", i+1, v.Arm, r.in, v.RetryIn, i-r.at)
+			case v.RetryIn > r.in && (v.RetryIn%halfLife != 0 || v.RetryIn/halfLife&(v.RetryIn/halfLife-1) != 0): // from the window it begins
+				t.Fatalf("window %d: %v backed off %d windows, want halfLife times a power of two", i+1, v.Arm, v.RetryIn)
+			}
+			if retry[v.Arm] = (seen{i, v.RetryIn}); v.Verdict == "misses" && v.RetryIn > 0 {
+				backedOff++
+			}
+		}
+	}
+	if backedOff == 0 {
+		t.Errorf("no arm shown missing and backed off: 500µs (1.3x) was left for missing")
+	}
+	last := ds[len(ds)-1].Arms[slices.IndexFunc(ds[len(ds)-1].Arms, func(v ArmView) bool { return v.Arm == c.Arm() })]
+	if last.Verdict != "meets" || !last.ShareMeasured || math.Abs(last.BEShare-0.7) > 0.05 {
+		t.Errorf("the arm held: %+v, want it meeting with BE's share measured near 0.7", last)
+	}
+}
+
 // TestBoundNamedWhenNothingMeets: nothing meets the objective, and the closest arm is held. One
 // switch per request is named as what stands in the way where it fills the room the objective
 // leaves above the LC alone (a 1.28 ms CUDA-graph LC under 1.05x), and not where that room is

@@ -78,40 +78,17 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 	return out
 }
 
-// lcSample is s against o as the controllers take it: the window's values of o's metric, else its quantile over its count, nil with neither; row shows it or why not.
+// lcSample is s against o as the controllers take it (signal.Latency.Points), nil with no points; row shows it or why not.
 func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key string, row *api.SLOLC) *slo.LCSample {
-	out := &slo.LCSample{Key: key, Owner: p.Owner, Objective: o}
-	for _, v := range s.Samples[o.Metric] {
-		out.Points = append(out.Points, stats.Weighted{V: v, W: 1})
+	pts, requests, p50, why := s.Points(o)
+	if why != "" {
+		row.Signal = why
+		return nil
 	}
-	p50 := stats.WeightedQuantile(out.Points, 0.5)
-	if len(out.Points) == 0 {
-		prefix := map[bool]string{true: o.Metric + "_"}[o.Metric != ""]
-		name := prefix + signal.QuantileName(o.Quantile)
-		lat, ok := s.Quantiles[name]
-		if !ok {
-			row.Signal = s.Source + " without " + name
-			return nil
-		}
-		n := cmp.Or(map[bool]int{true: s.Tokens}[o.Metric == signal.MetricTPOT], s.Requests) // tpot_ over tokens: an LLM server ends a request or two a second
-		if p50 = s.Quantiles[prefix+"p50"]; lat > 0 && n > 0 {
-			out.Points = []stats.Weighted{{V: lat, W: n}}
-		}
-	}
-	if len(out.Points) > 0 && len(s.Buckets[o.Metric]) > 0 { // a histogram's window (no other sorts its points again)
-		if why := s.Unresolved(o, stats.WeightedQuantile(out.Points, o.Quantile)); why != "" {
-			row.Signal = "refused: " + why
-			return nil
-		}
-	}
-	// A request's tokens move together: one request, not many samples (one at least: a long generation); an LC never quiet has steps, no requests.
-	if o.Metric == signal.MetricTPOT && s.Source != signal.TracedStep && len(out.Points) > 0 {
-		out.Requests = max(s.Requests, 1)
-	}
-	row.Signal, row.Samples, row.Requests, row.P50Us = s.Source, stats.Weight(out.Points), s.Requests, float64(p50)/1e3
+	row.Signal, row.Samples, row.Requests, row.P50Us = s.Source, stats.Weight(pts), s.Requests, float64(p50)/1e3
 	from, to := s.Span()
 	row.FromMonoNs, row.ToMonoNs = int64(from), int64(to)
-	return out
+	return &slo.LCSample{Key: key, Owner: p.Owner, Objective: o, Points: pts, Requests: requests}
 }
 
 // publish sets the status, what hint engines and the gate are told, and the metrics (samples: nil as the mode comes on; per: each BE's timeslice).
@@ -139,6 +116,11 @@ func (l *Loop) publish(pol *policy.Policy, samples map[int]lcWindow, all []polic
 				Cause: d.Cause, Reason: d.Reason, Fallback: d.Phase == slo.Fallback.String(), BEBelowMinimum: d.BEBelowMinimum, Aligned: d.Aligned, Bound: d.Bound, Converged: d.Converged}
 			ss.Last, ss.BEShare, ss.WorstLC, ss.Phase = sd, api.Finite(d.BEShare), api.Finite(d.Worst), d.Phase
 			ss.Calibration = &api.SLOCalibration{Paused: d.PausedWindows, Windows: d.CalibrationWindows, Of: d.Windows}
+			ss.Arms = nil
+			for _, v := range d.Arms {
+				ss.Arms = append(ss.Arms, api.SLOArm{Arm: v.Arm.String(), LCVsObjective: api.Finite(v.Worst), Lo: api.Finite(v.Lo), Hi: api.Finite(v.Hi),
+					BEShare: api.Finite(v.BEShare), ShareMeasured: v.ShareMeasured, Verdict: v.Verdict, RetryIn: v.RetryIn})
+			}
 			if d.Changed {
 				ss.LastChange = sd
 				ss.Changes++

@@ -217,6 +217,7 @@ func classTable(w io.Writer, st map[string]any, procs []api.Process) error {
 	if !perGPU {
 		fmt.Fprintf(w, "hint engines:\tprepreempt %v\n", s.Prepreempt)
 	}
+	frontier(w, s.Searches, perGPU)
 	if len(s.LC) > 0 {
 		fmt.Fprintln(w, "\nLC PID\tCOMM\t"+gpuColumn(perGPU, "GPU\t")+"OBJECTIVE\tLATENCY\tTARGET\tVS OBJECTIVE\tREQUESTS\tSIGNAL\tREFERENCE")
 		for _, l := range s.LC {
@@ -235,6 +236,36 @@ func classTable(w io.Writer, st map[string]any, procs []api.Process) error {
 		}
 	}
 	return nil
+}
+
+// frontier prints what each search knows of its arms: the LC against BE's share, the verdict, when it may be tried again.
+func frontier(w io.Writer, searches []api.SLOSearch, perGPU bool) {
+	header := false
+	for _, x := range searches {
+		for _, a := range x.Arms {
+			if !header {
+				fmt.Fprintln(w, "\nARM\t"+gpuColumn(perGPU, "GPU\t")+"LC VS OBJECTIVE\tBOUNDS\tBE SHARE\tVERDICT\tRETRY")
+				header = true
+			}
+			name, bounds, share, retry := a.Arm, "-", percent(a.BEShare), "-"
+			if a.Arm == x.Arm {
+				name += " (in force)"
+			}
+			switch { // a bound of an arm not measured enough comes from a neighbour, below it at most
+			case a.Lo != nil && a.Hi != nil:
+				bounds = ratio(a.Lo) + " to " + ratio(a.Hi)
+			case a.Lo != nil:
+				bounds = "over " + ratio(a.Lo)
+			}
+			if !a.ShareMeasured && a.BEShare != nil {
+				share += " expected"
+			}
+			if a.RetryIn > 0 {
+				retry = fmt.Sprintf("in %d windows", a.RetryIn)
+			}
+			fmt.Fprintf(w, "%s\t%s%s\t%s\t%s\t%s\t%s\n", name, gpuColumn(perGPU, api.GPUList(x.GPUs)+"\t"), ratio(a.LCVsObjective), bounds, share, a.Verdict, retry)
+		}
+	}
 }
 
 // decisions prints a search's last decision and last change, each line
