@@ -450,17 +450,18 @@ type SLOSearch struct {
 
 // SLOArm is what a search knows of one arm: its worst LC objective's
 // latency over its target (the mean of its measurements and that mean's
-// bounds, nil where not known: a bound may come from a neighbour), the BE
-// share it leaves (measured, else expected from its neighbours), its
-// verdict against every objective ("meets", "misses", "might meet") and
-// the windows until the search may try it again (0: now).
+// bounds, nil where not known: an unmeasured arm's lower bound may come
+// from a neighbour), the BE share measured under it (nil: not measured),
+// its verdict against every LC objective ("meets", "misses", "might meet",
+// then ", BE under its minimum" where it is known to give BE less than
+// classes.be.min_share) and the windows its back-off from exploring has
+// left (0: none).
 type SLOArm struct {
 	Arm           string   `json:"arm"`
 	LCVsObjective *float64 `json:"lc_vs_objective,omitempty"`
 	Lo            *float64 `json:"lo,omitempty"`
 	Hi            *float64 `json:"hi,omitempty"`
 	BEShare       *float64 `json:"be_share,omitempty"`
-	ShareMeasured bool     `json:"be_share_measured"`
 	Verdict       string   `json:"verdict"`
 	RetryIn       int      `json:"retry_in_windows,omitempty"`
 }

@@ -121,7 +121,7 @@ func NewMetrics(groups func() map[[2]string]int) *Metrics {
 		sloArmLC: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_arm_lc_vs_objective",
 			Help: "The frontier: the worst LC objective's latency / target under each arm a GPU's search holds or has measured, the mean of its measurements (NaN: not known)."}, []string{"gpu", "arm"}),
 		sloArmShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_arm_be_share",
-			Help: "The frontier: BE's share under each arm a GPU's search holds or has measured, measured or else expected from its neighbours."}, []string{"gpu", "arm"}),
+			Help: "The frontier: BE's share measured under each arm a GPU's search holds or has measured (NaN: not measured)."}, []string{"gpu", "arm"}),
 		sloLC: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_lc_vs_objective",
 			Help: "Each LC process's latency / objective over the last window, per GPU and objective (NaN: not measured yet)."}, []string{"gpu", "process", "objective"}),
 		sloSamples: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpreemptd_slo_lc_samples",

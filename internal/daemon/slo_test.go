@@ -685,18 +685,37 @@ func TestSLOLoopMeasuresBEShare(t *testing.T) {
 	if got := gauge(t, s.m, "gpreemptd_slo_be_share"); math.Abs(got-share) > 1e-3 {
 		t.Errorf("gpreemptd_slo_be_share %v, want %.3f", got, share)
 	}
-	// The frontier: the arm in force among those the search shows, each as the metrics say.
-	if len(st.Searches) != 1 || !slices.ContainsFunc(st.Searches[0].Arms, func(a api.SLOArm) bool { return a.Arm == st.Arm && a.ShareMeasured }) {
+	// The frontier: the arm in force among those the search shows, each as the metrics say (a
+	// series per arm shown, none left of another), its verdict the LC's by its bounds, and BE
+	// under classes.be.min_share (0.85) said apart.
+	if len(st.Searches) != 1 || !slices.ContainsFunc(st.Searches[0].Arms, func(a api.SLOArm) bool { return a.Arm == st.Arm && a.BEShare != nil }) {
 		t.Fatalf("searches %+v: want one listing the arm in force, %s, with BE's share measured", st.Searches, st.Arm)
+	}
+	same := func(got float64, want *float64) bool {
+		return want == nil && math.IsNaN(got) || want != nil && got == *want
 	}
 	for _, a := range st.Searches[0].Arms {
 		labels := map[string]string{"gpu": api.GPUList(st.Searches[0].GPUs), "arm": a.Arm}
-		if got := gaugeValue(t, s.m, "gpreemptd_slo_arm_be_share", labels); a.BEShare == nil || got != *a.BEShare {
+		if got := gaugeValue(t, s.m, "gpreemptd_slo_arm_be_share", labels); !same(got, a.BEShare) {
 			t.Errorf("gpreemptd_slo_arm_be_share%v %v, status %v", labels, got, a.BEShare)
 		}
-		if got := gaugeValue(t, s.m, "gpreemptd_slo_arm_lc_vs_objective", labels); a.LCVsObjective != nil && got != *a.LCVsObjective || a.LCVsObjective == nil && !math.IsNaN(got) {
+		if got := gaugeValue(t, s.m, "gpreemptd_slo_arm_lc_vs_objective", labels); !same(got, a.LCVsObjective) {
 			t.Errorf("gpreemptd_slo_arm_lc_vs_objective%v %v, status %v", labels, got, a.LCVsObjective)
 		}
+		lc, short := strings.CutSuffix(a.Verdict, ", BE under its minimum")
+		switch {
+		case short != (a.BEShare != nil && *a.BEShare < 0.85):
+			t.Errorf("%s: verdict %q with BE's share %v against a minimum of 0.85", a.Arm, a.Verdict, a.BEShare)
+		case lc == "misses" && !(a.Lo != nil && *a.Lo > 1), lc == "meets" && !(a.Hi != nil && *a.Hi <= 1):
+			t.Errorf("%s: verdict %q with bounds %v to %v", a.Arm, a.Verdict, a.Lo, a.Hi)
+		}
+	}
+	mfs, err := s.m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(mfs, func(mf *dto.MetricFamily) bool { return mf.GetName() == "gpreemptd_slo_arm_be_share" }); i < 0 || len(mfs[i].GetMetric()) != len(st.Searches[0].Arms) {
+		t.Errorf("gpreemptd_slo_arm_be_share: want a series for each of the %d arms shown, no more", len(st.Searches[0].Arms))
 	}
 	if st.BE[0].Signal != "counted" || st.BE[0].LaunchesPerS != math.Floor(share*alone) {
 		t.Errorf("BE row %+v", st.BE[0])
@@ -723,6 +742,9 @@ func TestSLOLoopMeasuresBEShare(t *testing.T) {
 	s.Tick(s.Now)
 	bulkSays("learning its rate alone (0 of 3") // the LC ran in part of it
 	bulkSays("learning its rate alone (1 of 3")
+	if got := gaugeValue(t, s.m, "gpreemptd_slo_arm_be_share", nil); !math.IsNaN(got) { // no search, no frontier
+		t.Errorf("gpreemptd_slo_arm_be_share %v with no LC: want no series", got)
+	}
 }
 
 // TestBEAloneBesideAnMPSServer: an MPS server (a GPU process of no class)

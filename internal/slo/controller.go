@@ -134,10 +134,9 @@ type Decision struct {
 // ArmView is what the search knows of one arm, against the worst of the objectives in force.
 type ArmView struct {
 	Arm                    Arm
-	Worst, Lo, Hi, BEShare float64 // latency/target: the mean (NaN: not known) and its bounds; BE's share, measured or else expected
-	ShareMeasured          bool
-	Verdict                string // "meets", "misses" or "might meet" every objective
-	RetryIn                int    // windows until it may be explored again
+	Worst, Lo, Hi, BEShare float64 // latency/target: the mean (NaN: not known) and its bounds; BE's share measured (NaN: not)
+	Verdict                string  // "meets", "misses" or "might meet" every LC objective, then ", BE under its minimum" where known to
+	RetryIn                int     // windows its back-off from exploring has left (0: none; the arm in force none)
 }
 
 // Controller chooses an arm per window. Not safe for concurrent use.
@@ -222,18 +221,20 @@ func (c *Controller) Observe(o Observation) Decision {
 	return d
 }
 
-// frontier views the arm in force and each arm known by its measurements (of another, what the search guesses from its neighbours).
+// frontier views the arm in force and each arm known by its measurements or backed off (its bounds may come from a neighbour's).
 func (c *Controller) frontier() (out []ArmView) {
 	for _, a := range c.set.all() {
-		v := ArmView{Arm: a, Worst: c.worstMean(a), Lo: math.Inf(-1), Hi: math.Inf(-1), BEShare: c.share(a), ShareMeasured: known(&c.est(a).share),
-			Verdict: [...]string{"might meet", "meets", "misses"}[c.feasibility(a)], RetryIn: max(0, c.left[a].until-c.tick)}
+		v := ArmView{Arm: a, Worst: c.worstMean(a), Lo: math.Inf(-1), Hi: math.Inf(-1), BEShare: map[bool]float64{true: c.share(a), false: math.NaN()}[known(&c.est(a).share)],
+			Verdict: [...]string{"might meet", "meets", "misses"}[c.lcFeasibility(a)] + map[bool]string{true: ", BE under its minimum"}[c.short(a)], RetryIn: map[bool]int{false: max(0, c.left[a].until-c.tick)}[a == c.cur]}
 		for k := range c.active {
 			lo, hi := c.lcBounds(a, k)
 			v.Lo, v.Hi = max(v.Lo, lo), max(v.Hi, hi)
 		}
 		out = append(out, v)
 	}
-	return slices.DeleteFunc(out, func(v ArmView) bool { return v.Arm != c.cur && math.IsNaN(v.Worst) && !v.ShareMeasured })
+	return slices.DeleteFunc(out, func(v ArmView) bool {
+		return v.Arm != c.cur && math.IsNaN(v.Worst) && math.IsNaN(v.BEShare) && v.RetryIn == 0
+	})
 }
 
 // step is the one transition function: from the phase in force and the window, the next phase and arm.

@@ -78,7 +78,7 @@ func (l *Loop) lcSamples(pol *policy.Policy, lcs []policy.ProcRef, now time.Dura
 	return out
 }
 
-// lcSample is s against o as the controllers take it (signal.Latency.Points), nil with no points; row shows it or why not.
+// lcSample is s against o as the controllers take it (signal.Latency.Points), nil where s cannot judge o; row shows it or why not.
 func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key string, row *api.SLOLC) *slo.LCSample {
 	pts, requests, p50, why := s.Points(o)
 	if why != "" {
@@ -119,7 +119,7 @@ func (l *Loop) publish(pol *policy.Policy, samples map[int]lcWindow, all []polic
 			ss.Arms = nil
 			for _, v := range d.Arms {
 				ss.Arms = append(ss.Arms, api.SLOArm{Arm: v.Arm.String(), LCVsObjective: api.Finite(v.Worst), Lo: api.Finite(v.Lo), Hi: api.Finite(v.Hi),
-					BEShare: api.Finite(v.BEShare), ShareMeasured: v.ShareMeasured, Verdict: v.Verdict, RetryIn: v.RetryIn})
+					BEShare: api.Finite(v.BEShare), Verdict: v.Verdict, RetryIn: v.RetryIn})
 			}
 			if d.Changed {
 				ss.LastChange = sd

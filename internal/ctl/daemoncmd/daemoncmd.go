@@ -247,7 +247,7 @@ func frontier(w io.Writer, searches []api.SLOSearch, perGPU bool) {
 				fmt.Fprintln(w, "\nARM\t"+gpuColumn(perGPU, "GPU\t")+"LC VS OBJECTIVE\tBOUNDS\tBE SHARE\tVERDICT\tRETRY")
 				header = true
 			}
-			name, bounds, share, retry := a.Arm, "-", percent(a.BEShare), "-"
+			name, bounds, retry := a.Arm, "-", "-"
 			if a.Arm == x.Arm {
 				name += " (in force)"
 			}
@@ -257,13 +257,10 @@ func frontier(w io.Writer, searches []api.SLOSearch, perGPU bool) {
 			case a.Lo != nil:
 				bounds = "over " + ratio(a.Lo)
 			}
-			if !a.ShareMeasured && a.BEShare != nil {
-				share += " expected"
-			}
 			if a.RetryIn > 0 {
 				retry = fmt.Sprintf("in %d windows", a.RetryIn)
 			}
-			fmt.Fprintf(w, "%s\t%s%s\t%s\t%s\t%s\t%s\n", name, gpuColumn(perGPU, api.GPUList(x.GPUs)+"\t"), ratio(a.LCVsObjective), bounds, share, a.Verdict, retry)
+			fmt.Fprintf(w, "%s\t%s%s\t%s\t%s\t%s\t%s\n", name, gpuColumn(perGPU, api.GPUList(x.GPUs)+"\t"), ratio(a.LCVsObjective), bounds, percent(a.BEShare), a.Verdict, retry)
 		}
 	}
 }
