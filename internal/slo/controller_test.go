@@ -398,13 +398,18 @@ var frontier = Workload{
 	Gated: []Point{{time.Microsecond, 1.0, 0.4, false}, {3 * time.Millisecond, 1.0, 0.5, false}},
 }
 
-func TestChoosesStaticWhenBEBest(t *testing.T) {
-	// The policy's own 200us is not on the ladder: the static arm is offered all the same.
+// playFrontier plays 300 windows of the frontier workload on a ladder without the policy's own 200us: the static arm is offered all the same.
+func playFrontier(t *testing.T) (*Controller, []Decision) {
 	ladder := []time.Duration{time.Microsecond, 50 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 3 * time.Millisecond}
 	c := newController(t, Options{NoPause: true, Ladder: ladder, Static: 200 * time.Microsecond, Safe: time.Microsecond})
 	g := NewSimGPU(5)
 	g.Standalone, g.Gate = true, true
 	ds := play(c, g, frontier, mustObjective(t, "p50<=1.10x"), 300, nil)
+	return c, ds
+}
+
+func TestChoosesStaticWhenBEBest(t *testing.T) {
+	c, ds := playFrontier(t)
 	if got := c.Arm(); got != (Arm{BETimeslice: 200 * time.Microsecond}) {
 		t.Fatalf("settled on %v, want the static arm 200µs (reason %q)", got, ds[len(ds)-1].Reason)
 	}
@@ -422,11 +427,7 @@ func TestChoosesStaticWhenBEBest(t *testing.T) {
 // verdict the workload's truth bears out, and the back-off of an arm left for missing counting down
 // window by window from halfLife times a power of two.
 func TestFrontierShowsWhatItKnows(t *testing.T) {
-	ladder := []time.Duration{time.Microsecond, 50 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 3 * time.Millisecond}
-	c := newController(t, Options{NoPause: true, Ladder: ladder, Static: 200 * time.Microsecond, Safe: time.Microsecond})
-	g := NewSimGPU(5)
-	g.Standalone, g.Gate = true, true
-	ds := play(c, g, frontier, mustObjective(t, "p50<=1.10x"), 300, nil)
+	c, ds := playFrontier(t)
 	order := func(a Arm) int { return slices.Index(c.set.all(), a) }
 	type seen struct{ at, in int }
 	backedOff, retry := 0, map[Arm]seen{}
