@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
@@ -199,6 +200,20 @@ type ArmDuty struct {
 	DaemonRatio        float64 `json:"daemon_ratio,omitempty"`
 	DaemonMeasurements int     `json:"daemon_measurements,omitempty"`
 	DaemonMetric       string  `json:"daemon_metric,omitempty"`
+	// Frontier is the arm as SLO mode's frontier showed it at the end (nil: not there): its
+	// latency over the LC alone where a p50<=Nx objective is the LC's only one (its mean and
+	// bounds over the objective, times N), else over the objective, and the verdict.
+	Frontier *FrontierArm `json:"frontier,omitempty"`
+}
+
+// FrontierArm is one arm of SLO mode's frontier as the bench reports it: Mean, Lo and Hi (nil:
+// not known) in the unit Of says ("alone" or "objective").
+type FrontierArm struct {
+	Mean    *float64 `json:"mean,omitempty"`
+	Lo      *float64 `json:"lo,omitempty"`
+	Hi      *float64 `json:"hi,omitempty"`
+	Of      string   `json:"of"`
+	Verdict string   `json:"verdict"`
 }
 
 // armDuty splits sr's duty comparison by the arm in force as each request started (the last
@@ -250,8 +265,36 @@ func armDuty(sr *ScenarioResult) []ArmDuty {
 			out[i].DaemonRatio, out[i].DaemonMeasurements = stats.Median(r), len(r)
 		}
 	}
+	frontier(sr, out)
 	// Arms held only before the measurement, or so briefly that no request started under them, say nothing.
 	return slices.DeleteFunc(out, func(a ArmDuty) bool { return a.WithBE+a.Alone == 0 })
+}
+
+// frontier fills each arm's Frontier from the last status read, the one that keeps it.
+func frontier(sr *ScenarioResult, arms []ArmDuty) {
+	if len(sr.SLO) == 0 {
+		return
+	}
+	last := sr.SLO[len(sr.SLO)-1]
+	factor, of := 1.0, "objective"
+	rows := slices.DeleteFunc(slices.Clone(last.LC), func(l SLOLCSample) bool { return l.PID != sr.LC.PID })
+	if len(rows) == 1 {
+		if o, err := objective.Parse(rows[0].Objective); err == nil && o.Relative() && o.Reference != objective.Shortest {
+			factor, of = o.Inflation, "alone" // the worst of one objective: its ratio over the LC alone
+		}
+	}
+	times := func(x *float64) *float64 {
+		if x == nil {
+			return nil
+		}
+		return new(*x * factor)
+	}
+	for i := range arms {
+		if k := slices.IndexFunc(last.Arms, func(a api.SLOArm) bool { return a.Arm == arms[i].Arm }); k >= 0 {
+			a := last.Arms[k]
+			arms[i].Frontier = &FrontierArm{Mean: times(a.LCVsObjective), Lo: times(a.Lo), Hi: times(a.Hi), Of: of, Verdict: a.Verdict}
+		}
+	}
 }
 
 // reading is one of SLO mode's measurements of metric: of arm, in force at the read at (CLOCK_MONOTONIC ns).

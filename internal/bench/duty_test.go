@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpreempt/gpreempt/internal/api"
 )
 
 func TestSplitByDuty(t *testing.T) {
@@ -408,6 +410,29 @@ func TestArmDuty(t *testing.T) {
 	if o0, o1 := got[0].OffCPUMs, got[1].OffCPUMs; o0 == nil || o1 == nil || *o0 != 0 || math.Abs(*o1-20) > 1e-9 {
 		t.Errorf("off its CPU %v, %v: want 0 then 20 ms", o0, o1)
 	}
+	// The frontier of the last read: over the LC alone for one relative objective (times its factor), else over the objective.
+	last := &sr.SLO[len(sr.SLO)-1]
+	last.Arms = []api.SLOArm{{Arm: "200µs", LCVsObjective: new(1.2), Lo: new(1.1), Hi: new(1.3), Verdict: "misses"}, {Arm: "200µs+gate", Lo: new(0.8), Verdict: "might meet"}}
+	for _, c := range []struct {
+		objectives []string
+		of         string
+		factor     float64
+	}{{[]string{"p50<=1.1x"}, "alone", 1.1}, {[]string{"p50<=1.1x", "p99<=2x"}, "objective", 1}, {[]string{"p50<=300ms"}, "objective", 1}} {
+		last.LC = nil
+		for _, o := range c.objectives {
+			last.LC = append(last.LC, SLOLCSample{PID: 1, Objective: o})
+		}
+		got := armDuty(sr)
+		f0, f1 := got[0].Frontier, got[1].Frontier
+		if f0 == nil || f1 == nil || f0.Of != c.of || f1.Of != c.of || math.Abs(*f0.Mean-1.2*c.factor) > 1e-9 || math.Abs(*f0.Hi-1.3*c.factor) > 1e-9 ||
+			f1.Mean != nil || f1.Hi != nil || math.Abs(*f1.Lo-0.8*c.factor) > 1e-9 || f0.Verdict != "misses" {
+			t.Errorf("%v: frontier %+v, %+v", c.objectives, f0, f1)
+		}
+	}
+	if got := frontierCell(armDuty(sr)[1].Frontier); got != "– [0.800, –] over the objective, might meet" {
+		t.Errorf("frontier cell %q", got)
+	}
+	last.Arms = nil
 	for i := range sr.SLO {
 		sr.SLO[i].Arm = ""
 	}

@@ -73,9 +73,9 @@ func writeDutyByArm(b *strings.Builder, res *Results) {
 	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return len(sr.LCDutyByArm) > 1 }) {
 		return
 	}
-	b.WriteString("\nThe same by the arm SLO mode held as each request started (from the status read that first showed it): a run's ratio blends its arms, the first held before SLO mode had measured; beside it the same ratio as SLO mode read it, the median of its measurements of the arm over the measurement (each its latency over the LC alone it judged it by), the number it steered by; and the p50 of those requests' time off the LC thread's CPU, both halves (a cost an arm adds to both, which its ratio cannot see):\n\n")
-	b.WriteString("| scenario | rep | arm | from (s into the measurement) | requests with BE / alone | ratio | SLO mode's reading (measurements) | LC off its CPU a request, p50 (ms) |\n")
-	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\nThe same by the arm SLO mode held as each request started (from the status read that first showed it): a run's ratio blends its arms, the first held before SLO mode had measured; beside it the same ratio as SLO mode read it, the median of its measurements of the arm over the measurement (each its latency over the LC alone it judged it by), the number it steered by; its frontier at the end of the measurement (the arm's mean over its measurements as they fade, its bounds, its verdict; over the LC alone, or over the objective where the LC has more than one); and the p50 of those requests' time off the LC thread's CPU, both halves (a cost an arm adds to both, which its ratio cannot see):\n\n")
+	b.WriteString("| scenario | rep | arm | from (s into the measurement) | requests with BE / alone | ratio | SLO mode's reading (measurements) | SLO mode's frontier at the end | LC off its CPU a request, p50 (ms) |\n")
+	b.WriteString("|---|---:|---|---:|---:|---:|---:|---|---:|\n")
 	for _, sr := range res.Scenarios {
 		for _, a := range sr.LCDutyByArm {
 			ratio, daemon, off := "–", "–", "–"
@@ -91,9 +91,27 @@ func writeDutyByArm(b *strings.Builder, res *Results) {
 			if a.OffCPUMs != nil {
 				off = fmt.Sprintf("%.1f", *a.OffCPUMs)
 			}
-			fmt.Fprintf(b, "| %s | %d | %s | %.1f | %d / %d | %s | %s | %s |\n", sr.Name, repOf(sr), a.Arm, a.FromS, a.WithBE, a.Alone, ratio, daemon, off)
+			fmt.Fprintf(b, "| %s | %d | %s | %.1f | %d / %d | %s | %s | %s | %s |\n", sr.Name, repOf(sr), a.Arm, a.FromS, a.WithBE, a.Alone, ratio, daemon, frontierCell(a.Frontier), off)
 		}
 	}
+}
+
+// frontierCell is an arm as SLO mode's frontier showed it: "1.062x [0.98, 1.15] over the LC alone, meets".
+func frontierCell(f *FrontierArm) string {
+	if f == nil {
+		return "–"
+	}
+	x := func(v *float64) string {
+		if v == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%.3f", *v)
+	}
+	mean := "–"
+	if f.Mean != nil {
+		mean = x(f.Mean) + "x"
+	}
+	return fmt.Sprintf("%s [%s, %s] over the %s, %s", mean, x(f.Lo), x(f.Hi), map[string]string{"alone": "LC alone"}[f.Of]+map[string]string{"objective": "objective"}[f.Of], f.Verdict)
 }
 
 // writeDutyPerCPU adds, where the LC timed its own CPU around each request, how much slower its

@@ -66,6 +66,9 @@ type SLOSample struct {
 	Cause string `json:"change_cause,omitempty"`
 	// LC is each LC process as the status showed it.
 	LC []SLOLCSample `json:"lc,omitempty"`
+	// Arms is the search's frontier (a run of one GPU, one search), kept
+	// in the last read alone: what SLO mode knew of each arm at the end.
+	Arms []api.SLOArm `json:"arms,omitempty"`
 }
 
 // SLOLCSample is one LC process in one status read: its last window's
@@ -120,6 +123,9 @@ func parseSLOStatus(b []byte) (SLOSample, error) {
 		return SLOSample{}, err
 	}
 	s := SLOSample{BETimeslice: st.BETimeslice, Arm: st.Arm, BEShare: st.BEShare, WorstLC: st.WorstLC, Changes: st.Changes, BEStopped: len(st.BEStopped) > 0}
+	if len(st.Searches) == 1 {
+		s.Arms = st.Searches[0].Arms
+	}
 	if st.Last != nil {
 		s.Aligned, s.Window, s.Converged = &st.Last.Aligned, st.Last.Window, st.Last.Converged
 	}
@@ -202,7 +208,9 @@ func (p sloPoller) poll(ctx context.Context) ([]SLOSample, error) {
 			if err != nil {
 				return out, err
 			}
-			s.MonoNs = p.mono()
+			if s.MonoNs = p.mono(); len(out) > 0 {
+				out[len(out)-1].Arms = nil // the last read's frontier is the one kept
+			}
 			out = append(out, s)
 		}
 		if p.sleep(ctx, p.interval) != nil {

@@ -335,8 +335,10 @@ func TestParseSLOStatus(t *testing.T) {
 func TestSLOPollerWithFakeDaemon(t *testing.T) {
 	statuses := []string{
 		`{"slo":{"enabled":true,"changes":0}}`,
-		`{"slo":{"enabled":true,"be_timeslice":"200us","be_share":0.8,"changes":1,"last":{"window":8,"be_timeslice":"200us","changed":false,"cause":"dwell","reason":"r"}}}`,
-		`{"slo":{"enabled":true,"be_timeslice":"1ms","arm":"1ms","be_share":0.88,"changes":2,"last":{"window":9,"be_timeslice":"1ms","changed":true,"cause":"explore","reason":"r","aligned":true}}}`,
+		`{"slo":{"enabled":true,"be_timeslice":"200us","be_share":0.8,"changes":1,"last":{"window":8,"be_timeslice":"200us","changed":false,"cause":"dwell","reason":"r"},
+			"searches":[{"gpus":[0],"be_timeslice":"200us","lcs":1,"changes":1,"prepreempt":false,"arms":[{"arm":"200µs","verdict":"might meet"}]}]}}`,
+		`{"slo":{"enabled":true,"be_timeslice":"1ms","arm":"1ms","be_share":0.88,"changes":2,"last":{"window":9,"be_timeslice":"1ms","changed":true,"cause":"explore","reason":"r","aligned":true},
+			"searches":[{"gpus":[0],"be_timeslice":"1ms","lcs":1,"changes":2,"prepreempt":false,"arms":[{"arm":"200µs","verdict":"meets"},{"arm":"1ms","verdict":"might meet"}]}]}}`,
 	}
 	n := 0
 	sock := unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -369,6 +371,9 @@ func TestSLOPollerWithFakeDaemon(t *testing.T) {
 	}
 	if got[0].BETimeslice != "" || got[2].BETimeslice != "1ms" || got[2].Arm != "1ms" || got[2].MonoNs != 750e6 || got[2].Changes != 2 {
 		t.Errorf("%+v", got)
+	}
+	if len(got[1].Arms) != 0 || len(got[2].Arms) != 2 || got[2].Arms[0].Verdict != "meets" { // the frontier kept in the last read alone
+		t.Errorf("frontiers %+v, %+v: want the last read's alone", got[1].Arms, got[2].Arms)
 	}
 	for _, c := range []struct {
 		start int64
