@@ -486,6 +486,32 @@ func TestFrontierShowsWhatItKnows(t *testing.T) {
 	}
 }
 
+// TestFrontierWorstOfTwoObjectives: an arm's bounds in the frontier are the worst of every
+// objective's in force, so that "meets" needs each met and "misses" one missed.
+func TestFrontierWorstOfTwoObjectives(t *testing.T) {
+	c := newController(t, Options{NoPause: true})
+	g, g2 := NewSimGPU(3), NewSimGPU(4)
+	g.Standalone, g2.Standalone, g2.Key = true, true, "lc2" // a second LC, against a tail bound its p99 meets only on the short rungs
+	p50, p99 := mustObjective(t, "p50<=1.10x"), mustObjective(t, "p99<=1.2x")
+	prev, checked := c.Arm(), 0
+	for i := range 300 {
+		o := g.WindowArm(frontier, p50, c.Arm(), prev)
+		o.LC = append(o.LC, g2.WindowArm(frontier, p99, c.Arm(), prev).LC...)
+		prev = c.Arm()
+		for _, v := range c.Observe(o).Arms {
+			for k := range c.active {
+				if lo, hi := c.lcBounds(v.Arm, k); lo > v.Lo || hi > v.Hi {
+					t.Fatalf("window %d: %v's bounds [%.3f, %.3f], %s's own [%.3f, %.3f]: want the worst", i+1, v.Arm, v.Lo, v.Hi, k, lo, hi)
+				}
+				checked++
+			}
+		}
+	}
+	if checked < 300*2 {
+		t.Errorf("%d bounds checked, want two objectives' every window", checked)
+	}
+}
+
 // TestBoundNamedWhenNothingMeets: nothing meets the objective, and the closest arm is held. One
 // switch per request is named as what stands in the way where it fills the room the objective
 // leaves above the LC alone (a 1.28 ms CUDA-graph LC under 1.05x), and not where that room is
