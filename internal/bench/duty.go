@@ -201,8 +201,8 @@ type ArmDuty struct {
 	DaemonMeasurements int     `json:"daemon_measurements,omitempty"`
 	DaemonMetric       string  `json:"daemon_metric,omitempty"`
 	// Frontier is the arm as SLO mode's frontier showed it at the end (nil: not there): its
-	// latency over the LC alone where a p50<=Nx objective is the LC's only one (its mean and
-	// bounds over the objective, times N), else over the objective, and the verdict.
+	// latency over the LC alone where one relative objective is the LC's only one (its mean and
+	// bounds over the objective, times the factor), else over the objective, and the verdict.
 	Frontier *FrontierArm `json:"frontier,omitempty"`
 }
 

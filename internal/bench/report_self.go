@@ -96,7 +96,7 @@ func writeDutyByArm(b *strings.Builder, res *Results) {
 	}
 }
 
-// frontierCell is an arm as SLO mode's frontier showed it: "1.062x [0.98, 1.15] over the LC alone, meets".
+// frontierCell is an arm as SLO mode's frontier showed it: "1.062x [0.980, 1.150] over the LC alone, might meet".
 func frontierCell(f *FrontierArm) string {
 	if f == nil {
 		return "–"

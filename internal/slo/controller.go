@@ -128,7 +128,7 @@ type Decision struct {
 	BEBelowMinimum                             bool      // the arm held gives BE less than its minimum
 	Changed, PauseBE, Aligned, Converged       bool      // PauseBE: stop every BE through the next window; Aligned: Observation.Aligned; Converged: explorations budgeted
 	PausedWindows, CalibrationWindows, Windows int       // what references cost: windows BE was stopped, of calibration, of all
-	Arms                                       []ArmView // the frontier: the arm in force and each measured, in the ladder's order
+	Arms                                       []ArmView // the frontier: the arm in force and each measured or backed off, in the ladder's order
 }
 
 // ArmView is what the search knows of one arm, against the worst of the objectives in force.
