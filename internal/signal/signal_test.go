@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/slo/objective"
 )
 
 func TestQuantileName(t *testing.T) {
@@ -41,4 +42,41 @@ func TestFromPush(t *testing.T) {
 	if len(s.Samples[MetricTPOT]) != MaxSamples || len(s.Samples[MetricTTFT]) != 1 {
 		t.Errorf("%d tpot samples (want %d), %d ttft (want 1)", len(s.Samples[MetricTPOT]), MaxSamples, len(s.Samples[MetricTTFT]))
 	}
+}
+
+// FuzzPoints: any window against any objective gives points of positive weight with a reason
+// only where it gives none, from the objective's own metric where the window has its values (else
+// one quantile over a positive count), and refuses only a histogram's window.
+func FuzzPoints(f *testing.F) {
+	f.Add("p50<=1.10x", "scraped", []byte{100, 200, 150}, uint16(3), uint16(0), int64(0), true)
+	f.Add("tpot_p50<=12ms", "pushed", []byte{}, uint16(2), uint16(30), int64(12e6), false)
+	f.Add("p99<=50ms", "traced-step", []byte{9, 9}, uint16(0), uint16(5), int64(-1), false)
+	f.Fuzz(func(t *testing.T, obj, source string, vals []byte, requests, tokens uint16, quantile int64, buckets bool) {
+		o, err := objective.Parse(obj)
+		if err != nil {
+			return
+		}
+		l := Latency{Source: source, Requests: int(requests), Tokens: int(tokens), Samples: map[string][]time.Duration{},
+			Quantiles: map[string]time.Duration{o.Metric + map[bool]string{true: "_"}[o.Metric != ""] + QuantileName(o.Quantile): time.Duration(quantile)}}
+		for _, v := range vals {
+			l.Samples[o.Metric] = append(l.Samples[o.Metric], time.Duration(v)*time.Millisecond)
+		}
+		if buckets {
+			l.Buckets = map[string][]time.Duration{o.Metric: {50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond}}
+		}
+		pts, n, _, why := l.Points(o)
+		switch {
+		case why != "" && len(pts) > 0, why != "" && !buckets && len(vals) > 0:
+			t.Fatalf("%q: points %v and why %q", obj, pts, why)
+		case len(vals) > 0 && why == "" && len(pts) != len(vals):
+			t.Fatalf("%q: %d points of %d values", obj, len(pts), len(vals))
+		case len(vals) == 0 && len(pts) > 1, n < 0:
+			t.Fatalf("%q: points %v from %d requests", obj, pts, n)
+		}
+		for _, p := range pts {
+			if p.W <= 0 {
+				t.Fatalf("%q: a point of weight %d", obj, p.W)
+			}
+		}
+	})
 }
