@@ -107,11 +107,11 @@ func frontierCell(f *FrontierArm) string {
 		}
 		return fmt.Sprintf("%.3f", *v)
 	}
-	mean := "–"
+	mean := x(f.Mean)
 	if f.Mean != nil {
-		mean = x(f.Mean) + "x"
+		mean += "x"
 	}
-	return fmt.Sprintf("%s [%s, %s] over the %s, %s", mean, x(f.Lo), x(f.Hi), map[string]string{"alone": "LC alone"}[f.Of]+map[string]string{"objective": "objective"}[f.Of], f.Verdict)
+	return fmt.Sprintf("%s [%s, %s] over the %s, %s", mean, x(f.Lo), x(f.Hi), cmp.Or(map[string]string{"alone": "LC alone"}[f.Of], f.Of), f.Verdict)
 }
 
 // writeDutyPerCPU adds, where the LC timed its own CPU around each request, how much slower its
