@@ -186,6 +186,12 @@ type ArmDuty struct {
 	// P50Ratio is the p50 of the requests with BE over those alone, with at least minDutyMedian
 	// of each (0: fewer).
 	P50Ratio float64 `json:"p50_ratio,omitempty"`
+	// P50CI is the bootstrap 95% interval of P50Ratio, the arm's two halves resampled: what a
+	// frontier's reading of the arm is checked against.
+	P50CI *stats.Interval `json:"p50_ratio_ci95,omitempty"`
+	// halves is the arm's latencies (us) with BE ([0]) and alone ([1]), for P50CI; the samples
+	// give them again, so they stay out of the JSON.
+	halves [2][]float64
 	// OffCPUMs is the p50 of those requests' time off the LC thread's CPU (latency less its CPU
 	// time), both halves: what an arm costs in both, which its ratio cannot see (nil: no CPU times).
 	OffCPUMs *float64 `json:"off_cpu_p50_ms,omitempty"`
@@ -247,6 +253,7 @@ func armDuty(sr *ScenarioResult) []ArmDuty {
 	})
 	for i := range out {
 		out[i].WithBE, out[i].Alone, out[i].P50Ratio = len(lat[i][0]), len(lat[i][1]), dutyRatio(lat[i][0], lat[i][1])
+		out[i].halves = lat[i]
 		out[i].TPOTRatio = dutyRatio(tpot[i][0], tpot[i][1])
 		if len(off[i]) > 0 {
 			m := stats.Median(off[i])
@@ -372,6 +379,18 @@ func dutyIntervals(res *Results, rng *rand.Rand) {
 		d.P50CI = p50CI(lat, rng)
 		if meter, per, ok := cpuHalves(sr.LC, sr.BEDuty); ok && d.PerCPURatio > 0 {
 			d.CPUCI, d.PerCPUCI = p50CI(meter, rng), p50CI(per, rng)
+		}
+	}
+}
+
+// armIntervals sets the bootstrap interval of every arm's duty ratio, as dutyIntervals does a
+// run's: from a stream of its own, so that the runs' intervals stay those of their seed.
+func armIntervals(res *Results, rng *rand.Rand) {
+	for _, sr := range res.Scenarios {
+		for i := range sr.LCDutyByArm {
+			if a := &sr.LCDutyByArm[i]; a.P50Ratio > 0 {
+				a.P50CI = p50CI(a.halves, rng)
+			}
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
 func TestSplitByDuty(t *testing.T) {
@@ -639,4 +640,88 @@ func TestArmDutyTPOTReading(t *testing.T) {
 	if want := fmt.Sprintf("| TPOT %.3fx (7), the app's 1.200x |", got[0].DaemonRatio); !strings.Contains(b.String(), want) {
 		t.Errorf("per-arm table lacks %q:\n%s", want, b.String())
 	}
+}
+
+// TestArmIntervals: each arm's ratio has a bootstrap interval of its own halves, which holds it
+// and not the other arm's; an arm with fewer than minDutyMedian requests in a half has none, and
+// its cell no ratio; the same results give the same intervals; the run's own interval is the one
+// seed 1 gave it before the arms had theirs.
+func TestArmIntervals(t *testing.T) {
+	res := armIntervalsRun()
+	finalize(res, 1)
+	sr := res.Scenarios[0]
+	want := []struct {
+		arm    string
+		lo, hi float64 // what the interval lies within (0, 0: none)
+		cell   string  // the start of its row's ratio cell
+	}{{"200µs", 1.3, 1.7, "| 28 / 28 | 1.477x ["}, {"200µs+gate", 0.95, 1.25, "| 30 / 28 | 1.087x ["}, {"1ms", 0, 0, "| 2 / 2 | – |"}}
+	got := sr.LCDutyByArm
+	if len(got) != len(want) {
+		t.Fatalf("arms %+v", got)
+	}
+	var b strings.Builder
+	writeDutyByArm(&b, res)
+	for i, w := range want {
+		a := got[i]
+		switch {
+		case a.Arm != w.arm:
+			t.Errorf("arm %d: %s, want %s", i, a.Arm, w.arm)
+		case w.hi == 0 && a.P50CI != nil:
+			t.Errorf("%s, %d / %d requests: interval %+v, want none", a.Arm, a.WithBE, a.Alone, *a.P50CI)
+		case w.hi > 0 && (a.P50CI == nil || !a.P50CI.Contains(a.P50Ratio) || a.P50CI.Lo < w.lo || a.P50CI.Hi > w.hi):
+			t.Errorf("%s: ratio %.3f, interval %+v: want it inside, within [%v, %v]", a.Arm, a.P50Ratio, a.P50CI, w.lo, w.hi)
+		}
+		if !strings.Contains(b.String(), w.cell) {
+			t.Errorf("%s: per-arm table lacks %q:\n%s", w.arm, w.cell, b.String())
+		}
+	}
+	again := armIntervalsRun()
+	finalize(again, 1)
+	for i, a := range again.Scenarios[0].LCDutyByArm {
+		if g := got[i].P50CI; (a.P50CI == nil) != (g == nil) || g != nil && *a.P50CI != *g {
+			t.Errorf("%s, the same results twice: %+v then %+v", a.Arm, g, a.P50CI)
+		}
+	}
+	if p := sr.LCDuty.P50CI; p == nil || *p != (stats.Interval{Lo: 250.0 / 222, Hi: 311.0 / 220}) {
+		t.Errorf("the run's interval %+v, want [250/222, 311/220] as before the arms had theirs", p)
+	}
+}
+
+// armIntervalsRun is an slo: run of 118 requests, one a second, under three arms: 200µs for 56 s
+// (about 1.5x with BE), 200µs+gate to 114 s (about 1.1x), then 1ms, under which two requests ran
+// in each half.
+func armIntervalsRun() *Results {
+	const s = int64(time.Second)
+	const duty = 8 * time.Second
+	start := 1000 * s
+	rng := rand.New(rand.NewPCG(7, 7))
+	armAt := func(t int64) string {
+		switch {
+		case t < start+56*s:
+			return "200µs"
+		case t < start+114*s:
+			return "200µs+gate"
+		}
+		return "1ms"
+	}
+	lc := eachSecond(start, 118, func(a int64) LCSample {
+		lat := 200 + rng.IntN(40) // ms, alone
+		if (a/int64(duty/2))%2 == 0 {
+			switch armAt(a) {
+			case "200µs":
+				lat = 300 + rng.IntN(60)
+			case "200µs+gate":
+				lat = 220 + rng.IntN(44)
+			default:
+				lat = 250 + rng.IntN(20)
+			}
+		}
+		return LCSample{LatencyNs: int64(lat) * int64(time.Millisecond)}
+	})
+	sr := &ScenarioResult{Name: "slo:llm-defaults", Kind: KindShared, Runtime: RuntimeLLM, LC: lc, BEDuty: duty, WindowStartMonoNs: start, WindowEndMonoNs: start + 119*s}
+	for t := start - 10*s; t <= start+119*s; t += s / 4 {
+		sr.SLO = append(sr.SLO, SLOSample{MonoNs: t, Arm: armAt(t)})
+	}
+	summarizeLC(sr)
+	return &Results{Scenarios: []*ScenarioResult{sr}}
 }

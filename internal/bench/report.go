@@ -23,6 +23,7 @@ import (
 func finalize(res *Results, seed uint64) {
 	computeRatios(res)
 	dutyIntervals(res, rand.New(rand.NewPCG(seed, 0xbb67ae8584caa73b)))
+	armIntervals(res, rand.New(rand.NewPCG(seed, 0x3c6ef372fe94f82b)))
 	res.Summaries = summarize(res, seed)
 }
 
