@@ -19,6 +19,9 @@ measurements are replayed under the arms gpreemptd held (internal/slo's measure,
              its first sample at most, else takes the reference.
   began      span, with the window BE began in after idling left out of both: its requests,
              placed by when they ended, ran partly before BE.
+  started    span, with the requests of that window that started before BE began (by the
+             bench's duty: BE works in the even halves of CLOCK_MONOTONIC) left out, as a
+             traced request's start would place them.
 
 For each arm: the app's own ratio over its spans (the bench's lc_duty_by_arm: requests by BE's
 duty halves), and the median of each rule's measurements of it. A measurement still waiting as
@@ -63,27 +66,40 @@ def windows(sc, refs):
     return out
 
 
-def replay(sc, refs, span, began=False):
+def be_began(lo, hi, half):
+    """When BE began working within [lo, hi) by the duty (None: it did not)."""
+    t = -(-lo // half) * half
+    while t < hi:
+        if (t // half) % 2 == 0:
+            return t
+        t += half
+    return None
+
+
+def replay(sc, refs, span, began=False, started=False):
     ws = windows(sc, refs)
     order = sorted(ws)
-    placed = {w: [] for w in order}
+    placed, starts = {w: [] for w in order}, {w: [] for w in order}
     for s in sc["lc"]["samples"]:
         end = s["arrival_mono_ns"] + s["latency_ns"]
         w = next((w for w in order if ws[w]["lo"] <= end < ws[w]["hi"]), None)
         if w is not None:
             placed[w].append(s["latency_ns"] / 1e3)
+            starts[w].append(s["arrival_mono_ns"])
     out, arm, pts, alone, first, was_idle = [], None, [], [], 0, False
     for i, w in enumerate(order):
         x = ws[w]
         moved = x["arm"] != arm
         if moved:
             arm, pts, alone = x["arm"], [], []
+        was_idle_before = was_idle
         skip, was_idle = began and was_idle and not x["idle"], x["idle"]
         if x["idle"]:
             alone += placed[w] if pts else []
         elif not (moved and not x["aligned"]) and not skip:
             first = first if pts else i
-            pts += placed[w]
+            b = be_began(x["lo"], x["hi"], sc.get("be_duty", 8_000_000_000) // 2) if started and was_idle_before else None
+            pts += [v for v, t in zip(placed[w], starts[w]) if b is None or t >= b]
         if len(pts) < MIN_SAMPLES or not x["ref"]:
             continue
         ref = x["ref"]
@@ -98,7 +114,7 @@ def replay(sc, refs, span, began=False):
 
 
 def main(paths):
-    errs = {"reference": [], "span": [], "began": []}
+    errs = {"reference": [], "span": [], "began": [], "started": []}
     for arg in paths:
         p, _, status = arg.partition(":")
         refs = references(status) if status else None
@@ -106,10 +122,11 @@ def main(paths):
         for sc in d["scenarios"]:
             if not sc["name"].startswith("slo") or not sc.get("lc_duty_by_arm"):
                 continue
-            got = {"reference": replay(sc, refs, False), "span": replay(sc, refs, True), "began": replay(sc, refs, True, True)}
+            got = {"reference": replay(sc, refs, False), "span": replay(sc, refs, True), "began": replay(sc, refs, True, True),
+                   "started": replay(sc, refs, True, started=True)}
             print(f"{p} {sc['name']}")
-            print("| arm | app: ratio (requests with BE / alone) | reference (measurements) | span (measurements) | began (measurements) |")
-            print("|---|---|---|---|---|")
+            print("| arm | app: ratio (requests with BE / alone) | reference (measurements) | span (measurements) | began (measurements) | started (measurements) |")
+            print("|---|---|---|---|---|---|")
             apps = {}
             for a in sc["lc_duty_by_arm"]:
                 if a.get("p50_ratio"):

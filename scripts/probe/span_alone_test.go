@@ -4,10 +4,12 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"testing"
 )
 
@@ -71,7 +73,81 @@ func TestSpanAloneReadsTheDriftingLC(t *testing.T) {
 	if err != nil {
 		t.Fatalf("span_alone.py: %v: %s", err, out)
 	}
-	if !regexp.MustCompile(`(?m)^\| 200µs \| 1\.200 \(80 / 80\) \| 0\.900 \(\d+\) \| 1\.200 \(\d+\) \| 1\.200 \(\d+\) \|$`).Match(out) {
+	if !regexp.MustCompile(`(?m)^\| 200µs \| 1\.200 \(80 / 80\) \| 0\.900 \(\d+\) \| 1\.200 \(\d+\) \| 1\.200 \(\d+\) \| 1\.200 \(\d+\) \|$`).Match(out) {
 		t.Errorf("want the arm read 0.900 by the reference and 1.200 by the span's alone:\n%s", out)
+	}
+}
+
+// TestSpanAloneStartedLeavesOutRequestsBeforeBE: BE works the even 4 s halves of the clock (an 8 s
+// duty), the daemon's 1 s windows half a second off them, and a request that starts while BE works
+// runs 1.2x its latency alone (200 ms scattered ±20%). The window BE began in holds requests that
+// started before it, at their alone latency, counted with BE by when they ended: the span rule must
+// read the arm under 1.2, and the started rule, which leaves them out, nearer 1.2 than it.
+func TestSpanAloneStartedLeavesOutRequestsBeforeBE(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3")
+	}
+	type sample struct {
+		Arrival int64 `json:"arrival_mono_ns"`
+		Latency int64 `json:"latency_ns"`
+	}
+	type lcRow struct {
+		Target float64 `json:"target_us"`
+		From   int64   `json:"from_mono_ns"`
+		To     int64   `json:"to_mono_ns"`
+	}
+	type read struct {
+		Window  int     `json:"window"`
+		Arm     string  `json:"arm"`
+		BEShare float64 `json:"be_share"`
+		Aligned bool    `json:"aligned"`
+		LC      []lcRow `json:"lc"`
+	}
+	const half = int64(4e9)
+	works := func(t int64) bool { return (t/half)%2 == 0 }
+	var samples []sample
+	for j := range 640 {
+		at := int64(8e9) + int64(j)*250e6 + 1e8
+		lat := int64(200e6 * (0.8 + 0.4*math.Mod(float64(j)*0.6180339887, 1)))
+		if works(at) {
+			lat = lat * 6 / 5
+		}
+		samples = append(samples, sample{at, lat})
+	}
+	var reads []read
+	for k := range 160 {
+		lo := int64(8e9) + int64(k)*1e9 + 5e8
+		share := 0.0
+		if works(lo) || works(lo+1e9-1) {
+			share = 0.8
+		}
+		reads = append(reads, read{k, "200µs", share, true, []lcRow{{1.1 * 200e3, lo, lo + 1e9}}})
+	}
+	results := map[string]any{"scenarios": []any{map[string]any{"name": "slo:test", "slo": reads, "be_duty": 8e9,
+		"lc": map[string]any{"samples": samples}, "lc_duty_by_arm": []any{map[string]any{"arm": "200µs", "p50_ratio": 1.2, "with_be": 200, "alone": 200}}}}}
+	path := filepath.Join(t.TempDir(), "results.json.gz")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z := gzip.NewWriter(f)
+	if err := json.NewEncoder(z).Encode(results); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(z.Close(), f.Close()); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("python3", "span_alone.py", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("span_alone.py: %v: %s", err, out)
+	}
+	m := regexp.MustCompile(`(?m)^\| 200µs \| [^|]+ \| [^|]+ \| ([0-9.]+) \(\d+\) \| [^|]+ \| ([0-9.]+) \(\d+\) \|$`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("no row for 200µs:\n%s", out)
+	}
+	span, _ := strconv.ParseFloat(string(m[1]), 64)
+	started, _ := strconv.ParseFloat(string(m[2]), 64)
+	if !(span < 1.19) || !(math.Abs(started-1.2) < math.Abs(span-1.2)) {
+		t.Errorf("want the span rule under 1.19 and the started rule nearer 1.2: span %.3f, started %.3f:\n%s", span, started, out)
 	}
 }
