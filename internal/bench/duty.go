@@ -187,7 +187,8 @@ type ArmDuty struct {
 	// of each (0: fewer).
 	P50Ratio float64 `json:"p50_ratio,omitempty"`
 	// P50CI is the bootstrap 95% interval of P50Ratio, the arm's two halves resampled: what a
-	// frontier's reading of the arm is checked against.
+	// frontier's reading of the arm is checked against (set when the results are finalized;
+	// nil without a ratio).
 	P50CI *stats.Interval `json:"p50_ratio_ci95,omitempty"`
 	// halves is the arm's latencies (us) with BE ([0]) and alone ([1]), for P50CI; the samples
 	// give them again, so they stay out of the JSON.

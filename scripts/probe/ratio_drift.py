@@ -6,7 +6,9 @@
 RESULTS is a bench run's results.json.gz under --be-duty: each scenario with LC requests, and
 for an slo:* one each span an arm was held (the bench's lc_duty_by_arm), S seconds or longer
 (60), is cut into blocks of K duty cycles (2). A request counts for the duty half it starts
-100 ms or more into and ends within, as the bench counts it. Per block with 5 requests a half:
+100 ms or more into and ends within, as the bench counts it (internal/bench's eachHalf: it
+starts at its arrival or the end of the one before, whichever is later). Per block with 5
+requests a half:
 the ratio of the halves' medians and its bootstrap variance (400 resamples). Per span: the
 blocks' ratios, their SD against the SD sampling alone gives (F, the variance ratio) and the
 lag-1 correlation of successive blocks (white noise of n blocks: about -1/n). Last, pooled over
@@ -18,13 +20,15 @@ import argparse, gzip, json, random, statistics as st
 HALF_NS, GUARD_NS = 4_000_000_000, 100_000_000
 
 
-def half_of(r, half_ns):
-    """0 while BE works, 1 while it idles; None for a request the bench leaves out."""
-    a = r["arrival_mono_ns"]
-    e = a + r["latency_ns"]
-    if a % half_ns < GUARD_NS or a // half_ns != e // half_ns:
-        return None
-    return (a // half_ns) % 2
+def halves(samples, half_ns):
+    """Each request the bench counts, with its start and its half (0 while BE works, 1 while it idles)."""
+    prev_end = None
+    for r in samples:
+        start = r["arrival_mono_ns"] if prev_end is None else max(r["arrival_mono_ns"], prev_end)
+        end = prev_end = start + r.get("prep_ns", 0) + r["latency_ns"]
+        k = start // half_ns
+        if start >= 0 and start - k * half_ns >= GUARD_NS and end < (k + 1) * half_ns:
+            yield r, start, k % 2
 
 
 def spans(sc, min_s):
@@ -54,10 +58,9 @@ def main():
             half_ns = sc["be_duty"] // 2 or HALF_NS
             for arm, lo, hi in spans(sc, args.min_s):
                 blocks = {}
-                for r in samples:
-                    h = half_of(r, half_ns)
-                    if h is not None and lo <= r["arrival_mono_ns"] < hi:
-                        b = int((r["arrival_mono_ns"] - lo) // (2 * half_ns * args.cycles))
+                for r, start, h in halves(samples, half_ns):
+                    if lo <= start < hi:
+                        b = int((start - lo) // (2 * half_ns * args.cycles))
                         blocks.setdefault(b, ([], []))[h].append(r["latency_ns"])
                 ratios, variances = [], []
                 for b in sorted(blocks):
@@ -70,10 +73,9 @@ def main():
                 if len(ratios) < 4:
                     continue
                 m, between, sampling = st.mean(ratios), st.variance(ratios), st.mean(variances)
-                lag1 = sum((ratios[k] - m) * (ratios[k + 1] - m) for k in range(len(ratios) - 1)) / (len(ratios) - 1)
-                lag1 /= sum((x - m) ** 2 for x in ratios) / len(ratios)
+                lag1 = sum((ratios[k] - m) * (ratios[k + 1] - m) for k in range(len(ratios) - 1)) / sum((x - m) ** 2 for x in ratios)
                 name = path.split("/")[-1].replace("-results.json.gz", "")
-                print(f"{name:28} {sc['name']:26} {arm:11} {(hi - lo) / 1e9:4.0f}s blocks {len(ratios):2d}: "
+                print(f"{name:28} {sc['name']:26} {arm:11} {(hi - lo) / 1e9:4.0f}s blocks {len(ratios):2d} (mean {m:.3f}): "
                       f"{' '.join(f'{x:.2f}' for x in ratios)}  SD {between ** .5:.3f}, sampling {sampling ** .5:.3f}, "
                       f"F {between / sampling:.2f}, lag-1 {lag1:+.2f} (noise {-1 / len(ratios):+.2f})")
                 pooled.append((between, sampling, len(ratios), lag1))

@@ -27,9 +27,10 @@ func TestRatioDriftTellsDriftFromScatter(t *testing.T) {
 		slowdown     func(at float64) float64 // BE's factor at a fraction of the run
 		fLo, fHi     float64
 		lagLo, lagHi float64 // the spans' mean lag-1 correlation
+		meanLo       float64 // each span's mean block ratio at least (BE's halves told from idle ones)
 	}{
-		{"scatter", func(float64) float64 { return 1.1 }, 0.5, 1.6, -0.3, 0.2},
-		{"drift", func(at float64) float64 { return 1 + 0.6*at }, 3, math.Inf(1), 0.4, 1},
+		{"scatter", func(float64) float64 { return 1.1 }, 0.5, 1.6, -0.3, 0.2, 1.05},
+		{"drift", func(at float64) float64 { return 1 + 0.6*at }, 3, math.Inf(1), 0.4, 1, 1.15},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			type sample struct {
@@ -65,9 +66,17 @@ func TestRatioDriftTellsDriftFromScatter(t *testing.T) {
 			if err := errors.Join(z.Close(), f.Close()); err != nil {
 				t.Fatal(err)
 			}
+			if _, err := os.ReadFile("ratio_drift.py"); err != nil { // read here, so that the test cache sees the script change
+				t.Fatal(err)
+			}
 			out, err := exec.Command("python3", "ratio_drift.py", "--cycles", "2", path).CombinedOutput()
 			if err != nil {
 				t.Fatalf("ratio_drift.py: %v: %s", err, out)
+			}
+			for _, m := range regexp.MustCompile(`\(mean ([0-9.]+)\)`).FindAllSubmatch(out, -1) {
+				if v, _ := strconv.ParseFloat(string(m[1]), 64); v < tc.meanLo || v > 1.4 {
+					t.Errorf("a span's mean block ratio %v, want [%v, 1.4]:\n%s", v, tc.meanLo, out)
+				}
 			}
 			m := regexp.MustCompile(`pooled: 6 spans, (\d+) blocks; between-block over sampling variance ([0-9.]+); lag-1 correlation above 0 in \d, mean ([-+][0-9.]+)`).FindSubmatch(out)
 			if m == nil {

@@ -19,9 +19,9 @@ measurements are replayed under the arms gpreemptd held (internal/slo's measure,
              its first sample at most, else takes the reference.
   began      span, with the window BE began in after idling left out of both: its requests,
              placed by when they ended, ran partly before BE.
-  started    span, with the requests of that window that started before BE began (by the
-             bench's duty: BE works in the even halves of CLOCK_MONOTONIC) left out, as a
-             traced request's start would place them.
+  started    span, with the requests of that window whose first launch came before BE began
+             (by the bench's duty: BE works in the even halves of CLOCK_MONOTONIC) left out, as
+             a traced request's start would place them. The window BE stopped in stays with BE.
 
 For each arm: the app's own ratio over its spans (the bench's lc_duty_by_arm: requests by BE's
 duty halves), and the median of each rule's measurements of it. A measurement still waiting as
@@ -79,13 +79,16 @@ def be_began(lo, hi, half):
 def replay(sc, refs, span, began=False, started=False):
     ws = windows(sc, refs)
     order = sorted(ws)
-    placed, starts = {w: [] for w in order}, {w: [] for w in order}
+    placed, starts, prev_end = {w: [] for w in order}, {w: [] for w in order}, None
     for s in sc["lc"]["samples"]:
         end = s["arrival_mono_ns"] + s["latency_ns"]
+        # its first launch: after the one before ended (an LC behind its arrivals) and its own preparation
+        start = (s["arrival_mono_ns"] if prev_end is None else max(s["arrival_mono_ns"], prev_end)) + s.get("prep_ns", 0)
+        prev_end = start + s["latency_ns"]
         w = next((w for w in order if ws[w]["lo"] <= end < ws[w]["hi"]), None)
         if w is not None:
             placed[w].append(s["latency_ns"] / 1e3)
-            starts[w].append(s["arrival_mono_ns"])
+            starts[w].append(start)
     out, arm, pts, alone, first, was_idle = [], None, [], [], 0, False
     for i, w in enumerate(order):
         x = ws[w]
