@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What SLO mode reads of each arm, judged by its reference or by the LC alone through its span.
 
-    python3 scripts/probe/span_alone.py RESULTS.json.gz[:STATUS.jsonl] [...]
+    python3 scripts/probe/span_alone.py [--scatter] RESULTS.json.gz[:STATUS.jsonl] [...]
 
 RESULTS is a bench run's results.json.gz with an SLO scenario (slo:*) under --be-duty and a
 source that gives one sample a request (scraped, traced-request): the app's requests, and
@@ -27,7 +27,11 @@ For each arm: the app's own ratio over its spans (the bench's lc_duty_by_arm: re
 duty halves), and the median of each rule's measurements of it. A measurement still waiting as
 gpreemptd left the arm is not made. Then how far each rule read from the app, beside the
 reference over the arms both measured. Only requests of the bench's measurement are recorded:
-the lead-in's are not."""
+the lead-in's are not.
+
+With --scatter, instead: each arm's span-rule measurements within one run (three or more), their
+SD over their mean, and that relative SD pooled over the arms (each weighted by its measurements
+less one): how much one measurement of an arm scatters, the simulator's Spread to compare."""
 import gzip, json, re, statistics, sys
 
 from reference_error import wq50  # stats.WeightedQuantile(_, 0.5) of unit weights: the lower middle
@@ -152,7 +156,29 @@ def main(paths):
                       f"median {statistics.median(e):.3f}; over 0.10 in {sum(x > 0.10 for x in e)}, over 0.15 in {sum(x > 0.15 for x in e)}")
 
 
+def scatter(paths):
+    rows = []
+    for p in paths:
+        d = json.load(gzip.open(p.partition(":")[0]))
+        for sc in d["scenarios"]:
+            if not sc["name"].startswith("slo") or not sc.get("lc_duty_by_arm"):
+                continue
+            by = {}
+            for arm, r in replay(sc, None, True):
+                by.setdefault(arm, []).append(r)
+            for arm, v in by.items():
+                if len(v) >= 3:
+                    rows.append((len(v), statistics.stdev(v) / statistics.mean(v)))
+                    print(f"{p} {arm}: {len(v)} measurements {' '.join(f'{x:.3f}' for x in v)}, relative SD {rows[-1][1]:.3f}")
+    if rows:
+        pooled = (sum((n - 1) * s * s for n, s in rows) / sum(n - 1 for n, _ in rows)) ** 0.5
+        print(f"pooled over {len(rows)} arms, {sum(n for n, _ in rows)} measurements: relative SD {pooled:.3f}")
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    main(sys.argv[1:])
+    if sys.argv[1] == "--scatter":
+        scatter(sys.argv[2:])
+    else:
+        main(sys.argv[1:])

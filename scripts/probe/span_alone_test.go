@@ -156,4 +156,17 @@ func TestSpanAloneStartedLeavesOutRequestsBeforeBE(t *testing.T) {
 	if !(span < 1.19) || !(math.Abs(started-1.2) < math.Abs(span-1.2)) {
 		t.Errorf("want the span rule under 1.19 and the started rule nearer 1.2: span %.3f, started %.3f:\n%s", span, started, out)
 	}
+	// --scatter: the span rule's measurements one by one, as many as its median was taken over
+	n := regexp.MustCompile(`(?m)^\| 200µs \| [^|]+ \| [^|]+ \| [0-9.]+ \((\d+)\) \|`).FindSubmatch(out)
+	out, err = exec.Command("python3", "span_alone.py", "--scatter", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("span_alone.py --scatter: %v: %s", err, out)
+	}
+	m = regexp.MustCompile(`pooled over 1 arms, (\d+) measurements: relative SD ([0-9.]+)`).FindSubmatch(out)
+	if n == nil || m == nil || string(m[1]) != string(n[1]) {
+		t.Fatalf("want one arm pooled over the span rule's measurements:\n%s", out)
+	}
+	if sd, _ := strconv.ParseFloat(string(m[2]), 64); sd <= 0 || sd > 0.1 {
+		t.Errorf("relative SD %v, want the 200 ms ± 20%% requests' few percent:\n%s", sd, out)
+	}
 }
