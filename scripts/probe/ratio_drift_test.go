@@ -1,14 +1,8 @@
 package probe
 
 import (
-	"compress/gzip"
-	"encoding/json"
-	"errors"
 	"math"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
@@ -19,9 +13,6 @@ import (
 // 1.0x rising to 1.6x through each run (drift): ratio_drift.py's pooled variance ratio must lie
 // near 1 with lag-1 correlations near white noise's for the first, well over both for the second.
 func TestRatioDriftTellsDriftFromScatter(t *testing.T) {
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("no python3")
-	}
 	for _, tc := range []struct {
 		name         string
 		slowdown     func(at float64) float64 // BE's factor at a fraction of the run
@@ -33,10 +24,6 @@ func TestRatioDriftTellsDriftFromScatter(t *testing.T) {
 		{"drift", func(at float64) float64 { return 1 + 0.6*at }, 3, math.Inf(1), 0.4, 1, 1.15},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			type sample struct {
-				Arrival int64 `json:"arrival_mono_ns"`
-				Latency int64 `json:"latency_ns"`
-			}
 			rng := rand.New(rand.NewPCG(1, 2))
 			const start, n = int64(1e9), 800
 			var scenarios []any
@@ -54,25 +41,8 @@ func TestRatioDriftTellsDriftFromScatter(t *testing.T) {
 					"window_start_mono_ns": start, "window_end_mono_ns": start + n*5e8, "lc": map[string]any{"samples": samples}})
 			}
 			results := map[string]any{"scenarios": scenarios}
-			path := filepath.Join(t.TempDir(), "results.json.gz")
-			f, err := os.Create(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			z := gzip.NewWriter(f)
-			if err := json.NewEncoder(z).Encode(results); err != nil {
-				t.Fatal(err)
-			}
-			if err := errors.Join(z.Close(), f.Close()); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := os.ReadFile("ratio_drift.py"); err != nil { // read here, so that the test cache sees the script change
-				t.Fatal(err)
-			}
-			out, err := exec.Command("python3", "ratio_drift.py", "--cycles", "2", path).CombinedOutput()
-			if err != nil {
-				t.Fatalf("ratio_drift.py: %v: %s", err, out)
-			}
+			path := writeResults(t, results)
+			out := runScript(t, "ratio_drift.py", "--cycles", "2", path)
 			for _, m := range regexp.MustCompile(`\(mean ([0-9.]+)\)`).FindAllSubmatch(out, -1) {
 				if v, _ := strconv.ParseFloat(string(m[1]), 64); v < tc.meanLo || v > 1.4 {
 					t.Errorf("a span's mean block ratio %v, want [%v, 1.4]:\n%s", v, tc.meanLo, out)

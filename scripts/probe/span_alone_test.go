@@ -1,13 +1,7 @@
 package probe
 
 import (
-	"compress/gzip"
-	"encoding/json"
-	"errors"
 	"math"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
@@ -19,25 +13,6 @@ import (
 // reference, as a stale reference misreads a drifting LC (BE's edges on the windows' here: the
 // window BE began in left out reads 1.2 too).
 func TestSpanAloneReadsTheDriftingLC(t *testing.T) {
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("no python3")
-	}
-	type sample struct {
-		Arrival int64 `json:"arrival_mono_ns"`
-		Latency int64 `json:"latency_ns"`
-	}
-	type lcRow struct {
-		Target float64 `json:"target_us"`
-		From   int64   `json:"from_mono_ns"`
-		To     int64   `json:"to_mono_ns"`
-	}
-	type read struct {
-		Window  int     `json:"window"`
-		Arm     string  `json:"arm"`
-		BEShare float64 `json:"be_share"`
-		Aligned bool    `json:"aligned"`
-		LC      []lcRow `json:"lc"`
-	}
 	var samples []sample
 	var reads []read
 	for w := range 80 {
@@ -57,25 +32,8 @@ func TestSpanAloneReadsTheDriftingLC(t *testing.T) {
 	}
 	results := map[string]any{"scenarios": []any{map[string]any{"name": "slo:test", "slo": reads,
 		"lc": map[string]any{"samples": samples}, "lc_duty_by_arm": []any{map[string]any{"arm": "200µs", "p50_ratio": 1.2, "with_be": 80, "alone": 80}}}}}
-	path := filepath.Join(t.TempDir(), "results.json.gz")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	z := gzip.NewWriter(f)
-	if err := json.NewEncoder(z).Encode(results); err != nil {
-		t.Fatal(err)
-	}
-	if err := errors.Join(z.Close(), f.Close()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.ReadFile("span_alone.py"); err != nil { // read here, so that the test cache sees the script change
-		t.Fatal(err)
-	}
-	out, err := exec.Command("python3", "span_alone.py", path).CombinedOutput()
-	if err != nil {
-		t.Fatalf("span_alone.py: %v: %s", err, out)
-	}
+	path := writeResults(t, results)
+	out := runScript(t, "span_alone.py", path)
 	if !regexp.MustCompile(`(?m)^\| 200µs \| 1\.200 \(80 / 80\) \| 0\.900 \(\d+\) \| 1\.200 \(\d+\) \| 1\.200 \(\d+\) \| 1\.200 \(\d+\) \|$`).Match(out) {
 		t.Errorf("want the arm read 0.900 by the reference and 1.200 by the span's alone:\n%s", out)
 	}
@@ -87,25 +45,6 @@ func TestSpanAloneReadsTheDriftingLC(t *testing.T) {
 // started before it, at their alone latency, counted with BE by when they ended: the span rule must
 // read the arm under 1.2, and the started rule, which leaves them out, nearer 1.2 than it.
 func TestSpanAloneStartedLeavesOutRequestsBeforeBE(t *testing.T) {
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("no python3")
-	}
-	type sample struct {
-		Arrival int64 `json:"arrival_mono_ns"`
-		Latency int64 `json:"latency_ns"`
-	}
-	type lcRow struct {
-		Target float64 `json:"target_us"`
-		From   int64   `json:"from_mono_ns"`
-		To     int64   `json:"to_mono_ns"`
-	}
-	type read struct {
-		Window  int     `json:"window"`
-		Arm     string  `json:"arm"`
-		BEShare float64 `json:"be_share"`
-		Aligned bool    `json:"aligned"`
-		LC      []lcRow `json:"lc"`
-	}
 	const half = int64(4e9)
 	works := func(t int64) bool { return (t/half)%2 == 0 }
 	var samples []sample
@@ -128,25 +67,8 @@ func TestSpanAloneStartedLeavesOutRequestsBeforeBE(t *testing.T) {
 	}
 	results := map[string]any{"scenarios": []any{map[string]any{"name": "slo:test", "slo": reads, "be_duty": 8e9,
 		"lc": map[string]any{"samples": samples}, "lc_duty_by_arm": []any{map[string]any{"arm": "200µs", "p50_ratio": 1.2, "with_be": 200, "alone": 200}}}}}
-	path := filepath.Join(t.TempDir(), "results.json.gz")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	z := gzip.NewWriter(f)
-	if err := json.NewEncoder(z).Encode(results); err != nil {
-		t.Fatal(err)
-	}
-	if err := errors.Join(z.Close(), f.Close()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.ReadFile("span_alone.py"); err != nil { // read here, so that the test cache sees the script change
-		t.Fatal(err)
-	}
-	out, err := exec.Command("python3", "span_alone.py", path).CombinedOutput()
-	if err != nil {
-		t.Fatalf("span_alone.py: %v: %s", err, out)
-	}
+	path := writeResults(t, results)
+	out := runScript(t, "span_alone.py", path)
 	m := regexp.MustCompile(`(?m)^\| 200µs \| [^|]+ \| [^|]+ \| ([0-9.]+) \(\d+\) \| [^|]+ \| ([0-9.]+) \(\d+\) \|$`).FindSubmatch(out)
 	if m == nil {
 		t.Fatalf("no row for 200µs:\n%s", out)
@@ -158,10 +80,7 @@ func TestSpanAloneStartedLeavesOutRequestsBeforeBE(t *testing.T) {
 	}
 	// --scatter: the span rule's measurements one by one, as many as its median was taken over
 	n := regexp.MustCompile(`(?m)^\| 200µs \| [^|]+ \| [^|]+ \| [0-9.]+ \((\d+)\) \|`).FindSubmatch(out)
-	out, err = exec.Command("python3", "span_alone.py", "--scatter", path).CombinedOutput()
-	if err != nil {
-		t.Fatalf("span_alone.py --scatter: %v: %s", err, out)
-	}
+	out = runScript(t, "span_alone.py", "--scatter", path)
 	m = regexp.MustCompile(`pooled over 1 arms, (\d+) measurements: relative SD ([0-9.]+)`).FindSubmatch(out)
 	if n == nil || m == nil || string(m[1]) != string(n[1]) {
 		t.Fatalf("want one arm pooled over the span rule's measurements:\n%s", out)
