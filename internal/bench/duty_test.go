@@ -430,6 +430,26 @@ func TestArmDuty(t *testing.T) {
 			t.Errorf("%v: frontier %+v, %+v", c.objectives, f0, f1)
 		}
 	}
+	// Over the LC alone, the frontier is read against the app: 200µs's mean 1.32 [1.21, 1.43] holds the app's 1.24; 200µs+gate has no mean.
+	last.LC = []SLOLCSample{{PID: 1, Objective: "p50<=1.1x"}}
+	sr.LCDutyByArm = armDuty(sr)
+	var b strings.Builder
+	writeDutyByArm(&b, &Results{Scenarios: []*ScenarioResult{sr}})
+	if want := "within its bounds on 1 of 1 arms; its mean off by 200µs +0.080."; !strings.Contains(b.String(), want) {
+		t.Errorf("want %q in:\n%s", want, b.String())
+	}
+	*last.Arms[0].Hi = 1.12 // bounds [1.21, 1.232]: the app's 1.24 beyond them
+	sr.LCDutyByArm, b = armDuty(sr), strings.Builder{}
+	writeDutyByArm(&b, &Results{Scenarios: []*ScenarioResult{sr}})
+	if want := "within its bounds on 0 of 1 arms"; !strings.Contains(b.String(), want) {
+		t.Errorf("want %q in:\n%s", want, b.String())
+	}
+	last.LC = []SLOLCSample{{PID: 1, Objective: "p50<=300ms"}} // over the objective: not the app's ratio
+	sr.LCDutyByArm, b = armDuty(sr), strings.Builder{}
+	writeDutyByArm(&b, &Results{Scenarios: []*ScenarioResult{sr}})
+	if strings.Contains(b.String(), "frontier against the app") {
+		t.Errorf("a frontier over the objective read against the app's ratio:\n%s", b.String())
+	}
 	if got := frontierCell(armDuty(sr)[1].Frontier); got != "– [0.800, –] over the objective, might meet" {
 		t.Errorf("frontier cell %q", got)
 	}
@@ -724,4 +744,19 @@ func armIntervalsRun() *Results {
 	}
 	summarizeLC(sr)
 	return &Results{Scenarios: []*ScenarioResult{sr}}
+}
+
+// TestFrontierAgainstAppPoolsSpans: an arm held twice (1.0x over 10/10 requests, 1.3x over 30/30)
+// is read against 1.225x, its spans weighted by their requests: outside the frontier's [1.0, 1.2]
+// (their plain mean, 1.15, would lie inside), its mean 1.1 off by −0.125.
+func TestFrontierAgainstAppPoolsSpans(t *testing.T) {
+	f := &FrontierArm{Mean: new(1.1), Lo: new(1.0), Hi: new(1.2), Of: "alone"}
+	within, offs := frontierAgainstApp([]ArmDuty{
+		{Arm: "200µs", WithBE: 10, Alone: 10, P50Ratio: 1.0, Frontier: f},
+		{Arm: "1ms", WithBE: 5, Alone: 5, P50Ratio: 1.5}, // no frontier: not read
+		{Arm: "200µs", WithBE: 30, Alone: 30, P50Ratio: 1.3, Frontier: f},
+	})
+	if within != 0 || len(offs) != 1 || offs[0] != "200µs -0.125" {
+		t.Errorf("within %d, offs %q: want 0 and [200µs -0.125]", within, offs)
+	}
 }

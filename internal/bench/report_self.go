@@ -94,6 +94,36 @@ func writeDutyByArm(b *strings.Builder, res *Results) {
 			fmt.Fprintf(b, "| %s | %d | %s | %.1f | %d / %d | %s | %s | %s | %s |\n", sr.Name, repOf(sr), a.Arm, a.FromS, a.WithBE, a.Alone, ratio, daemon, frontierCell(a.Frontier), off)
 		}
 	}
+	for _, sr := range res.Scenarios {
+		if within, offs := frontierAgainstApp(sr.LCDutyByArm); len(offs) > 0 {
+			fmt.Fprintf(b, "\n%s, rep %d: SLO mode's frontier against the app's ratio over each arm's spans (weighted by their requests): within its bounds on %d of %d arms; its mean off by %s.\n",
+				sr.Name, repOf(sr), within, len(offs), strings.Join(offs, ", "))
+		}
+	}
+}
+
+// frontierAgainstApp checks each arm the frontier knew the mean of, over the LC alone, against the app's ratio over
+// all the arm's spans: how many lie within the frontier's bounds, and each mean's difference from the app's ("+0.017").
+func frontierAgainstApp(arms []ArmDuty) (within int, offs []string) {
+	var order []string
+	app, weight, front := map[string]float64{}, map[string]float64{}, map[string]*FrontierArm{}
+	for _, a := range arms {
+		if f := a.Frontier; f != nil && f.Of == "alone" && f.Mean != nil && a.P50Ratio > 0 {
+			if front[a.Arm] == nil {
+				order = append(order, a.Arm)
+			}
+			w := float64(a.WithBE + a.Alone)
+			app[a.Arm], weight[a.Arm], front[a.Arm] = app[a.Arm]+a.P50Ratio*w, weight[a.Arm]+w, f
+		}
+	}
+	for _, arm := range order {
+		f, r := front[arm], app[arm]/weight[arm]
+		if f.Lo != nil && f.Hi != nil && *f.Lo <= r && r <= *f.Hi {
+			within++
+		}
+		offs = append(offs, fmt.Sprintf("%s %+.3f", arm, *f.Mean-r))
+	}
+	return within, offs
 }
 
 // frontierCell is an arm as SLO mode's frontier showed it: "1.062x [0.980, 1.150] over the LC alone, might meet".
