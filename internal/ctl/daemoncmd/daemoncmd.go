@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -260,9 +261,20 @@ func frontier(w io.Writer, searches []api.SLOSearch, perGPU bool) {
 			if a.RetryIn > 0 {
 				retry = fmt.Sprintf("in %d windows", a.RetryIn)
 			}
-			fmt.Fprintf(w, "%s\t%s%s\t%s\t%s\t%s\t%s\n", name, gpuColumn(perGPU, api.GPUList(x.GPUs)+"\t"), ratio(a.LCVsObjective), bounds, percent(a.BEShare), a.Verdict, retry)
+			fmt.Fprintf(w, "%s\t%s%s\t%s\t%s\t%s%s\t%s\n", name, gpuColumn(perGPU, api.GPUList(x.GPUs)+"\t"), ratio(a.LCVsObjective), bounds, percent(a.BEShare), a.Verdict, toTell(a), retry)
 		}
 	}
+}
+
+// toTell says, for an arm that might meet (and is not known to give BE less than its minimum), how many times the
+// measurements its estimate rests on it would take, at their scatter, for its bounds to leave the objective (bounds
+// narrow as the square root of the measurements): where that is many, the objective sits on the LC's own noise.
+func toTell(a api.SLOArm) string {
+	if a.Verdict != "might meet" || a.LCVsObjective == nil || a.Lo == nil || a.Hi == nil || *a.LCVsObjective == 1 {
+		return ""
+	}
+	k := (*a.Hi - *a.Lo) / 2 / math.Abs(1-*a.LCVsObjective)
+	return fmt.Sprintf(", ~%.0fx its measurements to tell", math.Max(2, math.Ceil(k*k)))
 }
 
 // decisions prints a search's last decision and last change, each line

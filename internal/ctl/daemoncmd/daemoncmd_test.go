@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/golden"
 )
 
@@ -141,5 +142,27 @@ func TestStatusSLO(t *testing.T) {
 			}
 			golden.Check(t, tc.name, []byte(out))
 		})
+	}
+}
+
+// TestToTell: an arm that might meet is told from its objective once its bounds, narrowing as the square root of
+// its measurements, leave 1; the others, or one without a mean and both bounds, say nothing.
+func TestToTell(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	for _, c := range []struct {
+		name string
+		arm  api.SLOArm
+		want string
+	}{
+		{"near the objective: 0.144 wide, 0.017 from it", api.SLOArm{LCVsObjective: f(1.017), Lo: f(0.873), Hi: f(1.161), Verdict: "might meet"}, ", ~72x its measurements to tell"},
+		{"nearly told", api.SLOArm{LCVsObjective: f(0.912), Lo: f(0.803), Hi: f(1.021), Verdict: "might meet"}, ", ~2x its measurements to tell"},
+		{"on the objective", api.SLOArm{LCVsObjective: f(1), Lo: f(0.9), Hi: f(1.1), Verdict: "might meet"}, ""},
+		{"a bound from a neighbour", api.SLOArm{Lo: f(0.8), Verdict: "might meet"}, ""},
+		{"meets", api.SLOArm{LCVsObjective: f(0.8), Lo: f(0.7), Hi: f(0.9), Verdict: "meets"}, ""},
+		{"BE under its minimum", api.SLOArm{LCVsObjective: f(0.95), Lo: f(0.85), Hi: f(1.05), Verdict: "might meet, BE under its minimum"}, ""},
+	} {
+		if got := toTell(c.arm); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
 	}
 }
