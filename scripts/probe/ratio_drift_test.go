@@ -35,7 +35,7 @@ func TestRatioDriftTellsDriftFromScatter(t *testing.T) {
 					if (at/4e9)%2 == 0 {
 						lat *= tc.slowdown(float64(i) / n)
 					}
-					samples = append(samples, sample{at, int64(lat)})
+					samples = append(samples, sample{Arrival: at, Latency: int64(lat)})
 				}
 				scenarios = append(scenarios, map[string]any{"name": "llm-be-200us", "be_duty": 8e9,
 					"window_start_mono_ns": start, "window_end_mono_ns": start + n*5e8, "lc": map[string]any{"samples": samples}})

@@ -14,6 +14,7 @@ import (
 type sample struct {
 	Arrival int64 `json:"arrival_mono_ns"`
 	Latency int64 `json:"latency_ns"`
+	Meter   int64 `json:"cpu_meter_ns,omitempty"` // the LC's CPU loop around it: its CPU's speed then
 }
 
 type lcRow struct {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What SLO mode reads of each arm, judged by its reference or by the LC alone through its span.
 
-    python3 scripts/probe/span_alone.py [--scatter] RESULTS.json.gz[:STATUS.jsonl] [...]
+    python3 scripts/probe/span_alone.py [--scatter [--per-cpu]] RESULTS.json.gz[:STATUS.jsonl] [...]
 
 RESULTS is a bench run's results.json.gz with an SLO scenario (slo:*) under --be-duty and a
 source that gives one sample a request (scraped, traced-request): the app's requests, and
@@ -31,7 +31,10 @@ the lead-in's are not.
 
 With --scatter, instead: each arm's span-rule measurements within one run (three or more), their
 SD over their mean, and that relative SD pooled over the arms (each weighted by its measurements
-less one): how much one measurement of an arm scatters, the simulator's Spread to compare."""
+less one): how much one measurement of an arm scatters, the simulator's Spread to compare. With
+--per-cpu, each request's latency is first divided by its CPU loop's time (cpu_meter_ns, the LC's
+CPU speed around it; runs without one are left out): what the scatter would be were the vCPU's
+speed taken out."""
 import gzip, json, re, statistics, sys
 
 from reference_error import wq50  # stats.WeightedQuantile(_, 0.5) of unit weights: the lower middle
@@ -156,13 +159,18 @@ def main(paths):
                       f"median {statistics.median(e):.3f}; over 0.10 in {sum(x > 0.10 for x in e)}, over 0.15 in {sum(x > 0.15 for x in e)}")
 
 
-def scatter(paths):
+def scatter(paths, per_cpu=False):
     rows = []
     for p in paths:
         d = json.load(gzip.open(p.partition(":")[0]))
         for sc in d["scenarios"]:
             if not sc["name"].startswith("slo") or not sc.get("lc_duty_by_arm"):
                 continue
+            if per_cpu:
+                if not all(s.get("cpu_meter_ns", 0) > 0 for s in sc["lc"]["samples"]):
+                    continue
+                for s in sc["lc"]["samples"]:  # its latency per its CPU's speed then (the unit is the loop's: a ratio's does not care)
+                    s["latency_ns"] = int(s["latency_ns"] * 1e6 / s["cpu_meter_ns"])
             by = {}
             for arm, r in replay(sc, None, True):
                 by.setdefault(arm, []).append(r)
@@ -179,6 +187,7 @@ if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     if sys.argv[1] == "--scatter":
-        scatter(sys.argv[2:])
+        per_cpu = len(sys.argv) > 2 and sys.argv[2] == "--per-cpu"
+        scatter(sys.argv[2 + per_cpu:], per_cpu)
     else:
         main(sys.argv[1:])

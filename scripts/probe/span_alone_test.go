@@ -26,7 +26,7 @@ func TestSpanAloneReadsTheDriftingLC(t *testing.T) {
 		}
 		lo := int64(w+1) * 1e9
 		for _, end := range []int64{lo + 3e8, lo + 7e8} {
-			samples = append(samples, sample{end - lat, lat})
+			samples = append(samples, sample{Arrival: end - lat, Latency: lat})
 		}
 		reads = append(reads, read{w, "200µs", share, true, []lcRow{{1.1 * 200e3, lo, lo + 1e9}}})
 	}
@@ -45,29 +45,7 @@ func TestSpanAloneReadsTheDriftingLC(t *testing.T) {
 // started before it, at their alone latency, counted with BE by when they ended: the span rule must
 // read the arm under 1.2, and the started rule, which leaves them out, nearer 1.2 than it.
 func TestSpanAloneStartedLeavesOutRequestsBeforeBE(t *testing.T) {
-	const half = int64(4e9)
-	works := func(t int64) bool { return (t/half)%2 == 0 }
-	var samples []sample
-	for j := range 640 {
-		at := int64(8e9) + int64(j)*250e6 + 1e8
-		lat := int64(200e6 * (0.8 + 0.4*math.Mod(float64(j)*0.6180339887, 1)))
-		if works(at) {
-			lat = lat * 6 / 5
-		}
-		samples = append(samples, sample{at, lat})
-	}
-	var reads []read
-	for k := range 160 {
-		lo := int64(8e9) + int64(k)*1e9 + 5e8
-		share := 0.0
-		if works(lo) || works(lo+1e9-1) {
-			share = 0.8
-		}
-		reads = append(reads, read{k, "200µs", share, true, []lcRow{{1.1 * 200e3, lo, lo + 1e9}}})
-	}
-	results := map[string]any{"scenarios": []any{map[string]any{"name": "slo:test", "slo": reads, "be_duty": 8e9,
-		"lc": map[string]any{"samples": samples}, "lc_duty_by_arm": []any{map[string]any{"arm": "200µs", "p50_ratio": 1.2, "with_be": 200, "alone": 200}}}}}
-	path := writeResults(t, results)
+	path := dutyRun(t, func(int) float64 { return 1 })
 	out := runScript(t, "span_alone.py", path)
 	m := regexp.MustCompile(`(?m)^\| 200µs \| [^|]+ \| [^|]+ \| ([0-9.]+) \(\d+\) \| [^|]+ \| ([0-9.]+) \(\d+\) \|$`).FindSubmatch(out)
 	if m == nil {
@@ -87,5 +65,51 @@ func TestSpanAloneStartedLeavesOutRequestsBeforeBE(t *testing.T) {
 	}
 	if sd, _ := strconv.ParseFloat(string(m[2]), 64); sd <= 0 || sd > 0.1 {
 		t.Errorf("relative SD %v, want the 200 ms ± 20%% requests' few percent:\n%s", sd, out)
+	}
+}
+
+// dutyRun is TestSpanAloneStartedLeavesOutRequestsBeforeBE's run, each request's latency and CPU loop times cpu(j),
+// its CPU's slowness then.
+func dutyRun(t *testing.T, cpu func(j int) float64) string {
+	const half = int64(4e9)
+	works := func(t int64) bool { return (t/half)%2 == 0 }
+	var samples []sample
+	for j := range 640 {
+		at := int64(8e9) + int64(j)*250e6 + 1e8
+		lat := 200e6 * (0.8 + 0.4*math.Mod(float64(j)*0.6180339887, 1)) * cpu(j)
+		if works(at) {
+			lat *= 1.2
+		}
+		samples = append(samples, sample{at, int64(lat), int64(1e6 * cpu(j))})
+	}
+	var reads []read
+	for k := range 160 {
+		lo := int64(8e9) + int64(k)*1e9 + 5e8
+		share := 0.0
+		if works(lo) || works(lo+1e9-1) {
+			share = 0.8
+		}
+		reads = append(reads, read{k, "200µs", share, true, []lcRow{{1.1 * 200e3, lo, lo + 1e9}}})
+	}
+	return writeResults(t, map[string]any{"scenarios": []any{map[string]any{"name": "slo:test", "slo": reads, "be_duty": 8e9,
+		"lc": map[string]any{"samples": samples}, "lc_duty_by_arm": []any{map[string]any{"arm": "200µs", "p50_ratio": 1.2, "with_be": 200, "alone": 200}}}}})
+}
+
+// TestSpanAloneScatterPerCPU: the same run with the LC's CPU 1.6x slower in stretches of requests (a vCPU's speed
+// modes, its loop slower with it): its measurements must scatter by more than twice what they do per its CPU's speed.
+func TestSpanAloneScatterPerCPU(t *testing.T) {
+	path := dutyRun(t, func(j int) float64 { return map[bool]float64{true: 1.6, false: 1}[(j*j/7+j)%29 < 11] })
+	sd := func(args ...string) float64 {
+		out := runScript(t, "span_alone.py", append(append([]string{"--scatter"}, args...), path)...)
+		m := regexp.MustCompile(`pooled over 1 arms, \d+ measurements: relative SD ([0-9.]+)`).FindSubmatch(out)
+		if m == nil {
+			t.Fatalf("no pooled line:\n%s", out)
+		}
+		v, _ := strconv.ParseFloat(string(m[1]), 64)
+		return v
+	}
+	raw, perCPU := sd(), sd("--per-cpu")
+	if !(perCPU < raw/2) || perCPU > 0.1 {
+		t.Errorf("relative SD %.3f raw, %.3f per its CPU: want the second under half the first and 0.1", raw, perCPU)
 	}
 }
