@@ -17,9 +17,10 @@ of its CPU gaps (from 10 gaps up). Printed: how many requests; the correlation o
 with log(loop time) over them, and of log(latency) with log(loop time), beside it; with
 --be-duty D (BE working the even halves of CLOCK_MONOTONIC of D/2, as the bench's --be-duty),
 the median gap and the loop's median with BE over alone: a gap that reads BE's GPU work as well as
-the CPU shows in a ratio over the loop's. Without a duty (traced-lc.sh's phases alone and beside BE), the medians of each
-recording, compared between them, say the same. A meter to take samples per the LC's CPU speed
-needs the first correlation near the loop's own and the two ratios alike."""
+the CPU shows in a ratio over the loop's. Without a duty (traced-lc.sh's phases alone and beside
+BE), the medians printed for each recording, one over the other, say the same. A meter to take
+samples per the LC's CPU speed needs the first correlation near the loop's own and the two
+ratios alike."""
 import argparse, gzip, json, math, re, statistics
 
 
