@@ -83,7 +83,10 @@ def be_began(lo, hi, half):
     return None
 
 
-def replay(sc, refs, span, began=False, started=False):
+def replay(sc, refs, span, began=False, started=False, value=None):
+    """SLO mode's measurements of each arm, (arm, ratio); value(sample) is what a request gives a
+    measurement (its latency in µs, or that per its CPU's speed: then a measurement without the
+    span's alone, judged by a reference in µs, is not made)."""
     ws = windows(sc, refs)
     order = sorted(ws)
     placed, starts, prev_end = {w: [] for w in order}, {w: [] for w in order}, None
@@ -94,7 +97,7 @@ def replay(sc, refs, span, began=False, started=False):
         prev_end = start + s["latency_ns"]
         w = next((w for w in order if ws[w]["lo"] <= end < ws[w]["hi"]), None)
         if w is not None:
-            placed[w].append(s["latency_ns"] / 1e3)
+            placed[w].append(value(s) if value else s["latency_ns"] / 1e3)
             starts[w].append(start)
     out, arm, pts, alone, first, was_idle = [], None, [], [], 0, False
     for i, w in enumerate(order):
@@ -118,7 +121,8 @@ def replay(sc, refs, span, began=False, started=False):
             if alone and len(alone) < MIN_ALONE and span_windows <= MAX_ACCUMULATE and len(alone) * 2 * MAX_ACCUMULATE >= MIN_ALONE * span_windows:
                 continue
             ref = wq50(alone) if len(alone) >= MIN_ALONE else ref
-        out.append((arm, wq50(pts) / ref))
+        if value is None or span and len(alone) >= MIN_ALONE:
+            out.append((arm, wq50(pts) / ref))
         pts, alone = [], []
     return out
 
@@ -166,13 +170,12 @@ def scatter(paths, per_cpu=False):
         for sc in d["scenarios"]:
             if not sc["name"].startswith("slo") or not sc.get("lc_duty_by_arm"):
                 continue
-            if per_cpu:
-                if not all(s.get("cpu_meter_ns", 0) > 0 for s in sc["lc"]["samples"]):
-                    continue
-                for s in sc["lc"]["samples"]:  # its latency per its CPU's speed then (the unit is the loop's: a ratio's does not care)
-                    s["latency_ns"] = int(s["latency_ns"] * 1e6 / s["cpu_meter_ns"])
+            if per_cpu and not all(s.get("cpu_meter_ns", 0) > 0 for s in sc["lc"]["samples"]):
+                continue
+            # per its CPU's speed then: only the value, each request placed by its real end (the loop's unit cancels in a ratio)
+            value = (lambda s: s["latency_ns"] / s["cpu_meter_ns"]) if per_cpu else None
             by = {}
-            for arm, r in replay(sc, None, True):
+            for arm, r in replay(sc, None, True, value=value):
                 by.setdefault(arm, []).append(r)
             for arm, v in by.items():
                 if len(v) >= 3:

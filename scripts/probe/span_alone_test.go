@@ -45,7 +45,7 @@ func TestSpanAloneReadsTheDriftingLC(t *testing.T) {
 // started before it, at their alone latency, counted with BE by when they ended: the span rule must
 // read the arm under 1.2, and the started rule, which leaves them out, nearer 1.2 than it.
 func TestSpanAloneStartedLeavesOutRequestsBeforeBE(t *testing.T) {
-	path := dutyRun(t, func(int) float64 { return 1 })
+	path := dutyRun(t, func(int) float64 { return 1 }, 1e6)
 	out := runScript(t, "span_alone.py", path)
 	m := regexp.MustCompile(`(?m)^\| 200µs \| [^|]+ \| [^|]+ \| ([0-9.]+) \(\d+\) \| [^|]+ \| ([0-9.]+) \(\d+\) \|$`).FindSubmatch(out)
 	if m == nil {
@@ -68,9 +68,9 @@ func TestSpanAloneStartedLeavesOutRequestsBeforeBE(t *testing.T) {
 	}
 }
 
-// dutyRun is TestSpanAloneStartedLeavesOutRequestsBeforeBE's run, each request's latency and CPU loop times cpu(j),
-// its CPU's slowness then.
-func dutyRun(t *testing.T, cpu func(j int) float64) string {
+// dutyRun is TestSpanAloneStartedLeavesOutRequestsBeforeBE's run, each request's latency and CPU loop (unit ns at
+// speed 1) times cpu(j), its CPU's slowness then.
+func dutyRun(t *testing.T, cpu func(j int) float64, unit float64) string {
 	const half = int64(4e9)
 	works := func(t int64) bool { return (t/half)%2 == 0 }
 	var samples []sample
@@ -80,7 +80,7 @@ func dutyRun(t *testing.T, cpu func(j int) float64) string {
 		if works(at) {
 			lat *= 1.2
 		}
-		samples = append(samples, sample{at, int64(lat), int64(1e6 * cpu(j))})
+		samples = append(samples, sample{at, int64(lat), int64(unit * cpu(j))})
 	}
 	var reads []read
 	for k := range 160 {
@@ -96,20 +96,26 @@ func dutyRun(t *testing.T, cpu func(j int) float64) string {
 }
 
 // TestSpanAloneScatterPerCPU: the same run with the LC's CPU 1.6x slower in stretches of requests (a vCPU's speed
-// modes, its loop slower with it): its measurements must scatter by more than twice what they do per its CPU's speed.
+// modes, its loop slower with it): its measurements must scatter by more than twice what they do per its CPU's speed,
+// these made of the same requests (as many measurements), whatever the loop's unit.
 func TestSpanAloneScatterPerCPU(t *testing.T) {
-	path := dutyRun(t, func(j int) float64 { return map[bool]float64{true: 1.6, false: 1}[(j*j/7+j)%29 < 11] })
-	sd := func(args ...string) float64 {
+	slow := func(j int) float64 { return map[bool]float64{true: 1.6, false: 1}[(j*j/7+j)%29 < 11] }
+	pooled := regexp.MustCompile(`pooled over 1 arms, (\d+) measurements: relative SD ([0-9.]+)`)
+	sd := func(path string, args ...string) (string, float64) {
 		out := runScript(t, "span_alone.py", append(append([]string{"--scatter"}, args...), path)...)
-		m := regexp.MustCompile(`pooled over 1 arms, \d+ measurements: relative SD ([0-9.]+)`).FindSubmatch(out)
+		m := pooled.FindSubmatch(out)
 		if m == nil {
 			t.Fatalf("no pooled line:\n%s", out)
 		}
-		v, _ := strconv.ParseFloat(string(m[1]), 64)
-		return v
+		v, _ := strconv.ParseFloat(string(m[2]), 64)
+		return string(m[1]), v
 	}
-	raw, perCPU := sd(), sd("--per-cpu")
-	if !(perCPU < raw/2) || perCPU > 0.1 {
-		t.Errorf("relative SD %.3f raw, %.3f per its CPU: want the second under half the first and 0.1", raw, perCPU)
+	path := dutyRun(t, slow, 1e6)
+	n, raw := sd(path)
+	nc, perCPU := sd(path, "--per-cpu")
+	n2, perCPU2 := sd(dutyRun(t, slow, 4.4e6), "--per-cpu")
+	if !(perCPU < raw/2) || perCPU > 0.1 || nc != n || n2 != n || perCPU2 != perCPU {
+		t.Errorf("relative SD %.3f raw (%s measurements), %.3f per its CPU (%s), %.3f with the loop's unit 4.4x (%s): want the second under half the first and 0.1, the third the second, as many measurements",
+			raw, n, perCPU, nc, perCPU2, n2)
 	}
 }
