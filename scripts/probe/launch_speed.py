@@ -15,13 +15,16 @@ thread with no synchronize entered between them and the thread on its CPU throug
 between two launches, which the vCPU's speed sets and the GPU should not. Per request, the median
 of its CPU gaps (from 10 gaps up). Printed: how many requests; the correlation of log(median gap)
 with log(loop time) over them, and of log(latency) with log(loop time), beside it; with
---be-duty D (BE working the even halves of CLOCK_MONOTONIC of D/2, as the bench's --be-duty),
-the median gap and the loop's median with BE over alone: a gap that reads BE's GPU work as well as
+--be-duty D (BE working the even halves of CLOCK_MONOTONIC of D/2, as the bench's --be-duty;
+a request counted for the half it starts 100 ms or more into and ends within, as the bench
+counts it), the median gap and the loop's median with BE over alone: a gap that reads BE's GPU work as well as
 the CPU shows in a ratio over the loop's. Without a duty (traced-lc.sh's phases alone and beside
 BE), the medians printed for each recording, one over the other, say the same. A meter to take
 samples per the LC's CPU speed needs the first correlation near the loop's own and the two
 ratios alike."""
 import argparse, gzip, json, math, re, statistics
+
+GUARD_NS = 100_000_000
 
 
 def duration_ns(s):
@@ -70,20 +73,21 @@ def main():
             if gap > 0 and (not cpu0 or 2 * cpu >= gap):
                 gaps[j].append(gap)
         last[tid] = (at, c.get("on_cpu_ns", 0))
-    rows = [(statistics.median(g), spans[i][2]) for i, g in gaps.items() if len(g) >= 10]
+    rows = [(statistics.median(g), spans[i][2], spans[i][0], spans[i][1]) for i, g in gaps.items() if len(g) >= 10]
     print(f"requests: {len(spans)} with a loop time, {len(rows)} with 10 CPU gaps or more")
     if len(rows) < 3:
         return
-    lg = [math.log(g) for g, _ in rows]
-    lm = [math.log(s["cpu_meter_ns"]) for _, s in rows]
-    ll = [math.log(s["latency_ns"]) for _, s in rows]
+    lg = [math.log(r[0]) for r in rows]
+    lm = [math.log(r[1]["cpu_meter_ns"]) for r in rows]
+    ll = [math.log(r[1]["latency_ns"]) for r in rows]
     print(f"correlation with log(loop time): log(median CPU gap) {corr(lg, lm):+.2f}, log(latency) {corr(ll, lm):+.2f}")
-    print(f"medians: CPU gap {statistics.median(g for g, _ in rows) / 1e3:.1f} us, loop {statistics.median(s['cpu_meter_ns'] for _, s in rows) / 1e6:.3f} ms")
+    print(f"medians: CPU gap {statistics.median(r[0] for r in rows) / 1e3:.1f} us, loop {statistics.median(r[1]['cpu_meter_ns'] for r in rows) / 1e6:.3f} ms")
     if args.be_duty:
         half = args.be_duty // 2
         by = {0: [], 1: []}
-        for g, s in rows:
-            by[(s["arrival_mono_ns"] // half) % 2].append((g, s["cpu_meter_ns"]))
+        for g, s, start, end in rows:  # a request in one half, 100 ms or more into it, as the bench counts it
+            if start % half >= GUARD_NS and start // half == end // half:
+                by[(start // half) % 2].append((g, s["cpu_meter_ns"]))
         if by[0] and by[1]:
             ratio = lambda k: statistics.median(x[k] for x in by[0]) / statistics.median(x[k] for x in by[1])
             print(f"with BE over alone ({len(by[0])} / {len(by[1])} requests): median CPU gap {ratio(0):.3f}, loop {ratio(1):.3f}")
