@@ -218,7 +218,7 @@ func classTable(w io.Writer, st map[string]any, procs []api.Process) error {
 	if !perGPU {
 		fmt.Fprintf(w, "hint engines:\tprepreempt %v\n", s.Prepreempt)
 	}
-	frontier(w, s.Searches, perGPU)
+	frontier(w, s.Searches, perGPU, len(s.LC) == 1)
 	if len(s.LC) > 0 {
 		fmt.Fprintln(w, "\nLC PID\tCOMM\t"+gpuColumn(perGPU, "GPU\t")+"OBJECTIVE\tLATENCY\tTARGET\tVS OBJECTIVE\tREQUESTS\tSIGNAL\tREFERENCE")
 		for _, l := range s.LC {
@@ -239,8 +239,10 @@ func classTable(w io.Writer, st map[string]any, procs []api.Process) error {
 	return nil
 }
 
-// frontier prints what each search knows of its arms: the LC against BE's share, the verdict, when it may be tried again.
-func frontier(w io.Writer, searches []api.SLOSearch, perGPU bool) {
+// frontier prints what each search knows of its arms: the LC against BE's share, the verdict, when it may be tried
+// again; where one LC objective is in force (an arm's mean and bounds are then that objective's), what telling an
+// arm that might meet from it takes.
+func frontier(w io.Writer, searches []api.SLOSearch, perGPU, oneObjective bool) {
 	header := false
 	for _, x := range searches {
 		for _, a := range x.Arms {
@@ -261,20 +263,27 @@ func frontier(w io.Writer, searches []api.SLOSearch, perGPU bool) {
 			if a.RetryIn > 0 {
 				retry = fmt.Sprintf("in %d windows", a.RetryIn)
 			}
-			fmt.Fprintf(w, "%s\t%s%s\t%s\t%s\t%s%s\t%s\n", name, gpuColumn(perGPU, api.GPUList(x.GPUs)+"\t"), ratio(a.LCVsObjective), bounds, percent(a.BEShare), a.Verdict, toTell(a), retry)
+			verdict := a.Verdict
+			if oneObjective {
+				verdict += toTell(a)
+			}
+			fmt.Fprintf(w, "%s\t%s%s\t%s\t%s\t%s\t%s\n", name, gpuColumn(perGPU, api.GPUList(x.GPUs)+"\t"), ratio(a.LCVsObjective), bounds, percent(a.BEShare), verdict, retry)
 		}
 	}
 }
 
-// toTell says, for an arm that might meet (and is not known to give BE less than its minimum), how many times the
-// measurements its estimate rests on it would take, at their scatter, for its bounds to leave the objective (bounds
-// narrow as the square root of the measurements): where that is many, the objective sits on the LC's own noise.
+// toTell says, for an arm that might meet (and is not known to give BE less than its minimum), how many times as many
+// measurements as its estimate rests on its bounds would need to leave the objective, at their scatter (bounds narrow
+// as the square root of the measurements): where that is many, the objective sits on the LC's own noise.
 func toTell(a api.SLOArm) string {
-	if a.Verdict != "might meet" || a.LCVsObjective == nil || a.Lo == nil || a.Hi == nil || *a.LCVsObjective == 1 {
+	if a.Verdict != "might meet" || a.LCVsObjective == nil || a.Lo == nil || a.Hi == nil {
 		return ""
 	}
-	k := (*a.Hi - *a.Lo) / 2 / math.Abs(1-*a.LCVsObjective)
-	return fmt.Sprintf(", ~%.0fx its measurements to tell", math.Max(2, math.Ceil(k*k)))
+	d := math.Abs(1 - *a.LCVsObjective)
+	if k := (*a.Hi - *a.Lo) / 2 / d; d > 0 && k*k < 1000 {
+		return fmt.Sprintf(", told apart in ~%.0f times its measurements", math.Max(2, math.Ceil(k*k)))
+	}
+	return ", on its objective: not told apart in 1000 times its measurements"
 }
 
 // decisions prints a search's last decision and last change, each line

@@ -154,15 +154,31 @@ func TestToTell(t *testing.T) {
 		arm  api.SLOArm
 		want string
 	}{
-		{"near the objective: 0.144 wide, 0.017 from it", api.SLOArm{LCVsObjective: f(1.017), Lo: f(0.873), Hi: f(1.161), Verdict: "might meet"}, ", ~72x its measurements to tell"},
-		{"nearly told", api.SLOArm{LCVsObjective: f(0.912), Lo: f(0.803), Hi: f(1.021), Verdict: "might meet"}, ", ~2x its measurements to tell"},
-		{"on the objective", api.SLOArm{LCVsObjective: f(1), Lo: f(0.9), Hi: f(1.1), Verdict: "might meet"}, ""},
+		{"near the objective: 0.144 either way, 0.017 from it", api.SLOArm{LCVsObjective: f(1.017), Lo: f(0.873), Hi: f(1.161), Verdict: "might meet"}, ", told apart in ~72 times its measurements"},
+		{"nearly told: 1.5 times, as twice", api.SLOArm{LCVsObjective: f(0.912), Lo: f(0.803), Hi: f(1.021), Verdict: "might meet"}, ", told apart in ~2 times its measurements"},
+		{"told at once: under 2 times, as twice", api.SLOArm{LCVsObjective: f(0.9), Lo: f(0.85), Hi: f(0.95), Verdict: "might meet"}, ", told apart in ~2 times its measurements"},
+		{"on the objective", api.SLOArm{LCVsObjective: f(1), Lo: f(0.9), Hi: f(1.1), Verdict: "might meet"}, ", on its objective: not told apart in 1000 times its measurements"},
+		{"a hair from it", api.SLOArm{LCVsObjective: f(1.0001), Lo: f(0.9), Hi: f(1.1), Verdict: "might meet"}, ", on its objective: not told apart in 1000 times its measurements"},
 		{"a bound from a neighbour", api.SLOArm{Lo: f(0.8), Verdict: "might meet"}, ""},
 		{"meets", api.SLOArm{LCVsObjective: f(0.8), Lo: f(0.7), Hi: f(0.9), Verdict: "meets"}, ""},
 		{"BE under its minimum", api.SLOArm{LCVsObjective: f(0.95), Lo: f(0.85), Hi: f(1.05), Verdict: "might meet, BE under its minimum"}, ""},
 	} {
 		if got := toTell(c.arm); got != c.want {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// TestFrontierToldOnlyOfOneObjective: the frontier says what telling an arm from its objective takes only where one
+// LC objective is in force; of several, an arm's mean and bounds may come from different ones.
+func TestFrontierToldOnlyOfOneObjective(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	searches := []api.SLOSearch{{Arm: "1ms", Arms: []api.SLOArm{{Arm: "1ms", LCVsObjective: f(0.95), Lo: f(0.87), Hi: f(1.04), Verdict: "might meet"}}}}
+	for _, one := range []bool{true, false} {
+		var b bytes.Buffer
+		frontier(&b, searches, false, one)
+		if got := strings.Contains(b.String(), "might meet, told apart in ~3 times its measurements"); got != one {
+			t.Errorf("one objective %v: told %v:\n%s", one, got, b.String())
 		}
 	}
 }
