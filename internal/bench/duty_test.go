@@ -435,13 +435,13 @@ func TestArmDuty(t *testing.T) {
 	sr.LCDutyByArm = armDuty(sr)
 	var b strings.Builder
 	writeDutyByArm(&b, &Results{Scenarios: []*ScenarioResult{sr}})
-	if want := "within its bounds on 1 of 1 arms; its mean off by 200µs +0.080."; !strings.Contains(b.String(), want) {
+	if want := "the app's within the frontier's bounds on 1 of 1 arms; the frontier's mean less the app's: 200µs +0.080."; !strings.Contains(b.String(), want) {
 		t.Errorf("want %q in:\n%s", want, b.String())
 	}
 	*last.Arms[0].Hi = 1.12 // bounds [1.21, 1.232]: the app's 1.24 beyond them
 	sr.LCDutyByArm, b = armDuty(sr), strings.Builder{}
 	writeDutyByArm(&b, &Results{Scenarios: []*ScenarioResult{sr}})
-	if want := "within its bounds on 0 of 1 arms"; !strings.Contains(b.String(), want) {
+	if want := "the app's within the frontier's bounds on 0 of 1 arms"; !strings.Contains(b.String(), want) {
 		t.Errorf("want %q in:\n%s", want, b.String())
 	}
 	last.LC = []SLOLCSample{{PID: 1, Objective: "p50<=300ms"}} // over the objective: not the app's ratio
@@ -748,12 +748,14 @@ func armIntervalsRun() *Results {
 
 // TestFrontierAgainstAppPoolsSpans: an arm held twice (1.0x over 10/10 requests, 1.3x over 30/30)
 // is read against 1.225x, its spans weighted by their requests: outside the frontier's [1.0, 1.2]
-// (their plain mean, 1.15, would lie inside), its mean 1.1 off by −0.125.
+// (their plain mean, 1.15, would lie inside), its mean 1.1 off by −0.125; an arm without the app's
+// ratio or without a frontier is not read.
 func TestFrontierAgainstAppPoolsSpans(t *testing.T) {
 	f := &FrontierArm{Mean: new(1.1), Lo: new(1.0), Hi: new(1.2), Of: "alone"}
 	within, offs := frontierAgainstApp([]ArmDuty{
 		{Arm: "200µs", WithBE: 10, Alone: 10, P50Ratio: 1.0, Frontier: f},
-		{Arm: "1ms", WithBE: 5, Alone: 5, P50Ratio: 1.5}, // no frontier: not read
+		{Arm: "1ms", WithBE: 5, Alone: 5, P50Ratio: 1.5},              // no frontier: not read
+		{Arm: "500µs", WithBE: 2, Alone: 1, P50Ratio: 0, Frontier: f}, // no ratio: not read
 		{Arm: "200µs", WithBE: 30, Alone: 30, P50Ratio: 1.3, Frontier: f},
 	})
 	if within != 0 || len(offs) != 1 || offs[0] != "200µs -0.125" {

@@ -96,14 +96,14 @@ func writeDutyByArm(b *strings.Builder, res *Results) {
 	}
 	for _, sr := range res.Scenarios {
 		if within, offs := frontierAgainstApp(sr.LCDutyByArm); len(offs) > 0 {
-			fmt.Fprintf(b, "\n%s, rep %d: SLO mode's frontier against the app's ratio over each arm's spans (weighted by their requests): within its bounds on %d of %d arms; its mean off by %s.\n",
+			fmt.Fprintf(b, "\n%s, rep %d: SLO mode's frontier against the app's ratio over each arm's spans with one (weighted by their requests): the app's within the frontier's bounds on %d of %d arms; the frontier's mean less the app's: %s.\n",
 				sr.Name, repOf(sr), within, len(offs), strings.Join(offs, ", "))
 		}
 	}
 }
 
 // frontierAgainstApp checks each arm the frontier knew the mean of, over the LC alone, against the app's ratio over
-// all the arm's spans: how many lie within the frontier's bounds, and each mean's difference from the app's ("+0.017").
+// the arm's spans that have one: how many lie within the frontier's bounds, and each mean less the app's ("+0.017").
 func frontierAgainstApp(arms []ArmDuty) (within int, offs []string) {
 	var order []string
 	app, weight, front := map[string]float64{}, map[string]float64{}, map[string]*FrontierArm{}
