@@ -37,7 +37,8 @@ def duration_ns(s):
 def corr(x, y):
     mx, my = statistics.mean(x), statistics.mean(y)
     sxy = sum((a - mx) * (b - my) for a, b in zip(x, y))
-    return sxy / math.sqrt(sum((a - mx) ** 2 for a in x) * sum((b - my) ** 2 for b in y))
+    sxx = sum((a - mx) ** 2 for a in x) * sum((b - my) ** 2 for b in y)
+    return sxy / math.sqrt(sxx) if sxx > 0 else math.nan  # one of them constant: no correlation to read
 
 
 def main():
