@@ -24,7 +24,7 @@ samples per the LC's CPU speed needs the first correlation near the loop's own a
 ratios alike."""
 import argparse, gzip, json, math, re, statistics
 
-GUARD_NS = 100_000_000
+from reference_error import bench_half, requests
 
 
 def duration_ns(s):
@@ -49,13 +49,9 @@ def main():
     args = ap.parse_args()
     calls = [json.loads(line) for line in gzip.open(args.calls, "rt") if line.strip()]
     calls.sort(key=lambda c: c["at_ns"])
-    samples = json.load(open(args.lc))["samples"]
-    spans, prev_end = [], None
-    for s in samples:  # as the bench's eachHalf places a request: from its arrival or the one before's end
-        start = s["arrival_mono_ns"] if prev_end is None else max(s["arrival_mono_ns"], prev_end)
-        prev_end = start + s.get("prep_ns", 0) + s["latency_ns"]
-        if s.get("cpu_meter_ns", 0) > 0:
-            spans.append((start, prev_end, s))
+    lc = json.load(open(args.lc))
+    # each from its arrival or the one before's end, as the bench's eachHalf places it
+    spans = [(q[0], q[1], s) for q, s in zip(requests(lc), lc["samples"]) if s.get("cpu_meter_ns", 0) > 0]
     gaps = {i: [] for i in range(len(spans))}
     last = {}  # thread: (its last launch's entry, its on-CPU time then); dropped at a synchronize's entry
     j = 0
@@ -87,8 +83,8 @@ def main():
         half = args.be_duty // 2
         by = {0: [], 1: []}
         for g, s, start, end in rows:  # a request in one half, 100 ms or more into it, as the bench counts it
-            if start % half >= GUARD_NS and start // half == end // half:
-                by[(start // half) % 2].append((g, s["cpu_meter_ns"]))
+            if (h := bench_half((start, end), half)) is not None:
+                by[h].append((g, s["cpu_meter_ns"]))
         if by[0] and by[1]:
             ratio = lambda k: statistics.median(x[k] for x in by[0]) / statistics.median(x[k] for x in by[1])
             print(f"with BE over alone ({len(by[0])} / {len(by[1])} requests): median CPU gap {ratio(0):.3f}, loop {ratio(1):.3f}")

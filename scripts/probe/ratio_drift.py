@@ -6,8 +6,9 @@
 RESULTS is a bench run's results.json.gz under --be-duty: each scenario with LC requests, and
 for an slo:* one each span an arm was held (the bench's lc_duty_by_arm), S seconds or longer
 (60), is cut into blocks of K duty cycles (2). A request counts for the duty half it starts
-100 ms or more into and ends within, as the bench counts it (internal/bench's eachHalf: it
-starts at its arrival or the end of the one before, whichever is later). Per block with 5
+100 ms or more into and ends within, as the bench counts it (internal/bench's eachHalf, as
+reference_error.py's bench_half: it starts at its arrival or the end of the one before,
+whichever is later). Per block with 5
 requests a half:
 the ratio of the halves' medians and its bootstrap variance (400 resamples). Per span: the
 blocks' ratios, their SD against the SD sampling alone gives (F, the variance ratio) and the
@@ -17,18 +18,14 @@ blocks less one): near 1, and lag-1 correlations not above -1/n, say the ratio o
 a drift shows as F over 1 with positive lag-1 correlations."""
 import argparse, gzip, json, random, statistics as st
 
-HALF_NS, GUARD_NS = 4_000_000_000, 100_000_000
+from reference_error import bench_half, requests
 
 
-def halves(samples, half_ns):
-    """Each request the bench counts, with its start and its half (0 while BE works, 1 while it idles)."""
-    prev_end = None
-    for r in samples:
-        start = r["arrival_mono_ns"] if prev_end is None else max(r["arrival_mono_ns"], prev_end)
-        end = prev_end = start + r.get("prep_ns", 0) + r["latency_ns"]
-        k = start // half_ns
-        if start >= 0 and start - k * half_ns >= GUARD_NS and end < (k + 1) * half_ns:
-            yield r, start, k % 2
+def halves(lc, half_ns):
+    """Each request the bench counts (reference_error's eachHalf), with its start and its half (0 while BE works, 1 while it idles)."""
+    for q, r in zip(requests(lc), lc["samples"]):
+        if (h := bench_half(q, half_ns)) is not None:
+            yield r, q[0], h
 
 
 def spans(sc, min_s):
@@ -52,13 +49,12 @@ def main():
     for path in args.results:
         d = json.load(gzip.open(path))
         for sc in d["scenarios"]:
-            samples = (sc.get("lc") or {}).get("samples") or []
-            if not samples or not sc.get("be_duty"):
+            if not (sc.get("lc") or {}).get("samples") or not sc.get("be_duty"):
                 continue
-            half_ns = sc["be_duty"] // 2 or HALF_NS
+            half_ns = sc["be_duty"] // 2
             for arm, lo, hi in spans(sc, args.min_s):
                 blocks = {}
-                for r, start, h in halves(samples, half_ns):
+                for r, start, h in halves(sc["lc"], half_ns):
                     if lo <= start < hi:
                         b = int((start - lo) // (2 * half_ns * args.cycles))
                         blocks.setdefault(b, ([], []))[h].append(r["latency_ns"])

@@ -86,7 +86,7 @@ def requests(lc):
     out, prev_end = [], -(1 << 62)
     for s in lc["samples"]:
         start = max(s["arrival_mono_ns"], prev_end)
-        prev_end = start + s["prep_ns"] + s["latency_ns"]
+        prev_end = start + s.get("prep_ns", 0) + s["latency_ns"]
         out.append((start, prev_end, s["latency_ns"] / 1e3))
     return out
 

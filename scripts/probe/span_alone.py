@@ -37,7 +37,7 @@ CPU speed around it; runs without one are left out): what the scatter would be w
 speed taken out."""
 import gzip, json, re, statistics, sys
 
-from reference_error import wq50  # stats.WeightedQuantile(_, 0.5) of unit weights: the lower middle
+from reference_error import requests, wq50  # stats.WeightedQuantile(_, 0.5) of unit weights: the lower middle
 
 MIN_SAMPLES, MIN_ALONE, MAX_ACCUMULATE, FACTOR = 20, 10, 30, 1.10
 
@@ -89,12 +89,10 @@ def replay(sc, refs, span, began=False, started=False, value=None):
     span's alone, judged by a reference in µs, is not made)."""
     ws = windows(sc, refs)
     order = sorted(ws)
-    placed, starts, prev_end = {w: [] for w in order}, {w: [] for w in order}, None
-    for s in sc["lc"]["samples"]:
+    placed, starts = {w: [] for w in order}, {w: [] for w in order}
+    for q, s in zip(requests(sc["lc"]), sc["lc"]["samples"]):
         end = s["arrival_mono_ns"] + s["latency_ns"]
-        # its first launch: after the one before ended (an LC behind its arrivals) and its own preparation
-        start = (s["arrival_mono_ns"] if prev_end is None else max(s["arrival_mono_ns"], prev_end)) + s.get("prep_ns", 0)
-        prev_end = start + s["latency_ns"]
+        start = q[0] + s.get("prep_ns", 0)  # its first launch: after the one before ended (an LC behind its arrivals) and its preparation
         w = next((w for w in order if ws[w]["lo"] <= end < ws[w]["hi"]), None)
         if w is not None:
             placed[w].append(value(s) if value else s["latency_ns"] / 1e3)
