@@ -14,6 +14,7 @@ set -u # as root on the GPU machine, from the repo root, with .carry/gpreemptctl
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/daemon.sh" # wait_ready
 MODE=${1:-eager} TAG=${2:-}
 OUT=${OUT:-/tmp/gpreempt-out}; mkdir -p "$OUT"
+T=$(mktemp -d) # its own logs: two probes can run at once, one a GPU (CUDA_VISIBLE_DEVICES)
 f=$OUT/probe-$MODE$TAG.jsonl
 C=${C:-.carry} # another build: C=.carry-b
 span=8s
@@ -25,13 +26,13 @@ case $MODE in
   *) echo "traced-lc.sh: MODE must be eager, graph, llama or gpt2, not $MODE" >&2; exit 2;;
 esac
 trace() { $C/gpreemptctl trace requests --pid $P --duration $span --interval 1s --each --json --record $OUT/calls-$MODE$TAG-$1.jsonl.gz; }
-python3 -u bench/pytorch/be_train.py --duration 120s --device 0 --out /tmp/be.json > /tmp/be.out 2>&1 &
+python3 -u bench/pytorch/be_train.py --duration 120s --device 0 --out $T/be.json > $T/be.out 2>&1 &
 B=$!
-wait_ready /tmp/be.out $B 90
+wait_ready $T/be.out $B 90
 kill -STOP $B; sleep 1 # its queued iterations drain
-python3 -u "${lc[@]}" --out $OUT/lc-$MODE$TAG.json > /tmp/lc-$MODE.out 2>&1 &
+python3 -u "${lc[@]}" --out $OUT/lc-$MODE$TAG.json > $T/lc-$MODE.out 2>&1 &
 P=$!
-wait_ready /tmp/lc-$MODE.out $P 90
+wait_ready $T/lc-$MODE.out $P 90
 echo '{"type":"phase","phase":"alone"}' > "$f"
 trace alone >> "$f" 2>&1
 kill -CONT $B; sleep 1
