@@ -1,28 +1,34 @@
 #!/usr/bin/env python3
-"""Do an LC's own launch gaps measure its CPU's speed, as its loop does?
+"""Do an LC's own launch gaps measure its CPU's speed, as its loop does, and how much of its noise?
 
-    python3 scripts/probe/launch_speed.py CALLS.jsonl.gz LC.json [--be-duty 8s]
+    python3 scripts/probe/launch_speed.py CALLS.jsonl.gz LC [--be-duty 8s] [--rows ROWS.jsonl]
 
 CALLS is a recording of the LC's calls (`gpreemptctl trace requests --record`, as
-scripts/probe/traced-lc.sh writes calls-MODE-*.jsonl.gz); LC is the app's own requests (the
-bench LC's --out: samples with arrival_mono_ns, prep_ns, latency_ns and cpu_meter_ns, its CPU
-loop's time around the request). The recording's clock is the trace's (CLOCK_MONOTONIC), the
-app's the same.
+scripts/probe/traced-lc.sh writes calls-MODE-*.jsonl.gz); LC is the app's own requests: the
+bench LC's --out (samples with arrival_mono_ns, prep_ns, latency_ns and cpu_meter_ns, its CPU
+loop's time around the request), or a bench's RESULTS.json.gz:SCENARIO (that scenario's LC
+samples). The recording's clock is the trace's (CLOCK_MONOTONIC), the app's the same.
 
 For each of the app's requests, its CPU gaps: from one launch's entry to the next of the same
-thread with no synchronize entered between them and the thread on its CPU through most of the gap
-(its on-CPU time grew by half the gap or more, where the recording has it): the Python work
-between two launches, which the vCPU's speed sets and the GPU should not. Per request, the median
-of its CPU gaps (from 10 gaps up). Printed: how many requests; the correlation of log(median gap)
-with log(loop time) over them, and of log(latency) with log(loop time), beside it; with
---be-duty D (BE working the even halves of CLOCK_MONOTONIC of D/2, as the bench's --be-duty;
-a request counted for the half it starts 100 ms or more into and ends within, as the bench
-counts it), the median gap and the loop's median with BE over alone: a gap that reads BE's GPU work as well as
-the CPU shows in a ratio over the loop's. Without a duty (traced-lc.sh's phases alone and beside
-BE), the medians printed for each recording, one over the other, say the same. A meter to take
-samples per the LC's CPU speed needs the first correlation near the loop's own and the two
-ratios alike."""
-import argparse, gzip, json, math, re, statistics
+thread with no synchronize entered between them and the thread on its CPU through the gap (its
+count of blocks unchanged; where the recording has no such count, its CPU time grew by half the
+gap or more: a CPU time that moves only at a tick leaves most gaps out). The Python work between
+two launches, which the vCPU's speed sets and the GPU should not. Per request, the median of its
+CPU gaps (from 10 gaps up). Printed: how many requests; the correlation of log(median gap) with
+log(loop time), and of log(latency) with each; one request's scatter (the standard deviation of
+log latency) as it is, per its median gap and per its loop. With --be-duty D (BE working the even
+halves of CLOCK_MONOTONIC of D/2, as the bench's --be-duty; a request counted for the half it
+starts 100 ms or more into and ends within, as the bench counts it): the median gap and the
+loop's median with BE over alone (a gap that reads BE's GPU work as well as the CPU shows in a
+ratio over the loop's), the p50 ratio with BE over alone as the app measures it, per median gap
+and per loop, each with a 95% bootstrap interval; and over blocks of 4 duty cycles (from 5
+requests a half), the spread of the three ratios between blocks (the standard deviation of their
+logs): what one measurement of that length scatters by. Without a duty (traced-lc.sh's phases
+alone and beside BE), the medians printed for each recording, one over the other, say the same.
+--rows writes each request's start, end, latency, median and mean CPU gap, their count and loop
+time (ns), one JSON line each. A meter to take samples per the LC's CPU speed needs a scatter
+well under the latency's and a ratio per gap within the app's interval."""
+import argparse, gzip, json, math, random, re, statistics
 
 from reference_error import bench_half, requests
 
@@ -41,53 +47,112 @@ def corr(x, y):
     return sxy / math.sqrt(sxx) if sxx > 0 else math.nan  # one of them constant: no correlation to read
 
 
+def load_lc(arg):
+    """The app's samples: its own --out, or a bench RESULTS.json.gz:SCENARIO's LC."""
+    path, _, name = arg.partition(":")
+    if not name:
+        return json.load(open(path))
+    for sc in json.load(gzip.open(path))["scenarios"]:
+        if sc["name"] == name and sc.get("lc"):
+            return sc["lc"]
+    raise SystemExit(f"launch_speed.py: {path} has no scenario {name!r} with LC requests")
+
+
+def cpu_gaps(path, spans):
+    """Each request's CPU gaps (ns), in the order of spans."""
+    calls = []
+    try:
+        for line in gzip.open(path, "rt"):
+            if line.strip():
+                c = json.loads(line)  # compact: a long recording holds millions
+                calls.append((c["at_ns"], c["tid"], c["role"], c["kind"], c.get("blocked", 0), c.get("on_cpu_ns", 0)))
+    except (EOFError, json.JSONDecodeError):  # a recorder stopped mid-write: its calls up to there
+        print(f"{path}: cut short after {len(calls)} calls")
+    calls.sort(key=lambda c: c[0])
+    gaps = [[] for _ in spans]
+    last = {}  # thread: (its last launch's entry, its blocks then, its on-CPU time then); dropped at a synchronize's entry
+    j = 0
+    for at, tid, role, kind, blocked, cpu in calls:
+        if role == "sync" and kind == "enter":
+            last.pop(tid, None)
+            continue
+        if role != "launch" or kind != "enter":
+            continue
+        while j < len(spans) and spans[j][1] <= at:
+            j += 1
+        if tid in last and j < len(spans) and spans[j][0] <= last[tid][0]:
+            t0, b0, cpu0 = last[tid]
+            gap = at - t0
+            on = blocked == b0 if blocked and b0 else not cpu0 or 2 * (cpu - cpu0) >= gap
+            if gap > 0 and on:
+                gaps[j].append(gap)
+        last[tid] = (at, blocked, cpu)
+    return gaps
+
+
+def ratio_ci(by, value, rng, n=2000):
+    """The p50 ratio with BE over alone of value(request), and its 95% bootstrap interval."""
+    a, b = [value(r) for r in by[0]], [value(r) for r in by[1]]
+    point = statistics.median(a) / statistics.median(b)
+    boots = sorted(statistics.median(rng.choices(a, k=len(a))) / statistics.median(rng.choices(b, k=len(b))) for _ in range(n))
+    return point, boots[int(0.025 * n)], boots[int(0.975 * n) - 1]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("calls")
     ap.add_argument("lc")
     ap.add_argument("--be-duty", type=duration_ns, default=0)
+    ap.add_argument("--rows")
     args = ap.parse_args()
-    calls = [json.loads(line) for line in gzip.open(args.calls, "rt") if line.strip()]
-    calls.sort(key=lambda c: c["at_ns"])
-    lc = json.load(open(args.lc))
+    lc = load_lc(args.lc)
     # each from its arrival or the one before's end, as the bench's eachHalf places it
     spans = [(q[0], q[1], s) for q, s in zip(requests(lc), lc["samples"]) if s.get("cpu_meter_ns", 0) > 0]
-    gaps = {i: [] for i in range(len(spans))}
-    last = {}  # thread: (its last launch's entry, its on-CPU time then); dropped at a synchronize's entry
-    j = 0
-    for c in calls:
-        tid, at = c["tid"], c["at_ns"]
-        if c["role"] == "sync" and c["kind"] == "enter":
-            last.pop(tid, None)
-            continue
-        if c["role"] != "launch" or c["kind"] != "enter":
-            continue
-        while j < len(spans) and spans[j][1] <= at:
-            j += 1
-        if tid in last and j < len(spans) and spans[j][0] <= last[tid][0]:
-            t0, cpu0 = last[tid]
-            gap, cpu = at - t0, c.get("on_cpu_ns", 0) - cpu0
-            if gap > 0 and (not cpu0 or 2 * cpu >= gap):
-                gaps[j].append(gap)
-        last[tid] = (at, c.get("on_cpu_ns", 0))
-    rows = [(statistics.median(g), spans[i][2], spans[i][0], spans[i][1]) for i, g in gaps.items() if len(g) >= 10]
+    gaps = cpu_gaps(args.calls, spans)
+    rows = [(statistics.median(g), spans[i][2], spans[i][0], spans[i][1]) for i, g in enumerate(gaps) if len(g) >= 10]
+    if args.rows:
+        with open(args.rows, "w") as f:
+            for i, g in enumerate(gaps):
+                if g:
+                    s = spans[i][2]
+                    f.write(json.dumps({"start_ns": spans[i][0], "end_ns": spans[i][1], "latency_ns": s["latency_ns"], "gap_p50_ns": statistics.median(g),
+                                        "gap_mean_ns": statistics.mean(g), "gaps": len(g), "cpu_meter_ns": s["cpu_meter_ns"]}) + "\n")
     print(f"requests: {len(spans)} with a loop time, {len(rows)} with 10 CPU gaps or more")
     if len(rows) < 3:
         return
     lg = [math.log(r[0]) for r in rows]
     lm = [math.log(r[1]["cpu_meter_ns"]) for r in rows]
     ll = [math.log(r[1]["latency_ns"]) for r in rows]
-    print(f"correlation with log(loop time): log(median CPU gap) {corr(lg, lm):+.2f}, log(latency) {corr(ll, lm):+.2f}")
+    print(f"correlation with log(loop time): log(median CPU gap) {corr(lg, lm):+.2f}, log(latency) {corr(ll, lm):+.2f}; "
+          f"log(latency) with log(median CPU gap) {corr(ll, lg):+.2f}")
     print(f"medians: CPU gap {statistics.median(r[0] for r in rows) / 1e3:.1f} us, loop {statistics.median(r[1]['cpu_meter_ns'] for r in rows) / 1e6:.3f} ms")
-    if args.be_duty:
-        half = args.be_duty // 2
-        by = {0: [], 1: []}
-        for g, s, start, end in rows:  # a request in one half, 100 ms or more into it, as the bench counts it
-            if (h := bench_half((start, end), half)) is not None:
-                by[h].append((g, s["cpu_meter_ns"]))
-        if by[0] and by[1]:
-            ratio = lambda k: statistics.median(x[k] for x in by[0]) / statistics.median(x[k] for x in by[1])
-            print(f"with BE over alone ({len(by[0])} / {len(by[1])} requests): median CPU gap {ratio(0):.3f}, loop {ratio(1):.3f}")
+    sd = lambda v: statistics.pstdev(v)
+    print(f"one request's scatter (sd of log latency): {sd(ll):.3f}, per its median CPU gap {sd([a - b for a, b in zip(ll, lg)]):.3f}, "
+          f"per its loop {sd([a - b for a, b in zip(ll, lm)]):.3f}")
+    if not args.be_duty:
+        return
+    half = args.be_duty // 2
+    by = {0: [], 1: []}
+    for g, s, start, end in rows:  # a request in one half, 100 ms or more into it, as the bench counts it
+        if (h := bench_half((start, end), half)) is not None:
+            by[h].append((g, s, start))
+    if not (by[0] and by[1]):
+        return
+    ratio = lambda f: statistics.median(f(x) for x in by[0]) / statistics.median(f(x) for x in by[1])
+    print(f"with BE over alone ({len(by[0])} / {len(by[1])} requests): median CPU gap {ratio(lambda x: x[0]):.3f}, loop {ratio(lambda x: x[1]['cpu_meter_ns']):.3f}")
+    values = {"as measured": lambda x: x[1]["latency_ns"], "per median CPU gap": lambda x: x[1]["latency_ns"] / x[0],
+              "per loop": lambda x: x[1]["latency_ns"] / x[1]["cpu_meter_ns"]}
+    rng = random.Random(1)
+    print("p50 ratio with BE over alone: " + ", ".join(f"{k} {p:.3f} [{lo:.3f}, {hi:.3f}]" for k, (p, lo, hi) in ((k, ratio_ci(by, v, rng)) for k, v in values.items())))
+    block = 4 * args.be_duty  # four duty cycles a measurement
+    blocks = {}
+    for h, xs in by.items():
+        for x in xs:
+            blocks.setdefault(x[2] // block, {0: [], 1: []})[h].append(x)
+    kept = [b for b in blocks.values() if len(b[0]) >= 5 and len(b[1]) >= 5]
+    if len(kept) >= 3:
+        print(f"over {len(kept)} blocks of {block / 1e9:.0f} s, the ratio's spread (sd of its log): " +
+              ", ".join(f"{k} {sd([math.log(statistics.median(v(x) for x in b[0]) / statistics.median(v(x) for x in b[1])) for b in kept]):.3f}" for k, v in values.items()))
 
 
 if __name__ == "__main__":
