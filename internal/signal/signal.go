@@ -43,6 +43,11 @@ type Latency struct {
 	// values by metric, at most MaxSamples each.
 	Quantiles map[string]time.Duration
 	Samples   map[string][]time.Duration
+	// PerCPU, where every sample of a metric has one (a traced LC's launch-bound requests), are
+	// its Samples each at one CPU speed: over its request's CPU gap, times the process's first
+	// one. An eager LC's latency moves with its vCPU's speed from request to request; a ratio
+	// of these does not, and reads what BE costs it with a tenth of the scatter.
+	PerCPU map[string][]time.Duration
 	// Buckets, for a histogram's window (scraped), are its finite bucket bounds by metric,
 	// ascending: a value is known only to lie in its bucket.
 	Buckets map[string][]time.Duration
@@ -98,6 +103,11 @@ func (l Latency) Points(o objective.Objective) (pts []stats.Weighted, requests i
 		pts = append(pts, stats.Weighted{V: v, W: 1})
 	}
 	p50 = stats.WeightedQuantile(pts, 0.5)
+	if per := l.PerCPU[o.Metric]; o.Relative() && len(per) == len(pts) && len(per) > 0 {
+		for i, v := range per { // a ratio to its reference at one CPU speed; p50 stays what the app sees
+			pts[i].V = v
+		}
+	}
 	if len(pts) == 0 {
 		prefix := map[bool]string{true: o.Metric + "_"}[o.Metric != ""]
 		name := prefix + QuantileName(o.Quantile)

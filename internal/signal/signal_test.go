@@ -1,6 +1,7 @@
 package signal
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -79,4 +80,42 @@ func FuzzPoints(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestPointsPerCPU: a relative objective is judged on the samples at one CPU speed where every sample has one; an
+// absolute one, and a window missing some, on what the app sees; the p50 shown is always what the app sees.
+func TestPointsPerCPU(t *testing.T) {
+	ms := func(v ...int) (out []time.Duration) {
+		for _, x := range v {
+			out = append(out, time.Duration(x)*time.Millisecond)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name, objective string
+		perCPU          []time.Duration
+		want            []time.Duration
+	}{
+		{"relative: per CPU", "p50<=1.10x", ms(100, 101, 99), ms(100, 101, 99)},
+		{"absolute: as seen", "p50<=200ms", ms(100, 101, 99), ms(100, 160, 130)},
+		{"one without: as seen", "p50<=1.10x", ms(100, 101), ms(100, 160, 130)},
+		{"none: as seen", "p50<=1.10x", nil, ms(100, 160, 130)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := objective.Parse(tc.objective)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := Latency{Source: TracedRequest, Requests: 3, Samples: map[string][]time.Duration{MetricRequest: ms(100, 160, 130)},
+				PerCPU: map[string][]time.Duration{MetricRequest: tc.perCPU}}
+			pts, _, p50, why := l.Points(o)
+			var got []time.Duration
+			for _, p := range pts {
+				got = append(got, p.V)
+			}
+			if why != "" || p50 != 130*time.Millisecond || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("points %v, p50 %v (%q), want %v and p50 130ms", got, p50, why, tc.want)
+			}
+		})
+	}
 }

@@ -39,7 +39,9 @@ type TracedLatency struct {
 	last   map[int]lastWindow    // the last closed window's
 	start  time.Duration         // when this window began (the loop's clock; -1: not yet)
 	gaps   map[int]time.Duration // each process's quiet gap as this window began
-	seq    uint64
+	// unit is each process's first request's CPU gap: the CPU speed its per-CPU samples are taken at.
+	unit map[int]time.Duration
+	seq  uint64
 	// Ceiling is the quiet gap until a process's own is learnt, and the
 	// most it may be (default: the policy's default gate idle).
 	Ceiling time.Duration
@@ -74,6 +76,9 @@ type TracedLatency struct {
 type tracedWindow struct {
 	requests, steps   []time.Duration
 	nRequests, nSteps int
+	// perCPU: requests each at the process's unit CPU speed (over its CPU gap); noCPU: one had no CPU gap.
+	perCPU []time.Duration
+	noCPU  bool
 	// together is the start of the earliest busy period of requests run
 	// back to back in it (0: none): each of them ended somewhere since;
 	// nTogether how many requests such busy periods held.
@@ -105,7 +110,7 @@ type tracedProc struct {
 // NewTracedLatency returns a source with no window yet.
 func NewTracedLatency() *TracedLatency {
 	return &TracedLatency{delims: map[int]*request.Delimiter{}, cur: map[int]*tracedWindow{},
-		last: map[int]lastWindow{}, start: -1, gaps: map[int]time.Duration{}, Ceiling: policy.DefaultGateIdle,
+		last: map[int]lastWindow{}, start: -1, gaps: map[int]time.Duration{}, unit: map[int]time.Duration{}, Ceiling: policy.DefaultGateIdle,
 		clock: func() time.Duration { return time.Duration(trace.Now()) }}
 }
 
@@ -117,6 +122,7 @@ func (t *TracedLatency) Apply(ev trace.Event) {
 		delete(t.delims, int(x.PID))
 		delete(t.cur, int(x.PID))
 		delete(t.last, int(x.PID))
+		delete(t.unit, int(x.PID))
 		return
 	}
 	c, ok := ev.(*trace.Call)
@@ -176,9 +182,16 @@ func (t *TracedLatency) takeLocked(r request.Request) {
 			w.together = time.Duration(r.Start)
 		}
 	}
+	if r.CPUGap > 0 && t.unit[pid] == 0 {
+		t.unit[pid] = r.CPUGap
+	}
+	w.noCPU = w.noCPU || r.CPUGap == 0
 	for range r.Count() { // requests that ran back to back, each at their mean
 		if w.nRequests++; len(w.requests) < signal.MaxSamples {
 			w.requests = append(w.requests, r.Each())
+			if !w.noCPU {
+				w.perCPU = append(w.perCPU, time.Duration(float64(r.Each())*float64(t.unit[pid])/float64(r.CPUGap)))
+			}
 		}
 	}
 }
@@ -247,6 +260,9 @@ func (t *TracedLatency) sampleLocked(pid int, w *tracedWindow, now time.Duration
 	if len(w.requests) > 0 && s.Source == signal.TracedRequest {
 		s.Requests = w.nRequests
 		s.Samples[signal.MetricRequest] = w.requests
+		if !w.noCPU {
+			s.PerCPU = map[string][]time.Duration{signal.MetricRequest: w.perCPU}
+		}
 		maps.Copy(s.Quantiles, latencyQuantiles(w.requests, ""))
 	}
 	if len(w.steps) > 0 {

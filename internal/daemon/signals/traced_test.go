@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -600,5 +601,55 @@ func TestTracedLatencyBackToBack(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTracedLatencyPerCPU: launch-bound requests of 200 launches 20 µs apart times their CPU's speed (1, 1.6, 1.25),
+// then a synchronize asleep 20 µs: the window's samples are what the app sees (their speed in them), its per-CPU samples
+// each at the first request's speed (within 2%); a window holding a request with no CPU gap (one launch) has none.
+func TestTracedLatencyPerCPU(t *testing.T) {
+	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc"}
+	clock := &tracetest.Clock{Now: uint64(500 * time.Millisecond)}
+	tl := NewTracedLatency()
+	blocked, cpu := uint64(1), time.Second
+	request := func(launches int, speed float64) {
+		for i := range launches {
+			g := time.Duration(20 * speed * float64(time.Microsecond))
+			if i == 0 {
+				g = 100 * time.Millisecond
+				blocked++ // asleep between requests
+			}
+			cpu += g
+			tl.Apply(tracetest.WithBlocked(tracetest.WithCPU(tracetest.Call(lc, trace.RoleLaunch, "cuLaunchKernel", 0, false, 0, clock, g), cpu), blocked))
+		}
+		tl.Apply(tracetest.WithBlocked(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, false, 0, clock, time.Microsecond), blocked))
+		blocked++
+		tl.Apply(tracetest.WithBlocked(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, true, 0, clock, 20*time.Microsecond), blocked))
+	}
+	tl.Roll(time.Second, nil)
+	clock.Now = uint64(time.Second)
+	for _, s := range []float64{1, 1.6, 1.25} {
+		request(200, s)
+	}
+	tl.Roll(2*time.Second, nil)
+	s, ok := tl.Latest(100)
+	raw, per := s.Samples[signal.MetricRequest], s.PerCPU[signal.MetricRequest]
+	if !ok || len(raw) != 3 || len(per) != 3 {
+		t.Fatalf("window %+v %v: want 3 samples and 3 per CPU", s, ok)
+	}
+	if raw[1] < raw[0]*5/4 {
+		t.Errorf("samples %v: the second, at 1.6x the CPU time, should read it", raw)
+	}
+	for i, v := range per {
+		if math.Abs(float64(v)/float64(per[0])-1) > 0.02 {
+			t.Errorf("per CPU %d: %v against the first's %v (samples %v): want within 2%%", i, v, per[0], raw)
+		}
+	}
+	clock.Now = uint64(2 * time.Second)
+	request(200, 1)
+	request(1, 1)
+	tl.Roll(3*time.Second, nil)
+	if s, _ := tl.Latest(100); len(s.Samples[signal.MetricRequest]) != 2 || s.PerCPU != nil {
+		t.Errorf("a window with a request of one launch: samples %v, per CPU %v (want none)", s.Samples, s.PerCPU)
 	}
 }

@@ -192,6 +192,7 @@ type Delimiter struct {
 	mode  Kind
 	sizes sizes
 	gaps  gapHist
+	cpu   cpuGaps       // the open request's CPU gaps (Request.CPUGap)
 	gap   time.Duration // the learnt gap; 0: not learnt
 	// sinceLearn counts gaps recorded since the gap was last worked out.
 	sinceLearn int
@@ -225,6 +226,7 @@ func (d *Delimiter) Blind(on bool) {
 	if on {
 		d.cutting = false // launches unseen from here: the rest of the busy period is counted at its close
 		d.blindSeen = d.blindSeen || d.open
+		clear(d.cpu.last) // a gap across launches unseen is no CPU work's
 	}
 }
 
@@ -362,6 +364,7 @@ func (d *Delimiter) cutOne() (Request, bool) {
 		return Request{}, false
 	}
 	d.cuts, d.cutAt, d.cutFirst, d.markAt = d.cuts+1, d.markAt, d.markFirst, 0
+	d.mark.CPUGap = d.cpu.take()
 	return d.mark, true
 }
 
@@ -370,7 +373,7 @@ func (d *Delimiter) cutOne() (Request, bool) {
 // served nothing, or is a piece (partial).
 func (d *Delimiter) close() (Request, bool) {
 	r := Request{PID: d.pid, TID: d.endTID, Comm: d.comm, Kind: KindRequest, Start: d.cutAt, First: d.cutFirst, Launches: d.launches - d.cuts*d.cut,
-		SyncEnter: d.syncEnter, End: d.end, Sync: d.sync, Result: d.result}
+		SyncEnter: d.syncEnter, End: d.end, Sync: d.sync, Result: d.result, CPUGap: d.cpu.take()}
 	if d.cuts > 0 {
 		r.Cut = d.cuts + 1
 	}
@@ -423,6 +426,7 @@ func (d *Delimiter) Apply(ev trace.Event) (Request, bool) {
 			clear(d.syncing)
 			clear(d.steps)
 			d.last, d.lastTID, d.seen, d.lastCPU, d.lastBlocked = 0, 0, false, 0, 0
+			d.cpu = cpuGaps{}
 		}
 		return Request{}, false
 	case *trace.Call:
@@ -483,8 +487,10 @@ func (d *Delimiter) call(e *trace.Call) (Request, bool) {
 	switch {
 	case e.Role == trace.RoleLaunch && e.Kind == trace.CallEnter:
 		d.launches, d.lastLaunch = d.launches+1, t
+		d.cpu.launch(e)
 	case e.Role == trace.RoleSync && e.Kind == trace.CallEnter:
 		d.syncing[e.TID] = t
+		d.cpu.synced(e.TID)
 	case e.Role == trace.RoleSync && e.Kind == trace.CallReturn:
 		enter := d.syncing[e.TID]
 		delete(d.syncing, e.TID)
@@ -539,7 +545,7 @@ func (d *Delimiter) step(e *trace.Call, t uint64) (Request, bool) {
 		return Request{}, false
 	}
 	return Request{PID: d.pid, TID: e.TID, Comm: d.comm, Kind: KindStep, Start: prev.at, Launches: d.launches - prev.launches,
-		SyncEnter: d.syncEnter, End: t, Sync: e.Symbol, Result: uint32(e.Ret)}, true
+		SyncEnter: d.syncEnter, End: t, Sync: e.Symbol, Result: uint32(e.Ret), CPUGap: d.cpu.take()}, true
 }
 
 // learn records one gap between busy moments (inside: one of CPU work,

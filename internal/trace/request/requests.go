@@ -39,6 +39,9 @@ type Request struct {
 	Sync      string `json:"sync"`
 	// Result is the synchronize call's CUresult (0 = CUDA_SUCCESS).
 	Result uint32 `json:"result"`
+	// CPUGap is the median CPU work between its launches (a Delimiter's; 0: fewer than
+	// MinCPUGaps): its thread's CPU speed while it ran, where its launches are CPU-bound.
+	CPUGap time.Duration `json:"cpu_gap_ns,omitempty"`
 }
 
 // Latency is first launch to the synchronization's return.
