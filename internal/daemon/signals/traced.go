@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -39,8 +40,8 @@ type TracedLatency struct {
 	last   map[int]lastWindow    // the last closed window's
 	start  time.Duration         // when this window began (the loop's clock; -1: not yet)
 	gaps   map[int]time.Duration // each process's quiet gap as this window began
-	// unit is each process's first request's CPU gap: the CPU speed its per-CPU samples are taken at.
-	unit map[int]time.Duration
+	// unit is each process's typical CPU gap: the CPU speed its per-CPU samples are taken at.
+	unit map[int]cpuUnit
 	seq  uint64
 	// Ceiling is the quiet gap until a process's own is learnt, and the
 	// most it may be (default: the policy's default gate idle).
@@ -76,7 +77,7 @@ type TracedLatency struct {
 type tracedWindow struct {
 	requests, steps   []time.Duration
 	nRequests, nSteps int
-	// perCPU: requests each at the process's unit CPU speed (over its CPU gap); noCPU: one had no CPU gap.
+	// perCPU: requests each at the process's unit CPU speed (over its CPU gap); noCPU: one had none, or no unit yet.
 	perCPU []time.Duration
 	noCPU  bool
 	// together is the start of the earliest busy period of requests run
@@ -85,6 +86,16 @@ type tracedWindow struct {
 	together  time.Duration
 	nTogether int
 }
+
+// cpuUnit is the geometric mean of a process's first unitRequests CPU gaps (v: 0 until then), fixed from there
+// so that every per-CPU sample after is at one speed, one near the process's own, as the app sees it.
+type cpuUnit struct {
+	logSum float64
+	n      int
+	v      time.Duration
+}
+
+const unitRequests = 32
 
 // lastWindow is a process's last closed window, and how many of its requests ran back to back.
 type lastWindow struct {
@@ -110,7 +121,7 @@ type tracedProc struct {
 // NewTracedLatency returns a source with no window yet.
 func NewTracedLatency() *TracedLatency {
 	return &TracedLatency{delims: map[int]*request.Delimiter{}, cur: map[int]*tracedWindow{},
-		last: map[int]lastWindow{}, start: -1, gaps: map[int]time.Duration{}, unit: map[int]time.Duration{}, Ceiling: policy.DefaultGateIdle,
+		last: map[int]lastWindow{}, start: -1, gaps: map[int]time.Duration{}, unit: map[int]cpuUnit{}, Ceiling: policy.DefaultGateIdle,
 		clock: func() time.Duration { return time.Duration(trace.Now()) }}
 }
 
@@ -182,15 +193,19 @@ func (t *TracedLatency) takeLocked(r request.Request) {
 			w.together = time.Duration(r.Start)
 		}
 	}
-	if r.CPUGap > 0 && t.unit[pid] == 0 {
-		t.unit[pid] = r.CPUGap
+	u := t.unit[pid]
+	if r.CPUGap > 0 && u.v == 0 {
+		if u.logSum, u.n = u.logSum+math.Log(float64(r.CPUGap)), u.n+1; u.n == unitRequests {
+			u.v = time.Duration(math.Exp(u.logSum / unitRequests))
+		}
+		t.unit[pid] = u
 	}
-	w.noCPU = w.noCPU || r.CPUGap == 0
+	w.noCPU = w.noCPU || r.CPUGap == 0 || u.v == 0
 	for range r.Count() { // requests that ran back to back, each at their mean
 		if w.nRequests++; len(w.requests) < signal.MaxSamples {
 			w.requests = append(w.requests, r.Each())
 			if !w.noCPU {
-				w.perCPU = append(w.perCPU, time.Duration(float64(r.Each())*float64(t.unit[pid])/float64(r.CPUGap)))
+				w.perCPU = append(w.perCPU, time.Duration(float64(r.Each())*float64(u.v)/float64(r.CPUGap)))
 			}
 		}
 	}

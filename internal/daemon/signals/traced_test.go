@@ -604,9 +604,11 @@ func TestTracedLatencyBackToBack(t *testing.T) {
 	}
 }
 
-// TestTracedLatencyPerCPU: launch-bound requests of 200 launches 20 µs apart times their CPU's speed (1, 1.6, 1.25),
-// then a synchronize asleep 20 µs: the window's samples are what the app sees (their speed in them), its per-CPU samples
-// each at the first request's speed (within 2%); a window holding a request with no CPU gap (one launch) has none.
+// TestTracedLatencyPerCPU: launch-bound requests of 200 launches 20 µs apart times their CPU's speed, then a
+// synchronize asleep 20 µs. The first 32 (speeds 1 and 1.6 in turn) set the process's unit, their geometric mean
+// (1.265): their window has no per-CPU samples. Then requests at 1, 1.6 and 1.25: the window's samples are what the
+// app sees (their speed in them), its per-CPU samples each at the unit's speed (within 2%); a window holding a
+// request with no CPU gap (one launch) has none.
 func TestTracedLatencyPerCPU(t *testing.T) {
 	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc"}
 	clock := &tracetest.Clock{Now: uint64(500 * time.Millisecond)}
@@ -628,10 +630,18 @@ func TestTracedLatencyPerCPU(t *testing.T) {
 	}
 	tl.Roll(time.Second, nil)
 	clock.Now = uint64(time.Second)
+	for i := range 32 {
+		request(200, map[bool]float64{true: 1, false: 1.6}[i%2 == 0])
+	}
+	tl.Roll(10*time.Second, nil)
+	if s, ok := tl.Latest(100); !ok || len(s.Samples[signal.MetricRequest]) != 32 || s.PerCPU != nil {
+		t.Fatalf("the first 32 requests' window: samples %v, per CPU %v: want 32, none per CPU", s.Samples, s.PerCPU)
+	}
+	clock.Now = uint64(10 * time.Second)
 	for _, s := range []float64{1, 1.6, 1.25} {
 		request(200, s)
 	}
-	tl.Roll(2*time.Second, nil)
+	tl.Roll(11*time.Second, nil)
 	s, ok := tl.Latest(100)
 	raw, per := s.Samples[signal.MetricRequest], s.PerCPU[signal.MetricRequest]
 	if !ok || len(raw) != 3 || len(per) != 3 {
@@ -640,15 +650,16 @@ func TestTracedLatencyPerCPU(t *testing.T) {
 	if raw[1] < raw[0]*5/4 {
 		t.Errorf("samples %v: the second, at 1.6x the CPU time, should read it", raw)
 	}
+	unit := time.Duration(float64(raw[0]) * math.Sqrt(1.6)) // the first at speed 1, the unit at the mean's
 	for i, v := range per {
-		if math.Abs(float64(v)/float64(per[0])-1) > 0.02 {
-			t.Errorf("per CPU %d: %v against the first's %v (samples %v): want within 2%%", i, v, per[0], raw)
+		if math.Abs(float64(v)/float64(unit)-1) > 0.02 {
+			t.Errorf("per CPU %d: %v, want %v within 2%% (samples %v)", i, v, unit, raw)
 		}
 	}
-	clock.Now = uint64(2 * time.Second)
+	clock.Now = uint64(11 * time.Second)
 	request(200, 1)
 	request(1, 1)
-	tl.Roll(3*time.Second, nil)
+	tl.Roll(12*time.Second, nil)
 	if s, _ := tl.Latest(100); len(s.Samples[signal.MetricRequest]) != 2 || s.PerCPU != nil {
 		t.Errorf("a window with a request of one launch: samples %v, per CPU %v (want none)", s.Samples, s.PerCPU)
 	}
