@@ -23,7 +23,9 @@ loop's median with BE over alone (a gap that reads BE's GPU work as well as the 
 ratio over the loop's), the p50 ratio with BE over alone as the app measures it, per median gap
 and per loop, each with a 95% bootstrap interval; and over blocks of 4 duty cycles (from 5
 requests a half), the spread of the three ratios between blocks (the standard deviation of their
-logs): what one measurement of that length scatters by. Without a duty (traced-lc.sh's phases
+logs): what one measurement of that length scatters by; and BE's geometric factor on the median CPU gap
+alone and net of the loop (least squares with the log loop time as a covariate), on the latency per gap and
+on the latency net of the loop, each with its 95% interval: a gap BE lengthens shows in the first two. Without a duty (traced-lc.sh's phases
 alone and beside BE), the medians printed for each recording, one over the other, say the same.
 --rows writes each request's start, end, latency, median and mean CPU gap, their count and loop
 time (ns), one JSON line each. A meter to take samples per the LC's CPU speed needs a scatter
@@ -90,6 +92,28 @@ def cpu_gaps(path, spans):
     return gaps
 
 
+def be_factor(rows, y, loop):
+    """BE's geometric factor on y (a log per request) by least squares on [1, BE works] (and log loop, with loop),
+    with its 95% interval (exp of the BE coefficient and of it +- 1.96 standard errors), as text; None where the
+    design is singular."""
+    xs = [[1.0, float(h == 0)] + ([math.log(x[1]["cpu_meter_ns"])] if loop else []) for h, x in rows]
+    k = len(xs[0])
+    a = [[sum(r[i] * r[j] for r in xs) for j in range(k)] + [float(i == j) for j in range(k)] for i in range(k)]
+    for i in range(k):  # a's inverse, Gauss-Jordan
+        if abs(a[i][i]) < 1e-9 * len(xs):
+            return None  # BE and the loop in step (or no request in a half): not told apart
+        a[i] = [v / a[i][i] for v in a[i]]
+        for j in range(k):
+            if j != i:
+                a[j] = [u - a[j][i] * v for u, v in zip(a[j], a[i])]
+    inv = [r[k:] for r in a]
+    ys = [y(x) for _, x in rows]
+    b = [sum(inv[i][j] * sum(r[j] * v for r, v in zip(xs, ys)) for j in range(k)) for i in range(k)]
+    s2 = sum((v - sum(c * u for c, u in zip(b, r))) ** 2 for r, v in zip(xs, ys)) / (len(ys) - k)
+    se = math.sqrt(max(s2 * inv[1][1], 0))
+    return "{:.3f} [{:.3f}, {:.3f}]".format(math.exp(b[1]), math.exp(b[1] - 1.96 * se), math.exp(b[1] + 1.96 * se))
+
+
 def ratio_ci(by, value, rng, n=2000):
     """The p50 ratio with BE over alone of value(request), and its 95% bootstrap interval."""
     a, b = [value(r) for r in by[0]], [value(r) for r in by[1]]
@@ -144,6 +168,12 @@ def main():
               "per loop": lambda x: x[1]["latency_ns"] / x[1]["cpu_meter_ns"]}
     rng = random.Random(1)
     print("p50 ratio with BE over alone: " + ", ".join(f"{k} {p:.3f} [{lo:.3f}, {hi:.3f}]" for k, (p, lo, hi) in ((k, ratio_ci(by, v, rng)) for k, v in values.items())))
+    # geometric, all requests at once: with the loop as a covariate the CPU's speed no longer hides a small factor
+    both = [(h, x) for h, xs in by.items() for x in xs]
+    gap, lat_gap = lambda x: math.log(x[0]), lambda x: math.log(x[1]["latency_ns"] / x[0])
+    f = lambda y, loop: be_factor(both, y, loop) or "–"
+    print(f"BE's factor (geometric, 95%): on the median CPU gap {f(gap, False)}, net of the loop {f(gap, True)}; "
+          f"on latency per median CPU gap {f(lat_gap, False)}, on latency net of the loop {f(lambda x: math.log(x[1]['latency_ns']), True)}")
     block = 4 * args.be_duty  # four duty cycles a measurement
     blocks = {}
     for h, xs in by.items():

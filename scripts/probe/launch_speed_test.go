@@ -4,6 +4,7 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,7 +21,8 @@ import (
 // (correlation over 0.95, the median 20-32 µs) and, with BE over alone, as the loop does; where BE also holds the
 // launches (1.3x their gaps while it works), the gap's ratio must read it over the loop's. In a launch-bound LC a
 // request's scatter per its gap must be a fifth of its latency's or less, and its ratio per gap BE's own share, also
-// where the CPU is slow exactly while BE works (which the app's ratio reads as BE's).
+// where the CPU is slow exactly while BE works (which the app's ratio reads as BE's); BE's factor on the gap, net of
+// the loop, must read what BE does to the launches (1.3 where it holds them, else 1).
 func TestLaunchSpeedReadsTheCPU(t *testing.T) {
 	for _, tc := range []struct {
 		name             string
@@ -124,10 +126,21 @@ func TestLaunchSpeedReadsTheCPU(t *testing.T) {
 			if m == nil {
 				t.Fatalf("want 60 requests read, a correlation, the scatter and the ratios:\n%s", out)
 			}
-			num := func(i int) float64 { v, _ := strconv.ParseFloat(string(m[i]), 64); return v }
+			num := func(i int) float64 { return num2(m[i]) }
 			r, med, g, l := num(1), num(2), num(5), num(6)
 			if r < tc.corrLo || med < 20 || med > 32*tc.held || g/l < tc.ratioLo || g/l > tc.ratioHi { // the CPU gaps' median: 20 µs times 1-1.6
 				t.Errorf("correlation %v (want %v up), median CPU gap %v us, gap's ratio over the loop's %.3f (want [%v, %v]):\n%s", r, tc.corrLo, med, g/l, tc.ratioLo, tc.ratioHi, out)
+			}
+			bf := regexp.MustCompile(`BE's factor \(geometric, 95%\): on the median CPU gap ([0-9.]+) \[[0-9., ]+\], net of the loop ([0-9.]+|–)`).FindSubmatch(out)
+			if bf == nil {
+				t.Fatalf("want BE's factor on the gap:\n%s", out)
+			}
+			// BE's factor on the gap, as the loop sees none: 1.3 where BE holds the launches, else none (the CPU's chance
+			// speed in BE's halves, where the loop reads it, is none of BE's)
+			// (where the loop moves exactly with BE's halves the two are not told apart: none)
+			if g, net := num2(bf[1]), string(bf[2]); !tc.slowWithBE && (math.Abs(num2(bf[2])-tc.held) > 0.05 || math.Abs(g-tc.held) > 0.1) ||
+				tc.slowWithBE && (net != "–" || math.Abs(g-1.6) > 0.05) { // the gap reads the CPU's 1.6
+				t.Errorf("BE's factor on the gap %v, net of the loop %v: want %v:\n%s", g, net, tc.held, out)
 			}
 			// BE's own share of a launch-bound request: 24 synchronizes of 8 µs against 5 over its 1.2 ms of launches
 			if raw, per, app, perGap := num(3), num(4), num(7), num(8); tc.launchBound && (per > raw/5 || perGap < 0.98 || perGap > 1.10 || tc.slowWithBE && app < 1.4) {
@@ -136,3 +149,5 @@ func TestLaunchSpeedReadsTheCPU(t *testing.T) {
 		})
 	}
 }
+
+func num2(b []byte) float64 { v, _ := strconv.ParseFloat(string(b), 64); return v }
