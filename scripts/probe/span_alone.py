@@ -2,6 +2,7 @@
 """What SLO mode reads of each arm, judged by its reference or by the LC alone through its span.
 
     python3 scripts/probe/span_alone.py [--scatter [--per-cpu]] RESULTS.json.gz[:STATUS.jsonl] [...]
+    python3 scripts/probe/span_alone.py --measured STATUS.jsonl [...]
 
 RESULTS is a bench run's results.json.gz with an SLO scenario (slo:*) under --be-duty and a
 source that gives one sample a request (scraped, traced-request): the app's requests, and
@@ -34,7 +35,8 @@ SD over their mean, and that relative SD pooled over the arms (each weighted by 
 less one): how much one measurement of an arm scatters, the simulator's Spread to compare. With
 --per-cpu, each request's latency is first divided by its CPU loop's time (cpu_meter_ns, the LC's
 CPU speed around it; runs without one are left out): what the scatter would be were the vCPU's
-speed taken out."""
+speed taken out. With --measured, the same of gpreemptd's own measurements as its status reads
+(STATUS.jsonl) show them: each measurement's ratio (latency over target), by the arm held."""
 import gzip, json, re, statistics, sys
 
 from reference_error import requests, wq50  # stats.WeightedQuantile(_, 0.5) of unit weights: the lower middle
@@ -179,15 +181,41 @@ def scatter(paths, per_cpu=False):
                 if len(v) >= 3:
                     rows.append((len(v), statistics.stdev(v) / statistics.mean(v)))
                     print(f"{p} {arm}: {len(v)} measurements {' '.join(f'{x:.3f}' for x in v)}, relative SD {rows[-1][1]:.3f}")
+    pool(rows)
+
+
+def pool(rows):
     if rows:
         pooled = (sum((n - 1) * s * s for n, s in rows) / sum(n - 1 for n, _ in rows)) ** 0.5
         print(f"pooled over {len(rows)} arms, {sum(n for n, _ in rows)} measurements: relative SD {pooled:.3f}")
 
 
+def measured(paths):
+    """--measured: the scatter of gpreemptd's own measurements, from its status reads: each
+    measurement's ratio as the read that first shows it (its LC row's count grew) gives it."""
+    rows = []
+    for p in paths:
+        text, dec, i, made, by = open(p).read(), json.JSONDecoder(), 0, 0, {}
+        while (i := len(text) - len(text[i:].lstrip())) < len(text):  # reads written back to back
+            r, i = dec.raw_decode(text, i)
+            slo = (r.get("status") or {}).get("slo") or {}
+            lc, search = (slo.get("lc") or [{}])[0], (slo.get("searches") or [{}])[0]
+            if lc.get("measurements", 0) not in (0, made) and lc.get("ratio"):
+                by.setdefault(search.get("arm"), []).append(lc["ratio"])
+            made = lc.get("measurements", 0) or made
+        for arm, v in by.items():
+            if len(v) >= 3:
+                rows.append((len(v), statistics.stdev(v) / statistics.mean(v)))
+                print(f"{p} {arm}: {len(v)} measurements {' '.join(f'{x:.3f}' for x in v)}, relative SD {rows[-1][1]:.3f}")
+    pool(rows)
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    if sys.argv[1] == "--scatter":
+    if sys.argv[1] == "--measured":
+        measured(sys.argv[2:])
+    elif sys.argv[1] == "--scatter":
         per_cpu = len(sys.argv) > 2 and sys.argv[2] == "--per-cpu"
         scatter(sys.argv[2 + per_cpu:], per_cpu)
     else:

@@ -1,9 +1,13 @@
 package probe
 
 import (
+	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -117,5 +121,36 @@ func TestSpanAloneScatterPerCPU(t *testing.T) {
 	if !(perCPU < raw/2) || perCPU > 0.1 || nc != n || n2 != n || perCPU2 != perCPU {
 		t.Errorf("relative SD %.3f raw (%s measurements), %.3f per its CPU (%s), %.3f with the loop's unit 4.4x (%s): want the second under half the first and 0.1, the third the second, as many measurements",
 			raw, n, perCPU, nc, perCPU2, n2)
+	}
+}
+
+// TestSpanAloneMeasured: gpreemptd's status read three times a measurement, one arm measured at 1.0, 1.1 and 0.9
+// (relative SD 0.1) and another twice (left out, under three); a read between measurements repeats the last. Each
+// measurement counts once, where the count grew: 0.100 over 3, not the 9 reads' 0.087.
+func TestSpanAloneMeasured(t *testing.T) {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	made := 0
+	for _, m := range []struct {
+		arm   string
+		ratio float64
+	}{{"200µs", 1.0}, {"200µs", 1.1}, {"500µs", 1.2}, {"200µs", 0.9}, {"500µs", 1.3}} {
+		made++
+		for range 3 {
+			read := map[string]any{"status": map[string]any{"slo": map[string]any{
+				"searches": []any{map[string]any{"arm": m.arm}},
+				"lc":       []any{map[string]any{"measurements": made, "ratio": m.ratio}}}}}
+			if err := enc.Encode(read); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	path := filepath.Join(t.TempDir(), "status.jsonl")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := runScript(t, "span_alone.py", "--measured", path)
+	if !strings.Contains(string(out), "pooled over 1 arms, 3 measurements: relative SD 0.100") {
+		t.Errorf("want one arm of 3 measurements at 0.100:\n%s", out)
 	}
 }
