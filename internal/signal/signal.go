@@ -43,11 +43,10 @@ type Latency struct {
 	// values by metric, at most MaxSamples each.
 	Quantiles map[string]time.Duration
 	Samples   map[string][]time.Duration
-	// PerCPU, where every sample of a metric has one (a traced LC's launch-bound requests), are
-	// its Samples each at one CPU speed: over its request's CPU gap, times the process's typical
-	// one (of its first 32 requests). An eager LC's latency moves with its vCPU's speed from
-	// request to request; a ratio of these does not, and reads what BE costs it with a tenth of
-	// the scatter.
+	// PerCPU, where a traced LC's requests are launch-bound, are its Samples each at one CPU
+	// speed: over its request's CPU gap, times the process's typical one (of 32 requests after
+	// its first 8). An eager LC's latency moves with its vCPU's speed from request to request; a
+	// ratio of these does not, and reads what BE costs it with a fifth of the scatter.
 	PerCPU map[string][]time.Duration
 	// Buckets, for a histogram's window (scraped), are its finite bucket bounds by metric,
 	// ascending: a value is known only to lie in its bucket.

@@ -77,7 +77,8 @@ type TracedLatency struct {
 type tracedWindow struct {
 	requests, steps   []time.Duration
 	nRequests, nSteps int
-	// perCPU: requests each at the process's unit CPU speed (over its CPU gap); noCPU: one had none, or no unit yet.
+	// perCPU: requests each at the process's unit CPU speed (over its CPU gap); noCPU: the process was not judged so
+	// at one of them (no unit yet, or too few of its requests launch-bound).
 	perCPU []time.Duration
 	noCPU  bool
 	// together is the start of the earliest busy period of requests run
@@ -87,15 +88,26 @@ type tracedWindow struct {
 	nTogether int
 }
 
-// cpuUnit is the geometric mean of a process's first unitRequests CPU gaps (v: 0 until then), fixed from there
-// so that every per-CPU sample after is at one speed, one near the process's own, as the app sees it.
+// cpuUnit is how a process's requests are taken per CPU: v, the geometric mean of the CPU gaps of unitRequests
+// launch-bound requests after its first unitSkip (0 until then), fixed from there so that every per-CPU sample
+// after is at one speed near the process's own; last, the last launch-bound request's gap (one that is not is taken
+// at it); bound, the share of its recent requests (about 32) that were launch-bound, from 1.
 type cpuUnit struct {
-	logSum float64
-	n      int
-	v      time.Duration
+	logSum  float64
+	n       int
+	v, last time.Duration
+	bound   float64
 }
 
-const unitRequests = 32
+const (
+	unitSkip, unitRequests = 8, 32 // the first requests warm up (libraries load, the allocator grows)
+	// launchBound: a request's latency is its CPU's work, and taken per its CPU gap, where its launches'
+	// CPU work (launches times the gap) is this share of it or more.
+	launchBound = 0.5
+	// boundShare: an LC is judged per CPU while this share of its recent requests were launch-bound; else
+	// as measured, so that a GPU-bound LC's windows are not taken at a speed its latency does not follow.
+	boundShare = 0.9
+)
 
 // lastWindow is a process's last closed window, and how many of its requests ran back to back.
 type lastWindow struct {
@@ -194,18 +206,25 @@ func (t *TracedLatency) takeLocked(r request.Request) {
 		}
 	}
 	u := t.unit[pid]
-	if r.CPUGap > 0 && u.v == 0 {
-		if u.logSum, u.n = u.logSum+math.Log(float64(r.CPUGap)), u.n+1; u.n == unitRequests {
-			u.v = time.Duration(math.Exp(u.logSum / unitRequests))
-		}
-		t.unit[pid] = u
+	if u.n == 0 && u.bound == 0 {
+		u.bound = 1
 	}
-	w.noCPU = w.noCPU || r.CPUGap == 0 || u.v == 0
+	own := r.CPUGap > 0 && float64(r.Launches)*float64(r.CPUGap) >= launchBound*float64(r.Latency())
+	u.bound += (map[bool]float64{true: 1}[own] - u.bound) / unitRequests
+	if own {
+		if u.last, u.n = r.CPUGap, u.n+1; u.v == 0 && u.n > unitSkip {
+			if u.logSum += math.Log(float64(r.CPUGap)); u.n == unitSkip+unitRequests {
+				u.v = time.Duration(math.Exp(u.logSum / unitRequests))
+			}
+		}
+	}
+	t.unit[pid] = u
+	w.noCPU = w.noCPU || u.v == 0 || u.bound < boundShare
 	for range r.Count() { // requests that ran back to back, each at their mean
 		if w.nRequests++; len(w.requests) < signal.MaxSamples {
 			w.requests = append(w.requests, r.Each())
 			if !w.noCPU {
-				w.perCPU = append(w.perCPU, time.Duration(float64(r.Each())*float64(u.v)/float64(r.CPUGap)))
+				w.perCPU = append(w.perCPU, time.Duration(float64(r.Each())*float64(u.v)/float64(u.last)))
 			}
 		}
 	}
@@ -348,6 +367,7 @@ func (t *TracedLatency) track(pid int, at time.Duration) {
 	delete(t.delims, pid) // drops its open request, and what it learnt
 	delete(t.cur, pid)
 	delete(t.begun, pid)
+	delete(t.unit, pid) // a pid reused, or the process traced again: its unit learnt again
 	if at < 0 {
 		delete(t.since, pid)
 		delete(t.last, pid)

@@ -605,16 +605,18 @@ func TestTracedLatencyBackToBack(t *testing.T) {
 }
 
 // TestTracedLatencyPerCPU: launch-bound requests of 200 launches 20 µs apart times their CPU's speed, then a
-// synchronize asleep 20 µs. The first 32 (speeds 1 and 1.6 in turn) set the process's unit, their geometric mean
-// (1.265): their window has no per-CPU samples. Then requests at 1, 1.6 and 1.25: the window's samples are what the
-// app sees (their speed in them), its per-CPU samples each at the unit's speed (within 2%); a window holding a
-// request with no CPU gap (one launch) has none.
+// synchronize asleep 20 µs. The first 8 (speed 2) warm up; the next 32 (speeds 1, 1.6 and 1.25 in turn) set the
+// process's unit, their geometric mean: the window of all 40 has no per-CPU samples. Then requests at 1, 1.6 and 1.25:
+// the samples are what the app sees (their speed in them), the per-CPU samples each at the unit's speed (within 2%).
+// A request of one launch (no CPU gap of its own) is taken at the last one's speed. Six GPU-bound requests (a 20 ms
+// synchronize each: their launches a sixth of their latency) leave the LC judged as measured; so does forgetting the
+// process (its pid reused), 36 requests later, with no unit learnt again yet.
 func TestTracedLatencyPerCPU(t *testing.T) {
 	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc"}
 	clock := &tracetest.Clock{Now: uint64(500 * time.Millisecond)}
 	tl := NewTracedLatency()
 	blocked, cpu := uint64(1), time.Second
-	request := func(launches int, speed float64) {
+	request := func(launches int, speed float64, wait time.Duration) {
 		for i := range launches {
 			g := time.Duration(20 * speed * float64(time.Microsecond))
 			if i == 0 {
@@ -626,41 +628,80 @@ func TestTracedLatencyPerCPU(t *testing.T) {
 		}
 		tl.Apply(tracetest.WithBlocked(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, false, 0, clock, time.Microsecond), blocked))
 		blocked++
-		tl.Apply(tracetest.WithBlocked(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, true, 0, clock, 20*time.Microsecond), blocked))
+		tl.Apply(tracetest.WithBlocked(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, true, 0, clock, wait), blocked))
 	}
+	window := func(from, to time.Duration, reqs func()) signal.Latency {
+		t.Helper()
+		clock.Now = uint64(from)
+		reqs()
+		tl.Roll(to, nil)
+		s, ok := tl.Latest(100)
+		if !ok {
+			t.Fatalf("no window to %v", to)
+		}
+		return s
+	}
+	speeds := []float64{1, 1.6, 1.25}
 	tl.Roll(time.Second, nil)
-	clock.Now = uint64(time.Second)
-	for i := range 32 {
-		request(200, map[bool]float64{true: 1, false: 1.6}[i%2 == 0])
+	logSum := 0.0
+	s := window(time.Second, 10*time.Second, func() {
+		for range 8 {
+			request(200, 2, 20*time.Microsecond)
+		}
+		for i := range 32 {
+			request(200, speeds[i%3], 20*time.Microsecond)
+			logSum += math.Log(speeds[i%3])
+		}
+	})
+	if len(s.Samples[signal.MetricRequest]) != 40 || s.PerCPU != nil {
+		t.Fatalf("the first 40 requests' window: samples %v, per CPU %v: want 40, none per CPU", s.Samples, s.PerCPU)
 	}
-	tl.Roll(10*time.Second, nil)
-	if s, ok := tl.Latest(100); !ok || len(s.Samples[signal.MetricRequest]) != 32 || s.PerCPU != nil {
-		t.Fatalf("the first 32 requests' window: samples %v, per CPU %v: want 32, none per CPU", s.Samples, s.PerCPU)
-	}
-	clock.Now = uint64(10 * time.Second)
-	for _, s := range []float64{1, 1.6, 1.25} {
-		request(200, s)
-	}
-	tl.Roll(11*time.Second, nil)
-	s, ok := tl.Latest(100)
+	s = window(10*time.Second, 11*time.Second, func() {
+		for _, v := range speeds {
+			request(200, v, 20*time.Microsecond)
+		}
+	})
 	raw, per := s.Samples[signal.MetricRequest], s.PerCPU[signal.MetricRequest]
-	if !ok || len(raw) != 3 || len(per) != 3 {
-		t.Fatalf("window %+v %v: want 3 samples and 3 per CPU", s, ok)
+	if len(raw) != 3 || len(per) != 3 {
+		t.Fatalf("window %+v: want 3 samples and 3 per CPU", s)
 	}
 	if raw[1] < raw[0]*5/4 {
 		t.Errorf("samples %v: the second, at 1.6x the CPU time, should read it", raw)
 	}
-	unit := time.Duration(float64(raw[0]) * math.Sqrt(1.6)) // the first at speed 1, the unit at the mean's
+	unit := math.Exp(logSum / 32) // the unit's speed; the first request ran at 1
 	for i, v := range per {
-		if math.Abs(float64(v)/float64(unit)-1) > 0.02 {
-			t.Errorf("per CPU %d: %v, want %v within 2%% (samples %v)", i, v, unit, raw)
+		if math.Abs(float64(v)/(float64(raw[0])*unit)-1) > 0.02 {
+			t.Errorf("per CPU %d: %v, want %v within 2%% (samples %v)", i, v, time.Duration(float64(raw[0])*unit), raw)
 		}
 	}
-	clock.Now = uint64(11 * time.Second)
-	request(200, 1)
-	request(1, 1)
-	tl.Roll(12*time.Second, nil)
-	if s, _ := tl.Latest(100); len(s.Samples[signal.MetricRequest]) != 2 || s.PerCPU != nil {
-		t.Errorf("a window with a request of one launch: samples %v, per CPU %v (want none)", s.Samples, s.PerCPU)
+	s = window(11*time.Second, 12*time.Second, func() {
+		request(200, 1.6, 20*time.Microsecond)
+		request(1, 1, 5*time.Millisecond)
+	})
+	raw, per = s.Samples[signal.MetricRequest], s.PerCPU[signal.MetricRequest]
+	if len(per) != 2 || math.Abs(float64(per[1])/(float64(raw[1])*unit/1.6)-1) > 0.02 {
+		t.Errorf("a request of one launch after one at 1.6: samples %v, per CPU %v: want the second at the first's speed", raw, per)
+	}
+	s = window(12*time.Second, 13*time.Second, func() {
+		for range 6 {
+			request(200, 1, 20*time.Millisecond)
+		}
+	})
+	if len(s.Samples[signal.MetricRequest]) != 6 || s.PerCPU != nil {
+		t.Errorf("GPU-bound requests: samples %v, per CPU %v (want none)", s.Samples, s.PerCPU)
+	}
+	tl.track(100, -1)
+	window(13*time.Second, 14*time.Second, func() {
+		for range 26 {
+			request(200, 1, 20*time.Microsecond)
+		}
+	})
+	s = window(14*time.Second, 15*time.Second, func() {
+		for range 10 {
+			request(200, 1, 20*time.Microsecond)
+		}
+	})
+	if len(s.Samples[signal.MetricRequest]) != 10 || s.PerCPU != nil { // 36 since: no unit yet
+		t.Errorf("the process forgotten, then 36 requests: samples %v, per CPU %v (want none: its unit learnt again)", len(s.Samples[signal.MetricRequest]), s.PerCPU)
 	}
 }

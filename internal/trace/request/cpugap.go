@@ -13,7 +13,8 @@ import (
 // unknown, its CPU time grew by half the gap or more). An eager LC's
 // Python work between launches, which its vCPU's speed sets and the GPU
 // does not: its median is that speed. Buckets 1% wide from 1 µs to 1 ms
-// (the last holds the longer), so memory is bounded and the median within 1%.
+// (the last holds the longer: a median there is none), so memory is bounded
+// and the median within 1%.
 type cpuGaps struct {
 	n     [cpuGapBuckets]uint32
 	count int
@@ -69,7 +70,9 @@ func (c *cpuGaps) take() time.Duration {
 	var med time.Duration
 	for b, k := range c.n {
 		if seen += int(k); seen >= half {
-			med = time.Duration(float64(time.Microsecond) * math.Pow(cpuGapStep, float64(b)+0.5))
+			if b < cpuGapBuckets-1 { // the last holds every longer gap: no median to read there
+				med = time.Duration(float64(time.Microsecond) * math.Pow(cpuGapStep, float64(b)+0.5))
+			}
 			break
 		}
 	}

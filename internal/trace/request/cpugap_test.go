@@ -118,3 +118,60 @@ func TestCPUGapPerThread(t *testing.T) {
 		t.Errorf("request %v %+v: CPU gap %s, want 20µs (each thread's own)", ok, r, got)
 	}
 }
+
+// TestCPUGapOfCutRequestsAndTenGaps: an exact program of 21 launches 20 µs apart and a synchronize asleep 500 µs,
+// 40 requests 20 ms apart, then 6 run back to back, their launches 20 µs apart times 1 or 2 in turn: each request cut
+// apart as it runs has its own CPU gap, none the next's. Then requests of 11 and 10 launches alone: 10 gaps read, 9 not.
+func TestCPUGapOfCutRequestsAndTenGaps(t *testing.T) {
+	w := newWorkload(9)
+	c := newCPUThread(w, true)
+	c.knowBlocked = true
+	req := func(n int, speed float64) {
+		for k := range n {
+			if k > 0 {
+				c.run(uint64(20 * speed * float64(us)))
+			}
+			c.call(trace.RoleLaunch, false)
+		}
+		c.run(20 * us)
+		c.call(trace.RoleSync, false)
+		c.wait(500 * us)
+		c.call(trace.RoleSync, true)
+	}
+	for i := range 40 {
+		c.wait(1e9 + uint64(i)*20*ms - c.now)
+		req(21, 1)
+	}
+	c.wait(20 * ms)
+	cutFrom := c.now
+	for i := range 6 {
+		req(21, float64(1+i%2))
+		c.run(100 * us) // the next input's Python, no quiet gap
+	}
+	c.wait(100 * ms)
+	req(11, 1)
+	c.wait(100 * ms)
+	req(10, 1)
+	d := request.NewDelimiter(lcProc.PID, request.DelimiterConfig{})
+	got := run(d, w.evs, ms, c.now+uint64(time.Second))
+	var cut, alone []request.Request
+	for _, r := range got {
+		switch {
+		case r.Start >= cutFrom && r.Cut > 0:
+			cut = append(cut, r)
+		case r.Start >= cutFrom && r.Cut == 0:
+			alone = append(alone, r)
+		}
+	}
+	if len(cut) != 6 || len(alone) != 2 {
+		t.Fatalf("%d requests cut apart, %d alone (want 6 and 2): %+v", len(cut), len(alone), got)
+	}
+	for i, r := range cut {
+		if want := time.Duration(20 * float64(1+i%2) * float64(time.Microsecond)); math.Abs(float64(r.CPUGap)/float64(want)-1) > 0.02 {
+			t.Errorf("cut request %d: CPU gap %v, want %v", i, r.CPUGap, want)
+		}
+	}
+	if g := alone[0].CPUGap.Round(time.Microsecond); g != 20*time.Microsecond || alone[1].CPUGap != 0 {
+		t.Errorf("11 launches: CPU gap %v (want 20µs), 10 launches: %v (want none)", g, alone[1].CPUGap)
+	}
+}

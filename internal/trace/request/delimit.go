@@ -381,6 +381,7 @@ func (d *Delimiter) close() (Request, bool) {
 	d.open, d.partial, d.launches, d.end, d.endTID, d.syncEnter, d.sync, d.result = false, false, 0, 0, 0, 0, "", 0
 	d.cutting, d.cuts = false, 0
 	clear(d.steps)
+	clear(d.cpu.last)    // quiet again: a thread's next launch opens no gap (nor keeps a thread gone)
 	d.mode = KindRequest // quiet again: the next busy period is a request until it outlasts StepAfter
 	if wasStep || r.End == 0 || r.End < r.Start || partial {
 		return Request{}, false // measured per step, served nothing, or begun before the trace saw it
