@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
 	"github.com/gpreempt/gpreempt/internal/signal"
+	"github.com/gpreempt/gpreempt/internal/slo/objective"
 	"github.com/gpreempt/gpreempt/internal/stats"
 	"github.com/gpreempt/gpreempt/internal/testlog"
 )
@@ -102,5 +104,25 @@ func TestSampleOfTheMetric(t *testing.T) {
 				t.Errorf("source %q, want %q", w.rows[0].Source, want)
 			}
 		})
+	}
+}
+
+// TestSamplePerCPUSaysSo: a relative objective judged per the LC's CPU speed says so in its status row, with the
+// p50 the app sees; an absolute one, judged as measured, does not.
+func TestSamplePerCPUSaysSo(t *testing.T) {
+	s := signal.Latency{Source: signal.TracedRequest, Requests: 2, Samples: map[string][]time.Duration{signal.MetricRequest: {100 * time.Millisecond, 160 * time.Millisecond}},
+		PerCPU: map[string][]time.Duration{signal.MetricRequest: {120 * time.Millisecond, 121 * time.Millisecond}}}
+	for _, tc := range []struct{ objective, signal string }{
+		{"p50<=1.10x", "traced-request, per its CPU's speed"},
+		{"p50<=200ms", "traced-request"},
+	} {
+		o, err := objective.Parse(tc.objective)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var row api.SLOLC
+		if lcSample(s, o, policy.ProcRef{PID: 1}, "1/1", &row) == nil || row.Signal != tc.signal || row.P50Us != 100e3 {
+			t.Errorf("%s: signal %q, p50 %vus; want %q and 100000us", tc.objective, row.Signal, row.P50Us, tc.signal)
+		}
 	}
 }

@@ -230,7 +230,7 @@ func (t *requestsTrace) request(r request.Request) error {
 	}
 	if !t.header {
 		t.header = true
-		fmt.Fprintf(t.out.w, "%-10s %-7s %-8s %-8s %-11s %-24s %s\n", "TIME(s)", "KIND", "TID", "LAUNCHES", "LATENCY(us)", "SYNC", "RESULT")
+		fmt.Fprintf(t.out.w, "%-10s %-7s %-8s %-8s %-11s %-10s %-24s %s\n", "TIME(s)", "KIND", "TID", "LAUNCHES", "LATENCY(us)", "CPUGAP(us)", "SYNC", "RESULT")
 	}
 	kind := r.Kind.String()
 	switch {
@@ -239,7 +239,11 @@ func (t *requestsTrace) request(r request.Request) error {
 	case r.Cut > 0:
 		kind = fmt.Sprintf("cut%d", r.Cut) // the Nth request cut from a busy period by its program, LATENCY its own
 	}
-	_, err := fmt.Fprintf(t.out.w, "%-10.6f %-7s %-8d %-8d %-11d %-24s %d\n", t.out.seconds(r.End), kind, r.TID, r.Launches, us, r.Sync, r.Result)
+	gap := "-" // the median CPU work between its launches: its CPU's speed then (from 10 such gaps)
+	if r.CPUGap > 0 {
+		gap = fmt.Sprintf("%.1f", float64(r.CPUGap)/1e3)
+	}
+	_, err := fmt.Fprintf(t.out.w, "%-10.6f %-7s %-8d %-8d %-11d %-10s %-24s %d\n", t.out.seconds(r.End), kind, r.TID, r.Launches, us, gap, r.Sync, r.Result)
 	return err
 }
 

@@ -110,6 +110,29 @@ func behindSession() []trace.Event {
 	return evs
 }
 
+// eagerSession is an eager LC's requests of 12 launches, its thread on its CPU 20, 30 and 25 us between
+// launches (its count of blocks unchanged), asleep in each synchronize and between requests: each with its CPU gap.
+func eagerSession() []trace.Event {
+	clock := tracetest.Clock{Now: traceStart + uint64(30*time.Millisecond)}
+	var evs []trace.Event
+	blocked := uint64(1)
+	for _, gap := range []time.Duration{20, 30, 25} {
+		for k := range 12 {
+			d := gap * time.Microsecond
+			if k == 0 {
+				d = 0
+			}
+			evs = append(evs, tracetest.WithBlocked(tracetest.Call(lcServer, trace.RoleLaunch, "cuLaunchKernel", 0, false, 0, &clock, d), blocked))
+		}
+		evs = append(evs, tracetest.WithBlocked(tracetest.Call(lcServer, trace.RoleSync, "cuStreamSynchronize", 2, false, 0, &clock, time.Microsecond), blocked))
+		blocked++
+		evs = append(evs, tracetest.WithBlocked(tracetest.Call(lcServer, trace.RoleSync, "cuStreamSynchronize", 2, true, 0, &clock, 100*time.Microsecond), blocked))
+		clock.Now += uint64(30 * time.Millisecond)
+		blocked++ // asleep between requests
+	}
+	return evs
+}
+
 // hintSession is `trace hints`: hinted requests (one with a residency
 // stamp), one cancelled.
 func hintSession() []trace.Event {
@@ -189,6 +212,7 @@ func TestTraceGolden(t *testing.T) {
 		{"requests-interval", withTicks(requestSession(), 20), []string{"requests", "--pid", "4343", "--interval", "1s"}},
 		{"requests-json", requestSession(), []string{"requests", "--pid", "4343", "--json"}},
 		{"requests-behind", behindSession(), []string{"requests", "--pid", "4343", "--each"}},
+		{"requests-eager", eagerSession(), []string{"requests", "--pid", "4343", "--each"}},
 		{"hints", hintSession(), []string{"hints", "--pid", "4343"}},
 		{"hints-json", hintSession(), []string{"hints", "--pid", "4343", "--json"}},
 		{"hints-nopid", hintSession(), []string{"hints"}},
