@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Do an LC's own launch gaps measure its CPU's speed, as its loop does, and how much of its noise?
 
-    python3 scripts/probe/launch_speed.py CALLS.jsonl.gz LC [--be-duty 8s] [--rows ROWS.jsonl]
+    python3 scripts/probe/launch_speed.py CALLS.jsonl.gz LC [--be-duty 8s] [--rows ROWS.jsonl] [--against T.jsonl]
 
 CALLS is a recording of the LC's calls (`gpreemptctl trace requests --record`, as
 scripts/probe/traced-lc.sh writes calls-MODE-*.jsonl.gz); LC is the app's own requests: the
@@ -27,7 +27,8 @@ logs): what one measurement of that length scatters by; and BE's geometric facto
 alone and net of the loop (least squares with the log loop time as a covariate), on the latency per gap and
 on the latency net of the loop, each with its 95% interval: a gap BE lengthens shows in the first two. Without a duty (traced-lc.sh's phases
 alone and beside BE), the medians printed for each recording, one over the other, say the same.
---rows writes each request's start, end, latency, median and mean CPU gap, their count and loop
+--against T reads gpreemptctl's traced requests (`trace requests --replay CALLS --each --json`) and
+prints, over the app's requests that hold one, its CPU gap over this median. --rows writes each request's start, end, latency, median and mean CPU gap, their count and loop
 time (ns), one JSON line each. A meter to take samples per the LC's CPU speed needs a scatter
 well under the latency's and a ratio per gap within the app's interval."""
 import argparse, gzip, json, math, random, re, statistics
@@ -128,6 +129,7 @@ def main():
     ap.add_argument("lc")
     ap.add_argument("--be-duty", type=duration_ns, default=0)
     ap.add_argument("--rows")
+    ap.add_argument("--against")
     args = ap.parse_args()
     lc = load_lc(args.lc)
     # each from its arrival or the one before's end, as the bench's eachHalf places it
@@ -141,6 +143,12 @@ def main():
                     s = spans[i][2]
                     f.write(json.dumps({"start_ns": spans[i][0], "end_ns": spans[i][1], "latency_ns": s["latency_ns"], "gap_p50_ns": statistics.median(g),
                                         "gap_mean_ns": statistics.mean(g), "gaps": len(g), "cpu_meter_ns": s["cpu_meter_ns"]}) + "\n")
+    if args.against:  # gpreemptctl's traced requests (--replay --each --json): its CPU gap over ours, request by request
+        traced = [json.loads(x) for x in open(args.against) if '"type":"request"' in x]
+        d = [t["cpu_gap_ns"] / g - 1 for g, _, start, end in rows for t in traced
+             if t.get("cpu_gap_ns") and t["kind"] == "request" and start <= (t["start_ns"] + t["end_ns"]) // 2 < end]  # its middle in the app's
+        if d:
+            print(f"gpreemptctl's CPU gap over this one's: {len(d)} requests, median {statistics.median(d):+.4f}, largest {max(map(abs, d)):.4f}")
     print(f"requests: {len(spans)} with a loop time, {len(rows)} with 10 CPU gaps or more")
     if len(rows) < 3:
         return

@@ -4,11 +4,13 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -53,6 +55,7 @@ func TestLaunchSpeedReadsTheCPU(t *testing.T) {
 			}
 			var calls []call
 			var samples []sample
+			var traced []string
 			cpu, blocked := int64(0), int64(1)
 			seen := func() int64 { // the CPU time the recording reads
 				switch {
@@ -96,6 +99,8 @@ func TestLaunchSpeedReadsTheCPU(t *testing.T) {
 					cpu += int64(gap)
 				}
 				samples = append(samples, sample{Arrival: at, Latency: now - at, Meter: int64(1.6e6 * slow)})
+				// gpreemptctl's traced request of it, its CPU gap 1% over the probe's own (20 µs times the slowness)
+				traced = append(traced, fmt.Sprintf(`{"type":"request","kind":"request","start_ns":%d,"end_ns":%d,"cpu_gap_ns":%d}`, at+1000, now, int64(20.2e3*slow*tc.held)))
 			}
 			dir := t.TempDir()
 			callsPath := filepath.Join(dir, "calls.jsonl.gz")
@@ -121,7 +126,14 @@ func TestLaunchSpeedReadsTheCPU(t *testing.T) {
 			if err := os.WriteFile(lcPath, b, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			out := runScript(t, "launch_speed.py", callsPath, lcPath, "--be-duty", "8s")
+			tracedPath := filepath.Join(dir, "traced.jsonl")
+			if err := os.WriteFile(tracedPath, []byte(strings.Join(traced, "\n")+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := runScript(t, "launch_speed.py", callsPath, lcPath, "--be-duty", "8s", "--against", tracedPath)
+			if tc.held == 1 && !strings.Contains(string(out), "gpreemptctl's CPU gap over this one's: 60 requests, median +0.0100") {
+				t.Errorf("want gpreemptctl's CPU gaps read 1%% over, all 60:\n%s", out)
+			}
 			m := regexp.MustCompile(`requests: 60 with a loop time, 60 with 10 CPU gaps or more\ncorrelation with log\(loop time\): log\(median CPU gap\) ([-+][0-9.]+).*\nmedians: CPU gap ([0-9.]+) us, loop [0-9.]+ ms\none request's scatter \(sd of log latency\): ([0-9.]+), per its median CPU gap ([0-9.]+), per its loop [0-9.]+\nwith BE over alone \(\d+ / \d+ requests\): median CPU gap ([0-9.]+), loop ([0-9.]+)\np50 ratio with BE over alone: as measured ([0-9.]+) \[[0-9., ]+\], per median CPU gap ([0-9.]+) `).FindSubmatch(out)
 			if m == nil {
 				t.Fatalf("want 60 requests read, a correlation, the scatter and the ratios:\n%s", out)

@@ -47,8 +47,12 @@ var requestsCommand = &cli.Command{
 		libcudaFlag, launchFlag, queueFlag, syncFlag,
 		&cli.BoolFlag{Name: "each", Usage: "also print every request as it completes"},
 		&cli.StringFlag{Name: "record", Usage: "also write the process's launches, queued calls and synchronizes to `FILE`, a JSON line each (gzip'd if it ends in .gz): a recording to replay the request definition on"},
+		&cli.StringFlag{Name: "replay", Usage: "read a recording (--record's `FILE`) instead of tracing: the request definition replayed on what an LC did, offline (--pid: its calls only; default: all)"},
 	}, traceCommonFlags...),
 	Action: func(c *cli.Context) error {
+		if c.IsSet("replay") {
+			return replayRequests(c)
+		}
 		pid, err := cmdutil.PIDArg(c)
 		if err != nil {
 			return err
@@ -68,6 +72,44 @@ var requestsCommand = &cli.Command{
 		})
 		return errors.Join(err, rec.finish(err))
 	},
+}
+
+// replayRequests is `trace requests --replay FILE`: the recording's calls through the request
+// definition as a live trace would have met them, its end at their last (its stop unknown).
+func replayRequests(c *cli.Context) error {
+	for _, f := range []string{"record", "interval", "duration", "libcuda"} {
+		if c.IsSet(f) {
+			return fmt.Errorf("%w: --%s has no meaning with --replay", cmdutil.ErrInvalidArgument, f)
+		}
+	}
+	f, err := os.Open(c.String("replay"))
+	if err != nil {
+		return fmt.Errorf("%w: --replay: %w", cmdutil.ErrInvalidArgument, err)
+	}
+	defer f.Close()
+	calls, err := trace.ReadCalls(f)
+	if err != nil && len(calls) == 0 {
+		return fmt.Errorf("%w: --replay %s: %w", cmdutil.ErrInvalidArgument, c.String("replay"), err)
+	}
+	if err != nil { // a recording cut off by a kill: its calls up to the cut
+		fmt.Fprintf(c.App.ErrWriter, "gpreemptctl: trace requests: --replay: %v; replaying the %d calls before it\n", err, len(calls))
+	}
+	pid := uint32(c.Int("pid"))
+	if pid == 0 && len(calls) > 0 {
+		pid = calls[0].PID
+	}
+	calls = slices.DeleteFunc(calls, func(x *trace.Call) bool { return x.PID != pid })
+	if len(calls) == 0 {
+		return fmt.Errorf("%w: --replay %s: no calls of pid %d", cmdutil.ErrInvalidArgument, c.String("replay"), pid)
+	}
+	out := &traceOut{w: &countingWriter{Writer: c.App.Writer}, json: c.Bool("json") || cmdutil.Get(c).JSON, start: calls[0].At}
+	h := &requestsTrace{out: out, pid: pid, each: c.Bool("each"), delim: request.NewDelimiter(pid, request.DelimiterConfig{Since: out.start})}
+	for _, x := range calls {
+		if err := h.Event(x); err != nil {
+			return err
+		}
+	}
+	return h.End(0)
 }
 
 // recorder writes a process's calls as trace.CallRecords (--record) into a file beside the one

@@ -3,6 +3,8 @@ package tracecmd_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -305,6 +307,49 @@ func TestTraceOptions(t *testing.T) {
 	}
 }
 
+// writeRecording writes evs as `trace requests --record` would (their calls, a JSON line each), then tail.
+func writeRecording(tb testing.TB, evs []trace.Event, tail string) string {
+	tb.Helper()
+	var b bytes.Buffer
+	for _, ev := range evs {
+		if c, ok := ev.(*trace.Call); ok {
+			line, err := json.Marshal(trace.RecordOf(c))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			b.Write(append(line, '\n'))
+		}
+	}
+	b.WriteString(tail)
+	path := filepath.Join(tb.TempDir(), "calls.jsonl")
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
+// TestTraceRequestsReplay: a recording replayed (--replay) gives what tracing the same calls live gives, its
+// requests' CPU gaps too, without a tracer, but its first busy period (what came before its first call unknown: a
+// piece) and the command's name (a recording holds none); one cut off mid-line gives its calls before the cut, and
+// says so.
+func TestTraceRequestsReplay(t *testing.T) {
+	for _, tc := range []struct {
+		name, tail, stderr string
+	}{
+		{"whole", "", ""},
+		{"cut off by a kill", `{"at_ns":12`, "replaying the 42 calls before it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := writeRecording(t, eagerSession(), tc.tail)
+			code, stdout, stderr := runTrace(t, &tracecmd.FakeTrace{OpenErr: errors.New("a replay opens no tracer")}, "requests", "--replay", path, "--each")
+			if code != 0 || !strings.Contains(stderr, tc.stderr) || tc.stderr == "" && stderr != "" {
+				t.Fatalf("exit %d, stderr %q; want 0 and %q", code, stderr, tc.stderr)
+			}
+			golden.Check(t, "requests-replay", []byte(stdout))
+		})
+	}
+}
+
 func TestTraceErrors(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -324,6 +369,10 @@ func TestTraceErrors(t *testing.T) {
 		{"bad by", &tracecmd.FakeTrace{}, []string{"rpc", "--by", "tid"}, ctl.ExitUsage, `--by "tid": want pid, comm or control`},
 		{"negative duration", &tracecmd.FakeTrace{}, []string{"tsg", "--duration", "-1s"}, ctl.ExitUsage, "--duration"},
 		{"negative pid", &tracecmd.FakeTrace{}, []string{"hints", "--pid", "-2"}, ctl.ExitUsage, "--pid"},
+		{"replay of no file", &tracecmd.FakeTrace{}, []string{"requests", "--replay", "/nonexistent/calls.jsonl"}, ctl.ExitUsage, "--replay: open /nonexistent/calls.jsonl"},
+		{"replay with an interval", &tracecmd.FakeTrace{}, []string{"requests", "--replay", "x", "--interval", "1s"}, ctl.ExitUsage, "--interval has no meaning with --replay"},
+		{"replay of no recording", &tracecmd.FakeTrace{}, []string{"requests", "--replay", writeRecording(t, nil, "not a recording\n")}, ctl.ExitUsage, "--replay "},
+		{"replay of another pid", &tracecmd.FakeTrace{}, []string{"requests", "--replay", writeRecording(t, eagerSession(), ""), "--pid", "7"}, ctl.ExitUsage, "no calls of pid 7"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
