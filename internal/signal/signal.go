@@ -103,8 +103,8 @@ func (l Latency) Points(o objective.Objective) (pts []stats.Weighted, requests i
 		pts = append(pts, stats.Weighted{V: v, W: 1})
 	}
 	p50 = stats.WeightedQuantile(pts, 0.5)
-	if per := l.PerCPU[o.Metric]; o.Relative() && len(per) == len(pts) && len(per) > 0 {
-		for i, v := range per { // a ratio to its reference at one CPU speed; p50 stays what the app sees
+	if l.JudgedPerCPU(o) {
+		for i, v := range l.PerCPU[o.Metric] { // a ratio to its reference at one CPU speed; p50 stays what the app sees
 			pts[i].V = v
 		}
 	}
@@ -129,6 +129,13 @@ func (l Latency) Points(o objective.Objective) (pts []stats.Weighted, requests i
 		requests = max(l.Requests, 1)
 	}
 	return pts, requests, p50, ""
+}
+
+// JudgedPerCPU reports whether Points judges objective o on l's per-CPU samples: a relative one, where every
+// sample of its metric has one.
+func (l Latency) JudgedPerCPU(o objective.Objective) bool {
+	per := l.PerCPU[o.Metric]
+	return o.Relative() && len(per) > 0 && len(per) == len(l.Samples[o.Metric])
 }
 
 // FromPush is a stats push's window as a Latency (the daemon checked its names and values), up to

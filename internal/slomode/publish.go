@@ -85,7 +85,7 @@ func lcSample(s signal.Latency, o objective.Objective, p policy.ProcRef, key str
 		row.Signal = why
 		return nil
 	}
-	row.Signal, row.Samples, row.Requests, row.P50Us = s.Source+map[bool]string{true: ", per its CPU's speed"}[o.Relative() && len(s.PerCPU[o.Metric]) > 0], stats.Weight(pts), s.Requests, float64(p50)/1e3
+	row.Signal, row.Samples, row.Requests, row.P50Us = s.Source+map[bool]string{true: ", per its CPU's speed"}[s.JudgedPerCPU(o)], stats.Weight(pts), s.Requests, float64(p50)/1e3
 	from, to := s.Span()
 	row.FromMonoNs, row.ToMonoNs = int64(from), int64(to)
 	return &slo.LCSample{Key: key, Owner: p.Owner, Objective: o, Points: pts, Requests: requests}

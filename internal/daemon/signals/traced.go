@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"math/bits"
 	"slices"
 	"sync"
 	"time"
@@ -41,8 +42,9 @@ type TracedLatency struct {
 	start  time.Duration         // when this window began (the loop's clock; -1: not yet)
 	gaps   map[int]time.Duration // each process's quiet gap as this window began
 	// unit is each process's typical CPU gap: the CPU speed its per-CPU samples are taken at.
-	unit map[int]cpuUnit
-	seq  uint64
+	unit  map[int]cpuUnit
+	rolls uint64 // windows closed
+	seq   uint64
 	// Ceiling is the quiet gap until a process's own is learnt, and the
 	// most it may be (default: the policy's default gate idle).
 	Ceiling time.Duration
@@ -88,15 +90,23 @@ type tracedWindow struct {
 	nTogether int
 }
 
-// cpuUnit is how a process's requests are taken per CPU: v, the geometric mean of the CPU gaps of unitRequests
-// launch-bound requests after its first unitSkip (0 until then), fixed from there so that every per-CPU sample
-// after is at one speed near the process's own; last, the last launch-bound request's gap (one that is not is taken
-// at it); bound, the share of its recent requests (about 32) that were launch-bound, from 1.
+// cpuUnit is how a process's requests are taken per CPU.
 type cpuUnit struct {
-	logSum  float64
-	n       int
-	v, last time.Duration
-	bound   float64
+	// v: the geometric mean of the CPU gaps of unitRequests launch-bound requests after the first
+	// unitSkip (0 until then), fixed from there so that every per-CPU sample after is at one speed
+	// near the process's own; logSum and n build it.
+	logSum float64
+	n      int
+	v      time.Duration
+	// last: the last launch-bound request's gap, in window rolls since (a request that is not is
+	// taken at it while it is recent).
+	last     time.Duration
+	lastRoll uint64
+	// recent: its last 32 requests, a bit each, set where launch-bound; on: judged per CPU (entered
+	// at boundOn of them, left under boundOff, so that a share on the edge does not flip it).
+	recent uint32
+	on     bool
+	seen   uint64 // the roll of its last request: a pid quiet for unitKept rolls is forgotten
 }
 
 const (
@@ -104,10 +114,18 @@ const (
 	// launchBound: a request's latency is its CPU's work, and taken per its CPU gap, where its launches'
 	// CPU work (launches times the gap) is this share of it or more.
 	launchBound = 0.5
-	// boundShare: an LC is judged per CPU while this share of its recent requests were launch-bound; else
-	// as measured, so that a GPU-bound LC's windows are not taken at a speed its latency does not follow.
-	boundShare = 0.9
+	// Of an LC's last 32 requests, those launch-bound to be judged per CPU (90%), and under which it no
+	// longer is (75%): a GPU-bound LC's windows are not taken at a speed its latency does not follow.
+	boundOn, boundOff = 29, 24
+	fillerRolls       = 2  // windows a request without a gap of its own may be taken at the last one's speed
+	unitKept          = 60 // windows a quiet pid keeps its unit: a pid reused later learns its own
 )
+
+// isLaunchBound reports whether r's latency is its CPU's work: its launches' CPU work (launches times its CPU gap) at
+// least launchBound of it.
+func isLaunchBound(r request.Request) bool {
+	return r.CPUGap > 0 && float64(r.Launches)*float64(r.CPUGap) >= launchBound*float64(r.Latency())
+}
 
 // lastWindow is a process's last closed window, and how many of its requests ran back to back.
 type lastWindow struct {
@@ -206,20 +224,31 @@ func (t *TracedLatency) takeLocked(r request.Request) {
 		}
 	}
 	u := t.unit[pid]
-	if u.n == 0 && u.bound == 0 {
-		u.bound = 1
-	}
-	own := r.CPUGap > 0 && float64(r.Launches)*float64(r.CPUGap) >= launchBound*float64(r.Latency())
-	u.bound += (map[bool]float64{true: 1}[own] - u.bound) / unitRequests
-	if own {
-		if u.last, u.n = r.CPUGap, u.n+1; u.v == 0 && u.n > unitSkip {
-			if u.logSum += math.Log(float64(r.CPUGap)); u.n == unitSkip+unitRequests {
-				u.v = time.Duration(math.Exp(u.logSum / unitRequests))
-			}
+	own := isLaunchBound(r)
+	for range r.Count() { // requests run back to back count each
+		u.recent <<= 1
+		if own {
+			u.recent |= 1
 		}
 	}
+	u.seen = t.rolls
+	if own {
+		u.last, u.lastRoll, u.n = r.CPUGap, t.rolls, u.n+1
+		if u.v == 0 && u.n > unitSkip {
+			u.logSum += math.Log(float64(r.CPUGap))
+		}
+		if u.v == 0 && u.n == unitSkip+unitRequests {
+			u.v = time.Duration(math.Exp(u.logSum / unitRequests))
+		}
+	}
+	switch k := bits.OnesCount32(u.recent); {
+	case k >= boundOn:
+		u.on = true
+	case k < boundOff:
+		u.on = false
+	}
 	t.unit[pid] = u
-	w.noCPU = w.noCPU || u.v == 0 || u.bound < boundShare
+	w.noCPU = w.noCPU || u.v == 0 || !u.on || t.rolls-u.lastRoll > fillerRolls
 	for range r.Count() { // requests that ran back to back, each at their mean
 		if w.nRequests++; len(w.requests) < signal.MaxSamples {
 			w.requests = append(w.requests, r.Each())
@@ -270,6 +299,8 @@ func (t *TracedLatency) Roll(now time.Duration, lcs []policy.ProcRef) {
 			delete(t.last, pid)
 		}
 	}
+	t.rolls++
+	maps.DeleteFunc(t.unit, func(_ int, u cpuUnit) bool { return t.rolls-u.seen > unitKept }) // no exits seen library-wide
 	clear(t.cur)
 	t.start = now
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/gpreempt/gpreempt/internal/signal"
 	"github.com/gpreempt/gpreempt/internal/testlog"
 	"github.com/gpreempt/gpreempt/internal/trace"
+	"github.com/gpreempt/gpreempt/internal/trace/request"
 	"github.com/gpreempt/gpreempt/internal/trace/tracetest"
 )
 
@@ -605,12 +606,14 @@ func TestTracedLatencyBackToBack(t *testing.T) {
 }
 
 // TestTracedLatencyPerCPU: launch-bound requests of 200 launches 20 µs apart times their CPU's speed, then a
-// synchronize asleep 20 µs. The first 8 (speed 2) warm up; the next 32 (speeds 1, 1.6 and 1.25 in turn) set the
-// process's unit, their geometric mean: the window of all 40 has no per-CPU samples. Then requests at 1, 1.6 and 1.25:
-// the samples are what the app sees (their speed in them), the per-CPU samples each at the unit's speed (within 2%).
-// A request of one launch (no CPU gap of its own) is taken at the last one's speed. Six GPU-bound requests (a 20 ms
-// synchronize each: their launches a sixth of their latency) leave the LC judged as measured; so does forgetting the
-// process (its pid reused), 36 requests later, with no unit learnt again yet.
+// synchronize asleep 20 µs (their launches' CPU work all their latency); GPU-bound ones the same with a 20 ms
+// synchronize (a sixth). The first 8 (speed 4) warm up; the next 32 (speeds 1, 1.6 and 1.25 in turn) set the unit,
+// their geometric mean: the window of all 40 has no per-CPU samples. Then requests at 1, 1.6 and 1.25 are each at the
+// unit's speed (within 2%), their samples what the app sees; a request of one launch (no CPU gap of its own) is taken
+// at the last one's speed. Of the last 32 requests 29 launch-bound are needed to be judged per CPU, and under 24 it
+// is no longer: 9 GPU-bound requests leave it (22 of 32), it is not judged so again at 23, 27 or 28 but at 29,
+// and it still is at 24. A request
+// without its own gap 3 windows after the last with one is not taken at that stale speed.
 func TestTracedLatencyPerCPU(t *testing.T) {
 	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc"}
 	clock := &tracetest.Clock{Now: uint64(500 * time.Millisecond)}
@@ -630,35 +633,38 @@ func TestTracedLatencyPerCPU(t *testing.T) {
 		blocked++
 		tl.Apply(tracetest.WithBlocked(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, true, 0, clock, wait), blocked))
 	}
-	window := func(from, to time.Duration, reqs func()) signal.Latency {
+	bound := func(speed float64) { request(200, speed, 20*time.Microsecond) }
+	now := time.Second
+	tl.Roll(now, nil)
+	window := func(reqs func()) signal.Latency { // the requests, and the window closed 30 s on
 		t.Helper()
-		clock.Now = uint64(from)
+		clock.Now = uint64(now)
 		reqs()
-		tl.Roll(to, nil)
+		now += 30 * time.Second
+		tl.Roll(now, nil)
 		s, ok := tl.Latest(100)
 		if !ok {
-			t.Fatalf("no window to %v", to)
+			t.Fatalf("no window to %v", now)
 		}
 		return s
 	}
 	speeds := []float64{1, 1.6, 1.25}
-	tl.Roll(time.Second, nil)
 	logSum := 0.0
-	s := window(time.Second, 10*time.Second, func() {
+	s := window(func() {
 		for range 8 {
-			request(200, 2, 20*time.Microsecond)
+			bound(4)
 		}
 		for i := range 32 {
-			request(200, speeds[i%3], 20*time.Microsecond)
+			bound(speeds[i%3])
 			logSum += math.Log(speeds[i%3])
 		}
 	})
 	if len(s.Samples[signal.MetricRequest]) != 40 || s.PerCPU != nil {
 		t.Fatalf("the first 40 requests' window: samples %v, per CPU %v: want 40, none per CPU", s.Samples, s.PerCPU)
 	}
-	s = window(10*time.Second, 11*time.Second, func() {
+	s = window(func() {
 		for _, v := range speeds {
-			request(200, v, 20*time.Microsecond)
+			bound(v)
 		}
 	})
 	raw, per := s.Samples[signal.MetricRequest], s.PerCPU[signal.MetricRequest]
@@ -674,34 +680,131 @@ func TestTracedLatencyPerCPU(t *testing.T) {
 			t.Errorf("per CPU %d: %v, want %v within 2%% (samples %v)", i, v, time.Duration(float64(raw[0])*unit), raw)
 		}
 	}
-	s = window(11*time.Second, 12*time.Second, func() {
-		request(200, 1.6, 20*time.Microsecond)
+	s = window(func() {
+		bound(1.6)
 		request(1, 1, 5*time.Millisecond)
 	})
 	raw, per = s.Samples[signal.MetricRequest], s.PerCPU[signal.MetricRequest]
 	if len(per) != 2 || math.Abs(float64(per[1])/(float64(raw[1])*unit/1.6)-1) > 0.02 {
 		t.Errorf("a request of one launch after one at 1.6: samples %v, per CPU %v: want the second at the first's speed", raw, per)
 	}
-	s = window(12*time.Second, 13*time.Second, func() {
-		for range 6 {
-			request(200, 1, 20*time.Millisecond)
+	for _, step := range []struct {
+		what            string
+		bound, gpuBound int
+		perCPU          bool
+	}{
+		{"9 GPU-bound: 22 of the last 32 launch-bound", 0, 9, false},
+		{"23 launch-bound: 23 of 32", 23, 0, false},
+		{"4 more: 27 of 32", 4, 0, false},
+		{"1 more: 28 of 32", 1, 0, false},
+		{"1 more: 29 of 32", 1, 0, true},
+		{"8 GPU-bound: 24 of 32, still judged so", 0, 8, true},
+		{"1 more GPU-bound: 23 of 32", 0, 1, false},
+	} {
+		s = window(func() {
+			for range step.gpuBound {
+				request(200, 1, 20*time.Millisecond)
+			}
+			for range step.bound {
+				bound(1)
+			}
+		})
+		if got := s.PerCPU != nil; got != step.perCPU {
+			t.Errorf("%s: per CPU %v, want %v", step.what, got, step.perCPU)
 		}
-	})
-	if len(s.Samples[signal.MetricRequest]) != 6 || s.PerCPU != nil {
-		t.Errorf("GPU-bound requests: samples %v, per CPU %v (want none)", s.Samples, s.PerCPU)
 	}
-	tl.track(100, -1)
-	window(13*time.Second, 14*time.Second, func() {
-		for range 26 {
-			request(200, 1, 20*time.Microsecond)
+	now += 3 * 30 * time.Second
+	tl.Roll(now, nil)
+	if s = window(func() { request(1, 1, 5*time.Millisecond) }); s.PerCPU != nil {
+		t.Errorf("a request of one launch 3 windows after the last with a gap: per CPU %v (want none)", s.PerCPU)
+	}
+}
+
+// TestIsLaunchBound: a request's launches' CPU work at half its latency or more is launch-bound, under it not, nor one
+// without a CPU gap.
+func TestIsLaunchBound(t *testing.T) {
+	for _, tc := range []struct {
+		latency, gap time.Duration
+		want         bool
+	}{
+		{7 * time.Millisecond, 20 * time.Microsecond, true},  // 200 launches: 4 ms of 7
+		{9 * time.Millisecond, 20 * time.Microsecond, false}, // 4 of 9
+		{4 * time.Millisecond, 0, false},
+	} {
+		r := request.Request{Start: 1e9, End: 1e9 + uint64(tc.latency), Launches: 200, CPUGap: tc.gap}
+		if got := isLaunchBound(r); got != tc.want {
+			t.Errorf("%v latency, %v CPU gap: launch-bound %v, want %v", tc.latency, tc.gap, got, tc.want)
 		}
-	})
-	s = window(14*time.Second, 15*time.Second, func() {
-		for range 10 {
-			request(200, 1, 20*time.Microsecond)
-		}
-	})
-	if len(s.Samples[signal.MetricRequest]) != 10 || s.PerCPU != nil { // 36 since: no unit yet
-		t.Errorf("the process forgotten, then 36 requests: samples %v, per CPU %v (want none: its unit learnt again)", len(s.Samples[signal.MetricRequest]), s.PerCPU)
+	}
+}
+
+// TestTracedLatencyForgetsUnits: a request of one launch is taken at the last launch-bound one's speed 2 windows
+// after it, not 4; a process traced again (its pid reused), or quiet 61 windows with no exit seen (library-wide
+// tracing sees none), learns its unit again: 36 requests later it has none yet.
+func TestTracedLatencyForgetsUnits(t *testing.T) {
+	for _, forget := range []string{"traced again", "quiet 61 windows"} {
+		t.Run(forget, func(t *testing.T) {
+			lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc"}
+			clock := &tracetest.Clock{}
+			tl := NewTracedLatency()
+			blocked, cpu, now := uint64(1), time.Second, time.Second
+			requests := func(n int) signal.Latency {
+				clock.Now = uint64(now)
+				for range n {
+					blocked++
+					for i := range 200 {
+						g := 20 * time.Microsecond
+						if i == 0 {
+							g = 100 * time.Millisecond
+						}
+						cpu += g
+						tl.Apply(tracetest.WithBlocked(tracetest.WithCPU(tracetest.Call(lc, trace.RoleLaunch, "cuLaunchKernel", 0, false, 0, clock, g), cpu), blocked))
+					}
+					tl.Apply(tracetest.WithBlocked(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, false, 0, clock, time.Microsecond), blocked))
+					blocked++
+					tl.Apply(tracetest.WithBlocked(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, true, 0, clock, 20*time.Microsecond), blocked))
+				}
+				now += 30 * time.Second
+				tl.Roll(now, nil)
+				s, _ := tl.Latest(100)
+				return s
+			}
+			tl.Roll(now, nil)
+			if s := requests(41); s.PerCPU != nil {
+				t.Fatalf("the first 41: per CPU %v, want none", s.PerCPU)
+			}
+			if s := requests(3); s.PerCPU == nil {
+				t.Fatalf("after 44: no per CPU samples")
+			}
+			for _, quiet := range []int{1, 3} { // a request of one launch after quiet windows: the last speed 1 window old, then 3
+				for range quiet {
+					now += time.Second
+					tl.Roll(now, nil)
+				}
+				clock.Now = uint64(now)
+				blocked++
+				tl.Apply(tracetest.WithBlocked(tracetest.WithCPU(tracetest.Call(lc, trace.RoleLaunch, "cuLaunchKernel", 0, false, 0, clock, 0), cpu), blocked))
+				tl.Apply(tracetest.WithBlocked(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, false, 0, clock, time.Microsecond), blocked))
+				blocked++
+				tl.Apply(tracetest.WithBlocked(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, true, 0, clock, 5*time.Millisecond), blocked))
+				now += 30 * time.Second
+				tl.Roll(now, nil)
+				if s, _ := tl.Latest(100); (s.PerCPU != nil) != (quiet == 1) {
+					t.Errorf("a request of one launch %d windows after the last with a gap: per CPU %v (want it only at 1)", quiet+1, s.PerCPU)
+				}
+			}
+			if forget == "traced again" {
+				tl.track(100, -1)
+			} else {
+				for range 61 {
+					now += time.Second
+					tl.Roll(now, nil)
+				}
+			}
+			requests(26)
+			if s := requests(10); len(s.Samples[signal.MetricRequest]) != 10 || s.PerCPU != nil { // 36 since: no unit yet
+				t.Errorf("%s, then 36 requests: %d samples, per CPU %v (want 10, none: its unit learnt again)", forget, len(s.Samples[signal.MetricRequest]), s.PerCPU)
+			}
+		})
 	}
 }
