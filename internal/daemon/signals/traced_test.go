@@ -605,74 +605,88 @@ func TestTracedLatencyBackToBack(t *testing.T) {
 	}
 }
 
-// TestTracedLatencyPerCPU: launch-bound requests of 200 launches 20 µs apart times their CPU's speed, then a
-// synchronize asleep 20 µs (their launches' CPU work all their latency); GPU-bound ones the same with a 20 ms
-// synchronize (a sixth). The first 8 (speed 4) warm up; the next 32 (speeds 1, 1.6 and 1.25 in turn) set the unit,
-// their geometric mean: the window of all 40 has no per-CPU samples. Then requests at 1, 1.6 and 1.25 are each at the
-// unit's speed (within 2%), their samples what the app sees; a request of one launch (no CPU gap of its own) is taken
-// at the last one's speed. Of the last 32 requests 29 launch-bound are needed to be judged per CPU, and under 24 it
-// is no longer: 9 GPU-bound requests leave it (22 of 32), it is not judged so again at 23, 27 or 28 but at 29,
-// and it still is at 24. A request
-// without its own gap 3 windows after the last with one is not taken at that stale speed.
+// lcCalls feeds tl an LC's requests: launches 20 µs apart times speed, its thread on its CPU between them, asleep
+// between requests and in each synchronize (wait); windows close 30 s apart.
+type lcCalls struct {
+	tl       *TracedLatency
+	clock    tracetest.Clock
+	now, cpu time.Duration
+	blocked  uint64
+	lc       tracetest.Process
+}
+
+func newLCCalls() *lcCalls {
+	c := &lcCalls{tl: NewTracedLatency(), now: time.Second, cpu: time.Second, blocked: 1, lc: tracetest.Process{PID: 100, TID: 100, Comm: "lc"}}
+	c.tl.Roll(c.now, nil)
+	return c
+}
+
+func (c *lcCalls) request(launches int, speed float64, wait time.Duration) {
+	call := func(role trace.Role, ret bool, d time.Duration) {
+		c.tl.Apply(tracetest.WithBlocked(tracetest.WithCPU(tracetest.Call(c.lc, role, "cu", 0, ret, 0, &c.clock, d), c.cpu), c.blocked))
+	}
+	c.blocked++ // asleep since the last
+	for i := range launches {
+		g := time.Duration(20 * speed * float64(time.Microsecond))
+		if i == 0 {
+			g = 100 * time.Millisecond // asleep
+		} else {
+			c.cpu += g
+		}
+		call(trace.RoleLaunch, false, g)
+	}
+	call(trace.RoleSync, false, time.Microsecond)
+	c.blocked++
+	call(trace.RoleSync, true, wait)
+}
+
+// window runs reqs and closes the window 30 s on (skip windows with none before), returning the LC's.
+func (c *lcCalls) window(skip int, reqs func()) signal.Latency {
+	for range skip {
+		c.now += time.Second
+		c.tl.Roll(c.now, nil)
+	}
+	c.clock.Now = uint64(c.now)
+	reqs()
+	c.now += 30 * time.Second
+	c.tl.Roll(c.now, nil)
+	s, _ := c.tl.Latest(100)
+	return s
+}
+
+func (c *lcCalls) bound(speed float64) { c.request(200, speed, 20*time.Microsecond) }
+
+// TestTracedLatencyPerCPU: launch-bound requests of 200 launches (their launches' CPU work all their latency);
+// GPU-bound ones with a 20 ms synchronize (a sixth). The first 8 (speed 4) warm up; the next 32 (speeds 1, 1.6 and
+// 1.25 in turn) set the unit, their geometric mean: the window of all 40 has no per-CPU samples. Then requests at 1,
+// 1.6 and 1.25 are each at the unit's speed (within 2%), their samples what the app sees; a request of one launch (no
+// CPU gap of its own) is taken at the last one's speed. Of the last 32 requests 29 launch-bound are needed to be
+// judged per CPU, and under 24 it is no longer: 9 GPU-bound requests leave it (22 of 32), it is not judged so again
+// at 23, 27 or 28 but at 29, and it still is at 24.
 func TestTracedLatencyPerCPU(t *testing.T) {
-	lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc"}
-	clock := &tracetest.Clock{Now: uint64(500 * time.Millisecond)}
-	tl := NewTracedLatency()
-	blocked, cpu := uint64(1), time.Second
-	request := func(launches int, speed float64, wait time.Duration) {
-		for i := range launches {
-			g := time.Duration(20 * speed * float64(time.Microsecond))
-			if i == 0 {
-				g = 100 * time.Millisecond
-				blocked++ // asleep between requests
-			}
-			cpu += g
-			tl.Apply(tracetest.WithBlocked(tracetest.WithCPU(tracetest.Call(lc, trace.RoleLaunch, "cuLaunchKernel", 0, false, 0, clock, g), cpu), blocked))
-		}
-		tl.Apply(tracetest.WithBlocked(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, false, 0, clock, time.Microsecond), blocked))
-		blocked++
-		tl.Apply(tracetest.WithBlocked(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, true, 0, clock, wait), blocked))
-	}
-	bound := func(speed float64) { request(200, speed, 20*time.Microsecond) }
-	now := time.Second
-	tl.Roll(now, nil)
-	window := func(reqs func()) signal.Latency { // the requests, and the window closed 30 s on
-		t.Helper()
-		clock.Now = uint64(now)
-		reqs()
-		now += 30 * time.Second
-		tl.Roll(now, nil)
-		s, ok := tl.Latest(100)
-		if !ok {
-			t.Fatalf("no window to %v", now)
-		}
-		return s
-	}
+	c := newLCCalls()
 	speeds := []float64{1, 1.6, 1.25}
 	logSum := 0.0
-	s := window(func() {
+	s := c.window(0, func() {
 		for range 8 {
-			bound(4)
+			c.bound(4)
 		}
 		for i := range 32 {
-			bound(speeds[i%3])
+			c.bound(speeds[i%3])
 			logSum += math.Log(speeds[i%3])
 		}
 	})
 	if len(s.Samples[signal.MetricRequest]) != 40 || s.PerCPU != nil {
 		t.Fatalf("the first 40 requests' window: samples %v, per CPU %v: want 40, none per CPU", s.Samples, s.PerCPU)
 	}
-	s = window(func() {
+	s = c.window(0, func() {
 		for _, v := range speeds {
-			bound(v)
+			c.bound(v)
 		}
 	})
 	raw, per := s.Samples[signal.MetricRequest], s.PerCPU[signal.MetricRequest]
-	if len(raw) != 3 || len(per) != 3 {
-		t.Fatalf("window %+v: want 3 samples and 3 per CPU", s)
-	}
-	if raw[1] < raw[0]*5/4 {
-		t.Errorf("samples %v: the second, at 1.6x the CPU time, should read it", raw)
+	if len(raw) != 3 || len(per) != 3 || raw[1] < raw[0]*5/4 {
+		t.Fatalf("window %+v: want 3 samples, the second at 1.6x the CPU time reading it, and 3 per CPU", s)
 	}
 	unit := math.Exp(logSum / 32) // the unit's speed; the first request ran at 1
 	for i, v := range per {
@@ -680,9 +694,9 @@ func TestTracedLatencyPerCPU(t *testing.T) {
 			t.Errorf("per CPU %d: %v, want %v within 2%% (samples %v)", i, v, time.Duration(float64(raw[0])*unit), raw)
 		}
 	}
-	s = window(func() {
-		bound(1.6)
-		request(1, 1, 5*time.Millisecond)
+	s = c.window(0, func() {
+		c.bound(1.6)
+		c.request(1, 1, 5*time.Millisecond)
 	})
 	raw, per = s.Samples[signal.MetricRequest], s.PerCPU[signal.MetricRequest]
 	if len(per) != 2 || math.Abs(float64(per[1])/(float64(raw[1])*unit/1.6)-1) > 0.02 {
@@ -701,22 +715,17 @@ func TestTracedLatencyPerCPU(t *testing.T) {
 		{"8 GPU-bound: 24 of 32, still judged so", 0, 8, true},
 		{"1 more GPU-bound: 23 of 32", 0, 1, false},
 	} {
-		s = window(func() {
+		s = c.window(0, func() {
 			for range step.gpuBound {
-				request(200, 1, 20*time.Millisecond)
+				c.request(200, 1, 20*time.Millisecond)
 			}
 			for range step.bound {
-				bound(1)
+				c.bound(1)
 			}
 		})
 		if got := s.PerCPU != nil; got != step.perCPU {
 			t.Errorf("%s: per CPU %v, want %v", step.what, got, step.perCPU)
 		}
-	}
-	now += 3 * 30 * time.Second
-	tl.Roll(now, nil)
-	if s = window(func() { request(1, 1, 5*time.Millisecond) }); s.PerCPU != nil {
-		t.Errorf("a request of one launch 3 windows after the last with a gap: per CPU %v (want none)", s.PerCPU)
 	}
 }
 
@@ -744,65 +753,32 @@ func TestIsLaunchBound(t *testing.T) {
 func TestTracedLatencyForgetsUnits(t *testing.T) {
 	for _, forget := range []string{"traced again", "quiet 61 windows"} {
 		t.Run(forget, func(t *testing.T) {
-			lc := tracetest.Process{PID: 100, TID: 100, Comm: "lc"}
-			clock := &tracetest.Clock{}
-			tl := NewTracedLatency()
-			blocked, cpu, now := uint64(1), time.Second, time.Second
-			requests := func(n int) signal.Latency {
-				clock.Now = uint64(now)
-				for range n {
-					blocked++
-					for i := range 200 {
-						g := 20 * time.Microsecond
-						if i == 0 {
-							g = 100 * time.Millisecond
-						}
-						cpu += g
-						tl.Apply(tracetest.WithBlocked(tracetest.WithCPU(tracetest.Call(lc, trace.RoleLaunch, "cuLaunchKernel", 0, false, 0, clock, g), cpu), blocked))
+			c := newLCCalls()
+			requests := func(skip, n int) signal.Latency {
+				return c.window(skip, func() {
+					for range n {
+						c.bound(1)
 					}
-					tl.Apply(tracetest.WithBlocked(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, false, 0, clock, time.Microsecond), blocked))
-					blocked++
-					tl.Apply(tracetest.WithBlocked(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, true, 0, clock, 20*time.Microsecond), blocked))
-				}
-				now += 30 * time.Second
-				tl.Roll(now, nil)
-				s, _ := tl.Latest(100)
-				return s
+				})
 			}
-			tl.Roll(now, nil)
-			if s := requests(41); s.PerCPU != nil {
+			if s := requests(0, 41); s.PerCPU != nil {
 				t.Fatalf("the first 41: per CPU %v, want none", s.PerCPU)
 			}
-			if s := requests(3); s.PerCPU == nil {
+			if s := requests(0, 3); s.PerCPU == nil {
 				t.Fatalf("after 44: no per CPU samples")
 			}
-			for _, quiet := range []int{1, 3} { // a request of one launch after quiet windows: the last speed 1 window old, then 3
-				for range quiet {
-					now += time.Second
-					tl.Roll(now, nil)
-				}
-				clock.Now = uint64(now)
-				blocked++
-				tl.Apply(tracetest.WithBlocked(tracetest.WithCPU(tracetest.Call(lc, trace.RoleLaunch, "cuLaunchKernel", 0, false, 0, clock, 0), cpu), blocked))
-				tl.Apply(tracetest.WithBlocked(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, false, 0, clock, time.Microsecond), blocked))
-				blocked++
-				tl.Apply(tracetest.WithBlocked(tracetest.Call(lc, trace.RoleSync, "cuStreamSynchronize", 2, true, 0, clock, 5*time.Millisecond), blocked))
-				now += 30 * time.Second
-				tl.Roll(now, nil)
-				if s, _ := tl.Latest(100); (s.PerCPU != nil) != (quiet == 1) {
+			for _, quiet := range []int{1, 3} { // a request of one launch after quiet windows
+				if s := c.window(quiet, func() { c.request(1, 1, 5*time.Millisecond) }); (s.PerCPU != nil) != (quiet == 1) {
 					t.Errorf("a request of one launch %d windows after the last with a gap: per CPU %v (want it only at 1)", quiet+1, s.PerCPU)
 				}
 			}
 			if forget == "traced again" {
-				tl.track(100, -1)
+				c.tl.track(100, -1)
 			} else {
-				for range 61 {
-					now += time.Second
-					tl.Roll(now, nil)
-				}
+				c.window(60, func() {}) // 61 windows closed with none
 			}
-			requests(26)
-			if s := requests(10); len(s.Samples[signal.MetricRequest]) != 10 || s.PerCPU != nil { // 36 since: no unit yet
+			requests(0, 26)
+			if s := requests(0, 10); len(s.Samples[signal.MetricRequest]) != 10 || s.PerCPU != nil { // 36 since: no unit yet
 				t.Errorf("%s, then 36 requests: %d samples, per CPU %v (want 10, none: its unit learnt again)", forget, len(s.Samples[signal.MetricRequest]), s.PerCPU)
 			}
 		})
