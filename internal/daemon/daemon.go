@@ -75,6 +75,8 @@ type Config struct {
 	// mapped).
 	TraceRequests bool
 	LibCUDA       string
+	// TraceAsMeasured judges traced LCs by their latency as measured, never per their CPU's speed.
+	TraceAsMeasured bool
 	// BEProgress counts the BE processes' kernel launches (uprobes on
 	// their libcuda, signals.BEProgress) for the SLO mode's BE share. Where the
 	// kernel refuses, BE share stays unknown and the daemon runs on.
@@ -241,7 +243,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			return nil, fmt.Errorf("--trace-requests: %w", err)
 		}
 		d.slo.Traced, d.untrace, d.traced = t, untrace, t
-		t.Ceiling = d.rec.Policy().Gate.Idle
+		t.Ceiling, t.AsMeasured = d.rec.Policy().Gate.Idle, cfg.TraceAsMeasured
 		lib := cfg.LibCUDA
 		if lib == "" {
 			lib = "each LC process's own, that process alone"

@@ -94,6 +94,7 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 			&cli.StringFlag{Name: "mode", Value: "auto", Usage: "event source: auto (eBPF, else /proc scan), bpf or scan", EnvVars: []string{"GPREEMPTD_MODE"}},
 			&cli.DurationFlag{Name: "scan-interval", Value: daemon.DefaultScanInterval, Usage: "period of the /proc scan in scan mode"},
 			&cli.BoolFlag{Name: "trace-requests", Usage: "SLO mode: measure the request latency of LC processes that push none with uprobes on libcuda (first launch to the synchronize call's return)", EnvVars: []string{"GPREEMPTD_TRACE_REQUESTS"}},
+			&cli.BoolFlag{Name: "trace-per-cpu", Value: true, Usage: "SLO mode: judge a traced LC whose requests are launch-bound per its CPU's speed for a relative objective (each request over the median CPU work between its launches: its vCPU's speed taken out); false: as measured, where BE's CPU work shares the LC's cores and that cost should count", EnvVars: []string{"GPREEMPTD_TRACE_PER_CPU"}},
 			&cli.StringFlag{Name: "libcuda", Usage: "the libcuda --trace-requests and --be-progress probe (--trace-requests: this file for every process that maps it, where by default each LC process that pushes no latency is traced alone, through the libcuda it has mapped; --be-progress counts in the one each BE process has mapped, and in this one where none is found)"},
 			&cli.BoolFlag{Name: "be-progress", Value: true, Usage: "SLO mode: measure BE share from the BE processes' kernel launches (uprobes on their libcuda, counted in the kernel); where BPF is refused, BE share stays unknown", EnvVars: []string{"GPREEMPTD_BE_PROGRESS"}},
 			&cli.DurationFlag{Name: "resync-interval", Value: 30 * time.Second, Usage: "in bpf mode, scan /proc this often too, for events the ring buffer dropped (negative: never)"},
@@ -136,7 +137,7 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 			}
 			cfg := daemon.Config{
 				PolicyFile: c.String("config"), Socket: c.String("socket"), MetricsAddr: c.String("metrics-addr"), MetricsPIDs: c.Bool("metrics-pids"),
-				Mode: c.String("mode"), ScanInterval: c.Duration("scan-interval"), TraceRequests: c.Bool("trace-requests"), LibCUDA: c.String("libcuda"), BEProgress: c.Bool("be-progress"), ResyncInterval: c.Duration("resync-interval"), PolicyPoll: c.Duration("policy-poll"),
+				Mode: c.String("mode"), ScanInterval: c.Duration("scan-interval"), TraceRequests: c.Bool("trace-requests"), TraceAsMeasured: !c.Bool("trace-per-cpu"), LibCUDA: c.String("libcuda"), BEProgress: c.Bool("be-progress"), ResyncInterval: c.Duration("resync-interval"), PolicyPoll: c.Duration("policy-poll"),
 				LeaveSettings: c.Bool("leave-settings"), Log: log, GPU: info, Version: Version,
 				Scan: tsg.ScanOptions{HandleGap: c.Int("handle-gap"), AllowUnsupportedDriver: c.Bool("allow-unsupported-driver")},
 				Reconcile: reconcile.Options{Debounce: c.Duration("debounce"), MaxWait: c.Duration("max-wait"),

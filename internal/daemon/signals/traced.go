@@ -48,6 +48,10 @@ type TracedLatency struct {
 	// Ceiling is the quiet gap until a process's own is learnt, and the
 	// most it may be (default: the policy's default gate idle).
 	Ceiling time.Duration
+	// AsMeasured gives no per-CPU samples: every LC judged by its latency as measured
+	// (gpreemptd --trace-per-cpu=false), where BE's CPU work shares the LC's cores and its cost
+	// there should count.
+	AsMeasured bool
 
 	// Per process (OpenTracedLatency without a library): the processes
 	// traced, by ProcRef.Key, through the libcuda each has mapped (Library;
@@ -248,7 +252,7 @@ func (t *TracedLatency) takeLocked(r request.Request) {
 		u.on = false
 	}
 	t.unit[pid] = u
-	w.noCPU = w.noCPU || u.v == 0 || !u.on || t.rolls-u.lastRoll > fillerRolls
+	w.noCPU = w.noCPU || t.AsMeasured || u.v == 0 || !u.on || t.rolls-u.lastRoll > fillerRolls
 	for range r.Count() { // requests that ran back to back, each at their mean
 		if w.nRequests++; len(w.requests) < signal.MaxSamples {
 			w.requests = append(w.requests, r.Each())

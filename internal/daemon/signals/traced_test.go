@@ -784,3 +784,17 @@ func TestTracedLatencyForgetsUnits(t *testing.T) {
 		})
 	}
 }
+
+// TestTracedLatencyAsMeasured: with AsMeasured (gpreemptd --trace-per-cpu=false) a launch-bound LC has no per-CPU
+// samples, however many requests.
+func TestTracedLatencyAsMeasured(t *testing.T) {
+	c := newLCCalls()
+	c.tl.AsMeasured = true
+	if s := c.window(0, func() {
+		for range 50 {
+			c.bound(1)
+		}
+	}); len(s.Samples[signal.MetricRequest]) != 50 || s.PerCPU != nil {
+		t.Errorf("%d samples, per CPU %v: want 50, none per CPU", len(s.Samples[signal.MetricRequest]), s.PerCPU)
+	}
+}
