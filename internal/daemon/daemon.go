@@ -248,7 +248,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		if lib == "" {
 			lib = "each LC process's own, that process alone"
 		}
-		d.log.Info("request tracing: LC processes that push no latency are measured from libcuda", "libcuda", lib)
+		d.log.Info("request tracing: LC processes that push no latency are measured from libcuda", "libcuda", lib, "per_cpu", !cfg.TraceAsMeasured)
 	}
 	// LC processes whose rule or pod names their server's metrics are
 	// measured from its histograms (before tracing; a push wins).
