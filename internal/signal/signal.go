@@ -44,8 +44,8 @@ type Latency struct {
 	Quantiles map[string]time.Duration
 	Samples   map[string][]time.Duration
 	// PerCPU, where a traced LC's requests are launch-bound, are its Samples each at one CPU
-	// speed: over its request's CPU gap, times the process's typical one (of 32 requests after
-	// its first 8). An eager LC's latency moves with its vCPU's speed from request to request; a
+	// speed: over its request's CPU gap, times the process's typical one (of 32 launch-bound
+	// requests after its first 8). An eager LC's latency moves with its vCPU's speed from request to request; a
 	// ratio of these does not, and reads what BE costs it with a fifth of the scatter.
 	PerCPU map[string][]time.Duration
 	// Buckets, for a histogram's window (scraped), are its finite bucket bounds by metric,

@@ -43,11 +43,11 @@ var requestsCommand = &cli.Command{
 		"measured per step (synchronize return to synchronize return). Latency histogram in\n" +
 		"microseconds, with p50 and p99. Functions missing from the library are skipped, with a message.",
 	Flags: append([]cli.Flag{
-		&cli.IntFlag{Name: "pid", Usage: "the process (required)"},
+		&cli.IntFlag{Name: "pid", Usage: "the process (required, but with --replay)"},
 		libcudaFlag, launchFlag, queueFlag, syncFlag,
 		&cli.BoolFlag{Name: "each", Usage: "also print every request as it completes"},
 		&cli.StringFlag{Name: "record", Usage: "also write the process's launches, queued calls and synchronizes to `FILE`, a JSON line each (gzip'd if it ends in .gz): a recording to replay the request definition on"},
-		&cli.StringFlag{Name: "replay", Usage: "read a recording (--record's `FILE`) instead of tracing: the request definition replayed on what an LC did, offline (--pid: its calls only; default: all)"},
+		&cli.StringFlag{Name: "replay", Usage: "read a recording (--record's `FILE`) instead of tracing: the request definition replayed on what an LC did, offline (--pid: that process's calls; default: its first call's process)"},
 	}, traceCommonFlags...),
 	Action: func(c *cli.Context) error {
 		if c.IsSet("replay") {
@@ -77,7 +77,7 @@ var requestsCommand = &cli.Command{
 // replayRequests is `trace requests --replay FILE`: the recording's calls through the request
 // definition as a live trace would have met them, its end at their last (its stop unknown).
 func replayRequests(c *cli.Context) error {
-	for _, f := range []string{"record", "interval", "duration", "libcuda"} {
+	for _, f := range []string{"record", "interval", "duration", "libcuda", "launch-symbols", "queue-symbols", "sync-symbols", "mount-tracefs"} { // a recording holds each call's role
 		if c.IsSet(f) {
 			return fmt.Errorf("%w: --%s has no meaning with --replay", cmdutil.ErrInvalidArgument, f)
 		}
@@ -94,16 +94,23 @@ func replayRequests(c *cli.Context) error {
 	if err != nil { // a recording cut off by a kill: its calls up to the cut
 		fmt.Fprintf(c.App.ErrWriter, "gpreemptctl: trace requests: --replay: %v; replaying the %d calls before it\n", err, len(calls))
 	}
-	pid := uint32(c.Int("pid"))
-	if pid == 0 && len(calls) > 0 {
-		pid = calls[0].PID
+	if len(calls) == 0 {
+		return fmt.Errorf("%w: --replay %s: no calls in it", cmdutil.ErrInvalidArgument, c.String("replay"))
+	}
+	pid := calls[0].PID
+	if c.IsSet("pid") {
+		p, err := cmdutil.PIDArg(c)
+		if err != nil {
+			return err
+		}
+		pid = uint32(p)
 	}
 	calls = slices.DeleteFunc(calls, func(x *trace.Call) bool { return x.PID != pid })
 	if len(calls) == 0 {
 		return fmt.Errorf("%w: --replay %s: no calls of pid %d", cmdutil.ErrInvalidArgument, c.String("replay"), pid)
 	}
 	out := &traceOut{w: &countingWriter{Writer: c.App.Writer}, json: c.Bool("json") || cmdutil.Get(c).JSON, start: calls[0].At}
-	h := &requestsTrace{out: out, pid: pid, each: c.Bool("each"), delim: request.NewDelimiter(pid, request.DelimiterConfig{Since: out.start})}
+	h := &requestsTrace{out: out, pid: pid, each: c.Bool("each"), replay: true, delim: request.NewDelimiter(pid, request.DelimiterConfig{Since: out.start})}
 	for _, x := range calls {
 		if err := h.Event(x); err != nil {
 			return err
@@ -178,11 +185,12 @@ func (r *recorder) finish(traceErr error) error {
 }
 
 type requestsTrace struct {
-	out   *traceOut
-	pid   uint32
-	each  bool
-	rec   *recorder
-	delim *request.Delimiter
+	out    *traceOut
+	pid    uint32
+	each   bool
+	replay bool // a recording's: what the live trace lost is not known
+	rec    *recorder
+	delim  *request.Delimiter
 	// now is the latest event time seen: an interval closes what has
 	// been quiet for its gap by then.
 	now  uint64
@@ -320,6 +328,9 @@ func (t *requestsTrace) End(lost uint64) error {
 		if err := t.request(r); err != nil {
 			return err
 		}
+	}
+	if t.replay {
+		return t.print("summary", &t.all, nil)
 	}
 	return t.print("summary", &t.all, &lost)
 }

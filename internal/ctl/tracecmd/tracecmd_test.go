@@ -373,6 +373,9 @@ func TestTraceErrors(t *testing.T) {
 		{"replay with an interval", &tracecmd.FakeTrace{}, []string{"requests", "--replay", "x", "--interval", "1s"}, ctl.ExitUsage, "--interval has no meaning with --replay"},
 		{"replay of no recording", &tracecmd.FakeTrace{}, []string{"requests", "--replay", writeRecording(t, nil, "not a recording\n")}, ctl.ExitUsage, "--replay "},
 		{"replay of another pid", &tracecmd.FakeTrace{}, []string{"requests", "--replay", writeRecording(t, eagerSession(), ""), "--pid", "7"}, ctl.ExitUsage, "no calls of pid 7"},
+		{"replay of a negative pid", &tracecmd.FakeTrace{}, []string{"requests", "--replay", writeRecording(t, eagerSession(), ""), "--pid", "-1"}, ctl.ExitUsage, "--pid -1"},
+		{"replay of an empty file", &tracecmd.FakeTrace{}, []string{"requests", "--replay", writeRecording(t, nil, "")}, ctl.ExitUsage, "no calls in it"},
+		{"replay with symbols", &tracecmd.FakeTrace{}, []string{"requests", "--replay", "x", "--sync-symbols", "cuFoo"}, ctl.ExitUsage, "--sync-symbols has no meaning with --replay"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
