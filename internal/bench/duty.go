@@ -198,6 +198,10 @@ type ArmDuty struct {
 	OffCPUMs *float64 `json:"off_cpu_p50_ms,omitempty"`
 	// TPOTRatio is the same of an LLM LC's time per output token (0: none, or too few).
 	TPOTRatio float64 `json:"tpot_p50_ratio,omitempty"`
+	// PerCPURatio is P50Ratio of each request over its CPU loop's time (the LC's own meter of its
+	// CPU's speed around it), where every request of the arm has one: the app's ratio with its vCPU's
+	// speed taken out, beside what SLO mode reads of an LC it judges per CPU (0: none, or too few).
+	PerCPURatio float64 `json:"p50_per_cpu_ratio,omitempty"`
 	// DaemonRatio is the median of SLO mode's own measurements of the arm counted over the
 	// measurement under a `p50<=Nx` or `tpot_p50<=Nx` objective (DaemonMetric "" or "tpot"),
 	// each its latency over the LC alone it was judged by (its target over the factor),
@@ -242,9 +246,13 @@ func armDuty(sr *ScenarioResult) []ArmDuty {
 	}
 	at := func(t int64) int { return max(sort.Search(len(since), func(j int) bool { return since[j] > t })-1, 0) } // the arm in force at t; before the first read, the first
 	lat, tpot, off := make([][2][]float64, len(out)), make([][2][]float64, len(out)), make([][]float64, len(out))
+	per := make([][2][]float64, len(out))
 	eachHalf(sr.LC, sr.BEDuty, func(s LCSample, start int64, half int) {
 		i := at(start)
 		lat[i][half] = append(lat[i][half], float64(s.LatencyNs)/1e3)
+		if s.CPUMeterNs > 0 {
+			per[i][half] = append(per[i][half], float64(s.LatencyNs)/float64(s.CPUMeterNs))
+		}
 		if s.TPOTNs > 0 {
 			tpot[i][half] = append(tpot[i][half], float64(s.TPOTNs)/1e3)
 		}
@@ -256,6 +264,9 @@ func armDuty(sr *ScenarioResult) []ArmDuty {
 		out[i].WithBE, out[i].Alone, out[i].P50Ratio = len(lat[i][0]), len(lat[i][1]), dutyRatio(lat[i][0], lat[i][1])
 		out[i].halves = lat[i]
 		out[i].TPOTRatio = dutyRatio(tpot[i][0], tpot[i][1])
+		if len(per[i][0]) == len(lat[i][0]) && len(per[i][1]) == len(lat[i][1]) {
+			out[i].PerCPURatio = dutyRatio(per[i][0], per[i][1])
+		}
 		if len(off[i]) > 0 {
 			m := stats.Median(off[i])
 			out[i].OffCPUMs = &m

@@ -391,7 +391,15 @@ func TestArmDuty(t *testing.T) {
 		if a >= change {
 			lat, cpu = lat+18*time.Millisecond, lat-2*time.Millisecond
 		}
-		lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: a, LatencyNs: int64(lat), CPUNs: int64(cpu)})
+		// its CPU loop 2 ms, but 2.48 ms (slow) in BE's working halves of the first arm's first 24 s: all of its ratio
+		meter := int64(2 * time.Millisecond)
+		if (a/int64(duty/2))%2 == 0 && a < start+24*s {
+			meter = int64(2.48 * float64(time.Millisecond))
+		}
+		if i == 77 {
+			meter = 0 // one of the second arm's requests (in a half, counted) has no loop
+		}
+		lc.Samples = append(lc.Samples, LCSample{ArrivalMonoNs: a, LatencyNs: int64(lat), CPUNs: int64(cpu), CPUMeterNs: meter})
 	}
 	sr := &ScenarioResult{Name: "slo:llm-defaults", LC: lc, BEDuty: duty, WindowStartMonoNs: start, WindowEndMonoNs: start + 81*s}
 	for t := start - 10*s; t <= start+81*s; t += s / 4 {
@@ -407,6 +415,11 @@ func TestArmDuty(t *testing.T) {
 	}
 	if math.Abs(got[0].P50Ratio-1.24) > 1e-9 || got[1].P50Ratio != 1 || got[0].WithBE+got[1].WithBE < 30 || got[0].Alone+got[1].Alone < 30 {
 		t.Errorf("ratios %+v: want 1.24x then 1.00x", got)
+	}
+	// Per its CPU loop: the first arm's working halves slow by the CPU through 24 s, by BE after, so under its ratio;
+	// the second arm, a request of it without a loop, none.
+	if p0, p1 := got[0].PerCPURatio, got[1].PerCPURatio; p0 <= 0 || p0 >= got[0].P50Ratio || p1 != 0 {
+		t.Errorf("per CPU loop %v, %v: want the first under its ratio %v (the CPU's share out), none for the second", p0, p1, got[0].P50Ratio)
 	}
 	if o0, o1 := got[0].OffCPUMs, got[1].OffCPUMs; o0 == nil || o1 == nil || *o0 != 0 || math.Abs(*o1-20) > 1e-9 {
 		t.Errorf("off its CPU %v, %v: want 0 then 20 ms", o0, o1)

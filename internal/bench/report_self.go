@@ -73,12 +73,15 @@ func writeDutyByArm(b *strings.Builder, res *Results) {
 	if !slices.ContainsFunc(res.Scenarios, func(sr *ScenarioResult) bool { return len(sr.LCDutyByArm) > 1 }) {
 		return
 	}
-	b.WriteString("\nThe same by the arm SLO mode held as each request started (from the status read that first showed it), each arm's ratio with its 95% bootstrap interval (its two halves resampled): a run's ratio blends its arms, the first held before SLO mode had measured; beside it the same ratio as SLO mode read it, the median of its measurements of the arm over the measurement (each its latency over the LC alone it judged it by), the number it steered by; its frontier at the end of the measurement (the arm's mean over its measurements as they fade, its bounds, its verdict; over the LC alone, or over the objective where the LC has more than one); and the p50 of those requests' time off the LC thread's CPU, both halves (a cost an arm adds to both, which its ratio cannot see):\n\n")
-	b.WriteString("| scenario | rep | arm | from (s into the measurement) | requests with BE / alone | ratio | SLO mode's reading (measurements) | SLO mode's frontier at the end | LC off its CPU a request, p50 (ms) |\n")
-	b.WriteString("|---|---:|---|---:|---:|---:|---:|---|---:|\n")
+	b.WriteString("\nThe same by the arm SLO mode held as each request started (from the status read that first showed it), each arm's ratio with its 95% bootstrap interval (its two halves resampled): a run's ratio blends its arms, the first held before SLO mode had measured; beside it the same ratio as SLO mode read it, the median of its measurements of the arm over the measurement (each its latency over the LC alone it judged it by), the number it steered by; the app's ratio per its own CPU loop around each request (its vCPU's speed taken out, roughly: the loop is timed between requests), beside what SLO mode reads of an LC it judges per CPU; its frontier at the end of the measurement (the arm's mean over its measurements as they fade, its bounds, its verdict; over the LC alone, or over the objective where the LC has more than one); and the p50 of those requests' time off the LC thread's CPU, both halves (a cost an arm adds to both, which its ratio cannot see):\n\n")
+	b.WriteString("| scenario | rep | arm | from (s into the measurement) | requests with BE / alone | ratio | SLO mode's reading (measurements) | the app's per its CPU loop | SLO mode's frontier at the end | LC off its CPU a request, p50 (ms) |\n")
+	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---|---:|\n")
 	for _, sr := range res.Scenarios {
 		for _, a := range sr.LCDutyByArm {
-			ratio, daemon, off := "–", "–", "–"
+			ratio, daemon, off, perCPU := "–", "–", "–", "–"
+			if a.PerCPURatio > 0 {
+				perCPU = fmt.Sprintf("%.3fx", a.PerCPURatio)
+			}
 			if a.P50Ratio > 0 {
 				ratio = fmt.Sprintf("%.3fx %s", a.P50Ratio, intervalCell(a.P50CI))
 			}
@@ -91,7 +94,7 @@ func writeDutyByArm(b *strings.Builder, res *Results) {
 			if a.OffCPUMs != nil {
 				off = fmt.Sprintf("%.1f", *a.OffCPUMs)
 			}
-			fmt.Fprintf(b, "| %s | %d | %s | %.1f | %d / %d | %s | %s | %s | %s |\n", sr.Name, repOf(sr), a.Arm, a.FromS, a.WithBE, a.Alone, ratio, daemon, frontierCell(a.Frontier), off)
+			fmt.Fprintf(b, "| %s | %d | %s | %.1f | %d / %d | %s | %s | %s | %s | %s |\n", sr.Name, repOf(sr), a.Arm, a.FromS, a.WithBE, a.Alone, ratio, daemon, perCPU, frontierCell(a.Frontier), off)
 		}
 	}
 	for _, sr := range res.Scenarios {
