@@ -3,34 +3,26 @@
 
     python3 scripts/probe/launch_speed.py CALLS.jsonl.gz LC [--be-duty 8s] [--rows ROWS.jsonl] [--against T.jsonl]
 
-CALLS is a recording of the LC's calls (`gpreemptctl trace requests --record`, as
-scripts/probe/traced-lc.sh writes calls-MODE-*.jsonl.gz); LC is the app's own requests: the
-bench LC's --out (samples with arrival_mono_ns, prep_ns, latency_ns and cpu_meter_ns, its CPU
-loop's time around the request), or a bench's RESULTS.json.gz:SCENARIO (that scenario's LC
-samples). The recording's clock is the trace's (CLOCK_MONOTONIC), the app's the same.
+CALLS: a recording of the LC's calls (`gpreemptctl trace requests --record`; traced-lc.sh's
+calls-MODE-*.jsonl.gz). LC: the app's requests, the bench LC's --out (arrival_mono_ns, prep_ns,
+latency_ns, cpu_meter_ns: its CPU loop's time around it) or a bench's RESULTS.json.gz:SCENARIO.
+Both on CLOCK_MONOTONIC.
 
-For each of the app's requests, its CPU gaps: from one launch's entry to the next of the same
-thread with no synchronize entered between them and the thread on its CPU through the gap (its
-count of blocks unchanged; where the recording has no such count, its CPU time grew by half the
-gap or more: a CPU time that moves only at a tick leaves most gaps out). The Python work between
-two launches, which the vCPU's speed sets and the GPU should not. Per request, the median of its
-CPU gaps (from 10 gaps up). Printed: how many requests; the correlation of log(median gap) with
-log(loop time), and of log(latency) with each; one request's scatter (the standard deviation of
-log latency) as it is, per its median gap and per its loop. With --be-duty D (BE working the even
-halves of CLOCK_MONOTONIC of D/2, as the bench's --be-duty; a request counted for the half it
-starts 100 ms or more into and ends within, as the bench counts it): the median gap and the
-loop's median with BE over alone (a gap that reads BE's GPU work as well as the CPU shows in a
-ratio over the loop's), the p50 ratio with BE over alone as the app measures it, per median gap
-and per loop, each with a 95% bootstrap interval; and over blocks of 4 duty cycles (from 5
-requests a half), the spread of the three ratios between blocks (the standard deviation of their
-logs): what one measurement of that length scatters by; and BE's geometric factor on the median CPU gap
-alone and net of the loop (least squares with the log loop time as a covariate), on the latency per gap and
-on the latency net of the loop, each with its 95% interval: a gap BE lengthens shows in the first two. Without a duty (traced-lc.sh's phases
-alone and beside BE), the medians printed for each recording, one over the other, say the same.
---against T reads gpreemptctl's traced requests (`trace requests --replay CALLS --each --json`) and
-prints, over the app's requests that hold one, its CPU gap over this median. --rows writes each request's start, end, latency, median and mean CPU gap, their count and loop
-time (ns), one JSON line each. A meter to take samples per the LC's CPU speed needs a scatter
-well under the latency's and a ratio per gap within the app's interval."""
+A request's CPU gaps: one launch's entry to the next of its thread, no synchronize entered
+between, the thread on its CPU throughout (its count of blocks unchanged; without one, its CPU
+time grew by half the gap, which a CPU time moving at ticks seldom shows): the Python work the
+vCPU's speed sets. Per request their median (from 10). Printed: the correlations of log median
+gap with log loop time and of log latency with each; one request's scatter (SD of log latency)
+as it is, per gap and per loop. With --be-duty D (BE working the even halves of D/2, requests
+counted as the bench counts them): the median gap's and the loop's ratios with BE over alone;
+the p50 ratio as measured, per gap and per loop, with 95% bootstrap intervals; their spread
+between blocks of 4 duty cycles (SD of log ratio; 5 requests a half up): one measurement's
+scatter; BE's geometric factor (least squares on logs, 95%) on the gap alone and net of the
+loop, on latency per gap and on latency net of the loop: a gap BE lengthens shows in the first
+two. Without a duty (traced-lc.sh's phases) the medians of two recordings say the same.
+--against T: gpreemptctl's traced requests (`trace requests --replay CALLS --each --json`), its
+CPU gap over this median for each app request that holds one. --rows: each request's start,
+end, latency, median and mean CPU gap, their count and loop time (ns), a JSON line each."""
 import argparse, gzip, json, math, random, re, statistics
 
 from reference_error import bench_half, requests
