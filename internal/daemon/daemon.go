@@ -234,41 +234,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.metrics.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpreemptd_pause_self_resumed_total",
 		Help: "BE processes found running while held stopped (resumed by their owner), and stopped again."},
 		func() float64 { return float64(d.pause.SelfResumed()) }))
-	if cfg.TraceRequests {
-		t, untrace, err := signals.OpenTracedLatency(ctx, cfg.LibCUDA, d.log)
-		switch {
-		case err != nil && cfg.LibCUDA != "" && errors.Is(err, trace.ErrNoLibrary):
-			return nil, fmt.Errorf("%w: --libcuda: %w", tsg.ErrInvalidArgument, err)
-		case err != nil:
-			return nil, fmt.Errorf("--trace-requests: %w", err)
-		}
-		d.slo.Traced, d.untrace, d.traced = t, untrace, t
-		t.Ceiling, t.AsMeasured = d.rec.Policy().Gate.Idle, cfg.TraceAsMeasured
-		lib := cfg.LibCUDA
-		if lib == "" {
-			lib = "each LC process's own, that process alone"
-		}
-		d.log.Info("request tracing: LC processes that push no latency are measured from libcuda", "libcuda", lib, "per_cpu", !cfg.TraceAsMeasured)
-	}
-	// LC processes whose rule or pod names their server's metrics are
-	// measured from its histograms (before tracing; a push wins).
-	d.slo.Scraped = &scrape.Scraped{Resolve: latencyEndpoints(d.rec, cfg.MetricsEndpoint), Log: d.log}
-	if cfg.BEProgress {
-		if cfg.LibCUDA != "" {
-			if _, err := trace.FindLibrary(trace.LibCUDA, cfg.LibCUDA, 0); err != nil {
-				return nil, fmt.Errorf("%w: --libcuda: %w", tsg.ErrInvalidArgument, err)
-			}
-		}
-		c, err := trace.OpenLaunchCounter(d.log)
-		if err != nil {
-			d.log.Warn("BE progress: not measured, BE share unknown in SLO mode", "err", err)
-		} else {
-			p := signals.NewBEProgress(c, d.log)
-			if cfg.LibCUDA != "" {
-				p.Library = signals.BELibrary(cfg.LibCUDA)
-			}
-			d.counter, d.slo.Share = c, p
-		}
+	if err := d.openSignals(ctx, cfg); err != nil {
+		return nil, err
 	}
 
 	if err := d.openEvents(ctx); err != nil {
