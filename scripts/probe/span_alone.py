@@ -49,13 +49,19 @@ def duration_us(s):  # a Go duration's String: 172.028ms, 1.5s, 950µs
     return float(m[1]) * {"ns": 1e-3, "µs": 1, "us": 1, "ms": 1e3, "s": 1e6}[m[2]] if m else 0
 
 
+def status_reads(path):
+    """Each of gpreemptd's status reads (the bench's status jsonl, written back to back): its slo."""
+    text, dec, i = open(path).read(), json.JSONDecoder(), 0
+    while (i := len(text) - len(text[i:].lstrip())) < len(text):
+        r, i = dec.raw_decode(text, i)
+        yield (r.get("status") or {}).get("slo") or {}
+
+
 def references(path):
     """The learnt reference each status read showed, by the window it decided (the last one
     where a read names the span's alone instead)."""
-    out, text, dec, i, last = {}, open(path).read(), json.JSONDecoder(), 0, 0
-    while (i := len(text) - len(text[i:].lstrip())) < len(text):  # reads written back to back
-        r, i = dec.raw_decode(text, i)
-        slo = (r.get("status") or {}).get("slo") or {}
+    out, last = {}, 0
+    for slo in status_reads(path):
         m = re.match(r"standalone \(BE stopped or idle\) (\S+?),", ((slo.get("lc") or [{}])[0]).get("reference", ""))
         last = duration_us(m[1]) if m else last
         if last and (slo.get("last") or {}).get("window") is not None:
@@ -195,10 +201,8 @@ def measured(paths):
     measurement's ratio as the read that first shows it (its LC row's count grew) gives it."""
     rows = []
     for p in paths:
-        text, dec, i, made, by = open(p).read(), json.JSONDecoder(), 0, 0, {}
-        while (i := len(text) - len(text[i:].lstrip())) < len(text):  # reads written back to back
-            r, i = dec.raw_decode(text, i)
-            slo = (r.get("status") or {}).get("slo") or {}
+        made, by = 0, {}
+        for slo in status_reads(p):
             lc, search = (slo.get("lc") or [{}])[0], (slo.get("searches") or [{}])[0]
             if lc.get("measurements", 0) not in (0, made) and lc.get("ratio"):
                 by.setdefault(search.get("arm"), []).append(lc["ratio"])
