@@ -109,7 +109,7 @@ func replayRequests(c *cli.Context) error {
 	if len(calls) == 0 {
 		return fmt.Errorf("%w: --replay %s: no calls of pid %d", cmdutil.ErrInvalidArgument, c.String("replay"), pid)
 	}
-	out := &traceOut{w: &countingWriter{Writer: c.App.Writer}, json: c.Bool("json") || cmdutil.Get(c).JSON, start: calls[0].At}
+	out := newTraceOut(c, calls[0].At)
 	h := &requestsTrace{out: out, pid: pid, each: c.Bool("each"), replay: true, delim: request.NewDelimiter(pid, request.DelimiterConfig{Since: out.start})}
 	for _, x := range calls {
 		if err := h.Event(x); err != nil {

@@ -105,6 +105,11 @@ type traceOut struct {
 	start, end uint64 // end: set as tracing ends (0: unknown)
 }
 
+// newTraceOut is a command's output, its times counted from start (the events' clock).
+func newTraceOut(c *cli.Context, start uint64) *traceOut {
+	return &traceOut{w: &countingWriter{Writer: c.App.Writer}, json: c.Bool("json") || cmdutil.Get(c).JSON, start: start}
+}
+
 // countingWriter remembers whether anything was written, so that blocks of
 // text output can be set apart by blank lines.
 type countingWriter struct {
@@ -175,7 +180,7 @@ func runTrace(c *cli.Context, opts trace.Options, newHandler func(*traceOut) tra
 	for _, s := range src.Skipped() {
 		fmt.Fprintf(c.App.ErrWriter, "gpreemptctl: trace: not tracing %s\n", s)
 	}
-	out := &traceOut{w: &countingWriter{Writer: c.App.Writer}, json: c.Bool("json") || cmdutil.Get(c).JSON, start: src.Start()}
+	out := newTraceOut(c, src.Start())
 	h := newHandler(out)
 	var tick <-chan time.Time
 	if interval > 0 {
