@@ -200,14 +200,14 @@ func TestTimeInMissingArms(t *testing.T) {
 		missing, share float64 // the most time in missing arms, the least BE share, over the seeds
 	}{
 		{hostModesLLM, "p50<=1.10x", "sharp", 0, 0.16, 0.68},
-		{perRequestLLM, "tpot_p50<=1.10x", "sharp", 0, 0.10, 0.69}, // judged by the LC alone through each span: 10 alone samples are noisier than a reference where the LC does not drift
+		{perRequestLLM, "tpot_p50<=1.10x", "sharp", 0, 0.10, 0.67}, // judged by the LC alone through each span: 10 alone samples are noisier than a reference where the LC does not drift; 1 ms (0.99 of its objective) read over it is left
 		{slowLLM, "p50<=1.10x", "sharp", 0, 0.12, 0.62},
 		{slowLLM, "p50<=1.10x", "none", 0, 0.10, 0.62},
 		{EagerPyTorchH100, "p50<=1.05x", "none", 0, 0.17, 0.80}, // the hold on an arm meeting on its mean sends one seed down a path two others take anyway: 2 ms, reading as meeting
 		// BE's duty with its edges inside windows: the first's time in missing arms scatters
 		// widely from one batch of 24 seeds to the next, so 96.
 		{hostModesLLM, "p50<=1.10x", "inside", 96, 0.18, 0.68},
-		{perRequestLLM, "tpot_p50<=1.10x", "inside", 96, 0.10, 0.70},
+		{perRequestLLM, "tpot_p50<=1.10x", "inside", 96, 0.10, 0.69},
 		{slowLLM, "p50<=1.10x", "inside", 96, 0.12, 0.62},
 	}
 	duties := map[string]func(int, *SimGPU){"sharp": dutyIdle, "inside": dutyInWindows, "none": nil}
@@ -910,9 +910,41 @@ func TestUndecidedMissIsLeft(t *testing.T) {
 	}
 }
 
+// steadyLLM is an LC judged per its CPU's speed (a measurement scatters 2%, as reps 60-64's did on the
+// H200) whose 200 us and 500 us arms both meet, 500 us at 0.95 of its objective with BE half again.
+var steadyLLM = Workload{
+	Name: "steady-llm", Baseline: 170 * time.Millisecond, ShareNoise: 0.03, Requests: 1, Spread: 0.047, HostSlow: 1,
+	Points: []Point{
+		{time.Microsecond, 1.00, 0.10, false},
+		{50 * time.Microsecond, 1.01, 0.18, false},
+		{200 * time.Microsecond, 1.035, 0.31, false},
+		{500 * time.Microsecond, 1.045, 0.50, false},
+		{time.Millisecond, 1.15, 0.56, false},
+		{3 * time.Millisecond, 1.35, 0.65, false},
+	},
+}
+
+// TestScatterFromMeasurements: bounds as wide as a measurement's own error (from its samples, pooled with how
+// far measurements fell apart) decide an arm at 0.95 of its objective in one exploration, where the prior's
+// 10% leaves it undecided each time (BE 0.336, every seed on 200 us). It fails with the prior in the bounds.
+func TestScatterFromMeasurements(t *testing.T) {
+	obj := mustObjective(t, "p50<=1.10x")
+	var missing, share, n float64
+	for seed := uint64(1); seed <= 24; seed++ {
+		ds := play(newController(t, Options{}), NewSimGPU(seed), steadyLLM, obj, 360, dutyIdle)
+		m, s, k := whileBEWorks(ds[60:], 60, true, steadyLLM, obj)
+		missing, share, n = missing+m, share+s, n+k
+	}
+	if missing, share = missing/n, share/n; missing > 0.10 || share < 0.42 {
+		t.Errorf("arms that miss %.1f%% of BE's working windows (want at most 10%%), BE share %.3f (want at least 0.42)", 100*missing, share)
+	} else {
+		t.Logf("arms that miss %.1f%% of the time, BE share %.3f", 100*missing, share)
+	}
+}
+
 func TestUndecidedMissWaitsForTwoMeasurements(t *testing.T) {
 	// A slow LC: a request every 4 windows, so one measurement of 20 takes 77 windows, longer
-	// than the 60 an undecided arm is held. Its first reads 1.01x its objective: one measurement
+	// than the 60 an undecided arm is held. Its first reads 1.01x its objective, within its own error: one measurement
 	// is no average, and the arm is kept for a second, then left only if the two miss on average.
 	// Its second objective's measurements of the same requests, or another LC's, are not its own.
 	obj, p90 := mustObjective(t, "p50<=1.10x"), mustObjective(t, "p90<=3.00x")
@@ -938,8 +970,8 @@ func TestUndecidedMissWaitsForTwoMeasurements(t *testing.T) {
 				slow := func(o objective.Objective, v time.Duration) LCSample {
 					return LCSample{Key: "1/1", Owner: "0", Objective: o, Points: []stats.Weighted{{V: v, W: 1}}, Standalone: 100 * time.Millisecond}
 				}
-				if w%4 == 1 { // from the first window: the slow LC is known to be there
-					v := at(map[bool]float64{true: 1.01, false: tt.second}[w <= 80])
+				if w%4 == 1 { // from the first window: the slow LC is known to be there; its requests spread ±10% (a measurement's own error 5%)
+					v := time.Duration(float64(at(map[bool]float64{true: 1.01, false: tt.second}[w <= 80])) * []float64{0.9, 0.95, 1, 1.05, 1.1}[w/4%5])
 					if o.LC = []LCSample{slow(obj, v)}; tt.p90 {
 						o.LC = append(o.LC, slow(p90, v))
 					}

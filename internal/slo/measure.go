@@ -52,6 +52,7 @@ type accum struct {
 	reqs, lone int              // the requests each comes from
 	from       int              // the window of pts' first (0: none yet)
 	ref        time.Duration    // the LC alone it is judged by, where known (0: not)
+	scatter    stats.Scatter    // one measurement's, from each one's samples and how far each fell from its arm's before
 }
 
 // restart drops what accumulated toward the next measurement: it counted, or the arm moved.
@@ -157,18 +158,19 @@ func (c *Controller) measure(d *Decision, o Observation) {
 				a.alone, a.lone = append(a.alone, s.Points...), a.lone+requests(s)
 			}
 		}
-		w := c.tick - a.from + 1 // the span's windows so far: it waits, maxAccumulate at most, while BE idles often enough to give them within two (undecided that long, an arm is left)
+		w, refSE := c.tick-a.from+1, 0.0 // the span's windows so far (refSE: the reference's own relative error, where the span gives it): it waits, maxAccumulate at most, while BE idles often enough to give them within two (undecided that long, an arm is left)
 		waits := span && a.lone > 0 && w <= maxAccumulate && stats.Weight(a.alone)*2*maxAccumulate >= minSamples/2*w && a.lone*2*maxAccumulate >= minRequests/2*w
 		if span && ref > 0 && stats.Weight(a.alone) >= minSamples/2 && a.lone >= minRequests/2 {
-			ref, waits = stats.WeightedQuantile(a.alone, s.Objective.Quantile), false
+			ref, waits, refSE = stats.WeightedQuantile(a.alone, s.Objective.Quantile), false, stats.QuantileSE(a.alone, s.Objective.Quantile, a.lone)
 			a.ref, a.Reference = ref, fmt.Sprintf("standalone through this measurement (BE idle) %v, %d samples", ref.Round(time.Microsecond), stats.Weight(a.alone))
 		}
 		if a.Target = s.Objective.Target(ref); a.Target > 0 && enough(a.pts, a.reqs, minRequests) && !waits {
 			a.Latency = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
 			a.Ratio, a.Counted, a.Made = float64(a.Latency)/float64(a.Target), true, a.Made+1
+			e := c.est(c.cur)
+			a.scatter.Add(a.Ratio, math.Hypot(stats.QuantileSE(a.pts, s.Objective.Quantile, a.reqs), refSE), e.lc[k], aged(halfLife))
 			a.restart()
 			c.counted[k]++
-			e := c.est(c.cur)
 			e.lc[k] = cmp.Or(e.lc[k], &stats.Forgetting{})
 			e.lc[k].Add(a.Ratio)
 		}
@@ -303,7 +305,7 @@ func (c *Controller) lcFeasibility(a Arm) feasibility {
 // lcBounds are objective k's latency/target bounds under a: its own, else giving BE more than a neighbour, no better than priorScatter under it.
 func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
 	if e := c.est(a).lc[k]; known(e) {
-		return e.Bounds(z, priorScatter, priorWeight)
+		return e.Bounds(z, cmp.Or(c.acc[k], &accum{}).scatter.Of(priorScatter, priorWeight), priorWeight)
 	}
 	lo = math.Inf(-1)
 	for _, n := range c.set.neighbours(a) {

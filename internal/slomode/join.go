@@ -92,13 +92,12 @@ func (l *Loop) sorted() []*search {
 
 // assign gives each BE its live search's BE timeslice (in none, the policy's), the shortest to one new or unlisted (it may be beside any LC).
 func (l *Loop) assign(all []policy.ProcRef) map[string]tsg.Opt[time.Duration] {
-	var def tsg.Opt[time.Duration]
+	def, per := tsg.Opt[time.Duration]{}, make(map[string]tsg.Opt[time.Duration], len(all))
 	for _, s := range l.searches {
 		if c := s.ctl.Arm().BETimeslice; s.live() && (!def.Set || c < def.V) {
 			def = tsg.Some(c)
 		}
 	}
-	per := make(map[string]tsg.Opt[time.Duration], len(all))
 	for _, b := range all {
 		switch s := l.beSearch[b.Key()]; {
 		case s != nil:

@@ -257,8 +257,7 @@ func (l *Loop) decide(pol *policy.Policy, all []policy.ProcRef, samples map[int]
 				obs.Aligned = obs.Aligned && len(w.samples) > 0 && w.began >= prev-pol.SLO.Window/alignSlack
 			}
 		}
-		from := s.ctl.Arm()
-		d := s.ctl.Observe(obs)
+		from, d := s.ctl.Arm(), s.ctl.Observe(obs) // the arm before this window's decision, then the decision
 		s.decided = &d
 		if !d.Changed {
 			l.log.Debug("slo: kept", "gpus", s.key, "be_timeslice", d.Arm.BETimeslice, "cause", d.Cause, "reason", d.Reason, "worst_lc_vs_objective", d.Worst)

@@ -37,3 +37,17 @@ func WeightedQuantile(ws []Weighted, q float64) time.Duration {
 	}
 	return ps[len(ps)-1].V
 }
+
+// QuantileSE is the relative standard error of ws's quantile q as n
+// independent draws (fewer than ws weighs where samples move together):
+// half the spread of the quantiles one binomial standard deviation of
+// rank either side, over the quantile. NaN with no samples.
+func QuantileSE(ws []Weighted, q float64, n int) float64 {
+	m := WeightedQuantile(ws, q)
+	if m <= 0 || n <= 0 {
+		return math.NaN()
+	}
+	d := math.Sqrt(q * (1 - q) / float64(n))
+	lo, hi := WeightedQuantile(ws, max(q-d, 0)), WeightedQuantile(ws, min(q+d, 1))
+	return float64(hi-lo) / 2 / float64(m)
+}

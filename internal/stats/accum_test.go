@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -23,5 +24,37 @@ func TestWeightedQuantile(t *testing.T) {
 				t.Fatalf("count %d p50 %v, want %d and %v", Weight(tt.ws), WeightedQuantile(tt.ws, 0.5), tt.count, tt.p50)
 			}
 		})
+	}
+}
+
+func TestQuantileSE(t *testing.T) {
+	cycle := func(fs ...float64) (ws []Weighted) { // 4 requests at each
+		for range 4 {
+			for _, f := range fs {
+				ws = append(ws, Weighted{V: time.Duration(f * 1e6), W: 1})
+			}
+		}
+		return ws
+	}
+	tests := []struct {
+		name string
+		ws   []Weighted
+		q    float64
+		n    int
+		want float64
+	}{
+		{"spread ±10%, 20 requests", cycle(0.9, 0.95, 1, 1.05, 1.1), 0.5, 20, 0.05},
+		{"all alike", cycle(1, 1, 1, 1, 1), 0.5, 20, 0},
+		{"20 samples of 2 requests: wider", cycle(0.9, 0.95, 1, 1.05, 1.1), 0.5, 2, 0.1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := QuantileSE(tt.ws, tt.q, tt.n); math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("QuantileSE = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if got := QuantileSE(nil, 0.5, 20); !math.IsNaN(got) {
+		t.Errorf("no samples: %v, want NaN", got)
 	}
 }

@@ -49,3 +49,29 @@ func MostDeviant(z float64, n int) float64 {
 	pn := -math.Expm1(float64(n) * math.Log1p(-p)) // of n
 	return math.Copysign(math.Sqrt2*math.Erfcinv(pn), z)
 }
+
+// Scatter learns one measurement's relative scatter from two sides: each
+// measurement's own standard error from its samples (Own, of its square),
+// and how far each fell from the mean of those before it of the same
+// quantity (Off, relative, scaled to one measurement's own).
+type Scatter struct{ Own, Off Forgetting }
+
+// Add folds in a measurement x of relative standard error se, and how far
+// it fell from before, the estimate of those before it of the same
+// quantity, where that rests on a weight of least or more (nil: none).
+func (s *Scatter) Add(x, se float64, before *Forgetting, least float64) {
+	s.Own.Add(se * se)
+	if e := before; e != nil && e.W >= least && e.W > 0 { // a new one falls off a mean of W by 1+1/W as much as one measurement scatters
+		s.Off.Add((x/e.Mean() - 1) * math.Sqrt(e.W/(e.W+1)))
+	}
+}
+
+// Of is the relative scatter: the measurements' own (prior where none
+// gave one) pooled, as weight measurements, with how far they fell apart.
+func (s *Scatter) Of(prior, weight float64) float64 {
+	v := prior * prior
+	if s.Own.W > 0 {
+		v = s.Own.Mean()
+	}
+	return math.Sqrt((s.Off.Sxx + weight*v) / (s.Off.W + weight))
+}

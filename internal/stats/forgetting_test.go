@@ -57,3 +57,32 @@ func TestMostDeviant(t *testing.T) {
 		t.Error("a deviate whose chance underflows is not +Inf")
 	}
 }
+
+func TestScatter(t *testing.T) {
+	steady := &Forgetting{}
+	steady.Add(1)
+	tests := []struct {
+		name string
+		adds [][2]float64 // each measurement and its own standard error, each after the one before (the first has none)
+		want float64      // Of(0.1, 2)
+	}{
+		{"none: the prior", nil, 0.1},
+		{"one: its own error", [][2]float64{{1, 0.02}}, 0.02},
+		{"apart by more than their own", [][2]float64{{1, 0.02}, {1.2, 0.02}}, math.Sqrt((0.2*0.2*0.5 + 2*0.0004) / 3)},
+		{"apart as their own", [][2]float64{{1, 0.02}, {1.02, 0.02}}, math.Sqrt((0.02*0.02*0.5 + 2*0.0004) / 3)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s Scatter
+			var before *Forgetting
+			for _, a := range tt.adds {
+				s.Add(a[0], a[1], before, 0.5)
+				before = &Forgetting{}
+				before.Add(a[0])
+			}
+			if got := s.Of(0.1, 2); math.Abs(got-tt.want) > 1e-12 {
+				t.Errorf("Of = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
