@@ -161,14 +161,14 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		w, refSE := c.tick-a.from+1, 0.0 // the span's windows so far (refSE: the reference's own relative error, where the span gives it): it waits, maxAccumulate at most, while BE idles often enough to give them within two (undecided that long, an arm is left)
 		waits := span && a.lone > 0 && w <= maxAccumulate && stats.Weight(a.alone)*2*maxAccumulate >= minSamples/2*w && a.lone*2*maxAccumulate >= minRequests/2*w
 		if span && ref > 0 && stats.Weight(a.alone) >= minSamples/2 && a.lone >= minRequests/2 {
-			ref, waits, refSE = stats.WeightedQuantile(a.alone, s.Objective.Quantile), false, stats.QuantileSE(a.alone, s.Objective.Quantile, a.lone)
+			ref, waits, refSE = stats.WeightedQuantile(a.alone, s.Objective.Quantile), false, stats.QuantileSE(a.alone, s.Objective.Quantile, min(a.lone, len(a.alone)))
 			a.ref, a.Reference = ref, fmt.Sprintf("standalone through this measurement (BE idle) %v, %d samples", ref.Round(time.Microsecond), stats.Weight(a.alone))
 		}
 		if a.Target = s.Objective.Target(ref); a.Target > 0 && enough(a.pts, a.reqs, minRequests) && !waits {
 			a.Latency = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
 			a.Ratio, a.Counted, a.Made = float64(a.Latency)/float64(a.Target), true, a.Made+1
 			e := c.est(c.cur)
-			a.scatter.Add(a.Ratio, math.Hypot(stats.QuantileSE(a.pts, s.Objective.Quantile, a.reqs), refSE), e.lc[k], aged(halfLife))
+			a.scatter.Add(a.Ratio, math.Hypot(stats.QuantileSE(a.pts, s.Objective.Quantile, min(a.reqs, len(a.pts))), refSE), e.lc[k], aged(halfLife))
 			a.restart()
 			c.counted[k]++
 			e.lc[k] = cmp.Or(e.lc[k], &stats.Forgetting{})

@@ -39,7 +39,8 @@ func WeightedQuantile(ws []Weighted, q float64) time.Duration {
 }
 
 // QuantileSE is the relative standard error of ws's quantile q as n
-// independent draws (fewer than ws weighs where samples move together):
+// independent draws (fewer than ws weighs where samples move together; no
+// more than its values where each is a window's quantile over its count):
 // half the spread of the quantiles one binomial standard deviation of
 // rank either side, over the quantile. NaN with no samples.
 func QuantileSE(ws []Weighted, q float64, n int) float64 {
