@@ -368,11 +368,8 @@ func (c *Controller) endExplore(d *Decision, cause, why string) {
 	if c.nextExplore > 0 {
 		c.nextExplore = c.budgeted
 	}
-	to := c.cur
-	if c.feasibility(c.cur) != feasible || c.feasibility(from) == feasible && c.share(from) >= c.share(c.cur) {
-		to = c.set.clamp(from)
-	}
-	c.to(d, cause, to, why)
+	back := c.feasibility(c.cur) != feasible || c.feasibility(from) == feasible && c.share(from) >= c.share(c.cur)
+	c.to(d, cause, map[bool]Arm{true: c.set.clamp(from), false: c.cur}[back], why)
 }
 
 // rescue leaves a missing arm for the best known to meet, else the most BE that might meet and protects the LC (BE, below its minimum), else the closest.

@@ -66,6 +66,7 @@ type reference struct {
 	reqs       int
 	est        stats.Forgetting // the measurements made so, in ns
 	value      time.Duration    // their mean; 0 while none
+	se         float64          // the last one's relative standard error, from its samples (NaN: not known)
 	under      Arm              // beside BE: the shortest arm it is learnt under
 	was        time.Duration    // its value under the arm before: the arms' estimates move once from it to the first value under this
 	silent     int              // windows alone, of pauses that taught it nothing
@@ -123,7 +124,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		}
 		a := cmp.Or(c.acc[k], &accum{LCResult: LCResult{Key: s.Key, Objective: s.Objective.String(), Ratio: math.NaN()}})
 		c.acc[k], a.Reference, a.Counted = a, "", false
-		ref := s.Standalone
+		ref, refSE := s.Standalone, 0.0 // refSE: the reference's own relative error, where known
 		var r *reference
 		if ref <= 0 {
 			if r = c.refFor(s); n > 0 {
@@ -141,10 +142,10 @@ func (c *Controller) measure(d *Decision, o Observation) {
 							x.Scale(float64(r.was) / r.est.Mean())
 						}
 					}
-					r.value, r.pts, r.reqs, r.was = time.Duration(r.est.Mean()), nil, 0, 0 // arms measured before stay judged by the reference of their time: the LC drifts
+					r.value, r.se, r.pts, r.reqs, r.was = time.Duration(r.est.Mean()), stats.QuantileSE(r.pts, s.Objective.Quantile, r.reqs), nil, 0, 0 // arms measured before stay judged by the reference of their time: the LC drifts
 				}
 			}
-			ref = r.value
+			ref, refSE = r.value, r.se
 			if s.Objective.Relative() {
 				a.Reference = r.String(c)
 			}
@@ -158,17 +159,17 @@ func (c *Controller) measure(d *Decision, o Observation) {
 				a.alone, a.lone = append(a.alone, s.Points...), a.lone+requests(s)
 			}
 		}
-		w, refSE := c.tick-a.from+1, 0.0 // the span's windows so far (refSE: the reference's own relative error, where the span gives it): it waits, maxAccumulate at most, while BE idles often enough to give them within two (undecided that long, an arm is left)
+		w := c.tick - a.from + 1 // the span's windows so far: it waits, maxAccumulate at most, while BE idles often enough to give them within two (undecided that long, an arm is left)
 		waits := span && a.lone > 0 && w <= maxAccumulate && stats.Weight(a.alone)*2*maxAccumulate >= minSamples/2*w && a.lone*2*maxAccumulate >= minRequests/2*w
 		if span && ref > 0 && stats.Weight(a.alone) >= minSamples/2 && a.lone >= minRequests/2 {
-			ref, waits, refSE = stats.WeightedQuantile(a.alone, s.Objective.Quantile), false, stats.QuantileSE(a.alone, s.Objective.Quantile, min(a.lone, len(a.alone)))
+			ref, waits, refSE = stats.WeightedQuantile(a.alone, s.Objective.Quantile), false, stats.QuantileSE(a.alone, s.Objective.Quantile, a.lone)
 			a.ref, a.Reference = ref, fmt.Sprintf("standalone through this measurement (BE idle) %v, %d samples", ref.Round(time.Microsecond), stats.Weight(a.alone))
 		}
 		if a.Target = s.Objective.Target(ref); a.Target > 0 && enough(a.pts, a.reqs, minRequests) && !waits {
 			a.Latency = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
 			a.Ratio, a.Counted, a.Made = float64(a.Latency)/float64(a.Target), true, a.Made+1
 			e := c.est(c.cur)
-			a.scatter.Add(a.Ratio, math.Hypot(stats.QuantileSE(a.pts, s.Objective.Quantile, min(a.reqs, len(a.pts))), refSE), e.lc[k], aged(halfLife))
+			a.scatter.Add(a.Ratio, math.Hypot(stats.QuantileSE(a.pts, s.Objective.Quantile, a.reqs), refSE), e.lc[k], aged(halfLife), aged(float64(w))) // fading with the windows measured, as arms do
 			a.restart()
 			c.counted[k]++
 			e.lc[k] = cmp.Or(e.lc[k], &stats.Forgetting{})

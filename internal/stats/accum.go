@@ -39,16 +39,26 @@ func WeightedQuantile(ws []Weighted, q float64) time.Duration {
 }
 
 // QuantileSE is the relative standard error of ws's quantile q as n
-// independent draws (fewer than ws weighs where samples move together; no
-// more than its values where each is a window's quantile over its count):
-// half the spread of the quantiles one binomial standard deviation of
-// rank either side, over the quantile. NaN with no samples.
+// independent draws, no more than ws's distinct values (fewer where
+// samples move together, or where a value stands for a window's quantile
+// over its count or for copies of one mean): half the spread of the
+// quantiles one binomial standard deviation of rank either side, over the
+// quantile. NaN where that spread is none (one value, copies, or a tail
+// quantile of too few draws to see past the extreme): not known.
 func QuantileSE(ws []Weighted, q float64, n int) float64 {
+	distinct := map[time.Duration]bool{}
+	for _, w := range ws {
+		distinct[w.V] = true
+	}
+	n = min(n, len(distinct))
 	m := WeightedQuantile(ws, q)
 	if m <= 0 || n <= 0 {
 		return math.NaN()
 	}
 	d := math.Sqrt(q * (1 - q) / float64(n))
 	lo, hi := WeightedQuantile(ws, max(q-d, 0)), WeightedQuantile(ws, min(q+d, 1))
+	if hi <= lo {
+		return math.NaN()
+	}
 	return float64(hi-lo) / 2 / float64(m)
 }

@@ -44,12 +44,14 @@ func TestQuantileSE(t *testing.T) {
 		want float64
 	}{
 		{"spread ±10%, 20 requests", cycle(0.9, 0.95, 1, 1.05, 1.1), 0.5, 20, 0.05},
-		{"all alike", cycle(1, 1, 1, 1, 1), 0.5, 20, 0},
+		{"all alike: not known", cycle(1, 1, 1, 1, 1), 0.5, 20, math.NaN()},
+		{"p99 of 20: not known past the extreme", cycle(0.9, 0.95, 1, 1.05, 1.1), 0.99, 20, math.NaN()},
+		{"copies of one mean count once: the middle all copies, not known", append(cycle(0.9, 0.95, 1, 1.05, 1.1), cycle(1, 1, 1, 1, 1)...), 0.5, 40, math.NaN()},
 		{"20 samples of 2 requests: wider", cycle(0.9, 0.95, 1, 1.05, 1.1), 0.5, 2, 0.1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := QuantileSE(tt.ws, tt.q, tt.n); math.Abs(got-tt.want) > 1e-9 {
+			if got := QuantileSE(tt.ws, tt.q, tt.n); math.Abs(got-tt.want) > 1e-9 || math.IsNaN(got) != math.IsNaN(tt.want) {
 				t.Errorf("QuantileSE = %v, want %v", got, tt.want)
 			}
 		})

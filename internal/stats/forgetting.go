@@ -56,10 +56,13 @@ func MostDeviant(z float64, n int) float64 {
 // quantity (Off, relative, scaled to one measurement's own).
 type Scatter struct{ Own, Off Forgetting }
 
-// Add folds in a measurement x of relative standard error se, and how far
-// it fell from before, the estimate of those before it of the same
-// quantity, where that rests on a weight of least or more (nil: none).
-func (s *Scatter) Add(x, se float64, before *Forgetting, least float64) {
+// Add folds in a measurement x of relative standard error se (NaN: not
+// known), and how far it fell from before, the estimate of those before it
+// of the same quantity, where that rests on a weight of least or more
+// (nil: none). What it held first fades by fade: the quantity drifts.
+func (s *Scatter) Add(x, se float64, before *Forgetting, least, fade float64) {
+	s.Own.Decay(fade)
+	s.Off.Decay(fade)
 	s.Own.Add(se * se)
 	if e := before; e != nil && e.W >= least && e.W > 0 { // a new one falls off a mean of W by 1+1/W as much as one measurement scatters
 		s.Off.Add((x/e.Mean() - 1) * math.Sqrt(e.W/(e.W+1)))
