@@ -84,6 +84,16 @@ for ((d = 0; d < ${#lanes[@]}; d++)); do
   for c in "${free[@]:0:4}"; do used[$c]=1; done
 done
 
+# short_limit N PART SETTINGS TIMEOUT: says so where the bench's own limit (TIMEOUT less 50 s) is
+# shorter than its settings need: each a run of DURATION and ~20 s to start (SLO mode's 16 s
+# lead-in more), be-only BEONLY_DURATION; a bench stopped at its limit keeps none of its last run.
+short_limit() {
+  local need=0 s dur=${DURATION%s} be=${BEONLY_DURATION:-60s}
+  [[ $dur =~ ^[0-9]+$ ]] || return 0
+  for s in $3; do case $s in beonly) need=$((need + ${be%s} + 10));; slo) need=$((need + dur + 36));; *) need=$((need + dur + 20));; esac; done
+  [ "$need" -le $(($4 - 50)) ] || echo "gpu$1 $2: WARNING: its settings need about ${need} s, the bench's limit is $(($4 - 50)) s: its last run will be cut and lost"
+}
+
 lane() { # lane N SPEC...
   local d=$1 spec part settings tmo rv=REP$1 xv=XZ_DIR$1 dv=DURATION$1 carry=.carry
   local REP=${!rv:-$REP} DURATION=${!dv:-${DURATION:-}}
@@ -95,6 +105,7 @@ lane() { # lane N SPEC...
   for spec in "$@"; do
     IFS=: read -r part settings tmo <<<"$spec"
     echo "=== gpu$d $part [$settings] rep $REP ${pins[$d]} $(date +%T)"
+    short_limit "$d" "$part" "$settings" "$tmo"
     # the part's own limits inside TIMEOUT, so that it stops its bench and daemon itself
     local v=${part^^}; v=${v//-/_}
     env "TIMEOUT_$v=$((tmo - 10))" "BENCH_TIMEOUT_$v=$((tmo - 50))" \
