@@ -942,6 +942,32 @@ func TestScatterFromMeasurements(t *testing.T) {
 	}
 }
 
+// TestBoundsOwnErrorPerArm: an arm's bounds take its own measurements' error where they gave one: a
+// steady arm's 1% does not decide an arm whose one measurement (0.96) has 6% of its own. It fails with
+// every arm judged by the LC's pooled error.
+func TestBoundsOwnErrorPerArm(t *testing.T) {
+	c := newController(t, Options{})
+	k, a := "1/1 p50<=1.1x", &accum{}
+	c.acc[k] = a
+	steady, noisy := Arm{BETimeslice: 200 * time.Microsecond}, Arm{BETimeslice: 500 * time.Microsecond}
+	measure := func(arm Arm, x, se float64) {
+		e := c.est(arm)
+		e.own[k], e.lc[k] = cmp.Or(e.own[k], &stats.Forgetting{}), cmp.Or(e.lc[k], &stats.Forgetting{})
+		a.scatter.Add(x, se, e.own[k], e.lc[k], aged(halfLife), 1)
+		e.lc[k].Add(x)
+	}
+	for _, x := range []float64{0.92, 0.93, 0.92, 0.93, 0.92, 0.93} {
+		measure(steady, x, 0.01)
+	}
+	measure(noisy, 0.96, 0.06)
+	if _, hi := c.lcBounds(steady, k); hi > 1 {
+		t.Errorf("the steady arm at 0.925: upper bound %.3f, want it decided", hi)
+	}
+	if _, hi := c.lcBounds(noisy, k); hi <= 1 {
+		t.Errorf("the noisy arm's one measurement at 0.96 with 6%% its own error: upper bound %.3f, want it undecided", hi)
+	}
+}
+
 func TestUndecidedMissWaitsForTwoMeasurements(t *testing.T) {
 	// A slow LC: a request every 4 windows, so one measurement of 20 takes 77 windows, longer
 	// than the 60 an undecided arm is held. Its first reads 1.01x its objective, within its own error: one measurement

@@ -19,15 +19,15 @@ func decides(w float64) bool         { return w >= aged(halfLife) }
 func known(e *stats.Forgetting) bool { return e != nil && decides(e.W) }
 func forgotten(w float64) bool       { return w < aged(halfLife)/100 }
 
-// armEst is what one arm showed: each objective's latency/target (by objective key), BE's share.
+// armEst is what one arm showed: each objective's latency/target (by objective key) and its measurements' own squared errors, BE's share.
 type armEst struct {
-	lc    map[string]*stats.Forgetting
-	share stats.Forgetting
+	lc, own map[string]*stats.Forgetting
+	share   stats.Forgetting
 }
 
 func (c *Controller) est(a Arm) *armEst {
 	if c.arms[a] == nil {
-		c.arms[a] = &armEst{lc: map[string]*stats.Forgetting{}}
+		c.arms[a] = &armEst{lc: map[string]*stats.Forgetting{}, own: map[string]*stats.Forgetting{}}
 	}
 	return c.arms[a]
 }
@@ -39,6 +39,7 @@ func (c *Controller) decay(f float64) {
 	}
 	for a, e := range c.arms {
 		maps.DeleteFunc(e.lc, func(_ string, x *stats.Forgetting) bool { x.Decay(f); return forgotten(x.W) })
+		maps.DeleteFunc(e.own, func(_ string, x *stats.Forgetting) bool { x.Decay(f); return forgotten(x.W) })
 		if e.share.Decay(f); len(e.lc) == 0 && forgotten(e.share.W) {
 			delete(c.arms, a)
 		}
@@ -52,7 +53,7 @@ type accum struct {
 	reqs, lone int              // the requests each comes from
 	from       int              // the window of pts' first (0: none yet)
 	ref        time.Duration    // the LC alone it is judged by, where known (0: not)
-	scatter    stats.Scatter    // one measurement's, from each one's samples and how far each fell from its arm's before
+	scatter    stats.Scatter    // one measurement's, from each one's samples (where its arm's give none) and how far each fell from its arm's before
 }
 
 // restart drops what accumulated toward the next measurement: it counted, or the arm moved.
@@ -169,7 +170,8 @@ func (c *Controller) measure(d *Decision, o Observation) {
 			a.Latency = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
 			a.Ratio, a.Counted, a.Made = float64(a.Latency)/float64(a.Target), true, a.Made+1
 			e := c.est(c.cur)
-			a.scatter.Add(a.Ratio, math.Hypot(stats.QuantileSE(a.pts, s.Objective.Quantile, a.reqs), refSE), e.lc[k], aged(halfLife), aged(float64(w))) // fading with the windows measured, as arms do
+			e.own[k] = cmp.Or(e.own[k], &stats.Forgetting{}) // the arm's own errors fade with it; the LC's pool with the windows measured
+			a.scatter.Add(a.Ratio, math.Hypot(stats.QuantileSE(a.pts, s.Objective.Quantile, a.reqs), refSE), e.own[k], e.lc[k], aged(halfLife), aged(float64(w)))
 			a.restart()
 			c.counted[k]++
 			e.lc[k] = cmp.Or(e.lc[k], &stats.Forgetting{})
@@ -306,7 +308,7 @@ func (c *Controller) lcFeasibility(a Arm) feasibility {
 // lcBounds are objective k's latency/target bounds under a: its own, else giving BE more than a neighbour, no better than priorScatter under it.
 func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
 	if e := c.est(a).lc[k]; known(e) {
-		return e.Bounds(z, cmp.Or(c.acc[k], &accum{}).scatter.Of(priorScatter, priorWeight), priorWeight)
+		return e.Bounds(z, cmp.Or(c.acc[k], &accum{}).scatter.Of(c.est(a).own[k], priorScatter, priorWeight), priorWeight)
 	}
 	lo = math.Inf(-1)
 	for _, n := range c.set.neighbours(a) {

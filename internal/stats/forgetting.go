@@ -57,23 +57,29 @@ func MostDeviant(z float64, n int) float64 {
 type Scatter struct{ Own, Off Forgetting }
 
 // Add folds in a measurement x of relative standard error se (NaN: not
-// known), and how far it fell from before, the estimate of those before it
-// of the same quantity, where that rests on a weight of least or more
-// (nil: none). What it held first fades by fade: the quantity drifts.
-func (s *Scatter) Add(x, se float64, before *Forgetting, least, fade float64) {
+// known), also into own (the errors of its kind alone, as Of takes them),
+// and how far it fell from before, the estimate of those before it of the
+// same quantity, where that rests on a weight of least or more (nil:
+// none). What it held first fades by fade: the quantity drifts.
+func (s *Scatter) Add(x, se float64, own, before *Forgetting, least, fade float64) {
 	s.Own.Decay(fade)
 	s.Off.Decay(fade)
 	s.Own.Add(se * se)
+	own.Add(se * se)
 	if e := before; e != nil && e.W >= least && e.W > 0 { // a new one falls off a mean of W by 1+1/W as much as one measurement scatters
 		s.Off.Add((x/e.Mean() - 1) * math.Sqrt(e.W/(e.W+1)))
 	}
 }
 
-// Of is the relative scatter: the measurements' own (prior where none
-// gave one) pooled, as weight measurements, with how far they fell apart.
-func (s *Scatter) Of(prior, weight float64) float64 {
+// Of is the relative scatter of a measurement whose own squared errors
+// own holds (nil or empty: every measurement's, else prior), pooled, as
+// weight measurements, with how far measurements fell apart.
+func (s *Scatter) Of(own *Forgetting, prior, weight float64) float64 {
 	v := prior * prior
-	if s.Own.W > 0 {
+	switch {
+	case own != nil && own.W > 0:
+		v = own.Mean()
+	case s.Own.W > 0:
 		v = s.Own.Mean()
 	}
 	return math.Sqrt((s.Off.Sxx + weight*v) / (s.Off.W + weight))

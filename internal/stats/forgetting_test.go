@@ -76,12 +76,16 @@ func TestScatter(t *testing.T) {
 			var s Scatter
 			var before *Forgetting
 			for _, a := range tt.adds {
-				s.Add(a[0], a[1], before, 0.5, 1)
+				s.Add(a[0], a[1], &Forgetting{}, before, 0.5, 1)
 				before = &Forgetting{}
 				before.Add(a[0])
 			}
-			if got := s.Of(0.1, 2); math.Abs(got-tt.want) > 1e-12 {
+			if got := s.Of(nil, 0.1, 2); math.Abs(got-tt.want) > 1e-12 {
 				t.Errorf("Of = %v, want %v", got, tt.want)
+			}
+			own := &Forgetting{}
+			if own.Add(0.05 * 0.05); len(tt.adds) > 0 && math.Abs(s.Of(own, 0.1, 2)-math.Sqrt((s.Off.Sxx+2*0.0025)/(s.Off.W+2))) > 1e-12 {
+				t.Errorf("Of with its own error 5%% = %v", s.Of(own, 0.1, 2))
 			}
 		})
 	}
