@@ -149,8 +149,9 @@ type Controller struct {
 	moved, missed      int            // the window of the last decision that changed the arm; the last such that left one missing (a violation, at the limit)
 	counted            map[string]int // measurements made under the arm in force since it was taken, by objective key (its estimate may predate them)
 	arms               map[Arm]*armEst
-	acc                map[string]*accum // measurements accumulating under cur, by objective key
-	active             map[string]int    // objective keys by the window they last gave a sample
+	scatter            map[string]*stats.Scatter // one measurement's, by objective key: each one's own errors and how far each fell from its arm's before
+	acc                map[string]*accum         // measurements accumulating under cur, by objective key
+	active             map[string]int            // objective keys by the window they last gave a sample
 	refs               map[string]*reference
 	left               map[Arm]backoff
 	quiet, idleAt      int              // windows in a row without an LC sample; the last BE idled through of its own accord, its LCs as alone
@@ -175,7 +176,7 @@ func New(opts Options) (*Controller, error) {
 	}
 	opts.Ladder = slices.Compact(slices.Sorted(slices.Values(append(slices.Clip(opts.Ladder), opts.Static)))) // the static arm is a rung of its own
 	c := &Controller{opts: opts, arms: map[Arm]*armEst{}, acc: map[string]*accum{}, active: map[string]int{},
-		refs: map[string]*reference{}, left: map[Arm]backoff{}, stops: map[int][]string{}, counted: map[string]int{}}
+		refs: map[string]*reference{}, left: map[Arm]backoff{}, stops: map[int][]string{}, counted: map[string]int{}, scatter: map[string]*stats.Scatter{}}
 	c.offer(Observation{})
 	c.cur, c.phase = c.safe(), Phase{Kind: Settled}
 	return c, nil
@@ -354,10 +355,8 @@ func (c *Controller) undecided(d *Decision) {
 }
 
 func (c *Controller) measuring() string {
-	if m := c.worstMean(c.cur); !math.IsNaN(m) {
-		return fmt.Sprintf("measuring %v: LC at %.2fx its objective so far", c.cur, m)
-	}
-	return fmt.Sprintf("measuring %v: no measurement of it yet", c.cur)
+	m := c.worstMean(c.cur)
+	return fmt.Sprintf("measuring %v: %s", c.cur, map[bool]string{true: "no measurement of it yet", false: fmt.Sprintf("LC at %.2fx its objective so far", m)}[math.IsNaN(m)])
 }
 
 // endExplore settles on the arm explored if it is the better, else where it came from.

@@ -947,13 +947,13 @@ func TestScatterFromMeasurements(t *testing.T) {
 // every arm judged by the LC's pooled error.
 func TestBoundsOwnErrorPerArm(t *testing.T) {
 	c := newController(t, Options{})
-	k, a := "1/1 p50<=1.1x", &accum{}
-	c.acc[k] = a
+	k := "1/1 p50<=1.1x"
+	c.scatter[k] = &stats.Scatter{}
 	steady, noisy := Arm{BETimeslice: 200 * time.Microsecond}, Arm{BETimeslice: 500 * time.Microsecond}
 	measure := func(arm Arm, x, se float64) {
 		e := c.est(arm)
 		e.own[k], e.lc[k] = cmp.Or(e.own[k], &stats.Forgetting{}), cmp.Or(e.lc[k], &stats.Forgetting{})
-		a.scatter.Add(x, se, e.own[k], e.lc[k], aged(halfLife), 1)
+		c.scatter[k].Add(x, se, e.own[k], e.lc[k], aged(halfLife))
 		e.lc[k].Add(x)
 	}
 	for _, x := range []float64{0.92, 0.93, 0.92, 0.93, 0.92, 0.93} {
@@ -965,6 +965,55 @@ func TestBoundsOwnErrorPerArm(t *testing.T) {
 	}
 	if _, hi := c.lcBounds(noisy, k); hi <= 1 {
 		t.Errorf("the noisy arm's one measurement at 0.96 with 6%% its own error: upper bound %.3f, want it undecided", hi)
+	}
+}
+
+// TestAbsoluteTakesNoReferenceError: an absolute objective's measurement is its latency over a fixed bound; the
+// reference learnt beside it while BE idles (passive, ±40%) adds nothing to its own error. It fails with the
+// reference's error added to every measurement.
+func TestAbsoluteTakesNoReferenceError(t *testing.T) {
+	c := newController(t, Options{NoPause: true})
+	obj := mustObjective(t, "p50<=20ms")
+	pts := func(spread float64) (ws []stats.Weighted) {
+		for i := range 25 {
+			ws = append(ws, stats.Weighted{V: time.Duration((1 + spread*(float64(i%5)-2)/2) * float64(10*time.Millisecond)), W: 1})
+		}
+		return ws
+	}
+	for w := range 6 { // BE idle 3 windows (the reference learnt from ±40%), then an arm's measurements of ±1%, one a window
+		c.Observe(Observation{BEIdle: w < 3, BEShare: 0.5, Aligned: true, LC: []LCSample{{Key: "1/1", Owner: "0", Objective: obj, Points: pts(map[bool]float64{true: 0.4, false: 0.01}[w < 3])}}})
+	}
+	sc, own := c.scatter["1/1 "+obj.String()], stats.QuantileSE(pts(0.01), 0.5, 25)
+	if sc == nil || sc.Own.W == 0 {
+		t.Fatal("no measurement's own error recorded")
+	}
+	if got := math.Sqrt(sc.Own.Mean()); math.Abs(got-own) > 1e-9 {
+		t.Errorf("own error %.4f, its samples give %.4f", got, own)
+	}
+}
+
+// TestScatterOutlivesQuietLC: how far an LC's measurements fell apart is kept as long as its arms' estimates, through
+// a quiet spell that ends its accumulation (40 windows): an arm left undecided by it stays undecided. It fails with the
+// scatter dropped with the accumulation (the arm's own 1% alone would decide it).
+func TestScatterOutlivesQuietLC(t *testing.T) {
+	c := newController(t, Options{NoPause: true})
+	k := "1/1 p50<=1.1x"
+	c.scatter[k] = &stats.Scatter{}
+	noisy, arm := Arm{BETimeslice: 200 * time.Microsecond}, Arm{BETimeslice: 500 * time.Microsecond}
+	for _, m := range []struct {
+		arm Arm
+		x   float64
+	}{{noisy, 0.80}, {noisy, 0.95}, {noisy, 0.80}, {noisy, 0.95}, {noisy, 0.80}, {noisy, 0.95}, {arm, 0.95}} { // 9% apart, 1% each its own
+		e := c.est(m.arm)
+		e.own[k], e.lc[k] = cmp.Or(e.own[k], &stats.Forgetting{}), cmp.Or(e.lc[k], &stats.Forgetting{})
+		c.scatter[k].Add(m.x, 0.01, e.own[k], e.lc[k], aged(halfLife))
+		e.lc[k].Add(m.x)
+	}
+	for range idleAfter + maxAccumulate + 1 {
+		c.Observe(Observation{BEShare: 0.5, Aligned: true})
+	}
+	if _, hi := c.lcBounds(arm, k); hi <= 1 {
+		t.Errorf("after a quiet spell the arm at 0.95 reads decided (upper bound %.3f): its LC's scatter was forgotten", hi)
 	}
 }
 

@@ -44,6 +44,7 @@ func (c *Controller) decay(f float64) {
 			delete(c.arms, a)
 		}
 	}
+	maps.DeleteFunc(c.scatter, func(_ string, x *stats.Scatter) bool { x.Decay(f); return forgotten(x.Own.W + x.Off.W) }) // as long as its arms' estimates
 }
 
 // accum gathers one objective's samples under the arm in force, however many windows a slow LC takes, and keeps its last measurement.
@@ -53,7 +54,6 @@ type accum struct {
 	reqs, lone int              // the requests each comes from
 	from       int              // the window of pts' first (0: none yet)
 	ref        time.Duration    // the LC alone it is judged by, where known (0: not)
-	scatter    stats.Scatter    // one measurement's, from each one's samples (where its arm's give none) and how far each fell from its arm's before
 }
 
 // restart drops what accumulated toward the next measurement: it counted, or the arm moved.
@@ -146,7 +146,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 					r.value, r.se, r.pts, r.reqs, r.was = time.Duration(r.est.Mean()), stats.QuantileSE(r.pts, s.Objective.Quantile, r.reqs), nil, 0, 0 // arms measured before stay judged by the reference of their time: the LC drifts
 				}
 			}
-			ref, refSE = r.value, r.se
+			ref, refSE = r.value, map[bool]float64{true: r.se}[s.Objective.Relative()] // an absolute target takes no reference
 			if s.Objective.Relative() {
 				a.Reference = r.String(c)
 			}
@@ -170,11 +170,11 @@ func (c *Controller) measure(d *Decision, o Observation) {
 			a.Latency = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
 			a.Ratio, a.Counted, a.Made = float64(a.Latency)/float64(a.Target), true, a.Made+1
 			e := c.est(c.cur)
-			e.own[k] = cmp.Or(e.own[k], &stats.Forgetting{}) // the arm's own errors fade with it; the LC's pool with the windows measured
-			a.scatter.Add(a.Ratio, math.Hypot(stats.QuantileSE(a.pts, s.Objective.Quantile, a.reqs), refSE), e.own[k], e.lc[k], aged(halfLife), aged(float64(w)))
+			e.own[k], e.lc[k] = cmp.Or(e.own[k], &stats.Forgetting{}), cmp.Or(e.lc[k], &stats.Forgetting{}) // the arm's own errors fade with it
+			c.scatter[k] = cmp.Or(c.scatter[k], &stats.Scatter{})                                           // the LC's, fading as they do
+			c.scatter[k].Add(a.Ratio, math.Hypot(stats.QuantileSE(a.pts, s.Objective.Quantile, a.reqs), refSE), e.own[k], e.lc[k], aged(halfLife))
 			a.restart()
 			c.counted[k]++
-			e.lc[k] = cmp.Or(e.lc[k], &stats.Forgetting{})
 			e.lc[k].Add(a.Ratio)
 		}
 		a.Pending = stats.Weight(a.pts)
@@ -308,7 +308,7 @@ func (c *Controller) lcFeasibility(a Arm) feasibility {
 // lcBounds are objective k's latency/target bounds under a: its own, else giving BE more than a neighbour, no better than priorScatter under it.
 func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
 	if e := c.est(a).lc[k]; known(e) {
-		return e.Bounds(z, cmp.Or(c.acc[k], &accum{}).scatter.Of(c.est(a).own[k], priorScatter, priorWeight), priorWeight)
+		return e.Bounds(z, cmp.Or(c.scatter[k], &stats.Scatter{}).Of(c.est(a).own[k], priorScatter, priorWeight), priorWeight)
 	}
 	lo = math.Inf(-1)
 	for _, n := range c.set.neighbours(a) {

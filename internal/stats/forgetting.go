@@ -60,16 +60,17 @@ type Scatter struct{ Own, Off Forgetting }
 // known), also into own (the errors of its kind alone, as Of takes them),
 // and how far it fell from before, the estimate of those before it of the
 // same quantity, where that rests on a weight of least or more (nil:
-// none). What it held first fades by fade: the quantity drifts.
-func (s *Scatter) Add(x, se float64, own, before *Forgetting, least, fade float64) {
-	s.Own.Decay(fade)
-	s.Off.Decay(fade)
+// none).
+func (s *Scatter) Add(x, se float64, own, before *Forgetting, least float64) {
 	s.Own.Add(se * se)
 	own.Add(se * se)
 	if e := before; e != nil && e.W >= least && e.W > 0 { // a new one falls off a mean of W by 1+1/W as much as one measurement scatters
 		s.Off.Add((x/e.Mean() - 1) * math.Sqrt(e.W/(e.W+1)))
 	}
 }
+
+// Decay multiplies every weight by f.
+func (s *Scatter) Decay(f float64) { s.Own.Decay(f); s.Off.Decay(f) }
 
 // Of is the relative scatter of a measurement whose own squared errors
 // own holds (nil or empty: every measurement's, else prior), pooled, as

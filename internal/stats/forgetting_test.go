@@ -76,7 +76,7 @@ func TestScatter(t *testing.T) {
 			var s Scatter
 			var before *Forgetting
 			for _, a := range tt.adds {
-				s.Add(a[0], a[1], &Forgetting{}, before, 0.5, 1)
+				s.Add(a[0], a[1], &Forgetting{}, before, 0.5)
 				before = &Forgetting{}
 				before.Add(a[0])
 			}
