@@ -198,15 +198,16 @@ def pool(rows):
 
 def measured(paths):
     """--measured: the scatter of gpreemptd's own measurements, from its status reads: each
-    measurement's ratio as the read that first shows it (its LC row's count grew) gives it."""
+    measurement's ratio as the read that first shows it (its LC row's count grew) gives it, under
+    the arm the read before showed (the one it was made under: a read shows the window's decision)."""
     rows = []
     for p in paths:
-        made, by = 0, {}
+        made, by, before = 0, {}, None
         for slo in status_reads(p):
             lc, search = (slo.get("lc") or [{}])[0], (slo.get("searches") or [{}])[0]
             if lc.get("measurements", 0) not in (0, made) and lc.get("ratio"):
-                by.setdefault(search.get("arm"), []).append(lc["ratio"])
-            made = lc.get("measurements", 0) or made
+                by.setdefault(before or search.get("arm"), []).append(lc["ratio"])
+            made, before = lc.get("measurements", 0) or made, search.get("arm") or before
         for arm, v in by.items():
             if len(v) >= 3:
                 rows.append((len(v), statistics.stdev(v) / statistics.mean(v)))

@@ -126,23 +126,26 @@ func TestSpanAloneScatterPerCPU(t *testing.T) {
 
 // TestSpanAloneMeasured: gpreemptd's status read three times a measurement, one arm measured at 1.0, 1.1 and 0.9
 // (relative SD 0.1) and another twice (left out, under three); a read between measurements repeats the last. Each
-// measurement counts once, where the count grew: 0.100 over 3, not the 9 reads' 0.087.
+// measurement counts once, where the count grew, under the arm the read before showed: the read that shows it shows
+// the arm its window decided (filed under that, 500 µs would read 1.1, 0.9, 1.3). 0.100 over 3, not the 9 reads' 0.087.
 func TestSpanAloneMeasured(t *testing.T) {
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
-	made := 0
-	for _, m := range []struct {
-		arm   string
+	read := func(arm string, made int, ratio float64) {
+		r := map[string]any{"status": map[string]any{"slo": map[string]any{
+			"searches": []any{map[string]any{"arm": arm}},
+			"lc":       []any{map[string]any{"measurements": made, "ratio": ratio}}}}}
+		if err := enc.Encode(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read("200µs", 0, 0)
+	for made, m := range []struct {
 		ratio float64
-	}{{"200µs", 1.0}, {"200µs", 1.1}, {"500µs", 1.2}, {"200µs", 0.9}, {"500µs", 1.3}} {
-		made++
+		next  string // the arm the window that made it decided
+	}{{1.0, "200µs"}, {1.1, "500µs"}, {1.2, "200µs"}, {0.9, "500µs"}, {1.3, "500µs"}} {
 		for range 3 {
-			read := map[string]any{"status": map[string]any{"slo": map[string]any{
-				"searches": []any{map[string]any{"arm": m.arm}},
-				"lc":       []any{map[string]any{"measurements": made, "ratio": m.ratio}}}}}
-			if err := enc.Encode(read); err != nil {
-				t.Fatal(err)
-			}
+			read(m.next, made+1, m.ratio)
 		}
 	}
 	path := filepath.Join(t.TempDir(), "status.jsonl")
