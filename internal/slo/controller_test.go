@@ -214,9 +214,13 @@ func TestTimeInMissingArms(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s %s duty %s", tt.w.Name, tt.obj, tt.duty), func(t *testing.T) {
 			obj := mustObjective(t, tt.obj)
-			var missing, share, n float64
+			var missing, share, n, scatter, scatters float64
 			for seed := uint64(1); seed <= cmp.Or(tt.seeds, 24); seed++ {
-				ds := play(newController(t, Options{}), NewSimGPU(seed), tt.w, obj, 360, duties[tt.duty])
+				c := newController(t, Options{})
+				ds := play(c, NewSimGPU(seed), tt.w, obj, 360, duties[tt.duty])
+				for _, x := range c.scatter {
+					scatter, scatters = scatter+x.Of(nil, priorScatter, priorWeight), scatters+1
+				}
 				if d, ok := unmeasuredEnd(ds); ok {
 					t.Fatalf("seed %d, window %d: %s, with no measurement since the exploration began", seed, d.Windows, d.Reason)
 				}
@@ -229,7 +233,7 @@ func TestTimeInMissingArms(t *testing.T) {
 			if share /= n; share < tt.share {
 				t.Errorf("BE share %.3f, want at least %.2f", share, tt.share)
 			}
-			t.Logf("arms that miss %.1f%% of the time, BE share %.3f", 100*missing, share)
+			t.Logf("arms that miss %.1f%% of the time, BE share %.3f; one measurement scatters %.1f%% as learnt", 100*missing, share, 100*scatter/scatters)
 		})
 	}
 }
