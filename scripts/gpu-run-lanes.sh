@@ -84,13 +84,25 @@ for ((d = 0; d < ${#lanes[@]}; d++)); do
   for c in "${free[@]:0:4}"; do used[$c]=1; done
 done
 
+# secs D: a duration as the bench takes one (90, 90s, 2m) in seconds; nothing if not one of those.
+secs() {
+  [[ ${1:-} =~ ^([0-9]+)(s|m)?$ ]] || return 1
+  if [ "${BASH_REMATCH[2]}" = m ]; then echo $((BASH_REMATCH[1] * 60)); else echo "${BASH_REMATCH[1]}"; fi
+}
+
 # short_limit N PART SETTINGS TIMEOUT: says so where the bench's own limit (TIMEOUT less 50 s) is
-# shorter than its settings need: each a run of DURATION and ~20 s to start (SLO mode's 16 s
-# lead-in more), be-only BEONLY_DURATION; a bench stopped at its limit keeps none of its last run.
+# shorter than its settings need, at least: be-only (BEONLY_DURATION, else DURATION) and each
+# setting a run of DURATION, ~20 s to start each, SLO mode's and the absolute objective's lead-in
+# (16 s, a scraped part's 60) and the absolute one's run alone more. Only a warning: a part that
+# ignores DURATION (steady, pushed) or a duration it cannot read is left unjudged. A bench
+# stopped at its limit keeps none of its last run.
 short_limit() {
-  local need=0 s dur=${DURATION%s} be=${BEONLY_DURATION:-60s}
-  [[ $dur =~ ^[0-9]+$ ]] || return 0
-  for s in $3; do case $s in beonly) need=$((need + ${be%s} + 10));; slo) need=$((need + dur + 36));; *) need=$((need + dur + 20));; esac; done
+  local need s lead=16 dur be
+  dur=$(secs "${DURATION:-}") && [ -n "$dur" ] || return 0
+  be=$(secs "${BEONLY_DURATION:-}") || be=$dur
+  case $2 in steady|pushed) return 0;; scraped*) lead=60;; esac
+  need=$((${be:-$dur} + 20))
+  for s in $3; do case $s in beonly) ;; slo) need=$((need + dur + 20 + lead));; abs) need=$((need + 2 * (dur + 20) + lead));; *) need=$((need + dur + 20));; esac; done
   [ "$need" -le $(($4 - 50)) ] || echo "gpu$1 $2: WARNING: its settings need about ${need} s, the bench's limit is $(($4 - 50)) s: its last run will be cut and lost"
 }
 

@@ -67,7 +67,7 @@ type reference struct {
 	reqs       int
 	est        stats.Forgetting // the measurements made so, in ns
 	value      time.Duration    // their mean; 0 while none
-	se         float64          // the last one's relative standard error, from its samples (NaN: not known)
+	se         float64          // the last one's relative standard error, from its samples (NaN: not known): more than its mean's, standing for a bias every measurement judged by it shares
 	under      Arm              // beside BE: the shortest arm it is learnt under
 	was        time.Duration    // its value under the arm before: the arms' estimates move once from it to the first value under this
 	silent     int              // windows alone, of pauses that taught it nothing
@@ -125,7 +125,7 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		}
 		a := cmp.Or(c.acc[k], &accum{LCResult: LCResult{Key: s.Key, Objective: s.Objective.String(), Ratio: math.NaN()}})
 		c.acc[k], a.Reference, a.Counted = a, "", false
-		ref, refSE := s.Standalone, 0.0 // refSE: the reference's own relative error, where known
+		ref, refSE := s.Standalone, 0.0 // refSE: the reference's own relative error (NaN: not known, nor then the measurement's)
 		var r *reference
 		if ref <= 0 {
 			if r = c.refFor(s); n > 0 {

@@ -89,4 +89,9 @@ func TestScatter(t *testing.T) {
 			}
 		})
 	}
+	var s Scatter
+	s.Add(1.2, 0.02, &Forgetting{}, &Forgetting{W: 0.3, Sx: 0.3}, 0.5) // a mean of less weight than least is none to fall from
+	if s.Off.W != 0 {
+		t.Errorf("a residual from an estimate under the least weight: %+v", s.Off)
+	}
 }

@@ -36,7 +36,7 @@ less one): how much one measurement of an arm scatters, the simulator's Spread t
 --per-cpu, each request's latency is first divided by its CPU loop's time (cpu_meter_ns, the LC's
 CPU speed around it; runs without one are left out): what the scatter would be were the vCPU's
 speed taken out. With --measured, the same of gpreemptd's own measurements as its status reads
-(STATUS.jsonl) show them: each measurement's ratio (latency over target), by the arm held."""
+(STATUS.jsonl) show them: each measurement's ratio (latency over target), by the arm it was made under."""
 import gzip, json, re, statistics, sys
 
 from reference_error import requests, wq50  # stats.WeightedQuantile(_, 0.5) of unit weights: the lower middle
