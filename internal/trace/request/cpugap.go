@@ -45,8 +45,7 @@ func (c *cpuGaps) launch(e *trace.Call) {
 		return
 	}
 	g := time.Duration(e.At - m.at)
-	if on := m.blocked != 0 && e.Blocked != 0 && e.Blocked == m.blocked ||
-		(m.blocked == 0 || e.Blocked == 0) && m.cpu != 0 && e.OnCPU >= m.cpu && 2*(e.OnCPU-m.cpu) >= g; !on {
+	if on, _ := worked(m.cpu, m.blocked, e, g, true); !on {
 		return
 	}
 	b := 0

@@ -516,19 +516,31 @@ func (d *Delimiter) onCPU(e *trace.Call) (work, byTime bool) {
 	if !d.seen || e.TID != d.lastTID || e.At <= d.last {
 		return false, false
 	}
-	blocked := d.lastBlocked != 0 && e.Blocked != 0
-	if blocked && e.Blocked == d.lastBlocked {
+	return worked(d.lastCPU, d.lastBlocked, e, time.Duration(e.At-d.last), false)
+}
+
+// worked reports whether e's thread worked through the gap before e, from its CPU time and
+// blocks then (0: unknown): it never blocked; or, where blocks are unknown, its CPU time grew by
+// more than half the gap (byTime: judged by CPU time, and open to a tick's lag). Where it blocked,
+// strict says no (a CPU gap: a wait is not its CPU's speed); else its CPU time must have grown by
+// most of the gap (a brief wait in work, the GIL or a lock, is no quiet; the CPU time may carry a
+// tick of the work before it).
+func worked(cpu0 time.Duration, blocked0 uint64, e *trace.Call, gap time.Duration, strict bool) (work, byTime bool) {
+	known := blocked0 != 0 && e.Blocked != 0
+	if known && e.Blocked == blocked0 {
 		return true, false
 	}
-	if d.lastCPU == 0 || e.OnCPU < d.lastCPU {
+	if cpu0 == 0 || e.OnCPU < cpu0 || known && strict {
 		return false, false
 	}
-	cpu, gap := e.OnCPU-d.lastCPU, time.Duration(e.At-d.last)
-	work = 2*cpu > gap
-	if blocked {
-		// A brief wait in work (the GIL, a lock) is no quiet; the CPU time may carry a tick of the
-		// work before the gap, so a gap it slept in is work only if it ran most of it.
+	cpu := e.OnCPU - cpu0
+	switch {
+	case known:
 		work = 4*cpu > 3*gap
+	case strict:
+		work = 2*cpu >= gap // half or more: a CPU gap's bucket is what counts
+	default:
+		work = 2*cpu > gap
 	}
 	return work, work
 }
