@@ -68,7 +68,9 @@ var requestsCommand = &cli.Command{
 			return err
 		}
 		err = runTrace(c, trace.Options{Probes: ps, PID: pid}, func(o *traceOut) traceHandler {
-			return &requestsTrace{out: o, pid: uint32(pid), each: c.Bool("each"), rec: rec, delim: request.NewDelimiter(uint32(pid), request.DelimiterConfig{Since: o.start})}
+			t := newRequestsTrace(c, o, uint32(pid))
+			t.rec = rec
+			return t
 		})
 		return errors.Join(err, rec.finish(err))
 	},
@@ -109,8 +111,8 @@ func replayRequests(c *cli.Context) error {
 	if len(calls) == 0 {
 		return fmt.Errorf("%w: --replay %s: no calls of pid %d", cmdutil.ErrInvalidArgument, c.String("replay"), pid)
 	}
-	out := newTraceOut(c, calls[0].At)
-	h := &requestsTrace{out: out, pid: pid, each: c.Bool("each"), replay: true, delim: request.NewDelimiter(pid, request.DelimiterConfig{Since: out.start})}
+	h := newRequestsTrace(c, newTraceOut(c, calls[0].At), pid)
+	h.replay = true
 	for _, x := range calls {
 		if err := h.Event(x); err != nil {
 			return err
@@ -182,6 +184,11 @@ func (r *recorder) finish(traceErr error) error {
 		return errors.Join(err, os.Remove(r.f.Name()))
 	}
 	return os.Rename(r.f.Name(), r.path)
+}
+
+// newRequestsTrace is pid's requests delimited from out's start, live or replayed.
+func newRequestsTrace(c *cli.Context, out *traceOut, pid uint32) *requestsTrace {
+	return &requestsTrace{out: out, pid: pid, each: c.Bool("each"), delim: request.NewDelimiter(pid, request.DelimiterConfig{Since: out.start})}
 }
 
 type requestsTrace struct {
