@@ -23,16 +23,16 @@ two. Without a duty (traced-lc.sh's phases) the medians of two recordings say th
 --against T: gpreemptctl's traced requests (`trace requests --replay CALLS --each --json`), its
 CPU gap over this median for each app request that holds one. --rows: each request's start,
 end, latency, median and mean CPU gap, their count and loop time (ns), a JSON line each."""
-import argparse, gzip, json, math, random, re, statistics
+import argparse, gzip, json, math, random, statistics
 
 from reference_error import bench_half, requests
+from span_alone import duration_us
 
 
 def duration_ns(s):
-    m = re.fullmatch(r"([0-9.]+)(ms|s)", s)
-    if not m:
+    if (us := duration_us(s)) <= 0:
         raise argparse.ArgumentTypeError(f"want a duration like 8s or 800ms, not {s!r}")
-    return int(float(m[1]) * {"ms": 1e6, "s": 1e9}[m[2]])
+    return int(us * 1e3)
 
 
 def corr(x, y):

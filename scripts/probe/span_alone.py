@@ -133,15 +133,19 @@ def replay(sc, refs, span, began=False, started=False, value=None):
     return out
 
 
+def slo_scenarios(path):
+    """A bench run's SLO scenarios with the app's requests by arm."""
+    for sc in json.load(gzip.open(path))["scenarios"]:
+        if sc["name"].startswith("slo") and sc.get("lc_duty_by_arm"):
+            yield sc
+
+
 def main(paths):
     errs = {"reference": [], "span": [], "began": [], "started": []}
     for arg in paths:
         p, _, status = arg.partition(":")
         refs = references(status) if status else None
-        d = json.load(gzip.open(p))
-        for sc in d["scenarios"]:
-            if not sc["name"].startswith("slo") or not sc.get("lc_duty_by_arm"):
-                continue
+        for sc in slo_scenarios(p):
             got = {"reference": replay(sc, refs, False), "span": replay(sc, refs, True), "began": replay(sc, refs, True, True),
                    "started": replay(sc, refs, True, started=True)}
             print(f"{p} {sc['name']}")
@@ -172,10 +176,7 @@ def main(paths):
 def scatter(paths, per_cpu=False):
     rows = []
     for p in paths:
-        d = json.load(gzip.open(p.partition(":")[0]))
-        for sc in d["scenarios"]:
-            if not sc["name"].startswith("slo") or not sc.get("lc_duty_by_arm"):
-                continue
+        for sc in slo_scenarios(p.partition(":")[0]):
             if per_cpu and not all(s.get("cpu_meter_ns", 0) > 0 for s in sc["lc"]["samples"]):
                 continue
             # per its CPU's speed then: only the value, each request placed by its real end (the loop's unit cancels in a ratio)
@@ -183,11 +184,18 @@ def scatter(paths, per_cpu=False):
             by = {}
             for arm, r in replay(sc, None, True, value=value):
                 by.setdefault(arm, []).append(r)
-            for arm, v in by.items():
-                if len(v) >= 3:
-                    rows.append((len(v), statistics.stdev(v) / statistics.mean(v)))
-                    print(f"{p} {arm}: {len(v)} measurements {' '.join(f'{x:.3f}' for x in v)}, relative SD {rows[-1][1]:.3f}")
+            rows += arm_scatter(p, by)
     pool(rows)
+
+
+def arm_scatter(label, by):
+    """Each arm's measurements (by arm; three or more) as (n, relative SD), each printed."""
+    rows = []
+    for arm, v in by.items():
+        if len(v) >= 3:
+            rows.append((len(v), statistics.stdev(v) / statistics.mean(v)))
+            print(f"{label} {arm}: {len(v)} measurements {' '.join(f'{x:.3f}' for x in v)}, relative SD {rows[-1][1]:.3f}")
+    return rows
 
 
 def pool(rows):
@@ -208,10 +216,7 @@ def measured(paths):
             if lc.get("measurements", 0) not in (0, made) and lc.get("ratio"):
                 by.setdefault(before or search.get("arm"), []).append(lc["ratio"])
             made, before = lc.get("measurements", 0) or made, search.get("arm") or before
-        for arm, v in by.items():
-            if len(v) >= 3:
-                rows.append((len(v), statistics.stdev(v) / statistics.mean(v)))
-                print(f"{p} {arm}: {len(v)} measurements {' '.join(f'{x:.3f}' for x in v)}, relative SD {rows[-1][1]:.3f}")
+        rows += arm_scatter(p, by)
     pool(rows)
 
 
