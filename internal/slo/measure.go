@@ -308,7 +308,7 @@ func (c *Controller) lcFeasibility(a Arm) feasibility {
 // lcBounds are objective k's latency/target bounds under a: its own, else giving BE more than a neighbour, no better than priorScatter under it.
 func (c *Controller) lcBounds(a Arm, k string) (lo, hi float64) {
 	if e := c.est(a).lc[k]; known(e) {
-		return e.Bounds(z, cmp.Or(c.scatter[k], &stats.Scatter{}).Of(c.est(a).own[k], priorScatter, priorWeight), priorWeight)
+		return e.Bounds(z, c.scatter[k].Of(c.est(a).own[k], priorScatter, priorWeight), priorWeight)
 	}
 	lo = math.Inf(-1)
 	for _, n := range c.set.neighbours(a) {

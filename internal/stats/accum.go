@@ -28,7 +28,15 @@ func WeightedQuantile(ws []Weighted, q float64) time.Duration {
 	if len(ws) == 0 {
 		return 0
 	}
-	ps := slices.SortedFunc(slices.Values(ws), func(x, y Weighted) int { return int(x.V - y.V) })
+	return sortedQuantile(sortWeighted(ws), q)
+}
+
+func sortWeighted(ws []Weighted) []Weighted {
+	return slices.SortedFunc(slices.Values(ws), func(x, y Weighted) int { return int(x.V - y.V) })
+}
+
+// sortedQuantile is WeightedQuantile of ps, sorted and not empty.
+func sortedQuantile(ps []Weighted, q float64) time.Duration {
 	rank, n := int(math.Ceil(q*float64(Weight(ps)))), 0
 	for _, p := range ps {
 		if n += p.W; n >= rank {
@@ -50,13 +58,16 @@ func QuantileSE(ws []Weighted, q float64, n int) float64 {
 	for _, w := range ws {
 		distinct[w.V] = true
 	}
-	n = min(n, len(distinct))
-	m := WeightedQuantile(ws, q)
-	if m <= 0 || n <= 0 {
+	if n = min(n, len(distinct)); n <= 0 {
+		return math.NaN()
+	}
+	ps := sortWeighted(ws) // sorted once for the three quantiles
+	m := sortedQuantile(ps, q)
+	if m <= 0 {
 		return math.NaN()
 	}
 	d := math.Sqrt(q * (1 - q) / float64(n))
-	lo, hi := WeightedQuantile(ws, max(q-d, 0)), WeightedQuantile(ws, min(q+d, 1))
+	lo, hi := sortedQuantile(ps, max(q-d, 0)), sortedQuantile(ps, min(q+d, 1))
 	if hi <= lo {
 		return math.NaN()
 	}

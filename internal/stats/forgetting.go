@@ -76,6 +76,9 @@ func (s *Scatter) Decay(f float64) { s.Own.Decay(f); s.Off.Decay(f) }
 // own holds (nil or empty: every measurement's, else prior), pooled, as
 // weight measurements, with how far measurements fell apart.
 func (s *Scatter) Of(own *Forgetting, prior, weight float64) float64 {
+	if s == nil { // none learnt yet
+		s = &Scatter{}
+	}
 	v := prior * prior
 	switch {
 	case own != nil && own.W > 0:
