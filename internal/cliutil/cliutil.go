@@ -1,7 +1,8 @@
 // Package cliutil gives gpreempt's command-line programs (gpreemptctl,
 // gpreempt-bench) one way to answer a usage error: the error alone, wrapped
 // in the program's usage sentinel so that it exits with code 2, printed
-// once by the program's main; help only when asked for with --help.
+// once by the program's main; help only when asked for with --help. It
+// also renders each program's manual page (ManPage).
 package cliutil
 
 import (

@@ -3,7 +3,7 @@ package cmd
 import (
 	"io"
 
-	"github.com/urfave/cli/v2"
+	"github.com/gpreempt/gpreempt/internal/cliutil"
 )
 
 // manDescription is the page's DESCRIPTION: what the flags do not say.
@@ -28,23 +28,5 @@ func ManPage() (string, error) {
 	code := ExitOK
 	app := newApp(io.Discard, io.Discard, &code)
 	app.Description = manDescription
-	app.Flags = manFlags(app.Flags)
-	return app.ToManWithSection(8)
-}
-
-// manFlags are flags as the page shows them. urfave/cli's page gives a
-// default only for a flag that takes a value, so a switch that is on unless
-// turned off (--be-progress, --nvml) would read as off: its usage says so,
-// as --help does.
-func manFlags(flags []cli.Flag) []cli.Flag {
-	out := make([]cli.Flag, len(flags))
-	for i, f := range flags {
-		if b, ok := f.(*cli.BoolFlag); ok && b.Value {
-			c := *b
-			c.Usage += " (default: true; --" + b.Name + "=false turns it off)"
-			f = &c
-		}
-		out[i] = f
-	}
-	return out
+	return cliutil.ManPage(app, 8)
 }

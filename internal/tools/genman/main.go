@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/gpreempt/gpreempt/internal/bench"
+	"github.com/gpreempt/gpreempt/internal/cliutil"
 	"github.com/gpreempt/gpreempt/internal/ctl"
 	daemoncmd "github.com/gpreempt/gpreempt/internal/daemon/cmd"
 )
@@ -32,7 +33,7 @@ func write(dir string) error {
 	if err != nil {
 		return fmt.Errorf("gpreemptctl: %w", err)
 	}
-	benchPage, err := bench.NewApp().ToManWithSection(1)
+	benchPage, err := cliutil.ManPage(bench.NewApp(), 1)
 	if err != nil {
 		return fmt.Errorf("gpreempt-bench: %w", err)
 	}
