@@ -26,7 +26,7 @@ import (
 const maxSamples = 1 << 20
 
 var (
-	libcudaFlag = &cli.StringFlag{Name: "libcuda", Usage: "the libcuda to probe (default: the one the process has mapped, else from the linker's cache)"}
+	libcudaFlag = &cli.StringFlag{Name: "libcuda", Usage: "the libcuda to probe (default: the one the process has mapped)"}
 	launchFlag  = &cli.StringSliceFlag{Name: "launch-symbols", Value: cli.NewStringSlice(trace.DefaultLaunchSymbols...), Usage: "functions that launch a request's kernels"}
 	queueFlag   = &cli.StringSliceFlag{Name: "queue-symbols", Value: cli.NewStringSlice(trace.DefaultQueueSymbols...), Usage: "functions that queue a request's other work (input copies, event records): they may begin one"}
 	syncFlag    = &cli.StringSliceFlag{Name: "sync-symbols", Value: cli.NewStringSlice(trace.DefaultSyncSymbols...), Usage: "functions whose return ends a request"}
