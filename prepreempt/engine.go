@@ -237,8 +237,8 @@ func openFlags(cctx *cuda.Context, backend string, slots int, log *slog.Logger) 
 // classLC puts this process in the LC class. It asks gpreemptd first,
 // root or not (a class set by hand under a running daemon would be drift
 // it reverts), which sets the whole class, interleave level included,
-// within what the node's policy allows; only where no daemon answers, or
-// as root where it refuses, does it set its own groups (the timeslice,
+// within what the node's policy allows; only where no daemon answers, the
+// request fails otherwise, or as root where it refuses, does it set its own groups (the timeslice,
 // which RM lets any process set on its own; the interleave level as
 // root).
 func classLC(ctx context.Context, opts Options, log *slog.Logger) error {
