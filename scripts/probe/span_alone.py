@@ -3,6 +3,7 @@
 
     python3 scripts/probe/span_alone.py [--scatter [--per-cpu]] RESULTS.json.gz[:STATUS.jsonl] [...]
     python3 scripts/probe/span_alone.py --measured STATUS.jsonl [...]
+    python3 scripts/probe/span_alone.py --reading RESULTS.json.gz [...]
 
 RESULTS is a bench run's results.json.gz with an SLO scenario (slo:*) under --be-duty and a
 source that gives one sample a request (scraped, traced-request): the app's requests, and
@@ -36,8 +37,11 @@ less one): how much one measurement of an arm scatters, the simulator's Spread t
 --per-cpu, each request's latency is first divided by its CPU loop's time (cpu_meter_ns, the LC's
 CPU speed around it; runs without one are left out): what the scatter would be were the vCPU's
 speed taken out. With --measured, the same of gpreemptd's own measurements as its status reads
-(STATUS.jsonl) show them: each measurement's ratio (latency over target), by the arm it was made under."""
-import gzip, json, re, statistics, sys
+(STATUS.jsonl) show them: each measurement's ratio (latency over target), by the arm it was made under.
+With --reading, SLO mode's reading of each arm it measured twice or more (the bench's daemon_ratio) against
+the app's ratio over the same spans, as measured and per its CPU loop, and the LC's CPU loop with BE over
+alone in every scenario: the cost to the LC's CPU that a judgement per its CPU leaves out."""
+import gzip, json, math, re, statistics, sys
 
 from reference_error import requests, wq50  # stats.WeightedQuantile(_, 0.5) of unit weights: the lower middle
 
@@ -204,6 +208,37 @@ def pool(rows):
         print(f"pooled over {len(rows)} arms, {sum(n for n, _ in rows)} measurements: relative SD {pooled:.3f}")
 
 
+def geomean(rows):
+    """The weighted geometric mean of (value, weight) rows and, unweighted, its two standard errors."""
+    logs = [math.log(v) for v, _ in rows]
+    m = sum(math.log(v) * w for v, w in rows) / sum(w for _, w in rows)
+    se = statistics.stdev(logs) / len(logs) ** 0.5 if len(logs) > 1 else math.nan
+    return math.exp(m), math.exp(statistics.mean(logs)), 2 * se
+
+
+def reading(paths):
+    """--reading: SLO mode's reading of each arm against the app's ratio over the same spans (arms it
+    measured twice or more, 30 requests a half or more), and the LC's CPU loop with BE over alone in
+    every scenario with one: what a judgement per the LC's CPU leaves out."""
+    arms, loops = [], []
+    for p in paths:
+        for sc in json.load(gzip.open(p.partition(":")[0]))["scenarios"]:
+            if (r := (sc.get("lc_duty") or {}).get("cpu_meter_p50_ratio")):
+                loops.append((r, 1))
+            for a in sc.get("lc_duty_by_arm") or []:
+                if a.get("daemon_measurements", 0) >= 2 and min(a["with_be"], a["alone"]) >= 30:
+                    loop = a.get("p50_per_cpu_ratio")  # none where the bench wrote no CPU loop's ratio
+                    arms.append((a["p50_ratio"] / a["daemon_ratio"], loop and loop / a["daemon_ratio"], a["with_be"] + a["alone"]))
+                    print(f"{p} {sc['name']} {a['arm']}: app {a['p50_ratio']:.3f}, per its CPU loop {loop or math.nan:.3f}, SLO mode {a['daemon_ratio']:.3f} ({a['daemon_measurements']})")
+    for name, rows in (("the app's ratio", [(x, n) for x, _, n in arms]), ("the app's per its CPU loop", [(y, n) for _, y, n in arms if y])):
+        if rows:
+            w, u, se = geomean(rows)
+            print(f"{name} over SLO mode's reading, {len(rows)} arms: {w:.3f} weighted by requests, {u:.3f} ± {se:.3f} by arm")
+    if loops:
+        _, u, se = geomean(loops)
+        print(f"the LC's CPU loop with BE over alone, {len(loops)} scenarios: {u:.3f} [{u * math.exp(-se):.3f}, {u * math.exp(se):.3f}]")
+
+
 def measured(paths):
     """--measured: the scatter of gpreemptd's own measurements, from its status reads: each
     measurement's ratio as the read that first shows it (its LC row's count grew) gives it, under
@@ -225,6 +260,8 @@ if __name__ == "__main__":
         sys.exit(__doc__)
     if sys.argv[1] == "--measured":
         measured(sys.argv[2:])
+    elif sys.argv[1] == "--reading":
+        reading(sys.argv[2:])
     elif sys.argv[1] == "--scatter":
         per_cpu = len(sys.argv) > 2 and sys.argv[2] == "--per-cpu"
         scatter(sys.argv[2 + per_cpu:], per_cpu)

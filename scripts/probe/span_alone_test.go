@@ -157,3 +157,35 @@ func TestSpanAloneMeasured(t *testing.T) {
 		t.Errorf("want one arm of 3 measurements at 0.100:\n%s", out)
 	}
 }
+
+// TestSpanAloneReading: two runs' arms against SLO mode's readings. Counted: arms measured twice or
+// more over 30 requests a half or more (an arm read once, or of 29 requests a half, is left out),
+// weighted by their requests; the per-loop ratio only where the bench wrote one. The app at 1.21x
+// and 1.1x where SLO mode read 1.1x (ratios 1.1 and 1.0, 300 and 100 requests): 1.074 weighted
+// (e^((300 ln 1.1)/400)), 1.049 by arm; per its loop 1.1x on the one arm that has it: 1.000; the
+// CPU loops 1.2x and 1.0x: 1.095.
+func TestSpanAloneReading(t *testing.T) {
+	arm := func(app, loop, daemon float64, n, reads int) map[string]any {
+		a := map[string]any{"arm": "200µs", "with_be": n, "alone": n, "p50_ratio": app, "daemon_ratio": daemon, "daemon_measurements": reads}
+		if loop > 0 {
+			a["p50_per_cpu_ratio"] = loop
+		}
+		return a
+	}
+	run := func(cpuLoop float64, arms ...map[string]any) string {
+		return writeResults(t, map[string]any{"scenarios": []any{
+			map[string]any{"name": "slo:llm-defaults", "lc_duty": map[string]any{"cpu_meter_p50_ratio": cpuLoop}, "lc_duty_by_arm": arms}}})
+	}
+	a := run(1.2, arm(1.21, 1.1, 1.1, 150, 5), arm(2.0, 1.1, 1.1, 150, 1), arm(2.0, 1.1, 1.1, 29, 4))
+	b := run(1.0, arm(1.1, 0, 1.1, 50, 2))
+	out := string(runScript(t, "span_alone.py", "--reading", a, b))
+	for _, want := range []string{
+		"the app's ratio over SLO mode's reading, 2 arms: 1.074 weighted by requests, 1.049 ± 0.095 by arm",
+		"the app's per its CPU loop over SLO mode's reading, 1 arms: 1.000 weighted by requests",
+		"the LC's CPU loop with BE over alone, 2 scenarios: 1.095",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("want %q in:\n%s", want, out)
+		}
+	}
+}
