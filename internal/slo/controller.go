@@ -222,20 +222,25 @@ func (c *Controller) Observe(o Observation) Decision {
 	return d
 }
 
-// frontier views the arm in force and each arm known by its measurements or backed off (its bounds may come from a neighbour's).
+// frontier views the arm in force and each arm known by its measurements or backed off.
 func (c *Controller) frontier() (out []ArmView) {
 	for _, a := range c.set.all() {
-		v := ArmView{Arm: a, Worst: c.worstMean(a), Lo: math.Inf(-1), Hi: math.Inf(-1), BEShare: map[bool]float64{true: c.share(a), false: math.NaN()}[known(&c.est(a).share)],
-			Verdict: [...]string{"might meet", "meets", "misses"}[c.lcFeasibility(a)] + map[bool]string{true: ", BE under its minimum"}[c.short(a)], RetryIn: map[bool]int{false: max(0, c.left[a].until-c.tick)}[a == c.cur]}
-		for k := range c.active {
-			lo, hi := c.lcBounds(a, k)
-			v.Lo, v.Hi = max(v.Lo, lo), max(v.Hi, hi)
-		}
-		out = append(out, v)
+		out = append(out, c.view(a))
 	}
 	return slices.DeleteFunc(out, func(v ArmView) bool {
 		return v.Arm != c.cur && math.IsNaN(v.Worst) && math.IsNaN(v.BEShare) && v.RetryIn == 0
 	})
+}
+
+// view is what the search knows of a; its bounds are the worst of every objective's (one's may come from a neighbour's).
+func (c *Controller) view(a Arm) ArmView {
+	v := ArmView{Arm: a, Worst: c.worstMean(a), Lo: math.Inf(-1), Hi: math.Inf(-1), BEShare: map[bool]float64{true: c.share(a), false: math.NaN()}[known(&c.est(a).share)],
+		Verdict: [...]string{"might meet", "meets", "misses"}[c.lcFeasibility(a)] + map[bool]string{true: ", BE under its minimum"}[c.short(a)], RetryIn: map[bool]int{false: max(0, c.left[a].until-c.tick)}[a == c.cur]}
+	for k := range c.active {
+		lo, hi := c.lcBounds(a, k)
+		v.Lo, v.Hi = max(v.Lo, lo), max(v.Hi, hi)
+	}
+	return v
 }
 
 // step is the one transition function: from the phase in force and the window, the next phase and arm.
@@ -280,10 +285,7 @@ func (c *Controller) exploring(d *Decision) {
 	switch f := c.feasibility(c.cur); {
 	case f == infeasible:
 		c.backOff(c.cur)
-		why := fmt.Sprintf("LC at %.2fx", c.worstMean(c.cur))
-		if c.short(c.cur) {
-			why = fmt.Sprintf("BE at %.0f%%, under its minimum", 100*c.share(c.cur))
-		}
+		why := map[bool]string{false: fmt.Sprintf("LC at %.2fx", c.worstMean(c.cur)), true: fmt.Sprintf("BE at %.0f%%, under its minimum", 100*c.share(c.cur))}[c.short(c.cur)]
 		c.endExplore(d, CauseViolation, fmt.Sprintf("%v misses an objective (%s): back to %v", c.cur, why, c.phase.From))
 	case c.steadying():
 		c.keep(d, CauseExplore, c.measuring())
@@ -373,10 +375,8 @@ func (c *Controller) endExplore(d *Decision, cause, why string) {
 
 // rescue leaves a missing arm for the best known to meet, else the most BE that might meet and protects the LC (BE, below its minimum), else the closest.
 func (c *Controller) rescue(d *Decision) {
-	miss := fmt.Sprintf("LC at %.2fx its objective under %v: ", c.worstMean(c.cur), c.cur)
-	if c.short(c.cur) {
-		miss = fmt.Sprintf("BE at %.0f%% under %v, below its minimum: ", 100*c.share(c.cur), c.cur)
-	}
+	miss := map[bool]string{false: fmt.Sprintf("LC at %.2fx its objective under %v: ", c.worstMean(c.cur), c.cur),
+		true: fmt.Sprintf("BE at %.0f%% under %v, below its minimum: ", 100*c.share(c.cur), c.cur)}[c.short(c.cur)]
 	c.backOff(c.cur)
 	if best, ok := c.best(); ok {
 		c.enter(Phase{Kind: Settled})
@@ -404,10 +404,8 @@ func (c *Controller) atLimit(d *Decision) {
 	if measuring || c.short(a) == c.short(c.cur) && !c.clearlyCloser(a, c.cur) && !c.better(a, c.cur) {
 		a = c.cur
 	}
-	d.Bound = fmt.Sprintf("no arm meets every objective: %v comes closest (LC at %.2fx)", a, c.worstMean(a))
-	if measuring {
-		d.Bound = fmt.Sprintf("no arm meets every objective: %v, the closest when last measured, is measured anew", a)
-	}
+	d.Bound = map[bool]string{false: fmt.Sprintf("no arm meets every objective: %v comes closest (LC at %.2fx)", a, c.worstMean(a)),
+		true: fmt.Sprintf("no arm meets every objective: %v, the closest when last measured, is measured anew", a)}[measuring]
 	if slices.ContainsFunc(c.set.all(), func(b Arm) bool { return c.short(b) && c.lcFeasibility(b) == feasible }) {
 		d.Bound += fmt.Sprintf("; the arms that meet them give BE less than its minimum share, %.0f%%", 100*c.minShare)
 	}
@@ -503,16 +501,7 @@ func (c *Controller) closest() Arm {
 
 // clearlyCloser: b is unmeasured, or every objective's upper bound under a is below b's worst lower one.
 func (c *Controller) clearlyCloser(a, b Arm) bool {
-	if math.IsNaN(c.worstMean(b)) {
-		return true
-	}
-	hi, lo := math.Inf(-1), math.Inf(-1)
-	for k := range c.active {
-		_, h := c.lcBounds(a, k)
-		l, _ := c.lcBounds(b, k)
-		hi, lo = max(hi, h), max(lo, l)
-	}
-	return hi < lo
+	return math.IsNaN(c.worstMean(b)) || c.view(a).Hi < c.view(b).Lo
 }
 
 // better reports whether a is expected to give BE more than b: by margin where both are measured; else by the order,
@@ -525,8 +514,6 @@ func (c *Controller) better(a, b Arm) bool {
 }
 
 func (c *Controller) shareText(a Arm) string {
-	if e := &c.est(a).share; known(e) {
-		return fmt.Sprintf("BE at %.1f%%", 100*e.Mean())
-	}
-	return "more BE share expected"
+	e := &c.est(a).share
+	return map[bool]string{true: fmt.Sprintf("BE at %.1f%%", 100*e.Mean()), false: "more BE share expected"}[known(e)]
 }

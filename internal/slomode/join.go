@@ -114,12 +114,10 @@ func (l *Loop) assign(all []policy.ProcRef) map[string]tsg.Opt[time.Duration] {
 
 // sharedFloor is the shortest BE timeslice s may choose: below it two BE on one GPU spend it restoring each other's contexts.
 func (l *Loop) sharedFloor(s *search) time.Duration {
-	if slices.ContainsFunc(s.bes, func(b policy.ProcRef) bool {
+	shared := slices.ContainsFunc(s.bes, func(b policy.ProcRef) bool {
 		return slices.ContainsFunc(s.bes, func(o policy.ProcRef) bool { return o.Key() != b.Key() && shareGPU(b, o) })
-	}) {
-		return l.conf.floor
-	}
-	return 0
+	})
+	return map[bool]time.Duration{true: l.conf.floor}[shared]
 }
 
 // shareGPU says whether a and b may share a GPU: one is listed on none yet, or both on one.
