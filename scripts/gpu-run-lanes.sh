@@ -16,8 +16,8 @@
 # makes them of another commit), unpacked into .carry<N>/: an A/B of two
 # builds on one part, one on each GPU.
 #
-# A lane's LC workers get two CPUs and its BE workers two, near its GPU
-# (its local_cpulist) and apart from every other lane's; the daemons are
+# A lane's LC workers get two CPUs and its BE workers two (BE_FAR=1: from the far
+# end of the list), near its GPU (its local_cpulist) and apart from every other lane's; the daemons are
 # not pinned. $OUT gets gpu<N>-<part>-rep<REP>.md per part (with SLO mode's
 # measurements replayed by scripts/probe/span_alone.py where it ran) and
 # raw-rep<REP>.tgz (logs, status, summaries, each part's results.json.gz
@@ -80,8 +80,10 @@ for ((d = 0; d < ${#lanes[@]}; d++)); do
     for c in $(cpus /sys/devices/system/cpu/online); do [ -n "${used[$c]:-}" ] || free+=("$c"); done
   fi
   if [ ${#free[@]} -lt 4 ]; then echo "lane $d: fewer than 4 free CPUs: not pinned"; pins+=(""); continue; fi
-  pins+=("--lc-cpus ${free[0]},${free[1]} --be-cpus ${free[2]},${free[3]}")
-  for c in "${free[@]:0:4}"; do used[$c]=1; done
+  be=("${free[2]}" "${free[3]}")
+  [ "${BE_FAR:-0}" = 1 ] && be=("${free[-2]}" "${free[-1]}") # the list's far end: BE's CPU work slows an LC beside it (cpu-beside-be.sh)
+  pins+=("--lc-cpus ${free[0]},${free[1]} --be-cpus ${be[0]},${be[1]}")
+  for c in "${free[@]:0:2}" "${be[@]}"; do used[$c]=1; done
 done
 
 # secs D: a duration as the bench takes one (90, 90s, 2m) in seconds; nothing if not one of those.
