@@ -20,16 +20,18 @@ while True:  # lc_decode.py CPU_METER_LOOP, its cpu_meter()
     for i in range(50000):
         x += i
     print(time.monotonic_ns(), time.thread_time_ns() - t, flush=True); time.sleep(0.05)' > "/tmp/meter-$phase.log" &
-  m=$!
-  taskset -c "$cpus" $BE > "/tmp/be-$phase.log" 2>&1
-  kill $m
-  python3 - "$phase" "$cpus" "/tmp/meter-$phase.log" <<'PY' >> "$T"
+  m=$!; trap 'kill $m 2>/dev/null' EXIT
+  taskset -c "$cpus" $BE > "/tmp/be-$phase.log" 2>&1 &
+  b=$!; until grep -q READY "/tmp/be-$phase.log" || ! kill -0 $b 2>/dev/null; do sleep 0.1; done
+  ready=$(python3 -c 'import time; print(time.monotonic_ns())') # samples from here on: BE set up
+  wait $b; kill $m; wait $m 2>/dev/null
+  python3 - "$phase" "$cpus" "/tmp/meter-$phase.log" "$ready" <<'PY' >> "$T"
 import statistics as st, sys
 half, guard, v = 4e9, 1e8, ([], [])  # be_gemm.py works while CLOCK_MONOTONIC / half is even
 for line in open(sys.argv[3]):
     t, d = map(int, line.split())
     k = int(t // half)
-    if guard <= t - k * half <= half - guard:
+    if t >= int(sys.argv[4]) and guard <= t - k * half <= half - guard:
         v[k % 2].append(d)
 if v[0] and v[1]:
     print(f"{sys.argv[1]} (BE on CPUs {sys.argv[2]}): meter with BE / alone {st.median(v[0]) / st.median(v[1]):.3f}, "

@@ -226,7 +226,7 @@ def reading(paths):
             if (r := (sc.get("lc_duty") or {}).get("cpu_meter_p50_ratio")):
                 loops.append((r, 1))
             for a in sc.get("lc_duty_by_arm") or []:
-                if a.get("daemon_measurements", 0) >= 2 and min(a["with_be"], a["alone"]) >= 30:
+                if a.get("daemon_measurements", 0) >= 2 and min(a["with_be"], a["alone"]) >= 30 and not a.get("daemon_metric"):  # tpot: another ratio
                     loop = a.get("p50_per_cpu_ratio")  # none where the bench wrote no CPU loop's ratio
                     arms.append((a["p50_ratio"] / a["daemon_ratio"], loop and loop / a["daemon_ratio"], a["with_be"] + a["alone"]))
                     print(f"{p} {sc['name']} {a['arm']}: app {a['p50_ratio']:.3f}, per its CPU loop {loop or math.nan:.3f}, SLO mode {a['daemon_ratio']:.3f} ({a['daemon_measurements']})")

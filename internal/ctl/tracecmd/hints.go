@@ -23,7 +23,7 @@ var hintsCommand = &cli.Command{
 		"stamps it; until then the column reads -.",
 	Flags: append([]cli.Flag{
 		tracePIDFlag,
-		&cli.StringFlag{Name: "lib", Usage: "the hint library to probe (default: " + trace.LibGPreempt + ", as for --libcuda)"},
+		&cli.StringFlag{Name: "lib", Usage: "the hint library to probe (default: " + trace.LibGPreempt + "; with --pid the one it has mapped, else from LD_LIBRARY_PATH or the linker's cache)"},
 		&cli.StringFlag{Name: "hint-symbol", Value: trace.DefaultHintSymbol, Usage: "the function announcing a request"},
 		&cli.StringFlag{Name: "ready-symbol", Value: trace.DefaultReadySymbol, Usage: "the function releasing it"},
 		&cli.StringFlag{Name: "cancel-symbol", Value: trace.DefaultCancelSymbol, Usage: "the function cancelling it"},
