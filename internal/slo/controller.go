@@ -234,13 +234,20 @@ func (c *Controller) frontier() (out []ArmView) {
 
 // view is what the search knows of a; its bounds are the worst of every objective's (one's may come from a neighbour's).
 func (c *Controller) view(a Arm) ArmView {
-	v := ArmView{Arm: a, Worst: c.worstMean(a), Lo: math.Inf(-1), Hi: math.Inf(-1), BEShare: map[bool]float64{true: c.share(a), false: math.NaN()}[known(&c.est(a).share)],
+	v := ArmView{Arm: a, Worst: c.worstMean(a), BEShare: map[bool]float64{true: c.share(a), false: math.NaN()}[known(&c.est(a).share)],
 		Verdict: [...]string{"might meet", "meets", "misses"}[c.lcFeasibility(a)] + map[bool]string{true: ", BE under its minimum"}[c.short(a)], RetryIn: map[bool]int{false: max(0, c.left[a].until-c.tick)}[a == c.cur]}
-	for k := range c.active {
-		lo, hi := c.lcBounds(a, k)
-		v.Lo, v.Hi = max(v.Lo, lo), max(v.Hi, hi)
-	}
+	v.Lo, v.Hi = c.bounds(a)
 	return v
+}
+
+// bounds are a's worst lower and upper bounds over every objective.
+func (c *Controller) bounds(a Arm) (lo, hi float64) {
+	lo, hi = math.Inf(-1), math.Inf(-1)
+	for k := range c.active {
+		l, h := c.lcBounds(a, k)
+		lo, hi = max(lo, l), max(hi, h)
+	}
+	return lo, hi
 }
 
 // step is the one transition function: from the phase in force and the window, the next phase and arm.
@@ -501,7 +508,9 @@ func (c *Controller) closest() Arm {
 
 // clearlyCloser: b is unmeasured, or every objective's upper bound under a is below b's worst lower one.
 func (c *Controller) clearlyCloser(a, b Arm) bool {
-	return math.IsNaN(c.worstMean(b)) || c.view(a).Hi < c.view(b).Lo
+	_, hi := c.bounds(a)
+	lo, _ := c.bounds(b)
+	return math.IsNaN(c.worstMean(b)) || hi < lo
 }
 
 // better reports whether a is expected to give BE more than b: by margin where both are measured; else by the order,

@@ -992,12 +992,7 @@ func TestBoundsOwnErrorPerArm(t *testing.T) {
 	k := "1/1 p50<=1.1x"
 	c.scatter[k] = &stats.Scatter{}
 	steady, noisy := Arm{BETimeslice: 200 * time.Microsecond}, Arm{BETimeslice: 500 * time.Microsecond}
-	measure := func(arm Arm, x, se float64) {
-		e := c.est(arm)
-		e.own[k], e.lc[k] = cmp.Or(e.own[k], &stats.Forgetting{}), cmp.Or(e.lc[k], &stats.Forgetting{})
-		c.scatter[k].Add(x, se, e.own[k], e.lc[k], aged(halfLife))
-		e.lc[k].Add(x)
-	}
+	measure := func(arm Arm, x, se float64) { c.record(k, arm, x, se) }
 	for _, x := range []float64{0.92, 0.93, 0.92, 0.93, 0.92, 0.93} {
 		measure(steady, x, 0.01)
 	}
@@ -1062,10 +1057,7 @@ func TestScatterOutlivesQuietLC(t *testing.T) {
 		arm Arm
 		x   float64
 	}{{noisy, 0.80}, {noisy, 0.95}, {noisy, 0.80}, {noisy, 0.95}, {noisy, 0.80}, {noisy, 0.95}, {arm, 0.95}} { // 9% apart, 1% each its own
-		e := c.est(m.arm)
-		e.own[k], e.lc[k] = cmp.Or(e.own[k], &stats.Forgetting{}), cmp.Or(e.lc[k], &stats.Forgetting{})
-		c.scatter[k].Add(m.x, 0.01, e.own[k], e.lc[k], aged(halfLife))
-		e.lc[k].Add(m.x)
+		c.record(k, m.arm, m.x, 0.01)
 	}
 	c.active[k], c.acc[k] = c.tick, &accum{} // the LC was measuring: quiet idleAfter+maxAccumulate windows, its accumulation ends
 	for range idleAfter + maxAccumulate + 1 {

@@ -169,13 +169,9 @@ func (c *Controller) measure(d *Decision, o Observation) {
 		if a.Target = s.Objective.Target(ref); a.Target > 0 && enough(a.pts, a.reqs, minRequests) && !waits {
 			a.Latency = stats.WeightedQuantile(a.pts, s.Objective.Quantile)
 			a.Ratio, a.Counted, a.Made = float64(a.Latency)/float64(a.Target), true, a.Made+1
-			e := c.est(c.cur)
-			e.own[k], e.lc[k] = cmp.Or(e.own[k], &stats.Forgetting{}), cmp.Or(e.lc[k], &stats.Forgetting{}) // the arm's own errors fade with it
-			c.scatter[k] = cmp.Or(c.scatter[k], &stats.Scatter{})                                           // the LC's, fading as they do
-			c.scatter[k].Add(a.Ratio, math.Hypot(stats.QuantileSE(a.pts, s.Objective.Quantile, a.reqs), refSE), e.own[k], e.lc[k], aged(halfLife))
+			c.record(k, c.cur, a.Ratio, math.Hypot(stats.QuantileSE(a.pts, s.Objective.Quantile, a.reqs), refSE))
 			a.restart()
 			c.counted[k]++
-			e.lc[k].Add(a.Ratio)
 		}
 		a.Pending = stats.Weight(a.pts)
 		d.LC = append(d.LC, a.LCResult)
@@ -353,4 +349,14 @@ func (c *Controller) share(a Arm) float64 {
 		return c.set.priorShare(a)
 	}
 	return min(1, c.est(near).share.Mean()*c.set.priorShare(a)/c.set.priorShare(near))
+}
+
+// record files measurement x of objective k (relative error se) under a: its estimate, a's own errors, the LC's scatter.
+func (c *Controller) record(k string, a Arm, x, se float64) {
+	e := c.est(a)
+	e.own[k], e.lc[k] = cmp.Or(e.own[k], &stats.Forgetting{}), cmp.Or(e.lc[k], &stats.Forgetting{})
+	c.scatter[k] = cmp.Or(c.scatter[k], &stats.Scatter{})
+	c.scatter[k].Add(x, se, e.lc[k], aged(halfLife))
+	e.own[k].Add(se * se)
+	e.lc[k].Add(x)
 }

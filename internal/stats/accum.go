@@ -54,14 +54,19 @@ func sortedQuantile(ps []Weighted, q float64) time.Duration {
 // quantile. NaN where that spread is none (one value, copies, or a tail
 // quantile of too few draws to see past the extreme): not known.
 func QuantileSE(ws []Weighted, q float64, n int) float64 {
-	distinct := map[time.Duration]bool{}
-	for _, w := range ws {
-		distinct[w.V] = true
-	}
-	if n = min(n, len(distinct)); n <= 0 {
+	if len(ws) == 0 {
 		return math.NaN()
 	}
-	ps := sortWeighted(ws) // sorted once for the three quantiles
+	ps := sortWeighted(ws) // sorted once: its distinct values and the three quantiles
+	distinct := 1
+	for i := 1; i < len(ps); i++ {
+		if ps[i].V != ps[i-1].V {
+			distinct++
+		}
+	}
+	if n = min(n, distinct); n <= 0 {
+		return math.NaN()
+	}
 	m := sortedQuantile(ps, q)
 	if m <= 0 {
 		return math.NaN()

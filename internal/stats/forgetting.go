@@ -57,15 +57,13 @@ func MostDeviant(z float64, n int) float64 {
 type Scatter struct{ Own, Off Forgetting }
 
 // Add folds in a measurement x of relative standard error se (NaN: not
-// known), also into own (the errors of its kind alone, as Of takes them),
-// and how far it fell from before, the estimate of those before it of the
-// same quantity, where that rests on a weight of least or more (nil:
+// known), and how far it fell from before, the estimate of those before it
+// of the same quantity, where that rests on a weight of least or more (nil:
 // none).
-func (s *Scatter) Add(x, se float64, own, before *Forgetting, least float64) {
+func (s *Scatter) Add(x, se float64, before *Forgetting, least float64) {
 	s.Own.Add(se * se)
-	own.Add(se * se)
-	if e := before; e != nil && e.W >= least && e.W > 0 { // a new one falls off a mean of W by 1+1/W as much as one measurement scatters
-		s.Off.Add((x/e.Mean() - 1) * math.Sqrt(e.W/(e.W+1)))
+	if before != nil && before.W >= least && before.W > 0 { // a new one falls off a mean of W by 1+1/W as much as one measurement scatters
+		s.Off.Add((x/before.Mean() - 1) * math.Sqrt(before.W/(before.W+1)))
 	}
 }
 

@@ -76,7 +76,7 @@ func TestScatter(t *testing.T) {
 			var s Scatter
 			var before *Forgetting
 			for _, a := range tt.adds {
-				s.Add(a[0], a[1], &Forgetting{}, before, 0.5)
+				s.Add(a[0], a[1], before, 0.5)
 				before = &Forgetting{}
 				before.Add(a[0])
 			}
@@ -90,7 +90,7 @@ func TestScatter(t *testing.T) {
 		})
 	}
 	var s Scatter
-	s.Add(1.2, 0.02, &Forgetting{}, &Forgetting{W: 0.3, Sx: 0.3}, 0.5) // a mean of less weight than least is none to fall from
+	s.Add(1.2, 0.02, &Forgetting{W: 0.3, Sx: 0.3}, 0.5) // a mean of less weight than least is none to fall from
 	if s.Off.W != 0 {
 		t.Errorf("a residual from an estimate under the least weight: %+v", s.Off)
 	}
