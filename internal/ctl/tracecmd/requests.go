@@ -112,13 +112,12 @@ func replayRequests(c *cli.Context) error {
 		return fmt.Errorf("%w: --replay %s: no calls of pid %d", cmdutil.ErrInvalidArgument, c.String("replay"), pid)
 	}
 	h := newRequestsTrace(c, newTraceOut(c, calls[0].At), pid)
-	h.replay = true
 	for _, x := range calls {
 		if err := h.Event(x); err != nil {
 			return err
 		}
 	}
-	return h.End(0)
+	return h.finish(nil) // what the live trace lost is not known
 }
 
 // recorder writes a process's calls as trace.CallRecords (--record) into a file beside the one
@@ -192,12 +191,11 @@ func newRequestsTrace(c *cli.Context, out *traceOut, pid uint32) *requestsTrace 
 }
 
 type requestsTrace struct {
-	out    *traceOut
-	pid    uint32
-	each   bool
-	replay bool // a recording's: what the live trace lost is not known
-	rec    *recorder
-	delim  *request.Delimiter
+	out   *traceOut
+	pid   uint32
+	each  bool
+	rec   *recorder
+	delim *request.Delimiter
 	// now is the latest event time seen: an interval closes what has
 	// been quiet for its gap by then.
 	now  uint64
@@ -326,7 +324,9 @@ func (t *requestsTrace) Interval() error {
 // period open as the trace stopped is a request if quiet for its gap by
 // then; if not, the stop cut it: a piece, no request. A recording
 // replayed (its stop unknown) ends at its last synchronize's return.
-func (t *requestsTrace) End(lost uint64) error {
+func (t *requestsTrace) End(lost uint64) error { return t.finish(&lost) }
+
+func (t *requestsTrace) finish(lost *uint64) error {
 	r, ok := t.delim.Tick(max(t.now, t.out.end))
 	if !ok && t.out.end == 0 {
 		r, ok = t.delim.Flush()
@@ -336,10 +336,7 @@ func (t *requestsTrace) End(lost uint64) error {
 			return err
 		}
 	}
-	if t.replay {
-		return t.print("summary", &t.all, nil)
-	}
-	return t.print("summary", &t.all, &lost)
+	return t.print("summary", &t.all, lost)
 }
 
 func (t *requestsTrace) print(title string, a *requestAgg, lost *uint64) error {
