@@ -227,6 +227,23 @@ func (t *TracedLatency) takeLocked(r request.Request) {
 			w.together = time.Duration(r.Start)
 		}
 	}
+	var u cpuUnit
+	if !t.AsMeasured { // judged as measured: no CPU speed to learn
+		u = t.learnUnit(pid, r)
+	}
+	w.noCPU = w.noCPU || t.AsMeasured || u.v == 0 || !u.on || t.rolls-u.lastRoll > fillerRolls
+	for range r.Count() { // requests that ran back to back, each at their mean
+		if w.nRequests++; len(w.requests) < signal.MaxSamples {
+			w.requests = append(w.requests, r.Each())
+			if !w.noCPU {
+				w.perCPU = append(w.perCPU, time.Duration(float64(r.Each())*float64(u.v)/float64(u.last)))
+			}
+		}
+	}
+}
+
+// learnUnit folds r into pid's CPU unit: whether its requests are launch-bound, and its typical CPU gap.
+func (t *TracedLatency) learnUnit(pid int, r request.Request) cpuUnit {
 	u := t.unit[pid]
 	own := isLaunchBound(r)
 	for range r.Count() { // requests run back to back count each
@@ -252,15 +269,7 @@ func (t *TracedLatency) takeLocked(r request.Request) {
 		u.on = false
 	}
 	t.unit[pid] = u
-	w.noCPU = w.noCPU || t.AsMeasured || u.v == 0 || !u.on || t.rolls-u.lastRoll > fillerRolls
-	for range r.Count() { // requests that ran back to back, each at their mean
-		if w.nRequests++; len(w.requests) < signal.MaxSamples {
-			w.requests = append(w.requests, r.Each())
-			if !w.noCPU {
-				w.perCPU = append(w.perCPU, time.Duration(float64(r.Each())*float64(u.v)/float64(u.last)))
-			}
-		}
-	}
+	return u
 }
 
 // Roll closes the window that ends at now: each process with requests or
