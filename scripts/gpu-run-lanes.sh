@@ -95,15 +95,16 @@ secs() {
 # short_limit N PART SETTINGS TIMEOUT: says so where the bench's own limit (TIMEOUT less 50 s) is
 # shorter than its settings need, at least: be-only (BEONLY_DURATION, else DURATION) and each
 # setting a run of DURATION, ~20 s to start each, SLO mode's and the absolute objective's lead-in
-# (16 s, a scraped part's 60) and the absolute one's run alone more. Only a warning: a part that
-# ignores DURATION (steady, pushed) or a duration it cannot read is left unjudged. A bench
+# (gpu-run-self.sh's lead_in) and the absolute one's run alone more. Only a warning: a part that
+# ignores DURATION (as gpu-run-self.sh's workload) or a duration it cannot read is left unjudged. A bench
 # stopped at its limit keeps none of its last run.
 short_limit() {
-  local need s lead=16 dur be
-  dur=$(secs "${DURATION:-}") && [ -n "$dur" ] || return 0
+  local need s lead dur be
+  dur=$(secs "${DURATION:-}") || return 0
   be=$(secs "${BEONLY_DURATION:-}") || be=$dur
-  case $2 in steady|pushed) return 0;; scraped*) lead=60;; esac
-  need=$((${be:-$dur} + 20))
+  case $2 in gpt2-*|llama-*) lead=${LEAD_IN:-16s};; scraped*) lead=${LEAD_IN:-60s};; *) return 0;; esac
+  lead=$(secs "$lead") || return 0
+  need=$((be + 20))
   for s in $3; do case $s in beonly) ;; slo) need=$((need + dur + 20 + lead));; abs) need=$((need + 2 * (dur + 20) + lead));; *) need=$((need + dur + 20));; esac; done
   [ "$need" -le $(($4 - 50)) ] || echo "gpu$1 $2: WARNING: its settings need about ${need} s, the bench's limit is $(($4 - 50)) s: its last run will be cut and lost"
 }

@@ -136,9 +136,9 @@ def main():
                     f.write(json.dumps({"start_ns": spans[i][0], "end_ns": spans[i][1], "latency_ns": s["latency_ns"], "gap_p50_ns": statistics.median(g),
                                         "gap_mean_ns": statistics.mean(g), "gaps": len(g), "cpu_meter_ns": s["cpu_meter_ns"]}) + "\n")
     if args.against:  # gpreemptctl's traced requests (--replay --each --json): its CPU gap over ours, request by request
-        traced = [json.loads(x) for x in open(args.against) if '"type":"request"' in x]
+        traced = [t for t in (json.loads(x) for x in open(args.against) if '"type":"request"' in x) if t.get("cpu_gap_ns") and t["kind"] == "request"]
         d = [t["cpu_gap_ns"] / g - 1 for g, _, start, end in rows for t in traced
-             if t.get("cpu_gap_ns") and t["kind"] == "request" and start <= (t["start_ns"] + t["end_ns"]) // 2 < end]  # its middle in the app's
+             if start <= (t["start_ns"] + t["end_ns"]) // 2 < end]  # its middle in the app's
         if d:
             print(f"gpreemptctl's CPU gap over this one's: {len(d)} requests, median {statistics.median(d):+.4f}, largest {max(map(abs, d)):.4f}")
     print(f"requests: {len(spans)} with a loop time, {len(rows)} with 10 CPU gaps or more")

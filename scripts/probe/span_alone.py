@@ -211,7 +211,7 @@ def pool(rows):
 def geomean(rows):
     """The weighted geometric mean of (value, weight) rows and, unweighted, its two standard errors."""
     logs = [math.log(v) for v, _ in rows]
-    m = sum(math.log(v) * w for v, w in rows) / sum(w for _, w in rows)
+    m = sum(x * w for x, (_, w) in zip(logs, rows)) / sum(w for _, w in rows)
     se = statistics.stdev(logs) / len(logs) ** 0.5 if len(logs) > 1 else math.nan
     return math.exp(m), math.exp(statistics.mean(logs)), 2 * se
 
