@@ -31,8 +31,8 @@ var (
 // 7 to 12 or 40 lowercase hex digits with at least one digit and one letter
 // (so 0xa06c, 1024000 or "deadbeef"-free prose are left alone); it is cited
 // when it stands in a code span or fenced block, is the whole text of a
-// link, or is next to a word that names a commit ("commit", "binaries of",
-// "at", ...).
+// link or of a parenthesis, or is next to a word that names a commit
+// ("commit", "binaries of", "at", ...).
 func commitCitations(text string) []citation {
 	var out []citation
 	fenced := false
@@ -48,7 +48,7 @@ func commitCitations(text string) []citation {
 			if !commitLike(tok) {
 				continue
 			}
-			if fenced || inCodeSpan(line, w[0]) || isLinkText(line, w[0], w[1]) || nearCommitWord(line, words, j) {
+			if fenced || inCodeSpan(line, w[0]) || isLinkText(line, w[0], w[1]) || inParens(line, w[0], w[1]) || nearCommitWord(line, words, j) {
 				out = append(out, citation{line: i + 1, hash: tok})
 			}
 		}
@@ -83,6 +83,11 @@ func inCodeSpan(line string, at int) bool {
 // isLinkText reports whether line[start:end] is the whole text of a link.
 func isLinkText(line string, start, end int) bool {
 	return start > 0 && line[start-1] == '[' && strings.HasPrefix(line[end:], "](")
+}
+
+// inParens reports whether line[start:end] is all a parenthesis holds: "(06f426d)" keys what it follows to a commit.
+func inParens(line string, start, end int) bool {
+	return start > 0 && line[start-1] == '(' && strings.HasPrefix(line[end:], ")")
 }
 
 // nearCommitWord reports whether words[j] of line follows a commit word

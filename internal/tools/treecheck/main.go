@@ -9,6 +9,8 @@
 //     testdata/ or not: a markdown summary stands for it.
 //   - docs/*.md, the manual, cites no commit hash: a run keyed by a commit is
 //     a dated report under docs/results/, which the manual links to.
+//   - Every relative link of a tracked markdown file names a tracked file or
+//     folder: a plot or report that leaves the tree takes its links along.
 //
 // Build outputs (executables, libraries) are internal/tools/buildoutputs'.
 package main
@@ -88,6 +90,12 @@ func (p problem) String() string {
 func check(fsys fs.FS, files []string) ([]problem, error) {
 	var problems []problem
 	var total int64
+	tracked := map[string]bool{}
+	for _, name := range files {
+		for d := name; d != "."; d = path.Dir(d) {
+			tracked[d] = true
+		}
+	}
 	for _, name := range files {
 		st, err := fs.Lstat(fsys, name)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -100,11 +108,19 @@ func check(fsys fs.FS, files []string) ([]problem, error) {
 		if ext := rawExt(name); ext != "" {
 			problems = append(problems, problem{file: name, msg: fmt.Sprintf("a tracked %s file (raw results and archives stay out of the tree): git rm --cached it; .gitignore keeps docs/results' raw files out", ext)})
 		}
-		if isManual(name) && st.Mode().IsRegular() {
-			text, err := fs.ReadFile(fsys, name)
-			if err != nil {
-				return nil, err
+		if !strings.HasSuffix(name, ".md") || !st.Mode().IsRegular() {
+			continue
+		}
+		text, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range relativeLinks(path.Dir(name), string(text)) {
+			if !tracked[l.target] {
+				problems = append(problems, problem{file: name, line: l.line, msg: fmt.Sprintf("links to %s, which is not in the tree: mend the link or name the git show that brings it back", l.target)})
 			}
+		}
+		if isManual(name) {
 			for _, c := range commitCitations(string(text)) {
 				problems = append(problems, problem{file: name, line: c.line, commit: true,
 					msg: fmt.Sprintf("cites commit %s: the manual states what holds; a run keyed by a commit goes to a dated report in docs/results/", c.hash)})

@@ -22,6 +22,7 @@ func TestCommitCitations(t *testing.T) {
 		{"before commit", "the 4d1d90a commit moved it", []string{"4d1d90a"}},
 		{"in a fenced block", "```\n$ git log 4fcaaec\n```", []string{"4fcaaec"}},
 		{"two on a line", "commit 8f05d77 and commit f8c35d2", []string{"8f05d77", "f8c35d2"}},
+		{"a parenthesis", "GPT-2 far from the LC's (db4c2ce): 1.140x", []string{"db4c2ce"}},
 
 		{"a 0x value in a code span", "the class `0xa06c` and `0xc1d00013`", nil},
 		{"a 0x value after commit", "commit 0xa06c1234 is not a hash", nil},
@@ -34,6 +35,8 @@ func TestCommitCitations(t *testing.T) {
 		{"a GPU UUID in a code span", "`GPU-160f26c1-24d4-da08-fd3b-0a10c705eb27`", nil},
 		{"a hash in a link target", "[the run](results/must3-f8c35d2.md)", nil},
 		{"a longer word", "commit 06f426dz", nil},
+		{"more in the parenthesis", "GPT-2 (db4c2ce, 380 s) and (see 4d1d90a)", nil},
+		{"a link target, parenthesised", "[run](db4c2ce.md)", nil},
 	}
 	for _, tt := range tests {
 		var got []string
@@ -68,6 +71,8 @@ func TestCheck(t *testing.T) {
 		// A run's recording of calls is raw output, in testdata/ or not.
 		"internal/trace/request/testdata/lc.jsonl.gz": {Data: []byte("calls")},
 		"docs/results/gate-h100/calls.jsonl.gz":       {Data: []byte("calls")},
+		// Links: to a plot that left the tree (a problem), to files and folders that are in it.
+		"docs/results/2026-11-30-slo.md": {Data: []byte("[plot](slo-h100/gone.png) and [run](gate-h100/results.md#p50), [up](../CLI.md), [dir](gate-h100/)\n")},
 	}
 	files := []string{"deleted-in-the-work-tree.go"}
 	for name := range fsys {
@@ -84,6 +89,7 @@ func TestCheck(t *testing.T) {
 	}
 	want := []string{
 		"docs/GATE.md:1: cites commit b1e3c08",
+		"docs/results/2026-11-30-slo.md:1: links to docs/results/slo-h100/gone.png, which is not in the tree",
 		"docs/results/gate-h100/all.tgz: a tracked .tgz file",
 		"docs/results/gate-h100/calls.jsonl.gz: a tracked .gz file",
 		"docs/results/gate-h100/d.log.xz: a tracked .xz file",
@@ -116,5 +122,37 @@ func TestCheckSize(t *testing.T) {
 	}
 	if len(problems) != 1 || !strings.Contains(problems[0].msg, "over 6000000") {
 		t.Fatalf("one byte over: %v, want the size problem", problems)
+	}
+}
+
+func TestRelativeLinks(t *testing.T) {
+	tests := []struct {
+		name string
+		text string
+		want []string
+	}{
+		{"a file beside it", "see [the run](run.md).", []string{"docs/run.md"}},
+		{"an image", "![plot](slo-h100/a.png)", []string{"docs/slo-h100/a.png"}},
+		{"up a folder", "[design](../README.md)", []string{"README.md"}},
+		{"an anchor left off", "[SLO](SLO.md#latency-sources)", []string{"docs/SLO.md"}},
+		{"a title", `[x](a.md "the title")`, []string{"docs/a.md"}},
+		{"two on a line", "[a](a.md) and [b](b/c.md)", []string{"docs/a.md", "docs/b/c.md"}},
+		{"a folder", "[helm](../deploy/helm/)", []string{"deploy/helm"}},
+
+		{"a URL", "[docs](https://example.com/a.md)", nil},
+		{"a mail address", "[us](mailto:a@example.com)", nil},
+		{"within the page", "[below](#measurements)", nil},
+		{"in a code span", "`[x](gone.md)`", nil},
+		{"in a fenced block", "```\n[x](gone.md)\n```\n", nil},
+		{"prose in parentheses", "BE (at 1 us) kept", nil},
+	}
+	for _, tt := range tests {
+		var got []string
+		for _, l := range relativeLinks("docs", tt.text) {
+			got = append(got, l.target)
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%s: %q gives %q, want %q", tt.name, tt.text, got, tt.want)
+		}
 	}
 }
