@@ -35,21 +35,16 @@ var (
 // ("commit", "binaries of", "at", ...).
 func commitCitations(text string) []citation {
 	var out []citation
-	fenced := false
-	for i, line := range strings.Split(text, "\n") {
-		if strings.HasPrefix(strings.TrimSpace(line), "```") {
-			fenced = !fenced
-			continue
-		}
-		line = uuid.ReplaceAllStringFunc(line, func(s string) string { return strings.Repeat("-", len(s)) })
+	for _, l := range markdownLines(text) {
+		line := uuid.ReplaceAllStringFunc(l.text, func(s string) string { return strings.Repeat("-", len(s)) })
 		words := word.FindAllStringIndex(line, -1)
 		for j, w := range words {
 			tok := line[w[0]:w[1]]
 			if !commitLike(tok) {
 				continue
 			}
-			if fenced || inCodeSpan(line, w[0]) || isLinkText(line, w[0], w[1]) || inParens(line, w[0], w[1]) || nearCommitWord(line, words, j) {
-				out = append(out, citation{line: i + 1, hash: tok})
+			if l.fenced || inCodeSpan(line, w[0]) || isLinkText(line, w[0], w[1]) || inParens(line, w[0], w[1]) || nearCommitWord(line, words, j) {
+				out = append(out, citation{line: l.n, hash: tok})
 			}
 		}
 	}
