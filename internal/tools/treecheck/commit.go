@@ -31,7 +31,7 @@ var (
 // 7 to 12 or 40 lowercase hex digits with at least one digit and one letter
 // (so 0xa06c, 1024000 or "deadbeef"-free prose are left alone); it is cited
 // when it stands in a code span or fenced block, is the whole text of a
-// link or of a parenthesis, or is next to a word that names a commit
+// link, is a parenthesis' whole text or first item, or is next to a word that names a commit
 // ("commit", "binaries of", "at", ...).
 func commitCitations(text string) []citation {
 	var out []citation
@@ -80,9 +80,10 @@ func isLinkText(line string, start, end int) bool {
 	return start > 0 && line[start-1] == '[' && strings.HasPrefix(line[end:], "](")
 }
 
-// inParens reports whether line[start:end] is all a parenthesis holds: "(06f426d)" keys what it follows to a commit.
+// inParens reports whether line[start:end] is all a parenthesis holds, or its first item: "(06f426d)" and
+// "(06f426d, 2026-11-23)" key what they follow to a commit.
 func inParens(line string, start, end int) bool {
-	return start > 0 && line[start-1] == '(' && strings.HasPrefix(line[end:], ")")
+	return start > 0 && line[start-1] == '(' && end < len(line) && strings.ContainsRune("),;", rune(line[end]))
 }
 
 // nearCommitWord reports whether words[j] of line follows a commit word

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/url"
 	"path"
 	"regexp"
 	"strings"
@@ -12,26 +13,49 @@ type link struct {
 	target string
 }
 
-// mdLink is a markdown link or image: its target, then an optional title.
-var mdLink = regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
+var (
+	// mdLink is an inline link or image: its target (<...>, or one level of balanced
+	// parentheses), then an optional title in "", '' or ().
+	mdLink = regexp.MustCompile(`\]\((<[^>]*>|(?:[^()\s]|\([^()\s]*\))+)(?:\s+(?:"[^"]*"|'[^']*'|\([^)]*\)))?\)`)
+	// refDef is a reference-style link's definition: [name]: target.
+	refDef = regexp.MustCompile(`^ {0,3}\[[^\]]+\]:\s*(<[^>]*>|\S+)`)
+	// scheme starts a URL (https:, mailto:, tel:): not a file in the tree.
+	scheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:`)
+)
 
-// relativeLinks are the links of text to files in the tree: not to a URL, not
-// within the page, and not in a code span or fenced block (commands and
-// examples), each resolved from dir and without its #anchor.
+// relativeLinks are the inline links and reference definitions of text to files in the tree:
+// not to a URL, not within the page, and not in a code span or fenced block (commands and
+// examples), each resolved from dir ("/..." from the tree's root), without its #anchor and
+// ?query and with %-escapes decoded. HTML tags are not read.
 func relativeLinks(dir, text string) []link {
 	var out []link
 	for _, l := range markdownLines(text) {
 		if l.fenced {
 			continue
 		}
-		line := l.text
-		for _, m := range mdLink.FindAllStringSubmatchIndex(line, -1) {
-			t := line[m[2]:m[3]]
-			if inCodeSpan(line, m[0]) || strings.HasPrefix(t, "#") || strings.Contains(t, "://") || strings.HasPrefix(t, "mailto:") {
+		var at [][]int
+		for _, m := range mdLink.FindAllStringSubmatchIndex(l.text, -1) {
+			at = append(at, []int{m[0], m[2], m[3]})
+		}
+		if m := refDef.FindStringSubmatchIndex(l.text); m != nil {
+			at = append(at, []int{m[0], m[2], m[3]})
+		}
+		for _, m := range at {
+			t := strings.TrimSuffix(strings.TrimPrefix(l.text[m[1]:m[2]], "<"), ">")
+			if inCodeSpan(l.text, m[0]) || strings.HasPrefix(t, "#") || scheme.MatchString(t) {
 				continue
 			}
 			t, _, _ = strings.Cut(t, "#")
-			out = append(out, link{line: l.n, target: path.Join(dir, t)})
+			t, _, _ = strings.Cut(t, "?")
+			if u, err := url.PathUnescape(t); err == nil {
+				t = u
+			}
+			if strings.HasPrefix(t, "/") {
+				t = path.Clean(t[1:])
+			} else {
+				t = path.Join(dir, t)
+			}
+			out = append(out, link{line: l.n, target: t})
 		}
 	}
 	return out
@@ -44,16 +68,26 @@ type mdLine struct {
 	fenced bool
 }
 
-// markdownLines are text's lines but the fences themselves.
+// fence opens or closes a fenced block: three or more backticks or tildes.
+var fence = regexp.MustCompile("^\\s*(`{3,}|~{3,})")
+
+// markdownLines are text's lines but the fences themselves; a block closes on a fence of its
+// opening's character, at least as long (so ``` inside ```` stays code).
 func markdownLines(text string) []mdLine {
 	var out []mdLine
-	fenced := false
+	open := ""
 	for i, line := range strings.Split(text, "\n") {
-		if strings.HasPrefix(strings.TrimSpace(line), "```") {
-			fenced = !fenced
-			continue
+		if m := fence.FindStringSubmatch(line); m != nil {
+			switch {
+			case open == "":
+				open = m[1]
+				continue
+			case m[1][0] == open[0] && len(m[1]) >= len(open) && strings.TrimSpace(line[len(m[0]):]) == "":
+				open = ""
+				continue
+			}
 		}
-		out = append(out, mdLine{i + 1, line, fenced})
+		out = append(out, mdLine{i + 1, line, open != ""})
 	}
 	return out
 }

@@ -9,8 +9,9 @@
 //     testdata/ or not: a markdown summary stands for it.
 //   - docs/*.md, the manual, cites no commit hash: a run keyed by a commit is
 //     a dated report under docs/results/, which the manual links to.
-//   - Every relative link of a tracked markdown file names a tracked file or
-//     folder: a plot or report that leaves the tree takes its links along.
+//   - Every relative link of a tracked markdown file (inline, or a reference
+//     definition, outside code) names a tracked file or folder: a plot or
+//     report that leaves the tree takes its links along.
 //
 // Build outputs (executables, libraries) are internal/tools/buildoutputs'.
 package main
@@ -90,7 +91,7 @@ func (p problem) String() string {
 func check(fsys fs.FS, files []string) ([]problem, error) {
 	var problems []problem
 	var total int64
-	tracked := map[string]bool{}
+	tracked := map[string]bool{".": true} // the tree's root, as a link to ../ from docs/ names it
 	for _, name := range files {
 		for d := name; d != "."; d = path.Dir(d) {
 			tracked[d] = true

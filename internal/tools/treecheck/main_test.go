@@ -35,8 +35,9 @@ func TestCommitCitations(t *testing.T) {
 		{"a GPU UUID in a code span", "`GPU-160f26c1-24d4-da08-fd3b-0a10c705eb27`", nil},
 		{"a hash in a link target", "[the run](results/must3-f8c35d2.md)", nil},
 		{"a longer word", "commit 06f426dz", nil},
-		{"more in the parenthesis", "GPT-2 (db4c2ce, 380 s) and (see 4d1d90a)", nil},
+		{"a parenthesis' first item", "must3 (6b35629, 2026-11-23, SM 1980 MHz)", []string{"6b35629"}},
 		{"a link target, parenthesised", "[run](db4c2ce.md)", nil},
+		{"later in a parenthesis", "GPT-2 (see 4d1d90a) and (380 s, db4c2ce)", nil},
 	}
 	for _, tt := range tests {
 		var got []string
@@ -72,7 +73,7 @@ func TestCheck(t *testing.T) {
 		"internal/trace/request/testdata/lc.jsonl.gz": {Data: []byte("calls")},
 		"docs/results/gate-h100/calls.jsonl.gz":       {Data: []byte("calls")},
 		// Links: to a plot that left the tree (a problem), to files and folders that are in it.
-		"docs/results/2026-11-30-slo.md": {Data: []byte("[plot](slo-h100/gone.png) and [run](gate-h100/results.md#p50), [up](../CLI.md), [dir](gate-h100/)\n")},
+		"docs/results/2026-11-30-slo.md": {Data: []byte("[plot](slo-h100/gone.png) and [run](gate-h100/results.md#p50), [up](../CLI.md), [dir](gate-h100/), [root](../../)\n")},
 	}
 	files := []string{"deleted-in-the-work-tree.go"}
 	for name := range fsys {
@@ -144,7 +145,20 @@ func TestRelativeLinks(t *testing.T) {
 		{"within the page", "[below](#measurements)", nil},
 		{"in a code span", "`[x](gone.md)`", nil},
 		{"in a fenced block", "```\n[x](gone.md)\n```\n", nil},
-		{"prose in parentheses", "BE (at 1 us) kept", nil},
+		{"prose in parentheses beside a link", "BE (at 1 us) kept, [run](run.md) (its report)", []string{"docs/run.md"}},
+		{"parentheses in the target", "[x](b(c).md)", []string{"docs/b(c).md"}},
+		{"an angle target", "[x](<a b.md>)", []string{"docs/a b.md"}},
+		{"a title in single quotes", "[x](a.md 't')", []string{"docs/a.md"}},
+		{"a title in parentheses", "[x](a.md (t))", []string{"docs/a.md"}},
+		{"a reference definition", "[r]: ../gone.md", []string{"gone.md"}},
+		{"a query", "[x](a.md?plain=1#L3)", []string{"docs/a.md"}},
+		{"an escape", "[x](a%20b.md)", []string{"docs/a b.md"}},
+		{"from the root", "[x](/README.md)", []string{"README.md"}},
+		{"the root", "[x](../)", []string{"."}},
+		{"a phone number", "[x](tel:123)", nil},
+		{"in a tilde fence", "~~~\n[x](gone.md)\n~~~\n", nil},
+		{"a longer fence holding a shorter", "````\n```\n[x](gone.md)\n```\n````\n[y](y.md)", []string{"docs/y.md"}},
+		{"an indented fence", "  ```\n  [x](gone.md)\n  ```\n", nil},
 	}
 	for _, tt := range tests {
 		var got []string
