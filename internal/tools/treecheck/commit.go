@@ -27,15 +27,15 @@ var (
 	nextWords   = []string{"commit", "commits"}
 )
 
-// commitCitations finds the commit hashes text cites. A hash is a word of
+// commitCitations finds the commit hashes a markdown text's lines cite. A hash is a word of
 // 7 to 12 or 40 lowercase hex digits with at least one digit and one letter
 // (so 0xa06c, 1024000 or "deadbeef"-free prose are left alone); it is cited
 // when it stands in a code span or fenced block, is the whole text of a
 // link, is a parenthesis' whole text or first item, or is next to a word that names a commit
 // ("commit", "binaries of", "at", ...).
-func commitCitations(text string) []citation {
+func commitCitations(lines []mdLine) []citation {
 	var out []citation
-	for _, l := range markdownLines(text) {
+	for _, l := range lines {
 		line := uuid.ReplaceAllStringFunc(l.text, func(s string) string { return strings.Repeat("-", len(s)) })
 		words := word.FindAllStringIndex(line, -1)
 		for j, w := range words {
@@ -80,8 +80,8 @@ func isLinkText(line string, start, end int) bool {
 	return start > 0 && line[start-1] == '[' && strings.HasPrefix(line[end:], "](")
 }
 
-// inParens reports whether line[start:end] is all a parenthesis holds, or its first item: "(06f426d)" and
-// "(06f426d, 2026-11-23)" key what they follow to a commit.
+// inParens reports whether line[start:end] is a parenthesis' whole text or its first item: where a
+// hash names the commit of the words before it.
 func inParens(line string, start, end int) bool {
 	return start > 0 && line[start-1] == '(' && end < len(line) && strings.ContainsRune("),;", rune(line[end]))
 }

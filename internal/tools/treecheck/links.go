@@ -23,13 +23,13 @@ var (
 	scheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:`)
 )
 
-// relativeLinks are the inline links and reference definitions of text to files in the tree:
+// relativeLinks are the inline links and reference definitions of a markdown text's lines to files in the tree:
 // not to a URL, not within the page, and not in a code span or fenced block (commands and
 // examples), each resolved from dir ("/..." from the tree's root), without its #anchor and
 // ?query and with %-escapes decoded. HTML tags are not read.
-func relativeLinks(dir, text string) []link {
+func relativeLinks(dir string, lines []mdLine) []link {
 	var out []link
-	for _, l := range markdownLines(text) {
+	for _, l := range lines {
 		if l.fenced {
 			continue
 		}

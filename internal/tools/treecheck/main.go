@@ -116,13 +116,14 @@ func check(fsys fs.FS, files []string) ([]problem, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, l := range relativeLinks(path.Dir(name), string(text)) {
+		lines := markdownLines(string(text)) // read once for its links and its citations
+		for _, l := range relativeLinks(path.Dir(name), lines) {
 			if !tracked[l.target] {
 				problems = append(problems, problem{file: name, line: l.line, msg: fmt.Sprintf("links to %s, which is not in the tree: mend the link or name the git show that brings it back", l.target)})
 			}
 		}
 		if isManual(name) {
-			for _, c := range commitCitations(string(text)) {
+			for _, c := range commitCitations(lines) {
 				problems = append(problems, problem{file: name, line: c.line, commit: true,
 					msg: fmt.Sprintf("cites commit %s: the manual states what holds; a run keyed by a commit goes to a dated report in docs/results/", c.hash)})
 			}

@@ -41,7 +41,7 @@ func TestCommitCitations(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var got []string
-		for _, c := range commitCitations(tt.text) {
+		for _, c := range commitCitations(markdownLines(tt.text)) {
 			got = append(got, c.hash)
 		}
 		if !slices.Equal(got, tt.want) {
@@ -51,7 +51,7 @@ func TestCommitCitations(t *testing.T) {
 }
 
 func TestCommitCitationsLine(t *testing.T) {
-	got := commitCitations("# Title\n\nplain\nsince 2c7d0f1 it holds\n")
+	got := commitCitations(markdownLines("# Title\n\nplain\nsince 2c7d0f1 it holds\n"))
 	if len(got) != 1 || got[0].line != 4 {
 		t.Fatalf("got %+v, want one citation on line 4", got)
 	}
@@ -162,7 +162,7 @@ func TestRelativeLinks(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var got []string
-		for _, l := range relativeLinks("docs", tt.text) {
+		for _, l := range relativeLinks("docs", markdownLines(tt.text)) {
 			got = append(got, l.target)
 		}
 		if !slices.Equal(got, tt.want) {
