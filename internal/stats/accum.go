@@ -31,6 +31,7 @@ func WeightedQuantile(ws []Weighted, q float64) time.Duration {
 	return sortedQuantile(sortWeighted(ws), q)
 }
 
+// sortWeighted is a copy of ws in ascending value: the caller's order stays.
 func sortWeighted(ws []Weighted) []Weighted {
 	return slices.SortedFunc(slices.Values(ws), func(x, y Weighted) int { return int(x.V - y.V) })
 }
