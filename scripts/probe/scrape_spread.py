@@ -3,10 +3,10 @@
 
     python3 scripts/probe/scrape_spread.py RESULTS.json.gz [...]
 
-RESULTS is a bench run's results.json.gz (any scenario with LC requests under --be-duty). Each
-request is put in lc_decode.py's FINE_HISTOGRAM buckets (5% apart) in the 1 s window it ended in,
-as gpreemptd's scraper sees it, and its window's values are placed as internal/scrape's
-Hist.Values places them:
+RESULTS is a bench run's results.json.gz (any scenario with LC requests under --be-duty; a
+repetition's are in the raw-rep*.tgz scripts/gpu-run-lanes.sh writes). Each request is put in
+lc_decode.py's FINE_HISTOGRAM buckets (5% apart) in the 1 s window it ended in, as gpreemptd's
+scraper sees it, and each window's values are placed as internal/scrape's Hist.Values places them:
 
   middle   k values of a bucket in one window at (j + 1/2) / k of it (gpreemptd's placement: a
            lone value at its bucket's middle);
@@ -14,15 +14,17 @@ Hist.Values places them:
            values in before, so that values pooled over windows spread through their buckets as
            one histogram's would (an alternative, not gpreemptd's).
 
-A measurement pools the requests of the windows BE worked through (the bench's halves) until 20,
-judged by the last 10 or more of its idle halves (as SLO mode's measurement and reference); each
-is compared with the same requests' own latencies: its p50 (lower middle) and its ratio, and how
-many distinct ratios the placement gives.
+Windows lie in one of BE's halves (1 s windows on whole seconds, halves on whole multiples of
+the duty's half). A measurement pools the requests of the windows BE worked through until 20,
+judged by the requests of the windows BE idled through in its own span once it holds 10 (as
+SLO mode judges an arm by the LC alone through its span); each is compared with the same
+requests' own latencies: its p50 (the lower middle) and its ratio, the errors' mean, SD, and
+95th percentile and largest of their sizes, and how many distinct ratios the placement gives.
 """
 import bisect, gzip, json, math, os, statistics, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference_error import BOUNDS, bench_half, requests, wq50  # noqa: E402
+from reference_error import BOUNDS, requests, wq50  # noqa: E402
 
 PHI = (math.sqrt(5) - 1) / 2
 WIN = 1_000_000_000
@@ -45,27 +47,26 @@ def place(lat_s, turn):
 
 
 def measurements(sr):
-    """[(exact, middle, rotated) p50 of a measurement, the same of its reference]."""
+    """[(exact, middle, rotated) p50 of a measurement, the same of the LC alone through its span]."""
     half = sr["be_duty"] // 2
     wins = {}
     for q in requests(sr["lc"]):
-        if (h := bench_half(q, half)) is not None:
-            wins.setdefault(q[1] // WIN, []).append((q[2], h))
+        wins.setdefault(q[1] // WIN, []).append(q[2] / 1e6)
     held = {}  # bucket: the windows it held values in so far
-    acc, ref, out = {0: [], 1: []}, None, []
+    acc, out = {0: [], 1: []}, []
     for w in sorted(wins):
-        for h in (0, 1):
-            lat = [v / 1e6 for v, hh in wins[w] if hh == h]
-            if lat:
-                acc[h].append(([v * 1e6 for v in lat], place(lat, lambda i: 0.0),
-                               place(lat, lambda i: held.get(i, 0) * PHI % 1.0)))
-        for i in {bisect.bisect_left(BOUNDS, v / 1e6) for v, _ in wins[w]}:
+        lat = wins[w]
+        h = (w * WIN // half) % 2  # 0: BE works (the bench's halves)
+        vals = ([v * 1e6 for v in lat], place(lat, lambda i: 0.0), place(lat, lambda i: held.get(i, 0) * PHI % 1.0))
+        for i in {bisect.bisect_left(BOUNDS, v) for v in lat}:
             held[i] = held.get(i, 0) + 1
-        if sum(len(a[0]) for a in acc[1]) >= REFERENCE:
-            ref, acc[1] = tuple(wq50([v for a in acc[1] for v in a[k]]) for k in range(3)), []
-        if ref and sum(len(a[0]) for a in acc[0]) >= MEASURE:
-            out.append((tuple(wq50([v for a in acc[0] for v in a[k]]) for k in range(3)), ref))
-            acc[0] = []
+        if h == 1 and not acc[0]:
+            continue  # a span starts with BE's work
+        acc[h].append(vals)
+        n = [sum(len(a[0]) for a in acc[k]) for k in (0, 1)]
+        if n[0] >= MEASURE and n[1] >= REFERENCE:
+            out.append(tuple(tuple(wq50([v for a in acc[k] for v in a[j]]) for j in range(3)) for k in (0, 1)))
+            acc = {0: [], 1: []}
     return out
 
 
@@ -84,8 +85,10 @@ def main(paths):
                     ms += measurements(sr)
     if not ms:
         sys.exit("scrape_spread.py: no measurement in " + " ".join(paths))
-    print(f"{len(ms)} measurements of {MEASURE} requests, each judged by {REFERENCE} or more of BE's idle halves")
-    print("| placement | p50 off the app's: mean | SD | 95th pct | max | ratio off the app's: mean | SD | 95th pct | max | distinct ratios |")
+    print(f"{len(ms)} measurements of {MEASURE} or more requests while BE worked, each judged by {REFERENCE} or more "
+          "while it idled in the measurement's span")
+    print("| placement | p50 off the app's: mean | SD | 95th pct of its size | largest | ratio off the app's: mean | SD "
+          "| 95th pct of its size | largest | distinct ratios |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for k, name in ((1, "middle"), (2, "rotated")):
         p50 = [m[k] / m[0] - 1 for m, _ in ms] + [r[k] / r[0] - 1 for _, r in ms]
