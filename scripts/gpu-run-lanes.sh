@@ -24,6 +24,9 @@
 # while the archive stays under 40 MiB). OFFCPU=1 adds offcpu.trace.xz to
 # it: each python3 thread's switches off its CPU, wakeups and switches back,
 # with the kernel stack of each sleep (scripts/probe/offcpu.py TRACE TID sums them).
+# $OUT/irq.txt: each GPU's interrupts by CPU over the call (scripts/probe/irq_delta.py), and
+# whether its lane's LC CPUs took any: a GPU's interrupts on an LC's CPU slow it while BE's work
+# makes them.
 set -u
 OUT=${OUT:-/tmp/gpreempt-out}
 REP=${REP:-1}
@@ -51,7 +54,9 @@ local_cpus() {
 }
 
 # An earlier call on the same machine left its parts here: the archive holds this call's alone.
-rm -rf /tmp/lane[0-9]*.log /tmp/lane-clocks.log /tmp/o[0-9]-* /tmp/w[0-9]-* /tmp/offcpu.trace.xz
+rm -rf /tmp/lane[0-9]*.log /tmp/lane-clocks.log /tmp/o[0-9]-* /tmp/w[0-9]-* /tmp/offcpu.trace.xz /tmp/irq-*.txt
+cat /proc/interrupts > /tmp/irq-start.txt
+irq_start=$(cut -d' ' -f1 /proc/uptime)
 lanes=()
 for ((d = 0; ; d++)); do v=LANE$d; [ -n "${!v:-}" ] || break; lanes+=("${!v}"); done
 [ ${#lanes[@]} -gt 0 ] || { echo "gpu-run-lanes.sh: no LANE0 given" >&2; exit 2; }
@@ -146,13 +151,22 @@ for ((d = 0; d < ${#lanes[@]}; d++)); do
 done
 wait "${pids[@]}"
 kill $clocks
+cat /proc/interrupts > /tmp/irq-end.txt
+for ((d = 0; d < ${#lanes[@]}; d++)); do # one GPU's vectors name its PCI address
+  bus=$(nvidia-smi -i "$d" --query-gpu=pci.bus_id --format=csv,noheader 2>/dev/null | tr 'A-Z' 'a-z')
+  lc=${pins[$d]#--lc-cpus }; lc=${lc%% *}
+  echo "== GPU $d (${bus: -12}), its LC on CPUs ${lc:-unpinned}"
+  python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" /tmp/irq-start.txt /tmp/irq-end.txt --match "${bus: -12}" \
+    --cpus "$lc" --seconds "$(awk "BEGIN { print $(cut -d' ' -f1 /proc/uptime) - $irq_start }")"
+done > "$OUT/irq.txt" 2>&1
+{ echo "== every 'nvidia' line"; python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" /tmp/irq-start.txt /tmp/irq-end.txt; } >> "$OUT/irq.txt" 2>&1
 [ "${OFFCPU:-0}" = 1 ] && offcpu_stop /tmp/offcpu.trace.xz
 cat /tmp/lane[0-9]*.log
 nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 # Each part's results.json.gz (the app's own requests, the daemon's status) comes back for request-by-request
 # analysis, unless that makes the archive too large to carry back.
 raw="$OUT/raw-rep$REP${REP1:+-$REP1}.tgz"
-mapfile -t kept < <(cd /tmp && ls -d o[0-9]-* w[0-9]-* lane*.log offcpu.trace.xz 2>/dev/null)
+mapfile -t kept < <(cd /tmp && ls -d o[0-9]-* w[0-9]-* lane*.log irq-*.txt offcpu.trace.xz 2>/dev/null)
 tar -C /tmp -czf "$raw" --exclude='*.json' "${kept[@]}" 2>/dev/null
 if [ "$(stat -c %s "$raw")" -gt $((40 << 20)) ]; then
   tar -C /tmp -czf "$raw" --exclude='*.json' --exclude='*.json.gz' "${kept[@]}" 2>/dev/null

@@ -1,0 +1,50 @@
+package probe
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestIRQDeltaSumsTheDevicesLines: two copies of a 4-CPU /proc/interrupts, the GPU's two vectors moving on
+// CPUs 2 and 3 and another device's on CPU 0, a line that counts no CPUs (ERR) and one that came between
+// them: irq_delta.py must sum only the GPU's lines by CPU, name CPU 2 as taking them and CPU 1 none.
+func TestIRQDeltaSumsTheDevicesLines(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	head := "           CPU0       CPU1       CPU2       CPU3       \n"
+	before := write("before", head+
+		" 60:         10          0        100          5  IR-PCI-MSIX-0000:18:00.0    0-edge      nvidia\n"+
+		" 61:          0          0          0          0  IR-PCI-MSIX-0000:18:00.0    1-edge      nvidia\n"+
+		" 70:         50          0          0          0  IR-PCI-MSIX-0000:3b:00.0    0-edge      eth0-TxRx-0\n"+
+		"ERR:          0\n")
+	after := write("after", head+
+		" 60:         10          0        400          5  IR-PCI-MSIX-0000:18:00.0    0-edge      nvidia\n"+
+		" 61:          0          0          0        100  IR-PCI-MSIX-0000:18:00.0    1-edge      nvidia\n"+
+		" 62:          0          0          0        999  IR-PCI-MSIX-0000:18:00.0    2-edge      nvidia\n"+
+		" 70:       5050          0          0          0  IR-PCI-MSIX-0000:3b:00.0    0-edge      eth0-TxRx-0\n"+
+		"ERR:          0\n")
+	out := string(runScript(t, "irq_delta.py", before, after, "--cpus", "1,2", "--seconds", "10"))
+	for _, want := range []string{
+		"'nvidia' interrupts: 400, 40/s",
+		"  cpu2: 300 (75.0%, 30/s)",
+		"  cpu3: 100 (25.0%, 10/s)",
+		"  irq 60 (IR-PCI-MSIX-0000:18:00.0 0-edge nvidia): cpu2 300",
+		"cpu1: took none of them",
+		"cpu2: took 300 of them",
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("want %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "cpu0") || strings.Contains(out, "irq 62") {
+		t.Errorf("another device's interrupts or a line in one copy only counted:\n%s", out)
+	}
+}
