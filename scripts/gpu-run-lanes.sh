@@ -24,9 +24,9 @@
 # while the archive stays under 40 MiB). OFFCPU=1 adds offcpu.trace.xz to
 # it: each python3 thread's switches off its CPU, wakeups and switches back,
 # with the kernel stack of each sleep (scripts/probe/offcpu.py TRACE TID sums them).
-# $OUT/irq.txt: each GPU's interrupts by CPU over the call (scripts/probe/irq_delta.py), and
-# whether its lane's LC CPUs took any: a GPU's interrupts on an LC's CPU slow it while BE's work
-# makes them.
+# $OUT/irq.txt: each GPU's interrupts by CPU over the call (scripts/probe/irq_delta.py), whether
+# its lane's LC CPUs took any, and their rates while BE's duty worked and idled: a GPU's
+# interrupts on an LC's CPU slow it while BE's work makes them.
 set -u
 OUT=${OUT:-/tmp/gpreempt-out}
 REP=${REP:-1}
@@ -54,7 +54,7 @@ local_cpus() {
 }
 
 # An earlier call on the same machine left its parts here: the archive holds this call's alone.
-rm -rf /tmp/lane[0-9]*.log /tmp/lane-clocks.log /tmp/o[0-9]-* /tmp/w[0-9]-* /tmp/offcpu.trace.xz /tmp/irq-*.txt
+rm -rf /tmp/lane[0-9]*.log /tmp/lane-clocks.log /tmp/lane-irqs.log /tmp/o[0-9]-* /tmp/w[0-9]-* /tmp/offcpu.trace.xz /tmp/irq-*.txt
 cat /proc/interrupts > /tmp/irq-start.txt
 irq_start=$(cut -d' ' -f1 /proc/uptime)
 lanes=()
@@ -62,10 +62,12 @@ for ((d = 0; ; d++)); do v=LANE$d; [ -n "${!v:-}" ] || break; lanes+=("${!v}"); 
 [ ${#lanes[@]} -gt 0 ] || { echo "gpu-run-lanes.sh: no LANE0 given" >&2; exit 2; }
 
 # The GPUs' SM clock, power and temperature each second, on the clock the app's requests are
-# stamped with (CLOCK_BOOTTIME, CLOCK_MONOTONIC's but for suspend), on CPUs 0,1 (the daemons').
+# stamped with (CLOCK_BOOTTIME, CLOCK_MONOTONIC's but for suspend), on CPUs 0,1 (the daemons');
+# and the GPUs' interrupt counts by CPU (lane-irqs.log, for irq_delta.py --series).
 taskset -c 0,1 bash -c 'while :; do
   nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits |
     sed "s/^/$(cut -d" " -f1 /proc/uptime), /"
+  { echo "@ $(cut -d" " -f1 /proc/uptime)"; awk "NR == 1 || /nvidia/" /proc/interrupts; } >> /tmp/lane-irqs.log
   sleep 1
 done' > /tmp/lane-clocks.log 2>&1 &
 clocks=$!
@@ -158,6 +160,7 @@ for ((d = 0; d < ${#lanes[@]}; d++)); do # one GPU's vectors name its PCI addres
   echo "== GPU $d (${bus: -12}), its LC on CPUs ${lc:-unpinned}"
   python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" /tmp/irq-start.txt /tmp/irq-end.txt --match "${bus: -12}" \
     --cpus "$lc" --seconds "$(awk "BEGIN { print $(cut -d' ' -f1 /proc/uptime) - $irq_start }")"
+  python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" --series /tmp/lane-irqs.log --match "${bus: -12}" --cpus "$lc"
 done > "$OUT/irq.txt" 2>&1
 { echo "== every 'nvidia' line"; python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" /tmp/irq-start.txt /tmp/irq-end.txt; } >> "$OUT/irq.txt" 2>&1
 [ "${OFFCPU:-0}" = 1 ] && offcpu_stop /tmp/offcpu.trace.xz

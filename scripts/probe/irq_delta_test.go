@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,5 +47,37 @@ func TestIRQDeltaSumsTheDevicesLines(t *testing.T) {
 	}
 	if strings.Contains(out, "cpu0") || strings.Contains(out, "irq 62") {
 		t.Errorf("another device's interrupts or a line in one copy only counted:\n%s", out)
+	}
+}
+
+// TestIRQDeltaSeriesSplitsBEsHalves: copies once a second for 32 s, the GPU's vector on CPU 2 growing by 100 a
+// second while BE works (UPTIME / 4 even) and by 10 while it idles, CPU 3 by 5 throughout, another device's on
+// CPU 1: --series must give CPU 2 100 / 10 a second and CPU 1 none of the GPU's.
+func TestIRQDeltaSeriesSplitsBEsHalves(t *testing.T) {
+	var b strings.Builder
+	c2, c3, other := 0, 0, 0
+	for k := range 32 {
+		at := 100 + float64(k) + 0.5
+		if k > 0 {
+			if int(at/4)%2 == 0 {
+				c2 += 100
+			} else {
+				c2 += 10
+			}
+			c3, other = c3+5, other+7
+		}
+		fmt.Fprintf(&b, "@ %.2f\n           CPU0       CPU1       CPU2       CPU3\n", at)
+		fmt.Fprintf(&b, " 60:  0  0  %d  %d  IR-PCI-MSIX-0000:18:00.0    0-edge      nvidia\n", c2, c3)
+		fmt.Fprintf(&b, " 70:  0  %d  0  0  IR-PCI-MSIX-0000:3b:00.0    0-edge      eth0\n", other)
+	}
+	path := filepath.Join(t.TempDir(), "lane-irqs.log")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := string(runScript(t, "irq_delta.py", "--series", path, "--match", "0000:18:00.0", "--cpus", "1,2"))
+	for _, want := range []string{"  cpu1: 0.0 / 0.0 (named)", "  cpu2: 100.0 / 10.0 (named)", "  cpu3: 5.0 / 5.0"} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("want %q in:\n%s", want, out)
+		}
 	}
 }
