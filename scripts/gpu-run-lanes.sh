@@ -161,6 +161,9 @@ for ((d = 0; d < ${#lanes[@]}; d++)); do # one GPU's vectors name its PCI addres
   python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" /tmp/irq-start.txt /tmp/irq-end.txt --match "${bus: -12}" \
     --cpus "$lc" --seconds "$(awk "BEGIN { print $(cut -d' ' -f1 /proc/uptime) - $irq_start }")"
   python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" --series /tmp/lane-irqs.log --match "${bus: -12}" --cpus "$lc"
+  for n in $(awk -v b="${bus: -12}" 'index($0, b) { sub(":", "", $1); print $1 }' /proc/interrupts); do
+    echo "  irq $n: effective affinity CPUs $(cat "/proc/irq/$n/effective_affinity_list" 2>/dev/null)" # read, never set
+  done
 done > "$OUT/irq.txt" 2>&1
 { echo "== every 'nvidia' line"; python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" /tmp/irq-start.txt /tmp/irq-end.txt; } >> "$OUT/irq.txt" 2>&1
 [ "${OFFCPU:-0}" = 1 ] && offcpu_stop /tmp/offcpu.trace.xz
