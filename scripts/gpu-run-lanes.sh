@@ -25,8 +25,8 @@
 # it: each python3 thread's switches off its CPU, wakeups and switches back,
 # with the kernel stack of each sleep (scripts/probe/offcpu.py TRACE TID sums them).
 # $OUT/irq.txt: each GPU's interrupts by CPU over the call (scripts/probe/irq_delta.py), whether
-# its lane's LC CPUs took any, and their rates while BE's duty worked and idled: a GPU's
-# interrupts on an LC's CPU slow it while BE's work makes them.
+# its lane's LC CPUs took any, their rates while BE's duty worked and idled, and its vectors'
+# CPUs: a GPU's interrupts on an LC's CPU may slow it while BE's work makes them.
 set -u
 OUT=${OUT:-/tmp/gpreempt-out}
 REP=${REP:-1}
@@ -156,12 +156,16 @@ kill $clocks
 cat /proc/interrupts > /tmp/irq-end.txt
 for ((d = 0; d < ${#lanes[@]}; d++)); do # one GPU's vectors name its PCI address
   bus=$(nvidia-smi -i "$d" --query-gpu=pci.bus_id --format=csv,noheader 2>/dev/null | tr 'A-Z' 'a-z')
+  bus=${bus: -12}
   lc=${pins[$d]#--lc-cpus }; lc=${lc%% *}
-  echo "== GPU $d (${bus: -12}), its LC on CPUs ${lc:-unpinned}"
-  python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" /tmp/irq-start.txt /tmp/irq-end.txt --match "${bus: -12}" \
+  echo "== GPU $d ($bus), its LC on CPUs ${lc:-unpinned}, persistence mode $(nvidia-smi -i "$d" --query-gpu=persistence_mode --format=csv,noheader 2>/dev/null)"
+  if ! [[ $bus =~ ^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$ ]]; then echo "  no PCI address from nvidia-smi"; continue; fi
+  python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" /tmp/irq-start.txt /tmp/irq-end.txt --match "$bus" \
     --cpus "$lc" --seconds "$(awk "BEGIN { print $(cut -d' ' -f1 /proc/uptime) - $irq_start }")"
-  python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" --series /tmp/lane-irqs.log --match "${bus: -12}" --cpus "$lc"
-  for n in $(awk -v b="${bus: -12}" 'index($0, b) { sub(":", "", $1); print $1 }' /proc/interrupts); do
+  python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" --series /tmp/lane-irqs.log --match "$bus" --cpus "$lc"
+  vectors=$(awk -v b="$bus" 'index($0, b) { sub(":", "", $1); print $1 }' /proc/interrupts)
+  [ -n "$vectors" ] || echo "  no vector of it now (without persistence mode the driver removes them once no process holds the GPU)"
+  for n in $vectors; do
     echo "  irq $n: effective affinity CPUs $(cat "/proc/irq/$n/effective_affinity_list" 2>/dev/null)" # read, never set
   done
 done > "$OUT/irq.txt" 2>&1

@@ -297,8 +297,8 @@ func (c *Controller) exploring(d *Decision) {
 	case c.steadying():
 		c.keep(d, CauseExplore, c.measuring())
 	case f == feasible && decides(c.evidence(c.cur)):
-		c.endExplore(d, CauseWithin, fmt.Sprintf("%v meets every objective with %s; %v %s them with %s", c.cur, c.shareText(c.cur), c.phase.From,
-			[...]string{"might meet", "meets", "misses"}[c.feasibility(c.phase.From)], c.shareText(c.phase.From)))
+		c.endExplore(d, CauseWithin, fmt.Sprintf("%v meets every objective with %s; %v %s them with %s%s", c.cur, c.shareText(c.cur), c.phase.From,
+			[...]string{"might meet", "meets", "misses"}[c.lcFeasibility(c.phase.From)], c.shareText(c.phase.From), map[bool]string{true: ", under BE's minimum"}[c.short(c.phase.From)]))
 	case c.missesOn(1) && !c.phase.Limit:
 		c.backOff(c.cur)
 		c.endExplore(d, CauseViolation, fmt.Sprintf("%v misses on average (LC at %.2fx): back to %v", c.cur, c.worstMean(c.cur), c.phase.From))

@@ -22,12 +22,12 @@ while True:  # lc_decode.py CPU_METER_LOOP, its cpu_meter()
         x += i
     print(time.monotonic_ns(), time.thread_time_ns() - t, flush=True); time.sleep(0.05)' > "/tmp/meter-$phase.log" &
   m=$!; trap 'kill $m 2>/dev/null' EXIT
-  cat /proc/interrupts > "/tmp/irq-$phase-0.txt"
   taskset -c "$cpus" $BE > "/tmp/be-$phase.log" 2>&1 &
   b=$!; until grep -q READY "/tmp/be-$phase.log" || ! kill -0 $b 2>/dev/null; do sleep 0.1; done
   ready=$(python3 -c 'import time; print(time.monotonic_ns())') # samples from here on: BE set up
-  wait $b; kill $m; wait $m 2>/dev/null
-  cat /proc/interrupts > "/tmp/irq-$phase-1.txt"
+  cat /proc/interrupts > "/tmp/irq-$phase-0.txt"; irq0=$(cut -d' ' -f1 /proc/uptime) # BE's start-up left out
+  wait $b; cat /proc/interrupts > "/tmp/irq-$phase-1.txt"; irq1=$(cut -d' ' -f1 /proc/uptime)
+  kill $m; wait $m 2>/dev/null
   python3 - "$phase" "$cpus" "/tmp/meter-$phase.log" "$ready" <<'PY' >> "$T"
 import statistics as st, sys
 half, guard, v = 4e9, 1e8, ([], [])  # be_gemm.py works while CLOCK_MONOTONIC / half is even
@@ -40,6 +40,6 @@ if v[0] and v[1]:
     print(f"{sys.argv[1]} (BE on CPUs {sys.argv[2]}): meter with BE / alone {st.median(v[0]) / st.median(v[1]):.3f}, "
           f"medians {st.median(v[0]) / 1e6:.3f} / {st.median(v[1]) / 1e6:.3f} ms over {len(v[0])} / {len(v[1])} samples")
 PY
-  python3 "$(dirname "${BASH_SOURCE[0]}")/irq_delta.py" "/tmp/irq-$phase-0.txt" "/tmp/irq-$phase-1.txt" --cpus "$LC" --seconds "$S" >> "$T"
+  python3 "$(dirname "${BASH_SOURCE[0]}")/irq_delta.py" "/tmp/irq-$phase-0.txt" "/tmp/irq-$phase-1.txt" --cpus "$LC" --seconds "$(awk "BEGIN { print $irq1 - $irq0 }")" >> "$T"
 done
 cat "$T"

@@ -32,9 +32,9 @@ func TestIRQDeltaSumsTheDevicesLines(t *testing.T) {
 		" 62:          0          0          0        999  IR-PCI-MSIX-0000:18:00.0    2-edge      nvidia\n"+
 		" 70:       5050          0          0          0  IR-PCI-MSIX-0000:3b:00.0    0-edge      eth0-TxRx-0\n"+
 		"ERR:          0\n")
-	out := string(runScript(t, "irq_delta.py", before, after, "--cpus", "1,2", "--seconds", "10"))
+	out := string(runScript(t, "irq_delta.py", before, after, "--cpus", "1-2", "--seconds", "10"))
 	for _, want := range []string{
-		"'nvidia' interrupts: 400, 40/s",
+		"'nvidia' interrupts (2 lines): 400, 40/s",
 		"  cpu2: 300 (75.0%, 30/s)",
 		"  cpu3: 100 (25.0%, 10/s)",
 		"  irq 60 (IR-PCI-MSIX-0000:18:00.0 0-edge nvidia): cpu2 300",
@@ -48,34 +48,38 @@ func TestIRQDeltaSumsTheDevicesLines(t *testing.T) {
 	if strings.Contains(out, "cpu0") || strings.Contains(out, "irq 62") {
 		t.Errorf("another device's interrupts or a line in one copy only counted:\n%s", out)
 	}
+	// a device named in neither copy is said so, not read as interrupts that missed the CPUs named
+	if out := string(runScript(t, "irq_delta.py", before, after, "--match", "0000:99:00.0", "--cpus", "2")); out != "no line names '0000:99:00.0' in both copies\n" {
+		t.Errorf("no line matched: got\n%s", out)
+	}
 }
 
-// TestIRQDeltaSeriesSplitsBEsHalves: copies once a second for 32 s, the GPU's vector on CPU 2 growing by 100 a
-// second while BE works (UPTIME / 4 even) and by 10 while it idles, CPU 3 by 5 throughout, another device's on
-// CPU 1: --series must give CPU 2 100 / 10 a second and CPU 1 none of the GPU's.
+// TestIRQDeltaSeriesSplitsBEsHalves: copies every 1.3 s for a minute, the GPU's vector on CPU 2 taking 100 a
+// second while BE works (UPTIME / 4 even) and 10 while it idles, CPU 3 20 throughout, another device's on CPU 1:
+// --series must give CPU 2 100 / 10 a second (the intervals across an edge of BE's halves left out) and CPU 1
+// none of the GPU's.
 func TestIRQDeltaSeriesSplitsBEsHalves(t *testing.T) {
-	var b strings.Builder
-	c2, c3, other := 0, 0, 0
-	for k := range 32 {
-		at := 100 + float64(k) + 0.5
-		if k > 0 {
-			if int(at/4)%2 == 0 {
-				c2 += 100
-			} else {
-				c2 += 10
-			}
-			c3, other = c3+5, other+7
+	// taken is what a CPU took by time at (a multiple of 0.1 s), perStep each 0.1 s while BE works and idle while it idles
+	taken := func(at float64, perStep, idle int) int {
+		n := 0
+		for i := range int(at*10 + 0.5) {
+			n += map[bool]int{true: perStep, false: idle}[i/40%2 == 0]
 		}
-		fmt.Fprintf(&b, "@ %.2f\n           CPU0       CPU1       CPU2       CPU3\n", at)
-		fmt.Fprintf(&b, " 60:  0  0  %d  %d  IR-PCI-MSIX-0000:18:00.0    0-edge      nvidia\n", c2, c3)
-		fmt.Fprintf(&b, " 70:  0  %d  0  0  IR-PCI-MSIX-0000:3b:00.0    0-edge      eth0\n", other)
+		return n
+	}
+	var b strings.Builder
+	for k := range 46 {
+		at := 0.2 + 1.3*float64(k)
+		fmt.Fprintf(&b, "@ %.3f\n           CPU0       CPU1       CPU2       CPU3\n", 1000+at)
+		fmt.Fprintf(&b, " 60:  0  0  %d  %d  IR-PCI-MSIX-0000:18:00.0    0-edge      nvidia\n", taken(at, 10, 1), taken(at, 2, 2))
+		fmt.Fprintf(&b, " 70:  0  %d  0  0  IR-PCI-MSIX-0000:3b:00.0    0-edge      eth0\n", taken(at, 7, 7))
 	}
 	path := filepath.Join(t.TempDir(), "lane-irqs.log")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out := string(runScript(t, "irq_delta.py", "--series", path, "--match", "0000:18:00.0", "--cpus", "1,2"))
-	for _, want := range []string{"  cpu1: 0.0 / 0.0 (named)", "  cpu2: 100.0 / 10.0 (named)", "  cpu3: 5.0 / 5.0"} {
+	for _, want := range []string{"  cpu1: 0.0 / 0.0 (named)", "  cpu2: 100.0 / 10.0 (named)", "  cpu3: 20.0 / 20.0"} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("want %q in:\n%s", want, out)
 		}
