@@ -15,8 +15,8 @@ scraper sees it, and each window's values are placed as internal/scrape's Hist.V
            one histogram's would (an alternative, not gpreemptd's).
 
 Windows lie in one of BE's halves (1 s windows on whole seconds, halves on whole multiples of
-the duty's half). A measurement pools the requests of the windows BE worked through until 20,
-judged by the requests of the windows BE idled through in its own span once it holds 10 (as
+the duty's half). A measurement pools the requests of the windows BE worked through, 20 or
+more, judged by the requests of the windows BE idled through in its own span, once those are 10 (as
 SLO mode judges an arm by the LC alone through its span); each is compared with the same
 requests' own latencies: its p50 (the lower middle) and its ratio, the errors' mean, SD, and
 95th percentile and largest of their sizes, and how many distinct ratios the placement gives.
