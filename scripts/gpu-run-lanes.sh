@@ -182,3 +182,4 @@ if [ "$(stat -c %s "$raw")" -gt $((40 << 20)) ]; then
   tar -C /tmp -czf "$raw" --exclude='*.json' --exclude='*.json.gz' "${kept[@]}" 2>/dev/null
 fi
 for f in "$OUT"/gpu*-rep*.md; do echo "##### $f"; grep -v '^$' "$f" | head -70; done
+echo "##### $OUT/irq.txt"; head -40 "$OUT/irq.txt" 2>/dev/null
