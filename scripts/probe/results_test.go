@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -64,4 +65,24 @@ func runScript(t *testing.T, script string, args ...string) []byte {
 		t.Fatalf("%s: %v: %s", script, err, out)
 	}
 	return out
+}
+
+// writeText writes text as dir/name and returns its path.
+func writeText(t *testing.T, dir, name, text string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// wantLines fails t for each of lines that out lacks as a whole line's end.
+func wantLines(t *testing.T, out string, lines ...string) {
+	t.Helper()
+	for _, want := range lines {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("want %q in:\n%s", want, out)
+		}
+	}
 }

@@ -3,8 +3,6 @@ package probe
 import (
 	"encoding/json"
 	"math"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -148,10 +146,7 @@ func TestSpanAloneMeasured(t *testing.T) {
 			read(m.next, made+1, m.ratio)
 		}
 	}
-	path := filepath.Join(t.TempDir(), "status.jsonl")
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := writeText(t, t.TempDir(), "status.jsonl", b.String())
 	out := runScript(t, "span_alone.py", "--measured", path)
 	if !strings.Contains(string(out), "pooled over 1 arms, 3 measurements: relative SD 0.100") {
 		t.Errorf("want one arm of 3 measurements at 0.100:\n%s", out)
