@@ -44,11 +44,19 @@ nvidia-smi --query-gpu=index,name,pci.bus_id,clocks.sm,power.draw,temperature.gp
 # cpus FILE: the CPU list in FILE (as sysfs writes it: 0-3,8), one per line.
 cpus() { tr ',' '\n' < "$1" | while IFS=- read -r a b; do seq "$a" "${b:-$a}"; done; }
 
+# pci_bus N: GPU N's PCI address as sysfs and /proc/interrupts name it (DDDD:BB:DD.F; nvidia-smi pads the
+# domain to 8 digits), nothing where nvidia-smi gives none.
+pci_bus() {
+  local bus
+  bus=$(nvidia-smi -i "$1" --query-gpu=pci.bus_id --format=csv,noheader 2>/dev/null | tr 'A-Z' 'a-z')
+  bus=${bus: -12}
+  [[ $bus =~ ^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$ ]] && echo "$bus"
+}
+
 # local_cpus N: GPU N's local CPUs (every online CPU if unknown).
 local_cpus() {
   local bus f=/sys/devices/system/cpu/online
-  bus=$(nvidia-smi -i "$1" --query-gpu=pci.bus_id --format=csv,noheader 2>/dev/null | tr 'A-Z' 'a-z')
-  bus=${bus: -12} # sysfs names a device DDDD:BB:DD.F; nvidia-smi pads the domain to 8 digits
+  bus=$(pci_bus "$1")
   [ -n "$bus" ] && [ -r "/sys/bus/pci/devices/$bus/local_cpulist" ] && f=/sys/bus/pci/devices/$bus/local_cpulist
   cpus "$f"
 }
@@ -155,11 +163,10 @@ wait "${pids[@]}"
 kill $clocks
 cat /proc/interrupts > /tmp/irq-end.txt
 for ((d = 0; d < ${#lanes[@]}; d++)); do # one GPU's vectors name its PCI address
-  bus=$(nvidia-smi -i "$d" --query-gpu=pci.bus_id --format=csv,noheader 2>/dev/null | tr 'A-Z' 'a-z')
-  bus=${bus: -12}
+  bus=$(pci_bus "$d")
   lc=${pins[$d]#--lc-cpus }; lc=${lc%% *}
   echo "== GPU $d ($bus), its LC on CPUs ${lc:-unpinned}, persistence mode $(nvidia-smi -i "$d" --query-gpu=persistence_mode --format=csv,noheader 2>/dev/null)"
-  if ! [[ $bus =~ ^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$ ]]; then echo "  no PCI address from nvidia-smi"; continue; fi
+  if [ -z "$bus" ]; then echo "  no PCI address from nvidia-smi"; continue; fi
   python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" /tmp/irq-start.txt /tmp/irq-end.txt --match "$bus" \
     --cpus "$lc" --seconds "$(awk "BEGIN { print $(cut -d' ' -f1 /proc/uptime) - $irq_start }")"
   python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" --series /tmp/lane-irqs.log --match "$bus" --cpus "$lc"
