@@ -26,7 +26,9 @@
 # with the kernel stack of each sleep (scripts/probe/offcpu.py TRACE TID sums them).
 # $OUT/irq.txt: each GPU's interrupts by CPU over the call (scripts/probe/irq_delta.py), whether
 # its lane's LC CPUs took any, their rates while BE's duty worked and idled, and its vectors'
-# CPUs: a GPU's interrupts on an LC's CPU may slow it while BE's work makes them.
+# CPUs: a GPU's interrupts on an LC's CPU may slow it while BE's work makes them; then the
+# timer, rescheduling, function-call and TLB-shootdown interrupts of the lane's LC and BE CPUs
+# (and the CPUs that took most) while BE worked and idled.
 set -u
 OUT=${OUT:-/tmp/gpreempt-out}
 REP=${REP:-1}
@@ -71,11 +73,12 @@ for ((d = 0; ; d++)); do v=LANE$d; [ -n "${!v:-}" ] || break; lanes+=("${!v}"); 
 
 # The GPUs' SM clock, power and temperature each second, on the clock the app's requests are
 # stamped with (CLOCK_BOOTTIME, CLOCK_MONOTONIC's but for suspend), on CPUs 0,1 (the daemons');
-# and the GPUs' interrupt counts by CPU (lane-irqs.log, for irq_delta.py --series).
+# and the GPUs' interrupt counts by CPU with the CPUs' timer, rescheduling, function-call and
+# TLB-shootdown interrupts (lane-irqs.log, for irq_delta.py --series).
 taskset -c 0,1 bash -c 'while :; do
   nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits |
     sed "s/^/$(cut -d" " -f1 /proc/uptime), /"
-  { echo "@ $(cut -d" " -f1 /proc/uptime)"; awk "NR == 1 || /nvidia/" /proc/interrupts; } >> /tmp/lane-irqs.log
+  { echo "@ $(cut -d" " -f1 /proc/uptime)"; awk "NR == 1 || /nvidia/ || /^ *(LOC|RES|CAL|TLB):/" /proc/interrupts; } >> /tmp/lane-irqs.log
   sleep 1
 done' > /tmp/lane-clocks.log 2>&1 &
 clocks=$!
@@ -164,7 +167,7 @@ kill $clocks
 cat /proc/interrupts > /tmp/irq-end.txt
 for ((d = 0; d < ${#lanes[@]}; d++)); do # one GPU's vectors name its PCI address
   bus=$(pci_bus "$d")
-  lc=${pins[$d]#--lc-cpus }; lc=${lc%% *}
+  lc=${pins[$d]#--lc-cpus }; lc=${lc%% *}; be=${pins[$d]##* }
   echo "== GPU $d ($bus), its LC on CPUs ${lc:-unpinned}, persistence mode $(nvidia-smi -i "$d" --query-gpu=persistence_mode --format=csv,noheader 2>/dev/null)"
   if [ -z "$bus" ]; then echo "  no PCI address from nvidia-smi"; continue; fi
   python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" /tmp/irq-start.txt /tmp/irq-end.txt --match "$bus" \
@@ -174,6 +177,10 @@ for ((d = 0; d < ${#lanes[@]}; d++)); do # one GPU's vectors name its PCI addres
   [ -n "$vectors" ] || echo "  no vector of it now (without persistence mode the driver removes them once no process holds the GPU)"
   for n in $vectors; do
     echo "  irq $n: effective affinity CPUs $(cat "/proc/irq/$n/effective_affinity_list" 2>/dev/null)" # read, never set
+  done
+  # the IPIs and ticks the LC's and BE's CPUs took, by BE's half: what else could slow an LC's CPU while BE works
+  for kind in "Local timer" "Rescheduling" "Function call" "TLB shootdowns"; do
+    python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" --series /tmp/lane-irqs.log --match "$kind" --cpus "${lc:+$lc,$be}"
   done
 done > "$OUT/irq.txt" 2>&1
 { echo "== every 'nvidia' line"; python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" /tmp/irq-start.txt /tmp/irq-end.txt; } >> "$OUT/irq.txt" 2>&1

@@ -44,7 +44,8 @@ func TestIRQDeltaSumsTheDevicesLines(t *testing.T) {
 // TestIRQDeltaSeriesSplitsBEsHalves: copies every 1.3 s for a minute, the GPU's vector on CPU 2 taking 100 a
 // second while BE works (UPTIME / 4 even) and 10 while it idles, CPU 3 20 throughout, another device's on CPU 1:
 // --series must give CPU 2 100 / 10 a second (the intervals across an edge of BE's halves left out) and CPU 1
-// none of the GPU's.
+// none of the GPU's; the CPUs' own lines (gpu-run-lanes.sh keeps LOC, RES, CAL and TLB) by their names: CAL's
+// function-call interrupts 50 / 10 a second on CPU 3, the timer's left out.
 func TestIRQDeltaSeriesSplitsBEsHalves(t *testing.T) {
 	// taken is what a CPU took by time at (a multiple of 0.1 s), perStep each 0.1 s while BE works and idle while it idles
 	taken := func(at float64, perStep, idle int) int {
@@ -60,8 +61,15 @@ func TestIRQDeltaSeriesSplitsBEsHalves(t *testing.T) {
 		fmt.Fprintf(&b, "@ %.3f\n           CPU0       CPU1       CPU2       CPU3\n", 1000+at)
 		fmt.Fprintf(&b, " 60:  0  0  %d  %d  IR-PCI-MSIX-0000:18:00.0    0-edge      nvidia\n", taken(at, 10, 1), taken(at, 2, 2))
 		fmt.Fprintf(&b, " 70:  0  %d  0  0  IR-PCI-MSIX-0000:3b:00.0    0-edge      eth0\n", taken(at, 7, 7))
+		fmt.Fprintf(&b, "LOC:  %d  %d  %d  %d   Local timer interrupts\n", taken(at, 25, 25), taken(at, 25, 25), taken(at, 25, 25), taken(at, 25, 25))
+		fmt.Fprintf(&b, "CAL:  0  0  0  %d   Function call interrupts\n", taken(at, 5, 1))
 	}
 	path := writeText(t, t.TempDir(), "lane-irqs.log", b.String())
 	out := string(runScript(t, "irq_delta.py", "--series", path, "--match", "0000:18:00.0", "--cpus", "1,2"))
 	wantLines(t, out, "  cpu1: 0.0 / 0.0 (named)", "  cpu2: 100.0 / 10.0 (named)", "  cpu3: 20.0 / 20.0")
+	out = string(runScript(t, "irq_delta.py", "--series", path, "--match", "Function call", "--cpus", "2,3"))
+	wantLines(t, out, "'Function call' interrupts a second (1 lines), BE working / idle (22 s / 18 s):", "  cpu2: 0.0 / 0.0 (named)", "  cpu3: 50.0 / 10.0 (named)")
+	if strings.Contains(out, "cpu0") || strings.Contains(out, "cpu1") {
+		t.Errorf("the timer's line counted as function calls:\n%s", out)
+	}
 }
