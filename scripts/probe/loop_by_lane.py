@@ -7,7 +7,9 @@ Each file is a lane's summary that scripts/gpu-run-lanes.sh writes ($OUT/gpu<N>-
 its bench command names the LC's and BE's CPUs (--lc-cpus, --be-cpus), and its table "The LC
 timed a fixed loop ..." gives per setting the loop's median with BE over alone and its 95%
 interval. Per pair of CPU lists: the settings, the geometric mean of the ratio, its range, and
-how many intervals lie wholly above 1 and wholly below (at 95%, about 2.5% of them each by chance).
+how many intervals lie wholly above 1 and wholly below (at 95%, about 2.5% of them each by chance),
+and how many have a bound that reads 1.00: the summary rounds to two digits, so such an interval
+may leave 1 out (rep 77's [0.617, 0.996] reads [0.62, 1.00]); its results.json.gz says.
 """
 import re, statistics, sys
 
@@ -33,6 +35,11 @@ def settings(path):
     return out
 
 
+def at_one(lo, hi):
+    """A bound that reads 1.00 once rounded: the interval may or may not leave 1 out."""
+    return lo == 1.0 or hi == 1.0
+
+
 def main(paths):
     by = {}
     for p in paths:
@@ -42,14 +49,15 @@ def main(paths):
         sys.exit("loop_by_lane.py: no loop table in " + " ".join(paths))
     n = sum(len(v) for v in by.values())
     print(f"{n} settings")
-    print("| LC's CPUs | BE's CPUs | settings | loop with BE / alone, geometric mean | range | interval above 1 | below 1 |")
-    print("|---|---|---:|---:|---|---:|---:|")
+    print("| LC's CPUs | BE's CPUs | settings | loop with BE / alone, geometric mean | range | interval above 1 | below 1 | a bound at 1.00 |")
+    print("|---|---|---:|---:|---|---:|---:|---:|")
     for (lc, be), v in sorted(by.items()):
         rs = [r for r, _, _ in v]
         print(f"| {lc} | {be} | {len(v)} | {statistics.geometric_mean(rs):.3f}x | {min(rs):.3f}-{max(rs):.3f}x | "
-              f"{sum(lo > 1 for _, lo, _ in v)} | {sum(hi < 1 for _, _, hi in v)} |")
+              f"{sum(lo > 1 for _, lo, _ in v)} | {sum(hi < 1 for _, _, hi in v)} | {sum(at_one(lo, hi) for _, lo, hi in v)} |")
     print(f"all: intervals above 1 in {sum(lo > 1 for v in by.values() for _, lo, _ in v)}, below in "
-          f"{sum(hi < 1 for v in by.values() for _, _, hi in v)}, of {n} (about {round(0.025 * n)} each by chance)")
+          f"{sum(hi < 1 for v in by.values() for _, _, hi in v)}, of {n} (about {round(0.025 * n)} each by chance); "
+          f"a bound at 1.00 in {sum(at_one(lo, hi) for v in by.values() for _, lo, hi in v)}")
 
 
 if __name__ == "__main__":
