@@ -1,12 +1,14 @@
 package daemon
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/api"
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/proctest"
 	"github.com/gpreempt/gpreempt/internal/slo"
 	"github.com/gpreempt/gpreempt/internal/slomode"
 	"github.com/gpreempt/gpreempt/internal/testlog"
@@ -106,6 +108,17 @@ func TestSLOLoopSlowPusherPausesBounded(t *testing.T) {
 	}
 }
 
+// countTrue: how many of bs are true.
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
 // TestSLOLoopObjectiveReloadKeepsBaseline: a reload that changes only
 // classes.lc.objective's factor keeps the controller and the LC's
 // baseline: no 8 windows of BE at 1 us to learn again a latency that did
@@ -127,5 +140,47 @@ func TestSLOLoopObjectiveReloadKeepsBaseline(t *testing.T) {
 	t.Logf("before the reload at %v; after: %s %v: %s", before, st.Last.Cause, st.BETimeslice, st.Last.Reason)
 	if st.Last.Cause == slo.CauseCalibrate {
 		t.Errorf("p50<=1.05x -> p50<=1.06x: the LC's p50 baseline is learnt again (%s)", st.Last.Reason)
+	}
+}
+
+// TestSLOLoopPauseBudgetRealBE: a new LC process every 7 windows for two minutes, each
+// to be learnt alone, beside a real BE process under calibrate: pause: the loop stops
+// BE for some of them (the process stopped for real), and in no 60 windows for more than
+// 6 (10% of any minute).
+func TestSLOLoopPauseBudgetRealBE(t *testing.T) {
+	g := newRig(t, sloPausePolicy)
+	bes, loop := pausingLoop(t, g, 1)
+	be := bes[0]
+	g.Tick(g.Start(be.PID, policy.Process{Comm: "trainer"}) + time.Second)
+	bets := func() time.Duration { return time.Duration(g.Groups(be.PID)[0].Timeslice) * time.Microsecond }
+	var lcs []int
+	var held []bool // each window's: BE stopped through it
+	loop.Step(g.Now)
+	for i := range 120 {
+		if i%7 == 0 {
+			pid := 100 + i/7
+			g.Tick(g.Start(pid, policy.Process{Comm: fmt.Sprintf("lc-%d", i/7)}) + time.Millisecond)
+			lcs = append(lcs, pid)
+		}
+		g.Now += time.Second
+		r, _ := slowBeside.At(bets())
+		if loop.Pause.Holds(policy.ProcRef{PID: be.PID, Start: uint64(be.PID)}) {
+			r = 1 // alone
+		}
+		for _, pid := range lcs {
+			pushP50(loop, pid, float64(slowBeside.Baseline)*r/1e3)
+		}
+		loop.Step(g.Now)
+		g.Tick(g.Now)
+		held = append(held, loop.Pause.Holding())
+		proctest.WaitState(t, be.PID, held[i]) // the real process stopped while held, running once released
+	}
+	if n := countTrue(held); n < 4 {
+		t.Fatalf("BE stopped in %d of 120 windows: no LC was learnt with BE stopped", n)
+	}
+	for i := range len(held) - 59 {
+		if n := countTrue(held[i : i+60]); n > 6 {
+			t.Fatalf("BE stopped in %d of the 60 windows from window %d: more than 10%% of a minute", n, i)
+		}
 	}
 }
