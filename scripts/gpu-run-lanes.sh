@@ -26,7 +26,7 @@
 # with the kernel stack of each sleep (scripts/probe/offcpu.py TRACE TID sums them).
 # $OUT/irq.txt: each GPU's interrupts by CPU over the call (scripts/probe/irq_delta.py), whether
 # its lane's LC CPUs took any, their rates while BE's duty worked and idled, and its vectors'
-# CPUs: a GPU's interrupts on an LC's CPU may slow it while BE's work makes them; then the
+# CPUs: a GPU's interrupts on an LC's CPU may slow it while BE's work makes them; before them, the
 # timer, rescheduling, function-call and TLB-shootdown interrupts of the lane's LC and BE CPUs
 # (and the CPUs that took most) while BE worked and idled.
 set -u
@@ -167,8 +167,13 @@ kill $clocks
 cat /proc/interrupts > /tmp/irq-end.txt
 for ((d = 0; d < ${#lanes[@]}; d++)); do # one GPU's vectors name its PCI address
   bus=$(pci_bus "$d")
-  lc=${pins[$d]#--lc-cpus }; lc=${lc%% *}; be=${pins[$d]##* }
-  echo "== GPU $d ($bus), its LC on CPUs ${lc:-unpinned}, persistence mode $(nvidia-smi -i "$d" --query-gpu=persistence_mode --format=csv,noheader 2>/dev/null)"
+  lc=${pins[$d]#--lc-cpus }; lc=${lc%% *}
+  be_cpus=${pins[$d]#*--be-cpus }; be_cpus=${be_cpus%% *}
+  echo "== GPU $d ($bus), its LC on CPUs ${lc:-unpinned}, BE on ${be_cpus:-unpinned}, persistence mode $(nvidia-smi -i "$d" --query-gpu=persistence_mode --format=csv,noheader 2>/dev/null)"
+  # the ticks and IPIs the LC's and BE's CPUs took, by BE's half: what else could slow an LC's CPU while BE works
+  for kind in "Local timer" "Rescheduling" "Function call" "TLB shootdowns"; do
+    python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" --series /tmp/lane-irqs.log --match "$kind" --cpus "${lc:+$lc,$be_cpus}"
+  done
   if [ -z "$bus" ]; then echo "  no PCI address from nvidia-smi"; continue; fi
   python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" /tmp/irq-start.txt /tmp/irq-end.txt --match "$bus" \
     --cpus "$lc" --seconds "$(awk "BEGIN { print $(cut -d' ' -f1 /proc/uptime) - $irq_start }")"
@@ -177,10 +182,6 @@ for ((d = 0; d < ${#lanes[@]}; d++)); do # one GPU's vectors name its PCI addres
   [ -n "$vectors" ] || echo "  no vector of it now (without persistence mode the driver removes them once no process holds the GPU)"
   for n in $vectors; do
     echo "  irq $n: effective affinity CPUs $(cat "/proc/irq/$n/effective_affinity_list" 2>/dev/null)" # read, never set
-  done
-  # the IPIs and ticks the LC's and BE's CPUs took, by BE's half: what else could slow an LC's CPU while BE works
-  for kind in "Local timer" "Rescheduling" "Function call" "TLB shootdowns"; do
-    python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" --series /tmp/lane-irqs.log --match "$kind" --cpus "${lc:+$lc,$be}"
   done
 done > "$OUT/irq.txt" 2>&1
 { echo "== every 'nvidia' line"; python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" /tmp/irq-start.txt /tmp/irq-end.txt; } >> "$OUT/irq.txt" 2>&1
@@ -196,4 +197,4 @@ if [ "$(stat -c %s "$raw")" -gt $((40 << 20)) ]; then
   tar -C /tmp -czf "$raw" --exclude='*.json' --exclude='*.json.gz' "${kept[@]}" 2>/dev/null
 fi
 for f in "$OUT"/gpu*-rep*.md; do echo "##### $f"; grep -v '^$' "$f" | head -70; done
-echo "##### $OUT/irq.txt"; head -40 "$OUT/irq.txt" 2>/dev/null
+echo "##### $OUT/irq.txt"; grep -v "^  irq [0-9]*: effective" "$OUT/irq.txt" 2>/dev/null | head -90

@@ -176,7 +176,7 @@ func TestSLOLoopPauseBudgetRealBE(t *testing.T) {
 		proctest.WaitState(t, be.PID, held[i]) // the real process stopped while held, running once released
 	}
 	if n := countTrue(held); n < 4 {
-		t.Fatalf("BE stopped in %d of 120 windows: no LC was learnt with BE stopped", n)
+		t.Fatalf("BE stopped in %d of 120 windows: fewer than two LCs learnt with BE stopped", n)
 	}
 	for i := range len(held) - 59 {
 		if n := countTrue(held[i : i+60]); n > 6 {
