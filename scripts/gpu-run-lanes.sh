@@ -30,6 +30,7 @@
 # timer, rescheduling, function-call and TLB-shootdown interrupts of the lane's LC and BE CPUs
 # (and the CPUs that took most) while BE worked and idled.
 set -u
+here=$(dirname "${BASH_SOURCE[0]}") # scripts/
 OUT=${OUT:-/tmp/gpreempt-out}
 REP=${REP:-1}
 mkdir -p .carry "$OUT"
@@ -54,6 +55,8 @@ pci_bus() {
   bus=${bus: -12}
   [[ $bus =~ ^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$ ]] && echo "$bus"
 }
+
+irq_delta() { python3 "$here/probe/irq_delta.py" "$@"; }
 
 # local_cpus N: GPU N's local CPUs (every online CPU if unknown).
 local_cpus() {
@@ -84,7 +87,7 @@ done' > /tmp/lane-clocks.log 2>&1 &
 clocks=$!
 trap 'kill $clocks 2>/dev/null' EXIT
 if [ "${OFFCPU:-0}" = 1 ]; then
-  source "$(dirname "${BASH_SOURCE[0]}")/lib/offcpu.sh"
+  source "$here/lib/offcpu.sh"
   offcpu_start python3
 fi
 
@@ -144,7 +147,7 @@ lane() { # lane N SPEC...
     env "TIMEOUT_$v=$((tmo - 10))" "BENCH_TIMEOUT_$v=$((tmo - 50))" \
       C="$carry" DEVICE=$d PIN_ARGS="${pins[$d]}" SETTINGS="$settings" NO_STANDALONE=${NO_STANDALONE-1} PARTS=$part REP=$REP DURATION="$DURATION" \
       OUT=/tmp/o$d-$part W=/tmp/w$d-$part \
-      timeout --kill-after=10 "$tmo" bash "$(dirname "${BASH_SOURCE[0]}")/gpu-run-self.sh" > /tmp/o$d-$part.log 2>&1
+      timeout --kill-after=10 "$tmo" bash "$here/gpu-run-self.sh" > /tmp/o$d-$part.log 2>&1
     echo "gpu$d $part rc=$? $(date +%T)"
     cp /tmp/o$d-$part/summary.md "$OUT/gpu$d-$part-rep$REP.md" 2>/dev/null || tail -30 /tmp/o$d-$part.log
     # SLO mode's measurements replayed on the app's own requests, beside the app's ratio per arm
@@ -152,7 +155,7 @@ lane() { # lane N SPEC...
     res=$(ls /tmp/o$d-$part/*-results.json.gz 2>/dev/null | head -1)
     if [ -n "$res" ] && [ -s "$st" ] && [ -f "$OUT/gpu$d-$part-rep$REP.md" ]; then
       { echo; echo "SLO mode's measurements replayed (scripts/probe/span_alone.py):"
-        python3 "$(dirname "${BASH_SOURCE[0]}")/probe/span_alone.py" "$res:$st"; } >> "$OUT/gpu$d-$part-rep$REP.md" 2>&1
+        python3 "$here/probe/span_alone.py" "$res:$st"; } >> "$OUT/gpu$d-$part-rep$REP.md" 2>&1
     fi
   done
 }
@@ -172,19 +175,19 @@ for ((d = 0; d < ${#lanes[@]}; d++)); do # one GPU's vectors name its PCI addres
   echo "== GPU $d ($bus), its LC on CPUs ${lc:-unpinned}, BE on ${be_cpus:-unpinned}, persistence mode $(nvidia-smi -i "$d" --query-gpu=persistence_mode --format=csv,noheader 2>/dev/null)"
   # the ticks and IPIs the LC's and BE's CPUs took, by BE's half: what else could slow an LC's CPU while BE works
   for kind in "Local timer" "Rescheduling" "Function call" "TLB shootdowns"; do
-    python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" --series /tmp/lane-irqs.log --match "$kind" --cpus "${lc:+$lc,$be_cpus}"
+    irq_delta --series /tmp/lane-irqs.log --match "$kind" --cpus "${lc:+$lc,$be_cpus}"
   done
   if [ -z "$bus" ]; then echo "  no PCI address from nvidia-smi"; continue; fi
-  python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" /tmp/irq-start.txt /tmp/irq-end.txt --match "$bus" \
+  irq_delta /tmp/irq-start.txt /tmp/irq-end.txt --match "$bus" \
     --cpus "$lc" --seconds "$(awk "BEGIN { print $(cut -d' ' -f1 /proc/uptime) - $irq_start }")"
-  python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" --series /tmp/lane-irqs.log --match "$bus" --cpus "$lc"
+  irq_delta --series /tmp/lane-irqs.log --match "$bus" --cpus "$lc"
   vectors=$(awk -v b="$bus" 'index($0, b) { sub(":", "", $1); print $1 }' /proc/interrupts)
   [ -n "$vectors" ] || echo "  no vector of it now (without persistence mode the driver removes them once no process holds the GPU)"
   for n in $vectors; do
     echo "  irq $n: effective affinity CPUs $(cat "/proc/irq/$n/effective_affinity_list" 2>/dev/null)" # read, never set
   done
 done > "$OUT/irq.txt" 2>&1
-{ echo "== every 'nvidia' line"; python3 "$(dirname "${BASH_SOURCE[0]}")/probe/irq_delta.py" /tmp/irq-start.txt /tmp/irq-end.txt; } >> "$OUT/irq.txt" 2>&1
+{ echo "== every 'nvidia' line"; irq_delta /tmp/irq-start.txt /tmp/irq-end.txt; } >> "$OUT/irq.txt" 2>&1
 [ "${OFFCPU:-0}" = 1 ] && offcpu_stop /tmp/offcpu.trace.xz
 cat /tmp/lane[0-9]*.log
 nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
