@@ -35,9 +35,11 @@ def settings(path):
     return out
 
 
-def at_one(lo, hi):
-    """A bound that reads 1.00 once rounded: the interval may or may not leave 1 out."""
-    return lo == 1.0 or hi == 1.0
+def leave_one_out(v):
+    """Of settings [(ratio, lo, hi)]: the intervals wholly above 1, wholly below, and with a bound that
+    reads 1.00 once rounded (which may or may not leave 1 out)."""
+    return (sum(lo > 1 for _, lo, _ in v), sum(hi < 1 for _, _, hi in v),
+            sum(lo == 1.0 or hi == 1.0 for _, lo, hi in v))
 
 
 def main(paths):
@@ -54,10 +56,10 @@ def main(paths):
     for (lc, be), v in sorted(by.items()):
         rs = [r for r, _, _ in v]
         print(f"| {lc} | {be} | {len(v)} | {statistics.geometric_mean(rs):.3f}x | {min(rs):.3f}-{max(rs):.3f}x | "
-              f"{sum(lo > 1 for _, lo, _ in v)} | {sum(hi < 1 for _, _, hi in v)} | {sum(at_one(lo, hi) for _, lo, hi in v)} |")
-    print(f"all: intervals above 1 in {sum(lo > 1 for v in by.values() for _, lo, _ in v)}, below in "
-          f"{sum(hi < 1 for v in by.values() for _, _, hi in v)}, of {n} (about {round(0.025 * n)} each by chance); "
-          f"a bound at 1.00 in {sum(at_one(lo, hi) for v in by.values() for _, lo, hi in v)}")
+              + " | ".join(map(str, leave_one_out(v))) + " |")
+    above, below, at_one = leave_one_out([x for v in by.values() for x in v])
+    print(f"all: intervals above 1 in {above}, below in {below}, of {n} (about {round(0.025 * n)} each by chance); "
+          f"a bound at 1.00 in {at_one}")
 
 
 if __name__ == "__main__":
