@@ -42,7 +42,7 @@ unxz_to() { # unxz_to DIR CARRY: the binaries xz'd in DIR into CARRY/; 1 if one 
 }
 if [ -n "${XZ_DIR:-}" ] && ! unxz_to "$XZ_DIR" .carry; then echo "gpu-run-lanes.sh: XZ_DIR=$XZ_DIR: no binaries to unpack" >&2; exit 2; fi
 export PYTHONUNBUFFERED=1 CUDA_DEVICE_ORDER=PCI_BUS_ID # CUDA's ordinals as NVML's
-nvidia-smi --query-gpu=index,name,pci.bus_id,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
+[ -n "${DRY_RUN:-}" ] || nvidia-smi --query-gpu=index,name,pci.bus_id,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 
 # cpus FILE: the CPU list in FILE (as sysfs writes it: 0-3,8), one per line.
 cpus() { tr ',' '\n' < "$1" | while IFS=- read -r a b; do seq "$a" "${b:-$a}"; done; }
@@ -66,13 +66,56 @@ local_cpus() {
   cpus "$f"
 }
 
+# self_part N PART SETTINGS TIMEOUT [VAR=VALUE...] [COMMAND...]: gpu-run-self.sh runs PART on GPU N
+# (lane()'s carry, REP and DURATION in scope) under COMMAND (timeout), its own limits inside
+# TIMEOUT so that it stops its bench and daemon itself: the bench refuses at once a schedule its
+# plan says TIMEOUT would cut (--time-limit), where a run cut keeps nothing of itself.
+self_part() {
+  local v=${2^^}; v=${v//-/_}
+  env "TIMEOUT_$v=$(($4 - 10))" "BENCH_TIMEOUT_$v=$(($4 - 50))" \
+    C="$carry" DEVICE=$1 PIN_ARGS="${pins[$1]:-}" SETTINGS="$3" NO_STANDALONE=${NO_STANDALONE-1} PARTS=$2 REP=$REP DURATION="$DURATION" \
+    OUT=/tmp/o$1-$2 W=/tmp/w$1-$2 "${@:5}" bash "$here/gpu-run-self.sh"
+}
+
+lane() { # lane N SPEC...
+  local d=$1 spec part settings tmo rv=REP$1 xv=XZ_DIR$1 dv=DURATION$1 carry=.carry
+  local REP=${!rv:-$REP} DURATION=${!dv:-${DURATION:-}}
+  shift
+  if [ -n "${!xv:-}" ]; then
+    carry=.carry$d
+    unxz_to "${!xv}" "$carry" || { echo "gpu$d: $xv=${!xv}: no binaries to unpack"; return 1; }
+  fi
+  for spec in "$@"; do
+    IFS=: read -r part settings tmo <<<"$spec"
+    echo "=== gpu$d $part [$settings] rep $REP ${pins[$d]:-} $(date +%T)"
+    if [ -n "${DRY_RUN:-}" ]; then self_part "$d" "$part" "$settings" "$tmo" || return 2; continue; fi
+    self_part "$d" "$part" "$settings" "$tmo" timeout --kill-after=10 "$tmo" > /tmp/o$d-$part.log 2>&1
+    echo "gpu$d $part rc=$? $(date +%T)"
+    cp /tmp/o$d-$part/summary.md "$OUT/gpu$d-$part-rep$REP.md" 2>/dev/null || tail -30 /tmp/o$d-$part.log
+    # SLO mode's measurements replayed on the app's own requests, beside the app's ratio per arm
+    local res st=/tmp/w$d-$part/$part-status.jsonl
+    res=$(ls /tmp/o$d-$part/*-results.json.gz 2>/dev/null | head -1)
+    if [ -n "$res" ] && [ -s "$st" ] && [ -f "$OUT/gpu$d-$part-rep$REP.md" ]; then
+      { echo; echo "SLO mode's measurements replayed (scripts/probe/span_alone.py):"
+        python3 "$here/probe/span_alone.py" "$res:$st"; } >> "$OUT/gpu$d-$part-rep$REP.md" 2>&1
+    fi
+  done
+}
+lanes=()
+for ((d = 0; ; d++)); do v=LANE$d; [ -n "${!v:-}" ] || break; lanes+=("${!v}"); done
+[ ${#lanes[@]} -gt 0 ] || { echo "gpu-run-lanes.sh: no LANE0 given" >&2; exit 2; }
+# DRY_RUN=1: each part's plan (gpu-run-self.sh's, with the bench's --plan against the bench's
+# limit in its lane's TIMEOUT), on any machine, nothing started; rc 2 where a plan is refused.
+if [ -n "${DRY_RUN:-}" ]; then
+  rc=0
+  for ((d = 0; d < ${#lanes[@]}; d++)); do IFS=';' read -ra specs <<<"${lanes[$d]}"; lane $d "${specs[@]}" || rc=2; done
+  exit $rc
+fi
+
 # An earlier call on the same machine left its parts here: the archive holds this call's alone.
 rm -rf /tmp/lane[0-9]*.log /tmp/lane-clocks.log /tmp/lane-irqs.log /tmp/o[0-9]-* /tmp/w[0-9]-* /tmp/offcpu.trace.xz /tmp/irq-*.txt
 cat /proc/interrupts > /tmp/irq-start.txt
 irq_start=$(cut -d' ' -f1 /proc/uptime)
-lanes=()
-for ((d = 0; ; d++)); do v=LANE$d; [ -n "${!v:-}" ] || break; lanes+=("${!v}"); done
-[ ${#lanes[@]} -gt 0 ] || { echo "gpu-run-lanes.sh: no LANE0 given" >&2; exit 2; }
 
 # The GPUs' SM clock, power and temperature each second, on the clock the app's requests are
 # stamped with (CLOCK_BOOTTIME, CLOCK_MONOTONIC's but for suspend), on CPUs 0,1 (the daemons');
@@ -107,58 +150,6 @@ for ((d = 0; d < ${#lanes[@]}; d++)); do
   for c in "${free[@]:0:2}" "${be[@]}"; do used[$c]=1; done
 done
 
-# secs D: a duration as the bench takes one (90, 90s, 2m) in seconds; nothing if not one of those.
-secs() {
-  [[ ${1:-} =~ ^([0-9]+)(s|m)?$ ]] || return 1
-  if [ "${BASH_REMATCH[2]}" = m ]; then echo $((BASH_REMATCH[1] * 60)); else echo "${BASH_REMATCH[1]}"; fi
-}
-
-# short_limit N PART SETTINGS TIMEOUT: says so where the bench's own limit (TIMEOUT less 50 s) is
-# shorter than its settings need, at least: be-only (BEONLY_DURATION, else DURATION) and each
-# setting a run of DURATION, ~20 s to start each, SLO mode's and the absolute objective's lead-in
-# (gpu-run-self.sh's lead_in) and the absolute one's run alone more. Only a warning: a part that
-# ignores DURATION (as gpu-run-self.sh's workload) or a duration it cannot read is left unjudged. A bench
-# stopped at its limit keeps none of its last run.
-short_limit() {
-  local need s lead dur be
-  dur=$(secs "${DURATION:-}") || return 0
-  be=$(secs "${BEONLY_DURATION:-}") || be=$dur
-  case $2 in gpt2-*|llama-*) lead=${LEAD_IN:-16s};; scraped*) lead=${LEAD_IN:-60s};; *) return 0;; esac
-  lead=$(secs "$lead") || return 0
-  need=$((be + 20))
-  for s in $3; do case $s in beonly) ;; slo) need=$((need + dur + 20 + lead));; abs) need=$((need + 2 * (dur + 20) + lead));; *) need=$((need + dur + 20));; esac; done
-  [ "$need" -le $(($4 - 50)) ] || echo "gpu$1 $2: WARNING: its settings need about ${need} s, the bench's limit is $(($4 - 50)) s: its last run will be cut and lost"
-}
-
-lane() { # lane N SPEC...
-  local d=$1 spec part settings tmo rv=REP$1 xv=XZ_DIR$1 dv=DURATION$1 carry=.carry
-  local REP=${!rv:-$REP} DURATION=${!dv:-${DURATION:-}}
-  shift
-  if [ -n "${!xv:-}" ]; then
-    carry=.carry$d
-    unxz_to "${!xv}" "$carry" || { echo "gpu$d: $xv=${!xv}: no binaries to unpack"; return 1; }
-  fi
-  for spec in "$@"; do
-    IFS=: read -r part settings tmo <<<"$spec"
-    echo "=== gpu$d $part [$settings] rep $REP ${pins[$d]} $(date +%T)"
-    short_limit "$d" "$part" "$settings" "$tmo"
-    # the part's own limits inside TIMEOUT, so that it stops its bench and daemon itself
-    local v=${part^^}; v=${v//-/_}
-    env "TIMEOUT_$v=$((tmo - 10))" "BENCH_TIMEOUT_$v=$((tmo - 50))" \
-      C="$carry" DEVICE=$d PIN_ARGS="${pins[$d]}" SETTINGS="$settings" NO_STANDALONE=${NO_STANDALONE-1} PARTS=$part REP=$REP DURATION="$DURATION" \
-      OUT=/tmp/o$d-$part W=/tmp/w$d-$part \
-      timeout --kill-after=10 "$tmo" bash "$here/gpu-run-self.sh" > /tmp/o$d-$part.log 2>&1
-    echo "gpu$d $part rc=$? $(date +%T)"
-    cp /tmp/o$d-$part/summary.md "$OUT/gpu$d-$part-rep$REP.md" 2>/dev/null || tail -30 /tmp/o$d-$part.log
-    # SLO mode's measurements replayed on the app's own requests, beside the app's ratio per arm
-    local res st=/tmp/w$d-$part/$part-status.jsonl
-    res=$(ls /tmp/o$d-$part/*-results.json.gz 2>/dev/null | head -1)
-    if [ -n "$res" ] && [ -s "$st" ] && [ -f "$OUT/gpu$d-$part-rep$REP.md" ]; then
-      { echo; echo "SLO mode's measurements replayed (scripts/probe/span_alone.py):"
-        python3 "$here/probe/span_alone.py" "$res:$st"; } >> "$OUT/gpu$d-$part-rep$REP.md" 2>&1
-    fi
-  done
-}
 pids=()
 for ((d = 0; d < ${#lanes[@]}; d++)); do
   IFS=';' read -ra specs <<<"${lanes[$d]}"

@@ -201,7 +201,8 @@ bench_cmd() {
   done
   echo $C/gpreempt-bench run --gpreemptctl $C/gpreemptctl --daemon-socket $BSOCK --daemon-config $BCONF \
     --daemon-policy default=$W/$p-plain.yaml$pol --scenarios "$(scenarios $p)" $(workload $p) $PIN_ARGS \
-    --slo-lead-in $(lead_in $p) ${BEONLY_DURATION:+--be-only-duration $BEONLY_DURATION} --repeat 1 --out $W/$p
+    --slo-lead-in $(lead_in $p) ${BEONLY_DURATION:+--be-only-duration $BEONLY_DURATION} --repeat 1 --out $W/$p \
+    --time-limit "$(part_timeout $p BENCH_TIMEOUT)s"
 }
 daemon_args() { echo --be-progress=true; case $1 in pushed|scraped*|steady) ;; *) echo --trace-requests;; esac; }
 
@@ -210,16 +211,20 @@ write_policies() {
   for k in plain gate slo abs; do policy "$1" $k > "$W/$1-$k.yaml"; done
 }
 
+# DRY_RUN=1: the plan, nothing started; with the bench in $C, its runs' planned times (--plan),
+# rc 2 where they outlast the bench's limit.
 if [ -n "${DRY_RUN:-}" ]; then
   mkdir -p "$W"
+  rc=0
   for p in $sel; do
     echo "=== part $p (rep $REP): timeout $(part_timeout $p)s"
     write_policies $p
     for k in plain gate slo abs; do echo "--- $k policy:"; cat "$W/$p-$k.yaml"; done
     echo "--- gpreemptd $(daemon_args $p | tr '\n' ' ')"
     echo "--- bench: $(bench_cmd $p)"
+    if [ -x "$C/gpreempt-bench" ]; then $(bench_cmd $p) --plan 2>&1 || rc=2; fi
   done
-  exit 0
+  exit $rc
 fi
 
 rm -rf "$W"; mkdir -p "$OUT" "$W"

@@ -157,18 +157,18 @@ func (r *runner) pushArgs(sc Scenario) []string {
 }
 
 // leadIn is how long sc's LC runs before it measures.
-func (r *runner) leadIn(sc Scenario) time.Duration {
+func (o *runOptions) leadIn(sc Scenario) time.Duration {
 	if !sc.SLO {
 		return 0
 	}
-	return r.o.SLOLeadIn
+	return o.SLOLeadIn
 }
 
 // lcTimeout bounds an LC worker's lead-in and measurement: their nominal
 // length three times over (requests can run late under contention) plus
 // slack.
 func (r *runner) lcTimeout(sc Scenario) time.Duration {
-	return 3*(r.leadIn(sc)+time.Duration(r.o.lcRequests(sc))*r.o.period(sc)) + 2*time.Minute
+	return 3*(r.o.leadIn(sc)+time.Duration(r.o.lcRequests(sc))*r.o.period(sc)) + 2*time.Minute
 }
 
 // pytorchScripts returns the directory holding the Python workers: the

@@ -133,6 +133,9 @@ type runOptions struct {
 	// BEDutyGraph in the pytorch- (CUDA graph) ones too (dutyOf).
 	BEDuty      time.Duration `json:"be_duty,omitempty"`
 	BEDutyGraph bool          `json:"be_duty_graph,omitempty"`
+	// TimeLimit refuses a schedule whose plan outlasts it (0: none): a
+	// run stopped at a caller's limit keeps nothing of itself.
+	TimeLimit time.Duration `json:"-"`
 }
 
 // optionDurations lists the duration fields with their JSON keys: they are
@@ -233,6 +236,8 @@ var runFlags = []cli.Flag{
 	&cli.DurationFlag{Name: "duration", Value: 20 * time.Second, Usage: "measurement time per scenario run (the default gives >= 5000 LC requests at the default --period, so that p99 rests on >= 50 requests above it)"},
 	&cli.DurationFlag{Name: "be-only-duration", Usage: "measurement time of the be-only scenarios, the BE rate the others are compared with (default: --duration)"},
 	&cli.DurationFlag{Name: "soak", Usage: "long run: one repetition of every scenario for this long (overrides --duration, needs --repeat 1); latency over time goes to timeline.png"},
+	&cli.DurationFlag{Name: "time-limit", Usage: "refuse, before anything starts, a schedule whose plan (--plan) outlasts this: a run stopped at a caller's time limit keeps nothing of itself (0: no limit)"},
+	&cli.BoolFlag{Name: "plan", Usage: "print each run's planned time (lead-in, settle, measurement and a worker's start) and their total, check --time-limit, and start nothing"},
 	&cli.DurationFlag{Name: "settle", Value: time.Second, Usage: "BE running time after gpreemptctl before measuring"},
 	&cli.DurationFlag{Name: "ready-timeout", Value: 120 * time.Second, Usage: "how long a worker may take to print READY"},
 	&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the bootstrap resampling"},
@@ -314,7 +319,7 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		PyLCModel: c.String("pytorch-lc-model"), PyLCBatch: c.Int("pytorch-lc-batch"), PyGraph: c.Bool("pytorch-cuda-graph"),
 		PyBEModel: c.String("pytorch-be-model"), PyBEBatch: c.Int("pytorch-be-batch"),
 		LLMFamily: c.String("llm-family"), LLMPeriod: c.Duration("llm-period"), LLMNewTokens: c.Int("llm-new-tokens"),
-		LLMPrompt: c.Int("llm-prompt"), LLMLoop: c.String("llm-loop"), LLMWarmup: c.Int("llm-warmup"), LLMBatch: c.Int("llm-batch"), LLMMetricsPort: c.Int("llm-metrics-port"), GEMMSize: c.Int("gemm-size"), BEDuty: c.Duration("be-duty"), BEDutyGraph: c.IsSet("be-duty"),
+		LLMPrompt: c.Int("llm-prompt"), LLMLoop: c.String("llm-loop"), LLMWarmup: c.Int("llm-warmup"), LLMBatch: c.Int("llm-batch"), LLMMetricsPort: c.Int("llm-metrics-port"), GEMMSize: c.Int("gemm-size"), BEDuty: c.Duration("be-duty"), BEDutyGraph: c.IsSet("be-duty"), TimeLimit: c.Duration("time-limit"),
 		HintLauncher: prepreempt.Launcher(c.String("hint-launcher")), HintPrepQuantile: c.Float64("hint-prep-quantile"),
 		LCEnv: c.StringSlice("lc-env"), LCCPUs: c.String("lc-cpus"), BECPUs: c.String("be-cpus"),
 	}
@@ -362,8 +367,8 @@ func (o *runOptions) validate() error {
 		return fmt.Errorf("%w: preparation (up to %v) must be shorter than --period %v", ErrInvalidArgument, o.Prep.Max, o.Period)
 	case o.Settle < 0, o.ReadyTimeout <= 0:
 		return fmt.Errorf("%w: --settle must not be negative, --ready-timeout must be positive", ErrInvalidArgument)
-	case o.SLOPoll < 0, o.SLOLeadIn < 0:
-		return fmt.Errorf("%w: --slo-poll and --slo-lead-in must not be negative", ErrInvalidArgument)
+	case o.SLOPoll < 0, o.SLOLeadIn < 0, o.TimeLimit < 0:
+		return fmt.Errorf("%w: --slo-poll, --slo-lead-in and --time-limit must not be negative", ErrInvalidArgument)
 	case o.DaemonPoll < 0, o.DaemonTimeout <= 0 && slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return s.Daemon }):
 		return fmt.Errorf("%w: --daemon-poll must not be negative, --daemon-timeout must be positive", ErrInvalidArgument)
 	case o.NVMLInterval < 0:
@@ -405,6 +410,15 @@ func (o *runOptions) validate() error {
 		if sc.PeriodFactor != 0 && o.Prep.Max >= o.period(sc) {
 			return fmt.Errorf("%w: scenario %s: preparation (up to %v) must be shorter than its period %v", ErrInvalidArgument, sc.Name, o.Prep.Max, o.period(sc))
 		}
+	}
+	return nil
+}
+
+// checkTimeLimit refuses a schedule whose plan outlasts --time-limit.
+func (o *runOptions) checkTimeLimit() error {
+	if total := o.plannedTotal(); o.TimeLimit > 0 && total > o.TimeLimit {
+		return fmt.Errorf("%w: the schedule needs about %v by its plan (--plan), more than --time-limit %v: its last run would be cut and lost; run fewer scenarios, or shorten --duration or --slo-lead-in",
+			ErrInvalidArgument, total, o.TimeLimit)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -53,6 +54,15 @@ var runCommand = &cli.Command{
 	Action: func(c *cli.Context) error {
 		o, err := runOptionsFrom(c)
 		if err != nil {
+			return err
+		}
+		if c.Bool("plan") {
+			if err := o.writePlan(c.App.Writer); err != nil {
+				return err
+			}
+			return o.checkTimeLimit()
+		}
+		if err := o.checkTimeLimit(); err != nil {
 			return err
 		}
 		self, err := os.Executable()
@@ -117,6 +127,40 @@ func schedule(scs []Scenario, repeat int) []slot {
 		}
 	}
 	return out
+}
+
+// startAllowance is a run's time beyond its lead-in, settle and
+// measurement: its workers' start (a model built, warm-up requests) and
+// stop, 3-22 s a run on an H200 (runs of eager GPT-2 and Llama decodes).
+const startAllowance = 20 * time.Second
+
+// planned is how long one run of sc takes by the plan.
+func (o *runOptions) planned(sc Scenario) time.Duration {
+	return o.leadIn(sc) + o.Settle + o.measureDuration(sc) + startAllowance
+}
+
+// plannedTotal is the whole schedule's planned time.
+func (o *runOptions) plannedTotal() time.Duration {
+	var total time.Duration
+	for _, s := range schedule(o.Scenarios, o.Repeat) {
+		total += o.planned(s.Scenario)
+	}
+	return total
+}
+
+// writePlan prints each run's planned time and the total (--plan).
+func (o *runOptions) writePlan(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "rep\tscenario\tlead-in\tmeasures\tplanned")
+	for _, s := range schedule(o.Scenarios, o.Repeat) {
+		fmt.Fprintf(tw, "%d\t%s\t%v\t%v\t%v\n", s.Rep, s.Scenario.Name, o.leadIn(s.Scenario), o.measureDuration(s.Scenario), o.planned(s.Scenario))
+	}
+	limit := "none"
+	if o.TimeLimit > 0 {
+		limit = o.TimeLimit.String()
+	}
+	fmt.Fprintf(tw, "total\t\t\t\t%v (each run %v for its workers' start and %v settle; --time-limit %s)\n", o.plannedTotal(), startAllowance, o.Settle, limit)
+	return tw.Flush()
 }
 
 func runAll(ctx context.Context, o runOptions, env runEnv) error {

@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/gpreempt/gpreempt/internal/cuda"
+	"github.com/gpreempt/gpreempt/internal/golden"
 	gpuinfo "github.com/gpreempt/gpreempt/internal/gpu"
 )
 
@@ -495,6 +496,11 @@ func TestCLI(t *testing.T) {
 		{[]string{"run", "--out", t.TempDir(), "--be-cpus", "1023"}, ExitUsage, `--be-cpus "1023": pin to CPUs 1023: invalid argument`},
 		{[]string{"run", "--out", t.TempDir(), "--nvml-interval", "-1s"}, ExitUsage, "--nvml-interval"},
 		{[]string{"run", "--out", t.TempDir(), "--be-only-duration", "-1s"}, ExitUsage, "--be-only-duration -1s: want a positive duration"},
+		{[]string{"run", "--out", t.TempDir(), "--time-limit", "-1s"}, ExitUsage, "--time-limit must not be negative"},
+		// A Llama decode's five settings, each run lengthened to 30 requests a half of BE's duty,
+		// in 505 s: the last would be cut and lost, so nothing starts.
+		{append([]string{"run", "--out", t.TempDir(), "--time-limit", "505s"}, llamaPlanArgs...), ExitUsage,
+			"the schedule needs about 9m33s by its plan (--plan), more than --time-limit 8m25s"},
 		{[]string{"run", "--out", t.TempDir(), "--scenarios", "be-1us@x0.1", "--prep", "1ms"}, ExitUsage, "shorter than its period"},
 		{[]string{"be", "--calibrate-only"}, ExitUsage, "needs --calibrate-ms"},
 		{[]string{"lc", "--calibrate-only"}, ExitUsage, "needs --calibrate-us"},
@@ -521,6 +527,44 @@ func TestCLI(t *testing.T) {
 			if out.Len() > 0 {
 				t.Errorf("printed %q; main prints the error, and nothing else is", out.String())
 			}
+		})
+	}
+}
+
+// llamaPlanArgs are a Llama decode's settings as scripts/gpu-run-self.sh runs them in one call.
+var llamaPlanArgs = []string{"--scenarios", "llm-be-only,slo:llm-defaults,llm-be-200us,daemon:llm-be-200us#gate,llm-be-1us",
+	"--llm-family", "llama-330m", "--llm-batch", "2", "--llm-prompt", "128", "--llm-new-tokens", "32", "--llm-period", "1s",
+	"--slo-push=false", "--slo-lead-in", "60s", "--be-only-duration", "40s"}
+
+// TestPlan prints each run's planned time and their total, starts nothing,
+// and refuses (after the plan) a schedule that outlasts --time-limit.
+func TestPlan(t *testing.T) {
+	tests := []struct {
+		name, limit string
+		wantErr     string
+	}{
+		{"plan", "", ""},
+		{"plan-fits", "9m33s", ""},
+		{"plan-cut", "9m32s", "more than --time-limit 9m32s: its last run would be cut and lost"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			args := append([]string{"gpreempt-bench", "run", "--out", out, "--plan"}, llamaPlanArgs...)
+			if tt.limit != "" {
+				args = append(args, "--time-limit", tt.limit)
+			}
+			app := NewApp()
+			var b bytes.Buffer
+			app.Writer, app.ErrWriter = &b, &b
+			err := app.Run(args)
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (ExitCode(err) != ExitUsage || !strings.Contains(fmt.Sprint(err), tt.wantErr)) {
+				t.Fatalf("err = %v (exit %d), want %q", err, ExitCode(err), tt.wantErr)
+			}
+			if _, err := os.Stat(out); !os.IsNotExist(err) {
+				t.Errorf("--plan made %s (%v): it starts nothing", out, err)
+			}
+			golden.Check(t, tt.name, b.Bytes())
 		})
 	}
 }

@@ -87,8 +87,8 @@ func TestGPURunSLODryRun(t *testing.T) {
 
 // TestGPURunSelfDryRun checks scripts/gpu-run-self.sh's plan without a
 // GPU: every part's bench command is one the bench takes (its scenarios,
-// flags and --daemon-policy files), its policies parse (the scraped
-// abs placeholder filled), REP rotates the settings, and DEVICE=1's
+// flags and --daemon-policy files), its plan fits the part's own limit
+// (--time-limit), its policies parse (the scraped abs placeholder filled), REP rotates the settings, and DEVICE=1's
 // policies class only that device's workers.
 func TestGPURunSelfDryRun(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
@@ -118,6 +118,9 @@ func TestGPURunSelfDryRun(t *testing.T) {
 			}}}}
 			if err := app.Run(append([]string{"gpreempt-bench"}, args...)); err != nil {
 				t.Fatalf("%s: the bench refuses %s: %v", part, line, err)
+			}
+			if err := o.checkTimeLimit(); o.TimeLimit == 0 || err != nil {
+				t.Errorf("%s: its bench's limit %v: %v", part, o.TimeLimit, err)
 			}
 			if o.BEDuty == 0 || len(o.DaemonPolicies) == 0 || !slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return o.dutyOf(s) > 0 }) {
 				t.Errorf("%s: no duty or no policies: %+v", part, o)
