@@ -134,9 +134,12 @@ settings() {
     steady) s="slo";;
   esac
   s=${SETTINGS:-$s} # SETTINGS="static slo" runs those alone (a shorter call)
-  local a=($s) n i out=""
+  # be-only runs first wherever it is named (scenarios): rotated with the rest, two REPs in a row
+  # would run the same order
+  local a=() n i out=""
+  for i in $s; do [ "$i" = beonly ] && out=" beonly" || a+=("$i"); done
   n=${#a[@]}
-  for ((i = 0; i < n; i++)); do out="$out ${a[$(( (i + REP - 1) % n ))]}"; done
+  for ((i = n - 1; i >= 0; i--)); do out=" ${a[$(( (i + REP - 1) % n ))]}$out"; done
   echo $out
 }
 scenario() {

@@ -148,3 +148,26 @@ func TestGPURunSelfDryRun(t *testing.T) {
 		}
 	}
 }
+
+// TestGPURunSelfRotation checks that successive REPs of scripts/gpu-run-self.sh run a part's
+// settings in turn first, be-only ahead of them all where SETTINGS names it.
+func TestGPURunSelfRotation(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	seen := map[string]bool{}
+	for _, rep := range []string{"80", "81", "82", "83"} {
+		cmd := exec.Command("bash", "../../scripts/gpu-run-self.sh")
+		cmd.Env = append(os.Environ(), "DRY_RUN=1", "NO_STANDALONE=1", "PARTS=llama-slo", "REP="+rep, "W="+t.TempDir(), "SETTINGS=beonly static gate 1us slo")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("REP=%s: %v: %s", rep, err, out)
+		}
+		_, list, _ := strings.Cut(string(out), "--scenarios ")
+		list, _, _ = strings.Cut(list, " ")
+		if !strings.HasPrefix(list, "llm-be-only,") || strings.Count(list, ",") != 4 || seen[list] {
+			t.Errorf("REP=%s: scenarios %s: want be-only first, then an order no REP before ran", rep, list)
+		}
+		seen[list] = true
+	}
+}
