@@ -14,7 +14,9 @@
 # GPU, the fixed settings beside it on the other. XZ_DIR<N>
 # gives lane N its own binaries (xz'd, as XZ_DIR's; scripts/ab-binaries.sh
 # makes them of another commit), unpacked into .carry<N>/: an A/B of two
-# builds on one part, one on each GPU.
+# builds on one part, one on each GPU. DRY_RUN=1 with the same variables
+# checks a call on any machine first: each part's plan against its
+# TIMEOUT (gpreempt-bench --plan), rc 2 where one would be cut.
 #
 # A lane's LC workers get two CPUs and its BE workers two (BE_FAR=1: from the far
 # end of the list), near its GPU (its local_cpulist) and apart from every other lane's; the daemons are
@@ -78,7 +80,7 @@ self_part() {
 }
 
 lane() { # lane N SPEC...
-  local d=$1 spec part settings tmo rv=REP$1 xv=XZ_DIR$1 dv=DURATION$1 carry=.carry
+  local d=$1 spec part settings tmo rv=REP$1 xv=XZ_DIR$1 dv=DURATION$1 carry=.carry rc=0
   local REP=${!rv:-$REP} DURATION=${!dv:-${DURATION:-}}
   shift
   if [ -n "${!xv:-}" ]; then
@@ -88,7 +90,7 @@ lane() { # lane N SPEC...
   for spec in "$@"; do
     IFS=: read -r part settings tmo <<<"$spec"
     echo "=== gpu$d $part [$settings] rep $REP ${pins[$d]:-} $(date +%T)"
-    if [ -n "${DRY_RUN:-}" ]; then self_part "$d" "$part" "$settings" "$tmo" || return 2; continue; fi
+    if [ -n "${DRY_RUN:-}" ]; then self_part "$d" "$part" "$settings" "$tmo" DRY_RUN=1 W="$(mktemp -d)" || rc=2; continue; fi
     self_part "$d" "$part" "$settings" "$tmo" timeout --kill-after=10 "$tmo" > /tmp/o$d-$part.log 2>&1
     echo "gpu$d $part rc=$? $(date +%T)"
     cp /tmp/o$d-$part/summary.md "$OUT/gpu$d-$part-rep$REP.md" 2>/dev/null || tail -30 /tmp/o$d-$part.log
@@ -100,12 +102,14 @@ lane() { # lane N SPEC...
         python3 "$here/probe/span_alone.py" "$res:$st"; } >> "$OUT/gpu$d-$part-rep$REP.md" 2>&1
     fi
   done
+  return $rc
 }
 lanes=()
 for ((d = 0; ; d++)); do v=LANE$d; [ -n "${!v:-}" ] || break; lanes+=("${!v}"); done
 [ ${#lanes[@]} -gt 0 ] || { echo "gpu-run-lanes.sh: no LANE0 given" >&2; exit 2; }
 # DRY_RUN=1: each part's plan (gpu-run-self.sh's, with the bench's --plan against the bench's
-# limit in its lane's TIMEOUT), on any machine, nothing started; rc 2 where a plan is refused.
+# limit in its lane's TIMEOUT), on any machine with the binaries built, nothing started; rc 2
+# where a plan is refused or cannot be checked.
 if [ -n "${DRY_RUN:-}" ]; then
   rc=0
   for ((d = 0; d < ${#lanes[@]}; d++)); do IFS=';' read -ra specs <<<"${lanes[$d]}"; lane $d "${specs[@]}" || rc=2; done

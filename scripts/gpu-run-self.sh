@@ -214,8 +214,8 @@ write_policies() {
   for k in plain gate slo abs; do policy "$1" $k > "$W/$1-$k.yaml"; done
 }
 
-# DRY_RUN=1: the plan, nothing started; with the bench in $C, its runs' planned times (--plan),
-# rc 2 where they outlast the bench's limit.
+# DRY_RUN=1: the plan, nothing started: the policies, the bench's command and its runs' planned
+# times (the bench in $C, --plan); rc 2 where they outlast the bench's limit or no bench is there.
 if [ -n "${DRY_RUN:-}" ]; then
   mkdir -p "$W"
   rc=0
@@ -225,7 +225,8 @@ if [ -n "${DRY_RUN:-}" ]; then
     for k in plain gate slo abs; do echo "--- $k policy:"; cat "$W/$p-$k.yaml"; done
     echo "--- gpreemptd $(daemon_args $p | tr '\n' ' ')"
     echo "--- bench: $(bench_cmd $p)"
-    if [ -x "$C/gpreempt-bench" ]; then $(bench_cmd $p) --plan 2>&1 || rc=2; fi
+    if [ -x "$C/gpreempt-bench" ]; then $(bench_cmd $p) --plan 2>&1 || rc=2
+    else echo "gpu-run-self.sh: no $C/gpreempt-bench: plan not checked (make gpu-binaries)"; rc=2; fi
   done
   exit $rc
 fi

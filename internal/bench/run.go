@@ -129,19 +129,50 @@ func schedule(scs []Scenario, repeat int) []slot {
 	return out
 }
 
-// startAllowance is a run's time beyond its lead-in, settle and
-// measurement: its workers' start (a model built, warm-up requests) and
-// stop, 3-22 s a run on an H200 (runs of eager GPT-2 and Llama decodes).
-const startAllowance = 20 * time.Second
+// The plan's allowances beyond each run's lead-in, settle and measurement,
+// above what H200 runs took (reps 77-82 and the steady part's): a Python
+// LC's start (a model built, warm-up requests) and stop, 17-21 s a run; an
+// slo: run's wait for gpreemptd to learn BE's rate alone more, 3.3-5.5 s
+// (24-29 s in all); a worker with no model to build, BE alone 4-6 s; and
+// the schedule's own setup (the device probe, NVML, gpreemptd's window
+// read, kernel calibration).
+const (
+	pythonLCStart = 25 * time.Second
+	sloWait       = 5 * time.Second
+	workerStart   = 5 * time.Second
+	scheduleSetup = 10 * time.Second
+)
+
+// measured is how long one run of sc measures: its LC's requests at its
+// period where they outlast measureDuration (a kernel LC's 5000, --requests).
+func (o *runOptions) measured(sc Scenario) time.Duration {
+	m := o.measureDuration(sc)
+	if sc.HasLC() {
+		m = max(m, time.Duration(o.lcRequests(sc))*o.period(sc))
+	}
+	return m
+}
+
+// startOf is the plan's allowance for sc's workers' start and stop.
+func (o *runOptions) startOf(sc Scenario) time.Duration {
+	d := workerStart
+	if sc.HasLC() && sc.Runtime.Python() {
+		d = pythonLCStart
+	}
+	if sc.SLO {
+		d += sloWait
+	}
+	return d
+}
 
 // planned is how long one run of sc takes by the plan.
 func (o *runOptions) planned(sc Scenario) time.Duration {
-	return o.leadIn(sc) + o.Settle + o.measureDuration(sc) + startAllowance
+	return o.leadIn(sc) + o.Settle + o.measured(sc) + o.startOf(sc)
 }
 
 // plannedTotal is the whole schedule's planned time.
 func (o *runOptions) plannedTotal() time.Duration {
-	var total time.Duration
+	total := scheduleSetup
 	for _, s := range schedule(o.Scenarios, o.Repeat) {
 		total += o.planned(s.Scenario)
 	}
@@ -151,15 +182,16 @@ func (o *runOptions) plannedTotal() time.Duration {
 // writePlan prints each run's planned time and the total (--plan).
 func (o *runOptions) writePlan(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "rep\tscenario\tlead-in\tmeasures\tplanned")
+	fmt.Fprintln(tw, "rep\tscenario\tlead-in\tsettle\tmeasures\tstart\tplanned")
 	for _, s := range schedule(o.Scenarios, o.Repeat) {
-		fmt.Fprintf(tw, "%d\t%s\t%v\t%v\t%v\n", s.Rep, s.Scenario.Name, o.leadIn(s.Scenario), o.measureDuration(s.Scenario), o.planned(s.Scenario))
+		sc := s.Scenario
+		fmt.Fprintf(tw, "%d\t%s\t%v\t%v\t%v\t%v\t%v\n", s.Rep, sc.Name, o.leadIn(sc), o.Settle, o.measured(sc), o.startOf(sc), o.planned(sc))
 	}
 	limit := "none"
 	if o.TimeLimit > 0 {
 		limit = o.TimeLimit.String()
 	}
-	fmt.Fprintf(tw, "total\t\t\t\t%v (each run %v for its workers' start and %v settle; --time-limit %s)\n", o.plannedTotal(), startAllowance, o.Settle, limit)
+	fmt.Fprintf(tw, "total\t\t\t\t\t\t%v (with %v to set up; --time-limit %s)\n", o.plannedTotal(), scheduleSetup, limit)
 	return tw.Flush()
 }
 

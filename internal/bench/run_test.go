@@ -37,11 +37,37 @@ const (
 	fakeModeEnv   = "GPREEMPT_BENCH_FAKE_MODE"
 )
 
+// benchAppEnv makes this test binary gpreempt-bench itself, for the scripts' dry runs
+// (benchDir).
+const benchAppEnv = "GPREEMPT_BENCH_AS_APP"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(fakeWorkerEnv) != "" && len(os.Args) > 1 && (os.Args[1] == "be" || os.Args[1] == "lc") {
 		os.Exit(fakeWorker(os.Args[1], os.Args[2:]))
 	}
+	if os.Getenv(benchAppEnv) != "" {
+		if err := NewApp().Run(os.Args); err != nil {
+			fmt.Fprintf(os.Stderr, "gpreempt-bench: %v\n", err)
+			os.Exit(ExitCode(err))
+		}
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
+}
+
+// benchDir is a folder whose gpreempt-bench is this test binary as the bench (the
+// environment needs benchAppEnv set), for a script's C or .carry.
+func benchDir(t *testing.T) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(self, filepath.Join(dir, "gpreempt-bench")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func fakeWorker(role string, args []string) int {
@@ -500,7 +526,7 @@ func TestCLI(t *testing.T) {
 		// A Llama decode's five settings, each run lengthened to 30 requests a half of BE's duty,
 		// in 505 s: the last would be cut and lost, so nothing starts.
 		{append([]string{"run", "--out", t.TempDir(), "--time-limit", "505s"}, llamaPlanArgs...), ExitUsage,
-			"the schedule needs about 9m33s by its plan (--plan), more than --time-limit 8m25s"},
+			"the schedule needs about 9m53s by its plan (--plan), more than --time-limit 8m25s"},
 		{[]string{"run", "--out", t.TempDir(), "--scenarios", "be-1us@x0.1", "--prep", "1ms"}, ExitUsage, "shorter than its period"},
 		{[]string{"be", "--calibrate-only"}, ExitUsage, "needs --calibrate-ms"},
 		{[]string{"lc", "--calibrate-only"}, ExitUsage, "needs --calibrate-us"},
@@ -539,30 +565,31 @@ var llamaPlanArgs = []string{"--scenarios", "llm-be-only,slo:llm-defaults,llm-be
 // TestPlan prints each run's planned time and their total, starts nothing,
 // and refuses (after the plan) a schedule that outlasts --time-limit.
 func TestPlan(t *testing.T) {
+	// steady: a pushed LC under SLO mode 480 s after its lead-in, which took 522-524 s and was
+	// then cut at 525 s on an H200 (docs/results/2026-11-30-slo-h200-steady-hold.md).
+	steady := []string{"--scenarios", "slo:llm-defaults", "--duration", "480s", "--slo-lead-in", "16s"}
 	tests := []struct {
-		name, limit string
-		wantErr     string
+		name    string
+		args    []string
+		wantErr string
 	}{
-		{"plan", "", ""},
-		{"plan-fits", "9m33s", ""},
-		{"plan-cut", "9m32s", "more than --time-limit 9m32s: its last run would be cut and lost"},
+		{"plan", llamaPlanArgs, ""},
+		{"plan-fits", append([]string{"--time-limit", "9m53s"}, llamaPlanArgs...), ""},
+		{"plan-cut", append([]string{"--time-limit", "9m52s"}, llamaPlanArgs...), "more than --time-limit 9m52s: its last run would be cut and lost"},
+		{"plan-steady-cut", append([]string{"--time-limit", "525s"}, steady...), "needs about 8m57s by its plan"},
+		// A kernel LC measures its 5000 requests at its period, past --duration.
+		{"plan-kernel", []string{"--scenarios", "standalone@x4,be-1us", "--repeat", "2"}, ""},
+		{"plan-requests", []string{"--scenarios", "pytorch-standalone", "--pytorch-requests", "3000"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
-			args := append([]string{"gpreempt-bench", "run", "--out", out, "--plan"}, llamaPlanArgs...)
-			if tt.limit != "" {
-				args = append(args, "--time-limit", tt.limit)
-			}
 			app := NewApp()
 			var b bytes.Buffer
 			app.Writer, app.ErrWriter = &b, &b
-			err := app.Run(args)
+			err := app.Run(append([]string{"gpreempt-bench", "run", "--out", out, "--plan"}, tt.args...))
 			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (ExitCode(err) != ExitUsage || !strings.Contains(fmt.Sprint(err), tt.wantErr)) {
 				t.Fatalf("err = %v (exit %d), want %q", err, ExitCode(err), tt.wantErr)
-			}
-			if _, err := os.Stat(out); !os.IsNotExist(err) {
-				t.Errorf("--plan made %s (%v): it starts nothing", out, err)
 			}
 			golden.Check(t, tt.name, b.Bytes())
 		})

@@ -3,6 +3,7 @@ package bench
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -95,12 +96,13 @@ func TestGPURunSelfDryRun(t *testing.T) {
 		t.Skip("no bash")
 	}
 	parts := []string{"gpt2-fixed", "gpt2-slo", "llama-fixed", "llama-slo", "eager", "graph", "pushed", "scraped", "steady"}
+	bench := benchDir(t)
 	for _, rep := range []string{"1", "2"} {
 		for _, part := range parts {
 			w := t.TempDir()
 			cmd := exec.Command("bash", "../../scripts/gpu-run-self.sh")
 			dev := map[string]string{"1": "0", "2": "1"}[rep]
-			cmd.Env = append(os.Environ(), "DRY_RUN=1", "PARTS="+part, "REP="+rep, "W="+w, "DEVICE="+dev)
+			cmd.Env = append(os.Environ(), "DRY_RUN=1", "PARTS="+part, "REP="+rep, "W="+w, "DEVICE="+dev, "C="+bench, benchAppEnv+"=1")
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("%s: %v: %s", part, err, out)
@@ -119,8 +121,8 @@ func TestGPURunSelfDryRun(t *testing.T) {
 			if err := app.Run(append([]string{"gpreempt-bench"}, args...)); err != nil {
 				t.Fatalf("%s: the bench refuses %s: %v", part, line, err)
 			}
-			if err := o.checkTimeLimit(); o.TimeLimit == 0 || err != nil {
-				t.Errorf("%s: its bench's limit %v: %v", part, o.TimeLimit, err)
+			if o.TimeLimit == 0 || !strings.Contains(string(out), "--time-limit "+o.TimeLimit.String()+")") {
+				t.Errorf("%s: no plan against the part's own limit %v in:\n%s", part, o.TimeLimit, out)
 			}
 			if o.BEDuty == 0 || len(o.DaemonPolicies) == 0 || !slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return o.dutyOf(s) > 0 }) {
 				t.Errorf("%s: no duty or no policies: %+v", part, o)
@@ -158,7 +160,8 @@ func TestGPURunSelfRotation(t *testing.T) {
 	seen := map[string]bool{}
 	for _, rep := range []string{"80", "81", "82", "83"} {
 		cmd := exec.Command("bash", "../../scripts/gpu-run-self.sh")
-		cmd.Env = append(os.Environ(), "DRY_RUN=1", "NO_STANDALONE=1", "PARTS=llama-slo", "REP="+rep, "W="+t.TempDir(), "SETTINGS=beonly static gate 1us slo")
+		cmd.Env = append(os.Environ(), "DRY_RUN=1", "NO_STANDALONE=1", "PARTS=llama-slo", "REP="+rep, "W="+t.TempDir(), "SETTINGS=beonly static gate 1us slo",
+			"C="+benchDir(t), benchAppEnv+"=1", "TIMEOUT_LLAMA_SLO=700", "BENCH_TIMEOUT_LLAMA_SLO=660")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("REP=%s: %v: %s", rep, err, out)
@@ -169,5 +172,47 @@ func TestGPURunSelfRotation(t *testing.T) {
 			t.Errorf("REP=%s: scenarios %s: want be-only first, then an order no REP before ran", rep, list)
 		}
 		seen[list] = true
+	}
+}
+
+// TestGPURunLanesDryRun checks a call of scripts/gpu-run-lanes.sh on a machine without a GPU:
+// every part of every lane is planned against its own limit, a refused one does not stop the
+// parts after it, and the call exits 2 where one is refused, 0 where all fit.
+func TestGPURunLanesDryRun(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	script, err := filepath.Abs("../../scripts/gpu-run-lanes.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		lane0, lane1 string
+		wantRC       int
+		wantRefused  int
+	}{
+		{"llama-slo:beonly static gate 1us slo:555;gpt2-slo:abs:240", "llama-slo:static:200", 2, 2},
+		{"gpt2-slo:abs:300", "llama-slo:static gate 1us beonly:480", 0, 0},
+	}
+	for _, tt := range tests {
+		dir := t.TempDir()
+		if err := os.Symlink(benchDir(t), filepath.Join(dir, ".carry")); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("bash", script)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "DRY_RUN=1", "NO_STANDALONE=1", "LEAD_IN=60s", "BEONLY_DURATION=40s",
+			"LANE0="+tt.lane0, "LANE1="+tt.lane1, "OUT="+t.TempDir(), benchAppEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		rc := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			rc = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		parts := strings.Count(tt.lane0, ";") + 2
+		if rc != tt.wantRC || strings.Count(string(out), "\ntotal ") != parts || strings.Count(string(out), "would be cut and lost") != tt.wantRefused {
+			t.Errorf("LANE0=%q LANE1=%q: rc %d, want %d; want %d plans, %d refused, in:\n%s", tt.lane0, tt.lane1, rc, tt.wantRC, parts, tt.wantRefused, out)
+		}
 	}
 }
