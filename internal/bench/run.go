@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"text/tabwriter"
@@ -147,8 +148,11 @@ const (
 // period where they outlast measureDuration (a kernel LC's 5000, --requests).
 func (o *runOptions) measured(sc Scenario) time.Duration {
 	m := o.measureDuration(sc)
-	if sc.HasLC() {
-		m = max(m, time.Duration(o.lcRequests(sc))*o.period(sc))
+	if n, p := time.Duration(o.lcRequests(sc)), o.period(sc); sc.HasLC() && p > 0 {
+		if n > math.MaxInt64/p {
+			return math.MaxInt64 // a plan past any limit, not one wrapped round to a short one
+		}
+		m = max(m, n*p)
 	}
 	return m
 }
@@ -167,16 +171,24 @@ func (o *runOptions) startOf(sc Scenario) time.Duration {
 
 // planned is how long one run of sc takes by the plan.
 func (o *runOptions) planned(sc Scenario) time.Duration {
-	return o.leadIn(sc) + o.Settle + o.measured(sc) + o.startOf(sc)
+	return satAdd(satAdd(o.leadIn(sc), o.Settle), satAdd(o.measured(sc), o.startOf(sc)))
 }
 
 // plannedTotal is the whole schedule's planned time.
 func (o *runOptions) plannedTotal() time.Duration {
 	total := scheduleSetup
 	for _, s := range schedule(o.Scenarios, o.Repeat) {
-		total += o.planned(s.Scenario)
+		total = satAdd(total, o.planned(s.Scenario))
 	}
 	return total
+}
+
+// satAdd is a + b of two non-negative durations, held at the largest one.
+func satAdd(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // writePlan prints each run's planned time and the total (--plan).

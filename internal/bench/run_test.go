@@ -580,6 +580,8 @@ func TestPlan(t *testing.T) {
 		// A kernel LC measures its 5000 requests at its period, past --duration.
 		{"plan-kernel", []string{"--scenarios", "standalone@x4,be-1us", "--repeat", "2"}, ""},
 		{"plan-requests", []string{"--scenarios", "pytorch-standalone", "--pytorch-requests", "3000"}, ""},
+		// Requests past what a duration holds plan past any limit, not wrapped round to a short run.
+		{"plan-overflow", []string{"--scenarios", "standalone,be-1us", "--requests", "9000000000000", "--duration", "2500000h", "--time-limit", "1h"}, "more than --time-limit 1h0m0s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
