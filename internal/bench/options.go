@@ -416,7 +416,10 @@ func (o *runOptions) validate() error {
 
 // checkTimeLimit refuses a schedule whose plan outlasts --time-limit.
 func (o *runOptions) checkTimeLimit() error {
-	if total := o.plannedTotal(); o.TimeLimit > 0 && total > o.TimeLimit {
+	if o.TimeLimit == 0 {
+		return nil
+	}
+	if total := o.plannedTotal(); total > o.TimeLimit {
 		return fmt.Errorf("%w: the schedule needs about %v by its plan (--plan), more than --time-limit %v: its last run would be cut and lost; run fewer scenarios, or shorten --duration, --be-only-duration or --slo-lead-in",
 			ErrInvalidArgument, total, o.TimeLimit)
 	}

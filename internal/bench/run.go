@@ -61,9 +61,8 @@ var runCommand = &cli.Command{
 			if err := o.writePlan(c.App.Writer); err != nil {
 				return err
 			}
-			return o.checkTimeLimit()
 		}
-		if err := o.checkTimeLimit(); err != nil {
+		if err := o.checkTimeLimit(); err != nil || c.Bool("plan") {
 			return err
 		}
 		self, err := os.Executable()
@@ -131,12 +130,11 @@ func schedule(scs []Scenario, repeat int) []slot {
 }
 
 // The plan's allowances beyond each run's lead-in, settle and measurement,
-// above what H200 runs took (reps 77-82 and the steady part's): a Python
-// LC's start (a model built, warm-up requests) and stop, 17-21 s a run; an
-// slo: run's wait for gpreemptd to learn BE's rate alone more, 3.3-5.5 s
-// (24-29 s in all); a worker with no model to build, BE alone 4-6 s; and
-// the schedule's own setup (the device probe, NVML, gpreemptd's window
-// read, kernel calibration).
+// set above what runs took (docs/BENCHMARKS.md): a Python LC's start (a
+// model built, warm-up requests) and stop; an slo: run's wait for gpreemptd
+// to learn BE's rate alone more; a worker with no model to build; and the
+// schedule's own setup (the device probe, NVML, gpreemptd's window read,
+// kernel calibration).
 const (
 	pythonLCStart = 25 * time.Second
 	sloWait       = 5 * time.Second

@@ -565,8 +565,7 @@ var llamaPlanArgs = []string{"--scenarios", "llm-be-only,slo:llm-defaults,llm-be
 // TestPlan prints each run's planned time and their total, starts nothing,
 // and refuses (after the plan) a schedule that outlasts --time-limit.
 func TestPlan(t *testing.T) {
-	// steady: a pushed LC under SLO mode 480 s after its lead-in, which took 522-524 s and was
-	// then cut at 525 s on an H200 (docs/results/2026-11-30-slo-h200-steady-hold.md).
+	// steady: a pushed LC under SLO mode 480 s after its lead-in, a schedule a 525 s limit cut.
 	steady := []string{"--scenarios", "slo:llm-defaults", "--duration", "480s", "--slo-lead-in", "16s"}
 	tests := []struct {
 		name    string

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,30 @@ import (
 
 	"github.com/gpreempt/gpreempt/internal/policy"
 )
+
+// dryRun runs a script of scripts/ with DRY_RUN=1 in dir ("": here), this test binary as its
+// bench, and env: its output and exit status (the test skipped without bash).
+func dryRun(t *testing.T, dir, script string, env ...string) (string, int) {
+	t.Helper()
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	path, err := filepath.Abs(filepath.Join("../../scripts", script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", path)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), append([]string{"DRY_RUN=1", benchAppEnv + "=1"}, env...)...)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return string(out), exit.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
 
 // TestGPURunSLODryRun checks scripts/gpu-run-slo.sh's plan without a GPU:
 // every part's policy parses with SLO mode on, and its bench command's
@@ -92,22 +117,17 @@ func TestGPURunSLODryRun(t *testing.T) {
 // (--time-limit), its policies parse (the scraped abs placeholder filled), REP rotates the settings, and DEVICE=1's
 // policies class only that device's workers.
 func TestGPURunSelfDryRun(t *testing.T) {
-	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("no bash")
-	}
 	parts := []string{"gpt2-fixed", "gpt2-slo", "llama-fixed", "llama-slo", "eager", "graph", "pushed", "scraped", "steady"}
 	bench := benchDir(t)
 	for _, rep := range []string{"1", "2"} {
 		for _, part := range parts {
 			w := t.TempDir()
-			cmd := exec.Command("bash", "../../scripts/gpu-run-self.sh")
 			dev := map[string]string{"1": "0", "2": "1"}[rep]
-			cmd.Env = append(os.Environ(), "DRY_RUN=1", "PARTS="+part, "REP="+rep, "W="+w, "DEVICE="+dev, "C="+bench, benchAppEnv+"=1")
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Fatalf("%s: %v: %s", part, err, out)
+			out, rc := dryRun(t, "", "gpu-run-self.sh", "PARTS="+part, "REP="+rep, "W="+w, "DEVICE="+dev, "C="+bench)
+			if rc != 0 {
+				t.Fatalf("%s: exit %d: %s", part, rc, out)
 			}
-			_, line, ok := strings.Cut(string(out), "--- bench: ")
+			_, line, ok := strings.Cut(out, "--- bench: ")
 			if !ok {
 				t.Fatalf("%s: no bench command in %s", part, out)
 			}
@@ -121,7 +141,7 @@ func TestGPURunSelfDryRun(t *testing.T) {
 			if err := app.Run(append([]string{"gpreempt-bench"}, args...)); err != nil {
 				t.Fatalf("%s: the bench refuses %s: %v", part, line, err)
 			}
-			if o.TimeLimit == 0 || !strings.Contains(string(out), "--time-limit "+o.TimeLimit.String()+")") {
+			if o.TimeLimit == 0 || !strings.Contains(out, "--time-limit "+o.TimeLimit.String()+")") {
 				t.Errorf("%s: no plan against the part's own limit %v in:\n%s", part, o.TimeLimit, out)
 			}
 			if o.BEDuty == 0 || len(o.DaemonPolicies) == 0 || !slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return o.dutyOf(s) > 0 }) {
@@ -154,19 +174,15 @@ func TestGPURunSelfDryRun(t *testing.T) {
 // TestGPURunSelfRotation checks that successive REPs of scripts/gpu-run-self.sh run a part's
 // settings in turn first, be-only ahead of them all where SETTINGS names it.
 func TestGPURunSelfRotation(t *testing.T) {
-	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("no bash")
-	}
 	seen := map[string]bool{}
+	bench := benchDir(t)
 	for _, rep := range []string{"80", "81", "82", "83"} {
-		cmd := exec.Command("bash", "../../scripts/gpu-run-self.sh")
-		cmd.Env = append(os.Environ(), "DRY_RUN=1", "NO_STANDALONE=1", "PARTS=llama-slo", "REP="+rep, "W="+t.TempDir(), "SETTINGS=beonly static gate 1us slo",
-			"C="+benchDir(t), benchAppEnv+"=1", "TIMEOUT_LLAMA_SLO=700", "BENCH_TIMEOUT_LLAMA_SLO=660")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("REP=%s: %v: %s", rep, err, out)
+		out, rc := dryRun(t, "", "gpu-run-self.sh", "NO_STANDALONE=1", "PARTS=llama-slo", "REP="+rep, "W="+t.TempDir(), "SETTINGS=beonly static gate 1us slo",
+			"C="+bench, "TIMEOUT_LLAMA_SLO=700", "BENCH_TIMEOUT_LLAMA_SLO=660")
+		if rc != 0 {
+			t.Fatalf("REP=%s: exit %d: %s", rep, rc, out)
 		}
-		_, list, _ := strings.Cut(string(out), "--scenarios ")
+		_, list, _ := strings.Cut(out, "--scenarios ")
 		list, _, _ = strings.Cut(list, " ")
 		if !strings.HasPrefix(list, "llm-be-only,") || strings.Count(list, ",") != 4 || seen[list] {
 			t.Errorf("REP=%s: scenarios %s: want be-only first, then an order no REP before ran", rep, list)
@@ -179,13 +195,6 @@ func TestGPURunSelfRotation(t *testing.T) {
 // every part of every lane is planned against its own limit, a refused one does not stop the
 // parts after it, and the call exits 2 where one is refused, 0 where all fit.
 func TestGPURunLanesDryRun(t *testing.T) {
-	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("no bash")
-	}
-	script, err := filepath.Abs("../../scripts/gpu-run-lanes.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
 	tests := []struct {
 		lane0, lane1 string
 		wantRC       int
@@ -199,19 +208,10 @@ func TestGPURunLanesDryRun(t *testing.T) {
 		if err := os.Symlink(benchDir(t), filepath.Join(dir, ".carry")); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command("bash", script)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "DRY_RUN=1", "NO_STANDALONE=1", "LEAD_IN=60s", "BEONLY_DURATION=40s",
-			"LANE0="+tt.lane0, "LANE1="+tt.lane1, "OUT="+t.TempDir(), benchAppEnv+"=1")
-		out, err := cmd.CombinedOutput()
-		rc := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			rc = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
+		out, rc := dryRun(t, dir, "gpu-run-lanes.sh", "NO_STANDALONE=1", "LEAD_IN=60s", "BEONLY_DURATION=40s",
+			"LANE0="+tt.lane0, "LANE1="+tt.lane1, "OUT="+t.TempDir())
 		parts := strings.Count(tt.lane0, ";") + 2
-		if rc != tt.wantRC || strings.Count(string(out), "\ntotal ") != parts || strings.Count(string(out), "would be cut and lost") != tt.wantRefused {
+		if rc != tt.wantRC || strings.Count(out, "\ntotal ") != parts || strings.Count(out, "would be cut and lost") != tt.wantRefused {
 			t.Errorf("LANE0=%q LANE1=%q: rc %d, want %d; want %d plans, %d refused, in:\n%s", tt.lane0, tt.lane1, rc, tt.wantRC, parts, tt.wantRefused, out)
 		}
 	}

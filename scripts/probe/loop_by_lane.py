@@ -9,7 +9,7 @@ timed a fixed loop ..." gives per setting the loop's median with BE over alone a
 interval. Per pair of CPU lists: the settings, the geometric mean of the ratio, its range, and
 how many intervals lie wholly above 1 and wholly below (at 95%, about 2.5% of them each by chance),
 and how many have a bound that reads 1.00: the summary rounds to two digits, so such an interval
-may leave 1 out (rep 77's [0.617, 0.996] reads [0.62, 1.00]); its results.json.gz says.
+may leave 1 out ([0.617, 0.996] reads [0.62, 1.00]); its results.json.gz says.
 """
 import re, statistics, sys
 
