@@ -264,4 +264,35 @@ func writeDaemonView(b *strings.Builder, res *Results) {
 				sr.Name, repOf(sr), v.Label, v.PID, src, v.Metric, v.Windows, dp, ap, ratio, idle, behind, ref, first, 100*sr.BEStoppedMost, vary)
 		}
 	}
+	writeAbsolute(b, res)
+}
+
+// writeAbsolute judges each LC with an absolute objective by the app's own latencies: met over
+// the whole measurement, and whether any setting could have met it (the LC alone under it).
+func writeAbsolute(b *strings.Builder, res *Results) {
+	head := false
+	for _, sr := range res.Scenarios {
+		for _, v := range sr.Daemon {
+			if v.TargetUs <= 0 || v.AppRunUs <= 0 {
+				continue
+			}
+			if !head {
+				b.WriteString("\nAn absolute objective against the app's own latencies: its quantile over the whole measurement (both of BE's halves) over the objective, met at 1.00x or under; its quantile while BE idled (arms without the gate) over the objective, where over 1.00x no setting could meet it:\n\n")
+				b.WriteString("| scenario | rep | LC | objective (us) | app over the measurement (us) | over the objective | app with BE idle (us) | over the objective | verdict |\n|---|---:|---|---:|---:|---:|---:|---:|---|\n")
+				head = true
+			}
+			alone, aloneRatio, verdict := "–", "–", "met"
+			if v.AppRunUs > v.TargetUs {
+				verdict = "**missed**"
+			}
+			if v.AppAloneUs > 0 {
+				alone, aloneRatio = fmt.Sprintf("%.1f", v.AppAloneUs), fmt.Sprintf("%.3fx", v.AppAloneUs/v.TargetUs)
+				if v.AppAloneUs > v.TargetUs {
+					verdict += ": out of reach, the LC alone over it"
+				}
+			}
+			fmt.Fprintf(b, "| %s | %d | %s (pid %d) | %.0f | %.1f | %.3fx | %s | %s | %s |\n", sr.Name, repOf(sr), v.Label, v.PID,
+				v.TargetUs, v.AppRunUs, v.AppRunUs/v.TargetUs, alone, aloneRatio, verdict)
+		}
+	}
 }

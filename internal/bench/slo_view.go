@@ -68,6 +68,11 @@ type DaemonView struct {
 	ReferenceUs    float64 `json:"reference_us,omitempty"`
 	AppAloneUs     float64 `json:"app_alone_us,omitempty"`
 	ReferenceRatio float64 `json:"reference_ratio,omitempty"`
+	// TargetUs is, for an absolute objective, its bound; AppRunUs the app's quantile of the
+	// objective's metric over the whole measurement (both of a duty's halves), met where it is no
+	// more; AppAloneUs as above. An LC whose p50 alone is over its target misses under any setting.
+	TargetUs float64 `json:"target_us,omitempty"`
+	AppRunUs float64 `json:"app_run_us,omitempty"`
 	// AloneWindows, AloneDaemonP50Us, AloneAppP50Us and AloneRatio are the same comparison as
 	// Windows' over the windows that lie inside one of BE's idle halves past the guard: what
 	// gpreemptd's reference is learnt from, against the app over the same windows (none without
@@ -231,6 +236,9 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 			}
 		}
 		v.ReferenceUs, v.AppAloneUs = referenceOver(sr, l.lc)
+		if v.ReferenceUs == 0 {
+			v.TargetUs, v.AppRunUs, v.AppAloneUs = absoluteOver(sr, l.lc)
+		}
 		if v.ReferenceUs > 0 && v.AppAloneUs > 0 {
 			v.ReferenceRatio = v.ReferenceUs / v.AppAloneUs
 		}
@@ -315,32 +323,71 @@ func pairedP50s(ws []daemonWindow, apps [][]stats.Weighted, kept []int) (daemon,
 // under an arm with the gate left out: its launch probes' traps are a cost of sharing, not the LC
 // alone, as gpreemptd learns it.
 func referenceOver(sr *ScenarioResult, lc *LCResult) (ref, alone float64) {
-	var refs, own []float64
-	var obj *objective.Objective
-	var gated []int64 // [since, until) pairs of the reads' gate arms
-	for _, s := range sr.SLO {
-		if g := strings.Contains(s.Arm, "+gate"); g != (len(gated)%2 == 1) {
-			gated = append(gated, s.MonoNs)
+	var refs []float64
+	obj := objectiveOver(sr, lc, func(o objective.Objective, l SLOLCSample) {
+		if l.TargetUs > 0 {
+			refs = append(refs, l.TargetUs/o.Inflation)
 		}
+	}, true)
+	if obj == nil || len(refs) == 0 {
+		return 0, 0
+	}
+	return stats.Median(refs), aloneOver(sr, lc, *obj)
+}
+
+// absoluteOver is, for an absolute objective of lc in sr's status reads, its target, the app's
+// quantile over the whole measurement and its quantile while BE idled (aloneOver); zeros
+// otherwise.
+func absoluteOver(sr *ScenarioResult, lc *LCResult) (target, run, alone float64) {
+	obj := objectiveOver(sr, lc, func(objective.Objective, SLOLCSample) {}, false)
+	if obj == nil {
+		return 0, 0, 0
+	}
+	var all []float64
+	for _, s := range lc.Samples {
+		if v := metricOf(s, obj.Metric); v > 0 {
+			all = append(all, float64(v)/1e3)
+		}
+	}
+	if len(all) > 0 {
+		run = stats.Percentile(all, 100*obj.Quantile)
+	}
+	return float64(obj.Absolute) / 1e3, run, aloneOver(sr, lc, *obj)
+}
+
+// objectiveOver is lc's first objective of the wanted kind (relative or absolute) in sr's status
+// reads through the measurement, each read of it given to each; nil if none.
+func objectiveOver(sr *ScenarioResult, lc *LCResult, each func(objective.Objective, SLOLCSample), relative bool) *objective.Objective {
+	var obj *objective.Objective
+	for _, s := range sr.SLO {
 		if s.MonoNs < sr.WindowStartMonoNs || s.MonoNs > sr.WindowEndMonoNs {
 			continue
 		}
 		for _, l := range s.LC {
 			o, err := objective.Parse(l.Objective)
-			if l.PID != lc.PID || err != nil || !o.Relative() || o.Inflation <= 0 || obj != nil && o != *obj {
+			if l.PID != lc.PID || err != nil || o.Relative() != relative || relative && o.Inflation <= 0 || !relative && o.Absolute <= 0 || obj != nil && o != *obj {
 				continue
 			}
 			if obj == nil {
 				obj = &o
 			}
-			if l.TargetUs > 0 {
-				refs = append(refs, l.TargetUs/o.Inflation)
-			}
+			each(o, l)
 		}
 	}
-	if obj == nil || len(refs) == 0 {
-		return 0, 0
+	return obj
+}
+
+// aloneOver is the app's quantile of obj's metric over its requests in BE's idle halves through
+// the measurement, leaving out those under a gate arm (whose launch probes' traps are a cost of
+// sharing, not the LC alone); 0 without a duty or such requests.
+func aloneOver(sr *ScenarioResult, lc *LCResult, obj objective.Objective) float64 {
+	var gated []int64 // [since, until) pairs of the reads' gate arms
+	for _, s := range sr.SLO {
+		if g := strings.Contains(s.Arm, "+gate"); g != (len(gated)%2 == 1) {
+			gated = append(gated, s.MonoNs)
+		}
 	}
+	var own []float64
 	if sr.BEDuty > 0 {
 		eachHalf(lc, sr.BEDuty, func(s LCSample, start int64, half int) {
 			v := metricOf(s, obj.Metric)
@@ -350,10 +397,10 @@ func referenceOver(sr *ScenarioResult, lc *LCResult) (ref, alone float64) {
 			}
 		})
 	}
-	if len(own) > 0 {
-		alone = stats.Percentile(own, 100*obj.Quantile)
+	if len(own) == 0 {
+		return 0
 	}
-	return stats.Median(refs), alone
+	return stats.Percentile(own, 100*obj.Quantile)
 }
 
 // appOver is the app's metric of lc's requests that ended inside each of ws (start, end]: its

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -505,5 +506,42 @@ func TestDaemonViewsVary(t *testing.T) {
 	sr.SLO = append(sr.SLO, SLOSample{MonoNs: 21 * s, LC: []SLOLCSample{{PID: 7, RequestsVary: &no}}})
 	if traced, vary, flips := varyOver(sr, 7); traced != 6 || vary != 3 || flips != 3 {
 		t.Errorf("varyOver = %d traced, %d vary, %d changes: want 6, 3, 3 (no, no, yes, yes, no, yes)", traced, vary, flips)
+	}
+}
+
+// TestAbsoluteVerdict: an absolute objective is judged by the app's own quantile over the whole
+// measurement, and called out of reach where the LC's own requests while BE idled are over it.
+func TestAbsoluteVerdict(t *testing.T) {
+	const s = int64(time.Second)
+	lc := dutyLC(104*s, 65, 8*time.Second) // 800 ms while BE works (33 requests), 600 ms while it idles (32)
+	// One idle request fewer: past the duty's guard, 24 with BE and 23 alone, so that an alone
+	// taken over both halves reads 800 ms.
+	lc.Samples = slices.DeleteFunc(lc.Samples, func(x LCSample) bool { return x.ArrivalMonoNs == 109*s })
+	for _, c := range []struct {
+		objective, verdict string
+		target             float64
+	}{
+		{"p50<=900ms", "| met |", 900_000},
+		{"p50<=700ms", "| **missed** |", 700_000},                                     // 600 ms alone: a setting could meet it
+		{"p50<=550ms", "| **missed**: out of reach, the LC alone over it |", 550_000}, // not even alone
+		{"p50<=1.10x", "", 0},                                                         // relative: judged by the ratio tables
+	} {
+		sr := &ScenarioResult{Name: "slo:x#abs", LC: lc, BEDuty: 8 * time.Second, WindowStartMonoNs: 104 * s, WindowEndMonoNs: 169 * s}
+		for i := int64(104); i <= 169; i++ {
+			sr.SLO = append(sr.SLO, SLOSample{MonoNs: i * s, Arm: "200µs", LC: []SLOLCSample{{PID: lc.PID, Objective: c.objective, TargetUs: c.target}}})
+		}
+		sr.Daemon = daemonViews(sr, time.Second)
+		var b strings.Builder
+		writeAbsolute(&b, &Results{Scenarios: []*ScenarioResult{sr}})
+		v := sr.Daemon[0]
+		if c.verdict == "" {
+			if b.Len() > 0 || v.TargetUs != 0 || v.AppRunUs != 0 {
+				t.Errorf("%s: target %v, run %v, table %q", c.objective, v.TargetUs, v.AppRunUs, b.String())
+			}
+			continue
+		}
+		if v.TargetUs != c.target || v.AppRunUs != 800_000 || v.AppAloneUs != 600_000 || !strings.Contains(b.String(), c.verdict) {
+			t.Errorf("%s: target %v, run %v, alone %v (want 800000, 600000), table %q lacks %q", c.objective, v.TargetUs, v.AppRunUs, v.AppAloneUs, b.String(), c.verdict)
+		}
 	}
 }
