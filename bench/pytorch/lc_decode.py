@@ -30,7 +30,8 @@ token.
 
 Protocol (shared with `gpreempt-bench lc`): prints "READY pid=<pid>" after
 the CUDA context exists and --warmup requests ran; with --wait-go it then
-waits for a line on stdin; writes a JSON result with the schema of
+waits for a line on stdin (with --alone, then prints "ALONE <ns>,<ns>,..." and
+waits for another, before its lead-in); writes a JSON result with the schema of
 internal/bench.LCResult to --out ("-": stdout).
 
     python3 lc_decode.py --family gpt2 --period 800ms --requests 30 --out lc.json
@@ -206,6 +207,14 @@ def main():
     ap.add_argument("--period", type=parse_duration, default="800ms", help="time between request arrivals")
     ap.add_argument("--requests", type=int, default=30, help="measured requests")
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--alone", type=int, default=0,
+                    help="after the go line, requests at --period until this many ran wholly inside BE's idle halves"
+                         " (--alone-duty), before the lead-in: their latencies go out on an ALONE line, and a second go"
+                         " line is awaited (gpreempt-bench sets an objective from this process's LC alone)")
+    ap.add_argument("--alone-duty", type=parse_duration, default=0,
+                    help="BE's duty period: BE idles the second half of each (CLOCK_MONOTONIC)")
+    ap.add_argument("--alone-guard", type=parse_duration, default="100ms",
+                    help="how far into an idle half a request must start to count (BE's queue drains, its clock recovers)")
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--wait-go", action="store_true")
@@ -222,6 +231,8 @@ def main():
         ap.error("--graph decodes one sequence: --batch 1")
     if not 0 <= a.metrics_port <= 65535:
         ap.error("--metrics-port must be 0-65535")
+    if a.alone < 0 or a.alone and (a.alone_duty <= 2 * a.alone_guard or a.alone_guard < 0 or not a.wait_go):
+        ap.error("--alone N needs --wait-go and an --alone-duty over twice --alone-guard")
 
     import torch
 
@@ -308,14 +319,18 @@ def main():
         # Request latency, time to first token, each output token's time after it.
         return tokens[-1] - t0, tokens[0] - t0, [b - a for a, b in zip(tokens, tokens[1:])]
 
-    def lead_one():
-        lat, ttft, tpot = timed(*request())
+    def unkept(t0, tokens):
+        # A request before the measurement: pushed and served as any, not kept.
+        lat, ttft, tpot = timed(t0, tokens)
         if pusher:
             pusher.record_llm(lat, ttft, tpot)
         if metrics:
             metrics.observe(lat, ttft, tpot)
+        return lat
 
-    lead_in = run_lead_in(a.period, a.lead_in, lead_one)
+    if a.alone:
+        alone_run(a, request, unkept)
+    lead_in = run_lead_in(a.period, a.lead_in, lambda: unkept(*request()))
     start, meter_wall = time.monotonic_ns(), 5_000_000  # the loop's wall time, last measured
     for i in range(a.requests):
         arrival = start + i * a.period
@@ -374,6 +389,35 @@ def main():
         result["prepreempt"] = gp.stats()
         gp.close()
     write_json(a.out, result)
+
+def in_idle_half(start, end, half, guard):
+    """Whether a request from start to end (CLOCK_MONOTONIC ns) ran in one of BE's idle halves
+    (the second of each duty period, halves of half ns from 0), guard or more into it: the
+    bench's rule for a request alone."""
+    k = start // half
+    return k % 2 == 1 and start - k * half >= guard and end < (k + 1) * half
+
+
+def alone_run(a, request, unkept):
+    """Runs requests at a.period until a.alone of them started a.alone_guard or more into one of
+    BE's idle halves and ended within it, prints their latencies (ns) on an ALONE line and waits
+    for a second go line. Exits after 20 requests for each one wanted if too few fit."""
+    half, alone, n, t = a.alone_duty // 2, [], 0, time.monotonic_ns()
+    while len(alone) < a.alone:
+        if n >= 20 * a.alone:
+            sys.exit(f"lc_decode.py: {len(alone)} of {n} requests ran inside BE's idle halves; --alone wants {a.alone}")
+        wait = t + n * a.period - time.monotonic_ns()
+        if wait > 0:
+            time.sleep(wait / 1e9)
+        n += 1
+        t0, tokens = request()
+        lat = unkept(t0, tokens)
+        if in_idle_half(t0, tokens[-1], half, a.alone_guard):
+            alone.append(lat)
+    print("ALONE " + ",".join(map(str, alone)), flush=True)
+    if not sys.stdin.readline():
+        sys.exit("lc_decode.py: stdin closed before the second go line")
+
 
 def graph_decoder(a, torch, dev, model, prompt):
     """Returns a request function whose decode steps replay one CUDA graph

@@ -91,6 +91,9 @@ func (r *runner) pythonLCArgv(sc Scenario, out string) ([]string, []string) {
 		if r.o.LLMMetricsPort > 0 {
 			argv = append(argv, "--metrics-port", strconv.Itoa(r.o.LLMMetricsPort+lcIndex(out)))
 		}
+		if r.o.ownAlone[sc.Name] {
+			argv = append(argv, "--alone", strconv.Itoa(r.o.OwnAlone), "--alone-duty", fmtDuration(r.o.dutyOf(sc)), "--alone-guard", fmtDuration(dutyGuard))
+		}
 		argv = append(argv, r.pushArgs(sc)...)
 		if !sc.Gate {
 			return argv, pythonEnv
@@ -167,6 +170,12 @@ func (o *runOptions) leadIn(sc Scenario) time.Duration {
 // lcTimeout bounds an LC worker's lead-in and measurement: their nominal
 // length three times over (requests can run late under contention) plus
 // slack.
+// ownAloneTimeout bounds the wait for an LC's ALONE line: lc_decode.py gives up after 20
+// requests for each one wanted.
+func (o *runOptions) ownAloneTimeout(sc Scenario) time.Duration {
+	return satAdd(satMul(20*o.OwnAlone, o.period(sc)), satAdd(2*o.dutyOf(sc), 2*time.Minute))
+}
+
 func (r *runner) lcTimeout(sc Scenario) time.Duration {
 	return 3*(r.o.leadIn(sc)+time.Duration(r.o.lcRequests(sc))*r.o.period(sc)) + 2*time.Minute
 }

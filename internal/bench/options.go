@@ -66,6 +66,11 @@ type runOptions struct {
 	// policy file, which the bench overwrites before asking it to reload.
 	DaemonPolicies map[string]string `json:"daemon_policies,omitempty"`
 	DaemonConfig   string            `json:"daemon_config,omitempty"`
+	// OwnAlone is how many requests in BE's idle halves the LC of a
+	// scenario whose policy names @OWN_P50@ (ownAlone) runs before its
+	// lead-in.
+	OwnAlone int `json:"own_alone,omitempty"`
+	ownAlone map[string]bool
 
 	// LCEnv is added to every LC worker's environment (KEY=VALUE): with
 	// CUDA_MPS_PIPE_DIRECTORY, the LCs run as clients of that MPS server
@@ -290,6 +295,7 @@ var runFlags = []cli.Flag{
 	&cli.IntFlag{Name: "llm-prompt", Value: 64, Usage: "llm-* scenarios: prompt tokens"},
 	&cli.StringFlag{Name: "llm-loop", Value: "generate", Usage: "llm-* eager scenarios: generate (transformers' generate()) or lean (a forward loop with one sync a token)"},
 	&cli.IntFlag{Name: "llm-warmup", Value: 3, Usage: "llm-* scenarios: warmup requests"},
+	&cli.IntFlag{Name: "own-alone", Value: 20, Usage: "an llm-* scenario whose daemon policy names @OWN_P50*F@: its LC runs requests at its period until this many ran inside BE's idle halves (--be-duty), then F times their p50 fills the placeholder and the policy is reloaded before its lead-in (an absolute objective from this LC process alone; until then the placeholder is an hour)"},
 	&cli.IntFlag{Name: "gemm-size", Value: 8192, Usage: "llm-* scenarios: be_gemm.py's matrix size (n x n x n fp16)"},
 	&cli.DurationFlag{Name: "be-duty", Value: DefaultBEDuty, Usage: "llm-* and pytorch-eager-* scenarios (given explicitly: pytorch-* too): the BE works the first half of every such period (CLOCK_MONOTONIC) and idles the second, and the report compares each LC process's requests of the two halves; a run measures long enough for 30 requests a half (0: BE works throughout)"},
 }
@@ -323,8 +329,11 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 		HintLauncher: prepreempt.Launcher(c.String("hint-launcher")), HintPrepQuantile: c.Float64("hint-prep-quantile"),
 		LCEnv: c.StringSlice("lc-env"), LCCPUs: c.String("lc-cpus"), BECPUs: c.String("be-cpus"),
 	}
-	if o.DaemonPolicies, err = parsePolicies(c.StringSlice("daemon-policy"), scs); err != nil {
+	if o.DaemonPolicies, o.ownAlone, err = parsePolicies(c.StringSlice("daemon-policy"), scs); err != nil {
 		return runOptions{}, err
+	}
+	if len(o.ownAlone) > 0 {
+		o.OwnAlone = c.Int("own-alone")
 	}
 	o.DaemonConfig = c.String("daemon-config")
 	if soak := c.Duration("soak"); soak != 0 {
@@ -347,6 +356,10 @@ func (o *runOptions) validate() error {
 	switch {
 	case o.Repeat < 1:
 		return fmt.Errorf("%w: --repeat %d: want at least 1", ErrInvalidArgument, o.Repeat)
+	case len(o.ownAlone) > 0 && (o.OwnAlone < 1 || o.OwnAlone > 1000):
+		return fmt.Errorf("%w: --own-alone %d: a policy names @OWN_P50@, so its LC runs 1-1000 requests alone", ErrInvalidArgument, o.OwnAlone)
+	case slices.ContainsFunc(o.Scenarios, func(sc Scenario) bool { return o.ownAlone[sc.Name] && o.dutyOf(sc) <= 0 }):
+		return fmt.Errorf("%w: a policy names @OWN_P50@, whose LC alone is taken in BE's idle halves: its scenario needs BE and --be-duty", ErrInvalidArgument)
 	case o.Duration <= 0, o.Period <= 0, o.PyPeriod <= 0, o.LLMPeriod <= 0 && o.usesLLM():
 		return fmt.Errorf("%w: --duration, --period, --pytorch-period and --llm-period must be positive", ErrInvalidArgument)
 	case o.BEOnlyDuration < 0:
@@ -420,7 +433,7 @@ func (o *runOptions) checkTimeLimit() error {
 		return nil
 	}
 	if total := o.plannedTotal(); total > o.TimeLimit {
-		return fmt.Errorf("%w: the schedule needs about %v by its plan (--plan), more than --time-limit %v: its last run would be cut and lost; run fewer scenarios, or shorten --duration, --be-only-duration or --slo-lead-in",
+		return fmt.Errorf("%w: the schedule needs about %v by its plan (--plan), more than --time-limit %v: its last run would be cut and lost; run fewer scenarios, or shorten --duration, --be-only-duration, --slo-lead-in or --own-alone",
 			ErrInvalidArgument, total, o.TimeLimit)
 	}
 	return nil

@@ -3,11 +3,13 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpreempt/gpreempt/internal/api"
 )
@@ -35,29 +37,59 @@ var tagRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 // last standalone run of the scenario's baseline, as "812345us".
 var aloneRE = regexp.MustCompile(`@ALONE_P50(?:\*([0-9]+(?:\.[0-9]+)?))?@`)
 
-// parsePolicies reads --daemon-policy's NAME=FILE entries.
-func parsePolicies(entries []string, scs []Scenario) (map[string]string, error) {
+// ownRE is the placeholder of an objective relative to the scenario's own
+// LC process alone: "@OWN_P50*1.15@" becomes 1.15 times the p50 of the
+// --own-alone requests its LC ran in BE's idle halves before its lead-in.
+// An eager LC's alone latency moves 20-80% between processes, so a
+// standalone run's p50 can lie under what this process runs alone.
+var ownRE = regexp.MustCompile(`@OWN_P50(?:\*([0-9]+(?:\.[0-9]+)?))?@`)
+
+// ownProvisional fills @OWN_P50@ until the LC's own requests alone are in:
+// an objective every arm meets, so SLO mode holds the arm with the most BE,
+// never the gate, whose launch probes would slow the LC in BE's idle halves.
+const ownProvisional = time.Hour
+
+// parsePolicies reads --daemon-policy's NAME=FILE entries, and names the
+// scenarios whose policy wants their own LC's alone p50 (@OWN_P50@).
+func parsePolicies(entries []string, scs []Scenario) (files map[string]string, own map[string]bool, err error) {
 	if len(entries) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	m := map[string]string{}
+	files, texts := map[string]string{}, map[string]string{}
 	for _, e := range entries {
 		name, file, ok := strings.Cut(e, "=")
 		if !ok || name == "" || file == "" {
-			return nil, fmt.Errorf("%w: --daemon-policy %q: want SCENARIO=FILE (or default=FILE)", ErrInvalidArgument, e)
+			return nil, nil, fmt.Errorf("%w: --daemon-policy %q: want SCENARIO=FILE (or default=FILE)", ErrInvalidArgument, e)
 		}
 		if name != defaultPolicy && !scenarioListed(scs, name) {
-			return nil, fmt.Errorf("%w: --daemon-policy %q: no scenario %s in --scenarios", ErrInvalidArgument, e, name)
+			return nil, nil, fmt.Errorf("%w: --daemon-policy %q: no scenario %s in --scenarios", ErrInvalidArgument, e, name)
 		}
-		if _, dup := m[name]; dup {
-			return nil, fmt.Errorf("%w: --daemon-policy: %s given twice", ErrInvalidArgument, name)
+		if _, dup := files[name]; dup {
+			return nil, nil, fmt.Errorf("%w: --daemon-policy: %s given twice", ErrInvalidArgument, name)
 		}
-		if _, err := os.ReadFile(file); err != nil {
-			return nil, fmt.Errorf("%w: --daemon-policy %s: %w", ErrInvalidArgument, name, err)
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: --daemon-policy %s: %w", ErrInvalidArgument, name, err)
 		}
-		m[name] = file
+		files[name], texts[name] = file, string(b)
 	}
-	return m, nil
+	for _, sc := range scs {
+		text, ok := texts[sc.Name]
+		if !ok {
+			text = texts[defaultPolicy]
+		}
+		if !sc.HasLC() || !ownRE.MatchString(text) { // without an LC the placeholder stays provisional: nothing to judge
+			continue
+		}
+		if !sc.Runtime.LLM() || sc.LCCount() != 1 { // only lc_decode.py runs requests alone on its own
+			return nil, nil, fmt.Errorf("%w: --daemon-policy: %s's policy wants @OWN_P50@, which only an llm-* scenario of one LC measures", ErrInvalidArgument, sc.Name)
+		}
+		if own == nil {
+			own = map[string]bool{}
+		}
+		own[sc.Name] = true
+	}
+	return files, own, nil
 }
 
 func scenarioListed(scs []Scenario, name string) bool {
@@ -78,9 +110,15 @@ func (o *runOptions) policyFor(sc Scenario) string {
 }
 
 // expandAlone replaces the @ALONE_P50[*F]@ placeholders of a policy with
-// F times the p50 of the last standalone run of sc's baseline among runs;
-// an error if there is a placeholder and no such run.
-func expandAlone(text string, sc Scenario, runs []*ScenarioResult) (string, error) {
+// F times the p50 of the last standalone run of sc's baseline among runs,
+// and @OWN_P50[*F]@ with F times own (µs; ownProvisional where 0); an
+// error if an @ALONE_P50@ has no such run.
+func expandAlone(text string, sc Scenario, runs []*ScenarioResult, own float64) (string, error) {
+	if own > 0 {
+		text = expandP50(text, ownRE, own)
+	} else {
+		text = ownRE.ReplaceAllString(text, fmt.Sprintf("%dus", ownProvisional.Microseconds()))
+	}
 	if !aloneRE.MatchString(text) {
 		return text, nil
 	}
@@ -94,19 +132,24 @@ func expandAlone(text string, sc Scenario, runs []*ScenarioResult) (string, erro
 	if p50 <= 0 {
 		return "", fmt.Errorf("%w: %s's daemon policy wants @ALONE_P50@, but no %s run measured before it: list %s first", ErrInvalidArgument, sc.Name, standalone, standalone)
 	}
-	return aloneRE.ReplaceAllStringFunc(text, func(m string) string {
+	return expandP50(text, aloneRE, p50), nil
+}
+
+// expandP50 replaces re's placeholders in text with F times p50 (µs).
+func expandP50(text string, re *regexp.Regexp, p50 float64) string {
+	return re.ReplaceAllStringFunc(text, func(m string) string {
 		f := 1.0
-		if sub := aloneRE.FindStringSubmatch(m); sub[1] != "" {
+		if sub := re.FindStringSubmatch(m); sub[1] != "" {
 			f, _ = strconv.ParseFloat(sub[1], 64)
 		}
-		return fmt.Sprintf("%dus", int64(p50*f))
-	}), nil
+		return fmt.Sprintf("%dus", int64(math.Round(p50*f)))
+	})
 }
 
 // applyPolicy puts gpreemptd under sc's policy (--daemon-policy) unless
 // it runs under it already, and returns the file (and the text written,
 // placeholders expanded) for the result.
-func (r *runner) applyPolicy(ctx context.Context, sc Scenario, runs []*ScenarioResult) (string, error) {
+func (r *runner) applyPolicy(ctx context.Context, sc Scenario, runs []*ScenarioResult, own float64) (string, error) {
 	file := r.o.policyFor(sc)
 	if file == "" {
 		return "", nil
@@ -115,7 +158,7 @@ func (r *runner) applyPolicy(ctx context.Context, sc Scenario, runs []*ScenarioR
 	if err != nil {
 		return "", fmt.Errorf("daemon policy for %s: %w", sc.Name, err)
 	}
-	text, err := expandAlone(string(b), sc, runs)
+	text, err := expandAlone(string(b), sc, runs, own)
 	if err != nil {
 		return "", err
 	}

@@ -2,11 +2,15 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,17 +46,49 @@ func TestParsePolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	scs, _ := ParseScenarios("llm-standalone,slo:llm-defaults#abs")
-	m, err := parsePolicies([]string{"slo:llm-defaults#abs=" + f, "default=" + f}, scs)
-	if err != nil || m["slo:llm-defaults#abs"] != f || m["default"] != f {
-		t.Fatalf("%v %v", m, err)
+	m, own, err := parsePolicies([]string{"slo:llm-defaults#abs=" + f, "default=" + f}, scs)
+	if err != nil || m["slo:llm-defaults#abs"] != f || m["default"] != f || own != nil {
+		t.Fatalf("%v %v %v", m, own, err)
 	}
 	for _, c := range []struct{ entry, want string }{
 		{"slo:llm-defaults", "want SCENARIO=FILE"},
 		{"llm-be-1us=" + f, "no scenario llm-be-1us"},
 		{"default=" + filepath.Join(dir, "none"), "no such file"},
 	} {
-		if _, err := parsePolicies([]string{c.entry}, scs); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, _, err := parsePolicies([]string{c.entry}, scs); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.entry, err, c.want)
+		}
+	}
+	// @OWN_P50@: the scenarios under that policy, named or by default; only an llm-* LC measures it.
+	ownFile := filepath.Join(dir, "own.yaml")
+	if err := os.WriteFile(ownFile, []byte(`objective: "p50<=@OWN_P50*1.15@"`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		scenarios string
+		entries   []string
+		own       []string
+		err       string
+	}{
+		{"llm-standalone,slo:llm-defaults#abs", []string{"slo:llm-defaults#abs=" + ownFile, "default=" + f}, []string{"slo:llm-defaults#abs"}, ""},
+		{"llm-be-only,slo:llm-defaults", []string{"default=" + ownFile}, []string{"slo:llm-defaults"}, ""}, // be-only has no LC
+		{"llm-be-only,slo:llm-defaults", []string{"llm-be-only=" + ownFile}, nil, ""},
+		{"standalone,slo:defaults", []string{"default=" + ownFile}, nil, "standalone's policy wants @OWN_P50@"},
+		{"pytorch-standalone", []string{"default=" + ownFile}, nil, "only an llm-* scenario"},
+	} {
+		scs, err := ParseScenarios(c.scenarios)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, own, err := parsePolicies(c.entries, scs)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) || !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("%s %v: %v, want %q", c.scenarios, c.entries, err, c.err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(slices.Sorted(maps.Keys(own)), c.own) {
+			t.Errorf("%s %v: own %v (%v), want %v", c.scenarios, c.entries, own, err, c.own)
 		}
 	}
 }
@@ -65,15 +101,32 @@ func TestExpandAlone(t *testing.T) {
 		{Name: "llm-standalone", LCLatencyUs: &stats.Summary{P50: 600000}}, // the last one counts
 		{Name: "llm-standalone", Error: "failed"},
 	}
-	got, err := expandAlone(`objective: "p50<=@ALONE_P50*1.15@", ref @ALONE_P50@`, sc, runs)
-	if err != nil || got != `objective: "p50<=690000us", ref 600000us` {
-		t.Errorf("%q %v", got, err)
-	}
-	if _, err := expandAlone("p50<=@ALONE_P50*1.15@", sc, runs[1:2]); err == nil || !strings.Contains(err.Error(), "list llm-standalone first") {
-		t.Errorf("no standalone: %v", err)
-	}
-	if got, err := expandAlone("p50<=1.10x", sc, nil); err != nil || got != "p50<=1.10x" {
-		t.Errorf("no placeholder: %q %v", got, err)
+	for _, c := range []struct {
+		text string
+		runs []*ScenarioResult
+		own  float64
+		want string
+		err  string
+	}{
+		{`objective: "p50<=@ALONE_P50*1.15@", ref @ALONE_P50@`, runs, 0, `objective: "p50<=690000us", ref 600000us`, ""},
+		{"p50<=@ALONE_P50*1.15@", runs[1:2], 0, "", "list llm-standalone first"},
+		{"p50<=1.10x", nil, 0, "p50<=1.10x", ""},
+		// This LC's own requests alone, not the standalone process's.
+		{`p50<=@OWN_P50*1.15@, ref @OWN_P50@`, runs, 200000, "p50<=230000us, ref 200000us", ""},
+		// Until they are in: an hour, met by every arm.
+		{"p50<=@OWN_P50*1.15@", nil, 0, "p50<=3600000000us", ""},
+		{"p50<=@OWN_P50*2@ or @ALONE_P50@", runs, 100000, "p50<=200000us or 600000us", ""},
+	} {
+		got, err := expandAlone(c.text, sc, c.runs, c.own)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: %v, want %q", c.text, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%q (own %v): %q %v, want %q", c.text, c.own, got, err, c.want)
+		}
 	}
 }
 
@@ -98,7 +151,7 @@ func TestApplyPolicy(t *testing.T) {
 		file, text string
 		reloads    int
 	}{{plain, "plain\n", 1}, {plain, "plain\n", 1}, {slo, "slo p50<=2000us\n", 2}} {
-		f, err := r.applyPolicy(context.Background(), scs[i], runs)
+		f, err := r.applyPolicy(context.Background(), scs[i], runs, 0)
 		if err != nil || f != want.file {
 			t.Fatalf("%s: %s %v", scs[i].Name, f, err)
 		}
@@ -126,5 +179,61 @@ func TestLLMArgvShapeAndMetrics(t *testing.T) {
 	r.o.LLMMetricsPort, r.o.LLMBatch = 0, 1
 	if argv, _ := r.lcArgv(o.Scenarios[0], "/out/lc.json"); slices.Contains(argv, "--metrics-port") || slices.Contains(argv, "--batch") {
 		t.Errorf("no port, batch 1: %v", argv)
+	}
+}
+
+// TestOwnAloneObjective runs an llm-* scenario whose policy wants @OWN_P50@ through the bench
+// with fake workers and a fake gpreemptd: the policy goes in with the provisional objective
+// before the workers start; once the LC's ALONE line is in, gpreemptd is reloaded under 1.15
+// times its p50 and the LC is released to its lead-in and measurement.
+func TestOwnAloneObjective(t *testing.T) {
+	dir := t.TempDir()
+	own := filepath.Join(dir, "own.yaml")
+	if err := os.WriteFile(own, []byte("objective: \"p50<=@OWN_P50*1.15@\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctl, _ := fakeCtl(t, 0)
+	o := testOptions(t, "llm-be-1us", ctl)
+	env, _ := testEnv(t, "")
+	o.Python = env.self[0] // the fake plays lc_decode.py and be_gemm.py
+	o.LLMPeriod, o.BEDuty, o.OwnAlone = 4*time.Millisecond, 2200*time.Millisecond, 5
+	o.LLMFamily, o.LLMLoop, o.LLMNewTokens, o.LLMPrompt, o.LLMBatch, o.GEMMSize = "gpt2", "generate", 16, 64, 1, 64
+	o.DaemonConfig = filepath.Join(dir, "daemon.yaml")
+	var err error
+	if o.DaemonPolicies, o.ownAlone, err = parsePolicies([]string{"llm-be-1us=" + own}, o.Scenarios); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var reloaded []string // the daemon's policy file at each reload
+	o.DaemonSocket = unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/reload" {
+			http.Error(w, "not here", http.StatusNotFound)
+			return
+		}
+		b, _ := os.ReadFile(o.DaemonConfig)
+		mu.Lock()
+		reloaded = append(reloaded, string(b))
+		mu.Unlock()
+		w.Write([]byte("{}"))
+	}))
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := runAll(context.Background(), o, env); err != nil {
+		t.Fatal(err)
+	}
+	res, err := LoadResults(filepath.Join(o.Out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr := res.Scenarios[0]
+	// The fake's five requests alone: 200-204 ms, p50 202 ms; 1.15 times that is 232.3 ms.
+	want := []string{"objective: \"p50<=3600000000us\"\n", "objective: \"p50<=232300us\"\n"}
+	if !slices.Equal(reloaded, want) || sr.Error != "" || sr.OwnAloneUs == nil || sr.OwnAloneUs.N != 5 || sr.OwnAloneUs.P50 != 202_000 || sr.LCLatencyUs == nil {
+		t.Errorf("reloads %q (want %q), own alone %+v, error %q", reloaded, want, sr.OwnAloneUs, sr.Error)
+	}
+	argv, _ := os.ReadFile(filepath.Join(o.Out, o.Scenarios[0].Dir(), "lc.stdout"))
+	if !strings.Contains(string(argv), "ALONE 200000000,201000000,202000000,203000000,204000000") {
+		t.Errorf("the LC's stdout: %q", argv)
 	}
 }

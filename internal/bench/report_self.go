@@ -277,8 +277,8 @@ func writeAbsolute(b *strings.Builder, res *Results) {
 				continue
 			}
 			if !head {
-				b.WriteString("\nAn absolute objective against the app's own latencies: its quantile over the whole measurement (both of BE's halves) over the objective, met at 1.00x or under; its quantile while BE idled (arms without the gate) over the objective, where over 1.00x no setting could meet it:\n\n")
-				b.WriteString("| scenario | rep | LC | objective (us) | app over the measurement (us) | over the objective | app with BE idle (us) | over the objective | verdict |\n|---|---:|---|---:|---:|---:|---:|---:|---|\n")
+				b.WriteString("\nAn absolute objective against the app's own latencies: where it came from (`@OWN_P50@`: the p50 of the LC's own requests in BE's idle halves before its lead-in); the app's quantile over the whole measurement (both of BE's halves) over the objective, met at 1.00x or under; its quantile while BE idled (arms without the gate) over the objective, where over 1.00x no setting could meet it:\n\n")
+				b.WriteString("| scenario | rep | LC | objective (us) | from | app over the measurement (us) | over the objective | app with BE idle (us) | over the objective | verdict |\n|---|---:|---|---:|---|---:|---:|---:|---:|---|\n")
 				head = true
 			}
 			alone, aloneRatio, verdict := "–", "–", "met"
@@ -291,8 +291,12 @@ func writeAbsolute(b *strings.Builder, res *Results) {
 					verdict += ": out of reach, the LC alone over it"
 				}
 			}
-			fmt.Fprintf(b, "| %s | %d | %s (pid %d) | %.0f | %.1f | %.3fx | %s | %s | %s |\n", sr.Name, repOf(sr), v.Label, v.PID,
-				v.TargetUs, v.AppRunUs, v.AppRunUs/v.TargetUs, alone, aloneRatio, verdict)
+			from := "–"
+			if o := sr.OwnAloneUs; o != nil {
+				from = fmt.Sprintf("its LC alone: p50 %.1f us of %d requests", o.P50, o.N)
+			}
+			fmt.Fprintf(b, "| %s | %d | %s (pid %d) | %.0f | %s | %.1f | %.3fx | %s | %s | %s |\n", sr.Name, repOf(sr), v.Label, v.PID,
+				v.TargetUs, from, v.AppRunUs, v.AppRunUs/v.TargetUs, alone, aloneRatio, verdict)
 		}
 	}
 }

@@ -232,6 +232,9 @@ type ScenarioResult struct {
 	BEStoppedMost float64       `json:"be_stopped_most_of_a_minute,omitempty"`
 	// DaemonPolicy is the policy file gpreemptd ran under (--daemon-policy).
 	DaemonPolicy string `json:"daemon_policy,omitempty"`
+	// OwnAloneUs are the LC's requests in BE's idle halves before its lead-in (--own-alone), whose
+	// p50 filled its policy's @OWN_P50@.
+	OwnAloneUs *stats.Summary `json:"own_alone_us,omitempty"`
 
 	// GPU is what NVML read during the measurement window.
 	GPU *TelemetrySummary `json:"gpu,omitempty"`

@@ -146,13 +146,22 @@ const (
 // period where they outlast measureDuration (a kernel LC's 5000, --requests).
 func (o *runOptions) measured(sc Scenario) time.Duration {
 	m := o.measureDuration(sc)
-	if n, p := time.Duration(o.lcRequests(sc)), o.period(sc); sc.HasLC() && p > 0 {
-		if n > math.MaxInt64/p {
-			return math.MaxInt64 // a plan past any limit, not one wrapped round to a short one
-		}
-		m = max(m, n*p)
+	if sc.HasLC() {
+		m = max(m, satMul(o.lcRequests(sc), o.period(sc)))
 	}
 	return m
+}
+
+// ownAloneOf is how long sc's LC takes by the plan to run its --own-alone requests in BE's idle
+// halves: those that fit in a half past the guard, one less for the one that ends past it, a duty
+// period each, and a period more to reach the first idle half.
+func (o *runOptions) ownAloneOf(sc Scenario) time.Duration {
+	d, p := o.dutyOf(sc), o.period(sc)
+	if !o.ownAlone[sc.Name] || d <= 0 || p <= 0 {
+		return 0
+	}
+	perDuty := max(1, int((d/2-dutyGuard)/p)-1)
+	return satMul((o.OwnAlone+perDuty-1)/perDuty+1, d)
 }
 
 // startOf is the plan's allowance for sc's workers' start and stop.
@@ -169,7 +178,7 @@ func (o *runOptions) startOf(sc Scenario) time.Duration {
 
 // planned is how long one run of sc takes by the plan.
 func (o *runOptions) planned(sc Scenario) time.Duration {
-	return satAdd(satAdd(o.leadIn(sc), o.Settle), satAdd(o.measured(sc), o.startOf(sc)))
+	return satAdd(satAdd(satAdd(o.ownAloneOf(sc), o.leadIn(sc)), o.Settle), satAdd(o.measured(sc), o.startOf(sc)))
 }
 
 // plannedTotal is the whole schedule's planned time.
@@ -179,6 +188,15 @@ func (o *runOptions) plannedTotal() time.Duration {
 		total = satAdd(total, o.planned(s.Scenario))
 	}
 	return total
+}
+
+// satMul is n times d (both non-negative), held at the largest duration: a plan past any limit,
+// not one wrapped round to a short one.
+func satMul(n int, d time.Duration) time.Duration {
+	if d > 0 && time.Duration(n) > math.MaxInt64/d {
+		return math.MaxInt64
+	}
+	return time.Duration(n) * d
 }
 
 // satAdd is a + b of two non-negative durations, held at the largest one.
@@ -192,16 +210,16 @@ func satAdd(a, b time.Duration) time.Duration {
 // writePlan prints each run's planned time and the total (--plan).
 func (o *runOptions) writePlan(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "rep\tscenario\tlead-in\tsettle\tmeasures\tstart\tplanned")
+	fmt.Fprintln(tw, "rep\tscenario\talone\tlead-in\tsettle\tmeasures\tstart\tplanned")
 	for _, s := range schedule(o.Scenarios, o.Repeat) {
 		sc := s.Scenario
-		fmt.Fprintf(tw, "%d\t%s\t%v\t%v\t%v\t%v\t%v\n", s.Rep, sc.Name, o.leadIn(sc), o.Settle, o.measured(sc), o.startOf(sc), o.planned(sc))
+		fmt.Fprintf(tw, "%d\t%s\t%v\t%v\t%v\t%v\t%v\t%v\n", s.Rep, sc.Name, o.ownAloneOf(sc), o.leadIn(sc), o.Settle, o.measured(sc), o.startOf(sc), o.planned(sc))
 	}
 	limit := "none"
 	if o.TimeLimit > 0 {
 		limit = o.TimeLimit.String()
 	}
-	fmt.Fprintf(tw, "total\t\t\t\t\t\t%v (with %v to set up; --time-limit %s)\n", o.plannedTotal(), scheduleSetup, limit)
+	fmt.Fprintf(tw, "total\t\t\t\t\t\t\t%v (with %v to set up; --time-limit %s)\n", o.plannedTotal(), scheduleSetup, limit)
 	return tw.Flush()
 }
 

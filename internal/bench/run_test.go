@@ -45,6 +45,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv(fakeWorkerEnv) != "" && len(os.Args) > 1 && (os.Args[1] == "be" || os.Args[1] == "lc") {
 		os.Exit(fakeWorker(os.Args[1], os.Args[2:]))
 	}
+	// As --python: "-u SCRIPT ARGS", the Python workers played by the same fake.
+	if os.Getenv(fakeWorkerEnv) != "" && len(os.Args) > 2 && os.Args[1] == "-u" {
+		role := map[bool]string{true: "lc", false: "be"}[strings.HasPrefix(filepath.Base(os.Args[2]), "lc_")]
+		os.Exit(fakeWorker(role, os.Args[3:]))
+	}
 	if os.Getenv(benchAppEnv) != "" {
 		if err := NewApp().Run(os.Args); err != nil {
 			fmt.Fprintf(os.Stderr, "gpreempt-bench: %v\n", err)
@@ -154,8 +159,19 @@ func fakeWorker(role string, args []string) int {
 	}
 
 	if flags["wait-go"] == "true" {
-		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		stdin := bufio.NewReader(os.Stdin)
+		if _, err := stdin.ReadString('\n'); err != nil {
 			return fail("no go line: %v", err)
+		}
+		if n, _ := strconv.Atoi(flags["alone"]); n > 0 { // lc_decode.py --alone: 200, 201, ... ms alone, then a second go
+			var ns []string
+			for i := range n {
+				ns = append(ns, strconv.Itoa(200_000_000+1_000_000*i))
+			}
+			fmt.Println("ALONE " + strings.Join(ns, ","))
+			if _, err := stdin.ReadString('\n'); err != nil {
+				return fail("no second go line: %v", err)
+			}
 		}
 	}
 	n, _ := strconv.Atoi(flags["requests"])
@@ -567,6 +583,14 @@ var llamaPlanArgs = []string{"--scenarios", "llm-be-only,slo:llm-defaults,llm-be
 func TestPlan(t *testing.T) {
 	// steady: a pushed LC under SLO mode 480 s after its lead-in, a schedule a 525 s limit cut.
 	steady := []string{"--scenarios", "slo:llm-defaults", "--duration", "480s", "--slo-lead-in", "16s"}
+	// own: the absolute objective from the LC's own 20 requests alone, GPT-2 every 800 ms: 3 of
+	// them an 8 s duty period, 7 periods and one more to reach an idle half.
+	own := filepath.Join(t.TempDir(), "own.yaml")
+	if err := os.WriteFile(own, []byte(`objective: "p50<=@OWN_P50*1.15@"`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ownArgs := []string{"--scenarios", "llm-be-only,slo:llm-defaults#abs", "--daemon-policy", "slo:llm-defaults#abs=" + own,
+		"--daemon-socket", "/nonexistent.sock", "--daemon-config", own, "--slo-push=false", "--slo-lead-in", "16s"}
 	tests := []struct {
 		name    string
 		args    []string
@@ -581,6 +605,8 @@ func TestPlan(t *testing.T) {
 		{"plan-requests", []string{"--scenarios", "pytorch-standalone", "--pytorch-requests", "3000"}, ""},
 		// Requests past what a duration holds plan past any limit, not wrapped round to a short run.
 		{"plan-overflow", []string{"--scenarios", "standalone,be-1us", "--requests", "9000000000000", "--duration", "2500000h", "--time-limit", "1h"}, "more than --time-limit 1h0m0s"},
+		{"plan-own", ownArgs, ""},
+		{"plan-own-no-duty", append([]string{"--be-duty", "0"}, ownArgs...), "its scenario needs BE and --be-duty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

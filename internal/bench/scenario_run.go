@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/class"
+	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
 // scenarioRun is one scenario run in progress: its result, its directory
@@ -25,6 +26,8 @@ type scenarioRun struct {
 	bes []*worker
 	// beTimeslices is what gpreemptctl set for each BE ("": nothing).
 	beTimeslices []string
+	// prior are the runs before this one (an @ALONE_P50@ policy reads them).
+	prior []*ScenarioResult
 }
 
 // workerLabel names the i-th of n workers of a role: "be", or "be1", "be2".
@@ -44,7 +47,7 @@ func (r *runner) runScenario(ctx context.Context, s slot, prior []*ScenarioResul
 	if r.o.Repeat > 1 {
 		sr.Rep = s.Rep
 	}
-	if sr.DaemonPolicy, err = r.applyPolicy(ctx, sc, prior); err != nil {
+	if sr.DaemonPolicy, err = r.applyPolicy(ctx, sc, prior, 0); err != nil {
 		return sr, err
 	}
 	if sc.SLO && len(r.o.DaemonPolicies) > 0 {
@@ -58,7 +61,7 @@ func (r *runner) runScenario(ctx context.Context, s slot, prior []*ScenarioResul
 	if sc.BETimeslice > 0 {
 		sr.BETimeslice = usArg(sc.BETimeslice)
 	}
-	run := &scenarioRun{r: r, sc: sc, sr: sr, dir: filepath.Join(r.o.Out, sc.Dir())}
+	run := &scenarioRun{r: r, sc: sc, sr: sr, dir: filepath.Join(r.o.Out, sc.Dir()), prior: prior}
 	if r.o.Repeat > 1 {
 		run.dir = filepath.Join(run.dir, fmt.Sprintf("rep%d", s.Rep))
 	}
@@ -234,6 +237,11 @@ func (run *scenarioRun) measureLC(ctx context.Context) error {
 			return err
 		}
 	}
+	if o.ownAlone[sc.Name] {
+		if err := run.ownObjective(ctx, lcs[0]); err != nil {
+			return err
+		}
+	}
 	for _, w := range lcs {
 		if err := w.wait(ctx, run.r.lcTimeout(sc), run.bes...); err != nil {
 			return err
@@ -265,6 +273,22 @@ func (run *scenarioRun) measureLC(ctx context.Context) error {
 		run.sr.WindowEndMonoNs = min(run.sr.WindowEndMonoNs, lr.MeasureEndMonoNs)
 	}
 	return nil
+}
+
+// ownObjective takes the LC's requests in BE's idle halves (its ALONE line), fills the policy's
+// @OWN_P50@ from their p50, reloads gpreemptd under it and releases the LC to its lead-in.
+func (run *scenarioRun) ownObjective(ctx context.Context, lc *worker) error {
+	us, err := lc.waitAlone(ctx, run.r.o.ownAloneTimeout(run.sc))
+	if err != nil {
+		return err
+	}
+	s := stats.Summarize(us)
+	run.sr.OwnAloneUs = &s
+	if _, err := run.r.applyPolicy(ctx, run.sc, run.prior, s.P50); err != nil {
+		return err
+	}
+	run.r.log.Info("objective from the LC alone", "requests", s.N, "p50_us", s.P50)
+	return lc.sendGo()
 }
 
 // timedWindow is the measurement window of a scenario without LC.

@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gpreempt/gpreempt/internal/policy"
+	"github.com/gpreempt/gpreempt/internal/stats"
 )
 
 // dryRun runs a script of scripts/ with DRY_RUN=1 in dir ("": here), this test binary as its
@@ -152,7 +153,12 @@ func TestGPURunSelfDryRun(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				text := strings.ReplaceAll(string(b), "@ALONE_P50*1.15@", "900ms")
+				sc, _ := parseScenario(name)
+				standalone, _ := baselineNames(sc)
+				text, err := expandAlone(string(b), sc, []*ScenarioResult{{Name: standalone, LCLatencyUs: &stats.Summary{P50: 900_000}}}, 900_000)
+				if err != nil {
+					t.Fatal(err)
+				}
 				if want := `GPREEMPT_BENCH_DEVICE: "` + dev + `"`; strings.Count(text, want) != strings.Count(text, "match:") {
 					t.Errorf("%s: %s's rules do not all match %s:\n%s", part, name, want, text)
 				}
@@ -164,7 +170,13 @@ func TestGPURunSelfDryRun(t *testing.T) {
 					t.Errorf("%s: %s: SLO mode %v", part, name, p.SLO.Enabled)
 				}
 			}
-			if strings.Contains(line, "#abs") && !strings.HasPrefix(o.Scenarios[0].Name, "llm-standalone") && !strings.HasSuffix(o.Scenarios[0].Name, "standalone") {
+			// An LLM LC's absolute objective comes from its own requests alone, any other's from the standalone run first.
+			abs := slices.IndexFunc(o.Scenarios, func(s Scenario) bool { return strings.HasSuffix(s.Name, "#abs") })
+			switch {
+			case abs < 0:
+			case o.Scenarios[abs].Runtime.LLM() && !o.ownAlone[o.Scenarios[abs].Name]:
+				t.Errorf("%s: %s's objective is not from its own LC alone", part, o.Scenarios[abs].Name)
+			case !o.Scenarios[abs].Runtime.LLM() && !strings.HasSuffix(o.Scenarios[0].Name, "standalone"):
 				t.Errorf("%s: the abs objective needs the standalone run first: %v", part, o.Scenarios[0].Name)
 			}
 		}

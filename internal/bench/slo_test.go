@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -616,6 +618,72 @@ func TestPythonDecodePushes(t *testing.T) {
 	// 16 new tokens a request: 15 times per output token after the first.
 	if n != 8 || tokens != 8*15 {
 		t.Errorf("%d requests and %d tokens pushed; want 8 (5 lead-in, 3 measured) and 120", n, tokens)
+	}
+}
+
+// TestPythonDecodeAlone: lc_decode.py --alone counts a request alone by the bench's own rule
+// (inside one of BE's idle halves, past the guard, ended within it), prints their latencies on
+// an ALONE line after the first go line and measures only after a second.
+func TestPythonDecodeAlone(t *testing.T) {
+	py := python3(t)
+	stub := writeStubTorch(t)
+	env := append(os.Environ(), "PYTHONPATH="+stub+string(os.PathListSeparator)+"../../bench/pytorch")
+	// half 100, guard 10: [start, end] in ns.
+	for _, c := range []struct {
+		start, end int64
+		want       string
+	}{
+		{150, 160, "True"},  // idle half [100, 200)
+		{110, 199, "True"},  // at the guard, ending inside
+		{105, 150, "False"}, // inside the guard
+		{150, 200, "False"}, // ends as BE starts again
+		{50, 60, "False"},   // BE's working half
+		{350, 390, "True"},  // a later idle half
+		{250, 260, "False"}, // a later working half
+	} {
+		cmd := exec.Command(py, "-c", fmt.Sprintf("import lc_decode; print(lc_decode.in_idle_half(%d, %d, 100, 10))", c.start, c.end))
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if got := strings.TrimSpace(string(out)); err != nil || got != c.want {
+			t.Errorf("in_idle_half(%d, %d): %q %v, want %s", c.start, c.end, out, err, c.want)
+		}
+	}
+
+	out := filepath.Join(t.TempDir(), "lc.json")
+	cmd := exec.Command(py, "../../bench/pytorch/lc_decode.py", "--loop", "lean", "--period", "5ms", "--requests", "3", "--warmup", "1",
+		"--wait-go", "--alone", "3", "--alone-duty", "200ms", "--alone-guard", "10ms", "--out", out)
+	cmd.Env = env
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	var alone string
+	for alone == "" && lines.Scan() {
+		switch l := lines.Text(); {
+		case strings.HasPrefix(l, "READY "):
+			io.WriteString(stdin, "go\n")
+		case strings.HasPrefix(l, "ALONE "):
+			alone = strings.TrimPrefix(l, "ALONE ")
+			io.WriteString(stdin, "go\n")
+		}
+	}
+	if err := cmd.Wait(); err != nil || len(strings.Split(alone, ",")) != 3 {
+		t.Fatalf("lc_decode.py: %v, ALONE %q: %s", err, alone, stderr.Bytes())
+	}
+	var res struct{ Samples []json.RawMessage }
+	if b, err := os.ReadFile(out); err != nil || json.Unmarshal(b, &res) != nil || len(res.Samples) != 3 {
+		t.Errorf("after the second go: %d measured requests (%v), want 3", len(res.Samples), err)
+	}
+
+	// A duty whose halves the guard fills is refused.
+	bad := exec.Command(py, "../../bench/pytorch/lc_decode.py", "--wait-go", "--alone", "3", "--alone-duty", "20ms", "--alone-guard", "10ms")
+	bad.Env = env
+	if b, err := bad.CombinedOutput(); !strings.Contains(string(b), "over twice --alone-guard") {
+		t.Errorf("a guard filling the halves: %v %s", err, b)
 	}
 }
 

@@ -531,6 +531,7 @@ func TestAbsoluteVerdict(t *testing.T) {
 			sr.SLO = append(sr.SLO, SLOSample{MonoNs: i * s, Arm: "200µs", LC: []SLOLCSample{{PID: lc.PID, Objective: c.objective, TargetUs: c.target}}})
 		}
 		sr.Daemon = daemonViews(sr, time.Second)
+		sr.OwnAloneUs = &stats.Summary{N: 20, P50: 600_000}
 		var b strings.Builder
 		writeAbsolute(&b, &Results{Scenarios: []*ScenarioResult{sr}})
 		v := sr.Daemon[0]
@@ -540,7 +541,8 @@ func TestAbsoluteVerdict(t *testing.T) {
 			}
 			continue
 		}
-		if v.TargetUs != c.target || v.AppRunUs != 800_000 || v.AppAloneUs != 600_000 || !strings.Contains(b.String(), c.verdict) {
+		if v.TargetUs != c.target || v.AppRunUs != 800_000 || v.AppAloneUs != 600_000 || !strings.Contains(b.String(), c.verdict) ||
+			!strings.Contains(b.String(), "| its LC alone: p50 600000.0 us of 20 requests |") {
 			t.Errorf("%s: target %v, run %v, alone %v (want 800000, 600000), table %q lacks %q", c.objective, v.TargetUs, v.AppRunUs, v.AppAloneUs, b.String(), c.verdict)
 		}
 	}

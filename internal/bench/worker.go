@@ -28,6 +28,10 @@ var ErrWorker = errors.New("worker failed")
 // measured and its TSGs exist.
 const readyPrefix = "READY pid="
 
+// alonePrefix starts the line an LC run with --alone prints after its first
+// go line: the latencies (ns) of its requests in BE's idle halves.
+const alonePrefix = "ALONE "
+
 // worker is a child process running a BE or LC workload.
 type worker struct {
 	label string
@@ -36,6 +40,7 @@ type worker struct {
 	log   *slog.Logger
 
 	ready chan int      // receives the pid from the READY line, once
+	alone chan string   // receives the ALONE line's values (lc_decode.py --alone), once
 	done  chan struct{} // closed when the process has exited
 	// waitErr is the process's exit error, valid after done is closed.
 	waitErr error
@@ -62,6 +67,7 @@ func startWorker(label, dir string, argv, env []string, cpus cpuset.CPUSet, log 
 		label:  label,
 		log:    log.With("worker", label),
 		ready:  make(chan int, 1),
+		alone:  make(chan string, 1),
 		done:   make(chan struct{}),
 		stderr: &tailBuffer{max: 4096},
 		files:  []*os.File{outFile, errFile},
@@ -92,7 +98,7 @@ func startWorker(label, dir string, argv, env []string, cpus cpuset.CPUSet, log 
 		defer copied.Done()
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 64<<10), 16<<20)
-		sent := false
+		sent, sentAlone := false, false
 		for sc.Scan() {
 			line := sc.Text()
 			fmt.Fprintln(outFile, line)
@@ -101,6 +107,10 @@ func startWorker(label, dir string, argv, env []string, cpus cpuset.CPUSet, log 
 					w.ready <- pid
 					sent = true
 				}
+			}
+			if rest, ok := strings.CutPrefix(line, alonePrefix); ok && sent && !sentAlone {
+				w.alone <- rest
+				sentAlone = true
 			}
 		}
 		// Drain whatever the scanner refused (an over-long line) so that
@@ -224,7 +234,36 @@ func (w *worker) waitReady(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
-// sendGo releases a worker started with --wait-go.
+// waitAlone waits for the ALONE line and returns its latencies in µs.
+func (w *worker) waitAlone(ctx context.Context, timeout time.Duration) ([]float64, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	var rest string
+	select {
+	case rest = <-w.alone:
+	case <-w.done:
+		select { // the line may have raced with the exit
+		case rest = <-w.alone:
+		default:
+			return nil, fmt.Errorf("before its ALONE line: %w", w.died())
+		}
+	case <-t.C:
+		return nil, fmt.Errorf("%w: %s (pid %d) printed no ALONE line within %v", ErrWorker, w.label, w.pid(), timeout)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	var us []float64
+	for f := range strings.SplitSeq(strings.TrimSpace(rest), ",") {
+		ns, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || ns <= 0 {
+			return nil, fmt.Errorf("%w: %s's ALONE line: %q is no latency in ns", ErrWorker, w.label, f)
+		}
+		us = append(us, float64(ns)/1e3)
+	}
+	return us, nil
+}
+
+// sendGo releases a worker started with --wait-go (with --alone, twice).
 func (w *worker) sendGo() error {
 	if _, err := io.WriteString(w.stdin, "go\n"); err != nil {
 		return fmt.Errorf("%w: release %s: %w", ErrWorker, w.label, err)
