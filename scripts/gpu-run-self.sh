@@ -169,11 +169,13 @@ scenarios() {
 
 # The policies: workers of daemon: and slo: scenarios carry
 # GPREEMPT_CLASS; those of the others carry nothing and are left alone.
-policy() { # policy PART KIND (plain, gate, slo, abs)
+policy() { # policy PART KIND (plain, gate, slo, abs, alone)
   local obj="p50<=1.10x" rules=""
   case $1 in pushed|steady) obj="tpot_p50<=1.10x";; esac
   # an LLM LC's from its own requests alone (another process's alone moves 20-80%)
   [ "$2" = abs ] && case $1 in gpt2-*|llama-*) obj="p50<=@OWN_P50*1.15@";; *) obj="p50<=@ALONE_P50*1.15@";; esac
+  # while those run: SLO mode on (BE's rate alone learnt), held at 200us, started afresh after
+  [ "$2" = alone ] && obj="p50<=1h"
   local latency="preset: vllm"
   case $1 in scraped-fine|scraped-graph) latency="request: app_request_latency_seconds";; esac
   case $1 in scraped*)
@@ -199,6 +201,7 @@ YAML
   case $2 in
     gate) echo "gate: {mode: on}";;
     slo|abs) printf 'gate: {mode: auto}\nslo:\n  enabled: true\n  window: 1s\n  safe: 200us\n  calibrate: pause\n';;
+    alone) printf 'gate: {mode: auto}\nslo:\n  enabled: true\n  window: 1s\n  safe: 200us\n  calibrate: pause\n  ladder: [200us]\n';;
   esac
 }
 bench_cmd() {
@@ -206,6 +209,7 @@ bench_cmd() {
   for s in gate slo abs; do
     case " $(settings $p) " in *" $s "*) pol="$pol --daemon-policy $(scenario $p $s)=$W/$p-$s.yaml";; esac
   done
+  case "$p: $(settings $p) " in gpt2-*" abs "*|llama-*" abs "*) pol="$pol --own-alone-policy $W/$p-alone.yaml";; esac
   echo $C/gpreempt-bench run --gpreemptctl $C/gpreemptctl --daemon-socket $BSOCK --daemon-config $BCONF \
     --daemon-policy default=$W/$p-plain.yaml$pol --scenarios "$(scenarios $p)" $(workload $p) $PIN_ARGS \
     --slo-lead-in $(lead_in $p) ${BEONLY_DURATION:+--be-only-duration $BEONLY_DURATION} --repeat 1 --out $W/$p \
@@ -215,7 +219,7 @@ daemon_args() { echo --be-progress=true; case $1 in pushed|scraped*|steady) ;; *
 
 write_policies() {
   local k
-  for k in plain gate slo abs; do policy "$1" $k > "$W/$1-$k.yaml"; done
+  for k in plain gate slo abs alone; do policy "$1" $k > "$W/$1-$k.yaml"; done
 }
 
 # DRY_RUN=1: the plan, nothing started: the policies, the bench's command and its runs' planned
@@ -226,7 +230,7 @@ if [ -n "${DRY_RUN:-}" ]; then
   for p in $sel; do
     echo "=== part $p (rep $REP): timeout $(part_timeout $p)s"
     write_policies $p
-    for k in plain gate slo abs; do echo "--- $k policy:"; cat "$W/$p-$k.yaml"; done
+    for k in plain gate slo abs alone; do echo "--- $k policy:"; cat "$W/$p-$k.yaml"; done
     echo "--- gpreemptd $(daemon_args $p | tr '\n' ' ')"
     echo "--- bench: $(bench_cmd $p)"
     if [ -x "$C/gpreempt-bench" ]; then $(bench_cmd $p) --plan 2>&1 || rc=2
@@ -244,7 +248,7 @@ run_self_part() {
   write_policies $p
   cp "$W/$p-plain.yaml" "$BCONF"
   { echo "\$ gpreemptd --check-config (each policy; abs with its placeholder filled)"
-    for k in plain gate slo abs; do sed 's/@\(ALONE\|OWN\)_P50[^@]*@/900ms/' "$W/$p-$k.yaml" > "$W/$p-$k.check.yaml"
+    for k in plain gate slo abs alone; do sed 's/@\(ALONE\|OWN\)_P50[^@]*@/900ms/' "$W/$p-$k.yaml" > "$W/$p-$k.check.yaml"
       $C/gpreemptd --check-config "$W/$p-$k.check.yaml" > /dev/null; echo "$k rc=$?"; done; } > "$f" 2>&1
   start_gpreemptd "$W/$p-gpreemptd.log" "$BCONF" "$BSOCK" $BMADDR $(daemon_args $p)
   local dpid=$DPID

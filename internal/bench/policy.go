@@ -154,7 +154,11 @@ func (r *runner) applyPolicy(ctx context.Context, sc Scenario, runs []*ScenarioR
 	if file == "" {
 		return "", nil
 	}
-	b, err := os.ReadFile(file)
+	src := file
+	if r.o.ownAlone[sc.Name] && own <= 0 && r.o.OwnAlonePolicy != "" {
+		src = r.o.OwnAlonePolicy // until the LC's own requests alone are in
+	}
+	b, err := os.ReadFile(src)
 	if err != nil {
 		return "", fmt.Errorf("daemon policy for %s: %w", sc.Name, err)
 	}
@@ -176,7 +180,7 @@ func (r *runner) applyPolicy(ctx context.Context, sc Scenario, runs []*ScenarioR
 		return "", fmt.Errorf("gpreemptd reload for %s (policy %s): %w", sc.Name, file, err)
 	}
 	r.policyText = text
-	r.log.Info("gpreemptd policy", "scenario", sc.Name, "file", file)
+	r.log.Info("gpreemptd policy", "scenario", sc.Name, "file", src)
 	if err := os.WriteFile(filepath.Join(r.o.Out, sc.Dir()+"-policy.yaml"), []byte(text), 0o644); err != nil {
 		r.log.Warn("policy copy", "err", err)
 	}

@@ -183,57 +183,72 @@ func TestLLMArgvShapeAndMetrics(t *testing.T) {
 }
 
 // TestOwnAloneObjective runs an llm-* scenario whose policy wants @OWN_P50@ through the bench
-// with fake workers and a fake gpreemptd: the policy goes in with the provisional objective
-// before the workers start; once the LC's ALONE line is in, gpreemptd is reloaded under 1.15
-// times its p50 and the LC is released to its lead-in and measurement.
+// with fake workers and a fake gpreemptd: before the workers start the daemon runs the
+// --own-alone-policy (or the scenario's own with the placeholder an hour); once the LC's ALONE
+// line is in, it is reloaded under the scenario's own at 1.15 times their p50, and the LC is
+// released to its lead-in and measurement.
 func TestOwnAloneObjective(t *testing.T) {
 	dir := t.TempDir()
-	own := filepath.Join(dir, "own.yaml")
-	if err := os.WriteFile(own, []byte("objective: \"p50<=@OWN_P50*1.15@\"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctl, _ := fakeCtl(t, 0)
-	o := testOptions(t, "llm-be-1us", ctl)
-	env, _ := testEnv(t, "")
-	o.Python = env.self[0] // the fake plays lc_decode.py and be_gemm.py
-	o.LLMPeriod, o.BEDuty, o.OwnAlone = 4*time.Millisecond, 2200*time.Millisecond, 5
-	o.LLMFamily, o.LLMLoop, o.LLMNewTokens, o.LLMPrompt, o.LLMBatch, o.GEMMSize = "gpt2", "generate", 16, 64, 1, 64
-	o.DaemonConfig = filepath.Join(dir, "daemon.yaml")
-	var err error
-	if o.DaemonPolicies, o.ownAlone, err = parsePolicies([]string{"llm-be-1us=" + own}, o.Scenarios); err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var reloaded []string // the daemon's policy file at each reload
-	o.DaemonSocket = unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.URL.Path != "/v1/reload" {
-			http.Error(w, "not here", http.StatusNotFound)
-			return
+	write := func(name, text string) string {
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
 		}
-		b, _ := os.ReadFile(o.DaemonConfig)
-		mu.Lock()
-		reloaded = append(reloaded, string(b))
-		mu.Unlock()
-		w.Write([]byte("{}"))
-	}))
-	if err := o.validate(); err != nil {
-		t.Fatal(err)
+		return f
 	}
-	if err := runAll(context.Background(), o, env); err != nil {
-		t.Fatal(err)
-	}
-	res, err := LoadResults(filepath.Join(o.Out, "results.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sr := res.Scenarios[0]
+	own := write("own.yaml", "objective: \"p50<=@OWN_P50*1.15@\"\n")
+	alone := write("alone.yaml", "ladder: [200us], objective: \"p50<=@OWN_P50*1.15@\"\n")
 	// The fake's five requests alone: 200-204 ms, p50 202 ms; 1.15 times that is 232.3 ms.
-	want := []string{"objective: \"p50<=3600000000us\"\n", "objective: \"p50<=232300us\"\n"}
-	if !slices.Equal(reloaded, want) || sr.Error != "" || sr.OwnAloneUs == nil || sr.OwnAloneUs.N != 5 || sr.OwnAloneUs.P50 != 202_000 || sr.LCLatencyUs == nil {
-		t.Errorf("reloads %q (want %q), own alone %+v, error %q", reloaded, want, sr.OwnAloneUs, sr.Error)
-	}
-	argv, _ := os.ReadFile(filepath.Join(o.Out, o.Scenarios[0].Dir(), "lc.stdout"))
-	if !strings.Contains(string(argv), "ALONE 200000000,201000000,202000000,203000000,204000000") {
-		t.Errorf("the LC's stdout: %q", argv)
+	final := "objective: \"p50<=232300us\"\n"
+	for _, c := range []struct {
+		alonePolicy string
+		first       string
+	}{
+		{"", "objective: \"p50<=3600000000us\"\n"},
+		{alone, "ladder: [200us], objective: \"p50<=3600000000us\"\n"},
+	} {
+		ctl, _ := fakeCtl(t, 0)
+		o := testOptions(t, "llm-be-1us", ctl)
+		env, _ := testEnv(t, "")
+		o.Python = env.self[0] // the fake plays lc_decode.py and be_gemm.py
+		o.LLMPeriod, o.BEDuty, o.OwnAlone, o.OwnAlonePolicy = 4*time.Millisecond, 2200*time.Millisecond, 5, c.alonePolicy
+		o.LLMFamily, o.LLMLoop, o.LLMNewTokens, o.LLMPrompt, o.LLMBatch, o.GEMMSize = "gpt2", "generate", 16, 64, 1, 64
+		o.DaemonConfig = filepath.Join(t.TempDir(), "daemon.yaml")
+		var err error
+		if o.DaemonPolicies, o.ownAlone, err = parsePolicies([]string{"llm-be-1us=" + own}, o.Scenarios); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var reloaded []string // the daemon's policy file at each reload
+		o.DaemonSocket = unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodPost || r.URL.Path != "/v1/reload" {
+				http.Error(w, "not here", http.StatusNotFound)
+				return
+			}
+			b, _ := os.ReadFile(o.DaemonConfig)
+			mu.Lock()
+			reloaded = append(reloaded, string(b))
+			mu.Unlock()
+			w.Write([]byte("{}"))
+		}))
+		if err := o.validate(); err != nil {
+			t.Fatal(err)
+		}
+		if err := runAll(context.Background(), o, env); err != nil {
+			t.Fatal(err)
+		}
+		res, err := LoadResults(filepath.Join(o.Out, "results.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sr := res.Scenarios[0]
+		if want := []string{c.first, final}; !slices.Equal(reloaded, want) || sr.Error != "" || sr.DaemonPolicy != own ||
+			sr.OwnAloneUs == nil || sr.OwnAloneUs.N != 5 || sr.OwnAloneUs.P50 != 202_000 || sr.LCLatencyUs == nil {
+			t.Errorf("alone policy %q: reloads %q (want %q), policy %s, own alone %+v, error %q", c.alonePolicy, reloaded, want, sr.DaemonPolicy, sr.OwnAloneUs, sr.Error)
+		}
+		out, _ := os.ReadFile(filepath.Join(o.Out, o.Scenarios[0].Dir(), "lc.stdout"))
+		if !strings.Contains(string(out), "ALONE 200000000,201000000,202000000,203000000,204000000") {
+			t.Errorf("the LC's stdout: %q", out)
+		}
 	}
 }

@@ -539,6 +539,7 @@ func TestCLI(t *testing.T) {
 		{[]string{"run", "--out", t.TempDir(), "--nvml-interval", "-1s"}, ExitUsage, "--nvml-interval"},
 		{[]string{"run", "--out", t.TempDir(), "--be-only-duration", "-1s"}, ExitUsage, "--be-only-duration -1s: want a positive duration"},
 		{[]string{"run", "--out", t.TempDir(), "--time-limit", "-1s"}, ExitUsage, "--time-limit must not be negative"},
+		{[]string{"run", "--out", t.TempDir(), "--own-alone-policy", "/etc/hostname"}, ExitUsage, "--own-alone-policy: no scenario's --daemon-policy names @OWN_P50@"},
 		// A Llama decode's five settings, each run lengthened to 30 requests a half of BE's duty,
 		// in 505 s: the last would be cut and lost, so nothing starts.
 		{append([]string{"run", "--out", t.TempDir(), "--time-limit", "505s"}, llamaPlanArgs...), ExitUsage,

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -148,7 +149,11 @@ func TestGPURunSelfDryRun(t *testing.T) {
 			if o.BEDuty == 0 || len(o.DaemonPolicies) == 0 || !slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return o.dutyOf(s) > 0 }) {
 				t.Errorf("%s: no duty or no policies: %+v", part, o)
 			}
-			for name, file := range o.DaemonPolicies {
+			files := maps.Clone(o.DaemonPolicies)
+			if o.OwnAlonePolicy != "" {
+				files["own-alone"] = o.OwnAlonePolicy
+			}
+			for name, file := range files {
 				b, err := os.ReadFile(file)
 				if err != nil {
 					t.Fatal(err)
@@ -166,7 +171,11 @@ func TestGPURunSelfDryRun(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %s's policy: %v\n%s", part, name, err, text)
 				}
-				if sc, _ := parseScenario(name); sc.SLO != p.SLO.Enabled {
+				if name == "own-alone" { // SLO mode on, BE's rate alone learnt, one arm held
+					if !p.SLO.Enabled || len(p.SLO.Ladder) != 1 {
+						t.Errorf("%s: the policy while the LC runs alone: SLO mode %v, ladder %v", part, p.SLO.Enabled, p.SLO.Ladder)
+					}
+				} else if sc, _ := parseScenario(name); sc.SLO != p.SLO.Enabled {
 					t.Errorf("%s: %s: SLO mode %v", part, name, p.SLO.Enabled)
 				}
 			}
@@ -174,7 +183,7 @@ func TestGPURunSelfDryRun(t *testing.T) {
 			abs := slices.IndexFunc(o.Scenarios, func(s Scenario) bool { return strings.HasSuffix(s.Name, "#abs") })
 			switch {
 			case abs < 0:
-			case o.Scenarios[abs].Runtime.LLM() && !o.ownAlone[o.Scenarios[abs].Name]:
+			case o.Scenarios[abs].Runtime.LLM() && (!o.ownAlone[o.Scenarios[abs].Name] || o.OwnAlonePolicy == ""):
 				t.Errorf("%s: %s's objective is not from its own LC alone", part, o.Scenarios[abs].Name)
 			case !o.Scenarios[abs].Runtime.LLM() && !strings.HasSuffix(o.Scenarios[0].Name, "standalone"):
 				t.Errorf("%s: the abs objective needs the standalone run first: %v", part, o.Scenarios[0].Name)
