@@ -130,17 +130,21 @@ func TestExpandAlone(t *testing.T) {
 	}
 }
 
+// writeFile writes text into dir/name and returns its path.
+func writeFile(t *testing.T, dir, name, text string) string {
+	t.Helper()
+	f := filepath.Join(dir, name)
+	if err := os.WriteFile(f, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // TestApplyPolicy: each scenario's policy is written over the daemon's
 // file and reloaded, once while it stays the same.
 func TestApplyPolicy(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, text string) string {
-		f := filepath.Join(dir, name)
-		if err := os.WriteFile(f, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
+	write := func(name, text string) string { return writeFile(t, dir, name, text) }
 	plain, slo := write("plain.yaml", "plain\n"), write("slo.yaml", "slo p50<=@ALONE_P50*2@\n")
 	scs, _ := ParseScenarios("llm-standalone,llm-be-1us,slo:llm-defaults")
 	reloads := 0
@@ -189,13 +193,7 @@ func TestLLMArgvShapeAndMetrics(t *testing.T) {
 // released to its lead-in and measurement.
 func TestOwnAloneObjective(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, text string) string {
-		f := filepath.Join(dir, name)
-		if err := os.WriteFile(f, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
+	write := func(name, text string) string { return writeFile(t, dir, name, text) }
 	own := write("own.yaml", "objective: \"p50<=@OWN_P50*1.15@\"\n")
 	alone := write("alone.yaml", "ladder: [200us], objective: \"p50<=@OWN_P50*1.15@\"\n")
 	// The fake's five requests alone: 200-204 ms, p50 202 ms; 1.15 times that is 232.3 ms.
