@@ -23,11 +23,11 @@
 #   gpt2-fixed   GPT-2-medium shape, eager, 64-token prompt, 16 new tokens,
 #                one request every 800 ms: standalone, static, gate, 1us,
 #                be-only (~5.5 min)
-#   gpt2-slo     the same LC: standalone, slo, abs (~5 min)
+#   gpt2-slo     the same LC: standalone, slo, abs (~6 min)
 #   llama-fixed  Llama shape ~330M (24 layers, 1024 wide, GQA 16/4, 2816
 #                MLP), batch 2, 128-token prompt, 32 new tokens, one request
 #                a second: standalone, static, gate, 1us, be-only (~6.5 min)
-#   llama-slo    the same LC: standalone, slo, abs (~5 min)
+#   llama-slo    the same LC: standalone, slo, abs (~7 min)
 #   eager        resnet50 eager every 20 ms beside resnet50 training: every
 #                setting and be-only (~5 min)
 #   graph        resnet50 CUDA graph every 20 ms beside training (--be-duty

@@ -45,7 +45,7 @@ import sys
 import threading
 import time
 
-from lc_infer import add_push_flags, import_gpreempt, parse_duration, run_lead_in, write_json
+from lc_infer import add_push_flags, import_gpreempt, parse_duration, run_lead_in, sleep_until, write_json
 
 SCHEMA = 1
 # Additions a CPU-speed loop makes (~2 ms of CPython; scripts/probe/lc-speed.sh runs the same loop).
@@ -215,6 +215,7 @@ def main():
                     help="BE's duty period: BE idles the second half of each (CLOCK_MONOTONIC)")
     ap.add_argument("--alone-guard", type=parse_duration, default="100ms",
                     help="how far into an idle half a request must start to count (BE's queue drains, its clock recovers)")
+    ap.add_argument("--alone-max", type=int, default=0, help="requests --alone runs at most (0: 20 for each one wanted)")
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--wait-go", action="store_true")
@@ -231,7 +232,7 @@ def main():
         ap.error("--graph decodes one sequence: --batch 1")
     if not 0 <= a.metrics_port <= 65535:
         ap.error("--metrics-port must be 0-65535")
-    if a.alone < 0 or a.alone and (a.alone_duty <= 2 * a.alone_guard or a.alone_guard < 0 or not a.wait_go):
+    if a.alone < 0 or a.alone_max < 0 or a.alone and (a.alone_duty <= 2 * a.alone_guard or a.alone_guard < 0 or not a.wait_go):
         ap.error("--alone N needs --wait-go and an --alone-duty over twice --alone-guard")
 
     import torch
@@ -401,14 +402,13 @@ def in_idle_half(start, end, half, guard):
 def alone_run(a, request, unkept):
     """Runs requests at a.period until a.alone of them started a.alone_guard or more into one of
     BE's idle halves and ended within it, prints their latencies (ns) on an ALONE line and waits
-    for a second go line. Exits after 20 requests for each one wanted if too few fit."""
+    for a second go line. Exits after a.alone_max requests if too few fit."""
     half, alone, n, t = a.alone_duty // 2, [], 0, time.monotonic_ns()
+    most = a.alone_max or 20 * a.alone
     while len(alone) < a.alone:
-        if n >= 20 * a.alone:
+        if n >= most:
             sys.exit(f"lc_decode.py: {len(alone)} of {n} requests ran inside BE's idle halves; --alone wants {a.alone}")
-        wait = t + n * a.period - time.monotonic_ns()
-        if wait > 0:
-            time.sleep(wait / 1e9)
+        sleep_until(t + n * a.period)
         n += 1
         t0, tokens = request()
         lat = unkept(t0, tokens)

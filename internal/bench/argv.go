@@ -92,7 +92,8 @@ func (r *runner) pythonLCArgv(sc Scenario, out string) ([]string, []string) {
 			argv = append(argv, "--metrics-port", strconv.Itoa(r.o.LLMMetricsPort+lcIndex(out)))
 		}
 		if r.o.ownAlone[sc.Name] {
-			argv = append(argv, "--alone", strconv.Itoa(r.o.OwnAlone), "--alone-duty", fmtDuration(r.o.dutyOf(sc)), "--alone-guard", fmtDuration(dutyGuard))
+			argv = append(argv, "--alone", strconv.Itoa(r.o.OwnAlone), "--alone-max", strconv.Itoa(aloneTries*r.o.OwnAlone),
+				"--alone-duty", fmtDuration(r.o.dutyOf(sc)), "--alone-guard", fmtDuration(dutyGuard))
 		}
 		argv = append(argv, r.pushArgs(sc)...)
 		if !sc.Gate {
@@ -167,15 +168,19 @@ func (o *runOptions) leadIn(sc Scenario) time.Duration {
 	return o.SLOLeadIn
 }
 
+// aloneTries is how many requests an LC runs, for each --own-alone one wanted, before it gives up
+// finding them in BE's idle halves.
+const aloneTries = 20
+
+// ownAloneTimeout bounds the wait for an LC's ALONE line: its tries at its period three times over
+// (requests can run late under contention), two duty periods and slack.
+func (o *runOptions) ownAloneTimeout(sc Scenario) time.Duration {
+	return satAdd(satMul(3*aloneTries*o.OwnAlone, o.period(sc)), satAdd(satMul(2, o.dutyOf(sc)), 2*time.Minute))
+}
+
 // lcTimeout bounds an LC worker's lead-in and measurement: their nominal
 // length three times over (requests can run late under contention) plus
 // slack.
-// ownAloneTimeout bounds the wait for an LC's ALONE line: lc_decode.py gives up after 20
-// requests for each one wanted.
-func (o *runOptions) ownAloneTimeout(sc Scenario) time.Duration {
-	return satAdd(satMul(20*o.OwnAlone, o.period(sc)), satAdd(2*o.dutyOf(sc), 2*time.Minute))
-}
-
 func (r *runner) lcTimeout(sc Scenario) time.Duration {
 	return 3*(r.o.leadIn(sc)+time.Duration(r.o.lcRequests(sc))*r.o.period(sc)) + 2*time.Minute
 }

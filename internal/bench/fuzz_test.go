@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -26,6 +27,28 @@ func FuzzParsePrep(f *testing.F) {
 		again, err := ParsePrep(d.String())
 		if err != nil || again != d {
 			t.Fatalf("%q -> %+v -> %q -> %+v, %v", s, d, d.String(), again, err)
+		}
+	})
+}
+
+// FuzzParseAlone: an LC's ALONE line. A line is refused or read into positive latencies, one a
+// comma-separated field.
+func FuzzParseAlone(f *testing.F) {
+	for _, s := range []string{"200000000,201000000", "1", "", "1,,2", "-1", "0", "99999999999999999999", " 5 "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		us, err := parseAlone(s)
+		if err != nil {
+			return
+		}
+		if len(us) != strings.Count(strings.TrimSpace(s), ",")+1 {
+			t.Fatalf("parseAlone(%q) = %v: not one a field", s, us)
+		}
+		for _, v := range us {
+			if !(v > 0) {
+				t.Fatalf("parseAlone(%q) = %v: a latency not positive", s, us)
+			}
 		}
 	})
 }

@@ -3,7 +3,6 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -300,7 +299,7 @@ var runFlags = []cli.Flag{
 	&cli.StringFlag{Name: "llm-loop", Value: "generate", Usage: "llm-* eager scenarios: generate (transformers' generate()) or lean (a forward loop with one sync a token)"},
 	&cli.IntFlag{Name: "llm-warmup", Value: 3, Usage: "llm-* scenarios: warmup requests"},
 	&cli.StringFlag{Name: "own-alone-policy", Usage: "gpreemptd's policy while an @OWN_P50@ scenario's LC runs its requests alone (default: the scenario's own, the placeholder an hour); one whose SLO settings differ (a one-rung slo.ladder) holds that arm meanwhile and starts SLO mode afresh once the scenario's own is in"},
-	&cli.IntFlag{Name: "own-alone", Value: 20, Usage: "an llm-* scenario whose daemon policy names @OWN_P50*F@: its LC runs requests at its period until this many ran inside BE's idle halves (--be-duty), then F times their p50 fills the placeholder and the policy is reloaded before its lead-in (an absolute objective from this LC process alone; until then the placeholder is an hour)"},
+	&cli.IntFlag{Name: "own-alone", Value: 20, Usage: "an llm-* scenario whose daemon policy names @OWN_P50*F@: its LC runs requests at its period until this many ran inside BE's idle halves (--be-duty), then F times their p50 (request latency) fills the placeholder and the policy is reloaded before its lead-in (an absolute objective from this LC process alone; until then the placeholder is an hour)"},
 	&cli.IntFlag{Name: "gemm-size", Value: 8192, Usage: "llm-* scenarios: be_gemm.py's matrix size (n x n x n fp16)"},
 	&cli.DurationFlag{Name: "be-duty", Value: DefaultBEDuty, Usage: "llm-* and pytorch-eager-* scenarios (given explicitly: pytorch-* too): the BE works the first half of every such period (CLOCK_MONOTONIC) and idles the second, and the report compares each LC process's requests of the two halves; a run measures long enough for 30 requests a half (0: BE works throughout)"},
 }
@@ -339,13 +338,11 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 	}
 	if len(o.ownAlone) > 0 {
 		o.OwnAlone, o.OwnAlonePolicy = c.Int("own-alone"), c.String("own-alone-policy")
-	} else if c.IsSet("own-alone-policy") {
-		return runOptions{}, fmt.Errorf("%w: --own-alone-policy: no scenario's --daemon-policy names @OWN_P50@", ErrInvalidArgument)
+	} else if c.IsSet("own-alone-policy") || c.IsSet("own-alone") {
+		return runOptions{}, fmt.Errorf("%w: --own-alone and --own-alone-policy: no scenario's --daemon-policy names @OWN_P50@", ErrInvalidArgument)
 	}
-	if o.OwnAlonePolicy != "" {
-		if _, err := os.ReadFile(o.OwnAlonePolicy); err != nil {
-			return runOptions{}, fmt.Errorf("%w: --own-alone-policy: %w", ErrInvalidArgument, err)
-		}
+	if err := o.checkOwnAlone(); err != nil {
+		return runOptions{}, err
 	}
 	o.DaemonConfig = c.String("daemon-config")
 	if soak := c.Duration("soak"); soak != 0 {
@@ -365,13 +362,14 @@ func runOptionsFrom(c *cli.Context) (runOptions, error) {
 var benchLCEnv = []string{classEnvVar, workerEnvVar, "PYTHONPATH", "PYTHONUNBUFFERED", "GPREEMPT_LIB"}
 
 func (o *runOptions) validate() error {
+	noDuty := slices.IndexFunc(o.Scenarios, func(sc Scenario) bool { return o.ownAlone[sc.Name] && o.dutyOf(sc) <= 0 })
 	switch {
 	case o.Repeat < 1:
 		return fmt.Errorf("%w: --repeat %d: want at least 1", ErrInvalidArgument, o.Repeat)
 	case len(o.ownAlone) > 0 && (o.OwnAlone < 1 || o.OwnAlone > 1000):
 		return fmt.Errorf("%w: --own-alone %d: a policy names @OWN_P50@, so its LC runs 1-1000 requests alone", ErrInvalidArgument, o.OwnAlone)
-	case slices.ContainsFunc(o.Scenarios, func(sc Scenario) bool { return o.ownAlone[sc.Name] && o.dutyOf(sc) <= 0 }):
-		return fmt.Errorf("%w: a policy names @OWN_P50@, whose LC alone is taken in BE's idle halves: its scenario needs BE and --be-duty", ErrInvalidArgument)
+	case noDuty >= 0:
+		return fmt.Errorf("%w: %s's policy names @OWN_P50@, whose LC alone is taken in BE's idle halves: it needs BE and --be-duty", ErrInvalidArgument, o.Scenarios[noDuty].Name)
 	case o.Duration <= 0, o.Period <= 0, o.PyPeriod <= 0, o.LLMPeriod <= 0 && o.usesLLM():
 		return fmt.Errorf("%w: --duration, --period, --pytorch-period and --llm-period must be positive", ErrInvalidArgument)
 	case o.BEOnlyDuration < 0:

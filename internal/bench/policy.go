@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpreempt/gpreempt/internal/api"
+	"github.com/gpreempt/gpreempt/internal/policy"
 )
 
 // With --daemon-policy NAME=FILE, gpreemptd runs each scenario under the
@@ -92,6 +93,47 @@ func parsePolicies(entries []string, scs []Scenario) (files map[string]string, o
 	return files, own, nil
 }
 
+// checkOwnAlone checks the policy gpreemptd runs while an @OWN_P50@ scenario's LC runs alone. An
+// slo: scenario needs one (under its own, the placeholder an hour, SLO mode would explore to its
+// longest arm meanwhile and start the objective from there), with SLO mode on at the same window:
+// off, it forgets BE's rate alone, which it cannot learn again beside the LC.
+func (o *runOptions) checkOwnAlone() error {
+	var alone *policy.Policy
+	if o.OwnAlonePolicy != "" {
+		var err error
+		if alone, err = parsePolicyFile(o.OwnAlonePolicy); err != nil {
+			return fmt.Errorf("%w: --own-alone-policy: %w", ErrInvalidArgument, err)
+		}
+	}
+	for _, sc := range o.Scenarios {
+		switch {
+		case !o.ownAlone[sc.Name] || !sc.SLO && alone == nil:
+			continue
+		case alone == nil:
+			return fmt.Errorf("%w: %s's policy names @OWN_P50@: give --own-alone-policy, SLO mode held at one arm while its LC runs alone", ErrInvalidArgument, sc.Name)
+		}
+		own, err := parsePolicyFile(o.policyFor(sc))
+		if err != nil {
+			return fmt.Errorf("%w: --daemon-policy %s: %w", ErrInvalidArgument, sc.Name, err)
+		}
+		if alone.SLO.Enabled != own.SLO.Enabled || alone.SLO.Window != own.SLO.Window {
+			return fmt.Errorf("%w: --own-alone-policy: SLO mode %v, window %v, where %s's policy has %v, %v: gpreemptd would forget BE's rate alone or window it otherwise",
+				ErrInvalidArgument, alone.SLO.Enabled, alone.SLO.Window, sc.Name, own.SLO.Enabled, own.SLO.Window)
+		}
+	}
+	return nil
+}
+
+// parsePolicyFile parses a --daemon-policy file as gpreemptd would, its placeholders filled.
+func parsePolicyFile(file string) (*policy.Policy, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	hour := fmt.Sprintf("%dus", ownProvisional.Microseconds())
+	return policy.Parse([]byte(aloneRE.ReplaceAllString(ownRE.ReplaceAllString(string(b), hour), hour)))
+}
+
 func scenarioListed(scs []Scenario, name string) bool {
 	for _, sc := range scs {
 		if sc.Name == name {
@@ -146,10 +188,10 @@ func expandP50(text string, re *regexp.Regexp, p50 float64) string {
 	})
 }
 
-// applyPolicy puts gpreemptd under sc's policy (--daemon-policy) unless
-// it runs under it already, and returns the file (and the text written,
-// placeholders expanded) for the result.
-func (r *runner) applyPolicy(ctx context.Context, sc Scenario, runs []*ScenarioResult, own float64) (string, error) {
+// applyPolicy puts gpreemptd under sc's policy (--daemon-policy) unless it runs under it already
+// (own: @OWN_P50@'s p50; until it is in, --own-alone-policy where given), writes the text in
+// force (placeholders expanded) to copyTo ("": nowhere), and returns sc's own policy file.
+func (r *runner) applyPolicy(ctx context.Context, sc Scenario, runs []*ScenarioResult, own float64, copyTo string) (string, error) {
 	file := r.o.policyFor(sc)
 	if file == "" {
 		return "", nil
@@ -166,23 +208,24 @@ func (r *runner) applyPolicy(ctx context.Context, sc Scenario, runs []*ScenarioR
 	if err != nil {
 		return "", err
 	}
-	if text == r.policyText {
-		return file, nil
+	if text != r.policyText {
+		tmp := filepath.Join(filepath.Dir(r.o.DaemonConfig), ".gpreempt-bench-policy.tmp")
+		if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+			return "", fmt.Errorf("daemon policy for %s: %w", sc.Name, err)
+		}
+		if err := os.Rename(tmp, r.o.DaemonConfig); err != nil {
+			return "", fmt.Errorf("daemon policy for %s: %w", sc.Name, err)
+		}
+		if err := r.reload(ctx); err != nil {
+			return "", fmt.Errorf("gpreemptd reload for %s (policy %s): %w", sc.Name, src, err)
+		}
+		r.policyText = text
+		r.log.Info("gpreemptd policy", "scenario", sc.Name, "file", src)
 	}
-	tmp := filepath.Join(filepath.Dir(r.o.DaemonConfig), ".gpreempt-bench-policy.tmp")
-	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
-		return "", fmt.Errorf("daemon policy for %s: %w", sc.Name, err)
-	}
-	if err := os.Rename(tmp, r.o.DaemonConfig); err != nil {
-		return "", fmt.Errorf("daemon policy for %s: %w", sc.Name, err)
-	}
-	if err := r.reload(ctx); err != nil {
-		return "", fmt.Errorf("gpreemptd reload for %s (policy %s): %w", sc.Name, file, err)
-	}
-	r.policyText = text
-	r.log.Info("gpreemptd policy", "scenario", sc.Name, "file", src)
-	if err := os.WriteFile(filepath.Join(r.o.Out, sc.Dir()+"-policy.yaml"), []byte(text), 0o644); err != nil {
-		r.log.Warn("policy copy", "err", err)
+	if copyTo != "" {
+		if err := os.WriteFile(copyTo, []byte(text), 0o644); err != nil {
+			r.log.Warn("policy copy", "err", err)
+		}
 	}
 	return file, nil
 }

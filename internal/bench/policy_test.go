@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -155,7 +156,7 @@ func TestApplyPolicy(t *testing.T) {
 		file, text string
 		reloads    int
 	}{{plain, "plain\n", 1}, {plain, "plain\n", 1}, {slo, "slo p50<=2000us\n", 2}} {
-		f, err := r.applyPolicy(context.Background(), scs[i], runs, 0)
+		f, err := r.applyPolicy(context.Background(), scs[i], runs, 0, "")
 		if err != nil || f != want.file {
 			t.Fatalf("%s: %s %v", scs[i].Name, f, err)
 		}
@@ -212,6 +213,7 @@ func TestOwnAloneObjective(t *testing.T) {
 		o.LLMPeriod, o.BEDuty, o.OwnAlone, o.OwnAlonePolicy = 4*time.Millisecond, 2200*time.Millisecond, 5, c.alonePolicy
 		o.LLMFamily, o.LLMLoop, o.LLMNewTokens, o.LLMPrompt, o.LLMBatch, o.GEMMSize = "gpt2", "generate", 16, 64, 1, 64
 		o.DaemonConfig = filepath.Join(t.TempDir(), "daemon.yaml")
+		t.Setenv("FAKE_DAEMON_CONFIG", o.DaemonConfig)
 		var err error
 		if o.DaemonPolicies, o.ownAlone, err = parsePolicies([]string{"llm-be-1us=" + own}, o.Scenarios); err != nil {
 			t.Fatal(err)
@@ -245,8 +247,37 @@ func TestOwnAloneObjective(t *testing.T) {
 			t.Errorf("alone policy %q: reloads %q (want %q), policy %s, own alone %+v, error %q", c.alonePolicy, reloaded, want, sr.DaemonPolicy, sr.OwnAloneUs, sr.Error)
 		}
 		out, _ := os.ReadFile(filepath.Join(o.Out, o.Scenarios[0].Dir(), "lc.stdout"))
-		if !strings.Contains(string(out), "ALONE 200000000,201000000,202000000,203000000,204000000") {
+		// The reload comes before the second go: the LC's lead-in runs under the objective.
+		if !strings.Contains(string(out), "ALONE 200000000,201000000,202000000,203000000,204000000\nCONFIG AT GO "+strconv.Quote(final)) {
 			t.Errorf("the LC's stdout: %q", out)
+		}
+	}
+}
+
+func TestParseAlone(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		want []float64
+		err  string
+	}{
+		{"200000000,201500000", []float64{200000, 201500}, ""},
+		{" 7 \n", []float64{0.007}, ""},
+		{"", nil, `"" is no latency`},
+		{"1,,2", nil, `"" is no latency`},
+		{"1,-2", nil, `"-2" is no latency`},
+		{"1,0", nil, `"0" is no latency`},
+		{"1.5", nil, `"1.5" is no latency`},
+		{"99999999999999999999", nil, "is no latency"},
+	} {
+		got, err := parseAlone(c.line)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: %v %v, want %q", c.line, got, err, c.err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("%q: %v %v, want %v", c.line, got, err, c.want)
 		}
 	}
 }

@@ -153,14 +153,14 @@ func (o *runOptions) measured(sc Scenario) time.Duration {
 }
 
 // ownAloneOf is how long sc's LC takes by the plan to run its --own-alone requests in BE's idle
-// halves: those that fit in a half past the guard, one less for the one that ends past it, a duty
-// period each, and a period more to reach the first idle half.
+// halves: as many a duty period as fit a half past its guard (dutyPerHalf), and a duty period more
+// to reach the first idle half.
 func (o *runOptions) ownAloneOf(sc Scenario) time.Duration {
 	d, p := o.dutyOf(sc), o.period(sc)
 	if !o.ownAlone[sc.Name] || d <= 0 || p <= 0 {
 		return 0
 	}
-	perDuty := max(1, int((d/2-dutyGuard)/p)-1)
+	perDuty := max(1, int(dutyPerHalf(d, p)))
 	return satMul((o.OwnAlone+perDuty-1)/perDuty+1, d)
 }
 

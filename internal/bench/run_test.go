@@ -172,6 +172,10 @@ func fakeWorker(role string, args []string) int {
 			if _, err := stdin.ReadString('\n'); err != nil {
 				return fail("no second go line: %v", err)
 			}
+			if f := os.Getenv("FAKE_DAEMON_CONFIG"); f != "" { // what gpreemptd was told by the second go
+				b, _ := os.ReadFile(f)
+				fmt.Printf("CONFIG AT GO %q\n", b)
+			}
 		}
 	}
 	n, _ := strconv.Atoi(flags["requests"])
@@ -586,12 +590,14 @@ func TestPlan(t *testing.T) {
 	steady := []string{"--scenarios", "slo:llm-defaults", "--duration", "480s", "--slo-lead-in", "16s"}
 	// own: the absolute objective from the LC's own 20 requests alone, GPT-2 every 800 ms: 3 of
 	// them an 8 s duty period, 7 periods and one more to reach an idle half.
-	own := filepath.Join(t.TempDir(), "own.yaml")
-	if err := os.WriteFile(own, []byte(`objective: "p50<=@OWN_P50*1.15@"`), 0o644); err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	pol := func(slo string) string {
+		return "version: 1\nclasses:\n  lc: {objective: \"p50<=@OWN_P50*1.15@\"}\nslo:\n  enabled: true\n" + slo
 	}
+	own, alone := writeFile(t, dir, "own.yaml", pol("")), writeFile(t, dir, "alone.yaml", pol("  ladder: [200us]\n"))
 	ownArgs := []string{"--scenarios", "llm-be-only,slo:llm-defaults#abs", "--daemon-policy", "slo:llm-defaults#abs=" + own,
 		"--daemon-socket", "/nonexistent.sock", "--daemon-config", own, "--slo-push=false", "--slo-lead-in", "16s"}
+	aloneArgs := append([]string{"--own-alone-policy", alone}, ownArgs...)
 	tests := []struct {
 		name    string
 		args    []string
@@ -606,8 +612,14 @@ func TestPlan(t *testing.T) {
 		{"plan-requests", []string{"--scenarios", "pytorch-standalone", "--pytorch-requests", "3000"}, ""},
 		// Requests past what a duration holds plan past any limit, not wrapped round to a short run.
 		{"plan-overflow", []string{"--scenarios", "standalone,be-1us", "--requests", "9000000000000", "--duration", "2500000h", "--time-limit", "1h"}, "more than --time-limit 1h0m0s"},
-		{"plan-own", ownArgs, ""},
-		{"plan-own-no-duty", append([]string{"--be-duty", "0"}, ownArgs...), "its scenario needs BE and --be-duty"},
+		{"plan-own", aloneArgs, ""},
+		{"plan-own-no-duty", append([]string{"--be-duty", "0"}, aloneArgs...), "slo:llm-defaults#abs's policy names @OWN_P50@, whose LC alone is taken in BE's idle halves: it needs BE and --be-duty"},
+		// SLO mode under the hour would explore to its longest arm while the LC runs alone.
+		{"plan-own-no-alone-policy", ownArgs, "give --own-alone-policy"},
+		// Off, it would forget BE's rate alone; at another window, window it otherwise.
+		{"plan-own-slo-off", append([]string{"--own-alone-policy", writeFile(t, dir, "off.yaml", "version: 1\n")}, ownArgs...), "--own-alone-policy: SLO mode false, window 1s"},
+		{"plan-own-window", append([]string{"--own-alone-policy", writeFile(t, dir, "w.yaml", pol("  window: 2s\n"))}, ownArgs...), "window 2s, where slo:llm-defaults#abs's policy has true, 1s"},
+		{"plan-own-bad", append([]string{"--own-alone-policy", writeFile(t, dir, "bad.yaml", "version: 7\n")}, ownArgs...), "--own-alone-policy: "},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -47,7 +47,15 @@ func (r *runner) runScenario(ctx context.Context, s slot, prior []*ScenarioResul
 	if r.o.Repeat > 1 {
 		sr.Rep = s.Rep
 	}
-	if sr.DaemonPolicy, err = r.applyPolicy(ctx, sc, prior, 0); err != nil {
+	run := &scenarioRun{r: r, sc: sc, sr: sr, dir: filepath.Join(r.o.Out, sc.Dir()), prior: prior}
+	if r.o.Repeat > 1 {
+		run.dir = filepath.Join(run.dir, fmt.Sprintf("rep%d", s.Rep))
+	}
+	if err := os.MkdirAll(run.dir, 0o755); err != nil {
+		return sr, err
+	}
+	copyTo := filepath.Join(run.dir, map[bool]string{true: "policy-alone.yaml", false: "policy.yaml"}[r.o.ownAlone[sc.Name]])
+	if sr.DaemonPolicy, err = r.applyPolicy(ctx, sc, prior, 0, copyTo); err != nil {
 		return sr, err
 	}
 	if sc.SLO && len(r.o.DaemonPolicies) > 0 {
@@ -60,13 +68,6 @@ func (r *runner) runScenario(ctx context.Context, s slot, prior []*ScenarioResul
 	}
 	if sc.BETimeslice > 0 {
 		sr.BETimeslice = usArg(sc.BETimeslice)
-	}
-	run := &scenarioRun{r: r, sc: sc, sr: sr, dir: filepath.Join(r.o.Out, sc.Dir()), prior: prior}
-	if r.o.Repeat > 1 {
-		run.dir = filepath.Join(run.dir, fmt.Sprintf("rep%d", s.Rep))
-	}
-	if err := os.MkdirAll(run.dir, 0o755); err != nil {
-		return sr, err
 	}
 	defer func() {
 		// On any error, no worker outlives its scenario.
@@ -229,16 +230,16 @@ func (run *scenarioRun) measureLC(ctx context.Context) error {
 			return err
 		}
 	}
+	if o.ownAlone[sc.Name] { // its one LC alone first: the measurement's status and host times start after
+		if err := run.ownObjective(ctx, lcs[0]); err != nil {
+			return err
+		}
+	}
 	stopSLO := run.startSLOPoll(ctx)
 	defer stopSLO()
 	before, berr := readCPUTimes()
 	for _, w := range lcs {
 		if err := w.sendGo(); err != nil {
-			return err
-		}
-	}
-	if o.ownAlone[sc.Name] {
-		if err := run.ownObjective(ctx, lcs[0]); err != nil {
 			return err
 		}
 	}
@@ -275,20 +276,24 @@ func (run *scenarioRun) measureLC(ctx context.Context) error {
 	return nil
 }
 
-// ownObjective takes the LC's requests in BE's idle halves (its ALONE line), fills the policy's
-// @OWN_P50@ from their p50, reloads gpreemptd under it and releases the LC to its lead-in.
+// ownObjective releases the LC to its requests alone, takes them (its ALONE line), fills the
+// policy's @OWN_P50@ from their p50 and reloads gpreemptd under it; the LC then waits for its
+// second go line.
 func (run *scenarioRun) ownObjective(ctx context.Context, lc *worker) error {
+	if err := lc.sendGo(); err != nil {
+		return err
+	}
 	us, err := lc.waitAlone(ctx, run.r.o.ownAloneTimeout(run.sc))
 	if err != nil {
 		return err
 	}
 	s := stats.Summarize(us)
 	run.sr.OwnAloneUs = &s
-	if _, err := run.r.applyPolicy(ctx, run.sc, run.prior, s.P50); err != nil {
+	if _, err := run.r.applyPolicy(ctx, run.sc, run.prior, s.P50, filepath.Join(run.dir, "policy.yaml")); err != nil {
 		return err
 	}
 	run.r.log.Info("objective from the LC alone", "requests", s.N, "p50_us", s.P50)
-	return lc.sendGo()
+	return nil
 }
 
 // timedWindow is the measurement window of a scenario without LC.

@@ -651,7 +651,7 @@ func TestPythonDecodeAlone(t *testing.T) {
 
 	out := filepath.Join(t.TempDir(), "lc.json")
 	cmd := exec.Command(py, "../../bench/pytorch/lc_decode.py", "--loop", "lean", "--period", "5ms", "--requests", "3", "--warmup", "1",
-		"--wait-go", "--alone", "3", "--alone-duty", "200ms", "--alone-guard", "10ms", "--out", out)
+		"--wait-go", "--alone", "3", "--alone-max", "1000000", "--alone-duty", "200ms", "--alone-guard", "10ms", "--out", out)
 	cmd.Env = env
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()

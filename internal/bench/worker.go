@@ -238,25 +238,29 @@ func (w *worker) waitReady(ctx context.Context, timeout time.Duration) error {
 func (w *worker) waitAlone(ctx context.Context, timeout time.Duration) ([]float64, error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	var rest string
 	select {
-	case rest = <-w.alone:
-	case <-w.done:
-		select { // the line may have raced with the exit
-		case rest = <-w.alone:
-		default:
-			return nil, fmt.Errorf("before its ALONE line: %w", w.died())
+	case rest := <-w.alone:
+		us, err := parseAlone(rest)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s's ALONE line: %w", ErrWorker, w.label, err)
 		}
+		return us, nil
+	case <-w.done:
+		return nil, fmt.Errorf("before its second go line: %w", w.died())
 	case <-t.C:
 		return nil, fmt.Errorf("%w: %s (pid %d) printed no ALONE line within %v", ErrWorker, w.label, w.pid(), timeout)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// parseAlone reads an ALONE line's latencies (ns, comma-separated) into µs.
+func parseAlone(line string) ([]float64, error) {
 	var us []float64
-	for f := range strings.SplitSeq(strings.TrimSpace(rest), ",") {
+	for f := range strings.SplitSeq(strings.TrimSpace(line), ",") {
 		ns, err := strconv.ParseInt(f, 10, 64)
 		if err != nil || ns <= 0 {
-			return nil, fmt.Errorf("%w: %s's ALONE line: %q is no latency in ns", ErrWorker, w.label, f)
+			return nil, fmt.Errorf("%q is no latency in ns", f)
 		}
 		us = append(us, float64(ns)/1e3)
 	}
@@ -266,6 +270,9 @@ func (w *worker) waitAlone(ctx context.Context, timeout time.Duration) ([]float6
 // sendGo releases a worker started with --wait-go (with --alone, twice).
 func (w *worker) sendGo() error {
 	if _, err := io.WriteString(w.stdin, "go\n"); err != nil {
+		if w.exited() {
+			return fmt.Errorf("release: %w", w.died())
+		}
 		return fmt.Errorf("%w: release %s: %w", ErrWorker, w.label, err)
 	}
 	return nil
