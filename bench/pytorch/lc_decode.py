@@ -233,7 +233,7 @@ def main():
     if not 0 <= a.metrics_port <= 65535:
         ap.error("--metrics-port must be 0-65535")
     if a.alone < 0 or a.alone_max < 0 or a.alone and (a.alone_duty <= 2 * a.alone_guard or a.alone_guard < 0 or not a.wait_go):
-        ap.error("--alone N needs --wait-go and an --alone-duty over twice --alone-guard")
+        ap.error("--alone N and --alone-max M (N, M >= 0) need --wait-go and an --alone-duty over twice --alone-guard")
 
     import torch
 

@@ -71,8 +71,9 @@ type runOptions struct {
 	// lead-in.
 	OwnAlone int `json:"own_alone,omitempty"`
 	ownAlone map[string]bool
-	// OwnAlonePolicy is gpreemptd's policy while those requests run ("": the scenario's own, its
-	// @OWN_P50@ an hour).
+	// OwnAlonePolicy is gpreemptd's policy while those requests run, for every such scenario (its
+	// SLO mode and window as the scenario's; "": the scenario's own with @OWN_P50@ an hour, where
+	// that turns SLO mode off).
 	OwnAlonePolicy string `json:"own_alone_policy,omitempty"`
 
 	// LCEnv is added to every LC worker's environment (KEY=VALUE): with
@@ -298,7 +299,7 @@ var runFlags = []cli.Flag{
 	&cli.IntFlag{Name: "llm-prompt", Value: 64, Usage: "llm-* scenarios: prompt tokens"},
 	&cli.StringFlag{Name: "llm-loop", Value: "generate", Usage: "llm-* eager scenarios: generate (transformers' generate()) or lean (a forward loop with one sync a token)"},
 	&cli.IntFlag{Name: "llm-warmup", Value: 3, Usage: "llm-* scenarios: warmup requests"},
-	&cli.StringFlag{Name: "own-alone-policy", Usage: "gpreemptd's policy while an @OWN_P50@ scenario's LC runs its requests alone (default: the scenario's own, the placeholder an hour); one whose SLO settings differ (a one-rung slo.ladder) holds that arm meanwhile and starts SLO mode afresh once the scenario's own is in"},
+	&cli.StringFlag{Name: "own-alone-policy", Usage: "gpreemptd's policy while an @OWN_P50@ scenario's LC runs its requests alone, for every such scenario: needed where the scenario's policy turns SLO mode on, with the same SLO mode and window (default: the scenario's own, the placeholder an hour); a one-rung slo.ladder holds that arm meanwhile and starts SLO mode's search afresh once the scenario's own is in"},
 	&cli.IntFlag{Name: "own-alone", Value: 20, Usage: "an llm-* scenario whose daemon policy names @OWN_P50*F@: its LC runs requests at its period until this many ran inside BE's idle halves (--be-duty), then F times their p50 (request latency) fills the placeholder and the policy is reloaded before its lead-in (an absolute objective from this LC process alone; until then the placeholder is an hour)"},
 	&cli.IntFlag{Name: "gemm-size", Value: 8192, Usage: "llm-* scenarios: be_gemm.py's matrix size (n x n x n fp16)"},
 	&cli.DurationFlag{Name: "be-duty", Value: DefaultBEDuty, Usage: "llm-* and pytorch-eager-* scenarios (given explicitly: pytorch-* too): the BE works the first half of every such period (CLOCK_MONOTONIC) and idles the second, and the report compares each LC process's requests of the two halves; a run measures long enough for 30 requests a half (0: BE works throughout)"},

@@ -93,10 +93,11 @@ func parsePolicies(entries []string, scs []Scenario) (files map[string]string, o
 	return files, own, nil
 }
 
-// checkOwnAlone checks the policy gpreemptd runs while an @OWN_P50@ scenario's LC runs alone. An
-// slo: scenario needs one (under its own, the placeholder an hour, SLO mode would explore to its
-// longest arm meanwhile and start the objective from there), with SLO mode on at the same window:
-// off, it forgets BE's rate alone, which it cannot learn again beside the LC.
+// checkOwnAlone checks the policy gpreemptd runs while an @OWN_P50@ scenario's LC runs alone
+// (one for every such scenario). A scenario whose own policy turns SLO mode on needs one (under
+// its own, the placeholder an hour, SLO mode would explore to its longest arm meanwhile and start
+// the objective from there), and it must keep the scenario's SLO mode and window: turned off,
+// gpreemptd forgets BE's rate alone, which it cannot learn again beside the LC.
 func (o *runOptions) checkOwnAlone() error {
 	var alone *policy.Policy
 	if o.OwnAlonePolicy != "" {
@@ -106,17 +107,16 @@ func (o *runOptions) checkOwnAlone() error {
 		}
 	}
 	for _, sc := range o.Scenarios {
-		switch {
-		case !o.ownAlone[sc.Name] || !sc.SLO && alone == nil:
+		if !o.ownAlone[sc.Name] {
 			continue
-		case alone == nil:
-			return fmt.Errorf("%w: %s's policy names @OWN_P50@: give --own-alone-policy, SLO mode held at one arm while its LC runs alone", ErrInvalidArgument, sc.Name)
 		}
 		own, err := parsePolicyFile(o.policyFor(sc))
-		if err != nil {
+		switch {
+		case err != nil:
 			return fmt.Errorf("%w: --daemon-policy %s: %w", ErrInvalidArgument, sc.Name, err)
-		}
-		if alone.SLO.Enabled != own.SLO.Enabled || alone.SLO.Window != own.SLO.Window {
+		case alone == nil && own.SLO.Enabled:
+			return fmt.Errorf("%w: %s's policy names @OWN_P50@ with SLO mode on: give --own-alone-policy, SLO mode held at one arm while its LC runs alone", ErrInvalidArgument, sc.Name)
+		case alone != nil && (alone.SLO.Enabled != own.SLO.Enabled || alone.SLO.Window != own.SLO.Window):
 			return fmt.Errorf("%w: --own-alone-policy: SLO mode %v, window %v, where %s's policy has %v, %v: gpreemptd would forget BE's rate alone or window it otherwise",
 				ErrInvalidArgument, alone.SLO.Enabled, alone.SLO.Window, sc.Name, own.SLO.Enabled, own.SLO.Window)
 		}
@@ -124,14 +124,16 @@ func (o *runOptions) checkOwnAlone() error {
 	return nil
 }
 
-// parsePolicyFile parses a --daemon-policy file as gpreemptd would, its placeholders filled.
+// parsePolicyFile parses a --daemon-policy file as gpreemptd would, its placeholders filled as
+// from a p50 of a second (a factor that leaves an objective at nothing is refused here, not after
+// the LC has run alone).
 func parsePolicyFile(file string) (*policy.Policy, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
 	}
-	hour := fmt.Sprintf("%dus", ownProvisional.Microseconds())
-	return policy.Parse([]byte(aloneRE.ReplaceAllString(ownRE.ReplaceAllString(string(b), hour), hour)))
+	second := float64(time.Second.Microseconds())
+	return policy.Parse([]byte(expandP50(expandP50(string(b), ownRE, second), aloneRE, second)))
 }
 
 func scenarioListed(scs []Scenario, name string) bool {

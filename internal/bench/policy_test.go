@@ -200,15 +200,17 @@ func TestOwnAloneObjective(t *testing.T) {
 	// The fake's five requests alone: 200-204 ms, p50 202 ms; 1.15 times that is 232.3 ms.
 	final := "objective: \"p50<=232300us\"\n"
 	for _, c := range []struct {
-		alonePolicy string
-		first       string
+		alonePolicy, first, mode, err string
 	}{
-		{"", "objective: \"p50<=3600000000us\"\n"},
-		{alone, "ladder: [200us], objective: \"p50<=3600000000us\"\n"},
+		{"", "objective: \"p50<=3600000000us\"\n", "", ""},
+		{alone, "ladder: [200us], objective: \"p50<=3600000000us\"\n", "", ""},
+		// An LC that dies there is reported with its exit and its stderr, whichever way the bench
+		// learns it (its ALONE line raced with its exit, the second go's write, the wait).
+		{alone, "", "lc-die-at-alone", "simulated crash after its ALONE line"},
 	} {
 		ctl, _ := fakeCtl(t, 0)
 		o := testOptions(t, "llm-be-1us", ctl)
-		env, _ := testEnv(t, "")
+		env, _ := testEnv(t, c.mode)
 		o.Python = env.self[0] // the fake plays lc_decode.py and be_gemm.py
 		o.LLMPeriod, o.BEDuty, o.OwnAlone, o.OwnAlonePolicy = 4*time.Millisecond, 2200*time.Millisecond, 5, c.alonePolicy
 		o.LLMFamily, o.LLMLoop, o.LLMNewTokens, o.LLMPrompt, o.LLMBatch, o.GEMMSize = "gpt2", "generate", 16, 64, 1, 64
@@ -234,7 +236,12 @@ func TestOwnAloneObjective(t *testing.T) {
 		if err := o.validate(); err != nil {
 			t.Fatal(err)
 		}
-		if err := runAll(context.Background(), o, env); err != nil {
+		if err := runAll(context.Background(), o, env); c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) || !strings.Contains(err.Error(), "exit status 1") {
+				t.Errorf("%s: %v, want %q and its exit status", c.mode, err, c.err)
+			}
+			continue
+		} else if err != nil {
 			t.Fatal(err)
 		}
 		res, err := LoadResults(filepath.Join(o.Out, "results.json"))
@@ -247,6 +254,12 @@ func TestOwnAloneObjective(t *testing.T) {
 			t.Errorf("alone policy %q: reloads %q (want %q), policy %s, own alone %+v, error %q", c.alonePolicy, reloaded, want, sr.DaemonPolicy, sr.OwnAloneUs, sr.Error)
 		}
 		out, _ := os.ReadFile(filepath.Join(o.Out, o.Scenarios[0].Dir(), "lc.stdout"))
+		// The text in force each time, kept in the run's folder.
+		for name, want := range map[string]string{"policy-alone.yaml": c.first, "policy.yaml": final} {
+			if b, err := os.ReadFile(filepath.Join(o.Out, o.Scenarios[0].Dir(), name)); err != nil || string(b) != want {
+				t.Errorf("%s: %q %v, want %q", name, b, err, want)
+			}
+		}
 		// The reload comes before the second go: the LC's lead-in runs under the objective.
 		if !strings.Contains(string(out), "ALONE 200000000,201000000,202000000,203000000,204000000\nCONFIG AT GO "+strconv.Quote(final)) {
 			t.Errorf("the LC's stdout: %q", out)

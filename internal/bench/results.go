@@ -231,8 +231,8 @@ type ScenarioResult struct {
 	Daemon        []DaemonView  `json:"daemon_view,omitempty"`
 	BEStoppedMost float64       `json:"be_stopped_most_of_a_minute,omitempty"`
 	// DaemonPolicy is the policy file gpreemptd ran under (--daemon-policy); while an @OWN_P50@
-	// scenario's LC ran alone, under config.own_alone_policy (the text in force each time:
-	// policy-alone.yaml and policy.yaml in the run's folder).
+	// scenario's LC ran alone, under config.own_alone_policy where given (the text in force each
+	// time: policy-alone.yaml and policy.yaml in the run's folder).
 	DaemonPolicy string `json:"daemon_policy,omitempty"`
 	// OwnAloneUs are the LC's requests in BE's idle halves before its lead-in (--own-alone), whose
 	// p50 filled its policy's @OWN_P50@.

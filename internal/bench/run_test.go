@@ -169,6 +169,9 @@ func fakeWorker(role string, args []string) int {
 				ns = append(ns, strconv.Itoa(200_000_000+1_000_000*i))
 			}
 			fmt.Println("ALONE " + strings.Join(ns, ","))
+			if mode == "lc-die-at-alone" {
+				return fail("simulated crash after its ALONE line")
+			}
 			if _, err := stdin.ReadString('\n'); err != nil {
 				return fail("no second go line: %v", err)
 			}
@@ -619,7 +622,10 @@ func TestPlan(t *testing.T) {
 		// Off, it would forget BE's rate alone; at another window, window it otherwise.
 		{"plan-own-slo-off", append([]string{"--own-alone-policy", writeFile(t, dir, "off.yaml", "version: 1\n")}, ownArgs...), "--own-alone-policy: SLO mode false, window 1s"},
 		{"plan-own-window", append([]string{"--own-alone-policy", writeFile(t, dir, "w.yaml", pol("  window: 2s\n"))}, ownArgs...), "window 2s, where slo:llm-defaults#abs's policy has true, 1s"},
-		{"plan-own-bad", append([]string{"--own-alone-policy", writeFile(t, dir, "bad.yaml", "version: 7\n")}, ownArgs...), "--own-alone-policy: "},
+		{"plan-own-bad", append([]string{"--own-alone-policy", writeFile(t, dir, "bad.yaml", "version: 7\n")}, ownArgs...), "--own-alone-policy: invalid policy: line 1: version"},
+		// A factor that leaves the objective at nothing is refused before the LC runs alone.
+		{"plan-own-zero", append([]string{"--own-alone-policy", alone, "--daemon-policy", "default=" + writeFile(t, dir, "zero.yaml", pol("")), "--scenarios", "llm-be-only,slo:llm-defaults#abs,slo:llm-defaults",
+			"--daemon-policy", "slo:llm-defaults=" + writeFile(t, dir, "z.yaml", strings.ReplaceAll(pol(""), "*1.15", "*0"))}, ownArgs[2:]...), "--daemon-policy slo:llm-defaults: "},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -246,7 +246,12 @@ func (w *worker) waitAlone(ctx context.Context, timeout time.Duration) ([]float6
 		}
 		return us, nil
 	case <-w.done:
-		return nil, fmt.Errorf("before its second go line: %w", w.died())
+		select { // the line may have raced with the exit
+		case <-w.alone:
+			return nil, fmt.Errorf("right after its ALONE line: %w", w.died())
+		default:
+			return nil, fmt.Errorf("before its ALONE line: %w", w.died())
+		}
 	case <-t.C:
 		return nil, fmt.Errorf("%w: %s (pid %d) printed no ALONE line within %v", ErrWorker, w.label, w.pid(), timeout)
 	case <-ctx.Done():
@@ -270,10 +275,12 @@ func parseAlone(line string) ([]float64, error) {
 // sendGo releases a worker started with --wait-go (with --alone, twice).
 func (w *worker) sendGo() error {
 	if _, err := io.WriteString(w.stdin, "go\n"); err != nil {
-		if w.exited() {
+		select { // a closed pipe is a worker gone: say how, once its exit is in
+		case <-w.done:
 			return fmt.Errorf("release: %w", w.died())
+		case <-time.After(5 * time.Second):
+			return fmt.Errorf("%w: release %s: %w", ErrWorker, w.label, err)
 		}
-		return fmt.Errorf("%w: release %s: %w", ErrWorker, w.label, err)
 	}
 	return nil
 }
