@@ -45,9 +45,10 @@ var aloneRE = regexp.MustCompile(`@ALONE_P50(?:\*([0-9]+(?:\.[0-9]+)?))?@`)
 // standalone run's p50 can lie under what this process runs alone.
 var ownRE = regexp.MustCompile(`@OWN_P50(?:\*([0-9]+(?:\.[0-9]+)?))?@`)
 
-// ownProvisional fills @OWN_P50@ until the LC's own requests alone are in:
-// an objective every arm meets, so SLO mode holds the arm with the most BE,
-// never the gate, whose launch probes would slow the LC in BE's idle halves.
+// ownProvisional fills @OWN_P50@ until the LC's own requests alone are in
+// (where no --own-alone-policy is given): an objective every arm meets, so
+// SLO mode never takes the gate, whose launch probes would slow the LC in
+// BE's idle halves.
 const ownProvisional = time.Hour
 
 // parsePolicies reads --daemon-policy's NAME=FILE entries, and names the

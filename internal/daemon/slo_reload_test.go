@@ -29,10 +29,7 @@ func TestSLOLoopReloadKeepsBEAlone(t *testing.T) {
 			s.Tick(s.Start(200, policy.Process{Comm: "trainer"}) + time.Second)
 			s.loop.Step(s.Now) // the mode starts
 			const alone = 10_000
-			for range 4 {
-				f.N[200] += alone
-				s.window(slo.EagerPyTorchH100, true)
-			}
+			s.trainerAlone(f, alone, 4)
 			s.Start(100, policy.Process{Comm: "lc-server"})
 			s.Tick(s.Now)
 			play := func() {

@@ -651,6 +651,15 @@ func newShareRigOf(t *testing.T, pol string) (*sloRig, *tracetest.Launches) {
 	return s, f
 }
 
+// trainerAlone plays n silent windows in which the trainer (pid 200) launches alone kernels a
+// second, its rate alone for gpreemptd to learn.
+func (s *sloRig) trainerAlone(f *tracetest.Launches, alone uint64, n int) {
+	for range n {
+		f.N[200] += alone
+		s.window(slo.EagerPyTorchH100, true)
+	}
+}
+
 // TestSLOLoopMeasuresBEShare runs the loop with BE progress counted from
 // launches (a fake counter): the rate alone is learnt while the trainer
 // is the only GPU process, and once an LC runs, the share the controller,
@@ -661,10 +670,7 @@ func TestSLOLoopMeasuresBEShare(t *testing.T) {
 	s.Tick(s.Start(200, policy.Process{Comm: "trainer"}) + time.Second)
 	s.loop.Step(s.Now)   // the mode starts
 	const alone = 10_000 // launches a second
-	for range 4 {
-		f.N[200] += alone
-		s.window(slo.EagerPyTorchH100, true)
-	}
+	s.trainerAlone(f, alone, 4)
 	st := s.loop.Status()
 	if len(st.BE) != 1 || st.BE[0].PID != 200 || st.BE[0].AlonePerS != alone || st.BE[0].Share == nil || *st.BE[0].Share != 1 {
 		t.Fatalf("after 3 windows alone: %+v", st.BE)
@@ -768,10 +774,7 @@ func TestBEAloneBesideAnMPSServer(t *testing.T) {
 			s.Tick(s.Start(200, policy.Process{Comm: "trainer"}) + time.Second)
 			s.loop.Step(s.Now) // the mode starts
 			const alone = 10_000
-			for range 4 {
-				f.N[200] += alone
-				s.window(slo.EagerPyTorchH100, true)
-			}
+			s.trainerAlone(f, alone, 4)
 			st := s.loop.Status()
 			if len(st.BE) != 1 || st.BE[0].PID != 200 {
 				t.Fatalf("BE rows %+v", st.BE)
@@ -840,10 +843,7 @@ func TestSLOLoopBEApartFromLC(t *testing.T) {
 	s.Tick(s.Start(200, policy.Process{Comm: "trainer", GPUs: []policy.GPU{{Index: 0}}}) + time.Second)
 	s.loop.Step(s.Now) // the mode starts
 	const alone = 10_000
-	for range 4 {
-		f.N[200] += alone
-		s.window(slo.EagerPyTorchH100, true)
-	}
+	s.trainerAlone(f, alone, 4)
 	// The LC, then the bulk, are classed before NVML lists them, and
 	// placed at the next window. The bulk comes while the LC runs.
 	s.Tick(s.Start(100, policy.Process{Comm: "lc-server"}) + time.Second)
