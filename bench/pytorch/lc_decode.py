@@ -30,8 +30,8 @@ token.
 
 Protocol (shared with `gpreempt-bench lc`): prints "READY pid=<pid>" after
 the CUDA context exists and --warmup requests ran; with --wait-go it then
-waits for a line on stdin (with --alone, then prints "ALONE <ns>,<ns>,..." and
-waits for another, before its lead-in); writes a JSON result with the schema of
+waits for a line on stdin (with --alone, then prints "ALONE <ns>:<meter ns>,..." (each
+request's latency and its CPU loop's time after it) and waits for another, before its lead-in); writes a JSON result with the schema of
 internal/bench.LCResult to --out ("-": stdout).
 
     python3 lc_decode.py --family gpt2 --period 800ms --requests 30 --out lc.json
@@ -330,7 +330,7 @@ def main():
         return lat
 
     if a.alone:
-        alone_run(a, request, unkept)
+        alone_run(a, request, unkept, cpu_meter)
     lead_in = run_lead_in(a.period, a.lead_in, lambda: unkept(*request()))
     start, meter_wall = time.monotonic_ns(), 5_000_000  # the loop's wall time, last measured
     for i in range(a.requests):
@@ -399,10 +399,11 @@ def in_idle_half(start, end, half, guard):
     return k % 2 == 1 and start - k * half >= guard and end < (k + 1) * half
 
 
-def alone_run(a, request, unkept):
+def alone_run(a, request, unkept, meter):
     """Runs requests at a.period until a.alone of them started a.alone_guard or more into one of
-    BE's idle halves and ended within it, prints their latencies (ns) on an ALONE line and waits
-    for a second go line. Exits after a.alone_max requests if too few fit."""
+    BE's idle halves and ended within it, prints their latencies (ns) on an ALONE line, each with
+    its CPU loop's time just after it (meter()), and waits for a second go line. Exits after
+    a.alone_max requests if too few fit."""
     half, alone, n, t = a.alone_duty // 2, [], 0, time.monotonic_ns()
     most = a.alone_max or 20 * a.alone
     while len(alone) < a.alone:
@@ -413,8 +414,9 @@ def alone_run(a, request, unkept):
         t0, tokens = request()
         lat = unkept(t0, tokens)
         if in_idle_half(t0, tokens[-1], half, a.alone_guard):
-            alone.append(lat)
-    print("ALONE " + ",".join(map(str, alone)), flush=True)
+            # The CPU's speed then: an eager LC's latency follows its vCPU's, which no GPU setting moves.
+            alone.append(f"{lat}:{meter()}")
+    print("ALONE " + ",".join(alone), flush=True)
     if not sys.stdin.readline():
         sys.exit("lc_decode.py: stdin closed before the second go line")
 

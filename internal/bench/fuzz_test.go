@@ -31,23 +31,23 @@ func FuzzParsePrep(f *testing.F) {
 	})
 }
 
-// FuzzParseAlone: an LC's ALONE line. A line is refused or read into positive latencies, one a
-// comma-separated field.
+// FuzzParseAlone: an LC's ALONE line. A line is refused or read into positive latencies and CPU
+// loop times, one of each a comma-separated field.
 func FuzzParseAlone(f *testing.F) {
-	for _, s := range []string{"200000000,201000000", "1", "", "1,,2", "-1", "0", "99999999999999999999", " 5 "} {
+	for _, s := range []string{"200000000:2000000,201000000:1900000", "1:1", "1", "", "1:1,,2:1", "-1:1", "0:1", "1:0", "1:2:3", "99999999999999999999:1", " 5:5 "} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		us, err := parseAlone(s)
+		lat, meter, err := parseAlone(s)
 		if err != nil {
 			return
 		}
-		if len(us) != strings.Count(strings.TrimSpace(s), ",")+1 {
-			t.Fatalf("parseAlone(%q) = %v: not one a field", s, us)
+		if n := strings.Count(strings.TrimSpace(s), ",") + 1; len(lat) != n || len(meter) != n {
+			t.Fatalf("parseAlone(%q) = %v %v: not one of each a field", s, lat, meter)
 		}
-		for _, v := range us {
-			if !(v > 0) {
-				t.Fatalf("parseAlone(%q) = %v: a latency not positive", s, us)
+		for i := range lat {
+			if !(lat[i] > 0 && meter[i] > 0) {
+				t.Fatalf("parseAlone(%q) = %v %v: a value not positive", s, lat, meter)
 			}
 		}
 	})

@@ -250,7 +250,8 @@ func TestOwnAloneObjective(t *testing.T) {
 		}
 		sr := res.Scenarios[0]
 		if want := []string{c.first, final}; !slices.Equal(reloaded, want) || sr.Error != "" || sr.DaemonPolicy != own ||
-			sr.OwnAloneUs == nil || sr.OwnAloneUs.N != 5 || sr.OwnAloneUs.P50 != 202_000 || sr.LCLatencyUs == nil {
+			sr.OwnAloneUs == nil || sr.OwnAloneUs.N != 5 || sr.OwnAloneUs.P50 != 202_000 || sr.LCLatencyUs == nil ||
+			sr.OwnAloneCPUMeterUs == nil || sr.OwnAloneCPUMeterUs.P50 != 2_200 {
 			t.Errorf("alone policy %q: reloads %q (want %q), policy %s, own alone %+v, error %q", c.alonePolicy, reloaded, want, sr.DaemonPolicy, sr.OwnAloneUs, sr.Error)
 		}
 		out, _ := os.ReadFile(filepath.Join(o.Out, o.Scenarios[0].Dir(), "lc.stdout"))
@@ -261,7 +262,7 @@ func TestOwnAloneObjective(t *testing.T) {
 			}
 		}
 		// The reload comes before the second go: the LC's lead-in runs under the objective.
-		if !strings.Contains(string(out), "ALONE 200000000,201000000,202000000,203000000,204000000\nCONFIG AT GO "+strconv.Quote(final)) {
+		if !strings.Contains(string(out), "ALONE 200000000:2000000,201000000:2100000,202000000:2200000,203000000:2300000,204000000:2400000\nCONFIG AT GO "+strconv.Quote(final)) {
 			t.Errorf("the LC's stdout: %q", out)
 		}
 	}
@@ -269,28 +270,31 @@ func TestOwnAloneObjective(t *testing.T) {
 
 func TestParseAlone(t *testing.T) {
 	for _, c := range []struct {
-		line string
-		want []float64
-		err  string
+		line       string
+		lat, meter []float64
+		err        string
 	}{
-		{"200000000,201500000", []float64{200000, 201500}, ""},
-		{" 7 \n", []float64{0.007}, ""},
-		{"", nil, `"" is no latency`},
-		{"1,,2", nil, `"" is no latency`},
-		{"1,-2", nil, `"-2" is no latency`},
-		{"1,0", nil, `"0" is no latency`},
-		{"1.5", nil, `"1.5" is no latency`},
-		{"99999999999999999999", nil, "is no latency"},
+		{"200000000:2500000,201500000:1800000", []float64{200000, 201500}, []float64{2500, 1800}, ""},
+		{" 7:3 \n", []float64{0.007}, []float64{0.003}, ""},
+		{"", nil, nil, `"" is no latency`},
+		{"1:1,,2:1", nil, nil, `"" is no latency`},
+		{"1:1,-2:1", nil, nil, `"-2:1" is no latency`},
+		{"1:1,0:1", nil, nil, `"0:1" is no latency`},
+		{"1:0", nil, nil, `"1:0" is no latency`},
+		{"1", nil, nil, `"1" is no latency`}, // no CPU loop
+		{"1:2:3", nil, nil, `"1:2:3" is no latency`},
+		{"1.5:1", nil, nil, `"1.5:1" is no latency`},
+		{"99999999999999999999:1", nil, nil, "is no latency"},
 	} {
-		got, err := parseAlone(c.line)
+		lat, meter, err := parseAlone(c.line)
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
-				t.Errorf("%q: %v %v, want %q", c.line, got, err, c.err)
+				t.Errorf("%q: %v %v %v, want %q", c.line, lat, meter, err, c.err)
 			}
 			continue
 		}
-		if err != nil || !slices.Equal(got, c.want) {
-			t.Errorf("%q: %v %v, want %v", c.line, got, err, c.want)
+		if err != nil || !slices.Equal(lat, c.lat) || !slices.Equal(meter, c.meter) {
+			t.Errorf("%q: %v %v %v, want %v %v", c.line, lat, meter, err, c.lat, c.meter)
 		}
 	}
 }

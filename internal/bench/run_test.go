@@ -163,10 +163,10 @@ func fakeWorker(role string, args []string) int {
 		if _, err := stdin.ReadString('\n'); err != nil {
 			return fail("no go line: %v", err)
 		}
-		if n, _ := strconv.Atoi(flags["alone"]); n > 0 { // lc_decode.py --alone: 200, 201, ... ms alone, then a second go
+		if n, _ := strconv.Atoi(flags["alone"]); n > 0 { // lc_decode.py --alone: 200, 201, ... ms alone (CPU loop 2, 2.1, ... ms), then a second go
 			var ns []string
 			for i := range n {
-				ns = append(ns, strconv.Itoa(200_000_000+1_000_000*i))
+				ns = append(ns, fmt.Sprintf("%d:%d", 200_000_000+1_000_000*i, 2_000_000+100_000*i))
 			}
 			fmt.Println("ALONE " + strings.Join(ns, ","))
 			if mode == "lc-die-at-alone" {

@@ -283,12 +283,12 @@ func (run *scenarioRun) ownObjective(ctx context.Context, lc *worker) error {
 	if err := lc.sendGo(); err != nil {
 		return err
 	}
-	us, err := lc.waitAlone(ctx, run.r.o.ownAloneTimeout(run.sc))
+	us, meter, err := lc.waitAlone(ctx, run.r.o.ownAloneTimeout(run.sc))
 	if err != nil {
 		return err
 	}
-	s := stats.Summarize(us)
-	run.sr.OwnAloneUs = &s
+	s, m := stats.Summarize(us), stats.Summarize(meter)
+	run.sr.OwnAloneUs, run.sr.OwnAloneCPUMeterUs = &s, &m
 	if _, err := run.r.applyPolicy(ctx, run.sc, run.prior, s.P50, filepath.Join(run.dir, "policy.yaml")); err != nil {
 		return err
 	}

@@ -674,6 +674,9 @@ func TestPythonDecodeAlone(t *testing.T) {
 	if err := cmd.Wait(); err != nil || len(strings.Split(alone, ",")) != 3 {
 		t.Fatalf("lc_decode.py: %v, ALONE %q: %s", err, alone, stderr.Bytes())
 	}
+	if lat, meter, err := parseAlone(alone); err != nil || len(lat) != 3 || len(meter) != 3 { // each with its CPU loop
+		t.Errorf("ALONE %q: %v %v %v", alone, lat, meter, err)
+	}
 	var res struct{ Samples []json.RawMessage }
 	if b, err := os.ReadFile(out); err != nil || json.Unmarshal(b, &res) != nil || len(res.Samples) != 3 {
 		t.Errorf("after the second go: %d measured requests (%v), want 3", len(res.Samples), err)

@@ -65,9 +65,11 @@ type DaemonView struct {
 	// of its requests while BE idled (a duty's idle halves) over the same
 	// span; ReferenceRatio the first over the second: the other number
 	// gpreemptd steers by, against the truth.
-	ReferenceUs    float64 `json:"reference_us,omitempty"`
-	AppAloneUs     float64 `json:"app_alone_us,omitempty"`
-	ReferenceRatio float64 `json:"reference_ratio,omitempty"`
+	ReferenceUs float64 `json:"reference_us,omitempty"`
+	AppAloneUs  float64 `json:"app_alone_us,omitempty"`
+	// AppAloneRequests is how many requests AppAloneUs was taken of.
+	AppAloneRequests int     `json:"app_alone_requests,omitempty"`
+	ReferenceRatio   float64 `json:"reference_ratio,omitempty"`
 	// TargetUs is, for an absolute objective, its bound; AppRunUs the app's quantile of the
 	// objective's metric over the whole measurement (both of a duty's halves), met where it is no
 	// more; AppAloneUs as above. An LC whose p50 alone is over its target misses under any setting.
@@ -235,9 +237,9 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 				backToBack = append(backToBack, i)
 			}
 		}
-		v.ReferenceUs, v.AppAloneUs = referenceOver(sr, l.lc)
+		v.ReferenceUs, v.AppAloneUs, v.AppAloneRequests = referenceOver(sr, l.lc)
 		if v.ReferenceUs == 0 {
-			v.TargetUs, v.AppRunUs, v.AppAloneUs = absoluteOver(sr, l.lc)
+			v.TargetUs, v.AppRunUs, v.AppAloneUs, v.AppAloneRequests = absoluteOver(sr, l.lc)
 		}
 		if v.ReferenceUs > 0 && v.AppAloneUs > 0 {
 			v.ReferenceRatio = v.ReferenceUs / v.AppAloneUs
@@ -322,7 +324,7 @@ func pairedP50s(ws []daemonWindow, apps [][]stats.Weighted, kept []int) (daemon,
 // metric over its requests in BE's idle halves of the measurement (0: no duty, or none), those
 // under an arm with the gate left out: its launch probes' traps are a cost of sharing, not the LC
 // alone, as gpreemptd learns it.
-func referenceOver(sr *ScenarioResult, lc *LCResult) (ref, alone float64) {
+func referenceOver(sr *ScenarioResult, lc *LCResult) (ref, alone float64, n int) {
 	var refs []float64
 	obj := objectiveOver(sr, lc, func(o objective.Objective, l SLOLCSample) {
 		if l.TargetUs > 0 {
@@ -330,18 +332,19 @@ func referenceOver(sr *ScenarioResult, lc *LCResult) (ref, alone float64) {
 		}
 	}, true)
 	if obj == nil || len(refs) == 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
-	return stats.Median(refs), aloneOver(sr, lc, *obj)
+	alone, n = aloneOver(sr, lc, *obj)
+	return stats.Median(refs), alone, n
 }
 
 // absoluteOver is, for an absolute objective of lc in sr's status reads, its target, the app's
 // quantile over the whole measurement and its quantile while BE idled (aloneOver); zeros
 // otherwise.
-func absoluteOver(sr *ScenarioResult, lc *LCResult) (target, run, alone float64) {
+func absoluteOver(sr *ScenarioResult, lc *LCResult) (target, run, alone float64, n int) {
 	obj := objectiveOver(sr, lc, func(objective.Objective, SLOLCSample) {}, false)
 	if obj == nil {
-		return 0, 0, 0
+		return 0, 0, 0, 0
 	}
 	var all []float64
 	for _, s := range lc.Samples {
@@ -352,7 +355,8 @@ func absoluteOver(sr *ScenarioResult, lc *LCResult) (target, run, alone float64)
 	if len(all) > 0 {
 		run = stats.Percentile(all, 100*obj.Quantile)
 	}
-	return float64(obj.Absolute) / 1e3, run, aloneOver(sr, lc, *obj)
+	alone, n = aloneOver(sr, lc, *obj)
+	return float64(obj.Absolute) / 1e3, run, alone, n
 }
 
 // objectiveOver is lc's first objective of the wanted kind (relative or absolute) in sr's status
@@ -380,7 +384,7 @@ func objectiveOver(sr *ScenarioResult, lc *LCResult, each func(objective.Objecti
 // aloneOver is the app's quantile of obj's metric over its requests in BE's idle halves through
 // the measurement, leaving out those under a gate arm (whose launch probes' traps are a cost of
 // sharing, not the LC alone); 0 without a duty or such requests.
-func aloneOver(sr *ScenarioResult, lc *LCResult, obj objective.Objective) float64 {
+func aloneOver(sr *ScenarioResult, lc *LCResult, obj objective.Objective) (float64, int) {
 	var gated []int64 // [since, until) pairs of the reads' gate arms
 	for _, s := range sr.SLO {
 		if g := strings.Contains(s.Arm, "+gate"); g != (len(gated)%2 == 1) {
@@ -398,9 +402,9 @@ func aloneOver(sr *ScenarioResult, lc *LCResult, obj objective.Objective) float6
 		})
 	}
 	if len(own) == 0 {
-		return 0
+		return 0, 0
 	}
-	return stats.Percentile(own, 100*obj.Quantile)
+	return stats.Percentile(own, 100*obj.Quantile), len(own)
 }
 
 // appOver is the app's metric of lc's requests that ended inside each of ws (start, end]: its

@@ -517,6 +517,12 @@ func TestAbsoluteVerdict(t *testing.T) {
 	// One idle request fewer: past the duty's guard, 24 with BE and 23 alone, so that an alone
 	// taken over both halves reads 800 ms.
 	lc.Samples = slices.DeleteFunc(lc.Samples, func(x LCSample) bool { return x.ArrivalMonoNs == 109*s })
+	for i := range lc.Samples { // the CPU loop: 3 ms in the measurement's first 40 requests, 2 ms after
+		lc.Samples[i].CPUMeterNs = 2e6
+		if i < 40 {
+			lc.Samples[i].CPUMeterNs = 3e6
+		}
+	}
 	for _, c := range []struct {
 		objective, verdict string
 		target             float64
@@ -531,7 +537,7 @@ func TestAbsoluteVerdict(t *testing.T) {
 			sr.SLO = append(sr.SLO, SLOSample{MonoNs: i * s, Arm: "200µs", LC: []SLOLCSample{{PID: lc.PID, Objective: c.objective, TargetUs: c.target}}})
 		}
 		sr.Daemon = daemonViews(sr, time.Second)
-		sr.OwnAloneUs = &stats.Summary{N: 20, P50: 600_000}
+		sr.OwnAloneUs, sr.OwnAloneCPUMeterUs = &stats.Summary{N: 20, P50: 600_000}, &stats.Summary{N: 20, P50: 2_000}
 		var b strings.Builder
 		writeAbsolute(&b, &Results{Scenarios: []*ScenarioResult{sr}})
 		v := sr.Daemon[0]
@@ -541,8 +547,11 @@ func TestAbsoluteVerdict(t *testing.T) {
 			}
 			continue
 		}
-		if v.TargetUs != c.target || v.AppRunUs != 800_000 || v.AppAloneUs != 600_000 || !strings.Contains(b.String(), c.verdict) ||
-			!strings.Contains(b.String(), "| its LC alone: p50 600000.0 us of 20 requests |") {
+		if v.TargetUs != c.target || v.AppRunUs != 800_000 || v.AppAloneUs != 600_000 || v.AppAloneRequests != 23 || !strings.Contains(b.String(), c.verdict) ||
+			!strings.Contains(b.String(), "| 600000.0 (23) |") ||
+			!strings.Contains(b.String(), "| its LC alone: p50 600000.0 us of 20 requests |") ||
+			!strings.Contains(b.String(), "| 1.500x | "+strings.TrimPrefix(c.verdict, "| ")) { // the median of 3, 3, ..., 2, 2 over 2
+
 			t.Errorf("%s: target %v, run %v, alone %v (want 800000, 600000), table %q lacks %q", c.objective, v.TargetUs, v.AppRunUs, v.AppAloneUs, b.String(), c.verdict)
 		}
 	}

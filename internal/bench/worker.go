@@ -234,42 +234,43 @@ func (w *worker) waitReady(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
-// waitAlone waits for the ALONE line and returns its latencies in µs.
-func (w *worker) waitAlone(ctx context.Context, timeout time.Duration) ([]float64, error) {
+// waitAlone waits for the ALONE line and returns its latencies and CPU loop times in µs.
+func (w *worker) waitAlone(ctx context.Context, timeout time.Duration) (lat, meter []float64, err error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case rest := <-w.alone:
-		us, err := parseAlone(rest)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s's ALONE line: %w", ErrWorker, w.label, err)
+		if lat, meter, err = parseAlone(rest); err != nil {
+			return nil, nil, fmt.Errorf("%w: %s's ALONE line: %w", ErrWorker, w.label, err)
 		}
-		return us, nil
+		return lat, meter, nil
 	case <-w.done:
 		select { // the line may have raced with the exit
 		case <-w.alone:
-			return nil, fmt.Errorf("right after its ALONE line: %w", w.died())
+			return nil, nil, fmt.Errorf("right after its ALONE line: %w", w.died())
 		default:
-			return nil, fmt.Errorf("before its ALONE line: %w", w.died())
+			return nil, nil, fmt.Errorf("before its ALONE line: %w", w.died())
 		}
 	case <-t.C:
-		return nil, fmt.Errorf("%w: %s (pid %d) printed no ALONE line within %v", ErrWorker, w.label, w.pid(), timeout)
+		return nil, nil, fmt.Errorf("%w: %s (pid %d) printed no ALONE line within %v", ErrWorker, w.label, w.pid(), timeout)
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
 }
 
-// parseAlone reads an ALONE line's latencies (ns, comma-separated) into µs.
-func parseAlone(line string) ([]float64, error) {
-	var us []float64
+// parseAlone reads an ALONE line's requests, "LATENCY:METER" in ns and comma-separated (the
+// latency and the CPU loop's time after it), into µs.
+func parseAlone(line string) (lat, meter []float64, err error) {
 	for f := range strings.SplitSeq(strings.TrimSpace(line), ",") {
-		ns, err := strconv.ParseInt(f, 10, 64)
-		if err != nil || ns <= 0 {
-			return nil, fmt.Errorf("%q is no latency in ns", f)
+		l, m, ok := strings.Cut(f, ":")
+		lns, err1 := strconv.ParseInt(l, 10, 64)
+		mns, err2 := strconv.ParseInt(m, 10, 64)
+		if !ok || err1 != nil || err2 != nil || lns <= 0 || mns <= 0 {
+			return nil, nil, fmt.Errorf("%q is no latency:CPU loop in ns", f)
 		}
-		us = append(us, float64(ns)/1e3)
+		lat, meter = append(lat, float64(lns)/1e3), append(meter, float64(mns)/1e3)
 	}
-	return us, nil
+	return lat, meter, nil
 }
 
 // sendGo releases a worker started with --wait-go (with --alone, twice).
