@@ -31,7 +31,7 @@ token.
 Protocol (shared with `gpreempt-bench lc`): prints "READY pid=<pid>" after
 the CUDA context exists and --warmup requests ran; with --wait-go it then
 waits for a line on stdin (with --alone, then prints "ALONE <ns>:<meter ns>,..." (each
-request's latency and its CPU loop's time after it) and waits for another, before its lead-in); writes a JSON result with the schema of
+request's latency and its CPU loop's time around it, as a measured request's) and waits for another, before its lead-in); writes a JSON result with the schema of
 internal/bench.LCResult to --out ("-": stdout).
 
     python3 lc_decode.py --family gpt2 --period 800ms --requests 30 --out lc.json
@@ -45,7 +45,7 @@ import sys
 import threading
 import time
 
-from lc_infer import add_push_flags, import_gpreempt, parse_duration, run_lead_in, sleep_until, write_json
+from lc_infer import add_push_flags, import_gpreempt, parse_duration, run_lead_in, write_json
 
 SCHEMA = 1
 # Additions a CPU-speed loop makes (~2 ms of CPython; scripts/probe/lc-speed.sh runs the same loop).
@@ -329,24 +329,17 @@ def main():
             metrics.observe(lat, ttft, tpot)
         return lat
 
+    pace = Pacer(cpu_meter)
     if a.alone:
-        alone_run(a, request, unkept, cpu_meter)
+        alone_run(a, request, unkept, pace)
     lead_in = run_lead_in(a.period, a.lead_in, lambda: unkept(*request()))
-    start, meter_wall = time.monotonic_ns(), 5_000_000  # the loop's wall time, last measured
+    start = time.monotonic_ns()
     for i in range(a.requests):
         arrival = start + i * a.period
-        now, before = time.monotonic_ns(), 0
-        if now + 2 * meter_wall < arrival:  # just before it arrives; an LC behind its arrivals waits for none
-            time.sleep((arrival - 2 * meter_wall - now) / 1e9)
-            t = time.monotonic_ns()
-            before = cpu_meter()
-            meter_wall, now = time.monotonic_ns() - t, time.monotonic_ns()
-        if now < arrival:
-            time.sleep((arrival - now) / 1e9)
-        elif now - arrival > a.period:
+        if pace.wait(arrival) > a.period:
             late += 1
         lat, ttft, tpot = timed(*request())
-        after = cpu_meter()
+        meter = pace.meter()
         samples.append({
             "arrival_mono_ns": arrival,
             "prep_ns": 0,
@@ -358,8 +351,7 @@ def main():
             # This thread's CPU time in the request: a slow request whose
             # thread was off its CPU was slowed by the host, not by Python.
             "cpu_ns": request_cpu[0],
-            # Its CPU's speed around the request: the loop's CPU time just before and after it, mean.
-            "cpu_meter_ns": (before + after) // 2 if before else after,
+            "cpu_meter_ns": meter,
         })
         if pusher:
             pusher.record_llm(lat, ttft, tpot)
@@ -399,23 +391,50 @@ def in_idle_half(start, end, half, guard):
     return k % 2 == 1 and start - k * half >= guard and end < (k + 1) * half
 
 
-def alone_run(a, request, unkept, meter):
+class Pacer:
+    """Waits for each request's arrival, timing the CPU loop just before it where there is room,
+    and gives the request's loop time: the mean of that and the loop's just after it (its CPU's
+    speed around the request; an eager LC's latency follows its vCPU's, which no GPU setting
+    moves). The alone requests and the measured ones are timed alike."""
+
+    def __init__(self, loop):
+        self.loop, self.wall, self.before = loop, 5_000_000, 0  # wall: the loop's wall time, last measured
+
+    def wait(self, arrival):
+        """Sleeps until arrival (CLOCK_MONOTONIC ns); returns how late the LC was for it."""
+        now, self.before = time.monotonic_ns(), 0
+        if now + 2 * self.wall < arrival:  # just before it arrives; an LC behind its arrivals times none
+            time.sleep((arrival - 2 * self.wall - now) / 1e9)
+            t = time.monotonic_ns()
+            self.before = self.loop()
+            self.wall, now = time.monotonic_ns() - t, time.monotonic_ns()
+        if now < arrival:
+            time.sleep((arrival - now) / 1e9)
+        return now - arrival
+
+    def meter(self):
+        """The loop timed now, after a request, with the one before it."""
+        after = self.loop()
+        return (self.before + after) // 2 if self.before else after
+
+
+def alone_run(a, request, unkept, pace):
     """Runs requests at a.period until a.alone of them started a.alone_guard or more into one of
     BE's idle halves and ended within it, prints their latencies (ns) on an ALONE line, each with
-    its CPU loop's time just after it (meter()), and waits for a second go line. Exits after
-    a.alone_max requests if too few fit."""
+    its CPU loop's time (pace.meter(), as the measured requests'), and waits for a second go
+    line. Exits after a.alone_max requests if too few fit."""
     half, alone, n, t = a.alone_duty // 2, [], 0, time.monotonic_ns()
     most = a.alone_max or 20 * a.alone
     while len(alone) < a.alone:
         if n >= most:
             sys.exit(f"lc_decode.py: {len(alone)} of {n} requests ran inside BE's idle halves; --alone wants {a.alone}")
-        sleep_until(t + n * a.period)
+        pace.wait(t + n * a.period)
         n += 1
         t0, tokens = request()
+        meter = pace.meter()
         lat = unkept(t0, tokens)
         if in_idle_half(t0, tokens[-1], half, a.alone_guard):
-            # The CPU's speed then: an eager LC's latency follows its vCPU's, which no GPU setting moves.
-            alone.append(f"{lat}:{meter()}")
+            alone.append(f"{lat}:{meter}")
     print("ALONE " + ",".join(alone), flush=True)
     if not sys.stdin.readline():
         sys.exit("lc_decode.py: stdin closed before the second go line")

@@ -237,7 +237,8 @@ type ScenarioResult struct {
 	// OwnAloneUs are the LC's requests in BE's idle halves before its lead-in (--own-alone), whose
 	// p50 filled its policy's @OWN_P50@.
 	OwnAloneUs *stats.Summary `json:"own_alone_us,omitempty"`
-	// OwnAloneCPUMeterUs is the LC's CPU loop timed after each of them (its CPU's speed then).
+	// OwnAloneCPUMeterUs is the LC's CPU loop timed around each of them (its CPU's speed then), as
+	// LCSample.CPUMeterNs is.
 	OwnAloneCPUMeterUs *stats.Summary `json:"own_alone_cpu_meter_us,omitempty"`
 
 	// GPU is what NVML read during the measurement window.

@@ -649,8 +649,29 @@ func TestPythonDecodeAlone(t *testing.T) {
 		}
 	}
 
+	// The pacer on a fake clock: the loop timed before a request where there is room (the mean of
+	// before and after), after it alone where the LC is behind its arrival; how late it is.
+	pacer := `import lc_decode as d
+now, slept, loops = [1000], [], iter([10, 30, 50, 70])
+d.time.monotonic_ns = lambda: now[0]
+def sleep(s):
+    slept.append(s); now[0] += round(s * 1e9)
+def loop():  # 50 ns of wall time
+    now[0] += 50; return next(loops)
+d.time.sleep = sleep
+p = d.Pacer(loop)
+p.wall = 100
+print(p.wait(2000), p.meter(), p.wait(500), p.meter(), slept)`
+	cmd := exec.Command(py, "-c", pacer)
+	cmd.Env = env
+	// 2000: slept to 1800 (twice the loop's last wall time ahead), the loop to 1850, slept to it;
+	// 500: 1550 late, no loop before.
+	if b, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(b)) != "-150 20 1550 50 [8e-07, 1.5e-07]" {
+		t.Errorf("the pacer: %q %v, want \"-150 20 1550 50 [8e-07, 1.5e-07]\"", b, err)
+	}
+
 	out := filepath.Join(t.TempDir(), "lc.json")
-	cmd := exec.Command(py, "../../bench/pytorch/lc_decode.py", "--loop", "lean", "--period", "5ms", "--requests", "3", "--warmup", "1",
+	cmd = exec.Command(py, "../../bench/pytorch/lc_decode.py", "--loop", "lean", "--period", "5ms", "--requests", "3", "--warmup", "1",
 		"--wait-go", "--alone", "3", "--alone-max", "1000000", "--alone-duty", "200ms", "--alone-guard", "10ms", "--out", out)
 	cmd.Env = env
 	stdin, _ := cmd.StdinPipe()
@@ -677,9 +698,10 @@ func TestPythonDecodeAlone(t *testing.T) {
 	if lat, meter, err := parseAlone(alone); err != nil || len(lat) != 3 || len(meter) != 3 { // each with its CPU loop
 		t.Errorf("ALONE %q: %v %v %v", alone, lat, meter, err)
 	}
-	var res struct{ Samples []json.RawMessage }
-	if b, err := os.ReadFile(out); err != nil || json.Unmarshal(b, &res) != nil || len(res.Samples) != 3 {
-		t.Errorf("after the second go: %d measured requests (%v), want 3", len(res.Samples), err)
+	var res struct{ Samples []LCSample }
+	if b, err := os.ReadFile(out); err != nil || json.Unmarshal(b, &res) != nil || len(res.Samples) != 3 ||
+		slices.ContainsFunc(res.Samples, func(s LCSample) bool { return s.CPUMeterNs <= 0 }) {
+		t.Errorf("after the second go: measured requests %+v (%v), want 3, each with its CPU loop", res.Samples, err)
 	}
 
 	// A duty whose halves the guard fills is refused.

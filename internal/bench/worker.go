@@ -259,7 +259,7 @@ func (w *worker) waitAlone(ctx context.Context, timeout time.Duration) (lat, met
 }
 
 // parseAlone reads an ALONE line's requests, "LATENCY:METER" in ns and comma-separated (the
-// latency and the CPU loop's time after it), into µs.
+// latency and the CPU loop's time around it), into µs.
 func parseAlone(line string) (lat, meter []float64, err error) {
 	for f := range strings.SplitSeq(strings.TrimSpace(line), ",") {
 		l, m, ok := strings.Cut(f, ":")
