@@ -45,6 +45,9 @@
 #                apart (latency: {metrics: ..., request:
 #                app_request_latency_seconds}) (~4.5 min; the scraped parts
 #                lead in for 60 s)
+#   scraped-llama the Llama shape (as llama-*) serving the same histograms,
+#                judged by its fine request histogram as scraped-fine
+#                (~5 min)
 #   scraped-graph the same LC decoding by a CUDA graph over a static KV
 #                cache, as LLM servers decode (the llm-graph- scenarios): one
 #                launch a token, so that its CPU core's speed, which moves
@@ -101,7 +104,7 @@ PIN_ARGS=${PIN_ARGS:-}
 # samples: its reference needs 20 of them while BE idles, ~40 s at 1.25 a second under the duty,
 # and with 16 s SLO mode spent half the measurement on its first arm (docs/SLO.md).
 lead_in() { case $1 in scraped*) echo "${LEAD_IN:-60s}";; *) echo "${LEAD_IN:-16s}";; esac; }
-ALL_PARTS="gpt2-fixed gpt2-slo llama-fixed llama-slo eager graph pushed scraped scraped-fine scraped-graph steady"
+ALL_PARTS="gpt2-fixed gpt2-slo llama-fixed llama-slo eager graph pushed scraped scraped-fine scraped-llama scraped-graph steady"
 # Bench limits under one 10-minute call; a part's own is 40 s more.
 for p in $ALL_PARTS; do
   v=$(part_var "$p" BENCH_TIMEOUT); printf -v "$v" %s "${!v:-520}"
@@ -118,6 +121,7 @@ workload() {
     llama-*) echo --llm-family llama-330m --llm-batch 2 --llm-prompt 128 --llm-new-tokens 32 --llm-period 1s ${DURATION:+--duration $DURATION};;
     pushed) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 1s;;
     steady) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 1s --duration 460s;;
+    scraped-llama) echo --llm-family llama-330m --llm-batch 2 --llm-prompt 128 --llm-new-tokens 32 --llm-period 1s --llm-metrics-port $METRICS_PORT --slo-push=false ${DURATION:+--duration $DURATION};;
     scraped*) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms --llm-metrics-port $METRICS_PORT --slo-push=false ${DURATION:+--duration $DURATION};;
     eager) echo --pytorch-period 20ms;;
     graph) echo --pytorch-period 20ms --be-duty 8s;;
@@ -177,7 +181,7 @@ policy() { # policy PART KIND (plain, gate, slo, abs, alone)
   # while those run: SLO mode on (BE's rate alone learnt), held at 200us, started afresh after
   [ "$2" = alone ] && obj="p50<=1h"
   local latency="preset: vllm"
-  case $1 in scraped-fine|scraped-graph) latency="request: app_request_latency_seconds";; esac
+  case $1 in scraped-fine|scraped-llama|scraped-graph) latency="request: app_request_latency_seconds";; esac
   case $1 in scraped*)
     rules="  - name: scraped
     match: {env: {GPREEMPT_BENCH_WORKER: lc, GPREEMPT_BENCH_DEVICE: \"$DEVICE\"}}

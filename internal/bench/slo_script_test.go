@@ -119,7 +119,7 @@ func TestGPURunSLODryRun(t *testing.T) {
 // (--time-limit), its policies parse (the scraped abs placeholder filled), REP rotates the settings, and DEVICE=1's
 // policies class only that device's workers.
 func TestGPURunSelfDryRun(t *testing.T) {
-	parts := []string{"gpt2-fixed", "gpt2-slo", "llama-fixed", "llama-slo", "eager", "graph", "pushed", "scraped", "steady"}
+	parts := []string{"gpt2-fixed", "gpt2-slo", "llama-fixed", "llama-slo", "eager", "graph", "pushed", "scraped", "scraped-llama", "steady"}
 	bench := benchDir(t)
 	for _, rep := range []string{"1", "2"} {
 		for _, part := range parts {
