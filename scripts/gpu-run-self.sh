@@ -46,8 +46,8 @@
 #                app_request_latency_seconds}) (~4.5 min; the scraped parts
 #                lead in for 60 s)
 #   scraped-llama the Llama shape (as llama-*) serving the same histograms,
-#                judged by its fine request histogram as scraped-fine
-#                (~5 min)
+#                judged by its fine request histogram as scraped-fine;
+#                its lead-in 90 s (~6 min)
 #   scraped-graph the same LC decoding by a CUDA graph over a static KV
 #                cache, as LLM servers decode (the llm-graph- scenarios): one
 #                launch a token, so that its CPU core's speed, which moves
@@ -103,7 +103,8 @@ PIN_ARGS=${PIN_ARGS:-}
 # lead_in P: how long SLO mode runs before the measurement. A scraped LC's requests are its
 # samples: its reference needs 20 of them while BE idles, ~40 s at 1.25 a second under the duty,
 # and with 16 s SLO mode spent half the measurement on its first arm (docs/SLO.md).
-lead_in() { case $1 in scraped*) echo "${LEAD_IN:-60s}";; *) echo "${LEAD_IN:-16s}";; esac; }
+# The Llama decode, a request a second, runs ~3 alone a duty period: 20 take ~56 s, so 90 s.
+lead_in() { case $1 in scraped-llama) echo "${LEAD_IN:-90s}";; scraped*) echo "${LEAD_IN:-60s}";; *) echo "${LEAD_IN:-16s}";; esac; }
 ALL_PARTS="gpt2-fixed gpt2-slo llama-fixed llama-slo eager graph pushed scraped scraped-fine scraped-llama scraped-graph steady"
 # Bench limits under one 10-minute call; a part's own is 40 s more.
 for p in $ALL_PARTS; do

@@ -30,9 +30,10 @@ token.
 
 Protocol (shared with `gpreempt-bench lc`): prints "READY pid=<pid>" after
 the CUDA context exists and --warmup requests ran; with --wait-go it then
-waits for a line on stdin (with --alone, then prints "ALONE <ns>:<meter ns>,..." (each
-request's latency and its CPU loop's time around it, as a measured request's) and waits for another, before its lead-in); writes a JSON result with the schema of
-internal/bench.LCResult to --out ("-": stdout).
+waits for a line on stdin. With --alone it then prints "ALONE <ns>:<ns>,...",
+each request's latency and its CPU loop's time around it (as a measured
+request's), and waits for another before its lead-in. It writes a JSON result
+with the schema of internal/bench.LCResult to --out ("-": stdout).
 
     python3 lc_decode.py --family gpt2 --period 800ms --requests 30 --out lc.json
 """

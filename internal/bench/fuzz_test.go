@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -32,7 +33,7 @@ func FuzzParsePrep(f *testing.F) {
 }
 
 // FuzzParseAlone: an LC's ALONE line. A line is refused or read into positive latencies and CPU
-// loop times, one of each a comma-separated field.
+// loop times, one of each a comma-separated field, each the field's own two numbers in µs.
 func FuzzParseAlone(f *testing.F) {
 	for _, s := range []string{"200000000:2000000,201000000:1900000", "1:1", "1", "", "1:1,,2:1", "-1:1", "0:1", "1:0", "1:2:3", "99999999999999999999:1", " 5:5 "} {
 		f.Add(s)
@@ -42,12 +43,16 @@ func FuzzParseAlone(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if n := strings.Count(strings.TrimSpace(s), ",") + 1; len(lat) != n || len(meter) != n {
+		fields := strings.Split(strings.TrimSpace(s), ",")
+		if len(lat) != len(fields) || len(meter) != len(fields) {
 			t.Fatalf("parseAlone(%q) = %v %v: not one of each a field", s, lat, meter)
 		}
-		for i := range lat {
-			if !(lat[i] > 0 && meter[i] > 0) {
-				t.Fatalf("parseAlone(%q) = %v %v: a value not positive", s, lat, meter)
+		for i, f := range fields {
+			l, m, _ := strings.Cut(f, ":")
+			lns, _ := strconv.ParseInt(l, 10, 64)
+			mns, _ := strconv.ParseInt(m, 10, 64)
+			if !(lat[i] > 0 && meter[i] > 0) || lat[i] != float64(lns)/1e3 || meter[i] != float64(mns)/1e3 {
+				t.Fatalf("parseAlone(%q) = %v %v: field %q read otherwise", s, lat, meter, f)
 			}
 		}
 	})

@@ -277,8 +277,8 @@ func writeAbsolute(b *strings.Builder, res *Results) {
 				continue
 			}
 			if !head {
-				b.WriteString("\nAn absolute objective against the app's own latencies: where it came from (`@OWN_P50@`: the p50 of the LC's own requests in BE's idle halves before its lead-in); the app's quantile over the whole measurement (both of BE's halves) over the objective, met at 1.00x or under; its quantile while BE idled (arms without the gate) over the objective, where over 1.00x no setting could meet it (its requests in brackets); and, for `@OWN_P50@`, the median of the LC's CPU loop over the measurement over that while its alone was taken (over 1.00x its CPU ran slower: an eager LC's latency follows it, and no GPU setting moves it):\n\n")
-				b.WriteString("| scenario | rep | LC | objective (us) | from | app over the measurement (us) | over the objective | app with BE idle (us, requests) | over the objective | its CPU loop, measurement / alone | verdict |\n|---|---:|---|---:|---|---:|---:|---:|---:|---:|---|\n")
+				b.WriteString("\nAn absolute objective against the app's own latencies: where it came from (`@OWN_P50@`: the p50 of the LC's own requests in BE's idle halves before its lead-in); the app's quantile over the whole measurement (both of BE's halves) over the objective, met at 1.00x or under; its quantile while BE idled (arms without the gate) over the objective, where over 1.00x no setting could meet it (its requests in brackets); and, for `@OWN_P50@`, the median of the LC's CPU loop over those requests over that while its alone was taken (over 1.00x its CPU ran slower, BE idle in both: an eager LC's latency follows its CPU's speed, which no GPU setting moves):\n\n")
+				b.WriteString("| scenario | rep | LC | objective (us) | from | app over the measurement (us) | over the objective | app with BE idle (us, requests) | over the objective | its CPU loop with BE idle / alone | verdict |\n|---|---:|---|---:|---|---:|---:|---:|---:|---:|---|\n")
 				head = true
 			}
 			alone, aloneRatio, verdict := "–", "–", "met"
@@ -295,29 +295,11 @@ func writeAbsolute(b *strings.Builder, res *Results) {
 			if o := sr.OwnAloneUs; o != nil {
 				from = fmt.Sprintf("its LC alone: p50 %.1f us of %d requests", o.P50, o.N)
 			}
-			if r := cpuSinceAlone(sr); r > 0 {
-				cpu = fmt.Sprintf("%.3fx", r)
+			if o := sr.OwnAloneCPUMeterUs; o != nil && o.P50 > 0 && v.AppAloneCPUMeterUs > 0 {
+				cpu = fmt.Sprintf("%.3fx", v.AppAloneCPUMeterUs/o.P50)
 			}
 			fmt.Fprintf(b, "| %s | %d | %s (pid %d) | %.0f | %s | %.1f | %.3fx | %s | %s | %s | %s |\n", sr.Name, repOf(sr), v.Label, v.PID,
 				v.TargetUs, from, v.AppRunUs, v.AppRunUs/v.TargetUs, alone, aloneRatio, cpu, verdict)
 		}
 	}
-}
-
-// cpuSinceAlone is the median of the LC's CPU loop over the measurement over its median while the
-// LC's alone was taken (@OWN_P50@); 0 where either is not known.
-func cpuSinceAlone(sr *ScenarioResult) float64 {
-	if sr.OwnAloneCPUMeterUs == nil || sr.OwnAloneCPUMeterUs.P50 <= 0 || sr.LC == nil {
-		return 0
-	}
-	var m []float64
-	for _, s := range sr.LC.Samples {
-		if s.CPUMeterNs > 0 {
-			m = append(m, float64(s.CPUMeterNs)/1e3)
-		}
-	}
-	if len(m) == 0 {
-		return 0
-	}
-	return stats.Percentile(m, 50) / sr.OwnAloneCPUMeterUs.P50
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -146,6 +147,9 @@ func TestGPURunSelfDryRun(t *testing.T) {
 			if o.TimeLimit == 0 || !strings.Contains(out, "--time-limit "+o.TimeLimit.String()+")") {
 				t.Errorf("%s: no plan against the part's own limit %v in:\n%s", part, o.TimeLimit, out)
 			}
+			if part == "scraped-llama" && (o.LLMFamily != "llama-330m" || o.LLMMetricsPort == 0 || o.SLOLeadIn != 90*time.Second) {
+				t.Errorf("%s: family %q, metrics port %d, lead-in %v; want the Llama decode serving its histograms, 90 s", part, o.LLMFamily, o.LLMMetricsPort, o.SLOLeadIn)
+			}
 			if o.BEDuty == 0 || len(o.DaemonPolicies) == 0 || !slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return o.dutyOf(s) > 0 }) {
 				t.Errorf("%s: no duty or no policies: %+v", part, o)
 			}
@@ -170,6 +174,10 @@ func TestGPURunSelfDryRun(t *testing.T) {
 				p, err := policy.Parse([]byte(text))
 				if err != nil {
 					t.Fatalf("%s: %s's policy: %v\n%s", part, name, err, text)
+				}
+				// The Llama decode scraped from its fine histogram: vLLM's request buckets are too coarse.
+				if part == "scraped-llama" && !strings.Contains(text, "request: app_request_latency_seconds") {
+					t.Errorf("%s: %s's latency is not the fine request histogram:\n%s", part, name, text)
 				}
 				if name == "own-alone" { // SLO mode on, BE's rate alone learnt, one arm held
 					if !p.SLO.Enabled || len(p.SLO.Ladder) != 1 {

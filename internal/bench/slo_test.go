@@ -622,8 +622,9 @@ func TestPythonDecodePushes(t *testing.T) {
 }
 
 // TestPythonDecodeAlone: lc_decode.py --alone counts a request alone by the bench's own rule
-// (inside one of BE's idle halves, past the guard, ended within it), prints their latencies on
-// an ALONE line after the first go line and measures only after a second.
+// (inside one of BE's idle halves, past the guard, ended within it), prints their latencies and
+// CPU loops (timed around each as around a measured request) on an ALONE line after the first
+// go line and measures only after a second.
 func TestPythonDecodeAlone(t *testing.T) {
 	py := python3(t)
 	stub := writeStubTorch(t)
@@ -661,13 +662,37 @@ def loop():  # 50 ns of wall time
 d.time.sleep = sleep
 p = d.Pacer(loop)
 p.wall = 100
-print(p.wait(2000), p.meter(), p.wait(500), p.meter(), slept)`
+print(p.wait(2000), p.meter(), p.wait(500), p.meter(), p.wait(2220), slept)`
 	cmd := exec.Command(py, "-c", pacer)
 	cmd.Env = env
 	// 2000: slept to 1800 (twice the loop's last wall time ahead), the loop to 1850, slept to it;
-	// 500: 1550 late, no loop before.
-	if b, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(b)) != "-150 20 1550 50 [8e-07, 1.5e-07]" {
-		t.Errorf("the pacer: %q %v, want \"-150 20 1550 50 [8e-07, 1.5e-07]\"", b, err)
+	// 500: 1550 late, no loop before; 2220, at 2100: room for twice the loop's last wall time (50),
+	// not the first guess's (100): slept to 2120, the loop to 2170, slept to it.
+	const wantPacer = "-150 20 1550 50 -50 [8e-07, 1.5e-07, 2e-08, 5e-08]"
+	if b, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(b)) != wantPacer {
+		t.Errorf("the pacer: %q %v, want %q", b, err, wantPacer)
+	}
+
+	// alone_run: each request between the pacer's wait and its loop, the loop's own time on the
+	// ALONE line beside the latency of each request inside an idle half.
+	run := `import lc_decode as d, types
+ev, k = [], [0]
+class Pace:
+    def wait(self, arrival): ev.append("wait")
+    def meter(self):
+        ev.append("meter"); return 7000 + len(ev)
+def request():
+    ev.append("request"); k[0] += 1
+    return (150, [152, 160]) if k[0] != 2 else (50, [52, 60])  # the second in BE's working half
+def unkept(t0, tokens): return tokens[-1] - t0
+a = types.SimpleNamespace(alone=2, alone_max=0, alone_duty=200, alone_guard=10, period=0)
+d.alone_run(a, request, unkept, Pace())
+print(" ".join(ev))`
+	cmd = exec.Command(py, "-c", run)
+	cmd.Env, cmd.Stdin = env, strings.NewReader("go\n")
+	const wantRun = "ALONE 10:7003,10:7009\nwait request meter wait request meter wait request meter"
+	if b, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(b)) != wantRun {
+		t.Errorf("alone_run: %q %v, want %q", b, err, wantRun)
 	}
 
 	out := filepath.Join(t.TempDir(), "lc.json")

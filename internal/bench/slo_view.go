@@ -67,9 +67,12 @@ type DaemonView struct {
 	// gpreemptd steers by, against the truth.
 	ReferenceUs float64 `json:"reference_us,omitempty"`
 	AppAloneUs  float64 `json:"app_alone_us,omitempty"`
-	// AppAloneRequests is how many requests AppAloneUs was taken of.
-	AppAloneRequests int     `json:"app_alone_requests,omitempty"`
-	ReferenceRatio   float64 `json:"reference_ratio,omitempty"`
+	// AppAloneRequests is how many requests AppAloneUs was taken of, to weigh an "out of reach"
+	// called on a few; AppAloneCPUMeterUs their CPU loop's median, to set beside the loop while
+	// an @OWN_P50@ alone was taken (an eager LC's latency follows its CPU's speed).
+	AppAloneRequests   int     `json:"app_alone_requests,omitempty"`
+	AppAloneCPUMeterUs float64 `json:"app_alone_cpu_meter_us,omitempty"`
+	ReferenceRatio     float64 `json:"reference_ratio,omitempty"`
 	// TargetUs is, for an absolute objective, its bound; AppRunUs the app's quantile of the
 	// objective's metric over the whole measurement (both of a duty's halves), met where it is no
 	// more; AppAloneUs as above. An LC whose p50 alone is over its target misses under any setting.
@@ -237,10 +240,11 @@ func daemonViews(sr *ScenarioResult, window time.Duration) []DaemonView {
 				backToBack = append(backToBack, i)
 			}
 		}
-		v.ReferenceUs, v.AppAloneUs, v.AppAloneRequests = referenceOver(sr, l.lc)
-		if v.ReferenceUs == 0 {
-			v.TargetUs, v.AppRunUs, v.AppAloneUs, v.AppAloneRequests = absoluteOver(sr, l.lc)
+		var idle appAlone
+		if v.ReferenceUs, idle = referenceOver(sr, l.lc); v.ReferenceUs == 0 {
+			v.TargetUs, v.AppRunUs, idle = absoluteOver(sr, l.lc)
 		}
+		v.AppAloneUs, v.AppAloneRequests, v.AppAloneCPUMeterUs = idle.us, idle.n, idle.cpuMeterUs
 		if v.ReferenceUs > 0 && v.AppAloneUs > 0 {
 			v.ReferenceRatio = v.ReferenceUs / v.AppAloneUs
 		}
@@ -324,7 +328,7 @@ func pairedP50s(ws []daemonWindow, apps [][]stats.Weighted, kept []int) (daemon,
 // metric over its requests in BE's idle halves of the measurement (0: no duty, or none), those
 // under an arm with the gate left out: its launch probes' traps are a cost of sharing, not the LC
 // alone, as gpreemptd learns it.
-func referenceOver(sr *ScenarioResult, lc *LCResult) (ref, alone float64, n int) {
+func referenceOver(sr *ScenarioResult, lc *LCResult) (ref float64, alone appAlone) {
 	var refs []float64
 	obj := objectiveOver(sr, lc, func(o objective.Objective, l SLOLCSample) {
 		if l.TargetUs > 0 {
@@ -332,19 +336,18 @@ func referenceOver(sr *ScenarioResult, lc *LCResult) (ref, alone float64, n int)
 		}
 	}, true)
 	if obj == nil || len(refs) == 0 {
-		return 0, 0, 0
+		return 0, appAlone{}
 	}
-	alone, n = aloneOver(sr, lc, *obj)
-	return stats.Median(refs), alone, n
+	return stats.Median(refs), aloneOver(sr, lc, *obj)
 }
 
 // absoluteOver is, for an absolute objective of lc in sr's status reads, its target, the app's
 // quantile over the whole measurement and its quantile while BE idled (aloneOver); zeros
 // otherwise.
-func absoluteOver(sr *ScenarioResult, lc *LCResult) (target, run, alone float64, n int) {
+func absoluteOver(sr *ScenarioResult, lc *LCResult) (target, run float64, alone appAlone) {
 	obj := objectiveOver(sr, lc, func(objective.Objective, SLOLCSample) {}, false)
 	if obj == nil {
-		return 0, 0, 0, 0
+		return 0, 0, appAlone{}
 	}
 	var all []float64
 	for _, s := range lc.Samples {
@@ -355,8 +358,7 @@ func absoluteOver(sr *ScenarioResult, lc *LCResult) (target, run, alone float64,
 	if len(all) > 0 {
 		run = stats.Percentile(all, 100*obj.Quantile)
 	}
-	alone, n = aloneOver(sr, lc, *obj)
-	return float64(obj.Absolute) / 1e3, run, alone, n
+	return float64(obj.Absolute) / 1e3, run, aloneOver(sr, lc, *obj)
 }
 
 // objectiveOver is lc's first objective of the wanted kind (relative or absolute) in sr's status
@@ -384,27 +386,41 @@ func objectiveOver(sr *ScenarioResult, lc *LCResult, each func(objective.Objecti
 // aloneOver is the app's quantile of obj's metric over its requests in BE's idle halves through
 // the measurement, leaving out those under a gate arm (whose launch probes' traps are a cost of
 // sharing, not the LC alone); 0 without a duty or such requests.
-func aloneOver(sr *ScenarioResult, lc *LCResult, obj objective.Objective) (float64, int) {
+// appAlone is the app's LC while BE idled: the objective's quantile of its requests, how many,
+// and the median of their CPU loops (0 where none was timed), to set beside its alone before.
+type appAlone struct {
+	us, cpuMeterUs float64
+	n              int
+}
+
+func aloneOver(sr *ScenarioResult, lc *LCResult, obj objective.Objective) appAlone {
 	var gated []int64 // [since, until) pairs of the reads' gate arms
 	for _, s := range sr.SLO {
 		if g := strings.Contains(s.Arm, "+gate"); g != (len(gated)%2 == 1) {
 			gated = append(gated, s.MonoNs)
 		}
 	}
-	var own []float64
+	var own, meter []float64
 	if sr.BEDuty > 0 {
 		eachHalf(lc, sr.BEDuty, func(s LCSample, start int64, half int) {
 			v := metricOf(s, obj.Metric)
 			underGate := sort.Search(len(gated), func(i int) bool { return gated[i] > start })%2 == 1
 			if half == 1 && v > 0 && !underGate && start >= sr.WindowStartMonoNs && start <= sr.WindowEndMonoNs {
 				own = append(own, float64(v)/1e3)
+				if s.CPUMeterNs > 0 {
+					meter = append(meter, float64(s.CPUMeterNs)/1e3)
+				}
 			}
 		})
 	}
 	if len(own) == 0 {
-		return 0, 0
+		return appAlone{}
 	}
-	return stats.Percentile(own, 100*obj.Quantile), len(own)
+	a := appAlone{us: stats.Percentile(own, 100*obj.Quantile), n: len(own)}
+	if len(meter) > 0 {
+		a.cpuMeterUs = stats.Median(meter)
+	}
+	return a
 }
 
 // appOver is the app's metric of lc's requests that ended inside each of ws (start, end]: its
