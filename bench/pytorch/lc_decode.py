@@ -210,7 +210,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--alone", type=int, default=0,
                     help="after the go line, requests at --period until this many ran wholly inside BE's idle halves"
-                         " (--alone-duty), before the lead-in: their latencies go out on an ALONE line, and a second go"
+                         " (--alone-duty), before the lead-in: their latencies and CPU loops go out on an ALONE line, and a second go"
                          " line is awaited (gpreempt-bench sets an objective from this process's LC alone)")
     ap.add_argument("--alone-duty", type=parse_duration, default=0,
                     help="BE's duty period: BE idles the second half of each (CLOCK_MONOTONIC)")

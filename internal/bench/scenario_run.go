@@ -54,8 +54,11 @@ func (r *runner) runScenario(ctx context.Context, s slot, prior []*ScenarioResul
 	if err := os.MkdirAll(run.dir, 0o755); err != nil {
 		return sr, err
 	}
-	copyTo := filepath.Join(run.dir, map[bool]string{true: "policy-alone.yaml", false: "policy.yaml"}[r.o.ownAlone[sc.Name]])
-	if sr.DaemonPolicy, err = r.applyPolicy(ctx, sc, prior, 0, copyTo); err != nil {
+	copyTo := "policy.yaml"
+	if r.o.ownAlone[sc.Name] { // policy.yaml comes once the LC's alone is in
+		copyTo = "policy-alone.yaml"
+	}
+	if sr.DaemonPolicy, err = r.applyPolicy(ctx, sc, prior, 0, filepath.Join(run.dir, copyTo)); err != nil {
 		return sr, err
 	}
 	if sc.SLO && len(r.o.DaemonPolicies) > 0 {

@@ -65,14 +65,14 @@ type DaemonView struct {
 	// of its requests while BE idled (a duty's idle halves) over the same
 	// span; ReferenceRatio the first over the second: the other number
 	// gpreemptd steers by, against the truth.
-	ReferenceUs float64 `json:"reference_us,omitempty"`
-	AppAloneUs  float64 `json:"app_alone_us,omitempty"`
+	ReferenceUs    float64 `json:"reference_us,omitempty"`
+	AppAloneUs     float64 `json:"app_alone_us,omitempty"`
+	ReferenceRatio float64 `json:"reference_ratio,omitempty"`
 	// AppAloneRequests is how many requests AppAloneUs was taken of, to weigh an "out of reach"
 	// called on a few; AppAloneCPUMeterUs their CPU loop's median, to set beside the loop while
 	// an @OWN_P50@ alone was taken (an eager LC's latency follows its CPU's speed).
 	AppAloneRequests   int     `json:"app_alone_requests,omitempty"`
 	AppAloneCPUMeterUs float64 `json:"app_alone_cpu_meter_us,omitempty"`
-	ReferenceRatio     float64 `json:"reference_ratio,omitempty"`
 	// TargetUs is, for an absolute objective, its bound; AppRunUs the app's quantile of the
 	// objective's metric over the whole measurement (both of a duty's halves), met where it is no
 	// more; AppAloneUs as above. An LC whose p50 alone is over its target misses under any setting.
@@ -383,9 +383,6 @@ func objectiveOver(sr *ScenarioResult, lc *LCResult, each func(objective.Objecti
 	return obj
 }
 
-// aloneOver is the app's quantile of obj's metric over its requests in BE's idle halves through
-// the measurement, leaving out those under a gate arm (whose launch probes' traps are a cost of
-// sharing, not the LC alone); 0 without a duty or such requests.
 // appAlone is the app's LC while BE idled: the objective's quantile of its requests, how many,
 // and the median of their CPU loops (0 where none was timed), to set beside its alone before.
 type appAlone struct {
@@ -393,6 +390,9 @@ type appAlone struct {
 	n              int
 }
 
+// aloneOver is the app's quantile of obj's metric over its requests in BE's idle halves through
+// the measurement, leaving out those under a gate arm (whose launch probes' traps are a cost of
+// sharing, not the LC alone); zero without a duty or such requests.
 func aloneOver(sr *ScenarioResult, lc *LCResult, obj objective.Objective) appAlone {
 	var gated []int64 // [since, until) pairs of the reads' gate arms
 	for _, s := range sr.SLO {

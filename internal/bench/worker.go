@@ -29,7 +29,7 @@ var ErrWorker = errors.New("worker failed")
 const readyPrefix = "READY pid="
 
 // alonePrefix starts the line an LC run with --alone prints after its first
-// go line: the latencies (ns) of its requests in BE's idle halves.
+// go line: its requests in BE's idle halves (parseAlone).
 const alonePrefix = "ALONE "
 
 // worker is a child process running a BE or LC workload.
