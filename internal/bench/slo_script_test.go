@@ -147,8 +147,8 @@ func TestGPURunSelfDryRun(t *testing.T) {
 			if o.TimeLimit == 0 || !strings.Contains(out, "--time-limit "+o.TimeLimit.String()+")") {
 				t.Errorf("%s: no plan against the part's own limit %v in:\n%s", part, o.TimeLimit, out)
 			}
-			if part == "scraped-llama" && (o.LLMFamily != "llama-330m" || o.LLMMetricsPort == 0 || o.SLOLeadIn != 90*time.Second) {
-				t.Errorf("%s: family %q, metrics port %d, lead-in %v; want the Llama decode serving its histograms, 90 s", part, o.LLMFamily, o.LLMMetricsPort, o.SLOLeadIn)
+			if part == "scraped-llama" && (o.LLMFamily != "llama-330m" || o.LLMMetricsPort == 0 || o.SLOLeadIn != 120*time.Second) {
+				t.Errorf("%s: family %q, metrics port %d, lead-in %v; want the Llama decode serving its histograms, 120 s", part, o.LLMFamily, o.LLMMetricsPort, o.SLOLeadIn)
 			}
 			if o.BEDuty == 0 || len(o.DaemonPolicies) == 0 || !slices.ContainsFunc(o.Scenarios, func(s Scenario) bool { return o.dutyOf(s) > 0 }) {
 				t.Errorf("%s: no duty or no policies: %+v", part, o)
