@@ -47,8 +47,7 @@
 #                lead in for 60 s)
 #   scraped-llama the Llama shape (as llama-*) serving the same histograms,
 #                judged by its fine request histogram as scraped-fine;
-#                its lead-in 120 s: its search came back from its one
-#                exploration 86-134 s in (reps 90-92) (~6.5 min)
+#                its lead-in 120 s (~6.5 min)
 #   scraped-graph the same LC decoding by a CUDA graph over a static KV
 #                cache, as LLM servers decode (the llm-graph- scenarios): one
 #                launch a token, so that its CPU core's speed, which moves
@@ -104,7 +103,8 @@ PIN_ARGS=${PIN_ARGS:-}
 # lead_in P: how long SLO mode runs before the measurement. A scraped LC's requests are its
 # samples: its reference needs 20 of them while BE idles, ~40 s at 1.25 a second under the duty,
 # and with 16 s SLO mode spent half the measurement on its first arm (docs/SLO.md).
-# The Llama decode, a request a second, runs ~3 alone a duty period: 20 take ~56 s, so 90 s.
+# The Llama decode, a request a second, runs ~3 alone a duty period: 20 take ~45-55 s, and its
+# one exploration came back 85-134 s in on the H200 (reps 90-92), so 120 s.
 lead_in() { case $1 in scraped-llama) echo "${LEAD_IN:-120s}";; scraped*) echo "${LEAD_IN:-60s}";; *) echo "${LEAD_IN:-16s}";; esac; }
 ALL_PARTS="gpt2-fixed gpt2-slo llama-fixed llama-slo eager graph pushed scraped scraped-fine scraped-llama scraped-graph steady"
 # Bench limits under one 10-minute call; a part's own is 40 s more.
