@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpreempt/gpreempt/class"
 	"github.com/gpreempt/gpreempt/internal/slo/objective"
 	"github.com/gpreempt/gpreempt/internal/stats"
 )
@@ -33,19 +34,18 @@ type Options struct {
 
 // The model's numbers, each with why this value.
 const (
-	minSamples    = 20                     // requests (tokens for tpot_) one measurement needs: windows accumulate until it has them
-	minRequests   = 10                     // requests one measurement spans at least: a request's token intervals move together
-	halfLife      = 120                    // windows that halve what an arm showed (workloads drift)
-	z             = 2                      // bounds' width in standard errors
-	margin        = 0.02                   // BE share a move for BE's sake must add (a training BE scatters by a few points)
-	maxAccumulate = 30                     // windows one measurement is expected within (a request a second counts in 20): undecided for two, an arm is left
-	idleAfter     = 10                     // windows with no LC sample before the safe arm (a slow LC is quiet a few); of pauses, before its reference is learnt beside BE
-	budget        = 0.1                    // of any minute BE may be stopped to learn LCs alone; of windows a settled search explores
-	stableGap     = 30 * time.Second       // once converged, least time from a change to another but to protect the LC: a steady LC that meets sees a change at most this often
-	priorWeight   = 2                      // measurements the prior scatter weighs as: two that happen to agree do not make a noisy LC steady
-	priorScatter  = 0.1                    // a measurement's relative scatter until learnt; how much better than a measured neighbour an unmeasured arm may be
-	gateShare     = 0.75                   // BE's share with the gate over without, until measured (only the order counts)
-	switchCost    = 190 * time.Microsecond // measured on H100 and H200, not tuned: what no timeslice removes; it only names a bound
+	minSamples    = 20               // requests (tokens for tpot_) one measurement needs: windows accumulate until it has them
+	minRequests   = 10               // requests one measurement spans at least: a request's token intervals move together
+	halfLife      = 120              // windows that halve what an arm showed (workloads drift)
+	z             = 2                // bounds' width in standard errors
+	margin        = 0.02             // BE share a move for BE's sake must add (a training BE scatters by a few points)
+	maxAccumulate = 30               // windows one measurement is expected within (a request a second counts in 20): undecided for two, an arm is left
+	idleAfter     = 10               // windows with no LC sample before the safe arm (a slow LC is quiet a few); of pauses, before its reference is learnt beside BE
+	budget        = 0.1              // of any minute BE may be stopped to learn LCs alone; of windows a settled search explores
+	stableGap     = 30 * time.Second // once converged, least time from a change to another but to protect the LC: a steady LC that meets sees a change at most this often
+	priorWeight   = 2                // measurements the prior scatter weighs as: two that happen to agree do not make a noisy LC steady
+	priorScatter  = 0.1              // a measurement's relative scatter until learnt; how much better than a measured neighbour an unmeasured arm may be
+	gateShare     = 0.75             // BE's share with the gate over without, until measured (only the order counts)
 )
 
 // LCSample is one LC process's latency over one window against one of its objectives.
@@ -424,11 +424,11 @@ func (c *Controller) atLimit(d *Decision) {
 			missedAlone = true
 		}
 	}
-	// Else what one switch per request costs an LC alone, where it fills the room its objective leaves.
-	if i := slices.IndexFunc(keys, func(k string) bool { m := c.acc[k]; return m.ref > 0 && m.Target-m.ref <= switchCost }); i >= 0 && !missedAlone {
+	// Else what one switch per request (the vocabulary's figure; it only names the bound) costs an LC alone, where it fills the room its objective leaves.
+	if i := slices.IndexFunc(keys, func(k string) bool { m := c.acc[k]; return m.ref > 0 && m.Target-m.ref <= class.SwitchTime }); i >= 0 && !missedAlone {
 		ref := c.acc[keys[i]].ref
 		d.Bound += fmt.Sprintf("; one BE-to-LC switch (~%v) per request is %.0f%% of this LC's %v alone, which no timeslice removes (pre-preemption hints would)",
-			switchCost, 100*float64(switchCost)/float64(ref), ref.Round(time.Microsecond))
+			class.SwitchTime, 100*float64(class.SwitchTime)/float64(ref), ref.Round(time.Microsecond))
 	}
 	c.to(d, CauseAtLimit, a, d.Bound)
 }

@@ -1323,33 +1323,7 @@ func TestSteadyChangesApartButForViolations(t *testing.T) {
 	// BE, or is undecided is held stableGap, and no exploration or move to a known better arm comes
 	// sooner. At the limit, where every arm misses, its moves are outside this. Over 48 seeds of
 	// 1200 windows of each workload of TestTimeInMissingArms, the frontier and every arm missing alike.
-	ladder := []time.Duration{time.Microsecond, 50 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 3 * time.Millisecond}
-	runs := map[string]func(seed uint64) []Decision{
-		"every arm missing alike": func(seed uint64) []Decision {
-			g := NewSimGPU(seed)
-			g.Standalone = true
-			return play(newController(t, Options{NoPause: true}), g, missesAlike, mustObjective(t, "p50<=1.10x"), 1200, nil)
-		},
-		"frontier": func(seed uint64) []Decision {
-			g := NewSimGPU(seed)
-			g.Standalone, g.Gate = true, true
-			c := newController(t, Options{NoPause: true, Ladder: ladder, Static: 200 * time.Microsecond, Safe: time.Microsecond})
-			return play(c, g, frontier, mustObjective(t, "p50<=1.10x"), 1200, nil)
-		},
-	}
-	for _, x := range []struct {
-		w    Workload
-		obj  string
-		duty bool
-	}{{hostModesLLM, "p50<=1.10x", true}, {perRequestLLM, "tpot_p50<=1.10x", true}, {slowLLM, "p50<=1.10x", true}, {slowLLM, "p50<=1.10x", false}, {EagerPyTorchH100, "p50<=1.05x", false}} {
-		runs[fmt.Sprintf("%s %s duty %v", x.w.Name, x.obj, x.duty)] = func(seed uint64) []Decision {
-			each := func(int, *SimGPU) {}
-			if x.duty {
-				each = dutyIdle
-			}
-			return play(newController(t, Options{}), NewSimGPU(seed), x.w, mustObjective(t, x.obj), 1200, each)
-		}
-	}
+	runs := convergedRuns(t)
 	swaps := 0 // moves back to a known better arm left within 60 windows, as if nothing new were known of it
 	for name, run := range runs {
 		pairs := 0 // runs with two changes within 30 windows (docs/SLO.md quotes it: go test -v)
@@ -1381,6 +1355,67 @@ func TestSteadyChangesApartButForViolations(t *testing.T) {
 		t.Logf("%s: %d of 48 converged runs have two changes within 30 windows, the second protecting the LC", name, pairs)
 	}
 	t.Logf("%d moves back to a known better arm left within 60 windows", swaps)
+}
+
+// convergedRuns: each workload of TestTimeInMissingArms with its objective, BE's duty or not, the
+// frontier and every arm missing alike, as runs of 1200 windows by seed.
+func convergedRuns(t *testing.T) map[string]func(seed uint64) []Decision {
+	ladder := []time.Duration{time.Microsecond, 50 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 3 * time.Millisecond}
+	runs := map[string]func(seed uint64) []Decision{
+		"every arm missing alike": func(seed uint64) []Decision {
+			g := NewSimGPU(seed)
+			g.Standalone = true
+			return play(newController(t, Options{NoPause: true}), g, missesAlike, mustObjective(t, "p50<=1.10x"), 1200, nil)
+		},
+		"frontier": func(seed uint64) []Decision {
+			g := NewSimGPU(seed)
+			g.Standalone, g.Gate = true, true
+			c := newController(t, Options{NoPause: true, Ladder: ladder, Static: 200 * time.Microsecond, Safe: time.Microsecond})
+			return play(c, g, frontier, mustObjective(t, "p50<=1.10x"), 1200, nil)
+		},
+	}
+	for _, x := range []struct {
+		w    Workload
+		obj  string
+		duty bool
+	}{{hostModesLLM, "p50<=1.10x", true}, {perRequestLLM, "tpot_p50<=1.10x", true}, {slowLLM, "p50<=1.10x", true}, {slowLLM, "p50<=1.10x", false}, {EagerPyTorchH100, "p50<=1.05x", false}} {
+		runs[fmt.Sprintf("%s %s duty %v", x.w.Name, x.obj, x.duty)] = func(seed uint64) []Decision {
+			each := func(int, *SimGPU) {}
+			if x.duty {
+				each = dutyIdle
+			}
+			return play(newController(t, Options{}), NewSimGPU(seed), x.w, mustObjective(t, x.obj), 1200, each)
+		}
+	}
+	return runs
+}
+
+// TestSettledExplorationBudget: once converged, exploration takes at most a tenth of the windows:
+// at each exploration's start, the windows explored since convergence are at most budget of
+// those gone by (one that took n windows is followed by 9n before the next), over 24 seeds of
+// 1200 windows of each of convergedRuns.
+func TestSettledExplorationBudget(t *testing.T) {
+	for name, run := range convergedRuns(t) {
+		most := 0.0 // the highest share at an exploration's start, over every seed
+		for seed := uint64(1); seed <= 24; seed++ {
+			ds := run(seed)
+			tail := ds[max(0, slices.IndexFunc(ds, func(d Decision) bool { return d.Converged })):]
+			explored := 0
+			for i, d := range tail {
+				if d.Phase != Exploring.String() {
+					continue
+				}
+				if i == 0 || tail[i-1].Phase != Exploring.String() {
+					share := float64(explored) / float64(max(i, 1))
+					if most = max(most, share); share > budget {
+						t.Errorf("%s, seed %d: an exploration begins %d windows after convergence with %d explored (%.1f%%, want at most %.0f%%)", name, seed, i, explored, 100*share, 100*budget)
+					}
+				}
+				explored++
+			}
+		}
+		t.Logf("%s: at most %.1f%% of the windows since convergence explored at an exploration's start", name, 100*most)
+	}
 }
 
 // protective: d changed the arm to protect the LC, not for BE: off an arm that misses (by its interval, or on average
