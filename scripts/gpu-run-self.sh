@@ -117,13 +117,15 @@ echo "parts:$sel rep $REP"
 
 # runtime P: the scenarios' runtime prefix; workload P: its bench flags.
 runtime() { case $1 in scraped-graph) echo llm-graph;; gpt2-*|llama-*|pushed|scraped*|steady) echo llm;; eager) echo pytorch-eager;; graph) echo pytorch;; esac; }
+# LLAMA: the Llama-shaped decode's bench flags, traced (llama-*) and scraped alike.
+LLAMA="--llm-family llama-330m --llm-batch 2 --llm-prompt 128 --llm-new-tokens 32 --llm-period 1s"
 workload() {
   case $1 in
     gpt2-*) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms ${DURATION:+--duration $DURATION};;
-    llama-*) echo --llm-family llama-330m --llm-batch 2 --llm-prompt 128 --llm-new-tokens 32 --llm-period 1s ${DURATION:+--duration $DURATION};;
+    llama-*) echo $LLAMA ${DURATION:+--duration $DURATION};;
     pushed) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 1s;;
     steady) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 1s --duration 460s;;
-    scraped-llama) echo --llm-family llama-330m --llm-batch 2 --llm-prompt 128 --llm-new-tokens 32 --llm-period 1s --llm-metrics-port $METRICS_PORT --slo-push=false ${DURATION:+--duration $DURATION};;
+    scraped-llama) echo $LLAMA --llm-metrics-port $METRICS_PORT --slo-push=false ${DURATION:+--duration $DURATION};;
     scraped*) echo --llm-family gpt2 --llm-prompt 64 --llm-new-tokens 16 --llm-period 800ms --llm-metrics-port $METRICS_PORT --slo-push=false ${DURATION:+--duration $DURATION};;
     eager) echo --pytorch-period 20ms;;
     graph) echo --pytorch-period 20ms --be-duty 8s;;
@@ -206,8 +208,9 @@ requests:
 YAML
   case $2 in
     gate) echo "gate: {mode: on}";;
-    slo|abs) printf 'gate: {mode: auto}\nslo:\n  enabled: true\n  window: 1s\n  safe: 200us\n  calibrate: pause\n';;
-    alone) printf 'gate: {mode: auto}\nslo:\n  enabled: true\n  window: 1s\n  safe: 200us\n  calibrate: pause\n  ladder: [200us]\n';;
+    slo|abs|alone) # alone: the same SLO mode, held at 200us while the LC's alone is taken
+      printf 'gate: {mode: auto}\nslo:\n  enabled: true\n  window: 1s\n  safe: 200us\n  calibrate: pause\n'
+      if [ "$2" = alone ]; then echo '  ladder: [200us]'; fi;;
   esac
 }
 bench_cmd() {

@@ -76,11 +76,7 @@ func parsePolicies(entries []string, scs []Scenario) (files map[string]string, o
 		files[name], texts[name] = file, string(b)
 	}
 	for _, sc := range scs {
-		text, ok := texts[sc.Name]
-		if !ok {
-			text = texts[defaultPolicy]
-		}
-		if !sc.HasLC() || !ownRE.MatchString(text) { // without an LC the placeholder stays provisional: nothing to judge
+		if text := policyIn(texts, sc); !sc.HasLC() || !ownRE.MatchString(text) { // without an LC the placeholder stays provisional: nothing to judge
 			continue
 		}
 		if !sc.Runtime.LLM() || sc.LCCount() != 1 { // only lc_decode.py runs requests alone on its own
@@ -147,11 +143,14 @@ func scenarioListed(scs []Scenario, name string) bool {
 }
 
 // policyFor is the policy file sc runs under ("": the daemon's own).
-func (o *runOptions) policyFor(sc Scenario) string {
-	if f, ok := o.DaemonPolicies[sc.Name]; ok {
-		return f
+func (o *runOptions) policyFor(sc Scenario) string { return policyIn(o.DaemonPolicies, sc) }
+
+// policyIn is sc's entry of a --daemon-policy map (by scenario), else its default.
+func policyIn(m map[string]string, sc Scenario) string {
+	if v, ok := m[sc.Name]; ok {
+		return v
 	}
-	return o.DaemonPolicies[defaultPolicy]
+	return m[defaultPolicy]
 }
 
 // expandAlone replaces the @ALONE_P50[*F]@ placeholders of a policy with
@@ -193,15 +192,19 @@ func expandP50(text string, re *regexp.Regexp, p50 float64) string {
 
 // applyPolicy puts gpreemptd under sc's policy (--daemon-policy) unless it runs under it already
 // (own: @OWN_P50@'s p50; until it is in, --own-alone-policy where given), writes the text in
-// force (placeholders expanded) to copyTo ("": nowhere), and returns sc's own policy file.
-func (r *runner) applyPolicy(ctx context.Context, sc Scenario, runs []*ScenarioResult, own float64, copyTo string) (string, error) {
+// force (placeholders expanded) to dir ("": nowhere) as policy.yaml, or policy-alone.yaml until
+// the LC's alone is in, and returns sc's own policy file.
+func (r *runner) applyPolicy(ctx context.Context, sc Scenario, runs []*ScenarioResult, own float64, dir string) (string, error) {
 	file := r.o.policyFor(sc)
 	if file == "" {
 		return "", nil
 	}
-	src := file
-	if r.o.ownAlone[sc.Name] && own <= 0 && r.o.OwnAlonePolicy != "" {
-		src = r.o.OwnAlonePolicy // until the LC's own requests alone are in
+	src, copyTo := file, "policy.yaml"
+	if r.o.ownAlone[sc.Name] && own <= 0 { // until the LC's own requests alone are in
+		copyTo = "policy-alone.yaml"
+		if r.o.OwnAlonePolicy != "" {
+			src = r.o.OwnAlonePolicy
+		}
 	}
 	b, err := os.ReadFile(src)
 	if err != nil {
@@ -225,8 +228,8 @@ func (r *runner) applyPolicy(ctx context.Context, sc Scenario, runs []*ScenarioR
 		r.policyText = text
 		r.log.Info("gpreemptd policy", "scenario", sc.Name, "file", src)
 	}
-	if copyTo != "" {
-		if err := os.WriteFile(copyTo, []byte(text), 0o644); err != nil {
+	if dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, copyTo), []byte(text), 0o644); err != nil {
 			r.log.Warn("policy copy", "err", err)
 		}
 	}

@@ -61,10 +61,7 @@ func TestParsePolicies(t *testing.T) {
 		}
 	}
 	// @OWN_P50@: the scenarios under that policy, named or by default; only an llm-* LC measures it.
-	ownFile := filepath.Join(dir, "own.yaml")
-	if err := os.WriteFile(ownFile, []byte(`objective: "p50<=@OWN_P50*1.15@"`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	ownFile := writeFile(t, dir, "own.yaml", `objective: "p50<=@OWN_P50*1.15@"`)
 	for _, c := range []struct {
 		scenarios string
 		entries   []string

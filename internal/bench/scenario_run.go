@@ -54,11 +54,7 @@ func (r *runner) runScenario(ctx context.Context, s slot, prior []*ScenarioResul
 	if err := os.MkdirAll(run.dir, 0o755); err != nil {
 		return sr, err
 	}
-	copyTo := "policy.yaml"
-	if r.o.ownAlone[sc.Name] { // policy.yaml comes once the LC's alone is in
-		copyTo = "policy-alone.yaml"
-	}
-	if sr.DaemonPolicy, err = r.applyPolicy(ctx, sc, prior, 0, filepath.Join(run.dir, copyTo)); err != nil {
+	if sr.DaemonPolicy, err = r.applyPolicy(ctx, sc, prior, 0, run.dir); err != nil {
 		return sr, err
 	}
 	if sc.SLO && len(r.o.DaemonPolicies) > 0 {
@@ -292,7 +288,7 @@ func (run *scenarioRun) ownObjective(ctx context.Context, lc *worker) error {
 	}
 	s, m := stats.Summarize(us), stats.Summarize(meter)
 	run.sr.OwnAloneUs, run.sr.OwnAloneCPUMeterUs = &s, &m
-	if _, err := run.r.applyPolicy(ctx, run.sc, run.prior, s.P50, filepath.Join(run.dir, "policy.yaml")); err != nil {
+	if _, err := run.r.applyPolicy(ctx, run.sc, run.prior, s.P50, run.dir); err != nil {
 		return err
 	}
 	run.r.log.Info("objective from the LC alone", "requests", s.N, "p50_us", s.P50)

@@ -183,7 +183,7 @@ func TestGPURunSelfDryRun(t *testing.T) {
 					if !p.SLO.Enabled || len(p.SLO.Ladder) != 1 {
 						t.Errorf("%s: the policy while the LC runs alone: SLO mode %v, ladder %v", part, p.SLO.Enabled, p.SLO.Ladder)
 					}
-				} else if sc, _ := parseScenario(name); sc.SLO != p.SLO.Enabled {
+				} else if sc.SLO != p.SLO.Enabled {
 					t.Errorf("%s: %s: SLO mode %v", part, name, p.SLO.Enabled)
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -1387,8 +1388,18 @@ func convergedRuns(t *testing.T) map[string]func(seed uint64) []Decision {
 			return play(newController(t, Options{}), NewSimGPU(seed), x.w, mustObjective(t, x.obj), 1200, each)
 		}
 	}
+	for name, run := range runs {
+		runs[name] = func(seed uint64) []Decision {
+			ds, _ := convergedMemo.LoadOrStore(fmt.Sprint(name, seed), sync.OnceValue(func() []Decision { return run(seed) }))
+			return ds.(func() []Decision)()
+		}
+	}
 	return runs
 }
+
+// convergedMemo holds convergedRuns' decisions by run and seed: the simulator is deterministic, and
+// three tests read the same runs (read only).
+var convergedMemo sync.Map
 
 // TestSettledExplorationBudget: once converged, exploration takes at most a tenth of the windows:
 // at each exploration's start, the windows explored since convergence are at most budget of
